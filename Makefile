@@ -1,0 +1,49 @@
+# Millpond's entry points. `make run` and `make test` are the README's two commands.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+STAMP  := $(VENV)/.installed
+
+.PHONY: install jars run test lint protos protos-check cluster clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e ".[dev]"
+	touch $(STAMP)
+
+## install: the virtualenv with every pinned dependency, and the Java jars
+install: $(STAMP)
+	$(PY) -m deploy.jars
+
+## run: start a local cluster, run the seed's readings example, print the table, stop
+run: install
+	$(VENV)/bin/millpond demo
+
+## cluster: start a local cluster in the foreground (Ctrl-C stops it)
+cluster: install
+	$(VENV)/bin/millpond up
+
+## test: lint, contracts, and every test (unit, integration and end to end)
+test: install lint protos-check
+	$(VENV)/bin/pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy services shared deploy cli
+	$(VENV)/bin/buf lint
+
+## protos: regenerate the Python stubs in shared/gen from protos/
+protos: $(STAMP)
+	$(PY) -m deploy.protos
+
+## protos-check: fail if the committed stubs differ from what protos/ generates, or if
+## the contracts break compatibility with the previous commit
+protos-check: protos
+	git diff --exit-code --stat -- shared/gen
+	@if git rev-parse -q --verify HEAD~1 >/dev/null && git cat-file -e HEAD~1:buf.yaml 2>/dev/null; then \
+		$(VENV)/bin/buf breaking --against '.git#ref=HEAD~1'; fi
+
+clean:
+	rm -rf $(VENV) .millpond .pytest_cache .mypy_cache .ruff_cache

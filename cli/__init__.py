@@ -1,0 +1,1 @@
+"""The ``millpond`` command line."""

@@ -1,0 +1,171 @@
+"""``millpond``: start a local cluster, run SQL against it, or run the readings demo."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Annotated
+
+import grpc
+import typer
+from rich.console import Console
+
+from cli.client import RouterClient
+from cli.output import print_outcome
+from deploy.launcher import LocalCluster
+from shared.errors import MillpondError
+from shared.sql.parser import parse_script
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Millpond: SQL over Kafka streams.")
+out = Console(soft_wrap=True)
+err = Console(stderr=True)
+
+DEFAULT_SERVER = "127.0.0.1:8088"
+
+
+def _cluster(data_dir: Path, workers: int, kafka: str | None, port: int, spark_master: str) -> LocalCluster:
+    return LocalCluster(data_dir=data_dir, workers=workers, kafka=kafka, router_port=port,
+                        spark_master=spark_master)
+
+
+@app.command()
+def up(
+    workers: Annotated[int, typer.Option(help="How many query workers to start.")] = 2,
+    kafka: Annotated[str | None, typer.Option(help="Use this Kafka cluster instead of an embedded broker.")] = None,
+    port: Annotated[int, typer.Option(help="The router's port (the client front door).")] = 8088,
+    data_dir: Annotated[Path, typer.Option(help="Broker data, state stores and logs.")] = Path(".millpond"),
+    spark_master: Annotated[str, typer.Option(help="Spark master URL for every worker.")] = "local[1]",
+) -> None:
+    """Start a local cluster in the foreground; Ctrl-C or SIGTERM stops all of it."""
+    cluster = _cluster(data_dir, workers, kafka, port, spark_master)
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        cluster.start()
+        print(f"ready {cluster.describe()} logs={data_dir / 'logs'}", flush=True)
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    except MillpondError as error:
+        err.print(f"[red]{error.message}[/red]")
+        raise typer.Exit(1) from None
+    finally:
+        cluster.stop()
+        print("stopped", flush=True)
+
+
+def _run_statements(client: RouterClient, text: str, output: str) -> None:
+    for stmt in parse_script(text):
+        for outcome in client.execute(stmt.text):
+            print_outcome(outcome, output, out)
+
+
+def _shell(client: RouterClient, output: str) -> None:
+    out.print("millpond sql shell; end statements with ';', Ctrl-D to quit.")
+    buffer = ""
+    while True:
+        try:
+            line = input("millpond> " if not buffer else "      ...> ")
+        except EOFError:
+            return
+        buffer += line + "\n"
+        if not line.rstrip().endswith(";"):
+            continue
+        try:
+            _run_statements(client, buffer, output)
+        except (MillpondError, grpc.RpcError) as error:
+            err.print(_message(error), markup=False)
+        buffer = ""
+
+
+def _message(error: BaseException) -> str:
+    if isinstance(error, grpc.RpcError):
+        return f"{error.code().name}: {error.details()}"  # type: ignore[attr-defined]
+    if isinstance(error, MillpondError):
+        return error.message
+    return str(error)
+
+
+@app.command()
+def sql(
+    server: Annotated[str, typer.Option(envvar="MILLPOND_SERVER", help="The router, host:port.")] = DEFAULT_SERVER,
+    execute: Annotated[str | None, typer.Option("-e", "--execute", help="Statements to run.")] = None,
+    file: Annotated[Path | None, typer.Option("-f", "--file", help="A file of statements to run.")] = None,
+    output: Annotated[str, typer.Option(help="table or json (JSON Lines).")] = "table",
+) -> None:
+    """Run SQL through the router: -e, -f, or an interactive shell."""
+    if output not in ("table", "json"):
+        err.print("--output must be table or json")
+        raise typer.Exit(2)
+    client = RouterClient(server)
+    try:
+        if execute is None and file is None:
+            _shell(client, output)
+            return
+        text = execute if execute is not None else file.read_text()  # type: ignore[union-attr]
+        _run_statements(client, text, output)
+    except (MillpondError, grpc.RpcError) as error:
+        err.print(_message(error), markup=False)
+        raise typer.Exit(1) from None
+    finally:
+        client.close()
+
+
+def _wait_for_rows(client: RouterClient, query: str, rows: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if len(client.execute(query)[0].rows) >= rows:
+                return
+        except grpc.RpcError:
+            pass
+        time.sleep(0.5)
+    raise MillpondError(f"{query!r} did not return {rows} rows within {timeout}s")
+
+
+@app.command()
+def demo(
+    workers: Annotated[int, typer.Option(help="How many query workers to start.")] = 2,
+    port: Annotated[int, typer.Option(help="The router's port.")] = 8088,
+    data_dir: Annotated[Path, typer.Option(help="Where the demo cluster keeps its data.")] = Path(".millpond/demo"),
+) -> None:
+    """Start a fresh local cluster, run seed 000's readings example, print the table, stop."""
+    import shutil
+
+    shutil.rmtree(data_dir, ignore_errors=True)
+    cluster = _cluster(data_dir, workers, None, port, "local[1]")
+    try:
+        out.print(f"starting a local cluster with {workers} workers ...")
+        cluster.start()
+        out.print(f"ready {cluster.describe()}")
+        client = RouterClient(cluster.router)
+        script = resources.files("cli").joinpath("readings.sql").read_text()
+        statements = parse_script(script)
+        out.print(f"running {len(statements)} statements of the readings example ...")
+        for stmt in statements:
+            client.execute(stmt.text)
+        _wait_for_rows(client, "SELECT * FROM avg_readings;", 8, timeout=300)
+        for query in ("SELECT * FROM avg_readings;", "SELECT * FROM avg_readings WHERE sensor = 'sensor-1';"):
+            out.print(f"\nmillpond> {query}")
+            print_outcome(client.execute(query)[0], "table", out)
+        client.close()
+    except (MillpondError, grpc.RpcError) as error:
+        err.print(_message(error), markup=False)
+        err.print(f"service logs are in {data_dir / 'logs'}")
+        raise typer.Exit(1) from None
+    finally:
+        cluster.stop()
+
+
+def main() -> None:
+    """Console-script entry point."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+"""An embedded single-node Apache Kafka broker (KRaft, combined broker + controller).
+
+The broker runs from the jars that ``deploy/kafka/pom.xml`` fetches from Maven Central, on
+loopback ports chosen free at start. It is a real Kafka process: transactions, compaction
+and consumer groups behave as on any cluster, just with replication factor one.
+
+    with EmbeddedKafka(data_dir) as broker:
+        print(broker.bootstrap_servers)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from types import TracebackType
+
+from aiokafka.admin import AIOKafkaAdminClient
+
+from deploy.jars import ensure_jars
+from shared.errors import SetupError
+from shared.net import free_port, wait_for_port
+
+_LOG4J2 = """\
+status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.file.ref = file
+logger.server.name = kafka.server.KafkaRaftServer
+logger.server.level = INFO
+"""
+
+
+def _server_properties(data: Path, port: int, controller_port: int) -> str:
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(data / "logs"),
+        "num.network.threads": "2",
+        "num.io.threads": "2",
+        "num.partitions": "1",
+        # Topics are created explicitly by the coordinator, as ksqlDB does.
+        "auto.create.topics.enable": "false",
+        # One broker: internal topics with one replica and few partitions start fast.
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "4",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "4",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+        "log.cleaner.backoff.ms": "1000",
+    }
+    return "".join(f"{k}={v}\n" for k, v in props.items())
+
+
+class EmbeddedKafka:
+    """A Kafka broker process that this object starts and stops.
+
+    ``data_dir`` holds the broker's configuration, logs and data; a directory already
+    formatted by an earlier run is reused (its topics survive a restart).
+    """
+
+    def __init__(self, data_dir: Path, *, heap: str = "512m", start_timeout: float = 90.0):
+        self.data_dir = Path(data_dir)
+        self.heap = heap
+        self.start_timeout = start_timeout
+        self.port = 0
+        self.controller_port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``host:port`` for clients."""
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log_file(self) -> Path:
+        """The broker's own log."""
+        return self.data_dir / "broker.log"
+
+    def _java(self) -> list[str]:
+        java = shutil.which("java")
+        if java is None:
+            raise SetupError("Java 17+ is needed for the Kafka broker; `apt-get install openjdk-17-jre-headless`")
+        classpath = os.pathsep.join(str(j) for j in ensure_jars("kafka"))
+        return [
+            java,
+            f"-Xmx{self.heap}",
+            "-Xms128m",
+            "-XX:+UseG1GC",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
+            "-cp",
+            classpath,
+        ]
+
+    def start(self) -> None:
+        """Format storage if needed, start the broker and wait until it answers."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.port, self.controller_port = free_port(), free_port()
+        config = self.data_dir / "server.properties"
+        config.write_text(_server_properties(self.data_dir, self.port, self.controller_port))
+        (self.data_dir / "log4j2.properties").write_text(_LOG4J2.format(log=self.log_file))
+        java = self._java()
+        if not (self.data_dir / "logs" / "meta.properties").exists():
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            fmt = subprocess.run(
+                [*java, "kafka.tools.StorageTool", "format", "--standalone",
+                 "-t", cluster_id, "-c", str(config)],
+                capture_output=True, text=True, check=False,
+            )
+            if fmt.returncode != 0:
+                raise SetupError(f"formatting Kafka storage failed: {fmt.stdout}{fmt.stderr}")
+        out = (self.data_dir / "broker.out").open("ab")
+        self.process = subprocess.Popen(
+            [*java, "kafka.Kafka", str(config)],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        out.close()
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise SetupError(
+                    f"the Kafka broker exited with {self.process.returncode}; see {self.log_file}"
+                )
+            if wait_for_port("127.0.0.1", self.port, 0.5) and asyncio.run(self._answers()):
+                return
+            time.sleep(0.2)
+        raise SetupError(f"the Kafka broker did not answer in {self.start_timeout}s; see {self.log_file}")
+
+    async def _answers(self) -> bool:
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers, request_timeout_ms=2000)
+        try:
+            await admin.start()
+            cluster = await admin.describe_cluster()
+            return bool(cluster.get("brokers"))
+        except Exception:
+            return False
+        finally:
+            await admin.close()
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """Stop the broker: SIGTERM for a clean shutdown, SIGKILL if it lingers."""
+        proc, self.process = self.process, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+    def __enter__(self) -> EmbeddedKafka:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,138 @@
+"""Starts a local Millpond cluster as child processes: an embedded Kafka broker (unless an
+external one is given), one coordinator, N workers and the router.
+
+Every child gets its own process group and log file under the data directory; ``stop``
+sends SIGTERM, waits, and SIGKILLs what lingers, so nothing is left running.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from deploy.kafka_broker import EmbeddedKafka
+from shared.errors import SetupError
+from shared.net import free_port
+
+
+@dataclass
+class Child:
+    """A service process the launcher started."""
+
+    name: str
+    endpoint: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+
+def wait_healthy(endpoint: str, timeout: float, process: subprocess.Popen[bytes] | None = None) -> None:
+    """Wait until ``endpoint``'s gRPC health service says SERVING."""
+    deadline = time.monotonic() + timeout
+    with grpc.insecure_channel(endpoint) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            if process is not None and process.poll() is not None:
+                raise SetupError(f"the service at {endpoint} exited with {process.returncode}")
+            try:
+                reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(0.2)
+    raise SetupError(f"the service at {endpoint} did not become healthy in {timeout}s")
+
+
+@dataclass
+class LocalCluster:
+    """A whole cluster on this machine."""
+
+    data_dir: Path
+    workers: int = 2
+    kafka: str | None = None
+    router_port: int = 8088
+    spark_master: str = "local[1]"
+    service_id: str = "millpond"
+    start_timeout: float = 120.0
+    broker: EmbeddedKafka | None = None
+    children: list[Child] = field(default_factory=list)
+
+    @property
+    def bootstrap(self) -> str:
+        """Kafka bootstrap servers the services use."""
+        if self.kafka:
+            return self.kafka
+        assert self.broker is not None
+        return self.broker.bootstrap_servers
+
+    @property
+    def router(self) -> str:
+        """The client front door."""
+        return f"127.0.0.1:{self.router_port}"
+
+    def _spawn(self, name: str, module: str, port: int, env: dict[str, str]) -> Child:
+        logs = self.data_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        log = logs / f"{name}.log"
+        full_env = {**os.environ, "MILLPOND_KAFKA_BOOTSTRAP_SERVERS": self.bootstrap,
+                    "MILLPOND_SERVICE_ID": self.service_id, "MILLPOND_HOST": "127.0.0.1",
+                    "MILLPOND_PORT": str(port), **env}
+        with log.open("ab") as out:
+            process = subprocess.Popen([sys.executable, "-m", module], env=full_env, stdout=out,
+                                       stderr=subprocess.STDOUT, start_new_session=True)
+        child = Child(name, f"127.0.0.1:{port}", process, log)
+        self.children.append(child)
+        return child
+
+    def start(self) -> None:
+        """Start everything and wait until every service answers health checks."""
+        try:
+            if not self.kafka:
+                self.broker = EmbeddedKafka(self.data_dir / "kafka")
+                self.broker.start()
+            coordinator = self._spawn("coordinator", "services.coordinator", free_port(), {})
+            wait_healthy(coordinator.endpoint, self.start_timeout, coordinator.process)
+            for i in range(1, self.workers + 1):
+                self._spawn(f"worker-{i}", "services.worker", free_port(), {
+                    "MILLPOND_WORKER_ID": f"worker-{i}",
+                    "MILLPOND_COORDINATOR": coordinator.endpoint,
+                    "MILLPOND_STATE_DIR": str(self.data_dir / "state"),
+                    "MILLPOND_SPARK_MASTER": self.spark_master,
+                })
+            self._spawn("router", "services.router", self.router_port,
+                        {"MILLPOND_COORDINATOR": coordinator.endpoint})
+            for child in self.children:
+                wait_healthy(child.endpoint, self.start_timeout, child.process)
+        except BaseException:
+            self.stop()
+            raise
+
+    def describe(self) -> str:
+        """One line naming every endpoint."""
+        parts = [f"router={self.router}"] + [f"{c.name}={c.endpoint}" for c in self.children if c.name != "router"]
+        return " ".join([*parts, f"kafka={self.bootstrap}"])
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """Stop every child (SIGTERM, then SIGKILL after ``timeout``) and the broker."""
+        for child in reversed(self.children):
+            if child.process.poll() is None:
+                child.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for child in self.children:
+            try:
+                child.process.wait(max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                os.killpg(child.process.pid, signal.SIGKILL)
+                child.process.wait(5)
+        self.children.clear()
+        if self.broker is not None:
+            self.broker.stop()
+            self.broker = None

@@ -1,0 +1,139 @@
+"""Wires the router: metastore replay, assignment refresh, channels to the other services."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import grpc
+from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
+from millpond.router.v1 import router_pb2, router_pb2_grpc
+from millpond.worker.v1 import worker_pb2, worker_pb2_grpc
+
+from services.router.pull import execute_pull, plan_pull
+from services.router.servicer import RouterServicer
+from shared.command_log import CommandReader
+from shared.config import RouterSettings
+from shared.errors import MillpondError, NotFoundError, StatementError
+from shared.metastore import Metastore
+from shared.results import Outcome
+from shared.rpc.server import RpcServer, shutdown_event
+from shared.rpc.status import raise_for_rpc
+from shared.sql import ast
+from shared.sql.parser import parse_script
+
+log = logging.getLogger(__name__)
+
+
+class Router:
+    """The client front door."""
+
+    def __init__(self, settings: RouterSettings):
+        self.settings = settings
+        self.metastore = Metastore()
+        self.reader = CommandReader(settings.kafka_bootstrap_servers, settings.command_topic, self.metastore)
+        self.server = RpcServer(
+            settings.host, settings.port,
+            [lambda s: router_pb2_grpc.add_RouterServiceServicer_to_server(RouterServicer(self), s)],
+            [router_pb2.DESCRIPTOR.services_by_name["RouterService"].full_name],
+        )
+        self.coordinator_channel = grpc.aio.insecure_channel(settings.coordinator)
+        self.coordinator = coordinator_pb2_grpc.CoordinatorServiceStub(self.coordinator_channel)
+        self.generation = 0
+        # query id -> partition -> worker endpoint
+        self.hosts: dict[str, dict[int, str]] = {}
+        self._workers: dict[str, worker_pb2_grpc.WorkerServiceStub] = {}
+        self._channels: list[grpc.aio.Channel] = []
+
+    def _worker(self, endpoint: str) -> worker_pb2_grpc.WorkerServiceStub:
+        stub = self._workers.get(endpoint)
+        if stub is None:
+            channel = grpc.aio.insecure_channel(endpoint)
+            self._channels.append(channel)
+            stub = self._workers[endpoint] = worker_pb2_grpc.WorkerServiceStub(channel)
+        return stub
+
+    @property
+    def _timeout(self) -> float:
+        return self.settings.request_timeout_ms / 1000
+
+    async def execute(self, sql: str, properties: dict[str, str]) -> list[Outcome]:
+        """Run each statement in order: pull queries here, everything else at the coordinator."""
+        outcomes = []
+        for stmt in parse_script(sql):
+            try:
+                outcomes.append(await self._execute_one(stmt, properties))
+            except grpc.aio.AioRpcError as err:
+                raise raise_for_rpc(err) from None
+            except MillpondError as err:
+                if len(outcomes):
+                    err.message = f"statement {len(outcomes) + 1} failed (earlier ones were applied): {err.message}"
+                raise
+        return outcomes
+
+    async def _execute_one(self, stmt: ast.Statement, properties: dict[str, str]) -> Outcome:
+        if isinstance(stmt, ast.Query):
+            if stmt.emit_changes:
+                raise StatementError("push queries (EMIT CHANGES) are not supported yet")
+            return await self._pull(stmt)
+        response = await self.coordinator.ExecuteStatement(
+            coordinator_pb2.ExecuteStatementRequest(sql=stmt.text, properties=properties), timeout=self._timeout)
+        return Outcome.from_proto(response.result)
+
+    async def _pull(self, stmt: ast.Query) -> Outcome:
+        try:
+            plan = plan_pull(stmt, self.metastore)
+        except NotFoundError:
+            await self.reader.catch_up()  # a table created a moment ago via the coordinator
+            plan = plan_pull(stmt, self.metastore)
+        assert plan.table.query_id is not None
+        if plan.table.query_id not in self.hosts:
+            await self._refresh_assignment()
+
+        async def lookup(endpoint: str, request: worker_pb2.LookupRequest) -> worker_pb2.LookupResponse:
+            return await self._worker(endpoint).Lookup(request, timeout=self._timeout)
+
+        async def scan(endpoint: str, request: worker_pb2.ScanRequest) -> worker_pb2.ScanResponse:
+            return await self._worker(endpoint).Scan(request, timeout=self._timeout)
+
+        return await execute_pull(plan, stmt.text, self.hosts.get(plan.table.query_id, {}), lookup, scan)
+
+    async def _refresh_assignment(self) -> None:
+        response = await self.coordinator.GetAssignment(
+            coordinator_pb2.GetAssignmentRequest(known_generation=self.generation), timeout=2)
+        if not response.HasField("assignment"):
+            return
+        hosts: dict[str, dict[int, str]] = {}
+        for worker in response.assignment.workers:
+            for task in worker.active_tasks:
+                hosts.setdefault(task.query_id, {})[task.partition] = worker.endpoint
+        self.hosts, self.generation = hosts, response.generation
+
+    async def _assignment_loop(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self._refresh_assignment()
+            except grpc.aio.AioRpcError as err:
+                log.warning("assignment refresh failed", extra={"code": str(err.code())})
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.settings.assignment_poll_interval_ms / 1000)
+
+    async def run(self) -> None:
+        """Serve until SIGTERM or SIGINT."""
+        stop = shutdown_event()
+        await self.reader.start()
+        await self.reader.catch_up()
+        await self.server.start()
+        loops = [asyncio.create_task(self.reader.run(stop)), asyncio.create_task(self._assignment_loop(stop))]
+        await self.server.set_serving()
+        log.info("router ready", extra={"endpoint": self.server.endpoint})
+        await stop.wait()
+        log.info("router stopping")
+        await self.server.stop()
+        for loop in loops:
+            loop.cancel()
+        await asyncio.gather(*loops, return_exceptions=True)
+        for channel in [self.coordinator_channel, *self._channels]:
+            await channel.close()
+        await self.reader.stop()

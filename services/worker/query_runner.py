@@ -1,0 +1,161 @@
+"""Runs one persistent query on Spark Structured Streaming over this worker's partitions.
+
+Spark does the data-parallel part of each micro-batch: decode the JSON values, filter,
+and reduce the batch to one partial aggregate per (partition, key). Only those partials
+reach Python, where each task merges and commits its slice exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import shutil
+import tempfile
+from collections import defaultdict
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+
+from services.worker.task import AggregationTask, BadRecord, BatchSlice
+from shared.config import WorkerSettings
+from shared.metastore import DataSource, PersistentQuery
+from shared.sql.expressions import quote_identifier, spark_type
+
+log = logging.getLogger(__name__)
+CORRUPT = "_corrupt"
+COMMIT_TIMEOUT_S = 120
+
+
+class QueryRunner:
+    """One Spark streaming query feeding a set of tasks of one persistent query."""
+
+    def __init__(self, spark: SparkSession, settings: WorkerSettings, query: PersistentQuery,
+                 source: DataSource, tasks: dict[int, AggregationTask], loop: asyncio.AbstractEventLoop):
+        self.spark = spark
+        self.settings = settings
+        self.query = query
+        self.source = source
+        self.tasks = tasks
+        self.loop = loop
+        self.stream: StreamingQuery | None = None
+        self.checkpoint = tempfile.mkdtemp(prefix=f"millpond-{query.query_id}-")
+        self.value_schema = ", ".join(
+            [f"{quote_identifier(c.name)} {spark_type(c.type)}" for c in source.value_columns]
+            + [f"{CORRUPT} STRING"]
+        )
+
+    def start(self) -> None:
+        """Start the streaming query from each task's committed input offset. Blocking."""
+        topic = self.source.topic
+        partitions = sorted(self.tasks)
+        starting = {str(p): (self.tasks[p].next_input_offset if self.tasks[p].next_input_offset is not None else -2)
+                    for p in partitions}
+        frame = (
+            self.spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", self.settings.kafka_bootstrap_servers)
+            .option("assign", json.dumps({topic: partitions}))
+            .option("startingOffsets", json.dumps({topic: starting}))
+            .option("kafka.isolation.level", "read_committed")
+            .option("failOnDataLoss", "false")
+            .load()
+        )
+        self.stream = (
+            frame.writeStream.foreachBatch(self._on_batch)
+            .trigger(processingTime=f"{self.settings.trigger_interval_ms} milliseconds")
+            .option("checkpointLocation", self.checkpoint)
+            .queryName(f"{self.query.query_id}-{self.settings.worker_id}")
+            .start()
+        )
+        log.info("query started", extra={"query": self.query.query_id, "partitions": partitions,
+                                         "starting": starting})
+
+    def stop(self) -> None:
+        """Stop the streaming query (waits for a running batch). Blocking."""
+        if self.stream is not None:
+            self.stream.stop()
+            self.stream = None
+        shutil.rmtree(self.checkpoint, ignore_errors=True)
+
+    def _key_expr(self) -> str:
+        key = self.source.key_column
+        if key is None:
+            return "CAST(NULL AS STRING)"
+        if key.type.base == "VARCHAR":
+            return f"CAST(_key AS STRING) AS {quote_identifier(key.name)}"
+        return f"_key AS {quote_identifier(key.name)}"
+
+    def _on_batch(self, batch: DataFrame, batch_id: int) -> None:
+        batch.persist()
+        try:
+            slices = self._reduce(batch)
+        finally:
+            batch.unpersist()
+        if not slices:
+            return
+        future = asyncio.run_coroutine_threadsafe(self._commit(slices), self.loop)
+        future.result(timeout=COMMIT_TIMEOUT_S)
+
+    def _reduce(self, batch: DataFrame) -> dict[int, BatchSlice]:
+        ranges = batch.groupBy("partition").agg(F.min("offset").alias("lo"), F.max("offset").alias("hi")).collect()
+        if not ranges:
+            return {}
+        slices = {r["partition"]: BatchSlice(r["lo"], r["hi"]) for r in ranges}
+        parsed = batch.selectExpr(
+            "partition AS _partition", "offset AS `_offset`", "key AS _key",
+            "CAST(value AS STRING) AS _raw",
+            f"from_json(CAST(value AS STRING), '{self.value_schema}', "
+            f"map('columnNameOfCorruptRecord', '{CORRUPT}', 'mode', 'PERMISSIVE')) AS _v",
+        )
+        for row in parsed.where(f"_raw IS NOT NULL AND _v.{CORRUPT} IS NOT NULL") \
+                .select("_partition", "_offset", "_raw").collect():
+            slices[row["_partition"]].bad.append(
+                BadRecord(row["_offset"], "value is not a JSON object of the declared columns and types",
+                          row["_raw"]))
+        for row in parsed.where("_key IS NULL AND _raw IS NOT NULL").select("_partition", "_offset", "_raw").collect():
+            slices[row["_partition"]].bad.append(BadRecord(row["_offset"], "record has no key", row["_raw"]))
+        good = parsed.where(f"_v IS NOT NULL AND _v.{CORRUPT} IS NULL AND _key IS NOT NULL") \
+            .selectExpr("_partition", "`_offset`", "_key", self._key_expr(), "_v.*")
+        if self.query.plan.where:
+            good = good.where(self.query.plan.where)
+        columns: list[Any] = []
+        shape: list[int] = []
+        for i, call in enumerate(self.query.plan.aggregates):
+            partials = self._aggregates[i].partials(call.argument)
+            shape.append(len(partials))
+            columns += [F.expr(p).alias(f"a{i}_{j}") for j, p in enumerate(partials)]
+        grouped = good.groupBy("_partition", "_key").agg(*columns).collect()
+        by_partition: dict[int, list[tuple[bytes, list[list[Any]]]]] = defaultdict(list)
+        for row in grouped:
+            values = list(row)[2:]
+            state, at = [], 0
+            for width in shape:
+                state.append(_plain(values[at:at + width]))
+                at += width
+            by_partition[row["_partition"]].append((bytes(row["_key"]), state))
+        for partition, partials in by_partition.items():
+            slices[partition].partials = partials
+        return slices
+
+    @property
+    def _aggregates(self) -> list[Any]:
+        return next(iter(self.tasks.values())).aggregates
+
+    async def _commit(self, slices: dict[int, BatchSlice]) -> None:
+        await asyncio.gather(*(self.tasks[p].commit(s) for p, s in slices.items()))
+
+
+def _plain(values: list[Any]) -> list[Any]:
+    """Spark values as JSON-friendly Python values (Decimal and Row become float and dict)."""
+    out: list[Any] = []
+    for v in values:
+        if hasattr(v, "asDict"):
+            v = v.asDict()
+        elif isinstance(v, list):
+            v = _plain(v)
+        elif v is not None and type(v).__name__ == "Decimal":
+            v = float(v)
+        out.append(v)
+    return out

@@ -1,0 +1,48 @@
+"""The worker's gRPC endpoints: local lookups and scans of the tables it materializes."""
+
+from __future__ import annotations
+
+from itertools import islice
+from typing import TYPE_CHECKING
+
+import grpc
+from millpond.common.v1 import rows_pb2
+from millpond.worker.v1 import worker_pb2, worker_pb2_grpc
+
+from shared.rpc.status import grpc_errors
+from shared.serde import to_proto
+
+if TYPE_CHECKING:
+    from services.worker.app import Worker
+
+
+def _row(values: list[object]) -> rows_pb2.Row:
+    return rows_pb2.Row(values=[to_proto(v) for v in values])
+
+
+class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
+    """Implements ``millpond.worker.v1.WorkerService``."""
+
+    def __init__(self, worker: Worker):
+        self.worker = worker
+
+    @grpc_errors
+    async def Lookup(self, request: worker_pb2.LookupRequest, context: grpc.aio.ServicerContext) -> worker_pb2.LookupResponse:
+        task = self.worker.hosted_task(request.table, request.partition)
+        assert task.store is not None
+        state = task.store.get(request.key)
+        if state is None:
+            return worker_pb2.LookupResponse(found=False)
+        return worker_pb2.LookupResponse(found=True, row=_row(task.row(request.key, state)))
+
+    @grpc_errors
+    async def Scan(self, request: worker_pb2.ScanRequest, context: grpc.aio.ServicerContext) -> worker_pb2.ScanResponse:
+        rows: list[rows_pb2.Row] = []
+        for partition in request.partitions:
+            task = self.worker.hosted_task(request.table, partition)
+            assert task.store is not None
+            items = task.store.items()
+            if request.limit:
+                items = islice(items, max(request.limit - len(rows), 0))
+            rows += [_row(task.row(k, s)) for k, s in items]
+        return worker_pb2.ScanResponse(rows=rows)

@@ -1,0 +1,37 @@
+"""The worker's Spark session, with the Kafka connector from the local jar cache."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pyspark
+from pyspark.sql import SparkSession
+
+from deploy.jars import ensure_jars
+from shared.config import WorkerSettings
+
+_VERSION = re.compile(r"-\d[\w.]*\.jar$")
+
+
+def connector_jars() -> list[str]:
+    """The Kafka connector's jars that pyspark does not already ship."""
+    bundled = {_VERSION.sub("", p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    return [str(j) for j in ensure_jars("spark") if _VERSION.sub("", j.name) not in bundled]
+
+
+def create_session(settings: WorkerSettings) -> SparkSession:
+    """Start (or reuse) this process's Spark session. Blocking: takes seconds."""
+    session = (
+        SparkSession.builder.master(settings.spark_master)
+        .appName(f"millpond-{settings.worker_id}")
+        .config("spark.jars", ",".join(connector_jars()))
+        .config("spark.driver.memory", settings.spark_driver_memory)
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("WARN")
+    return session

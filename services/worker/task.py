@@ -1,0 +1,176 @@
+"""One task: one input partition of one GROUP BY query, with its store and its transactions.
+
+``commit`` is the exactly-once step for a micro-batch, in this order:
+
+1. Skip the batch if the store already reflects its input offsets (a replayed batch).
+2. Merge the batch's per-key partials into the stored states.
+3. In one Kafka transaction: the changelog records, the sink records, the processing-log
+   records and the input offsets (``send_offsets_to_transaction`` to the query's group).
+4. Only after the commit: the states and both positions in one RocksDB write batch.
+
+A crash between 3 and 4 leaves the store behind the changelog; ``start`` replays the
+changelog tail, so the store catches up without re-reading the input.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from services.worker.state.store import CHANGELOG_OFFSET, INPUT_OFFSET, PartitionStore, encode_state
+from shared.config import WorkerSettings
+from shared.kafka import changelog_topic, consumer_group, task_transactional_id
+from shared.metastore import DataSource, PersistentQuery
+from shared.serde import deserialize_key, serialize_value
+from shared.sql import aggregates
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BadRecord:
+    """An input record that could not be processed, and why."""
+
+    offset: int
+    reason: str
+    value: str | None
+
+
+@dataclass
+class BatchSlice:
+    """The part of one micro-batch that belongs to this task's partition."""
+
+    first_offset: int
+    last_offset: int
+    partials: list[tuple[bytes, list[list[Any]]]] = field(default_factory=list)
+    bad: list[BadRecord] = field(default_factory=list)
+
+
+class AggregationTask:
+    """Materializes one partition of a GROUP BY query's table."""
+
+    def __init__(self, settings: WorkerSettings, query: PersistentQuery, source: DataSource,
+                 sink: DataSource, partition: int):
+        self.settings = settings
+        self.query = query
+        self.source = source
+        self.sink = sink
+        self.partition = partition
+        self.aggregates = [aggregates.require(a.function) for a in query.plan.aggregates]
+        self.input = TopicPartition(source.topic, partition)
+        self.changelog = TopicPartition(changelog_topic(settings.service_id, query.query_id), partition)
+        self.group = consumer_group(settings.service_id, query.query_id)
+        self.store: PartitionStore | None = None
+        self.producer: AIOKafkaProducer | None = None
+        self.next_input_offset: int | None = None
+        self.restored_records = 0
+
+    @property
+    def store_path(self) -> Path:
+        """Where this task's RocksDB store lives."""
+        return self.settings.state_dir / self.settings.worker_id / self.query.query_id / str(self.partition)
+
+    async def start(self) -> None:
+        """Open the store, restore it from the changelog, and fence any older owner."""
+        self.store = PartitionStore(self.store_path)
+        self.producer = AIOKafkaProducer(
+            bootstrap_servers=self.settings.kafka_bootstrap_servers,
+            transactional_id=task_transactional_id(self.settings.service_id, self.query.query_id, self.partition),
+            enable_idempotence=True,
+        )
+        # init_transactions fences the previous owner and aborts its open transaction,
+        # so the changelog end we restore up to is final.
+        await self.producer.start()
+        await self._restore()
+        self.next_input_offset = await self._committed_input_offset()
+        log.info("task started", extra={"query": self.query.query_id, "partition": self.partition,
+                                        "restored": self.restored_records,
+                                        "input_offset": self.next_input_offset})
+
+    async def _committed_input_offset(self) -> int | None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.kafka_bootstrap_servers)
+        await admin.start()
+        try:
+            offsets = await admin.list_consumer_group_offsets(self.group, partitions=[self.input])
+        finally:
+            await admin.close()
+        meta = offsets.get(self.input)
+        return meta.offset if meta is not None and meta.offset >= 0 else None
+
+    async def _restore(self) -> None:
+        assert self.store is not None
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.settings.kafka_bootstrap_servers,
+                                    isolation_level="read_committed", enable_auto_commit=False)
+        await consumer.start()
+        try:
+            consumer.assign([self.changelog])
+            end = (await consumer.end_offsets([self.changelog]))[self.changelog]
+            position = self.store.position(CHANGELOG_OFFSET) or 0
+            consumer.seek(self.changelog, position)
+            while position < end:
+                batches = await consumer.getmany(self.changelog, timeout_ms=1000, max_records=10_000)
+                records = batches.get(self.changelog, [])
+                if not records:
+                    position = await consumer.position(self.changelog)
+                    continue
+                states = {r.key: r.value for r in records if r.key is not None and r.value is not None}
+                position = records[-1].offset + 1
+                self.store.write(states, {CHANGELOG_OFFSET: position})
+                self.restored_records += len(records)
+        finally:
+            await consumer.stop()
+
+    def _merge(self, key: bytes, partial: list[list[Any]]) -> list[list[Any]]:
+        assert self.store is not None
+        old = self.store.get(key)
+        if old is None:
+            return partial
+        return [agg.merge(o, n) for agg, o, n in zip(self.aggregates, old, partial, strict=True)]
+
+    def row(self, key: bytes, state: list[list[Any]]) -> list[Any]:
+        """A table row (key column first, then the aggregates) from a stored state."""
+        key_col = self.sink.columns[0]
+        return [deserialize_key(key, key_col.type),
+                *(agg.finalize(s) for agg, s in zip(self.aggregates, state, strict=True))]
+
+    async def commit(self, batch: BatchSlice) -> bool:
+        """Apply one micro-batch slice exactly once; False when it was applied before."""
+        assert self.store is not None and self.producer is not None
+        if self.next_input_offset is not None and batch.last_offset < self.next_input_offset:
+            return False
+        states = {key: self._merge(key, partial) for key, partial in batch.partials}
+        value_names = [c.name for c in self.sink.value_columns]
+        changelog_futures = []
+        async with self.producer.transaction():
+            for key, state in states.items():
+                encoded = encode_state(state)
+                changelog_futures.append(await self.producer.send(
+                    self.changelog.topic, encoded, key=key, partition=self.partition))
+                sink_value = serialize_value(value_names, self.row(key, state)[1:], self.sink.value_format)
+                await self.producer.send(self.sink.topic, sink_value, key=key, partition=self.partition)
+            for bad in batch.bad:
+                await self.producer.send(self.settings.processing_log_topic, json.dumps({
+                    "query_id": self.query.query_id, "topic": self.input.topic,
+                    "partition": self.partition, "offset": bad.offset,
+                    "reason": bad.reason, "record": bad.value,
+                }).encode())
+            await self.producer.send_offsets_to_transaction({self.input: batch.last_offset + 1}, self.group)
+        positions = {INPUT_OFFSET: batch.last_offset + 1}
+        if changelog_futures:
+            positions[CHANGELOG_OFFSET] = (await changelog_futures[-1]).offset + 1
+        self.store.write({k: encode_state(s) for k, s in states.items()}, positions)
+        self.next_input_offset = batch.last_offset + 1
+        return True
+
+    async def stop(self) -> None:
+        """Close the producer and the store (the store stays on disk for a quick return)."""
+        if self.producer is not None:
+            await self.producer.stop()
+        if self.store is not None:
+            self.store.close()

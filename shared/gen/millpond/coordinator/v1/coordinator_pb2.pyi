@@ -1,0 +1,87 @@
+from millpond.common.v1 import rows_pb2 as _rows_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ExecuteStatementRequest(_message.Message):
+    __slots__ = ("sql", "properties")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SQL_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    sql: str
+    properties: _containers.ScalarMap[str, str]
+    def __init__(self, sql: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class ExecuteStatementResponse(_message.Message):
+    __slots__ = ("result",)
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    result: _rows_pb2.StatementResult
+    def __init__(self, result: _Optional[_Union[_rows_pb2.StatementResult, _Mapping]] = ...) -> None: ...
+
+class TaskId(_message.Message):
+    __slots__ = ("query_id", "partition")
+    QUERY_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    query_id: str
+    partition: int
+    def __init__(self, query_id: _Optional[str] = ..., partition: _Optional[int] = ...) -> None: ...
+
+class WorkerAssignment(_message.Message):
+    __slots__ = ("worker_id", "endpoint", "active_tasks")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_TASKS_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    endpoint: str
+    active_tasks: _containers.RepeatedCompositeFieldContainer[TaskId]
+    def __init__(self, worker_id: _Optional[str] = ..., endpoint: _Optional[str] = ..., active_tasks: _Optional[_Iterable[_Union[TaskId, _Mapping]]] = ...) -> None: ...
+
+class Assignment(_message.Message):
+    __slots__ = ("generation", "workers")
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    generation: int
+    workers: _containers.RepeatedCompositeFieldContainer[WorkerAssignment]
+    def __init__(self, generation: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerAssignment, _Mapping]]] = ...) -> None: ...
+
+class HeartbeatRequest(_message.Message):
+    __slots__ = ("worker_id", "endpoint", "known_generation")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    endpoint: str
+    known_generation: int
+    def __init__(self, worker_id: _Optional[str] = ..., endpoint: _Optional[str] = ..., known_generation: _Optional[int] = ...) -> None: ...
+
+class HeartbeatResponse(_message.Message):
+    __slots__ = ("generation", "assignment")
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    generation: int
+    assignment: Assignment
+    def __init__(self, generation: _Optional[int] = ..., assignment: _Optional[_Union[Assignment, _Mapping]] = ...) -> None: ...
+
+class GetAssignmentRequest(_message.Message):
+    __slots__ = ("known_generation",)
+    KNOWN_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    known_generation: int
+    def __init__(self, known_generation: _Optional[int] = ...) -> None: ...
+
+class GetAssignmentResponse(_message.Message):
+    __slots__ = ("generation", "assignment")
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    generation: int
+    assignment: Assignment
+    def __init__(self, generation: _Optional[int] = ..., assignment: _Optional[_Union[Assignment, _Mapping]] = ...) -> None: ...

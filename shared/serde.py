@@ -1,0 +1,108 @@
+"""Key and value formats: KAFKA keys, JSON and DELIMITED values, and protobuf ``Value``s."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+from millpond.common.v1 import rows_pb2
+
+from shared.errors import StatementError
+from shared.sql.ast import SqlType
+
+KEY_FORMATS = ("KAFKA",)
+VALUE_FORMATS = ("JSON", "DELIMITED")
+
+
+def serialize_key(value: Any, type_: SqlType) -> bytes:
+    """Serialize a key column in the KAFKA format, as the Java serializers do."""
+    if value is None:
+        raise StatementError("a KEY column cannot be NULL")
+    base = type_.base
+    if base == "VARCHAR":
+        return str(value).encode()
+    if base == "INT":
+        return struct.pack(">i", int(value))
+    if base == "BIGINT":
+        return struct.pack(">q", int(value))
+    if base == "DOUBLE":
+        return struct.pack(">d", float(value))
+    if base == "BYTES":
+        return bytes(value)
+    raise StatementError(f"KAFKA key format does not support {type_}; use VARCHAR, INT, BIGINT or DOUBLE")
+
+
+def deserialize_key(data: bytes, type_: SqlType) -> Any:
+    """Inverse of ``serialize_key``."""
+    base = type_.base
+    if base == "VARCHAR":
+        return data.decode()
+    if base == "INT":
+        return struct.unpack(">i", data)[0]
+    if base == "BIGINT":
+        return struct.unpack(">q", data)[0]
+    if base == "DOUBLE":
+        return struct.unpack(">d", data)[0]
+    return data
+
+
+def serialize_value(columns: Sequence[str], values: Sequence[Any], value_format: str) -> bytes:
+    """Serialize value columns: JSON objects keyed by column name, or DELIMITED (CSV) lines."""
+    if value_format == "JSON":
+        return json.dumps(dict(zip(columns, values, strict=True)), separators=(",", ":")).encode()
+    if value_format == "DELIMITED":
+        out = io.StringIO()
+        csv.writer(out, lineterminator="").writerow(["" if v is None else v for v in values])
+        return out.getvalue().encode()
+    raise StatementError(f"unknown value format {value_format!r}; use one of {VALUE_FORMATS}")
+
+
+def coerce(value: Any, type_: SqlType, column: str) -> Any:
+    """Check and convert a literal to a column's type; say which column and types clash."""
+    if value is None:
+        return None
+    base = type_.base
+    ok = {
+        "VARCHAR": isinstance(value, str),
+        "INT": isinstance(value, int) and not isinstance(value, bool) and -(2**31) <= value < 2**31,
+        "BIGINT": isinstance(value, int) and not isinstance(value, bool),
+        "DOUBLE": isinstance(value, int | float) and not isinstance(value, bool),
+        "DECIMAL": isinstance(value, int | float) and not isinstance(value, bool),
+        "BOOLEAN": isinstance(value, bool),
+    }.get(base, True)
+    if not ok:
+        raise StatementError(
+            f"column {column} is {type_} but the value {value!r} is {type(value).__name__}"
+        )
+    return float(value) if base == "DOUBLE" else value
+
+
+def to_proto(value: Any) -> rows_pb2.Value:
+    """A Python value as a protobuf ``Value`` (None is SQL NULL)."""
+    if value is None:
+        return rows_pb2.Value()
+    if isinstance(value, bool):
+        return rows_pb2.Value(bool_value=value)
+    if isinstance(value, int):
+        return rows_pb2.Value(int_value=value)
+    if isinstance(value, float):
+        return rows_pb2.Value(double_value=value)
+    if isinstance(value, str):
+        return rows_pb2.Value(string_value=value)
+    if isinstance(value, bytes):
+        return rows_pb2.Value(bytes_value=value)
+    return rows_pb2.Value(json_value=json.dumps(value))
+
+
+def from_proto(value: rows_pb2.Value) -> Any:
+    """Inverse of ``to_proto``."""
+    kind = value.WhichOneof("kind")
+    if kind is None:
+        return None
+    if kind == "json_value":
+        return json.loads(value.json_value)
+    return getattr(value, kind)

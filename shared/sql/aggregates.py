@@ -1,0 +1,106 @@
+"""Aggregate functions as mergeable state.
+
+Spark reduces each micro-batch to one *partial* per key (the ``partials`` expressions, in
+Spark SQL); the worker merges partials into the stored state with ``merge`` and shows the
+state with ``finalize``. States are JSON-serializable lists so they can travel in the
+changelog.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from shared.errors import StatementError
+from shared.sql.ast import SqlType
+
+State = list[Any]
+OFFSET = "`_offset`"
+
+
+def _add(a: Any, b: Any) -> Any:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a + b
+
+
+def _pick(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    def pick(a: Any, b: Any) -> Any:
+        if a is None:
+            return b
+        if b is None:
+            return a
+        return fn(a, b)
+
+    return pick
+
+
+def _by_offset(newer: bool) -> Callable[[State, State], State]:
+    def merge(old: State, new: State) -> State:
+        if old[1] is None:
+            return new
+        if new[1] is None:
+            return old
+        later = new[1] > old[1]
+        return new if later == newer else old
+
+    return merge
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """One aggregate function: how Spark computes a batch partial, and how states combine."""
+
+    name: str
+    partials: Callable[[str], list[str]]
+    merge: Callable[[State, State], State]
+    finalize: Callable[[State], Any]
+    result_type: Callable[[SqlType], SqlType]
+
+
+_DOUBLE = SqlType("DOUBLE")
+_BIGINT = SqlType("BIGINT")
+
+AGGREGATES: dict[str, Aggregate] = {
+    a.name: a
+    for a in [
+        Aggregate("COUNT", lambda x: [f"count({x})"], lambda o, n: [_add(o[0], n[0])],
+                  lambda s: s[0] or 0, lambda _t: _BIGINT),
+        Aggregate("SUM", lambda x: [f"sum({x})"], lambda o, n: [_add(o[0], n[0])],
+                  lambda s: s[0], lambda t: t),
+        Aggregate("AVG", lambda x: [f"sum({x})", f"count({x})"],
+                  lambda o, n: [_add(o[0], n[0]), _add(o[1], n[1])],
+                  lambda s: (s[0] / s[1]) if s[1] else None, lambda _t: _DOUBLE),
+        Aggregate("MIN", lambda x: [f"min({x})"], lambda o, n: [_pick(min)(o[0], n[0])],
+                  lambda s: s[0], lambda t: t),
+        Aggregate("MAX", lambda x: [f"max({x})"], lambda o, n: [_pick(max)(o[0], n[0])],
+                  lambda s: s[0], lambda t: t),
+        Aggregate("LATEST_BY_OFFSET", lambda x: [f"max_by({x}, {OFFSET})", f"max({OFFSET})"],
+                  _by_offset(newer=True), lambda s: s[0], lambda t: t),
+        Aggregate("EARLIEST_BY_OFFSET", lambda x: [f"min_by({x}, {OFFSET})", f"min({OFFSET})"],
+                  _by_offset(newer=False), lambda s: s[0], lambda t: t),
+        Aggregate("COUNT_DISTINCT", lambda x: [f"collect_set({x})"],
+                  lambda o, n: [sorted(set(o[0] or []) | set(n[0] or []), key=repr)],
+                  lambda s: len(s[0] or []), lambda _t: _BIGINT),
+        Aggregate("COLLECT_LIST",
+                  lambda x: [f"transform(array_sort(collect_list(named_struct('o', {OFFSET}, 'v', {x}))), e -> e.v)"],
+                  lambda o, n: [(o[0] or []) + (n[0] or [])],
+                  lambda s: s[0] or [], lambda t: SqlType("ARRAY", (t,))),
+    ]
+}
+
+
+def lookup(name: str) -> Aggregate | None:
+    """The aggregate called ``name`` (upper-case), or None for a scalar function."""
+    return AGGREGATES.get(name.upper())
+
+
+def require(name: str) -> Aggregate:
+    """The aggregate called ``name``, or a StatementError listing the known ones."""
+    agg = lookup(name)
+    if agg is None:
+        raise StatementError(f"unknown aggregate {name}; known: {', '.join(sorted(AGGREGATES))}")
+    return agg

@@ -1,0 +1,340 @@
+"""Parse SQL text into ``shared.sql.ast`` nodes with the grammar in ``millpond.lark``.
+
+Unquoted identifiers are upper-cased (ksqlDB's rule); quoted ones keep their case.
+Syntax errors become ``StatementError`` with the line, the column and what was expected.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from lark import Lark, Token, Transformer, Tree, v_args
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+
+from shared.errors import StatementError
+from shared.sql import ast
+
+
+@cache
+def _parser() -> Lark:
+    grammar = resources.files("shared.sql").joinpath("millpond.lark").read_text()
+    return Lark(grammar, start="script", parser="lalr", propagate_positions=True)
+
+
+def _identifier(token: Token | str) -> str:
+    text = str(token)
+    if text[:1] in "`\"" and text[-1:] == text[:1]:
+        return text[1:-1]
+    return text.upper()
+
+
+def _unquote(token: Token | str) -> str:
+    return str(token)[1:-1].replace("''", "'")
+
+
+_VARCHAR = ast.SqlType("VARCHAR")
+_TYPE_ALIASES = {"STRING": "VARCHAR", "INTEGER": "INT"}
+
+
+@v_args(inline=True)
+class _ToAst(Transformer[Token, Any]):
+    """Turns Lark's parse tree into AST nodes (statement texts are filled in later)."""
+
+    # ---- names, literals and types
+    def name(self, token: Token) -> str:
+        return _identifier(token)
+
+    def IDENTIFIER(self, token: Token) -> str:
+        return _identifier(token)
+
+    def QUOTED_IDENTIFIER(self, token: Token) -> str:
+        return _identifier(token)
+
+    def string(self, token: Token) -> ast.Literal:
+        return ast.Literal(_unquote(token), _VARCHAR)
+
+    def integer(self, token: Token) -> ast.Literal:
+        value = int(token)
+        return ast.Literal(value, ast.SqlType("INT" if value < 2**31 else "BIGINT"))
+
+    def number(self, token: Token) -> ast.Literal:
+        return ast.Literal(float(token), ast.SqlType("DOUBLE"))
+
+    def true(self, _: Token) -> ast.Literal:
+        return ast.Literal(True, ast.SqlType("BOOLEAN"))
+
+    def false(self, _: Token) -> ast.Literal:
+        return ast.Literal(False, ast.SqlType("BOOLEAN"))
+
+    def null(self, _: Token) -> ast.Literal:
+        return ast.Literal(None, ast.SqlType("NULL"))
+
+    def simple_type(self, token: Token) -> ast.SqlType:
+        base = str(token).upper()
+        return ast.SqlType(_TYPE_ALIASES.get(base, base))
+
+    def type(self, inner: ast.SqlType) -> ast.SqlType:
+        return inner
+
+    def decimal_type(self, precision: Token, scale: Token) -> ast.SqlType:
+        return ast.SqlType("DECIMAL", (int(precision), int(scale)))
+
+    def array_type(self, element: ast.SqlType) -> ast.SqlType:
+        return ast.SqlType("ARRAY", (element,))
+
+    def map_type(self, key: ast.SqlType, value: ast.SqlType) -> ast.SqlType:
+        return ast.SqlType("MAP", (key, value))
+
+    def struct_field(self, name: str, type_: ast.SqlType) -> tuple[str, ast.SqlType]:
+        return (name, type_)
+
+    def struct_type(self, *fields: tuple[str, ast.SqlType]) -> ast.SqlType:
+        return ast.SqlType("STRUCT", tuple(fields))
+
+    # ---- expressions
+    def column(self, name: str) -> ast.ColumnRef:
+        return ast.ColumnRef(name)
+
+    def call0(self, name: str) -> ast.Call:
+        return ast.Call(name)
+
+    def call_star(self, name: str) -> ast.Call:
+        return ast.Call(name, star=True)
+
+    def call(self, name: str, *args: ast.Expr) -> ast.Call:
+        return ast.Call(name, tuple(args))
+
+    def cast(self, operand: ast.Expr, type_: ast.SqlType) -> ast.Cast:
+        return ast.Cast(operand, type_)
+
+    def when(self, cond: ast.Expr, value: ast.Expr) -> tuple[ast.Expr, ast.Expr]:
+        return (cond, value)
+
+    def else_(self, value: ast.Expr) -> ast.Expr:
+        return value
+
+    def case(self, *parts: Any) -> ast.Case:
+        whens = tuple(p for p in parts if isinstance(p, tuple))
+        otherwise = parts[-1] if parts and not isinstance(parts[-1], tuple) else None
+        return ast.Case(whens, otherwise)
+
+    def comp_op(self, token: Token) -> str:
+        return "!=" if str(token) == "<>" else str(token)
+
+    def compare(self, left: ast.Expr, op: str, right: ast.Expr) -> ast.Binary:
+        return ast.Binary(op, left, right)
+
+    def or_(self, left: ast.Expr, right: ast.Expr) -> ast.Binary:
+        return ast.Binary("OR", left, right)
+
+    def and_(self, left: ast.Expr, right: ast.Expr) -> ast.Binary:
+        return ast.Binary("AND", left, right)
+
+    def not_(self, operand: ast.Expr) -> ast.Unary:
+        return ast.Unary("NOT", operand)
+
+    def neg(self, operand: ast.Expr) -> ast.Expr:
+        if isinstance(operand, ast.Literal) and isinstance(operand.value, int | float):
+            return ast.Literal(-operand.value, operand.type)
+        return ast.Unary("-", operand)
+
+    def is_null(self, operand: ast.Expr) -> ast.IsNull:
+        return ast.IsNull(operand)
+
+    def is_not_null(self, operand: ast.Expr) -> ast.IsNull:
+        return ast.IsNull(operand, negated=True)
+
+    def between(self, operand: ast.Expr, low: ast.Expr, high: ast.Expr) -> ast.Between:
+        return ast.Between(operand, low, high)
+
+    def not_between(self, operand: ast.Expr, low: ast.Expr, high: ast.Expr) -> ast.Between:
+        return ast.Between(operand, low, high, negated=True)
+
+    def like(self, left: ast.Expr, right: ast.Expr) -> ast.Binary:
+        return ast.Binary("LIKE", left, right)
+
+    def not_like(self, left: ast.Expr, right: ast.Expr) -> ast.Unary:
+        return ast.Unary("NOT", ast.Binary("LIKE", left, right))
+
+    def in_list(self, operand: ast.Expr, *items: ast.Expr) -> ast.InList:
+        return ast.InList(operand, tuple(items))
+
+    def not_in_list(self, operand: ast.Expr, *items: ast.Expr) -> ast.InList:
+        return ast.InList(operand, tuple(items), negated=True)
+
+    def add(self, a: ast.Expr, b: ast.Expr) -> ast.Binary:
+        return ast.Binary("+", a, b)
+
+    def sub(self, a: ast.Expr, b: ast.Expr) -> ast.Binary:
+        return ast.Binary("-", a, b)
+
+    def mul(self, a: ast.Expr, b: ast.Expr) -> ast.Binary:
+        return ast.Binary("*", a, b)
+
+    def div(self, a: ast.Expr, b: ast.Expr) -> ast.Binary:
+        return ast.Binary("/", a, b)
+
+    def mod(self, a: ast.Expr, b: ast.Expr) -> ast.Binary:
+        return ast.Binary("%", a, b)
+
+    def concat_op(self, a: ast.Expr, b: ast.Expr) -> ast.Call:
+        return ast.Call("CONCAT", (a, b))
+
+    # ---- clauses
+    def or_replace(self, *tokens: Token) -> bool:
+        return bool(tokens)
+
+    if_not_exists = if_exists = delete_topic = or_replace
+
+    def extended(self, *tokens: Token) -> bool:
+        return bool(tokens)
+
+    def source_kind(self, token: Token) -> str:
+        return str(token).upper()
+
+    def key_kind(self, _: Token) -> bool:
+        return True
+
+    def column_def(self, name: str, type_: ast.SqlType, key: bool = False) -> ast.ColumnDef:
+        return ast.ColumnDef(name, type_, key)
+
+    def property(self, name: str, _eq: Token, value: ast.Literal) -> tuple[str, Any]:
+        return (name, value.value)
+
+    def with_clause(self, *props: tuple[str, Any]) -> dict[str, Any]:
+        return dict(props)
+
+    def column_list(self, *names: str) -> tuple[str, ...]:
+        return tuple(names)
+
+    def select_star(self) -> ast.SelectItem:
+        return ast.SelectItem(None)
+
+    def select_expr(self, expr: ast.Expr, alias: str | None = None) -> ast.SelectItem:
+        return ast.SelectItem(expr, alias)
+
+    def select_items(self, *items: ast.SelectItem) -> tuple[ast.SelectItem, ...]:
+        return tuple(items)
+
+    def where(self, expr: ast.Expr) -> tuple[str, Any]:
+        return ("where", expr)
+
+    def group_by(self, *exprs: ast.Expr) -> tuple[str, Any]:
+        return ("group_by", tuple(exprs))
+
+    def partition_by(self, expr: ast.Expr) -> tuple[str, Any]:
+        return ("partition_by", expr)
+
+    def emit(self) -> tuple[str, Any]:
+        return ("emit_changes", True)
+
+    def limit(self, token: Token) -> tuple[str, Any]:
+        return ("limit", int(token))
+
+    # ---- statements
+    def query(self, items: tuple[ast.SelectItem, ...], source: str, *clauses: tuple[str, Any]) -> ast.Query:
+        return ast.Query(items=items, source=source, **dict(clauses))
+
+    def create_source(self, or_replace: bool, kind: str, if_not_exists: bool, name: str, *rest: Any) -> ast.CreateSource:
+        props = rest[-1] if rest and isinstance(rest[-1], dict) else {}
+        columns = tuple(c for c in rest if isinstance(c, ast.ColumnDef))
+        return ast.CreateSource(kind=kind, name=name, columns=columns, properties=_lower_keys(props),
+                                or_replace=or_replace, if_not_exists=if_not_exists)
+
+    def create_as_select(self, or_replace: bool, kind: str, if_not_exists: bool, name: str, *rest: Any) -> ast.CreateAsSelect:
+        props = rest[0] if len(rest) == 2 else {}
+        return ast.CreateAsSelect(kind=kind, name=name, properties=_lower_keys(props), query=rest[-1],
+                                  or_replace=or_replace, if_not_exists=if_not_exists)
+
+    def insert_values(self, target: str, *rest: Any) -> ast.InsertValues:
+        columns = rest[0] if rest and isinstance(rest[0], tuple) else None
+        values = rest[1:] if columns is not None else rest
+        return ast.InsertValues(target=target, columns=columns, values=tuple(values))
+
+    def insert_select(self, target: str, query: ast.Query) -> ast.InsertSelect:
+        return ast.InsertSelect(target=target, query=query)
+
+    def show(self, what: Token) -> ast.Show:
+        return ast.Show(what=str(what).upper())
+
+    def describe(self, extended: bool, name: str) -> ast.Describe:
+        return ast.Describe(name=name, extended=extended)
+
+    def drop(self, kind: str, if_exists: bool, name: str, delete_topic: bool) -> ast.Drop:
+        return ast.Drop(kind=kind, name=name, if_exists=if_exists, delete_topic=delete_topic)
+
+    def terminate(self, query_id: str) -> ast.Terminate:
+        return ast.Terminate(query_id=query_id)
+
+    def explain(self, query_id: str) -> ast.Explain:
+        return ast.Explain(query_id=query_id)
+
+    def set_prop(self, name: Token, _eq: Token, value: Token) -> ast.SetProperty:
+        return ast.SetProperty(name=_unquote(name), value=_unquote(value))
+
+    def unset_prop(self, name: Token) -> ast.UnsetProperty:
+        return ast.UnsetProperty(name=_unquote(name))
+
+
+def _lower_keys(props: dict[str, Any]) -> dict[str, Any]:
+    return {k.lower(): v for k, v in props.items()}
+
+
+def _describe_expected(expected: set[str]) -> str:
+    parser = _parser()
+    names = []
+    for terminal in sorted(expected):
+        try:
+            pattern = parser.get_terminal(terminal).pattern
+            names.append(pattern.value if pattern.type == "str" else terminal)
+        except KeyError:
+            names.append(terminal)
+    return ", ".join(sorted(set(names))[:15])
+
+
+def _syntax_error(err: UnexpectedInput, text: str) -> StatementError:
+    line, column = err.line, err.column
+    if isinstance(err, UnexpectedEOF) or (isinstance(err, UnexpectedToken) and err.token.type == "$END"):
+        expected = _describe_expected(set(getattr(err, "expected", ())))
+        lines = text.splitlines() or [""]
+        return StatementError(f"statement ends early; expected one of: {expected}",
+                              line=len(lines), column=len(lines[-1]) + 1)
+    if isinstance(err, UnexpectedToken):
+        expected = _describe_expected(set(err.expected))
+        return StatementError(f"unexpected {str(err.token)!r}; expected one of: {expected}",
+                              line=line, column=column)
+    if isinstance(err, UnexpectedCharacters):
+        return StatementError(f"unexpected character {text[err.pos_in_stream]!r}",
+                              line=line, column=column)
+    return StatementError(str(err), line=line, column=column)
+
+
+def parse_script(text: str) -> list[ast.Statement]:
+    """Parse ``;``-separated statements; each keeps its own text."""
+    try:
+        tree = _parser().parse(text)
+    except UnexpectedInput as err:
+        raise _syntax_error(err, text) from None
+    statements: list[ast.Statement] = []
+    for child in tree.children:
+        if not isinstance(child, Tree):
+            continue
+        node = _ToAst().transform(child)
+        snippet = text[child.meta.start_pos:child.meta.end_pos].strip()
+        statements.append(_with_text(node, snippet))
+    return statements
+
+
+def parse_statement(text: str) -> ast.Statement:
+    """Parse exactly one statement (a trailing ``;`` is allowed)."""
+    statements = parse_script(text)
+    if len(statements) != 1:
+        raise StatementError(f"expected exactly one statement, found {len(statements)}")
+    return statements[0]
+
+
+def _with_text(node: ast.Statement, text: str) -> ast.Statement:
+    object.__setattr__(node, "text", text)
+    return node
