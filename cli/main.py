@@ -27,9 +27,10 @@ err = Console(stderr=True)
 DEFAULT_SERVER = "127.0.0.1:8088"
 
 
-def _cluster(data_dir: Path, workers: int, kafka: str | None, port: int, spark_master: str) -> LocalCluster:
+def _cluster(data_dir: Path, workers: int, kafka: str | None, port: int, spark_master: str,
+             service_id: str = "millpond") -> LocalCluster:
     return LocalCluster(data_dir=data_dir, workers=workers, kafka=kafka, router_port=port,
-                        spark_master=spark_master)
+                        spark_master=spark_master, service_id=service_id)
 
 
 @app.command()
@@ -39,9 +40,10 @@ def up(
     port: Annotated[int, typer.Option(help="The router's port (the client front door).")] = 8088,
     data_dir: Annotated[Path, typer.Option(help="Broker data, state stores and logs.")] = Path(".millpond"),
     spark_master: Annotated[str, typer.Option(help="Spark master URL for every worker.")] = "local[1]",
+    service_id: Annotated[str, typer.Option(help="The cluster's id (names its command topic).")] = "millpond",
 ) -> None:
     """Start a local cluster in the foreground; Ctrl-C or SIGTERM stops all of it."""
-    cluster = _cluster(data_dir, workers, kafka, port, spark_master)
+    cluster = _cluster(data_dir, workers, kafka, port, spark_master, service_id)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         cluster.start()
@@ -84,7 +86,7 @@ def _shell(client: RouterClient, output: str) -> None:
 
 def _message(error: BaseException) -> str:
     if isinstance(error, grpc.RpcError):
-        return f"{error.code().name}: {error.details()}"  # type: ignore[attr-defined]
+        return f"{error.code().name}: {error.details()}"
     if isinstance(error, MillpondError):
         return error.message
     return str(error)

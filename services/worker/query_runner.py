@@ -17,7 +17,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 
 from services.worker.task import AggregationTask, BadRecord, BatchSlice
 from shared.config import WorkerSettings

@@ -306,7 +306,7 @@ def _syntax_error(err: UnexpectedInput, text: str) -> StatementError:
         return StatementError(f"unexpected {str(err.token)!r}; expected one of: {expected}",
                               line=line, column=column)
     if isinstance(err, UnexpectedCharacters):
-        return StatementError(f"unexpected character {text[err.pos_in_stream]!r}",
+        return StatementError(f"unexpected character {text[err.pos_in_stream or 0]!r}",
                               line=line, column=column)
     return StatementError(str(err), line=line, column=column)
 

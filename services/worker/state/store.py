@@ -53,6 +53,7 @@ class PartitionStore:
     def items(self) -> Iterator[tuple[bytes, list[Any]]]:
         """Every key and its state, in key order."""
         for key, raw in self.db.items():
+            assert isinstance(key, bytes)
             yield key, json.loads(raw)
 
     def position(self, name: bytes) -> int | None:

@@ -1,0 +1,24 @@
+"""One real local cluster (coordinator, two workers with Spark, router) for the e2e tests."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from deploy.kafka_broker import EmbeddedKafka
+from deploy.launcher import LocalCluster
+from shared.net import free_port
+
+
+@pytest.fixture(scope="session")
+def cluster(kafka: EmbeddedKafka, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A running cluster on the session's broker, with its own service id."""
+    local = LocalCluster(data_dir=Path(tmp_path_factory.mktemp("cluster")), workers=2,
+                         kafka=kafka.bootstrap_servers, router_port=free_port(),
+                         service_id=f"e2e{os.getpid()}", spark_master="local[1]")
+    local.start()
+    yield local
+    local.stop()

@@ -1,0 +1,87 @@
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shared.errors import StatementError
+from shared.sql import ast
+from shared.sql.parser import parse_script, parse_statement
+
+
+def test_create_stream_upper_cases_identifiers_and_reads_properties() -> None:
+    stmt = parse_statement(
+        "CREATE STREAM readings (sensor VARCHAR KEY, area VARCHAR, reading INT) "
+        "WITH (kafka_topic='readings', partitions=8, value_format='json');")
+    assert isinstance(stmt, ast.CreateSource)
+    assert stmt.name == "READINGS"
+    assert [(c.name, str(c.type), c.key) for c in stmt.columns] == [
+        ("SENSOR", "VARCHAR", True), ("AREA", "VARCHAR", False), ("READING", "INT", False)]
+    assert stmt.properties == {"kafka_topic": "readings", "partitions": 8, "value_format": "json"}
+
+
+def test_quoted_identifiers_keep_their_case() -> None:
+    stmt = parse_statement('SELECT `MixedCase` FROM "Tbl"')
+    assert isinstance(stmt, ast.Query)
+    assert stmt.source == "Tbl"
+    assert stmt.items[0].expr == ast.ColumnRef("MixedCase")
+
+
+def test_ctas_with_group_by_and_emit_changes() -> None:
+    stmt = parse_statement("CREATE TABLE avg_readings AS SELECT sensor, AVG(reading) AS avg_reading "
+                           "FROM readings GROUP BY sensor EMIT CHANGES;")
+    assert isinstance(stmt, ast.CreateAsSelect)
+    assert stmt.query.group_by == (ast.ColumnRef("SENSOR"),)
+    assert stmt.query.emit_changes
+    assert stmt.query.items[1] == ast.SelectItem(ast.Call("AVG", (ast.ColumnRef("READING"),)), "AVG_READING")
+
+
+def test_insert_values_and_script_split_keep_statement_text() -> None:
+    stmts = parse_script("INSERT INTO r (a, b) VALUES ('x', -2); SELECT * FROM t WHERE k = 'it''s' LIMIT 3;")
+    assert [s.text for s in stmts] == ["INSERT INTO r (a, b) VALUES ('x', -2)",
+                                       "SELECT * FROM t WHERE k = 'it''s' LIMIT 3"]
+    insert, query = stmts
+    assert isinstance(insert, ast.InsertValues) and insert.values[1] == ast.Literal(-2, ast.SqlType("INT"))
+    assert isinstance(query, ast.Query) and query.limit == 3
+    assert query.where == ast.Binary("=", ast.ColumnRef("K"), ast.Literal("it's", ast.SqlType("VARCHAR")))
+
+
+@pytest.mark.parametrize("text", [
+    "SHOW STREAMS", "LIST TABLES", "SHOW QUERIES", "DESCRIBE EXTENDED t", "DROP TABLE IF EXISTS t DELETE TOPIC",
+    "TERMINATE CTAS_T_0", "EXPLAIN CTAS_T_0", "SET 'auto.offset.reset'='earliest'", "UNSET 'x'",
+    "SELECT a FROM s WHERE b BETWEEN 1 AND 2 AND c IS NOT NULL OR d IN (1, 2) EMIT CHANGES LIMIT 5",
+    "SELECT CASE WHEN a > 1 THEN 'x' ELSE 'y' END, CAST(b AS DOUBLE), UCASE(c) FROM s",
+    "CREATE TABLE t (id INT PRIMARY KEY, m MAP<VARCHAR, ARRAY<INT>>, d DECIMAL(10, 2)) WITH (kafka_topic='t', value_format='json')",
+])
+def test_statement_forms_parse(text: str) -> None:
+    assert len(parse_script(text)) == 1
+
+
+@pytest.mark.parametrize(("text", "line", "column", "fragment"), [
+    ("SELEC * FROM x", 1, 1, "expected one of"),
+    ("SELECT *\nFROM x WHERE", 2, 13, "ends early"),
+    ("CREATE STREAM s (a INT) WITH (x=1", 1, 34, "ends early"),
+    ("SELECT $ FROM x", 1, 8, "unexpected character"),
+])
+def test_syntax_errors_say_where_and_what_was_expected(text: str, line: int, column: int, fragment: str) -> None:
+    with pytest.raises(StatementError) as info:
+        parse_script(text)
+    assert (info.value.line, info.value.column) == (line, column)
+    assert fragment in info.value.message
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("SELECT FROM WHERE ()',;*=<>-+.0123456789abcxyz_`\"\n")), max_size=80))
+def test_parser_never_crashes(text: str) -> None:
+    try:
+        parse_script(text)
+    except StatementError:
+        pass
+
+
+def test_optional_keyword_clauses_are_seen() -> None:
+    create = parse_statement("CREATE OR REPLACE STREAM IF NOT EXISTS s (a INT) WITH (kafka_topic='s', value_format='json')")
+    assert isinstance(create, ast.CreateSource) and create.or_replace and create.if_not_exists
+    plain = parse_statement("CREATE STREAM s (a INT) WITH (kafka_topic='s', value_format='json')")
+    assert isinstance(plain, ast.CreateSource) and not plain.or_replace and not plain.if_not_exists
+    drop = parse_statement("DROP TABLE IF EXISTS t DELETE TOPIC")
+    assert isinstance(drop, ast.Drop) and drop.if_exists and drop.delete_topic
+    assert parse_statement("DROP TABLE t") == ast.Drop(kind="TABLE", name="T")
