@@ -27,10 +27,9 @@ err = Console(stderr=True)
 DEFAULT_SERVER = "127.0.0.1:8088"
 
 
-def _cluster(data_dir: Path, workers: int, kafka: str | None, port: int, spark_master: str,
-             service_id: str = "millpond") -> LocalCluster:
-    return LocalCluster(data_dir=data_dir, workers=workers, kafka=kafka, router_port=port,
-                        spark_master=spark_master, service_id=service_id)
+def _interrupt(signum: int, frame: object) -> None:
+    """SIGTERM stops ``up`` the same way Ctrl-C does."""
+    raise KeyboardInterrupt
 
 
 @app.command()
@@ -43,8 +42,9 @@ def up(
     service_id: Annotated[str, typer.Option(help="The cluster's id (names its command topic).")] = "millpond",
 ) -> None:
     """Start a local cluster in the foreground; Ctrl-C or SIGTERM stops all of it."""
-    cluster = _cluster(data_dir, workers, kafka, port, spark_master, service_id)
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    cluster = LocalCluster(data_dir=data_dir, workers=workers, kafka=kafka, router_port=port,
+                           spark_master=spark_master, service_id=service_id)
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         cluster.start()
         print(f"ready {cluster.describe()} logs={data_dir / 'logs'}", flush=True)
@@ -139,7 +139,7 @@ def demo(
     import shutil
 
     shutil.rmtree(data_dir, ignore_errors=True)
-    cluster = _cluster(data_dir, workers, None, port, "local[1]")
+    cluster = LocalCluster(data_dir=data_dir, workers=workers, router_port=port)
     try:
         out.print(f"starting a local cluster with {workers} workers ...")
         cluster.start()

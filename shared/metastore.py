@@ -117,16 +117,16 @@ class Metastore:
     # ---- statements
     def validate(self, stmt: ast.Statement) -> str:
         """Raise if ``stmt`` cannot be applied now; changes nothing. Returns its message."""
-        return self._plan(stmt, offset=self.command_offset + 1)[2]
+        return self._plan(stmt)[2]
 
     def planned(self, stmt: ast.Statement) -> tuple[list[DataSource], PersistentQuery | None]:
         """What ``stmt`` would add if appended next (for creating its topics first)."""
-        sources, query, _ = self._plan(stmt, offset=self.command_offset + 1)
+        sources, query, _ = self._plan(stmt)
         return list(sources.values()), query
 
     def apply(self, stmt: ast.Statement, offset: int) -> str:
         """Apply a statement read at command-topic ``offset``; returns a status message."""
-        new_sources, new_query, message = self._plan(stmt, offset)
+        new_sources, new_query, message = self._plan(stmt)
         self.sources.update(new_sources)
         if new_query is not None:
             self.queries[new_query.query_id] = new_query
@@ -135,7 +135,7 @@ class Metastore:
         return message
 
     def _plan(
-        self, stmt: ast.Statement, offset: int
+        self, stmt: ast.Statement
     ) -> tuple[dict[str, DataSource], PersistentQuery | None, str]:
         if isinstance(stmt, ast.CreateSource):
             if self._exists(stmt.name, stmt.if_not_exists):
@@ -144,7 +144,7 @@ class Metastore:
         if isinstance(stmt, ast.CreateAsSelect):
             if self._exists(stmt.name, stmt.if_not_exists):
                 return {}, None, f"{stmt.name} already exists"
-            sink, query = self._create_as_select(stmt, offset)
+            sink, query = self._create_as_select(stmt)
             return {sink.name: sink}, query, f"Created query with ID {query.query_id}"
         raise StatementError(f"{type(stmt).__name__} does not change the metastore")
 
@@ -181,7 +181,7 @@ class Metastore:
         columns = tuple(Column(c.name, c.type, c.key) for c in stmt.columns)
         return DataSource(stmt.kind, stmt.name, columns, str(topic), partitions, key_format, value_format)
 
-    def _create_as_select(self, stmt: ast.CreateAsSelect, offset: int) -> tuple[DataSource, PersistentQuery]:
+    def _create_as_select(self, stmt: ast.CreateAsSelect) -> tuple[DataSource, PersistentQuery]:
         query = stmt.query
         source = self.source(query.source)
         if stmt.kind != "TABLE" or not query.group_by:
