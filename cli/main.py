@@ -14,10 +14,11 @@ import grpc
 import typer
 from rich.console import Console
 
-from cli.client import RouterClient
+from cli.client import RouterClient, metastore_digest
 from cli.output import print_outcome
 from deploy.launcher import LocalCluster
 from shared.errors import MillpondError
+from shared.results import Outcome
 from shared.sql.parser import parse_script
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Millpond: SQL over Kafka streams.")
@@ -61,9 +62,8 @@ def up(
 
 
 def _run_statements(client: RouterClient, text: str, output: str) -> None:
-    for stmt in parse_script(text):
-        for outcome in client.execute(stmt.text):
-            print_outcome(outcome, output, out)
+    for outcome in client.run_script(text):
+        print_outcome(outcome, output, out)
 
 
 def _shell(client: RouterClient, output: str) -> None:
@@ -146,10 +146,9 @@ def demo(
         out.print(f"ready {cluster.describe()}")
         client = RouterClient(cluster.router)
         script = resources.files("cli").joinpath("readings.sql").read_text()
-        statements = parse_script(script)
-        out.print(f"running {len(statements)} statements of the readings example ...")
-        for stmt in statements:
-            client.execute(stmt.text)
+        out.print(f"running {len(parse_script(script))} statements of the readings example ...")
+        for _ in client.run_script(script):
+            pass
         _wait_for_rows(client, "SELECT * FROM avg_readings;", 8, timeout=300)
         for query in ("SELECT * FROM avg_readings;", "SELECT * FROM avg_readings WHERE sensor = 'sensor-1';"):
             out.print(f"\nmillpond> {query}")
@@ -161,6 +160,28 @@ def demo(
         raise typer.Exit(1) from None
     finally:
         cluster.stop()
+
+
+@app.command()
+def digest(
+    endpoints: Annotated[list[str], typer.Argument(help="host:port of any coordinator, worker or router.")],
+    output: Annotated[str, typer.Option(help="table or json (JSON Lines).")] = "table",
+) -> None:
+    """Compare the metastore digests of nodes; exits 1 when they differ."""
+    answers = []
+    try:
+        for endpoint in endpoints:
+            answers.append((endpoint, metastore_digest(endpoint)))
+    except grpc.RpcError as error:
+        err.print(_message(error), markup=False)
+        raise typer.Exit(1) from None
+    outcome = Outcome("digest", status="", columns=[(c, "VARCHAR") for c in
+                                                    ("ENDPOINT", "NODE", "COMMAND_OFFSET", "DIGEST", "ERRORS")],
+                      rows=[[e, a.node, a.command_offset, a.digest, "; ".join(a.errors)] for e, a in answers])
+    print_outcome(outcome, output, out)
+    if len({a.digest for _, a in answers}) > 1:
+        err.print("the nodes' metastores differ")
+        raise typer.Exit(1)
 
 
 def main() -> None:

@@ -32,6 +32,8 @@ def print_outcome(outcome: Outcome, output: str, console: Console) -> None:
     if not outcome.columns:
         console.print(f"{outcome.message}", markup=False, highlight=False)
         return
+    if outcome.message:
+        console.print(outcome.message, markup=False, highlight=False)
     table = Table(*[name for name, _ in outcome.columns])
     for row in outcome.rows:
         table.add_row(*["null" if v is None else str(v) for v in row])

@@ -1,4 +1,6 @@
 -- The readings example of seed 000: eight partitions, five sensors' worth of readings each.
+-- The table is created after the inserts, so its query reads the stream from the start.
+SET 'auto.offset.reset'='earliest';
 CREATE STREAM readings (sensor VARCHAR KEY, area VARCHAR, reading INT)
   WITH (kafka_topic='readings', partitions=8, value_format='json');
 INSERT INTO readings (sensor, area, reading) VALUES ('sensor-1', 'wheel', 20);

@@ -1,7 +1,10 @@
 """The command topic: the ordered log of every statement that changed the metastore.
 
-The coordinator appends inside a Kafka transaction whose transactional id is the service
-id (a second coordinator fences the first); every node replays it with read_committed.
+Writers append inside a Kafka transaction whose transactional id is the service id. Each
+append starts a fresh transactional producer, and starting it fences every other producer
+with that id (aborting its open transaction), so of two coordinators racing, only one can
+commit, and the other's retry validates against what the first wrote. Every node replays
+the topic with read_committed; a command that fails on replay keeps its place.
 """
 
 from __future__ import annotations
@@ -9,12 +12,17 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 
+from shared.catalog import Resolved
+from shared.errors import UnavailableError
 from shared.metastore import Metastore
 from shared.sql.parser import parse_statement
 
@@ -23,20 +31,29 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Command:
-    """One command-topic record."""
+    """One command-topic record: the statement, its session properties, and what the
+    coordinator resolved for it (so every node replays it the same way)."""
 
     statement: str
     properties: dict[str, str] = field(default_factory=dict)
+    resolved: Resolved = field(default_factory=Resolved)
 
     def encode(self) -> bytes:
         """The record value."""
-        return json.dumps({"statement": self.statement, "properties": self.properties}).encode()
+        body: dict[str, Any] = {"statement": self.statement, "properties": self.properties}
+        if self.resolved.start_offsets is not None:
+            body["start_offsets"] = list(self.resolved.start_offsets)
+        if self.resolved.partitions is not None:
+            body["partitions"] = self.resolved.partitions
+        return json.dumps(body).encode()
 
     @classmethod
     def decode(cls, data: bytes) -> Command:
         """Parse a record value."""
         body: dict[str, Any] = json.loads(data)
-        return cls(body["statement"], body.get("properties", {}))
+        offsets = body.get("start_offsets")
+        resolved = Resolved(tuple(offsets) if offsets is not None else None, body.get("partitions"))
+        return cls(body["statement"], body.get("properties", {}), resolved)
 
 
 class CommandReader:
@@ -51,11 +68,18 @@ class CommandReader:
             isolation_level="read_committed",
             enable_auto_commit=False,
             auto_offset_reset="earliest",
+            # The broker holds a fetch this long when there is nothing to return; a commit
+            # marker at the end of the topic is not "something", so catch_up would wait
+            # the default 500 ms for it on every statement.
+            fetch_max_wait_ms=25,
         )
+        self.admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
         self.listeners: list[Callable[[], None]] = []
+        self._lock = asyncio.Lock()
 
     async def start(self) -> None:
         """Connect and position at the next command the metastore has not applied."""
+        await self.admin.start()
         await self.consumer.start()
         self.consumer.assign([self.partition])
         self.consumer.seek(self.partition, self.metastore.command_offset + 1)
@@ -63,35 +87,60 @@ class CommandReader:
     async def stop(self) -> None:
         """Disconnect."""
         await self.consumer.stop()
+        await self.admin.close()
 
-    async def catch_up(self) -> None:
-        """Apply every committed command up to the current end of the topic."""
-        end = (await self.consumer.end_offsets([self.partition]))[self.partition]
-        # Compare positions, not record offsets: transaction markers take offsets too.
-        while await self.consumer.position(self.partition) < end:
-            await self.poll(timeout_ms=500)
+    async def catch_up(self, position: int | None = None, timeout_s: float = 30.0) -> None:
+        """Apply every committed command up to ``position`` (default: the current end)."""
+        if position is None:
+            position = (await self.consumer.end_offsets([self.partition]))[self.partition]
+        deadline = time.monotonic() + timeout_s
+        while True:
+            async with self._lock:
+                # Compare positions, not record offsets: transaction markers take offsets too.
+                if await self.consumer.position(self.partition) >= position:
+                    return
+                await self._poll(timeout_ms=200)
+            if time.monotonic() > deadline:
+                raise UnavailableError(f"could not read the command topic {self.topic} up to offset {position} "
+                                       f"within {timeout_s:.0f} s; is Kafka reachable?")
 
     async def poll(self, timeout_ms: int) -> int:
         """Apply whatever arrives within ``timeout_ms``; returns how many commands."""
+        async with self._lock:
+            return await self._poll(timeout_ms)
+
+    async def _poll(self, timeout_ms: int) -> int:
         batches = await self.consumer.getmany(self.partition, timeout_ms=timeout_ms)
-        applied = 0
-        for record in batches.get(self.partition, []):
+        records = batches.get(self.partition, [])
+        for record in records:
             self._apply(record.offset, record.value)
-            applied += 1
-        if applied:
+        if records:
+            await self.refresh_errors()
             for listener in self.listeners:
                 listener()
-        return applied
+        return len(records)
+
+    async def refresh_errors(self) -> None:
+        """Mark sources whose topics are gone (and queries over them) in the metastore."""
+        try:
+            existing = set(await self.admin.list_topics())
+        except Exception as err:  # an unreachable broker must not stop replay
+            log.warning("could not list topics to check sources", extra={"error": str(err)})
+            return
+        self.metastore.check_topics(existing)
+        for name, error in sorted(self.metastore.errors.items()):
+            log.warning("in error", extra={"entity": name, "error": error})
 
     def _apply(self, offset: int, value: bytes | None) -> None:
         if offset <= self.metastore.command_offset:
             return
         try:
             command = Command.decode(value or b"{}")
-            message = self.metastore.apply(parse_statement(command.statement), offset)
+            message = self.metastore.apply(parse_statement(command.statement), offset, command.properties,
+                                           command.resolved)
             log.info("applied command", extra={"offset": offset, "result": message})
-        except Exception as err:  # replay must go on; the statement keeps its place
-            self.metastore.command_offset = offset
+        except Exception as err:  # never skip: the command keeps its place, with its error
+            self.metastore.record_failure(offset, f"{type(err).__name__}: {err}")
             log.error("command failed on replay", extra={"offset": offset, "error": str(err)})
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -101,18 +150,40 @@ class CommandReader:
 
 
 class CommandWriter:
-    """Appends commands transactionally; the transactional id fences older coordinators."""
+    """Appends commands, one transaction (and one freshly fenced producer) per statement."""
 
     def __init__(self, bootstrap: str, topic: str, transactional_id: str):
+        self.bootstrap = bootstrap
         self.topic = topic
-        self.producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap, transactional_id=transactional_id, enable_idempotence=True
-        )
+        self.transactional_id = transactional_id
 
-    async def start(self) -> None:
-        """Connect and fence any previous producer with the same transactional id."""
-        await self.producer.start()
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[CommandAppender]:
+        """Fence other writers, open a transaction, and commit it when the block ends.
 
-    async def stop(self) -> None:
-        """Disconnect."""
-        await self.producer.stop()
+        Raises ``aiokafka.errors.ProducerFenced`` (or another Kafka error) when another
+        writer with the same transactional id took over meanwhile; nothing is then appended.
+        """
+        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, transactional_id=self.transactional_id,
+                                    enable_idempotence=True)
+        # start() runs InitProducerId: it bumps the epoch (fencing older producers) and
+        # waits until any transaction they left open is aborted or committed.
+        await producer.start()
+        try:
+            async with producer.transaction():
+                yield CommandAppender(producer, self.topic)
+        finally:
+            await producer.stop()
+
+
+@dataclass
+class CommandAppender:
+    """Appends to the command topic inside an open transaction."""
+
+    producer: AIOKafkaProducer
+    topic: str
+
+    async def append(self, command: Command) -> int:
+        """Send one command; returns its offset (visible to readers once committed)."""
+        meta = await self.producer.send_and_wait(self.topic, command.encode(), partition=0)
+        return int(meta.offset)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import (
@@ -65,6 +66,10 @@ class CoordinatorSettings(CommonSettings):
 
     worker_session_timeout_ms: int = Field(
         3000, description="A worker with no heartbeat for this long is removed from the assignment."
+    )
+    auto_offset_reset: Literal["earliest", "latest"] = Field(
+        "latest", description="Where a new persistent query starts when the session does not SET "
+        "'auto.offset.reset' (ksqlDB's default is latest).",
     )
 
 

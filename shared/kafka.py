@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
+
+from shared.catalog import PersistentQuery
 
 log = logging.getLogger(__name__)
 
@@ -13,6 +15,21 @@ log = logging.getLogger(__name__)
 def changelog_topic(service_id: str, query_id: str) -> str:
     """The compacted changelog of a persistent query's state store."""
     return f"_millpond-{service_id}-{query_id}-changelog"
+
+
+def repartition_topic(service_id: str, query_id: str) -> str:
+    """The internal topic a query re-keys its input through before aggregating it."""
+    return f"_millpond-{service_id}-{query_id}-repartition"
+
+
+def internal_topics(service_id: str, query: PersistentQuery) -> list[str]:
+    """The topics a persistent query owns besides its sink (deleted with the query)."""
+    topics = []
+    if query.plan.kind == "AGGREGATE":
+        topics.append(changelog_topic(service_id, query.query_id))
+        if query.plan.repartition:
+            topics.append(repartition_topic(service_id, query.query_id))
+    return topics
 
 
 def consumer_group(service_id: str, query_id: str) -> str:
@@ -26,7 +43,7 @@ def task_transactional_id(service_id: str, query_id: str, partition: int) -> str
 
 
 async def ensure_topic(
-    admin: AIOKafkaAdminClient, name: str, partitions: int, *, compacted: bool = False
+    admin: AIOKafkaAdminClient, name: str, partitions: int, *, compacted: bool = False, replicas: int = 1
 ) -> bool:
     """Create ``name`` unless it exists; True when it was created now."""
     existing = await admin.list_topics()
@@ -35,7 +52,7 @@ async def ensure_topic(
     configs = {"cleanup.policy": "compact"} if compacted else {}
     try:
         await admin.create_topics(
-            [NewTopic(name, num_partitions=partitions, replication_factor=1, topic_configs=configs)]
+            [NewTopic(name, num_partitions=partitions, replication_factor=replicas, topic_configs=configs)]
         )
     except TopicAlreadyExistsError:
         return False
@@ -50,3 +67,16 @@ async def topic_partitions(admin: AIOKafkaAdminClient, name: str) -> int | None:
         if topic.get("topic") == name and not topic.get("error_code"):
             return len(topic.get("partitions", []))
     return None
+
+
+async def delete_topics(admin: AIOKafkaAdminClient, names: list[str]) -> None:
+    """Delete topics; ones already gone are fine."""
+    existing = set(await admin.list_topics())
+    present = [n for n in names if n in existing]
+    if not present:
+        return
+    try:
+        await admin.delete_topics(present)
+    except UnknownTopicOrPartitionError:
+        pass
+    log.info("deleted topics", extra={"topics": present})

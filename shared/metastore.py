@@ -1,91 +1,51 @@
 """The metastore: every stream, table and persistent query, built by replaying statements.
 
-``validate`` checks a statement against the current state without changing it; ``apply``
-changes it. Both are deterministic functions of the statements seen so far, so every node
-that replays the command topic in order ends with the same metastore (compare ``digest``).
+``plan`` checks a statement against the current state and says what it would change,
+without changing anything; ``apply`` makes the change. Both are deterministic functions of
+the statements seen so far, so every node that replays the command topic in order ends with
+the same metastore (compare ``digest``).
+
+Errors that come from outside (a topic deleted behind Millpond's back) do not stop replay:
+the statement keeps its place, and ``check_topics`` marks the entity with the error, which
+SHOW and DESCRIBE report. Those marks are each node's own observation, so they are kept
+out of the digest.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
 
+from shared.catalog import Column, DataSource, PersistentQuery, Resolved
 from shared.errors import AlreadyExistsError, NotFoundError, StatementError
-from shared.serde import KEY_FORMATS, VALUE_FORMATS
-from shared.sql import aggregates, ast
-from shared.sql.expressions import infer_type, output_name, to_spark
+from shared.serde import VALUE_FORMATS
+from shared.sql import ast
+from shared.sql.planner import SOURCE_PROPERTIES, check_key_type, check_properties, check_timestamp, plan_persistent
+
+DDL = (ast.CreateSource, ast.CreateAsSelect, ast.InsertSelect, ast.Drop, ast.Terminate)
+"""Statements that change the metastore and so go through the command topic."""
 
 
-@dataclass(frozen=True)
-class Column:
-    """A column of a stream or table."""
+@dataclass
+class Change:
+    """What one statement does to the metastore."""
 
-    name: str
-    type: ast.SqlType
-    key: bool = False
-
-
-@dataclass(frozen=True)
-class DataSource:
-    """A stream or a table over a Kafka topic."""
-
-    kind: str
-    name: str
-    columns: tuple[Column, ...]
-    topic: str
-    partitions: int
-    key_format: str = "KAFKA"
-    value_format: str = "JSON"
-    query_id: str | None = None
+    message: str
+    add_sources: list[DataSource] = field(default_factory=list)
+    add_queries: list[PersistentQuery] = field(default_factory=list)
+    drop_sources: list[str] = field(default_factory=list)
+    drop_queries: list[PersistentQuery] = field(default_factory=list)
+    delete_topics: list[str] = field(default_factory=list)
+    """Topics the coordinator deletes once the statement is committed (DROP ... DELETE TOPIC)."""
+    counts_query: bool = False
+    """True when the statement takes a query number (so ids stay deterministic)."""
 
     @property
-    def key_column(self) -> Column | None:
-        """The KEY / PRIMARY KEY column, if any."""
-        return next((c for c in self.columns if c.key), None)
-
-    @property
-    def value_columns(self) -> tuple[Column, ...]:
-        """Columns stored in the record value."""
-        return tuple(c for c in self.columns if not c.key)
-
-    @property
-    def schema(self) -> dict[str, ast.SqlType]:
-        """Column name to type."""
-        return {c.name: c.type for c in self.columns}
-
-
-@dataclass(frozen=True)
-class AggregateCall:
-    """One aggregate of a GROUP BY query: output column, function and its Spark argument."""
-
-    column: str
-    function: str
-    argument: str
-
-
-@dataclass(frozen=True)
-class AggregationPlan:
-    """How a worker executes ``CREATE TABLE ... AS SELECT ... GROUP BY key``."""
-
-    source: str
-    sink: str
-    key_column: str
-    where: str | None
-    aggregates: tuple[AggregateCall, ...]
-
-
-@dataclass(frozen=True)
-class PersistentQuery:
-    """A running persistent query."""
-
-    query_id: str
-    statement: str
-    source: str
-    sink: str
-    plan: AggregationPlan
-    state: str = "RUNNING"
+    def noop(self) -> bool:
+        """True when nothing changes (IF NOT EXISTS / IF EXISTS on a settled name)."""
+        return not (self.add_sources or self.add_queries or self.drop_sources or self.drop_queries)
 
 
 @dataclass
@@ -96,6 +56,10 @@ class Metastore:
     queries: dict[str, PersistentQuery] = field(default_factory=dict)
     command_offset: int = -1
     queries_created: int = 0
+    failed_commands: dict[int, str] = field(default_factory=dict)
+    """Commands that could not be applied on replay, by offset, with the reason."""
+    errors: dict[str, str] = field(default_factory=dict)
+    """Sources and queries this node found broken (by name or query id), with the reason."""
 
     # ---- lookups
     def source(self, name: str) -> DataSource:
@@ -106,134 +70,248 @@ class Metastore:
             raise NotFoundError(f"{name} does not exist; streams and tables: {known}")
         return found
 
+    def query(self, query_id: str) -> PersistentQuery:
+        """The persistent query with id ``query_id``."""
+        found = self.queries.get(query_id)
+        if found is None:
+            known = ", ".join(sorted(self.queries)) or "none"
+            raise NotFoundError(f"query {query_id} does not exist; running queries: {known}")
+        return found
+
+    def readers(self, name: str) -> list[str]:
+        """Ids of the queries that read ``name``."""
+        return sorted(q.query_id for q in self.queries.values() if q.source == name)
+
+    def writers(self, name: str) -> list[str]:
+        """Ids of the queries that write ``name``."""
+        return sorted(q.query_id for q in self.queries.values() if q.sink == name)
+
+    def status(self, name: str) -> str:
+        """``OK``, or ``ERROR: <reason>`` for a source or query this node found broken."""
+        error = self.errors.get(name)
+        return "OK" if error is None else f"ERROR: {error}"
+
     def digest(self) -> str:
-        """A hash of the whole metastore, equal on every node that replayed the same commands."""
+        """A hash of every definition, equal on every node that replayed the same commands."""
         body = {
             "sources": {k: asdict(v) for k, v in sorted(self.sources.items())},
             "queries": {k: asdict(v) for k, v in sorted(self.queries.items())},
+            "queries_created": self.queries_created,
+            "failed_commands": {str(k): v for k, v in sorted(self.failed_commands.items())},
         }
         return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
 
     # ---- statements
-    def validate(self, stmt: ast.Statement) -> str:
+    def validate(self, stmt: ast.Statement, properties: Mapping[str, str] | None = None) -> str:
         """Raise if ``stmt`` cannot be applied now; changes nothing. Returns its message."""
-        return self._plan(stmt)[2]
+        return self.plan(stmt, properties).message
 
-    def planned(self, stmt: ast.Statement) -> tuple[list[DataSource], PersistentQuery | None]:
-        """What ``stmt`` would add if appended next (for creating its topics first)."""
-        sources, query, _ = self._plan(stmt)
-        return list(sources.values()), query
-
-    def apply(self, stmt: ast.Statement, offset: int) -> str:
-        """Apply a statement read at command-topic ``offset``; returns a status message."""
-        new_sources, new_query, message = self._plan(stmt)
-        self.sources.update(new_sources)
-        if new_query is not None:
-            self.queries[new_query.query_id] = new_query
+    def apply(self, stmt: ast.Statement, offset: int, properties: Mapping[str, str] | None = None,
+              resolved: Resolved | None = None) -> str:
+        """Apply a statement read at command-topic ``offset``; returns its status message."""
+        change = self.plan(stmt, properties, resolved)
+        for name in change.drop_sources:
+            self.sources.pop(name, None)
+            self.errors.pop(name, None)
+        for query in change.drop_queries:
+            self.queries.pop(query.query_id, None)
+            self.errors.pop(query.query_id, None)
+        for source in change.add_sources:
+            self.sources[source.name] = source
+        for query in change.add_queries:
+            self.queries[query.query_id] = query
+        if change.counts_query:
             self.queries_created += 1
         self.command_offset = offset
-        return message
+        return change.message
 
-    def _plan(
-        self, stmt: ast.Statement
-    ) -> tuple[dict[str, DataSource], PersistentQuery | None, str]:
+    def record_failure(self, offset: int, error: str) -> None:
+        """A command that could not be applied keeps its place: remember it and move on."""
+        self.failed_commands[offset] = error
+        self.command_offset = offset
+
+    def check_topics(self, existing: set[str]) -> None:
+        """Mark sources whose topic is gone, and the queries that use them, with the error."""
+        errors: dict[str, str] = {}
+        for source in self.sources.values():
+            if source.topic not in existing:
+                errors[source.name] = f"topic {source.topic} does not exist (deleted outside Millpond?)"
+        for query in self.queries.values():
+            broken = [n for n in (query.source, query.sink) if n in errors]
+            if broken:
+                errors[query.query_id] = f"{broken[0]} is in error: {errors[broken[0]]}"
+        self.errors = errors
+
+    def plan(self, stmt: ast.Statement, properties: Mapping[str, str] | None = None,
+             resolved: Resolved | None = None) -> Change:
+        """What ``stmt`` would change; raises if it cannot be applied now.
+
+        ``properties`` are the session's (they are checked by the caller); ``resolved``
+        carries what the coordinator looked up in Kafka when it accepted the statement.
+        """
+        resolved = resolved or Resolved()
+        offsets = resolved.start_offsets
         if isinstance(stmt, ast.CreateSource):
-            if self._exists(stmt.name, stmt.if_not_exists):
-                return {}, None, f"{stmt.name} already exists"
-            return {stmt.name: self._declared_source(stmt)}, None, f"{stmt.kind.title()} created"
+            return self._create_source(stmt, resolved.partitions)
         if isinstance(stmt, ast.CreateAsSelect):
-            if self._exists(stmt.name, stmt.if_not_exists):
-                return {}, None, f"{stmt.name} already exists"
-            sink, query = self._create_as_select(stmt)
-            return {sink.name: sink}, query, f"Created query with ID {query.query_id}"
+            return self._create_as_select(stmt, offsets)
+        if isinstance(stmt, ast.InsertSelect):
+            return self._insert_select(stmt, offsets)
+        if isinstance(stmt, ast.Drop):
+            return self._drop(stmt)
+        if isinstance(stmt, ast.Terminate):
+            return self._terminate(stmt)
         raise StatementError(f"{type(stmt).__name__} does not change the metastore")
 
-    def _exists(self, name: str, if_not_exists: bool) -> bool:
-        if name not in self.sources:
-            return False
-        if if_not_exists:
-            return True
-        raise AlreadyExistsError(f"{name} already exists; choose another name or DROP it first")
+    def _existing(self, name: str, kind: str, if_not_exists: bool, or_replace: bool) -> DataSource | None:
+        """The source a CREATE would meet, after the IF NOT EXISTS / OR REPLACE rules."""
+        found = self.sources.get(name)
+        if found is None or if_not_exists:
+            return found
+        if not or_replace:
+            raise AlreadyExistsError(f"{found.kind.lower()} {name} already exists; "
+                                     "choose another name, DROP it first, or use CREATE OR REPLACE")
+        if found.kind != kind:
+            raise StatementError(f"{name} is a {found.kind}; CREATE OR REPLACE cannot turn it into a {kind}")
+        return found
+
+    def _create_source(self, stmt: ast.CreateSource, partitions: int | None) -> Change:
+        existing = self._existing(stmt.name, stmt.kind, stmt.if_not_exists, stmt.or_replace)
+        if existing is not None and stmt.if_not_exists:
+            return Change(f"{stmt.kind.title()} {stmt.name} already exists")
+        source = self._declared_source(stmt, partitions)
+        if existing is not None:
+            _check_replacement(existing, source)
+            return Change(f"{stmt.kind.title()} {stmt.name} replaced", add_sources=[source])
+        return Change(f"{stmt.kind.title()} created", add_sources=[source])
 
     @staticmethod
-    def _declared_source(stmt: ast.CreateSource) -> DataSource:
+    def _declared_source(stmt: ast.CreateSource, partitions: int | None) -> DataSource:
         props = stmt.properties
-        topic = props.get("kafka_topic")
-        if not topic:
-            raise StatementError(f"CREATE {stmt.kind} {stmt.name} needs WITH (kafka_topic='...')")
-        value_format = str(props.get("value_format", "")).upper()
-        if value_format not in VALUE_FORMATS:
-            raise StatementError(f"value_format must be one of {', '.join(VALUE_FORMATS)}; got {value_format or 'nothing'}")
-        key_format = str(props.get("key_format", "KAFKA")).upper()
-        if key_format not in KEY_FORMATS:
-            raise StatementError(f"key_format must be one of {', '.join(KEY_FORMATS)}; got {key_format}")
-        partitions = props.get("partitions", 1)
-        if not isinstance(partitions, int) or partitions < 1:
-            raise StatementError(f"partitions must be a positive integer; got {partitions!r}")
+        what = f"CREATE {stmt.kind} {stmt.name}"
+        check_properties(props, SOURCE_PROPERTIES, what)
+        if "kafka_topic" not in props:
+            raise StatementError(f"{what} needs WITH (kafka_topic='...')")
+        if "value_format" not in props:
+            raise StatementError(f"{what} needs WITH (value_format=...); one of {', '.join(VALUE_FORMATS)}")
         keys = [c for c in stmt.columns if c.key]
         if len(keys) > 1:
             raise StatementError(f"{stmt.name} declares {len(keys)} key columns; at most one is supported")
         if stmt.kind == "TABLE" and not keys:
             raise StatementError(f"table {stmt.name} needs a PRIMARY KEY column")
+        for key in keys:
+            check_key_type(key.name, key.type)
         names = [c.name for c in stmt.columns]
-        if len(set(names)) != len(names):
-            raise StatementError(f"{stmt.name} declares a column twice: {names}")
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise StatementError(f"{stmt.name} declares the column {', '.join(twice)} twice")
         columns = tuple(Column(c.name, c.type, c.key) for c in stmt.columns)
-        return DataSource(stmt.kind, stmt.name, columns, str(topic), partitions, key_format, value_format)
+        return DataSource(
+            stmt.kind, stmt.name, columns, str(props["kafka_topic"]), int(props.get("partitions", partitions or 1)),
+            str(props.get("key_format", "KAFKA")).upper(), str(props["value_format"]).upper(),
+            value_delimiter=str(props.get("value_delimiter", ",")), timestamp=check_timestamp(props, columns),
+        )
 
-    def _create_as_select(self, stmt: ast.CreateAsSelect) -> tuple[DataSource, PersistentQuery]:
-        query = stmt.query
-        source = self.source(query.source)
-        if stmt.kind != "TABLE" or not query.group_by:
-            raise StatementError("only CREATE TABLE ... AS SELECT ... GROUP BY is supported so far")
-        key = source.key_column
-        group = query.group_by
-        if len(group) != 1 or not isinstance(group[0], ast.ColumnRef) or key is None or group[0].name != key.name:
-            raise StatementError(
-                f"GROUP BY must name the key column of {source.name} ({key.name if key else 'none'}); "
-                "grouping by other columns needs repartitioning, which is not supported yet"
-            )
-        if query.partition_by is not None or "partitions" in stmt.properties:
-            raise StatementError("PARTITION BY and WITH (PARTITIONS=...) are not supported yet")
-        schema = source.schema
-        columns: list[Column] = [Column(key.name, key.type, key=True)]
-        calls: list[AggregateCall] = []
-        for index, item in enumerate(query.items):
-            if item.is_star:
-                raise StatementError("SELECT * cannot be used with GROUP BY; name the columns")
-            assert item.expr is not None
-            name = output_name(item, index)
-            if isinstance(item.expr, ast.ColumnRef) and item.expr.name == key.name:
-                continue
-            if not isinstance(item.expr, ast.Call) or aggregates.lookup(item.expr.name) is None:
-                raise StatementError(f"{name} is neither an aggregate nor the GROUP BY column {key.name}")
-            call = item.expr
-            if call.star:
-                argument = "1"
-            elif len(call.args) == 1:
-                argument = to_spark(call.args[0])
-            else:
-                raise StatementError(f"{call.name} takes exactly one argument")
-            result_type = infer_type(call, schema)
-            columns.append(Column(name, result_type))
-            calls.append(AggregateCall(name, call.name, argument))
-        if query.where is not None:
-            infer_type(query.where, schema)
-        where = to_spark(query.where) if query.where is not None else None
+    def _query_id(self, prefix: str) -> str:
         # Numbered by how many queries came before, so the coordinator knows the id (and
         # creates the query's topics) before the command is appended.
-        query_id = f"CTAS_{stmt.name}_{self.queries_created}"
-        topic = str(stmt.properties.get("kafka_topic", stmt.name))
-        sink = DataSource("TABLE", stmt.name, tuple(columns), topic, source.partitions,
-                          "KAFKA", str(stmt.properties.get("value_format", source.value_format)).upper(),
-                          query_id=query_id)
-        plan = AggregationPlan(source.name, sink.name, key.name, where, tuple(calls))
-        return sink, PersistentQuery(query_id, stmt.text, source.name, sink.name, plan)
+        return f"{prefix}_{self.queries_created}"
 
-    def describe_rows(self) -> list[dict[str, Any]]:
-        """One row per stream or table, for SHOW STREAMS / SHOW TABLES."""
-        return [
-            {"NAME": s.name, "TYPE": s.kind, "TOPIC": s.topic, "KEY_FORMAT": s.key_format,
-             "VALUE_FORMAT": s.value_format, "PARTITIONS": s.partitions}
-            for s in sorted(self.sources.values(), key=lambda s: s.name)
-        ]
+    def _create_as_select(self, stmt: ast.CreateAsSelect, start_offsets: tuple[int, ...] | None) -> Change:
+        existing = self._existing(stmt.name, stmt.kind, stmt.if_not_exists, stmt.or_replace)
+        if existing is not None and stmt.if_not_exists:
+            return Change(f"{stmt.kind.title()} {stmt.name} already exists")
+        check_properties(stmt.properties, SOURCE_PROPERTIES, f"CREATE {stmt.kind} {stmt.name} AS SELECT")
+        source = self.source(stmt.query.source)
+        if source.name == stmt.name:
+            raise StatementError(f"{stmt.name} cannot read from itself")
+        prefix = "CTAS" if stmt.kind == "TABLE" else "CSAS"
+        old_query = self.queries.get(existing.query_id) if existing is not None and existing.query_id else None
+        if existing is not None and old_query is None:
+            raise StatementError(f"{stmt.name} is not written by a running query; only a query's result can be "
+                                 "replaced with CREATE OR REPLACE ... AS SELECT")
+        query_id = old_query.query_id if old_query is not None else self._query_id(f"{prefix}_{stmt.name}")
+        properties = dict(stmt.properties)
+        if existing is not None:
+            properties.setdefault("kafka_topic", existing.topic)
+            properties.setdefault("partitions", existing.partitions)
+            properties.setdefault("value_format", existing.value_format)
+        sink, plan = plan_persistent(stmt.kind, stmt.name, stmt.query, source, properties, query_id)
+        self._check_partitions(start_offsets, source)
+        if old_query is not None and existing is not None:
+            if old_query.source != source.name:
+                raise StatementError(f"CREATE OR REPLACE cannot change what {stmt.name} reads "
+                                     f"({old_query.source}, not {source.name})")
+            _check_replacement(existing, sink)
+            query = PersistentQuery(query_id, prefix, stmt.text, source.name, sink.name, plan,
+                                    old_query.start_offsets)
+            return Change(f"Replaced query {query_id}", add_sources=[sink], add_queries=[query])
+        query = PersistentQuery(query_id, prefix, stmt.text, source.name, sink.name, plan, start_offsets)
+        return Change(f"Created query with ID {query_id}", add_sources=[sink], add_queries=[query], counts_query=True)
+
+    def _insert_select(self, stmt: ast.InsertSelect, start_offsets: tuple[int, ...] | None) -> Change:
+        target = self.source(stmt.target)
+        if target.kind != "STREAM":
+            raise StatementError(f"INSERT INTO ... SELECT writes a STREAM; {target.name} is a {target.kind}")
+        source = self.source(stmt.query.source)
+        if source.name == target.name:
+            raise StatementError(f"INSERT INTO {target.name} cannot read from {target.name} itself")
+        query_id = self._query_id("INSERTQUERY")
+        _, plan = plan_persistent(None, target.name, stmt.query, source, {}, query_id, target=target)
+        self._check_partitions(start_offsets, source)
+        query = PersistentQuery(query_id, "INSERT", stmt.text, source.name, target.name, plan, start_offsets)
+        return Change(f"Created query with ID {query_id}", add_queries=[query], counts_query=True)
+
+    @staticmethod
+    def _check_partitions(start_offsets: tuple[int, ...] | None, source: DataSource) -> None:
+        if start_offsets is not None and len(start_offsets) != source.partitions:
+            raise StatementError(f"the command's start offsets cover {len(start_offsets)} partitions "
+                                 f"but {source.name} has {source.partitions}")
+
+    def _drop(self, stmt: ast.Drop) -> Change:
+        found = self.sources.get(stmt.name)
+        if found is None:
+            if stmt.if_exists:
+                return Change(f"{stmt.kind.title()} {stmt.name} does not exist")
+            self.source(stmt.name)  # raises NOT_FOUND naming the known sources
+        assert found is not None
+        if found.kind != stmt.kind:
+            raise StatementError(f"{stmt.name} is a {found.kind}; use DROP {found.kind}")
+        own = found.query_id if found.query_id in self.queries else None
+        blockers = [q for q in self.readers(found.name) + self.writers(found.name) if q != own]
+        if blockers:
+            raise StatementError(f"cannot drop {found.name}: queries {', '.join(blockers)} read or write it; "
+                                 f"TERMINATE them first")
+        change = Change(f"Source {found.name} (topic: {found.topic}) was dropped.", drop_sources=[found.name])
+        if own is not None:
+            change.drop_queries.append(self.queries[own])
+        if stmt.delete_topic:
+            sharing = sorted(s.name for s in self.sources.values() if s.topic == found.topic and s.name != found.name)
+            if sharing:
+                raise StatementError(f"topic {found.topic} is also the topic of {', '.join(sharing)}; "
+                                     "drop those first or leave out DELETE TOPIC")
+            change.delete_topics.append(found.topic)
+        return change
+
+    def _terminate(self, stmt: ast.Terminate) -> Change:
+        queries = list(self.queries.values()) if stmt.query_id is None else [self.query(stmt.query_id)]
+        change = Change("All queries terminated" if stmt.query_id is None else f"Query {stmt.query_id} terminated",
+                        drop_queries=queries)
+        for query in queries:
+            sink = self.sources.get(query.sink)
+            if sink is not None and sink.query_id == query.query_id:
+                # The result stays, now a plain source nobody writes.
+                change.add_sources.append(replace(sink, query_id=None))
+        return change
+
+
+def _check_replacement(old: DataSource, new: DataSource) -> None:
+    """CREATE OR REPLACE may add columns, but not change the topic, the key or existing columns."""
+    if new.topic != old.topic or new.partitions != old.partitions:
+        raise StatementError(f"CREATE OR REPLACE cannot change the topic of {old.name} "
+                             f"({old.topic}, {old.partitions} partitions)")
+    if new.columns[:len(old.columns)] != old.columns:
+        raise StatementError(f"CREATE OR REPLACE can only add columns at the end of {old.name}; "
+                             f"it has ({old.schema_text()}) and the new statement gives ({new.schema_text()})")
+    if new.key_format != old.key_format or new.value_format != old.value_format:
+        raise StatementError(f"CREATE OR REPLACE cannot change the formats of {old.name}")

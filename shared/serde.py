@@ -16,6 +16,8 @@ from shared.sql.ast import SqlType
 
 KEY_FORMATS = ("KAFKA",)
 VALUE_FORMATS = ("JSON", "DELIMITED")
+KEY_TYPES = ("VARCHAR", "INT", "BIGINT", "DOUBLE", "BYTES")
+"""Key column types the KAFKA key format serializes (as Kafka's Java serializers do)."""
 
 
 def serialize_key(value: Any, type_: SqlType) -> bytes:
@@ -50,13 +52,15 @@ def deserialize_key(data: bytes, type_: SqlType) -> Any:
     return data
 
 
-def serialize_value(columns: Sequence[str], values: Sequence[Any], value_format: str) -> bytes:
-    """Serialize value columns: JSON objects keyed by column name, or DELIMITED (CSV) lines."""
+def serialize_value(columns: Sequence[str], values: Sequence[Any], value_format: str, delimiter: str = ",") -> bytes:
+    """Serialize value columns: JSON objects keyed by column name, or DELIMITED lines (CSV
+    with ``delimiter``; NULL is an empty field, as ksqlDB writes it)."""
     if value_format == "JSON":
         return json.dumps(dict(zip(columns, values, strict=True)), separators=(",", ":")).encode()
     if value_format == "DELIMITED":
         out = io.StringIO()
-        csv.writer(out, lineterminator="").writerow(["" if v is None else v for v in values])
+        csv.writer(out, delimiter=delimiter, lineterminator="").writerow(
+            ["" if v is None else ("true" if v is True else "false" if v is False else v) for v in values])
         return out.getvalue().encode()
     raise StatementError(f"unknown value format {value_format!r}; use one of {VALUE_FORMATS}")
 
@@ -75,9 +79,8 @@ def coerce(value: Any, type_: SqlType, column: str) -> Any:
         "BOOLEAN": isinstance(value, bool),
     }.get(base, True)
     if not ok:
-        raise StatementError(
-            f"column {column} is {type_} but the value {value!r} is {type(value).__name__}"
-        )
+        given = {bool: "BOOLEAN", int: "an integer", float: "DOUBLE", str: "VARCHAR"}.get(type(value), type(value).__name__)
+        raise StatementError(f"column {column} is {type_} but the value {value!r} is {given}")
     return float(value) if base == "DOUBLE" else value
 
 

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 
@@ -18,6 +18,8 @@ from shared.command_log import CommandReader, CommandWriter
 from shared.config import CoordinatorSettings
 from shared.kafka import ensure_topic
 from shared.metastore import Metastore
+from shared.rpc.metastore import SERVICE_NAME as METASTORE_SERVICE
+from shared.rpc.metastore import metastore_registrar
 from shared.rpc.server import RpcServer, shutdown_event
 
 log = logging.getLogger(__name__)
@@ -34,15 +36,19 @@ class Coordinator:
         self.writer = CommandWriter(bootstrap, settings.command_topic, transactional_id=settings.service_id)
         self.admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
         self.producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, acks="all")
-        self.executor = StatementExecutor(settings, self.metastore, self.reader, self.writer, self.admin, self.producer)
+        self.offsets = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
+                                        enable_auto_commit=False)
+        self.executor = StatementExecutor(settings, self.metastore, self.reader, self.writer, self.admin,
+                                          self.producer, self.offsets)
         self.membership = Membership(settings.worker_session_timeout_ms / 1000)
         self.generation = 0
         self.assignment: dict[str, list[Task]] = {}
         self.reader.listeners.append(self.reassign)
         self.server = RpcServer(
             settings.host, settings.port,
-            [lambda s: coordinator_pb2_grpc.add_CoordinatorServiceServicer_to_server(CoordinatorServicer(self), s)],
-            [coordinator_pb2.DESCRIPTOR.services_by_name["CoordinatorService"].full_name],
+            [lambda s: coordinator_pb2_grpc.add_CoordinatorServiceServicer_to_server(CoordinatorServicer(self), s),
+             metastore_registrar(self.reader, "coordinator")],
+            [coordinator_pb2.DESCRIPTOR.services_by_name["CoordinatorService"].full_name, METASTORE_SERVICE],
         )
 
     def heartbeat(self, worker_id: str, endpoint: str) -> None:
@@ -53,8 +59,10 @@ class Coordinator:
 
     def reassign(self) -> None:
         """Recompute the assignment from the live workers and the running queries."""
+        # A query in error (its topic is gone) gets no tasks until it is fixed.
         partitions = {
             q.query_id: self.metastore.source(q.source).partitions for q in self.metastore.queries.values()
+            if q.query_id not in self.metastore.errors
         }
         new = assign(self.membership.members, partitions)
         if new != self.assignment:
@@ -94,7 +102,7 @@ class Coordinator:
         await ensure_topic(self.admin, self.settings.command_topic, 1)
         await ensure_topic(self.admin, self.settings.processing_log_topic, 1)
         await self.producer.start()
-        await self.writer.start()
+        await self.offsets.start()
         await self.reader.start()
         await self.reader.catch_up()
         self.reassign()
@@ -109,6 +117,6 @@ class Coordinator:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for closer in (self.reader.stop, self.writer.stop, self.producer.stop, self.admin.close):
+        for closer in (self.reader.stop, self.offsets.stop, self.producer.stop, self.admin.close):
             with contextlib.suppress(Exception):
                 await closer()

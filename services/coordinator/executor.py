@@ -1,26 +1,38 @@
-"""Executes statements at the coordinator: validate, create topics, append to the command
-topic in a transaction (DDL), produce (INSERT), or answer from the metastore (SHOW, DESCRIBE).
+"""Executes statements at the coordinator: validate, create topics and append to the command
+topic in a transaction (DDL), produce (INSERT ... VALUES), or answer from the metastore
+(SHOW, DESCRIBE, EXPLAIN).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import InvalidProducerEpoch, InvalidTxnState, ProducerFenced
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
+from services.coordinator import views
+from shared.catalog import Resolved
 from shared.command_log import Command, CommandReader, CommandWriter
 from shared.config import CoordinatorSettings
-from shared.errors import StatementError
-from shared.kafka import changelog_topic, ensure_topic, topic_partitions
-from shared.metastore import DataSource, Metastore
-from shared.partitioner import partition_for
+from shared.errors import StatementError, UnavailableError
+from shared.kafka import delete_topics, ensure_topic, internal_topics, topic_partitions
+from shared.metastore import DDL, Change, Metastore
 from shared.results import Outcome
-from shared.serde import coerce, serialize_key, serialize_value
+from shared.session import AUTO_OFFSET_RESET, check_properties, effective
 from shared.sql import ast
-from shared.sql.expressions import evaluate
 from shared.sql.parser import parse_statement
+from shared.sql.planner import encode_insert
+
+log = logging.getLogger(__name__)
+
+FENCED = (ProducerFenced, InvalidProducerEpoch, InvalidTxnState)
+"""What a writer sees when another coordinator with the same id took the command topic."""
+APPEND_ATTEMPTS = 6
 
 
 @dataclass
@@ -33,103 +45,129 @@ class StatementExecutor:
     writer: CommandWriter
     admin: AIOKafkaAdminClient
     producer: AIOKafkaProducer
+    offsets: AIOKafkaConsumer
+    """A read_committed consumer used only to look up end offsets."""
 
     def __post_init__(self) -> None:
         self._lock = asyncio.Lock()
+        self.fenced_retries = 0
+        """How often an append was fenced by another coordinator and retried."""
 
-    async def execute(self, sql: str, properties: dict[str, str]) -> Outcome:
+    @property
+    def defaults(self) -> dict[str, str]:
+        """The session properties a request starts from."""
+        return {AUTO_OFFSET_RESET: self.settings.auto_offset_reset}
+
+    async def execute(self, sql: str, properties: Mapping[str, str]) -> Outcome:
         """Run one statement and describe what happened."""
         stmt = parse_statement(sql)
+        check_properties(properties)
         async with self._lock:
-            if isinstance(stmt, ast.CreateSource | ast.CreateAsSelect):
-                return await self._distribute(stmt, properties)
+            if isinstance(stmt, DDL):
+                return await self._distribute(stmt, dict(properties))
             if isinstance(stmt, ast.InsertValues):
                 return await self._insert(stmt)
+            await self.reader.catch_up()
             if isinstance(stmt, ast.Show):
-                return await self._show(stmt)
+                return await self._show(stmt, properties)
             if isinstance(stmt, ast.Describe):
-                return self._describe(stmt)
-        raise StatementError(f"{stmt.text.split()[0].upper()} statements are not supported yet")
+                return views.describe(self.metastore, stmt)
+            if isinstance(stmt, ast.Explain):
+                return views.explain(self.metastore, stmt, properties)
+        if isinstance(stmt, ast.SetProperty | ast.UnsetProperty):
+            raise StatementError("SET and UNSET change a client session; send them to the router "
+                                 "with the statements they apply to")
+        raise StatementError("queries run at the router, not the coordinator")
 
-    async def _distribute(self, stmt: ast.CreateSource | ast.CreateAsSelect, properties: dict[str, str]) -> Outcome:
-        async with self.writer.producer.transaction():
+    async def _distribute(self, stmt: ast.Statement, properties: dict[str, str]) -> Outcome:
+        """Validate and append a DDL statement; retried when another coordinator fences us."""
+        try:
+            async for attempt in AsyncRetrying(
+                retry=retry_if_exception_type(FENCED), stop=stop_after_attempt(APPEND_ATTEMPTS),
+                wait=wait_random_exponential(multiplier=0.05, max=1.0), reraise=True,
+                before_sleep=self._on_fenced,
+            ):
+                with attempt:
+                    return await self._append(stmt, properties)
+        except FENCED as err:
+            raise UnavailableError(f"another coordinator with service id {self.settings.service_id} kept "
+                                   f"taking over the command topic ({type(err).__name__}); retry the statement") from err
+        raise AssertionError("unreachable")
+
+    def _on_fenced(self, state: RetryCallState) -> None:
+        self.fenced_retries += 1
+        log.warning("fenced by another coordinator; validating again", extra={"attempt": state.attempt_number})
+
+    async def _append(self, stmt: ast.Statement, properties: dict[str, str]) -> Outcome:
+        async with self.writer.transaction() as txn:
             # Reading to the end inside the transaction means we validate against every
             # statement committed before ours; a fenced writer cannot commit at all.
             await self.reader.catch_up()
-            message = self.metastore.validate(stmt)
-            if stmt.name in self.metastore.sources:  # IF NOT EXISTS on an existing name
-                return Outcome(stmt.text, message)
-            await self._create_topics(stmt)
-            command = Command(stmt.text, properties)
-            await self.writer.producer.send_and_wait(self.writer.topic, command.encode(), partition=0)
-        await self.reader.catch_up()
-        return Outcome(stmt.text, message)
+            resolved = await self._resolve(stmt, properties)
+            change = self.metastore.plan(stmt, properties, resolved)
+            if change.noop:
+                return Outcome(stmt.text, change.message)
+            await self._create_topics(stmt, change, properties)
+            offset = await txn.append(Command(stmt.text, properties, resolved))
+        await self.reader.catch_up(offset + 1)
+        await self._delete_topics(change)
+        log.info("statement appended", extra={"offset": offset, "result": change.message})
+        return Outcome(stmt.text, change.message)
 
-    async def _create_topics(self, stmt: ast.CreateSource | ast.CreateAsSelect) -> None:
-        sources, query = self.metastore.planned(stmt)
-        for source in sources:
+    async def _resolve(self, stmt: ast.Statement, properties: Mapping[str, str]) -> Resolved:
+        """Look up what replay must not look up again: start offsets, an existing topic's size."""
+        if isinstance(stmt, ast.CreateSource) and "partitions" not in stmt.properties:
+            topic = str(stmt.properties.get("kafka_topic", ""))
+            return Resolved(partitions=await topic_partitions(self.admin, topic) if topic else None)
+        if isinstance(stmt, ast.CreateAsSelect | ast.InsertSelect):
+            if effective(properties, self.defaults)[AUTO_OFFSET_RESET] != "latest":
+                return Resolved()
+            source = self.metastore.sources.get(stmt.query.source)
+            if source is None:
+                return Resolved()  # planning reports the missing source
+            partitions = [TopicPartition(source.topic, p) for p in range(source.partitions)]
+            ends = await self.offsets.end_offsets(partitions)
+            return Resolved(start_offsets=tuple(ends[tp] for tp in partitions))
+        return Resolved()
+
+    async def _create_topics(self, stmt: ast.Statement, change: Change, properties: Mapping[str, str]) -> None:
+        replaced = {s.name for s in change.add_sources if s.name in self.metastore.sources}
+        replicas = int(getattr(stmt, "properties", {}).get("replicas", 1))
+        for source in change.add_sources:
+            if source.name in replaced:
+                continue
             existing = await topic_partitions(self.admin, source.topic)
-            declared = isinstance(stmt, ast.CreateSource) and "partitions" in stmt.properties
             if existing is None:
-                if isinstance(stmt, ast.CreateSource) and not declared:
-                    raise StatementError(
-                        f"topic {source.topic} does not exist; add PARTITIONS=n to the WITH clause to create it"
-                    )
-                await ensure_topic(self.admin, source.topic, source.partitions)
+                if isinstance(stmt, ast.CreateSource) and "partitions" not in stmt.properties:
+                    raise StatementError(f"topic {source.topic} does not exist; add PARTITIONS=n to the "
+                                         "WITH clause to create it")
+                await ensure_topic(self.admin, source.topic, source.partitions, replicas=replicas)
             elif existing != source.partitions:
-                raise StatementError(
-                    f"topic {source.topic} has {existing} partitions but the statement says "
-                    f"{source.partitions}; set PARTITIONS={existing}"
-                )
-        if query is not None:
-            await ensure_topic(
-                self.admin, changelog_topic(self.settings.service_id, query.query_id),
-                self.metastore.source(query.source).partitions, compacted=True,
-            )
+                raise StatementError(f"topic {source.topic} has {existing} partitions but {source.name} needs "
+                                     f"{source.partitions}; set PARTITIONS={existing} or use another KAFKA_TOPIC")
+        sinks = {s.name: s for s in change.add_sources}
+        for query in change.add_queries:
+            sink = sinks.get(query.sink) or self.metastore.source(query.sink)
+            for topic in internal_topics(self.settings.service_id, query):
+                await ensure_topic(self.admin, topic, sink.partitions, compacted=topic.endswith("-changelog"))
+
+    async def _delete_topics(self, change: Change) -> None:
+        topics = list(change.delete_topics)
+        for query in change.drop_queries:
+            topics += internal_topics(self.settings.service_id, query)
+        if topics:
+            await delete_topics(self.admin, topics)
 
     async def _insert(self, stmt: ast.InsertValues) -> Outcome:
         await self.reader.catch_up()
         source = self.metastore.source(stmt.target)
-        if source.query_id is not None:
-            raise StatementError(f"{source.name} is written by query {source.query_id}; INSERT into its source instead")
-        names = list(stmt.columns) if stmt.columns is not None else [c.name for c in source.columns]
-        if len(names) != len(stmt.values):
-            raise StatementError(f"INSERT names {len(names)} columns but gives {len(stmt.values)} values")
-        schema = source.schema
-        row = {}
-        for name, expr in zip(names, stmt.values, strict=True):
-            if name not in schema:
-                raise StatementError(f"{source.name} has no column {name}; columns are {', '.join(schema)}")
-            row[name] = coerce(evaluate(expr, {}), schema[name], name)
-        key_col = source.key_column
-        key = serialize_key(row.get(key_col.name), key_col.type) if key_col else None
-        value_cols = source.value_columns
-        value = serialize_value([c.name for c in value_cols], [row.get(c.name) for c in value_cols],
-                                source.value_format)
-        partition = partition_for(key, source.partitions) if key is not None else None
-        meta = await self.producer.send_and_wait(source.topic, value, key=key, partition=partition)
+        record = encode_insert(stmt, source)
+        meta = await self.producer.send_and_wait(source.topic, record.value, key=record.key, partition=record.partition)
         return Outcome(stmt.text, f"Inserted into {source.name}", partition=meta.partition, offset=meta.offset)
 
-    async def _show(self, stmt: ast.Show) -> Outcome:
-        await self.reader.catch_up()
-        if stmt.what in ("STREAMS", "TABLES"):
-            kind = stmt.what[:-1]
-            rows = [r for r in self.metastore.describe_rows() if r["TYPE"] == kind]
-            cols = ["NAME", "TOPIC", "KEY_FORMAT", "VALUE_FORMAT", "PARTITIONS"]
-            return Outcome(stmt.text, status="", columns=[(c, "VARCHAR") for c in cols],
-                           rows=[[r[c] for c in cols] for r in rows])
-        if stmt.what == "QUERIES":
-            return Outcome(stmt.text, status="", columns=[("QUERY_ID", "VARCHAR"), ("STATE", "VARCHAR"),
-                                                         ("SINK", "VARCHAR"), ("SQL", "VARCHAR")],
-                           rows=[[q.query_id, q.state, q.sink, q.statement]
-                                 for q in self.metastore.queries.values()])
-        if stmt.what == "TOPICS":
-            topics = sorted(t for t in await self.admin.list_topics() if not t.startswith("_") and not t.startswith("__"))
-            return Outcome(stmt.text, status="", columns=[("NAME", "VARCHAR")], rows=[[t] for t in topics])
-        raise StatementError(f"SHOW {stmt.what} is not supported yet")
-
-    def _describe(self, stmt: ast.Describe) -> Outcome:
-        source: DataSource = self.metastore.source(stmt.name)
-        rows = [[c.name, str(c.type), "KEY" if c.key else ""] for c in source.columns]
-        return Outcome(stmt.text, status="", columns=[("FIELD", "VARCHAR"), ("TYPE", "VARCHAR"), ("KEY", "VARCHAR")],
-                       rows=rows)
+    async def _show(self, stmt: ast.Show, properties: Mapping[str, str]) -> Outcome:
+        if stmt.what != "TOPICS":
+            return views.show(self.metastore, stmt, effective(properties, self.defaults))
+        names = sorted(t for t in await self.admin.list_topics() if not t.startswith("_"))
+        rows = [[name, await topic_partitions(self.admin, name)] for name in names]
+        return Outcome(stmt.text, status="", columns=[("NAME", "VARCHAR"), ("PARTITIONS", "INT")], rows=rows)

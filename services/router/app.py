@@ -18,10 +18,14 @@ from shared.config import RouterSettings
 from shared.errors import MillpondError, NotFoundError, StatementError
 from shared.metastore import Metastore
 from shared.results import Outcome
+from shared.rpc.metastore import SERVICE_NAME as METASTORE_SERVICE
+from shared.rpc.metastore import metastore_registrar
 from shared.rpc.server import RpcServer, shutdown_event
 from shared.rpc.status import raise_for_rpc
+from shared.session import DEFAULTS, check_properties, check_property
 from shared.sql import ast
 from shared.sql.parser import parse_script
+from shared.sql.planner import plan_select
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +39,9 @@ class Router:
         self.reader = CommandReader(settings.kafka_bootstrap_servers, settings.command_topic, self.metastore)
         self.server = RpcServer(
             settings.host, settings.port,
-            [lambda s: router_pb2_grpc.add_RouterServiceServicer_to_server(RouterServicer(self), s)],
-            [router_pb2.DESCRIPTOR.services_by_name["RouterService"].full_name],
+            [lambda s: router_pb2_grpc.add_RouterServiceServicer_to_server(RouterServicer(self), s),
+             metastore_registrar(self.reader, "router")],
+            [router_pb2.DESCRIPTOR.services_by_name["RouterService"].full_name, METASTORE_SERVICE],
         )
         self.coordinator_channel = grpc.aio.insecure_channel(settings.coordinator)
         self.coordinator = coordinator_pb2_grpc.CoordinatorServiceStub(self.coordinator_channel)
@@ -59,11 +64,16 @@ class Router:
         return self.settings.request_timeout_ms / 1000
 
     async def execute(self, sql: str, properties: dict[str, str]) -> list[Outcome]:
-        """Run each statement in order: pull queries here, everything else at the coordinator."""
+        """Run each statement in order: pull queries here, everything else at the coordinator.
+
+        SET and UNSET change the properties of the statements after them in this request.
+        """
+        session = dict(properties)
+        check_properties(session)
         outcomes = []
         for stmt in parse_script(sql):
             try:
-                outcomes.append(await self._execute_one(stmt, properties))
+                outcomes.append(await self._execute_one(stmt, session))
             except grpc.aio.AioRpcError as err:
                 raise raise_for_rpc(err) from None
             except MillpondError as err:
@@ -73,9 +83,19 @@ class Router:
         return outcomes
 
     async def _execute_one(self, stmt: ast.Statement, properties: dict[str, str]) -> Outcome:
+        if isinstance(stmt, ast.SetProperty):
+            check_property(stmt.name, stmt.value)
+            properties[stmt.name] = stmt.value
+            return Outcome(stmt.text, f"Property '{stmt.name}' set to '{stmt.value}'")
+        if isinstance(stmt, ast.UnsetProperty):
+            check_property(stmt.name, DEFAULTS.get(stmt.name, ""))
+            properties.pop(stmt.name, None)
+            return Outcome(stmt.text, f"Property '{stmt.name}' unset")
         if isinstance(stmt, ast.Query):
             if stmt.emit_changes:
-                raise StatementError("push queries (EMIT CHANGES) are not supported yet")
+                await self.reader.catch_up()
+                plan_select(stmt, self.metastore.source(stmt.source))  # names and types are right
+                raise StatementError("push queries (EMIT CHANGES) are planned but not executed yet")
             return await self._pull(stmt)
         response = await self.coordinator.ExecuteStatement(
             coordinator_pb2.ExecuteStatementRequest(sql=stmt.text, properties=properties), timeout=self._timeout)

@@ -13,13 +13,15 @@ from typing import Any
 
 from millpond.worker.v1 import worker_pb2
 
+from shared.catalog import DataSource
 from shared.errors import StatementError, UnavailableError
-from shared.metastore import DataSource, Metastore
+from shared.metastore import Metastore
 from shared.partitioner import partition_for
 from shared.results import Outcome
 from shared.serde import coerce, from_proto, serialize_key
 from shared.sql import ast
-from shared.sql.expressions import evaluate, infer_type, output_name
+from shared.sql.expressions import evaluate
+from shared.sql.planner import plan_select
 
 Lookup = Callable[[str, worker_pb2.LookupRequest], Awaitable[worker_pb2.LookupResponse]]
 Scan = Callable[[str, worker_pb2.ScanRequest], Awaitable[worker_pb2.ScanResponse]]
@@ -57,18 +59,8 @@ def plan_pull(query: ast.Query, metastore: Metastore) -> PullPlan:
         raise StatementError(
             f"{table.name} is not a materialized table; pull queries read tables created by "
             "CREATE TABLE ... AS SELECT (use EMIT CHANGES for a push query)")
-    if query.group_by or query.partition_by:
-        raise StatementError("pull queries cannot use GROUP BY or PARTITION BY")
-    schema = table.schema
-    columns: list[tuple[str, str]] = []
-    for index, item in enumerate(query.items):
-        if item.is_star:
-            columns += [(c.name, str(c.type)) for c in table.columns]
-        else:
-            assert item.expr is not None
-            columns.append((output_name(item, index), str(infer_type(item.expr, schema))))
-    if query.where is not None:
-        infer_type(query.where, schema)
+    selected = plan_select(query, table)
+    columns = [(name, str(type_)) for name, type_ in selected.columns]
     key_col = table.key_column
     assert key_col is not None
     literal = _key_equality(query.where, key_col.name)

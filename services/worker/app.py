@@ -16,10 +16,13 @@ from services.worker.query_runner import QueryRunner
 from services.worker.servicer import WorkerServicer
 from services.worker.spark import create_session
 from services.worker.task import AggregationTask
+from shared.catalog import QueryPlan
 from shared.command_log import CommandReader
 from shared.config import WorkerSettings
 from shared.errors import NotFoundError, UnavailableError
 from shared.metastore import Metastore
+from shared.rpc.metastore import SERVICE_NAME as METASTORE_SERVICE
+from shared.rpc.metastore import metastore_registrar
 from shared.rpc.server import RpcServer, shutdown_event
 
 log = logging.getLogger(__name__)
@@ -34,13 +37,15 @@ class Worker:
         self.reader = CommandReader(settings.kafka_bootstrap_servers, settings.command_topic, self.metastore)
         self.server = RpcServer(
             settings.host, settings.port,
-            [lambda s: worker_pb2_grpc.add_WorkerServiceServicer_to_server(WorkerServicer(self), s)],
-            [worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name],
+            [lambda s: worker_pb2_grpc.add_WorkerServiceServicer_to_server(WorkerServicer(self), s),
+             metastore_registrar(self.reader, settings.worker_id)],
+            [worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name, METASTORE_SERVICE],
         )
         self.generation = 0
         self.wanted: dict[str, set[int]] = {}
         self.tasks: dict[str, dict[int, AggregationTask]] = {}
         self.runners: dict[str, QueryRunner] = {}
+        self._plans: dict[str, QueryPlan] = {}
         self.spark: SparkSession | None = None
         self._dirty = asyncio.Event()
         self.reader.listeners.append(self._dirty.set)
@@ -102,18 +107,27 @@ class Worker:
         for query_id in sorted(set(self.tasks) | set(self.wanted)):
             want = self.wanted.get(query_id, set())
             have = set(self.tasks.get(query_id, {}))
-            if want == have or (want and query_id not in self.metastore.queries):
-                continue  # unchanged, or the query's statement has not been replayed yet
+            query = self.metastore.queries.get(query_id)
+            if want and query is None:
+                continue  # the query's statement has not been replayed yet
+            replaced = query is not None and query_id in self.tasks and self._plans.get(query_id) != query.plan
+            if want == have and not replaced:
+                continue  # unchanged (CREATE OR REPLACE changes the plan and restarts the query)
             await self._stop_query(query_id)
             if want:
                 await self._start_query(query_id, want)
 
     async def _start_query(self, query_id: str, partitions: set[int]) -> None:
         query = self.metastore.queries[query_id]
+        if query.plan.kind != "AGGREGATE" or query.plan.repartition:
+            log.error("this worker cannot execute the query's plan yet",
+                      extra={"query": query_id, "plan": query.plan.kind, "repartition": query.plan.repartition})
+            return
         source = self.metastore.source(query.source)
         sink = self.metastore.source(query.sink)
         tasks = {p: AggregationTask(self.settings, query, source, sink, p) for p in sorted(partitions)}
         self.tasks[query_id] = tasks
+        self._plans[query_id] = query.plan
         try:
             await asyncio.gather(*(task.start() for task in tasks.values()))
         except BaseException:
@@ -129,6 +143,7 @@ class Worker:
         runner = self.runners.pop(query_id, None)
         if runner is not None:
             await asyncio.to_thread(runner.stop)
+        self._plans.pop(query_id, None)
         for task in self.tasks.pop(query_id, {}).values():
             await task.stop()
 

@@ -20,8 +20,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from services.worker.task import AggregationTask, BadRecord, BatchSlice
+from shared.catalog import DataSource, PersistentQuery
 from shared.config import WorkerSettings
-from shared.metastore import DataSource, PersistentQuery
 from shared.sql.expressions import quote_identifier, spark_type
 
 log = logging.getLogger(__name__)

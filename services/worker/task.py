@@ -24,9 +24,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from services.worker.state.store import CHANGELOG_OFFSET, INPUT_OFFSET, PartitionStore, encode_state
+from shared.catalog import DataSource, PersistentQuery
 from shared.config import WorkerSettings
 from shared.kafka import changelog_topic, consumer_group, task_transactional_id
-from shared.metastore import DataSource, PersistentQuery
 from shared.serde import deserialize_key, serialize_value
 from shared.sql import aggregates
 
@@ -152,7 +152,8 @@ class AggregationTask:
                 encoded = encode_state(state)
                 changelog_futures.append(await self.producer.send(
                     self.changelog.topic, encoded, key=key, partition=self.partition))
-                sink_value = serialize_value(value_names, self.row(key, state)[1:], self.sink.value_format)
+                sink_value = serialize_value(value_names, self.row(key, state)[1:], self.sink.value_format,
+                                             self.sink.value_delimiter)
                 await self.producer.send(self.sink.topic, sink_value, key=key, partition=self.partition)
             for bad in batch.bad:
                 await self.producer.send(self.settings.processing_log_topic, json.dumps({

@@ -59,6 +59,8 @@ class Aggregate:
     merge: Callable[[State, State], State]
     finalize: Callable[[State], Any]
     result_type: Callable[[SqlType], SqlType]
+    param: str = "any"
+    """The kind of argument it takes (see ``shared.sql.functions.KINDS``)."""
 
 
 _DOUBLE = SqlType("DOUBLE")
@@ -70,10 +72,10 @@ AGGREGATES: dict[str, Aggregate] = {
         Aggregate("COUNT", lambda x: [f"count({x})"], lambda o, n: [_add(o[0], n[0])],
                   lambda s: s[0] or 0, lambda _t: _BIGINT),
         Aggregate("SUM", lambda x: [f"sum({x})"], lambda o, n: [_add(o[0], n[0])],
-                  lambda s: s[0], lambda t: t),
+                  lambda s: s[0], lambda t: t, "numeric"),
         Aggregate("AVG", lambda x: [f"sum({x})", f"count({x})"],
                   lambda o, n: [_add(o[0], n[0]), _add(o[1], n[1])],
-                  lambda s: (s[0] / s[1]) if s[1] else None, lambda _t: _DOUBLE),
+                  lambda s: (s[0] / s[1]) if s[1] else None, lambda _t: _DOUBLE, "numeric"),
         Aggregate("MIN", lambda x: [f"min({x})"], lambda o, n: [_pick(min)(o[0], n[0])],
                   lambda s: s[0], lambda t: t),
         Aggregate("MAX", lambda x: [f"max({x})"], lambda o, n: [_pick(max)(o[0], n[0])],

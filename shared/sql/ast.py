@@ -40,9 +40,26 @@ class Literal(Expr):
 
 @dataclass(frozen=True)
 class ColumnRef(Expr):
-    """A column by its (already case-normalized) name."""
+    """A column by its (already case-normalized) name; ``qualifier`` is ``source.`` if written."""
 
     name: str
+    qualifier: str | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Subscript(Expr):
+    """``array[i]`` (1-based, as ksqlDB) or ``map[key]``."""
+
+    operand: Expr
+    index: Expr
+
+
+@dataclass(frozen=True)
+class Dereference(Expr):
+    """``struct->field``."""
+
+    operand: Expr
+    field: str
 
 
 @dataclass(frozen=True)
@@ -150,6 +167,7 @@ class Query(Statement):
 
     items: tuple[SelectItem, ...]
     source: str
+    alias: str | None = None
     where: Expr | None = None
     group_by: tuple[Expr, ...] = ()
     partition_by: Expr | None = None
@@ -225,16 +243,17 @@ class Drop(Statement):
 
 @dataclass(frozen=True)
 class Terminate(Statement):
-    """``TERMINATE query_id``."""
+    """``TERMINATE query_id`` or ``TERMINATE ALL`` (``query_id`` None)."""
 
-    query_id: str
+    query_id: str | None
 
 
 @dataclass(frozen=True)
 class Explain(Statement):
-    """``EXPLAIN query_id``."""
+    """``EXPLAIN query_id`` for a running query, or ``EXPLAIN <statement>`` for one not run."""
 
-    query_id: str
+    query_id: str | None = None
+    statement: Statement | None = None
 
 
 @dataclass(frozen=True)
@@ -250,3 +269,47 @@ class UnsetProperty(Statement):
     """``UNSET 'name'``."""
 
     name: str
+
+
+# ---- rendering ----------------------------------------------------------------------------
+def _sql_literal(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    return repr(value)
+
+
+def to_sql(expr: Expr) -> str:
+    """An expression as ksqlDB SQL text (for messages and EXPLAIN)."""
+    if isinstance(expr, Literal):
+        return _sql_literal(expr.value)
+    if isinstance(expr, ColumnRef):
+        return expr.name
+    if isinstance(expr, Subscript):
+        return f"{to_sql(expr.operand)}[{to_sql(expr.index)}]"
+    if isinstance(expr, Dereference):
+        return f"{to_sql(expr.operand)}->{expr.field}"
+    if isinstance(expr, Call):
+        return f"{expr.name}({'*' if expr.star else ', '.join(to_sql(a) for a in expr.args)})"
+    if isinstance(expr, Binary):
+        return f"({to_sql(expr.left)} {expr.op} {to_sql(expr.right)})"
+    if isinstance(expr, Unary):
+        return f"(NOT {to_sql(expr.operand)})" if expr.op == "NOT" else f"(-{to_sql(expr.operand)})"
+    if isinstance(expr, IsNull):
+        return f"({to_sql(expr.operand)} IS {'NOT ' if expr.negated else ''}NULL)"
+    if isinstance(expr, Between):
+        neg = "NOT " if expr.negated else ""
+        return f"({to_sql(expr.operand)} {neg}BETWEEN {to_sql(expr.low)} AND {to_sql(expr.high)})"
+    if isinstance(expr, InList):
+        neg = "NOT " if expr.negated else ""
+        return f"({to_sql(expr.operand)} {neg}IN ({', '.join(to_sql(i) for i in expr.items)}))"
+    if isinstance(expr, Cast):
+        return f"CAST({to_sql(expr.operand)} AS {expr.type})"
+    if isinstance(expr, Case):
+        whens = " ".join(f"WHEN {to_sql(c)} THEN {to_sql(v)}" for c, v in expr.whens)
+        other = f" ELSE {to_sql(expr.otherwise)}" if expr.otherwise is not None else ""
+        return f"CASE {whens}{other} END"
+    raise TypeError(f"not an expression: {expr!r}")

@@ -1,5 +1,6 @@
-"""Expressions: compiled to Spark SQL for the workers, evaluated in Python for pull queries,
-and typed against a schema."""
+"""Expressions: compiled to Spark SQL for the workers and evaluated in Python for pull
+queries, with the same semantics (ksqlDB's: integer division truncates, NULL propagates,
+arrays are 1-based). Typing lives in ``shared.sql.types``."""
 
 from __future__ import annotations
 
@@ -9,37 +10,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from shared.errors import StatementError
-from shared.sql import aggregates, ast
-
-# ksqlDB scalar functions and their Spark SQL names.
-_SPARK_FUNCTIONS = {
-    "UCASE": "upper", "LCASE": "lower", "LEN": "length", "SUBSTRING": "substring",
-    "CONCAT": "concat", "TRIM": "trim", "LTRIM": "ltrim", "RTRIM": "rtrim", "ABS": "abs",
-    "ROUND": "round", "FLOOR": "floor", "CEIL": "ceil", "COALESCE": "coalesce",
-    "IFNULL": "ifnull", "SQRT": "sqrt", "EXP": "exp", "LN": "ln", "SIGN": "sign",
-    "REPLACE": "replace", "INSTR": "instr", "LPAD": "lpad", "RPAD": "rpad",
-}
-
-_PY_FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "UCASE": lambda s: None if s is None else str(s).upper(),
-    "LCASE": lambda s: None if s is None else str(s).lower(),
-    "LEN": lambda s: None if s is None else len(s),
-    "SUBSTRING": lambda s, pos, n=None: None if s is None else (s[pos - 1:] if n is None else s[pos - 1:pos - 1 + n]),
-    "CONCAT": lambda *a: None if any(x is None for x in a) else "".join(str(x) for x in a),
-    "TRIM": lambda s: None if s is None else s.strip(),
-    "LTRIM": lambda s: None if s is None else s.lstrip(),
-    "RTRIM": lambda s: None if s is None else s.rstrip(),
-    "ABS": lambda x: None if x is None else abs(x),
-    "ROUND": lambda x, d=0: None if x is None else round(x, d),
-    "FLOOR": lambda x: None if x is None else math.floor(x),
-    "CEIL": lambda x: None if x is None else math.ceil(x),
-    "COALESCE": lambda *a: next((x for x in a if x is not None), None),
-    "IFNULL": lambda x, y: y if x is None else x,
-    "SQRT": lambda x: None if x is None else math.sqrt(x),
-}
-
-_STRING_RESULT = {"UCASE", "LCASE", "SUBSTRING", "CONCAT", "TRIM", "LTRIM", "RTRIM", "REPLACE", "LPAD", "RPAD"}
-_INT_RESULT = {"LEN", "INSTR"}
+from shared.sql import aggregates, ast, functions
+from shared.sql.functions import INTEGRAL
+from shared.sql.types import Scope, check
 
 
 def quote_identifier(name: str) -> str:
@@ -75,39 +48,48 @@ def spark_type(type_: ast.SqlType) -> str:
     return _SPARK_TYPES.get(type_.base, type_.base)
 
 
-def to_spark(expr: ast.Expr) -> str:
-    """Compile a scalar expression to Spark SQL text."""
+def to_spark(expr: ast.Expr, scope: Scope) -> str:
+    """Compile a checked scalar expression over ``scope``'s columns to Spark SQL text."""
+    def sub(e: ast.Expr) -> str:
+        return to_spark(e, scope)
+
     if isinstance(expr, ast.Literal):
         return _spark_literal(expr.value)
     if isinstance(expr, ast.ColumnRef):
         return quote_identifier(expr.name)
+    if isinstance(expr, ast.Subscript):
+        # try_element_at: 1-based for arrays, by key for maps, NULL when absent (as ksqlDB).
+        return f"try_element_at({sub(expr.operand)}, {sub(expr.index)})"
+    if isinstance(expr, ast.Dereference):
+        return f"{sub(expr.operand)}.{quote_identifier(expr.field)}"
     if isinstance(expr, ast.Binary):
-        op = {"=": "=", "!=": "!="}.get(expr.op, expr.op)
-        return f"({to_spark(expr.left)} {op} {to_spark(expr.right)})"
+        if expr.op == "/" and all(check(e, scope).base in INTEGRAL for e in (expr.left, expr.right)):
+            return f"CAST(({sub(expr.left)} DIV {sub(expr.right)}) AS {spark_type(check(expr, scope))})"
+        return f"({sub(expr.left)} {expr.op} {sub(expr.right)})"
     if isinstance(expr, ast.Unary):
-        return f"({expr.op} {to_spark(expr.operand)})"
+        return f"({expr.op} {sub(expr.operand)})"
     if isinstance(expr, ast.IsNull):
-        return f"({to_spark(expr.operand)} IS {'NOT ' if expr.negated else ''}NULL)"
+        return f"({sub(expr.operand)} IS {'NOT ' if expr.negated else ''}NULL)"
     if isinstance(expr, ast.Between):
         neg = "NOT " if expr.negated else ""
-        return f"({to_spark(expr.operand)} {neg}BETWEEN {to_spark(expr.low)} AND {to_spark(expr.high)})"
+        return f"({sub(expr.operand)} {neg}BETWEEN {sub(expr.low)} AND {sub(expr.high)})"
     if isinstance(expr, ast.InList):
-        items = ", ".join(to_spark(i) for i in expr.items)
-        return f"({to_spark(expr.operand)} {'NOT ' if expr.negated else ''}IN ({items}))"
+        items = ", ".join(sub(i) for i in expr.items)
+        return f"({sub(expr.operand)} {'NOT ' if expr.negated else ''}IN ({items}))"
     if isinstance(expr, ast.Cast):
-        return f"CAST({to_spark(expr.operand)} AS {spark_type(expr.type)})"
+        return f"CAST({sub(expr.operand)} AS {spark_type(expr.type)})"
     if isinstance(expr, ast.Case):
-        whens = " ".join(f"WHEN {to_spark(c)} THEN {to_spark(v)}" for c, v in expr.whens)
-        other = f" ELSE {to_spark(expr.otherwise)}" if expr.otherwise is not None else ""
+        whens = " ".join(f"WHEN {sub(c)} THEN {sub(v)}" for c, v in expr.whens)
+        other = f" ELSE {sub(expr.otherwise)}" if expr.otherwise is not None else ""
         return f"(CASE {whens}{other} END)"
     if isinstance(expr, ast.Call):
         if aggregates.lookup(expr.name):
             raise StatementError(f"aggregate {expr.name} is not allowed here")
-        fn = _SPARK_FUNCTIONS.get(expr.name)
+        fn = functions.lookup(expr.name)
         if fn is None:
             raise StatementError(f"unknown function {expr.name}")
-        return f"{fn}({', '.join(to_spark(a) for a in expr.args)})"
-    raise StatementError(f"unsupported expression {expr!r}")
+        return f"{fn.spark}({', '.join(sub(a) for a in expr.args)})"
+    raise StatementError(f"unsupported expression {ast.to_sql(expr)}")
 
 
 def _like(value: Any, pattern: Any) -> bool | None:
@@ -117,10 +99,34 @@ def _like(value: Any, pattern: Any) -> bool | None:
     return re.fullmatch(regex, value, re.DOTALL) is not None
 
 
+def _divide(a: Any, b: Any) -> Any:
+    if b == 0:
+        return None  # ksqlDB and Spark (non-ANSI) give NULL, not an error
+    if isinstance(a, int) and isinstance(b, int):
+        quotient = abs(a) // abs(b)  # truncates toward zero, as Java and Spark's DIV
+        return quotient if (a >= 0) == (b >= 0) else -quotient
+    return a / b
+
+
+def _remainder(a: Any, b: Any) -> Any:
+    if b == 0:
+        return None
+    if isinstance(a, int) and isinstance(b, int):
+        return a - b * _divide(a, b)  # the sign follows the dividend, as in Java
+    return math.fmod(a, b)
+
+
+def _subscript(container: Any, index: Any) -> Any:
+    if isinstance(container, dict):
+        return container.get(index)
+    if isinstance(container, list) and isinstance(index, int) and index != 0 and abs(index) <= len(container):
+        return container[index - 1] if index > 0 else container[index]
+    return None
+
+
 _BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
-    "/": lambda a, b: (a // b if isinstance(a, int) and isinstance(b, int) else a / b),
-    "%": lambda a, b: a % b, "=": lambda a, b: a == b, "!=": lambda a, b: a != b,
+    "/": _divide, "%": _remainder, "=": lambda a, b: a == b, "!=": lambda a, b: a != b,
     "<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
     ">=": lambda a, b: a >= b, "LIKE": _like,
 }
@@ -134,6 +140,12 @@ def evaluate(expr: ast.Expr, row: Mapping[str, Any]) -> Any:
         if expr.name not in row:
             raise StatementError(f"unknown column {expr.name}; columns are {', '.join(row)}")
         return row[expr.name]
+    if isinstance(expr, ast.Subscript):
+        container, index = evaluate(expr.operand, row), evaluate(expr.index, row)
+        return None if container is None or index is None else _subscript(container, index)
+    if isinstance(expr, ast.Dereference):
+        struct = evaluate(expr.operand, row)
+        return struct.get(expr.field) if isinstance(struct, dict) else None
     if isinstance(expr, ast.Binary):
         left = evaluate(expr.left, row)
         if expr.op == "AND":
@@ -173,51 +185,38 @@ def evaluate(expr: ast.Expr, row: Mapping[str, Any]) -> Any:
                 return evaluate(value, row)
         return evaluate(expr.otherwise, row) if expr.otherwise is not None else None
     if isinstance(expr, ast.Cast):
-        v = evaluate(expr.operand, row)
-        casts: dict[str, Callable[[Any], Any]] = {"VARCHAR": str, "INT": int, "BIGINT": int,
-                                                  "DOUBLE": float, "BOOLEAN": bool}
-        return None if v is None else casts.get(expr.type.base, lambda x: x)(v)
+        return _cast(evaluate(expr.operand, row), expr.type)
     if isinstance(expr, ast.Call):
-        fn = _PY_FUNCTIONS.get(expr.name)
+        fn = functions.lookup(expr.name)
         if fn is None:
-            raise StatementError(f"function {expr.name} is not supported in pull queries")
-        return fn(*(evaluate(a, row) for a in expr.args))
+            raise StatementError(f"function {expr.name} is not supported here")
+        return fn.python(*(evaluate(a, row) for a in expr.args))
     raise StatementError(f"unsupported expression {expr!r}")
 
 
-def infer_type(expr: ast.Expr, schema: Mapping[str, ast.SqlType]) -> ast.SqlType:
-    """The SQL type of ``expr`` over columns typed by ``schema``."""
-    if isinstance(expr, ast.Literal):
-        return expr.type
-    if isinstance(expr, ast.ColumnRef):
-        if expr.name not in schema:
-            raise StatementError(f"unknown column {expr.name}; columns are {', '.join(schema)}",
-                                 kind=None)
-        return schema[expr.name]
-    if isinstance(expr, ast.Call):
-        agg = aggregates.lookup(expr.name)
-        if agg is not None:
-            arg = infer_type(expr.args[0], schema) if expr.args else ast.SqlType("BIGINT")
-            return agg.result_type(arg)
-        if expr.name in _STRING_RESULT:
-            return ast.SqlType("VARCHAR")
-        if expr.name in _INT_RESULT:
-            return ast.SqlType("INT")
-        return infer_type(expr.args[0], schema) if expr.args else ast.SqlType("VARCHAR")
-    if isinstance(expr, ast.Binary):
-        if expr.op in {"+", "-", "*", "/", "%"}:
-            types = {infer_type(expr.left, schema).base, infer_type(expr.right, schema).base}
-            if "DOUBLE" in types:
-                return ast.SqlType("DOUBLE")
-            return ast.SqlType("BIGINT" if "BIGINT" in types else "INT")
-        return ast.SqlType("BOOLEAN")
-    if isinstance(expr, ast.Unary) and expr.op == "-":
-        return infer_type(expr.operand, schema)
-    if isinstance(expr, ast.Cast):
-        return expr.type
-    if isinstance(expr, ast.Case):
-        return infer_type(expr.whens[0][1], schema)
-    return ast.SqlType("BOOLEAN")
+def _cast(value: Any, type_: ast.SqlType) -> Any:
+    """CAST as Spark does it outside ANSI mode: a value that does not convert becomes NULL."""
+    if value is None:
+        return None
+    base = type_.base
+    try:
+        if base == "VARCHAR":
+            if isinstance(value, bool):
+                return "true" if value else "false"
+            return str(value)
+        if base in ("INT", "BIGINT"):
+            number = int(float(value)) if isinstance(value, str) else int(value)
+            bits = 31 if base == "INT" else 63
+            return number if -(2**bits) <= number < 2**bits else None
+        if base in ("DOUBLE", "DECIMAL"):
+            return float(value)
+        if base == "BOOLEAN":
+            if isinstance(value, str):
+                return {"true": True, "false": False}.get(value.strip().lower())
+            return bool(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return value
 
 
 def output_name(item: ast.SelectItem, index: int) -> str:

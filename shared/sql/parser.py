@@ -97,6 +97,15 @@ class _ToAst(Transformer[Token, Any]):
     def column(self, name: str) -> ast.ColumnRef:
         return ast.ColumnRef(name)
 
+    def qualified_column(self, qualifier: str, name: str) -> ast.ColumnRef:
+        return ast.ColumnRef(name, qualifier)
+
+    def subscript(self, operand: ast.Expr, index: ast.Expr) -> ast.Subscript:
+        return ast.Subscript(operand, index)
+
+    def dereference(self, operand: ast.Expr, field: str) -> ast.Dereference:
+        return ast.Dereference(operand, field)
+
     def call0(self, name: str) -> ast.Call:
         return ast.Call(name)
 
@@ -230,6 +239,9 @@ class _ToAst(Transformer[Token, Any]):
     def emit(self) -> tuple[str, Any]:
         return ("emit_changes", True)
 
+    def alias(self, name: str) -> tuple[str, Any]:
+        return ("alias", name)
+
     def limit(self, token: Token) -> tuple[str, Any]:
         return ("limit", int(token))
 
@@ -265,11 +277,14 @@ class _ToAst(Transformer[Token, Any]):
     def drop(self, kind: str, if_exists: bool, name: str, delete_topic: bool) -> ast.Drop:
         return ast.Drop(kind=kind, name=name, if_exists=if_exists, delete_topic=delete_topic)
 
-    def terminate(self, query_id: str) -> ast.Terminate:
-        return ast.Terminate(query_id=query_id)
+    def terminate(self, target: Token | str) -> ast.Terminate:
+        is_all = isinstance(target, Token) and target.type == "ALL"
+        return ast.Terminate(query_id=None if is_all else str(target))
 
-    def explain(self, query_id: str) -> ast.Explain:
-        return ast.Explain(query_id=query_id)
+    def explain(self, target: str | ast.Statement) -> ast.Explain:
+        if isinstance(target, ast.Statement):
+            return ast.Explain(statement=target)
+        return ast.Explain(query_id=target)
 
     def set_prop(self, name: Token, _eq: Token, value: Token) -> ast.SetProperty:
         return ast.SetProperty(name=_unquote(name), value=_unquote(value))
@@ -321,10 +336,28 @@ def parse_script(text: str) -> list[ast.Statement]:
     for child in tree.children:
         if not isinstance(child, Tree):
             continue
+        _check_depth(child)
         node = _ToAst().transform(child)
         snippet = text[child.meta.start_pos:child.meta.end_pos].strip()
+        if isinstance(node, ast.Explain) and node.statement is not None:
+            _with_text(node.statement, snippet.split(None, 1)[1])
         statements.append(_with_text(node, snippet))
     return statements
+
+
+MAX_DEPTH = 200
+
+
+def _check_depth(tree: Tree[Token]) -> None:
+    """Refuse trees nested deeper than the recursive passes over them can walk."""
+    stack: list[tuple[Tree[Token], int]] = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            line, column = (node.meta.line, node.meta.column) if not node.meta.empty else (None, None)
+            raise StatementError(f"the statement nests more than {MAX_DEPTH} levels deep; simplify the expression",
+                                 line=line, column=column)
+        stack.extend((c, depth + 1) for c in node.children if isinstance(c, Tree))
 
 
 def parse_statement(text: str) -> ast.Statement:

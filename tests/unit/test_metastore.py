@@ -1,5 +1,6 @@
 import pytest
 
+from shared.catalog import Resolved
 from shared.errors import AlreadyExistsError, NotFoundError, StatementError
 from shared.metastore import Metastore
 from shared.sql.parser import parse_statement
@@ -40,9 +41,64 @@ def test_errors_name_what_is_wrong() -> None:
     with pytest.raises(AlreadyExistsError):
         meta.validate(parse_statement(STREAM))
     assert "already exists" in meta.validate(parse_statement(STREAM.replace("STREAM", "STREAM IF NOT EXISTS", 1)))
-    with pytest.raises(StatementError, match="GROUP BY must name the key column"):
-        meta.validate(parse_statement("CREATE TABLE t AS SELECT area, COUNT(*) FROM readings GROUP BY area"))
-    with pytest.raises(StatementError, match="unknown column NOPE"):
+    with pytest.raises(NotFoundError, match="column NOPE does not exist in READINGS"):
         meta.validate(parse_statement("CREATE TABLE t AS SELECT sensor, SUM(nope) FROM readings GROUP BY sensor"))
     with pytest.raises(StatementError, match="value_format"):
         meta.validate(parse_statement("CREATE STREAM s (a INT) WITH (kafka_topic='s')"))
+    with pytest.raises(StatementError, match=r"SUM needs a numeric argument: AREA is VARCHAR"):
+        meta.validate(parse_statement("CREATE TABLE t AS SELECT sensor, SUM(area) FROM readings GROUP BY sensor"))
+
+
+def test_grouping_by_another_column_plans_a_repartition() -> None:
+    meta = Metastore()
+    meta.apply(parse_statement(STREAM), 0)
+    meta.apply(parse_statement("CREATE TABLE by_area AS SELECT area, COUNT(*) AS n FROM readings GROUP BY area"), 1)
+    plan = meta.queries["CTAS_BY_AREA_0"].plan
+    assert plan.repartition and plan.key_expression == "`AREA`" and plan.key_column == "AREA"
+    assert [(c.name, c.key) for c in meta.source("BY_AREA").columns] == [("AREA", True), ("N", False)]
+
+
+def test_a_deleted_topic_marks_the_source_and_its_queries_without_changing_the_digest() -> None:
+    meta = Metastore()
+    meta.apply(parse_statement(STREAM), 0)
+    meta.apply(parse_statement(CTAS), 1)
+    digest = meta.digest()
+    meta.check_topics({"AVG_READINGS"})
+    assert meta.status("READINGS").startswith("ERROR: topic readings does not exist")
+    assert meta.errors["CTAS_AVG_READINGS_0"].startswith("READINGS is in error")
+    assert meta.status("AVG_READINGS") == "OK"
+    assert meta.digest() == digest
+    meta.check_topics({"readings", "AVG_READINGS"})
+    assert meta.errors == {}
+
+
+def test_a_failed_command_keeps_its_place_and_counts_in_the_digest() -> None:
+    a, b = Metastore(), Metastore()
+    for meta in (a, b):
+        meta.apply(parse_statement(STREAM), 0)
+        meta.record_failure(1, "StatementError: something outside changed")
+    assert a.command_offset == 1 and a.digest() == b.digest()
+    b.record_failure(2, "another")
+    assert a.digest() != b.digest()
+
+
+def test_drop_terminates_the_writing_query_and_terminate_keeps_the_result() -> None:
+    meta = Metastore()
+    meta.apply(parse_statement(STREAM), 0)
+    meta.apply(parse_statement(CTAS), 1)
+    change = meta.plan(parse_statement("DROP TABLE avg_readings DELETE TOPIC"))
+    assert [q.query_id for q in change.drop_queries] == ["CTAS_AVG_READINGS_0"]
+    assert change.delete_topics == ["AVG_READINGS"]
+    meta.apply(parse_statement("TERMINATE CTAS_AVG_READINGS_0"), 2)
+    assert meta.queries == {} and meta.source("AVG_READINGS").query_id is None
+    meta.apply(parse_statement("DROP STREAM readings"), 3)
+    assert set(meta.sources) == {"AVG_READINGS"}
+
+
+def test_latest_queries_start_where_the_coordinator_resolved() -> None:
+    meta = Metastore()
+    meta.apply(parse_statement(STREAM), 0)
+    with pytest.raises(StatementError, match="cover 2 partitions but READINGS has 8"):
+        meta.plan(parse_statement(CTAS), {}, Resolved((1, 2)))
+    meta.apply(parse_statement(CTAS), 1, {}, Resolved(tuple(range(8))))
+    assert meta.queries["CTAS_AVG_READINGS_0"].start_offsets == tuple(range(8))

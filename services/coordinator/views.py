@@ -1,0 +1,141 @@
+"""SHOW, DESCRIBE and EXPLAIN: read-only views of the metastore as statement outcomes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from shared.catalog import DataSource, PersistentQuery, QueryPlan
+from shared.errors import StatementError
+from shared.metastore import Metastore
+from shared.results import Outcome
+from shared.sql import ast
+from shared.sql.planner import SelectPlan, plan_select
+
+_PROPERTY_VALUE = [("PROPERTY", "VARCHAR"), ("VALUE", "VARCHAR")]
+
+
+def show(metastore: Metastore, stmt: ast.Show, properties: Mapping[str, str]) -> Outcome:
+    """SHOW STREAMS | TABLES | QUERIES | PROPERTIES (TOPICS asks Kafka, so the executor does it)."""
+    if stmt.what in ("STREAMS", "TABLES"):
+        return show_sources(metastore, stmt)
+    if stmt.what == "QUERIES":
+        return show_queries(metastore, stmt)
+    if stmt.what == "PROPERTIES":
+        return show_properties(stmt, properties)
+    raise StatementError(f"SHOW {stmt.what} needs Kafka; the coordinator answers it")
+
+
+def show_sources(metastore: Metastore, stmt: ast.Show) -> Outcome:
+    """SHOW STREAMS / SHOW TABLES."""
+    kind = stmt.what[:-1]
+    columns = ["NAME", "TOPIC", "KEY_FORMAT", "VALUE_FORMAT", "PARTITIONS", "STATUS"]
+    rows = [[s.name, s.topic, s.key_format, s.value_format, s.partitions, metastore.status(s.name)]
+            for s in sorted(metastore.sources.values(), key=lambda s: s.name) if s.kind == kind]
+    return Outcome(stmt.text, status="", columns=[(c, "INT" if c == "PARTITIONS" else "VARCHAR") for c in columns],
+                   rows=rows)
+
+
+def _state(metastore: Metastore, query_id: str) -> str:
+    error = metastore.errors.get(query_id)
+    return "RUNNING" if error is None else f"ERROR: {error}"
+
+
+def show_queries(metastore: Metastore, stmt: ast.Show) -> Outcome:
+    """SHOW QUERIES."""
+    columns = [("QUERY_ID", "VARCHAR"), ("TYPE", "VARCHAR"), ("STATE", "VARCHAR"), ("SOURCE", "VARCHAR"),
+               ("SINK", "VARCHAR"), ("SQL", "VARCHAR")]
+    rows = [[q.query_id, q.kind, _state(metastore, q.query_id), q.source, q.sink, q.statement]
+            for q in sorted(metastore.queries.values(), key=lambda q: q.query_id)]
+    return Outcome(stmt.text, status="", columns=columns, rows=rows)
+
+
+def show_properties(stmt: ast.Show, properties: Mapping[str, str]) -> Outcome:
+    """SHOW PROPERTIES: the settings in effect for this request."""
+    return Outcome(stmt.text, status="", columns=_PROPERTY_VALUE, rows=[[k, v] for k, v in sorted(properties.items())])
+
+
+def describe(metastore: Metastore, stmt: ast.Describe) -> Outcome:
+    """DESCRIBE name: the columns, with a summary line; EXTENDED: every property as a row."""
+    source = metastore.source(stmt.name)
+    if not stmt.extended:
+        rows = [[c.name, str(c.type), "KEY" if c.key else ""] for c in source.columns]
+        summary = (f"Name: {source.name} | Type: {source.kind} | Topic: {source.topic} | "
+                   f"Status: {metastore.status(source.name)}")
+        return Outcome(stmt.text, message=summary, status="",
+                       columns=[("FIELD", "VARCHAR"), ("TYPE", "VARCHAR"), ("KEY", "VARCHAR")], rows=rows)
+    writer = metastore.queries.get(source.query_id or "")
+    rows = [
+        ["NAME", source.name], ["TYPE", source.kind], ["SCHEMA", source.schema_text()],
+        ["TOPIC", source.topic], ["PARTITIONS", str(source.partitions)],
+        ["KEY_FORMAT", source.key_format], ["VALUE_FORMAT", source.value_format],
+        ["TIMESTAMP", source.timestamp or ""],
+        ["WRITTEN_BY", ", ".join(metastore.writers(source.name))],
+        ["READ_BY", ", ".join(metastore.readers(source.name))],
+        ["STATUS", metastore.status(source.name)],
+        ["STATEMENT", writer.statement if writer else ""],
+    ]
+    return Outcome(stmt.text, status="", columns=_PROPERTY_VALUE, rows=rows)
+
+
+def plan_lines(plan: QueryPlan, source: DataSource, sink: DataSource) -> list[str]:
+    """A persistent query's plan as an indented tree, sink first (as ksqlDB's EXPLAIN)."""
+    steps = [f"[ SINK ] | {sink.kind} {sink.name} | Topic: {sink.topic} | Partitions: {sink.partitions} | "
+             f"Format: {sink.value_format} | Schema: {sink.schema_text()}"]
+    if plan.kind == "AGGREGATE":
+        aggs = ", ".join(f"{a.column} = {a.function}({a.argument})" for a in plan.aggregates)
+        steps.append(f"[ AGGREGATE ] | Key: {plan.key_column} | Aggregates: {aggs} | State: RocksDB + changelog")
+    else:
+        steps.append("[ PROJECT ] | " + ", ".join(f"{c.name} = {c.expression}" for c in plan.columns))
+    if plan.repartition:
+        steps.append(f"[ REPARTITION ] | Key: {plan.key_expression or plan.key_column} | "
+                     f"Partitions: {source.partitions} -> {sink.partitions}")
+    if plan.where is not None:
+        steps.append(f"[ FILTER ] | {plan.where}")
+    steps.append(f"[ SOURCE ] | {source.kind} {source.name} | Topic: {source.topic} | "
+                 f"Partitions: {source.partitions} | Format: {source.value_format}")
+    return [" " * (2 * depth) + "> " + step for depth, step in enumerate(steps)]
+
+
+def explain_query(metastore: Metastore, stmt: ast.Explain, query: PersistentQuery) -> Outcome:
+    """EXPLAIN query_id."""
+    source, sink = metastore.source(query.source), metastore.source(query.sink)
+    rows = [["QUERY_ID", query.query_id], ["TYPE", query.kind], ["STATE", _state(metastore, query.query_id)],
+            ["SQL", query.statement], ["SOURCE", source.name], ["SINK", sink.name], ["SINK_TOPIC", sink.topic],
+            ["SCHEMA", sink.schema_text()],
+            ["START", "latest" if query.start_offsets is not None else "earliest"]]
+    rows += [["PLAN", line] for line in plan_lines(query.plan, source, sink)]
+    return Outcome(stmt.text, status="", columns=_PROPERTY_VALUE, rows=rows)
+
+
+def explain_planned(stmt: ast.Explain, query: PersistentQuery, source: DataSource, sink: DataSource) -> Outcome:
+    """EXPLAIN of a CREATE ... AS SELECT or INSERT INTO ... SELECT that is not run."""
+    rows = [["TYPE", query.kind], ["SQL", query.statement], ["SOURCE", source.name], ["SINK", sink.name],
+            ["SCHEMA", sink.schema_text()]]
+    rows += [["PLAN", line] for line in plan_lines(query.plan, source, sink)]
+    return Outcome(stmt.text, status="", columns=_PROPERTY_VALUE, rows=rows)
+
+
+def explain_select(stmt: ast.Explain, plan: SelectPlan) -> Outcome:
+    """EXPLAIN of a pull or push query."""
+    kind = "PUSH" if isinstance(stmt.statement, ast.Query) and stmt.statement.emit_changes else "PULL"
+    rows = [["TYPE", kind], ["SQL", stmt.statement.text if stmt.statement else ""],
+            ["SCHEMA", ", ".join(f"{n} {t}" for n, t in plan.columns)]]
+    rows += [["PLAN", line] for line in plan.describe()]
+    return Outcome(stmt.text, status="", columns=_PROPERTY_VALUE, rows=rows)
+
+
+def explain(metastore: Metastore, stmt: ast.Explain, properties: Mapping[str, str]) -> Outcome:
+    """EXPLAIN query_id, or EXPLAIN of a statement that is planned but not run."""
+    if stmt.query_id is not None:
+        return explain_query(metastore, stmt, metastore.query(stmt.query_id))
+    inner = stmt.statement
+    if isinstance(inner, ast.Query):
+        return explain_select(stmt, plan_select(inner, metastore.source(inner.source)))
+    assert inner is not None
+    change = metastore.plan(inner, properties)
+    if not change.add_queries:
+        return Outcome(stmt.text, change.message)
+    query = change.add_queries[0]
+    sinks = {s.name: s for s in change.add_sources}
+    sink = sinks.get(query.sink) or metastore.source(query.sink)
+    return explain_planned(stmt, query, metastore.source(query.source), sink)

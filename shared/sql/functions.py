@@ -1,0 +1,165 @@
+"""The scalar functions of the dialect: signature, result type, Spark SQL name and a Python
+implementation (for pull queries and for checking Spark's results in tests).
+
+Each function is declared once here; the type checker, the Spark compiler and the Python
+evaluator all read this table, so they cannot disagree on which functions exist.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+
+from shared.sql.ast import SqlType
+
+INT, BIGINT, DOUBLE, VARCHAR = SqlType("INT"), SqlType("BIGINT"), SqlType("DOUBLE"), SqlType("VARCHAR")
+NUMERIC = frozenset({"INT", "BIGINT", "DECIMAL", "DOUBLE"})
+INTEGRAL = frozenset({"INT", "BIGINT"})
+
+# What a parameter accepts: a kind name and the base types it admits (None: any type).
+KINDS: dict[str, frozenset[str] | None] = {
+    "string": frozenset({"VARCHAR"}),
+    "numeric": NUMERIC,
+    "integer": INTEGRAL,
+    "array": frozenset({"ARRAY"}),
+    "any": None,
+}
+
+
+def accepts(kind: str, type_: SqlType) -> bool:
+    """True if a parameter of ``kind`` takes an argument of ``type_`` (NULL fits anything)."""
+    allowed = KINDS[kind]
+    return type_.base == "NULL" or allowed is None or type_.base in allowed
+
+
+def common_type(types: Sequence[SqlType]) -> SqlType | None:
+    """The type every one of ``types`` widens to, or None when they do not mix."""
+    known = [t for t in types if t.base != "NULL"]
+    if not known:
+        return SqlType("NULL")
+    if all(t == known[0] for t in known):
+        return known[0]
+    if all(t.base in NUMERIC for t in known):
+        for base in ("DOUBLE", "DECIMAL", "BIGINT", "INT"):
+            widest = next((t for t in known if t.base == base), None)
+            if widest is not None:
+                return widest
+    return None
+
+
+@dataclass(frozen=True)
+class ScalarFunction:
+    """One scalar function."""
+
+    name: str
+    params: tuple[str, ...]
+    """Kinds of the required parameters, in order."""
+    optional: tuple[str, ...] = ()
+    """Kinds of optional parameters after the required ones."""
+    variadic: str | None = None
+    """Kind of any number of further parameters."""
+    result: Callable[[list[SqlType]], SqlType | None] = lambda _: VARCHAR
+    """The result type from the argument types (None: the arguments do not mix)."""
+    spark: str = ""
+    """The Spark SQL function that computes it."""
+    python: Callable[..., Any] = lambda *_: None
+    """The same function in Python."""
+
+    def arity(self) -> str:
+        """The accepted argument counts, for error messages."""
+        low, high = len(self.params), len(self.params) + len(self.optional)
+        if self.variadic:
+            return f"at least {low}"
+        return str(low) if low == high else f"{low} to {high}"
+
+    def kind_at(self, index: int) -> str | None:
+        """The parameter kind at ``index``, or None past the last parameter."""
+        fixed = self.params + self.optional
+        if index < len(fixed):
+            return fixed[index]
+        return self.variadic
+
+
+def _strict(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """SQL semantics: any NULL argument gives NULL."""
+    return lambda *args: None if any(a is None for a in args) else fn(*args)
+
+
+def _substring(s: str, pos: int, length: int | None = None) -> str:
+    start = pos - 1 if pos > 0 else max(len(s) + pos, 0)
+    return s[start:] if length is None else s[start:start + max(length, 0)]
+
+
+def _round(x: Any, digits: int = 0) -> Any:
+    # Half away from zero, as Java's and Spark's ROUND (Python's round is half to even).
+    rounded = Decimal(str(x)).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP)
+    return int(rounded) if isinstance(x, int) else float(rounded)
+
+
+def _pad(s: str, length: int, pad: str, left: bool) -> str:
+    if length <= len(s):
+        return s[:length]
+    if not pad:
+        return s
+    fill = (pad * length)[:length - len(s)]
+    return fill + s if left else s + fill
+
+
+def _first(types: list[SqlType]) -> SqlType:
+    return types[0]
+
+
+def _floor_type(types: list[SqlType]) -> SqlType:
+    return types[0] if types[0].base in ("DECIMAL", "INT", "BIGINT") else BIGINT
+
+
+FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
+    ScalarFunction("UCASE", ("string",), spark="upper", python=_strict(str.upper)),
+    ScalarFunction("LCASE", ("string",), spark="lower", python=_strict(str.lower)),
+    ScalarFunction("TRIM", ("string",), spark="trim", python=_strict(str.strip)),
+    ScalarFunction("LTRIM", ("string",), spark="ltrim", python=_strict(str.lstrip)),
+    ScalarFunction("RTRIM", ("string",), spark="rtrim", python=_strict(str.rstrip)),
+    ScalarFunction("LEN", ("string",), result=lambda _: INT, spark="char_length", python=_strict(len)),
+    ScalarFunction("CONCAT", ("string",), variadic="string", spark="concat",
+                   python=_strict(lambda *a: "".join(a))),
+    ScalarFunction("SUBSTRING", ("string", "integer"), optional=("integer",), spark="substring",
+                   python=_strict(_substring)),
+    ScalarFunction("REPLACE", ("string", "string", "string"), spark="replace",
+                   python=_strict(lambda s, old, new: s.replace(old, new) if old else s)),
+    ScalarFunction("INSTR", ("string", "string"), result=lambda _: INT, spark="instr",
+                   python=_strict(lambda s, sub: s.find(sub) + 1)),
+    ScalarFunction("LPAD", ("string", "integer", "string"), spark="lpad",
+                   python=_strict(lambda s, n, p: _pad(s, n, p, left=True))),
+    ScalarFunction("RPAD", ("string", "integer", "string"), spark="rpad",
+                   python=_strict(lambda s, n, p: _pad(s, n, p, left=False))),
+    ScalarFunction("ABS", ("numeric",), result=_first, spark="abs", python=_strict(abs)),
+    ScalarFunction("ROUND", ("numeric",), optional=("integer",), result=_first, spark="round",
+                   python=_strict(_round)),
+    ScalarFunction("FLOOR", ("numeric",), result=_floor_type, spark="floor", python=_strict(math.floor)),
+    ScalarFunction("CEIL", ("numeric",), result=_floor_type, spark="ceil", python=_strict(math.ceil)),
+    ScalarFunction("SQRT", ("numeric",), result=lambda _: DOUBLE, spark="sqrt",
+                   python=_strict(lambda x: math.sqrt(x) if x >= 0 else math.nan)),
+    ScalarFunction("EXP", ("numeric",), result=lambda _: DOUBLE, spark="exp", python=_strict(math.exp)),
+    ScalarFunction("LN", ("numeric",), result=lambda _: DOUBLE, spark="ln",
+                   python=_strict(lambda x: math.log(x) if x > 0 else None)),
+    ScalarFunction("SIGN", ("numeric",), result=lambda _: DOUBLE, spark="sign",
+                   python=_strict(lambda x: float((x > 0) - (x < 0)))),
+    ScalarFunction("GREATEST", ("any",), variadic="any", result=lambda t: common_type(t), spark="greatest",
+                   python=lambda *a: max((x for x in a if x is not None), default=None)),
+    ScalarFunction("LEAST", ("any",), variadic="any", result=lambda t: common_type(t), spark="least",
+                   python=lambda *a: min((x for x in a if x is not None), default=None)),
+    ScalarFunction("COALESCE", ("any",), variadic="any", result=lambda t: common_type(t), spark="coalesce",
+                   python=lambda *a: next((x for x in a if x is not None), None)),
+    ScalarFunction("IFNULL", ("any", "any"), result=lambda t: common_type(t), spark="ifnull",
+                   python=lambda x, y: y if x is None else x),
+    ScalarFunction("ARRAY_LENGTH", ("array",), result=lambda _: INT, spark="array_size",
+                   python=_strict(len)),
+)}
+
+
+def lookup(name: str) -> ScalarFunction | None:
+    """The scalar function called ``name``, if there is one."""
+    return FUNCTIONS.get(name)

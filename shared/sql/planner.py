@@ -1,0 +1,276 @@
+"""Plans SELECTs against the metastore's sources: persistent queries (CSAS, CTAS, INSERT INTO
+... SELECT) become a ``QueryPlan`` and the sink they write; pull and push queries become a
+``SelectPlan``. Pure functions of the statement and the sources, with no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from shared.catalog import AggregateCall, Column, DataSource, OutputColumn, QueryPlan
+from shared.errors import NotFoundError, StatementError
+from shared.partitioner import partition_for
+from shared.serde import KEY_FORMATS, KEY_TYPES, VALUE_FORMATS, coerce, serialize_key, serialize_value
+from shared.sql import aggregates, ast
+from shared.sql.ast import SqlType, to_sql
+from shared.sql.expressions import evaluate, output_name, to_spark
+from shared.sql.types import Scope, check, check_condition
+
+SOURCE_PROPERTIES = ("kafka_topic", "partitions", "replicas", "value_format", "key_format", "timestamp",
+                     "value_delimiter")
+"""WITH properties a CREATE STREAM / TABLE and a CREATE ... AS SELECT accept."""
+
+
+@dataclass(frozen=True)
+class SelectPlan:
+    """A pull or push query checked against its source: result columns and the filter."""
+
+    source: DataSource
+    columns: tuple[tuple[str, SqlType], ...]
+    items: tuple[ast.SelectItem, ...]
+    where: ast.Expr | None
+    limit: int | None
+
+    def describe(self) -> list[str]:
+        """The plan as EXPLAIN shows it."""
+        steps = [f"[ PROJECT ] | Schema: {', '.join(f'{n} {t}' for n, t in self.columns)}"]
+        if self.where is not None:
+            steps.append(f"[ FILTER ] | {to_sql(self.where)}")
+        steps.append(f"[ SOURCE ] | {self.source.kind} {self.source.name} | Topic: {self.source.topic}")
+        return [" " * (2 * depth) + "> " + step for depth, step in enumerate(steps)]
+
+
+def _scope(query: ast.Query, source: DataSource) -> Scope:
+    return Scope(source.name, source.schema, query.alias)
+
+
+def _expand(query: ast.Query, source: DataSource) -> list[tuple[str, ast.Expr]]:
+    """The SELECT list with ``*`` expanded, as (output name, expression); names are unique."""
+    items: list[tuple[str, ast.Expr]] = []
+    for index, item in enumerate(query.items):
+        if item.is_star:
+            items += [(c.name, ast.ColumnRef(c.name)) for c in source.columns]
+        else:
+            assert item.expr is not None
+            items.append((output_name(item, index), item.expr))
+    seen: set[str] = set()
+    for name, _ in items:
+        if name in seen:
+            raise StatementError(f"the result has two columns named {name}; give one of them an alias with AS")
+        seen.add(name)
+    return items
+
+
+def plan_select(query: ast.Query, source: DataSource) -> SelectPlan:
+    """Check a pull or push query; the result columns with their types."""
+    if query.group_by or query.partition_by is not None:
+        raise StatementError("GROUP BY and PARTITION BY need a persistent query: CREATE TABLE|STREAM ... AS SELECT")
+    scope = _scope(query, source)
+    columns = tuple((name, check(expr, scope)) for name, expr in _expand(query, source))
+    if query.where is not None:
+        check_condition(query.where, scope, "WHERE")
+    return SelectPlan(source, columns, query.items, query.where, query.limit)
+
+
+def check_properties(properties: dict[str, Any], allowed: tuple[str, ...], statement: str) -> None:
+    """Refuse unknown or ill-typed WITH properties with a message that lists the known ones."""
+    for name, value in properties.items():
+        if name not in allowed:
+            raise StatementError(f"{statement} does not take the property {name.upper()}; "
+                                 f"it takes {', '.join(p.upper() for p in allowed)}")
+        if name in ("partitions", "replicas") and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise StatementError(f"{name.upper()} must be a positive integer; got {value!r}")
+        if name == "value_format" and str(value).upper() not in VALUE_FORMATS:
+            raise StatementError(f"VALUE_FORMAT must be one of {', '.join(VALUE_FORMATS)}; got {value!r}")
+        if name == "key_format" and str(value).upper() not in KEY_FORMATS:
+            raise StatementError(f"KEY_FORMAT must be one of {', '.join(KEY_FORMATS)}; got {value!r}")
+        if name == "value_delimiter" and (not isinstance(value, str) or len(value) != 1):
+            raise StatementError(f"VALUE_DELIMITER must be a single character; got {value!r}")
+        if name in ("kafka_topic", "timestamp") and (not isinstance(value, str) or not value):
+            raise StatementError(f"{name.upper()} must be a non-empty string; got {value!r}")
+
+
+def check_key_type(column: str, type_: SqlType) -> None:
+    """KAFKA keys are primitives the Java serializers know."""
+    if type_.base not in KEY_TYPES:
+        raise StatementError(f"key {column} is {type_}, which the KAFKA key format cannot hold; "
+                             f"use one of {', '.join(KEY_TYPES)}")
+
+
+def check_timestamp(properties: dict[str, Any], columns: tuple[Column, ...]) -> str | None:
+    """The TIMESTAMP property names a BIGINT or TIMESTAMP column."""
+    name = properties.get("timestamp")
+    if name is None:
+        return None
+    name = str(name).upper()
+    found = next((c for c in columns if c.name == name), None)
+    if found is None or found.type.base not in ("BIGINT", "TIMESTAMP"):
+        raise StatementError(f"TIMESTAMP={name} must name a BIGINT or TIMESTAMP column of the result")
+    return name
+
+
+def _result_kind(source: DataSource, grouped: bool) -> str:
+    return "TABLE" if grouped or source.kind == "TABLE" else "STREAM"
+
+
+def plan_persistent(
+    kind: str | None, name: str, query: ast.Query, source: DataSource, properties: dict[str, Any],
+    query_id: str, target: DataSource | None = None,
+) -> tuple[DataSource, QueryPlan]:
+    """Plan ``CREATE <kind> name AS <query>`` (or ``INSERT INTO target <query>`` when ``kind`` is
+    None): the sink it writes and how to compute it."""
+    if query.limit is not None:
+        raise StatementError("LIMIT is not allowed in a persistent query")
+    result_kind = _result_kind(source, bool(query.group_by))
+    wanted = kind if kind is not None else "STREAM"
+    if result_kind != wanted:
+        verb = f"CREATE {result_kind} AS SELECT" if kind is not None else "CREATE TABLE AS SELECT"
+        raise StatementError(f"invalid result type: the SELECT produces a {result_kind}; use {verb} instead")
+    if kind is None and source.kind != "STREAM":
+        raise StatementError("INSERT INTO ... SELECT reads a STREAM")
+    scope = _scope(query, source)
+    where = None
+    if query.where is not None:
+        check_condition(query.where, scope, "WHERE")
+        where = to_spark(query.where, scope)
+    partitions = target.partitions if target is not None else int(properties.get("partitions", source.partitions))
+    if query.group_by:
+        columns, key_expr, calls = _aggregation(name, query, source, scope)
+        plan_kind = "AGGREGATE"
+    else:
+        columns, key_expr = _projection(name, query, source, scope)
+        calls = ()
+        plan_kind = "PROJECT"
+    key = next((c for c in columns if c.key), None)
+    if key is not None:
+        check_key_type(key.name, key.type)
+    same_key = key_expr is None
+    plan = QueryPlan(
+        kind=plan_kind, source=source.name, sink=name, columns=columns, where=where,
+        key_column=key.name if key else None, key_expression=key_expr,
+        repartition=not same_key or partitions != source.partitions, aggregates=calls,
+    )
+    sink_columns = tuple(Column(c.name, c.type, c.key) for c in columns)
+    if target is not None:
+        if sink_columns != target.columns:
+            raise StatementError(
+                f"INSERT INTO {target.name}: the SELECT gives ({DataSource('', '', sink_columns, '', 1).schema_text()}) "
+                f"but {target.name} has ({target.schema_text()}); select the same columns, types and key")
+        return target, plan
+    sink = DataSource(
+        kind=result_kind, name=name, columns=sink_columns,
+        topic=str(properties.get("kafka_topic", name)), partitions=partitions,
+        key_format=str(properties.get("key_format", "KAFKA")).upper(),
+        value_format=str(properties.get("value_format", source.value_format)).upper(),
+        query_id=query_id, value_delimiter=str(properties.get("value_delimiter", source.value_delimiter)),
+        timestamp=check_timestamp(properties, sink_columns),
+    )
+    return sink, plan
+
+
+def _source_key_ref(expr: ast.Expr, source: DataSource) -> bool:
+    key = source.key_column
+    return key is not None and isinstance(expr, ast.ColumnRef) and expr.name == key.name
+
+
+def _key_first(columns: list[OutputColumn]) -> tuple[OutputColumn, ...]:
+    return tuple(sorted(columns, key=lambda c: not c.key))
+
+
+def _missing_key(name: str, what: str, expr: ast.Expr) -> StatementError:
+    return StatementError(f"key missing from projection: the query that builds {name} must select "
+                          f"the {what} {to_sql(expr)} (for example SELECT {to_sql(expr)}, ...)")
+
+
+def _aggregation(
+    name: str, query: ast.Query, source: DataSource, scope: Scope,
+) -> tuple[tuple[OutputColumn, ...], str | None, tuple[AggregateCall, ...]]:
+    if source.kind == "TABLE":
+        raise StatementError(f"aggregating the TABLE {source.name} is not supported; aggregate the stream it comes from")
+    if query.partition_by is not None:
+        raise StatementError("PARTITION BY cannot be combined with GROUP BY; GROUP BY already keys the result")
+    if len(query.group_by) != 1:
+        raise StatementError(f"GROUP BY on {len(query.group_by)} expressions needs a multi-column key, "
+                             "which is not supported; group by one expression")
+    group = query.group_by[0]
+    group_type = check(group, scope)
+    columns: list[OutputColumn] = []
+    calls: list[AggregateCall] = []
+    for out, expr in _expand(query, source):
+        if expr == group:
+            columns.append(OutputColumn(out, group_type, to_spark(group, scope), key=True))
+            continue
+        if not isinstance(expr, ast.Call) or aggregates.lookup(expr.name) is None:
+            shown = to_sql(expr) if out == to_sql(expr) else f"{out} ({to_sql(expr)})"
+            raise StatementError(f"{shown} is neither an aggregate nor the GROUP BY expression "
+                                 f"{to_sql(group)}; aggregate it or group by it")
+        result = check(expr, scope, aggregates_allowed=True)
+        argument = "1" if expr.star else to_spark(expr.args[0], scope)
+        columns.append(OutputColumn(out, result, f"{expr.name}({argument})"))
+        calls.append(AggregateCall(out, expr.name, argument))
+    if not any(c.key for c in columns):
+        raise _missing_key(name, "grouping expression", group)
+    key_expr = None if _source_key_ref(group, source) else to_spark(group, scope)
+    return _key_first(columns), key_expr, tuple(calls)
+
+
+def _projection(
+    name: str, query: ast.Query, source: DataSource, scope: Scope,
+) -> tuple[tuple[OutputColumn, ...], str | None]:
+    partition_by = query.partition_by
+    if partition_by is not None and source.kind == "TABLE":
+        raise StatementError("PARTITION BY applies to streams; a table is keyed by its PRIMARY KEY")
+    if partition_by is not None:
+        check(partition_by, scope)
+    key_of_source = ast.ColumnRef(source.key_column.name) if source.key_column else None
+    key_expr: ast.Expr | None = partition_by if partition_by is not None else key_of_source
+    columns: list[OutputColumn] = []
+    for out, expr in _expand(query, source):
+        type_ = check(expr, scope)
+        columns.append(OutputColumn(out, type_, to_spark(expr, scope), key=key_expr is not None and expr == key_expr))
+    keys = [c for c in columns if c.key]
+    if key_expr is not None and not keys:
+        raise _missing_key(name, "partitioning expression" if partition_by is not None else "key column", key_expr)
+    if len(keys) > 1:
+        # The same expression selected twice: the first one is the key.
+        first = keys[0].name
+        columns = [c if c.key is False or c.name == first else OutputColumn(c.name, c.type, c.expression)
+                   for c in columns]
+    moved = partition_by is not None and not _source_key_ref(partition_by, source)
+    return _key_first(columns), (to_spark(partition_by, scope) if moved and partition_by is not None else None)
+
+
+@dataclass(frozen=True)
+class EncodedRecord:
+    """An INSERT ... VALUES row as the Kafka record to produce."""
+
+    key: bytes | None
+    value: bytes
+    partition: int | None
+    """murmur2 of the key, as the Java client picks it; None for a keyless stream."""
+
+
+def encode_insert(stmt: ast.InsertValues, source: DataSource) -> EncodedRecord:
+    """Check an INSERT ... VALUES against its target and serialize the row per its formats."""
+    if source.query_id is not None:
+        raise StatementError(f"{source.name} is written by query {source.query_id}; INSERT into its source instead")
+    names = list(stmt.columns) if stmt.columns is not None else [c.name for c in source.columns]
+    if len(names) != len(stmt.values):
+        raise StatementError(f"INSERT names {len(names)} columns but gives {len(stmt.values)} values")
+    schema = source.schema
+    row: dict[str, Any] = {}
+    for name, expr in zip(names, stmt.values, strict=True):
+        if name not in schema:
+            raise NotFoundError(f"{source.name} has no column {name}; its columns are {', '.join(schema)}")
+        if name in row:
+            raise StatementError(f"INSERT names the column {name} twice")
+        row[name] = coerce(evaluate(expr, {}), schema[name], name)
+    key_col = source.key_column
+    if key_col is not None and row.get(key_col.name) is None:
+        raise StatementError(f"the key column {key_col.name} of {source.name} needs a value that is not NULL")
+    key = serialize_key(row.get(key_col.name), key_col.type) if key_col else None
+    values = source.value_columns
+    value = serialize_value([c.name for c in values], [row.get(c.name) for c in values],
+                            source.value_format, source.value_delimiter)
+    return EncodedRecord(key, value, partition_for(key, source.partitions) if key is not None else None)

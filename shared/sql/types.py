@@ -1,0 +1,197 @@
+"""Type checking of expressions against a source's columns.
+
+``check`` returns an expression's SQL type or raises: unknown columns and functions are
+``NotFoundError``; type clashes are ``StatementError`` naming the expression and both types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from shared.errors import NotFoundError, StatementError
+from shared.sql import aggregates, ast, functions
+from shared.sql.ast import SqlType, to_sql
+from shared.sql.functions import INTEGRAL, NUMERIC, common_type
+
+BOOLEAN = SqlType("BOOLEAN")
+PRIMITIVE = frozenset({"BOOLEAN", "INT", "BIGINT", "DOUBLE", "DECIMAL", "VARCHAR", "BYTES", "TIMESTAMP", "DATE", "TIME"})
+# Casts Spark and the Python evaluator both do the same way.
+CASTABLE = frozenset({"BOOLEAN", "INT", "BIGINT", "DOUBLE", "DECIMAL", "VARCHAR"})
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The columns an expression may use: those of one source, optionally aliased."""
+
+    source: str
+    schema: Mapping[str, SqlType]
+    alias: str | None = None
+
+    def column(self, ref: ast.ColumnRef) -> SqlType:
+        """The type of a column reference, checking its qualifier."""
+        if ref.qualifier is not None and ref.qualifier not in (self.source, self.alias):
+            names = self.source + (f" (alias {self.alias})" if self.alias else "")
+            raise NotFoundError(f"{ref.qualifier}.{ref.name}: the query reads {names}, not {ref.qualifier}")
+        found = self.schema.get(ref.name)
+        if found is None:
+            raise NotFoundError(f"column {ref.name} does not exist in {self.source}; "
+                                f"its columns are {', '.join(self.schema)}")
+        return found
+
+
+def _clash(what: str, *parts: tuple[ast.Expr, SqlType]) -> StatementError:
+    described = ", ".join(f"{to_sql(e)} is {t}" for e, t in parts)
+    return StatementError(f"{what}: {described}")
+
+
+_KIND_NAMES = {NUMERIC: "numbers", INTEGRAL: "INT or BIGINT", frozenset({"BOOLEAN"}): "BOOLEAN",
+               frozenset({"VARCHAR"}): "VARCHAR"}
+
+
+def _require(expr: ast.Expr, type_: SqlType, allowed: frozenset[str], what: str) -> None:
+    if type_.base != "NULL" and type_.base not in allowed:
+        wanted = _KIND_NAMES.get(allowed) or " or ".join(sorted(allowed))
+        raise _clash(f"{what} needs {wanted}", (expr, type_))
+
+
+def comparable(a: SqlType, b: SqlType) -> bool:
+    """True if values of the two types can be compared with =, <, BETWEEN and IN."""
+    if "NULL" in (a.base, b.base):
+        return True
+    if a.base in NUMERIC and b.base in NUMERIC:
+        return True
+    return a.base == b.base and a.base in PRIMITIVE
+
+
+def check(expr: ast.Expr, scope: Scope, *, aggregates_allowed: bool = False) -> SqlType:
+    """The type of ``expr`` in ``scope``; raises if it is ill-typed or names unknown things."""
+    def sub(e: ast.Expr) -> SqlType:
+        return check(e, scope, aggregates_allowed=False)
+
+    if isinstance(expr, ast.Literal):
+        return expr.type
+    if isinstance(expr, ast.ColumnRef):
+        return scope.column(expr)
+    if isinstance(expr, ast.Subscript):
+        container, index = sub(expr.operand), sub(expr.index)
+        if container.base == "ARRAY":
+            _require(expr.index, index, INTEGRAL, "an array index")
+            return container.params[0]  # type: ignore[no-any-return]
+        if container.base == "MAP":
+            if not comparable(container.params[0], index):
+                raise _clash(f"a key of {container} does not fit", (expr.index, index))
+            return container.params[1]  # type: ignore[no-any-return]
+        raise _clash("[...] needs an ARRAY or a MAP", (expr.operand, container))
+    if isinstance(expr, ast.Dereference):
+        struct = sub(expr.operand)
+        if struct.base != "STRUCT":
+            raise _clash("-> needs a STRUCT", (expr.operand, struct))
+        for name, type_ in struct.params:
+            if name == expr.field:
+                return type_  # type: ignore[no-any-return]
+        raise NotFoundError(f"{to_sql(expr.operand)} has no field {expr.field}; "
+                            f"its fields are {', '.join(n for n, _ in struct.params)}")
+    if isinstance(expr, ast.Call):
+        return _check_call(expr, scope, aggregates_allowed)
+    if isinstance(expr, ast.Binary):
+        left, right = sub(expr.left), sub(expr.right)
+        if expr.op in ("AND", "OR"):
+            for e, t in ((expr.left, left), (expr.right, right)):
+                _require(e, t, frozenset({"BOOLEAN"}), expr.op)
+            return BOOLEAN
+        if expr.op in ("+", "-", "*", "/", "%"):
+            for e, t in ((expr.left, left), (expr.right, right)):
+                _require(e, t, NUMERIC, f"arithmetic {expr.op}")
+            widest = common_type([left, right])
+            return widest if widest is not None and widest.base != "NULL" else SqlType("INT")
+        if expr.op == "LIKE":
+            for e, t in ((expr.left, left), (expr.right, right)):
+                _require(e, t, frozenset({"VARCHAR"}), "LIKE")
+            return BOOLEAN
+        if not comparable(left, right):
+            raise _clash(f"cannot compare with {expr.op}", (expr.left, left), (expr.right, right))
+        return BOOLEAN
+    if isinstance(expr, ast.Unary):
+        operand = sub(expr.operand)
+        if expr.op == "NOT":
+            _require(expr.operand, operand, frozenset({"BOOLEAN"}), "NOT")
+            return BOOLEAN
+        _require(expr.operand, operand, NUMERIC, "unary -")
+        return operand
+    if isinstance(expr, ast.IsNull):
+        sub(expr.operand)
+        return BOOLEAN
+    if isinstance(expr, ast.Between):
+        value = sub(expr.operand)
+        for bound in (expr.low, expr.high):
+            bound_type = sub(bound)
+            if not comparable(value, bound_type):
+                raise _clash("cannot compare in BETWEEN", (expr.operand, value), (bound, bound_type))
+        return BOOLEAN
+    if isinstance(expr, ast.InList):
+        value = sub(expr.operand)
+        for item in expr.items:
+            item_type = sub(item)
+            if not comparable(value, item_type):
+                raise _clash("cannot compare in IN", (expr.operand, value), (item, item_type))
+        return BOOLEAN
+    if isinstance(expr, ast.Cast):
+        source = sub(expr.operand)
+        for t in (source, expr.type):
+            if t.base != "NULL" and t.base not in CASTABLE:
+                raise _clash(f"CAST to {expr.type} is not supported", (expr.operand, source))
+        return expr.type
+    if isinstance(expr, ast.Case):
+        for condition, _ in expr.whens:
+            _require(condition, sub(condition), frozenset({"BOOLEAN"}), "a WHEN condition")
+        branches = [v for _, v in expr.whens] + ([expr.otherwise] if expr.otherwise is not None else [])
+        types = [sub(v) for v in branches]
+        result = common_type(types)
+        if result is None:
+            raise _clash("the CASE branches have different types", *zip(branches, types, strict=True))
+        return result
+    raise StatementError(f"unsupported expression {to_sql(expr)}")
+
+
+def _check_call(call: ast.Call, scope: Scope, aggregates_allowed: bool) -> SqlType:
+    agg = aggregates.lookup(call.name)
+    if agg is not None:
+        if not aggregates_allowed:
+            raise StatementError(f"aggregate {call.name} is only allowed in the SELECT list of a GROUP BY query")
+        if call.star:
+            if call.name != "COUNT":
+                raise StatementError(f"{call.name}(*) is not allowed; only COUNT(*) is")
+            return agg.result_type(SqlType("BIGINT"))
+        if len(call.args) != 1:
+            raise StatementError(f"{call.name} takes exactly one argument, got {len(call.args)}")
+        argument = check(call.args[0], scope)
+        if not functions.accepts(agg.param, argument):
+            raise _clash(f"{call.name} needs a {agg.param} argument", (call.args[0], argument))
+        return agg.result_type(argument)
+    fn = functions.lookup(call.name)
+    if fn is None:
+        known = ", ".join(sorted([*functions.FUNCTIONS, *aggregates.AGGREGATES]))
+        raise NotFoundError(f"function {call.name} does not exist; known functions: {known}")
+    if call.star:
+        raise StatementError(f"{call.name}(*) is not allowed")
+    types = [check(a, scope) for a in call.args]
+    low = len(fn.params)
+    high = None if fn.variadic else low + len(fn.optional)
+    if len(types) < low or (high is not None and len(types) > high):
+        raise StatementError(f"{call.name} takes {fn.arity()} argument(s), got {len(types)}")
+    for index, (arg, type_) in enumerate(zip(call.args, types, strict=True)):
+        kind = fn.kind_at(index)
+        if kind is not None and not functions.accepts(kind, type_):
+            raise _clash(f"argument {index + 1} of {call.name} must be {kind}", (arg, type_))
+    result = fn.result(types)
+    if result is None:
+        raise _clash(f"the arguments of {call.name} have different types", *zip(call.args, types, strict=True))
+    return result
+
+
+def check_condition(expr: ast.Expr, scope: Scope, clause: str) -> None:
+    """A WHERE (or similar) clause must be BOOLEAN."""
+    type_ = check(expr, scope)
+    if type_.base not in ("BOOLEAN", "NULL"):
+        raise _clash(f"{clause} must be BOOLEAN", (expr, type_))

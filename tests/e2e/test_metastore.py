@@ -1,0 +1,112 @@
+"""The metastore through a real cluster: SHOW / DESCRIBE / EXPLAIN through ``millpond sql``,
+every node's digest equal, and equal again after every service restarts and replays."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+import pytest
+
+from cli.client import metastore_digest
+from deploy.kafka_broker import EmbeddedKafka
+from deploy.launcher import LocalCluster
+from shared.net import free_port
+
+MILLPOND = [sys.executable, "-m", "cli.main"]
+
+SCRIPT = """
+SET 'auto.offset.reset'='earliest';
+CREATE STREAM pageviews (userid VARCHAR KEY, pageid VARCHAR, seconds INT)
+  WITH (kafka_topic='pageviews', partitions=3, value_format='json');
+CREATE STREAM clicks (userid BIGINT, pageid VARCHAR) WITH (kafka_topic='clicks', partitions=2, value_format='delimited');
+INSERT INTO pageviews (userid, pageid, seconds) VALUES ('alice', 'home', 10);
+CREATE TABLE time_on_site AS SELECT userid, SUM(seconds) AS total FROM pageviews GROUP BY userid;
+CREATE STREAM long_views AS SELECT userid, UCASE(pageid) AS page, seconds FROM pageviews WHERE seconds > 5;
+CREATE STREAM by_page WITH (partitions=2) AS SELECT pageid, userid FROM pageviews PARTITION BY pageid;
+CREATE STREAM doomed (a INT) WITH (kafka_topic='doomed', partitions=1, value_format='json');
+DROP STREAM doomed DELETE TOPIC;
+"""
+
+
+def sql(router: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*MILLPOND, "sql", "--server", router, *args], capture_output=True, text=True,
+                          timeout=120, check=check)
+
+
+def rows(result: subprocess.CompletedProcess[str]) -> list[dict[str, object]]:
+    return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+
+
+def digests(cluster: LocalCluster) -> dict[str, tuple[str, int]]:
+    answers = {child.name: metastore_digest(child.endpoint) for child in cluster.children}
+    return {name: (a.digest, a.command_offset) for name, a in answers.items()}
+
+
+@pytest.fixture(scope="module")
+def small_cluster(kafka: EmbeddedKafka, tmp_path_factory: pytest.TempPathFactory) -> LocalCluster:
+    local = LocalCluster(data_dir=Path(tmp_path_factory.mktemp("metastore")), workers=1,
+                         kafka=kafka.bootstrap_servers, router_port=free_port(),
+                         service_id=f"meta{os.getpid()}", spark_master="local[1]")
+    local.start()
+    yield local  # type: ignore[misc]
+    local.stop()
+
+
+def test_show_describe_and_explain_through_the_cli(small_cluster: LocalCluster, tmp_path: Path) -> None:
+    script = tmp_path / "script.sql"
+    script.write_text(SCRIPT.replace("pageviews'", f"pageviews-{small_cluster.service_id}'")
+                      .replace("'clicks'", f"'clicks-{small_cluster.service_id}'")
+                      .replace("'doomed'", f"'doomed-{small_cluster.service_id}'"))
+    done = rows(sql(small_cluster.router, "-f", str(script), "--output", "json"))
+    assert [r["message"] for r in done][-1].startswith("Source DOOMED")  # type: ignore[union-attr]
+
+    streams = rows(sql(small_cluster.router, "-e", "SHOW STREAMS;", "--output", "json"))
+    assert [s["NAME"] for s in streams] == ["BY_PAGE", "CLICKS", "LONG_VIEWS", "PAGEVIEWS"]
+    assert {s["NAME"]: s["VALUE_FORMAT"] for s in streams}["CLICKS"] == "DELIMITED"
+    assert all(s["STATUS"] == "OK" for s in streams)
+    queries = rows(sql(small_cluster.router, "-e", "SHOW QUERIES;", "--output", "json"))
+    assert [q["QUERY_ID"] for q in queries] == ["CSAS_BY_PAGE_2", "CSAS_LONG_VIEWS_1", "CTAS_TIME_ON_SITE_0"]
+
+    described = rows(sql(small_cluster.router, "-e", "DESCRIBE EXTENDED time_on_site;", "--output", "json"))
+    props = {r["PROPERTY"]: r["VALUE"] for r in described}
+    assert props["SCHEMA"] == "USERID VARCHAR KEY, TOTAL INT"
+    assert props["WRITTEN_BY"] == "CTAS_TIME_ON_SITE_0" and props["STATUS"] == "OK"
+    plain = sql(small_cluster.router, "-e", "DESCRIBE pageviews;").stdout
+    assert "Status: OK" in plain and "SECONDS" in plain
+
+    explained = rows(sql(small_cluster.router, "-e", "EXPLAIN CSAS_BY_PAGE_2;", "--output", "json"))
+    plan = [r["VALUE"] for r in explained if r["PROPERTY"] == "PLAN"]
+    assert any("[ REPARTITION ]" in str(line) for line in plan)
+    assert {r["PROPERTY"]: r["VALUE"] for r in explained}["START"] == "earliest"
+
+    missing = sql(small_cluster.router, "-e", "EXPLAIN NOPE;", check=False)
+    assert missing.returncode == 1 and "NOT_FOUND" in missing.stderr and "query NOPE does not exist" in missing.stderr
+    clash = sql(small_cluster.router, "-e", "CREATE STREAM pageviews (a INT) WITH (kafka_topic='x', value_format='json');",
+                check=False)
+    assert "ALREADY_EXISTS" in clash.stderr
+    typed = sql(small_cluster.router, "-e", "SELECT * FROM time_on_site WHERE total = 'x';", check=False)
+    assert "INVALID_ARGUMENT" in typed.stderr and "TOTAL is INT" in typed.stderr
+
+
+def test_every_node_has_the_same_digest_before_and_after_a_full_restart(small_cluster: LocalCluster) -> None:
+    before = digests(small_cluster)
+    assert len(before) == 3 and len(set(before.values())) == 1, before
+    compared = subprocess.run([*MILLPOND, "digest", *(c.endpoint for c in small_cluster.children)],
+                              capture_output=True, text=True, timeout=60)
+    assert compared.returncode == 0, compared.stderr
+
+    small_cluster.stop()
+    small_cluster.start()
+    after = digests(small_cluster)
+    assert set(after.values()) == set(before.values()), (before, after)
+
+
+def test_digest_of_a_node_that_is_down_is_a_clear_error(small_cluster: LocalCluster) -> None:
+    with pytest.raises(grpc.RpcError) as info:
+        metastore_digest(f"127.0.0.1:{free_port()}", timeout=2)
+    assert info.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)

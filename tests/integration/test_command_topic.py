@@ -1,0 +1,182 @@
+"""The transactional command topic against the real broker: seed 002's race and replay cases."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import ProducerFenced
+
+from deploy.kafka_broker import EmbeddedKafka
+from services.coordinator.executor import StatementExecutor
+from shared.command_log import Command, CommandReader, CommandWriter
+from shared.config import CoordinatorSettings
+from shared.errors import AlreadyExistsError
+from shared.kafka import delete_topics, ensure_topic
+from shared.metastore import Metastore
+
+pytestmark = pytest.mark.kafka
+_ids = itertools.count()
+
+
+@asynccontextmanager
+async def coordinator_core(bootstrap: str, service_id: str) -> AsyncIterator[StatementExecutor]:
+    """What a coordinator needs to execute statements: its own metastore, reader and clients."""
+    settings = CoordinatorSettings(service_id=service_id, kafka_bootstrap_servers=bootstrap)
+    metastore = Metastore()
+    reader = CommandReader(bootstrap, settings.command_topic, metastore)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True)
+    offsets = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
+    await admin.start()
+    await ensure_topic(admin, settings.command_topic, 1)
+    for client in (producer, offsets, reader):
+        await client.start()
+    try:
+        yield StatementExecutor(settings, metastore, reader,
+                                CommandWriter(bootstrap, settings.command_topic, service_id),
+                                admin, producer, offsets)
+    finally:
+        for closer in (reader.stop, offsets.stop, producer.stop, admin.close):
+            await closer()
+
+
+async def committed_commands(bootstrap: str, topic: str) -> list[tuple[int, Command]]:
+    """Every committed command of ``topic`` read from the start, read_committed."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
+                                enable_auto_commit=False)
+    await consumer.start()
+    try:
+        partition = TopicPartition(topic, 0)
+        consumer.assign([partition])
+        await consumer.seek_to_beginning(partition)
+        end = (await consumer.end_offsets([partition]))[partition]
+        found: list[tuple[int, Command]] = []
+        while await consumer.position(partition) < end:
+            for record in (await consumer.getmany(partition, timeout_ms=1000)).get(partition, []):
+                found.append((record.offset, Command.decode(record.value or b"{}")))
+        return found
+    finally:
+        await consumer.stop()
+
+
+async def test_racing_coordinators_never_both_append_conflicting_statements(kafka: EmbeddedKafka) -> None:
+    """Seed 002's CLICKSTREAM: two coordinators with one service id get conflicting CREATEs
+    at the same moment; exactly one is appended, the other is told the stream exists."""
+    service_id = f"race{next(_ids)}"
+    bootstrap = kafka.bootstrap_servers
+    async with coordinator_core(bootstrap, service_id) as a, coordinator_core(bootstrap, service_id) as b:
+        rounds = 6
+        for i in range(rounds):
+            results = await asyncio.gather(
+                a.execute(f"CREATE STREAM CLICKSTREAM_{i} (USERID BIGINT, PAGEID STRING) "
+                          f"WITH (kafka_topic='clickstream-{service_id}-{i}', partitions=1, value_format='JSON')", {}),
+                b.execute(f"CREATE STREAM CLICKSTREAM_{i} (ACCOUNTID STRING) "
+                          f"WITH (kafka_topic='clickstream-{service_id}-{i}', partitions=1, value_format='DELIMITED')", {}),
+                return_exceptions=True,
+            )
+            ok = [r for r in results if not isinstance(r, BaseException)]
+            refused = [r for r in results if isinstance(r, BaseException)]
+            assert len(ok) == 1, results
+            assert len(refused) == 1 and isinstance(refused[0], AlreadyExistsError), results
+            winner_format = "JSON" if results[0] is ok[0] else "DELIMITED"
+            for executor in (a, b):
+                await executor.reader.catch_up()
+                assert executor.metastore.source(f"CLICKSTREAM_{i}").value_format == winner_format
+        # A deterministic interleaving too: A validates, then stalls before appending; B
+        # starts meanwhile, which fences A. B's statement wins, and A's retry sees it.
+        slow_create = a._create_topics
+
+        async def stall(*args: Any) -> None:
+            await asyncio.sleep(1.0)
+            await slow_create(*args)
+
+        a._create_topics = stall  # type: ignore[method-assign]
+        first = asyncio.create_task(a.execute(
+            f"CREATE STREAM CLICKSTREAM (USERID BIGINT, PAGEID STRING) "
+            f"WITH (kafka_topic='clickstream-{service_id}', partitions=1, value_format='JSON')", {}))
+        await asyncio.sleep(0.5)
+        second = await b.execute(f"CREATE STREAM CLICKSTREAM (ACCOUNTID STRING) "
+                                 f"WITH (kafka_topic='clickstream-{service_id}', partitions=1, value_format='DELIMITED')", {})
+        assert second.message == "Stream created"
+        with pytest.raises(AlreadyExistsError):
+            await first
+        assert a.fenced_retries >= 1
+        rounds += 1
+
+        commands = await committed_commands(bootstrap, a.settings.command_topic)
+        assert len(commands) == rounds
+        assert sorted(c.statement.split()[2] for _, c in commands) == sorted(
+            ["CLICKSTREAM", *(f"CLICKSTREAM_{i}" for i in range(rounds - 1))])
+        assert a.metastore.digest() == b.metastore.digest()
+        assert a.metastore.command_offset == b.metastore.command_offset
+
+
+async def test_a_fenced_writer_cannot_commit(kafka: EmbeddedKafka) -> None:
+    """Starting a writer with the same transactional id aborts the older one's transaction."""
+    service_id = f"fence{next(_ids)}"
+    topic = f"_millpond-{service_id}-command_topic"
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap_servers)
+    await admin.start()
+    await ensure_topic(admin, topic, 1)
+    await admin.close()
+    first, second = (CommandWriter(kafka.bootstrap_servers, topic, service_id) for _ in range(2))
+    stale = Command("CREATE STREAM stale (a INT) WITH (kafka_topic='stale', partitions=1, value_format='JSON')")
+    fresh = Command("CREATE STREAM fresh (a INT) WITH (kafka_topic='fresh', partitions=1, value_format='JSON')")
+    with pytest.raises(ProducerFenced):
+        async with first.transaction() as old:
+            await old.append(stale)
+            async with second.transaction() as new:
+                await new.append(fresh)
+    statements = [c.statement for _, c in await committed_commands(kafka.bootstrap_servers, topic)]
+    assert statements == [fresh.statement]
+
+
+async def test_replay_keeps_every_statement_and_marks_what_lost_its_topic(kafka: EmbeddedKafka) -> None:
+    """Seed 002's PAGEVIEWS: after PAGEVIEWS' topic is deleted, a node that replays still
+    creates both entities, in order, marks them with the error, and goes on past them."""
+    service_id = f"replay{next(_ids)}"
+    bootstrap = kafka.bootstrap_servers
+    topic = f"pageviews-{service_id}"
+    async with coordinator_core(bootstrap, service_id) as coordinator:
+        await coordinator.execute(f"CREATE STREAM PAGEVIEWS_STREAM (USERID BIGINT, PAGEID STRING) "
+                                  f"WITH (kafka_topic='{topic}', partitions=2, value_format='JSON')", {})
+        created = await coordinator.execute("CREATE STREAM PAGEVIEWS_COPY AS SELECT * FROM PAGEVIEWS_STREAM", {})
+        query_id = created.message.rsplit(" ", 1)[-1]
+        await coordinator.execute("CREATE STREAM LATER (A INT) WITH (kafka_topic='later-" + service_id + "', "
+                                  "partitions=1, value_format='JSON')", {})
+        # A command no node can apply (written by a hypothetical newer version) keeps its place too.
+        async with coordinator.writer.transaction() as txn:
+            broken_offset = await txn.append(Command("CREATE STREAM BROKEN ("))
+        await coordinator.execute("CREATE STREAM LAST (A INT) WITH (kafka_topic='last-" + service_id + "', "
+                                  "partitions=1, value_format='JSON')", {})
+        expected = coordinator.metastore
+        await delete_topics(coordinator.admin, [topic])
+
+        replayed = Metastore()
+        reader = CommandReader(bootstrap, coordinator.settings.command_topic, replayed)
+        await reader.start()
+        try:
+            deadline = asyncio.get_running_loop().time() + 30
+            while True:
+                await reader.catch_up()
+                await reader.refresh_errors()
+                if "PAGEVIEWS_STREAM" in replayed.errors or asyncio.get_running_loop().time() > deadline:
+                    break
+                await asyncio.sleep(0.5)  # topic deletion is asynchronous in the broker
+        finally:
+            await reader.stop()
+
+    assert list(replayed.sources) == ["PAGEVIEWS_STREAM", "PAGEVIEWS_COPY", "LATER", "LAST"]
+    assert replayed.status("PAGEVIEWS_STREAM") == f"ERROR: topic {topic} does not exist (deleted outside Millpond?)"
+    assert replayed.errors[query_id].startswith("PAGEVIEWS_STREAM is in error")
+    assert replayed.status("LATER") == "OK" and replayed.status("PAGEVIEWS_COPY") == "OK"
+    assert list(replayed.failed_commands) == [broken_offset]
+    assert replayed.command_offset == expected.command_offset
+    assert replayed.digest() == expected.digest()

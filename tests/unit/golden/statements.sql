@@ -1,0 +1,122 @@
+-- Every statement form of the dialect, applied in order to one metastore.
+-- tests/unit/test_golden.py renders what each does into statements.golden.
+
+-- Declared sources: streams with and without a key, a table, every type, both value formats.
+CREATE STREAM readings (sensor VARCHAR KEY, area VARCHAR, reading INT, ts BIGINT)
+  WITH (kafka_topic='readings', partitions=4, value_format='json', timestamp='ts');
+CREATE STREAM IF NOT EXISTS readings (x INT) WITH (kafka_topic='other', value_format='json');
+CREATE STREAM clicks (userid BIGINT, pageid STRING) WITH (kafka_topic='clicks', partitions=2, value_format='DELIMITED');
+CREATE TABLE users (id VARCHAR PRIMARY KEY, name VARCHAR, age INT, balance DECIMAL(10, 2),
+  tags ARRAY<VARCHAR>, attrs MAP<VARCHAR, INT>, address STRUCT<city VARCHAR, zip INT>,
+  avatar BYTES, born DATE, seen TIMESTAMP, active BOOLEAN, score DOUBLE)
+  WITH (kafka_topic='users', partitions=4, value_format='json');
+CREATE OR REPLACE STREAM clicks (userid BIGINT, pageid STRING, referrer STRING)
+  WITH (kafka_topic='clicks', partitions=2, value_format='DELIMITED');
+CREATE STREAM `MixedCase` ("Quoted" VARCHAR KEY, plain INT) WITH (kafka_topic='mixed', partitions=1, value_format='json');
+
+-- Persistent queries: CTAS with every aggregate, CSAS with projection, functions and PARTITION BY.
+CREATE TABLE avg_readings AS
+  SELECT sensor, AVG(reading) AS avg_reading, COUNT(*) AS n, SUM(reading) AS total, MIN(reading) AS low,
+         MAX(reading) AS high, LATEST_BY_OFFSET(area) AS last_area, EARLIEST_BY_OFFSET(area) AS first_area,
+         COUNT_DISTINCT(area) AS areas, COLLECT_LIST(reading) AS all_readings
+  FROM readings WHERE reading IS NOT NULL AND area != 'test' GROUP BY sensor EMIT CHANGES;
+CREATE TABLE by_area WITH (kafka_topic='by_area_topic', partitions=2) AS
+  SELECT area, COUNT(*) AS n FROM readings GROUP BY area;
+CREATE STREAM hot WITH (value_format='DELIMITED') AS
+  SELECT sensor, UCASE(area) AS area, reading * 2 AS doubled, CASE WHEN reading > 50 THEN 'hot' ELSE 'cold' END AS band
+  FROM readings r WHERE r.reading BETWEEN 40 AND 100 OR area IN ('engine', 'motor') EMIT CHANGES;
+CREATE STREAM by_user WITH (partitions=3, kafka_topic='by_user') AS
+  SELECT userid, pageid, LEN(pageid) AS len, CONCAT(pageid, '-', referrer) AS path FROM clicks PARTITION BY userid;
+CREATE STREAM keyless AS SELECT userid, pageid FROM clicks;
+CREATE STREAM hot_copy AS SELECT * FROM hot;
+INSERT INTO hot_copy SELECT sensor, LCASE(area) AS area, reading AS doubled, 'copied' AS band FROM readings;
+CREATE TABLE adults AS SELECT id, name, address->city AS city, tags[1] AS first_tag, attrs['k'] AS k
+  FROM users WHERE age >= 18;
+CREATE OR REPLACE STREAM hot AS
+  SELECT sensor, UCASE(area) AS area, reading * 2 AS doubled, CASE WHEN reading > 50 THEN 'hot' ELSE 'cold' END AS band,
+         reading % 7 AS bucket
+  FROM readings WHERE reading BETWEEN 40 AND 100;
+
+-- Rejected statements: nothing changes.
+CREATE STREAM readings (sensor VARCHAR KEY) WITH (kafka_topic='readings', value_format='json');
+CREATE TABLE nokey (a INT) WITH (kafka_topic='nokey', value_format='json');
+CREATE STREAM badfmt (a INT) WITH (kafka_topic='badfmt', value_format='avro');
+CREATE STREAM badprop (a INT) WITH (kafka_topic='badprop', value_format='json', colour='red');
+CREATE STREAM twice (a INT, a INT) WITH (kafka_topic='twice', value_format='json');
+CREATE STREAM mapkey (m MAP<VARCHAR, INT> KEY) WITH (kafka_topic='mapkey', value_format='json');
+CREATE TABLE ghosts AS SELECT id, COUNT(*) FROM ghost GROUP BY id;
+CREATE TABLE t1 AS SELECT sensor, SUM(area) AS s FROM readings GROUP BY sensor;
+CREATE TABLE t2 AS SELECT sensor, AVG(nope) AS s FROM readings GROUP BY sensor;
+CREATE TABLE t3 AS SELECT sensor, area, COUNT(*) FROM readings GROUP BY sensor;
+CREATE TABLE t4 AS SELECT COUNT(*) AS n FROM readings GROUP BY sensor;
+CREATE TABLE t5 AS SELECT sensor, area, COUNT(*) FROM readings GROUP BY sensor, area;
+CREATE STREAM s1 AS SELECT sensor, COUNT(*) AS n FROM readings GROUP BY sensor;
+CREATE STREAM s2 AS SELECT sensor, reading + area AS x FROM readings;
+CREATE STREAM s3 AS SELECT sensor, reading FROM readings WHERE reading;
+CREATE STREAM s4 AS SELECT sensor, NOSUCH(area) FROM readings;
+CREATE STREAM s5 AS SELECT sensor, SUBSTRING(area) FROM readings;
+CREATE STREAM s6 AS SELECT area FROM readings;
+CREATE STREAM s7 AS SELECT sensor, area AS sensor FROM readings;
+CREATE STREAM s8 AS SELECT sensor, x.area FROM readings r;
+CREATE STREAM s9 AS SELECT id, name FROM users;
+CREATE TABLE t6 AS SELECT userid, pageid FROM clicks;
+CREATE STREAM s10 AS SELECT sensor, reading FROM readings LIMIT 5;
+CREATE STREAM s11 AS SELECT sensor, reading = 'x' AS y FROM readings;
+INSERT INTO hot_copy SELECT sensor, area FROM readings;
+INSERT INTO avg_readings SELECT sensor, reading FROM readings;
+CREATE OR REPLACE STREAM readings (sensor VARCHAR KEY, area INT) WITH (kafka_topic='readings', partitions=4, value_format='json');
+CREATE OR REPLACE TABLE users (id VARCHAR PRIMARY KEY) WITH (kafka_topic='users', partitions=4, value_format='json');
+
+-- INSERT ... VALUES: serialized per the declared formats, partitioned as the Java client does.
+INSERT INTO readings (sensor, area, reading) VALUES ('sensor-1', 'wheel', 20);
+INSERT INTO readings VALUES ('sensor-2', 'motor', -3, 1700000000000);
+INSERT INTO clicks (userid, pageid, referrer) VALUES (7, 'home', NULL);
+INSERT INTO `MixedCase` ("Quoted", plain) VALUES ('k', 1);
+INSERT INTO readings (sensor, reading) VALUES ('sensor-3', 'not a number');
+INSERT INTO readings (sensor, nope) VALUES ('sensor-3', 1);
+INSERT INTO readings (area) VALUES ('no key');
+INSERT INTO avg_readings (sensor) VALUES ('x');
+
+-- Pull and push queries: planned here, executed by the router.
+SELECT * FROM avg_readings WHERE sensor = 'sensor-1';
+SELECT sensor, avg_reading * 2 AS twice, ROUND(avg_reading, 1) FROM avg_readings WHERE n > 1 LIMIT 3;
+SELECT * FROM hot WHERE band = 'hot' EMIT CHANGES LIMIT 10;
+SELECT name, address->zip, CAST(age AS VARCHAR) AS age_text, COALESCE(score, 0.0) AS score FROM users WHERE name LIKE 'A%';
+SELECT nope FROM avg_readings;
+SELECT sensor FROM avg_readings WHERE avg_reading = 'high';
+SELECT sensor, COUNT(*) FROM avg_readings;
+
+-- Session properties.
+SET 'auto.offset.reset'='earliest';
+SET 'auto.offset.reset'='sometimes';
+SET 'no.such.property'='1';
+UNSET 'auto.offset.reset';
+
+-- Views of the metastore.
+SHOW STREAMS;
+LIST TABLES;
+SHOW QUERIES;
+SHOW PROPERTIES;
+DESCRIBE readings;
+DESCRIBE EXTENDED avg_readings;
+DESCRIBE nowhere;
+EXPLAIN CTAS_AVG_READINGS_0;
+EXPLAIN CSAS_BY_USER_3;
+EXPLAIN SELECT sensor FROM avg_readings WHERE sensor = 'x';
+EXPLAIN CREATE STREAM planned AS SELECT sensor, reading FROM readings WHERE reading > 10;
+EXPLAIN NO_SUCH_QUERY;
+
+-- Dropping and terminating.
+DROP STREAM readings;
+DROP TABLE readings;
+DROP STREAM IF EXISTS nothing_here;
+DROP STREAM nothing_here;
+TERMINATE INSERTQUERY_6;
+TERMINATE NO_SUCH_QUERY;
+DROP STREAM hot_copy DELETE TOPIC;
+DROP TABLE by_area DELETE TOPIC;
+TERMINATE ALL;
+SHOW QUERIES;
+DROP STREAM hot;
+DROP STREAM readings;
+SHOW STREAMS;

@@ -1,0 +1,83 @@
+"""Golden test of every statement form: parse, apply to one metastore, render the outcome.
+
+``golden/statements.sql`` runs in order; what each statement does (its syntax tree, the
+change or error, the rows of SHOW / DESCRIBE / EXPLAIN, the record an INSERT produces) is
+compared with ``golden/statements.golden``. After an intended change, rewrite the golden
+file with ``MILLPOND_UPDATE_GOLDEN=1 pytest tests/unit/test_golden.py`` and review the diff.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from services.coordinator import views
+from shared.errors import MillpondError
+from shared.metastore import DDL, Metastore
+from shared.results import Outcome
+from shared.session import check_property
+from shared.sql import ast
+from shared.sql.parser import parse_script
+from shared.sql.planner import encode_insert, plan_select
+
+HERE = Path(__file__).parent / "golden"
+
+
+def _outcome(outcome: Outcome) -> list[str]:
+    lines = [f"=> {outcome.message}"] if outcome.message else []
+    if outcome.columns:
+        lines.append("   | " + " | ".join(f"{n} {t}" for n, t in outcome.columns))
+        lines += ["   | " + " | ".join("null" if v is None else str(v) for v in row) for row in outcome.rows]
+    return lines
+
+
+def _run(stmt: ast.Statement, metastore: Metastore, offset: int) -> list[str]:
+    if isinstance(stmt, DDL):
+        return [f"=> {metastore.apply(stmt, offset)}"]
+    if isinstance(stmt, ast.InsertValues):
+        record = encode_insert(stmt, metastore.source(stmt.target))
+        key = record.key.hex() if record.key is not None else None
+        return [f"=> key={key} partition={record.partition} value={record.value.decode()}"]
+    if isinstance(stmt, ast.Query):
+        plan = plan_select(stmt, metastore.source(stmt.source))
+        return ["=> columns: " + ", ".join(f"{n} {t}" for n, t in plan.columns)]
+    if isinstance(stmt, ast.SetProperty):
+        check_property(stmt.name, stmt.value)
+        return ["=> set"]
+    if isinstance(stmt, ast.UnsetProperty):
+        check_property(stmt.name, "latest")
+        return ["=> unset"]
+    if isinstance(stmt, ast.Show):
+        return _outcome(views.show(metastore, stmt, {"auto.offset.reset": "latest"}))
+    if isinstance(stmt, ast.Describe):
+        return _outcome(views.describe(metastore, stmt))
+    if isinstance(stmt, ast.Explain):
+        return _outcome(views.explain(metastore, stmt, {}))
+    raise AssertionError(f"no golden rendering for {type(stmt).__name__}")
+
+
+def render(script: str) -> str:
+    """What every statement of ``script`` does, as text."""
+    metastore = Metastore()
+    lines: list[str] = []
+    for offset, stmt in enumerate(parse_script(script)):
+        lines.append("")
+        lines.append("-- " + " ".join(stmt.text.split()))
+        lines.append(f"ast: {stmt!r}")
+        digest = metastore.digest()
+        try:
+            lines += _run(stmt, metastore, offset)
+        except MillpondError as err:
+            lines.append(f"=> error {err.kind.name}: {err.message}")
+            assert metastore.digest() == digest, "a rejected statement changed the metastore"
+    lines.append("")
+    lines.append(f"digest: {metastore.digest()}")
+    return "\n".join(lines) + "\n"
+
+
+def test_every_statement_form_matches_the_golden_file() -> None:
+    actual = render((HERE / "statements.sql").read_text())
+    golden = HERE / "statements.golden"
+    if os.environ.get("MILLPOND_UPDATE_GOLDEN"):
+        golden.write_text(actual)
+    assert actual == golden.read_text()
