@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 from services.worker.query_runner import QueryRunner
 from services.worker.servicer import WorkerServicer
 from services.worker.spark import create_session
-from services.worker.task import AggregationTask
+from services.worker.task import AggregationTask, ProjectionTask, Task
 from shared.catalog import QueryPlan
 from shared.command_log import CommandReader
 from shared.config import WorkerSettings
@@ -43,7 +43,7 @@ class Worker:
         )
         self.generation = 0
         self.wanted: dict[str, set[int]] = {}
-        self.tasks: dict[str, dict[int, AggregationTask]] = {}
+        self.tasks: dict[str, dict[int, Task]] = {}
         self.runners: dict[str, QueryRunner] = {}
         self._plans: dict[str, QueryPlan] = {}
         self.spark: SparkSession | None = None
@@ -56,7 +56,7 @@ class Worker:
         if source.query_id is None:
             raise NotFoundError(f"{table} is not materialized by a query; it cannot be pulled from")
         task = self.tasks.get(source.query_id, {}).get(partition)
-        if task is None or task.store is None:
+        if not isinstance(task, AggregationTask) or task.store is None:
             raise UnavailableError(
                 f"partition {partition} of {table} is not active on worker {self.settings.worker_id}")
         return task
@@ -119,13 +119,14 @@ class Worker:
 
     async def _start_query(self, query_id: str, partitions: set[int]) -> None:
         query = self.metastore.queries[query_id]
-        if query.plan.kind != "AGGREGATE" or query.plan.repartition:
-            log.error("this worker cannot execute the query's plan yet",
-                      extra={"query": query_id, "plan": query.plan.kind, "repartition": query.plan.repartition})
+        if query.plan.kind == "AGGREGATE" and query.plan.repartition:
+            log.error("aggregating by a new key (through a repartition topic) is not executed yet",
+                      extra={"query": query_id})
             return
         source = self.metastore.source(query.source)
         sink = self.metastore.source(query.sink)
-        tasks = {p: AggregationTask(self.settings, query, source, sink, p) for p in sorted(partitions)}
+        kind = AggregationTask if query.plan.kind == "AGGREGATE" else ProjectionTask
+        tasks: dict[int, Task] = {p: kind(self.settings, query, source, sink, p) for p in sorted(partitions)}
         self.tasks[query_id] = tasks
         self._plans[query_id] = query.plan
         try:
@@ -135,7 +136,7 @@ class Worker:
             raise
         if self.spark is None:
             self.spark = await asyncio.to_thread(create_session, self.settings)
-        runner = QueryRunner(self.spark, self.settings, query, source, tasks, asyncio.get_running_loop())
+        runner = QueryRunner(self.spark, self.settings, query, source, sink, tasks, asyncio.get_running_loop())
         await asyncio.to_thread(runner.start)
         self.runners[query_id] = runner
 

@@ -19,9 +19,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
-from services.worker.task import AggregationTask, BadRecord, BatchSlice
+from services.worker.task import AggregationTask, BadRecord, BatchSlice, Task
 from shared.catalog import DataSource, PersistentQuery
 from shared.config import WorkerSettings
+from shared.serde import serialize_key, serialize_value
 from shared.sql.expressions import quote_identifier, spark_type
 
 log = logging.getLogger(__name__)
@@ -33,11 +34,12 @@ class QueryRunner:
     """One Spark streaming query feeding a set of tasks of one persistent query."""
 
     def __init__(self, spark: SparkSession, settings: WorkerSettings, query: PersistentQuery,
-                 source: DataSource, tasks: dict[int, AggregationTask], loop: asyncio.AbstractEventLoop):
+                 source: DataSource, sink: DataSource, tasks: dict[int, Task], loop: asyncio.AbstractEventLoop):
         self.spark = spark
         self.settings = settings
         self.query = query
         self.source = source
+        self.sink = sink
         self.tasks = tasks
         self.loop = loop
         self.stream: StreamingQuery | None = None
@@ -105,28 +107,31 @@ class QueryRunner:
         slices = {r["partition"]: BatchSlice(r["lo"], r["hi"]) for r in ranges}
         parsed = batch.selectExpr(
             "partition AS _partition", "offset AS `_offset`", "key AS _key",
-            "CAST(value AS STRING) AS _raw",
-            f"from_json(CAST(value AS STRING), '{self.value_schema}', "
-            f"map('columnNameOfCorruptRecord', '{CORRUPT}', 'mode', 'PERMISSIVE')) AS _v",
+            "CAST(value AS STRING) AS _raw", f"{self._decode()} AS _v",
         )
+        keyed = self.source.key_column is not None
         for row in parsed.where(f"_raw IS NOT NULL AND _v.{CORRUPT} IS NOT NULL") \
                 .select("_partition", "_offset", "_raw").collect():
-            slices[row["_partition"]].bad.append(
-                BadRecord(row["_offset"], "value is not a JSON object of the declared columns and types",
-                          row["_raw"]))
-        for row in parsed.where("_key IS NULL AND _raw IS NOT NULL").select("_partition", "_offset", "_raw").collect():
-            slices[row["_partition"]].bad.append(BadRecord(row["_offset"], "record has no key", row["_raw"]))
-        good = parsed.where(f"_v IS NOT NULL AND _v.{CORRUPT} IS NULL AND _key IS NOT NULL") \
-            .selectExpr("_partition", "`_offset`", "_key", self._key_expr(), "_v.*")
+            slices[row["_partition"]].bad.append(BadRecord(
+                row["_offset"], f"value is not {self.source.value_format} of the declared columns and types",
+                row["_raw"]))
+        if keyed:
+            for row in parsed.where("_key IS NULL AND _raw IS NOT NULL").select("_partition", "_offset", "_raw").collect():
+                slices[row["_partition"]].bad.append(BadRecord(row["_offset"], "record has no key", row["_raw"]))
+        good = parsed.where(f"_v IS NOT NULL AND _v.{CORRUPT} IS NULL" + (" AND _key IS NOT NULL" if keyed else "")) \
+            .selectExpr("_partition", "`_offset`", "_key AS `_key_bytes`", self._key_expr(), "_v.*")
         if self.query.plan.where:
             good = good.where(self.query.plan.where)
+        if self.query.plan.kind == "PROJECT":
+            self._project(good, slices)
+            return slices
         columns: list[Any] = []
         shape: list[int] = []
         for i, call in enumerate(self.query.plan.aggregates):
             partials = self._aggregates[i].partials(call.argument)
             shape.append(len(partials))
             columns += [F.expr(p).alias(f"a{i}_{j}") for j, p in enumerate(partials)]
-        grouped = good.groupBy("_partition", "_key").agg(*columns).collect()
+        grouped = good.groupBy("_partition", "_key_bytes").agg(*columns).collect()
         by_partition: dict[int, list[tuple[bytes, list[list[Any]]]]] = defaultdict(list)
         for row in grouped:
             values = list(row)[2:]
@@ -134,14 +139,49 @@ class QueryRunner:
             for width in shape:
                 state.append(_plain(values[at:at + width]))
                 at += width
-            by_partition[row["_partition"]].append((bytes(row["_key"]), state))
+            by_partition[row["_partition"]].append((bytes(row["_key_bytes"]), state))
         for partition, partials in by_partition.items():
             slices[partition].partials = partials
         return slices
 
+    def _decode(self) -> str:
+        """Spark SQL that parses the record value into the declared columns, PERMISSIVE: a
+        record that does not fit gets the corrupt-record column set instead of failing."""
+        options = f"'columnNameOfCorruptRecord', '{CORRUPT}', 'mode', 'PERMISSIVE'"
+        if self.source.value_format == "DELIMITED":
+            sep = self.source.value_delimiter.replace("\\", "\\\\").replace("'", "\\'")
+            return f"from_csv(CAST(value AS STRING), '{self.value_schema}', map({options}, 'sep', '{sep}'))"
+        return f"from_json(CAST(value AS STRING), '{self.value_schema}', map({options}))"
+
+    def _project(self, good: DataFrame, slices: dict[int, BatchSlice]) -> None:
+        """Spark filters and computes every output column; Python serializes and the task
+        produces (the transactional producer is per record anyway)."""
+        plan = self.query.plan
+        sink = self.sink
+        columns = [F.expr(c.expression).alias(f"c{i}") for i, c in enumerate(plan.columns)]
+        rows = good.select("_partition", "_offset", "_key_bytes", *columns).collect()
+        rows.sort(key=lambda r: (r[0], r[1]))
+        key_index = next((i for i, c in enumerate(plan.columns) if c.key), None)
+        value_indexes = [i for i, c in enumerate(plan.columns) if not c.key]
+        names = [plan.columns[i].name for i in value_indexes]
+        key_type = plan.columns[key_index].type if key_index is not None else None
+        for row in rows:
+            values = _plain(list(row)[3:])
+            if plan.key_expression is None:
+                key = bytes(row[2]) if row[2] is not None else None
+            elif key_index is not None and values[key_index] is not None and key_type is not None:
+                key = serialize_key(values[key_index], key_type)
+            else:
+                slices[row[0]].bad.append(BadRecord(row[1], "the PARTITION BY key is NULL", None))
+                continue
+            value = serialize_value(names, [values[i] for i in value_indexes], sink.value_format, sink.value_delimiter)
+            slices[row[0]].records.append((key, value))
+
     @property
     def _aggregates(self) -> list[Any]:
-        return next(iter(self.tasks.values())).aggregates
+        task = next(iter(self.tasks.values()))
+        assert isinstance(task, AggregationTask)
+        return task.aggregates
 
     async def _commit(self, slices: dict[int, BatchSlice]) -> None:
         await asyncio.gather(*(self.tasks[p].commit(s) for p, s in slices.items()))

@@ -31,6 +31,8 @@ def create_session(settings: WorkerSettings) -> SparkSession:
         .config("spark.ui.enabled", "false")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
         .config("spark.sql.session.timeZone", "UTC")
+        # ksqlDB semantics: a bad cast or a division by zero gives NULL, not a failed batch.
+        .config("spark.sql.ansi.enabled", "false")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("WARN")

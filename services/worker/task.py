@@ -1,6 +1,8 @@
-"""One task: one input partition of one GROUP BY query, with its store and its transactions.
+"""A task is one input partition of one persistent query, with its transactions (and, for
+GROUP BY queries, its store). ``ProjectionTask`` writes each filtered, projected record to
+the sink; ``AggregationTask`` keeps per-key state.
 
-``commit`` is the exactly-once step for a micro-batch, in this order:
+``AggregationTask.commit`` is the exactly-once step for a micro-batch, in this order:
 
 1. Skip the batch if the store already reflects its input offsets (a replayed batch).
 2. Merge the batch's per-key partials into the stored states.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +30,7 @@ from services.worker.state.store import CHANGELOG_OFFSET, INPUT_OFFSET, Partitio
 from shared.catalog import DataSource, PersistentQuery
 from shared.config import WorkerSettings
 from shared.kafka import changelog_topic, consumer_group, task_transactional_id
+from shared.partitioner import partition_for
 from shared.serde import deserialize_key, serialize_value
 from shared.sql import aggregates
 
@@ -44,16 +48,19 @@ class BadRecord:
 
 @dataclass
 class BatchSlice:
-    """The part of one micro-batch that belongs to this task's partition."""
+    """The part of one micro-batch that belongs to this task's partition: per-key partial
+    aggregates (GROUP BY queries) or result records (projections)."""
 
     first_offset: int
     last_offset: int
     partials: list[tuple[bytes, list[list[Any]]]] = field(default_factory=list)
+    records: list[tuple[bytes | None, bytes]] = field(default_factory=list)
     bad: list[BadRecord] = field(default_factory=list)
 
 
-class AggregationTask:
-    """Materializes one partition of a GROUP BY query's table."""
+class Task(ABC):
+    """What every task has: its input partition, a transactional producer whose id is stable
+    per task (a new owner fences the old), and the query's committed input position."""
 
     def __init__(self, settings: WorkerSettings, query: PersistentQuery, source: DataSource,
                  sink: DataSource, partition: int):
@@ -62,36 +69,35 @@ class AggregationTask:
         self.source = source
         self.sink = sink
         self.partition = partition
-        self.aggregates = [aggregates.require(a.function) for a in query.plan.aggregates]
         self.input = TopicPartition(source.topic, partition)
-        self.changelog = TopicPartition(changelog_topic(settings.service_id, query.query_id), partition)
         self.group = consumer_group(settings.service_id, query.query_id)
         self.store: PartitionStore | None = None
         self.producer: AIOKafkaProducer | None = None
         self.next_input_offset: int | None = None
         self.restored_records = 0
 
-    @property
-    def store_path(self) -> Path:
-        """Where this task's RocksDB store lives."""
-        return self.settings.state_dir / self.settings.worker_id / self.query.query_id / str(self.partition)
-
-    async def start(self) -> None:
-        """Open the store, restore it from the changelog, and fence any older owner."""
-        self.store = PartitionStore(self.store_path)
+    async def _open_producer(self) -> None:
         self.producer = AIOKafkaProducer(
             bootstrap_servers=self.settings.kafka_bootstrap_servers,
             transactional_id=task_transactional_id(self.settings.service_id, self.query.query_id, self.partition),
             enable_idempotence=True,
         )
-        # init_transactions fences the previous owner and aborts its open transaction,
-        # so the changelog end we restore up to is final.
+        # init_transactions fences the previous owner and aborts its open transaction.
         await self.producer.start()
-        await self._restore()
-        self.next_input_offset = await self._committed_input_offset()
+
+    async def start(self) -> None:
+        """Fence any older owner and find where to read from."""
+        await self._open_producer()
+        self.next_input_offset = await self._starting_offset()
         log.info("task started", extra={"query": self.query.query_id, "partition": self.partition,
-                                        "restored": self.restored_records,
                                         "input_offset": self.next_input_offset})
+
+    async def _starting_offset(self) -> int | None:
+        """The committed position; for a new query, where it was created to start (None: earliest)."""
+        committed = await self._committed_input_offset()
+        if committed is None and self.query.start_offsets is not None:
+            return self.query.start_offsets[self.partition]
+        return committed
 
     async def _committed_input_offset(self) -> int | None:
         admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.kafka_bootstrap_servers)
@@ -102,6 +108,56 @@ class AggregationTask:
             await admin.close()
         meta = offsets.get(self.input)
         return meta.offset if meta is not None and meta.offset >= 0 else None
+
+    async def _send_bad(self, bad: list[BadRecord]) -> None:
+        assert self.producer is not None
+        for record in bad:
+            await self.producer.send(self.settings.processing_log_topic, json.dumps({
+                "query_id": self.query.query_id, "topic": self.input.topic,
+                "partition": self.partition, "offset": record.offset,
+                "reason": record.reason, "record": record.value,
+            }).encode())
+
+    @abstractmethod
+    async def commit(self, batch: BatchSlice) -> bool:
+        """Apply one micro-batch slice exactly once; False when it was applied before."""
+
+    def applied(self, batch: BatchSlice) -> bool:
+        """True when a (replayed) batch is already reflected in the output."""
+        return self.next_input_offset is not None and batch.last_offset < self.next_input_offset
+
+    async def stop(self) -> None:
+        """Close the producer and the store (the store stays on disk for a quick return)."""
+        if self.producer is not None:
+            await self.producer.stop()
+        if self.store is not None:
+            self.store.close()
+
+class AggregationTask(Task):
+    """Materializes one partition of a GROUP BY query's table."""
+
+    def __init__(self, settings: WorkerSettings, query: PersistentQuery, source: DataSource,
+                 sink: DataSource, partition: int):
+        super().__init__(settings, query, source, sink, partition)
+        self.aggregates = [aggregates.require(a.function) for a in query.plan.aggregates]
+        self.changelog = TopicPartition(changelog_topic(settings.service_id, query.query_id), partition)
+
+    @property
+    def store_path(self) -> Path:
+        """Where this task's RocksDB store lives."""
+        return self.settings.state_dir / self.settings.worker_id / self.query.query_id / str(self.partition)
+
+    async def start(self) -> None:
+        """Open the store, fence any older owner, and restore the store from the changelog."""
+        self.store = PartitionStore(self.store_path)
+        # Fencing first aborts the old owner's open transaction, so the changelog end we
+        # restore up to is final.
+        await self._open_producer()
+        await self._restore()
+        self.next_input_offset = await self._starting_offset()
+        log.info("task started", extra={"query": self.query.query_id, "partition": self.partition,
+                                        "restored": self.restored_records,
+                                        "input_offset": self.next_input_offset})
 
     async def _restore(self) -> None:
         assert self.store is not None
@@ -142,7 +198,7 @@ class AggregationTask:
     async def commit(self, batch: BatchSlice) -> bool:
         """Apply one micro-batch slice exactly once; False when it was applied before."""
         assert self.store is not None and self.producer is not None
-        if self.next_input_offset is not None and batch.last_offset < self.next_input_offset:
+        if self.applied(batch):
             return False
         states = {key: self._merge(key, partial) for key, partial in batch.partials}
         value_names = [c.name for c in self.sink.value_columns]
@@ -155,12 +211,7 @@ class AggregationTask:
                 sink_value = serialize_value(value_names, self.row(key, state)[1:], self.sink.value_format,
                                              self.sink.value_delimiter)
                 await self.producer.send(self.sink.topic, sink_value, key=key, partition=self.partition)
-            for bad in batch.bad:
-                await self.producer.send(self.settings.processing_log_topic, json.dumps({
-                    "query_id": self.query.query_id, "topic": self.input.topic,
-                    "partition": self.partition, "offset": bad.offset,
-                    "reason": bad.reason, "record": bad.value,
-                }).encode())
+            await self._send_bad(batch.bad)
             await self.producer.send_offsets_to_transaction({self.input: batch.last_offset + 1}, self.group)
         positions = {INPUT_OFFSET: batch.last_offset + 1}
         if changelog_futures:
@@ -169,9 +220,27 @@ class AggregationTask:
         self.next_input_offset = batch.last_offset + 1
         return True
 
-    async def stop(self) -> None:
-        """Close the producer and the store (the store stays on disk for a quick return)."""
-        if self.producer is not None:
-            await self.producer.stop()
-        if self.store is not None:
-            self.store.close()
+
+class ProjectionTask(Task):
+    """Writes one partition's filtered, projected records to the sink, exactly once: the
+    records and the input offsets go in one transaction."""
+
+    def target_partition(self, key: bytes | None) -> int | None:
+        """Where a result record goes: the input's partition while the key is unchanged,
+        else murmur2 of the new key (as the Java client), or the producer's choice if keyless."""
+        if not self.query.plan.repartition:
+            return self.partition
+        return partition_for(key, self.sink.partitions) if key is not None else None
+
+    async def commit(self, batch: BatchSlice) -> bool:
+        """Apply one micro-batch slice exactly once; False when it was applied before."""
+        assert self.producer is not None
+        if self.applied(batch):
+            return False
+        async with self.producer.transaction():
+            for key, value in batch.records:
+                await self.producer.send(self.sink.topic, value, key=key, partition=self.target_partition(key))
+            await self._send_bad(batch.bad)
+            await self.producer.send_offsets_to_transaction({self.input: batch.last_offset + 1}, self.group)
+        self.next_input_offset = batch.last_offset + 1
+        return True
