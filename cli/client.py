@@ -10,8 +10,7 @@ from millpond.common.v1 import metastore_pb2, metastore_pb2_grpc
 from millpond.router.v1 import router_pb2, router_pb2_grpc
 
 from shared.results import Outcome
-from shared.session import DEFAULTS, check_property
-from shared.sql import ast
+from shared.session import apply_session_statement
 from shared.sql.parser import parse_script
 
 
@@ -34,14 +33,9 @@ class RouterClient:
     def run_script(self, text: str) -> Iterator[Outcome]:
         """Run statements one at a time; SET and UNSET change this session only."""
         for stmt in parse_script(text):
-            if isinstance(stmt, ast.SetProperty):
-                check_property(stmt.name, stmt.value)
-                self.properties[stmt.name] = stmt.value
-                yield Outcome(stmt.text, f"Successfully changed local property '{stmt.name}' to '{stmt.value}'.")
-            elif isinstance(stmt, ast.UnsetProperty):
-                check_property(stmt.name, DEFAULTS.get(stmt.name, ""))
-                self.properties.pop(stmt.name, None)
-                yield Outcome(stmt.text, f"Successfully unset local property '{stmt.name}'.")
+            changed = apply_session_statement(self.properties, stmt)
+            if changed is not None:
+                yield Outcome(stmt.text, f"{changed} for this session")
             else:
                 yield from self.execute(stmt.text)
 

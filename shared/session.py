@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from shared.errors import StatementError
+from shared.sql import ast
 
 AUTO_OFFSET_RESET = "auto.offset.reset"
 
@@ -36,3 +37,16 @@ def check_properties(properties: Mapping[str, str]) -> None:
 def effective(properties: Mapping[str, str], defaults: Mapping[str, str] = DEFAULTS) -> dict[str, str]:
     """The defaults overlaid with the session's own settings."""
     return {**defaults, **properties}
+
+
+def apply_session_statement(properties: dict[str, str], stmt: ast.Statement) -> str | None:
+    """Apply a SET or UNSET to ``properties`` and say what changed; None for other statements."""
+    if isinstance(stmt, ast.SetProperty):
+        check_property(stmt.name, stmt.value)
+        properties[stmt.name] = stmt.value
+        return f"Property '{stmt.name}' set to '{stmt.value}'"
+    if isinstance(stmt, ast.UnsetProperty):
+        check_property(stmt.name, DEFAULTS.get(stmt.name, ""))
+        properties.pop(stmt.name, None)
+        return f"Property '{stmt.name}' unset"
+    return None

@@ -107,7 +107,7 @@ class StatementExecutor:
             change = self.metastore.plan(stmt, properties, resolved)
             if change.noop:
                 return Outcome(stmt.text, change.message)
-            await self._create_topics(stmt, change, properties)
+            await self._create_topics(stmt, change)
             offset = await txn.append(Command(stmt.text, properties, resolved))
         await self.reader.catch_up(offset + 1)
         await self._delete_topics(change)
@@ -130,7 +130,7 @@ class StatementExecutor:
             return Resolved(start_offsets=tuple(ends[tp] for tp in partitions))
         return Resolved()
 
-    async def _create_topics(self, stmt: ast.Statement, change: Change, properties: Mapping[str, str]) -> None:
+    async def _create_topics(self, stmt: ast.Statement, change: Change) -> None:
         replaced = {s.name for s in change.add_sources if s.name in self.metastore.sources}
         replicas = int(getattr(stmt, "properties", {}).get("replicas", 1))
         for source in change.add_sources:

@@ -22,7 +22,7 @@ from shared.rpc.metastore import SERVICE_NAME as METASTORE_SERVICE
 from shared.rpc.metastore import metastore_registrar
 from shared.rpc.server import RpcServer, shutdown_event
 from shared.rpc.status import raise_for_rpc
-from shared.session import DEFAULTS, check_properties, check_property
+from shared.session import apply_session_statement, check_properties
 from shared.sql import ast
 from shared.sql.parser import parse_script
 from shared.sql.planner import plan_select
@@ -83,14 +83,9 @@ class Router:
         return outcomes
 
     async def _execute_one(self, stmt: ast.Statement, properties: dict[str, str]) -> Outcome:
-        if isinstance(stmt, ast.SetProperty):
-            check_property(stmt.name, stmt.value)
-            properties[stmt.name] = stmt.value
-            return Outcome(stmt.text, f"Property '{stmt.name}' set to '{stmt.value}'")
-        if isinstance(stmt, ast.UnsetProperty):
-            check_property(stmt.name, DEFAULTS.get(stmt.name, ""))
-            properties.pop(stmt.name, None)
-            return Outcome(stmt.text, f"Property '{stmt.name}' unset")
+        changed = apply_session_statement(properties, stmt)  # for the rest of this request
+        if changed is not None:
+            return Outcome(stmt.text, changed)
         if isinstance(stmt, ast.Query):
             if stmt.emit_changes:
                 await self.reader.catch_up()
