@@ -31,6 +31,8 @@ class Child:
     endpoint: str
     process: subprocess.Popen[bytes]
     log: Path
+    module: str
+    env: dict[str, str]
 
 
 def wait_healthy(endpoint: str, timeout: float, process: subprocess.Popen[bytes] | None = None) -> None:
@@ -62,6 +64,8 @@ class LocalCluster:
     spark_master: str = "local[1]"
     service_id: str = "millpond"
     start_timeout: float = 120.0
+    worker_env: dict[str, str] = field(default_factory=dict)
+    """Extra MILLPOND_* settings for every worker."""
     broker: EmbeddedKafka | None = None
     children: list[Child] = field(default_factory=list)
 
@@ -88,8 +92,30 @@ class LocalCluster:
         with log.open("ab") as out:
             process = subprocess.Popen([sys.executable, "-m", module], env=full_env, stdout=out,
                                        stderr=subprocess.STDOUT, start_new_session=True)
-        child = Child(name, f"127.0.0.1:{port}", process, log)
+        child = Child(name, f"127.0.0.1:{port}", process, log, module, full_env)
         self.children.append(child)
+        return child
+
+    def child(self, name: str) -> Child:
+        """The service called ``name`` (``coordinator``, ``worker-1``, ``router``)."""
+        return next(c for c in self.children if c.name == name)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL a service (its whole process group) and reap it: a crash, not a shutdown."""
+        child = self.child(name)
+        if child.process.poll() is None:
+            os.killpg(child.process.pid, signal.SIGKILL)
+        child.process.wait(10)
+
+    def restart(self, name: str) -> Child:
+        """Start a stopped or killed service again, same id, port and settings; wait until healthy."""
+        child = self.child(name)
+        if child.process.poll() is None:
+            raise SetupError(f"{name} is still running; kill or stop it first")
+        with child.log.open("ab") as out:
+            child.process = subprocess.Popen([sys.executable, "-m", child.module], env=child.env, stdout=out,
+                                             stderr=subprocess.STDOUT, start_new_session=True)
+        wait_healthy(child.endpoint, self.start_timeout, child.process)
         return child
 
     def start(self) -> None:
@@ -106,6 +132,7 @@ class LocalCluster:
                     "MILLPOND_COORDINATOR": coordinator.endpoint,
                     "MILLPOND_STATE_DIR": str(self.data_dir / "state"),
                     "MILLPOND_SPARK_MASTER": self.spark_master,
+                    **self.worker_env,
                 })
             self._spawn("router", "services.router", self.router_port,
                         {"MILLPOND_COORDINATOR": coordinator.endpoint})

@@ -83,6 +83,11 @@ class WorkerSettings(CommonSettings):
     spark_driver_memory: str = Field("1g", description="Heap of the worker's Spark driver JVM.")
     trigger_interval_ms: int = Field(250, description="Micro-batch trigger interval.")
     heartbeat_interval_ms: int = Field(100, description="How often to heartbeat the coordinator.")
+    max_offsets_per_trigger: int = Field(
+        0, description="Most input records one micro-batch reads over all its partitions; 0: no limit."
+    )
+    task_retry_initial_ms: int = Field(500, description="First wait before restarting a failed query's tasks.")
+    task_retry_max_ms: int = Field(30000, description="Longest wait between restarts of a failing query's tasks.")
 
 
 class RouterSettings(CommonSettings):

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 
+from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from shared.catalog import PersistentQuery
 
@@ -35,6 +37,26 @@ def internal_topics(service_id: str, query: PersistentQuery) -> list[str]:
 def consumer_group(service_id: str, query_id: str) -> str:
     """The consumer group a persistent query commits its input offsets to."""
     return f"_millpond-{service_id}-{query_id}"
+
+
+def _retriable(error: BaseException) -> bool:
+    return isinstance(error, KafkaError) and error.retriable
+
+
+async def committed_offsets(bootstrap: str, group: str, partitions: list[TopicPartition],
+                            timeout_s: float = 60.0) -> dict[TopicPartition, int]:
+    """The offsets ``group`` committed for ``partitions`` (absent: none committed). Retries
+    while the broker is still electing the group's coordinator, as on a fresh cluster."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        async for attempt in AsyncRetrying(retry=retry_if_exception(_retriable), stop=stop_after_delay(timeout_s),
+                                           wait=wait_exponential(multiplier=0.1, max=2), reraise=True):
+            with attempt:
+                offsets = await admin.list_consumer_group_offsets(group, partitions=partitions)
+    finally:
+        await admin.close()
+    return {tp: meta.offset for tp, meta in offsets.items() if meta.offset >= 0}
 
 
 def task_transactional_id(service_id: str, query_id: str, partition: int) -> str:

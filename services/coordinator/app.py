@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import defaultdict
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
@@ -21,6 +22,7 @@ from shared.metastore import Metastore
 from shared.rpc.metastore import SERVICE_NAME as METASTORE_SERVICE
 from shared.rpc.metastore import metastore_registrar
 from shared.rpc.server import RpcServer, shutdown_event
+from shared.task_status import TaskReport
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +41,12 @@ class Coordinator:
         self.offsets = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
                                         enable_auto_commit=False)
         self.executor = StatementExecutor(settings, self.metastore, self.reader, self.writer, self.admin,
-                                          self.producer, self.offsets)
+                                          self.producer, self.offsets, self.task_reports)
         self.membership = Membership(settings.worker_session_timeout_ms / 1000)
         self.generation = 0
         self.assignment: dict[str, list[Task]] = {}
+        self.reports: dict[str, list[TaskReport]] = {}
+        """Each live worker's last report of its tasks."""
         self.reader.listeners.append(self.reassign)
         self.server = RpcServer(
             settings.host, settings.port,
@@ -51,8 +55,19 @@ class Coordinator:
             [coordinator_pb2.DESCRIPTOR.services_by_name["CoordinatorService"].full_name, METASTORE_SERVICE],
         )
 
-    def heartbeat(self, worker_id: str, endpoint: str) -> None:
+    def task_reports(self) -> dict[str, list[TaskReport]]:
+        """The live workers' reports of the tasks they are assigned, by query id."""
+        assigned = {(w, t.query_id, t.partition) for w, tasks in self.assignment.items() for t in tasks}
+        out: dict[str, list[TaskReport]] = defaultdict(list)
+        for worker_id, reports in self.reports.items():
+            for r in reports:
+                if (worker_id, r.query_id, r.partition) in assigned:
+                    out[r.query_id].append(r)
+        return out
+
+    def heartbeat(self, worker_id: str, endpoint: str, reports: list[TaskReport]) -> None:
         """A worker is alive; a new worker triggers a reassignment."""
+        self.reports[worker_id] = reports
         if self.membership.beat(worker_id, endpoint):
             log.info("worker joined", extra={"worker": worker_id, "endpoint": endpoint})
             self.reassign()
@@ -90,6 +105,8 @@ class Coordinator:
         while not stop.is_set():
             gone = self.membership.expire()
             if gone:
+                for worker_id in gone:
+                    self.reports.pop(worker_id, None)
                 log.warning("workers left", extra={"workers": gone})
                 self.reassign()
             with contextlib.suppress(TimeoutError):

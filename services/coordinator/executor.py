@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
@@ -27,6 +27,7 @@ from shared.session import AUTO_OFFSET_RESET, check_properties, effective
 from shared.sql import ast
 from shared.sql.parser import parse_statement
 from shared.sql.planner import encode_insert
+from shared.task_status import TaskReport
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,8 @@ class StatementExecutor:
     producer: AIOKafkaProducer
     offsets: AIOKafkaConsumer
     """A read_committed consumer used only to look up end offsets."""
+    task_reports: Callable[[], Mapping[str, list[TaskReport]]] = field(default=lambda: {})
+    """What the workers last reported about each query's tasks, by query id."""
 
     def __post_init__(self) -> None:
         self._lock = asyncio.Lock()
@@ -73,7 +76,7 @@ class StatementExecutor:
             if isinstance(stmt, ast.Describe):
                 return views.describe(self.metastore, stmt)
             if isinstance(stmt, ast.Explain):
-                return views.explain(self.metastore, stmt, properties)
+                return views.explain(self.metastore, stmt, properties, self.task_reports())
         if isinstance(stmt, ast.SetProperty | ast.UnsetProperty):
             raise StatementError("SET and UNSET change a client session; send them to the router "
                                  "with the statements they apply to")
@@ -167,7 +170,7 @@ class StatementExecutor:
 
     async def _show(self, stmt: ast.Show, properties: Mapping[str, str]) -> Outcome:
         if stmt.what != "TOPICS":
-            return views.show(self.metastore, stmt, effective(properties, self.defaults))
+            return views.show(self.metastore, stmt, effective(properties, self.defaults), self.task_reports())
         names = sorted(t for t in await self.admin.list_topics() if not t.startswith("_"))
         rows = [[name, await topic_partitions(self.admin, name)] for name in names]
         return Outcome(stmt.text, status="", columns=[("NAME", "VARCHAR"), ("PARTITIONS", "INT")], rows=rows)

@@ -8,6 +8,7 @@ import grpc
 from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 
 from shared.rpc.status import grpc_errors
+from shared.task_status import TaskReport
 
 if TYPE_CHECKING:
     from services.coordinator.app import Coordinator
@@ -30,7 +31,8 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     async def Heartbeat(
         self, request: coordinator_pb2.HeartbeatRequest, context: grpc.aio.ServicerContext
     ) -> coordinator_pb2.HeartbeatResponse:
-        self.coordinator.heartbeat(request.worker_id, request.endpoint)
+        reports = [TaskReport.from_proto(request.worker_id, t) for t in request.tasks]
+        self.coordinator.heartbeat(request.worker_id, request.endpoint, reports)
         generation = self.coordinator.generation
         response = coordinator_pb2.HeartbeatResponse(generation=generation)
         if request.known_generation != generation:
@@ -46,3 +48,12 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         if request.known_generation != generation:
             response.assignment.CopyFrom(self.coordinator.assignment_proto())
         return response
+
+    @grpc_errors
+    async def ListTaskStatuses(
+        self, request: coordinator_pb2.ListTaskStatusesRequest, context: grpc.aio.ServicerContext
+    ) -> coordinator_pb2.ListTaskStatusesResponse:
+        by_query = self.coordinator.task_reports()
+        wanted = [request.query_id] if request.query_id else sorted(by_query)
+        return coordinator_pb2.ListTaskStatusesResponse(tasks=[
+            r.to_proto() for q in wanted for r in sorted(by_query.get(q, []), key=lambda r: r.partition)])

@@ -10,16 +10,20 @@ from shared.metastore import Metastore
 from shared.results import Outcome
 from shared.sql import ast
 from shared.sql.planner import SelectPlan, plan_select
+from shared.task_status import TaskReport, summarize
+
+Reports = Mapping[str, list[TaskReport]]
+"""What the workers last reported about each query's tasks, by query id."""
 
 _PROPERTY_VALUE = [("PROPERTY", "VARCHAR"), ("VALUE", "VARCHAR")]
 
 
-def show(metastore: Metastore, stmt: ast.Show, properties: Mapping[str, str]) -> Outcome:
+def show(metastore: Metastore, stmt: ast.Show, properties: Mapping[str, str], reports: Reports) -> Outcome:
     """SHOW STREAMS | TABLES | QUERIES | PROPERTIES (TOPICS asks Kafka, so the executor does it)."""
     if stmt.what in ("STREAMS", "TABLES"):
         return show_sources(metastore, stmt)
     if stmt.what == "QUERIES":
-        return show_queries(metastore, stmt)
+        return show_queries(metastore, stmt, reports)
     if stmt.what == "PROPERTIES":
         return show_properties(stmt, properties)
     raise StatementError(f"SHOW {stmt.what} needs Kafka; the coordinator answers it")
@@ -35,16 +39,20 @@ def show_sources(metastore: Metastore, stmt: ast.Show) -> Outcome:
                    rows=rows)
 
 
-def _state(metastore: Metastore, query_id: str) -> str:
+def _state(metastore: Metastore, query_id: str, reports: Reports) -> str:
+    """``ERROR: why`` for a query that cannot run, else its tasks counted by state (as
+    ksqlDB's ``RUNNING:2``), or UNASSIGNED while no worker reports a task of it."""
     error = metastore.errors.get(query_id)
-    return "RUNNING" if error is None else f"ERROR: {error}"
+    if error is not None:
+        return f"ERROR: {error}"
+    return summarize(reports.get(query_id, [])) or "UNASSIGNED"
 
 
-def show_queries(metastore: Metastore, stmt: ast.Show) -> Outcome:
+def show_queries(metastore: Metastore, stmt: ast.Show, reports: Reports) -> Outcome:
     """SHOW QUERIES."""
     columns = [("QUERY_ID", "VARCHAR"), ("TYPE", "VARCHAR"), ("STATE", "VARCHAR"), ("SOURCE", "VARCHAR"),
                ("SINK", "VARCHAR"), ("SQL", "VARCHAR")]
-    rows = [[q.query_id, q.kind, _state(metastore, q.query_id), q.source, q.sink, q.statement]
+    rows = [[q.query_id, q.kind, _state(metastore, q.query_id, reports), q.source, q.sink, q.statement]
             for q in sorted(metastore.queries.values(), key=lambda q: q.query_id)]
     return Outcome(stmt.text, status="", columns=columns, rows=rows)
 
@@ -96,14 +104,15 @@ def plan_lines(plan: QueryPlan, source: DataSource, sink: DataSource) -> list[st
     return [" " * (2 * depth) + "> " + step for depth, step in enumerate(steps)]
 
 
-def explain_query(metastore: Metastore, stmt: ast.Explain, query: PersistentQuery) -> Outcome:
-    """EXPLAIN query_id."""
+def explain_query(metastore: Metastore, stmt: ast.Explain, query: PersistentQuery, reports: Reports) -> Outcome:
+    """EXPLAIN query_id: the query, its plan, and the state of each of its tasks."""
     source, sink = metastore.source(query.source), metastore.source(query.sink)
-    rows = [["QUERY_ID", query.query_id], ["TYPE", query.kind], ["STATE", _state(metastore, query.query_id)],
+    rows = [["QUERY_ID", query.query_id], ["TYPE", query.kind], ["STATE", _state(metastore, query.query_id, reports)],
             ["SQL", query.statement], ["SOURCE", source.name], ["SINK", sink.name], ["SINK_TOPIC", sink.topic],
             ["SCHEMA", sink.schema_text()],
             ["START", "latest" if query.start_offsets is not None else "earliest"]]
     rows += [["PLAN", line] for line in plan_lines(query.plan, source, sink)]
+    rows += [["TASK", r.describe()] for r in sorted(reports.get(query.query_id, []), key=lambda r: r.partition)]
     return Outcome(stmt.text, status="", columns=_PROPERTY_VALUE, rows=rows)
 
 
@@ -124,10 +133,10 @@ def explain_select(stmt: ast.Explain, plan: SelectPlan) -> Outcome:
     return Outcome(stmt.text, status="", columns=_PROPERTY_VALUE, rows=rows)
 
 
-def explain(metastore: Metastore, stmt: ast.Explain, properties: Mapping[str, str]) -> Outcome:
+def explain(metastore: Metastore, stmt: ast.Explain, properties: Mapping[str, str], reports: Reports) -> Outcome:
     """EXPLAIN query_id, or EXPLAIN of a statement that is planned but not run."""
     if stmt.query_id is not None:
-        return explain_query(metastore, stmt, metastore.query(stmt.query_id))
+        return explain_query(metastore, stmt, metastore.query(stmt.query_id), reports)
     inner = stmt.statement
     if isinstance(inner, ast.Query):
         return explain_select(stmt, plan_select(inner, metastore.source(inner.source)))

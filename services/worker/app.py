@@ -12,11 +12,10 @@ from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 from millpond.worker.v1 import worker_pb2, worker_pb2_grpc
 from pyspark.sql import SparkSession
 
-from services.worker.query_runner import QueryRunner
 from services.worker.servicer import WorkerServicer
 from services.worker.spark import create_session
-from services.worker.task import AggregationTask, ProjectionTask, Task
-from shared.catalog import QueryPlan
+from services.worker.supervisor import QuerySupervisor
+from services.worker.task import AggregationTask
 from shared.command_log import CommandReader
 from shared.config import WorkerSettings
 from shared.errors import NotFoundError, UnavailableError
@@ -24,6 +23,7 @@ from shared.metastore import Metastore
 from shared.rpc.metastore import SERVICE_NAME as METASTORE_SERVICE
 from shared.rpc.metastore import metastore_registrar
 from shared.rpc.server import RpcServer, shutdown_event
+from shared.task_status import RUNNING, TaskReport
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +43,9 @@ class Worker:
         )
         self.generation = 0
         self.wanted: dict[str, set[int]] = {}
-        self.tasks: dict[str, dict[int, Task]] = {}
-        self.runners: dict[str, QueryRunner] = {}
-        self._plans: dict[str, QueryPlan] = {}
+        self.supervisors: dict[str, QuerySupervisor] = {}
         self.spark: SparkSession | None = None
+        self._spark_lock = asyncio.Lock()
         self._dirty = asyncio.Event()
         self.reader.listeners.append(self._dirty.set)
 
@@ -55,11 +54,23 @@ class Worker:
         source = self.metastore.source(table)
         if source.query_id is None:
             raise NotFoundError(f"{table} is not materialized by a query; it cannot be pulled from")
-        task = self.tasks.get(source.query_id, {}).get(partition)
-        if not isinstance(task, AggregationTask) or task.store is None:
+        supervisor = self.supervisors.get(source.query_id)
+        task = supervisor.tasks.get(partition) if supervisor is not None else None
+        if not isinstance(task, AggregationTask) or task.store is None or task.state != RUNNING:
             raise UnavailableError(
                 f"partition {partition} of {table} is not active on worker {self.settings.worker_id}")
         return task
+
+    def task_reports(self) -> list[TaskReport]:
+        """The state of every task this worker runs."""
+        return [r for s in self.supervisors.values() for r in s.reports()]
+
+    async def spark_session(self) -> SparkSession:
+        """This process's Spark session, started on first use."""
+        async with self._spark_lock:
+            if self.spark is None:
+                self.spark = await asyncio.to_thread(create_session, self.settings)
+            return self.spark
 
     async def _heartbeat_loop(self, stop: asyncio.Event) -> None:
         interval = self.settings.heartbeat_interval_ms / 1000
@@ -69,7 +80,8 @@ class Worker:
                 try:
                     response = await stub.Heartbeat(coordinator_pb2.HeartbeatRequest(
                         worker_id=self.settings.worker_id, endpoint=self.server.endpoint,
-                        known_generation=self.generation), timeout=2)
+                        known_generation=self.generation,
+                        tasks=[r.to_proto() for r in self.task_reports()]), timeout=2)
                     if response.HasField("assignment") and response.generation != self.generation:
                         self._take(response.assignment)
                 except grpc.aio.AioRpcError as err:
@@ -104,49 +116,25 @@ class Worker:
                 self._dirty.set()
 
     async def _reconcile(self) -> None:
-        for query_id in sorted(set(self.tasks) | set(self.wanted)):
+        for query_id in sorted(set(self.supervisors) | set(self.wanted)):
             want = self.wanted.get(query_id, set())
-            have = set(self.tasks.get(query_id, {}))
             query = self.metastore.queries.get(query_id)
             if want and query is None:
                 continue  # the query's statement has not been replayed yet
-            replaced = query is not None and query_id in self.tasks and self._plans.get(query_id) != query.plan
-            if want == have and not replaced:
+            current = self.supervisors.get(query_id)
+            if current is not None and current.partitions == want and query is not None and current.query.plan == query.plan:
                 continue  # unchanged (CREATE OR REPLACE changes the plan and restarts the query)
-            await self._stop_query(query_id)
-            if want:
-                await self._start_query(query_id, want)
-
-    async def _start_query(self, query_id: str, partitions: set[int]) -> None:
-        query = self.metastore.queries[query_id]
-        if query.plan.kind == "AGGREGATE" and query.plan.repartition:
-            log.error("aggregating by a new key (through a repartition topic) is not executed yet",
-                      extra={"query": query_id})
-            return
-        source = self.metastore.source(query.source)
-        sink = self.metastore.source(query.sink)
-        kind = AggregationTask if query.plan.kind == "AGGREGATE" else ProjectionTask
-        tasks: dict[int, Task] = {p: kind(self.settings, query, source, sink, p) for p in sorted(partitions)}
-        self.tasks[query_id] = tasks
-        self._plans[query_id] = query.plan
-        try:
-            await asyncio.gather(*(task.start() for task in tasks.values()))
-        except BaseException:
-            await self._stop_query(query_id)
-            raise
-        if self.spark is None:
-            self.spark = await asyncio.to_thread(create_session, self.settings)
-        runner = QueryRunner(self.spark, self.settings, query, source, sink, tasks, asyncio.get_running_loop())
-        await asyncio.to_thread(runner.start)
-        self.runners[query_id] = runner
-
-    async def _stop_query(self, query_id: str) -> None:
-        runner = self.runners.pop(query_id, None)
-        if runner is not None:
-            await asyncio.to_thread(runner.stop)
-        self._plans.pop(query_id, None)
-        for task in self.tasks.pop(query_id, {}).values():
-            await task.stop()
+            if current is not None:
+                await self.supervisors.pop(query_id).stop()
+            if not want or query is None:
+                continue
+            if query.plan.kind == "AGGREGATE" and query.plan.repartition:
+                log.error("aggregating by a new key (through a repartition topic) is not executed yet",
+                          extra={"query": query_id})
+                continue
+            supervisor = QuerySupervisor(self.settings, self.metastore, query, want, self.spark_session)
+            self.supervisors[query_id] = supervisor
+            supervisor.start()
 
     async def run(self) -> None:
         """Serve until SIGTERM or SIGINT."""
@@ -164,9 +152,9 @@ class Worker:
         for loop in loops:
             loop.cancel()
         await asyncio.gather(*loops, return_exceptions=True)
-        for query_id in list(self.runners) + list(self.tasks):
+        for supervisor in self.supervisors.values():
             with contextlib.suppress(Exception):
-                await self._stop_query(query_id)
+                await supervisor.stop()
         if self.spark is not None:
             await asyncio.to_thread(self.spark.stop)
         await self.reader.stop()

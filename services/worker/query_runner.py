@@ -43,6 +43,7 @@ class QueryRunner:
         self.tasks = tasks
         self.loop = loop
         self.stream: StreamingQuery | None = None
+        self.error: BaseException | None = None
         self.checkpoint = tempfile.mkdtemp(prefix=f"millpond-{query.query_id}-")
         self.value_schema = ", ".join(
             [f"{quote_identifier(c.name)} {spark_type(c.type)}" for c in source.value_columns]
@@ -55,15 +56,17 @@ class QueryRunner:
         partitions = sorted(self.tasks)
         starting = {str(p): (self.tasks[p].next_input_offset if self.tasks[p].next_input_offset is not None else -2)
                     for p in partitions}
-        frame = (
+        reader = (
             self.spark.readStream.format("kafka")
             .option("kafka.bootstrap.servers", self.settings.kafka_bootstrap_servers)
             .option("assign", json.dumps({topic: partitions}))
             .option("startingOffsets", json.dumps({topic: starting}))
             .option("kafka.isolation.level", "read_committed")
             .option("failOnDataLoss", "false")
-            .load()
         )
+        if self.settings.max_offsets_per_trigger:
+            reader = reader.option("maxOffsetsPerTrigger", str(self.settings.max_offsets_per_trigger))
+        frame = reader.load()
         self.stream = (
             frame.writeStream.foreachBatch(self._on_batch)
             .trigger(processingTime=f"{self.settings.trigger_interval_ms} milliseconds")
@@ -73,6 +76,15 @@ class QueryRunner:
         )
         log.info("query started", extra={"query": self.query.query_id, "partitions": partitions,
                                          "starting": starting})
+
+    def failure(self) -> str | None:
+        """Why the streaming query stopped by itself, or None while it runs."""
+        if self.stream is None or self.stream.isActive:
+            return None
+        if self.error is not None:  # raised by our own batch code: say it plainly
+            return f"{type(self.error).__name__}: {self.error}"
+        error = self.stream.exception()
+        return str(error).splitlines()[0] if error is not None else "the Spark query stopped"
 
     def stop(self) -> None:
         """Stop the streaming query (waits for a running batch). Blocking."""
@@ -90,6 +102,13 @@ class QueryRunner:
         return f"_key AS {quote_identifier(key.name)}"
 
     def _on_batch(self, batch: DataFrame, batch_id: int) -> None:
+        try:
+            self._process(batch)
+        except BaseException as error:
+            self.error = error
+            raise
+
+    def _process(self, batch: DataFrame) -> None:
         batch.persist()
         try:
             slices = self._reduce(batch)

@@ -16,23 +16,26 @@ changelog tail, so the store catches up without re-reading the input.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
 
 from services.worker.state.store import CHANGELOG_OFFSET, INPUT_OFFSET, PartitionStore, encode_state
 from shared.catalog import DataSource, PersistentQuery
 from shared.config import WorkerSettings
-from shared.kafka import changelog_topic, consumer_group, task_transactional_id
+from shared.kafka import changelog_topic, committed_offsets, consumer_group, task_transactional_id
 from shared.partitioner import partition_for
 from shared.serde import deserialize_key, serialize_value
 from shared.sql import aggregates
+from shared.task_status import RESTORING, STARTING, TaskReport
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +77,20 @@ class Task(ABC):
         self.store: PartitionStore | None = None
         self.producer: AIOKafkaProducer | None = None
         self.next_input_offset: int | None = None
+        self.start_input_offset: int | None = None
+        self.state = STARTING
         self.restored_records = 0
+        self.records_to_restore = 0
+        self._sent: list[asyncio.Future[Any]] = []
+
+    def report(self) -> TaskReport:
+        """Where this task is, for the heartbeat."""
+        return TaskReport(
+            self.query.query_id, self.partition, self.state, restored_records=self.restored_records,
+            records_to_restore=self.records_to_restore,
+            input_offset=-1 if self.next_input_offset is None else self.next_input_offset,
+            start_input_offset=-1 if self.start_input_offset is None else self.start_input_offset,
+        )
 
     async def _open_producer(self) -> None:
         self.producer = AIOKafkaProducer(
@@ -88,7 +104,7 @@ class Task(ABC):
     async def start(self) -> None:
         """Fence any older owner and find where to read from."""
         await self._open_producer()
-        self.next_input_offset = await self._starting_offset()
+        self.next_input_offset = self.start_input_offset = await self._starting_offset()
         log.info("task started", extra={"query": self.query.query_id, "partition": self.partition,
                                         "input_offset": self.next_input_offset})
 
@@ -100,23 +116,35 @@ class Task(ABC):
         return committed
 
     async def _committed_input_offset(self) -> int | None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.kafka_bootstrap_servers)
-        await admin.start()
+        offsets = await committed_offsets(self.settings.kafka_bootstrap_servers, self.group, [self.input])
+        return offsets.get(self.input)
+
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[None]:
+        """One Kafka transaction; ``_send`` inside it. If the transaction fails (fenced), the
+        sends fail with it: their futures are collected here so none goes unretrieved."""
+        assert self.producer is not None
+        self._sent = []
         try:
-            offsets = await admin.list_consumer_group_offsets(self.group, partitions=[self.input])
+            async with self.producer.transaction():
+                yield
         finally:
-            await admin.close()
-        meta = offsets.get(self.input)
-        return meta.offset if meta is not None and meta.offset >= 0 else None
+            sent, self._sent = self._sent, []
+            await asyncio.gather(*sent, return_exceptions=True)
+
+    async def _send(self, topic: str, value: bytes, key: bytes | None, partition: int | None) -> asyncio.Future[Any]:
+        assert self.producer is not None
+        future: asyncio.Future[Any] = await self.producer.send(topic, value, key=key, partition=partition)
+        self._sent.append(future)
+        return future
 
     async def _send_bad(self, bad: list[BadRecord]) -> None:
-        assert self.producer is not None
         for record in bad:
-            await self.producer.send(self.settings.processing_log_topic, json.dumps({
+            await self._send(self.settings.processing_log_topic, json.dumps({
                 "query_id": self.query.query_id, "topic": self.input.topic,
                 "partition": self.partition, "offset": record.offset,
                 "reason": record.reason, "record": record.value,
-            }).encode())
+            }).encode(), None, None)
 
     @abstractmethod
     async def commit(self, batch: BatchSlice) -> bool:
@@ -132,6 +160,7 @@ class Task(ABC):
             await self.producer.stop()
         if self.store is not None:
             self.store.close()
+            self.store = None
 
 class AggregationTask(Task):
     """Materializes one partition of a GROUP BY query's table."""
@@ -154,7 +183,7 @@ class AggregationTask(Task):
         # restore up to is final.
         await self._open_producer()
         await self._restore()
-        self.next_input_offset = await self._starting_offset()
+        self.next_input_offset = self.start_input_offset = await self._starting_offset()
         log.info("task started", extra={"query": self.query.query_id, "partition": self.partition,
                                         "restored": self.restored_records,
                                         "input_offset": self.next_input_offset})
@@ -168,6 +197,7 @@ class AggregationTask(Task):
             consumer.assign([self.changelog])
             end = (await consumer.end_offsets([self.changelog]))[self.changelog]
             position = self.store.position(CHANGELOG_OFFSET) or 0
+            self.state, self.records_to_restore = RESTORING, max(end - position, 0)
             consumer.seek(self.changelog, position)
             while position < end:
                 batches = await consumer.getmany(self.changelog, timeout_ms=1000, max_records=10_000)
@@ -203,14 +233,12 @@ class AggregationTask(Task):
         states = {key: self._merge(key, partial) for key, partial in batch.partials}
         value_names = [c.name for c in self.sink.value_columns]
         changelog_futures = []
-        async with self.producer.transaction():
+        async with self._transaction():
             for key, state in states.items():
-                encoded = encode_state(state)
-                changelog_futures.append(await self.producer.send(
-                    self.changelog.topic, encoded, key=key, partition=self.partition))
+                changelog_futures.append(await self._send(self.changelog.topic, encode_state(state), key, self.partition))
                 sink_value = serialize_value(value_names, self.row(key, state)[1:], self.sink.value_format,
                                              self.sink.value_delimiter)
-                await self.producer.send(self.sink.topic, sink_value, key=key, partition=self.partition)
+                await self._send(self.sink.topic, sink_value, key, self.partition)
             await self._send_bad(batch.bad)
             await self.producer.send_offsets_to_transaction({self.input: batch.last_offset + 1}, self.group)
         positions = {INPUT_OFFSET: batch.last_offset + 1}
@@ -237,9 +265,9 @@ class ProjectionTask(Task):
         assert self.producer is not None
         if self.applied(batch):
             return False
-        async with self.producer.transaction():
+        async with self._transaction():
             for key, value in batch.records:
-                await self.producer.send(self.sink.topic, value, key=key, partition=self.target_partition(key))
+                await self._send(self.sink.topic, value, key, self.target_partition(key))
             await self._send_bad(batch.bad)
             await self.producer.send_offsets_to_transaction({self.input: batch.last_offset + 1}, self.group)
         self.next_input_offset = batch.last_offset + 1

@@ -48,11 +48,11 @@ def _run(stmt: ast.Statement, metastore: Metastore, offset: int) -> list[str]:
         check_property(stmt.name, "latest")
         return ["=> unset"]
     if isinstance(stmt, ast.Show):
-        return _outcome(views.show(metastore, stmt, {"auto.offset.reset": "latest"}))
+        return _outcome(views.show(metastore, stmt, {"auto.offset.reset": "latest"}, {}))
     if isinstance(stmt, ast.Describe):
         return _outcome(views.describe(metastore, stmt))
     if isinstance(stmt, ast.Explain):
-        return _outcome(views.explain(metastore, stmt, {}))
+        return _outcome(views.explain(metastore, stmt, {}, {}))
     raise AssertionError(f"no golden rendering for {type(stmt).__name__}")
 
 

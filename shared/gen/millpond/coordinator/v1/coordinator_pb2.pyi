@@ -1,11 +1,25 @@
 from millpond.common.v1 import rows_pb2 as _rows_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class TaskState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TASK_STATE_UNSPECIFIED: _ClassVar[TaskState]
+    TASK_STATE_STARTING: _ClassVar[TaskState]
+    TASK_STATE_RESTORING: _ClassVar[TaskState]
+    TASK_STATE_RUNNING: _ClassVar[TaskState]
+    TASK_STATE_FAILED: _ClassVar[TaskState]
+TASK_STATE_UNSPECIFIED: TaskState
+TASK_STATE_STARTING: TaskState
+TASK_STATE_RESTORING: TaskState
+TASK_STATE_RUNNING: TaskState
+TASK_STATE_FAILED: TaskState
 
 class ExecuteStatementRequest(_message.Message):
     __slots__ = ("sql", "properties")
@@ -55,14 +69,50 @@ class Assignment(_message.Message):
     def __init__(self, generation: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerAssignment, _Mapping]]] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("worker_id", "endpoint", "known_generation")
+    __slots__ = ("worker_id", "endpoint", "known_generation", "tasks")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     KNOWN_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     endpoint: str
     known_generation: int
-    def __init__(self, worker_id: _Optional[str] = ..., endpoint: _Optional[str] = ..., known_generation: _Optional[int] = ...) -> None: ...
+    tasks: _containers.RepeatedCompositeFieldContainer[TaskStatus]
+    def __init__(self, worker_id: _Optional[str] = ..., endpoint: _Optional[str] = ..., known_generation: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ...) -> None: ...
+
+class TaskStatus(_message.Message):
+    __slots__ = ("task", "state", "reason", "failures", "restored_records", "records_to_restore", "input_offset", "start_input_offset", "worker_id")
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_FIELD_NUMBER: _ClassVar[int]
+    RESTORED_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_TO_RESTORE_FIELD_NUMBER: _ClassVar[int]
+    INPUT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    START_INPUT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    task: TaskId
+    state: TaskState
+    reason: str
+    failures: int
+    restored_records: int
+    records_to_restore: int
+    input_offset: int
+    start_input_offset: int
+    worker_id: str
+    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., state: _Optional[_Union[TaskState, str]] = ..., reason: _Optional[str] = ..., failures: _Optional[int] = ..., restored_records: _Optional[int] = ..., records_to_restore: _Optional[int] = ..., input_offset: _Optional[int] = ..., start_input_offset: _Optional[int] = ..., worker_id: _Optional[str] = ...) -> None: ...
+
+class ListTaskStatusesRequest(_message.Message):
+    __slots__ = ("query_id",)
+    QUERY_ID_FIELD_NUMBER: _ClassVar[int]
+    query_id: str
+    def __init__(self, query_id: _Optional[str] = ...) -> None: ...
+
+class ListTaskStatusesResponse(_message.Message):
+    __slots__ = ("tasks",)
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    tasks: _containers.RepeatedCompositeFieldContainer[TaskStatus]
+    def __init__(self, tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
     __slots__ = ("generation", "assignment")

@@ -50,6 +50,11 @@ class CoordinatorServiceStub:
                 request_serializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.GetAssignmentRequest.SerializeToString,
                 response_deserializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.GetAssignmentResponse.FromString,
                 _registered_method=True)
+        self.ListTaskStatuses = channel.unary_unary(
+                '/millpond.coordinator.v1.CoordinatorService/ListTaskStatuses',
+                request_serializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.ListTaskStatusesRequest.SerializeToString,
+                response_deserializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.ListTaskStatusesResponse.FromString,
+                _registered_method=True)
 
 
 class CoordinatorServiceServicer:
@@ -77,6 +82,13 @@ class CoordinatorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListTaskStatuses(self, request, context):
+        """The state of every assigned task as its worker last reported it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -94,6 +106,11 @@ def add_CoordinatorServiceServicer_to_server(servicer, server):
                     servicer.GetAssignment,
                     request_deserializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.GetAssignmentRequest.FromString,
                     response_serializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.GetAssignmentResponse.SerializeToString,
+            ),
+            'ListTaskStatuses': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTaskStatuses,
+                    request_deserializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.ListTaskStatusesRequest.FromString,
+                    response_serializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.ListTaskStatusesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -178,6 +195,33 @@ class CoordinatorService:
             '/millpond.coordinator.v1.CoordinatorService/GetAssignment',
             millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.GetAssignmentRequest.SerializeToString,
             millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.GetAssignmentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTaskStatuses(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/millpond.coordinator.v1.CoordinatorService/ListTaskStatuses',
+            millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.ListTaskStatusesRequest.SerializeToString,
+            millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.ListTaskStatusesResponse.FromString,
             options,
             channel_credentials,
             insecure,
