@@ -1,0 +1,312 @@
+"""GROUP BY tables on the real cluster (Kafka, Spark, RocksDB, gRPC), checked key by key
+against values computed here from the generated input:
+
+- a high-cardinality aggregation with malformed records mixed in;
+- the same while a worker is SIGKILLed at random moments and restarted (exactly once);
+- a restore from the changelog after the workers' local state is deleted, proven from
+  offsets: every task restored as many records as its changelog partition holds and
+  started reading its input at the end, not the beginning.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import shutil
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from itertools import pairwise
+from pathlib import Path
+
+import grpc
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
+
+from cli.client import RouterClient
+from deploy.kafka_broker import EmbeddedKafka
+from deploy.launcher import LocalCluster
+from shared.kafka import changelog_topic, topic_partitions
+from shared.net import free_port
+from shared.partitioner import partition_for
+from shared.task_status import RUNNING, TaskReport
+
+PARTITIONS = 4
+CATCH_UP_S = 300
+
+
+@pytest.fixture(scope="module")
+def agg_cluster(kafka: EmbeddedKafka, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """Two workers whose micro-batches are small, so a run spans many transactions."""
+    local = LocalCluster(data_dir=Path(tmp_path_factory.mktemp("aggregation")), workers=2,
+                         kafka=kafka.bootstrap_servers, router_port=free_port(),
+                         service_id=f"agg{os.getpid()}", spark_master="local[1]",
+                         worker_env={"MILLPOND_MAX_OFFSETS_PER_TRIGGER": "10000",
+                                     "MILLPOND_TRIGGER_INTERVAL_MS": "100"})
+    local.start()
+    yield local
+    local.stop()
+
+
+@dataclass
+class Expected:
+    """Per key: count, sum, min and max of the valid readings, computed independently."""
+
+    count: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    total: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    low: dict[str, int] = field(default_factory=dict)
+    high: dict[str, int] = field(default_factory=dict)
+
+    def add(self, sensor: str, reading: int) -> None:
+        self.count[sensor] += 1
+        self.total[sensor] += reading
+        self.low[sensor] = min(self.low.get(sensor, reading), reading)
+        self.high[sensor] = max(self.high.get(sensor, reading), reading)
+
+
+async def produce(bootstrap: str, topic: str, events: list[tuple[bytes | None, bytes]]) -> None:
+    """Send (key, value) records, partitioned by murmur2 of the key as the Java client."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=256 * 1024)
+    await producer.start()
+    try:
+        futures = [await producer.send(topic, value, key=key, partition=partition_for(key, PARTITIONS) if key else 0)
+                   for key, value in events]
+        await producer.flush()
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+
+
+def readings(rng: random.Random, count: int, keys: int, expected: Expected) -> list[tuple[bytes | None, bytes]]:
+    events: list[tuple[bytes | None, bytes]] = []
+    for _ in range(count):
+        sensor = f"sensor-{rng.randrange(keys):05d}"
+        reading = rng.randrange(-500, 1000)
+        expected.add(sensor, reading)
+        events.append((sensor.encode(), json.dumps({"AREA": "a", "READING": reading}).encode()))
+    return events
+
+
+def create_table(cluster: LocalCluster, stream: str, table: str) -> str:
+    """The input stream and the CTAS over it (from the earliest offset); returns the query id."""
+    client = RouterClient(cluster.router, timeout=120)
+    try:
+        outcomes = list(client.run_script(f"""
+            SET 'auto.offset.reset'='earliest';
+            CREATE STREAM IF NOT EXISTS {stream} (sensor VARCHAR KEY, area VARCHAR, reading INT)
+              WITH (kafka_topic='{stream}', partitions={PARTITIONS}, value_format='json');
+            CREATE TABLE {table} AS SELECT sensor, COUNT(*) AS n, SUM(reading) AS total, MIN(reading) AS lo,
+              MAX(reading) AS hi, AVG(reading) AS mean FROM {stream} GROUP BY sensor;
+        """))
+    finally:
+        client.close()
+    return outcomes[-1].message.rsplit(" ", 1)[-1]
+
+
+def ensure_stream(cluster: LocalCluster, stream: str) -> None:
+    client = RouterClient(cluster.router, timeout=120)
+    try:
+        client.execute(f"CREATE STREAM IF NOT EXISTS {stream} (sensor VARCHAR KEY, area VARCHAR, reading INT) "
+                       f"WITH (kafka_topic='{stream}', partitions={PARTITIONS}, value_format='json');")
+    finally:
+        client.close()
+
+
+def task_reports(cluster: LocalCluster, query_id: str) -> list[TaskReport]:
+    with grpc.insecure_channel(cluster.child("coordinator").endpoint) as channel:
+        stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)
+        reply = stub.ListTaskStatuses(coordinator_pb2.ListTaskStatusesRequest(query_id=query_id), timeout=10)
+    return [TaskReport.from_proto(t.worker_id, t) for t in reply.tasks]
+
+
+async def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        return {tp.partition: o for tp, o in (await consumer.end_offsets(tps)).items()}
+    finally:
+        await consumer.stop()
+
+
+async def wait_caught_up(cluster: LocalCluster, query_id: str, topic: str) -> list[TaskReport]:
+    """Wait until every task runs and has processed its partition to the end."""
+    ends = await end_offsets(cluster.bootstrap, topic)
+    deadline = time.monotonic() + CATCH_UP_S
+    reports: list[TaskReport] = []
+    while time.monotonic() < deadline:
+        reports = await asyncio.to_thread(task_reports, cluster, query_id)
+        done = {r.partition for r in reports if r.state == RUNNING and r.input_offset >= ends[r.partition]}
+        if done == set(range(PARTITIONS)):
+            return reports
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"{query_id} did not catch up with {ends}: {reports}")
+
+
+def table_rows(cluster: LocalCluster, table: str) -> dict[str, dict[str, object]]:
+    client = RouterClient(cluster.router, timeout=120)
+    try:
+        (outcome,) = client.execute(f"SELECT * FROM {table};")
+    finally:
+        client.close()
+    names = [n for n, _ in outcome.columns]
+    return {str(row[0]): dict(zip(names, row, strict=True)) for row in outcome.rows}
+
+
+async def read_all(bootstrap: str, topic: str) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    """(partition, offset, key, value) of every committed record of ``topic``."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        count = await topic_partitions(admin, topic)
+    finally:
+        await admin.close()
+    assert count, f"topic {topic} does not exist"
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
+                                enable_auto_commit=False)
+    await consumer.start()
+    try:
+        partitions = [TopicPartition(topic, p) for p in range(count)]
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        ends = await consumer.end_offsets(partitions)
+        out: list[tuple[int, int, bytes | None, bytes | None]] = []
+        deadline = time.monotonic() + 120
+        while [tp for tp in partitions if await consumer.position(tp) < ends[tp]] and time.monotonic() < deadline:
+            for tp, records in (await consumer.getmany(timeout_ms=500, max_records=50_000)).items():
+                out += [(tp.partition, r.offset, r.key, r.value) for r in records]
+        return out
+    finally:
+        await consumer.stop()
+
+
+def check_table(rows: dict[str, dict[str, object]], expected: Expected) -> None:
+    assert sorted(rows) == sorted(expected.count), "the table's keys differ from the input's"
+    for sensor, n in expected.count.items():
+        row = rows[sensor]
+        total = expected.total[sensor]
+        assert (row["N"], row["TOTAL"], row["LO"], row["HI"]) == (
+            n, total, expected.low[sensor], expected.high[sensor]), sensor
+        assert row["MEAN"] == pytest.approx(total / n), sensor
+
+
+async def check_sink(bootstrap: str, topic: str, expected: Expected) -> None:
+    """The sink topic's last value per key is the table's; counts only ever grow per key
+    (a batch applied twice, or lost and then redone, would break one or the other)."""
+    counts: dict[str, list[int]] = defaultdict(list)
+    for partition, _offset, key, value in sorted(await read_all(bootstrap, topic)):
+        assert key is not None and value is not None
+        sensor = key.decode()
+        assert partition == partition_for(key, PARTITIONS)
+        record = json.loads(value)
+        counts[sensor].append(record["N"])
+    assert {s: c[-1] for s, c in counts.items()} == dict(expected.count)
+    assert all(a < b for c in counts.values() for a, b in pairwise(c))
+
+
+async def test_high_cardinality_aggregation_with_malformed_records_is_exact(agg_cluster: LocalCluster) -> None:
+    stream, table = f"hc_{agg_cluster.service_id}", f"hc_stats_{agg_cluster.service_id}"
+    rng = random.Random(7)
+    expected = Expected()
+    events = readings(rng, 200_000, 2_000, expected)
+    malformed: list[tuple[bytes | None, bytes]] = [
+        (b"sensor-00001", b"{not json"), (b"sensor-00002", b'{"AREA": "a", "READING": "high"}'),
+        (None, b'{"AREA": "a", "READING": 5}'), (b"sensor-00003", b"[1, 2]")] * 10
+    for i, bad in enumerate(malformed):
+        events.insert(1_000 + i * 4_000, bad)
+    ensure_stream(agg_cluster, stream)
+    await produce(agg_cluster.bootstrap, stream, events)
+    query_id = create_table(agg_cluster, stream, table)
+
+    await wait_caught_up(agg_cluster, query_id, stream)
+    check_table(await asyncio.to_thread(table_rows, agg_cluster, table), expected)
+    await check_sink(agg_cluster.bootstrap, table.upper(), expected)
+
+    logged = [json.loads(v or b"{}") for *_, v in
+              await read_all(agg_cluster.bootstrap, f"_millpond-{agg_cluster.service_id}-processing_log")]
+    mine = [e for e in logged if e["query_id"] == query_id]
+    reasons = sorted((e["record"], e["reason"]) for e in mine)
+    assert len(mine) == len(malformed)
+    assert {r for _, r in reasons} == {"value is not JSON of the declared columns and types", "record has no key"}
+    assert {rec for rec, r in reasons if r == "record has no key"} == {'{"AREA": "a", "READING": 5}'}
+
+
+async def test_sigkilled_worker_loses_nothing_and_counts_nothing_twice(agg_cluster: LocalCluster) -> None:
+    stream, table = f"fault_{agg_cluster.service_id}", f"fault_stats_{agg_cluster.service_id}"
+    rng = random.Random(11)
+    expected = Expected()
+    ensure_stream(agg_cluster, stream)
+    await produce(agg_cluster.bootstrap, stream, readings(rng, 240_000, 3_000, expected))
+    query_id = create_table(agg_cluster, stream, table)
+
+    for kill in range(3):
+        # Kill while worker-1 is mid-stream: its tasks run and have committed since they started.
+        await wait_progressing(agg_cluster, query_id, "worker-1")
+        await asyncio.sleep(rng.uniform(0.2, 3))
+        agg_cluster.kill("worker-1")
+        # More input arrives while the worker is down and while it comes back.
+        await produce(agg_cluster.bootstrap, stream, readings(rng, 40_000, 3_000, expected))
+        if kill == 1:  # once, stay down until the tasks moved: worker-2 restores them from the changelog
+            await wait_progressing(agg_cluster, query_id, "worker-2", partitions=PARTITIONS)
+        await asyncio.to_thread(agg_cluster.restart, "worker-1")
+
+    await wait_caught_up(agg_cluster, query_id, stream)
+    check_table(await asyncio.to_thread(table_rows, agg_cluster, table), expected)
+    await check_sink(agg_cluster.bootstrap, table.upper(), expected)
+
+
+async def wait_progressing(cluster: LocalCluster, query_id: str, worker: str, partitions: int = 1) -> None:
+    """Until ``worker`` runs at least ``partitions`` tasks of the query, all RUNNING, and has
+    committed a batch since they started."""
+    deadline = time.monotonic() + CATCH_UP_S
+    while time.monotonic() < deadline:
+        mine = [r for r in await asyncio.to_thread(task_reports, cluster, query_id) if r.worker_id == worker]
+        if (len(mine) >= partitions and all(r.state == RUNNING for r in mine)
+                and any(r.input_offset > r.start_input_offset for r in mine)):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{worker} did not make progress on {query_id}")
+
+
+async def wait_no_tasks(cluster: LocalCluster, query_id: str) -> None:
+    """Until the coordinator noticed the stopped workers (no task of the query reported)."""
+    deadline = time.monotonic() + 60
+    while await asyncio.to_thread(task_reports, cluster, query_id):
+        assert time.monotonic() < deadline, "the coordinator still reports tasks of stopped workers"
+        await asyncio.sleep(0.3)
+
+
+async def test_deleted_local_state_comes_back_from_the_changelog_not_from_the_input(
+        agg_cluster: LocalCluster) -> None:
+    stream, table = f"restore_{agg_cluster.service_id}", f"restore_stats_{agg_cluster.service_id}"
+    expected = Expected()
+    ensure_stream(agg_cluster, stream)
+    await produce(agg_cluster.bootstrap, stream, readings(random.Random(5), 30_000, 1_000, expected))
+    query_id = create_table(agg_cluster, stream, table)
+    await wait_caught_up(agg_cluster, query_id, stream)
+
+    for name in ("worker-1", "worker-2"):
+        agg_cluster.kill(name)
+    await wait_no_tasks(agg_cluster, query_id)
+    shutil.rmtree(agg_cluster.data_dir / "state")
+    input_ends = await end_offsets(agg_cluster.bootstrap, stream)
+    changelog = await read_all(agg_cluster.bootstrap, changelog_topic(agg_cluster.service_id, query_id))
+    changelog_counts = {p: sum(1 for r in changelog if r[0] == p) for p in range(PARTITIONS)}
+
+    await asyncio.to_thread(agg_cluster.restart, "worker-1")  # alone, so it gets every task at once
+    reports = await wait_caught_up(agg_cluster, query_id, stream)
+    try:
+        for report in reports:
+            assert report.worker_id == "worker-1"
+            # Rebuilt from every committed changelog record of its partition...
+            assert report.restored_records == changelog_counts[report.partition] > 0
+            # ...and reading the input from where the query had got to, not from the start.
+            assert report.start_input_offset == input_ends[report.partition] > 0
+        check_table(await asyncio.to_thread(table_rows, agg_cluster, table), expected)
+    finally:
+        await asyncio.to_thread(agg_cluster.restart, "worker-2")
