@@ -71,6 +71,10 @@ class CoordinatorSettings(CommonSettings):
         "latest", description="Where a new persistent query starts when the session does not SET "
         "'auto.offset.reset' (ksqlDB's default is latest).",
     )
+    processing_log_stream: str = Field(
+        "MILLPOND_PROCESSING_LOG", description="The stream declared over the processing-log topic at start-up, "
+        "so records that failed can be queried (as ksqlDB's KSQL_PROCESSING_LOG); empty: do not declare it.",
+    )
 
 
 class WorkerSettings(CommonSettings):

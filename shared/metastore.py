@@ -22,7 +22,14 @@ from shared.catalog import Column, DataSource, PersistentQuery, Resolved
 from shared.errors import AlreadyExistsError, NotFoundError, StatementError
 from shared.serde import VALUE_FORMATS
 from shared.sql import ast
-from shared.sql.planner import SOURCE_PROPERTIES, check_key_type, check_properties, check_timestamp, plan_persistent
+from shared.sql.planner import (
+    SOURCE_PROPERTIES,
+    check_key_type,
+    check_properties,
+    check_timestamp,
+    plan_materialization,
+    plan_persistent,
+)
 
 DDL = (ast.CreateSource, ast.CreateAsSelect, ast.InsertSelect, ast.Drop, ast.Terminate)
 """Statements that change the metastore and so go through the command topic."""
@@ -77,6 +84,15 @@ class Metastore:
             known = ", ".join(sorted(self.queries)) or "none"
             raise NotFoundError(f"query {query_id} does not exist; running queries: {known}")
         return found
+
+    def insert_target(self, name: str) -> DataSource:
+        """The source ``INSERT INTO name VALUES`` writes to: not one a query computes (a
+        table's own materializing query, which reads the topic, does not count)."""
+        source = self.source(name)
+        writer = self.queries.get(source.query_id or "")
+        if writer is not None and writer.kind != "CST":
+            raise StatementError(f"{source.name} is written by query {writer.query_id}; INSERT into its source instead")
+        return source
 
     def readers(self, name: str) -> list[str]:
         """Ids of the queries that read ``name``."""
@@ -182,8 +198,19 @@ class Metastore:
         source = self._declared_source(stmt, partitions)
         if existing is not None:
             _check_replacement(existing, source)
-            return Change(f"{stmt.kind.title()} {stmt.name} replaced", add_sources=[source])
-        return Change(f"{stmt.kind.title()} created", add_sources=[source])
+        change = Change(f"{stmt.kind.title()} {stmt.name} replaced" if existing else f"{stmt.kind.title()} created",
+                        add_sources=[source])
+        if source.kind == "TABLE":
+            # As ksqlDB's CREATE SOURCE TABLE: a query keeps the latest row per key in a
+            # store, so the table can be pulled from. A replaced table keeps its query's id.
+            old = self.queries.get(existing.query_id) if existing is not None and existing.query_id else None
+            query_id = old.query_id if old is not None else self._query_id(f"CST_{source.name}")
+            source = replace(source, query_id=query_id)
+            change.add_sources = [source]
+            change.add_queries = [PersistentQuery(query_id, "CST", stmt.text, source.name, source.name,
+                                                  plan_materialization(source), None)]
+            change.counts_query = old is None
+        return change
 
     @staticmethod
     def _declared_source(stmt: ast.CreateSource, partitions: int | None) -> DataSource:

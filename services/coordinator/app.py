@@ -17,6 +17,7 @@ from services.coordinator.membership import Membership
 from services.coordinator.servicer import CoordinatorServicer
 from shared.command_log import CommandReader, CommandWriter
 from shared.config import CoordinatorSettings
+from shared.errors import MillpondError
 from shared.kafka import ensure_topic
 from shared.metastore import Metastore
 from shared.rpc.metastore import SERVICE_NAME as METASTORE_SERVICE
@@ -101,6 +102,19 @@ class Coordinator:
             ],
         )
 
+    async def _declare_processing_log(self) -> None:
+        """Declare the processing-log stream once per cluster, so failed records can be queried."""
+        name = self.settings.processing_log_stream
+        if not name or name.upper() in self.metastore.sources:
+            return
+        try:
+            await self.executor.execute(
+                f"CREATE STREAM IF NOT EXISTS {name} (QUERY_ID VARCHAR, SOURCE_TOPIC VARCHAR, SOURCE_PARTITION INT, "
+                "SOURCE_OFFSET BIGINT, REASON VARCHAR, RECORD VARCHAR) "
+                f"WITH (kafka_topic='{self.settings.processing_log_topic}', value_format='JSON');", {})
+        except MillpondError:
+            log.exception("could not declare the processing-log stream", extra={"stream": name})
+
     async def _expire_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             gone = self.membership.expire()
@@ -125,6 +139,7 @@ class Coordinator:
         self.reassign()
         await self.server.start()
         tasks = [asyncio.create_task(self.reader.run(stop)), asyncio.create_task(self._expire_loop(stop))]
+        await self._declare_processing_log()
         await self.server.set_serving()
         log.info("coordinator ready", extra={"endpoint": self.server.endpoint,
                                              "command_offset": self.metastore.command_offset})

@@ -163,7 +163,7 @@ class StatementExecutor:
 
     async def _insert(self, stmt: ast.InsertValues) -> Outcome:
         await self.reader.catch_up()
-        source = self.metastore.source(stmt.target)
+        source = self.metastore.insert_target(stmt.target)
         record = encode_insert(stmt, source)
         meta = await self.producer.send_and_wait(source.topic, record.value, key=record.key, partition=record.partition)
         return Outcome(stmt.text, f"Inserted into {source.name}", partition=meta.partition, offset=meta.offset)

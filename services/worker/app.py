@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 from services.worker.servicer import WorkerServicer
 from services.worker.spark import create_session
 from services.worker.supervisor import QuerySupervisor
-from services.worker.task import AggregationTask
+from services.worker.task import StoreTask
 from shared.command_log import CommandReader
 from shared.config import WorkerSettings
 from shared.errors import NotFoundError, UnavailableError
@@ -49,14 +49,14 @@ class Worker:
         self._dirty = asyncio.Event()
         self.reader.listeners.append(self._dirty.set)
 
-    def hosted_task(self, table: str, partition: int) -> AggregationTask:
+    def hosted_task(self, table: str, partition: int) -> StoreTask:
         """The running task that materializes ``partition`` of ``table`` here."""
         source = self.metastore.source(table)
         if source.query_id is None:
             raise NotFoundError(f"{table} is not materialized by a query; it cannot be pulled from")
         supervisor = self.supervisors.get(source.query_id)
         task = supervisor.tasks.get(partition) if supervisor is not None else None
-        if not isinstance(task, AggregationTask) or task.store is None or task.state != RUNNING:
+        if not isinstance(task, StoreTask) or task.store is None or task.state != RUNNING:
             raise UnavailableError(
                 f"partition {partition} of {table} is not active on worker {self.settings.worker_id}")
         return task

@@ -137,6 +137,9 @@ class QueryRunner:
         if keyed:
             for row in parsed.where("_key IS NULL AND _raw IS NOT NULL").select("_partition", "_offset", "_raw").collect():
                 slices[row["_partition"]].bad.append(BadRecord(row["_offset"], "record has no key", row["_raw"]))
+        if self.query.plan.kind == "MATERIALIZE":
+            self._latest(parsed, slices)
+            return slices
         good = parsed.where(f"_v IS NOT NULL AND _v.{CORRUPT} IS NULL" + (" AND _key IS NOT NULL" if keyed else "")) \
             .selectExpr("_partition", "`_offset`", "_key AS `_key_bytes`", self._key_expr(), "_v.*")
         if self.query.plan.where:
@@ -171,6 +174,20 @@ class QueryRunner:
             sep = self.source.value_delimiter.replace("\\", "\\\\").replace("'", "\\'")
             return f"from_csv(CAST(value AS STRING), '{self.value_schema}', map({options}, 'sep', '{sep}'))"
         return f"from_json(CAST(value AS STRING), '{self.value_schema}', map({options}))"
+
+    def _latest(self, parsed: DataFrame, slices: dict[int, BatchSlice]) -> None:
+        """A source table's batch reduced to each key's last record: its value columns, or
+        None when that record is a tombstone (a NULL value deletes the key)."""
+        names = [c.name for c in self.source.value_columns]
+        last = F.max_by(F.struct(F.expr("_raw IS NULL").alias("_deleted"),
+                                 *[F.expr(f"_v.{quote_identifier(n)}").alias(f"c{i}") for i, n in enumerate(names)]),
+                        F.col("_offset"))
+        rows = (parsed.where(f"_key IS NOT NULL AND (_raw IS NULL OR _v.{CORRUPT} IS NULL)")
+                .groupBy("_partition", "_key").agg(last.alias("_last")).collect())
+        for row in rows:
+            latest = row["_last"]
+            values = None if latest["_deleted"] else _plain(list(latest)[1:])
+            slices[row["_partition"]].latest.append((bytes(row["_key"]), values))
 
     def _project(self, good: DataFrame, slices: dict[int, BatchSlice]) -> None:
         """Spark filters and computes every output column; Python serializes and the task

@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
 
 from services.worker.query_runner import QueryRunner
-from services.worker.task import AggregationTask, ProjectionTask, Task
+from services.worker.task import AggregationTask, ProjectionTask, TableTask, Task
 from shared.catalog import PersistentQuery
 from shared.config import WorkerSettings
 from shared.errors import MillpondError
@@ -26,6 +26,7 @@ from shared.task_status import FAILED, RUNNING, STARTING, TaskReport
 
 log = logging.getLogger(__name__)
 WATCH_INTERVAL_S = 0.25
+TASK_KINDS: dict[str, type[Task]] = {"AGGREGATE": AggregationTask, "PROJECT": ProjectionTask, "MATERIALIZE": TableTask}
 
 
 class QueryFailed(MillpondError):
@@ -97,7 +98,7 @@ class QuerySupervisor:
         query = self.query
         source = self.metastore.source(query.source)
         sink = self.metastore.source(query.sink)
-        kind = AggregationTask if query.plan.kind == "AGGREGATE" else ProjectionTask
+        kind = TASK_KINDS[query.plan.kind]
         self.tasks = {p: kind(self.settings, query, source, sink, p) for p in sorted(self.partitions)}
         try:
             await asyncio.gather(*(task.start() for task in self.tasks.values()))

@@ -57,6 +57,8 @@ class BatchSlice:
     first_offset: int
     last_offset: int
     partials: list[tuple[bytes, list[list[Any]]]] = field(default_factory=list)
+    latest: list[tuple[bytes, list[Any] | None]] = field(default_factory=list)
+    """Source tables: each key's last value columns in the batch, None for a tombstone."""
     records: list[tuple[bytes | None, bytes]] = field(default_factory=list)
     bad: list[BadRecord] = field(default_factory=list)
 
@@ -141,9 +143,9 @@ class Task(ABC):
     async def _send_bad(self, bad: list[BadRecord]) -> None:
         for record in bad:
             await self._send(self.settings.processing_log_topic, json.dumps({
-                "query_id": self.query.query_id, "topic": self.input.topic,
-                "partition": self.partition, "offset": record.offset,
-                "reason": record.reason, "record": record.value,
+                "QUERY_ID": self.query.query_id, "SOURCE_TOPIC": self.input.topic,
+                "SOURCE_PARTITION": self.partition, "SOURCE_OFFSET": record.offset,
+                "REASON": record.reason, "RECORD": record.value,
             }).encode(), None, None)
 
     @abstractmethod
@@ -162,7 +164,21 @@ class Task(ABC):
             self.store.close()
             self.store = None
 
-class AggregationTask(Task):
+
+class StoreTask(Task):
+    """A task that keeps one partition of a table in a RocksDB store, for pull queries."""
+
+    @property
+    def store_path(self) -> Path:
+        """Where this task's RocksDB store lives."""
+        return self.settings.state_dir / self.settings.worker_id / self.query.query_id / str(self.partition)
+
+    @abstractmethod
+    def row(self, key: bytes, state: list[Any]) -> list[Any]:
+        """A table row, in the table's column order, from a stored state."""
+
+
+class AggregationTask(StoreTask):
     """Materializes one partition of a GROUP BY query's table."""
 
     def __init__(self, settings: WorkerSettings, query: PersistentQuery, source: DataSource,
@@ -170,11 +186,6 @@ class AggregationTask(Task):
         super().__init__(settings, query, source, sink, partition)
         self.aggregates = [aggregates.require(a.function) for a in query.plan.aggregates]
         self.changelog = TopicPartition(changelog_topic(settings.service_id, query.query_id), partition)
-
-    @property
-    def store_path(self) -> Path:
-        """Where this task's RocksDB store lives."""
-        return self.settings.state_dir / self.settings.worker_id / self.query.query_id / str(self.partition)
 
     async def start(self) -> None:
         """Open the store, fence any older owner, and restore the store from the changelog."""
@@ -219,7 +230,7 @@ class AggregationTask(Task):
             return partial
         return [agg.merge(o, n) for agg, o, n in zip(self.aggregates, old, partial, strict=True)]
 
-    def row(self, key: bytes, state: list[list[Any]]) -> list[Any]:
+    def row(self, key: bytes, state: list[Any]) -> list[Any]:
         """A table row (key column first, then the aggregates) from a stored state."""
         key_col = self.sink.columns[0]
         return [deserialize_key(key, key_col.type),
@@ -270,5 +281,41 @@ class ProjectionTask(Task):
                 await self._send(self.sink.topic, value, key, self.target_partition(key))
             await self._send_bad(batch.bad)
             await self.producer.send_offsets_to_transaction({self.input: batch.last_offset + 1}, self.group)
+        self.next_input_offset = batch.last_offset + 1
+        return True
+
+
+class TableTask(StoreTask):
+    """Materializes one partition of a table declared over a topic: the latest row per key
+    (a NULL value deletes the key). The topic is its own changelog, as Kafka Streams does
+    for source tables: rows and the next input offset change in one RocksDB write batch, so
+    a crash at any point resumes exactly, and a worker without the store rebuilds it by
+    reading the topic from the start. Each batch's transaction carries its processing-log
+    records and the input offsets (for lag tooling and to fence a zombie)."""
+
+    async def start(self) -> None:
+        """Open the store and fence any older owner; resume after the store's own position."""
+        self.store = PartitionStore(self.store_path)
+        await self._open_producer()
+        self.next_input_offset = self.start_input_offset = self.store.position(INPUT_OFFSET)
+        log.info("task started", extra={"query": self.query.query_id, "partition": self.partition,
+                                        "input_offset": self.next_input_offset})
+
+    def row(self, key: bytes, state: list[Any]) -> list[Any]:
+        """The row in declared column order: the key where the key column is, values elsewhere."""
+        values = iter(state)
+        return [deserialize_key(key, c.type) if c.key else next(values) for c in self.sink.columns]
+
+    async def commit(self, batch: BatchSlice) -> bool:
+        """Apply one micro-batch slice exactly once; False when it was applied before."""
+        assert self.store is not None and self.producer is not None
+        if self.applied(batch):
+            return False
+        async with self._transaction():
+            await self._send_bad(batch.bad)
+            await self.producer.send_offsets_to_transaction({self.input: batch.last_offset + 1}, self.group)
+        rows = {key: encode_state(values) for key, values in batch.latest if values is not None}
+        deleted = [key for key, values in batch.latest if values is None]
+        self.store.write(rows, {INPUT_OFFSET: batch.last_offset + 1}, deleted)
         self.next_input_offset = batch.last_offset + 1
         return True

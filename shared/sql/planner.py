@@ -14,7 +14,7 @@ from shared.partitioner import partition_for
 from shared.serde import KEY_FORMATS, KEY_TYPES, VALUE_FORMATS, coerce, serialize_key, serialize_value
 from shared.sql import aggregates, ast
 from shared.sql.ast import SqlType, to_sql
-from shared.sql.expressions import evaluate, output_name, to_spark
+from shared.sql.expressions import evaluate, output_name, quote_identifier, to_spark
 from shared.sql.types import Scope, check, check_condition
 
 SOURCE_PROPERTIES = ("kafka_topic", "partitions", "replicas", "value_format", "key_format", "timestamp",
@@ -112,6 +112,14 @@ def check_timestamp(properties: dict[str, Any], columns: tuple[Column, ...]) -> 
 
 def _result_kind(source: DataSource, grouped: bool) -> str:
     return "TABLE" if grouped or source.kind == "TABLE" else "STREAM"
+
+
+def plan_materialization(table: DataSource) -> QueryPlan:
+    """How a table declared over a topic is kept queryable: the latest row per key, in the
+    table's own columns (the plan of its CST query)."""
+    columns = tuple(OutputColumn(c.name, c.type, quote_identifier(c.name), c.key) for c in table.columns)
+    return QueryPlan("MATERIALIZE", table.name, table.name, columns, key_column=table.key_column.name
+                     if table.key_column else None)
 
 
 def plan_persistent(
@@ -252,9 +260,8 @@ class EncodedRecord:
 
 
 def encode_insert(stmt: ast.InsertValues, source: DataSource) -> EncodedRecord:
-    """Check an INSERT ... VALUES against its target and serialize the row per its formats."""
-    if source.query_id is not None:
-        raise StatementError(f"{source.name} is written by query {source.query_id}; INSERT into its source instead")
+    """Check an INSERT ... VALUES against its target (from ``Metastore.insert_target``) and
+    serialize the row per its formats."""
     names = list(stmt.columns) if stmt.columns is not None else [c.name for c in source.columns]
     if len(names) != len(stmt.values):
         raise StatementError(f"INSERT names {len(names)} columns but gives {len(stmt.values)} values")

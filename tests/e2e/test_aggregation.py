@@ -229,8 +229,8 @@ async def test_high_cardinality_aggregation_with_malformed_records_is_exact(agg_
 
     logged = [json.loads(v or b"{}") for *_, v in
               await read_all(agg_cluster.bootstrap, f"_millpond-{agg_cluster.service_id}-processing_log")]
-    mine = [e for e in logged if e["query_id"] == query_id]
-    reasons = sorted((e["record"], e["reason"]) for e in mine)
+    mine = [e for e in logged if e["QUERY_ID"] == query_id]
+    reasons = sorted((e["RECORD"], e["REASON"]) for e in mine)
     assert len(mine) == len(malformed)
     assert {r for _, r in reasons} == {"value is not JSON of the declared columns and types", "record has no key"}
     assert {rec for rec, r in reasons if r == "record has no key"} == {'{"AREA": "a", "READING": 5}'}

@@ -84,7 +84,7 @@ async def test_projections_filters_and_partition_by_write_exactly_the_right_reco
 
     logged = await read_topic(cluster.bootstrap, f"_millpond-{cluster.service_id}-processing_log", 2, wait_s=60)
     entries = [json.loads(v) for _, _, v in logged]
-    mine = [e for e in entries if e["topic"] == name and e["offset"] == bad.offset]
-    assert sorted(e["query_id"].rsplit("_", 1)[0] for e in mine) == [f"CSAS_BY_PAGE_{name.upper()}",
+    mine = [e for e in entries if e["SOURCE_TOPIC"] == name and e["SOURCE_OFFSET"] == bad.offset]
+    assert sorted(e["QUERY_ID"].rsplit("_", 1)[0] for e in mine) == [f"CSAS_BY_PAGE_{name.upper()}",
                                                                       f"CSAS_LONG_{name.upper()}"]
-    assert all("not JSON" in e["reason"] and e["record"] == "{not json" for e in mine)
+    assert all("not JSON" in e["REASON"] and e["RECORD"] == "{not json" for e in mine)

@@ -35,7 +35,7 @@ def _run(stmt: ast.Statement, metastore: Metastore, offset: int) -> list[str]:
     if isinstance(stmt, DDL):
         return [f"=> {metastore.apply(stmt, offset)}"]
     if isinstance(stmt, ast.InsertValues):
-        record = encode_insert(stmt, metastore.source(stmt.target))
+        record = encode_insert(stmt, metastore.insert_target(stmt.target))
         key = record.key.hex() if record.key is not None else None
         return [f"=> key={key} partition={record.partition} value={record.value.decode()}"]
     if isinstance(stmt, ast.Query):

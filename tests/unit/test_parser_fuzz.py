@@ -55,7 +55,7 @@ def _exercise(text: str) -> None:
             elif isinstance(stmt, ast.Query):
                 plan_select(stmt, META.source(stmt.source))
             elif isinstance(stmt, ast.InsertValues):
-                encode_insert(stmt, META.source(stmt.target))
+                encode_insert(stmt, META.insert_target(stmt.target))
         except MillpondError:
             pass
 

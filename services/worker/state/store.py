@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -62,11 +62,14 @@ class PartitionStore:
         raw = self._meta.get(name)
         return None if raw is None else int(raw)
 
-    def write(self, states: Mapping[bytes, bytes], positions: Mapping[bytes, int]) -> None:
-        """Atomically write encoded states and positions."""
+    def write(self, states: Mapping[bytes, bytes], positions: Mapping[bytes, int],
+              deleted: Iterable[bytes] = ()) -> None:
+        """Atomically write encoded states, deletions and positions."""
         batch = WriteBatch(raw_mode=True)
         for key, value in states.items():
             batch.put(key, value)
+        for key in deleted:
+            batch.delete(key)
         for name, offset in positions.items():
             batch.put(name, str(offset).encode(), self._meta_handle)
         self.db.write(batch)

@@ -1,0 +1,80 @@
+"""A table declared over a topic is materialized (latest row per key, tombstones delete) and
+can be pulled from; the processing log is a stream that queries can read."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from aiokafka import AIOKafkaProducer
+
+from cli.client import RouterClient
+from deploy.launcher import LocalCluster
+from shared.partitioner import partition_for
+from tests.e2e.test_stateless import read_topic
+
+
+def run(cluster: LocalCluster, script: str) -> list[list[object]]:
+    client = RouterClient(cluster.router, timeout=120)
+    try:
+        outcomes = list(client.run_script(script))
+    finally:
+        client.close()
+    return outcomes[-1].rows
+
+
+def wait_rows(cluster: LocalCluster, sql: str, want: list[list[object]], timeout: float = 180) -> list[list[object]]:
+    """Pull until the answer is ``want`` (the table catches up asynchronously)."""
+    deadline = time.monotonic() + timeout
+    rows: list[list[object]] = []
+    while time.monotonic() < deadline:
+        try:
+            rows = sorted(run(cluster, sql), key=repr)
+        except Exception:  # noqa: BLE001 - the table's tasks may still be starting
+            rows = []
+        if rows == want:
+            return rows
+        time.sleep(0.5)
+    return rows
+
+
+async def test_a_table_over_a_topic_is_materialized_and_pulled(cluster: LocalCluster) -> None:
+    name = f"users_{cluster.service_id}"
+    run(cluster, f"""
+        CREATE TABLE {name} (id VARCHAR PRIMARY KEY, name VARCHAR, age INT)
+          WITH (kafka_topic='{name}', partitions=2, value_format='json');
+        INSERT INTO {name} (id, name, age) VALUES ('u1', 'ann', 30);
+        INSERT INTO {name} (id, name, age) VALUES ('u2', 'bob', 40);
+        INSERT INTO {name} (id, name, age) VALUES ('u3', 'cy', 50);
+        INSERT INTO {name} (id, name, age) VALUES ('u1', 'ann', 31);
+    """)
+    producer = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap)
+    await producer.start()
+    try:
+        await producer.send_and_wait(name, None, key=b"u2", partition=partition_for(b"u2", 2))  # tombstone
+        bad = await producer.send_and_wait(name, b"{oops", key=b"u3", partition=partition_for(b"u3", 2))
+    finally:
+        await producer.stop()
+
+    want = [["u1", "ann", 31], ["u3", "cy", 50]]
+    assert await asyncio.to_thread(wait_rows, cluster, f"SELECT * FROM {name};", want) == want
+    assert run(cluster, f"SELECT name, age FROM {name} WHERE id = 'u1';") == [["ann", 31]]
+    assert run(cluster, f"SELECT * FROM {name} WHERE id = 'u2';") == []
+
+    queries = {q[0]: q for q in run(cluster, "SHOW QUERIES;")}
+    (query_id,) = [q for q in queries if q.startswith(f"CST_{name.upper()}_")]
+    assert queries[query_id][2] == "RUNNING:2"
+
+    # The malformed record is in the processing log, which is itself a stream: a query over
+    # it picks out this table's failures.
+    failures = f"failures_{cluster.service_id}"
+    run(cluster, f"""
+        SET 'auto.offset.reset'='earliest';
+        CREATE STREAM {failures} AS SELECT query_id, source_offset, reason, record FROM MILLPOND_PROCESSING_LOG
+          WHERE query_id = '{query_id}';
+    """)
+    records = await read_topic(cluster.bootstrap, failures.upper(), 1, wait_s=180)
+    assert [json.loads(v) for *_, v in records] == [{
+        "QUERY_ID": query_id, "SOURCE_OFFSET": bad.offset,
+        "REASON": "value is not JSON of the declared columns and types", "RECORD": "{oops"}]
