@@ -75,6 +75,7 @@ INSERT INTO `MixedCase` ("Quoted", plain) VALUES ('k', 1);
 INSERT INTO readings (sensor, reading) VALUES ('sensor-3', 'not a number');
 INSERT INTO readings (sensor, nope) VALUES ('sensor-3', 1);
 INSERT INTO readings (area) VALUES ('no key');
+INSERT INTO users (id, name, age) VALUES ('u1', 'ann', 30);
 INSERT INTO avg_readings (sensor) VALUES ('x');
 
 -- Pull and push queries: planned here, executed by the router.
