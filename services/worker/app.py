@@ -128,10 +128,6 @@ class Worker:
                 await self.supervisors.pop(query_id).stop()
             if not want or query is None:
                 continue
-            if query.plan.kind == "AGGREGATE" and query.plan.repartition:
-                log.error("aggregating by a new key (through a repartition topic) is not executed yet",
-                          extra={"query": query_id})
-                continue
             supervisor = QuerySupervisor(self.settings, self.metastore, query, want, self.spark_session)
             self.supervisors[query_id] = supervisor
             supervisor.start()

@@ -76,7 +76,7 @@ class QuerySupervisor:
     async def _run(self) -> None:
         retrying = AsyncRetrying(
             retry=retry_if_exception_type(Exception),
-            wait=wait_exponential_jitter(initial=self.settings.task_retry_initial_ms / 1000,
+            wait=wait_exponential_jitter(multiplier=self.settings.task_retry_initial_ms / 1000,
                                          max=self.settings.task_retry_max_ms / 1000),
             before_sleep=self._on_failure,
         )
@@ -96,6 +96,9 @@ class QuerySupervisor:
 
     async def _run_once(self) -> None:
         query = self.query
+        if query.plan.kind == "AGGREGATE" and query.plan.repartition:
+            raise QueryFailed("GROUP BY a column other than the source's key (re-keying through a repartition "
+                              "topic) is not executed yet; GROUP BY the key column")
         source = self.metastore.source(query.source)
         sink = self.metastore.source(query.sink)
         kind = TASK_KINDS[query.plan.kind]
