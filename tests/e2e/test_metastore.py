@@ -66,7 +66,7 @@ def test_show_describe_and_explain_through_the_cli(small_cluster: LocalCluster, 
     assert [r["message"] for r in done][-1].startswith("Source DOOMED")  # type: ignore[union-attr]
 
     streams = rows(sql(small_cluster.router, "-e", "SHOW STREAMS;", "--output", "json"))
-    assert [s["NAME"] for s in streams] == ["BY_PAGE", "CLICKS", "LONG_VIEWS", "PAGEVIEWS"]
+    assert [s["NAME"] for s in streams] == ["BY_PAGE", "CLICKS", "LONG_VIEWS", "MILLPOND_PROCESSING_LOG", "PAGEVIEWS"]
     assert {s["NAME"]: s["VALUE_FORMAT"] for s in streams}["CLICKS"] == "DELIMITED"
     assert all(s["STATUS"] == "OK" for s in streams)
     queries = rows(sql(small_cluster.router, "-e", "SHOW QUERIES;", "--output", "json"))
