@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 from pyspark.sql import SparkSession
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
@@ -62,15 +63,14 @@ class QuerySupervisor:
             self._job = None
 
     def reports(self) -> list[TaskReport]:
-        """Each partition's state: its task's, or FAILED while waiting to restart."""
+        """Each partition's state: its task's, or FAILED while waiting to restart; the last
+        failure's reason and the count stay visible after a restart."""
         out = []
         for partition in sorted(self.partitions):
             task = self.tasks.get(partition)
             base = task.report() if task is not None else TaskReport(self.query.query_id, partition, STARTING)
-            state = FAILED if self.failed else base.state
-            out.append(TaskReport(base.query_id, partition, state, self.settings.worker_id, self.reason,
-                                  self.failures, base.restored_records, base.records_to_restore,
-                                  base.input_offset, base.start_input_offset))
+            out.append(replace(base, state=FAILED if self.failed else base.state, worker_id=self.settings.worker_id,
+                               reason=self.reason, failures=self.failures))
         return out
 
     async def _run(self) -> None:
@@ -95,6 +95,7 @@ class QuerySupervisor:
             "reason": self.reason, "retry_in_s": round(wait, 2)})
 
     async def _run_once(self) -> None:
+        self.failed = False  # restarting: the tasks report their own state again
         query = self.query
         if query.plan.kind == "AGGREGATE" and query.plan.repartition:
             raise QueryFailed("GROUP BY a column other than the source's key (re-keying through a repartition "
@@ -111,7 +112,6 @@ class QuerySupervisor:
             await asyncio.to_thread(self._runner.start)
             for task in self.tasks.values():
                 task.state = RUNNING
-            self.failed = False
             # The stream's state lives in the JVM; polling it costs no thread per query.
             while (reason := self._runner.failure()) is None:  # noqa: ASYNC110
                 await asyncio.sleep(WATCH_INTERVAL_S)
