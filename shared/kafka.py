@@ -59,9 +59,9 @@ async def committed_offsets(bootstrap: str, group: str, partitions: list[TopicPa
     return {tp: meta.offset for tp, meta in offsets.items() if meta.offset >= 0}
 
 
-def task_transactional_id(service_id: str, query_id: str, partition: int) -> str:
-    """Stable per task, so a new owner of the task fences the old one."""
-    return f"_millpond-{service_id}-{query_id}-{partition}"
+def task_transactional_id(service_id: str, query_id: str, partition: int, stage: str = "") -> str:
+    """Stable per task (and stage of a two-stage query), so a new owner of the task fences the old one."""
+    return f"_millpond-{service_id}-{query_id}-{partition}" + (f"-{stage}" if stage else "")
 
 
 async def ensure_topic(

@@ -24,6 +24,7 @@ from shared.rpc.metastore import SERVICE_NAME as METASTORE_SERVICE
 from shared.rpc.metastore import metastore_registrar
 from shared.rpc.server import RpcServer, shutdown_event
 from shared.task_status import TaskReport
+from shared.topology import task_count
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +78,8 @@ class Coordinator:
         """Recompute the assignment from the live workers and the running queries."""
         # A query in error (its topic is gone) gets no tasks until it is fixed.
         partitions = {
-            q.query_id: self.metastore.source(q.source).partitions for q in self.metastore.queries.values()
-            if q.query_id not in self.metastore.errors
+            q.query_id: task_count(q, self.metastore.source(q.source), self.metastore.source(q.sink), self.settings.service_id)
+            for q in self.metastore.queries.values() if q.query_id not in self.metastore.errors
         }
         new = assign(self.membership.members, partitions)
         if new != self.assignment:

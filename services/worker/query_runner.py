@@ -8,6 +8,7 @@ reach Python, where each task merges and commits its slice exactly once.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import logging
 import shutil
@@ -34,8 +35,10 @@ class QueryRunner:
     """One Spark streaming query feeding a set of tasks of one persistent query."""
 
     def __init__(self, spark: SparkSession, settings: WorkerSettings, query: PersistentQuery,
-                 source: DataSource, sink: DataSource, tasks: dict[int, Task], loop: asyncio.AbstractEventLoop):
+                 source: DataSource, sink: DataSource, tasks: dict[int, Task], loop: asyncio.AbstractEventLoop,
+                 stage: str = ""):
         self.spark = spark
+        self.name = "-".join(filter(None, (query.query_id, stage, settings.worker_id)))
         self.settings = settings
         self.query = query
         self.source = source
@@ -44,7 +47,7 @@ class QueryRunner:
         self.loop = loop
         self.stream: StreamingQuery | None = None
         self.error: BaseException | None = None
-        self.checkpoint = tempfile.mkdtemp(prefix=f"millpond-{query.query_id}-")
+        self.checkpoint = tempfile.mkdtemp(prefix=f"millpond-{self.name}-")
         self.value_schema = ", ".join(
             [f"{quote_identifier(c.name)} {spark_type(c.type)}" for c in source.value_columns]
             + [f"{CORRUPT} STRING"]
@@ -71,10 +74,10 @@ class QueryRunner:
             frame.writeStream.foreachBatch(self._on_batch)
             .trigger(processingTime=f"{self.settings.trigger_interval_ms} milliseconds")
             .option("checkpointLocation", self.checkpoint)
-            .queryName(f"{self.query.query_id}-{self.settings.worker_id}")
+            .queryName(self.name)
             .start()
         )
-        log.info("query started", extra={"query": self.query.query_id, "partitions": partitions,
+        log.info("query started", extra={"query": self.name, "partitions": partitions,
                                          "starting": starting})
 
     def failure(self) -> str | None:
@@ -140,13 +143,12 @@ class QueryRunner:
         if self.query.plan.kind == "MATERIALIZE":
             self._latest(parsed, slices)
             return slices
-        good = parsed.where(f"_v IS NOT NULL AND _v.{CORRUPT} IS NULL" + (" AND _key IS NOT NULL" if keyed else "")) \
-            .selectExpr("_partition", "`_offset`", "_key AS `_key_bytes`", self._key_expr(), "_v.*")
+        if self.query.plan.kind == "PROJECT":
+            self._project(parsed, slices)
+            return slices
+        good = self._decoded(parsed, tombstones=False)
         if self.query.plan.where:
             good = good.where(self.query.plan.where)
-        if self.query.plan.kind == "PROJECT":
-            self._project(good, slices)
-            return slices
         columns: list[Any] = []
         shape: list[int] = []
         for i, call in enumerate(self.query.plan.aggregates):
@@ -165,6 +167,17 @@ class QueryRunner:
         for partition, partials in by_partition.items():
             slices[partition].partials = partials
         return slices
+
+    def _decoded(self, parsed: DataFrame, tombstones: bool) -> DataFrame:
+        """The records that decoded, as the source's columns (plus ``_partition``, ``_offset``,
+        ``_key_bytes``, and ``_deleted`` for a tombstone, kept only when ``tombstones``)."""
+        valid = f"_v IS NOT NULL AND _v.{CORRUPT} IS NULL"
+        if tombstones:
+            valid = f"(_raw IS NULL OR {valid})"
+        if self.source.key_column is not None:
+            valid += " AND _key IS NOT NULL"
+        return parsed.where(valid).selectExpr("_partition", "`_offset`", "_key AS `_key_bytes`", self._key_expr(), "_v.*",
+                                              "_raw IS NULL AS _deleted")
 
     def _decode(self) -> str:
         """Spark SQL that parses the record value into the declared columns, PERMISSIVE: a
@@ -189,26 +202,35 @@ class QueryRunner:
             values = None if latest["_deleted"] else _plain(list(latest)[1:])
             slices[row["_partition"]].latest.append((bytes(row["_key"]), values))
 
-    def _project(self, good: DataFrame, slices: dict[int, BatchSlice]) -> None:
+    def _project(self, parsed: DataFrame, slices: dict[int, BatchSlice]) -> None:
         """Spark filters and computes every output column; Python serializes and the task
-        produces (the transactional producer is per record anyway)."""
+        produces (the transactional producer is per record anyway). Over a table, a deleted
+        row and a row the filter drops become tombstones of its key, in input order."""
         plan = self.query.plan
         sink = self.sink
+        table = self.source.kind == "TABLE"
+        frame = self._decoded(parsed, tombstones=table)
+        passes = F.expr(f"NOT _deleted AND coalesce(({plan.where}), false)" if plan.where else "NOT _deleted")
+        if not table:
+            frame = frame.where(passes)
         columns = [F.expr(c.expression).alias(f"c{i}") for i, c in enumerate(plan.columns)]
-        rows = good.select("_partition", "_offset", "_key_bytes", *columns).collect()
+        rows = frame.select("_partition", "_offset", "_key_bytes", passes.alias("_keep"), *columns).collect()
         rows.sort(key=lambda r: (r[0], r[1]))
         key_index = next((i for i, c in enumerate(plan.columns) if c.key), None)
         value_indexes = [i for i, c in enumerate(plan.columns) if not c.key]
         names = [plan.columns[i].name for i in value_indexes]
         key_type = plan.columns[key_index].type if key_index is not None else None
         for row in rows:
-            values = _plain(list(row)[3:])
+            if not row["_keep"]:  # only tables get here: the key's row is gone downstream too
+                slices[row[0]].records.append((bytes(row[2]), None))
+                continue
+            values = _plain(list(row)[4:])
             if plan.key_expression is None:
                 key = bytes(row[2]) if row[2] is not None else None
             elif key_index is not None and values[key_index] is not None and key_type is not None:
                 key = serialize_key(values[key_index], key_type)
             else:
-                slices[row[0]].bad.append(BadRecord(row[1], "the PARTITION BY key is NULL", None))
+                slices[row[0]].bad.append(BadRecord(row[1], f"the new key ({plan.key_expression}) is NULL", None))
                 continue
             value = serialize_value(names, [values[i] for i in value_indexes], sink.value_format, sink.value_delimiter)
             slices[row[0]].records.append((key, value))
@@ -233,5 +255,7 @@ def _plain(values: list[Any]) -> list[Any]:
             v = _plain(v)
         elif v is not None and type(v).__name__ == "Decimal":
             v = float(v)
+        elif isinstance(v, datetime.date):  # datetime too: ISO text, which from_json reads back
+            v = v.isoformat()
         out.append(v)
     return out

@@ -1,8 +1,9 @@
 """Runs one persistent query's tasks on this worker and restarts them, with backoff, when
 they fail: a failure is reported (state FAILED, reason, count) until the restart succeeds.
 
-One run is: start every task (fence the old owner, restore, read the committed position),
-start the Spark query over exactly these partitions, then watch it. Whatever ends a run
+One run is: start every task of every stage of the query (fence the old owner, restore,
+read the committed position), start one Spark query per stage over exactly these
+partitions, then watch them (``shared.topology`` says what the stages are). Whatever ends a run
 (an error, a cancel on reassignment) stops the Spark query and closes the tasks, so the
 next run starts from committed positions only.
 """
@@ -24,6 +25,7 @@ from shared.config import WorkerSettings
 from shared.errors import MillpondError
 from shared.metastore import Metastore
 from shared.task_status import FAILED, RUNNING, STARTING, TaskReport
+from shared.topology import stages
 
 log = logging.getLogger(__name__)
 WATCH_INTERVAL_S = 0.25
@@ -45,10 +47,12 @@ class QuerySupervisor:
         self.partitions = frozenset(partitions)
         self._spark = spark
         self.tasks: dict[int, Task] = {}
+        """The tasks of the stage that produces the result (the ones pull queries read)."""
+        self._stage_tasks: list[dict[int, Task]] = []
         self.failures = 0
         self.reason = ""
         self.failed = False
-        self._runner: QueryRunner | None = None
+        self._runners: list[QueryRunner] = []
         self._job: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -67,7 +71,8 @@ class QuerySupervisor:
         failure's reason and the count stay visible after a restart."""
         out = []
         for partition in sorted(self.partitions):
-            task = self.tasks.get(partition)
+            # The result stage's task, or the first stage's where only it has this partition.
+            task = next((tasks[partition] for tasks in reversed(self._stage_tasks) if partition in tasks), None)
             base = task.report() if task is not None else TaskReport(self.query.query_id, partition, STARTING)
             out.append(replace(base, state=FAILED if self.failed else base.state, worker_id=self.settings.worker_id,
                                reason=self.reason, failures=self.failures))
@@ -97,34 +102,45 @@ class QuerySupervisor:
     async def _run_once(self) -> None:
         self.failed = False  # restarting: the tasks report their own state again
         query = self.query
-        if query.plan.kind == "AGGREGATE" and query.plan.repartition:
-            raise QueryFailed("GROUP BY a column other than the source's key (re-keying through a repartition "
-                              "topic) is not executed yet; GROUP BY the key column")
-        source = self.metastore.source(query.source)
-        sink = self.metastore.source(query.sink)
-        kind = TASK_KINDS[query.plan.kind]
-        self.tasks = {p: kind(self.settings, query, source, sink, p) for p in sorted(self.partitions)}
+        plan_stages = stages(query, self.metastore.source(query.source), self.metastore.source(query.sink),
+                             self.settings.service_id)
+        self._stage_tasks = [
+            {p: TASK_KINDS[stage.query.plan.kind](self.settings, stage.query, stage.source, stage.sink, p, stage.name)
+             for p in sorted(self.partitions) if p < stage.partitions}
+            for stage in plan_stages
+        ]
+        self.tasks = self._stage_tasks[-1]
         try:
-            await asyncio.gather(*(task.start() for task in self.tasks.values()))
+            await asyncio.gather(*(task.start() for tasks in self._stage_tasks for task in tasks.values()))
             spark = await self._spark()
-            self._runner = QueryRunner(spark, self.settings, query, source, sink, self.tasks,
-                                       asyncio.get_running_loop())
-            await asyncio.to_thread(self._runner.start)
-            for task in self.tasks.values():
-                task.state = RUNNING
-            # The stream's state lives in the JVM; polling it costs no thread per query.
-            while (reason := self._runner.failure()) is None:  # noqa: ASYNC110
+            loop = asyncio.get_running_loop()
+            for stage, tasks in zip(plan_stages, self._stage_tasks, strict=True):
+                if tasks:
+                    runner = QueryRunner(spark, self.settings, stage.query, stage.source, stage.sink, tasks, loop,
+                                         stage.name)
+                    self._runners.append(runner)
+                    await asyncio.to_thread(runner.start)
+            for tasks in self._stage_tasks:
+                for task in tasks.values():
+                    task.state = RUNNING
+            # The streams' state lives in the JVM; polling it costs no thread per query.
+            while (reason := self._failure()) is None:  # noqa: ASYNC110
                 await asyncio.sleep(WATCH_INTERVAL_S)
             raise QueryFailed(reason)
         finally:
             await self._teardown()
 
+    def _failure(self) -> str | None:
+        return next((reason for runner in self._runners if (reason := runner.failure()) is not None), None)
+
     async def _teardown(self) -> None:
-        runner, self._runner = self._runner, None
-        if runner is not None:
+        runners, self._runners = self._runners, []
+        for runner in runners:
             await asyncio.to_thread(runner.stop)
-        for task in self.tasks.values():
-            try:
-                await task.stop()
-            except Exception:
-                log.exception("closing a task failed", extra={"query": self.query.query_id, "partition": task.partition})
+        for tasks in self._stage_tasks:
+            for task in tasks.values():
+                try:
+                    await task.stop()
+                except Exception:
+                    log.exception("closing a task failed", extra={"query": self.query.query_id, "partition": task.partition,
+                                                                  "stage": task.stage})

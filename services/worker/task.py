@@ -59,7 +59,8 @@ class BatchSlice:
     partials: list[tuple[bytes, list[list[Any]]]] = field(default_factory=list)
     latest: list[tuple[bytes, list[Any] | None]] = field(default_factory=list)
     """Source tables: each key's last value columns in the batch, None for a tombstone."""
-    records: list[tuple[bytes | None, bytes]] = field(default_factory=list)
+    records: list[tuple[bytes | None, bytes | None]] = field(default_factory=list)
+    """Result records (key, value); a None value is a tombstone (a table row deleted)."""
     bad: list[BadRecord] = field(default_factory=list)
 
 
@@ -68,9 +69,11 @@ class Task(ABC):
     per task (a new owner fences the old), and the query's committed input position."""
 
     def __init__(self, settings: WorkerSettings, query: PersistentQuery, source: DataSource,
-                 sink: DataSource, partition: int):
+                 sink: DataSource, partition: int, stage: str = ""):
         self.settings = settings
         self.query = query
+        self.stage = stage
+        """Which stage of a two-stage query this task runs (empty for the result stage)."""
         self.source = source
         self.sink = sink
         self.partition = partition
@@ -97,7 +100,8 @@ class Task(ABC):
     async def _open_producer(self) -> None:
         self.producer = AIOKafkaProducer(
             bootstrap_servers=self.settings.kafka_bootstrap_servers,
-            transactional_id=task_transactional_id(self.settings.service_id, self.query.query_id, self.partition),
+            transactional_id=task_transactional_id(self.settings.service_id, self.query.query_id, self.partition,
+                                                   self.stage),
             enable_idempotence=True,
         )
         # init_transactions fences the previous owner and aborts its open transaction.
@@ -134,7 +138,7 @@ class Task(ABC):
             sent, self._sent = self._sent, []
             await asyncio.gather(*sent, return_exceptions=True)
 
-    async def _send(self, topic: str, value: bytes, key: bytes | None, partition: int | None) -> asyncio.Future[Any]:
+    async def _send(self, topic: str, value: bytes | None, key: bytes | None, partition: int | None) -> asyncio.Future[Any]:
         assert self.producer is not None
         future: asyncio.Future[Any] = await self.producer.send(topic, value, key=key, partition=partition)
         self._sent.append(future)
@@ -182,8 +186,8 @@ class AggregationTask(StoreTask):
     """Materializes one partition of a GROUP BY query's table."""
 
     def __init__(self, settings: WorkerSettings, query: PersistentQuery, source: DataSource,
-                 sink: DataSource, partition: int):
-        super().__init__(settings, query, source, sink, partition)
+                 sink: DataSource, partition: int, stage: str = ""):
+        super().__init__(settings, query, source, sink, partition, stage)
         self.aggregates = [aggregates.require(a.function) for a in query.plan.aggregates]
         self.changelog = TopicPartition(changelog_topic(settings.service_id, query.query_id), partition)
 
@@ -262,7 +266,8 @@ class AggregationTask(StoreTask):
 
 class ProjectionTask(Task):
     """Writes one partition's filtered, projected records to the sink, exactly once: the
-    records and the input offsets go in one transaction."""
+    records and the input offsets go in one transaction. Over a table, a deleted row or one
+    the filter drops is written as a tombstone, so the sink table loses it too."""
 
     def target_partition(self, key: bytes | None) -> int | None:
         """Where a result record goes: the input's partition while the key is unchanged,

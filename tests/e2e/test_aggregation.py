@@ -25,16 +25,16 @@ from pathlib import Path
 import grpc
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
 from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 
 from cli.client import RouterClient
 from deploy.kafka_broker import EmbeddedKafka
 from deploy.launcher import LocalCluster
-from shared.kafka import changelog_topic, topic_partitions
+from shared.kafka import changelog_topic
 from shared.net import free_port
 from shared.partitioner import partition_for
 from shared.task_status import RUNNING, TaskReport
+from tests.e2e.helpers import pull_until, read_all, run
 
 PARTITIONS = 4
 CATCH_UP_S = 300
@@ -82,13 +82,18 @@ async def produce(bootstrap: str, topic: str, events: list[tuple[bytes | None, b
         await producer.stop()
 
 
+def area_of(sensor: str) -> str:
+    """Each sensor's area: seven areas, so GROUP BY area re-keys the input."""
+    return f"area-{int(sensor[-5:]) % 7}"
+
+
 def readings(rng: random.Random, count: int, keys: int, expected: Expected) -> list[tuple[bytes | None, bytes]]:
     events: list[tuple[bytes | None, bytes]] = []
     for _ in range(count):
         sensor = f"sensor-{rng.randrange(keys):05d}"
         reading = rng.randrange(-500, 1000)
         expected.add(sensor, reading)
-        events.append((sensor.encode(), json.dumps({"AREA": "a", "READING": reading}).encode()))
+        events.append((sensor.encode(), json.dumps({"AREA": area_of(sensor), "READING": reading}).encode()))
     return events
 
 
@@ -158,33 +163,6 @@ def table_rows(cluster: LocalCluster, table: str) -> dict[str, dict[str, object]
     return {str(row[0]): dict(zip(names, row, strict=True)) for row in outcome.rows}
 
 
-async def read_all(bootstrap: str, topic: str) -> list[tuple[int, int, bytes | None, bytes | None]]:
-    """(partition, offset, key, value) of every committed record of ``topic``."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        count = await topic_partitions(admin, topic)
-    finally:
-        await admin.close()
-    assert count, f"topic {topic} does not exist"
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
-                                enable_auto_commit=False)
-    await consumer.start()
-    try:
-        partitions = [TopicPartition(topic, p) for p in range(count)]
-        consumer.assign(partitions)
-        await consumer.seek_to_beginning(*partitions)
-        ends = await consumer.end_offsets(partitions)
-        out: list[tuple[int, int, bytes | None, bytes | None]] = []
-        deadline = time.monotonic() + 120
-        while [tp for tp in partitions if await consumer.position(tp) < ends[tp]] and time.monotonic() < deadline:
-            for tp, records in (await consumer.getmany(timeout_ms=500, max_records=50_000)).items():
-                out += [(tp.partition, r.offset, r.key, r.value) for r in records]
-        return out
-    finally:
-        await consumer.stop()
-
-
 def check_table(rows: dict[str, dict[str, object]], expected: Expected) -> None:
     assert sorted(rows) == sorted(expected.count), "the table's keys differ from the input's"
     for sensor, n in expected.count.items():
@@ -243,6 +221,9 @@ async def test_sigkilled_worker_loses_nothing_and_counts_nothing_twice(agg_clust
     ensure_stream(agg_cluster, stream)
     await produce(agg_cluster.bootstrap, stream, readings(rng, 240_000, 3_000, expected))
     query_id = create_table(agg_cluster, stream, table)
+    areas = f"fault_areas_{agg_cluster.service_id}"
+    run(agg_cluster, f"SET 'auto.offset.reset'='earliest'; CREATE TABLE {areas} AS SELECT area, COUNT(*) AS n, "
+                     f"SUM(reading) AS total FROM {stream} GROUP BY area;")
 
     for kill in range(3):
         # Kill while worker-1 is mid-stream: its tasks run and have committed since they started.
@@ -258,6 +239,20 @@ async def test_sigkilled_worker_loses_nothing_and_counts_nothing_twice(agg_clust
     await wait_caught_up(agg_cluster, query_id, stream)
     check_table(await asyncio.to_thread(table_rows, agg_cluster, table), expected)
     await check_sink(agg_cluster.bootstrap, table.upper(), expected)
+
+    # The same input re-keyed through the repartition topic (two transactional stages) is exact too.
+    by_area: dict[str, list[object]] = {}
+    for sensor, n in expected.count.items():
+        row = by_area.setdefault(area_of(sensor), [area_of(sensor), 0, 0])
+        row[1] = int(str(row[1])) + n
+        row[2] = int(str(row[2])) + expected.total[sensor]
+    assert await asyncio.to_thread(pull_until, agg_cluster, f"SELECT * FROM {areas};", by_area) == by_area
+    counts: dict[bytes, list[int]] = defaultdict(list)
+    for _, _, key, value in sorted(await read_all(agg_cluster.bootstrap, areas.upper())):
+        assert key is not None and value is not None
+        counts[key].append(json.loads(value)["N"])
+    assert {k.decode(): c[-1] for k, c in counts.items()} == {a: r[1] for a, r in by_area.items()}
+    assert all(a < b for c in counts.values() for a, b in pairwise(c))
 
 
 async def wait_progressing(cluster: LocalCluster, query_id: str, worker: str, partitions: int = 1) -> None:

@@ -5,39 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
-import grpc
 from aiokafka import AIOKafkaProducer
 
-from cli.client import RouterClient
 from deploy.launcher import LocalCluster
 from shared.partitioner import partition_for
+from tests.e2e.helpers import pull_until, run
 from tests.e2e.test_stateless import read_topic
-
-
-def run(cluster: LocalCluster, script: str) -> list[list[object]]:
-    client = RouterClient(cluster.router, timeout=120)
-    try:
-        outcomes = list(client.run_script(script))
-    finally:
-        client.close()
-    return outcomes[-1].rows
-
-
-def wait_rows(cluster: LocalCluster, sql: str, want: list[list[object]], timeout: float = 180) -> list[list[object]]:
-    """Pull until the answer is ``want`` (the table catches up asynchronously)."""
-    deadline = time.monotonic() + timeout
-    rows: list[list[object]] = []
-    while time.monotonic() < deadline:
-        try:
-            rows = sorted(run(cluster, sql), key=repr)
-        except grpc.RpcError:  # UNAVAILABLE while the table's tasks are starting
-            rows = []
-        if rows == want:
-            return rows
-        time.sleep(0.5)
-    return rows
 
 
 async def test_a_table_over_a_topic_is_materialized_and_pulled(cluster: LocalCluster) -> None:
@@ -58,8 +32,8 @@ async def test_a_table_over_a_topic_is_materialized_and_pulled(cluster: LocalClu
     finally:
         await producer.stop()
 
-    want = [["u1", "ann", 31], ["u3", "cy", 50]]
-    assert await asyncio.to_thread(wait_rows, cluster, f"SELECT * FROM {name};", want) == want
+    want = {"u1": ["u1", "ann", 31], "u3": ["u3", "cy", 50]}
+    assert await asyncio.to_thread(pull_until, cluster, f"SELECT * FROM {name};", want) == want
     assert run(cluster, f"SELECT name, age FROM {name} WHERE id = 'u1';") == [["ann", 31]]
     assert run(cluster, f"SELECT * FROM {name} WHERE id = 'u2';") == []
 

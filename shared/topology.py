@@ -1,0 +1,89 @@
+"""How a persistent query runs: one stage, or two stages chained through a topic.
+
+A stage is one Spark stream over one input topic with one task per input partition. Most
+queries are a single stage (read the source partition, write the sink, keep the store).
+Two kinds need two, each with its own stream, tasks and transactional ids:
+
+- **GROUP BY anything but the source's key** (or into another partition count). Stage 1
+  re-keys every record by the grouping expression into the query's repartition topic
+  (murmur2 over the table's partitions, as the Java client); stage 2 aggregates partition
+  ``p`` of that topic into partition ``p`` of the table, so input, state and changelog are
+  co-partitioned (ksqlDB's repartition step).
+- **CREATE TABLE AS SELECT without GROUP BY over a table.** Stage 1 projects every row
+  into the sink topic (a deleted row, or one the WHERE no longer passes, becomes a
+  tombstone); stage 2 materializes the sink topic as a table declared over it would be,
+  so the result can be pulled. The sink topic is the table's changelog.
+
+Task ``p`` of a query runs partition ``p`` of every stage that has one, so the number of
+tasks is the largest partition count of its stages. Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from shared.catalog import Column, DataSource, OutputColumn, PersistentQuery, QueryPlan
+from shared.kafka import repartition_topic
+from shared.sql.expressions import quote_identifier
+from shared.sql.planner import plan_materialization
+
+REPARTITION_KEY = "_REPARTITION_KEY"
+"""The key column of a repartition topic's records (the grouping expression's value)."""
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One Spark stream of a persistent query, as tasks over ``source``'s partitions."""
+
+    name: str
+    """Empty for the stage that produces the query's result; else what the stage does."""
+    query: PersistentQuery
+    """The query with this stage's plan (and start offsets only when it reads the source)."""
+    source: DataSource
+    sink: DataSource
+
+    @property
+    def partitions(self) -> int:
+        """How many tasks the stage has: one per partition of its input."""
+        return self.source.partitions
+
+
+def stages(query: PersistentQuery, source: DataSource, sink: DataSource, service_id: str) -> list[Stage]:
+    """The stages of ``query`` in data-flow order; the last one produces its result."""
+    plan = query.plan
+    if plan.kind == "AGGREGATE" and plan.repartition:
+        return _repartitioned_aggregate(query, source, sink, service_id)
+    if plan.kind == "PROJECT" and source.kind == "TABLE" and sink.kind == "TABLE":
+        materialize = replace(query, plan=plan_materialization(sink), start_offsets=None)
+        return [Stage("project", query, source, sink), Stage("", materialize, sink, sink)]
+    return [Stage("", query, source, sink)]
+
+
+def task_count(query: PersistentQuery, source: DataSource, sink: DataSource, service_id: str) -> int:
+    """How many tasks ``query`` has (task ``p`` runs partition ``p`` of each stage)."""
+    return max(stage.partitions for stage in stages(query, source, sink, service_id))
+
+
+def _repartitioned_aggregate(query: PersistentQuery, source: DataSource, sink: DataSource,
+                             service_id: str) -> list[Stage]:
+    plan = query.plan
+    key = next(c for c in plan.columns if c.key)
+    # Every source column travels in the value, so the aggregates' Spark SQL (over the
+    # source's column names) runs unchanged on the repartitioned records.
+    carried = tuple(Column(c.name, c.type) for c in source.columns)
+    topic = DataSource(
+        kind="STREAM", name=f"{query.query_id}_REPARTITION", columns=(Column(REPARTITION_KEY, key.type, key=True), *carried),
+        topic=repartition_topic(service_id, query.query_id), partitions=sink.partitions, value_format="JSON",
+        query_id=query.query_id,
+    )
+    rekey = QueryPlan(
+        kind="PROJECT", source=source.name, sink=topic.name,
+        columns=(OutputColumn(REPARTITION_KEY, key.type, key.expression, key=True),
+                 *(OutputColumn(c.name, c.type, quote_identifier(c.name)) for c in carried)),
+        where=plan.where, key_column=REPARTITION_KEY, key_expression=key.expression, repartition=True,
+    )
+    aggregate = replace(plan, source=topic.name, where=None, key_expression=None, repartition=False)
+    return [
+        Stage("repartition", replace(query, plan=rekey), source, topic),
+        Stage("", replace(query, plan=aggregate, start_offsets=None), topic, sink),
+    ]

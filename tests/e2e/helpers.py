@@ -1,0 +1,67 @@
+"""What the end-to-end tests do through the router and on the broker's topics."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import grpc
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from cli.client import RouterClient
+from deploy.launcher import LocalCluster
+from shared.kafka import topic_partitions
+
+
+def run(cluster: LocalCluster, script: str) -> list[list[object]]:
+    """Run statements through the router (SET applies to the rest of the script); the last one's rows."""
+    client = RouterClient(cluster.router, timeout=120)
+    try:
+        outcomes = list(client.run_script(script))
+    finally:
+        client.close()
+    return outcomes[-1].rows
+
+
+def pull_until(cluster: LocalCluster, sql: str, want: dict[Any, list[Any]], timeout: float = 240) -> dict[Any, list[Any]]:
+    """Pull ``sql`` until its rows keyed by their first column equal ``want`` (tables catch up
+    asynchronously); returns the last answer."""
+    deadline = time.monotonic() + timeout
+    rows: dict[Any, list[Any]] = {}
+    while time.monotonic() < deadline:
+        try:
+            rows = {row[0]: row for row in run(cluster, sql)}
+        except grpc.RpcError:  # UNAVAILABLE while the table's tasks are starting
+            rows = {}
+        if rows == want:
+            break
+        time.sleep(0.5)
+    return rows
+
+
+async def read_all(bootstrap: str, topic: str) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    """(partition, offset, key, value) of every committed record of ``topic``."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        count = await topic_partitions(admin, topic)
+    finally:
+        await admin.close()
+    assert count, f"topic {topic} does not exist"
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
+                                enable_auto_commit=False)
+    await consumer.start()
+    try:
+        partitions = [TopicPartition(topic, p) for p in range(count)]
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        ends = await consumer.end_offsets(partitions)
+        out: list[tuple[int, int, bytes | None, bytes | None]] = []
+        deadline = time.monotonic() + 120
+        while [tp for tp in partitions if await consumer.position(tp) < ends[tp]] and time.monotonic() < deadline:
+            for tp, records in (await consumer.getmany(timeout_ms=500, max_records=50_000)).items():
+                out += [(tp.partition, r.offset, r.key, r.value) for r in records]
+        return out
+    finally:
+        await consumer.stop()

@@ -1,0 +1,136 @@
+"""Two-stage persistent queries on the real cluster (Kafka, Spark, RocksDB, gRPC):
+
+- GROUP BY a non-key column re-keys through the repartition topic into a table with another
+  partition count; GROUP BY the key into another partition count does the same. Every row
+  is checked against values computed here, and lands on the partition murmur2 of its key
+  names (so pull queries find it).
+- CREATE TABLE AS SELECT over a table (no GROUP BY) is materialized: updates, deletes and
+  rows the WHERE drops all reach the result table and its topic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections import defaultdict
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+
+from deploy.launcher import LocalCluster
+from shared.kafka import repartition_topic, topic_partitions
+from shared.partitioner import partition_for
+from tests.e2e.helpers import pull_until, read_all, run
+from tests.e2e.test_aggregation import produce
+
+PARTITIONS = 4
+
+
+async def test_group_by_another_column_repartitions_exactly(cluster: LocalCluster) -> None:
+    stream = f"rp_{cluster.service_id}"
+    by_area, by_sensor = f"by_area_{stream}", f"by_sensor_{stream}"
+    run(cluster, f"CREATE STREAM {stream} (sensor VARCHAR KEY, area VARCHAR, reading INT) "
+                 f"WITH (kafka_topic='{stream}', partitions={PARTITIONS}, value_format='json');")
+    rng = random.Random(7)
+    areas: dict[str, list[int]] = defaultdict(list)
+    area_sensors: dict[str, set[str]] = defaultdict(set)
+    per_sensor: dict[str, int] = defaultdict(int)
+    events: list[tuple[bytes | None, bytes]] = []
+    for i in range(30_000):
+        sensor, area, reading = f"s{rng.randrange(400):03d}", f"area-{rng.randrange(25):02d}", rng.randrange(-100, 1000)
+        if i % 1500 == 0:  # no grouping key: the record goes to the processing log
+            events.append((sensor.encode(), json.dumps({"AREA": None, "READING": 5}).encode()))
+            per_sensor[sensor] += 1
+            continue
+        if i % 6000 == 1:  # malformed: processing log, counted nowhere
+            events.append((sensor.encode(), b"{broken"))
+            continue
+        events.append((sensor.encode(), json.dumps({"AREA": area, "READING": reading}).encode()))
+        per_sensor[sensor] += 1
+        if reading >= 0:
+            areas[area].append(reading)
+            area_sensors[area].add(sensor)
+    await produce(cluster.bootstrap, stream, events)
+
+    outcome = run(cluster, f"""
+        SET 'auto.offset.reset'='earliest';
+        CREATE TABLE {by_area} WITH (partitions=3) AS SELECT area, COUNT(*) AS n, SUM(reading) AS total,
+          MIN(reading) AS lo, MAX(reading) AS hi, COUNT_DISTINCT(sensor) AS sensors
+          FROM {stream} WHERE reading >= 0 GROUP BY area;
+        CREATE TABLE {by_sensor} WITH (partitions=2) AS SELECT sensor, COUNT(*) AS n FROM {stream} GROUP BY sensor;
+        SHOW QUERIES;
+    """)
+    area_query = next(str(q[0]) for q in outcome if str(q[0]).startswith(f"CTAS_{by_area.upper()}_"))
+
+    want_areas = {a: [a, len(r), sum(r), min(r), max(r), len(area_sensors[a])] for a, r in areas.items()}
+    got = await asyncio.to_thread(pull_until, cluster, f"SELECT * FROM {by_area};", want_areas)
+    assert got == want_areas
+    want_sensors = {s: [s, n] for s, n in per_sensor.items()}
+    got_sensors = await asyncio.to_thread(pull_until, cluster, f"SELECT * FROM {by_sensor};", want_sensors)
+    assert got_sensors == want_sensors
+    # Key lookups are routed by murmur2 over the table's own partition count.
+    for area in ("area-00", "area-13", "area-24"):
+        assert run(cluster, f"SELECT n FROM {by_area} WHERE area = '{area}';") == [[len(areas[area])]]
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    await admin.start()
+    try:
+        assert await topic_partitions(admin, repartition_topic(cluster.service_id, area_query)) == 3
+    finally:
+        await admin.close()
+    # The sink: each key on the partition its murmur2 names, the last value the table's row.
+    last: dict[bytes, tuple[int, dict[str, Any]]] = {}
+    for partition, _, key, value in await read_all(cluster.bootstrap, by_area.upper()):
+        assert key is not None and value is not None and partition == partition_for(key, 3)
+        last[key] = (partition, json.loads(value))
+    assert {k.decode(): v["N"] for k, (_, v) in last.items()} == {a: len(r) for a, r in areas.items()}
+
+    logged = [json.loads(v) for *_, v in await read_all(cluster.bootstrap, f"_millpond-{cluster.service_id}-processing_log")
+              if v is not None]
+    mine = [e for e in logged if e["QUERY_ID"] == area_query]
+    assert sorted(e["REASON"] for e in mine) == sorted(
+        ["the new key (`AREA`) is NULL"] * 20 + ["value is not JSON of the declared columns and types"] * 5)
+
+
+async def test_a_table_projected_from_a_table_is_materialized(cluster: LocalCluster) -> None:
+    users = f"tusers_{cluster.service_id}"
+    adults = f"adults_{users}"
+    run(cluster, f"""
+        CREATE TABLE {users} (id VARCHAR PRIMARY KEY, name VARCHAR, age INT)
+          WITH (kafka_topic='{users}', partitions=2, value_format='json');
+        INSERT INTO {users} (id, name, age) VALUES ('u1', 'ann', 30);
+        INSERT INTO {users} (id, name, age) VALUES ('u2', 'bob', 40);
+        INSERT INTO {users} (id, name, age) VALUES ('u3', 'cy', 12);
+        INSERT INTO {users} (id, name, age) VALUES ('u4', 'di', 22);
+        SET 'auto.offset.reset'='earliest';
+        CREATE TABLE {adults} AS SELECT id, UCASE(name) AS name, age FROM {users} WHERE age >= 18;
+    """)
+    first = {"u1": ["u1", "ANN", 30], "u2": ["u2", "BOB", 40], "u4": ["u4", "DI", 22]}
+    assert await asyncio.to_thread(pull_until, cluster, f"SELECT * FROM {adults};", first) == first
+
+    run(cluster, f"""
+        INSERT INTO {users} (id, name, age) VALUES ('u1', 'ann', 10);
+        INSERT INTO {users} (id, name, age) VALUES ('u3', 'cy', 18);
+        INSERT INTO {users} (id, name, age) VALUES ('u4', 'dee', 23);
+    """)
+    producer = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap)
+    await producer.start()
+    try:
+        await producer.send_and_wait(users, None, key=b"u2", partition=partition_for(b"u2", 2))  # delete u2
+    finally:
+        await producer.stop()
+    final = {"u3": ["u3", "CY", 18], "u4": ["u4", "DEE", 23]}
+    assert await asyncio.to_thread(pull_until, cluster, f"SELECT * FROM {adults};", final) == final
+    assert run(cluster, f"SELECT name FROM {adults} WHERE id = 'u4';") == [["DEE"]]
+    assert run(cluster, f"SELECT * FROM {adults} WHERE id = 'u1';") == []
+
+    # The result topic is the table's changelog: its last record per key is the row, or a
+    # tombstone for the rows that left it.
+    latest: dict[bytes, bytes | None] = {}
+    for _, _, key, value in sorted(await read_all(cluster.bootstrap, adults.upper()), key=lambda r: r[1]):
+        assert key is not None
+        latest[key] = value
+    assert latest[b"u1"] is None and latest[b"u2"] is None
+    assert json.loads(latest[b"u4"] or b"{}") == {"NAME": "DEE", "AGE": 23}
