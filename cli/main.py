@@ -16,6 +16,7 @@ from rich.console import Console
 
 from cli.client import RouterClient, metastore_digest
 from cli.output import print_outcome
+from cli.status import leader_status, status_outcome
 from deploy.launcher import LocalCluster
 from shared.errors import MillpondError
 from shared.results import Outcome
@@ -41,10 +42,11 @@ def up(
     data_dir: Annotated[Path, typer.Option(help="Broker data, state stores and logs.")] = Path(".millpond"),
     spark_master: Annotated[str, typer.Option(help="Spark master URL for every worker.")] = "local[1]",
     service_id: Annotated[str, typer.Option(help="The cluster's id (names its command topic).")] = "millpond",
+    coordinators: Annotated[int, typer.Option(help="Coordinators: one leads, the others stand by.")] = 1,
 ) -> None:
     """Start a local cluster in the foreground; Ctrl-C or SIGTERM stops all of it."""
     cluster = LocalCluster(data_dir=data_dir, workers=workers, kafka=kafka, router_port=port,
-                           spark_master=spark_master, service_id=service_id)
+                           spark_master=spark_master, service_id=service_id, coordinators=coordinators)
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         cluster.start()
@@ -182,6 +184,20 @@ def digest(
     if len({a.digest for _, a in answers}) > 1:
         err.print("the nodes' metastores differ")
         raise typer.Exit(1)
+
+
+@app.command()
+def status(
+    coordinator: Annotated[str, typer.Option(envvar="MILLPOND_COORDINATOR",
+                                             help="The coordinators, host:port[,host:port...].")] = "127.0.0.1:8089",
+    output: Annotated[str, typer.Option(help="table or json (JSON Lines).")] = "table",
+) -> None:
+    """Show every worker: alive, last heartbeat, active/standby/warm-up tasks, lag, restores."""
+    try:
+        print_outcome(status_outcome(leader_status(c.strip() for c in coordinator.split(","))), output, out)
+    except MillpondError as error:
+        err.print(f"[red]{error.message}[/red]")
+        raise typer.Exit(1) from None
 
 
 def main() -> None:

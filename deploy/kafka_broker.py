@@ -66,6 +66,8 @@ def _server_properties(data: Path, port: int, controller_port: int) -> str:
         "share.coordinator.state.topic.replication.factor": "1",
         "share.coordinator.state.topic.min.isr": "1",
         "group.initial.rebalance.delay.ms": "0",
+        # Lets the coordinators' leader election use a short session (a fast failover locally).
+        "group.min.session.timeout.ms": "500",
         "log.cleaner.backoff.ms": "1000",
     }
     return "".join(f"{k}={v}\n" for k, v in props.items())

@@ -64,8 +64,14 @@ class LocalCluster:
     spark_master: str = "local[1]"
     service_id: str = "millpond"
     start_timeout: float = 120.0
+    coordinators: int = 1
+    """Coordinators to run: one leads, the others take over when it dies."""
     worker_env: dict[str, str] = field(default_factory=dict)
     """Extra MILLPOND_* settings for every worker."""
+    coordinator_env: dict[str, str] = field(default_factory=dict)
+    """Extra MILLPOND_* settings for every coordinator."""
+    router_env: dict[str, str] = field(default_factory=dict)
+    """Extra MILLPOND_* settings for the router."""
     broker: EmbeddedKafka | None = None
     children: list[Child] = field(default_factory=list)
 
@@ -100,6 +106,36 @@ class LocalCluster:
         """The service called ``name`` (``coordinator``, ``worker-1``, ``router``)."""
         return next(c for c in self.children if c.name == name)
 
+    @property
+    def coordinator_endpoints(self) -> str:
+        """Every coordinator's host:port, comma-separated, as workers and routers take them."""
+        return ",".join(c.endpoint for c in self.children if c.name.startswith("coordinator"))
+
+    def add_worker(self, wait: bool = True) -> Child:
+        """Start one more worker (``worker-N``, the next number) and wait until it is healthy."""
+        n = 1 + sum(c.name.startswith("worker-") for c in self.children)
+        child = self._spawn(f"worker-{n}", "services.worker", free_port(), {
+            "MILLPOND_WORKER_ID": f"worker-{n}",
+            "MILLPOND_COORDINATOR": self.coordinator_endpoints,
+            "MILLPOND_STATE_DIR": str(self.data_dir / "state"),
+            "MILLPOND_SPARK_MASTER": self.spark_master,
+            **self.worker_env,
+        })
+        if wait:
+            wait_healthy(child.endpoint, self.start_timeout, child.process)
+        return child
+
+    def terminate(self, name: str, timeout: float = 30.0) -> None:
+        """Stop a service gracefully (SIGTERM) and wait until it exited."""
+        child = self.child(name)
+        if child.process.poll() is None:
+            child.process.send_signal(signal.SIGTERM)
+        try:
+            child.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.process.pid, signal.SIGKILL)
+            child.process.wait(5)
+
     def kill(self, name: str) -> None:
         """SIGKILL a service (its whole process group) and reap it: a crash, not a shutdown."""
         child = self.child(name)
@@ -124,18 +160,19 @@ class LocalCluster:
             if not self.kafka:
                 self.broker = EmbeddedKafka(self.data_dir / "kafka")
                 self.broker.start()
-            coordinator = self._spawn("coordinator", "services.coordinator", free_port(), {})
-            wait_healthy(coordinator.endpoint, self.start_timeout, coordinator.process)
-            for i in range(1, self.workers + 1):
-                self._spawn(f"worker-{i}", "services.worker", free_port(), {
-                    "MILLPOND_WORKER_ID": f"worker-{i}",
-                    "MILLPOND_COORDINATOR": coordinator.endpoint,
-                    "MILLPOND_STATE_DIR": str(self.data_dir / "state"),
-                    "MILLPOND_SPARK_MASTER": self.spark_master,
-                    **self.worker_env,
-                })
+            # The embedded broker allows a short group session: a dead leading coordinator is
+            # replaced in about 1.5 s (an external cluster keeps the 6 s default).
+            election = {} if self.kafka else {"MILLPOND_LEADER_SESSION_TIMEOUT_MS": "1500"}
+            for i in range(1, self.coordinators + 1):
+                name = "coordinator" if i == 1 else f"coordinator-{i}"
+                port = free_port()
+                coordinator = self._spawn(name, "services.coordinator", port, {
+                    "MILLPOND_COORDINATOR_ID": name, **election, **self.coordinator_env})
+                wait_healthy(coordinator.endpoint, self.start_timeout, coordinator.process)
+            for _ in range(self.workers):
+                self.add_worker(wait=False)
             self._spawn("router", "services.router", self.router_port,
-                        {"MILLPOND_COORDINATOR": coordinator.endpoint})
+                        {"MILLPOND_COORDINATOR": self.coordinator_endpoints, **self.router_env})
             for child in self.children:
                 wait_healthy(child.endpoint, self.start_timeout, child.process)
         except BaseException:

@@ -56,6 +56,11 @@ class CommonSettings(BaseSettings):
         return f"_millpond-{self.service_id}-command_topic"
 
     @property
+    def leader_topic(self) -> str:
+        """The one-partition topic whose consumer group elects the leading coordinator."""
+        return f"_millpond-{self.service_id}-coordinator_leader"
+
+    @property
     def processing_log_topic(self) -> str:
         """Where records that cannot be processed are written, with the reason."""
         return f"_millpond-{self.service_id}-processing_log"
@@ -65,7 +70,31 @@ class CoordinatorSettings(CommonSettings):
     """The coordinator's settings."""
 
     worker_session_timeout_ms: int = Field(
-        3000, description="A worker with no heartbeat for this long is removed from the assignment."
+        200, description="A worker with no heartbeat for this long is a suspect: the coordinator checks its health "
+        "endpoint and removes it from the assignment unless it answers (workers beat every 100 ms by default).",
+    )
+    worker_probe_timeout_ms: int = Field(
+        200, description="How long a suspect worker's health check may take before the worker is declared dead.",
+    )
+    num_standby_replicas: int = Field(
+        1, description="Standby copies of each table partition, each on another worker than its active "
+        "(ksqlDB's ksql.streams.num.standby.replicas).",
+    )
+    acceptable_recovery_lag: int = Field(
+        10_000, description="A task moves to a worker only once that worker's copy is within this many changelog "
+        "records of the end; until then the worker gets a warm-up replica (KIP-441).",
+    )
+    max_warmup_replicas: int = Field(2, description="Most warm-up replicas the cluster builds at once.")
+    coordinator_id: str = Field(
+        "", description="This coordinator's id among the cluster's coordinators (empty: host:port of its server).",
+    )
+    leader_session_timeout_ms: int = Field(
+        6000, description="Session timeout of the coordinators' leader-election consumer group: a dead leader is "
+        "replaced after about this long. Must lie within the brokers' group.min/max.session.timeout.ms.",
+    )
+    rebalance_check_interval_ms: int = Field(
+        500, description="How often the coordinator re-runs the assignor with fresh lags, so finished warm-ups "
+        "become actives.",
     )
     auto_offset_reset: Literal["earliest", "latest"] = Field(
         "latest", description="Where a new persistent query starts when the session does not SET "
@@ -77,14 +106,30 @@ class CoordinatorSettings(CommonSettings):
     )
 
 
-class WorkerSettings(CommonSettings):
+class CoordinatorClientSettings(CommonSettings):
+    """Settings of a service that talks to the coordinators."""
+
+    coordinator: str = Field(
+        "127.0.0.1:8089", description="host:port of the coordinator, or of each coordinator, comma-separated.",
+    )
+
+    @property
+    def coordinators(self) -> list[str]:
+        """Every coordinator's host:port."""
+        return [c.strip() for c in self.coordinator.split(",") if c.strip()]
+
+
+class WorkerSettings(CoordinatorClientSettings):
     """A query worker's settings."""
 
     worker_id: str = Field("worker-1", description="This worker's unique id in the cluster.")
-    coordinator: str = Field("127.0.0.1:8089", description="host:port of the coordinator.")
     state_dir: Path = Field(Path(".millpond/state"), description="Where RocksDB stores live.")
     spark_master: str = Field("local[2]", description="Spark master URL for this worker's queries.")
     spark_driver_memory: str = Field("1g", description="Heap of the worker's Spark driver JVM.")
+    spark_cores: int = Field(
+        0, description="Cores (threads) Spark gives this worker's queries, as ksqlDB's num.stream.threads: with a "
+        "local master it sets local[N], with a cluster master spark.cores.max; 0 leaves spark_master as it is.",
+    )
     trigger_interval_ms: int = Field(250, description="Micro-batch trigger interval.")
     heartbeat_interval_ms: int = Field(100, description="How often to heartbeat the coordinator.")
     max_offsets_per_trigger: int = Field(
@@ -94,12 +139,15 @@ class WorkerSettings(CommonSettings):
     task_retry_max_ms: int = Field(30000, description="Longest wait between restarts of a failing query's tasks.")
 
 
-class RouterSettings(CommonSettings):
+class RouterSettings(CoordinatorClientSettings):
     """The router's settings."""
 
     port: int = Field(8088, description="Port of the client front door.")
-    coordinator: str = Field("127.0.0.1:8089", description="host:port of the coordinator.")
     assignment_poll_interval_ms: int = Field(
         200, description="How often to refresh the task assignment from the coordinator."
     )
     request_timeout_ms: int = Field(10000, description="Deadline for calls to other services.")
+    enable_standby_reads: bool = Field(
+        False, description="Let pull queries be answered by a standby copy when the active cannot answer "
+        "(ksqlDB's ksql.query.pull.enable.standby.reads); the copy may be slightly behind.",
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -62,6 +63,41 @@ class TaskReport:
         if self.failures:
             text += f" | failures {self.failures}, last: {self.reason}"
         return text
+
+
+@dataclass(frozen=True)
+class StoreLag:
+    """How far one local copy (active or standby) of a table partition is behind its changelog."""
+
+    query_id: str
+    partition: int
+    active: bool
+    current_offset: int
+    end_offset: int
+    last_applied_ms: int = 0
+
+    @property
+    def lag(self) -> int:
+        """Changelog records the copy has not applied yet."""
+        return max(self.end_offset - self.current_offset, 0)
+
+    def to_proto(self) -> coordinator_pb2.StoreLag:
+        """As sent in a heartbeat."""
+        return coordinator_pb2.StoreLag(
+            task=coordinator_pb2.TaskId(query_id=self.query_id, partition=self.partition), active=self.active,
+            current_offset=self.current_offset, end_offset=self.end_offset, lag=self.lag,
+            last_applied_ms=self.last_applied_ms)
+
+    @classmethod
+    def from_proto(cls, lag: coordinator_pb2.StoreLag) -> StoreLag:
+        """From a heartbeat."""
+        return cls(lag.task.query_id, lag.task.partition, lag.active, lag.current_offset, lag.end_offset,
+                   lag.last_applied_ms)
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds since the epoch, as lag reports carry them."""
+    return int(time.time() * 1000)
 
 
 def summarize(reports: Iterable[TaskReport]) -> str:

@@ -5,15 +5,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import defaultdict
 
+import grpc
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 
-from services.coordinator.assignor import Task, assign
+from services.coordinator.assignor import AssignorConfig, QueryTasks
+from services.coordinator.cluster import Cluster
 from services.coordinator.executor import StatementExecutor
-from services.coordinator.membership import Membership
+from services.coordinator.leadership import Leadership
+from services.coordinator.membership import Member
 from services.coordinator.servicer import CoordinatorServicer
 from shared.command_log import CommandReader, CommandWriter
 from shared.config import CoordinatorSettings
@@ -23,8 +26,8 @@ from shared.metastore import Metastore
 from shared.rpc.metastore import SERVICE_NAME as METASTORE_SERVICE
 from shared.rpc.metastore import metastore_registrar
 from shared.rpc.server import RpcServer, shutdown_event
-from shared.task_status import TaskReport
-from shared.topology import task_count
+from shared.task_status import StoreLag, TaskReport
+from shared.topology import stages
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +45,11 @@ class Coordinator:
         self.producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, acks="all")
         self.offsets = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
                                         enable_auto_commit=False)
+        self.cluster = Cluster(
+            settings.worker_session_timeout_ms / 1000,
+            AssignorConfig(settings.num_standby_replicas, settings.acceptable_recovery_lag, settings.max_warmup_replicas))
         self.executor = StatementExecutor(settings, self.metastore, self.reader, self.writer, self.admin,
-                                          self.producer, self.offsets, self.task_reports)
-        self.membership = Membership(settings.worker_session_timeout_ms / 1000)
-        self.generation = 0
-        self.assignment: dict[str, list[Task]] = {}
-        self.reports: dict[str, list[TaskReport]] = {}
-        """Each live worker's last report of its tasks."""
+                                          self.producer, self.offsets, self.cluster.task_reports)
         self.reader.listeners.append(self.reassign)
         self.server = RpcServer(
             settings.host, settings.port,
@@ -56,52 +57,52 @@ class Coordinator:
              metastore_registrar(self.reader, "coordinator")],
             [coordinator_pb2.DESCRIPTOR.services_by_name["CoordinatorService"].full_name, METASTORE_SERVICE],
         )
+        self.leadership: Leadership | None = None
+        self._probes: dict[str, grpc.aio.Channel] = {}
 
-    def task_reports(self) -> dict[str, list[TaskReport]]:
-        """The live workers' reports of the tasks they are assigned, by query id."""
-        assigned = {(w, t.query_id, t.partition) for w, tasks in self.assignment.items() for t in tasks}
-        out: dict[str, list[TaskReport]] = defaultdict(list)
-        for worker_id, reports in self.reports.items():
-            for r in reports:
-                if (worker_id, r.query_id, r.partition) in assigned:
-                    out[r.query_id].append(r)
-        return out
+    @property
+    def coordinator_id(self) -> str:
+        """This coordinator's id among the cluster's coordinators."""
+        return self.settings.coordinator_id or self.server.endpoint
 
-    def heartbeat(self, worker_id: str, endpoint: str, reports: list[TaskReport]) -> None:
+    def heartbeat(self, worker_id: str, endpoint: str, reports: list[TaskReport], lags: list[StoreLag]) -> None:
         """A worker is alive; a new worker triggers a reassignment."""
-        self.reports[worker_id] = reports
-        if self.membership.beat(worker_id, endpoint):
+        if self.cluster.beat(worker_id, endpoint, reports, lags):
             log.info("worker joined", extra={"worker": worker_id, "endpoint": endpoint})
             self.reassign()
 
-    def reassign(self) -> None:
-        """Recompute the assignment from the live workers and the running queries."""
-        # A query in error (its topic is gone) gets no tasks until it is fixed.
-        partitions = {
-            q.query_id: task_count(q, self.metastore.source(q.source), self.metastore.source(q.sink), self.settings.service_id)
-            for q in self.metastore.queries.values() if q.query_id not in self.metastore.errors
-        }
-        new = assign(self.membership.members, partitions)
-        if new != self.assignment:
-            self.assignment = new
-            self.generation += 1
-            log.info("new assignment", extra={"generation": self.generation,
-                                               "tasks": {w: len(t) for w, t in new.items()}})
+    def leave(self, worker_id: str) -> None:
+        """A worker is shutting down: hand its tasks over now (to caught-up standbys first)."""
+        if self.cluster.remove(worker_id):
+            log.info("worker left", extra={"worker": worker_id})
+            self.reassign()
 
-    def assignment_proto(self) -> coordinator_pb2.Assignment:
-        """The assignment as protobuf."""
-        return coordinator_pb2.Assignment(
-            generation=self.generation,
-            workers=[
-                coordinator_pb2.WorkerAssignment(
-                    worker_id=worker_id,
-                    endpoint=self.membership.members[worker_id].endpoint,
-                    active_tasks=[coordinator_pb2.TaskId(query_id=t.query_id, partition=t.partition) for t in tasks],
-                )
-                for worker_id, tasks in sorted(self.assignment.items())
-                if worker_id in self.membership.members
-            ],
-        )
+    def _queries(self) -> list[QueryTasks]:
+        """Every running query's tasks; a query in error (its topic is gone) gets none until fixed."""
+        out = []
+        for q in self.metastore.queries.values():
+            if q.query_id in self.metastore.errors:
+                continue
+            plan = stages(q, self.metastore.source(q.source), self.metastore.source(q.sink), self.settings.service_id)
+            # Only GROUP BY results keep a changelog a standby can replay.
+            out.append(QueryTasks(q.query_id, max(s.partitions for s in plan), plan[-1].query.plan.kind == "AGGREGATE"))
+        return out
+
+    def reassign(self) -> None:
+        """Recompute the assignment from the live workers, the running queries and the lags."""
+        if self.cluster.reassign(self._queries()):
+            a = self.cluster.assignment
+            log.info("new assignment", extra={
+                "generation": self.cluster.generation,
+                "tasks": {w: [len(t.active), len(t.standby), len(t.warmup)] for w, t in a.workers.items()},
+                "pending": {f"{t.query_id}/{t.partition}": w for t, w in a.pending.items()}})
+
+    def _elected(self, epoch: int) -> None:
+        self.cluster.lead(epoch)
+        self.reassign()
+
+    def _deposed(self) -> None:
+        self.cluster.follow()
 
     async def _declare_processing_log(self) -> None:
         """Declare the processing-log stream once per cluster, so failed records can be queried."""
@@ -116,16 +117,47 @@ class Coordinator:
         except MillpondError:
             log.exception("could not declare the processing-log stream", extra={"stream": name})
 
-    async def _expire_loop(self, stop: asyncio.Event) -> None:
+    async def _alive(self, member: Member) -> bool:
+        """Ask a silent worker's health endpoint; a killed process refuses at once."""
+        channel = self._probes.get(member.endpoint)
+        if channel is None:
+            channel = self._probes[member.endpoint] = grpc.aio.insecure_channel(member.endpoint)
+        try:
+            reply = await health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(), timeout=self.settings.worker_probe_timeout_ms / 1000)
+        except grpc.aio.AioRpcError:
+            return False
+        return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+
+    async def _detect_loop(self, stop: asyncio.Event) -> None:
+        """Failure detection: a worker silent for the session timeout is probed, and removed
+        unless it answers (a busy worker whose beats were late keeps its tasks)."""
+        membership = self.cluster.membership
         while not stop.is_set():
-            gone = self.membership.expire()
-            if gone:
-                for worker_id in gone:
-                    self.reports.pop(worker_id, None)
-                log.warning("workers left", extra={"workers": gone})
-                self.reassign()
+            suspects = membership.suspects()
+            if suspects:
+                verdicts = await asyncio.gather(*(self._alive(m) for m in suspects))
+                dead = []
+                for member, alive in zip(suspects, verdicts, strict=True):
+                    if alive:
+                        membership.vouch(member.worker_id)
+                    elif self.cluster.remove(member.worker_id):
+                        dead.append(member.worker_id)
+                        channel = self._probes.pop(member.endpoint, None)
+                        if channel is not None:
+                            await channel.close()
+                if dead:
+                    log.warning("workers dead", extra={"workers": dead})
+                    self.reassign()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), 0.1)
+                await asyncio.wait_for(stop.wait(), 0.05)
+
+    async def _rebalance_loop(self, stop: asyncio.Event) -> None:
+        """Re-run the assignor with fresh lags, so warm-ups that caught up take their actives."""
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.settings.rebalance_check_interval_ms / 1000)
+            self.reassign()
 
     async def run(self) -> None:
         """Serve until SIGTERM or SIGINT."""
@@ -136,10 +168,15 @@ class Coordinator:
         await self.producer.start()
         await self.offsets.start()
         await self.reader.start()
+        await ensure_topic(self.admin, self.settings.leader_topic, 1)
         await self.reader.catch_up()
-        self.reassign()
         await self.server.start()
-        tasks = [asyncio.create_task(self.reader.run(stop)), asyncio.create_task(self._expire_loop(stop))]
+        self.leadership = Leadership(
+            self.settings.kafka_bootstrap_servers, self.settings.leader_topic,
+            f"_millpond-{self.settings.service_id}-coordinators", self.coordinator_id,
+            self.settings.leader_session_timeout_ms, self._elected, self._deposed)
+        tasks = [asyncio.create_task(c) for c in (
+            self.reader.run(stop), self._detect_loop(stop), self._rebalance_loop(stop), self.leadership.run(stop))]
         await self._declare_processing_log()
         await self.server.set_serving()
         log.info("coordinator ready", extra={"endpoint": self.server.endpoint,
@@ -147,9 +184,15 @@ class Coordinator:
         await stop.wait()
         log.info("coordinator stopping")
         await self.server.stop()
-        for task in tasks:
+        # The election loop sees ``stop`` and leaves the group, so another coordinator leads at once.
+        leadership, others = tasks[-1], tasks[:-1]
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(leadership, 10)
+        for task in others:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for channel in self._probes.values():
+            await channel.close()
         for closer in (self.reader.stop, self.offsets.stop, self.producer.stop, self.admin.close):
             with contextlib.suppress(Exception):
                 await closer()

@@ -1,4 +1,10 @@
-"""Which workers are alive, judged by heartbeats against an injected clock."""
+"""Which workers are alive, judged by heartbeats against an injected clock.
+
+A worker whose heartbeats stop for ``session_timeout`` seconds becomes a *suspect*; the
+coordinator then asks the worker's own health endpoint (``confirm``) before it declares it
+dead. A killed process refuses the connection at once, so detection costs about the window;
+a worker whose beats were only delayed (a busy machine) still answers, and keeps its tasks.
+"""
 
 from __future__ import annotations
 
@@ -14,10 +20,11 @@ class Member:
     worker_id: str
     endpoint: str
     last_heartbeat: float
+    """When its last heartbeat arrived (the membership's clock)."""
 
 
 class Membership:
-    """Tracks heartbeats; a worker silent for ``session_timeout`` seconds is gone."""
+    """Tracks heartbeats; a worker silent for ``session_timeout`` seconds is a suspect."""
 
     def __init__(self, session_timeout: float, clock: Callable[[], float] = time.monotonic):
         self.session_timeout = session_timeout
@@ -27,14 +34,20 @@ class Membership:
     def beat(self, worker_id: str, endpoint: str) -> bool:
         """Record a heartbeat; True when this changes membership (a new member or endpoint)."""
         member = self.members.get(worker_id)
-        changed = member is None or member.endpoint != endpoint
         self.members[worker_id] = Member(worker_id, endpoint, self.clock())
-        return changed
+        return member is None or member.endpoint != endpoint
 
-    def expire(self) -> list[str]:
-        """Drop members whose heartbeats stopped; returns their ids."""
+    def suspects(self) -> list[Member]:
+        """Members whose heartbeats stopped for longer than the session timeout."""
         now = self.clock()
-        gone = [m.worker_id for m in self.members.values() if now - m.last_heartbeat > self.session_timeout]
-        for worker_id in gone:
-            del self.members[worker_id]
-        return gone
+        return [m for m in self.members.values() if now - m.last_heartbeat > self.session_timeout]
+
+    def remove(self, worker_id: str) -> bool:
+        """Drop a member (it left, or it was confirmed dead); True if it was one."""
+        return self.members.pop(worker_id, None) is not None
+
+    def vouch(self, worker_id: str) -> None:
+        """A suspect answered its health check: count that as a heartbeat."""
+        member = self.members.get(worker_id)
+        if member is not None:
+            member.last_heartbeat = self.clock()

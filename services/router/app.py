@@ -5,17 +5,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+from collections.abc import Awaitable
+from typing import TypeVar
 
 import grpc
 from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 from millpond.router.v1 import router_pb2, router_pb2_grpc
 from millpond.worker.v1 import worker_pb2, worker_pb2_grpc
 
-from services.router.pull import execute_pull, plan_pull
+from services.router.pull import Replica, Replicas, execute_pull, plan_pull
 from services.router.servicer import RouterServicer
 from shared.command_log import CommandReader
 from shared.config import RouterSettings
-from shared.errors import MillpondError, NotFoundError, StatementError
+from shared.errors import MillpondError, NotFoundError, StatementError, UnavailableError
 from shared.metastore import Metastore
 from shared.results import Outcome
 from shared.rpc.metastore import SERVICE_NAME as METASTORE_SERVICE
@@ -28,6 +31,7 @@ from shared.sql.parser import parse_script
 from shared.sql.planner import plan_select
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class Router:
@@ -43,11 +47,13 @@ class Router:
              metastore_registrar(self.reader, "router")],
             [router_pb2.DESCRIPTOR.services_by_name["RouterService"].full_name, METASTORE_SERVICE],
         )
-        self.coordinator_channel = grpc.aio.insecure_channel(settings.coordinator)
-        self.coordinator = coordinator_pb2_grpc.CoordinatorServiceStub(self.coordinator_channel)
+        self._coordinator_channels = [grpc.aio.insecure_channel(c) for c in settings.coordinators]
+        self.coordinators = [coordinator_pb2_grpc.CoordinatorServiceStub(c) for c in self._coordinator_channels]
+        self.leader = 0
+        """Index of the coordinator that last said it leads (asked first)."""
         self.generation = 0
-        # query id -> partition -> worker endpoint
-        self.hosts: dict[str, dict[int, str]] = {}
+        self.replicas: dict[str, Replicas] = {}
+        """query id -> partition -> the workers to ask, active first, then standbys."""
         self._workers: dict[str, worker_pb2_grpc.WorkerServiceStub] = {}
         self._channels: list[grpc.aio.Channel] = []
 
@@ -92,9 +98,18 @@ class Router:
                 plan_select(stmt, self.metastore.source(stmt.source))  # names and types are right
                 raise StatementError("push queries (EMIT CHANGES) are planned but not executed yet")
             return await self._pull(stmt)
-        response = await self.coordinator.ExecuteStatement(
-            coordinator_pb2.ExecuteStatementRequest(sql=stmt.text, properties=properties), timeout=self._timeout)
-        return Outcome.from_proto(response.result)
+        request = coordinator_pb2.ExecuteStatementRequest(sql=stmt.text, properties=properties)
+        # Any coordinator can execute (the command topic's transactions serialize them); the
+        # leader first, the others if it is down.
+        order = [self.leader, *(i for i in range(len(self.coordinators)) if i != self.leader)]
+        for n, i in enumerate(order):
+            try:
+                response = await self.coordinators[i].ExecuteStatement(request, timeout=self._timeout)
+                return Outcome.from_proto(response.result)
+            except grpc.aio.AioRpcError as err:
+                if err.code() != grpc.StatusCode.UNAVAILABLE or n == len(order) - 1:
+                    raise
+        raise AssertionError("unreachable")
 
     async def _pull(self, stmt: ast.Query) -> Outcome:
         try:
@@ -102,28 +117,45 @@ class Router:
         except NotFoundError:
             await self.reader.catch_up()  # a table created a moment ago via the coordinator
             plan = plan_pull(stmt, self.metastore)
-        assert plan.table.query_id is not None
-        if plan.table.query_id not in self.hosts:
+        query_id = plan.table.query_id
+        assert query_id is not None
+        if query_id not in self.replicas:
             await self._refresh_assignment()
 
         async def lookup(endpoint: str, request: worker_pb2.LookupRequest) -> worker_pb2.LookupResponse:
-            return await self._worker(endpoint).Lookup(request, timeout=self._timeout)
+            return await _unavailable_on_failure(self._worker(endpoint).Lookup(request, timeout=self._timeout))
 
         async def scan(endpoint: str, request: worker_pb2.ScanRequest) -> worker_pb2.ScanResponse:
-            return await self._worker(endpoint).Scan(request, timeout=self._timeout)
+            return await _unavailable_on_failure(self._worker(endpoint).Scan(request, timeout=self._timeout))
 
-        return await execute_pull(plan, stmt.text, self.hosts.get(plan.table.query_id, {}), lookup, scan)
+        # While tasks move, no replica may answer for a moment: ask again with the newest
+        # assignment until the deadline.
+        deadline = time.monotonic() + self._timeout
+        while True:
+            try:
+                return await execute_pull(plan, stmt.text, self.replicas.get(query_id, {}), lookup, scan)
+            except UnavailableError:
+                if time.monotonic() + PULL_RETRY_S > deadline:
+                    raise
+            await asyncio.sleep(PULL_RETRY_S)
+            with contextlib.suppress(grpc.aio.AioRpcError):
+                await self._refresh_assignment()
 
     async def _refresh_assignment(self) -> None:
-        response = await self.coordinator.GetAssignment(
-            coordinator_pb2.GetAssignmentRequest(known_generation=self.generation), timeout=2)
-        if not response.HasField("assignment"):
-            return
-        hosts: dict[str, dict[int, str]] = {}
-        for worker in response.assignment.workers:
-            for task in worker.active_tasks:
-                hosts.setdefault(task.query_id, {})[task.partition] = worker.endpoint
-        self.hosts, self.generation = hosts, response.generation
+        """Take the newest assignment from whichever coordinator leads."""
+        answers = await asyncio.gather(*(
+            c.GetAssignment(coordinator_pb2.GetAssignmentRequest(known_generation=self.generation), timeout=2)
+            for c in self.coordinators), return_exceptions=True)
+        errors = [a for a in answers if isinstance(a, grpc.aio.AioRpcError)]
+        for i, answer in enumerate(answers):
+            if isinstance(answer, BaseException) or not answer.leader:
+                continue
+            self.leader = i
+            if answer.HasField("assignment") and answer.generation > self.generation:
+                self.replicas, self.generation = _replicas(answer.assignment, self.settings.enable_standby_reads), \
+                    answer.generation
+        if len(errors) == len(answers) and errors:
+            raise errors[0]
 
     async def _assignment_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -149,6 +181,33 @@ class Router:
         for loop in loops:
             loop.cancel()
         await asyncio.gather(*loops, return_exceptions=True)
-        for channel in [self.coordinator_channel, *self._channels]:
+        for channel in [*self._coordinator_channels, *self._channels]:
             await channel.close()
         await self.reader.stop()
+
+
+PULL_RETRY_S = 0.1
+_FAILOVER_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
+
+
+async def _unavailable_on_failure(call: Awaitable[T]) -> T:
+    """A worker that is down or no longer holds the partition is an UnavailableError, so the
+    next replica is asked; other statuses pass through."""
+    try:
+        return await call
+    except grpc.aio.AioRpcError as err:
+        if err.code() in _FAILOVER_CODES:
+            raise UnavailableError(err.details() or str(err.code())) from None
+        raise
+
+
+def _replicas(assignment: coordinator_pb2.Assignment, standby_reads: bool) -> dict[str, Replicas]:
+    """Per query and partition, the workers to ask: the active, then (if standby reads are
+    on) the standbys."""
+    out: dict[str, Replicas] = {}
+    for worker in assignment.workers:
+        for task in worker.active_tasks:
+            out.setdefault(task.query_id, {}).setdefault(task.partition, []).insert(0, Replica(worker.endpoint, False))
+        for task in worker.standby_tasks if standby_reads else ():
+            out.setdefault(task.query_id, {}).setdefault(task.partition, []).append(Replica(worker.endpoint, True))
+    return out

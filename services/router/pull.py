@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from millpond.worker.v1 import worker_pb2
 
@@ -23,6 +23,7 @@ from shared.sql import ast
 from shared.sql.expressions import evaluate
 from shared.sql.planner import plan_select
 
+T = TypeVar("T")
 Lookup = Callable[[str, worker_pb2.LookupRequest], Awaitable[worker_pb2.LookupResponse]]
 Scan = Callable[[str, worker_pb2.ScanRequest], Awaitable[worker_pb2.ScanResponse]]
 
@@ -79,37 +80,75 @@ def _project(plan: PullPlan, row: dict[str, Any]) -> list[Any]:
     return out
 
 
-async def execute_pull(plan: PullPlan, text: str, hosts: dict[int, str], lookup: Lookup, scan: Scan) -> Outcome:
-    """Answer a planned pull query from the hosts of the table's partitions."""
+@dataclass(frozen=True)
+class Replica:
+    """A worker that can answer for a partition."""
+
+    endpoint: str
+    standby: bool
+    """Whether it holds a standby copy rather than the active."""
+
+
+Replicas = dict[int, list[Replica]]
+"""Per partition, the workers to ask in order (the active first)."""
+
+
+async def _first_answer(table: DataSource, partition: int, candidates: list[Replica],
+                        call: Callable[[Replica], Awaitable[T]]) -> T:
+    """Ask the partition's replicas in order until one answers; UnavailableError naming
+    every replica tried and why, when none does."""
+    reasons = []
+    for replica in candidates:
+        try:
+            return await call(replica)
+        except UnavailableError as err:
+            reasons.append(f"{replica.endpoint} ({'standby' if replica.standby else 'active'}): {err.message}")
+    raise UnavailableError(
+        f"no worker could answer for partition {partition} of {table.name} (query {table.query_id}): "
+        + ("; ".join(reasons) if reasons else "no replica is assigned"))
+
+
+async def execute_pull(plan: PullPlan, text: str, replicas: Replicas, lookup: Lookup, scan: Scan) -> Outcome:
+    """Answer a planned pull query from the replicas of the table's partitions.
+
+    ``lookup`` and ``scan`` raise ``UnavailableError`` when a replica cannot answer (it is
+    down, or no longer holds the partition); the next replica is asked then.
+    """
     table = plan.table
     names = [c.name for c in table.columns]
     raw_rows: list[list[Any]] = []
-
-    def host(partition: int) -> str:
-        endpoint = hosts.get(partition)
-        if endpoint is None:
-            raise UnavailableError(
-                f"no worker is active for partition {partition} of {table.name} (query {table.query_id})")
-        return endpoint
-
     if plan.key is not None:
         key_col = table.key_column
         assert key_col is not None
         key_bytes = serialize_key(plan.key, key_col.type)
         partition = partition_for(key_bytes, table.partitions)
-        response = await lookup(host(partition), worker_pb2.LookupRequest(
-            table=table.name, partition=partition, key=key_bytes))
+        response = await _first_answer(table, partition, replicas.get(partition, []), lambda r: lookup(
+            r.endpoint, worker_pb2.LookupRequest(table=table.name, partition=partition, key=key_bytes,
+                                                 allow_standby=r.standby)))
         if response.found:
             raw_rows.append([from_proto(v) for v in response.row.values])
     else:
-        by_host: dict[str, list[int]] = defaultdict(list)
-        for partition in range(table.partitions):
-            by_host[host(partition)].append(partition)
         scan_limit = plan.limit if plan.where is None and plan.limit else 0
-        for endpoint, partitions in sorted(by_host.items()):
-            response = await scan(endpoint, worker_pb2.ScanRequest(
-                table=table.name, partitions=partitions, limit=scan_limit))
-            raw_rows += [[from_proto(v) for v in r.values] for r in response.rows]
+
+        def scan_one(partition: int) -> Callable[[Replica], Awaitable[worker_pb2.ScanResponse]]:
+            return lambda r: scan(r.endpoint, worker_pb2.ScanRequest(
+                table=table.name, partitions=[partition], limit=scan_limit, allow_standby=r.standby))
+
+        # One call per host for the partitions it is first choice for; a partition whose
+        # host fails is asked of its other replicas one by one.
+        by_host: dict[Replica, list[int]] = defaultdict(list)
+        for partition in range(table.partitions):
+            first = replicas.get(partition, [])
+            if not first:
+                await _first_answer(table, partition, [], scan_one(partition))  # raises
+            by_host[first[0]].append(partition)
+        for replica, partitions in sorted(by_host.items(), key=lambda item: item[0].endpoint):
+            try:
+                responses = [await scan(replica.endpoint, worker_pb2.ScanRequest(
+                    table=table.name, partitions=partitions, limit=scan_limit, allow_standby=replica.standby))]
+            except UnavailableError:
+                responses = [await _first_answer(table, p, replicas[p][1:], scan_one(p)) for p in partitions]
+            raw_rows += [[from_proto(v) for v in r.values] for response in responses for r in response.rows]
     rows: list[list[Any]] = []
     for values in raw_rows:
         row = dict(zip(names, values, strict=True))

@@ -6,6 +6,8 @@ import asyncio
 import contextlib
 import logging
 from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
 
 import grpc
 from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
@@ -14,8 +16,10 @@ from pyspark.sql import SparkSession
 
 from services.worker.servicer import WorkerServicer
 from services.worker.spark import create_session
+from services.worker.standby import StandbyReplica
+from services.worker.state.store import PartitionStore
 from services.worker.supervisor import QuerySupervisor
-from services.worker.task import StoreTask
+from services.worker.task import AggregationTask, StoreTask, aggregate_row
 from shared.command_log import CommandReader
 from shared.config import WorkerSettings
 from shared.errors import NotFoundError, UnavailableError
@@ -23,9 +27,12 @@ from shared.metastore import Metastore
 from shared.rpc.metastore import SERVICE_NAME as METASTORE_SERVICE
 from shared.rpc.metastore import metastore_registrar
 from shared.rpc.server import RpcServer, shutdown_event
-from shared.task_status import RUNNING, TaskReport
+from shared.sql import aggregates
+from shared.task_status import RUNNING, StoreLag, TaskReport
+from shared.topology import stages
 
 log = logging.getLogger(__name__)
+RowFn = Callable[[bytes, list[Any]], list[Any]]
 
 
 class Worker:
@@ -43,27 +50,40 @@ class Worker:
         )
         self.generation = 0
         self.wanted: dict[str, set[int]] = {}
+        self.wanted_standbys: set[tuple[str, int]] = set()
+        """(query id, partition) this worker keeps a standby or warm-up copy of."""
         self.supervisors: dict[str, QuerySupervisor] = {}
+        self.standbys: dict[tuple[str, int], StandbyReplica] = {}
         self.spark: SparkSession | None = None
         self._spark_lock = asyncio.Lock()
         self._dirty = asyncio.Event()
         self.reader.listeners.append(self._dirty.set)
 
-    def hosted_task(self, table: str, partition: int) -> StoreTask:
-        """The running task that materializes ``partition`` of ``table`` here."""
+    def local_table(self, table: str, partition: int, allow_standby: bool) -> tuple[PartitionStore, RowFn]:
+        """The store of ``partition`` of ``table`` here, and how to turn its states into rows:
+        the running active task's, or (when allowed) a standby copy's."""
         source = self.metastore.source(table)
         if source.query_id is None:
             raise NotFoundError(f"{table} is not materialized by a query; it cannot be pulled from")
         supervisor = self.supervisors.get(source.query_id)
         task = supervisor.tasks.get(partition) if supervisor is not None else None
-        if not isinstance(task, StoreTask) or task.store is None or task.state != RUNNING:
-            raise UnavailableError(
-                f"partition {partition} of {table} is not active on worker {self.settings.worker_id}")
-        return task
+        if isinstance(task, StoreTask) and task.store is not None and task.state == RUNNING:
+            return task.store, task.row
+        replica = self.standbys.get((source.query_id, partition))
+        if allow_standby and replica is not None and replica.store is not None and replica.caught_up:
+            return replica.store, replica.row
+        raise UnavailableError(
+            f"partition {partition} of {table} is not {'active or standby' if allow_standby else 'active'} "
+            f"on worker {self.settings.worker_id}")
 
     def task_reports(self) -> list[TaskReport]:
         """The state of every task this worker runs."""
         return [r for s in self.supervisors.values() for r in s.reports()]
+
+    def store_lags(self) -> list[StoreLag]:
+        """How far each local table copy, active or standby, is behind its changelog."""
+        active = [t.lag() for s in self.supervisors.values() for t in s.tasks.values() if isinstance(t, AggregationTask)]
+        return active + [r.lag() for r in self.standbys.values()]
 
     async def spark_session(self) -> SparkSession:
         """This process's Spark session, started on first use."""
@@ -72,33 +92,46 @@ class Worker:
                 self.spark = await asyncio.to_thread(create_session, self.settings)
             return self.spark
 
-    async def _heartbeat_loop(self, stop: asyncio.Event) -> None:
+    async def _start_spark(self) -> None:
+        try:
+            await self.spark_session()
+        except Exception:
+            log.exception("Spark did not start; a task that needs it tries again")
+
+    async def _heartbeat_loop(self, stop: asyncio.Event, coordinator: str) -> None:
+        """Beat one coordinator: every coordinator tracks the members, so a follower that
+        takes over knows them and what they run; only the leader answers with assignments."""
         interval = self.settings.heartbeat_interval_ms / 1000
-        async with grpc.aio.insecure_channel(self.settings.coordinator) as channel:
+        async with grpc.aio.insecure_channel(coordinator) as channel:
             stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)
             while not stop.is_set():
                 try:
                     response = await stub.Heartbeat(coordinator_pb2.HeartbeatRequest(
                         worker_id=self.settings.worker_id, endpoint=self.server.endpoint,
-                        known_generation=self.generation,
-                        tasks=[r.to_proto() for r in self.task_reports()]), timeout=2)
-                    if response.HasField("assignment") and response.generation != self.generation:
+                        known_generation=self.generation, tasks=[r.to_proto() for r in self.task_reports()],
+                        lags=[lag.to_proto() for lag in self.store_lags()]), timeout=2)
+                    # A newer leader's generations are larger: an older leader cannot undo its orders.
+                    if response.HasField("assignment") and response.generation > self.generation:
                         self._take(response.assignment)
                 except grpc.aio.AioRpcError as err:
-                    log.warning("heartbeat failed", extra={"code": str(err.code())})
+                    log.warning("heartbeat failed", extra={"coordinator": coordinator, "code": str(err.code())})
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), interval)
 
     def _take(self, assignment: coordinator_pb2.Assignment) -> None:
         wanted: dict[str, set[int]] = defaultdict(set)
+        standbys: set[tuple[str, int]] = set()
         for worker in assignment.workers:
             if worker.worker_id == self.settings.worker_id:
                 for task in worker.active_tasks:
                     wanted[task.query_id].add(task.partition)
+                standbys = {(t.query_id, t.partition) for t in (*worker.standby_tasks, *worker.warmup_tasks)}
         self.generation = assignment.generation
         self.wanted = dict(wanted)
+        self.wanted_standbys = standbys
         log.info("assignment received", extra={"generation": self.generation,
-                                               "tasks": {q: sorted(p) for q, p in self.wanted.items()}})
+                                               "tasks": {q: sorted(p) for q, p in self.wanted.items()},
+                                               "standbys": sorted(standbys)})
         self._dirty.set()
 
     async def _reconcile_loop(self, stop: asyncio.Event) -> None:
@@ -116,6 +149,35 @@ class Worker:
                 self._dirty.set()
 
     async def _reconcile(self) -> None:
+        # A store is open in one place at a time: a standby being promoted closes before its
+        # active task opens the store, and a demoted active closes before its standby does.
+        for key in sorted(set(self.standbys) - self._standbys_to_run()):
+            await self.standbys.pop(key).stop()
+        await self._reconcile_actives()
+        for key in sorted(self._standbys_to_run() - set(self.standbys)):
+            replica = self.standbys[key] = StandbyReplica(self.settings, *key, self._row_function(key[0]))
+            replica.start()
+
+    def _row_function(self, query_id: str) -> RowFn:
+        query = self.metastore.queries[query_id]
+        sink = self.metastore.source(query.sink)
+        aggs = [aggregates.require(a.function) for a in query.plan.aggregates]
+        return lambda key, state: aggregate_row(sink, aggs, key, state)
+
+    def _standbys_to_run(self) -> set[tuple[str, int]]:
+        """The wanted standbys of queries that keep a changelog, for partitions their table has."""
+        out = set()
+        for query_id, partition in self.wanted_standbys:
+            query = self.metastore.queries.get(query_id)
+            if query is None or partition in self.wanted.get(query_id, set()):
+                continue
+            final = stages(query, self.metastore.source(query.source), self.metastore.source(query.sink),
+                           self.settings.service_id)[-1]
+            if final.query.plan.kind == "AGGREGATE" and partition < final.partitions:
+                out.add((query_id, partition))
+        return out
+
+    async def _reconcile_actives(self) -> None:
         for query_id in sorted(set(self.supervisors) | set(self.wanted)):
             want = self.wanted.get(query_id, set())
             query = self.metastore.queries.get(query_id)
@@ -132,18 +194,36 @@ class Worker:
             self.supervisors[query_id] = supervisor
             supervisor.start()
 
+    async def _leave(self) -> None:
+        """Tell the coordinators this worker is going, so its tasks move now (to caught-up
+        standbys) rather than after its heartbeats time out."""
+        for coordinator in self.settings.coordinators:
+            try:
+                async with grpc.aio.insecure_channel(coordinator) as channel:
+                    await coordinator_pb2_grpc.CoordinatorServiceStub(channel).Leave(
+                        coordinator_pb2.LeaveRequest(worker_id=self.settings.worker_id), timeout=2)
+            except grpc.aio.AioRpcError as err:
+                log.warning("could not leave the cluster; the coordinator will time the worker out",
+                            extra={"coordinator": coordinator, "code": str(err.code())})
+
     async def run(self) -> None:
         """Serve until SIGTERM or SIGINT."""
         stop = shutdown_event()
         await self.reader.start()
         await self.reader.catch_up()
         await self.server.start()
-        loops = [asyncio.create_task(c) for c in (
-            self.reader.run(stop), self._heartbeat_loop(stop), self._reconcile_loop(stop))]
+        beats = [asyncio.create_task(self._heartbeat_loop(stop, c)) for c in self.settings.coordinators]
+        loops = [asyncio.create_task(c) for c in (self.reader.run(stop), self._reconcile_loop(stop))]
+        # Start Spark now, not when a task first arrives: a promoted standby must not wait
+        # the seconds a Spark session takes to start.
+        loops.append(asyncio.create_task(self._start_spark()))
         await self.server.set_serving()
         log.info("worker ready", extra={"endpoint": self.server.endpoint, "worker": self.settings.worker_id})
         await stop.wait()
         log.info("worker stopping")
+        # No beat may follow the leave, or it would rejoin the worker.
+        await asyncio.gather(*beats, return_exceptions=True)
+        await self._leave()
         await self.server.stop()
         for loop in loops:
             loop.cancel()
@@ -151,6 +231,9 @@ class Worker:
         for supervisor in self.supervisors.values():
             with contextlib.suppress(Exception):
                 await supervisor.stop()
+        for replica in self.standbys.values():
+            with contextlib.suppress(Exception):
+                await replica.stop()
         if self.spark is not None:
             await asyncio.to_thread(self.spark.stop)
         await self.reader.stop()

@@ -28,21 +28,19 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
 
     @grpc_errors
     async def Lookup(self, request: worker_pb2.LookupRequest, context: grpc.aio.ServicerContext) -> worker_pb2.LookupResponse:
-        task = self.worker.hosted_task(request.table, request.partition)
-        assert task.store is not None
-        state = task.store.get(request.key)
+        store, row = self.worker.local_table(request.table, request.partition, request.allow_standby)
+        state = store.get(request.key)
         if state is None:
             return worker_pb2.LookupResponse(found=False)
-        return worker_pb2.LookupResponse(found=True, row=_row(task.row(request.key, state)))
+        return worker_pb2.LookupResponse(found=True, row=_row(row(request.key, state)))
 
     @grpc_errors
     async def Scan(self, request: worker_pb2.ScanRequest, context: grpc.aio.ServicerContext) -> worker_pb2.ScanResponse:
         rows: list[rows_pb2.Row] = []
         for partition in request.partitions:
-            task = self.worker.hosted_task(request.table, partition)
-            assert task.store is not None
-            items = task.store.items()
+            store, row = self.worker.local_table(request.table, partition, request.allow_standby)
+            items = store.items()
             if request.limit:
                 items = islice(items, max(request.limit - len(rows), 0))
-            rows += [_row(task.row(k, s)) for k, s in items]
+            rows += [_row(row(k, s)) for k, s in items]
         return worker_pb2.ScanResponse(rows=rows)

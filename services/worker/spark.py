@@ -22,8 +22,15 @@ def connector_jars() -> list[str]:
 
 def create_session(settings: WorkerSettings) -> SparkSession:
     """Start (or reuse) this process's Spark session. Blocking: takes seconds."""
+    master = settings.spark_master
+    builder = SparkSession.builder
+    if settings.spark_cores > 0:
+        if master.startswith("local"):
+            master = f"local[{settings.spark_cores}]"
+        else:
+            builder = builder.config("spark.cores.max", str(settings.spark_cores))
     session = (
-        SparkSession.builder.master(settings.spark_master)
+        builder.master(master)
         .appName(f"millpond-{settings.worker_id}")
         .config("spark.jars", ",".join(connector_jars()))
         .config("spark.driver.memory", settings.spark_driver_memory)

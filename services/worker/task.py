@@ -35,7 +35,7 @@ from shared.kafka import changelog_topic, committed_offsets, consumer_group, tas
 from shared.partitioner import partition_for
 from shared.serde import deserialize_key, serialize_value
 from shared.sql import aggregates
-from shared.task_status import RESTORING, STARTING, TaskReport
+from shared.task_status import RESTORING, STARTING, StoreLag, TaskReport, now_ms
 
 log = logging.getLogger(__name__)
 
@@ -169,13 +169,24 @@ class Task(ABC):
             self.store = None
 
 
+def store_path(settings: WorkerSettings, query_id: str, partition: int) -> Path:
+    """Where a worker keeps its copy of one partition of a query's table (active or standby:
+    the same place, so a promoted standby starts from what it replayed)."""
+    return settings.state_dir / settings.worker_id / query_id / str(partition)
+
+
+def aggregate_row(sink: DataSource, aggs: list[aggregates.Aggregate], key: bytes, state: list[Any]) -> list[Any]:
+    """A GROUP BY table's row (key column first, then the aggregates) from a stored state."""
+    return [deserialize_key(key, sink.columns[0].type), *(agg.finalize(s) for agg, s in zip(aggs, state, strict=True))]
+
+
 class StoreTask(Task):
     """A task that keeps one partition of a table in a RocksDB store, for pull queries."""
 
     @property
     def store_path(self) -> Path:
         """Where this task's RocksDB store lives."""
-        return self.settings.state_dir / self.settings.worker_id / self.query.query_id / str(self.partition)
+        return store_path(self.settings, self.query.query_id, self.partition)
 
     @abstractmethod
     def row(self, key: bytes, state: list[Any]) -> list[Any]:
@@ -190,6 +201,15 @@ class AggregationTask(StoreTask):
         super().__init__(settings, query, source, sink, partition, stage)
         self.aggregates = [aggregates.require(a.function) for a in query.plan.aggregates]
         self.changelog = TopicPartition(changelog_topic(settings.service_id, query.query_id), partition)
+        self.changelog_position = 0
+        """The next changelog offset the store reflects."""
+        self.changelog_end = 0
+        self.last_applied_ms = 0
+
+    def lag(self) -> StoreLag:
+        """How far the store is behind its changelog (0 once running: it writes the changelog)."""
+        return StoreLag(self.query.query_id, self.partition, True, self.changelog_position,
+                        max(self.changelog_end, self.changelog_position), self.last_applied_ms)
 
     async def start(self) -> None:
         """Open the store, fence any older owner, and restore the store from the changelog."""
@@ -211,7 +231,8 @@ class AggregationTask(StoreTask):
         try:
             consumer.assign([self.changelog])
             end = (await consumer.end_offsets([self.changelog]))[self.changelog]
-            position = self.store.position(CHANGELOG_OFFSET) or 0
+            position = self.changelog_position = self.store.position(CHANGELOG_OFFSET) or 0
+            self.changelog_end = end
             self.state, self.records_to_restore = RESTORING, max(end - position, 0)
             consumer.seek(self.changelog, position)
             while position < end:
@@ -220,10 +241,9 @@ class AggregationTask(StoreTask):
                 if not records:
                     position = await consumer.position(self.changelog)
                     continue
-                states = {r.key: r.value for r in records if r.key is not None and r.value is not None}
-                position = records[-1].offset + 1
-                self.store.write(states, {CHANGELOG_OFFSET: position})
+                position = self.changelog_position = self.store.apply_changelog(records)
                 self.restored_records += len(records)
+                self.last_applied_ms = now_ms()
         finally:
             await consumer.stop()
 
@@ -236,9 +256,7 @@ class AggregationTask(StoreTask):
 
     def row(self, key: bytes, state: list[Any]) -> list[Any]:
         """A table row (key column first, then the aggregates) from a stored state."""
-        key_col = self.sink.columns[0]
-        return [deserialize_key(key, key_col.type),
-                *(agg.finalize(s) for agg, s in zip(self.aggregates, state, strict=True))]
+        return aggregate_row(self.sink, self.aggregates, key, state)
 
     async def commit(self, batch: BatchSlice) -> bool:
         """Apply one micro-batch slice exactly once; False when it was applied before."""
@@ -261,6 +279,9 @@ class AggregationTask(StoreTask):
             positions[CHANGELOG_OFFSET] = (await changelog_futures[-1]).offset + 1
         self.store.write({k: encode_state(s) for k, s in states.items()}, positions)
         self.next_input_offset = batch.last_offset + 1
+        if CHANGELOG_OFFSET in positions:
+            self.changelog_position = self.changelog_end = positions[CHANGELOG_OFFSET]
+            self.last_applied_ms = now_ms()
         return True
 
 

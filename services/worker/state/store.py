@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,14 @@ class PartitionStore:
         for name, offset in positions.items():
             batch.put(name, str(offset).encode(), self._meta_handle)
         self.db.write(batch)
+
+    def apply_changelog(self, records: Sequence[Any]) -> int:
+        """Apply changelog records (``key``, ``value``, ``offset``, in offset order) and their
+        position in one write batch; the next changelog offset to read."""
+        states = {r.key: r.value for r in records if r.key is not None and r.value is not None}
+        position = int(records[-1].offset) + 1
+        self.write(states, {CHANGELOG_OFFSET: position})
+        return position
 
     def close(self) -> None:
         """Release the database (column-family handles first, or RocksDB keeps its lock)."""

@@ -51,14 +51,18 @@ class TaskId(_message.Message):
     def __init__(self, query_id: _Optional[str] = ..., partition: _Optional[int] = ...) -> None: ...
 
 class WorkerAssignment(_message.Message):
-    __slots__ = ("worker_id", "endpoint", "active_tasks")
+    __slots__ = ("worker_id", "endpoint", "active_tasks", "standby_tasks", "warmup_tasks")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_TASKS_FIELD_NUMBER: _ClassVar[int]
+    STANDBY_TASKS_FIELD_NUMBER: _ClassVar[int]
+    WARMUP_TASKS_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     endpoint: str
     active_tasks: _containers.RepeatedCompositeFieldContainer[TaskId]
-    def __init__(self, worker_id: _Optional[str] = ..., endpoint: _Optional[str] = ..., active_tasks: _Optional[_Iterable[_Union[TaskId, _Mapping]]] = ...) -> None: ...
+    standby_tasks: _containers.RepeatedCompositeFieldContainer[TaskId]
+    warmup_tasks: _containers.RepeatedCompositeFieldContainer[TaskId]
+    def __init__(self, worker_id: _Optional[str] = ..., endpoint: _Optional[str] = ..., active_tasks: _Optional[_Iterable[_Union[TaskId, _Mapping]]] = ..., standby_tasks: _Optional[_Iterable[_Union[TaskId, _Mapping]]] = ..., warmup_tasks: _Optional[_Iterable[_Union[TaskId, _Mapping]]] = ...) -> None: ...
 
 class Assignment(_message.Message):
     __slots__ = ("generation", "workers")
@@ -69,16 +73,46 @@ class Assignment(_message.Message):
     def __init__(self, generation: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerAssignment, _Mapping]]] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("worker_id", "endpoint", "known_generation", "tasks")
+    __slots__ = ("worker_id", "endpoint", "known_generation", "tasks", "lags")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     KNOWN_GENERATION_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
+    LAGS_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     endpoint: str
     known_generation: int
     tasks: _containers.RepeatedCompositeFieldContainer[TaskStatus]
-    def __init__(self, worker_id: _Optional[str] = ..., endpoint: _Optional[str] = ..., known_generation: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ...) -> None: ...
+    lags: _containers.RepeatedCompositeFieldContainer[StoreLag]
+    def __init__(self, worker_id: _Optional[str] = ..., endpoint: _Optional[str] = ..., known_generation: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., lags: _Optional[_Iterable[_Union[StoreLag, _Mapping]]] = ...) -> None: ...
+
+class StoreLag(_message.Message):
+    __slots__ = ("task", "active", "current_offset", "end_offset", "lag", "last_applied_ms")
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    LAST_APPLIED_MS_FIELD_NUMBER: _ClassVar[int]
+    task: TaskId
+    active: bool
+    current_offset: int
+    end_offset: int
+    lag: int
+    last_applied_ms: int
+    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., active: _Optional[bool] = ..., current_offset: _Optional[int] = ..., end_offset: _Optional[int] = ..., lag: _Optional[int] = ..., last_applied_ms: _Optional[int] = ...) -> None: ...
+
+class LeaveRequest(_message.Message):
+    __slots__ = ("worker_id",)
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    def __init__(self, worker_id: _Optional[str] = ...) -> None: ...
+
+class LeaveResponse(_message.Message):
+    __slots__ = ("generation",)
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    generation: int
+    def __init__(self, generation: _Optional[int] = ...) -> None: ...
 
 class TaskStatus(_message.Message):
     __slots__ = ("task", "state", "reason", "failures", "restored_records", "records_to_restore", "input_offset", "start_input_offset", "worker_id")
@@ -115,12 +149,14 @@ class ListTaskStatusesResponse(_message.Message):
     def __init__(self, tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
-    __slots__ = ("generation", "assignment")
+    __slots__ = ("generation", "assignment", "leader")
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
     generation: int
     assignment: Assignment
-    def __init__(self, generation: _Optional[int] = ..., assignment: _Optional[_Union[Assignment, _Mapping]] = ...) -> None: ...
+    leader: bool
+    def __init__(self, generation: _Optional[int] = ..., assignment: _Optional[_Union[Assignment, _Mapping]] = ..., leader: _Optional[bool] = ...) -> None: ...
 
 class GetAssignmentRequest(_message.Message):
     __slots__ = ("known_generation",)
@@ -129,9 +165,49 @@ class GetAssignmentRequest(_message.Message):
     def __init__(self, known_generation: _Optional[int] = ...) -> None: ...
 
 class GetAssignmentResponse(_message.Message):
-    __slots__ = ("generation", "assignment")
+    __slots__ = ("generation", "assignment", "leader")
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
     generation: int
     assignment: Assignment
-    def __init__(self, generation: _Optional[int] = ..., assignment: _Optional[_Union[Assignment, _Mapping]] = ...) -> None: ...
+    leader: bool
+    def __init__(self, generation: _Optional[int] = ..., assignment: _Optional[_Union[Assignment, _Mapping]] = ..., leader: _Optional[bool] = ...) -> None: ...
+
+class GetClusterStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetClusterStatusResponse(_message.Message):
+    __slots__ = ("coordinator_id", "leader", "generation", "hosts")
+    COORDINATOR_ID_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    HOSTS_FIELD_NUMBER: _ClassVar[int]
+    coordinator_id: str
+    leader: bool
+    generation: int
+    hosts: _containers.RepeatedCompositeFieldContainer[HostStatus]
+    def __init__(self, coordinator_id: _Optional[str] = ..., leader: _Optional[bool] = ..., generation: _Optional[int] = ..., hosts: _Optional[_Iterable[_Union[HostStatus, _Mapping]]] = ...) -> None: ...
+
+class HostStatus(_message.Message):
+    __slots__ = ("worker_id", "endpoint", "alive", "last_status_update_ms", "active_tasks", "standby_tasks", "warmup_tasks", "lags", "tasks")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    ALIVE_FIELD_NUMBER: _ClassVar[int]
+    LAST_STATUS_UPDATE_MS_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_TASKS_FIELD_NUMBER: _ClassVar[int]
+    STANDBY_TASKS_FIELD_NUMBER: _ClassVar[int]
+    WARMUP_TASKS_FIELD_NUMBER: _ClassVar[int]
+    LAGS_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    endpoint: str
+    alive: bool
+    last_status_update_ms: int
+    active_tasks: _containers.RepeatedCompositeFieldContainer[TaskId]
+    standby_tasks: _containers.RepeatedCompositeFieldContainer[TaskId]
+    warmup_tasks: _containers.RepeatedCompositeFieldContainer[TaskId]
+    lags: _containers.RepeatedCompositeFieldContainer[StoreLag]
+    tasks: _containers.RepeatedCompositeFieldContainer[TaskStatus]
+    def __init__(self, worker_id: _Optional[str] = ..., endpoint: _Optional[str] = ..., alive: _Optional[bool] = ..., last_status_update_ms: _Optional[int] = ..., active_tasks: _Optional[_Iterable[_Union[TaskId, _Mapping]]] = ..., standby_tasks: _Optional[_Iterable[_Union[TaskId, _Mapping]]] = ..., warmup_tasks: _Optional[_Iterable[_Union[TaskId, _Mapping]]] = ..., lags: _Optional[_Iterable[_Union[StoreLag, _Mapping]]] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ...) -> None: ...

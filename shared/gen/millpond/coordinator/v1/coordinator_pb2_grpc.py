@@ -55,6 +55,16 @@ class CoordinatorServiceStub:
                 request_serializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.ListTaskStatusesRequest.SerializeToString,
                 response_deserializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.ListTaskStatusesResponse.FromString,
                 _registered_method=True)
+        self.Leave = channel.unary_unary(
+                '/millpond.coordinator.v1.CoordinatorService/Leave',
+                request_serializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.LeaveRequest.SerializeToString,
+                response_deserializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.LeaveResponse.FromString,
+                _registered_method=True)
+        self.GetClusterStatus = channel.unary_unary(
+                '/millpond.coordinator.v1.CoordinatorService/GetClusterStatus',
+                request_serializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.GetClusterStatusRequest.SerializeToString,
+                response_deserializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.GetClusterStatusResponse.FromString,
+                _registered_method=True)
 
 
 class CoordinatorServiceServicer:
@@ -89,6 +99,22 @@ class CoordinatorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Leave(self, request, context):
+        """A worker leaves on purpose: its tasks are reassigned at once, without waiting for its
+        heartbeats to stop.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetClusterStatus(self, request, context):
+        """The cluster as this coordinator sees it (ksqlDB's /clusterStatus): every host, alive or
+        not, its tasks, its stores' lags and its restore progress.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -111,6 +137,16 @@ def add_CoordinatorServiceServicer_to_server(servicer, server):
                     servicer.ListTaskStatuses,
                     request_deserializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.ListTaskStatusesRequest.FromString,
                     response_serializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.ListTaskStatusesResponse.SerializeToString,
+            ),
+            'Leave': grpc.unary_unary_rpc_method_handler(
+                    servicer.Leave,
+                    request_deserializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.LeaveRequest.FromString,
+                    response_serializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.LeaveResponse.SerializeToString,
+            ),
+            'GetClusterStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetClusterStatus,
+                    request_deserializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.GetClusterStatusRequest.FromString,
+                    response_serializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.GetClusterStatusResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -222,6 +258,60 @@ class CoordinatorService:
             '/millpond.coordinator.v1.CoordinatorService/ListTaskStatuses',
             millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.ListTaskStatusesRequest.SerializeToString,
             millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.ListTaskStatusesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Leave(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/millpond.coordinator.v1.CoordinatorService/Leave',
+            millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.LeaveRequest.SerializeToString,
+            millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.LeaveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetClusterStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/millpond.coordinator.v1.CoordinatorService/GetClusterStatus',
+            millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.GetClusterStatusRequest.SerializeToString,
+            millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.GetClusterStatusResponse.FromString,
             options,
             channel_credentials,
             insecure,

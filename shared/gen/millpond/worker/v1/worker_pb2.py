@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from millpond.common.v1 import rows_pb2 as millpond_dot_common_dot_v1_dot_rows__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fmillpond/worker/v1/worker.proto\x12\x12millpond.worker.v1\x1a\x1dmillpond/common/v1/rows.proto\">\n\rLookupRequest\x12\r\n\x05table\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0b\n\x03key\x18\x03 \x01(\x0c\"E\n\x0eLookupResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12$\n\x03row\x18\x02 \x01(\x0b\x32\x17.millpond.common.v1.Row\"?\n\x0bScanRequest\x12\r\n\x05table\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\x05\x12\r\n\x05limit\x18\x03 \x01(\x05\"5\n\x0cScanResponse\x12%\n\x04rows\x18\x01 \x03(\x0b\x32\x17.millpond.common.v1.Row2\xab\x01\n\rWorkerService\x12O\n\x06Lookup\x12!.millpond.worker.v1.LookupRequest\x1a\".millpond.worker.v1.LookupResponse\x12I\n\x04Scan\x12\x1f.millpond.worker.v1.ScanRequest\x1a .millpond.worker.v1.ScanResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fmillpond/worker/v1/worker.proto\x12\x12millpond.worker.v1\x1a\x1dmillpond/common/v1/rows.proto\"U\n\rLookupRequest\x12\r\n\x05table\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0b\n\x03key\x18\x03 \x01(\x0c\x12\x15\n\rallow_standby\x18\x04 \x01(\x08\"E\n\x0eLookupResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12$\n\x03row\x18\x02 \x01(\x0b\x32\x17.millpond.common.v1.Row\"V\n\x0bScanRequest\x12\r\n\x05table\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\x05\x12\r\n\x05limit\x18\x03 \x01(\x05\x12\x15\n\rallow_standby\x18\x04 \x01(\x08\"5\n\x0cScanResponse\x12%\n\x04rows\x18\x01 \x03(\x0b\x32\x17.millpond.common.v1.Row2\xab\x01\n\rWorkerService\x12O\n\x06Lookup\x12!.millpond.worker.v1.LookupRequest\x1a\".millpond.worker.v1.LookupResponse\x12I\n\x04Scan\x12\x1f.millpond.worker.v1.ScanRequest\x1a .millpond.worker.v1.ScanResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,13 +33,13 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'millpond.worker.v1.worker_p
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_LOOKUPREQUEST']._serialized_start=86
-  _globals['_LOOKUPREQUEST']._serialized_end=148
-  _globals['_LOOKUPRESPONSE']._serialized_start=150
-  _globals['_LOOKUPRESPONSE']._serialized_end=219
-  _globals['_SCANREQUEST']._serialized_start=221
-  _globals['_SCANREQUEST']._serialized_end=284
-  _globals['_SCANRESPONSE']._serialized_start=286
-  _globals['_SCANRESPONSE']._serialized_end=339
-  _globals['_WORKERSERVICE']._serialized_start=342
-  _globals['_WORKERSERVICE']._serialized_end=513
+  _globals['_LOOKUPREQUEST']._serialized_end=171
+  _globals['_LOOKUPRESPONSE']._serialized_start=173
+  _globals['_LOOKUPRESPONSE']._serialized_end=242
+  _globals['_SCANREQUEST']._serialized_start=244
+  _globals['_SCANREQUEST']._serialized_end=330
+  _globals['_SCANRESPONSE']._serialized_start=332
+  _globals['_SCANRESPONSE']._serialized_end=385
+  _globals['_WORKERSERVICE']._serialized_start=388
+  _globals['_WORKERSERVICE']._serialized_end=559
 # @@protoc_insertion_point(module_scope)

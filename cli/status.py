@@ -1,0 +1,53 @@
+"""``millpond status``: the cluster as the leading coordinator sees it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+import grpc
+from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
+
+from shared.errors import UnavailableError
+from shared.results import Outcome
+
+COLUMNS = ["WORKER", "ENDPOINT", "ALIVE", "LAST UPDATE", "ACTIVE", "STANDBY", "WARMUP", "MAX LAG", "RESTORING"]
+
+
+def leader_status(coordinators: Iterable[str], timeout: float = 5.0) -> coordinator_pb2.GetClusterStatusResponse:
+    """The leading coordinator's answer; UnavailableError naming each coordinator's reply if none leads."""
+    replies = []
+    for endpoint in coordinators:
+        with grpc.insecure_channel(endpoint) as channel:
+            try:
+                reply: coordinator_pb2.GetClusterStatusResponse = coordinator_pb2_grpc.CoordinatorServiceStub(
+                    channel).GetClusterStatus(coordinator_pb2.GetClusterStatusRequest(), timeout=timeout)
+            except grpc.RpcError as err:
+                replies.append(f"{endpoint}: {err.code().name}")
+                continue
+        if reply.leader:
+            return reply
+        replies.append(f"{endpoint}: follower")
+    raise UnavailableError(f"no coordinator leads the cluster ({'; '.join(replies)}); a new leader is elected "
+                           "within the leader session timeout")
+
+
+def _tasks(tasks: Iterable[coordinator_pb2.TaskId]) -> str:
+    return " ".join(f"{t.query_id}/{t.partition}" for t in tasks) or "-"
+
+
+def status_outcome(status: coordinator_pb2.GetClusterStatusResponse, now_ms: int | None = None) -> Outcome:
+    """One row per worker, for the table and JSON renderers."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    rows: list[list[object]] = []
+    for host in status.hosts:
+        restoring = [t for t in host.tasks if t.state == coordinator_pb2.TASK_STATE_RESTORING]
+        rows.append([
+            host.worker_id, host.endpoint, host.alive, f"{max(now - host.last_status_update_ms, 0)} ms ago",
+            _tasks(host.active_tasks), _tasks(host.standby_tasks), _tasks(host.warmup_tasks),
+            max((lag.lag for lag in host.lags), default=0),
+            " ".join(f"{t.task.query_id}/{t.task.partition} {t.restored_records}/{t.records_to_restore}"
+                     for t in restoring) or "-",
+        ])
+    return Outcome("status", message=f"leader {status.coordinator_id}, generation {status.generation}",
+                   columns=[(c, "VARCHAR") for c in COLUMNS], rows=rows)

@@ -1,0 +1,165 @@
+"""The coordinator's view of its workers: who is a member, what each reports, and the
+assignment the leader gives them.
+
+No I/O: heartbeats, leaves and failure verdicts come in as calls, time from injected
+clocks. Only the leading coordinator assigns; its generations are ``epoch << 32 | n``,
+where the epoch grows with every new leader, so a worker that took an assignment from a
+newer leader ignores an older one (two coordinators that both believe they lead cannot
+both steer a worker).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from millpond.coordinator.v1 import coordinator_pb2
+
+from services.coordinator.assignor import Assignment, AssignorConfig, QueryTasks, Task, WorkerTasks, assign
+from services.coordinator.membership import Membership
+from shared.task_status import StoreLag, TaskReport, now_ms
+
+EPOCH_SHIFT = 32
+
+
+@dataclass
+class WorkerView:
+    """What a worker said in its last heartbeat."""
+
+    endpoint: str
+    last_seen_ms: int
+    """Wall-clock time of the last heartbeat (for cluster status)."""
+    reports: list[TaskReport] = field(default_factory=list)
+    lags: list[StoreLag] = field(default_factory=list)
+    left_ms: int = 0
+    """When it left or was declared dead; 0 while alive."""
+
+    @property
+    def alive(self) -> bool:
+        """Whether it is a member."""
+        return not self.left_ms
+
+
+def _task_ids(tasks: Iterable[Task]) -> list[coordinator_pb2.TaskId]:
+    return [coordinator_pb2.TaskId(query_id=t.query_id, partition=t.partition) for t in tasks]
+
+
+class Cluster:
+    """Membership, reports and the assignment, as one coordinator sees them."""
+
+    def __init__(self, session_timeout: float, config: AssignorConfig,
+                 clock: Callable[[], float] = time.monotonic, wall_ms: Callable[[], int] = now_ms,
+                 departed_retention_ms: int = 600_000):
+        self.membership = Membership(session_timeout, clock)
+        self.config = config
+        self.wall_ms = wall_ms
+        self.departed_retention_ms = departed_retention_ms
+        self.views: dict[str, WorkerView] = {}
+        self.assignment = Assignment()
+        self.epoch = 0
+        """The leader epoch while this coordinator leads; 0 while it follows."""
+        self._changes = 0
+
+    @property
+    def leading(self) -> bool:
+        """Whether this coordinator assigns tasks."""
+        return self.epoch > 0
+
+    @property
+    def generation(self) -> int:
+        """The assignment's generation; 0 while following."""
+        return (self.epoch << EPOCH_SHIFT) | self._changes if self.leading else 0
+
+    def beat(self, worker_id: str, endpoint: str, reports: list[TaskReport], lags: list[StoreLag]) -> bool:
+        """A heartbeat; True when it makes a new member (or moves one to a new endpoint)."""
+        self.views[worker_id] = WorkerView(endpoint, self.wall_ms(), reports, lags)
+        return self.membership.beat(worker_id, endpoint)
+
+    def remove(self, worker_id: str) -> bool:
+        """The worker left or is dead; True if it was a member."""
+        view = self.views.get(worker_id)
+        if view is not None and view.alive:
+            view.left_ms, view.reports, view.lags = self.wall_ms(), [], []
+        removed = self.membership.remove(worker_id)
+        cutoff = self.wall_ms() - self.departed_retention_ms
+        for gone in [w for w, v in self.views.items() if not v.alive and v.left_ms < cutoff]:
+            del self.views[gone]
+        return removed
+
+    def lead(self, epoch: int) -> None:
+        """Start leading at ``epoch``: the previous assignment is what the workers report
+        running, so the first assignment keeps tasks where they are."""
+        self.epoch, self._changes = epoch, 0
+        self.assignment = self.observed()
+
+    def follow(self) -> None:
+        """Stop assigning (another coordinator leads)."""
+        self.epoch, self._changes = 0, 0
+        self.assignment = Assignment()
+
+    def observed(self) -> Assignment:
+        """The assignment the live workers report they run (actives from task reports,
+        standbys from the lags of their non-active stores)."""
+        workers = {}
+        for worker_id in sorted(self.membership.members):
+            view = self.views.get(worker_id)
+            if view is None:
+                continue
+            active = tuple(sorted({Task(r.query_id, r.partition) for r in view.reports}))
+            standby = tuple(sorted({Task(lag.query_id, lag.partition) for lag in view.lags if not lag.active}))
+            workers[worker_id] = WorkerTasks(active, standby)
+        return Assignment(workers=workers)
+
+    def lags(self) -> dict[tuple[str, Task], int]:
+        """Each member's reported lag per task it holds a store of (the assignor's input)."""
+        return {(w, Task(lag.query_id, lag.partition)): lag.lag
+                for w, view in self.views.items() if w in self.membership.members for lag in view.lags}
+
+    def reassign(self, queries: list[QueryTasks]) -> bool:
+        """Recompute the assignment (leader only); True when it changed."""
+        if not self.leading:
+            return False
+        new = assign(self.membership.members, queries, self.assignment, self.lags(), self.config)
+        if new == self.assignment:
+            return False
+        self.assignment = new
+        self._changes += 1
+        return True
+
+    def task_reports(self) -> dict[str, list[TaskReport]]:
+        """The live workers' reports of the actives they are assigned, by query id."""
+        out: dict[str, list[TaskReport]] = defaultdict(list)
+        for worker_id, view in self.views.items():
+            active = set(self.assignment.tasks_of(worker_id).active)
+            for report in view.reports:
+                if Task(report.query_id, report.partition) in active:
+                    out[report.query_id].append(report)
+        return out
+
+    def assignment_proto(self) -> coordinator_pb2.Assignment:
+        """The assignment as protobuf (members only)."""
+        members = self.membership.members
+        return coordinator_pb2.Assignment(
+            generation=self.generation,
+            workers=[
+                coordinator_pb2.WorkerAssignment(
+                    worker_id=worker_id, endpoint=members[worker_id].endpoint,
+                    active_tasks=_task_ids(tasks.active), standby_tasks=_task_ids(tasks.standby),
+                    warmup_tasks=_task_ids(tasks.warmup))
+                for worker_id, tasks in self.assignment.workers.items() if worker_id in members
+            ],
+        )
+
+    def status_proto(self) -> list[coordinator_pb2.HostStatus]:
+        """Every known worker, alive or recently gone, for the cluster status."""
+        hosts = []
+        for worker_id, view in sorted(self.views.items()):
+            tasks = self.assignment.tasks_of(worker_id) if view.alive else WorkerTasks()
+            hosts.append(coordinator_pb2.HostStatus(
+                worker_id=worker_id, endpoint=view.endpoint, alive=view.alive, last_status_update_ms=view.last_seen_ms,
+                active_tasks=_task_ids(tasks.active), standby_tasks=_task_ids(tasks.standby),
+                warmup_tasks=_task_ids(tasks.warmup), lags=[lag.to_proto() for lag in view.lags],
+                tasks=[r.to_proto() for r in view.reports]))
+        return hosts

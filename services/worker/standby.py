@@ -1,0 +1,106 @@
+"""Standby and warm-up replicas: copies of a GROUP BY table's partition kept on another
+worker by replaying its changelog continuously (ksqlDB's and Kafka Streams' standby tasks).
+
+The copy lives where the active task's store would live on this worker, with the changelog
+position in the same write batch as the data, so when the coordinator promotes this worker
+the active task restores only the changelog tail after that position. Transactions that
+never committed are never seen (read_committed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_jitter
+
+from services.worker.state.store import CHANGELOG_OFFSET, PartitionStore
+from services.worker.task import store_path
+from shared.config import WorkerSettings
+from shared.kafka import changelog_topic
+from shared.task_status import StoreLag, now_ms
+
+log = logging.getLogger(__name__)
+POLL_MS = 100
+
+
+class StandbyReplica:
+    """Keeps one partition of one query's table up to date from its changelog, until stopped."""
+
+    def __init__(self, settings: WorkerSettings, query_id: str, partition: int,
+                 row: Callable[[bytes, list[Any]], list[Any]]):
+        self.settings = settings
+        self.query_id = query_id
+        self.partition = partition
+        self.changelog = TopicPartition(changelog_topic(settings.service_id, query_id), partition)
+        self.position = 0
+        """The next changelog offset the copy will apply."""
+        self.end = 0
+        """The changelog's last stable offset when last fetched."""
+        self.last_applied_ms = 0
+        self.row = row
+        """Turns a stored state into the table's row, for standby reads."""
+        self.store: PartitionStore | None = None
+        """The copy, open while replaying."""
+        self.caught_up = False
+        """Whether the copy has once reached the changelog's end as it was when replay started;
+        before that it may lack whole keys and must not answer reads."""
+        self._job: asyncio.Task[None] | None = None
+
+    def lag(self) -> StoreLag:
+        """How far the copy is behind, for the lag reports."""
+        return StoreLag(self.query_id, self.partition, False, self.position, max(self.end, self.position),
+                        self.last_applied_ms)
+
+    def start(self) -> None:
+        """Replay in the background until ``stop``."""
+        self._job = asyncio.create_task(self._run(), name=f"standby-{self.query_id}-{self.partition}")
+
+    async def stop(self) -> None:
+        """Stop replaying and release the store (so an active task can open it)."""
+        if self._job is not None:
+            self._job.cancel()
+            await asyncio.gather(self._job, return_exceptions=True)
+            self._job = None
+
+    async def _run(self) -> None:
+        retrying = AsyncRetrying(retry=retry_if_exception_type(Exception), wait=wait_exponential_jitter(0.2, max=10),
+                                 before_sleep=lambda state: log.warning("standby replay failed; retrying", extra={
+                                     "query": self.query_id, "partition": self.partition,
+                                     "error": repr(state.outcome.exception() if state.outcome else None)}))
+        async for attempt in retrying:
+            with attempt:
+                await self._replay()
+
+    async def _replay(self) -> None:
+        store = self.store = PartitionStore(store_path(self.settings, self.query_id, self.partition))
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.settings.kafka_bootstrap_servers,
+                                    isolation_level="read_committed", enable_auto_commit=False,
+                                    fetch_max_wait_ms=POLL_MS)
+        try:
+            await consumer.start()
+            consumer.assign([self.changelog])
+            self.position = store.position(CHANGELOG_OFFSET) or 0
+            consumer.seek(self.changelog, self.position)
+            self.end = start_end = (await consumer.end_offsets([self.changelog]))[self.changelog]
+            log.info("standby started", extra={"query": self.query_id, "partition": self.partition,
+                                               "position": self.position, "end": self.end})
+            while True:
+                batches = await consumer.getmany(self.changelog, timeout_ms=POLL_MS, max_records=10_000)
+                records = batches.get(self.changelog, [])
+                if records:
+                    self.position = store.apply_changelog(records)
+                    self.last_applied_ms = now_ms()
+                else:  # past commit markers: nothing left to apply up to here
+                    self.position = max(self.position, await consumer.position(self.changelog))
+                stable = consumer.last_stable_offset(self.changelog)
+                if stable is not None and stable >= 0:
+                    self.end = stable
+                self.caught_up = self.caught_up or self.position >= start_end
+        finally:
+            self.store, self.caught_up = None, False
+            await consumer.stop()
+            store.close()

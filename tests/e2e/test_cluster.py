@@ -1,0 +1,274 @@
+"""The cluster under membership changes, on real Kafka, Spark, RocksDB and gRPC: three workers
+with one standby per table partition and two coordinators. While events flow and a client
+pulls continuously, a worker is SIGKILLed, a fourth worker joins, a worker leaves gracefully
+and the leading coordinator is killed; after each step the table is exact key by key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import pytest
+from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
+
+from cli.client import RouterClient
+from cli.status import leader_status, status_outcome
+from deploy.kafka_broker import EmbeddedKafka
+from deploy.launcher import LocalCluster
+from shared.net import free_port
+from shared.task_status import RUNNING, TaskReport
+from tests.e2e.test_aggregation import PARTITIONS, Expected, check_table, create_table, produce, readings, table_rows
+
+KEYS = 400
+RECOVERY_LAG = 2_000
+TIMEOUT_S = 240
+Task = tuple[str, int]
+
+
+@pytest.fixture(scope="module")
+def ha_cluster(kafka: EmbeddedKafka, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    local = LocalCluster(data_dir=Path(tmp_path_factory.mktemp("ha")), workers=3, coordinators=2,
+                         kafka=kafka.bootstrap_servers, router_port=free_port(), service_id=f"ha{os.getpid()}",
+                         spark_master="local[1]",
+                         worker_env={"MILLPOND_MAX_OFFSETS_PER_TRIGGER": "5000", "MILLPOND_TRIGGER_INTERVAL_MS": "100"},
+                         coordinator_env={"MILLPOND_LEADER_SESSION_TIMEOUT_MS": "1500",
+                                          "MILLPOND_NUM_STANDBY_REPLICAS": "1",
+                                          "MILLPOND_ACCEPTABLE_RECOVERY_LAG": str(RECOVERY_LAG)},
+                         router_env={"MILLPOND_ENABLE_STANDBY_READS": "true"})
+    local.start()
+    yield local
+    local.stop()
+
+
+def cluster_status(cluster: LocalCluster) -> coordinator_pb2.GetClusterStatusResponse:
+    """The leading coordinator's view (waits while no coordinator leads)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for child in cluster.children:
+            if not child.name.startswith("coordinator") or child.process.poll() is not None:
+                continue
+            with grpc.insecure_channel(child.endpoint) as channel:
+                try:
+                    reply: coordinator_pb2.GetClusterStatusResponse = coordinator_pb2_grpc.CoordinatorServiceStub(
+                        channel).GetClusterStatus(coordinator_pb2.GetClusterStatusRequest(), timeout=5)
+                except grpc.RpcError:
+                    continue
+            if reply.leader:
+                return reply
+        time.sleep(0.05)
+    raise AssertionError("no coordinator leads")
+
+
+def roles(status: coordinator_pb2.GetClusterStatusResponse, query_id: str) -> dict[str, dict[str, set[int]]]:
+    """Per live worker: the partitions of ``query_id`` it holds as active, standby and warm-up."""
+    def of(tasks: list[coordinator_pb2.TaskId]) -> set[int]:
+        return {t.partition for t in tasks if t.query_id == query_id}
+
+    return {h.worker_id: {"active": of(h.active_tasks), "standby": of(h.standby_tasks), "warmup": of(h.warmup_tasks)}
+            for h in status.hosts if h.alive}
+
+
+def actives(status: coordinator_pb2.GetClusterStatusResponse, query_id: str) -> dict[int, str]:
+    return {p: w for w, r in roles(status, query_id).items() for p in r["active"]}
+
+
+def running_reports(status: coordinator_pb2.GetClusterStatusResponse, query_id: str) -> dict[int, TaskReport]:
+    """The active tasks of ``query_id`` that their assigned worker reports RUNNING."""
+    assigned = actives(status, query_id)
+    out = {}
+    for host in status.hosts:
+        for t in host.tasks:
+            report = TaskReport.from_proto(host.worker_id, t)
+            if report.query_id == query_id and assigned.get(report.partition) == host.worker_id and report.state == RUNNING:
+                out[report.partition] = report
+    return out
+
+
+def wait_caught_up(cluster: LocalCluster, query_id: str, ends: dict[int, int]) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline:
+        reports = running_reports(cluster_status(cluster), query_id)
+        if all(p in reports and reports[p].input_offset >= ends[p] for p in range(PARTITIONS)):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{query_id} did not catch up with {ends}")
+
+
+@dataclass
+class PullLoad:
+    """A client pulling random keys through the router until stopped."""
+
+    cluster: LocalCluster
+    table: str
+    keys: list[str]
+    ok: int = 0
+    failures: Counter[str] = field(default_factory=Counter)
+    longest_gap_s: float = 0.0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def __enter__(self) -> PullLoad:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        assert self._thread is not None
+        self._thread.join(60)
+
+    def _run(self) -> None:
+        client = RouterClient(self.cluster.router, timeout=15)
+        rng = random.Random(3)
+        last_ok = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                key = rng.choice(self.keys)
+                try:
+                    (outcome,) = client.execute(f"SELECT * FROM {self.table} WHERE sensor = '{key}';")
+                    if len(outcome.rows) != 1:  # every key pulled has a row
+                        self.failures[f"{len(outcome.rows)} rows for {key}"] += 1
+                        continue
+                    now = time.monotonic()
+                    self.longest_gap_s, last_ok = max(self.longest_gap_s, now - last_ok), now
+                    self.ok += 1
+                except grpc.RpcError as err:
+                    self.failures[f"{err.code()}: {err.details()}"] += 1
+        finally:
+            client.close()
+
+
+def produce_more(cluster: LocalCluster, stream: str, rng: random.Random, count: int, expected: Expected) -> threading.Thread:
+    """Send ``count`` more events in the background."""
+    events = readings(rng, count, KEYS, expected)
+    thread = threading.Thread(target=lambda: asyncio.run(produce(cluster.bootstrap, stream, events)), daemon=True)
+    thread.start()
+    return thread
+
+
+async def stream_ends(cluster: LocalCluster, stream: str) -> dict[int, int]:
+    from tests.e2e.test_aggregation import end_offsets
+    return await end_offsets(cluster.bootstrap, stream)
+
+
+def test_failover_scale_out_scale_in_and_coordinator_failover(ha_cluster: LocalCluster) -> None:
+    cluster = ha_cluster
+    stream, table = f"ha_{cluster.service_id}", f"ha_stats_{cluster.service_id}"
+    rng = random.Random(11)
+    expected = Expected()
+    query_id = create_table(cluster, stream, table)
+    asyncio.run(produce(cluster.bootstrap, stream, readings(rng, 30_000, KEYS, expected)))
+    wait_caught_up(cluster, query_id, asyncio.run(stream_ends(cluster, stream)))
+    check_table(table_rows(cluster, table), expected)
+    keys = sorted(expected.count)
+
+    # Every partition has an active and one standby elsewhere, and the standbys keep up.
+    status = cluster_status(cluster)
+    layout = roles(status, query_id)
+    for p in range(PARTITIONS):
+        (holder,) = [w for w, r in layout.items() if p in r["active"]]
+        standbys = [w for w, r in layout.items() if p in r["standby"]]
+        assert len(standbys) == 1 and standbys[0] != holder, layout
+    assert sorted(len(r["active"]) for r in layout.values()) == [1, 1, 2], layout
+
+    # 1. SIGKILL the worker with two actives while events flow.
+    victim = max(layout, key=lambda w: len(layout[w]["active"]))
+    moved = layout[victim]["active"]
+    with PullLoad(cluster, table, keys) as load:
+        producer = produce_more(cluster, stream, rng, 20_000, expected)
+        time.sleep(2)
+        killed_at = time.monotonic()
+        cluster.kill(victim)
+        detected = reassigned = resumed = None
+        deadline = killed_at + 60
+        while resumed is None and time.monotonic() < deadline:
+            status = cluster_status(cluster)
+            now = time.monotonic() - killed_at
+            hosts = {h.worker_id: h.alive for h in status.hosts}
+            if detected is None and not hosts.get(victim, False):
+                detected = now
+            owners = actives(status, query_id)
+            if reassigned is None and all(owners.get(p) not in (None, victim) for p in moved):
+                reassigned = now
+            if reassigned is not None and set(moved) <= set(running_reports(status, query_id)):
+                resumed = now
+            time.sleep(0.02)
+        producer.join(120)
+        wait_caught_up(cluster, query_id, asyncio.run(stream_ends(cluster, stream)))
+    print(f"\nkill: detected {detected}s, reassigned {reassigned}s, moved tasks running {resumed}s; "
+          f"pulls ok {load.ok}, failed {dict(load.failures)}, longest gap {load.longest_gap_s:.2f}s")
+    assert reassigned is not None and reassigned < 2.0, f"tasks active elsewhere after {reassigned}s"
+    assert resumed is not None
+    assert not load.failures and load.ok > 0
+    check_table(table_rows(cluster, table), expected)
+    # What `millpond status` shows: the dead worker, and the others holding every partition.
+    shown = {row[0]: row for row in status_outcome(leader_status(cluster.coordinator_endpoints.split(","))).rows}
+    assert shown[victim][2:5:2] == [False, "-"], shown[victim]
+    assert all(shown[w][2] for w in shown if w != victim)
+
+    # 2. A fourth worker joins while events flow: it gets warm-ups first, an active only once
+    # caught up, and pulls never fail.
+    with PullLoad(cluster, table, keys) as load:
+        producer = produce_more(cluster, stream, rng, 20_000, expected)
+        newcomer = cluster.add_worker().name
+        warmed: set[int] = set()
+        took: set[int] = set()
+        deadline = time.monotonic() + TIMEOUT_S
+        while not took and time.monotonic() < deadline:
+            mine = roles(cluster_status(cluster), query_id).get(newcomer)
+            if mine is not None:
+                took = mine["active"]
+                assert took <= warmed, f"{newcomer} took {took} before warming up (warmed {warmed})"
+                warmed |= mine["warmup"] | mine["standby"]
+            time.sleep(0.02)
+        assert took, f"{newcomer} never took an active task"
+        producer.join(120)
+        wait_caught_up(cluster, query_id, asyncio.run(stream_ends(cluster, stream)))
+    print(f"scale-out: {newcomer} warmed {sorted(warmed)} then took {sorted(took)}; pulls ok {load.ok}, "
+          f"failed {dict(load.failures)}, longest gap {load.longest_gap_s:.2f}s")
+    assert not load.failures and load.ok > 0
+    check_table(table_rows(cluster, table), expected)
+
+    # 3. A worker leaves gracefully: its actives go to caught-up standbys, pulls never fail.
+    layout = roles(cluster_status(cluster), query_id)
+    leaver = next(w for w in sorted(layout) if layout[w]["active"] and w != newcomer)
+    with PullLoad(cluster, table, keys) as load:
+        producer = produce_more(cluster, stream, rng, 10_000, expected)
+        left_at = time.monotonic()
+        cluster.terminate(leaver)
+        stopped = time.monotonic() - left_at
+        producer.join(120)
+        wait_caught_up(cluster, query_id, asyncio.run(stream_ends(cluster, stream)))
+    print(f"scale-in: {leaver} stopped in {stopped:.2f}s; pulls ok {load.ok}, failed {dict(load.failures)}, "
+          f"longest gap {load.longest_gap_s:.2f}s")
+    assert leaver not in roles(cluster_status(cluster), query_id)
+    assert not load.failures and load.ok > 0
+    check_table(table_rows(cluster, table), expected)
+
+    # 4. Kill the leading coordinator: the other leads, keeps every task where it was, and
+    # processing goes on meanwhile.
+    before = cluster_status(cluster)
+    leader = next(c.name for c in cluster.children if c.name.startswith("coordinator")
+                  and c.name == before.coordinator_id)
+    placed = actives(before, query_id)
+    killed_at = time.monotonic()
+    cluster.kill(leader)
+    producer = produce_more(cluster, stream, rng, 10_000, expected)
+    after = cluster_status(cluster)
+    takeover = time.monotonic() - killed_at
+    print(f"coordinator failover: {after.coordinator_id} leads {takeover:.2f}s after {leader} was killed")
+    assert after.coordinator_id != leader
+    assert after.generation > before.generation
+    assert actives(after, query_id) == placed
+    producer.join(120)
+    wait_caught_up(cluster, query_id, asyncio.run(stream_ends(cluster, stream)))
+    check_table(table_rows(cluster, table), expected)

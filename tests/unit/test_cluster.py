@@ -1,0 +1,129 @@
+"""The coordinator's cluster view: leader generations, takeover from what workers report,
+failure verdicts against an injected clock, and what cluster status shows."""
+
+from __future__ import annotations
+
+from millpond.coordinator.v1 import coordinator_pb2
+
+from cli.status import status_outcome
+from services.coordinator.assignor import AssignorConfig, QueryTasks, Task
+from services.coordinator.cluster import EPOCH_SHIFT, Cluster
+from shared.task_status import RUNNING, StoreLag, TaskReport
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make(clock: Clock) -> Cluster:
+    return Cluster(0.2, AssignorConfig(num_standby_replicas=1), clock=clock, wall_ms=lambda: int(clock.now * 1000))
+
+
+def beat(cluster: Cluster, worker: str, active: list[int] = (), standby: list[int] = ()) -> bool:  # type: ignore[assignment]
+    reports = [TaskReport("Q", p, RUNNING, worker_id=worker) for p in active]
+    lags = [StoreLag("Q", p, True, 10, 10) for p in active] + [StoreLag("Q", p, False, 5, 10) for p in standby]
+    return cluster.beat(worker, f"{worker}:1", reports, lags)
+
+
+def test_a_follower_assigns_nothing_and_generations_grow_with_each_leader() -> None:
+    clock = Clock()
+    cluster = make(clock)
+    assert beat(cluster, "w1") and beat(cluster, "w2")
+    assert not beat(cluster, "w1")  # a known member
+    queries = [QueryTasks("Q", 4)]
+    assert not cluster.reassign(queries) and cluster.generation == 0 and not cluster.assignment.workers
+
+    cluster.lead(7)
+    assert cluster.reassign(queries)
+    first = cluster.generation
+    assert first >> EPOCH_SHIFT == 7 and first & ((1 << EPOCH_SHIFT) - 1) == 1
+    assert not cluster.reassign(queries) and cluster.generation == first  # unchanged: same generation
+
+    cluster.follow()
+    assert cluster.generation == 0 and not cluster.reassign(queries)
+    cluster.lead(9)
+    cluster.reassign(queries)
+    assert cluster.generation > first  # a later leader's orders win at the workers
+
+
+def test_a_new_leader_keeps_tasks_where_the_workers_report_them() -> None:
+    clock = Clock()
+    cluster = make(clock)
+    beat(cluster, "w1", active=[0, 3], standby=[1])
+    beat(cluster, "w2", active=[1, 2], standby=[0])
+    cluster.lead(1)
+    cluster.reassign([QueryTasks("Q", 4)])
+    a = cluster.assignment
+    assert a.tasks_of("w1").active == (Task("Q", 0), Task("Q", 3))
+    assert a.tasks_of("w2").active == (Task("Q", 1), Task("Q", 2))
+    assert a.standbys_of(Task("Q", 0)) == ["w2"] and a.standbys_of(Task("Q", 1)) == ["w1"]
+
+
+def test_silent_workers_are_suspects_and_removal_moves_their_tasks() -> None:
+    clock = Clock()
+    cluster = make(clock)
+    beat(cluster, "w1")
+    beat(cluster, "w2")
+    cluster.lead(1)
+    queries = [QueryTasks("Q", 4)]
+    cluster.reassign(queries)
+    clock.now += 0.15
+    beat(cluster, "w1")
+    assert cluster.membership.suspects() == []
+    clock.now += 0.1
+    assert [m.worker_id for m in cluster.membership.suspects()] == ["w2"]
+    cluster.membership.vouch("w2")  # it answered its health check: not dead
+    assert cluster.membership.suspects() == []
+    clock.now += 0.3
+    beat(cluster, "w1")
+    assert cluster.remove("w2") and not cluster.remove("w2")
+    cluster.reassign(queries)
+    assert len(cluster.assignment.tasks_of("w1").active) == 4
+    status = {h.worker_id: h for h in cluster.status_proto()}
+    assert status["w2"].alive is False and not status["w2"].active_tasks
+    assert status["w2"].last_status_update_ms == 100_000  # its last beat, not when it was dropped
+    assert status["w1"].alive and len(status["w1"].active_tasks) == 4
+
+
+def test_task_reports_only_count_the_assigned_active() -> None:
+    clock = Clock()
+    cluster = make(clock)
+    beat(cluster, "w1", active=[0, 1])
+    cluster.lead(1)
+    cluster.reassign([QueryTasks("Q", 2)])
+    beat(cluster, "w2", active=[0])  # a stale report from a worker that lost the task
+    assert {(r.worker_id, r.partition) for r in cluster.task_reports()["Q"]} == {("w1", 0), ("w1", 1)}
+
+
+def test_departed_workers_are_forgotten_after_the_retention() -> None:
+    clock = Clock()
+    cluster = Cluster(0.2, AssignorConfig(), clock=clock, wall_ms=lambda: int(clock.now * 1000), departed_retention_ms=1000)
+    beat(cluster, "w1")
+    beat(cluster, "w2")
+    cluster.remove("w1")
+    clock.now += 2
+    cluster.remove("w2")
+    assert [h.worker_id for h in cluster.status_proto()] == ["w2"]
+
+
+def test_status_rows_show_each_worker() -> None:
+    clock = Clock()
+    cluster = make(clock)
+    beat(cluster, "w1", active=[0], standby=[1])
+    beat(cluster, "w2", active=[1], standby=[0])
+    cluster.lead(1)
+    cluster.reassign([QueryTasks("Q", 2)])
+    cluster.remove("w2")
+    cluster.reassign([QueryTasks("Q", 2)])
+    response = coordinator_pb2.GetClusterStatusResponse(coordinator_id="c1", leader=True, generation=cluster.generation,
+                                                        hosts=cluster.status_proto())
+    outcome = status_outcome(response, now_ms=100_250)
+    assert outcome.rows == [
+        ["w1", "w1:1", True, "250 ms ago", "Q/0 Q/1", "-", "-", 5, "-"],
+        ["w2", "w2:1", False, "250 ms ago", "-", "-", "-", 0, "-"],
+    ]
+    assert outcome.message == f"leader c1, generation {cluster.generation}"
