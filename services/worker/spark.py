@@ -20,21 +20,29 @@ def connector_jars() -> list[str]:
     return [str(j) for j in ensure_jars("spark") if _VERSION.sub("", j.name) not in bundled]
 
 
+def parallelism(settings: WorkerSettings) -> tuple[str, dict[str, str]]:
+    """The master URL and the settings that give the worker's queries ``spark_cores`` threads
+    (ksqlDB's num.stream.threads): ``local[N]`` locally, ``spark.cores.max`` on a cluster; the
+    shuffle of each micro-batch's partial aggregation is split as many ways."""
+    master, cores = settings.spark_master, settings.spark_cores
+    if cores <= 0:
+        return master, {"spark.sql.shuffle.partitions": "2"}
+    conf = {"spark.sql.shuffle.partitions": str(cores)}
+    if master.startswith("local"):
+        return f"local[{cores}]", conf
+    return master, {**conf, "spark.cores.max": str(cores)}
+
+
 def create_session(settings: WorkerSettings) -> SparkSession:
     """Start (or reuse) this process's Spark session. Blocking: takes seconds."""
-    master = settings.spark_master
-    builder = SparkSession.builder
-    if settings.spark_cores > 0:
-        if master.startswith("local"):
-            master = f"local[{settings.spark_cores}]"
-        else:
-            builder = builder.config("spark.cores.max", str(settings.spark_cores))
+    master, conf = parallelism(settings)
+    builder = SparkSession.builder.master(master)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
     session = (
-        builder.master(master)
-        .appName(f"millpond-{settings.worker_id}")
+        builder.appName(f"millpond-{settings.worker_id}")
         .config("spark.jars", ",".join(connector_jars()))
         .config("spark.driver.memory", settings.spark_driver_memory)
-        .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
         .config("spark.sql.session.timeZone", "UTC")
