@@ -18,6 +18,7 @@ from cli.client import RouterClient, metastore_digest
 from cli.output import print_outcome
 from cli.status import leader_status, status_outcome
 from deploy.launcher import LocalCluster
+from shared.config import endpoints
 from shared.errors import MillpondError
 from shared.results import Outcome
 from shared.sql.parser import parse_script
@@ -194,7 +195,7 @@ def status(
 ) -> None:
     """Show every worker: alive, last heartbeat, active/standby/warm-up tasks, lag, restores."""
     try:
-        print_outcome(status_outcome(leader_status(c.strip() for c in coordinator.split(","))), output, out)
+        print_outcome(status_outcome(leader_status(endpoints(coordinator))), output, out)
     except MillpondError as error:
         err.print(f"[red]{error.message}[/red]")
         raise typer.Exit(1) from None

@@ -117,6 +117,7 @@ class LocalCluster:
         child = self._spawn(f"worker-{n}", "services.worker", free_port(), {
             "MILLPOND_WORKER_ID": f"worker-{n}",
             "MILLPOND_COORDINATOR": self.coordinator_endpoints,
+            "MILLPOND_ROUTERS": self.router,
             "MILLPOND_STATE_DIR": str(self.data_dir / "state"),
             "MILLPOND_SPARK_MASTER": self.spark_master,
             **self.worker_env,

@@ -74,7 +74,12 @@ class CoordinatorSettings(CommonSettings):
         "endpoint and removes it from the assignment unless it answers (workers beat every 100 ms by default).",
     )
     worker_probe_timeout_ms: int = Field(
-        200, description="How long a suspect worker's health check may take before the worker is declared dead.",
+        1000, description="How long a suspect worker's health check may take. A killed worker refuses at once and is "
+        "declared dead then; one that does not answer in time is only declared dead after worker_max_silence_ms.",
+    )
+    worker_max_silence_ms: int = Field(
+        3000, description="A worker silent this long is dead even if its endpoint still accepts connections (hung). "
+        "On a loaded 2-core machine a live worker's event loop can stall for over a second.",
     )
     num_standby_replicas: int = Field(
         1, description="Standby copies of each table partition, each on another worker than its active "
@@ -106,6 +111,11 @@ class CoordinatorSettings(CommonSettings):
     )
 
 
+def endpoints(text: str) -> list[str]:
+    """``host:port`` entries of a comma-separated list."""
+    return [e.strip() for e in text.split(",") if e.strip()]
+
+
 class CoordinatorClientSettings(CommonSettings):
     """Settings of a service that talks to the coordinators."""
 
@@ -116,7 +126,7 @@ class CoordinatorClientSettings(CommonSettings):
     @property
     def coordinators(self) -> list[str]:
         """Every coordinator's host:port."""
-        return [c.strip() for c in self.coordinator.split(",") if c.strip()]
+        return endpoints(self.coordinator)
 
 
 class WorkerSettings(CoordinatorClientSettings):
@@ -130,13 +140,21 @@ class WorkerSettings(CoordinatorClientSettings):
         0, description="Cores (threads) Spark gives this worker's queries, as ksqlDB's num.stream.threads: with a "
         "local master it sets local[N], with a cluster master spark.cores.max; 0 leaves spark_master as it is.",
     )
+    routers: str = Field(
+        "", description="host:port of each router, comma-separated: the worker sends them heartbeats and lag reports.",
+    )
     trigger_interval_ms: int = Field(250, description="Micro-batch trigger interval.")
-    heartbeat_interval_ms: int = Field(100, description="How often to heartbeat the coordinator.")
+    heartbeat_interval_ms: int = Field(100, description="How often to heartbeat the coordinators and routers.")
     max_offsets_per_trigger: int = Field(
         0, description="Most input records one micro-batch reads over all its partitions; 0: no limit."
     )
     task_retry_initial_ms: int = Field(500, description="First wait before restarting a failed query's tasks.")
     task_retry_max_ms: int = Field(30000, description="Longest wait between restarts of a failing query's tasks.")
+
+    @property
+    def router_endpoints(self) -> list[str]:
+        """Every router's host:port."""
+        return endpoints(self.routers)
 
 
 class RouterSettings(CoordinatorClientSettings):
@@ -147,6 +165,10 @@ class RouterSettings(CoordinatorClientSettings):
         200, description="How often to refresh the task assignment from the coordinator."
     )
     request_timeout_ms: int = Field(10000, description="Deadline for calls to other services.")
+    host_dead_after_ms: int = Field(
+        500, description="A worker whose heartbeats to this router stopped for this long is asked last for pull "
+        "queries (workers beat every 100 ms).",
+    )
     enable_standby_reads: bool = Field(
         False, description="Let pull queries be answered by a standby copy when the active cannot answer "
         "(ksqlDB's ksql.query.pull.enable.standby.reads); the copy may be slightly behind.",

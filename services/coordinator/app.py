@@ -117,31 +117,39 @@ class Coordinator:
         except MillpondError:
             log.exception("could not declare the processing-log stream", extra={"stream": name})
 
-    async def _alive(self, member: Member) -> bool:
-        """Ask a silent worker's health endpoint; a killed process refuses at once."""
+    async def _alive(self, member: Member) -> bool | None:
+        """Ask a silent worker's health endpoint: True if it answers (NOT_SERVING included: a
+        worker that is starting answers so, one that is stopping leaves by itself), False if
+        nothing listens any more (a killed process refuses at once), None if it did not answer
+        in time (hung, or starved of CPU: only a long silence makes that one dead)."""
         channel = self._probes.get(member.endpoint)
         if channel is None:
             channel = self._probes[member.endpoint] = grpc.aio.insecure_channel(member.endpoint)
         try:
-            reply = await health_pb2_grpc.HealthStub(channel).Check(
+            await health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(), timeout=self.settings.worker_probe_timeout_ms / 1000)
-        except grpc.aio.AioRpcError:
-            return False
-        return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+        except grpc.aio.AioRpcError as err:
+            if err.code() == grpc.StatusCode.UNAVAILABLE:
+                return False
+            return True if err.code() == grpc.StatusCode.NOT_FOUND else None  # NOT_FOUND: it answered
+        return True
 
     async def _detect_loop(self, stop: asyncio.Event) -> None:
-        """Failure detection: a worker silent for the session timeout is probed, and removed
-        unless it answers (a busy worker whose beats were late keeps its tasks)."""
+        """Failure detection: a worker silent for the session timeout is probed and removed if
+        its process is gone, or once its silence passes the hard limit; a busy worker whose
+        beats were late keeps its tasks."""
         membership = self.cluster.membership
+        hard_limit = self.settings.worker_max_silence_ms / 1000
         while not stop.is_set():
             suspects = membership.suspects()
             if suspects:
                 verdicts = await asyncio.gather(*(self._alive(m) for m in suspects))
                 dead = []
                 for member, alive in zip(suspects, verdicts, strict=True):
+                    silence = membership.clock() - member.last_heartbeat
                     if alive:
                         membership.vouch(member.worker_id)
-                    elif self.cluster.remove(member.worker_id):
+                    elif (alive is False or silence > hard_limit) and self.cluster.remove(member.worker_id):
                         dead.append(member.worker_id)
                         channel = self._probes.pop(member.endpoint, None)
                         if channel is not None:

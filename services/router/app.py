@@ -14,6 +14,7 @@ from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 from millpond.router.v1 import router_pb2, router_pb2_grpc
 from millpond.worker.v1 import worker_pb2, worker_pb2_grpc
 
+from services.router.hosts import HostTable
 from services.router.pull import Replica, Replicas, execute_pull, plan_pull
 from services.router.servicer import RouterServicer
 from shared.command_log import CommandReader
@@ -52,6 +53,8 @@ class Router:
         self.leader = 0
         """Index of the coordinator that last said it leads (asked first)."""
         self.generation = 0
+        self.hosts = HostTable(settings.host_dead_after_ms / 1000)
+        """The workers' own heartbeats and lag reports to this router."""
         self.replicas: dict[str, Replicas] = {}
         """query id -> partition -> the workers to ask, active first, then standbys."""
         self._workers: dict[str, worker_pb2_grpc.WorkerServiceStub] = {}
@@ -133,7 +136,8 @@ class Router:
         deadline = time.monotonic() + self._timeout
         while True:
             try:
-                return await execute_pull(plan, stmt.text, self.replicas.get(query_id, {}), lookup, scan)
+                replicas = {p: self.hosts.order(query_id, p, r) for p, r in self.replicas.get(query_id, {}).items()}
+                return await execute_pull(plan, stmt.text, replicas, lookup, scan)
             except UnavailableError:
                 if time.monotonic() + PULL_RETRY_S > deadline:
                     raise

@@ -11,6 +11,7 @@ from typing import Any
 
 import grpc
 from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
+from millpond.router.v1 import router_pb2, router_pb2_grpc
 from millpond.worker.v1 import worker_pb2, worker_pb2_grpc
 from pyspark.sql import SparkSession
 
@@ -83,7 +84,7 @@ class Worker:
     def store_lags(self) -> list[StoreLag]:
         """How far each local table copy, active or standby, is behind its changelog."""
         active = [t.lag() for s in self.supervisors.values() for t in s.tasks.values() if isinstance(t, AggregationTask)]
-        return active + [r.lag() for r in self.standbys.values()]
+        return [lag for lag in [*active, *(r.lag() for r in self.standbys.values())] if lag is not None]
 
     async def spark_session(self) -> SparkSession:
         """This process's Spark session, started on first use."""
@@ -115,6 +116,21 @@ class Worker:
                         self._take(response.assignment)
                 except grpc.aio.AioRpcError as err:
                     log.warning("heartbeat failed", extra={"coordinator": coordinator, "code": str(err.code())})
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), interval)
+
+    async def _report_loop(self, stop: asyncio.Event, router: str) -> None:
+        """Beat one router with this worker's lags, for its failure detector and lag-aware routing."""
+        interval = self.settings.heartbeat_interval_ms / 1000
+        async with grpc.aio.insecure_channel(router) as channel:
+            stub = router_pb2_grpc.RouterServiceStub(channel)
+            while not stop.is_set():
+                try:
+                    await stub.ReportHostStatus(router_pb2.ReportHostStatusRequest(
+                        worker_id=self.settings.worker_id, endpoint=self.server.endpoint,
+                        lags=[lag.to_proto() for lag in self.store_lags()]), timeout=2)
+                except grpc.aio.AioRpcError as err:
+                    log.debug("lag report failed", extra={"router": router, "code": str(err.code())})
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), interval)
 
@@ -151,10 +167,13 @@ class Worker:
     async def _reconcile(self) -> None:
         # A store is open in one place at a time: a standby being promoted closes before its
         # active task opens the store, and a demoted active closes before its standby does.
-        for key in sorted(set(self.standbys) - self._standbys_to_run()):
+        # One assignment throughout: a newer one that arrives meanwhile sets _dirty again.
+        wanted, wanted_standbys = self.wanted, self.wanted_standbys
+        standbys = self._standbys_to_run(wanted, wanted_standbys)
+        for key in sorted(set(self.standbys) - standbys):
             await self.standbys.pop(key).stop()
-        await self._reconcile_actives()
-        for key in sorted(self._standbys_to_run() - set(self.standbys)):
+        await self._reconcile_actives(wanted)
+        for key in sorted(standbys - set(self.standbys)):
             replica = self.standbys[key] = StandbyReplica(self.settings, *key, self._row_function(key[0]))
             replica.start()
 
@@ -164,12 +183,13 @@ class Worker:
         aggs = [aggregates.require(a.function) for a in query.plan.aggregates]
         return lambda key, state: aggregate_row(sink, aggs, key, state)
 
-    def _standbys_to_run(self) -> set[tuple[str, int]]:
+    def _standbys_to_run(self, wanted: dict[str, set[int]], wanted_standbys: set[tuple[str, int]]
+                         ) -> set[tuple[str, int]]:
         """The wanted standbys of queries that keep a changelog, for partitions their table has."""
         out = set()
-        for query_id, partition in self.wanted_standbys:
+        for query_id, partition in wanted_standbys:
             query = self.metastore.queries.get(query_id)
-            if query is None or partition in self.wanted.get(query_id, set()):
+            if query is None or partition in wanted.get(query_id, set()):
                 continue
             final = stages(query, self.metastore.source(query.source), self.metastore.source(query.sink),
                            self.settings.service_id)[-1]
@@ -177,9 +197,9 @@ class Worker:
                 out.add((query_id, partition))
         return out
 
-    async def _reconcile_actives(self) -> None:
-        for query_id in sorted(set(self.supervisors) | set(self.wanted)):
-            want = self.wanted.get(query_id, set())
+    async def _reconcile_actives(self, wanted: dict[str, set[int]]) -> None:
+        for query_id in sorted(set(self.supervisors) | set(wanted)):
+            want = wanted.get(query_id, set())
             query = self.metastore.queries.get(query_id)
             if want and query is None:
                 continue  # the query's statement has not been replayed yet
@@ -212,12 +232,13 @@ class Worker:
         await self.reader.start()
         await self.reader.catch_up()
         await self.server.start()
+        await self.server.set_serving()  # before the first beat, so a health probe finds it serving
         beats = [asyncio.create_task(self._heartbeat_loop(stop, c)) for c in self.settings.coordinators]
+        beats += [asyncio.create_task(self._report_loop(stop, r)) for r in self.settings.router_endpoints]
         loops = [asyncio.create_task(c) for c in (self.reader.run(stop), self._reconcile_loop(stop))]
         # Start Spark now, not when a task first arrives: a promoted standby must not wait
         # the seconds a Spark session takes to start.
         loops.append(asyncio.create_task(self._start_spark()))
-        await self.server.set_serving()
         log.info("worker ready", extra={"endpoint": self.server.endpoint, "worker": self.settings.worker_id})
         await stop.wait()
         log.info("worker stopping")

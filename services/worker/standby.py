@@ -38,8 +38,8 @@ class StandbyReplica:
         self.changelog = TopicPartition(changelog_topic(settings.service_id, query_id), partition)
         self.position = 0
         """The next changelog offset the copy will apply."""
-        self.end = 0
-        """The changelog's last stable offset when last fetched."""
+        self.end: int | None = None
+        """The changelog's last stable offset when last fetched; None before the first fetch."""
         self.last_applied_ms = 0
         self.row = row
         """Turns a stored state into the table's row, for standby reads."""
@@ -50,8 +50,11 @@ class StandbyReplica:
         before that it may lack whole keys and must not answer reads."""
         self._job: asyncio.Task[None] | None = None
 
-    def lag(self) -> StoreLag:
-        """How far the copy is behind, for the lag reports."""
+    def lag(self) -> StoreLag | None:
+        """How far the copy is behind, for the lag reports; None until it knows the end (a copy
+        that has not looked yet must not count as caught up)."""
+        if self.end is None:
+            return None
         return StoreLag(self.query_id, self.partition, False, self.position, max(self.end, self.position),
                         self.last_applied_ms)
 
@@ -101,6 +104,6 @@ class StandbyReplica:
                     self.end = stable
                 self.caught_up = self.caught_up or self.position >= start_end
         finally:
-            self.store, self.caught_up = None, False
-            await consumer.stop()
+            self.store, self.caught_up, self.end = None, False, None
             store.close()
+            await consumer.stop()

@@ -162,11 +162,13 @@ class Task(ABC):
 
     async def stop(self) -> None:
         """Close the producer and the store (the store stays on disk for a quick return)."""
-        if self.producer is not None:
-            await self.producer.stop()
-        if self.store is not None:
-            self.store.close()
-            self.store = None
+        try:
+            if self.producer is not None:
+                await self.producer.stop()
+        finally:  # a store left open would lock out its next owner in this process
+            if self.store is not None:
+                self.store.close()
+                self.store = None
 
 
 def store_path(settings: WorkerSettings, query_id: str, partition: int) -> Path:
@@ -203,11 +205,15 @@ class AggregationTask(StoreTask):
         self.changelog = TopicPartition(changelog_topic(settings.service_id, query.query_id), partition)
         self.changelog_position = 0
         """The next changelog offset the store reflects."""
-        self.changelog_end = 0
+        self.changelog_end: int | None = None
+        """The changelog's end when last known; None until the restore read it."""
         self.last_applied_ms = 0
 
-    def lag(self) -> StoreLag:
-        """How far the store is behind its changelog (0 once running: it writes the changelog)."""
+    def lag(self) -> StoreLag | None:
+        """How far the store is behind its changelog (0 once running: it writes the changelog);
+        None until the restore knows the end, so a store that has not looked is never caught up."""
+        if self.changelog_end is None:
+            return None
         return StoreLag(self.query.query_id, self.partition, True, self.changelog_position,
                         max(self.changelog_end, self.changelog_position), self.last_applied_ms)
 

@@ -23,9 +23,10 @@ _sym_db = _symbol_database.Default()
 
 
 from millpond.common.v1 import rows_pb2 as millpond_dot_common_dot_v1_dot_rows__pb2
+from millpond.coordinator.v1 import coordinator_pb2 as millpond_dot_coordinator_dot_v1_dot_coordinator__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fmillpond/router/v1/router.proto\x12\x12millpond.router.v1\x1a\x1dmillpond/common/v1/rows.proto\"\x98\x01\n\x0e\x45xecuteRequest\x12\x0b\n\x03sql\x18\x01 \x01(\t\x12\x46\n\nproperties\x18\x02 \x03(\x0b\x32\x32.millpond.router.v1.ExecuteRequest.PropertiesEntry\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"G\n\x0f\x45xecuteResponse\x12\x34\n\x07results\x18\x01 \x03(\x0b\x32#.millpond.common.v1.StatementResult2c\n\rRouterService\x12R\n\x07\x45xecute\x12\".millpond.router.v1.ExecuteRequest\x1a#.millpond.router.v1.ExecuteResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fmillpond/router/v1/router.proto\x12\x12millpond.router.v1\x1a\x1dmillpond/common/v1/rows.proto\x1a)millpond/coordinator/v1/coordinator.proto\"o\n\x17ReportHostStatusRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x02 \x01(\t\x12/\n\x04lags\x18\x03 \x03(\x0b\x32!.millpond.coordinator.v1.StoreLag\"\x1a\n\x18ReportHostStatusResponse\"\x98\x01\n\x0e\x45xecuteRequest\x12\x0b\n\x03sql\x18\x01 \x01(\t\x12\x46\n\nproperties\x18\x02 \x03(\x0b\x32\x32.millpond.router.v1.ExecuteRequest.PropertiesEntry\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"G\n\x0f\x45xecuteResponse\x12\x34\n\x07results\x18\x01 \x03(\x0b\x32#.millpond.common.v1.StatementResult2\xd2\x01\n\rRouterService\x12R\n\x07\x45xecute\x12\".millpond.router.v1.ExecuteRequest\x1a#.millpond.router.v1.ExecuteResponse\x12m\n\x10ReportHostStatus\x12+.millpond.router.v1.ReportHostStatusRequest\x1a,.millpond.router.v1.ReportHostStatusResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,12 +35,16 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_EXECUTEREQUEST_PROPERTIESENTRY']._loaded_options = None
   _globals['_EXECUTEREQUEST_PROPERTIESENTRY']._serialized_options = b'8\001'
-  _globals['_EXECUTEREQUEST']._serialized_start=87
-  _globals['_EXECUTEREQUEST']._serialized_end=239
-  _globals['_EXECUTEREQUEST_PROPERTIESENTRY']._serialized_start=190
-  _globals['_EXECUTEREQUEST_PROPERTIESENTRY']._serialized_end=239
-  _globals['_EXECUTERESPONSE']._serialized_start=241
-  _globals['_EXECUTERESPONSE']._serialized_end=312
-  _globals['_ROUTERSERVICE']._serialized_start=314
-  _globals['_ROUTERSERVICE']._serialized_end=413
+  _globals['_REPORTHOSTSTATUSREQUEST']._serialized_start=129
+  _globals['_REPORTHOSTSTATUSREQUEST']._serialized_end=240
+  _globals['_REPORTHOSTSTATUSRESPONSE']._serialized_start=242
+  _globals['_REPORTHOSTSTATUSRESPONSE']._serialized_end=268
+  _globals['_EXECUTEREQUEST']._serialized_start=271
+  _globals['_EXECUTEREQUEST']._serialized_end=423
+  _globals['_EXECUTEREQUEST_PROPERTIESENTRY']._serialized_start=374
+  _globals['_EXECUTEREQUEST_PROPERTIESENTRY']._serialized_end=423
+  _globals['_EXECUTERESPONSE']._serialized_start=425
+  _globals['_EXECUTERESPONSE']._serialized_end=496
+  _globals['_ROUTERSERVICE']._serialized_start=499
+  _globals['_ROUTERSERVICE']._serialized_end=709
 # @@protoc_insertion_point(module_scope)

@@ -40,6 +40,11 @@ class RouterServiceStub:
                 request_serializer=millpond_dot_router_dot_v1_dot_router__pb2.ExecuteRequest.SerializeToString,
                 response_deserializer=millpond_dot_router_dot_v1_dot_router__pb2.ExecuteResponse.FromString,
                 _registered_method=True)
+        self.ReportHostStatus = channel.unary_unary(
+                '/millpond.router.v1.RouterService/ReportHostStatus',
+                request_serializer=millpond_dot_router_dot_v1_dot_router__pb2.ReportHostStatusRequest.SerializeToString,
+                response_deserializer=millpond_dot_router_dot_v1_dot_router__pb2.ReportHostStatusResponse.FromString,
+                _registered_method=True)
 
 
 class RouterServiceServicer:
@@ -54,6 +59,14 @@ class RouterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportHostStatus(self, request, context):
+        """A worker's heartbeat and lag report (every 100 ms by default): the router's own failure
+        detector and lag table, which pull-query routing consults.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RouterServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -61,6 +74,11 @@ def add_RouterServiceServicer_to_server(servicer, server):
                     servicer.Execute,
                     request_deserializer=millpond_dot_router_dot_v1_dot_router__pb2.ExecuteRequest.FromString,
                     response_serializer=millpond_dot_router_dot_v1_dot_router__pb2.ExecuteResponse.SerializeToString,
+            ),
+            'ReportHostStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportHostStatus,
+                    request_deserializer=millpond_dot_router_dot_v1_dot_router__pb2.ReportHostStatusRequest.FromString,
+                    response_serializer=millpond_dot_router_dot_v1_dot_router__pb2.ReportHostStatusResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -91,6 +109,33 @@ class RouterService:
             '/millpond.router.v1.RouterService/Execute',
             millpond_dot_router_dot_v1_dot_router__pb2.ExecuteRequest.SerializeToString,
             millpond_dot_router_dot_v1_dot_router__pb2.ExecuteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportHostStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/millpond.router.v1.RouterService/ReportHostStatus',
+            millpond_dot_router_dot_v1_dot_router__pb2.ReportHostStatusRequest.SerializeToString,
+            millpond_dot_router_dot_v1_dot_router__pb2.ReportHostStatusResponse.FromString,
             options,
             channel_credentials,
             insecure,
