@@ -18,16 +18,13 @@ import shutil
 import time
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
 
 import grpc
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 
-from cli.client import RouterClient
 from deploy.kafka_broker import EmbeddedKafka
 from deploy.launcher import LocalCluster
 from shared.kafka import changelog_topic
@@ -35,8 +32,19 @@ from shared.net import free_port
 from shared.partitioner import partition_for
 from shared.task_status import RUNNING, TaskReport
 from tests.e2e.helpers import pull_until, read_all, run
+from tests.e2e.workload import (
+    PARTITIONS,
+    Expected,
+    area_of,
+    check_table,
+    create_table,
+    end_offsets,
+    ensure_stream,
+    produce,
+    readings,
+    table_rows,
+)
 
-PARTITIONS = 4
 CATCH_UP_S = 300
 
 
@@ -53,90 +61,11 @@ def agg_cluster(kafka: EmbeddedKafka, tmp_path_factory: pytest.TempPathFactory) 
     local.stop()
 
 
-@dataclass
-class Expected:
-    """Per key: count, sum, min and max of the valid readings, computed independently."""
-
-    count: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    total: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    low: dict[str, int] = field(default_factory=dict)
-    high: dict[str, int] = field(default_factory=dict)
-
-    def add(self, sensor: str, reading: int) -> None:
-        self.count[sensor] += 1
-        self.total[sensor] += reading
-        self.low[sensor] = min(self.low.get(sensor, reading), reading)
-        self.high[sensor] = max(self.high.get(sensor, reading), reading)
-
-
-async def produce(bootstrap: str, topic: str, events: list[tuple[bytes | None, bytes]]) -> None:
-    """Send (key, value) records, partitioned by murmur2 of the key as the Java client."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=256 * 1024)
-    await producer.start()
-    try:
-        futures = [await producer.send(topic, value, key=key, partition=partition_for(key, PARTITIONS) if key else 0)
-                   for key, value in events]
-        await producer.flush()
-        await asyncio.gather(*futures)
-    finally:
-        await producer.stop()
-
-
-def area_of(sensor: str) -> str:
-    """Each sensor's area: seven areas, so GROUP BY area re-keys the input."""
-    return f"area-{int(sensor[-5:]) % 7}"
-
-
-def readings(rng: random.Random, count: int, keys: int, expected: Expected) -> list[tuple[bytes | None, bytes]]:
-    events: list[tuple[bytes | None, bytes]] = []
-    for _ in range(count):
-        sensor = f"sensor-{rng.randrange(keys):05d}"
-        reading = rng.randrange(-500, 1000)
-        expected.add(sensor, reading)
-        events.append((sensor.encode(), json.dumps({"AREA": area_of(sensor), "READING": reading}).encode()))
-    return events
-
-
-def create_table(cluster: LocalCluster, stream: str, table: str) -> str:
-    """The input stream and the CTAS over it (from the earliest offset); returns the query id."""
-    client = RouterClient(cluster.router, timeout=120)
-    try:
-        outcomes = list(client.run_script(f"""
-            SET 'auto.offset.reset'='earliest';
-            CREATE STREAM IF NOT EXISTS {stream} (sensor VARCHAR KEY, area VARCHAR, reading INT)
-              WITH (kafka_topic='{stream}', partitions={PARTITIONS}, value_format='json');
-            CREATE TABLE {table} AS SELECT sensor, COUNT(*) AS n, SUM(reading) AS total, MIN(reading) AS lo,
-              MAX(reading) AS hi, AVG(reading) AS mean FROM {stream} GROUP BY sensor;
-        """))
-    finally:
-        client.close()
-    return outcomes[-1].message.rsplit(" ", 1)[-1]
-
-
-def ensure_stream(cluster: LocalCluster, stream: str) -> None:
-    client = RouterClient(cluster.router, timeout=120)
-    try:
-        client.execute(f"CREATE STREAM IF NOT EXISTS {stream} (sensor VARCHAR KEY, area VARCHAR, reading INT) "
-                       f"WITH (kafka_topic='{stream}', partitions={PARTITIONS}, value_format='json');")
-    finally:
-        client.close()
-
-
 def task_reports(cluster: LocalCluster, query_id: str) -> list[TaskReport]:
     with grpc.insecure_channel(cluster.child("coordinator").endpoint) as channel:
         stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)
         reply = stub.ListTaskStatuses(coordinator_pb2.ListTaskStatusesRequest(query_id=query_id), timeout=10)
     return [TaskReport.from_proto(t.worker_id, t) for t in reply.tasks]
-
-
-async def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-        return {tp.partition: o for tp, o in (await consumer.end_offsets(tps)).items()}
-    finally:
-        await consumer.stop()
 
 
 async def wait_caught_up(cluster: LocalCluster, query_id: str, topic: str) -> list[TaskReport]:
@@ -151,26 +80,6 @@ async def wait_caught_up(cluster: LocalCluster, query_id: str, topic: str) -> li
             return reports
         await asyncio.sleep(0.5)
     raise AssertionError(f"{query_id} did not catch up with {ends}: {reports}")
-
-
-def table_rows(cluster: LocalCluster, table: str) -> dict[str, dict[str, object]]:
-    client = RouterClient(cluster.router, timeout=120)
-    try:
-        (outcome,) = client.execute(f"SELECT * FROM {table};")
-    finally:
-        client.close()
-    names = [n for n, _ in outcome.columns]
-    return {str(row[0]): dict(zip(names, row, strict=True)) for row in outcome.rows}
-
-
-def check_table(rows: dict[str, dict[str, object]], expected: Expected) -> None:
-    assert sorted(rows) == sorted(expected.count), "the table's keys differ from the input's"
-    for sensor, n in expected.count.items():
-        row = rows[sensor]
-        total = expected.total[sensor]
-        assert (row["N"], row["TOTAL"], row["LO"], row["HI"]) == (
-            n, total, expected.low[sensor], expected.high[sensor]), sensor
-        assert row["MEAN"] == pytest.approx(total / n), sensor
 
 
 async def check_sink(bootstrap: str, topic: str, expected: Expected) -> None:

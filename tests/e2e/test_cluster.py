@@ -26,7 +26,16 @@ from deploy.kafka_broker import EmbeddedKafka
 from deploy.launcher import LocalCluster
 from shared.net import free_port
 from shared.task_status import RUNNING, TaskReport
-from tests.e2e.test_aggregation import PARTITIONS, Expected, check_table, create_table, produce, readings, table_rows
+from tests.e2e.workload import (
+    PARTITIONS,
+    Expected,
+    check_table,
+    create_table,
+    end_offsets,
+    produce,
+    readings,
+    table_rows,
+)
 
 KEYS = 400
 RECOVERY_LAG = 2_000
@@ -156,7 +165,6 @@ def produce_more(cluster: LocalCluster, stream: str, rng: random.Random, count: 
 
 
 async def stream_ends(cluster: LocalCluster, stream: str) -> dict[int, int]:
-    from tests.e2e.test_aggregation import end_offsets
     return await end_offsets(cluster.bootstrap, stream)
 
 

@@ -23,7 +23,7 @@ from deploy.launcher import LocalCluster
 from shared.kafka import repartition_topic, topic_partitions
 from shared.partitioner import partition_for
 from tests.e2e.helpers import pull_until, read_all, run
-from tests.e2e.test_aggregation import produce
+from tests.e2e.workload import produce
 
 PARTITIONS = 4
 
