@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import grpc
 from millpond.common.v1 import metastore_pb2, metastore_pb2_grpc
 from millpond.router.v1 import router_pb2, router_pb2_grpc
 
 from shared.results import Outcome
+from shared.serde import from_proto
 from shared.session import apply_session_statement
+from shared.sql import ast
 from shared.sql.parser import parse_script
 
 
@@ -22,26 +25,59 @@ class RouterClient:
         self.stub = router_pb2_grpc.RouterServiceStub(self.channel)
         self.timeout = timeout
         self.properties: dict[str, str] = {}
+        self.token = ""
+        """The newest consistency token: sent with every request, so the session reads its own
+        writes and never sees older state than it saw before."""
 
     def execute(self, sql: str) -> list[Outcome]:
-        """Execute statements with the session's properties; raises ``grpc.RpcError`` with the
-        server's status on failure."""
-        response = self.stub.Execute(router_pb2.ExecuteRequest(sql=sql, properties=self.properties),
-                                     timeout=self.timeout)
-        return [Outcome.from_proto(r) for r in response.results]
+        """Execute statements with the session's properties and token; raises
+        ``grpc.RpcError`` with the server's status on failure."""
+        response = self.stub.Execute(router_pb2.ExecuteRequest(sql=sql, properties=self.properties,
+                                                               consistency_token=self.token), timeout=self.timeout)
+        outcomes = [Outcome.from_proto(r) for r in response.results]
+        for outcome in outcomes:
+            self.token = outcome.consistency_token or self.token
+        return outcomes
 
-    def run_script(self, text: str) -> Iterator[Outcome]:
-        """Run statements one at a time; SET and UNSET change this session only."""
+    def stream(self, sql: str, timeout: float | None = None) -> PushStream:
+        """Start a push query; iterate the result for rows, ``cancel`` to stop it."""
+        call = self.stub.StreamQuery(router_pb2.StreamQueryRequest(sql=sql, properties=self.properties),
+                                     timeout=timeout)
+        return PushStream(call)
+
+    def run_script(self, text: str) -> Iterator[Outcome | PushStream]:
+        """Run statements one at a time; SET and UNSET change this session only; a push
+        query yields its stream."""
         for stmt in parse_script(text):
             changed = apply_session_statement(self.properties, stmt)
             if changed is not None:
                 yield Outcome(stmt.text, f"{changed} for this session")
+            elif isinstance(stmt, ast.Query) and stmt.emit_changes:
+                yield self.stream(stmt.text)
             else:
                 yield from self.execute(stmt.text)
 
     def close(self) -> None:
         """Close the channel."""
         self.channel.close()
+
+
+class PushStream:
+    """A running push query: its columns, then rows as they arrive."""
+
+    def __init__(self, call: Any):
+        self.call = call
+        header = next(call).header
+        self.query_id: str = header.query_id
+        self.columns = [(c.name, c.type) for c in header.columns]
+
+    def __iter__(self) -> Iterator[list[Any]]:
+        for message in self.call:
+            yield [from_proto(v) for v in message.row.values]
+
+    def cancel(self) -> None:
+        """Stop the query (the router stops reading for it)."""
+        self.call.cancel()
 
 
 def metastore_digest(endpoint: str, timeout: float = 30.0) -> metastore_pb2.GetMetastoreDigestResponse:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -12,11 +13,12 @@ from typing import Annotated
 
 import grpc
 import typer
+from google.protobuf.json_format import MessageToJson
 from rich.console import Console
 
-from cli.client import RouterClient, metastore_digest
+from cli.client import PushStream, RouterClient, metastore_digest
 from cli.output import print_outcome
-from cli.status import leader_status, status_outcome
+from cli.status import lag_outcome, leader_status, router_status, status_outcome
 from deploy.launcher import LocalCluster
 from shared.config import endpoints
 from shared.errors import MillpondError
@@ -66,7 +68,27 @@ def up(
 
 def _run_statements(client: RouterClient, text: str, output: str) -> None:
     for outcome in client.run_script(text):
-        print_outcome(outcome, output, out)
+        if isinstance(outcome, PushStream):
+            _print_stream(outcome, output)
+        else:
+            print_outcome(outcome, output, out)
+
+
+def _print_stream(stream: PushStream, output: str) -> None:
+    """Print a push query's rows as they arrive, until its LIMIT or Ctrl-C."""
+    names = [name for name, _ in stream.columns]
+    if output == "table":
+        out.print(" | ".join(names), markup=False, highlight=False)
+    try:
+        for row in stream:
+            if output == "json":
+                out.print(json.dumps(dict(zip(names, row, strict=True)), default=str), markup=False,
+                          highlight=False, soft_wrap=True)
+            else:
+                out.print(" | ".join("null" if v is None else str(v) for v in row), markup=False, highlight=False)
+    except KeyboardInterrupt:
+        stream.cancel()
+        out.print("query cancelled", style="dim")
 
 
 def _shell(client: RouterClient, output: str) -> None:
@@ -189,16 +211,32 @@ def digest(
 
 @app.command()
 def status(
-    coordinator: Annotated[str, typer.Option(envvar="MILLPOND_COORDINATOR",
-                                             help="The coordinators, host:port[,host:port...].")] = "127.0.0.1:8089",
-    output: Annotated[str, typer.Option(help="table or json (JSON Lines).")] = "table",
+    server: Annotated[str, typer.Option(envvar="MILLPOND_SERVER", help="The router, host:port.")] = DEFAULT_SERVER,
+    coordinator: Annotated[str | None, typer.Option(
+        envvar="MILLPOND_COORDINATOR",
+        help="Ask these coordinators directly (host:port[,host:port...]) instead of the router.")] = None,
+    output: Annotated[str, typer.Option(help="table, or json (the whole status as one JSON object).")] = "table",
 ) -> None:
-    """Show every worker: alive, last heartbeat, active/standby/warm-up tasks, lag, restores."""
+    """Show every worker: alive, last heartbeat, active/standby/warm-up tasks, restores, and
+    every table copy's changelog offset, end offset and lag."""
     try:
-        print_outcome(status_outcome(leader_status(endpoints(coordinator))), output, out)
+        if coordinator is not None:
+            cluster, router_hosts, message = leader_status(endpoints(coordinator)), [], None
+        else:
+            answer = router_status(server)
+            cluster, router_hosts, message = answer.cluster, list(answer.router_hosts), answer
     except MillpondError as error:
-        err.print(f"[red]{error.message}[/red]")
+        err.print(error.message, markup=False)
         raise typer.Exit(1) from None
+    except grpc.RpcError as error:
+        err.print(_message(error), markup=False)
+        raise typer.Exit(1) from None
+    if output == "json":
+        out.print(MessageToJson(message if message is not None else cluster, indent=None), markup=False,
+                  highlight=False, soft_wrap=True)
+        return
+    print_outcome(status_outcome(cluster, router_hosts=router_hosts), "table", out)
+    print_outcome(lag_outcome(cluster), "table", out)
 
 
 def main() -> None:

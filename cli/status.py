@@ -1,4 +1,5 @@
-"""``millpond status``: the cluster as the leading coordinator sees it."""
+"""``millpond status``: the cluster as the leading coordinator sees it, through the router
+(with the router's own view of each worker) or straight from the coordinators."""
 
 from __future__ import annotations
 
@@ -7,11 +8,22 @@ from collections.abc import Iterable
 
 import grpc
 from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
+from millpond.router.v1 import router_pb2, router_pb2_grpc
 
 from shared.errors import UnavailableError
 from shared.results import Outcome
 
-COLUMNS = ["WORKER", "ENDPOINT", "ALIVE", "LAST UPDATE", "ACTIVE", "STANDBY", "WARMUP", "MAX LAG", "RESTORING"]
+COLUMNS = ["WORKER", "ENDPOINT", "ALIVE", "LAST UPDATE", "ACTIVE", "STANDBY", "WARMUP", "MAX LAG", "RESTORING",
+           "ROUTER SAYS"]
+LAG_COLUMNS = ["WORKER", "QUERY", "PARTITION", "ROLE", "CURRENT OFFSET", "END OFFSET", "LAG", "INPUT OFFSET"]
+
+
+def router_status(endpoint: str, timeout: float = 10.0) -> router_pb2.GetClusterStatusResponse:
+    """The router's cluster status; raises ``grpc.RpcError`` with its status on failure."""
+    with grpc.insecure_channel(endpoint) as channel:
+        reply: router_pb2.GetClusterStatusResponse = router_pb2_grpc.RouterServiceStub(channel).GetClusterStatus(
+            router_pb2.GetClusterStatusRequest(), timeout=timeout)
+        return reply
 
 
 def leader_status(coordinators: Iterable[str], timeout: float = 5.0) -> coordinator_pb2.GetClusterStatusResponse:
@@ -36,11 +48,17 @@ def _tasks(tasks: Iterable[coordinator_pb2.TaskId]) -> str:
     return " ".join(f"{t.query_id}/{t.partition}" for t in tasks) or "-"
 
 
-def status_outcome(status: coordinator_pb2.GetClusterStatusResponse, now_ms: int | None = None) -> Outcome:
-    """One row per worker, for the table and JSON renderers."""
+def status_outcome(status: coordinator_pb2.GetClusterStatusResponse, now_ms: int | None = None,
+                   router_hosts: Iterable[router_pb2.RouterHostView] = ()) -> Outcome:
+    """One row per worker, for the table and JSON renderers; ROUTER SAYS is the router's own
+    failure detector's verdict (empty when asked straight from the coordinators)."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
+    seen = {h.endpoint: h for h in router_hosts}
     rows: list[list[object]] = []
     for host in status.hosts:
+        view = seen.get(host.endpoint)
+        verdict = "" if view is None else (
+            f"alive, beat {view.last_beat_age_ms} ms ago" if view.alive else f"dead, silent {view.last_beat_age_ms} ms")
         restoring = [t for t in host.tasks if t.state == coordinator_pb2.TASK_STATE_RESTORING]
         rows.append([
             host.worker_id, host.endpoint, host.alive, f"{max(now - host.last_status_update_ms, 0)} ms ago",
@@ -48,6 +66,17 @@ def status_outcome(status: coordinator_pb2.GetClusterStatusResponse, now_ms: int
             max((lag.lag for lag in host.lags), default=0),
             " ".join(f"{t.task.query_id}/{t.task.partition} {t.restored_records}/{t.records_to_restore}"
                      for t in restoring) or "-",
+            verdict,
         ])
     return Outcome("status", message=f"leader {status.coordinator_id}, generation {status.generation}",
                    columns=[(c, "VARCHAR") for c in COLUMNS], rows=rows)
+
+
+def lag_outcome(status: coordinator_pb2.GetClusterStatusResponse) -> Outcome:
+    """One row per table copy (store partition): its changelog position, end and lag."""
+    rows: list[list[object]] = [
+        [host.worker_id, lag.task.query_id, lag.task.partition, "active" if lag.active else "standby",
+         lag.current_offset, lag.end_offset, lag.lag, lag.input_offset]
+        for host in status.hosts if host.alive
+        for lag in sorted(host.lags, key=lambda lag: (lag.task.query_id, lag.task.partition, not lag.active))]
+    return Outcome("lags", message="store partitions", columns=[(c, "VARCHAR") for c in LAG_COLUMNS], rows=rows)

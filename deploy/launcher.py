@@ -34,6 +34,11 @@ class Child:
     module: str
     env: dict[str, str]
 
+    @property
+    def metrics(self) -> str:
+        """The URL of its Prometheus metrics."""
+        return f"http://127.0.0.1:{self.env['MILLPOND_METRICS_PORT']}/metrics"
+
 
 def wait_healthy(endpoint: str, timeout: float, process: subprocess.Popen[bytes] | None = None) -> None:
     """Wait until ``endpoint``'s gRPC health service says SERVING."""
@@ -94,7 +99,7 @@ class LocalCluster:
         log = logs / f"{name}.log"
         full_env = {**os.environ, "MILLPOND_KAFKA_BOOTSTRAP_SERVERS": self.bootstrap,
                     "MILLPOND_SERVICE_ID": self.service_id, "MILLPOND_HOST": "127.0.0.1",
-                    "MILLPOND_PORT": str(port), **env}
+                    "MILLPOND_PORT": str(port), "MILLPOND_METRICS_PORT": str(free_port()), **env}
         with log.open("ab") as out:
             process = subprocess.Popen([sys.executable, "-m", module], env=full_env, stdout=out,
                                        stderr=subprocess.STDOUT, start_new_session=True)
@@ -124,6 +129,15 @@ class LocalCluster:
         })
         if wait:
             wait_healthy(child.endpoint, self.start_timeout, child.process)
+        return child
+
+    def add_router(self) -> Child:
+        """Start one more router (``router-N``) on a free port and wait until it is healthy.
+        Workers started before it do not beat it; it routes without their lag reports."""
+        n = 1 + sum(c.name.startswith("router") for c in self.children)
+        child = self._spawn(f"router-{n}", "services.router", free_port(),
+                            {"MILLPOND_COORDINATOR": self.coordinator_endpoints, **self.router_env})
+        wait_healthy(child.endpoint, self.start_timeout, child.process)
         return child
 
     def terminate(self, name: str, timeout: float = 30.0) -> None:

@@ -34,6 +34,10 @@ class CommonSettings(BaseSettings):
     host: str = Field("127.0.0.1", description="Address this service's gRPC server binds to.")
     port: int = Field(0, description="Port of this service's gRPC server; 0 picks a free one.")
     log_level: str = Field("INFO", description="Python logging level.")
+    metrics_port: int | None = Field(
+        None, description="Serve Prometheus metrics over HTTP at /metrics on this port (0 picks a free one); "
+        "unset: no metrics endpoint.",
+    )
 
     @classmethod
     def settings_customise_sources(
@@ -171,5 +175,19 @@ class RouterSettings(CoordinatorClientSettings):
     )
     enable_standby_reads: bool = Field(
         False, description="Let pull queries be answered by a standby copy when the active cannot answer "
-        "(ksqlDB's ksql.query.pull.enable.standby.reads); the copy may be slightly behind.",
+        "(ksqlDB's ksql.query.pull.enable.standby.reads); the copy may be slightly behind. A request's "
+        "properties override it.",
     )
+    max_allowed_offset_lag: int | None = Field(
+        None, description="Default bound on how many changelog records a copy answering a pull query may be "
+        "behind (ksqlDB's ksql.query.pull.max.allowed.offset.lag); None: no bound.",
+    )
+    max_staleness_ms: int | None = Field(
+        None, description="Default bound on how old the newest change a copy answering a pull query may be "
+        "missing can be, in milliseconds (millpond.query.pull.max.staleness.ms); None: no bound.",
+    )
+    pull_host_timeout_ms: int = Field(
+        1000, description="How long one worker may take to answer a key lookup before the next copy is asked "
+        "(a scan has the request's whole deadline).",
+    )
+    max_push_queries: int = Field(100, description="Most push queries this router streams at once.")

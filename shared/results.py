@@ -21,6 +21,7 @@ class Outcome:
     rows: list[list[Any]] = field(default_factory=list)
     partition: int = 0
     offset: int = 0
+    consistency_token: str = ""
 
     def to_proto(self) -> rows_pb2.StatementResult:
         """The protobuf ``StatementResult``."""
@@ -32,6 +33,7 @@ class Outcome:
             rows=[rows_pb2.Row(values=[to_proto(v) for v in row]) for row in self.rows],
             partition=self.partition,
             offset=self.offset,
+            consistency_token=self.consistency_token,
         )
 
     @classmethod
@@ -45,4 +47,5 @@ class Outcome:
             rows=[[from_proto(v) for v in row.values] for row in result.rows],
             partition=result.partition,
             offset=result.offset,
+            consistency_token=result.consistency_token,
         )

@@ -109,3 +109,63 @@ def from_proto(value: rows_pb2.Value) -> Any:
     if kind == "json_value":
         return json.loads(value.json_value)
     return getattr(value, kind)
+
+
+def _typed(value: Any, type_: SqlType, column: str) -> Any:
+    """A decoded JSON value checked against its column's type (ValueError when it does not fit)."""
+    if value is None:
+        return None
+    base = type_.base
+    if base in ("INT", "BIGINT") and isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if base in ("ARRAY", "MAP", "STRUCT"):
+        expected: type | tuple[type, ...] = list if base == "ARRAY" else dict
+        if not isinstance(value, expected):
+            raise ValueError(f"column {column} is {type_} but the record has {value!r}")
+        return value
+    try:
+        return coerce(value, type_, column)
+    except StatementError as err:
+        raise ValueError(err.message) from None
+
+
+def _from_text(text: str, type_: SqlType, column: str) -> Any:
+    """A DELIMITED field as its column's type; an empty field is NULL."""
+    if text == "":
+        return None
+    base = type_.base
+    try:
+        if base in ("INT", "BIGINT"):
+            return _typed(int(text), type_, column)
+        if base in ("DOUBLE", "DECIMAL"):
+            return float(text)
+        if base == "BOOLEAN":
+            return {"true": True, "false": False}[text.strip().lower()]
+    except (KeyError, ValueError):
+        raise ValueError(f"column {column} is {type_} but the field is {text!r}") from None
+    return text
+
+
+def deserialize_value(columns: Sequence[tuple[str, SqlType]], data: bytes, value_format: str,
+                      delimiter: str = ",") -> dict[str, Any]:
+    """Decode a record value into its value columns (as Spark reads it for the persistent
+    queries: JSON fields matched by name regardless of case, missing ones NULL; DELIMITED
+    fields by position). ValueError says what does not fit."""
+    if value_format == "JSON":
+        try:
+            parsed = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ValueError(f"value is not JSON: {err}") from None
+        if not isinstance(parsed, dict):
+            raise ValueError(f"value is JSON {type(parsed).__name__}, not an object")
+        fields = {str(k).upper(): v for k, v in parsed.items()}
+        return {name: _typed(fields.get(name.upper()), type_, name) for name, type_ in columns}
+    if value_format == "DELIMITED":
+        try:
+            texts = next(csv.reader([data.decode()], delimiter=delimiter))
+        except (UnicodeDecodeError, csv.Error, StopIteration) as err:
+            raise ValueError(f"value is not a DELIMITED line: {err}") from None
+        if len(texts) != len(columns):
+            raise ValueError(f"value has {len(texts)} fields; the schema has {len(columns)}")
+        return {name: _from_text(text, type_, name) for (name, type_), text in zip(columns, texts, strict=True)}
+    raise ValueError(f"unknown value format {value_format!r}")

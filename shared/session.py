@@ -3,29 +3,52 @@ CLI, the router and the coordinator."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from shared.errors import StatementError
 from shared.sql import ast
 
 AUTO_OFFSET_RESET = "auto.offset.reset"
+ENABLE_STANDBY_READS = "ksql.query.pull.enable.standby.reads"
+MAX_OFFSET_LAG = "ksql.query.pull.max.allowed.offset.lag"
+MAX_STALENESS_MS = "millpond.query.pull.max.staleness.ms"
 
-PROPERTIES: dict[str, tuple[str, ...]] = {
-    AUTO_OFFSET_RESET: ("earliest", "latest"),
+
+def _one_of(*values: str) -> Callable[[str], str | None]:
+    def check(value: str) -> str | None:
+        return None if value in values else f"takes {' or '.join(repr(v) for v in values)}"
+    return check
+
+
+def _count(value: str) -> str | None:
+    return None if value.isdigit() else "takes a whole number of 0 or more"
+
+
+PROPERTIES: dict[str, Callable[[str], str | None]] = {
+    AUTO_OFFSET_RESET: _one_of("earliest", "latest"),
+    ENABLE_STANDBY_READS: _one_of("true", "false"),
+    MAX_OFFSET_LAG: _count,
+    MAX_STALENESS_MS: _count,
 }
-"""Each known property and the values it takes."""
+"""Each known property and its check (what the value should be, or None when it is fine)."""
 
 DEFAULTS: dict[str, str] = {AUTO_OFFSET_RESET: "latest"}
-"""As in ksqlDB: a new query starts at the end of its input unless told otherwise."""
+"""As in ksqlDB: a new query starts at the end of its input unless told otherwise. (The
+pull-query bounds default to the router's settings.)"""
+
+
+def check_name(name: str) -> None:
+    """Raise with the accepted names when ``name`` is not a property."""
+    if name not in PROPERTIES:
+        raise StatementError(f"unknown property '{name}'; known properties: {', '.join(sorted(PROPERTIES))}")
 
 
 def check_property(name: str, value: str) -> None:
     """Raise with the accepted names or values when ``name = value`` is not a valid setting."""
-    allowed = PROPERTIES.get(name)
-    if allowed is None:
-        raise StatementError(f"unknown property '{name}'; known properties: {', '.join(sorted(PROPERTIES))}")
-    if value not in allowed:
-        raise StatementError(f"property '{name}' takes {' or '.join(repr(v) for v in allowed)}; got {value!r}")
+    check_name(name)
+    problem = PROPERTIES[name](value)
+    if problem is not None:
+        raise StatementError(f"property '{name}' {problem}; got {value!r}")
 
 
 def check_properties(properties: Mapping[str, str]) -> None:
@@ -46,7 +69,7 @@ def apply_session_statement(properties: dict[str, str], stmt: ast.Statement) -> 
         properties[stmt.name] = stmt.value
         return f"Property '{stmt.name}' set to '{stmt.value}'"
     if isinstance(stmt, ast.UnsetProperty):
-        check_property(stmt.name, DEFAULTS.get(stmt.name, ""))
+        check_name(stmt.name)
         properties.pop(stmt.name, None)
         return f"Property '{stmt.name}' unset"
     return None

@@ -75,6 +75,8 @@ class StoreLag:
     current_offset: int
     end_offset: int
     last_applied_ms: int = 0
+    input_offset: int = -1
+    """The next offset of the table's input partition the copy has not processed (-1: unknown)."""
 
     @property
     def lag(self) -> int:
@@ -86,13 +88,13 @@ class StoreLag:
         return coordinator_pb2.StoreLag(
             task=coordinator_pb2.TaskId(query_id=self.query_id, partition=self.partition), active=self.active,
             current_offset=self.current_offset, end_offset=self.end_offset, lag=self.lag,
-            last_applied_ms=self.last_applied_ms)
+            last_applied_ms=self.last_applied_ms, input_offset=self.input_offset)
 
     @classmethod
     def from_proto(cls, lag: coordinator_pb2.StoreLag) -> StoreLag:
         """From a heartbeat."""
         return cls(lag.task.query_id, lag.task.partition, lag.active, lag.current_offset, lag.end_offset,
-                   lag.last_applied_ms)
+                   lag.last_applied_ms, lag.input_offset)
 
 
 def now_ms() -> int:

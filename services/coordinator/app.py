@@ -18,6 +18,7 @@ from services.coordinator.executor import StatementExecutor
 from services.coordinator.leadership import Leadership
 from services.coordinator.membership import Member
 from services.coordinator.servicer import CoordinatorServicer
+from shared import metrics
 from shared.command_log import CommandReader, CommandWriter
 from shared.config import CoordinatorSettings
 from shared.errors import MillpondError
@@ -147,6 +148,7 @@ class Coordinator:
                 dead = []
                 for member, alive in zip(suspects, verdicts, strict=True):
                     silence = membership.clock() - member.last_heartbeat
+                    metrics.VERDICTS.labels({True: "answered", False: "refused", None: "silent"}[alive]).inc()
                     if alive:
                         membership.vouch(member.worker_id)
                     elif (alive is False or silence > hard_limit) and self.cluster.remove(member.worker_id):
@@ -157,6 +159,11 @@ class Coordinator:
                 if dead:
                     log.warning("workers dead", extra={"workers": dead})
                     self.reassign()
+            now = membership.clock()
+            metrics.MEMBERS.set(len(membership.members))
+            metrics.HEARTBEAT_AGE.clear()
+            for member in membership.members.values():
+                metrics.HEARTBEAT_AGE.labels(member.worker_id).set(now - member.last_heartbeat)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 0.05)
 
@@ -179,6 +186,7 @@ class Coordinator:
         await ensure_topic(self.admin, self.settings.leader_topic, 1)
         await self.reader.catch_up()
         await self.server.start()
+        metrics.serve(self.settings.host, self.settings.metrics_port)
         self.leadership = Leadership(
             self.settings.kafka_bootstrap_servers, self.settings.leader_topic,
             f"_millpond-{self.settings.service_id}-coordinators", self.coordinator_id,

@@ -13,7 +13,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from services.router.pull import Replica
-from shared.task_status import StoreLag
+from shared.task_status import StoreLag, now_ms
+
+
+@dataclass(frozen=True)
+class PullBounds:
+    """What a pull query accepts from a table copy (per request, with the router's defaults)."""
+
+    standby_reads: bool
+    """Whether a standby copy may answer (ksqlDB's ksql.query.pull.enable.standby.reads)."""
+    max_offset_lag: int | None = None
+    """Most changelog records the copy may be behind (ksql.query.pull.max.allowed.offset.lag)."""
+    max_staleness_ms: int | None = None
+    """Oldest the newest change the copy may be missing can be, in milliseconds."""
 
 
 @dataclass
@@ -28,10 +40,13 @@ class HostView:
 class HostTable:
     """Heartbeats and lags per worker endpoint."""
 
-    def __init__(self, dead_after: float, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, dead_after: float, clock: Callable[[], float] = time.monotonic,
+                 wall_clock_ms: Callable[[], int] = now_ms):
         self.dead_after = dead_after
         """Seconds without a beat after which a worker counts as dead."""
         self.clock = clock
+        self.wall_clock_ms = wall_clock_ms
+        """Milliseconds since the epoch, to compare with the reports' last-applied times."""
         self.hosts: dict[str, HostView] = {}
 
     def beat(self, endpoint: str, worker_id: str, lags: list[StoreLag]) -> None:
@@ -49,12 +64,48 @@ class HostTable:
         report = view.lags.get((query_id, partition)) if view is not None else None
         return report.lag if report is not None else None
 
-    def order(self, query_id: str, partition: int, replicas: list[Replica]) -> list[Replica]:
-        """The replicas to ask, best first: the active, then standbys by smallest reported lag
-        (unknown lags last); hosts this router thinks dead go to the end rather than away, so
-        a wrong verdict costs time, never an answer."""
-        def rank(r: Replica) -> tuple[bool, bool, float]:
-            lag = self.lag(r.endpoint, query_id, partition)
-            return self.dead(r.endpoint), r.standby, float("inf") if lag is None else lag
+    def choose(self, query_id: str, partition: int, replicas: list[Replica], bounds: PullBounds,
+               min_input_offset: int = 0) -> tuple[list[Replica], list[str]]:
+        """The replicas that pass every filter of ``bounds``, best first (the active, then
+        standbys by smallest reported lag, unknown lags last), and why each other one was
+        excluded. A host the router has not heard from is not excluded for lag, staleness or
+        position: it is asked, and the worker itself refuses a copy behind the token."""
+        now = self.clock()
+        wall_ms = self.wall_clock_ms()
+        chosen: list[Replica] = []
+        excluded: list[str] = []
+        for replica in replicas:
+            view = self.hosts.get(replica.endpoint)
+            report = view.lags.get((query_id, partition)) if view is not None else None
+            reason = None
+            if replica.standby and not bounds.standby_reads:
+                reason = "standby, and standby reads are off (ksql.query.pull.enable.standby.reads)"
+            elif view is not None and now - view.last_beat > self.dead_after:
+                reason = f"dead: no heartbeat for {now - view.last_beat:.2f} s"
+            elif report is not None and bounds.max_offset_lag is not None and report.lag > bounds.max_offset_lag:
+                reason = f"lag {report.lag} over the bound of {bounds.max_offset_lag} (max allowed offset lag)"
+            elif report is not None and view is not None and bounds.max_staleness_ms is not None:
+                staleness = _staleness_ms(report, int((now - view.last_beat) * 1000), wall_ms)
+                if staleness > bounds.max_staleness_ms:
+                    reason = f"staleness {staleness} ms over the bound of {bounds.max_staleness_ms} ms"
+            if reason is None and report is not None and 0 <= report.input_offset < min_input_offset:
+                reason = (f"at input offset {report.input_offset}, the consistency token needs {min_input_offset}")
+            if reason is None:
+                chosen.append(replica)
+            else:
+                excluded.append(f"{replica.endpoint} ({'standby' if replica.standby else 'active'}): {reason}")
 
-        return sorted(replicas, key=rank)
+        def rank(r: Replica) -> tuple[bool, float]:
+            lag = self.lag(r.endpoint, query_id, partition)
+            return r.standby, float("inf") if lag is None else lag
+
+        return sorted(chosen, key=rank), excluded
+
+
+def _staleness_ms(report: StoreLag, report_age_ms: int, now_ms: int) -> int:
+    """How old the newest change the copy may be missing can be: a copy that was caught up
+    at its last report misses at most what came since that report; one that lagged misses
+    everything since the last record it applied."""
+    if report.lag == 0:
+        return report_age_ms
+    return max(now_ms - report.last_applied_ms, report_age_ms)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 import grpc
 from millpond.router.v1 import router_pb2, router_pb2_grpc
 
-from shared.rpc.status import grpc_errors
+from shared.errors import MillpondError
+from shared.rpc.status import grpc_errors, status_code
 from shared.task_status import StoreLag
 
 if TYPE_CHECKING:
@@ -22,8 +24,24 @@ class RouterServicer(router_pb2_grpc.RouterServiceServicer):
 
     @grpc_errors
     async def Execute(self, request: router_pb2.ExecuteRequest, context: grpc.aio.ServicerContext) -> router_pb2.ExecuteResponse:
-        outcomes = await self.router.execute(request.sql, dict(request.properties))
+        outcomes = await self.router.execute(request.sql, dict(request.properties), request.consistency_token,
+                                             context.time_remaining())
         return router_pb2.ExecuteResponse(results=[o.to_proto() for o in outcomes])
+
+    async def StreamQuery(self, request: router_pb2.StreamQueryRequest,
+                          context: grpc.aio.ServicerContext) -> AsyncIterator[router_pb2.StreamQueryResponse]:
+        # A client that goes away cancels this generator at its next write: the push query's
+        # reader stops in its finally.
+        try:
+            async for message in self.router.stream(request.sql, dict(request.properties)):
+                yield message
+        except MillpondError as err:
+            await context.abort(status_code(err.kind), err.message)
+
+    @grpc_errors
+    async def GetClusterStatus(self, request: router_pb2.GetClusterStatusRequest,
+                               context: grpc.aio.ServicerContext) -> router_pb2.GetClusterStatusResponse:
+        return await self.router.cluster_status()
 
     @grpc_errors
     async def ReportHostStatus(self, request: router_pb2.ReportHostStatusRequest,

@@ -7,9 +7,11 @@ import contextlib
 import logging
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
+from aiokafka import AIOKafkaConsumer
 from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 from millpond.router.v1 import router_pb2, router_pb2_grpc
 from millpond.worker.v1 import worker_pb2, worker_pb2_grpc
@@ -21,6 +23,7 @@ from services.worker.standby import StandbyReplica
 from services.worker.state.store import PartitionStore
 from services.worker.supervisor import QuerySupervisor
 from services.worker.task import AggregationTask, StoreTask, aggregate_row
+from shared import metrics
 from shared.command_log import CommandReader
 from shared.config import WorkerSettings
 from shared.errors import NotFoundError, UnavailableError
@@ -34,6 +37,17 @@ from shared.topology import stages
 
 log = logging.getLogger(__name__)
 RowFn = Callable[[bytes, list[Any]], list[Any]]
+
+
+@dataclass(frozen=True)
+class LocalCopy:
+    """A local copy of a table partition that answers pull queries."""
+
+    store: PartitionStore
+    row: RowFn
+    """Turns a stored state into the table's row."""
+    input_offset: int
+    """The next input offset the copy has not processed (-1: unknown)."""
 
 
 class Worker:
@@ -60,22 +74,41 @@ class Worker:
         self._dirty = asyncio.Event()
         self.reader.listeners.append(self._dirty.set)
 
-    def local_table(self, table: str, partition: int, allow_standby: bool) -> tuple[PartitionStore, RowFn]:
-        """The store of ``partition`` of ``table`` here, and how to turn its states into rows:
-        the running active task's, or (when allowed) a standby copy's."""
+    def local_table(self, table: str, partition: int, allow_standby: bool, min_input_offset: int = 0) -> LocalCopy:
+        """The copy of ``partition`` of ``table`` here that may answer a pull query: the running
+        active task's store, or (when allowed) a caught-up standby's. UnavailableError when
+        there is none, or when it has not processed the input up to ``min_input_offset``."""
         source = self.metastore.source(table)
         if source.query_id is None:
             raise NotFoundError(f"{table} is not materialized by a query; it cannot be pulled from")
         supervisor = self.supervisors.get(source.query_id)
         task = supervisor.tasks.get(partition) if supervisor is not None else None
-        if isinstance(task, StoreTask) and task.store is not None and task.state == RUNNING:
-            return task.store, task.row
         replica = self.standbys.get((source.query_id, partition))
-        if allow_standby and replica is not None and replica.store is not None and replica.caught_up:
-            return replica.store, replica.row
-        raise UnavailableError(
-            f"partition {partition} of {table} is not {'active or standby' if allow_standby else 'active'} "
-            f"on worker {self.settings.worker_id}")
+        if isinstance(task, StoreTask) and task.store is not None and task.state == RUNNING:
+            copy = LocalCopy(task.store, task.row, -1 if task.next_input_offset is None else task.next_input_offset)
+        elif allow_standby and replica is not None and replica.store is not None and replica.caught_up:
+            copy = LocalCopy(replica.store, replica.row, replica.input_offset)
+        else:
+            raise UnavailableError(
+                f"partition {partition} of {table} is not {'active or standby' if allow_standby else 'active'} "
+                f"on worker {self.settings.worker_id}")
+        if min_input_offset > 0 and copy.input_offset < min_input_offset:
+            raise UnavailableError(
+                f"partition {partition} of {table} on worker {self.settings.worker_id} has processed its input "
+                f"up to offset {copy.input_offset}; the consistency token needs {min_input_offset}")
+        return copy
+
+    def set_standby_replay(self, query_id: str, partition: int, paused: bool) -> int:
+        """Pause or resume a standby copy's replay; its changelog position."""
+        replica = self.standbys.get((query_id, partition))
+        if replica is None:
+            raise NotFoundError(f"worker {self.settings.worker_id} keeps no standby of partition {partition} "
+                                f"of query {query_id}")
+        if paused:
+            replica.resumed.clear()
+        else:
+            replica.resumed.set()
+        return replica.position
 
     def task_reports(self) -> list[TaskReport]:
         """The state of every task this worker runs."""
@@ -226,16 +259,51 @@ class Worker:
                 log.warning("could not leave the cluster; the coordinator will time the worker out",
                             extra={"coordinator": coordinator, "code": str(err.code())})
 
+    async def _metrics_loop(self, stop: asyncio.Event) -> None:
+        """Refresh the gauges every second: each task's input lag (its partition's end offset
+        minus the next offset it will process), restore progress and every copy's lag."""
+        if self.settings.metrics_port is None:
+            return
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.settings.kafka_bootstrap_servers,
+                                    isolation_level="read_committed", enable_auto_commit=False)
+        await consumer.start()
+        try:
+            while not stop.is_set():
+                try:
+                    await self._refresh_metrics(consumer)
+                except Exception as error:  # a metric must never take the worker down
+                    log.debug("metrics refresh failed", extra={"error": repr(error)})
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 1.0)
+        finally:
+            await consumer.stop()
+
+    async def _refresh_metrics(self, consumer: AIOKafkaConsumer) -> None:
+        tasks = [t for s in self.supervisors.values() for t in s.tasks.values()]
+        ends = await consumer.end_offsets([t.input for t in tasks]) if tasks else {}
+        for gauge in (metrics.CONSUMER_LAG, metrics.RESTORED, metrics.TO_RESTORE, metrics.STORE_LAG):
+            gauge.clear()
+        for task in tasks:
+            labels = (task.query.query_id, str(task.partition))
+            if task.next_input_offset is not None and task.input in ends:
+                metrics.CONSUMER_LAG.labels(*labels).set(max(ends[task.input] - task.next_input_offset, 0))
+            metrics.RESTORED.labels(*labels).set(task.restored_records)
+            metrics.TO_RESTORE.labels(*labels).set(task.records_to_restore)
+        for lag in self.store_lags():
+            metrics.STORE_LAG.labels(lag.query_id, str(lag.partition), "active" if lag.active else "standby").set(lag.lag)
+
     async def run(self) -> None:
         """Serve until SIGTERM or SIGINT."""
         stop = shutdown_event()
         await self.reader.start()
         await self.reader.catch_up()
         await self.server.start()
+        metrics.serve(self.settings.host, self.settings.metrics_port)
         await self.server.set_serving()  # before the first beat, so a health probe finds it serving
         beats = [asyncio.create_task(self._heartbeat_loop(stop, c)) for c in self.settings.coordinators]
         beats += [asyncio.create_task(self._report_loop(stop, r)) for r in self.settings.router_endpoints]
-        loops = [asyncio.create_task(c) for c in (self.reader.run(stop), self._reconcile_loop(stop))]
+        loops = [asyncio.create_task(c) for c in (self.reader.run(stop), self._reconcile_loop(stop),
+                                                  self._metrics_loop(stop))]
         # Start Spark now, not when a task first arrives: a promoted standby must not wait
         # the seconds a Spark session takes to start.
         loops.append(asyncio.create_task(self._start_spark()))

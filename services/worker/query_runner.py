@@ -13,6 +13,7 @@ import json
 import logging
 import shutil
 import tempfile
+import time
 from collections import defaultdict
 from typing import Any
 
@@ -21,6 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from services.worker.task import AggregationTask, BadRecord, BatchSlice, Task
+from shared import metrics
 from shared.catalog import DataSource, PersistentQuery
 from shared.config import WorkerSettings
 from shared.serde import serialize_key, serialize_value
@@ -112,6 +114,7 @@ class QueryRunner:
             raise
 
     def _process(self, batch: DataFrame) -> None:
+        started = time.monotonic()
         batch.persist()
         try:
             slices = self._reduce(batch)
@@ -121,12 +124,14 @@ class QueryRunner:
             return
         future = asyncio.run_coroutine_threadsafe(self._commit(slices), self.loop)
         future.result(timeout=COMMIT_TIMEOUT_S)
+        metrics.BATCH_SECONDS.labels(self.query.query_id).observe(time.monotonic() - started)
 
     def _reduce(self, batch: DataFrame) -> dict[int, BatchSlice]:
-        ranges = batch.groupBy("partition").agg(F.min("offset").alias("lo"), F.max("offset").alias("hi")).collect()
+        ranges = batch.groupBy("partition").agg(F.min("offset").alias("lo"), F.max("offset").alias("hi"),
+                                                F.count("*").alias("n")).collect()
         if not ranges:
             return {}
-        slices = {r["partition"]: BatchSlice(r["lo"], r["hi"]) for r in ranges}
+        slices = {r["partition"]: BatchSlice(r["lo"], r["hi"], count=r["n"]) for r in ranges}
         parsed = batch.selectExpr(
             "partition AS _partition", "offset AS `_offset`", "key AS _key",
             "CAST(value AS STRING) AS _raw", f"{self._decode()} AS _v",
@@ -242,7 +247,12 @@ class QueryRunner:
         return task.aggregates
 
     async def _commit(self, slices: dict[int, BatchSlice]) -> None:
-        await asyncio.gather(*(self.tasks[p].commit(s) for p, s in slices.items()))
+        committed = await asyncio.gather(*(self.tasks[p].commit(s) for p, s in slices.items()))
+        for (partition, piece), applied in zip(slices.items(), committed, strict=True):
+            if applied:
+                labels = (self.query.query_id, str(partition))
+                metrics.RECORDS_PROCESSED.labels(*labels).inc(piece.count - len(piece.bad))
+                metrics.RECORDS_FAILED.labels(*labels).inc(len(piece.bad))
 
 
 def _plain(values: list[Any]) -> list[Any]:

@@ -10,6 +10,7 @@ never committed are never seen (read_committed).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_jitter
 
-from services.worker.state.store import CHANGELOG_OFFSET, PartitionStore
+from services.worker.state.store import CHANGELOG_OFFSET, INPUT_OFFSET, PartitionStore
 from services.worker.task import store_path
 from shared.config import WorkerSettings
 from shared.kafka import changelog_topic
@@ -41,6 +42,11 @@ class StandbyReplica:
         self.end: int | None = None
         """The changelog's last stable offset when last fetched; None before the first fetch."""
         self.last_applied_ms = 0
+        self.input_offset = -1
+        """The next input offset the copy reflects (from the changelog's headers; -1: unknown)."""
+        self.resumed = asyncio.Event()
+        """Cleared while an operator paused the replay."""
+        self.resumed.set()
         self.row = row
         """Turns a stored state into the table's row, for standby reads."""
         self.store: PartitionStore | None = None
@@ -56,7 +62,7 @@ class StandbyReplica:
         if self.end is None:
             return None
         return StoreLag(self.query_id, self.partition, False, self.position, max(self.end, self.position),
-                        self.last_applied_ms)
+                        self.last_applied_ms, self.input_offset)
 
     def start(self) -> None:
         """Replay in the background until ``stop``."""
@@ -87,15 +93,22 @@ class StandbyReplica:
             await consumer.start()
             consumer.assign([self.changelog])
             self.position = store.position(CHANGELOG_OFFSET) or 0
+            self.input_offset = store.position(INPUT_OFFSET) or -1
             consumer.seek(self.changelog, self.position)
             self.end = start_end = (await consumer.end_offsets([self.changelog]))[self.changelog]
             log.info("standby started", extra={"query": self.query_id, "partition": self.partition,
                                                "position": self.position, "end": self.end})
             while True:
+                if not self.resumed.is_set():  # paused: apply nothing, but keep the lag honest
+                    self.end = (await consumer.end_offsets([self.changelog]))[self.changelog]
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.resumed.wait(), POLL_MS / 1000)
+                    continue
                 batches = await consumer.getmany(self.changelog, timeout_ms=POLL_MS, max_records=10_000)
                 records = batches.get(self.changelog, [])
                 if records:
                     self.position = store.apply_changelog(records)
+                    self.input_offset = store.position(INPUT_OFFSET) or -1
                     self.last_applied_ms = now_ms()
                 else:  # past commit markers: nothing left to apply up to here
                     self.position = max(self.position, await consumer.position(self.changelog))

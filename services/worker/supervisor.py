@@ -20,6 +20,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wai
 
 from services.worker.query_runner import QueryRunner
 from services.worker.task import AggregationTask, ProjectionTask, TableTask, Task
+from shared import metrics
 from shared.catalog import PersistentQuery
 from shared.config import WorkerSettings
 from shared.errors import MillpondError
@@ -93,6 +94,7 @@ class QuerySupervisor:
         error = state.outcome.exception() if state.outcome is not None else None
         self.failures += 1
         self.failed = True
+        metrics.TASK_FAILURES.labels(self.query.query_id).inc()
         self.reason = str(error) if isinstance(error, QueryFailed) else f"{type(error).__name__}: {error}"
         wait = state.next_action.sleep if state.next_action is not None else 0.0
         log.error("query failed; restarting", extra={

@@ -28,7 +28,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from services.worker.state.store import CHANGELOG_OFFSET, INPUT_OFFSET, PartitionStore, encode_state
+from services.worker.state.store import CHANGELOG_OFFSET, INPUT_OFFSET, INPUT_OFFSET_HEADER, PartitionStore, encode_state
 from shared.catalog import DataSource, PersistentQuery
 from shared.config import WorkerSettings
 from shared.kafka import changelog_topic, committed_offsets, consumer_group, task_transactional_id
@@ -56,6 +56,8 @@ class BatchSlice:
 
     first_offset: int
     last_offset: int
+    count: int = 0
+    """Records of the partition in the batch (the offsets between may hold transaction markers)."""
     partials: list[tuple[bytes, list[list[Any]]]] = field(default_factory=list)
     latest: list[tuple[bytes, list[Any] | None]] = field(default_factory=list)
     """Source tables: each key's last value columns in the batch, None for a tombstone."""
@@ -138,9 +140,11 @@ class Task(ABC):
             sent, self._sent = self._sent, []
             await asyncio.gather(*sent, return_exceptions=True)
 
-    async def _send(self, topic: str, value: bytes | None, key: bytes | None, partition: int | None) -> asyncio.Future[Any]:
+    async def _send(self, topic: str, value: bytes | None, key: bytes | None, partition: int | None,
+                    headers: list[tuple[str, bytes]] | None = None) -> asyncio.Future[Any]:
         assert self.producer is not None
-        future: asyncio.Future[Any] = await self.producer.send(topic, value, key=key, partition=partition)
+        future: asyncio.Future[Any] = await self.producer.send(topic, value, key=key, partition=partition,
+                                                               headers=headers)
         self._sent.append(future)
         return future
 
@@ -215,7 +219,8 @@ class AggregationTask(StoreTask):
         if self.changelog_end is None:
             return None
         return StoreLag(self.query.query_id, self.partition, True, self.changelog_position,
-                        max(self.changelog_end, self.changelog_position), self.last_applied_ms)
+                        max(self.changelog_end, self.changelog_position), self.last_applied_ms,
+                        -1 if self.next_input_offset is None else self.next_input_offset)
 
     async def start(self) -> None:
         """Open the store, fence any older owner, and restore the store from the changelog."""
@@ -272,9 +277,13 @@ class AggregationTask(StoreTask):
         states = {key: self._merge(key, partial) for key, partial in batch.partials}
         value_names = [c.name for c in self.sink.value_columns]
         changelog_futures = []
+        # Each changelog record says which input position its batch reaches, so a standby
+        # knows the position it reflects (consistency tokens are input positions).
+        reaches = [(INPUT_OFFSET_HEADER, str(batch.last_offset + 1).encode())]
         async with self._transaction():
             for key, state in states.items():
-                changelog_futures.append(await self._send(self.changelog.topic, encode_state(state), key, self.partition))
+                changelog_futures.append(await self._send(self.changelog.topic, encode_state(state), key,
+                                                          self.partition, reaches))
                 sink_value = serialize_value(value_names, self.row(key, state)[1:], self.sink.value_format,
                                              self.sink.value_delimiter)
                 await self._send(self.sink.topic, sink_value, key, self.partition)

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections import defaultdict
 from importlib import resources
 from pathlib import Path
@@ -17,6 +18,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+from prometheus_client.parser import text_string_to_metric_families
 
 from deploy.kafka_broker import EmbeddedKafka
 from deploy.launcher import LocalCluster
@@ -97,6 +99,31 @@ def test_readings_example_end_to_end(cluster: LocalCluster, tmp_path: Path) -> N
     assert "AVG_READINGS" in [r["NAME"] for r in shown]  # the session cluster holds other tests' tables too
     described = json_rows(sql(cluster, "-e", "DESCRIBE avg_readings;", "--output", "json"))
     assert [(r["FIELD"], r["TYPE"]) for r in described] == [("SENSOR", "VARCHAR"), ("AVG_READING", "DOUBLE")]
+
+    # Every service's Prometheus endpoint counts what the example did.
+    query_id = str(created[42]["message"]).rsplit(" ", 1)[-1]
+    workers = [s for c in cluster.children if c.name.startswith("worker") for s in scrape(c.metrics)]
+    assert total(workers, "millpond_records_processed_total", query=query_id) == 40  # each reading exactly once
+    assert total(workers, "millpond_records_failed_total", query=query_id) == 0
+    assert total(workers, "millpond_microbatch_seconds_count", query=query_id) > 0
+    router = scrape(cluster.child("router").metrics)
+    assert total(router, "millpond_pull_queries_total", outcome="OK") >= 4
+    assert total(router, "millpond_pull_query_seconds_count") >= 4
+    coordinator = scrape(cluster.child("coordinator").metrics)
+    assert total(coordinator, "millpond_cluster_workers") == 2
+    assert {labels["worker"] for name, labels, _ in coordinator
+            if name == "millpond_heartbeat_age_seconds"} >= {"worker-1", "worker-2"}
+
+
+def scrape(url: str) -> list[tuple[str, dict[str, str], float]]:
+    """One service's Prometheus samples: (name, labels, value)."""
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    return [(x.name, x.labels, x.value) for family in text_string_to_metric_families(text) for x in family.samples]
+
+
+def total(samples: list[tuple[str, dict[str, str], float]], name: str, **labels: str) -> float:
+    """The sum of the samples called ``name`` whose labels include ``labels``."""
+    return sum(v for n, ls, v in samples if n == name and labels.items() <= ls.items())
 
 
 def test_cli_errors_go_to_stderr_with_a_non_zero_exit(cluster: LocalCluster) -> None:

@@ -4,8 +4,9 @@ failure verdicts against an injected clock, and what cluster status shows."""
 from __future__ import annotations
 
 from millpond.coordinator.v1 import coordinator_pb2
+from millpond.router.v1 import router_pb2
 
-from cli.status import status_outcome
+from cli.status import lag_outcome, status_outcome
 from services.coordinator.assignor import AssignorConfig, QueryTasks, Task
 from services.coordinator.cluster import EPOCH_SHIFT, Cluster
 from shared.task_status import RUNNING, StoreLag, TaskReport
@@ -121,9 +122,12 @@ def test_status_rows_show_each_worker() -> None:
     cluster.reassign([QueryTasks("Q", 2)])
     response = coordinator_pb2.GetClusterStatusResponse(coordinator_id="c1", leader=True, generation=cluster.generation,
                                                         hosts=cluster.status_proto())
-    outcome = status_outcome(response, now_ms=100_250)
+    outcome = status_outcome(response, now_ms=100_250, router_hosts=[
+        router_pb2.RouterHostView(endpoint="w2:1", worker_id="w2", alive=False, last_beat_age_ms=900)])
     assert outcome.rows == [
-        ["w1", "w1:1", True, "250 ms ago", "Q/0 Q/1", "-", "-", 5, "-"],
-        ["w2", "w2:1", False, "250 ms ago", "-", "-", "-", 0, "-"],
+        ["w1", "w1:1", True, "250 ms ago", "Q/0 Q/1", "-", "-", 5, "-", ""],
+        ["w2", "w2:1", False, "250 ms ago", "-", "-", "-", 0, "-", "dead, silent 900 ms"],
     ]
+    assert lag_outcome(response).rows == [["w1", "Q", 0, "active", 10, 10, 0, -1],
+                                          ["w1", "Q", 1, "standby", 5, 10, 5, -1]]
     assert outcome.message == f"leader c1, generation {cluster.generation}"

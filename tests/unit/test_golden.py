@@ -15,7 +15,7 @@ from services.coordinator import views
 from shared.errors import MillpondError
 from shared.metastore import DDL, Metastore
 from shared.results import Outcome
-from shared.session import check_property
+from shared.session import check_name, check_property
 from shared.sql import ast
 from shared.sql.parser import parse_script
 from shared.sql.planner import encode_insert, plan_select
@@ -45,7 +45,7 @@ def _run(stmt: ast.Statement, metastore: Metastore, offset: int) -> list[str]:
         check_property(stmt.name, stmt.value)
         return ["=> set"]
     if isinstance(stmt, ast.UnsetProperty):
-        check_property(stmt.name, "latest")
+        check_name(stmt.name)
         return ["=> unset"]
     if isinstance(stmt, ast.Show):
         return _outcome(views.show(metastore, stmt, {"auto.offset.reset": "latest"}, {}))

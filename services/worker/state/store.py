@@ -18,6 +18,8 @@ from rocksdict import Options, Rdict, WriteBatch
 
 INPUT_OFFSET = b"input_offset"
 CHANGELOG_OFFSET = b"changelog_offset"
+INPUT_OFFSET_HEADER = "millpond.input.offset"
+"""Changelog record header: the next input offset of the batch that wrote the record."""
 
 
 def _options() -> Options:
@@ -75,11 +77,17 @@ class PartitionStore:
         self.db.write(batch)
 
     def apply_changelog(self, records: Sequence[Any]) -> int:
-        """Apply changelog records (``key``, ``value``, ``offset``, in offset order) and their
-        position in one write batch; the next changelog offset to read."""
+        """Apply changelog records (``key``, ``value``, ``offset``, ``headers``, in offset
+        order) and their position in one write batch; the next changelog offset to read. The
+        input position the records reflect (their ``INPUT_OFFSET_HEADER``) is kept too, so a
+        standby copy can say which consistency tokens it satisfies."""
         states = {r.key: r.value for r in records if r.key is not None and r.value is not None}
         position = int(records[-1].offset) + 1
-        self.write(states, {CHANGELOG_OFFSET: position})
+        positions = {CHANGELOG_OFFSET: position}
+        input_offset = changelog_input_offset(records[-1])
+        if input_offset is not None:
+            positions[INPUT_OFFSET] = input_offset
+        self.write(states, positions)
         return position
 
     def close(self) -> None:
@@ -92,6 +100,15 @@ class PartitionStore:
         """Close and delete the store from disk."""
         self.close()
         shutil.rmtree(self.path, ignore_errors=True)
+
+
+def changelog_input_offset(record: Any) -> int | None:
+    """The input position a changelog record's batch reflects, from its header; None for a
+    record written without one."""
+    for name, value in record.headers or ():
+        if name == INPUT_OFFSET_HEADER:
+            return int(value)
+    return None
 
 
 def encode_state(state: list[Any]) -> bytes:

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dmillpond/common/v1/rows.proto\x12\x12millpond.common.v1\"\x97\x01\n\x05Value\x12\x14\n\nbool_value\x18\x01 \x01(\x08H\x00\x12\x13\n\tint_value\x18\x02 \x01(\x03H\x00\x12\x16\n\x0c\x64ouble_value\x18\x03 \x01(\x01H\x00\x12\x16\n\x0cstring_value\x18\x04 \x01(\tH\x00\x12\x15\n\x0b\x62ytes_value\x18\x05 \x01(\x0cH\x00\x12\x14\n\njson_value\x18\x06 \x01(\tH\x00\x42\x06\n\x04kind\"0\n\x03Row\x12)\n\x06values\x18\x01 \x03(\x0b\x32\x19.millpond.common.v1.Value\"$\n\x06\x43olumn\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\"\xc1\x01\n\x0fStatementResult\x12\x16\n\x0estatement_text\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\x12+\n\x07\x63olumns\x18\x04 \x03(\x0b\x32\x1a.millpond.common.v1.Column\x12%\n\x04rows\x18\x05 \x03(\x0b\x32\x17.millpond.common.v1.Row\x12\x11\n\tpartition\x18\x06 \x01(\x05\x12\x0e\n\x06offset\x18\x07 \x01(\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dmillpond/common/v1/rows.proto\x12\x12millpond.common.v1\"\x97\x01\n\x05Value\x12\x14\n\nbool_value\x18\x01 \x01(\x08H\x00\x12\x13\n\tint_value\x18\x02 \x01(\x03H\x00\x12\x16\n\x0c\x64ouble_value\x18\x03 \x01(\x01H\x00\x12\x16\n\x0cstring_value\x18\x04 \x01(\tH\x00\x12\x15\n\x0b\x62ytes_value\x18\x05 \x01(\x0cH\x00\x12\x14\n\njson_value\x18\x06 \x01(\tH\x00\x42\x06\n\x04kind\"0\n\x03Row\x12)\n\x06values\x18\x01 \x03(\x0b\x32\x19.millpond.common.v1.Value\"$\n\x06\x43olumn\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\"\xdc\x01\n\x0fStatementResult\x12\x16\n\x0estatement_text\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\x12+\n\x07\x63olumns\x18\x04 \x03(\x0b\x32\x1a.millpond.common.v1.Column\x12%\n\x04rows\x18\x05 \x03(\x0b\x32\x17.millpond.common.v1.Row\x12\x11\n\tpartition\x18\x06 \x01(\x05\x12\x0e\n\x06offset\x18\x07 \x01(\x03\x12\x19\n\x11\x63onsistency_token\x18\x08 \x01(\t\"<\n\x08Position\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\"D\n\x11\x43onsistencyVector\x12/\n\tpositions\x18\x01 \x03(\x0b\x32\x1c.millpond.common.v1.Positionb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,5 +38,9 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_COLUMN']._serialized_start=257
   _globals['_COLUMN']._serialized_end=293
   _globals['_STATEMENTRESULT']._serialized_start=296
-  _globals['_STATEMENTRESULT']._serialized_end=489
+  _globals['_STATEMENTRESULT']._serialized_end=516
+  _globals['_POSITION']._serialized_start=518
+  _globals['_POSITION']._serialized_end=578
+  _globals['_CONSISTENCYVECTOR']._serialized_start=580
+  _globals['_CONSISTENCYVECTOR']._serialized_end=648
 # @@protoc_insertion_point(module_scope)

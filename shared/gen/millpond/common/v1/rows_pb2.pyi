@@ -37,7 +37,7 @@ class Column(_message.Message):
     def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ...) -> None: ...
 
 class StatementResult(_message.Message):
-    __slots__ = ("statement_text", "status", "message", "columns", "rows", "partition", "offset")
+    __slots__ = ("statement_text", "status", "message", "columns", "rows", "partition", "offset", "consistency_token")
     STATEMENT_TEXT_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
@@ -45,6 +45,7 @@ class StatementResult(_message.Message):
     ROWS_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _ClassVar[int]
     statement_text: str
     status: str
     message: str
@@ -52,4 +53,21 @@ class StatementResult(_message.Message):
     rows: _containers.RepeatedCompositeFieldContainer[Row]
     partition: int
     offset: int
-    def __init__(self, statement_text: _Optional[str] = ..., status: _Optional[str] = ..., message: _Optional[str] = ..., columns: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., rows: _Optional[_Iterable[_Union[Row, _Mapping]]] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+    consistency_token: str
+    def __init__(self, statement_text: _Optional[str] = ..., status: _Optional[str] = ..., message: _Optional[str] = ..., columns: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., rows: _Optional[_Iterable[_Union[Row, _Mapping]]] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., consistency_token: _Optional[str] = ...) -> None: ...
+
+class Position(_message.Message):
+    __slots__ = ("topic", "partition", "offset")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    offset: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class ConsistencyVector(_message.Message):
+    __slots__ = ("positions",)
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    positions: _containers.RepeatedCompositeFieldContainer[Position]
+    def __init__(self, positions: _Optional[_Iterable[_Union[Position, _Mapping]]] = ...) -> None: ...

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from millpond.common.v1 import rows_pb2 as millpond_dot_common_dot_v1_dot_rows__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)millpond/coordinator/v1/coordinator.proto\x12\x17millpond.coordinator.v1\x1a\x1dmillpond/common/v1/rows.proto\"\xaf\x01\n\x17\x45xecuteStatementRequest\x12\x0b\n\x03sql\x18\x01 \x01(\t\x12T\n\nproperties\x18\x02 \x03(\x0b\x32@.millpond.coordinator.v1.ExecuteStatementRequest.PropertiesEntry\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"O\n\x18\x45xecuteStatementResponse\x12\x33\n\x06result\x18\x01 \x01(\x0b\x32#.millpond.common.v1.StatementResult\"-\n\x06TaskId\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\"\xdd\x01\n\x10WorkerAssignment\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x02 \x01(\t\x12\x35\n\x0c\x61\x63tive_tasks\x18\x03 \x03(\x0b\x32\x1f.millpond.coordinator.v1.TaskId\x12\x36\n\rstandby_tasks\x18\x04 \x03(\x0b\x32\x1f.millpond.coordinator.v1.TaskId\x12\x35\n\x0cwarmup_tasks\x18\x05 \x03(\x0b\x32\x1f.millpond.coordinator.v1.TaskId\"\\\n\nAssignment\x12\x12\n\ngeneration\x18\x01 \x01(\x03\x12:\n\x07workers\x18\x02 \x03(\x0b\x32).millpond.coordinator.v1.WorkerAssignment\"\xb6\x01\n\x10HeartbeatRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x02 \x01(\t\x12\x18\n\x10known_generation\x18\x03 \x01(\x03\x12\x32\n\x05tasks\x18\x04 \x03(\x0b\x32#.millpond.coordinator.v1.TaskStatus\x12/\n\x04lags\x18\x05 \x03(\x0b\x32!.millpond.coordinator.v1.StoreLag\"\x9b\x01\n\x08StoreLag\x12-\n\x04task\x18\x01 \x01(\x0b\x32\x1f.millpond.coordinator.v1.TaskId\x12\x0e\n\x06\x61\x63tive\x18\x02 \x01(\x08\x12\x16\n\x0e\x63urrent_offset\x18\x03 \x01(\x03\x12\x12\n\nend_offset\x18\x04 \x01(\x03\x12\x0b\n\x03lag\x18\x05 \x01(\x03\x12\x17\n\x0flast_applied_ms\x18\x06 \x01(\x03\"!\n\x0cLeaveRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\"#\n\rLeaveResponse\x12\x12\n\ngeneration\x18\x01 \x01(\x03\"\x8b\x02\n\nTaskStatus\x12-\n\x04task\x18\x01 \x01(\x0b\x32\x1f.millpond.coordinator.v1.TaskId\x12\x31\n\x05state\x18\x02 \x01(\x0e\x32\".millpond.coordinator.v1.TaskState\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x10\n\x08\x66\x61ilures\x18\x04 \x01(\x05\x12\x18\n\x10restored_records\x18\x05 \x01(\x03\x12\x1a\n\x12records_to_restore\x18\x06 \x01(\x03\x12\x14\n\x0cinput_offset\x18\x07 \x01(\x03\x12\x1a\n\x12start_input_offset\x18\x08 \x01(\x03\x12\x11\n\tworker_id\x18\t \x01(\t\"+\n\x17ListTaskStatusesRequest\x12\x10\n\x08query_id\x18\x01 \x01(\t\"N\n\x18ListTaskStatusesResponse\x12\x32\n\x05tasks\x18\x01 \x03(\x0b\x32#.millpond.coordinator.v1.TaskStatus\"p\n\x11HeartbeatResponse\x12\x12\n\ngeneration\x18\x01 \x01(\x03\x12\x37\n\nassignment\x18\x02 \x01(\x0b\x32#.millpond.coordinator.v1.Assignment\x12\x0e\n\x06leader\x18\x03 \x01(\x08\"0\n\x14GetAssignmentRequest\x12\x18\n\x10known_generation\x18\x01 \x01(\x03\"t\n\x15GetAssignmentResponse\x12\x12\n\ngeneration\x18\x01 \x01(\x03\x12\x37\n\nassignment\x18\x02 \x01(\x0b\x32#.millpond.coordinator.v1.Assignment\x12\x0e\n\x06leader\x18\x03 \x01(\x08\"\x19\n\x17GetClusterStatusRequest\"\x8a\x01\n\x18GetClusterStatusResponse\x12\x16\n\x0e\x63oordinator_id\x18\x01 \x01(\t\x12\x0e\n\x06leader\x18\x02 \x01(\x08\x12\x12\n\ngeneration\x18\x03 \x01(\x03\x12\x32\n\x05hosts\x18\x04 \x03(\x0b\x32#.millpond.coordinator.v1.HostStatus\"\xea\x02\n\nHostStatus\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x02 \x01(\t\x12\r\n\x05\x61live\x18\x03 \x01(\x08\x12\x1d\n\x15last_status_update_ms\x18\x04 \x01(\x03\x12\x35\n\x0c\x61\x63tive_tasks\x18\x05 \x03(\x0b\x32\x1f.millpond.coordinator.v1.TaskId\x12\x36\n\rstandby_tasks\x18\x06 \x03(\x0b\x32\x1f.millpond.coordinator.v1.TaskId\x12\x35\n\x0cwarmup_tasks\x18\x07 \x03(\x0b\x32\x1f.millpond.coordinator.v1.TaskId\x12/\n\x04lags\x18\x08 \x03(\x0b\x32!.millpond.coordinator.v1.StoreLag\x12\x32\n\x05tasks\x18\t \x03(\x0b\x32#.millpond.coordinator.v1.TaskStatus*\x89\x01\n\tTaskState\x12\x1a\n\x16TASK_STATE_UNSPECIFIED\x10\x00\x12\x17\n\x13TASK_STATE_STARTING\x10\x01\x12\x18\n\x14TASK_STATE_RESTORING\x10\x02\x12\x16\n\x12TASK_STATE_RUNNING\x10\x03\x12\x15\n\x11TASK_STATE_FAILED\x10\x04\x32\xab\x05\n\x12\x43oordinatorService\x12w\n\x10\x45xecuteStatement\x12\x30.millpond.coordinator.v1.ExecuteStatementRequest\x1a\x31.millpond.coordinator.v1.ExecuteStatementResponse\x12\x62\n\tHeartbeat\x12).millpond.coordinator.v1.HeartbeatRequest\x1a*.millpond.coordinator.v1.HeartbeatResponse\x12n\n\rGetAssignment\x12-.millpond.coordinator.v1.GetAssignmentRequest\x1a..millpond.coordinator.v1.GetAssignmentResponse\x12w\n\x10ListTaskStatuses\x12\x30.millpond.coordinator.v1.ListTaskStatusesRequest\x1a\x31.millpond.coordinator.v1.ListTaskStatusesResponse\x12V\n\x05Leave\x12%.millpond.coordinator.v1.LeaveRequest\x1a&.millpond.coordinator.v1.LeaveResponse\x12w\n\x10GetClusterStatus\x12\x30.millpond.coordinator.v1.GetClusterStatusRequest\x1a\x31.millpond.coordinator.v1.GetClusterStatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)millpond/coordinator/v1/coordinator.proto\x12\x17millpond.coordinator.v1\x1a\x1dmillpond/common/v1/rows.proto\"\xaf\x01\n\x17\x45xecuteStatementRequest\x12\x0b\n\x03sql\x18\x01 \x01(\t\x12T\n\nproperties\x18\x02 \x03(\x0b\x32@.millpond.coordinator.v1.ExecuteStatementRequest.PropertiesEntry\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"O\n\x18\x45xecuteStatementResponse\x12\x33\n\x06result\x18\x01 \x01(\x0b\x32#.millpond.common.v1.StatementResult\"-\n\x06TaskId\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\"\xdd\x01\n\x10WorkerAssignment\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x02 \x01(\t\x12\x35\n\x0c\x61\x63tive_tasks\x18\x03 \x03(\x0b\x32\x1f.millpond.coordinator.v1.TaskId\x12\x36\n\rstandby_tasks\x18\x04 \x03(\x0b\x32\x1f.millpond.coordinator.v1.TaskId\x12\x35\n\x0cwarmup_tasks\x18\x05 \x03(\x0b\x32\x1f.millpond.coordinator.v1.TaskId\"\\\n\nAssignment\x12\x12\n\ngeneration\x18\x01 \x01(\x03\x12:\n\x07workers\x18\x02 \x03(\x0b\x32).millpond.coordinator.v1.WorkerAssignment\"\xb6\x01\n\x10HeartbeatRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x02 \x01(\t\x12\x18\n\x10known_generation\x18\x03 \x01(\x03\x12\x32\n\x05tasks\x18\x04 \x03(\x0b\x32#.millpond.coordinator.v1.TaskStatus\x12/\n\x04lags\x18\x05 \x03(\x0b\x32!.millpond.coordinator.v1.StoreLag\"\xb1\x01\n\x08StoreLag\x12-\n\x04task\x18\x01 \x01(\x0b\x32\x1f.millpond.coordinator.v1.TaskId\x12\x0e\n\x06\x61\x63tive\x18\x02 \x01(\x08\x12\x16\n\x0e\x63urrent_offset\x18\x03 \x01(\x03\x12\x12\n\nend_offset\x18\x04 \x01(\x03\x12\x0b\n\x03lag\x18\x05 \x01(\x03\x12\x17\n\x0flast_applied_ms\x18\x06 \x01(\x03\x12\x14\n\x0cinput_offset\x18\x07 \x01(\x03\"!\n\x0cLeaveRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\"#\n\rLeaveResponse\x12\x12\n\ngeneration\x18\x01 \x01(\x03\"\x8b\x02\n\nTaskStatus\x12-\n\x04task\x18\x01 \x01(\x0b\x32\x1f.millpond.coordinator.v1.TaskId\x12\x31\n\x05state\x18\x02 \x01(\x0e\x32\".millpond.coordinator.v1.TaskState\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x10\n\x08\x66\x61ilures\x18\x04 \x01(\x05\x12\x18\n\x10restored_records\x18\x05 \x01(\x03\x12\x1a\n\x12records_to_restore\x18\x06 \x01(\x03\x12\x14\n\x0cinput_offset\x18\x07 \x01(\x03\x12\x1a\n\x12start_input_offset\x18\x08 \x01(\x03\x12\x11\n\tworker_id\x18\t \x01(\t\"+\n\x17ListTaskStatusesRequest\x12\x10\n\x08query_id\x18\x01 \x01(\t\"N\n\x18ListTaskStatusesResponse\x12\x32\n\x05tasks\x18\x01 \x03(\x0b\x32#.millpond.coordinator.v1.TaskStatus\"p\n\x11HeartbeatResponse\x12\x12\n\ngeneration\x18\x01 \x01(\x03\x12\x37\n\nassignment\x18\x02 \x01(\x0b\x32#.millpond.coordinator.v1.Assignment\x12\x0e\n\x06leader\x18\x03 \x01(\x08\"0\n\x14GetAssignmentRequest\x12\x18\n\x10known_generation\x18\x01 \x01(\x03\"t\n\x15GetAssignmentResponse\x12\x12\n\ngeneration\x18\x01 \x01(\x03\x12\x37\n\nassignment\x18\x02 \x01(\x0b\x32#.millpond.coordinator.v1.Assignment\x12\x0e\n\x06leader\x18\x03 \x01(\x08\"\x19\n\x17GetClusterStatusRequest\"\x8a\x01\n\x18GetClusterStatusResponse\x12\x16\n\x0e\x63oordinator_id\x18\x01 \x01(\t\x12\x0e\n\x06leader\x18\x02 \x01(\x08\x12\x12\n\ngeneration\x18\x03 \x01(\x03\x12\x32\n\x05hosts\x18\x04 \x03(\x0b\x32#.millpond.coordinator.v1.HostStatus\"\xea\x02\n\nHostStatus\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x02 \x01(\t\x12\r\n\x05\x61live\x18\x03 \x01(\x08\x12\x1d\n\x15last_status_update_ms\x18\x04 \x01(\x03\x12\x35\n\x0c\x61\x63tive_tasks\x18\x05 \x03(\x0b\x32\x1f.millpond.coordinator.v1.TaskId\x12\x36\n\rstandby_tasks\x18\x06 \x03(\x0b\x32\x1f.millpond.coordinator.v1.TaskId\x12\x35\n\x0cwarmup_tasks\x18\x07 \x03(\x0b\x32\x1f.millpond.coordinator.v1.TaskId\x12/\n\x04lags\x18\x08 \x03(\x0b\x32!.millpond.coordinator.v1.StoreLag\x12\x32\n\x05tasks\x18\t \x03(\x0b\x32#.millpond.coordinator.v1.TaskStatus*\x89\x01\n\tTaskState\x12\x1a\n\x16TASK_STATE_UNSPECIFIED\x10\x00\x12\x17\n\x13TASK_STATE_STARTING\x10\x01\x12\x18\n\x14TASK_STATE_RESTORING\x10\x02\x12\x16\n\x12TASK_STATE_RUNNING\x10\x03\x12\x15\n\x11TASK_STATE_FAILED\x10\x04\x32\xab\x05\n\x12\x43oordinatorService\x12w\n\x10\x45xecuteStatement\x12\x30.millpond.coordinator.v1.ExecuteStatementRequest\x1a\x31.millpond.coordinator.v1.ExecuteStatementResponse\x12\x62\n\tHeartbeat\x12).millpond.coordinator.v1.HeartbeatRequest\x1a*.millpond.coordinator.v1.HeartbeatResponse\x12n\n\rGetAssignment\x12-.millpond.coordinator.v1.GetAssignmentRequest\x1a..millpond.coordinator.v1.GetAssignmentResponse\x12w\n\x10ListTaskStatuses\x12\x30.millpond.coordinator.v1.ListTaskStatusesRequest\x1a\x31.millpond.coordinator.v1.ListTaskStatusesResponse\x12V\n\x05Leave\x12%.millpond.coordinator.v1.LeaveRequest\x1a&.millpond.coordinator.v1.LeaveResponse\x12w\n\x10GetClusterStatus\x12\x30.millpond.coordinator.v1.GetClusterStatusRequest\x1a\x31.millpond.coordinator.v1.GetClusterStatusResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,8 +34,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_EXECUTESTATEMENTREQUEST_PROPERTIESENTRY']._loaded_options = None
   _globals['_EXECUTESTATEMENTREQUEST_PROPERTIESENTRY']._serialized_options = b'8\001'
-  _globals['_TASKSTATE']._serialized_start=2351
-  _globals['_TASKSTATE']._serialized_end=2488
+  _globals['_TASKSTATE']._serialized_start=2373
+  _globals['_TASKSTATE']._serialized_end=2510
   _globals['_EXECUTESTATEMENTREQUEST']._serialized_start=102
   _globals['_EXECUTESTATEMENTREQUEST']._serialized_end=277
   _globals['_EXECUTESTATEMENTREQUEST_PROPERTIESENTRY']._serialized_start=228
@@ -51,29 +51,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_HEARTBEATREQUEST']._serialized_start=726
   _globals['_HEARTBEATREQUEST']._serialized_end=908
   _globals['_STORELAG']._serialized_start=911
-  _globals['_STORELAG']._serialized_end=1066
-  _globals['_LEAVEREQUEST']._serialized_start=1068
-  _globals['_LEAVEREQUEST']._serialized_end=1101
-  _globals['_LEAVERESPONSE']._serialized_start=1103
-  _globals['_LEAVERESPONSE']._serialized_end=1138
-  _globals['_TASKSTATUS']._serialized_start=1141
-  _globals['_TASKSTATUS']._serialized_end=1408
-  _globals['_LISTTASKSTATUSESREQUEST']._serialized_start=1410
-  _globals['_LISTTASKSTATUSESREQUEST']._serialized_end=1453
-  _globals['_LISTTASKSTATUSESRESPONSE']._serialized_start=1455
-  _globals['_LISTTASKSTATUSESRESPONSE']._serialized_end=1533
-  _globals['_HEARTBEATRESPONSE']._serialized_start=1535
-  _globals['_HEARTBEATRESPONSE']._serialized_end=1647
-  _globals['_GETASSIGNMENTREQUEST']._serialized_start=1649
-  _globals['_GETASSIGNMENTREQUEST']._serialized_end=1697
-  _globals['_GETASSIGNMENTRESPONSE']._serialized_start=1699
-  _globals['_GETASSIGNMENTRESPONSE']._serialized_end=1815
-  _globals['_GETCLUSTERSTATUSREQUEST']._serialized_start=1817
-  _globals['_GETCLUSTERSTATUSREQUEST']._serialized_end=1842
-  _globals['_GETCLUSTERSTATUSRESPONSE']._serialized_start=1845
-  _globals['_GETCLUSTERSTATUSRESPONSE']._serialized_end=1983
-  _globals['_HOSTSTATUS']._serialized_start=1986
-  _globals['_HOSTSTATUS']._serialized_end=2348
-  _globals['_COORDINATORSERVICE']._serialized_start=2491
-  _globals['_COORDINATORSERVICE']._serialized_end=3174
+  _globals['_STORELAG']._serialized_end=1088
+  _globals['_LEAVEREQUEST']._serialized_start=1090
+  _globals['_LEAVEREQUEST']._serialized_end=1123
+  _globals['_LEAVERESPONSE']._serialized_start=1125
+  _globals['_LEAVERESPONSE']._serialized_end=1160
+  _globals['_TASKSTATUS']._serialized_start=1163
+  _globals['_TASKSTATUS']._serialized_end=1430
+  _globals['_LISTTASKSTATUSESREQUEST']._serialized_start=1432
+  _globals['_LISTTASKSTATUSESREQUEST']._serialized_end=1475
+  _globals['_LISTTASKSTATUSESRESPONSE']._serialized_start=1477
+  _globals['_LISTTASKSTATUSESRESPONSE']._serialized_end=1555
+  _globals['_HEARTBEATRESPONSE']._serialized_start=1557
+  _globals['_HEARTBEATRESPONSE']._serialized_end=1669
+  _globals['_GETASSIGNMENTREQUEST']._serialized_start=1671
+  _globals['_GETASSIGNMENTREQUEST']._serialized_end=1719
+  _globals['_GETASSIGNMENTRESPONSE']._serialized_start=1721
+  _globals['_GETASSIGNMENTRESPONSE']._serialized_end=1837
+  _globals['_GETCLUSTERSTATUSREQUEST']._serialized_start=1839
+  _globals['_GETCLUSTERSTATUSREQUEST']._serialized_end=1864
+  _globals['_GETCLUSTERSTATUSRESPONSE']._serialized_start=1867
+  _globals['_GETCLUSTERSTATUSRESPONSE']._serialized_end=2005
+  _globals['_HOSTSTATUS']._serialized_start=2008
+  _globals['_HOSTSTATUS']._serialized_end=2370
+  _globals['_COORDINATORSERVICE']._serialized_start=2513
+  _globals['_COORDINATORSERVICE']._serialized_end=3196
 # @@protoc_insertion_point(module_scope)

@@ -87,20 +87,22 @@ class HeartbeatRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., endpoint: _Optional[str] = ..., known_generation: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., lags: _Optional[_Iterable[_Union[StoreLag, _Mapping]]] = ...) -> None: ...
 
 class StoreLag(_message.Message):
-    __slots__ = ("task", "active", "current_offset", "end_offset", "lag", "last_applied_ms")
+    __slots__ = ("task", "active", "current_offset", "end_offset", "lag", "last_applied_ms", "input_offset")
     TASK_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_FIELD_NUMBER: _ClassVar[int]
     CURRENT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     END_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LAG_FIELD_NUMBER: _ClassVar[int]
     LAST_APPLIED_MS_FIELD_NUMBER: _ClassVar[int]
+    INPUT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     task: TaskId
     active: bool
     current_offset: int
     end_offset: int
     lag: int
     last_applied_ms: int
-    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., active: _Optional[bool] = ..., current_offset: _Optional[int] = ..., end_offset: _Optional[int] = ..., lag: _Optional[int] = ..., last_applied_ms: _Optional[int] = ...) -> None: ...
+    input_offset: int
+    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., active: _Optional[bool] = ..., current_offset: _Optional[int] = ..., end_offset: _Optional[int] = ..., lag: _Optional[int] = ..., last_applied_ms: _Optional[int] = ..., input_offset: _Optional[int] = ...) -> None: ...
 
 class LeaveRequest(_message.Message):
     __slots__ = ("worker_id",)

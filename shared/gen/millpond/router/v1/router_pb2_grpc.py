@@ -45,6 +45,16 @@ class RouterServiceStub:
                 request_serializer=millpond_dot_router_dot_v1_dot_router__pb2.ReportHostStatusRequest.SerializeToString,
                 response_deserializer=millpond_dot_router_dot_v1_dot_router__pb2.ReportHostStatusResponse.FromString,
                 _registered_method=True)
+        self.StreamQuery = channel.unary_stream(
+                '/millpond.router.v1.RouterService/StreamQuery',
+                request_serializer=millpond_dot_router_dot_v1_dot_router__pb2.StreamQueryRequest.SerializeToString,
+                response_deserializer=millpond_dot_router_dot_v1_dot_router__pb2.StreamQueryResponse.FromString,
+                _registered_method=True)
+        self.GetClusterStatus = channel.unary_unary(
+                '/millpond.router.v1.RouterService/GetClusterStatus',
+                request_serializer=millpond_dot_router_dot_v1_dot_router__pb2.GetClusterStatusRequest.SerializeToString,
+                response_deserializer=millpond_dot_router_dot_v1_dot_router__pb2.GetClusterStatusResponse.FromString,
+                _registered_method=True)
 
 
 class RouterServiceServicer:
@@ -67,6 +77,22 @@ class RouterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StreamQuery(self, request, context):
+        """Runs a push query (`SELECT ... EMIT CHANGES`): first a header with the columns, then one
+        message per row as changes happen, until the client cancels or the deadline passes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetClusterStatus(self, request, context):
+        """The cluster as the leading coordinator sees it (as ksqlDB's /clusterStatus), with this
+        router's own view of each worker's heartbeats.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RouterServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -79,6 +105,16 @@ def add_RouterServiceServicer_to_server(servicer, server):
                     servicer.ReportHostStatus,
                     request_deserializer=millpond_dot_router_dot_v1_dot_router__pb2.ReportHostStatusRequest.FromString,
                     response_serializer=millpond_dot_router_dot_v1_dot_router__pb2.ReportHostStatusResponse.SerializeToString,
+            ),
+            'StreamQuery': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamQuery,
+                    request_deserializer=millpond_dot_router_dot_v1_dot_router__pb2.StreamQueryRequest.FromString,
+                    response_serializer=millpond_dot_router_dot_v1_dot_router__pb2.StreamQueryResponse.SerializeToString,
+            ),
+            'GetClusterStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetClusterStatus,
+                    request_deserializer=millpond_dot_router_dot_v1_dot_router__pb2.GetClusterStatusRequest.FromString,
+                    response_serializer=millpond_dot_router_dot_v1_dot_router__pb2.GetClusterStatusResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -136,6 +172,60 @@ class RouterService:
             '/millpond.router.v1.RouterService/ReportHostStatus',
             millpond_dot_router_dot_v1_dot_router__pb2.ReportHostStatusRequest.SerializeToString,
             millpond_dot_router_dot_v1_dot_router__pb2.ReportHostStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamQuery(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/millpond.router.v1.RouterService/StreamQuery',
+            millpond_dot_router_dot_v1_dot_router__pb2.StreamQueryRequest.SerializeToString,
+            millpond_dot_router_dot_v1_dot_router__pb2.StreamQueryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetClusterStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/millpond.router.v1.RouterService/GetClusterStatus',
+            millpond_dot_router_dot_v1_dot_router__pb2.GetClusterStatusRequest.SerializeToString,
+            millpond_dot_router_dot_v1_dot_router__pb2.GetClusterStatusResponse.FromString,
             options,
             channel_credentials,
             insecure,

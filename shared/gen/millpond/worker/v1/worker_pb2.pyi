@@ -7,40 +7,78 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class SetStandbyReplayRequest(_message.Message):
+    __slots__ = ("query_id", "partition", "paused")
+    QUERY_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    query_id: str
+    partition: int
+    paused: bool
+    def __init__(self, query_id: _Optional[str] = ..., partition: _Optional[int] = ..., paused: _Optional[bool] = ...) -> None: ...
+
+class SetStandbyReplayResponse(_message.Message):
+    __slots__ = ("changelog_offset",)
+    CHANGELOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    changelog_offset: int
+    def __init__(self, changelog_offset: _Optional[int] = ...) -> None: ...
+
 class LookupRequest(_message.Message):
-    __slots__ = ("table", "partition", "key", "allow_standby")
+    __slots__ = ("table", "partition", "key", "allow_standby", "min_input_offset")
     TABLE_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
     ALLOW_STANDBY_FIELD_NUMBER: _ClassVar[int]
+    MIN_INPUT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     table: str
     partition: int
     key: bytes
     allow_standby: bool
-    def __init__(self, table: _Optional[str] = ..., partition: _Optional[int] = ..., key: _Optional[bytes] = ..., allow_standby: _Optional[bool] = ...) -> None: ...
+    min_input_offset: int
+    def __init__(self, table: _Optional[str] = ..., partition: _Optional[int] = ..., key: _Optional[bytes] = ..., allow_standby: _Optional[bool] = ..., min_input_offset: _Optional[int] = ...) -> None: ...
 
 class LookupResponse(_message.Message):
-    __slots__ = ("found", "row")
+    __slots__ = ("found", "row", "input_offset")
     FOUND_FIELD_NUMBER: _ClassVar[int]
     ROW_FIELD_NUMBER: _ClassVar[int]
+    INPUT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     found: bool
     row: _rows_pb2.Row
-    def __init__(self, found: _Optional[bool] = ..., row: _Optional[_Union[_rows_pb2.Row, _Mapping]] = ...) -> None: ...
+    input_offset: int
+    def __init__(self, found: _Optional[bool] = ..., row: _Optional[_Union[_rows_pb2.Row, _Mapping]] = ..., input_offset: _Optional[int] = ...) -> None: ...
 
 class ScanRequest(_message.Message):
-    __slots__ = ("table", "partitions", "limit", "allow_standby")
+    __slots__ = ("table", "partitions", "limit", "allow_standby", "min_input_offsets")
+    class MinInputOffsetsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
     TABLE_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     ALLOW_STANDBY_FIELD_NUMBER: _ClassVar[int]
+    MIN_INPUT_OFFSETS_FIELD_NUMBER: _ClassVar[int]
     table: str
     partitions: _containers.RepeatedScalarFieldContainer[int]
     limit: int
     allow_standby: bool
-    def __init__(self, table: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ..., limit: _Optional[int] = ..., allow_standby: _Optional[bool] = ...) -> None: ...
+    min_input_offsets: _containers.ScalarMap[int, int]
+    def __init__(self, table: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ..., limit: _Optional[int] = ..., allow_standby: _Optional[bool] = ..., min_input_offsets: _Optional[_Mapping[int, int]] = ...) -> None: ...
 
 class ScanResponse(_message.Message):
-    __slots__ = ("rows",)
+    __slots__ = ("rows", "input_offsets")
+    class InputOffsetsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
     ROWS_FIELD_NUMBER: _ClassVar[int]
+    INPUT_OFFSETS_FIELD_NUMBER: _ClassVar[int]
     rows: _containers.RepeatedCompositeFieldContainer[_rows_pb2.Row]
-    def __init__(self, rows: _Optional[_Iterable[_Union[_rows_pb2.Row, _Mapping]]] = ...) -> None: ...
+    input_offsets: _containers.ScalarMap[int, int]
+    def __init__(self, rows: _Optional[_Iterable[_Union[_rows_pb2.Row, _Mapping]]] = ..., input_offsets: _Optional[_Mapping[int, int]] = ...) -> None: ...

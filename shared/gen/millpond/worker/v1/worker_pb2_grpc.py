@@ -45,6 +45,11 @@ class WorkerServiceStub:
                 request_serializer=millpond_dot_worker_dot_v1_dot_worker__pb2.ScanRequest.SerializeToString,
                 response_deserializer=millpond_dot_worker_dot_v1_dot_worker__pb2.ScanResponse.FromString,
                 _registered_method=True)
+        self.SetStandbyReplay = channel.unary_unary(
+                '/millpond.worker.v1.WorkerService/SetStandbyReplay',
+                request_serializer=millpond_dot_worker_dot_v1_dot_worker__pb2.SetStandbyReplayRequest.SerializeToString,
+                response_deserializer=millpond_dot_worker_dot_v1_dot_worker__pb2.SetStandbyReplayResponse.FromString,
+                _registered_method=True)
 
 
 class WorkerServiceServicer:
@@ -65,6 +70,15 @@ class WorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetStandbyReplay(self, request, context):
+        """Pauses or resumes the changelog replay of a standby copy (an operator's tool, for
+        example to let a restore elsewhere have the broker's bandwidth; the tests use it to
+        hold a standby back).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -77,6 +91,11 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.Scan,
                     request_deserializer=millpond_dot_worker_dot_v1_dot_worker__pb2.ScanRequest.FromString,
                     response_serializer=millpond_dot_worker_dot_v1_dot_worker__pb2.ScanResponse.SerializeToString,
+            ),
+            'SetStandbyReplay': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetStandbyReplay,
+                    request_deserializer=millpond_dot_worker_dot_v1_dot_worker__pb2.SetStandbyReplayRequest.FromString,
+                    response_serializer=millpond_dot_worker_dot_v1_dot_worker__pb2.SetStandbyReplayResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -134,6 +153,33 @@ class WorkerService:
             '/millpond.worker.v1.WorkerService/Scan',
             millpond_dot_worker_dot_v1_dot_worker__pb2.ScanRequest.SerializeToString,
             millpond_dot_worker_dot_v1_dot_worker__pb2.ScanResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetStandbyReplay(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/millpond.worker.v1.WorkerService/SetStandbyReplay',
+            millpond_dot_worker_dot_v1_dot_worker__pb2.SetStandbyReplayRequest.SerializeToString,
+            millpond_dot_worker_dot_v1_dot_worker__pb2.SetStandbyReplayResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,120 @@
+"""Push queries at the router: ``SELECT ... EMIT CHANGES`` streamed to the client.
+
+The router reads the source's topic itself (every partition, read_committed, no consumer
+group: several routers and several clients each get their own reader), decodes each
+record, applies the WHERE and the SELECT list, and hands rows to the gRPC stream. Over a
+stream a row is an event; over a table it is a change of a row (the table's topic carries
+every update), in offset order per partition, so in order per key.
+
+Memory stays bounded for a slow client: rows are fetched a bounded batch at a time and the
+next fetch waits until the stream has taken the previous rows (gRPC flow control makes
+the stream's writes wait for the client).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import struct
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from services.router.pull import project
+from shared.catalog import DataSource
+from shared.serde import deserialize_key, deserialize_value
+from shared.sql import ast
+from shared.sql.expressions import evaluate
+from shared.sql.planner import SelectPlan
+
+log = logging.getLogger(__name__)
+_ids = itertools.count(1)
+
+
+@dataclass
+class PushQuery:
+    """One running push query."""
+
+    plan: SelectPlan
+    bootstrap_servers: str
+    from_beginning: bool
+    fetch_records: int = 500
+    """Most records fetched at once: what a slow client can hold up at the router."""
+    query_id: str = ""
+
+    def __post_init__(self) -> None:
+        self.query_id = self.query_id or f"PUSH_{next(_ids)}"
+        self.delivered = 0
+        self.skipped = 0
+        """Records that did not decode (the persistent queries' processing log reports those)."""
+        self._consumer: AIOKafkaConsumer | None = None
+
+    async def start(self) -> None:
+        """Open the reader at the beginning or the end of every partition. Once this returns,
+        every record written afterwards will be streamed."""
+        source = self.plan.source
+        self._consumer = consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap_servers, isolation_level="read_committed", enable_auto_commit=False,
+            fetch_max_wait_ms=100, max_partition_fetch_bytes=256 * 1024)
+        await consumer.start()
+        try:
+            partitions = [TopicPartition(source.topic, p) for p in range(source.partitions)]
+            consumer.assign(partitions)
+            if self.from_beginning:
+                await consumer.seek_to_beginning(*partitions)
+            else:
+                await consumer.seek_to_end(*partitions)
+            for tp in partitions:  # resolve the start now, not at the first fetch
+                await consumer.position(tp)
+        except BaseException:
+            await self.stop()
+            raise
+        log.info("push query started", extra={"query": self.query_id, "source": source.name})
+
+    async def stop(self) -> None:
+        """Close the reader."""
+        if self._consumer is not None:
+            consumer, self._consumer = self._consumer, None
+            await consumer.stop()
+            log.info("push query ended", extra={"query": self.query_id, "rows": self.delivered,
+                                                "skipped": self.skipped})
+
+    async def rows(self) -> AsyncIterator[list[Any]]:
+        """The result rows as they happen, until the LIMIT or until the caller stops iterating."""
+        assert self._consumer is not None, "start the push query first"
+        while True:
+            batches = await self._consumer.getmany(timeout_ms=1000, max_records=self.fetch_records)
+            for records in batches.values():
+                for record in records:
+                    row = self._row(self.plan.source, record)
+                    if row is None:
+                        continue
+                    yield row
+                    self.delivered += 1
+                    if self.plan.limit is not None and self.delivered >= self.plan.limit:
+                        return
+
+    def _row(self, source: DataSource, record: Any) -> list[Any] | None:
+        """The result row of one record, or None when it is a tombstone, does not decode, or
+        does not pass the WHERE."""
+        if record.value is None:
+            return None
+        key_column = source.key_column
+        try:
+            row = deserialize_value([(c.name, c.type) for c in source.value_columns], record.value,
+                                    source.value_format, source.value_delimiter)
+            if key_column is not None:
+                if record.key is None:
+                    raise ValueError("record has no key")
+                row[key_column.name] = deserialize_key(record.key, key_column.type)
+        except (ValueError, UnicodeDecodeError, struct.error) as err:
+            self.skipped += 1
+            log.debug("push query skipped a record", extra={"query": self.query_id, "offset": record.offset,
+                                                            "reason": str(err)})
+            return None
+        where: ast.Expr | None = self.plan.where
+        if where is not None and evaluate(where, row) is not True:
+            return None
+        return project(self.plan.items, source, row)

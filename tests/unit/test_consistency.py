@@ -1,0 +1,24 @@
+"""Consistency tokens: round trip, merge keeps the larger offset, foreign text is refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from shared import consistency
+from shared.errors import StatementError
+
+
+def test_round_trip_and_merge() -> None:
+    first = {("readings", 0): 5, ("readings", 3): 9}
+    token = consistency.encode(first)
+    assert token.startswith("v1.") and consistency.decode(token) == first
+    merged = consistency.merge(first, {("readings", 0): 4, ("readings", 1): 2, ("other", 0): 1})
+    assert merged == {("readings", 0): 5, ("readings", 1): 2, ("readings", 3): 9, ("other", 0): 1}
+    assert consistency.encode({}) == "" and consistency.decode("") == {}
+    assert consistency.of_partitions("t", [(0, 3), (1, -1)]) == {("t", 0): 3}
+
+
+@pytest.mark.parametrize("token", ["abc", "v2.AAAA", "v1.!!!", "v1.AAAAAAA="])
+def test_foreign_tokens_are_refused_with_what_to_send(token: str) -> None:
+    with pytest.raises(StatementError, match="consistency_token"):
+        consistency.decode(token)

@@ -1,0 +1,37 @@
+"""Decoding record values as the push queries read them (the same rules as the Spark decode)."""
+
+from __future__ import annotations
+
+import pytest
+
+from shared.serde import deserialize_value, serialize_value
+from shared.sql.ast import SqlType
+
+COLUMNS = [("AREA", SqlType("VARCHAR")), ("READING", SqlType("INT")), ("OK", SqlType("BOOLEAN")),
+           ("SCORE", SqlType("DOUBLE"))]
+
+
+def test_json_round_trip_case_insensitive_fields_and_missing_ones_null() -> None:
+    data = serialize_value([n for n, _ in COLUMNS], ["wheel", 20, True, 1.5], "JSON")
+    assert deserialize_value(COLUMNS, data, "JSON") == {"AREA": "wheel", "READING": 20, "OK": True, "SCORE": 1.5}
+    assert deserialize_value(COLUMNS, b'{"area": "motor", "reading": 3}', "JSON") == {
+        "AREA": "motor", "READING": 3, "OK": None, "SCORE": None}
+
+
+def test_delimited_round_trip_with_nulls() -> None:
+    data = serialize_value([n for n, _ in COLUMNS], ["a|b", None, False, 2.0], "DELIMITED", "|")
+    assert deserialize_value(COLUMNS, data, "DELIMITED", "|") == {"AREA": "a|b", "READING": None, "OK": False,
+                                                                  "SCORE": 2.0}
+
+
+@pytest.mark.parametrize(("data", "fmt", "reason"), [
+    (b"{not json", "JSON", "not JSON"),
+    (b"[1, 2]", "JSON", "not an object"),
+    (b'{"READING": "high"}', "JSON", "READING is INT"),
+    (b'{"READING": 3000000000}', "JSON", "READING is INT"),
+    (b"wheel,20", "DELIMITED", "2 fields"),
+    (b"wheel,x,true,1", "DELIMITED", "READING is INT"),
+])
+def test_malformed_values_say_why(data: bytes, fmt: str, reason: str) -> None:
+    with pytest.raises(ValueError, match=reason):
+        deserialize_value(COLUMNS, data, fmt)
