@@ -31,7 +31,7 @@ test: install lint protos-check
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy services shared deploy cli
+	$(VENV)/bin/mypy services shared deploy cli bench
 	$(VENV)/bin/buf lint
 
 ## protos: regenerate the Python stubs in shared/gen from protos/
