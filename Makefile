@@ -13,8 +13,14 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q -e ".[dev]"
 	touch $(STAMP)
 
-## install: the virtualenv with every pinned dependency, and the Java jars
-install: $(STAMP)
+NODE_STAMP := clients/node/node_modules/.package-lock.json
+
+$(NODE_STAMP): clients/node/package-lock.json
+	@if command -v npm >/dev/null; then npm ci --prefix clients/node --no-audit --no-fund --loglevel=error; \
+	else echo "npm not found: the Node.js client and its test need it (apt-get install nodejs npm)"; fi
+
+## install: the virtualenv with every pinned dependency, the Java jars, the Node.js client's packages
+install: $(STAMP) $(NODE_STAMP)
 	$(PY) -m deploy.jars
 
 ## run: start a local cluster, run the seed's readings example, print the table, stop

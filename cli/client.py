@@ -6,22 +6,24 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import grpc
 from millpond.common.v1 import metastore_pb2, metastore_pb2_grpc
 from millpond.router.v1 import router_pb2, router_pb2_grpc
 
 from shared.results import Outcome
+from shared.rpc.tls import ClientCredentials
 from shared.serde import from_proto
 from shared.session import apply_session_statement
 from shared.sql import ast
 from shared.sql.parser import parse_script
 
+PLAINTEXT = ClientCredentials()
+
 
 class RouterClient:
     """Runs statements through the router."""
 
-    def __init__(self, server: str, timeout: float = 60.0):
-        self.channel = grpc.insecure_channel(server)
+    def __init__(self, server: str, timeout: float = 60.0, credentials: ClientCredentials = PLAINTEXT):
+        self.channel = credentials.channel(server)
         self.stub = router_pb2_grpc.RouterServiceStub(self.channel)
         self.timeout = timeout
         self.properties: dict[str, str] = {}
@@ -80,9 +82,10 @@ class PushStream:
         self.call.cancel()
 
 
-def metastore_digest(endpoint: str, timeout: float = 30.0) -> metastore_pb2.GetMetastoreDigestResponse:
+def metastore_digest(endpoint: str, timeout: float = 30.0,
+                     credentials: ClientCredentials = PLAINTEXT) -> metastore_pb2.GetMetastoreDigestResponse:
     """Any node's metastore digest, after it caught up with the command topic."""
-    with grpc.insecure_channel(endpoint) as channel:
+    with credentials.channel(endpoint) as channel:
         stub = metastore_pb2_grpc.MetastoreServiceStub(channel)
         response: metastore_pb2.GetMetastoreDigestResponse = stub.GetMetastoreDigest(
             metastore_pb2.GetMetastoreDigestRequest(catch_up=True), timeout=timeout)

@@ -21,8 +21,9 @@ from cli.output import print_outcome
 from cli.status import lag_outcome, leader_status, router_status, status_outcome
 from deploy.launcher import LocalCluster
 from shared.config import endpoints
-from shared.errors import MillpondError
+from shared.errors import MillpondError, SetupError
 from shared.results import Outcome
+from shared.rpc.tls import ClientCredentials, TlsFiles
 from shared.sql.parser import parse_script
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Millpond: SQL over Kafka streams.")
@@ -30,6 +31,30 @@ out = Console(soft_wrap=True)
 err = Console(stderr=True)
 
 DEFAULT_SERVER = "127.0.0.1:8088"
+
+
+_credentials = ClientCredentials()
+
+
+@app.callback()
+def connection(
+    token: Annotated[str | None, typer.Option(envvar="MILLPOND_TOKEN", help=(
+        "Bearer token for a cluster that authenticates clients (sent only over TLS)."))] = None,
+    tls_ca_file: Annotated[Path | None, typer.Option(envvar="MILLPOND_TLS_CA_FILE", help=(
+        "CA certificate (PEM) that signs the cluster's certificates: connect with TLS."))] = None,
+    tls_cert_file: Annotated[Path | None, typer.Option(envvar="MILLPOND_TLS_CERT_FILE", help=(
+        "Client certificate (PEM) for the cluster's mutual TLS."))] = None,
+    tls_key_file: Annotated[Path | None, typer.Option(envvar="MILLPOND_TLS_KEY_FILE", help=(
+        "Private key (PEM) of the client certificate."))] = None,
+) -> None:
+    """How sql, status and digest connect: plaintext, or TLS with a client certificate and a token."""
+    global _credentials
+    try:
+        tls = TlsFiles.of(*(str(f) if f else None for f in (tls_cert_file, tls_key_file, tls_ca_file)))
+    except SetupError as error:
+        err.print(error.message, markup=False)
+        raise typer.Exit(2) from None
+    _credentials = ClientCredentials(tls, token)
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -46,14 +71,22 @@ def up(
     spark_master: Annotated[str, typer.Option(help="Spark master URL for every worker.")] = "local[1]",
     service_id: Annotated[str, typer.Option(help="The cluster's id (names its command topic).")] = "millpond",
     coordinators: Annotated[int, typer.Option(help="Coordinators: one leads, the others stand by.")] = 1,
+    secure: Annotated[bool, typer.Option(help=(
+        "Mutual TLS everywhere (a throwaway CA under DATA_DIR/tls) and bearer tokens for clients."))] = False,
 ) -> None:
     """Start a local cluster in the foreground; Ctrl-C or SIGTERM stops all of it."""
     cluster = LocalCluster(data_dir=data_dir, workers=workers, kafka=kafka, router_port=port,
-                           spark_master=spark_master, service_id=service_id, coordinators=coordinators)
+                           spark_master=spark_master, service_id=service_id, coordinators=coordinators,
+                           secure=secure)
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         cluster.start()
         print(f"ready {cluster.describe()} logs={data_dir / 'logs'}", flush=True)
+        if cluster.client_tls is not None:
+            tls = cluster.client_tls
+            print(f"secure: clients need MILLPOND_TLS_CA_FILE={tls.ca} MILLPOND_TLS_CERT_FILE={tls.cert} "
+                  f"MILLPOND_TLS_KEY_FILE={tls.key} and a token from {tls.ca.parent / 'tokens.toml'} "
+                  f"(admin: MILLPOND_TOKEN={cluster.tokens['admin']})", flush=True)
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
@@ -128,7 +161,7 @@ def sql(
     if output not in ("table", "json"):
         err.print("--output must be table or json")
         raise typer.Exit(2)
-    client = RouterClient(server)
+    client = RouterClient(server, credentials=_credentials)
     try:
         if execute is None and file is None:
             _shell(client, output)
@@ -196,7 +229,7 @@ def digest(
     answers = []
     try:
         for endpoint in endpoints:
-            answers.append((endpoint, metastore_digest(endpoint)))
+            answers.append((endpoint, metastore_digest(endpoint, credentials=_credentials)))
     except grpc.RpcError as error:
         err.print(_message(error), markup=False)
         raise typer.Exit(1) from None
@@ -221,9 +254,9 @@ def status(
     every table copy's changelog offset, end offset and lag."""
     try:
         if coordinator is not None:
-            cluster, router_hosts, message = leader_status(endpoints(coordinator)), [], None
+            cluster, router_hosts, message = leader_status(endpoints(coordinator), credentials=_credentials), [], None
         else:
-            answer = router_status(server)
+            answer = router_status(server, credentials=_credentials)
             cluster, router_hosts, message = answer.cluster, list(answer.router_hosts), answer
     except MillpondError as error:
         err.print(error.message, markup=False)

@@ -10,27 +10,31 @@ import grpc
 from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 from millpond.router.v1 import router_pb2, router_pb2_grpc
 
+from cli.client import PLAINTEXT
 from shared.errors import UnavailableError
 from shared.results import Outcome
+from shared.rpc.tls import ClientCredentials
 
 COLUMNS = ["WORKER", "ENDPOINT", "ALIVE", "LAST UPDATE", "ACTIVE", "STANDBY", "WARMUP", "MAX LAG", "RESTORING",
            "ROUTER SAYS"]
 LAG_COLUMNS = ["WORKER", "QUERY", "PARTITION", "ROLE", "CURRENT OFFSET", "END OFFSET", "LAG", "INPUT OFFSET"]
 
 
-def router_status(endpoint: str, timeout: float = 10.0) -> router_pb2.GetClusterStatusResponse:
+def router_status(endpoint: str, timeout: float = 10.0,
+                  credentials: ClientCredentials = PLAINTEXT) -> router_pb2.GetClusterStatusResponse:
     """The router's cluster status; raises ``grpc.RpcError`` with its status on failure."""
-    with grpc.insecure_channel(endpoint) as channel:
+    with credentials.channel(endpoint) as channel:
         reply: router_pb2.GetClusterStatusResponse = router_pb2_grpc.RouterServiceStub(channel).GetClusterStatus(
             router_pb2.GetClusterStatusRequest(), timeout=timeout)
         return reply
 
 
-def leader_status(coordinators: Iterable[str], timeout: float = 5.0) -> coordinator_pb2.GetClusterStatusResponse:
+def leader_status(coordinators: Iterable[str], timeout: float = 5.0,
+                  credentials: ClientCredentials = PLAINTEXT) -> coordinator_pb2.GetClusterStatusResponse:
     """The leading coordinator's answer; UnavailableError naming each coordinator's reply if none leads."""
     replies = []
     for endpoint in coordinators:
-        with grpc.insecure_channel(endpoint) as channel:
+        with credentials.channel(endpoint) as channel:
             try:
                 reply: coordinator_pb2.GetClusterStatusResponse = coordinator_pb2_grpc.CoordinatorServiceStub(
                     channel).GetClusterStatus(coordinator_pb2.GetClusterStatusRequest(), timeout=timeout)

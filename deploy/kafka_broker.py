@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import shutil
 import signal
@@ -41,16 +42,24 @@ logger.server.level = INFO
 """
 
 
-def _server_properties(data: Path, port: int, controller_port: int) -> str:
+def _server_properties(data: Path, port: int, controller_port: int, sasl_port: int,
+                       sasl_users: dict[str, str]) -> str:
+    users = " ".join(f"user_{name}={json.dumps(password)}" for name, password in sorted(sasl_users.items()))
     props = {
         "process.roles": "broker,controller",
         "node.id": "1",
         "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}",
-        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port},"
+                     f"SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+        # A second listener that authenticates clients with SASL/PLAIN, for clusters and tests
+        # that use Kafka's client security settings.
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+            f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};",
         "log.dirs": str(data / "logs"),
         "num.network.threads": "2",
         "num.io.threads": "2",
@@ -80,18 +89,27 @@ class EmbeddedKafka:
     formatted by an earlier run is reused (its topics survive a restart).
     """
 
-    def __init__(self, data_dir: Path, *, heap: str = "512m", start_timeout: float = 90.0):
+    def __init__(self, data_dir: Path, *, heap: str = "512m", start_timeout: float = 90.0,
+                 sasl_users: dict[str, str] | None = None):
         self.data_dir = Path(data_dir)
         self.heap = heap
         self.start_timeout = start_timeout
         self.port = 0
         self.controller_port = 0
+        self.sasl_port = 0
+        self.sasl_users = sasl_users or {"millpond": "millpond-secret"}
+        """Who may connect to the SASL/PLAIN listener, with their passwords."""
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def bootstrap_servers(self) -> str:
         """``host:port`` for clients."""
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def sasl_bootstrap_servers(self) -> str:
+        """``host:port`` of the listener that requires SASL/PLAIN (``sasl_users``)."""
+        return f"127.0.0.1:{self.sasl_port}"
 
     @property
     def log_file(self) -> Path:
@@ -117,9 +135,10 @@ class EmbeddedKafka:
     def start(self) -> None:
         """Format storage if needed, start the broker and wait until it answers."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.port, self.controller_port = free_port(), free_port()
+        self.port, self.controller_port, self.sasl_port = free_port(), free_port(), free_port()
         config = self.data_dir / "server.properties"
-        config.write_text(_server_properties(self.data_dir, self.port, self.controller_port))
+        config.write_text(_server_properties(self.data_dir, self.port, self.controller_port, self.sasl_port,
+                                             self.sasl_users))
         (self.data_dir / "log4j2.properties").write_text(_LOG4J2.format(log=self.log_file))
         java = self._java()
         if not (self.data_dir / "logs" / "meta.properties").exists():

@@ -7,7 +7,9 @@ sends SIGTERM, waits, and SIGKILLs what lingers, so nothing is left running.
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -18,9 +20,14 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from deploy.certs import SERVICE_IDENTITY, LocalCa
 from deploy.kafka_broker import EmbeddedKafka
 from shared.errors import SetupError
 from shared.net import free_port
+from shared.rpc.tls import ClientCredentials, TlsFiles
+
+PRINCIPALS = {"admin": ["admin", "read", "write"], "writer": ["read", "write"], "reader": ["read"]}
+"""The principals a secure local cluster's tokens file grants, with their permissions."""
 
 
 @dataclass
@@ -40,10 +47,11 @@ class Child:
         return f"http://127.0.0.1:{self.env['MILLPOND_METRICS_PORT']}/metrics"
 
 
-def wait_healthy(endpoint: str, timeout: float, process: subprocess.Popen[bytes] | None = None) -> None:
+def wait_healthy(endpoint: str, timeout: float, process: subprocess.Popen[bytes] | None = None,
+                 credentials: ClientCredentials | None = None) -> None:
     """Wait until ``endpoint``'s gRPC health service says SERVING."""
     deadline = time.monotonic() + timeout
-    with grpc.insecure_channel(endpoint) as channel:
+    with (credentials or ClientCredentials()).channel(endpoint) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
             if process is not None and process.poll() is not None:
@@ -77,8 +85,39 @@ class LocalCluster:
     """Extra MILLPOND_* settings for every coordinator."""
     router_env: dict[str, str] = field(default_factory=dict)
     """Extra MILLPOND_* settings for the router."""
+    service_env: dict[str, str] = field(default_factory=dict)
+    """Extra MILLPOND_* settings for every service (e.g. Kafka's security settings)."""
+    secure: bool = False
+    """Mutual TLS on every endpoint with certificates from a throwaway CA under
+    ``data_dir/tls``, and bearer tokens (``tokens``) that clients must present."""
     broker: EmbeddedKafka | None = None
     children: list[Child] = field(default_factory=list)
+    tokens: dict[str, str] = field(default_factory=dict)
+    """With ``secure``: principal -> its bearer token (admin, writer, reader)."""
+    client_tls: TlsFiles | None = None
+    """With ``secure``: a client certificate (not a service's) for the CLI and tests."""
+    _security_env: dict[str, str] = field(default_factory=dict)
+
+    def credentials(self, principal: str | None = None) -> ClientCredentials:
+        """How a client connects: plaintext, or with ``secure`` the client certificate and
+        the token of ``principal`` (none: no token)."""
+        return ClientCredentials(self.client_tls, self.tokens[principal] if principal else None)
+
+    def _make_security(self) -> None:
+        """A CA, the services' certificate, a client certificate and a tokens file."""
+        ca = LocalCa(self.data_dir / "tls")
+        service = ca.issue(SERVICE_IDENTITY)
+        client = ca.issue("millpond-client", "client")
+        self.client_tls = TlsFiles(client.cert, client.key, client.ca)
+        self.tokens = {name: secrets.token_urlsafe(24) for name in PRINCIPALS}
+        tokens_file = self.data_dir / "tls" / "tokens.toml"
+        tokens_file.write_text("".join(
+            f'[principals.{name}]\ntoken = "{self.tokens[name]}"\npermissions = {json.dumps(permissions)}\n\n'
+            for name, permissions in PRINCIPALS.items()))
+        tokens_file.chmod(0o600)
+        self._security_env = {"MILLPOND_TLS_CERT_FILE": str(service.cert), "MILLPOND_TLS_KEY_FILE": str(service.key),
+                               "MILLPOND_TLS_CA_FILE": str(service.ca), "MILLPOND_AUTH_TOKENS_FILE": str(tokens_file),
+                               "MILLPOND_SERVICE_IDENTITIES": SERVICE_IDENTITY}
 
     @property
     def bootstrap(self) -> str:
@@ -99,7 +138,8 @@ class LocalCluster:
         log = logs / f"{name}.log"
         full_env = {**os.environ, "MILLPOND_KAFKA_BOOTSTRAP_SERVERS": self.bootstrap,
                     "MILLPOND_SERVICE_ID": self.service_id, "MILLPOND_HOST": "127.0.0.1",
-                    "MILLPOND_PORT": str(port), "MILLPOND_METRICS_PORT": str(free_port()), **env}
+                    "MILLPOND_PORT": str(port), "MILLPOND_METRICS_PORT": str(free_port()),
+                    **self._security_env, **self.service_env, **env}
         with log.open("ab") as out:
             process = subprocess.Popen([sys.executable, "-m", module], env=full_env, stdout=out,
                                        stderr=subprocess.STDOUT, start_new_session=True)
@@ -128,7 +168,7 @@ class LocalCluster:
             **self.worker_env,
         })
         if wait:
-            wait_healthy(child.endpoint, self.start_timeout, child.process)
+            wait_healthy(child.endpoint, self.start_timeout, child.process, self.credentials())
         return child
 
     def add_router(self) -> Child:
@@ -137,7 +177,7 @@ class LocalCluster:
         n = 1 + sum(c.name.startswith("router") for c in self.children)
         child = self._spawn(f"router-{n}", "services.router", free_port(),
                             {"MILLPOND_COORDINATOR": self.coordinator_endpoints, **self.router_env})
-        wait_healthy(child.endpoint, self.start_timeout, child.process)
+        wait_healthy(child.endpoint, self.start_timeout, child.process, self.credentials())
         return child
 
     def terminate(self, name: str, timeout: float = 30.0) -> None:
@@ -166,12 +206,14 @@ class LocalCluster:
         with child.log.open("ab") as out:
             child.process = subprocess.Popen([sys.executable, "-m", child.module], env=child.env, stdout=out,
                                              stderr=subprocess.STDOUT, start_new_session=True)
-        wait_healthy(child.endpoint, self.start_timeout, child.process)
+        wait_healthy(child.endpoint, self.start_timeout, child.process, self.credentials())
         return child
 
     def start(self) -> None:
         """Start everything and wait until every service answers health checks."""
         try:
+            if self.secure:
+                self._make_security()
             if not self.kafka:
                 self.broker = EmbeddedKafka(self.data_dir / "kafka")
                 self.broker.start()
@@ -183,13 +225,13 @@ class LocalCluster:
                 port = free_port()
                 coordinator = self._spawn(name, "services.coordinator", port, {
                     "MILLPOND_COORDINATOR_ID": name, **election, **self.coordinator_env})
-                wait_healthy(coordinator.endpoint, self.start_timeout, coordinator.process)
+                wait_healthy(coordinator.endpoint, self.start_timeout, coordinator.process, self.credentials())
             for _ in range(self.workers):
                 self.add_worker(wait=False)
             self._spawn("router", "services.router", self.router_port,
                         {"MILLPOND_COORDINATOR": self.coordinator_endpoints, **self.router_env})
             for child in self.children:
-                wait_healthy(child.endpoint, self.start_timeout, child.process)
+                wait_healthy(child.endpoint, self.start_timeout, child.process, self.credentials())
         except BaseException:
             self.stop()
             raise

@@ -23,6 +23,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from shared.catalog import Resolved
 from shared.errors import UnavailableError
+from shared.kafka_connection import KafkaConnection
 from shared.metastore import Metastore
 from shared.sql.parser import parse_statement
 
@@ -59,12 +60,12 @@ class Command:
 class CommandReader:
     """Replays the command topic into a metastore, in order, read_committed."""
 
-    def __init__(self, bootstrap: str, topic: str, metastore: Metastore):
+    def __init__(self, kafka: KafkaConnection, topic: str, metastore: Metastore):
         self.topic = topic
         self.metastore = metastore
         self.partition = TopicPartition(topic, 0)
         self.consumer = AIOKafkaConsumer(
-            bootstrap_servers=bootstrap,
+            **kafka.client_args(),
             isolation_level="read_committed",
             enable_auto_commit=False,
             auto_offset_reset="earliest",
@@ -73,7 +74,7 @@ class CommandReader:
             # the default 500 ms for it on every statement.
             fetch_max_wait_ms=25,
         )
-        self.admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        self.admin = AIOKafkaAdminClient(**kafka.client_args())
         self.listeners: list[Callable[[], None]] = []
         self._lock = asyncio.Lock()
 
@@ -152,8 +153,8 @@ class CommandReader:
 class CommandWriter:
     """Appends commands, one transaction (and one freshly fenced producer) per statement."""
 
-    def __init__(self, bootstrap: str, topic: str, transactional_id: str):
-        self.bootstrap = bootstrap
+    def __init__(self, kafka: KafkaConnection, topic: str, transactional_id: str):
+        self.kafka = kafka
         self.topic = topic
         self.transactional_id = transactional_id
 
@@ -164,7 +165,7 @@ class CommandWriter:
         Raises ``aiokafka.errors.ProducerFenced`` (or another Kafka error) when another
         writer with the same transactional id took over meanwhile; nothing is then appended.
         """
-        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, transactional_id=self.transactional_id,
+        producer = AIOKafkaProducer(**self.kafka.client_args(), transactional_id=self.transactional_id,
                                     enable_idempotence=True)
         # start() runs InitProducerId: it bumps the epoch (fencing older producers) and
         # waits until any transaction they left open is aborted or committed.

@@ -11,13 +11,16 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+
+from shared.kafka_connection import KafkaConnection
+from shared.rpc.tls import TlsFiles
 
 
 class CommonSettings(BaseSettings):
@@ -38,6 +41,43 @@ class CommonSettings(BaseSettings):
         None, description="Serve Prometheus metrics over HTTP at /metrics on this port (0 picks a free one); "
         "unset: no metrics endpoint.",
     )
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT", description="Kafka's security.protocol for every Kafka client of the service, Spark's included.",
+    )
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = Field(
+        "PLAIN", description="Kafka's sasl.mechanism, with a SASL security protocol.",
+    )
+    kafka_sasl_username: str | None = Field(None, description="SASL user name, with a SASL security protocol.")
+    kafka_sasl_password: SecretStr | None = Field(None, description="SASL password, with a SASL security protocol.")
+    kafka_ssl_ca_file: str | None = Field(
+        None, description="PEM file of the CA that signs the brokers' certificates (SSL and SASL_SSL); unset: the "
+        "system's trusted CAs.",
+    )
+    kafka_ssl_cert_file: str | None = Field(
+        None, description="PEM certificate this service presents to the brokers (SSL client authentication).",
+    )
+    kafka_ssl_key_file: str | None = Field(None, description="PEM private key of kafka_ssl_cert_file.")
+    tls_cert_file: str | None = Field(
+        None, description="PEM certificate of this service's gRPC server, also presented as its client certificate "
+        "to the other services. With tls_key_file and tls_ca_file set every endpoint serves mutual TLS; the files "
+        "are read again when they change.",
+    )
+    tls_key_file: str | None = Field(None, description="PEM private key of tls_cert_file.")
+    tls_ca_file: str | None = Field(
+        None, description="PEM CA certificate(s) that sign the certificates of the services and clients.",
+    )
+    service_identities: str = Field(
+        "millpond-service", description="Comma-separated common names of the services' own certificates: callers "
+        "presenting one may call the internal RPCs (heartbeats, lag reports, assignments, local lookups).",
+    )
+    auth_tokens_file: str | None = Field(
+        None, description="TOML file mapping bearer tokens to principals and their permissions (read, write, admin); "
+        "set, every client call must carry 'authorization: Bearer <token>'. Read again when it changes.",
+    )
+    max_message_bytes: int = Field(
+        4 * 1024 * 1024, description="Largest gRPC message this service accepts or sends; a larger request is "
+        "refused with RESOURCE_EXHAUSTED.",
+    )
 
     @classmethod
     def settings_customise_sources(
@@ -53,6 +93,20 @@ class CommonSettings(BaseSettings):
         if config_file:
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(config_file)))
         return tuple(sources)
+
+    @property
+    def kafka(self) -> KafkaConnection:
+        """How this service's Kafka clients connect."""
+        return KafkaConnection(
+            self.kafka_bootstrap_servers, self.kafka_security_protocol, self.kafka_sasl_mechanism,
+            self.kafka_sasl_username,
+            self.kafka_sasl_password.get_secret_value() if self.kafka_sasl_password is not None else None,
+            self.kafka_ssl_ca_file, self.kafka_ssl_cert_file, self.kafka_ssl_key_file)
+
+    @property
+    def tls(self) -> TlsFiles | None:
+        """This service's certificate, key and CA, when its endpoints serve mutual TLS."""
+        return TlsFiles.of(self.tls_cert_file, self.tls_key_file, self.tls_ca_file)
 
     @property
     def command_topic(self) -> str:
@@ -140,6 +194,11 @@ class WorkerSettings(CoordinatorClientSettings):
     state_dir: Path = Field(Path(".millpond/state"), description="Where RocksDB stores live.")
     spark_master: str = Field("local[2]", description="Spark master URL for this worker's queries.")
     spark_driver_memory: str = Field("1g", description="Heap of the worker's Spark driver JVM.")
+    spark_conf: dict[str, str] = Field(
+        default_factory=dict, description="More Spark configuration for the worker's session, over Millpond's own "
+        "(a JSON object in MILLPOND_SPARK_CONF, a table in the TOML file), e.g. spark.driver.host, spark.driver.port "
+        "and spark.blockManager.port so a Spark master's executors can reach the worker's driver.",
+    )
     spark_cores: int = Field(
         0, description="Cores (threads) Spark gives this worker's queries, as ksqlDB's num.stream.threads: with a "
         "local master it sets local[N], with a cluster master spark.cores.max; 0 leaves spark_master as it is.",
@@ -191,3 +250,15 @@ class RouterSettings(CoordinatorClientSettings):
         "(a scan has the request's whole deadline).",
     )
     max_push_queries: int = Field(100, description="Most push queries this router streams at once.")
+    max_push_queries_per_client: int = Field(
+        10, description="Most push queries one client (its principal, or its address without authentication) "
+        "streams at once; one more is refused with RESOURCE_EXHAUSTED.",
+    )
+    max_statement_chars: int = Field(
+        65536, description="Longest statement text (a whole Execute request) the router accepts; a longer one is "
+        "refused with INVALID_ARGUMENT.",
+    )
+    max_rows_per_response: int = Field(
+        10000, description="Most rows one pull query may return; a pull query that would return more is refused "
+        "with RESOURCE_EXHAUSTED (add a LIMIT or a narrower WHERE).",
+    )

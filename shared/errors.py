@@ -19,6 +19,9 @@ class ErrorKind(Enum):
     UNAVAILABLE = "unavailable"
     FAILED_PRECONDITION = "failed_precondition"
     DEADLINE = "deadline"
+    UNAUTHENTICATED = "unauthenticated"
+    PERMISSION_DENIED = "permission_denied"
+    RESOURCE_EXHAUSTED = "resource_exhausted"
     INTERNAL = "internal"
 
 
@@ -78,3 +81,9 @@ class UnavailableError(MillpondError):
     """No host can serve the request right now; retrying later may succeed."""
 
     kind = ErrorKind.UNAVAILABLE
+
+
+class LimitError(MillpondError):
+    """A request goes past one of the service's configured limits."""
+
+    kind = ErrorKind.RESOURCE_EXHAUSTED

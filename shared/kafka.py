@@ -10,6 +10,7 @@ from aiokafka.errors import KafkaError, TopicAlreadyExistsError, UnknownTopicOrP
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from shared.catalog import PersistentQuery
+from shared.kafka_connection import KafkaConnection
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +44,11 @@ def _retriable(error: BaseException) -> bool:
     return isinstance(error, KafkaError) and error.retriable
 
 
-async def committed_offsets(bootstrap: str, group: str, partitions: list[TopicPartition],
+async def committed_offsets(kafka: KafkaConnection, group: str, partitions: list[TopicPartition],
                             timeout_s: float = 60.0) -> dict[TopicPartition, int]:
     """The offsets ``group`` committed for ``partitions`` (absent: none committed). Retries
     while the broker is still electing the group's coordinator, as on a fresh cluster."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(**kafka.client_args())
     await admin.start()
     try:
         async for attempt in AsyncRetrying(retry=retry_if_exception(_retriable), stop=stop_after_delay(timeout_s),

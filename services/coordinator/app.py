@@ -26,7 +26,8 @@ from shared.kafka import ensure_topic
 from shared.metastore import Metastore
 from shared.rpc.metastore import SERVICE_NAME as METASTORE_SERVICE
 from shared.rpc.metastore import metastore_registrar
-from shared.rpc.server import RpcServer, shutdown_event
+from shared.rpc.server import RpcServer, message_limits, shutdown_event
+from shared.rpc.tls import ChannelFactory
 from shared.task_status import StoreLag, TaskReport
 from shared.topology import stages
 
@@ -38,13 +39,13 @@ class Coordinator:
 
     def __init__(self, settings: CoordinatorSettings):
         self.settings = settings
-        bootstrap = settings.kafka_bootstrap_servers
+        kafka = settings.kafka
         self.metastore = Metastore()
-        self.reader = CommandReader(bootstrap, settings.command_topic, self.metastore)
-        self.writer = CommandWriter(bootstrap, settings.command_topic, transactional_id=settings.service_id)
-        self.admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-        self.producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, acks="all")
-        self.offsets = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
+        self.reader = CommandReader(kafka, settings.command_topic, self.metastore)
+        self.writer = CommandWriter(kafka, settings.command_topic, transactional_id=settings.service_id)
+        self.admin = AIOKafkaAdminClient(**kafka.client_args())
+        self.producer = AIOKafkaProducer(**kafka.client_args(), enable_idempotence=True, acks="all")
+        self.offsets = AIOKafkaConsumer(**kafka.client_args(), isolation_level="read_committed",
                                         enable_auto_commit=False)
         self.cluster = Cluster(
             settings.worker_session_timeout_ms / 1000,
@@ -53,13 +54,14 @@ class Coordinator:
                                           self.producer, self.offsets, self.cluster.task_reports)
         self.reader.listeners.append(self.reassign)
         self.server = RpcServer(
-            settings.host, settings.port,
+            settings,
             [lambda s: coordinator_pb2_grpc.add_CoordinatorServiceServicer_to_server(CoordinatorServicer(self), s),
              metastore_registrar(self.reader, "coordinator")],
             [coordinator_pb2.DESCRIPTOR.services_by_name["CoordinatorService"].full_name, METASTORE_SERVICE],
         )
         self.leadership: Leadership | None = None
         self._probes: dict[str, grpc.aio.Channel] = {}
+        self.channels = ChannelFactory(settings.tls, message_limits(settings.max_message_bytes))
 
     @property
     def coordinator_id(self) -> str:
@@ -125,7 +127,7 @@ class Coordinator:
         in time (hung, or starved of CPU: only a long silence makes that one dead)."""
         channel = self._probes.get(member.endpoint)
         if channel is None:
-            channel = self._probes[member.endpoint] = grpc.aio.insecure_channel(member.endpoint)
+            channel = self._probes[member.endpoint] = self.channels.open(member.endpoint)
         try:
             await health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(), timeout=self.settings.worker_probe_timeout_ms / 1000)
@@ -188,7 +190,7 @@ class Coordinator:
         await self.server.start()
         metrics.serve(self.settings.host, self.settings.metrics_port)
         self.leadership = Leadership(
-            self.settings.kafka_bootstrap_servers, self.settings.leader_topic,
+            self.settings.kafka, self.settings.leader_topic,
             f"_millpond-{self.settings.service_id}-coordinators", self.coordinator_id,
             self.settings.leader_session_timeout_ms, self._elected, self._deposed)
         tasks = [asyncio.create_task(c) for c in (

@@ -16,6 +16,7 @@ from aiokafka.errors import InvalidProducerEpoch, InvalidTxnState, ProducerFence
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from services.coordinator import views
+from shared import security
 from shared.catalog import Resolved
 from shared.command_log import Command, CommandReader, CommandWriter
 from shared.config import CoordinatorSettings
@@ -23,6 +24,7 @@ from shared.errors import StatementError, UnavailableError
 from shared.kafka import delete_topics, ensure_topic, internal_topics, topic_partitions
 from shared.metastore import DDL, Change, Metastore
 from shared.results import Outcome
+from shared.security import authorize_statement
 from shared.session import AUTO_OFFSET_RESET, check_properties, effective
 from shared.sql import ast
 from shared.sql.parser import parse_statement
@@ -64,6 +66,7 @@ class StatementExecutor:
     async def execute(self, sql: str, properties: Mapping[str, str]) -> Outcome:
         """Run one statement and describe what happened."""
         stmt = parse_statement(sql)
+        authorize_statement(security.CURRENT.get(), stmt)
         check_properties(properties)
         async with self._lock:
             if isinstance(stmt, DDL):

@@ -23,6 +23,7 @@ from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 from tenacity import AsyncRetrying, stop_after_attempt, wait_exponential_jitter
 
+from shared.kafka_connection import KafkaConnection
 from shared.task_status import now_ms
 
 log = logging.getLogger(__name__)
@@ -31,9 +32,9 @@ log = logging.getLogger(__name__)
 class Leadership:
     """Runs this coordinator's membership in the leader-election group."""
 
-    def __init__(self, bootstrap: str, topic: str, group: str, member: str, session_timeout_ms: int,
+    def __init__(self, kafka: KafkaConnection, topic: str, group: str, member: str, session_timeout_ms: int,
                  on_elected: Callable[[int], None], on_deposed: Callable[[], None]):
-        self.bootstrap = bootstrap
+        self.kafka = kafka
         self.partition = TopicPartition(topic, 0)
         self.group = group
         self.member = member
@@ -47,12 +48,12 @@ class Leadership:
     async def run(self, stop: asyncio.Event) -> None:
         """Take part in the election until ``stop``; leaving the group hands leadership on."""
         consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap, group_id=self.group, enable_auto_commit=False,
+            **self.kafka.client_args(), group_id=self.group, enable_auto_commit=False,
             session_timeout_ms=self.session_timeout_ms, heartbeat_interval_ms=max(self.session_timeout_ms // 5, 50),
             isolation_level="read_committed", auto_offset_reset="latest",
             # A coordinator joining does not take the lead from the one that has it.
             partition_assignment_strategy=(StickyPartitionAssignor,))
-        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, enable_idempotence=True, acks="all")
+        producer = AIOKafkaProducer(**self.kafka.client_args(), enable_idempotence=True, acks="all")
         listener = _Listener(self, producer)
         await producer.start()
         try:

@@ -20,17 +20,19 @@ from services.router.hosts import HostTable, PullBounds
 from services.router.pull import PullPlan, Replica, Replicas, Route, execute_pull, plan_pull
 from services.router.push import PushQuery
 from services.router.servicer import RouterServicer
-from shared import consistency, metrics
+from shared import consistency, metrics, security
 from shared.catalog import DataSource
 from shared.command_log import CommandReader
 from shared.config import RouterSettings
-from shared.errors import MillpondError, NotFoundError, StatementError, UnavailableError
+from shared.errors import LimitError, MillpondError, NotFoundError, StatementError, UnavailableError
 from shared.metastore import Metastore
 from shared.results import Outcome
 from shared.rpc.metastore import SERVICE_NAME as METASTORE_SERVICE
 from shared.rpc.metastore import metastore_registrar
-from shared.rpc.server import RpcServer, shutdown_event
+from shared.rpc.server import RpcServer, message_limits, shutdown_event
 from shared.rpc.status import raise_for_rpc, status_code
+from shared.rpc.tls import ChannelFactory
+from shared.security import authorize_statement
 from shared.serde import to_proto
 from shared.session import (
     AUTO_OFFSET_RESET,
@@ -55,15 +57,15 @@ class Router:
     def __init__(self, settings: RouterSettings):
         self.settings = settings
         self.metastore = Metastore()
-        self.reader = CommandReader(settings.kafka_bootstrap_servers, settings.command_topic, self.metastore)
+        self.reader = CommandReader(settings.kafka, settings.command_topic, self.metastore)
         self.server = RpcServer(
-            settings.host, settings.port,
+            settings,
             [lambda s: router_pb2_grpc.add_RouterServiceServicer_to_server(RouterServicer(self), s),
              metastore_registrar(self.reader, "router")],
             [router_pb2.DESCRIPTOR.services_by_name["RouterService"].full_name, METASTORE_SERVICE],
         )
-        self._coordinator_channels = [grpc.aio.insecure_channel(c) for c in settings.coordinators]
-        self.coordinators = [coordinator_pb2_grpc.CoordinatorServiceStub(c) for c in self._coordinator_channels]
+        self.channels = ChannelFactory(settings.tls, message_limits(settings.max_message_bytes))
+        """One channel per coordinator and worker, shared by every request (mutual TLS when configured)."""
         self.leader = 0
         """Index of the coordinator that last said it leads (asked first)."""
         self.generation = 0
@@ -74,16 +76,22 @@ class Router:
         self._plans: dict[tuple[str, int], PullPlan] = {}
         self.pushes: dict[str, PushQuery] = {}
         """The push queries this router streams now, by id."""
-        self._workers: dict[str, worker_pb2_grpc.WorkerServiceStub] = {}
-        self._channels: list[grpc.aio.Channel] = []
+        self._push_clients: dict[str, str] = {}
+        """Push query id -> the client streaming it."""
 
     def _worker(self, endpoint: str) -> worker_pb2_grpc.WorkerServiceStub:
-        stub = self._workers.get(endpoint)
-        if stub is None:
-            channel = grpc.aio.insecure_channel(endpoint)
-            self._channels.append(channel)
-            stub = self._workers[endpoint] = worker_pb2_grpc.WorkerServiceStub(channel)
-        return stub
+        return self.channels.stub(endpoint, worker_pb2_grpc.WorkerServiceStub)
+
+    @property
+    def coordinators(self) -> list[coordinator_pb2_grpc.CoordinatorServiceStub]:
+        """A stub per coordinator, in configuration order."""
+        return [self.channels.stub(c, coordinator_pb2_grpc.CoordinatorServiceStub) for c in self.settings.coordinators]
+
+    def _check_length(self, sql: str) -> None:
+        if len(sql) > self.settings.max_statement_chars:
+            raise StatementError(f"the statement text is {len(sql)} characters; this router accepts at most "
+                                 f"{self.settings.max_statement_chars} (max_statement_chars): send fewer statements "
+                                 "per request")
 
     @property
     def _timeout(self) -> float:
@@ -97,13 +105,16 @@ class Router:
         Pull queries and INSERTs carry the consistency token to send next: the request's
         token merged with the positions they reflect.
         """
+        self._check_length(sql)
         session = dict(properties)
         check_properties(session)
         positions = consistency.decode(token)
+        principal = security.CURRENT.get()
         deadline = self._deadline(time_remaining)
         outcomes: list[Outcome] = []
         for stmt in self._parse(sql):
             try:
+                authorize_statement(principal, stmt)
                 outcome, seen = await self._execute_one(stmt, session, positions, deadline)
             except grpc.aio.AioRpcError as err:
                 raise raise_for_rpc(err) from None
@@ -227,7 +238,7 @@ class Router:
         # moment: ask again with the newest assignment until the deadline.
         while True:
             try:
-                result = await execute_pull(plan, stmt.text, route, lookup, scan)
+                result = await execute_pull(plan, stmt.text, route, lookup, scan, self.settings.max_rows_per_response)
                 return result.outcome, consistency.of_partitions(plan.input_topic, result.positions.items())
             except UnavailableError:
                 if time.monotonic() + PULL_RETRY_S > deadline:
@@ -236,8 +247,11 @@ class Router:
             with contextlib.suppress(grpc.aio.AioRpcError):
                 await self._refresh_assignment()
 
-    async def stream(self, sql: str, properties: dict[str, str]) -> AsyncIterator[router_pb2.StreamQueryResponse]:
-        """Run one push query: a header, then its rows as they happen."""
+    async def stream(self, sql: str, properties: dict[str, str],
+                     client: str) -> AsyncIterator[router_pb2.StreamQueryResponse]:
+        """Run one push query for ``client`` (who asks, for the per-client limit): a header,
+        then its rows as they happen."""
+        self._check_length(sql)
         session = dict(properties)
         check_properties(session)
         statements = self._parse(sql)
@@ -251,9 +265,14 @@ class Router:
         if len(self.pushes) >= self.settings.max_push_queries:
             raise UnavailableError(f"this router already streams {len(self.pushes)} push queries (its limit, "
                                    "max_push_queries); try another router or later")
-        push = PushQuery(plan_select(stmt, source), self.settings.kafka_bootstrap_servers,
+        mine = sum(c == client for c in self._push_clients.values())
+        if mine >= self.settings.max_push_queries_per_client:
+            raise LimitError(f"{client} already runs {mine} push queries on this router, the most one client may "
+                             "(max_push_queries_per_client); cancel one first")
+        push = PushQuery(plan_select(stmt, source), self.settings.kafka,
                          from_beginning=effective(session).get(AUTO_OFFSET_RESET) == "earliest")
         self.pushes[push.query_id] = push
+        self._push_clients[push.query_id] = client
         metrics.PUSH_QUERIES.set(len(self.pushes))
         try:
             await push.start()
@@ -265,6 +284,7 @@ class Router:
                 metrics.PUSH_ROWS.inc()
         finally:
             del self.pushes[push.query_id]
+            del self._push_clients[push.query_id]
             metrics.PUSH_QUERIES.set(len(self.pushes))
             await push.stop()
 
@@ -329,8 +349,7 @@ class Router:
         for loop in loops:
             loop.cancel()
         await asyncio.gather(*loops, return_exceptions=True)
-        for channel in [*self._coordinator_channels, *self._channels]:
-            await channel.close()
+        await self.channels.close()
         await self.reader.stop()
 
 

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from millpond.worker.v1 import worker_pb2
 
 from shared.catalog import DataSource
-from shared.errors import StatementError, UnavailableError
+from shared.errors import LimitError, StatementError, UnavailableError
 from shared.metastore import Metastore
 from shared.partitioner import partition_for
 from shared.results import Outcome
@@ -147,13 +147,15 @@ async def _first_answer(table: DataSource, partition: int, route: Route, call: C
         + ("; ".join(reasons) if reasons else "no copy is assigned"))
 
 
-async def execute_pull(plan: PullPlan, text: str, route: Router, lookup: Lookup, scan: Scan) -> PullResult:
+async def execute_pull(plan: PullPlan, text: str, route: Router, lookup: Lookup, scan: Scan,
+                       max_rows: int | None = None) -> PullResult:
     """Answer a planned pull query from qualified copies of the table's partitions.
 
     ``lookup`` and ``scan`` raise ``UnavailableError`` when a copy cannot answer (it is down,
     no longer holds the partition, or is behind the token); the next qualified copy is asked.
     Scans ask one copy per partition, one call per host, all hosts at once; with a LIMIT
-    they go host by host and stop once enough rows passed the filter.
+    they go host by host and stop once enough rows passed the filter. More than
+    ``max_rows`` result rows is a LimitError.
     """
     table = plan.table
     names = [c.name for c in table.columns]
@@ -166,6 +168,9 @@ async def execute_pull(plan: PullPlan, text: str, route: Router, lookup: Lookup,
             if plan.where is not None and evaluate(plan.where, row) is not True:
                 continue
             result.outcome.rows.append(project(plan.items, table, row))
+            if max_rows is not None and len(result.outcome.rows) > max_rows:
+                raise LimitError(f"the pull query returns more than {max_rows} rows, the most one response may "
+                                 "hold (max_rows_per_response): add a LIMIT or a narrower WHERE")
             if plan.limit is not None and len(result.outcome.rows) >= plan.limit:
                 return True
         return False

@@ -24,6 +24,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from services.router.pull import project
 from shared.catalog import DataSource
+from shared.kafka_connection import KafkaConnection
 from shared.serde import deserialize_key, deserialize_value
 from shared.sql import ast
 from shared.sql.expressions import evaluate
@@ -38,7 +39,7 @@ class PushQuery:
     """One running push query."""
 
     plan: SelectPlan
-    bootstrap_servers: str
+    kafka: KafkaConnection
     from_beginning: bool
     fetch_records: int = 500
     """Most records fetched at once: what a slow client can hold up at the router."""
@@ -56,7 +57,7 @@ class PushQuery:
         every record written afterwards will be streamed."""
         source = self.plan.source
         self._consumer = consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap_servers, isolation_level="read_committed", enable_auto_commit=False,
+            **self.kafka.client_args(), isolation_level="read_committed", enable_auto_commit=False,
             fetch_max_wait_ms=100, max_partition_fetch_bytes=256 * 1024)
         await consumer.start()
         try:

@@ -8,12 +8,23 @@ from typing import TYPE_CHECKING
 import grpc
 from millpond.router.v1 import router_pb2, router_pb2_grpc
 
+from shared import security
 from shared.errors import MillpondError
 from shared.rpc.status import grpc_errors, status_code
 from shared.task_status import StoreLag
 
 if TYPE_CHECKING:
     from services.router.app import Router
+
+
+def client_of(context: grpc.aio.ServicerContext) -> str:
+    """Who is calling, for per-client limits: the authenticated principal, or without
+    authentication the peer's address (its host, whatever connection it uses)."""
+    principal = security.CURRENT.get()
+    if principal is not security.ANONYMOUS:
+        return f"principal {principal.name}"
+    peer: str = context.peer() or "unknown"  # ipv4:127.0.0.1:40404, ipv6:[::1]:40404
+    return "client " + peer.partition(":")[2].rpartition(":")[0]
 
 
 class RouterServicer(router_pb2_grpc.RouterServiceServicer):
@@ -33,7 +44,7 @@ class RouterServicer(router_pb2_grpc.RouterServiceServicer):
         # A client that goes away cancels this generator at its next write: the push query's
         # reader stops in its finally.
         try:
-            async for message in self.router.stream(request.sql, dict(request.properties)):
+            async for message in self.router.stream(request.sql, dict(request.properties), client_of(context)):
                 yield message
         except MillpondError as err:
             await context.abort(status_code(err.kind), err.message)

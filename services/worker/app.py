@@ -30,7 +30,8 @@ from shared.errors import NotFoundError, UnavailableError
 from shared.metastore import Metastore
 from shared.rpc.metastore import SERVICE_NAME as METASTORE_SERVICE
 from shared.rpc.metastore import metastore_registrar
-from shared.rpc.server import RpcServer, shutdown_event
+from shared.rpc.server import RpcServer, message_limits, shutdown_event
+from shared.rpc.tls import ChannelFactory
 from shared.sql import aggregates
 from shared.task_status import RUNNING, StoreLag, TaskReport
 from shared.topology import stages
@@ -56,9 +57,11 @@ class Worker:
     def __init__(self, settings: WorkerSettings):
         self.settings = settings
         self.metastore = Metastore()
-        self.reader = CommandReader(settings.kafka_bootstrap_servers, settings.command_topic, self.metastore)
+        self.reader = CommandReader(settings.kafka, settings.command_topic, self.metastore)
+        self.channels = ChannelFactory(settings.tls, message_limits(settings.max_message_bytes))
+        """Channels to the coordinators and routers (mutual TLS when configured)."""
         self.server = RpcServer(
-            settings.host, settings.port,
+            settings,
             [lambda s: worker_pb2_grpc.add_WorkerServiceServicer_to_server(WorkerServicer(self), s),
              metastore_registrar(self.reader, settings.worker_id)],
             [worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name, METASTORE_SERVICE],
@@ -136,36 +139,34 @@ class Worker:
         """Beat one coordinator: every coordinator tracks the members, so a follower that
         takes over knows them and what they run; only the leader answers with assignments."""
         interval = self.settings.heartbeat_interval_ms / 1000
-        async with grpc.aio.insecure_channel(coordinator) as channel:
-            stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)
-            while not stop.is_set():
-                try:
-                    response = await stub.Heartbeat(coordinator_pb2.HeartbeatRequest(
-                        worker_id=self.settings.worker_id, endpoint=self.server.endpoint,
-                        known_generation=self.generation, tasks=[r.to_proto() for r in self.task_reports()],
-                        lags=[lag.to_proto() for lag in self.store_lags()]), timeout=2)
-                    # A newer leader's generations are larger: an older leader cannot undo its orders.
-                    if response.HasField("assignment") and response.generation > self.generation:
-                        self._take(response.assignment)
-                except grpc.aio.AioRpcError as err:
-                    log.warning("heartbeat failed", extra={"coordinator": coordinator, "code": str(err.code())})
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), interval)
+        while not stop.is_set():
+            stub = self.channels.stub(coordinator, coordinator_pb2_grpc.CoordinatorServiceStub)
+            try:
+                response = await stub.Heartbeat(coordinator_pb2.HeartbeatRequest(
+                    worker_id=self.settings.worker_id, endpoint=self.server.endpoint,
+                    known_generation=self.generation, tasks=[r.to_proto() for r in self.task_reports()],
+                    lags=[lag.to_proto() for lag in self.store_lags()]), timeout=2)
+                # A newer leader's generations are larger: an older leader cannot undo its orders.
+                if response.HasField("assignment") and response.generation > self.generation:
+                    self._take(response.assignment)
+            except grpc.aio.AioRpcError as err:
+                log.warning("heartbeat failed", extra={"coordinator": coordinator, "code": str(err.code())})
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval)
 
     async def _report_loop(self, stop: asyncio.Event, router: str) -> None:
         """Beat one router with this worker's lags, for its failure detector and lag-aware routing."""
         interval = self.settings.heartbeat_interval_ms / 1000
-        async with grpc.aio.insecure_channel(router) as channel:
-            stub = router_pb2_grpc.RouterServiceStub(channel)
-            while not stop.is_set():
-                try:
-                    await stub.ReportHostStatus(router_pb2.ReportHostStatusRequest(
-                        worker_id=self.settings.worker_id, endpoint=self.server.endpoint,
-                        lags=[lag.to_proto() for lag in self.store_lags()]), timeout=2)
-                except grpc.aio.AioRpcError as err:
-                    log.debug("lag report failed", extra={"router": router, "code": str(err.code())})
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), interval)
+        while not stop.is_set():
+            stub = self.channels.stub(router, router_pb2_grpc.RouterServiceStub)
+            try:
+                await stub.ReportHostStatus(router_pb2.ReportHostStatusRequest(
+                    worker_id=self.settings.worker_id, endpoint=self.server.endpoint,
+                    lags=[lag.to_proto() for lag in self.store_lags()]), timeout=2)
+            except grpc.aio.AioRpcError as err:
+                log.debug("lag report failed", extra={"router": router, "code": str(err.code())})
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval)
 
     def _take(self, assignment: coordinator_pb2.Assignment) -> None:
         wanted: dict[str, set[int]] = defaultdict(set)
@@ -252,9 +253,8 @@ class Worker:
         standbys) rather than after its heartbeats time out."""
         for coordinator in self.settings.coordinators:
             try:
-                async with grpc.aio.insecure_channel(coordinator) as channel:
-                    await coordinator_pb2_grpc.CoordinatorServiceStub(channel).Leave(
-                        coordinator_pb2.LeaveRequest(worker_id=self.settings.worker_id), timeout=2)
+                await self.channels.stub(coordinator, coordinator_pb2_grpc.CoordinatorServiceStub).Leave(
+                    coordinator_pb2.LeaveRequest(worker_id=self.settings.worker_id), timeout=2)
             except grpc.aio.AioRpcError as err:
                 log.warning("could not leave the cluster; the coordinator will time the worker out",
                             extra={"coordinator": coordinator, "code": str(err.code())})
@@ -264,7 +264,7 @@ class Worker:
         minus the next offset it will process), restore progress and every copy's lag."""
         if self.settings.metrics_port is None:
             return
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.settings.kafka_bootstrap_servers,
+        consumer = AIOKafkaConsumer(**self.settings.kafka.client_args(),
                                     isolation_level="read_committed", enable_auto_commit=False)
         await consumer.start()
         try:
@@ -325,4 +325,5 @@ class Worker:
                 await replica.stop()
         if self.spark is not None:
             await asyncio.to_thread(self.spark.stop)
+        await self.channels.close()
         await self.reader.stop()

@@ -63,7 +63,7 @@ class QueryRunner:
                     for p in partitions}
         reader = (
             self.spark.readStream.format("kafka")
-            .option("kafka.bootstrap.servers", self.settings.kafka_bootstrap_servers)
+            .options(**self.settings.kafka.spark_options())
             .option("assign", json.dumps({topic: partitions}))
             .option("startingOffsets", json.dumps({topic: starting}))
             .option("kafka.isolation.level", "read_committed")

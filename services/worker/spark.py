@@ -39,7 +39,7 @@ def create_session(settings: WorkerSettings) -> SparkSession:
     builder = SparkSession.builder.master(master)
     for key, value in conf.items():
         builder = builder.config(key, value)
-    session = (
+    builder = (
         builder.appName(f"millpond-{settings.worker_id}")
         .config("spark.jars", ",".join(connector_jars()))
         .config("spark.driver.memory", settings.spark_driver_memory)
@@ -48,7 +48,9 @@ def create_session(settings: WorkerSettings) -> SparkSession:
         .config("spark.sql.session.timeZone", "UTC")
         # ksqlDB semantics: a bad cast or a division by zero gives NULL, not a failed batch.
         .config("spark.sql.ansi.enabled", "false")
-        .getOrCreate()
     )
+    for key, value in settings.spark_conf.items():  # the operator's settings win
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session

@@ -86,7 +86,7 @@ class StandbyReplica:
 
     async def _replay(self) -> None:
         store = self.store = PartitionStore(store_path(self.settings, self.query_id, self.partition))
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.settings.kafka_bootstrap_servers,
+        consumer = AIOKafkaConsumer(**self.settings.kafka.client_args(),
                                     isolation_level="read_committed", enable_auto_commit=False,
                                     fetch_max_wait_ms=POLL_MS)
         try:

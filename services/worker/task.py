@@ -101,7 +101,7 @@ class Task(ABC):
 
     async def _open_producer(self) -> None:
         self.producer = AIOKafkaProducer(
-            bootstrap_servers=self.settings.kafka_bootstrap_servers,
+            **self.settings.kafka.client_args(),
             transactional_id=task_transactional_id(self.settings.service_id, self.query.query_id, self.partition,
                                                    self.stage),
             enable_idempotence=True,
@@ -124,7 +124,7 @@ class Task(ABC):
         return committed
 
     async def _committed_input_offset(self) -> int | None:
-        offsets = await committed_offsets(self.settings.kafka_bootstrap_servers, self.group, [self.input])
+        offsets = await committed_offsets(self.settings.kafka, self.group, [self.input])
         return offsets.get(self.input)
 
     @asynccontextmanager
@@ -236,7 +236,7 @@ class AggregationTask(StoreTask):
 
     async def _restore(self) -> None:
         assert self.store is not None
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.settings.kafka_bootstrap_servers,
+        consumer = AIOKafkaConsumer(**self.settings.kafka.client_args(),
                                     isolation_level="read_committed", enable_auto_commit=False)
         await consumer.start()
         try:

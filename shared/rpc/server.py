@@ -6,12 +6,24 @@ import asyncio
 import logging
 import signal
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from shared.config import CommonSettings, endpoints
+from shared.errors import SetupError
+from shared.rpc.auth import Authenticator, AuthInterceptor
+from shared.rpc.tls import server_credentials
+from shared.security import TokenBook
+
 log = logging.getLogger(__name__)
+
+
+def message_limits(max_bytes: int) -> list[tuple[str, int]]:
+    """gRPC options that refuse (RESOURCE_EXHAUSTED) a message larger than ``max_bytes``."""
+    return [("grpc.max_receive_message_length", max_bytes), ("grpc.max_send_message_length", max_bytes)]
 
 Registrar = Callable[[grpc.aio.Server], None]
 
@@ -19,8 +31,17 @@ Registrar = Callable[[grpc.aio.Server], None]
 class RpcServer:
     """A gRPC server that serves the given services plus health and reflection."""
 
-    def __init__(self, host: str, port: int, registrars: Iterable[Registrar], service_names: Iterable[str]):
-        self.server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    def __init__(self, settings: CommonSettings, registrars: Iterable[Registrar], service_names: Iterable[str]):
+        limits = message_limits(settings.max_message_bytes)
+        tls = settings.tls
+        # Without TLS no caller proves who it is, so there is nothing to check (a local cluster).
+        interceptors = [] if tls is None else [AuthInterceptor(Authenticator(
+            TokenBook(Path(settings.auth_tokens_file)) if settings.auth_tokens_file else None,
+            frozenset(endpoints(settings.service_identities))))]
+        if tls is None and settings.auth_tokens_file:
+            raise SetupError("MILLPOND_AUTH_TOKENS_FILE needs TLS (MILLPOND_TLS_CERT_FILE, _KEY_FILE, _CA_FILE): "
+                             "without it the services cannot tell their own calls from a client's")
+        self.server = grpc.aio.server(options=[("grpc.so_reuseport", 0), *limits], interceptors=interceptors)
         for register in registrars:
             register(self.server)
         self.health = health.aio.HealthServicer()
@@ -29,8 +50,12 @@ class RpcServer:
         reflection.enable_server_reflection(
             [*self.service_names, health.SERVICE_NAME, reflection.SERVICE_NAME], self.server
         )
-        self.port = self.server.add_insecure_port(f"{host}:{port}")
-        self.host = host
+        address = f"{settings.host}:{settings.port}"
+        if tls is None:
+            self.port = self.server.add_insecure_port(address)
+        else:
+            self.port = self.server.add_secure_port(address, server_credentials(tls))
+        self.host = settings.host
 
     @property
     def endpoint(self) -> str:

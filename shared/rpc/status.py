@@ -20,6 +20,9 @@ _CODES = {
     ErrorKind.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
     ErrorKind.FAILED_PRECONDITION: grpc.StatusCode.FAILED_PRECONDITION,
     ErrorKind.DEADLINE: grpc.StatusCode.DEADLINE_EXCEEDED,
+    ErrorKind.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
+    ErrorKind.PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
+    ErrorKind.RESOURCE_EXHAUSTED: grpc.StatusCode.RESOURCE_EXHAUSTED,
     ErrorKind.INTERNAL: grpc.StatusCode.INTERNAL,
 }
 

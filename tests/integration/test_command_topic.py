@@ -19,6 +19,7 @@ from shared.command_log import Command, CommandReader, CommandWriter
 from shared.config import CoordinatorSettings
 from shared.errors import AlreadyExistsError
 from shared.kafka import delete_topics, ensure_topic
+from shared.kafka_connection import KafkaConnection
 from shared.metastore import Metastore
 
 pytestmark = pytest.mark.kafka
@@ -30,7 +31,7 @@ async def coordinator_core(bootstrap: str, service_id: str) -> AsyncIterator[Sta
     """What a coordinator needs to execute statements: its own metastore, reader and clients."""
     settings = CoordinatorSettings(service_id=service_id, kafka_bootstrap_servers=bootstrap)
     metastore = Metastore()
-    reader = CommandReader(bootstrap, settings.command_topic, metastore)
+    reader = CommandReader(settings.kafka, settings.command_topic, metastore)
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True)
     offsets = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
@@ -40,7 +41,7 @@ async def coordinator_core(bootstrap: str, service_id: str) -> AsyncIterator[Sta
         await client.start()
     try:
         yield StatementExecutor(settings, metastore, reader,
-                                CommandWriter(bootstrap, settings.command_topic, service_id),
+                                CommandWriter(settings.kafka, settings.command_topic, service_id),
                                 admin, producer, offsets)
     finally:
         for closer in (reader.stop, offsets.stop, producer.stop, admin.close):
@@ -126,7 +127,7 @@ async def test_a_fenced_writer_cannot_commit(kafka: EmbeddedKafka) -> None:
     await admin.start()
     await ensure_topic(admin, topic, 1)
     await admin.close()
-    first, second = (CommandWriter(kafka.bootstrap_servers, topic, service_id) for _ in range(2))
+    first, second = (CommandWriter(KafkaConnection(kafka.bootstrap_servers), topic, service_id) for _ in range(2))
     stale = Command("CREATE STREAM stale (a INT) WITH (kafka_topic='stale', partitions=1, value_format='JSON')")
     fresh = Command("CREATE STREAM fresh (a INT) WITH (kafka_topic='fresh', partitions=1, value_format='JSON')")
     with pytest.raises(ProducerFenced):
@@ -160,7 +161,7 @@ async def test_replay_keeps_every_statement_and_marks_what_lost_its_topic(kafka:
         await delete_topics(coordinator.admin, [topic])
 
         replayed = Metastore()
-        reader = CommandReader(bootstrap, coordinator.settings.command_topic, replayed)
+        reader = CommandReader(coordinator.settings.kafka, coordinator.settings.command_topic, replayed)
         await reader.start()
         try:
             deadline = asyncio.get_running_loop().time() + 30

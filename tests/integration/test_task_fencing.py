@@ -19,6 +19,7 @@ from services.worker.state.store import INPUT_OFFSET
 from services.worker.task import AggregationTask, BatchSlice, ProjectionTask
 from shared.config import WorkerSettings
 from shared.kafka import changelog_topic, committed_offsets, consumer_group, ensure_topic
+from shared.kafka_connection import KafkaConnection
 from shared.metastore import Metastore
 from shared.sql.parser import parse_statement
 
@@ -105,7 +106,7 @@ async def test_a_task_given_away_cannot_commit_and_its_successor_restores_from_t
     assert await _committed(kafka.bootstrap_servers, sink.topic) == [(b"k1", {"N": 5}), (b"k2", {"N": 2}),
                                                                       (b"k1", {"N": 10})]
     group = consumer_group(service_id, query.query_id)
-    assert await committed_offsets(kafka.bootstrap_servers, group, [old.input]) == {old.input: 10}
+    assert await committed_offsets(KafkaConnection(kafka.bootstrap_servers), group, [old.input]) == {old.input: 10}
 
 
 async def test_a_fenced_projection_task_writes_nothing(kafka: EmbeddedKafka, tmp_path: Path) -> None:

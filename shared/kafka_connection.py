@@ -1,0 +1,68 @@
+"""How a service's Kafka clients connect: bootstrap servers and the standard client
+security settings (SSL, SASL), as aiokafka arguments and as Spark Kafka source options."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiokafka.helpers import create_ssl_context
+
+_JAAS_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+
+
+@dataclass(frozen=True)
+class KafkaConnection:
+    """Where the brokers are and how to authenticate to them."""
+
+    bootstrap_servers: str
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str = "PLAIN"
+    sasl_username: str | None = None
+    sasl_password: str | None = None
+    ssl_ca_file: str | None = None
+    ssl_cert_file: str | None = None
+    ssl_key_file: str | None = None
+
+    @property
+    def _sasl(self) -> bool:
+        return self.security_protocol.startswith("SASL")
+
+    @property
+    def _ssl(self) -> bool:
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
+    def client_args(self) -> dict[str, Any]:
+        """Keyword arguments for any aiokafka client (producer, consumer, admin)."""
+        args: dict[str, Any] = {"bootstrap_servers": self.bootstrap_servers,
+                                "security_protocol": self.security_protocol}
+        if self._sasl:
+            args |= {"sasl_mechanism": self.sasl_mechanism, "sasl_plain_username": self.sasl_username,
+                     "sasl_plain_password": self.sasl_password}
+        if self._ssl:
+            args["ssl_context"] = create_ssl_context(cafile=self.ssl_ca_file, certfile=self.ssl_cert_file,
+                                                     keyfile=self.ssl_key_file)
+        return args
+
+    def spark_options(self) -> dict[str, str]:
+        """Options for Spark's Kafka source and sink (``kafka.`` + the Java client's settings)."""
+        options = {"kafka.bootstrap.servers": self.bootstrap_servers, "kafka.security.protocol": self.security_protocol}
+        if self._sasl:
+            options["kafka.sasl.mechanism"] = self.sasl_mechanism
+            options["kafka.sasl.jaas.config"] = (
+                f"{_JAAS_MODULES[self.sasl_mechanism]} required username={json.dumps(self.sasl_username or '')} "
+                f"password={json.dumps(self.sasl_password or '')};")
+        if self._ssl:
+            if self.ssl_ca_file:
+                options |= {"kafka.ssl.truststore.type": "PEM", "kafka.ssl.truststore.location": self.ssl_ca_file}
+            if self.ssl_cert_file and self.ssl_key_file:
+                options |= {"kafka.ssl.keystore.type": "PEM",
+                            "kafka.ssl.keystore.certificate.chain": Path(self.ssl_cert_file).read_text(),
+                            "kafka.ssl.keystore.key": Path(self.ssl_key_file).read_text()}
+        return options
