@@ -145,7 +145,7 @@ def main() -> None:
                 "worker_lookup_vs_grpc_echo": round(p50["worker_lookup"] / p50["grpc_echo"], 2),
                 "router_pull_vs_rocksdict_get": round(p50["router_pull"] / p50["rocksdict_get"], 1),
             },
-        }, indent=2))
+        }), flush=True)
     finally:
         cluster.stop()
         if cluster.broker is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sys
 import time
@@ -22,6 +23,7 @@ from cli.status import lag_outcome, leader_status, router_status, status_outcome
 from deploy.launcher import LocalCluster
 from shared.config import endpoints
 from shared.errors import MillpondError, SetupError
+from shared.net import free_port
 from shared.results import Outcome
 from shared.rpc.tls import ClientCredentials, TlsFiles
 from shared.sql.parser import parse_script
@@ -194,8 +196,6 @@ def demo(
     data_dir: Annotated[Path, typer.Option(help="Where the demo cluster keeps its data.")] = Path(".millpond/demo"),
 ) -> None:
     """Start a fresh local cluster, run seed 000's readings example, print the table, stop."""
-    import shutil
-
     shutil.rmtree(data_dir, ignore_errors=True)
     cluster = LocalCluster(data_dir=data_dir, workers=workers, router_port=port)
     try:
@@ -270,6 +270,59 @@ def status(
         return
     print_outcome(status_outcome(cluster, router_hosts=router_hosts), "table", out)
     print_outcome(lag_outcome(cluster), "table", out)
+
+
+@app.command()
+def loadtest(
+    server: Annotated[str, typer.Option(envvar="MILLPOND_SERVER", help="The router, host:port.")] = DEFAULT_SERVER,
+    kafka: Annotated[str | None, typer.Option(help="The cluster's Kafka bootstrap servers (events are produced "
+                                                   "there directly).")] = None,
+    local: Annotated[bool, typer.Option(help="Start a local cluster for the test (needed for --fault).")] = False,
+    workers: Annotated[int, typer.Option(help="With --local: workers to start.")] = 3,
+    standbys: Annotated[int, typer.Option(help="With --local: standby replicas per table partition.")] = 1,
+    data_dir: Annotated[Path, typer.Option(help="With --local: where the cluster keeps its data.")] = Path(
+        ".millpond/loadtest"),
+    stream: Annotated[str, typer.Option(help="The stream to write; the table is STREAM_avg.")] = "loadtest",
+    keys: Annotated[int, typer.Option(help="Distinct keys.")] = 1000,
+    partitions: Annotated[int, typer.Option(help="Partitions of the stream and table.")] = 8,
+    duration: Annotated[float, typer.Option(help="Seconds to run.")] = 30.0,
+    events_per_s: Annotated[float, typer.Option(help="Target events per second; 0 for as fast as possible.")] = 1000.0,
+    pull_concurrency: Annotated[int, typer.Option(help="Concurrent pull-query callers.")] = 4,
+    pull_rate: Annotated[float, typer.Option(help="Target pulls per second in all; 0 for as fast as possible.")] = 0.0,
+    distribution: Annotated[str, typer.Option(help="Key distribution of the pulls: uniform or zipf.")] = "uniform",
+    standby_reads: Annotated[bool, typer.Option(help="Let standbys answer pulls.")] = True,
+    fault: Annotated[list[str] | None, typer.Option(help=(
+        "With --local: kill:worker-1@10 (SIGKILL at 10 s), stop:worker-2@20, restart:worker-1@30, add@15."))] = None,
+) -> None:
+    """Drive a cluster with events and pull queries (and faults); print a JSON summary."""
+    import asyncio
+
+    from cli import loadtest as harness
+
+    cluster = None
+    try:
+        faults = [harness.Fault.parse(f) for f in fault or []]
+        if local:
+            shutil.rmtree(data_dir, ignore_errors=True)
+            cluster = LocalCluster(data_dir=data_dir, workers=workers, router_port=free_port(), service_id="loadtest",
+                                   coordinator_env={"MILLPOND_NUM_STANDBY_REPLICAS": str(standbys)})
+            err.print(f"starting a local cluster with {workers} workers ...")
+            cluster.start()
+            server, kafka = cluster.router, cluster.bootstrap
+        if kafka is None:
+            raise MillpondError("give --kafka (the cluster's bootstrap servers) or --local")
+        config = harness.Config(server=server, kafka=kafka, stream=stream, keys=keys, partitions=partitions,
+                                duration_s=duration, events_per_s=events_per_s, pull_concurrency=pull_concurrency,
+                                pull_rate=pull_rate, distribution=distribution, standby_reads=standby_reads,
+                                faults=faults, credentials=_credentials)
+        summary = asyncio.run(harness.run(config, cluster, err))
+        print(json.dumps(summary, indent=2), flush=True)
+    except (MillpondError, grpc.RpcError) as error:
+        err.print(_message(error), markup=False)
+        raise typer.Exit(1) from None
+    finally:
+        if cluster is not None:
+            cluster.stop()
 
 
 def main() -> None:

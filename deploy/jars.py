@@ -21,7 +21,7 @@ from pathlib import Path
 from shared.errors import SetupError
 
 DEPLOY_DIR = Path(__file__).resolve().parent
-BUNDLES = ("kafka", "spark")
+BUNDLES = ("kafka", "spark", "kafka-tools")
 _MARKER = ".complete"
 
 

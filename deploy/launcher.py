@@ -87,6 +87,8 @@ class LocalCluster:
     """Extra MILLPOND_* settings for the router."""
     service_env: dict[str, str] = field(default_factory=dict)
     """Extra MILLPOND_* settings for every service (e.g. Kafka's security settings)."""
+    worker_cpus: list[set[int]] = field(default_factory=list)
+    """Pin worker i (and its Spark JVM) to ``worker_cpus[i]`` (benchmarks); empty: no pinning."""
     secure: bool = False
     """Mutual TLS on every endpoint with certificates from a throwaway CA under
     ``data_dir/tls``, and bearer tokens (``tokens``) that clients must present."""
@@ -132,7 +134,7 @@ class LocalCluster:
         """The client front door."""
         return f"127.0.0.1:{self.router_port}"
 
-    def _spawn(self, name: str, module: str, port: int, env: dict[str, str]) -> Child:
+    def _spawn(self, name: str, module: str, port: int, env: dict[str, str], cpus: set[int] | None = None) -> Child:
         logs = self.data_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         log = logs / f"{name}.log"
@@ -141,7 +143,10 @@ class LocalCluster:
                     "MILLPOND_PORT": str(port), "MILLPOND_METRICS_PORT": str(free_port()),
                     **self._security_env, **self.service_env, **env}
         with log.open("ab") as out:
-            process = subprocess.Popen([sys.executable, "-m", module], env=full_env, stdout=out,
+            # taskset pins the process before it runs anything: its threads and the JVM it
+            # starts inherit the affinity.
+            pin = ["taskset", "-c", ",".join(map(str, sorted(cpus)))] if cpus else []
+            process = subprocess.Popen([*pin, sys.executable, "-m", module], env=full_env, stdout=out,
                                        stderr=subprocess.STDOUT, start_new_session=True)
         child = Child(name, f"127.0.0.1:{port}", process, log, module, full_env)
         self.children.append(child)
@@ -166,7 +171,7 @@ class LocalCluster:
             "MILLPOND_STATE_DIR": str(self.data_dir / "state"),
             "MILLPOND_SPARK_MASTER": self.spark_master,
             **self.worker_env,
-        })
+        }, self.worker_cpus[n - 1] if n <= len(self.worker_cpus) else None)
         if wait:
             wait_healthy(child.endpoint, self.start_timeout, child.process, self.credentials())
         return child

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -236,7 +237,9 @@ class AggregationTask(StoreTask):
 
     async def _restore(self) -> None:
         assert self.store is not None
-        consumer = AIOKafkaConsumer(**self.settings.kafka.client_args(),
+        # A short fetch wait: the changelog usually ends with a commit marker, and a fetch
+        # that finds only the marker would otherwise wait the default 500 ms.
+        consumer = AIOKafkaConsumer(**self.settings.kafka.client_args(), fetch_max_wait_ms=25,
                                     isolation_level="read_committed", enable_auto_commit=False)
         await consumer.start()
         try:
@@ -245,6 +248,7 @@ class AggregationTask(StoreTask):
             position = self.changelog_position = self.store.position(CHANGELOG_OFFSET) or 0
             self.changelog_end = end
             self.state, self.records_to_restore = RESTORING, max(end - position, 0)
+            started = time.monotonic()
             consumer.seek(self.changelog, position)
             while position < end:
                 batches = await consumer.getmany(self.changelog, timeout_ms=1000, max_records=10_000)
@@ -255,6 +259,9 @@ class AggregationTask(StoreTask):
                 position = self.changelog_position = self.store.apply_changelog(records)
                 self.restored_records += len(records)
                 self.last_applied_ms = now_ms()
+            log.info("restore finished", extra={"query": self.query.query_id, "partition": self.partition,
+                                                "restored": self.restored_records,
+                                                "seconds": round(time.monotonic() - started, 3)})
         finally:
             await consumer.stop()
 

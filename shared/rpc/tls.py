@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,8 @@ from shared.errors import SetupError
 
 log = logging.getLogger(__name__)
 S = TypeVar("S")
+CHECK_EVERY_S = 1.0
+"""How often a ChannelFactory looks whether its TLS files changed."""
 RETIRE_AFTER_S = 30.0
 """How long a channel replaced after a certificate change stays open for calls in flight."""
 
@@ -52,7 +55,8 @@ class TlsFiles:
     def stamp(self) -> tuple[int, ...]:
         """Changes whenever any of the files does."""
         try:
-            return tuple(n for f in (self.cert, self.key, self.ca) for n in (os.stat(f).st_mtime_ns, os.stat(f).st_size))
+            stats = [os.stat(f) for f in (self.cert, self.key, self.ca)]
+            return tuple(n for s in stats for n in (s.st_mtime_ns, s.st_size))
         except OSError as err:
             raise SetupError(f"cannot read TLS file {err.filename}: {err.strerror}") from None
 
@@ -111,10 +115,13 @@ class ChannelFactory:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[tuple[str, Callable[..., Any]], Any] = {}
         self._closing: set[asyncio.Future[None]] = set()
+        self._checked = time.monotonic()
 
     def _refresh(self) -> None:
-        if self.tls is None:
+        # At most one look at the files a second: channel() is on every pull query's path.
+        if self.tls is None or time.monotonic() - self._checked < CHECK_EVERY_S:
             return
+        self._checked = time.monotonic()
         try:
             stamp = self.tls.stamp()
             if stamp == self._stamp:

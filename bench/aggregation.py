@@ -1,0 +1,77 @@
+"""Aggregation throughput: the readings AVG-by-sensor query over 8 partitions, events per
+second from the query's start to the table caught up with every input record, against
+Kafka's own consumer performance tool and a plain aiokafka consumer reading the same
+topic in the same run; peak memory of every service while it runs.
+
+``python -m bench.aggregation [--events 2000000 --keys 1000 --workers 2 --pin]``
+(``--pin`` gives worker i core i; ``bench.scaling`` compares 1 and 2 pinned workers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from bench.common import (
+    PeakMemory,
+    arguments,
+    cluster,
+    create_average,
+    create_readings,
+    emit,
+    end_offsets,
+    kafka_perf_consumer,
+    produce_readings,
+    ratio,
+    raw_consumer_rate,
+    wait_caught_up,
+)
+
+PARTITIONS = 8
+
+
+def measure(events: int, keys: int, workers: int, pin: bool, max_offsets_per_trigger: int) -> dict[str, Any]:
+    """One aggregation run on a fresh cluster."""
+    cpus = [{i} for i in range(workers)] if pin else []
+    worker_env = {"MILLPOND_TRIGGER_INTERVAL_MS": "100"}
+    if max_offsets_per_trigger:
+        worker_env["MILLPOND_MAX_OFFSETS_PER_TRIGGER"] = str(max_offsets_per_trigger)
+    with cluster(workers=workers, worker_cpus=cpus, worker_env=worker_env) as local:
+        # A small query first, so every worker's Spark session is up before the clock starts.
+        create_readings(local, "warmup", PARTITIONS)
+        asyncio.run(produce_readings(local.bootstrap, "warmup", 100, 100, PARTITIONS))
+        warm_ends = asyncio.run(end_offsets(local.bootstrap, "warmup", PARTITIONS))
+        wait_caught_up(local, create_average(local, "warmup", "warmup_avg"), warm_ends)
+        create_readings(local, "readings", PARTITIONS)
+        produced = asyncio.run(produce_readings(local.bootstrap, "readings", events, keys, PARTITIONS))
+        ends = asyncio.run(end_offsets(local.bootstrap, "readings", PARTITIONS))
+        perf = kafka_perf_consumer(local.bootstrap, "readings", events)
+        raw = asyncio.run(raw_consumer_rate(local.bootstrap, "readings", PARTITIONS))
+        with PeakMemory(local) as memory:
+            started = time.monotonic()
+            query_id = create_average(local, "readings", "avg_readings")
+            finished = wait_caught_up(local, query_id, ends)
+        seconds = finished - started
+    rate = events / seconds
+    return {
+        "events": events, "keys": keys, "partitions": PARTITIONS, "workers": workers, "pinned": pin,
+        "seconds_to_caught_up": round(seconds, 2), "events_per_s": round(rate, 1),
+        "produce_events_per_s": round(produced, 1),
+        "baseline_kafka_perf_consumer": perf, "baseline_aiokafka_consumer": raw,
+        "ratio_to_kafka_perf_consumer": ratio(rate, perf.get("records_per_s")),
+        "ratio_to_aiokafka_consumer": ratio(rate, raw["records_per_s"]),
+        "peak_rss_mib": memory.peaks,
+    }
+
+
+def main() -> None:
+    args = arguments(__doc__, events=2_000_000, keys=1000, workers=2, pin=0, max_offsets_per_trigger=200_000)
+    if args.smoke:
+        args.events, args.keys, args.workers = 20_000, 100, 1
+    emit({"benchmark": "aggregation", "smoke": args.smoke,
+          **measure(args.events, args.keys, args.workers, bool(args.pin), args.max_offsets_per_trigger)})
+
+
+if __name__ == "__main__":
+    main()

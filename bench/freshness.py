@@ -1,0 +1,122 @@
+"""Freshness: time from an INSERT to its effect being visible in a pull query, p50 and
+p99, while a steady 10,000 events per second flow into the same stream; against the raw
+Kafka produce-to-consume latency of a record on the same broker in the same run.
+
+Each probe INSERTs a reading for its own key through the router, then pulls that key
+(without a consistency token, every 5 ms) until the table has it.
+
+``python -m bench.freshness [--events-per-s 10000 --probes 100]``
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import statistics
+import threading
+import time
+from typing import Any
+
+import grpc
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from bench.common import arguments, cluster, create_average, create_readings, emit, ratio
+from cli import loadtest
+from cli.client import RouterClient
+
+PARTITIONS = 4
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return round(ordered[min(int(len(ordered) * p), len(ordered) - 1)], 2)
+
+
+async def kafka_latency(bootstrap: str, probes: int) -> list[float]:
+    """Milliseconds from send to receipt of a record by a tailing consumer, one at a time."""
+    topic = "readings"
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=10, enable_auto_commit=False)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0, acks=1)
+    await consumer.start()
+    await producer.start()
+    try:
+        tp = TopicPartition(topic, PARTITIONS - 1)
+        consumer.assign([tp])
+        await consumer.seek_to_end(tp)
+        await consumer.position(tp)
+        out = []
+        for i in range(probes):
+            marker = f"probe-{i}".encode()
+            sent = time.perf_counter()
+            await producer.send_and_wait(topic, b'{"AREA": "x", "READING": 1}', key=marker, partition=tp.partition)
+            found = False
+            while not found:
+                batches = await consumer.getmany(tp, timeout_ms=1000)
+                found = any(r.key == marker for r in batches.get(tp, []))
+            out.append((time.perf_counter() - sent) * 1000)
+        return out
+    finally:
+        await producer.stop()
+        await consumer.stop()
+
+
+def probe(router: str, probes: int, rng: random.Random) -> list[float]:
+    client = RouterClient(router, timeout=30)
+    out = []
+    try:
+        for i in range(probes):
+            key = f"fresh-{i:05d}"
+            reading = rng.randrange(1, 100)
+            started = time.perf_counter()
+            client.execute(f"INSERT INTO readings (sensor, area, reading) VALUES ('{key}', 'probe', {reading});")
+            client.token = ""  # measure visibility, not the router's wait for the token
+            while True:
+                try:
+                    (outcome,) = client.execute(f"SELECT avg_reading FROM avg_readings WHERE sensor = '{key}';")
+                    client.token = ""
+                    if outcome.rows:
+                        break
+                except grpc.RpcError:
+                    pass
+                time.sleep(0.005)
+            out.append((time.perf_counter() - started) * 1000)
+            time.sleep(0.05)
+    finally:
+        client.close()
+    return out
+
+
+def main() -> None:
+    args = arguments(__doc__, events_per_s=10_000.0, probes=100, keys=1000)
+    if args.smoke:
+        args.events_per_s, args.probes, args.keys = 500.0, 5, 50
+    with cluster(workers=2, worker_env={"MILLPOND_TRIGGER_INTERVAL_MS": "100"}) as local:
+        create_readings(local, "readings", PARTITIONS)
+        create_average(local, "readings", "avg_readings")
+        config = loadtest.Config(server=local.router, kafka=local.bootstrap, stream="readings", keys=args.keys,
+                                 partitions=PARTITIONS, events_per_s=args.events_per_s)
+        stats, stop = loadtest.Stats(), asyncio.Event()
+        loop = asyncio.new_event_loop()
+        background = threading.Thread(target=loop.run_until_complete, daemon=True,
+                                      args=(loadtest.produce(config, stats, stop, random.Random(1)),))
+        background.start()
+        time.sleep(5 if not args.smoke else 1)  # let the load settle
+        produced_before, started = stats.produced, time.monotonic()
+        visible = probe(local.router, args.probes, random.Random(2))
+        achieved = (stats.produced - produced_before) / (time.monotonic() - started)
+        loop.call_soon_threadsafe(stop.set)
+        background.join(30)
+        raw = asyncio.run(kafka_latency(local.bootstrap, args.probes))
+    result: dict[str, Any] = {
+        "benchmark": "freshness", "smoke": args.smoke, "probes": args.probes,
+        "target_events_per_s": args.events_per_s, "achieved_events_per_s": round(achieved, 1),
+        "insert_to_visible_ms": {"p50": percentile(visible, 0.5), "p99": percentile(visible, 0.99),
+                                 "mean": round(statistics.fmean(visible), 2)},
+        "baseline_kafka_produce_to_consume_ms": {"p50": percentile(raw, 0.5), "p99": percentile(raw, 0.99)},
+        "ratio_p50_to_kafka": ratio(percentile(visible, 0.5), percentile(raw, 0.5)),
+    }
+    emit(result)
+
+
+if __name__ == "__main__":
+    main()

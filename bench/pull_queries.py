@@ -1,0 +1,132 @@
+"""Pull queries: key lookups through the router at concurrency 1, 16 and 64, QPS and
+latency percentiles (HDR histogram), against a bare gRPC echo through the same server
+stack (the router's health check, same client, same concurrency) and a direct rocksdict
+get of the same keys, all in the same run.
+
+``python -m bench.pull_queries [--seconds 10 --keys 1000]``
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from hdrh.histogram import HdrHistogram
+from millpond.router.v1 import router_pb2, router_pb2_grpc
+from rocksdict import Rdict
+
+from bench.common import (
+    arguments,
+    cluster,
+    create_average,
+    create_readings,
+    emit,
+    end_offsets,
+    key_name,
+    produce_readings,
+    ratio,
+    wait_caught_up,
+)
+
+PARTITIONS = 4
+CONCURRENCY = (1, 16, 64)
+
+
+async def closed_loop(call: Callable[[int], Awaitable[None]], concurrency: int, seconds: float) -> dict[str, Any]:
+    """``concurrency`` callers calling back to back for ``seconds``: QPS and percentiles (ms)."""
+    histogram = HdrHistogram(1, 60_000_000, 3)
+    errors = 0
+    stop_at = time.monotonic() + seconds
+
+    async def caller(offset: int) -> None:
+        nonlocal errors
+        i = offset
+        while time.monotonic() < stop_at:
+            begun = time.perf_counter_ns()
+            try:
+                await call(i)
+                histogram.record_value(max((time.perf_counter_ns() - begun) // 1000, 1))
+            except grpc.aio.AioRpcError:
+                errors += 1
+            i += concurrency
+
+    started = time.monotonic()
+    await asyncio.gather(*(caller(n) for n in range(concurrency)))
+    elapsed = time.monotonic() - started
+    count = histogram.get_total_count()
+    return {"concurrency": concurrency, "qps": round(count / elapsed, 1), "errors": errors,
+            "p50_ms": histogram.get_value_at_percentile(50) / 1000, "p99_ms": histogram.get_value_at_percentile(99) / 1000,
+            "p99_9_ms": histogram.get_value_at_percentile(99.9) / 1000, "max_ms": histogram.get_max_value() / 1000}
+
+
+def rocksdict_gets(keys: int, seconds: float) -> dict[str, Any]:
+    """Direct gets (and the JSON decode the worker does) on a store of the same keys."""
+    with tempfile.TemporaryDirectory() as workdir:
+        db = Rdict(str(Path(workdir) / "db"))
+        try:
+            names = [key_name(k).encode() for k in range(keys)]
+            for k, name in enumerate(names):
+                db[name] = json.dumps([[k * 50, 100]]).encode()
+            histogram, stop_at, i = HdrHistogram(1, 60_000_000, 3), time.monotonic() + seconds, 0
+            started = time.monotonic()
+            while time.monotonic() < stop_at:
+                begun = time.perf_counter_ns()
+                json.loads(db[names[i % keys]] or b"null")
+                histogram.record_value(max((time.perf_counter_ns() - begun) // 1000, 1))
+                i += 1
+            elapsed = time.monotonic() - started
+        finally:
+            db.close()
+    return {"qps": round(i / elapsed, 1), "p50_ms": histogram.get_value_at_percentile(50) / 1000,
+            "p99_ms": histogram.get_value_at_percentile(99) / 1000}
+
+
+async def measure(router: str, keys: int, seconds: float) -> dict[str, Any]:
+    async with grpc.aio.insecure_channel(router) as channel:
+        stub = router_pb2_grpc.RouterServiceStub(channel)
+        health = health_pb2_grpc.HealthStub(channel)
+        statements = [f"SELECT * FROM avg_readings WHERE sensor = '{key_name(k)}';" for k in range(keys)]
+
+        async def lookup(i: int) -> None:
+            response = await stub.Execute(router_pb2.ExecuteRequest(sql=statements[i % keys]), timeout=10)
+            assert len(response.results[0].rows) == 1
+
+        async def echo(i: int) -> None:
+            await health.Check(health_pb2.HealthCheckRequest(), timeout=10)
+
+        await closed_loop(lookup, 4, 2)  # warm the plan cache and the channels
+        levels = []
+        for concurrency in CONCURRENCY:
+            pulls = await closed_loop(lookup, concurrency, seconds)
+            baseline = await closed_loop(echo, concurrency, seconds)
+            levels.append({**pulls, "baseline_grpc_echo": baseline,
+                           "ratio_qps_to_grpc_echo": ratio(pulls["qps"], baseline["qps"])})
+    return {"levels": levels}
+
+
+def main() -> None:
+    args = arguments(__doc__, seconds=10.0, keys=1000)
+    if args.smoke:
+        args.seconds, args.keys = 1.0, 50
+    with cluster(workers=1, worker_env={"MILLPOND_TRIGGER_INTERVAL_MS": "100"}) as local:
+        create_readings(local, "readings", PARTITIONS)
+        asyncio.run(produce_readings(local.bootstrap, "readings", args.keys, args.keys, PARTITIONS))
+        ends = asyncio.run(end_offsets(local.bootstrap, "readings", PARTITIONS))
+        wait_caught_up(local, create_average(local, "readings", "avg_readings"), ends)
+        result = asyncio.run(measure(local.router, args.keys, args.seconds))
+    direct = rocksdict_gets(args.keys, args.seconds)
+    for level in result["levels"]:
+        level["ratio_qps_to_rocksdict_get"] = ratio(level["qps"], direct["qps"])
+    emit({"benchmark": "pull_queries", "smoke": args.smoke, "keys": args.keys, "seconds_per_level": args.seconds,
+          "baseline_rocksdict_get": direct, **result})
+
+
+if __name__ == "__main__":
+    main()

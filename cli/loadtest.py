@@ -1,0 +1,384 @@
+"""``millpond loadtest``: drive a running cluster (or one it starts) with events and pull
+queries, optionally through a schedule of faults, and summarize what it saw.
+
+The workload is the readings example: events ``(sensor KEY, area, reading)`` produced
+straight to the stream's topic (murmur2-partitioned, as the Java client does), and key
+lookups on ``<stream>_avg`` (``AVG(reading) GROUP BY sensor``) through the router at a
+target rate or concurrency, over a uniform or Zipf-skewed key distribution. Latencies go
+into an HDR histogram; the summary is one JSON object: achieved rates, percentiles (p50,
+p99, p99.9, max), errors by status, and per fault how long until pulls answered again and
+until the moved partitions had processed the input that existed at the fault.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import json
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from hdrh.histogram import HdrHistogram
+from millpond.coordinator.v1 import coordinator_pb2
+from millpond.router.v1 import router_pb2, router_pb2_grpc
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from deploy.launcher import LocalCluster
+from shared.errors import MillpondError
+from shared.partitioner import partition_for
+from shared.rpc.tls import ClientCredentials, channel_credentials
+
+AREAS = ("wheel", "engine", "cabin", "brakes")
+WARM_UP_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Something the harness does to a cluster it started, ``at_s`` seconds in."""
+
+    at_s: float
+    action: str
+    """``kill`` (SIGKILL), ``stop`` (SIGTERM, a graceful leave), ``restart`` or ``add`` (a new worker)."""
+    target: str = ""
+    """The worker (``worker-2``); empty for ``add``."""
+
+    @classmethod
+    def parse(cls, text: str) -> Fault:
+        """``kill:worker-1@10``, ``stop:worker-2@20``, ``restart:worker-1@30``, ``add@15``."""
+        what, _, at = text.partition("@")
+        action, _, target = what.partition(":")
+        if action not in ("kill", "stop", "restart", "add") or not at or (action != "add") != bool(target):
+            raise MillpondError(f"fault {text!r}: write kill:WORKER@SECONDS, stop:WORKER@S, restart:WORKER@S or add@S")
+        return cls(float(at), action, target)
+
+
+@dataclass
+class Config:
+    """One load test."""
+
+    server: str
+    kafka: str
+    stream: str
+    keys: int = 1000
+    partitions: int = 8
+    duration_s: float = 30.0
+    events_per_s: float = 1000.0
+    """Target produce rate; 0: as fast as possible."""
+    pull_concurrency: int = 4
+    pull_rate: float = 0.0
+    """Target pulls per second over all concurrent clients; 0: as fast as they go."""
+    distribution: str = "uniform"
+    """``uniform`` or ``zipf`` (keys ranked, P(k) ~ 1/k)."""
+    standby_reads: bool = True
+    faults: list[Fault] = field(default_factory=list)
+    credentials: ClientCredentials = field(default_factory=ClientCredentials)
+    seed: int = 7
+
+    @property
+    def table(self) -> str:
+        return f"{self.stream}_avg"
+
+
+def key_chooser(keys: int, distribution: str, rng: random.Random) -> Callable[[], str]:
+    """A function returning the next key to look up."""
+    names = [f"sensor-{k:05d}" for k in range(keys)]
+    if distribution == "uniform":
+        return lambda: names[rng.randrange(keys)]
+    if distribution != "zipf":
+        raise MillpondError(f"distribution {distribution!r}: use uniform or zipf")
+    cumulative, total = [], 0.0
+    for rank in range(1, keys + 1):
+        total += 1.0 / rank
+        cumulative.append(total)
+    return lambda: names[min(bisect.bisect_left(cumulative, rng.random() * total), keys - 1)]
+
+
+@dataclass
+class Stats:
+    """What happened, for the live view and the summary."""
+
+    started: float = field(default_factory=time.monotonic)
+    produced: int = 0
+    pulls_ok: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+    histogram: HdrHistogram = field(default_factory=lambda: HdrHistogram(1, 120_000_000, 3))
+    window: HdrHistogram = field(default_factory=lambda: HdrHistogram(1, 120_000_000, 3))
+    successes: list[float] = field(default_factory=list)
+    """Monotonic times of successful pulls (for gaps after faults)."""
+    failures: list[float] = field(default_factory=list)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+
+def percentiles(histogram: HdrHistogram) -> dict[str, float]:
+    """p50, p99, p99.9 and max in milliseconds."""
+    if histogram.get_total_count() == 0:
+        return {"p50_ms": 0.0, "p99_ms": 0.0, "p99_9_ms": 0.0, "max_ms": 0.0}
+    return {"p50_ms": histogram.get_value_at_percentile(50) / 1000,
+            "p99_ms": histogram.get_value_at_percentile(99) / 1000,
+            "p99_9_ms": histogram.get_value_at_percentile(99.9) / 1000,
+            "max_ms": histogram.get_max_value() / 1000}
+
+
+async def ensure_workload(config: Config) -> None:
+    """The stream and its averaged table (created once; a rerun reuses them)."""
+    async with _channel(config) as channel:
+        stub = router_pb2_grpc.RouterServiceStub(channel)
+        await stub.Execute(router_pb2.ExecuteRequest(sql=(
+            f"CREATE STREAM IF NOT EXISTS {config.stream} (sensor VARCHAR KEY, area VARCHAR, reading INT) "
+            f"WITH (kafka_topic='{config.stream}', partitions={config.partitions}, value_format='JSON');"
+            f"CREATE TABLE IF NOT EXISTS {config.table} AS SELECT sensor, AVG(reading) AS avg_reading "
+            f"FROM {config.stream} GROUP BY sensor;"), properties={"auto.offset.reset": "earliest"}), timeout=120)
+
+
+def _channel(config: Config) -> Any:
+    tls, token = config.credentials.tls, config.credentials.token
+    if tls is None:
+        return grpc.aio.insecure_channel(config.server)
+    credentials = channel_credentials(tls)
+    if token:
+        credentials = grpc.composite_channel_credentials(credentials, grpc.access_token_call_credentials(token))
+    return grpc.aio.secure_channel(config.server, credentials)
+
+
+async def produce(config: Config, stats: Stats, stop: asyncio.Event, rng: random.Random,
+                  limit: int | None = None) -> None:
+    """Events at the target rate until ``stop`` or ``limit`` events (every key once first,
+    then random keys)."""
+    producer = AIOKafkaProducer(bootstrap_servers=config.kafka, linger_ms=5, max_batch_size=256 * 1024, acks=1)
+    await producer.start()
+    keys = [f"sensor-{k:05d}".encode() for k in range(config.keys)]
+    partitions = {k: partition_for(k, config.partitions) for k in keys}
+    try:
+        n, started = 0, time.monotonic()
+        while not stop.is_set() and (limit is None or n < limit):
+            key = keys[n] if n < len(keys) else keys[rng.randrange(len(keys))]
+            value = json.dumps({"AREA": AREAS[n % len(AREAS)], "READING": rng.randrange(0, 100)}).encode()
+            await producer.send(config.stream, value, key=key, partition=partitions[key])
+            n += 1
+            stats.produced = n
+            if config.events_per_s > 0:
+                ahead = n / config.events_per_s - (time.monotonic() - started)
+                if ahead > 0:
+                    await asyncio.sleep(ahead)
+            elif n % 1000 == 0:
+                await asyncio.sleep(0)
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+async def pull(config: Config, stats: Stats, stop: asyncio.Event, choose: Callable[[], str]) -> None:
+    """Key lookups from ``pull_concurrency`` concurrent callers until ``stop``."""
+    properties = {"ksql.query.pull.enable.standby.reads": "true" if config.standby_reads else "false"}
+    per_caller = config.pull_rate / config.pull_concurrency if config.pull_rate > 0 else 0.0
+
+    async def caller(stub: router_pb2_grpc.RouterServiceStub) -> None:
+        n, started = 0, time.monotonic()
+        while not stop.is_set():
+            sql = f"SELECT * FROM {config.table} WHERE sensor = '{choose()}';"
+            begun = time.perf_counter_ns()
+            try:
+                response = await stub.Execute(router_pb2.ExecuteRequest(sql=sql, properties=properties), timeout=15)
+                if not response.results[0].rows:
+                    raise LookupError("no row")
+                micros = max((time.perf_counter_ns() - begun) // 1000, 1)
+                stats.histogram.record_value(micros)
+                stats.window.record_value(micros)
+                stats.pulls_ok += 1
+                stats.successes.append(time.monotonic())
+            except grpc.aio.AioRpcError as err:
+                stats.errors[err.code().name] += 1
+                stats.failures.append(time.monotonic())
+            except LookupError:
+                stats.errors["NO_ROW"] += 1
+                stats.failures.append(time.monotonic())
+            n += 1
+            if per_caller > 0:
+                ahead = n / per_caller - (time.monotonic() - started)
+                if ahead > 0:
+                    await asyncio.sleep(ahead)
+
+    async with _channel(config) as channel:
+        stub = router_pb2_grpc.RouterServiceStub(channel)
+        await asyncio.gather(*(caller(stub) for _ in range(config.pull_concurrency)))
+
+
+async def input_ends(config: Config) -> dict[int, int]:
+    """The stream's end offset per partition now."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=config.kafka)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(config.stream, p) for p in range(config.partitions)]
+        return {tp.partition: o for tp, o in (await consumer.end_offsets(tps)).items()}
+    finally:
+        await consumer.stop()
+
+
+async def processed(config: Config, query_id: str) -> tuple[dict[int, int], bool]:
+    """Per partition the next input offset its active task will process, and whether every
+    task is RUNNING on a live worker (from the router's cluster status)."""
+    async with _channel(config) as channel:
+        status = await router_pb2_grpc.RouterServiceStub(channel).GetClusterStatus(
+            router_pb2.GetClusterStatusRequest(), timeout=10)
+    offsets: dict[int, int] = {}
+    running = True
+    for host in status.cluster.hosts:
+        if not host.alive:
+            continue
+        actives = {t.partition for t in host.active_tasks if t.query_id == query_id}
+        for task in host.tasks:
+            if task.task.query_id == query_id and task.task.partition in actives:
+                offsets[task.task.partition] = task.input_offset
+                running &= task.state == coordinator_pb2.TASK_STATE_RUNNING
+    return offsets, running and len(offsets) == config.partitions
+
+
+async def query_id_of(config: Config) -> str:
+    """The id of the query that computes the table (from SHOW QUERIES)."""
+    async with _channel(config) as channel:
+        response = await router_pb2_grpc.RouterServiceStub(channel).Execute(
+            router_pb2.ExecuteRequest(sql="SHOW QUERIES;"), timeout=30)
+    (result,) = response.results
+    names = [c.name for c in result.columns]
+    for row in result.rows:
+        values = dict(zip(names, (v.string_value for v in row.values), strict=True))
+        if values["SINK"] == config.table.upper():
+            return str(values["QUERY_ID"])
+    raise MillpondError(f"no query writes {config.table}")
+
+
+async def recovery(config: Config, query_id: str, fault_at: float, ends: dict[int, int], stats: Stats,
+                   timeout_s: float = 120.0) -> float | None:
+    """Seconds from the fault until every partition's active processed the input that existed
+    at the fault (None if not within ``timeout_s``)."""
+    deadline = fault_at + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            offsets, running = await processed(config, query_id)
+            if running and all(offsets.get(p, -1) >= end for p, end in ends.items()):
+                return time.monotonic() - fault_at
+        except grpc.aio.AioRpcError:
+            pass
+        await asyncio.sleep(0.05)
+    return None
+
+
+async def detection(config: Config, worker: str, at: float, timeout_s: float = 60.0) -> dict[str, float | None]:
+    """Seconds from the fault until the coordinator, and the router's own failure detector,
+    had ``worker`` dead (None: not within ``timeout_s``)."""
+    seen: dict[str, float | None] = {"coordinator_detected_s": None, "router_detected_s": None}
+    while time.monotonic() < at + timeout_s and None in seen.values():
+        try:
+            async with _channel(config) as channel:
+                status = await router_pb2_grpc.RouterServiceStub(channel).GetClusterStatus(
+                    router_pb2.GetClusterStatusRequest(), timeout=5)
+        except grpc.aio.AioRpcError:
+            await asyncio.sleep(0.02)
+            continue
+        now = time.monotonic() - at
+        host = next((h for h in status.cluster.hosts if h.worker_id == worker), None)
+        if seen["coordinator_detected_s"] is None and (host is None or not host.alive):
+            seen["coordinator_detected_s"] = round(now, 3)
+        view = next((h for h in status.router_hosts if h.worker_id == worker), None)
+        if seen["router_detected_s"] is None and (view is None or not view.alive):
+            seen["router_detected_s"] = round(now, 3)
+        await asyncio.sleep(0.02)
+    return seen
+
+
+def _longest_gap(times: list[float], start: float) -> float | None:
+    gaps, last = [], start
+    for t in times:
+        gaps.append(t - last)
+        last = t
+    return round(max(gaps), 3) if gaps else None
+
+
+def fault_report(fault: Fault, at: float, stats: Stats, back: float | None) -> dict[str, Any]:
+    """Pull errors after the fault, the longest gap between successful pulls that spans it
+    (and, as its baseline, the longest gap before the fault), and the recovery time."""
+    after = [t for t in stats.failures if t >= at]
+    before = [t for t in stats.successes if t < at]
+    return {"fault": f"{fault.action}:{fault.target}@{fault.at_s}" if fault.target else f"{fault.action}@{fault.at_s}",
+            "failed_pulls_after": len(after),
+            "pulls_back_s": round(max(after) - at, 3) if after else 0.0,
+            "longest_pull_gap_s": _longest_gap([t for t in stats.successes if t >= at], before[-1] if before else at),
+            "longest_pull_gap_before_s": _longest_gap(before[1:], before[0]) if before else None,
+            "processing_back_s": None if back is None else round(back, 3)}
+
+
+async def run(config: Config, cluster: LocalCluster | None = None, console: Console | None = None) -> dict[str, Any]:
+    """Run one load test; the JSON summary."""
+    if config.faults and cluster is None:
+        raise MillpondError("faults need a cluster the harness started (--local)")
+    rng = random.Random(config.seed)
+    await ensure_workload(config)
+    query_id = await query_id_of(config)
+    # Warm up: one event per key, processed, so every pull has a row before the clock starts.
+    warm = Stats()
+    await produce(Config(**{**config.__dict__, "events_per_s": 0.0}), warm, asyncio.Event(), rng, limit=config.keys)
+    if await recovery(config, query_id, time.monotonic(), await input_ends(config), warm, WARM_UP_TIMEOUT_S) is None:
+        raise MillpondError(f"the table {config.table} did not catch up with the warm-up events in "
+                            f"{WARM_UP_TIMEOUT_S:.0f} s; see the workers' logs")
+    stats = Stats()
+    stop = asyncio.Event()
+    jobs = [asyncio.create_task(produce(config, stats, stop, rng)),
+            asyncio.create_task(pull(config, stats, stop, key_chooser(config.keys, config.distribution, rng)))]
+    reports: list[asyncio.Task[dict[str, Any]]] = []
+
+    async def inject(fault: Fault) -> dict[str, Any]:
+        await asyncio.sleep(max(fault.at_s - stats.elapsed(), 0))
+        ends = await input_ends(config)
+        at = time.monotonic()
+        assert cluster is not None
+        if fault.action == "kill":
+            await asyncio.to_thread(cluster.kill, fault.target)
+        elif fault.action == "stop":
+            await asyncio.to_thread(cluster.terminate, fault.target)
+        elif fault.action == "restart":
+            await asyncio.to_thread(cluster.restart, fault.target)
+        else:
+            await asyncio.to_thread(cluster.add_worker, False)
+        watch = detection(config, fault.target, at) if fault.action in ("kill", "stop") else None
+        detected = asyncio.create_task(watch) if watch is not None else None
+        back = await recovery(config, query_id, at, ends, stats)
+        return {**fault_report(fault, at, stats, back), **(await detected if detected is not None else {})}
+
+    reports = [asyncio.create_task(inject(f)) for f in config.faults]
+    last_produced, last_ok, last_t = 0, 0, time.monotonic()
+    with Live(console=console or Console(stderr=True), refresh_per_second=2, transient=True) as live:
+        while stats.elapsed() < config.duration_s:
+            await asyncio.sleep(1.0)
+            now = time.monotonic()
+            span = now - last_t
+            view = Table("elapsed", "events/s", "pulls/s", "p50 ms", "p99 ms", "errors")
+            window = percentiles(stats.window)
+            view.add_row(f"{stats.elapsed():.0f}s", f"{(stats.produced - last_produced) / span:.0f}",
+                         f"{(stats.pulls_ok - last_ok) / span:.0f}", f"{window['p50_ms']:.2f}",
+                         f"{window['p99_ms']:.2f}", str(dict(stats.errors)) if stats.errors else "0")
+            live.update(view)
+            stats.window.reset()
+            last_produced, last_ok, last_t = stats.produced, stats.pulls_ok, now
+    stop.set()
+    await asyncio.gather(*jobs)
+    faults = [await r for r in reports]
+    elapsed = stats.elapsed()
+    return {
+        "duration_s": round(elapsed, 2), "keys": config.keys, "distribution": config.distribution,
+        "events_produced": stats.produced, "events_per_s": round(stats.produced / elapsed, 1),
+        "target_events_per_s": config.events_per_s,
+        "pulls_ok": stats.pulls_ok, "pulls_per_s": round(stats.pulls_ok / elapsed, 1),
+        "pull_concurrency": config.pull_concurrency, "target_pulls_per_s": config.pull_rate,
+        "latency": percentiles(stats.histogram),
+        "errors": dict(stats.errors), "faults": faults,
+    }

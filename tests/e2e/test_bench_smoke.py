@@ -1,0 +1,50 @@
+"""The load-test harness and the benchmarks in smoke mode (tiny sizes), so they keep
+working: each starts its own cluster on real Kafka, Spark, RocksDB and gRPC, prints its
+JSON, and the suite writes its report with plots. The figures are not checked (a smoke
+run's sizes make them meaningless), their presence and their baselines are."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def test_loadtest_survives_a_killed_worker_with_standby_reads(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "cli.main", "loadtest", "--local", "--workers", "2", "--standbys", "1",
+         "--data-dir", str(tmp_path / "cluster"), "--duration", "14", "--events-per-s", "100", "--keys", "20",
+         "--partitions", "2", "--pull-concurrency", "2", "--fault", "kill:worker-1@6"],
+        capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    assert summary["events_produced"] > 500 and summary["pulls_ok"] > 50
+    assert summary["latency"]["p50_ms"] > 0 and summary["latency"]["max_ms"] >= summary["latency"]["p99_ms"]
+    (fault,) = summary["faults"]
+    assert fault["fault"] == "kill:worker-1@6.0"
+    assert fault["coordinator_detected_s"] is not None and fault["router_detected_s"] is not None
+    assert fault["processing_back_s"] is not None, "the moved partitions never caught up"
+    # One standby and standby reads on: the kill costs no pull query.
+    assert fault["failed_pulls_after"] == 0 and summary["errors"] == {}, summary
+
+
+def test_the_benchmarks_run_and_report_their_baselines(tmp_path: Path) -> None:
+    # failover is the harness above under a kill, and scaling is the aggregation twice: the
+    # test above and the aggregation keep them working, and the suite stays within CI's time.
+    only = "aggregation,pull_queries,pull_path,restore,freshness"
+    done = subprocess.run([sys.executable, "-m", "bench", "--smoke", "--only", only, "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=1500, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    aggregation = results["aggregation"]
+    assert aggregation["events_per_s"] > 0 and aggregation["baseline_aiokafka_consumer"]["records"] == 20_000
+    assert aggregation["baseline_kafka_perf_consumer"]["records_per_s"] > 0
+    assert {"coordinator", "router", "worker-1", "kafka"} <= set(aggregation["peak_rss_mib"])
+    assert [level["concurrency"] for level in results["pull_queries"]["levels"]] == [1, 16, 64]
+    assert all(level["baseline_grpc_echo"]["qps"] > 0 for level in results["pull_queries"]["levels"])
+    assert results["restore"]["restored_records"] >= 5_000 and results["restore"]["restore_records_per_s"]
+    assert results["freshness"]["insert_to_visible_ms"]["p50"] > 0
+    assert "layers" in results["pull_path"]
+    report = (tmp_path / "report.md").read_text()
+    assert "![aggregation.png](aggregation.png)" in report and (tmp_path / "aggregation.png").stat().st_size > 1000

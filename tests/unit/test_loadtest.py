@@ -1,0 +1,44 @@
+"""The load-test harness's pure parts: fault schedules, key distributions, fault reports."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from cli.loadtest import Fault, Stats, fault_report, key_chooser, percentiles
+from shared.errors import MillpondError
+
+
+def test_faults_parse_from_the_command_line() -> None:
+    assert Fault.parse("kill:worker-1@10") == Fault(10.0, "kill", "worker-1")
+    assert Fault.parse("stop:worker-2@2.5") == Fault(2.5, "stop", "worker-2")
+    assert Fault.parse("add@15") == Fault(15.0, "add", "")
+    for bad in ("kill@10", "add:worker-1@3", "explode:worker-1@1", "kill:worker-1"):
+        with pytest.raises(MillpondError, match="write kill:WORKER@SECONDS"):
+            Fault.parse(bad)
+
+
+def test_zipf_keys_are_skewed_and_uniform_keys_are_not() -> None:
+    zipf_key, uniform_key = key_chooser(100, "zipf", random.Random(1)), key_chooser(100, "uniform", random.Random(1))
+    zipf = Counter(zipf_key() for _ in range(20_000))
+    uniform = Counter(uniform_key() for _ in range(20_000))
+    assert set(zipf) <= {f"sensor-{k:05d}" for k in range(100)}
+    # P(rank 1) = 1 / H(100) ~ 19 %; uniform gives every key ~1 %.
+    assert 0.16 < zipf["sensor-00000"] / 20_000 < 0.22
+    assert zipf["sensor-00000"] > 10 * zipf["sensor-00050"]
+    assert max(uniform.values()) / 20_000 < 0.02
+    with pytest.raises(MillpondError):
+        key_chooser(10, "pareto", random.Random(1))
+
+
+def test_a_fault_report_counts_errors_and_gaps_around_the_fault() -> None:
+    stats = Stats()
+    stats.successes = [1.0, 1.1, 1.2, 1.3, 3.3, 3.4]
+    stats.failures = [1.5, 2.0, 3.0]
+    stats.histogram.record_value(1500)
+    report = fault_report(Fault(1.25, "kill", "worker-1"), 1.25, stats, 4.0)
+    assert report == {"fault": "kill:worker-1@1.25", "failed_pulls_after": 3, "pulls_back_s": 1.75,
+                      "longest_pull_gap_s": 2.0, "longest_pull_gap_before_s": 0.1, "processing_back_s": 4.0}
+    assert percentiles(stats.histogram)["p50_ms"] == pytest.approx(1.5, rel=0.01)
