@@ -20,13 +20,13 @@ from bench.common import (
     create_average,
     create_readings,
     emit,
-    end_offsets,
     kafka_perf_consumer,
     produce_readings,
     ratio,
     raw_consumer_rate,
     wait_caught_up,
 )
+from shared.kafka import end_offsets
 
 PARTITIONS = 8
 

@@ -123,16 +123,6 @@ async def produce_readings(bootstrap: str, topic: str, events: int, keys: int, p
     return events / (time.monotonic() - started)
 
 
-async def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
-        return {tp.partition: o for tp, o in (await consumer.end_offsets(tps)).items()}
-    finally:
-        await consumer.stop()
-
-
 def active_offsets(local: LocalCluster, query_id: str) -> dict[int, int]:
     """Per partition, the next input offset its active task reported (live workers)."""
     offsets: dict[int, int] = {}

@@ -20,9 +20,10 @@ from typing import Any
 import grpc
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from bench.common import arguments, cluster, create_average, create_readings, emit, ratio
+from bench.common import arguments, cluster, create_average, create_readings, emit, ratio, wait_caught_up
 from cli import loadtest
 from cli.client import RouterClient
+from shared.kafka import end_offsets
 
 PARTITIONS = 4
 
@@ -92,7 +93,7 @@ def main() -> None:
         args.events_per_s, args.probes, args.keys = 500.0, 5, 50
     with cluster(workers=2, worker_env={"MILLPOND_TRIGGER_INTERVAL_MS": "100"}) as local:
         create_readings(local, "readings", PARTITIONS)
-        create_average(local, "readings", "avg_readings")
+        query_id = create_average(local, "readings", "avg_readings")
         config = loadtest.Config(server=local.router, kafka=local.bootstrap, stream="readings", keys=args.keys,
                                  partitions=PARTITIONS, events_per_s=args.events_per_s)
         stats, stop = loadtest.Stats(), asyncio.Event()
@@ -101,6 +102,8 @@ def main() -> None:
                                       args=(loadtest.produce(config, stats, stop, random.Random(1)),))
         background.start()
         time.sleep(5 if not args.smoke else 1)  # let the load settle
+        # probe only once the table's query runs and has processed what was produced so far
+        wait_caught_up(local, query_id, asyncio.run(end_offsets(local.bootstrap, "readings", PARTITIONS)), timeout_s=600)
         produced_before, started = stats.produced, time.monotonic()
         visible = probe(local.router, args.probes, random.Random(2))
         achieved = (stats.produced - produced_before) / (time.monotonic() - started)

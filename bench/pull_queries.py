@@ -28,12 +28,12 @@ from bench.common import (
     create_average,
     create_readings,
     emit,
-    end_offsets,
     key_name,
     produce_readings,
     ratio,
     wait_caught_up,
 )
+from shared.kafka import end_offsets
 
 PARTITIONS = 4
 CONCURRENCY = (1, 16, 64)

@@ -22,7 +22,6 @@ from bench.common import (
     cluster,
     create_readings,
     emit,
-    end_offsets,
     execute,
     log_entries,
     produce_readings,
@@ -30,6 +29,7 @@ from bench.common import (
     raw_consumer_rate,
     wait_caught_up,
 )
+from shared.kafka import end_offsets
 
 PARTITIONS = 4
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 from hdrh.histogram import HdrHistogram
 from millpond.coordinator.v1 import coordinator_pb2
 from millpond.router.v1 import router_pb2, router_pb2_grpc
@@ -33,8 +33,9 @@ from rich.table import Table
 
 from deploy.launcher import LocalCluster
 from shared.errors import MillpondError
+from shared.kafka import end_offsets
 from shared.partitioner import partition_for
-from shared.rpc.tls import ClientCredentials, channel_credentials
+from shared.rpc.tls import ClientCredentials
 
 AREAS = ("wheel", "engine", "cabin", "brakes")
 WARM_UP_TIMEOUT_S = 300.0
@@ -140,14 +141,8 @@ async def ensure_workload(config: Config) -> None:
             f"FROM {config.stream} GROUP BY sensor;"), properties={"auto.offset.reset": "earliest"}), timeout=120)
 
 
-def _channel(config: Config) -> Any:
-    tls, token = config.credentials.tls, config.credentials.token
-    if tls is None:
-        return grpc.aio.insecure_channel(config.server)
-    credentials = channel_credentials(tls)
-    if token:
-        credentials = grpc.composite_channel_credentials(credentials, grpc.access_token_call_credentials(token))
-    return grpc.aio.secure_channel(config.server, credentials)
+def _channel(config: Config) -> grpc.aio.Channel:
+    return config.credentials.aio_channel(config.server)
 
 
 async def produce(config: Config, stats: Stats, stop: asyncio.Event, rng: random.Random,
@@ -215,13 +210,7 @@ async def pull(config: Config, stats: Stats, stop: asyncio.Event, choose: Callab
 
 async def input_ends(config: Config) -> dict[int, int]:
     """The stream's end offset per partition now."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=config.kafka)
-    await consumer.start()
-    try:
-        tps = [TopicPartition(config.stream, p) for p in range(config.partitions)]
-        return {tp.partition: o for tp, o in (await consumer.end_offsets(tps)).items()}
-    finally:
-        await consumer.stop()
+    return await end_offsets(config.kafka, config.stream, config.partitions)
 
 
 async def processed(config: Config, query_id: str) -> tuple[dict[int, int], bool]:

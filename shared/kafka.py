@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
@@ -58,6 +58,18 @@ async def committed_offsets(kafka: KafkaConnection, group: str, partitions: list
     finally:
         await admin.close()
     return {tp: meta.offset for tp, meta in offsets.items() if meta.offset >= 0}
+
+
+async def end_offsets(bootstrap: str, topic: str, partitions: int,
+                      isolation_level: str = "read_uncommitted") -> dict[int, int]:
+    """Each partition's end offset now (the last stable offset with ``read_committed``)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation_level)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        return {tp.partition: o for tp, o in (await consumer.end_offsets(tps)).items()}
+    finally:
+        await consumer.stop()
 
 
 def task_transactional_id(service_id: str, query_id: str, partition: int, stage: str = "") -> str:

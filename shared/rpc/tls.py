@@ -182,13 +182,27 @@ class ClientCredentials:
 
     def channel(self, endpoint: str, options: list[tuple[str, Any]] | None = None) -> grpc.Channel:
         """A blocking channel to ``endpoint``."""
+        credentials = self._credentials()
+        if credentials is None:
+            return grpc.insecure_channel(endpoint, options=options)
+        return grpc.secure_channel(endpoint, credentials, options=options)
+
+    def aio_channel(self, endpoint: str, options: list[tuple[str, Any]] | None = None) -> grpc.aio.Channel:
+        """An asyncio channel to ``endpoint``."""
+        credentials = self._credentials()
+        if credentials is None:
+            return grpc.aio.insecure_channel(endpoint, options=options)
+        return grpc.aio.secure_channel(endpoint, credentials, options=options)
+
+    def _credentials(self) -> grpc.ChannelCredentials | None:
+        """The TLS and token credentials, or None for plaintext."""
         if self.tls is None:
             if self.token:
                 raise SetupError("a bearer token is only sent over TLS: give the CA, certificate and key "
                                  "files too (--tls-ca-file, --tls-cert-file, --tls-key-file)")
-            return grpc.insecure_channel(endpoint, options=options)
+            return None
         credentials = channel_credentials(self.tls)
         if self.token:
             credentials = grpc.composite_channel_credentials(credentials,
                                                              grpc.access_token_call_credentials(self.token))
-        return grpc.secure_channel(endpoint, credentials, options=options)
+        return credentials

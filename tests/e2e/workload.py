@@ -10,10 +10,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 
 from cli.client import RouterClient
 from deploy.launcher import LocalCluster
+from shared import kafka
 from shared.partitioner import partition_for
 
 PARTITIONS = 4
@@ -89,13 +90,8 @@ def ensure_stream(cluster: LocalCluster, stream: str) -> None:
 
 
 async def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-        return {tp.partition: o for tp, o in (await consumer.end_offsets(tps)).items()}
-    finally:
-        await consumer.stop()
+    """The stream's last stable offsets (read_committed)."""
+    return await kafka.end_offsets(bootstrap, topic, PARTITIONS, isolation_level="read_committed")
 
 
 def table_rows(cluster: LocalCluster, table: str) -> dict[str, dict[str, object]]:
