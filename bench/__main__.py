@@ -20,7 +20,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-BENCHMARKS = ("aggregation", "scaling", "pull_queries", "pull_path", "failover", "restore", "freshness")
+BENCHMARKS = ("aggregation", "scaling", "pull_queries", "pull_path", "failover", "restore", "freshness",
+              "micro_batch", "profile_pulls")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
