@@ -33,7 +33,7 @@ cluster: install
 
 ## test: lint, contracts, and every test (unit, integration and end to end)
 test: install lint protos-check
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q --durations=15
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

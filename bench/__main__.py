@@ -21,7 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 BENCHMARKS = ("aggregation", "scaling", "pull_queries", "pull_path", "failover", "restore", "freshness",
-              "micro_batch", "profile_pulls")
+              "micro_batch")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 

@@ -1,9 +1,11 @@
 """Pull queries: key lookups through the router at concurrency 1, 16 and 64, QPS and
 latency percentiles (HDR histogram), against a bare gRPC echo through the same server
 stack (the router's health check, same client, same concurrency) and a direct rocksdict
-get of the same keys, all in the same run.
+get of the same keys, all in the same run. Then, unless ``--profile-seconds 0``, one more
+period at concurrency 16 with py-spy sampling the router and the worker (bench/profile):
+where their CPU goes.
 
-``python -m bench.pull_queries [--seconds 10 --keys 1000]``
+``python -m bench.pull_queries [--seconds 10 --keys 1000 --profile-seconds 15]``
 """
 
 from __future__ import annotations
@@ -33,10 +35,12 @@ from bench.common import (
     ratio,
     wait_caught_up,
 )
+from bench.profile import sampled
 from shared.kafka import end_offsets
 
 PARTITIONS = 4
 CONCURRENCY = (1, 16, 64)
+PROFILE_CONCURRENCY = 16
 
 
 async def closed_loop(call: Callable[[int], Awaitable[None]], concurrency: int, seconds: float) -> dict[str, Any]:
@@ -88,7 +92,8 @@ def rocksdict_gets(keys: int, seconds: float) -> dict[str, Any]:
             "p99_ms": histogram.get_value_at_percentile(99) / 1000}
 
 
-async def measure(router: str, keys: int, seconds: float) -> dict[str, Any]:
+async def measure(router: str, keys: int, seconds: float, profile_pids: dict[str, int],
+                  profile_seconds: float) -> dict[str, Any]:
     async with grpc.aio.insecure_channel(router) as channel:
         stub = router_pb2_grpc.RouterServiceStub(channel)
         health = health_pb2_grpc.HealthStub(channel)
@@ -108,19 +113,24 @@ async def measure(router: str, keys: int, seconds: float) -> dict[str, Any]:
             baseline = await closed_loop(echo, concurrency, seconds)
             levels.append({**pulls, "baseline_grpc_echo": baseline,
                            "ratio_qps_to_grpc_echo": ratio(pulls["qps"], baseline["qps"])})
-    return {"levels": levels}
+        if not profile_seconds:
+            return {"levels": levels}
+        with sampled(profile_pids, profile_seconds) as profile:
+            profiled = await closed_loop(lookup, PROFILE_CONCURRENCY, profile_seconds)
+    return {"levels": levels, "profile": {"pulls": profiled, **profile}}
 
 
 def main() -> None:
-    args = arguments(__doc__, seconds=10.0, keys=1000)
+    args = arguments(__doc__, seconds=10.0, keys=1000, profile_seconds=15.0)
     if args.smoke:
-        args.seconds, args.keys = 1.0, 50
+        args.seconds, args.keys, args.profile_seconds = 1.0, 50, 2.0
     with cluster(workers=1, worker_env={"MILLPOND_TRIGGER_INTERVAL_MS": "100"}) as local:
         create_readings(local, "readings", PARTITIONS)
         asyncio.run(produce_readings(local.bootstrap, "readings", args.keys, args.keys, PARTITIONS))
         ends = asyncio.run(end_offsets(local.bootstrap, "readings", PARTITIONS))
         wait_caught_up(local, create_average(local, "readings", "avg_readings"), ends)
-        result = asyncio.run(measure(local.router, args.keys, args.seconds))
+        pids = {c.name: c.process.pid for c in local.children if c.name in ("router", "worker-1")}
+        result = asyncio.run(measure(local.router, args.keys, args.seconds, pids, args.profile_seconds))
     direct = rocksdict_gets(args.keys, args.seconds)
     for level in result["levels"]:
         level["ratio_qps_to_rocksdict_get"] = ratio(level["qps"], direct["qps"])

@@ -32,7 +32,7 @@ def test_loadtest_survives_a_killed_worker_with_standby_reads(tmp_path: Path) ->
 def test_the_benchmarks_run_and_report_their_baselines(tmp_path: Path) -> None:
     # failover is the harness above under a kill, and scaling is the aggregation twice: the
     # test above and the aggregation keep them working, and the suite stays within CI's time.
-    only = "aggregation,pull_queries,pull_path,restore,freshness,micro_batch,profile_pulls"
+    only = "aggregation,pull_queries,pull_path,restore,freshness,micro_batch"
     done = subprocess.run([sys.executable, "-m", "bench", "--smoke", "--only", only, "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=1500, check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
@@ -48,7 +48,7 @@ def test_the_benchmarks_run_and_report_their_baselines(tmp_path: Path) -> None:
     assert "layers" in results["pull_path"]
     (size,) = results["micro_batch"]["sizes"]
     assert size["batch_records"] == 1000 and size["reduce_ms"] > 0 and size["kafka_read_ms"] > 0
-    router = results["profile_pulls"]["router"]
+    router = results["pull_queries"]["profile"]["router"]
     assert router["samples"] > 0 and any("services/router/" in f for f in router["inclusive_pct_millpond_functions"])
     report = (tmp_path / "report.md").read_text()
     assert "![aggregation.png](aggregation.png)" in report and (tmp_path / "aggregation.png").stat().st_size > 1000
