@@ -20,8 +20,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-BENCHMARKS = ("aggregation", "scaling", "pull_queries", "pull_path", "failover", "restore", "freshness",
-              "micro_batch")
+BENCHMARKS = ("aggregation", "scaling", "pull_queries", "failover", "restore", "freshness", "micro_batch")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -29,8 +28,6 @@ def run(name: str, smoke: bool) -> dict[str, Any]:
     """One benchmark in its own process; its JSON result (or the error)."""
     started = time.monotonic()
     command = [sys.executable, "-m", f"bench.{name}", *(["--smoke"] if smoke else [])]
-    if name == "pull_path" and smoke:
-        command = [sys.executable, "-m", "bench.pull_path", "--requests", "200"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=3600, check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:

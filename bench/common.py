@@ -30,6 +30,7 @@ from cli.client import RouterClient
 from cli.status import router_status
 from deploy.jars import ensure_jars
 from deploy.launcher import LocalCluster
+from shared.kafka import end_offsets
 from shared.net import free_port
 from shared.partitioner import partition_for
 
@@ -93,6 +94,16 @@ def create_average(local: LocalCluster, stream: str, table: str) -> str:
     (outcome,) = execute(local, f"CREATE TABLE {table} AS SELECT sensor, AVG(reading) AS avg_reading "
                                 f"FROM {stream} GROUP BY sensor;")
     return str(outcome.message).rsplit(" ", 1)[-1]
+
+
+def readings_table(local: LocalCluster, keys: int, partitions: int) -> str:
+    """The readings stream with one event per key and its AVG table caught up; the query id."""
+    create_readings(local, "readings", partitions)
+    asyncio.run(produce_readings(local.bootstrap, "readings", keys, keys, partitions))
+    ends = asyncio.run(end_offsets(local.bootstrap, "readings", partitions))
+    query_id = create_average(local, "readings", "avg_readings")
+    wait_caught_up(local, query_id, ends)
+    return query_id
 
 
 def key_name(k: int) -> str:

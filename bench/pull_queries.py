@@ -1,7 +1,8 @@
 """Pull queries: key lookups through the router at concurrency 1, 16 and 64, QPS and
 latency percentiles (HDR histogram), against a bare gRPC echo through the same server
 stack (the router's health check, same client, same concurrency) and a direct rocksdict
-get of the same keys, all in the same run. Then, unless ``--profile-seconds 0``, one more
+get of the same keys, all in the same run. Then one lookup's latency layer by layer
+(bench/pull_path) and, unless ``--profile-seconds 0``, one more
 period at concurrency 16 with py-spy sampling the router and the worker (bench/profile):
 where their CPU goes.
 
@@ -24,19 +25,9 @@ from hdrh.histogram import HdrHistogram
 from millpond.router.v1 import router_pb2, router_pb2_grpc
 from rocksdict import Rdict
 
-from bench.common import (
-    arguments,
-    cluster,
-    create_average,
-    create_readings,
-    emit,
-    key_name,
-    produce_readings,
-    ratio,
-    wait_caught_up,
-)
+from bench.common import arguments, cluster, emit, key_name, ratio, readings_table
 from bench.profile import sampled
-from shared.kafka import end_offsets
+from bench.pull_path import measure_layers
 
 PARTITIONS = 4
 CONCURRENCY = (1, 16, 64)
@@ -125,12 +116,11 @@ def main() -> None:
     if args.smoke:
         args.seconds, args.keys, args.profile_seconds = 1.0, 50, 2.0
     with cluster(workers=1, worker_env={"MILLPOND_TRIGGER_INTERVAL_MS": "100"}) as local:
-        create_readings(local, "readings", PARTITIONS)
-        asyncio.run(produce_readings(local.bootstrap, "readings", args.keys, args.keys, PARTITIONS))
-        ends = asyncio.run(end_offsets(local.bootstrap, "readings", PARTITIONS))
-        wait_caught_up(local, create_average(local, "readings", "avg_readings"), ends)
+        readings_table(local, args.keys, PARTITIONS)
         pids = {c.name: c.process.pid for c in local.children if c.name in ("router", "worker-1")}
         result = asyncio.run(measure(local.router, args.keys, args.seconds, pids, args.profile_seconds))
+        with tempfile.TemporaryDirectory() as workdir:
+            result["path"] = measure_layers(local, args.keys, 200 if args.smoke else 3000, Path(workdir))
     direct = rocksdict_gets(args.keys, args.seconds)
     for level in result["levels"]:
         level["ratio_qps_to_rocksdict_get"] = ratio(level["qps"], direct["qps"])
