@@ -82,6 +82,16 @@ def _server_properties(data: Path, port: int, controller_port: int, sasl_port: i
     return "".join(f"{k}={v}\n" for k, v in props.items())
 
 
+def new_cluster_id() -> str:
+    """A random cluster id as Kafka writes them (base64url of a UUID), never starting with
+    '-': the storage tool would read such an id as an option (Kafka's Uuid.randomUuid
+    draws again for the same reason)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 class EmbeddedKafka:
     """A Kafka broker process that this object starts and stops.
 
@@ -142,7 +152,7 @@ class EmbeddedKafka:
         (self.data_dir / "log4j2.properties").write_text(_LOG4J2.format(log=self.log_file))
         java = self._java()
         if not (self.data_dir / "logs" / "meta.properties").exists():
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            cluster_id = new_cluster_id()
             fmt = subprocess.run(
                 [*java, "kafka.tools.StorageTool", "format", "--standalone",
                  "-t", cluster_id, "-c", str(config)],
