@@ -1,9 +1,8 @@
 """Runs one persistent query on Spark Structured Streaming over this worker's partitions.
 
-Spark does the data-parallel part of each micro-batch, in one job: decode the JSON values,
-filter, and reduce the batch to one partial aggregate per (partition, key), alongside each
-partition's offsets and its bad records. Only those rows reach Python, where each task
-merges and commits its slice exactly once.
+Spark does the data-parallel part of each micro-batch: decode the JSON values, filter,
+and reduce the batch to one partial aggregate per (partition, key). Only those partials
+reach Python, where each task merges and commits its slice exactly once.
 """
 
 from __future__ import annotations
