@@ -14,6 +14,7 @@ import logging
 import shutil
 import tempfile
 import time
+from collections import defaultdict
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -29,8 +30,6 @@ from shared.sql.expressions import quote_identifier, spark_type
 
 log = logging.getLogger(__name__)
 CORRUPT = "_corrupt"
-GOOD, BAD_VALUE, NO_KEY, SKIPPED = 0, 1, 2, 3
-"""What a record is to its query (``_kind``): used, or to the processing log, or passed over."""
 COMMIT_TIMEOUT_S = 120
 
 
@@ -116,7 +115,11 @@ class QueryRunner:
 
     def _process(self, batch: DataFrame) -> None:
         started = time.monotonic()
-        slices = self._reduce(batch)
+        batch.persist()
+        try:
+            slices = self._reduce(batch)
+        finally:
+            batch.unpersist()
         if not slices:
             return
         future = asyncio.run_coroutine_threadsafe(self._commit(slices), self.loop)
@@ -124,36 +127,62 @@ class QueryRunner:
         metrics.BATCH_SECONDS.labels(self.query.query_id).observe(time.monotonic() - started)
 
     def _reduce(self, batch: DataFrame) -> dict[int, BatchSlice]:
-        """The micro-batch as one slice per partition, from a single Spark job: each job
-        costs a scheduling round trip of its own (about 0.1-0.3 s in local mode, whatever
-        its size), so the offsets, the bad records and the results come back together."""
-        frame = self._classified(batch)
-        if self.query.plan.kind == "PROJECT":
-            return self._project(frame)
-        return self._grouped(frame)
-
-    def _classified(self, batch: DataFrame) -> DataFrame:
-        """The batch's records with the source's columns decoded and ``_kind``: GOOD for a
-        record the query uses, BAD_VALUE or NO_KEY for one that goes to the processing log,
-        SKIPPED for one it passes over (a filtered-out or NULL-valued stream record)."""
-        plan = self.query.plan
-        flat = batch.selectExpr(
-            "partition AS _partition", "offset AS `_offset`", "key AS _key", "CAST(value AS STRING) AS _raw",
-            f"{self._decode()} AS _v",
-        ).selectExpr("_partition", "`_offset`", "_key AS `_key_bytes`", self._key_expr(), "_raw", "_v.*",
-                     "_v IS NOT NULL AS _has_value")
+        ranges = batch.groupBy("partition").agg(F.min("offset").alias("lo"), F.max("offset").alias("hi"),
+                                                F.count("*").alias("n")).collect()
+        if not ranges:
+            return {}
+        slices = {r["partition"]: BatchSlice(r["lo"], r["hi"], count=r["n"]) for r in ranges}
+        parsed = batch.selectExpr(
+            "partition AS _partition", "offset AS `_offset`", "key AS _key",
+            "CAST(value AS STRING) AS _raw", f"{self._decode()} AS _v",
+        )
         keyed = self.source.key_column is not None
-        decoded = f"_has_value AND {CORRUPT} IS NULL"
-        if plan.kind == "MATERIALIZE" or (plan.kind == "PROJECT" and self.source.kind == "TABLE"):
-            decoded = f"(_raw IS NULL OR {decoded})"  # a tombstone deletes the key's row
+        for row in parsed.where(f"_raw IS NOT NULL AND _v.{CORRUPT} IS NOT NULL") \
+                .select("_partition", "_offset", "_raw").collect():
+            slices[row["_partition"]].bad.append(BadRecord(
+                row["_offset"], f"value is not {self.source.value_format} of the declared columns and types",
+                row["_raw"]))
         if keyed:
-            decoded += " AND _key_bytes IS NOT NULL"
-        if plan.kind == "AGGREGATE" and plan.where:
-            decoded += f" AND coalesce(({plan.where}), false)"
-        no_key = "_key_bytes IS NULL AND _raw IS NOT NULL" if keyed else "false"
-        kind = (f"CASE WHEN _raw IS NOT NULL AND {CORRUPT} IS NOT NULL THEN {BAD_VALUE} WHEN {no_key} THEN {NO_KEY} "
-                f"WHEN {decoded} THEN {GOOD} ELSE {SKIPPED} END")
-        return flat.withColumn("_kind", F.expr(kind))
+            for row in parsed.where("_key IS NULL AND _raw IS NOT NULL").select("_partition", "_offset", "_raw").collect():
+                slices[row["_partition"]].bad.append(BadRecord(row["_offset"], "record has no key", row["_raw"]))
+        if self.query.plan.kind == "MATERIALIZE":
+            self._latest(parsed, slices)
+            return slices
+        if self.query.plan.kind == "PROJECT":
+            self._project(parsed, slices)
+            return slices
+        good = self._decoded(parsed, tombstones=False)
+        if self.query.plan.where:
+            good = good.where(self.query.plan.where)
+        columns: list[Any] = []
+        shape: list[int] = []
+        for i, call in enumerate(self.query.plan.aggregates):
+            partials = self._aggregates[i].partials(call.argument)
+            shape.append(len(partials))
+            columns += [F.expr(p).alias(f"a{i}_{j}") for j, p in enumerate(partials)]
+        grouped = good.groupBy("_partition", "_key_bytes").agg(*columns).collect()
+        by_partition: dict[int, list[tuple[bytes, list[list[Any]]]]] = defaultdict(list)
+        for row in grouped:
+            values = list(row)[2:]
+            state, at = [], 0
+            for width in shape:
+                state.append(_plain(values[at:at + width]))
+                at += width
+            by_partition[row["_partition"]].append((bytes(row["_key_bytes"]), state))
+        for partition, partials in by_partition.items():
+            slices[partition].partials = partials
+        return slices
+
+    def _decoded(self, parsed: DataFrame, tombstones: bool) -> DataFrame:
+        """The records that decoded, as the source's columns (plus ``_partition``, ``_offset``,
+        ``_key_bytes``, and ``_deleted`` for a tombstone, kept only when ``tombstones``)."""
+        valid = f"_v IS NOT NULL AND _v.{CORRUPT} IS NULL"
+        if tombstones:
+            valid = f"(_raw IS NULL OR {valid})"
+        if self.source.key_column is not None:
+            valid += " AND _key IS NOT NULL"
+        return parsed.where(valid).selectExpr("_partition", "`_offset`", "_key AS `_key_bytes`", self._key_expr(), "_v.*",
+                                              "_raw IS NULL AS _deleted")
 
     def _decode(self) -> str:
         """Spark SQL that parses the record value into the declared columns, PERMISSIVE: a
@@ -164,92 +193,52 @@ class QueryRunner:
             return f"from_csv(CAST(value AS STRING), '{self.value_schema}', map({options}, 'sep', '{sep}'))"
         return f"from_json(CAST(value AS STRING), '{self.value_schema}', map({options}))"
 
-    def _bad(self, kind: int, offset: int, raw: str | None) -> BadRecord:
-        if kind == NO_KEY:
-            return BadRecord(offset, "record has no key", raw)
-        return BadRecord(offset, f"value is not {self.source.value_format} of the declared columns and types", raw)
-
-    def _grouped(self, frame: DataFrame) -> dict[int, BatchSlice]:
-        """GROUP BY queries and source tables: one row per (partition, key) of the GOOD
-        records with their partial aggregates or last value, one per bad record, and one
-        per partition for the skipped ones; every row carries its offsets and count."""
-        bad = f"_kind IN ({BAD_VALUE}, {NO_KEY})"
-        results: list[Any] = []
-        shape: list[int] = []
-        if self.query.plan.kind == "MATERIALIZE":
-            names = [c.name for c in self.source.value_columns]
-            results = [F.max_by(F.struct(F.expr("_raw IS NULL").alias("_deleted"),
-                                         *[F.expr(quote_identifier(n)).alias(f"c{i}") for i, n in enumerate(names)]),
-                                F.col("_offset")).alias("_last")]
-        else:
-            for i, call in enumerate(self.query.plan.aggregates):
-                partials = self._aggregates[i].partials(call.argument)
-                shape.append(len(partials))
-                results += [F.expr(p).alias(f"a{i}_{j}") for j, p in enumerate(partials)]
-        rows = frame.groupBy(
-            F.col("_partition"), F.col("_kind"), F.expr(f"IF(_kind = {GOOD}, _key_bytes, NULL)").alias("_group"),
-            F.expr(f"IF({bad}, `_offset`, NULL)").alias("_bad_offset"),
-        ).agg(F.min("_offset").alias("_lo"), F.max("_offset").alias("_hi"), F.count(F.lit(1)).alias("_n"),
-              F.max(F.expr(f"IF({bad}, _raw, NULL)")).alias("_bad_raw"), *results).collect()
-        slices = _slices(rows)
+    def _latest(self, parsed: DataFrame, slices: dict[int, BatchSlice]) -> None:
+        """A source table's batch reduced to each key's last record: its value columns, or
+        None when that record is a tombstone (a NULL value deletes the key)."""
+        names = [c.name for c in self.source.value_columns]
+        last = F.max_by(F.struct(F.expr("_raw IS NULL").alias("_deleted"),
+                                 *[F.expr(f"_v.{quote_identifier(n)}").alias(f"c{i}") for i, n in enumerate(names)]),
+                        F.col("_offset"))
+        rows = (parsed.where(f"_key IS NOT NULL AND (_raw IS NULL OR _v.{CORRUPT} IS NULL)")
+                .groupBy("_partition", "_key").agg(last.alias("_last")).collect())
         for row in rows:
-            piece = slices[row["_partition"]]
-            if row["_kind"] in (BAD_VALUE, NO_KEY):
-                piece.bad.append(self._bad(row["_kind"], row["_bad_offset"], row["_bad_raw"]))
-            elif row["_kind"] != GOOD:
-                continue
-            elif self.query.plan.kind == "MATERIALIZE":
-                latest = row["_last"]
-                piece.latest.append((bytes(row["_group"]), None if latest["_deleted"] else _plain(list(latest)[1:])))
-            else:
-                values, state, at = list(row)[8:], [], 0
-                for width in shape:
-                    state.append(_plain(values[at:at + width]))
-                    at += width
-                piece.partials.append((bytes(row["_group"]), state))
-        for piece in slices.values():
-            piece.bad.sort(key=lambda b: b.offset)
-        return slices
+            latest = row["_last"]
+            values = None if latest["_deleted"] else _plain(list(latest)[1:])
+            slices[row["_partition"]].latest.append((bytes(row["_key"]), values))
 
-    def _project(self, frame: DataFrame) -> dict[int, BatchSlice]:
+    def _project(self, parsed: DataFrame, slices: dict[int, BatchSlice]) -> None:
         """Spark filters and computes every output column; Python serializes and the task
         produces (the transactional producer is per record anyway). Over a table, a deleted
         row and a row the filter drops become tombstones of its key, in input order."""
         plan = self.query.plan
         sink = self.sink
         table = self.source.kind == "TABLE"
-        passes = F.expr(f"_raw IS NOT NULL AND coalesce(({plan.where}), false)" if plan.where else "_raw IS NOT NULL")
-        good = F.expr(f"_kind = {GOOD}")
-        columns = [F.when(good, F.expr(c.expression)).alias(f"c{i}") for i, c in enumerate(plan.columns)]
-        rows = frame.select("_partition", "_offset", "_key_bytes", "_kind", (good & passes).alias("_keep"),
-                            F.expr(f"IF(_kind IN ({BAD_VALUE}, {NO_KEY}), _raw, NULL)"), *columns).collect()
+        frame = self._decoded(parsed, tombstones=table)
+        passes = F.expr(f"NOT _deleted AND coalesce(({plan.where}), false)" if plan.where else "NOT _deleted")
+        if not table:
+            frame = frame.where(passes)
+        columns = [F.expr(c.expression).alias(f"c{i}") for i, c in enumerate(plan.columns)]
+        rows = frame.select("_partition", "_offset", "_key_bytes", passes.alias("_keep"), *columns).collect()
         rows.sort(key=lambda r: (r[0], r[1]))
-        slices = _slices([{"_partition": r[0], "_lo": r[1], "_hi": r[1], "_n": 1} for r in rows])
         key_index = next((i for i, c in enumerate(plan.columns) if c.key), None)
         value_indexes = [i for i, c in enumerate(plan.columns) if not c.key]
         names = [plan.columns[i].name for i in value_indexes]
         key_type = plan.columns[key_index].type if key_index is not None else None
         for row in rows:
-            piece = slices[row[0]]
-            if row[3] in (BAD_VALUE, NO_KEY):
-                piece.bad.append(self._bad(row[3], row[1], row[5]))
+            if not row["_keep"]:  # only tables get here: the key's row is gone downstream too
+                slices[row[0]].records.append((bytes(row[2]), None))
                 continue
-            if row[3] != GOOD or not (row[4] or table):
-                continue
-            if not row[4]:  # only tables get here: the key's row is gone downstream too
-                piece.records.append((bytes(row[2]), None))
-                continue
-            values = _plain(list(row)[6:])
+            values = _plain(list(row)[4:])
             if plan.key_expression is None:
                 key = bytes(row[2]) if row[2] is not None else None
             elif key_index is not None and values[key_index] is not None and key_type is not None:
                 key = serialize_key(values[key_index], key_type)
             else:
-                piece.bad.append(BadRecord(row[1], f"the new key ({plan.key_expression}) is NULL", None))
+                slices[row[0]].bad.append(BadRecord(row[1], f"the new key ({plan.key_expression}) is NULL", None))
                 continue
             value = serialize_value(names, [values[i] for i in value_indexes], sink.value_format, sink.value_delimiter)
-            piece.records.append((key, value))
-        return slices
+            slices[row[0]].records.append((key, value))
 
     @property
     def _aggregates(self) -> list[Any]:
@@ -264,17 +253,6 @@ class QueryRunner:
                 labels = (self.query.query_id, str(partition))
                 metrics.RECORDS_PROCESSED.labels(*labels).inc(piece.count - len(piece.bad))
                 metrics.RECORDS_FAILED.labels(*labels).inc(len(piece.bad))
-
-
-def _slices(rows: Any) -> dict[int, BatchSlice]:
-    """Each partition's slice, its offsets and count summed over rows that have
-    ``_partition``, ``_lo``, ``_hi`` and ``_n``."""
-    spans: dict[int, tuple[int, int, int]] = {}
-    for row in rows:
-        p = row["_partition"]
-        lo, hi, n = spans.get(p, (row["_lo"], row["_hi"], 0))
-        spans[p] = (min(lo, row["_lo"]), max(hi, row["_hi"]), n + row["_n"])
-    return {p: BatchSlice(lo, hi, count=n) for p, (lo, hi, n) in spans.items()}
 
 
 def _plain(values: list[Any]) -> list[Any]:
