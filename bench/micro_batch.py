@@ -6,11 +6,11 @@ sizes, on the worker's own Spark session (same settings) over a real broker:
   bookkeeping every trigger pays);
 - ``kafka_read_ms``: a job that only reads the batch's records from Kafka (``count``);
 - ``read_and_decode_ms``: a job that reads and parses every JSON value;
-- ``reduce_ms``: the worker's whole reduction, ``QueryRunner._reduce``: the one job that
-  returns each partition's offsets, bad records and per-key partials (production code).
+- ``reduce_ms``: the worker's whole reduction, ``QueryRunner._reduce`` (production code):
+  the Spark jobs that return each partition's offsets, bad records and per-key partials.
 
-Each is its own Spark job over the same batch, so each includes the read; the differences
-are the cost of each step. The transactional commit to Kafka comes after and is not in
+Each is measured over the same batch and includes its own read of it; the differences are
+the cost of each step. The transactional commit to Kafka comes after and is not in
 these figures. ``python -m bench.micro_batch [--sizes 1000,10000,50000]``
 """
 
