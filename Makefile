@@ -21,7 +21,7 @@ $(NODE_STAMP): clients/node/package-lock.json
 
 ## install: the virtualenv with every pinned dependency, the Java jars, the Node.js client's packages
 install: $(STAMP) $(NODE_STAMP)
-	$(PY) -m deploy.jars
+	$(VENV)/bin/millpond jars
 
 ## run: start a local cluster, run the seed's readings example, print the table, stop
 run: install
@@ -37,12 +37,12 @@ test: install lint protos-check
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy services shared deploy cli bench
+	$(VENV)/bin/mypy src/millpond bench
 	$(VENV)/bin/buf lint
 
 ## protos: regenerate the Python stubs in shared/gen from protos/
 protos: $(STAMP)
-	$(PY) -m deploy.protos
+	$(PY) -m millpond.deploy.local.protos
 
 ## protos-check: fail if the committed stubs differ from what protos/ generates, or if
 ## the contracts break compatibility with the previous commit

@@ -26,7 +26,7 @@ from bench.common import (
     raw_consumer_rate,
     wait_caught_up,
 )
-from shared.kafka import end_offsets
+from millpond.shared.kafka.admin import end_offsets
 
 PARTITIONS = 8
 

@@ -26,13 +26,13 @@ from typing import Any
 import psutil
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from cli.client import RouterClient
-from cli.status import router_status
-from deploy.jars import ensure_jars
-from deploy.launcher import LocalCluster
-from shared.kafka import end_offsets
-from shared.net import free_port
-from shared.partitioner import partition_for
+from millpond.cli.client import RouterClient
+from millpond.cli.status import router_status
+from millpond.deploy.jars import ensure_jars
+from millpond.deploy.local.launcher import LocalCluster
+from millpond.shared.kafka.admin import end_offsets
+from millpond.shared.kafka.partitioner import partition_for
+from millpond.shared.net import free_port
 
 AREAS = ("wheel", "engine", "cabin", "brakes")
 

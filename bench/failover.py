@@ -14,7 +14,7 @@ import asyncio
 from typing import Any
 
 from bench.common import arguments, cluster, emit
-from cli import loadtest
+from millpond.cli import loadtest
 
 
 def run(standbys: int, seconds: float, kill_at: float, events_per_s: float, keys: int) -> dict[str, Any]:

@@ -21,9 +21,9 @@ import grpc
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from bench.common import arguments, cluster, create_average, create_readings, emit, ratio, wait_caught_up
-from cli import loadtest
-from cli.client import RouterClient
-from shared.kafka import end_offsets
+from millpond.cli import loadtest
+from millpond.cli.client import RouterClient
+from millpond.shared.kafka.admin import end_offsets
 
 PARTITIONS = 4
 

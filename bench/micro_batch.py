@@ -29,13 +29,13 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from pyspark.sql import DataFrame
 
 from bench.common import arguments, emit, produce_readings
-from deploy.kafka_broker import EmbeddedKafka
-from services.worker.query_runner import QueryRunner
-from services.worker.spark import create_session
-from services.worker.task import AggregationTask, Task
-from shared.config import WorkerSettings
-from shared.metastore import Metastore
-from shared.sql.parser import parse_statement
+from millpond.deploy.local.kafka_broker import EmbeddedKafka
+from millpond.services.worker.query_runner import QueryRunner
+from millpond.services.worker.spark import create_session
+from millpond.services.worker.task import AggregationTask, Task
+from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.config import WorkerSettings
+from millpond.shared.sql.parser import parse_statement
 
 PARTITIONS = 4
 STREAM = ("CREATE STREAM readings (sensor VARCHAR KEY, area VARCHAR, reading INT) "

@@ -25,13 +25,13 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from millpond.worker.v1 import worker_pb2, worker_pb2_grpc
 from rocksdict import Rdict
 
 from bench.common import arguments, cluster, emit, key_name, readings_table
-from cli.client import RouterClient
-from deploy.launcher import LocalCluster
-from shared.partitioner import partition_for
+from millpond.cli.client import RouterClient
+from millpond.deploy.local.launcher import LocalCluster
+from millpond.shared.kafka.partitioner import partition_for
+from millpond.worker.v1 import worker_pb2, worker_pb2_grpc
 
 KEYS = 1000
 PARTITIONS = 4

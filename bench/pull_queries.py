@@ -22,12 +22,12 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hdrh.histogram import HdrHistogram
-from millpond.router.v1 import router_pb2, router_pb2_grpc
 from rocksdict import Rdict
 
 from bench.common import arguments, cluster, emit, key_name, ratio, readings_table
 from bench.profile import sampled
 from bench.pull_path import measure_layers
+from millpond.router.v1 import router_pb2, router_pb2_grpc
 
 PARTITIONS = 4
 CONCURRENCY = (1, 16, 64)

@@ -8,13 +8,12 @@ from typing import Any
 
 from millpond.common.v1 import metastore_pb2, metastore_pb2_grpc
 from millpond.router.v1 import router_pb2, router_pb2_grpc
-
-from shared.results import Outcome
-from shared.rpc.tls import ClientCredentials
-from shared.serde import from_proto
-from shared.session import apply_session_statement
-from shared.sql import ast
-from shared.sql.parser import parse_script
+from millpond.shared.kafka.serde import from_proto
+from millpond.shared.results import Outcome
+from millpond.shared.rpc.tls import ClientCredentials
+from millpond.shared.session import apply_session_statement
+from millpond.shared.sql import ast
+from millpond.shared.sql.parser import parse_script
 
 PLAINTEXT = ClientCredentials()
 

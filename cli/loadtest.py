@@ -25,17 +25,17 @@ from typing import Any
 import grpc
 from aiokafka import AIOKafkaProducer
 from hdrh.histogram import HdrHistogram
-from millpond.coordinator.v1 import coordinator_pb2
-from millpond.router.v1 import router_pb2, router_pb2_grpc
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from deploy.launcher import LocalCluster
-from shared.errors import MillpondError
-from shared.kafka import end_offsets
-from shared.partitioner import partition_for
-from shared.rpc.tls import ClientCredentials
+from millpond.coordinator.v1 import coordinator_pb2
+from millpond.deploy.local.launcher import LocalCluster
+from millpond.router.v1 import router_pb2, router_pb2_grpc
+from millpond.shared.errors import MillpondError
+from millpond.shared.kafka.admin import end_offsets
+from millpond.shared.kafka.partitioner import partition_for
+from millpond.shared.rpc.tls import ClientCredentials
 
 AREAS = ("wheel", "engine", "cabin", "brakes")
 WARM_UP_TIMEOUT_S = 300.0

@@ -17,16 +17,17 @@ import typer
 from google.protobuf.json_format import MessageToJson
 from rich.console import Console
 
-from cli.client import PushStream, RouterClient, metastore_digest
-from cli.output import print_outcome
-from cli.status import lag_outcome, leader_status, router_status, status_outcome
-from deploy.launcher import LocalCluster
-from shared.config import endpoints
-from shared.errors import MillpondError, SetupError
-from shared.net import free_port
-from shared.results import Outcome
-from shared.rpc.tls import ClientCredentials, TlsFiles
-from shared.sql.parser import parse_script
+from millpond.cli.client import PushStream, RouterClient, metastore_digest
+from millpond.cli.output import print_outcome
+from millpond.cli.status import lag_outcome, leader_status, router_status, status_outcome
+from millpond.deploy import jars as jar_cache
+from millpond.deploy.local.launcher import LocalCluster
+from millpond.shared.config import endpoints
+from millpond.shared.errors import MillpondError, SetupError
+from millpond.shared.net import free_port
+from millpond.shared.results import Outcome
+from millpond.shared.rpc.tls import ClientCredentials, TlsFiles
+from millpond.shared.sql.parser import parse_script
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Millpond: SQL over Kafka streams.")
 out = Console(soft_wrap=True)
@@ -203,7 +204,7 @@ def demo(
         cluster.start()
         out.print(f"ready {cluster.describe()}")
         client = RouterClient(cluster.router)
-        script = resources.files("cli").joinpath("readings.sql").read_text()
+        script = resources.files("millpond.cli").joinpath("readings.sql").read_text()
         out.print(f"running {len(parse_script(script))} statements of the readings example ...")
         for _ in client.run_script(script):
             pass
@@ -218,6 +219,19 @@ def demo(
         raise typer.Exit(1) from None
     finally:
         cluster.stop()
+
+
+@app.command()
+def jars() -> None:
+    """Fetch the Kafka broker, the Spark Kafka connector and the Kafka tools from Maven Central
+    into the jar cache (MILLPOND_CACHE or ~/.cache/millpond); workers only look them up."""
+    try:
+        for bundle in jar_cache.BUNDLES:
+            found = jar_cache.ensure_jars(bundle)
+            out.print(f"{bundle}: {len(found)} jars in {found[0].parent}")
+    except MillpondError as error:
+        err.print(f"error: {error}")
+        raise typer.Exit(1) from None
 
 
 @app.command()
@@ -297,7 +311,7 @@ def loadtest(
     """Drive a cluster with events and pull queries (and faults); print a JSON summary."""
     import asyncio
 
-    from cli import loadtest as harness
+    from millpond.cli import loadtest as harness
 
     cluster = None
     try:

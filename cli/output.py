@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from shared.results import Outcome
+from millpond.shared.results import Outcome
 
 
 def json_lines(outcome: Outcome) -> list[str]:

@@ -7,13 +7,13 @@ import time
 from collections.abc import Iterable
 
 import grpc
+
+from millpond.cli.client import PLAINTEXT
 from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 from millpond.router.v1 import router_pb2, router_pb2_grpc
-
-from cli.client import PLAINTEXT
-from shared.errors import UnavailableError
-from shared.results import Outcome
-from shared.rpc.tls import ClientCredentials
+from millpond.shared.errors import UnavailableError
+from millpond.shared.results import Outcome
+from millpond.shared.rpc.tls import ClientCredentials
 
 COLUMNS = ["WORKER", "ENDPOINT", "ALIVE", "LAST UPDATE", "ACTIVE", "STANDBY", "WARMUP", "MAX LAG", "RESTORING",
            "ROUTER SAYS"]

@@ -5,7 +5,9 @@ runtime jars (with their transitive dependencies) into ``<cache>/jars/<bundle>-<
 where the digest covers the pom, so a changed pom fetches again and an unchanged one is a
 directory listing. Maven's own ``~/.m2`` cache makes a re-fetch after a pom change fast.
 
-Run ``python -m deploy.jars`` to fetch every bundle ahead of time.
+Jars are fetched at install time: ``millpond jars`` (or ``make install``) fetches every
+bundle. Services only look jars up (:func:`installed_jars`) and never run Maven; a missing
+bundle is an error that names the command to run.
 """
 
 from __future__ import annotations
@@ -14,11 +16,10 @@ import hashlib
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-from shared.errors import SetupError
+from millpond.shared.errors import SetupError
 
 DEPLOY_DIR = Path(__file__).resolve().parent
 BUNDLES = ("kafka", "spark", "kafka-tools")
@@ -30,21 +31,31 @@ def cache_root() -> Path:
     return Path(os.environ.get("MILLPOND_CACHE", Path.home() / ".cache" / "millpond"))
 
 
-def _bundle_dir(bundle: str) -> Path:
+def _bundle_dir(bundle: str, cache: Path | None) -> Path:
+    if bundle not in BUNDLES:
+        raise SetupError(f"unknown jar bundle {bundle!r}; expected one of {BUNDLES}")
     pom = DEPLOY_DIR / bundle / "pom.xml"
     settings = DEPLOY_DIR / "maven-settings.xml"
     digest = hashlib.sha256(pom.read_bytes() + settings.read_bytes()).hexdigest()[:12]
-    return cache_root() / "jars" / f"{bundle}-{digest}"
+    return (cache or cache_root()) / "jars" / f"{bundle}-{digest}"
 
 
-def ensure_jars(bundle: str) -> list[Path]:
-    """Return the jars of ``bundle``, fetching them with Maven the first time."""
-    if bundle not in BUNDLES:
-        raise SetupError(f"unknown jar bundle {bundle!r}; expected one of {BUNDLES}")
-    target = _bundle_dir(bundle)
+def installed_jars(bundle: str, cache: Path | None = None) -> list[Path]:
+    """The jars of ``bundle`` already fetched into ``cache`` (default :func:`cache_root`).
+    Never fetches: when they are missing the error says to run ``millpond jars``."""
+    target = _bundle_dir(bundle, cache)
+    if not (target / _MARKER).exists():
+        raise SetupError(f"the {bundle} jars are not in {target}; fetch them with `millpond jars` (or `make install`)"
+                         + (f" with MILLPOND_CACHE={cache}" if cache else ""))
+    return sorted(target.glob("*.jar"))
+
+
+def ensure_jars(bundle: str, cache: Path | None = None) -> list[Path]:
+    """The jars of ``bundle``, fetching them with Maven the first time."""
+    target = _bundle_dir(bundle, cache)
     if not (target / _MARKER).exists():
         _fetch(bundle, target)
-    return sorted(target.glob("*.jar"))
+    return installed_jars(bundle, cache)
 
 
 def _fetch(bundle: str, target: Path) -> None:
@@ -69,14 +80,3 @@ def _fetch(bundle: str, target: Path) -> None:
     (staging / _MARKER).touch()
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
-
-
-def main() -> None:
-    """Fetch every bundle and print where its jars are."""
-    for bundle in BUNDLES:
-        jars = ensure_jars(bundle)
-        print(f"{bundle}: {len(jars)} jars in {jars[0].parent}", file=sys.stdout)
-
-
-if __name__ == "__main__":
-    main()

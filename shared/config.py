@@ -19,8 +19,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from shared.kafka_connection import KafkaConnection
-from shared.rpc.tls import TlsFiles
+from millpond.shared.kafka.connection import KafkaConnection
+from millpond.shared.rpc.tls import TlsFiles
 
 
 class CommonSettings(BaseSettings):
@@ -193,6 +193,10 @@ class WorkerSettings(CoordinatorClientSettings):
     worker_id: str = Field("worker-1", description="This worker's unique id in the cluster.")
     state_dir: Path = Field(Path(".millpond/state"), description="Where RocksDB stores live.")
     spark_master: str = Field("local[2]", description="Spark master URL for this worker's queries.")
+    jar_cache: Path | None = Field(
+        None, description="The cache `millpond jars` fetched the Spark Kafka connector into (its jars/ folder holds one "
+        "directory per bundle); unset: MILLPOND_CACHE or ~/.cache/millpond. The worker never fetches jars itself.",
+    )
     spark_driver_memory: str = Field("1g", description="Heap of the worker's Spark driver JVM.")
     spark_conf: dict[str, str] = Field(
         default_factory=dict, description="More Spark configuration for the worker's session, over Millpond's own "

@@ -18,9 +18,9 @@ import binascii
 from collections.abc import Iterable, Mapping
 
 from google.protobuf.message import DecodeError
-from millpond.common.v1 import rows_pb2
 
-from shared.errors import StatementError
+from millpond.common.v1 import rows_pb2
+from millpond.shared.errors import StatementError
 
 Positions = dict[tuple[str, int], int]
 """(topic, partition) -> the next offset not reflected."""

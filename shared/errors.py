@@ -1,7 +1,7 @@
 """The project's one exception root.
 
 Domain code raises these; the gRPC layer maps ``kind`` to a status code in exactly one
-place (``shared.rpc.status``). Messages are meant for the operator or the client: they say
+place (``millpond.shared.rpc.status``). Messages are meant for the operator or the client: they say
 what was wrong and what to do next.
 """
 

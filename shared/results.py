@@ -6,8 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from millpond.common.v1 import rows_pb2
-
-from shared.serde import from_proto, to_proto
+from millpond.shared.kafka.serde import from_proto, to_proto
 
 
 @dataclass

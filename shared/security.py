@@ -1,7 +1,7 @@
 """Who may do what: clients present bearer tokens that name a principal with permissions;
 services prove who they are with their TLS client certificate.
 
-Pure: no gRPC here. The interceptor in ``shared.rpc.auth`` reads the call's metadata and
+Pure: no gRPC here. The interceptor in ``millpond.shared.rpc.auth`` reads the call's metadata and
 peer certificate and asks this module; the router asks it per statement.
 
 The tokens file (TOML, named by ``MILLPOND_AUTH_TOKENS_FILE``) maps principals to a token
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from shared.errors import ErrorKind, MillpondError, SetupError
-from shared.sql import ast
+from millpond.shared.errors import ErrorKind, MillpondError, SetupError
+from millpond.shared.sql import ast
 
 
 class Permission(Enum):

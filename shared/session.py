@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from shared.errors import StatementError
-from shared.sql import ast
+from millpond.shared.errors import StatementError
+from millpond.shared.sql import ast
 
 AUTO_OFFSET_RESET = "auto.offset.reset"
 ENABLE_STANDBY_READS = "ksql.query.pull.enable.standby.reads"

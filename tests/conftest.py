@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.kafka_broker import EmbeddedKafka
+from millpond.deploy.local.kafka_broker import EmbeddedKafka
 
 
 @pytest.fixture(scope="session")

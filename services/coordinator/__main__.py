@@ -1,12 +1,12 @@
-"""``python -m services.coordinator``: run the coordinator."""
+"""``python -m millpond.services.coordinator``: run the coordinator."""
 
 from __future__ import annotations
 
 import asyncio
 
-from services.coordinator.app import Coordinator
-from shared import logs
-from shared.config import CoordinatorSettings
+from millpond.services.coordinator.app import Coordinator
+from millpond.shared import logs
+from millpond.shared.config import CoordinatorSettings
 
 
 def main() -> None:

@@ -10,26 +10,26 @@ import grpc
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 
-from services.coordinator.assignor import AssignorConfig, QueryTasks
-from services.coordinator.cluster import Cluster
-from services.coordinator.executor import StatementExecutor
-from services.coordinator.leadership import Leadership
-from services.coordinator.membership import Member
-from services.coordinator.servicer import CoordinatorServicer
-from shared import metrics
-from shared.command_log import CommandReader, CommandWriter
-from shared.config import CoordinatorSettings
-from shared.errors import MillpondError
-from shared.kafka import ensure_topic
-from shared.metastore import Metastore
-from shared.rpc.metastore import SERVICE_NAME as METASTORE_SERVICE
-from shared.rpc.metastore import metastore_registrar
-from shared.rpc.server import RpcServer, message_limits, shutdown_event
-from shared.rpc.tls import ChannelFactory
-from shared.task_status import StoreLag, TaskReport
-from shared.topology import stages
+from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
+from millpond.services.coordinator.assignor import AssignorConfig, QueryTasks
+from millpond.services.coordinator.cluster import Cluster
+from millpond.services.coordinator.executor import StatementExecutor
+from millpond.services.coordinator.leadership import Leadership
+from millpond.services.coordinator.membership import Member
+from millpond.services.coordinator.servicer import CoordinatorServicer
+from millpond.shared import metrics
+from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.catalog.topology import stages
+from millpond.shared.config import CoordinatorSettings
+from millpond.shared.errors import MillpondError
+from millpond.shared.kafka.admin import ensure_topic
+from millpond.shared.kafka.command_log import CommandReader, CommandWriter
+from millpond.shared.rpc.metastore import SERVICE_NAME as METASTORE_SERVICE
+from millpond.shared.rpc.metastore import metastore_registrar
+from millpond.shared.rpc.server import RpcServer, message_limits, shutdown_event
+from millpond.shared.rpc.tls import ChannelFactory
+from millpond.shared.task_status import StoreLag, TaskReport
 
 log = logging.getLogger(__name__)
 

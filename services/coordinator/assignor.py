@@ -36,7 +36,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from shared.errors import ErrorKind, MillpondError
+from millpond.shared.errors import ErrorKind, MillpondError
 
 
 @dataclass(frozen=True, order=True)

@@ -16,10 +16,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from millpond.coordinator.v1 import coordinator_pb2
-
-from services.coordinator.assignor import Assignment, AssignorConfig, QueryTasks, Task, WorkerTasks, assign
-from services.coordinator.membership import Membership
-from shared.task_status import StoreLag, TaskReport, now_ms
+from millpond.services.coordinator.assignor import Assignment, AssignorConfig, QueryTasks, Task, WorkerTasks, assign
+from millpond.services.coordinator.membership import Membership
+from millpond.shared.task_status import StoreLag, TaskReport, now_ms
 
 EPOCH_SHIFT = 32
 

@@ -15,21 +15,21 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import InvalidProducerEpoch, InvalidTxnState, ProducerFenced
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
-from services.coordinator import views
-from shared import security
-from shared.catalog import Resolved
-from shared.command_log import Command, CommandReader, CommandWriter
-from shared.config import CoordinatorSettings
-from shared.errors import StatementError, UnavailableError
-from shared.kafka import delete_topics, ensure_topic, internal_topics, topic_partitions
-from shared.metastore import DDL, Change, Metastore
-from shared.results import Outcome
-from shared.security import authorize_statement
-from shared.session import AUTO_OFFSET_RESET, check_properties, effective
-from shared.sql import ast
-from shared.sql.parser import parse_statement
-from shared.sql.planner import encode_insert
-from shared.task_status import TaskReport
+from millpond.services.coordinator import views
+from millpond.shared import security
+from millpond.shared.catalog.metastore import DDL, Change, Metastore
+from millpond.shared.catalog.sources import Resolved
+from millpond.shared.config import CoordinatorSettings
+from millpond.shared.errors import StatementError, UnavailableError
+from millpond.shared.kafka.admin import delete_topics, ensure_topic, internal_topics, topic_partitions
+from millpond.shared.kafka.command_log import Command, CommandReader, CommandWriter
+from millpond.shared.results import Outcome
+from millpond.shared.security import authorize_statement
+from millpond.shared.session import AUTO_OFFSET_RESET, check_properties, effective
+from millpond.shared.sql import ast
+from millpond.shared.sql.parser import parse_statement
+from millpond.shared.sql.planner import encode_insert
+from millpond.shared.task_status import TaskReport
 
 log = logging.getLogger(__name__)
 

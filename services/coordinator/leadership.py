@@ -23,8 +23,8 @@ from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 from tenacity import AsyncRetrying, stop_after_attempt, wait_exponential_jitter
 
-from shared.kafka_connection import KafkaConnection
-from shared.task_status import now_ms
+from millpond.shared.kafka.connection import KafkaConnection
+from millpond.shared.task_status import now_ms
 
 log = logging.getLogger(__name__)
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, TypeVar
 
 import grpc
-from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 
-from shared.rpc.status import grpc_errors
-from shared.task_status import StoreLag, TaskReport
+from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
+from millpond.shared.rpc.status import grpc_errors
+from millpond.shared.task_status import StoreLag, TaskReport
 
 if TYPE_CHECKING:
-    from services.coordinator.app import Coordinator
+    from millpond.services.coordinator.app import Coordinator
 
 AssignmentReply = TypeVar("AssignmentReply", coordinator_pb2.HeartbeatResponse, coordinator_pb2.GetAssignmentResponse)
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from shared.catalog import DataSource, PersistentQuery, QueryPlan
-from shared.errors import StatementError
-from shared.metastore import Metastore
-from shared.results import Outcome
-from shared.sql import ast
-from shared.sql.planner import SelectPlan, plan_select
-from shared.task_status import TaskReport, summarize
+from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.catalog.sources import DataSource, PersistentQuery, QueryPlan
+from millpond.shared.errors import StatementError
+from millpond.shared.results import Outcome
+from millpond.shared.sql import ast
+from millpond.shared.sql.planner import SelectPlan, plan_select
+from millpond.shared.task_status import TaskReport, summarize
 
 Reports = Mapping[str, list[TaskReport]]
 """What the workers last reported about each query's tasks, by query id."""

@@ -1,12 +1,12 @@
-"""``python -m services.router``: run the router."""
+"""``python -m millpond.services.router``: run the router."""
 
 from __future__ import annotations
 
 import asyncio
 
-from services.router.app import Router
-from shared import logs
-from shared.config import RouterSettings
+from millpond.services.router.app import Router
+from millpond.shared import logs
+from millpond.shared.config import RouterSettings
 
 
 def main() -> None:

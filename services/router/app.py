@@ -11,30 +11,29 @@ from collections.abc import AsyncIterator, Awaitable, Mapping
 from typing import TypeVar
 
 import grpc
+
 from millpond.common.v1 import rows_pb2
 from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 from millpond.router.v1 import router_pb2, router_pb2_grpc
-from millpond.worker.v1 import worker_pb2, worker_pb2_grpc
-
-from services.router.hosts import HostTable, PullBounds
-from services.router.pull import PullPlan, Replica, Replicas, Route, execute_pull, plan_pull
-from services.router.push import PushQuery
-from services.router.servicer import RouterServicer
-from shared import consistency, metrics, security
-from shared.catalog import DataSource
-from shared.command_log import CommandReader
-from shared.config import RouterSettings
-from shared.errors import LimitError, MillpondError, NotFoundError, StatementError, UnavailableError
-from shared.metastore import Metastore
-from shared.results import Outcome
-from shared.rpc.metastore import SERVICE_NAME as METASTORE_SERVICE
-from shared.rpc.metastore import metastore_registrar
-from shared.rpc.server import RpcServer, message_limits, shutdown_event
-from shared.rpc.status import raise_for_rpc, status_code
-from shared.rpc.tls import ChannelFactory
-from shared.security import authorize_statement
-from shared.serde import to_proto
-from shared.session import (
+from millpond.services.router.hosts import HostTable, PullBounds
+from millpond.services.router.pull import PullPlan, Replica, Replicas, Route, execute_pull, plan_pull
+from millpond.services.router.push import PushQuery
+from millpond.services.router.servicer import RouterServicer
+from millpond.shared import consistency, metrics, security
+from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.catalog.sources import DataSource
+from millpond.shared.config import RouterSettings
+from millpond.shared.errors import LimitError, MillpondError, NotFoundError, StatementError, UnavailableError
+from millpond.shared.kafka.command_log import CommandReader
+from millpond.shared.kafka.serde import to_proto
+from millpond.shared.results import Outcome
+from millpond.shared.rpc.metastore import SERVICE_NAME as METASTORE_SERVICE
+from millpond.shared.rpc.metastore import metastore_registrar
+from millpond.shared.rpc.server import RpcServer, message_limits, shutdown_event
+from millpond.shared.rpc.status import raise_for_rpc, status_code
+from millpond.shared.rpc.tls import ChannelFactory
+from millpond.shared.security import authorize_statement
+from millpond.shared.session import (
     AUTO_OFFSET_RESET,
     ENABLE_STANDBY_READS,
     MAX_OFFSET_LAG,
@@ -43,9 +42,10 @@ from shared.session import (
     check_properties,
     effective,
 )
-from shared.sql import ast
-from shared.sql.parser import parse_script
-from shared.sql.planner import plan_select
+from millpond.shared.sql import ast
+from millpond.shared.sql.parser import parse_script
+from millpond.shared.sql.planner import plan_select
+from millpond.worker.v1 import worker_pb2, worker_pb2_grpc
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from services.router.pull import Replica
-from shared.task_status import StoreLag, now_ms
+from millpond.services.router.pull import Replica
+from millpond.shared.task_status import StoreLag, now_ms
 
 
 @dataclass(frozen=True)

@@ -12,18 +12,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
+from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.catalog.sources import DataSource
+from millpond.shared.catalog.topology import stages
+from millpond.shared.errors import LimitError, StatementError, UnavailableError
+from millpond.shared.kafka.partitioner import partition_for
+from millpond.shared.kafka.serde import coerce, from_proto, serialize_key
+from millpond.shared.results import Outcome
+from millpond.shared.sql import ast
+from millpond.shared.sql.expressions import evaluate
+from millpond.shared.sql.planner import plan_select
 from millpond.worker.v1 import worker_pb2
-
-from shared.catalog import DataSource
-from shared.errors import LimitError, StatementError, UnavailableError
-from shared.metastore import Metastore
-from shared.partitioner import partition_for
-from shared.results import Outcome
-from shared.serde import coerce, from_proto, serialize_key
-from shared.sql import ast
-from shared.sql.expressions import evaluate
-from shared.sql.planner import plan_select
-from shared.topology import stages
 
 T = TypeVar("T")
 Lookup = Callable[[str, worker_pb2.LookupRequest], Awaitable[worker_pb2.LookupResponse]]

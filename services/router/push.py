@@ -22,13 +22,13 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from services.router.pull import project
-from shared.catalog import DataSource
-from shared.kafka_connection import KafkaConnection
-from shared.serde import deserialize_key, deserialize_value
-from shared.sql import ast
-from shared.sql.expressions import evaluate
-from shared.sql.planner import SelectPlan
+from millpond.services.router.pull import project
+from millpond.shared.catalog.sources import DataSource
+from millpond.shared.kafka.connection import KafkaConnection
+from millpond.shared.kafka.serde import deserialize_key, deserialize_value
+from millpond.shared.sql import ast
+from millpond.shared.sql.expressions import evaluate
+from millpond.shared.sql.planner import SelectPlan
 
 log = logging.getLogger(__name__)
 _ids = itertools.count(1)

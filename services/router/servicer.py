@@ -6,15 +6,15 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 import grpc
-from millpond.router.v1 import router_pb2, router_pb2_grpc
 
-from shared import security
-from shared.errors import MillpondError
-from shared.rpc.status import grpc_errors, status_code
-from shared.task_status import StoreLag
+from millpond.router.v1 import router_pb2, router_pb2_grpc
+from millpond.shared import security
+from millpond.shared.errors import MillpondError
+from millpond.shared.rpc.status import grpc_errors, status_code
+from millpond.shared.task_status import StoreLag
 
 if TYPE_CHECKING:
-    from services.router.app import Router
+    from millpond.services.router.app import Router
 
 
 def client_of(context: grpc.aio.ServicerContext) -> str:

@@ -1,12 +1,12 @@
-"""``python -m services.worker``: run a query worker."""
+"""``python -m millpond.services.worker``: run a query worker."""
 
 from __future__ import annotations
 
 import asyncio
 
-from services.worker.app import Worker
-from shared import logs
-from shared.config import WorkerSettings
+from millpond.services.worker.app import Worker
+from millpond.shared import logs
+from millpond.shared.config import WorkerSettings
 
 
 def main() -> None:

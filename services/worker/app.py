@@ -12,29 +12,29 @@ from typing import Any
 
 import grpc
 from aiokafka import AIOKafkaConsumer
-from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
-from millpond.router.v1 import router_pb2, router_pb2_grpc
-from millpond.worker.v1 import worker_pb2, worker_pb2_grpc
 from pyspark.sql import SparkSession
 
-from services.worker.servicer import WorkerServicer
-from services.worker.spark import create_session
-from services.worker.standby import StandbyReplica
-from services.worker.state.store import PartitionStore
-from services.worker.supervisor import QuerySupervisor
-from services.worker.task import AggregationTask, StoreTask, aggregate_row
-from shared import metrics
-from shared.command_log import CommandReader
-from shared.config import WorkerSettings
-from shared.errors import NotFoundError, UnavailableError
-from shared.metastore import Metastore
-from shared.rpc.metastore import SERVICE_NAME as METASTORE_SERVICE
-from shared.rpc.metastore import metastore_registrar
-from shared.rpc.server import RpcServer, message_limits, shutdown_event
-from shared.rpc.tls import ChannelFactory
-from shared.sql import aggregates
-from shared.task_status import RUNNING, StoreLag, TaskReport
-from shared.topology import stages
+from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
+from millpond.router.v1 import router_pb2, router_pb2_grpc
+from millpond.services.worker.servicer import WorkerServicer
+from millpond.services.worker.spark import create_session
+from millpond.services.worker.standby import StandbyReplica
+from millpond.services.worker.state.store import PartitionStore
+from millpond.services.worker.supervisor import QuerySupervisor
+from millpond.services.worker.task import AggregationTask, StoreTask, aggregate_row
+from millpond.shared import metrics
+from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.catalog.topology import stages
+from millpond.shared.config import WorkerSettings
+from millpond.shared.errors import NotFoundError, UnavailableError
+from millpond.shared.kafka.command_log import CommandReader
+from millpond.shared.rpc.metastore import SERVICE_NAME as METASTORE_SERVICE
+from millpond.shared.rpc.metastore import metastore_registrar
+from millpond.shared.rpc.server import RpcServer, message_limits, shutdown_event
+from millpond.shared.rpc.tls import ChannelFactory
+from millpond.shared.sql import aggregates
+from millpond.shared.task_status import RUNNING, StoreLag, TaskReport
+from millpond.worker.v1 import worker_pb2, worker_pb2_grpc
 
 log = logging.getLogger(__name__)
 RowFn = Callable[[bytes, list[Any]], list[Any]]

@@ -21,12 +21,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
-from services.worker.task import AggregationTask, BadRecord, BatchSlice, Task
-from shared import metrics
-from shared.catalog import DataSource, PersistentQuery
-from shared.config import WorkerSettings
-from shared.serde import serialize_key, serialize_value
-from shared.sql.expressions import quote_identifier, spark_type
+from millpond.services.worker.task import AggregationTask, BadRecord, BatchSlice, Task
+from millpond.shared import metrics
+from millpond.shared.catalog.sources import DataSource, PersistentQuery
+from millpond.shared.config import WorkerSettings
+from millpond.shared.kafka.serde import serialize_key, serialize_value
+from millpond.shared.sql.expressions import quote_identifier, spark_type
 
 log = logging.getLogger(__name__)
 CORRUPT = "_corrupt"

@@ -6,14 +6,14 @@ from itertools import islice
 from typing import TYPE_CHECKING
 
 import grpc
+
 from millpond.common.v1 import rows_pb2
+from millpond.shared.kafka.serde import to_proto
+from millpond.shared.rpc.status import grpc_errors
 from millpond.worker.v1 import worker_pb2, worker_pb2_grpc
 
-from shared.rpc.status import grpc_errors
-from shared.serde import to_proto
-
 if TYPE_CHECKING:
-    from services.worker.app import Worker
+    from millpond.services.worker.app import Worker
 
 
 def _row(values: list[object]) -> rows_pb2.Row:

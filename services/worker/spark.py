@@ -1,4 +1,4 @@
-"""The worker's Spark session, with the Kafka connector from the local jar cache."""
+"""The worker's Spark session, with the Kafka connector from the jar cache ``millpond jars`` filled."""
 
 from __future__ import annotations
 
@@ -8,16 +8,17 @@ from pathlib import Path
 import pyspark
 from pyspark.sql import SparkSession
 
-from deploy.jars import ensure_jars
-from shared.config import WorkerSettings
+from millpond.deploy.jars import installed_jars
+from millpond.shared.config import WorkerSettings
 
 _VERSION = re.compile(r"-\d[\w.]*\.jar$")
 
 
-def connector_jars() -> list[str]:
-    """The Kafka connector's jars that pyspark does not already ship."""
+def connector_jars(cache: Path | None = None) -> list[str]:
+    """The Kafka connector's jars that pyspark does not already ship (a SetupError naming
+    ``millpond jars`` when they were never fetched)."""
     bundled = {_VERSION.sub("", p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
-    return [str(j) for j in ensure_jars("spark") if _VERSION.sub("", j.name) not in bundled]
+    return [str(j) for j in installed_jars("spark", cache) if _VERSION.sub("", j.name) not in bundled]
 
 
 def parallelism(settings: WorkerSettings) -> tuple[str, dict[str, str]]:
@@ -41,7 +42,7 @@ def create_session(settings: WorkerSettings) -> SparkSession:
         builder = builder.config(key, value)
     builder = (
         builder.appName(f"millpond-{settings.worker_id}")
-        .config("spark.jars", ",".join(connector_jars()))
+        .config("spark.jars", ",".join(connector_jars(settings.jar_cache)))
         .config("spark.driver.memory", settings.spark_driver_memory)
         .config("spark.ui.enabled", "false")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")

@@ -18,11 +18,11 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_jitter
 
-from services.worker.state.store import CHANGELOG_OFFSET, INPUT_OFFSET, PartitionStore
-from services.worker.task import store_path
-from shared.config import WorkerSettings
-from shared.kafka import changelog_topic
-from shared.task_status import StoreLag, now_ms
+from millpond.services.worker.state.store import CHANGELOG_OFFSET, INPUT_OFFSET, PartitionStore
+from millpond.services.worker.task import store_path
+from millpond.shared.config import WorkerSettings
+from millpond.shared.kafka.admin import changelog_topic
+from millpond.shared.task_status import StoreLag, now_ms
 
 log = logging.getLogger(__name__)
 POLL_MS = 100

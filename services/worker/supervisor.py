@@ -3,7 +3,7 @@ they fail: a failure is reported (state FAILED, reason, count) until the restart
 
 One run is: start every task of every stage of the query (fence the old owner, restore,
 read the committed position), start one Spark query per stage over exactly these
-partitions, then watch them (``shared.topology`` says what the stages are). Whatever ends a run
+partitions, then watch them (``millpond.shared.catalog.topology`` says what the stages are). Whatever ends a run
 (an error, a cancel on reassignment) stops the Spark query and closes the tasks, so the
 next run starts from committed positions only.
 """
@@ -18,15 +18,15 @@ from dataclasses import replace
 from pyspark.sql import SparkSession
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
 
-from services.worker.query_runner import QueryRunner
-from services.worker.task import AggregationTask, ProjectionTask, TableTask, Task
-from shared import metrics
-from shared.catalog import PersistentQuery
-from shared.config import WorkerSettings
-from shared.errors import MillpondError
-from shared.metastore import Metastore
-from shared.task_status import FAILED, RUNNING, STARTING, TaskReport
-from shared.topology import stages
+from millpond.services.worker.query_runner import QueryRunner
+from millpond.services.worker.task import AggregationTask, ProjectionTask, TableTask, Task
+from millpond.shared import metrics
+from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.catalog.sources import PersistentQuery
+from millpond.shared.catalog.topology import stages
+from millpond.shared.config import WorkerSettings
+from millpond.shared.errors import MillpondError
+from millpond.shared.task_status import FAILED, RUNNING, STARTING, TaskReport
 
 log = logging.getLogger(__name__)
 WATCH_INTERVAL_S = 0.25

@@ -29,14 +29,14 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from services.worker.state.store import CHANGELOG_OFFSET, INPUT_OFFSET, INPUT_OFFSET_HEADER, PartitionStore, encode_state
-from shared.catalog import DataSource, PersistentQuery
-from shared.config import WorkerSettings
-from shared.kafka import changelog_topic, committed_offsets, consumer_group, task_transactional_id
-from shared.partitioner import partition_for
-from shared.serde import deserialize_key, serialize_value
-from shared.sql import aggregates
-from shared.task_status import RESTORING, STARTING, StoreLag, TaskReport, now_ms
+from millpond.services.worker.state.store import CHANGELOG_OFFSET, INPUT_OFFSET, INPUT_OFFSET_HEADER, PartitionStore, encode_state
+from millpond.shared.catalog.sources import DataSource, PersistentQuery
+from millpond.shared.config import WorkerSettings
+from millpond.shared.kafka.admin import changelog_topic, committed_offsets, consumer_group, task_transactional_id
+from millpond.shared.kafka.partitioner import partition_for
+from millpond.shared.kafka.serde import deserialize_key, serialize_value
+from millpond.shared.sql import aggregates
+from millpond.shared.task_status import RESTORING, STARTING, StoreLag, TaskReport, now_ms
 
 log = logging.getLogger(__name__)
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import grpc
 
-from shared.errors import MillpondError
-from shared.rpc.status import status_code
-from shared.security import CURRENT, Permission, PermissionDeniedError, Principal, TokenBook
+from millpond.shared.errors import MillpondError
+from millpond.shared.rpc.status import status_code
+from millpond.shared.security import CURRENT, Permission, PermissionDeniedError, Principal, TokenBook
 
 
 class Access(Enum):

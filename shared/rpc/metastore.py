@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import grpc
-from millpond.common.v1 import metastore_pb2, metastore_pb2_grpc
 
-from shared.command_log import CommandReader
-from shared.rpc.server import Registrar
-from shared.rpc.status import grpc_errors
+from millpond.common.v1 import metastore_pb2, metastore_pb2_grpc
+from millpond.shared.kafka.command_log import CommandReader
+from millpond.shared.rpc.server import Registrar
+from millpond.shared.rpc.status import grpc_errors
 
 SERVICE_NAME = metastore_pb2.DESCRIPTOR.services_by_name["MetastoreService"].full_name
 

@@ -12,11 +12,11 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from shared.config import CommonSettings, endpoints
-from shared.errors import SetupError
-from shared.rpc.auth import Authenticator, AuthInterceptor
-from shared.rpc.tls import server_credentials
-from shared.security import TokenBook
+from millpond.shared.config import CommonSettings, endpoints
+from millpond.shared.errors import SetupError
+from millpond.shared.rpc.auth import Authenticator, AuthInterceptor
+from millpond.shared.rpc.tls import server_credentials
+from millpond.shared.security import TokenBook
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from shared.errors import ErrorKind, MillpondError
+from millpond.shared.errors import ErrorKind, MillpondError
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from shared.errors import SetupError
+from millpond.shared.errors import SetupError
 
 log = logging.getLogger(__name__)
 S = TypeVar("S")

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from shared.errors import StatementError
-from shared.sql.ast import SqlType
+from millpond.shared.errors import StatementError
+from millpond.shared.sql.ast import SqlType
 
 State = list[Any]
 OFFSET = "`_offset`"
@@ -60,7 +60,7 @@ class Aggregate:
     finalize: Callable[[State], Any]
     result_type: Callable[[SqlType], SqlType]
     param: str = "any"
-    """The kind of argument it takes (see ``shared.sql.functions.KINDS``)."""
+    """The kind of argument it takes (see ``millpond.shared.sql.functions.KINDS``)."""
 
 
 _DOUBLE = SqlType("DOUBLE")

@@ -1,4 +1,4 @@
-"""The syntax tree of Millpond's SQL: frozen dataclasses built by ``shared.sql.parser``."""
+"""The syntax tree of Millpond's SQL: frozen dataclasses built by ``millpond.shared.sql.parser``."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Expressions: compiled to Spark SQL for the workers and evaluated in Python for pull
 queries, with the same semantics (ksqlDB's: integer division truncates, NULL propagates,
-arrays are 1-based). Typing lives in ``shared.sql.types``."""
+arrays are 1-based). Typing lives in ``millpond.shared.sql.types``."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from shared.errors import StatementError
-from shared.sql import aggregates, ast, functions
-from shared.sql.functions import INTEGRAL
-from shared.sql.types import Scope, check
+from millpond.shared.errors import StatementError
+from millpond.shared.sql import aggregates, ast, functions
+from millpond.shared.sql.functions import INTEGRAL
+from millpond.shared.sql.types import Scope, check
 
 
 def quote_identifier(name: str) -> str:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
-from shared.sql.ast import SqlType
+from millpond.shared.sql.ast import SqlType
 
 INT, BIGINT, DOUBLE, VARCHAR = SqlType("INT"), SqlType("BIGINT"), SqlType("DOUBLE"), SqlType("VARCHAR")
 NUMERIC = frozenset({"INT", "BIGINT", "DECIMAL", "DOUBLE"})

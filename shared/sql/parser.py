@@ -1,4 +1,4 @@
-"""Parse SQL text into ``shared.sql.ast`` nodes with the grammar in ``millpond.lark``.
+"""Parse SQL text into ``millpond.shared.sql.ast`` nodes with the grammar in ``millpond.lark``.
 
 Unquoted identifiers are upper-cased (ksqlDB's rule); quoted ones keep their case.
 Syntax errors become ``StatementError`` with the line, the column and what was expected.
@@ -13,13 +13,13 @@ from typing import Any
 from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
-from shared.errors import StatementError
-from shared.sql import ast
+from millpond.shared.errors import StatementError
+from millpond.shared.sql import ast
 
 
 @cache
 def _parser() -> Lark:
-    grammar = resources.files("shared.sql").joinpath("millpond.lark").read_text()
+    grammar = resources.files("millpond.shared.sql").joinpath("millpond.lark").read_text()
     return Lark(grammar, start="script", parser="lalr", propagate_positions=True)
 
 

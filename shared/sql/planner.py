@@ -8,14 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from shared.catalog import AggregateCall, Column, DataSource, OutputColumn, QueryPlan
-from shared.errors import NotFoundError, StatementError
-from shared.partitioner import partition_for
-from shared.serde import KEY_FORMATS, KEY_TYPES, VALUE_FORMATS, coerce, serialize_key, serialize_value
-from shared.sql import aggregates, ast
-from shared.sql.ast import SqlType, to_sql
-from shared.sql.expressions import evaluate, output_name, quote_identifier, to_spark
-from shared.sql.types import Scope, check, check_condition
+from millpond.shared.catalog.sources import AggregateCall, Column, DataSource, OutputColumn, QueryPlan
+from millpond.shared.errors import NotFoundError, StatementError
+from millpond.shared.kafka.partitioner import partition_for
+from millpond.shared.kafka.serde import KEY_FORMATS, KEY_TYPES, VALUE_FORMATS, coerce, serialize_key, serialize_value
+from millpond.shared.sql import aggregates, ast
+from millpond.shared.sql.ast import SqlType, to_sql
+from millpond.shared.sql.expressions import evaluate, output_name, quote_identifier, to_spark
+from millpond.shared.sql.types import Scope, check, check_condition
 
 SOURCE_PROPERTIES = ("kafka_topic", "partitions", "replicas", "value_format", "key_format", "timestamp",
                      "value_delimiter")

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from shared.errors import NotFoundError, StatementError
-from shared.sql import aggregates, ast, functions
-from shared.sql.ast import SqlType, to_sql
-from shared.sql.functions import INTEGRAL, NUMERIC, common_type
+from millpond.shared.errors import NotFoundError, StatementError
+from millpond.shared.sql import aggregates, ast, functions
+from millpond.shared.sql.ast import SqlType, to_sql
+from millpond.shared.sql.functions import INTEGRAL, NUMERIC, common_type
 
 BOOLEAN = SqlType("BOOLEAN")
 PRIMITIVE = frozenset({"BOOLEAN", "INT", "BIGINT", "DOUBLE", "DECIMAL", "VARCHAR", "BYTES", "TIMESTAMP", "DATE", "TIME"})

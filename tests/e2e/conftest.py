@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from deploy.kafka_broker import EmbeddedKafka
-from deploy.launcher import LocalCluster
-from shared.net import free_port
+from millpond.deploy.local.kafka_broker import EmbeddedKafka
+from millpond.deploy.local.launcher import LocalCluster
+from millpond.shared.net import free_port
 
 
 @pytest.fixture(scope="session")

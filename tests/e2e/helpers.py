@@ -9,9 +9,9 @@ import grpc
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from cli.client import RouterClient
-from deploy.launcher import LocalCluster
-from shared.kafka import topic_partitions
+from millpond.cli.client import RouterClient
+from millpond.deploy.local.launcher import LocalCluster
+from millpond.shared.kafka.admin import topic_partitions
 
 
 def run(cluster: LocalCluster, script: str) -> list[list[object]]:

@@ -23,14 +23,14 @@ from pathlib import Path
 
 import grpc
 import pytest
-from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 
-from deploy.kafka_broker import EmbeddedKafka
-from deploy.launcher import LocalCluster
-from shared.kafka import changelog_topic
-from shared.net import free_port
-from shared.partitioner import partition_for
-from shared.task_status import RUNNING, TaskReport
+from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
+from millpond.deploy.local.kafka_broker import EmbeddedKafka
+from millpond.deploy.local.launcher import LocalCluster
+from millpond.shared.kafka.admin import changelog_topic
+from millpond.shared.kafka.partitioner import partition_for
+from millpond.shared.net import free_port
+from millpond.shared.task_status import RUNNING, TaskReport
 from tests.e2e.helpers import pull_until, read_all, run
 from tests.e2e.workload import (
     PARTITIONS,

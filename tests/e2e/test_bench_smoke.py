@@ -13,7 +13,7 @@ from pathlib import Path
 
 def test_loadtest_survives_a_killed_worker_with_standby_reads(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "cli.main", "loadtest", "--local", "--workers", "2", "--standbys", "1",
+        [sys.executable, "-m", "millpond.cli.main", "loadtest", "--local", "--workers", "2", "--standbys", "1",
          "--data-dir", str(tmp_path / "cluster"), "--duration", "14", "--events-per-s", "100", "--keys", "20",
          "--partitions", "2", "--pull-concurrency", "2", "--fault", "kill:worker-1@6"],
         capture_output=True, text=True, timeout=300, check=False)

@@ -19,14 +19,14 @@ from pathlib import Path
 
 import grpc
 import pytest
-from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 
-from cli.client import RouterClient
-from cli.status import leader_status, status_outcome
-from deploy.kafka_broker import EmbeddedKafka
-from deploy.launcher import LocalCluster
-from shared.net import free_port
-from shared.task_status import RUNNING, TaskReport
+from millpond.cli.client import RouterClient
+from millpond.cli.status import leader_status, status_outcome
+from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
+from millpond.deploy.local.kafka_broker import EmbeddedKafka
+from millpond.deploy.local.launcher import LocalCluster
+from millpond.shared.net import free_port
+from millpond.shared.task_status import RUNNING, TaskReport
 from tests.e2e.workload import (
     PARTITIONS,
     Expected,

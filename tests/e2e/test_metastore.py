@@ -12,12 +12,12 @@ from pathlib import Path
 import grpc
 import pytest
 
-from cli.client import metastore_digest
-from deploy.kafka_broker import EmbeddedKafka
-from deploy.launcher import LocalCluster
-from shared.net import free_port
+from millpond.cli.client import metastore_digest
+from millpond.deploy.local.kafka_broker import EmbeddedKafka
+from millpond.deploy.local.launcher import LocalCluster
+from millpond.shared.net import free_port
 
-MILLPOND = [sys.executable, "-m", "cli.main"]
+MILLPOND = [sys.executable, "-m", "millpond.cli.main"]
 
 SCRIPT = """
 SET 'auto.offset.reset'='earliest';

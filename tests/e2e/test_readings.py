@@ -20,12 +20,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 from prometheus_client.parser import text_string_to_metric_families
 
-from deploy.kafka_broker import EmbeddedKafka
-from deploy.launcher import LocalCluster
-from shared.net import free_port
+from millpond.deploy.local.kafka_broker import EmbeddedKafka
+from millpond.deploy.local.launcher import LocalCluster
+from millpond.shared.net import free_port
 
-SCRIPT = resources.files("cli").joinpath("readings.sql").read_text()
-MILLPOND = [sys.executable, "-m", "cli.main"]
+SCRIPT = resources.files("millpond.cli").joinpath("readings.sql").read_text()
+MILLPOND = [sys.executable, "-m", "millpond.cli.main"]
 
 
 def expected_averages() -> dict[str, float]:

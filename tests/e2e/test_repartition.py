@@ -19,9 +19,9 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
-from deploy.launcher import LocalCluster
-from shared.kafka import repartition_topic, topic_partitions
-from shared.partitioner import partition_for
+from millpond.deploy.local.launcher import LocalCluster
+from millpond.shared.kafka.admin import repartition_topic, topic_partitions
+from millpond.shared.kafka.partitioner import partition_for
 from tests.e2e.helpers import pull_until, read_all, run
 from tests.e2e.workload import produce
 

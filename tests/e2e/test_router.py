@@ -28,15 +28,15 @@ from pathlib import Path
 
 import grpc
 import pytest
-from millpond.worker.v1 import worker_pb2, worker_pb2_grpc
 
-from cli.client import PushStream, RouterClient
-from cli.status import router_status
-from deploy.kafka_broker import EmbeddedKafka
-from deploy.launcher import LocalCluster
-from shared.net import free_port
-from shared.partitioner import partition_for
-from shared.session import ENABLE_STANDBY_READS, MAX_OFFSET_LAG, MAX_STALENESS_MS
+from millpond.cli.client import PushStream, RouterClient
+from millpond.cli.status import router_status
+from millpond.deploy.local.kafka_broker import EmbeddedKafka
+from millpond.deploy.local.launcher import LocalCluster
+from millpond.shared.kafka.partitioner import partition_for
+from millpond.shared.net import free_port
+from millpond.shared.session import ENABLE_STANDBY_READS, MAX_OFFSET_LAG, MAX_STALENESS_MS
+from millpond.worker.v1 import worker_pb2, worker_pb2_grpc
 from tests.e2e.workload import PARTITIONS, Expected, check_table, create_table, end_offsets, produce, readings, table_rows
 
 KEYS = 60
@@ -245,7 +245,7 @@ def test_pull_bounds_tokens_push_queries_and_status_through_a_failover(router_cl
         assert f"at input offset {held_position}, the consistency token needs" in message
 
         # millpond status during the failover: the router has the frozen worker dead.
-        shown = subprocess.run([sys.executable, "-m", "cli.main", "status", "--server", cluster.router],
+        shown = subprocess.run([sys.executable, "-m", "millpond.cli.main", "status", "--server", cluster.router],
                                capture_output=True, text=True, timeout=60, check=True,
                                env={**os.environ, "COLUMNS": "300"}).stdout
         lines = [row for row in shown.splitlines() if victim in row and "dead, silent" in row]
@@ -296,7 +296,7 @@ def test_pull_bounds_tokens_push_queries_and_status_through_a_failover(router_cl
     check_table(table_rows(cluster, table), expected)
 
     # After the failover `millpond status --output json` shows the killed worker not alive.
-    shown = json.loads(subprocess.run([sys.executable, "-m", "cli.main", "status", "--server", cluster.router,
+    shown = json.loads(subprocess.run([sys.executable, "-m", "millpond.cli.main", "status", "--server", cluster.router,
                                        "--output", "json"], capture_output=True, text=True, timeout=60,
                                       check=True).stdout)
     hosts = {h["workerId"]: h for h in shown["cluster"]["hosts"]}

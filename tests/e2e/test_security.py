@@ -19,17 +19,17 @@ from pathlib import Path
 import grpc
 import pytest
 from cryptography import x509
-from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
-from millpond.router.v1 import router_pb2, router_pb2_grpc
-from millpond.worker.v1 import worker_pb2, worker_pb2_grpc
 
-from cli.client import RouterClient
-from cli.status import router_status
-from deploy.certs import SERVICE_IDENTITY, LocalCa
-from deploy.kafka_broker import EmbeddedKafka
-from deploy.launcher import LocalCluster
-from shared.net import free_port
-from shared.rpc.tls import ClientCredentials, TlsFiles
+from millpond.cli.client import RouterClient
+from millpond.cli.status import router_status
+from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
+from millpond.deploy.local.certs import SERVICE_IDENTITY, LocalCa
+from millpond.deploy.local.kafka_broker import EmbeddedKafka
+from millpond.deploy.local.launcher import LocalCluster
+from millpond.router.v1 import router_pb2, router_pb2_grpc
+from millpond.shared.net import free_port
+from millpond.shared.rpc.tls import ClientCredentials, TlsFiles
+from millpond.worker.v1 import worker_pb2, worker_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_ROWS = 4
@@ -260,7 +260,7 @@ def test_kafka_clients_authenticate_with_sasl(secure: LocalCluster, kafka: Embed
     from aiokafka.admin import AIOKafkaAdminClient
     from aiokafka.errors import KafkaError
 
-    from shared.kafka_connection import KafkaConnection
+    from millpond.shared.kafka.connection import KafkaConnection
 
     async def topics(password: str) -> list[str]:
         connection = KafkaConnection(kafka.sasl_bootstrap_servers, "SASL_PLAINTEXT", "PLAIN", "millpond", password)

@@ -8,8 +8,8 @@ import json
 
 from aiokafka import AIOKafkaProducer
 
-from deploy.launcher import LocalCluster
-from shared.partitioner import partition_for
+from millpond.deploy.local.launcher import LocalCluster
+from millpond.shared.kafka.partitioner import partition_for
 from tests.e2e.helpers import pull_until, run
 from tests.e2e.test_stateless import read_topic
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from deploy.launcher import LocalCluster
-from shared.partitioner import partition_for
+from millpond.deploy.local.launcher import LocalCluster
+from millpond.shared.kafka.partitioner import partition_for
 
-MILLPOND = [sys.executable, "-m", "cli.main"]
+MILLPOND = [sys.executable, "-m", "millpond.cli.main"]
 ROWS = [(f"u{i % 10}", ["home", "about", "cart"][i % 3], i % 13) for i in range(60)]
 
 

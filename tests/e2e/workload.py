@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from cli.client import RouterClient
-from deploy.launcher import LocalCluster
-from shared import kafka
-from shared.partitioner import partition_for
+from millpond.cli.client import RouterClient
+from millpond.deploy.local.launcher import LocalCluster
+from millpond.shared.kafka import admin
+from millpond.shared.kafka.partitioner import partition_for
 
 PARTITIONS = 4
 
@@ -91,7 +91,7 @@ def ensure_stream(cluster: LocalCluster, stream: str) -> None:
 
 async def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
     """The stream's last stable offsets (read_committed)."""
-    return await kafka.end_offsets(bootstrap, topic, PARTITIONS, isolation_level="read_committed")
+    return await admin.end_offsets(bootstrap, topic, PARTITIONS, isolation_level="read_committed")
 
 
 def table_rows(cluster: LocalCluster, table: str) -> dict[str, dict[str, object]]:

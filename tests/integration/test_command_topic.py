@@ -13,14 +13,14 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import ProducerFenced
 
-from deploy.kafka_broker import EmbeddedKafka
-from services.coordinator.executor import StatementExecutor
-from shared.command_log import Command, CommandReader, CommandWriter
-from shared.config import CoordinatorSettings
-from shared.errors import AlreadyExistsError
-from shared.kafka import delete_topics, ensure_topic
-from shared.kafka_connection import KafkaConnection
-from shared.metastore import Metastore
+from millpond.deploy.local.kafka_broker import EmbeddedKafka
+from millpond.services.coordinator.executor import StatementExecutor
+from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.config import CoordinatorSettings
+from millpond.shared.errors import AlreadyExistsError
+from millpond.shared.kafka.admin import delete_topics, ensure_topic
+from millpond.shared.kafka.command_log import Command, CommandReader, CommandWriter
+from millpond.shared.kafka.connection import KafkaConnection
 
 pytestmark = pytest.mark.kafka
 _ids = itertools.count()

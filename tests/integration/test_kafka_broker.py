@@ -5,7 +5,7 @@ from pathlib import Path
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from deploy.kafka_broker import EmbeddedKafka
+from millpond.deploy.local.kafka_broker import EmbeddedKafka
 
 
 async def _round_trip(bootstrap: str) -> list[bytes]:

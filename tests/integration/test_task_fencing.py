@@ -14,14 +14,14 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
-from deploy.kafka_broker import EmbeddedKafka
-from services.worker.state.store import INPUT_OFFSET
-from services.worker.task import AggregationTask, BatchSlice, ProjectionTask
-from shared.config import WorkerSettings
-from shared.kafka import changelog_topic, committed_offsets, consumer_group, ensure_topic
-from shared.kafka_connection import KafkaConnection
-from shared.metastore import Metastore
-from shared.sql.parser import parse_statement
+from millpond.deploy.local.kafka_broker import EmbeddedKafka
+from millpond.services.worker.state.store import INPUT_OFFSET
+from millpond.services.worker.task import AggregationTask, BatchSlice, ProjectionTask
+from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.config import WorkerSettings
+from millpond.shared.kafka.admin import changelog_topic, committed_offsets, consumer_group, ensure_topic
+from millpond.shared.kafka.connection import KafkaConnection
+from millpond.shared.sql.parser import parse_statement
 
 pytestmark = pytest.mark.kafka
 _ids = itertools.count()

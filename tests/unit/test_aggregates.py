@@ -3,7 +3,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.sql.aggregates import AGGREGATES
+from millpond.shared.sql.aggregates import AGGREGATES
 
 
 def partial(name: str, values: list[tuple[int, int]]) -> list[Any]:

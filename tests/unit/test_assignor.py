@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.coordinator.assignor import Assignment, AssignorConfig, QueryTasks, Task, assign
-from shared.errors import MillpondError
+from millpond.services.coordinator.assignor import Assignment, AssignorConfig, QueryTasks, Task, assign
+from millpond.shared.errors import MillpondError
 
 FAST = settings(max_examples=60, deadline=None)
 

@@ -3,13 +3,12 @@ failure verdicts against an injected clock, and what cluster status shows."""
 
 from __future__ import annotations
 
+from millpond.cli.status import lag_outcome, status_outcome
 from millpond.coordinator.v1 import coordinator_pb2
 from millpond.router.v1 import router_pb2
-
-from cli.status import lag_outcome, status_outcome
-from services.coordinator.assignor import AssignorConfig, QueryTasks, Task
-from services.coordinator.cluster import EPOCH_SHIFT, Cluster
-from shared.task_status import RUNNING, StoreLag, TaskReport
+from millpond.services.coordinator.assignor import AssignorConfig, QueryTasks, Task
+from millpond.services.coordinator.cluster import EPOCH_SHIFT, Cluster
+from millpond.shared.task_status import RUNNING, StoreLag, TaskReport
 
 
 class Clock:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shared import consistency
-from shared.errors import StatementError
+from millpond.shared import consistency
+from millpond.shared.errors import StatementError
 
 
 def test_round_trip_and_merge() -> None:

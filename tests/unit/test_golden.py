@@ -11,14 +11,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from services.coordinator import views
-from shared.errors import MillpondError
-from shared.metastore import DDL, Metastore
-from shared.results import Outcome
-from shared.session import check_name, check_property
-from shared.sql import ast
-from shared.sql.parser import parse_script
-from shared.sql.planner import encode_insert, plan_select
+from millpond.services.coordinator import views
+from millpond.shared.catalog.metastore import DDL, Metastore
+from millpond.shared.errors import MillpondError
+from millpond.shared.results import Outcome
+from millpond.shared.session import check_name, check_property
+from millpond.shared.sql import ast
+from millpond.shared.sql.parser import parse_script
+from millpond.shared.sql.planner import encode_insert, plan_select
 
 HERE = Path(__file__).parent / "golden"
 

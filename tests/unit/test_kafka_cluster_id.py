@@ -6,12 +6,12 @@ from __future__ import annotations
 import uuid
 from unittest import mock
 
-from deploy.kafka_broker import new_cluster_id
+from millpond.deploy.local.kafka_broker import new_cluster_id
 
 
 def test_an_id_that_would_start_with_a_dash_is_drawn_again() -> None:
     dashed, plain = uuid.UUID(bytes=b"\xf8" + bytes(15)), uuid.UUID(bytes=b"\x10" + bytes(15))
-    with mock.patch("deploy.kafka_broker.uuid.uuid4", side_effect=[dashed, plain]) as draw:
+    with mock.patch("millpond.deploy.local.kafka_broker.uuid.uuid4", side_effect=[dashed, plain]) as draw:
         cluster_id = new_cluster_id()
     assert draw.call_count == 2
     assert cluster_id == "EAAAAAAAAAAAAAAAAAAAAA" and len(cluster_id) == 22

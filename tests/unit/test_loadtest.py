@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from cli.loadtest import Fault, Stats, fault_report, key_chooser, percentiles
-from shared.errors import MillpondError
+from millpond.cli.loadtest import Fault, Stats, fault_report, key_chooser, percentiles
+from millpond.shared.errors import MillpondError
 
 
 def test_faults_parse_from_the_command_line() -> None:

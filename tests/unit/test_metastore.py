@@ -1,9 +1,9 @@
 import pytest
 
-from shared.catalog import Resolved
-from shared.errors import AlreadyExistsError, NotFoundError, StatementError
-from shared.metastore import Metastore
-from shared.sql.parser import parse_statement
+from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.catalog.sources import Resolved
+from millpond.shared.errors import AlreadyExistsError, NotFoundError, StatementError
+from millpond.shared.sql.parser import parse_statement
 
 STREAM = ("CREATE STREAM readings (sensor VARCHAR KEY, area VARCHAR, reading INT) "
           "WITH (kafka_topic='readings', partitions=8, value_format='json')")

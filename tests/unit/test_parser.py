@@ -1,8 +1,8 @@
 import pytest
 
-from shared.errors import StatementError
-from shared.sql import ast
-from shared.sql.parser import parse_script, parse_statement
+from millpond.shared.errors import StatementError
+from millpond.shared.sql import ast
+from millpond.shared.sql.parser import parse_script, parse_statement
 
 
 def test_create_stream_upper_cases_identifiers_and_reads_properties() -> None:

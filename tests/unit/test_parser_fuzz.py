@@ -8,11 +8,11 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.errors import MillpondError, StatementError
-from shared.metastore import DDL, Metastore
-from shared.sql import ast
-from shared.sql.parser import parse_script
-from shared.sql.planner import encode_insert, plan_select
+from millpond.shared.catalog.metastore import DDL, Metastore
+from millpond.shared.errors import MillpondError, StatementError
+from millpond.shared.sql import ast
+from millpond.shared.sql.parser import parse_script
+from millpond.shared.sql.planner import encode_insert, plan_select
 
 GOLDEN = (Path(__file__).parent / "golden" / "statements.sql").read_text()
 VALID = [s.text for s in parse_script(GOLDEN)]

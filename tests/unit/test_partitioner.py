@@ -1,7 +1,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.partitioner import murmur2, partition_for
+from millpond.shared.kafka.partitioner import murmur2, partition_for
 
 # Kafka's own vectors (clients/src/test/.../UtilsTest.java, testMurmur2).
 JAVA_VECTORS = {

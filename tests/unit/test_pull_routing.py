@@ -8,14 +8,14 @@ import asyncio
 from typing import Any
 
 import pytest
-from millpond.common.v1 import rows_pb2
-from millpond.worker.v1 import worker_pb2
 
-from services.router.pull import Replica, Route, execute_pull, plan_pull
-from shared.errors import UnavailableError
-from shared.metastore import Metastore
-from shared.serde import to_proto
-from shared.sql.parser import parse_statement
+from millpond.common.v1 import rows_pb2
+from millpond.services.router.pull import Replica, Route, execute_pull, plan_pull
+from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.errors import UnavailableError
+from millpond.shared.kafka.serde import to_proto
+from millpond.shared.sql.parser import parse_statement
+from millpond.worker.v1 import worker_pb2
 
 A, B, C = Replica("a:1", False), Replica("b:1", True), Replica("c:1", True)
 

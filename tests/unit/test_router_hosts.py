@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from services.router.hosts import HostTable, PullBounds
-from services.router.pull import Replica
-from shared.task_status import StoreLag
+from millpond.services.router.hosts import HostTable, PullBounds
+from millpond.services.router.pull import Replica
+from millpond.shared.task_status import StoreLag
 
 ACTIVE, NEAR, FAR, SILENT = Replica("a:1", False), Replica("b:1", True), Replica("c:1", True), Replica("d:1", True)
 OPEN = PullBounds(standby_reads=True)

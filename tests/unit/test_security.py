@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from shared.kafka_connection import KafkaConnection
-from shared.rpc.auth import Access, Authenticator, access_of
-from shared.security import (
+from millpond.shared.kafka.connection import KafkaConnection
+from millpond.shared.rpc.auth import Access, Authenticator, access_of
+from millpond.shared.security import (
     AuthenticationError,
     Permission,
     PermissionDeniedError,
@@ -20,7 +20,7 @@ from shared.security import (
     parse_tokens,
     statement_permission,
 )
-from shared.sql.parser import parse_statement
+from millpond.shared.sql.parser import parse_statement
 
 TOKENS = f"""
 [principals.alice]
@@ -155,7 +155,7 @@ def test_kafka_security_settings_reach_aiokafka_and_spark() -> None:
 def test_the_multihost_example_configurations_load(name: str, settings_class: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import tomllib
 
-    from shared import config
+    from millpond.shared import config
 
     path = Path(__file__).resolve().parents[2] / "deploy" / "multihost" / name
     cls = getattr(config, settings_class)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shared.serde import deserialize_value, serialize_value
-from shared.sql.ast import SqlType
+from millpond.shared.kafka.serde import deserialize_value, serialize_value
+from millpond.shared.sql.ast import SqlType
 
 COLUMNS = [("AREA", SqlType("VARCHAR")), ("READING", SqlType("INT")), ("OK", SqlType("BOOLEAN")),
            ("SCORE", SqlType("DOUBLE"))]

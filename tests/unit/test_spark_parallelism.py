@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from services.worker.spark import parallelism
-from shared.config import WorkerSettings
+from millpond.services.worker.spark import parallelism
+from millpond.shared.config import WorkerSettings
 
 
 def test_spark_cores_sets_local_threads_or_the_cluster_core_cap() -> None:

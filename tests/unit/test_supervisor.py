@@ -7,11 +7,11 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from services.worker.supervisor import QuerySupervisor
-from shared.config import WorkerSettings
-from shared.metastore import Metastore
-from shared.sql.parser import parse_statement
-from shared.task_status import FAILED
+from millpond.services.worker.supervisor import QuerySupervisor
+from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.config import WorkerSettings
+from millpond.shared.sql.parser import parse_statement
+from millpond.shared.task_status import FAILED
 
 
 async def test_a_query_that_cannot_run_is_reported_failed_and_retried(tmp_path: Path) -> None:

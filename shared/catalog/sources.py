@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shared.sql.ast import SqlType
+from millpond.shared.sql.ast import SqlType
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,12 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from deploy.certs import SERVICE_IDENTITY, LocalCa
-from deploy.kafka_broker import EmbeddedKafka
-from shared.errors import SetupError
-from shared.net import free_port
-from shared.rpc.tls import ClientCredentials, TlsFiles
+from millpond.deploy.jars import ensure_jars
+from millpond.deploy.local.certs import SERVICE_IDENTITY, LocalCa
+from millpond.deploy.local.kafka_broker import EmbeddedKafka
+from millpond.shared.errors import SetupError
+from millpond.shared.net import free_port
+from millpond.shared.rpc.tls import ClientCredentials, TlsFiles
 
 PRINCIPALS = {"admin": ["admin", "read", "write"], "writer": ["read", "write"], "reader": ["read"]}
 """The principals a secure local cluster's tokens file grants, with their permissions."""
@@ -164,7 +165,7 @@ class LocalCluster:
     def add_worker(self, wait: bool = True) -> Child:
         """Start one more worker (``worker-N``, the next number) and wait until it is healthy."""
         n = 1 + sum(c.name.startswith("worker-") for c in self.children)
-        child = self._spawn(f"worker-{n}", "services.worker", free_port(), {
+        child = self._spawn(f"worker-{n}", "millpond.services.worker", free_port(), {
             "MILLPOND_WORKER_ID": f"worker-{n}",
             "MILLPOND_COORDINATOR": self.coordinator_endpoints,
             "MILLPOND_ROUTERS": self.router,
@@ -180,7 +181,7 @@ class LocalCluster:
         """Start one more router (``router-N``) on a free port and wait until it is healthy.
         Workers started before it do not beat it; it routes without their lag reports."""
         n = 1 + sum(c.name.startswith("router") for c in self.children)
-        child = self._spawn(f"router-{n}", "services.router", free_port(),
+        child = self._spawn(f"router-{n}", "millpond.services.router", free_port(),
                             {"MILLPOND_COORDINATOR": self.coordinator_endpoints, **self.router_env})
         wait_healthy(child.endpoint, self.start_timeout, child.process, self.credentials())
         return child
@@ -217,6 +218,8 @@ class LocalCluster:
     def start(self) -> None:
         """Start everything and wait until every service answers health checks."""
         try:
+            if self.workers:
+                ensure_jars("spark")  # workers only look the connector up; a local cluster fetches it once
             if self.secure:
                 self._make_security()
             if not self.kafka:
@@ -228,12 +231,12 @@ class LocalCluster:
             for i in range(1, self.coordinators + 1):
                 name = "coordinator" if i == 1 else f"coordinator-{i}"
                 port = free_port()
-                coordinator = self._spawn(name, "services.coordinator", port, {
+                coordinator = self._spawn(name, "millpond.services.coordinator", port, {
                     "MILLPOND_COORDINATOR_ID": name, **election, **self.coordinator_env})
                 wait_healthy(coordinator.endpoint, self.start_timeout, coordinator.process, self.credentials())
             for _ in range(self.workers):
                 self.add_worker(wait=False)
-            self._spawn("router", "services.router", self.router_port,
+            self._spawn("router", "millpond.services.router", self.router_port,
                         {"MILLPOND_COORDINATOR": self.coordinator_endpoints, **self.router_env})
             for child in self.children:
                 wait_healthy(child.endpoint, self.start_timeout, child.process, self.credentials())

@@ -18,11 +18,11 @@ import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 
-from shared.catalog import Column, DataSource, PersistentQuery, Resolved
-from shared.errors import AlreadyExistsError, NotFoundError, StatementError
-from shared.serde import VALUE_FORMATS
-from shared.sql import ast
-from shared.sql.planner import (
+from millpond.shared.catalog.sources import Column, DataSource, PersistentQuery, Resolved
+from millpond.shared.errors import AlreadyExistsError, NotFoundError, StatementError
+from millpond.shared.kafka.serde import VALUE_FORMATS
+from millpond.shared.sql import ast
+from millpond.shared.sql.planner import (
     SOURCE_PROPERTIES,
     check_key_type,
     check_properties,

@@ -21,11 +21,11 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from shared.catalog import Resolved
-from shared.errors import UnavailableError
-from shared.kafka_connection import KafkaConnection
-from shared.metastore import Metastore
-from shared.sql.parser import parse_statement
+from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.catalog.sources import Resolved
+from millpond.shared.errors import UnavailableError
+from millpond.shared.kafka.connection import KafkaConnection
+from millpond.shared.sql.parser import parse_statement
 
 log = logging.getLogger(__name__)
 

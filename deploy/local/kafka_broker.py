@@ -24,9 +24,9 @@ from types import TracebackType
 
 from aiokafka.admin import AIOKafkaAdminClient
 
-from deploy.jars import ensure_jars
-from shared.errors import SetupError
-from shared.net import free_port, wait_for_port
+from millpond.deploy.jars import ensure_jars
+from millpond.shared.errors import SetupError
+from millpond.shared.net import free_port, wait_for_port
 
 _LOG4J2 = """\
 status = warn

@@ -9,8 +9,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
 
-from shared.catalog import PersistentQuery
-from shared.kafka_connection import KafkaConnection
+from millpond.shared.catalog.sources import PersistentQuery
+from millpond.shared.kafka.connection import KafkaConnection
 
 log = logging.getLogger(__name__)
 

@@ -10,9 +10,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from millpond.common.v1 import rows_pb2
-
-from shared.errors import StatementError
-from shared.sql.ast import SqlType
+from millpond.shared.errors import StatementError
+from millpond.shared.sql.ast import SqlType
 
 KEY_FORMATS = ("KAFKA",)
 VALUE_FORMATS = ("JSON", "DELIMITED")

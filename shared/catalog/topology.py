@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from shared.catalog import Column, DataSource, OutputColumn, PersistentQuery, QueryPlan
-from shared.kafka import repartition_topic
-from shared.sql.expressions import quote_identifier
-from shared.sql.planner import plan_materialization
+from millpond.shared.catalog.sources import Column, DataSource, OutputColumn, PersistentQuery, QueryPlan
+from millpond.shared.kafka.admin import repartition_topic
+from millpond.shared.sql.expressions import quote_identifier
+from millpond.shared.sql.planner import plan_materialization
 
 REPARTITION_KEY = "_REPARTITION_KEY"
 """The key column of a repartition topic's records (the grouping expression's value)."""
