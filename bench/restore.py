@@ -29,6 +29,7 @@ from bench.common import (
     raw_consumer_rate,
     wait_caught_up,
 )
+from millpond.shared.catalog import names
 from millpond.shared.kafka.admin import end_offsets
 
 PARTITIONS = 4
@@ -46,7 +47,7 @@ def main() -> None:
         (created,) = execute(local, "CREATE TABLE counts AS SELECT sensor, COUNT(*) AS n FROM readings GROUP BY sensor;")
         query_id = str(created.message).rsplit(" ", 1)[-1]
         wait_caught_up(local, query_id, ends)
-        changelog = f"_millpond-{local.service_id}-{query_id}-changelog"
+        changelog = names.changelog_topic(local.service_id, query_id)
         baseline = asyncio.run(raw_consumer_rate(local.bootstrap, changelog, PARTITIONS, "read_committed"))
 
         worker = local.child("worker-1")

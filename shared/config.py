@@ -19,6 +19,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from millpond.shared.catalog import names
 from millpond.shared.kafka.connection import KafkaConnection
 from millpond.shared.rpc.tls import TlsFiles
 
@@ -111,17 +112,17 @@ class CommonSettings(BaseSettings):
     @property
     def command_topic(self) -> str:
         """The cluster's command topic (one partition, every metastore change in order)."""
-        return f"_millpond-{self.service_id}-command_topic"
+        return names.command_topic(self.service_id)
 
     @property
     def leader_topic(self) -> str:
         """The one-partition topic whose consumer group elects the leading coordinator."""
-        return f"_millpond-{self.service_id}-coordinator_leader"
+        return names.leader_topic(self.service_id)
 
     @property
     def processing_log_topic(self) -> str:
         """Where records that cannot be processed are written, with the reason."""
-        return f"_millpond-{self.service_id}-processing_log"
+        return names.processing_log_topic(self.service_id)
 
 
 class CoordinatorSettings(CommonSettings):

@@ -19,6 +19,7 @@ from millpond.services.coordinator.leadership import Leadership
 from millpond.services.coordinator.membership import Member
 from millpond.services.coordinator.servicer import CoordinatorServicer
 from millpond.shared import metrics
+from millpond.shared.catalog import names
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.topology import stages
 from millpond.shared.config import CoordinatorSettings
@@ -42,7 +43,8 @@ class Coordinator:
         kafka = settings.kafka
         self.metastore = Metastore()
         self.reader = CommandReader(kafka, settings.command_topic, self.metastore)
-        self.writer = CommandWriter(kafka, settings.command_topic, transactional_id=settings.service_id)
+        self.writer = CommandWriter(kafka, settings.command_topic,
+                                    transactional_id=names.command_transactional_id(settings.service_id))
         self.admin = AIOKafkaAdminClient(**kafka.client_args())
         self.producer = AIOKafkaProducer(**kafka.client_args(), enable_idempotence=True, acks="all")
         self.offsets = AIOKafkaConsumer(**kafka.client_args(), isolation_level="read_committed",
@@ -191,7 +193,7 @@ class Coordinator:
         metrics.serve(self.settings.host, self.settings.metrics_port)
         self.leadership = Leadership(
             self.settings.kafka, self.settings.leader_topic,
-            f"_millpond-{self.settings.service_id}-coordinators", self.coordinator_id,
+            names.leader_group(self.settings.service_id), self.coordinator_id,
             self.settings.leader_session_timeout_ms, self._elected, self._deposed)
         tasks = [asyncio.create_task(c) for c in (
             self.reader.run(stop), self._detect_loop(stop), self._rebalance_loop(stop), self.leadership.run(stop))]

@@ -19,9 +19,10 @@ from millpond.services.coordinator import views
 from millpond.shared import security
 from millpond.shared.catalog.metastore import DDL, Change, Metastore
 from millpond.shared.catalog.sources import Resolved
+from millpond.shared.catalog.topology import internal_topics
 from millpond.shared.config import CoordinatorSettings
 from millpond.shared.errors import StatementError, UnavailableError
-from millpond.shared.kafka.admin import delete_topics, ensure_topic, internal_topics, topic_partitions
+from millpond.shared.kafka.admin import delete_topics, ensure_topic, topic_partitions
 from millpond.shared.kafka.command_log import Command, CommandReader, CommandWriter
 from millpond.shared.results import Outcome
 from millpond.shared.security import authorize_statement

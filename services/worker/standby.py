@@ -20,8 +20,8 @@ from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_ji
 
 from millpond.services.worker.state.store import CHANGELOG_OFFSET, INPUT_OFFSET, PartitionStore
 from millpond.services.worker.task import store_path
+from millpond.shared.catalog.names import changelog_topic
 from millpond.shared.config import WorkerSettings
-from millpond.shared.kafka.admin import changelog_topic
 from millpond.shared.task_status import StoreLag, now_ms
 
 log = logging.getLogger(__name__)

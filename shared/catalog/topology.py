@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from millpond.shared.catalog.names import changelog_topic, repartition_topic
 from millpond.shared.catalog.sources import Column, DataSource, OutputColumn, PersistentQuery, QueryPlan
-from millpond.shared.kafka.admin import repartition_topic
 from millpond.shared.sql.expressions import quote_identifier
 from millpond.shared.sql.planner import plan_materialization
 
@@ -57,6 +57,16 @@ def stages(query: PersistentQuery, source: DataSource, sink: DataSource, service
         materialize = replace(query, plan=plan_materialization(sink), start_offsets=None)
         return [Stage("project", query, source, sink), Stage("", materialize, sink, sink)]
     return [Stage("", query, source, sink)]
+
+
+def internal_topics(service_id: str, query: PersistentQuery) -> list[str]:
+    """The topics a persistent query owns besides its sink (deleted with the query)."""
+    topics = []
+    if query.plan.kind == "AGGREGATE":
+        topics.append(changelog_topic(service_id, query.query_id))
+        if query.plan.repartition:
+            topics.append(repartition_topic(service_id, query.query_id))
+    return topics
 
 
 def task_count(query: PersistentQuery, source: DataSource, sink: DataSource, service_id: str) -> int:

@@ -1,4 +1,6 @@
-"""Kafka helpers shared by the services: topic names and idempotent topic creation."""
+"""Kafka admin helpers shared by the services: idempotent topic creation and deletion, offsets.
+
+The names of Millpond's own topics and groups come from ``millpond.shared.catalog.names``."""
 
 from __future__ import annotations
 
@@ -9,35 +11,9 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
 
-from millpond.shared.catalog.sources import PersistentQuery
 from millpond.shared.kafka.connection import KafkaConnection
 
 log = logging.getLogger(__name__)
-
-
-def changelog_topic(service_id: str, query_id: str) -> str:
-    """The compacted changelog of a persistent query's state store."""
-    return f"_millpond-{service_id}-{query_id}-changelog"
-
-
-def repartition_topic(service_id: str, query_id: str) -> str:
-    """The internal topic a query re-keys its input through before aggregating it."""
-    return f"_millpond-{service_id}-{query_id}-repartition"
-
-
-def internal_topics(service_id: str, query: PersistentQuery) -> list[str]:
-    """The topics a persistent query owns besides its sink (deleted with the query)."""
-    topics = []
-    if query.plan.kind == "AGGREGATE":
-        topics.append(changelog_topic(service_id, query.query_id))
-        if query.plan.repartition:
-            topics.append(repartition_topic(service_id, query.query_id))
-    return topics
-
-
-def consumer_group(service_id: str, query_id: str) -> str:
-    """The consumer group a persistent query commits its input offsets to."""
-    return f"_millpond-{service_id}-{query_id}"
 
 
 def _retriable(error: BaseException) -> bool:
@@ -70,11 +46,6 @@ async def end_offsets(bootstrap: str, topic: str, partitions: int,
         return {tp.partition: o for tp, o in (await consumer.end_offsets(tps)).items()}
     finally:
         await consumer.stop()
-
-
-def task_transactional_id(service_id: str, query_id: str, partition: int, stage: str = "") -> str:
-    """Stable per task (and stage of a two-stage query), so a new owner of the task fences the old one."""
-    return f"_millpond-{service_id}-{query_id}-{partition}" + (f"-{stage}" if stage else "")
 
 
 async def ensure_topic(

@@ -27,7 +27,7 @@ import pytest
 from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 from millpond.deploy.local.kafka_broker import EmbeddedKafka
 from millpond.deploy.local.launcher import LocalCluster
-from millpond.shared.kafka.admin import changelog_topic
+from millpond.shared.catalog.names import changelog_topic, processing_log_topic
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.net import free_port
 from millpond.shared.task_status import RUNNING, TaskReport
@@ -115,7 +115,7 @@ async def test_high_cardinality_aggregation_with_malformed_records_is_exact(agg_
     await check_sink(agg_cluster.bootstrap, table.upper(), expected)
 
     logged = [json.loads(v or b"{}") for *_, v in
-              await read_all(agg_cluster.bootstrap, f"_millpond-{agg_cluster.service_id}-processing_log")]
+              await read_all(agg_cluster.bootstrap, processing_log_topic(agg_cluster.service_id))]
     mine = [e for e in logged if e["QUERY_ID"] == query_id]
     reasons = sorted((e["RECORD"], e["REASON"]) for e in mine)
     assert len(mine) == len(malformed)

@@ -20,7 +20,8 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
 from millpond.deploy.local.launcher import LocalCluster
-from millpond.shared.kafka.admin import repartition_topic, topic_partitions
+from millpond.shared.catalog.names import processing_log_topic, repartition_topic
+from millpond.shared.kafka.admin import topic_partitions
 from millpond.shared.kafka.partitioner import partition_for
 from tests.e2e.helpers import pull_until, read_all, run
 from tests.e2e.workload import produce
@@ -87,7 +88,7 @@ async def test_group_by_another_column_repartitions_exactly(cluster: LocalCluste
         last[key] = (partition, json.loads(value))
     assert {k.decode(): v["N"] for k, (_, v) in last.items()} == {a: len(r) for a, r in areas.items()}
 
-    logged = [json.loads(v) for *_, v in await read_all(cluster.bootstrap, f"_millpond-{cluster.service_id}-processing_log")
+    logged = [json.loads(v) for *_, v in await read_all(cluster.bootstrap, processing_log_topic(cluster.service_id))
               if v is not None]
     mine = [e for e in logged if e["QUERY_ID"] == area_query]
     assert sorted(e["REASON"] for e in mine) == sorted(

@@ -16,6 +16,7 @@ from pathlib import Path
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from millpond.deploy.local.launcher import LocalCluster
+from millpond.shared.catalog.names import processing_log_topic
 from millpond.shared.kafka.partitioner import partition_for
 
 MILLPOND = [sys.executable, "-m", "millpond.cli.main"]
@@ -82,7 +83,7 @@ async def test_projections_filters_and_partition_by_write_exactly_the_right_reco
     assert Counter((k, v) for _, k, v in by_page) == by_page_expected
     assert all(p == partition_for(k, 2) for p, k, _ in by_page)
 
-    logged = await read_topic(cluster.bootstrap, f"_millpond-{cluster.service_id}-processing_log", 2, wait_s=60)
+    logged = await read_topic(cluster.bootstrap, processing_log_topic(cluster.service_id), 2, wait_s=60)
     entries = [json.loads(v) for _, _, v in logged]
     mine = [e for e in entries if e["SOURCE_TOPIC"] == name and e["SOURCE_OFFSET"] == bad.offset]
     assert sorted(e["QUERY_ID"].rsplit("_", 1)[0] for e in mine) == [f"CSAS_BY_PAGE_{name.upper()}",

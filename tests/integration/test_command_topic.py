@@ -15,6 +15,7 @@ from aiokafka.errors import ProducerFenced
 
 from millpond.deploy.local.kafka_broker import EmbeddedKafka
 from millpond.services.coordinator.executor import StatementExecutor
+from millpond.shared.catalog import names
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import CoordinatorSettings
 from millpond.shared.errors import AlreadyExistsError
@@ -41,7 +42,7 @@ async def coordinator_core(bootstrap: str, service_id: str) -> AsyncIterator[Sta
         await client.start()
     try:
         yield StatementExecutor(settings, metastore, reader,
-                                CommandWriter(settings.kafka, settings.command_topic, service_id),
+                                CommandWriter(settings.kafka, settings.command_topic, names.command_transactional_id(service_id)),
                                 admin, producer, offsets)
     finally:
         for closer in (reader.stop, offsets.stop, producer.stop, admin.close):
@@ -122,12 +123,13 @@ async def test_racing_coordinators_never_both_append_conflicting_statements(kafk
 async def test_a_fenced_writer_cannot_commit(kafka: EmbeddedKafka) -> None:
     """Starting a writer with the same transactional id aborts the older one's transaction."""
     service_id = f"fence{next(_ids)}"
-    topic = f"_millpond-{service_id}-command_topic"
+    topic = names.command_topic(service_id)
     admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap_servers)
     await admin.start()
     await ensure_topic(admin, topic, 1)
     await admin.close()
-    first, second = (CommandWriter(KafkaConnection(kafka.bootstrap_servers), topic, service_id) for _ in range(2))
+    first, second = (CommandWriter(KafkaConnection(kafka.bootstrap_servers), topic, names.command_transactional_id(service_id))
+                     for _ in range(2))
     stale = Command("CREATE STREAM stale (a INT) WITH (kafka_topic='stale', partitions=1, value_format='JSON')")
     fresh = Command("CREATE STREAM fresh (a INT) WITH (kafka_topic='fresh', partitions=1, value_format='JSON')")
     with pytest.raises(ProducerFenced):

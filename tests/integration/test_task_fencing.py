@@ -18,8 +18,9 @@ from millpond.deploy.local.kafka_broker import EmbeddedKafka
 from millpond.services.worker.state.store import INPUT_OFFSET
 from millpond.services.worker.task import AggregationTask, BatchSlice, ProjectionTask
 from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.catalog.names import changelog_topic, consumer_group, processing_log_topic
 from millpond.shared.config import WorkerSettings
-from millpond.shared.kafka.admin import changelog_topic, committed_offsets, consumer_group, ensure_topic
+from millpond.shared.kafka.admin import committed_offsets, ensure_topic
 from millpond.shared.kafka.connection import KafkaConnection
 from millpond.shared.sql.parser import parse_statement
 
@@ -40,7 +41,7 @@ async def _setup(kafka: EmbeddedKafka, sql: str) -> tuple[Metastore, str]:
     try:
         query = next(iter(meta.queries.values()))
         for topic in (meta.source("EVENTS").topic, meta.source(query.sink).topic,
-                      changelog_topic(service_id, query.query_id), f"_millpond-{service_id}-processing_log"):
+                      changelog_topic(service_id, query.query_id), processing_log_topic(service_id)):
             await ensure_topic(admin, topic, 1, compacted=topic.endswith("changelog"))
     finally:
         await admin.close()

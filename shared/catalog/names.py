@@ -1,0 +1,59 @@
+"""Every Kafka name Millpond makes: internal topics, consumer groups and transactional ids.
+
+All of them start with ``_millpond-<service id>-``, so clusters sharing a broker stay apart
+and an operator can tell Millpond's topics from their own. The strings are part of the
+on-disk contract (a renamed changelog would be a lost changelog): change none of them.
+Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+
+def _prefix(service_id: str) -> str:
+    return f"_millpond-{service_id}-"
+
+
+def command_topic(service_id: str) -> str:
+    """The cluster's command topic (one partition, every metastore change in order)."""
+    return _prefix(service_id) + "command_topic"
+
+
+def command_transactional_id(service_id: str) -> str:
+    """The transactional id every coordinator appends to the command topic with: one for the
+    cluster, so a coordinator that starts appending fences any other."""
+    return service_id
+
+
+def processing_log_topic(service_id: str) -> str:
+    """Where records that cannot be processed are written, with the reason."""
+    return _prefix(service_id) + "processing_log"
+
+
+def leader_topic(service_id: str) -> str:
+    """The one-partition topic whose consumer group elects the leading coordinator."""
+    return _prefix(service_id) + "coordinator_leader"
+
+
+def leader_group(service_id: str) -> str:
+    """The consumer group the coordinators join to elect their leader."""
+    return _prefix(service_id) + "coordinators"
+
+
+def changelog_topic(service_id: str, query_id: str) -> str:
+    """The compacted changelog of a persistent query's state store."""
+    return f"{_prefix(service_id)}{query_id}-changelog"
+
+
+def repartition_topic(service_id: str, query_id: str) -> str:
+    """The internal topic a query re-keys its input through before aggregating it."""
+    return f"{_prefix(service_id)}{query_id}-repartition"
+
+
+def consumer_group(service_id: str, query_id: str) -> str:
+    """The consumer group a persistent query commits its input offsets to."""
+    return f"{_prefix(service_id)}{query_id}"
+
+
+def task_transactional_id(service_id: str, query_id: str, partition: int, stage: str = "") -> str:
+    """Stable per task (and stage of a two-stage query), so a new owner of the task fences the old one."""
+    return f"{_prefix(service_id)}{query_id}-{partition}" + (f"-{stage}" if stage else "")
