@@ -18,7 +18,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, sto
 from millpond.services.coordinator import views
 from millpond.shared import security
 from millpond.shared.catalog.metastore import DDL, Change, Metastore
-from millpond.shared.catalog.sources import Resolved
+from millpond.shared.catalog.queries import Resolved
 from millpond.shared.catalog.topology import internal_topics
 from millpond.shared.config import CoordinatorSettings
 from millpond.shared.errors import StatementError, UnavailableError

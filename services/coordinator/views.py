@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from millpond.shared.catalog.metastore import Metastore
-from millpond.shared.catalog.sources import DataSource, PersistentQuery, QueryPlan
+from millpond.shared.catalog.queries import PersistentQuery, QueryPlan
+from millpond.shared.catalog.sources import DataSource
 from millpond.shared.errors import StatementError
 from millpond.shared.results import Outcome
 from millpond.shared.sql import ast

@@ -23,7 +23,8 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from millpond.services.worker.task import AggregationTask, BadRecord, BatchSlice, Task
 from millpond.shared import metrics
-from millpond.shared.catalog.sources import DataSource, PersistentQuery
+from millpond.shared.catalog.queries import PersistentQuery
+from millpond.shared.catalog.sources import DataSource
 from millpond.shared.config import WorkerSettings
 from millpond.shared.kafka.serde import serialize_key, serialize_value
 from millpond.shared.sql.expressions import quote_identifier, spark_type

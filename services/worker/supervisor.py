@@ -22,7 +22,7 @@ from millpond.services.worker.query_runner import QueryRunner
 from millpond.services.worker.task import AggregationTask, ProjectionTask, TableTask, Task
 from millpond.shared import metrics
 from millpond.shared.catalog.metastore import Metastore
-from millpond.shared.catalog.sources import PersistentQuery
+from millpond.shared.catalog.queries import PersistentQuery
 from millpond.shared.catalog.topology import stages
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError

@@ -31,7 +31,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from millpond.services.worker.state.store import CHANGELOG_OFFSET, INPUT_OFFSET, INPUT_OFFSET_HEADER, PartitionStore, encode_state
 from millpond.shared.catalog.names import changelog_topic, consumer_group, task_transactional_id
-from millpond.shared.catalog.sources import DataSource, PersistentQuery
+from millpond.shared.catalog.queries import PersistentQuery
+from millpond.shared.catalog.sources import DataSource
 from millpond.shared.config import WorkerSettings
 from millpond.shared.kafka.admin import committed_offsets
 from millpond.shared.kafka.partitioner import partition_for

@@ -18,7 +18,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 
-from millpond.shared.catalog.sources import Column, DataSource, PersistentQuery, Resolved
+from millpond.shared.catalog.queries import PersistentQuery, Resolved
+from millpond.shared.catalog.sources import Column, DataSource
 from millpond.shared.errors import AlreadyExistsError, NotFoundError, StatementError
 from millpond.shared.kafka.serde import VALUE_FORMATS
 from millpond.shared.sql import ast

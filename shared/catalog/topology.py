@@ -23,7 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from millpond.shared.catalog.names import changelog_topic, repartition_topic
-from millpond.shared.catalog.sources import Column, DataSource, OutputColumn, PersistentQuery, QueryPlan
+from millpond.shared.catalog.queries import OutputColumn, PersistentQuery, QueryPlan
+from millpond.shared.catalog.sources import Column, DataSource
 from millpond.shared.sql.expressions import quote_identifier
 from millpond.shared.sql.planner import plan_materialization
 

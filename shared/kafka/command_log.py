@@ -22,7 +22,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from millpond.shared.catalog.metastore import Metastore
-from millpond.shared.catalog.sources import Resolved
+from millpond.shared.catalog.queries import Resolved
 from millpond.shared.errors import UnavailableError
 from millpond.shared.kafka.connection import KafkaConnection
 from millpond.shared.sql.parser import parse_statement

@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from millpond.shared.catalog.sources import AggregateCall, Column, DataSource, OutputColumn, QueryPlan
+from millpond.shared.catalog.queries import AggregateCall, OutputColumn, QueryPlan
+from millpond.shared.catalog.sources import Column, DataSource
 from millpond.shared.errors import NotFoundError, StatementError
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.kafka.serde import KEY_FORMATS, KEY_TYPES, VALUE_FORMATS, coerce, serialize_key, serialize_value

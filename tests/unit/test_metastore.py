@@ -1,7 +1,7 @@
 import pytest
 
 from millpond.shared.catalog.metastore import Metastore
-from millpond.shared.catalog.sources import Resolved
+from millpond.shared.catalog.queries import Resolved
 from millpond.shared.errors import AlreadyExistsError, NotFoundError, StatementError
 from millpond.shared.sql.parser import parse_statement
 

@@ -1,0 +1,81 @@
+"""Persistent queries as the metastore holds them: the statement, its plan, and the Kafka
+facts looked up for it.
+
+Plain frozen values, so they hash into the metastore digest and travel between modules
+without behaviour attached.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from millpond.shared.sql.ast import SqlType
+
+
+@dataclass(frozen=True)
+class OutputColumn:
+    """One result column of a persistent query and the Spark SQL that computes it."""
+
+    name: str
+    type: SqlType
+    expression: str
+    key: bool = False
+
+
+@dataclass(frozen=True)
+class AggregateCall:
+    """One aggregate of a GROUP BY query: output column, function and its Spark argument."""
+
+    column: str
+    function: str
+    argument: str
+
+
+@dataclass(frozen=True)
+class QueryPlan:
+    """How workers execute a persistent query.
+
+    ``PROJECT`` queries filter and project each record (CSAS, INSERT INTO ... SELECT, and
+    CTAS without GROUP BY over a table); ``AGGREGATE`` queries keep per-key state (CTAS
+    with GROUP BY). Expressions are Spark SQL over the source's columns.
+    """
+
+    kind: str
+    source: str
+    sink: str
+    columns: tuple[OutputColumn, ...]
+    where: str | None = None
+    key_column: str | None = None
+    """The sink's key column, or None for a stream without a key."""
+    key_expression: str | None = None
+    """Spark SQL of the sink key; None keeps each input record's key as it is."""
+    repartition: bool = False
+    """True when records change partition: a new key, or a different partition count."""
+    aggregates: tuple[AggregateCall, ...] = ()
+
+
+@dataclass(frozen=True)
+class PersistentQuery:
+    """A persistent query: the statement that created it and its plan."""
+
+    query_id: str
+    kind: str
+    """CSAS, CTAS or INSERT."""
+    statement: str
+    source: str
+    sink: str
+    plan: QueryPlan
+    start_offsets: tuple[int, ...] | None = None
+    """Per input partition, where a query created with auto.offset.reset=latest starts;
+    None starts from the earliest offset."""
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """Facts about Kafka the coordinator looked up for a statement and stored in its command,
+    so that every node replays the statement to the same result."""
+
+    start_offsets: tuple[int, ...] | None = None
+    """Where a new query starts, per input partition (auto.offset.reset=latest); None: earliest."""
+    partitions: int | None = None
+    """The partition count of an existing topic a CREATE STREAM / TABLE did not declare."""
