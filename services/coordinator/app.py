@@ -89,8 +89,7 @@ class Coordinator:
             if q.query_id in self.metastore.errors:
                 continue
             plan = stages(q, self.metastore.source(q.source), self.metastore.source(q.sink), self.settings.service_id)
-            # Only GROUP BY results keep a changelog a standby can replay.
-            out.append(QueryTasks(q.query_id, max(s.partitions for s in plan), plan[-1].query.plan.kind == "AGGREGATE"))
+            out.append(QueryTasks(q.query_id, max(s.partitions for s in plan), plan[-1].has_standbys))
         return out
 
     def reassign(self) -> None:

@@ -55,7 +55,7 @@ class QueryTasks:
     partitions: int
     """How many tasks the query has."""
     stateful: bool = True
-    """Whether the tasks keep a local store (then they get standbys and warm-ups)."""
+    """Whether the tasks keep a changelog a standby can replay (then they get standbys and warm-ups)."""
 
     def tasks(self) -> list[Task]:
         """The query's tasks in partition order."""

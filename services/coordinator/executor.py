@@ -156,12 +156,12 @@ class StatementExecutor:
         for query in change.add_queries:
             sink = sinks.get(query.sink) or self.metastore.source(query.sink)
             for topic in internal_topics(self.settings.service_id, query):
-                await ensure_topic(self.admin, topic, sink.partitions, compacted=topic.endswith("-changelog"))
+                await ensure_topic(self.admin, topic.name, sink.partitions, compacted=topic.compacted)
 
     async def _delete_topics(self, change: Change) -> None:
         topics = list(change.delete_topics)
         for query in change.drop_queries:
-            topics += internal_topics(self.settings.service_id, query)
+            topics += [topic.name for topic in internal_topics(self.settings.service_id, query)]
         if topics:
             await delete_topics(self.admin, topics)
 

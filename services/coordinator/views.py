@@ -90,14 +90,10 @@ def plan_lines(plan: QueryPlan, source: DataSource, sink: DataSource) -> list[st
     """A persistent query's plan as an indented tree, sink first (as ksqlDB's EXPLAIN)."""
     steps = [f"[ SINK ] | {sink.kind} {sink.name} | Topic: {sink.topic} | Partitions: {sink.partitions} | "
              f"Format: {sink.value_format} | Schema: {sink.schema_text()}"]
-    if plan.kind == "MATERIALIZE":
-        steps.append(f"[ MATERIALIZE ] | Latest row per key {plan.key_column} | "
-                     "State: RocksDB, rebuilt from the source topic")
-    elif plan.kind == "AGGREGATE":
-        aggs = ", ".join(f"{a.column} = {a.function}({a.argument})" for a in plan.aggregates)
-        steps.append(f"[ AGGREGATE ] | Key: {plan.key_column} | Aggregates: {aggs} | State: RocksDB + changelog")
-    else:
-        steps.append("[ PROJECT ] | " + ", ".join(f"{c.name} = {c.expression}" for c in plan.columns))
+    steps.append(plan.kind.spec.explain.format(
+        key=plan.key_column,
+        aggregates=", ".join(f"{a.column} = {a.function}({a.argument})" for a in plan.aggregates),
+        columns=", ".join(f"{c.name} = {c.expression}" for c in plan.columns)))
     if plan.repartition:
         steps.append(f"[ REPARTITION ] | Key: {plan.key_expression or plan.key_column} | "
                      f"Partitions: {source.partitions} -> {sink.partitions}")

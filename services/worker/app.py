@@ -227,7 +227,7 @@ class Worker:
                 continue
             final = stages(query, self.metastore.source(query.source), self.metastore.source(query.sink),
                            self.settings.service_id)[-1]
-            if final.query.plan.kind == "AGGREGATE" and partition < final.partitions:
+            if final.has_standbys and partition < final.partitions:
                 out.add((query_id, partition))
         return out
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from millpond.shared.catalog.plans import PlanKind
 from millpond.shared.sql.ast import SqlType
 
 
@@ -33,14 +34,10 @@ class AggregateCall:
 
 @dataclass(frozen=True)
 class QueryPlan:
-    """How workers execute a persistent query.
+    """How workers execute a persistent query: its kind (``PlanKind`` says what each needs),
+    and Spark SQL expressions over the source's columns."""
 
-    ``PROJECT`` queries filter and project each record (CSAS, INSERT INTO ... SELECT, and
-    CTAS without GROUP BY over a table); ``AGGREGATE`` queries keep per-key state (CTAS
-    with GROUP BY). Expressions are Spark SQL over the source's columns.
-    """
-
-    kind: str
+    kind: PlanKind
     source: str
     sink: str
     columns: tuple[OutputColumn, ...]

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from millpond.shared.catalog.names import changelog_topic, repartition_topic
+from millpond.shared.catalog.plans import PlanKind
 from millpond.shared.catalog.queries import OutputColumn, PersistentQuery, QueryPlan
 from millpond.shared.catalog.sources import Column, DataSource
 from millpond.shared.sql.expressions import quote_identifier
@@ -48,25 +49,40 @@ class Stage:
         """How many tasks the stage has: one per partition of its input."""
         return self.source.partitions
 
+    @property
+    def has_standbys(self) -> bool:
+        """True when the stage's tasks keep a changelog of their own, which standbys replay."""
+        return self.query.plan.kind.spec.changelog
+
+
+@dataclass(frozen=True)
+class InternalTopic:
+    """A topic a persistent query owns besides its sink: created and deleted with the query."""
+
+    name: str
+    compacted: bool
+    """True for a changelog (only each key's latest state matters)."""
+
 
 def stages(query: PersistentQuery, source: DataSource, sink: DataSource, service_id: str) -> list[Stage]:
     """The stages of ``query`` in data-flow order; the last one produces its result."""
     plan = query.plan
-    if plan.kind == "AGGREGATE" and plan.repartition:
+    if plan.kind.spec.repartition_topic and plan.repartition:
         return _repartitioned_aggregate(query, source, sink, service_id)
-    if plan.kind == "PROJECT" and source.kind == "TABLE" and sink.kind == "TABLE":
+    if plan.kind is PlanKind.PROJECT and source.kind == "TABLE" and sink.kind == "TABLE":
         materialize = replace(query, plan=plan_materialization(sink), start_offsets=None)
         return [Stage("project", query, source, sink), Stage("", materialize, sink, sink)]
     return [Stage("", query, source, sink)]
 
 
-def internal_topics(service_id: str, query: PersistentQuery) -> list[str]:
+def internal_topics(service_id: str, query: PersistentQuery) -> list[InternalTopic]:
     """The topics a persistent query owns besides its sink (deleted with the query)."""
+    spec = query.plan.kind.spec
     topics = []
-    if query.plan.kind == "AGGREGATE":
-        topics.append(changelog_topic(service_id, query.query_id))
-        if query.plan.repartition:
-            topics.append(repartition_topic(service_id, query.query_id))
+    if spec.changelog:
+        topics.append(InternalTopic(changelog_topic(service_id, query.query_id), compacted=True))
+    if spec.repartition_topic and query.plan.repartition:
+        topics.append(InternalTopic(repartition_topic(service_id, query.query_id), compacted=False))
     return topics
 
 
@@ -88,7 +104,7 @@ def _repartitioned_aggregate(query: PersistentQuery, source: DataSource, sink: D
         query_id=query.query_id,
     )
     rekey = QueryPlan(
-        kind="PROJECT", source=source.name, sink=topic.name,
+        kind=PlanKind.PROJECT, source=source.name, sink=topic.name,
         columns=(OutputColumn(REPARTITION_KEY, key.type, key.expression, key=True),
                  *(OutputColumn(c.name, c.type, quote_identifier(c.name)) for c in carried)),
         where=plan.where, key_column=REPARTITION_KEY, key_expression=key.expression, repartition=True,

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from millpond.shared.catalog.plans import PlanKind
 from millpond.shared.catalog.queries import AggregateCall, OutputColumn, QueryPlan
 from millpond.shared.catalog.sources import Column, DataSource
 from millpond.shared.errors import NotFoundError, StatementError
@@ -119,7 +120,7 @@ def plan_materialization(table: DataSource) -> QueryPlan:
     """How a table declared over a topic is kept queryable: the latest row per key, in the
     table's own columns (the plan of its CST query)."""
     columns = tuple(OutputColumn(c.name, c.type, quote_identifier(c.name), c.key) for c in table.columns)
-    return QueryPlan("MATERIALIZE", table.name, table.name, columns, key_column=table.key_column.name
+    return QueryPlan(PlanKind.MATERIALIZE, table.name, table.name, columns, key_column=table.key_column.name
                      if table.key_column else None)
 
 
@@ -146,11 +147,11 @@ def plan_persistent(
     partitions = target.partitions if target is not None else int(properties.get("partitions", source.partitions))
     if query.group_by:
         columns, key_expr, calls = _aggregation(name, query, source, scope)
-        plan_kind = "AGGREGATE"
+        plan_kind = PlanKind.AGGREGATE
     else:
         columns, key_expr = _projection(name, query, source, scope)
         calls = ()
-        plan_kind = "PROJECT"
+        plan_kind = PlanKind.PROJECT
     key = next((c for c in columns if c.key), None)
     if key is not None:
         check_key_type(key.name, key.type)

@@ -1,0 +1,58 @@
+"""The kinds of persistent-query plan, and what each kind needs from the cluster.
+
+``PLAN_SPECS`` has one row per kind: whether its result keeps a changelog of its own (and
+so gets standbys), whether re-keying it takes an internal topic, and its EXPLAIN step.
+The worker's side of a kind (its task class and how Spark reduces a micro-batch for it)
+is ``millpond.services.worker.kinds``; this module imports no service code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class PlanKind(StrEnum):
+    """How workers execute a persistent query (a ``str``: it hashes into the metastore
+    digest exactly as the plain strings it replaced)."""
+
+    PROJECT = "PROJECT"
+    """Filter and project each record (CSAS, INSERT INTO ... SELECT, CTAS without GROUP BY)."""
+    AGGREGATE = "AGGREGATE"
+    """Keep per-key aggregate state (CTAS with GROUP BY)."""
+    MATERIALIZE = "MATERIALIZE"
+    """Keep the latest row per key of a table's topic, so it can be pulled."""
+
+    @property
+    def spec(self) -> PlanSpec:
+        """What this kind needs."""
+        return PLAN_SPECS[self]
+
+
+@dataclass(frozen=True)
+class PlanSpec:
+    """What a plan kind needs from the cluster."""
+
+    changelog: bool
+    """Its state store writes a compacted changelog topic of its own: the store is restored
+    from it, standbys replay it, and it is deleted with the query. (A MATERIALIZE store
+    has no topic of its own: it is rebuilt from the table's topic, and has no standbys.)"""
+    repartition_topic: bool
+    """A plan of this kind that changes its records' partition runs as two stages through an
+    internal repartition topic. (A re-keying PROJECT writes each record straight to its new
+    partition of the sink.)"""
+    explain: str
+    """The EXPLAIN step, a format string over ``key`` (the key column), ``aggregates`` and
+    ``columns`` (each ``name = expression``, comma-separated)."""
+
+
+PLAN_SPECS: dict[PlanKind, PlanSpec] = {
+    PlanKind.PROJECT: PlanSpec(changelog=False, repartition_topic=False, explain="[ PROJECT ] | {columns}"),
+    PlanKind.AGGREGATE: PlanSpec(
+        changelog=True, repartition_topic=True,
+        explain="[ AGGREGATE ] | Key: {key} | Aggregates: {aggregates} | State: RocksDB + changelog"),
+    PlanKind.MATERIALIZE: PlanSpec(
+        changelog=False, repartition_topic=False,
+        explain="[ MATERIALIZE ] | Latest row per key {key} | State: RocksDB, rebuilt from the source topic"),
+}
+"""Every plan kind's needs, one row per kind."""
