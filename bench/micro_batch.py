@@ -51,7 +51,7 @@ def runner_for(spark: Any, settings: WorkerSettings) -> QueryRunner:
     meta.apply(parse_statement(TABLE), 1)
     query = next(iter(meta.queries.values()))
     source, sink = meta.source(query.source), meta.source(query.sink)
-    tasks: dict[int, Task] = {p: AggregationTask(settings, query, source, sink, p) for p in range(PARTITIONS)}
+    tasks: dict[int, Task[Any]] = {p: AggregationTask(settings, query, source, sink, p) for p in range(PARTITIONS)}
     return QueryRunner(spark, settings, query, source, sink, tasks, asyncio.new_event_loop())
 
 

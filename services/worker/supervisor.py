@@ -14,12 +14,14 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from typing import Any
 
 from pyspark.sql import SparkSession
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
 
+from millpond.services.worker.kinds import WORKER_KINDS
 from millpond.services.worker.query_runner import QueryRunner
-from millpond.services.worker.task import AggregationTask, ProjectionTask, TableTask, Task
+from millpond.services.worker.task import Task
 from millpond.shared import metrics
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.queries import PersistentQuery
@@ -30,7 +32,6 @@ from millpond.shared.task_status import FAILED, RUNNING, STARTING, TaskReport
 
 log = logging.getLogger(__name__)
 WATCH_INTERVAL_S = 0.25
-TASK_KINDS: dict[str, type[Task]] = {"AGGREGATE": AggregationTask, "PROJECT": ProjectionTask, "MATERIALIZE": TableTask}
 
 
 class QueryFailed(MillpondError):
@@ -47,9 +48,9 @@ class QuerySupervisor:
         self.query = query
         self.partitions = frozenset(partitions)
         self._spark = spark
-        self.tasks: dict[int, Task] = {}
+        self.tasks: dict[int, Task[Any]] = {}
         """The tasks of the stage that produces the result (the ones pull queries read)."""
-        self._stage_tasks: list[dict[int, Task]] = []
+        self._stage_tasks: list[dict[int, Task[Any]]] = []
         self.failures = 0
         self.reason = ""
         self.failed = False
@@ -107,7 +108,7 @@ class QuerySupervisor:
         plan_stages = stages(query, self.metastore.source(query.source), self.metastore.source(query.sink),
                              self.settings.service_id)
         self._stage_tasks = [
-            {p: TASK_KINDS[stage.query.plan.kind](self.settings, stage.query, stage.source, stage.sink, p, stage.name)
+            {p: WORKER_KINDS[stage.query.plan.kind].task(self.settings, stage.query, stage.source, stage.sink, p, stage.name)
              for p in sorted(self.partitions) if p < stage.partitions}
             for stage in plan_stages
         ]

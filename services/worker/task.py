@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
@@ -54,22 +54,45 @@ class BadRecord:
 
 @dataclass
 class BatchSlice:
-    """The part of one micro-batch that belongs to this task's partition: per-key partial
-    aggregates (GROUP BY queries) or result records (projections)."""
+    """The part of one micro-batch that belongs to one task's partition: its offsets and the
+    records that could not be processed. Each plan kind's slice adds what its task commits."""
 
     first_offset: int
     last_offset: int
     count: int = 0
     """Records of the partition in the batch (the offsets between may hold transaction markers)."""
-    partials: list[tuple[bytes, list[list[Any]]]] = field(default_factory=list)
-    latest: list[tuple[bytes, list[Any] | None]] = field(default_factory=list)
-    """Source tables: each key's last value columns in the batch, None for a tombstone."""
-    records: list[tuple[bytes | None, bytes | None]] = field(default_factory=list)
-    """Result records (key, value); a None value is a tombstone (a table row deleted)."""
     bad: list[BadRecord] = field(default_factory=list)
 
 
-class Task(ABC):
+@dataclass
+class AggregateSlice(BatchSlice):
+    """A GROUP BY query's slice: the batch's partial aggregates per key."""
+
+    partials: list[tuple[bytes, list[list[Any]]]] = field(default_factory=list)
+    """Per key, one partial state per aggregate, to merge into the stored state."""
+
+
+@dataclass
+class ProjectSlice(BatchSlice):
+    """A projection's slice: the result records, in input order."""
+
+    records: list[tuple[bytes | None, bytes | None]] = field(default_factory=list)
+    """Result records (key, value); a None value is a tombstone (a table row deleted)."""
+
+
+@dataclass
+class MaterializeSlice(BatchSlice):
+    """A source table's slice: each key's latest row in the batch."""
+
+    latest: list[tuple[bytes, list[Any] | None]] = field(default_factory=list)
+    """Each key's last value columns in the batch, None for a tombstone."""
+
+
+SliceT = TypeVar("SliceT", bound=BatchSlice)
+"""The slice type a task commits."""
+
+
+class Task(ABC, Generic[SliceT]):
     """What every task has: its input partition, a transactional producer whose id is stable
     per task (a new owner fences the old), and the query's committed input position."""
 
@@ -160,7 +183,7 @@ class Task(ABC):
             }).encode(), None, None)
 
     @abstractmethod
-    async def commit(self, batch: BatchSlice) -> bool:
+    async def commit(self, batch: SliceT) -> bool:
         """Apply one micro-batch slice exactly once; False when it was applied before."""
 
     def applied(self, batch: BatchSlice) -> bool:
@@ -189,7 +212,7 @@ def aggregate_row(sink: DataSource, aggs: list[aggregates.Aggregate], key: bytes
     return [deserialize_key(key, sink.columns[0].type), *(agg.finalize(s) for agg, s in zip(aggs, state, strict=True))]
 
 
-class StoreTask(Task):
+class StoreTask(Task[SliceT]):
     """A task that keeps one partition of a table in a RocksDB store, for pull queries."""
 
     @property
@@ -202,7 +225,7 @@ class StoreTask(Task):
         """A table row, in the table's column order, from a stored state."""
 
 
-class AggregationTask(StoreTask):
+class AggregationTask(StoreTask[AggregateSlice]):
     """Materializes one partition of a GROUP BY query's table."""
 
     def __init__(self, settings: WorkerSettings, query: PersistentQuery, source: DataSource,
@@ -278,7 +301,7 @@ class AggregationTask(StoreTask):
         """A table row (key column first, then the aggregates) from a stored state."""
         return aggregate_row(self.sink, self.aggregates, key, state)
 
-    async def commit(self, batch: BatchSlice) -> bool:
+    async def commit(self, batch: AggregateSlice) -> bool:
         """Apply one micro-batch slice exactly once; False when it was applied before."""
         assert self.store is not None and self.producer is not None
         if self.applied(batch):
@@ -309,7 +332,7 @@ class AggregationTask(StoreTask):
         return True
 
 
-class ProjectionTask(Task):
+class ProjectionTask(Task[ProjectSlice]):
     """Writes one partition's filtered, projected records to the sink, exactly once: the
     records and the input offsets go in one transaction. Over a table, a deleted row or one
     the filter drops is written as a tombstone, so the sink table loses it too."""
@@ -321,7 +344,7 @@ class ProjectionTask(Task):
             return self.partition
         return partition_for(key, self.sink.partitions) if key is not None else None
 
-    async def commit(self, batch: BatchSlice) -> bool:
+    async def commit(self, batch: ProjectSlice) -> bool:
         """Apply one micro-batch slice exactly once; False when it was applied before."""
         assert self.producer is not None
         if self.applied(batch):
@@ -335,7 +358,7 @@ class ProjectionTask(Task):
         return True
 
 
-class TableTask(StoreTask):
+class TableTask(StoreTask[MaterializeSlice]):
     """Materializes one partition of a table declared over a topic: the latest row per key
     (a NULL value deletes the key). The topic is its own changelog, as Kafka Streams does
     for source tables: rows and the next input offset change in one RocksDB write batch, so
@@ -356,7 +379,7 @@ class TableTask(StoreTask):
         values = iter(state)
         return [deserialize_key(key, c.type) if c.key else next(values) for c in self.sink.columns]
 
-    async def commit(self, batch: BatchSlice) -> bool:
+    async def commit(self, batch: MaterializeSlice) -> bool:
         """Apply one micro-batch slice exactly once; False when it was applied before."""
         assert self.store is not None and self.producer is not None
         if self.applied(batch):

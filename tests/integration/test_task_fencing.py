@@ -16,7 +16,7 @@ from aiokafka.errors import KafkaError
 
 from millpond.deploy.local.kafka_broker import EmbeddedKafka
 from millpond.services.worker.state.store import INPUT_OFFSET
-from millpond.services.worker.task import AggregationTask, BatchSlice, ProjectionTask
+from millpond.services.worker.task import AggregateSlice, AggregationTask, ProjectionTask, ProjectSlice
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.names import changelog_topic, consumer_group, processing_log_topic
 from millpond.shared.config import WorkerSettings
@@ -87,7 +87,7 @@ async def test_a_task_given_away_cannot_commit_and_its_successor_restores_from_t
     source, sink = meta.source("EVENTS"), meta.source("TOTALS")
     old = AggregationTask(_settings(kafka, service_id, "old", tmp_path), query, source, sink, 0)
     await old.start()
-    assert await old.commit(BatchSlice(0, 4, partials=[(b"k1", [[5]]), (b"k2", [[2]])]))
+    assert await old.commit(AggregateSlice(0, 4, partials=[(b"k1", [[5]]), (b"k2", [[2]])]))
 
     new = AggregationTask(_settings(kafka, service_id, "new", tmp_path), query, source, sink, 0)
     await new.start()  # the same transactional id: the old owner is fenced from here on
@@ -96,11 +96,11 @@ async def test_a_task_given_away_cannot_commit_and_its_successor_restores_from_t
         assert new.store is not None and new.store.get(b"k1") == [[5]]
 
         with pytest.raises(KafkaError):
-            await old.commit(BatchSlice(5, 9, partials=[(b"k1", [[5]])]))
+            await old.commit(AggregateSlice(5, 9, partials=[(b"k1", [[5]])]))
         assert old.store is not None and old.store.position(INPUT_OFFSET) == 5 and old.store.get(b"k1") == [[5]]
 
-        assert await new.commit(BatchSlice(5, 9, partials=[(b"k1", [[5]])]))
-        assert not await new.commit(BatchSlice(5, 9, partials=[(b"k1", [[5]])]))  # a replay is skipped
+        assert await new.commit(AggregateSlice(5, 9, partials=[(b"k1", [[5]])]))
+        assert not await new.commit(AggregateSlice(5, 9, partials=[(b"k1", [[5]])]))  # a replay is skipped
     finally:
         await new.stop()
         await old.stop()
@@ -116,14 +116,14 @@ async def test_a_fenced_projection_task_writes_nothing(kafka: EmbeddedKafka, tmp
     source, sink = meta.source("EVENTS"), meta.source("DOUBLED")
     old = ProjectionTask(_settings(kafka, service_id, "old", tmp_path), query, source, sink, 0)
     await old.start()
-    assert await old.commit(BatchSlice(0, 0, records=[(b"a", b'{"V2":2}')]))
+    assert await old.commit(ProjectSlice(0, 0, records=[(b"a", b'{"V2":2}')]))
     new = ProjectionTask(_settings(kafka, service_id, "new", tmp_path), query, source, sink, 0)
     await new.start()
     try:
         assert new.start_input_offset == 1
         with pytest.raises(KafkaError):
-            await old.commit(BatchSlice(1, 1, records=[(b"b", b'{"V2":4}')]))
-        assert await new.commit(BatchSlice(1, 1, records=[(b"b", b'{"V2":4}')]))
+            await old.commit(ProjectSlice(1, 1, records=[(b"b", b'{"V2":4}')]))
+        assert await new.commit(ProjectSlice(1, 1, records=[(b"b", b'{"V2":4}')]))
     finally:
         await new.stop()
         await old.stop()

@@ -1,0 +1,49 @@
+"""The worker's side of each plan kind: the task class that commits a partition's slice of
+a micro-batch, the slice it takes, and the reducer that computes those slices on Spark.
+
+What a kind needs from the cluster (changelog, standbys, internal topics, EXPLAIN) is
+``millpond.shared.catalog.plans``; this is what the worker runs for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic
+
+from pyspark.sql import DataFrame
+
+from millpond.services.worker.reducers import reduce_aggregate, reduce_materialize, reduce_project
+from millpond.services.worker.task import (
+    AggregateSlice,
+    AggregationTask,
+    MaterializeSlice,
+    ProjectionTask,
+    ProjectSlice,
+    SliceT,
+    TableTask,
+    Task,
+)
+from millpond.shared.catalog.plans import PlanKind
+from millpond.shared.catalog.queries import PersistentQuery
+from millpond.shared.catalog.sources import DataSource
+
+
+@dataclass(frozen=True)
+class WorkerKind(Generic[SliceT]):
+    """How the worker runs one plan kind."""
+
+    task: type[Task[SliceT]]
+    """One input partition's task: commits each of its slices exactly once."""
+    slice: type[SliceT]
+    """A partition's part of a micro-batch, as the task takes it."""
+    reduce: Callable[[DataFrame, PersistentQuery, DataSource, DataSource, dict[int, SliceT]], None]
+    """Fills each partition's slice from the parsed batch (query, its source, its sink, slices)."""
+
+
+WORKER_KINDS: dict[PlanKind, WorkerKind[Any]] = {
+    PlanKind.AGGREGATE: WorkerKind(AggregationTask, AggregateSlice, reduce_aggregate),
+    PlanKind.PROJECT: WorkerKind(ProjectionTask, ProjectSlice, reduce_project),
+    PlanKind.MATERIALIZE: WorkerKind(TableTask, MaterializeSlice, reduce_materialize),
+}
+"""Every plan kind's task, slice and reducer, one row per kind."""

@@ -1,0 +1,103 @@
+"""Each plan kind's needs, said once: which kinds keep a changelog (and so get standbys),
+which internal topics a query owns, and that the kind hashes into the metastore digest as
+the plain string it always was."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import cast
+
+import pytest
+
+from millpond.services.worker.kinds import WORKER_KINDS
+from millpond.services.worker.task import (
+    AggregateSlice,
+    AggregationTask,
+    MaterializeSlice,
+    ProjectionTask,
+    ProjectSlice,
+    TableTask,
+)
+from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.catalog.plans import PLAN_SPECS, PlanKind
+from millpond.shared.catalog.topology import InternalTopic, internal_topics, stages
+from millpond.shared.sql.parser import parse_statement
+
+STREAM = ("CREATE STREAM readings (sensor VARCHAR KEY, area VARCHAR, reading INT) "
+          "WITH (kafka_topic='readings', partitions=4, value_format='json')")
+USERS = ("CREATE TABLE users (id VARCHAR PRIMARY KEY, name VARCHAR) "
+         "WITH (kafka_topic='users', partitions=2, value_format='json')")
+QUERIES = {
+    "CTAS_BY_SENSOR_1": "CREATE TABLE by_sensor AS SELECT sensor, COUNT(*) AS n FROM readings GROUP BY sensor",
+    "CTAS_BY_AREA_2": "CREATE TABLE by_area AS SELECT area, COUNT(*) AS n FROM readings GROUP BY area",
+    "CSAS_HOT_3": "CREATE STREAM hot AS SELECT sensor, reading FROM readings WHERE reading > 10",
+    "CSAS_BY_READING_4": "CREATE STREAM by_reading AS SELECT reading, sensor FROM readings PARTITION BY reading",
+    "CTAS_NAMED_5": "CREATE TABLE named AS SELECT id, name FROM users WHERE name IS NOT NULL",
+}
+
+
+@pytest.fixture(scope="module")
+def meta() -> Metastore:
+    meta = Metastore()
+    for offset, statement in enumerate([STREAM, USERS, *QUERIES.values()]):
+        meta.apply(parse_statement(statement), offset)
+    assert set(QUERIES) <= set(meta.queries)
+    return meta
+
+
+def test_every_kind_has_one_spec_and_one_worker_row() -> None:
+    assert set(PLAN_SPECS) == set(WORKER_KINDS) == set(PlanKind)
+    assert [(k.task, k.slice) for k in (WORKER_KINDS[PlanKind.AGGREGATE], WORKER_KINDS[PlanKind.PROJECT],
+                                        WORKER_KINDS[PlanKind.MATERIALIZE])] == [
+        (AggregationTask, AggregateSlice), (ProjectionTask, ProjectSlice), (TableTask, MaterializeSlice)]
+
+
+def test_only_group_by_results_keep_a_changelog_and_a_repartition_topic() -> None:
+    assert {k for k in PlanKind if k.spec.changelog} == {PlanKind.AGGREGATE}
+    assert {k for k in PlanKind if k.spec.repartition_topic} == {PlanKind.AGGREGATE}
+
+
+def test_the_planner_gives_each_statement_its_kind(meta: Metastore) -> None:
+    kinds = {q.query_id: q.plan.kind for q in meta.queries.values()}
+    assert kinds == {"CST_USERS_0": PlanKind.MATERIALIZE, "CTAS_BY_SENSOR_1": PlanKind.AGGREGATE,
+                     "CTAS_BY_AREA_2": PlanKind.AGGREGATE, "CSAS_HOT_3": PlanKind.PROJECT,
+                     "CSAS_BY_READING_4": PlanKind.PROJECT, "CTAS_NAMED_5": PlanKind.PROJECT}
+
+
+def test_internal_topics_per_kind(meta: Metastore) -> None:
+    owned = {q: internal_topics("svc", meta.queries[q]) for q in meta.queries}
+    assert owned == {
+        "CST_USERS_0": [],
+        "CTAS_BY_SENSOR_1": [InternalTopic("_millpond-svc-CTAS_BY_SENSOR_1-changelog", compacted=True)],
+        "CTAS_BY_AREA_2": [InternalTopic("_millpond-svc-CTAS_BY_AREA_2-changelog", compacted=True),
+                           InternalTopic("_millpond-svc-CTAS_BY_AREA_2-repartition", compacted=False)],
+        "CSAS_HOT_3": [],
+        "CSAS_BY_READING_4": [],  # re-keyed straight into the sink's partitions
+        "CTAS_NAMED_5": [],  # the sink topic is the table's changelog
+    }
+
+
+def test_standbys_follow_the_result_stage_changelog(meta: Metastore) -> None:
+    def staged(query_id: str) -> list[tuple[str, PlanKind, bool]]:
+        q = meta.queries[query_id]
+        return [(s.name, s.query.plan.kind, s.has_standbys)
+                for s in stages(q, meta.source(q.source), meta.source(q.sink), "svc")]
+
+    assert staged("CTAS_BY_SENSOR_1") == [("", PlanKind.AGGREGATE, True)]
+    assert staged("CTAS_BY_AREA_2") == [("repartition", PlanKind.PROJECT, False), ("", PlanKind.AGGREGATE, True)]
+    assert staged("CSAS_HOT_3") == [("", PlanKind.PROJECT, False)]
+    assert staged("CTAS_NAMED_5") == [("project", PlanKind.PROJECT, False), ("", PlanKind.MATERIALIZE, False)]
+    assert staged("CST_USERS_0") == [("", PlanKind.MATERIALIZE, False)]
+
+
+def test_a_kind_hashes_into_the_digest_as_its_plain_string(meta: Metastore) -> None:
+    assert json.dumps(PlanKind.AGGREGATE) == '"AGGREGATE"'
+    # As a node that still held plain strings would have it: the same digest.
+    plain = Metastore()
+    plain.sources = dict(meta.sources)
+    plain.queries = {k: replace(q, plan=replace(q.plan, kind=cast(PlanKind, str(q.plan.kind.value))))
+                     for k, q in meta.queries.items()}
+    plain.queries_created = meta.queries_created
+    assert all(type(q.plan.kind) is str for q in plain.queries.values())
+    assert plain.digest() == meta.digest()
