@@ -27,6 +27,7 @@ from millpond.shared.errors import LimitError, MillpondError, NotFoundError, Sta
 from millpond.shared.kafka.command_log import CommandReader
 from millpond.shared.kafka.serde import to_proto
 from millpond.shared.results import Outcome
+from millpond.shared.rpc.converters import outcome_from_proto
 from millpond.shared.rpc.metastore import SERVICE_NAME as METASTORE_SERVICE
 from millpond.shared.rpc.metastore import metastore_registrar
 from millpond.shared.rpc.server import RpcServer, message_limits, shutdown_event
@@ -165,7 +166,7 @@ class Router:
         for n, i in enumerate(order):
             try:
                 response = await self.coordinators[i].ExecuteStatement(request, timeout=self._timeout)
-                outcome = Outcome.from_proto(response.result)
+                outcome = outcome_from_proto(response.result)
                 if isinstance(stmt, ast.InsertValues):
                     target = self.metastore.sources.get(stmt.target) or await self._caught_up_source(stmt.target)
                     return outcome, {(target.topic, outcome.partition): outcome.offset + 1}

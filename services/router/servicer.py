@@ -10,8 +10,8 @@ import grpc
 from millpond.router.v1 import router_pb2, router_pb2_grpc
 from millpond.shared import security
 from millpond.shared.errors import MillpondError
+from millpond.shared.rpc.converters import outcome_to_proto, store_lag_from_proto
 from millpond.shared.rpc.status import grpc_errors, status_code
-from millpond.shared.task_status import StoreLag
 
 if TYPE_CHECKING:
     from millpond.services.router.app import Router
@@ -37,7 +37,7 @@ class RouterServicer(router_pb2_grpc.RouterServiceServicer):
     async def Execute(self, request: router_pb2.ExecuteRequest, context: grpc.aio.ServicerContext) -> router_pb2.ExecuteResponse:
         outcomes = await self.router.execute(request.sql, dict(request.properties), request.consistency_token,
                                              context.time_remaining())
-        return router_pb2.ExecuteResponse(results=[o.to_proto() for o in outcomes])
+        return router_pb2.ExecuteResponse(results=[outcome_to_proto(o) for o in outcomes])
 
     async def StreamQuery(self, request: router_pb2.StreamQueryRequest,
                           context: grpc.aio.ServicerContext) -> AsyncIterator[router_pb2.StreamQueryResponse]:
@@ -57,5 +57,5 @@ class RouterServicer(router_pb2_grpc.RouterServiceServicer):
     @grpc_errors
     async def ReportHostStatus(self, request: router_pb2.ReportHostStatusRequest,
                                context: grpc.aio.ServicerContext) -> router_pb2.ReportHostStatusResponse:
-        self.router.hosts.beat(request.endpoint, request.worker_id, [StoreLag.from_proto(lag) for lag in request.lags])
+        self.router.hosts.beat(request.endpoint, request.worker_id, [store_lag_from_proto(lag) for lag in request.lags])
         return router_pb2.ReportHostStatusResponse()

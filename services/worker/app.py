@@ -28,6 +28,7 @@ from millpond.shared.catalog.topology import stages
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import NotFoundError, UnavailableError
 from millpond.shared.kafka.command_log import CommandReader
+from millpond.shared.rpc.converters import store_lag_to_proto, task_report_to_proto
 from millpond.shared.rpc.metastore import SERVICE_NAME as METASTORE_SERVICE
 from millpond.shared.rpc.metastore import metastore_registrar
 from millpond.shared.rpc.server import RpcServer, message_limits, shutdown_event
@@ -144,8 +145,8 @@ class Worker:
             try:
                 response = await stub.Heartbeat(coordinator_pb2.HeartbeatRequest(
                     worker_id=self.settings.worker_id, endpoint=self.server.endpoint,
-                    known_generation=self.generation, tasks=[r.to_proto() for r in self.task_reports()],
-                    lags=[lag.to_proto() for lag in self.store_lags()]), timeout=2)
+                    known_generation=self.generation, tasks=[task_report_to_proto(r) for r in self.task_reports()],
+                    lags=[store_lag_to_proto(lag) for lag in self.store_lags()]), timeout=2)
                 # A newer leader's generations are larger: an older leader cannot undo its orders.
                 if response.HasField("assignment") and response.generation > self.generation:
                     self._take(response.assignment)
@@ -162,7 +163,7 @@ class Worker:
             try:
                 await stub.ReportHostStatus(router_pb2.ReportHostStatusRequest(
                     worker_id=self.settings.worker_id, endpoint=self.server.endpoint,
-                    lags=[lag.to_proto() for lag in self.store_lags()]), timeout=2)
+                    lags=[store_lag_to_proto(lag) for lag in self.store_lags()]), timeout=2)
             except grpc.aio.AioRpcError as err:
                 log.debug("lag report failed", extra={"router": router, "code": str(err.code())})
             with contextlib.suppress(TimeoutError):
