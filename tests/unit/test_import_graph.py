@@ -15,7 +15,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2] / "src" / "millpond"
+# The repository root is the nearest folder above holding src/millpond (wherever this file sits).
+ROOT = next(p / "src" / "millpond" for p in Path(__file__).resolve().parents if (p / "src" / "millpond").is_dir())
 
 
 def _modules() -> dict[str, Path]:
