@@ -10,6 +10,7 @@ from millpond.common.v1 import metastore_pb2, metastore_pb2_grpc
 from millpond.router.v1 import router_pb2, router_pb2_grpc
 from millpond.shared.kafka.serde import from_proto
 from millpond.shared.results import Outcome
+from millpond.shared.rpc.converters import outcome_from_proto
 from millpond.shared.rpc.tls import ClientCredentials
 from millpond.shared.session import apply_session_statement
 from millpond.shared.sql import ast
@@ -35,7 +36,7 @@ class RouterClient:
         ``grpc.RpcError`` with the server's status on failure."""
         response = self.stub.Execute(router_pb2.ExecuteRequest(sql=sql, properties=self.properties,
                                                                consistency_token=self.token), timeout=self.timeout)
-        outcomes = [Outcome.from_proto(r) for r in response.results]
+        outcomes = [outcome_from_proto(r) for r in response.results]
         for outcome in outcomes:
             self.token = outcome.consistency_token or self.token
         return outcomes

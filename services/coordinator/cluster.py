@@ -5,17 +5,16 @@ No I/O: heartbeats, leaves and failure verdicts come in as calls, time from inje
 clocks. Only the leading coordinator assigns; its generations are ``epoch << 32 | n``,
 where the epoch grows with every new leader, so a worker that took an assignment from a
 newer leader ignores an older one (two coordinators that both believe they lead cannot
-both steer a worker).
+both steer a worker). The protobuf forms are in ``converters``.
 """
 
 from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from millpond.coordinator.v1 import coordinator_pb2
 from millpond.services.coordinator.assignor import Assignment, AssignorConfig, QueryTasks, Task, WorkerTasks, assign
 from millpond.services.coordinator.membership import Membership
 from millpond.shared.task_status import StoreLag, TaskReport, now_ms
@@ -39,10 +38,6 @@ class WorkerView:
     def alive(self) -> bool:
         """Whether it is a member."""
         return not self.left_ms
-
-
-def _task_ids(tasks: Iterable[Task]) -> list[coordinator_pb2.TaskId]:
-    return [coordinator_pb2.TaskId(query_id=t.query_id, partition=t.partition) for t in tasks]
 
 
 class Cluster:
@@ -136,29 +131,3 @@ class Cluster:
                 if Task(report.query_id, report.partition) in active:
                     out[report.query_id].append(report)
         return out
-
-    def assignment_proto(self) -> coordinator_pb2.Assignment:
-        """The assignment as protobuf (members only)."""
-        members = self.membership.members
-        return coordinator_pb2.Assignment(
-            generation=self.generation,
-            workers=[
-                coordinator_pb2.WorkerAssignment(
-                    worker_id=worker_id, endpoint=members[worker_id].endpoint,
-                    active_tasks=_task_ids(tasks.active), standby_tasks=_task_ids(tasks.standby),
-                    warmup_tasks=_task_ids(tasks.warmup))
-                for worker_id, tasks in self.assignment.workers.items() if worker_id in members
-            ],
-        )
-
-    def status_proto(self) -> list[coordinator_pb2.HostStatus]:
-        """Every known worker, alive or recently gone, for the cluster status."""
-        hosts = []
-        for worker_id, view in sorted(self.views.items()):
-            tasks = self.assignment.tasks_of(worker_id) if view.alive else WorkerTasks()
-            hosts.append(coordinator_pb2.HostStatus(
-                worker_id=worker_id, endpoint=view.endpoint, alive=view.alive, last_status_update_ms=view.last_seen_ms,
-                active_tasks=_task_ids(tasks.active), standby_tasks=_task_ids(tasks.standby),
-                warmup_tasks=_task_ids(tasks.warmup), lags=[lag.to_proto() for lag in view.lags],
-                tasks=[r.to_proto() for r in view.reports]))
-        return hosts

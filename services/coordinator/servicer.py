@@ -1,41 +1,74 @@
-"""The coordinator's gRPC endpoints: thin adapters over the executor and the assignment."""
+"""The coordinator's gRPC endpoints: thin adapters over the executor and the assignment.
+
+The servicer is given the parts it serves (constructor injection) and knows nothing of the
+service's wiring: convert the request, call the domain, convert the answer back.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Protocol, TypeVar
 
 import grpc
 
 from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
+from millpond.services.coordinator.cluster import Cluster
+from millpond.services.coordinator.converters import assignment_to_proto, host_statuses
+from millpond.shared.results import Outcome
+from millpond.shared.rpc.converters import (
+    outcome_to_proto,
+    store_lag_from_proto,
+    task_report_from_proto,
+    task_report_to_proto,
+)
 from millpond.shared.rpc.status import grpc_errors
 from millpond.shared.task_status import StoreLag, TaskReport
 
-if TYPE_CHECKING:
-    from millpond.services.coordinator.app import Coordinator
-
 AssignmentReply = TypeVar("AssignmentReply", coordinator_pb2.HeartbeatResponse, coordinator_pb2.GetAssignmentResponse)
+
+
+class Statements(Protocol):
+    """Executes one statement (the coordinator's ``StatementExecutor``)."""
+
+    async def execute(self, sql: str, properties: Mapping[str, str]) -> Outcome:
+        """Run one statement and describe what happened."""
+
+
+class Members(Protocol):
+    """Takes the workers' beats and leaves (the coordinator's ``Rebalancer``)."""
+
+    def heartbeat(self, worker_id: str, endpoint: str, reports: list[TaskReport], lags: list[StoreLag]) -> None:
+        """A worker is alive and reports its tasks and lags."""
+
+    def leave(self, worker_id: str) -> None:
+        """A worker is shutting down."""
 
 
 class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     """Implements ``millpond.coordinator.v1.CoordinatorService``."""
 
-    def __init__(self, coordinator: Coordinator):
-        self.coordinator = coordinator
+    def __init__(self, statements: Statements, members: Members, cluster: Cluster,
+                 coordinator_id: Callable[[], str]):
+        self.statements = statements
+        self.members = members
+        self.cluster = cluster
+        """Read only here: generation, leadership, assignment, reports."""
+        self.coordinator_id = coordinator_id
 
     @grpc_errors
     async def ExecuteStatement(
         self, request: coordinator_pb2.ExecuteStatementRequest, context: grpc.aio.ServicerContext
     ) -> coordinator_pb2.ExecuteStatementResponse:
-        outcome = await self.coordinator.executor.execute(request.sql, dict(request.properties))
-        return coordinator_pb2.ExecuteStatementResponse(result=outcome.to_proto())
+        outcome = await self.statements.execute(request.sql, dict(request.properties))
+        return coordinator_pb2.ExecuteStatementResponse(result=outcome_to_proto(outcome))
 
     @grpc_errors
     async def Heartbeat(
         self, request: coordinator_pb2.HeartbeatRequest, context: grpc.aio.ServicerContext
     ) -> coordinator_pb2.HeartbeatResponse:
-        reports = [TaskReport.from_proto(request.worker_id, t) for t in request.tasks]
-        self.coordinator.heartbeat(request.worker_id, request.endpoint, reports,
-                                   [StoreLag.from_proto(lag) for lag in request.lags])
+        reports = [task_report_from_proto(request.worker_id, t) for t in request.tasks]
+        self.members.heartbeat(request.worker_id, request.endpoint, reports,
+                               [store_lag_from_proto(lag) for lag in request.lags])
         return self._with_assignment(coordinator_pb2.HeartbeatResponse(), request.known_generation)
 
     @grpc_errors
@@ -45,32 +78,32 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         return self._with_assignment(coordinator_pb2.GetAssignmentResponse(), request.known_generation)
 
     def _with_assignment(self, response: AssignmentReply, known_generation: int) -> AssignmentReply:
-        cluster = self.coordinator.cluster
+        cluster = self.cluster
         response.generation, response.leader = cluster.generation, cluster.leading
         if cluster.leading and known_generation != cluster.generation:
-            response.assignment.CopyFrom(cluster.assignment_proto())
+            response.assignment.CopyFrom(assignment_to_proto(cluster))
         return response
 
     @grpc_errors
     async def Leave(self, request: coordinator_pb2.LeaveRequest, context: grpc.aio.ServicerContext
                     ) -> coordinator_pb2.LeaveResponse:
-        self.coordinator.leave(request.worker_id)
-        return coordinator_pb2.LeaveResponse(generation=self.coordinator.cluster.generation)
+        self.members.leave(request.worker_id)
+        return coordinator_pb2.LeaveResponse(generation=self.cluster.generation)
 
     @grpc_errors
     async def ListTaskStatuses(
         self, request: coordinator_pb2.ListTaskStatusesRequest, context: grpc.aio.ServicerContext
     ) -> coordinator_pb2.ListTaskStatusesResponse:
-        by_query = self.coordinator.cluster.task_reports()
+        by_query = self.cluster.task_reports()
         wanted = [request.query_id] if request.query_id else sorted(by_query)
         return coordinator_pb2.ListTaskStatusesResponse(tasks=[
-            r.to_proto() for q in wanted for r in sorted(by_query.get(q, []), key=lambda r: r.partition)])
+            task_report_to_proto(r) for q in wanted for r in sorted(by_query.get(q, []), key=lambda r: r.partition)])
 
     @grpc_errors
     async def GetClusterStatus(
         self, request: coordinator_pb2.GetClusterStatusRequest, context: grpc.aio.ServicerContext
     ) -> coordinator_pb2.GetClusterStatusResponse:
-        cluster = self.coordinator.cluster
+        cluster = self.cluster
         return coordinator_pb2.GetClusterStatusResponse(
-            coordinator_id=self.coordinator.coordinator_id, leader=cluster.leading, generation=cluster.generation,
-            hosts=cluster.status_proto())
+            coordinator_id=self.coordinator_id(), leader=cluster.leading, generation=cluster.generation,
+            hosts=host_statuses(cluster))

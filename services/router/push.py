@@ -34,6 +34,15 @@ log = logging.getLogger(__name__)
 _ids = itertools.count(1)
 
 
+@dataclass(frozen=True)
+class PushHeader:
+    """The first item of a push query's stream: its id and result columns."""
+
+    query_id: str
+    columns: list[tuple[str, str]]
+    """Name and SQL type of each column, in row order."""
+
+
 @dataclass
 class PushQuery:
     """One running push query."""

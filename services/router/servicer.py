@@ -1,20 +1,55 @@
-"""The router's client-facing gRPC endpoint."""
+"""The router's gRPC endpoints: the client-facing ``RouterService`` and the workers'
+``RouterInternalService``.
+
+The servicers are given the parts they serve (constructor injection) and know nothing of
+the router's wiring: convert the request, call the domain, convert the answer back.
+"""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import grpc
 
-from millpond.router.v1 import router_pb2, router_pb2_grpc
+from millpond.router.v1 import router_internal_pb2, router_internal_pb2_grpc, router_pb2, router_pb2_grpc
+from millpond.services.router.converters import push_message
+from millpond.services.router.push import PushHeader
 from millpond.shared import security
 from millpond.shared.errors import MillpondError
+from millpond.shared.results import Outcome
+from millpond.shared.rpc.converters import outcome_to_proto, store_lag_from_proto
 from millpond.shared.rpc.status import grpc_errors, status_code
 from millpond.shared.task_status import StoreLag
 
-if TYPE_CHECKING:
-    from millpond.services.router.app import Router
+
+class StatementRunner(Protocol):
+    """Runs the statements of a request (the router's ``Statements``)."""
+
+    async def execute(self, sql: str, properties: dict[str, str], token: str = "",
+                      time_remaining: float | None = None) -> list[Outcome]:
+        """Each statement's outcome, in order."""
+
+
+class PushStreams(Protocol):
+    """Streams push queries (the router's ``PushQueries``)."""
+
+    def stream(self, sql: str, properties: dict[str, str], client: str) -> AsyncIterator[PushHeader | list[Any]]:
+        """A header, then the rows as they happen."""
+
+
+class StatusSource(Protocol):
+    """The cluster status (the router's ``ClusterStatus``)."""
+
+    async def get(self) -> router_pb2.GetClusterStatusResponse:
+        """The leading coordinator's view with this router's own."""
+
+
+class Beats(Protocol):
+    """Takes the workers' beats (the router's ``HostTable``)."""
+
+    def beat(self, endpoint: str, worker_id: str, lags: list[StoreLag]) -> None:
+        """A worker's heartbeat and lag report."""
 
 
 def client_of(context: grpc.aio.ServicerContext) -> str:
@@ -30,32 +65,50 @@ def client_of(context: grpc.aio.ServicerContext) -> str:
 class RouterServicer(router_pb2_grpc.RouterServiceServicer):
     """Implements ``millpond.router.v1.RouterService``."""
 
-    def __init__(self, router: Router):
-        self.router = router
+    def __init__(self, statements: StatementRunner, pushes: PushStreams, status: StatusSource, beats: Beats):
+        self.statements = statements
+        self.pushes = pushes
+        self.status = status
+        self.beats = beats
+        """For the deprecated ``ReportHostStatus`` only."""
 
     @grpc_errors
     async def Execute(self, request: router_pb2.ExecuteRequest, context: grpc.aio.ServicerContext) -> router_pb2.ExecuteResponse:
-        outcomes = await self.router.execute(request.sql, dict(request.properties), request.consistency_token,
-                                             context.time_remaining())
-        return router_pb2.ExecuteResponse(results=[o.to_proto() for o in outcomes])
+        outcomes = await self.statements.execute(request.sql, dict(request.properties), request.consistency_token,
+                                                 context.time_remaining())
+        return router_pb2.ExecuteResponse(results=[outcome_to_proto(o) for o in outcomes])
 
     async def StreamQuery(self, request: router_pb2.StreamQueryRequest,
                           context: grpc.aio.ServicerContext) -> AsyncIterator[router_pb2.StreamQueryResponse]:
         # A client that goes away cancels this generator at its next write: the push query's
         # reader stops in its finally.
         try:
-            async for message in self.router.stream(request.sql, dict(request.properties), client_of(context)):
-                yield message
+            async for item in self.pushes.stream(request.sql, dict(request.properties), client_of(context)):
+                yield push_message(item)
         except MillpondError as err:
             await context.abort(status_code(err.kind), err.message)
 
     @grpc_errors
     async def GetClusterStatus(self, request: router_pb2.GetClusterStatusRequest,
                                context: grpc.aio.ServicerContext) -> router_pb2.GetClusterStatusResponse:
-        return await self.router.cluster_status()
+        return await self.status.get()
 
     @grpc_errors
     async def ReportHostStatus(self, request: router_pb2.ReportHostStatusRequest,
                                context: grpc.aio.ServicerContext) -> router_pb2.ReportHostStatusResponse:
-        self.router.hosts.beat(request.endpoint, request.worker_id, [StoreLag.from_proto(lag) for lag in request.lags])
+        """Deprecated (RouterInternalService.ReportWorkerStatus replaces it); answered the same way."""
+        self.beats.beat(request.endpoint, request.worker_id, [store_lag_from_proto(lag) for lag in request.lags])
         return router_pb2.ReportHostStatusResponse()
+
+
+class RouterInternalServicer(router_internal_pb2_grpc.RouterInternalServiceServicer):
+    """Implements ``millpond.router.v1.RouterInternalService`` (the services' calls only)."""
+
+    def __init__(self, beats: Beats):
+        self.beats = beats
+
+    @grpc_errors
+    async def ReportWorkerStatus(self, request: router_internal_pb2.ReportWorkerStatusRequest,
+                                 context: grpc.aio.ServicerContext) -> router_internal_pb2.ReportWorkerStatusResponse:
+        self.beats.beat(request.endpoint, request.worker_id, [store_lag_from_proto(lag) for lag in request.lags])
+        return router_internal_pb2.ReportWorkerStatusResponse()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
 from pathlib import Path
 
@@ -10,6 +12,8 @@ from pyspark.sql import SparkSession
 
 from millpond.deploy.jars import installed_jars
 from millpond.shared.config import WorkerSettings
+
+log = logging.getLogger(__name__)
 
 _VERSION = re.compile(r"-\d[\w.]*\.jar$")
 
@@ -55,3 +59,32 @@ def create_session(settings: WorkerSettings) -> SparkSession:
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
+
+
+class LazySession:
+    """This process's Spark session, started on first use (or early, by ``warm_up``)."""
+
+    def __init__(self, settings: WorkerSettings):
+        self.settings = settings
+        self.session: SparkSession | None = None
+        self._lock = asyncio.Lock()
+
+    async def get(self) -> SparkSession:
+        """The session, started now if it was not yet."""
+        async with self._lock:
+            if self.session is None:
+                self.session = await asyncio.to_thread(create_session, self.settings)
+            return self.session
+
+    async def warm_up(self) -> None:
+        """Start the session now, not when a task first needs it; a failure is logged (the
+        task that needs it tries again)."""
+        try:
+            await self.get()
+        except Exception:
+            log.exception("Spark did not start; a task that needs it tries again")
+
+    async def stop(self) -> None:
+        """Stop the session if it started."""
+        if self.session is not None:
+            await asyncio.to_thread(self.session.stop)

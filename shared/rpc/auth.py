@@ -1,9 +1,11 @@
 """Authentication and authorization of every call, in one server interceptor.
 
-Each RPC has an access rule (``POLICY``). A caller whose TLS client certificate names one
-of the cluster's service identities (its common name, checked against
-``MILLPOND_SERVICE_IDENTITIES``) is a service and may call anything, including the
-internal RPCs (heartbeats, lag reports, assignments, local lookups). Anyone else is a
+Each RPC has an access rule: every method of an internal service (``INTERNAL_SERVICES``)
+is for the services only, and the client-facing services name a rule per method
+(``POLICY``). A caller whose TLS client certificate names one of the cluster's service
+identities (its common name, checked against ``MILLPOND_SERVICE_IDENTITIES``) is a service
+and may call anything, including the internal RPCs (heartbeats, lag reports,
+assignments, local lookups). Anyone else is a
 client: it presents a bearer token (``authorization: Bearer <token>``) that the tokens
 file maps to a principal, whose permissions the rule checks. Internal RPCs refuse clients
 whatever their token, so no client can pose as a worker. ``Execute`` is checked statement
@@ -37,10 +39,17 @@ class Access(Enum):
     ADMIN = "admin"
 
 
+INTERNAL_SERVICES = frozenset({
+    "millpond.router.v1.RouterInternalService",
+})
+"""Services only Millpond's own services may call, whatever the method (the policy follows
+the service: a method added to one is internal without an entry in ``POLICY``)."""
+
 POLICY: dict[str, Access] = {
     "/millpond.router.v1.RouterService/Execute": Access.STATEMENT,
     "/millpond.router.v1.RouterService/StreamQuery": Access.READ,
     "/millpond.router.v1.RouterService/GetClusterStatus": Access.ADMIN,
+    # Deprecated, replaced by RouterInternalService/ReportWorkerStatus; internal all the same.
     "/millpond.router.v1.RouterService/ReportHostStatus": Access.SERVICE,
     "/millpond.coordinator.v1.CoordinatorService/ExecuteStatement": Access.STATEMENT,
     "/millpond.coordinator.v1.CoordinatorService/GetClusterStatus": Access.ADMIN,
@@ -65,6 +74,8 @@ def access_of(method: str) -> Access:
     """The rule for a full method name (``/package.Service/Method``)."""
     if method.startswith(OPEN_SERVICES):
         return Access.OPEN
+    if method.lstrip("/").partition("/")[0] in INTERNAL_SERVICES:
+        return Access.SERVICE
     return POLICY.get(method, Access.SERVICE)
 
 

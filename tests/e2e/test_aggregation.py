@@ -30,6 +30,7 @@ from millpond.deploy.local.launcher import LocalCluster
 from millpond.shared.catalog.names import changelog_topic, processing_log_topic
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.net import free_port
+from millpond.shared.rpc.converters import task_report_from_proto
 from millpond.shared.task_status import RUNNING, TaskReport
 from tests.e2e.helpers import pull_until, read_all, run
 from tests.e2e.workload import (
@@ -65,7 +66,7 @@ def task_reports(cluster: LocalCluster, query_id: str) -> list[TaskReport]:
     with grpc.insecure_channel(cluster.child("coordinator").endpoint) as channel:
         stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)
         reply = stub.ListTaskStatuses(coordinator_pb2.ListTaskStatusesRequest(query_id=query_id), timeout=10)
-    return [TaskReport.from_proto(t.worker_id, t) for t in reply.tasks]
+    return [task_report_from_proto(t.worker_id, t) for t in reply.tasks]
 
 
 async def wait_caught_up(cluster: LocalCluster, query_id: str, topic: str) -> list[TaskReport]:

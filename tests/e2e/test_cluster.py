@@ -26,6 +26,7 @@ from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 from millpond.deploy.local.kafka_broker import EmbeddedKafka
 from millpond.deploy.local.launcher import LocalCluster
 from millpond.shared.net import free_port
+from millpond.shared.rpc.converters import task_report_from_proto
 from millpond.shared.task_status import RUNNING, TaskReport
 from tests.e2e.workload import (
     PARTITIONS,
@@ -97,7 +98,7 @@ def running_reports(status: coordinator_pb2.GetClusterStatusResponse, query_id: 
     out = {}
     for host in status.hosts:
         for t in host.tasks:
-            report = TaskReport.from_proto(host.worker_id, t)
+            report = task_report_from_proto(host.worker_id, t)
             if report.query_id == query_id and assigned.get(report.partition) == host.worker_id and report.state == RUNNING:
                 out[report.partition] = report
     return out

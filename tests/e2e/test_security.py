@@ -26,7 +26,7 @@ from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 from millpond.deploy.local.certs import SERVICE_IDENTITY, LocalCa
 from millpond.deploy.local.kafka_broker import EmbeddedKafka
 from millpond.deploy.local.launcher import LocalCluster
-from millpond.router.v1 import router_pb2, router_pb2_grpc
+from millpond.router.v1 import router_internal_pb2, router_internal_pb2_grpc, router_pb2, router_pb2_grpc
 from millpond.shared.net import free_port
 from millpond.shared.rpc.tls import ClientCredentials, TlsFiles
 from millpond.worker.v1 import worker_pb2, worker_pb2_grpc
@@ -133,6 +133,12 @@ def test_internal_rpcs_refuse_every_client_certificate_and_token(secure: LocalCl
         # An admin token over a client certificate cannot pose as a worker to the router...
         code, message = code_of(router_pb2_grpc.RouterServiceStub(channel).ReportHostStatus,
                                 router_pb2.ReportHostStatusRequest(worker_id="worker-1", endpoint="127.0.0.1:1"),
+                                timeout=10)
+        assert code == grpc.StatusCode.PERMISSION_DENIED and "internal to the cluster" in message
+        # ... neither through the deprecated RPC above nor through the internal service.
+        code, message = code_of(router_internal_pb2_grpc.RouterInternalServiceStub(channel).ReportWorkerStatus,
+                                router_internal_pb2.ReportWorkerStatusRequest(worker_id="worker-1",
+                                                                              endpoint="127.0.0.1:1"),
                                 timeout=10)
         assert code == grpc.StatusCode.PERMISSION_DENIED and "internal to the cluster" in message
     hosts = router_status(secure.router, credentials=admin).router_hosts

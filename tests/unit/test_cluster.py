@@ -8,6 +8,7 @@ from millpond.coordinator.v1 import coordinator_pb2
 from millpond.router.v1 import router_pb2
 from millpond.services.coordinator.assignor import AssignorConfig, QueryTasks, Task
 from millpond.services.coordinator.cluster import EPOCH_SHIFT, Cluster
+from millpond.services.coordinator.converters import host_statuses
 from millpond.shared.task_status import RUNNING, StoreLag, TaskReport
 
 
@@ -83,7 +84,7 @@ def test_silent_workers_are_suspects_and_removal_moves_their_tasks() -> None:
     assert cluster.remove("w2") and not cluster.remove("w2")
     cluster.reassign(queries)
     assert len(cluster.assignment.tasks_of("w1").active) == 4
-    status = {h.worker_id: h for h in cluster.status_proto()}
+    status = {h.worker_id: h for h in host_statuses(cluster)}
     assert status["w2"].alive is False and not status["w2"].active_tasks
     assert status["w2"].last_status_update_ms == 100_000  # its last beat, not when it was dropped
     assert status["w1"].alive and len(status["w1"].active_tasks) == 4
@@ -107,7 +108,7 @@ def test_departed_workers_are_forgotten_after_the_retention() -> None:
     cluster.remove("w1")
     clock.now += 2
     cluster.remove("w2")
-    assert [h.worker_id for h in cluster.status_proto()] == ["w2"]
+    assert [h.worker_id for h in host_statuses(cluster)] == ["w2"]
 
 
 def test_status_rows_show_each_worker() -> None:
@@ -120,7 +121,7 @@ def test_status_rows_show_each_worker() -> None:
     cluster.remove("w2")
     cluster.reassign([QueryTasks("Q", 2)])
     response = coordinator_pb2.GetClusterStatusResponse(coordinator_id="c1", leader=True, generation=cluster.generation,
-                                                        hosts=cluster.status_proto())
+                                                        hosts=host_statuses(cluster))
     outcome = status_outcome(response, now_ms=100_250, router_hosts=[
         router_pb2.RouterHostView(endpoint="w2:1", worker_id="w2", alive=False, last_beat_age_ms=900)])
     assert outcome.rows == [

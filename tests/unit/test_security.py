@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from millpond.shared.kafka.connection import KafkaConnection
-from millpond.shared.rpc.auth import Access, Authenticator, access_of
+from millpond.shared.rpc.auth import INTERNAL_SERVICES, POLICY, Access, Authenticator, access_of
 from millpond.shared.security import (
     AuthenticationError,
     Permission,
@@ -135,6 +135,17 @@ def test_without_a_tokens_file_a_verified_certificate_is_enough_for_client_rpcs(
     assert principal.name == "carol" and principal.permissions == frozenset(Permission)
     with pytest.raises(PermissionDeniedError):
         auth.principal("/millpond.router.v1.RouterService/ReportHostStatus", "carol", None)
+    with pytest.raises(PermissionDeniedError, match="internal to the cluster"):
+        auth.principal("/millpond.router.v1.RouterInternalService/ReportWorkerStatus", "carol", None)
+
+
+def test_every_method_of_an_internal_service_is_for_the_services_only() -> None:
+    for service in INTERNAL_SERVICES:
+        assert access_of(f"/{service}/AnyMethod") is Access.SERVICE
+    assert not {m for m in POLICY if m.lstrip("/").partition("/")[0] in INTERNAL_SERVICES}
+    auth = Authenticator(None, frozenset({"millpond-service"}))
+    assert auth.principal("/millpond.router.v1.RouterInternalService/ReportWorkerStatus", "millpond-service",
+                          None).service
 
 
 def test_kafka_security_settings_reach_aiokafka_and_spark() -> None:

@@ -26,7 +26,7 @@ from millpond.common.v1 import rows_pb2 as millpond_dot_common_dot_v1_dot_rows__
 from millpond.coordinator.v1 import coordinator_pb2 as millpond_dot_coordinator_dot_v1_dot_coordinator__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fmillpond/router/v1/router.proto\x12\x12millpond.router.v1\x1a\x1dmillpond/common/v1/rows.proto\x1a)millpond/coordinator/v1/coordinator.proto\"\xa0\x01\n\x12StreamQueryRequest\x12\x0b\n\x03sql\x18\x01 \x01(\t\x12J\n\nproperties\x18\x02 \x03(\x0b\x32\x36.millpond.router.v1.StreamQueryRequest.PropertiesEntry\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"y\n\x13StreamQueryResponse\x12\x32\n\x06header\x18\x01 \x01(\x0b\x32 .millpond.router.v1.StreamHeaderH\x00\x12&\n\x03row\x18\x02 \x01(\x0b\x32\x17.millpond.common.v1.RowH\x00\x42\x06\n\x04kind\"M\n\x0cStreamHeader\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12+\n\x07\x63olumns\x18\x02 \x03(\x0b\x32\x1a.millpond.common.v1.Column\"\x19\n\x17GetClusterStatusRequest\"\xae\x01\n\x18GetClusterStatusResponse\x12\x42\n\x07\x63luster\x18\x01 \x01(\x0b\x32\x31.millpond.coordinator.v1.GetClusterStatusResponse\x12\x38\n\x0crouter_hosts\x18\x02 \x03(\x0b\x32\".millpond.router.v1.RouterHostView\x12\x14\n\x0cpush_queries\x18\x03 \x01(\x05\"^\n\x0eRouterHostView\x12\x10\n\x08\x65ndpoint\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\r\n\x05\x61live\x18\x03 \x01(\x08\x12\x18\n\x10last_beat_age_ms\x18\x04 \x01(\x03\"o\n\x17ReportHostStatusRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x02 \x01(\t\x12/\n\x04lags\x18\x03 \x03(\x0b\x32!.millpond.coordinator.v1.StoreLag\"\x1a\n\x18ReportHostStatusResponse\"\xb3\x01\n\x0e\x45xecuteRequest\x12\x0b\n\x03sql\x18\x01 \x01(\t\x12\x46\n\nproperties\x18\x02 \x03(\x0b\x32\x32.millpond.router.v1.ExecuteRequest.PropertiesEntry\x12\x19\n\x11\x63onsistency_token\x18\x03 \x01(\t\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"G\n\x0f\x45xecuteResponse\x12\x34\n\x07results\x18\x01 \x03(\x0b\x32#.millpond.common.v1.StatementResult2\xa3\x03\n\rRouterService\x12R\n\x07\x45xecute\x12\".millpond.router.v1.ExecuteRequest\x1a#.millpond.router.v1.ExecuteResponse\x12m\n\x10ReportHostStatus\x12+.millpond.router.v1.ReportHostStatusRequest\x1a,.millpond.router.v1.ReportHostStatusResponse\x12`\n\x0bStreamQuery\x12&.millpond.router.v1.StreamQueryRequest\x1a\'.millpond.router.v1.StreamQueryResponse0\x01\x12m\n\x10GetClusterStatus\x12+.millpond.router.v1.GetClusterStatusRequest\x1a,.millpond.router.v1.GetClusterStatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fmillpond/router/v1/router.proto\x12\x12millpond.router.v1\x1a\x1dmillpond/common/v1/rows.proto\x1a)millpond/coordinator/v1/coordinator.proto\"\xa0\x01\n\x12StreamQueryRequest\x12\x0b\n\x03sql\x18\x01 \x01(\t\x12J\n\nproperties\x18\x02 \x03(\x0b\x32\x36.millpond.router.v1.StreamQueryRequest.PropertiesEntry\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"y\n\x13StreamQueryResponse\x12\x32\n\x06header\x18\x01 \x01(\x0b\x32 .millpond.router.v1.StreamHeaderH\x00\x12&\n\x03row\x18\x02 \x01(\x0b\x32\x17.millpond.common.v1.RowH\x00\x42\x06\n\x04kind\"M\n\x0cStreamHeader\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12+\n\x07\x63olumns\x18\x02 \x03(\x0b\x32\x1a.millpond.common.v1.Column\"\x19\n\x17GetClusterStatusRequest\"\xae\x01\n\x18GetClusterStatusResponse\x12\x42\n\x07\x63luster\x18\x01 \x01(\x0b\x32\x31.millpond.coordinator.v1.GetClusterStatusResponse\x12\x38\n\x0crouter_hosts\x18\x02 \x03(\x0b\x32\".millpond.router.v1.RouterHostView\x12\x14\n\x0cpush_queries\x18\x03 \x01(\x05\"^\n\x0eRouterHostView\x12\x10\n\x08\x65ndpoint\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\r\n\x05\x61live\x18\x03 \x01(\x08\x12\x18\n\x10last_beat_age_ms\x18\x04 \x01(\x03\"s\n\x17ReportHostStatusRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x02 \x01(\t\x12/\n\x04lags\x18\x03 \x03(\x0b\x32!.millpond.coordinator.v1.StoreLag:\x02\x18\x01\"\x1e\n\x18ReportHostStatusResponse:\x02\x18\x01\"\xb3\x01\n\x0e\x45xecuteRequest\x12\x0b\n\x03sql\x18\x01 \x01(\t\x12\x46\n\nproperties\x18\x02 \x03(\x0b\x32\x32.millpond.router.v1.ExecuteRequest.PropertiesEntry\x12\x19\n\x11\x63onsistency_token\x18\x03 \x01(\t\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"G\n\x0f\x45xecuteResponse\x12\x34\n\x07results\x18\x01 \x03(\x0b\x32#.millpond.common.v1.StatementResult2\xa8\x03\n\rRouterService\x12R\n\x07\x45xecute\x12\".millpond.router.v1.ExecuteRequest\x1a#.millpond.router.v1.ExecuteResponse\x12r\n\x10ReportHostStatus\x12+.millpond.router.v1.ReportHostStatusRequest\x1a,.millpond.router.v1.ReportHostStatusResponse\"\x03\x88\x02\x01\x12`\n\x0bStreamQuery\x12&.millpond.router.v1.StreamQueryRequest\x1a\'.millpond.router.v1.StreamQueryResponse0\x01\x12m\n\x10GetClusterStatus\x12+.millpond.router.v1.GetClusterStatusRequest\x1a,.millpond.router.v1.GetClusterStatusResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,8 +35,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_STREAMQUERYREQUEST_PROPERTIESENTRY']._loaded_options = None
   _globals['_STREAMQUERYREQUEST_PROPERTIESENTRY']._serialized_options = b'8\001'
+  _globals['_REPORTHOSTSTATUSREQUEST']._loaded_options = None
+  _globals['_REPORTHOSTSTATUSREQUEST']._serialized_options = b'\030\001'
+  _globals['_REPORTHOSTSTATUSRESPONSE']._loaded_options = None
+  _globals['_REPORTHOSTSTATUSRESPONSE']._serialized_options = b'\030\001'
   _globals['_EXECUTEREQUEST_PROPERTIESENTRY']._loaded_options = None
   _globals['_EXECUTEREQUEST_PROPERTIESENTRY']._serialized_options = b'8\001'
+  _globals['_ROUTERSERVICE'].methods_by_name['ReportHostStatus']._loaded_options = None
+  _globals['_ROUTERSERVICE'].methods_by_name['ReportHostStatus']._serialized_options = b'\210\002\001'
   _globals['_STREAMQUERYREQUEST']._serialized_start=130
   _globals['_STREAMQUERYREQUEST']._serialized_end=290
   _globals['_STREAMQUERYREQUEST_PROPERTIESENTRY']._serialized_start=241
@@ -52,15 +58,15 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ROUTERHOSTVIEW']._serialized_start=698
   _globals['_ROUTERHOSTVIEW']._serialized_end=792
   _globals['_REPORTHOSTSTATUSREQUEST']._serialized_start=794
-  _globals['_REPORTHOSTSTATUSREQUEST']._serialized_end=905
-  _globals['_REPORTHOSTSTATUSRESPONSE']._serialized_start=907
-  _globals['_REPORTHOSTSTATUSRESPONSE']._serialized_end=933
-  _globals['_EXECUTEREQUEST']._serialized_start=936
-  _globals['_EXECUTEREQUEST']._serialized_end=1115
+  _globals['_REPORTHOSTSTATUSREQUEST']._serialized_end=909
+  _globals['_REPORTHOSTSTATUSRESPONSE']._serialized_start=911
+  _globals['_REPORTHOSTSTATUSRESPONSE']._serialized_end=941
+  _globals['_EXECUTEREQUEST']._serialized_start=944
+  _globals['_EXECUTEREQUEST']._serialized_end=1123
   _globals['_EXECUTEREQUEST_PROPERTIESENTRY']._serialized_start=241
   _globals['_EXECUTEREQUEST_PROPERTIESENTRY']._serialized_end=290
-  _globals['_EXECUTERESPONSE']._serialized_start=1117
-  _globals['_EXECUTERESPONSE']._serialized_end=1188
-  _globals['_ROUTERSERVICE']._serialized_start=1191
-  _globals['_ROUTERSERVICE']._serialized_end=1610
+  _globals['_EXECUTERESPONSE']._serialized_start=1125
+  _globals['_EXECUTERESPONSE']._serialized_end=1196
+  _globals['_ROUTERSERVICE']._serialized_start=1199
+  _globals['_ROUTERSERVICE']._serialized_end=1623
 # @@protoc_insertion_point(module_scope)

@@ -70,8 +70,9 @@ class RouterServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ReportHostStatus(self, request, context):
-        """A worker's heartbeat and lag report (every 100 ms by default): the router's own failure
-        detector and lag table, which pull-query routing consults.
+        """Deprecated: an internal RPC on the client-facing service. Workers call
+        RouterInternalService.ReportWorkerStatus (router_internal.proto) instead; routers still
+        answer this one, the same way, for workers that predate it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

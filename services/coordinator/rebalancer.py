@@ -1,0 +1,73 @@
+"""When the assignment is recomputed: a worker joins or leaves, a coordinator is elected,
+the metastore changes, and periodically so that warm-ups that caught up take their actives."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from millpond.services.coordinator.assignor import QueryTasks
+from millpond.services.coordinator.cluster import Cluster
+from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.catalog.topology import stages
+from millpond.shared.task_status import StoreLag, TaskReport
+
+log = logging.getLogger(__name__)
+
+
+class Rebalancer:
+    """Feeds the cluster's membership and reassigns on every event that may change it."""
+
+    def __init__(self, cluster: Cluster, metastore: Metastore, service_id: str):
+        self.cluster = cluster
+        self.metastore = metastore
+        self.service_id = service_id
+
+    def heartbeat(self, worker_id: str, endpoint: str, reports: list[TaskReport], lags: list[StoreLag]) -> None:
+        """A worker is alive; a new worker triggers a reassignment."""
+        if self.cluster.beat(worker_id, endpoint, reports, lags):
+            log.info("worker joined", extra={"worker": worker_id, "endpoint": endpoint})
+            self.reassign()
+
+    def leave(self, worker_id: str) -> None:
+        """A worker is shutting down: hand its tasks over now (to caught-up standbys first)."""
+        if self.cluster.remove(worker_id):
+            log.info("worker left", extra={"worker": worker_id})
+            self.reassign()
+
+    def _queries(self) -> list[QueryTasks]:
+        """Every running query's tasks; a query in error (its topic is gone) gets none until fixed."""
+        out = []
+        for q in self.metastore.queries.values():
+            if q.query_id in self.metastore.errors:
+                continue
+            plan = stages(q, self.metastore.source(q.source), self.metastore.source(q.sink), self.service_id)
+            out.append(QueryTasks(q.query_id, max(s.partitions for s in plan), plan[-1].has_standbys))
+        return out
+
+    def reassign(self) -> None:
+        """Recompute the assignment from the live workers, the running queries and the lags."""
+        if self.cluster.reassign(self._queries()):
+            a = self.cluster.assignment
+            log.info("new assignment", extra={
+                "generation": self.cluster.generation,
+                "tasks": {w: [len(t.active), len(t.standby), len(t.warmup)] for w, t in a.workers.items()},
+                "pending": {f"{t.query_id}/{t.partition}": w for t, w in a.pending.items()}})
+
+    def elected(self, epoch: int) -> None:
+        """This coordinator leads from ``epoch`` on."""
+        self.cluster.lead(epoch)
+        self.reassign()
+
+    def deposed(self) -> None:
+        """Another coordinator leads."""
+        self.cluster.follow()
+
+    async def run(self, stop: asyncio.Event, interval: float) -> None:
+        """Re-run the assignor with fresh lags every ``interval`` seconds, so warm-ups that
+        caught up take their actives."""
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval)
+            self.reassign()

@@ -1,0 +1,167 @@
+"""Pull-query routing: the plan cache, the assignment (which workers hold which table
+partition), the request's bounds, and the calls to the workers with failover."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Mapping
+from typing import TypeVar
+
+import grpc
+
+from millpond.coordinator.v1 import coordinator_pb2
+from millpond.services.router.converters import replicas_from_assignment
+from millpond.services.router.coordinators import Coordinators
+from millpond.services.router.hosts import HostTable, PullBounds
+from millpond.services.router.pull import PullPlan, Replicas, Route, execute_pull, plan_pull
+from millpond.shared import consistency, metrics
+from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.config import RouterSettings
+from millpond.shared.errors import NotFoundError, UnavailableError
+from millpond.shared.kafka.command_log import CommandReader
+from millpond.shared.results import Outcome
+from millpond.shared.rpc.tls import ChannelFactory
+from millpond.shared.session import ENABLE_STANDBY_READS, MAX_OFFSET_LAG, MAX_STALENESS_MS
+from millpond.shared.sql import ast
+from millpond.worker.v1 import worker_pb2, worker_pb2_grpc
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+PULL_RETRY_S = 0.1
+PLAN_CACHE_SIZE = 1024
+_FAILOVER_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
+
+
+class PullRouter:
+    """Answers pull queries from the workers' table copies."""
+
+    def __init__(self, settings: RouterSettings, metastore: Metastore, reader: CommandReader,
+                 channels: ChannelFactory, coordinators: Coordinators, hosts: HostTable):
+        self.settings = settings
+        self.metastore = metastore
+        self.reader = reader
+        self.channels = channels
+        """One channel per worker, shared by every request (mutual TLS when configured)."""
+        self.coordinators = coordinators
+        self.hosts = hosts
+        """The workers' own heartbeats and lag reports to this router."""
+        self.generation = 0
+        self.replicas: dict[str, Replicas] = {}
+        """query id -> partition -> the workers to ask, active first, then standbys."""
+        self._plans: dict[tuple[str, int], PullPlan] = {}
+
+    def _worker(self, endpoint: str) -> worker_pb2_grpc.WorkerServiceStub:
+        return self.channels.stub(endpoint, worker_pb2_grpc.WorkerServiceStub)
+
+    async def _plan(self, stmt: ast.Query) -> PullPlan:
+        """The pull plan, cached per statement text and metastore version."""
+        cache_key = (stmt.text, self.metastore.command_offset)
+        plan = self._plans.get(cache_key)
+        if plan is None:
+            try:
+                plan = plan_pull(stmt, self.metastore, self.settings.service_id)
+            except NotFoundError:
+                await self.reader.catch_up()  # a table created a moment ago via the coordinator
+                plan = plan_pull(stmt, self.metastore, self.settings.service_id)
+                cache_key = (stmt.text, self.metastore.command_offset)
+            if len(self._plans) >= PLAN_CACHE_SIZE:
+                self._plans.clear()
+            self._plans[cache_key] = plan
+        return plan
+
+    def bounds(self, properties: Mapping[str, str]) -> PullBounds:
+        """The request's pull-query bounds, the router's settings where it sets none."""
+        def number(name: str, default: int | None) -> int | None:
+            return int(properties[name]) if name in properties else default
+
+        standby = properties.get(ENABLE_STANDBY_READS)
+        return PullBounds(
+            standby_reads=self.settings.enable_standby_reads if standby is None else standby == "true",
+            max_offset_lag=number(MAX_OFFSET_LAG, self.settings.max_allowed_offset_lag),
+            max_staleness_ms=number(MAX_STALENESS_MS, self.settings.max_staleness_ms))
+
+    async def pull(self, stmt: ast.Query, properties: Mapping[str, str], positions: consistency.Positions,
+                   deadline: float) -> tuple[Outcome, consistency.Positions]:
+        """Answer one pull query by ``deadline`` from copies that reflect ``positions``; its
+        outcome and the input positions it reflects."""
+        plan = await self._plan(stmt)
+        query_id = plan.table.query_id
+        assert query_id is not None
+        if query_id not in self.replicas:
+            await self.refresh_assignment()
+        bounds = self.bounds(properties)
+
+        def remaining(cap: float | None = None) -> float:
+            left = deadline - time.monotonic()
+            return max(left if cap is None else min(left, cap), 0.001)
+
+        # A lookup that takes longer than pull_host_timeout_ms goes to the next copy; a scan's
+        # time grows with the table, so it has the whole deadline.
+        async def lookup(endpoint: str, request: worker_pb2.LookupRequest) -> worker_pb2.LookupResponse:
+            return await _unavailable_on_failure(self._worker(endpoint).Lookup(
+                request, timeout=remaining(self.settings.pull_host_timeout_ms / 1000)))
+
+        async def scan(endpoint: str, request: worker_pb2.ScanRequest) -> worker_pb2.ScanResponse:
+            return await _unavailable_on_failure(self._worker(endpoint).Scan(request, timeout=remaining()))
+
+        def route(partition: int) -> Route:
+            needed = positions.get((plan.input_topic, partition), 0)
+            copies = self.replicas.get(query_id, {}).get(partition, [])
+            chosen, excluded = self.hosts.choose(query_id, partition, copies, bounds, needed)
+            return Route(chosen, excluded, needed)
+
+        # While tasks move, or while copies catch up with the token, no copy may qualify for a
+        # moment: ask again with the newest assignment until the deadline.
+        while True:
+            try:
+                result = await execute_pull(plan, stmt.text, route, lookup, scan, self.settings.max_rows_per_response)
+                return result.outcome, consistency.of_partitions(plan.input_topic, result.positions.items())
+            except UnavailableError:
+                if time.monotonic() + PULL_RETRY_S > deadline:
+                    raise
+            await asyncio.sleep(PULL_RETRY_S)
+            with contextlib.suppress(grpc.aio.AioRpcError):
+                await self.refresh_assignment()
+
+    async def refresh_assignment(self) -> None:
+        """Take the newest assignment from whichever coordinator leads."""
+        answers = await asyncio.gather(*(
+            c.GetAssignment(coordinator_pb2.GetAssignmentRequest(known_generation=self.generation), timeout=2)
+            for c in self.coordinators.stubs), return_exceptions=True)
+        errors = [a for a in answers if isinstance(a, grpc.aio.AioRpcError)]
+        for i, answer in enumerate(answers):
+            if isinstance(answer, BaseException) or not answer.leader:
+                continue
+            self.coordinators.leader = i
+            if answer.HasField("assignment") and answer.generation > self.generation:
+                self.replicas, self.generation = replicas_from_assignment(answer.assignment), answer.generation
+        if len(errors) == len(answers) and errors:
+            raise errors[0]
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Refresh the assignment (and the host gauges) every poll interval until ``stop``."""
+        while not stop.is_set():
+            for endpoint, view in self.hosts.hosts.items():
+                metrics.HOST_ALIVE.labels(view.worker_id).set(0 if self.hosts.dead(endpoint) else 1)
+            try:
+                await self.refresh_assignment()
+            except grpc.aio.AioRpcError as err:
+                log.warning("assignment refresh failed", extra={"code": str(err.code())})
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.settings.assignment_poll_interval_ms / 1000)
+
+
+async def _unavailable_on_failure(call: Awaitable[T]) -> T:
+    """A worker that is down or no longer holds the partition is an UnavailableError, so the
+    next replica is asked; other statuses pass through."""
+    try:
+        return await call
+    except grpc.aio.AioRpcError as err:
+        if err.code() in _FAILOVER_CODES:
+            raise UnavailableError(err.details() or str(err.code())) from None
+        raise
+

@@ -1,0 +1,142 @@
+"""The router's statement path: parse a request, apply its session statements, answer pull
+queries here and forward everything else (DDL, INSERT) to a coordinator."""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import grpc
+
+from millpond.coordinator.v1 import coordinator_pb2
+from millpond.services.router.coordinators import Coordinators
+from millpond.services.router.pull_routing import PullRouter
+from millpond.shared import consistency, metrics, security
+from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.catalog.sources import DataSource
+from millpond.shared.config import RouterSettings
+from millpond.shared.errors import MillpondError, StatementError
+from millpond.shared.kafka.command_log import CommandReader
+from millpond.shared.results import Outcome
+from millpond.shared.rpc.converters import outcome_from_proto
+from millpond.shared.rpc.status import raise_for_rpc, status_code
+from millpond.shared.security import authorize_statement
+from millpond.shared.session import apply_session_statement, check_properties
+from millpond.shared.sql import ast
+from millpond.shared.sql.parser import parse_script
+
+DEADLINE_MARGIN_S = 0.05
+
+
+def check_length(sql: str, settings: RouterSettings) -> None:
+    """StatementError when the text is longer than the router accepts."""
+    if len(sql) > settings.max_statement_chars:
+        raise StatementError(f"the statement text is {len(sql)} characters; this router accepts at most "
+                             f"{settings.max_statement_chars} (max_statement_chars): send fewer statements "
+                             "per request")
+
+
+@functools.lru_cache(maxsize=1024)
+def parse(sql: str) -> tuple[ast.Statement, ...]:
+    """The statements of a request (cached: statements are immutable)."""
+    return tuple(parse_script(sql))
+
+
+class Statements:
+    """Runs the statements of ``Execute`` requests."""
+
+    def __init__(self, settings: RouterSettings, metastore: Metastore, reader: CommandReader,
+                 coordinators: Coordinators, pulls: PullRouter):
+        self.settings = settings
+        self.metastore = metastore
+        self.reader = reader
+        self.coordinators = coordinators
+        self.pulls = pulls
+
+    @property
+    def _timeout(self) -> float:
+        return self.settings.request_timeout_ms / 1000
+
+    async def execute(self, sql: str, properties: dict[str, str], token: str = "",
+                      time_remaining: float | None = None) -> list[Outcome]:
+        """Run each statement in order: pull queries here, everything else at the coordinator.
+
+        SET and UNSET change the properties of the statements after them in this request.
+        Pull queries and INSERTs carry the consistency token to send next: the request's
+        token merged with the positions they reflect.
+        """
+        check_length(sql, self.settings)
+        session = dict(properties)
+        check_properties(session)
+        positions = consistency.decode(token)
+        principal = security.CURRENT.get()
+        deadline = self._deadline(time_remaining)
+        outcomes: list[Outcome] = []
+        for stmt in parse(sql):
+            try:
+                authorize_statement(principal, stmt)
+                outcome, seen = await self._execute_one(stmt, session, positions, deadline)
+            except grpc.aio.AioRpcError as err:
+                raise raise_for_rpc(err) from None
+            except MillpondError as err:
+                if len(outcomes):
+                    err.message = f"statement {len(outcomes) + 1} failed (earlier ones were applied): {err.message}"
+                raise
+            if seen is not None:
+                positions = consistency.merge(positions, seen)
+                outcome.consistency_token = consistency.encode(positions)
+            outcomes.append(outcome)
+        return outcomes
+
+    def _deadline(self, time_remaining: float | None) -> float:
+        """When this request must be answered: the router's own timeout, or the client's
+        deadline less a margin to send a clear error before the client gives up."""
+        budget = self._timeout if time_remaining is None else min(self._timeout, time_remaining - DEADLINE_MARGIN_S)
+        return time.monotonic() + max(budget, 0.0)
+
+    async def _execute_one(self, stmt: ast.Statement, properties: dict[str, str], positions: consistency.Positions,
+                           deadline: float) -> tuple[Outcome, consistency.Positions | None]:
+        changed = apply_session_statement(properties, stmt)  # for the rest of this request
+        if changed is not None:
+            return Outcome(stmt.text, changed), None
+        if isinstance(stmt, ast.Query):
+            if stmt.emit_changes:
+                raise StatementError("a push query (EMIT CHANGES) streams its rows: call RouterService/StreamQuery "
+                                     "(millpond sql runs it that way), not Execute")
+            started, result = time.monotonic(), "INTERNAL"
+            try:
+                answer = await self.pulls.pull(stmt, properties, positions, deadline)
+                result = "OK"
+                return answer
+            except MillpondError as err:
+                result = status_code(err.kind).name
+                raise
+            finally:
+                metrics.PULL_SECONDS.labels(result).observe(time.monotonic() - started)
+                metrics.PULL_QUERIES.labels(result).inc()
+        return await self._forward(stmt, properties)
+
+    async def _forward(self, stmt: ast.Statement, properties: dict[str, str]
+                       ) -> tuple[Outcome, consistency.Positions | None]:
+        """Have a coordinator execute a statement (DDL, INSERT)."""
+        request = coordinator_pb2.ExecuteStatementRequest(sql=stmt.text, properties=properties)
+        # Any coordinator can execute (the command topic's transactions serialize them); the
+        # leader first, the others if it is down.
+        coordinators = self.coordinators
+        order = [coordinators.leader, *(i for i in range(len(coordinators.stubs)) if i != coordinators.leader)]
+        for n, i in enumerate(order):
+            try:
+                response = await coordinators.stubs[i].ExecuteStatement(request, timeout=self._timeout)
+                outcome = outcome_from_proto(response.result)
+                if isinstance(stmt, ast.InsertValues):
+                    target = self.metastore.sources.get(stmt.target) or await self._caught_up_source(stmt.target)
+                    return outcome, {(target.topic, outcome.partition): outcome.offset + 1}
+                return outcome, None
+            except grpc.aio.AioRpcError as err:
+                if err.code() != grpc.StatusCode.UNAVAILABLE or n == len(order) - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _caught_up_source(self, name: str) -> DataSource:
+        await self.reader.catch_up()
+        return self.metastore.source(name)

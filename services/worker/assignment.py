@@ -1,0 +1,136 @@
+"""The tasks and standby copies this worker runs, reconciled with the newest assignment."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from millpond.services.worker.spark import LazySession
+from millpond.services.worker.standby import StandbyReplica
+from millpond.services.worker.supervisor import QuerySupervisor
+from millpond.services.worker.task import AggregationTask, aggregate_row
+from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.catalog.topology import stages
+from millpond.shared.config import WorkerSettings
+from millpond.shared.sql import aggregates
+from millpond.shared.task_status import StoreLag, TaskReport
+
+log = logging.getLogger(__name__)
+RowFn = Callable[[bytes, list[Any]], list[Any]]
+
+
+class TaskAssignment:
+    """Runs a query supervisor per assigned query and a standby replica per assigned copy,
+    starting and stopping them whenever the assignment or the metastore changes."""
+
+    def __init__(self, settings: WorkerSettings, metastore: Metastore, spark: LazySession):
+        self.settings = settings
+        self.metastore = metastore
+        self.spark = spark
+        self.generation = 0
+        self.wanted: dict[str, set[int]] = {}
+        self.wanted_standbys: set[tuple[str, int]] = set()
+        """(query id, partition) this worker keeps a standby or warm-up copy of."""
+        self.supervisors: dict[str, QuerySupervisor] = {}
+        self.standbys: dict[tuple[str, int], StandbyReplica] = {}
+        self._dirty = asyncio.Event()
+
+    def changed(self) -> None:
+        """Something the tasks depend on changed (the metastore): reconcile again."""
+        self._dirty.set()
+
+    def take(self, generation: int, wanted: dict[str, set[int]], standbys: set[tuple[str, int]]) -> None:
+        """A new assignment: these actives (query id -> partitions) and standby copies."""
+        self.generation = generation
+        self.wanted = wanted
+        self.wanted_standbys = standbys
+        log.info("assignment received", extra={"generation": self.generation,
+                                               "tasks": {q: sorted(p) for q, p in self.wanted.items()},
+                                               "standbys": sorted(standbys)})
+        self._dirty.set()
+
+    def task_reports(self) -> list[TaskReport]:
+        """The state of every task this worker runs."""
+        return [r for s in self.supervisors.values() for r in s.reports()]
+
+    def store_lags(self) -> list[StoreLag]:
+        """How far each local table copy, active or standby, is behind its changelog."""
+        active = [t.lag() for s in self.supervisors.values() for t in s.tasks.values() if isinstance(t, AggregationTask)]
+        return [lag for lag in [*active, *(r.lag() for r in self.standbys.values())] if lag is not None]
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Reconcile whenever something changed (and at least every second) until ``stop``."""
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._dirty.wait(), 1.0)
+            if stop.is_set():
+                break
+            self._dirty.clear()
+            try:
+                await self._reconcile()
+            except Exception:
+                log.exception("reconciling tasks failed; retrying")
+                await asyncio.sleep(1)
+                self._dirty.set()
+
+    async def _reconcile(self) -> None:
+        # A store is open in one place at a time: a standby being promoted closes before its
+        # active task opens the store, and a demoted active closes before its standby does.
+        # One assignment throughout: a newer one that arrives meanwhile sets _dirty again.
+        wanted, wanted_standbys = self.wanted, self.wanted_standbys
+        standbys = self._standbys_to_run(wanted, wanted_standbys)
+        for key in sorted(set(self.standbys) - standbys):
+            await self.standbys.pop(key).stop()
+        await self._reconcile_actives(wanted)
+        for key in sorted(standbys - set(self.standbys)):
+            replica = self.standbys[key] = StandbyReplica(self.settings, *key, self._row_function(key[0]))
+            replica.start()
+
+    def _row_function(self, query_id: str) -> RowFn:
+        query = self.metastore.queries[query_id]
+        sink = self.metastore.source(query.sink)
+        aggs = [aggregates.require(a.function) for a in query.plan.aggregates]
+        return lambda key, state: aggregate_row(sink, aggs, key, state)
+
+    def _standbys_to_run(self, wanted: dict[str, set[int]], wanted_standbys: set[tuple[str, int]]
+                         ) -> set[tuple[str, int]]:
+        """The wanted standbys of queries that keep a changelog, for partitions their table has."""
+        out = set()
+        for query_id, partition in wanted_standbys:
+            query = self.metastore.queries.get(query_id)
+            if query is None or partition in wanted.get(query_id, set()):
+                continue
+            final = stages(query, self.metastore.source(query.source), self.metastore.source(query.sink),
+                           self.settings.service_id)[-1]
+            if final.has_standbys and partition < final.partitions:
+                out.add((query_id, partition))
+        return out
+
+    async def _reconcile_actives(self, wanted: dict[str, set[int]]) -> None:
+        for query_id in sorted(set(self.supervisors) | set(wanted)):
+            want = wanted.get(query_id, set())
+            query = self.metastore.queries.get(query_id)
+            if want and query is None:
+                continue  # the query's statement has not been replayed yet
+            current = self.supervisors.get(query_id)
+            if current is not None and current.partitions == want and query is not None and current.query.plan == query.plan:
+                continue  # unchanged (CREATE OR REPLACE changes the plan and restarts the query)
+            if current is not None:
+                await self.supervisors.pop(query_id).stop()
+            if not want or query is None:
+                continue
+            supervisor = QuerySupervisor(self.settings, self.metastore, query, want, self.spark.get)
+            self.supervisors[query_id] = supervisor
+            supervisor.start()
+
+    async def stop(self) -> None:
+        """Stop every task and standby copy (errors ignored: the worker is going)."""
+        for supervisor in self.supervisors.values():
+            with contextlib.suppress(Exception):
+                await supervisor.stop()
+        for replica in self.standbys.values():
+            with contextlib.suppress(Exception):
+                await replica.stop()

@@ -1,0 +1,39 @@
+"""The shared proto <-> domain conversions round-trip, and the common StoreLag is
+wire-compatible with the coordinator's (a router decodes either)."""
+
+from __future__ import annotations
+
+from millpond.common.v1 import status_pb2
+from millpond.coordinator.v1 import coordinator_pb2
+from millpond.shared.results import Outcome
+from millpond.shared.rpc.converters import (
+    outcome_from_proto,
+    outcome_to_proto,
+    store_lag_from_proto,
+    store_lag_to_common,
+    store_lag_to_proto,
+    task_report_from_proto,
+    task_report_to_proto,
+)
+from millpond.shared.task_status import FAILED, RESTORING, RUNNING, STARTING, StoreLag, TaskReport
+
+
+def test_task_reports_round_trip_in_every_state() -> None:
+    for state in (STARTING, RESTORING, RUNNING, FAILED):
+        report = TaskReport("Q", 3, state, "w1", "boom", 2, 10, 40, 7, 5)
+        assert task_report_from_proto("w1", task_report_to_proto(report)) == report
+
+
+def test_store_lags_round_trip_through_both_messages_which_share_a_wire_format() -> None:
+    lag = StoreLag("Q", 1, False, 40, 50, 1_700_000_000_000, input_offset=60)
+    assert store_lag_from_proto(store_lag_to_proto(lag)) == lag
+    assert store_lag_from_proto(store_lag_to_common(lag)) == lag
+    assert store_lag_to_proto(lag).lag == store_lag_to_common(lag).lag == 10
+    as_common = status_pb2.StoreLag.FromString(store_lag_to_proto(lag).SerializeToString())
+    assert store_lag_from_proto(as_common) == lag
+    assert coordinator_pb2.StoreLag.FromString(store_lag_to_common(lag).SerializeToString()) == store_lag_to_proto(lag)
+
+
+def test_outcomes_round_trip() -> None:
+    outcome = Outcome("SELECT 1;", "", "", [("ID", "VARCHAR"), ("N", "BIGINT")], [["a", 1], [None, 2]], 2, 9, "v1.x")
+    assert outcome_from_proto(outcome_to_proto(outcome)) == outcome
