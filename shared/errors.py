@@ -19,6 +19,8 @@ class ErrorKind(Enum):
     UNAVAILABLE = "unavailable"
     FAILED_PRECONDITION = "failed_precondition"
     DEADLINE = "deadline"
+    """A downstream call ran out of time: ``rpc.status.raise_for_rpc`` maps DEADLINE_EXCEEDED here,
+    so the client sees that status rather than INTERNAL."""
     UNAUTHENTICATED = "unauthenticated"
     PERMISSION_DENIED = "permission_denied"
     RESOURCE_EXHAUSTED = "resource_exhausted"

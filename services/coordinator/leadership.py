@@ -43,7 +43,6 @@ class Leadership:
         self.on_deposed = on_deposed
         self.epoch = 0
         """This coordinator's epoch while it leads, else 0."""
-        self.elected_at_ms = 0
 
     async def run(self, stop: asyncio.Event) -> None:
         """Take part in the election until ``stop``; leaving the group hands leadership on."""
@@ -73,7 +72,7 @@ class Leadership:
     async def _elect(self, producer: AIOKafkaProducer) -> None:
         record = json.dumps({"leader": self.member, "at_ms": now_ms()}).encode()
         metadata = await producer.send_and_wait(self.partition.topic, record, partition=0)
-        self.epoch, self.elected_at_ms = metadata.offset + 1, now_ms()
+        self.epoch = metadata.offset + 1
         log.info("leading the cluster", extra={"member": self.member, "epoch": self.epoch})
         self.on_elected(self.epoch)
 

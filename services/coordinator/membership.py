@@ -1,9 +1,10 @@
 """Which workers are alive, judged by heartbeats against an injected clock.
 
 A worker whose heartbeats stop for ``session_timeout`` seconds becomes a *suspect*; the
-coordinator then asks the worker's own health endpoint (``confirm``) before it declares it
-dead. A killed process refuses the connection at once, so detection costs about the window;
-a worker whose beats were only delayed (a busy machine) still answers, and keeps its tasks.
+coordinator then asks the worker's own gRPC health endpoint, and counts an answer as a beat
+(``vouch``), before it declares it dead. A killed process refuses the connection at once, so
+detection costs about the window; a worker whose beats were only delayed (a busy machine)
+still answers, and keeps its tasks.
 """
 
 from __future__ import annotations

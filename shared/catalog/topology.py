@@ -86,11 +86,6 @@ def internal_topics(service_id: str, query: PersistentQuery) -> list[InternalTop
     return topics
 
 
-def task_count(query: PersistentQuery, source: DataSource, sink: DataSource, service_id: str) -> int:
-    """How many tasks ``query`` has (task ``p`` runs partition ``p`` of each stage)."""
-    return max(stage.partitions for stage in stages(query, source, sink, service_id))
-
-
 def _repartitioned_aggregate(query: PersistentQuery, source: DataSource, sink: DataSource,
                              service_id: str) -> list[Stage]:
     plan = query.plan

@@ -9,7 +9,6 @@ in one atomic ``WriteBatch``, so after any crash the store is at a consistent po
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -95,11 +94,6 @@ class PartitionStore:
         db, self._db, self._meta, self._meta_handle = self._db, None, None, None
         if db is not None:
             db.close()
-
-    def destroy(self) -> None:
-        """Close and delete the store from disk."""
-        self.close()
-        shutil.rmtree(self.path, ignore_errors=True)
 
 
 def changelog_input_offset(record: Any) -> int | None:

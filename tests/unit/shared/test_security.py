@@ -168,7 +168,7 @@ def test_the_multihost_example_configurations_load(name: str, settings_class: st
 
     from millpond.shared import config
 
-    path = Path(__file__).resolve().parents[2] / "deploy" / "multihost" / name
+    path = Path(__file__).resolve().parents[3] / "deploy" / "multihost" / name
     cls = getattr(config, settings_class)
     for key in tomllib.loads(path.read_text()):
         assert key in cls.model_fields, f"{name}: {key} is not a {settings_class} setting"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bench.profile import fold, share
 
-ROOT = str(Path(__file__).resolve().parents[2]) + "/"
+ROOT = str(Path(__file__).resolve().parents[3]) + "/"
 LOOP = "run_forever (asyncio/base_events.py:607);_run_once (asyncio/base_events.py:1922)"
 CALL = f"{LOOP};Handle._run (asyncio/events.py:84);Execute ({ROOT}services/router/servicer.py:40)"
 GRPC = ".venv/lib/python3.11/site-packages/grpc/aio/_call.py:560"

@@ -1,5 +1,5 @@
 -- Every statement form of the dialect, applied in order to one metastore.
--- tests/unit/test_golden.py renders what each does into statements.golden.
+-- tests/unit/shared/sql/test_golden.py renders what each does into statements.golden.
 
 -- Declared sources: streams with and without a key, a table, every type, both value formats.
 CREATE STREAM readings (sensor VARCHAR KEY, area VARCHAR, reading INT, ts BIGINT)

@@ -3,7 +3,7 @@
 ``golden/statements.sql`` runs in order; what each statement does (its syntax tree, the
 change or error, the rows of SHOW / DESCRIBE / EXPLAIN, the record an INSERT produces) is
 compared with ``golden/statements.golden``. After an intended change, rewrite the golden
-file with ``MILLPOND_UPDATE_GOLDEN=1 pytest tests/unit/test_golden.py`` and review the diff.
+file with ``MILLPOND_UPDATE_GOLDEN=1 pytest tests/unit/shared/sql/test_golden.py`` and review the diff.
 """
 
 from __future__ import annotations

@@ -1,0 +1,239 @@
+"""The worker's batch reducer (``QueryRunner._reduce``) on a small in-memory micro-batch, in a
+local[1] Spark session, against a pure-Python reference of the same rules:
+
+- a record whose value is not JSON of the declared columns, or a keyed record without a key,
+  goes to the processing log (a bad record) and nowhere else; a tombstone (NULL value) of a
+  stream is skipped;
+- an AGGREGATE query reduces each (partition, key) to a partial that the task's aggregates
+  finalize to COUNT(*), SUM and AVG over the batch;
+- a PROJECT query keeps the records its WHERE passes, in input order, keyed as the input;
+- each partition's slice carries its last offset and how many records it read.
+
+Everything the test reads from the reducer goes through ``observe`` and ``reduce``, so a change
+of the slice types touches only those two functions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
+
+from millpond.services.worker.query_runner import QueryRunner
+from millpond.services.worker.spark import create_session
+from millpond.services.worker.task import AggregationTask, ProjectionTask, Task
+from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.config import WorkerSettings
+from millpond.shared.sql import aggregates
+from millpond.shared.sql.parser import parse_statement
+
+pytestmark = pytest.mark.spark
+
+SOURCE = ("CREATE STREAM r (sensor VARCHAR KEY, area VARCHAR, reading INT) "
+          "WITH (kafka_topic='r', partitions=3, value_format='json')")
+AGGREGATE = "CREATE TABLE t AS SELECT sensor, COUNT(*) AS n, SUM(reading) AS total, AVG(reading) AS mean FROM r GROUP BY sensor"
+PROJECT = "CREATE STREAM hot AS SELECT sensor, area, reading * 2 AS doubled FROM r WHERE reading > 10"
+
+KAFKA_ROW = StructType([
+    StructField("key", BinaryType()), StructField("value", BinaryType()), StructField("topic", StringType()),
+    StructField("partition", IntegerType()), StructField("offset", LongType()),
+    StructField("timestamp", TimestampType()), StructField("timestampType", IntegerType()),
+])
+
+Record = tuple[bytes | None, bytes | None, int, int]
+"""(key, value, partition, offset) of one input record, as the Kafka source gives it."""
+
+HAND_MADE: list[Record] = [
+    (b"s1", b'{"AREA": "a", "READING": 5}', 0, 0),
+    (b"s1", b'{"AREA": "a", "READING": 15}', 0, 1),
+    # offset 2 is a transaction marker: no record, and the slice still ends at 3
+    (b"s2", b"not json", 0, 3),
+    (None, b'{"AREA": "b", "READING": 40}', 1, 7),
+    (b"s3", b'{"AREA": "b", "READING": 20}', 1, 8),
+    (b"s3", None, 1, 9),  # a tombstone: neither bad nor counted
+    (b"s4", b'{"AREA": "c"}', 1, 10),  # no READING: counted, but adds nothing to SUM and AVG
+    (b"s3", b'{"AREA": "b", "READING": -3}', 1, 11),
+    (b"s5", b'{"AREA": "d", "READING": 11}', 2, 100),
+]
+
+
+def _random_records(n: int, seed: int) -> list[Record]:
+    rng = random.Random(seed)
+    next_offset = {0: 20, 1: 20, 2: 200}
+    records: list[Record] = []
+    for _ in range(n):
+        partition = rng.randrange(3)
+        offset = next_offset[partition]
+        next_offset[partition] += rng.choice((1, 1, 1, 2))  # now and then a marker between records
+        key = None if rng.random() < 0.05 else f"k{rng.randrange(6)}".encode()
+        roll = rng.random()
+        if roll < 0.05:
+            value = None
+        elif roll < 0.12:
+            value = rng.choice([b"{", b"[1, 2", b"}{", b"garbage"])
+        else:
+            fields: dict[str, Any] = {"AREA": rng.choice("abc")}
+            if rng.random() < 0.9:
+                fields["READING"] = rng.randrange(-50, 50)
+            value = json.dumps(fields).encode()
+        records.append((key, value, partition, offset))
+    return records
+
+
+RECORDS = HAND_MADE + _random_records(80, seed=17)
+
+
+# --- The pure-Python reference -------------------------------------------------------------
+
+@dataclass
+class Slice:
+    """What a reducer says about one partition of a batch, in plain values."""
+
+    last_offset: int
+    count: int
+    bad: list[tuple[int, str]]
+    """(offset, why) with why "no key" or "not json", sorted."""
+    totals: dict[bytes, tuple[Any, ...]]
+    """AGGREGATE: key -> (COUNT(*), SUM(READING), AVG(READING)) over the batch."""
+    records: list[tuple[bytes | None, dict[str, Any] | None]]
+    """PROJECT: the result records (key, decoded JSON value) in input order."""
+
+
+def _decode(value: bytes) -> dict[str, Any] | None:
+    """The declared columns of a JSON value, or None when it is not a JSON object (a bad record).
+    Field names match exactly, as Spark's from_json does."""
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return None
+    if not isinstance(parsed, dict):
+        return None
+    return {"AREA": parsed.get("AREA"), "READING": parsed.get("READING")}
+
+
+def reference(records: list[Record], kind: str) -> dict[int, Slice]:
+    """The slices the reducer must produce for ``records``, computed record by record."""
+    by_partition: dict[int, list[Record]] = defaultdict(list)
+    for record in records:
+        by_partition[record[2]].append(record)
+    out: dict[int, Slice] = {}
+    for partition, rows in by_partition.items():
+        rows.sort(key=lambda r: r[3])
+        piece = Slice(rows[-1][3], len(rows), [], {}, [])
+        readings: dict[bytes, list[Any]] = defaultdict(list)
+        for key, value, _, offset in rows:
+            if value is None:
+                continue  # a stream's tombstone
+            decoded = _decode(value)
+            if decoded is None:
+                piece.bad.append((offset, "not json"))
+            if key is None:
+                piece.bad.append((offset, "no key"))
+            if decoded is None or key is None:
+                continue
+            if kind == "AGGREGATE":
+                readings[key].append(decoded["READING"])
+            elif decoded["READING"] is not None and decoded["READING"] > 10:
+                piece.records.append((key, {"AREA": decoded["AREA"], "DOUBLED": decoded["READING"] * 2}))
+        for key, values in readings.items():
+            present = [v for v in values if v is not None]
+            piece.totals[key] = (len(values), sum(present) if present else None,
+                                 sum(present) / len(present) if present else None)
+        piece.bad.sort()
+        out[partition] = piece
+    return out
+
+
+# --- The reducer under test ----------------------------------------------------------------
+
+def observe(raw: Any, aggs: list[aggregates.Aggregate]) -> Slice:
+    """One slice the reducer returned, as plain values (the one place that reads its fields)."""
+    bad = sorted((b.offset, "no key" if "no key" in b.reason else "not json") for b in raw.bad)
+    totals = {key: tuple(agg.finalize(state) for agg, state in zip(aggs, partial, strict=True))
+              for key, partial in getattr(raw, "partials", [])}
+    records = [(key, None if value is None else json.loads(value)) for key, value in getattr(raw, "records", [])]
+    return Slice(raw.last_offset, raw.count, bad, totals, records)
+
+
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    """The worker's own session settings, in local[1]."""
+    settings = WorkerSettings(worker_id="reducer-test", spark_master="local[1]",
+                              state_dir=tmp_path_factory.mktemp("state"),
+                              spark_conf={"spark.ui.showConsoleProgress": "false"})
+    session = create_session(settings)
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def batch(spark: SparkSession) -> DataFrame:
+    """``RECORDS`` as a micro-batch of the Kafka source."""
+    return spark.createDataFrame([(k, v, "r", p, o, None, 0) for k, v, p, o in RECORDS], KAFKA_ROW)
+
+
+def reduce(spark: SparkSession, statement: str, frame: DataFrame, tmp_path: Path) -> dict[int, Slice]:
+    """Run the reducer of ``statement``'s query over ``frame`` (no Kafka: the batch is given)."""
+    meta = Metastore()
+    meta.apply(parse_statement(SOURCE), 0)
+    meta.apply(parse_statement(statement), 1)
+    (query,) = meta.queries.values()
+    source, sink = meta.sources[query.source], meta.sources[query.sink]
+    settings = WorkerSettings(worker_id="reducer-test", spark_master="local[1]", state_dir=tmp_path)
+    task_class: type[Task] = AggregationTask if query.plan.aggregates else ProjectionTask
+    tasks = {p: task_class(settings, query, source, sink, p) for p in range(source.partitions)}
+    aggs = tasks[0].aggregates if isinstance(tasks[0], AggregationTask) else []
+    loop = asyncio.new_event_loop()  # only a commit would use it
+    runner = QueryRunner(spark, settings, query, source, sink, tasks, loop)
+    try:
+        slices = runner._reduce(frame)
+    finally:
+        runner.stop()
+        loop.close()
+    return {partition: observe(piece, aggs) for partition, piece in slices.items()}
+
+
+def test_the_reference_covers_every_case() -> None:
+    """The batch holds what the reducer must tell apart, so the comparisons below mean something."""
+    expected = reference(HAND_MADE, "AGGREGATE")
+    assert expected[0] == Slice(3, 3, [(3, "not json")], {b"s1": (2, 20, 10.0)}, [])
+    assert expected[1].bad == [(7, "no key")]
+    assert expected[1].totals == {b"s3": (2, 17, 8.5), b"s4": (1, None, None)}
+    assert reference(HAND_MADE, "PROJECT")[1].records == [(b"s3", {"AREA": "b", "DOUBLED": 40})]
+
+
+def test_an_aggregate_batch_reduces_to_what_python_computes(spark: SparkSession, batch: DataFrame,
+                                                            tmp_path: Path) -> None:
+    got = reduce(spark, AGGREGATE, batch, tmp_path)
+    want = reference(RECORDS, "AGGREGATE")
+    assert sorted(got) == sorted(want) == [0, 1, 2]
+    for partition in want:
+        assert got[partition].last_offset == want[partition].last_offset
+        assert got[partition].count == want[partition].count
+        assert got[partition].bad == want[partition].bad
+        assert got[partition].totals.keys() == want[partition].totals.keys()
+        for key, (count, total, mean) in want[partition].totals.items():
+            assert got[partition].totals[key][:2] == (count, total), (partition, key)
+            assert got[partition].totals[key][2] == pytest.approx(mean), (partition, key)
+        assert got[partition].records == []
+
+
+def test_a_projection_batch_keeps_what_the_where_passes_in_input_order(spark: SparkSession, batch: DataFrame,
+                                                                        tmp_path: Path) -> None:
+    got = reduce(spark, PROJECT, batch, tmp_path)
+    want = reference(RECORDS, "PROJECT")
+    assert sorted(got) == sorted(want)
+    for partition in want:
+        assert (got[partition].last_offset, got[partition].count) == (want[partition].last_offset, want[partition].count)
+        assert got[partition].bad == want[partition].bad
+        assert got[partition].records == want[partition].records
+        assert got[partition].totals == {}

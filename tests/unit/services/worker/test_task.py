@@ -1,0 +1,266 @@
+"""The exactly-once commit of a task's micro-batch slice, with a fake transactional producer and
+a real RocksDB store in a temporary directory: every record goes inside one Kafka transaction
+that ends with the input offsets, the store changes only after that transaction committed (in
+one write batch with its positions), a replayed batch does nothing, and a transaction that
+fails leaves the store and the task's position as they were.
+
+The slices are built by ``aggregate_slice``, ``projection_slice`` and ``table_slice`` only, so a
+change of the slice types touches those three functions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka import TopicPartition
+from aiokafka.errors import KafkaError
+
+from millpond.services.worker.state.store import CHANGELOG_OFFSET, INPUT_OFFSET, INPUT_OFFSET_HEADER, PartitionStore, encode_state
+from millpond.services.worker.task import AggregationTask, BadRecord, BatchSlice, ProjectionTask, TableTask, Task
+from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.config import WorkerSettings
+from millpond.shared.sql.parser import parse_statement
+
+STATEMENTS = [
+    "CREATE STREAM r (sensor VARCHAR KEY, area VARCHAR, reading INT) WITH (kafka_topic='r', partitions=2, value_format='json')",
+    "CREATE TABLE t AS SELECT sensor, COUNT(*) AS n, SUM(reading) AS total, AVG(reading) AS mean FROM r GROUP BY sensor",
+    "CREATE STREAM hot AS SELECT sensor, area, reading * 2 AS doubled FROM r WHERE reading > 10",
+    "CREATE TABLE s (id VARCHAR PRIMARY KEY, name VARCHAR, size INT) WITH (kafka_topic='s', partitions=2, value_format='json')",
+]
+NO_KEY = BadRecord(4, "record has no key", '{"AREA": "a", "READING": 1}')
+
+
+def aggregate_slice(last_offset: int, partials: list[tuple[bytes, list[list[Any]]]],
+                    bad: Iterable[BadRecord] = ()) -> BatchSlice:
+    """A GROUP BY query's slice: per-key partials of COUNT(*), SUM and AVG."""
+    return BatchSlice(0, last_offset, count=len(partials), partials=partials, bad=list(bad))
+
+
+def projection_slice(last_offset: int, records: list[tuple[bytes | None, bytes | None]],
+                     bad: Iterable[BadRecord] = ()) -> BatchSlice:
+    """A projection's slice: result records in input order."""
+    return BatchSlice(0, last_offset, count=len(records), records=records, bad=list(bad))
+
+
+def table_slice(last_offset: int, latest: list[tuple[bytes, list[Any] | None]],
+                bad: Iterable[BadRecord] = ()) -> BatchSlice:
+    """A source table's slice: each key's last value columns, None for a tombstone."""
+    return BatchSlice(0, last_offset, count=len(latest), latest=latest, bad=list(bad))
+
+
+@dataclass(frozen=True)
+class Sent:
+    """One record the task produced."""
+
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    partition: int | None
+    headers: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True)
+class Metadata:
+    """What a delivered send resolves to (the part the task reads)."""
+
+    offset: int
+
+
+class FakeProducer:
+    """A transactional producer that records every call in ``log``; ``fail_at`` ("send",
+    "offsets" or "commit") makes that step raise as a fenced or failed producer would."""
+
+    def __init__(self, log: list[Any], fail_at: str | None = None):
+        self.log = log
+        self.fail_at = fail_at
+        self.offsets: Counter[tuple[str, int | None]] = Counter()
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        self.log.append("begin")
+        try:
+            yield
+        except BaseException:
+            self.log.append("abort")
+            raise
+        if self.fail_at == "commit":
+            self.log.append("commit failed")
+            raise KafkaError("commit failed")
+        self.log.append("commit")
+
+    async def send(self, topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None,
+                   headers: list[tuple[str, bytes]] | None = None) -> asyncio.Future[Metadata]:
+        if self.fail_at == "send":
+            raise KafkaError("fenced")
+        offset = self.offsets[(topic, partition)]
+        self.offsets[(topic, partition)] += 1
+        self.log.append(Sent(topic, key, value, partition, tuple(headers or ())))
+        future: asyncio.Future[Metadata] = asyncio.get_running_loop().create_future()
+        future.set_result(Metadata(offset))
+        return future
+
+    async def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, int], group: str) -> None:
+        if self.fail_at == "offsets":
+            raise KafkaError("fenced")
+        self.log.append(("offsets", dict(offsets), group))
+
+
+class RecordingStore(PartitionStore):
+    """A real store that also logs each write batch, in the same log as the producer."""
+
+    def __init__(self, path: Path, log: list[Any]):
+        super().__init__(path)
+        self.log = log
+
+    def write(self, states: Mapping[bytes, bytes], positions: Mapping[bytes, int], deleted: Iterable[bytes] = ()) -> None:
+        deleted = list(deleted)
+        self.log.append(("store.write", dict(states), dict(positions), deleted))
+        super().write(states, positions, deleted)
+
+
+def make_task(kind: type[Task], query_id: str, tmp_path: Path, log: list[Any], fail_at: str | None = None,
+              partition: int = 0) -> Any:
+    """A task of ``query_id`` on ``partition``, started by hand: fake producer, real store."""
+    meta = Metastore()
+    for offset, statement in enumerate(STATEMENTS):
+        meta.apply(parse_statement(statement), offset)
+    query = meta.queries[query_id]
+    settings = WorkerSettings(worker_id="w", state_dir=tmp_path)
+    task = kind(settings, query, meta.sources[query.source], meta.sources[query.sink], partition)
+    task.producer = FakeProducer(log, fail_at)
+    if kind is not ProjectionTask:
+        task.store = RecordingStore(tmp_path / "store", log)
+    return task
+
+
+def steps(log: list[Any]) -> list[str]:
+    """The log as step names: every send is "send"."""
+    return ["send" if isinstance(e, Sent) else e if isinstance(e, str) else e[0] for e in log]
+
+
+def assert_committed_in_order(log: list[Any], store_write: bool) -> None:
+    """begin, the sends, the input offsets, commit, and (for a store) one write batch last."""
+    tail = ["offsets", "commit", "store.write"] if store_write else ["offsets", "commit"]
+    names = steps(log)
+    assert names[0] == "begin"
+    assert names[-len(tail):] == tail
+    assert set(names[1:-len(tail)]) <= {"send"}
+
+
+async def test_an_aggregation_commits_kafka_first_then_state_and_positions_in_one_write(tmp_path: Path) -> None:
+    log: list[Any] = []
+    task = make_task(AggregationTask, "CTAS_T_0", tmp_path, log)
+    piece = aggregate_slice(5, [(b"s1", [[2], [20], [20, 2]]), (b"s2", [[1], [None], [None, 0]])], [NO_KEY])
+    assert await task.commit(piece)
+
+    assert_committed_in_order(log, store_write=True)
+    sent = [e for e in log if isinstance(e, Sent)]
+    changelog, sink = task.changelog.topic, task.sink.topic
+    processing_log = task.settings.processing_log_topic
+    assert Counter(s.topic for s in sent) == {changelog: 2, sink: 2, processing_log: 1}
+    # The changelog records carry the state and the input position their batch reaches.
+    assert {s.key: s.value for s in sent if s.topic == changelog} == {
+        b"s1": encode_state([[2], [20], [20, 2]]), b"s2": encode_state([[1], [None], [None, 0]])}
+    assert all(s.partition == 0 and s.headers == ((INPUT_OFFSET_HEADER, b"6"),) for s in sent if s.topic == changelog)
+    assert {s.key: json.loads(s.value or b"") for s in sent if s.topic == sink} == {
+        b"s1": {"N": 2, "TOTAL": 20, "MEAN": 10.0}, b"s2": {"N": 1, "TOTAL": None, "MEAN": None}}
+    (bad,) = [json.loads(s.value or b"") for s in sent if s.topic == processing_log]
+    assert (bad["SOURCE_PARTITION"], bad["SOURCE_OFFSET"], bad["REASON"]) == (0, 4, "record has no key")
+    assert log[-3] == ("offsets", {TopicPartition("r", 0): 6}, task.group)
+    # After the commit: states and both positions in one write batch.
+    assert log[-1] == ("store.write", {b"s1": encode_state([[2], [20], [20, 2]]),
+                                       b"s2": encode_state([[1], [None], [None, 0]])},
+                       {INPUT_OFFSET: 6, CHANGELOG_OFFSET: 2}, [])
+    assert task.store.get(b"s1") == [[2], [20], [20, 2]]
+    assert (task.store.position(INPUT_OFFSET), task.store.position(CHANGELOG_OFFSET)) == (6, 2)
+    assert task.next_input_offset == 6
+    task.store.close()
+
+
+async def test_the_next_batch_merges_into_the_stored_state(tmp_path: Path) -> None:
+    log: list[Any] = []
+    task = make_task(AggregationTask, "CTAS_T_0", tmp_path, log)
+    await task.commit(aggregate_slice(5, [(b"s1", [[2], [20], [20, 2]])]))
+    log.clear()
+    assert await task.commit(aggregate_slice(9, [(b"s1", [[1], [5], [5, 1]])]))
+
+    assert_committed_in_order(log, store_write=True)
+    changelog = [e for e in log if isinstance(e, Sent) and e.topic == task.changelog.topic]
+    assert [(s.value, s.headers) for s in changelog] == [(encode_state([[3], [25], [25, 3]]), ((INPUT_OFFSET_HEADER, b"10"),))]
+    assert task.store.get(b"s1") == [[3], [25], [25, 3]]
+    assert (task.store.position(INPUT_OFFSET), task.store.position(CHANGELOG_OFFSET)) == (10, 2)
+    task.store.close()
+
+
+@pytest.mark.parametrize("kind, query_id, piece", [
+    (AggregationTask, "CTAS_T_0", aggregate_slice(5, [(b"s1", [[1], [7], [7, 1]])])),
+    (ProjectionTask, "CSAS_HOT_1", projection_slice(5, [(b"s1", b"{}")])),
+    (TableTask, "CST_S_2", table_slice(5, [(b"a", ["x", 1])])),
+])
+async def test_a_replayed_batch_is_skipped(kind: type[Task], query_id: str, piece: BatchSlice, tmp_path: Path) -> None:
+    log: list[Any] = []
+    task = make_task(kind, query_id, tmp_path, log)
+    task.next_input_offset = 6  # the store (or the group) already reflects offsets up to 5
+    assert not await task.commit(piece)
+    assert log == []
+    assert task.next_input_offset == 6
+    if task.store is not None:
+        task.store.close()
+
+
+@pytest.mark.parametrize("fail_at", ["send", "offsets", "commit"])
+async def test_a_failed_transaction_leaves_the_store_and_the_position_as_they_were(fail_at: str, tmp_path: Path) -> None:
+    log: list[Any] = []
+    task = make_task(AggregationTask, "CTAS_T_0", tmp_path, log)
+    await task.commit(aggregate_slice(5, [(b"s1", [[2], [20], [20, 2]])]))
+    task.producer.fail_at = fail_at
+    log.clear()
+
+    with pytest.raises(KafkaError):
+        await task.commit(aggregate_slice(9, [(b"s1", [[1], [5], [5, 1]]), (b"s2", [[1], [1], [1, 1]])]))
+    assert "store.write" not in steps(log)
+    assert steps(log)[-1] == ("commit failed" if fail_at == "commit" else "abort")
+    assert task.store.get(b"s1") == [[2], [20], [20, 2]]
+    assert task.store.get(b"s2") is None
+    assert (task.store.position(INPUT_OFFSET), task.store.position(CHANGELOG_OFFSET)) == (6, 1)
+    assert task.next_input_offset == 6
+    task.store.close()
+
+
+async def test_a_projection_sends_its_records_in_order_then_the_offsets(tmp_path: Path) -> None:
+    log: list[Any] = []
+    task = make_task(ProjectionTask, "CSAS_HOT_1", tmp_path, log, partition=1)
+    records: list[tuple[bytes | None, bytes | None]] = [(b"s2", b'{"AREA":"a","DOUBLED":40}'), (b"s1", b'{"AREA":"b","DOUBLED":22}'),
+                                                        (b"s2", b'{"AREA":"a","DOUBLED":24}')]
+    assert await task.commit(projection_slice(12, records, [NO_KEY]))
+
+    assert_committed_in_order(log, store_write=False)
+    sent = [e for e in log if isinstance(e, Sent)]
+    assert [(s.key, s.value, s.partition) for s in sent if s.topic == task.sink.topic] == [(k, v, 1) for k, v in records]
+    assert [s.topic for s in sent].count(task.settings.processing_log_topic) == 1
+    assert log[-2] == ("offsets", {TopicPartition("r", 1): 13}, task.group)
+    assert task.next_input_offset == 13
+
+
+async def test_a_source_table_writes_rows_deletions_and_its_input_position_after_the_commit(tmp_path: Path) -> None:
+    log: list[Any] = []
+    task = make_task(TableTask, "CST_S_2", tmp_path, log)
+    task.store.write({b"b": encode_state(["old", 0])}, {INPUT_OFFSET: 3})
+    log.clear()
+    task.next_input_offset = 3
+    assert await task.commit(table_slice(7, [(b"a", ["x", 1]), (b"b", None)], [NO_KEY]))
+
+    assert_committed_in_order(log, store_write=True)
+    assert [e.topic for e in log if isinstance(e, Sent)] == [task.settings.processing_log_topic]
+    assert log[-1] == ("store.write", {b"a": encode_state(["x", 1])}, {INPUT_OFFSET: 8}, [b"b"])
+    assert dict(task.store.items()) == {b"a": ["x", 1]}
+    assert task.store.position(INPUT_OFFSET) == 8
+    task.store.close()
