@@ -94,7 +94,7 @@ class _Listener(ConsumerRebalanceListener):
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
         if self.leadership.partition not in assigned:
             return
-        async for attempt in AsyncRetrying(stop=stop_after_attempt(10), wait=wait_exponential_jitter(0.1, max=2),
+        async for attempt in AsyncRetrying(stop=stop_after_attempt(10), wait=wait_exponential_jitter(multiplier=0.1, max=2),
                                            reraise=True):
             with attempt:
                 await self.leadership._elect(self.producer)

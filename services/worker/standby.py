@@ -76,7 +76,7 @@ class StandbyReplica:
             self._job = None
 
     async def _run(self) -> None:
-        retrying = AsyncRetrying(retry=retry_if_exception_type(Exception), wait=wait_exponential_jitter(0.2, max=10),
+        retrying = AsyncRetrying(retry=retry_if_exception_type(Exception), wait=wait_exponential_jitter(multiplier=0.2, max=10),
                                  before_sleep=lambda state: log.warning("standby replay failed; retrying", extra={
                                      "query": self.query_id, "partition": self.partition,
                                      "error": repr(state.outcome.exception() if state.outcome else None)}))

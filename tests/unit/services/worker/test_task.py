@@ -24,7 +24,17 @@ from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
 from millpond.services.worker.state.store import CHANGELOG_OFFSET, INPUT_OFFSET, INPUT_OFFSET_HEADER, PartitionStore, encode_state
-from millpond.services.worker.task import AggregationTask, BadRecord, BatchSlice, ProjectionTask, TableTask, Task
+from millpond.services.worker.task import (
+    AggregateSlice,
+    AggregationTask,
+    BadRecord,
+    BatchSlice,
+    MaterializeSlice,
+    ProjectionTask,
+    ProjectSlice,
+    TableTask,
+    Task,
+)
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import WorkerSettings
 from millpond.shared.sql.parser import parse_statement
@@ -39,21 +49,21 @@ NO_KEY = BadRecord(4, "record has no key", '{"AREA": "a", "READING": 1}')
 
 
 def aggregate_slice(last_offset: int, partials: list[tuple[bytes, list[list[Any]]]],
-                    bad: Iterable[BadRecord] = ()) -> BatchSlice:
+                    bad: Iterable[BadRecord] = ()) -> AggregateSlice:
     """A GROUP BY query's slice: per-key partials of COUNT(*), SUM and AVG."""
-    return BatchSlice(0, last_offset, count=len(partials), partials=partials, bad=list(bad))
+    return AggregateSlice(0, last_offset, count=len(partials), partials=partials, bad=list(bad))
 
 
 def projection_slice(last_offset: int, records: list[tuple[bytes | None, bytes | None]],
-                     bad: Iterable[BadRecord] = ()) -> BatchSlice:
+                     bad: Iterable[BadRecord] = ()) -> ProjectSlice:
     """A projection's slice: result records in input order."""
-    return BatchSlice(0, last_offset, count=len(records), records=records, bad=list(bad))
+    return ProjectSlice(0, last_offset, count=len(records), records=records, bad=list(bad))
 
 
 def table_slice(last_offset: int, latest: list[tuple[bytes, list[Any] | None]],
-                bad: Iterable[BadRecord] = ()) -> BatchSlice:
+                bad: Iterable[BadRecord] = ()) -> MaterializeSlice:
     """A source table's slice: each key's last value columns, None for a tombstone."""
-    return BatchSlice(0, last_offset, count=len(latest), latest=latest, bad=list(bad))
+    return MaterializeSlice(0, last_offset, count=len(latest), latest=latest, bad=list(bad))
 
 
 @dataclass(frozen=True)
