@@ -53,7 +53,9 @@ def fold(path: Path) -> tuple[int, int, Counter[str], Counter[str], Counter[str]
         for raw in stack.split(";"):
             match = FRAME.match(raw)
             function, file = (match["function"], match["file"]) if match else (raw, "")
-            frames.append((function, file.replace(root, "")))
+            # Millpond's modules load through src/millpond (the namespace's links): name them by
+            # their folders in the repository.
+            frames.append((function, file.replace(root, "").removeprefix("src/millpond/")))
         function, file = frames[-1]
         if function in WAITING:
             continue

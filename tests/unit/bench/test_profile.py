@@ -1,5 +1,5 @@
 """How bench/profile reads py-spy's folded stacks: waiting samples set apart, busy samples
-by area and function, and inclusive time only for Millpond's own frames."""
+by area and function, and inclusive time only for Millpond's own frames (loaded through src/millpond)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ from bench.profile import fold, share
 
 ROOT = str(Path(__file__).resolve().parents[3]) + "/"
 LOOP = "run_forever (asyncio/base_events.py:607);_run_once (asyncio/base_events.py:1922)"
-CALL = f"{LOOP};Handle._run (asyncio/events.py:84);Execute ({ROOT}services/router/servicer.py:40)"
+CALL = f"{LOOP};Handle._run (asyncio/events.py:84);Execute ({ROOT}src/millpond/services/router/servicer.py:40)"
 GRPC = ".venv/lib/python3.11/site-packages/grpc/aio/_call.py:560"
 FOLDED = f"""\
 {LOOP};EpollSelector.select (selectors.py:468) 50
 Thread._bootstrap (threading.py:1002);Thread.run (threading.py:982) 30
 {LOOP};Handle._run (asyncio/events.py:84) 8
-{CALL};execute_pull ({ROOT}services/router/pull.py:12) 6
+{CALL};execute_pull ({ROOT}src/millpond/services/router/pull.py:12) 6
 {CALL};UnaryUnaryCall._invoke ({GRPC}) 4
-{CALL};Execute ({ROOT}services/router/servicer.py:44) 2
+{CALL};Execute ({ROOT}src/millpond/services/router/servicer.py:44) 2
 """
 
 
