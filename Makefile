@@ -33,7 +33,7 @@ cluster: install
 
 ## test: lint, contracts, and every test (unit, integration and end to end)
 test: install lint protos-check
-	$(VENV)/bin/pytest -q -n 2 --dist loadgroup --durations=15
+	$(VENV)/bin/pytest -q --durations=15
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
