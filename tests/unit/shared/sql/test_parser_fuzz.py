@@ -64,19 +64,19 @@ def fuzz(examples: int) -> settings:
     return settings(max_examples=examples, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 
 
-@fuzz(8000)
+@fuzz(4000)
 @given(st.text(max_size=120))
 def test_any_text(text: str) -> None:
     _exercise(text)
 
 
-@fuzz(10000)
+@fuzz(5000)
 @given(st.lists(st.sampled_from(TOKENS), max_size=30))
 def test_token_soup(tokens: list[str]) -> None:
     _exercise(" ".join(tokens))
 
 
-@fuzz(8000)
+@fuzz(4000)
 @given(st.sampled_from(VALID), st.data())
 def test_mutated_valid_statements(text: str, data: st.DataObject) -> None:
     for _ in range(data.draw(st.integers(1, 3))):
