@@ -37,6 +37,13 @@ def py_spy() -> str:
     return found
 
 
+def _repository_path(file: str, root: str) -> str:
+    """A frame's file as a path in the repository: Millpond's modules load through
+    src/millpond (the namespace's links), and py-spy shortens a file under a sys.path entry to
+    the module path (``millpond/services/router/app.py``)."""
+    return file.replace(root, "").removeprefix("src/").removeprefix("millpond/")
+
+
 def fold(path: Path) -> tuple[int, int, Counter[str], Counter[str], Counter[str]]:
     """From py-spy's raw (folded) output: the sample count, the busy ones, and of those the
     self samples per function, inclusive samples per Millpond function, and self samples
@@ -53,9 +60,7 @@ def fold(path: Path) -> tuple[int, int, Counter[str], Counter[str], Counter[str]
         for raw in stack.split(";"):
             match = FRAME.match(raw)
             function, file = (match["function"], match["file"]) if match else (raw, "")
-            # Millpond's modules load through src/millpond (the namespace's links): name them by
-            # their folders in the repository.
-            frames.append((function, file.replace(root, "").removeprefix("src/millpond/")))
+            frames.append((function, _repository_path(file, root)))
         function, file = frames[-1]
         if function in WAITING:
             continue

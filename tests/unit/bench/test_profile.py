@@ -1,5 +1,6 @@
 """How bench/profile reads py-spy's folded stacks: waiting samples set apart, busy samples
-by area and function, and inclusive time only for Millpond's own frames (loaded through src/millpond)."""
+by area and function, and inclusive time only for Millpond's own frames (loaded through
+src/millpond, which py-spy shortens to the module path)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ FOLDED = f"""\
 {LOOP};EpollSelector.select (selectors.py:468) 50
 Thread._bootstrap (threading.py:1002);Thread.run (threading.py:982) 30
 {LOOP};Handle._run (asyncio/events.py:84) 8
-{CALL};execute_pull ({ROOT}src/millpond/services/router/pull.py:12) 6
+{CALL};execute_pull (millpond/services/router/pull.py:12) 6
 {CALL};UnaryUnaryCall._invoke ({GRPC}) 4
 {CALL};Execute ({ROOT}src/millpond/services/router/servicer.py:44) 2
 """
