@@ -1,7 +1,8 @@
 """Standby replay of a changelog slice, with a fake consumer over an in-memory changelog and a
 real RocksDB store: the copy ends with each key's last state, the changelog position past the
-last commit marker, and the input position from the records' headers; a restarted replica
-resumes where its store is; a paused one applies nothing but keeps its lag honest.
+last commit marker, and the input position from the records' headers, reported (and stored)
+only once every record of its transaction is applied; a restarted replica resumes where its
+store is; a paused one applies nothing but keeps its lag honest.
 
 Only ``FakeConsumer`` (``fake_changelog.py``) knows how the replica reads Kafka.
 """
@@ -12,6 +13,8 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from millpond.services.worker.standby import StandbyReplica
 from millpond.services.worker.state.store import CHANGELOG_OFFSET, INPUT_OFFSET, PartitionStore
@@ -102,3 +105,23 @@ async def test_a_paused_standby_applies_nothing_but_reports_its_lag(changelog: C
     finally:
         await copy.stop()
 
+
+async def test_a_standby_reports_an_input_offset_only_once_its_whole_transaction_is_applied(
+        changelog: Changelog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    changelog.commit_batch({b"s1": [[1]], b"s2": [[1]], b"s3": [[1]]}, reaches=10)  # offsets 0-2, marker 3
+    changelog.commit_batch({b"s1": [[2]], b"s2": [[2]], b"s4": [[1]]}, reaches=20)  # offsets 4-6, marker 7
+    copy = replica(tmp_path)
+    seen: list[tuple[int, int | None]] = []  # what the copy reports and stores, as each fetch begins
+    monkeypatch.setattr(FakeConsumer, "observe", lambda: seen.append(
+        (copy.input_offset, copy.store.position(INPUT_OFFSET) if copy.store is not None else None)))
+    copy.start()  # two records a fetch: [0, 1], [2, 4], [5, 6], then nothing but the marker
+    try:
+        await until(lambda: len(seen) >= 5, "five fetches")
+    finally:
+        await copy.stop()
+    assert seen[:5] == [(-1, None),
+                        (-1, None),  # two of the three records of 10: not yet
+                        (10, 10),  # a record of 20 completes 10
+                        (10, 10),  # every record of 20 applied, but nothing says so yet
+                        (20, 20)]  # the fetch reached the last stable offset
+    assert stored(tmp_path) == ({b"s1": [[2]], b"s2": [[2]], b"s3": [[1]], b"s4": [[1]]}, 7, 20)
