@@ -4,7 +4,8 @@ worker by replaying its changelog continuously (ksqlDB's and Kafka Streams' stan
 The copy lives where the active task's store would live on this worker, with the changelog
 position in the same write batch as the data, so when the coordinator promotes this worker
 the active task restores only the changelog tail after that position. Transactions that
-never committed are never seen (read_committed).
+never committed are never seen (read_committed), and the input offset a copy reports is that
+of a transaction it applied completely (``state/changelog.py``; the restore reads the same way).
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_jitter
 
-from millpond.services.worker.state.store import CHANGELOG_OFFSET, INPUT_OFFSET, PartitionStore
+from millpond.services.worker.state.changelog import ChangelogReader
+from millpond.services.worker.state.store import PartitionStore
 from millpond.services.worker.task import store_path
 from millpond.shared.catalog.names import changelog_topic
 from millpond.shared.config import WorkerSettings
@@ -43,7 +45,8 @@ class StandbyReplica:
         """The changelog's last stable offset when last fetched; None before the first fetch."""
         self.last_applied_ms = 0
         self.input_offset = -1
-        """The next input offset the copy reflects (from the changelog's headers; -1: unknown)."""
+        """The next input offset the copy reflects: the changelog header of the last transaction
+        it applied every record of (-1: unknown)."""
         self.resumed = asyncio.Event()
         """Cleared while an operator paused the replay."""
         self.resumed.set()
@@ -86,37 +89,28 @@ class StandbyReplica:
 
     async def _replay(self) -> None:
         store = self.store = PartitionStore(store_path(self.settings, self.query_id, self.partition))
-        consumer = AIOKafkaConsumer(**self.settings.kafka.client_args(),
-                                    isolation_level="read_committed", enable_auto_commit=False,
-                                    fetch_max_wait_ms=POLL_MS)
+        reader = ChangelogReader(self.settings.kafka, self.changelog, store, fetch_max_wait_ms=POLL_MS)
         try:
-            await consumer.start()
-            consumer.assign([self.changelog])
-            self.position = store.position(CHANGELOG_OFFSET) or 0
-            self.input_offset = store.position(INPUT_OFFSET) or -1
-            consumer.seek(self.changelog, self.position)
-            self.end = start_end = (await consumer.end_offsets([self.changelog]))[self.changelog]
+            await reader.start()
+            self.position, self.input_offset = reader.position, reader.input_offset
+            self.end = start_end = await reader.end_offset()
             log.info("standby started", extra={"query": self.query_id, "partition": self.partition,
                                                "position": self.position, "end": self.end})
             while True:
                 if not self.resumed.is_set():  # paused: apply nothing, but keep the lag honest
-                    self.end = (await consumer.end_offsets([self.changelog]))[self.changelog]
+                    self.end = await reader.end_offset()
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self.resumed.wait(), POLL_MS / 1000)
                     continue
-                batches = await consumer.getmany(self.changelog, timeout_ms=POLL_MS, max_records=10_000)
-                records = batches.get(self.changelog, [])
-                if records:
-                    self.position = store.apply_changelog(records)
-                    self.input_offset = store.position(INPUT_OFFSET) or -1
+                if await reader.fetch(POLL_MS):
                     self.last_applied_ms = now_ms()
-                else:  # past commit markers: nothing left to apply up to here
-                    self.position = max(self.position, await consumer.position(self.changelog))
-                stable = consumer.last_stable_offset(self.changelog)
-                if stable is not None and stable >= 0:
+                # Past commit markers after an empty fetch; the input offset of complete transactions only.
+                self.position, self.input_offset = reader.position, reader.input_offset
+                stable = reader.last_stable_offset()
+                if stable is not None:
                     self.end = stable
                 self.caught_up = self.caught_up or self.position >= start_end
         finally:
             self.store, self.caught_up, self.end = None, False, None
             store.close()
-            await consumer.stop()
+            await reader.stop()

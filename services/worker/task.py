@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
 
+from millpond.services.worker.state.changelog import ChangelogReader
 from millpond.services.worker.state.store import CHANGELOG_OFFSET, INPUT_OFFSET, INPUT_OFFSET_HEADER, PartitionStore, encode_state
 from millpond.shared.catalog.names import changelog_topic, consumer_group, task_transactional_id
 from millpond.shared.catalog.queries import PersistentQuery
@@ -264,31 +265,25 @@ class AggregationTask(StoreTask[AggregateSlice]):
         assert self.store is not None
         # A short fetch wait: the changelog usually ends with a commit marker, and a fetch
         # that finds only the marker would otherwise wait the default 500 ms.
-        consumer = AIOKafkaConsumer(**self.settings.kafka.client_args(), fetch_max_wait_ms=25,
-                                    isolation_level="read_committed", enable_auto_commit=False)
-        await consumer.start()
+        reader = ChangelogReader(self.settings.kafka, self.changelog, self.store, fetch_max_wait_ms=25)
+        await reader.start()
         try:
-            consumer.assign([self.changelog])
-            end = (await consumer.end_offsets([self.changelog]))[self.changelog]
-            position = self.changelog_position = self.store.position(CHANGELOG_OFFSET) or 0
+            end = await reader.end_offset()
+            self.changelog_position = reader.position
             self.changelog_end = end
-            self.state, self.records_to_restore = RESTORING, max(end - position, 0)
+            self.state, self.records_to_restore = RESTORING, max(end - reader.position, 0)
             started = time.monotonic()
-            consumer.seek(self.changelog, position)
-            while position < end:
-                batches = await consumer.getmany(self.changelog, timeout_ms=1000, max_records=10_000)
-                records = batches.get(self.changelog, [])
-                if not records:
-                    position = await consumer.position(self.changelog)
-                    continue
-                position = self.changelog_position = self.store.apply_changelog(records)
-                self.restored_records += len(records)
-                self.last_applied_ms = now_ms()
+            while reader.position < end:
+                applied = await reader.fetch(timeout_ms=1000)
+                if applied:
+                    self.changelog_position = reader.position
+                    self.restored_records += applied
+                    self.last_applied_ms = now_ms()
             log.info("restore finished", extra={"query": self.query.query_id, "partition": self.partition,
                                                 "restored": self.restored_records,
                                                 "seconds": round(time.monotonic() - started, 3)})
         finally:
-            await consumer.stop()
+            await reader.stop()
 
     def _merge(self, key: bytes, partial: list[list[Any]]) -> list[list[Any]]:
         assert self.store is not None

@@ -2,8 +2,10 @@
 
 The default column family holds the table: serialized key -> JSON aggregate state. The
 ``meta`` column family holds the positions the data reflects: the next input offset to
-process and the next changelog offset to restore from. Data and positions change together
-in one atomic ``WriteBatch``, so after any crash the store is at a consistent position.
+process, the next changelog offset to restore from and, for a copy read from the changelog,
+the input offset of a transaction it applied only part of yet (``state/changelog.py``). Data
+and positions change together in one atomic ``WriteBatch``, so after any crash the store is
+at a consistent position.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from rocksdict import Options, Rdict, WriteBatch
 
 INPUT_OFFSET = b"input_offset"
 CHANGELOG_OFFSET = b"changelog_offset"
+PENDING_INPUT_OFFSET = b"pending_input_offset"
+"""The header of the changelog records applied last, whose transaction may have more."""
 INPUT_OFFSET_HEADER = "millpond.input.offset"
 """Changelog record header: the next input offset of the batch that wrote the record."""
 
@@ -58,7 +62,7 @@ class PartitionStore:
             yield key, json.loads(raw)
 
     def position(self, name: bytes) -> int | None:
-        """A stored offset (``INPUT_OFFSET`` or ``CHANGELOG_OFFSET``), or None."""
+        """A stored offset (``INPUT_OFFSET``, ``CHANGELOG_OFFSET``, ``PENDING_INPUT_OFFSET``), or None."""
         assert self._meta is not None
         raw = self._meta.get(name)
         return None if raw is None else int(raw)
@@ -75,17 +79,19 @@ class PartitionStore:
             batch.put(name, str(offset).encode(), self._meta_handle)
         self.db.write(batch)
 
-    def apply_changelog(self, records: Sequence[Any]) -> int:
-        """Apply changelog records (``key``, ``value``, ``offset``, ``headers``, in offset
-        order) and their position in one write batch; the next changelog offset to read. The
-        input position the records reflect (their ``INPUT_OFFSET_HEADER``) is kept too, so a
-        standby copy can say which consistency tokens it satisfies."""
+    def apply_changelog(self, records: Sequence[Any], input_offset: int | None, pending_input_offset: int | None) -> int:
+        """Apply changelog records (``key``, ``value``, ``offset``, in offset order) and their
+        position in one write batch; the next changelog offset to read. ``input_offset`` is the
+        input position of the last transaction all of whose records are now applied, and
+        ``pending_input_offset`` that of the records' last transaction, which may have more to
+        come (``ChangelogProgress`` tells them apart); None leaves a stored one as it is."""
         states = {r.key: r.value for r in records if r.key is not None and r.value is not None}
         position = int(records[-1].offset) + 1
         positions = {CHANGELOG_OFFSET: position}
-        input_offset = changelog_input_offset(records[-1])
         if input_offset is not None:
             positions[INPUT_OFFSET] = input_offset
+        if pending_input_offset is not None:
+            positions[PENDING_INPUT_OFFSET] = pending_input_offset
         self.write(states, positions)
         return position
 

@@ -1,113 +1,28 @@
 """Standby replay of a changelog slice, with a fake consumer over an in-memory changelog and a
 real RocksDB store: the copy ends with each key's last state, the changelog position past the
-last commit marker, and the input position from the records' headers; a restarted replica
-resumes where its store is; a paused one applies nothing but keeps its lag honest.
+last commit marker, and the input position from the records' headers, reported (and stored)
+only once every record of its transaction is applied; a restarted replica resumes where its
+store is; a paused one applies nothing but keeps its lag honest.
 
-Only ``FakeConsumer`` knows how the replica reads Kafka (patched in as ``AIOKafkaConsumer``).
+Only ``FakeConsumer`` (``fake_changelog.py``) knows how the replica reads Kafka.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka import TopicPartition
 
-from millpond.services.worker import standby
 from millpond.services.worker.standby import StandbyReplica
-from millpond.services.worker.state.store import CHANGELOG_OFFSET, INPUT_OFFSET, INPUT_OFFSET_HEADER, PartitionStore, encode_state
+from millpond.services.worker.state.store import CHANGELOG_OFFSET, INPUT_OFFSET, PartitionStore
 from millpond.services.worker.task import store_path
 from millpond.shared.config import WorkerSettings
+from tests.unit.services.worker.fake_changelog import Changelog, FakeConsumer
 
 QUERY = "CTAS_T_0"
-
-
-@dataclass(frozen=True)
-class Record:
-    """A changelog record as the consumer returns it (the fields the replay reads)."""
-
-    offset: int
-    key: bytes
-    value: bytes
-    headers: tuple[tuple[str, bytes], ...]
-
-
-@dataclass
-class Changelog:
-    """One changelog partition: records, and offsets where transaction markers sit."""
-
-    records: list[Record] = field(default_factory=list)
-    end: int = 0
-    """The last stable offset (one past the last commit marker)."""
-
-    def commit_batch(self, states: dict[bytes, list[Any]], reaches: int) -> None:
-        """What one task commit writes: a record per key with the batch's input position, then
-        the transaction's commit marker."""
-        header = ((INPUT_OFFSET_HEADER, str(reaches).encode()),)
-        for key, state in states.items():
-            self.records.append(Record(self.end, key, encode_state(state), header))
-            self.end += 1
-        self.end += 1  # the commit marker
-
-
-class FakeConsumer:
-    """The part of AIOKafkaConsumer the replica uses, over ``changelog``; at most ``chunk``
-    records per fetch so the replay takes several."""
-
-    changelog = Changelog()
-    seeks: list[int] = []
-    chunk = 2
-
-    def __init__(self, **_: Any):
-        self.next = 0
-
-    async def start(self) -> None:
-        pass
-
-    async def stop(self) -> None:
-        pass
-
-    def assign(self, partitions: list[TopicPartition]) -> None:
-        pass
-
-    def seek(self, tp: TopicPartition, offset: int) -> None:
-        self.seeks.append(offset)
-        self.next = offset
-
-    async def end_offsets(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
-        return {tp: self.changelog.end for tp in partitions}
-
-    def last_stable_offset(self, tp: TopicPartition) -> int:
-        return self.changelog.end
-
-    async def getmany(self, tp: TopicPartition, timeout_ms: int = 0,
-                      max_records: int | None = None) -> dict[TopicPartition, list[Record]]:
-        records = [r for r in self.changelog.records if r.offset >= self.next][:self.chunk]
-        if not records:
-            await asyncio.sleep(0.005)  # a real fetch waits up to timeout_ms for data
-            return {}
-        self.next = records[-1].offset + 1
-        return {tp: records}
-
-    async def position(self, tp: TopicPartition) -> int:
-        """Past the markers once no record is left (as the consumer skips control records)."""
-        if any(r.offset >= self.next for r in self.changelog.records):
-            return self.next
-        return max(self.next, self.changelog.end)
-
-
-@pytest.fixture
-def changelog(monkeypatch: pytest.MonkeyPatch) -> Iterator[Changelog]:
-    """The changelog every replica in the test reads."""
-    log = Changelog()
-    monkeypatch.setattr(FakeConsumer, "changelog", log)
-    monkeypatch.setattr(FakeConsumer, "seeks", [])
-    monkeypatch.setattr(standby, "AIOKafkaConsumer", FakeConsumer)
-    yield log
 
 
 async def until(condition: Callable[[], bool], what: str) -> None:
@@ -189,3 +104,24 @@ async def test_a_paused_standby_applies_nothing_but_reports_its_lag(changelog: C
         assert dict(copy.store.items()) == {b"s1": [[1]], b"s2": [[1]], b"s3": [[1]], b"s4": [[1]]}
     finally:
         await copy.stop()
+
+
+async def test_a_standby_reports_an_input_offset_only_once_its_whole_transaction_is_applied(
+        changelog: Changelog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    changelog.commit_batch({b"s1": [[1]], b"s2": [[1]], b"s3": [[1]]}, reaches=10)  # offsets 0-2, marker 3
+    changelog.commit_batch({b"s1": [[2]], b"s2": [[2]], b"s4": [[1]]}, reaches=20)  # offsets 4-6, marker 7
+    copy = replica(tmp_path)
+    seen: list[tuple[int, int | None]] = []  # what the copy reports and stores, as each fetch begins
+    monkeypatch.setattr(FakeConsumer, "observe", lambda: seen.append(
+        (copy.input_offset, copy.store.position(INPUT_OFFSET) if copy.store is not None else None)))
+    copy.start()  # two records a fetch: [0, 1], [2, 4], [5, 6], then nothing but the marker
+    try:
+        await until(lambda: len(seen) >= 5, "five fetches")
+    finally:
+        await copy.stop()
+    assert seen[:5] == [(-1, None),
+                        (-1, None),  # two of the three records of 10: not yet
+                        (10, 10),  # a record of 20 completes 10
+                        (10, 10),  # every record of 20 applied, but nothing says so yet
+                        (20, 20)]  # the fetch reached the last stable offset
+    assert stored(tmp_path) == ({b"s1": [[2]], b"s2": [[2]], b"s3": [[1]], b"s4": [[1]]}, 7, 20)

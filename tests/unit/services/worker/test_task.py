@@ -2,7 +2,9 @@
 a real RocksDB store in a temporary directory: every record goes inside one Kafka transaction
 that ends with the input offsets, the store changes only after that transaction committed (in
 one write batch with its positions), a replayed batch does nothing, and a transaction that
-fails leaves the store and the task's position as they were.
+fails leaves the store and the task's position as they were. The restore from the changelog
+(over ``fake_changelog.py``) stores an input offset only once its whole transaction is applied,
+and resumes after a crash mid-transaction.
 
 The slices are built by ``aggregate_slice``, ``projection_slice`` and ``table_slice`` only, so a
 change of the slice types touches those three functions.
@@ -23,7 +25,14 @@ import pytest
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
-from millpond.services.worker.state.store import CHANGELOG_OFFSET, INPUT_OFFSET, INPUT_OFFSET_HEADER, PartitionStore, encode_state
+from millpond.services.worker.state.store import (
+    CHANGELOG_OFFSET,
+    INPUT_OFFSET,
+    INPUT_OFFSET_HEADER,
+    PENDING_INPUT_OFFSET,
+    PartitionStore,
+    encode_state,
+)
 from millpond.services.worker.task import (
     AggregateSlice,
     AggregationTask,
@@ -38,6 +47,7 @@ from millpond.services.worker.task import (
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import WorkerSettings
 from millpond.shared.sql.parser import parse_statement
+from tests.unit.services.worker.fake_changelog import Changelog, FakeConsumer
 
 STATEMENTS = [
     "CREATE STREAM r (sensor VARCHAR KEY, area VARCHAR, reading INT) WITH (kafka_topic='r', partitions=2, value_format='json')",
@@ -274,3 +284,60 @@ async def test_a_source_table_writes_rows_deletions_and_its_input_position_after
     assert dict(task.store.items()) == {b"a": ["x", 1]}
     assert task.store.position(INPUT_OFFSET) == 8
     task.store.close()
+
+
+def two_transactions(changelog: Changelog) -> None:
+    """10's records at offsets 0-2 (marker 3), 20's at 4-6 (marker 7): the end is 8."""
+    changelog.commit_batch({b"s1": [[1], [1], [1, 1]], b"s2": [[1], [2], [2, 1]], b"s3": [[1], [3], [3, 1]]}, reaches=10)
+    changelog.commit_batch({b"s1": [[2], [5], [5, 2]], b"s2": [[2], [4], [4, 2]], b"s4": [[1], [1], [1, 1]]}, reaches=20)
+
+
+async def test_a_restore_stores_an_input_offset_only_once_its_whole_transaction_is_applied(
+        changelog: Changelog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    two_transactions(changelog)
+    log: list[Any] = []
+    task = make_task(AggregationTask, "CTAS_T_0", tmp_path, log)
+    seen: list[int | None] = []  # the stored input offset as each fetch begins
+    monkeypatch.setattr(FakeConsumer, "observe", lambda: seen.append(task.store.position(INPUT_OFFSET)))
+    await task._restore()  # two records a fetch: [0, 1], [2, 4], [5, 6], then nothing but the marker
+
+    assert seen == [None, None, 10, 10]
+    written = [positions for step, _, positions, _ in log if step == "store.write"]
+    assert [w.get(INPUT_OFFSET) for w in written] == [None, 10, 10, 20]  # the last: the fetch reached the end
+    assert [w.get(PENDING_INPUT_OFFSET) for w in written] == [10, 20, 20, None]
+    assert task.store.position(INPUT_OFFSET) == 20 and task.store.position(CHANGELOG_OFFSET) == 7
+    assert task.restored_records == 6 and task.changelog_position == 7 and task.changelog_end == 8
+    assert dict(task.store.items())[b"s1"] == [[2], [5], [5, 2]]
+    task.store.close()
+
+
+@pytest.mark.parametrize("crash_at, restored_after", [(3, 2), (4, 0)])
+async def test_a_restore_cut_mid_transaction_resumes_with_the_complete_input_offset(
+        crash_at: int, restored_after: int, changelog: Changelog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cut as fetch 3 begins (20's record 4 applied, 5 and 6 not) or as fetch 4 begins (all of 20
+    applied, its end not yet seen): the next restore starts from 10 and ends at 20."""
+    two_transactions(changelog)
+    task = make_task(AggregationTask, "CTAS_T_0", tmp_path, [])
+    fetches = 0
+
+    def crash() -> None:
+        nonlocal fetches
+        fetches += 1
+        if fetches == crash_at:
+            raise RuntimeError("the worker dies")
+    monkeypatch.setattr(FakeConsumer, "observe", crash)
+    with pytest.raises(RuntimeError):
+        await task._restore()
+    assert task.store.position(INPUT_OFFSET) == 10
+    task.store.close()
+
+    again = make_task(AggregationTask, "CTAS_T_0", tmp_path, [])
+    seen: list[int | None] = []
+    monkeypatch.setattr(FakeConsumer, "observe", lambda: seen.append(again.store.position(INPUT_OFFSET)))
+    await again._restore()
+    assert FakeConsumer.seeks == [0, 5 if crash_at == 3 else 7]
+    assert again.restored_records == restored_after
+    assert set(seen) == {10} and again.store.position(INPUT_OFFSET) == 20
+    assert dict(again.store.items()) == {b"s1": [[2], [5], [5, 2]], b"s2": [[2], [4], [4, 2]], b"s3": [[1], [3], [3, 1]],
+                                         b"s4": [[1], [1], [1, 1]]}
+    again.store.close()
