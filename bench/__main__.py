@@ -12,7 +12,6 @@ import json
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -101,9 +100,6 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="Tiny sizes, to check every benchmark runs.")
     parser.add_argument("--only", default=",".join(BENCHMARKS), help="Comma-separated benchmarks to run.")
     parser.add_argument("--out", type=Path, default=None, help="Results folder (default bench/results/<time>).")
-    parser.add_argument("--jobs", type=int, default=1, help=(
-        "Benchmarks run at once. Figures are only worth reading with 1 (run benchmarks alone on the machine); "
-        "more is for --smoke, where only that every benchmark runs and reports counts."))
     args = parser.parse_args()
     names = [n for n in args.only.split(",") if n]
     unknown = set(names) - set(BENCHMARKS)
@@ -111,18 +107,11 @@ def main() -> None:
         raise SystemExit(f"unknown benchmarks {sorted(unknown)}; choose from {', '.join(BENCHMARKS)}")
     out = args.out or RESULTS / datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     out.mkdir(parents=True, exist_ok=True)
-    if args.jobs > 1 and not args.smoke:
-        print(f"--jobs {args.jobs}: benchmarks share the machine, so their figures skew", file=sys.stderr)
     results: dict[str, dict[str, Any]] = {}
-
-    def one(name: str) -> None:
+    for name in names:
         print(f"running {name} ...", file=sys.stderr, flush=True)
         results[name] = run(name, args.smoke)
-        (out / "results.json").write_text(json.dumps({n: results[n] for n in names if n in results}, indent=2))
-
-    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        list(pool.map(one, names))
-    results = {n: results[n] for n in names}
+        (out / "results.json").write_text(json.dumps(results, indent=2))
     path = report(results, out, args.smoke)
     print(json.dumps({"report": str(path), "failed": [n for n, r in results.items() if "error" in r]}))
     if any("error" in r for r in results.values()):

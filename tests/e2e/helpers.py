@@ -36,7 +36,7 @@ def pull_until(cluster: LocalCluster, sql: str, want: dict[Any, list[Any]], time
             rows = {}
         if rows == want:
             break
-        time.sleep(0.5)
+        time.sleep(0.2)
     return rows
 
 

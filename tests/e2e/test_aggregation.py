@@ -79,7 +79,7 @@ async def wait_caught_up(cluster: LocalCluster, query_id: str, topic: str) -> li
         done = {r.partition for r in reports if r.state == RUNNING and r.input_offset >= ends[r.partition]}
         if done == set(range(PARTITIONS)):
             return reports
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.2)
     raise AssertionError(f"{query_id} did not catch up with {ends}: {reports}")
 
 
@@ -137,7 +137,9 @@ async def test_sigkilled_worker_loses_nothing_and_counts_nothing_twice(agg_clust
     run(agg_cluster, f"SET 'auto.offset.reset'='earliest'; CREATE TABLE {areas} AS SELECT area, COUNT(*) AS n, "
                      f"SUM(reading) AS total FROM {stream} GROUP BY area;")
 
-    for kill in range(3):
+    # Two kills cover both ways a task comes back: a quick restart mid-stream, and staying
+    # down until worker-2 restored the tasks from the changelog (then they move back).
+    for kill in range(2):
         # Kill while worker-1 is mid-stream: its tasks run and have committed since they started.
         await wait_progressing(agg_cluster, query_id, "worker-1")
         await asyncio.sleep(rng.uniform(0.2, 3))

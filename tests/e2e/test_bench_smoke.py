@@ -33,8 +33,7 @@ def test_the_benchmarks_run_and_report_their_baselines(tmp_path: Path) -> None:
     # failover is the harness above under a kill, and scaling is the aggregation twice: the
     # test above and the aggregation keep them working, and the suite stays within CI's time.
     only = "aggregation,pull_queries,restore,freshness,micro_batch"
-    # Two at a time: smoke figures mean nothing, and the suite stays within its time.
-    done = subprocess.run([sys.executable, "-m", "bench", "--smoke", "--jobs", "2", "--only", only, "--out", str(tmp_path)],
+    done = subprocess.run([sys.executable, "-m", "bench", "--smoke", "--only", only, "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=1500, check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())

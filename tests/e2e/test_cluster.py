@@ -110,7 +110,7 @@ def wait_caught_up(cluster: LocalCluster, query_id: str, ends: dict[int, int]) -
         reports = running_reports(cluster_status(cluster), query_id)
         if all(p in reports and reports[p].input_offset >= ends[p] for p in range(PARTITIONS)):
             return
-        time.sleep(0.5)
+        time.sleep(0.2)
     raise AssertionError(f"{query_id} did not catch up with {ends}")
 
 

@@ -82,7 +82,7 @@ def test_readings_example_end_to_end(cluster: LocalCluster, tmp_path: Path) -> N
         rows = json_rows(sql(cluster, "-e", "SELECT * FROM avg_readings;", "--output", "json", check=False))
         if len(rows) == 8 and {r["SENSOR"]: r["AVG_READING"] for r in rows} == expected:
             break
-        time.sleep(1)
+        time.sleep(0.3)
     assert {r["SENSOR"]: r["AVG_READING"] for r in rows} == expected
 
     one = json_rows(sql(cluster, "-e", "SELECT * FROM avg_readings WHERE sensor = 'sensor-1';", "--output", "json"))
