@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from millpond.services.worker.spark import LazySession
@@ -13,6 +13,7 @@ from millpond.services.worker.standby import StandbyReplica
 from millpond.services.worker.supervisor import QuerySupervisor
 from millpond.services.worker.task import AggregationTask, aggregate_row
 from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.catalog.queries import PersistentQuery
 from millpond.shared.catalog.topology import stages
 from millpond.shared.config import WorkerSettings
 from millpond.shared.sql import aggregates
@@ -82,8 +83,7 @@ class TaskAssignment:
         # One assignment throughout: a newer one that arrives meanwhile sets _dirty again.
         wanted, wanted_standbys = self.wanted, self.wanted_standbys
         standbys = self._standbys_to_run(wanted, wanted_standbys)
-        for key in sorted(set(self.standbys) - standbys):
-            await self.standbys.pop(key).stop()
+        await _stop_all([self.standbys.pop(key) for key in sorted(set(self.standbys) - standbys)])
         await self._reconcile_actives(wanted)
         for key in sorted(standbys - set(self.standbys)):
             replica = self.standbys[key] = StandbyReplica(self.settings, *key, self._row_function(key[0]))
@@ -110,6 +110,10 @@ class TaskAssignment:
         return out
 
     async def _reconcile_actives(self, wanted: dict[str, set[int]]) -> None:
+        # Every stop first, at once and each bounded (one stuck query never holds up the
+        # others), then every start: a restarted query's new run opens what its old one closed.
+        stopping: list[QuerySupervisor] = []
+        starting: list[tuple[PersistentQuery, set[int]]] = []
         for query_id in sorted(set(self.supervisors) | set(wanted)):
             want = wanted.get(query_id, set())
             query = self.metastore.queries.get(query_id)
@@ -119,18 +123,23 @@ class TaskAssignment:
             if current is not None and current.partitions == want and query is not None and current.query.plan == query.plan:
                 continue  # unchanged (CREATE OR REPLACE changes the plan and restarts the query)
             if current is not None:
-                await self.supervisors.pop(query_id).stop()
-            if not want or query is None:
-                continue
+                stopping.append(self.supervisors.pop(query_id))
+            if want and query is not None:
+                starting.append((query, want))
+        await _stop_all(stopping)
+        for query, want in starting:
             supervisor = QuerySupervisor(self.settings, self.metastore, query, want, self.spark.get)
-            self.supervisors[query_id] = supervisor
+            self.supervisors[query.query_id] = supervisor
             supervisor.start()
 
     async def stop(self) -> None:
-        """Stop every task and standby copy (errors ignored: the worker is going)."""
-        for supervisor in self.supervisors.values():
-            with contextlib.suppress(Exception):
-                await supervisor.stop()
-        for replica in self.standbys.values():
-            with contextlib.suppress(Exception):
-                await replica.stop()
+        """Stop every task and standby copy, all at once, each bounded (errors logged: the worker is going)."""
+        await _stop_all([*self.supervisors.values(), *self.standbys.values()])
+
+
+async def _stop_all(running: Sequence[QuerySupervisor | StandbyReplica]) -> None:
+    """Stop supervisors or replicas concurrently; each bounds its own stop and logs an overrun."""
+    results = await asyncio.gather(*(r.stop() for r in running), return_exceptions=True)
+    for error in results:
+        if isinstance(error, BaseException):
+            log.error("stopping failed", exc_info=error)

@@ -116,7 +116,11 @@ class QueryRunner:
         if not slices:
             return
         future = asyncio.run_coroutine_threadsafe(self._commit(slices), self.loop)
-        future.result(timeout=COMMIT_TIMEOUT_S)
+        try:
+            future.result(timeout=COMMIT_TIMEOUT_S)
+        except TimeoutError:
+            future.cancel()  # an overrunning commit is aborted, not left running under a failed batch
+            raise
         metrics.BATCH_SECONDS.labels(self.query.query_id).observe(time.monotonic() - started)
 
     def _reduce(self, batch: DataFrame) -> dict[int, BatchSlice]:
@@ -152,7 +156,7 @@ class QueryRunner:
         return f"from_json(CAST(value AS STRING), '{self.value_schema}', map({options}))"
 
     async def _commit(self, slices: dict[int, BatchSlice]) -> None:
-        committed = await asyncio.gather(*(self.tasks[p].commit(s) for p, s in slices.items()))
+        committed = await asyncio.gather(*(self.tasks[p].apply(s) for p, s in slices.items()))
         for (partition, piece), applied in zip(slices.items(), committed, strict=True):
             if applied:
                 labels = (self.query.query_id, str(partition))

@@ -25,9 +25,12 @@ from millpond.services.worker.task import store_path
 from millpond.shared.catalog.names import changelog_topic
 from millpond.shared.config import WorkerSettings
 from millpond.shared.task_status import StoreLag, now_ms
+from millpond.shared.teardown import cancel_and_wait
 
 log = logging.getLogger(__name__)
 POLL_MS = 100
+STOP_TIMEOUT_S = 15.0
+"""How long ``stop`` waits for the replay to close; past it, it closes in the background."""
 
 
 class StandbyReplica:
@@ -71,12 +74,14 @@ class StandbyReplica:
         """Replay in the background until ``stop``."""
         self._job = asyncio.create_task(self._run(), name=f"standby-{self.query_id}-{self.partition}")
 
-    async def stop(self) -> None:
-        """Stop replaying and release the store (so an active task can open it)."""
-        if self._job is not None:
-            self._job.cancel()
-            await asyncio.gather(self._job, return_exceptions=True)
-            self._job = None
+    async def stop(self, timeout_s: float | None = None) -> bool:
+        """Stop replaying and release the store (so an active task can open it); False (logged)
+        when that overran ``timeout_s`` (``STOP_TIMEOUT_S``): it then completes in the background."""
+        job, self._job = self._job, None
+        if job is None:
+            return True
+        return await cancel_and_wait(job, STOP_TIMEOUT_S if timeout_s is None else timeout_s, "standby replica",
+                                     {"query": self.query_id, "partition": self.partition})
 
     async def _run(self) -> None:
         retrying = AsyncRetrying(retry=retry_if_exception_type(Exception), wait=wait_exponential_jitter(multiplier=0.2, max=10),

@@ -5,7 +5,9 @@ One run is: start every task of every stage of the query (fence the old owner, r
 read the committed position), start one Spark query per stage over exactly these
 partitions, then watch them (``millpond.shared.catalog.topology`` says what the stages are). Whatever ends a run
 (an error, a cancel on reassignment) stops the Spark query and closes the tasks, so the
-next run starts from committed positions only.
+next run starts from committed positions only. That teardown always completes: a cancel that
+comes meanwhile is held until every task is closed, and each step has a time limit, so one
+stuck Spark query or task delays the others by its limit at most (``millpond.shared.teardown``).
 """
 
 from __future__ import annotations
@@ -29,9 +31,16 @@ from millpond.shared.catalog.topology import stages
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError
 from millpond.shared.task_status import FAILED, RUNNING, STARTING, TaskReport
+from millpond.shared.teardown import bounded, cancel_and_wait, gather_or_cancel, run_to_end
 
 log = logging.getLogger(__name__)
 WATCH_INTERVAL_S = 0.25
+RUNNER_STOP_TIMEOUT_S = 30.0
+"""How long the teardown waits for a Spark query to stop (it waits for its running batch)."""
+TASK_STOP_TIMEOUT_S = 40.0
+"""How long the teardown waits for a task to close (its own steps are bounded below this)."""
+STOP_TIMEOUT_S = 30.0
+"""How long ``stop`` waits for the teardown; past it the teardown goes on in the background."""
 
 
 class QueryFailed(MillpondError):
@@ -61,12 +70,14 @@ class QuerySupervisor:
         """Run in the background until ``stop``."""
         self._job = asyncio.create_task(self._run(), name=f"supervise-{self.query.query_id}")
 
-    async def stop(self) -> None:
-        """Stop the Spark query and close the tasks."""
-        if self._job is not None:
-            self._job.cancel()
-            await asyncio.gather(self._job, return_exceptions=True)
-            self._job = None
+    async def stop(self, timeout_s: float | None = None) -> bool:
+        """Stop the Spark query and close the tasks; False (logged) when that overran
+        ``timeout_s`` (``STOP_TIMEOUT_S``): the teardown then completes in the background."""
+        job, self._job = self._job, None
+        if job is None:
+            return True
+        return await cancel_and_wait(job, STOP_TIMEOUT_S if timeout_s is None else timeout_s, "query supervisor",
+                                     {"query": self.query.query_id, "partitions": sorted(self.partitions)})
 
     def reports(self) -> list[TaskReport]:
         """Each partition's state: its task's, or FAILED while waiting to restart; the last
@@ -114,7 +125,7 @@ class QuerySupervisor:
         ]
         self.tasks = self._stage_tasks[-1]
         try:
-            await asyncio.gather(*(task.start() for tasks in self._stage_tasks for task in tasks.values()))
+            await gather_or_cancel(*(task.start() for tasks in self._stage_tasks for task in tasks.values()))
             spark = await self._spark()
             loop = asyncio.get_running_loop()
             for stage, tasks in zip(plan_stages, self._stage_tasks, strict=True):
@@ -122,7 +133,8 @@ class QuerySupervisor:
                     runner = QueryRunner(spark, self.settings, stage.query, stage.source, stage.sink, tasks, loop,
                                          stage.name)
                     self._runners.append(runner)
-                    await asyncio.to_thread(runner.start)
+                    # Not cut short by a cancel: the teardown must find the stream to stop it.
+                    await run_to_end(asyncio.to_thread(runner.start))
             for tasks in self._stage_tasks:
                 for task in tasks.values():
                     task.state = RUNNING
@@ -137,13 +149,16 @@ class QuerySupervisor:
         return next((reason for runner in self._runners if (reason := runner.failure()) is not None), None)
 
     async def _teardown(self) -> None:
+        """Stop the Spark queries, then close every task (each ends its commit in flight before
+        its producer stops): all of it even if a cancel comes meanwhile (raised after), each
+        step bounded, errors logged, the runners and the tasks each concurrently."""
+        await run_to_end(self._close())
+
+    async def _close(self) -> None:
         runners, self._runners = self._runners, []
-        for runner in runners:
-            await asyncio.to_thread(runner.stop)
-        for tasks in self._stage_tasks:
-            for task in tasks.values():
-                try:
-                    await task.stop()
-                except Exception:
-                    log.exception("closing a task failed", extra={"query": self.query.query_id, "partition": task.partition,
-                                                                  "stage": task.stage})
+        query_id = self.query.query_id
+        await asyncio.gather(*(bounded(asyncio.to_thread(runner.stop), RUNNER_STOP_TIMEOUT_S, "stop the Spark query",
+                                       {"query": query_id, "runner": runner.name}) for runner in runners))
+        await asyncio.gather(*(bounded(task.stop(), TASK_STOP_TIMEOUT_S, "close a task",
+                                       {"query": query_id, "partition": task.partition, "stage": task.stage})
+                               for tasks in self._stage_tasks for task in tasks.values()))

@@ -12,6 +12,12 @@ the sink; ``AggregationTask`` keeps per-key state.
 
 A crash between 3 and 4 leaves the store behind the changelog; ``start`` replays the
 changelog tail, so the store catches up without re-reading the input.
+
+``stop`` may come while a commit is in flight (its query is torn down). A commit still in its
+transaction is cancelled, so the transaction aborts and the store is untouched; one whose
+transaction is already committing is let finish, store write included, unless it overruns.
+Only then is the producer stopped (under a running transaction it would leave the commit
+waiting forever), and the store closes last, always, so it can be reopened at once.
 """
 
 from __future__ import annotations
@@ -35,13 +41,25 @@ from millpond.shared.catalog.names import changelog_topic, consumer_group, task_
 from millpond.shared.catalog.queries import PersistentQuery
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.config import WorkerSettings
+from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.admin import committed_offsets
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.kafka.serde import deserialize_key, serialize_value
 from millpond.shared.sql import aggregates
 from millpond.shared.task_status import RESTORING, STARTING, StoreLag, TaskReport, now_ms
+from millpond.shared.teardown import bounded, run_to_end
 
 log = logging.getLogger(__name__)
+COMMIT_GRACE_S = 10.0
+"""How long ``stop`` lets a commit whose transaction is already committing finish."""
+ABORT_TIMEOUT_S = 10.0
+"""How long ``stop`` waits for a cancelled commit to abort its transaction."""
+PRODUCER_STOP_TIMEOUT_S = 10.0
+"""How long ``stop`` waits for the producer to close."""
+
+
+class TaskStopped(MillpondError):
+    """A batch reached a task that is stopping (its query is being torn down); it is not applied."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +134,11 @@ class Task(ABC, Generic[SliceT]):
         self.restored_records = 0
         self.records_to_restore = 0
         self._sent: list[asyncio.Future[Any]] = []
+        self._commit_job: asyncio.Task[bool] | None = None
+        """The commit ``apply`` runs, which ``stop`` ends before it stops the producer."""
+        self._committing = False
+        """Whether the transaction's records are all sent and it is committing (``stop`` lets it finish)."""
+        self._stopping = False
 
     def report(self) -> TaskReport:
         """Where this task is, for the heartbeat."""
@@ -158,14 +181,24 @@ class Task(ABC, Generic[SliceT]):
     async def _transaction(self) -> AsyncIterator[None]:
         """One Kafka transaction; ``_send`` inside it. If the transaction fails (fenced), the
         sends fail with it: their futures are collected here so none goes unretrieved."""
+        if self._stopping:
+            raise TaskStopped(f"task {self.query.query_id}/{self.partition} is stopping: the batch is not applied")
         assert self.producer is not None
-        self._sent = []
+        self._sent, self._committing = [], False
         try:
             async with self.producer.transaction():
                 yield
+                self._committing = True
         finally:
             sent, self._sent = self._sent, []
-            await asyncio.gather(*sent, return_exceptions=True)
+            # After a commit every send is resolved: awaiting nothing here leaves no await (no
+            # place for a cancel) between the commit and the caller's store write.
+            pending = [f for f in sent if not f.done()]
+            for future in sent:
+                if future.done() and not future.cancelled():
+                    future.exception()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
 
     async def _send(self, topic: str, value: bytes | None, key: bytes | None, partition: int | None,
                     headers: list[tuple[str, bytes]] | None = None) -> asyncio.Future[Any]:
@@ -187,19 +220,59 @@ class Task(ABC, Generic[SliceT]):
     async def commit(self, batch: SliceT) -> bool:
         """Apply one micro-batch slice exactly once; False when it was applied before."""
 
+    async def apply(self, batch: SliceT) -> bool:
+        """``commit`` as a job of this task's own, so that ``stop`` can end it; cancelling the
+        caller cancels the commit (its transaction aborts). Refused once the task is stopping."""
+        if self._stopping:
+            raise TaskStopped(f"task {self.query.query_id}/{self.partition} is stopping: the batch is not applied")
+        job = self._commit_job = asyncio.create_task(self.commit(batch),
+                                                     name=f"commit-{self.query.query_id}-{self.partition}")
+        job.add_done_callback(lambda j: j.cancelled() or j.exception())  # read even if the caller left
+        return await job
+
     def applied(self, batch: BatchSlice) -> bool:
         """True when a (replayed) batch is already reflected in the output."""
         return self.next_input_offset is not None and batch.last_offset < self.next_input_offset
 
     async def stop(self) -> None:
-        """Close the producer and the store (the store stays on disk for a quick return)."""
+        """End a commit in flight, then close the producer and the store (the store stays on
+        disk for a quick return). Every step runs, each bounded (an overrun is logged by name),
+        even if the caller is cancelled meanwhile: the cancel is raised after."""
+        await run_to_end(self._close())
+
+    async def _close(self) -> None:
+        self._stopping = True
+        context = {"query": self.query.query_id, "partition": self.partition, "stage": self.stage}
+        job = self._commit_job
         try:
+            if job is not None and not job.done():
+                await self._end_commit(job, context)
             if self.producer is not None:
-                await self.producer.stop()
+                await bounded(self.producer.stop(), PRODUCER_STOP_TIMEOUT_S, "stop the producer", context)
+            if job is not None and not job.done():
+                # What it waits for will never come from a stopped producer.
+                job.cancel()
+                await asyncio.wait({job}, timeout=1.0)
+                if not job.done():
+                    log.error("a commit outlived its producer; left to end on its own", extra=context)
         finally:  # a store left open would lock out its next owner in this process
             if self.store is not None:
                 self.store.close()
                 self.store = None
+
+    async def _end_commit(self, job: asyncio.Task[bool], context: dict[str, object]) -> None:
+        """Let a committing commit finish (store write included); abort one still in its transaction."""
+        if self._committing:
+            await asyncio.wait({job}, timeout=COMMIT_GRACE_S)
+            if not job.done():
+                log.error("a committing transaction overran; cancelled (its outcome is the broker's)",
+                          extra={**context, "timeout_s": COMMIT_GRACE_S})
+        if not job.done():
+            job.cancel()  # in the transaction: the transaction context aborts it
+            await asyncio.wait({job}, timeout=ABORT_TIMEOUT_S)
+            if not job.done():
+                log.error("aborting the commit in flight overran; stopping the producer under it",
+                          extra={**context, "timeout_s": ABORT_TIMEOUT_S})
 
 
 def store_path(settings: WorkerSettings, query_id: str, partition: int) -> Path:
@@ -266,8 +339,8 @@ class AggregationTask(StoreTask[AggregateSlice]):
         # A short fetch wait: the changelog usually ends with a commit marker, and a fetch
         # that finds only the marker would otherwise wait the default 500 ms.
         reader = ChangelogReader(self.settings.kafka, self.changelog, self.store, fetch_max_wait_ms=25)
-        await reader.start()
         try:
+            await reader.start()
             end = await reader.end_offset()
             self.changelog_position = reader.position
             self.changelog_end = end

@@ -37,9 +37,12 @@ from millpond.services.worker.state.store import (
     changelog_input_offset,
 )
 from millpond.shared.kafka.connection import KafkaConnection
+from millpond.shared.teardown import bounded, run_to_end
 
 MAX_RECORDS = 10_000
 """Records per fetch at most."""
+CONSUMER_STOP_TIMEOUT_S = 10.0
+"""How long ``stop`` waits for the consumer to close."""
 
 
 @dataclass
@@ -155,5 +158,7 @@ class ChangelogReader:
         return len(records)
 
     async def stop(self) -> None:
-        """Disconnect (the store stays open: it belongs to the caller)."""
-        await self.consumer.stop()
+        """Disconnect (the store stays open: it belongs to the caller); to the end even if the
+        caller is cancelled meanwhile, and bounded (an overrun or error is logged, not raised)."""
+        await run_to_end(bounded(self.consumer.stop(), CONSUMER_STOP_TIMEOUT_S, "stop the changelog consumer",
+                                 {"changelog": f"{self.changelog.topic}-{self.changelog.partition}"}))

@@ -1,0 +1,438 @@
+"""Tearing a query down leaves nothing open, whatever await a cancel lands on: a query supervisor
+runs real tasks (real RocksDB stores in a temporary directory) over fakes of the transactional
+producer, the changelog consumer, the committed offsets and the Spark query (no Kafka, no
+Spark). Every await of the fakes is a numbered step; the test runs the supervisor's life
+(start, one batch's commit, a failure and its teardown) once per step k, holds the run at step
+k and cancels the supervisor there. Then every producer and consumer is stopped, every store
+reopens at once, no transaction is left open, and each task's store was written exactly when
+its transaction committed.
+
+A commit that hangs is aborted by the task's bounded stop, a task whose producer never stops
+holds up neither its store nor the other tasks, and a supervisor that never stops holds up
+neither the other supervisors nor the reconcile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from aiokafka import TopicPartition
+
+from millpond.services.worker import supervisor as supervisor_module
+from millpond.services.worker import task as task_module
+from millpond.services.worker.assignment import TaskAssignment
+from millpond.services.worker.query_runner import QueryRunner
+from millpond.services.worker.state import changelog as changelog_module
+from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore
+from millpond.services.worker.supervisor import QuerySupervisor
+from millpond.services.worker.task import AggregateSlice, AggregationTask, store_path
+from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.config import WorkerSettings
+from millpond.shared.sql.parser import parse_statement
+from millpond.shared.task_status import RUNNING
+from tests.unit.services.worker.fake_changelog import Changelog, FakeConsumer
+
+STATEMENTS = [
+    "CREATE STREAM r (sensor VARCHAR KEY, area VARCHAR, reading INT) WITH (kafka_topic='r', partitions=2, value_format='json')",
+    "CREATE TABLE t AS SELECT sensor, COUNT(*) AS n, SUM(reading) AS total, AVG(reading) AS mean FROM r GROUP BY sensor",
+    "CREATE STREAM hot AS SELECT sensor, area, reading * 2 AS doubled FROM r WHERE reading > 10",
+    "CREATE TABLE s (id VARCHAR PRIMARY KEY, name VARCHAR, size INT) WITH (kafka_topic='s', partitions=2, value_format='json')",
+]
+QUERY = "CTAS_T_0"
+RESTORED_TO = 3
+"""The input offset the changelog's one transaction reaches (the stores' position after restore)."""
+COMMITTED_TO = 6
+"""The input offset the test's batch reaches (the stores' position once it is applied)."""
+CARRIED_THROUGH = {"producer.stop", "consumer.stop", "commit"}
+"""Steps the code must carry to their end although cancelled (closing, and a transaction that
+is already committing): held there, they go on once the test has cancelled. Any other step held
+waits until the cancel reaches it."""
+
+
+class Steps:
+    """The await points the fakes pass, numbered; the run is held at step ``hold_at``."""
+
+    def __init__(self, hold_at: int | None = None, hang: Mapping[str, Callable[[Any], bool]] | None = None):
+        self.hold_at = hold_at
+        self.hang = dict(hang or {})
+        """Steps (by name, for the fakes the predicate accepts) that never end unless cancelled."""
+        self.names: list[str] = []
+        self.reached = asyncio.Event()
+        self.released = asyncio.Event()
+
+    async def point(self, name: str, owner: Any = None) -> None:
+        self.names.append(name)
+        if name in self.hang and self.hang[name](owner):
+            await asyncio.get_running_loop().create_future()
+        if len(self.names) == self.hold_at:
+            self.reached.set()
+            if name in CARRIED_THROUGH:
+                await self.released.wait()
+            else:
+                await asyncio.get_running_loop().create_future()  # until the cancel reaches it
+        await asyncio.sleep(0)
+
+
+@dataclass(frozen=True)
+class Metadata:
+    offset: int
+
+
+@dataclass
+class World:
+    """Everything the fakes made in one run, to check after it."""
+
+    steps: Steps
+    producers: list[StepProducer] = field(default_factory=list)
+    consumers: list[StepConsumer] = field(default_factory=list)
+    runners: list[FakeRunner] = field(default_factory=list)
+
+
+class StepProducer:
+    """A transactional producer whose every await is a step."""
+
+    world: ClassVar[World]
+
+    def __init__(self, **kwargs: Any):
+        self.transactional_id: str = kwargs["transactional_id"]
+        self.log: list[str] = []
+        self.started = self.stopped = self.in_transaction = False
+        self.offset = 0
+        self.world.producers.append(self)
+
+    async def start(self) -> None:
+        await self.world.steps.point("producer.start", self)
+        self.started = True
+
+    async def stop(self) -> None:
+        await self.world.steps.point("producer.stop", self)
+        self.stopped = True
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        assert not self.stopped, "a transaction on a stopped producer"
+        await self.world.steps.point("begin", self)
+        self.in_transaction = True
+        try:
+            yield
+        except BaseException:
+            await self.world.steps.point("abort", self)
+            self.log.append("abort")
+            self.in_transaction = False
+            raise
+        await self.world.steps.point("commit", self)
+        self.log.append("commit")
+        self.in_transaction = False
+
+    async def send(self, topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None,
+                   headers: Any = None) -> asyncio.Future[Metadata]:
+        await self.world.steps.point("send", self)
+        future: asyncio.Future[Metadata] = asyncio.get_running_loop().create_future()
+        future.set_result(Metadata(self.offset))
+        self.offset += 1
+        return future
+
+    async def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, int], group: str) -> None:
+        await self.world.steps.point("offsets", self)
+
+
+class StepConsumer(FakeConsumer):
+    """The changelog consumer of ``fake_changelog``, each await a step."""
+
+    world: ClassVar[World]
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.stopped = False
+        self.world.consumers.append(self)
+
+    async def start(self) -> None:
+        await self.world.steps.point("consumer.start", self)
+
+    async def stop(self) -> None:
+        await self.world.steps.point("consumer.stop", self)
+        self.stopped = True
+
+    async def end_offsets(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        await self.world.steps.point("end_offsets", self)
+        return await super().end_offsets(partitions)
+
+    async def getmany(self, tp: TopicPartition, timeout_ms: int = 0, max_records: int | None = None) -> Any:
+        await self.world.steps.point("fetch", self)
+        return await super().getmany(tp, timeout_ms, max_records)
+
+
+class FakeRunner(QueryRunner):
+    """The Spark query, without Spark: the test calls its ``_commit`` as a batch would."""
+
+    world: ClassVar[World]
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.reason: str | None = None
+        self.started = self.stopped = False
+        self.world.runners.append(self)
+
+    def start(self) -> None:
+        self.started = True
+
+    def stop(self) -> None:
+        self.stopped = True
+        super().stop()  # no stream: removes the checkpoint folder
+
+    def failure(self) -> str | None:
+        return self.reason
+
+
+@pytest.fixture
+def world(changelog: Changelog, monkeypatch: pytest.MonkeyPatch) -> World:
+    """Fakes patched in where the worker makes its clients; short limits and watch interval."""
+    made = World(Steps())
+    for fake in (StepProducer, StepConsumer, FakeRunner):
+        monkeypatch.setattr(fake, "world", made, raising=False)
+    monkeypatch.setattr(task_module, "AIOKafkaProducer", StepProducer)
+    monkeypatch.setattr(changelog_module, "AIOKafkaConsumer", StepConsumer)
+    monkeypatch.setattr(supervisor_module, "QueryRunner", FakeRunner)
+
+    async def committed_offsets(*_: Any) -> dict[TopicPartition, int]:
+        await made.steps.point("committed_offsets")
+        return {}
+    monkeypatch.setattr(task_module, "committed_offsets", committed_offsets)
+    monkeypatch.setattr(supervisor_module, "WATCH_INTERVAL_S", 0.005)
+    for name, limit in [("COMMIT_GRACE_S", 2.0), ("ABORT_TIMEOUT_S", 2.0), ("PRODUCER_STOP_TIMEOUT_S", 2.0)]:
+        monkeypatch.setattr(task_module, name, limit, raising=False)
+    changelog.commit_batch({b"s0": [[1], [1], [1, 1]]}, reaches=RESTORED_TO)
+    return made
+
+
+def metastore() -> Metastore:
+    meta = Metastore()
+    for offset, statement in enumerate(STATEMENTS):
+        meta.apply(parse_statement(statement), offset)
+    return meta
+
+
+def supervisor_of(tmp_path: Path, world: World, query_id: str = QUERY) -> QuerySupervisor:
+    meta = metastore()
+    # A failed run waits long before its retry: one run per test.
+    settings = WorkerSettings(worker_id="w", state_dir=tmp_path, task_retry_initial_ms=600_000, task_retry_max_ms=600_000)
+
+    async def spark() -> Any:
+        await world.steps.point("spark")
+        return object()
+    return QuerySupervisor(settings, meta, meta.queries[query_id], {0, 1}, spark)
+
+
+def batch() -> dict[int, AggregateSlice]:
+    """One micro-batch's slices for partitions 0 and 1."""
+    return {p: AggregateSlice(RESTORED_TO, COMMITTED_TO - 1, count=1, partials=[(b"k%d" % p, [[1], [2], [2, 1]])])
+            for p in (0, 1)}
+
+
+async def until(condition: Callable[[], bool], steps: Steps, timeout_s: float = 5.0) -> bool:
+    """Wait for ``condition`` or for the held step; whether the step was reached."""
+    async with asyncio.timeout(timeout_s):
+        while not steps.reached.is_set() and not condition():  # noqa: ASYNC110 (polls state the fakes change)
+            await asyncio.sleep(0.001)
+    return steps.reached.is_set()
+
+
+async def live(supervisor: QuerySupervisor, world: World) -> asyncio.Task[Any] | None:
+    """Start, commit one batch, fail and tear down, until the held step; then stop the supervisor
+    there (and let a carried-through step go on). The batch's commit, if it began."""
+    steps = world.steps
+    supervisor.start()
+    commit: asyncio.Task[Any] | None = None
+    reached = await until(lambda: bool(world.runners) and world.runners[-1].started
+                          and all(t.state == RUNNING for t in supervisor.tasks.values()), steps)
+    if not reached:
+        commit = asyncio.create_task(world.runners[0]._commit(dict(batch())))
+        reached = await until(commit.done, steps)
+    if not reached:
+        world.runners[0].reason = "the Spark query stopped"  # a failed batch: the run ends, its teardown runs
+        reached = await until(lambda: supervisor.failures > 0, steps)
+    stopping = asyncio.create_task(supervisor.stop())
+    await asyncio.sleep(0)  # the cancel is on its way
+    steps.released.set()
+    async with asyncio.timeout(5):
+        await stopping
+    if commit is not None:
+        await asyncio.wait({commit}, timeout=1)
+    return commit
+
+
+def assert_nothing_open(supervisor: QuerySupervisor, world: World, settings: WorkerSettings, where: str) -> None:
+    assert world.producers and all(p.stopped for p in world.producers), f"{where}: a producer left open"
+    assert all(c.stopped for c in world.consumers), f"{where}: a changelog consumer left open"
+    assert not any(p.in_transaction for p in world.producers), f"{where}: a transaction left open"
+    assert all(r.stopped for r in world.runners), f"{where}: a Spark query left running"
+    for partition, task in supervisor.tasks.items():
+        assert task.store is None, f"{where}: the store of {partition} left open"
+        store = PartitionStore(store_path(settings, QUERY, partition))  # RocksDB's lock is free at once
+        try:
+            written = store.position(INPUT_OFFSET) == COMMITTED_TO
+            committed = task.producer is not None and "commit" in task.producer.log
+            assert written == committed, f"{where}: partition {partition} committed={committed} but store written={written}"
+        finally:
+            store.close()
+
+
+async def test_a_supervisor_cancelled_at_any_await_leaves_nothing_open(
+        world: World, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING)
+    clean = supervisor_of(tmp_path / "clean", world)  # one whole run, nothing held: the steps to hold at
+    await live(clean, world)
+    names = list(world.steps.names)
+    assert {"producer.start", "consumer.stop", "committed_offsets", "spark", "begin", "send", "offsets", "commit",
+            "producer.stop"} <= set(names)
+    assert all("commit" in p.log for p in world.producers)
+
+    for k, name in enumerate(names, start=1):
+        world.steps, world.producers, world.consumers, world.runners = Steps(hold_at=k), [], [], []
+        supervisor = supervisor_of(tmp_path / str(k), world)
+        commit = await live(supervisor, world)
+        where = f"cancelled at step {k} ({world.steps.names[k - 1]}; {name} in the whole run)"
+        assert world.steps.reached.is_set(), where
+        assert commit is None or commit.done(), f"{where}: the commit left running"
+        assert_nothing_open(supervisor, world, supervisor.settings, where)
+    assert not [r.getMessage() for r in caplog.records if "overran" in r.getMessage()]
+
+
+async def test_a_cancel_during_the_teardown_still_closes_every_task(
+        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The issue's case: a cancel while the first task closes used to skip every task.stop()."""
+    monkeypatch.setattr(task_module, "PRODUCER_STOP_TIMEOUT_S", 0.2, raising=False)
+    world.steps = Steps(hang={"producer.stop": lambda p: not world.steps.released.is_set()})
+    supervisor = supervisor_of(tmp_path, world)
+    supervisor.start()
+    await until(lambda: all(t.state == RUNNING for t in supervisor.tasks.values()) and bool(supervisor.tasks), world.steps)
+    world.runners[0].reason = "the Spark query stopped"
+    await until(lambda: "producer.stop" in world.steps.names, world.steps)
+    async with asyncio.timeout(5):
+        await supervisor.stop()  # lands in the teardown, on a producer's stop
+    assert all(t.store is None for t in supervisor.tasks.values())
+    assert sum(p.stopped for p in world.producers) == 0  # both stops hang (and were bounded) ...
+    for partition in (0, 1):  # ... yet every store closed
+        PartitionStore(store_path(supervisor.settings, QUERY, partition)).close()
+
+
+def hanging_commit_task(world: World, tmp_path: Path, step: str) -> AggregationTask:
+    meta = metastore()
+    query = meta.queries[QUERY]
+    task = AggregationTask(WorkerSettings(worker_id="w", state_dir=tmp_path), query, meta.sources[query.source],
+                           meta.sources[query.sink], 0)
+    world.steps = Steps(hang={step: lambda _: True})
+    task.store = PartitionStore(task.store_path)
+    task.producer = StepProducer(transactional_id="t")  # type: ignore[assignment]
+    return task
+
+
+@pytest.mark.parametrize("step", ["send", "offsets", "commit"])
+async def test_a_commit_that_hangs_is_aborted_by_the_bounded_stop(
+        step: str, world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hung in its transaction: aborted at once. Hung committing: let finish for the grace,
+    then cancelled. Either way the store is untouched, and closed with the producer stopped."""
+    for name in ("COMMIT_GRACE_S", "ABORT_TIMEOUT_S"):
+        monkeypatch.setattr(task_module, name, 0.2)
+    task = hanging_commit_task(world, tmp_path, step)
+    applying = asyncio.create_task(task.apply(batch()[0]))
+    await until(lambda: step in world.steps.names, world.steps)
+    async with asyncio.timeout(2):
+        await task.stop()
+    assert applying.cancelled()
+    producer = task.producer
+    assert isinstance(producer, StepProducer) and producer.stopped
+    assert producer.log == ([] if step == "commit" else ["abort"])
+    assert task.store is None
+    store = PartitionStore(store_path(task.settings, QUERY, 0))
+    assert store.position(INPUT_OFFSET) is None and store.get(b"k0") is None
+    store.close()
+    with pytest.raises(task_module.TaskStopped):
+        await task.apply(batch()[0])
+
+
+async def test_an_abort_that_hangs_too_is_left_and_the_rest_still_closes(
+        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(task_module, "ABORT_TIMEOUT_S", 0.1)
+    task = hanging_commit_task(world, tmp_path, "offsets")
+    world.steps.hang["abort"] = lambda _: True
+    applying = asyncio.create_task(task.apply(batch()[0]))
+    await until(lambda: "offsets" in world.steps.names, world.steps)
+    async with asyncio.timeout(2):
+        await task.stop()
+    assert isinstance(task.producer, StepProducer) and task.producer.stopped
+    assert task.store is None
+    PartitionStore(store_path(task.settings, QUERY, 0)).close()
+    assert applying.done()  # cancelled once more after the producer stopped
+
+
+async def test_one_task_whose_producer_never_stops_holds_up_no_other(
+        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(task_module, "PRODUCER_STOP_TIMEOUT_S", 0.2, raising=False)
+    release = asyncio.Event()
+
+    async def stubborn_stop(self: StepProducer) -> None:  # partition 0's: deaf to cancels
+        if "-0" in self.transactional_id:
+            while not release.is_set():
+                try:
+                    await release.wait()
+                except asyncio.CancelledError:
+                    pass
+        self.stopped = True
+    monkeypatch.setattr(StepProducer, "stop", stubborn_stop)
+    supervisor = supervisor_of(tmp_path, world)
+    supervisor.start()
+    await until(lambda: bool(supervisor.tasks) and all(t.state == RUNNING for t in supervisor.tasks.values()), world.steps)
+    try:
+        async with asyncio.timeout(2):
+            assert await supervisor.stop()
+        stopped = {p.transactional_id.rsplit("-", 1)[-1]: p.stopped for p in world.producers}
+        assert stopped == {"0": False, "1": True}, stopped
+        for partition in (0, 1):
+            PartitionStore(store_path(supervisor.settings, QUERY, partition)).close()
+    finally:
+        release.set()
+
+
+async def test_a_supervisor_that_never_stops_holds_up_neither_the_others_nor_the_reconcile(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    release = asyncio.Event()
+    stopped: list[str] = []
+
+    async def run(self: QuerySupervisor) -> None:  # CTAS_T_0's never ends; the others end when cancelled
+        try:
+            await asyncio.Event().wait()
+        finally:
+            while self.query.query_id == QUERY and not release.is_set():
+                try:
+                    await release.wait()
+                except asyncio.CancelledError:
+                    pass
+            stopped.append(self.query.query_id)
+    monkeypatch.setattr(QuerySupervisor, "_run", run)
+    monkeypatch.setattr(supervisor_module, "STOP_TIMEOUT_S", 0.2, raising=False)
+
+    class NoSpark:
+        async def get(self) -> Any:
+            raise AssertionError("not used")
+    tasks = TaskAssignment(WorkerSettings(worker_id="w", state_dir=tmp_path), metastore(), NoSpark())  # type: ignore[arg-type]
+    tasks.take(1, {QUERY: {0, 1}, "CSAS_HOT_1": {0, 1}}, set())
+    await tasks._reconcile()
+    await asyncio.sleep(0)
+    try:
+        tasks.take(2, {"CST_S_2": {0, 1}}, set())
+        async with asyncio.timeout(2):
+            await tasks._reconcile()
+        assert stopped == ["CSAS_HOT_1"]
+        assert set(tasks.supervisors) == {"CST_S_2"}
+    finally:
+        release.set()
+        await asyncio.sleep(0.01)
+        await tasks.stop()
