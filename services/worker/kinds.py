@@ -37,8 +37,8 @@ class WorkerKind(Generic[SliceT]):
     """One input partition's task: commits each of its slices exactly once."""
     slice: type[SliceT]
     """A partition's part of a micro-batch, as the task takes it."""
-    reduce: Callable[[DataFrame, PersistentQuery, DataSource, DataSource, dict[int, SliceT]], None]
-    """Fills each partition's slice from the parsed batch (query, its source, its sink, slices)."""
+    reduce: Callable[[DataFrame, PersistentQuery, DataSource, DataSource], dict[int, SliceT]]
+    """Each partition's slice of the parsed batch (query, its source, its sink), in one Spark job."""
 
 
 WORKER_KINDS: dict[PlanKind, WorkerKind[Any]] = {

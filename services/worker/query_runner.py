@@ -17,12 +17,11 @@ import time
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from millpond.services.worker.kinds import WORKER_KINDS
 from millpond.services.worker.reducers import CORRUPT
-from millpond.services.worker.task import BadRecord, BatchSlice, Task
+from millpond.services.worker.task import BatchSlice, Task
 from millpond.shared import metrics
 from millpond.shared.catalog.queries import PersistentQuery
 from millpond.shared.catalog.sources import DataSource
@@ -108,11 +107,7 @@ class QueryRunner:
 
     def _process(self, batch: DataFrame) -> None:
         started = time.monotonic()
-        batch.persist()
-        try:
-            slices = self._reduce(batch)
-        finally:
-            batch.unpersist()
+        slices = self._reduce(batch)
         if not slices:
             return
         future = asyncio.run_coroutine_threadsafe(self._commit(slices), self.loop)
@@ -124,27 +119,13 @@ class QueryRunner:
         metrics.BATCH_SECONDS.labels(self.query.query_id).observe(time.monotonic() - started)
 
     def _reduce(self, batch: DataFrame) -> dict[int, BatchSlice]:
-        """The batch as one slice per input partition, of the kind the query's tasks commit."""
-        ranges = batch.groupBy("partition").agg(F.min("offset").alias("lo"), F.max("offset").alias("hi"),
-                                                F.count("*").alias("n")).collect()
-        if not ranges:
-            return {}
-        slices = {r["partition"]: self.kind.slice(r["lo"], r["hi"], count=r["n"]) for r in ranges}
+        """The batch as one slice per input partition, of the kind the query's tasks commit
+        (one Spark job: see ``millpond.services.worker.reducers``)."""
         parsed = batch.selectExpr(
             "partition AS _partition", "offset AS `_offset`", "key AS _key",
             "CAST(value AS STRING) AS _raw", f"{self._decode()} AS _v",
         )
-        keyed = self.source.key_column is not None
-        for row in parsed.where(f"_raw IS NOT NULL AND _v.{CORRUPT} IS NOT NULL") \
-                .select("_partition", "_offset", "_raw").collect():
-            slices[row["_partition"]].bad.append(BadRecord(
-                row["_offset"], f"value is not {self.source.value_format} of the declared columns and types",
-                row["_raw"]))
-        if keyed:
-            for row in parsed.where("_key IS NULL AND _raw IS NOT NULL").select("_partition", "_offset", "_raw").collect():
-                slices[row["_partition"]].bad.append(BadRecord(row["_offset"], "record has no key", row["_raw"]))
-        self.kind.reduce(parsed, self.query, self.source, self.sink, slices)
-        return slices
+        return self.kind.reduce(parsed, self.query, self.source, self.sink)
 
     def _decode(self) -> str:
         """Spark SQL that parses the record value into the declared columns, PERMISSIVE: a

@@ -7,7 +7,8 @@ local[1] Spark session, against a pure-Python reference of the same rules:
 - an AGGREGATE query reduces each (partition, key) to a partial that the task's aggregates
   finalize to COUNT(*), SUM and AVG over the batch;
 - a PROJECT query keeps the records its WHERE passes, in input order, keyed as the input;
-- each partition's slice carries its last offset and how many records it read.
+- each partition's slice carries its last offset and how many records it read;
+- all of it comes from one Spark job per batch.
 
 Everything the test reads from the reducer goes through ``observe`` and ``reduce``, so a change
 of the slice types touches only those two functions.
@@ -25,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
@@ -32,7 +35,7 @@ from millpond.services.worker.query_runner import QueryRunner
 from millpond.services.worker.spark import create_session
 from millpond.services.worker.task import AggregationTask, ProjectionTask, Task
 from millpond.shared.catalog.metastore import Metastore
-from millpond.shared.config import WorkerSettings
+from millpond.shared.config import WorkerSettings as Settings
 from millpond.shared.sql import aggregates
 from millpond.shared.sql.parser import parse_statement
 
@@ -167,7 +170,7 @@ def observe(raw: Any, aggs: list[aggregates.Aggregate]) -> Slice:
 @pytest.fixture(scope="module")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     """The worker's own session settings, in local[1]."""
-    settings = WorkerSettings(worker_id="reducer-test", spark_master="local[1]",
+    settings = Settings(worker_id="reducer-test", spark_master="local[1]",
                               state_dir=tmp_path_factory.mktemp("state"),
                               spark_conf={"spark.ui.showConsoleProgress": "false"})
     session = create_session(settings)
@@ -188,7 +191,7 @@ def reduce(spark: SparkSession, statement: str, frame: DataFrame, tmp_path: Path
     meta.apply(parse_statement(statement), 1)
     (query,) = meta.queries.values()
     source, sink = meta.sources[query.source], meta.sources[query.sink]
-    settings = WorkerSettings(worker_id="reducer-test", spark_master="local[1]", state_dir=tmp_path)
+    settings = Settings(worker_id="reducer-test", spark_master="local[1]", state_dir=tmp_path)
     task_class: type[Task] = AggregationTask if query.plan.aggregates else ProjectionTask
     tasks = {p: task_class(settings, query, source, sink, p) for p in range(source.partitions)}
     aggs = tasks[0].aggregates if isinstance(tasks[0], AggregationTask) else []
@@ -237,3 +240,58 @@ def test_a_projection_batch_keeps_what_the_where_passes_in_input_order(spark: Sp
         assert got[partition].bad == want[partition].bad
         assert got[partition].records == want[partition].records
         assert got[partition].totals == {}
+
+
+def _as_batch(spark: SparkSession, records: list[Record]) -> DataFrame:
+    return spark.createDataFrame([(k, v, "r", p, o, None, 0) for k, v, p, o in records], KAFKA_ROW)
+
+
+def test_a_batch_is_one_spark_job(spark: SparkSession, batch: DataFrame, tmp_path: Path) -> None:
+    """Each Spark job costs a scheduling round trip whatever its size: a batch makes one."""
+    tracker = spark.sparkContext.statusTracker()
+    for statement in (AGGREGATE, PROJECT):
+        group = f"one-job-{len(statement)}"
+        spark.sparkContext.setJobGroup(group, statement)
+        try:
+            reduce(spark, statement, batch, tmp_path)
+        finally:
+            spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+        assert len(tracker.getJobIdsForGroup(group)) == 1, statement
+
+
+_VALUES = st.one_of(
+    st.none(),
+    st.sampled_from([b"{", b"[1, 2", b"garbage", b"null", b'{"AREA": "a"}']),
+    st.builds(lambda area, reading: json.dumps({"AREA": area, "READING": reading}).encode(),
+              st.sampled_from("abc"), st.integers(-50, 50)),
+)
+_RECORDS = st.lists(
+    st.tuples(st.integers(0, 2), st.one_of(st.none(), st.sampled_from([b"k0", b"k1", b"k2"])), _VALUES,
+              st.integers(1, 3)),
+    min_size=1, max_size=30,
+)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(drawn=_RECORDS)
+def test_random_batches_reduce_to_the_reference(spark: SparkSession, tmp_path: Path,
+                                                drawn: list[tuple[int, bytes | None, bytes | None, int]]) -> None:
+    """Random batches (bad values, NULL keys, tombstones, gaps for transaction markers, several
+    partitions) give the reference's slices under both kinds."""
+    offsets = {0: 0, 1: 0, 2: 0}
+    records: list[Record] = []
+    for partition, key, value, gap in drawn:
+        offsets[partition] += gap
+        records.append((key, value, partition, offsets[partition]))
+    frame = _as_batch(spark, records)
+    for kind, statement in (("AGGREGATE", AGGREGATE), ("PROJECT", PROJECT)):
+        got, want = reduce(spark, statement, frame, tmp_path), reference(records, kind)
+        assert sorted(got) == sorted(want)
+        for partition, expected in want.items():
+            piece = got[partition]
+            assert (piece.last_offset, piece.count, piece.bad, piece.records) == (
+                expected.last_offset, expected.count, expected.bad, expected.records), (kind, partition)
+            assert piece.totals.keys() == expected.totals.keys()
+            for key, (count, total, mean) in expected.totals.items():
+                assert piece.totals[key][:2] == (count, total)
+                assert piece.totals[key][2] == pytest.approx(mean)
