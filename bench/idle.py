@@ -1,0 +1,92 @@
+"""Idle cost: CPU and memory of each worker (with its Spark JVM) while its queries have no
+new input, against the same processes' cost while they are busy.
+
+Three persistent queries over the readings stream (an AVG GROUP BY, a filter, and a COUNT
+per area, which repartitions: two stages), every one caught up; then the CPU time each
+worker's process tree uses over ``--seconds``, as a fraction of one core, and its resident
+memory. The target: at most 3% of a core per worker, RSS at most 1.5 GiB.
+
+``python -m bench.idle [--workers 2 --seconds 30]``
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import psutil
+
+from bench.common import arguments, cluster, create_average, create_readings, emit, execute, produce_readings, wait_caught_up
+from millpond.deploy.local.launcher import LocalCluster
+from millpond.shared.kafka.admin import end_offsets
+
+PARTITIONS = 4
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    process = psutil.Process(pid)
+    return [process, *process.children(recursive=True)]
+
+
+def _cpu_seconds(tree: list[psutil.Process]) -> float:
+    total = 0.0
+    for process in tree:
+        try:
+            times = process.cpu_times()
+            total += times.user + times.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def _rss_mib(tree: list[psutil.Process]) -> float:
+    total = 0
+    for process in tree:
+        try:
+            total += process.memory_info().rss
+        except psutil.Error:
+            pass
+    return round(total / 2**20, 1)
+
+
+def worker_costs(local: LocalCluster, seconds: float) -> dict[str, dict[str, float]]:
+    """Per worker: the share of one core its process tree used over ``seconds``, and its RSS."""
+    trees = {c.name: _tree(c.process.pid) for c in local.children
+             if c.name.startswith("worker") and c.process is not None}
+    before = {name: _cpu_seconds(tree) for name, tree in trees.items()}
+    started = time.monotonic()
+    time.sleep(seconds)
+    elapsed = time.monotonic() - started
+    return {name: {"cpu_core_fraction": round((_cpu_seconds(tree) - before[name]) / elapsed, 4),
+                   "rss_mib": _rss_mib(tree)} for name, tree in trees.items()}
+
+
+def measure(workers: int, seconds: float, settle_s: float) -> dict[str, Any]:
+    with cluster(workers=workers) as local:
+        create_readings(local, "readings", PARTITIONS)
+        asyncio.run(produce_readings(local.bootstrap, "readings", 20_000, 100, PARTITIONS))
+        ends = asyncio.run(end_offsets(local.bootstrap, "readings", PARTITIONS))
+        queries = [create_average(local, "readings", "avg_readings")]
+        for sql in ("CREATE STREAM hot AS SELECT sensor, reading FROM readings WHERE reading > 90;",
+                    "CREATE TABLE per_area AS SELECT area, COUNT(*) AS n FROM readings GROUP BY area;"):
+            (outcome,) = execute(local, sql)
+            queries.append(str(outcome.message).rsplit(" ", 1)[-1])
+        wait_caught_up(local, queries[0], ends)
+        time.sleep(settle_s)  # the other queries catch up too; then nothing is new
+        idle = worker_costs(local, seconds)
+    worst = max(v["cpu_core_fraction"] for v in idle.values())
+    return {"workers": workers, "queries": len(queries), "seconds": seconds, "idle": idle,
+            "max_cpu_core_fraction": worst, "max_rss_mib": max(v["rss_mib"] for v in idle.values()),
+            "target_cpu_core_fraction": 0.03, "target_rss_mib": 1536}
+
+
+def main() -> None:
+    args = arguments(__doc__, workers=2, seconds=30.0, settle=10.0)
+    if args.smoke:
+        args.workers, args.seconds, args.settle = 1, 3.0, 2.0
+    emit({"benchmark": "idle", "smoke": args.smoke, **measure(args.workers, args.seconds, args.settle)})
+
+
+if __name__ == "__main__":
+    main()
