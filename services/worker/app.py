@@ -1,6 +1,7 @@
 """Wires a worker: command replay, heartbeats, task reconciliation, Spark and the servicer.
 
-The parts: ``tasks`` (the assignment's tasks and standbys, reconciled), ``tables`` (the
+The parts: ``tasks`` (the assignment's tasks and standbys, reconciled, on the processing
+loop of ``processing.py`` so that commits never delay serving), ``tables`` (the
 local copies that serve pull queries), ``membership`` (heartbeats, status reports, leave),
 the Spark session and the gauges; this module builds them, starts them and stops them.
 """
@@ -13,6 +14,7 @@ import logging
 from millpond.services.worker import gauges
 from millpond.services.worker.assignment import TaskAssignment
 from millpond.services.worker.membership import MembershipAgent
+from millpond.services.worker.processing import ProcessingLoop
 from millpond.services.worker.servicer import WorkerServicer
 from millpond.services.worker.serving import LocalTables
 from millpond.services.worker.spark import LazySession
@@ -39,6 +41,8 @@ class Worker:
         self.channels = ChannelFactory(settings.tls, message_limits(settings.max_message_bytes))
         """Channels to the coordinators and routers (mutual TLS when configured)."""
         self.spark = LazySession(settings)
+        self.processing = ProcessingLoop()
+        """Where the tasks (and Spark's callbacks into them) run, off the loop that serves."""
         self.tasks = TaskAssignment(settings, self.metastore, self.spark)
         self.tables = LocalTables(settings.worker_id, self.metastore, self.tasks)
         servicer = WorkerServicer(self.tables)
@@ -54,6 +58,7 @@ class Worker:
     async def run(self) -> None:
         """Serve until SIGTERM or SIGINT."""
         stop = shutdown_event()
+        self.processing.start()
         await self.reader.start()
         await self.reader.catch_up()
         await self.server.start()
@@ -61,12 +66,12 @@ class Worker:
         await self.server.set_serving()  # before the first beat, so a health probe finds it serving
         beats = [asyncio.create_task(self.membership.heartbeat_loop(stop, c)) for c in self.settings.coordinators]
         beats += [asyncio.create_task(self.membership.report_loop(stop, r)) for r in self.settings.router_endpoints]
-        loops = [asyncio.create_task(c) for c in (self.reader.run(stop), self.tasks.run(stop))]
+        loops = [asyncio.create_task(c) for c in (self.reader.run(stop), self.processing.run(self.tasks.run(stop)))]
         if self.settings.metrics_port is not None:
             loops.append(asyncio.create_task(gauges.refresh_loop(self.settings.kafka, self.tasks, stop)))
         # Start Spark now, not when a task first arrives: a promoted standby must not wait
         # the seconds a Spark session takes to start.
-        loops.append(asyncio.create_task(self.spark.warm_up()))
+        loops.append(asyncio.create_task(self.processing.run(self.spark.warm_up())))
         log.info("worker ready", extra={"endpoint": self.server.endpoint, "worker": self.settings.worker_id})
         await stop.wait()
         log.info("worker stopping")
@@ -77,7 +82,8 @@ class Worker:
         for loop in loops:
             loop.cancel()
         await asyncio.gather(*loops, return_exceptions=True)
-        await self.tasks.stop()
-        await self.spark.stop()
+        await self.processing.run(self.tasks.stop())
+        await self.processing.run(self.spark.stop())
+        await asyncio.to_thread(self.processing.stop)
         await self.channels.close()
         await self.reader.stop()

@@ -1,4 +1,8 @@
-"""The tasks and standby copies this worker runs, reconciled with the newest assignment."""
+"""The tasks and standby copies this worker runs, reconciled with the newest assignment.
+
+It all runs on the worker's processing loop (``processing.py``); the serving loop hands it
+assignments and metastore changes (``take``, ``changed``, ``pause_standby``: safe from any
+thread) and reads its reports and lags (snapshots, safe from any thread)."""
 
 from __future__ import annotations
 
@@ -11,11 +15,12 @@ from typing import Any
 from millpond.services.worker.spark import LazySession
 from millpond.services.worker.standby import StandbyReplica
 from millpond.services.worker.supervisor import QuerySupervisor
-from millpond.services.worker.task import AggregationTask, aggregate_row
+from millpond.services.worker.task import AggregationTask, Task, aggregate_row
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.queries import PersistentQuery
 from millpond.shared.catalog.topology import stages
 from millpond.shared.config import WorkerSettings
+from millpond.shared.errors import NotFoundError
 from millpond.shared.sql import aggregates
 from millpond.shared.task_status import StoreLag, TaskReport
 
@@ -38,10 +43,20 @@ class TaskAssignment:
         self.supervisors: dict[str, QuerySupervisor] = {}
         self.standbys: dict[tuple[str, int], StandbyReplica] = {}
         self._dirty = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        """The loop ``run`` runs on, once it does."""
+
+    def _soon(self, callback: Callable[[], object]) -> None:
+        """Run ``callback`` on the loop the tasks run on (called from any thread)."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            callback()
+        else:
+            loop.call_soon_threadsafe(callback)
 
     def changed(self) -> None:
         """Something the tasks depend on changed (the metastore): reconcile again."""
-        self._dirty.set()
+        self._soon(self._dirty.set)
 
     def take(self, generation: int, wanted: dict[str, set[int]], standbys: set[tuple[str, int]]) -> None:
         """A new assignment: these actives (query id -> partitions) and standby copies."""
@@ -51,19 +66,33 @@ class TaskAssignment:
         log.info("assignment received", extra={"generation": self.generation,
                                                "tasks": {q: sorted(p) for q, p in self.wanted.items()},
                                                "standbys": sorted(standbys)})
-        self._dirty.set()
+        self._soon(self._dirty.set)
+
+    def pause_standby(self, query_id: str, partition: int, paused: bool) -> int:
+        """Pause or resume a standby copy's replay; its changelog position."""
+        replica = self.standbys.get((query_id, partition))
+        if replica is None:
+            raise NotFoundError(f"worker {self.settings.worker_id} keeps no standby of partition {partition} "
+                                f"of query {query_id}")
+        self._soon(replica.resumed.clear if paused else replica.resumed.set)
+        return replica.position
+
+    def active_tasks(self) -> list[Task[Any]]:
+        """Every task of the result stages this worker runs (a snapshot, safe from any thread)."""
+        return [t for s in list(self.supervisors.values()) for t in list(s.tasks.values())]
 
     def task_reports(self) -> list[TaskReport]:
         """The state of every task this worker runs."""
-        return [r for s in self.supervisors.values() for r in s.reports()]
+        return [r for s in list(self.supervisors.values()) for r in s.reports()]
 
     def store_lags(self) -> list[StoreLag]:
         """How far each local table copy, active or standby, is behind its changelog."""
-        active = [t.lag() for s in self.supervisors.values() for t in s.tasks.values() if isinstance(t, AggregationTask)]
-        return [lag for lag in [*active, *(r.lag() for r in self.standbys.values())] if lag is not None]
+        active = [t.lag() for t in self.active_tasks() if isinstance(t, AggregationTask)]
+        return [lag for lag in [*active, *(r.lag() for r in list(self.standbys.values()))] if lag is not None]
 
     async def run(self, stop: asyncio.Event) -> None:
         """Reconcile whenever something changed (and at least every second) until ``stop``."""
+        self._loop = asyncio.get_running_loop()
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._dirty.wait(), 1.0)

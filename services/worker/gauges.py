@@ -33,7 +33,7 @@ async def refresh_loop(kafka: KafkaConnection, tasks: TaskAssignment, stop: asyn
 
 
 async def _refresh(consumer: AIOKafkaConsumer, assignment: TaskAssignment) -> None:
-    tasks = [t for s in assignment.supervisors.values() for t in s.tasks.values()]
+    tasks = assignment.active_tasks()
     ends = await consumer.end_offsets([t.input for t in tasks]) if tasks else {}
     for gauge in (metrics.CONSUMER_LAG, metrics.RESTORED, metrics.TO_RESTORE, metrics.STORE_LAG):
         gauge.clear()

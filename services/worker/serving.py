@@ -42,10 +42,11 @@ class LocalTables:
         supervisor = self.tasks.supervisors.get(source.query_id)
         task = supervisor.tasks.get(partition) if supervisor is not None else None
         replica = self.tasks.standbys.get((source.query_id, partition))
-        if isinstance(task, StoreTask) and task.store is not None and task.state == RUNNING:
-            copy = LocalCopy(task.store, task.row, -1 if task.next_input_offset is None else task.next_input_offset)
-        elif allow_standby and replica is not None and replica.store is not None and replica.caught_up:
-            copy = LocalCopy(replica.store, replica.row, replica.input_offset)
+        # The tasks run on the processing loop: read each store once (it may close meanwhile).
+        if isinstance(task, StoreTask) and (store := task.store) is not None and task.state == RUNNING:
+            copy = LocalCopy(store, task.row, -1 if task.next_input_offset is None else task.next_input_offset)
+        elif allow_standby and replica is not None and (store := replica.store) is not None and replica.caught_up:
+            copy = LocalCopy(store, replica.row, replica.input_offset)
         else:
             raise UnavailableError(
                 f"partition {partition} of {table} is not {'active or standby' if allow_standby else 'active'} "
@@ -58,12 +59,4 @@ class LocalTables:
 
     def set_standby_replay(self, query_id: str, partition: int, paused: bool) -> int:
         """Pause or resume a standby copy's replay; its changelog position."""
-        replica = self.tasks.standbys.get((query_id, partition))
-        if replica is None:
-            raise NotFoundError(f"worker {self.worker_id} keeps no standby of partition {partition} "
-                                f"of query {query_id}")
-        if paused:
-            replica.resumed.clear()
-        else:
-            replica.resumed.set()
-        return replica.position
+        return self.tasks.pause_standby(query_id, partition, paused)

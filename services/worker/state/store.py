@@ -17,12 +17,18 @@ from typing import Any
 
 from rocksdict import Options, Rdict, WriteBatch
 
+from millpond.shared.errors import UnavailableError
+
 INPUT_OFFSET = b"input_offset"
 CHANGELOG_OFFSET = b"changelog_offset"
 PENDING_INPUT_OFFSET = b"pending_input_offset"
 """The header of the changelog records applied last, whose transaction may have more."""
 INPUT_OFFSET_HEADER = "millpond.input.offset"
 """Changelog record header: the next input offset of the batch that wrote the record."""
+
+
+class StoreClosed(UnavailableError):
+    """The store closed (its task stopped or moved) while it was being read: ask again."""
 
 
 def _options() -> Options:
@@ -45,21 +51,31 @@ class PartitionStore:
 
     @property
     def db(self) -> Rdict:
-        """The open database (raises once closed)."""
+        """The open database (StoreClosed once closed)."""
         if self._db is None:
-            raise RuntimeError(f"store {self.path} is closed")
+            raise StoreClosed(f"store {self.path} is closed (its task stopped or moved); ask again")
         return self._db
 
     def get(self, key: bytes) -> list[Any] | None:
-        """The aggregate state of ``key``, or None."""
-        raw = self.db.get(key)
+        """The aggregate state of ``key``, or None. Safe from any thread: a close on the
+        processing loop meanwhile gives StoreClosed."""
+        try:
+            raw = self.db.get(key)
+        except RuntimeError as error:  # rocksdict's own error for a database closing under the read
+            raise self._closed_or(error) from error
         return None if raw is None else json.loads(raw)
 
     def items(self) -> Iterator[tuple[bytes, list[Any]]]:
-        """Every key and its state, in key order."""
-        for key, raw in self.db.items():
-            assert isinstance(key, bytes)
-            yield key, json.loads(raw)
+        """Every key and its state, in key order (StoreClosed when the store closes meanwhile)."""
+        try:
+            for key, raw in self.db.items():
+                assert isinstance(key, bytes)
+                yield key, json.loads(raw)
+        except RuntimeError as error:
+            raise self._closed_or(error) from error
+
+    def _closed_or(self, error: RuntimeError) -> Exception:
+        return StoreClosed(f"store {self.path} closed while being read; ask again") if self._db is None else error
 
     def position(self, name: bytes) -> int | None:
         """A stored offset (``INPUT_OFFSET``, ``CHANGELOG_OFFSET``, ``PENDING_INPUT_OFFSET``), or None."""
