@@ -40,7 +40,8 @@ class TaskAssignment:
         self.wanted: dict[str, set[int]] = {}
         self.wanted_standbys: set[tuple[str, int]] = set()
         """(query id, partition) this worker keeps a standby or warm-up copy of."""
-        self.supervisors: dict[str, QuerySupervisor] = {}
+        self.supervisors: dict[tuple[str, int], QuerySupervisor] = {}
+        """(query id, partition) -> the supervisor running that partition's tasks."""
         self.standbys: dict[tuple[str, int], StandbyReplica] = {}
         self._dirty = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -139,26 +140,29 @@ class TaskAssignment:
         return out
 
     async def _reconcile_actives(self, wanted: dict[str, set[int]]) -> None:
-        # Every stop first, at once and each bounded (one stuck query never holds up the
-        # others), then every start: a restarted query's new run opens what its old one closed.
+        # One supervisor (and Spark query) per (query, partition): a partition gained or lost
+        # starts or stops only its own, and the others go on without a pause. Every stop first,
+        # at once and each bounded (one stuck task never holds up the others), then every
+        # start: a restarted partition's new run opens what its old one closed.
         stopping: list[QuerySupervisor] = []
-        starting: list[tuple[PersistentQuery, set[int]]] = []
-        for query_id in sorted(set(self.supervisors) | set(wanted)):
-            want = wanted.get(query_id, set())
+        starting: list[tuple[PersistentQuery, int]] = []
+        for key in sorted(set(self.supervisors) | {(q, p) for q, partitions in wanted.items() for p in partitions}):
+            query_id, partition = key
+            want = partition in wanted.get(query_id, set())
             query = self.metastore.queries.get(query_id)
             if want and query is None:
                 continue  # the query's statement has not been replayed yet
-            current = self.supervisors.get(query_id)
-            if current is not None and current.partitions == want and query is not None and current.query.plan == query.plan:
+            current = self.supervisors.get(key)
+            if current is not None and want and query is not None and current.query.plan == query.plan:
                 continue  # unchanged (CREATE OR REPLACE changes the plan and restarts the query)
             if current is not None:
-                stopping.append(self.supervisors.pop(query_id))
+                stopping.append(self.supervisors.pop(key))
             if want and query is not None:
-                starting.append((query, want))
+                starting.append((query, partition))
         await _stop_all(stopping)
-        for query, want in starting:
-            supervisor = QuerySupervisor(self.settings, self.metastore, query, want, self.spark.get)
-            self.supervisors[query.query_id] = supervisor
+        for query, partition in starting:
+            supervisor = QuerySupervisor(self.settings, self.metastore, query, {partition}, self.spark.get)
+            self.supervisors[query.query_id, partition] = supervisor
             supervisor.start()
 
     async def stop(self) -> None:

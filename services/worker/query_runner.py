@@ -39,7 +39,8 @@ class QueryRunner:
                  source: DataSource, sink: DataSource, tasks: dict[int, Task[Any]], loop: asyncio.AbstractEventLoop,
                  stage: str = ""):
         self.spark = spark
-        self.name = "-".join(filter(None, (query.query_id, stage, settings.worker_id)))
+        partitions = "p" + "-".join(str(p) for p in sorted(tasks))  # names are unique among running queries
+        self.name = "-".join(filter(None, (query.query_id, stage, partitions, settings.worker_id)))
         self.settings = settings
         self.query = query
         self.source = source

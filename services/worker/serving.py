@@ -39,7 +39,7 @@ class LocalTables:
         source = self.metastore.source(table)
         if source.query_id is None:
             raise NotFoundError(f"{table} is not materialized by a query; it cannot be pulled from")
-        supervisor = self.tasks.supervisors.get(source.query_id)
+        supervisor = self.tasks.supervisors.get((source.query_id, partition))
         task = supervisor.tasks.get(partition) if supervisor is not None else None
         replica = self.tasks.standbys.get((source.query_id, partition))
         # The tasks run on the processing loop: read each store once (it may close meanwhile).

@@ -1,5 +1,7 @@
-"""Runs one persistent query's tasks on this worker and restarts them, with backoff, when
-they fail: a failure is reported (state FAILED, reason, count) until the restart succeeds.
+"""Runs one persistent query's tasks for a set of partitions on this worker (the worker
+gives each partition a supervisor of its own, so a partition that moves starts or stops
+alone) and restarts them, with backoff, when they fail: a failure is reported (state
+FAILED, reason, count) until the restart succeeds.
 
 One run is: start every task of every stage of the query (fence the old owner, restore,
 read the committed position), start one Spark query per stage over exactly these

@@ -50,7 +50,7 @@ def ha_cluster(kafka: EmbeddedKafka, tmp_path_factory: pytest.TempPathFactory) -
     local = LocalCluster(data_dir=Path(tmp_path_factory.mktemp("ha")), workers=3, coordinators=2,
                          kafka=kafka.bootstrap_servers, router_port=free_port(), service_id=f"ha{os.getpid()}",
                          spark_master="local[1]",
-                         worker_env={"MILLPOND_MAX_OFFSETS_PER_TRIGGER": "5000", "MILLPOND_TRIGGER_INTERVAL_MS": "100"},
+                         worker_env={"MILLPOND_MAX_OFFSETS_PER_TRIGGER": "5000"},
                          coordinator_env={"MILLPOND_LEADER_SESSION_TIMEOUT_MS": "1500",
                                           "MILLPOND_NUM_STANDBY_REPLICAS": "1",
                                           "MILLPOND_ACCEPTABLE_RECOVERY_LAG": str(RECOVERY_LAG)},
@@ -170,6 +170,62 @@ def first_starts(log: Path, query_id: str) -> dict[tuple[str, int], int]:
     return out
 
 
+def task_starts(cluster: LocalCluster, query_id: str) -> Counter[tuple[str, int]]:
+    """How many times each (worker, partition) task of a query started, from the live workers' logs."""
+    out: Counter[tuple[str, int]] = Counter()
+    for child in cluster.children:
+        if child.name.startswith("worker") and child.process.poll() is None:
+            for line in child.log.read_text().splitlines():
+                if line.startswith("{") and '"task started"' in line:
+                    entry = json.loads(line)
+                    if entry.get("msg") == "task started" and entry.get("query") == query_id:
+                        out[child.name, entry["partition"]] += 1
+    return out
+
+
+class CommitWatch:
+    """Samples each partition's committed input offset (its active's report) in the
+    background; ``longest_stall_s[p]``: the longest time partition p's offset stood still
+    while ``owner`` stayed its active and input was waiting."""
+
+    def __init__(self, cluster: LocalCluster, query_id: str, stream: str):
+        self.cluster, self.query_id, self.stream = cluster, query_id, stream
+        self.longest_stall_s: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> CommitWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        since: dict[int, tuple[str, int, float]] = {}
+        while not self._stop.is_set():
+            status = cluster_status(self.cluster)
+            ends = asyncio.run(stream_ends(self.cluster, self.stream))
+            now = time.monotonic()
+            for p, report in running_reports(status, self.query_id).items():
+                owner, offset = report.worker_id, report.input_offset
+                last = since.get(p)
+                if last is None or last[0] != owner or last[1] != offset or offset >= ends.get(p, 0):
+                    since[p] = (owner, offset, now)
+                else:
+                    self.longest_stall_s[p] = max(self.longest_stall_s.get(p, 0.0), now - last[2])
+            self._stop.wait(0.05)
+
+
+def assert_unmoved_kept_running(before: Counter[tuple[str, int]], after: Counter[tuple[str, int]],
+                                kept: set[tuple[str, int]]) -> None:
+    """Partitions that stayed on their worker through a reassignment were not restarted."""
+    assert kept, "the reassignment moved every partition: nothing to check"
+    restarted = {wp: (before[wp], after[wp]) for wp in kept if after[wp] != before[wp]}
+    assert not restarted, f"unmoved partitions restarted (task starts before, after): {restarted}"
+
+
 def produce_more(cluster: LocalCluster, stream: str, rng: random.Random, count: int, expected: Expected) -> threading.Thread:
     """Send ``count`` more events in the background."""
     events = readings(rng, count, KEYS, expected)
@@ -238,8 +294,11 @@ def test_failover_scale_out_scale_in_and_coordinator_failover(ha_cluster: LocalC
     assert all(shown[w][2] for w in shown if w != victim)
 
     # 2. A fourth worker joins while events flow: it gets warm-ups first, an active only once
-    # caught up, and pulls never fail.
-    with PullLoad(cluster, table, keys) as load:
+    # caught up, and pulls never fail; the partitions that stay where they are go on
+    # without a restart.
+    held = {(w, p) for w, r in roles(cluster_status(cluster), query_id).items() for p in r["active"]}
+    starts = task_starts(cluster, query_id)
+    with PullLoad(cluster, table, keys) as load, CommitWatch(cluster, query_id, stream) as commits:
         producer = produce_more(cluster, stream, rng, 20_000, expected)
         newcomer = cluster.add_worker().name
         warmed: set[int] = set()
@@ -260,25 +319,33 @@ def test_failover_scale_out_scale_in_and_coordinator_failover(ha_cluster: LocalC
             assert started[("standby started", p)] < started.get(("task started", p), float("inf")), started
         producer.join(120)
         wait_caught_up(cluster, query_id, asyncio.run(stream_ends(cluster, stream)))
+    kept = held & {(w, p) for w, r in roles(cluster_status(cluster), query_id).items() for p in r["active"]}
     print(f"scale-out: {newcomer} warmed {sorted(warmed)} then took {sorted(took)}; pulls ok {load.ok}, "
-          f"failed {dict(load.failures)}, longest gap {load.longest_gap_s:.2f}s")
+          f"failed {dict(load.failures)}, longest gap {load.longest_gap_s:.2f}s; longest commit stall of the "
+          f"unmoved partitions {max((commits.longest_stall_s.get(p, 0.0) for _, p in kept), default=0.0):.2f}s")
     assert not load.failures and load.ok > 0
+    assert_unmoved_kept_running(starts, task_starts(cluster, query_id), kept)
     check_table(table_rows(cluster, table), expected)
 
     # 3. A worker leaves gracefully: its actives go to caught-up standbys, pulls never fail.
     layout = roles(cluster_status(cluster), query_id)
     leaver = next(w for w in sorted(layout) if layout[w]["active"] and w != newcomer)
-    with PullLoad(cluster, table, keys) as load:
+    held = {(w, p) for w, r in layout.items() for p in r["active"] if w != leaver}
+    starts = task_starts(cluster, query_id)
+    with PullLoad(cluster, table, keys) as load, CommitWatch(cluster, query_id, stream) as commits:
         producer = produce_more(cluster, stream, rng, 10_000, expected)
         left_at = time.monotonic()
         cluster.terminate(leaver)
         stopped = time.monotonic() - left_at
         producer.join(120)
         wait_caught_up(cluster, query_id, asyncio.run(stream_ends(cluster, stream)))
+    kept = held & {(w, p) for w, r in roles(cluster_status(cluster), query_id).items() for p in r["active"]}
     print(f"scale-in: {leaver} stopped in {stopped:.2f}s; pulls ok {load.ok}, failed {dict(load.failures)}, "
-          f"longest gap {load.longest_gap_s:.2f}s")
+          f"longest gap {load.longest_gap_s:.2f}s; longest commit stall of the unmoved partitions "
+          f"{max((commits.longest_stall_s.get(p, 0.0) for _, p in kept), default=0.0):.2f}s")
     assert leaver not in roles(cluster_status(cluster), query_id)
     assert not load.failures and load.ok > 0
+    assert_unmoved_kept_running(starts, task_starts(cluster, query_id), kept)
     check_table(table_rows(cluster, table), expected)
 
     # 4. Kill the leading coordinator: the other leads, keeps every task where it was, and

@@ -430,8 +430,8 @@ async def test_a_supervisor_that_never_stops_holds_up_neither_the_others_nor_the
         tasks.take(2, {"CST_S_2": {0, 1}}, set())
         async with asyncio.timeout(2):
             await tasks._reconcile()
-        assert stopped == ["CSAS_HOT_1"]
-        assert set(tasks.supervisors) == {"CST_S_2"}
+        assert stopped == ["CSAS_HOT_1", "CSAS_HOT_1"]  # one supervisor per partition
+        assert set(tasks.supervisors) == {("CST_S_2", 0), ("CST_S_2", 1)}
     finally:
         release.set()
         await asyncio.sleep(0.01)
