@@ -34,7 +34,7 @@ PARTITIONS = 8
 def measure(events: int, keys: int, workers: int, pin: bool, max_offsets_per_trigger: int) -> dict[str, Any]:
     """One aggregation run on a fresh cluster."""
     cpus = [{i} for i in range(workers)] if pin else []
-    worker_env = {"MILLPOND_TRIGGER_INTERVAL_MS": "100"}
+    worker_env: dict[str, str] = {}
     if max_offsets_per_trigger:
         worker_env["MILLPOND_MAX_OFFSETS_PER_TRIGGER"] = str(max_offsets_per_trigger)
     with cluster(workers=workers, worker_cpus=cpus, worker_env=worker_env) as local:

@@ -18,7 +18,7 @@ from millpond.cli import loadtest
 
 
 def run(standbys: int, seconds: float, kill_at: float, events_per_s: float, keys: int) -> dict[str, Any]:
-    with cluster(workers=3, standbys=standbys, worker_env={"MILLPOND_TRIGGER_INTERVAL_MS": "100"}) as local:
+    with cluster(workers=3, standbys=standbys) as local:
         config = loadtest.Config(server=local.router, kafka=local.bootstrap, stream="failover", keys=keys,
                                  partitions=6, duration_s=seconds, events_per_s=events_per_s, pull_concurrency=4,
                                  faults=[loadtest.Fault(kill_at, "kill", "worker-1")])

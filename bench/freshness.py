@@ -91,7 +91,7 @@ def main() -> None:
     args = arguments(__doc__, events_per_s=10_000.0, probes=100, keys=1000)
     if args.smoke:
         args.events_per_s, args.probes, args.keys = 500.0, 5, 50
-    with cluster(workers=1 if args.smoke else 2, worker_env={"MILLPOND_TRIGGER_INTERVAL_MS": "100"}) as local:
+    with cluster(workers=1 if args.smoke else 2) as local:
         create_readings(local, "readings", PARTITIONS)
         query_id = create_average(local, "readings", "avg_readings")
         config = loadtest.Config(server=local.router, kafka=local.bootstrap, stream="readings", keys=args.keys,

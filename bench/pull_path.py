@@ -110,7 +110,7 @@ def main() -> None:
     args = arguments(__doc__, requests=3000, keys=KEYS)
     if args.smoke:
         args.requests, args.keys = 200, 50
-    with cluster(workers=1, worker_env={"MILLPOND_TRIGGER_INTERVAL_MS": "100"}) as local:
+    with cluster(workers=1) as local:
         readings_table(local, args.keys, PARTITIONS)
         with tempfile.TemporaryDirectory() as workdir:
             emit({"benchmark": "pull_path", "smoke": args.smoke,

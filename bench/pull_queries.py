@@ -115,7 +115,7 @@ def main() -> None:
     args = arguments(__doc__, seconds=10.0, keys=1000, profile_seconds=15.0)
     if args.smoke:
         args.seconds, args.keys, args.profile_seconds = 1.0, 50, 2.0
-    with cluster(workers=1, worker_env={"MILLPOND_TRIGGER_INTERVAL_MS": "100"}) as local:
+    with cluster(workers=1) as local:
         readings_table(local, args.keys, PARTITIONS)
         pids = {c.name: c.process.pid for c in local.children if c.name in ("router", "worker-1")}
         result = asyncio.run(measure(local.router, args.keys, args.seconds, pids, args.profile_seconds))

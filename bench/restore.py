@@ -39,7 +39,7 @@ def main() -> None:
     args = arguments(__doc__, keys=1_000_000)
     if args.smoke:
         args.keys = 5_000
-    env = {"MILLPOND_TRIGGER_INTERVAL_MS": "100", "MILLPOND_MAX_OFFSETS_PER_TRIGGER": "200000"}
+    env = {"MILLPOND_MAX_OFFSETS_PER_TRIGGER": "200000"}
     with cluster(workers=1, worker_env=env) as local:
         create_readings(local, "readings", PARTITIONS)
         asyncio.run(produce_readings(local.bootstrap, "readings", args.keys, args.keys, PARTITIONS))

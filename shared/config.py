@@ -211,7 +211,14 @@ class WorkerSettings(CoordinatorClientSettings):
     routers: str = Field(
         "", description="host:port of each router, comma-separated: the worker sends them heartbeats and lag reports.",
     )
-    trigger_interval_ms: int = Field(250, description="Micro-batch trigger interval.")
+    trigger_interval_ms: int = Field(
+        0, description="Least time between the starts of two micro-batches; 0: the next batch starts as soon as the "
+        "previous one committed, when there is input.",
+    )
+    idle_poll_ms: int = Field(
+        100, description="How often a query with no new input asks Kafka for some (Spark's "
+        "spark.sql.streaming.pollingDelay): the longest extra wait for the first record after a quiet spell.",
+    )
     heartbeat_interval_ms: int = Field(100, description="How often to heartbeat the coordinators and routers.")
     max_offsets_per_trigger: int = Field(
         0, description="Most input records one micro-batch reads over all its partitions; 0: no limit."

@@ -54,6 +54,9 @@ def create_session(settings: WorkerSettings) -> SparkSession:
         # Adaptive execution re-plans each micro-batch's shuffle after its map stage: for
         # batches this small that costs more than it saves (about 0.1 s a batch, measured).
         .config("spark.sql.adaptive.enabled", "false")
+        # A query with no new input asks Kafka again after this long (Spark's default, 10 ms,
+        # costs a worker's idle queries a good share of a core).
+        .config("spark.sql.streaming.pollingDelay", f"{settings.idle_poll_ms}ms")
         # ksqlDB semantics: a bad cast or a division by zero gives NULL, not a failed batch.
         .config("spark.sql.ansi.enabled", "false")
     )

@@ -55,8 +55,7 @@ def agg_cluster(kafka: EmbeddedKafka, tmp_path_factory: pytest.TempPathFactory) 
     local = LocalCluster(data_dir=Path(tmp_path_factory.mktemp("aggregation")), workers=2,
                          kafka=kafka.bootstrap_servers, router_port=free_port(),
                          service_id=f"agg{os.getpid()}", spark_master="local[1]",
-                         worker_env={"MILLPOND_MAX_OFFSETS_PER_TRIGGER": "10000",
-                                     "MILLPOND_TRIGGER_INTERVAL_MS": "100"})
+                         worker_env={"MILLPOND_MAX_OFFSETS_PER_TRIGGER": "10000"})
     local.start()
     yield local
     local.stop()

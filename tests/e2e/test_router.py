@@ -48,7 +48,6 @@ def router_cluster(kafka: EmbeddedKafka, tmp_path_factory: pytest.TempPathFactor
     local = LocalCluster(data_dir=Path(tmp_path_factory.mktemp("router")), workers=3,
                          kafka=kafka.bootstrap_servers, router_port=free_port(), service_id=f"rt{os.getpid()}",
                          spark_master="local[1]",
-                         worker_env={"MILLPOND_TRIGGER_INTERVAL_MS": "100"},
                          # A frozen worker stays a member for 20 s: the window where only the
                          # router's own failure detector knows it is gone.
                          coordinator_env={"MILLPOND_NUM_STANDBY_REPLICAS": "1",

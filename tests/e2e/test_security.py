@@ -45,7 +45,7 @@ def secure(kafka: EmbeddedKafka, tmp_path_factory: pytest.TempPathFactory) -> It
                          service_env={"MILLPOND_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
                                       "MILLPOND_KAFKA_SASL_MECHANISM": "PLAIN", "MILLPOND_KAFKA_SASL_USERNAME": user,
                                       "MILLPOND_KAFKA_SASL_PASSWORD": password},
-                         spark_master="local[1]", worker_env={"MILLPOND_TRIGGER_INTERVAL_MS": "100"},
+                         spark_master="local[1]",
                          router_env={"MILLPOND_MAX_ROWS_PER_RESPONSE": str(MAX_ROWS),
                                      "MILLPOND_MAX_PUSH_QUERIES_PER_CLIENT": str(MAX_PUSH_PER_CLIENT),
                                      "MILLPOND_MAX_STATEMENT_CHARS": "2000"})
