@@ -75,7 +75,7 @@ def build(cache: Path | None = None) -> list[Path]:
 
 
 @dataclass
-class _Progress:
+class Progress:
     """What the application has printed so far, with when it was read."""
 
     running_at: float | None = None
@@ -84,17 +84,19 @@ class _Progress:
     keys: int = 0
 
 
-async def _follow(stdout: asyncio.StreamReader, progress: _Progress) -> None:
+async def follow_progress(stdout: asyncio.StreamReader, progress: Progress) -> None:
+    """Read the application's progress lines into ``progress`` until its stdout ends."""
     async for raw in stdout:
         if not raw.startswith(b"{"):  # not a progress line (a JVM notice): the log has the story
             continue
         line = json.loads(raw)
         if "state" in line:
             progress.state = line["state"]
-            if progress.state == "RUNNING" and progress.running_at is None:
-                progress.running_at = time.monotonic()
         else:
             progress.counted, progress.keys = line["counted"], line["keys"]
+        # Counts come only while RUNNING, and the first may be printed just before the state.
+        if progress.running_at is None and (progress.state == "RUNNING" or "counted" in line):
+            progress.running_at = time.monotonic()
 
 
 async def _committed_to(admin: AIOKafkaAdminClient, group: str, ends: dict[TopicPartition, int]) -> bool:
@@ -140,7 +142,7 @@ async def _measure(classpath: list[Path], bootstrap: str, topic: str, events: in
         group = f"millpond-bench-kstreams-{uuid.uuid4().hex[:8]}"
         java = shutil.which("java") or "java"
         log = workdir / "kafka-streams.log"
-        progress = _Progress()
+        progress = Progress()
         started = time.monotonic()
         with log.open("wb") as stderr:
             process = await asyncio.create_subprocess_exec(
@@ -148,7 +150,7 @@ async def _measure(classpath: list[Path], bootstrap: str, topic: str, events: in
                 bootstrap, topic, output_topic, group, str(threads), str(workdir / "state"),
                 stdout=asyncio.subprocess.PIPE, stderr=stderr)
         assert process.stdout is not None
-        follower = asyncio.create_task(_follow(process.stdout, progress))
+        follower = asyncio.create_task(follow_progress(process.stdout, progress))
         try:
             deadline = started + timeout_s
             while not (progress.counted == events and await _committed_to(admin, group, ends)):
