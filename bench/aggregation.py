@@ -1,7 +1,9 @@
 """Aggregation throughput: the readings AVG-by-sensor query over 8 partitions, events per
 second from the query's start to the table caught up with every input record, against
-Kafka's own consumer performance tool and a plain aiokafka consumer reading the same
-topic in the same run; peak memory of every service while it runs.
+Kafka's own consumer performance tool, a plain aiokafka consumer reading the same topic and
+the same aggregation as a Kafka Streams application (exactly_once_v2, RocksDB, as many
+stream threads as the cluster's Spark cores) in the same run; peak memory of every service
+while Millpond's query runs.
 
 ``python -m bench.aggregation [--events 2000000 --keys 1000 --workers 2 --pin]``
 (``--pin`` gives worker i core i; ``bench.scaling`` compares 1 and 2 pinned workers).
@@ -13,6 +15,7 @@ import asyncio
 import time
 from typing import Any
 
+from bench.baselines.kafka_streams import run_kafka_streams
 from bench.common import (
     PeakMemory,
     arguments,
@@ -24,8 +27,11 @@ from bench.common import (
     produce_readings,
     ratio,
     raw_consumer_rate,
+    spark_cores,
     wait_caught_up,
 )
+from millpond.deploy.local.launcher import LocalCluster
+from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.admin import end_offsets
 
 PARTITIONS = 8
@@ -48,6 +54,7 @@ def measure(events: int, keys: int, workers: int, pin: bool, max_offsets_per_tri
         ends = asyncio.run(end_offsets(local.bootstrap, "readings", PARTITIONS))
         perf = kafka_perf_consumer(local.bootstrap, "readings", events)
         raw = asyncio.run(raw_consumer_rate(local.bootstrap, "readings", PARTITIONS))
+        kstreams = kafka_streams(local, events)
         with PeakMemory(local) as memory:
             started = time.monotonic()
             query_id = create_average(local, "readings", "avg_readings")
@@ -61,8 +68,19 @@ def measure(events: int, keys: int, workers: int, pin: bool, max_offsets_per_tri
         "baseline_kafka_perf_consumer": perf, "baseline_aiokafka_consumer": raw,
         "ratio_to_kafka_perf_consumer": ratio(rate, perf.get("records_per_s")),
         "ratio_to_aiokafka_consumer": ratio(rate, raw["records_per_s"]),
+        "baseline_kafka_streams": kstreams,
+        "ratio_to_kafka_streams": ratio(rate, kstreams.get("records_per_s")),
         "peak_rss_mib": memory.peaks,
     }
+
+
+def kafka_streams(local: LocalCluster, events: int) -> dict[str, Any]:
+    """The Kafka Streams baseline over ``readings`` with one stream thread per Spark core of
+    the cluster; its error instead when it failed (Millpond's figure still counts)."""
+    try:
+        return run_kafka_streams(local.bootstrap, "readings", events, spark_cores(local), "readings_kstreams_avg")
+    except MillpondError as error:
+        return {"error": error.message}
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from millpond.cli.client import RouterClient
 from millpond.cli.status import router_status
 from millpond.deploy.jars import ensure_jars
 from millpond.deploy.local.launcher import LocalCluster
+from millpond.shared.config import WorkerSettings
 from millpond.shared.kafka.admin import end_offsets
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.net import free_port
@@ -71,6 +72,31 @@ def cluster(workers: int = 1, standbys: int = 0, **options: Any) -> Iterator[Loc
     finally:
         local.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+_LOCAL_MASTER = re.compile(r"local(?:\[(\d+|\*)(?:,\s*\d+)?\])?")
+
+
+def worker_spark_cores(env: Mapping[str, str]) -> int:
+    """The Spark cores a worker started with ``env`` gives its queries, read as
+    ``services/worker/spark.parallelism`` reads them: ``MILLPOND_SPARK_CORES`` when positive,
+    else N of its ``local[N]`` master (``local``: one, ``local[*]``: every CPU)."""
+    cores = int(env.get("MILLPOND_SPARK_CORES", "0"))
+    if cores > 0:
+        return cores
+    master = env.get("MILLPOND_SPARK_MASTER", WorkerSettings.model_fields["spark_master"].default)
+    match = _LOCAL_MASTER.fullmatch(master)
+    if match is None:
+        raise ValueError(f"the cores of Spark master {master!r} are not known here; set MILLPOND_SPARK_CORES")
+    threads = match.group(1)
+    if threads is None:
+        return 1
+    return os.cpu_count() or 1 if threads == "*" else int(threads)
+
+
+def spark_cores(local: LocalCluster) -> int:
+    """Every worker's Spark cores together: the cluster's num.stream.threads, in ksqlDB's terms."""
+    return sum(worker_spark_cores(child.env) for child in local.children if child.name.startswith("worker-"))
 
 
 def execute(local: LocalCluster, sql: str, earliest: bool = True) -> list[Any]:

@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from millpond.shared.errors import SetupError
@@ -59,24 +60,39 @@ def ensure_jars(bundle: str, cache: Path | None = None) -> list[Path]:
 
 
 def _fetch(bundle: str, target: Path) -> None:
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise SetupError("Maven (mvn) is not on PATH; install it with `apt-get install maven`")
+    build_once(target, lambda staging: run_maven(
+        DEPLOY_DIR / bundle / "pom.xml",
+        ["dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={staging}"],
+        f"fetching the {bundle} jars from Maven Central"))
+
+
+def build_once(target: Path, build: Callable[[Path], None]) -> Path:
+    """``target``, made the first time by ``build(staging)`` into a fresh folder beside it
+    that becomes ``target`` only once ``build`` returned: an interrupted or failed build
+    leaves nothing that a later call could take for complete. Later calls are a file check."""
+    if (target / _MARKER).exists():
+        return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{bundle}-", dir=target.parent))
-    cmd = [
-        mvn, "-q", "-B",
-        "-s", str(DEPLOY_DIR / "maven-settings.xml"),
-        "-f", str(DEPLOY_DIR / bundle / "pom.xml"),
-        "dependency:copy-dependencies",
-        "-DincludeScope=runtime",
-        f"-DoutputDirectory={staging}",
-    ]
-    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        build(staging)
+    except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
-        tail = "\n".join((result.stdout + result.stderr).splitlines()[-15:])
-        raise SetupError(f"fetching the {bundle} jars from Maven Central failed:\n{tail}")
+        raise
     (staging / _MARKER).touch()
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
+    return target
+
+
+def run_maven(pom: Path, arguments: list[str], doing: str) -> None:
+    """Maven on ``pom`` with the project's settings (every artifact from Maven Central); a
+    SetupError saying what failed (``doing``) with Maven's last lines when it does."""
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise SetupError("Maven (mvn) is not on PATH; install it with `apt-get install maven`")
+    cmd = [mvn, "-q", "-B", "-s", str(DEPLOY_DIR / "maven-settings.xml"), "-f", str(pom), *arguments]
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        tail = "\n".join((result.stdout + result.stderr).splitlines()[-15:])
+        raise SetupError(f"{doing} failed:\n{tail}")

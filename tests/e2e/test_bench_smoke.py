@@ -40,6 +40,8 @@ def test_the_benchmarks_run_and_report_their_baselines(tmp_path: Path) -> None:
     aggregation = results["aggregation"]
     assert aggregation["events_per_s"] > 0 and aggregation["baseline_aiokafka_consumer"]["records"] == 20_000
     assert aggregation["baseline_kafka_perf_consumer"]["records_per_s"] > 0
+    assert aggregation["baseline_kafka_streams"]["counted"] == 20_000, aggregation["baseline_kafka_streams"]
+    assert aggregation["baseline_kafka_streams"]["threads"] == 1 and aggregation["ratio_to_kafka_streams"] > 0
     assert {"coordinator", "router", "worker-1", "kafka"} <= set(aggregation["peak_rss_mib"])
     assert [level["concurrency"] for level in results["pull_queries"]["levels"]] == [1, 16, 64]
     assert all(level["baseline_grpc_echo"]["qps"] > 0 for level in results["pull_queries"]["levels"])
