@@ -19,11 +19,10 @@ $(NODE_STAMP): clients/node/package-lock.json
 	@if command -v npm >/dev/null; then npm ci --prefix clients/node --no-audit --no-fund --loglevel=error; \
 	else echo "npm not found: the Node.js client and its test need it (apt-get install nodejs npm)"; fi
 
-## install: the virtualenv with every pinned dependency, the Java jars, the Node.js client's packages,
-## the benchmarks' Kafka Streams baseline (built once with Maven into the same cache)
+## install: the virtualenv with every pinned dependency, the Java jars, the Node.js client's packages
+## (bench's Kafka Streams baseline is built by the benchmark that runs it, once, into the same cache)
 install: $(STAMP) $(NODE_STAMP)
 	$(VENV)/bin/millpond jars
-	$(PY) -m bench.baselines.kafka_streams >/dev/null
 
 ## run: start a local cluster, run the seed's readings example, print the table, stop
 run: install

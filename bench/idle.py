@@ -51,19 +51,23 @@ def _rss_mib(tree: list[psutil.Process]) -> float:
 
 
 def worker_costs(local: LocalCluster, seconds: float) -> dict[str, dict[str, float]]:
-    """Per worker: the share of one core its process tree used over ``seconds``, and its RSS."""
+    """Per worker: the share of one core its process tree used over ``seconds`` (and of it,
+    the Spark JVM's share), and its RSS."""
     trees = {c.name: _tree(c.process.pid) for c in local.children
              if c.name.startswith("worker") and c.process is not None}
-    before = {name: _cpu_seconds(tree) for name, tree in trees.items()}
+    jvms = {name: [p for p in tree if "java" in p.name()] for name, tree in trees.items()}
+    before = {name: (_cpu_seconds(tree), _cpu_seconds(jvms[name])) for name, tree in trees.items()}
     started = time.monotonic()
     time.sleep(seconds)
     elapsed = time.monotonic() - started
-    return {name: {"cpu_core_fraction": round((_cpu_seconds(tree) - before[name]) / elapsed, 4),
+    return {name: {"cpu_core_fraction": round((_cpu_seconds(tree) - before[name][0]) / elapsed, 4),
+                   "jvm_cpu_core_fraction": round((_cpu_seconds(jvms[name]) - before[name][1]) / elapsed, 4),
                    "rss_mib": _rss_mib(tree)} for name, tree in trees.items()}
 
 
-def measure(workers: int, seconds: float, settle_s: float) -> dict[str, Any]:
-    with cluster(workers=workers) as local:
+def measure(workers: int, seconds: float, settle_s: float, env: dict[str, str] | None = None) -> dict[str, Any]:
+    env = env or {}
+    with cluster(workers=workers, worker_env=dict(env)) as local:
         create_readings(local, "readings", PARTITIONS)
         asyncio.run(produce_readings(local.bootstrap, "readings", 20_000, 100, PARTITIONS))
         ends = asyncio.run(end_offsets(local.bootstrap, "readings", PARTITIONS))
