@@ -111,13 +111,18 @@ class QueryRunner:
         slices = self._reduce(batch)
         if not slices:
             return
+        reduced = time.monotonic()
         future = asyncio.run_coroutine_threadsafe(self._commit(slices), self.loop)
         try:
             future.result(timeout=COMMIT_TIMEOUT_S)
         except TimeoutError:
             future.cancel()  # an overrunning commit is aborted, not left running under a failed batch
             raise
-        metrics.BATCH_SECONDS.labels(self.query.query_id).observe(time.monotonic() - started)
+        finished = time.monotonic()
+        metrics.BATCH_SECONDS.labels(self.query.query_id).observe(finished - started)
+        log.debug("batch committed", extra={"query": self.name, "records": sum(s.count for s in slices.values()),
+                                            "spark_ms": round((reduced - started) * 1000),
+                                            "commit_ms": round((finished - reduced) * 1000)})
 
     def _reduce(self, batch: DataFrame) -> dict[int, BatchSlice]:
         """The batch as one slice per input partition, of the kind the query's tasks commit
