@@ -77,7 +77,7 @@ def measure(workers: int, seconds: float, settle_s: float, env: dict[str, str] |
             (outcome,) = execute(local, sql)
             queries.append(str(outcome.message).rsplit(" ", 1)[-1])
         wait_caught_up(local, queries[0], ends)
-        time.sleep(settle_s)  # the other queries catch up too; then nothing is new
+        time.sleep(settle_s)  # the other queries catch up too, then park (after park_after_idle_ms)
         idle = worker_costs(local, seconds)
     worst = max(v["cpu_core_fraction"] for v in idle.values())
     return {"workers": workers, "queries": len(queries), "seconds": seconds, "idle": idle,
@@ -86,7 +86,7 @@ def measure(workers: int, seconds: float, settle_s: float, env: dict[str, str] |
 
 
 def main() -> None:
-    args = arguments(__doc__, workers=2, seconds=30.0, settle=10.0)
+    args = arguments(__doc__, workers=2, seconds=30.0, settle=25.0)
     if args.smoke:
         args.workers, args.seconds, args.settle = 1, 3.0, 2.0
     emit({"benchmark": "idle", "smoke": args.smoke, **measure(args.workers, args.seconds, args.settle)})

@@ -217,7 +217,12 @@ class WorkerSettings(CoordinatorClientSettings):
     )
     idle_poll_ms: int = Field(
         100, description="How often a query with no new input asks Kafka for some (Spark's "
-        "spark.sql.streaming.pollingDelay): the longest extra wait for the first record after a quiet spell.",
+        "spark.sql.streaming.pollingDelay), and how often a parked one's input is checked.",
+    )
+    park_after_idle_ms: int = Field(
+        15000, description="A query stage with no input for this long stops its Spark query (its tables stay open "
+        "and serve) until its input moves, so idle queries cost almost nothing; the first record after a parked "
+        "spell waits for the query to start again (about a second). 0: never park.",
     )
     heartbeat_interval_ms: int = Field(100, description="How often to heartbeat the coordinators and routers.")
     max_offsets_per_trigger: int = Field(

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from millpond.services.worker.input_watch import InputWatch
 from millpond.services.worker.spark import LazySession
 from millpond.services.worker.standby import StandbyReplica
 from millpond.services.worker.supervisor import QuerySupervisor
@@ -43,6 +44,8 @@ class TaskAssignment:
         self.supervisors: dict[tuple[str, int], QuerySupervisor] = {}
         """(query id, partition) -> the supervisor running that partition's tasks."""
         self.standbys: dict[tuple[str, int], StandbyReplica] = {}
+        self.inputs = InputWatch(settings.kafka, settings.idle_poll_ms / 1000)
+        """The end offsets of the parked queries' inputs (``QuerySupervisor``)."""
         self._dirty = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         """The loop ``run`` runs on, once it does."""
@@ -161,13 +164,14 @@ class TaskAssignment:
                 starting.append((query, partition))
         await _stop_all(stopping)
         for query, partition in starting:
-            supervisor = QuerySupervisor(self.settings, self.metastore, query, {partition}, self.spark.get)
+            supervisor = QuerySupervisor(self.settings, self.metastore, query, {partition}, self.spark.get, self.inputs)
             self.supervisors[query.query_id, partition] = supervisor
             supervisor.start()
 
     async def stop(self) -> None:
         """Stop every task and standby copy, all at once, each bounded (errors logged: the worker is going)."""
         await _stop_all([*self.supervisors.values(), *self.standbys.values()])
+        await self.inputs.stop()
 
 
 async def _stop_all(running: Sequence[QuerySupervisor | StandbyReplica]) -> None:

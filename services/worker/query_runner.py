@@ -50,14 +50,27 @@ class QueryRunner:
         self.loop = loop
         self.stream: StreamingQuery | None = None
         self.error: BaseException | None = None
-        self.checkpoint = tempfile.mkdtemp(prefix=f"millpond-{self.name}-")
+        self.checkpoint = ""
+        self.last_batch_at = time.monotonic()
+        """When the last batch with input committed (or the query started)."""
+        self.parked_at: dict[int, int] | None = None
+        """While parked (stopped for want of input): per partition, the offset it had read up to."""
         self.value_schema = ", ".join(
             [f"{quote_identifier(c.name)} {spark_type(c.type)}" for c in source.value_columns]
             + [f"{CORRUPT} STRING"]
         )
 
+    @property
+    def running(self) -> bool:
+        """Whether the streaming query is started (and not stopped)."""
+        return self.stream is not None
+
     def start(self) -> None:
-        """Start the streaming query from each task's committed input offset. Blocking."""
+        """Start the streaming query from each task's committed input offset (again after a
+        ``stop``, with a new checkpoint: the tasks hold the positions). Blocking."""
+        self.checkpoint = tempfile.mkdtemp(prefix=f"millpond-{self.name}-")
+        self.error = None
+        self.last_batch_at = time.monotonic()
         topic = self.source.topic
         partitions = sorted(self.tasks)
         starting = {str(p): (self.tasks[p].next_input_offset if self.tasks[p].next_input_offset is not None else -2)
@@ -97,7 +110,19 @@ class QueryRunner:
         if self.stream is not None:
             self.stream.stop()
             self.stream = None
-        shutil.rmtree(self.checkpoint, ignore_errors=True)
+        if self.checkpoint:
+            shutil.rmtree(self.checkpoint, ignore_errors=True)
+
+    def read_through(self) -> dict[int, int] | None:
+        """Per partition, the offset the query has read its input up to (the Kafka source's end
+        offset in Spark's last progress: past transaction markers, as the last stable offset
+        is); None before the first progress. Blocking."""
+        progress = self.stream.lastProgress if self.stream is not None else None
+        if not progress or not progress["sources"]:
+            return None
+        end = progress["sources"][0]["endOffset"]
+        offsets = json.loads(end) if isinstance(end, str) else end
+        return {int(p): int(o) for p, o in (offsets or {}).get(self.source.topic, {}).items()}
 
     def _on_batch(self, batch: DataFrame, batch_id: int) -> None:
         try:
@@ -118,7 +143,7 @@ class QueryRunner:
         except TimeoutError:
             future.cancel()  # an overrunning commit is aborted, not left running under a failed batch
             raise
-        finished = time.monotonic()
+        finished = self.last_batch_at = time.monotonic()
         metrics.BATCH_SECONDS.labels(self.query.query_id).observe(finished - started)
         log.debug("batch committed", extra={"query": self.name, "records": sum(s.count for s in slices.values()),
                                             "spark_ms": round((reduced - started) * 1000),

@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
+from aiokafka import TopicPartition
 from pyspark.sql import SparkSession
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
 
+from millpond.services.worker.input_watch import InputWatch
 from millpond.services.worker.kinds import WORKER_KINDS
 from millpond.services.worker.query_runner import QueryRunner
 from millpond.services.worker.task import Task
@@ -53,8 +56,10 @@ class QuerySupervisor:
     """The tasks of one query on this worker, kept running."""
 
     def __init__(self, settings: WorkerSettings, metastore: Metastore, query: PersistentQuery,
-                 partitions: set[int], spark: Callable[[], Awaitable[SparkSession]]):
+                 partitions: set[int], spark: Callable[[], Awaitable[SparkSession]], inputs: InputWatch | None = None):
         self.settings = settings
+        self.inputs = inputs
+        """Where a parked stage learns that its input moved; None: stages never park."""
         self.metastore = metastore
         self.query = query
         self.partitions = frozenset(partitions)
@@ -141,11 +146,38 @@ class QuerySupervisor:
                 for task in tasks.values():
                     task.state = RUNNING
             # The streams' state lives in the JVM; polling it costs no thread per query.
-            while (reason := self._failure()) is None:  # noqa: ASYNC110
+            while (reason := self._failure()) is None:
                 await asyncio.sleep(WATCH_INTERVAL_S)
+                for runner in self._runners:
+                    await self._park_or_resume(runner)
             raise QueryFailed(reason)
         finally:
             await self._teardown()
+
+    async def _park_or_resume(self, runner: QueryRunner) -> None:
+        """Stop a stage's Spark query after ``park_after_idle_ms`` without input (its tasks stay
+        open and serve), and start it again as soon as its input moves past what it read."""
+        if self.inputs is None or self.settings.park_after_idle_ms <= 0:
+            return
+        inputs = [TopicPartition(runner.source.topic, p) for p in sorted(runner.tasks)]
+        if runner.running:
+            if time.monotonic() - runner.last_batch_at < self.settings.park_after_idle_ms / 1000:
+                return
+            read = await asyncio.to_thread(runner.read_through)
+            if read is None:
+                return
+            await run_to_end(asyncio.to_thread(runner.stop))
+            runner.parked_at = read
+            self.inputs.watch(inputs)
+            log.info("query parked", extra={"query": runner.name, "read_through": read})
+        elif runner.parked_at is not None:
+            moved = [tp.partition for tp in inputs if self.inputs.ends.get(tp, -1) > runner.parked_at.get(tp.partition, -1)]
+            if not moved:
+                return
+            self.inputs.unwatch(inputs)
+            runner.parked_at = None
+            await run_to_end(asyncio.to_thread(runner.start))
+            log.info("query resumed", extra={"query": runner.name, "input_moved": moved})
 
     def _failure(self) -> str | None:
         return next((reason for runner in self._runners if (reason := runner.failure()) is not None), None)
@@ -159,6 +191,9 @@ class QuerySupervisor:
     async def _close(self) -> None:
         runners, self._runners = self._runners, []
         query_id = self.query.query_id
+        for runner in runners:
+            if runner.parked_at is not None and self.inputs is not None:
+                self.inputs.unwatch([TopicPartition(runner.source.topic, p) for p in runner.tasks])
         await asyncio.gather(*(bounded(asyncio.to_thread(runner.stop), RUNNER_STOP_TIMEOUT_S, "stop the Spark query",
                                        {"query": query_id, "runner": runner.name}) for runner in runners))
         await asyncio.gather(*(bounded(task.stop(), TASK_STOP_TIMEOUT_S, "close a task",

@@ -55,7 +55,9 @@ def agg_cluster(kafka: EmbeddedKafka, tmp_path_factory: pytest.TempPathFactory) 
     local = LocalCluster(data_dir=Path(tmp_path_factory.mktemp("aggregation")), workers=2,
                          kafka=kafka.bootstrap_servers, router_port=free_port(),
                          service_id=f"agg{os.getpid()}", spark_master="local[1]",
-                         worker_env={"MILLPOND_MAX_OFFSETS_PER_TRIGGER": "10000"})
+                         # Stages park after 2 s without input, so the tests' pauses park and
+                         # resume them all the time.
+                         worker_env={"MILLPOND_MAX_OFFSETS_PER_TRIGGER": "10000", "MILLPOND_PARK_AFTER_IDLE_MS": "2000"})
     local.start()
     yield local
     local.stop()
@@ -96,6 +98,20 @@ async def check_sink(bootstrap: str, topic: str, expected: Expected) -> None:
     assert all(a < b for c in counts.values() for a, b in pairwise(c))
 
 
+async def until_logged(cluster: LocalCluster, message: str, query_id: str, count: int, timeout_s: float = 60) -> None:
+    """Wait until the workers logged ``message`` for ``count`` distinct Spark queries of ``query_id``."""
+    deadline = time.monotonic() + timeout_s
+    names: set[str] = set()
+    while time.monotonic() < deadline:
+        names = {e["query"] for c in cluster.children if c.name.startswith("worker") and c.process.poll() is None
+                 for e in map(json.loads, (line for line in c.log.read_text().splitlines() if line.startswith("{")))
+                 if e.get("msg") == message and e.get("query", "").startswith(query_id + "-")}
+        if len(names) >= count:
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"{message!r} logged for {sorted(names)} only, within {timeout_s} s")
+
+
 async def test_high_cardinality_aggregation_with_malformed_records_is_exact(agg_cluster: LocalCluster) -> None:
     stream, table = f"hc_{agg_cluster.service_id}", f"hc_stats_{agg_cluster.service_id}"
     rng = random.Random(7)
@@ -113,6 +129,15 @@ async def test_high_cardinality_aggregation_with_malformed_records_is_exact(agg_
     await wait_caught_up(agg_cluster, query_id, stream)
     check_table(await asyncio.to_thread(table_rows, agg_cluster, table), expected)
     await check_sink(agg_cluster.bootstrap, table.upper(), expected)
+
+    # Idle: every partition's Spark query parks (its table still answers); new input resumes it.
+    await until_logged(agg_cluster, "query parked", query_id, count=PARTITIONS)
+    check_table(await asyncio.to_thread(table_rows, agg_cluster, table), expected)
+    await produce(agg_cluster.bootstrap, stream, readings(rng, 5_000, 2_000, expected))
+    await wait_caught_up(agg_cluster, query_id, stream)
+    check_table(await asyncio.to_thread(table_rows, agg_cluster, table), expected)
+    await check_sink(agg_cluster.bootstrap, table.upper(), expected)
+    await until_logged(agg_cluster, "query resumed", query_id, count=PARTITIONS)
 
     logged = [json.loads(v or b"{}") for *_, v in
               await read_all(agg_cluster.bootstrap, processing_log_topic(agg_cluster.service_id))]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -178,14 +179,26 @@ class FakeRunner(QueryRunner):
         super().__init__(*args, **kwargs)
         self.reason: str | None = None
         self.started = self.stopped = False
+        self.starts = 0
+        self.read: dict[int, int] | None = None
+        """What ``read_through`` says (None: no progress yet, so the query never parks)."""
         self.world.runners.append(self)
 
+    @property
+    def running(self) -> bool:
+        return self.started and not self.stopped
+
     def start(self) -> None:
-        self.started = True
+        self.started, self.stopped = True, False
+        self.starts += 1
+        self.last_batch_at = time.monotonic()
 
     def stop(self) -> None:
         self.stopped = True
         super().stop()  # no stream: removes the checkpoint folder
+
+    def read_through(self) -> dict[int, int] | None:
+        return self.read
 
     def failure(self) -> str | None:
         return self.reason
@@ -436,3 +449,52 @@ async def test_a_supervisor_that_never_stops_holds_up_neither_the_others_nor_the
         release.set()
         await asyncio.sleep(0.01)
         await tasks.stop()
+
+
+class FakeWatch:
+    """The parked inputs' end offsets, as the test sets them."""
+
+    def __init__(self) -> None:
+        self.ends: dict[TopicPartition, int] = {}
+        self.watched: list[TopicPartition] = []
+
+    def watch(self, partitions: list[TopicPartition]) -> None:
+        self.watched += partitions
+
+    def unwatch(self, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self.watched.remove(tp)
+
+
+async def test_a_stage_without_input_parks_its_spark_query_and_resumes_when_the_input_moves(
+        tmp_path: Path, world: World) -> None:
+    """The tasks stay open and RUNNING throughout (they serve pulls); only the Spark query
+    stops, and starts again once an input partition's end passes what it had read."""
+    meta = metastore()
+    settings = WorkerSettings(worker_id="w", state_dir=tmp_path, park_after_idle_ms=20)
+    watch = FakeWatch()
+
+    async def spark() -> Any:
+        return object()
+    supervisor = QuerySupervisor(settings, meta, meta.queries[QUERY], {0, 1}, spark, watch)  # type: ignore[arg-type]
+    supervisor.start()
+    try:
+        assert not await until(lambda: bool(world.runners) and world.runners[-1].started
+                               and all(t.state == RUNNING for t in supervisor.tasks.values()), world.steps)
+        (runner,) = world.runners
+        await asyncio.sleep(0.1)
+        assert runner.running, "no progress yet: nothing says what it read, so it must not park"
+        runner.read = {0: 10, 1: 10}
+        assert not await until(lambda: runner.stopped, world.steps)
+        topic = meta.source("R").topic
+        assert sorted(watch.watched) == [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+        watch.ends = {TopicPartition(topic, 0): 10, TopicPartition(topic, 1): 10}
+        await asyncio.sleep(0.1)
+        assert not runner.running and runner.starts == 1, "nothing new: it stays parked"
+        watch.ends[TopicPartition(topic, 1)] = 12
+        assert not await until(lambda: runner.running, world.steps)
+        assert runner.starts == 2 and watch.watched == []
+        assert all(t.state == RUNNING and t.store is not None for t in supervisor.tasks.values())
+        assert len(world.runners) == 1 and supervisor.failures == 0
+    finally:
+        await supervisor.stop()
