@@ -89,13 +89,14 @@ def probe(router: str, probes: int, rng: random.Random) -> list[float]:
 
 def main() -> None:
     args = arguments(__doc__, events_per_s=10_000.0, probes=100, keys=1000)
+    partitions = PARTITIONS
     if args.smoke:
-        args.events_per_s, args.probes, args.keys = 500.0, 5, 50
+        args.events_per_s, args.probes, args.keys = 500.0, 3, 50
     with cluster(workers=1 if args.smoke else 2) as local:
-        create_readings(local, "readings", PARTITIONS)
+        create_readings(local, "readings", partitions)
         query_id = create_average(local, "readings", "avg_readings")
         config = loadtest.Config(server=local.router, kafka=local.bootstrap, stream="readings", keys=args.keys,
-                                 partitions=PARTITIONS, events_per_s=args.events_per_s)
+                                 partitions=partitions, events_per_s=args.events_per_s)
         stats, stop = loadtest.Stats(), asyncio.Event()
         loop = asyncio.new_event_loop()
         background = threading.Thread(target=loop.run_until_complete, daemon=True,
@@ -103,7 +104,7 @@ def main() -> None:
         background.start()
         time.sleep(5 if not args.smoke else 1)  # let the load settle
         # probe only once the table's query runs and has processed what was produced so far
-        wait_caught_up(local, query_id, asyncio.run(end_offsets(local.bootstrap, "readings", PARTITIONS)), timeout_s=600)
+        wait_caught_up(local, query_id, asyncio.run(end_offsets(local.bootstrap, "readings", partitions)), timeout_s=600)
         produced_before, started = stats.produced, time.monotonic()
         visible = probe(local.router, args.probes, random.Random(2))
         achieved = (stats.produced - produced_before) / (time.monotonic() - started)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from millpond.cli.client import RouterClient
 from millpond.cli.status import leader_status, status_outcome
@@ -203,19 +204,28 @@ class CommitWatch:
         self._thread.join(30)
 
     def _run(self) -> None:
-        since: dict[int, tuple[str, int, float]] = {}
-        while not self._stop.is_set():
-            status = cluster_status(self.cluster)
-            ends = asyncio.run(stream_ends(self.cluster, self.stream))
-            now = time.monotonic()
-            for p, report in running_reports(status, self.query_id).items():
-                owner, offset = report.worker_id, report.input_offset
-                last = since.get(p)
-                if last is None or last[0] != owner or last[1] != offset or offset >= ends.get(p, 0):
-                    since[p] = (owner, offset, now)
-                else:
-                    self.longest_stall_s[p] = max(self.longest_stall_s.get(p, 0.0), now - last[2])
-            self._stop.wait(0.05)
+        asyncio.run(self._watch())
+
+    async def _watch(self) -> None:
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.cluster.bootstrap, isolation_level="read_committed")
+        await consumer.start()
+        try:
+            inputs = [TopicPartition(self.stream, p) for p in range(PARTITIONS)]
+            since: dict[int, tuple[str, int, float]] = {}
+            while not self._stop.is_set():
+                status = await asyncio.to_thread(cluster_status, self.cluster)
+                ends = {tp.partition: end for tp, end in (await consumer.end_offsets(inputs)).items()}
+                now = time.monotonic()
+                for p, report in running_reports(status, self.query_id).items():
+                    owner, offset = report.worker_id, report.input_offset
+                    last = since.get(p)
+                    if last is None or last[0] != owner or last[1] != offset or offset >= ends.get(p, 0):
+                        since[p] = (owner, offset, now)
+                    else:
+                        self.longest_stall_s[p] = max(self.longest_stall_s.get(p, 0.0), now - last[2])
+                await asyncio.sleep(0.1)
+        finally:
+            await consumer.stop()
 
 
 def assert_unmoved_kept_running(before: Counter[tuple[str, int]], after: Counter[tuple[str, int]],
