@@ -16,7 +16,9 @@ import tempfile
 import time
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
 from pyspark.sql.streaming.query import StreamingQuery
 
 from millpond.services.worker.kinds import WORKER_KINDS
@@ -26,7 +28,7 @@ from millpond.shared import metrics
 from millpond.shared.catalog.queries import PersistentQuery
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.config import WorkerSettings
-from millpond.shared.sql.expressions import quote_identifier, spark_type
+from millpond.shared.sql import ast
 
 log = logging.getLogger(__name__)
 COMMIT_TIMEOUT_S = 120
@@ -55,10 +57,7 @@ class QueryRunner:
         """When the last batch with input committed (or the query started)."""
         self.parked_at: dict[int, int] | None = None
         """While parked (stopped for want of input): per partition, the offset it had read up to."""
-        self.value_schema = ", ".join(
-            [f"{quote_identifier(c.name)} {spark_type(c.type)}" for c in source.value_columns]
-            + [f"{CORRUPT} STRING"]
-        )
+        self.value_schema = value_struct(source)
 
     @property
     def running(self) -> bool:
@@ -152,20 +151,20 @@ class QueryRunner:
     def _reduce(self, batch: DataFrame) -> dict[int, BatchSlice]:
         """The batch as one slice per input partition, of the kind the query's tasks commit
         (one Spark job: see ``millpond.services.worker.reducers``)."""
-        parsed = batch.selectExpr(
-            "partition AS _partition", "offset AS `_offset`", "key AS _key",
-            "CAST(value AS STRING) AS _raw", f"{self._decode()} AS _v",
+        parsed = batch.select(
+            F.col("partition").alias("_partition"), F.col("offset").alias("_offset"), F.col("key").alias("_key"),
+            F.col("value").cast("string").alias("_raw"), self._decode(F.col("value").cast("string")).alias("_v"),
         )
         return self.kind.reduce(parsed, self.query, self.source, self.sink)
 
-    def _decode(self) -> str:
-        """Spark SQL that parses the record value into the declared columns, PERMISSIVE: a
-        record that does not fit gets the corrupt-record column set instead of failing."""
-        options = f"'columnNameOfCorruptRecord', '{CORRUPT}', 'mode', 'PERMISSIVE'"
+    def _decode(self, text: Column) -> Column:
+        """The record value parsed into the declared columns, PERMISSIVE: a record that does
+        not fit gets the corrupt-record column set instead of failing. The schema goes to
+        Spark as a type object, never pasted into SQL text (column names are user input)."""
+        options = {"columnNameOfCorruptRecord": CORRUPT, "mode": "PERMISSIVE"}
         if self.source.value_format == "DELIMITED":
-            sep = self.source.value_delimiter.replace("\\", "\\\\").replace("'", "\\'")
-            return f"from_csv(CAST(value AS STRING), '{self.value_schema}', map({options}, 'sep', '{sep}'))"
-        return f"from_json(CAST(value AS STRING), '{self.value_schema}', map({options}))"
+            return F.from_csv(text, self.value_schema.toDDL(), {**options, "sep": self.source.value_delimiter})
+        return F.from_json(text, self.value_schema, options)
 
     async def _commit(self, slices: dict[int, BatchSlice]) -> None:
         committed = await asyncio.gather(*(self.tasks[p].apply(s) for p, s in slices.items()))
@@ -175,3 +174,29 @@ class QueryRunner:
                 metrics.RECORDS_PROCESSED.labels(*labels).inc(piece.count - len(piece.bad))
                 metrics.RECORDS_FAILED.labels(*labels).inc(len(piece.bad))
 
+
+
+_SPARK_TYPES: dict[str, T.DataType] = {
+    "VARCHAR": T.StringType(), "INT": T.IntegerType(), "BIGINT": T.LongType(), "DOUBLE": T.DoubleType(),
+    "BOOLEAN": T.BooleanType(), "BYTES": T.BinaryType(), "TIMESTAMP": T.TimestampType(), "DATE": T.DateType(),
+    "TIME": T.TimeType(),
+}
+
+
+def spark_data_type(type_: ast.SqlType) -> T.DataType:
+    """A SQL type as a Spark type object."""
+    if type_.base == "DECIMAL":
+        return T.DecimalType(type_.params[0], type_.params[1])
+    if type_.base == "ARRAY":
+        return T.ArrayType(spark_data_type(type_.params[0]))
+    if type_.base == "MAP":
+        return T.MapType(spark_data_type(type_.params[0]), spark_data_type(type_.params[1]))
+    if type_.base == "STRUCT":
+        return T.StructType([T.StructField(n, spark_data_type(t)) for n, t in type_.params])
+    return _SPARK_TYPES[type_.base]
+
+
+def value_struct(source: DataSource) -> T.StructType:
+    """The schema a record value decodes to: the source's value columns, then the corrupt-record column."""
+    return T.StructType([T.StructField(c.name, spark_data_type(c.type)) for c in source.value_columns]
+                        + [T.StructField(CORRUPT, T.StringType())])

@@ -295,3 +295,68 @@ def test_random_batches_reduce_to_the_reference(spark: SparkSession, tmp_path: P
             for key, (count, total, mean) in expected.totals.items():
                 assert piece.totals[key][:2] == (count, total)
                 assert piece.totals[key][2] == pytest.approx(mean)
+
+
+# --- Names are data, never SQL ---------------------------------------------------------------
+
+_INJECTION = "x STRING', map()) AS _v, raise_error('injected') AS _w, from_json('{}', 'y STRING"
+"""A column name that, pasted into a quoted schema string, would close it and run the rest."""
+
+
+def _quoted(name: str) -> str:
+    return f'"{name}"' if '"' not in name else f"`{name}`"
+
+
+def _weird_name_results(spark: SparkSession, name: str, tmp_path: Path) -> None:
+    """A stream whose value column is called ``name`` decodes, filters, projects and groups by
+    it as by any other name: the same slices as a reference computed in Python."""
+    column = _quoted(name)
+    literal = "'" + name.replace("'", "''") + "'"
+    source = (f"CREATE STREAM r (sensor VARCHAR KEY, {column} VARCHAR, reading INT) "
+              "WITH (kafka_topic='r', partitions=3, value_format='json')")
+    project = (f"CREATE STREAM hot AS SELECT sensor, {column}, reading * 2 AS {_quoted(name + '2')} FROM r "
+               f"WHERE reading > 10 AND {column} != {literal}")
+    aggregate = f"CREATE TABLE t AS SELECT sensor, COUNT({column}) AS n FROM r WHERE {column} != {literal} GROUP BY sensor"
+    values = [("s1", name, 20), ("s1", "other", 30), ("s2", "other", 5), ("s3", name, 40)]
+    records: list[Record] = [(k.encode(), json.dumps({name: v, "READING": n}).encode(), 0, i)
+                             for i, (k, v, n) in enumerate(values)]
+    frame = _as_batch(spark, records)
+    meta = Metastore()
+    meta.apply(parse_statement(source), 0)
+    for statement, check in ((project, "project"), (aggregate, "aggregate")):
+        got = _reduce_with(spark, meta, statement, frame, tmp_path)
+        if check == "project":
+            assert got.records == [(b"s1", {name: "other", name + "2": 60})]
+        else:
+            assert got.totals == {b"s1": (1,), b"s2": (1,)}
+
+
+def _reduce_with(spark: SparkSession, meta: Metastore, statement: str, frame: DataFrame, tmp_path: Path) -> Slice:
+    """The slice of partition 0 that ``statement``'s reducer gives for ``frame``."""
+    before = set(meta.queries)
+    meta.apply(parse_statement(statement), len(before) + 1)
+    (query_id,) = set(meta.queries) - before
+    query = meta.queries[query_id]
+    source, sink = meta.sources[query.source], meta.sources[query.sink]
+    settings = Settings(worker_id="reducer-test", spark_master="local[1]", state_dir=tmp_path)
+    task_class: type[Task] = AggregationTask if query.plan.aggregates else ProjectionTask
+    tasks = {p: task_class(settings, query, source, sink, p) for p in range(source.partitions)}
+    aggs = tasks[0].aggregates if isinstance(tasks[0], AggregationTask) else []
+    loop = asyncio.new_event_loop()
+    runner = QueryRunner(spark, settings, query, source, sink, tasks, loop)
+    try:
+        return observe(runner._reduce(frame)[0], aggs)
+    finally:
+        runner.stop()
+        loop.close()
+
+
+def test_a_column_name_cannot_inject_spark_sql(spark: SparkSession, tmp_path: Path) -> None:
+    _weird_name_results(spark, _INJECTION, tmp_path)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st.text(alphabet="ab'`\"\\\n ,.:<>()", min_size=1, max_size=12).filter(
+    lambda n: not ('"' in n and "`" in n) and n.upper() not in ("READING", "SENSOR") and n.strip()))
+def test_names_with_quotes_backticks_backslashes_and_newlines(spark: SparkSession, tmp_path: Path, name: str) -> None:
+    _weird_name_results(spark, name, tmp_path)
