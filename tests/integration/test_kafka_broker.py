@@ -40,3 +40,6 @@ def test_broker_starts_answers_transactions_and_stops(tmp_path: Path) -> None:
     assert process.poll() is not None, "the broker process must be gone after stop()"
     with socket.socket() as sock:
         assert sock.connect_ex(("127.0.0.1", port)) != 0, "nothing may listen on the broker port after stop()"
+    # The broker logs through slf4j 1.7: with a binding of the wrong slf4j major it logs nothing.
+    log = broker.log_file.read_text()
+    assert "Kafka Server started" in log, f"the broker's log lacks its start line:\n{log[:2000]}"
