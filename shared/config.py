@@ -164,6 +164,11 @@ class CoordinatorSettings(CommonSettings):
         "latest", description="Where a new persistent query starts when the session does not SET "
         "'auto.offset.reset' (ksqlDB's default is latest).",
     )
+    internal_topic_replicas: int = Field(
+        0, ge=0, description="Replication factor of every internal topic: command, changelogs, repartition, "
+        "processing log and leader election (ksqlDB's ksql.internal.topic.replicas); 0: min(3, brokers). The command "
+        "topic also keeps its records forever and takes min.insync.replicas 2 from 3 replicas on.",
+    )
     processing_log_stream: str = Field(
         "MILLPOND_PROCESSING_LOG", description="The stream declared over the processing-log topic at start-up, "
         "so records that failed can be queried (as ksqlDB's KSQL_PROCESSING_LOG); empty: do not declare it.",

@@ -27,7 +27,7 @@ from millpond.shared.catalog import names
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import CoordinatorSettings
 from millpond.shared.errors import MillpondError
-from millpond.shared.kafka.admin import ensure_topic
+from millpond.shared.kafka.admin import ensure_command_topic, ensure_topic, internal_replicas
 from millpond.shared.kafka.command_log import CommandReader, CommandWriter
 from millpond.shared.rpc.metastore import SERVICE_NAME as METASTORE_SERVICE
 from millpond.shared.rpc.metastore import metastore_registrar
@@ -93,12 +93,13 @@ class Coordinator:
         """Serve until SIGTERM or SIGINT."""
         stop = shutdown_event()
         await self.admin.start()
-        await ensure_topic(self.admin, self.settings.command_topic, 1)
-        await ensure_topic(self.admin, self.settings.processing_log_topic, 1)
+        replicas = self.executor.replicas = await internal_replicas(self.admin, self.settings.internal_topic_replicas)
+        await ensure_command_topic(self.admin, self.settings.command_topic, replicas)
+        await ensure_topic(self.admin, self.settings.processing_log_topic, 1, replicas=replicas)
         await self.producer.start()
         await self.offsets.start()
         await self.reader.start()
-        await ensure_topic(self.admin, self.settings.leader_topic, 1)
+        await ensure_topic(self.admin, self.settings.leader_topic, 1, replicas=replicas)
         await self.reader.catch_up()
         await self.server.start()
         metrics.serve(self.settings.host, self.settings.metrics_port)

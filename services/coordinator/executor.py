@@ -58,6 +58,8 @@ class StatementExecutor:
         self._lock = asyncio.Lock()
         self.fenced_retries = 0
         """How often an append was fenced by another coordinator and retried."""
+        self.replicas = 1
+        """Replication factor of the internal topics it creates (the coordinator sets it at start)."""
 
     @property
     def defaults(self) -> dict[str, str]:
@@ -156,7 +158,8 @@ class StatementExecutor:
         for query in change.add_queries:
             sink = sinks.get(query.sink) or self.metastore.source(query.sink)
             for topic in internal_topics(self.settings.service_id, query):
-                await ensure_topic(self.admin, topic.name, sink.partitions, compacted=topic.compacted)
+                await ensure_topic(self.admin, topic.name, sink.partitions, compacted=topic.compacted,
+                                   replicas=self.replicas)
 
     async def _delete_topics(self, change: Change) -> None:
         topics = list(change.delete_topics)

@@ -8,6 +8,7 @@ import logging
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
 
@@ -48,21 +49,61 @@ async def end_offsets(bootstrap: str, topic: str, partitions: int,
         await consumer.stop()
 
 
+async def internal_replicas(admin: AIOKafkaAdminClient, configured: int) -> int:
+    """The replication factor of internal topics: ``configured``, or when that is 0,
+    min(3, brokers in the cluster) (so one lost broker loses neither metastore nor state)."""
+    if configured > 0:
+        return configured
+    brokers = (await admin.describe_cluster()).get("brokers") or []
+    return max(1, min(3, len(brokers)))
+
+
+def min_insync(replicas: int) -> int:
+    """``min.insync.replicas`` for an internal topic of ``replicas`` copies: 2 from 3 copies
+    on (an acknowledged write survives a lost broker), else 1 (writes go on with one down)."""
+    return max(1, min(2, replicas - 1))
+
+
+def command_topic_configs(replicas: int) -> dict[str, str]:
+    """The command topic is the metastore: it is never deleted by time or size."""
+    return {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1",
+            "min.insync.replicas": str(min_insync(replicas))}
+
+
+async def ensure_command_topic(admin: AIOKafkaAdminClient, name: str, replicas: int) -> None:
+    """Create the one-partition command topic with infinite retention, or, when it exists
+    with a finite one (made by hand or by an older version), correct its retention as
+    ksqlDB does; the records already deleted cannot come back (``CommandReader`` refuses)."""
+    configs = command_topic_configs(replicas)
+    if await ensure_topic(admin, name, 1, replicas=replicas, configs=configs):
+        return
+    (response,) = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, name)])
+    current = {entry[0]: entry[1] for resource in response.resources for entry in resource[4]}
+    if current.get("retention.ms") == "-1" and current.get("retention.bytes") == "-1":
+        return
+    await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, name, {
+        **configs, "min.insync.replicas": current.get("min.insync.replicas", configs["min.insync.replicas"])})])
+    log.warning("corrected the command topic's retention to infinite",
+                extra={"topic": name, "retention.ms": current.get("retention.ms"),
+                       "retention.bytes": current.get("retention.bytes")})
+
+
 async def ensure_topic(
-    admin: AIOKafkaAdminClient, name: str, partitions: int, *, compacted: bool = False, replicas: int = 1
+    admin: AIOKafkaAdminClient, name: str, partitions: int, *, compacted: bool = False, replicas: int = 1,
+    configs: dict[str, str] | None = None,
 ) -> bool:
     """Create ``name`` unless it exists; True when it was created now."""
     existing = await admin.list_topics()
     if name in existing:
         return False
-    configs = {"cleanup.policy": "compact"} if compacted else {}
+    configs = {**({"cleanup.policy": "compact"} if compacted else {}), **(configs or {})}
     try:
         await admin.create_topics(
             [NewTopic(name, num_partitions=partitions, replication_factor=replicas, topic_configs=configs)]
         )
     except TopicAlreadyExistsError:
         return False
-    log.info("created topic", extra={"topic": name, "partitions": partitions, "compacted": compacted})
+    log.info("created topic", extra={"topic": name, "partitions": partitions, "replicas": replicas, "configs": configs})
     return True
 
 

@@ -23,7 +23,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.queries import Resolved
-from millpond.shared.errors import UnavailableError
+from millpond.shared.errors import SetupError, UnavailableError
 from millpond.shared.kafka.connection import KafkaConnection
 from millpond.shared.sql.parser import parse_statement
 
@@ -79,11 +79,26 @@ class CommandReader:
         self._lock = asyncio.Lock()
 
     async def start(self) -> None:
-        """Connect and position at the next command the metastore has not applied."""
+        """Connect and position at the next command the metastore has not applied.
+
+        Raises ``SetupError`` when that command is no longer in the topic (retention or a
+        record deletion removed the start of the log): replaying only the later commands
+        would build a different metastore than the other nodes', so the node must not serve.
+        """
         await self.admin.start()
         await self.consumer.start()
         self.consumer.assign([self.partition])
-        self.consumer.seek(self.partition, self.metastore.command_offset + 1)
+        needed = self.metastore.command_offset + 1
+        first = (await self.consumer.beginning_offsets([self.partition]))[self.partition]
+        if first > needed:
+            await self.stop()
+            raise SetupError(
+                f"the command topic {self.topic} starts at offset {first}, but this node needs it from offset "
+                f"{needed}: commands were deleted (by retention.ms or a record deletion), so replaying the rest "
+                "would build a metastore that differs from the cluster's, and this node refuses to serve. Restore "
+                "the command topic from a backup (it must keep retention.ms=-1), or start a new cluster with a new "
+                "service_id and run the statements again.")
+        self.consumer.seek(self.partition, needed)
 
     async def stop(self) -> None:
         """Disconnect."""

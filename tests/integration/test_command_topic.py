@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import ProducerFenced
 
 from millpond.deploy.local.kafka_broker import EmbeddedKafka
@@ -18,8 +19,8 @@ from millpond.services.coordinator.executor import StatementExecutor
 from millpond.shared.catalog import names
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import CoordinatorSettings
-from millpond.shared.errors import AlreadyExistsError
-from millpond.shared.kafka.admin import delete_topics, ensure_topic
+from millpond.shared.errors import AlreadyExistsError, SetupError
+from millpond.shared.kafka.admin import delete_topics, ensure_command_topic, ensure_topic, internal_replicas
 from millpond.shared.kafka.command_log import Command, CommandReader, CommandWriter
 from millpond.shared.kafka.connection import KafkaConnection
 
@@ -183,3 +184,50 @@ async def test_replay_keeps_every_statement_and_marks_what_lost_its_topic(kafka:
     assert list(replayed.failed_commands) == [broken_offset]
     assert replayed.command_offset == expected.command_offset
     assert replayed.digest() == expected.digest()
+
+
+async def _topic_configs(admin: AIOKafkaAdminClient, topic: str) -> dict[str, str]:
+    (response,) = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+    return {entry[0]: entry[1] for resource in response.resources for entry in resource[4]}
+
+
+async def test_the_command_topic_keeps_every_command_forever(kafka: EmbeddedKafka) -> None:
+    """Created with infinite retention (time and size), and corrected to it when it exists
+    with a finite retention; internal topics default to min(3, brokers) replicas."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap_servers)
+    await admin.start()
+    try:
+        assert await internal_replicas(admin, 0) == 1  # one broker here
+        assert await internal_replicas(admin, 2) == 2  # configured: taken as it is
+        fresh, old = f"_millpond-cmd-fresh{next(_ids)}", f"_millpond-cmd-old{next(_ids)}"
+        await ensure_command_topic(admin, fresh, 1)
+        configs = await _topic_configs(admin, fresh)
+        assert (configs["retention.ms"], configs["retention.bytes"], configs["cleanup.policy"]) == ("-1", "-1", "delete")
+        assert configs["min.insync.replicas"] == "1"
+        await ensure_topic(admin, old, 1, configs={"retention.ms": "604800000"})  # as the broker default made it
+        await ensure_command_topic(admin, old, 1)
+        assert (await _topic_configs(admin, old))["retention.ms"] == "-1"
+    finally:
+        await admin.close()
+
+
+async def test_a_node_refuses_to_serve_when_the_command_topic_lost_its_start(kafka: EmbeddedKafka) -> None:
+    """Commands deleted from the head of the topic (retention, or a record deletion): a new
+    node would replay only the later ones and diverge, so it refuses, saying why."""
+    service_id = f"headless{next(_ids)}"
+    async with coordinator_core(kafka.bootstrap_servers, service_id) as coordinator:
+        for name in ("FIRST", "SECOND"):
+            await coordinator.execute(f"CREATE STREAM {name} (A INT) WITH (kafka_topic='{name.lower()}-{service_id}', "
+                                      "partitions=1, value_format='JSON')", {})
+        topic = coordinator.settings.command_topic
+        second = [offset for offset, _ in await committed_commands(kafka.bootstrap_servers, topic)][1]
+        await coordinator.admin.delete_records({TopicPartition(topic, 0): RecordsToDelete(second)})
+
+        reader = CommandReader(coordinator.settings.kafka, topic, Metastore())
+        with pytest.raises(SetupError, match=f"starts at offset {second}, but this node needs it from offset 0"):
+            await reader.start()
+        # A node that already applied the deleted commands reads on from where it is.
+        assert coordinator.metastore.command_offset >= second
+        follower = CommandReader(coordinator.settings.kafka, topic, coordinator.metastore)
+        await follower.start()
+        await follower.stop()
