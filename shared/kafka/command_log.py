@@ -60,7 +60,8 @@ class Command:
 class CommandReader:
     """Replays the command topic into a metastore, in order, read_committed."""
 
-    def __init__(self, kafka: KafkaConnection, topic: str, metastore: Metastore):
+    def __init__(self, kafka: KafkaConnection, topic: str, metastore: Metastore, *,
+                 errors_recheck_s: float = 1.0, topics_recheck_s: float = 10.0):
         self.topic = topic
         self.metastore = metastore
         self.partition = TopicPartition(topic, 0)
@@ -76,6 +77,11 @@ class CommandReader:
         )
         self.admin = AIOKafkaAdminClient(**kafka.client_args())
         self.listeners: list[Callable[[], None]] = []
+        """Called after commands were applied, or when the sources' errors changed."""
+        self.recheck_s = (errors_recheck_s, topics_recheck_s)
+        """How often ``run`` lists the topics again: while some source is in error (its topic
+        may only now be listed), and while none is (one may be deleted outside Millpond)."""
+        self._checked_at = 0.0
         self._lock = asyncio.Lock()
 
     async def start(self) -> None:
@@ -132,20 +138,37 @@ class CommandReader:
             self._apply(record.offset, record.value)
         if records:
             await self.refresh_errors()
-            for listener in self.listeners:
-                listener()
+            self._notify()
         return len(records)
 
-    async def refresh_errors(self) -> None:
-        """Mark sources whose topics are gone (and queries over them) in the metastore."""
+    def _notify(self) -> None:
+        for listener in self.listeners:
+            listener()
+
+    async def refresh_errors(self) -> bool:
+        """Mark sources whose topics are gone (and queries over them) in the metastore; True
+        when that changed what is in error."""
+        self._checked_at = time.monotonic()
         try:
             existing = set(await self.admin.list_topics())
         except Exception as err:  # an unreachable broker must not stop replay
             log.warning("could not list topics to check sources", extra={"error": str(err)})
-            return
+            return False
+        before = self.metastore.errors
         self.metastore.check_topics(existing)
+        if self.metastore.errors == before:
+            return False
         for name, error in sorted(self.metastore.errors.items()):
             log.warning("in error", extra={"entity": name, "error": error})
+        for name in sorted(before.keys() - self.metastore.errors.keys()):
+            log.info("no longer in error", extra={"entity": name})
+        return True
+
+    async def _recheck_topics(self) -> None:
+        """List the topics again when due; tell the listeners when the errors changed."""
+        interval = self.recheck_s[0] if self.metastore.errors else self.recheck_s[1]
+        if time.monotonic() - self._checked_at >= interval and await self.refresh_errors():
+            self._notify()
 
     def _apply(self, offset: int, value: bytes | None) -> None:
         if offset <= self.metastore.command_offset:
@@ -163,6 +186,7 @@ class CommandReader:
         """Follow the topic until ``stop`` is set."""
         while not stop.is_set():
             await self.poll(timeout_ms=200)
+            await self._recheck_topics()
 
 
 class CommandWriter:

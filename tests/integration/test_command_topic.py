@@ -167,13 +167,9 @@ async def test_replay_keeps_every_statement_and_marks_what_lost_its_topic(kafka:
         reader = CommandReader(coordinator.settings.kafka, coordinator.settings.command_topic, replayed)
         await reader.start()
         try:
-            deadline = asyncio.get_running_loop().time() + 30
-            while True:
-                await reader.catch_up()
-                await reader.refresh_errors()
-                if "PAGEVIEWS_STREAM" in replayed.errors or asyncio.get_running_loop().time() > deadline:
-                    break
-                await asyncio.sleep(0.5)  # topic deletion is asynchronous in the broker
+            async with following(reader) as changes:
+                # Topic deletion is asynchronous in the broker: the reader sees it on a later check.
+                await _wait_for(lambda: "PAGEVIEWS_STREAM" in replayed.errors, changes)
         finally:
             await reader.stop()
 
@@ -184,6 +180,53 @@ async def test_replay_keeps_every_statement_and_marks_what_lost_its_topic(kafka:
     assert list(replayed.failed_commands) == [broken_offset]
     assert replayed.command_offset == expected.command_offset
     assert replayed.digest() == expected.digest()
+
+
+@asynccontextmanager
+async def following(reader: CommandReader) -> AsyncIterator[asyncio.Event]:
+    """``reader.run`` in the background; the event is set each time it tells its listeners."""
+    changes, stop = asyncio.Event(), asyncio.Event()
+    reader.listeners.append(changes.set)
+    running = asyncio.create_task(reader.run(stop))
+    try:
+        yield changes
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 10)
+
+
+async def _wait_for(condition: Any, changes: asyncio.Event, timeout_s: float = 30.0) -> None:
+    """Until ``condition()`` holds, woken by the reader's listener (never by polling here)."""
+    async with asyncio.timeout(timeout_s):
+        while not condition():
+            await changes.wait()
+            changes.clear()
+
+
+async def test_errors_are_rechecked_while_they_exist_and_listeners_told(kafka: EmbeddedKafka) -> None:
+    """A source whose topic is missing (deleted, or listed a moment late) is in error, and
+    leaves the error once the topic is back, with no new command; each change wakes the
+    listeners (the workers' reconcile, the coordinator's assignor)."""
+    service_id = f"recheck{next(_ids)}"
+    topic = f"late-{service_id}"
+    async with coordinator_core(kafka.bootstrap_servers, service_id) as coordinator:
+        await coordinator.execute(f"CREATE STREAM LATE (A INT) WITH (kafka_topic='{topic}', partitions=2, "
+                                  "value_format='JSON')", {})
+        created = await coordinator.execute("CREATE STREAM LATE_COPY AS SELECT * FROM LATE", {})
+        query_id = created.message.rsplit(" ", 1)[-1]
+        replayed = Metastore()
+        reader = CommandReader(coordinator.settings.kafka, coordinator.settings.command_topic, replayed,
+                               errors_recheck_s=0.5, topics_recheck_s=0.5)
+        await reader.start()
+        try:
+            await reader.catch_up()
+            async with following(reader) as changes:
+                await delete_topics(coordinator.admin, [topic])
+                await _wait_for(lambda: query_id in replayed.errors, changes)
+                await ensure_topic(coordinator.admin, topic, 2)
+                await _wait_for(lambda: not replayed.errors, changes)
+        finally:
+            await reader.stop()
 
 
 async def _topic_configs(admin: AIOKafkaAdminClient, topic: str) -> dict[str, str]:
