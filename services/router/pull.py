@@ -154,11 +154,13 @@ async def execute_pull(plan: PullPlan, text: str, route: Router, lookup: Lookup,
     no longer holds the partition, or is behind the token); the next qualified copy is asked.
     Scans ask one copy per partition, one call per host, all hosts at once; with a LIMIT
     they go host by host and stop once enough rows passed the filter. More than
-    ``max_rows`` result rows is a LimitError.
+    ``max_rows`` result rows is a LimitError. ``LIMIT 0`` answers no rows and asks no worker.
     """
     table = plan.table
     names = [c.name for c in table.columns]
     result = PullResult(Outcome(text, status="", columns=plan.columns))
+    if plan.limit == 0:
+        return result  # the columns and no row; no worker is asked, so no position is read
 
     def take(values_list: list[list[Any]]) -> bool:
         """Filter and project rows into the result; True once the LIMIT is reached."""
