@@ -185,7 +185,11 @@ async def execute_pull(plan: PullPlan, text: str, route: Router, lookup: Lookup,
         take([[from_proto(v) for v in response.row.values]] if response.found else [])
         return result
 
-    scan_limit = plan.limit if plan.where is None and plan.limit else 0
+    # Without a WHERE every row scanned is a result row: ask for no more than the LIMIT, nor
+    # more than one past what a response may hold. With a WHERE (filtered here), the LIMIT
+    # cannot bound the workers' scans; their max_scan_rows does.
+    bounds = [n for n in (plan.limit, None if max_rows is None else max_rows + 1) if n is not None]
+    scan_limit = min(bounds, default=0) if plan.where is None else 0
     routes = {p: route(p) for p in range(table.partitions)}
 
     def scan_one(partition: int) -> Callable[[Replica], Awaitable[worker_pb2.ScanResponse]]:

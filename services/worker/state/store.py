@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,22 @@ class PartitionStore:
                 yield key, json.loads(raw)
         except RuntimeError as error:
             raise self._closed_or(error) from error
+
+    def page(self, after: bytes | None, count: int) -> list[tuple[bytes, list[Any]]]:
+        """Up to ``count`` keys and their states in key order, from the first key after ``after``
+        (None: from the first key); StoreClosed when the store closed meanwhile. A long scan reads
+        page by page with ``after`` the last key it read, and holds no iterator between pages:
+        an open iterator keeps RocksDB's lock past ``close``, so the task's next copy could not
+        open the store."""
+        try:
+            start = None if after is None else after + b"\x00"  # the least key above ``after``
+            page: list[tuple[bytes, list[Any]]] = []
+            for key, raw in islice(self.db.items(from_key=start), count):
+                assert isinstance(key, bytes)
+                page.append((key, json.loads(raw)))
+        except RuntimeError as error:
+            raise self._closed_or(error) from error
+        return page
 
     def _closed_or(self, error: RuntimeError) -> Exception:
         return StoreClosed(f"store {self.path} closed while being read; ask again") if self._db is None else error

@@ -106,3 +106,11 @@ def test_limit_0_answers_the_columns_and_no_row(sql: str) -> None:
     assert result.outcome.rows == [] and result.outcome.columns == [("SENSOR", "VARCHAR"), ("N", "BIGINT")]
     assert workers.calls == []
 
+
+def test_a_scan_without_where_asks_no_more_rows_than_a_response_may_hold() -> None:
+    workers = Workers(down=set())
+    result = pull("SELECT * FROM counts", workers, {0: Route([A], []), 1: Route([A], [])}, max_rows=5)
+    assert len(result.outcome.rows) == 3 and [r.limit for _, r in workers.calls] == [6]
+    pull("SELECT * FROM counts LIMIT 2", workers, {0: Route([A], []), 1: Route([A], [])}, max_rows=5)
+    pull("SELECT * FROM counts WHERE n > 1", workers, {0: Route([A], []), 1: Route([A], [])}, max_rows=5)
+    assert [r.limit for _, r in workers.calls] == [6, 2, 0]  # a WHERE is filtered here: the worker's cap bounds it
