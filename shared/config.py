@@ -233,6 +233,12 @@ class WorkerSettings(CoordinatorClientSettings):
     max_offsets_per_trigger: int = Field(
         0, description="Most input records one micro-batch reads over all its partitions; 0: no limit."
     )
+    max_scan_rows: int = Field(
+        100_000, description="Most table rows one pull-query scan reads on this worker; a scan that would read more "
+        "is refused with RESOURCE_EXHAUSTED (add a LIMIT or look up a key). The router filters a WHERE itself, so a "
+        "filtered scan reads every row of its partitions; an unfiltered one reads at most the router's "
+        "max_rows_per_response + 1.",
+    )
     task_retry_initial_ms: int = Field(500, description="First wait before restarting a failed query's tasks.")
     task_retry_max_ms: int = Field(30000, description="Longest wait between restarts of a failing query's tasks.")
 

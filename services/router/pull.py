@@ -154,11 +154,13 @@ async def execute_pull(plan: PullPlan, text: str, route: Router, lookup: Lookup,
     no longer holds the partition, or is behind the token); the next qualified copy is asked.
     Scans ask one copy per partition, one call per host, all hosts at once; with a LIMIT
     they go host by host and stop once enough rows passed the filter. More than
-    ``max_rows`` result rows is a LimitError.
+    ``max_rows`` result rows is a LimitError. ``LIMIT 0`` answers no rows and asks no worker.
     """
     table = plan.table
     names = [c.name for c in table.columns]
     result = PullResult(Outcome(text, status="", columns=plan.columns))
+    if plan.limit == 0:
+        return result  # the columns and no row; no worker is asked, so no position is read
 
     def take(values_list: list[list[Any]]) -> bool:
         """Filter and project rows into the result; True once the LIMIT is reached."""
@@ -183,7 +185,11 @@ async def execute_pull(plan: PullPlan, text: str, route: Router, lookup: Lookup,
         take([[from_proto(v) for v in response.row.values]] if response.found else [])
         return result
 
-    scan_limit = plan.limit if plan.where is None and plan.limit else 0
+    # Without a WHERE every row scanned is a result row: ask for no more than the LIMIT, nor
+    # more than one past what a response may hold. With a WHERE (filtered here), the LIMIT
+    # cannot bound the workers' scans; their max_scan_rows does.
+    bounds = [n for n in (plan.limit, None if max_rows is None else max_rows + 1) if n is not None]
+    scan_limit = min(bounds, default=0) if plan.where is None else 0
     routes = {p: route(p) for p in range(table.partitions)}
 
     def scan_one(partition: int) -> Callable[[Replica], Awaitable[worker_pb2.ScanResponse]]:

@@ -94,6 +94,8 @@ class PushQuery:
     async def rows(self) -> AsyncIterator[list[Any]]:
         """The result rows as they happen, until the LIMIT or until the caller stops iterating."""
         assert self._consumer is not None, "start the push query first"
+        if self.plan.limit == 0:
+            return
         while True:
             batches = await self._consumer.getmany(timeout_ms=1000, max_records=self.fetch_records)
             for records in batches.values():

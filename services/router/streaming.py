@@ -57,8 +57,12 @@ class PushQueries:
         self._clients[push.query_id] = client
         metrics.PUSH_QUERIES.set(len(self.pushes))
         try:
+            header = PushHeader(push.query_id, [(n, str(t)) for n, t in push.plan.columns])
+            if push.plan.limit == 0:  # the header, then the end: no reader to open
+                yield header
+                return
             await push.start()
-            yield PushHeader(push.query_id, [(n, str(t)) for n, t in push.plan.columns])
+            yield header
             async for row in push.rows():
                 yield row
                 metrics.PUSH_ROWS.inc()

@@ -45,7 +45,7 @@ class Worker:
         """Where the tasks (and Spark's callbacks into them) run, off the loop that serves."""
         self.tasks = TaskAssignment(settings, self.metastore, self.spark)
         self.tables = LocalTables(settings.worker_id, self.metastore, self.tasks)
-        servicer = WorkerServicer(self.tables)
+        servicer = WorkerServicer(self.tables, settings.max_scan_rows)
         self.server = RpcServer(
             settings,
             [lambda s: worker_pb2_grpc.add_WorkerServiceServicer_to_server(servicer, s),

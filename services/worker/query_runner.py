@@ -23,6 +23,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from millpond.services.worker.kinds import WORKER_KINDS
 from millpond.services.worker.reducers import CORRUPT
+from millpond.services.worker.state.store import path_segment
 from millpond.services.worker.task import BatchSlice, Task
 from millpond.shared import metrics
 from millpond.shared.catalog.queries import PersistentQuery
@@ -67,7 +68,7 @@ class QueryRunner:
     def start(self) -> None:
         """Start the streaming query from each task's committed input offset (again after a
         ``stop``, with a new checkpoint: the tasks hold the positions). Blocking."""
-        self.checkpoint = tempfile.mkdtemp(prefix=f"millpond-{self.name}-")
+        self.checkpoint = tempfile.mkdtemp(prefix=f"millpond-{path_segment(self.name)}-")
         self.error = None
         self.last_batch_at = time.monotonic()
         topic = self.source.topic

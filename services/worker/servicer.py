@@ -6,14 +6,13 @@ of the worker's wiring.
 
 from __future__ import annotations
 
-from itertools import islice
 from typing import Protocol
 
 import grpc
 
 from millpond.common.v1 import rows_pb2
 from millpond.services.worker.converters import row_to_proto
-from millpond.services.worker.serving import LocalCopy
+from millpond.services.worker.serving import LocalCopy, scan
 from millpond.shared.rpc.status import grpc_errors
 from millpond.worker.v1 import worker_pb2, worker_pb2_grpc
 
@@ -31,8 +30,10 @@ class Tables(Protocol):
 class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
     """Implements ``millpond.worker.v1.WorkerService``."""
 
-    def __init__(self, tables: Tables):
+    def __init__(self, tables: Tables, max_scan_rows: int):
         self.tables = tables
+        self.max_scan_rows = max_scan_rows
+        """The most rows one Scan reads (WorkerSettings.max_scan_rows)."""
 
     @grpc_errors
     async def Lookup(self, request: worker_pb2.LookupRequest, context: grpc.aio.ServicerContext) -> worker_pb2.LookupResponse:
@@ -48,14 +49,15 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
     async def Scan(self, request: worker_pb2.ScanRequest, context: grpc.aio.ServicerContext) -> worker_pb2.ScanResponse:
         rows: list[rows_pb2.Row] = []
         positions: dict[int, int] = {}
-        for partition in request.partitions:
-            copy = self.tables.local_table(request.table, partition, request.allow_standby,
+
+        def copy_of(partition: int) -> LocalCopy:
+            return self.tables.local_table(request.table, partition, request.allow_standby,
                                            request.min_input_offsets.get(partition, 0))
-            positions[partition] = copy.input_offset
-            items = copy.store.items()
-            if request.limit:
-                items = islice(items, max(request.limit - len(rows), 0))
-            rows += [row_to_proto(copy.row(k, s)) for k, s in items]
+
+        # Page by page, so the loop that serves (and beats the coordinators) is never held up for long.
+        async for page in scan(request.table, copy_of, request.partitions, request.limit, self.max_scan_rows):
+            positions[page.partition] = page.input_offset
+            rows += [row_to_proto(values) for values in page.rows]
         return worker_pb2.ScanResponse(rows=rows, input_offsets=positions)
 
     @grpc_errors

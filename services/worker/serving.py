@@ -3,13 +3,16 @@ switch: what the worker's servicer serves."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from millpond.services.worker.assignment import RowFn, TaskAssignment
 from millpond.services.worker.state.store import PartitionStore
 from millpond.services.worker.task import StoreTask
 from millpond.shared.catalog.metastore import Metastore
-from millpond.shared.errors import NotFoundError, UnavailableError
+from millpond.shared.errors import LimitError, NotFoundError, UnavailableError
 from millpond.shared.task_status import RUNNING
 
 
@@ -22,6 +25,53 @@ class LocalCopy:
     """Turns a stored state into the table's row."""
     input_offset: int
     """The next input offset the copy has not processed (-1: unknown)."""
+
+
+SCAN_PAGE_ROWS = 500
+"""Rows a scan reads (and its caller converts) between two turns of the serving loop: a few
+milliseconds, so heartbeats and lookups keep going through a large scan."""
+
+
+@dataclass(frozen=True)
+class ScanPage:
+    """Consecutive rows of one partition of a scan."""
+
+    partition: int
+    input_offset: int
+    """The position of the copy when the scan found it (``LocalCopy.input_offset``): the pages,
+    read one after another, reflect at least that much of the input."""
+    rows: list[list[Any]]
+
+
+async def scan(table: str, copy_of: Callable[[int], LocalCopy], partitions: Iterable[int], limit: int,
+               max_rows: int) -> AsyncIterator[ScanPage]:
+    """The rows of ``partitions`` of ``table``, partition by partition in key order, a page at a
+    time (every partition has at least one page, maybe empty, for its position), letting the
+    event loop run between pages. ``copy_of`` finds a partition's copy (``LocalTables.local_table``).
+
+    At most ``limit`` rows (0: no limit). A scan whose limit does not bound it to ``max_rows``
+    is refused (LimitError) once it finds more rows than that, rather than cut short: a pull
+    query's answer is whole or an error.
+    """
+    most = limit if 0 < limit <= max_rows else max_rows + 1
+    read = 0
+    for partition in partitions:
+        copy = copy_of(partition)
+        after: bytes | None = None
+        while True:
+            wanted = min(SCAN_PAGE_ROWS, most - read)
+            items = copy.store.page(after, wanted) if wanted > 0 else []
+            read += len(items)
+            if read > max_rows:
+                raise LimitError(
+                    f"a scan of {table} reads more than {max_rows} rows on one worker, the most a scan may "
+                    "(the workers' max_scan_rows): add a LIMIT (without a WHERE it bounds the scan), look up "
+                    "one key with WHERE <key column> = ..., or raise max_scan_rows")
+            yield ScanPage(partition, copy.input_offset, [copy.row(key, state) for key, state in items])
+            await asyncio.sleep(0)
+            if len(items) < wanted or read >= most:
+                break
+            after = items[-1][0]
 
 
 class LocalTables:

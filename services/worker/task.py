@@ -36,7 +36,14 @@ from typing import Any, Generic, TypeVar
 from aiokafka import AIOKafkaProducer, TopicPartition
 
 from millpond.services.worker.state.changelog import ChangelogReader
-from millpond.services.worker.state.store import CHANGELOG_OFFSET, INPUT_OFFSET, INPUT_OFFSET_HEADER, PartitionStore, encode_state
+from millpond.services.worker.state.store import (
+    CHANGELOG_OFFSET,
+    INPUT_OFFSET,
+    INPUT_OFFSET_HEADER,
+    PartitionStore,
+    encode_state,
+    partition_dir,
+)
 from millpond.shared.catalog.names import changelog_topic, consumer_group, task_transactional_id
 from millpond.shared.catalog.queries import PersistentQuery
 from millpond.shared.catalog.sources import DataSource
@@ -278,7 +285,7 @@ class Task(ABC, Generic[SliceT]):
 def store_path(settings: WorkerSettings, query_id: str, partition: int) -> Path:
     """Where a worker keeps its copy of one partition of a query's table (active or standby:
     the same place, so a promoted standby starts from what it replayed)."""
-    return settings.state_dir / settings.worker_id / query_id / str(partition)
+    return partition_dir(settings.state_dir, settings.worker_id, query_id, partition)
 
 
 def aggregate_row(sink: DataSource, aggs: list[aggregates.Aggregate], key: bytes, state: list[Any]) -> list[Any]:

@@ -6,6 +6,7 @@ Syntax errors become ``StatementError`` with the line, the column and what was e
 
 from __future__ import annotations
 
+import unicodedata
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -337,6 +338,7 @@ def parse_script(text: str) -> list[ast.Statement]:
         if not isinstance(child, Tree):
             continue
         _check_depth(child)
+        _check_names(child)
         node = _ToAst().transform(child)
         snippet = text[child.meta.start_pos:child.meta.end_pos].strip()
         if isinstance(node, ast.Explain) and node.statement is not None:
@@ -358,6 +360,20 @@ def _check_depth(tree: Tree[Token]) -> None:
             raise StatementError(f"the statement nests more than {MAX_DEPTH} levels deep; simplify the expression",
                                  line=line, column=column)
         stack.extend((c, depth + 1) for c in node.children if isinstance(c, Tree))
+
+
+def _check_names(tree: Tree[Token]) -> None:
+    """Refuse a quoted name (of a stream, table, column, query or property) that holds a control
+    character: a newline or NUL in a name breaks logs, topic and file names and the clients'
+    tables. ksqlDB lets them through; quotes, backticks, backslashes and other printable
+    characters stay allowed."""
+    for token in tree.scan_values(lambda v: isinstance(v, Token) and v.type == "QUOTED_IDENTIFIER"):
+        name = str(token)[1:-1]
+        bad = next((c for c in name if unicodedata.category(c) == "Cc"), None)
+        if bad is not None:
+            raise StatementError(
+                f"the name {name!r} holds the control character U+{ord(bad):04X}; names cannot hold control "
+                "characters (newlines, tabs, NUL, ...): remove it from the name", line=token.line, column=token.column)
 
 
 def parse_statement(text: str) -> ast.Statement:

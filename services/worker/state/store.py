@@ -11,7 +11,9 @@ at a consistent position.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,38 @@ PENDING_INPUT_OFFSET = b"pending_input_offset"
 """The header of the changelog records applied last, whose transaction may have more."""
 INPUT_OFFSET_HEADER = "millpond.input.offset"
 """Changelog record header: the next input offset of the batch that wrote the record."""
+
+
+_PLAIN = re.compile(r"[A-Za-z0-9_-]")
+_ESCAPE = re.compile(r"%([0-9A-F]{2})")
+
+
+def path_segment(name: str) -> str:
+    """``name`` as one directory name that cannot leave its parent: every character outside
+    ``[A-Za-z0-9_-]`` becomes ``%XX`` per UTF-8 byte (``%`` and ``.`` included), so no segment
+    holds a path separator, a ``..``, NUL or a control character, and two names never share a
+    segment (``decode_path_segment`` reverses it). Ids such as ``CTAS_3`` or ``worker-1`` stay
+    as they are. The empty name is ``%``, which no other name encodes to."""
+    if not name:
+        return "%"
+    return "".join(c if _PLAIN.fullmatch(c) else "".join(f"%{b:02X}" for b in c.encode("utf-8", "surrogatepass"))
+                   for c in name)
+
+
+def decode_path_segment(segment: str) -> str:
+    """The name ``path_segment`` encoded into ``segment``."""
+    if segment == "%":
+        return ""
+    raw = bytearray()
+    for i, part in enumerate(_ESCAPE.split(segment)):
+        raw += bytes.fromhex(part) if i % 2 else part.encode()
+    return raw.decode("utf-8", "surrogatepass")
+
+
+def partition_dir(state_dir: Path, worker_id: str, query_id: str, partition: int) -> Path:
+    """The directory of one worker's store of one (query, partition), always inside
+    ``state_dir``: the ids are encoded (``path_segment``), never pasted in raw."""
+    return state_dir / path_segment(worker_id) / path_segment(query_id) / str(partition)
 
 
 class StoreClosed(UnavailableError):
@@ -73,6 +107,22 @@ class PartitionStore:
                 yield key, json.loads(raw)
         except RuntimeError as error:
             raise self._closed_or(error) from error
+
+    def page(self, after: bytes | None, count: int) -> list[tuple[bytes, list[Any]]]:
+        """Up to ``count`` keys and their states in key order, from the first key after ``after``
+        (None: from the first key); StoreClosed when the store closed meanwhile. A long scan reads
+        page by page with ``after`` the last key it read, and holds no iterator between pages:
+        an open iterator keeps RocksDB's lock past ``close``, so the task's next copy could not
+        open the store."""
+        try:
+            start = None if after is None else after + b"\x00"  # the least key above ``after``
+            page: list[tuple[bytes, list[Any]]] = []
+            for key, raw in islice(self.db.items(from_key=start), count):
+                assert isinstance(key, bytes)
+                page.append((key, json.loads(raw)))
+        except RuntimeError as error:
+            raise self._closed_or(error) from error
+        return page
 
     def _closed_or(self, error: RuntimeError) -> Exception:
         return StoreClosed(f"store {self.path} closed while being read; ask again") if self._db is None else error

@@ -54,9 +54,9 @@ class Workers:
                                        input_offsets={p: 10 + p for p in request.partitions})
 
 
-def pull(sql: str, workers: Workers, routes: dict[int, Route]) -> Any:
+def pull(sql: str, workers: Workers, routes: dict[int, Route], max_rows: int | None = None) -> Any:
     plan = plan_pull(parse_statement(sql), metastore(), "svc")  # type: ignore[arg-type]
-    return asyncio.run(execute_pull(plan, sql, routes.__getitem__, workers.lookup, workers.scan))
+    return asyncio.run(execute_pull(plan, sql, routes.__getitem__, workers.lookup, workers.scan, max_rows))
 
 
 def test_lookup_fails_over_and_reports_the_position_it_read() -> None:
@@ -96,3 +96,21 @@ def test_limit_stops_asking_hosts_once_it_has_its_rows() -> None:
     result = pull("SELECT * FROM counts LIMIT 1", workers, {0: Route([A], []), 1: Route([B], [])})
     assert len(result.outcome.rows) == 1 and [e for e, _ in workers.calls] == ["a:1"]
     assert workers.calls[0][1].limit == 1
+
+
+@pytest.mark.parametrize("sql", ["SELECT * FROM counts LIMIT 0", "SELECT * FROM counts WHERE n > 0 LIMIT 0",
+                                 "SELECT * FROM counts WHERE sensor = 's1' LIMIT 0"])
+def test_limit_0_answers_the_columns_and_no_row(sql: str) -> None:
+    workers = Workers(down=set())
+    result = pull(sql, workers, {0: Route([A], []), 1: Route([B], [])})
+    assert result.outcome.rows == [] and result.outcome.columns == [("SENSOR", "VARCHAR"), ("N", "BIGINT")]
+    assert workers.calls == []
+
+
+def test_a_scan_without_where_asks_no_more_rows_than_a_response_may_hold() -> None:
+    workers = Workers(down=set())
+    result = pull("SELECT * FROM counts", workers, {0: Route([A], []), 1: Route([A], [])}, max_rows=5)
+    assert len(result.outcome.rows) == 3 and [r.limit for _, r in workers.calls] == [6]
+    pull("SELECT * FROM counts LIMIT 2", workers, {0: Route([A], []), 1: Route([A], [])}, max_rows=5)
+    pull("SELECT * FROM counts WHERE n > 1", workers, {0: Route([A], []), 1: Route([A], [])}, max_rows=5)
+    assert [r.limit for _, r in workers.calls] == [6, 2, 0]  # a WHERE is filtered here: the worker's cap bounds it

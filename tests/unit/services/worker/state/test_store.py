@@ -7,8 +7,20 @@ import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore, StoreClosed, encode_state
+from millpond.services.worker.state.store import (
+    INPUT_OFFSET,
+    PartitionStore,
+    StoreClosed,
+    decode_path_segment,
+    encode_state,
+    partition_dir,
+    path_segment,
+)
+from millpond.services.worker.task import store_path
+from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import UnavailableError
 
 
@@ -38,3 +50,32 @@ def _read_until_it_fails(store: PartitionStore, reading: threading.Event, errors
             sum(1 for _ in store.items())
     except BaseException as error:
         errors.append(error)
+
+
+@pytest.mark.parametrize("query_id", ["x/../../tmp/evil", "..", ".", "/abs", "a\\b", "a\x00b", "a\nb", "", "ü/.."])
+def test_a_store_named_by_any_id_lands_inside_the_state_dir(tmp_path: Path, query_id: str) -> None:
+    state_dir = tmp_path / "state"
+    path = store_path(WorkerSettings(worker_id="../worker", state_dir=state_dir), query_id, 3)
+    assert path.resolve().is_relative_to(state_dir.resolve())
+    assert len(path.relative_to(state_dir).parts) == 3
+    PartitionStore(path).close()
+    assert [p.name for p in tmp_path.iterdir()] == ["state"]
+    assert path == partition_dir(state_dir, "../worker", query_id, 3)
+
+
+def test_ids_already_safe_keep_their_directory_name() -> None:
+    assert path_segment("CTAS_12") == "CTAS_12"
+    assert path_segment("worker-1") == "worker-1"
+
+
+@given(st.text())
+def test_the_path_encoding_is_safe_and_reversible(name: str) -> None:
+    segment = path_segment(name)
+    assert segment and segment not in {".", ".."}
+    assert not any(c in segment for c in "/\\\x00") and segment.isprintable() and segment.isascii()
+    assert decode_path_segment(segment) == name  # so two names never share a directory
+
+
+@given(st.text(), st.text())
+def test_two_names_never_share_a_segment(a: str, b: str) -> None:
+    assert (path_segment(a) == path_segment(b)) == (a == b)

@@ -1,0 +1,68 @@
+"""Push queries at the router without a broker: ``LIMIT 0`` ends the stream at once, after
+the header, with no row and no reader opened; a LIMIT stops after its rows."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from millpond.services.router.push import PushHeader, PushQuery
+from millpond.services.router.streaming import PushQueries
+from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.config import RouterSettings
+from millpond.shared.sql import ast
+from millpond.shared.sql.parser import parse_statement
+from millpond.shared.sql.planner import plan_select
+
+
+def metastore() -> Metastore:
+    meta = Metastore()
+    meta.apply(parse_statement("CREATE STREAM readings (sensor VARCHAR KEY, reading INT) "
+                               "WITH (kafka_topic='readings', partitions=1, value_format='json')"), 0)
+    return meta
+
+
+class FakeConsumer:
+    """Hands out the same records at every fetch."""
+
+    async def getmany(self, timeout_ms: int, max_records: int) -> dict[int, list[Any]]:
+        records = [SimpleNamespace(key=b"s%d" % i, value=json.dumps({"READING": i}).encode(), offset=i)
+                   for i in range(3)]
+        return {0: records}
+
+
+async def rows_of(sql: str) -> list[list[Any]]:
+    meta = metastore()
+    stmt = parse_statement(sql)
+    assert isinstance(stmt, ast.Query)
+    push = PushQuery(plan_select(stmt, meta.source(stmt.source)), RouterSettings().kafka, from_beginning=True)
+    push._consumer = FakeConsumer()  # type: ignore[assignment]
+    return [row async for row in push.rows()]
+
+
+def test_limit_0_pushes_no_row() -> None:
+    assert asyncio.run(rows_of("SELECT * FROM readings EMIT CHANGES LIMIT 0")) == []
+
+
+def test_a_limit_stops_after_its_rows() -> None:
+    assert asyncio.run(rows_of("SELECT * FROM readings EMIT CHANGES LIMIT 2")) == [["s0", 0], ["s1", 1]]
+
+
+def test_limit_0_streams_the_header_then_ends_without_opening_a_reader(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def no_reader(self: PushQuery) -> None:
+        raise AssertionError("LIMIT 0 opened a reader")
+
+    monkeypatch.setattr(PushQuery, "start", no_reader)
+    pushes = PushQueries(RouterSettings(), metastore(), None)  # type: ignore[arg-type]
+
+    async def stream() -> list[PushHeader | list[Any]]:
+        return [item async for item in pushes.stream("SELECT * FROM readings EMIT CHANGES LIMIT 0;", {}, "me")]
+
+    items = asyncio.run(stream())
+    assert len(items) == 1 and isinstance(items[0], PushHeader)
+    assert items[0].columns == [("SENSOR", "VARCHAR"), ("READING", "INT")]
+    assert pushes.pushes == {}
