@@ -16,7 +16,7 @@ from millpond.services.worker.input_watch import InputWatch
 from millpond.services.worker.spark import LazySession
 from millpond.services.worker.standby import StandbyReplica
 from millpond.services.worker.supervisor import QuerySupervisor
-from millpond.services.worker.task import AggregationTask, Task, aggregate_row
+from millpond.services.worker.task import AggregationTask, TableTask, Task, aggregate_row
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.queries import PersistentQuery
 from millpond.shared.catalog.topology import stages
@@ -91,7 +91,7 @@ class TaskAssignment:
 
     def store_lags(self) -> list[StoreLag]:
         """How far each local table copy, active or standby, is behind its changelog."""
-        active = [t.lag() for t in self.active_tasks() if isinstance(t, AggregationTask)]
+        active = [t.lag() for t in self.active_tasks() if isinstance(t, AggregationTask | TableTask)]
         return [lag for lag in [*active, *(r.lag() for r in list(self.standbys.values()))] if lag is not None]
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -35,7 +35,7 @@ from millpond.shared.catalog.queries import PersistentQuery
 from millpond.shared.catalog.topology import stages
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError
-from millpond.shared.task_status import FAILED, RUNNING, STARTING, TaskReport
+from millpond.shared.task_status import FAILED, RESTORING, RUNNING, STARTING, TaskReport
 from millpond.shared.teardown import bounded, cancel_and_wait, gather_or_cancel, run_to_end
 
 log = logging.getLogger(__name__)
@@ -144,15 +144,25 @@ class QuerySupervisor:
                     await run_to_end(asyncio.to_thread(runner.start))
             for tasks in self._stage_tasks:
                 for task in tasks.values():
-                    task.state = RUNNING
+                    task.state = RESTORING if task.rebuilding() else RUNNING
             # The streams' state lives in the JVM; polling it costs no thread per query.
             while (reason := self._failure()) is None:
                 await asyncio.sleep(WATCH_INTERVAL_S)
                 for runner in self._runners:
+                    await self._rebuilt(runner)
                     await self._park_or_resume(runner)
             raise QueryFailed(reason)
         finally:
             await self._teardown()
+
+    @staticmethod
+    async def _rebuilt(runner: QueryRunner) -> None:
+        """Tell a stage's rebuilding tasks how far its query has read: the end of a rebuild can
+        be a transaction marker, which no batch's records reach."""
+        if runner.running and any(task.rebuilding() for task in runner.tasks.values()):
+            read = await asyncio.to_thread(runner.read_through)
+            for partition, offset in (read or {}).items():
+                runner.tasks[partition].read_through(offset)
 
     async def _park_or_resume(self, runner: QueryRunner) -> None:
         """Stop a stage's Spark query after ``park_after_idle_ms`` without input (its tasks stay

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from millpond.services.worker.state.changelog import ChangelogReader
 from millpond.services.worker.state.store import (
@@ -53,7 +53,7 @@ from millpond.shared.kafka.admin import committed_offsets
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.kafka.serde import deserialize_key, serialize_value
 from millpond.shared.sql import aggregates
-from millpond.shared.task_status import RESTORING, STARTING, StoreLag, TaskReport, now_ms
+from millpond.shared.task_status import RESTORING, RUNNING, STARTING, StoreLag, TaskReport, now_ms
 from millpond.shared.teardown import bounded, run_to_end
 
 log = logging.getLogger(__name__)
@@ -155,6 +155,14 @@ class Task(ABC, Generic[SliceT]):
             input_offset=-1 if self.next_input_offset is None else self.next_input_offset,
             start_input_offset=-1 if self.start_input_offset is None else self.start_input_offset,
         )
+
+    def rebuilding(self) -> bool:
+        """Whether the task's store is still being rebuilt from its input (it stays RESTORING
+        once its Spark query runs); only ``TableTask`` rebuilds that way."""
+        return False
+
+    def read_through(self, offset: int) -> None:
+        """The task's query has read and committed its input up to ``offset``."""
 
     async def _open_producer(self) -> None:
         self.producer = AIOKafkaProducer(
@@ -441,13 +449,59 @@ class TableTask(StoreTask[MaterializeSlice]):
     reading the topic from the start. Each batch's transaction carries its processing-log
     records and the input offsets (for lag tooling and to fence a zombie)."""
 
+    def __init__(self, settings: WorkerSettings, query: PersistentQuery, source: DataSource,
+                 sink: DataSource, partition: int, stage: str = ""):
+        super().__init__(settings, query, source, sink, partition, stage)
+        self.input_end: int | None = None
+        """The topic's last stable offset when the task started: the store is rebuilding
+        (RESTORING) until it has read that far. None until known."""
+        self.input_start = 0
+        """Where the store's replay of the topic began (its position, or the topic's first offset)."""
+        self.last_applied_ms = 0
+
     async def start(self) -> None:
-        """Open the store and fence any older owner; resume after the store's own position."""
+        """Open the store and fence any older owner; resume after the store's own position,
+        RESTORING while it replays what the topic held when it started."""
         self.store = PartitionStore(self.store_path)
         await self._open_producer()
         self.next_input_offset = self.start_input_offset = self.store.position(INPUT_OFFSET)
+        consumer = AIOKafkaConsumer(**self.settings.kafka.client_args(), isolation_level="read_committed")
+        await consumer.start()
+        try:
+            first = (await consumer.beginning_offsets([self.input]))[self.input]
+            self.input_end = (await consumer.end_offsets([self.input]))[self.input]
+        finally:
+            await consumer.stop()
+        self.input_start = first if self.next_input_offset is None else max(first, self.next_input_offset)
+        self.records_to_restore = max(self.input_end - self.input_start, 0)
+        if self.records_to_restore:
+            self.state = RESTORING
         log.info("task started", extra={"query": self.query.query_id, "partition": self.partition,
-                                        "input_offset": self.next_input_offset})
+                                        "input_offset": self.next_input_offset, "input_end": self.input_end})
+
+    def rebuilding(self) -> bool:
+        """Whether the store still lacks part of what the topic held when the task started."""
+        return self.state == RESTORING
+
+    def read_through(self, offset: int) -> None:
+        """The query has read (and committed) its input up to ``offset``: past transaction
+        markers, which committed record offsets alone never reach. Ends the rebuild there."""
+        if self.state == RESTORING and self.input_end is not None and offset >= self.input_end:
+            self.state = RUNNING
+            self.restored_records = self.records_to_restore
+            log.info("rebuild finished", extra={"query": self.query.query_id, "partition": self.partition,
+                                                "input_offset": self.next_input_offset})
+
+    def lag(self) -> StoreLag | None:
+        """How far the store is behind its topic, which is its changelog: as of the end the
+        task knows (the end at start, then what it committed); None before ``start`` read it."""
+        if self.input_end is None:
+            return None
+        current = self.input_start if self.next_input_offset is None else self.next_input_offset
+        if self.state != RESTORING:
+            current = max(current, self.input_end)
+        return StoreLag(self.query.query_id, self.partition, True, current, max(self.input_end, current),
+                        self.last_applied_ms, -1 if self.next_input_offset is None else self.next_input_offset)
 
     def row(self, key: bytes, state: list[Any]) -> list[Any]:
         """The row in declared column order: the key where the key column is, values elsewhere."""
@@ -466,4 +520,8 @@ class TableTask(StoreTask[MaterializeSlice]):
         deleted = [key for key, values in batch.latest if values is None]
         self.store.write(rows, {INPUT_OFFSET: batch.last_offset + 1}, deleted)
         self.next_input_offset = batch.last_offset + 1
+        self.last_applied_ms = now_ms()
+        if self.state == RESTORING:
+            self.restored_records = min(self.next_input_offset - self.input_start, self.records_to_restore)
+            self.read_through(self.next_input_offset)
         return True

@@ -10,19 +10,27 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from millpond.deploy.local.kafka_broker import EmbeddedKafka
 from millpond.services.worker.state.store import INPUT_OFFSET
-from millpond.services.worker.task import AggregateSlice, AggregationTask, ProjectionTask, ProjectSlice
+from millpond.services.worker.task import (
+    AggregateSlice,
+    AggregationTask,
+    MaterializeSlice,
+    ProjectionTask,
+    ProjectSlice,
+    TableTask,
+)
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.names import changelog_topic, consumer_group, processing_log_topic
 from millpond.shared.config import WorkerSettings
 from millpond.shared.kafka.admin import committed_offsets, ensure_topic
 from millpond.shared.kafka.connection import KafkaConnection
 from millpond.shared.sql.parser import parse_statement
+from millpond.shared.task_status import RESTORING, RUNNING
 
 pytestmark = pytest.mark.kafka
 _ids = itertools.count()
@@ -128,3 +136,52 @@ async def test_a_fenced_projection_task_writes_nothing(kafka: EmbeddedKafka, tmp
         await new.stop()
         await old.stop()
     assert await _committed(kafka.bootstrap_servers, sink.topic) == [(b"a", {"V2": 2}), (b"b", {"V2": 4})]
+
+
+async def test_a_source_table_task_rebuilds_as_restoring_and_reports_its_lag(kafka: EmbeddedKafka,
+                                                                           tmp_path: Path) -> None:
+    """A table's store rebuilt from its topic is RESTORING, with a lag, until it has read what
+    the topic held when it started, transaction marker included; then RUNNING with lag 0."""
+    service_id = f"table{next(_ids)}"
+    meta = Metastore()
+    meta.apply(parse_statement(f"CREATE TABLE t (id VARCHAR PRIMARY KEY, n INT) WITH (kafka_topic='t-{service_id}', "
+                               "partitions=1, value_format='json')"), 0)
+    (query,) = meta.queries.values()
+    source = meta.source("T")
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap_servers)
+    await admin.start()
+    try:
+        await ensure_topic(admin, source.topic, 1)
+        await ensure_topic(admin, processing_log_topic(service_id), 1)
+    finally:
+        await admin.close()
+    producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap_servers, transactional_id=f"fill-{service_id}")
+    await producer.start()
+    try:
+        async with producer.transaction():  # offsets 0-2, and the commit marker at 3
+            for i in range(3):
+                await producer.send_and_wait(source.topic, json.dumps({"N": i}).encode(), key=f"k{i}".encode(), partition=0)
+    finally:
+        await producer.stop()
+
+    task = TableTask(_settings(kafka, service_id, "w1", tmp_path), query, source, source, 0)
+    await task.start()
+    try:
+        assert (task.state, task.rebuilding(), task.records_to_restore) == (RESTORING, True, 4)
+        lag = task.lag()
+        assert lag is not None and (lag.lag, lag.active) == (4, True)
+        assert await task.commit(MaterializeSlice(0, 2, count=3, latest=[(f"k{i}".encode(), [i]) for i in range(3)]))
+        assert task.state == RESTORING and task.lag().lag == 1  # type: ignore[union-attr]  # the marker is unread
+        task.read_through(4)
+        assert (task.state, task.rebuilding(), task.lag().lag) == (RUNNING, False, 0)  # type: ignore[union-attr]
+    finally:
+        await task.stop()
+
+    again = TableTask(_settings(kafka, service_id, "w1", tmp_path), query, source, source, 0)
+    await again.start()  # the store holds every record; only the marker is left, until the query reads past it
+    try:
+        assert (again.rebuilding(), again.lag().lag) == (True, 1)  # type: ignore[union-attr]
+        again.read_through(4)
+        assert (again.state, again.lag().lag) == (RUNNING, 0)  # type: ignore[union-attr]
+    finally:
+        await again.stop()
