@@ -30,6 +30,8 @@ class InputWatch:
         self.ends: dict[TopicPartition, int] = {}
         """The last end offset fetched per watched partition."""
         self._watched: Counter[TopicPartition] = Counter()
+        self._moved = asyncio.Event()
+        """Set (and then replaced) when a fetch finds an end that moved: wakes ``moved``'s waiters."""
         self._job: asyncio.Task[None] | None = None
         self._consumer: AIOKafkaConsumer | None = None
 
@@ -56,11 +58,21 @@ class InputWatch:
                         self._consumer = AIOKafkaConsumer(**self.kafka.client_args(), isolation_level="read_committed",
                                                           enable_auto_commit=False)
                         await self._consumer.start()
-                    ends = await self._consumer.end_offsets(watched)
-                    self.ends.update({tp: end for tp, end in ends.items() if tp in self._watched})
+                    ends = {tp: end for tp, end in (await self._consumer.end_offsets(watched)).items()
+                            if tp in self._watched}
+                    if any(self.ends.get(tp) != end for tp, end in ends.items()):
+                        self.ends.update(ends)
+                        self._moved.set()
+                        self._moved = asyncio.Event()
                 except Exception as error:  # Kafka unreachable for a moment: the next round asks again
                     log.warning("fetching the end offsets of parked inputs failed", extra={"error": repr(error)})
             await asyncio.sleep(self.interval_s)
+
+    async def moved(self, timeout_s: float) -> None:
+        """Wait until a fetch finds a watched end moved (or ``timeout_s`` passed): a parked
+        stage sleeps here instead of polling ``ends``."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._moved.wait(), timeout_s)
 
     async def stop(self) -> None:
         """Stop fetching and close the consumer."""

@@ -40,6 +40,8 @@ from millpond.shared.teardown import bounded, cancel_and_wait, gather_or_cancel,
 
 log = logging.getLogger(__name__)
 WATCH_INTERVAL_S = 0.25
+PARKED_WATCH_INTERVAL_S = 5.0
+"""How long a supervisor whose every stage is parked sleeps unless its worker's input moved."""
 RUNNER_STOP_TIMEOUT_S = 30.0
 """How long the teardown waits for a Spark query to stop (it waits for its running batch)."""
 TASK_STOP_TIMEOUT_S = 40.0
@@ -147,7 +149,10 @@ class QuerySupervisor:
                     task.state = RESTORING if task.rebuilding() else RUNNING
             # The streams' state lives in the JVM; polling it costs no thread per query.
             while (reason := self._failure()) is None:
-                await asyncio.sleep(WATCH_INTERVAL_S)
+                if self.inputs is not None and self._runners and all(r.parked_at is not None for r in self._runners):
+                    await self.inputs.moved(PARKED_WATCH_INTERVAL_S)  # nothing to watch but the input
+                else:
+                    await asyncio.sleep(WATCH_INTERVAL_S)
                 for runner in self._runners:
                     await self._rebuilt(runner)
                     await self._park_or_resume(runner)

@@ -15,6 +15,7 @@ neither the other supervisors nor the reconcile.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -457,6 +458,17 @@ class FakeWatch:
     def __init__(self) -> None:
         self.ends: dict[TopicPartition, int] = {}
         self.watched: list[TopicPartition] = []
+        self.fetched = asyncio.Event()
+
+    def fetch(self, ends: dict[TopicPartition, int]) -> None:
+        """A fetch of the watched ends found these: the parked wake up."""
+        self.ends.update(ends)
+        self.fetched.set()
+        self.fetched = asyncio.Event()
+
+    async def moved(self, timeout_s: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.fetched.wait(), timeout_s)
 
     def watch(self, partitions: list[TopicPartition]) -> None:
         self.watched += partitions
@@ -488,10 +500,10 @@ async def test_a_stage_without_input_parks_its_spark_query_and_resumes_when_the_
         assert not await until(lambda: runner.stopped, world.steps)
         topic = meta.source("R").topic
         assert sorted(watch.watched) == [TopicPartition(topic, 0), TopicPartition(topic, 1)]
-        watch.ends = {TopicPartition(topic, 0): 10, TopicPartition(topic, 1): 10}
+        watch.fetch({TopicPartition(topic, 0): 10, TopicPartition(topic, 1): 10})
         await asyncio.sleep(0.1)
         assert not runner.running and runner.starts == 1, "nothing new: it stays parked"
-        watch.ends[TopicPartition(topic, 1)] = 12
+        watch.fetch({TopicPartition(topic, 1): 12})
         assert not await until(lambda: runner.running, world.steps)
         assert runner.starts == 2 and watch.watched == []
         assert all(t.state == RUNNING and t.store is not None for t in supervisor.tasks.values())
