@@ -124,6 +124,7 @@ class Coordinator:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.failure_detector.close()
+        self.executor.parser.close()
         for closer in (self.reader.stop, self.offsets.stop, self.producer.stop, self.admin.close):
             with contextlib.suppress(Exception):
                 await closer()

@@ -25,10 +25,10 @@ from millpond.shared.errors import StatementError, UnavailableError
 from millpond.shared.kafka.admin import delete_topics, ensure_topic, topic_partitions
 from millpond.shared.kafka.command_log import Command, CommandReader, CommandWriter
 from millpond.shared.results import Outcome
-from millpond.shared.security import authorize_statement
+from millpond.shared.security import authorize_statement, authorize_text
 from millpond.shared.session import AUTO_OFFSET_RESET, check_properties, effective
 from millpond.shared.sql import ast
-from millpond.shared.sql.parser import parse_statement
+from millpond.shared.sql.guard import StatementParser, check_length
 from millpond.shared.sql.planner import encode_insert
 from millpond.shared.task_status import TaskReport
 
@@ -56,6 +56,8 @@ class StatementExecutor:
 
     def __post_init__(self) -> None:
         self._lock = asyncio.Lock()
+        self.parser = StatementParser(self.settings.parse_limits)
+        """Parses off the event loop, within the limits: heartbeats and the election go on meanwhile."""
         self.fenced_retries = 0
         """How often an append was fenced by another coordinator and retried."""
 
@@ -66,8 +68,13 @@ class StatementExecutor:
 
     async def execute(self, sql: str, properties: Mapping[str, str]) -> Outcome:
         """Run one statement and describe what happened."""
-        stmt = parse_statement(sql)
-        authorize_statement(security.CURRENT.get(), stmt)
+        principal = security.CURRENT.get()
+        # The cheap refusals come before the costly parse: too long, or a caller who could
+        # not run a statement starting this way.
+        check_length(sql, self.parser.limits)
+        authorize_text(principal, sql)
+        stmt = await self.parser.parse_one(sql)
+        authorize_statement(principal, stmt)
         check_properties(properties)
         async with self._lock:
             if isinstance(stmt, DDL):
