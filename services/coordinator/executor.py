@@ -20,6 +20,7 @@ from millpond.shared import security
 from millpond.shared.catalog.metastore import DDL, Change, Metastore
 from millpond.shared.catalog.queries import Resolved
 from millpond.shared.catalog.topology import internal_topics
+from millpond.shared.catalog.upgrades import check_upgrades
 from millpond.shared.config import CoordinatorSettings
 from millpond.shared.errors import StatementError, UnavailableError
 from millpond.shared.kafka.admin import delete_topics, ensure_topic, topic_partitions
@@ -119,6 +120,7 @@ class StatementExecutor:
             await self.reader.catch_up()
             resolved = await self._resolve(stmt, properties)
             change = self.metastore.plan(stmt, properties, resolved)
+            check_upgrades(self.metastore.queries, change)  # here, not in plan: replay keeps what was accepted
             if change.noop:
                 return Outcome(stmt.text, change.message)
             await self._create_topics(stmt, change)

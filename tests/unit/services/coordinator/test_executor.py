@@ -1,9 +1,12 @@
-"""The executor's cheap refusals come before the parse: too long, nested too deep, or a
-caller who may not run what the text starts with. None of them touches Kafka."""
+"""The executor's refusals: before the parse, text too long, nested too deep, or from a
+caller who may not run what it starts with; before the append, a CREATE OR REPLACE that
+the query's state could not survive. None of them reaches Kafka."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import grpc
@@ -17,6 +20,7 @@ from millpond.shared.errors import StatementError
 from millpond.shared.rpc.status import status_code
 from millpond.shared.security import Permission, PermissionDeniedError, Principal
 from millpond.shared.sql import ast
+from millpond.shared.sql.parser import parse_statement
 
 NESTED_64K = "SELECT " + "(" * 32000 + "1" + ")" * 32000 + " FROM T;"
 
@@ -54,3 +58,41 @@ async def test_a_caller_who_may_not_run_the_statement_is_refused_before_it_is_pa
             await executor.execute("CREATE TABLE T AS SELECT " + "(" * 500 + "1" + ")" * 500 + " FROM S;", {})
     finally:
         security.CURRENT.reset(token)
+
+
+class FakeReader:
+    async def catch_up(self, offset: int | None = None) -> None:
+        pass
+
+
+class FakeTransaction:
+    async def append(self, command: Any) -> int:
+        raise AssertionError("an incompatible replacement was appended")
+
+
+class FakeWriter:
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[FakeTransaction]:
+        yield FakeTransaction()
+
+
+class FakeOffsets:
+    async def end_offsets(self, partitions: list[Any]) -> dict[Any, int]:
+        return dict.fromkeys(partitions, 0)
+
+
+async def test_a_replacement_that_changes_the_aggregates_is_refused_before_it_is_appended() -> None:
+    metastore = Metastore()
+    metastore.apply(parse_statement("CREATE STREAM readings (sensor VARCHAR KEY, area VARCHAR, reading INT) "
+                                    "WITH (kafka_topic='readings', partitions=4, value_format='json')"), 0)
+    metastore.apply(parse_statement("CREATE TABLE by_area AS SELECT area, COUNT(*) AS n FROM readings GROUP BY area"), 1)
+    unused = cast(Any, None)
+    executor = StatementExecutor(CoordinatorSettings(), metastore, cast(Any, FakeReader()), cast(Any, FakeWriter()),
+                                 unused, unused, cast(Any, FakeOffsets()))
+    with pytest.raises(StatementError) as err:
+        await executor.execute("CREATE OR REPLACE TABLE by_area AS SELECT area, COUNT(*) AS n, SUM(reading) AS total "
+                               "FROM readings GROUP BY area", {})
+    assert err.value.message.startswith(
+        "cannot replace query CTAS_BY_AREA_0: its aggregates change from [N = COUNT(1)] to [N = COUNT(1), "
+        "TOTAL = SUM(`READING`)]; ksqlDB-style upgrades keep the aggregate list and GROUP BY; drop the table and "
+        "create it again")
