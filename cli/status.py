@@ -13,6 +13,7 @@ from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 from millpond.router.v1 import router_pb2, router_pb2_grpc
 from millpond.shared.errors import UnavailableError
 from millpond.shared.results import Outcome
+from millpond.shared.rpc.converters import coordinator_role
 from millpond.shared.rpc.tls import ClientCredentials
 
 COLUMNS = ["WORKER", "ENDPOINT", "ALIVE", "LAST UPDATE", "ACTIVE", "STANDBY", "WARMUP", "MAX LAG", "RESTORING",
@@ -43,7 +44,7 @@ def leader_status(coordinators: Iterable[str], timeout: float = 5.0,
                 continue
         if reply.leader:
             return reply
-        replies.append(f"{endpoint}: follower")
+        replies.append(f"{endpoint}: {coordinator_role(reply)}")
     raise UnavailableError(f"no coordinator leads the cluster ({'; '.join(replies)}); a new leader is elected "
                            "within the leader session timeout")
 

@@ -22,6 +22,7 @@ from pydantic_settings import (
 from millpond.shared.catalog import names
 from millpond.shared.kafka.connection import KafkaConnection
 from millpond.shared.rpc.tls import TlsFiles
+from millpond.shared.sql.guard import ParseLimits
 
 
 class CommonSettings(BaseSettings):
@@ -75,6 +76,14 @@ class CommonSettings(BaseSettings):
         None, description="TOML file mapping bearer tokens to principals and their permissions (read, write, admin); "
         "set, every client call must carry 'authorization: Bearer <token>'. Read again when it changes.",
     )
+    max_statement_chars: int = Field(
+        65536, description="Longest statement text (a whole request) a router or coordinator accepts; a longer one "
+        "is refused with INVALID_ARGUMENT before it is parsed.",
+    )
+    parse_timeout_ms: int = Field(
+        2000, description="Longest a router or coordinator spends parsing one request's statements (off its event "
+        "loop); a statement that takes longer is refused with INVALID_ARGUMENT.",
+    )
     max_message_bytes: int = Field(
         4 * 1024 * 1024, description="Largest gRPC message this service accepts or sends; a larger request is "
         "refused with RESOURCE_EXHAUSTED.",
@@ -108,6 +117,11 @@ class CommonSettings(BaseSettings):
     def tls(self) -> TlsFiles | None:
         """This service's certificate, key and CA, when its endpoints serve mutual TLS."""
         return TlsFiles.of(self.tls_cert_file, self.tls_key_file, self.tls_ca_file)
+
+    @property
+    def parse_limits(self) -> ParseLimits:
+        """What this service accepts of a client's statement text."""
+        return ParseLimits(max_chars=self.max_statement_chars, timeout_s=self.parse_timeout_ms / 1000)
 
     @property
     def command_topic(self) -> str:
@@ -282,9 +296,9 @@ class RouterSettings(CoordinatorClientSettings):
         10, description="Most push queries one client (its principal, or its address without authentication) "
         "streams at once; one more is refused with RESOURCE_EXHAUSTED.",
     )
-    max_statement_chars: int = Field(
-        65536, description="Longest statement text (a whole Execute request) the router accepts; a longer one is "
-        "refused with INVALID_ARGUMENT.",
+    parse_cache_bytes: int = Field(
+        4 * 1024 * 1024, description="Bound on the statement texts (UTF-8 bytes) whose parses the router keeps for "
+        "requests that repeat them; the least recently used go first. 0: keep none.",
     )
     max_rows_per_response: int = Field(
         10000, description="Most rows one pull query may return; a pull query that would return more is refused "

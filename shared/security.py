@@ -23,6 +23,7 @@ import contextvars
 import hashlib
 import hmac
 import os
+import re
 import tomllib
 from dataclasses import dataclass
 from enum import Enum
@@ -97,6 +98,44 @@ def authorize_statement(principal: Principal, stmt: ast.Statement) -> None:
     permission = statement_permission(stmt)
     if permission is not None:
         principal.require(permission, f"run {type(stmt).__name__} statements ({_first_words(stmt.text)})")
+
+
+_LEAST_BY_KEYWORD = {
+    "SELECT": Permission.READ, "SHOW": Permission.READ, "LIST": Permission.READ, "DESCRIBE": Permission.READ,
+    "EXPLAIN": Permission.READ, "INSERT": Permission.WRITE, "CREATE": Permission.ADMIN, "DROP": Permission.ADMIN,
+    "TERMINATE": Permission.ADMIN,
+}
+"""The least permission any statement starting with the keyword needs (INSERT ... VALUES
+needs write, INSERT ... SELECT admin)."""
+_SESSION_KEYWORDS = frozenset({"SET", "UNSET"})
+_LEADING_WORD = re.compile(r"(?:\s+|--[^\n]*)*([A-Za-z_]*)")
+"""Blanks and comments, then a word. Both parts match the empty text, so a match never
+backtracks whatever follows."""
+
+
+def authorize_text(principal: Principal, text: str) -> None:
+    """PermissionDeniedError, before ``text`` is parsed, when ``principal`` may run no
+    statement that starts the way it does (nor any statement at all, for text the parser
+    would refuse): parsing is the costliest step a caller can make a service take, so one
+    who could not run the statement anyway is refused first. ``authorize_statement`` on
+    the parsed statement decides."""
+    if principal.service:
+        return
+    keyword = leading_keyword(text)
+    if keyword in _SESSION_KEYWORDS:
+        return
+    permission = _LEAST_BY_KEYWORD.get(keyword)
+    if permission is not None:
+        principal.require(permission, f"run {keyword} statements")
+    elif not principal.permissions:
+        raise PermissionDeniedError(f"principal {principal.name} holds no permission, so may run no statement; "
+                                    "ask an administrator for a token that grants one")
+
+
+def leading_keyword(text: str) -> str:
+    """The first word of ``text`` after blanks and ``--`` comments, upper-cased ("" when none)."""
+    match = _LEADING_WORD.match(text)
+    return match.group(1).upper() if match else ""
 
 
 def _first_words(text: str, n: int = 4) -> str:

@@ -19,7 +19,7 @@ from millpond.services.coordinator.assignor import AssignorConfig
 from millpond.services.coordinator.cluster import Cluster
 from millpond.services.coordinator.executor import StatementExecutor
 from millpond.services.coordinator.failure_detector import FailureDetector
-from millpond.services.coordinator.leadership import Leadership
+from millpond.services.coordinator.leadership import ElectionStatus, Leadership
 from millpond.services.coordinator.rebalancer import Rebalancer
 from millpond.services.coordinator.servicer import CoordinatorServicer
 from millpond.shared import metrics
@@ -58,7 +58,8 @@ class Coordinator:
                                           self.producer, self.offsets, self.cluster.task_reports)
         self.rebalancer = Rebalancer(self.cluster, self.metastore, settings.service_id)
         self.reader.listeners.append(self.rebalancer.reassign)
-        servicer = CoordinatorServicer(self.executor, self.rebalancer, self.cluster, lambda: self.coordinator_id)
+        servicer = CoordinatorServicer(self.executor, self.rebalancer, self.cluster, lambda: self.coordinator_id,
+                                       lambda: self.leadership.status if self.leadership else ElectionStatus())
         self.server = RpcServer(
             settings,
             [lambda s: coordinator_pb2_grpc.add_CoordinatorServiceServicer_to_server(servicer, s),
@@ -125,6 +126,7 @@ class Coordinator:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.failure_detector.close()
+        self.executor.parser.close()
         for closer in (self.reader.stop, self.offsets.stop, self.producer.stop, self.admin.close):
             with contextlib.suppress(Exception):
                 await closer()

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from millpond.coordinator.v1 import coordinator_pb2
 from millpond.services.coordinator.assignor import Task, WorkerTasks
 from millpond.services.coordinator.cluster import Cluster
+from millpond.services.coordinator.leadership import ElectionState, ElectionStatus
 from millpond.shared.rpc.converters import store_lag_to_proto, task_report_to_proto
 
 
@@ -42,3 +43,19 @@ def host_statuses(cluster: Cluster) -> list[coordinator_pb2.HostStatus]:
             warmup_tasks=task_ids(tasks.warmup), lags=[store_lag_to_proto(lag) for lag in view.lags],
             tasks=[task_report_to_proto(r) for r in view.reports]))
     return hosts
+
+
+_ELECTION_STATES = {
+    ElectionState.FOLLOWING: coordinator_pb2.ELECTION_STATE_FOLLOWING,
+    ElectionState.ELECTING: coordinator_pb2.ELECTION_STATE_ELECTING,
+    ElectionState.LEADING: coordinator_pb2.ELECTION_STATE_LEADING,
+}
+
+
+def with_election(response: coordinator_pb2.GetClusterStatusResponse,
+                  election: ElectionStatus) -> coordinator_pb2.GetClusterStatusResponse:
+    """The status ``response`` with where this coordinator's election stands."""
+    response.election = _ELECTION_STATES[election.state]
+    response.failed_claims = election.failed_claims
+    response.last_claim_error = election.last_error
+    return response

@@ -20,15 +20,16 @@ from millpond.shared import security
 from millpond.shared.catalog.metastore import DDL, Change, Metastore
 from millpond.shared.catalog.queries import Resolved
 from millpond.shared.catalog.topology import internal_topics
+from millpond.shared.catalog.upgrades import check_upgrades
 from millpond.shared.config import CoordinatorSettings
 from millpond.shared.errors import StatementError, UnavailableError
 from millpond.shared.kafka.admin import delete_topics, ensure_topic, topic_partitions
 from millpond.shared.kafka.command_log import Command, CommandReader, CommandWriter
 from millpond.shared.results import Outcome
-from millpond.shared.security import authorize_statement
+from millpond.shared.security import authorize_statement, authorize_text
 from millpond.shared.session import AUTO_OFFSET_RESET, check_properties, effective
 from millpond.shared.sql import ast
-from millpond.shared.sql.parser import parse_statement
+from millpond.shared.sql.guard import StatementParser, check_length
 from millpond.shared.sql.planner import encode_insert
 from millpond.shared.task_status import TaskReport
 
@@ -56,6 +57,8 @@ class StatementExecutor:
 
     def __post_init__(self) -> None:
         self._lock = asyncio.Lock()
+        self.parser = StatementParser(self.settings.parse_limits)
+        """Parses off the event loop, within the limits: heartbeats and the election go on meanwhile."""
         self.fenced_retries = 0
         """How often an append was fenced by another coordinator and retried."""
         self.replicas = 1
@@ -68,8 +71,13 @@ class StatementExecutor:
 
     async def execute(self, sql: str, properties: Mapping[str, str]) -> Outcome:
         """Run one statement and describe what happened."""
-        stmt = parse_statement(sql)
-        authorize_statement(security.CURRENT.get(), stmt)
+        principal = security.CURRENT.get()
+        # The cheap refusals come before the costly parse: too long, or a caller who could
+        # not run a statement starting this way.
+        check_length(sql, self.parser.limits)
+        authorize_text(principal, sql)
+        stmt = await self.parser.parse_one(sql)
+        authorize_statement(principal, stmt)
         check_properties(properties)
         async with self._lock:
             if isinstance(stmt, DDL):
@@ -114,6 +122,7 @@ class StatementExecutor:
             await self.reader.catch_up()
             resolved = await self._resolve(stmt, properties)
             change = self.metastore.plan(stmt, properties, resolved)
+            check_upgrades(self.metastore.queries, change)  # here, not in plan: replay keeps what was accepted
             if change.noop:
                 return Outcome(stmt.text, change.message)
             await self._create_topics(stmt, change)

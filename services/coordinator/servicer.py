@@ -13,7 +13,8 @@ import grpc
 
 from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 from millpond.services.coordinator.cluster import Cluster
-from millpond.services.coordinator.converters import assignment_to_proto, host_statuses
+from millpond.services.coordinator.converters import assignment_to_proto, host_statuses, with_election
+from millpond.services.coordinator.leadership import ElectionStatus
 from millpond.shared.results import Outcome
 from millpond.shared.rpc.converters import (
     outcome_to_proto,
@@ -48,12 +49,14 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     """Implements ``millpond.coordinator.v1.CoordinatorService``."""
 
     def __init__(self, statements: Statements, members: Members, cluster: Cluster,
-                 coordinator_id: Callable[[], str]):
+                 coordinator_id: Callable[[], str], election: Callable[[], ElectionStatus] = ElectionStatus):
         self.statements = statements
         self.members = members
         self.cluster = cluster
         """Read only here: generation, leadership, assignment, reports."""
         self.coordinator_id = coordinator_id
+        self.election = election
+        """Where this coordinator's election stands (for status: a coordinator claiming in vain)."""
 
     @grpc_errors
     async def ExecuteStatement(
@@ -104,6 +107,6 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         self, request: coordinator_pb2.GetClusterStatusRequest, context: grpc.aio.ServicerContext
     ) -> coordinator_pb2.GetClusterStatusResponse:
         cluster = self.cluster
-        return coordinator_pb2.GetClusterStatusResponse(
+        return with_election(coordinator_pb2.GetClusterStatusResponse(
             coordinator_id=self.coordinator_id(), leader=cluster.leading, generation=cluster.generation,
-            hosts=host_statuses(cluster))
+            hosts=host_statuses(cluster)), self.election())

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.queries import PersistentQuery, QueryPlan
 from millpond.shared.catalog.sources import DataSource
+from millpond.shared.catalog.upgrades import check_upgrades
 from millpond.shared.errors import StatementError
 from millpond.shared.results import Outcome
 from millpond.shared.sql import ast
@@ -142,6 +143,7 @@ def explain(metastore: Metastore, stmt: ast.Explain, properties: Mapping[str, st
         return explain_select(stmt, plan_select(inner, metastore.source(inner.source)))
     assert inner is not None
     change = metastore.plan(inner, properties)
+    check_upgrades(metastore.queries, change)  # EXPLAIN refuses what running it would
     if not change.add_queries:
         return Outcome(stmt.text, change.message)
     query = change.add_queries[0]

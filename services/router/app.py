@@ -27,6 +27,7 @@ from millpond.shared.rpc.metastore import SERVICE_NAME as METASTORE_SERVICE
 from millpond.shared.rpc.metastore import metastore_registrar
 from millpond.shared.rpc.server import RpcServer, message_limits, shutdown_event
 from millpond.shared.rpc.tls import ChannelFactory
+from millpond.shared.sql.guard import StatementParser
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +45,10 @@ class Router:
         self.hosts = HostTable(settings.host_dead_after_ms / 1000)
         """The workers' own heartbeats and lag reports to this router."""
         self.pulls = PullRouter(settings, self.metastore, self.reader, self.channels, self.coordinators, self.hosts)
-        self.statements = Statements(settings, self.metastore, self.reader, self.coordinators, self.pulls)
-        self.pushes = PushQueries(settings, self.metastore, self.reader)
+        self.parser = StatementParser(settings.parse_limits, settings.parse_cache_bytes)
+        """Shared by Execute and StreamQuery, with their cache of parses."""
+        self.statements = Statements(settings, self.metastore, self.reader, self.coordinators, self.pulls, self.parser)
+        self.pushes = PushQueries(settings, self.metastore, self.reader, self.parser)
         self.status = ClusterStatus(self.coordinators, self.hosts, lambda: len(self.pushes.pushes),
                                     settings.request_timeout_ms / 1000)
         servicer = RouterServicer(self.statements, self.pushes, self.status, self.hosts)
@@ -77,3 +80,4 @@ class Router:
         await asyncio.gather(*loops, return_exceptions=True)
         await self.channels.close()
         await self.reader.stop()
+        self.parser.close()

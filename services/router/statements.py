@@ -3,7 +3,6 @@ queries here and forward everything else (DDL, INSERT) to a coordinator."""
 
 from __future__ import annotations
 
-import functools
 import time
 
 import grpc
@@ -20,34 +19,22 @@ from millpond.shared.kafka.command_log import CommandReader
 from millpond.shared.results import Outcome
 from millpond.shared.rpc.converters import outcome_from_proto
 from millpond.shared.rpc.status import raise_for_rpc, status_code
-from millpond.shared.security import authorize_statement
+from millpond.shared.security import authorize_statement, authorize_text
 from millpond.shared.session import apply_session_statement, check_properties
 from millpond.shared.sql import ast
-from millpond.shared.sql.parser import parse_script
+from millpond.shared.sql.guard import StatementParser, check_length
 
 DEADLINE_MARGIN_S = 0.05
-
-
-def check_length(sql: str, settings: RouterSettings) -> None:
-    """StatementError when the text is longer than the router accepts."""
-    if len(sql) > settings.max_statement_chars:
-        raise StatementError(f"the statement text is {len(sql)} characters; this router accepts at most "
-                             f"{settings.max_statement_chars} (max_statement_chars): send fewer statements "
-                             "per request")
-
-
-@functools.lru_cache(maxsize=1024)
-def parse(sql: str) -> tuple[ast.Statement, ...]:
-    """The statements of a request (cached: statements are immutable)."""
-    return tuple(parse_script(sql))
 
 
 class Statements:
     """Runs the statements of ``Execute`` requests."""
 
     def __init__(self, settings: RouterSettings, metastore: Metastore, reader: CommandReader,
-                 coordinators: Coordinators, pulls: PullRouter):
+                 coordinators: Coordinators, pulls: PullRouter, parser: StatementParser):
         self.settings = settings
+        self.parser = parser
+        """Parses within the limits, off the event loop, with a cache bounded by bytes."""
         self.metastore = metastore
         self.reader = reader
         self.coordinators = coordinators
@@ -65,14 +52,15 @@ class Statements:
         Pull queries and INSERTs carry the consistency token to send next: the request's
         token merged with the positions they reflect.
         """
-        check_length(sql, self.settings)
+        principal = security.CURRENT.get()
+        check_length(sql, self.parser.limits)
+        authorize_text(principal, sql)  # the first statement's; each one is checked below
         session = dict(properties)
         check_properties(session)
         positions = consistency.decode(token)
-        principal = security.CURRENT.get()
         deadline = self._deadline(time_remaining)
         outcomes: list[Outcome] = []
-        for stmt in parse(sql):
+        for stmt in await self.parser.parse(sql):
             try:
                 authorize_statement(principal, stmt)
                 outcome, seen = await self._execute_one(stmt, session, positions, deadline)

@@ -14,6 +14,7 @@ from millpond.services.router.converters import router_host_views
 from millpond.services.router.coordinators import Coordinators
 from millpond.services.router.hosts import HostTable
 from millpond.shared.errors import UnavailableError
+from millpond.shared.rpc.converters import coordinator_role
 
 
 class ClusterStatus:
@@ -35,9 +36,14 @@ class ClusterStatus:
         leader = next((a for a in answers if isinstance(a, coordinator_pb2.GetClusterStatusResponse) and a.leader),
                       None)
         if leader is None:
-            replies = "; ".join(f"{e}: {a.code().name if isinstance(a, grpc.aio.AioRpcError) else 'follower'}"
-                                for e, a in zip(self.coordinators.endpoints, answers, strict=True))
+            replies = "; ".join(f"{e}: {_role(a)}" for e, a in zip(self.coordinators.endpoints, answers, strict=True))
             raise UnavailableError(f"no coordinator leads the cluster ({replies}); a new leader is elected within "
                                    "the leader session timeout")
         return router_pb2.GetClusterStatusResponse(
             cluster=leader, push_queries=self.push_queries(), router_hosts=router_host_views(self.hosts))
+
+
+def _role(answer: coordinator_pb2.GetClusterStatusResponse | BaseException) -> str:
+    if isinstance(answer, coordinator_pb2.GetClusterStatusResponse):
+        return coordinator_role(answer)
+    return answer.code().name if isinstance(answer, grpc.aio.AioRpcError) else type(answer).__name__

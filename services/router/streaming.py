@@ -6,7 +6,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from millpond.services.router.push import PushHeader, PushQuery
-from millpond.services.router.statements import check_length, parse
 from millpond.shared import metrics
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import RouterSettings
@@ -14,14 +13,17 @@ from millpond.shared.errors import LimitError, NotFoundError, StatementError, Un
 from millpond.shared.kafka.command_log import CommandReader
 from millpond.shared.session import AUTO_OFFSET_RESET, check_properties, effective
 from millpond.shared.sql import ast
+from millpond.shared.sql.guard import StatementParser
 from millpond.shared.sql.planner import plan_select
 
 
 class PushQueries:
     """Starts, streams and stops push queries."""
 
-    def __init__(self, settings: RouterSettings, metastore: Metastore, reader: CommandReader):
+    def __init__(self, settings: RouterSettings, metastore: Metastore, reader: CommandReader,
+                 parser: StatementParser):
         self.settings = settings
+        self.parser = parser
         self.metastore = metastore
         self.reader = reader
         self.pushes: dict[str, PushQuery] = {}
@@ -32,10 +34,9 @@ class PushQueries:
     async def stream(self, sql: str, properties: dict[str, str], client: str) -> AsyncIterator[PushHeader | list[Any]]:
         """Run one push query for ``client`` (who asks, for the per-client limit): a header,
         then its rows as they happen."""
-        check_length(sql, self.settings)
         session = dict(properties)
         check_properties(session)
-        statements = parse(sql)
+        statements = await self.parser.parse(sql)
         if len(statements) != 1 or not isinstance(statements[0], ast.Query) or not statements[0].emit_changes:
             raise StatementError("StreamQuery takes exactly one push query: SELECT ... FROM ... EMIT CHANGES")
         stmt = statements[0]

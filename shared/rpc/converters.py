@@ -87,3 +87,15 @@ def outcome_from_proto(result: rows_pb2.StatementResult) -> Outcome:
         offset=result.offset,
         consistency_token=result.consistency_token,
     )
+
+
+def coordinator_role(status: coordinator_pb2.GetClusterStatusResponse) -> str:
+    """What a coordinator's status reply says of its part in the election, for messages:
+    ``leader``, ``follower`` or ``electing`` with its failed claims (no leader meanwhile)."""
+    if status.leader:
+        return "leader"
+    if status.election == coordinator_pb2.ELECTION_STATE_ELECTING:
+        failed = f"{status.failed_claims} claims failed, the last: {status.last_claim_error}" if status.failed_claims \
+            else "claiming now"
+        return f"electing, without a leader until its claim is written ({failed})"
+    return "follower"

@@ -6,7 +6,8 @@ Syntax errors become ``StatementError`` with the line, the column and what was e
 
 from __future__ import annotations
 
-import unicodedata
+import time
+from collections.abc import Sequence
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -327,10 +328,34 @@ def _syntax_error(err: UnexpectedInput, text: str) -> StatementError:
     return StatementError(str(err), line=line, column=column)
 
 
-def parse_script(text: str) -> list[ast.Statement]:
-    """Parse ``;``-separated statements; each keeps its own text."""
+class ParseTimeoutError(StatementError):
+    """Parsing ran past its deadline (the caller names the budget in what it tells the client)."""
+
+
+def _parse_tree(text: str, deadline: float | None) -> Tree[Token]:
+    if deadline is None:
+        return _parser().parse(text)
+    # The same loop as Lark's own parse, with the clock read between tokens, so a statement
+    # that takes too long stops where it is instead of holding a thread to the end.
+    interactive = _parser().parse_interactive(text)
+    token = None
+    for token in interactive.iter_parse():
+        if time.monotonic() > deadline:
+            raise ParseTimeoutError("parsing ran out of time", line=token.line, column=token.column)
+    end = Token.new_borrow_pos("$END", "", token) if token is not None else Token("$END", "", 0, 1, 1)
+    tree: Tree[Token] = interactive.feed_token(end)
+    return tree
+
+
+def parse_script(text: str, *, deadline: float | None = None) -> list[ast.Statement]:
+    """Parse ``;``-separated statements; each keeps its own text.
+
+    ``deadline`` (a ``time.monotonic()`` instant): stop with ``ParseTimeoutError`` once it passes.
+    """
+    if deadline is not None and time.monotonic() > deadline:
+        raise ParseTimeoutError("parsing ran out of time before it started")
     try:
-        tree = _parser().parse(text)
+        tree = _parse_tree(text, deadline)
     except UnexpectedInput as err:
         raise _syntax_error(err, text) from None
     statements: list[ast.Statement] = []
@@ -338,7 +363,6 @@ def parse_script(text: str) -> list[ast.Statement]:
         if not isinstance(child, Tree):
             continue
         _check_depth(child)
-        _check_names(child)
         node = _ToAst().transform(child)
         snippet = text[child.meta.start_pos:child.meta.end_pos].strip()
         if isinstance(node, ast.Explain) and node.statement is not None:
@@ -362,23 +386,13 @@ def _check_depth(tree: Tree[Token]) -> None:
         stack.extend((c, depth + 1) for c in node.children if isinstance(c, Tree))
 
 
-def _check_names(tree: Tree[Token]) -> None:
-    """Refuse a quoted name (of a stream, table, column, query or property) that holds a control
-    character: a newline or NUL in a name breaks logs, topic and file names and the clients'
-    tables. ksqlDB lets them through; quotes, backticks, backslashes and other printable
-    characters stay allowed."""
-    for token in tree.scan_values(lambda v: isinstance(v, Token) and v.type == "QUOTED_IDENTIFIER"):
-        name = str(token)[1:-1]
-        bad = next((c for c in name if unicodedata.category(c) == "Cc"), None)
-        if bad is not None:
-            raise StatementError(
-                f"the name {name!r} holds the control character U+{ord(bad):04X}; names cannot hold control "
-                "characters (newlines, tabs, NUL, ...): remove it from the name", line=token.line, column=token.column)
-
-
 def parse_statement(text: str) -> ast.Statement:
     """Parse exactly one statement (a trailing ``;`` is allowed)."""
-    statements = parse_script(text)
+    return only_statement(parse_script(text))
+
+
+def only_statement(statements: Sequence[ast.Statement]) -> ast.Statement:
+    """The one statement of a text that must hold exactly one."""
     if len(statements) != 1:
         raise StatementError(f"expected exactly one statement, found {len(statements)}")
     return statements[0]

@@ -17,6 +17,8 @@ from millpond.shared.security import (
     Principal,
     TokenBook,
     authorize_statement,
+    authorize_text,
+    leading_keyword,
     parse_tokens,
     statement_permission,
 )
@@ -178,3 +180,18 @@ def test_the_multihost_example_configurations_load(name: str, settings_class: st
     settings = cls()
     assert settings.service_id == "prod" and settings.kafka.security_protocol == "SASL_SSL"
     assert settings.tls is not None
+
+
+def test_text_is_authorized_by_its_first_keyword_before_it_is_parsed() -> None:
+    reader = Principal("reader", frozenset({Permission.READ}))
+    writer = Principal("writer", frozenset({Permission.WRITE}))
+    nobody = Principal("nobody", frozenset())
+    assert leading_keyword("  -- a comment\n\tcreate table t") == "CREATE"
+    authorize_text(reader, "select * from t")
+    authorize_text(writer, "INSERT INTO t VALUES (1)")  # INSERT ... SELECT is decided after the parse
+    authorize_text(nobody, "SET 'auto.offset.reset'='earliest'")
+    with pytest.raises(PermissionDeniedError, match="needs the admin permission"):
+        authorize_text(reader, "-- x\nDROP TABLE t")
+    with pytest.raises(PermissionDeniedError, match="holds no permission"):
+        authorize_text(nobody, "((((")
+    authorize_text(reader, "((((")  # the parser will say what is wrong

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from millpond.services.coordinator import views
 from millpond.shared.catalog.metastore import DDL, Metastore
+from millpond.shared.catalog.upgrades import check_upgrades
 from millpond.shared.errors import MillpondError
 from millpond.shared.results import Outcome
 from millpond.shared.session import check_name, check_property
@@ -33,6 +34,7 @@ def _outcome(outcome: Outcome) -> list[str]:
 
 def _run(stmt: ast.Statement, metastore: Metastore, offset: int) -> list[str]:
     if isinstance(stmt, DDL):
+        check_upgrades(metastore.queries, metastore.plan(stmt))  # as the coordinator does before appending
         return [f"=> {metastore.apply(stmt, offset)}"]
     if isinstance(stmt, ast.InsertValues):
         record = encode_insert(stmt, metastore.insert_target(stmt.target))

@@ -15,11 +15,22 @@ class TaskState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TASK_STATE_RESTORING: _ClassVar[TaskState]
     TASK_STATE_RUNNING: _ClassVar[TaskState]
     TASK_STATE_FAILED: _ClassVar[TaskState]
+
+class ElectionState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ELECTION_STATE_UNSPECIFIED: _ClassVar[ElectionState]
+    ELECTION_STATE_FOLLOWING: _ClassVar[ElectionState]
+    ELECTION_STATE_ELECTING: _ClassVar[ElectionState]
+    ELECTION_STATE_LEADING: _ClassVar[ElectionState]
 TASK_STATE_UNSPECIFIED: TaskState
 TASK_STATE_STARTING: TaskState
 TASK_STATE_RESTORING: TaskState
 TASK_STATE_RUNNING: TaskState
 TASK_STATE_FAILED: TaskState
+ELECTION_STATE_UNSPECIFIED: ElectionState
+ELECTION_STATE_FOLLOWING: ElectionState
+ELECTION_STATE_ELECTING: ElectionState
+ELECTION_STATE_LEADING: ElectionState
 
 class ExecuteStatementRequest(_message.Message):
     __slots__ = ("sql", "properties")
@@ -181,16 +192,22 @@ class GetClusterStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetClusterStatusResponse(_message.Message):
-    __slots__ = ("coordinator_id", "leader", "generation", "hosts")
+    __slots__ = ("coordinator_id", "leader", "generation", "hosts", "election", "failed_claims", "last_claim_error")
     COORDINATOR_ID_FIELD_NUMBER: _ClassVar[int]
     LEADER_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     HOSTS_FIELD_NUMBER: _ClassVar[int]
+    ELECTION_FIELD_NUMBER: _ClassVar[int]
+    FAILED_CLAIMS_FIELD_NUMBER: _ClassVar[int]
+    LAST_CLAIM_ERROR_FIELD_NUMBER: _ClassVar[int]
     coordinator_id: str
     leader: bool
     generation: int
     hosts: _containers.RepeatedCompositeFieldContainer[HostStatus]
-    def __init__(self, coordinator_id: _Optional[str] = ..., leader: _Optional[bool] = ..., generation: _Optional[int] = ..., hosts: _Optional[_Iterable[_Union[HostStatus, _Mapping]]] = ...) -> None: ...
+    election: ElectionState
+    failed_claims: int
+    last_claim_error: str
+    def __init__(self, coordinator_id: _Optional[str] = ..., leader: _Optional[bool] = ..., generation: _Optional[int] = ..., hosts: _Optional[_Iterable[_Union[HostStatus, _Mapping]]] = ..., election: _Optional[_Union[ElectionState, str]] = ..., failed_claims: _Optional[int] = ..., last_claim_error: _Optional[str] = ...) -> None: ...
 
 class HostStatus(_message.Message):
     __slots__ = ("worker_id", "endpoint", "alive", "last_status_update_ms", "active_tasks", "standby_tasks", "warmup_tasks", "lags", "tasks")

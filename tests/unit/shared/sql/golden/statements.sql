@@ -36,6 +36,7 @@ CREATE OR REPLACE STREAM hot AS
   SELECT sensor, UCASE(area) AS area, reading * 2 AS doubled, CASE WHEN reading > 50 THEN 'hot' ELSE 'cold' END AS band,
          reading % 7 AS bucket
   FROM readings WHERE reading BETWEEN 40 AND 100;
+CREATE OR REPLACE TABLE by_area AS SELECT area, COUNT(*) AS n FROM readings WHERE area != 'test' GROUP BY area;
 
 -- Rejected statements: nothing changes.
 CREATE STREAM readings (sensor VARCHAR KEY) WITH (kafka_topic='readings', value_format='json');
@@ -66,6 +67,10 @@ INSERT INTO hot_copy SELECT sensor, area FROM readings;
 INSERT INTO avg_readings SELECT sensor, reading FROM readings;
 CREATE OR REPLACE STREAM readings (sensor VARCHAR KEY, area INT) WITH (kafka_topic='readings', partitions=4, value_format='json');
 CREATE OR REPLACE TABLE users (id VARCHAR PRIMARY KEY) WITH (kafka_topic='users', partitions=4, value_format='json');
+CREATE OR REPLACE TABLE by_area AS SELECT area, COUNT(*) AS n, SUM(reading) AS total FROM readings GROUP BY area;
+CREATE OR REPLACE TABLE by_area AS SELECT area, COUNT_DISTINCT(sensor) AS n FROM readings GROUP BY area;
+CREATE OR REPLACE TABLE by_area AS SELECT UCASE(area) AS area, COUNT(*) AS n FROM readings GROUP BY UCASE(area);
+EXPLAIN CREATE OR REPLACE TABLE by_area AS SELECT area, COUNT(*) AS n, MAX(reading) AS top FROM readings GROUP BY area;
 
 -- INSERT ... VALUES: serialized per the declared formats, partitioned as the Java client does.
 INSERT INTO readings (sensor, area, reading) VALUES ('sensor-1', 'wheel', 20);

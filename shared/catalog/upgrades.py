@@ -1,0 +1,72 @@
+"""Which replacements of a running query keep its state usable (ksqlDB's query upgrades).
+
+CREATE OR REPLACE swaps a query's plan in place: its tasks keep their stores, changelogs
+and committed positions, so what the old plan stored must be what the new one reads. An
+aggregation stores, per GROUP BY key, one state per aggregate in the plan's order, and
+merges each batch into it aggregate by aggregate. A replacement of it therefore keeps:
+
+- the source (the metastore checks that for every replacement);
+- the GROUP BY key: the key column and the expression it is computed from;
+- the aggregate list: each output column, function and argument, in the same order.
+
+It may change the WHERE filter. A projection keeps no state, so it may add columns at the
+end as the metastore allows for any result. No plan turns into another kind. Anything
+else is refused, as ksqlDB refuses an incompatible upgrade: drop the result and create it
+again (its state starts over).
+
+Checked when a statement is accepted, never on replay: the commands already in the
+command topic replay as they were accepted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from millpond.shared.catalog.metastore import Change
+from millpond.shared.catalog.plans import PlanKind
+from millpond.shared.catalog.queries import AggregateCall, PersistentQuery
+from millpond.shared.errors import StatementError
+
+_REMEDY = ("ksqlDB-style upgrades keep the aggregate list and GROUP BY; drop the table and create it again "
+           "(its state starts over)")
+
+
+def check_upgrades(queries: Mapping[str, PersistentQuery], change: Change) -> None:
+    """StatementError when ``change`` replaces one of the running ``queries`` by an
+    incompatible plan."""
+    for new in change.add_queries:
+        old = queries.get(new.query_id)
+        if old is not None:
+            check_upgrade(old, new)
+
+
+def check_upgrade(old: PersistentQuery, new: PersistentQuery) -> None:
+    """StatementError when ``new`` cannot take over ``old``'s state."""
+    before, after = old.plan, new.plan
+    what = f"cannot replace query {old.query_id}"
+    if before.kind != after.kind:
+        raise StatementError(f"{what}: it would turn from {_KIND_NAMES[before.kind]} into "
+                             f"{_KIND_NAMES[after.kind]}; {_REMEDY}")
+    if before.kind is not PlanKind.AGGREGATE:
+        return
+    if (before.key_column, before.key_expression) != (after.key_column, after.key_expression):
+        raise StatementError(f"{what}: its GROUP BY changes from {_key(before.key_column, before.key_expression)} "
+                             f"to {_key(after.key_column, after.key_expression)}; {_REMEDY}")
+    if before.aggregates != after.aggregates:
+        raise StatementError(f"{what}: its aggregates change from {_aggregates(before.aggregates)} to "
+                             f"{_aggregates(after.aggregates)}; {_REMEDY}")
+
+
+_KIND_NAMES = {
+    PlanKind.AGGREGATE: "an aggregation (GROUP BY)",
+    PlanKind.PROJECT: "a projection",
+    PlanKind.MATERIALIZE: "a table's materialization",
+}
+
+
+def _key(column: str | None, expression: str | None) -> str:
+    return f"{column} = {expression}" if expression is not None else f"{column} (the input's key)"
+
+
+def _aggregates(calls: tuple[AggregateCall, ...]) -> str:
+    return "[" + ", ".join(f"{a.column} = {a.function}({a.argument})" for a in calls) + "]"

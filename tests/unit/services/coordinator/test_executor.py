@@ -1,0 +1,98 @@
+"""The executor's refusals: before the parse, text too long, nested too deep, or from a
+caller who may not run what it starts with; before the append, a CREATE OR REPLACE that
+the query's state could not survive. None of them reaches Kafka."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import Any, cast
+
+import grpc
+import pytest
+
+from millpond.services.coordinator.executor import StatementExecutor
+from millpond.shared import security
+from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.config import CoordinatorSettings
+from millpond.shared.errors import StatementError
+from millpond.shared.rpc.status import status_code
+from millpond.shared.security import Permission, PermissionDeniedError, Principal
+from millpond.shared.sql import ast
+from millpond.shared.sql.parser import parse_statement
+
+NESTED_64K = "SELECT " + "(" * 32000 + "1" + ")" * 32000 + " FROM T;"
+
+
+def _executor() -> StatementExecutor:
+    unused = cast(Any, None)  # the Kafka parts: a refused statement never reaches them
+    return StatementExecutor(CoordinatorSettings(), Metastore(), unused, unused, unused, unused, unused)
+
+
+async def test_64k_of_nested_parentheses_is_refused_fast_with_invalid_argument() -> None:
+    executor = _executor()
+    started = time.monotonic()
+    with pytest.raises(StatementError) as err:
+        await executor.execute(NESTED_64K, {})
+    assert time.monotonic() - started < 0.5
+    assert status_code(err.value.kind) is grpc.StatusCode.INVALID_ARGUMENT
+    assert "parentheses nest more than 200 levels deep" in err.value.message
+
+
+async def test_a_statement_past_the_length_limit_is_refused_naming_it() -> None:
+    with pytest.raises(StatementError, match="max_statement_chars"):
+        await _executor().execute("CREATE STREAM S (A INT) WITH (kafka_topic='t');" + " " * 4_000_000, {})
+
+
+async def test_a_caller_who_may_not_run_the_statement_is_refused_before_it_is_parsed() -> None:
+    executor = _executor()
+
+    async def no_parse(text: str) -> ast.Statement:
+        raise AssertionError("parsed before authorizing")
+
+    executor.parser.parse_one = no_parse  # type: ignore[method-assign]
+    token = security.CURRENT.set(Principal("reader", frozenset({Permission.READ})))
+    try:
+        with pytest.raises(PermissionDeniedError, match="needs the admin permission"):
+            await executor.execute("CREATE TABLE T AS SELECT " + "(" * 500 + "1" + ")" * 500 + " FROM S;", {})
+    finally:
+        security.CURRENT.reset(token)
+
+
+class FakeReader:
+    async def catch_up(self, offset: int | None = None) -> None:
+        pass
+
+
+class FakeTransaction:
+    async def append(self, command: Any) -> int:
+        raise AssertionError("an incompatible replacement was appended")
+
+
+class FakeWriter:
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[FakeTransaction]:
+        yield FakeTransaction()
+
+
+class FakeOffsets:
+    async def end_offsets(self, partitions: list[Any]) -> dict[Any, int]:
+        return dict.fromkeys(partitions, 0)
+
+
+async def test_a_replacement_that_changes_the_aggregates_is_refused_before_it_is_appended() -> None:
+    metastore = Metastore()
+    metastore.apply(parse_statement("CREATE STREAM readings (sensor VARCHAR KEY, area VARCHAR, reading INT) "
+                                    "WITH (kafka_topic='readings', partitions=4, value_format='json')"), 0)
+    metastore.apply(parse_statement("CREATE TABLE by_area AS SELECT area, COUNT(*) AS n FROM readings GROUP BY area"), 1)
+    unused = cast(Any, None)
+    executor = StatementExecutor(CoordinatorSettings(), metastore, cast(Any, FakeReader()), cast(Any, FakeWriter()),
+                                 unused, unused, cast(Any, FakeOffsets()))
+    with pytest.raises(StatementError) as err:
+        await executor.execute("CREATE OR REPLACE TABLE by_area AS SELECT area, COUNT(*) AS n, SUM(reading) AS total "
+                               "FROM readings GROUP BY area", {})
+    assert err.value.message.startswith(
+        "cannot replace query CTAS_BY_AREA_0: its aggregates change from [N = COUNT(1)] to [N = COUNT(1), "
+        "TOTAL = SUM(`READING`)]; ksqlDB-style upgrades keep the aggregate list and GROUP BY; drop the table and "
+        "create it again")

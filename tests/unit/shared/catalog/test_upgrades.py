@@ -1,0 +1,90 @@
+"""CREATE OR REPLACE of a running query: an aggregation keeps its source, GROUP BY and
+aggregate list (its stored state must still fit); a filter may change; a projection may add
+columns; no plan changes kind. Replay applies what was accepted, whatever these rules."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.catalog.plans import PlanKind
+from millpond.shared.catalog.upgrades import check_upgrade, check_upgrades
+from millpond.shared.errors import StatementError
+from millpond.shared.sql.parser import parse_statement
+
+STREAM = ("CREATE STREAM readings (sensor VARCHAR KEY, area VARCHAR, reading INT) "
+          "WITH (kafka_topic='readings', partitions=4, value_format='json')")
+CTAS = "CREATE TABLE by_area AS SELECT area, COUNT(*) AS n, SUM(reading) AS total FROM readings GROUP BY area"
+CSAS = "CREATE STREAM loud AS SELECT sensor, reading FROM readings WHERE reading > 10"
+REMEDY = "ksqlDB-style upgrades keep the aggregate list and GROUP BY; drop the table and create it again"
+
+
+def _metastore() -> Metastore:
+    meta = Metastore()
+    for offset, sql in enumerate((STREAM, CTAS, CSAS)):
+        meta.apply(parse_statement(sql), offset)
+    return meta
+
+
+def _accept(meta: Metastore, sql: str) -> str:
+    """What the coordinator does before appending: plan, check the upgrade, then apply."""
+    stmt = parse_statement(sql)
+    check_upgrades(meta.queries, meta.plan(stmt))
+    return meta.apply(stmt, meta.command_offset + 1)
+
+
+@pytest.mark.parametrize("sql", [
+    "CREATE OR REPLACE TABLE by_area AS SELECT area, COUNT(*) AS n, SUM(reading) AS total FROM readings "
+    "WHERE area != 'test' GROUP BY area",
+    CTAS.replace("CREATE TABLE", "CREATE OR REPLACE TABLE"),
+    "CREATE OR REPLACE STREAM loud AS SELECT sensor, reading, area FROM readings WHERE reading > 20",
+])
+def test_a_compatible_replacement_is_accepted_and_keeps_the_query_id(sql: str) -> None:
+    meta = _metastore()
+    assert _accept(meta, sql).startswith("Replaced query ")
+    assert sorted(meta.queries) == ["CSAS_LOUD_1", "CTAS_BY_AREA_0"]
+
+
+@pytest.mark.parametrize(("sql", "message"), [
+    ("CREATE OR REPLACE TABLE by_area AS SELECT area, COUNT(*) AS n, SUM(reading) AS total, MAX(reading) AS top "
+     "FROM readings GROUP BY area",
+     "cannot replace query CTAS_BY_AREA_0: its aggregates change from [N = COUNT(1), TOTAL = SUM(`READING`)] to "
+     "[N = COUNT(1), TOTAL = SUM(`READING`), TOP = MAX(`READING`)]; " + REMEDY),
+    ("CREATE OR REPLACE TABLE by_area AS SELECT area, COUNT(reading) AS n, SUM(reading) AS total "
+     "FROM readings GROUP BY area",
+     "its aggregates change from [N = COUNT(1), TOTAL = SUM(`READING`)] to [N = COUNT(`READING`), TOTAL = "
+     "SUM(`READING`)]"),
+    ("CREATE OR REPLACE TABLE by_area AS SELECT UCASE(area) AS area, COUNT(*) AS n, SUM(reading) AS total "
+     "FROM readings GROUP BY UCASE(area)",
+     "its GROUP BY changes from AREA = `AREA` to AREA = upper(`AREA`)"),
+])
+def test_an_incompatible_replacement_is_refused_and_changes_nothing(sql: str, message: str) -> None:
+    meta = _metastore()
+    digest = meta.digest()
+    with pytest.raises(StatementError) as err:
+        _accept(meta, sql)
+    assert message in err.value.message
+    assert meta.digest() == digest
+
+
+def test_same_aggregates_in_another_order_are_refused() -> None:
+    old = _metastore().queries["CTAS_BY_AREA_0"]
+    swapped = replace(old, plan=replace(old.plan, aggregates=old.plan.aggregates[::-1]))
+    with pytest.raises(StatementError, match="its aggregates change"):
+        check_upgrade(old, swapped)
+
+
+def test_a_plan_that_changes_kind_is_refused() -> None:
+    old = _metastore().queries["CTAS_BY_AREA_0"]
+    projection = replace(old, plan=replace(old.plan, kind=PlanKind.PROJECT, aggregates=()))
+    with pytest.raises(StatementError, match="it would turn from an aggregation \\(GROUP BY\\) into a projection"):
+        check_upgrade(old, projection)
+
+
+def test_replay_applies_a_replacement_that_was_accepted_before_the_rule() -> None:
+    meta = _metastore()
+    meta.apply(parse_statement("CREATE OR REPLACE TABLE by_area AS SELECT area, COUNT(*) AS n, SUM(reading) AS total, "
+                               "MAX(reading) AS top FROM readings GROUP BY area"), 3)
+    assert [a.column for a in meta.queries["CTAS_BY_AREA_0"].plan.aggregates] == ["N", "TOTAL", "TOP"]
