@@ -15,6 +15,7 @@ from millpond.services.router.streaming import PushQueries
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import RouterSettings
 from millpond.shared.sql import ast
+from millpond.shared.sql.guard import ParseLimits, StatementParser
 from millpond.shared.sql.parser import parse_statement
 from millpond.shared.sql.planner import plan_select
 
@@ -57,7 +58,7 @@ def test_limit_0_streams_the_header_then_ends_without_opening_a_reader(monkeypat
         raise AssertionError("LIMIT 0 opened a reader")
 
     monkeypatch.setattr(PushQuery, "start", no_reader)
-    pushes = PushQueries(RouterSettings(), metastore(), None)  # type: ignore[arg-type]
+    pushes = PushQueries(RouterSettings(), metastore(), None, StatementParser(ParseLimits()))  # type: ignore[arg-type]
 
     async def stream() -> list[PushHeader | list[Any]]:
         return [item async for item in pushes.stream("SELECT * FROM readings EMIT CHANGES LIMIT 0;", {}, "me")]
