@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -24,7 +25,7 @@ from millpond.shared.catalog.upgrades import check_upgrades
 from millpond.shared.config import CoordinatorSettings
 from millpond.shared.errors import StatementError, UnavailableError
 from millpond.shared.kafka.admin import delete_topics, ensure_topic, topic_partitions
-from millpond.shared.kafka.command_log import Command, CommandReader, CommandWriter
+from millpond.shared.kafka.command_log import EXECUTED_REQUESTS_KEPT, Command, CommandReader, CommandWriter
 from millpond.shared.results import Outcome
 from millpond.shared.security import authorize_statement, authorize_text
 from millpond.shared.session import AUTO_OFFSET_RESET, check_properties, effective
@@ -38,6 +39,10 @@ log = logging.getLogger(__name__)
 FENCED = (ProducerFenced, InvalidProducerEpoch, InvalidTxnState)
 """What a writer sees when another coordinator with the same id took the command topic."""
 APPEND_ATTEMPTS = 6
+REQUEST_ID_HEADER = "millpond.request.id"
+"""Header of an INSERTed record: the request that inserted it (a resend finds it by this)."""
+INSERT_LOOKBACK = 10_000
+"""How many of a partition's last records a resent INSERT looks through for its first attempt."""
 
 
 @dataclass
@@ -63,14 +68,23 @@ class StatementExecutor:
         """How often an append was fenced by another coordinator and retried."""
         self.replicas = 1
         """Replication factor of the internal topics it creates (the coordinator sets it at start)."""
+        self._inserted: OrderedDict[str, tuple[int, int]] = OrderedDict()
+        """The (partition, offset) of each row this coordinator inserted for a named request."""
 
     @property
     def defaults(self) -> dict[str, str]:
         """The session properties a request starts from."""
         return {AUTO_OFFSET_RESET: self.settings.auto_offset_reset}
 
-    async def execute(self, sql: str, properties: Mapping[str, str]) -> Outcome:
-        """Run one statement and describe what happened."""
+    async def execute(self, sql: str, properties: Mapping[str, str], request_id: str = "",
+                      attempt: int = 0) -> Outcome:
+        """Run one statement and describe what happened.
+
+        A ``request_id`` names the statement across resends (``attempt`` counts them): a DDL
+        statement whose id is in the command topic, or an INSERT whose id this coordinator
+        produced (or, on a resend, finds in the topic's recent records), is answered with
+        its first outcome instead of running again.
+        """
         principal = security.CURRENT.get()
         # The cheap refusals come before the costly parse: too long, or a caller who could
         # not run a statement starting this way.
@@ -81,9 +95,9 @@ class StatementExecutor:
         check_properties(properties)
         async with self._lock:
             if isinstance(stmt, DDL):
-                return await self._distribute(stmt, dict(properties))
+                return await self._distribute(stmt, dict(properties), request_id)
             if isinstance(stmt, ast.InsertValues):
-                return await self._insert(stmt)
+                return await self._insert(stmt, request_id, attempt)
             await self.reader.catch_up()
             if isinstance(stmt, ast.Show):
                 return await self._show(stmt, properties)
@@ -96,7 +110,7 @@ class StatementExecutor:
                                  "with the statements they apply to")
         raise StatementError("queries run at the router, not the coordinator")
 
-    async def _distribute(self, stmt: ast.Statement, properties: dict[str, str]) -> Outcome:
+    async def _distribute(self, stmt: ast.Statement, properties: dict[str, str], request_id: str) -> Outcome:
         """Validate and append a DDL statement; retried when another coordinator fences us."""
         try:
             async for attempt in AsyncRetrying(
@@ -105,7 +119,7 @@ class StatementExecutor:
                 before_sleep=self._on_fenced,
             ):
                 with attempt:
-                    return await self._append(stmt, properties)
+                    return await self._append(stmt, properties, request_id)
         except FENCED as err:
             raise UnavailableError(f"another coordinator with service id {self.settings.service_id} kept "
                                    f"taking over the command topic ({type(err).__name__}); retry the statement") from err
@@ -115,18 +129,21 @@ class StatementExecutor:
         self.fenced_retries += 1
         log.warning("fenced by another coordinator; validating again", extra={"attempt": state.attempt_number})
 
-    async def _append(self, stmt: ast.Statement, properties: dict[str, str]) -> Outcome:
+    async def _append(self, stmt: ast.Statement, properties: dict[str, str], request_id: str) -> Outcome:
         async with self.writer.transaction() as txn:
             # Reading to the end inside the transaction means we validate against every
             # statement committed before ours; a fenced writer cannot commit at all.
             await self.reader.catch_up()
+            if request_id and (message := self.reader.executed.get(request_id)) is not None:
+                log.info("statement already executed for this request", extra={"request_id": request_id})
+                return Outcome(stmt.text, message)
             resolved = await self._resolve(stmt, properties)
             change = self.metastore.plan(stmt, properties, resolved)
             check_upgrades(self.metastore.queries, change)  # here, not in plan: replay keeps what was accepted
             if change.noop:
                 return Outcome(stmt.text, change.message)
             await self._create_topics(stmt, change)
-            offset = await txn.append(Command(stmt.text, properties, resolved))
+            offset = await txn.append(Command(stmt.text, properties, resolved, request_id))
         await self.reader.catch_up(offset + 1)
         await self._delete_topics(change)
         log.info("statement appended", extra={"offset": offset, "result": change.message})
@@ -177,12 +194,47 @@ class StatementExecutor:
         if topics:
             await delete_topics(self.admin, topics)
 
-    async def _insert(self, stmt: ast.InsertValues) -> Outcome:
+    async def _insert(self, stmt: ast.InsertValues, request_id: str, attempt: int) -> Outcome:
         await self.reader.catch_up()
         source = self.metastore.insert_target(stmt.target)
         record = encode_insert(stmt, source)
-        meta = await self.producer.send_and_wait(source.topic, record.value, key=record.key, partition=record.partition)
+        done = self._inserted.get(request_id) if request_id else None
+        if done is None and request_id and attempt > 0:
+            done = await self._find_insert(source.topic, record.partition, request_id)
+        if done is not None:
+            log.info("row already inserted for this request", extra={"request_id": request_id})
+            return Outcome(stmt.text, f"Inserted into {source.name}", partition=done[0], offset=done[1])
+        headers = [(REQUEST_ID_HEADER, request_id.encode())] if request_id else None
+        meta = await self.producer.send_and_wait(source.topic, record.value, key=record.key, partition=record.partition,
+                                                 headers=headers)
+        if request_id:
+            self._inserted[request_id] = (meta.partition, meta.offset)
+            while len(self._inserted) > EXECUTED_REQUESTS_KEPT:
+                self._inserted.popitem(last=False)
         return Outcome(stmt.text, f"Inserted into {source.name}", partition=meta.partition, offset=meta.offset)
+
+    async def _find_insert(self, topic: str, partition: int | None, request_id: str) -> tuple[int, int] | None:
+        """Where a row with ``request_id`` in its headers is, among the last ``INSERT_LOOKBACK``
+        records of its partition (of every partition for a keyless row): a resend whose first
+        attempt, at another coordinator, produced it and then failed to answer."""
+        consumer = AIOKafkaConsumer(**self.settings.kafka.client_args(), enable_auto_commit=False)
+        await consumer.start()
+        try:
+            found = await topic_partitions(self.admin, topic) or 0
+            tps = [TopicPartition(topic, p) for p in ([partition] if partition is not None else range(found))]
+            consumer.assign(tps)
+            ends = await consumer.end_offsets(tps)
+            for tp in tps:
+                consumer.seek(tp, max(ends[tp] - INSERT_LOOKBACK, 0))
+            wanted = request_id.encode()
+            while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
+                for tp, records in (await consumer.getmany(*tps, timeout_ms=1000)).items():
+                    for r in records:
+                        if r.offset < ends[tp] and (REQUEST_ID_HEADER, wanted) in list(r.headers or ()):
+                            return tp.partition, r.offset
+        finally:
+            await consumer.stop()
+        return None
 
     async def _show(self, stmt: ast.Show, properties: Mapping[str, str]) -> Outcome:
         if stmt.what != "TOPICS":

@@ -31,8 +31,9 @@ AssignmentReply = TypeVar("AssignmentReply", coordinator_pb2.HeartbeatResponse, 
 class Statements(Protocol):
     """Executes one statement (the coordinator's ``StatementExecutor``)."""
 
-    async def execute(self, sql: str, properties: Mapping[str, str]) -> Outcome:
-        """Run one statement and describe what happened."""
+    async def execute(self, sql: str, properties: Mapping[str, str], request_id: str = "",
+                      attempt: int = 0) -> Outcome:
+        """Run one statement and describe what happened (once per request id)."""
 
 
 class Members(Protocol):
@@ -62,7 +63,8 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     async def ExecuteStatement(
         self, request: coordinator_pb2.ExecuteStatementRequest, context: grpc.aio.ServicerContext
     ) -> coordinator_pb2.ExecuteStatementResponse:
-        outcome = await self.statements.execute(request.sql, dict(request.properties))
+        outcome = await self.statements.execute(request.sql, dict(request.properties), request.request_id,
+                                                request.attempt)
         return coordinator_pb2.ExecuteStatementResponse(result=outcome_to_proto(outcome))
 
     @grpc_errors

@@ -27,8 +27,8 @@ class StatementRunner(Protocol):
     """Runs the statements of a request (the router's ``Statements``)."""
 
     async def execute(self, sql: str, properties: dict[str, str], token: str = "",
-                      time_remaining: float | None = None) -> list[Outcome]:
-        """Each statement's outcome, in order."""
+                      time_remaining: float | None = None, request_id: str = "") -> list[Outcome]:
+        """Each statement's outcome, in order (each run once per request id)."""
 
 
 class PushStreams(Protocol):
@@ -75,7 +75,7 @@ class RouterServicer(router_pb2_grpc.RouterServiceServicer):
     @grpc_errors
     async def Execute(self, request: router_pb2.ExecuteRequest, context: grpc.aio.ServicerContext) -> router_pb2.ExecuteResponse:
         outcomes = await self.statements.execute(request.sql, dict(request.properties), request.consistency_token,
-                                                 context.time_remaining())
+                                                 context.time_remaining(), request.request_id)
         return router_pb2.ExecuteResponse(results=[outcome_to_proto(o) for o in outcomes])
 
     async def StreamQuery(self, request: router_pb2.StreamQueryRequest,

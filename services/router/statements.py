@@ -4,6 +4,7 @@ queries here and forward everything else (DDL, INSERT) to a coordinator."""
 from __future__ import annotations
 
 import time
+import uuid
 
 import grpc
 
@@ -45,13 +46,16 @@ class Statements:
         return self.settings.request_timeout_ms / 1000
 
     async def execute(self, sql: str, properties: dict[str, str], token: str = "",
-                      time_remaining: float | None = None) -> list[Outcome]:
+                      time_remaining: float | None = None, request_id: str = "") -> list[Outcome]:
         """Run each statement in order: pull queries here, everything else at the coordinator.
 
         SET and UNSET change the properties of the statements after them in this request.
         Pull queries and INSERTs carry the consistency token to send next: the request's
-        token merged with the positions they reflect.
+        token merged with the positions they reflect. The statements the coordinator runs
+        are named ``<request id>/<n>`` (a new id when the client gave none), so a resend of
+        the request, by the client or by this router to another coordinator, runs none twice.
         """
+        request_id = request_id or uuid.uuid4().hex
         principal = security.CURRENT.get()
         check_length(sql, self.parser.limits)
         authorize_text(principal, sql)  # the first statement's; each one is checked below
@@ -60,10 +64,10 @@ class Statements:
         positions = consistency.decode(token)
         deadline = self._deadline(time_remaining)
         outcomes: list[Outcome] = []
-        for stmt in await self.parser.parse(sql):
+        for index, stmt in enumerate(await self.parser.parse(sql)):
             try:
                 authorize_statement(principal, stmt)
-                outcome, seen = await self._execute_one(stmt, session, positions, deadline)
+                outcome, seen = await self._execute_one(stmt, session, positions, deadline, f"{request_id}/{index}")
             except grpc.aio.AioRpcError as err:
                 raise raise_for_rpc(err) from None
             except MillpondError as err:
@@ -83,7 +87,7 @@ class Statements:
         return time.monotonic() + max(budget, 0.0)
 
     async def _execute_one(self, stmt: ast.Statement, properties: dict[str, str], positions: consistency.Positions,
-                           deadline: float) -> tuple[Outcome, consistency.Positions | None]:
+                           deadline: float, request_id: str) -> tuple[Outcome, consistency.Positions | None]:
         changed = apply_session_statement(properties, stmt)  # for the rest of this request
         if changed is not None:
             return Outcome(stmt.text, changed), None
@@ -102,17 +106,19 @@ class Statements:
             finally:
                 metrics.PULL_SECONDS.labels(result).observe(time.monotonic() - started)
                 metrics.PULL_QUERIES.labels(result).inc()
-        return await self._forward(stmt, properties)
+        return await self._forward(stmt, properties, request_id)
 
-    async def _forward(self, stmt: ast.Statement, properties: dict[str, str]
+    async def _forward(self, stmt: ast.Statement, properties: dict[str, str], request_id: str
                        ) -> tuple[Outcome, consistency.Positions | None]:
-        """Have a coordinator execute a statement (DDL, INSERT)."""
-        request = coordinator_pb2.ExecuteStatementRequest(sql=stmt.text, properties=properties)
+        """Have a coordinator execute a statement (DDL, INSERT); a resend after UNAVAILABLE
+        carries the same request id, so a coordinator that did run it answers as it did."""
         # Any coordinator can execute (the command topic's transactions serialize them); the
         # leader first, the others if it is down.
         coordinators = self.coordinators
         order = [coordinators.leader, *(i for i in range(len(coordinators.stubs)) if i != coordinators.leader)]
         for n, i in enumerate(order):
+            request = coordinator_pb2.ExecuteStatementRequest(sql=stmt.text, properties=properties,
+                                                              request_id=request_id, attempt=n)
             try:
                 response = await coordinators.stubs[i].ExecuteStatement(request, timeout=self._timeout)
                 outcome = outcome_from_proto(response.result)

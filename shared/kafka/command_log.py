@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -28,6 +29,8 @@ from millpond.shared.kafka.connection import KafkaConnection
 from millpond.shared.sql.parser import parse_statement
 
 log = logging.getLogger(__name__)
+EXECUTED_REQUESTS_KEPT = 100_000
+"""Request ids a node remembers the outcome of (a resend comes within seconds)."""
 
 
 @dataclass(frozen=True)
@@ -38,10 +41,14 @@ class Command:
     statement: str
     properties: dict[str, str] = field(default_factory=dict)
     resolved: Resolved = field(default_factory=Resolved)
+    request_id: str = ""
+    """The client request that executed it (empty: none named), so a resend is recognised."""
 
     def encode(self) -> bytes:
         """The record value."""
         body: dict[str, Any] = {"statement": self.statement, "properties": self.properties}
+        if self.request_id:
+            body["request_id"] = self.request_id
         if self.resolved.start_offsets is not None:
             body["start_offsets"] = list(self.resolved.start_offsets)
         if self.resolved.partitions is not None:
@@ -54,7 +61,7 @@ class Command:
         body: dict[str, Any] = json.loads(data)
         offsets = body.get("start_offsets")
         resolved = Resolved(tuple(offsets) if offsets is not None else None, body.get("partitions"))
-        return cls(body["statement"], body.get("properties", {}), resolved)
+        return cls(body["statement"], body.get("properties", {}), resolved, body.get("request_id", ""))
 
 
 class CommandReader:
@@ -84,6 +91,9 @@ class CommandReader:
         """How often ``run`` lists the topics again: while some source is in error (its topic
         may only now be listed), and while none is (one may be deleted outside Millpond)."""
         self._checked_at = 0.0
+        self.executed: OrderedDict[str, str] = OrderedDict()
+        """The outcome message of each command that named its request id, by that id (the
+        latest ``EXECUTED_REQUESTS_KEPT``): what a resent statement is answered with."""
         self._lock = asyncio.Lock()
 
     async def start(self) -> None:
@@ -180,6 +190,10 @@ class CommandReader:
             message = self.metastore.apply(parse_statement(command.statement), offset, command.properties,
                                            command.resolved)
             log.info("applied command", extra={"offset": offset, "result": message})
+            if command.request_id:
+                self.executed[command.request_id] = message
+                while len(self.executed) > EXECUTED_REQUESTS_KEPT:
+                    self.executed.popitem(last=False)
         except Exception as err:  # never skip: the command keeps its place, with its error
             self.metastore.record_failure(offset, f"{type(err).__name__}: {err}")
             log.error("command failed on replay", extra={"offset": offset, "error": str(err)})

@@ -274,3 +274,46 @@ async def test_a_node_refuses_to_serve_when_the_command_topic_lost_its_start(kaf
         follower = CommandReader(coordinator.settings.kafka, topic, coordinator.metastore)
         await follower.start()
         await follower.stop()
+
+
+async def test_a_resent_statement_runs_once_whichever_coordinator_gets_it(kafka: EmbeddedKafka) -> None:
+    """The router resends a statement to the next coordinator when one answers UNAVAILABLE,
+    which a coordinator can do after its command or row was written: the request id makes the
+    resend answer with the first outcome (DDL through the command topic, which every
+    coordinator replays; an INSERT through its record's header), not run it twice."""
+    service_id = f"resend{next(_ids)}"
+    topic = f"events-{service_id}"
+    async with coordinator_core(kafka.bootstrap_servers, service_id) as first, \
+            coordinator_core(kafka.bootstrap_servers, service_id) as second:
+        create = (f"CREATE STREAM EVENTS (K VARCHAR KEY, V INT) WITH (kafka_topic='{topic}', partitions=2, "
+                  "value_format='JSON')")
+        made = await first.execute(create, {}, "req-1/0")
+        assert (await second.execute(create, {}, "req-1/0", attempt=1)).message == made.message
+        with pytest.raises(AlreadyExistsError):  # another request: a real second CREATE
+            await second.execute(create, {}, "req-2/0")
+
+        await first.execute("CREATE STREAM SINK (K VARCHAR KEY, V INT) WITH (kafka_topic='sink-" + service_id + "', "
+                            "partitions=2, value_format='JSON')", {})
+        copy = "INSERT INTO SINK SELECT * FROM EVENTS"
+        started = await first.execute(copy, {}, "req-3/0")
+        assert (await second.execute(copy, {}, "req-3/0", attempt=1)).message == started.message
+        assert len([q for q in second.metastore.queries.values() if q.sink == "SINK"]) == 1
+
+        insert = "INSERT INTO EVENTS (K, V) VALUES ('a', 1)"
+        row = await first.execute(insert, {}, "req-4/0")
+        again = await second.execute(insert, {}, "req-4/0", attempt=1)
+        assert (again.partition, again.offset) == (row.partition, row.offset)
+        assert (await first.execute(insert, {}, "req-4/0")).offset == row.offset  # its own memory
+        other = await second.execute(insert, {}, "req-5/0")
+        assert other.offset != row.offset
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=kafka.bootstrap_servers, enable_auto_commit=False,
+                                auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, row.partition)
+        consumer.assign([tp])
+        records = (await consumer.getmany(tp, timeout_ms=5000)).get(tp, [])
+    finally:
+        await consumer.stop()
+    assert [r.offset for r in records] == sorted({row.offset, other.offset})  # req-4 once, req-5 once

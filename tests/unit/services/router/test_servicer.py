@@ -20,7 +20,7 @@ from millpond.shared.task_status import StoreLag
 
 class FakeStatements:
     async def execute(self, sql: str, properties: dict[str, str], token: str = "",
-                      time_remaining: float | None = None) -> list[Outcome]:
+                      time_remaining: float | None = None, request_id: str = "") -> list[Outcome]:
         return [Outcome(sql, f"{properties} {token}")]
 
 

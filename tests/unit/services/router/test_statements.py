@@ -4,15 +4,20 @@ and a caller who may not run what the text starts with."""
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 from typing import Any, cast
 
+import grpc
 import pytest
 
+from millpond.coordinator.v1 import coordinator_pb2
 from millpond.services.router.statements import Statements
 from millpond.shared import security
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import RouterSettings
 from millpond.shared.errors import ErrorKind, StatementError
+from millpond.shared.results import Outcome
+from millpond.shared.rpc.converters import outcome_to_proto
 from millpond.shared.security import PermissionDeniedError, Principal
 from millpond.shared.sql.guard import StatementParser
 
@@ -45,3 +50,39 @@ async def test_a_caller_with_no_permission_is_refused_before_the_parse() -> None
     finally:
         security.CURRENT.reset(token)
     assert statements.parser.cache is not None and len(statements.parser.cache) == 0
+
+
+class _Coordinator:
+    """A coordinator stub: records each request; the first ``fail`` calls answer UNAVAILABLE."""
+
+    def __init__(self, calls: list[Any], fail: int):
+        self.calls, self.fail = calls, fail
+
+    async def ExecuteStatement(self, request: Any, **options: Any) -> Any:
+        self.calls.append((self, request.request_id, request.attempt))
+        if self.fail > 0:
+            self.fail -= 1
+            raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                                       "committed, then the catch-up timed out")
+        return coordinator_pb2.ExecuteStatementResponse(
+            result=outcome_to_proto(Outcome(request.sql, "Stream created")))
+
+
+async def test_a_resend_to_the_next_coordinator_names_the_same_request() -> None:
+    """Each statement of a request gets an id (``<request>/<n>``) that its resends keep, with
+    the attempt number, so the coordinator that gets the resend can answer as the first did."""
+    calls: list[Any] = []
+    first, second = _Coordinator(calls, fail=1), _Coordinator(calls, fail=0)
+    settings = RouterSettings()
+    unused = cast(Any, None)
+    coordinators = SimpleNamespace(leader=0, stubs=[first, second])
+    statements = Statements(settings, Metastore(), unused, cast(Any, coordinators), unused,
+                            StatementParser(settings.parse_limits))
+    sql = "CREATE STREAM A (X INT) WITH (kafka_topic='a', value_format='json'); " \
+          "CREATE STREAM B (X INT) WITH (kafka_topic='b', value_format='json');"
+    await statements.execute(sql, {}, request_id="client-7")
+    assert calls == [(first, "client-7/0", 0), (second, "client-7/0", 1), (first, "client-7/1", 0)]
+    calls.clear()
+    await statements.execute(sql, {})  # no id from the client: the router makes one, unique per request
+    ids = {request_id.split("/")[0] for _, request_id, _ in calls}
+    assert len(ids) == 1 and "client-7" not in ids

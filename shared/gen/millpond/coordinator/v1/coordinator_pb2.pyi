@@ -33,7 +33,7 @@ ELECTION_STATE_ELECTING: ElectionState
 ELECTION_STATE_LEADING: ElectionState
 
 class ExecuteStatementRequest(_message.Message):
-    __slots__ = ("sql", "properties")
+    __slots__ = ("sql", "properties", "request_id", "attempt")
     class PropertiesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -43,9 +43,13 @@ class ExecuteStatementRequest(_message.Message):
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     SQL_FIELD_NUMBER: _ClassVar[int]
     PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     sql: str
     properties: _containers.ScalarMap[str, str]
-    def __init__(self, sql: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    request_id: str
+    attempt: int
+    def __init__(self, sql: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class ExecuteStatementResponse(_message.Message):
     __slots__ = ("result",)

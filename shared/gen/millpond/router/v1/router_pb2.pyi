@@ -80,7 +80,7 @@ class ReportHostStatusResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class ExecuteRequest(_message.Message):
-    __slots__ = ("sql", "properties", "consistency_token")
+    __slots__ = ("sql", "properties", "consistency_token", "request_id")
     class PropertiesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -91,10 +91,12 @@ class ExecuteRequest(_message.Message):
     SQL_FIELD_NUMBER: _ClassVar[int]
     PROPERTIES_FIELD_NUMBER: _ClassVar[int]
     CONSISTENCY_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     sql: str
     properties: _containers.ScalarMap[str, str]
     consistency_token: str
-    def __init__(self, sql: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., consistency_token: _Optional[str] = ...) -> None: ...
+    request_id: str
+    def __init__(self, sql: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., consistency_token: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class ExecuteResponse(_message.Message):
     __slots__ = ("results",)
