@@ -16,6 +16,7 @@ from millpond.shared.config import CommonSettings, endpoints
 from millpond.shared.errors import SetupError
 from millpond.shared.rpc.auth import Authenticator, AuthInterceptor
 from millpond.shared.rpc.decoding import RequestDecoder
+from millpond.shared.rpc.health import HealthServicer
 from millpond.shared.rpc.tls import server_credentials
 from millpond.shared.security import TokenBook
 
@@ -47,7 +48,7 @@ class RpcServer:
         self.server = grpc.aio.server(options=[("grpc.so_reuseport", 0), *limits], interceptors=interceptors)
         for register in registrars:
             register(self.server)
-        self.health = health.aio.HealthServicer()
+        self.health = HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self.service_names = list(service_names)
         reflection.enable_server_reflection(
