@@ -20,7 +20,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-BENCHMARKS = ("aggregation", "scaling", "pull_queries", "failover", "restore", "freshness", "micro_batch", "idle")
+BENCHMARKS = ("aggregation", "scaling", "pull_queries", "failover", "restore", "freshness", "micro_batch", "idle", "fuzz")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 

@@ -39,6 +39,10 @@ class TaskReport:
         return text
 
 
+INT64_MAX = 2**63 - 1
+"""The largest value of a protobuf int64."""
+
+
 @dataclass(frozen=True)
 class StoreLag:
     """How far one local copy (active or standby) of a table partition is behind its changelog."""
@@ -54,8 +58,9 @@ class StoreLag:
 
     @property
     def lag(self) -> int:
-        """Changelog records the copy has not applied yet."""
-        return max(self.end_offset - self.current_offset, 0)
+        """Changelog records the copy has not applied yet, at most the largest int64: the
+        offsets come from reports, and their difference must still fit the wire's int64."""
+        return min(max(self.end_offset - self.current_offset, 0), INT64_MAX)
 
 
 def now_ms() -> int:

@@ -15,7 +15,7 @@ from millpond.shared import consistency, metrics, security
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.config import RouterSettings
-from millpond.shared.errors import MillpondError, StatementError
+from millpond.shared.errors import ErrorKind, MillpondError, StatementError
 from millpond.shared.kafka.command_log import CommandReader
 from millpond.shared.results import Outcome
 from millpond.shared.rpc.converters import outcome_from_proto
@@ -106,27 +106,38 @@ class Statements:
             finally:
                 metrics.PULL_SECONDS.labels(result).observe(time.monotonic() - started)
                 metrics.PULL_QUERIES.labels(result).inc()
-        return await self._forward(stmt, properties, request_id)
+        return await self._forward(stmt, properties, deadline, request_id)
 
-    async def _forward(self, stmt: ast.Statement, properties: dict[str, str], request_id: str
+    async def _forward(self, stmt: ast.Statement, properties: dict[str, str], deadline: float, request_id: str
                        ) -> tuple[Outcome, consistency.Positions | None]:
-        """Have a coordinator execute a statement (DDL, INSERT); a resend after UNAVAILABLE
+        """Have a coordinator execute a statement (DDL, INSERT) by the request's ``deadline``:
+        the request's later statements share it, so a long request ends with a status of the
+        router's before the client's own deadline, not after it. A resend after UNAVAILABLE
         carries the same request id, so a coordinator that did run it answers as it did."""
         # Any coordinator can execute (the command topic's transactions serialize them); the
         # leader first, the others if it is down.
         coordinators = self.coordinators
         order = [coordinators.leader, *(i for i in range(len(coordinators.stubs)) if i != coordinators.leader)]
         for n, i in enumerate(order):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise MillpondError("the request ran out of time before this statement was sent to a coordinator; "
+                                    "send fewer statements per request or give it a longer deadline",
+                                    kind=ErrorKind.DEADLINE)
             request = coordinator_pb2.ExecuteStatementRequest(sql=stmt.text, properties=properties,
                                                               request_id=request_id, attempt=n)
             try:
-                response = await coordinators.stubs[i].ExecuteStatement(request, timeout=self._timeout)
+                response = await coordinators.stubs[i].ExecuteStatement(request, timeout=left)
                 outcome = outcome_from_proto(response.result)
                 if isinstance(stmt, ast.InsertValues):
                     target = self.metastore.sources.get(stmt.target) or await self._caught_up_source(stmt.target)
                     return outcome, {(target.topic, outcome.partition): outcome.offset + 1}
                 return outcome, None
             except grpc.aio.AioRpcError as err:
+                if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED and time.monotonic() >= deadline:
+                    raise MillpondError(f"the coordinator did not answer within the request's time left ({left:.1f} s); "
+                                        "the statement may still be applied: check (SHOW, DESCRIBE) before you "
+                                        "retry it", kind=ErrorKind.DEADLINE) from None
                 if err.code() != grpc.StatusCode.UNAVAILABLE or n == len(order) - 1:
                     raise
         raise AssertionError("unreachable")

@@ -15,6 +15,8 @@ from grpc_reflection.v1alpha import reflection
 from millpond.shared.config import CommonSettings, endpoints
 from millpond.shared.errors import SetupError
 from millpond.shared.rpc.auth import Authenticator, AuthInterceptor
+from millpond.shared.rpc.decoding import RequestDecoder
+from millpond.shared.rpc.health import HealthServicer
 from millpond.shared.rpc.tls import server_credentials
 from millpond.shared.security import TokenBook
 
@@ -35,16 +37,18 @@ class RpcServer:
         limits = message_limits(settings.max_message_bytes)
         tls = settings.tls
         # Without TLS no caller proves who it is, so there is nothing to check (a local cluster).
-        interceptors = [] if tls is None else [AuthInterceptor(Authenticator(
+        interceptors: list[grpc.aio.ServerInterceptor] = [] if tls is None else [AuthInterceptor(Authenticator(
             TokenBook(Path(settings.auth_tokens_file)) if settings.auth_tokens_file else None,
             frozenset(endpoints(settings.service_identities))))]
+        # Inside authentication: a caller is known before its request is decoded.
+        interceptors.append(RequestDecoder())
         if tls is None and settings.auth_tokens_file:
             raise SetupError("MILLPOND_AUTH_TOKENS_FILE needs TLS (MILLPOND_TLS_CERT_FILE, _KEY_FILE, _CA_FILE): "
                              "without it the services cannot tell their own calls from a client's")
         self.server = grpc.aio.server(options=[("grpc.so_reuseport", 0), *limits], interceptors=interceptors)
         for register in registrars:
             register(self.server)
-        self.health = health.aio.HealthServicer()
+        self.health = HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self.service_names = list(service_names)
         reflection.enable_server_reflection(

@@ -1,8 +1,10 @@
-"""The router refuses statement text that is too long or nested too deep before parsing it,
-and a caller who may not run what the text starts with."""
+"""The router's statement path: text too long or nested too deep is refused before it is
+parsed, and so is a caller who may not run what the text starts with; statements forwarded to
+a (fake) coordinator share the request's deadline and keep their request id on resends."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from types import SimpleNamespace
 from typing import Any, cast
@@ -15,7 +17,7 @@ from millpond.services.router.statements import Statements
 from millpond.shared import security
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import RouterSettings
-from millpond.shared.errors import ErrorKind, StatementError
+from millpond.shared.errors import ErrorKind, MillpondError, StatementError
 from millpond.shared.results import Outcome
 from millpond.shared.rpc.converters import outcome_to_proto
 from millpond.shared.security import PermissionDeniedError, Principal
@@ -86,3 +88,56 @@ async def test_a_resend_to_the_next_coordinator_names_the_same_request() -> None
     await statements.execute(sql, {})  # no id from the client: the router makes one, unique per request
     ids = {request_id.split("/")[0] for _, request_id, _ in calls}
     assert len(ids) == 1 and "client-7" not in ids
+
+
+class SlowCoordinator:
+    """Answers every statement after ``delay_s``, honouring the caller's timeout as gRPC would."""
+
+    def __init__(self, delay_s: float):
+        self.delay_s = delay_s
+        self.timeouts: list[float] = []
+
+    async def ExecuteStatement(self, request: coordinator_pb2.ExecuteStatementRequest,
+                               timeout: float) -> coordinator_pb2.ExecuteStatementResponse:  # noqa: ASYNC109 (a stub)
+        self.timeouts.append(timeout)
+        await asyncio.sleep(min(self.delay_s, timeout))
+        if self.delay_s > timeout:
+            raise grpc.aio.AioRpcError(grpc.StatusCode.DEADLINE_EXCEEDED, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                                       "Deadline Exceeded")
+        return coordinator_pb2.ExecuteStatementResponse()
+
+
+class FakeCoordinators:
+    def __init__(self, stub: SlowCoordinator):
+        self.leader = 0
+        self.stubs = [stub]
+
+
+def statements(stub: SlowCoordinator) -> Statements:
+    settings = RouterSettings()
+    return Statements(settings, Metastore(), None, FakeCoordinators(stub), None,  # type: ignore[arg-type]
+                      StatementParser(settings.parse_limits))
+
+
+async def test_a_forwarded_statement_gets_the_time_left_not_the_routers_whole_timeout() -> None:
+    stub = SlowCoordinator(0.0)
+    await statements(stub).execute("SHOW STREAMS; SHOW TABLES;", {}, time_remaining=1.0)
+    assert len(stub.timeouts) == 2 and all(t <= 1.0 for t in stub.timeouts)
+
+
+async def test_a_request_that_outlasts_its_deadline_ends_with_deadline_exceeded() -> None:
+    started = time.monotonic()
+    with pytest.raises(MillpondError) as raised:
+        await statements(SlowCoordinator(5.0)).execute("SHOW STREAMS; SHOW TABLES;", {}, time_remaining=0.5)
+    error: Any = raised.value
+    assert error.kind is ErrorKind.DEADLINE, error.message
+    assert "did not answer within the request's time left" in error.message and "before you retry" in error.message
+    assert time.monotonic() - started < 0.5
+
+
+async def test_a_statement_is_not_sent_once_the_request_is_out_of_time() -> None:
+    stub = SlowCoordinator(0.0)
+    with pytest.raises(MillpondError) as raised:
+        await statements(stub).execute("SHOW STREAMS;", {}, time_remaining=0.01)
+    assert raised.value.kind is ErrorKind.DEADLINE and "send fewer statements" in raised.value.message
+    assert stub.timeouts == []

@@ -37,3 +37,14 @@ def test_store_lags_round_trip_through_both_messages_which_share_a_wire_format()
 def test_outcomes_round_trip() -> None:
     outcome = Outcome("SELECT 1;", "", "", [("ID", "VARCHAR"), ("N", "BIGINT")], [["a", 1], [None, 2]], 2, 9, "v1.x")
     assert outcome_from_proto(outcome_to_proto(outcome)) == outcome
+
+
+def test_a_lag_reported_with_extreme_offsets_still_fits_the_cluster_status() -> None:
+    # A beat's offsets are whatever the sender put there: their difference once overflowed the
+    # int64 of the cluster status, and every GetClusterStatus after it failed with INTERNAL.
+    for current, end in ((-1, 2**63 - 1), (-(2**63), 2**63 - 1), (2**63 - 1, -(2**63))):
+        beat = coordinator_pb2.StoreLag(task=coordinator_pb2.TaskId(query_id="Q"), current_offset=current,
+                                        end_offset=end)
+        lag = store_lag_from_proto(beat)
+        assert 0 <= store_lag_to_proto(lag).lag == lag.lag <= 2**63 - 1
+        assert store_lag_to_common(lag).lag == lag.lag

@@ -1,0 +1,91 @@
+"""A request that is not a valid protobuf message gets INVALID_ARGUMENT naming its type, for
+every kind of RPC (unary, server-, client- and bidirectional streaming), and valid requests
+still reach their servicers; through a real ``grpc.aio`` server on a free port."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+import grpc
+import pytest
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection, reflection_pb2
+
+from millpond.shared.rpc.decoding import RequestDecoder
+
+CHECK = "/grpc.health.v1.Health/Check"
+WATCH = "/grpc.health.v1.Health/Watch"
+REFLECT = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
+COUNT = "/test.Counter/Count"
+MALFORMED = (b"\xff", b"\n\x05abc", b"\n\x03\xed\xa0\x80", b"\x08" + b"\xff" * 11, b"\x0b")
+
+
+async def _count(requests: AsyncIterator[health_pb2.HealthCheckRequest], context: grpc.aio.ServicerContext) -> bytes:
+    return str(len([r async for r in requests])).encode()
+
+
+@pytest.fixture
+async def endpoint() -> AsyncIterator[str]:
+    server = grpc.aio.server(interceptors=[RequestDecoder()])
+    servicer = health.aio.HealthServicer()
+    await servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    reflection.enable_server_reflection([health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("test.Counter", {
+        "Count": grpc.stream_unary_rpc_method_handler(_count, health_pb2.HealthCheckRequest.FromString, None)})])
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        await server.stop(None)
+
+
+async def _one(payload: bytes) -> AsyncIterator[bytes]:
+    yield payload
+
+
+async def _status(channel: grpc.aio.Channel, method: str, payload: bytes) -> tuple[grpc.StatusCode, str, bytes]:
+    """Code, details and the first response's bytes of one call with raw ``payload``."""
+    try:
+        if method == CHECK:
+            return grpc.StatusCode.OK, "", await channel.unary_unary(method)(payload, timeout=5)
+        if method == COUNT:
+            return grpc.StatusCode.OK, "", await channel.stream_unary(method)(_one(payload), timeout=5)
+        call = (channel.unary_stream(method)(payload, timeout=5) if method == WATCH
+                else channel.stream_stream(method)(_one(payload), timeout=5))
+        first = await call.read()
+        call.cancel()
+        assert first is not grpc.aio.EOF
+        return grpc.StatusCode.OK, "", first
+    except grpc.aio.AioRpcError as err:
+        return err.code(), err.details() or "", b""
+
+
+@pytest.mark.parametrize("method", [CHECK, WATCH, COUNT, REFLECT])
+async def test_malformed_requests_are_invalid_arguments_and_not_logged(
+        endpoint: str, method: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.ERROR)
+    async with grpc.aio.insecure_channel(endpoint) as channel:
+        for payload in MALFORMED:
+            code, details, _ = await _status(channel, method, payload)
+            assert code == grpc.StatusCode.INVALID_ARGUMENT, (payload, code, details)
+            assert "is not a valid" in details and ("HealthCheckRequest" in details
+                                                    or "ServerReflectionRequest" in details), details
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_valid_requests_reach_their_servicers(endpoint: str) -> None:
+    async with grpc.aio.insecure_channel(endpoint) as channel:
+        request = health_pb2.HealthCheckRequest().SerializeToString()
+        _, _, check = await _status(channel, CHECK, request)
+        assert health_pb2.HealthCheckResponse.FromString(check).status == health_pb2.HealthCheckResponse.SERVING
+        _, _, watch = await _status(channel, WATCH, request)
+        assert health_pb2.HealthCheckResponse.FromString(watch).status == health_pb2.HealthCheckResponse.SERVING
+        _, _, count = await _status(channel, COUNT, request)
+        assert count == b"1"
+        _, _, listed = await _status(channel, REFLECT, reflection_pb2.ServerReflectionRequest(
+            list_services="").SerializeToString())
+        services = reflection_pb2.ServerReflectionResponse.FromString(listed).list_services_response.service
+        assert health.SERVICE_NAME in {s.name for s in services}
