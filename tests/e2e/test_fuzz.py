@@ -32,11 +32,11 @@ def bare_cluster(kafka: EmbeddedKafka, tmp_path: Path) -> Iterator[LocalCluster]
 
 
 def test_fuzzed_statements_and_malformed_messages_get_statuses_and_break_nothing(bare_cluster: LocalCluster) -> None:
-    result = fuzz.run(bare_cluster, statements=1000, messages=100, seed=19, oversized=False)
+    result = fuzz.run(bare_cluster, statements=500, messages=50, seed=19, oversized=False)
     summary = {k: result[k] for k in ("crashes", "hung_calls", "suspect_answers", "unhandled_exceptions_in_logs")}
     details = {"samples": [result["statements"]["samples"], result["messages"]["samples"]], "logs": result["logs"]}
     assert summary == {"crashes": 0, "hung_calls": 0, "suspect_answers": 0, "unhandled_exceptions_in_logs": 0}, details
     assert result["all_serving"], result["services"]
     assert result["messages"]["rpcs"] == 21  # every method of both services, health and reflection included
-    assert sum(sum(c.values()) for c in result["messages"]["codes"].values()) == 2100
-    assert sum(sum(c.values()) for c in result["statements"]["codes"].values()) == 1000
+    assert sum(sum(c.values()) for c in result["messages"]["codes"].values()) == 1050
+    assert sum(sum(c.values()) for c in result["statements"]["codes"].values()) == 500
