@@ -20,7 +20,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-BENCHMARKS = ("aggregation", "scaling", "pull_queries", "failover", "restore", "freshness", "micro_batch", "idle", "fuzz")
+BENCHMARKS = ("aggregation", "scaling", "pull_queries", "failover", "restore", "freshness", "micro_batch", "idle", "fuzz",
+              "soak")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 

@@ -143,9 +143,11 @@ class EmbeddedKafka:
         ]
 
     def start(self) -> None:
-        """Format storage if needed, start the broker and wait until it answers."""
+        """Format storage if needed, start the broker and wait until it answers. Started again
+        after ``stop``, it keeps its ports and data: its clients reconnect (a broker restart)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.port, self.controller_port, self.sasl_port = free_port(), free_port(), free_port()
+        if not self.port:
+            self.port, self.controller_port, self.sasl_port = free_port(), free_port(), free_port()
         config = self.data_dir / "server.properties"
         config.write_text(_server_properties(self.data_dir, self.port, self.controller_port, self.sasl_port,
                                              self.sasl_users))
