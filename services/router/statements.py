@@ -55,6 +55,9 @@ class Statements:
         are named ``<request id>/<n>`` (a new id when the client gave none), so a resend of
         the request, by the client or by this router to another coordinator, runs none twice.
         """
+        # A client's id may be a resend of a call that already ran at some coordinator; an id
+        # made here is new, and only this router's own resends of it can find it done.
+        named = bool(request_id)
         request_id = request_id or uuid.uuid4().hex
         principal = security.CURRENT.get()
         check_length(sql, self.parser.limits)
@@ -67,7 +70,8 @@ class Statements:
         for index, stmt in enumerate(await self.parser.parse(sql)):
             try:
                 authorize_statement(principal, stmt)
-                outcome, seen = await self._execute_one(stmt, session, positions, deadline, f"{request_id}/{index}")
+                outcome, seen = await self._execute_one(stmt, session, positions, deadline, f"{request_id}/{index}",
+                                                        named)
             except grpc.aio.AioRpcError as err:
                 raise raise_for_rpc(err) from None
             except MillpondError as err:
@@ -87,7 +91,7 @@ class Statements:
         return time.monotonic() + max(budget, 0.0)
 
     async def _execute_one(self, stmt: ast.Statement, properties: dict[str, str], positions: consistency.Positions,
-                           deadline: float, request_id: str) -> tuple[Outcome, consistency.Positions | None]:
+                           deadline: float, request_id: str, named: bool) -> tuple[Outcome, consistency.Positions | None]:
         changed = apply_session_statement(properties, stmt)  # for the rest of this request
         if changed is not None:
             return Outcome(stmt.text, changed), None
@@ -106,10 +110,10 @@ class Statements:
             finally:
                 metrics.PULL_SECONDS.labels(result).observe(time.monotonic() - started)
                 metrics.PULL_QUERIES.labels(result).inc()
-        return await self._forward(stmt, properties, deadline, request_id)
+        return await self._forward(stmt, properties, deadline, request_id, named)
 
-    async def _forward(self, stmt: ast.Statement, properties: dict[str, str], deadline: float, request_id: str
-                       ) -> tuple[Outcome, consistency.Positions | None]:
+    async def _forward(self, stmt: ast.Statement, properties: dict[str, str], deadline: float, request_id: str,
+                       named: bool) -> tuple[Outcome, consistency.Positions | None]:
         """Have a coordinator execute a statement (DDL, INSERT) by the request's ``deadline``:
         the request's later statements share it, so a long request ends with a status of the
         router's before the client's own deadline, not after it. A resend after UNAVAILABLE
@@ -125,7 +129,7 @@ class Statements:
                                     "send fewer statements per request or give it a longer deadline",
                                     kind=ErrorKind.DEADLINE)
             request = coordinator_pb2.ExecuteStatementRequest(sql=stmt.text, properties=properties,
-                                                              request_id=request_id, attempt=n)
+                                                              request_id=request_id, attempt=n + named)
             try:
                 response = await coordinators.stubs[i].ExecuteStatement(request, timeout=left)
                 outcome = outcome_from_proto(response.result)
@@ -136,8 +140,9 @@ class Statements:
             except grpc.aio.AioRpcError as err:
                 if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED and time.monotonic() >= deadline:
                     raise MillpondError(f"the coordinator did not answer within the request's time left ({left:.1f} s); "
-                                        "the statement may still be applied: check (SHOW, DESCRIBE) before you "
-                                        "retry it", kind=ErrorKind.DEADLINE) from None
+                                        "the statement may still be applied: before you retry, send the same "
+                                        "request_id again (a statement already applied is answered, not run again)",
+                                        kind=ErrorKind.DEADLINE) from None
                 if err.code() != grpc.StatusCode.UNAVAILABLE or n == len(order) - 1:
                     raise
         raise AssertionError("unreachable")
