@@ -9,11 +9,13 @@ worker comes back a zombie: its tasks moved meanwhile and its commits must be fe
 broker restarted (same ports and data), the coordinator leader killed and restarted, and a
 CPU hog on both cores.
 
-Reported (and, for the first four, expected 0): keys whose final COUNT or SUM differs from the
-produced events (lost or duplicated), pulls answered from state older than their session's
-token (a COUNT lower than one the session saw before for that key), sends that failed for
-good (their events' fate unknown: excluded from the comparison, counted), tracebacks in the
-services' logs; and per fault the failed pulls and the longest gap between answered pulls.
+Reported (and expected 0 but for the unknown sends): keys whose final COUNT or SUM differs
+from the produced events (lost or duplicated), pulls answered from state older than their
+session's token (a COUNT lower than one the session saw before for that key), zombie commits
+accepted (committed changelog transactions that reflect an input position no later than one
+committed before them: a fenced owner's commit, or a batch applied twice), sends that failed
+for good (their events' fate unknown: excluded from the comparison, counted), tracebacks in
+the services' logs; and per fault the failed pulls and the longest gap between answered pulls.
 
 ``python -m bench.soak [--kills 20 --freezes 5 --coordinator-kills 2 --broker-restarts 1 --hog-s 30]``
 """
@@ -33,13 +35,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from bench.common import arguments, cluster, emit, execute
 from bench.fuzz import logged_exceptions
 from millpond.cli.loadtest import Config, Stats, input_ends, recovery
 from millpond.deploy.local.launcher import LocalCluster
 from millpond.router.v1 import router_pb2, router_pb2_grpc
+from millpond.services.worker.state.store import changelog_input_offset
+from millpond.shared.catalog.names import changelog_topic
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.rpc.converters import outcome_from_proto
 
@@ -176,6 +180,46 @@ def inject(local: LocalCluster, fault: str, rng: random.Random, hog_s: float, co
     return f"cpu-hog:{hog_s:.0f}s"
 
 
+def out_of_order_commits(records: list[tuple[int, int | None]]) -> int:
+    """Of one changelog partition's committed records, as (offset, input-offset header) in
+    offset order: how many transactions reflect an input position no later than one committed
+    before them. Each commit of a task writes its batch's records in one transaction, each
+    record carrying the input offset the batch reaches, and a new transaction is known by its
+    header changing or by a gap in the offsets (its predecessor's commit marker). A zombie's
+    commit accepted after its task moved (or any batch applied twice) is such a transaction."""
+    wrong, last_offset, last_header, highest = 0, None, None, -1
+    for offset, header in records:
+        if header is None:
+            continue
+        new_transaction = header != last_header or (last_offset is not None and offset != last_offset + 1)
+        if new_transaction:
+            wrong += header <= highest
+            highest = max(highest, header)
+        last_offset, last_header = offset, header
+    return wrong
+
+
+async def zombie_commits(bootstrap: str, topic: str, partitions: int) -> int:
+    """``out_of_order_commits`` over every partition of a changelog, read committed."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        records: dict[int, list[tuple[int, int | None]]] = {p: [] for p in range(partitions)}
+        deadline = time.monotonic() + 120
+        while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"reading {topic} took over 120 s")
+            for tp, batch in (await consumer.getmany(timeout_ms=1000, max_records=50_000)).items():
+                records[tp.partition].extend((r.offset, changelog_input_offset(r)) for r in batch)
+    finally:
+        await consumer.stop()
+    return sum(out_of_order_commits(records[p]) for p in range(partitions))
+
+
 def _longest_gap(times: list[float], start: float, end: float) -> float:
     marks = [start, *[t for t in times if start <= t <= end], end]
     return round(max(b - a for a, b in itertools.pairwise(marks)), 3)
@@ -210,12 +254,13 @@ async def soak(local: LocalCluster, args: Any) -> dict[str, Any]:
     wrong = {key: {"produced": want, "table": list(rows[key][1:]) if key in rows else None}
              for key, want in seen.expected.items()
              if key not in rows or [int(rows[key][1]), int(rows[key][2] or 0)] != want}
+    zombies = await zombie_commits(local.bootstrap, changelog_topic(local.service_id, query_id), PARTITIONS)
     logs = logged_exceptions(local)
     return {
         "keys": args.keys, "events_per_s": args.rate, "events_acknowledged": sum(c for c, _ in seen.expected.values()),
         "unknown_sends": seen.unknown_sends, "caught_up_s": None if caught_up is None else round(caught_up, 1),
         "keys_wrong": len(wrong), "wrong_samples": dict(list(wrong.items())[:5]),
-        "stale_pulls": seen.stale, "pulls_ok": seen.pulls_ok, "pull_errors": dict(seen.errors),
+        "stale_pulls": seen.stale, "zombie_commits_accepted": zombies, "pulls_ok": seen.pulls_ok, "pull_errors": dict(seen.errors),
         "faults": faults, "max_failed_pulls_per_fault": max((f["failed_pulls"] for f in faults), default=0),
         "max_pull_gap_s": max((f["longest_pull_gap_s"] for f in faults), default=0.0),
         "tracebacks_in_logs": sum(entry["tracebacks"] for entry in logs.values()),
