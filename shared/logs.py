@@ -11,7 +11,11 @@ _STANDARD = set(vars(logging.makeLogRecord({})))
 
 
 class JsonFormatter(logging.Formatter):
-    """Formats a record as JSON with time, level, logger, message and any ``extra`` fields."""
+    """Formats a record as JSON with time, level, logger, message and any ``extra`` fields.
+
+    An error attached to a record at ERROR or above comes with its traceback (``exc``);
+    below that it is a failure the code expected and recovers from (a fenced zombie, a
+    restarting query), and one line says what it was (``error``)."""
 
     def __init__(self, service: str) -> None:
         super().__init__()
@@ -26,9 +30,27 @@ class JsonFormatter(logging.Formatter):
             "msg": record.getMessage(),
         }
         entry.update({k: v for k, v in vars(record).items() if k not in _STANDARD})
-        if record.exc_info:
-            entry["exc"] = self.formatException(record.exc_info)
+        if record.exc_info and record.exc_info[1] is not None:
+            if record.levelno >= logging.ERROR:
+                entry["exc"] = self.formatException(record.exc_info)
+            else:
+                entry["error"] = reason(record.exc_info[1])
         return json.dumps(entry, default=str)
+
+
+def reason(error: BaseException) -> str:
+    """An error in one line: its type and the first line of its message."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+
+
+class CallbackErrors(logging.Filter):
+    """Drops py4j's record of an error raised by a Python callback the JVM called (a
+    ``foreachBatch`` function): the error goes back to the JVM, which fails the query, and
+    the callback's owner reports it once, in one line, where it knows what it means."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("There was an exception while executing the Python Proxy")
 
 
 def configure(service: str, level: str = "INFO") -> None:
@@ -40,5 +62,6 @@ def configure(service: str, level: str = "INFO") -> None:
     root.setLevel(level)
     for noisy in ("aiokafka", "py4j", "kafka"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    logging.getLogger("py4j.clientserver").addFilter(CallbackErrors())
     # Metadata for a just-created topic lags a moment; aiokafka retries, and says so loudly.
     logging.getLogger("aiokafka.cluster").setLevel(logging.CRITICAL)

@@ -128,6 +128,8 @@ class QueryRunner:
         try:
             self._process(batch)
         except BaseException as error:
+            # The JVM fails the query with it, and the supervisor restarts the query.
+            log.warning("batch failed", exc_info=True, extra={"query": self.name, "batch": batch_id})
             self.error = error
             raise
 

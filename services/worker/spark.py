@@ -88,7 +88,7 @@ class LazySession:
         try:
             await self.get()
         except Exception:
-            log.exception("Spark did not start; a task that needs it tries again")
+            log.warning("Spark did not start; a task that needs it tries again", exc_info=True)
 
     async def stop(self) -> None:
         """Stop the session if it started."""
