@@ -29,6 +29,20 @@ def test_loadtest_survives_a_killed_worker_with_standby_reads(tmp_path: Path) ->
     assert fault["failed_pulls_after"] == 0 and summary["errors"] == {}, summary
 
 
+def test_the_soak_in_short_loses_nothing_and_serves_nothing_stale(tmp_path: Path) -> None:
+    # Issue 19's soak with one fault of each kind but the broker restart (a worker killed, a
+    # worker frozen past the failure detector, the coordinator leader killed, a CPU hog).
+    done = subprocess.run([sys.executable, "-m", "bench.soak", "--smoke"],
+                          capture_output=True, text=True, timeout=540, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    assert [f["fault"].split(":")[0] for f in result["faults"]].count("kill") == 2, result["faults"]
+    assert result["events_acknowledged"] > 1000 and result["pulls_ok"] > 0, result
+    assert result["unknown_sends"] == 0 and result["keys_wrong"] == 0, result["wrong_samples"]
+    assert result["stale_pulls"] == 0 and result["zombie_commits_accepted"] == 0, result
+    assert result["tracebacks_in_logs"] == 0, result["log_samples"]
+
+
 def test_the_benchmarks_run_and_report_their_baselines(tmp_path: Path) -> None:
     # failover is the harness above under a kill, and scaling is the aggregation twice: the
     # test above and the aggregation keep them working, and the suite stays within CI's time.
