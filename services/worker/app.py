@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 
 from millpond.services.worker import gauges
 from millpond.services.worker.assignment import TaskAssignment
 from millpond.services.worker.membership import MembershipAgent
 from millpond.services.worker.processing import ProcessingLoop
+from millpond.services.worker.query_runner import checkpoint_root
 from millpond.services.worker.servicer import WorkerServicer
 from millpond.services.worker.serving import LocalTables
 from millpond.services.worker.spark import LazySession
@@ -59,6 +61,8 @@ class Worker:
     async def run(self) -> None:
         """Serve until SIGTERM or SIGINT."""
         stop = shutdown_event()
+        # A query's checkpoint only lives while its query runs (tasks hold the positions).
+        shutil.rmtree(checkpoint_root(self.settings), ignore_errors=True)
         self.processing.start()
         await self.reader.start()
         await self.reader.catch_up()

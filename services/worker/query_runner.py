@@ -14,6 +14,7 @@ import logging
 import shutil
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -33,6 +34,13 @@ from millpond.shared.sql import ast
 
 log = logging.getLogger(__name__)
 COMMIT_TIMEOUT_S = 120
+
+
+def checkpoint_root(settings: WorkerSettings) -> Path:
+    """Where this worker's streaming queries keep their Spark checkpoints: in its own part of
+    the state directory, not the system's temporary one, so the checkpoints of a worker killed
+    before it could remove them are found (and removed) by its next start."""
+    return settings.state_dir / path_segment(settings.worker_id) / "checkpoints"
 
 
 class QueryRunner:
@@ -68,7 +76,9 @@ class QueryRunner:
     def start(self) -> None:
         """Start the streaming query from each task's committed input offset (again after a
         ``stop``, with a new checkpoint: the tasks hold the positions). Blocking."""
-        self.checkpoint = tempfile.mkdtemp(prefix=f"millpond-{path_segment(self.name)}-")
+        root = checkpoint_root(self.settings)
+        root.mkdir(parents=True, exist_ok=True)
+        self.checkpoint = tempfile.mkdtemp(prefix=f"{path_segment(self.name)}-", dir=root)
         self.error = None
         self.last_batch_at = time.monotonic()
         topic = self.source.topic

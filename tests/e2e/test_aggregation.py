@@ -27,6 +27,7 @@ import pytest
 from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 from millpond.deploy.local.kafka_broker import EmbeddedKafka
 from millpond.deploy.local.launcher import LocalCluster
+from millpond.services.worker.state.store import path_segment
 from millpond.shared.catalog.names import changelog_topic, processing_log_topic
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.net import free_port
@@ -168,11 +169,15 @@ async def test_sigkilled_worker_loses_nothing_and_counts_nothing_twice(agg_clust
         await wait_progressing(agg_cluster, query_id, "worker-1")
         await asyncio.sleep(rng.uniform(0.2, 3))
         agg_cluster.kill("worker-1")
+        checkpoints = agg_cluster.data_dir / "state" / path_segment("worker-1") / "checkpoints"
+        left = set(checkpoints.iterdir())
+        assert left, "the killed worker's running queries had no checkpoint in its state directory"
         # More input arrives while the worker is down and while it comes back.
         await produce(agg_cluster.bootstrap, stream, readings(rng, 20_000, 3_000, expected))
         if kill == 1:  # once, stay down until the tasks moved: worker-2 restores them from the changelog
             await wait_progressing(agg_cluster, query_id, "worker-2", partitions=PARTITIONS)
         await asyncio.to_thread(agg_cluster.restart, "worker-1")
+        assert not left & set(checkpoints.iterdir() if checkpoints.exists() else ()), "a killed run's checkpoints leak"
 
     await wait_caught_up(agg_cluster, query_id, stream)
     check_table(await asyncio.to_thread(table_rows, agg_cluster, table), expected)
