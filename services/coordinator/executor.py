@@ -31,7 +31,7 @@ from millpond.shared.security import authorize_statement, authorize_text
 from millpond.shared.session import AUTO_OFFSET_RESET, check_properties, effective
 from millpond.shared.sql import ast
 from millpond.shared.sql.guard import StatementParser, check_length
-from millpond.shared.sql.planner import encode_insert
+from millpond.shared.sql.planner import check_topic_name, encode_insert
 from millpond.shared.task_status import TaskReport
 
 log = logging.getLogger(__name__)
@@ -153,7 +153,8 @@ class StatementExecutor:
         """Look up what replay must not look up again: start offsets, an existing topic's size."""
         if isinstance(stmt, ast.CreateSource) and "partitions" not in stmt.properties:
             topic = str(stmt.properties.get("kafka_topic", ""))
-            return Resolved(partitions=await topic_partitions(self.admin, topic) if topic else None)
+            # Checked before the broker sees it (a 60,000-character name breaks the client's encoding).
+            return Resolved(partitions=await topic_partitions(self.admin, check_topic_name(topic)) if topic else None)
         if isinstance(stmt, ast.CreateAsSelect | ast.InsertSelect):
             if effective(properties, self.defaults)[AUTO_OFFSET_RESET] != "latest":
                 return Resolved()

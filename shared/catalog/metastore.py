@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 
@@ -32,6 +33,9 @@ from millpond.shared.sql.planner import (
     plan_persistent,
 )
 
+_NOT_IN_TOPICS = re.compile(r"[^a-zA-Z0-9._-]")
+MAX_NAME_IN_ID = 100
+"""Of a source's name, how much a query id keeps (its topics' names stay within Kafka's 249)."""
 DDL = (ast.CreateSource, ast.CreateAsSelect, ast.InsertSelect, ast.Drop, ast.Terminate)
 """Statements that change the metastore and so go through the command topic."""
 
@@ -205,7 +209,7 @@ class Metastore:
             # As ksqlDB's CREATE SOURCE TABLE: a query keeps the latest row per key in a
             # store, so the table can be pulled from. A replaced table keeps its query's id.
             old = self.queries.get(existing.query_id) if existing is not None and existing.query_id else None
-            query_id = old.query_id if old is not None else self._query_id(f"CST_{source.name}")
+            query_id = old.query_id if old is not None else self._query_id("CST", source.name)
             source = replace(source, query_id=query_id)
             change.add_sources = [source]
             change.add_queries = [PersistentQuery(query_id, "CST", stmt.text, source.name, source.name,
@@ -240,10 +244,13 @@ class Metastore:
             value_delimiter=str(props.get("value_delimiter", ",")), timestamp=check_timestamp(props, columns),
         )
 
-    def _query_id(self, prefix: str) -> str:
+    def _query_id(self, prefix: str, name: str = "") -> str:
         # Numbered by how many queries came before, so the coordinator knows the id (and
-        # creates the query's topics) before the command is appended.
-        return f"{prefix}_{self.queries_created}"
+        # creates the query's topics) before the command is appended. The id names Kafka
+        # topics: a (quoted) name's characters Kafka does not allow become '_' and a long name
+        # is cut short (the number keeps ids unique).
+        named = _NOT_IN_TOPICS.sub("_", name)[:MAX_NAME_IN_ID]
+        return "_".join(filter(None, (prefix, named, str(self.queries_created))))
 
     def _create_as_select(self, stmt: ast.CreateAsSelect, start_offsets: tuple[int, ...] | None) -> Change:
         existing = self._existing(stmt.name, stmt.kind, stmt.if_not_exists, stmt.or_replace)
@@ -258,7 +265,7 @@ class Metastore:
         if existing is not None and old_query is None:
             raise StatementError(f"{stmt.name} is not written by a running query; only a query's result can be "
                                  "replaced with CREATE OR REPLACE ... AS SELECT")
-        query_id = old_query.query_id if old_query is not None else self._query_id(f"{prefix}_{stmt.name}")
+        query_id = old_query.query_id if old_query is not None else self._query_id(prefix, stmt.name)
         properties = dict(stmt.properties)
         if existing is not None:
             properties.setdefault("kafka_topic", existing.topic)

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,8 +82,10 @@ def check_properties(properties: dict[str, Any], allowed: tuple[str, ...], state
         if name not in allowed:
             raise StatementError(f"{statement} does not take the property {name.upper()}; "
                                  f"it takes {', '.join(p.upper() for p in allowed)}")
-        if name in ("partitions", "replicas") and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-            raise StatementError(f"{name.upper()} must be a positive integer; got {value!r}")
+        if name in ("partitions", "replicas"):
+            most = MAX_PARTITIONS if name == "partitions" else MAX_REPLICAS
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most:
+                raise StatementError(f"{name.upper()} must be an integer from 1 to {most}; got {value!r}")
         if name == "value_format" and str(value).upper() not in VALUE_FORMATS:
             raise StatementError(f"VALUE_FORMAT must be one of {', '.join(VALUE_FORMATS)}; got {value!r}")
         if name == "key_format" and str(value).upper() not in KEY_FORMATS:
@@ -91,6 +94,24 @@ def check_properties(properties: dict[str, Any], allowed: tuple[str, ...], state
             raise StatementError(f"VALUE_DELIMITER must be a single character; got {value!r}")
         if name in ("kafka_topic", "timestamp") and (not isinstance(value, str) or not value):
             raise StatementError(f"{name.upper()} must be a non-empty string; got {value!r}")
+        if name == "kafka_topic":
+            check_topic_name(str(value), "; change KAFKA_TOPIC")
+
+
+_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+MAX_PARTITIONS = 2**31 - 1
+MAX_REPLICAS = 2**15 - 1
+"""Kafka's protocol carries a topic's partition count in 32 bits and its replication factor in 16."""
+
+
+def check_topic_name(topic: str, hint: str = "") -> str:
+    """``topic`` if Kafka allows it as a topic name (1 to 249 ASCII letters, digits, '.', '_'
+    and '-'; not '.' or '..'); else a StatementError saying so, and ``hint`` (what to do)."""
+    if _TOPIC.fullmatch(topic) is None or topic in (".", ".."):
+        shown = topic if len(topic) <= 60 else f"{topic[:60]}... ({len(topic)} characters)"
+        raise StatementError(f"{shown!r} is not a Kafka topic name: Kafka allows 1 to 249 ASCII letters, digits, "
+                             f"'.', '_' and '-'{hint}")
+    return topic
 
 
 def check_key_type(column: str, type_: SqlType) -> None:
@@ -170,7 +191,8 @@ def plan_persistent(
         return target, plan
     sink = DataSource(
         kind=result_kind, name=name, columns=sink_columns,
-        topic=str(properties.get("kafka_topic", name)), partitions=partitions,
+        topic=check_topic_name(str(properties.get("kafka_topic", name)), f"; name {name}'s topic with KAFKA_TOPIC"),
+        partitions=partitions,
         key_format=str(properties.get("key_format", "KAFKA")).upper(),
         value_format=str(properties.get("value_format", source.value_format)).upper(),
         query_id=query_id, value_delimiter=str(properties.get("value_delimiter", source.value_delimiter)),

@@ -96,3 +96,12 @@ async def test_a_replacement_that_changes_the_aggregates_is_refused_before_it_is
         "cannot replace query CTAS_BY_AREA_0: its aggregates change from [N = COUNT(1)] to [N = COUNT(1), "
         "TOTAL = SUM(`READING`)]; ksqlDB-style upgrades keep the aggregate list and GROUP BY; drop the table and "
         "create it again")
+
+
+async def test_a_topic_name_kafka_refuses_is_refused_before_the_broker_is_asked() -> None:
+    unused = cast(Any, None)  # no admin client: asking the broker about the topic would fail otherwise
+    executor = StatementExecutor(CoordinatorSettings(), Metastore(), cast(Any, FakeReader()), cast(Any, FakeWriter()),
+                                 unused, unused, cast(Any, FakeOffsets()))
+    with pytest.raises(StatementError, match=r"is not a Kafka topic name") as err:
+        await executor.execute(f"CREATE STREAM s (a INT) WITH (kafka_topic='{'t' * 60_000}', value_format='json')", {})
+    assert status_code(err.value.kind) is grpc.StatusCode.INVALID_ARGUMENT

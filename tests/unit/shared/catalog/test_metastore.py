@@ -102,3 +102,30 @@ def test_latest_queries_start_where_the_coordinator_resolved() -> None:
         meta.plan(parse_statement(CTAS), {}, Resolved((1, 2)))
     meta.apply(parse_statement(CTAS), 1, {}, Resolved(tuple(range(8))))
     assert meta.queries["CTAS_AVG_READINGS_0"].start_offsets == tuple(range(8))
+
+
+def test_topic_names_kafka_refuses_are_refused_with_what_to_change() -> None:
+    meta = Metastore()
+    for topic in ("a b", "x/../../tmp", "..", "t" * 250, "é"):
+        with pytest.raises(StatementError, match="is not a Kafka topic name.*change KAFKA_TOPIC"):
+            meta.validate(parse_statement(STREAM.replace("kafka_topic='readings'", f"kafka_topic='{topic}'")))
+    with pytest.raises(StatementError, match=r"t{60}\.\.\. \(60000 characters\)"):
+        meta.validate(parse_statement(STREAM.replace("kafka_topic='readings'", f"kafka_topic='{'t' * 60_000}'")))
+    for big in ("partitions=2147483648", "replicas=60000"):
+        with pytest.raises(StatementError, match="must be an integer from 1 to"):
+            meta.validate(parse_statement(STREAM.replace("partitions=8", big)))
+    meta.apply(parse_statement(STREAM.replace("kafka_topic='readings'", f"kafka_topic='{'t' * 249}'")), 0)
+    # A result named so that it cannot be its own topic's name needs KAFKA_TOPIC.
+    with pytest.raises(StatementError, match="name \"a b\"'s topic with KAFKA_TOPIC|name a b's topic with KAFKA_TOPIC"):
+        meta.validate(parse_statement('CREATE TABLE "a b" AS SELECT sensor, COUNT(*) AS n FROM readings GROUP BY sensor'))
+
+
+def test_query_ids_name_topics_kafka_allows() -> None:
+    meta = Metastore()
+    meta.apply(parse_statement(STREAM), 0)
+    odd = "x/y z" + "w" * 300
+    message = meta.apply(parse_statement(f"CREATE TABLE \"{odd}\" WITH (kafka_topic='odd') AS "
+                                         "SELECT sensor, COUNT(*) AS n FROM readings GROUP BY sensor"), 1)
+    query_id = message.rsplit(" ", 1)[-1]
+    assert query_id == f"CTAS_x_y_z{'w' * 95}_0" and meta.source(odd).query_id == query_id
+    assert meta.apply(parse_statement(CTAS), 2) == "Created query with ID CTAS_AVG_READINGS_1"  # as before
