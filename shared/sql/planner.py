@@ -283,6 +283,9 @@ class EncodedRecord:
     """murmur2 of the key, as the Java client picks it; None for a keyless stream."""
 
 
+VALUES_SCOPE = Scope("the VALUES of an INSERT (literals and expressions of them)", {})
+
+
 def encode_insert(stmt: ast.InsertValues, source: DataSource) -> EncodedRecord:
     """Check an INSERT ... VALUES against its target (from ``Metastore.insert_target``) and
     serialize the row per its formats."""
@@ -296,7 +299,12 @@ def encode_insert(stmt: ast.InsertValues, source: DataSource) -> EncodedRecord:
             raise NotFoundError(f"{source.name} has no column {name}; its columns are {', '.join(schema)}")
         if name in row:
             raise StatementError(f"INSERT names the column {name} twice")
-        row[name] = coerce(evaluate(expr, {}), schema[name], name)
+        check(expr, VALUES_SCOPE)  # ill-typed values ('a' - 1) are refused, not computed
+        try:
+            value = evaluate(expr, {})
+        except (ArithmeticError, TypeError, ValueError) as error:
+            raise StatementError(f"the value for {name}, {to_sql(expr)}, cannot be computed: {error}") from error
+        row[name] = coerce(value, schema[name], name)
     key_col = source.key_column
     if key_col is not None and row.get(key_col.name) is None:
         raise StatementError(f"the key column {key_col.name} of {source.name} needs a value that is not NULL")

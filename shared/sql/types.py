@@ -35,8 +35,8 @@ class Scope:
             raise NotFoundError(f"{ref.qualifier}.{ref.name}: the query reads {names}, not {ref.qualifier}")
         found = self.schema.get(ref.name)
         if found is None:
-            raise NotFoundError(f"column {ref.name} does not exist in {self.source}; "
-                                f"its columns are {', '.join(self.schema)}")
+            columns = f"; its columns are {', '.join(self.schema)}" if self.schema else ""
+            raise NotFoundError(f"column {ref.name} does not exist in {self.source}{columns}")
         return found
 
 
