@@ -26,6 +26,7 @@ from millpond.shared.config import CoordinatorSettings
 from millpond.shared.errors import StatementError, UnavailableError
 from millpond.shared.kafka.admin import delete_topics, ensure_topic, topic_partitions
 from millpond.shared.kafka.command_log import EXECUTED_REQUESTS_KEPT, Command, CommandReader, CommandWriter
+from millpond.shared.kafka.connection import started
 from millpond.shared.results import Outcome
 from millpond.shared.security import authorize_statement, authorize_text
 from millpond.shared.session import AUTO_OFFSET_RESET, check_properties, effective
@@ -218,9 +219,7 @@ class StatementExecutor:
         """Where a row with ``request_id`` in its headers is, among the last ``INSERT_LOOKBACK``
         records of its partition (of every partition for a keyless row): a resend whose first
         attempt, at another coordinator, produced it and then failed to answer."""
-        consumer = AIOKafkaConsumer(**self.settings.kafka.client_args(), enable_auto_commit=False)
-        await consumer.start()
-        try:
+        async with started(AIOKafkaConsumer(**self.settings.kafka.client_args(), enable_auto_commit=False)) as consumer:
             found = await topic_partitions(self.admin, topic) or 0
             tps = [TopicPartition(topic, p) for p in ([partition] if partition is not None else range(found))]
             consumer.assign(tps)
@@ -233,8 +232,6 @@ class StatementExecutor:
                     for r in records:
                         if r.offset < ends[tp] and (REQUEST_ID_HEADER, wanted) in list(r.headers or ()):
                             return tp.partition, r.offset
-        finally:
-            await consumer.stop()
         return None
 
     async def _show(self, stmt: ast.Show, properties: Mapping[str, str]) -> Outcome:

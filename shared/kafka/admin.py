@@ -12,7 +12,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
 
-from millpond.shared.kafka.connection import KafkaConnection
+from millpond.shared.kafka.connection import KafkaConnection, started
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +26,8 @@ async def committed_offsets(kafka: KafkaConnection, group: str, partitions: list
     """The offsets ``group`` committed for ``partitions`` (absent: none committed). Retries
     while the broker is still electing the group's coordinator, as on a fresh cluster."""
     admin = AIOKafkaAdminClient(**kafka.client_args())
-    await admin.start()
     try:
+        await admin.start()
         async for attempt in AsyncRetrying(retry=retry_if_exception(_retriable), stop=stop_after_delay(timeout_s),
                                            wait=wait_exponential(multiplier=0.1, max=2), reraise=True):
             with attempt:
@@ -40,13 +40,9 @@ async def committed_offsets(kafka: KafkaConnection, group: str, partitions: list
 async def end_offsets(bootstrap: str, topic: str, partitions: int,
                       isolation_level: str = "read_uncommitted") -> dict[int, int]:
     """Each partition's end offset now (the last stable offset with ``read_committed``)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation_level)
-    await consumer.start()
-    try:
+    async with started(AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation_level)) as consumer:
         tps = [TopicPartition(topic, p) for p in range(partitions)]
         return {tp.partition: o for tp, o in (await consumer.end_offsets(tps)).items()}
-    finally:
-        await consumer.stop()
 
 
 async def internal_replicas(admin: AIOKafkaAdminClient, configured: int) -> int:

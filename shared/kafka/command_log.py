@@ -25,7 +25,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.queries import Resolved
 from millpond.shared.errors import SetupError, UnavailableError
-from millpond.shared.kafka.connection import KafkaConnection
+from millpond.shared.kafka.connection import KafkaConnection, started
 from millpond.shared.sql.parser import parse_statement
 
 log = logging.getLogger(__name__)
@@ -224,12 +224,8 @@ class CommandWriter:
                                     enable_idempotence=True)
         # start() runs InitProducerId: it bumps the epoch (fencing older producers) and
         # waits until any transaction they left open is aborted or committed.
-        await producer.start()
-        try:
-            async with producer.transaction():
-                yield CommandAppender(producer, self.topic)
-        finally:
-            await producer.stop()
+        async with started(producer), producer.transaction():
+            yield CommandAppender(producer, self.topic)
 
 
 @dataclass

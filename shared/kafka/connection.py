@@ -4,11 +4,15 @@ security settings (SSL, SASL), as aiokafka arguments and as Spark Kafka source o
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from aiokafka.helpers import create_ssl_context
+
+from millpond.shared.teardown import run_to_end
 
 _JAAS_MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
@@ -66,3 +70,26 @@ class KafkaConnection:
                             "kafka.ssl.keystore.certificate.chain": Path(self.ssl_cert_file).read_text(),
                             "kafka.ssl.keystore.key": Path(self.ssl_key_file).read_text()}
         return options
+
+
+class Client(Protocol):
+    """An aiokafka producer or consumer."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+C = TypeVar("C", bound=Client)
+
+
+@asynccontextmanager
+async def started(client: C) -> AsyncIterator[C]:
+    """``client`` started, and stopped when the block ends however it ends: a start that fails
+    or is cancelled included (aiokafka leaves a half-started client's connections open, and
+    logs them unclosed), and a cancel does not cut the stop short."""
+    try:
+        await client.start()
+        yield client
+    finally:
+        await run_to_end(client.stop())
