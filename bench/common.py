@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -66,12 +67,20 @@ def cluster(workers: int = 1, standbys: int = 0, **options: Any) -> Iterator[Loc
     coordinator_env = {"MILLPOND_NUM_STANDBY_REPLICAS": str(standbys), **options.pop("coordinator_env", {})}
     local = LocalCluster(data_dir=workdir, workers=workers, router_port=free_port(), service_id="bench",
                          coordinator_env=coordinator_env, **options)
+    # A benchmark stopped with SIGTERM (kill, timeout) stops its cluster too, as one interrupted would.
+    previous = signal.signal(signal.SIGTERM, _exit) if threading.current_thread() is threading.main_thread() else None
     try:
         local.start()
         yield local
     finally:
         local.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _exit(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 _LOCAL_MASTER = re.compile(r"local(?:\[(\d+|\*)(?:,\s*\d+)?\])?")
