@@ -142,6 +142,11 @@ class CommonSettings(BaseSettings):
 class CoordinatorSettings(CommonSettings):
     """The coordinator's settings."""
 
+    statement_timeout_ms: int = Field(
+        60000, description="The longest a statement may run once started (its caller going away does not stop it: "
+        "cut short, it would leave Kafka clients half-connected); past it, the statement is cancelled and answered "
+        "UNAVAILABLE.")
+
     worker_session_timeout_ms: int = Field(
         200, description="A worker with no heartbeat for this long is a suspect: the coordinator checks its health "
         "endpoint and removes it from the assignment unless it answers (workers beat every 100 ms by default).",

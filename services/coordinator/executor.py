@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -34,6 +34,7 @@ from millpond.shared.sql import ast
 from millpond.shared.sql.guard import StatementParser, check_length
 from millpond.shared.sql.planner import check_topic_name, encode_insert
 from millpond.shared.task_status import TaskReport
+from millpond.shared.teardown import run_to_end
 
 log = logging.getLogger(__name__)
 
@@ -94,22 +95,37 @@ class StatementExecutor:
         stmt = await self.parser.parse_one(sql)
         authorize_statement(principal, stmt)
         check_properties(properties)
-        async with self._lock:
-            if isinstance(stmt, DDL):
-                return await self._distribute(stmt, dict(properties), request_id)
-            if isinstance(stmt, ast.InsertValues):
-                return await self._insert(stmt, request_id, attempt)
-            await self.reader.catch_up()
-            if isinstance(stmt, ast.Show):
-                return await self._show(stmt, properties)
-            if isinstance(stmt, ast.Describe):
-                return views.describe(self.metastore, stmt)
-            if isinstance(stmt, ast.Explain):
-                return views.explain(self.metastore, stmt, properties, self.task_reports())
+        if isinstance(stmt, (*DDL, ast.InsertValues, ast.Show, ast.Describe, ast.Explain)):
+            async with self._lock:
+                # Waiting for its turn, a statement can be called off; started, it runs to its
+                # end even if its caller goes (a resend with its request id finds the outcome).
+                return await run_to_end(self._bounded(self._run(stmt, properties, request_id, attempt)))
         if isinstance(stmt, ast.SetProperty | ast.UnsetProperty):
             raise StatementError("SET and UNSET change a client session; send them to the router "
                                  "with the statements they apply to")
         raise StatementError("queries run at the router, not the coordinator")
+
+    async def _run(self, stmt: ast.Statement, properties: Mapping[str, str], request_id: str, attempt: int) -> Outcome:
+        if isinstance(stmt, DDL):
+            return await self._distribute(stmt, dict(properties), request_id)
+        if isinstance(stmt, ast.InsertValues):
+            return await self._insert(stmt, request_id, attempt)
+        await self.reader.catch_up()
+        if isinstance(stmt, ast.Show):
+            return await self._show(stmt, properties)
+        if isinstance(stmt, ast.Describe):
+            return views.describe(self.metastore, stmt)
+        assert isinstance(stmt, ast.Explain)
+        return views.explain(self.metastore, stmt, properties, self.task_reports())
+
+    async def _bounded(self, running: Awaitable[Outcome]) -> Outcome:
+        timeout_s = self.settings.statement_timeout_ms / 1000
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await running
+        except TimeoutError as err:
+            raise UnavailableError(f"the statement did not finish in {timeout_s:g} s (statement_timeout_ms); "
+                                   "is Kafka reachable? Resend it with the same request_id") from err
 
     async def _distribute(self, stmt: ast.Statement, properties: dict[str, str], request_id: str) -> Outcome:
         """Validate and append a DDL statement; retried when another coordinator fences us."""

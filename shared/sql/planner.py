@@ -191,7 +191,8 @@ def plan_persistent(
         return target, plan
     sink = DataSource(
         kind=result_kind, name=name, columns=sink_columns,
-        topic=check_topic_name(str(properties.get("kafka_topic", name)), f"; name {name}'s topic with KAFKA_TOPIC"),
+        topic=check_topic_name(str(properties.get("kafka_topic", name)),
+                               f"; {name} needs WITH (KAFKA_TOPIC='...'): its topic is named after it otherwise"),
         partitions=partitions,
         key_format=str(properties.get("key_format", "KAFKA")).upper(),
         value_format=str(properties.get("value_format", source.value_format)).upper(),

@@ -4,6 +4,7 @@ the query's state could not survive. None of them reaches Kafka."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
@@ -16,7 +17,7 @@ from millpond.services.coordinator.executor import StatementExecutor
 from millpond.shared import security
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import CoordinatorSettings
-from millpond.shared.errors import StatementError
+from millpond.shared.errors import StatementError, UnavailableError
 from millpond.shared.rpc.status import status_code
 from millpond.shared.security import Permission, PermissionDeniedError, Principal
 from millpond.shared.sql import ast
@@ -105,3 +106,36 @@ async def test_a_topic_name_kafka_refuses_is_refused_before_the_broker_is_asked(
     with pytest.raises(StatementError, match=r"is not a Kafka topic name") as err:
         await executor.execute(f"CREATE STREAM s (a INT) WITH (kafka_topic='{'t' * 60_000}', value_format='json')", {})
     assert status_code(err.value.kind) is grpc.StatusCode.INVALID_ARGUMENT
+
+
+class SlowReader:
+    def __init__(self, seconds: float):
+        self.seconds, self.started, self.finished = seconds, asyncio.Event(), False
+
+    async def catch_up(self, offset: int | None = None) -> None:
+        self.started.set()
+        await asyncio.sleep(self.seconds)
+        self.finished = True
+
+
+async def test_a_started_statement_runs_to_its_end_when_its_caller_goes() -> None:
+    # Cut short, its Kafka clients were left half-connected (the full fuzz's router deadlines).
+    reader = SlowReader(0.3)
+    unused = cast(Any, None)
+    executor = StatementExecutor(CoordinatorSettings(), Metastore(), cast(Any, reader), unused, unused, unused, unused)
+    call = asyncio.create_task(executor.execute("SHOW STREAMS;", {}))
+    await reader.started.wait()
+    call.cancel()  # as gRPC cancels a handler whose caller's deadline passed
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert reader.finished
+
+
+async def test_a_statement_past_its_time_is_called_off_as_unavailable() -> None:
+    reader = SlowReader(5)
+    unused = cast(Any, None)
+    executor = StatementExecutor(CoordinatorSettings(statement_timeout_ms=50), Metastore(), cast(Any, reader),
+                                 unused, unused, unused, unused)
+    with pytest.raises(UnavailableError, match=r"did not finish in 0\.05 s"):
+        await executor.execute("SHOW STREAMS;", {})
+    assert not reader.finished
