@@ -103,7 +103,7 @@ LITERALS = ["'a'", "'it''s'", "1", "0", "-1", "2.5", "1e308", "99999999999", "NU
 OPERATORS = ["+", "-", "*", "/", "%", "||", "=", "<", "AND", "OR", "LIKE"]
 
 
-@fuzz(3000)
+@fuzz(1500)
 @given(st.lists(st.sampled_from(LITERALS), min_size=1, max_size=4), st.lists(st.sampled_from(OPERATORS), max_size=3),
        st.sampled_from(["sensor", "area", "reading"]))
 def test_insert_values_of_any_types_are_refused_or_written(literals: list[str], operators: list[str], column: str) -> None:
