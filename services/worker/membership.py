@@ -18,8 +18,18 @@ from millpond.services.worker.converters import assigned_to
 from millpond.shared.config import WorkerSettings
 from millpond.shared.rpc.converters import store_lag_to_common, store_lag_to_proto, task_report_to_proto
 from millpond.shared.rpc.tls import ChannelFactory
+from millpond.shared.task_status import StoreLag
 
 log = logging.getLogger(__name__)
+
+
+def offered_lags(lags: list[StoreLag], spark_ready: bool) -> list[StoreLag]:
+    """The store lags the coordinator's assignor weighs. While the worker's Spark session
+    starts (tens of seconds on a busy machine) its standby and warm-up copies are left out:
+    none then counts as caught up, so no active moves here before it could run; the
+    assignor keeps it where it runs and warms this copy up (as a Kafka Streams instance
+    warms up before it takes a task over)."""
+    return lags if spark_ready else [lag for lag in lags if lag.active]
 
 
 class MembershipAgent:
@@ -45,7 +55,8 @@ class MembershipAgent:
                 response = await stub.Heartbeat(coordinator_pb2.HeartbeatRequest(
                     worker_id=self.settings.worker_id, endpoint=self.endpoint(),
                     known_generation=tasks.generation, tasks=[task_report_to_proto(r) for r in tasks.task_reports()],
-                    lags=[store_lag_to_proto(lag) for lag in tasks.store_lags()]), timeout=2)
+                    lags=[store_lag_to_proto(lag) for lag in offered_lags(tasks.store_lags(), tasks.spark.ready)]),
+                    timeout=2)
                 # A newer leader's generations are larger: an older leader cannot undo its orders.
                 if response.HasField("assignment") and response.generation > tasks.generation:
                     tasks.take(response.assignment.generation,

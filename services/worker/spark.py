@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pyspark
 from pyspark.sql import SparkSession
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
 
 from millpond.deploy.jars import installed_jars
 from millpond.shared.config import WorkerSettings
@@ -67,6 +68,13 @@ def create_session(settings: WorkerSettings) -> SparkSession:
     return session
 
 
+def _start_failed(state: RetryCallState) -> None:
+    error = state.outcome.exception() if state.outcome is not None else None
+    log.warning("Spark did not start; trying again", exc_info=error,
+                extra={"attempt": state.attempt_number, "retry_in_s": round(state.next_action.sleep, 1)
+                       if state.next_action is not None else None})
+
+
 class LazySession:
     """This process's Spark session, started on first use (or early, by ``warm_up``)."""
 
@@ -82,13 +90,20 @@ class LazySession:
                 self.session = await asyncio.to_thread(create_session, self.settings)
             return self.session
 
+    @property
+    def ready(self) -> bool:
+        """Whether the session has started."""
+        return self.session is not None
+
     async def warm_up(self) -> None:
-        """Start the session now, not when a task first needs it; a failure is logged (the
-        task that needs it tries again)."""
-        try:
-            await self.get()
-        except Exception:
-            log.warning("Spark did not start; a task that needs it tries again", exc_info=True)
+        """Start the session now, not when a task first needs it, and again (backing off)
+        until it starts: until then the worker is offered no active task (see
+        ``millpond.services.worker.membership.offered_lags``), so none may need it."""
+        retrying = AsyncRetrying(retry=retry_if_exception_type(Exception), wait=wait_exponential_jitter(initial=1, max=30),
+                                 before_sleep=_start_failed)
+        async for attempt in retrying:
+            with attempt:
+                await self.get()
 
     async def stop(self) -> None:
         """Stop the session if it started."""
