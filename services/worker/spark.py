@@ -17,6 +17,8 @@ from millpond.shared.config import WorkerSettings
 log = logging.getLogger(__name__)
 
 _VERSION = re.compile(r"-\d[\w.]*\.jar$")
+QUERY_END_LOGGERS = ("org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution",  # Spark 4
+                     "org.apache.spark.sql.execution.streaming.MicroBatchExecution")  # Spark 3
 
 
 def connector_jars(cache: Path | None = None) -> list[str]:
@@ -65,6 +67,11 @@ def create_session(settings: WorkerSettings) -> SparkSession:
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
+    # A query's end is reported by its supervisor, in one line with the reason; Spark's own
+    # ERROR record of it holds the Python traceback of a foreachBatch error (a fenced zombie's).
+    log4j = session.sparkContext._jvm.org.apache.logging.log4j  # type: ignore[union-attr]
+    for name in QUERY_END_LOGGERS:
+        log4j.core.config.Configurator.setLevel(name, log4j.Level.FATAL)
     return session
 
 
