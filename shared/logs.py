@@ -44,6 +44,22 @@ def reason(error: BaseException) -> str:
     return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
 
 
+class CallerGone(logging.Filter):
+    """grpc logs an answer it could not send because its caller had gone (cancelled, or past
+    its deadline) as an ERROR with grpc's own traceback; for a server that is an everyday
+    event, said here in one INFO line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.startswith("ExecuteBatchError raised in core by servicer method"):
+            method = message.rpartition("[")[2].rstrip("]")
+            record.msg, record.args = "the caller went away before its answer was sent", ()
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            record.exc_info, record.exc_text = None, None
+            record.method = method
+        return True
+
+
 class CallbackErrors(logging.Filter):
     """Drops py4j's record of an error raised by a Python callback the JVM called (a
     ``foreachBatch`` function): the error goes back to the JVM, which fails the query, and
@@ -63,5 +79,6 @@ def configure(service: str, level: str = "INFO") -> None:
     for noisy in ("aiokafka", "py4j", "kafka"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     logging.getLogger("py4j.clientserver").addFilter(CallbackErrors())
+    logging.getLogger("grpc._cython.cygrpc").addFilter(CallerGone())
     # Metadata for a just-created topic lags a moment; aiokafka retries, and says so loudly.
     logging.getLogger("aiokafka.cluster").setLevel(logging.CRITICAL)

@@ -44,7 +44,7 @@ async def run_to_end(aw: Awaitable[T]) -> T:
             cancelled = True
     if cancelled:
         if not job.cancelled() and job.exception() is not None:
-            log.warning("teardown failed while its caller was cancelled", exc_info=job.exception())
+            log.warning("work run to its end after its caller was cancelled failed", exc_info=job.exception())
         raise asyncio.CancelledError
     return job.result()
 

@@ -14,15 +14,17 @@ from millpond.shared import logs
 
 @pytest.fixture
 def configured() -> Iterator[io.StringIO]:
-    """``logs.configure`` writing to a buffer (the root logger and py4j's put back after)."""
-    root, py4j = logging.getLogger(), logging.getLogger("py4j.clientserver")
-    saved = root.handlers[:], root.level, py4j.filters[:]
+    """``logs.configure`` writing to a buffer (the root logger and the filtered ones put back after)."""
+    root, filtered = logging.getLogger(), [logging.getLogger(n) for n in ("py4j.clientserver", "grpc._cython.cygrpc")]
+    saved = root.handlers[:], root.level, [logger.filters[:] for logger in filtered]
     logs.configure("test")
     out = io.StringIO()
     root.handlers[0].setStream(out)  # type: ignore[attr-defined]
     yield out
-    root.handlers[:], py4j.filters[:] = saved[0], saved[2]
+    root.handlers[:] = saved[0]
     root.setLevel(saved[1])
+    for logger, filters in zip(filtered, saved[2], strict=True):
+        logger.filters[:] = filters
 
 
 def lines(out: io.StringIO) -> list[dict[str, object]]:
@@ -62,3 +64,12 @@ def test_py4j_callback_errors_are_left_to_the_callback(configured: io.StringIO) 
 
 def test_reason_of_an_error_without_a_message() -> None:
     assert logs.reason(TimeoutError()) == "TimeoutError"
+
+
+def test_an_answer_grpc_could_not_send_to_a_gone_caller_is_one_info_line(configured: io.StringIO) -> None:
+    logging.getLogger("grpc._cython.cygrpc").error(
+        "ExecuteBatchError raised in core by servicer method [/millpond.router.v1.RouterService/GetClusterStatus]",
+        exc_info=raised('Failed "execute_batch"'))
+    (entry,) = lines(configured)
+    assert entry["level"] == "INFO" and "exc" not in entry and "error" not in entry
+    assert entry["method"] == "/millpond.router.v1.RouterService/GetClusterStatus"
