@@ -19,7 +19,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from millpond.deploy.jars import ensure_jars
 from millpond.deploy.local.launcher import LocalCluster
 from millpond.shared.config import WorkerSettings
 from millpond.shared.kafka.admin import end_offsets
+from millpond.shared.kafka.connection import started
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.net import free_port
 
@@ -195,23 +196,33 @@ def wait_caught_up(local: LocalCluster, query_id: str, ends: dict[int, int], tim
     raise SystemExit(f"query {query_id} did not catch up within {timeout_s} s")
 
 
-async def raw_consumer_rate(bootstrap: str, topic: str, partitions: int, isolation: str = "read_uncommitted") -> dict[str, float]:
-    """A plain aiokafka consumer reading the whole topic: records and records per second."""
+async def read_topic(bootstrap: str, topic: str, partitions: int, isolation: str = "read_uncommitted",
+                     timeout_s: float | None = None, **consumer_args: Any) -> AsyncIterator[tuple[TopicPartition, list[Any]]]:
+    """Every record of ``topic``, from the beginning to its end offsets when the read starts, in
+    batches as a plain aiokafka consumer fetches them (SystemExit past ``timeout_s``)."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation, enable_auto_commit=False,
-                                max_partition_fetch_bytes=4 * 1024 * 1024, fetch_max_bytes=32 * 1024 * 1024)
-    await consumer.start()
-    try:
+                                **consumer_args)
+    async with started(consumer):
         tps = [TopicPartition(topic, p) for p in range(partitions)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         ends = await consumer.end_offsets(tps)
-        started, records = time.monotonic(), 0
+        deadline = time.monotonic() + timeout_s if timeout_s is not None else None
         while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
-            batches = await consumer.getmany(timeout_ms=1000, max_records=50_000)
-            records += sum(len(b) for b in batches.values())
-        elapsed = time.monotonic() - started
-    finally:
-        await consumer.stop()
+            if deadline is not None and time.monotonic() > deadline:
+                raise SystemExit(f"reading {topic} took over {timeout_s:g} s")
+            for tp, batch in (await consumer.getmany(timeout_ms=1000, max_records=50_000)).items():
+                yield tp, batch
+
+
+async def raw_consumer_rate(bootstrap: str, topic: str, partitions: int, isolation: str = "read_uncommitted") -> dict[str, float]:
+    """A plain aiokafka consumer reading the whole topic: records and records per second (the
+    clock includes the seek to the beginning and one ListOffsets: milliseconds)."""
+    started_at, records = time.monotonic(), 0
+    async for _, batch in read_topic(bootstrap, topic, partitions, isolation,
+                                     max_partition_fetch_bytes=4 * 1024 * 1024, fetch_max_bytes=32 * 1024 * 1024):
+        records += len(batch)
+    elapsed = time.monotonic() - started_at
     return {"records": records, "seconds": round(elapsed, 3), "records_per_s": round(records / elapsed, 1)}
 
 

@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 
-from bench.common import arguments, cluster, emit, execute
+from bench.common import arguments, cluster, emit, execute, read_topic
 from bench.fuzz import logged_exceptions
 from millpond.cli.loadtest import Config, Stats, input_ends, recovery
 from millpond.deploy.local.launcher import LocalCluster
@@ -203,22 +203,9 @@ def out_of_order_commits(records: list[tuple[int, int | None]]) -> int:
 
 async def zombie_commits(bootstrap: str, topic: str, partitions: int) -> int:
     """``out_of_order_commits`` over every partition of a changelog, read committed."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False)
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-        records: dict[int, list[tuple[int, int | None]]] = {p: [] for p in range(partitions)}
-        deadline = time.monotonic() + 120
-        while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
-            if time.monotonic() > deadline:
-                raise SystemExit(f"reading {topic} took over 120 s")
-            for tp, batch in (await consumer.getmany(timeout_ms=1000, max_records=50_000)).items():
-                records[tp.partition].extend((r.offset, changelog_input_offset(r)) for r in batch)
-    finally:
-        await consumer.stop()
+    records: dict[int, list[tuple[int, int | None]]] = {p: [] for p in range(partitions)}
+    async for tp, batch in read_topic(bootstrap, topic, partitions, "read_committed", timeout_s=120):
+        records[tp.partition].extend((r.offset, changelog_input_offset(r)) for r in batch)
     return sum(out_of_order_commits(records[p]) for p in range(partitions))
 
 
