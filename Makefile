@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: install jars run test lint protos protos-check cluster clean
+.PHONY: install jars run test test-all lint protos protos-check cluster clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,10 @@ cluster: install
 ## test: lint, contracts, and every test (unit, integration and end to end)
 test: install lint protos-check
 	$(VENV)/bin/pytest -q --durations=15
+
+## test-all: every test, including those marked slow (the harness under a kill, every benchmark's smoke run)
+test-all: install lint protos-check
+	$(VENV)/bin/pytest -q --durations=15 -m ""
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from millpond.deploy.local.kafka_broker import EmbeddedKafka
+
+# The tests start some twenty Spark JVMs, several at once on two cores, and each runs little
+# input: the JIT's first tier alone and the serial collector start them about a quarter
+# sooner than the defaults, which tune for long runs. Every worker the tests start (and every
+# benchmark's smoke run) inherits this; an operator's MILLPOND_SPARK_CONF wins.
+os.environ.setdefault("MILLPOND_SPARK_CONF", json.dumps(
+    {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}))
 
 
 @pytest.fixture(scope="session")

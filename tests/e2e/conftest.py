@@ -13,6 +13,12 @@ from millpond.deploy.local.launcher import LocalCluster
 from millpond.shared.net import free_port
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests on the session's cluster run last, so it never idles beside the clusters
+    other tests start."""
+    items.sort(key=lambda item: "cluster" in getattr(item, "fixturenames", ()))
+
+
 @pytest.fixture(scope="session")
 def cluster(kafka: EmbeddedKafka, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A running cluster on the session's broker, with its own service id."""

@@ -117,12 +117,12 @@ async def test_high_cardinality_aggregation_with_malformed_records_is_exact(agg_
     stream, table = f"hc_{agg_cluster.service_id}", f"hc_stats_{agg_cluster.service_id}"
     rng = random.Random(7)
     expected = Expected()
-    events = readings(rng, 100_000, 2_000, expected)
+    events = readings(rng, 50_000, 2_000, expected)
     malformed: list[tuple[bytes | None, bytes]] = [
         (b"sensor-00001", b"{not json"), (b"sensor-00002", b'{"AREA": "a", "READING": "high"}'),
         (None, b'{"AREA": "a", "READING": 5}'), (b"sensor-00003", b"[1, 2]")] * 10
     for i, bad in enumerate(malformed):
-        events.insert(1_000 + i * 2_000, bad)
+        events.insert(1_000 + i * 1_200, bad)
     ensure_stream(agg_cluster, stream)
     await produce(agg_cluster.bootstrap, stream, events)
     query_id = create_table(agg_cluster, stream, table)

@@ -1,7 +1,11 @@
 """The load-test harness and the benchmarks in smoke mode (tiny sizes), so they keep
-working: each starts its own cluster on real Kafka, Spark, RocksDB and gRPC, prints its
-JSON, and the suite writes its report with plots. The figures are not checked (a smoke
-run's sizes make them meaningless), their presence and their baselines are."""
+working: each benchmark starts its own cluster on real Kafka, Spark, RocksDB and gRPC, prints
+its JSON, and the suite writes its report with plots. The figures are not checked (a smoke
+run's sizes make them meaningless), their presence and their baselines are.
+
+``make test`` runs the harness on the session's cluster, the soak in short and the aggregation
+benchmark; the tests marked ``slow`` (the harness under a kill, the other benchmarks) keep
+``make test`` within its 15 minutes and run with ``make test-all``."""
 
 from __future__ import annotations
 
@@ -9,16 +13,45 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
+
+from millpond.deploy.local.launcher import LocalCluster
 
 
-def test_loadtest_survives_a_killed_worker_with_standby_reads(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "millpond.cli.main", "loadtest", "--local", "--workers", "2", "--standbys", "1",
-         "--data-dir", str(tmp_path / "cluster"), "--duration", "14", "--events-per-s", "100", "--keys", "20",
-         "--partitions", "2", "--pull-concurrency", "2", "--fault", "kill:worker-1@6"],
-        capture_output=True, text=True, timeout=300, check=False)
+def loadtest(*options: str) -> dict[str, Any]:
+    """``millpond loadtest`` with ``options``; its JSON summary."""
+    done = subprocess.run([sys.executable, "-m", "millpond.cli.main", "loadtest", *options],
+                          capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
-    summary = json.loads(done.stdout)
+    summary: dict[str, Any] = json.loads(done.stdout)
+    return summary
+
+
+def benchmarks(out: Path, only: str) -> dict[str, Any]:
+    """``python -m bench --smoke --only <only>``; its results."""
+    done = subprocess.run([sys.executable, "-m", "bench", "--smoke", "--only", only, "--out", str(out)],
+                          capture_output=True, text=True, timeout=1500, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    results: dict[str, Any] = json.loads((out / "results.json").read_text())
+    return results
+
+
+def test_loadtest_drives_a_running_cluster(cluster: LocalCluster) -> None:
+    summary = loadtest("--server", cluster.router, "--kafka", cluster.bootstrap, "--stream", "loadtest_e2e",
+                       "--duration", "6", "--events-per-s", "200", "--keys", "20", "--partitions", "2",
+                       "--pull-concurrency", "2")
+    assert summary["events_produced"] > 500 and summary["pulls_ok"] > 50, summary
+    assert summary["latency"]["p50_ms"] > 0 and summary["latency"]["max_ms"] >= summary["latency"]["p99_ms"]
+    assert summary["faults"] == [] and summary["errors"] == {}, summary
+
+
+@pytest.mark.slow
+def test_loadtest_survives_a_killed_worker_with_standby_reads(tmp_path: Path) -> None:
+    summary = loadtest("--local", "--workers", "2", "--standbys", "1", "--data-dir", str(tmp_path / "cluster"),
+                       "--duration", "14", "--events-per-s", "100", "--keys", "20", "--partitions", "2",
+                       "--pull-concurrency", "2", "--fault", "kill:worker-1@6")
     assert summary["events_produced"] > 500 and summary["pulls_ok"] > 50
     assert summary["latency"]["p50_ms"] > 0 and summary["latency"]["max_ms"] >= summary["latency"]["p99_ms"]
     (fault,) = summary["faults"]
@@ -43,20 +76,21 @@ def test_the_soak_in_short_loses_nothing_and_serves_nothing_stale(tmp_path: Path
     assert result["tracebacks_in_logs"] == 0, result["log_samples"]
 
 
-def test_the_benchmarks_run_and_report_their_baselines(tmp_path: Path) -> None:
-    # failover is the harness above under a kill, and scaling is the aggregation twice: the
-    # test above and the aggregation keep them working, and the suite stays within CI's time.
-    only = "aggregation,pull_queries,restore,freshness,micro_batch"
-    done = subprocess.run([sys.executable, "-m", "bench", "--smoke", "--only", only, "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=1500, check=False)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    results = json.loads((tmp_path / "results.json").read_text())
-    aggregation = results["aggregation"]
+def test_the_aggregation_benchmark_reports_its_baselines_and_plots(tmp_path: Path) -> None:
+    aggregation = benchmarks(tmp_path, "aggregation")["aggregation"]
     assert aggregation["events_per_s"] > 0 and aggregation["baseline_aiokafka_consumer"]["records"] == 20_000
     assert aggregation["baseline_kafka_perf_consumer"]["records_per_s"] > 0
     assert aggregation["baseline_kafka_streams"]["counted"] == 20_000, aggregation["baseline_kafka_streams"]
     assert aggregation["baseline_kafka_streams"]["threads"] == 1 and aggregation["ratio_to_kafka_streams"] > 0
     assert {"coordinator", "router", "worker-1", "kafka"} <= set(aggregation["peak_rss_mib"])
+    report = (tmp_path / "report.md").read_text()
+    assert "![aggregation.png](aggregation.png)" in report and (tmp_path / "aggregation.png").stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_the_other_benchmarks_run_and_report_their_baselines(tmp_path: Path) -> None:
+    # failover is the harness above under a kill, and scaling is the aggregation twice.
+    results = benchmarks(tmp_path, "pull_queries,restore,freshness,micro_batch")
     assert [level["concurrency"] for level in results["pull_queries"]["levels"]] == [1, 16, 64]
     assert all(level["baseline_grpc_echo"]["qps"] > 0 for level in results["pull_queries"]["levels"])
     assert results["restore"]["restored_records"] >= 5_000 and results["restore"]["restore_records_per_s"]
@@ -67,4 +101,4 @@ def test_the_benchmarks_run_and_report_their_baselines(tmp_path: Path) -> None:
     router = results["pull_queries"]["profile"]["router"]
     assert router["samples"] > 0 and any("services/router/" in f for f in router["inclusive_pct_millpond_functions"])
     report = (tmp_path / "report.md").read_text()
-    assert "![aggregation.png](aggregation.png)" in report and (tmp_path / "aggregation.png").stat().st_size > 1000
+    assert "![pull_queries.png](pull_queries.png)" in report

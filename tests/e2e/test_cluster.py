@@ -254,7 +254,7 @@ def test_failover_scale_out_scale_in_and_coordinator_failover(ha_cluster: LocalC
     rng = random.Random(11)
     expected = Expected()
     query_id = create_table(cluster, stream, table)
-    asyncio.run(produce(cluster.bootstrap, stream, readings(rng, 30_000, KEYS, expected)))
+    asyncio.run(produce(cluster.bootstrap, stream, readings(rng, 12_000, KEYS, expected)))
     wait_caught_up(cluster, query_id, asyncio.run(stream_ends(cluster, stream)))
     check_table(table_rows(cluster, table), expected)
     keys = sorted(expected.count)
@@ -309,7 +309,7 @@ def test_failover_scale_out_scale_in_and_coordinator_failover(ha_cluster: LocalC
     held = {(w, p) for w, r in roles(cluster_status(cluster), query_id).items() for p in r["active"]}
     starts = task_starts(cluster, query_id)
     with PullLoad(cluster, table, keys) as load, CommitWatch(cluster, query_id, stream) as commits:
-        producer = produce_more(cluster, stream, rng, 20_000, expected)
+        producer = produce_more(cluster, stream, rng, 10_000, expected)
         newcomer = cluster.add_worker().name
         warmed: set[int] = set()
         took: set[int] = set()
@@ -343,7 +343,7 @@ def test_failover_scale_out_scale_in_and_coordinator_failover(ha_cluster: LocalC
     held = {(w, p) for w, r in layout.items() for p in r["active"] if w != leaver}
     starts = task_starts(cluster, query_id)
     with PullLoad(cluster, table, keys) as load, CommitWatch(cluster, query_id, stream) as commits:
-        producer = produce_more(cluster, stream, rng, 10_000, expected)
+        producer = produce_more(cluster, stream, rng, 5_000, expected)
         left_at = time.monotonic()
         cluster.terminate(leaver)
         stopped = time.monotonic() - left_at
@@ -366,7 +366,7 @@ def test_failover_scale_out_scale_in_and_coordinator_failover(ha_cluster: LocalC
     placed = actives(before, query_id)
     killed_at = time.monotonic()
     cluster.kill(leader)
-    producer = produce_more(cluster, stream, rng, 10_000, expected)
+    producer = produce_more(cluster, stream, rng, 5_000, expected)
     after = cluster_status(cluster)
     takeover = time.monotonic() - killed_at
     print(f"coordinator failover: {after.coordinator_id} leads {takeover:.2f}s after {leader} was killed")
