@@ -272,7 +272,8 @@ class RouterSettings(CoordinatorClientSettings):
 
     port: int = Field(8088, description="Port of the client front door.")
     assignment_poll_interval_ms: int = Field(
-        200, description="How often to refresh the task assignment from the coordinator."
+        1000, description="How often to ask the coordinators for the task assignment, besides following the changes "
+        "they push (a fallback while a coordinator's stream is down)."
     )
     request_timeout_ms: int = Field(10000, description="Deadline for calls to other services.")
     host_dead_after_ms: int = Field(

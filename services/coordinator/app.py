@@ -59,7 +59,8 @@ class Coordinator:
         self.rebalancer = Rebalancer(self.cluster, self.metastore, settings.service_id)
         self.reader.listeners.append(self.rebalancer.reassign)
         servicer = CoordinatorServicer(self.executor, self.rebalancer, self.cluster, lambda: self.coordinator_id,
-                                       lambda: self.leadership.status if self.leadership else ElectionStatus())
+                                       lambda: self.leadership.status if self.leadership else ElectionStatus(),
+                                       self.rebalancer.changes)
         self.server = RpcServer(
             settings,
             [lambda s: coordinator_pb2_grpc.add_CoordinatorServiceServicer_to_server(servicer, s),
@@ -117,6 +118,7 @@ class Coordinator:
                                              "command_offset": self.metastore.command_offset})
         await stop.wait()
         log.info("coordinator stopping")
+        self.rebalancer.changes.close()  # the routers' assignment streams end now, not after the grace
         await self.server.stop()
         # The election loop sees ``stop`` and leaves the group, so another coordinator leads at once.
         leadership, others = tasks[-1], tasks[:-1]

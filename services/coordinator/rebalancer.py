@@ -16,6 +16,30 @@ from millpond.shared.task_status import StoreLag, TaskReport
 log = logging.getLogger(__name__)
 
 
+class Changes:
+    """Wakes whoever waits for the assignment to change: a new generation, or this
+    coordinator starting or ceasing to lead. On the service's event loop only."""
+
+    def __init__(self) -> None:
+        self._next = asyncio.Event()
+        self.closed = False
+        """Set when the service stops: watchers end their streams."""
+
+    def next(self) -> asyncio.Event:
+        """The event the next change sets: take it before reading what it guards, so a change
+        in between is not missed."""
+        return self._next
+
+    def fire(self) -> None:
+        self._next.set()
+        self._next = asyncio.Event()
+
+    def close(self) -> None:
+        """Wake every watcher for the last time."""
+        self.closed = True
+        self.fire()
+
+
 class Rebalancer:
     """Feeds the cluster's membership and reassigns on every event that may change it."""
 
@@ -23,6 +47,8 @@ class Rebalancer:
         self.cluster = cluster
         self.metastore = metastore
         self.service_id = service_id
+        self.changes = Changes()
+        """Fired at every new generation and leadership change (what routers watch)."""
 
     def heartbeat(self, worker_id: str, endpoint: str, reports: list[TaskReport], lags: list[StoreLag]) -> None:
         """A worker is alive; a new worker triggers a reassignment."""
@@ -49,6 +75,7 @@ class Rebalancer:
     def reassign(self) -> None:
         """Recompute the assignment from the live workers, the running queries and the lags."""
         if self.cluster.reassign(self._queries()):
+            self.changes.fire()
             a = self.cluster.assignment
             log.info("new assignment", extra={
                 "generation": self.cluster.generation,
@@ -58,11 +85,13 @@ class Rebalancer:
     def elected(self, epoch: int) -> None:
         """This coordinator leads from ``epoch`` on."""
         self.cluster.lead(epoch)
+        self.changes.fire()
         self.reassign()
 
     def deposed(self) -> None:
         """Another coordinator leads."""
         self.cluster.follow()
+        self.changes.fire()
 
     async def run(self, stop: asyncio.Event, interval: float) -> None:
         """Re-run the assignor with fresh lags every ``interval`` seconds, so warm-ups that

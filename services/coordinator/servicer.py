@@ -6,7 +6,7 @@ service's wiring: convert the request, call the domain, convert the answer back.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Protocol, TypeVar
 
 import grpc
@@ -15,6 +15,7 @@ from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 from millpond.services.coordinator.cluster import Cluster
 from millpond.services.coordinator.converters import assignment_to_proto, host_statuses, with_election
 from millpond.services.coordinator.leadership import ElectionStatus
+from millpond.services.coordinator.rebalancer import Changes
 from millpond.shared.results import Outcome
 from millpond.shared.rpc.converters import (
     outcome_to_proto,
@@ -25,7 +26,8 @@ from millpond.shared.rpc.converters import (
 from millpond.shared.rpc.status import grpc_errors
 from millpond.shared.task_status import StoreLag, TaskReport
 
-AssignmentReply = TypeVar("AssignmentReply", coordinator_pb2.HeartbeatResponse, coordinator_pb2.GetAssignmentResponse)
+AssignmentReply = TypeVar("AssignmentReply", coordinator_pb2.HeartbeatResponse, coordinator_pb2.GetAssignmentResponse,
+                          coordinator_pb2.WatchAssignmentResponse)
 
 
 class Statements(Protocol):
@@ -50,7 +52,8 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     """Implements ``millpond.coordinator.v1.CoordinatorService``."""
 
     def __init__(self, statements: Statements, members: Members, cluster: Cluster,
-                 coordinator_id: Callable[[], str], election: Callable[[], ElectionStatus] = ElectionStatus):
+                 coordinator_id: Callable[[], str], election: Callable[[], ElectionStatus] = ElectionStatus,
+                 changes: Changes | None = None):
         self.statements = statements
         self.members = members
         self.cluster = cluster
@@ -58,6 +61,8 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         self.coordinator_id = coordinator_id
         self.election = election
         """Where this coordinator's election stands (for status: a coordinator claiming in vain)."""
+        self.changes = changes or Changes()
+        """Fired when the generation or the leadership changes (``WatchAssignment`` follows it)."""
 
     @grpc_errors
     async def ExecuteStatement(
@@ -81,6 +86,17 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         self, request: coordinator_pb2.GetAssignmentRequest, context: grpc.aio.ServicerContext
     ) -> coordinator_pb2.GetAssignmentResponse:
         return self._with_assignment(coordinator_pb2.GetAssignmentResponse(), request.known_generation)
+
+    async def WatchAssignment(
+        self, request: coordinator_pb2.WatchAssignmentRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[coordinator_pb2.WatchAssignmentResponse]:
+        known, leading = request.known_generation, None
+        while not self.changes.closed:
+            change = self.changes.next()
+            if self.cluster.generation != known or self.cluster.leading != leading:
+                yield self._with_assignment(coordinator_pb2.WatchAssignmentResponse(), known)
+                known, leading = self.cluster.generation, self.cluster.leading
+            await change.wait()
 
     def _with_assignment(self, response: AssignmentReply, known_generation: int) -> AssignmentReply:
         cluster = self.cluster

@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 PULL_RETRY_S = 0.1
+WATCH_RETRY_S = 0.5
+"""Pause before following a coordinator again whose assignment stream ended or failed."""
 PLAN_CACHE_SIZE = 1024
 _FAILOVER_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
 
@@ -127,6 +129,15 @@ class PullRouter:
             with contextlib.suppress(grpc.aio.AioRpcError):
                 await self.refresh_assignment()
 
+    def _take(self, index: int, answer: coordinator_pb2.GetAssignmentResponse | coordinator_pb2.WatchAssignmentResponse
+              ) -> None:
+        """One coordinator's answer: the leader's newer assignment replaces the router's."""
+        if not answer.leader:
+            return
+        self.coordinators.leader = index
+        if answer.HasField("assignment") and answer.generation > self.generation:
+            self.replicas, self.generation = replicas_from_assignment(answer.assignment), answer.generation
+
     async def refresh_assignment(self) -> None:
         """Take the newest assignment from whichever coordinator leads."""
         answers = await asyncio.gather(*(
@@ -134,25 +145,45 @@ class PullRouter:
             for c in self.coordinators.stubs), return_exceptions=True)
         errors = [a for a in answers if isinstance(a, grpc.aio.AioRpcError)]
         for i, answer in enumerate(answers):
-            if isinstance(answer, BaseException) or not answer.leader:
-                continue
-            self.coordinators.leader = i
-            if answer.HasField("assignment") and answer.generation > self.generation:
-                self.replicas, self.generation = replicas_from_assignment(answer.assignment), answer.generation
+            if not isinstance(answer, BaseException):
+                self._take(i, answer)
         if len(errors) == len(answers) and errors:
             raise errors[0]
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Refresh the assignment (and the host gauges) every poll interval until ``stop``."""
+    async def follow(self, index: int, stop: asyncio.Event) -> None:
+        """Take coordinator ``index``'s assignment as it pushes each change (so tasks that
+        moved are asked at once), following it again after a pause whenever its stream ends."""
         while not stop.is_set():
-            for endpoint, view in self.hosts.hosts.items():
-                metrics.HOST_ALIVE.labels(view.worker_id).set(0 if self.hosts.dead(endpoint) else 1)
+            stub = self.coordinators.stubs[index]
             try:
-                await self.refresh_assignment()
+                async for answer in stub.WatchAssignment(
+                        coordinator_pb2.WatchAssignmentRequest(known_generation=self.generation)):
+                    self._take(index, answer)
             except grpc.aio.AioRpcError as err:
-                log.warning("assignment refresh failed", extra={"code": str(err.code())})
+                log.debug("assignment stream ended", extra={"coordinator": self.coordinators.endpoints[index],
+                                                            "code": str(err.code())})
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.settings.assignment_poll_interval_ms / 1000)
+                await asyncio.wait_for(stop.wait(), WATCH_RETRY_S)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Follow every coordinator's assignment stream until ``stop``; meanwhile refresh the
+        host gauges, and the assignment by polling (in case a stream is down), every poll
+        interval."""
+        followers = [asyncio.create_task(self.follow(i, stop)) for i in range(len(self.coordinators.endpoints))]
+        try:
+            while not stop.is_set():
+                for endpoint, view in self.hosts.hosts.items():
+                    metrics.HOST_ALIVE.labels(view.worker_id).set(0 if self.hosts.dead(endpoint) else 1)
+                try:
+                    await self.refresh_assignment()
+                except grpc.aio.AioRpcError as err:
+                    log.warning("assignment refresh failed", extra={"code": str(err.code())})
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self.settings.assignment_poll_interval_ms / 1000)
+        finally:
+            for follower in followers:
+                follower.cancel()
+            await asyncio.gather(*followers, return_exceptions=True)
 
 
 async def _unavailable_on_failure(call: Awaitable[T]) -> T:

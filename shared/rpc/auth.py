@@ -56,6 +56,7 @@ POLICY: dict[str, Access] = {
     "/millpond.coordinator.v1.CoordinatorService/ListTaskStatuses": Access.ADMIN,
     "/millpond.coordinator.v1.CoordinatorService/Heartbeat": Access.SERVICE,
     "/millpond.coordinator.v1.CoordinatorService/GetAssignment": Access.SERVICE,
+    "/millpond.coordinator.v1.CoordinatorService/WatchAssignment": Access.SERVICE,
     "/millpond.coordinator.v1.CoordinatorService/Leave": Access.SERVICE,
     "/millpond.worker.v1.WorkerService/Lookup": Access.SERVICE,
     "/millpond.worker.v1.WorkerService/Scan": Access.SERVICE,

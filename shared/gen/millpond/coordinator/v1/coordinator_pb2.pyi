@@ -191,6 +191,22 @@ class GetAssignmentResponse(_message.Message):
     leader: bool
     def __init__(self, generation: _Optional[int] = ..., assignment: _Optional[_Union[Assignment, _Mapping]] = ..., leader: _Optional[bool] = ...) -> None: ...
 
+class WatchAssignmentRequest(_message.Message):
+    __slots__ = ("known_generation",)
+    KNOWN_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    known_generation: int
+    def __init__(self, known_generation: _Optional[int] = ...) -> None: ...
+
+class WatchAssignmentResponse(_message.Message):
+    __slots__ = ("generation", "assignment", "leader")
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    generation: int
+    assignment: Assignment
+    leader: bool
+    def __init__(self, generation: _Optional[int] = ..., assignment: _Optional[_Union[Assignment, _Mapping]] = ..., leader: _Optional[bool] = ...) -> None: ...
+
 class GetClusterStatusRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

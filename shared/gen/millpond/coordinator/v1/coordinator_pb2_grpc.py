@@ -50,6 +50,11 @@ class CoordinatorServiceStub:
                 request_serializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.GetAssignmentRequest.SerializeToString,
                 response_deserializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.GetAssignmentResponse.FromString,
                 _registered_method=True)
+        self.WatchAssignment = channel.unary_stream(
+                '/millpond.coordinator.v1.CoordinatorService/WatchAssignment',
+                request_serializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.WatchAssignmentRequest.SerializeToString,
+                response_deserializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.WatchAssignmentResponse.FromString,
+                _registered_method=True)
         self.ListTaskStatuses = channel.unary_unary(
                 '/millpond.coordinator.v1.CoordinatorService/ListTaskStatuses',
                 request_serializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.ListTaskStatusesRequest.SerializeToString,
@@ -87,6 +92,14 @@ class CoordinatorServiceServicer:
 
     def GetAssignment(self, request, context):
         """The current assignment of tasks to workers, for routers.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchAssignment(self, request, context):
+        """The assignment now, then again at every change (a new generation, or this coordinator
+        starting or ceasing to lead), for routers that follow tasks as they move without polling.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -132,6 +145,11 @@ def add_CoordinatorServiceServicer_to_server(servicer, server):
                     servicer.GetAssignment,
                     request_deserializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.GetAssignmentRequest.FromString,
                     response_serializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.GetAssignmentResponse.SerializeToString,
+            ),
+            'WatchAssignment': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchAssignment,
+                    request_deserializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.WatchAssignmentRequest.FromString,
+                    response_serializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.WatchAssignmentResponse.SerializeToString,
             ),
             'ListTaskStatuses': grpc.unary_unary_rpc_method_handler(
                     servicer.ListTaskStatuses,
@@ -231,6 +249,33 @@ class CoordinatorService:
             '/millpond.coordinator.v1.CoordinatorService/GetAssignment',
             millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.GetAssignmentRequest.SerializeToString,
             millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.GetAssignmentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchAssignment(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/millpond.coordinator.v1.CoordinatorService/WatchAssignment',
+            millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.WatchAssignmentRequest.SerializeToString,
+            millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.WatchAssignmentResponse.FromString,
             options,
             channel_credentials,
             insecure,
