@@ -13,7 +13,6 @@ from millpond.services.worker.state.store import PartitionStore
 from millpond.services.worker.task import StoreTask
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.errors import LimitError, NotFoundError, UnavailableError
-from millpond.shared.task_status import RUNNING
 
 
 @dataclass(frozen=True)
@@ -83,8 +82,8 @@ class LocalTables:
         self.tasks = tasks
 
     def local_table(self, table: str, partition: int, allow_standby: bool, min_input_offset: int = 0) -> LocalCopy:
-        """The copy of ``partition`` of ``table`` here that may answer a pull query: the running
-        active task's store, or (when allowed) a caught-up standby's. UnavailableError when
+        """The copy of ``partition`` of ``table`` here that may answer a pull query: the active
+        task's store once restored (``StoreTask.readable``), or (when allowed) a caught-up standby's. UnavailableError when
         there is none, or when it has not processed the input up to ``min_input_offset``."""
         source = self.metastore.source(table)
         if source.query_id is None:
@@ -93,7 +92,7 @@ class LocalTables:
         task = supervisor.tasks.get(partition) if supervisor is not None else None
         replica = self.tasks.standbys.get((source.query_id, partition))
         # The tasks run on the processing loop: read each store once (it may close meanwhile).
-        if isinstance(task, StoreTask) and (store := task.store) is not None and task.state == RUNNING:
+        if isinstance(task, StoreTask) and (store := task.store) is not None and task.readable:
             copy = LocalCopy(store, task.row, -1 if task.next_input_offset is None else task.next_input_offset)
         elif allow_standby and replica is not None and (store := replica.store) is not None and replica.caught_up:
             copy = LocalCopy(store, replica.row, replica.input_offset)

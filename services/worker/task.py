@@ -304,6 +304,17 @@ def aggregate_row(sink: DataSource, aggs: list[aggregates.Aggregate], key: bytes
 class StoreTask(Task[SliceT]):
     """A task that keeps one partition of a table in a RocksDB store, for pull queries."""
 
+    restored = False
+    """Set once ``start`` has brought the store up to every change committed before it."""
+
+    @property
+    def readable(self) -> bool:
+        """Whether pulls may read the store as the active's: RUNNING, or restored and not
+        rebuilding while Spark starts the task's query. A promoted standby answers at once,
+        its store as current as the committed changelog, not seconds later once Spark runs."""
+        return self.state == RUNNING or (self.restored and self.state in (STARTING, RESTORING)
+                                         and not self.rebuilding())
+
     @property
     def store_path(self) -> Path:
         """Where this task's RocksDB store lives."""
@@ -345,6 +356,7 @@ class AggregationTask(StoreTask[AggregateSlice]):
         await self._open_producer()
         await self._restore()
         self.next_input_offset = self.start_input_offset = await self._starting_offset()
+        self.restored = True
         log.info("task started", extra={"query": self.query.query_id, "partition": self.partition,
                                         "restored": self.restored_records,
                                         "input_offset": self.next_input_offset})
@@ -476,6 +488,7 @@ class TableTask(StoreTask[MaterializeSlice]):
         self.records_to_restore = max(self.input_end - self.input_start, 0)
         if self.records_to_restore:
             self.state = RESTORING
+        self.restored = True  # rebuilding() keeps it unreadable while it replays the topic
         log.info("task started", extra={"query": self.query.query_id, "partition": self.partition,
                                         "input_offset": self.next_input_offset, "input_end": self.input_end})
 

@@ -98,9 +98,12 @@ async def test_a_task_given_away_cannot_commit_and_its_successor_restores_from_t
     assert await old.commit(AggregateSlice(0, 4, partials=[(b"k1", [[5]]), (b"k2", [[2]])]))
 
     new = AggregationTask(_settings(kafka, service_id, "new", tmp_path), query, source, sink, 0)
+    assert not new.readable
     await new.start()  # the same transactional id: the old owner is fenced from here on
     try:
         assert new.restored_records == 2 and new.start_input_offset == 5
+        # Restored, its Spark query not started: pulls may read it as the active's already.
+        assert new.state == RESTORING and new.readable
         assert new.store is not None and new.store.get(b"k1") == [[5]]
 
         with pytest.raises(KafkaError):
@@ -167,13 +170,14 @@ async def test_a_source_table_task_rebuilds_as_restoring_and_reports_its_lag(kaf
     task = TableTask(_settings(kafka, service_id, "w1", tmp_path), query, source, source, 0)
     await task.start()
     try:
-        assert (task.state, task.rebuilding(), task.records_to_restore) == (RESTORING, True, 4)
+        assert (task.state, task.rebuilding(), task.records_to_restore, task.readable) == (RESTORING, True, 4, False)
         lag = task.lag()
         assert lag is not None and (lag.lag, lag.active) == (4, True)
         assert await task.commit(MaterializeSlice(0, 2, count=3, latest=[(f"k{i}".encode(), [i]) for i in range(3)]))
         assert task.state == RESTORING and task.lag().lag == 1  # type: ignore[union-attr]  # the marker is unread
         task.read_through(4)
         assert (task.state, task.rebuilding(), task.lag().lag) == (RUNNING, False, 0)  # type: ignore[union-attr]
+        assert task.readable
     finally:
         await task.stop()
 
