@@ -16,6 +16,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -78,6 +79,18 @@ def cluster(workers: int = 1, standbys: int = 0, **options: Any) -> Iterator[Loc
         shutil.rmtree(workdir, ignore_errors=True)
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def cpu_hog() -> Iterator[None]:
+    """A busy loop on every core while the block runs."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
 
 
 def _exit(signum: int, frame: object) -> None:

@@ -1,8 +1,10 @@
 """Failover: SIGKILL a worker that holds active partitions while clients pull
-continuously (standby reads on) and events flow, with 0 and with 1 standby replica:
-failed pulls, the longest gap between successful answers, how long until the coordinator
-and the router saw the worker dead, and until the moved partitions had processed all the
-input that existed at the kill. Baseline: the same load's gap distribution before the
+continuously and events flow: with 0 and with 1 standby replica (standby reads on), then
+with 1 standby and standby reads off (ksqlDB's default: only actives answer), quiet and with
+a CPU hog busy on every core for the whole run. Each run gives failed pulls, the longest
+gap between successful answers, how long until the coordinator and the router saw the
+worker dead, and until the moved partitions had processed all the input that existed at
+the kill. Baseline: the same load's gap distribution before the
 kill (the longest gap between answers in the seconds before it).
 
 ``python -m bench.failover [--seconds 40 --kill-at 15]``
@@ -11,19 +13,25 @@ kill (the longest gap between answers in the seconds before it).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
-from bench.common import arguments, cluster, emit
+from bench.common import arguments, cluster, cpu_hog, emit
 from millpond.cli import loadtest
 
+RUNS = ((0, True, False), (1, True, False), (1, False, False), (1, False, True))
+"""(standby replicas, standby reads, CPU hog) of each run."""
 
-def run(standbys: int, seconds: float, kill_at: float, events_per_s: float, keys: int) -> dict[str, Any]:
+
+def run(standbys: int, standby_reads: bool, hog: bool, seconds: float, kill_at: float, events_per_s: float,
+        keys: int) -> dict[str, Any]:
     with cluster(workers=3, standbys=standbys) as local:
         config = loadtest.Config(server=local.router, kafka=local.bootstrap, stream="failover", keys=keys,
                                  partitions=6, duration_s=seconds, events_per_s=events_per_s, pull_concurrency=4,
-                                 faults=[loadtest.Fault(kill_at, "kill", "worker-1")])
-        summary = asyncio.run(loadtest.run(config, local))
-    return {"standbys": standbys, **summary}
+                                 standby_reads=standby_reads, faults=[loadtest.Fault(kill_at, "kill", "worker-1")])
+        with cpu_hog() if hog else contextlib.nullcontext():
+            summary = asyncio.run(loadtest.run(config, local))
+    return {"standbys": standbys, "standby_reads": standby_reads, "cpu_hog": hog, **summary}
 
 
 def main() -> None:
@@ -31,7 +39,8 @@ def main() -> None:
     if args.smoke:
         args.seconds, args.kill_at, args.events_per_s, args.keys = 14.0, 6.0, 100.0, 30
     emit({"benchmark": "failover", "smoke": args.smoke,
-          "runs": [run(s, args.seconds, args.kill_at, args.events_per_s, args.keys) for s in (0, 1)]})
+          "runs": [run(standbys, reads, hog, args.seconds, args.kill_at, args.events_per_s, args.keys)
+                   for standbys, reads, hog in RUNS]})
 
 
 if __name__ == "__main__":

@@ -29,8 +29,6 @@ import itertools
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -39,7 +37,7 @@ from typing import Any
 import grpc
 from aiokafka import AIOKafkaProducer
 
-from bench.common import arguments, cluster, emit, execute, read_topic
+from bench.common import arguments, cluster, cpu_hog, emit, execute, read_topic
 from bench.fuzz import logged_exceptions
 from millpond.cli.loadtest import Config, Stats, input_ends, recovery
 from millpond.deploy.local.launcher import LocalCluster
@@ -172,13 +170,8 @@ def inject(local: LocalCluster, fault: str, rng: random.Random, hog_s: float, co
         time.sleep(2.0)
         local.broker.start()
         return "broker-restart"
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
-    try:
+    with cpu_hog():
         time.sleep(hog_s)
-    finally:
-        for hog in hogs:
-            hog.kill()
-            hog.wait()
     return f"cpu-hog:{hog_s:.0f}s"
 
 
