@@ -133,15 +133,18 @@ def execute(local: LocalCluster, sql: str, earliest: bool = True) -> list[Any]:
         client.close()
 
 
+READINGS = ("CREATE STREAM {stream} (sensor VARCHAR KEY, area VARCHAR, reading INT) "
+            "WITH (kafka_topic='{stream}', partitions={partitions}, value_format='JSON');")
+AVERAGE = "CREATE TABLE {table} AS SELECT sensor, AVG(reading) AS avg_reading FROM {stream} GROUP BY sensor;"
+
+
 def create_readings(local: LocalCluster, stream: str, partitions: int) -> None:
-    execute(local, f"CREATE STREAM {stream} (sensor VARCHAR KEY, area VARCHAR, reading INT) "
-                   f"WITH (kafka_topic='{stream}', partitions={partitions}, value_format='JSON');")
+    execute(local, READINGS.format(stream=stream, partitions=partitions))
 
 
 def create_average(local: LocalCluster, stream: str, table: str) -> str:
     """``AVG(reading) GROUP BY sensor`` over the stream; the query id."""
-    (outcome,) = execute(local, f"CREATE TABLE {table} AS SELECT sensor, AVG(reading) AS avg_reading "
-                                f"FROM {stream} GROUP BY sensor;")
+    (outcome,) = execute(local, AVERAGE.format(stream=stream, table=table))
     return str(outcome.message).rsplit(" ", 1)[-1]
 
 

@@ -7,6 +7,11 @@ of the path in the same run, so each layer's cost is the difference to the one b
 3. ``worker_lookup``: WorkerService/Lookup on the active worker (transport + store + row).
 4. ``router_pull``: RouterService/Execute of ``SELECT ... WHERE key = ...`` (parse and plan
    cached, routing, the worker hop, the result).
+5. ``router_pull_unseen_key``: the same for a key never asked before (a text the parse cache
+   has not seen: the router's key-lookup template stands in for the parse and plan).
+
+``planning``: in this process, a parse and plan of a text never seen against the lookup
+template of its shape.
 
 bench/pull_queries measures this on its own cluster too; alone, this starts an embedded
 broker and a one-worker cluster, loads the readings table, prints one JSON object and stops
@@ -15,6 +20,7 @@ everything. ``python -m bench.pull_path [--requests N]``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import statistics
 import tempfile
@@ -27,10 +33,16 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from rocksdict import Rdict
 
-from bench.common import arguments, cluster, emit, key_name, readings_table
+from bench.common import AVERAGE, READINGS, arguments, cluster, emit, key_name, readings_table
 from millpond.cli.client import RouterClient
 from millpond.deploy.local.launcher import LocalCluster
+from millpond.services.router.lookups import LookupTemplates
+from millpond.services.router.pull import plan_pull
+from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.kafka.partitioner import partition_for
+from millpond.shared.sql import ast
+from millpond.shared.sql.guard import ParseLimits, StatementParser
+from millpond.shared.sql.parser import parse_statement
 from millpond.worker.v1 import worker_pb2, worker_pb2_grpc
 
 KEYS = 1000
@@ -61,6 +73,35 @@ def rocksdict_baseline(requests: int, keys: int, workdir: Path) -> dict[str, flo
         db.close()
 
 
+def planning(requests: int) -> dict[str, Any]:
+    """The router's work before it asks a worker, for a text never seen before: a parse and a
+    plan, against the key-lookup template of the same shape (services/router/lookups), over
+    the metastore of the readings table."""
+    metastore = Metastore()
+    metastore.apply(parse_statement(READINGS.format(stream="readings", partitions=PARTITIONS)), 0)
+    metastore.apply(parse_statement(AVERAGE.format(stream="readings", table="avg_readings")), 1)
+    parser = StatementParser(ParseLimits())
+    templates = LookupTemplates(parser)
+    texts = [f"SELECT * FROM avg_readings WHERE sensor = 'unseen-{i}'" for i in range(requests + 200)]
+
+    def parse_and_plan(i: int) -> None:
+        query = parse_statement(texts[i])
+        assert isinstance(query, ast.Query)
+        plan_pull(query, metastore, "bench")
+
+    async def learn() -> None:
+        query = parse_statement(texts[-1])
+        assert isinstance(query, ast.Query)
+        await templates.learn(query, plan_pull(query, metastore, "bench"), metastore.command_offset)
+
+    asyncio.run(learn())
+    parser.close()
+    offset = metastore.command_offset
+    parsed, template = timed(requests, parse_and_plan), timed(requests, lambda i: templates.match(texts[i], offset))
+    return {"parse_and_plan": parsed, "template": template,
+            "speedup_p50": round(parsed["p50_us"] / template["p50_us"], 1)}
+
+
 def measure_layers(local: LocalCluster, keys: int, requests: int, workdir: Path) -> dict[str, Any]:
     """Each layer's latency over the cluster's loaded ``avg_readings`` table (bench.common's
     readings_table), and the differences between them."""
@@ -80,11 +121,18 @@ def measure_layers(local: LocalCluster, keys: int, requests: int, workdir: Path)
             (outcome,) = client.execute(f"SELECT * FROM avg_readings WHERE sensor = '{key_name(i % keys)}';")
             assert len(outcome.rows) == 1
 
+        unseen = iter(range(10**9))
+
+        def router_unseen_call(_: int) -> None:
+            (outcome,) = client.execute(f"SELECT * FROM avg_readings WHERE sensor = 'absent-{next(unseen)}';")
+            assert not outcome.rows
+
         layers = {
             "rocksdict_get": rocksdict_baseline(requests, keys, workdir),
             "grpc_echo": timed(requests, lambda i: health.Check(health_pb2.HealthCheckRequest(), timeout=5)),
             "worker_lookup": timed(requests, worker_call),
             "router_pull": timed(requests, router_call),
+            "router_pull_unseen_key": timed(requests, router_unseen_call),
         }
     finally:
         channel.close()
@@ -98,6 +146,7 @@ def measure_layers(local: LocalCluster, keys: int, requests: int, workdir: Path)
             "worker_beyond_hop": round(p50["worker_lookup"] - p50["grpc_echo"], 1),
             "router_beyond_worker": round(p50["router_pull"] - p50["worker_lookup"], 1),
         },
+        "planning": planning(requests),
         "ratios_p50": {
             "router_pull_vs_grpc_echo": round(p50["router_pull"] / p50["grpc_echo"], 2),
             "worker_lookup_vs_grpc_echo": round(p50["worker_lookup"] / p50["grpc_echo"], 2),

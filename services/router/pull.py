@@ -47,12 +47,12 @@ class PullPlan:
     """For a key lookup: the serialized key and the partition that holds it."""
 
 
-def _key_equality(where: ast.Expr | None, key: str) -> ast.Literal | None:
+def key_equality(where: ast.Expr | None, key: str) -> ast.Literal | None:
     """The literal ``k`` in a top-level conjunct ``KEY = k`` of ``where``, if any."""
     if where is None:
         return None
     if isinstance(where, ast.Binary) and where.op == "AND":
-        return _key_equality(where.left, key) or _key_equality(where.right, key)
+        return key_equality(where.left, key) or key_equality(where.right, key)
     if isinstance(where, ast.Binary) and where.op == "=":
         for col, lit in ((where.left, where.right), (where.right, where.left)):
             if isinstance(col, ast.ColumnRef) and col.name == key and isinstance(lit, ast.Literal):
@@ -71,7 +71,7 @@ def plan_pull(query: ast.Query, metastore: Metastore, service_id: str) -> PullPl
     columns = [(name, str(type_)) for name, type_ in selected.columns]
     key_col = table.key_column
     assert key_col is not None
-    literal = _key_equality(query.where, key_col.name)
+    literal = key_equality(query.where, key_col.name)
     key = coerce(literal.value, key_col.type, key_col.name) if literal is not None else None
     persistent = metastore.query(table.query_id)
     input_topic = stages(persistent, metastore.source(persistent.source), table, service_id)[-1].source.topic

@@ -59,7 +59,7 @@ class PullRouter:
     def _worker(self, endpoint: str) -> worker_pb2_grpc.WorkerServiceStub:
         return self.channels.stub(endpoint, worker_pb2_grpc.WorkerServiceStub)
 
-    async def _plan(self, stmt: ast.Query) -> PullPlan:
+    async def plan(self, stmt: ast.Query) -> PullPlan:
         """The pull plan, cached per statement text and metastore version."""
         cache_key = (stmt.text, self.metastore.command_offset)
         plan = self._plans.get(cache_key)
@@ -86,11 +86,10 @@ class PullRouter:
             max_offset_lag=number(MAX_OFFSET_LAG, self.settings.max_allowed_offset_lag),
             max_staleness_ms=number(MAX_STALENESS_MS, self.settings.max_staleness_ms))
 
-    async def pull(self, stmt: ast.Query, properties: Mapping[str, str], positions: consistency.Positions,
-                   deadline: float) -> tuple[Outcome, consistency.Positions]:
-        """Answer one pull query by ``deadline`` from copies that reflect ``positions``; its
-        outcome and the input positions it reflects."""
-        plan = await self._plan(stmt)
+    async def pull(self, stmt: ast.Query, plan: PullPlan, properties: Mapping[str, str],
+                   positions: consistency.Positions, deadline: float) -> tuple[Outcome, consistency.Positions]:
+        """Answer one pull query, planned as ``plan``, by ``deadline`` from copies that reflect
+        ``positions``; its outcome and the input positions it reflects."""
         query_id = plan.table.query_id
         assert query_id is not None
         if query_id not in self.replicas:

@@ -10,6 +10,8 @@ import grpc
 
 from millpond.coordinator.v1 import coordinator_pb2
 from millpond.services.router.coordinators import Coordinators
+from millpond.services.router.lookups import LookupTemplates
+from millpond.services.router.pull import PullPlan
 from millpond.services.router.pull_routing import PullRouter
 from millpond.shared import consistency, metrics, security
 from millpond.shared.catalog.metastore import Metastore
@@ -40,6 +42,8 @@ class Statements:
         self.reader = reader
         self.coordinators = coordinators
         self.pulls = pulls
+        self.lookups = LookupTemplates(parser)
+        """Key lookups by shape: another key asked with a known statement is not parsed again."""
 
     @property
     def _timeout(self) -> float:
@@ -67,11 +71,13 @@ class Statements:
         positions = consistency.decode(token)
         deadline = self._deadline(time_remaining)
         outcomes: list[Outcome] = []
-        for index, stmt in enumerate(await self.parser.parse(sql)):
+        lookup = self.lookups.match(sql, self.metastore.command_offset)
+        statements = (lookup[0],) if lookup is not None else await self.parser.parse(sql)
+        for index, stmt in enumerate(statements):
             try:
                 authorize_statement(principal, stmt)
                 outcome, seen = await self._execute_one(stmt, session, positions, deadline, f"{request_id}/{index}",
-                                                        named)
+                                                        named, None if lookup is None else lookup[1])
             except grpc.aio.AioRpcError as err:
                 raise raise_for_rpc(err) from None
             except MillpondError as err:
@@ -91,7 +97,8 @@ class Statements:
         return time.monotonic() + max(budget, 0.0)
 
     async def _execute_one(self, stmt: ast.Statement, properties: dict[str, str], positions: consistency.Positions,
-                           deadline: float, request_id: str, named: bool) -> tuple[Outcome, consistency.Positions | None]:
+                           deadline: float, request_id: str, named: bool, plan: PullPlan | None = None
+                           ) -> tuple[Outcome, consistency.Positions | None]:
         changed = apply_session_statement(properties, stmt)  # for the rest of this request
         if changed is not None:
             return Outcome(stmt.text, changed), None
@@ -101,8 +108,14 @@ class Statements:
                                      "(millpond sql runs it that way), not Execute")
             started, result = time.monotonic(), "INTERNAL"
             try:
-                answer = await self.pulls.pull(stmt, properties, positions, deadline)
+                learn = plan is None
+                if plan is None:
+                    plan = await self.pulls.plan(stmt)
+                    version = self.metastore.command_offset  # the plan's
+                answer = await self.pulls.pull(stmt, plan, properties, positions, deadline)
                 result = "OK"
+                if learn:
+                    await self.lookups.learn(stmt, plan, version)
                 return answer
             except MillpondError as err:
                 result = status_code(err.kind).name

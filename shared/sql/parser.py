@@ -386,6 +386,12 @@ def _check_depth(tree: Tree[Token]) -> None:
         stack.extend((c, depth + 1) for c in node.children if isinstance(c, Tree))
 
 
+def literal_of_token(token: str) -> ast.Literal:
+    """A string (``'...'``) or integer literal as written, read as the parser reads it."""
+    reader = _ToAst()
+    return reader.string(Token("STRING", token)) if token.startswith("'") else reader.integer(Token("INT", token))
+
+
 def parse_statement(text: str) -> ast.Statement:
     """Parse exactly one statement (a trailing ``;`` is allowed)."""
     return only_statement(parse_script(text))

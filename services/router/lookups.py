@@ -1,0 +1,131 @@
+"""The key-lookup fast path: a pull query of a shape seen before, asking for another key.
+
+Clients ask for one key after another with the same statement; each new key is a new text,
+which the parse cache has never seen, so it would be parsed by Lark and planned again
+(about a millisecond of the router's one core). Here a lookup's parse and plan are kept as
+a template per shape (the text with its string and integer literals taken out, see
+``millpond.shared.sql.shapes``); a text of that shape whose literals differ only in the
+key's is answered with the template's statement and plan for the new key, after one pass
+of a regular expression.
+
+A template is kept only when its key literal is proven to be one literal of the shape: the
+text with that literal changed is parsed once and must give the template's statement with
+that one value changed (a folded ``-5`` or a value written twice is not a template).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+
+from millpond.services.router.pull import PullPlan, key_equality
+from millpond.shared.errors import MillpondError
+from millpond.shared.kafka.partitioner import partition_for
+from millpond.shared.kafka.serde import coerce, serialize_key
+from millpond.shared.sql import ast
+from millpond.shared.sql.guard import StatementParser
+from millpond.shared.sql.shapes import Shape, replace_node, shape_of
+
+MAX_TEMPLATES = 1024
+MAX_TEXT_CHARS = 4096
+"""Longer statements are not kept as templates (a key lookup is short)."""
+_PROBES = ("'millpond-probe-7f3a'", "7919", "'millpond-probe-c41e'", "7927")
+"""Values to prove a template with, two per kind of literal (one may be the learned key)."""
+
+
+@dataclass(frozen=True)
+class LookupTemplate:
+    """A key lookup's statement and plan, with the place of its key among the literals."""
+
+    shape: Shape
+    key_index: int
+    """The key's literal, by its index in ``shape.literals``."""
+    query: ast.Query
+    key: ast.Literal
+    """The node in ``query.where`` the key's literal became."""
+    plan: PullPlan
+    command_offset: int
+    """The metastore version the plan holds for."""
+
+    def instance(self, shape: Shape, text: str) -> tuple[ast.Query, PullPlan]:
+        """The statement and plan of ``text``, of this template's shape."""
+        literal = shape.value(self.key_index)
+        where = replace_node(self.query.where, self.key, literal)
+        query = replace(self.query, where=where, text=text)
+        key_col = self.plan.table.key_column
+        assert key_col is not None
+        key = coerce(literal.value, key_col.type, key_col.name)
+        key_bytes = serialize_key(key, key_col.type)
+        return query, replace(self.plan, key=key, key_bytes=key_bytes, where=where,
+                              partition=partition_for(key_bytes, self.plan.table.partitions))
+
+
+def single_statement(text: str) -> str:
+    """A request's text as the parser names its one statement (trimmed, no final ``;``)."""
+    text = text.strip()
+    return text[:-1].rstrip() if text.endswith(";") else text
+
+
+class LookupTemplates:
+    """Templates of the key lookups seen, by shape, the least recently used dropped first."""
+
+    def __init__(self, parser: StatementParser, size: int = MAX_TEMPLATES):
+        self.parser = parser
+        self.size = size
+        self._templates: OrderedDict[tuple[tuple[str, ...], str], LookupTemplate] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._templates)
+
+    def match(self, text: str, command_offset: int) -> tuple[ast.Query, PullPlan] | None:
+        """The statement and plan of a request ``text`` that is a key lookup of a known shape
+        (the metastore unchanged since), or None: parse it."""
+        if len(text) > MAX_TEXT_CHARS:
+            return None
+        text = single_statement(text)
+        shape = shape_of(text)
+        template = self._templates.get(shape.key)
+        if template is None or template.command_offset != command_offset or not all(
+                a == b for i, (a, b) in enumerate(zip(shape.literals, template.shape.literals, strict=True))
+                if i != template.key_index):
+            return None
+        self._templates.move_to_end(shape.key)
+        return template.instance(shape, text)
+
+    async def learn(self, query: ast.Query, plan: PullPlan, command_offset: int) -> None:
+        """Keep ``query`` (parsed and planned as ``plan``) as the template of its shape, if it
+        is a key lookup whose key is one literal of its text."""
+        key_col = plan.table.key_column
+        if plan.partition is None or key_col is None or len(query.text) > MAX_TEXT_CHARS:
+            return
+        key = key_equality(query.where, key_col.name)
+        shape = shape_of(query.text)
+        known = self._templates.get(shape.key)
+        if key is None or (known is not None and known.command_offset == command_offset):
+            return
+        places = [i for i in range(len(shape.literals)) if shape.value(i) == key]
+        if len(places) != 1:
+            return
+        index = places[0]
+        template = LookupTemplate(shape, index, query, key, plan, command_offset)
+        if not await self._proven(template):
+            return
+        self._templates[shape.key] = template
+        self._templates.move_to_end(shape.key)
+        while len(self._templates) > self.size:
+            self._templates.popitem(last=False)
+
+    async def _proven(self, template: LookupTemplate) -> bool:
+        """Whether the template's text with a probe value for its key parses to the
+        template's statement with the probe's value for the key."""
+        literals = list(template.shape.literals)
+        string = literals[template.key_index].startswith("'")
+        probe = next(p for p in _PROBES if p.startswith("'") == string and p != literals[template.key_index])
+        literals[template.key_index] = probe
+        text = template.shape.text(tuple(literals))
+        try:
+            expected, _ = template.instance(shape_of(text), text)
+            parsed = await self.parser.parse_one(text)
+        except MillpondError:
+            return False  # a probe that does not parse or plan proves nothing
+        return parsed == expected

@@ -1,0 +1,159 @@
+"""The key-lookup fast path: a lookup of a known shape asking for another key gets exactly
+the statement and plan a parse and plan of its text would give, without a parse; anything
+else (another shape, another value of a literal that is not the key, a changed metastore,
+a key literal that is not one literal of the text) is parsed as before."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from millpond.services.router.lookups import LookupTemplates
+from millpond.services.router.pull import PullPlan, plan_pull
+from millpond.services.router.statements import Statements
+from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.config import RouterSettings
+from millpond.shared.results import Outcome
+from millpond.shared.sql import ast
+from millpond.shared.sql.guard import ParseLimits, StatementParser
+from millpond.shared.sql.parser import parse_statement
+from millpond.shared.sql.shapes import shape_of
+
+
+def metastore() -> Metastore:
+    meta = Metastore()
+    for offset, sql in enumerate([
+            "CREATE STREAM readings (sensor VARCHAR KEY, reading INT) "
+            "WITH (kafka_topic='readings', partitions=4, value_format='json')",
+            "CREATE TABLE counts AS SELECT sensor, COUNT(*) AS n FROM readings GROUP BY sensor",
+            "CREATE STREAM events (id BIGINT KEY, v INT) WITH (kafka_topic='events', partitions=3, value_format='json')",
+            "CREATE TABLE by_id AS SELECT id, COUNT(*) AS n FROM events GROUP BY id"]):
+        meta.apply(parse_statement(sql), offset)
+    return meta
+
+
+def planned(meta: Metastore, sql: str) -> tuple[ast.Query, PullPlan]:
+    query = parse_statement(sql)
+    assert isinstance(query, ast.Query)
+    return query, plan_pull(query, meta, "svc")
+
+
+def sql_string(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+STRING_SHAPES = [
+    "SELECT * FROM counts WHERE sensor = {k}",
+    "SELECT sensor, n FROM counts WHERE n > 3 AND sensor = {k} LIMIT 5",
+    "select n as \"it's '?'\" from counts -- 'a comment' 12\n where {k} = sensor",
+    "  SELECT * FROM counts WHERE sensor = {k} ;  ",
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(shape=st.sampled_from(STRING_SHAPES), first=st.text(max_size=12), second=st.text(max_size=12))
+def test_another_key_of_a_known_shape_is_what_its_parse_and_plan_give(shape: str, first: str, second: str) -> None:
+    meta = metastore()
+    learned_sql, asked_sql = shape.format(k=sql_string(first)), shape.format(k=sql_string(second))
+
+    async def run() -> tuple[ast.Query, PullPlan] | None:
+        templates = LookupTemplates(StatementParser(ParseLimits()))
+        await templates.learn(*planned(meta, learned_sql), meta.command_offset)
+        assert len(templates) == 1
+        return templates.match(asked_sql, meta.command_offset)
+
+    found = asyncio.run(run())
+    assert found is not None
+    query, plan = found
+    expected_query, expected_plan = planned(meta, asked_sql)
+    assert query == expected_query and query.text == expected_query.text
+    assert plan == expected_plan and plan.partition == expected_plan.partition and plan.key == second
+
+
+@pytest.mark.parametrize("learned,asked", [
+    ("SELECT * FROM by_id WHERE id = 5", "SELECT * FROM by_id WHERE id = 3000000000"),  # INT -> BIGINT literal
+    ("SELECT * FROM by_id WHERE id = 12 AND n >= 1", "SELECT * FROM by_id WHERE id = 0 AND n >= 1"),
+])
+async def test_integer_keys(learned: str, asked: str) -> None:
+    meta = metastore()
+    templates = LookupTemplates(StatementParser(ParseLimits()))
+    await templates.learn(*planned(meta, learned), meta.command_offset)
+    assert templates.match(asked, meta.command_offset) == planned(meta, asked)
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT 'a' AS x FROM counts WHERE sensor = 'a'",  # the key's value is written twice
+    "SELECT * FROM by_id WHERE id = -0",  # -0 is folded to 0: the literal 0 is not the key as written
+    "SELECT * FROM by_id WHERE id = -7",
+    "SELECT * FROM counts WHERE n = 1",  # no key
+    "SELECT * FROM counts",
+])
+async def test_what_is_not_a_template(sql: str) -> None:
+    meta = metastore()
+    templates = LookupTemplates(StatementParser(ParseLimits()))
+    await templates.learn(*planned(meta, sql), meta.command_offset)
+    assert len(templates) == 0
+
+
+@pytest.mark.parametrize("asked", [
+    "SELECT sensor, n FROM counts WHERE n > 4 AND sensor = 'b' LIMIT 5",  # another value of a literal not the key
+    "SELECT sensor, n FROM counts WHERE n > 3 AND sensor = 'b' LIMIT 6",
+    "SELECT sensor, n FROM counts WHERE n > 3 AND sensor = 7 LIMIT 5",  # an integer where the key was a string
+    "SELECT sensor, n FROM counts WHERE n > 3 AND sensor = 'b' LIMIT 5; SELECT * FROM counts",
+    "SELECT sensor, n FROM counts WHERE n > 3 AND sensor = 'b'  LIMIT 5",  # spaced differently
+])
+async def test_a_text_of_another_shape_is_parsed(asked: str) -> None:
+    meta = metastore()
+    templates = LookupTemplates(StatementParser(ParseLimits()))
+    await templates.learn(*planned(meta, "SELECT sensor, n FROM counts WHERE n > 3 AND sensor = 'a' LIMIT 5"),
+                          meta.command_offset)
+    assert len(templates) == 1
+    assert templates.match(asked, meta.command_offset) is None
+
+
+async def test_a_template_holds_for_its_metastore_version_only() -> None:
+    meta = metastore()
+    templates = LookupTemplates(StatementParser(ParseLimits()))
+    await templates.learn(*planned(meta, "SELECT * FROM counts WHERE sensor = 'a'"), meta.command_offset)
+    assert templates.match("SELECT * FROM counts WHERE sensor = 'b'", meta.command_offset) is not None
+    meta.apply(parse_statement("CREATE STREAM other (k VARCHAR KEY) WITH (kafka_topic='o', partitions=1, "
+                               "value_format='json')"), meta.command_offset + 1)
+    assert templates.match("SELECT * FROM counts WHERE sensor = 'b'", meta.command_offset) is None
+
+
+def test_shapes_keep_what_only_looks_like_a_literal() -> None:
+    shape = shape_of("SELECT x1, 2.5, 1e3, `a'1`, \"b'2\" FROM t WHERE k = 'it''s' AND n = 42 -- '3' 4")
+    assert shape.literals == ("'it''s'", "42")
+    assert shape.value(0) == ast.Literal("it's", ast.SqlType("VARCHAR"))
+    assert shape.text() == "SELECT x1, 2.5, 1e3, `a'1`, \"b'2\" FROM t WHERE k = 'it''s' AND n = 42 -- '3' 4"
+
+
+class _Pulls:
+    """The router's pull path, planning for real and answering with the plan's key."""
+
+    def __init__(self, meta: Metastore):
+        self.meta, self.planned = meta, 0
+
+    async def plan(self, stmt: ast.Query) -> PullPlan:
+        self.planned += 1
+        return plan_pull(stmt, self.meta, "svc")
+
+    async def pull(self, stmt: ast.Query, plan: PullPlan, *_: Any) -> tuple[Outcome, dict[Any, int]]:
+        return Outcome(stmt.text, "", rows=[[plan.key]]), {}
+
+
+async def test_the_router_parses_and_plans_one_lookup_per_shape() -> None:
+    meta = metastore()
+    router_settings = RouterSettings()
+    parser = StatementParser(router_settings.parse_limits, router_settings.parse_cache_bytes)
+    pulls = _Pulls(meta)
+    statements = Statements(router_settings, meta, None, None, pulls, parser)  # type: ignore[arg-type]
+    for n in range(20):
+        [outcome] = await statements.execute(f"SELECT * FROM counts WHERE sensor = 'sensor-{n}';", {})
+        assert outcome.rows == [[f"sensor-{n}"]] and outcome.statement == f"SELECT * FROM counts WHERE sensor = 'sensor-{n}'"
+    assert pulls.planned == 1
+    assert parser.cache is not None and len(parser.cache) == 2  # the first text and its proof
