@@ -73,6 +73,8 @@ class LookupTemplates:
         self.parser = parser
         self.size = size
         self._templates: OrderedDict[tuple[tuple[str, ...], str], LookupTemplate] = OrderedDict()
+        self._refused: OrderedDict[tuple[tuple[str, ...], str], int] = OrderedDict()
+        """Shapes whose probe failed, with the metastore version (so none is probed twice)."""
 
     def __len__(self) -> int:
         return len(self._templates)
@@ -108,7 +110,12 @@ class LookupTemplates:
             return
         index = places[0]
         template = LookupTemplate(shape, index, query, key, plan, command_offset)
+        if self._refused.get(shape.key) == command_offset:
+            return
         if not await self._proven(template):
+            self._refused[shape.key] = command_offset
+            while len(self._refused) > self.size:
+                self._refused.popitem(last=False)
             return
         self._templates[shape.key] = template
         self._templates.move_to_end(shape.key)

@@ -85,6 +85,14 @@ async def test_integer_keys(learned: str, asked: str) -> None:
     assert templates.match(asked, meta.command_offset) == planned(meta, asked)
 
 
+class _CountingParser(StatementParser):
+    parses = 0
+
+    async def parse(self, text: str) -> tuple[ast.Statement, ...]:
+        self.parses += 1
+        return await super().parse(text)
+
+
 @pytest.mark.parametrize("sql", [
     "SELECT 'a' AS x FROM counts WHERE sensor = 'a'",  # the key's value is written twice
     "SELECT * FROM by_id WHERE id = -0",  # -0 is folded to 0: the literal 0 is not the key as written
@@ -94,9 +102,12 @@ async def test_integer_keys(learned: str, asked: str) -> None:
 ])
 async def test_what_is_not_a_template(sql: str) -> None:
     meta = metastore()
-    templates = LookupTemplates(StatementParser(ParseLimits()))
-    await templates.learn(*planned(meta, sql), meta.command_offset)
+    parser = _CountingParser(ParseLimits())
+    templates = LookupTemplates(parser)
+    for _ in range(3):
+        await templates.learn(*planned(meta, sql), meta.command_offset)
     assert len(templates) == 0
+    assert parser.parses <= 1  # one probe at most, not one per request
 
 
 @pytest.mark.parametrize("asked", [
