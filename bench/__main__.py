@@ -69,8 +69,8 @@ def _figures(results: dict[str, dict[str, Any]], out: Path) -> list[str]:
         levels = pulls["levels"]
         concurrency = [str(level["concurrency"]) for level in levels]
         axes.plot(concurrency, [level["qps"] for level in levels], marker="o", label="pull via router")
-        axes.plot(concurrency, [level["baseline_grpc_echo"]["qps"] for level in levels], marker="o",
-                  label="gRPC echo (same stack)")
+        axes.plot(concurrency, [level["baseline_health_check"]["qps"] for level in levels], marker="o",
+                  label="router health check (same generator)")
         axes.set_xlabel("concurrency")
         axes.set_ylabel("queries per second")
         axes.set_title("Pull queries")

@@ -1,10 +1,11 @@
-"""Pull queries: key lookups through the router at concurrency 1, 16 and 64, QPS and
-latency percentiles (HDR histogram), against a bare gRPC echo through the same server
-stack (the router's health check, same client, same concurrency) and a direct rocksdict
-get of the same keys, all in the same run. Then one lookup's latency layer by layer
-(bench/pull_path) and, unless ``--profile-seconds 0``, one more
-period at concurrency 16 with py-spy sampling the router and the worker (bench/profile):
-where their CPU goes.
+"""Pull queries: key lookups of a 1,000-key table on a 2-worker cluster through the
+router's ``RouterService/Execute`` at concurrency 1, 16 and 64, driven by ghz (a compiled
+load generator, bench/ghz), QPS and latency percentiles against the router's own
+``grpc.health.v1.Health/Check`` (the cheapest call that server answers) under the same
+generator at the same concurrency, and a direct rocksdict get of the same keys, all in the
+same run. Then one lookup's latency layer by layer (bench/pull_path) and, unless
+``--profile-seconds 0``, one more period at concurrency 16 with py-spy sampling the router
+and the worker (bench/profile): where their CPU goes.
 
 ``python -m bench.pull_queries [--seconds 10 --keys 1000 --profile-seconds 15]``
 """
@@ -20,11 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 from hdrh.histogram import HdrHistogram
 from rocksdict import Rdict
 
 from bench.common import arguments, cluster, emit, key_name, ratio, readings_table
+from bench.ghz import load
 from bench.profile import sampled
 from bench.pull_path import measure_layers
 from millpond.router.v1 import router_pb2, router_pb2_grpc
@@ -83,42 +85,59 @@ def rocksdict_gets(keys: int, seconds: float) -> dict[str, Any]:
             "p99_ms": histogram.get_value_at_percentile(99) / 1000}
 
 
-async def measure(router: str, keys: int, seconds: float, profile_pids: dict[str, int],
-                  profile_seconds: float) -> dict[str, Any]:
+async def warm(router: str, statements: list[str]) -> None:
+    """Every key once, checking each answers its row (ghz counts statuses, not rows)."""
     async with grpc.aio.insecure_channel(router) as channel:
         stub = router_pb2_grpc.RouterServiceStub(channel)
-        health = health_pb2_grpc.HealthStub(channel)
+
+        async def lookup(i: int) -> None:
+            response = await stub.Execute(router_pb2.ExecuteRequest(sql=statements[i]), timeout=10)
+            assert len(response.results[0].rows) == 1, statements[i]
+
+        for start in range(0, len(statements), 16):
+            await asyncio.gather(*(lookup(i) for i in range(start, min(start + 16, len(statements)))))
+
+
+def measure(router: str, keys: int, seconds: float) -> list[dict[str, Any]]:
+    """Key lookups and the router's health check under ghz at each concurrency, in turns."""
+    statements = [f"SELECT * FROM avg_readings WHERE sensor = '{key_name(k)}';" for k in range(keys)]
+    asyncio.run(warm(router, statements))
+    requests = [{"sql": sql} for sql in statements]
+    levels = []
+    for concurrency in CONCURRENCY:
+        pulls = load(router, "millpond.router.v1.RouterService/Execute", router_pb2.DESCRIPTOR, requests,
+                     concurrency, seconds)
+        baseline = load(router, "grpc.health.v1.Health/Check", health_pb2.DESCRIPTOR, {}, concurrency, seconds)
+        levels.append({**pulls, "baseline_health_check": baseline,
+                       "ratio_qps_to_health_check": ratio(pulls["qps"], baseline["qps"]),
+                       "ratio_p99_to_health_check": ratio(pulls["p99_ms"], baseline["p99_ms"])})
+    return levels
+
+
+async def profiled(router: str, keys: int, profile_pids: dict[str, int], seconds: float) -> dict[str, Any]:
+    """Lookups at concurrency 16 while py-spy samples the router and the worker."""
+    async with grpc.aio.insecure_channel(router) as channel:
+        stub = router_pb2_grpc.RouterServiceStub(channel)
         statements = [f"SELECT * FROM avg_readings WHERE sensor = '{key_name(k)}';" for k in range(keys)]
 
         async def lookup(i: int) -> None:
-            response = await stub.Execute(router_pb2.ExecuteRequest(sql=statements[i % keys]), timeout=10)
-            assert len(response.results[0].rows) == 1
+            await stub.Execute(router_pb2.ExecuteRequest(sql=statements[i % keys]), timeout=10)
 
-        async def echo(i: int) -> None:
-            await health.Check(health_pb2.HealthCheckRequest(), timeout=10)
-
-        await closed_loop(lookup, 4, 2)  # warm the plan cache and the channels
-        levels = []
-        for concurrency in CONCURRENCY:
-            pulls = await closed_loop(lookup, concurrency, seconds)
-            baseline = await closed_loop(echo, concurrency, seconds)
-            levels.append({**pulls, "baseline_grpc_echo": baseline,
-                           "ratio_qps_to_grpc_echo": ratio(pulls["qps"], baseline["qps"])})
-        if not profile_seconds:
-            return {"levels": levels}
-        with sampled(profile_pids, profile_seconds) as profile:
-            profiled = await closed_loop(lookup, PROFILE_CONCURRENCY, profile_seconds)
-    return {"levels": levels, "profile": {"pulls": profiled, **profile}}
+        with sampled(profile_pids, seconds) as profile:
+            pulls = await closed_loop(lookup, PROFILE_CONCURRENCY, seconds)
+    return {"pulls": pulls, **profile}
 
 
 def main() -> None:
     args = arguments(__doc__, seconds=10.0, keys=1000, profile_seconds=15.0)
     if args.smoke:
         args.seconds, args.keys, args.profile_seconds = 1.0, 50, 2.0
-    with cluster(workers=1) as local:
+    with cluster(workers=2) as local:
         readings_table(local, args.keys, PARTITIONS)
         pids = {c.name: c.process.pid for c in local.children if c.name in ("router", "worker-1")}
-        result = asyncio.run(measure(local.router, args.keys, args.seconds, pids, args.profile_seconds))
+        result: dict[str, Any] = {"levels": measure(local.router, args.keys, args.seconds)}
+        if args.profile_seconds:
+            result["profile"] = asyncio.run(profiled(local.router, args.keys, pids, args.profile_seconds))
         with tempfile.TemporaryDirectory() as workdir:
             result["path"] = measure_layers(local, args.keys, 200 if args.smoke else 3000, Path(workdir))
     direct = rocksdict_gets(args.keys, args.seconds)
