@@ -104,21 +104,34 @@ def planning(requests: int) -> dict[str, Any]:
 
 def measure_layers(local: LocalCluster, keys: int, requests: int, workdir: Path) -> dict[str, Any]:
     """Each layer's latency over the cluster's loaded ``avg_readings`` table (bench.common's
-    readings_table), and the differences between them."""
+    readings_table), and the differences between them: keys whose active copy is on worker-1."""
     client = RouterClient(local.router, timeout=120)
     channel = grpc.insecure_channel(local.child("worker-1").endpoint)
     try:
         health = health_pb2_grpc.HealthStub(channel)
         lookup = worker_pb2_grpc.WorkerServiceStub(channel)
 
+        def held(partition: int) -> bool:
+            """Whether worker-1 holds the partition's active copy (on a cluster of several)."""
+            try:
+                lookup.Lookup(worker_pb2.LookupRequest(table="AVG_READINGS", key=b"-", partition=partition), timeout=5)
+                return True
+            except grpc.RpcError as err:
+                if err.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise
+                return False
+
+        partitions = {p for p in range(PARTITIONS) if held(p)}
+        names = [key_name(k) for k in range(keys) if partition_for(key_name(k).encode(), PARTITIONS) in partitions]
+
         def worker_call(i: int) -> None:
-            key = key_name(i % keys).encode()
+            key = names[i % len(names)].encode()
             response = lookup.Lookup(worker_pb2.LookupRequest(table="AVG_READINGS", key=key,
                                                               partition=partition_for(key, PARTITIONS)), timeout=5)
             assert response.found
 
         def router_call(i: int) -> None:
-            (outcome,) = client.execute(f"SELECT * FROM avg_readings WHERE sensor = '{key_name(i % keys)}';")
+            (outcome,) = client.execute(f"SELECT * FROM avg_readings WHERE sensor = '{names[i % len(names)]}';")
             assert len(outcome.rows) == 1
 
         unseen = iter(range(10**9))

@@ -71,7 +71,9 @@ class Statements:
         positions = consistency.decode(token)
         deadline = self._deadline(time_remaining)
         outcomes: list[Outcome] = []
-        lookup = self.lookups.match(sql, self.metastore.command_offset)
+        # A text parsed before is held parsed and planned; another key of a known lookup is
+        # answered from its template.
+        lookup = None if self.parser.cached(sql) else self.lookups.match(sql, self.metastore.command_offset)
         statements = (lookup[0],) if lookup is not None else await self.parser.parse(sql)
         for index, stmt in enumerate(statements):
             try:

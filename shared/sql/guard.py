@@ -97,6 +97,9 @@ class ParseCache:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def __contains__(self, text: str) -> bool:
+        return text in self._entries
+
     def get(self, text: str) -> tuple[ast.Statement, ...] | None:
         """The statements of ``text`` if held (it becomes the most recently used)."""
         entry = self._entries.get(text)
@@ -126,6 +129,10 @@ class StatementParser:
         self.cache = ParseCache(cache_bytes) if cache_bytes > 0 else None
         """Parsed texts (None: every text is parsed again)."""
         self._pool = ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="millpond-parse")
+
+    def cached(self, text: str) -> bool:
+        """Whether ``text`` was parsed and is still held."""
+        return self.cache is not None and text in self.cache
 
     async def parse(self, text: str) -> tuple[ast.Statement, ...]:
         """The statements of ``text``; StatementError (INVALID_ARGUMENT) when it is malformed,
