@@ -301,6 +301,10 @@ def aggregate_row(sink: DataSource, aggs: list[aggregates.Aggregate], key: bytes
     return [deserialize_key(key, sink.columns[0].type), *(agg.finalize(s) for agg, s in zip(aggs, state, strict=True))]
 
 
+RESTORE_FETCH_MS = 50
+"""The longest one restore fetch waits for records (the position is checked between fetches)."""
+
+
 class StoreTask(Task[SliceT]):
     """A task that keeps one partition of a table in a RocksDB store, for pull queries."""
 
@@ -351,39 +355,45 @@ class AggregationTask(StoreTask[AggregateSlice]):
     async def start(self) -> None:
         """Open the store, fence any older owner, and restore the store from the changelog."""
         self.store = PartitionStore(self.store_path)
-        # Fencing first aborts the old owner's open transaction, so the changelog end we
-        # restore up to is final.
-        await self._open_producer()
-        await self._restore()
-        self.next_input_offset = self.start_input_offset = await self._starting_offset()
+        reader = self._changelog_reader()
+        try:
+            # Fencing aborts the old owner's open transaction, so the changelog end read after
+            # it is final; the changelog consumer connects meanwhile. Once fenced, the committed
+            # input position is final too: it is read while the store restores.
+            await asyncio.gather(self._open_producer(), reader.start())
+            _, self.next_input_offset = await asyncio.gather(self._restore(reader), self._starting_offset())
+        finally:
+            await reader.stop()
+        self.start_input_offset = self.next_input_offset
         self.restored = True
         log.info("task started", extra={"query": self.query.query_id, "partition": self.partition,
                                         "restored": self.restored_records,
                                         "input_offset": self.next_input_offset})
 
-    async def _restore(self) -> None:
-        assert self.store is not None
+    def _changelog_reader(self) -> ChangelogReader:
         # A short fetch wait: the changelog usually ends with a commit marker, and a fetch
         # that finds only the marker would otherwise wait the default 500 ms.
-        reader = ChangelogReader(self.settings.kafka, self.changelog, self.store, fetch_max_wait_ms=25)
-        try:
-            await reader.start()
-            end = await reader.end_offset()
-            self.changelog_position = reader.position
-            self.changelog_end = end
-            self.state, self.records_to_restore = RESTORING, max(end - reader.position, 0)
-            started = time.monotonic()
-            while reader.position < end:
-                applied = await reader.fetch(timeout_ms=1000)
-                if applied:
-                    self.changelog_position = reader.position
-                    self.restored_records += applied
-                    self.last_applied_ms = now_ms()
-            log.info("restore finished", extra={"query": self.query.query_id, "partition": self.partition,
-                                                "restored": self.restored_records,
-                                                "seconds": round(time.monotonic() - started, 3)})
-        finally:
-            await reader.stop()
+        assert self.store is not None
+        return ChangelogReader(self.settings.kafka, self.changelog, self.store, fetch_max_wait_ms=25)
+
+    async def _restore(self, reader: ChangelogReader) -> None:
+        """Apply the changelog from the store's position to its end (``reader`` started)."""
+        end = await reader.end_offset()
+        self.changelog_position = reader.position
+        self.changelog_end = end
+        self.state, self.records_to_restore = RESTORING, max(end - reader.position, 0)
+        started = time.monotonic()
+        while reader.position < end:
+            # A fetch that finds only a transaction marker moves the position past it but
+            # returns no record: a long timeout would wait it out (1 s of every promotion).
+            applied = await reader.fetch(timeout_ms=RESTORE_FETCH_MS)
+            if applied:
+                self.changelog_position = reader.position
+                self.restored_records += applied
+                self.last_applied_ms = now_ms()
+        log.info("restore finished", extra={"query": self.query.query_id, "partition": self.partition,
+                                            "restored": self.restored_records,
+                                            "seconds": round(time.monotonic() - started, 3)})
 
     def _merge(self, key: bytes, partial: list[list[Any]]) -> list[list[Any]]:
         assert self.store is not None

@@ -286,6 +286,16 @@ async def test_a_source_table_writes_rows_deletions_and_its_input_position_after
     task.store.close()
 
 
+async def restore(task: AggregationTask) -> None:
+    """The task's restore, as its start runs it."""
+    reader = task._changelog_reader()
+    await reader.start()
+    try:
+        await task._restore(reader)
+    finally:
+        await reader.stop()
+
+
 def two_transactions(changelog: Changelog) -> None:
     """10's records at offsets 0-2 (marker 3), 20's at 4-6 (marker 7): the end is 8."""
     changelog.commit_batch({b"s1": [[1], [1], [1, 1]], b"s2": [[1], [2], [2, 1]], b"s3": [[1], [3], [3, 1]]}, reaches=10)
@@ -299,7 +309,7 @@ async def test_a_restore_stores_an_input_offset_only_once_its_whole_transaction_
     task = make_task(AggregationTask, "CTAS_T_0", tmp_path, log)
     seen: list[int | None] = []  # the stored input offset as each fetch begins
     monkeypatch.setattr(FakeConsumer, "observe", lambda: seen.append(task.store.position(INPUT_OFFSET)))
-    await task._restore()  # two records a fetch: [0, 1], [2, 4], [5, 6], then nothing but the marker
+    await restore(task)  # two records a fetch: [0, 1], [2, 4], [5, 6], then nothing but the marker
 
     assert seen == [None, None, 10, 10]
     written = [positions for step, _, positions, _ in log if step == "store.write"]
@@ -327,14 +337,14 @@ async def test_a_restore_cut_mid_transaction_resumes_with_the_complete_input_off
             raise RuntimeError("the worker dies")
     monkeypatch.setattr(FakeConsumer, "observe", crash)
     with pytest.raises(RuntimeError):
-        await task._restore()
+        await restore(task)
     assert task.store.position(INPUT_OFFSET) == 10
     task.store.close()
 
     again = make_task(AggregationTask, "CTAS_T_0", tmp_path, [])
     seen: list[int | None] = []
     monkeypatch.setattr(FakeConsumer, "observe", lambda: seen.append(again.store.position(INPUT_OFFSET)))
-    await again._restore()
+    await restore(again)
     assert FakeConsumer.seeks == [0, 5 if crash_at == 3 else 7]
     assert again.restored_records == restored_after
     assert set(seen) == {10} and again.store.position(INPUT_OFFSET) == 20
