@@ -69,14 +69,18 @@ def cluster(workers: int = 1, standbys: int = 0, **options: Any) -> Iterator[Loc
     coordinator_env = {"MILLPOND_NUM_STANDBY_REPLICAS": str(standbys), **options.pop("coordinator_env", {})}
     local = LocalCluster(data_dir=workdir, workers=workers, router_port=free_port(), service_id="bench",
                          coordinator_env=coordinator_env, **options)
+    def remove() -> None:
+        local.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
     # A benchmark stopped with SIGTERM (kill, timeout) stops its cluster too, as one interrupted would.
-    previous = signal.signal(signal.SIGTERM, _exit) if threading.current_thread() is threading.main_thread() else None
+    previous = (signal.signal(signal.SIGTERM, exit_handler(remove))
+                if threading.current_thread() is threading.main_thread() else None)
     try:
         local.start()
         yield local
     finally:
-        local.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
+        remove()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
 
@@ -93,8 +97,28 @@ def cpu_hog() -> Iterator[None]:
             hog.wait()
 
 
-def _exit(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
+EXIT_GRACE_S = 30.0
+"""How long a benchmark told to stop may take to unwind before its cluster is removed under it."""
+
+
+def exit_handler(cleanup: Callable[[], None], grace_s: float = EXIT_GRACE_S) -> Callable[[int, object], None]:
+    """A signal handler that unwinds the program (SystemExit), and if it has not ended
+    ``grace_s`` later runs ``cleanup`` and ends the process: an asyncio.run whose tasks wait
+    on a broker that is down (mid-restart in the soak) never finishes cancelling them."""
+    def handler(signum: int, frame: object) -> None:
+        def force() -> None:
+            print(f"not stopped {grace_s:.0f} s after signal {signum}: removing the cluster and exiting",
+                  file=sys.stderr, flush=True)
+            try:
+                cleanup()
+            finally:
+                os._exit(128 + signum)
+
+        watchdog = threading.Timer(grace_s, force)
+        watchdog.daemon = True
+        watchdog.start()
+        raise SystemExit(128 + signum)
+    return handler
 
 
 _LOCAL_MASTER = re.compile(r"local(?:\[(\d+|\*)(?:,\s*\d+)?\])?")
