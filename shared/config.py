@@ -258,6 +258,11 @@ class WorkerSettings(CoordinatorClientSettings):
         "filtered scan reads every row of its partitions; an unfiltered one reads at most the router's "
         "max_rows_per_response + 1.",
     )
+    serve_router: bool = Field(
+        False, description="Also serve RouterService (Execute, StreamQuery, GetClusterStatus) on this worker's port, "
+        "as ksqlDB's nodes do: pulls of partitions whose copy is here are answered in-process, the rest forwarded "
+        "to their workers, so a client that asks the owner pays one hop. The router's settings (MILLPOND_...) apply.",
+    )
     task_retry_initial_ms: int = Field(500, description="First wait before restarting a failed query's tasks.")
     task_retry_max_ms: int = Field(30000, description="Longest wait between restarts of a failing query's tasks.")
 

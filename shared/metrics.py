@@ -41,6 +41,8 @@ MEMBERS = Gauge("millpond_cluster_workers", "Workers that are members of the clu
 PULL_SECONDS = Histogram("millpond_pull_query_seconds", "Pull-query latency at the router.", ["outcome"],
                          buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10))
 PULL_QUERIES = Counter("millpond_pull_queries_total", "Pull queries by outcome (OK or the gRPC status).", ["outcome"])
+PULL_HOPS = Counter("millpond_pull_hops_total", "Lookups and scans a router asked of a table copy: in its own "
+                    "worker's process (local, with serve_router) or over gRPC (remote).", ["hop"])
 PUSH_QUERIES = Gauge("millpond_push_queries", "Push queries this router streams now.")
 PUSH_ROWS = Counter("millpond_push_rows_total", "Rows push queries delivered.")
 HOST_ALIVE = Gauge("millpond_router_host_alive", "1 while the router's failure detector has the worker alive.",

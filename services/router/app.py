@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
+
+import grpc
 
 from millpond.router.v1 import router_internal_pb2, router_internal_pb2_grpc, router_pb2, router_pb2_grpc
 from millpond.services.router.coordinators import Coordinators
 from millpond.services.router.hosts import HostTable
-from millpond.services.router.pull_routing import PullRouter
+from millpond.services.router.pull_routing import LocalWorker, PullRouter
 from millpond.services.router.servicer import RouterInternalServicer, RouterServicer
 from millpond.services.router.statements import Statements
 from millpond.services.router.status import ClusterStatus
@@ -32,6 +35,37 @@ from millpond.shared.sql.guard import StatementParser
 log = logging.getLogger(__name__)
 
 
+class RouterParts:
+    """Everything that answers RouterService and RouterInternalService, over a metastore
+    that is replayed elsewhere: the stand-alone router's, or a worker's that also routes."""
+
+    def __init__(self, settings: RouterSettings, metastore: Metastore, reader: CommandReader,
+                 channels: ChannelFactory, local: LocalWorker | None = None):
+        self.settings = settings
+        self.coordinators = Coordinators(settings, channels)
+        self.hosts = HostTable(settings.host_dead_after_ms / 1000)
+        """The workers' own heartbeats and lag reports to this router."""
+        self.pulls = PullRouter(settings, metastore, reader, channels, self.coordinators, self.hosts, local)
+        self.parser = StatementParser(settings.parse_limits, settings.parse_cache_bytes)
+        """Shared by Execute and StreamQuery, with their cache of parses."""
+        self.statements = Statements(settings, metastore, reader, self.coordinators, self.pulls, self.parser)
+        self.pushes = PushQueries(settings, metastore, reader, self.parser)
+        self.status = ClusterStatus(self.coordinators, self.hosts, lambda: len(self.pushes.pushes),
+                                    settings.request_timeout_ms / 1000)
+        servicer = RouterServicer(self.statements, self.pushes, self.status, self.hosts)
+        internal = RouterInternalServicer(self.hosts)
+        self.registrars: list[Callable[[grpc.aio.Server], None]] = [
+            lambda s: router_pb2_grpc.add_RouterServiceServicer_to_server(servicer, s),
+            lambda s: router_internal_pb2_grpc.add_RouterInternalServiceServicer_to_server(internal, s)]
+        """What adds the two services to a gRPC server."""
+        self.service_names = [router_pb2.DESCRIPTOR.services_by_name["RouterService"].full_name,
+                              router_internal_pb2.DESCRIPTOR.services_by_name["RouterInternalService"].full_name]
+
+    def close(self) -> None:
+        """Once the server stopped: end the parser's threads."""
+        self.parser.close()
+
+
 class Router:
     """The client front door."""
 
@@ -41,26 +75,10 @@ class Router:
         self.reader = CommandReader(settings.kafka, settings.command_topic, self.metastore)
         self.channels = ChannelFactory(settings.tls, message_limits(settings.max_message_bytes))
         """One channel per coordinator and worker, shared by every request (mutual TLS when configured)."""
-        self.coordinators = Coordinators(settings, self.channels)
-        self.hosts = HostTable(settings.host_dead_after_ms / 1000)
-        """The workers' own heartbeats and lag reports to this router."""
-        self.pulls = PullRouter(settings, self.metastore, self.reader, self.channels, self.coordinators, self.hosts)
-        self.parser = StatementParser(settings.parse_limits, settings.parse_cache_bytes)
-        """Shared by Execute and StreamQuery, with their cache of parses."""
-        self.statements = Statements(settings, self.metastore, self.reader, self.coordinators, self.pulls, self.parser)
-        self.pushes = PushQueries(settings, self.metastore, self.reader, self.parser)
-        self.status = ClusterStatus(self.coordinators, self.hosts, lambda: len(self.pushes.pushes),
-                                    settings.request_timeout_ms / 1000)
-        servicer = RouterServicer(self.statements, self.pushes, self.status, self.hosts)
-        internal = RouterInternalServicer(self.hosts)
-        self.server = RpcServer(
-            settings,
-            [lambda s: router_pb2_grpc.add_RouterServiceServicer_to_server(servicer, s),
-             lambda s: router_internal_pb2_grpc.add_RouterInternalServiceServicer_to_server(internal, s),
-             metastore_registrar(self.reader, "router")],
-            [router_pb2.DESCRIPTOR.services_by_name["RouterService"].full_name,
-             router_internal_pb2.DESCRIPTOR.services_by_name["RouterInternalService"].full_name, METASTORE_SERVICE],
-        )
+        self.parts = RouterParts(settings, self.metastore, self.reader, self.channels)
+        self.pulls, self.statements, self.hosts = self.parts.pulls, self.parts.statements, self.parts.hosts
+        self.server = RpcServer(settings, [*self.parts.registrars, metastore_registrar(self.reader, "router")],
+                                [*self.parts.service_names, METASTORE_SERVICE])
 
     async def run(self) -> None:
         """Serve until SIGTERM or SIGINT."""
@@ -80,4 +98,4 @@ class Router:
         await asyncio.gather(*loops, return_exceptions=True)
         await self.channels.close()
         await self.reader.stop()
-        self.parser.close()
+        self.parts.close()

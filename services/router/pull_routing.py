@@ -8,7 +8,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Mapping
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import grpc
 
@@ -38,11 +38,26 @@ PLAN_CACHE_SIZE = 1024
 _FAILOVER_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
 
 
+class LocalWorker(Protocol):
+    """The worker this router runs in, when it runs in one (``WorkerSettings.serve_router``)."""
+
+    @property
+    def endpoint(self) -> str:
+        """The worker's host:port, as the assignment names it."""
+
+    async def lookup(self, request: worker_pb2.LookupRequest) -> worker_pb2.LookupResponse:
+        """WorkerService/Lookup, in-process (UnavailableError when no copy here may answer)."""
+
+    async def scan(self, request: worker_pb2.ScanRequest) -> worker_pb2.ScanResponse:
+        """WorkerService/Scan, in-process."""
+
+
 class PullRouter:
     """Answers pull queries from the workers' table copies."""
 
     def __init__(self, settings: RouterSettings, metastore: Metastore, reader: CommandReader,
-                 channels: ChannelFactory, coordinators: Coordinators, hosts: HostTable):
+                 channels: ChannelFactory, coordinators: Coordinators, hosts: HostTable,
+                 local: LocalWorker | None = None):
         self.settings = settings
         self.metastore = metastore
         self.reader = reader
@@ -55,6 +70,8 @@ class PullRouter:
         self.replicas: dict[str, Replicas] = {}
         """query id -> partition -> the workers to ask, active first, then standbys."""
         self._plans: dict[tuple[str, int], PullPlan] = {}
+        self.local = local
+        """The worker this router runs in: its copies are read in-process, without a hop."""
 
     def _worker(self, endpoint: str) -> worker_pb2_grpc.WorkerServiceStub:
         return self.channels.stub(endpoint, worker_pb2_grpc.WorkerServiceStub)
@@ -102,11 +119,21 @@ class PullRouter:
 
         # A lookup that takes longer than pull_host_timeout_ms goes to the next copy; a scan's
         # time grows with the table, so it has the whole deadline.
+        local = self.local
+
         async def lookup(endpoint: str, request: worker_pb2.LookupRequest) -> worker_pb2.LookupResponse:
+            if local is not None and endpoint == local.endpoint:
+                metrics.PULL_HOPS.labels("local").inc()
+                return await local.lookup(request)
+            metrics.PULL_HOPS.labels("remote").inc()
             return await _unavailable_on_failure(self._worker(endpoint).Lookup(
                 request, timeout=remaining(self.settings.pull_host_timeout_ms / 1000)))
 
         async def scan(endpoint: str, request: worker_pb2.ScanRequest) -> worker_pb2.ScanResponse:
+            if local is not None and endpoint == local.endpoint:
+                metrics.PULL_HOPS.labels("local").inc()
+                return await local.scan(request)
+            metrics.PULL_HOPS.labels("remote").inc()
             return await _unavailable_on_failure(self._worker(endpoint).Scan(request, timeout=remaining()))
 
         def route(partition: int) -> Route:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
+from collections.abc import Callable
 
+from millpond.services.router.app import RouterParts
 from millpond.services.worker import gauges
 from millpond.services.worker.assignment import TaskAssignment
 from millpond.services.worker.membership import MembershipAgent
@@ -22,7 +24,7 @@ from millpond.services.worker.serving import LocalTables
 from millpond.services.worker.spark import LazySession
 from millpond.shared import metrics
 from millpond.shared.catalog.metastore import Metastore
-from millpond.shared.config import WorkerSettings
+from millpond.shared.config import CoordinatorClientSettings, RouterSettings, WorkerSettings
 from millpond.shared.kafka.command_log import CommandReader
 from millpond.shared.rpc.metastore import SERVICE_NAME as METASTORE_SERVICE
 from millpond.shared.rpc.metastore import metastore_registrar
@@ -49,11 +51,15 @@ class Worker:
         self.tasks = TaskAssignment(settings, self.metastore, self.spark)
         self.tables = LocalTables(settings.worker_id, self.metastore, self.tasks)
         servicer = WorkerServicer(self.tables, settings.max_scan_rows)
+        self.router = RouterParts(router_settings(settings), self.metastore, self.reader, self.channels,
+                                  _InProcess(servicer, lambda: self.server.endpoint)) if settings.serve_router else None
+        """RouterService here too (serve_router): this worker's copies are read without a hop."""
         self.server = RpcServer(
             settings,
             [lambda s: worker_pb2_grpc.add_WorkerServiceServicer_to_server(servicer, s),
-             metastore_registrar(self.reader, settings.worker_id)],
-            [worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name, METASTORE_SERVICE],
+             metastore_registrar(self.reader, settings.worker_id), *(self.router.registrars if self.router else [])],
+            [worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name, METASTORE_SERVICE,
+             *(self.router.service_names if self.router else [])],
         )
         self.membership = MembershipAgent(settings, self.channels, self.tasks, lambda: self.server.endpoint)
         self.reader.listeners.append(self.tasks.changed)
@@ -72,6 +78,8 @@ class Worker:
         beats = [asyncio.create_task(self.membership.heartbeat_loop(stop, c)) for c in self.settings.coordinators]
         beats += [asyncio.create_task(self.membership.report_loop(stop, r)) for r in self.settings.router_endpoints]
         loops = [asyncio.create_task(c) for c in (self.reader.run(stop), self.processing.run(self.tasks.run(stop)))]
+        if self.router is not None:
+            loops.append(asyncio.create_task(self.router.pulls.run(stop)))
         if self.settings.metrics_port is not None:
             loops.append(asyncio.create_task(gauges.refresh_loop(self.settings.kafka, self.tasks, stop)))
         # Start Spark now, not when a task first arrives: a promoted standby must not wait
@@ -92,3 +100,30 @@ class Worker:
         await asyncio.to_thread(self.processing.stop)
         await self.channels.close()
         await self.reader.stop()
+        if self.router is not None:
+            self.router.close()
+
+
+def router_settings(settings: WorkerSettings) -> RouterSettings:
+    """The settings of the router a worker runs (serve_router): the worker's connections,
+    identity and security, and the router's own settings from the environment."""
+    shared = {name: getattr(settings, name) for name in CoordinatorClientSettings.model_fields}
+    return RouterSettings(**shared)
+
+
+class _InProcess:
+    """The worker's own copies, for its router: the servicer's lookups without gRPC."""
+
+    def __init__(self, servicer: WorkerServicer, endpoint: Callable[[], str]):
+        self.servicer = servicer
+        self._endpoint = endpoint
+
+    @property
+    def endpoint(self) -> str:
+        return self._endpoint()
+
+    async def lookup(self, request: worker_pb2.LookupRequest) -> worker_pb2.LookupResponse:
+        return await self.servicer.lookup(request)
+
+    async def scan(self, request: worker_pb2.ScanRequest) -> worker_pb2.ScanResponse:
+        return await self.servicer.scan(request)

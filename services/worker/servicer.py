@@ -37,6 +37,14 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
 
     @grpc_errors
     async def Lookup(self, request: worker_pb2.LookupRequest, context: grpc.aio.ServicerContext) -> worker_pb2.LookupResponse:
+        return await self.lookup(request)
+
+    @grpc_errors
+    async def Scan(self, request: worker_pb2.ScanRequest, context: grpc.aio.ServicerContext) -> worker_pb2.ScanResponse:
+        return await self.scan(request)
+
+    async def lookup(self, request: worker_pb2.LookupRequest) -> worker_pb2.LookupResponse:
+        """One key of a local copy; UnavailableError when no copy here may answer."""
         copy = self.tables.local_table(request.table, request.partition, request.allow_standby,
                                        request.min_input_offset)
         state = copy.store.get(request.key)
@@ -45,8 +53,8 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         return worker_pb2.LookupResponse(found=True, row=row_to_proto(copy.row(request.key, state)),
                                          input_offset=copy.input_offset)
 
-    @grpc_errors
-    async def Scan(self, request: worker_pb2.ScanRequest, context: grpc.aio.ServicerContext) -> worker_pb2.ScanResponse:
+    async def scan(self, request: worker_pb2.ScanRequest) -> worker_pb2.ScanResponse:
+        """Rows of local copies of the requested partitions; UnavailableError as ``lookup``."""
         rows: list[rows_pb2.Row] = []
         positions: dict[int, int] = {}
 

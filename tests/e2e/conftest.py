@@ -24,7 +24,8 @@ def cluster(kafka: EmbeddedKafka, tmp_path_factory: pytest.TempPathFactory) -> I
     """A running cluster on the session's broker, with its own service id."""
     local = LocalCluster(data_dir=Path(tmp_path_factory.mktemp("cluster")), workers=2,
                          kafka=kafka.bootstrap_servers, router_port=free_port(),
-                         service_id=f"e2e{os.getpid()}", spark_master="local[1]")
+                         service_id=f"e2e{os.getpid()}", spark_master="local[1]",
+                         worker_env={"MILLPOND_SERVE_ROUTER": "true"})  # each worker routes too: test_colocated
     local.start()
     yield local
     local.stop()
