@@ -102,6 +102,24 @@ def planning(requests: int) -> dict[str, Any]:
             "speedup_p50": round(parsed["p50_us"] / template["p50_us"], 1)}
 
 
+def keys_held_by(worker: str, names: list[str], partitions: int) -> list[str]:
+    """The key names whose partition's active copy ``worker`` holds (of a cluster of several)."""
+    with grpc.insecure_channel(worker) as channel:
+        lookup = worker_pb2_grpc.WorkerServiceStub(channel)
+
+        def held(partition: int) -> bool:
+            try:
+                lookup.Lookup(worker_pb2.LookupRequest(table="AVG_READINGS", key=b"-", partition=partition), timeout=5)
+                return True
+            except grpc.RpcError as err:
+                if err.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise
+                return False
+
+        mine = {p for p in range(partitions) if held(p)}
+    return [name for name in names if partition_for(name.encode(), partitions) in mine]
+
+
 def measure_layers(local: LocalCluster, keys: int, requests: int, workdir: Path) -> dict[str, Any]:
     """Each layer's latency over the cluster's loaded ``avg_readings`` table (bench.common's
     readings_table), and the differences between them: keys whose active copy is on worker-1."""
@@ -111,18 +129,7 @@ def measure_layers(local: LocalCluster, keys: int, requests: int, workdir: Path)
         health = health_pb2_grpc.HealthStub(channel)
         lookup = worker_pb2_grpc.WorkerServiceStub(channel)
 
-        def held(partition: int) -> bool:
-            """Whether worker-1 holds the partition's active copy (on a cluster of several)."""
-            try:
-                lookup.Lookup(worker_pb2.LookupRequest(table="AVG_READINGS", key=b"-", partition=partition), timeout=5)
-                return True
-            except grpc.RpcError as err:
-                if err.code() != grpc.StatusCode.UNAVAILABLE:
-                    raise
-                return False
-
-        partitions = {p for p in range(PARTITIONS) if held(p)}
-        names = [key_name(k) for k in range(keys) if partition_for(key_name(k).encode(), PARTITIONS) in partitions]
+        names = keys_held_by(local.child("worker-1").endpoint, [key_name(k) for k in range(keys)], PARTITIONS)
 
         def worker_call(i: int) -> None:
             key = names[i % len(names)].encode()

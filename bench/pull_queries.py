@@ -5,7 +5,9 @@ load generator, bench/ghz), QPS and latency percentiles against the router's own
 generator at the same concurrency, and a direct rocksdict get of the same keys, all in the
 same run. Then one lookup's latency layer by layer (bench/pull_path) and, unless
 ``--profile-seconds 0``, one more period at concurrency 16 with py-spy sampling the router
-and the worker (bench/profile): where their CPU goes.
+and the worker (bench/profile): where their CPU goes. ``colocated``: the same, asked of
+worker-1 itself (its workers serve RouterService too) for the keys whose active copy it
+holds, against worker-1's own health check: one hop instead of two.
 
 ``python -m bench.pull_queries [--seconds 10 --keys 1000 --profile-seconds 15]``
 """
@@ -28,7 +30,7 @@ from rocksdict import Rdict
 from bench.common import arguments, cluster, emit, key_name, ratio, readings_table
 from bench.ghz import load
 from bench.profile import sampled
-from bench.pull_path import measure_layers
+from bench.pull_path import keys_held_by, measure_layers
 from millpond.router.v1 import router_pb2, router_pb2_grpc
 
 PARTITIONS = 4
@@ -100,7 +102,12 @@ async def warm(router: str, statements: list[str]) -> None:
 
 def measure(router: str, keys: int, seconds: float) -> list[dict[str, Any]]:
     """Key lookups and the router's health check under ghz at each concurrency, in turns."""
-    statements = [f"SELECT * FROM avg_readings WHERE sensor = '{key_name(k)}';" for k in range(keys)]
+    return measure_statements(router, [f"SELECT * FROM avg_readings WHERE sensor = '{key_name(k)}';"
+                                       for k in range(keys)], seconds)
+
+
+def measure_statements(router: str, statements: list[str], seconds: float) -> list[dict[str, Any]]:
+    """``statements`` round robin through ``router``'s Execute and its health check under ghz."""
     asyncio.run(warm(router, statements))
     requests = [{"sql": sql} for sql in statements]
     levels = []
@@ -132,10 +139,15 @@ def main() -> None:
     args = arguments(__doc__, seconds=10.0, keys=1000, profile_seconds=15.0)
     if args.smoke:
         args.seconds, args.keys, args.profile_seconds = 1.0, 50, 2.0
-    with cluster(workers=2) as local:
+    with cluster(workers=2, worker_env={"MILLPOND_SERVE_ROUTER": "true"}) as local:
         readings_table(local, args.keys, PARTITIONS)
         pids = {c.name: c.process.pid for c in local.children if c.name in ("router", "worker-1")}
         result: dict[str, Any] = {"levels": measure(local.router, args.keys, args.seconds)}
+        # The same lookups asked of the worker that holds their keys (serve_router): one hop.
+        worker = local.child("worker-1").endpoint
+        owned = keys_held_by(worker, [key_name(k) for k in range(args.keys)], PARTITIONS)
+        result["colocated"] = {"worker": "worker-1", "keys": len(owned), "levels": measure_statements(
+            worker, [f"SELECT * FROM avg_readings WHERE sensor = '{name}';" for name in owned], args.seconds)}
         if args.profile_seconds:
             result["profile"] = asyncio.run(profiled(local.router, args.keys, pids, args.profile_seconds))
         with tempfile.TemporaryDirectory() as workdir:

@@ -94,6 +94,8 @@ def test_the_other_benchmarks_run_and_report_their_baselines(tmp_path: Path) -> 
     assert [level["concurrency"] for level in results["pull_queries"]["levels"]] == [1, 16, 64]
     for level in results["pull_queries"]["levels"]:  # ghz's counts: every lookup answered OK
         assert level["count"] > 0 and level["errors"] == 0 and level["baseline_health_check"]["qps"] > 0
+    for level in results["pull_queries"]["colocated"]["levels"]:  # the same asked of the owning worker
+        assert level["count"] > 0 and level["errors"] == 0
     assert results["restore"]["restored_records"] >= 5_000 and results["restore"]["restore_records_per_s"]
     assert results["freshness"]["insert_to_visible_ms"]["p50"] > 0
     assert results["pull_queries"]["path"]["layers"]["router_pull"]["p50_us"] > 0
