@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -229,9 +230,17 @@ async def test_errors_are_rechecked_while_they_exist_and_listeners_told(kafka: E
             await reader.stop()
 
 
-async def _topic_configs(admin: AIOKafkaAdminClient, topic: str) -> dict[str, str]:
-    (response,) = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
-    return {entry[0]: entry[1] for resource in response.resources for entry in resource[4]}
+async def _topic_configs(admin: AIOKafkaAdminClient, topic: str, retention_ms: str = "-1") -> dict[str, str]:
+    """The topic's configs once its retention.ms reads ``retention_ms`` (or after 15 s): the
+    broker answers from metadata it applies a moment after the controller committed a create
+    or an alter, so a loaded broker can answer with the configs from before."""
+    deadline = time.monotonic() + 15
+    while True:
+        (response,) = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+        configs = {entry[0]: entry[1] for resource in response.resources for entry in resource[4]}
+        if configs.get("retention.ms") == retention_ms or time.monotonic() > deadline:
+            return configs
+        await asyncio.sleep(0.1)
 
 
 async def test_the_command_topic_keeps_every_command_forever(kafka: EmbeddedKafka) -> None:
