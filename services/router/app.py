@@ -76,7 +76,6 @@ class Router:
         self.channels = ChannelFactory(settings.tls, message_limits(settings.max_message_bytes))
         """One channel per coordinator and worker, shared by every request (mutual TLS when configured)."""
         self.parts = RouterParts(settings, self.metastore, self.reader, self.channels)
-        self.pulls, self.statements, self.hosts = self.parts.pulls, self.parts.statements, self.parts.hosts
         self.server = RpcServer(settings, [*self.parts.registrars, metastore_registrar(self.reader, "router")],
                                 [*self.parts.service_names, METASTORE_SERVICE])
 
@@ -87,7 +86,7 @@ class Router:
         await self.reader.catch_up()
         await self.server.start()
         metrics.serve(self.settings.host, self.settings.metrics_port)
-        loops = [asyncio.create_task(self.reader.run(stop)), asyncio.create_task(self.pulls.run(stop))]
+        loops = [asyncio.create_task(self.reader.run(stop)), asyncio.create_task(self.parts.pulls.run(stop))]
         await self.server.set_serving()
         log.info("router ready", extra={"endpoint": self.server.endpoint})
         await stop.wait()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from millpond.services.router.pull import PullPlan, key_equality
 from millpond.shared.errors import MillpondError
@@ -26,6 +27,8 @@ from millpond.shared.sql import ast
 from millpond.shared.sql.guard import StatementParser
 from millpond.shared.sql.shapes import Shape, replace_node, shape_of
 
+K = TypeVar("K")
+V = TypeVar("V")
 MAX_TEMPLATES = 1024
 MAX_TEXT_CHARS = 4096
 """Longer statements are not kept as templates (a key lookup is short)."""
@@ -58,6 +61,14 @@ class LookupTemplate:
         key_bytes = serialize_key(key, key_col.type)
         return query, replace(self.plan, key=key, key_bytes=key_bytes, where=where,
                               partition=partition_for(key_bytes, self.plan.table.partitions))
+
+
+def _put(entries: OrderedDict[K, V], key: K, value: V, size: int) -> None:
+    """``entries[key] = value`` as the most recent, dropping the least recent beyond ``size``."""
+    entries[key] = value
+    entries.move_to_end(key)
+    while len(entries) > size:
+        entries.popitem(last=False)
 
 
 def single_statement(text: str) -> str:
@@ -103,24 +114,17 @@ class LookupTemplates:
         key = key_equality(query.where, key_col.name)
         shape = shape_of(query.text)
         known = self._templates.get(shape.key)
-        if key is None or (known is not None and known.command_offset == command_offset):
+        if key is None or (known is not None and known.command_offset == command_offset) \
+                or self._refused.get(shape.key) == command_offset:
             return
         places = [i for i in range(len(shape.literals)) if shape.value(i) == key]
         if len(places) != 1:
             return
-        index = places[0]
-        template = LookupTemplate(shape, index, query, key, plan, command_offset)
-        if self._refused.get(shape.key) == command_offset:
-            return
-        if not await self._proven(template):
-            self._refused[shape.key] = command_offset
-            while len(self._refused) > self.size:
-                self._refused.popitem(last=False)
-            return
-        self._templates[shape.key] = template
-        self._templates.move_to_end(shape.key)
-        while len(self._templates) > self.size:
-            self._templates.popitem(last=False)
+        template = LookupTemplate(shape, places[0], query, key, plan, command_offset)
+        if await self._proven(template):
+            _put(self._templates, shape.key, template, self.size)
+        else:
+            _put(self._refused, shape.key, command_offset, self.size)
 
     async def _proven(self, template: LookupTemplate) -> bool:
         """Whether the template's text with a probe value for its key parses to the

@@ -73,13 +73,15 @@ class Statements:
         outcomes: list[Outcome] = []
         # A text parsed before is held parsed and planned; another key of a known lookup is
         # answered from its template.
-        lookup = None if self.parser.cached(sql) else self.lookups.match(sql, self.metastore.command_offset)
+        parsed_before = self.parser.cached(sql)
+        lookup = None if parsed_before else self.lookups.match(sql, self.metastore.command_offset)
         statements = (lookup[0],) if lookup is not None else await self.parser.parse(sql)
         for index, stmt in enumerate(statements):
             try:
                 authorize_statement(principal, stmt)
                 outcome, seen = await self._execute_one(stmt, session, positions, deadline, f"{request_id}/{index}",
-                                                        named, None if lookup is None else lookup[1])
+                                                        named, None if lookup is None else lookup[1],
+                                                        learn=lookup is None and not parsed_before)
             except grpc.aio.AioRpcError as err:
                 raise raise_for_rpc(err) from None
             except MillpondError as err:
@@ -99,8 +101,10 @@ class Statements:
         return time.monotonic() + max(budget, 0.0)
 
     async def _execute_one(self, stmt: ast.Statement, properties: dict[str, str], positions: consistency.Positions,
-                           deadline: float, request_id: str, named: bool, plan: PullPlan | None = None
-                           ) -> tuple[Outcome, consistency.Positions | None]:
+                           deadline: float, request_id: str, named: bool, plan: PullPlan | None = None,
+                           learn: bool = False) -> tuple[Outcome, consistency.Positions | None]:
+        """One statement; a pull query with ``plan`` is not planned again, and one just parsed
+        (``learn``) may become the template of its shape."""
         changed = apply_session_statement(properties, stmt)  # for the rest of this request
         if changed is not None:
             return Outcome(stmt.text, changed), None
@@ -110,10 +114,10 @@ class Statements:
                                      "(millpond sql runs it that way), not Execute")
             started, result = time.monotonic(), "INTERNAL"
             try:
-                learn = plan is None
+                version = self.metastore.command_offset
                 if plan is None:
                     plan = await self.pulls.plan(stmt)
-                    version = self.metastore.command_offset  # the plan's
+                    version = self.metastore.command_offset  # the plan's (planning may catch up)
                 answer = await self.pulls.pull(stmt, plan, properties, positions, deadline)
                 result = "OK"
                 if learn:

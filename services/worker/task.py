@@ -54,7 +54,7 @@ from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.kafka.serde import deserialize_key, serialize_value
 from millpond.shared.sql import aggregates
 from millpond.shared.task_status import RESTORING, RUNNING, STARTING, StoreLag, TaskReport, now_ms
-from millpond.shared.teardown import bounded, run_to_end
+from millpond.shared.teardown import bounded, gather_or_cancel, run_to_end
 
 log = logging.getLogger(__name__)
 COMMIT_GRACE_S = 10.0
@@ -360,8 +360,8 @@ class AggregationTask(StoreTask[AggregateSlice]):
             # Fencing aborts the old owner's open transaction, so the changelog end read after
             # it is final; the changelog consumer connects meanwhile. Once fenced, the committed
             # input position is final too: it is read while the store restores.
-            await asyncio.gather(self._open_producer(), reader.start())
-            _, self.next_input_offset = await asyncio.gather(self._restore(reader), self._starting_offset())
+            await gather_or_cancel(self._open_producer(), reader.start())
+            _, self.next_input_offset = await gather_or_cancel(self._restore(reader), self._starting_offset())
         finally:
             await reader.stop()
         self.start_input_offset = self.next_input_offset

@@ -388,8 +388,12 @@ def _check_depth(tree: Tree[Token]) -> None:
 
 def literal_of_token(token: str) -> ast.Literal:
     """A string (``'...'``) or integer literal as written, read as the parser reads it."""
-    reader = _ToAst()
+    reader = _LITERALS
     return reader.string(Token("STRING", token)) if token.startswith("'") else reader.integer(Token("INT", token))
+
+
+_LITERALS = _ToAst()
+"""Reads single literal tokens (it keeps no state between calls)."""
 
 
 def parse_statement(text: str) -> ast.Statement:
