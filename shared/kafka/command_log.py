@@ -95,6 +95,8 @@ class CommandReader:
         """The outcome message of each command that named its request id, by that id (the
         latest ``EXECUTED_REQUESTS_KEPT``): what a resent statement is answered with."""
         self._lock = asyncio.Lock()
+        self.read_to = 0
+        """The consumer's position after the last poll: every command before it is applied."""
 
     async def start(self) -> None:
         """Connect and position at the next command the metastore has not applied.
@@ -127,6 +129,8 @@ class CommandReader:
         """Apply every committed command up to ``position`` (default: the current end)."""
         if position is None:
             position = (await self.consumer.end_offsets([self.partition]))[self.partition]
+        if self.read_to >= position:
+            return  # already read: no waiting for the lock, which a follower's idle poll holds up to 200 ms
         deadline = time.monotonic() + timeout_s
         while True:
             async with self._lock:
@@ -148,6 +152,7 @@ class CommandReader:
         records = batches.get(self.partition, [])
         for record in records:
             self._apply(record.offset, record.value)
+        self.read_to = await self.consumer.position(self.partition)
         if records:
             await self.refresh_errors()
             self._notify()

@@ -230,6 +230,28 @@ async def test_errors_are_rechecked_while_they_exist_and_listeners_told(kafka: E
             await reader.stop()
 
 
+async def test_a_reader_already_at_the_end_catches_up_without_waiting_for_its_poll(kafka: EmbeddedKafka) -> None:
+    """A follower's idle poll holds the reader for up to 200 ms; a statement's catch-up must
+    not wait for it when every command is already applied (it did, on every INSERT)."""
+    service_id = f"caught{next(_ids)}"
+    async with coordinator_core(kafka.bootstrap_servers, service_id) as coordinator:
+        await coordinator.execute("CREATE STREAM CAUGHT (A INT) WITH (kafka_topic='caught', partitions=1, "
+                                  "value_format='JSON')", {})
+        reader = CommandReader(coordinator.settings.kafka, coordinator.settings.command_topic, Metastore())
+        await reader.start()
+        try:
+            await reader.catch_up()
+            async with reader._lock:  # as a poll in progress holds it
+                await asyncio.wait_for(reader.catch_up(), 10)
+            assert "CAUGHT" in reader.metastore.sources
+            await coordinator.execute("CREATE STREAM CAUGHT_TOO (A INT) WITH (kafka_topic='caught_too', "
+                                      "partitions=1, value_format='JSON')", {})
+            await reader.catch_up()  # something new: read under the lock
+            assert "CAUGHT_TOO" in reader.metastore.sources
+        finally:
+            await reader.stop()
+
+
 async def _topic_configs(admin: AIOKafkaAdminClient, topic: str, retention_ms: str = "-1") -> dict[str, str]:
     """The topic's configs once its retention.ms reads ``retention_ms`` (or after 15 s): the
     broker answers from metadata it applies a moment after the controller committed a create
