@@ -15,6 +15,7 @@ from typing import Any
 from millpond.services.worker.input_watch import InputWatch
 from millpond.services.worker.spark import LazySession
 from millpond.services.worker.standby import StandbyReplica
+from millpond.services.worker.streams import StageStreams
 from millpond.services.worker.supervisor import QuerySupervisor
 from millpond.services.worker.task import AggregationTask, TableTask, Task, aggregate_row
 from millpond.shared.catalog.metastore import Metastore
@@ -45,7 +46,9 @@ class TaskAssignment:
         """(query id, partition) -> the supervisor running that partition's tasks."""
         self.standbys: dict[tuple[str, int], StandbyReplica] = {}
         self.inputs = InputWatch(settings.kafka, settings.idle_poll_ms / 1000)
-        """The end offsets of the parked queries' inputs (``QuerySupervisor``)."""
+        """The end offsets of the parked streams' inputs (``StageStream``)."""
+        self.streams = StageStreams(settings, lambda: self.spark.get(), self.inputs)
+        """One Spark query per stage of each query this worker runs, over all its partitions."""
         self._dirty = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         """The loop ``run`` runs on, once it does."""
@@ -143,8 +146,9 @@ class TaskAssignment:
         return out
 
     async def _reconcile_actives(self, wanted: dict[str, set[int]]) -> None:
-        # One supervisor (and Spark query) per (query, partition): a partition gained or lost
-        # starts or stops only its own, and the others go on without a pause. Every stop first,
+        # One supervisor per (query, partition): a partition gained or lost starts or stops only
+        # its own tasks, and the others go on (their stage's Spark query restarts over the new
+        # set of partitions: ``streams.py``). Every stop first,
         # at once and each bounded (one stuck task never holds up the others), then every
         # start: a restarted partition's new run opens what its old one closed.
         stopping: list[QuerySupervisor] = []
@@ -164,13 +168,14 @@ class TaskAssignment:
                 starting.append((query, partition))
         await _stop_all(stopping)
         for query, partition in starting:
-            supervisor = QuerySupervisor(self.settings, self.metastore, query, {partition}, self.spark.get, self.inputs)
+            supervisor = QuerySupervisor(self.settings, self.metastore, query, {partition}, self.streams)
             self.supervisors[query.query_id, partition] = supervisor
             supervisor.start()
 
     async def stop(self) -> None:
         """Stop every task and standby copy, all at once, each bounded (errors logged: the worker is going)."""
         await _stop_all([*self.supervisors.values(), *self.standbys.values()])
+        await self.streams.stop()
         await self.inputs.stop()
 
 

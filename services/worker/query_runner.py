@@ -1,9 +1,11 @@
-"""Runs one persistent query on Spark Structured Streaming over this worker's partitions.
+"""Runs one stage of a persistent query on Spark Structured Streaming over a set of this
+worker's partitions (``millpond.services.worker.streams`` decides which).
 
 Spark does the data-parallel part of each micro-batch: decode the values, set aside the
 records that do not decode, and reduce the rest as the plan kind's reducer says
 (``millpond.services.worker.kinds``), to one slice per partition. Only the slices reach
-Python, where each task commits its slice exactly once.
+Python, where each partition's task commits its slice exactly once, in a transaction of its
+own: one task's failed commit fails that task alone, not the batch.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import logging
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,15 +51,18 @@ class QueryRunner:
 
     def __init__(self, spark: SparkSession, settings: WorkerSettings, query: PersistentQuery,
                  source: DataSource, sink: DataSource, tasks: dict[int, Task[Any]], loop: asyncio.AbstractEventLoop,
-                 stage: str = ""):
+                 stage: str = "", name: str = "", on_task_failed: Callable[[int, str], None] | None = None):
         self.spark = spark
-        partitions = "p" + "-".join(str(p) for p in sorted(tasks))  # names are unique among running queries
-        self.name = "-".join(filter(None, (query.query_id, stage, partitions, settings.worker_id)))
+        self.name = name or "-".join(filter(None, (query.query_id, stage, settings.worker_id)))
+        """The Spark query's name: unique among this process's running queries."""
         self.settings = settings
         self.query = query
         self.source = source
         self.sink = sink
         self.tasks = tasks
+        """The tasks batches are committed to, by partition (changed only on the loop)."""
+        self.on_task_failed = on_task_failed
+        """Told (on the loop) of a task whose commit failed; the task gets no more batches."""
         self.kind = WORKER_KINDS[query.plan.kind]
         self.loop = loop
         self.stream: StreamingQuery | None = None
@@ -73,18 +79,22 @@ class QueryRunner:
         """Whether the streaming query is started (and not stopped)."""
         return self.stream is not None
 
-    def start(self) -> None:
-        """Start the streaming query from each task's committed input offset (again after a
-        ``stop``, with a new checkpoint: the tasks hold the positions). Blocking."""
+    def positions(self) -> dict[int, int | None]:
+        """Where each task's input resumes (None: the earliest offset); ``start`` takes it.
+        Read on the loop, where the tasks change."""
+        return {p: task.next_input_offset for p, task in self.tasks.items()}
+
+    def start(self, positions: dict[int, int | None]) -> None:
+        """Start the streaming query over ``positions``' partitions, each from its offset
+        (again after a ``stop``, with a new checkpoint: the tasks hold the positions). Blocking."""
         root = checkpoint_root(self.settings)
         root.mkdir(parents=True, exist_ok=True)
         self.checkpoint = tempfile.mkdtemp(prefix=f"{path_segment(self.name)}-", dir=root)
         self.error = None
         self.last_batch_at = time.monotonic()
         topic = self.source.topic
-        partitions = sorted(self.tasks)
-        starting = {str(p): (self.tasks[p].next_input_offset if self.tasks[p].next_input_offset is not None else -2)
-                    for p in partitions}
+        partitions = sorted(positions)
+        starting = {str(p): (-2 if positions[p] is None else positions[p]) for p in partitions}
         reader = (
             self.spark.readStream.format("kafka")
             .options(**self.settings.kafka.spark_options())
@@ -180,9 +190,21 @@ class QueryRunner:
         return F.from_json(text, self.value_schema, options)
 
     async def _commit(self, slices: dict[int, BatchSlice]) -> None:
-        committed = await asyncio.gather(*(self.tasks[p].apply(s) for p, s in slices.items()))
-        for (partition, piece), applied in zip(slices.items(), committed, strict=True):
-            if applied:
+        """Each task commits its slice in its own transaction. A partition whose task left (or
+        failed) since the query started is passed over: its next run reads it again from its
+        committed position. A task whose commit fails is dropped from this query and reported."""
+        tasks = {p: task for p in slices if (task := self.tasks.get(p)) is not None}
+        outcomes = await asyncio.gather(*(task.apply(slices[p]) for p, task in tasks.items()), return_exceptions=True)
+        for (partition, task), outcome in zip(tasks.items(), outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                if self.tasks.get(partition) is task:
+                    del self.tasks[partition]
+                    log.warning("a task's commit failed; it leaves the query", exc_info=outcome,
+                                extra={"query": self.name, "partition": partition})
+                    if self.on_task_failed is not None:
+                        self.on_task_failed(partition, f"{type(outcome).__name__}: {outcome}")
+            elif outcome:
+                piece = slices[partition]
                 labels = (self.query.query_id, str(partition))
                 metrics.RECORDS_PROCESSED.labels(*labels).inc(piece.count - len(piece.bad))
                 metrics.RECORDS_FAILED.labels(*labels).inc(len(piece.bad))

@@ -4,30 +4,26 @@ alone) and restarts them, with backoff, when they fail: a failure is reported (s
 FAILED, reason, count) until the restart succeeds.
 
 One run is: start every task of every stage of the query (fence the old owner, restore,
-read the committed position), start one Spark query per stage over exactly these
-partitions, then watch them (``millpond.shared.catalog.topology`` says what the stages are). Whatever ends a run
-(an error, a cancel on reassignment) stops the Spark query and closes the tasks, so the
-next run starts from committed positions only. That teardown always completes: a cancel that
-comes meanwhile is held until every task is closed, and each step has a time limit, so one
-stuck Spark query or task delays the others by its limit at most (``millpond.shared.teardown``).
+read the committed position), join each stage's tasks to that stage's stream (the one Spark
+query per stage that the worker runs over all its partitions: ``streams.py``), then wait
+until the stream cannot run them. Whatever ends a run (a failed commit or Spark query, a
+cancel on reassignment) takes the tasks out of their streams and closes them, so the next run
+starts from committed positions only. That teardown always completes: a cancel that comes
+meanwhile is held until every task is closed, and each step has a time limit, so one stuck
+Spark query or task delays the others by its limit at most (``millpond.shared.teardown``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
-from aiokafka import TopicPartition
-from pyspark.sql import SparkSession
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
 
-from millpond.services.worker.input_watch import InputWatch
 from millpond.services.worker.kinds import WORKER_KINDS
-from millpond.services.worker.query_runner import QueryRunner
+from millpond.services.worker.streams import RUNNER_STOP_TIMEOUT_S, StageStream, StageStreams
 from millpond.services.worker.task import Task
 from millpond.shared import metrics
 from millpond.shared.catalog.metastore import Metastore
@@ -39,11 +35,6 @@ from millpond.shared.task_status import FAILED, RESTORING, RUNNING, STARTING, Ta
 from millpond.shared.teardown import bounded, cancel_and_wait, gather_or_cancel, run_to_end
 
 log = logging.getLogger(__name__)
-WATCH_INTERVAL_S = 0.25
-PARKED_WATCH_INTERVAL_S = 5.0
-"""How long a supervisor whose every stage is parked sleeps unless its worker's input moved."""
-RUNNER_STOP_TIMEOUT_S = 30.0
-"""How long the teardown waits for a Spark query to stop (it waits for its running batch)."""
 TASK_STOP_TIMEOUT_S = 40.0
 """How long the teardown waits for a task to close (its own steps are bounded below this)."""
 STOP_TIMEOUT_S = 30.0
@@ -58,21 +49,20 @@ class QuerySupervisor:
     """The tasks of one query on this worker, kept running."""
 
     def __init__(self, settings: WorkerSettings, metastore: Metastore, query: PersistentQuery,
-                 partitions: set[int], spark: Callable[[], Awaitable[SparkSession]], inputs: InputWatch | None = None):
+                 partitions: set[int], streams: StageStreams):
         self.settings = settings
-        self.inputs = inputs
-        """Where a parked stage learns that its input moved; None: stages never park."""
         self.metastore = metastore
         self.query = query
         self.partitions = frozenset(partitions)
-        self._spark = spark
+        self.streams = streams
         self.tasks: dict[int, Task[Any]] = {}
         """The tasks of the stage that produces the result (the ones pull queries read)."""
         self._stage_tasks: list[dict[int, Task[Any]]] = []
         self.failures = 0
         self.reason = ""
         self.failed = False
-        self._runners: list[QueryRunner] = []
+        self._joined: list[tuple[StageStream, list[int]]] = []
+        """The streams this run's tasks joined, with their partitions: left in the teardown."""
         self._job: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -135,82 +125,32 @@ class QuerySupervisor:
         self.tasks = self._stage_tasks[-1]
         try:
             await gather_or_cancel(*(task.start() for tasks in self._stage_tasks for task in tasks.values()))
-            spark = await self._spark()
-            loop = asyncio.get_running_loop()
+            ended = []
             for stage, tasks in zip(plan_stages, self._stage_tasks, strict=True):
                 if tasks:
-                    runner = QueryRunner(spark, self.settings, stage.query, stage.source, stage.sink, tasks, loop,
-                                         stage.name)
-                    self._runners.append(runner)
-                    # Not cut short by a cancel: the teardown must find the stream to stop it.
-                    await run_to_end(asyncio.to_thread(runner.start))
+                    stream, stopped = self.streams.join(stage, tasks)
+                    self._joined.append((stream, sorted(tasks)))
+                    ended.append(stopped)
             for tasks in self._stage_tasks:
                 for task in tasks.values():
                     task.state = RESTORING if task.rebuilding() else RUNNING
-            # The streams' state lives in the JVM; polling it costs no thread per query.
-            while (reason := self._failure()) is None:
-                if self.inputs is not None and self._runners and all(r.parked_at is not None for r in self._runners):
-                    await self.inputs.moved(PARKED_WATCH_INTERVAL_S)  # nothing to watch but the input
-                else:
-                    await asyncio.sleep(WATCH_INTERVAL_S)
-                for runner in self._runners:
-                    await self._rebuilt(runner)
-                    await self._park_or_resume(runner)
-            raise QueryFailed(reason)
+            done, _ = await asyncio.wait(ended, return_when=asyncio.FIRST_COMPLETED)
+            raise QueryFailed(next(iter(done)).result())
         finally:
             await self._teardown()
 
-    @staticmethod
-    async def _rebuilt(runner: QueryRunner) -> None:
-        """Tell a stage's rebuilding tasks how far its query has read: the end of a rebuild can
-        be a transaction marker, which no batch's records reach."""
-        if runner.running and any(task.rebuilding() for task in runner.tasks.values()):
-            read = await asyncio.to_thread(runner.read_through)
-            for partition, offset in (read or {}).items():
-                runner.tasks[partition].read_through(offset)
-
-    async def _park_or_resume(self, runner: QueryRunner) -> None:
-        """Stop a stage's Spark query after ``park_after_idle_ms`` without input (its tasks stay
-        open and serve), and start it again as soon as its input moves past what it read."""
-        if self.inputs is None or self.settings.park_after_idle_ms <= 0:
-            return
-        inputs = [TopicPartition(runner.source.topic, p) for p in sorted(runner.tasks)]
-        if runner.running:
-            if time.monotonic() - runner.last_batch_at < self.settings.park_after_idle_ms / 1000:
-                return
-            read = await asyncio.to_thread(runner.read_through)
-            if read is None:
-                return
-            await run_to_end(asyncio.to_thread(runner.stop))
-            runner.parked_at = read
-            self.inputs.watch(inputs)
-            log.info("query parked", extra={"query": runner.name, "read_through": read})
-        elif runner.parked_at is not None:
-            moved = [tp.partition for tp in inputs if self.inputs.ends.get(tp, -1) > runner.parked_at.get(tp.partition, -1)]
-            if not moved:
-                return
-            self.inputs.unwatch(inputs)
-            runner.parked_at = None
-            await run_to_end(asyncio.to_thread(runner.start))
-            log.info("query resumed", extra={"query": runner.name, "input_moved": moved})
-
-    def _failure(self) -> str | None:
-        return next((reason for runner in self._runners if (reason := runner.failure()) is not None), None)
-
     async def _teardown(self) -> None:
-        """Stop the Spark queries, then close every task (each ends its commit in flight before
-        its producer stops): all of it even if a cancel comes meanwhile (raised after), each
-        step bounded, errors logged, the runners and the tasks each concurrently."""
+        """Take the tasks out of their streams, then close every task (each ends its commit in
+        flight before its producer stops): all of it even if a cancel comes meanwhile (raised
+        after), each step bounded, errors logged, the streams and the tasks each concurrently."""
         await run_to_end(self._close())
 
     async def _close(self) -> None:
-        runners, self._runners = self._runners, []
+        joined, self._joined = self._joined, []
         query_id = self.query.query_id
-        for runner in runners:
-            if runner.parked_at is not None and self.inputs is not None:
-                self.inputs.unwatch([TopicPartition(runner.source.topic, p) for p in runner.tasks])
-        await asyncio.gather(*(bounded(asyncio.to_thread(runner.stop), RUNNER_STOP_TIMEOUT_S, "stop the Spark query",
-                                       {"query": query_id, "runner": runner.name}) for runner in runners))
+        await asyncio.gather(*(bounded(self.streams.leave(stream, partitions), RUNNER_STOP_TIMEOUT_S,
+                                       "leave the stage's stream", {"query": query_id, "partitions": partitions})
+                               for stream, partitions in joined))
         await asyncio.gather(*(bounded(task.stop(), TASK_STOP_TIMEOUT_S, "close a task",
                                        {"query": query_id, "partition": task.partition, "stage": task.stage})
                                for tasks in self._stage_tasks for task in tasks.values()))

@@ -100,17 +100,19 @@ async def check_sink(bootstrap: str, topic: str, expected: Expected) -> None:
 
 
 async def until_logged(cluster: LocalCluster, message: str, query_id: str, count: int, timeout_s: float = 60) -> None:
-    """Wait until the workers logged ``message`` for ``count`` distinct Spark queries of ``query_id``."""
+    """Wait until the workers logged ``message`` for Spark queries of ``query_id`` over ``count``
+    distinct partitions."""
     deadline = time.monotonic() + timeout_s
-    names: set[str] = set()
+    partitions: set[int] = set()
     while time.monotonic() < deadline:
-        names = {e["query"] for c in cluster.children if c.name.startswith("worker") and c.process.poll() is None
-                 for e in map(json.loads, (line for line in c.log.read_text().splitlines() if line.startswith("{")))
-                 if e.get("msg") == message and e.get("query", "").startswith(query_id + "-")}
-        if len(names) >= count:
+        partitions = {p for c in cluster.children if c.name.startswith("worker") and c.process.poll() is None
+                      for e in map(json.loads, (line for line in c.log.read_text().splitlines() if line.startswith("{")))
+                      if e.get("msg") == message and e.get("query", "").startswith(query_id + "-")
+                      for p in e["partitions"]}
+        if len(partitions) >= count:
             return
         await asyncio.sleep(0.2)
-    raise AssertionError(f"{message!r} logged for {sorted(names)} only, within {timeout_s} s")
+    raise AssertionError(f"{message!r} logged for partitions {sorted(partitions)} only, within {timeout_s} s")
 
 
 async def test_high_cardinality_aggregation_with_malformed_records_is_exact(agg_cluster: LocalCluster) -> None:
@@ -131,7 +133,7 @@ async def test_high_cardinality_aggregation_with_malformed_records_is_exact(agg_
     check_table(await asyncio.to_thread(table_rows, agg_cluster, table), expected)
     await check_sink(agg_cluster.bootstrap, table.upper(), expected)
 
-    # Idle: every partition's Spark query parks (its table still answers); new input resumes it.
+    # Idle: every worker's Spark query parks (its table still answers); new input resumes it.
     await until_logged(agg_cluster, "query parked", query_id, count=PARTITIONS)
     check_table(await asyncio.to_thread(table_rows, agg_cluster, table), expected)
     await produce(agg_cluster.bootstrap, stream, readings(rng, 5_000, 2_000, expected))

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from millpond.services.worker.streams import StageStreams
 from millpond.services.worker.supervisor import QuerySupervisor
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import WorkerSettings
@@ -25,7 +26,7 @@ async def test_a_query_that_cannot_run_is_reported_failed_and_retried(tmp_path: 
     async def no_spark() -> SparkSession:
         raise AssertionError("the query must fail before it needs Spark")
 
-    supervisor = QuerySupervisor(settings, meta, meta.queries["CTAS_BY_AREA_0"], {0, 1}, no_spark)
+    supervisor = QuerySupervisor(settings, meta, meta.queries["CTAS_BY_AREA_0"], {0, 1}, StageStreams(settings, no_spark))
     supervisor.start()
     try:
         for _ in range(1000):

@@ -10,6 +10,10 @@ its transaction committed.
 A commit that hangs is aborted by the task's bounded stop, a task whose producer never stops
 holds up neither its store nor the other tasks, and a supervisor that never stops holds up
 neither the other supervisors nor the reconcile.
+
+The supervisors of one worker's partitions share one Spark query per stage: a partition that
+leaves restarts the query, not the other partitions' tasks; a task whose commit fails leaves
+alone; a Spark query that stops fails every partition it ran.
 """
 
 from __future__ import annotations
@@ -27,12 +31,14 @@ from typing import Any, ClassVar
 import pytest
 from aiokafka import TopicPartition
 
+from millpond.services.worker import streams as streams_module
 from millpond.services.worker import supervisor as supervisor_module
 from millpond.services.worker import task as task_module
 from millpond.services.worker.assignment import TaskAssignment
 from millpond.services.worker.query_runner import QueryRunner
 from millpond.services.worker.state import changelog as changelog_module
 from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore
+from millpond.services.worker.streams import StageStreams
 from millpond.services.worker.supervisor import QuerySupervisor
 from millpond.services.worker.task import AggregateSlice, AggregationTask, store_path
 from millpond.shared.catalog.metastore import Metastore
@@ -189,8 +195,9 @@ class FakeRunner(QueryRunner):
     def running(self) -> bool:
         return self.started and not self.stopped
 
-    def start(self) -> None:
+    def start(self, positions: dict[int, int | None]) -> None:
         self.started, self.stopped = True, False
+        self.positions_at_start = positions
         self.starts += 1
         self.last_batch_at = time.monotonic()
 
@@ -213,13 +220,14 @@ def world(changelog: Changelog, monkeypatch: pytest.MonkeyPatch) -> World:
         monkeypatch.setattr(fake, "world", made, raising=False)
     monkeypatch.setattr(task_module, "AIOKafkaProducer", StepProducer)
     monkeypatch.setattr(changelog_module, "AIOKafkaConsumer", StepConsumer)
-    monkeypatch.setattr(supervisor_module, "QueryRunner", FakeRunner)
+    monkeypatch.setattr(streams_module, "QueryRunner", FakeRunner)
 
     async def committed_offsets(*_: Any) -> dict[TopicPartition, int]:
         await made.steps.point("committed_offsets")
         return {}
     monkeypatch.setattr(task_module, "committed_offsets", committed_offsets)
-    monkeypatch.setattr(supervisor_module, "WATCH_INTERVAL_S", 0.005)
+    monkeypatch.setattr(streams_module, "WATCH_INTERVAL_S", 0.005)
+    monkeypatch.setattr(streams_module, "SETTLE_S", 0.001)
     for name, limit in [("COMMIT_GRACE_S", 2.0), ("ABORT_TIMEOUT_S", 2.0), ("PRODUCER_STOP_TIMEOUT_S", 2.0)]:
         monkeypatch.setattr(task_module, name, limit, raising=False)
     changelog.commit_batch({b"s0": [[1], [1], [1, 1]]}, reaches=RESTORED_TO)
@@ -234,6 +242,12 @@ def metastore() -> Metastore:
 
 
 def supervisor_of(tmp_path: Path, world: World, query_id: str = QUERY) -> QuerySupervisor:
+    return supervisors_of(tmp_path, world, [{0, 1}], query_id)[0]
+
+
+def supervisors_of(tmp_path: Path, world: World, partitions: list[set[int]],
+                   query_id: str = QUERY) -> list[QuerySupervisor]:
+    """Supervisors of these partitions of the query, sharing one worker's stage streams."""
     meta = metastore()
     # A failed run waits long before its retry: one run per test.
     settings = WorkerSettings(worker_id="w", state_dir=tmp_path, task_retry_initial_ms=600_000, task_retry_max_ms=600_000)
@@ -241,7 +255,8 @@ def supervisor_of(tmp_path: Path, world: World, query_id: str = QUERY) -> QueryS
     async def spark() -> Any:
         await world.steps.point("spark")
         return object()
-    return QuerySupervisor(settings, meta, meta.queries[query_id], {0, 1}, spark)
+    streams = StageStreams(settings, spark)
+    return [QuerySupervisor(settings, meta, meta.queries[query_id], p, streams) for p in partitions]
 
 
 def batch() -> dict[int, AggregateSlice]:
@@ -326,7 +341,8 @@ async def test_a_cancel_during_the_teardown_still_closes_every_task(
     world.steps = Steps(hang={"producer.stop": lambda p: not world.steps.released.is_set()})
     supervisor = supervisor_of(tmp_path, world)
     supervisor.start()
-    await until(lambda: all(t.state == RUNNING for t in supervisor.tasks.values()) and bool(supervisor.tasks), world.steps)
+    await until(lambda: bool(world.runners) and world.runners[-1].started
+                and all(t.state == RUNNING for t in supervisor.tasks.values()) and bool(supervisor.tasks), world.steps)
     world.runners[0].reason = "the Spark query stopped"
     await until(lambda: "producer.stop" in world.steps.names, world.steps)
     async with asyncio.timeout(5):
@@ -488,7 +504,8 @@ async def test_a_stage_without_input_parks_its_spark_query_and_resumes_when_the_
 
     async def spark() -> Any:
         return object()
-    supervisor = QuerySupervisor(settings, meta, meta.queries[QUERY], {0, 1}, spark, watch)  # type: ignore[arg-type]
+    streams = StageStreams(settings, spark, watch)  # type: ignore[arg-type]
+    supervisor = QuerySupervisor(settings, meta, meta.queries[QUERY], {0, 1}, streams)
     supervisor.start()
     try:
         assert not await until(lambda: bool(world.runners) and world.runners[-1].started
@@ -511,3 +528,72 @@ async def test_a_stage_without_input_parks_its_spark_query_and_resumes_when_the_
         assert len(world.runners) == 1 and supervisor.failures == 0
     finally:
         await supervisor.stop()
+
+
+async def running(supervisors: list[QuerySupervisor], world: World, partitions: set[int]) -> FakeRunner:
+    """Start the supervisors; the one Spark query, once it runs over exactly ``partitions``."""
+    for supervisor in supervisors:
+        supervisor.start()
+    assert not await until(lambda: bool(world.runners) and world.runners[-1].running
+                           and set(world.runners[-1].tasks) == partitions, world.steps)
+    return world.runners[-1]
+
+
+async def test_a_workers_partitions_share_one_spark_query_and_one_leaving_restarts_no_other_task(
+        world: World, tmp_path: Path) -> None:
+    zero, one = supervisors_of(tmp_path, world, [{0}, {1}])
+    try:
+        runner = await running([zero, one], world, {0, 1})
+        assert len(world.runners) == 1 and runner.positions_at_start == {0: None, 1: None}
+        await runner._commit(dict(batch()))
+        assert [p.log for p in world.producers] == [["commit"], ["commit"]]
+        kept = zero.tasks[0]
+        await one.stop()
+        after = await running([], world, {0})
+        assert after is not runner and runner.stopped, "the Spark query restarts over the partitions left"
+        assert after.positions_at_start == {0: COMMITTED_TO}, "from the kept task's committed position"
+        assert zero.tasks[0] is kept and kept.store is not None and kept.state == RUNNING
+        assert sum(p.transactional_id.endswith("-0") for p in world.producers) == 1, "partition 0 never restarted"
+        assert zero.failures == 0
+    finally:
+        await zero.stop()
+    assert all(r.stopped for r in world.runners)
+
+
+async def test_a_task_whose_commit_fails_leaves_the_query_alone(
+        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its later batches are not given to it (it would skip the failed one), and its
+    supervisor restarts it; the other partition's commit stands and it keeps running."""
+    zero, one = supervisors_of(tmp_path, world, [{0}, {1}])
+    transaction = StepProducer.transaction
+
+    @asynccontextmanager
+    async def fenced_one(self: StepProducer) -> AsyncIterator[None]:
+        if self.transactional_id.endswith("-1"):
+            raise RuntimeError("ProducerFenced")
+        async with transaction(self):
+            yield
+    monkeypatch.setattr(StepProducer, "transaction", fenced_one)
+    try:
+        runner = await running([zero, one], world, {0, 1})
+        await runner._commit(dict(batch()))
+        assert set(runner.tasks) == {0}
+        assert not await until(lambda: one.failures == 1, world.steps)
+        assert "ProducerFenced" in one.reason and zero.failures == 0
+        assert zero.tasks[0].next_input_offset == COMMITTED_TO
+        await running([], world, {0})
+    finally:
+        await asyncio.gather(zero.stop(), one.stop())
+
+
+async def test_a_spark_query_that_stops_fails_every_partition_it_ran(world: World, tmp_path: Path) -> None:
+    zero, one = supervisors_of(tmp_path, world, [{0}, {1}])
+    try:
+        runner = await running([zero, one], world, {0, 1})
+        runner.reason = "the Spark query stopped"
+        assert not await until(lambda: zero.failures == one.failures == 1, world.steps)
+        assert zero.reason == one.reason == "the Spark query stopped"
+        assert not await until(lambda: runner.stopped, world.steps)
+    finally:
+        await asyncio.gather(zero.stop(), one.stop())
+    assert all(r.stopped for r in world.runners) and all(p.stopped for p in world.producers)
