@@ -1,7 +1,9 @@
 """Failover: SIGKILL a worker that holds active partitions while clients pull
 continuously and events flow: with 0 and with 1 standby replica (standby reads on), then
 with 1 standby and standby reads off (ksqlDB's default: only actives answer), quiet and with
-a CPU hog busy on every core for the whole run. Each run gives failed pulls, the longest
+a CPU hog busy on every core for the whole run. Then scaling under the same load, 1 standby,
+reads off: a worker added at ``--kill-at``, and a worker stopped with SIGTERM (a graceful
+leave) half-way between that and the end. Each run gives failed pulls, the longest
 gap between successful answers, how long until the coordinator and the router saw the
 worker dead, and until the moved partitions had processed all the input that existed at
 the kill. Baseline: the same load's gap distribution before the
@@ -19,19 +21,27 @@ from typing import Any
 from bench.common import arguments, cluster, cpu_hog, emit
 from millpond.cli import loadtest
 
-RUNS = ((0, True, False), (1, True, False), (1, False, False), (1, False, True))
-"""(standby replicas, standby reads, CPU hog) of each run."""
+RUNS = ((0, True, False, False), (1, True, False, False), (1, False, False, False), (1, False, True, False),
+        (1, False, False, True))
+"""(standby replicas, standby reads, CPU hog, scaling instead of a kill) of each run."""
 
 
-def run(standbys: int, standby_reads: bool, hog: bool, seconds: float, kill_at: float, events_per_s: float,
-        keys: int) -> dict[str, Any]:
+def faults(scaling: bool, seconds: float, kill_at: float) -> list[loadtest.Fault]:
+    """A SIGKILL of worker-1; or, scaling, a worker added and later worker-1 stopped with SIGTERM."""
+    if not scaling:
+        return [loadtest.Fault(kill_at, "kill", "worker-1")]
+    return [loadtest.Fault(kill_at, "add"), loadtest.Fault(round((kill_at + seconds) / 2, 1), "stop", "worker-1")]
+
+
+def run(standbys: int, standby_reads: bool, hog: bool, scaling: bool, seconds: float, kill_at: float,
+        events_per_s: float, keys: int) -> dict[str, Any]:
     with cluster(workers=3, standbys=standbys) as local:
         config = loadtest.Config(server=local.router, kafka=local.bootstrap, stream="failover", keys=keys,
                                  partitions=6, duration_s=seconds, events_per_s=events_per_s, pull_concurrency=4,
-                                 standby_reads=standby_reads, faults=[loadtest.Fault(kill_at, "kill", "worker-1")])
+                                 standby_reads=standby_reads, faults=faults(scaling, seconds, kill_at))
         with cpu_hog() if hog else contextlib.nullcontext():
             summary = asyncio.run(loadtest.run(config, local))
-    return {"standbys": standbys, "standby_reads": standby_reads, "cpu_hog": hog, **summary}
+    return {"standbys": standbys, "standby_reads": standby_reads, "cpu_hog": hog, "scaling": scaling, **summary}
 
 
 def main() -> None:
@@ -39,8 +49,8 @@ def main() -> None:
     if args.smoke:
         args.seconds, args.kill_at, args.events_per_s, args.keys = 14.0, 6.0, 100.0, 30
     emit({"benchmark": "failover", "smoke": args.smoke,
-          "runs": [run(standbys, reads, hog, args.seconds, args.kill_at, args.events_per_s, args.keys)
-                   for standbys, reads, hog in RUNS]})
+          "runs": [run(standbys, reads, hog, scaling, args.seconds, args.kill_at, args.events_per_s, args.keys)
+                   for standbys, reads, hog, scaling in RUNS]})
 
 
 if __name__ == "__main__":
