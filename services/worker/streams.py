@@ -103,19 +103,28 @@ class StageStream:
 
     async def _run(self) -> None:
         while True:
-            if self._changed.is_set():
-                await asyncio.sleep(SETTLE_S)
-                self._changed.clear()
-                await self._restart()
-            elif self.runner is not None and self.runner.running:
-                if (reason := self.runner.failure()) is not None:
-                    await self._fail(reason)
-                else:
-                    await self._rebuilt(self.runner)
-                    await self._park(self.runner)
-            elif self.runner is not None and self.runner.parked_at is not None:
-                await self._resume(self.runner)
+            try:
+                await self._step()
+            except Exception as error:  # e.g. Spark's JVM gone: the members' supervisors must learn it
+                log.warning("stream step failed", exc_info=True, extra=self._context)
+                await self._fail(f"{type(error).__name__}: {error}")
             await self._wait()
+
+    async def _step(self) -> None:
+        """Restart the Spark query if the members changed; else look at it (failed? idle? how
+        far has it read?) or, parked, at its input."""
+        if self._changed.is_set():
+            await asyncio.sleep(SETTLE_S)
+            self._changed.clear()
+            await self._restart()
+        elif self.runner is not None and self.runner.running:
+            if (reason := self.runner.failure()) is not None:
+                await self._fail(reason)
+            else:
+                await self._rebuilt(self.runner)
+                await self._park(self.runner)
+        elif self.runner is not None and self.runner.parked_at is not None:
+            await self._resume(self.runner)
 
     async def _wait(self) -> None:
         """Until the members change, or the next look: soon while the query runs, when the
@@ -160,10 +169,10 @@ class StageStream:
         if runner.parked_at is not None and self.inputs is not None:
             self.inputs.unwatch(self._inputs(runner.parked_at))
             runner.parked_at = None
+        self.runner = None
         if runner.running:
             await run_to_end(bounded(asyncio.to_thread(runner.stop), RUNNER_STOP_TIMEOUT_S, "stop the Spark query",
                                      {**self._context, "runner": runner.name}))
-        self.runner = None
 
     async def _fail(self, reason: str) -> None:
         """The Spark query cannot go on: every member's supervisor learns why (and restarts it)."""

@@ -597,3 +597,21 @@ async def test_a_spark_query_that_stops_fails_every_partition_it_ran(world: Worl
     finally:
         await asyncio.gather(zero.stop(), one.stop())
     assert all(r.stopped for r in world.runners) and all(p.stopped for p in world.producers)
+
+
+async def test_a_stream_whose_spark_query_cannot_be_asked_fails_its_members(
+        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An error looking at the Spark query (its JVM gone) must reach the supervisors, which
+    would otherwise wait for their stream forever."""
+    zero, one = supervisors_of(tmp_path, world, [{0}, {1}])
+    try:
+        await running([zero, one], world, {0, 1})
+
+        def gone(self: FakeRunner) -> str | None:
+            raise ConnectionError("the JVM is gone")
+        monkeypatch.setattr(FakeRunner, "failure", gone)
+        assert not await until(lambda: zero.failures == one.failures == 1, world.steps)
+        assert "the JVM is gone" in zero.reason and "the JVM is gone" in one.reason
+    finally:
+        await asyncio.gather(zero.stop(), one.stop())
+    assert all(r.stopped for r in world.runners)
