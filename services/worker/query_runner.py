@@ -68,6 +68,8 @@ class QueryRunner:
         self.stream: StreamingQuery | None = None
         self.error: BaseException | None = None
         self.checkpoint = ""
+        self._stopping = False
+        """Set by ``stop`` while it stops the stream: a batch it interrupts is no failure."""
         self.last_batch_at = time.monotonic()
         """When the last batch with input committed (or the query started)."""
         self.parked_at: dict[int, int] | None = None
@@ -91,6 +93,7 @@ class QueryRunner:
         root.mkdir(parents=True, exist_ok=True)
         self.checkpoint = tempfile.mkdtemp(prefix=f"{path_segment(self.name)}-", dir=root)
         self.error = None
+        self._stopping = False
         self.last_batch_at = time.monotonic()
         topic = self.source.topic
         partitions = sorted(positions)
@@ -128,6 +131,7 @@ class QueryRunner:
     def stop(self) -> None:
         """Stop the streaming query (waits for a running batch). Blocking."""
         if self.stream is not None:
+            self._stopping = True
             self.stream.stop()
             self.stream = None
         if self.checkpoint:
@@ -148,6 +152,9 @@ class QueryRunner:
         try:
             self._process(batch)
         except BaseException as error:
+            if self._stopping:  # ``stop`` interrupts a batch's Spark job: nothing was committed
+                log.info("batch cut short by the query's stop", extra={"query": self.name, "batch": batch_id})
+                raise
             # The JVM fails the query with it, and the supervisor restarts the query.
             log.warning("batch failed", exc_info=True, extra={"query": self.name, "batch": batch_id})
             self.error = error

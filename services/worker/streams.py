@@ -49,6 +49,9 @@ SETTLE_S = 0.05
 supervisors of a worker's partitions start at about the same time)."""
 RUNNER_STOP_TIMEOUT_S = 30.0
 """How long a stop waits for a Spark query to end (it waits for its running batch)."""
+LEAVE_TIMEOUT_S = 2 * RUNNER_STOP_TIMEOUT_S + 10.0
+"""How long a supervisor waits for its leave: the last one out waits for the stream's job
+(which may be stopping the Spark query) and then for the query's stop."""
 
 _names = itertools.count()
 
@@ -83,18 +86,24 @@ class StageStream:
             self._job = asyncio.create_task(self._run(), name=f"stream-{self.stage.query.query_id}-{self.stage.name}")
         return ended
 
-    def leave(self, partitions: list[int]) -> None:
-        """Stop giving these partitions' tasks batches, now (a batch already committing goes
-        on: the task's own stop ends it); the Spark query restarts without them."""
-        for partition in partitions:
-            self.members.pop(partition, None)
-            self._ended.pop(partition, None)
-            if self.runner is not None:
-                self.runner.tasks.pop(partition, None)
+    def leave(self, tasks: dict[int, Task[Any]]) -> None:
+        """Stop giving these tasks batches, now (a batch already committing goes on: the
+        task's own stop ends it); the Spark query restarts without them. A partition that
+        another task has joined since is left as it is."""
+        for partition, task in tasks.items():
+            if self.members.get(partition) is task:
+                del self.members[partition]
+                self._ended.pop(partition, None)
+            if self.runner is not None and self.runner.tasks.get(partition) is task:
+                del self.runner.tasks[partition]
         self._changed.set()
 
     async def close(self) -> None:
-        """Stop the Spark query and the stream's job (bounded; the tasks are their supervisors')."""
+        """Stop the Spark query and the stream's job (the tasks are their supervisors'): to the
+        end even if the caller is cancelled meanwhile, so no Spark query is left running."""
+        await run_to_end(self._close())
+
+    async def _close(self) -> None:
         job, self._job = self._job, None
         if job is not None:
             job.cancel()
@@ -144,8 +153,15 @@ class StageStream:
                 waiting.cancel()
 
     async def _restart(self) -> None:
-        """Stop the Spark query and start it over the members, each from its position."""
-        await self._stop_runner()
+        """Stop the Spark query and start it over the members, each from its position. The
+        positions are the tasks' own only when the old query ended cleanly and their last
+        commit did: else the members fail, and their supervisors start them again from what
+        Kafka says they committed."""
+        unclean = await self._stop_runner()
+        if unclean is not None:
+            await self._fail(unclean)
+            return
+        self._fail_unsettled()
         if not self.members:
             return
         try:
@@ -161,18 +177,34 @@ class StageStream:
         except Exception as error:
             await self._fail(f"the Spark query did not start: {type(error).__name__}: {error}")
 
-    async def _stop_runner(self) -> None:
+    async def _stop_runner(self) -> str | None:
+        """Stop the Spark query and forget it; why the stop was not clean (it overran its
+        limit: a commit may still be running), or None."""
         runner = self.runner
         if runner is None:
-            return
+            return None
         runner.tasks = {}  # nothing more is committed by it
         if runner.parked_at is not None and self.inputs is not None:
             self.inputs.unwatch(self._inputs(runner.parked_at))
             runner.parked_at = None
         self.runner = None
-        if runner.running:
-            await run_to_end(bounded(asyncio.to_thread(runner.stop), RUNNER_STOP_TIMEOUT_S, "stop the Spark query",
-                                     {**self._context, "runner": runner.name}))
+        return await self._stop_query(runner)
+
+    async def _stop_query(self, runner: QueryRunner) -> str | None:
+        """Stop ``runner``'s Spark query (bounded); why that was not clean, or None. A stop
+        interrupts a batch's Spark job (no commit began) but waits for its commit; what a
+        failed or cancelled commit leaves is the task's to say (``Task.settled``)."""
+        if runner.running and not await run_to_end(bounded(
+                asyncio.to_thread(runner.stop), RUNNER_STOP_TIMEOUT_S, "stop the Spark query",
+                {**self._context, "runner": runner.name})):
+            return f"the Spark query did not stop within {RUNNER_STOP_TIMEOUT_S:g} s"
+        return None
+
+    def _fail_unsettled(self) -> None:
+        """Fail the members whose last commit is in flight or failed: their positions are unknown."""
+        for partition, task in list(self.members.items()):
+            if not task.settled():
+                self._task_failed(partition, "its last commit did not end cleanly")
 
     async def _fail(self, reason: str) -> None:
         """The Spark query cannot go on: every member's supervisor learns why (and restarts it)."""
@@ -208,7 +240,9 @@ class StageStream:
         read = await asyncio.to_thread(runner.read_through)
         if read is None:
             return
-        await run_to_end(asyncio.to_thread(runner.stop))
+        if (unclean := await self._stop_query(runner)) is not None:
+            await self._fail(unclean)
+            return
         runner.parked_at = read
         self.inputs.watch(self._inputs(read))
         log.info("query parked", extra={"query": runner.name, "partitions": sorted(read), "read_through": read})
@@ -222,6 +256,11 @@ class StageStream:
             return
         self.inputs.unwatch(self._inputs(runner.parked_at))
         runner.parked_at = None
+        self._fail_unsettled()
+        for partition in [p for p in runner.tasks if p not in self.members]:
+            del runner.tasks[partition]
+        if not runner.tasks:
+            return
         await run_to_end(asyncio.to_thread(runner.start, runner.positions()))
         log.info("query resumed", extra={"query": runner.name, "partitions": sorted(runner.parked_at or runner.tasks),
                                          "input_moved": moved})
@@ -253,9 +292,9 @@ class StageStreams:
             stream = self._streams[key] = StageStream(self.settings, stage, self.spark, self.inputs)
         return stream, stream.join(tasks)
 
-    async def leave(self, stream: StageStream, partitions: list[int]) -> None:
-        """``StageStream.leave``; the last one out closes the stream (awaited, bounded)."""
-        stream.leave(partitions)
+    async def leave(self, stream: StageStream, tasks: dict[int, Task[Any]]) -> None:
+        """``StageStream.leave``; the last one out closes the stream (awaited)."""
+        stream.leave(tasks)
         if not stream.members:
             key = (stream.stage.query.query_id, stream.stage.name)
             if self._streams.get(key) is stream:

@@ -23,7 +23,7 @@ from typing import Any
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
 
 from millpond.services.worker.kinds import WORKER_KINDS
-from millpond.services.worker.streams import RUNNER_STOP_TIMEOUT_S, StageStream, StageStreams
+from millpond.services.worker.streams import LEAVE_TIMEOUT_S, StageStream, StageStreams
 from millpond.services.worker.task import Task
 from millpond.shared import metrics
 from millpond.shared.catalog.metastore import Metastore
@@ -61,8 +61,8 @@ class QuerySupervisor:
         self.failures = 0
         self.reason = ""
         self.failed = False
-        self._joined: list[tuple[StageStream, list[int]]] = []
-        """The streams this run's tasks joined, with their partitions: left in the teardown."""
+        self._joined: list[tuple[StageStream, dict[int, Task[Any]]]] = []
+        """The streams this run's tasks joined, with those tasks: left in the teardown."""
         self._job: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -129,11 +129,13 @@ class QuerySupervisor:
             for stage, tasks in zip(plan_stages, self._stage_tasks, strict=True):
                 if tasks:
                     stream, stopped = self.streams.join(stage, tasks)
-                    self._joined.append((stream, sorted(tasks)))
+                    self._joined.append((stream, tasks))
                     ended.append(stopped)
             for tasks in self._stage_tasks:
                 for task in tasks.values():
                     task.state = RESTORING if task.rebuilding() else RUNNING
+            if not ended:  # no stage has this partition: nothing to run until reassigned
+                await asyncio.get_running_loop().create_future()
             done, _ = await asyncio.wait(ended, return_when=asyncio.FIRST_COMPLETED)
             raise QueryFailed(next(iter(done)).result())
         finally:
@@ -148,9 +150,9 @@ class QuerySupervisor:
     async def _close(self) -> None:
         joined, self._joined = self._joined, []
         query_id = self.query.query_id
-        await asyncio.gather(*(bounded(self.streams.leave(stream, partitions), RUNNER_STOP_TIMEOUT_S,
-                                       "leave the stage's stream", {"query": query_id, "partitions": partitions})
-                               for stream, partitions in joined))
+        await asyncio.gather(*(bounded(self.streams.leave(stream, tasks), LEAVE_TIMEOUT_S, "leave the stage's stream",
+                                       {"query": query_id, "partitions": sorted(tasks)})
+                               for stream, tasks in joined))
         await asyncio.gather(*(bounded(task.stop(), TASK_STOP_TIMEOUT_S, "close a task",
                                        {"query": query_id, "partition": task.partition, "stage": task.stage})
                                for tasks in self._stage_tasks for task in tasks.values()))

@@ -237,13 +237,26 @@ class Task(ABC, Generic[SliceT]):
 
     async def apply(self, batch: SliceT) -> bool:
         """``commit`` as a job of this task's own, so that ``stop`` can end it; cancelling the
-        caller cancels the commit (its transaction aborts). Refused once the task is stopping."""
+        caller cancels the commit (its transaction aborts). Refused once the task is stopping,
+        while another commit is in flight, and for a slice that overlaps what was committed
+        without being wholly behind it (a Spark query started from a stale position)."""
         if self._stopping:
             raise TaskStopped(f"task {self.query.query_id}/{self.partition} is stopping: the batch is not applied")
+        if self._commit_job is not None and not self._commit_job.done():
+            raise MillpondError(f"task {self.query.query_id}/{self.partition} got a batch while a commit is in flight")
+        if self.next_input_offset is not None and batch.first_offset < self.next_input_offset <= batch.last_offset:
+            raise MillpondError(f"task {self.query.query_id}/{self.partition} got offsets {batch.first_offset}-"
+                                f"{batch.last_offset} across its position {self.next_input_offset}")
         job = self._commit_job = asyncio.create_task(self.commit(batch),
                                                      name=f"commit-{self.query.query_id}-{self.partition}")
         job.add_done_callback(lambda j: j.cancelled() or j.exception())  # read even if the caller left
         return await job
+
+    def settled(self) -> bool:
+        """Whether no commit is in flight and the last one ended cleanly: then its outcome is
+        known, and ``next_input_offset`` is where its input resumes."""
+        job = self._commit_job
+        return job is None or (job.done() and not job.cancelled() and job.exception() is None)
 
     def applied(self, batch: BatchSlice) -> bool:
         """True when a (replayed) batch is already reflected in the output."""

@@ -615,3 +615,34 @@ async def test_a_stream_whose_spark_query_cannot_be_asked_fails_its_members(
     finally:
         await asyncio.gather(zero.stop(), one.stop())
     assert all(r.stopped for r in world.runners)
+
+
+async def test_a_restart_fails_a_partition_whose_last_commit_did_not_end_cleanly(
+        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its position in memory may not be what Kafka holds, so the restarted query must not
+    start it from there: its supervisor starts it again from Kafka's committed offsets."""
+    zero, one = supervisors_of(tmp_path, world, [{0}, {1}])
+    try:
+        await running([zero, one], world, {0, 1})
+        monkeypatch.setattr(one.tasks[1], "settled", lambda: False)
+        await zero.stop()  # the query restarts over partition 1 alone ...
+        assert not await until(lambda: one.failures == 1, world.steps)  # ... which it fails instead
+        assert "did not end cleanly" in one.reason
+    finally:
+        await asyncio.gather(zero.stop(), one.stop())
+    assert all(r.stopped for r in world.runners)
+
+
+async def test_a_task_refuses_a_batch_across_its_position_or_during_a_commit(world: World, tmp_path: Path) -> None:
+    task = hanging_commit_task(world, tmp_path, "send")
+    task.next_input_offset = RESTORED_TO + 1
+    with pytest.raises(task_module.MillpondError, match="across its position"):
+        await task.apply(batch()[0])  # offsets RESTORED_TO..COMMITTED_TO-1
+    task.next_input_offset = RESTORED_TO
+    applying = asyncio.create_task(task.apply(batch()[0]))
+    await until(lambda: "send" in world.steps.names, world.steps)
+    with pytest.raises(task_module.MillpondError, match="while a commit is in flight"):
+        await task.apply(batch()[0])
+    async with asyncio.timeout(5):
+        await task.stop()
+    assert applying.done()
