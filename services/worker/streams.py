@@ -92,10 +92,7 @@ class StageStream:
         another task has joined since is left as it is."""
         for partition, task in tasks.items():
             if self.members.get(partition) is task:
-                del self.members[partition]
-                self._ended.pop(partition, None)
-            if self.runner is not None and self.runner.tasks.get(partition) is task:
-                del self.runner.tasks[partition]
+                self._remove(partition)
         self._changed.set()
 
     async def close(self) -> None:
@@ -164,18 +161,15 @@ class StageStream:
         self._fail_unsettled()
         if not self.members:
             return
-        try:
-            spark = await self._spark()
-            runner = self.runner = QueryRunner(
-                spark, self.settings, self.stage.query, self.stage.source, self.stage.sink, dict(self.members),
-                asyncio.get_running_loop(), self.stage.name,
-                name="-".join(filter(None, (self.stage.query.query_id, self.stage.name, self.settings.worker_id,
-                                            str(next(_names))))),
-                on_task_failed=self._task_failed)
-            # Not cut short by a cancel: ``close`` must find the stream to stop it.
-            await run_to_end(asyncio.to_thread(runner.start, runner.positions()))
-        except Exception as error:
-            await self._fail(f"the Spark query did not start: {type(error).__name__}: {error}")
+        spark = await self._spark()  # an error here or in the start fails the members (``_run``)
+        runner = self.runner = QueryRunner(
+            spark, self.settings, self.stage.query, self.stage.source, self.stage.sink, dict(self.members),
+            asyncio.get_running_loop(), self.stage.name,
+            name="-".join(filter(None, (self.stage.query.query_id, self.stage.name, self.settings.worker_id,
+                                        str(next(_names))))),
+            on_task_failed=self._remove)
+        # Not cut short by a cancel: ``close`` must find the stream to stop it.
+        await run_to_end(asyncio.to_thread(runner.start, runner.positions()))
 
     async def _stop_runner(self) -> str | None:
         """Stop the Spark query and forget it; why the stop was not clean (it overran its
@@ -204,21 +198,24 @@ class StageStream:
         """Fail the members whose last commit is in flight or failed: their positions are unknown."""
         for partition, task in list(self.members.items()):
             if not task.settled():
-                self._task_failed(partition, "its last commit did not end cleanly")
+                self._remove(partition, "its last commit did not end cleanly")
 
     async def _fail(self, reason: str) -> None:
         """The Spark query cannot go on: every member's supervisor learns why (and restarts it)."""
         log.warning("stream failed", extra={**self._context, "reason": reason, "partitions": sorted(self.members)})
-        members, self.members = sorted(self.members), {}
-        for partition in members:
-            self._task_failed(partition, reason)
+        for partition in list(self.members):
+            self._remove(partition, reason)
         self._changed.clear()
         await self._stop_runner()
 
-    def _task_failed(self, partition: int, reason: str) -> None:
+    def _remove(self, partition: int, reason: str | None = None) -> None:
+        """Take a member out, and out of the running query's batches; a ``reason`` goes to its
+        supervisor (a member that leaves is not told)."""
         self.members.pop(partition, None)
+        if self.runner is not None:
+            self.runner.tasks.pop(partition, None)
         ended = self._ended.pop(partition, None)
-        if ended is not None and not ended.done():
+        if reason is not None and ended is not None and not ended.done():
             ended.set_result(reason)
 
     async def _rebuilt(self, runner: QueryRunner) -> None:
@@ -257,13 +254,10 @@ class StageStream:
         self.inputs.unwatch(self._inputs(runner.parked_at))
         runner.parked_at = None
         self._fail_unsettled()
-        for partition in [p for p in runner.tasks if p not in self.members]:
-            del runner.tasks[partition]
         if not runner.tasks:
             return
         await run_to_end(asyncio.to_thread(runner.start, runner.positions()))
-        log.info("query resumed", extra={"query": runner.name, "partitions": sorted(runner.parked_at or runner.tasks),
-                                         "input_moved": moved})
+        log.info("query resumed", extra={"query": runner.name, "partitions": sorted(runner.tasks), "input_moved": moved})
 
     def _inputs(self, read: dict[int, int]) -> list[TopicPartition]:
         return [TopicPartition(self.stage.source.topic, p) for p in sorted(read)]
@@ -285,10 +279,12 @@ class StageStreams:
         to leave, and the future set with why it cannot run the tasks any more."""
         key = (stage.query.query_id, stage.name)
         stream = self._streams.get(key)
-        if stream is not None and stream.members and stream.stage.query.plan != stage.query.plan:
-            raise MillpondError(f"an older plan of query {stage.query.query_id} still runs partitions "
-                                f"{sorted(stream.members)} on this worker")
-        if stream is None or stream.stage.query.plan != stage.query.plan:
+        if stream is not None and stream.stage.query.plan != stage.query.plan:
+            if stream.members:
+                raise MillpondError(f"an older plan of query {stage.query.query_id} still runs partitions "
+                                    f"{sorted(stream.members)} on this worker")
+            stream = None
+        if stream is None:
             stream = self._streams[key] = StageStream(self.settings, stage, self.spark, self.inputs)
         return stream, stream.join(tasks)
 
