@@ -20,7 +20,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-BENCHMARKS = ("aggregation", "scaling", "pull_queries", "failover", "restore", "freshness", "micro_batch", "idle", "fuzz",
+BENCHMARKS = ("aggregation", "scaling", "pull_queries", "scans", "failover", "restore", "freshness", "micro_batch", "idle", "fuzz",
               "soak")
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -79,6 +79,12 @@ def _figures(results: dict[str, dict[str, Any]], out: Path) -> list[str]:
         figure.savefig(out / "pull_queries.png", dpi=110)
         plt.close(figure)
         images.append("pull_queries.png")
+    scans = results.get("scans", {})
+    if "whole" in scans:
+        values = {"whole table through the router": scans["whole"]["rows_per_s"],
+                  "filtered (WHERE) through the router": scans["filtered"]["rows_per_s"],
+                  "rocksdict iteration of the same stores": scans["baseline_rocksdict_iteration"]["rows_per_s"]}
+        images.append(_bar(out / "scans.png", f"Scans of a {scans['keys']:,}-row table", values, "rows per second"))
     memory = aggregation.get("peak_rss_mib")
     if memory:
         images.append(_bar(out / "memory.png", "Peak RSS during the aggregation", memory, "MiB"))

@@ -254,9 +254,9 @@ class WorkerSettings(CoordinatorClientSettings):
     )
     max_scan_rows: int = Field(
         100_000, description="Most table rows one pull-query scan reads on this worker; a scan that would read more "
-        "is refused with RESOURCE_EXHAUSTED (add a LIMIT or look up a key). The router filters a WHERE itself, so a "
-        "filtered scan reads every row of its partitions; an unfiltered one reads at most the router's "
-        "max_rows_per_response + 1.",
+        "is refused with RESOURCE_EXHAUSTED (add a LIMIT or look up a key). The worker filters by the query's WHERE "
+        "itself, so a filtered scan reads until it has the router's max_rows_per_response + 1 rows that pass (or "
+        "its LIMIT); an unfiltered one reads at most that many rows.",
     )
     serve_router: bool = Field(
         False, description="Also serve RouterService (Execute, StreamQuery, GetClusterStatus) on this worker's port, "

@@ -18,3 +18,7 @@ class Outcome:
     partition: int = 0
     offset: int = 0
     consistency_token: str = ""
+    encoded_rows: list[bytes] = field(default_factory=list)
+    """More rows, after ``rows``, already encoded: serialized ``millpond.common.v1.StatementResult``
+    messages that set only their rows (a pull scan's pages, passed on as the workers streamed
+    them rather than decoded and encoded again)."""

@@ -7,8 +7,9 @@ serialized key), so a lookup always lands on the partition that holds the key.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
@@ -21,12 +22,13 @@ from millpond.shared.kafka.serde import coerce, from_proto, serialize_key
 from millpond.shared.results import Outcome
 from millpond.shared.sql import ast
 from millpond.shared.sql.expressions import evaluate
-from millpond.shared.sql.planner import plan_select
+from millpond.shared.sql.planner import plan_select, project
 from millpond.worker.v1 import worker_pb2
 
 T = TypeVar("T")
 Lookup = Callable[[str, worker_pb2.LookupRequest], Awaitable[worker_pb2.LookupResponse]]
-Scan = Callable[[str, worker_pb2.ScanRequest], Awaitable[worker_pb2.ScanResponse]]
+Scan = Callable[[str, worker_pb2.ScanPagesRequest], AsyncGenerator[worker_pb2.ScanPagesResponse, None]]
+"""A worker's scan: its pages as they come (UnavailableError when it cannot answer)."""
 
 
 @dataclass(frozen=True)
@@ -80,18 +82,6 @@ def plan_pull(query: ast.Query, metastore: Metastore, service_id: str) -> PullPl
     key_bytes = serialize_key(key, key_col.type)
     return PullPlan(table, key, columns, query.items, query.where, query.limit, input_topic, key_bytes,
                     partition_for(key_bytes, table.partitions))
-
-
-def project(items: tuple[ast.SelectItem, ...], table: DataSource, row: dict[str, Any]) -> list[Any]:
-    """The SELECT list's values for one row of ``table`` (``*`` expands to its columns)."""
-    out: list[Any] = []
-    for item in items:
-        if item.is_star:
-            out += [row[c.name] for c in table.columns]
-        else:
-            assert item.expr is not None
-            out.append(evaluate(item.expr, row))
-    return out
 
 
 @dataclass(frozen=True)
@@ -152,29 +142,17 @@ async def execute_pull(plan: PullPlan, text: str, route: Router, lookup: Lookup,
 
     ``lookup`` and ``scan`` raise ``UnavailableError`` when a copy cannot answer (it is down,
     no longer holds the partition, or is behind the token); the next qualified copy is asked.
-    Scans ask one copy per partition, one call per host, all hosts at once; with a LIMIT
-    they go host by host and stop once enough rows passed the filter. More than
-    ``max_rows`` result rows is a LimitError. ``LIMIT 0`` answers no rows and asks no worker.
+    Scans carry the statement ``text``: the workers answer its SELECT list for the rows its
+    WHERE keeps, up to its LIMIT. They ask one copy per partition, one call per host, all hosts
+    at once; with a LIMIT they go host by host and stop once it is reached. More than
+    ``max_rows`` result rows is a LimitError, raised as soon as the router holds that many.
+    ``LIMIT 0`` answers no rows and asks no worker.
     """
     table = plan.table
-    names = [c.name for c in table.columns]
     result = PullResult(Outcome(text, status="", columns=plan.columns))
     if plan.limit == 0:
         return result  # the columns and no row; no worker is asked, so no position is read
-
-    def take(values_list: list[list[Any]]) -> bool:
-        """Filter and project rows into the result; True once the LIMIT is reached."""
-        for values in values_list:
-            row = dict(zip(names, values, strict=True))
-            if plan.where is not None and evaluate(plan.where, row) is not True:
-                continue
-            result.outcome.rows.append(project(plan.items, table, row))
-            if max_rows is not None and len(result.outcome.rows) > max_rows:
-                raise LimitError(f"the pull query returns more than {max_rows} rows, the most one response may "
-                                 "hold (max_rows_per_response): add a LIMIT or a narrower WHERE")
-            if plan.limit is not None and len(result.outcome.rows) >= plan.limit:
-                return True
-        return False
+    held = _Held(max_rows)
 
     if plan.partition is not None:
         partition, way = plan.partition, route(plan.partition)
@@ -182,51 +160,106 @@ async def execute_pull(plan: PullPlan, text: str, route: Router, lookup: Lookup,
             r.endpoint, worker_pb2.LookupRequest(table=table.name, partition=partition, key=plan.key_bytes,
                                                  allow_standby=r.standby, min_input_offset=way.min_input_offset)))
         result.positions[partition] = response.input_offset
-        take([[from_proto(v) for v in response.row.values]] if response.found else [])
+        if response.found:
+            row = dict(zip((c.name for c in table.columns), map(from_proto, response.row.values), strict=True))
+            if plan.where is None or evaluate(plan.where, row) is True:
+                held.add(1)
+                result.outcome.rows.append(project(plan.items, table, row))
         return result
 
-    # Without a WHERE every row scanned is a result row: ask for no more than the LIMIT, nor
-    # more than one past what a response may hold. With a WHERE (filtered here), the LIMIT
-    # cannot bound the workers' scans; their max_scan_rows does.
+    # The workers filter, project and cut the rows themselves (the statement travels with the
+    # scan) and stream them a page at a time; the router counts the rows it holds as they come
+    # and stops every scan once they pass max_rows, so a scan holds at most that many here.
     bounds = [n for n in (plan.limit, None if max_rows is None else max_rows + 1) if n is not None]
-    scan_limit = min(bounds, default=0) if plan.where is None else 0
+    scan_limit = min(bounds, default=0)
     routes = {p: route(p) for p in range(table.partitions)}
 
-    def scan_one(partition: int) -> Callable[[Replica], Awaitable[worker_pb2.ScanResponse]]:
-        return lambda r: scan(r.endpoint, worker_pb2.ScanRequest(
-            table=table.name, partitions=[partition], limit=scan_limit, allow_standby=r.standby,
-            min_input_offsets={partition: routes[partition].min_input_offset}))
+    async def pages(replica: Replica, partitions: list[int], limit: int) -> ScanAnswer:
+        """Every page of one worker's scan of ``partitions``; its rows are held (and counted)
+        only if the whole call succeeds."""
+        answer = ScanAnswer()
+        request = worker_pb2.ScanPagesRequest(
+            table=table.name, partitions=partitions, limit=limit, allow_standby=replica.standby,
+            min_input_offsets={p: routes[p].min_input_offset for p in partitions}, statement=text)
+        try:
+            async with contextlib.aclosing(scan(replica.endpoint, request)) as stream:
+                async for page in stream:
+                    answer.pages.append(page.rows)
+                    answer.positions.update(page.input_offsets)
+                    answer.rows += page.row_count
+                    held.add(page.row_count)
+        except UnavailableError:
+            held.add(-answer.rows)
+            raise
+        return answer
+
+    def retry(partition: int, limit: int) -> Callable[[Replica], Awaitable[ScanAnswer]]:
+        return lambda r: pages(r, [partition], limit)
 
     by_host: dict[Replica, list[int]] = defaultdict(list)
     for partition, way in routes.items():
         if not way.candidates:
-            await _first_answer(table, partition, way, scan_one(partition))  # raises, naming the exclusions
+            await _first_answer(table, partition, way, retry(partition, scan_limit))  # raises, naming the exclusions
         by_host[way.candidates[0]].append(partition)
 
-    async def scan_host(replica: Replica, partitions: list[int]) -> list[worker_pb2.ScanResponse]:
+    async def scan_host(replica: Replica, partitions: list[int], limit: int) -> list[ScanAnswer]:
         """One call for the partitions ``replica`` is first choice for; a partition whose host
         fails is asked of its other copies one by one."""
         try:
-            return [await scan(replica.endpoint, worker_pb2.ScanRequest(
-                table=table.name, partitions=partitions, limit=scan_limit, allow_standby=replica.standby,
-                min_input_offsets={p: routes[p].min_input_offset for p in partitions}))]
+            return [await pages(replica, partitions, limit)]
         except UnavailableError as err:
             failed = [f"{replica.endpoint} ({'standby' if replica.standby else 'active'}): {err.message}"]
             return [await _first_answer(table, p, replace(routes[p], candidates=routes[p].candidates[1:]),
-                                        scan_one(p), failed) for p in partitions]
+                                        retry(p, limit), failed) for p in partitions]
 
     hosts = sorted(by_host.items(), key=lambda item: item[0].endpoint)
     if plan.limit is None:
-        answers = [r for rs in await asyncio.gather(*(scan_host(h, ps) for h, ps in hosts)) for r in rs]
-    else:
+        answers = [a for got in await _together(scan_host(h, ps, scan_limit) for h, ps in hosts) for a in got]
+    else:  # host by host, each asked for what the LIMIT still wants
         answers = []
         for host, partitions in hosts:
-            got = await scan_host(host, partitions)
-            answers += got
-            if take([[from_proto(v) for v in row.values] for a in got for row in a.rows]):
+            answers += await scan_host(host, partitions, scan_limit - held.rows)
+            if held.rows >= scan_limit:
                 break
     for answer in answers:
-        result.positions.update(answer.input_offsets)
-    if plan.limit is None:
-        take([[from_proto(v) for v in row.values] for a in answers for row in a.rows])
+        result.positions.update(answer.positions)
+        result.outcome.encoded_rows += answer.pages
     return result
+
+
+@dataclass
+class ScanAnswer:
+    """What one worker's scan streamed: each page's result rows as they came (serialized), how
+    many, and each partition's position."""
+
+    pages: list[bytes] = field(default_factory=list)
+    rows: int = 0
+    positions: dict[int, int] = field(default_factory=dict)
+
+
+class _Held:
+    """The result rows a pull query's scans hold at the router, against the most it may return."""
+
+    def __init__(self, max_rows: int | None):
+        self.max_rows = max_rows
+        self.rows = 0
+
+    def add(self, count: int) -> None:
+        """Count ``count`` more rows (fewer, when a failed call's rows are dropped); LimitError
+        once they pass ``max_rows``."""
+        self.rows += count
+        if self.max_rows is not None and self.rows > self.max_rows:
+            raise LimitError(f"the pull query returns more than {self.max_rows} rows, the most one response may "
+                             "hold (max_rows_per_response): add a LIMIT or a narrower WHERE")
+
+
+async def _together(calls: Iterable[Awaitable[T]]) -> list[T]:
+    """Every call's result, run at once; the first failure cancels the others (and waits for
+    them to end, so no scan outlives the request) and is raised."""
+    tasks = [asyncio.ensure_future(call) for call in calls]
+    try:
+        return list(await asyncio.gather(*tasks))
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -7,8 +7,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Mapping
-from typing import Protocol, TypeVar
+from collections.abc import AsyncGenerator, Awaitable, Mapping
+from typing import Any, Protocol, TypeVar
 
 import grpc
 
@@ -48,8 +48,8 @@ class LocalWorker(Protocol):
     async def lookup(self, request: worker_pb2.LookupRequest) -> worker_pb2.LookupResponse:
         """WorkerService/Lookup, in-process (UnavailableError when no copy here may answer)."""
 
-    async def scan(self, request: worker_pb2.ScanRequest) -> worker_pb2.ScanResponse:
-        """WorkerService/Scan, in-process."""
+    def scan(self, request: worker_pb2.ScanPagesRequest) -> AsyncGenerator[worker_pb2.ScanPagesResponse, None]:
+        """WorkerService/Scan's pages, in-process."""
 
 
 class PullRouter:
@@ -129,12 +129,12 @@ class PullRouter:
             return await _unavailable_on_failure(self._worker(endpoint).Lookup(
                 request, timeout=remaining(self.settings.pull_host_timeout_ms / 1000)))
 
-        async def scan(endpoint: str, request: worker_pb2.ScanRequest) -> worker_pb2.ScanResponse:
+        def scan(endpoint: str, request: worker_pb2.ScanPagesRequest) -> AsyncGenerator[worker_pb2.ScanPagesResponse, None]:
             if local is not None and endpoint == local.endpoint:
                 metrics.PULL_HOPS.labels("local").inc()
-                return await local.scan(request)
+                return local.scan(request)
             metrics.PULL_HOPS.labels("remote").inc()
-            return await _unavailable_on_failure(self._worker(endpoint).Scan(request, timeout=remaining()))
+            return _pages_unavailable_on_failure(self._worker(endpoint).ScanPages(request, timeout=remaining()))
 
         def route(partition: int) -> Route:
             needed = positions.get((plan.input_topic, partition), 0)
@@ -218,7 +218,22 @@ async def _unavailable_on_failure(call: Awaitable[T]) -> T:
     try:
         return await call
     except grpc.aio.AioRpcError as err:
-        if err.code() in _FAILOVER_CODES:
-            raise UnavailableError(err.details() or str(err.code())) from None
-        raise
+        raise _failover_error(err) from None
+
+
+async def _pages_unavailable_on_failure(call: grpc.aio.UnaryStreamCall[Any, T]) -> AsyncGenerator[T, None]:
+    """A streamed call's messages, its failure as ``_unavailable_on_failure``'s; a caller that
+    stops reading early (its LIMIT reached, another host failed) cancels the call."""
+    try:
+        async for message in call:
+            yield message
+    except grpc.aio.AioRpcError as err:
+        raise _failover_error(err) from None
+    finally:
+        call.cancel()
+
+
+def _failover_error(err: grpc.aio.AioRpcError) -> Exception:
+    """UnavailableError for a status that means "ask another copy"; the error itself otherwise."""
+    return UnavailableError(err.details() or str(err.code())) if err.code() in _FAILOVER_CODES else err
 

@@ -22,13 +22,12 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from millpond.services.router.pull import project
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.kafka.connection import KafkaConnection
 from millpond.shared.kafka.serde import deserialize_key, deserialize_value
 from millpond.shared.sql import ast
 from millpond.shared.sql.expressions import evaluate
-from millpond.shared.sql.planner import SelectPlan
+from millpond.shared.sql.planner import SelectPlan, project
 
 log = logging.getLogger(__name__)
 _ids = itertools.count(1)

@@ -76,7 +76,10 @@ class RouterServicer(router_pb2_grpc.RouterServiceServicer):
     async def Execute(self, request: router_pb2.ExecuteRequest, context: grpc.aio.ServicerContext) -> router_pb2.ExecuteResponse:
         outcomes = await self.statements.execute(request.sql, dict(request.properties), request.consistency_token,
                                                  context.time_remaining(), request.request_id)
-        return router_pb2.ExecuteResponse(results=[outcome_to_proto(o) for o in outcomes])
+        response = router_pb2.ExecuteResponse()
+        for outcome in outcomes:
+            outcome_to_proto(outcome, response.results.add())
+        return response
 
     async def StreamQuery(self, request: router_pb2.StreamQueryRequest,
                           context: grpc.aio.ServicerContext) -> AsyncIterator[router_pb2.StreamQueryResponse]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 
 from millpond.services.router.app import RouterParts
 from millpond.services.worker import gauges
@@ -125,5 +125,5 @@ class _InProcess:
     async def lookup(self, request: worker_pb2.LookupRequest) -> worker_pb2.LookupResponse:
         return await self.servicer.lookup(request)
 
-    async def scan(self, request: worker_pb2.ScanRequest) -> worker_pb2.ScanResponse:
-        return await self.servicer.scan(request)
+    def scan(self, request: worker_pb2.ScanPagesRequest) -> AsyncGenerator[worker_pb2.ScanPagesResponse, None]:
+        return self.servicer.scan(request)

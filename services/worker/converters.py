@@ -7,7 +7,7 @@ from collections import defaultdict
 
 from millpond.common.v1 import rows_pb2
 from millpond.coordinator.v1 import coordinator_pb2
-from millpond.shared.kafka.serde import to_proto
+from millpond.shared.kafka.serde import add_values
 
 
 def assigned_to(worker_id: str, assignment: coordinator_pb2.Assignment
@@ -26,4 +26,6 @@ def assigned_to(worker_id: str, assignment: coordinator_pb2.Assignment
 
 def row_to_proto(values: list[object]) -> rows_pb2.Row:
     """A table row as served to a router."""
-    return rows_pb2.Row(values=[to_proto(v) for v in values])
+    row = rows_pb2.Row()
+    add_values(row.values, values)
+    return row

@@ -6,6 +6,7 @@ of the worker's wiring.
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Protocol
 
 import grpc
@@ -13,7 +14,9 @@ import grpc
 from millpond.common.v1 import rows_pb2
 from millpond.services.worker.converters import row_to_proto
 from millpond.services.worker.serving import LocalCopy, scan
-from millpond.shared.rpc.status import grpc_errors
+from millpond.shared.kafka.serde import add_values
+from millpond.shared.rpc.status import grpc_errors, grpc_stream_errors
+from millpond.shared.sql.planner import SelectPlan
 from millpond.worker.v1 import worker_pb2, worker_pb2_grpc
 
 
@@ -22,6 +25,9 @@ class Tables(Protocol):
 
     def local_table(self, table: str, partition: int, allow_standby: bool, min_input_offset: int = 0) -> LocalCopy:
         """The copy of a table partition here that may answer, or UnavailableError."""
+
+    def select(self, table: str, statement: str) -> SelectPlan:
+        """The plan of a pull query of ``table`` shipped with a scan (StatementError when it is not one)."""
 
     def set_standby_replay(self, query_id: str, partition: int, paused: bool) -> int:
         """Pause or resume a standby copy's replay; its changelog position."""
@@ -39,9 +45,25 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
     async def Lookup(self, request: worker_pb2.LookupRequest, context: grpc.aio.ServicerContext) -> worker_pb2.LookupResponse:
         return await self.lookup(request)
 
+    @grpc_stream_errors
+    async def ScanPages(self, request: worker_pb2.ScanPagesRequest,
+                        context: grpc.aio.ServicerContext) -> AsyncIterator[worker_pb2.ScanPagesResponse]:
+        async for page in self.scan(request):
+            yield page
+
     @grpc_errors
     async def Scan(self, request: worker_pb2.ScanRequest, context: grpc.aio.ServicerContext) -> worker_pb2.ScanResponse:
-        return await self.scan(request)
+        """Every page of ``scan`` in one message, the rows decoded: what routers of earlier
+        versions ask (with no statement: every row as it is)."""
+        rows: list[rows_pb2.Row] = []
+        positions: dict[int, int] = {}
+        whole = worker_pb2.ScanPagesRequest(table=request.table, partitions=request.partitions, limit=request.limit,
+                                            allow_standby=request.allow_standby,
+                                            min_input_offsets=request.min_input_offsets)
+        async for page in self.scan(whole):
+            rows += rows_pb2.StatementResult.FromString(page.rows).rows
+            positions.update(page.input_offsets)
+        return worker_pb2.ScanResponse(rows=rows, input_offsets=positions)
 
     async def lookup(self, request: worker_pb2.LookupRequest) -> worker_pb2.LookupResponse:
         """One key of a local copy; UnavailableError when no copy here may answer."""
@@ -53,20 +75,25 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         return worker_pb2.LookupResponse(found=True, row=row_to_proto(copy.row(request.key, state)),
                                          input_offset=copy.input_offset)
 
-    async def scan(self, request: worker_pb2.ScanRequest) -> worker_pb2.ScanResponse:
-        """Rows of local copies of the requested partitions; UnavailableError as ``lookup``."""
-        rows: list[rows_pb2.Row] = []
-        positions: dict[int, int] = {}
+    async def scan(self, request: worker_pb2.ScanPagesRequest) -> AsyncGenerator[worker_pb2.ScanPagesResponse, None]:
+        """The result rows of local copies of the requested partitions under the request's
+        statement, a page per message; UnavailableError as ``lookup``. The next page is read
+        only once the caller takes this one (gRPC's flow control), so a slow caller holds up
+        its own scan and nothing else."""
+        plan = self.tables.select(request.table, request.statement) if request.statement else None
 
         def copy_of(partition: int) -> LocalCopy:
             return self.tables.local_table(request.table, partition, request.allow_standby,
                                            request.min_input_offsets.get(partition, 0))
 
         # Page by page, so the loop that serves (and beats the coordinators) is never held up for long.
-        async for page in scan(request.table, copy_of, request.partitions, request.limit, self.max_scan_rows):
-            positions[page.partition] = page.input_offset
-            rows += [row_to_proto(values) for values in page.rows]
-        return worker_pb2.ScanResponse(rows=rows, input_offsets=positions)
+        async for page in scan(request.table, copy_of, request.partitions, request.limit, self.max_scan_rows, plan):
+            rows = rows_pb2.StatementResult()
+            add_row = rows.rows.add
+            for values in page.rows:
+                add_values(add_row().values, values)
+            yield worker_pb2.ScanPagesResponse(rows=rows.SerializeToString(), row_count=len(page.rows),
+                                      input_offsets={page.partition: page.input_offset})
 
     @grpc_errors
     async def SetStandbyReplay(self, request: worker_pb2.SetStandbyReplayRequest,

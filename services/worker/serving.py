@@ -12,7 +12,10 @@ from millpond.services.worker.assignment import RowFn, TaskAssignment
 from millpond.services.worker.state.store import PartitionStore
 from millpond.services.worker.task import StoreTask
 from millpond.shared.catalog.metastore import Metastore
-from millpond.shared.errors import LimitError, NotFoundError, UnavailableError
+from millpond.shared.errors import LimitError, NotFoundError, StatementError, UnavailableError
+from millpond.shared.sql import ast
+from millpond.shared.sql.parser import parse_statement
+from millpond.shared.sql.planner import SelectPlan, plan_select
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,8 @@ class LocalCopy:
     """The next input offset the copy has not processed (-1: unknown)."""
 
 
+SELECT_CACHE_SIZE = 256
+"""Pull-query plans a worker keeps for the scans that repeat them."""
 SCAN_PAGE_ROWS = 500
 """Rows a scan reads (and its caller converts) between two turns of the serving loop: a few
 milliseconds, so heartbeats and lookups keep going through a large scan."""
@@ -42,23 +47,37 @@ class ScanPage:
     rows: list[list[Any]]
 
 
+def _selector(plan: SelectPlan | None) -> Callable[[list[Any]], list[Any] | None] | None:
+    """A table row's result row under ``plan`` (None when its WHERE drops the row); no function
+    at all when every row is its own result (no plan, or ``SELECT *`` without a WHERE)."""
+    if plan is None or (plan.where is None and len(plan.items) == 1 and plan.items[0].is_star):
+        return None
+    names = [c.name for c in plan.source.columns]
+    return lambda values: plan.result(dict(zip(names, values, strict=True)))
+
+
 async def scan(table: str, copy_of: Callable[[int], LocalCopy], partitions: Iterable[int], limit: int,
-               max_rows: int) -> AsyncIterator[ScanPage]:
-    """The rows of ``partitions`` of ``table``, partition by partition in key order, a page at a
-    time (every partition has at least one page, maybe empty, for its position), letting the
+               max_rows: int, plan: SelectPlan | None = None) -> AsyncIterator[ScanPage]:
+    """The result rows of ``partitions`` of ``table`` under a pull query's ``plan`` (its WHERE
+    and SELECT list; None: every row as it is), partition by partition in key order, a page at
+    a time (every partition has at least one page, maybe empty, for its position), letting the
     event loop run between pages. ``copy_of`` finds a partition's copy (``LocalTables.local_table``).
 
-    At most ``limit`` rows (0: no limit). A scan whose limit does not bound it to ``max_rows``
-    is refused (LimitError) once it finds more rows than that, rather than cut short: a pull
-    query's answer is whole or an error.
+    At most ``limit`` result rows (0: no limit); without a WHERE the limit bounds the rows read
+    too. A scan that reads more than ``max_rows`` rows is refused (LimitError) rather than cut
+    short: a pull query's answer is whole or an error.
     """
+    select = _selector(plan)
+    filtering = plan is not None and plan.where is not None
     most = limit if 0 < limit <= max_rows else max_rows + 1
-    read = 0
+    read = kept = 0
     for partition in partitions:
         copy = copy_of(partition)
         after: bytes | None = None
         while True:
-            wanted = min(SCAN_PAGE_ROWS, most - read)
+            # A filter may drop rows, so it reads whole pages; otherwise no more than the limit needs.
+            wanted = min(SCAN_PAGE_ROWS, max_rows + 1 - read, (most - kept) if not filtering else
+                         SCAN_PAGE_ROWS if kept < most else 0)
             items = copy.store.page(after, wanted) if wanted > 0 else []
             read += len(items)
             if read > max_rows:
@@ -66,9 +85,13 @@ async def scan(table: str, copy_of: Callable[[int], LocalCopy], partitions: Iter
                     f"a scan of {table} reads more than {max_rows} rows on one worker, the most a scan may "
                     "(the workers' max_scan_rows): add a LIMIT (without a WHERE it bounds the scan), look up "
                     "one key with WHERE <key column> = ..., or raise max_scan_rows")
-            yield ScanPage(partition, copy.input_offset, [copy.row(key, state) for key, state in items])
+            rows = [copy.row(key, state) for key, state in items]
+            if select is not None:
+                rows = [r for r in map(select, rows) if r is not None][:most - kept]
+            kept += len(rows)
+            yield ScanPage(partition, copy.input_offset, rows)
             await asyncio.sleep(0)
-            if len(items) < wanted or read >= most:
+            if len(items) < wanted or kept >= most:
                 break
             after = items[-1][0]
 
@@ -80,6 +103,7 @@ class LocalTables:
         self.worker_id = worker_id
         self.metastore = metastore
         self.tasks = tasks
+        self._selects: dict[tuple[str, int], SelectPlan] = {}
 
     def local_table(self, table: str, partition: int, allow_standby: bool, min_input_offset: int = 0) -> LocalCopy:
         """The copy of ``partition`` of ``table`` here that may answer a pull query: the active
@@ -105,6 +129,22 @@ class LocalTables:
                 f"partition {partition} of {table} on worker {self.worker_id} has processed its input "
                 f"up to offset {copy.input_offset}; the consistency token needs {min_input_offset}")
         return copy
+
+    def select(self, table: str, statement: str) -> SelectPlan:
+        """The plan of a pull query of ``table`` that a router shipped with a scan, planned
+        against this worker's metastore (cached per text and metastore version)."""
+        cache_key = (statement, self.metastore.command_offset)
+        plan = self._selects.get(cache_key)
+        if plan is None:
+            query = parse_statement(statement)
+            if not isinstance(query, ast.Query) or self.metastore.source(query.source).name != table:
+                raise StatementError(f"a scan of {table} carries a statement that is not a pull query of it: "
+                                     f"{statement!r}")
+            plan = plan_select(query, self.metastore.source(table))
+            if len(self._selects) >= SELECT_CACHE_SIZE:
+                self._selects.clear()
+            self._selects[cache_key] = plan
+        return plan
 
     def set_standby_replay(self, query_id: str, partition: int, paused: bool) -> int:
         """Pause or resume a standby copy's replay; its changelog position."""

@@ -6,7 +6,7 @@ import csv
 import io
 import json
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from millpond.common.v1 import rows_pb2
@@ -98,6 +98,27 @@ def to_proto(value: Any) -> rows_pb2.Value:
     if isinstance(value, bytes):
         return rows_pb2.Value(bytes_value=value)
     return rows_pb2.Value(json_value=json.dumps(value))
+
+
+def add_values(field: Any, values: Iterable[Any]) -> None:
+    """Append ``values`` to a repeated ``Value`` field (``Row.values``) as ``to_proto`` makes
+    them, without building each message first (a scan page's thousands of rows)."""
+    add = field.add
+    for value in values:
+        if value is None:
+            add()
+        elif isinstance(value, str):
+            add(string_value=value)
+        elif isinstance(value, bool):
+            add(bool_value=value)
+        elif isinstance(value, int):
+            add(int_value=value)
+        elif isinstance(value, float):
+            add(double_value=value)
+        elif isinstance(value, bytes):
+            add(bytes_value=value)
+        else:
+            add(json_value=json.dumps(value))
 
 
 def from_proto(value: rows_pb2.Value) -> Any:

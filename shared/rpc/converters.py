@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from millpond.common.v1 import rows_pb2, status_pb2
 from millpond.coordinator.v1 import coordinator_pb2
-from millpond.shared.kafka.serde import from_proto, to_proto
+from millpond.shared.kafka.serde import add_values, from_proto
 from millpond.shared.results import Outcome
 from millpond.shared.task_status import FAILED, RESTORING, RUNNING, STARTING, StoreLag, TaskReport
 
@@ -61,18 +61,22 @@ def store_lag_from_proto(lag: coordinator_pb2.StoreLag | status_pb2.StoreLag) ->
                     lag.last_applied_ms, lag.input_offset)
 
 
-def outcome_to_proto(outcome: Outcome) -> rows_pb2.StatementResult:
-    """A statement's outcome as the protobuf ``StatementResult``."""
-    return rows_pb2.StatementResult(
-        statement_text=outcome.statement,
-        status=outcome.status,
-        message=outcome.message,
-        columns=[rows_pb2.Column(name=n, type=t) for n, t in outcome.columns],
-        rows=[rows_pb2.Row(values=[to_proto(v) for v in row]) for row in outcome.rows],
-        partition=outcome.partition,
-        offset=outcome.offset,
-        consistency_token=outcome.consistency_token,
-    )
+def outcome_to_proto(outcome: Outcome, into: rows_pb2.StatementResult | None = None) -> rows_pb2.StatementResult:
+    """A statement's outcome as the protobuf ``StatementResult`` (written into ``into``, an
+    empty one, when given: a response's own, so its rows are not copied again)."""
+    result = rows_pb2.StatementResult() if into is None else into
+    result.statement_text = outcome.statement
+    result.status = outcome.status
+    result.message = outcome.message
+    result.columns.extend(rows_pb2.Column(name=n, type=t) for n, t in outcome.columns)
+    for row in outcome.rows:
+        add_values(result.rows.add().values, row)
+    for rows in outcome.encoded_rows:
+        result.MergeFromString(rows)
+    result.partition = outcome.partition
+    result.offset = outcome.offset
+    result.consistency_token = outcome.consistency_token
+    return result
 
 
 def outcome_from_proto(result: rows_pb2.StatementResult) -> Outcome:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 
@@ -28,11 +28,24 @@ _CODES = {
 
 T = TypeVar("T")
 Handler = Callable[..., Awaitable[T]]
+StreamHandler = Callable[..., AsyncIterator[T]]
 
 
 def status_code(kind: ErrorKind) -> grpc.StatusCode:
     """The gRPC status code for a domain error kind."""
     return _CODES[kind]
+
+
+async def _abort(context: grpc.aio.ServicerContext, error: Exception, method: Callable[..., Any]) -> NoReturn:
+    """End the call with ``error``'s status: a ``MillpondError``'s own, a downstream call's
+    unchanged, anything else INTERNAL (and logged)."""
+    if isinstance(error, MillpondError):
+        await context.abort(_CODES[error.kind], error.message)
+    if isinstance(error, grpc.aio.AioRpcError):
+        await context.abort(error.code(), error.details() or "")
+    log.error("unexpected error in %s", method.__qualname__, exc_info=error)
+    await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the service log")
+    raise AssertionError("unreachable")
 
 
 def grpc_errors(method: Handler[T]) -> Handler[T]:
@@ -42,15 +55,22 @@ def grpc_errors(method: Handler[T]) -> Handler[T]:
     async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> T:
         try:
             return await method(self, request, context)
-        except MillpondError as err:
-            await context.abort(_CODES[err.kind], err.message)
-        except grpc.aio.AioRpcError as err:
-            # A downstream service's status passes through unchanged.
-            await context.abort(err.code(), err.details() or "")
-        except Exception:
-            log.exception("unexpected error in %s", method.__qualname__)
-            await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the service log")
-        raise AssertionError("unreachable")
+        except Exception as error:
+            await _abort(context, error, method)
+
+    return wrapper
+
+
+def grpc_stream_errors(method: StreamHandler[T]) -> StreamHandler[T]:
+    """``grpc_errors`` for a handler that streams its responses."""
+
+    @functools.wraps(method)
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[T]:
+        try:
+            async for response in method(self, request, context):
+                yield response
+        except Exception as error:
+            await _abort(context, error, method)
 
     return wrapper
 

@@ -43,6 +43,25 @@ class SelectPlan:
         steps.append(f"[ SOURCE ] | {self.source.kind} {self.source.name} | Topic: {self.source.topic}")
         return [" " * (2 * depth) + "> " + step for depth, step in enumerate(steps)]
 
+    def result(self, row: dict[str, Any]) -> list[Any] | None:
+        """The result row for one row of the source (by column name), or None when the WHERE
+        drops it."""
+        if self.where is not None and evaluate(self.where, row) is not True:
+            return None
+        return project(self.items, self.source, row)
+
+
+def project(items: tuple[ast.SelectItem, ...], source: DataSource, row: dict[str, Any]) -> list[Any]:
+    """The SELECT list's values for one row of ``source`` (``*`` expands to its columns)."""
+    out: list[Any] = []
+    for item in items:
+        if item.is_star:
+            out += [row[c.name] for c in source.columns]
+        else:
+            assert item.expr is not None
+            out.append(evaluate(item.expr, row))
+    return out
+
 
 def _scope(query: ast.Query, source: DataSource) -> Scope:
     return Scope(source.name, source.schema, query.alias)

@@ -90,7 +90,7 @@ def test_the_aggregation_benchmark_reports_its_baselines_and_plots(tmp_path: Pat
 @pytest.mark.slow
 def test_the_other_benchmarks_run_and_report_their_baselines(tmp_path: Path) -> None:
     # failover is the harness above under a kill, and scaling is the aggregation twice.
-    results = benchmarks(tmp_path, "pull_queries,restore,freshness,micro_batch")
+    results = benchmarks(tmp_path, "pull_queries,scans,restore,freshness,micro_batch")
     assert [level["concurrency"] for level in results["pull_queries"]["levels"]] == [1, 16, 64]
     for level in results["pull_queries"]["levels"]:  # ghz's counts: every lookup answered OK
         assert level["count"] > 0 and level["errors"] == 0 and level["baseline_health_check"]["qps"] > 0
@@ -103,5 +103,9 @@ def test_the_other_benchmarks_run_and_report_their_baselines(tmp_path: Path) -> 
     assert size["batch_records"] == 1000 and size["reduce_ms"] > 0 and size["kafka_read_ms"] > 0
     router = results["pull_queries"]["profile"]["router"]
     assert router["samples"] > 0 and any("services/router/" in f for f in router["inclusive_pct_millpond_functions"])
+    scans = results["scans"]  # every row of the table through the router, and a filtered and a limited scan
+    assert scans["whole"]["rows"] == scans["keys"] == scans["baseline_rocksdict_iteration"]["rows"]
+    assert 0 < scans["filtered"]["rows"] < scans["keys"] and scans["limit_100"]["rows"] == 100
+    assert scans["whole"]["cpu_ms_per_scan"]["router"] > 0 and scans["profile"]["router"]["samples"] > 0
     report = (tmp_path / "report.md").read_text()
-    assert "![pull_queries.png](pull_queries.png)" in report
+    assert "![pull_queries.png](pull_queries.png)" in report and "![scans.png](scans.png)" in report

@@ -1,6 +1,7 @@
 """Co-located routing on the real cluster: a worker that also serves RouterService
 (serve_router, on in the tests' cluster) answers pull queries like the router, reading the
-partitions whose copy it holds in-process and asking the other worker for the rest."""
+partitions whose copy it holds in-process and asking the other worker for the rest; scans
+with a WHERE, a SELECT list and a LIMIT, answered by the workers that hold the rows."""
 
 from __future__ import annotations
 
@@ -39,6 +40,17 @@ def test_a_worker_answers_pulls_reading_its_own_copies_in_process(cluster: Local
         assert sorted(scan.rows) == sorted(want.values())
     finally:
         client.close()
+    # Scans ship the statement: each worker filters, projects and cuts its own rows.
+    for endpoint in (cluster.router, cluster.child("worker-1").endpoint):
+        client = RouterClient(endpoint, timeout=60)
+        try:
+            (filtered,) = client.execute(f"SELECT sensor, total * 10 AS t10 FROM {table} WHERE total >= 30;")
+            assert filtered.columns == [("SENSOR", "VARCHAR"), ("T10", "INT")]
+            assert sorted(filtered.rows) == sorted([s, t * 10] for s, _, t in want.values() if t >= 30)
+            (limited,) = client.execute(f"SELECT sensor FROM {table} WHERE n = 2 AND total > 0 LIMIT 5;")
+            assert len(limited.rows) == 5 and all(want[s][2] > 0 for (s,) in limited.rows)
+        finally:
+            client.close()
     local_after, remote_after = hops(cluster, "worker-1")
     # 4 partitions on 2 workers: worker-1 read some keys itself and asked worker-2 for the others.
     assert local_after - local_before >= 1 and remote_after - remote_before >= 1

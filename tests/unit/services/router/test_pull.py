@@ -1,10 +1,12 @@
 """Pull queries at the router against fake workers: failover to the next qualified copy, the
 UNAVAILABLE message that names every copy and why, positions for the consistency token,
-and a LIMIT that stops asking hosts once it has its rows."""
+a LIMIT that stops asking hosts once it has its rows, and streamed scans whose rows the
+router counts as they come (refused past the cap, with the other hosts' scans cancelled)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import pytest
@@ -12,8 +14,10 @@ import pytest
 from millpond.common.v1 import rows_pb2
 from millpond.services.router.pull import Replica, Route, execute_pull, plan_pull
 from millpond.shared.catalog.metastore import Metastore
-from millpond.shared.errors import UnavailableError
+from millpond.shared.errors import LimitError, UnavailableError
 from millpond.shared.kafka.serde import to_proto
+from millpond.shared.results import Outcome
+from millpond.shared.rpc.converters import outcome_from_proto, outcome_to_proto
 from millpond.shared.sql.parser import parse_statement
 from millpond.worker.v1 import worker_pb2
 
@@ -32,12 +36,20 @@ def row(*values: Any) -> rows_pb2.Row:
     return rows_pb2.Row(values=[to_proto(v) for v in values])
 
 
-class Workers:
-    """Fake workers: ``down`` endpoints refuse, every other answers from ``rows``."""
+def rows_of(outcome: Outcome) -> list[list[Any]]:
+    """Every result row as the client gets them (a scan's pass through as the workers sent them)."""
+    return outcome_from_proto(outcome_to_proto(outcome)).rows
 
-    def __init__(self, down: set[str]):
-        self.down = down
+
+class Workers:
+    """Fake workers: ``down`` endpoints refuse, ``failing`` ones fail after their first page,
+    ``stuck`` ones never send a page; every other streams a page per partition from ``rows``
+    (result rows: a real worker filters and projects by the statement), up to the limit."""
+
+    def __init__(self, down: set[str], failing: set[str] = frozenset(), stuck: set[str] = frozenset()):  # type: ignore[assignment]
+        self.down, self.failing, self.stuck = down, failing, stuck
         self.calls: list[tuple[str, Any]] = []
+        self.closed: list[str] = []
         self.rows = {0: [row("s0", 1), row("s2", 3)], 1: [row("s1", 2)]}
 
     async def lookup(self, endpoint: str, request: worker_pb2.LookupRequest) -> worker_pb2.LookupResponse:
@@ -46,12 +58,23 @@ class Workers:
             raise UnavailableError("connection refused")
         return worker_pb2.LookupResponse(found=True, row=row("s1", 2), input_offset=41)
 
-    async def scan(self, endpoint: str, request: worker_pb2.ScanRequest) -> worker_pb2.ScanResponse:
+    async def scan(self, endpoint: str, request: worker_pb2.ScanPagesRequest) -> AsyncGenerator[worker_pb2.ScanPagesResponse, None]:
         self.calls.append((endpoint, request))
-        if endpoint in self.down:
-            raise UnavailableError("connection refused")
-        return worker_pb2.ScanResponse(rows=[r for p in request.partitions for r in self.rows[p]],
-                                       input_offsets={p: 10 + p for p in request.partitions})
+        try:
+            if endpoint in self.down:
+                raise UnavailableError("connection refused")
+            if endpoint in self.stuck:
+                await asyncio.Event().wait()
+            sent = 0
+            for page, p in enumerate(request.partitions):
+                if page and endpoint in self.failing:
+                    raise UnavailableError("connection reset")
+                rows = self.rows[p][:request.limit - sent] if request.limit else self.rows[p]
+                sent += len(rows)
+                yield worker_pb2.ScanPagesResponse(rows=rows_pb2.StatementResult(rows=rows).SerializeToString(),
+                                              row_count=len(rows), input_offsets={p: 10 + p})
+        finally:
+            self.closed.append(endpoint)
 
 
 def pull(sql: str, workers: Workers, routes: dict[int, Route], max_rows: int | None = None) -> Any:
@@ -86,16 +109,45 @@ def test_unavailable_names_every_copy_and_why() -> None:
 
 def test_scan_merges_one_copy_per_partition_and_fails_over_per_partition() -> None:
     workers = Workers(down={"a:1"})
-    result = pull("SELECT sensor, n FROM counts WHERE n >= 2", workers, {0: Route([A, C], []), 1: Route([B], [])})
-    assert sorted(result.outcome.rows) == [["s1", 2], ["s2", 3]] and result.positions == {0: 10, 1: 11}
+    sql = "SELECT sensor, n FROM counts WHERE n >= 1"
+    result = pull(sql, workers, {0: Route([A, C], []), 1: Route([B], [])})
+    assert sorted(rows_of(result.outcome)) == [["s0", 1], ["s1", 2], ["s2", 3]] and result.positions == {0: 10, 1: 11}
     assert sorted(e for e, _ in workers.calls) == ["a:1", "b:1", "c:1"]
+    assert {r.statement for _, r in workers.calls} == {sql}  # the workers filter and project
+
+
+def test_a_host_failing_mid_scan_has_its_rows_dropped_and_its_partitions_asked_elsewhere() -> None:
+    workers = Workers(down=set(), failing={"a:1"})
+    result = pull("SELECT * FROM counts", workers, {0: Route([A, B], []), 1: Route([A, C], [])})
+    assert sorted(rows_of(result.outcome)) == [["s0", 1], ["s1", 2], ["s2", 3]]  # partition 0's rows once
+    assert [(e, list(r.partitions)) for e, r in workers.calls] == [("a:1", [0, 1]), ("b:1", [0]), ("c:1", [1])]
+
+
+def test_a_scan_past_the_cap_is_refused_as_it_streams_and_ends_every_other_scan() -> None:
+    workers = Workers(down=set(), stuck={"b:1"})
+    sql = "SELECT * FROM counts"
+    plan = plan_pull(parse_statement(sql), metastore(), "svc")  # type: ignore[arg-type]
+    routes = {0: Route([A], []), 1: Route([B], [])}
+
+    async def refused() -> list[str]:
+        with pytest.raises(LimitError, match="max_rows_per_response"):
+            await execute_pull(plan, sql, routes.__getitem__, workers.lookup, workers.scan, max_rows=1)
+        return sorted(workers.closed)  # before the loop ends (which would cancel what is left)
+
+    assert asyncio.run(refused()) == ["a:1", "b:1"]  # the stuck host's scan was cancelled, not left running
 
 
 def test_limit_stops_asking_hosts_once_it_has_its_rows() -> None:
     workers = Workers(down=set())
     result = pull("SELECT * FROM counts LIMIT 1", workers, {0: Route([A], []), 1: Route([B], [])})
-    assert len(result.outcome.rows) == 1 and [e for e, _ in workers.calls] == ["a:1"]
+    assert len(rows_of(result.outcome)) == 1 and [e for e, _ in workers.calls] == ["a:1"]
     assert workers.calls[0][1].limit == 1
+
+
+def test_limit_asks_the_next_host_for_what_it_still_wants() -> None:
+    workers = Workers(down=set())
+    result = pull("SELECT * FROM counts LIMIT 3", workers, {0: Route([A], []), 1: Route([B], [])})
+    assert len(rows_of(result.outcome)) == 3 and [(e, r.limit) for e, r in workers.calls] == [("a:1", 3), ("b:1", 1)]
 
 
 @pytest.mark.parametrize("sql", ["SELECT * FROM counts LIMIT 0", "SELECT * FROM counts WHERE n > 0 LIMIT 0",
@@ -107,10 +159,10 @@ def test_limit_0_answers_the_columns_and_no_row(sql: str) -> None:
     assert workers.calls == []
 
 
-def test_a_scan_without_where_asks_no_more_rows_than_a_response_may_hold() -> None:
+def test_a_scan_asks_no_more_rows_than_a_response_may_hold() -> None:
     workers = Workers(down=set())
     result = pull("SELECT * FROM counts", workers, {0: Route([A], []), 1: Route([A], [])}, max_rows=5)
-    assert len(result.outcome.rows) == 3 and [r.limit for _, r in workers.calls] == [6]
+    assert len(rows_of(result.outcome)) == 3 and [r.limit for _, r in workers.calls] == [6]
     pull("SELECT * FROM counts LIMIT 2", workers, {0: Route([A], []), 1: Route([A], [])}, max_rows=5)
     pull("SELECT * FROM counts WHERE n > 1", workers, {0: Route([A], []), 1: Route([A], [])}, max_rows=5)
-    assert [r.limit for _, r in workers.calls] == [6, 2, 0]  # a WHERE is filtered here: the worker's cap bounds it
+    assert [r.limit for _, r in workers.calls] == [6, 2, 6]  # the workers filter a WHERE, so the cap bounds it too

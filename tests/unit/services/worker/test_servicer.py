@@ -1,6 +1,8 @@
 """The worker's Scan over real RocksDB stores: bounded by max_scan_rows (refused past it,
-RESOURCE_EXHAUSTED), page by page so the serving loop keeps running through a large scan,
-and holding no iterator between pages, so a store can close and reopen mid-scan."""
+RESOURCE_EXHAUSTED), streamed page by page (the next read only as the caller takes a page)
+so the serving loop keeps running through a large scan, holding no iterator between pages
+(a store can close and reopen mid-scan), and answering the statement it carries: its
+WHERE, SELECT list and LIMIT, planned against the worker's metastore."""
 
 from __future__ import annotations
 
@@ -11,11 +13,16 @@ from typing import Any
 import grpc
 import pytest
 
+from millpond.common.v1 import rows_pb2
 from millpond.services.worker import serving
 from millpond.services.worker.servicer import WorkerServicer
-from millpond.services.worker.serving import LocalCopy
+from millpond.services.worker.serving import LocalCopy, LocalTables
 from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore, encode_state
+from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.errors import UnavailableError
+from millpond.shared.kafka.serde import from_proto
+from millpond.shared.sql.parser import parse_statement
+from millpond.shared.sql.planner import SelectPlan
 from millpond.worker.v1 import worker_pb2
 
 
@@ -30,11 +37,21 @@ class Context:
         raise Aborted(code, details)
 
 
+def metastore() -> Metastore:
+    """Table T (K VARCHAR KEY, N BIGINT), as the fake copies' rows are."""
+    meta = Metastore()
+    meta.apply(parse_statement("CREATE STREAM s (k VARCHAR KEY, v INT) WITH (kafka_topic='s', partitions=2, "
+                               "value_format='json')"), 0)
+    meta.apply(parse_statement("CREATE TABLE t AS SELECT k, COUNT(*) AS n FROM s GROUP BY k"), 1)
+    return meta
+
+
 class Tables:
     """One store per partition, each counting the rows it hands out."""
 
     def __init__(self, root: Path, rows_per_partition: dict[int, int]):
         self.read = 0
+        self.plans = LocalTables("w", metastore(), None)  # type: ignore[arg-type]
         self.stores: dict[int, PartitionStore] = {}
         for partition, count in rows_per_partition.items():
             store = self.stores[partition] = PartitionStore(root / str(partition))
@@ -54,6 +71,9 @@ class Tables:
             raise UnavailableError(f"partition {partition} is not here")
         return LocalCopy(store, lambda key, state: [key.decode(), state[0]], 100 + partition)
 
+    def select(self, table: str, statement: str) -> SelectPlan:
+        return self.plans.select(table, statement)
+
     def set_standby_replay(self, query_id: str, partition: int, paused: bool) -> int:
         raise AssertionError("a scan never pauses a standby's replay")
 
@@ -62,10 +82,29 @@ class Tables:
             store.close()
 
 
-def scan(tables: Tables, max_rows: int, limit: int = 0, partitions: tuple[int, ...] = (0, 1)) -> Any:
+class Scanned:
+    """Every page of one Scan call."""
+
+    def __init__(self, pages: list[worker_pb2.ScanPagesResponse]):
+        self.pages = pages
+        self.rows = [r for page in pages for r in rows_pb2.StatementResult.FromString(page.rows).rows]
+        assert [page.row_count for page in pages] == [len(rows_pb2.StatementResult.FromString(p.rows).rows) for p in pages]
+        self.input_offsets = {p: o for page in pages for p, o in page.input_offsets.items()}
+
+    def values(self) -> list[list[Any]]:
+        return [[from_proto(v) for v in row.values] for row in self.rows]
+
+
+def pages(tables: Tables, max_rows: int, limit: int = 0, partitions: tuple[int, ...] = (0, 1),
+          statement: str = "") -> Any:
     servicer = WorkerServicer(tables, max_scan_rows=max_rows)
-    request = worker_pb2.ScanRequest(table="T", partitions=partitions, limit=limit)
-    return servicer.Scan(request, Context())  # type: ignore[arg-type]
+    request = worker_pb2.ScanPagesRequest(table="T", partitions=partitions, limit=limit, statement=statement)
+    return servicer.ScanPages(request, Context())  # type: ignore[arg-type]
+
+
+async def scan(tables: Tables, max_rows: int, limit: int = 0, partitions: tuple[int, ...] = (0, 1),
+               statement: str = "") -> Scanned:
+    return Scanned([page async for page in pages(tables, max_rows, limit, partitions, statement)])
 
 
 def test_a_scan_over_more_rows_than_the_cap_is_refused_having_read_one_more(tmp_path: Path) -> None:
@@ -121,3 +160,50 @@ def test_a_store_that_closes_mid_scan_can_reopen_and_the_scan_says_ask_again(tmp
     with pytest.raises(Aborted) as info:
         asyncio.run(scan_while_moving_the_task())
     assert info.value.code == grpc.StatusCode.UNAVAILABLE
+
+
+def test_a_scan_answers_its_statement_reading_whole_pages_only_to_filter(tmp_path: Path) -> None:
+    tables = Tables(tmp_path, {0: 800, 1: 800})
+    filtered = asyncio.run(scan(tables, max_rows=2000, limit=15, statement="SELECT n FROM t WHERE n >= 790 LIMIT 15"))
+    assert filtered.values() == [[n] for n in range(790, 800)] + [[n] for n in range(790, 795)]
+    assert filtered.input_offsets == {0: 100, 1: 101} and tables.read == 1600
+    tables.read = 0
+    projected = asyncio.run(scan(tables, max_rows=2000, limit=3, statement="SELECT k, n * 2 AS twice FROM t LIMIT 3"))
+    assert projected.values() == [["k000000", 0], ["k000001", 2], ["k000002", 4]] and tables.read == 3
+    tables.close()
+
+
+def test_a_statement_that_is_not_a_pull_query_of_the_table_is_refused(tmp_path: Path) -> None:
+    tables = Tables(tmp_path, {0: 10})
+    invalid, missing = grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND
+    for statement, code, message in (("SELECT * FROM s", invalid, "not a pull query of it"),
+                                     ("DROP TABLE t", invalid, "not a pull query"),
+                                     ("SELECT nope FROM t", missing, "column NOPE does not exist in T")):
+        with pytest.raises(Aborted) as info:
+            asyncio.run(scan(tables, max_rows=100, partitions=(0,), statement=statement))
+        assert info.value.code == code and message in info.value.details
+    tables.close()
+
+
+def test_a_scan_reads_the_next_page_only_once_the_caller_takes_this_one(tmp_path: Path) -> None:
+    tables = Tables(tmp_path, {0: 3000})
+
+    async def first_page() -> int:
+        stream = pages(tables, max_rows=10_000, partitions=(0,))
+        page = await anext(stream)
+        await asyncio.sleep(0.05)  # a caller that has not asked for more
+        read = tables.read
+        await stream.aclose()
+        return read if page.row_count == serving.SCAN_PAGE_ROWS else -1
+
+    assert asyncio.run(first_page()) == serving.SCAN_PAGE_ROWS
+    tables.close()
+
+
+def test_the_unary_scan_of_earlier_routers_answers_every_row_in_one_message(tmp_path: Path) -> None:
+    tables = Tables(tmp_path, {0: 700, 1: 300})
+    servicer = WorkerServicer(tables, max_scan_rows=2000)
+    response = asyncio.run(servicer.Scan(worker_pb2.ScanRequest(table="T", partitions=[0, 1]), Context()))  # type: ignore[arg-type]
+    assert len(response.rows) == 1000 and dict(response.input_offsets) == {0: 100, 1: 101}
+    assert [from_proto(v) for v in response.rows[700].values] == ["k000000", 0]
+    tables.close()

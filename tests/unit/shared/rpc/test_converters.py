@@ -3,8 +3,9 @@ wire-compatible with the coordinator's (a router decodes either)."""
 
 from __future__ import annotations
 
-from millpond.common.v1 import status_pb2
+from millpond.common.v1 import rows_pb2, status_pb2
 from millpond.coordinator.v1 import coordinator_pb2
+from millpond.shared.kafka.serde import add_values, from_proto, to_proto
 from millpond.shared.results import Outcome
 from millpond.shared.rpc.converters import (
     outcome_from_proto,
@@ -48,3 +49,11 @@ def test_a_lag_reported_with_extreme_offsets_still_fits_the_cluster_status() -> 
         lag = store_lag_from_proto(beat)
         assert 0 <= store_lag_to_proto(lag).lag == lag.lag <= 2**63 - 1
         assert store_lag_to_common(lag).lag == lag.lag
+
+
+def test_values_added_in_place_are_the_messages_to_proto_makes() -> None:
+    values = [None, True, False, 0, -7, 2**62, 1.5, float("inf"), "", "café", b"\x00\xff", [1, "a"], {"k": None}]
+    row = rows_pb2.Row()
+    add_values(row.values, values)
+    assert list(row.values) == [to_proto(v) for v in values]
+    assert [from_proto(v) for v in row.values] == values

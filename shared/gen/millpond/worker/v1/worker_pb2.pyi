@@ -68,6 +68,29 @@ class ScanRequest(_message.Message):
     min_input_offsets: _containers.ScalarMap[int, int]
     def __init__(self, table: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ..., limit: _Optional[int] = ..., allow_standby: _Optional[bool] = ..., min_input_offsets: _Optional[_Mapping[int, int]] = ...) -> None: ...
 
+class ScanPagesRequest(_message.Message):
+    __slots__ = ("table", "partitions", "limit", "allow_standby", "min_input_offsets", "statement")
+    class MinInputOffsetsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_STANDBY_FIELD_NUMBER: _ClassVar[int]
+    MIN_INPUT_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    STATEMENT_FIELD_NUMBER: _ClassVar[int]
+    table: str
+    partitions: _containers.RepeatedScalarFieldContainer[int]
+    limit: int
+    allow_standby: bool
+    min_input_offsets: _containers.ScalarMap[int, int]
+    statement: str
+    def __init__(self, table: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ..., limit: _Optional[int] = ..., allow_standby: _Optional[bool] = ..., min_input_offsets: _Optional[_Mapping[int, int]] = ..., statement: _Optional[str] = ...) -> None: ...
+
 class ScanResponse(_message.Message):
     __slots__ = ("rows", "input_offsets")
     class InputOffsetsEntry(_message.Message):
@@ -82,3 +105,20 @@ class ScanResponse(_message.Message):
     rows: _containers.RepeatedCompositeFieldContainer[_rows_pb2.Row]
     input_offsets: _containers.ScalarMap[int, int]
     def __init__(self, rows: _Optional[_Iterable[_Union[_rows_pb2.Row, _Mapping]]] = ..., input_offsets: _Optional[_Mapping[int, int]] = ...) -> None: ...
+
+class ScanPagesResponse(_message.Message):
+    __slots__ = ("rows", "row_count", "input_offsets")
+    class InputOffsetsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    ROW_COUNT_FIELD_NUMBER: _ClassVar[int]
+    INPUT_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    rows: bytes
+    row_count: int
+    input_offsets: _containers.ScalarMap[int, int]
+    def __init__(self, rows: _Optional[bytes] = ..., row_count: _Optional[int] = ..., input_offsets: _Optional[_Mapping[int, int]] = ...) -> None: ...

@@ -45,6 +45,11 @@ class WorkerServiceStub:
                 request_serializer=millpond_dot_worker_dot_v1_dot_worker__pb2.ScanRequest.SerializeToString,
                 response_deserializer=millpond_dot_worker_dot_v1_dot_worker__pb2.ScanResponse.FromString,
                 _registered_method=True)
+        self.ScanPages = channel.unary_stream(
+                '/millpond.worker.v1.WorkerService/ScanPages',
+                request_serializer=millpond_dot_worker_dot_v1_dot_worker__pb2.ScanPagesRequest.SerializeToString,
+                response_deserializer=millpond_dot_worker_dot_v1_dot_worker__pb2.ScanPagesResponse.FromString,
+                _registered_method=True)
         self.SetStandbyReplay = channel.unary_unary(
                 '/millpond.worker.v1.WorkerService/SetStandbyReplay',
                 request_serializer=millpond_dot_worker_dot_v1_dot_worker__pb2.SetStandbyReplayRequest.SerializeToString,
@@ -64,7 +69,17 @@ class WorkerServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Scan(self, request, context):
-        """Returns every row of the given partitions of a materialized table.
+        """Returns every row of the given partitions of a materialized table in one message.
+        Superseded by ScanPages; kept for routers of earlier versions.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ScanPages(self, request, context):
+        """Streams the result rows of the given partitions of a materialized table a page at a
+        time, filtered and projected by the pull query the request carries (flow-controlled:
+        the worker reads the next page only as the caller takes them).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -91,6 +106,11 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.Scan,
                     request_deserializer=millpond_dot_worker_dot_v1_dot_worker__pb2.ScanRequest.FromString,
                     response_serializer=millpond_dot_worker_dot_v1_dot_worker__pb2.ScanResponse.SerializeToString,
+            ),
+            'ScanPages': grpc.unary_stream_rpc_method_handler(
+                    servicer.ScanPages,
+                    request_deserializer=millpond_dot_worker_dot_v1_dot_worker__pb2.ScanPagesRequest.FromString,
+                    response_serializer=millpond_dot_worker_dot_v1_dot_worker__pb2.ScanPagesResponse.SerializeToString,
             ),
             'SetStandbyReplay': grpc.unary_unary_rpc_method_handler(
                     servicer.SetStandbyReplay,
@@ -153,6 +173,33 @@ class WorkerService:
             '/millpond.worker.v1.WorkerService/Scan',
             millpond_dot_worker_dot_v1_dot_worker__pb2.ScanRequest.SerializeToString,
             millpond_dot_worker_dot_v1_dot_worker__pb2.ScanResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ScanPages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/millpond.worker.v1.WorkerService/ScanPages',
+            millpond_dot_worker_dot_v1_dot_worker__pb2.ScanPagesRequest.SerializeToString,
+            millpond_dot_worker_dot_v1_dot_worker__pb2.ScanPagesResponse.FromString,
             options,
             channel_credentials,
             insecure,
