@@ -60,6 +60,7 @@ POLICY: dict[str, Access] = {
     "/millpond.coordinator.v1.CoordinatorService/Leave": Access.SERVICE,
     "/millpond.worker.v1.WorkerService/Lookup": Access.SERVICE,
     "/millpond.worker.v1.WorkerService/Scan": Access.SERVICE,
+    "/millpond.worker.v1.WorkerService/ScanPages": Access.SERVICE,
     "/millpond.worker.v1.WorkerService/SetStandbyReplay": Access.ADMIN,
     "/millpond.common.v1.MetastoreService/GetMetastoreDigest": Access.ADMIN,
 }
