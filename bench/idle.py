@@ -4,9 +4,11 @@ new input, against the same processes' cost while they are busy.
 Three persistent queries over the readings stream (an AVG GROUP BY, a filter, and a COUNT
 per area, which repartitions: two stages), every one caught up; then the CPU time each
 worker's process tree uses over ``--seconds``, as a fraction of one core, and its resident
-memory. The target: at most 3% of a core per worker, RSS at most 1.5 GiB.
+memory. The target: at most 3% of a core per worker, RSS at most 1.5 GiB. With
+``--profile-seconds N``, after the measurement, py-spy samples worker-1 for N seconds
+(bench/profile): where an idle worker's Python CPU goes.
 
-``python -m bench.idle [--workers 2 --seconds 30]``
+``python -m bench.idle [--workers 2 --seconds 30 --profile-seconds 0]``
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 import psutil
 
 from bench.common import arguments, cluster, create_average, create_readings, emit, execute, produce_readings, wait_caught_up
+from bench.profile import sampled
 from millpond.deploy.local.launcher import LocalCluster
 from millpond.shared.kafka.admin import end_offsets
 
@@ -65,8 +68,10 @@ def worker_costs(local: LocalCluster, seconds: float) -> dict[str, dict[str, flo
                    "rss_mib": _rss_mib(tree)} for name, tree in trees.items()}
 
 
-def measure(workers: int, seconds: float, settle_s: float, env: dict[str, str] | None = None) -> dict[str, Any]:
+def measure(workers: int, seconds: float, settle_s: float, env: dict[str, str] | None = None,
+            profile_seconds: float = 0) -> dict[str, Any]:
     env = env or {}
+    profile: dict[str, Any] = {}
     with cluster(workers=workers, worker_env=dict(env)) as local:
         create_readings(local, "readings", PARTITIONS)
         asyncio.run(produce_readings(local.bootstrap, "readings", 20_000, 100, PARTITIONS))
@@ -79,17 +84,21 @@ def measure(workers: int, seconds: float, settle_s: float, env: dict[str, str] |
         wait_caught_up(local, queries[0], ends)
         time.sleep(settle_s)  # the other queries catch up too, then park (after park_after_idle_ms)
         idle = worker_costs(local, seconds)
+        if profile_seconds:
+            with sampled({"worker-1": local.child("worker-1").process.pid}, profile_seconds) as profile:
+                time.sleep(profile_seconds)
     worst = max(v["cpu_core_fraction"] for v in idle.values())
     return {"workers": workers, "queries": len(queries), "seconds": seconds, "idle": idle,
             "max_cpu_core_fraction": worst, "max_rss_mib": max(v["rss_mib"] for v in idle.values()),
-            "target_cpu_core_fraction": 0.03, "target_rss_mib": 1536}
+            "target_cpu_core_fraction": 0.03, "target_rss_mib": 1536, **({"profile": profile} if profile else {})}
 
 
 def main() -> None:
-    args = arguments(__doc__, workers=2, seconds=30.0, settle=25.0)
+    args = arguments(__doc__, workers=2, seconds=30.0, settle=25.0, profile_seconds=0.0)
     if args.smoke:
         args.workers, args.seconds, args.settle = 1, 3.0, 2.0
-    emit({"benchmark": "idle", "smoke": args.smoke, **measure(args.workers, args.seconds, args.settle)})
+    emit({"benchmark": "idle", "smoke": args.smoke,
+          **measure(args.workers, args.seconds, args.settle, profile_seconds=args.profile_seconds)})
 
 
 if __name__ == "__main__":
