@@ -17,7 +17,7 @@ from millpond.services.worker.spark import LazySession
 from millpond.services.worker.standby import StandbyReplica
 from millpond.services.worker.streams import StageStreams
 from millpond.services.worker.supervisor import QuerySupervisor
-from millpond.services.worker.task import AggregationTask, TableTask, Task, aggregate_row
+from millpond.services.worker.task import AggregationTask, TableTask, Task, aggregate_rows
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.queries import PersistentQuery
 from millpond.shared.catalog.topology import stages
@@ -129,7 +129,7 @@ class TaskAssignment:
         query = self.metastore.queries[query_id]
         sink = self.metastore.source(query.sink)
         aggs = [aggregates.require(a.function) for a in query.plan.aggregates]
-        return lambda key, state: aggregate_row(sink, aggs, key, state)
+        return aggregate_rows(sink, aggs)
 
     def _standbys_to_run(self, wanted: dict[str, set[int]], wanted_standbys: set[tuple[str, int]]
                          ) -> set[tuple[str, int]]:

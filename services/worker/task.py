@@ -27,9 +27,10 @@ import json
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -309,9 +310,17 @@ def store_path(settings: WorkerSettings, query_id: str, partition: int) -> Path:
     return partition_dir(settings.state_dir, settings.worker_id, query_id, partition)
 
 
-def aggregate_row(sink: DataSource, aggs: list[aggregates.Aggregate], key: bytes, state: list[Any]) -> list[Any]:
-    """A GROUP BY table's row (key column first, then the aggregates) from a stored state."""
-    return [deserialize_key(key, sink.columns[0].type), *(agg.finalize(s) for agg, s in zip(aggs, state, strict=True))]
+def aggregate_rows(sink: DataSource, aggs: list[aggregates.Aggregate]) -> Callable[[bytes, list[Any]], list[Any]]:
+    """How a GROUP BY table's row (key column first, then the aggregates) is made from a stored
+    state, with its key decoder and finalizers looked up once (a scan makes thousands of rows)."""
+    key_type = sink.columns[0].type
+    decode: Callable[[bytes], Any] = bytes.decode if key_type.base == "VARCHAR" else partial(deserialize_key, type_=key_type)
+    finals = [agg.finalize for agg in aggs]
+
+    def row(key: bytes, state: list[Any]) -> list[Any]:
+        return [decode(key), *[final(s) for final, s in zip(finals, state, strict=True)]]
+
+    return row
 
 
 RESTORE_FETCH_MS = 50
@@ -349,6 +358,7 @@ class AggregationTask(StoreTask[AggregateSlice]):
                  sink: DataSource, partition: int, stage: str = ""):
         super().__init__(settings, query, source, sink, partition, stage)
         self.aggregates = [aggregates.require(a.function) for a in query.plan.aggregates]
+        self._row = aggregate_rows(sink, self.aggregates)
         self.changelog = TopicPartition(changelog_topic(settings.service_id, query.query_id), partition)
         self.changelog_position = 0
         """The next changelog offset the store reflects."""
@@ -417,7 +427,7 @@ class AggregationTask(StoreTask[AggregateSlice]):
 
     def row(self, key: bytes, state: list[Any]) -> list[Any]:
         """A table row (key column first, then the aggregates) from a stored state."""
-        return aggregate_row(self.sink, self.aggregates, key, state)
+        return self._row(key, state)
 
     async def commit(self, batch: AggregateSlice) -> bool:
         """Apply one micro-batch slice exactly once; False when it was applied before."""

@@ -43,9 +43,11 @@ from millpond.services.worker.task import (
     ProjectSlice,
     TableTask,
     Task,
+    aggregate_rows,
 )
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import WorkerSettings
+from millpond.shared.sql import aggregates
 from millpond.shared.sql.parser import parse_statement
 from tests.unit.services.worker.fake_changelog import Changelog, FakeConsumer
 
@@ -351,3 +353,19 @@ async def test_a_restore_cut_mid_transaction_resumes_with_the_complete_input_off
     assert dict(again.store.items()) == {b"s1": [[2], [5], [5, 2]], b"s2": [[2], [4], [4, 2]], b"s3": [[1], [3], [3, 1]],
                                          b"s4": [[1], [1], [1, 1]]}
     again.store.close()
+
+
+def test_a_group_by_row_is_its_decoded_key_and_each_finalized_aggregate() -> None:
+    meta = Metastore()
+    for offset, statement in enumerate((
+            "CREATE STREAM r (id INT KEY, name VARCHAR, v INT) WITH (kafka_topic='r', partitions=1, value_format='json')",
+            "CREATE TABLE by_id AS SELECT id, COUNT(*) AS n, AVG(v) AS a FROM r GROUP BY id",
+            "CREATE TABLE by_name AS SELECT name, SUM(v) AS s FROM r GROUP BY name")):
+        meta.apply(parse_statement(statement), offset)
+    avg, count, total = (aggregates.require(f) for f in ("AVG", "COUNT", "SUM"))
+    by_id = aggregate_rows(meta.source("BY_ID"), [count, avg])
+    assert by_id((7).to_bytes(4, "big"), [[3], [9.0, 3]]) == [7, 3, 3.0]
+    assert by_id((-2).to_bytes(4, "big", signed=True), [[0], [0, 0]]) == [-2, 0, None]
+    assert aggregate_rows(meta.source("BY_NAME"), [total])("né".encode(), [[5]]) == ["né", 5]
+    with pytest.raises(ValueError):  # a state that does not match the aggregates is an error, not a short row
+        by_id(b"\x00\x00\x00\x01", [[3]])
