@@ -13,12 +13,13 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
+from millpond.common.v1 import rows_pb2
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.catalog.topology import stages
 from millpond.shared.errors import LimitError, StatementError, UnavailableError
 from millpond.shared.kafka.partitioner import partition_for
-from millpond.shared.kafka.serde import coerce, from_proto, serialize_key
+from millpond.shared.kafka.serde import add_values, coerce, from_proto, serialize_key
 from millpond.shared.results import Outcome
 from millpond.shared.sql import ast
 from millpond.shared.sql.expressions import evaluate
@@ -160,11 +161,9 @@ async def execute_pull(plan: PullPlan, text: str, route: Router, lookup: Lookup,
             r.endpoint, worker_pb2.LookupRequest(table=table.name, partition=partition, key=plan.key_bytes,
                                                  allow_standby=r.standby, min_input_offset=way.min_input_offset)))
         result.positions[partition] = response.input_offset
-        if response.found:
-            row = dict(zip((c.name for c in table.columns), map(from_proto, response.row.values), strict=True))
-            if plan.where is None or evaluate(plan.where, row) is True:
-                held.add(1)
-                result.outcome.rows.append(project(plan.items, table, row))
+        if response.found and (row := result_row(plan, response.row)) is not None:
+            held.add(1)
+            result.outcome.rows.append(row)
         return result
 
     # The workers filter, project and cut the rows themselves (the statement travels with the
@@ -193,38 +192,73 @@ async def execute_pull(plan: PullPlan, text: str, route: Router, lookup: Lookup,
             raise
         return answer
 
-    def retry(partition: int, limit: int) -> Callable[[Replica], Awaitable[ScanAnswer]]:
-        return lambda r: pages(r, [partition], limit)
+    def wanted() -> int:
+        """The limit of a call made now: the cap's (or none) without a LIMIT; with one, what it
+        still wants (the rows of the calls before count, a failed call's do not)."""
+        return scan_limit if plan.limit is None else scan_limit - held.rows
+
+    def reached() -> bool:
+        return plan.limit is not None and held.rows >= scan_limit
+
+    def retry(partition: int) -> Callable[[Replica], Awaitable[ScanAnswer]]:
+        return lambda r: pages(r, [partition], wanted())
 
     by_host: dict[Replica, list[int]] = defaultdict(list)
     for partition, way in routes.items():
         if not way.candidates:
-            await _first_answer(table, partition, way, retry(partition, scan_limit))  # raises, naming the exclusions
+            await _first_answer(table, partition, way, retry(partition))  # raises, naming the exclusions
         by_host[way.candidates[0]].append(partition)
 
-    async def scan_host(replica: Replica, partitions: list[int], limit: int) -> list[ScanAnswer]:
+    async def scan_host(replica: Replica, partitions: list[int]) -> list[ScanAnswer]:
         """One call for the partitions ``replica`` is first choice for; a partition whose host
-        fails is asked of its other copies one by one."""
+        fails is asked of its other copies one by one, until a LIMIT is reached."""
         try:
-            return [await pages(replica, partitions, limit)]
+            return [await pages(replica, partitions, wanted())]
         except UnavailableError as err:
             failed = [f"{replica.endpoint} ({'standby' if replica.standby else 'active'}): {err.message}"]
-            return [await _first_answer(table, p, replace(routes[p], candidates=routes[p].candidates[1:]),
-                                        retry(p, limit), failed) for p in partitions]
+            answers = []
+            for p in partitions:
+                if reached():
+                    break
+                answers.append(await _first_answer(table, p, replace(routes[p], candidates=routes[p].candidates[1:]),
+                                                   retry(p), failed))
+            return answers
 
     hosts = sorted(by_host.items(), key=lambda item: item[0].endpoint)
     if plan.limit is None:
-        answers = [a for got in await _together(scan_host(h, ps, scan_limit) for h, ps in hosts) for a in got]
+        answers = [a for got in await _together(scan_host(h, ps) for h, ps in hosts) for a in got]
     else:  # host by host, each asked for what the LIMIT still wants
         answers = []
         for host, partitions in hosts:
-            answers += await scan_host(host, partitions, scan_limit - held.rows)
-            if held.rows >= scan_limit:
+            answers += await scan_host(host, partitions)
+            if reached():
                 break
     for answer in answers:
         result.positions.update(answer.positions)
         result.outcome.encoded_rows += answer.pages
     return result
+
+
+def result_row(plan: PullPlan, row: rows_pb2.Row) -> list[Any] | None:
+    """The result row for a table row as a worker sends it, or None when the WHERE drops it:
+    for a key lookup, and for scans of workers too old to answer the statement themselves."""
+    values = dict(zip((c.name for c in plan.table.columns), map(from_proto, row.values), strict=True))
+    if plan.where is not None and evaluate(plan.where, values) is not True:
+        return None
+    return project(plan.items, plan.table, values)
+
+
+def legacy_page(plan: PullPlan, response: worker_pb2.ScanResponse, limit: int) -> worker_pb2.ScanPagesResponse:
+    """A unary Scan's whole table rows (a worker of an earlier version) as one ScanPages page:
+    filtered, projected and cut to ``limit`` (0: none) here."""
+    page = rows_pb2.StatementResult()
+    for row in response.rows:
+        if 0 < limit <= len(page.rows):
+            break
+        if (values := result_row(plan, row)) is not None:
+            add_values(page.rows.add().values, values)
+    return worker_pb2.ScanPagesResponse(rows=page.SerializeToString(), row_count=len(page.rows),
+                                        input_offsets=response.input_offsets)
 
 
 @dataclass

@@ -8,7 +8,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Mapping
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 import grpc
 
@@ -16,7 +16,7 @@ from millpond.coordinator.v1 import coordinator_pb2
 from millpond.services.router.converters import replicas_from_assignment
 from millpond.services.router.coordinators import Coordinators
 from millpond.services.router.hosts import HostTable, PullBounds
-from millpond.services.router.pull import PullPlan, Replicas, Route, execute_pull, plan_pull
+from millpond.services.router.pull import PullPlan, Replicas, Route, execute_pull, legacy_page, plan_pull
 from millpond.shared import consistency, metrics
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import RouterSettings
@@ -134,7 +134,7 @@ class PullRouter:
                 metrics.PULL_HOPS.labels("local").inc()
                 return local.scan(request)
             metrics.PULL_HOPS.labels("remote").inc()
-            return _pages_unavailable_on_failure(self._worker(endpoint).ScanPages(request, timeout=remaining()))
+            return remote_pages(self._worker(endpoint), request, plan, remaining())
 
         def route(partition: int) -> Route:
             needed = positions.get((plan.input_topic, partition), 0)
@@ -221,16 +221,26 @@ async def _unavailable_on_failure(call: Awaitable[T]) -> T:
         raise _failover_error(err) from None
 
 
-async def _pages_unavailable_on_failure(call: grpc.aio.UnaryStreamCall[Any, T]) -> AsyncGenerator[T, None]:
-    """A streamed call's messages, its failure as ``_unavailable_on_failure``'s; a caller that
-    stops reading early (its LIMIT reached, another host failed) cancels the call."""
+async def remote_pages(worker: worker_pb2_grpc.WorkerServiceStub, request: worker_pb2.ScanPagesRequest,
+                       plan: PullPlan, call_timeout: float) -> AsyncGenerator[worker_pb2.ScanPagesResponse, None]:
+    """A worker's ScanPages, its failure as ``_unavailable_on_failure``'s; a caller that stops
+    reading early (its LIMIT reached, another host failed) cancels the call. A worker of an
+    earlier version (UNIMPLEMENTED) is asked its unary Scan, and the router filters and
+    projects the rows, as it did before scans carried their statement."""
+    call = worker.ScanPages(request, timeout=call_timeout)
     try:
-        async for message in call:
-            yield message
+        async for page in call:
+            yield page
+        return
     except grpc.aio.AioRpcError as err:
-        raise _failover_error(err) from None
+        if err.code() != grpc.StatusCode.UNIMPLEMENTED:
+            raise _failover_error(err) from None
     finally:
         call.cancel()
+    whole = worker_pb2.ScanRequest(table=request.table, partitions=request.partitions,
+                                   limit=request.limit if plan.where is None else 0,
+                                   allow_standby=request.allow_standby, min_input_offsets=request.min_input_offsets)
+    yield legacy_page(plan, await _unavailable_on_failure(worker.Scan(whole, timeout=call_timeout)), request.limit)
 
 
 def _failover_error(err: grpc.aio.AioRpcError) -> Exception:

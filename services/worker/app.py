@@ -30,6 +30,7 @@ from millpond.shared.rpc.metastore import SERVICE_NAME as METASTORE_SERVICE
 from millpond.shared.rpc.metastore import metastore_registrar
 from millpond.shared.rpc.server import RpcServer, message_limits, shutdown_event
 from millpond.shared.rpc.tls import ChannelFactory
+from millpond.shared.sql.guard import StatementParser
 from millpond.worker.v1 import worker_pb2, worker_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,7 @@ class Worker:
         self.processing = ProcessingLoop()
         """Where the tasks (and Spark's callbacks into them) run, off the loop that serves."""
         self.tasks = TaskAssignment(settings, self.metastore, self.spark)
-        self.tables = LocalTables(settings.worker_id, self.metastore, self.tasks)
+        self.tables = LocalTables(settings.worker_id, self.metastore, self.tasks, StatementParser(settings.parse_limits))
         servicer = WorkerServicer(self.tables, settings.max_scan_rows)
         self.router = RouterParts(router_settings(settings), self.metastore, self.reader, self.channels,
                                   _InProcess(servicer, lambda: self.server.endpoint)) if settings.serve_router else None
@@ -100,6 +101,7 @@ class Worker:
         await asyncio.to_thread(self.processing.stop)
         await self.channels.close()
         await self.reader.stop()
+        self.tables.parser.close()
         if self.router is not None:
             self.router.close()
 

@@ -14,7 +14,7 @@ from millpond.services.worker.task import StoreTask
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.errors import LimitError, NotFoundError, StatementError, UnavailableError
 from millpond.shared.sql import ast
-from millpond.shared.sql.parser import parse_statement
+from millpond.shared.sql.guard import StatementParser
 from millpond.shared.sql.planner import SelectPlan, plan_select
 
 
@@ -60,8 +60,9 @@ async def scan(table: str, copy_of: Callable[[int], LocalCopy], partitions: Iter
                max_rows: int, plan: SelectPlan | None = None) -> AsyncIterator[ScanPage]:
     """The result rows of ``partitions`` of ``table`` under a pull query's ``plan`` (its WHERE
     and SELECT list; None: every row as it is), partition by partition in key order, a page at
-    a time (every partition has at least one page, maybe empty, for its position), letting the
-    event loop run between pages. ``copy_of`` finds a partition's copy (``LocalTables.local_table``).
+    a time (every partition read has at least one page, maybe empty, for its position; none
+    after the limit is reached is read, or asked for its copy), letting the event loop run
+    between pages. ``copy_of`` finds a partition's copy (``LocalTables.local_table``).
 
     At most ``limit`` result rows (0: no limit); without a WHERE the limit bounds the rows read
     too. A scan that reads more than ``max_rows`` rows is refused (LimitError) rather than cut
@@ -72,6 +73,8 @@ async def scan(table: str, copy_of: Callable[[int], LocalCopy], partitions: Iter
     most = limit if 0 < limit <= max_rows else max_rows + 1
     read = kept = 0
     for partition in partitions:
+        if kept >= most:
+            return
         copy = copy_of(partition)
         after: bytes | None = None
         while True:
@@ -99,10 +102,12 @@ async def scan(table: str, copy_of: Callable[[int], LocalCopy], partitions: Iter
 class LocalTables:
     """Finds the copy of a table partition on this worker that may answer a pull query."""
 
-    def __init__(self, worker_id: str, metastore: Metastore, tasks: TaskAssignment):
+    def __init__(self, worker_id: str, metastore: Metastore, tasks: TaskAssignment, parser: StatementParser):
         self.worker_id = worker_id
         self.metastore = metastore
         self.tasks = tasks
+        self.parser = parser
+        """Parses the statements scans carry, off the serving loop and within the parse limits."""
         self._selects: dict[tuple[str, int], SelectPlan] = {}
 
     def local_table(self, table: str, partition: int, allow_standby: bool, min_input_offset: int = 0) -> LocalCopy:
@@ -130,13 +135,13 @@ class LocalTables:
                 f"up to offset {copy.input_offset}; the consistency token needs {min_input_offset}")
         return copy
 
-    def select(self, table: str, statement: str) -> SelectPlan:
+    async def select(self, table: str, statement: str) -> SelectPlan:
         """The plan of a pull query of ``table`` that a router shipped with a scan, planned
         against this worker's metastore (cached per text and metastore version)."""
         cache_key = (statement, self.metastore.command_offset)
         plan = self._selects.get(cache_key)
         if plan is None:
-            query = parse_statement(statement)
+            query = await self.parser.parse_one(statement)
             if not isinstance(query, ast.Query) or self.metastore.source(query.source).name != table:
                 raise StatementError(f"a scan of {table} carries a statement that is not a pull query of it: "
                                      f"{statement!r}")

@@ -144,6 +144,19 @@ def test_limit_stops_asking_hosts_once_it_has_its_rows() -> None:
     assert workers.calls[0][1].limit == 1
 
 
+@pytest.mark.parametrize("sql, rows, calls", [
+    ("SELECT * FROM counts LIMIT 1", 1, [("a:1", [0, 1], 1), ("b:1", [0], 1)]),
+    ("SELECT * FROM counts LIMIT 2", 2, [("a:1", [0, 1], 2), ("b:1", [0], 2)]),
+    ("SELECT * FROM counts LIMIT 3", 3, [("a:1", [0, 1], 3), ("b:1", [0], 3), ("c:1", [1], 1)]),
+])
+def test_a_limit_asks_the_copies_of_a_failed_host_only_for_what_it_still_wants(
+        sql: str, rows: int, calls: list[tuple[str, list[int], int]]) -> None:
+    for workers in (Workers(down={"a:1"}), Workers(down=set(), failing={"a:1"})):
+        result = pull(sql, workers, {0: Route([A, B], []), 1: Route([A, C], [])})
+        assert len(rows_of(result.outcome)) == rows
+        assert [(e, list(r.partitions), r.limit) for e, r in workers.calls] == calls
+
+
 def test_limit_asks_the_next_host_for_what_it_still_wants() -> None:
     workers = Workers(down=set())
     result = pull("SELECT * FROM counts LIMIT 3", workers, {0: Route([A], []), 1: Route([B], [])})

@@ -21,6 +21,7 @@ from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore, e
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.errors import UnavailableError
 from millpond.shared.kafka.serde import from_proto
+from millpond.shared.sql.guard import ParseLimits, StatementParser
 from millpond.shared.sql.parser import parse_statement
 from millpond.shared.sql.planner import SelectPlan
 from millpond.worker.v1 import worker_pb2
@@ -51,7 +52,7 @@ class Tables:
 
     def __init__(self, root: Path, rows_per_partition: dict[int, int]):
         self.read = 0
-        self.plans = LocalTables("w", metastore(), None)  # type: ignore[arg-type]
+        self.plans = LocalTables("w", metastore(), None, StatementParser(ParseLimits()))  # type: ignore[arg-type]
         self.stores: dict[int, PartitionStore] = {}
         for partition, count in rows_per_partition.items():
             store = self.stores[partition] = PartitionStore(root / str(partition))
@@ -71,8 +72,8 @@ class Tables:
             raise UnavailableError(f"partition {partition} is not here")
         return LocalCopy(store, lambda key, state: [key.decode(), state[0]], 100 + partition)
 
-    def select(self, table: str, statement: str) -> SelectPlan:
-        return self.plans.select(table, statement)
+    async def select(self, table: str, statement: str) -> SelectPlan:
+        return await self.plans.select(table, statement)
 
     def set_standby_replay(self, query_id: str, partition: int, paused: bool) -> int:
         raise AssertionError("a scan never pauses a standby's replay")
@@ -80,6 +81,7 @@ class Tables:
     def close(self) -> None:
         for store in self.stores.values():
             store.close()
+        self.plans.parser.close()
 
 
 class Scanned:
@@ -178,6 +180,7 @@ def test_a_statement_that_is_not_a_pull_query_of_the_table_is_refused(tmp_path: 
     invalid, missing = grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND
     for statement, code, message in (("SELECT * FROM s", invalid, "not a pull query of it"),
                                      ("DROP TABLE t", invalid, "not a pull query"),
+                                     ("SELECT * FROM t WHERE " + "(" * 300 + "1=1" + ")" * 300, invalid, "nest"),
                                      ("SELECT nope FROM t", missing, "column NOPE does not exist in T")):
         with pytest.raises(Aborted) as info:
             asyncio.run(scan(tables, max_rows=100, partitions=(0,), statement=statement))
@@ -207,3 +210,12 @@ def test_the_unary_scan_of_earlier_routers_answers_every_row_in_one_message(tmp_
     assert len(response.rows) == 1000 and dict(response.input_offsets) == {0: 100, 1: 101}
     assert [from_proto(v) for v in response.rows[700].values] == ["k000000", 0]
     tables.close()
+
+
+def test_a_limit_reached_reads_no_further_partition_nor_needs_its_copy(tmp_path: Path) -> None:
+    tables = Tables(tmp_path, {0: 10, 1: 10})
+    tables.stores[1].close()  # partition 1 is moving away: asking for its copy would fail
+    limited = asyncio.run(scan(tables, max_rows=100, limit=5, statement="SELECT k FROM t LIMIT 5"))
+    assert limited.values() == [[f"k00000{i}"] for i in range(5)] and limited.input_offsets == {0: 100}
+    tables.stores[0].close()
+    tables.plans.parser.close()

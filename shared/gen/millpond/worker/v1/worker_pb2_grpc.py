@@ -79,7 +79,7 @@ class WorkerServiceServicer:
     def ScanPages(self, request, context):
         """Streams the result rows of the given partitions of a materialized table a page at a
         time, filtered and projected by the pull query the request carries (flow-controlled:
-        the worker reads the next page only as the caller takes them).
+        the worker stops reading once the caller's HTTP/2 window is full).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
