@@ -179,7 +179,8 @@ async def execute_pull(plan: PullPlan, text: str, route: Router, lookup: Lookup,
         answer = ScanAnswer()
         request = worker_pb2.ScanPagesRequest(
             table=table.name, partitions=partitions, limit=limit, allow_standby=replica.standby,
-            min_input_offsets={p: routes[p].min_input_offset for p in partitions}, statement=text)
+            min_input_offsets={p: routes[p].min_input_offset for p in partitions}, statement=text,
+            query_id=table.query_id)
         try:
             async with contextlib.aclosing(scan(replica.endpoint, request)) as stream:
                 async for page in stream:

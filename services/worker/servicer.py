@@ -26,7 +26,7 @@ class Tables(Protocol):
     def local_table(self, table: str, partition: int, allow_standby: bool, min_input_offset: int = 0) -> LocalCopy:
         """The copy of a table partition here that may answer, or UnavailableError."""
 
-    async def select(self, table: str, statement: str) -> SelectPlan:
+    async def select(self, table: str, statement: str, query_id: str = "") -> SelectPlan:
         """The plan of a pull query of ``table`` shipped with a scan (StatementError when it is not one)."""
 
     def set_standby_replay(self, query_id: str, partition: int, paused: bool) -> int:
@@ -81,7 +81,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         caller asks for the next message: in-process at once, over gRPC as soon as its
         transport takes the last (HTTP/2 flow control bounds what is in flight), so a caller
         that stops reading stops the scan once its window is full."""
-        plan = await self.tables.select(request.table, request.statement) if request.statement else None
+        plan = await self.tables.select(request.table, request.statement, request.query_id) if request.statement else None
 
         def copy_of(partition: int) -> LocalCopy:
             return self.tables.local_table(request.table, partition, request.allow_standby,

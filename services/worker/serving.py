@@ -135,9 +135,15 @@ class LocalTables:
                 f"up to offset {copy.input_offset}; the consistency token needs {min_input_offset}")
         return copy
 
-    async def select(self, table: str, statement: str) -> SelectPlan:
+    async def select(self, table: str, statement: str, query_id: str = "") -> SelectPlan:
         """The plan of a pull query of ``table`` that a router shipped with a scan, planned
-        against this worker's metastore (cached per text and metastore version)."""
+        against this worker's metastore (cached per text and metastore version); when the
+        router says which query materializes the table (``query_id``) and this worker knows
+        another, UnavailableError: one of them has not yet read the table's new definition."""
+        known = self.metastore.source(table).query_id
+        if query_id and known != query_id:
+            raise UnavailableError(f"{table} is materialized by query {known} on worker {self.worker_id}, not by "
+                                   f"{query_id} as the router planned it; one of them is behind the command topic")
         cache_key = (statement, self.metastore.command_offset)
         plan = self._selects.get(cache_key)
         if plan is None:

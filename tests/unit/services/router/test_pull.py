@@ -113,7 +113,7 @@ def test_scan_merges_one_copy_per_partition_and_fails_over_per_partition() -> No
     result = pull(sql, workers, {0: Route([A, C], []), 1: Route([B], [])})
     assert sorted(rows_of(result.outcome)) == [["s0", 1], ["s1", 2], ["s2", 3]] and result.positions == {0: 10, 1: 11}
     assert sorted(e for e, _ in workers.calls) == ["a:1", "b:1", "c:1"]
-    assert {r.statement for _, r in workers.calls} == {sql}  # the workers filter and project
+    assert {(r.statement, r.query_id) for _, r in workers.calls} == {(sql, "CTAS_COUNTS_0")}  # the workers filter and project
 
 
 def test_a_host_failing_mid_scan_has_its_rows_dropped_and_its_partitions_asked_elsewhere() -> None:

@@ -72,8 +72,8 @@ class Tables:
             raise UnavailableError(f"partition {partition} is not here")
         return LocalCopy(store, lambda key, state: [key.decode(), state[0]], 100 + partition)
 
-    async def select(self, table: str, statement: str) -> SelectPlan:
-        return await self.plans.select(table, statement)
+    async def select(self, table: str, statement: str, query_id: str = "") -> SelectPlan:
+        return await self.plans.select(table, statement, query_id)
 
     def set_standby_replay(self, query_id: str, partition: int, paused: bool) -> int:
         raise AssertionError("a scan never pauses a standby's replay")
@@ -98,15 +98,16 @@ class Scanned:
 
 
 def pages(tables: Tables, max_rows: int, limit: int = 0, partitions: tuple[int, ...] = (0, 1),
-          statement: str = "") -> Any:
+          statement: str = "", query_id: str = "") -> Any:
     servicer = WorkerServicer(tables, max_scan_rows=max_rows)
-    request = worker_pb2.ScanPagesRequest(table="T", partitions=partitions, limit=limit, statement=statement)
+    request = worker_pb2.ScanPagesRequest(table="T", partitions=partitions, limit=limit, statement=statement,
+                                          query_id=query_id)
     return servicer.ScanPages(request, Context())  # type: ignore[arg-type]
 
 
 async def scan(tables: Tables, max_rows: int, limit: int = 0, partitions: tuple[int, ...] = (0, 1),
-               statement: str = "") -> Scanned:
-    return Scanned([page async for page in pages(tables, max_rows, limit, partitions, statement)])
+               statement: str = "", query_id: str = "") -> Scanned:
+    return Scanned([page async for page in pages(tables, max_rows, limit, partitions, statement, query_id)])
 
 
 def test_a_scan_over_more_rows_than_the_cap_is_refused_having_read_one_more(tmp_path: Path) -> None:
@@ -219,3 +220,15 @@ def test_a_limit_reached_reads_no_further_partition_nor_needs_its_copy(tmp_path:
     assert limited.values() == [[f"k00000{i}"] for i in range(5)] and limited.input_offsets == {0: 100}
     tables.stores[0].close()
     tables.plans.parser.close()
+
+
+def test_a_scan_planned_for_another_query_of_the_same_table_name_is_refused(tmp_path: Path) -> None:
+    tables = Tables(tmp_path, {0: 3})
+    known = tables.plans.metastore.source("T").query_id
+    assert known is not None
+    mine = asyncio.run(scan(tables, max_rows=10, partitions=(0,), statement="SELECT * FROM t", query_id=known))
+    assert len(mine.rows) == 3
+    with pytest.raises(Aborted) as info:  # the router planned the statement against a newer T
+        asyncio.run(scan(tables, max_rows=10, partitions=(0,), statement="SELECT * FROM t", query_id="CTAS_T_9"))
+    assert info.value.code == grpc.StatusCode.UNAVAILABLE and f"materialized by query {known}" in info.value.details
+    tables.close()

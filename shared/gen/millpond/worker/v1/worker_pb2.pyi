@@ -69,7 +69,7 @@ class ScanRequest(_message.Message):
     def __init__(self, table: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ..., limit: _Optional[int] = ..., allow_standby: _Optional[bool] = ..., min_input_offsets: _Optional[_Mapping[int, int]] = ...) -> None: ...
 
 class ScanPagesRequest(_message.Message):
-    __slots__ = ("table", "partitions", "limit", "allow_standby", "min_input_offsets", "statement")
+    __slots__ = ("table", "partitions", "limit", "allow_standby", "min_input_offsets", "statement", "query_id")
     class MinInputOffsetsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -83,13 +83,15 @@ class ScanPagesRequest(_message.Message):
     ALLOW_STANDBY_FIELD_NUMBER: _ClassVar[int]
     MIN_INPUT_OFFSETS_FIELD_NUMBER: _ClassVar[int]
     STATEMENT_FIELD_NUMBER: _ClassVar[int]
+    QUERY_ID_FIELD_NUMBER: _ClassVar[int]
     table: str
     partitions: _containers.RepeatedScalarFieldContainer[int]
     limit: int
     allow_standby: bool
     min_input_offsets: _containers.ScalarMap[int, int]
     statement: str
-    def __init__(self, table: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ..., limit: _Optional[int] = ..., allow_standby: _Optional[bool] = ..., min_input_offsets: _Optional[_Mapping[int, int]] = ..., statement: _Optional[str] = ...) -> None: ...
+    query_id: str
+    def __init__(self, table: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ..., limit: _Optional[int] = ..., allow_standby: _Optional[bool] = ..., min_input_offsets: _Optional[_Mapping[int, int]] = ..., statement: _Optional[str] = ..., query_id: _Optional[str] = ...) -> None: ...
 
 class ScanResponse(_message.Message):
     __slots__ = ("rows", "input_offsets")
