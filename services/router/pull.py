@@ -22,8 +22,7 @@ from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.kafka.serde import add_values, coerce, from_proto, serialize_key
 from millpond.shared.results import Outcome
 from millpond.shared.sql import ast
-from millpond.shared.sql.expressions import evaluate
-from millpond.shared.sql.planner import plan_select, project
+from millpond.shared.sql.planner import plan_select, select_row
 from millpond.worker.v1 import worker_pb2
 
 T = TypeVar("T")
@@ -244,9 +243,7 @@ def result_row(plan: PullPlan, row: rows_pb2.Row) -> list[Any] | None:
     """The result row for a table row as a worker sends it, or None when the WHERE drops it:
     for a key lookup, and for scans of workers too old to answer the statement themselves."""
     values = dict(zip((c.name for c in plan.table.columns), map(from_proto, row.values), strict=True))
-    if plan.where is not None and evaluate(plan.where, values) is not True:
-        return None
-    return project(plan.items, plan.table, values)
+    return select_row(plan.items, plan.where, plan.table, values)
 
 
 def legacy_page(plan: PullPlan, response: worker_pb2.ScanResponse, limit: int) -> worker_pb2.ScanPagesResponse:

@@ -25,9 +25,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.kafka.connection import KafkaConnection
 from millpond.shared.kafka.serde import deserialize_key, deserialize_value
-from millpond.shared.sql import ast
-from millpond.shared.sql.expressions import evaluate
-from millpond.shared.sql.planner import SelectPlan, project
+from millpond.shared.sql.planner import SelectPlan
 
 log = logging.getLogger(__name__)
 _ids = itertools.count(1)
@@ -125,7 +123,4 @@ class PushQuery:
             log.debug("push query skipped a record", extra={"query": self.query_id, "offset": record.offset,
                                                             "reason": str(err)})
             return None
-        where: ast.Expr | None = self.plan.where
-        if where is not None and evaluate(where, row) is not True:
-            return None
-        return project(self.plan.items, source, row)
+        return self.plan.result(row)

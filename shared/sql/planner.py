@@ -46,9 +46,16 @@ class SelectPlan:
     def result(self, row: dict[str, Any]) -> list[Any] | None:
         """The result row for one row of the source (by column name), or None when the WHERE
         drops it."""
-        if self.where is not None and evaluate(self.where, row) is not True:
-            return None
-        return project(self.items, self.source, row)
+        return select_row(self.items, self.where, self.source, row)
+
+
+def select_row(items: tuple[ast.SelectItem, ...], where: ast.Expr | None, source: DataSource,
+               row: dict[str, Any]) -> list[Any] | None:
+    """The SELECT list's values for one row of ``source`` (by column name), or None when
+    ``where`` drops it: a pull or push query's result row."""
+    if where is not None and evaluate(where, row) is not True:
+        return None
+    return project(items, source, row)
 
 
 def project(items: tuple[ast.SelectItem, ...], source: DataSource, row: dict[str, Any]) -> list[Any]:
