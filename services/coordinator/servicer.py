@@ -23,7 +23,7 @@ from millpond.shared.rpc.converters import (
     task_report_from_proto,
     task_report_to_proto,
 )
-from millpond.shared.rpc.status import grpc_errors
+from millpond.shared.rpc.status import grpc_errors, grpc_stream_errors
 from millpond.shared.task_status import StoreLag, TaskReport
 
 AssignmentReply = TypeVar("AssignmentReply", coordinator_pb2.HeartbeatResponse, coordinator_pb2.GetAssignmentResponse,
@@ -76,6 +76,20 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     async def Heartbeat(
         self, request: coordinator_pb2.HeartbeatRequest, context: grpc.aio.ServicerContext
     ) -> coordinator_pb2.HeartbeatResponse:
+        return self._beat(request)
+
+    @grpc_stream_errors
+    async def Heartbeats(
+        self, requests: AsyncIterator[coordinator_pb2.HeartbeatsRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[coordinator_pb2.HeartbeatsResponse]:
+        # Each beat is taken as a unary Heartbeat is; only an answer that carries an
+        # assignment is sent, so an idle worker's stream is one small message an interval.
+        async for request in requests:
+            answer = self._beat(request.beat)
+            if answer.HasField("assignment"):
+                yield coordinator_pb2.HeartbeatsResponse(answer=answer)
+
+    def _beat(self, request: coordinator_pb2.HeartbeatRequest) -> coordinator_pb2.HeartbeatResponse:
         reports = [task_report_from_proto(request.worker_id, t) for t in request.tasks]
         self.members.heartbeat(request.worker_id, request.endpoint, reports,
                                [store_lag_from_proto(lag) for lag in request.lags])

@@ -113,5 +113,15 @@ class RouterInternalServicer(router_internal_pb2_grpc.RouterInternalServiceServi
     @grpc_errors
     async def ReportWorkerStatus(self, request: router_internal_pb2.ReportWorkerStatusRequest,
                                  context: grpc.aio.ServicerContext) -> router_internal_pb2.ReportWorkerStatusResponse:
-        self.beats.beat(request.endpoint, request.worker_id, [store_lag_from_proto(lag) for lag in request.lags])
+        self._take(request)
         return router_internal_pb2.ReportWorkerStatusResponse()
+
+    @grpc_errors
+    async def StreamWorkerStatus(self, requests: AsyncIterator[router_internal_pb2.StreamWorkerStatusRequest],
+                                 context: grpc.aio.ServicerContext) -> router_internal_pb2.StreamWorkerStatusResponse:
+        async for request in requests:
+            self._take(request.status)
+        return router_internal_pb2.StreamWorkerStatusResponse()
+
+    def _take(self, status: router_internal_pb2.ReportWorkerStatusRequest) -> None:
+        self.beats.beat(status.endpoint, status.worker_id, [store_lag_from_proto(lag) for lag in status.lags])

@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
 
 import grpc
 
@@ -22,6 +23,22 @@ from millpond.shared.task_status import StoreLag
 
 log = logging.getLogger(__name__)
 
+STREAM_RENEW_S = 60.0
+"""A beat stream is closed and opened again after this long, so one whose peer went silent
+without closing its connection (a host gone from the network) does not hang for ever."""
+
+STOP_GRACE_S = 2.0
+"""Once the worker stops, how long a beat stream's peer has to take the last beats and end
+the call (what a unary beat's deadline was), before the call is cancelled."""
+
+M = TypeVar("M")
+
+
+async def _pause(stop: asyncio.Event, seconds: float) -> None:
+    """Wait ``seconds``, or less if ``stop`` is set."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+
 
 def offered_lags(lags: list[StoreLag], spark_ready: bool) -> list[StoreLag]:
     """The store lags the coordinator's assignor weighs. While the worker's Spark session
@@ -30,6 +47,34 @@ def offered_lags(lags: list[StoreLag], spark_ready: bool) -> list[StoreLag]:
     assignor keeps it where it runs and warms this copy up (as a Kafka Streams instance
     warms up before it takes a task over)."""
     return lags if spark_ready else [lag for lag in lags if lag.active]
+
+
+async def _stream(call: grpc.aio.StreamStreamCall | grpc.aio.StreamUnaryCall, stop: asyncio.Event,
+                  take: Callable[[Any], None] | None = None) -> None:
+    """Run one beat stream to its end, giving ``take`` each response. The stream's beats end
+    at ``stop``; its peer then has ``STOP_GRACE_S`` to end it (so every beat is taken before
+    the worker leaves), or it is cancelled."""
+
+    async def cancel_late() -> None:
+        await stop.wait()
+        await asyncio.sleep(STOP_GRACE_S)
+        call.cancel()
+
+    watch = asyncio.create_task(cancel_late())
+    try:
+        if isinstance(call, grpc.aio.StreamStreamCall):
+            async for response in call:
+                if take is not None:
+                    take(response)
+        else:
+            await call
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise  # this loop is cancelled, not only the call
+        log.warning("a beat stream's peer did not end it in time; cancelled")
+    finally:
+        watch.cancel()
 
 
 class MembershipAgent:
@@ -46,39 +91,74 @@ class MembershipAgent:
 
     async def heartbeat_loop(self, stop: asyncio.Event, coordinator: str) -> None:
         """Beat one coordinator: every coordinator tracks the members, so a follower that
-        takes over knows them and what they run; only the leader answers with assignments."""
-        interval = self.settings.heartbeat_interval_ms / 1000
-        tasks = self.tasks
+        takes over knows them and what they run; only the leader answers with assignments.
+
+        The beats go on one long-lived stream (a message on it costs both sides a fraction of
+        a unary call, which is most of an idle worker's CPU at 10 beats a second to each
+        peer); a coordinator of an earlier version, without ``Heartbeats``, gets unary calls."""
+        streams = True
         while not stop.is_set():
             stub = self.channels.stub(coordinator, coordinator_pb2_grpc.CoordinatorServiceStub)
             try:
-                response = await stub.Heartbeat(coordinator_pb2.HeartbeatRequest(
-                    worker_id=self.settings.worker_id, endpoint=self.endpoint(),
-                    known_generation=tasks.generation, tasks=[task_report_to_proto(r) for r in tasks.task_reports()],
-                    lags=[store_lag_to_proto(lag) for lag in offered_lags(tasks.store_lags(), tasks.spark.ready)]),
-                    timeout=2)
-                # A newer leader's generations are larger: an older leader cannot undo its orders.
-                if response.HasField("assignment") and response.generation > tasks.generation:
-                    tasks.take(response.assignment.generation,
-                               *assigned_to(self.settings.worker_id, response.assignment))
+                if streams:
+                    beats = self._every_beat(stop, lambda: coordinator_pb2.HeartbeatsRequest(beat=self._heartbeat()))
+                    await _stream(stub.Heartbeats(beats, timeout=STREAM_RENEW_S), stop,
+                                  lambda response: self._take(response.answer))
+                else:
+                    self._take(await stub.Heartbeat(self._heartbeat(), timeout=2))
             except grpc.aio.AioRpcError as err:
-                log.warning("heartbeat failed", extra={"coordinator": coordinator, "code": str(err.code())})
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), interval)
+                if streams and err.code() == grpc.StatusCode.UNIMPLEMENTED:
+                    streams = False
+                    continue
+                if not (streams and err.code() == grpc.StatusCode.DEADLINE_EXCEEDED):  # not a renewal
+                    log.warning("heartbeat failed", extra={"coordinator": coordinator, "code": str(err.code())})
+            await _pause(stop, self.settings.heartbeat_interval_ms / 1000)
+
+    def _heartbeat(self) -> coordinator_pb2.HeartbeatRequest:
+        tasks = self.tasks
+        return coordinator_pb2.HeartbeatRequest(
+            worker_id=self.settings.worker_id, endpoint=self.endpoint(), known_generation=tasks.generation,
+            tasks=[task_report_to_proto(r) for r in tasks.task_reports()],
+            lags=[store_lag_to_proto(lag) for lag in offered_lags(tasks.store_lags(), tasks.spark.ready)])
+
+    def _take(self, response: coordinator_pb2.HeartbeatResponse) -> None:
+        # A newer leader's generations are larger: an older leader cannot undo its orders.
+        tasks = self.tasks
+        if response.HasField("assignment") and response.generation > tasks.generation:
+            tasks.take(response.assignment.generation, *assigned_to(self.settings.worker_id, response.assignment))
 
     async def report_loop(self, stop: asyncio.Event, router: str) -> None:
-        """Beat one router with this worker's lags, for its failure detector and lag-aware routing."""
-        interval = self.settings.heartbeat_interval_ms / 1000
+        """Beat one router with this worker's lags, for its failure detector and lag-aware
+        routing: on one long-lived stream, or by unary calls to a router of an earlier version."""
+        streams = True
         while not stop.is_set():
             stub = self.channels.stub(router, router_internal_pb2_grpc.RouterInternalServiceStub)
             try:
-                await stub.ReportWorkerStatus(router_internal_pb2.ReportWorkerStatusRequest(
-                    worker_id=self.settings.worker_id, endpoint=self.endpoint(),
-                    lags=[store_lag_to_common(lag) for lag in self.tasks.store_lags()]), timeout=2)
+                if streams:
+                    reports = self._every_beat(
+                        stop, lambda: router_internal_pb2.StreamWorkerStatusRequest(status=self._status()))
+                    await _stream(stub.StreamWorkerStatus(reports, timeout=STREAM_RENEW_S), stop)
+                else:
+                    await stub.ReportWorkerStatus(self._status(), timeout=2)
             except grpc.aio.AioRpcError as err:
-                log.debug("lag report failed", extra={"router": router, "code": str(err.code())})
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), interval)
+                if streams and err.code() == grpc.StatusCode.UNIMPLEMENTED:
+                    streams = False
+                    continue
+                if not (streams and err.code() == grpc.StatusCode.DEADLINE_EXCEEDED):  # not a renewal
+                    log.debug("lag report failed", extra={"router": router, "code": str(err.code())})
+            await _pause(stop, self.settings.heartbeat_interval_ms / 1000)
+
+    def _status(self) -> router_internal_pb2.ReportWorkerStatusRequest:
+        return router_internal_pb2.ReportWorkerStatusRequest(
+            worker_id=self.settings.worker_id, endpoint=self.endpoint(),
+            lags=[store_lag_to_common(lag) for lag in self.tasks.store_lags()])
+
+    async def _every_beat(self, stop: asyncio.Event, beat: Callable[[], M]) -> AsyncIterator[M]:
+        """A beat now and every heartbeat interval until ``stop``, each made when it is sent."""
+        interval = self.settings.heartbeat_interval_ms / 1000
+        while not stop.is_set():
+            yield beat()
+            await _pause(stop, interval)
 
     async def leave(self) -> None:
         """Tell the coordinators this worker is going, so its tasks move now (to caught-up

@@ -55,6 +55,7 @@ POLICY: dict[str, Access] = {
     "/millpond.coordinator.v1.CoordinatorService/GetClusterStatus": Access.ADMIN,
     "/millpond.coordinator.v1.CoordinatorService/ListTaskStatuses": Access.ADMIN,
     "/millpond.coordinator.v1.CoordinatorService/Heartbeat": Access.SERVICE,
+    "/millpond.coordinator.v1.CoordinatorService/Heartbeats": Access.SERVICE,
     "/millpond.coordinator.v1.CoordinatorService/GetAssignment": Access.SERVICE,
     "/millpond.coordinator.v1.CoordinatorService/WatchAssignment": Access.SERVICE,
     "/millpond.coordinator.v1.CoordinatorService/Leave": Access.SERVICE,
@@ -146,7 +147,29 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
 
             return grpc.unary_stream_rpc_method_handler(stream, handler.request_deserializer,
                                                         handler.response_serializer)
-        return handler  # no client-streaming RPCs in the contracts
+        if handler.stream_unary is not None:
+            inner_client_stream = handler.stream_unary
+
+            async def client_stream(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+                token = CURRENT.set(await authenticate(method, context))
+                try:
+                    return await inner_client_stream(requests, context)
+                finally:
+                    CURRENT.reset(token)
+
+            return grpc.stream_unary_rpc_method_handler(client_stream, handler.request_deserializer,
+                                                        handler.response_serializer)
+        inner_bidi = handler.stream_stream
+
+        async def bidi(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            token = CURRENT.set(await authenticate(method, context))
+            try:
+                async for message in inner_bidi(requests, context):
+                    yield message
+            finally:
+                CURRENT.reset(token)
+
+        return grpc.stream_stream_rpc_method_handler(bidi, handler.request_deserializer, handler.response_serializer)
 
     async def _authenticate(self, method: str, context: grpc.aio.ServicerContext) -> Principal:
         names = context.auth_context().get("x509_common_name") or []

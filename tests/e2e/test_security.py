@@ -141,6 +141,12 @@ def test_internal_rpcs_refuse_every_client_certificate_and_token(secure: LocalCl
                                                                               endpoint="127.0.0.1:1"),
                                 timeout=10)
         assert code == grpc.StatusCode.PERMISSION_DENIED and "internal to the cluster" in message
+        # ... nor through the stream the workers beat on.
+        beat = router_internal_pb2.StreamWorkerStatusRequest(status=router_internal_pb2.ReportWorkerStatusRequest(
+            worker_id="worker-1", endpoint="127.0.0.1:1"))
+        code, message = code_of(router_internal_pb2_grpc.RouterInternalServiceStub(channel).StreamWorkerStatus,
+                                iter([beat]), timeout=10)
+        assert code == grpc.StatusCode.PERMISSION_DENIED and "internal to the cluster" in message
     hosts = router_status(secure.router, credentials=admin).router_hosts
     assert "127.0.0.1:1" not in {h.endpoint for h in hosts}, "a client poisoned the router's view"
     with admin.channel(worker.endpoint) as channel:
@@ -150,6 +156,10 @@ def test_internal_rpcs_refuse_every_client_certificate_and_token(secure: LocalCl
     with admin.channel(coordinator.endpoint) as channel:
         code, _ = code_of(coordinator_pb2_grpc.CoordinatorServiceStub(channel).Heartbeat,
                           coordinator_pb2.HeartbeatRequest(worker_id="evil", endpoint="127.0.0.1:1"), timeout=10)
+        assert code == grpc.StatusCode.PERMISSION_DENIED
+        beats = coordinator_pb2_grpc.CoordinatorServiceStub(channel).Heartbeats(iter([coordinator_pb2.HeartbeatsRequest(
+            beat=coordinator_pb2.HeartbeatRequest(worker_id="evil", endpoint="127.0.0.1:1"))]), timeout=10)
+        code, _ = code_of(list, beats)
         assert code == grpc.StatusCode.PERMISSION_DENIED
 
     # A certificate that claims the services' name but comes from another CA does not get

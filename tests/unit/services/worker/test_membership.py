@@ -1,12 +1,31 @@
-"""What the worker offers the coordinator's assignor while its Spark session starts: a
-restarted worker takes no active before it could run it (the soak's restarted worker held
-two partitions for 56 s while its Spark session started)."""
+"""The worker's membership: what it offers the coordinator's assignor while its Spark
+session starts (a restarted worker takes no active before it could run it: the soak's
+restarted worker held two partitions for 56 s while its Spark session started), and its
+beats to coordinators and routers over real loopback gRPC, on streams or, to peers of an
+earlier version, by unary calls."""
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import time
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+import grpc
+import pytest
+
+from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
+from millpond.router.v1 import router_internal_pb2, router_internal_pb2_grpc
 from millpond.services.coordinator.assignor import AssignorConfig, QueryTasks
 from millpond.services.coordinator.cluster import Cluster
-from millpond.services.worker.membership import offered_lags
+from millpond.services.coordinator.servicer import CoordinatorServicer
+from millpond.services.router.hosts import HostTable
+from millpond.services.router.servicer import RouterInternalServicer
+from millpond.services.worker import membership
+from millpond.services.worker.membership import MembershipAgent, offered_lags
+from millpond.shared.rpc.tls import ChannelFactory
 from millpond.shared.task_status import RUNNING, StoreLag, TaskReport
 
 
@@ -36,3 +55,182 @@ def test_a_worker_whose_spark_starts_is_offered_no_active_until_it_started() -> 
 def test_actives_are_always_offered() -> None:
     lags = [StoreLag("Q", 0, True, 10, 10), StoreLag("Q", 1, False, 10, 10)]
     assert offered_lags(lags, spark_ready=False) == lags[:1] and offered_lags(lags, spark_ready=True) == lags
+
+
+class FakeTasks:
+    """What the membership agent reads and feeds: a worker's tasks."""
+
+    def __init__(self) -> None:
+        self.generation = 0
+        self.taken: list[tuple[int, dict[str, set[int]], set[tuple[str, int]]]] = []
+        self.spark = SimpleNamespace(ready=True)
+
+    def task_reports(self) -> list[TaskReport]:
+        return [TaskReport("Q", 0, RUNNING, worker_id="w1")] if self.generation else []
+
+    def store_lags(self) -> list[StoreLag]:
+        return [StoreLag("Q", 0, True, 7, 9)]
+
+    def take(self, generation: int, wanted: dict[str, set[int]], standbys: set[tuple[str, int]]) -> None:
+        self.generation = generation
+        self.taken.append((generation, wanted, standbys))
+
+
+class ClusterMembers:
+    """The coordinator's member table, over a real ``Cluster`` that leads and assigns."""
+
+    def __init__(self, cluster: Cluster):
+        self.cluster = cluster
+        self.beats = 0
+
+    def heartbeat(self, worker_id: str, endpoint: str, reports: list[TaskReport], lags: list[StoreLag]) -> None:
+        self.beats += 1
+        if self.cluster.beat(worker_id, endpoint, reports, lags):
+            self.cluster.reassign([QueryTasks("Q", 1)])
+
+    def leave(self, worker_id: str) -> None:
+        self.cluster.remove(worker_id)
+
+
+class Methods(grpc.aio.ServerInterceptor):
+    """Records the methods a server is called with."""
+
+    def __init__(self) -> None:
+        self.called: list[str] = []
+
+    async def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
+        self.called.append(details.method)
+        return await continuation(details)
+
+
+def unary_only(coordinator: CoordinatorServicer, router: RouterInternalServicer) -> list[grpc.GenericRpcHandler]:
+    """The two services as servers of an earlier version have them: without the beat streams."""
+    return [
+        grpc.method_handlers_generic_handler("millpond.coordinator.v1.CoordinatorService", {
+            "Heartbeat": grpc.unary_unary_rpc_method_handler(
+                coordinator.Heartbeat, coordinator_pb2.HeartbeatRequest.FromString,
+                coordinator_pb2.HeartbeatResponse.SerializeToString),
+            "Leave": grpc.unary_unary_rpc_method_handler(
+                coordinator.Leave, coordinator_pb2.LeaveRequest.FromString,
+                coordinator_pb2.LeaveResponse.SerializeToString)}),
+        grpc.method_handlers_generic_handler("millpond.router.v1.RouterInternalService", {
+            "ReportWorkerStatus": grpc.unary_unary_rpc_method_handler(
+                router.ReportWorkerStatus, router_internal_pb2.ReportWorkerStatusRequest.FromString,
+                router_internal_pb2.ReportWorkerStatusResponse.SerializeToString)}),
+    ]
+
+
+async def eventually(condition: Callable[[], bool], within: float = 10.0) -> None:
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
+
+
+@pytest.mark.parametrize("peers", ["current", "earlier version"])
+async def test_beats_reach_the_coordinator_and_the_router_and_the_assignment_comes_back(peers: str) -> None:
+    cluster = Cluster(5.0, AssignorConfig(num_standby_replicas=0))
+    cluster.lead(1)
+    members = ClusterMembers(cluster)
+    hosts = HostTable(5.0)
+    coordinator = CoordinatorServicer(None, members, cluster, lambda: "c1")  # type: ignore[arg-type]
+    router = RouterInternalServicer(hosts)
+    methods = Methods()
+    server = grpc.aio.server(interceptors=[methods])
+    if peers == "current":
+        coordinator_pb2_grpc.add_CoordinatorServiceServicer_to_server(coordinator, server)
+        router_internal_pb2_grpc.add_RouterInternalServiceServicer_to_server(router, server)
+    else:
+        server.add_generic_rpc_handlers(unary_only(coordinator, router))
+    endpoint = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    await server.start()
+    settings = SimpleNamespace(worker_id="w1", heartbeat_interval_ms=20, coordinators=[endpoint])
+    tasks, channels, stop = FakeTasks(), ChannelFactory(None), asyncio.Event()
+    agent = MembershipAgent(settings, channels, tasks, lambda: "w1:1")  # type: ignore[arg-type]
+    loops = [asyncio.create_task(agent.heartbeat_loop(stop, endpoint)),
+             asyncio.create_task(agent.report_loop(stop, endpoint))]
+    try:
+        await eventually(lambda: tasks.taken != [] and members.beats >= 5 and "w1:1" in hosts.hosts)
+        assert tasks.taken == [(cluster.generation, {"Q": {0}}, set())]
+        assert cluster.task_reports()["Q"][0].worker_id == "w1"  # its later beats report the task
+        assert list(hosts.hosts["w1:1"].lags.values()) == tasks.store_lags()
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*loops), 5)
+        beats = members.beats
+        await agent.leave()
+        assert members.beats == beats and not cluster.views["w1"].alive  # no beat after the leave
+    finally:
+        stop.set()
+        for loop in loops:
+            loop.cancel()
+        await channels.close()
+        await server.stop(None)
+    streams = {"/millpond.coordinator.v1.CoordinatorService/Heartbeats",
+               "/millpond.router.v1.RouterInternalService/StreamWorkerStatus"}
+    if peers == "current":  # one stream each, however many beats
+        assert sorted(methods.called) == sorted([*streams, "/millpond.coordinator.v1.CoordinatorService/Leave"])
+    else:
+        assert [methods.called.count(method) for method in streams] == [1, 1]  # tried once each, then unary
+        assert methods.called.count("/millpond.coordinator.v1.CoordinatorService/Heartbeat") >= 5
+
+
+async def test_a_stopping_worker_does_not_wait_for_a_peer_that_never_ends_its_stream(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(membership, "STOP_GRACE_S", 0.2)
+    taken = asyncio.Event()
+
+    class Stuck(router_internal_pb2_grpc.RouterInternalServiceServicer):
+        async def StreamWorkerStatus(self, requests: Any, context: grpc.aio.ServicerContext) -> Any:
+            await requests.__anext__()
+            taken.set()
+            await asyncio.sleep(60)  # never reads on
+
+    server = grpc.aio.server()
+    router_internal_pb2_grpc.add_RouterInternalServiceServicer_to_server(Stuck(), server)
+    endpoint = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    await server.start()
+    settings = SimpleNamespace(worker_id="w1", heartbeat_interval_ms=20)
+    channels, stop = ChannelFactory(None), asyncio.Event()
+    agent = MembershipAgent(settings, channels, FakeTasks(), lambda: "w1:1")  # type: ignore[arg-type]
+    loop = asyncio.create_task(agent.report_loop(stop, endpoint))
+    try:
+        await asyncio.wait_for(taken.wait(), 10)
+        stop.set()
+        started = time.monotonic()
+        await asyncio.wait_for(loop, 5)
+        assert time.monotonic() - started < 2
+    finally:
+        loop.cancel()
+        await channels.close()
+        await server.stop(None)
+
+
+async def test_a_beat_stream_is_renewed_without_a_gap_or_a_warning(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(membership, "STREAM_RENEW_S", 0.2)
+    beats: list[float] = []
+
+    class Hosts:
+        def beat(self, endpoint: str, worker_id: str, lags: list[StoreLag]) -> None:
+            beats.append(time.monotonic())
+
+    methods = Methods()
+    server = grpc.aio.server(interceptors=[methods])
+    router_internal_pb2_grpc.add_RouterInternalServiceServicer_to_server(RouterInternalServicer(Hosts()), server)
+    endpoint = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    await server.start()
+    settings = SimpleNamespace(worker_id="w1", heartbeat_interval_ms=20)
+    channels, stop = ChannelFactory(None), asyncio.Event()
+    agent = MembershipAgent(settings, channels, FakeTasks(), lambda: "w1:1")  # type: ignore[arg-type]
+    loop = asyncio.create_task(agent.report_loop(stop, endpoint))
+    try:
+        await asyncio.sleep(1.2)
+        stop.set()
+        await asyncio.wait_for(loop, 5)
+    finally:
+        loop.cancel()
+        await channels.close()
+        await server.stop(None)
+    assert methods.called.count("/millpond.router.v1.RouterInternalService/StreamWorkerStatus") >= 4
+    assert max(b - a for a, b in itertools.pairwise(beats)) < 1.0  # renewals, 0.2 s apart, leave no gap
+    assert not [r for r in caplog.records if r.name == membership.__name__]

@@ -101,6 +101,18 @@ class HeartbeatRequest(_message.Message):
     lags: _containers.RepeatedCompositeFieldContainer[StoreLag]
     def __init__(self, worker_id: _Optional[str] = ..., endpoint: _Optional[str] = ..., known_generation: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., lags: _Optional[_Iterable[_Union[StoreLag, _Mapping]]] = ...) -> None: ...
 
+class HeartbeatsRequest(_message.Message):
+    __slots__ = ("beat",)
+    BEAT_FIELD_NUMBER: _ClassVar[int]
+    beat: HeartbeatRequest
+    def __init__(self, beat: _Optional[_Union[HeartbeatRequest, _Mapping]] = ...) -> None: ...
+
+class HeartbeatsResponse(_message.Message):
+    __slots__ = ("answer",)
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
+    answer: HeartbeatResponse
+    def __init__(self, answer: _Optional[_Union[HeartbeatResponse, _Mapping]] = ...) -> None: ...
+
 class StoreLag(_message.Message):
     __slots__ = ("task", "active", "current_offset", "end_offset", "lag", "last_applied_ms", "input_offset")
     TASK_FIELD_NUMBER: _ClassVar[int]

@@ -45,6 +45,11 @@ class CoordinatorServiceStub:
                 request_serializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.HeartbeatRequest.SerializeToString,
                 response_deserializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.HeartbeatResponse.FromString,
                 _registered_method=True)
+        self.Heartbeats = channel.stream_stream(
+                '/millpond.coordinator.v1.CoordinatorService/Heartbeats',
+                request_serializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.HeartbeatsRequest.SerializeToString,
+                response_deserializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.HeartbeatsResponse.FromString,
+                _registered_method=True)
         self.GetAssignment = channel.unary_unary(
                 '/millpond.coordinator.v1.CoordinatorService/GetAssignment',
                 request_serializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.GetAssignmentRequest.SerializeToString,
@@ -85,6 +90,15 @@ class CoordinatorServiceServicer:
 
     def Heartbeat(self, request, context):
         """A worker's liveness beat; the answer carries the assignment when it changed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Heartbeats(self, request_iterator, context):
+        """A worker's beats on one long-lived stream, one per heartbeat interval: the coordinator
+        answers only a beat whose worker runs an older generation (with the assignment). What
+        workers use; Heartbeat stays for workers of earlier versions.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -140,6 +154,11 @@ def add_CoordinatorServiceServicer_to_server(servicer, server):
                     servicer.Heartbeat,
                     request_deserializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.HeartbeatRequest.FromString,
                     response_serializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.HeartbeatResponse.SerializeToString,
+            ),
+            'Heartbeats': grpc.stream_stream_rpc_method_handler(
+                    servicer.Heartbeats,
+                    request_deserializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.HeartbeatsRequest.FromString,
+                    response_serializer=millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.HeartbeatsResponse.SerializeToString,
             ),
             'GetAssignment': grpc.unary_unary_rpc_method_handler(
                     servicer.GetAssignment,
@@ -222,6 +241,33 @@ class CoordinatorService:
             '/millpond.coordinator.v1.CoordinatorService/Heartbeat',
             millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.HeartbeatRequest.SerializeToString,
             millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.HeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Heartbeats(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/millpond.coordinator.v1.CoordinatorService/Heartbeats',
+            millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.HeartbeatsRequest.SerializeToString,
+            millpond_dot_coordinator_dot_v1_dot_coordinator__pb2.HeartbeatsResponse.FromString,
             options,
             channel_credentials,
             insecure,

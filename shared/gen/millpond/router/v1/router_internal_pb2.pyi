@@ -20,3 +20,13 @@ class ReportWorkerStatusRequest(_message.Message):
 class ReportWorkerStatusResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class StreamWorkerStatusRequest(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: ReportWorkerStatusRequest
+    def __init__(self, status: _Optional[_Union[ReportWorkerStatusRequest, _Mapping]] = ...) -> None: ...
+
+class StreamWorkerStatusResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

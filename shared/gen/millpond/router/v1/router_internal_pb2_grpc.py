@@ -41,6 +41,11 @@ class RouterInternalServiceStub:
                 request_serializer=millpond_dot_router_dot_v1_dot_router__internal__pb2.ReportWorkerStatusRequest.SerializeToString,
                 response_deserializer=millpond_dot_router_dot_v1_dot_router__internal__pb2.ReportWorkerStatusResponse.FromString,
                 _registered_method=True)
+        self.StreamWorkerStatus = channel.stream_unary(
+                '/millpond.router.v1.RouterInternalService/StreamWorkerStatus',
+                request_serializer=millpond_dot_router_dot_v1_dot_router__internal__pb2.StreamWorkerStatusRequest.SerializeToString,
+                response_deserializer=millpond_dot_router_dot_v1_dot_router__internal__pb2.StreamWorkerStatusResponse.FromString,
+                _registered_method=True)
 
 
 class RouterInternalServiceServicer:
@@ -57,6 +62,15 @@ class RouterInternalServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StreamWorkerStatus(self, request_iterator, context):
+        """The same beats on one long-lived stream, one message per heartbeat interval: what
+        workers use (a message on an open stream costs both sides a fraction of a call);
+        ReportWorkerStatus stays for workers of earlier versions.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RouterInternalServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -64,6 +78,11 @@ def add_RouterInternalServiceServicer_to_server(servicer, server):
                     servicer.ReportWorkerStatus,
                     request_deserializer=millpond_dot_router_dot_v1_dot_router__internal__pb2.ReportWorkerStatusRequest.FromString,
                     response_serializer=millpond_dot_router_dot_v1_dot_router__internal__pb2.ReportWorkerStatusResponse.SerializeToString,
+            ),
+            'StreamWorkerStatus': grpc.stream_unary_rpc_method_handler(
+                    servicer.StreamWorkerStatus,
+                    request_deserializer=millpond_dot_router_dot_v1_dot_router__internal__pb2.StreamWorkerStatusRequest.FromString,
+                    response_serializer=millpond_dot_router_dot_v1_dot_router__internal__pb2.StreamWorkerStatusResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -95,6 +114,33 @@ class RouterInternalService:
             '/millpond.router.v1.RouterInternalService/ReportWorkerStatus',
             millpond_dot_router_dot_v1_dot_router__internal__pb2.ReportWorkerStatusRequest.SerializeToString,
             millpond_dot_router_dot_v1_dot_router__internal__pb2.ReportWorkerStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamWorkerStatus(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/millpond.router.v1.RouterInternalService/StreamWorkerStatus',
+            millpond_dot_router_dot_v1_dot_router__internal__pb2.StreamWorkerStatusRequest.SerializeToString,
+            millpond_dot_router_dot_v1_dot_router__internal__pb2.StreamWorkerStatusResponse.FromString,
             options,
             channel_credentials,
             insecure,
