@@ -38,7 +38,11 @@ def status_code(kind: ErrorKind) -> grpc.StatusCode:
 
 async def _abort(context: grpc.aio.ServicerContext, error: Exception, method: Callable[..., Any]) -> NoReturn:
     """End the call with ``error``'s status: a ``MillpondError``'s own, a downstream call's
-    unchanged, anything else INTERNAL (and logged)."""
+    unchanged, anything else INTERNAL (and logged). A call already aborted (a client stream's
+    undecodable message, refused by ``RequestDecoder`` inside the iteration) stays as it is:
+    gRPC allows one abort per call."""
+    if isinstance(error, grpc.aio.AbortError):
+        raise error
     if isinstance(error, MillpondError):
         await context.abort(_CODES[error.kind], error.message)
     if isinstance(error, grpc.aio.AioRpcError):
