@@ -75,6 +75,10 @@ class QueryRunner:
         self.parked_at: dict[int, int] | None = None
         """While parked (stopped for want of input): per partition, the offset it had read up to."""
         self.value_schema = value_struct(source)
+        self.batches = 0
+        """Batches with input committed since the query was made."""
+        self.assigned: frozenset[int] = frozenset()
+        """The partitions the Spark query reads since its last start (its tasks' may be fewer)."""
 
     @property
     def running(self) -> bool:
@@ -97,6 +101,7 @@ class QueryRunner:
         self.last_batch_at = time.monotonic()
         topic = self.source.topic
         partitions = sorted(positions)
+        self.assigned = frozenset(partitions)
         starting = {str(p): (-2 if positions[p] is None else positions[p]) for p in partitions}
         reader = (
             self.spark.readStream.format("kafka")
@@ -173,6 +178,7 @@ class QueryRunner:
             future.cancel()  # an overrunning commit is aborted, not left running under a failed batch
             raise
         finished = self.last_batch_at = time.monotonic()
+        self.batches += 1
         metrics.BATCH_SECONDS.labels(self.query.query_id).observe(finished - started)
         log.debug("batch committed", extra={"query": self.name, "records": sum(s.count for s in slices.values()),
                                             "spark_ms": round((reduced - started) * 1000),
@@ -180,7 +186,13 @@ class QueryRunner:
 
     def _reduce(self, batch: DataFrame) -> dict[int, BatchSlice]:
         """The batch as one slice per input partition, of the kind the query's tasks commit
-        (one Spark job: see ``millpond.services.worker.reducers``)."""
+        (one Spark job: see ``millpond.services.worker.reducers``). The records of a partition
+        whose task left since the query started are set aside before they are decoded."""
+        kept = list(self.tasks)  # one atomic copy: the loop changes the tasks meanwhile
+        if not kept:
+            return {}
+        if not self.assigned <= set(kept):
+            batch = batch.where(F.col("partition").isin(kept))
         parsed = batch.select(
             F.col("partition").alias("_partition"), F.col("offset").alias("_offset"), F.col("key").alias("_key"),
             F.col("value").cast("string").alias("_raw"), self._decode(F.col("value").cast("string")).alias("_v"),

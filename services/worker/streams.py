@@ -1,22 +1,29 @@
-"""One Spark query per stage of a persistent query on this worker, over every partition
-whose tasks are running here.
+"""Spark queries per stage of a persistent query on this worker, over every partition whose
+tasks are running here.
 
 Each micro-batch of a Spark query costs a fixed few hundred milliseconds of scheduling
 whatever its size, so a worker runs one query per (query, stage) over all its partitions,
 not one per partition: the fixed cost is paid once per batch of the worker's whole input.
 The tasks stay per partition (``QuerySupervisor`` starts, restarts and closes each alone):
 a supervisor ``join``s its started tasks to the stage's stream and ``leave``s before it closes
-them. A join or a leave restarts the Spark query over the new set of partitions, each from
-its task's committed position; the tasks that stayed keep their producers and stores and
-are not restarted, so a partition gained or lost costs the others one stop and start of the
-Spark query, not a restore.
+them.
 
-A task whose commit fails leaves the query at once (it gets no later batch, so none can
-skip its lost one) and its supervisor learns why; a Spark query that stops by itself fails
-every member, whose supervisors restart them with backoff as before.
+A change of partitions restarts nothing that keeps running. Partitions that join while the
+stage's Spark query runs get a Spark query of their own, started from their tasks'
+positions; the running one goes on with no pause (at most ``MAX_QUERIES`` per stage: later
+newcomers restart the newest, which holds only partitions that moved in lately, and a query
+that has not processed a batch yet is restarted rather than joined by another). A partition that leaves gets no more
+batches at once: its query still fetches it until its next start, but sets its records aside
+before decoding them. A query left with no partitions stops. The queries of a stage become
+one again the next time they start together: after a parked spell.
 
-A stream with no input for ``park_after_idle_ms`` stops its Spark query (the tasks stay open
-and serve) and starts it again when the input watch sees an input partition's end move.
+A task whose commit fails leaves its query at once (it gets no later batch, so none can skip
+its lost one) and its supervisor learns why; a Spark query that stops by itself fails the
+tasks it ran, whose supervisors restart them with backoff as before.
+
+A query with no input for ``park_after_idle_ms`` stops (the tasks stay open and serve) and
+starts again when the input watch sees one of its input partitions' end move; when every
+query of the stage is parked, they start again as one.
 """
 
 from __future__ import annotations
@@ -41,23 +48,27 @@ from millpond.shared.teardown import bounded, run_to_end
 
 log = logging.getLogger(__name__)
 WATCH_INTERVAL_S = 0.25
-"""How often a running stream looks at its Spark query (failed? idle? how far read?)."""
+"""How often a running stream looks at its Spark queries (failed? idle? how far read?)."""
 PARKED_WATCH_INTERVAL_S = 5.0
 """How long a parked stream sleeps unless its worker's input moved or its members changed."""
 SETTLE_S = 0.05
-"""How long a change of members waits for others before the Spark query restarts (the
-supervisors of a worker's partitions start at about the same time)."""
+"""How long a change of members waits for others before it is acted on (the supervisors of
+a worker's partitions start at about the same time)."""
 RUNNER_STOP_TIMEOUT_S = 30.0
 """How long a stop waits for a Spark query to end (it waits for its running batch)."""
 LEAVE_TIMEOUT_S = 2 * RUNNER_STOP_TIMEOUT_S + 10.0
 """How long a supervisor waits for its leave: the last one out waits for the stream's job
-(which may be stopping the Spark query) and then for the query's stop."""
+(which may be stopping a Spark query) and then for the queries' stop."""
+
+MAX_QUERIES = 2
+"""Most Spark queries a running stage keeps on a worker: the one it started with and one for
+the partitions that moved in since (a later newcomer restarts that second one)."""
 
 _names = itertools.count()
 
 
 class StageStream:
-    """The Spark query of one stage of one query on this worker, over the joined tasks."""
+    """The Spark queries of one stage of one query on this worker, over the joined tasks."""
 
     def __init__(self, settings: WorkerSettings, stage: Stage, spark: Callable[[], Awaitable[SparkSession]],
                  inputs: InputWatch | None):
@@ -66,21 +77,25 @@ class StageStream:
         self.inputs = inputs
         self._spark = spark
         self.members: dict[int, Task[Any]] = {}
-        """The joined tasks by partition; the Spark query runs over them from its next start."""
+        """The joined tasks by partition; each is in one runner's ``tasks`` once it started."""
         self._ended: dict[int, asyncio.Future[str]] = {}
         """Per member, the future its supervisor awaits: set with why the stream cannot run it."""
         self._changed = asyncio.Event()
-        self.runner: QueryRunner | None = None
+        self.runners: list[QueryRunner] = []
+        """The stage's Spark queries on this worker, the oldest first; each runs its own tasks."""
         self._job: asyncio.Task[None] | None = None
         self._context = {"query": stage.query.query_id, "stage": stage.name}
 
     def join(self, tasks: dict[int, Task[Any]]) -> asyncio.Future[str]:
-        """Run these started tasks from the next start of the Spark query (soon). The future
-        is set with a reason once the stream cannot run them any more."""
+        """Run these started tasks (soon, in a Spark query of their own if one already runs).
+        The future is set with a reason once the stream cannot run them any more."""
         ended: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         for partition, task in tasks.items():
             self.members[partition] = task
             self._ended[partition] = ended
+            for runner in self.runners:  # an earlier task of the partition gets no more batches
+                if runner.tasks.get(partition) not in (None, task):
+                    del runner.tasks[partition]
         self._changed.set()
         if self._job is None:
             self._job = asyncio.create_task(self._run(), name=f"stream-{self.stage.query.query_id}-{self.stage.name}")
@@ -88,16 +103,16 @@ class StageStream:
 
     def leave(self, tasks: dict[int, Task[Any]]) -> None:
         """Stop giving these tasks batches, now (a batch already committing goes on: the
-        task's own stop ends it); the Spark query restarts without them. A partition that
-        another task has joined since is left as it is."""
+        task's own stop ends it). A partition that another task has joined since is left as
+        it is."""
         for partition, task in tasks.items():
             if self.members.get(partition) is task:
                 self._remove(partition)
         self._changed.set()
 
     async def close(self) -> None:
-        """Stop the Spark query and the stream's job (the tasks are their supervisors'): to the
-        end even if the caller is cancelled meanwhile, so no Spark query is left running."""
+        """Stop the Spark queries and the stream's job (the tasks are their supervisors'): to
+        the end even if the caller is cancelled meanwhile, so no Spark query is left running."""
         await run_to_end(self._close())
 
     async def _close(self) -> None:
@@ -105,7 +120,8 @@ class StageStream:
         if job is not None:
             job.cancel()
             await asyncio.wait({job})
-        await self._stop_runner()
+        runners, self.runners = self.runners, []
+        await asyncio.gather(*(self._retire(runner) for runner in runners))
 
     async def _run(self) -> None:
         while True:
@@ -113,33 +129,38 @@ class StageStream:
                 await self._step()
             except Exception as error:  # e.g. Spark's JVM gone: the members' supervisors must learn it
                 log.warning("stream step failed", exc_info=True, extra=self._context)
-                await self._fail(f"{type(error).__name__}: {error}")
+                await self._fail_all(f"{type(error).__name__}: {error}")
             await self._wait()
 
     async def _step(self) -> None:
-        """Restart the Spark query if the members changed; else look at it (failed? idle? how
-        far has it read?) or, parked, at its input."""
+        """Act on a change of members; else look at each running query (failed? idle? how
+        far has it read?) and, when all are parked, at their input."""
         if self._changed.is_set():
             await asyncio.sleep(SETTLE_S)
             self._changed.clear()
-            await self._restart()
-        elif self.runner is not None and self.runner.running:
-            if (reason := self.runner.failure()) is not None:
-                await self._fail(reason)
+            await self._reconcile()
+            return
+        for runner in list(self.runners):
+            if not runner.running:
+                continue
+            if (reason := runner.failure()) is not None:
+                await self._fail(runner, reason)
             else:
-                await self._rebuilt(self.runner)
-                await self._park(self.runner)
-        elif self.runner is not None and self.runner.parked_at is not None:
-            await self._resume(self.runner)
+                await self._rebuilt(runner)
+                await self._park(runner)
+        parked = [runner for runner in self.runners if runner.parked_at is not None]
+        if parked and len(parked) == len(self.runners):
+            await self._resume(parked)
+        for runner in parked if len(parked) < len(self.runners) else []:
+            await self._resume([runner])  # alone: the stage's running queries go on as they are
 
     async def _wait(self) -> None:
-        """Until the members change, or the next look: soon while the query runs, when the
-        input moved while it is parked, never while it is failed (members leave and rejoin)."""
+        """Until the members change, or the next look: soon while a query runs, when the
+        input moved while all are parked, never while none runs (members leave and rejoin)."""
         changed = asyncio.ensure_future(self._changed.wait())
-        runner = self.runner
-        if runner is not None and runner.running:
+        if any(runner.running for runner in self.runners):
             other: asyncio.Future[Any] = asyncio.ensure_future(asyncio.sleep(WATCH_INTERVAL_S))
-        elif runner is not None and runner.parked_at is not None and self.inputs is not None:
+        elif self.runners and self.inputs is not None:
             other = asyncio.ensure_future(self.inputs.moved(PARKED_WATCH_INTERVAL_S))
         else:
             other = asyncio.get_running_loop().create_future()
@@ -149,40 +170,82 @@ class StageStream:
             for waiting in (changed, other):
                 waiting.cancel()
 
-    async def _restart(self) -> None:
-        """Stop the Spark query and start it over the members, each from its position. The
-        positions are the tasks' own only when the old query ended cleanly and their last
-        commit did: else the members fail, and their supervisors start them again from what
-        Kafka says they committed."""
-        unclean = await self._stop_runner()
-        if unclean is not None:
-            await self._fail(unclean)
+    async def _reconcile(self) -> None:
+        """Queries left with no member stop; members no query runs yet start in a query of
+        their own (or join the parked ones, which start together when the input moves). No
+        query that keeps a member is stopped."""
+        for runner in list(self.runners):
+            for partition in [p for p, task in runner.tasks.items() if self.members.get(p) is not task]:
+                del runner.tasks[partition]
+            if not runner.tasks:
+                self.runners.remove(runner)
+                await self._retire(runner)
+        running = {p for runner in self.runners for p in runner.tasks}
+        pending = {p: task for p, task in self.members.items() if p not in running}
+        for partition in [p for p, task in pending.items() if not task.settled()]:
+            self._remove(partition, "its last commit did not end cleanly")
+            del pending[partition]
+        if not pending:
             return
-        self._fail_unsettled()
-        if not self.members:
+        parked = [runner for runner in self.runners if runner.parked_at is not None]
+        if parked and len(parked) == len(self.runners):
+            parked[0].tasks.update(pending)
+            await self._resume(parked, force=True)
             return
-        spark = await self._spark()  # an error here or in the start fails the members (``_run``)
-        runner = self.runner = QueryRunner(
-            spark, self.settings, self.stage.query, self.stage.source, self.stage.sink, dict(self.members),
+        newest = self.runners[-1] if self.runners else None
+        if (newest is not None and newest.parked_at is None
+                and (newest.batches == 0 or len(self.runners) >= MAX_QUERIES)):
+            # It has processed nothing yet (the partitions of a starting worker join one by one
+            # as their restores end), or it runs only partitions that moved in lately: it
+            # starts again with the newcomers rather than adding another query.
+            self.runners.remove(newest)
+            tasks, newest.tasks = newest.tasks, {}
+            if (unclean := await self._stop_query(newest)) is not None:
+                for partition, task in tasks.items():
+                    if self.members.get(partition) is task:
+                        self._remove(partition, unclean)
+            else:
+                pending.update({p: task for p, task in tasks.items() if self.members.get(p) is task})
+            for partition in [p for p, task in pending.items() if not task.settled()]:
+                self._remove(partition, "its last commit did not end cleanly")
+                del pending[partition]
+            if not pending:
+                return
+        try:
+            spark = await self._spark()
+        except Exception as error:  # e.g. Spark's JVM gone: the newcomers' supervisors must learn it
+            log.warning("no Spark session for a query", exc_info=True, extra=self._context)
+            for partition in pending:
+                self._remove(partition, f"{type(error).__name__}: {error}")
+            return
+        runner = QueryRunner(
+            spark, self.settings, self.stage.query, self.stage.source, self.stage.sink, pending,
             asyncio.get_running_loop(), self.stage.name,
             name="-".join(filter(None, (self.stage.query.query_id, self.stage.name, self.settings.worker_id,
                                         str(next(_names))))),
             on_task_failed=self._remove)
-        # Not cut short by a cancel: ``close`` must find the stream to stop it.
-        await run_to_end(asyncio.to_thread(runner.start, runner.positions()))
+        self.runners.append(runner)
+        try:  # not cut short by a cancel: ``close`` must find the query to stop it
+            await run_to_end(asyncio.to_thread(runner.start, runner.positions()))
+        except Exception as error:
+            log.warning("a Spark query did not start", exc_info=True, extra=self._context)
+            await self._fail(runner, f"{type(error).__name__}: {error}")
+            return
+        if len(self.runners) > 1:
+            log.info("partitions joined in a Spark query of their own", extra={
+                **self._context, "runner": runner.name, "partitions": sorted(pending)})
 
-    async def _stop_runner(self) -> str | None:
-        """Stop the Spark query and forget it; why the stop was not clean (it overran its
-        limit: a commit may still be running), or None."""
-        runner = self.runner
-        if runner is None:
-            return None
+    async def _retire(self, runner: QueryRunner) -> None:
+        """Stop ``runner``'s query (bounded) and forget its parked input. Its tasks are gone
+        or failed already; a stop that overruns is logged (a commit it waits for is the
+        task's own stop to end)."""
         runner.tasks = {}  # nothing more is committed by it
         if runner.parked_at is not None and self.inputs is not None:
             self.inputs.unwatch(self._inputs(runner.parked_at))
             runner.parked_at = None
-        self.runner = None
-        return await self._stop_query(runner)
+        if (unclean := await self._stop_query(runner)) is not None:
+            log.warning("a Spark query left behind", extra={**self._context, "runner": runner.name,
+                                                              "reason": unclean})
 
     async def _stop_query(self, runner: QueryRunner) -> str | None:
         """Stop ``runner``'s Spark query (bounded); why that was not clean, or None. A stop
@@ -194,26 +257,35 @@ class StageStream:
             return f"the Spark query did not stop within {RUNNER_STOP_TIMEOUT_S:g} s"
         return None
 
-    def _fail_unsettled(self) -> None:
-        """Fail the members whose last commit is in flight or failed: their positions are unknown."""
-        for partition, task in list(self.members.items()):
-            if not task.settled():
-                self._remove(partition, "its last commit did not end cleanly")
+    async def _fail(self, runner: QueryRunner, reason: str) -> None:
+        """``runner``'s Spark query cannot go on: the supervisor of every task it ran learns
+        why (and restarts it); the stage's other queries go on."""
+        log.warning("stream failed", extra={**self._context, "runner": runner.name, "reason": reason,
+                                            "partitions": sorted(runner.tasks)})
+        for partition, task in list(runner.tasks.items()):
+            if self.members.get(partition) is task:
+                self._remove(partition, reason)
+        if runner in self.runners:
+            self.runners.remove(runner)
+        await self._retire(runner)
 
-    async def _fail(self, reason: str) -> None:
-        """The Spark query cannot go on: every member's supervisor learns why (and restarts it)."""
+    async def _fail_all(self, reason: str) -> None:
+        """The stream cannot go on (an error outside any one query): every member's
+        supervisor learns why."""
         log.warning("stream failed", extra={**self._context, "reason": reason, "partitions": sorted(self.members)})
         for partition in list(self.members):
             self._remove(partition, reason)
         self._changed.clear()
-        await self._stop_runner()
+        runners, self.runners = self.runners, []
+        await asyncio.gather(*(self._retire(runner) for runner in runners))
 
     def _remove(self, partition: int, reason: str | None = None) -> None:
-        """Take a member out, and out of the running query's batches; a ``reason`` goes to its
+        """Take a member out, and out of its query's batches; a ``reason`` goes to its
         supervisor (a member that leaves is not told)."""
-        self.members.pop(partition, None)
-        if self.runner is not None:
-            self.runner.tasks.pop(partition, None)
+        task = self.members.pop(partition, None)
+        for runner in self.runners:
+            if task is not None and runner.tasks.get(partition) is task:
+                del runner.tasks[partition]
         ended = self._ended.pop(partition, None)
         if reason is not None and ended is not None and not ended.done():
             ended.set_result(reason)
@@ -228,7 +300,7 @@ class StageStream:
                     task.read_through(offset)
 
     async def _park(self, runner: QueryRunner) -> None:
-        """Stop the Spark query after ``park_after_idle_ms`` without input (the tasks stay open
+        """Stop a Spark query after ``park_after_idle_ms`` without input (the tasks stay open
         and serve)."""
         if self.inputs is None or self.settings.park_after_idle_ms <= 0:
             return
@@ -238,26 +310,35 @@ class StageStream:
         if read is None:
             return
         if (unclean := await self._stop_query(runner)) is not None:
-            await self._fail(unclean)
+            await self._fail(runner, unclean)
             return
-        runner.parked_at = read
-        self.inputs.watch(self._inputs(read))
-        log.info("query parked", extra={"query": runner.name, "partitions": sorted(read), "read_through": read})
+        runner.parked_at = {p: o for p, o in read.items() if p in runner.tasks}
+        self.inputs.watch(self._inputs(runner.parked_at))
+        log.info("query parked", extra={"query": runner.name, "partitions": sorted(runner.parked_at),
+                                        "read_through": runner.parked_at})
 
-    async def _resume(self, runner: QueryRunner) -> None:
-        """Start a parked Spark query again once an input partition's end passed what it read."""
-        assert self.inputs is not None and runner.parked_at is not None
-        moved = [tp.partition for tp in self._inputs(runner.parked_at)
-                 if self.inputs.ends.get(tp, -1) > runner.parked_at[tp.partition]]
-        if not moved:
+    async def _resume(self, parked: list[QueryRunner], force: bool = False) -> None:
+        """Start the ``parked`` queries again, as one, once an input partition's end passed
+        what they had read (or at once when ``force``d: a member joined)."""
+        assert self.inputs is not None
+        read = {p: o for runner in parked for p, o in (runner.parked_at or {}).items()}
+        moved = [tp.partition for tp in self._inputs(read) if self.inputs.ends.get(tp, -1) > read[tp.partition]]
+        if not moved and not force:
             return
-        self.inputs.unwatch(self._inputs(runner.parked_at))
-        runner.parked_at = None
-        self._fail_unsettled()
-        if not runner.tasks:
+        first, *others = parked
+        for runner in parked:
+            self.inputs.unwatch(self._inputs(runner.parked_at or {}))
+            runner.parked_at = None
+        for runner in others:
+            first.tasks.update(runner.tasks)
+            self.runners.remove(runner)
+        for partition in [p for p, task in first.tasks.items() if not task.settled()]:
+            self._remove(partition, "its last commit did not end cleanly")
+        if not first.tasks:
+            self.runners.remove(first)
             return
-        await run_to_end(asyncio.to_thread(runner.start, runner.positions()))
-        log.info("query resumed", extra={"query": runner.name, "partitions": sorted(runner.tasks), "input_moved": moved})
+        await run_to_end(asyncio.to_thread(first.start, first.positions()))
+        log.info("query resumed", extra={"query": first.name, "partitions": sorted(first.tasks), "input_moved": moved})
 
     def _inputs(self, read: dict[int, int]) -> list[TopicPartition]:
         return [TopicPartition(self.stage.source.topic, p) for p in sorted(read)]

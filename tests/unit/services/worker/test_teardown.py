@@ -530,6 +530,58 @@ async def test_a_stage_without_input_parks_its_spark_query_and_resumes_when_the_
         await supervisor.stop()
 
 
+async def test_the_queries_of_a_stage_park_and_start_again_as_one(tmp_path: Path, world: World) -> None:
+    meta = metastore()
+    settings = WorkerSettings(worker_id="w", state_dir=tmp_path, park_after_idle_ms=20)
+    watch = FakeWatch()
+
+    async def spark() -> Any:
+        return object()
+    streams = StageStreams(settings, spark, watch)  # type: ignore[arg-type]
+    zero, one = (QuerySupervisor(settings, meta, meta.queries[QUERY], {p}, streams) for p in (0, 1))
+    try:
+        first = await running([zero], world, {0})
+        first.batches = 1
+        second = await running([one], world, {1})
+        first.read, second.read = {0: 10, 1: 4}, {0: 2, 1: 10}  # a query reports each partition it fetched
+        assert not await until(lambda: first.stopped and second.stopped and len(watch.watched) == 2, world.steps)
+        topic = meta.source("R").topic
+        assert sorted(watch.watched) == [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+        watch.fetch({TopicPartition(topic, 1): 12})
+        assert not await until(lambda: first.running, world.steps)
+        assert set(first.tasks) == {0, 1} and first.starts == 2 and not second.running and watch.watched == []
+        assert zero.failures == 0 and one.failures == 0
+    finally:
+        await asyncio.gather(zero.stop(), one.stop())
+    assert all(r.stopped for r in world.runners)
+
+
+async def test_a_parked_query_starts_again_alone_while_another_of_its_stage_runs(
+        tmp_path: Path, world: World) -> None:
+    meta = metastore()
+    settings = WorkerSettings(worker_id="w", state_dir=tmp_path, park_after_idle_ms=20)
+    watch = FakeWatch()
+
+    async def spark() -> Any:
+        return object()
+    streams = StageStreams(settings, spark, watch)  # type: ignore[arg-type]
+    zero, one = (QuerySupervisor(settings, meta, meta.queries[QUERY], {p}, streams) for p in (0, 1))
+    try:
+        first = await running([zero], world, {0})
+        first.batches = 1  # it has input all along (no progress to park on)
+        second = await running([one], world, {1})
+        second.read = {1: 10}
+        assert not await until(lambda: second.stopped and bool(watch.watched), world.steps)
+        topic = meta.source("R").topic
+        watch.fetch({TopicPartition(topic, 1): 12})
+        assert not await until(lambda: second.running, world.steps)
+        assert second.starts == 2 and set(second.tasks) == {1} and watch.watched == []
+        assert first.running and first.starts == 1 and set(first.tasks) == {0}
+    finally:
+        await asyncio.gather(zero.stop(), one.stop())
+    assert all(r.stopped for r in world.runners)
+
+
 async def running(supervisors: list[QuerySupervisor], world: World, partitions: set[int]) -> FakeRunner:
     """Start the supervisors; the one Spark query, once it runs over exactly ``partitions``."""
     for supervisor in supervisors:
@@ -539,7 +591,7 @@ async def running(supervisors: list[QuerySupervisor], world: World, partitions: 
     return world.runners[-1]
 
 
-async def test_a_workers_partitions_share_one_spark_query_and_one_leaving_restarts_no_other_task(
+async def test_a_workers_partitions_share_one_spark_query_and_one_leaving_stops_nothing_else(
         world: World, tmp_path: Path) -> None:
     zero, one = supervisors_of(tmp_path, world, [{0}, {1}])
     try:
@@ -549,14 +601,50 @@ async def test_a_workers_partitions_share_one_spark_query_and_one_leaving_restar
         assert [p.log for p in world.producers] == [["commit"], ["commit"]]
         kept = zero.tasks[0]
         await one.stop()
-        after = await running([], world, {0})
-        assert after is not runner and runner.stopped, "the Spark query restarts over the partitions left"
-        assert after.positions_at_start == {0: COMMITTED_TO}, "from the kept task's committed position"
+        assert set(runner.tasks) == {0}, "the partition that left gets no more batches"
+        await asyncio.sleep(0.05)
+        assert len(world.runners) == 1 and runner.running and runner.starts == 1, "the Spark query goes on"
         assert zero.tasks[0] is kept and kept.store is not None and kept.state == RUNNING
         assert sum(p.transactional_id.endswith("-0") for p in world.producers) == 1, "partition 0 never restarted"
         assert zero.failures == 0
     finally:
         await zero.stop()
+    assert all(r.stopped for r in world.runners)
+
+
+async def test_a_partition_that_moves_in_gets_a_spark_query_of_its_own_and_the_running_one_goes_on(
+        world: World, tmp_path: Path) -> None:
+    """Partition 0's query has processed batches; partition 1 moves in (a failover, a scale-in):
+    it runs in a second query from its own position and partition 0 sees no stop. A query that
+    has processed nothing yet is started again with the newcomer instead."""
+    zero, one = supervisors_of(tmp_path, world, [{0}, {1}])
+    try:
+        first = await running([zero], world, {0})
+        first.batches = 1
+        await first._commit({0: batch()[0]})
+        second = await running([one], world, {1})
+        assert second is not first and second.positions_at_start == {1: None}
+        assert first.running and first.starts == 1 and set(first.tasks) == {0}
+        await second._commit({1: batch()[1]})
+        assert zero.tasks[0].next_input_offset == one.tasks[1].next_input_offset == COMMITTED_TO
+        assert zero.failures == 0 and one.failures == 0
+    finally:
+        await one.stop()
+    assert second.stopped and not first.stopped, "the second query stops with its last partition"
+    await zero.stop()
+    assert all(r.stopped for r in world.runners)
+
+
+async def test_a_query_that_has_processed_nothing_starts_again_with_a_newcomer(
+        world: World, tmp_path: Path) -> None:
+    zero, one = supervisors_of(tmp_path, world, [{0}, {1}])
+    try:
+        first = await running([zero], world, {0})
+        both = await running([one], world, {0, 1})
+        assert both is not first and first.stopped and len([r for r in world.runners if r.running]) == 1
+        assert zero.failures == 0 and one.failures == 0
+    finally:
+        await asyncio.gather(zero.stop(), one.stop())
     assert all(r.stopped for r in world.runners)
 
 
@@ -623,11 +711,12 @@ async def test_a_restart_fails_a_partition_whose_last_commit_did_not_end_cleanly
     start it from there: its supervisor starts it again from Kafka's committed offsets."""
     zero, one = supervisors_of(tmp_path, world, [{0}, {1}])
     try:
-        await running([zero, one], world, {0, 1})
-        monkeypatch.setattr(one.tasks[1], "settled", lambda: False)
-        await zero.stop()  # the query restarts over partition 1 alone ...
-        assert not await until(lambda: one.failures == 1, world.steps)  # ... which it fails instead
-        assert "did not end cleanly" in one.reason
+        await running([zero], world, {0})
+        monkeypatch.setattr(zero.tasks[0], "settled", lambda: False)
+        one.start()  # the query has processed nothing yet: it restarts with partition 1 ...
+        assert not await until(lambda: zero.failures == 1, world.steps)  # ... and fails partition 0 instead
+        assert "did not end cleanly" in zero.reason
+        assert not await until(lambda: any(r.running and set(r.tasks) == {1} for r in world.runners), world.steps)
     finally:
         await asyncio.gather(zero.stop(), one.stop())
     assert all(r.stopped for r in world.runners)
