@@ -330,6 +330,9 @@ async def run(config: Config, cluster: LocalCluster | None = None, console: Cons
         ends = await input_ends(config)
         at = time.monotonic()
         assert cluster is not None
+        # Watched from the fault on: a stopping worker leaves at once but takes seconds to exit.
+        watch = detection(config, fault.target, at) if fault.action in ("kill", "stop") else None
+        detected = asyncio.create_task(watch) if watch is not None else None
         if fault.action == "kill":
             await asyncio.to_thread(cluster.kill, fault.target)
         elif fault.action == "stop":
@@ -338,8 +341,6 @@ async def run(config: Config, cluster: LocalCluster | None = None, console: Cons
             await asyncio.to_thread(cluster.restart, fault.target)
         else:
             await asyncio.to_thread(cluster.add_worker, False)
-        watch = detection(config, fault.target, at) if fault.action in ("kill", "stop") else None
-        detected = asyncio.create_task(watch) if watch is not None else None
         back = await recovery(config, query_id, at, ends, stats)
         return {**fault_report(fault, at, stats, back), **(await detected if detected is not None else {})}
 
