@@ -16,8 +16,10 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from millpond.services.worker.task import AggregateSlice, BadRecord, MaterializeSlice, ProjectSlice, SliceT
 from millpond.shared.catalog.queries import PersistentQuery
@@ -40,9 +42,15 @@ _FIXED = ("_partition", "_kind", "_group", "_bad_offset", "_lo", "_hi", "_n", "_
 
 def reduce_aggregate(parsed: DataFrame, query: PersistentQuery, source: DataSource,
                      sink: DataSource) -> dict[int, AggregateSlice]:
-    """A GROUP BY batch reduced to one partial state per (partition, key): the filter and the
-    aggregates' partial forms run in Spark; the task merges the partials into its store."""
+    """A GROUP BY batch reduced to one partial state per (partition, key); the task merges
+    the partials into its store. When every aggregate has Arrow forms (``arrow_aggregate``),
+    Spark decodes, filters and computes the arguments in one narrow stage and Arrow groups;
+    else the aggregates' partial forms run in Spark, grouped by a shuffle."""
     frame = classify(parsed, source, tombstones=False, where=query.plan.where)
+    arguments = [F.expr(call.argument).alias(f"a{i}") for i, call in enumerate(query.plan.aggregates)]
+    arrow = arrow_forms(frame.select(*arguments).schema, query)
+    if arrow is not None:
+        return arrow_aggregate(frame, arguments, arrow, source)
     columns: list[Any] = []
     shape: list[int] = []
     for i, call in enumerate(query.plan.aggregates):
@@ -58,6 +66,54 @@ def reduce_aggregate(parsed: DataFrame, query: PersistentQuery, source: DataSour
                 state.append(plain(values[at:at + width]))
                 at += width
             slices[row["_partition"]].partials.append((bytes(row["_group"]), state))
+    return slices
+
+
+_ARROW_EXACT = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.DecimalType, T.StringType, T.BooleanType)
+"""Argument types Arrow's min and max order exactly as Spark does (floating point is not:
+Spark orders NaN above every number, Arrow skips it)."""
+_ARROW_SUMMABLE = (*_ARROW_EXACT, T.FloatType, T.DoubleType)
+"""Argument types Arrow's count and sum take with Spark's results."""
+
+
+def arrow_forms(arguments: T.StructType, query: PersistentQuery) -> list[tuple[str, ...]] | None:
+    """Each aggregate's Arrow forms, when every one has them for its argument's type (the
+    ``arguments`` schema, one field per aggregate); None: the batch is reduced in Spark."""
+    out = []
+    for call, field in zip(query.plan.aggregates, arguments.fields, strict=True):
+        forms = aggregates.require(call.function).arrow
+        exact = all(form in ("count", "sum") for form in forms)
+        if not forms or not isinstance(field.dataType, _ARROW_SUMMABLE if exact else _ARROW_EXACT):
+            return None
+        out.append(forms)
+    return out
+
+
+def arrow_aggregate(frame: DataFrame, arguments: list[Any], forms: list[tuple[str, ...]],
+                    source: DataSource) -> dict[int, AggregateSlice]:
+    """The batch's records, decoded, classified and with each aggregate's argument computed
+    in one narrow Spark stage, come back as one Arrow table (no shuffle, no Python row per
+    record); Arrow's hash aggregation gives each partition's offsets and count and each
+    (partition, key)'s partials, and the bad records are read out of it."""
+    table = frame.select(
+        "_partition", "_offset", "_kind", F.expr(f"IF(_kind = {GOOD}, _key_bytes, NULL)").alias("_group"),
+        F.expr(f"IF(_kind IN ({_BAD}), _raw, NULL)").alias("_bad_raw"), *arguments).toArrow()
+    kind = table["_kind"]
+    rows: list[dict[str, Any]] = [
+        {"_partition": r["_partition"], "_lo": r["_offset_min"], "_hi": r["_offset_max"], "_n": r["_offset_count"],
+         "_kind": SKIPPED, "_bad_offset": None, "_bad_raw": None}
+        for r in table.group_by("_partition").aggregate(
+            [("_offset", "min"), ("_offset", "max"), ("_offset", "count")]).to_pylist()]
+    bad = table.filter(pc.and_(pc.not_equal(kind, GOOD), pc.not_equal(kind, SKIPPED)))
+    rows += [{"_partition": r["_partition"], "_lo": r["_offset"], "_hi": r["_offset"], "_n": 0, "_kind": r["_kind"],
+              "_bad_offset": r["_offset"], "_bad_raw": r["_bad_raw"]}
+             for r in bad.select(["_partition", "_offset", "_kind", "_bad_raw"]).to_pylist()]
+    slices = spans(rows, AggregateSlice, source)
+    wanted = [(f"a{i}", form) for i, each in enumerate(forms) for form in each]
+    partials = table.filter(pc.equal(kind, GOOD)).group_by(["_partition", "_group"], use_threads=False).aggregate(wanted)
+    for row in partials.to_pylist():
+        state = [plain([row[f"a{i}_{form}"] for form in each]) for i, each in enumerate(forms)]
+        slices[row["_partition"]].partials.append((bytes(row["_group"]), state))
     return slices
 
 

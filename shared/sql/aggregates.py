@@ -1,7 +1,8 @@
 """Aggregate functions as mergeable state.
 
 Spark reduces each micro-batch to one *partial* per key (the ``partials`` expressions, in
-Spark SQL); the worker merges partials into the stored state with ``merge`` and shows the
+Spark SQL; or, for the aggregates with ``arrow`` forms, Arrow's hash aggregation of the
+argument values Spark computed); the worker merges partials into the stored state with ``merge`` and shows the
 state with ``finalize``. States are JSON-serializable lists so they can travel in the
 changelog.
 """
@@ -61,6 +62,9 @@ class Aggregate:
     result_type: Callable[[SqlType], SqlType]
     param: str = "any"
     """The kind of argument it takes (see ``millpond.shared.sql.functions.KINDS``)."""
+    arrow: tuple[str, ...] = ()
+    """The same partials as Arrow hash aggregations of the argument's values (``count``
+    counts the non-NULL ones, ``sum`` is NULL without one, as Spark's); empty: Spark only."""
 
 
 _DOUBLE = SqlType("DOUBLE")
@@ -70,16 +74,17 @@ AGGREGATES: dict[str, Aggregate] = {
     a.name: a
     for a in [
         Aggregate("COUNT", lambda x: [f"count({x})"], lambda o, n: [_add(o[0], n[0])],
-                  lambda s: s[0] or 0, lambda _t: _BIGINT),
+                  lambda s: s[0] or 0, lambda _t: _BIGINT, arrow=("count",)),
         Aggregate("SUM", lambda x: [f"sum({x})"], lambda o, n: [_add(o[0], n[0])],
-                  lambda s: s[0], lambda t: t, "numeric"),
+                  lambda s: s[0], lambda t: t, "numeric", arrow=("sum",)),
         Aggregate("AVG", lambda x: [f"sum({x})", f"count({x})"],
                   lambda o, n: [_add(o[0], n[0]), _add(o[1], n[1])],
-                  lambda s: (s[0] / s[1]) if s[1] else None, lambda _t: _DOUBLE, "numeric"),
+                  lambda s: (s[0] / s[1]) if s[1] else None, lambda _t: _DOUBLE, "numeric",
+                  arrow=("sum", "count")),
         Aggregate("MIN", lambda x: [f"min({x})"], lambda o, n: [_pick(min)(o[0], n[0])],
-                  lambda s: s[0], lambda t: t),
+                  lambda s: s[0], lambda t: t, arrow=("min",)),
         Aggregate("MAX", lambda x: [f"max({x})"], lambda o, n: [_pick(max)(o[0], n[0])],
-                  lambda s: s[0], lambda t: t),
+                  lambda s: s[0], lambda t: t, arrow=("max",)),
         Aggregate("LATEST_BY_OFFSET", lambda x: [f"max_by({x}, {OFFSET})", f"max({OFFSET})"],
                   _by_offset(newer=True), lambda s: s[0], lambda t: t),
         Aggregate("EARLIEST_BY_OFFSET", lambda x: [f"min_by({x}, {OFFSET})", f"min({OFFSET})"],

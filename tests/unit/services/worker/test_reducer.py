@@ -8,7 +8,10 @@ local[1] Spark session, against a pure-Python reference of the same rules:
   finalize to COUNT(*), SUM and AVG over the batch;
 - a PROJECT query keeps the records its WHERE passes, in input order, keyed as the input;
 - each partition's slice carries its last offset and how many records it read;
-- all of it comes from one Spark job per batch.
+- all of it comes from one Spark job per batch;
+- a GROUP BY batch is reduced the same whether Arrow groups it (the aggregates with Arrow
+  forms, over argument types Arrow orders as Spark does) or Spark's shuffle does (the others):
+  every GROUP BY test runs both ways.
 
 Everything the test reads from the reducer goes through ``observe`` and ``reduce``, so a change
 of the slice types touches only those two functions.
@@ -29,8 +32,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
+from pyspark.sql.types import (
+    BinaryType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
+from millpond.services.worker import reducers
 from millpond.services.worker.query_runner import QueryRunner
 from millpond.services.worker.spark import create_session
 from millpond.services.worker.task import AggregationTask, ProjectionTask, Task
@@ -178,6 +191,14 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     session.stop()
 
 
+@pytest.fixture(params=["arrow", "spark"])
+def reduction(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """How a GROUP BY batch is grouped: by Arrow (where it can) or, forced, by Spark's shuffle."""
+    if request.param == "spark":
+        monkeypatch.setattr(reducers, "arrow_forms", lambda *_: None)
+    return str(request.param)
+
+
 @pytest.fixture(scope="module")
 def batch(spark: SparkSession) -> DataFrame:
     """``RECORDS`` as a micro-batch of the Kafka source."""
@@ -214,7 +235,7 @@ def test_the_reference_covers_every_case() -> None:
     assert reference(HAND_MADE, "PROJECT")[1].records == [(b"s3", {"AREA": "b", "DOUBLED": 40})]
 
 
-def test_an_aggregate_batch_reduces_to_what_python_computes(spark: SparkSession, batch: DataFrame,
+def test_an_aggregate_batch_reduces_to_what_python_computes(spark: SparkSession, reduction: str, batch: DataFrame,
                                                             tmp_path: Path) -> None:
     got = reduce(spark, AGGREGATE, batch, tmp_path)
     want = reference(RECORDS, "AGGREGATE")
@@ -246,11 +267,11 @@ def _as_batch(spark: SparkSession, records: list[Record]) -> DataFrame:
     return spark.createDataFrame([(k, v, "r", p, o, None, 0) for k, v, p, o in records], KAFKA_ROW)
 
 
-def test_a_batch_is_one_spark_job(spark: SparkSession, batch: DataFrame, tmp_path: Path) -> None:
+def test_a_batch_is_one_spark_job(spark: SparkSession, reduction: str, batch: DataFrame, tmp_path: Path) -> None:
     """Each Spark job costs a scheduling round trip whatever its size: a batch makes one."""
     tracker = spark.sparkContext.statusTracker()
     for statement in (AGGREGATE, PROJECT):
-        group = f"one-job-{len(statement)}"
+        group = f"one-job-{reduction}-{len(statement)}"
         spark.sparkContext.setJobGroup(group, statement)
         try:
             reduce(spark, statement, batch, tmp_path)
@@ -274,7 +295,7 @@ _RECORDS = st.lists(
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(drawn=_RECORDS)
-def test_random_batches_reduce_to_the_reference(spark: SparkSession, tmp_path: Path,
+def test_random_batches_reduce_to_the_reference(spark: SparkSession, reduction: str, tmp_path: Path,
                                                 drawn: list[tuple[int, bytes | None, bytes | None, int]]) -> None:
     """Random batches (bad values, NULL keys, tombstones, gaps for transaction markers, several
     partitions) give the reference's slices under both kinds."""
@@ -295,6 +316,48 @@ def test_random_batches_reduce_to_the_reference(spark: SparkSession, tmp_path: P
             for key, (count, total, mean) in expected.totals.items():
                 assert piece.totals[key][:2] == (count, total)
                 assert piece.totals[key][2] == pytest.approx(mean)
+
+
+MIXED = ("CREATE TABLE m AS SELECT sensor, MIN(reading) AS lo, MAX(area) AS hi, COUNT(area) AS areas, "
+         "SUM(reading) AS total FROM r WHERE reading IS NULL OR reading != 0 GROUP BY sensor")
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(drawn=_RECORDS)
+def test_arrow_and_spark_reduce_min_max_and_counts_alike(spark: SparkSession, tmp_path: Path,
+                                                         drawn: list[tuple[int, bytes | None, bytes | None, int]]) -> None:
+    """MIN and MAX of integers and strings, COUNT of a column and a WHERE, grouped by Arrow and
+    by Spark's shuffle over the same random batch: the same slices, value for value."""
+    records = [(key, value, partition, i) for i, (partition, key, value, _) in enumerate(drawn)]
+    frame = _as_batch(spark, records)
+    by_arrow = reduce(spark, MIXED, frame, tmp_path)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(reducers, "arrow_forms", lambda *_: None)
+        by_spark = reduce(spark, MIXED, frame, tmp_path)
+    assert by_arrow == by_spark
+
+
+def test_arrow_groups_only_what_it_orders_and_sums_as_spark_does() -> None:
+    meta = Metastore()
+    meta.apply(parse_statement("CREATE STREAM x (k VARCHAR KEY, i INT, d DOUBLE, s VARCHAR, t TIMESTAMP) "
+                               "WITH (kafka_topic='x', partitions=1, value_format='json')"), 0)
+
+    def forms(select: str) -> list[tuple[str, ...]] | None:
+        before = set(meta.queries)
+        meta.apply(parse_statement(f"CREATE TABLE q{len(before)} AS SELECT k, {select} FROM x GROUP BY k"),
+                   len(before) + 1)
+        (query_id,) = set(meta.queries) - before
+        query = meta.queries[query_id]
+        types = {"i": IntegerType(), "d": DoubleType(), "s": StringType(), "t": TimestampType(), "1": IntegerType()}
+        schema = StructType([StructField(f"a{n}", types[c.argument.strip("`").lower()])
+                             for n, c in enumerate(query.plan.aggregates)])
+        return reducers.arrow_forms(schema, query)
+
+    assert forms("COUNT(*) AS n, SUM(i) AS a, AVG(d) AS b, MIN(i) AS c, MAX(s) AS e") == [
+        ("count",), ("sum",), ("sum", "count"), ("min",), ("max",)]
+    assert forms("MIN(d) AS a") is None, "Spark orders NaN above every number; Arrow skips it"
+    assert forms("MAX(t) AS a") is None
+    assert forms("COUNT(i) AS n, LATEST_BY_OFFSET(i) AS a") is None
 
 
 # --- Names are data, never SQL ---------------------------------------------------------------
@@ -351,7 +414,7 @@ def _reduce_with(spark: SparkSession, meta: Metastore, statement: str, frame: Da
         loop.close()
 
 
-def test_a_column_name_cannot_inject_spark_sql(spark: SparkSession, tmp_path: Path) -> None:
+def test_a_column_name_cannot_inject_spark_sql(spark: SparkSession, reduction: str, tmp_path: Path) -> None:
     _weird_name_results(spark, _INJECTION, tmp_path)
 
 
