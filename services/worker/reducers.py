@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from millpond.services.worker.task import AggregateSlice, BadRecord, MaterializeSlice, ProjectSlice, SliceT
-from millpond.shared.catalog.queries import PersistentQuery
+from millpond.shared.catalog.queries import PersistentQuery, QueryPlan
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.kafka.serde import serialize_key, serialize_value
 from millpond.shared.sql import aggregates
@@ -48,7 +48,12 @@ def reduce_aggregate(parsed: DataFrame, query: PersistentQuery, source: DataSour
     else the aggregates' partial forms run in Spark, grouped by a shuffle."""
     frame = classify(parsed, source, tombstones=False, where=query.plan.where)
     arguments = [F.expr(call.argument).alias(f"a{i}") for i, call in enumerate(query.plan.aggregates)]
-    arrow = arrow_forms(frame.select(*arguments).schema, query)
+    key = (query.plan, source)
+    if key not in _ARROW_PLANS:  # the arguments' types need Spark's analysis: once per plan, not per batch
+        if len(_ARROW_PLANS) >= 256:
+            _ARROW_PLANS.clear()
+        _ARROW_PLANS[key] = arrow_forms(frame.select(*arguments).schema, query)
+    arrow = _ARROW_PLANS[key]
     if arrow is not None:
         return arrow_aggregate(frame, arguments, arrow, source)
     columns: list[Any] = []
@@ -74,6 +79,10 @@ _ARROW_EXACT = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.DecimalTyp
 Spark orders NaN above every number, Arrow skips it)."""
 _ARROW_SUMMABLE = (*_ARROW_EXACT, T.FloatType, T.DoubleType)
 """Argument types Arrow's count and sum take with Spark's results."""
+
+
+_ARROW_PLANS: dict[tuple[QueryPlan, DataSource], list[tuple[str, ...]] | None] = {}
+"""``arrow_forms`` of each (plan, source) seen: the same for every batch of a query."""
 
 
 def arrow_forms(arguments: T.StructType, query: PersistentQuery) -> list[tuple[str, ...]] | None:

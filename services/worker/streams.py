@@ -12,9 +12,9 @@ A change of partitions restarts nothing that keeps running. Partitions that join
 stage's Spark query runs get a Spark query of their own, started from their tasks'
 positions; the running one goes on with no pause (at most ``MAX_QUERIES`` per stage: later
 newcomers restart the newest, which holds only partitions that moved in lately, and a query
-that has not processed a batch yet is restarted rather than joined by another). A partition that leaves gets no more
-batches at once: its query still fetches it until its next start, but sets its records aside
-before decoding them. A query left with no partitions stops. The queries of a stage become
+that has not processed a batch yet is restarted rather than joined by another). A partition
+that leaves gets no more batches at once: its query still fetches it until its next start,
+but sets its records aside before decoding them. A query left with no partitions stops. The queries of a stage become
 one again the next time they start together: after a parked spell.
 
 A task whose commit fails leaves its query at once (it gets no later batch, so none can skip
@@ -151,8 +151,9 @@ class StageStream:
         parked = [runner for runner in self.runners if runner.parked_at is not None]
         if parked and len(parked) == len(self.runners):
             await self._resume(parked)
-        for runner in parked if len(parked) < len(self.runners) else []:
-            await self._resume([runner])  # alone: the stage's running queries go on as they are
+        else:
+            for runner in parked:  # alone: the stage's running queries go on as they are
+                await self._resume([runner])
 
     async def _wait(self) -> None:
         """Until the members change, or the next look: soon while a query runs, when the
@@ -181,10 +182,7 @@ class StageStream:
                 self.runners.remove(runner)
                 await self._retire(runner)
         running = {p for runner in self.runners for p in runner.tasks}
-        pending = {p: task for p, task in self.members.items() if p not in running}
-        for partition in [p for p, task in pending.items() if not task.settled()]:
-            self._remove(partition, "its last commit did not end cleanly")
-            del pending[partition]
+        pending = self._settled({p: task for p, task in self.members.items() if p not in running})
         if not pending:
             return
         parked = [runner for runner in self.runners if runner.parked_at is not None]
@@ -201,22 +199,16 @@ class StageStream:
             self.runners.remove(newest)
             tasks, newest.tasks = newest.tasks, {}
             if (unclean := await self._stop_query(newest)) is not None:
-                for partition, task in tasks.items():
-                    if self.members.get(partition) is task:
-                        self._remove(partition, unclean)
+                self._fail_tasks(tasks, unclean)
             else:
-                pending.update({p: task for p, task in tasks.items() if self.members.get(p) is task})
-            for partition in [p for p, task in pending.items() if not task.settled()]:
-                self._remove(partition, "its last commit did not end cleanly")
-                del pending[partition]
+                pending.update(self._settled(tasks))
             if not pending:
                 return
         try:
             spark = await self._spark()
         except Exception as error:  # e.g. Spark's JVM gone: the newcomers' supervisors must learn it
             log.warning("no Spark session for a query", exc_info=True, extra=self._context)
-            for partition in pending:
-                self._remove(partition, f"{type(error).__name__}: {error}")
+            self._fail_tasks(pending, f"{type(error).__name__}: {error}")
             return
         runner = QueryRunner(
             spark, self.settings, self.stage.query, self.stage.source, self.stage.sink, pending,
@@ -262,12 +254,23 @@ class StageStream:
         why (and restarts it); the stage's other queries go on."""
         log.warning("stream failed", extra={**self._context, "runner": runner.name, "reason": reason,
                                             "partitions": sorted(runner.tasks)})
-        for partition, task in list(runner.tasks.items()):
-            if self.members.get(partition) is task:
-                self._remove(partition, reason)
+        self._fail_tasks(runner.tasks, reason)
         if runner in self.runners:
             self.runners.remove(runner)
         await self._retire(runner)
+
+    def _fail_tasks(self, tasks: dict[int, Task[Any]], reason: str) -> None:
+        """Those of ``tasks`` that are still members leave, and their supervisors learn why."""
+        for partition, task in list(tasks.items()):
+            if self.members.get(partition) is task:
+                self._remove(partition, reason)
+
+    def _settled(self, tasks: dict[int, Task[Any]]) -> dict[int, Task[Any]]:
+        """Those of ``tasks`` still members whose last commit ended cleanly; the others are
+        failed (their positions are unknown, so no query may start them from there)."""
+        self._fail_tasks({p: task for p, task in tasks.items() if not task.settled()},
+                         "its last commit did not end cleanly")
+        return {p: task for p, task in tasks.items() if self.members.get(p) is task}
 
     async def _fail_all(self, reason: str) -> None:
         """The stream cannot go on (an error outside any one query): every member's
@@ -332,8 +335,7 @@ class StageStream:
         for runner in others:
             first.tasks.update(runner.tasks)
             self.runners.remove(runner)
-        for partition in [p for p, task in first.tasks.items() if not task.settled()]:
-            self._remove(partition, "its last commit did not end cleanly")
+        first.tasks = self._settled(first.tasks)
         if not first.tasks:
             self.runners.remove(first)
             return

@@ -246,16 +246,18 @@ def supervisor_of(tmp_path: Path, world: World, query_id: str = QUERY) -> QueryS
 
 
 def supervisors_of(tmp_path: Path, world: World, partitions: list[set[int]],
-                   query_id: str = QUERY) -> list[QuerySupervisor]:
-    """Supervisors of these partitions of the query, sharing one worker's stage streams."""
+                   query_id: str = QUERY, watch: FakeWatch | None = None) -> list[QuerySupervisor]:
+    """Supervisors of these partitions of the query, sharing one worker's stage streams (which
+    park after 20 ms without input when they have an input ``watch``)."""
     meta = metastore()
     # A failed run waits long before its retry: one run per test.
-    settings = WorkerSettings(worker_id="w", state_dir=tmp_path, task_retry_initial_ms=600_000, task_retry_max_ms=600_000)
+    settings = WorkerSettings(worker_id="w", state_dir=tmp_path, task_retry_initial_ms=600_000, task_retry_max_ms=600_000,
+                              park_after_idle_ms=20 if watch is not None else 15_000)
 
     async def spark() -> Any:
         await world.steps.point("spark")
         return object()
-    streams = StageStreams(settings, spark)
+    streams = StageStreams(settings, spark, watch)  # type: ignore[arg-type]
     return [QuerySupervisor(settings, meta, meta.queries[query_id], p, streams) for p in partitions]
 
 
@@ -499,13 +501,8 @@ async def test_a_stage_without_input_parks_its_spark_query_and_resumes_when_the_
     """The tasks stay open and RUNNING throughout (they serve pulls); only the Spark query
     stops, and starts again once an input partition's end passes what it had read."""
     meta = metastore()
-    settings = WorkerSettings(worker_id="w", state_dir=tmp_path, park_after_idle_ms=20)
     watch = FakeWatch()
-
-    async def spark() -> Any:
-        return object()
-    streams = StageStreams(settings, spark, watch)  # type: ignore[arg-type]
-    supervisor = QuerySupervisor(settings, meta, meta.queries[QUERY], {0, 1}, streams)
+    (supervisor,) = supervisors_of(tmp_path, world, [{0, 1}], watch=watch)
     supervisor.start()
     try:
         assert not await until(lambda: bool(world.runners) and world.runners[-1].started
@@ -531,21 +528,15 @@ async def test_a_stage_without_input_parks_its_spark_query_and_resumes_when_the_
 
 
 async def test_the_queries_of_a_stage_park_and_start_again_as_one(tmp_path: Path, world: World) -> None:
-    meta = metastore()
-    settings = WorkerSettings(worker_id="w", state_dir=tmp_path, park_after_idle_ms=20)
     watch = FakeWatch()
-
-    async def spark() -> Any:
-        return object()
-    streams = StageStreams(settings, spark, watch)  # type: ignore[arg-type]
-    zero, one = (QuerySupervisor(settings, meta, meta.queries[QUERY], {p}, streams) for p in (0, 1))
+    zero, one = supervisors_of(tmp_path, world, [{0}, {1}], watch=watch)
+    topic = metastore().source("R").topic
     try:
         first = await running([zero], world, {0})
         first.batches = 1
         second = await running([one], world, {1})
         first.read, second.read = {0: 10, 1: 4}, {0: 2, 1: 10}  # a query reports each partition it fetched
         assert not await until(lambda: first.stopped and second.stopped and len(watch.watched) == 2, world.steps)
-        topic = meta.source("R").topic
         assert sorted(watch.watched) == [TopicPartition(topic, 0), TopicPartition(topic, 1)]
         watch.fetch({TopicPartition(topic, 1): 12})
         assert not await until(lambda: first.running, world.steps)
@@ -558,21 +549,15 @@ async def test_the_queries_of_a_stage_park_and_start_again_as_one(tmp_path: Path
 
 async def test_a_parked_query_starts_again_alone_while_another_of_its_stage_runs(
         tmp_path: Path, world: World) -> None:
-    meta = metastore()
-    settings = WorkerSettings(worker_id="w", state_dir=tmp_path, park_after_idle_ms=20)
     watch = FakeWatch()
-
-    async def spark() -> Any:
-        return object()
-    streams = StageStreams(settings, spark, watch)  # type: ignore[arg-type]
-    zero, one = (QuerySupervisor(settings, meta, meta.queries[QUERY], {p}, streams) for p in (0, 1))
+    zero, one = supervisors_of(tmp_path, world, [{0}, {1}], watch=watch)
+    topic = metastore().source("R").topic
     try:
         first = await running([zero], world, {0})
         first.batches = 1  # it has input all along (no progress to park on)
         second = await running([one], world, {1})
         second.read = {1: 10}
         assert not await until(lambda: second.stopped and bool(watch.watched), world.steps)
-        topic = meta.source("R").topic
         watch.fetch({TopicPartition(topic, 1): 12})
         assert not await until(lambda: second.running, world.steps)
         assert second.starts == 2 and set(second.tasks) == {1} and watch.watched == []
