@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 
 from bench.common import arguments, emit, produce_readings
 from millpond.deploy.local.kafka_broker import EmbeddedKafka
-from millpond.services.worker.query_runner import QueryRunner
+from millpond.services.worker.query_runner import SOURCE_OPTIONS, QueryRunner
 from millpond.services.worker.spark import create_session
 from millpond.services.worker.task import AggregationTask, Task
 from millpond.shared.catalog.metastore import Metastore
@@ -79,7 +79,7 @@ def measure(spark: Any, runner: QueryRunner, bootstrap: str, size: int, batches:
 
     stream = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
               .option("assign", json.dumps({"readings": list(range(PARTITIONS))}))
-              .option("startingOffsets", "earliest").option("kafka.isolation.level", "read_committed")
+              .option("startingOffsets", "earliest").options(**SOURCE_OPTIONS)
               .option("maxOffsetsPerTrigger", str(size)).load()
               .writeStream.foreachBatch(on_batch).trigger(processingTime="100 milliseconds")
               .option("checkpointLocation", str(work / f"checkpoint-{size}")).start())
