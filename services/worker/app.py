@@ -92,6 +92,10 @@ class Worker:
         # No beat may follow the leave, or it would rejoin the worker.
         await asyncio.gather(*beats, return_exceptions=True)
         await self.membership.leave()
+        # Its partitions are other workers' now: stop processing them at once (its Spark
+        # queries took the CPU their new owners need, and their commits would only be fenced),
+        # while its stores go on answering pulls until the server stops.
+        await self.processing.run(self.tasks.stop_processing())
         await self.server.stop()
         for loop in loops:
             loop.cancel()

@@ -172,6 +172,11 @@ class TaskAssignment:
             self.supervisors[query.query_id, partition] = supervisor
             supervisor.start()
 
+    async def stop_processing(self) -> None:
+        """Stop every Spark query now, and start none after; the tasks' stores stay open and
+        answer pulls until ``stop``."""
+        await self.streams.stop()
+
     async def stop(self) -> None:
         """Stop every task and standby copy, all at once, each bounded (errors logged: the worker is going)."""
         await _stop_all([*self.supervisors.values(), *self.standbys.values()])

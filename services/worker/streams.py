@@ -356,10 +356,14 @@ class StageStreams:
         self.inputs = inputs
         """Where a parked stream learns that its input moved; None: streams never park."""
         self._streams: dict[tuple[str, str], StageStream] = {}
+        self._stopped = False
+        """Set by ``stop``: no stream is made any more."""
 
     def join(self, stage: Stage, tasks: dict[int, Task[Any]]) -> tuple[StageStream, asyncio.Future[str]]:
         """``StageStream.join`` on the stage's stream (made now if it has none): the stream,
         to leave, and the future set with why it cannot run the tasks any more."""
+        if self._stopped:
+            raise MillpondError("the worker is stopping: it starts no Spark query any more")
         key = (stage.query.query_id, stage.name)
         stream = self._streams.get(key)
         if stream is not None and stream.stage.query.plan != stage.query.plan:
@@ -381,6 +385,8 @@ class StageStreams:
             await stream.close()
 
     async def stop(self) -> None:
-        """Close every stream."""
+        """Close every stream, and make none after (a supervisor that restarts fails to join).
+        The members' tasks stay open: their supervisors close them."""
+        self._stopped = True
         streams, self._streams = list(self._streams.values()), {}
         await asyncio.gather(*(s.close() for s in streams))

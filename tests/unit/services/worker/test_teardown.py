@@ -597,6 +597,32 @@ async def test_a_workers_partitions_share_one_spark_query_and_one_leaving_stops_
     assert all(r.stopped for r in world.runners)
 
 
+async def test_a_leaving_worker_stops_its_spark_queries_first_and_its_stores_still_answer(
+        world: World, tmp_path: Path) -> None:
+    """The worker has left: its Spark queries stop at once, while its tasks stay open to serve
+    pulls until they stop; a supervisor that restarts meanwhile starts no Spark query."""
+    zero, one = supervisors_of(tmp_path, world, [{0}, {1}])
+    late = QuerySupervisor(zero.settings, zero.metastore, zero.query, {1}, zero.streams)
+    try:
+        runner = await running([zero, one], world, {0, 1})
+        await runner._commit(dict(batch()))
+        await zero.streams.stop()
+        assert runner.stopped, "the Spark query stops with the leave"
+        for supervisor in (zero, one):
+            (task,) = supervisor.tasks.values()
+            assert task.store is not None and task.state == RUNNING and supervisor.failures == 0
+            assert task.store.position(INPUT_OFFSET) == COMMITTED_TO, "what was committed still answers"
+        await one.stop()
+        late.start()  # partition 1 again, as a restart would
+        assert not await until(lambda: late.failures > 0, world.steps)
+        assert len(world.runners) == 1 and "stopping" in (late.reason or "")
+    finally:
+        await asyncio.gather(zero.stop(), one.stop(), late.stop())
+    for supervisor in (zero, one, late):
+        assert all(task.store is None for task in supervisor.tasks.values())
+    assert all(p.stopped for p in world.producers) and not any(p.in_transaction for p in world.producers)
+
+
 async def test_a_partition_that_moves_in_gets_a_spark_query_of_its_own_and_the_running_one_goes_on(
         world: World, tmp_path: Path) -> None:
     """Partition 0's query has processed batches; partition 1 moves in (a failover, a scale-in):
