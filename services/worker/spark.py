@@ -67,6 +67,13 @@ def create_session(settings: WorkerSettings) -> SparkSession:
         .config("spark.sql.streaming.pollingDelay", f"{settings.idle_poll_ms}ms")
         # ksqlDB semantics: a bad cast or a division by zero gives NULL, not a failed batch.
         .config("spark.sql.ansi.enabled", "false")
+        # Every trigger writes two small files to the query's checkpoint (offsets, commits).
+        # Through Hadoop's FileContext (Spark's default) each took 46 ms on the local file
+        # system, tmpfs included; through the FileSystem API 10-12 ms, a quarter of an idle
+        # machine's 1k-record trigger (292 -> 226 ms). The checkpoint is the worker's own and
+        # local, and the tasks, not it, hold the committed positions.
+        .config("spark.sql.streaming.checkpointFileManagerClass",
+                "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager")
     )
     for key, value in settings.spark_conf.items():  # the operator's settings win
         builder = builder.config(key, value)
