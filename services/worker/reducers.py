@@ -49,11 +49,11 @@ def reduce_aggregate(parsed: DataFrame, query: PersistentQuery, source: DataSour
     frame = classify(parsed, source, tombstones=False, where=query.plan.where)
     arguments = [F.expr(call.argument).alias(f"a{i}") for i, call in enumerate(query.plan.aggregates)]
     key = (query.plan, source)
-    if key not in _ARROW_PLANS:  # the arguments' types need Spark's analysis: once per plan, not per batch
-        if len(_ARROW_PLANS) >= 256:
-            _ARROW_PLANS.clear()
-        _ARROW_PLANS[key] = arrow_forms(frame.select(*arguments).schema, query)
-    arrow = _ARROW_PLANS[key]
+    if key not in _ARGUMENT_TYPES:  # Spark's analysis (~10 ms): once per plan, not per batch
+        if len(_ARGUMENT_TYPES) >= 256:
+            _ARGUMENT_TYPES.clear()
+        _ARGUMENT_TYPES[key] = frame.select(*arguments).schema
+    arrow = arrow_forms(_ARGUMENT_TYPES[key], query)
     if arrow is not None:
         return arrow_aggregate(frame, arguments, arrow, source)
     columns: list[Any] = []
@@ -81,8 +81,8 @@ _ARROW_SUMMABLE = (*_ARROW_EXACT, T.FloatType, T.DoubleType)
 """Argument types Arrow's count and sum take with Spark's results."""
 
 
-_ARROW_PLANS: dict[tuple[QueryPlan, DataSource], list[tuple[str, ...]] | None] = {}
-"""``arrow_forms`` of each (plan, source) seen: the same for every batch of a query."""
+_ARGUMENT_TYPES: dict[tuple[QueryPlan, DataSource], T.StructType] = {}
+"""The aggregates' argument types of each (plan, source) seen: the same for every batch."""
 
 
 def arrow_forms(arguments: T.StructType, query: PersistentQuery) -> list[tuple[str, ...]] | None:

@@ -52,9 +52,9 @@ def create_session(settings: WorkerSettings) -> SparkSession:
         .config("spark.jars", ",".join(connector_jars(settings.jar_cache)))
         .config("spark.driver.memory", settings.spark_driver_memory)
         # The driver runs the queries itself (local mode) on a core or two: the serial
-        # collector keeps the heap smaller and takes no threads from them. bench.aggregation,
-        # same run conditions: peak RSS per worker 883 MiB against 1,221-1,264 with G1, and
-        # 0.61x Kafka Streams against 0.54-0.58x.
+        # collector keeps the heap smaller and takes no threads from them. bench.aggregation:
+        # peak RSS per worker 869-887 MiB against 1,221-1,264 with G1, throughput the same
+        # within the runs' noise.
         .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")

@@ -14,8 +14,8 @@ positions; the running one goes on with no pause (at most ``MAX_QUERIES`` per st
 newcomers restart the newest, which holds only partitions that moved in lately, and a query
 that has not processed a batch yet is restarted rather than joined by another). A partition
 that leaves gets no more batches at once: its query still fetches it until its next start,
-but sets its records aside before decoding them. A query left with no partitions stops. The queries of a stage become
-one again the next time they start together: after a parked spell.
+but sets its records aside before decoding them. A query left with no partitions stops. The
+queries of a stage become one again the next time they start together: after a parked spell.
 
 A task whose commit fails leaves its query at once (it gets no later batch, so none can skip
 its lost one) and its supervisor learns why; a Spark query that stops by itself fails the

@@ -3,8 +3,8 @@
 Spark reduces each micro-batch to one *partial* per key (the ``partials`` expressions, in
 Spark SQL; or, for the aggregates with ``arrow`` forms, Arrow's hash aggregation of the
 argument values Spark computed); the worker merges partials into the stored state with
-``merge`` and shows the state with ``finalize``. States are JSON-serializable lists so they can travel in the
-changelog.
+``merge`` and shows the state with ``finalize``. States are JSON-serializable lists so they
+can travel in the changelog.
 """
 
 from __future__ import annotations

@@ -196,7 +196,6 @@ def reduction(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     """How a GROUP BY batch is grouped: by Arrow (where it can) or, forced, by Spark's shuffle."""
     if request.param == "spark":
         monkeypatch.setattr(reducers, "arrow_forms", lambda *_: None)
-        monkeypatch.setattr(reducers, "_ARROW_PLANS", {})
     return str(request.param)
 
 
@@ -334,7 +333,6 @@ def test_arrow_and_spark_reduce_min_max_and_counts_alike(spark: SparkSession, tm
     by_arrow = reduce(spark, MIXED, frame, tmp_path)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(reducers, "arrow_forms", lambda *_: None)
-        patch.setattr(reducers, "_ARROW_PLANS", {})
         by_spark = reduce(spark, MIXED, frame, tmp_path)
     assert by_arrow == by_spark
 
