@@ -203,7 +203,7 @@ class StatementExecutor:
             sink = sinks.get(query.sink) or self.metastore.source(query.sink)
             for topic in internal_topics(self.settings.service_id, query):
                 await ensure_topic(self.admin, topic.name, sink.partitions, compacted=topic.compacted,
-                                   replicas=self.replicas)
+                                   replicas=self.replicas, configs=dict(topic.configs))
 
     async def _delete_topics(self, change: Change) -> None:
         topics = list(change.delete_topics)

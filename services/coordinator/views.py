@@ -68,7 +68,8 @@ def describe(metastore: Metastore, stmt: ast.Describe) -> Outcome:
     """DESCRIBE name: the columns, with a summary line; EXTENDED: every property as a row."""
     source = metastore.source(stmt.name)
     if not stmt.extended:
-        rows = [[c.name, str(c.type), "KEY" if c.key else ""] for c in source.columns]
+        key = "KEY" if source.window is None else f"KEY (Window type: {source.window.kind})"
+        rows = [[c.name, str(c.type), key if c.key else ""] for c in source.columns]
         summary = (f"Name: {source.name} | Type: {source.kind} | Topic: {source.topic} | "
                    f"Status: {metastore.status(source.name)}")
         return Outcome(stmt.text, message=summary, status="",
@@ -79,6 +80,7 @@ def describe(metastore: Metastore, stmt: ast.Describe) -> Outcome:
         ["TOPIC", source.topic], ["PARTITIONS", str(source.partitions)],
         ["KEY_FORMAT", source.key_format], ["VALUE_FORMAT", source.value_format],
         ["TIMESTAMP", source.timestamp or ""],
+        ["WINDOW", source.window.describe() if source.window is not None else ""],
         ["WRITTEN_BY", ", ".join(metastore.writers(source.name))],
         ["READ_BY", ", ".join(metastore.readers(source.name))],
         ["STATUS", metastore.status(source.name)],
@@ -95,6 +97,8 @@ def plan_lines(plan: QueryPlan, source: DataSource, sink: DataSource) -> list[st
         key=plan.key_column,
         aggregates=", ".join(f"{a.column} = {a.function}({a.argument})" for a in plan.aggregates),
         columns=", ".join(f"{c.name} = {c.expression}" for c in plan.columns)))
+    if plan.window is not None:
+        steps.append(f"[ WINDOW ] | {plan.window.describe()} | Event time: {plan.event_time or 'ROWTIME'}")
     if plan.repartition:
         steps.append(f"[ REPARTITION ] | Key: {plan.key_expression or plan.key_column} | "
                      f"Partitions: {source.partitions} -> {sink.partitions}")

@@ -19,12 +19,13 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from millpond.services.router.pull import PullPlan, key_equality
+from millpond.services.router.pull import PullPlan
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.kafka.serde import coerce, serialize_key
 from millpond.shared.sql import ast
 from millpond.shared.sql.guard import StatementParser
+from millpond.shared.sql.planner import key_equality
 from millpond.shared.sql.shapes import Shape, replace_node, shape_of
 
 K = TypeVar("K")

@@ -22,7 +22,7 @@ from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.kafka.serde import add_values, coerce, from_proto, serialize_key
 from millpond.shared.results import Outcome
 from millpond.shared.sql import ast
-from millpond.shared.sql.planner import plan_select, select_row
+from millpond.shared.sql.planner import key_equality, plan_select, select_row
 from millpond.worker.v1 import worker_pb2
 
 T = TypeVar("T")
@@ -47,19 +47,6 @@ class PullPlan:
     key_bytes: bytes | None = None
     partition: int | None = None
     """For a key lookup: the serialized key and the partition that holds it."""
-
-
-def key_equality(where: ast.Expr | None, key: str) -> ast.Literal | None:
-    """The literal ``k`` in a top-level conjunct ``KEY = k`` of ``where``, if any."""
-    if where is None:
-        return None
-    if isinstance(where, ast.Binary) and where.op == "AND":
-        return key_equality(where.left, key) or key_equality(where.right, key)
-    if isinstance(where, ast.Binary) and where.op == "=":
-        for col, lit in ((where.left, where.right), (where.right, where.left)):
-            if isinstance(col, ast.ColumnRef) and col.name == key and isinstance(lit, ast.Literal):
-                return lit
-    return None
 
 
 def plan_pull(query: ast.Query, metastore: Metastore, service_id: str) -> PullPlan:
@@ -154,7 +141,7 @@ async def execute_pull(plan: PullPlan, text: str, route: Router, lookup: Lookup,
         return result  # the columns and no row; no worker is asked, so no position is read
     held = _Held(max_rows)
 
-    if plan.partition is not None:
+    if plan.partition is not None and table.window is None:
         partition, way = plan.partition, route(plan.partition)
         response = await _first_answer(table, partition, way, lambda r: lookup(
             r.endpoint, worker_pb2.LookupRequest(table=table.name, partition=partition, key=plan.key_bytes,
@@ -170,7 +157,9 @@ async def execute_pull(plan: PullPlan, text: str, route: Router, lookup: Lookup,
     # and stops every scan once they pass max_rows, so a scan holds at most that many here.
     bounds = [n for n in (plan.limit, None if max_rows is None else max_rows + 1) if n is not None]
     scan_limit = min(bounds, default=0)
-    routes = {p: route(p) for p in range(table.partitions)}
+    # A windowed table holds a key's windows as rows of their own: its key lookup is a scan of
+    # the key's partition (the worker reads only that key's rows).
+    routes = {p: route(p) for p in (range(table.partitions) if plan.partition is None else [plan.partition])}
 
     async def pages(replica: Replica, partitions: list[int], limit: int) -> ScanAnswer:
         """Every page of one worker's scan of ``partitions``; its rows are held (and counted)
@@ -242,7 +231,7 @@ async def execute_pull(plan: PullPlan, text: str, route: Router, lookup: Lookup,
 def result_row(plan: PullPlan, row: rows_pb2.Row) -> list[Any] | None:
     """The result row for a table row as a worker sends it, or None when the WHERE drops it:
     for a key lookup, and for scans of workers too old to answer the statement themselves."""
-    values = dict(zip((c.name for c in plan.table.columns), map(from_proto, row.values), strict=True))
+    values = dict(zip((c.name for c in plan.table.row_columns), map(from_proto, row.values), strict=True))
     return select_row(plan.items, plan.where, plan.table, values)
 
 

@@ -22,9 +22,9 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from millpond.shared.catalog.sources import DataSource
+from millpond.shared.catalog.sources import WINDOW_END, WINDOW_START, DataSource
 from millpond.shared.kafka.connection import KafkaConnection
-from millpond.shared.kafka.serde import deserialize_key, deserialize_value
+from millpond.shared.kafka.serde import deserialize_key, deserialize_value, split_windowed_key
 from millpond.shared.sql.planner import SelectPlan
 
 log = logging.getLogger(__name__)
@@ -117,7 +117,11 @@ class PushQuery:
             if key_column is not None:
                 if record.key is None:
                     raise ValueError("record has no key")
-                row[key_column.name] = deserialize_key(record.key, key_column.type)
+                key = record.key
+                if source.window is not None:  # the windowed key: the key, then the window start
+                    key, start = split_windowed_key(key)
+                    row[WINDOW_START], row[WINDOW_END] = start, start + source.window.size_ms
+                row[key_column.name] = deserialize_key(key, key_column.type)
         except (ValueError, UnicodeDecodeError, struct.error) as err:
             self.skipped += 1
             log.debug("push query skipped a record", extra={"query": self.query_id, "offset": record.offset,

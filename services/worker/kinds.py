@@ -7,13 +7,13 @@ What a kind needs from the cluster (changelog, standbys, internal topics, EXPLAI
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic
 
 from pyspark.sql import DataFrame
 
-from millpond.services.worker.reducers import reduce_aggregate, reduce_materialize, reduce_project
+from millpond.services.worker.reducers import reduce_aggregate, reduce_materialize, reduce_project, reduce_windowed
 from millpond.services.worker.task import (
     AggregateSlice,
     AggregationTask,
@@ -23,6 +23,8 @@ from millpond.services.worker.task import (
     SliceT,
     TableTask,
     Task,
+    WindowedAggregationTask,
+    WindowSlice,
 )
 from millpond.shared.catalog.plans import PlanKind
 from millpond.shared.catalog.queries import PersistentQuery
@@ -37,12 +39,14 @@ class WorkerKind(Generic[SliceT]):
     """One input partition's task: commits each of its slices exactly once."""
     slice: type[SliceT]
     """A partition's part of a micro-batch, as the task takes it."""
-    reduce: Callable[[DataFrame, PersistentQuery, DataSource, DataSource], dict[int, SliceT]]
-    """Each partition's slice of the parsed batch (query, its source, its sink), in one Spark job."""
+    reduce: Callable[[DataFrame, PersistentQuery, DataSource, DataSource, Mapping[int, Any]], dict[int, SliceT]]
+    """Each partition's slice of the parsed batch (query, its source, its sink, the tasks it is
+    for, by partition), in one Spark job."""
 
 
 WORKER_KINDS: dict[PlanKind, WorkerKind[Any]] = {
     PlanKind.AGGREGATE: WorkerKind(AggregationTask, AggregateSlice, reduce_aggregate),
+    PlanKind.WINDOWED_AGGREGATE: WorkerKind(WindowedAggregationTask, WindowSlice, reduce_windowed),
     PlanKind.PROJECT: WorkerKind(ProjectionTask, ProjectSlice, reduce_project),
     PlanKind.MATERIALIZE: WorkerKind(TableTask, MaterializeSlice, reduce_materialize),
 }

@@ -210,8 +210,9 @@ class QueryRunner:
         parsed = batch.select(
             F.col("partition").alias("_partition"), F.col("offset").alias("_offset"), F.col("key").alias("_key"),
             F.col("value").cast("string").alias("_raw"), self._decode(F.col("value").cast("string")).alias("_v"),
+            F.unix_millis(F.col("timestamp")).alias("_rowtime"),
         )
-        return self.kind.reduce(parsed, self.query, self.source, self.sink)
+        return self.kind.reduce(parsed, self.query, self.source, self.sink, self.tasks)
 
     def _decode(self, text: Column) -> Column:
         """The record value parsed into the declared columns, PERMISSIVE: a record that does

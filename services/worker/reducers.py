@@ -13,15 +13,23 @@ from __future__ import annotations
 
 import datetime
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.window import Window
 
-from millpond.services.worker.task import AggregateSlice, BadRecord, MaterializeSlice, ProjectSlice, SliceT
+from millpond.services.worker.task import (
+    AggregateSlice,
+    BadRecord,
+    MaterializeSlice,
+    ProjectSlice,
+    SliceT,
+    WindowSlice,
+)
 from millpond.shared.catalog.queries import PersistentQuery, QueryPlan
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.kafka.serde import serialize_key, serialize_value
@@ -31,17 +39,19 @@ from millpond.shared.sql.expressions import quote_identifier
 CORRUPT = "_corrupt"
 """The column a record value that does not decode is put in (PERMISSIVE parsing)."""
 
-GOOD, BAD_VALUE, NO_KEY, SKIPPED = 0, 1, 2, 4
+GOOD, BAD_VALUE, NO_KEY, SKIPPED, NO_TIME, LATE = 0, 1, 2, 4, 8, 16
 """What a record is to its query (``_kind``): GOOD for one it uses; BAD_VALUE and NO_KEY
 (both bits for a record with neither) for one that goes to the processing log; SKIPPED for
-one it passes over (a stream's tombstone, or a record a GROUP BY's WHERE drops)."""
+one it passes over (a stream's tombstone, or a record a GROUP BY's WHERE drops). A windowed
+aggregation adds NO_TIME (a record without a usable event time, to the log) and LATE (a
+record and one of its windows, closed before the record came: to the log)."""
 
 _FIXED = ("_partition", "_kind", "_group", "_bad_offset", "_lo", "_hi", "_n", "_bad_raw")
 """The columns every grouped row starts with; a kind's results follow them."""
 
 
-def reduce_aggregate(parsed: DataFrame, query: PersistentQuery, source: DataSource,
-                     sink: DataSource) -> dict[int, AggregateSlice]:
+def reduce_aggregate(parsed: DataFrame, query: PersistentQuery, source: DataSource, sink: DataSource,
+                     tasks: Mapping[int, Any] | None = None) -> dict[int, AggregateSlice]:
     """A GROUP BY batch reduced to one partial state per (partition, key); the task merges
     the partials into its store. When every aggregate has Arrow forms (``arrow_aggregate``),
     Spark decodes, filters and computes the arguments in one narrow stage and Arrow groups;
@@ -126,8 +136,8 @@ def arrow_aggregate(frame: DataFrame, arguments: list[Any], forms: list[tuple[st
     return slices
 
 
-def reduce_project(parsed: DataFrame, query: PersistentQuery, source: DataSource,
-                   sink: DataSource) -> dict[int, ProjectSlice]:
+def reduce_project(parsed: DataFrame, query: PersistentQuery, source: DataSource, sink: DataSource,
+                   tasks: Mapping[int, Any] | None = None) -> dict[int, ProjectSlice]:
     """Spark filters and computes every output column; Python serializes and the task
     produces (the transactional producer is per record anyway). Over a table, a deleted
     row and a row the filter drops become tombstones of its key, in input order.
@@ -141,7 +151,7 @@ def reduce_project(parsed: DataFrame, query: PersistentQuery, source: DataSource
     passes = F.expr(f"_raw IS NOT NULL AND coalesce(({plan.where}), false)" if plan.where else "_raw IS NOT NULL")
     columns = [F.when(good & passes, F.expr(c.expression)).alias(f"c{i}") for i, c in enumerate(plan.columns)]
     rows = frame.select("_partition", "_offset", "_key_bytes", "_kind", (good & passes).alias("_keep"),
-                        F.expr(f"IF(_kind IN ({_BAD}), _raw, NULL)").alias("_bad_raw"), *columns).collect()
+                        F.expr(f"IF(_kind IN ({_BAD}), _raw, NULL)").alias("_bad_raw"), "_rowtime", *columns).collect()
     rows.sort(key=lambda r: (r[0], r[1]))
     slices = spans([{"_partition": r[0], "_kind": r[3], "_bad_offset": r[1], "_bad_raw": r[5],
                      "_lo": r[1], "_hi": r[1], "_n": 1} for r in rows], ProjectSlice, source)
@@ -156,8 +166,9 @@ def reduce_project(parsed: DataFrame, query: PersistentQuery, source: DataSource
         if not row[4]:
             if table:  # the key's row is gone downstream too
                 piece.records.append((bytes(row[2]), None))
+                piece.timestamps.append(row[6])
             continue
-        values = plain(list(row)[6:])
+        values = plain(list(row)[7:])
         if plan.key_expression is None:
             key = bytes(row[2]) if row[2] is not None else None
         elif key_index is not None and values[key_index] is not None and key_type is not None:
@@ -167,11 +178,12 @@ def reduce_project(parsed: DataFrame, query: PersistentQuery, source: DataSource
             continue
         value = serialize_value(names, [values[i] for i in value_indexes], sink.value_format, sink.value_delimiter)
         piece.records.append((key, value))
+        piece.timestamps.append(row[6])
     return slices
 
 
-def reduce_materialize(parsed: DataFrame, query: PersistentQuery, source: DataSource,
-                       sink: DataSource) -> dict[int, MaterializeSlice]:
+def reduce_materialize(parsed: DataFrame, query: PersistentQuery, source: DataSource, sink: DataSource,
+                       tasks: Mapping[int, Any] | None = None) -> dict[int, MaterializeSlice]:
     """A source table's batch reduced to each key's last record: its value columns, or
     None when that record is a tombstone (a NULL value deletes the key)."""
     frame = classify(parsed, source, tombstones=True, where=None)
@@ -197,7 +209,7 @@ def classify(parsed: DataFrame, source: DataSource, tombstones: bool, where: str
     ``_offset``, ``_key_bytes`` and ``_raw``) and ``_kind`` saying what each is to the query.
     A tombstone is GOOD only when ``tombstones`` (it deletes its key's row); a record
     ``where`` drops is SKIPPED."""
-    flat = parsed.selectExpr("_partition", "`_offset`", "_key AS `_key_bytes`", _key_expr(source), "_raw", "_v.*",
+    flat = parsed.selectExpr("_partition", "`_offset`", "_rowtime", "_key AS `_key_bytes`", _key_expr(source), "_raw", "_v.*",
                              "_v IS NULL AS `_no_value`")
     bad_value = f"_raw IS NOT NULL AND {CORRUPT} IS NOT NULL"
     no_key = "_key_bytes IS NULL AND _raw IS NOT NULL" if source.key_column is not None else "false"
@@ -237,8 +249,84 @@ def spans(rows: Iterable[Any], slice_type: type[SliceT], source: DataSource) -> 
                                     "columns and types", row["_bad_raw"]))
         if row["_kind"] & NO_KEY:
             bad[p].append(BadRecord(row["_bad_offset"], "record has no key", row["_bad_raw"]))
+        if row["_kind"] & NO_TIME:
+            bad[p].append(BadRecord(row["_bad_offset"], "record has no event time: its timestamp is NULL or "
+                                    "before 1970 (a windowed aggregation needs one)", row["_bad_raw"]))
     return {p: slice_type(lo, hi, count=n, bad=sorted(bad[p], key=lambda b: b.offset))
             for p, (lo, hi, n) in bounds.items()}
+
+
+def reduce_windowed(parsed: DataFrame, query: PersistentQuery, source: DataSource, sink: DataSource,
+                    tasks: Mapping[int, Any] | None = None) -> dict[int, WindowSlice]:
+    """A windowed GROUP BY batch reduced, in one Spark job, to one partial state per
+    (partition, key, window), keyed by the windowed key, and the records whose window closed.
+
+    A record's windows are Kafka Streams' (``WindowSpec.starts``); one closes once stream time
+    (the partition's latest event time so far, this record's included) reaches its end plus
+    grace. Stream time runs over the records in offset order from the task's own
+    (``WindowedAggregationTask.stream_time``, read from ``tasks`` now, between two batches: the
+    slice says which it used, and the task refuses a slice reduced against another)."""
+    plan = query.plan
+    window = plan.window
+    assert window is not None
+    reduced_at = {p: int(getattr(task, "stream_time", -1)) for p, task in (tasks or {}).items()}
+    frame = classify(parsed, source, tombstones=False, where=plan.where)
+    frame = frame.withColumn("_ts", F.expr(plan.event_time or "_rowtime").cast("long"))
+    frame = frame.withColumn("_kind", F.expr(f"IF(_kind = {GOOD} AND (_ts IS NULL OR _ts < 0), {NO_TIME}, _kind)"))
+    prior = " ".join(f"WHEN {p} THEN {t}" for p, t in reduced_at.items())
+    so_far = Window.partitionBy("_partition").orderBy("_offset").rowsBetween(Window.unboundedPreceding,
+                                                                             Window.currentRow)
+    size, advance, grace = window.size_ms, window.advance_ms, window.grace_ms
+    frame = frame.withColumn("_stime", F.greatest(
+        F.expr(f"CASE _partition {prior} ELSE -1 END" if prior else "-1"),
+        F.coalesce(F.max(F.expr(f"IF(_kind = {GOOD}, _ts, NULL)")).over(so_far), F.lit(-1))))
+    frame = frame.withColumn("_last", F.expr(f"IF(_kind = {GOOD}, _ts - _ts % {advance}, NULL)"))
+    frame = frame.withColumn("_ws", F.explode_outer(F.expr(
+        f"IF(_kind = {GOOD}, sequence(greatest(0, _ts - {size} + {advance}) div {advance} * {advance}, _last, "
+        f"CAST({advance} AS BIGINT)), NULL)")))
+    frame = frame.withColumn("_k", F.expr(f"IF(_kind = {GOOD} AND _ws + {size + grace} <= _stime, {LATE}, _kind)"))
+    bad = f"_k IN ({_BAD}, {NO_TIME}, {LATE})"
+    columns: list[Any] = []
+    shape: list[int] = []
+    for i, call in enumerate(plan.aggregates):
+        forms = aggregates.require(call.function).partials(call.argument)
+        shape.append(len(forms))
+        columns += [F.expr(p).alias(f"a{i}_{j}") for j, p in enumerate(forms)]
+    rows = frame.groupBy(
+        F.col("_partition"), F.col("_k").alias("_kind"),
+        F.expr(f"IF(_k IN ({GOOD}, {LATE}), concat(_key_bytes, unhex(lpad(hex(_ws), 16, '0'))), NULL)").alias("_group"),
+        F.expr(f"IF({bad}, `_offset`, NULL)").alias("_bad_offset"),
+    ).agg(F.min("_offset").alias("_lo"), F.max("_offset").alias("_hi"),
+          F.sum(F.expr("IF(_ws IS NULL OR _ws = _last, 1, 0)")).alias("_n"),
+          F.max(F.expr(f"IF({bad}, _raw, NULL)")).alias("_bad_raw"),
+          F.max(F.expr(f"IF(_kind = {GOOD}, _ts, NULL)")).alias("_latest"), F.max("_stime").alias("_stime"),
+          F.max("_ws").alias("_ws"), *columns).collect()
+    slices = spans(rows, WindowSlice, source)
+    for partition, piece in slices.items():
+        piece.reduced_at = piece.stream_time = reduced_at.get(partition, -1)
+    for row in rows:
+        piece = slices[row["_partition"]]
+        if row["_latest"] is not None:
+            piece.stream_time = max(piece.stream_time, row["_latest"])
+        if row["_kind"] == GOOD:
+            values, state, at = list(row)[len(_WINDOWED_FIXED):], [], 0
+            for width in shape:
+                state.append(plain(values[at:at + width]))
+                at += width
+            piece.partials.append((bytes(row["_group"]), state))
+        elif row["_kind"] == LATE:
+            start = row["_ws"]
+            piece.late.append(BadRecord(row["_bad_offset"], (
+                f"late: its {window.kind} window [{start}, {start + size}) closed at stream time {row['_stime']} "
+                f"(the window end plus its {grace} ms grace period); the record is dropped from that window"),
+                row["_bad_raw"]))
+    for piece in slices.values():
+        piece.late.sort(key=lambda b: b.offset)
+    return slices
+
+
+_WINDOWED_FIXED = (*_FIXED, "_latest", "_stime", "_ws")
+"""The columns every row of ``reduce_windowed`` starts with."""
 
 
 def _key_expr(source: DataSource) -> str:

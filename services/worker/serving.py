@@ -13,9 +13,10 @@ from millpond.services.worker.state.store import PartitionStore
 from millpond.services.worker.task import StoreTask
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.errors import LimitError, NotFoundError, StatementError, UnavailableError
+from millpond.shared.kafka.serde import WINDOW_START_BYTES
 from millpond.shared.sql import ast
 from millpond.shared.sql.guard import StatementParser
-from millpond.shared.sql.planner import SelectPlan, plan_select
+from millpond.shared.sql.planner import SelectPlan, key_prefix, plan_select
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ def _selector(plan: SelectPlan | None) -> Callable[[list[Any]], list[Any] | None
     at all when every row is its own result (no plan, or ``SELECT *`` without a WHERE)."""
     if plan is None or (plan.where is None and len(plan.items) == 1 and plan.items[0].is_star):
         return None
-    names = [c.name for c in plan.source.columns]
+    names = [c.name for c in plan.source.row_columns]
     return lambda values: plan.result(dict(zip(names, values, strict=True)))
 
 
@@ -70,6 +71,10 @@ async def scan(table: str, copy_of: Callable[[int], LocalCopy], partitions: Iter
     """
     select = _selector(plan)
     filtering = plan is not None and plan.where is not None
+    # A windowed table's lookup of one key reads that key's windows alone (its keys start with it).
+    prefix, width = b"", None
+    if plan is not None and (found := key_prefix(plan)) is not None:
+        prefix, width = found, len(found) + WINDOW_START_BYTES
     most = limit if 0 < limit <= max_rows else max_rows + 1
     read = kept = 0
     for partition in partitions:
@@ -81,14 +86,14 @@ async def scan(table: str, copy_of: Callable[[int], LocalCopy], partitions: Iter
             # A filter may drop rows, so it reads whole pages; otherwise no more than the limit needs.
             wanted = min(SCAN_PAGE_ROWS, max_rows + 1 - read, (most - kept) if not filtering else
                          SCAN_PAGE_ROWS if kept < most else 0)
-            items = copy.store.page(after, wanted) if wanted > 0 else []
+            items = copy.store.page(after, wanted, prefix) if wanted > 0 else []
             read += len(items)
             if read > max_rows:
                 raise LimitError(
                     f"a scan of {table} reads more than {max_rows} rows on one worker, the most a scan may "
                     "(the workers' max_scan_rows): add a LIMIT (without a WHERE it bounds the scan), look up "
                     "one key with WHERE <key column> = ..., or raise max_scan_rows")
-            rows = [copy.row(key, state) for key, state in items]
+            rows = [copy.row(key, state) for key, state in items if width is None or len(key) == width]
             if select is not None:
                 rows = [r for r in map(select, rows) if r is not None][:most - kept]
             kept += len(rows)

@@ -41,10 +41,13 @@ from millpond.services.worker.state.store import (
     CHANGELOG_OFFSET,
     INPUT_OFFSET,
     INPUT_OFFSET_HEADER,
+    STREAM_TIME,
+    STREAM_TIME_HEADER,
     PartitionStore,
     encode_state,
     partition_dir,
 )
+from millpond.shared import metrics
 from millpond.shared.catalog.names import changelog_topic, consumer_group, task_transactional_id
 from millpond.shared.catalog.queries import PersistentQuery
 from millpond.shared.catalog.sources import DataSource
@@ -52,7 +55,7 @@ from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.admin import committed_offsets
 from millpond.shared.kafka.partitioner import partition_for
-from millpond.shared.kafka.serde import deserialize_key, serialize_value
+from millpond.shared.kafka.serde import deserialize_key, serialize_value, split_windowed_key
 from millpond.shared.sql import aggregates
 from millpond.shared.task_status import RESTORING, RUNNING, STARTING, StoreLag, TaskReport, now_ms
 from millpond.shared.teardown import bounded, gather_or_cancel, run_to_end
@@ -100,11 +103,28 @@ class AggregateSlice(BatchSlice):
 
 
 @dataclass
+class WindowSlice(AggregateSlice):
+    """A windowed aggregation's slice: partials per (key, window), keyed by the windowed key
+    (``windowed_key``), and the records dropped as late."""
+
+    reduced_at: int = -1
+    """The task's stream time the batch was reduced against (-1: none yet)."""
+    stream_time: int = -1
+    """The stream time once the batch is applied: the latest event time of its records or before."""
+    late: list[BadRecord] = field(default_factory=list)
+    """Records (one per record and window) whose window closed before they came."""
+
+
+@dataclass
 class ProjectSlice(BatchSlice):
     """A projection's slice: the result records, in input order."""
 
     records: list[tuple[bytes | None, bytes | None]] = field(default_factory=list)
     """Result records (key, value); a None value is a tombstone (a table row deleted)."""
+    timestamps: list[int | None] = field(default_factory=list)
+    """Each result record's input record timestamp (epoch ms), which it keeps, as Kafka Streams'
+    records do (so a windowed aggregation behind a repartition sees the input's times); empty:
+    the producer stamps them."""
 
 
 @dataclass
@@ -217,10 +237,11 @@ class Task(ABC, Generic[SliceT]):
                 await asyncio.gather(*pending, return_exceptions=True)
 
     async def _send(self, topic: str, value: bytes | None, key: bytes | None, partition: int | None,
-                    headers: list[tuple[str, bytes]] | None = None) -> asyncio.Future[Any]:
+                    headers: list[tuple[str, bytes]] | None = None,
+                    timestamp_ms: int | None = None) -> asyncio.Future[Any]:
         assert self.producer is not None
         future: asyncio.Future[Any] = await self.producer.send(topic, value, key=key, partition=partition,
-                                                               headers=headers)
+                                                               headers=headers, timestamp_ms=timestamp_ms)
         self._sent.append(future)
         return future
 
@@ -311,11 +332,20 @@ def store_path(settings: WorkerSettings, query_id: str, partition: int) -> Path:
 
 
 def aggregate_rows(sink: DataSource, aggs: list[aggregates.Aggregate]) -> Callable[[bytes, list[Any]], list[Any]]:
-    """How a GROUP BY table's row (key column first, then the aggregates) is made from a stored
-    state, with its key decoder and finalizers looked up once (a scan makes thousands of rows)."""
+    """How a GROUP BY table's row (key column first, for a windowed table WINDOWSTART and
+    WINDOWEND next, then the aggregates) is made from a stored state, with its key decoder
+    and finalizers looked up once (a scan makes thousands of rows)."""
     key_type = sink.columns[0].type
     decode: Callable[[bytes], Any] = bytes.decode if key_type.base == "VARCHAR" else partial(deserialize_key, type_=key_type)
     finals = [agg.finalize for agg in aggs]
+    window = sink.window
+    if window is not None:
+        def windowed_row(key: bytes, state: list[Any]) -> list[Any]:
+            inner, start = split_windowed_key(key)
+            return [decode(inner), start, start + window.size_ms,
+                    *[final(s) for final, s in zip(finals, state, strict=True)]]
+
+        return windowed_row
 
     def row(key: bytes, state: list[Any]) -> list[Any]:
         return [decode(key), *[final(s) for final, s in zip(finals, state, strict=True)]]
@@ -435,29 +465,137 @@ class AggregationTask(StoreTask[AggregateSlice]):
         if self.applied(batch):
             return False
         states = {key: self._merge(key, partial) for key, partial in batch.partials}
+        expired = self._expired(batch, states)
+        gone = set(expired)
         value_names = [c.name for c in self.sink.value_columns]
         changelog_futures = []
         # Each changelog record says which input position its batch reaches, so a standby
         # knows the position it reflects (consistency tokens are input positions).
-        reaches = [(INPUT_OFFSET_HEADER, str(batch.last_offset + 1).encode())]
+        headers = [(INPUT_OFFSET_HEADER, str(batch.last_offset + 1).encode()), *self._headers(batch)]
         async with self._transaction():
             for key, state in states.items():
-                changelog_futures.append(await self._send(self.changelog.topic, encode_state(state), key,
-                                                          self.partition, reaches))
-                sink_value = serialize_value(value_names, self.row(key, state)[1:], self.sink.value_format,
-                                             self.sink.value_delimiter)
+                if key not in gone:
+                    changelog_futures.append(await self._send(self.changelog.topic, encode_state(state), key,
+                                                              self.partition, headers))
+                sink_value = serialize_value(value_names, self._row(key, state)[-len(value_names):] if value_names
+                                             else [], self.sink.value_format, self.sink.value_delimiter)
                 await self._send(self.sink.topic, sink_value, key, self.partition)
+            for key in expired:
+                changelog_futures.append(await self._send(self.changelog.topic, None, key, self.partition, headers))
             await self._send_bad(batch.bad)
+            await self._send_dropped(batch)
             await self.producer.send_offsets_to_transaction({self.input: batch.last_offset + 1}, self.group)
-        positions = {INPUT_OFFSET: batch.last_offset + 1}
+        positions = {INPUT_OFFSET: batch.last_offset + 1, **self._positions(batch)}
         if changelog_futures:
             positions[CHANGELOG_OFFSET] = (await changelog_futures[-1]).offset + 1
-        self.store.write({k: encode_state(s) for k, s in states.items()}, positions)
+        self.store.write({k: encode_state(s) for k, s in states.items() if k not in gone}, positions, expired)
         self.next_input_offset = batch.last_offset + 1
         if CHANGELOG_OFFSET in positions:
             self.changelog_position = self.changelog_end = positions[CHANGELOG_OFFSET]
             self.last_applied_ms = now_ms()
+        self._applied(batch, states)
         return True
+
+    def _expired(self, batch: AggregateSlice, states: dict[bytes, list[Any]]) -> list[bytes]:
+        """Keys the batch removes from the store and the changelog, ``states``' own among them
+        (their update still goes to the sink); none here: a key's state lasts."""
+        return []
+
+    def _headers(self, batch: AggregateSlice) -> list[tuple[str, bytes]]:
+        """Changelog headers besides the input offset."""
+        return []
+
+    def _positions(self, batch: AggregateSlice) -> dict[bytes, int]:
+        """Store positions the batch sets besides the offsets."""
+        return {}
+
+    async def _send_dropped(self, batch: AggregateSlice) -> None:
+        """Processing-log records for input the batch dropped on purpose (none here)."""
+
+    def _applied(self, batch: AggregateSlice, states: dict[bytes, list[Any]]) -> None:
+        """The batch is committed and in the store."""
+
+
+_NO_WINDOW = 2**63
+"""Above every window start: the oldest start of an empty store."""
+
+
+class WindowedAggregationTask(AggregationTask):
+    """Materializes one partition of a windowed GROUP BY table: a state per (key, window),
+    stored under the windowed key. Stream time (the latest event time of the partition's
+    records) is kept with the state, in the store and in every changelog record's header, so a
+    restored or promoted copy closes windows exactly where the old owner would have. A batch
+    is reduced against the task's stream time (``WindowSlice.reduced_at``): records whose
+    window closed (its end plus grace at or before stream time, as Kafka Streams) are dropped
+    to the processing log. Windows whose start is ``retention`` or more behind stream time
+    leave the store and the changelog (a tombstone each)."""
+
+    def __init__(self, settings: WorkerSettings, query: PersistentQuery, source: DataSource,
+                 sink: DataSource, partition: int, stage: str = ""):
+        super().__init__(settings, query, source, sink, partition, stage)
+        assert query.plan.window is not None
+        self.window = query.plan.window
+        self.stream_time = -1
+        """The latest event time applied (-1: none yet). Read by the reducer between batches."""
+        self._oldest_start: int | None = None
+        """The earliest window start in the store (``_NO_WINDOW``: none); None until a scan found it."""
+
+    async def start(self) -> None:
+        """Restore as any aggregation, then take the stream time the store reached."""
+        await super().start()
+        assert self.store is not None
+        self.stream_time = self.store.position(STREAM_TIME) or -1
+
+    async def commit(self, batch: AggregateSlice) -> bool:
+        """Apply one micro-batch slice exactly once, if it was reduced against this task's
+        stream time; False when it was applied before."""
+        assert isinstance(batch, WindowSlice)
+        if not self.applied(batch) and batch.reduced_at != self.stream_time:
+            raise MillpondError(f"task {self.query.query_id}/{self.partition} got a batch reduced at stream time "
+                                f"{batch.reduced_at}, but its own is {self.stream_time}; the batch is not applied")
+        return await super().commit(batch)
+
+    def _expired(self, batch: AggregateSlice, states: dict[bytes, list[Any]]) -> list[bytes]:
+        assert isinstance(batch, WindowSlice) and self.store is not None
+        cutoff = batch.stream_time - self.window.retention_ms  # a window starting at or before it goes
+        # A window the batch updated may be past the retention by the batch's end (stream time
+        # moved on after its records): it is emitted, then let go at once, as a record-at-a-time
+        # store would have kept it and then dropped it.
+        expired = [key for key in states if split_windowed_key(key)[1] <= cutoff]
+        if self._oldest_start is not None and self._oldest_start > cutoff:
+            return expired
+        oldest = None
+        for key, _ in self.store.items():
+            start = split_windowed_key(key)[1]
+            if start <= cutoff:
+                if key not in states:
+                    expired.append(key)
+            elif oldest is None or start < oldest:
+                oldest = start
+        self._oldest_start = oldest if oldest is not None else _NO_WINDOW
+        return expired
+
+    def _headers(self, batch: AggregateSlice) -> list[tuple[str, bytes]]:
+        assert isinstance(batch, WindowSlice)
+        return [(STREAM_TIME_HEADER, str(batch.stream_time).encode())]
+
+    def _positions(self, batch: AggregateSlice) -> dict[bytes, int]:
+        assert isinstance(batch, WindowSlice)
+        return {STREAM_TIME: batch.stream_time}
+
+    async def _send_dropped(self, batch: AggregateSlice) -> None:
+        assert isinstance(batch, WindowSlice)
+        await self._send_bad(batch.late)
+
+    def _applied(self, batch: AggregateSlice, states: dict[bytes, list[Any]]) -> None:
+        assert isinstance(batch, WindowSlice)
+        self.stream_time = batch.stream_time
+        cutoff = batch.stream_time - self.window.retention_ms
+        starts = [start for key in states if (start := split_windowed_key(key)[1]) > cutoff]
+        if starts and self._oldest_start is not None:
+            self._oldest_start = min(self._oldest_start, *starts)
+        if batch.late:
+            metrics.RECORDS_LATE.labels(self.query.query_id, str(self.partition)).inc(len(batch.late))
 
 
 class ProjectionTask(Task[ProjectSlice]):
@@ -477,9 +615,10 @@ class ProjectionTask(Task[ProjectSlice]):
         assert self.producer is not None
         if self.applied(batch):
             return False
+        timestamps = batch.timestamps or [None] * len(batch.records)
         async with self._transaction():
-            for key, value in batch.records:
-                await self._send(self.sink.topic, value, key, self.target_partition(key))
+            for (key, value), timestamp in zip(batch.records, timestamps, strict=True):
+                await self._send(self.sink.topic, value, key, self.target_partition(key), timestamp_ms=timestamp)
             await self._send_bad(batch.bad)
             await self.producer.send_offsets_to_transaction({self.input: batch.last_offset + 1}, self.group)
         self.next_input_offset = batch.last_offset + 1

@@ -18,6 +18,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 from millpond.shared.catalog.queries import PersistentQuery, Resolved
 from millpond.shared.catalog.sources import Column, DataSource
@@ -115,8 +116,8 @@ class Metastore:
     def digest(self) -> str:
         """A hash of every definition, equal on every node that replayed the same commands."""
         body = {
-            "sources": {k: asdict(v) for k, v in sorted(self.sources.items())},
-            "queries": {k: asdict(v) for k, v in sorted(self.queries.items())},
+            "sources": {k: _definition(v) for k, v in sorted(self.sources.items())},
+            "queries": {k: _definition(v) for k, v in sorted(self.queries.items())},
             "queries_created": self.queries_created,
             "failed_commands": {str(k): v for k, v in sorted(self.failed_commands.items())},
         }
@@ -350,3 +351,17 @@ def _check_replacement(old: DataSource, new: DataSource) -> None:
                              f"it has ({old.schema_text()}) and the new statement gives ({new.schema_text()})")
     if new.key_format != old.key_format or new.value_format != old.value_format:
         raise StatementError(f"CREATE OR REPLACE cannot change the formats of {old.name}")
+
+
+_UNSET_NEWER = ("window", "event_time")
+"""Fields added after the first release: unset, they stay out of the digest, so a definition
+that does not use them hashes as it did before they existed."""
+
+
+def _definition(value: Any) -> Any:
+    """A source's or query's fields for the digest (nested plans too), without unset newer fields."""
+    def strip(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {k: strip(v) for k, v in node.items() if not (k in _UNSET_NEWER and v is None)}
+        return node
+    return strip(asdict(value))

@@ -20,6 +20,8 @@ class PlanKind(StrEnum):
     """Filter and project each record (CSAS, INSERT INTO ... SELECT, CTAS without GROUP BY)."""
     AGGREGATE = "AGGREGATE"
     """Keep per-key aggregate state (CTAS with GROUP BY)."""
+    WINDOWED_AGGREGATE = "WINDOWED_AGGREGATE"
+    """Keep aggregate state per key and window (CTAS with WINDOW ... GROUP BY)."""
     MATERIALIZE = "MATERIALIZE"
     """Keep the latest row per key of a table's topic, so it can be pulled."""
 
@@ -51,6 +53,10 @@ PLAN_SPECS: dict[PlanKind, PlanSpec] = {
     PlanKind.AGGREGATE: PlanSpec(
         changelog=True, repartition_topic=True,
         explain="[ AGGREGATE ] | Key: {key} | Aggregates: {aggregates} | State: RocksDB + changelog"),
+    PlanKind.WINDOWED_AGGREGATE: PlanSpec(
+        changelog=True, repartition_topic=True,
+        explain="[ AGGREGATE ] | Key: {key}, WINDOWSTART | Aggregates: {aggregates} | "
+                "State: RocksDB + changelog (compact, delete)"),
     PlanKind.MATERIALIZE: PlanSpec(
         changelog=False, repartition_topic=False,
         explain="[ MATERIALIZE ] | Latest row per key {key} | State: RocksDB, rebuilt from the source topic"),

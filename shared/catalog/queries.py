@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from millpond.shared.catalog.plans import PlanKind
+from millpond.shared.catalog.sources import WindowSpec
 from millpond.shared.sql.ast import SqlType
 
 
@@ -49,6 +50,11 @@ class QueryPlan:
     repartition: bool = False
     """True when records change partition: a new key, or a different partition count."""
     aggregates: tuple[AggregateCall, ...] = ()
+    window: WindowSpec | None = None
+    """A windowed aggregation's windows (WINDOW TUMBLING / HOPPING)."""
+    event_time: str | None = None
+    """Spark SQL giving a windowed aggregation's event time in epoch milliseconds (the
+    source's TIMESTAMP column); None: the record's timestamp."""
 
 
 @dataclass(frozen=True)

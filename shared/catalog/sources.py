@@ -21,6 +21,36 @@ class Column:
 
 
 @dataclass(frozen=True)
+class WindowSpec:
+    """How a windowed table's rows are windowed, as ksqlDB's TUMBLING and HOPPING windows
+    (a tumbling window advances by its size). Times are milliseconds of event time."""
+
+    kind: str
+    size_ms: int
+    advance_ms: int
+    grace_ms: int
+    """How long after a window's end a record may still enter it (per partition stream time)."""
+    retention_ms: int
+    """How long a window stays in the store and changelog after its start (by stream time)."""
+
+    def describe(self) -> str:
+        """The windows as DESCRIBE and EXPLAIN show them."""
+        advance = f", ADVANCE BY {self.advance_ms} MILLISECONDS" if self.kind == "HOPPING" else ""
+        return (f"{self.kind} (SIZE {self.size_ms} MILLISECONDS{advance}, GRACE PERIOD {self.grace_ms} MILLISECONDS, "
+                f"RETENTION {self.retention_ms} MILLISECONDS)")
+
+    def starts(self, timestamp: int) -> range:
+        """The starts of the windows a record at ``timestamp`` falls in (none before 0), as Kafka
+        Streams' ``TimeWindows.windowsFor``."""
+        first = max(0, timestamp - self.size_ms + self.advance_ms) // self.advance_ms * self.advance_ms
+        return range(first, timestamp - timestamp % self.advance_ms + 1, self.advance_ms)
+
+
+WINDOW_START, WINDOW_END = "WINDOWSTART", "WINDOWEND"
+"""The pseudo-columns a windowed table's rows carry after the key: their window's bounds."""
+
+
+@dataclass(frozen=True)
 class DataSource:
     """A stream or a table over a Kafka topic."""
 
@@ -37,6 +67,8 @@ class DataSource:
     """The field separator of DELIMITED values."""
     timestamp: str | None = None
     """The column that carries event time (WITH (timestamp=...)), if any."""
+    window: WindowSpec | None = None
+    """For a windowed table: its windows (its rows are keyed by key and window start)."""
 
     @property
     def key_column(self) -> Column | None:
@@ -47,6 +79,16 @@ class DataSource:
     def value_columns(self) -> tuple[Column, ...]:
         """Columns stored in the record value."""
         return tuple(c for c in self.columns if not c.key)
+
+    @property
+    def row_columns(self) -> tuple[Column, ...]:
+        """The columns of a row as pull and push queries see it: a windowed table's carry
+        WINDOWSTART and WINDOWEND (BIGINT, epoch milliseconds) after the key, as ksqlDB's."""
+        if self.window is None:
+            return self.columns
+        bounds = (Column(WINDOW_START, SqlType("BIGINT")), Column(WINDOW_END, SqlType("BIGINT")))
+        at = next((i + 1 for i, c in enumerate(self.columns) if c.key), 0)
+        return (*self.columns[:at], *bounds, *self.columns[at:])
 
     @property
     def schema(self) -> dict[str, SqlType]:

@@ -29,6 +29,8 @@ from millpond.shared.catalog.sources import Column, DataSource
 from millpond.shared.sql.expressions import quote_identifier
 from millpond.shared.sql.planner import plan_materialization
 
+WINDOWED_EXTRA_MS = 24 * 3_600_000
+"""How much longer than its windows a windowed changelog keeps records (Kafka Streams' default)."""
 REPARTITION_KEY = "_REPARTITION_KEY"
 """The key column of a repartition topic's records (the grouping expression's value)."""
 
@@ -62,6 +64,8 @@ class InternalTopic:
     name: str
     compacted: bool
     """True for a changelog (only each key's latest state matters)."""
+    configs: tuple[tuple[str, str], ...] = ()
+    """Topic configs besides the cleanup policy."""
 
 
 def stages(query: PersistentQuery, source: DataSource, sink: DataSource, service_id: str) -> list[Stage]:
@@ -79,7 +83,14 @@ def internal_topics(service_id: str, query: PersistentQuery) -> list[InternalTop
     """The topics a persistent query owns besides its sink (deleted with the query)."""
     spec = query.plan.kind.spec
     topics = []
-    if spec.changelog:
+    window = query.plan.window
+    if spec.changelog and window is not None:
+        # As Kafka Streams' windowed changelogs: compacted, and deleted a day after the store
+        # has let the window go, so a window the store expired while its tombstone is still
+        # uncompacted disappears either way.
+        configs = (("cleanup.policy", "compact,delete"), ("retention.ms", str(window.retention_ms + WINDOWED_EXTRA_MS)))
+        topics.append(InternalTopic(changelog_topic(service_id, query.query_id), compacted=True, configs=configs))
+    elif spec.changelog:
         topics.append(InternalTopic(changelog_topic(service_id, query.query_id), compacted=True))
     if spec.repartition_topic and query.plan.repartition:
         topics.append(InternalTopic(repartition_topic(service_id, query.query_id), compacted=False))

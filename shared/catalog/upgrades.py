@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from millpond.shared.catalog.metastore import Change
 from millpond.shared.catalog.plans import PlanKind
 from millpond.shared.catalog.queries import AggregateCall, PersistentQuery
+from millpond.shared.catalog.sources import WindowSpec
 from millpond.shared.errors import StatementError
 
 _REMEDY = ("ksqlDB-style upgrades keep the aggregate list and GROUP BY; drop the table and create it again "
@@ -47,11 +48,15 @@ def check_upgrade(old: PersistentQuery, new: PersistentQuery) -> None:
     if before.kind != after.kind:
         raise StatementError(f"{what}: it would turn from {_KIND_NAMES[before.kind]} into "
                              f"{_KIND_NAMES[after.kind]}; {_REMEDY}")
-    if before.kind is not PlanKind.AGGREGATE:
+    if before.kind not in (PlanKind.AGGREGATE, PlanKind.WINDOWED_AGGREGATE):
         return
     if (before.key_column, before.key_expression) != (after.key_column, after.key_expression):
         raise StatementError(f"{what}: its GROUP BY changes from {_key(before.key_column, before.key_expression)} "
                              f"to {_key(after.key_column, after.key_expression)}; {_REMEDY}")
+    if (before.window, before.event_time) != (after.window, after.event_time):
+        raise StatementError(f"{what}: its windows change (from {_windows(before.window)} to {_windows(after.window)}, "
+                             "or their event time); a windowed store keeps the windows it was made with; "
+                             f"{_REMEDY}")
     if before.aggregates != after.aggregates:
         raise StatementError(f"{what}: its aggregates change from {_aggregates(before.aggregates)} to "
                              f"{_aggregates(after.aggregates)}; {_REMEDY}")
@@ -59,6 +64,7 @@ def check_upgrade(old: PersistentQuery, new: PersistentQuery) -> None:
 
 _KIND_NAMES = {
     PlanKind.AGGREGATE: "an aggregation (GROUP BY)",
+    PlanKind.WINDOWED_AGGREGATE: "a windowed aggregation (WINDOW ... GROUP BY)",
     PlanKind.PROJECT: "a projection",
     PlanKind.MATERIALIZE: "a table's materialization",
 }
@@ -70,3 +76,10 @@ def _key(column: str | None, expression: str | None) -> str:
 
 def _aggregates(calls: tuple[AggregateCall, ...]) -> str:
     return "[" + ", ".join(f"{a.column} = {a.function}({a.argument})" for a in calls) + "]"
+
+
+def _windows(window: WindowSpec | None) -> str:
+    if window is None:
+        return "none"
+    return (f"{window.kind} SIZE {window.size_ms} ms, ADVANCE BY {window.advance_ms} ms, "
+            f"GRACE PERIOD {window.grace_ms} ms, RETENTION {window.retention_ms} ms")

@@ -189,3 +189,19 @@ def deserialize_value(columns: Sequence[tuple[str, SqlType]], data: bytes, value
             raise ValueError(f"value has {len(texts)} fields; the schema has {len(columns)}")
         return {name: _from_text(text, type_, name) for (name, type_), text in zip(columns, texts, strict=True)}
     raise ValueError(f"unknown value format {value_format!r}")
+
+
+WINDOW_START_BYTES = 8
+"""A windowed key ends with its window's start, big-endian (ksqlDB's windowed KAFKA key)."""
+
+
+def windowed_key(key: bytes, start: int) -> bytes:
+    """A windowed table's key: the serialized key, then the window start in 8 bytes,
+    big-endian, as Kafka Streams' ``TimeWindowedSerializer`` writes it, so a store's keys
+    sort by key, then window."""
+    return key + start.to_bytes(WINDOW_START_BYTES, "big", signed=True)
+
+
+def split_windowed_key(windowed: bytes) -> tuple[bytes, int]:
+    """The serialized key and the window start of a windowed key."""
+    return windowed[:-WINDOW_START_BYTES], int.from_bytes(windowed[-WINDOW_START_BYTES:], "big", signed=True)

@@ -162,6 +162,20 @@ class SelectItem:
 
 
 @dataclass(frozen=True)
+class Window:
+    """``WINDOW TUMBLING|HOPPING|SESSION (...)`` as written, durations in milliseconds
+    (None where the statement leaves it to the default)."""
+
+    kind: str
+    """TUMBLING, HOPPING or SESSION."""
+    size_ms: int
+    """The window size; a session's inactivity gap."""
+    advance_ms: int | None = None
+    retention_ms: int | None = None
+    grace_ms: int | None = None
+
+
+@dataclass(frozen=True)
 class Query(Statement):
     """``SELECT ... FROM source ...``: a pull query, or a push query with EMIT CHANGES."""
 
@@ -173,6 +187,8 @@ class Query(Statement):
     partition_by: Expr | None = None
     emit_changes: bool = False
     limit: int | None = None
+    window: Window | None = None
+    emit_final: bool = False
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from importlib import resources
 from typing import Any
 
 from lark import Lark, Token, Transformer, Tree, v_args
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from millpond.shared.errors import StatementError
 from millpond.shared.sql import ast
@@ -38,6 +38,18 @@ def _unquote(token: Token | str) -> str:
 
 _VARCHAR = ast.SqlType("VARCHAR")
 _TYPE_ALIASES = {"STRING": "VARCHAR", "INTEGER": "INT"}
+
+
+_UNIT_MS = {"MILLISECOND": 1, "SECOND": 1000, "MINUTE": 60_000, "HOUR": 3_600_000, "DAY": 86_400_000}
+
+
+def _window(kind: str, size: int, advance: int | None, options: tuple[tuple[str, int], ...]) -> ast.Window:
+    given: dict[str, int] = {}
+    for name, ms in options:
+        if name in given:
+            raise StatementError(f"WINDOW {kind} gives {name.removesuffix('_ms').upper()} twice; give it once")
+        given[name] = ms
+    return ast.Window(kind, size, advance, **given)
 
 
 @v_args(inline=True)
@@ -238,8 +250,30 @@ class _ToAst(Transformer[Token, Any]):
     def partition_by(self, expr: ast.Expr) -> tuple[str, Any]:
         return ("partition_by", expr)
 
-    def emit(self) -> tuple[str, Any]:
-        return ("emit_changes", True)
+    def emit(self, what: Token) -> tuple[str, Any]:
+        return ("emit_final", True) if str(what).upper() == "FINAL" else ("emit_changes", True)
+
+    def duration(self, count: Token, unit: Token) -> int:
+        name = str(unit).upper().rstrip("S")
+        return int(count) * _UNIT_MS[name]
+
+    def tumbling(self, size: int, *options: tuple[str, int]) -> tuple[str, Any]:
+        return ("window", _window("TUMBLING", size, None, options))
+
+    def hopping(self, size: int, advance: int, *options: tuple[str, int]) -> tuple[str, Any]:
+        return ("window", _window("HOPPING", size, advance, options))
+
+    def session(self, gap: int, *options: tuple[str, int]) -> tuple[str, Any]:
+        return ("window", _window("SESSION", gap, None, options))
+
+    def retention(self, ms: int) -> tuple[str, int]:
+        return ("retention_ms", ms)
+
+    def grace(self, ms: int) -> tuple[str, int]:
+        return ("grace_ms", ms)
+
+    def window(self, spec: tuple[str, Any]) -> tuple[str, Any]:
+        return spec
 
     def alias(self, name: str) -> tuple[str, Any]:
         return ("alias", name)
@@ -363,7 +397,12 @@ def parse_script(text: str, *, deadline: float | None = None) -> list[ast.Statem
         if not isinstance(child, Tree):
             continue
         _check_depth(child)
-        node = _ToAst().transform(child)
+        try:
+            node = _ToAst().transform(child)
+        except VisitError as err:  # a rule's own check (a WINDOW option given twice): its message
+            if isinstance(err.orig_exc, StatementError):
+                raise err.orig_exc from None
+            raise
         snippet = text[child.meta.start_pos:child.meta.end_pos].strip()
         if isinstance(node, ast.Explain) and node.statement is not None:
             _with_text(node.statement, snippet.split(None, 1)[1])

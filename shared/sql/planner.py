@@ -11,7 +11,7 @@ from typing import Any
 
 from millpond.shared.catalog.plans import PlanKind
 from millpond.shared.catalog.queries import AggregateCall, OutputColumn, QueryPlan
-from millpond.shared.catalog.sources import Column, DataSource
+from millpond.shared.catalog.sources import Column, DataSource, WindowSpec
 from millpond.shared.errors import NotFoundError, StatementError
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.kafka.serde import KEY_FORMATS, KEY_TYPES, VALUE_FORMATS, coerce, serialize_key, serialize_value
@@ -63,23 +63,47 @@ def project(items: tuple[ast.SelectItem, ...], source: DataSource, row: dict[str
     out: list[Any] = []
     for item in items:
         if item.is_star:
-            out += [row[c.name] for c in source.columns]
+            out += [row[c.name] for c in source.row_columns]
         else:
             assert item.expr is not None
             out.append(evaluate(item.expr, row))
     return out
 
 
-def _scope(query: ast.Query, source: DataSource) -> Scope:
-    return Scope(source.name, source.schema, query.alias)
+def key_equality(where: ast.Expr | None, key: str) -> ast.Literal | None:
+    """The literal ``k`` in a top-level conjunct ``KEY = k`` of ``where``, if any."""
+    if where is None:
+        return None
+    if isinstance(where, ast.Binary) and where.op == "AND":
+        return key_equality(where.left, key) or key_equality(where.right, key)
+    if isinstance(where, ast.Binary) and where.op == "=":
+        for col, lit in ((where.left, where.right), (where.right, where.left)):
+            if isinstance(col, ast.ColumnRef) and col.name == key and isinstance(lit, ast.Literal):
+                return lit
+    return None
 
 
-def _expand(query: ast.Query, source: DataSource) -> list[tuple[str, ast.Expr]]:
-    """The SELECT list with ``*`` expanded, as (output name, expression); names are unique."""
+def key_prefix(plan: SelectPlan) -> bytes | None:
+    """For a pull query of a windowed table that names its key (``KEY = k``), the serialized
+    key its rows' windowed keys start with; else None."""
+    key = plan.source.key_column
+    if plan.source.window is None or key is None:
+        return None
+    literal = key_equality(plan.where, key.name)
+    return None if literal is None else serialize_key(coerce(literal.value, key.type, key.name), key.type)
+
+
+def _scope(query: ast.Query, source: DataSource, columns: tuple[Column, ...] | None = None) -> Scope:
+    return Scope(source.name, {c.name: c.type for c in columns or source.columns}, query.alias)
+
+
+def _expand(query: ast.Query, source: DataSource, columns: tuple[Column, ...] | None = None) -> list[tuple[str, ast.Expr]]:
+    """The SELECT list with ``*`` expanded (to ``columns``, the source's own by default), as
+    (output name, expression); names are unique."""
     items: list[tuple[str, ast.Expr]] = []
     for index, item in enumerate(query.items):
         if item.is_star:
-            items += [(c.name, ast.ColumnRef(c.name)) for c in source.columns]
+            items += [(c.name, ast.ColumnRef(c.name)) for c in columns or source.columns]
         else:
             assert item.expr is not None
             items.append((output_name(item, index), item.expr))
@@ -93,10 +117,13 @@ def _expand(query: ast.Query, source: DataSource) -> list[tuple[str, ast.Expr]]:
 
 def plan_select(query: ast.Query, source: DataSource) -> SelectPlan:
     """Check a pull or push query; the result columns with their types."""
-    if query.group_by or query.partition_by is not None:
-        raise StatementError("GROUP BY and PARTITION BY need a persistent query: CREATE TABLE|STREAM ... AS SELECT")
-    scope = _scope(query, source)
-    columns = tuple((name, check(expr, scope)) for name, expr in _expand(query, source))
+    if query.group_by or query.partition_by is not None or query.window is not None:
+        raise StatementError("GROUP BY, WINDOW and PARTITION BY need a persistent query: "
+                             "CREATE TABLE|STREAM ... AS SELECT")
+    if query.emit_final:
+        raise StatementError("EMIT FINAL is not supported: use EMIT CHANGES for a push query")
+    scope = _scope(query, source, source.row_columns)
+    columns = tuple((name, check(expr, scope)) for name, expr in _expand(query, source, source.row_columns))
     if query.where is not None:
         check_condition(query.where, scope, "WHERE")
     return SelectPlan(source, columns, query.items, query.where, query.limit)
@@ -179,6 +206,14 @@ def plan_persistent(
     None): the sink it writes and how to compute it."""
     if query.limit is not None:
         raise StatementError("LIMIT is not allowed in a persistent query")
+    if query.emit_final:
+        raise StatementError("EMIT FINAL is not supported yet: windowed tables emit every change (EMIT CHANGES)")
+    if source.window is not None:
+        raise StatementError(f"{source.name} is a windowed table; a persistent query over a windowed table is "
+                             "not supported: read the stream it aggregates instead")
+    if query.window is not None and not query.group_by:
+        raise StatementError(f"WINDOW {query.window.kind} needs GROUP BY: a window groups the records of each key; "
+                             "add GROUP BY <key>")
     result_kind = _result_kind(source, bool(query.group_by))
     wanted = kind if kind is not None else "STREAM"
     if result_kind != wanted:
@@ -192,9 +227,10 @@ def plan_persistent(
         check_condition(query.where, scope, "WHERE")
         where = to_spark(query.where, scope)
     partitions = target.partitions if target is not None else int(properties.get("partitions", source.partitions))
+    window = window_spec(query.window, source) if query.window is not None else None
     if query.group_by:
         columns, key_expr, calls = _aggregation(name, query, source, scope)
-        plan_kind = PlanKind.AGGREGATE
+        plan_kind = PlanKind.AGGREGATE if window is None else PlanKind.WINDOWED_AGGREGATE
     else:
         columns, key_expr = _projection(name, query, source, scope)
         calls = ()
@@ -206,7 +242,8 @@ def plan_persistent(
     plan = QueryPlan(
         kind=plan_kind, source=source.name, sink=name, columns=columns, where=where,
         key_column=key.name if key else None, key_expression=key_expr,
-        repartition=not same_key or partitions != source.partitions, aggregates=calls,
+        repartition=not same_key or partitions != source.partitions, aggregates=calls, window=window,
+        event_time=event_time(source) if window is not None else None,
     )
     sink_columns = tuple(Column(c.name, c.type, c.key) for c in columns)
     if target is not None:
@@ -223,9 +260,45 @@ def plan_persistent(
         key_format=str(properties.get("key_format", "KAFKA")).upper(),
         value_format=str(properties.get("value_format", source.value_format)).upper(),
         query_id=query_id, value_delimiter=str(properties.get("value_delimiter", source.value_delimiter)),
-        timestamp=check_timestamp(properties, sink_columns),
+        timestamp=check_timestamp(properties, sink_columns), window=window,
     )
     return sink, plan
+
+
+DEFAULT_GRACE_MS = 24 * 3_600_000
+"""A window's grace period when the statement gives none (ksqlDB's and Kafka Streams' old default)."""
+MIN_RETENTION_MS = 24 * 3_600_000
+"""The least default retention of a window store (Kafka Streams': one day)."""
+
+
+def window_spec(window: ast.Window, source: DataSource) -> WindowSpec:
+    """The windows of ``WINDOW ...`` over ``source``, with ksqlDB's defaults and checks."""
+    if source.kind != "STREAM":
+        raise StatementError(f"WINDOW applies to streams; {source.name} is a TABLE, whose rows have no window")
+    if window.kind == "SESSION":
+        raise StatementError("WINDOW SESSION is not supported yet; use WINDOW TUMBLING or WINDOW HOPPING")
+    if window.size_ms <= 0:
+        raise StatementError(f"the WINDOW {window.kind} SIZE must be a positive duration; got {window.size_ms} ms")
+    advance = window.size_ms if window.advance_ms is None else window.advance_ms
+    if not 0 < advance <= window.size_ms:
+        raise StatementError(f"ADVANCE BY must be a positive duration no longer than the SIZE ({window.size_ms} ms); "
+                             f"got {advance} ms")
+    grace = DEFAULT_GRACE_MS if window.grace_ms is None else window.grace_ms
+    least = window.size_ms + grace
+    retention = max(least, MIN_RETENTION_MS) if window.retention_ms is None else window.retention_ms
+    if retention < least:
+        raise StatementError(f"RETENTION ({retention} ms) must be at least the window SIZE plus its GRACE PERIOD "
+                             f"({least} ms): a window must stay until it closes")
+    return WindowSpec(window.kind, window.size_ms, advance, grace, retention)
+
+
+def event_time(source: DataSource) -> str | None:
+    """Spark SQL giving a record's event time in epoch milliseconds: the source's TIMESTAMP
+    column, or None for the Kafka record's timestamp (ROWTIME)."""
+    if source.timestamp is None:
+        return None
+    column = quote_identifier(source.timestamp)
+    return f"unix_millis({column})" if source.schema[source.timestamp].base == "TIMESTAMP" else column
 
 
 def _source_key_ref(expr: ast.Expr, source: DataSource) -> bool:

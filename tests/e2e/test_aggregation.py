@@ -256,3 +256,122 @@ async def test_deleted_local_state_comes_back_from_the_changelog_not_from_the_in
         check_table(await asyncio.to_thread(table_rows, agg_cluster, table), expected)
     finally:
         await asyncio.to_thread(agg_cluster.restart, "worker-2")
+
+
+# --- Windowed aggregations ------------------------------------------------------------------
+
+MINUTE = 60_000
+
+
+def windows_reference(records: list[tuple[str, int, int]], size_ms: int, grace_ms: int, retention_ms: int,
+                      ) -> tuple[dict[tuple[str, int], list[int]], list[tuple[str, int]], dict[int, int]]:
+    """Tumbling windows of ``records`` (sensor, reading, event time), in the order they were
+    written: per (sensor, window start) the readings it holds once the windows older than the
+    retention left; the (sensor, event time) of every record dropped as late; and each
+    partition's final stream time. Stream time is per partition (murmur2 of the key), and a
+    record is late once its window's end plus grace is at or before it, as Kafka Streams."""
+    stream: dict[int, int] = defaultdict(lambda: -1)
+    windows: dict[tuple[str, int], list[int]] = defaultdict(list)
+    late: list[tuple[str, int]] = []
+    for sensor, reading, ts in records:
+        partition = partition_for(sensor.encode(), PARTITIONS)
+        stream[partition] = max(stream[partition], ts)
+        start = ts - ts % size_ms
+        if start + size_ms + grace_ms <= stream[partition]:
+            late.append((sensor, ts))
+        else:
+            windows[(sensor, start)].append(reading)
+    kept = {(s, w): r for (s, w), r in windows.items()
+            if w > stream[partition_for(s.encode(), PARTITIONS)] - retention_ms}
+    return kept, late, dict(stream)
+
+
+def windowed_rows(cluster: LocalCluster, sql: str) -> list[tuple[object, ...]]:
+    return sorted(tuple(row) for row in run(cluster, sql))
+
+
+def rows_until(cluster: LocalCluster, sql: str, want: list[tuple[object, ...]], timeout: float = 240,
+               ) -> list[tuple[object, ...]]:
+    """Pull ``sql`` until its rows (sorted) are ``want``; the last answer."""
+    deadline = time.monotonic() + timeout
+    rows: list[tuple[object, ...]] = []
+    while time.monotonic() < deadline:
+        try:
+            rows = windowed_rows(cluster, sql)
+        except grpc.RpcError:
+            rows = []
+        if rows == want:
+            break
+        time.sleep(0.3)
+    return rows
+
+
+async def test_readings_per_minute_in_tumbling_windows_are_exact_with_late_records_and_retention(
+        agg_cluster: LocalCluster) -> None:
+    """The seed's readings, averaged per sensor per 1-minute tumbling window over the TS column,
+    written by INSERT with out-of-order event times: within the grace period a record still
+    counts, beyond it it is dropped (to the processing log, with the reason); windows older than
+    the retention leave the store and the changelog. Pulls by key, with window bounds, and scans
+    give exactly the reference's windows; the sink topic's keys are ksqlDB's windowed keys."""
+    stream, table = f"wr_{agg_cluster.service_id}", f"wr_per_minute_{agg_cluster.service_id}"
+    size, grace, retention = MINUTE, 30_000, 5 * MINUTE
+    rng = random.Random(21)
+    records: list[tuple[str, int, int]] = []
+    clock = 0
+    for _ in range(120):
+        clock += rng.randrange(0, 12_000)
+        ts = clock - rng.choice([0, 0, 0, rng.randrange(1, 25_000), rng.randrange(40_000, 120_000)])
+        records.append((f"sensor-{rng.randrange(4)}", rng.randrange(0, 100), max(ts, 0)))
+    windows, late, stream_time = windows_reference(records, size, grace, retention)
+    assert late and len(windows) > 10, "the input has no late record, or too few windows, to prove anything"
+    accepted_out_of_order = [r for i, r in enumerate(records) if any(r[2] < o[2] for o in records[:i])
+                             and (r[0], r[2]) not in late]
+    assert accepted_out_of_order, "no out-of-order record within grace"
+
+    inserts = "".join(f"INSERT INTO {stream} (sensor, reading, ts) VALUES ('{s}', {r}, {t});" for s, r, t in records)
+    run(agg_cluster, f"""
+        SET 'auto.offset.reset'='earliest';
+        CREATE STREAM {stream} (sensor VARCHAR KEY, reading INT, ts BIGINT)
+          WITH (kafka_topic='{stream}', partitions={PARTITIONS}, value_format='json', timestamp='ts');
+        CREATE TABLE {table} AS SELECT sensor, AVG(reading) AS avg_reading, COUNT(*) AS n FROM {stream}
+          WINDOW TUMBLING (SIZE 1 MINUTE, RETENTION 5 MINUTES, GRACE PERIOD 30 SECONDS) GROUP BY sensor EMIT CHANGES;
+        {inserts}""")
+    query_id = f"CTAS_{table.upper()}_"
+    want: list[tuple[object, ...]] = sorted((s, w, w + size, sum(r) / len(r), len(r)) for (s, w), r in windows.items())
+    got = rows_until(agg_cluster, f"SELECT * FROM {table};", want)
+    assert got == want
+
+    sensor = "sensor-1"
+    mine = [row for row in want if row[0] == sensor]
+    assert windowed_rows(agg_cluster, f"SELECT * FROM {table} WHERE sensor = '{sensor}';") == mine
+    low, high = mine[1][1], mine[-1][1]
+    assert isinstance(low, int) and isinstance(high, int)
+    bounded = windowed_rows(agg_cluster, f"SELECT sensor, WINDOWSTART, WINDOWEND, n FROM {table} "
+                                         f"WHERE sensor = '{sensor}' AND WINDOWSTART >= {low} AND WINDOWSTART < {high};")
+    assert bounded == [(s, w, e, n) for s, w, e, _, n in mine if low <= int(str(w)) < high]
+    assert windowed_rows(agg_cluster, f"SELECT * FROM {table} WHERE sensor = 'no-such-sensor';") == []
+
+    logged = [json.loads(v or b"{}") for *_, v in
+              await read_all(agg_cluster.bootstrap, processing_log_topic(agg_cluster.service_id))]
+    dropped = [e for e in logged if e["QUERY_ID"].startswith(query_id)]
+    assert sorted((e["RECORD"] and json.loads(e["RECORD"])["TS"]) for e in dropped) == sorted(t for _, t in late)
+    assert all(e["REASON"].startswith("late: its TUMBLING window [") for e in dropped)
+
+    # The sink's keys: the key, then the window start in 8 bytes big-endian (ksqlDB's windowed key).
+    last: dict[tuple[str, int], dict[str, object]] = {}
+    for _, _, key, value in sorted(await read_all(agg_cluster.bootstrap, table.upper())):
+        assert key is not None and value is not None
+        last[(key[:-8].decode(), int.from_bytes(key[-8:], "big"))] = json.loads(value)
+    assert {k: v["N"] for k, v in last.items() if k in windows} == {k: len(r) for k, r in windows.items()}
+    expired = set(last) - set(windows)
+    assert expired, "no window outlived its retention"
+    # Expired windows are tombstoned in the changelog (the store lost them: the scan above).
+    query = next(e["QUERY_ID"] for e in dropped)
+    changelog = await read_all(agg_cluster.bootstrap, changelog_topic(agg_cluster.service_id, query))
+    latest: dict[bytes, bytes | None] = {}
+    for _, _, key, value in sorted(changelog):
+        assert key is not None
+        latest[key] = value
+    gone = {(k[:-8].decode(), int.from_bytes(k[-8:], "big")) for k, v in latest.items() if v is None}
+    assert gone == expired
+    assert max(stream_time.values()) > retention

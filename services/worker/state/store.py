@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from itertools import islice
+from itertools import islice, takewhile
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,10 @@ PENDING_INPUT_OFFSET = b"pending_input_offset"
 """The header of the changelog records applied last, whose transaction may have more."""
 INPUT_OFFSET_HEADER = "millpond.input.offset"
 """Changelog record header: the next input offset of the batch that wrote the record."""
+STREAM_TIME = b"stream_time"
+"""A windowed store's stream time: the latest event time its partition has seen (ms)."""
+STREAM_TIME_HEADER = "millpond.stream.time"
+"""Windowed changelog record header: the stream time once the batch that wrote it was applied."""
 
 
 _PLAIN = re.compile(r"[A-Za-z0-9_-]")
@@ -108,15 +112,18 @@ class PartitionStore:
         except RuntimeError as error:
             raise self._closed_or(error) from error
 
-    def page(self, after: bytes | None, count: int) -> list[tuple[bytes, list[Any]]]:
-        """Up to ``count`` keys and their states in key order, from the first key after ``after``
-        (None: from the first key); StoreClosed when the store closed meanwhile. A long scan reads
-        page by page with ``after`` the last key it read, and holds no iterator between pages:
-        an open iterator keeps RocksDB's lock past ``close``, so the task's next copy could not
-        open the store."""
+    def page(self, after: bytes | None, count: int, prefix: bytes = b"") -> list[tuple[bytes, list[Any]]]:
+        """Up to ``count`` keys that start with ``prefix`` and their states in key order, from
+        the first key after ``after`` (None: from the first key); StoreClosed when the store
+        closed meanwhile. A long scan reads page by page with ``after`` the last key it read, and
+        holds no iterator between pages: an open iterator keeps RocksDB's lock past ``close``,
+        so the task's next copy could not open the store."""
         try:
-            start = None if after is None else after + b"\x00"  # the least key above ``after``
-            items: list[tuple[bytes, bytes]] = list(islice(self.db.items(from_key=start), count))  # type: ignore[arg-type]
+            start = prefix or None if after is None else after + b"\x00"  # the least key above ``after``
+            found: Iterable[tuple[bytes, bytes]] = self.db.items(from_key=start)  # type: ignore[assignment]
+            if prefix:
+                found = takewhile(lambda item: item[0].startswith(prefix), found)
+            items = list(islice(found, count))
         except RuntimeError as error:
             raise self._closed_or(error) from error
         # Every state is a JSON text: the page's states decode as one JSON array, in one call.
@@ -127,7 +134,8 @@ class PartitionStore:
         return StoreClosed(f"store {self.path} closed while being read; ask again") if self._db is None else error
 
     def position(self, name: bytes) -> int | None:
-        """A stored offset (``INPUT_OFFSET``, ``CHANGELOG_OFFSET``, ``PENDING_INPUT_OFFSET``), or None."""
+        """A stored position (``INPUT_OFFSET``, ``CHANGELOG_OFFSET``, ``PENDING_INPUT_OFFSET``,
+        ``STREAM_TIME``), or None."""
         assert self._meta is not None
         raw = self._meta.get(name)
         return None if raw is None else int(raw)
@@ -150,14 +158,20 @@ class PartitionStore:
         input position of the last transaction all of whose records are now applied, and
         ``pending_input_offset`` that of the records' last transaction, which may have more to
         come (``ChangelogProgress`` tells them apart); None leaves a stored one as it is."""
-        states = {r.key: r.value for r in records if r.key is not None and r.value is not None}
+        # Each key's last record wins; a tombstone deletes its key (a window the active let go).
+        latest = {r.key: r.value for r in records if r.key is not None}
+        states = {key: value for key, value in latest.items() if value is not None}
+        deleted = [key for key, value in latest.items() if value is None]
         position = int(records[-1].offset) + 1
         positions = {CHANGELOG_OFFSET: position}
+        stream_time = max((t for r in records if (t := header_int(r, STREAM_TIME_HEADER)) is not None), default=None)
+        if stream_time is not None:
+            positions[STREAM_TIME] = max(stream_time, self.position(STREAM_TIME) or -1)
         if input_offset is not None:
             positions[INPUT_OFFSET] = input_offset
         if pending_input_offset is not None:
             positions[PENDING_INPUT_OFFSET] = pending_input_offset
-        self.write(states, positions)
+        self.write(states, positions, deleted)
         return position
 
     def close(self) -> None:
@@ -170,8 +184,13 @@ class PartitionStore:
 def changelog_input_offset(record: Any) -> int | None:
     """The input position a changelog record's batch reflects, from its header; None for a
     record written without one."""
+    return header_int(record, INPUT_OFFSET_HEADER)
+
+
+def header_int(record: Any, header: str) -> int | None:
+    """The integer a record's ``header`` carries, or None without it."""
     for name, value in record.headers or ():
-        if name == INPUT_OFFSET_HEADER:
+        if name == header:
             return int(value)
     return None
 

@@ -60,8 +60,8 @@ class Tables:
             store.page = self._counted(store.page)  # type: ignore[method-assign]
 
     def _counted(self, page: Any) -> Any:
-        def counted(after: bytes | None, count: int) -> list[tuple[bytes, list[Any]]]:
-            items: list[tuple[bytes, list[Any]]] = page(after, count)
+        def counted(after: bytes | None, count: int, prefix: bytes = b"") -> list[tuple[bytes, list[Any]]]:
+            items: list[tuple[bytes, list[Any]]] = page(after, count, prefix)
             self.read += len(items)
             return items
         return counted

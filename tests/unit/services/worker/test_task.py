@@ -30,6 +30,8 @@ from millpond.services.worker.state.store import (
     INPUT_OFFSET,
     INPUT_OFFSET_HEADER,
     PENDING_INPUT_OFFSET,
+    STREAM_TIME,
+    STREAM_TIME_HEADER,
     PartitionStore,
     encode_state,
 )
@@ -43,10 +45,14 @@ from millpond.services.worker.task import (
     ProjectSlice,
     TableTask,
     Task,
+    WindowedAggregationTask,
+    WindowSlice,
     aggregate_rows,
 )
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import WorkerSettings
+from millpond.shared.errors import MillpondError
+from millpond.shared.kafka.serde import windowed_key
 from millpond.shared.sql import aggregates
 from millpond.shared.sql.parser import parse_statement
 from tests.unit.services.worker.fake_changelog import Changelog, FakeConsumer
@@ -56,6 +62,8 @@ STATEMENTS = [
     "CREATE TABLE t AS SELECT sensor, COUNT(*) AS n, SUM(reading) AS total, AVG(reading) AS mean FROM r GROUP BY sensor",
     "CREATE STREAM hot AS SELECT sensor, area, reading * 2 AS doubled FROM r WHERE reading > 10",
     "CREATE TABLE s (id VARCHAR PRIMARY KEY, name VARCHAR, size INT) WITH (kafka_topic='s', partitions=2, value_format='json')",
+    "CREATE TABLE w AS SELECT sensor, COUNT(*) AS n FROM r "
+    "WINDOW TUMBLING (SIZE 10 MILLISECONDS, RETENTION 30 MILLISECONDS, GRACE PERIOD 5 MILLISECONDS) GROUP BY sensor",
 ]
 NO_KEY = BadRecord(4, "record has no key", '{"AREA": "a", "READING": 1}')
 
@@ -119,7 +127,8 @@ class FakeProducer:
         self.log.append("commit")
 
     async def send(self, topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None,
-                   headers: list[tuple[str, bytes]] | None = None) -> asyncio.Future[Metadata]:
+                   headers: list[tuple[str, bytes]] | None = None,
+                   timestamp_ms: int | None = None) -> asyncio.Future[Metadata]:
         if self.fail_at == "send":
             raise KafkaError("fenced")
         offset = self.offsets[(topic, partition)]
@@ -369,3 +378,44 @@ def test_a_group_by_row_is_its_decoded_key_and_each_finalized_aggregate() -> Non
     assert aggregate_rows(meta.source("BY_NAME"), [total])("né".encode(), [[5]]) == ["né", 5]
     with pytest.raises(ValueError):  # a state that does not match the aggregates is an error, not a short row
         by_id(b"\x00\x00\x00\x01", [[3]])
+
+
+async def test_a_windowed_aggregation_keeps_stream_time_drops_late_records_and_lets_old_windows_go(
+        tmp_path: Path) -> None:
+    """Windows of 10 ms kept 30 ms: the stream time rides on every changelog record and in the
+    store; late records go to the processing log; a window whose start is 30 ms or more behind
+    stream time leaves the store and gets a changelog tombstone, even one the same batch
+    updated (its update still reaches the sink); a slice reduced against another stream time
+    is refused."""
+
+    log: list[Any] = []
+    task = make_task(WindowedAggregationTask, "CTAS_W_3", tmp_path, log)
+    late = BadRecord(3, "late: its TUMBLING window [0, 10) closed at stream time 25", '{"READING": 1}')
+    first = WindowSlice(0, 5, count=5, partials=[(windowed_key(b"s1", 0), [[2]]), (windowed_key(b"s1", 10), [[1]]),
+                                                 (windowed_key(b"s1", 20), [[1]])],
+                        reduced_at=-1, stream_time=25, late=[late])
+    assert await task.commit(first)
+    sent = [e for e in log if isinstance(e, Sent)]
+    changelog, sink = task.changelog.topic, task.sink.topic
+    assert all(e.headers == ((INPUT_OFFSET_HEADER, b"6"), (STREAM_TIME_HEADER, b"25")) for e in sent if e.topic == changelog)
+    (logged,) = [json.loads(e.value or b"") for e in sent if e.topic == task.settings.processing_log_topic]
+    assert (logged["SOURCE_OFFSET"], logged["REASON"]) == (3, late.reason)
+    assert (task.stream_time, task.store.position(STREAM_TIME)) == (25, 25)
+    assert task.row(windowed_key(b"s1", 10), [[1]]) == ["s1", 10, 20, 1]
+
+    with pytest.raises(MillpondError, match="reduced at stream time 7"):
+        await task.commit(WindowSlice(6, 7, count=1, reduced_at=7, stream_time=30))
+
+    log.clear()
+    second = WindowSlice(6, 9, count=2, partials=[(windowed_key(b"s1", 40), [[1]]), (windowed_key(b"s1", 20), [[1]])],
+                         reduced_at=25, stream_time=50)
+    assert await task.commit(second)
+    sent = [e for e in log if isinstance(e, Sent)]
+    assert {e.key: e.value for e in sent if e.topic == changelog} == {
+        windowed_key(b"s1", 40): encode_state([[1]]), windowed_key(b"s1", 0): None, windowed_key(b"s1", 10): None,
+        windowed_key(b"s1", 20): None}
+    assert {e.key: json.loads(e.value or b"") for e in sent if e.topic == sink} == {
+        windowed_key(b"s1", 40): {"N": 1}, windowed_key(b"s1", 20): {"N": 2}}
+    assert [key for key, _ in task.store.items()] == [windowed_key(b"s1", 40)]
+    assert (task.stream_time, task.store.position(STREAM_TIME)) == (50, 50)
+    task.store.close()

@@ -140,7 +140,7 @@ class StepProducer:
         self.in_transaction = False
 
     async def send(self, topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None,
-                   headers: Any = None) -> asyncio.Future[Metadata]:
+                   headers: Any = None, timestamp_ms: int | None = None) -> asyncio.Future[Metadata]:
         await self.world.steps.point("send", self)
         future: asyncio.Future[Metadata] = asyncio.get_running_loop().create_future()
         future.set_result(Metadata(self.offset))

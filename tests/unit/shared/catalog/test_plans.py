@@ -18,6 +18,8 @@ from millpond.services.worker.task import (
     ProjectionTask,
     ProjectSlice,
     TableTask,
+    WindowedAggregationTask,
+    WindowSlice,
 )
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.plans import PLAN_SPECS, PlanKind
@@ -34,6 +36,10 @@ QUERIES = {
     "CSAS_HOT_3": "CREATE STREAM hot AS SELECT sensor, reading FROM readings WHERE reading > 10",
     "CSAS_BY_READING_4": "CREATE STREAM by_reading AS SELECT reading, sensor FROM readings PARTITION BY reading",
     "CTAS_NAMED_5": "CREATE TABLE named AS SELECT id, name FROM users WHERE name IS NOT NULL",
+    "CTAS_PER_MINUTE_6": ("CREATE TABLE per_minute AS SELECT sensor, COUNT(*) AS n FROM readings "
+                          "WINDOW TUMBLING (SIZE 1 MINUTE, RETENTION 2 HOURS, GRACE PERIOD 10 SECONDS) GROUP BY sensor"),
+    "CTAS_AREA_HOPS_7": ("CREATE TABLE area_hops AS SELECT area, COUNT(*) AS n FROM readings "
+                         "WINDOW HOPPING (SIZE 1 MINUTE, ADVANCE BY 20 SECONDS) GROUP BY area"),
 }
 
 
@@ -49,20 +55,23 @@ def meta() -> Metastore:
 def test_every_kind_has_one_spec_and_one_worker_row() -> None:
     assert set(PLAN_SPECS) == set(WORKER_KINDS) == set(PlanKind)
     assert [(k.task, k.slice) for k in (WORKER_KINDS[PlanKind.AGGREGATE], WORKER_KINDS[PlanKind.PROJECT],
-                                        WORKER_KINDS[PlanKind.MATERIALIZE])] == [
-        (AggregationTask, AggregateSlice), (ProjectionTask, ProjectSlice), (TableTask, MaterializeSlice)]
+                                        WORKER_KINDS[PlanKind.MATERIALIZE], WORKER_KINDS[PlanKind.WINDOWED_AGGREGATE])] == [
+        (AggregationTask, AggregateSlice), (ProjectionTask, ProjectSlice), (TableTask, MaterializeSlice),
+        (WindowedAggregationTask, WindowSlice)]
 
 
 def test_only_group_by_results_keep_a_changelog_and_a_repartition_topic() -> None:
-    assert {k for k in PlanKind if k.spec.changelog} == {PlanKind.AGGREGATE}
-    assert {k for k in PlanKind if k.spec.repartition_topic} == {PlanKind.AGGREGATE}
+    grouped = {PlanKind.AGGREGATE, PlanKind.WINDOWED_AGGREGATE}
+    assert {k for k in PlanKind if k.spec.changelog} == grouped
+    assert {k for k in PlanKind if k.spec.repartition_topic} == grouped
 
 
 def test_the_planner_gives_each_statement_its_kind(meta: Metastore) -> None:
     kinds = {q.query_id: q.plan.kind for q in meta.queries.values()}
     assert kinds == {"CST_USERS_0": PlanKind.MATERIALIZE, "CTAS_BY_SENSOR_1": PlanKind.AGGREGATE,
                      "CTAS_BY_AREA_2": PlanKind.AGGREGATE, "CSAS_HOT_3": PlanKind.PROJECT,
-                     "CSAS_BY_READING_4": PlanKind.PROJECT, "CTAS_NAMED_5": PlanKind.PROJECT}
+                     "CSAS_BY_READING_4": PlanKind.PROJECT, "CTAS_NAMED_5": PlanKind.PROJECT,
+                     "CTAS_PER_MINUTE_6": PlanKind.WINDOWED_AGGREGATE, "CTAS_AREA_HOPS_7": PlanKind.WINDOWED_AGGREGATE}
 
 
 def test_internal_topics_per_kind(meta: Metastore) -> None:
@@ -75,6 +84,12 @@ def test_internal_topics_per_kind(meta: Metastore) -> None:
         "CSAS_HOT_3": [],
         "CSAS_BY_READING_4": [],  # re-keyed straight into the sink's partitions
         "CTAS_NAMED_5": [],  # the sink topic is the table's changelog
+        # Windowed changelogs are deleted a day after their windows' retention, as Kafka Streams'.
+        "CTAS_PER_MINUTE_6": [InternalTopic("_millpond-svc-CTAS_PER_MINUTE_6-changelog", compacted=True, configs=(
+            ("cleanup.policy", "compact,delete"), ("retention.ms", str((2 * 3600 + 24 * 3600) * 1000))))],
+        "CTAS_AREA_HOPS_7": [InternalTopic("_millpond-svc-CTAS_AREA_HOPS_7-changelog", compacted=True, configs=(
+            ("cleanup.policy", "compact,delete"), ("retention.ms", str(((24 * 3600 + 60) + 24 * 3600) * 1000)))),
+                             InternalTopic("_millpond-svc-CTAS_AREA_HOPS_7-repartition", compacted=False)],
     }
 
 
@@ -89,6 +104,8 @@ def test_standbys_follow_the_result_stage_changelog(meta: Metastore) -> None:
     assert staged("CSAS_HOT_3") == [("", PlanKind.PROJECT, False)]
     assert staged("CTAS_NAMED_5") == [("project", PlanKind.PROJECT, False), ("", PlanKind.MATERIALIZE, False)]
     assert staged("CST_USERS_0") == [("", PlanKind.MATERIALIZE, False)]
+    assert staged("CTAS_AREA_HOPS_7") == [("repartition", PlanKind.PROJECT, False),
+                                          ("", PlanKind.WINDOWED_AGGREGATE, True)]
 
 
 def test_a_kind_hashes_into_the_digest_as_its_plain_string(meta: Metastore) -> None:
@@ -101,3 +118,11 @@ def test_a_kind_hashes_into_the_digest_as_its_plain_string(meta: Metastore) -> N
     plain.queries_created = meta.queries_created
     assert all(type(q.plan.kind) is str for q in plain.queries.values())
     assert plain.digest() == meta.digest()
+
+
+def test_definitions_without_windows_hash_as_they_did_before_windows_existed() -> None:
+    meta = Metastore()
+    for offset, statement in enumerate([STREAM, USERS, QUERIES["CTAS_BY_AREA_2"], QUERIES["CSAS_HOT_3"]]):
+        meta.apply(parse_statement(statement), offset)
+    # The digest of the same four statements by the code before windows (commit ee770fe).
+    assert meta.digest() == "be90dee48ff75e6988eaf2a350aeca2b45f1f379e5ff1e12076d9cb504fbd149"

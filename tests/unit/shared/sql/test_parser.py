@@ -84,3 +84,30 @@ def test_names_may_hold_quotes_backslashes_and_path_characters() -> None:
     assert stmt.source == "x/../../tmp/evil"
     assert stmt.items[0].expr == ast.ColumnRef('it\'s "a" \\x')
     assert parse_statement('SELECT * FROM "a\nb\x00"').source == "a\nb\x00"
+
+
+@pytest.mark.parametrize(("window", "expected"), [
+    ("TUMBLING (SIZE 1 MINUTE)", ast.Window("TUMBLING", 60_000)),
+    ("tumbling (size 90 seconds, retention 2 days, grace period 250 milliseconds)",
+     ast.Window("TUMBLING", 90_000, retention_ms=2 * 86_400_000, grace_ms=250)),
+    ("HOPPING (SIZE 1 HOUR, ADVANCE BY 10 MINUTES, GRACE PERIOD 1 SECOND)",
+     ast.Window("HOPPING", 3_600_000, 600_000, grace_ms=1000)),
+    ("SESSION (30 SECONDS)", ast.Window("SESSION", 30_000)),
+])
+def test_windows_parse_with_their_durations_in_milliseconds(window: str, expected: ast.Window) -> None:
+    query = parse_statement(f"SELECT sensor, COUNT(*) FROM readings WINDOW {window} GROUP BY sensor EMIT CHANGES")
+    assert isinstance(query, ast.Query)
+    assert query.window == expected
+    assert query.emit_changes and not query.emit_final
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    ("SELECT a, COUNT(*) FROM s WINDOW TUMBLING (SIZE 1 MINUTE, GRACE PERIOD 1 SECOND, GRACE PERIOD 2 SECONDS) "
+     "GROUP BY a", "gives GRACE twice"),
+    ("SELECT a, COUNT(*) FROM s WINDOW TUMBLING (SIZE 1 FORTNIGHT) GROUP BY a", "unexpected"),
+    ("SELECT a, COUNT(*) FROM s GRACE PERIOD 1 SECOND GROUP BY a", "unexpected 'PERIOD'"),
+    ("SELECT a, COUNT(*) FROM s WINDOW HOPPING (SIZE 1 MINUTE) GROUP BY a", "expected"),
+])
+def test_malformed_windows_are_refused_saying_what_is_wrong(text: str, fragment: str) -> None:
+    with pytest.raises(StatementError, match=fragment):
+        parse_statement(text)

@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 
 from millpond.services.worker.state.store import (
     INPUT_OFFSET,
+    STREAM_TIME,
+    STREAM_TIME_HEADER,
     PartitionStore,
     StoreClosed,
     decode_path_segment,
@@ -22,6 +24,7 @@ from millpond.services.worker.state.store import (
 from millpond.services.worker.task import store_path
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import UnavailableError
+from tests.unit.services.worker.fake_changelog import Record
 
 
 def test_reads_racing_a_close_on_another_thread_end_in_store_closed(tmp_path: Path) -> None:
@@ -79,3 +82,26 @@ def test_the_path_encoding_is_safe_and_reversible(name: str) -> None:
 @given(st.text(), st.text())
 def test_two_names_never_share_a_segment(a: str, b: str) -> None:
     assert (path_segment(a) == path_segment(b)) == (a == b)
+
+
+def test_a_changelog_tombstone_deletes_its_window_and_the_stream_time_header_only_advances(tmp_path: Path) -> None:
+    """A standby's (or a restore's) copy of a windowed table: a key's last record wins, so a
+    tombstone removes the window the active let go, unless a later record wrote it again, and the copy keeps the latest stream
+    time the records' headers carried, which a promoted copy closes windows by."""
+
+    def rec(offset: int, key: bytes, value: bytes | None, stream_time: int) -> Record:
+        return Record(offset, key, value, ((STREAM_TIME_HEADER, str(stream_time).encode()),))
+
+    store = PartitionStore(tmp_path / "copy")
+    try:
+        store.apply_changelog([rec(0, b"a", encode_state([1]), 100), rec(1, b"b", encode_state([2]), 100),
+                               rec(2, b"c", encode_state([3]), 250)], 5, None)
+        assert (store.get(b"a"), store.position(STREAM_TIME)) == ([1], 250)
+        store.apply_changelog([rec(3, b"a", None, 240), rec(4, b"b", None, 240), rec(5, b"b", encode_state([9]), 240)],
+                              6, None)
+        assert (store.get(b"a"), store.get(b"b"), store.get(b"c")) == (None, [9], [3])
+        assert store.position(STREAM_TIME) == 250  # a smaller header (an older transaction) never moves it back
+        store.apply_changelog([rec(6, b"d", encode_state([4]), 300), rec(7, b"d", None, 300)], 7, None)
+        assert (store.get(b"d"), store.position(STREAM_TIME)) == (None, 300)  # written, then let go: gone
+    finally:
+        store.close()

@@ -72,6 +72,37 @@ CREATE OR REPLACE TABLE by_area AS SELECT area, COUNT_DISTINCT(sensor) AS n FROM
 CREATE OR REPLACE TABLE by_area AS SELECT UCASE(area) AS area, COUNT(*) AS n FROM readings GROUP BY UCASE(area);
 EXPLAIN CREATE OR REPLACE TABLE by_area AS SELECT area, COUNT(*) AS n, MAX(reading) AS top FROM readings GROUP BY area;
 
+-- Windowed aggregations: TUMBLING and HOPPING windows over event time (readings' TIMESTAMP column,
+-- clicks' record timestamps), their pull and push queries, views, and what is refused.
+CREATE TABLE per_minute AS
+  SELECT sensor, AVG(reading) AS avg_reading, COUNT(*) AS n FROM readings
+  WINDOW TUMBLING (SIZE 1 MINUTE, RETENTION 2 HOURS, GRACE PERIOD 10 SECONDS) GROUP BY sensor EMIT CHANGES;
+CREATE TABLE area_hops AS SELECT area, MAX(reading) AS top, COLLECT_LIST(sensor) AS sensors FROM readings
+  WINDOW HOPPING (SIZE 5 MINUTES, ADVANCE BY 1 MINUTE) GROUP BY area;
+CREATE TABLE clicks_per_hour AS SELECT userid, COUNT(*) AS n FROM clicks WINDOW TUMBLING (SIZE 1 HOUR) GROUP BY userid;
+SELECT * FROM per_minute WHERE sensor = 's1' AND WINDOWSTART >= 0 AND WINDOWEND <= 3600000;
+SELECT sensor, WINDOWSTART AS ws, avg_reading FROM per_minute WHERE WINDOWSTART > 60000;
+SELECT * FROM area_hops WHERE area = 'engine' EMIT CHANGES;
+DESCRIBE per_minute;
+DESCRIBE EXTENDED area_hops;
+EXPLAIN CREATE TABLE per_two AS SELECT sensor, COUNT(*) AS n FROM readings WINDOW TUMBLING (SIZE 2 MINUTES) GROUP BY sensor;
+CREATE OR REPLACE TABLE per_minute AS
+  SELECT sensor, AVG(reading) AS avg_reading, COUNT(*) AS n FROM readings
+  WINDOW TUMBLING (SIZE 2 MINUTES, RETENTION 2 HOURS, GRACE PERIOD 10 SECONDS) GROUP BY sensor;
+CREATE OR REPLACE TABLE per_minute AS
+  SELECT sensor, AVG(reading) AS avg_reading, COUNT(*) AS n FROM readings GROUP BY sensor;
+CREATE TABLE w1 AS SELECT sensor, reading FROM readings WINDOW TUMBLING (SIZE 1 MINUTE);
+CREATE TABLE w2 AS SELECT id, COUNT(*) AS n FROM users WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY id;
+CREATE TABLE w3 AS SELECT sensor, COUNT(*) AS n FROM readings WINDOW TUMBLING (SIZE 0 SECONDS) GROUP BY sensor;
+CREATE TABLE w4 AS SELECT sensor, COUNT(*) AS n FROM readings WINDOW HOPPING (SIZE 1 MINUTE, ADVANCE BY 2 MINUTES) GROUP BY sensor;
+CREATE TABLE w5 AS SELECT sensor, COUNT(*) AS n FROM readings
+  WINDOW TUMBLING (SIZE 1 MINUTE, RETENTION 30 SECONDS, GRACE PERIOD 10 SECONDS) GROUP BY sensor;
+CREATE TABLE w6 AS SELECT sensor, COUNT(*) AS n FROM readings WINDOW SESSION (5 MINUTES) GROUP BY sensor;
+CREATE TABLE w7 AS SELECT sensor, COUNT(*) AS n FROM readings WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY sensor EMIT FINAL;
+CREATE STREAM w11 AS SELECT * FROM per_minute;
+SELECT sensor, COUNT(*) FROM readings WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY sensor;
+SELECT * FROM per_minute EMIT FINAL;
+
 -- INSERT ... VALUES: serialized per the declared formats, partitioned as the Java client does.
 INSERT INTO readings (sensor, area, reading) VALUES ('sensor-1', 'wheel', 20);
 INSERT INTO readings VALUES ('sensor-2', 'motor', -3, 1700000000000);

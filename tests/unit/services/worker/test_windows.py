@@ -1,0 +1,267 @@
+"""The windowed reducer (``reducers.reduce_windowed`` through ``QueryRunner._reduce``) in a
+local[1] Spark session, batch after batch, against a pure-Python reference of Kafka Streams'
+window semantics:
+
+- a record at event time ``t`` falls in every window ``[s, s + size)`` with ``s`` a multiple
+  of the advance, ``s <= t < s + size`` and ``s >= 0``;
+- stream time is per partition: the latest event time of the records processed so far, this
+  one's included, in offset order, across batches;
+- a record enters a window only while the window's end plus grace is after stream time;
+  otherwise that (record, window) is late: dropped, and reported with its offset;
+- a record without a key, with a value that is not JSON, or without an event time counts
+  nowhere (and goes to the processing log), and moves no stream time.
+
+The batches are cut at random places: the result may not depend on where they are cut.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections import defaultdict
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pyspark.sql import SparkSession
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from millpond.services.worker.query_runner import QueryRunner
+from millpond.services.worker.spark import create_session
+from millpond.services.worker.task import WindowedAggregationTask, WindowSlice
+from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.catalog.sources import WindowSpec
+from millpond.shared.config import WorkerSettings as Settings
+from millpond.shared.kafka.serde import split_windowed_key
+from millpond.shared.sql.parser import parse_statement
+
+pytestmark = pytest.mark.spark
+
+BY_COLUMN = ("CREATE STREAM r (sensor VARCHAR KEY, reading INT, ts BIGINT) "
+             "WITH (kafka_topic='r', partitions=2, value_format='json', timestamp='ts')")
+BY_ROWTIME = ("CREATE STREAM r (sensor VARCHAR KEY, reading INT, ts BIGINT) "
+              "WITH (kafka_topic='r', partitions=2, value_format='json')")
+WINDOWS = {
+    "TUMBLING": "WINDOW TUMBLING (SIZE 60 SECONDS, GRACE PERIOD 20 SECONDS)",
+    "HOPPING": "WINDOW HOPPING (SIZE 60 SECONDS, ADVANCE BY 20 SECONDS, GRACE PERIOD 10 SECONDS)",
+}
+KAFKA_ROW = StructType([
+    StructField("key", BinaryType()), StructField("value", BinaryType()), StructField("topic", StringType()),
+    StructField("partition", IntegerType()), StructField("offset", LongType()),
+    StructField("timestamp", TimestampType()), StructField("timestampType", IntegerType()),
+])
+
+EPOCH = datetime.fromtimestamp(0, UTC)
+Record = tuple[bytes | None, bytes | None, int, int, int]
+"""(key, value, partition, offset, record timestamp in ms)."""
+
+
+def _event_time(record: Record, by_column: bool) -> int | None:
+    key, value, _, _, rowtime = record
+    if key is None or value is None:
+        return None
+    try:
+        decoded = json.loads(value)
+    except ValueError:
+        return None
+    if not isinstance(decoded, dict):
+        return None
+    ts = decoded.get("TS") if by_column else rowtime
+    return ts if isinstance(ts, int) and ts >= 0 else None
+
+
+def reference(records: list[Record], window: WindowSpec, by_column: bool
+              ) -> tuple[dict[tuple[int, bytes, int], tuple[int, int | None]], set[tuple[int, int, int]]]:
+    """Per (partition, key, window start): (COUNT(*), SUM(reading)); and every late
+    (partition, offset, window start)."""
+    totals: dict[tuple[int, bytes, int], list[Any]] = {}
+    late: set[tuple[int, int, int]] = set()
+    stream: dict[int, int] = defaultdict(lambda: -1)
+    for record in sorted(records, key=lambda r: (r[2], r[3])):
+        ts = _event_time(record, by_column)
+        if ts is None:
+            continue
+        key, value, partition, offset, _ = record
+        assert key is not None and value is not None
+        stream[partition] = max(stream[partition], ts)
+        reading = json.loads(value).get("READING")
+        for start in window.starts(ts):
+            if start + window.size_ms + window.grace_ms <= stream[partition]:
+                late.add((partition, offset, start))
+                continue
+            count, total = totals.setdefault((partition, key, start), [0, None])
+            totals[(partition, key, start)] = [count + 1, total if reading is None else (total or 0) + reading]
+    return {k: (v[0], v[1]) for k, v in totals.items()}, late
+
+
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    """The worker's own session settings, in local[1]."""
+    settings = Settings(worker_id="windows-test", spark_master="local[1]", state_dir=tmp_path_factory.mktemp("state"),
+                        spark_conf={"spark.ui.showConsoleProgress": "false"})
+    session = create_session(settings)
+    yield session
+    session.stop()
+
+
+def run_batches(spark: SparkSession, source: str, window: str, batches: list[list[Record]], tmp_path: Path,
+                ) -> tuple[dict[tuple[int, bytes, int], tuple[int, int | None]], set[tuple[int, int, int]], WindowSpec]:
+    """Reduce ``batches`` one after another, each against the stream time the ones before
+    left (as the tasks' commits set it), merging the partials as a task does."""
+    meta = Metastore()
+    meta.apply(parse_statement(source), 0)
+    meta.apply(parse_statement(f"CREATE TABLE w AS SELECT sensor, COUNT(*) AS n, SUM(reading) AS total FROM r "
+                               f"{window} GROUP BY sensor"), 1)
+    (query,) = meta.queries.values()
+    src, sink = meta.sources[query.source], meta.sources[query.sink]
+    assert query.plan.window is not None
+    settings = Settings(worker_id="windows-test", spark_master="local[1]", state_dir=tmp_path)
+    tasks = {p: WindowedAggregationTask(settings, query, src, sink, p) for p in range(src.partitions)}
+    states: dict[tuple[int, bytes, int], list[list[Any]]] = {}
+    late: set[tuple[int, int, int]] = set()
+    loop = asyncio.new_event_loop()  # only a commit would use it
+    runner = QueryRunner(spark, settings, query, src, sink, dict(tasks), loop)
+    try:
+        for records in batches:
+            frame = spark.createDataFrame(
+                [(k, v, "r", p, o, EPOCH + timedelta(milliseconds=t), 0) for k, v, p, o, t in records], KAFKA_ROW)
+            for partition, piece in runner._reduce(frame).items():
+                assert isinstance(piece, WindowSlice)
+                task = tasks[partition]
+                assert piece.reduced_at == task.stream_time
+                assert piece.stream_time >= task.stream_time
+                for windowed, partial in piece.partials:
+                    key, start = split_windowed_key(windowed)
+                    old = states.get((partition, key, start))
+                    states[(partition, key, start)] = partial if old is None else [
+                        agg.merge(o, n) for agg, o, n in zip(task.aggregates, old, partial, strict=True)]
+                for record in piece.late:
+                    start = int(record.reason.split("[")[1].split(",")[0])
+                    late.add((partition, record.offset, start))
+                task.stream_time = piece.stream_time
+    finally:
+        runner.stop()
+        loop.close()
+    aggs = tasks[0].aggregates
+    finals = {k: tuple(agg.finalize(s) for agg, s in zip(aggs, v, strict=True)) for k, v in states.items()}
+    return {k: (v[0], v[1]) for k, v in finals.items()}, late, query.plan.window
+
+
+def _split(records: list[Record], cuts: list[int]) -> list[list[Record]]:
+    """``records`` (in offset order per partition) cut into consecutive batches at ``cuts``."""
+    bounds = sorted({0, len(records), *(c % (len(records) + 1) for c in cuts)})
+    return [records[a:b] for a, b in pairwise(bounds) if b > a]
+
+
+HAND_MADE: list[Record] = [
+    # partition 0, key s1: windows [0, 60s), [60s, 120s), ... (tumbling, grace 20 s)
+    (b"s1", b'{"READING": 1, "TS": 10000}', 0, 0, 0),
+    (b"s1", b'{"READING": 2, "TS": 70000}', 0, 1, 0),       # stream time 70 s
+    (b"s1", b'{"READING": 4, "TS": 50000}', 0, 2, 0),       # out of order, [0, 60s) open until 80 s: counted
+    (b"s1", b'{"READING": 8, "TS": 85000}', 0, 3, 0),       # stream time 85 s: [0, 60s) closes
+    (b"s1", b'{"READING": 16, "TS": 59999}', 0, 5, 0),      # late for [0, 60s): dropped
+    (b"s2", b'{"READING": 32, "TS": 30000}', 0, 6, 0),      # another key, same partition: late too
+    (None, b'{"READING": 64, "TS": 999000}', 0, 7, 0),      # no key: moves no stream time
+    (b"s2", b'{"READING": 128}', 0, 8, 0),                  # no event time: to the log
+    (b"s2", b'{"READING": 256, "TS": 125000}', 0, 9, 0),
+    # partition 1 has a stream time of its own: 30 s is not late there
+    (b"s3", b'{"READING": 1, "TS": 30000}', 1, 0, 0),
+    (b"s3", b"not json", 1, 1, 0),
+]
+
+
+@pytest.mark.parametrize("cut", [[], [3], [4, 7], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]])
+def test_tumbling_windows_close_at_stream_time_plus_grace_wherever_batches_are_cut(
+        spark: SparkSession, tmp_path: Path, cut: list[int]) -> None:
+    got, late, window = run_batches(spark, BY_COLUMN, WINDOWS["TUMBLING"], _split(HAND_MADE, cut), tmp_path)
+    assert got == {(0, b"s1", 0): (2, 5), (0, b"s1", 60000): (2, 10), (0, b"s2", 120000): (1, 256),
+                   (1, b"s3", 0): (1, 1)}
+    assert late == {(0, 5, 0), (0, 6, 0)}
+    assert (got, late) == reference(HAND_MADE, window, by_column=True)
+
+
+def test_the_reducer_reports_bad_records_and_the_stream_time_it_reached(spark: SparkSession, tmp_path: Path) -> None:
+    meta = Metastore()
+    meta.apply(parse_statement(BY_COLUMN), 0)
+    meta.apply(parse_statement(f"CREATE TABLE w AS SELECT sensor, COUNT(*) AS n FROM r {WINDOWS['TUMBLING']} "
+                               "GROUP BY sensor"), 1)
+    (query,) = meta.queries.values()
+    src, sink = meta.sources[query.source], meta.sources[query.sink]
+    settings = Settings(worker_id="windows-test", spark_master="local[1]", state_dir=tmp_path)
+    tasks = {p: WindowedAggregationTask(settings, query, src, sink, p) for p in range(2)}
+    tasks[1].stream_time = 500_000
+    loop = asyncio.new_event_loop()
+    runner = QueryRunner(spark, settings, query, src, sink, dict(tasks), loop)
+    try:
+        frame = spark.createDataFrame([(k, v, "r", p, o, None, 0) for k, v, p, o, _ in HAND_MADE], KAFKA_ROW)
+        slices = runner._reduce(frame)
+    finally:
+        runner.stop()
+        loop.close()
+    first, second = slices[0], slices[1]
+    assert isinstance(first, WindowSlice) and isinstance(second, WindowSlice)
+    assert (first.reduced_at, first.stream_time, first.count, first.last_offset) == (-1, 125000, 9, 9)
+    assert [(b.offset, b.reason.split(":")[0]) for b in first.bad] == [(7, "record has no key"),
+                                                                       (8, "record has no event time")]
+    assert [b.offset for b in first.late] == [5, 6]
+    assert "closed at stream time 85000" in first.late[0].reason
+    # Partition 1 was at 500 s: its record at 30 s is late there, and stream time stays.
+    assert (second.reduced_at, second.stream_time, [b.offset for b in second.late]) == (500_000, 500_000, [0])
+    assert [b.offset for b in second.bad] == [1]
+
+
+_VALUE = st.one_of(
+    st.sampled_from([b"{", b"garbage", b'{"READING": 3}']),
+    st.builds(lambda reading, ts: json.dumps({"READING": reading, "TS": ts}).encode(),
+              st.one_of(st.none(), st.integers(-5, 5)), st.integers(-1000, 400_000)),
+)
+_DRAWN = st.lists(st.tuples(st.integers(0, 1), st.sampled_from([None, b"k0", b"k1", b"k2"]), _VALUE,
+                            st.integers(1, 2), st.integers(0, 400_000)), min_size=1, max_size=40)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(drawn=_DRAWN, cuts=st.lists(st.integers(0, 40), max_size=4), kind=st.sampled_from(sorted(WINDOWS)),
+       by_column=st.booleans())
+def test_random_out_of_order_records_give_the_reference_windows(
+        spark: SparkSession, tmp_path: Path, drawn: list[tuple[int, bytes | None, bytes, int, int]],
+        cuts: list[int], kind: str, by_column: bool) -> None:
+    """Random keys, values, event times (out of order, some negative), gaps for transaction
+    markers, both partitions, event time from a column or the record timestamp, tumbling and
+    hopping windows, batches cut anywhere: the reference's windows and late records."""
+    offsets = {0: 0, 1: 0}
+    records: list[Record] = []
+    for partition, key, value, gap, rowtime in drawn:
+        offsets[partition] += gap
+        records.append((key, value, partition, offsets[partition], rowtime))
+    records.sort(key=lambda r: (r[3], r[2]))
+    got, late, window = run_batches(spark, BY_COLUMN if by_column else BY_ROWTIME, WINDOWS[kind],
+                                    _split(records, cuts), tmp_path)
+    assert (got, late) == reference(records, window, by_column)
+
+
+def test_window_starts_are_kafka_streams_windows_for() -> None:
+    hopping = WindowSpec("HOPPING", 60_000, 20_000, 0, 60_000)
+    assert list(hopping.starts(70_000)) == [20_000, 40_000, 60_000]
+    assert list(hopping.starts(10_000)) == [0]  # no window starts before 0
+    assert list(WindowSpec("TUMBLING", 60_000, 60_000, 0, 60_000).starts(59_999)) == [0]
+    rng = random.Random(5)
+    for _ in range(200):
+        size = rng.randrange(1, 100)
+        advance = rng.randrange(1, size + 1)
+        t = rng.randrange(0, 1000)
+        spec = WindowSpec("HOPPING", size, advance, 0, size)
+        assert list(spec.starts(t)) == [s for s in range(0, t + 1, advance) if s <= t < s + size]
