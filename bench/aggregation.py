@@ -3,7 +3,9 @@ second from the query's start to the table caught up with every input record, ag
 Kafka's own consumer performance tool, a plain aiokafka consumer reading the same topic and
 the same aggregation as a Kafka Streams application (exactly_once_v2, RocksDB, as many
 stream threads as the cluster's Spark cores) in the same run; peak memory of every service
-while Millpond's query runs.
+while Millpond's query runs. Then, over the same topic, the same AVG per sensor per 1-minute
+tumbling window (by record timestamp): its events per second, and its ratio to the plain
+GROUP BY of the same run (the Kafka Streams baseline has no windowed form yet).
 
 ``python -m bench.aggregation [--events 2000000 --keys 1000 --workers 2 --pin]``
 (``--pin`` gives worker i core i; ``bench.scaling`` compares 1 and 2 pinned workers).
@@ -23,6 +25,7 @@ from bench.common import (
     create_average,
     create_readings,
     emit,
+    execute,
     kafka_perf_consumer,
     produce_readings,
     ratio,
@@ -35,6 +38,8 @@ from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.admin import end_offsets
 
 PARTITIONS = 8
+WINDOWED = ("CREATE TABLE avg_per_minute AS SELECT sensor, AVG(reading) AS avg_reading FROM readings "
+            "WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY sensor;")
 
 
 def measure(events: int, keys: int, workers: int, pin: bool, max_offsets_per_trigger: int) -> dict[str, Any]:
@@ -60,7 +65,11 @@ def measure(events: int, keys: int, workers: int, pin: bool, max_offsets_per_tri
             query_id = create_average(local, "readings", "avg_readings")
             finished = wait_caught_up(local, query_id, ends)
         seconds = finished - started
+        started = time.monotonic()
+        (outcome,) = execute(local, WINDOWED)
+        windowed_seconds = wait_caught_up(local, str(outcome.message).rsplit(" ", 1)[-1], ends) - started
     rate = events / seconds
+    windowed_rate = events / windowed_seconds
     return {
         "events": events, "keys": keys, "partitions": PARTITIONS, "workers": workers, "pinned": pin,
         "seconds_to_caught_up": round(seconds, 2), "events_per_s": round(rate, 1),
@@ -71,6 +80,9 @@ def measure(events: int, keys: int, workers: int, pin: bool, max_offsets_per_tri
         "baseline_kafka_streams": kstreams,
         "ratio_to_kafka_streams": ratio(rate, kstreams.get("records_per_s")),
         "peak_rss_mib": memory.peaks,
+        "windowed_seconds_to_caught_up": round(windowed_seconds, 2), "windowed_events_per_s": round(windowed_rate, 1),
+        "windowed_ratio_to_group_by": ratio(windowed_rate, rate),
+        "windowed_ratio_to_kafka_streams_group_by": ratio(windowed_rate, kstreams.get("records_per_s")),
     }
 
 

@@ -122,9 +122,8 @@ class ProjectSlice(BatchSlice):
     records: list[tuple[bytes | None, bytes | None]] = field(default_factory=list)
     """Result records (key, value); a None value is a tombstone (a table row deleted)."""
     timestamps: list[int | None] = field(default_factory=list)
-    """Each result record's input record timestamp (epoch ms), which it keeps, as Kafka Streams'
-    records do (so a windowed aggregation behind a repartition sees the input's times); empty:
-    the producer stamps them."""
+    """Each result record's input record timestamp (epoch ms), which a sink record keeps, as
+    ksqlDB's do (ROWTIME carries over); empty: the producer stamps them."""
 
 
 @dataclass
@@ -615,7 +614,9 @@ class ProjectionTask(Task[ProjectSlice]):
         assert self.producer is not None
         if self.applied(batch):
             return False
-        timestamps = batch.timestamps or [None] * len(batch.records)
+        # A repartition topic's records are stamped when written: its retention must not
+        # delete an input's old records before the next stage reads them.
+        timestamps = batch.timestamps if batch.timestamps and self.stage != "repartition" else [None] * len(batch.records)
         async with self._transaction():
             for (key, value), timestamp in zip(batch.records, timestamps, strict=True):
                 await self._send(self.sink.topic, value, key, self.target_partition(key), timestamp_ms=timestamp)

@@ -26,11 +26,14 @@ from millpond.shared.catalog.names import changelog_topic, repartition_topic
 from millpond.shared.catalog.plans import PlanKind
 from millpond.shared.catalog.queries import OutputColumn, PersistentQuery, QueryPlan
 from millpond.shared.catalog.sources import Column, DataSource
+from millpond.shared.sql.ast import SqlType
 from millpond.shared.sql.expressions import quote_identifier
 from millpond.shared.sql.planner import plan_materialization
 
 WINDOWED_EXTRA_MS = 24 * 3_600_000
 """How much longer than its windows a windowed changelog keeps records (Kafka Streams' default)."""
+ROWTIME_COLUMN = "_INPUT_ROWTIME"
+"""The column of a repartition topic's records that carries the input record's timestamp."""
 REPARTITION_KEY = "_REPARTITION_KEY"
 """The key column of a repartition topic's records (the grouping expression's value)."""
 
@@ -104,6 +107,14 @@ def _repartitioned_aggregate(query: PersistentQuery, source: DataSource, sink: D
     # Every source column travels in the value, so the aggregates' Spark SQL (over the
     # source's column names) runs unchanged on the repartitioned records.
     carried = tuple(Column(c.name, c.type) for c in source.columns)
+    carried_expressions = tuple(quote_identifier(c.name) for c in carried)
+    if plan.window is not None and plan.event_time is None:
+        # Windows by record timestamp: the timestamp travels in the value, as the repartition
+        # topic's records are stamped when written (an input's old timestamps there would let
+        # the topic's retention delete them before the second stage reads them).
+        carried += (Column(ROWTIME_COLUMN, SqlType("BIGINT")),)
+        carried_expressions += ("_rowtime",)
+        plan = replace(plan, event_time=quote_identifier(ROWTIME_COLUMN))
     topic = DataSource(
         kind="STREAM", name=f"{query.query_id}_REPARTITION", columns=(Column(REPARTITION_KEY, key.type, key=True), *carried),
         topic=repartition_topic(service_id, query.query_id), partitions=sink.partitions, value_format="JSON",
@@ -112,7 +123,7 @@ def _repartitioned_aggregate(query: PersistentQuery, source: DataSource, sink: D
     rekey = QueryPlan(
         kind=PlanKind.PROJECT, source=source.name, sink=topic.name,
         columns=(OutputColumn(REPARTITION_KEY, key.type, key.expression, key=True),
-                 *(OutputColumn(c.name, c.type, quote_identifier(c.name)) for c in carried)),
+                 *(OutputColumn(c.name, c.type, e) for c, e in zip(carried, carried_expressions, strict=True))),
         where=plan.where, key_column=REPARTITION_KEY, key_expression=key.expression, repartition=True,
     )
     aggregate = replace(plan, source=topic.name, where=None, key_expression=None, repartition=False)

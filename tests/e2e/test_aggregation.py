@@ -23,16 +23,21 @@ from pathlib import Path
 
 import grpc
 import pytest
+from aiokafka import AIOKafkaProducer
 
+from millpond.cli.client import RouterClient
+from millpond.common.v1 import rows_pb2
 from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 from millpond.deploy.local.kafka_broker import EmbeddedKafka
 from millpond.deploy.local.launcher import LocalCluster
 from millpond.services.worker.state.store import path_segment
 from millpond.shared.catalog.names import changelog_topic, processing_log_topic
 from millpond.shared.kafka.partitioner import partition_for
+from millpond.shared.kafka.serde import from_proto
 from millpond.shared.net import free_port
 from millpond.shared.rpc.converters import task_report_from_proto
 from millpond.shared.task_status import RUNNING, TaskReport
+from millpond.worker.v1 import worker_pb2, worker_pb2_grpc
 from tests.e2e.helpers import pull_until, read_all, run
 from tests.e2e.workload import (
     PARTITIONS,
@@ -375,3 +380,105 @@ async def test_readings_per_minute_in_tumbling_windows_are_exact_with_late_recor
     gone = {(k[:-8].decode(), int.from_bytes(k[-8:], "big")) for k, v in latest.items() if v is None}
     assert gone == expired
     assert max(stream_time.values()) > retention
+
+
+async def produce_timed(bootstrap: str, topic: str, records: list[tuple[str, str, int, int]]) -> None:
+    """(sensor, area, reading, record timestamp) records, keyed and partitioned by sensor as the Java client."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=256 * 1024)
+    await producer.start()
+    try:
+        futures = [await producer.send(topic, json.dumps({"AREA": area, "READING": reading}).encode(),
+                                       key=sensor.encode(), partition=partition_for(sensor.encode(), PARTITIONS),
+                                       timestamp_ms=ts)
+                   for sensor, area, reading, ts in records]
+        await producer.flush()
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+
+
+def timed_readings(rng: random.Random, start: int, count: int) -> list[tuple[str, str, int, int]]:
+    """Readings 5 ms of event time apart, one in twenty set back by up to 30 s (late or not)."""
+    out = []
+    for i in range(count):
+        sensor = f"sensor-{rng.randrange(200):05d}"
+        ts = start + 5 * i - (rng.randrange(30_000) if rng.random() < 0.05 else 0)
+        out.append((sensor, area_of(sensor), rng.randrange(-500, 1000), max(ts, 0)))
+    return out
+
+
+def scan_partition(endpoint: str, table: str, partition: int) -> list[tuple[object, ...]]:
+    """One worker's rows of one partition of ``table``, from its active or its standby copy."""
+    request = worker_pb2.ScanPagesRequest(table=table, partitions=[partition], allow_standby=True)
+    with grpc.insecure_channel(endpoint) as channel:
+        pages = worker_pb2_grpc.WorkerServiceStub(channel).ScanPages(request, timeout=30)
+        return sorted(tuple(from_proto(v) for v in row.values)
+                      for page in pages for row in rows_pb2.StatementResult.FromString(page.rows).rows)
+
+
+async def test_windowed_tables_are_exact_across_a_sigkill_and_standbys_serve_their_windows(
+        agg_cluster: LocalCluster) -> None:
+    """Tumbling windows per sensor (late records dropped, windows expiring) and hopping windows
+    per area (re-keyed through the repartition topic, whose records keep their timestamps), by
+    record timestamp, while worker-1 is SIGKILLed mid-stream and restarted: both tables end
+    exactly as the reference, and every partition's standby copy holds the same windows."""
+    stream = f"wk_{agg_cluster.service_id}"
+    per_sensor, per_area = f"wk_sensor_{agg_cluster.service_id}", f"wk_area_{agg_cluster.service_id}"
+    rng = random.Random(31)
+    # Event times of the last few minutes: the topic's retention (7 days, by record timestamp)
+    # would delete records stamped in 1970 before the queries read them.
+    base = (int(time.time() * 1000) - 10 * MINUTE) // MINUTE * MINUTE
+    records = timed_readings(rng, base, 30_000)
+    ensure_stream(agg_cluster, stream)
+    await produce_timed(agg_cluster.bootstrap, stream, records)
+    client = RouterClient(agg_cluster.router, timeout=120)
+    try:
+        outcomes = list(client.run_script(f"""
+            SET 'auto.offset.reset'='earliest';
+            CREATE TABLE {per_sensor} AS SELECT sensor, COUNT(*) AS n, SUM(reading) AS total FROM {stream}
+              WINDOW TUMBLING (SIZE 10 SECONDS, RETENTION 2 MINUTES, GRACE PERIOD 5 SECONDS) GROUP BY sensor;
+            CREATE TABLE {per_area} AS SELECT area, COUNT(*) AS n, MAX(reading) AS top FROM {stream}
+              WINDOW HOPPING (SIZE 30 SECONDS, ADVANCE BY 10 SECONDS) GROUP BY area;"""))
+    finally:
+        client.close()
+    sensor_query = outcomes[1].message.rsplit(" ", 1)[-1]
+
+    await wait_progressing(agg_cluster, sensor_query, "worker-1")
+    await asyncio.sleep(rng.uniform(0.2, 2))
+    agg_cluster.kill("worker-1")
+    more = timed_readings(rng, base + 150_000, 10_000)
+    await produce_timed(agg_cluster.bootstrap, stream, more)
+    await asyncio.to_thread(agg_cluster.restart, "worker-1")
+    records += more
+
+    readings_of = [(sensor, reading, ts) for sensor, _, reading, ts in records]
+    windows, late, _ = windows_reference(readings_of, 10_000, 5_000, 2 * MINUTE)
+    assert late and len(windows) > 1000
+    want_sensor: list[tuple[object, ...]] = sorted((s, w, w + 10_000, len(r), sum(r)) for (s, w), r in windows.items())
+    hops: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for _, area, reading, ts in records:
+        for start in range(max(0, ts - 20_000) // 10_000 * 10_000, ts + 1, 10_000):
+            hops[(area, start)].append(reading)
+    want_area: list[tuple[object, ...]] = sorted((a, w, w + 30_000, len(r), max(r)) for (a, w), r in hops.items())
+
+    assert await asyncio.to_thread(rows_until, agg_cluster, f"SELECT * FROM {per_sensor};", want_sensor, 300) == want_sensor
+    assert await asyncio.to_thread(rows_until, agg_cluster, f"SELECT * FROM {per_area};", want_area, 120) == want_area
+    # No window's count ever went back or repeated in the sink (a batch applied twice would).
+    counts: dict[bytes, list[int]] = defaultdict(list)
+    for _, _, key, value in sorted(await read_all(agg_cluster.bootstrap, per_sensor.upper())):
+        assert key is not None and value is not None
+        counts[key].append(json.loads(value)["N"])
+    assert all(a < b for c in counts.values() for a, b in pairwise(c))
+
+    # Each partition has its active on one worker and its standby on the other: both copies hold
+    # the windows (the standby's replayed from the changelog, expiries included).
+    workers = [agg_cluster.child(name).endpoint for name in ("worker-1", "worker-2")]
+    for partition in range(PARTITIONS):
+        mine = [row for row in want_sensor if partition_for(str(row[0]).encode(), PARTITIONS) == partition]
+        for endpoint in workers:
+            deadline = time.monotonic() + 60
+            rows = await asyncio.to_thread(scan_partition, endpoint, per_sensor.upper(), partition)
+            while rows != mine and time.monotonic() < deadline:
+                await asyncio.sleep(0.5)
+                rows = await asyncio.to_thread(scan_partition, endpoint, per_sensor.upper(), partition)
+            assert rows == mine, (endpoint, partition)

@@ -106,6 +106,12 @@ def test_standbys_follow_the_result_stage_changelog(meta: Metastore) -> None:
     assert staged("CST_USERS_0") == [("", PlanKind.MATERIALIZE, False)]
     assert staged("CTAS_AREA_HOPS_7") == [("repartition", PlanKind.PROJECT, False),
                                           ("", PlanKind.WINDOWED_AGGREGATE, True)]
+    # Windows by record timestamp behind a repartition: the timestamp travels in a column.
+    q = meta.queries["CTAS_AREA_HOPS_7"]
+    rekey, aggregate = stages(q, meta.source(q.source), meta.source(q.sink), "svc")
+    assert q.plan.event_time is None and aggregate.query.plan.event_time == "`_INPUT_ROWTIME`"
+    assert rekey.query.plan.columns[-1].expression == "_rowtime"
+    assert rekey.sink.columns[-1].name == "_INPUT_ROWTIME"
 
 
 def test_a_kind_hashes_into_the_digest_as_its_plain_string(meta: Metastore) -> None:
