@@ -24,7 +24,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from millpond.shared.catalog.sources import WINDOW_END, WINDOW_START, DataSource
 from millpond.shared.kafka.connection import KafkaConnection
-from millpond.shared.kafka.serde import deserialize_key, deserialize_value, split_windowed_key
+from millpond.shared.kafka.serde import deserialize_key, deserialize_value, window_bounds
 from millpond.shared.sql.planner import SelectPlan
 
 log = logging.getLogger(__name__)
@@ -119,8 +119,7 @@ class PushQuery:
                     raise ValueError("record has no key")
                 key = record.key
                 if source.window is not None:  # the windowed key: the key, then the window start
-                    key, start = split_windowed_key(key)
-                    row[WINDOW_START], row[WINDOW_END] = start, start + source.window.size_ms
+                    key, row[WINDOW_START], row[WINDOW_END] = window_bounds(key, source.window)
                 row[key_column.name] = deserialize_key(key, key_column.type)
         except (ValueError, UnicodeDecodeError, struct.error) as err:
             self.skipped += 1

@@ -13,13 +13,21 @@ from typing import Any, Generic
 
 from pyspark.sql import DataFrame
 
-from millpond.services.worker.reducers import reduce_aggregate, reduce_materialize, reduce_project, reduce_windowed
+from millpond.services.worker.reducers import (
+    reduce_aggregate,
+    reduce_materialize,
+    reduce_project,
+    reduce_sessions,
+    reduce_windowed,
+)
 from millpond.services.worker.task import (
     AggregateSlice,
     AggregationTask,
     MaterializeSlice,
     ProjectionTask,
     ProjectSlice,
+    SessionAggregationTask,
+    SessionSlice,
     SliceT,
     TableTask,
     Task,
@@ -47,6 +55,7 @@ class WorkerKind(Generic[SliceT]):
 WORKER_KINDS: dict[PlanKind, WorkerKind[Any]] = {
     PlanKind.AGGREGATE: WorkerKind(AggregationTask, AggregateSlice, reduce_aggregate),
     PlanKind.WINDOWED_AGGREGATE: WorkerKind(WindowedAggregationTask, WindowSlice, reduce_windowed),
+    PlanKind.SESSION_AGGREGATE: WorkerKind(SessionAggregationTask, SessionSlice, reduce_sessions),
     PlanKind.PROJECT: WorkerKind(ProjectionTask, ProjectSlice, reduce_project),
     PlanKind.MATERIALIZE: WorkerKind(TableTask, MaterializeSlice, reduce_materialize),
 }

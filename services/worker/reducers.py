@@ -27,6 +27,7 @@ from millpond.services.worker.task import (
     BadRecord,
     MaterializeSlice,
     ProjectSlice,
+    SessionSlice,
     SliceT,
     WindowSlice,
 )
@@ -326,6 +327,44 @@ def reduce_windowed(parsed: DataFrame, query: PersistentQuery, source: DataSourc
 
 
 _WINDOWED_FIXED = (*_FIXED, "_latest", "_stime", "_ws")
+"""The columns every row of ``reduce_windowed`` starts with."""
+
+
+def reduce_sessions(parsed: DataFrame, query: PersistentQuery, source: DataSource, sink: DataSource,
+                    tasks: Mapping[int, Any] | None = None) -> dict[int, SessionSlice]:
+    """A session-windowed GROUP BY batch: each record's partial state, key and event time, in
+    offset order, from one Spark job (each record its own group). Sessions merge record by
+    record in the task (``SessionAggregationTask``): which sessions a record bridges, and
+    whether it is late, depends on every record before it."""
+    plan = query.plan
+    frame = classify(parsed, source, tombstones=False, where=plan.where)
+    frame = frame.withColumn("_ts", F.expr(plan.event_time or "_rowtime").cast("long"))
+    frame = frame.withColumn("_kind", F.expr(f"IF(_kind = {GOOD} AND (_ts IS NULL OR _ts < 0), {NO_TIME}, _kind)"))
+    columns: list[Any] = []
+    shape: list[int] = []
+    for i, call in enumerate(plan.aggregates):
+        forms = aggregates.require(call.function).partials(call.argument)
+        shape.append(len(forms))
+        columns += [F.expr(p).alias(f"a{i}_{j}") for j, p in enumerate(forms)]
+    bad = f"_kind IN ({_BAD}, {NO_TIME})"
+    rows = frame.groupBy(
+        F.col("_partition"), F.col("_kind"), F.col("_offset"),
+        F.expr(f"IF(_kind = {GOOD}, _key_bytes, NULL)").alias("_group"), F.expr(f"IF(_kind = {GOOD}, _ts, NULL)").alias("_t"),
+    ).agg(F.max(F.expr(f"IF({bad}, _raw, NULL)")).alias("_bad_raw"), *columns).collect()
+    rows.sort(key=lambda r: (r["_partition"], r["_offset"]))
+    slices = spans([{"_partition": r["_partition"], "_kind": r["_kind"], "_lo": r["_offset"], "_hi": r["_offset"],
+                     "_n": 1, "_bad_offset": r["_offset"], "_bad_raw": r["_bad_raw"]} for r in rows],
+                   SessionSlice, source)
+    fixed = 6
+    for row in rows:
+        if row["_kind"] != GOOD:
+            continue
+        values, state, at = list(row)[fixed:], [], 0
+        for width in shape:
+            state.append(plain(values[at:at + width]))
+            at += width
+        slices[row["_partition"]].records.append((row["_offset"], bytes(row["_group"]), row["_t"], state))
+    return slices
 """The columns every row of ``reduce_windowed`` starts with."""
 
 

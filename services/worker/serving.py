@@ -13,7 +13,7 @@ from millpond.services.worker.state.store import PartitionStore
 from millpond.services.worker.task import StoreTask
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.errors import LimitError, NotFoundError, StatementError, UnavailableError
-from millpond.shared.kafka.serde import WINDOW_START_BYTES
+from millpond.shared.kafka.serde import window_key_bytes
 from millpond.shared.sql import ast
 from millpond.shared.sql.guard import StatementParser
 from millpond.shared.sql.planner import SelectPlan, key_prefix, plan_select
@@ -73,8 +73,8 @@ async def scan(table: str, copy_of: Callable[[int], LocalCopy], partitions: Iter
     filtering = plan is not None and plan.where is not None
     # A windowed table's lookup of one key reads that key's windows alone (its keys start with it).
     prefix, width = b"", None
-    if plan is not None and (found := key_prefix(plan)) is not None:
-        prefix, width = found, len(found) + WINDOW_START_BYTES
+    if plan is not None and plan.source.window is not None and (found := key_prefix(plan)) is not None:
+        prefix, width = found, len(found) + window_key_bytes(plan.source.window)
     most = limit if 0 < limit <= max_rows else max_rows + 1
     read = kept = 0
     for partition in partitions:

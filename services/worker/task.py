@@ -55,7 +55,13 @@ from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.admin import committed_offsets
 from millpond.shared.kafka.partitioner import partition_for
-from millpond.shared.kafka.serde import deserialize_key, serialize_value, split_windowed_key
+from millpond.shared.kafka.serde import (
+    deserialize_key,
+    serialize_value,
+    session_key,
+    split_windowed_key,
+    window_bounds,
+)
 from millpond.shared.sql import aggregates
 from millpond.shared.task_status import RESTORING, RUNNING, STARTING, StoreLag, TaskReport, now_ms
 from millpond.shared.teardown import bounded, gather_or_cancel, run_to_end
@@ -113,6 +119,14 @@ class WindowSlice(AggregateSlice):
     """The stream time once the batch is applied: the latest event time of its records or before."""
     late: list[BadRecord] = field(default_factory=list)
     """Records (one per record and window) whose window closed before they came."""
+
+
+@dataclass
+class SessionSlice(BatchSlice):
+    """A session-windowed aggregation's slice: every usable record, in offset order."""
+
+    records: list[tuple[int, bytes, int, list[list[Any]]]] = field(default_factory=list)
+    """(offset, serialized key, event time, the record's partial state per aggregate)."""
 
 
 @dataclass
@@ -340,9 +354,8 @@ def aggregate_rows(sink: DataSource, aggs: list[aggregates.Aggregate]) -> Callab
     window = sink.window
     if window is not None:
         def windowed_row(key: bytes, state: list[Any]) -> list[Any]:
-            inner, start = split_windowed_key(key)
-            return [decode(inner), start, start + window.size_ms,
-                    *[final(s) for final, s in zip(finals, state, strict=True)]]
+            inner, start, end = window_bounds(key, window)
+            return [decode(inner), start, end, *[final(s) for final, s in zip(finals, state, strict=True)]]
 
         return windowed_row
 
@@ -466,6 +479,7 @@ class AggregationTask(StoreTask[AggregateSlice]):
         states = {key: self._merge(key, partial) for key, partial in batch.partials}
         expired = self._expired(batch, states)
         gone = set(expired)
+        emitted = self._emitted(batch, states)
         value_names = [c.name for c in self.sink.value_columns]
         changelog_futures = []
         # Each changelog record says which input position its batch reaches, so a standby
@@ -476,6 +490,7 @@ class AggregationTask(StoreTask[AggregateSlice]):
                 if key not in gone:
                     changelog_futures.append(await self._send(self.changelog.topic, encode_state(state), key,
                                                               self.partition, headers))
+            for key, state in emitted.items():
                 sink_value = serialize_value(value_names, self._row(key, state)[-len(value_names):] if value_names
                                              else [], self.sink.value_format, self.sink.value_delimiter)
                 await self._send(self.sink.topic, sink_value, key, self.partition)
@@ -499,6 +514,10 @@ class AggregationTask(StoreTask[AggregateSlice]):
         """Keys the batch removes from the store and the changelog, ``states``' own among them
         (their update still goes to the sink); none here: a key's state lasts."""
         return []
+
+    def _emitted(self, batch: AggregateSlice, states: dict[bytes, list[Any]]) -> dict[bytes, list[Any]]:
+        """The rows the batch sends to the sink, by key: every state it changed (EMIT CHANGES)."""
+        return states
 
     def _headers(self, batch: AggregateSlice) -> list[tuple[str, bytes]]:
         """Changelog headers besides the input offset."""
@@ -527,7 +546,8 @@ class WindowedAggregationTask(AggregationTask):
     is reduced against the task's stream time (``WindowSlice.reduced_at``): records whose
     window closed (its end plus grace at or before stream time, as Kafka Streams) are dropped
     to the processing log. Windows whose start is ``retention`` or more behind stream time
-    leave the store and the changelog (a tombstone each)."""
+    leave the store and the changelog (a tombstone each). With EMIT FINAL the sink gets each
+    window once, when stream time closes it, instead of every change."""
 
     def __init__(self, settings: WorkerSettings, query: PersistentQuery, source: DataSource,
                  sink: DataSource, partition: int, stage: str = ""):
@@ -538,6 +558,8 @@ class WindowedAggregationTask(AggregationTask):
         """The latest event time applied (-1: none yet). Read by the reducer between batches."""
         self._oldest_start: int | None = None
         """The earliest window start in the store (``_NO_WINDOW``: none); None until a scan found it."""
+        self._open: dict[int, set[bytes]] | None = None
+        """EMIT FINAL: the windows not closed yet, by start; None until a scan of the store found them."""
 
     async def start(self) -> None:
         """Restore as any aggregation, then take the stream time the store reached."""
@@ -574,6 +596,32 @@ class WindowedAggregationTask(AggregationTask):
         self._oldest_start = oldest if oldest is not None else _NO_WINDOW
         return expired
 
+    def _close_limit(self, stream_time: int) -> int:
+        """The latest window start that is closed at ``stream_time`` (its end plus grace reached)."""
+        return stream_time - self.window.size_ms - self.window.grace_ms
+
+    def _emitted(self, batch: AggregateSlice, states: dict[bytes, list[Any]]) -> dict[bytes, list[Any]]:
+        """EMIT CHANGES: every window the batch changed. EMIT FINAL: every window the batch's
+        stream time closes, with its final state, once (a closed window takes no more records)."""
+        assert isinstance(batch, WindowSlice) and self.store is not None
+        if not self.window.emit_final:
+            return states
+        if self._open is None:
+            self._open = {}
+            limit = self._close_limit(self.stream_time)
+            for key, _ in self.store.items():
+                if (start := split_windowed_key(key)[1]) > limit:
+                    self._open.setdefault(start, set()).add(key)
+        limit = self._close_limit(batch.stream_time)
+        closing = {key for start, keys in self._open.items() if start <= limit for key in keys}
+        closing |= {key for key in states if split_windowed_key(key)[1] <= limit}
+        final = {}
+        for key in sorted(closing, key=lambda k: (split_windowed_key(k)[1], k)):
+            state = states.get(key) or self.store.get(key)
+            if state is not None:
+                final[key] = state
+        return final
+
     def _headers(self, batch: AggregateSlice) -> list[tuple[str, bytes]]:
         assert isinstance(batch, WindowSlice)
         return [(STREAM_TIME_HEADER, str(batch.stream_time).encode())]
@@ -588,6 +636,13 @@ class WindowedAggregationTask(AggregationTask):
 
     def _applied(self, batch: AggregateSlice, states: dict[bytes, list[Any]]) -> None:
         assert isinstance(batch, WindowSlice)
+        if self._open is not None:  # EMIT FINAL: what the batch opened stays open until it closes
+            limit = self._close_limit(batch.stream_time)
+            for key in states:
+                if (start := split_windowed_key(key)[1]) > limit:
+                    self._open.setdefault(start, set()).add(key)
+            for start in [s for s in self._open if s <= limit]:
+                del self._open[start]
         self.stream_time = batch.stream_time
         cutoff = batch.stream_time - self.window.retention_ms
         starts = [start for key in states if (start := split_windowed_key(key)[1]) > cutoff]
@@ -711,3 +766,126 @@ class TableTask(StoreTask[MaterializeSlice]):
             self.restored_records = min(self.next_input_offset - self.input_start, self.records_to_restore)
             self.read_through(self.next_input_offset)
         return True
+
+
+class SessionAggregationTask(AggregationTask):
+    """Materializes one partition of a session-windowed GROUP BY table (ksqlDB's WINDOW
+    SESSION), record by record in offset order, as Kafka Streams' session aggregation:
+
+    - stream time is the latest event time so far (kept in the store and on every changelog
+      record, as for time windows);
+    - a record at ``t`` joins every session of its key that ends at or after ``t - gap`` and
+      starts at or before ``t + gap``: they merge into one session from the earliest start to
+      the latest end, whose state is the merge of theirs and the record's;
+    - the merged session is late when its end is before stream time minus grace: the record is
+      dropped to the processing log;
+    - the sessions merged away are deleted: a tombstone in the changelog and in the sink, as
+      ksqlDB's session tables do; the merged session is written to both;
+    - sessions that ended ``retention`` or more before stream time leave the store and the
+      changelog.
+
+    Its store key is ksqlDB's session key: the key, then the session's end and start."""
+
+    def __init__(self, settings: WorkerSettings, query: PersistentQuery, source: DataSource,
+                 sink: DataSource, partition: int, stage: str = ""):
+        super().__init__(settings, query, source, sink, partition, stage)
+        assert query.plan.window is not None
+        self.window = query.plan.window
+        self.stream_time = -1
+        self._oldest_end: int | None = None
+        """The earliest session end in the store (``_NO_WINDOW``: none); None until a scan found it."""
+
+    async def start(self) -> None:
+        """Restore as any aggregation, then take the stream time the store reached."""
+        await super().start()
+        assert self.store is not None
+        self.stream_time = self.store.position(STREAM_TIME) or -1
+
+    def _sessions(self, key: bytes, pending: dict[bytes, list[Any] | None]) -> list[tuple[bytes, int, int]]:
+        """The sessions of ``key`` (session key, start, end): the store's, as ``pending`` changes them."""
+        assert self.store is not None
+        width = len(key) + 16
+        found = {k for k, _ in self.store.page(None, 1 << 30, key) if len(k) == width}
+        found |= {k for k, v in pending.items() if v is not None and len(k) == width and k.startswith(key)}
+        found -= {k for k, v in pending.items() if v is None}
+        return [(k, *window_bounds(k, self.window)[1:]) for k in found]
+
+    async def commit(self, batch: AggregateSlice) -> bool:
+        """Apply one micro-batch slice exactly once, record by record; False when it was applied before."""
+        assert isinstance(batch, SessionSlice) and self.store is not None and self.producer is not None
+        if self.applied(batch):
+            return False
+        gap, grace = self.window.size_ms, self.window.grace_ms
+        stream_time = self.stream_time
+        pending: dict[bytes, list[Any] | None] = {}
+        late: list[BadRecord] = []
+        for offset, key, ts, own in batch.records:
+            stream_time = max(stream_time, ts)
+            touching = [s for s in self._sessions(key, pending) if s[2] >= ts - gap and s[1] <= ts + gap]
+            start, end = min([ts, *(s[1] for s in touching)]), max([ts, *(s[2] for s in touching)])
+            if end < stream_time - grace:
+                late.append(BadRecord(offset, f"late: its session [{start}, {end}] closed at stream time {stream_time} "
+                                              f"(its end plus its {grace} ms grace period); the record is dropped", None))
+                continue
+            state = own
+            for session, _, _ in sorted(touching, key=lambda s: s[1]):
+                old = pending[session] if session in pending else self.store.get(session)
+                assert old is not None
+                state = [agg.merge(o, n) for agg, o, n in zip(self.aggregates, old, state, strict=True)]
+                pending[session] = None
+            pending[session_key(key, start, end)] = state
+        # Sessions past the retention: the stored ones and this batch's own (emitted, then let go).
+        retired = set(self._expired_sessions(stream_time, pending))
+        headers = [(INPUT_OFFSET_HEADER, str(batch.last_offset + 1).encode()),
+                   (STREAM_TIME_HEADER, str(stream_time).encode())]
+        value_names = [c.name for c in self.sink.value_columns]
+        kept = {k: v for k, v in pending.items() if v is not None and k not in retired}
+        deleted = [k for k, v in pending.items() if v is None or k in retired] + sorted(retired - pending.keys())
+        changelog_futures = []
+        async with self._transaction():
+            for session in [*pending, *sorted(retired - pending.keys())]:
+                latest = pending.get(session)
+                value = encode_state(kept[session]) if session in kept else None
+                changelog_futures.append(await self._send(self.changelog.topic, value, session, self.partition, headers))
+                if latest is not None:  # a session's new state
+                    await self._send(self.sink.topic, serialize_value(
+                        value_names, self._row(session, latest)[-len(value_names):] if value_names else [],
+                        self.sink.value_format, self.sink.value_delimiter), session, self.partition)
+                elif session in pending:  # merged into another: gone downstream too
+                    await self._send(self.sink.topic, None, session, self.partition)
+            await self._send_bad(batch.bad)
+            await self._send_bad(late)
+            await self.producer.send_offsets_to_transaction({self.input: batch.last_offset + 1}, self.group)
+        positions = {INPUT_OFFSET: batch.last_offset + 1, STREAM_TIME: stream_time}
+        if changelog_futures:
+            positions[CHANGELOG_OFFSET] = (await changelog_futures[-1]).offset + 1
+        self.store.write({k: encode_state(v) for k, v in kept.items()}, positions, deleted)
+        self.next_input_offset = batch.last_offset + 1
+        self.stream_time = stream_time
+        if CHANGELOG_OFFSET in positions:
+            self.changelog_position = self.changelog_end = positions[CHANGELOG_OFFSET]
+            self.last_applied_ms = now_ms()
+        ends = [window_bounds(k, self.window)[2] for k in kept]
+        if ends and self._oldest_end is not None:
+            self._oldest_end = min(self._oldest_end, *ends)
+        if late:
+            metrics.RECORDS_LATE.labels(self.query.query_id, str(self.partition)).inc(len(late))
+        return True
+
+    def _expired_sessions(self, stream_time: int, pending: dict[bytes, list[Any] | None]) -> list[bytes]:
+        """Sessions (stored, or made by this batch) that ended ``retention`` or more before ``stream_time``."""
+        assert self.store is not None
+        cutoff = stream_time - self.window.retention_ms
+        expired = [k for k, v in pending.items() if v is not None and window_bounds(k, self.window)[2] <= cutoff]
+        if self._oldest_end is not None and self._oldest_end > cutoff:
+            return expired
+        oldest = None
+        for key, _ in self.store.items():
+            end = window_bounds(key, self.window)[2]
+            if end <= cutoff:
+                if key not in pending:
+                    expired.append(key)
+            elif key not in pending and (oldest is None or end < oldest):
+                oldest = end
+        self._oldest_end = oldest if oldest is not None else _NO_WINDOW
+        return expired

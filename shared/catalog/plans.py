@@ -21,7 +21,9 @@ class PlanKind(StrEnum):
     AGGREGATE = "AGGREGATE"
     """Keep per-key aggregate state (CTAS with GROUP BY)."""
     WINDOWED_AGGREGATE = "WINDOWED_AGGREGATE"
-    """Keep aggregate state per key and window (CTAS with WINDOW ... GROUP BY)."""
+    """Keep aggregate state per key and window (CTAS with WINDOW TUMBLING|HOPPING ... GROUP BY)."""
+    SESSION_AGGREGATE = "SESSION_AGGREGATE"
+    """Keep aggregate state per key and session (CTAS with WINDOW SESSION ... GROUP BY)."""
     MATERIALIZE = "MATERIALIZE"
     """Keep the latest row per key of a table's topic, so it can be pulled."""
 
@@ -56,6 +58,10 @@ PLAN_SPECS: dict[PlanKind, PlanSpec] = {
     PlanKind.WINDOWED_AGGREGATE: PlanSpec(
         changelog=True, repartition_topic=True,
         explain="[ AGGREGATE ] | Key: {key}, WINDOWSTART | Aggregates: {aggregates} | "
+                "State: RocksDB + changelog (compact, delete)"),
+    PlanKind.SESSION_AGGREGATE: PlanSpec(
+        changelog=True, repartition_topic=True,
+        explain="[ AGGREGATE ] | Key: {key}, session | Aggregates: {aggregates} | "
                 "State: RocksDB + changelog (compact, delete)"),
     PlanKind.MATERIALIZE: PlanSpec(
         changelog=False, repartition_topic=False,

@@ -22,8 +22,9 @@ class Column:
 
 @dataclass(frozen=True)
 class WindowSpec:
-    """How a windowed table's rows are windowed, as ksqlDB's TUMBLING and HOPPING windows
-    (a tumbling window advances by its size). Times are milliseconds of event time."""
+    """How a windowed table's rows are windowed, as ksqlDB's TUMBLING, HOPPING and SESSION
+    windows (a tumbling window advances by its size; a session's ``size_ms`` is its inactivity
+    gap). Times are milliseconds of event time."""
 
     kind: str
     size_ms: int
@@ -31,13 +32,20 @@ class WindowSpec:
     grace_ms: int
     """How long after a window's end a record may still enter it (per partition stream time)."""
     retention_ms: int
-    """How long a window stays in the store and changelog after its start (by stream time)."""
+    """How long a window stays in the store and changelog after its start (a session: its end),
+    by stream time."""
+    emit_final: bool = False
+    """EMIT FINAL: the sink gets each window once, when it closes (its end plus grace reached
+    by stream time), instead of every change (EMIT CHANGES)."""
 
     def describe(self) -> str:
         """The windows as DESCRIBE and EXPLAIN show them."""
+        if self.kind == "SESSION":
+            return (f"SESSION ({self.size_ms} MILLISECONDS, GRACE PERIOD {self.grace_ms} MILLISECONDS, "
+                    f"RETENTION {self.retention_ms} MILLISECONDS) EMIT CHANGES")
         advance = f", ADVANCE BY {self.advance_ms} MILLISECONDS" if self.kind == "HOPPING" else ""
         return (f"{self.kind} (SIZE {self.size_ms} MILLISECONDS{advance}, GRACE PERIOD {self.grace_ms} MILLISECONDS, "
-                f"RETENTION {self.retention_ms} MILLISECONDS)")
+                f"RETENTION {self.retention_ms} MILLISECONDS) EMIT {'FINAL' if self.emit_final else 'CHANGES'}")
 
     def starts(self, timestamp: int) -> range:
         """The starts of the windows a record at ``timestamp`` falls in (none before 0), as Kafka

@@ -48,7 +48,7 @@ def check_upgrade(old: PersistentQuery, new: PersistentQuery) -> None:
     if before.kind != after.kind:
         raise StatementError(f"{what}: it would turn from {_KIND_NAMES[before.kind]} into "
                              f"{_KIND_NAMES[after.kind]}; {_REMEDY}")
-    if before.kind not in (PlanKind.AGGREGATE, PlanKind.WINDOWED_AGGREGATE):
+    if before.kind not in (PlanKind.AGGREGATE, PlanKind.WINDOWED_AGGREGATE, PlanKind.SESSION_AGGREGATE):
         return
     if (before.key_column, before.key_expression) != (after.key_column, after.key_expression):
         raise StatementError(f"{what}: its GROUP BY changes from {_key(before.key_column, before.key_expression)} "
@@ -65,6 +65,7 @@ def check_upgrade(old: PersistentQuery, new: PersistentQuery) -> None:
 _KIND_NAMES = {
     PlanKind.AGGREGATE: "an aggregation (GROUP BY)",
     PlanKind.WINDOWED_AGGREGATE: "a windowed aggregation (WINDOW ... GROUP BY)",
+    PlanKind.SESSION_AGGREGATE: "a session-windowed aggregation (WINDOW SESSION ... GROUP BY)",
     PlanKind.PROJECT: "a projection",
     PlanKind.MATERIALIZE: "a table's materialization",
 }

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from millpond.common.v1 import rows_pb2
+from millpond.shared.catalog.sources import WindowSpec
 from millpond.shared.errors import StatementError
 from millpond.shared.sql.ast import SqlType
 
@@ -205,3 +206,26 @@ def windowed_key(key: bytes, start: int) -> bytes:
 def split_windowed_key(windowed: bytes) -> tuple[bytes, int]:
     """The serialized key and the window start of a windowed key."""
     return windowed[:-WINDOW_START_BYTES], int.from_bytes(windowed[-WINDOW_START_BYTES:], "big", signed=True)
+
+
+def session_key(key: bytes, start: int, end: int) -> bytes:
+    """A session-windowed table's key: the serialized key, then the session's end and start in
+    8 bytes each, big-endian, as Kafka Streams' ``SessionWindowedSerializer`` writes it."""
+    return key + end.to_bytes(WINDOW_START_BYTES, "big", signed=True) + start.to_bytes(WINDOW_START_BYTES, "big",
+                                                                                        signed=True)
+
+
+def window_bounds(windowed: bytes, window: WindowSpec) -> tuple[bytes, int, int]:
+    """The serialized key, window start and window end of a windowed table's key (a session's
+    end is its last record's time; a time window's, its start plus its size)."""
+    if window.kind == "SESSION":
+        width = 2 * WINDOW_START_BYTES
+        return (windowed[:-width], int.from_bytes(windowed[-WINDOW_START_BYTES:], "big", signed=True),
+                int.from_bytes(windowed[-width:-WINDOW_START_BYTES], "big", signed=True))
+    key, start = split_windowed_key(windowed)
+    return key, start, start + window.size_ms
+
+
+def window_key_bytes(window: WindowSpec) -> int:
+    """How many bytes a windowed key has after the serialized key."""
+    return 2 * WINDOW_START_BYTES if window.kind == "SESSION" else WINDOW_START_BYTES

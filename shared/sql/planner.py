@@ -206,8 +206,9 @@ def plan_persistent(
     None): the sink it writes and how to compute it."""
     if query.limit is not None:
         raise StatementError("LIMIT is not allowed in a persistent query")
-    if query.emit_final:
-        raise StatementError("EMIT FINAL is not supported yet: windowed tables emit every change (EMIT CHANGES)")
+    if query.emit_final and query.window is None:
+        raise StatementError("EMIT FINAL needs a windowed aggregation (WINDOW ... GROUP BY): it emits each window "
+                             "once it closes; use EMIT CHANGES")
     if source.window is not None:
         raise StatementError(f"{source.name} is a windowed table; a persistent query over a windowed table is "
                              "not supported: read the stream it aggregates instead")
@@ -227,10 +228,11 @@ def plan_persistent(
         check_condition(query.where, scope, "WHERE")
         where = to_spark(query.where, scope)
     partitions = target.partitions if target is not None else int(properties.get("partitions", source.partitions))
-    window = window_spec(query.window, source) if query.window is not None else None
+    window = window_spec(query.window, source, query.emit_final) if query.window is not None else None
     if query.group_by:
         columns, key_expr, calls = _aggregation(name, query, source, scope)
-        plan_kind = PlanKind.AGGREGATE if window is None else PlanKind.WINDOWED_AGGREGATE
+        plan_kind = (PlanKind.AGGREGATE if window is None else PlanKind.SESSION_AGGREGATE
+                     if window.kind == "SESSION" else PlanKind.WINDOWED_AGGREGATE)
     else:
         columns, key_expr = _projection(name, query, source, scope)
         calls = ()
@@ -271,14 +273,16 @@ MIN_RETENTION_MS = 24 * 3_600_000
 """The least default retention of a window store (Kafka Streams': one day)."""
 
 
-def window_spec(window: ast.Window, source: DataSource) -> WindowSpec:
+def window_spec(window: ast.Window, source: DataSource, emit_final: bool = False) -> WindowSpec:
     """The windows of ``WINDOW ...`` over ``source``, with ksqlDB's defaults and checks."""
     if source.kind != "STREAM":
         raise StatementError(f"WINDOW applies to streams; {source.name} is a TABLE, whose rows have no window")
-    if window.kind == "SESSION":
-        raise StatementError("WINDOW SESSION is not supported yet; use WINDOW TUMBLING or WINDOW HOPPING")
+    if window.kind == "SESSION" and emit_final:
+        raise StatementError("EMIT FINAL applies to TUMBLING and HOPPING windows; a session table emits every "
+                             "change (EMIT CHANGES)")
     if window.size_ms <= 0:
-        raise StatementError(f"the WINDOW {window.kind} SIZE must be a positive duration; got {window.size_ms} ms")
+        what = "gap" if window.kind == "SESSION" else "SIZE"
+        raise StatementError(f"the WINDOW {window.kind} {what} must be a positive duration; got {window.size_ms} ms")
     advance = window.size_ms if window.advance_ms is None else window.advance_ms
     if not 0 < advance <= window.size_ms:
         raise StatementError(f"ADVANCE BY must be a positive duration no longer than the SIZE ({window.size_ms} ms); "
@@ -289,7 +293,7 @@ def window_spec(window: ast.Window, source: DataSource) -> WindowSpec:
     if retention < least:
         raise StatementError(f"RETENTION ({retention} ms) must be at least the window SIZE plus its GRACE PERIOD "
                              f"({least} ms): a window must stay until it closes")
-    return WindowSpec(window.kind, window.size_ms, advance, grace, retention)
+    return WindowSpec(window.kind, window.size_ms, advance, grace, retention, emit_final)
 
 
 def event_time(source: DataSource) -> str | None:

@@ -269,11 +269,12 @@ MINUTE = 60_000
 
 
 def windows_reference(records: list[tuple[str, int, int]], size_ms: int, grace_ms: int, retention_ms: int,
-                      ) -> tuple[dict[tuple[str, int], list[int]], list[tuple[str, int]], dict[int, int]]:
+                      ) -> tuple[dict[tuple[str, int], list[int]], list[tuple[str, int]], dict[int, int],
+                                 dict[tuple[str, int], list[int]]]:
     """Tumbling windows of ``records`` (sensor, reading, event time), in the order they were
     written: per (sensor, window start) the readings it holds once the windows older than the
-    retention left; the (sensor, event time) of every record dropped as late; and each
-    partition's final stream time. Stream time is per partition (murmur2 of the key), and a
+    retention left; the (sensor, event time) of every record dropped as late; each partition's
+    final stream time; and every window's readings, retention aside. Stream time is per partition (murmur2 of the key), and a
     record is late once its window's end plus grace is at or before it, as Kafka Streams."""
     stream: dict[int, int] = defaultdict(lambda: -1)
     windows: dict[tuple[str, int], list[int]] = defaultdict(list)
@@ -288,7 +289,31 @@ def windows_reference(records: list[tuple[str, int, int]], size_ms: int, grace_m
             windows[(sensor, start)].append(reading)
     kept = {(s, w): r for (s, w), r in windows.items()
             if w > stream[partition_for(s.encode(), PARTITIONS)] - retention_ms}
-    return kept, late, dict(stream)
+    return kept, late, dict(stream), dict(windows)
+
+
+def sessions_reference(records: list[tuple[str, int, int]], gap_ms: int, grace_ms: int, retention_ms: int,
+                       ) -> tuple[list[tuple[object, ...]], int]:
+    """Session windows of ``records`` (sensor, reading, event time) in the order written, as
+    Kafka Streams merges them record by record: (sensor, start, end, COUNT, SUM) of every
+    session left once those ended ``retention`` before stream time went, and how many records
+    were late (their merged session ended before stream time minus grace)."""
+    stream: dict[int, int] = defaultdict(lambda: -1)
+    sessions: dict[str, list[list[int]]] = defaultdict(list)
+    late = 0
+    for sensor, reading, ts in records:
+        partition = partition_for(sensor.encode(), PARTITIONS)
+        stream[partition] = max(stream[partition], ts)
+        touching = [s for s in sessions[sensor] if s[1] >= ts - gap_ms and s[0] <= ts + gap_ms]
+        merged = [min([ts, *(s[0] for s in touching)]), max([ts, *(s[1] for s in touching)]),
+                  1 + sum(s[2] for s in touching), reading + sum(s[3] for s in touching)]
+        if merged[1] < stream[partition] - grace_ms:
+            late += 1
+            continue
+        sessions[sensor] = [s for s in sessions[sensor] if s not in touching] + [merged]
+    rows = [(sensor, *s) for sensor, kept in sessions.items() for s in kept
+            if s[1] > stream[partition_for(sensor.encode(), PARTITIONS)] - retention_ms]
+    return sorted(rows), late
 
 
 def windowed_rows(cluster: LocalCluster, sql: str) -> list[tuple[object, ...]]:
@@ -319,6 +344,7 @@ async def test_readings_per_minute_in_tumbling_windows_are_exact_with_late_recor
     the retention leave the store and the changelog. Pulls by key, with window bounds, and scans
     give exactly the reference's windows; the sink topic's keys are ksqlDB's windowed keys."""
     stream, table = f"wr_{agg_cluster.service_id}", f"wr_per_minute_{agg_cluster.service_id}"
+    final, sessions = f"wr_final_{agg_cluster.service_id}", f"wr_sessions_{agg_cluster.service_id}"
     size, grace, retention = MINUTE, 30_000, 5 * MINUTE
     rng = random.Random(21)
     records: list[tuple[str, int, int]] = []
@@ -327,7 +353,7 @@ async def test_readings_per_minute_in_tumbling_windows_are_exact_with_late_recor
         clock += rng.randrange(0, 12_000)
         ts = clock - rng.choice([0, 0, 0, rng.randrange(1, 25_000), rng.randrange(40_000, 120_000)])
         records.append((f"sensor-{rng.randrange(4)}", rng.randrange(0, 100), max(ts, 0)))
-    windows, late, stream_time = windows_reference(records, size, grace, retention)
+    windows, late, stream_time, every_window = windows_reference(records, size, grace, retention)
     assert late and len(windows) > 10, "the input has no late record, or too few windows, to prove anything"
     accepted_out_of_order = [r for i, r in enumerate(records) if any(r[2] < o[2] for o in records[:i])
                              and (r[0], r[2]) not in late]
@@ -340,6 +366,10 @@ async def test_readings_per_minute_in_tumbling_windows_are_exact_with_late_recor
           WITH (kafka_topic='{stream}', partitions={PARTITIONS}, value_format='json', timestamp='ts');
         CREATE TABLE {table} AS SELECT sensor, AVG(reading) AS avg_reading, COUNT(*) AS n FROM {stream}
           WINDOW TUMBLING (SIZE 1 MINUTE, RETENTION 5 MINUTES, GRACE PERIOD 30 SECONDS) GROUP BY sensor EMIT CHANGES;
+        CREATE TABLE {sessions} AS SELECT sensor, COUNT(*) AS n, SUM(reading) AS total FROM {stream}
+          WINDOW SESSION (20 SECONDS, RETENTION 5 MINUTES, GRACE PERIOD 30 SECONDS) GROUP BY sensor;
+        CREATE TABLE {final} AS SELECT sensor, COUNT(*) AS n FROM {stream}
+          WINDOW TUMBLING (SIZE 1 MINUTE, RETENTION 5 MINUTES, GRACE PERIOD 30 SECONDS) GROUP BY sensor EMIT FINAL;
         {inserts}""")
     query_id = f"CTAS_{table.upper()}_"
     want: list[tuple[object, ...]] = sorted((s, w, w + size, sum(r) / len(r), len(r)) for (s, w), r in windows.items())
@@ -381,6 +411,30 @@ async def test_readings_per_minute_in_tumbling_windows_are_exact_with_late_recor
     assert gone == expired
     assert max(stream_time.values()) > retention
 
+    # EMIT FINAL: one sink record per window, once stream time closed it (end plus grace), with
+    # its final count; none for a window still open.
+    closed = {k: len(r) for k, r in every_window.items()
+              if k[1] + size + grace <= stream_time[partition_for(k[0].encode(), PARTITIONS)]}
+    assert closed and len(closed) < len(every_window)
+    emitted: list[tuple[tuple[str, int], int]] = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        emitted = [((k[:-8].decode(), int.from_bytes(k[-8:], "big")), json.loads(v)["N"])
+                   for _, _, k, v in sorted(await read_all(agg_cluster.bootstrap, final.upper()))
+                   if k is not None and v is not None]
+        if len(emitted) >= len(closed):
+            break
+        await asyncio.sleep(0.5)
+    assert sorted(emitted) == sorted(closed.items())
+
+    # Session windows of 20 s over the same records: merged as records bridge them, late ones
+    # dropped, old ones gone; a key's lookup reads its sessions alone.
+    want_sessions, late_sessions = sessions_reference(records, 20_000, 30_000, retention)
+    assert late_sessions and len(want_sessions) > 10
+    assert rows_until(agg_cluster, f"SELECT * FROM {sessions};", want_sessions) == want_sessions
+    assert windowed_rows(agg_cluster, f"SELECT * FROM {sessions} WHERE sensor = '{sensor}';") == [
+        row for row in want_sessions if row[0] == sensor]
+
 
 async def produce_timed(bootstrap: str, topic: str, records: list[tuple[str, str, int, int]]) -> None:
     """(sensor, area, reading, record timestamp) records, keyed and partitioned by sensor as the Java client."""
@@ -418,12 +472,14 @@ def scan_partition(endpoint: str, table: str, partition: int) -> list[tuple[obje
 
 async def test_windowed_tables_are_exact_across_a_sigkill_and_standbys_serve_their_windows(
         agg_cluster: LocalCluster) -> None:
-    """Tumbling windows per sensor (late records dropped, windows expiring) and hopping windows
-    per area (re-keyed through the repartition topic, whose records keep their timestamps), by
-    record timestamp, while worker-1 is SIGKILLed mid-stream and restarted: both tables end
-    exactly as the reference, and every partition's standby copy holds the same windows."""
+    """Tumbling windows per sensor (late records dropped, windows expiring), hopping windows per
+    area (re-keyed through the repartition topic, the record timestamps in a value column) and
+    session windows per sensor, by record timestamp, while worker-1 is SIGKILLed mid-stream and
+    restarted: every table ends exactly as the reference, and every partition's standby copy of
+    the tumbling windows holds the same windows."""
     stream = f"wk_{agg_cluster.service_id}"
     per_sensor, per_area = f"wk_sensor_{agg_cluster.service_id}", f"wk_area_{agg_cluster.service_id}"
+    per_session = f"wk_session_{agg_cluster.service_id}"
     rng = random.Random(31)
     # Event times of the last few minutes: the topic's retention (7 days, by record timestamp)
     # would delete records stamped in 1970 before the queries read them.
@@ -438,7 +494,9 @@ async def test_windowed_tables_are_exact_across_a_sigkill_and_standbys_serve_the
             CREATE TABLE {per_sensor} AS SELECT sensor, COUNT(*) AS n, SUM(reading) AS total FROM {stream}
               WINDOW TUMBLING (SIZE 10 SECONDS, RETENTION 2 MINUTES, GRACE PERIOD 5 SECONDS) GROUP BY sensor;
             CREATE TABLE {per_area} AS SELECT area, COUNT(*) AS n, MAX(reading) AS top FROM {stream}
-              WINDOW HOPPING (SIZE 30 SECONDS, ADVANCE BY 10 SECONDS) GROUP BY area;"""))
+              WINDOW HOPPING (SIZE 30 SECONDS, ADVANCE BY 10 SECONDS) GROUP BY area;
+            CREATE TABLE {per_session} AS SELECT sensor, COUNT(*) AS n, SUM(reading) AS total FROM {stream}
+              WINDOW SESSION (1500 MILLISECONDS, RETENTION 2 MINUTES, GRACE PERIOD 5 SECONDS) GROUP BY sensor;"""))
     finally:
         client.close()
     sensor_query = outcomes[1].message.rsplit(" ", 1)[-1]
@@ -452,7 +510,7 @@ async def test_windowed_tables_are_exact_across_a_sigkill_and_standbys_serve_the
     records += more
 
     readings_of = [(sensor, reading, ts) for sensor, _, reading, ts in records]
-    windows, late, _ = windows_reference(readings_of, 10_000, 5_000, 2 * MINUTE)
+    windows, late, _, _ = windows_reference(readings_of, 10_000, 5_000, 2 * MINUTE)
     assert late and len(windows) > 1000
     want_sensor: list[tuple[object, ...]] = sorted((s, w, w + 10_000, len(r), sum(r)) for (s, w), r in windows.items())
     hops: dict[tuple[str, int], list[int]] = defaultdict(list)
@@ -463,6 +521,10 @@ async def test_windowed_tables_are_exact_across_a_sigkill_and_standbys_serve_the
 
     assert await asyncio.to_thread(rows_until, agg_cluster, f"SELECT * FROM {per_sensor};", want_sensor, 300) == want_sensor
     assert await asyncio.to_thread(rows_until, agg_cluster, f"SELECT * FROM {per_area};", want_area, 120) == want_area
+    want_sessions, late_sessions = sessions_reference(readings_of, 1500, 5_000, 2 * MINUTE)
+    assert late_sessions and len(want_sessions) > 1000
+    assert await asyncio.to_thread(rows_until, agg_cluster, f"SELECT * FROM {per_session};", want_sessions,
+                                   120) == want_sessions
     # No window's count ever went back or repeated in the sink (a batch applied twice would).
     counts: dict[bytes, list[int]] = defaultdict(list)
     for _, _, key, value in sorted(await read_all(agg_cluster.bootstrap, per_sensor.upper())):

@@ -18,12 +18,15 @@ from collections import Counter
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from millpond.services.worker.state.store import (
     CHANGELOG_OFFSET,
@@ -43,6 +46,8 @@ from millpond.services.worker.task import (
     MaterializeSlice,
     ProjectionTask,
     ProjectSlice,
+    SessionAggregationTask,
+    SessionSlice,
     TableTask,
     Task,
     WindowedAggregationTask,
@@ -52,7 +57,7 @@ from millpond.services.worker.task import (
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError
-from millpond.shared.kafka.serde import windowed_key
+from millpond.shared.kafka.serde import session_key, windowed_key
 from millpond.shared.sql import aggregates
 from millpond.shared.sql.parser import parse_statement
 from tests.unit.services.worker.fake_changelog import Changelog, FakeConsumer
@@ -64,6 +69,13 @@ STATEMENTS = [
     "CREATE TABLE s (id VARCHAR PRIMARY KEY, name VARCHAR, size INT) WITH (kafka_topic='s', partitions=2, value_format='json')",
     "CREATE TABLE w AS SELECT sensor, COUNT(*) AS n FROM r "
     "WINDOW TUMBLING (SIZE 10 MILLISECONDS, RETENTION 30 MILLISECONDS, GRACE PERIOD 5 MILLISECONDS) GROUP BY sensor",
+    "CREATE TABLE wf AS SELECT sensor, COUNT(*) AS n FROM r "
+    "WINDOW TUMBLING (SIZE 10 MILLISECONDS, RETENTION 30 MILLISECONDS, GRACE PERIOD 5 MILLISECONDS) GROUP BY sensor "
+    "EMIT FINAL",
+    "CREATE TABLE ss AS SELECT sensor, COUNT(*) AS n, SUM(reading) AS total FROM r "
+    "WINDOW SESSION (10 MILLISECONDS, GRACE PERIOD 5 MILLISECONDS) GROUP BY sensor",
+    "CREATE TABLE sb AS SELECT sensor, COUNT(*) AS n, SUM(reading) AS total FROM r WINDOW SESSION (10 MILLISECONDS) "
+    "GROUP BY sensor",
 ]
 NO_KEY = BadRecord(4, "record has no key", '{"AREA": "a", "READING": 1}')
 
@@ -419,3 +431,111 @@ async def test_a_windowed_aggregation_keeps_stream_time_drops_late_records_and_l
     assert [key for key, _ in task.store.items()] == [windowed_key(b"s1", 40)]
     assert (task.stream_time, task.store.position(STREAM_TIME)) == (50, 50)
     task.store.close()
+
+
+async def test_emit_final_sends_each_window_once_when_stream_time_closes_it_even_after_a_restart(
+        tmp_path: Path) -> None:
+    """EMIT FINAL over windows of 10 ms with 5 ms of grace: nothing reaches the sink while a
+    window is open; the commit whose stream time reaches its end plus grace sends its final
+    row, once; a task restarted on the same store (its stream time from the store) sends no
+    window again."""
+    log: list[Any] = []
+    task = make_task(WindowedAggregationTask, "CTAS_WF_4", tmp_path, log)
+
+    async def commit(last: int, partials: list[tuple[bytes, list[list[Any]]]], stream_time: int) -> dict[bytes, Any]:
+        log.clear()
+        piece = WindowSlice(last, last, count=1, partials=partials, reduced_at=task.stream_time, stream_time=stream_time)
+        assert await task.commit(piece)
+        return {e.key: json.loads(e.value or b"") for e in log if isinstance(e, Sent) and e.topic == task.sink.topic}
+
+    assert await commit(0, [(windowed_key(b"s1", 0), [[2]]), (windowed_key(b"s1", 10), [[1]])], 14) == {}
+    assert await commit(1, [(windowed_key(b"s1", 10), [[1]])], 16) == {windowed_key(b"s1", 0): {"N": 2}}
+    assert await commit(2, [(windowed_key(b"s2", 20), [[1]])], 40) == {
+        windowed_key(b"s1", 10): {"N": 2}, windowed_key(b"s2", 20): {"N": 1}}
+    task.store.close()
+
+    task = make_task(WindowedAggregationTask, "CTAS_WF_4", tmp_path, log)
+    task.stream_time = task.store.position(STREAM_TIME)
+    assert task.stream_time == 40
+    assert await commit(3, [(windowed_key(b"s2", 30), [[1]])], 41) == {}
+    assert await commit(4, [], 45) == {windowed_key(b"s2", 30): {"N": 1}}
+    task.store.close()
+
+
+def session_rows(task: Any) -> dict[tuple[str, int, int], list[Any]]:
+    """The task's stored sessions as (key, start, end) -> [COUNT, SUM]."""
+    return {tuple(row[:3]): row[3:] for row in (task.row(k, state) for k, state in task.store.items())}
+
+
+async def test_sessions_merge_when_a_record_bridges_them_and_the_merged_away_ones_are_tombstoned(
+        tmp_path: Path) -> None:
+    log: list[Any] = []
+    task = make_task(SessionAggregationTask, "CTAS_SB_6", tmp_path, log)
+    one = [[1], [1]]
+    records = [(0, b"a", 30, [[1], [3]]), (1, b"a", 50, [[1], [5]]), (2, b"b", 45, one)]
+    assert await task.commit(SessionSlice(0, 2, count=3, records=records))
+    assert session_rows(task) == {("a", 30, 30): [1, 3], ("a", 50, 50): [1, 5], ("b", 45, 45): [1, 1]}
+    log.clear()
+    # 40 is within 10 ms of both of a's sessions: they merge with it into [30, 50].
+    assert await task.commit(SessionSlice(3, 3, count=1, records=[(3, b"a", 40, [[1], [4]])]))
+    assert session_rows(task) == {("a", 30, 50): [3, 12], ("b", 45, 45): [1, 1]}
+    sink = {e.key: e.value for e in log if isinstance(e, Sent) and e.topic == task.sink.topic}
+    assert sink == {session_key(b"a", 30, 30): None, session_key(b"a", 50, 50): None,
+                    session_key(b"a", 30, 50): b'{"N":3,"TOTAL":12}'}
+    changelog = {e.key: e.value for e in log if isinstance(e, Sent) and e.topic == task.changelog.topic}
+    assert changelog[session_key(b"a", 30, 30)] is None and changelog[session_key(b"a", 30, 50)] is not None
+    task.store.close()
+
+
+async def test_a_record_whose_merged_session_ended_before_stream_time_minus_grace_is_late(tmp_path: Path) -> None:
+    log: list[Any] = []
+    task = make_task(SessionAggregationTask, "CTAS_SS_5", tmp_path, log)
+    one = [[1], [1]]
+    assert await task.commit(SessionSlice(0, 3, count=4, records=[
+        (0, b"a", 0, one), (1, b"a", 100, one),
+        (2, b"a", 20, one),   # its session [20, 20] ended before 100 - 5: late
+        (3, b"a", 96, one),   # joins [100, 100]: [96, 100] is not late
+    ]))
+    assert session_rows(task) == {("a", 0, 0): [1, 1], ("a", 96, 100): [2, 2]}
+    (late,) = [json.loads(e.value or b"") for e in log if isinstance(e, Sent)
+               and e.topic == task.settings.processing_log_topic]
+    assert late["SOURCE_OFFSET"] == 2 and late["REASON"].startswith("late: its session [20, 20] closed at stream time 100")
+    assert task.store.position(STREAM_TIME) == 100
+    task.store.close()
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(times=st.lists(st.tuples(st.sampled_from([b"a", b"b"]), st.integers(0, 200)), min_size=1, max_size=40),
+       cuts=st.lists(st.integers(0, 40), max_size=5))
+def test_sessions_are_the_runs_of_records_within_the_gap_whatever_their_order_and_batches(
+        tmp_path_factory: pytest.TempPathFactory, times: list[tuple[bytes, int]], cuts: list[int]) -> None:
+    """With no record late (a day of grace), a key's sessions are the runs of its event times,
+    sorted, split where two neighbours are more than the gap (10 ms) apart: whatever order the
+    records come in and however the batches are cut."""
+    tmp_path = tmp_path_factory.mktemp("sessions")
+    expected: dict[tuple[str, int, int], list[Any]] = {}
+    for key in {k for k, _ in times}:
+        run: list[int] = []
+        for t in [*sorted(t for k, t in times if k == key), 10**9]:
+            if run and t - run[-1] > 10:
+                expected[(key.decode(), run[0], run[-1])] = [len(run), sum(run)]
+                run = []
+            run.append(t)
+
+    async def go() -> dict[tuple[str, int, int], list[Any]]:
+        log: list[Any] = []
+        task = make_task(SessionAggregationTask, "CTAS_SB_6", tmp_path, log)
+        records = [(i, key, t, [[1], [t]]) for i, (key, t) in enumerate(times)]
+        bounds = sorted({0, len(records), *(c % (len(records) + 1) for c in cuts)})
+        for a, b in pairwise(bounds):
+            if b > a:
+                assert await task.commit(SessionSlice(a, b - 1, count=b - a, records=records[a:b]))
+        rows = session_rows(task)
+        # The sink's last record per session key: each live session's row; a merged-away one's tombstone.
+        last = {e.key: e.value for e in log if isinstance(e, Sent) and e.topic == task.sink.topic}
+        live = {k for k, v in last.items() if v is not None}
+        assert live == {k for k, _ in task.store.items()}
+        task.store.close()
+        return rows
+
+    assert asyncio.run(go()) == expected

@@ -42,7 +42,7 @@ from pyspark.sql.types import (
 
 from millpond.services.worker.query_runner import QueryRunner
 from millpond.services.worker.spark import create_session
-from millpond.services.worker.task import WindowedAggregationTask, WindowSlice
+from millpond.services.worker.task import SessionAggregationTask, SessionSlice, WindowedAggregationTask, WindowSlice
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.sources import WindowSpec
 from millpond.shared.config import WorkerSettings as Settings
@@ -265,3 +265,34 @@ def test_window_starts_are_kafka_streams_windows_for() -> None:
         t = rng.randrange(0, 1000)
         spec = WindowSpec("HOPPING", size, advance, 0, size)
         assert list(spec.starts(t)) == [s for s in range(0, t + 1, advance) if s <= t < s + size]
+
+
+def test_a_session_batch_reduces_to_each_usable_record_in_offset_order(spark: SparkSession, tmp_path: Path) -> None:
+    """Sessions merge record by record in the task, so the reducer hands it every usable
+    record (offset, key, event time, its own partial state), in offset order per partition,
+    and sends the rest to the processing log."""
+    meta = Metastore()
+    meta.apply(parse_statement(BY_COLUMN), 0)
+    meta.apply(parse_statement("CREATE TABLE s AS SELECT sensor, COUNT(*) AS n, SUM(reading) AS total FROM r "
+                               "WINDOW SESSION (30 SECONDS) GROUP BY sensor"), 1)
+    (query,) = meta.queries.values()
+    src, sink = meta.sources[query.source], meta.sources[query.sink]
+    settings = Settings(worker_id="windows-test", spark_master="local[1]", state_dir=tmp_path)
+    tasks = {p: SessionAggregationTask(settings, query, src, sink, p) for p in range(2)}
+    loop = asyncio.new_event_loop()
+    runner = QueryRunner(spark, settings, query, src, sink, dict(tasks), loop)
+    try:
+        frame = spark.createDataFrame([(k, v, "r", p, o, None, 0) for k, v, p, o, _ in HAND_MADE], KAFKA_ROW)
+        slices = runner._reduce(frame)
+    finally:
+        runner.stop()
+        loop.close()
+    first, second = slices[0], slices[1]
+    assert isinstance(first, SessionSlice) and isinstance(second, SessionSlice)
+    assert [(o, k, t) for o, k, t, _ in first.records] == [
+        (0, b"s1", 10000), (1, b"s1", 70000), (2, b"s1", 50000), (3, b"s1", 85000), (5, b"s1", 59999),
+        (6, b"s2", 30000), (9, b"s2", 125000)]
+    assert [state for *_, state in first.records][1] == [[1], [2]]  # COUNT(*) and SUM(reading) of one record
+    assert [b.offset for b in first.bad] == [7, 8]
+    assert (first.count, first.last_offset, second.count, [b.offset for b in second.bad]) == (9, 9, 2, [1])
+    assert [(o, k, t) for o, k, t, _ in second.records] == [(0, b"s3", 30000)]

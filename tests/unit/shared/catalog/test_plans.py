@@ -17,6 +17,8 @@ from millpond.services.worker.task import (
     MaterializeSlice,
     ProjectionTask,
     ProjectSlice,
+    SessionAggregationTask,
+    SessionSlice,
     TableTask,
     WindowedAggregationTask,
     WindowSlice,
@@ -58,10 +60,12 @@ def test_every_kind_has_one_spec_and_one_worker_row() -> None:
                                         WORKER_KINDS[PlanKind.MATERIALIZE], WORKER_KINDS[PlanKind.WINDOWED_AGGREGATE])] == [
         (AggregationTask, AggregateSlice), (ProjectionTask, ProjectSlice), (TableTask, MaterializeSlice),
         (WindowedAggregationTask, WindowSlice)]
+    assert (WORKER_KINDS[PlanKind.SESSION_AGGREGATE].task, WORKER_KINDS[PlanKind.SESSION_AGGREGATE].slice) == (
+        SessionAggregationTask, SessionSlice)
 
 
 def test_only_group_by_results_keep_a_changelog_and_a_repartition_topic() -> None:
-    grouped = {PlanKind.AGGREGATE, PlanKind.WINDOWED_AGGREGATE}
+    grouped = {PlanKind.AGGREGATE, PlanKind.WINDOWED_AGGREGATE, PlanKind.SESSION_AGGREGATE}
     assert {k for k in PlanKind if k.spec.changelog} == grouped
     assert {k for k in PlanKind if k.spec.repartition_topic} == grouped
 
