@@ -80,6 +80,7 @@ def describe(metastore: Metastore, stmt: ast.Describe) -> Outcome:
         ["TOPIC", source.topic], ["PARTITIONS", str(source.partitions)],
         ["KEY_FORMAT", source.key_format], ["VALUE_FORMAT", source.value_format],
         ["TIMESTAMP", source.timestamp or ""],
+        ["TIMESTAMP_FORMAT", source.timestamp_format or ""],
         ["WINDOW", source.window.describe() if source.window is not None else ""],
         ["WRITTEN_BY", ", ".join(metastore.writers(source.name))],
         ["READ_BY", ", ".join(metastore.readers(source.name))],

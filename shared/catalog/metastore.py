@@ -235,6 +235,10 @@ class Metastore:
         for key in keys:
             check_key_type(key.name, key.type)
         names = [c.name for c in stmt.columns]
+        reserved = sorted(set(names) & {"ROWTIME", "WINDOWSTART", "WINDOWEND"})
+        if reserved:
+            raise StatementError(f"{', '.join(reserved)} is a pseudo-column name that ksqlDB reserves; "
+                                 "name the column otherwise")
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
             raise StatementError(f"{stmt.name} declares the column {', '.join(twice)} twice")
@@ -243,6 +247,7 @@ class Metastore:
             stmt.kind, stmt.name, columns, str(props["kafka_topic"]), int(props.get("partitions", partitions or 1)),
             str(props.get("key_format", "KAFKA")).upper(), str(props["value_format"]).upper(),
             value_delimiter=str(props.get("value_delimiter", ",")), timestamp=check_timestamp(props, columns),
+            timestamp_format=props.get("timestamp_format"),
         )
 
     def _query_id(self, prefix: str, name: str = "") -> str:
@@ -353,7 +358,7 @@ def _check_replacement(old: DataSource, new: DataSource) -> None:
         raise StatementError(f"CREATE OR REPLACE cannot change the formats of {old.name}")
 
 
-_UNSET_NEWER = ("window", "event_time")
+_UNSET_NEWER = ("window", "event_time", "timestamp_format")
 """Fields added after the first release: unset, they stay out of the digest, so a definition
 that does not use them hashes as it did before they existed."""
 

@@ -77,6 +77,8 @@ class DataSource:
     """The column that carries event time (WITH (timestamp=...)), if any."""
     window: WindowSpec | None = None
     """For a windowed table: its windows (its rows are keyed by key and window start)."""
+    timestamp_format: str | None = None
+    """How the TIMESTAMP column's text is read (WITH (timestamp_format=...)), if it is text."""
 
     @property
     def key_column(self) -> Column | None:

@@ -20,7 +20,7 @@ def quote_identifier(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def _spark_literal(value: Any) -> str:
+def spark_literal(value: Any) -> str:
     if value is None:
         return "NULL"
     if isinstance(value, bool):
@@ -54,7 +54,7 @@ def to_spark(expr: ast.Expr, scope: Scope) -> str:
         return to_spark(e, scope)
 
     if isinstance(expr, ast.Literal):
-        return _spark_literal(expr.value)
+        return spark_literal(expr.value)
     if isinstance(expr, ast.ColumnRef):
         return quote_identifier(expr.name)
     if isinstance(expr, ast.Subscript):

@@ -17,10 +17,10 @@ from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.kafka.serde import KEY_FORMATS, KEY_TYPES, VALUE_FORMATS, coerce, serialize_key, serialize_value
 from millpond.shared.sql import aggregates, ast
 from millpond.shared.sql.ast import SqlType, to_sql
-from millpond.shared.sql.expressions import evaluate, output_name, quote_identifier, to_spark
+from millpond.shared.sql.expressions import evaluate, output_name, quote_identifier, spark_literal, to_spark
 from millpond.shared.sql.types import Scope, check, check_condition
 
-SOURCE_PROPERTIES = ("kafka_topic", "partitions", "replicas", "value_format", "key_format", "timestamp",
+SOURCE_PROPERTIES = ("kafka_topic", "partitions", "replicas", "value_format", "key_format", "timestamp", "timestamp_format",
                      "value_delimiter")
 """WITH properties a CREATE STREAM / TABLE and a CREATE ... AS SELECT accept."""
 
@@ -145,7 +145,7 @@ def check_properties(properties: dict[str, Any], allowed: tuple[str, ...], state
             raise StatementError(f"KEY_FORMAT must be one of {', '.join(KEY_FORMATS)}; got {value!r}")
         if name == "value_delimiter" and (not isinstance(value, str) or len(value) != 1):
             raise StatementError(f"VALUE_DELIMITER must be a single character; got {value!r}")
-        if name in ("kafka_topic", "timestamp") and (not isinstance(value, str) or not value):
+        if name in ("kafka_topic", "timestamp", "timestamp_format") and (not isinstance(value, str) or not value):
             raise StatementError(f"{name.upper()} must be a non-empty string; got {value!r}")
         if name == "kafka_topic":
             check_topic_name(str(value), "; change KAFKA_TOPIC")
@@ -174,15 +174,31 @@ def check_key_type(column: str, type_: SqlType) -> None:
                              f"use one of {', '.join(KEY_TYPES)}")
 
 
+_PATTERN = re.compile(r"(?:[GuyDMLdQqYwWEecFaBhKkHmsSAnNVvzOXxZ \-_:.,/T\[\]#]|'[^']*')+")
+"""A datetime pattern of the letters Java's DateTimeFormatter and Spark share, separators and
+quoted text."""
+
+
 def check_timestamp(properties: dict[str, Any], columns: tuple[Column, ...]) -> str | None:
-    """The TIMESTAMP property names a BIGINT or TIMESTAMP column."""
+    """The TIMESTAMP property names a BIGINT or TIMESTAMP column, or with TIMESTAMP_FORMAT a
+    VARCHAR one that the format parses."""
     name = properties.get("timestamp")
+    text_format = properties.get("timestamp_format")
     if name is None:
+        if text_format is not None:
+            raise StatementError("TIMESTAMP_FORMAT needs TIMESTAMP='<column>': it says how that column's text is read")
         return None
     name = str(name).upper()
     found = next((c for c in columns if c.name == name), None)
-    if found is None or found.type.base not in ("BIGINT", "TIMESTAMP"):
-        raise StatementError(f"TIMESTAMP={name} must name a BIGINT or TIMESTAMP column of the result")
+    if text_format is not None:
+        if found is None or found.type.base != "VARCHAR":
+            raise StatementError(f"TIMESTAMP={name} with TIMESTAMP_FORMAT must name a VARCHAR column of the result")
+        if _PATTERN.fullmatch(str(text_format)) is None:
+            raise StatementError(f"TIMESTAMP_FORMAT {text_format!r} is not a datetime pattern; use letters such as "
+                                 "yyyy-MM-dd'T'HH:mm:ss.SSSX (Java's DateTimeFormatter)")
+    elif found is None or found.type.base not in ("BIGINT", "TIMESTAMP"):
+        raise StatementError(f"TIMESTAMP={name} must name a BIGINT or TIMESTAMP column of the result "
+                             "(or a VARCHAR one with TIMESTAMP_FORMAT)")
     return name
 
 
@@ -263,6 +279,7 @@ def plan_persistent(
         value_format=str(properties.get("value_format", source.value_format)).upper(),
         query_id=query_id, value_delimiter=str(properties.get("value_delimiter", source.value_delimiter)),
         timestamp=check_timestamp(properties, sink_columns), window=window,
+        timestamp_format=properties.get("timestamp_format"),
     )
     return sink, plan
 
@@ -302,6 +319,8 @@ def event_time(source: DataSource) -> str | None:
     if source.timestamp is None:
         return None
     column = quote_identifier(source.timestamp)
+    if source.timestamp_format is not None:  # text that does not parse has no event time (processing log)
+        return f"unix_millis(try_to_timestamp({column}, {spark_literal(source.timestamp_format)}))"
     return f"unix_millis({column})" if source.schema[source.timestamp].base == "TIMESTAMP" else column
 
 

@@ -296,3 +296,82 @@ def test_a_session_batch_reduces_to_each_usable_record_in_offset_order(spark: Sp
     assert [b.offset for b in first.bad] == [7, 8]
     assert (first.count, first.last_offset, second.count, [b.offset for b in second.bad]) == (9, 9, 2, [1])
     assert [(o, k, t) for o, k, t, _ in second.records] == [(0, b"s3", 30000)]
+
+
+ALL_AGGREGATES = ("COUNT(*) AS n, COUNT(reading) AS c, SUM(reading) AS s, AVG(reading) AS a, MIN(reading) AS lo, "
+                  "MAX(reading) AS hi, LATEST_BY_OFFSET(reading) AS latest, EARLIEST_BY_OFFSET(reading) AS earliest, "
+                  "COUNT_DISTINCT(reading) AS d, COLLECT_LIST(reading) AS l")
+
+
+@pytest.mark.parametrize("cuts", [[], [2], [1, 3, 5]])
+def test_every_aggregate_works_per_window(spark: SparkSession, tmp_path: Path, cuts: list[int]) -> None:
+    """Every aggregate of the GROUP BY list, per hopping window, batches cut anywhere: each
+    window's values are the aggregates of exactly the readings it holds, in offset order."""
+    readings = [(1, 10_000), (2, 25_000), (None, 30_000), (2, 41_000), (7, 15_000), (3, 55_000)]
+    records: list[Record] = [(b"k", json.dumps({"READING": r, "TS": t}).encode(), 0, i, 0)
+                             for i, (r, t) in enumerate(readings)]
+    meta = Metastore()
+    meta.apply(parse_statement(BY_COLUMN), 0)
+    meta.apply(parse_statement(f"CREATE TABLE w AS SELECT sensor, {ALL_AGGREGATES} FROM r "
+                               "WINDOW HOPPING (SIZE 30 SECONDS, ADVANCE BY 15 SECONDS) GROUP BY sensor"), 1)
+    (query,) = meta.queries.values()
+    src, sink = meta.sources[query.source], meta.sources[query.sink]
+    settings = Settings(worker_id="windows-test", spark_master="local[1]", state_dir=tmp_path)
+    task = WindowedAggregationTask(settings, query, src, sink, 0)
+    states: dict[bytes, list[Any]] = {}
+    loop = asyncio.new_event_loop()
+    runner = QueryRunner(spark, settings, query, src, sink, {0: task}, loop)
+    try:
+        for batch in _split(records, cuts):
+            frame = spark.createDataFrame([(k, v, "r", p, o, None, 0) for k, v, p, o, _ in batch], KAFKA_ROW)
+            piece = runner._reduce(frame)[0]
+            assert isinstance(piece, WindowSlice)
+            for key, partial in piece.partials:
+                old = states.get(key)
+                states[key] = partial if old is None else [
+                    agg.merge(o, n) for agg, o, n in zip(task.aggregates, old, partial, strict=True)]
+            task.stream_time = piece.stream_time
+    finally:
+        runner.stop()
+        loop.close()
+    got = {tuple(row[1:3]): row[3:] for row in (task.row(k, s) for k, s in states.items())}
+    want = {}
+    for start in range(0, 60_000, 15_000):
+        held = [r for r, t in readings if start <= t < start + 30_000]
+        if not held:
+            continue
+        values = [r for r in held if r is not None]
+        want[(start, start + 30_000)] = [
+            len(held), len(values), sum(values) if values else None, sum(values) / len(values) if values else None,
+            min(values, default=None), max(values, default=None), held[-1], held[0], len(set(values)), held]
+    assert got == want
+
+
+def test_event_time_from_text_in_the_timestamp_format(spark: SparkSession, tmp_path: Path) -> None:
+    """A VARCHAR TIMESTAMP column read with TIMESTAMP_FORMAT gives the event time; text that does
+    not parse gives none (the processing log), and the query goes on."""
+    meta = Metastore()
+    meta.apply(parse_statement("CREATE STREAM r (sensor VARCHAR KEY, reading INT, at VARCHAR) WITH (kafka_topic='r', "
+                               "partitions=1, value_format='json', timestamp='at', "
+                               "timestamp_format='yyyy-MM-dd''T''HH:mm:ss.SSSXXX')"), 0)
+    meta.apply(parse_statement("CREATE TABLE w AS SELECT sensor, COUNT(*) AS n FROM r "
+                               "WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY sensor"), 1)
+    (query,) = meta.queries.values()
+    src, sink = meta.sources[query.source], meta.sources[query.sink]
+    settings = Settings(worker_id="windows-test", spark_master="local[1]", state_dir=tmp_path)
+    task = WindowedAggregationTask(settings, query, src, sink, 0)
+    loop = asyncio.new_event_loop()
+    runner = QueryRunner(spark, settings, query, src, sink, {0: task}, loop)
+    texts = ["2026-11-26T08:00:59.999Z", "2026-11-26T10:01:00.000+02:00", "26/11/2026 08:00"]
+    try:
+        frame = spark.createDataFrame([(b"s", json.dumps({"READING": 1, "AT": t}).encode(), "r", 0, i, None, 0)
+                                       for i, t in enumerate(texts)], KAFKA_ROW)
+        piece = runner._reduce(frame)[0]
+    finally:
+        runner.stop()
+        loop.close()
+    assert isinstance(piece, WindowSlice)
+    minute = int(datetime(2026, 11, 26, 8, 0, tzinfo=UTC).timestamp() * 1000)
+    assert sorted(split_windowed_key(k)[1] for k, _ in piece.partials) == [minute, minute + 60_000]
+    assert piece.stream_time == minute + 60_000
+    assert [(b.offset, b.reason.split(":")[0]) for b in piece.bad] == [(2, "record has no event time")]

@@ -106,6 +106,17 @@ CREATE TABLE w9 AS SELECT sensor, COUNT(*) AS n FROM readings WINDOW SESSION (0 
 CREATE TABLE w7 AS SELECT sensor, COUNT(*) AS n FROM readings WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY sensor EMIT FINAL;
 CREATE TABLE w8 AS SELECT sensor, COUNT(*) AS n FROM readings GROUP BY sensor EMIT FINAL;
 CREATE STREAM w11 AS SELECT * FROM per_minute;
+CREATE STREAM logins (userid VARCHAR KEY, at VARCHAR)
+  WITH (kafka_topic='logins', partitions=2, value_format='json', timestamp='at', timestamp_format='yyyy-MM-dd''T''HH:mm:ssX');
+CREATE TABLE logins_per_hour AS SELECT userid, COUNT(*) AS n FROM logins WINDOW TUMBLING (SIZE 1 HOUR) GROUP BY userid;
+EXPLAIN CTAS_LOGINS_PER_HOUR_14;
+CREATE STREAM w12 (userid VARCHAR KEY, at VARCHAR) WITH (kafka_topic='w12', partitions=1, value_format='json',
+  timestamp='at', timestamp_format='yyyy-MM-dd'' ); DROP TABLE x; --');
+CREATE STREAM w13 (userid VARCHAR KEY, at BIGINT) WITH (kafka_topic='w13', partitions=1, value_format='json',
+  timestamp_format='yyyy');
+CREATE STREAM w14 (userid VARCHAR KEY, at BIGINT) WITH (kafka_topic='w14', partitions=1, value_format='json',
+  timestamp='at', timestamp_format='yyyy');
+CREATE STREAM w15 (userid VARCHAR KEY, rowtime BIGINT) WITH (kafka_topic='w15', partitions=1, value_format='json');
 SELECT sensor, COUNT(*) FROM readings WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY sensor;
 SELECT * FROM per_minute EMIT FINAL;
 
