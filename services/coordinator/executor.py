@@ -224,7 +224,7 @@ class StatementExecutor:
             return Outcome(stmt.text, f"Inserted into {source.name}", partition=done[0], offset=done[1])
         headers = [(REQUEST_ID_HEADER, request_id.encode())] if request_id else None
         meta = await self.producer.send_and_wait(source.topic, record.value, key=record.key, partition=record.partition,
-                                                 headers=headers)
+                                                 headers=headers, timestamp_ms=record.timestamp)
         if request_id:
             self._inserted[request_id] = (meta.partition, meta.offset)
             while len(self._inserted) > EXECUTED_REQUESTS_KEPT:

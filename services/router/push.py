@@ -118,9 +118,10 @@ class PushQuery:
                 if record.key is None:
                     raise ValueError("record has no key")
                 key = record.key
-                if source.window is not None:  # the windowed key: the key, then the window start
+                if source.window is not None:  # the windowed key: the key, then the window's bounds
                     key, row[WINDOW_START], row[WINDOW_END] = window_bounds(key, source.window)
                 row[key_column.name] = deserialize_key(key, key_column.type)
+            row.setdefault("ROWTIME", record.timestamp)  # the pseudo-column, unless a column took the name
         except (ValueError, UnicodeDecodeError, struct.error) as err:
             self.skipped += 1
             log.debug("push query skipped a record", extra={"query": self.query_id, "offset": record.offset,

@@ -33,6 +33,7 @@ from millpond.services.worker.task import (
 )
 from millpond.shared.catalog.queries import PersistentQuery, QueryPlan
 from millpond.shared.catalog.sources import DataSource
+from millpond.shared.catalog.topology import ROWTIME_COLUMN
 from millpond.shared.kafka.serde import serialize_key, serialize_value
 from millpond.shared.sql import aggregates
 from millpond.shared.sql.expressions import quote_identifier
@@ -210,8 +211,11 @@ def classify(parsed: DataFrame, source: DataSource, tombstones: bool, where: str
     ``_offset``, ``_key_bytes`` and ``_raw``) and ``_kind`` saying what each is to the query.
     A tombstone is GOOD only when ``tombstones`` (it deletes its key's row); a record
     ``where`` drops is SKIPPED."""
+    # ROWTIME: the record's timestamp; behind a repartition, the input record's, carried in a column.
+    rowtime = [] if "ROWTIME" in source.schema else [
+        f"{quote_identifier(ROWTIME_COLUMN) if ROWTIME_COLUMN in source.schema else '_rowtime'} AS ROWTIME"]
     flat = parsed.selectExpr("_partition", "`_offset`", "_rowtime", "_key AS `_key_bytes`", _key_expr(source), "_raw", "_v.*",
-                             "_v IS NULL AS `_no_value`")
+                             "_v IS NULL AS `_no_value`", *rowtime)
     bad_value = f"_raw IS NOT NULL AND {CORRUPT} IS NOT NULL"
     no_key = "_key_bytes IS NULL AND _raw IS NOT NULL" if source.key_column is not None else "false"
     usable = "(_raw IS NULL OR NOT _no_value)" if tombstones else "NOT _no_value"

@@ -108,12 +108,13 @@ def _repartitioned_aggregate(query: PersistentQuery, source: DataSource, sink: D
     # source's column names) runs unchanged on the repartitioned records.
     carried = tuple(Column(c.name, c.type) for c in source.columns)
     carried_expressions = tuple(quote_identifier(c.name) for c in carried)
+    # The input's record timestamp travels in the value (ROWTIME of the second stage, and the
+    # event time of windows by record timestamp), as the repartition topic's records are
+    # stamped when written: an input's old timestamps there would let the topic's retention
+    # delete them before the second stage reads them.
+    carried += (Column(ROWTIME_COLUMN, SqlType("BIGINT")),)
+    carried_expressions += ("_rowtime",)
     if plan.window is not None and plan.event_time is None:
-        # Windows by record timestamp: the timestamp travels in the value, as the repartition
-        # topic's records are stamped when written (an input's old timestamps there would let
-        # the topic's retention delete them before the second stage reads them).
-        carried += (Column(ROWTIME_COLUMN, SqlType("BIGINT")),)
-        carried_expressions += ("_rowtime",)
         plan = replace(plan, event_time=quote_identifier(ROWTIME_COLUMN))
     topic = DataSource(
         kind="STREAM", name=f"{query.query_id}_REPARTITION", columns=(Column(REPARTITION_KEY, key.type, key=True), *carried),

@@ -93,6 +93,16 @@ def key_prefix(plan: SelectPlan) -> bytes | None:
     return None if literal is None else serialize_key(coerce(literal.value, key.type, key.name), key.type)
 
 
+ROWTIME = "ROWTIME"
+"""The pseudo-column of a record's timestamp (epoch milliseconds, BIGINT), as ksqlDB's."""
+
+
+def _rowtime(source: DataSource) -> tuple[Column, ...]:
+    """ROWTIME, for queries over ``source``'s records (unless a column of an older definition
+    took the name)."""
+    return () if ROWTIME in source.schema else (Column(ROWTIME, SqlType("BIGINT")),)
+
+
 def _scope(query: ast.Query, source: DataSource, columns: tuple[Column, ...] | None = None) -> Scope:
     return Scope(source.name, {c.name: c.type for c in columns or source.columns}, query.alias)
 
@@ -122,7 +132,8 @@ def plan_select(query: ast.Query, source: DataSource) -> SelectPlan:
                              "CREATE TABLE|STREAM ... AS SELECT")
     if query.emit_final:
         raise StatementError("EMIT FINAL is not supported: use EMIT CHANGES for a push query")
-    scope = _scope(query, source, source.row_columns)
+    # A push query reads records, which carry their timestamp; a pull query reads stored rows.
+    scope = _scope(query, source, (*source.row_columns, *(_rowtime(source) if query.emit_changes else ())))
     columns = tuple((name, check(expr, scope)) for name, expr in _expand(query, source, source.row_columns))
     if query.where is not None:
         check_condition(query.where, scope, "WHERE")
@@ -238,7 +249,7 @@ def plan_persistent(
         raise StatementError(f"invalid result type: the SELECT produces a {result_kind}; use {verb} instead")
     if kind is None and source.kind != "STREAM":
         raise StatementError("INSERT INTO ... SELECT reads a STREAM")
-    scope = _scope(query, source)
+    scope = _scope(query, source, (*source.columns, *_rowtime(source)))
     where = None
     if query.where is not None:
         check_condition(query.where, scope, "WHERE")
@@ -404,6 +415,8 @@ class EncodedRecord:
     value: bytes
     partition: int | None
     """murmur2 of the key, as the Java client picks it; None for a keyless stream."""
+    timestamp: int | None = None
+    """The record's timestamp when the INSERT sets ROWTIME; None: the producer's clock."""
 
 
 VALUES_SCOPE = Scope("the VALUES of an INSERT (literals and expressions of them)", {})
@@ -415,7 +428,7 @@ def encode_insert(stmt: ast.InsertValues, source: DataSource) -> EncodedRecord:
     names = list(stmt.columns) if stmt.columns is not None else [c.name for c in source.columns]
     if len(names) != len(stmt.values):
         raise StatementError(f"INSERT names {len(names)} columns but gives {len(stmt.values)} values")
-    schema = source.schema
+    schema = {**source.schema, **{c.name: c.type for c in _rowtime(source)}}
     row: dict[str, Any] = {}
     for name, expr in zip(names, stmt.values, strict=True):
         if name not in schema:
@@ -435,4 +448,7 @@ def encode_insert(stmt: ast.InsertValues, source: DataSource) -> EncodedRecord:
     values = source.value_columns
     value = serialize_value([c.name for c in values], [row.get(c.name) for c in values],
                             source.value_format, source.value_delimiter)
-    return EncodedRecord(key, value, partition_for(key, source.partitions) if key is not None else None)
+    timestamp = row.get(ROWTIME) if ROWTIME not in source.schema else None
+    if timestamp is not None and timestamp < 0:
+        raise StatementError(f"ROWTIME must be 0 or more (epoch milliseconds); got {timestamp}")
+    return EncodedRecord(key, value, partition_for(key, source.partitions) if key is not None else None, timestamp)

@@ -544,3 +544,30 @@ async def test_windowed_tables_are_exact_across_a_sigkill_and_standbys_serve_the
                 await asyncio.sleep(0.5)
                 rows = await asyncio.to_thread(scan_partition, endpoint, per_sensor.upper(), partition)
             assert rows == mine, (endpoint, partition)
+
+
+async def test_rowtime_set_by_insert_windows_the_records_and_survives_a_repartition(agg_cluster: LocalCluster) -> None:
+    """INSERT ... (ROWTIME, ...) VALUES sets each record's timestamp: windows by record timestamp
+    place the records by it, and MAX(ROWTIME) of a GROUP BY that re-keys through the
+    repartition topic is the input records' latest timestamp, not the time they were re-keyed."""
+    stream = f"rt_{agg_cluster.service_id}"
+    per_minute, by_area = f"rt_minute_{agg_cluster.service_id}", f"rt_area_{agg_cluster.service_id}"
+    base = (int(time.time() * 1000) - 30 * MINUTE) // MINUTE * MINUTE
+    rows = [("s1", "a", base + 5_000), ("s2", "a", base + 61_000), ("s1", "b", base + 59_000),
+            ("s1", "b", base + 125_000), ("s2", "a", base + 1_000)]
+    inserts = "".join(f"INSERT INTO {stream} (ROWTIME, sensor, area, reading) VALUES ({t}, '{s}', '{a}', 1);"
+                      for s, a, t in rows)
+    run(agg_cluster, f"""
+        SET 'auto.offset.reset'='earliest';
+        CREATE STREAM {stream} (sensor VARCHAR KEY, area VARCHAR, reading INT)
+          WITH (kafka_topic='{stream}', partitions={PARTITIONS}, value_format='json');
+        CREATE TABLE {per_minute} AS SELECT sensor, COUNT(*) AS n, MAX(ROWTIME) AS latest FROM {stream}
+          WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY sensor;
+        CREATE TABLE {by_area} AS SELECT area, COUNT(*) AS n, MAX(ROWTIME) AS latest FROM {stream} GROUP BY area;
+        {inserts}""")
+    want_windows: list[tuple[object, ...]] = [
+        ("s1", base, base + MINUTE, 2, base + 59_000), ("s1", base + 2 * MINUTE, base + 3 * MINUTE, 1, base + 125_000),
+        ("s2", base, base + MINUTE, 1, base + 1_000), ("s2", base + MINUTE, base + 2 * MINUTE, 1, base + 61_000)]
+    assert await asyncio.to_thread(rows_until, agg_cluster, f"SELECT * FROM {per_minute};", want_windows) == want_windows
+    want_areas: list[tuple[object, ...]] = [("a", 3, base + 61_000), ("b", 2, base + 125_000)]
+    assert await asyncio.to_thread(rows_until, agg_cluster, f"SELECT * FROM {by_area};", want_areas) == want_areas

@@ -31,7 +31,7 @@ class FakeConsumer:
     """Hands out the same records at every fetch."""
 
     async def getmany(self, timeout_ms: int, max_records: int) -> dict[int, list[Any]]:
-        records = [SimpleNamespace(key=b"s%d" % i, value=json.dumps({"READING": i}).encode(), offset=i)
+        records = [SimpleNamespace(key=b"s%d" % i, value=json.dumps({"READING": i}).encode(), offset=i, timestamp=1000 + i)
                    for i in range(3)]
         return {0: records}
 
@@ -67,3 +67,8 @@ def test_limit_0_streams_the_header_then_ends_without_opening_a_reader(monkeypat
     assert len(items) == 1 and isinstance(items[0], PushHeader)
     assert items[0].columns == [("SENSOR", "VARCHAR"), ("READING", "INT")]
     assert pushes.pushes == {}
+
+
+def test_a_push_query_sees_each_record_timestamp_as_rowtime() -> None:
+    rows = asyncio.run(rows_of("SELECT sensor, ROWTIME AS t FROM readings WHERE ROWTIME > 1000 EMIT CHANGES LIMIT 2"))
+    assert rows == [["s1", 1001], ["s2", 1002]]

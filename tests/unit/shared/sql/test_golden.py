@@ -39,7 +39,8 @@ def _run(stmt: ast.Statement, metastore: Metastore, offset: int) -> list[str]:
     if isinstance(stmt, ast.InsertValues):
         record = encode_insert(stmt, metastore.insert_target(stmt.target))
         key = record.key.hex() if record.key is not None else None
-        return [f"=> key={key} partition={record.partition} value={record.value.decode()}"]
+        stamp = f" timestamp={record.timestamp}" if record.timestamp is not None else ""
+        return [f"=> key={key} partition={record.partition} value={record.value.decode()}{stamp}"]
     if isinstance(stmt, ast.Query):
         plan = plan_select(stmt, metastore.source(stmt.source))
         return ["=> columns: " + ", ".join(f"{n} {t}" for n, t in plan.columns)]

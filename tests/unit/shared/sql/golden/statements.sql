@@ -117,6 +117,15 @@ CREATE STREAM w13 (userid VARCHAR KEY, at BIGINT) WITH (kafka_topic='w13', parti
 CREATE STREAM w14 (userid VARCHAR KEY, at BIGINT) WITH (kafka_topic='w14', partitions=1, value_format='json',
   timestamp='at', timestamp_format='yyyy');
 CREATE STREAM w15 (userid VARCHAR KEY, rowtime BIGINT) WITH (kafka_topic='w15', partitions=1, value_format='json');
+
+-- ROWTIME: each record's timestamp, in persistent and push queries and settable by INSERT.
+CREATE STREAM stamped AS SELECT sensor, ROWTIME AS rt, reading FROM readings WHERE ROWTIME > 1000;
+CREATE TABLE latest_by_area AS SELECT area, MAX(ROWTIME) AS latest, COUNT(*) AS n FROM readings GROUP BY area;
+EXPLAIN CTAS_LATEST_BY_AREA_16;
+SELECT sensor, ROWTIME FROM readings WHERE ROWTIME >= 0 EMIT CHANGES;
+SELECT sensor, ROWTIME FROM avg_readings;
+INSERT INTO readings (ROWTIME, sensor, reading, ts) VALUES (1795000000000, 's9', 4, 1795000000000);
+INSERT INTO readings (ROWTIME, sensor, reading) VALUES (-1, 's9', 4);
 SELECT sensor, COUNT(*) FROM readings WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY sensor;
 SELECT * FROM per_minute EMIT FINAL;
 
