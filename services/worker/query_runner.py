@@ -202,7 +202,8 @@ class QueryRunner:
         """The batch as one slice per input partition, of the kind the query's tasks commit
         (one Spark job: see ``millpond.services.worker.reducers``). The records of a partition
         whose task left since the query started are set aside before they are decoded."""
-        kept = list(self.tasks)  # one atomic copy: the loop changes the tasks meanwhile
+        tasks = dict(self.tasks)  # one atomic copy: the loop changes the tasks meanwhile
+        kept = list(tasks)
         if not kept:
             return {}
         if not self.assigned <= set(kept):
@@ -212,7 +213,7 @@ class QueryRunner:
             F.col("value").cast("string").alias("_raw"), self._decode(F.col("value").cast("string")).alias("_v"),
             F.unix_millis(F.col("timestamp")).alias("_rowtime"),
         )
-        return self.kind.reduce(parsed, self.query, self.source, self.sink, self.tasks)
+        return self.kind.reduce(parsed, self.query, self.source, self.sink, tasks)
 
     def _decode(self, text: Column) -> Column:
         """The record value parsed into the declared columns, PERMISSIVE: a record that does

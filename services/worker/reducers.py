@@ -204,6 +204,9 @@ def reduce_materialize(parsed: DataFrame, query: PersistentQuery, source: DataSo
 
 
 _BAD = f"{BAD_VALUE}, {NO_KEY}, {BAD_VALUE | NO_KEY}"
+MAX_EVENT_TIME = 2**56 - 1
+"""The latest event time a window may have (about 2.3 million years): a windowed key's bytes
+after the key then start with 0, which a key's lookup relies on."""
 
 
 def classify(parsed: DataFrame, source: DataSource, tombstones: bool, where: str | None) -> DataFrame:
@@ -255,8 +258,9 @@ def spans(rows: Iterable[Any], slice_type: type[SliceT], source: DataSource) -> 
         if row["_kind"] & NO_KEY:
             bad[p].append(BadRecord(row["_bad_offset"], "record has no key", row["_bad_raw"]))
         if row["_kind"] & NO_TIME:
-            bad[p].append(BadRecord(row["_bad_offset"], "record has no event time: its timestamp is NULL or "
-                                    "before 1970 (a windowed aggregation needs one)", row["_bad_raw"]))
+            bad[p].append(BadRecord(row["_bad_offset"], "record has no event time: its timestamp is NULL, "
+                                    "before 1970 or beyond 2**56 ms (a windowed aggregation needs one)",
+                                    row["_bad_raw"]))
     return {p: slice_type(lo, hi, count=n, bad=sorted(bad[p], key=lambda b: b.offset))
             for p, (lo, hi, n) in bounds.items()}
 
@@ -277,7 +281,8 @@ def reduce_windowed(parsed: DataFrame, query: PersistentQuery, source: DataSourc
     reduced_at = {p: int(getattr(task, "stream_time", -1)) for p, task in (tasks or {}).items()}
     frame = classify(parsed, source, tombstones=False, where=plan.where)
     frame = frame.withColumn("_ts", F.expr(plan.event_time or "_rowtime").cast("long"))
-    frame = frame.withColumn("_kind", F.expr(f"IF(_kind = {GOOD} AND (_ts IS NULL OR _ts < 0), {NO_TIME}, _kind)"))
+    frame = frame.withColumn("_kind", F.expr(f"IF(_kind = {GOOD} AND NOT coalesce(_ts BETWEEN 0 AND {MAX_EVENT_TIME}, false), "
+                                              f"{NO_TIME}, _kind)"))
     prior = " ".join(f"WHEN {p} THEN {t}" for p, t in reduced_at.items())
     so_far = Window.partitionBy("_partition").orderBy("_offset").rowsBetween(Window.unboundedPreceding,
                                                                              Window.currentRow)
@@ -343,7 +348,8 @@ def reduce_sessions(parsed: DataFrame, query: PersistentQuery, source: DataSourc
     plan = query.plan
     frame = classify(parsed, source, tombstones=False, where=plan.where)
     frame = frame.withColumn("_ts", F.expr(plan.event_time or "_rowtime").cast("long"))
-    frame = frame.withColumn("_kind", F.expr(f"IF(_kind = {GOOD} AND (_ts IS NULL OR _ts < 0), {NO_TIME}, _kind)"))
+    frame = frame.withColumn("_kind", F.expr(f"IF(_kind = {GOOD} AND NOT coalesce(_ts BETWEEN 0 AND {MAX_EVENT_TIME}, false), "
+                                              f"{NO_TIME}, _kind)"))
     columns: list[Any] = []
     shape: list[int] = []
     for i, call in enumerate(plan.aggregates):
@@ -369,7 +375,6 @@ def reduce_sessions(parsed: DataFrame, query: PersistentQuery, source: DataSourc
             at += width
         slices[row["_partition"]].records.append((row["_offset"], bytes(row["_group"]), row["_t"], state))
     return slices
-"""The columns every row of ``reduce_windowed`` starts with."""
 
 
 def _key_expr(source: DataSource) -> str:

@@ -74,7 +74,9 @@ async def scan(table: str, copy_of: Callable[[int], LocalCopy], partitions: Iter
     # A windowed table's lookup of one key reads that key's windows alone (its keys start with it).
     prefix, width = b"", None
     if plan is not None and plan.source.window is not None and (found := key_prefix(plan)) is not None:
-        prefix, width = found, len(found) + window_key_bytes(plan.source.window)
+        # A window's bounds are 0 or more and below 2**56 ms, so its key's next byte is 0: the
+        # prefix skips every longer key that starts with this one (the width check stays).
+        prefix, width = found + b"\x00", len(found) + window_key_bytes(plan.source.window)
     most = limit if 0 < limit <= max_rows else max_rows + 1
     read = kept = 0
     for partition in partitions:

@@ -617,7 +617,7 @@ class WindowedAggregationTask(AggregationTask):
         closing |= {key for key in states if split_windowed_key(key)[1] <= limit}
         final = {}
         for key in sorted(closing, key=lambda k: (split_windowed_key(k)[1], k)):
-            state = states.get(key) or self.store.get(key)
+            state = states[key] if key in states else self.store.get(key)
             if state is not None:
                 final[key] = state
         return final
@@ -805,7 +805,7 @@ class SessionAggregationTask(AggregationTask):
         """The sessions of ``key`` (session key, start, end): the store's, as ``pending`` changes them."""
         assert self.store is not None
         width = len(key) + 16
-        found = {k for k, _ in self.store.page(None, 1 << 30, key) if len(k) == width}
+        found = {k for k, _ in self.store.page(None, 1 << 30, key + b"\x00") if len(k) == width}
         found |= {k for k, v in pending.items() if v is not None and len(k) == width and k.startswith(key)}
         found -= {k for k, v in pending.items() if v is None}
         return [(k, *window_bounds(k, self.window)[1:]) for k in found]
@@ -827,13 +827,14 @@ class SessionAggregationTask(AggregationTask):
                 late.append(BadRecord(offset, f"late: its session [{start}, {end}] closed at stream time {stream_time} "
                                               f"(its end plus its {grace} ms grace period); the record is dropped", None))
                 continue
-            state = own
+            # The sessions in start order, then the record: COLLECT_LIST keeps Kafka Streams' order.
+            state: list[list[Any]] | None = None
             for session, _, _ in sorted(touching, key=lambda s: s[1]):
                 old = pending[session] if session in pending else self.store.get(session)
                 assert old is not None
-                state = [agg.merge(o, n) for agg, o, n in zip(self.aggregates, old, state, strict=True)]
+                state = old if state is None else self._merged(state, old)
                 pending[session] = None
-            pending[session_key(key, start, end)] = state
+            pending[session_key(key, start, end)] = own if state is None else self._merged(state, own)
         # Sessions past the retention: the stored ones and this batch's own (emitted, then let go).
         retired = set(self._expired_sessions(stream_time, pending))
         headers = [(INPUT_OFFSET_HEADER, str(batch.last_offset + 1).encode()),
@@ -872,10 +873,15 @@ class SessionAggregationTask(AggregationTask):
             metrics.RECORDS_LATE.labels(self.query.query_id, str(self.partition)).inc(len(late))
         return True
 
+    def _merged(self, earlier: list[list[Any]], later: list[list[Any]]) -> list[list[Any]]:
+        return [agg.merge(o, n) for agg, o, n in zip(self.aggregates, earlier, later, strict=True)]
+
     def _expired_sessions(self, stream_time: int, pending: dict[bytes, list[Any] | None]) -> list[bytes]:
-        """Sessions (stored, or made by this batch) that ended ``retention`` or more before ``stream_time``."""
+        """Sessions (stored, or made by this batch) that ended more than ``retention`` before
+        ``stream_time``: strictly, as a record not late may still join a session that ended
+        exactly gap plus grace (the least retention) before stream time."""
         assert self.store is not None
-        cutoff = stream_time - self.window.retention_ms
+        cutoff = stream_time - self.window.retention_ms - 1
         expired = [k for k, v in pending.items() if v is not None and window_bounds(k, self.window)[2] <= cutoff]
         if self._oldest_end is not None and self._oldest_end > cutoff:
             return expired

@@ -185,9 +185,9 @@ def check_key_type(column: str, type_: SqlType) -> None:
                              f"use one of {', '.join(KEY_TYPES)}")
 
 
-_PATTERN = re.compile(r"(?:[GuyDMLdQqYwWEecFaBhKkHmsSAnNVvzOXxZ \-_:.,/T\[\]#]|'[^']*')+")
-"""A datetime pattern of the letters Java's DateTimeFormatter and Spark share, separators and
-quoted text."""
+_PATTERN = re.compile(r"(?:[GyMLdDahKkHmsSVzOXxZ \-_:.,/\[\]]|'[^']*')+")
+"""A datetime pattern of letters Spark parses with (Java's DateTimeFormatter's, without the
+week-based and other letters Spark refuses), separators and quoted text ('T' too)."""
 
 
 def check_timestamp(properties: dict[str, Any], columns: tuple[Column, ...]) -> str | None:
@@ -205,8 +205,9 @@ def check_timestamp(properties: dict[str, Any], columns: tuple[Column, ...]) -> 
         if found is None or found.type.base != "VARCHAR":
             raise StatementError(f"TIMESTAMP={name} with TIMESTAMP_FORMAT must name a VARCHAR column of the result")
         if _PATTERN.fullmatch(str(text_format)) is None:
-            raise StatementError(f"TIMESTAMP_FORMAT {text_format!r} is not a datetime pattern; use letters such as "
-                                 "yyyy-MM-dd'T'HH:mm:ss.SSSX (Java's DateTimeFormatter)")
+            raise StatementError(f"TIMESTAMP_FORMAT {text_format!r} is not a datetime pattern Millpond can parse with: "
+                                 "use the letters G y M L d D a h K k H m s S V z O X x Z, separators and quoted "
+                                 "text, as in yyyy-MM-dd'T'HH:mm:ss.SSSXXX")
     elif found is None or found.type.base not in ("BIGINT", "TIMESTAMP"):
         raise StatementError(f"TIMESTAMP={name} must name a BIGINT or TIMESTAMP column of the result "
                              "(or a VARCHAR one with TIMESTAMP_FORMAT)")
@@ -295,6 +296,10 @@ def plan_persistent(
     return sink, plan
 
 
+MAX_DURATION_MS = 100 * 365 * 86_400_000
+"""The longest window duration a statement may give."""
+MAX_WINDOWS_PER_RECORD = 10_000
+"""The most hopping windows one record may fall in (SIZE / ADVANCE BY)."""
 DEFAULT_GRACE_MS = 24 * 3_600_000
 """A window's grace period when the statement gives none (ksqlDB's and Kafka Streams' old default)."""
 MIN_RETENTION_MS = 24 * 3_600_000
@@ -318,6 +323,14 @@ def window_spec(window: ast.Window, source: DataSource, emit_final: bool = False
     grace = DEFAULT_GRACE_MS if window.grace_ms is None else window.grace_ms
     least = window.size_ms + grace
     retention = max(least, MIN_RETENTION_MS) if window.retention_ms is None else window.retention_ms
+    for name, ms in (("SIZE" if window.kind != "SESSION" else "gap", window.size_ms), ("ADVANCE BY", advance),
+                     ("GRACE PERIOD", grace), ("RETENTION", retention)):
+        if ms > MAX_DURATION_MS:
+            raise StatementError(f"the WINDOW {window.kind} {name} is {ms} ms; at most {MAX_DURATION_MS} ms "
+                                 "(100 years)")
+    if window.size_ms // advance > MAX_WINDOWS_PER_RECORD:
+        raise StatementError(f"WINDOW HOPPING (SIZE {window.size_ms} ms, ADVANCE BY {advance} ms) puts each record in "
+                             f"{window.size_ms // advance} windows; at most {MAX_WINDOWS_PER_RECORD}: advance by more")
     if retention < least:
         raise StatementError(f"RETENTION ({retention} ms) must be at least the window SIZE plus its GRACE PERIOD "
                              f"({least} ms): a window must stay until it closes")

@@ -106,8 +106,12 @@ class ChangelogReader:
                  fetch_max_wait_ms: int):
         self.changelog = changelog
         self.store = store
+        # A windowed changelog is compact,delete: its first offset moves up as old windows go,
+        # and a fresh copy's position 0 is then out of range. "earliest" reads from the first
+        # offset left; aiokafka's default ("latest") would skip the whole log.
         self.consumer = AIOKafkaConsumer(**kafka.client_args(), isolation_level="read_committed",
-                                         enable_auto_commit=False, fetch_max_wait_ms=fetch_max_wait_ms)
+                                         enable_auto_commit=False, fetch_max_wait_ms=fetch_max_wait_ms,
+                                         auto_offset_reset="earliest")
         self.progress = ChangelogProgress()
         self._stable = -1
         """The highest last stable offset seen (fetches and end offsets)."""

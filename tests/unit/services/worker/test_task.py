@@ -76,6 +76,9 @@ STATEMENTS = [
     "WINDOW SESSION (10 MILLISECONDS, GRACE PERIOD 5 MILLISECONDS) GROUP BY sensor",
     "CREATE TABLE sb AS SELECT sensor, COUNT(*) AS n, SUM(reading) AS total FROM r WINDOW SESSION (10 MILLISECONDS) "
     "GROUP BY sensor",
+    "CREATE TABLE keys AS SELECT sensor FROM r "
+    "WINDOW TUMBLING (SIZE 10 MILLISECONDS, RETENTION 30 MILLISECONDS, GRACE PERIOD 5 MILLISECONDS) GROUP BY sensor "
+    "EMIT FINAL",
 ]
 NO_KEY = BadRecord(4, "record has no key", '{"AREA": "a", "READING": 1}')
 
@@ -539,3 +542,15 @@ def test_sessions_are_the_runs_of_records_within_the_gap_whatever_their_order_an
         return rows
 
     assert asyncio.run(go()) == expected
+
+
+async def test_emit_final_of_a_table_without_aggregates_emits_a_window_opened_and_closed_in_one_batch(
+        tmp_path: Path) -> None:
+    """A window's state is an empty list when the table has no aggregate: still a window."""
+    log: list[Any] = []
+    task = make_task(WindowedAggregationTask, "CTAS_KEYS_7", tmp_path, log)
+    piece = WindowSlice(0, 1, count=2, partials=[(windowed_key(b"s1", 0), []), (windowed_key(b"s1", 20), [])],
+                        reduced_at=-1, stream_time=29)
+    assert await task.commit(piece)
+    assert [e.key for e in log if isinstance(e, Sent) and e.topic == task.sink.topic] == [windowed_key(b"s1", 0)]
+    task.store.close()

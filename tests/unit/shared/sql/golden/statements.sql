@@ -117,6 +117,13 @@ CREATE STREAM w13 (userid VARCHAR KEY, at BIGINT) WITH (kafka_topic='w13', parti
 CREATE STREAM w14 (userid VARCHAR KEY, at BIGINT) WITH (kafka_topic='w14', partitions=1, value_format='json',
   timestamp='at', timestamp_format='yyyy');
 CREATE STREAM w15 (userid VARCHAR KEY, rowtime BIGINT) WITH (kafka_topic='w15', partitions=1, value_format='json');
+CREATE STREAM w16 (userid VARCHAR KEY, at VARCHAR) WITH (kafka_topic='w16', partitions=1, value_format='json',
+  timestamp='at', timestamp_format='yyyy-MM-ddTHH:mm');
+CREATE STREAM w17 (userid VARCHAR KEY, at VARCHAR) WITH (kafka_topic='w17', partitions=1, value_format='json',
+  timestamp='at', timestamp_format='YYYY-ww');
+CREATE TABLE w18 AS SELECT sensor, COUNT(*) AS n FROM readings WINDOW TUMBLING (SIZE 200000000000 DAYS) GROUP BY sensor;
+CREATE TABLE w19 AS SELECT sensor, COUNT(*) AS n FROM readings
+  WINDOW HOPPING (SIZE 30 DAYS, ADVANCE BY 1 MILLISECOND) GROUP BY sensor;
 
 -- ROWTIME: each record's timestamp, in persistent and push queries and settable by INSERT.
 CREATE STREAM stamped AS SELECT sensor, ROWTIME AS rt, reading FROM readings WHERE ROWTIME > 1000;
