@@ -129,7 +129,7 @@ class TaskAssignment:
         query = self.metastore.queries[query_id]
         sink = self.metastore.source(query.sink)
         aggs = [aggregates.require(a.function) for a in query.plan.aggregates]
-        return aggregate_rows(sink, aggs)
+        return aggregate_rows(sink, aggs, query.plan.columns)
 
     def _standbys_to_run(self, wanted: dict[str, set[int]], wanted_standbys: set[tuple[str, int]]
                          ) -> set[tuple[str, int]]:

@@ -27,7 +27,7 @@ import json
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -49,8 +49,8 @@ from millpond.services.worker.state.store import (
 )
 from millpond.shared import metrics
 from millpond.shared.catalog.names import changelog_topic, consumer_group, task_transactional_id
-from millpond.shared.catalog.queries import PersistentQuery
-from millpond.shared.catalog.sources import DataSource
+from millpond.shared.catalog.queries import OutputColumn, PersistentQuery
+from millpond.shared.catalog.sources import WINDOW_END, WINDOW_START, DataSource
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.admin import committed_offsets
@@ -344,7 +344,8 @@ def store_path(settings: WorkerSettings, query_id: str, partition: int) -> Path:
     return partition_dir(settings.state_dir, settings.worker_id, query_id, partition)
 
 
-def aggregate_rows(sink: DataSource, aggs: list[aggregates.Aggregate]) -> Callable[[bytes, list[Any]], list[Any]]:
+def aggregate_rows(sink: DataSource, aggs: list[aggregates.Aggregate],
+                   columns: Sequence[OutputColumn] = ()) -> Callable[[bytes, list[Any]], list[Any]]:
     """How a GROUP BY table's row (key column first, for a windowed table WINDOWSTART and
     WINDOWEND next, then the aggregates) is made from a stored state, with its key decoder
     and finalizers looked up once (a scan makes thousands of rows)."""
@@ -352,6 +353,16 @@ def aggregate_rows(sink: DataSource, aggs: list[aggregates.Aggregate]) -> Callab
     decode: Callable[[bytes], Any] = bytes.decode if key_type.base == "VARCHAR" else partial(deserialize_key, type_=key_type)
     finals = [agg.finalize for agg in aggs]
     window = sink.window
+    # The plan's value columns that are a window's bounds (SELECT WINDOWSTART AS ws, ...), in order.
+    bounds = [c.expression if c.expression in (WINDOW_START, WINDOW_END) else None for c in columns if not c.key]
+    if window is not None and any(bounds):
+        def bounded_row(key: bytes, state: list[Any]) -> list[Any]:
+            inner, start, end = window_bounds(key, window)
+            finalized = (final(s) for final, s in zip(finals, state, strict=True))
+            values = [start if b == WINDOW_START else end if b == WINDOW_END else next(finalized) for b in bounds]
+            return [decode(inner), start, end, *values]
+
+        return bounded_row
     if window is not None:
         def windowed_row(key: bytes, state: list[Any]) -> list[Any]:
             inner, start, end = window_bounds(key, window)
@@ -400,7 +411,7 @@ class AggregationTask(StoreTask[AggregateSlice]):
                  sink: DataSource, partition: int, stage: str = ""):
         super().__init__(settings, query, source, sink, partition, stage)
         self.aggregates = [aggregates.require(a.function) for a in query.plan.aggregates]
-        self._row = aggregate_rows(sink, self.aggregates)
+        self._row = aggregate_rows(sink, self.aggregates, query.plan.columns)
         self.changelog = TopicPartition(changelog_topic(settings.service_id, query.query_id), partition)
         self.changelog_position = 0
         """The next changelog offset the store reflects."""

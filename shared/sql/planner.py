@@ -11,7 +11,7 @@ from typing import Any
 
 from millpond.shared.catalog.plans import PlanKind
 from millpond.shared.catalog.queries import AggregateCall, OutputColumn, QueryPlan
-from millpond.shared.catalog.sources import Column, DataSource, WindowSpec
+from millpond.shared.catalog.sources import WINDOW_END, WINDOW_START, Column, DataSource, WindowSpec
 from millpond.shared.errors import NotFoundError, StatementError
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.kafka.serde import KEY_FORMATS, KEY_TYPES, VALUE_FORMATS, coerce, serialize_key, serialize_value
@@ -93,6 +93,7 @@ def key_prefix(plan: SelectPlan) -> bytes | None:
     return None if literal is None else serialize_key(coerce(literal.value, key.type, key.name), key.type)
 
 
+WINDOW_BOUNDS = (WINDOW_START, WINDOW_END)
 ROWTIME = "ROWTIME"
 """The pseudo-column of a record's timestamp (epoch milliseconds, BIGINT), as ksqlDB's."""
 
@@ -379,6 +380,14 @@ def _aggregation(
     for out, expr in _expand(query, source):
         if expr == group:
             columns.append(OutputColumn(out, group_type, to_spark(group, scope), key=True))
+            continue
+        if query.window is not None and isinstance(expr, ast.ColumnRef) and expr.name in WINDOW_BOUNDS \
+                and expr.name not in source.schema:
+            # A window bound as a value column of the result (its expression names the bound).
+            if out in WINDOW_BOUNDS:
+                raise StatementError(f"{out} is a reserved column name of windowed tables; give it an alias "
+                                     f"(SELECT {out} AS {out[6:].lower()}_time, ...)")
+            columns.append(OutputColumn(out, SqlType("BIGINT"), expr.name))
             continue
         if not isinstance(expr, ast.Call) or aggregates.lookup(expr.name) is None:
             shown = to_sql(expr) if out == to_sql(expr) else f"{out} ({to_sql(expr)})"

@@ -368,7 +368,7 @@ async def test_readings_per_minute_in_tumbling_windows_are_exact_with_late_recor
           WINDOW TUMBLING (SIZE 1 MINUTE, RETENTION 5 MINUTES, GRACE PERIOD 30 SECONDS) GROUP BY sensor EMIT CHANGES;
         CREATE TABLE {sessions} AS SELECT sensor, COUNT(*) AS n, SUM(reading) AS total FROM {stream}
           WINDOW SESSION (20 SECONDS, RETENTION 5 MINUTES, GRACE PERIOD 30 SECONDS) GROUP BY sensor;
-        CREATE TABLE {final} AS SELECT sensor, COUNT(*) AS n FROM {stream}
+        CREATE TABLE {final} AS SELECT sensor, WINDOWSTART AS ws, COUNT(*) AS n, WINDOWEND AS we FROM {stream}
           WINDOW TUMBLING (SIZE 1 MINUTE, RETENTION 5 MINUTES, GRACE PERIOD 30 SECONDS) GROUP BY sensor EMIT FINAL;
         {inserts}""")
     query_id = f"CTAS_{table.upper()}_"
@@ -419,9 +419,12 @@ async def test_readings_per_minute_in_tumbling_windows_are_exact_with_late_recor
     emitted: list[tuple[tuple[str, int], int]] = []
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        emitted = [((k[:-8].decode(), int.from_bytes(k[-8:], "big")), json.loads(v)["N"])
-                   for _, _, k, v in sorted(await read_all(agg_cluster.bootstrap, final.upper()))
-                   if k is not None and v is not None]
+        values = [((k[:-8].decode(), int.from_bytes(k[-8:], "big")), json.loads(v))
+                  for _, _, k, v in sorted(await read_all(agg_cluster.bootstrap, final.upper()))
+                  if k is not None and v is not None]
+        # The window's bounds selected as value columns (WINDOWSTART AS ws, WINDOWEND AS we).
+        assert all((v["WS"], v["WE"]) == (k[1], k[1] + size) for k, v in values)
+        emitted = [(k, v["N"]) for k, v in values]
         if len(emitted) >= len(closed):
             break
         await asyncio.sleep(0.5)

@@ -554,3 +554,15 @@ async def test_emit_final_of_a_table_without_aggregates_emits_a_window_opened_an
     assert await task.commit(piece)
     assert [e.key for e in log if isinstance(e, Sent) and e.topic == task.sink.topic] == [windowed_key(b"s1", 0)]
     task.store.close()
+
+
+def test_a_windowed_row_places_selected_window_bounds_among_its_values() -> None:
+    meta = Metastore()
+    meta.apply(parse_statement(STATEMENTS[0]), 0)
+    meta.apply(parse_statement("CREATE TABLE b AS SELECT sensor, WINDOWEND AS we, COUNT(*) AS n, WINDOWSTART AS ws "
+                               "FROM r WINDOW TUMBLING (SIZE 10 MILLISECONDS) GROUP BY sensor"), 1)
+    (query,) = meta.queries.values()
+    row = aggregate_rows(meta.source("B"), [aggregates.require("COUNT")], query.plan.columns)
+    # Key, the pseudo-columns WINDOWSTART and WINDOWEND, then the values in the SELECT's order.
+    assert row(windowed_key(b"s1", 20), [[3]]) == ["s1", 20, 30, 30, 3, 20]
+    assert [c.name for c in meta.source("B").row_columns] == ["SENSOR", "WINDOWSTART", "WINDOWEND", "WE", "N", "WS"]
