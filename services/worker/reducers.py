@@ -68,21 +68,12 @@ def reduce_aggregate(parsed: DataFrame, query: PersistentQuery, source: DataSour
     arrow = arrow_forms(_ARGUMENT_TYPES[key], query)
     if arrow is not None:
         return arrow_aggregate(frame, arguments, arrow, source)
-    columns: list[Any] = []
-    shape: list[int] = []
-    for i, call in enumerate(query.plan.aggregates):
-        forms = aggregates.require(call.function).partials(call.argument)
-        shape.append(len(forms))
-        columns += [F.expr(p).alias(f"a{i}_{j}") for j, p in enumerate(forms)]
+    columns, shape = partial_columns(query.plan)
     rows = grouped(frame, columns).collect()
     slices = spans(rows, AggregateSlice, source)
     for row in rows:
         if row["_kind"] == GOOD:
-            values, state, at = list(row)[len(_FIXED):], [], 0
-            for width in shape:
-                state.append(plain(values[at:at + width]))
-                at += width
-            slices[row["_partition"]].partials.append((bytes(row["_group"]), state))
+            slices[row["_partition"]].partials.append((bytes(row["_group"]), states(row, len(_FIXED), shape)))
     return slices
 
 
@@ -279,10 +270,7 @@ def reduce_windowed(parsed: DataFrame, query: PersistentQuery, source: DataSourc
     window = plan.window
     assert window is not None
     reduced_at = {p: int(getattr(task, "stream_time", -1)) for p, task in (tasks or {}).items()}
-    frame = classify(parsed, source, tombstones=False, where=plan.where)
-    frame = frame.withColumn("_ts", F.expr(plan.event_time or "_rowtime").cast("long"))
-    frame = frame.withColumn("_kind", F.expr(f"IF(_kind = {GOOD} AND NOT coalesce(_ts BETWEEN 0 AND {MAX_EVENT_TIME}, false), "
-                                              f"{NO_TIME}, _kind)"))
+    frame = classify_timed(parsed, source, plan)
     prior = " ".join(f"WHEN {p} THEN {t}" for p, t in reduced_at.items())
     so_far = Window.partitionBy("_partition").orderBy("_offset").rowsBetween(Window.unboundedPreceding,
                                                                              Window.currentRow)
@@ -296,12 +284,7 @@ def reduce_windowed(parsed: DataFrame, query: PersistentQuery, source: DataSourc
         f"CAST({advance} AS BIGINT)), NULL)")))
     frame = frame.withColumn("_k", F.expr(f"IF(_kind = {GOOD} AND _ws + {size + grace} <= _stime, {LATE}, _kind)"))
     bad = f"_k IN ({_BAD}, {NO_TIME}, {LATE})"
-    columns: list[Any] = []
-    shape: list[int] = []
-    for i, call in enumerate(plan.aggregates):
-        forms = aggregates.require(call.function).partials(call.argument)
-        shape.append(len(forms))
-        columns += [F.expr(p).alias(f"a{i}_{j}") for j, p in enumerate(forms)]
+    columns, shape = partial_columns(plan)
     rows = frame.groupBy(
         F.col("_partition"), F.col("_k").alias("_kind"),
         F.expr(f"IF(_k IN ({GOOD}, {LATE}), concat(_key_bytes, unhex(lpad(hex(_ws), 16, '0'))), NULL)").alias("_group"),
@@ -319,11 +302,7 @@ def reduce_windowed(parsed: DataFrame, query: PersistentQuery, source: DataSourc
         if row["_latest"] is not None:
             piece.stream_time = max(piece.stream_time, row["_latest"])
         if row["_kind"] == GOOD:
-            values, state, at = list(row)[len(_WINDOWED_FIXED):], [], 0
-            for width in shape:
-                state.append(plain(values[at:at + width]))
-                at += width
-            piece.partials.append((bytes(row["_group"]), state))
+            piece.partials.append((bytes(row["_group"]), states(row, len(_WINDOWED_FIXED), shape)))
         elif row["_kind"] == LATE:
             start = row["_ws"]
             piece.late.append(BadRecord(row["_bad_offset"], (
@@ -346,16 +325,8 @@ def reduce_sessions(parsed: DataFrame, query: PersistentQuery, source: DataSourc
     record in the task (``SessionAggregationTask``): which sessions a record bridges, and
     whether it is late, depends on every record before it."""
     plan = query.plan
-    frame = classify(parsed, source, tombstones=False, where=plan.where)
-    frame = frame.withColumn("_ts", F.expr(plan.event_time or "_rowtime").cast("long"))
-    frame = frame.withColumn("_kind", F.expr(f"IF(_kind = {GOOD} AND NOT coalesce(_ts BETWEEN 0 AND {MAX_EVENT_TIME}, false), "
-                                              f"{NO_TIME}, _kind)"))
-    columns: list[Any] = []
-    shape: list[int] = []
-    for i, call in enumerate(plan.aggregates):
-        forms = aggregates.require(call.function).partials(call.argument)
-        shape.append(len(forms))
-        columns += [F.expr(p).alias(f"a{i}_{j}") for j, p in enumerate(forms)]
+    frame = classify_timed(parsed, source, plan)
+    columns, shape = partial_columns(plan)
     bad = f"_kind IN ({_BAD}, {NO_TIME})"
     rows = frame.groupBy(
         F.col("_partition"), F.col("_kind"), F.col("_offset"),
@@ -365,16 +336,41 @@ def reduce_sessions(parsed: DataFrame, query: PersistentQuery, source: DataSourc
     slices = spans([{"_partition": r["_partition"], "_kind": r["_kind"], "_lo": r["_offset"], "_hi": r["_offset"],
                      "_n": 1, "_bad_offset": r["_offset"], "_bad_raw": r["_bad_raw"]} for r in rows],
                    SessionSlice, source)
-    fixed = 6
     for row in rows:
-        if row["_kind"] != GOOD:
-            continue
-        values, state, at = list(row)[fixed:], [], 0
-        for width in shape:
-            state.append(plain(values[at:at + width]))
-            at += width
-        slices[row["_partition"]].records.append((row["_offset"], bytes(row["_group"]), row["_t"], state))
+        if row["_kind"] == GOOD:
+            state = states(row, 6, shape)  # after _partition, _kind, _offset, _group, _t and _bad_raw
+            slices[row["_partition"]].records.append((row["_offset"], bytes(row["_group"]), row["_t"], state))
     return slices
+
+
+def classify_timed(parsed: DataFrame, source: DataSource, plan: QueryPlan) -> DataFrame:
+    """``classify`` for a windowed aggregation, with each record's event time (``_ts``, epoch
+    ms); a GOOD record without a usable one becomes NO_TIME."""
+    frame = classify(parsed, source, tombstones=False, where=plan.where)
+    frame = frame.withColumn("_ts", F.expr(plan.event_time or "_rowtime").cast("long"))
+    usable = f"coalesce(_ts BETWEEN 0 AND {MAX_EVENT_TIME}, false)"
+    return frame.withColumn("_kind", F.expr(f"IF(_kind = {GOOD} AND NOT {usable}, {NO_TIME}, _kind)"))
+
+
+def partial_columns(plan: QueryPlan) -> tuple[list[Any], list[int]]:
+    """The aggregates' partial forms as Spark columns (``a<i>_<j>``), and how many each has."""
+    columns: list[Any] = []
+    shape: list[int] = []
+    for i, call in enumerate(plan.aggregates):
+        forms = aggregates.require(call.function).partials(call.argument)
+        shape.append(len(forms))
+        columns += [F.expr(p).alias(f"a{i}_{j}") for j, p in enumerate(forms)]
+    return columns, shape
+
+
+def states(row: Any, skip: int, shape: list[int]) -> list[list[Any]]:
+    """One partial state per aggregate from a collected row: its values after the first
+    ``skip``, ``shape`` values per aggregate."""
+    values, out, at = list(row)[skip:], [], 0
+    for width in shape:
+        out.append(plain(values[at:at + width]))
+        at += width
+    return out
 
 
 def _key_expr(source: DataSource) -> str:

@@ -491,7 +491,6 @@ class AggregationTask(StoreTask[AggregateSlice]):
         expired = self._expired(batch, states)
         gone = set(expired)
         emitted = self._emitted(batch, states)
-        value_names = [c.name for c in self.sink.value_columns]
         changelog_futures = []
         # Each changelog record says which input position its batch reaches, so a standby
         # knows the position it reflects (consistency tokens are input positions).
@@ -502,9 +501,7 @@ class AggregationTask(StoreTask[AggregateSlice]):
                     changelog_futures.append(await self._send(self.changelog.topic, encode_state(state), key,
                                                               self.partition, headers))
             for key, state in emitted.items():
-                sink_value = serialize_value(value_names, self._row(key, state)[-len(value_names):] if value_names
-                                             else [], self.sink.value_format, self.sink.value_delimiter)
-                await self._send(self.sink.topic, sink_value, key, self.partition)
+                await self._send(self.sink.topic, self._sink_value(key, state), key, self.partition)
             for key in expired:
                 changelog_futures.append(await self._send(self.changelog.topic, None, key, self.partition, headers))
             await self._send_bad(batch.bad)
@@ -520,6 +517,12 @@ class AggregationTask(StoreTask[AggregateSlice]):
             self.last_applied_ms = now_ms()
         self._applied(batch, states)
         return True
+
+    def _sink_value(self, key: bytes, state: list[Any]) -> bytes:
+        """The sink record's value of a state: the row's value columns (they come last)."""
+        names = [c.name for c in self.sink.value_columns]
+        row = self._row(key, state)
+        return serialize_value(names, row[len(row) - len(names):], self.sink.value_format, self.sink.value_delimiter)
 
     def _expired(self, batch: AggregateSlice, states: dict[bytes, list[Any]]) -> list[bytes]:
         """Keys the batch removes from the store and the changelog, ``states``' own among them
@@ -549,7 +552,26 @@ _NO_WINDOW = 2**63
 """Above every window start: the oldest start of an empty store."""
 
 
-class WindowedAggregationTask(AggregationTask):
+class EventTimeTask(AggregationTask):
+    """An aggregation over windows of event time: its windows, and its partition's stream time
+    (the latest event time applied), which the store keeps and ``start`` takes back."""
+
+    def __init__(self, settings: WorkerSettings, query: PersistentQuery, source: DataSource,
+                 sink: DataSource, partition: int, stage: str = ""):
+        super().__init__(settings, query, source, sink, partition, stage)
+        assert query.plan.window is not None
+        self.window = query.plan.window
+        self.stream_time = -1
+        """The latest event time applied (-1: none yet). Read by the reducer between batches."""
+
+    async def start(self) -> None:
+        """Restore as any aggregation, then take the stream time the store reached."""
+        await super().start()
+        assert self.store is not None
+        self.stream_time = self.store.position(STREAM_TIME) or -1
+
+
+class WindowedAggregationTask(EventTimeTask):
     """Materializes one partition of a windowed GROUP BY table: a state per (key, window),
     stored under the windowed key. Stream time (the latest event time of the partition's
     records) is kept with the state, in the store and in every changelog record's header, so a
@@ -563,20 +585,10 @@ class WindowedAggregationTask(AggregationTask):
     def __init__(self, settings: WorkerSettings, query: PersistentQuery, source: DataSource,
                  sink: DataSource, partition: int, stage: str = ""):
         super().__init__(settings, query, source, sink, partition, stage)
-        assert query.plan.window is not None
-        self.window = query.plan.window
-        self.stream_time = -1
-        """The latest event time applied (-1: none yet). Read by the reducer between batches."""
         self._oldest_start: int | None = None
         """The earliest window start in the store (``_NO_WINDOW``: none); None until a scan found it."""
         self._open: dict[int, set[bytes]] | None = None
         """EMIT FINAL: the windows not closed yet, by start; None until a scan of the store found them."""
-
-    async def start(self) -> None:
-        """Restore as any aggregation, then take the stream time the store reached."""
-        await super().start()
-        assert self.store is not None
-        self.stream_time = self.store.position(STREAM_TIME) or -1
 
     async def commit(self, batch: AggregateSlice) -> bool:
         """Apply one micro-batch slice exactly once, if it was reduced against this task's
@@ -779,7 +791,7 @@ class TableTask(StoreTask[MaterializeSlice]):
         return True
 
 
-class SessionAggregationTask(AggregationTask):
+class SessionAggregationTask(EventTimeTask):
     """Materializes one partition of a session-windowed GROUP BY table (ksqlDB's WINDOW
     SESSION), record by record in offset order, as Kafka Streams' session aggregation:
 
@@ -800,17 +812,8 @@ class SessionAggregationTask(AggregationTask):
     def __init__(self, settings: WorkerSettings, query: PersistentQuery, source: DataSource,
                  sink: DataSource, partition: int, stage: str = ""):
         super().__init__(settings, query, source, sink, partition, stage)
-        assert query.plan.window is not None
-        self.window = query.plan.window
-        self.stream_time = -1
         self._oldest_end: int | None = None
         """The earliest session end in the store (``_NO_WINDOW``: none); None until a scan found it."""
-
-    async def start(self) -> None:
-        """Restore as any aggregation, then take the stream time the store reached."""
-        await super().start()
-        assert self.store is not None
-        self.stream_time = self.store.position(STREAM_TIME) or -1
 
     def _sessions(self, key: bytes, pending: dict[bytes, list[Any] | None]) -> list[tuple[bytes, int, int]]:
         """The sessions of ``key`` (session key, start, end): the store's, as ``pending`` changes them."""
@@ -850,7 +853,6 @@ class SessionAggregationTask(AggregationTask):
         retired = set(self._expired_sessions(stream_time, pending))
         headers = [(INPUT_OFFSET_HEADER, str(batch.last_offset + 1).encode()),
                    (STREAM_TIME_HEADER, str(stream_time).encode())]
-        value_names = [c.name for c in self.sink.value_columns]
         kept = {k: v for k, v in pending.items() if v is not None and k not in retired}
         deleted = [k for k, v in pending.items() if v is None or k in retired] + sorted(retired - pending.keys())
         changelog_futures = []
@@ -860,9 +862,7 @@ class SessionAggregationTask(AggregationTask):
                 value = encode_state(kept[session]) if session in kept else None
                 changelog_futures.append(await self._send(self.changelog.topic, value, session, self.partition, headers))
                 if latest is not None:  # a session's new state
-                    await self._send(self.sink.topic, serialize_value(
-                        value_names, self._row(session, latest)[-len(value_names):] if value_names else [],
-                        self.sink.value_format, self.sink.value_delimiter), session, self.partition)
+                    await self._send(self.sink.topic, self._sink_value(session, latest), session, self.partition)
                 elif session in pending:  # merged into another: gone downstream too
                     await self._send(self.sink.topic, None, session, self.partition)
             await self._send_bad(batch.bad)

@@ -21,6 +21,7 @@ import json
 import random
 from collections import defaultdict
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
@@ -29,25 +30,18 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pyspark.sql import SparkSession
-from pyspark.sql.types import (
-    BinaryType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
+from pyspark.sql import DataFrame, SparkSession
 
+from millpond.services.worker.kinds import WORKER_KINDS
 from millpond.services.worker.query_runner import QueryRunner
 from millpond.services.worker.spark import create_session
-from millpond.services.worker.task import SessionAggregationTask, SessionSlice, WindowedAggregationTask, WindowSlice
+from millpond.services.worker.task import SessionAggregationTask, SessionSlice, WindowSlice
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.sources import WindowSpec
 from millpond.shared.config import WorkerSettings as Settings
 from millpond.shared.kafka.serde import split_windowed_key
 from millpond.shared.sql.parser import parse_statement
+from tests.unit.services.worker.test_reducer import KAFKA_ROW
 
 pytestmark = pytest.mark.spark
 
@@ -59,11 +53,6 @@ WINDOWS = {
     "TUMBLING": "WINDOW TUMBLING (SIZE 60 SECONDS, GRACE PERIOD 20 SECONDS)",
     "HOPPING": "WINDOW HOPPING (SIZE 60 SECONDS, ADVANCE BY 20 SECONDS, GRACE PERIOD 10 SECONDS)",
 }
-KAFKA_ROW = StructType([
-    StructField("key", BinaryType()), StructField("value", BinaryType()), StructField("topic", StringType()),
-    StructField("partition", IntegerType()), StructField("offset", LongType()),
-    StructField("timestamp", TimestampType()), StructField("timestampType", IntegerType()),
-])
 
 EPOCH = datetime.fromtimestamp(0, UTC)
 Record = tuple[bytes | None, bytes | None, int, int, int]
@@ -118,28 +107,43 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     session.stop()
 
 
+@contextmanager
+def reducer(spark: SparkSession, statements: list[str], tmp_path: Path,
+            ) -> Iterator[tuple[QueryRunner, dict[int, Any]]]:
+    """The worker's reducer of the one query ``statements`` create (``QueryRunner._reduce``,
+    no Kafka: batches are given), and its tasks by partition, of the plan kind's class."""
+    meta = Metastore()
+    for offset, statement in enumerate(statements):
+        meta.apply(parse_statement(statement), offset)
+    (query,) = meta.queries.values()
+    src, sink = meta.sources[query.source], meta.sources[query.sink]
+    settings = Settings(worker_id="windows-test", spark_master="local[1]", state_dir=tmp_path)
+    tasks = {p: WORKER_KINDS[query.plan.kind].task(settings, query, src, sink, p) for p in range(src.partitions)}
+    loop = asyncio.new_event_loop()  # only a commit would use it
+    runner = QueryRunner(spark, settings, query, src, sink, dict(tasks), loop)
+    try:
+        yield runner, tasks
+    finally:
+        runner.stop()
+        loop.close()
+
+
+def as_batch(spark: SparkSession, records: list[Record]) -> DataFrame:
+    """``records`` as a micro-batch of the Kafka source, with their record timestamps."""
+    return spark.createDataFrame(
+        [(k, v, "r", p, o, EPOCH + timedelta(milliseconds=t), 0) for k, v, p, o, t in records], KAFKA_ROW)
+
+
 def run_batches(spark: SparkSession, source: str, window: str, batches: list[list[Record]], tmp_path: Path,
                 ) -> tuple[dict[tuple[int, bytes, int], tuple[int, int | None]], set[tuple[int, int, int]], WindowSpec]:
     """Reduce ``batches`` one after another, each against the stream time the ones before
     left (as the tasks' commits set it), merging the partials as a task does."""
-    meta = Metastore()
-    meta.apply(parse_statement(source), 0)
-    meta.apply(parse_statement(f"CREATE TABLE w AS SELECT sensor, COUNT(*) AS n, SUM(reading) AS total FROM r "
-                               f"{window} GROUP BY sensor"), 1)
-    (query,) = meta.queries.values()
-    src, sink = meta.sources[query.source], meta.sources[query.sink]
-    assert query.plan.window is not None
-    settings = Settings(worker_id="windows-test", spark_master="local[1]", state_dir=tmp_path)
-    tasks = {p: WindowedAggregationTask(settings, query, src, sink, p) for p in range(src.partitions)}
     states: dict[tuple[int, bytes, int], list[list[Any]]] = {}
     late: set[tuple[int, int, int]] = set()
-    loop = asyncio.new_event_loop()  # only a commit would use it
-    runner = QueryRunner(spark, settings, query, src, sink, dict(tasks), loop)
-    try:
+    table = f"CREATE TABLE w AS SELECT sensor, COUNT(*) AS n, SUM(reading) AS total FROM r {window} GROUP BY sensor"
+    with reducer(spark, [source, table], tmp_path) as (runner, tasks):
         for records in batches:
-            frame = spark.createDataFrame(
-                [(k, v, "r", p, o, EPOCH + timedelta(milliseconds=t), 0) for k, v, p, o, t in records], KAFKA_ROW)
-            for partition, piece in runner._reduce(frame).items():
+            for partition, piece in runner._reduce(as_batch(spark, records)).items():
                 assert isinstance(piece, WindowSlice)
                 task = tasks[partition]
                 assert piece.reduced_at == task.stream_time
@@ -153,12 +157,9 @@ def run_batches(spark: SparkSession, source: str, window: str, batches: list[lis
                     start = int(record.reason.split("[")[1].split(",")[0])
                     late.add((partition, record.offset, start))
                 task.stream_time = piece.stream_time
-    finally:
-        runner.stop()
-        loop.close()
     aggs = tasks[0].aggregates
     finals = {k: tuple(agg.finalize(s) for agg, s in zip(aggs, v, strict=True)) for k, v in states.items()}
-    return {k: (v[0], v[1]) for k, v in finals.items()}, late, query.plan.window
+    return {k: (v[0], v[1]) for k, v in finals.items()}, late, tasks[0].window
 
 
 def _split(records: list[Record], cuts: list[int]) -> list[list[Record]]:
@@ -195,23 +196,10 @@ def test_tumbling_windows_close_at_stream_time_plus_grace_wherever_batches_are_c
 
 
 def test_the_reducer_reports_bad_records_and_the_stream_time_it_reached(spark: SparkSession, tmp_path: Path) -> None:
-    meta = Metastore()
-    meta.apply(parse_statement(BY_COLUMN), 0)
-    meta.apply(parse_statement(f"CREATE TABLE w AS SELECT sensor, COUNT(*) AS n FROM r {WINDOWS['TUMBLING']} "
-                               "GROUP BY sensor"), 1)
-    (query,) = meta.queries.values()
-    src, sink = meta.sources[query.source], meta.sources[query.sink]
-    settings = Settings(worker_id="windows-test", spark_master="local[1]", state_dir=tmp_path)
-    tasks = {p: WindowedAggregationTask(settings, query, src, sink, p) for p in range(2)}
-    tasks[1].stream_time = 500_000
-    loop = asyncio.new_event_loop()
-    runner = QueryRunner(spark, settings, query, src, sink, dict(tasks), loop)
-    try:
-        frame = spark.createDataFrame([(k, v, "r", p, o, None, 0) for k, v, p, o, _ in HAND_MADE], KAFKA_ROW)
-        slices = runner._reduce(frame)
-    finally:
-        runner.stop()
-        loop.close()
+    table = f"CREATE TABLE w AS SELECT sensor, COUNT(*) AS n FROM r {WINDOWS['TUMBLING']} GROUP BY sensor"
+    with reducer(spark, [BY_COLUMN, table], tmp_path) as (runner, tasks):
+        tasks[1].stream_time = 500_000
+        slices = runner._reduce(as_batch(spark, HAND_MADE))
     first, second = slices[0], slices[1]
     assert isinstance(first, WindowSlice) and isinstance(second, WindowSlice)
     assert (first.reduced_at, first.stream_time, first.count, first.last_offset) == (-1, 125000, 9, 9)
@@ -271,22 +259,11 @@ def test_a_session_batch_reduces_to_each_usable_record_in_offset_order(spark: Sp
     """Sessions merge record by record in the task, so the reducer hands it every usable
     record (offset, key, event time, its own partial state), in offset order per partition,
     and sends the rest to the processing log."""
-    meta = Metastore()
-    meta.apply(parse_statement(BY_COLUMN), 0)
-    meta.apply(parse_statement("CREATE TABLE s AS SELECT sensor, COUNT(*) AS n, SUM(reading) AS total FROM r "
-                               "WINDOW SESSION (30 SECONDS) GROUP BY sensor"), 1)
-    (query,) = meta.queries.values()
-    src, sink = meta.sources[query.source], meta.sources[query.sink]
-    settings = Settings(worker_id="windows-test", spark_master="local[1]", state_dir=tmp_path)
-    tasks = {p: SessionAggregationTask(settings, query, src, sink, p) for p in range(2)}
-    loop = asyncio.new_event_loop()
-    runner = QueryRunner(spark, settings, query, src, sink, dict(tasks), loop)
-    try:
-        frame = spark.createDataFrame([(k, v, "r", p, o, None, 0) for k, v, p, o, _ in HAND_MADE], KAFKA_ROW)
-        slices = runner._reduce(frame)
-    finally:
-        runner.stop()
-        loop.close()
+    table = ("CREATE TABLE s AS SELECT sensor, COUNT(*) AS n, SUM(reading) AS total FROM r "
+             "WINDOW SESSION (30 SECONDS) GROUP BY sensor")
+    with reducer(spark, [BY_COLUMN, table], tmp_path) as (runner, tasks):
+        assert isinstance(tasks[0], SessionAggregationTask)
+        slices = runner._reduce(as_batch(spark, HAND_MADE))
     first, second = slices[0], slices[1]
     assert isinstance(first, SessionSlice) and isinstance(second, SessionSlice)
     assert [(o, k, t) for o, k, t, _ in first.records] == [
@@ -310,30 +287,19 @@ def test_every_aggregate_works_per_window(spark: SparkSession, tmp_path: Path, c
     readings = [(1, 10_000), (2, 25_000), (None, 30_000), (2, 41_000), (7, 15_000), (3, 55_000)]
     records: list[Record] = [(b"k", json.dumps({"READING": r, "TS": t}).encode(), 0, i, 0)
                              for i, (r, t) in enumerate(readings)]
-    meta = Metastore()
-    meta.apply(parse_statement(BY_COLUMN), 0)
-    meta.apply(parse_statement(f"CREATE TABLE w AS SELECT sensor, {ALL_AGGREGATES} FROM r "
-                               "WINDOW HOPPING (SIZE 30 SECONDS, ADVANCE BY 15 SECONDS) GROUP BY sensor"), 1)
-    (query,) = meta.queries.values()
-    src, sink = meta.sources[query.source], meta.sources[query.sink]
-    settings = Settings(worker_id="windows-test", spark_master="local[1]", state_dir=tmp_path)
-    task = WindowedAggregationTask(settings, query, src, sink, 0)
     states: dict[bytes, list[Any]] = {}
-    loop = asyncio.new_event_loop()
-    runner = QueryRunner(spark, settings, query, src, sink, {0: task}, loop)
-    try:
+    table = (f"CREATE TABLE w AS SELECT sensor, {ALL_AGGREGATES} FROM r "
+             "WINDOW HOPPING (SIZE 30 SECONDS, ADVANCE BY 15 SECONDS) GROUP BY sensor")
+    with reducer(spark, [BY_COLUMN, table], tmp_path) as (runner, tasks):
+        task = tasks[0]
         for batch in _split(records, cuts):
-            frame = spark.createDataFrame([(k, v, "r", p, o, None, 0) for k, v, p, o, _ in batch], KAFKA_ROW)
-            piece = runner._reduce(frame)[0]
+            piece = runner._reduce(as_batch(spark, batch))[0]
             assert isinstance(piece, WindowSlice)
             for key, partial in piece.partials:
                 old = states.get(key)
                 states[key] = partial if old is None else [
                     agg.merge(o, n) for agg, o, n in zip(task.aggregates, old, partial, strict=True)]
             task.stream_time = piece.stream_time
-    finally:
-        runner.stop()
-        loop.close()
     got = {tuple(row[1:3]): row[3:] for row in (task.row(k, s) for k, s in states.items())}
     want = {}
     for start in range(0, 60_000, 15_000):
@@ -350,26 +316,13 @@ def test_every_aggregate_works_per_window(spark: SparkSession, tmp_path: Path, c
 def test_event_time_from_text_in_the_timestamp_format(spark: SparkSession, tmp_path: Path) -> None:
     """A VARCHAR TIMESTAMP column read with TIMESTAMP_FORMAT gives the event time; text that does
     not parse gives none (the processing log), and the query goes on."""
-    meta = Metastore()
-    meta.apply(parse_statement("CREATE STREAM r (sensor VARCHAR KEY, reading INT, at VARCHAR) WITH (kafka_topic='r', "
-                               "partitions=1, value_format='json', timestamp='at', "
-                               "timestamp_format='yyyy-MM-dd''T''HH:mm:ss.SSSXXX')"), 0)
-    meta.apply(parse_statement("CREATE TABLE w AS SELECT sensor, COUNT(*) AS n FROM r "
-                               "WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY sensor"), 1)
-    (query,) = meta.queries.values()
-    src, sink = meta.sources[query.source], meta.sources[query.sink]
-    settings = Settings(worker_id="windows-test", spark_master="local[1]", state_dir=tmp_path)
-    task = WindowedAggregationTask(settings, query, src, sink, 0)
-    loop = asyncio.new_event_loop()
-    runner = QueryRunner(spark, settings, query, src, sink, {0: task}, loop)
+    source = ("CREATE STREAM r (sensor VARCHAR KEY, reading INT, at VARCHAR) WITH (kafka_topic='r', partitions=1, "
+              "value_format='json', timestamp='at', timestamp_format='yyyy-MM-dd''T''HH:mm:ss.SSSXXX')")
+    table = "CREATE TABLE w AS SELECT sensor, COUNT(*) AS n FROM r WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY sensor"
     texts = ["2026-11-26T08:00:59.999Z", "2026-11-26T10:01:00.000+02:00", "26/11/2026 08:00"]
-    try:
-        frame = spark.createDataFrame([(b"s", json.dumps({"READING": 1, "AT": t}).encode(), "r", 0, i, None, 0)
-                                       for i, t in enumerate(texts)], KAFKA_ROW)
-        piece = runner._reduce(frame)[0]
-    finally:
-        runner.stop()
-        loop.close()
+    with reducer(spark, [source, table], tmp_path) as (runner, _):
+        piece = runner._reduce(as_batch(spark, [(b"s", json.dumps({"READING": 1, "AT": t}).encode(), 0, i, 0)
+                                                for i, t in enumerate(texts)]))[0]
     assert isinstance(piece, WindowSlice)
     minute = int(datetime(2026, 11, 26, 8, 0, tzinfo=UTC).timestamp() * 1000)
     assert sorted(split_windowed_key(k)[1] for k, _ in piece.partials) == [minute, minute + 60_000]
