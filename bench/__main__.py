@@ -62,6 +62,10 @@ def _figures(results: dict[str, dict[str, Any]], out: Path) -> list[str]:
             values["kafka-consumer-perf-test"] = aggregation["baseline_kafka_perf_consumer"]["records_per_s"]
         if "records_per_s" in aggregation.get("baseline_kafka_streams", {}):
             values["kafka streams aggregation"] = aggregation["baseline_kafka_streams"]["records_per_s"]
+        if "windowed_events_per_s" in aggregation:
+            values["millpond 1-minute windows"] = aggregation["windowed_events_per_s"]
+        if "records_per_s" in aggregation.get("baseline_kafka_streams_windowed", {}):
+            values["kafka streams 1-minute windows"] = aggregation["baseline_kafka_streams_windowed"]["records_per_s"]
         images.append(_bar(out / "aggregation.png", "Aggregation throughput", values, "events (records) per second"))
     pulls = results.get("pull_queries", {})
     if "levels" in pulls:

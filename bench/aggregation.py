@@ -4,8 +4,9 @@ Kafka's own consumer performance tool, a plain aiokafka consumer reading the sam
 the same aggregation as a Kafka Streams application (exactly_once_v2, RocksDB, as many
 stream threads as the cluster's Spark cores) in the same run; peak memory of every service
 while Millpond's query runs. Then, over the same topic, the same AVG per sensor per 1-minute
-tumbling window (by record timestamp): its events per second, and its ratio to the plain
-GROUP BY of the same run (the Kafka Streams baseline has no windowed form yet).
+tumbling window (by record timestamp): its events per second, its ratio to the plain GROUP
+BY of the same run and to the Kafka Streams baseline doing the same window (a window store,
+ksqlDB's default grace and retention).
 
 ``python -m bench.aggregation [--events 2000000 --keys 1000 --workers 2 --pin]``
 (``--pin`` gives worker i core i; ``bench.scaling`` compares 1 and 2 pinned workers).
@@ -38,6 +39,7 @@ from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.admin import end_offsets
 
 PARTITIONS = 8
+WINDOW_MS = 60_000
 WINDOWED = ("CREATE TABLE avg_per_minute AS SELECT sensor, AVG(reading) AS avg_reading FROM readings "
             "WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY sensor;")
 
@@ -60,6 +62,7 @@ def measure(events: int, keys: int, workers: int, pin: bool, max_offsets_per_tri
         perf = kafka_perf_consumer(local.bootstrap, "readings", events)
         raw = asyncio.run(raw_consumer_rate(local.bootstrap, "readings", PARTITIONS))
         kstreams = kafka_streams(local, events)
+        kstreams_windowed = kafka_streams(local, events, WINDOW_MS)
         with PeakMemory(local) as memory:
             started = time.monotonic()
             query_id = create_average(local, "readings", "avg_readings")
@@ -82,15 +85,19 @@ def measure(events: int, keys: int, workers: int, pin: bool, max_offsets_per_tri
         "peak_rss_mib": memory.peaks,
         "windowed_seconds_to_caught_up": round(windowed_seconds, 2), "windowed_events_per_s": round(windowed_rate, 1),
         "windowed_ratio_to_group_by": ratio(windowed_rate, rate),
+        "baseline_kafka_streams_windowed": kstreams_windowed,
+        "windowed_ratio_to_kafka_streams": ratio(windowed_rate, kstreams_windowed.get("records_per_s")),
         "windowed_ratio_to_kafka_streams_group_by": ratio(windowed_rate, kstreams.get("records_per_s")),
     }
 
 
-def kafka_streams(local: LocalCluster, events: int) -> dict[str, Any]:
+def kafka_streams(local: LocalCluster, events: int, window_ms: int = 0) -> dict[str, Any]:
     """The Kafka Streams baseline over ``readings`` with one stream thread per Spark core of
-    the cluster; its error instead when it failed (Millpond's figure still counts)."""
+    the cluster (per tumbling window of ``window_ms`` when positive); its error instead when
+    it failed (Millpond's figure still counts)."""
+    output = f"readings_kstreams_avg_{window_ms}" if window_ms else "readings_kstreams_avg"
     try:
-        return run_kafka_streams(local.bootstrap, "readings", events, spark_cores(local), "readings_kstreams_avg")
+        return run_kafka_streams(local.bootstrap, "readings", events, spark_cores(local), output, window_ms)
     except MillpondError as error:
         return {"error": error.message}
 

@@ -1,6 +1,7 @@
 """The Kafka Streams baseline of ``bench.aggregation``: the same AVG/COUNT by sensor as a plain
 Kafka Streams application (``kstreams/``: exactly_once_v2, a RocksDB store with its
-changelog, the table written to an output topic), run against the same broker and topic.
+changelog, the table written to an output topic), run against the same broker and topic;
+with ``window_ms``, the same per tumbling window of that size (a window store, windowed keys).
 
 :func:`build` compiles it with Maven once into the cache (``kstreams-<digest>``, the digest
 covering its pom, its sources and the Maven settings; later calls are a directory check).
@@ -129,7 +130,7 @@ def _tail(log: Path, lines: int = 8) -> str:
 
 
 async def _measure(classpath: list[Path], bootstrap: str, topic: str, events: int, threads: int, output_topic: str,
-                   workdir: Path, timeout_s: float, poll_s: float) -> dict[str, Any]:
+                   window_ms: int, workdir: Path, timeout_s: float, poll_s: float) -> dict[str, Any]:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
@@ -148,7 +149,7 @@ async def _measure(classpath: list[Path], bootstrap: str, topic: str, events: in
             process = await asyncio.create_subprocess_exec(
                 java, "-Xmx1g", "-cp", os.pathsep.join(map(str, classpath)), MAIN_CLASS,
                 bootstrap, topic, output_topic, group, str(threads), str(workdir / "state"),
-                stdout=asyncio.subprocess.PIPE, stderr=stderr)
+                *([str(window_ms)] if window_ms else []), stdout=asyncio.subprocess.PIPE, stderr=stderr)
         assert process.stdout is not None
         follower = asyncio.create_task(follow_progress(process.stdout, progress))
         try:
@@ -170,7 +171,7 @@ async def _measure(classpath: list[Path], bootstrap: str, topic: str, events: in
         await admin.close()
     assert progress.running_at is not None  # it counted, so it ran
     from_running = done - progress.running_at
-    return {"records": events, "threads": threads, "partitions": partitions,
+    return {"records": events, "threads": threads, "partitions": partitions, "window_ms": window_ms,
             "counted": progress.counted, "keys": progress.keys,
             "seconds": round(done - started, 2), "seconds_from_running": round(from_running, 2),
             "records_per_s": round(events / from_running, 1),
@@ -178,16 +179,18 @@ async def _measure(classpath: list[Path], bootstrap: str, topic: str, events: in
 
 
 def run_kafka_streams(bootstrap: str, topic: str, events: int, threads: int, output_topic: str,
-                      timeout_s: float = 900.0, poll_s: float = 0.05) -> dict[str, Any]:
+                      window_ms: int = 0, timeout_s: float = 900.0, poll_s: float = 0.05) -> dict[str, Any]:
     """Run the baseline over ``topic`` (holding exactly ``events`` readings) with ``threads``
-    stream threads until its committed offsets reach the topic's end and its store counted
-    every event; the times from the process's start (``seconds``) and from its first RUNNING
-    state (``seconds_from_running``, the application's own throughput: ``records_per_s``).
-    The application and its state directory are gone when this returns."""
+    stream threads (per tumbling window of ``window_ms`` when positive) until its committed
+    offsets reach the topic's end and its store counted every event; the times from the
+    process's start (``seconds``) and from its first RUNNING state (``seconds_from_running``,
+    the application's own throughput: ``records_per_s``). The application and its state
+    directory are gone when this returns."""
     classpath = build()
     workdir = Path(tempfile.mkdtemp(prefix="millpond-kstreams-"))
     try:
-        return asyncio.run(_measure(classpath, bootstrap, topic, events, threads, output_topic, workdir, timeout_s, poll_s))
+        return asyncio.run(_measure(classpath, bootstrap, topic, events, threads, output_topic, window_ms,
+                                    workdir, timeout_s, poll_s))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -17,7 +17,6 @@ import org.apache.kafka.common.serialization.Serde;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.common.utils.Bytes;
 import org.apache.kafka.streams.KafkaStreams;
-import org.apache.kafka.streams.KeyValue;
 import org.apache.kafka.streams.StoreQueryParameters;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
@@ -26,12 +25,15 @@ import org.apache.kafka.streams.errors.InvalidStateStoreException;
 import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Grouped;
+import org.apache.kafka.streams.kstream.KGroupedStream;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.kstream.TimeWindows;
+import org.apache.kafka.streams.kstream.WindowedSerdes;
 import org.apache.kafka.streams.state.KeyValueIterator;
 import org.apache.kafka.streams.state.KeyValueStore;
 import org.apache.kafka.streams.state.QueryableStoreTypes;
-import org.apache.kafka.streams.state.ReadOnlyKeyValueStore;
+import org.apache.kafka.streams.state.WindowStore;
 
 /**
  * The readings AVG by sensor of {@code bench.aggregation}, written as a plain Kafka Streams
@@ -44,13 +46,21 @@ import org.apache.kafka.streams.state.ReadOnlyKeyValueStore;
  * {@code {"counted": N, "keys": K}} on stdout (N: COUNT summed over the whole store), and
  * {@code {"state": S}} on every state change. SIGTERM closes it.
  *
- * <pre>java -cp JARS io.millpond.bench.ReadingsAverage BOOTSTRAP TOPIC OUTPUT_TOPIC APPLICATION_ID THREADS STATE_DIR</pre>
+ * <p>With WINDOW_MS, the same AVG per sensor per tumbling window of that size by record
+ * timestamp, with ksqlDB's defaults (a grace of 24 hours, a retention of the larger of size
+ * plus grace and one day) and its windowed keys in the output topic (the sensor, then the
+ * window start): Millpond's {@code WINDOW TUMBLING (SIZE ...)}. The progress line then
+ * counts over every window in the store ({@code keys}: windows).
+ *
+ * <pre>java -cp JARS io.millpond.bench.ReadingsAverage BOOTSTRAP TOPIC OUTPUT_TOPIC APPLICATION_ID THREADS STATE_DIR [WINDOW_MS]</pre>
  */
 public final class ReadingsAverage {
     static final String STORE = "readings-avg";
     private static final ObjectMapper JSON = new ObjectMapper();
     private static final long REPORT_EVERY_MS = 200;
     private static final Duration CLOSE_TIMEOUT = Duration.ofSeconds(10);
+    private static final Duration GRACE = Duration.ofHours(24);
+    private static final Duration MIN_RETENTION = Duration.ofDays(1);
 
     private ReadingsAverage() {}
 
@@ -78,20 +88,40 @@ public final class ReadingsAverage {
         }
     }
 
-    /** The aggregation: no repartition, since the records are keyed by sensor already. */
-    static Topology topology(String topic, String outputTopic) {
+    /** The aggregation: no repartition, since the records are keyed by sensor already; per
+     * tumbling window of {@code windowMs} when it is positive. */
+    static Topology topology(String topic, String outputTopic, long windowMs) {
         StreamsBuilder builder = new StreamsBuilder();
-        builder.stream(topic, Consumed.with(Serdes.String(), Serdes.ByteArray()))
+        KGroupedStream<String, Long> sensors = builder.stream(topic, Consumed.with(Serdes.String(), Serdes.ByteArray()))
                 .mapValues(ReadingsAverage::reading)
-                .groupByKey(Grouped.with(Serdes.String(), Serdes.Long()))
+                .groupByKey(Grouped.with(Serdes.String(), Serdes.Long()));
+        if (windowMs <= 0) {
+            sensors.aggregate(() -> CountSum.ZERO, (sensor, reading, total) -> total.add(reading),
+                            Materialized.<String, CountSum, KeyValueStore<Bytes, byte[]>>as(STORE)
+                                    .withKeySerde(Serdes.String())
+                                    .withValueSerde(CountSum.SERDE))
+                    .toStream()
+                    .mapValues(ReadingsAverage::averageJson)
+                    .to(outputTopic, Produced.with(Serdes.String(), Serdes.String()));
+            return builder.build();
+        }
+        Duration size = Duration.ofMillis(windowMs);
+        Duration retention = size.plus(GRACE).compareTo(MIN_RETENTION) > 0 ? size.plus(GRACE) : MIN_RETENTION;
+        sensors.windowedBy(TimeWindows.ofSizeAndGrace(size, GRACE))
                 .aggregate(() -> CountSum.ZERO, (sensor, reading, total) -> total.add(reading),
-                        Materialized.<String, CountSum, KeyValueStore<Bytes, byte[]>>as(STORE)
+                        Materialized.<String, CountSum, WindowStore<Bytes, byte[]>>as(STORE)
                                 .withKeySerde(Serdes.String())
-                                .withValueSerde(CountSum.SERDE))
+                                .withValueSerde(CountSum.SERDE)
+                                .withRetention(retention))
                 .toStream()
-                .mapValues(total -> JSON.createObjectNode().put("AVG_READING", total.average()).toString())
-                .to(outputTopic, Produced.with(Serdes.String(), Serdes.String()));
+                .mapValues(ReadingsAverage::averageJson)
+                .to(outputTopic, Produced.with(WindowedSerdes.timeWindowedSerdeFrom(String.class, windowMs),
+                        Serdes.String()));
         return builder.build();
+    }
+
+    private static String averageJson(CountSum total) {
+        return JSON.createObjectNode().put("AVG_READING", total.average()).toString();
     }
 
     /** The READING of a JSON value; null (a record the aggregation skips, as AVG skips a NULL) when absent. */
@@ -107,19 +137,20 @@ public final class ReadingsAverage {
         }
     }
 
-    /** One progress line: COUNT summed over every sensor in this instance's store. */
-    static void report(KafkaStreams streams) {
+    /** One progress line: COUNT summed over every sensor (or window) in this instance's store. */
+    static void report(KafkaStreams streams, boolean windowed) {
         if (streams.state() != KafkaStreams.State.RUNNING) {
             return;
         }
         long counted = 0;
         long keys = 0;
-        StoreQueryParameters<ReadOnlyKeyValueStore<String, CountSum>> query =
-                StoreQueryParameters.fromNameAndType(STORE, QueryableStoreTypes.keyValueStore());
-        try (KeyValueIterator<String, CountSum> all = streams.store(query).all()) {
+        try (KeyValueIterator<?, CountSum> all = windowed
+                ? streams.store(StoreQueryParameters.fromNameAndType(
+                        STORE, QueryableStoreTypes.<String, CountSum>windowStore())).all()
+                : streams.store(StoreQueryParameters.fromNameAndType(
+                        STORE, QueryableStoreTypes.<String, CountSum>keyValueStore())).all()) {
             while (all.hasNext()) {
-                KeyValue<String, CountSum> entry = all.next();
-                counted += entry.value.count();
+                counted += all.next().value.count();
                 keys++;
             }
         } catch (InvalidStateStoreException e) {
@@ -133,10 +164,12 @@ public final class ReadingsAverage {
     }
 
     public static void main(String[] args) throws InterruptedException {
-        if (args.length != 6) {
-            System.err.println("usage: ReadingsAverage BOOTSTRAP TOPIC OUTPUT_TOPIC APPLICATION_ID THREADS STATE_DIR");
+        if (args.length != 6 && args.length != 7) {
+            System.err.println(
+                    "usage: ReadingsAverage BOOTSTRAP TOPIC OUTPUT_TOPIC APPLICATION_ID THREADS STATE_DIR [WINDOW_MS]");
             System.exit(2);
         }
+        long windowMs = args.length == 7 ? Long.parseLong(args[6]) : 0;
         Properties props = new Properties();
         props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, args[0]);
         props.put(StreamsConfig.APPLICATION_ID_CONFIG, args[3]);
@@ -147,7 +180,7 @@ public final class ReadingsAverage {
         // commit.interval.ms stays at its exactly-once default, 100 ms: about Millpond's
         // micro-batch trigger in the benchmark.
 
-        KafkaStreams streams = new KafkaStreams(topology(args[1], args[2]), props);
+        KafkaStreams streams = new KafkaStreams(topology(args[1], args[2], windowMs), props);
         CountDownLatch stopped = new CountDownLatch(1);
         streams.setStateListener((now, before) -> {
             emit(JSON.createObjectNode().put("state", now.name()));
@@ -164,7 +197,7 @@ public final class ReadingsAverage {
             thread.setDaemon(true);
             return thread;
         });
-        reporter.scheduleAtFixedRate(() -> report(streams), REPORT_EVERY_MS, REPORT_EVERY_MS, TimeUnit.MILLISECONDS);
+        reporter.scheduleAtFixedRate(() -> report(streams, windowMs > 0), REPORT_EVERY_MS, REPORT_EVERY_MS, TimeUnit.MILLISECONDS);
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
             reporter.shutdownNow();
             streams.close(CLOSE_TIMEOUT);
