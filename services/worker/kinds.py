@@ -13,8 +13,10 @@ from typing import Any, Generic
 
 from pyspark.sql import DataFrame
 
+from millpond.services.worker.joining import JoinSlice, JoinTask
 from millpond.services.worker.reducers import (
     reduce_aggregate,
+    reduce_join,
     reduce_materialize,
     reduce_project,
     reduce_sessions,
@@ -58,5 +60,6 @@ WORKER_KINDS: dict[PlanKind, WorkerKind[Any]] = {
     PlanKind.SESSION_AGGREGATE: WorkerKind(SessionAggregationTask, SessionSlice, reduce_sessions),
     PlanKind.PROJECT: WorkerKind(ProjectionTask, ProjectSlice, reduce_project),
     PlanKind.MATERIALIZE: WorkerKind(TableTask, MaterializeSlice, reduce_materialize),
+    PlanKind.STREAM_TABLE_JOIN: WorkerKind(JoinTask, JoinSlice, reduce_join),
 }
 """Every plan kind's task, slice and reducer, one row per kind."""

@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
+from millpond.services.worker.joining import JoinSlice
 from millpond.services.worker.task import (
     AggregateSlice,
     BadRecord,
@@ -172,6 +173,29 @@ def reduce_project(parsed: DataFrame, query: PersistentQuery, source: DataSource
         value = serialize_value(names, [values[i] for i in value_indexes], sink.value_format, sink.value_delimiter)
         piece.records.append((key, value))
         piece.timestamps.append(row[6])
+    return slices
+
+
+def reduce_join(parsed: DataFrame, query: PersistentQuery, source: DataSource, sink: DataSource,
+                tasks: Mapping[int, Any] | None = None) -> dict[int, JoinSlice]:
+    """A stream-table join's batch: every usable stream record in offset order with its join
+    key (the record key: the stream's key, or behind a repartition the join expression's
+    value), its event time and the stream's columns; the task joins them with the table."""
+    spec = query.plan.join
+    assert spec is not None
+    frame = classify(parsed, source, tombstones=False, where=None)
+    # ROWTIME of a join's stream records: the TIMESTAMP column's, else the record's (behind a
+    # repartition, the input record's, carried in a column), as ksqlDB's timestamp extractor.
+    rowtime = F.col(quote_identifier(ROWTIME_COLUMN) if ROWTIME_COLUMN in source.schema else "_rowtime")
+    time = F.coalesce(F.expr(query.plan.event_time), rowtime) if query.plan.event_time else rowtime
+    rows = frame.select("_partition", "_offset", "_key_bytes", "_kind", F.expr(f"IF(_kind IN ({_BAD}), _raw, NULL)"),
+                        time, *[F.col(quote_identifier(c.name)) for c in spec.stream.columns]).collect()
+    rows.sort(key=lambda r: (r[0], r[1]))
+    slices = spans([{"_partition": r[0], "_kind": r[3], "_bad_offset": r[1], "_bad_raw": r[4],
+                     "_lo": r[1], "_hi": r[1], "_n": 1} for r in rows], JoinSlice, source)
+    for row in rows:
+        if row[3] == GOOD:
+            slices[row[0]].records.append((row[1], bytes(row[2]), row[5], plain(list(row)[6:])))
     return slices
 
 

@@ -258,11 +258,13 @@ class Task(ABC, Generic[SliceT]):
         self._sent.append(future)
         return future
 
-    async def _send_bad(self, bad: list[BadRecord]) -> None:
+    async def _send_bad(self, bad: list[BadRecord], source: TopicPartition | None = None) -> None:
+        """Processing-log records of ``bad`` records of ``source`` (the task's input by default)."""
+        source = source or self.input
         for record in bad:
             await self._send(self.settings.processing_log_topic, json.dumps({
-                "QUERY_ID": self.query.query_id, "SOURCE_TOPIC": self.input.topic,
-                "SOURCE_PARTITION": self.partition, "SOURCE_OFFSET": record.offset,
+                "QUERY_ID": self.query.query_id, "SOURCE_TOPIC": source.topic,
+                "SOURCE_PARTITION": source.partition, "SOURCE_OFFSET": record.offset,
                 "REASON": record.reason, "RECORD": record.value,
             }).encode(), None, None)
 

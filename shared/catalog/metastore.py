@@ -102,7 +102,8 @@ class Metastore:
 
     def readers(self, name: str) -> list[str]:
         """Ids of the queries that read ``name``."""
-        return sorted(q.query_id for q in self.queries.values() if q.source == name)
+        return sorted(q.query_id for q in self.queries.values()
+                      if q.source == name or (q.plan.join is not None and q.plan.join.table.name == name))
 
     def writers(self, name: str) -> list[str]:
         """Ids of the queries that write ``name``."""
@@ -277,7 +278,10 @@ class Metastore:
             properties.setdefault("kafka_topic", existing.topic)
             properties.setdefault("partitions", existing.partitions)
             properties.setdefault("value_format", existing.value_format)
-        sink, plan = plan_persistent(stmt.kind, stmt.name, stmt.query, source, properties, query_id)
+        joined = tuple(self.source(join.source) for join in stmt.query.joins)
+        if stmt.name in (j.name for j in joined):
+            raise StatementError(f"{stmt.name} cannot read from itself")
+        sink, plan = plan_persistent(stmt.kind, stmt.name, stmt.query, source, properties, query_id, joined=joined)
         self._check_partitions(start_offsets, source)
         if old_query is not None and existing is not None:
             if old_query.source != source.name:
@@ -298,7 +302,10 @@ class Metastore:
         if source.name == target.name:
             raise StatementError(f"INSERT INTO {target.name} cannot read from {target.name} itself")
         query_id = self._query_id("INSERTQUERY")
-        _, plan = plan_persistent(None, target.name, stmt.query, source, {}, query_id, target=target)
+        joined = tuple(self.source(join.source) for join in stmt.query.joins)
+        if target.name in (j.name for j in joined):
+            raise StatementError(f"INSERT INTO {target.name} cannot read from {target.name} itself")
+        _, plan = plan_persistent(None, target.name, stmt.query, source, {}, query_id, target=target, joined=joined)
         self._check_partitions(start_offsets, source)
         query = PersistentQuery(query_id, "INSERT", stmt.text, source.name, target.name, plan, start_offsets)
         return Change(f"Created query with ID {query_id}", add_queries=[query], counts_query=True)
@@ -358,7 +365,7 @@ def _check_replacement(old: DataSource, new: DataSource) -> None:
         raise StatementError(f"CREATE OR REPLACE cannot change the formats of {old.name}")
 
 
-_UNSET_NEWER = ("window", "event_time", "timestamp_format")
+_UNSET_NEWER = ("window", "event_time", "timestamp_format", "join")
 """Fields added after the first release: unset, they stay out of the digest, so a definition
 that does not use them hashes as it did before they existed."""
 

@@ -26,6 +26,8 @@ class PlanKind(StrEnum):
     """Keep aggregate state per key and session (CTAS with WINDOW SESSION ... GROUP BY)."""
     MATERIALIZE = "MATERIALIZE"
     """Keep the latest row per key of a table's topic, so it can be pulled."""
+    STREAM_TABLE_JOIN = "STREAM_TABLE_JOIN"
+    """Join each stream record with a table's row as of the record (CSAS ... JOIN table)."""
 
     @property
     def spec(self) -> PlanSpec:
@@ -46,8 +48,9 @@ class PlanSpec:
     internal repartition topic. (A re-keying PROJECT writes each record straight to its new
     partition of the sink.)"""
     explain: str
-    """The EXPLAIN step, a format string over ``key`` (the key column), ``aggregates`` and
-    ``columns`` (each ``name = expression``, comma-separated)."""
+    """The EXPLAIN step, a format string over ``key`` (the key column), ``aggregates``,
+    ``columns`` (each ``name = expression``, comma-separated) and ``join`` (the join's
+    type, table and condition)."""
 
 
 PLAN_SPECS: dict[PlanKind, PlanSpec] = {
@@ -66,5 +69,8 @@ PLAN_SPECS: dict[PlanKind, PlanSpec] = {
     PlanKind.MATERIALIZE: PlanSpec(
         changelog=False, repartition_topic=False,
         explain="[ MATERIALIZE ] | Latest row per key {key} | State: RocksDB, rebuilt from the source topic"),
+    PlanKind.STREAM_TABLE_JOIN: PlanSpec(
+        changelog=False, repartition_topic=True,
+        explain="[ JOIN ] | {join} | {columns} | State: the table's rows in RocksDB, rebuilt from its topic"),
 }
 """Every plan kind's needs, one row per kind."""

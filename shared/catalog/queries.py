@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from millpond.shared.catalog.plans import PlanKind
-from millpond.shared.catalog.sources import WindowSpec
+from millpond.shared.catalog.sources import DataSource, WindowSpec
 from millpond.shared.sql.ast import SqlType
 
 
@@ -31,6 +31,21 @@ class AggregateCall:
     column: str
     function: str
     argument: str
+
+
+@dataclass(frozen=True)
+class JoinSpec:
+    """A stream-table join: both sides as they were when the query was planned, and how
+    each side's columns are named in the joined row (``<prefix>_<column>``)."""
+
+    type: str
+    """INNER or LEFT."""
+    stream: DataSource
+    table: DataSource
+    stream_prefix: str
+    table_prefix: str
+    condition: str
+    """The ON condition as written, for EXPLAIN."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +70,9 @@ class QueryPlan:
     event_time: str | None = None
     """Spark SQL giving a windowed aggregation's event time in epoch milliseconds (the
     source's TIMESTAMP column); None: the record's timestamp."""
+    join: JoinSpec | None = None
+    """A join's table and naming. A join's column expressions and WHERE are evaluated by the
+    task over the joined row, from the statement (``millpond.shared.sql.joins``)."""
 
 
 @dataclass(frozen=True)

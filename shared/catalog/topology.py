@@ -4,11 +4,13 @@ A stage is one Spark stream over one input topic with one task per input partiti
 queries are a single stage (read the source partition, write the sink, keep the store).
 Two kinds need two, each with its own stream, tasks and transactional ids:
 
-- **GROUP BY anything but the source's key** (or into another partition count). Stage 1
-  re-keys every record by the grouping expression into the query's repartition topic
+- **GROUP BY anything but the source's key** (or into another partition count), and a
+  **stream-table join on anything but the stream's key**. Stage 1 re-keys every record by
+  the grouping (or the stream's join) expression into the query's repartition topic
   (murmur2 over the table's partitions, as the Java client); stage 2 aggregates partition
   ``p`` of that topic into partition ``p`` of the table, so input, state and changelog are
-  co-partitioned (ksqlDB's repartition step).
+  co-partitioned (ksqlDB's repartition step); a join's stage 2 joins partition ``p`` of it
+  with partition ``p`` of the table.
 - **CREATE TABLE AS SELECT without GROUP BY over a table.** Stage 1 projects every row
   into the sink topic (a deleted row, or one the WHERE no longer passes, becomes a
   tombstone); stage 2 materializes the sink topic as a table declared over it would be,
@@ -123,7 +125,7 @@ def _repartitioned_aggregate(query: PersistentQuery, source: DataSource, sink: D
     )
     rekey = QueryPlan(
         kind=PlanKind.PROJECT, source=source.name, sink=topic.name,
-        columns=(OutputColumn(REPARTITION_KEY, key.type, key.expression, key=True),
+        columns=(OutputColumn(REPARTITION_KEY, key.type, plan.key_expression or key.expression, key=True),
                  *(OutputColumn(c.name, c.type, e) for c, e in zip(carried, carried_expressions, strict=True))),
         where=plan.where, key_column=REPARTITION_KEY, key_expression=key.expression, repartition=True,
     )

@@ -25,6 +25,14 @@ async def committed_offsets(kafka: KafkaConnection, group: str, partitions: list
                             timeout_s: float = 60.0) -> dict[TopicPartition, int]:
     """The offsets ``group`` committed for ``partitions`` (absent: none committed). Retries
     while the broker is still electing the group's coordinator, as on a fresh cluster."""
+    positions = await committed_positions(kafka, group, partitions, timeout_s)
+    return {tp: offset for tp, (offset, _) in positions.items()}
+
+
+async def committed_positions(kafka: KafkaConnection, group: str, partitions: list[TopicPartition],
+                              timeout_s: float = 60.0) -> dict[TopicPartition, tuple[int, str]]:
+    """The offsets ``group`` committed for ``partitions`` with each commit's metadata (absent:
+    none committed), as ``committed_offsets``."""
     admin = AIOKafkaAdminClient(**kafka.client_args())
     try:
         await admin.start()
@@ -34,7 +42,7 @@ async def committed_offsets(kafka: KafkaConnection, group: str, partitions: list
                 offsets = await admin.list_consumer_group_offsets(group, partitions=partitions)
     finally:
         await admin.close()
-    return {tp: meta.offset for tp, meta in offsets.items() if meta.offset >= 0}
+    return {tp: (meta.offset, meta.metadata or "") for tp, meta in offsets.items() if meta.offset >= 0}
 
 
 async def end_offsets(bootstrap: str, topic: str, partitions: int,

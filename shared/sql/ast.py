@@ -176,6 +176,28 @@ class Window:
 
 
 @dataclass(frozen=True)
+class Within:
+    """A stream-stream join's ``WITHIN`` window: how long before and after a record the
+    other side's records join it (ms), and the grace period (None: the default)."""
+
+    before_ms: int
+    after_ms: int
+    grace_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class Join:
+    """``[INNER|LEFT|RIGHT|FULL] JOIN source [alias] [WITHIN ...] ON condition``."""
+
+    kind: str
+    """INNER, LEFT, RIGHT or FULL (OUTER is implied by the last three)."""
+    source: str
+    on: Expr
+    alias: str | None = None
+    within: Within | None = None
+
+
+@dataclass(frozen=True)
 class Query(Statement):
     """``SELECT ... FROM source ...``: a pull query, or a push query with EMIT CHANGES."""
 
@@ -189,6 +211,7 @@ class Query(Statement):
     limit: int | None = None
     window: Window | None = None
     emit_final: bool = False
+    joins: tuple[Join, ...] = ()
 
 
 @dataclass(frozen=True)

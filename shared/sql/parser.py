@@ -278,12 +278,30 @@ class _ToAst(Transformer[Token, Any]):
     def alias(self, name: str) -> tuple[str, Any]:
         return ("alias", name)
 
+    def join_type(self, kind: Token | None = None) -> str:
+        return "INNER" if kind is None else str(kind).split()[0].upper()
+
+    def join_grace(self, ms: int) -> tuple[str, int]:
+        return ("grace_ms", ms)
+
+    def within(self, *parts: Any) -> ast.Within:
+        grace = parts[-1][1] if parts and isinstance(parts[-1], tuple) else None
+        spans = [p for p in parts if isinstance(p, int)]
+        before, after = (spans[0], spans[0]) if len(spans) == 1 else spans
+        return ast.Within(before, after, grace)
+
+    def join(self, kind: str, source: str, *rest: Any) -> tuple[str, Any]:
+        alias = next((r[1] for r in rest if isinstance(r, tuple) and r[0] == "alias"), None)
+        within = next((r for r in rest if isinstance(r, ast.Within)), None)
+        return ("join", ast.Join(kind, source, rest[-1], alias, within))
+
     def limit(self, token: Token) -> tuple[str, Any]:
         return ("limit", int(token))
 
     # ---- statements
     def query(self, items: tuple[ast.SelectItem, ...], source: str, *clauses: tuple[str, Any]) -> ast.Query:
-        return ast.Query(items=items, source=source, **dict(clauses))
+        joins = tuple(value for name, value in clauses if name == "join")
+        return ast.Query(items=items, source=source, joins=joins, **{n: v for n, v in clauses if n != "join"})
 
     def create_source(self, or_replace: bool, kind: str, if_not_exists: bool, name: str, *rest: Any) -> ast.CreateSource:
         props = rest[-1] if rest and isinstance(rest[-1], dict) else {}

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from millpond.shared.catalog.plans import PlanKind
@@ -18,6 +18,7 @@ from millpond.shared.kafka.serde import KEY_FORMATS, KEY_TYPES, VALUE_FORMATS, c
 from millpond.shared.sql import aggregates, ast
 from millpond.shared.sql.ast import SqlType, to_sql
 from millpond.shared.sql.expressions import evaluate, output_name, quote_identifier, spark_literal, to_spark
+from millpond.shared.sql.joins import plan_stream_table_join
 from millpond.shared.sql.types import Scope, check, check_condition
 
 SOURCE_PROPERTIES = ("kafka_topic", "partitions", "replicas", "value_format", "key_format", "timestamp", "timestamp_format",
@@ -131,6 +132,9 @@ def plan_select(query: ast.Query, source: DataSource) -> SelectPlan:
     if query.group_by or query.partition_by is not None or query.window is not None:
         raise StatementError("GROUP BY, WINDOW and PARTITION BY need a persistent query: "
                              "CREATE TABLE|STREAM ... AS SELECT")
+    if query.joins:
+        raise StatementError("a join needs a persistent query: CREATE STREAM ... AS SELECT ... JOIN ..., then "
+                             "query its result")
     if query.emit_final:
         raise StatementError("EMIT FINAL is not supported: use EMIT CHANGES for a push query")
     # A push query reads records, which carry their timestamp; a pull query reads stored rows.
@@ -229,10 +233,11 @@ def plan_materialization(table: DataSource) -> QueryPlan:
 
 def plan_persistent(
     kind: str | None, name: str, query: ast.Query, source: DataSource, properties: dict[str, Any],
-    query_id: str, target: DataSource | None = None,
+    query_id: str, target: DataSource | None = None, joined: tuple[DataSource, ...] = (),
 ) -> tuple[DataSource, QueryPlan]:
     """Plan ``CREATE <kind> name AS <query>`` (or ``INSERT INTO target <query>`` when ``kind`` is
-    None): the sink it writes and how to compute it."""
+    None): the sink it writes and how to compute it. ``joined``: the sources of the query's
+    JOINs, in order."""
     if query.limit is not None:
         raise StatementError("LIMIT is not allowed in a persistent query")
     if query.emit_final and query.window is None:
@@ -241,6 +246,10 @@ def plan_persistent(
     if source.window is not None:
         raise StatementError(f"{source.name} is a windowed table; a persistent query over a windowed table is "
                              "not supported: read the stream it aggregates instead")
+    if query.joins:
+        columns, plan = plan_stream_table_join(kind, name, query, source, joined[0], query_id)
+        plan = replace(plan, event_time=event_time(source))
+        return _result("STREAM", name, columns, plan, source, properties, query_id, target)
     if query.window is not None and not query.group_by:
         raise StatementError(f"WINDOW {query.window.kind} needs GROUP BY: a window groups the records of each key; "
                              "add GROUP BY <key>")
@@ -266,16 +275,23 @@ def plan_persistent(
         columns, key_expr = _projection(name, query, source, scope)
         calls = ()
         plan_kind = PlanKind.PROJECT
-    key = next((c for c in columns if c.key), None)
-    if key is not None:
-        check_key_type(key.name, key.type)
     same_key = key_expr is None
     plan = QueryPlan(
         kind=plan_kind, source=source.name, sink=name, columns=columns, where=where,
-        key_column=key.name if key else None, key_expression=key_expr,
+        key_column=next((c.name for c in columns if c.key), None), key_expression=key_expr,
         repartition=not same_key or partitions != source.partitions, aggregates=calls, window=window,
         event_time=event_time(source) if window is not None else None,
     )
+    return _result(result_kind, name, columns, plan, source, properties, query_id, target)
+
+
+def _result(result_kind: str, name: str, columns: tuple[OutputColumn, ...], plan: QueryPlan, source: DataSource,
+            properties: dict[str, Any], query_id: str, target: DataSource | None) -> tuple[DataSource, QueryPlan]:
+    """The sink a persistent query writes (``target`` for INSERT INTO, checked against the
+    result's columns), with the plan."""
+    key = next((c for c in columns if c.key), None)
+    if key is not None:
+        check_key_type(key.name, key.type)
     sink_columns = tuple(Column(c.name, c.type, c.key) for c in columns)
     if target is not None:
         if sink_columns != target.columns:
@@ -287,11 +303,11 @@ def plan_persistent(
         kind=result_kind, name=name, columns=sink_columns,
         topic=check_topic_name(str(properties.get("kafka_topic", name)),
                                f"; {name} needs WITH (KAFKA_TOPIC='...'): its topic is named after it otherwise"),
-        partitions=partitions,
+        partitions=int(properties.get("partitions", source.partitions)),
         key_format=str(properties.get("key_format", "KAFKA")).upper(),
         value_format=str(properties.get("value_format", source.value_format)).upper(),
         query_id=query_id, value_delimiter=str(properties.get("value_delimiter", source.value_delimiter)),
-        timestamp=check_timestamp(properties, sink_columns), window=window,
+        timestamp=check_timestamp(properties, sink_columns), window=plan.window,
         timestamp_format=properties.get("timestamp_format"),
     )
     return sink, plan

@@ -64,10 +64,10 @@ def test_every_kind_has_one_spec_and_one_worker_row() -> None:
         SessionAggregationTask, SessionSlice)
 
 
-def test_only_group_by_results_keep_a_changelog_and_a_repartition_topic() -> None:
+def test_only_group_by_results_keep_a_changelog_and_only_they_and_joins_a_repartition_topic() -> None:
     grouped = {PlanKind.AGGREGATE, PlanKind.WINDOWED_AGGREGATE, PlanKind.SESSION_AGGREGATE}
     assert {k for k in PlanKind if k.spec.changelog} == grouped
-    assert {k for k in PlanKind if k.spec.repartition_topic} == grouped
+    assert {k for k in PlanKind if k.spec.repartition_topic} == grouped | {PlanKind.STREAM_TABLE_JOIN}
 
 
 def test_the_planner_gives_each_statement_its_kind(meta: Metastore) -> None:

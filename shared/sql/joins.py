@@ -1,0 +1,269 @@
+"""Planning of joins, as ksqlDB's: ``SELECT ... FROM stream [alias] [INNER|LEFT] JOIN table
+[alias] ON <stream expression> = <table's PRIMARY KEY>``.
+
+Both sides' columns live in one joined row, each named ``<side>_<column>`` (the side's alias,
+else its name: ksqlDB's names for ``SELECT *``). A query's column references are rewritten
+to those names once (``resolve_join``), so the type checker, the Spark compiler and the
+Python evaluator read a join as they read one source. The planner and the worker's join
+task both call ``resolve_join`` on the same statement and the sources stored in the plan, so
+they agree on every name. Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
+from functools import partial
+from typing import Any
+
+from millpond.shared.catalog.plans import PlanKind
+from millpond.shared.catalog.queries import JoinSpec, OutputColumn, QueryPlan
+from millpond.shared.catalog.sources import DataSource
+from millpond.shared.errors import NotFoundError, StatementError
+from millpond.shared.sql import ast
+from millpond.shared.sql.ast import SqlType, to_sql
+from millpond.shared.sql.expressions import output_name, to_spark
+from millpond.shared.sql.types import Scope, check, check_condition
+
+ROWTIME = "ROWTIME"
+STREAM_TABLE_TYPES = ("INNER", "LEFT")
+"""The join types ksqlDB allows between a stream and a table."""
+
+
+@dataclass(frozen=True)
+class ResolvedJoin:
+    """A join query with every column reference named in the joined row."""
+
+    stream_prefix: str
+    table_prefix: str
+    scope: Scope
+    """The joined row's columns: the stream's (and its ROWTIME), then the table's."""
+    items: tuple[tuple[str, ast.Expr], ...]
+    """The SELECT list with ``*`` expanded: (output name, expression over the joined row)."""
+    where: ast.Expr | None
+    stream_key: ast.Expr
+    """The ON condition's stream side, over the joined row."""
+    stream_key_spark: str
+    """The same over the stream's own columns, as Spark SQL (what a repartition keys by)."""
+    table_key: str
+    """The table's PRIMARY KEY column in the joined row."""
+    key_item: int
+    """Which SELECT item is the result's key (the join expression of either side)."""
+
+    condition: ast.Expr
+    """The ON condition over the joined row."""
+
+    def shown(self, expr: ast.Expr) -> str:
+        """An expression over the joined row as SQL text (``side.column``)."""
+        return qualified(expr, (self.stream_prefix, self.table_prefix))
+
+    @staticmethod
+    def names(prefix: str, side: DataSource) -> list[str]:
+        """The joined row's names of one side's columns, in that side's order."""
+        return [joined(prefix, c.name) for c in side.columns]
+
+
+def joined(prefix: str, column: str) -> str:
+    """A side's column as the joined row names it."""
+    return f"{prefix}_{column}"
+
+
+def _sides(query: ast.Query, stream: DataSource, table: DataSource) -> tuple[ast.Join, str, str]:
+    """The one join of ``query`` and each side's prefix, with ksqlDB's checks of the shape."""
+    if len(query.joins) > 1:
+        raise StatementError(f"a query may join two sources; this one joins {len(query.joins) + 1} "
+                             "(joins of three or more sources are not supported yet): join two first, then join "
+                             "that result with the next")
+    (join,) = query.joins
+    if stream.kind == "TABLE" and table.kind == "STREAM":
+        raise StatementError(f"invalid join order: {stream.name} is a TABLE and {table.name} a STREAM; "
+                             f"a stream-table join reads the stream first: FROM {table.name} JOIN {stream.name}")
+    if stream.kind == "STREAM" and table.kind == "STREAM":
+        if join.within is None:
+            raise StatementError(f"stream-stream joins need a join window: add WITHIN <duration> before ON "
+                                 f"({stream.name} and {table.name} are both streams)")
+        raise StatementError("stream-stream joins (WITHIN) are not supported yet; join a stream with a table")
+    if stream.kind == "TABLE":
+        raise StatementError("table-table joins are not supported yet; join a stream with a table")
+    if join.within is not None:
+        raise StatementError(f"WITHIN applies to stream-stream joins; {table.name} is a TABLE, whose current row "
+                             "each record joins: remove WITHIN")
+    if join.kind not in STREAM_TABLE_TYPES:
+        raise StatementError(f"{join.kind} OUTER joins between a stream and a table are not supported (as ksqlDB); "
+                             "use INNER or LEFT JOIN")
+    if table.window is not None:
+        raise StatementError(f"{table.name} is a windowed table; joining a windowed table is not supported")
+    stream_prefix, table_prefix = query.alias or stream.name, join.alias or table.name
+    if stream_prefix == table_prefix:
+        raise StatementError(f"both sides of the join are named {stream_prefix}; give one an alias "
+                             f"(FROM {stream.name} a JOIN {table.name} b ...)")
+    return join, stream_prefix, table_prefix
+
+
+def resolve_join(query: ast.Query, stream: DataSource, table: DataSource) -> ResolvedJoin:
+    """``query``'s join checked and its columns named in the joined row (see the module)."""
+    join, stream_prefix, table_prefix = _sides(query, stream, table)
+    stream_columns = {c.name: c.type for c in stream.columns}
+    if ROWTIME not in stream_columns:
+        stream_columns[ROWTIME] = SqlType("BIGINT")
+    table_columns = {c.name: c.type for c in table.columns}
+    sides = ((stream_prefix, stream.name, stream_columns), (table_prefix, table.name, table_columns))
+    schema = {joined(prefix, name): type_ for prefix, _, columns in sides for name, type_ in columns.items()}
+    scope = Scope(f"{stream.name} JOIN {table.name}", schema)
+
+    def name_of(ref: ast.ColumnRef) -> ast.ColumnRef:
+        if ref.qualifier is not None:
+            side = next((s for s in sides if ref.qualifier in (s[0], s[1])), None)
+            if side is None:
+                raise NotFoundError(f"{ref.qualifier}.{ref.name}: the query joins {stream_prefix} and "
+                                    f"{table_prefix}, not {ref.qualifier}")
+            if ref.name not in side[2]:
+                raise NotFoundError(f"column {ref.qualifier}.{ref.name} does not exist; {side[1]}'s columns are "
+                                    f"{', '.join(c for c in side[2] if c != ROWTIME)}")
+            return ast.ColumnRef(joined(side[0], ref.name))
+        found = [s for s in sides if ref.name in s[2]]
+        if ref.name == ROWTIME and ROWTIME not in table_columns:
+            found = found[:1]  # the stream record's time: table rows keep none
+        if len(found) > 1:
+            raise StatementError(f"column {ref.name} is ambiguous: both {stream_prefix} and {table_prefix} have it; "
+                                 f"qualify it ({stream_prefix}.{ref.name} or {table_prefix}.{ref.name})")
+        if not found:
+            raise NotFoundError(f"column {ref.name} does not exist in {stream.name} or {table.name}")
+        return ast.ColumnRef(joined(found[0][0], ref.name))
+
+    condition = _map_columns(join.on, name_of)
+    shown = partial(qualified, prefixes=(stream_prefix, table_prefix))
+    stream_key, table_key = _condition(condition, shown, stream_prefix, table_prefix, stream, table)
+    left_type, right_type = check(stream_key, scope), schema[table_key]
+    if left_type != right_type:
+        raise StatementError(f"invalid join condition {shown(condition)}: the two sides must have the same type; "
+                             f"{shown(stream_key)} is {left_type} and {shown(ast.ColumnRef(table_key))} is "
+                             f"{right_type}: CAST one side")
+    items: list[tuple[str, ast.Expr]] = []
+    for index, item in enumerate(query.items):
+        if item.is_star:
+            items += [(name, ast.ColumnRef(name)) for name in (*ResolvedJoin.names(stream_prefix, stream),
+                                                                 *ResolvedJoin.names(table_prefix, table))]
+        else:
+            assert item.expr is not None
+            items.append((output_name(item, index), _map_columns(item.expr, name_of)))
+    seen: set[str] = set()
+    for name, expr in items:
+        if name in seen:
+            raise StatementError(f"the result has two columns named {name}; give one of them an alias with AS")
+        seen.add(name)
+        check(expr, scope)
+    where = None
+    if query.where is not None:
+        where = _map_columns(query.where, name_of)
+        check_condition(where, scope, "WHERE")
+    table_key_ref = ast.ColumnRef(table_key)
+    key_item = next((i for i, (_, e) in enumerate(items) if e in (stream_key, table_key_ref)), None)
+    if key_item is None:
+        raise StatementError(f"key missing from projection: a join's result is keyed by its join expression; "
+                             f"select {shown(stream_key)} (for example SELECT {shown(stream_key)}, ...)")
+    stream_scope = Scope(stream.name, stream_columns)
+    return ResolvedJoin(stream_prefix, table_prefix, scope, tuple(items), where, stream_key,
+                        to_spark(_unjoined(stream_key, stream_prefix), stream_scope), table_key, key_item, condition)
+
+
+def qualified(expr: ast.Expr, prefixes: tuple[str, ...]) -> str:
+    """An expression over the joined row as SQL text with each column as ``side.column``."""
+    def shown(ref: ast.ColumnRef) -> ast.ColumnRef:
+        prefix = next(p for p in prefixes if ref.name.startswith(f"{p}_"))
+        return ast.ColumnRef(f"{prefix}.{ref.name[len(prefix) + 1:]}")
+    text = to_sql(_map_columns(expr, shown))
+    return text[1:-1] if isinstance(expr, ast.Binary) else text
+
+
+def _condition(condition: ast.Expr, shown: Callable[[ast.Expr], str], stream_prefix: str, table_prefix: str,
+               stream: DataSource, table: DataSource) -> tuple[ast.Expr, str]:
+    """The stream side of ``stream expression = table key`` and the table key's joined name."""
+    key = table.key_column
+    if key is None:
+        raise StatementError(f"{table.name} has no PRIMARY KEY to join on")
+    table_key = joined(table_prefix, key.name)
+    if not (isinstance(condition, ast.Binary) and condition.op == "="):
+        raise StatementError(f"invalid join condition {shown(condition)}: a join needs an equality, "
+                             f"ON <{stream.name} expression> = {table_prefix}.{key.name}")
+    for left, right in ((condition.left, condition.right), (condition.right, condition.left)):
+        if right == ast.ColumnRef(table_key) and _only(left, stream_prefix):
+            return left, table_key
+    raise StatementError(f"invalid join condition {shown(condition)}: a stream-table join matches the table's "
+                         f"PRIMARY KEY {table_prefix}.{key.name} with an expression of {stream.name}'s columns "
+                         f"(ON {stream_prefix}.<column> = {table_prefix}.{key.name})")
+
+
+def _only(expr: ast.Expr, prefix: str) -> bool:
+    """Whether ``expr`` reads columns, and only columns of the side named ``prefix``."""
+    refs = _refs(expr)
+    return bool(refs) and all(r.startswith(f"{prefix}_") for r in refs)
+
+
+def _refs(expr: ast.Expr) -> list[str]:
+    found: list[str] = []
+
+    def note(ref: ast.ColumnRef) -> ast.ColumnRef:
+        found.append(ref.name)
+        return ref
+
+    _map_columns(expr, note)
+    return found
+
+
+def _unjoined(expr: ast.Expr, prefix: str) -> ast.Expr:
+    """An expression over one side's joined names, over that side's own column names."""
+    unjoined: ast.Expr = _map_columns(expr, lambda ref: ast.ColumnRef(ref.name[len(prefix) + 1:]))
+    return unjoined
+
+
+def _map_columns(expr: Any, rename: Any) -> Any:
+    """``expr`` with every column reference replaced by ``rename(reference)``."""
+    if isinstance(expr, ast.ColumnRef):
+        return rename(expr)
+    if isinstance(expr, tuple):
+        return tuple(_map_columns(e, rename) for e in expr)
+    if not isinstance(expr, ast.Expr):
+        return expr
+    changes = {f.name: _map_columns(getattr(expr, f.name), rename) for f in fields(expr)  # type: ignore[arg-type]
+               if f.name != "type"}
+    return replace(expr, **changes)  # type: ignore[type-var]
+
+
+def plan_stream_table_join(
+    kind: str | None, name: str, query: ast.Query, stream: DataSource, table: DataSource, query_id: str,
+) -> tuple[tuple[OutputColumn, ...], QueryPlan]:
+    """The result columns and the plan of a persistent stream-table join into ``name``
+    (``kind`` None for INSERT INTO); the caller makes the sink."""
+    if query.group_by or query.window is not None or query.partition_by is not None:
+        raise StatementError("GROUP BY, WINDOW and PARTITION BY over a join are not supported yet: create the "
+                             "joined stream first (CREATE STREAM ... AS SELECT ... JOIN ...), then aggregate it")
+    resolved = resolve_join(query, stream, table)
+    if kind == "TABLE":
+        raise StatementError("invalid result type: a stream-table join produces a STREAM; "
+                             "use CREATE STREAM AS SELECT")
+    if stream.partitions != table.partitions:
+        raise StatementError(f"Can't join {stream.name} with {table.name} since the number of partitions don't "
+                             f"match. {stream.name} partitions = {stream.partitions}; {table.name} partitions = "
+                             f"{table.partitions}. Please repartition either one so that the number of partitions "
+                             "match.")
+    if stream.key_format != table.key_format:
+        raise StatementError(f"{stream.name} and {table.name} must have the same KEY_FORMAT to be joined")
+    columns = []
+    for index, (out, expr) in enumerate(resolved.items):
+        columns.append(OutputColumn(out, check(expr, resolved.scope), resolved.shown(expr),
+                                    key=index == resolved.key_item))
+    keyed_by_stream_key = (stream.key_column is not None
+                           and resolved.stream_key == ast.ColumnRef(joined(resolved.stream_prefix,
+                                                                           stream.key_column.name)))
+    key_expression = None if keyed_by_stream_key else resolved.stream_key_spark
+    join = query.joins[0]
+    spec = JoinSpec(join.kind, stream, table, resolved.stream_prefix, resolved.table_prefix,
+                    resolved.shown(resolved.condition))
+    key = columns[resolved.key_item]
+    columns = [key, *(c for c in columns if not c.key)]
+    plan = QueryPlan(PlanKind.STREAM_TABLE_JOIN, stream.name, name, tuple(columns), key_column=key.name,
+                     key_expression=key_expression, repartition=key_expression is not None, join=spec)
+    return tuple(columns), plan
+
+

@@ -1,0 +1,229 @@
+"""Stream-table joins on the real cluster (Kafka, Spark, RocksDB, gRPC), checked record by
+record against a reference computed here from the produced records with Kafka Streams' rule:
+per partition, a table record is applied before every stream record with a later (or the
+same) timestamp, in offset order, and a stream record joins the table's row as it is then.
+
+- the seed's readings enriched with each sensor's site (LEFT JOIN: NULL for a sensor the
+  table lacks, a deleted row, updates between readings, out-of-order timestamps), and an
+  INNER JOIN on a non-key column with a WHERE over both sides, through the repartition topic;
+- the same enrichment while a worker is SIGKILLed mid-stream: 0 lost, 0 duplicated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from millpond.deploy.local.kafka_broker import EmbeddedKafka
+from millpond.deploy.local.launcher import LocalCluster
+from millpond.shared.catalog.names import processing_log_topic
+from millpond.shared.kafka.partitioner import partition_for
+from millpond.shared.net import free_port
+from tests.e2e.helpers import read_all, run
+from tests.e2e.test_aggregation import produce_timed, wait_progressing
+from tests.e2e.workload import PARTITIONS
+
+MINUTE = 60_000
+TableRecord = tuple[str, str | None, int]
+"""(key, value column or None for a deleted row, record timestamp)."""
+StreamRecord = tuple[str, str, int, int]
+"""(sensor, area, reading, record timestamp)."""
+
+
+@pytest.fixture(scope="module")
+def join_cluster(kafka: EmbeddedKafka, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """Two workers whose micro-batches are small, so a run spans many transactions."""
+    local = LocalCluster(data_dir=Path(tmp_path_factory.mktemp("joins")), workers=2,
+                         kafka=kafka.bootstrap_servers, router_port=free_port(),
+                         service_id=f"join{os.getpid()}", spark_master="local[1]",
+                         worker_env={"MILLPOND_MAX_OFFSETS_PER_TRIGGER": "2000"})
+    local.start()
+    yield local
+    local.stop()
+
+
+async def produce_table(bootstrap: str, topic: str, column: str, records: list[TableRecord]) -> None:
+    """Table rows (a None value: the key's tombstone), in order, partitioned by key as the Java client."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    try:
+        for key, value, ts in records:
+            await producer.send_and_wait(topic, None if value is None else json.dumps({column: value}).encode(),
+                                         key=key.encode(), partition=partition_for(key.encode(), PARTITIONS),
+                                         timestamp_ms=ts)
+    finally:
+        await producer.stop()
+
+
+def join_reference(table: list[TableRecord], stream: list[tuple[str, Any, int]], inner: bool) -> list[tuple[Any, ...]]:
+    """Each stream record (join key, payload, timestamp) with the table's value as of it, per
+    Kafka Streams' rule (see the module); the table's records all precede the stream's."""
+    out: list[tuple[Any, ...]] = []
+    for partition in range(PARTITIONS):
+        pending = [r for r in table if partition_for(r[0].encode(), PARTITIONS) == partition]
+        rows: dict[str, str | None] = {}
+        applied = 0
+        for key, payload, ts in stream:
+            if partition_for(key.encode(), PARTITIONS) != partition:
+                continue
+            while applied < len(pending) and pending[applied][2] <= ts:
+                rows[pending[applied][0]] = pending[applied][1]
+                applied += 1
+            value = rows.get(key)
+            if value is None and inner:
+                continue
+            out.append((key, payload, value, ts))
+    return sorted(out)
+
+
+async def sink_until(bootstrap: str, topic: str, count: int, timeout_s: float = 240) -> list[tuple[int, int, Any, Any]]:
+    """The sink's records once it holds ``count`` (and a little longer: extra ones would show)."""
+    deadline = time.monotonic() + timeout_s
+    records = await read_all(bootstrap, topic)
+    while len(records) < count and time.monotonic() < deadline:
+        await asyncio.sleep(0.5)
+        records = await read_all(bootstrap, topic)
+    await asyncio.sleep(2)
+    return await read_all(bootstrap, topic)
+
+
+async def timestamps(bootstrap: str, topic: str) -> dict[tuple[int, int], int]:
+    """Each record's timestamp by (partition, offset)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False)
+    await consumer.start()
+    try:
+        partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        ends = await consumer.end_offsets(partitions)
+        out: dict[tuple[int, int], int] = {}
+        deadline = time.monotonic() + 60
+        while [tp for tp, end in ends.items() if await consumer.position(tp) < end]:
+            assert time.monotonic() < deadline, "the sink could not be read to its end"
+            for tp, batch in (await consumer.getmany(timeout_ms=500)).items():
+                out.update({(tp.partition, r.offset): r.timestamp for r in batch})
+        return out
+    finally:
+        await consumer.stop()
+
+
+async def test_stream_table_join_sees_the_table_as_of_each_record(join_cluster: LocalCluster) -> None:
+    sid = join_cluster.service_id
+    stream, sensors, areas = f"jr_{sid}", f"js_{sid}", f"ja_{sid}"
+    enriched, by_area = f"jr_enriched_{sid}", f"jr_by_area_{sid}"
+    rng = random.Random(41)
+    base = (int(time.time() * 1000) - 10 * MINUTE) // MINUTE * MINUTE
+    # Sensors s0-s5 start with a site; s6 and s7 have none until an update gives them one.
+    # Updates and deletes come at random times inside the readings' time span.
+    site_records: list[TableRecord] = [(f"s{i}", f"site-{i}", base) for i in range(6)]
+    for i in range(40):
+        site_records.append((f"s{rng.randrange(8)}", None if rng.random() < 0.15 else f"site-{i}-b",
+                             base + rng.randrange(1, MINUTE)))
+    area_records: list[TableRecord] = [(a, f"region-{a}", base - 1000) for a in ("north", "south", "east")]
+    readings: list[StreamRecord] = [(f"s{rng.randrange(8)}", rng.choice(["north", "south", "east", "west"]), i,
+                                     base + rng.randrange(0, MINUTE)) for i in range(400)]
+    run(join_cluster, f"""
+        CREATE STREAM {stream} (sensor VARCHAR KEY, area VARCHAR, reading INT)
+          WITH (kafka_topic='{stream}', partitions={PARTITIONS}, value_format='json');
+        CREATE TABLE {sensors} (id VARCHAR PRIMARY KEY, site VARCHAR)
+          WITH (kafka_topic='{sensors}', partitions={PARTITIONS}, value_format='json');
+        CREATE TABLE {areas} (area VARCHAR PRIMARY KEY, region VARCHAR)
+          WITH (kafka_topic='{areas}', partitions={PARTITIONS}, value_format='json');""")
+    await produce_table(join_cluster.bootstrap, sensors, "SITE", site_records)
+    await produce_table(join_cluster.bootstrap, areas, "REGION", area_records)
+    await produce_timed(join_cluster.bootstrap, stream, readings[:200])
+    producer = AIOKafkaProducer(bootstrap_servers=join_cluster.bootstrap)
+    await producer.start()
+    try:  # a malformed record between the two halves: logged, and the query goes on
+        await producer.send_and_wait(stream, b"{not json", key=b"s1", partition=partition_for(b"s1", PARTITIONS),
+                                     timestamp_ms=base)
+    finally:
+        await producer.stop()
+    await produce_timed(join_cluster.bootstrap, stream, readings[200:])
+    run(join_cluster, f"""
+        SET 'auto.offset.reset'='earliest';
+        CREATE STREAM {enriched} AS SELECT r.sensor, r.reading, s.site FROM {stream} r LEFT JOIN {sensors} s
+          ON r.sensor = s.id;
+        CREATE STREAM {by_area} AS SELECT a.area, r.sensor, r.reading * 2 AS doubled, region FROM {stream} r
+          JOIN {areas} a ON r.area = a.area WHERE r.reading > 10 AND a.region <> 'region-south';""")
+
+    want = join_reference(site_records, [(s, r, ts) for s, _, r, ts in readings], inner=False)
+    assert any(site is None for _, _, site, _ in want) and len({site for *_, site, _ in want}) > 10
+    got_records = await sink_until(join_cluster.bootstrap, enriched.upper(), len(want))
+    stamps = await timestamps(join_cluster.bootstrap, enriched.upper())
+    got = []
+    for partition, offset, key, value in got_records:
+        assert key is not None and value is not None and partition == partition_for(key, PARTITIONS)
+        row = json.loads(value)
+        got.append((key.decode(), row["READING"], row["SITE"], stamps[(partition, offset)]))
+    assert sorted(got) == want
+
+    want_areas = sorted((area, sensor, reading * 2, f"region-{area}", ts) for sensor, area, reading, ts in readings
+                        if area in ("north", "east") and reading > 10)
+    got_areas = []
+    for partition, _, key, value in await sink_until(join_cluster.bootstrap, by_area.upper(), len(want_areas)):
+        assert key is not None and value is not None and partition == partition_for(key, PARTITIONS)
+        row = json.loads(value)
+        got_areas.append((key.decode(), row["SENSOR"], row["DOUBLED"], row["REGION"]))
+    assert sorted(got_areas) == [w[:4] for w in want_areas]
+
+    logged = [json.loads(v or b"{}") for *_, v in
+              await read_all(join_cluster.bootstrap, processing_log_topic(join_cluster.service_id))]
+    mine = [e for e in logged if e["QUERY_ID"].startswith(f"CSAS_{enriched.upper()}")]
+    assert [e["RECORD"] for e in mine] == ["{not json"], mine
+
+
+async def test_a_sigkilled_worker_loses_no_joined_record_and_repeats_none(join_cluster: LocalCluster) -> None:
+    sid = join_cluster.service_id
+    stream, sensors, enriched = f"jk_{sid}", f"jks_{sid}", f"jk_enriched_{sid}"
+    rng = random.Random(43)
+    base = (int(time.time() * 1000) - 20 * MINUTE) // MINUTE * MINUTE
+    site_records: list[TableRecord] = [(f"sensor-{i:03d}", f"site-{i}", base) for i in range(150)]
+    for i in range(600):
+        site_records.append((f"sensor-{rng.randrange(200):03d}", None if rng.random() < 0.1 else f"site-{i}-b",
+                             base + rng.randrange(1, 10 * MINUTE)))
+
+    def readings(first: int, count: int) -> list[StreamRecord]:
+        return [(f"sensor-{rng.randrange(200):03d}", "a", first + i, base + (first + i) * 15 - rng.randrange(5_000))
+                for i in range(count)]
+
+    records = readings(0, 30_000)
+    run(join_cluster, f"""
+        CREATE STREAM {stream} (sensor VARCHAR KEY, area VARCHAR, reading INT)
+          WITH (kafka_topic='{stream}', partitions={PARTITIONS}, value_format='json');
+        CREATE TABLE {sensors} (id VARCHAR PRIMARY KEY, site VARCHAR)
+          WITH (kafka_topic='{sensors}', partitions={PARTITIONS}, value_format='json');""")
+    await produce_table(join_cluster.bootstrap, sensors, "SITE", site_records)
+    await produce_timed(join_cluster.bootstrap, stream, records)
+    outcome = run(join_cluster, f"""
+        SET 'auto.offset.reset'='earliest';
+        CREATE STREAM {enriched} AS SELECT r.sensor, r.reading, s.site FROM {stream} r LEFT JOIN {sensors} s
+          ON r.sensor = s.id;
+        SHOW QUERIES;""")
+    query_id = next(str(row[0]) for row in outcome if str(row[0]).startswith(f"CSAS_{enriched.upper()}"))
+
+    await wait_progressing(join_cluster, query_id, "worker-1")
+    await asyncio.sleep(rng.uniform(0.2, 2))
+    join_cluster.kill("worker-1")
+    more = readings(30_000, 10_000)
+    await produce_timed(join_cluster.bootstrap, stream, more)
+    await asyncio.to_thread(join_cluster.restart, "worker-1")
+    records += more
+
+    want = join_reference(site_records, [(s, r, ts) for s, _, r, ts in records], inner=False)
+    got = []
+    for _, _, key, value in await sink_until(join_cluster.bootstrap, enriched.upper(), len(want), 300):
+        assert key is not None and value is not None
+        row = json.loads(value)
+        got.append((key.decode(), row["READING"], row["SITE"]))
+    assert len(got) == len(want), f"{len(got) - len(want)} more joined records than input records"
+    assert sorted(got) == [w[:3] for w in want]
