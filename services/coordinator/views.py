@@ -97,7 +97,11 @@ def plan_lines(plan: QueryPlan, source: DataSource, sink: DataSource) -> list[st
     steps.append(plan.kind.spec.explain.format(
         key=plan.key_column,
         aggregates=", ".join(f"{a.column} = {a.function}({a.argument})" for a in plan.aggregates),
-        columns=", ".join(f"{c.name} = {c.expression}" for c in plan.columns)))
+        columns=", ".join(f"{c.name} = {c.expression}" for c in plan.columns),
+        join="" if plan.join is None else f"{plan.join.type} JOIN {plan.join.table.name} ON {plan.join.condition} "
+                                          f"(table topic {plan.join.table.topic})"))
+    if plan.join is not None and plan.join.where is not None:
+        steps.append(f"[ FILTER ] | {plan.join.where}")
     if plan.window is not None:
         steps.append(f"[ WINDOW ] | {plan.window.describe()} | Event time: {plan.event_time or 'ROWTIME'}")
     if plan.repartition:

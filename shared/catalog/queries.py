@@ -45,6 +45,9 @@ class JoinSpec:
     stream_prefix: str
     table_prefix: str
     condition: str
+    """The ON condition (``side.column``), for EXPLAIN."""
+    where: str | None = None
+    """The WHERE (``side.column``), for EXPLAIN: the task evaluates it over the joined row."""
     """The ON condition as written, for EXPLAIN."""
 
 

@@ -259,7 +259,8 @@ def plan_stream_table_join(
     key_expression = None if keyed_by_stream_key else resolved.stream_key_spark
     join = query.joins[0]
     spec = JoinSpec(join.kind, stream, table, resolved.stream_prefix, resolved.table_prefix,
-                    resolved.shown(resolved.condition))
+                    resolved.shown(resolved.condition),
+                    None if resolved.where is None else resolved.shown(resolved.where))
     key = columns[resolved.key_item]
     columns = [key, *(c for c in columns if not c.key)]
     plan = QueryPlan(PlanKind.STREAM_TABLE_JOIN, stream.name, name, tuple(columns), key_column=key.name,

@@ -52,6 +52,10 @@ def _window(kind: str, size: int, advance: int | None, options: tuple[tuple[str,
     return ast.Window(kind, size, advance, **given)
 
 
+_JOIN_WORDS = frozenset({"OUTER", "INNER", "LEFT", "RIGHT", "FULL", "JOIN", "ON", "WITHIN"})
+"""Words an unquoted alias may not be: ``FROM a OUTER JOIN b`` is a mistake, not the alias OUTER."""
+
+
 @v_args(inline=True)
 class _ToAst(Transformer[Token, Any]):
     """Turns Lark's parse tree into AST nodes (statement texts are filled in later)."""
@@ -276,6 +280,9 @@ class _ToAst(Transformer[Token, Any]):
         return spec
 
     def alias(self, name: str) -> tuple[str, Any]:
+        if name in _JOIN_WORDS:
+            raise StatementError(f"{name} is a reserved word of joins, not an alias: write "
+                                 "[INNER | LEFT [OUTER] | RIGHT [OUTER] | FULL [OUTER]] JOIN")
         return ("alias", name)
 
     def join_type(self, kind: Token | None = None) -> str:

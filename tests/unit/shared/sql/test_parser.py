@@ -111,3 +111,36 @@ def test_windows_parse_with_their_durations_in_milliseconds(window: str, expecte
 def test_malformed_windows_are_refused_saying_what_is_wrong(text: str, fragment: str) -> None:
     with pytest.raises(StatementError, match=fragment):
         parse_statement(text)
+
+
+@pytest.mark.parametrize(("join", "kind", "within"), [
+    ("JOIN {t} ON", "INNER", None),
+    ("INNER JOIN {t} ON", "INNER", None),
+    ("left outer join {t} ON", "LEFT", None),
+    ("LEFT JOIN {t} ON", "LEFT", None),
+    ("FULL OUTER JOIN {t} ON", "FULL", None),
+    ("RIGHT JOIN {t} ON", "RIGHT", None),
+    ("JOIN {t} WITHIN 10 SECONDS ON", "INNER", ast.Within(10_000, 10_000)),
+    ("JOIN {t} WITHIN (1 SECOND, 2 MINUTES) GRACE PERIOD 3 SECONDS ON", "INNER", ast.Within(1_000, 120_000, 3_000)),
+])
+def test_joins_parse_with_their_type_source_alias_window_and_condition(join: str, kind: str,
+                                                                     within: ast.Within | None) -> None:
+    query = parse_statement(f"SELECT r.k, t.v FROM s r {join.format(t='t AS x')} r.k = x.k WHERE r.n > 1")
+    assert isinstance(query, ast.Query) and query.alias == "R" and query.where is not None
+    (parsed,) = query.joins
+    assert (parsed.kind, parsed.source, parsed.alias, parsed.within) == (kind, "T", "X", within)
+    assert parsed.on == ast.Binary("=", ast.ColumnRef("K", "R"), ast.ColumnRef("K", "X"))
+    assert parsed.on.left.qualifier == "R" and parsed.on.right.qualifier == "X"  # type: ignore[attr-defined]
+
+
+def test_a_query_may_name_several_joins_in_order() -> None:
+    query = parse_statement("SELECT * FROM a JOIN b ON a.k = b.k LEFT JOIN c ON a.k = c.k")
+    assert isinstance(query, ast.Query)
+    assert [(j.kind, j.source) for j in query.joins] == [("INNER", "B"), ("LEFT", "C")]
+
+
+@pytest.mark.parametrize("text", ["SELECT * FROM a JOIN b", "SELECT * FROM a JOIN ON a.k = b.k",
+                                  "SELECT * FROM a OUTER JOIN b ON a.k = b.k", "SELECT * FROM a JOIN b WITHIN ON x = y"])
+def test_malformed_joins_are_syntax_errors(text: str) -> None:
+    with pytest.raises(StatementError):
+        parse_statement(text)

@@ -142,6 +142,40 @@ INSERT INTO readings (ROWTIME, sensor, reading) VALUES (-1, 's9', 4);
 SELECT sensor, COUNT(*) FROM readings WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY sensor;
 SELECT * FROM per_minute EMIT FINAL;
 
+-- Stream-table joins: each reading with its sensor's row as of the reading.
+CREATE TABLE sensors (id VARCHAR PRIMARY KEY, site VARCHAR, area VARCHAR)
+  WITH (kafka_topic='sensors', partitions=4, value_format='json');
+CREATE STREAM enriched AS SELECT r.sensor, r.reading, s.site FROM readings r LEFT JOIN sensors s ON r.sensor = s.id;
+EXPLAIN CREATE STREAM e_inner AS SELECT s.id, r.reading * 2 AS twice, site FROM readings r INNER JOIN sensors s
+  ON s.id = r.sensor WHERE s.site <> 'lab' AND r.ROWTIME > 0;
+CREATE STREAM by_area_joined WITH (partitions=2) AS SELECT * FROM readings JOIN users u ON readings.area = u.id;
+EXPLAIN CREATE STREAM e_area AS SELECT r.area, r.sensor, u.name FROM readings r JOIN users u ON r.area = u.id;
+DESCRIBE EXTENDED sensors;
+DROP TABLE sensors;
+SELECT * FROM readings r JOIN sensors s ON r.sensor = s.id EMIT CHANGES;
+CREATE STREAM j1 AS SELECT area FROM readings r JOIN sensors s ON r.sensor = s.id;
+CREATE STREAM j2 AS SELECT r.area FROM readings r JOIN sensors s ON r.sensor = s.id;
+CREATE STREAM j3 AS SELECT r.sensor FROM readings r JOIN sensors s ON r.sensor = s.site;
+CREATE STREAM j4 AS SELECT r.sensor FROM readings r JOIN sensors s ON r.sensor > s.id;
+CREATE STREAM j5 AS SELECT r.sensor FROM readings r JOIN sensors s ON r.reading = s.id;
+CREATE STREAM j6 AS SELECT r.sensor FROM readings r FULL OUTER JOIN sensors s ON r.sensor = s.id;
+CREATE STREAM j7 AS SELECT r.sensor FROM readings r RIGHT JOIN sensors s ON r.sensor = s.id;
+CREATE STREAM j8 AS SELECT r.sensor FROM readings r JOIN sensors s WITHIN 1 MINUTE ON r.sensor = s.id;
+CREATE STREAM j9 AS SELECT r.sensor FROM readings r JOIN readings q ON r.sensor = q.sensor;
+CREATE STREAM j10 AS SELECT r.sensor FROM readings r JOIN readings q WITHIN 1 MINUTE ON r.sensor = q.sensor;
+CREATE STREAM j11 AS SELECT s.id FROM sensors s JOIN readings r ON r.sensor = s.id;
+CREATE STREAM j12 AS SELECT u.id FROM users u JOIN sensors s ON u.id = s.id;
+CREATE TABLE j13 AS SELECT r.sensor FROM readings r JOIN sensors s ON r.sensor = s.id;
+CREATE STREAM j14 AS SELECT r.sensor FROM readings r JOIN sensors r ON r.sensor = r.id;
+CREATE STREAM j15 AS SELECT r.sensor FROM readings r JOIN sensors s ON r.sensor = s.id JOIN users u ON r.sensor = u.id;
+CREATE STREAM j16 AS SELECT r.sensor, x.site FROM readings r JOIN sensors s ON r.sensor = s.id;
+CREATE STREAM j17 AS SELECT r.sensor, s.nope FROM readings r JOIN sensors s ON r.sensor = s.id;
+CREATE STREAM j18 AS SELECT r.sensor FROM readings r JOIN per_minute p ON r.sensor = p.sensor;
+CREATE STREAM j19 AS SELECT r.sensor, COUNT(*) AS n FROM readings r JOIN sensors s ON r.sensor = s.id GROUP BY r.sensor;
+CREATE STREAM j20 AS SELECT c.pageid FROM clicks c JOIN sensors s ON c.pageid = s.id;
+CREATE STREAM j21 AS SELECT r.sensor, s.site AS sensor FROM readings r JOIN sensors s ON r.sensor = s.id;
+CREATE STREAM j22 AS SELECT r.sensor, r.reading / 0 AS broken FROM readings r LEFT JOIN sensors s ON r.sensor = s.id;
+
 -- INSERT ... VALUES: serialized per the declared formats, partitioned as the Java client does.
 INSERT INTO readings (sensor, area, reading) VALUES ('sensor-1', 'wheel', 20);
 INSERT INTO readings VALUES ('sensor-2', 'motor', -3, 1700000000000);
