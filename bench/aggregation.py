@@ -6,17 +6,22 @@ stream threads as the cluster's Spark cores) in the same run; peak memory of eve
 while Millpond's query runs. Then, over the same topic, the same AVG per sensor per 1-minute
 tumbling window (by record timestamp): its events per second, its ratio to the plain GROUP
 BY of the same run and to the Kafka Streams baseline doing the same window (a window store,
-ksqlDB's default grace and retention).
+ksqlDB's default grace and retention). Last, the same readings enriched by a stream-table
+LEFT JOIN with a table of ``--table-rows`` sensors (every reading's sensor among them, the
+table's rows older than the readings): its events per second beside the plain GROUP BY.
 
-``python -m bench.aggregation [--events 2000000 --keys 1000 --workers 2 --pin]``
+``python -m bench.aggregation [--events 2000000 --keys 1000 --workers 2 --pin --table-rows 100000]``
 (``--pin`` gives worker i core i; ``bench.scaling`` compares 1 and 2 pinned workers).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Any
+
+from aiokafka import AIOKafkaProducer
 
 from bench.baselines.kafka_streams import run_kafka_streams
 from bench.common import (
@@ -28,6 +33,7 @@ from bench.common import (
     emit,
     execute,
     kafka_perf_consumer,
+    key_name,
     produce_readings,
     ratio,
     raw_consumer_rate,
@@ -37,6 +43,7 @@ from bench.common import (
 from millpond.deploy.local.launcher import LocalCluster
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.admin import end_offsets
+from millpond.shared.kafka.partitioner import partition_for
 
 PARTITIONS = 8
 WINDOW_MS = 60_000
@@ -44,7 +51,27 @@ WINDOWED = ("CREATE TABLE avg_per_minute AS SELECT sensor, AVG(reading) AS avg_r
             "WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY sensor;")
 
 
-def measure(events: int, keys: int, workers: int, pin: bool, max_offsets_per_trigger: int) -> dict[str, Any]:
+JOINED = ("CREATE STREAM enriched AS SELECT r.sensor, r.reading, s.site FROM readings r "
+          "LEFT JOIN sensors s ON r.sensor = s.id;")
+
+
+async def produce_sensors(bootstrap: str, rows: int, timestamp_ms: int) -> None:
+    """The ``sensors`` table's rows (each sensor's site), stamped ``timestamp_ms``."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=512 * 1024, acks=1)
+    await producer.start()
+    try:
+        pending = []
+        for k in range(rows):
+            name = key_name(k).encode()
+            pending.append(await producer.send("sensors", json.dumps({"SITE": f"site-{k % 97}"}).encode(), key=name,
+                                               partition=partition_for(name, PARTITIONS), timestamp_ms=timestamp_ms))
+        await asyncio.gather(*pending)
+    finally:
+        await producer.stop()
+
+
+def measure(events: int, keys: int, workers: int, pin: bool, max_offsets_per_trigger: int,
+            table_rows: int = 100_000) -> dict[str, Any]:
     """One aggregation run on a fresh cluster."""
     cpus = [{i} for i in range(workers)] if pin else []
     worker_env: dict[str, str] = {}
@@ -57,6 +84,8 @@ def measure(events: int, keys: int, workers: int, pin: bool, max_offsets_per_tri
         warm_ends = asyncio.run(end_offsets(local.bootstrap, "warmup", PARTITIONS))
         wait_caught_up(local, create_average(local, "warmup", "warmup_avg"), warm_ends)
         create_readings(local, "readings", PARTITIONS)
+        # The table's rows are older than every reading, so each reading joins its sensor's row.
+        table_time = int(time.time() * 1000) - 3_600_000
         produced = asyncio.run(produce_readings(local.bootstrap, "readings", events, keys, PARTITIONS))
         ends = asyncio.run(end_offsets(local.bootstrap, "readings", PARTITIONS))
         perf = kafka_perf_consumer(local.bootstrap, "readings", events)
@@ -71,8 +100,15 @@ def measure(events: int, keys: int, workers: int, pin: bool, max_offsets_per_tri
         started = time.monotonic()
         (outcome,) = execute(local, WINDOWED)
         windowed_seconds = wait_caught_up(local, str(outcome.message).rsplit(" ", 1)[-1], ends) - started
+        execute(local, f"CREATE TABLE sensors (id VARCHAR PRIMARY KEY, site VARCHAR) "
+                       f"WITH (kafka_topic='sensors', partitions={PARTITIONS}, value_format='json');")
+        asyncio.run(produce_sensors(local.bootstrap, table_rows, table_time))
+        started = time.monotonic()
+        (outcome,) = execute(local, JOINED)
+        join_seconds = wait_caught_up(local, str(outcome.message).rsplit(" ", 1)[-1], ends) - started
     rate = events / seconds
     windowed_rate = events / windowed_seconds
+    join_rate = events / join_seconds
     return {
         "events": events, "keys": keys, "partitions": PARTITIONS, "workers": workers, "pinned": pin,
         "seconds_to_caught_up": round(seconds, 2), "events_per_s": round(rate, 1),
@@ -88,6 +124,8 @@ def measure(events: int, keys: int, workers: int, pin: bool, max_offsets_per_tri
         "baseline_kafka_streams_windowed": kstreams_windowed,
         "windowed_ratio_to_kafka_streams": ratio(windowed_rate, kstreams_windowed.get("records_per_s")),
         "windowed_ratio_to_kafka_streams_group_by": ratio(windowed_rate, kstreams.get("records_per_s")),
+        "join_table_rows": table_rows, "join_seconds_to_caught_up": round(join_seconds, 2),
+        "join_events_per_s": round(join_rate, 1), "join_ratio_to_group_by": ratio(join_rate, rate),
     }
 
 
@@ -103,11 +141,13 @@ def kafka_streams(local: LocalCluster, events: int, window_ms: int = 0) -> dict[
 
 
 def main() -> None:
-    args = arguments(__doc__, events=2_000_000, keys=1000, workers=2, pin=0, max_offsets_per_trigger=200_000)
+    args = arguments(__doc__, events=2_000_000, keys=1000, workers=2, pin=0, max_offsets_per_trigger=200_000,
+                     table_rows=100_000)
     if args.smoke:
-        args.events, args.keys, args.workers = 20_000, 100, 1
+        args.events, args.keys, args.workers, args.table_rows = 20_000, 100, 1, 1_000
     emit({"benchmark": "aggregation", "smoke": args.smoke,
-          **measure(args.events, args.keys, args.workers, bool(args.pin), args.max_offsets_per_trigger)})
+          **measure(args.events, args.keys, args.workers, bool(args.pin), args.max_offsets_per_trigger,
+                    args.table_rows)})
 
 
 if __name__ == "__main__":
