@@ -188,15 +188,31 @@ def reduce_join(parsed: DataFrame, query: PersistentQuery, source: DataSource, s
     # repartition, the input record's, carried in a column), as ksqlDB's timestamp extractor.
     rowtime = F.col(quote_identifier(ROWTIME_COLUMN) if ROWTIME_COLUMN in source.schema else "_rowtime")
     time = F.coalesce(F.expr(query.plan.event_time), rowtime) if query.plan.event_time else rowtime
-    rows = frame.select("_partition", "_offset", "_key_bytes", "_kind", F.expr(f"IF(_kind IN ({_BAD}), _raw, NULL)"),
-                        time, *[F.col(quote_identifier(c.name)) for c in spec.stream.columns]).collect()
-    rows.sort(key=lambda r: (r[0], r[1]))
-    slices = spans([{"_partition": r[0], "_kind": r[3], "_bad_offset": r[1], "_bad_raw": r[4],
-                     "_lo": r[1], "_hi": r[1], "_n": 1} for r in rows], JoinSlice, source)
+    selected = frame.select("_partition", "_offset", "_key_bytes", "_kind",
+                            F.expr(f"IF(_kind IN ({_BAD}), _raw, NULL)").alias("_bad_raw"), time.alias("_time"),
+                            *[F.col(quote_identifier(c.name)).alias(f"c{i}") for i, c in enumerate(spec.stream.columns)])
+    if "map<" in selected.schema.simpleString():  # Arrow gives maps as pairs: Spark's rows give dicts
+        rows = sorted((list(r) for r in selected.collect()), key=lambda r: (r[0], r[1]))
+    else:  # one Arrow batch, no Python row object per record
+        table = selected.toArrow().sort_by([("_partition", "ascending"), ("_offset", "ascending")])
+        rows = [list(r) for r in zip(*(column.to_pylist() for column in table.columns), strict=True)]
+    # Values that are not JSON-ready as they come (decimals, dates, structs) go through ``plain``.
+    convert = any(c.type.base not in _PLAIN_TYPES for c in spec.stream.columns)
+    slices: dict[int, JoinSlice] = {}
     for row in rows:
+        piece = slices.get(row[0])
+        if piece is None:
+            piece = slices[row[0]] = JoinSlice(row[1], row[1])
+        piece.last_offset, piece.count = row[1], piece.count + 1
         if row[3] == GOOD:
-            slices[row[0]].records.append((row[1], bytes(row[2]), row[5], plain(list(row)[6:])))
+            piece.records.append((row[1], bytes(row[2]), row[5], plain(row[6:]) if convert else row[6:]))
+        elif row[3] != SKIPPED:
+            piece.bad += bad_records(row[3], row[1], row[4], source)
     return slices
+
+
+_PLAIN_TYPES = frozenset({"VARCHAR", "INT", "BIGINT", "DOUBLE", "BOOLEAN"})
+"""Types whose values Arrow and Spark give as the JSON-ready Python values the task uses."""
 
 
 def reduce_materialize(parsed: DataFrame, query: PersistentQuery, source: DataSource, sink: DataSource,
@@ -267,17 +283,22 @@ def spans(rows: Iterable[Any], slice_type: type[SliceT], source: DataSource) -> 
         p = row["_partition"]
         lo, hi, n = bounds.get(p, (row["_lo"], row["_hi"], 0))
         bounds[p] = (min(lo, row["_lo"]), max(hi, row["_hi"]), n + row["_n"])
-        if row["_kind"] & BAD_VALUE:
-            bad[p].append(BadRecord(row["_bad_offset"], f"value is not {source.value_format} of the declared "
-                                    "columns and types", row["_bad_raw"]))
-        if row["_kind"] & NO_KEY:
-            bad[p].append(BadRecord(row["_bad_offset"], "record has no key", row["_bad_raw"]))
-        if row["_kind"] & NO_TIME:
-            bad[p].append(BadRecord(row["_bad_offset"], "record has no event time: its timestamp is NULL, "
-                                    "before 1970 or beyond 2**56 ms (a windowed aggregation needs one)",
-                                    row["_bad_raw"]))
+        bad[p] += bad_records(row["_kind"], row["_bad_offset"], row["_bad_raw"], source)
     return {p: slice_type(lo, hi, count=n, bad=sorted(bad[p], key=lambda b: b.offset))
             for p, (lo, hi, n) in bounds.items()}
+
+
+def bad_records(kind: int, offset: int, raw: str | None, source: DataSource) -> list[BadRecord]:
+    """The processing-log entries of one record of ``kind`` (no entry for a GOOD or SKIPPED one)."""
+    out = []
+    if kind & BAD_VALUE:
+        out.append(BadRecord(offset, f"value is not {source.value_format} of the declared columns and types", raw))
+    if kind & NO_KEY:
+        out.append(BadRecord(offset, "record has no key", raw))
+    if kind & NO_TIME:
+        out.append(BadRecord(offset, "record has no event time: its timestamp is NULL, before 1970 or beyond 2**56 ms "
+                                     "(a windowed aggregation needs one)", raw))
+    return out
 
 
 def reduce_windowed(parsed: DataFrame, query: PersistentQuery, source: DataSource, sink: DataSource,
