@@ -102,6 +102,9 @@ def plan_lines(plan: QueryPlan, source: DataSource, sink: DataSource) -> list[st
                                           f"(table topic {plan.join.table.topic})"))
     if plan.join is not None and plan.join.where is not None:
         steps.append(f"[ FILTER ] | {plan.join.where}")
+    if plan.having is not None:  # over the aggregated rows, before the sink
+        steps.insert(1, f"[ HAVING ] | {plan.having} (a row that fails it is a tombstone in the sink, "
+                        "absent from pulls)")
     if plan.window is not None:
         steps.append(f"[ WINDOW ] | {plan.window.describe()} | Event time: {plan.event_time or 'ROWTIME'}")
     if plan.repartition:

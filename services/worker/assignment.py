@@ -17,17 +17,15 @@ from millpond.services.worker.spark import LazySession
 from millpond.services.worker.standby import StandbyReplica
 from millpond.services.worker.streams import StageStreams
 from millpond.services.worker.supervisor import QuerySupervisor
-from millpond.services.worker.task import AggregationTask, TableTask, Task, aggregate_rows
+from millpond.services.worker.task import AggregationTask, RowFn, TableTask, Task, group_rows
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.queries import PersistentQuery
 from millpond.shared.catalog.topology import stages
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import NotFoundError
-from millpond.shared.sql import aggregates
 from millpond.shared.task_status import StoreLag, TaskReport
 
 log = logging.getLogger(__name__)
-RowFn = Callable[[bytes, list[Any]], list[Any]]
 
 
 class TaskAssignment:
@@ -127,9 +125,7 @@ class TaskAssignment:
 
     def _row_function(self, query_id: str) -> RowFn:
         query = self.metastore.queries[query_id]
-        sink = self.metastore.source(query.sink)
-        aggs = [aggregates.require(a.function) for a in query.plan.aggregates]
-        return aggregate_rows(sink, aggs, query.plan.columns)
+        return group_rows(query, self.metastore.source(query.sink))
 
     def _standbys_to_run(self, wanted: dict[str, set[int]], wanted_standbys: set[tuple[str, int]]
                          ) -> set[tuple[str, int]]:

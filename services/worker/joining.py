@@ -38,10 +38,9 @@ from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.admin import committed_positions
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.kafka.serde import deserialize_key, deserialize_value, serialize_value
-from millpond.shared.sql import ast
 from millpond.shared.sql.expressions import evaluate
 from millpond.shared.sql.joins import ROWTIME, ResolvedJoin, joined, resolve_join
-from millpond.shared.sql.parser import parse_statement
+from millpond.shared.sql.parser import statement_query
 from millpond.shared.task_status import RESTORING
 from millpond.shared.teardown import bounded, gather_or_cancel
 
@@ -75,15 +74,6 @@ class TableRecord:
     timestamp: int
     key: bytes | None
     value: bytes | None
-
-
-def statement_query(statement: str) -> ast.Query:
-    """The SELECT of a persistent query's statement (CREATE ... AS SELECT, INSERT INTO ... SELECT)."""
-    parsed = parse_statement(statement)
-    query = getattr(parsed, "query", None)
-    if not isinstance(query, ast.Query):
-        raise MillpondError(f"not a persistent query's statement: {statement!r}")
-    return query
 
 
 class JoinTask(Task[JoinSlice]):

@@ -70,10 +70,10 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         copy = self.tables.local_table(request.table, request.partition, request.allow_standby,
                                        request.min_input_offset)
         state = copy.store.get(request.key)
-        if state is None:
+        row = None if state is None else copy.row(request.key, state)
+        if row is None:  # no state, or a row the table's HAVING drops
             return worker_pb2.LookupResponse(found=False, input_offset=copy.input_offset)
-        return worker_pb2.LookupResponse(found=True, row=row_to_proto(copy.row(request.key, state)),
-                                         input_offset=copy.input_offset)
+        return worker_pb2.LookupResponse(found=True, row=row_to_proto(row), input_offset=copy.input_offset)
 
     async def scan(self, request: worker_pb2.ScanPagesRequest) -> AsyncGenerator[worker_pb2.ScanPagesResponse, None]:
         """The result rows of local copies of the requested partitions under the request's

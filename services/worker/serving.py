@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from millpond.services.worker.assignment import RowFn, TaskAssignment
+from millpond.services.worker.assignment import TaskAssignment
 from millpond.services.worker.state.store import PartitionStore
-from millpond.services.worker.task import StoreTask
+from millpond.services.worker.task import RowFn, StoreTask
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.errors import LimitError, NotFoundError, StatementError, UnavailableError
 from millpond.shared.kafka.serde import window_key_bytes
@@ -95,7 +95,8 @@ async def scan(table: str, copy_of: Callable[[int], LocalCopy], partitions: Iter
                     f"a scan of {table} reads more than {max_rows} rows on one worker, the most a scan may "
                     "(the workers' max_scan_rows): add a LIMIT (without a WHERE it bounds the scan), look up "
                     "one key with WHERE <key column> = ..., or raise max_scan_rows")
-            rows = [copy.row(key, state) for key, state in items if width is None or len(key) == width]
+            rows = [row for key, state in items if (width is None or len(key) == width)
+                    and (row := copy.row(key, state)) is not None]
             if select is not None:
                 rows = [r for r in map(select, rows) if r is not None][:most - kept]
             kept += len(rows)

@@ -37,7 +37,7 @@ class StandbyReplica:
     """Keeps one partition of one query's table up to date from its changelog, until stopped."""
 
     def __init__(self, settings: WorkerSettings, query_id: str, partition: int,
-                 row: Callable[[bytes, list[Any]], list[Any]]):
+                 row: Callable[[bytes, list[Any]], list[Any] | None]):
         self.settings = settings
         self.query_id = query_id
         self.partition = partition

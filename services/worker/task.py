@@ -63,6 +63,9 @@ from millpond.shared.kafka.serde import (
     window_bounds,
 )
 from millpond.shared.sql import aggregates
+from millpond.shared.sql.expressions import evaluate
+from millpond.shared.sql.parser import statement_query
+from millpond.shared.sql.planner import having_over_result
 from millpond.shared.task_status import RESTORING, RUNNING, STARTING, StoreLag, TaskReport, now_ms
 from millpond.shared.teardown import bounded, gather_or_cancel, run_to_end
 
@@ -346,6 +349,31 @@ def store_path(settings: WorkerSettings, query_id: str, partition: int) -> Path:
     return partition_dir(settings.state_dir, settings.worker_id, query_id, partition)
 
 
+RowFn = Callable[[bytes, list[Any]], list[Any] | None]
+"""A table's row from a stored key and state; None when the row is not in the table (a
+GROUP BY row its HAVING drops)."""
+
+
+def group_rows(query: PersistentQuery, sink: DataSource) -> RowFn:
+    """A GROUP BY table's rows (``aggregate_rows``), without those its HAVING drops (a HAVING
+    that cannot be computed for a row drops it)."""
+    row = aggregate_rows(sink, [aggregates.require(a.function) for a in query.plan.aggregates], query.plan.columns)
+    having = having_over_result(statement_query(query.statement)) if query.plan.having is not None else None
+    if having is None:
+        return row
+    names = [c.name for c in sink.row_columns]
+
+    def kept(key: bytes, state: list[Any]) -> list[Any] | None:
+        values = row(key, state)
+        try:
+            passes = evaluate(having, dict(zip(names, values, strict=True))) is True
+        except (ArithmeticError, TypeError, ValueError):
+            passes = False
+        return values if passes else None
+
+    return kept
+
+
 def aggregate_rows(sink: DataSource, aggs: list[aggregates.Aggregate],
                    columns: Sequence[OutputColumn] = ()) -> Callable[[bytes, list[Any]], list[Any]]:
     """How a GROUP BY table's row (key column first, for a windowed table WINDOWSTART and
@@ -402,8 +430,9 @@ class StoreTask(Task[SliceT]):
         return store_path(self.settings, self.query.query_id, self.partition)
 
     @abstractmethod
-    def row(self, key: bytes, state: list[Any]) -> list[Any]:
-        """A table row, in the table's column order, from a stored state."""
+    def row(self, key: bytes, state: list[Any]) -> list[Any] | None:
+        """A table row, in the table's column order, from a stored state (None: not a row of
+        the table, as ``RowFn``)."""
 
 
 class AggregationTask(StoreTask[AggregateSlice]):
@@ -413,7 +442,7 @@ class AggregationTask(StoreTask[AggregateSlice]):
                  sink: DataSource, partition: int, stage: str = ""):
         super().__init__(settings, query, source, sink, partition, stage)
         self.aggregates = [aggregates.require(a.function) for a in query.plan.aggregates]
-        self._row = aggregate_rows(sink, self.aggregates, query.plan.columns)
+        self._row = group_rows(query, sink)
         self.changelog = TopicPartition(changelog_topic(settings.service_id, query.query_id), partition)
         self.changelog_position = 0
         """The next changelog offset the store reflects."""
@@ -480,8 +509,9 @@ class AggregationTask(StoreTask[AggregateSlice]):
             return partial
         return [agg.merge(o, n) for agg, o, n in zip(self.aggregates, old, partial, strict=True)]
 
-    def row(self, key: bytes, state: list[Any]) -> list[Any]:
-        """A table row (key column first, then the aggregates) from a stored state."""
+    def row(self, key: bytes, state: list[Any]) -> list[Any] | None:
+        """A table row (key column first, then the aggregates) from a stored state; None when
+        its HAVING drops it."""
         return self._row(key, state)
 
     async def commit(self, batch: AggregateSlice) -> bool:
@@ -520,10 +550,13 @@ class AggregationTask(StoreTask[AggregateSlice]):
         self._applied(batch, states)
         return True
 
-    def _sink_value(self, key: bytes, state: list[Any]) -> bytes:
-        """The sink record's value of a state: the row's value columns (they come last)."""
+    def _sink_value(self, key: bytes, state: list[Any]) -> bytes | None:
+        """The sink record's value of a state: the row's value columns (they come last); None
+        (a tombstone: the row left the table) when its HAVING drops it."""
         names = [c.name for c in self.sink.value_columns]
         row = self._row(key, state)
+        if row is None:
+            return None
         return serialize_value(names, row[len(row) - len(names):], self.sink.value_format, self.sink.value_delimiter)
 
     def _expired(self, batch: AggregateSlice, states: dict[bytes, list[Any]]) -> list[bytes]:

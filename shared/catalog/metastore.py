@@ -365,7 +365,7 @@ def _check_replacement(old: DataSource, new: DataSource) -> None:
         raise StatementError(f"CREATE OR REPLACE cannot change the formats of {old.name}")
 
 
-_UNSET_NEWER = ("window", "event_time", "timestamp_format", "join")
+_UNSET_NEWER = ("window", "event_time", "timestamp_format", "join", "having")
 """Fields added after the first release: unset, they stay out of the digest, so a definition
 that does not use them hashes as it did before they existed."""
 

@@ -73,6 +73,9 @@ class QueryPlan:
     event_time: str | None = None
     """Spark SQL giving a windowed aggregation's event time in epoch milliseconds (the
     source's TIMESTAMP column); None: the record's timestamp."""
+    having: str | None = None
+    """A GROUP BY's HAVING over the result row, for EXPLAIN; the workers evaluate it from the
+    statement (``millpond.shared.sql.planner.having_over_result``)."""
     join: JoinSpec | None = None
     """A join's table and naming. A join's column expressions and WHERE are evaluated by the
     task over the joined row, from the statement (``millpond.shared.sql.joins``)."""

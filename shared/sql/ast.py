@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 
@@ -212,6 +212,7 @@ class Query(Statement):
     window: Window | None = None
     emit_final: bool = False
     joins: tuple[Join, ...] = ()
+    having: Expr | None = None
 
 
 @dataclass(frozen=True)
@@ -308,6 +309,21 @@ class UnsetProperty(Statement):
     """``UNSET 'name'``."""
 
     name: str
+
+
+def replace_nodes(expr: Any, swap: Any) -> Any:
+    """``expr`` with every node for which ``swap(node)`` gives an expression replaced by it
+    (its children are not visited then); tuples of expressions are walked too."""
+    if isinstance(expr, tuple):
+        return tuple(replace_nodes(e, swap) for e in expr)
+    if not isinstance(expr, Expr):
+        return expr
+    swapped = swap(expr)
+    if swapped is not None:
+        return swapped
+    changes = {f.name: replace_nodes(getattr(expr, f.name), swap) for f in fields(expr)  # type: ignore[arg-type]
+               if f.name != "type"}
+    return replace(expr, **changes)  # type: ignore[type-var]
 
 
 # ---- rendering ----------------------------------------------------------------------------

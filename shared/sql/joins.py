@@ -12,7 +12,7 @@ they agree on every name. Pure functions, no I/O.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -219,15 +219,7 @@ def _unjoined(expr: ast.Expr, prefix: str) -> ast.Expr:
 
 def _map_columns(expr: Any, rename: Any) -> Any:
     """``expr`` with every column reference replaced by ``rename(reference)``."""
-    if isinstance(expr, ast.ColumnRef):
-        return rename(expr)
-    if isinstance(expr, tuple):
-        return tuple(_map_columns(e, rename) for e in expr)
-    if not isinstance(expr, ast.Expr):
-        return expr
-    changes = {f.name: _map_columns(getattr(expr, f.name), rename) for f in fields(expr)  # type: ignore[arg-type]
-               if f.name != "type"}
-    return replace(expr, **changes)  # type: ignore[type-var]
+    return ast.replace_nodes(expr, lambda node: rename(node) if isinstance(node, ast.ColumnRef) else None)
 
 
 def plan_stream_table_join(
@@ -235,8 +227,8 @@ def plan_stream_table_join(
 ) -> tuple[tuple[OutputColumn, ...], QueryPlan]:
     """The result columns and the plan of a persistent stream-table join into ``name``
     (``kind`` None for INSERT INTO); the caller makes the sink."""
-    if query.group_by or query.window is not None or query.partition_by is not None:
-        raise StatementError("GROUP BY, WINDOW and PARTITION BY over a join are not supported yet: create the "
+    if query.group_by or query.window is not None or query.partition_by is not None or query.having is not None:
+        raise StatementError("GROUP BY, HAVING, WINDOW and PARTITION BY over a join are not supported yet: create the "
                              "joined stream first (CREATE STREAM ... AS SELECT ... JOIN ...), then aggregate it")
     resolved = resolve_join(query, stream, table)
     if kind == "TABLE":

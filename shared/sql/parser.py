@@ -251,6 +251,9 @@ class _ToAst(Transformer[Token, Any]):
     def group_by(self, *exprs: ast.Expr) -> tuple[str, Any]:
         return ("group_by", tuple(exprs))
 
+    def having(self, expr: ast.Expr) -> tuple[str, Any]:
+        return ("having", expr)
+
     def partition_by(self, expr: ast.Expr) -> tuple[str, Any]:
         return ("partition_by", expr)
 
@@ -463,6 +466,14 @@ _LITERALS = _ToAst()
 def parse_statement(text: str) -> ast.Statement:
     """Parse exactly one statement (a trailing ``;`` is allowed)."""
     return only_statement(parse_script(text))
+
+
+def statement_query(statement: str) -> ast.Query:
+    """The SELECT of a persistent query's statement (CREATE ... AS SELECT, INSERT INTO ... SELECT)."""
+    query = getattr(parse_statement(statement), "query", None)
+    if not isinstance(query, ast.Query):
+        raise StatementError(f"not a persistent query's statement: {statement!r}")
+    return query
 
 
 def only_statement(statements: Sequence[ast.Statement]) -> ast.Statement:

@@ -129,8 +129,8 @@ def _expand(query: ast.Query, source: DataSource, columns: tuple[Column, ...] | 
 
 def plan_select(query: ast.Query, source: DataSource) -> SelectPlan:
     """Check a pull or push query; the result columns with their types."""
-    if query.group_by or query.partition_by is not None or query.window is not None:
-        raise StatementError("GROUP BY, WINDOW and PARTITION BY need a persistent query: "
+    if query.group_by or query.partition_by is not None or query.window is not None or query.having is not None:
+        raise StatementError("GROUP BY, HAVING, WINDOW and PARTITION BY need a persistent query: "
                              "CREATE TABLE|STREAM ... AS SELECT")
     if query.joins:
         raise StatementError("a join needs a persistent query: CREATE STREAM ... AS SELECT ... JOIN ..., then "
@@ -250,6 +250,9 @@ def plan_persistent(
         columns, plan = plan_stream_table_join(kind, name, query, source, joined[0], query_id)
         plan = replace(plan, event_time=event_time(source))
         return _result("STREAM", name, columns, plan, source, properties, query_id, target)
+    if query.having is not None and not query.group_by:
+        raise StatementError("HAVING needs GROUP BY: it keeps the groups of an aggregation whose aggregates pass it; "
+                             "use WHERE to filter records")
     if query.window is not None and not query.group_by:
         raise StatementError(f"WINDOW {query.window.kind} needs GROUP BY: a window groups the records of each key; "
                              "add GROUP BY <key>")
@@ -269,18 +272,19 @@ def plan_persistent(
     window = window_spec(query.window, source, query.emit_final) if query.window is not None else None
     if query.group_by:
         columns, key_expr, calls = _aggregation(name, query, source, scope)
+        having = _check_having(query, columns)
         plan_kind = (PlanKind.AGGREGATE if window is None else PlanKind.SESSION_AGGREGATE
                      if window.kind == "SESSION" else PlanKind.WINDOWED_AGGREGATE)
     else:
         columns, key_expr = _projection(name, query, source, scope)
-        calls = ()
+        calls, having = (), None
         plan_kind = PlanKind.PROJECT
     same_key = key_expr is None
     plan = QueryPlan(
         kind=plan_kind, source=source.name, sink=name, columns=columns, where=where,
         key_column=next((c.name for c in columns if c.key), None), key_expression=key_expr,
         repartition=not same_key or partitions != source.partitions, aggregates=calls, window=window,
-        event_time=event_time(source) if window is not None else None,
+        event_time=event_time(source) if window is not None else None, having=having,
     )
     return _result(result_kind, name, columns, plan, source, properties, query_id, target)
 
@@ -417,6 +421,51 @@ def _aggregation(
         raise _missing_key(name, "grouping expression", group)
     key_expr = None if _source_key_ref(group, source) else to_spark(group, scope)
     return _key_first(columns), key_expr, tuple(calls)
+
+
+def having_over_result(query: ast.Query) -> ast.Expr | None:
+    """A GROUP BY query's HAVING over its result row: each aggregate call and the GROUP BY
+    expression replaced by the result column that selects it (by name). What the planner
+    checks and what the workers evaluate on every row of the table, from the statement."""
+    if query.having is None:
+        return None
+    selected = {item.expr: output_name(item, i) for i, item in enumerate(query.items) if item.expr is not None}
+    group = query.group_by[0] if len(query.group_by) == 1 else None
+
+    def swap(node: ast.Expr) -> ast.Expr | None:
+        is_aggregate = isinstance(node, ast.Call) and aggregates.lookup(node.name) is not None
+        if (is_aggregate or node == group) and node in selected:
+            return ast.ColumnRef(selected[node])
+        return None
+
+    result: ast.Expr = ast.replace_nodes(query.having, swap)
+    return result
+
+
+def _check_having(query: ast.Query, columns: tuple[OutputColumn, ...]) -> str | None:
+    """HAVING checked over the result's columns: SQL text of it for EXPLAIN (None without one)."""
+    having = having_over_result(query)
+    if having is None:
+        return None
+    missing: list[ast.Expr] = []
+
+    def note(node: ast.Expr) -> ast.Expr | None:
+        if isinstance(node, ast.Call) and aggregates.lookup(node.name) is not None:
+            missing.append(node)
+            return node
+        return None
+
+    ast.replace_nodes(having, note)
+    if missing:
+        raise StatementError(f"HAVING uses {to_sql(missing[0])}, which the SELECT list does not compute; select it "
+                             f"too (SELECT ..., {to_sql(missing[0])} AS ...)")
+    scope = Scope("the result of the GROUP BY", {c.name: c.type for c in columns})
+    try:
+        check_condition(having, scope, "HAVING")
+    except NotFoundError as error:
+        raise StatementError(f"HAVING may use the GROUP BY expression and the aggregates of the SELECT list "
+                             f"({', '.join(c.name for c in columns)}): {error.message}") from None
+    return to_sql(having)
 
 
 def _projection(

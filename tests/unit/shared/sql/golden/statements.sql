@@ -142,6 +142,18 @@ INSERT INTO readings (ROWTIME, sensor, reading) VALUES (-1, 's9', 4);
 SELECT sensor, COUNT(*) FROM readings WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY sensor;
 SELECT * FROM per_minute EMIT FINAL;
 
+-- HAVING: the groups whose aggregates pass it (the others are tombstones in the sink, absent from pulls).
+EXPLAIN CREATE TABLE busy AS SELECT sensor, COUNT(*) AS n, AVG(reading) AS avg_reading FROM readings
+  GROUP BY sensor HAVING COUNT(*) > 10 AND AVG(reading) < 50.5;
+CREATE TABLE busy_areas AS SELECT area, COUNT(*) AS n FROM readings GROUP BY area HAVING area <> 'test' AND COUNT(*) > 1;
+CREATE TABLE busy_minutes AS SELECT sensor, COUNT(*) AS n FROM readings WINDOW TUMBLING (SIZE 1 MINUTE)
+  GROUP BY sensor HAVING COUNT(*) >= 2;
+CREATE TABLE h1 AS SELECT sensor, COUNT(*) AS n FROM readings GROUP BY sensor HAVING SUM(reading) > 1;
+CREATE TABLE h2 AS SELECT sensor, COUNT(*) AS n FROM readings GROUP BY sensor HAVING reading > 1;
+CREATE TABLE h3 AS SELECT sensor, reading FROM readings HAVING reading > 1;
+CREATE TABLE h4 AS SELECT sensor, COUNT(*) AS n FROM readings GROUP BY sensor HAVING COUNT(*);
+SELECT * FROM avg_readings HAVING n > 1;
+
 -- Stream-table joins: each reading with its sensor's row as of the reading.
 CREATE TABLE sensors (id VARCHAR PRIMARY KEY, site VARCHAR, area VARCHAR)
   WITH (kafka_topic='sensors', partitions=4, value_format='json');
