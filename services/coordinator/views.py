@@ -98,8 +98,8 @@ def plan_lines(plan: QueryPlan, source: DataSource, sink: DataSource) -> list[st
         key=plan.key_column,
         aggregates=", ".join(f"{a.column} = {a.function}({a.argument})" for a in plan.aggregates),
         columns=", ".join(f"{c.name} = {c.expression}" for c in plan.columns),
-        join="" if plan.join is None else f"{plan.join.type} JOIN {plan.join.table.name} ON {plan.join.condition} "
-                                          f"(table topic {plan.join.table.topic})"))
+        join="" if plan.join is None else ", ".join(
+            f"{t.type} JOIN {t.table.name} ON {t.condition} (table topic {t.table.topic})" for t in plan.join.tables)))
     if plan.join is not None and plan.join.where is not None:
         steps.append(f"[ FILTER ] | {plan.join.where}")
     if plan.having is not None:  # over the aggregated rows, before the sink

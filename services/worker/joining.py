@@ -1,5 +1,6 @@
 """A stream-table join's task: one partition of the stream joined with the same partition
-of the table, as Kafka Streams' ``KStream#join(KTable)`` and ksqlDB's stream-table joins.
+of the table (of each table, for a multi-way join on one stream expression), as Kafka
+Streams' ``KStream#join(KTable)`` and ksqlDB's stream-table joins.
 
 The table side is state: the task keeps the table partition's rows in a RocksDB store, read
 from the table's own topic (its changelog, as Kafka Streams' source tables), through a
@@ -11,8 +12,8 @@ record and a stream record of the same time: the table's first). Table records n
 the batch's stream records wait for later batches.
 
 Exactly once: a batch's results, its processing-log records and its stream offset go in one
-Kafka transaction, and the offset's commit metadata says how far the table was applied for
-it. Only after the commit do the table rows and both positions change, in one RocksDB write
+Kafka transaction, and the offset's commit metadata says how far each table was applied for
+it (a JSON list, one offset per table). Only after the commit do the table rows and both positions change, in one RocksDB write
 batch. A crash between the two leaves the store behind the committed offset; ``start``
 then applies the table's records up to the committed table position, so the next batch
 joins against exactly the table the committed output saw. A worker without the store (a
@@ -21,6 +22,7 @@ moved partition) rebuilds it from the table's topic the same way.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -31,7 +33,7 @@ from aiokafka.structs import OffsetAndMetadata
 
 from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore, encode_state
 from millpond.services.worker.task import BadRecord, BatchSlice, Task, store_path
-from millpond.shared.catalog.queries import PersistentQuery
+from millpond.shared.catalog.queries import JoinedTable, PersistentQuery
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError
@@ -45,8 +47,8 @@ from millpond.shared.task_status import RESTORING
 from millpond.shared.teardown import bounded, gather_or_cancel
 
 log = logging.getLogger(__name__)
-TABLE_OFFSET = b"table_offset"
-"""The next offset of the table's topic the store reflects."""
+TABLE_OFFSET = b"table_offset_"
+"""With the table's place among the JOINs: the next offset of its topic the store reflects."""
 FETCH_MS = 50
 """The longest one fetch of the table waits for records."""
 CATCH_UP_TIMEOUT_S = 60.0
@@ -76,134 +78,161 @@ class TableRecord:
     value: bytes | None
 
 
+class TableSide:
+    """One joined table's partition as a task reads it: its records fetched and not yet
+    applied, and its positions. Its rows live in the task's store under the key prefixed by
+    the table's place among the JOINs (one byte)."""
+
+    def __init__(self, index: int, joined_table: JoinedTable, partition: int):
+        self.index = index
+        self.prefix = bytes([index])
+        self.table = joined_table.table
+        self.inner = joined_table.type == "INNER"
+        self.input = TopicPartition(self.table.topic, partition)
+        key = self.table.key_column
+        assert key is not None
+        self.key = (joined(joined_table.prefix, key.name), key.type)
+        self.values = [(joined(joined_table.prefix, c.name), c.name, c.type) for c in self.table.value_columns]
+        self.position_name = TABLE_OFFSET + str(index).encode()
+        self.table_offset = 0
+        """The next table offset the store reflects."""
+        self.fetched_to = 0
+        """The next offset to fetch; every record below it is in the store or ``pending``."""
+        self.pending: list[TableRecord] = []
+        """Records fetched and not applied yet (newer than every stream record so far), in offset order."""
+
+    async def fetch(self, consumer: AIOKafkaConsumer) -> None:
+        batches = await consumer.getmany(self.input, timeout_ms=FETCH_MS, max_records=10_000)
+        records = batches.get(self.input, [])
+        self.pending += [TableRecord(r.offset, r.timestamp, r.key, r.value) for r in records]
+        last = records[-1].offset + 1 if records else 0
+        # An empty fetch may still move past transaction markers.
+        self.fetched_to = max(self.fetched_to, last, await consumer.position(self.input))
+
+    async def catch_up(self, consumer: AIOKafkaConsumer, end: int) -> None:
+        """Fetch up to ``end`` (the partition's last stable offset when the batch began)."""
+        deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
+        while self.fetched_to < end:
+            if time.monotonic() > deadline:
+                raise TableBehind(f"the table {self.table.name}'s partition {self.input.partition} was read to "
+                                  f"{self.fetched_to} of {end} in {CATCH_UP_TIMEOUT_S} s")
+            await self.fetch(consumer)
+
+    def apply(self, record: TableRecord, overlay: dict[bytes, list[Any] | None], bad: list[BadRecord]) -> None:
+        """One table record into ``overlay`` (a NULL value deletes its key's row; a value that
+        does not decode changes nothing and goes to the processing log)."""
+        if record.key is None:
+            return
+        if record.value is None:
+            overlay[self.prefix + record.key] = None
+            return
+        try:
+            row = deserialize_value([(n, t) for _, n, t in self.values], record.value,
+                                    self.table.value_format, self.table.value_delimiter)
+        except ValueError as error:
+            bad.append(BadRecord(record.offset, f"table value is not {self.table.value_format} of the declared "
+                                 f"columns and types: {error}", record.value.decode(errors="replace")))
+            return
+        overlay[self.prefix + record.key] = [row[n] for _, n, _ in self.values]
+
+    def into(self, row: dict[str, Any], key: bytes, table_row: list[Any] | None) -> None:
+        """The table's columns of the joined row (NULLs when the table has no row for the key)."""
+        name, type_ = self.key
+        row[name] = None if table_row is None else deserialize_key(key, type_)
+        for (column, _, _), value in zip(self.values, table_row or [None] * len(self.values), strict=True):
+            row[column] = value
+
+
 class JoinTask(Task[JoinSlice]):
-    """Joins one partition of a stream with the same partition of a table (see the module)."""
+    """Joins one partition of a stream with the same partition of each table (see the module)."""
 
     def __init__(self, settings: WorkerSettings, query: PersistentQuery, source: DataSource,
                  sink: DataSource, partition: int, stage: str = ""):
         super().__init__(settings, query, source, sink, partition, stage)
         spec = query.plan.join
         assert spec is not None
-        self.table: DataSource = spec.table
-        self.inner = spec.type == "INNER"
-        self.resolved: ResolvedJoin = resolve_join(statement_query(query.statement), spec.stream, spec.table)
-        self.table_input = TopicPartition(spec.table.topic, partition)
+        self.resolved: ResolvedJoin = resolve_join(statement_query(query.statement), spec.stream,
+                                                   tuple(t.table for t in spec.tables))
+        self.sides = [TableSide(i, t, partition) for i, t in enumerate(spec.tables)]
         self.stream_names = ResolvedJoin.names(spec.stream_prefix, spec.stream)
         self.rowtime = None if ROWTIME in spec.stream.schema else joined(spec.stream_prefix, ROWTIME)
-        key = spec.table.key_column
-        assert key is not None
-        self.table_key = (joined(spec.table_prefix, key.name), key.type)
-        self.table_values = [(joined(spec.table_prefix, c.name), c.name, c.type) for c in spec.table.value_columns]
         self.value_items = [i for i in range(len(self.resolved.items)) if i != self.resolved.key_item]
         self.value_names = [c.name for c in sink.value_columns]
         self.consumer: AIOKafkaConsumer | None = None
-        self.table_offset = 0
-        """The next table offset the store reflects."""
-        self.fetched_to = 0
-        """The next table offset to fetch; every record below it is in the store or ``pending``."""
-        self.pending: list[TableRecord] = []
-        """Table records fetched and not applied yet (newer than every stream record so far), in offset order."""
 
     async def start(self) -> None:
-        """Open the store, fence any older owner and bring the store to the table position the
+        """Open the store, fence any older owner and bring the store to the table positions the
         committed stream offset was joined against (see the module)."""
         self.store = PartitionStore(store_path(self.settings, self.query.query_id, self.partition))
         self.consumer = AIOKafkaConsumer(**self.settings.kafka.client_args(), isolation_level="read_committed",
                                          enable_auto_commit=False, fetch_max_wait_ms=25,
                                          auto_offset_reset="earliest")
         await gather_or_cancel(self._open_producer(), self.consumer.start())
-        self.consumer.assign([self.table_input])
+        self.consumer.assign([side.input for side in self.sides])
         # Fenced: the committed position is final.
         committed = (await committed_positions(self.settings.kafka, self.group, [self.input])).get(self.input)
         stored = self.store.position(INPUT_OFFSET)
-        self.table_offset = self.fetched_to = self.store.position(TABLE_OFFSET) or 0
-        self.consumer.seek(self.table_input, self.table_offset)
+        for side in self.sides:
+            side.table_offset = side.fetched_to = self.store.position(side.position_name) or 0
+            self.consumer.seek(side.input, side.table_offset)
         if committed is not None and (stored is None or stored < committed[0]):
-            target = int(committed[1]) if committed[1] else self.table_offset
-            self.state, self.records_to_restore = RESTORING, max(target - self.table_offset, 0)
+            targets = json.loads(committed[1]) if committed[1] else [s.table_offset for s in self.sides]
             started = time.monotonic()
-            while self.fetched_to < target:
-                await self._fetch()
-            applied = [r for r in self.pending if r.offset < target]
-            self.pending = self.pending[len(applied):]
+            self.state = RESTORING
+            self.records_to_restore = sum(max(t - s.table_offset, 0) for s, t in zip(self.sides, targets, strict=True))
             overlay: dict[bytes, list[Any] | None] = {}
-            for record in applied:
-                self._apply(record, overlay, [])
-            self._write(overlay, committed[0], target)
-            self.restored_records = len(applied)
-            log.info("join table restored", extra={"query": self.query.query_id, "partition": self.partition,
-                                                   "restored": len(applied), "table_offset": target,
-                                                   "seconds": round(time.monotonic() - started, 3)})
+            for side, target in zip(self.sides, targets, strict=True):
+                while side.fetched_to < target:
+                    await side.fetch(self.consumer)
+                applied = [r for r in side.pending if r.offset < target]
+                side.pending = side.pending[len(applied):]
+                for record in applied:
+                    side.apply(record, overlay, [])
+                self.restored_records += len(applied)
+            self._write(overlay, committed[0], targets)
+            log.info("join tables restored", extra={"query": self.query.query_id, "partition": self.partition,
+                                                    "restored": self.restored_records, "table_offsets": targets,
+                                                    "seconds": round(time.monotonic() - started, 3)})
         self.next_input_offset = self.start_input_offset = await self._starting_offset()
         log.info("task started", extra={"query": self.query.query_id, "partition": self.partition,
-                                        "input_offset": self.next_input_offset, "table_offset": self.table_offset})
+                                        "input_offset": self.next_input_offset,
+                                        "table_offsets": [s.table_offset for s in self.sides]})
 
-    async def _fetch(self) -> None:
-        assert self.consumer is not None
-        batches = await self.consumer.getmany(self.table_input, timeout_ms=FETCH_MS, max_records=10_000)
-        records = batches.get(self.table_input, [])
-        self.pending += [TableRecord(r.offset, r.timestamp, r.key, r.value) for r in records]
-        last = records[-1].offset + 1 if records else 0
-        # An empty fetch may still move past transaction markers.
-        self.fetched_to = max(self.fetched_to, last, await self.consumer.position(self.table_input))
-
-    async def _catch_up(self) -> None:
-        """Fetch the table's partition up to its end now (its last stable offset)."""
-        assert self.consumer is not None
-        end = (await self.consumer.end_offsets([self.table_input]))[self.table_input]
-        deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
-        while self.fetched_to < end:
-            if time.monotonic() > deadline:
-                raise TableBehind(f"the table {self.table.name}'s partition {self.partition} was read to "
-                                  f"{self.fetched_to} of {end} in {CATCH_UP_TIMEOUT_S} s")
-            await self._fetch()
-
-    def _apply(self, record: TableRecord, overlay: dict[bytes, list[Any] | None], bad: list[BadRecord]) -> None:
-        """One table record into ``overlay`` (a NULL value deletes its key's row; a value that
-        does not decode changes nothing and goes to the processing log)."""
-        if record.key is None:
-            return
-        if record.value is None:
-            overlay[record.key] = None
-            return
-        try:
-            row = deserialize_value([(n, t) for _, n, t in self.table_values], record.value,
-                                    self.table.value_format, self.table.value_delimiter)
-        except ValueError as error:
-            bad.append(BadRecord(record.offset, f"table value is not {self.table.value_format} of the declared "
-                                 f"columns and types: {error}", record.value.decode(errors="replace")))
-            return
-        overlay[record.key] = [row[n] for _, n, _ in self.table_values]
-
-    def _joined_row(self, key: bytes, time_ms: int, values: list[Any], table_row: list[Any] | None) -> dict[str, Any]:
+    def _joined_row(self, key: bytes, time_ms: int, values: list[Any],
+                    table_rows: list[list[Any] | None]) -> dict[str, Any]:
         row = dict(zip(self.stream_names, values, strict=True))
         if self.rowtime is not None:
             row[self.rowtime] = time_ms
-        name, type_ = self.table_key
-        row[name] = None if table_row is None else deserialize_key(key, type_)
-        for (column, _, _), value in zip(self.table_values, table_row or [None] * len(self.table_values), strict=True):
-            row[column] = value
+        for side, table_row in zip(self.sides, table_rows, strict=True):
+            side.into(row, key, table_row)
         return row
 
     async def commit(self, batch: JoinSlice) -> bool:
-        """Join one micro-batch slice with the table, exactly once; False when it was applied before."""
-        assert self.store is not None and self.producer is not None
+        """Join one micro-batch slice with the tables, exactly once; False when it was applied before."""
+        assert self.store is not None and self.producer is not None and self.consumer is not None
         if self.applied(batch):
             return False
-        await self._catch_up()
+        ends = await self.consumer.end_offsets([side.input for side in self.sides])
+        for side in self.sides:
+            await side.catch_up(self.consumer, ends[side.input])
         overlay: dict[bytes, list[Any] | None] = {}
-        bad, table_bad = list(batch.bad), list[BadRecord]()
+        bad, table_bad = list(batch.bad), [list[BadRecord]() for _ in self.sides]
         results: list[tuple[bytes, bytes, int]] = []
-        pending, applied = self.pending, 0
-        where, items = self.resolved.where, self.resolved.items
+        applied = [0] * len(self.sides)
+        where, items, store = self.resolved.where, self.resolved.items, self.store
         for offset, key, time_ms, values in batch.records:
-            while applied < len(pending) and pending[applied].timestamp <= time_ms:
-                self._apply(pending[applied], overlay, table_bad)
-                applied += 1
-            table_row = overlay[key] if key in overlay else self.store.get(key)
-            if table_row is None and self.inner:
+            table_rows: list[list[Any] | None] = []
+            for side in self.sides:
+                pending, done = side.pending, applied[side.index]
+                while done < len(pending) and pending[done].timestamp <= time_ms:
+                    side.apply(pending[done], overlay, table_bad[side.index])
+                    done += 1
+                applied[side.index] = done
+                stored = side.prefix + key
+                table_rows.append(overlay[stored] if stored in overlay else store.get(stored))
+            if any(r is None and side.inner for r, side in zip(table_rows, self.sides, strict=True)):
                 continue
-            row = self._joined_row(key, time_ms, values, table_row)
+            row = self._joined_row(key, time_ms, values, table_rows)
             try:
                 if where is not None and evaluate(where, row) is not True:
                     continue
@@ -214,27 +243,33 @@ class JoinTask(Task[JoinSlice]):
             value = serialize_value(self.value_names, [result[i] for i in self.value_items],
                                     self.sink.value_format, self.sink.value_delimiter)
             results.append((key, value, time_ms))
-        table_offset = pending[applied].offset if applied < len(pending) else self.fetched_to
+        table_offsets = [side.pending[done].offset if done < len(side.pending) else side.fetched_to
+                         for side, done in zip(self.sides, applied, strict=True)]
         async with self._transaction():
             for key, value, time_ms in results:
                 await self._send(self.sink.topic, value, key, partition_for(key, self.sink.partitions),
                                  timestamp_ms=time_ms)
             await self._send_bad(sorted(bad, key=lambda b: b.offset))
-            await self._send_bad(table_bad, self.table_input)
+            for side in self.sides:
+                await self._send_bad(table_bad[side.index], side.input)
             await self.producer.send_offsets_to_transaction(
-                {self.input: OffsetAndMetadata(batch.last_offset + 1, str(table_offset))}, self.group)
-        self._write(overlay, batch.last_offset + 1, table_offset)
-        del self.pending[:applied]
+                {self.input: OffsetAndMetadata(batch.last_offset + 1, json.dumps(table_offsets))}, self.group)
+        self._write(overlay, batch.last_offset + 1, table_offsets)
+        for side, done in zip(self.sides, applied, strict=True):
+            del side.pending[:done]
         self.next_input_offset = batch.last_offset + 1
         return True
 
-    def _write(self, overlay: dict[bytes, list[Any] | None], input_offset: int, table_offset: int) -> None:
-        """The table rows and both positions, in one RocksDB write batch."""
+    def _write(self, overlay: dict[bytes, list[Any] | None], input_offset: int, table_offsets: list[int]) -> None:
+        """The tables' rows and every position, in one RocksDB write batch."""
         assert self.store is not None
         rows = {key: encode_state(row) for key, row in overlay.items() if row is not None}
         deleted = [key for key, row in overlay.items() if row is None]
-        self.store.write(rows, {INPUT_OFFSET: input_offset, TABLE_OFFSET: table_offset}, deleted)
-        self.table_offset = table_offset
+        positions = {INPUT_OFFSET: input_offset,
+                     **{side.position_name: offset for side, offset in zip(self.sides, table_offsets, strict=True)}}
+        self.store.write(rows, positions, deleted)
+        for side, offset in zip(self.sides, table_offsets, strict=True):
+            side.table_offset = offset
 
     async def _close(self) -> None:
         try:

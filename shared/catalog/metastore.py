@@ -103,7 +103,8 @@ class Metastore:
     def readers(self, name: str) -> list[str]:
         """Ids of the queries that read ``name``."""
         return sorted(q.query_id for q in self.queries.values()
-                      if q.source == name or (q.plan.join is not None and q.plan.join.table.name == name))
+                      if q.source == name or (q.plan.join is not None
+                                              and any(t.table.name == name for t in q.plan.join.tables)))
 
     def writers(self, name: str) -> list[str]:
         """Ids of the queries that write ``name``."""

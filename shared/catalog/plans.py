@@ -71,6 +71,6 @@ PLAN_SPECS: dict[PlanKind, PlanSpec] = {
         explain="[ MATERIALIZE ] | Latest row per key {key} | State: RocksDB, rebuilt from the source topic"),
     PlanKind.STREAM_TABLE_JOIN: PlanSpec(
         changelog=False, repartition_topic=True,
-        explain="[ JOIN ] | {join} | {columns} | State: the table's rows in RocksDB, rebuilt from its topic"),
+        explain="[ JOIN ] | {join} | {columns} | State: each table's rows in RocksDB, rebuilt from its topic"),
 }
 """Every plan kind's needs, one row per kind."""

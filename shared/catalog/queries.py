@@ -34,21 +34,28 @@ class AggregateCall:
 
 
 @dataclass(frozen=True)
-class JoinSpec:
-    """A stream-table join: both sides as they were when the query was planned, and how
-    each side's columns are named in the joined row (``<prefix>_<column>``)."""
+class JoinedTable:
+    """One table a stream joins: as it was when the query was planned, and the name its
+    columns take in the joined row (``<prefix>_<column>``)."""
 
     type: str
     """INNER or LEFT."""
-    stream: DataSource
     table: DataSource
-    stream_prefix: str
-    table_prefix: str
+    prefix: str
     condition: str
     """The ON condition (``side.column``), for EXPLAIN."""
+
+
+@dataclass(frozen=True)
+class JoinSpec:
+    """A stream-table join: the stream as it was when the query was planned, its prefix in
+    the joined row, and the tables it joins, in order (all on the same stream expression)."""
+
+    stream: DataSource
+    stream_prefix: str
+    tables: tuple[JoinedTable, ...]
     where: str | None = None
     """The WHERE (``side.column``), for EXPLAIN: the task evaluates it over the joined row."""
-    """The ON condition as written, for EXPLAIN."""
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from functools import partial
 from typing import Any
 
 from millpond.shared.catalog.plans import PlanKind
-from millpond.shared.catalog.queries import JoinSpec, OutputColumn, QueryPlan
+from millpond.shared.catalog.queries import JoinedTable, JoinSpec, OutputColumn, QueryPlan
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.errors import NotFoundError, StatementError
 from millpond.shared.sql import ast
@@ -35,27 +35,27 @@ class ResolvedJoin:
     """A join query with every column reference named in the joined row."""
 
     stream_prefix: str
-    table_prefix: str
+    table_prefixes: tuple[str, ...]
+    """Each joined table's prefix, in the order of the JOINs."""
     scope: Scope
-    """The joined row's columns: the stream's (and its ROWTIME), then the table's."""
+    """The joined row's columns: the stream's (and its ROWTIME), then each table's."""
     items: tuple[tuple[str, ast.Expr], ...]
     """The SELECT list with ``*`` expanded: (output name, expression over the joined row)."""
     where: ast.Expr | None
     stream_key: ast.Expr
-    """The ON condition's stream side, over the joined row."""
+    """The ON conditions' stream side (the same in every JOIN), over the joined row."""
     stream_key_spark: str
     """The same over the stream's own columns, as Spark SQL (what a repartition keys by)."""
-    table_key: str
-    """The table's PRIMARY KEY column in the joined row."""
+    table_keys: tuple[str, ...]
+    """Each table's PRIMARY KEY column in the joined row."""
     key_item: int
-    """Which SELECT item is the result's key (the join expression of either side)."""
-
-    condition: ast.Expr
-    """The ON condition over the joined row."""
+    """Which SELECT item is the result's key (the join expression of any side)."""
+    conditions: tuple[ast.Expr, ...]
+    """Each JOIN's ON condition over the joined row."""
 
     def shown(self, expr: ast.Expr) -> str:
         """An expression over the joined row as SQL text (``side.column``)."""
-        return qualified(expr, (self.stream_prefix, self.table_prefix))
+        return qualified(expr, (self.stream_prefix, *self.table_prefixes))
 
     @staticmethod
     def names(prefix: str, side: DataSource) -> list[str]:
@@ -68,82 +68,95 @@ def joined(prefix: str, column: str) -> str:
     return f"{prefix}_{column}"
 
 
-def _sides(query: ast.Query, stream: DataSource, table: DataSource) -> tuple[ast.Join, str, str]:
-    """The one join of ``query`` and each side's prefix, with ksqlDB's checks of the shape."""
-    if len(query.joins) > 1:
-        raise StatementError(f"a query may join two sources; this one joins {len(query.joins) + 1} "
-                             "(joins of three or more sources are not supported yet): join two first, then join "
-                             "that result with the next")
-    (join,) = query.joins
-    if stream.kind == "TABLE" and table.kind == "STREAM":
-        raise StatementError(f"invalid join order: {stream.name} is a TABLE and {table.name} a STREAM; "
-                             f"a stream-table join reads the stream first: FROM {table.name} JOIN {stream.name}")
-    if stream.kind == "STREAM" and table.kind == "STREAM":
-        if join.within is None:
-            raise StatementError(f"stream-stream joins need a join window: add WITHIN <duration> before ON "
-                                 f"({stream.name} and {table.name} are both streams)")
-        raise StatementError("stream-stream joins (WITHIN) are not supported yet; join a stream with a table")
-    if stream.kind == "TABLE":
-        raise StatementError("table-table joins are not supported yet; join a stream with a table")
-    if join.within is not None:
-        raise StatementError(f"WITHIN applies to stream-stream joins; {table.name} is a TABLE, whose current row "
-                             "each record joins: remove WITHIN")
-    if join.kind not in STREAM_TABLE_TYPES:
-        raise StatementError(f"{join.kind} OUTER joins between a stream and a table are not supported (as ksqlDB); "
-                             "use INNER or LEFT JOIN")
-    if table.window is not None:
-        raise StatementError(f"{table.name} is a windowed table; joining a windowed table is not supported")
-    stream_prefix, table_prefix = query.alias or stream.name, join.alias or table.name
-    if stream_prefix == table_prefix:
-        raise StatementError(f"both sides of the join are named {stream_prefix}; give one an alias "
-                             f"(FROM {stream.name} a JOIN {table.name} b ...)")
-    return join, stream_prefix, table_prefix
+def _sides(query: ast.Query, stream: DataSource, tables: tuple[DataSource, ...]) -> tuple[str, tuple[str, ...]]:
+    """Each side's prefix, with ksqlDB's checks of the join's shape."""
+    if len(tables) != len(query.joins):
+        raise StatementError("every JOIN needs the source it names")
+    for join, table in zip(query.joins, tables, strict=True):
+        if stream.kind == "TABLE" and table.kind == "STREAM":
+            raise StatementError(f"invalid join order: {stream.name} is a TABLE and {table.name} a STREAM; "
+                                 f"a stream-table join reads the stream first: FROM {table.name} JOIN {stream.name}")
+        if stream.kind == "STREAM" and table.kind == "STREAM":
+            if join.within is None:
+                raise StatementError(f"stream-stream joins need a join window: add WITHIN <duration> before ON "
+                                     f"({stream.name} and {table.name} are both streams)")
+            raise StatementError("stream-stream joins (WITHIN) are not supported yet; join a stream with a table")
+        if stream.kind == "TABLE":
+            raise StatementError("table-table joins are not supported yet; join a stream with a table")
+        if join.within is not None:
+            raise StatementError(f"WITHIN applies to stream-stream joins; {table.name} is a TABLE, whose current row "
+                                 "each record joins: remove WITHIN")
+        if join.kind not in STREAM_TABLE_TYPES:
+            raise StatementError(f"{join.kind} OUTER joins between a stream and a table are not supported (as "
+                                 "ksqlDB); use INNER or LEFT JOIN")
+        if table.window is not None:
+            raise StatementError(f"{table.name} is a windowed table; joining a windowed table is not supported")
+    stream_prefix = query.alias or stream.name
+    prefixes = tuple(join.alias or table.name for join, table in zip(query.joins, tables, strict=True))
+    named = [stream_prefix, *prefixes]
+    for prefix in named:
+        if named.count(prefix) > 1:
+            raise StatementError(f"two sides of the join are named {prefix}; give each an alias of its own "
+                                 f"(FROM {stream.name} a JOIN {tables[0].name} b ...)")
+    return stream_prefix, prefixes
 
 
-def resolve_join(query: ast.Query, stream: DataSource, table: DataSource) -> ResolvedJoin:
-    """``query``'s join checked and its columns named in the joined row (see the module)."""
-    join, stream_prefix, table_prefix = _sides(query, stream, table)
+def resolve_join(query: ast.Query, stream: DataSource, tables: tuple[DataSource, ...]) -> ResolvedJoin:
+    """``query``'s joins checked and its columns named in the joined row (see the module)."""
+    stream_prefix, prefixes = _sides(query, stream, tables)
     stream_columns = {c.name: c.type for c in stream.columns}
     if ROWTIME not in stream_columns:
         stream_columns[ROWTIME] = SqlType("BIGINT")
-    table_columns = {c.name: c.type for c in table.columns}
-    sides = ((stream_prefix, stream.name, stream_columns), (table_prefix, table.name, table_columns))
+    sides = ((stream_prefix, stream.name, stream_columns),
+             *((prefix, table.name, {c.name: c.type for c in table.columns})
+               for prefix, table in zip(prefixes, tables, strict=True)))
     schema = {joined(prefix, name): type_ for prefix, _, columns in sides for name, type_ in columns.items()}
-    scope = Scope(f"{stream.name} JOIN {table.name}", schema)
+    scope = Scope(" JOIN ".join(side[1] for side in sides), schema)
+    shown = partial(qualified, prefixes=(stream_prefix, *prefixes))
 
     def name_of(ref: ast.ColumnRef) -> ast.ColumnRef:
         if ref.qualifier is not None:
             side = next((s for s in sides if ref.qualifier in (s[0], s[1])), None)
             if side is None:
-                raise NotFoundError(f"{ref.qualifier}.{ref.name}: the query joins {stream_prefix} and "
-                                    f"{table_prefix}, not {ref.qualifier}")
+                raise NotFoundError(f"{ref.qualifier}.{ref.name}: the query joins "
+                                    f"{', '.join(s[0] for s in sides)}, not {ref.qualifier}")
             if ref.name not in side[2]:
                 raise NotFoundError(f"column {ref.qualifier}.{ref.name} does not exist; {side[1]}'s columns are "
                                     f"{', '.join(c for c in side[2] if c != ROWTIME)}")
             return ast.ColumnRef(joined(side[0], ref.name))
         found = [s for s in sides if ref.name in s[2]]
-        if ref.name == ROWTIME and ROWTIME not in table_columns:
+        if ref.name == ROWTIME:
             found = found[:1]  # the stream record's time: table rows keep none
         if len(found) > 1:
-            raise StatementError(f"column {ref.name} is ambiguous: both {stream_prefix} and {table_prefix} have it; "
-                                 f"qualify it ({stream_prefix}.{ref.name} or {table_prefix}.{ref.name})")
+            raise StatementError(f"column {ref.name} is ambiguous: {' and '.join(s[0] for s in found)} have it; "
+                                 f"qualify it ({' or '.join(f'{s[0]}.{ref.name}' for s in found)})")
         if not found:
-            raise NotFoundError(f"column {ref.name} does not exist in {stream.name} or {table.name}")
+            raise NotFoundError(f"column {ref.name} does not exist in {' or '.join(s[1] for s in sides)}")
         return ast.ColumnRef(joined(found[0][0], ref.name))
 
-    condition = _map_columns(join.on, name_of)
-    shown = partial(qualified, prefixes=(stream_prefix, table_prefix))
-    stream_key, table_key = _condition(condition, shown, stream_prefix, table_prefix, stream, table)
-    left_type, right_type = check(stream_key, scope), schema[table_key]
-    if left_type != right_type:
-        raise StatementError(f"invalid join condition {shown(condition)}: the two sides must have the same type; "
-                             f"{shown(stream_key)} is {left_type} and {shown(ast.ColumnRef(table_key))} is "
-                             f"{right_type}: CAST one side")
+    conditions, table_keys = [], []
+    stream_key: ast.Expr | None = None
+    for join, table, prefix in zip(query.joins, tables, prefixes, strict=True):
+        condition = _map_columns(join.on, name_of)
+        this_key, table_key = _condition(condition, shown, stream_prefix, prefix, stream, table)
+        left_type, right_type = check(this_key, scope), schema[table_key]
+        if left_type != right_type:
+            raise StatementError(f"invalid join condition {shown(condition)}: the two sides must have the same "
+                                 f"type; {shown(this_key)} is {left_type} and {shown(ast.ColumnRef(table_key))} is "
+                                 f"{right_type}: CAST one side")
+        if stream_key is not None and this_key != stream_key:
+            raise StatementError(f"invalid join condition {shown(condition)}: every JOIN of a query must match "
+                                 f"the same expression of {stream.name} ({shown(stream_key)}); joining on another "
+                                 "needs a repartition between the joins, which is not supported yet")
+        stream_key = this_key
+        conditions.append(condition)
+        table_keys.append(table_key)
+    assert stream_key is not None
     items: list[tuple[str, ast.Expr]] = []
     for index, item in enumerate(query.items):
         if item.is_star:
-            items += [(name, ast.ColumnRef(name)) for name in (*ResolvedJoin.names(stream_prefix, stream),
-                                                                 *ResolvedJoin.names(table_prefix, table))]
+            items += [(name, ast.ColumnRef(name)) for prefix, side in ((stream_prefix, stream), *zip(prefixes, tables, strict=True))
+                      for name in ResolvedJoin.names(prefix, side)]
         else:
             assert item.expr is not None
             items.append((output_name(item, index), _map_columns(item.expr, name_of)))
@@ -157,14 +170,15 @@ def resolve_join(query: ast.Query, stream: DataSource, table: DataSource) -> Res
     if query.where is not None:
         where = _map_columns(query.where, name_of)
         check_condition(where, scope, "WHERE")
-    table_key_ref = ast.ColumnRef(table_key)
-    key_item = next((i for i, (_, e) in enumerate(items) if e in (stream_key, table_key_ref)), None)
+    keys = (stream_key, *(ast.ColumnRef(k) for k in table_keys))
+    key_item = next((i for i, (_, e) in enumerate(items) if e in keys), None)
     if key_item is None:
         raise StatementError(f"key missing from projection: a join's result is keyed by its join expression; "
                              f"select {shown(stream_key)} (for example SELECT {shown(stream_key)}, ...)")
     stream_scope = Scope(stream.name, stream_columns)
-    return ResolvedJoin(stream_prefix, table_prefix, scope, tuple(items), where, stream_key,
-                        to_spark(_unjoined(stream_key, stream_prefix), stream_scope), table_key, key_item, condition)
+    return ResolvedJoin(stream_prefix, prefixes, scope, tuple(items), where, stream_key,
+                        to_spark(_unjoined(stream_key, stream_prefix), stream_scope), tuple(table_keys), key_item,
+                        tuple(conditions))
 
 
 def qualified(expr: ast.Expr, prefixes: tuple[str, ...]) -> str:
@@ -223,24 +237,25 @@ def _map_columns(expr: Any, rename: Any) -> Any:
 
 
 def plan_stream_table_join(
-    kind: str | None, name: str, query: ast.Query, stream: DataSource, table: DataSource, query_id: str,
+    kind: str | None, name: str, query: ast.Query, stream: DataSource, tables: tuple[DataSource, ...], query_id: str,
 ) -> tuple[tuple[OutputColumn, ...], QueryPlan]:
     """The result columns and the plan of a persistent stream-table join into ``name``
     (``kind`` None for INSERT INTO); the caller makes the sink."""
     if query.group_by or query.window is not None or query.partition_by is not None or query.having is not None:
         raise StatementError("GROUP BY, HAVING, WINDOW and PARTITION BY over a join are not supported yet: create the "
                              "joined stream first (CREATE STREAM ... AS SELECT ... JOIN ...), then aggregate it")
-    resolved = resolve_join(query, stream, table)
+    resolved = resolve_join(query, stream, tables)
     if kind == "TABLE":
         raise StatementError("invalid result type: a stream-table join produces a STREAM; "
                              "use CREATE STREAM AS SELECT")
-    if stream.partitions != table.partitions:
-        raise StatementError(f"Can't join {stream.name} with {table.name} since the number of partitions don't "
-                             f"match. {stream.name} partitions = {stream.partitions}; {table.name} partitions = "
-                             f"{table.partitions}. Please repartition either one so that the number of partitions "
-                             "match.")
-    if stream.key_format != table.key_format:
-        raise StatementError(f"{stream.name} and {table.name} must have the same KEY_FORMAT to be joined")
+    for table in tables:
+        if stream.partitions != table.partitions:
+            raise StatementError(f"Can't join {stream.name} with {table.name} since the number of partitions don't "
+                                 f"match. {stream.name} partitions = {stream.partitions}; {table.name} partitions = "
+                                 f"{table.partitions}. Please repartition either one so that the number of "
+                                 "partitions match.")
+        if stream.key_format != table.key_format:
+            raise StatementError(f"{stream.name} and {table.name} must have the same KEY_FORMAT to be joined")
     columns = []
     for index, (out, expr) in enumerate(resolved.items):
         columns.append(OutputColumn(out, check(expr, resolved.scope), resolved.shown(expr),
@@ -249,14 +264,13 @@ def plan_stream_table_join(
                            and resolved.stream_key == ast.ColumnRef(joined(resolved.stream_prefix,
                                                                            stream.key_column.name)))
     key_expression = None if keyed_by_stream_key else resolved.stream_key_spark
-    join = query.joins[0]
-    spec = JoinSpec(join.kind, stream, table, resolved.stream_prefix, resolved.table_prefix,
-                    resolved.shown(resolved.condition),
+    joined_tables = tuple(JoinedTable(join.kind, table, prefix, resolved.shown(condition))
+                          for join, table, prefix, condition in zip(query.joins, tables, resolved.table_prefixes,
+                                                                    resolved.conditions, strict=True))
+    spec = JoinSpec(stream, resolved.stream_prefix, joined_tables,
                     None if resolved.where is None else resolved.shown(resolved.where))
     key = columns[resolved.key_item]
     columns = [key, *(c for c in columns if not c.key)]
     plan = QueryPlan(PlanKind.STREAM_TABLE_JOIN, stream.name, name, tuple(columns), key_column=key.name,
                      key_expression=key_expression, repartition=key_expression is not None, join=spec)
     return tuple(columns), plan
-
-

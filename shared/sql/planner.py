@@ -247,7 +247,7 @@ def plan_persistent(
         raise StatementError(f"{source.name} is a windowed table; a persistent query over a windowed table is "
                              "not supported: read the stream it aggregates instead")
     if query.joins:
-        columns, plan = plan_stream_table_join(kind, name, query, source, joined[0], query_id)
+        columns, plan = plan_stream_table_join(kind, name, query, source, joined, query_id)
         plan = replace(plan, event_time=event_time(source))
         return _result("STREAM", name, columns, plan, source, properties, query_id, target)
     if query.having is not None and not query.group_by:

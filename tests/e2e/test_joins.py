@@ -4,8 +4,9 @@ per partition, a table record is applied before every stream record with a later
 same) timestamp, in offset order, and a stream record joins the table's row as it is then.
 
 - the seed's readings enriched with each sensor's site (LEFT JOIN: NULL for a sensor the
-  table lacks, a deleted row, updates between readings, out-of-order timestamps), and an
-  INNER JOIN on a non-key column with a WHERE over both sides, through the repartition topic;
+  table lacks, a deleted row, updates between readings, out-of-order timestamps), an INNER
+  JOIN on a non-key column with a WHERE over both sides, through the repartition topic, and
+  a three-way join (INNER with the sites, LEFT with a second table);
 - the same enrichment while a worker is SIGKILLed mid-stream: 0 lost, 0 duplicated.
 """
 
@@ -118,8 +119,8 @@ async def timestamps(bootstrap: str, topic: str) -> dict[tuple[int, int], int]:
 
 async def test_stream_table_join_sees_the_table_as_of_each_record(join_cluster: LocalCluster) -> None:
     sid = join_cluster.service_id
-    stream, sensors, areas = f"jr_{sid}", f"js_{sid}", f"ja_{sid}"
-    enriched, by_area = f"jr_enriched_{sid}", f"jr_by_area_{sid}"
+    stream, sensors, areas, calib = f"jr_{sid}", f"js_{sid}", f"ja_{sid}", f"jc_{sid}"
+    enriched, by_area, three = f"jr_enriched_{sid}", f"jr_by_area_{sid}", f"jr_three_{sid}"
     rng = random.Random(41)
     base = (int(time.time() * 1000) - 10 * MINUTE) // MINUTE * MINUTE
     # Sensors s0-s5 start with a site; s6 and s7 have none until an update gives them one.
@@ -129,6 +130,8 @@ async def test_stream_table_join_sees_the_table_as_of_each_record(join_cluster: 
         site_records.append((f"s{rng.randrange(8)}", None if rng.random() < 0.15 else f"site-{i}-b",
                              base + rng.randrange(1, MINUTE)))
     area_records: list[TableRecord] = [(a, f"region-{a}", base - 1000) for a in ("north", "south", "east")]
+    calib_records: list[TableRecord] = [(f"s{rng.randrange(8)}", f"f{i}", base + rng.randrange(0, MINUTE))
+                                        for i in range(15)]
     readings: list[StreamRecord] = [(f"s{rng.randrange(8)}", rng.choice(["north", "south", "east", "west"]), i,
                                      base + rng.randrange(0, MINUTE)) for i in range(400)]
     run(join_cluster, f"""
@@ -137,9 +140,12 @@ async def test_stream_table_join_sees_the_table_as_of_each_record(join_cluster: 
         CREATE TABLE {sensors} (id VARCHAR PRIMARY KEY, site VARCHAR)
           WITH (kafka_topic='{sensors}', partitions={PARTITIONS}, value_format='json');
         CREATE TABLE {areas} (area VARCHAR PRIMARY KEY, region VARCHAR)
-          WITH (kafka_topic='{areas}', partitions={PARTITIONS}, value_format='json');""")
+          WITH (kafka_topic='{areas}', partitions={PARTITIONS}, value_format='json');
+        CREATE TABLE {calib} (id VARCHAR PRIMARY KEY, factor VARCHAR)
+          WITH (kafka_topic='{calib}', partitions={PARTITIONS}, value_format='json');""")
     await produce_table(join_cluster.bootstrap, sensors, "SITE", site_records)
     await produce_table(join_cluster.bootstrap, areas, "REGION", area_records)
+    await produce_table(join_cluster.bootstrap, calib, "FACTOR", calib_records)
     await produce_timed(join_cluster.bootstrap, stream, readings[:200])
     producer = AIOKafkaProducer(bootstrap_servers=join_cluster.bootstrap)
     await producer.start()
@@ -154,7 +160,9 @@ async def test_stream_table_join_sees_the_table_as_of_each_record(join_cluster: 
         CREATE STREAM {enriched} AS SELECT r.sensor, r.reading, s.site FROM {stream} r LEFT JOIN {sensors} s
           ON r.sensor = s.id;
         CREATE STREAM {by_area} AS SELECT a.area, r.sensor, r.reading * 2 AS doubled, region FROM {stream} r
-          JOIN {areas} a ON r.area = a.area WHERE r.reading > 10 AND a.region <> 'region-south';""")
+          JOIN {areas} a ON r.area = a.area WHERE r.reading > 10 AND a.region <> 'region-south';
+        CREATE STREAM {three} AS SELECT r.sensor, r.reading, s.site, c.factor FROM {stream} r
+          JOIN {sensors} s ON r.sensor = s.id LEFT JOIN {calib} c ON c.id = r.sensor;""")
 
     want = join_reference(site_records, [(s, r, ts) for s, _, r, ts in readings], inner=False)
     assert any(site is None for _, _, site, _ in want) and len({site for *_, site, _ in want}) > 10
@@ -175,6 +183,19 @@ async def test_stream_table_join_sees_the_table_as_of_each_record(join_cluster: 
         row = json.loads(value)
         got_areas.append((key.decode(), row["SENSOR"], row["DOUBLED"], row["REGION"]))
     assert sorted(got_areas) == [w[:4] for w in want_areas]
+
+    # Each table by the same rule, on its own: the reading is the record's unique payload.
+    sites = {reading: site for _, reading, site, _ in want}
+    factors = {reading: factor for _, reading, factor, _ in
+               join_reference(calib_records, [(s, r, ts) for s, _, r, ts in readings], inner=False)}
+    want_three = sorted((s, r, sites[r], factors[r]) for s, _, r, _ in readings if sites[r] is not None)
+    assert any(f is None for *_, f in want_three) and any(f is not None for *_, f in want_three)
+    got_three = []
+    for _, _, key, value in await sink_until(join_cluster.bootstrap, three.upper(), len(want_three)):
+        assert key is not None and value is not None
+        row = json.loads(value)
+        got_three.append((key.decode(), row["READING"], row["SITE"], row["FACTOR"]))
+    assert sorted(got_three) == want_three
 
     logged = [json.loads(v or b"{}") for *_, v in
               await read_all(join_cluster.bootstrap, processing_log_topic(join_cluster.service_id))]

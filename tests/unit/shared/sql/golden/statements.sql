@@ -179,7 +179,12 @@ CREATE STREAM j11 AS SELECT s.id FROM sensors s JOIN readings r ON r.sensor = s.
 CREATE STREAM j12 AS SELECT u.id FROM users u JOIN sensors s ON u.id = s.id;
 CREATE TABLE j13 AS SELECT r.sensor FROM readings r JOIN sensors s ON r.sensor = s.id;
 CREATE STREAM j14 AS SELECT r.sensor FROM readings r JOIN sensors r ON r.sensor = r.id;
-CREATE STREAM j15 AS SELECT r.sensor FROM readings r JOIN sensors s ON r.sensor = s.id JOIN users u ON r.sensor = u.id;
+EXPLAIN CREATE STREAM j15 AS SELECT r.sensor, s.site, u.name FROM readings r JOIN sensors s ON r.sensor = s.id
+  LEFT JOIN users u ON u.id = r.sensor;
+CREATE STREAM j23 AS SELECT r.sensor FROM readings r JOIN sensors s ON r.sensor = s.id JOIN users u ON r.area = u.id;
+CREATE STREAM j24 AS SELECT r.sensor FROM readings r JOIN sensors s ON r.sensor = s.id JOIN users u ON s.site = u.id;
+CREATE STREAM j25 AS SELECT r.sensor, area FROM readings r JOIN sensors s ON r.sensor = s.id JOIN users u ON r.sensor = u.id;
+CREATE STREAM j26 AS SELECT r.sensor FROM readings r JOIN sensors s ON r.sensor = s.id JOIN users s ON r.sensor = s.id;
 CREATE STREAM j16 AS SELECT r.sensor, x.site FROM readings r JOIN sensors s ON r.sensor = s.id;
 CREATE STREAM j17 AS SELECT r.sensor, s.nope FROM readings r JOIN sensors s ON r.sensor = s.id;
 CREATE STREAM j18 AS SELECT r.sensor FROM readings r JOIN per_minute p ON r.sensor = p.sensor;
