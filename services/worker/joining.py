@@ -110,13 +110,17 @@ class TableSide:
         self.fetched_to = max(self.fetched_to, last, await consumer.position(self.input))
 
     async def catch_up(self, consumer: AIOKafkaConsumer, end: int) -> None:
-        """Fetch up to ``end`` (the partition's last stable offset when the batch began)."""
+        """Fetch up to ``end`` (the partition's last stable offset when the batch began);
+        TableBehind when a fetch moves nothing for ``CATCH_UP_TIMEOUT_S``."""
         deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
         while self.fetched_to < end:
             if time.monotonic() > deadline:
                 raise TableBehind(f"the table {self.table.name}'s partition {self.input.partition} was read to "
-                                  f"{self.fetched_to} of {end} in {CATCH_UP_TIMEOUT_S} s")
+                                  f"{self.fetched_to} of {end} and moved no further in {CATCH_UP_TIMEOUT_S} s")
+            before = self.fetched_to
             await self.fetch(consumer)
+            if self.fetched_to > before:
+                deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
 
     def apply(self, record: TableRecord, overlay: dict[bytes, list[Any] | None], bad: list[BadRecord]) -> None:
         """One table record into ``overlay`` (a NULL value deletes its key's row; a value that

@@ -16,6 +16,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -33,9 +35,9 @@ from millpond.services.worker.task import (
     WindowSlice,
 )
 from millpond.shared.catalog.queries import PersistentQuery, QueryPlan
-from millpond.shared.catalog.sources import DataSource
+from millpond.shared.catalog.sources import DataSource, WindowSpec
 from millpond.shared.catalog.topology import ROWTIME_COLUMN
-from millpond.shared.kafka.serde import serialize_key, serialize_value
+from millpond.shared.kafka.serde import serialize_key, serialize_value, windowed_key
 from millpond.shared.sql import aggregates
 from millpond.shared.sql.expressions import quote_identifier
 
@@ -60,13 +62,7 @@ def reduce_aggregate(parsed: DataFrame, query: PersistentQuery, source: DataSour
     Spark decodes, filters and computes the arguments in one narrow stage and Arrow groups;
     else the aggregates' partial forms run in Spark, grouped by a shuffle."""
     frame = classify(parsed, source, tombstones=False, where=query.plan.where)
-    arguments = [F.expr(call.argument).alias(f"a{i}") for i, call in enumerate(query.plan.aggregates)]
-    key = (query.plan, source)
-    if key not in _ARGUMENT_TYPES:  # Spark's analysis (~10 ms): once per plan, not per batch
-        if len(_ARGUMENT_TYPES) >= 256:
-            _ARGUMENT_TYPES.clear()
-        _ARGUMENT_TYPES[key] = frame.select(*arguments).schema
-    arrow = arrow_forms(_ARGUMENT_TYPES[key], query)
+    arguments, arrow = _arguments(frame, query, source)
     if arrow is not None:
         return arrow_aggregate(frame, arguments, arrow, source)
     columns, shape = partial_columns(query.plan)
@@ -87,6 +83,18 @@ _ARROW_SUMMABLE = (*_ARROW_EXACT, T.FloatType, T.DoubleType)
 
 _ARGUMENT_TYPES: dict[tuple[QueryPlan, DataSource], T.StructType] = {}
 """The aggregates' argument types of each (plan, source) seen: the same for every batch."""
+
+
+def _arguments(frame: DataFrame, query: PersistentQuery, source: DataSource) -> tuple[list[Any], list[tuple[str, ...]] | None]:
+    """The aggregates' arguments as Spark columns (``a<i>``), and their Arrow forms when every
+    aggregate has them for its argument's type (``arrow_forms``)."""
+    arguments = [F.expr(call.argument).alias(f"a{i}") for i, call in enumerate(query.plan.aggregates)]
+    key = (query.plan, source)
+    if key not in _ARGUMENT_TYPES:  # Spark's analysis (~10 ms): once per plan, not per batch
+        if len(_ARGUMENT_TYPES) >= 256:
+            _ARGUMENT_TYPES.clear()
+        _ARGUMENT_TYPES[key] = frame.select(*arguments).schema
+    return arguments, arrow_forms(_ARGUMENT_TYPES[key], query)
 
 
 def arrow_forms(arguments: T.StructType, query: PersistentQuery) -> list[tuple[str, ...]] | None:
@@ -316,6 +324,9 @@ def reduce_windowed(parsed: DataFrame, query: PersistentQuery, source: DataSourc
     assert window is not None
     reduced_at = {p: int(getattr(task, "stream_time", -1)) for p, task in (tasks or {}).items()}
     frame = classify_timed(parsed, source, plan)
+    arguments, arrow = _arguments(frame, query, source)
+    if arrow is not None:
+        return arrow_windowed(frame, arguments, arrow, window, reduced_at, source)
     prior = " ".join(f"WHEN {p} THEN {t}" for p, t in reduced_at.items())
     so_far = Window.partitionBy("_partition").orderBy("_offset").rowsBetween(Window.unboundedPreceding,
                                                                              Window.currentRow)
@@ -356,6 +367,66 @@ def reduce_windowed(parsed: DataFrame, query: PersistentQuery, source: DataSourc
                 row["_bad_raw"]))
     for piece in slices.values():
         piece.late.sort(key=lambda b: b.offset)
+    return slices
+
+
+def arrow_windowed(frame: DataFrame, arguments: list[Any], forms: list[tuple[str, ...]], window: WindowSpec,
+                   reduced_at: Mapping[int, int], source: DataSource) -> dict[int, WindowSlice]:
+    """``reduce_windowed`` without Spark's shuffle: Spark decodes, classifies and computes each
+    record's event time and aggregate arguments in one narrow stage; numpy runs each
+    partition's stream time over the records in offset order (from the task's), puts each
+    record in its windows and marks the late ones; Arrow groups the rest per (partition, key,
+    window) into the aggregates' partials. The same slices as the Spark path."""
+    table = frame.select(
+        "_partition", "_offset", "_kind", "_ts", F.expr(f"IF(_kind = {GOOD}, _key_bytes, NULL)").alias("_group"),
+        # Any used record may turn out late (stream time is only known here): each keeps its text.
+        F.expr(f"IF(_kind != {SKIPPED}, _raw, NULL)").alias("_bad_raw"), *arguments,
+    ).toArrow().sort_by([("_partition", "ascending"), ("_offset", "ascending")])
+    partition = table["_partition"].to_numpy()
+    offset = table["_offset"].to_numpy()
+    kind = table["_kind"].to_numpy()
+    good = kind == GOOD
+    ts = np.where(good, table["_ts"].fill_null(-1).to_numpy(), -1).astype(np.int64)
+    # Stream time as of each record (its own time included): the running maximum per partition.
+    stime = np.empty_like(ts)
+    slices: dict[int, WindowSlice] = {}
+    bounds = np.flatnonzero(np.diff(partition)) + 1
+    raws = table["_bad_raw"]
+    for lo, hi in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [len(partition)]]), strict=True):
+        if lo == hi:
+            continue
+        p = int(partition[lo])
+        prior = reduced_at.get(p, -1)
+        stime[lo:hi] = np.maximum.accumulate(np.maximum(ts[lo:hi], prior))
+        piece = slices[p] = WindowSlice(int(offset[lo]), int(offset[hi - 1]), count=int(hi - lo))
+        piece.reduced_at = prior
+        piece.stream_time = int(stime[hi - 1])
+        for at in np.flatnonzero(~good[lo:hi] & (kind[lo:hi] != SKIPPED)) + lo:
+            piece.bad += bad_records(int(kind[at]), int(offset[at]), raws[int(at)].as_py(), source)
+    # Each GOOD record in each of its windows (Kafka Streams' windowsFor).
+    size, advance, grace = window.size_ms, window.advance_ms, window.grace_ms
+    rows = np.flatnonzero(good)
+    first = np.maximum(ts[rows] - size + advance, 0) // advance * advance
+    count = (ts[rows] - ts[rows] % advance - first) // advance + 1
+    record = np.repeat(rows, count)
+    step = np.arange(len(record)) - np.repeat(np.cumsum(count) - count, count)
+    start = np.repeat(first, count) + step * advance
+    late = start + size + grace <= stime[record]
+    for at, ws in zip(record[late], start[late], strict=True):
+        piece = slices[int(partition[at])]
+        piece.late.append(BadRecord(int(offset[at]), (
+            f"late: its {window.kind} window [{ws}, {ws + size}) closed at stream time {int(stime[at])} "
+            f"(the window end plus its {grace} ms grace period); the record is dropped from that window"),
+            raws[int(at)].as_py() if raws[int(at)].is_valid else None))
+    kept = record[~late]
+    windows = pa.table({"_partition": pa.array(partition[kept]), "_group": table["_group"].take(pa.array(kept)),
+                        "_ws": pa.array(start[~late]),
+                        **{f"a{i}": table[f"a{i}"].take(pa.array(kept)) for i in range(len(forms))}})
+    wanted = [(f"a{i}", form) for i, each in enumerate(forms) for form in each]
+    partials = windows.group_by(["_partition", "_group", "_ws"], use_threads=False).aggregate(wanted)
+    for row in partials.to_pylist():
+        state = [plain([row[f"a{i}_{form}"] for form in each]) for i, each in enumerate(forms)]
+        slices[row["_partition"]].partials.append((windowed_key(bytes(row["_group"]), row["_ws"]), state))
     return slices
 
 

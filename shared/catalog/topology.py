@@ -118,9 +118,12 @@ def _repartitioned_aggregate(query: PersistentQuery, source: DataSource, sink: D
     carried_expressions += ("_rowtime",)
     if plan.window is not None and plan.event_time is None:
         plan = replace(plan, event_time=quote_identifier(ROWTIME_COLUMN))
+    # A join's stage 2 reads partition p of it with partition p of each table: it has the
+    # tables' partitions (the sink may have others); an aggregation's has the table's.
+    partitions = plan.join.tables[0].table.partitions if plan.join is not None else sink.partitions
     topic = DataSource(
         kind="STREAM", name=f"{query.query_id}_REPARTITION", columns=(Column(REPARTITION_KEY, key.type, key=True), *carried),
-        topic=repartition_topic(service_id, query.query_id), partitions=sink.partitions, value_format="JSON",
+        topic=repartition_topic(service_id, query.query_id), partitions=partitions, value_format="JSON",
         query_id=query.query_id,
     )
     rekey = QueryPlan(

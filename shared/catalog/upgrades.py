@@ -9,7 +9,10 @@ merges each batch into it aggregate by aggregate. A replacement of it therefore 
 - the GROUP BY key: the key column and the expression it is computed from;
 - the aggregate list: each output column, function and argument, in the same order.
 
-It may change the WHERE filter. A projection keeps no state, so it may add columns at the
+It may change the WHERE filter, but not HAVING (standby copies filter their rows with the
+plan they were made with). A stream-table join keeps its tables' rows and positions per
+JOIN: a replacement keeps the tables, their order, join types and conditions. A projection
+keeps no state, so it may add columns at the
 end as the metastore allows for any result. No plan turns into another kind. Anything
 else is refused, as ksqlDB refuses an incompatible upgrade: drop the result and create it
 again (its state starts over).
@@ -48,8 +51,16 @@ def check_upgrade(old: PersistentQuery, new: PersistentQuery) -> None:
     if before.kind != after.kind:
         raise StatementError(f"{what}: it would turn from {_KIND_NAMES[before.kind]} into "
                              f"{_KIND_NAMES[after.kind]}; {_REMEDY}")
+    if before.kind is PlanKind.STREAM_TABLE_JOIN and before.join is not None and after.join is not None:
+        tables = [(t.type, t.table.name, t.table.topic, t.table.columns, t.condition) for t in before.join.tables]
+        if tables != [(t.type, t.table.name, t.table.topic, t.table.columns, t.condition) for t in after.join.tables]:
+            raise StatementError(f"{what}: its joins change (tables, their order, types, columns or conditions); its "
+                                 "store keeps each joined table's rows and position; drop the stream and create it "
+                                 "again")
     if before.kind not in (PlanKind.AGGREGATE, PlanKind.WINDOWED_AGGREGATE, PlanKind.SESSION_AGGREGATE):
         return
+    if before.having != after.having:
+        raise StatementError(f"{what}: its HAVING changes from {before.having} to {after.having}; {_REMEDY}")
     if (before.key_column, before.key_expression) != (after.key_column, after.key_expression):
         raise StatementError(f"{what}: its GROUP BY changes from {_key(before.key_column, before.key_expression)} "
                              f"to {_key(after.key_column, after.key_expression)}; {_REMEDY}")
@@ -68,6 +79,7 @@ _KIND_NAMES = {
     PlanKind.SESSION_AGGREGATE: "a session-windowed aggregation (WINDOW SESSION ... GROUP BY)",
     PlanKind.PROJECT: "a projection",
     PlanKind.MATERIALIZE: "a table's materialization",
+    PlanKind.STREAM_TABLE_JOIN: "a stream-table join",
 }
 
 

@@ -52,10 +52,12 @@ class ResolvedJoin:
     """Which SELECT item is the result's key (the join expression of any side)."""
     conditions: tuple[ast.Expr, ...]
     """Each JOIN's ON condition over the joined row."""
+    owners: dict[str, str]
+    """Each column of the joined row as the query names it (``side.column``)."""
 
     def shown(self, expr: ast.Expr) -> str:
         """An expression over the joined row as SQL text (``side.column``)."""
-        return qualified(expr, (self.stream_prefix, *self.table_prefixes))
+        return qualified(expr, self.owners)
 
     @staticmethod
     def names(prefix: str, side: DataSource) -> list[str]:
@@ -91,6 +93,10 @@ def _sides(query: ast.Query, stream: DataSource, tables: tuple[DataSource, ...])
                                  "ksqlDB); use INNER or LEFT JOIN")
         if table.window is not None:
             raise StatementError(f"{table.name} is a windowed table; joining a windowed table is not supported")
+    names = [table.name for table in tables]
+    for name in names:
+        if names.count(name) > 1:
+            raise StatementError(f"{name} is joined twice; a query may join each table once")
     stream_prefix = query.alias or stream.name
     prefixes = tuple(join.alias or table.name for join, table in zip(query.joins, tables, strict=True))
     named = [stream_prefix, *prefixes]
@@ -110,9 +116,18 @@ def resolve_join(query: ast.Query, stream: DataSource, tables: tuple[DataSource,
     sides = ((stream_prefix, stream.name, stream_columns),
              *((prefix, table.name, {c.name: c.type for c in table.columns})
                for prefix, table in zip(prefixes, tables, strict=True)))
-    schema = {joined(prefix, name): type_ for prefix, _, columns in sides for name, type_ in columns.items()}
+    schema: dict[str, SqlType] = {}
+    owners: dict[str, str] = {}
+    for prefix, _, columns in sides:
+        for name, type_ in columns.items():
+            flat = joined(prefix, name)
+            if flat in owners:
+                raise StatementError(f"{owners[flat]} and {prefix}.{name} would both be {flat} in the joined row; "
+                                     "give one side another alias")
+            owners[flat], schema[flat] = f"{prefix}.{name}", type_
     scope = Scope(" JOIN ".join(side[1] for side in sides), schema)
-    shown = partial(qualified, prefixes=(stream_prefix, *prefixes))
+    shown = partial(qualified, owners=owners)
+    stream_names = {joined(stream_prefix, name) for name in stream_columns}
 
     def name_of(ref: ast.ColumnRef) -> ast.ColumnRef:
         if ref.qualifier is not None:
@@ -138,7 +153,7 @@ def resolve_join(query: ast.Query, stream: DataSource, tables: tuple[DataSource,
     stream_key: ast.Expr | None = None
     for join, table, prefix in zip(query.joins, tables, prefixes, strict=True):
         condition = _map_columns(join.on, name_of)
-        this_key, table_key = _condition(condition, shown, stream_prefix, prefix, stream, table)
+        this_key, table_key = _condition(condition, shown, stream_names, stream_prefix, prefix, stream, table)
         left_type, right_type = check(this_key, scope), schema[table_key]
         if left_type != right_type:
             raise StatementError(f"invalid join condition {shown(condition)}: the two sides must have the same "
@@ -178,20 +193,17 @@ def resolve_join(query: ast.Query, stream: DataSource, tables: tuple[DataSource,
     stream_scope = Scope(stream.name, stream_columns)
     return ResolvedJoin(stream_prefix, prefixes, scope, tuple(items), where, stream_key,
                         to_spark(_unjoined(stream_key, stream_prefix), stream_scope), tuple(table_keys), key_item,
-                        tuple(conditions))
+                        tuple(conditions), owners)
 
 
-def qualified(expr: ast.Expr, prefixes: tuple[str, ...]) -> str:
+def qualified(expr: ast.Expr, owners: dict[str, str]) -> str:
     """An expression over the joined row as SQL text with each column as ``side.column``."""
-    def shown(ref: ast.ColumnRef) -> ast.ColumnRef:
-        prefix = next(p for p in prefixes if ref.name.startswith(f"{p}_"))
-        return ast.ColumnRef(f"{prefix}.{ref.name[len(prefix) + 1:]}")
-    text = to_sql(_map_columns(expr, shown))
+    text = to_sql(_map_columns(expr, lambda ref: ast.ColumnRef(owners[ref.name])))
     return text[1:-1] if isinstance(expr, ast.Binary) else text
 
 
-def _condition(condition: ast.Expr, shown: Callable[[ast.Expr], str], stream_prefix: str, table_prefix: str,
-               stream: DataSource, table: DataSource) -> tuple[ast.Expr, str]:
+def _condition(condition: ast.Expr, shown: Callable[[ast.Expr], str], stream_names: set[str], stream_prefix: str,
+               table_prefix: str, stream: DataSource, table: DataSource) -> tuple[ast.Expr, str]:
     """The stream side of ``stream expression = table key`` and the table key's joined name."""
     key = table.key_column
     if key is None:
@@ -201,17 +213,17 @@ def _condition(condition: ast.Expr, shown: Callable[[ast.Expr], str], stream_pre
         raise StatementError(f"invalid join condition {shown(condition)}: a join needs an equality, "
                              f"ON <{stream.name} expression> = {table_prefix}.{key.name}")
     for left, right in ((condition.left, condition.right), (condition.right, condition.left)):
-        if right == ast.ColumnRef(table_key) and _only(left, stream_prefix):
+        if right == ast.ColumnRef(table_key) and _only(left, stream_names):
             return left, table_key
     raise StatementError(f"invalid join condition {shown(condition)}: a stream-table join matches the table's "
                          f"PRIMARY KEY {table_prefix}.{key.name} with an expression of {stream.name}'s columns "
                          f"(ON {stream_prefix}.<column> = {table_prefix}.{key.name})")
 
 
-def _only(expr: ast.Expr, prefix: str) -> bool:
-    """Whether ``expr`` reads columns, and only columns of the side named ``prefix``."""
+def _only(expr: ast.Expr, names: set[str]) -> bool:
+    """Whether ``expr`` reads columns, and only columns among ``names`` (one side's)."""
     refs = _refs(expr)
-    return bool(refs) and all(r.startswith(f"{prefix}_") for r in refs)
+    return bool(refs) and all(r in names for r in refs)
 
 
 def _refs(expr: ast.Expr) -> list[str]:

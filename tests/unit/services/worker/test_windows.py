@@ -195,6 +195,18 @@ def test_tumbling_windows_close_at_stream_time_plus_grace_wherever_batches_are_c
     assert (got, late) == reference(HAND_MADE, window, by_column=True)
 
 
+def test_a_window_closes_exactly_when_stream_time_reaches_its_end_plus_grace(spark: SparkSession, tmp_path: Path) -> None:
+    # Grace 20 s: [0, 60s) closes at stream time 80 s, not a millisecond before.
+    records: list[Record] = [
+        (b"s1", b'{"READING": 1, "TS": 80000}', 0, 0, 0), (b"s1", b'{"READING": 2, "TS": 30000}', 0, 1, 0),
+        (b"s1", b'{"READING": 4, "TS": 79999}', 1, 0, 0), (b"s1", b'{"READING": 8, "TS": 30000}', 1, 1, 0),
+    ]
+    got, late, window = run_batches(spark, BY_COLUMN, WINDOWS["TUMBLING"], [records], tmp_path)
+    assert late == {(0, 1, 0)}
+    assert got == {(0, b"s1", 60000): (1, 1), (1, b"s1", 60000): (1, 4), (1, b"s1", 0): (1, 8)}
+    assert (got, late) == reference(records, window, by_column=True)
+
+
 def test_the_reducer_reports_bad_records_and_the_stream_time_it_reached(spark: SparkSession, tmp_path: Path) -> None:
     table = f"CREATE TABLE w AS SELECT sensor, COUNT(*) AS n FROM r {WINDOWS['TUMBLING']} GROUP BY sensor"
     with reducer(spark, [BY_COLUMN, table], tmp_path) as (runner, tasks):

@@ -136,3 +136,16 @@ def test_definitions_without_windows_hash_as_they_did_before_windows_existed() -
         meta.apply(parse_statement(statement), offset)
     # The digest of the same four statements by the code before windows (commit ee770fe).
     assert meta.digest() == "be90dee48ff75e6988eaf2a350aeca2b45f1f379e5ff1e12076d9cb504fbd149"
+
+
+def test_a_join_repartitions_into_its_tables_partitions_whatever_the_sink_has() -> None:
+    meta = Metastore()
+    for offset, sql in enumerate((
+            "CREATE STREAM s (k VARCHAR KEY, x VARCHAR) WITH (kafka_topic='s', partitions=4, value_format='json')",
+            "CREATE TABLE t (id VARCHAR PRIMARY KEY, v INT) WITH (kafka_topic='t', partitions=4, value_format='json')",
+            "CREATE STREAM j WITH (partitions=2) AS SELECT s.x, t.v FROM s JOIN t ON s.x = t.id")):
+        meta.apply(parse_statement(sql), offset)
+    query = next(q for q in meta.queries.values() if q.sink == "J")
+    rekey, join = stages(query, meta.source("S"), meta.source("J"), "svc")
+    assert (rekey.sink.partitions, join.source.partitions, join.partitions) == (4, 4, 4)
+    assert meta.source("J").partitions == 2

@@ -88,3 +88,44 @@ def test_replay_applies_a_replacement_that_was_accepted_before_the_rule() -> Non
     meta.apply(parse_statement("CREATE OR REPLACE TABLE by_area AS SELECT area, COUNT(*) AS n, SUM(reading) AS total, "
                                "MAX(reading) AS top FROM readings GROUP BY area"), 3)
     assert [a.column for a in meta.queries["CTAS_BY_AREA_0"].plan.aggregates] == ["N", "TOTAL", "TOP"]
+
+
+JOIN_SOURCES = ("CREATE TABLE sensors (id VARCHAR PRIMARY KEY, site VARCHAR) "
+                "WITH (kafka_topic='sensors', partitions=4, value_format='json')",
+                "CREATE TABLE owners (id VARCHAR PRIMARY KEY, owner VARCHAR) "
+                "WITH (kafka_topic='owners', partitions=4, value_format='json')",
+                "CREATE STREAM sited AS SELECT r.sensor, r.reading, s.site FROM readings r "
+                "LEFT JOIN sensors s ON r.sensor = s.id",
+                "CREATE TABLE busy AS SELECT sensor, COUNT(*) AS n FROM readings GROUP BY sensor HAVING COUNT(*) > 1")
+
+
+def _joined() -> Metastore:
+    meta = _metastore()
+    for sql in JOIN_SOURCES:
+        _accept(meta, sql)
+    return meta
+
+
+@pytest.mark.parametrize(("sql", "message"), [
+    ("CREATE OR REPLACE STREAM sited AS SELECT r.sensor, r.reading, s.owner AS site FROM readings r "
+     "LEFT JOIN owners s ON r.sensor = s.id", "its joins change"),
+    ("CREATE OR REPLACE STREAM sited AS SELECT r.sensor, r.reading, s.site FROM readings r "
+     "JOIN sensors s ON r.sensor = s.id", "its joins change"),
+    ("CREATE OR REPLACE STREAM sited AS SELECT r.sensor, r.reading, s.site FROM readings r "
+     "LEFT JOIN sensors s ON r.sensor = s.id LEFT JOIN owners o ON r.sensor = o.id", "its joins change"),
+    ("CREATE OR REPLACE STREAM sited AS SELECT sensor, reading, 'x' AS site FROM readings",
+     "it would turn from a stream-table join into a projection"),
+    ("CREATE OR REPLACE TABLE busy AS SELECT sensor, COUNT(*) AS n FROM readings GROUP BY sensor HAVING COUNT(*) > 9",
+     "its HAVING changes from (N > 1) to (N > 9)"),
+])
+def test_a_join_keeps_its_tables_and_an_aggregation_its_having(sql: str, message: str) -> None:
+    meta = _joined()
+    with pytest.raises(StatementError) as err:
+        _accept(meta, sql)
+    assert message in err.value.message
+
+
+def test_a_join_may_change_its_projection_and_filter() -> None:
+    meta = _joined()
+    assert _accept(meta, "CREATE OR REPLACE STREAM sited AS SELECT r.sensor, r.reading, s.site FROM readings r "
+                         "LEFT JOIN sensors s ON r.sensor = s.id WHERE r.reading > 1").startswith("Replaced query ")

@@ -185,6 +185,11 @@ CREATE STREAM j23 AS SELECT r.sensor FROM readings r JOIN sensors s ON r.sensor 
 CREATE STREAM j24 AS SELECT r.sensor FROM readings r JOIN sensors s ON r.sensor = s.id JOIN users u ON s.site = u.id;
 CREATE STREAM j25 AS SELECT r.sensor, area FROM readings r JOIN sensors s ON r.sensor = s.id JOIN users u ON r.sensor = u.id;
 CREATE STREAM j26 AS SELECT r.sensor FROM readings r JOIN sensors s ON r.sensor = s.id JOIN users s ON r.sensor = s.id;
+CREATE STREAM j27 AS SELECT r.sensor FROM readings r JOIN sensors s ON r.sensor = s.id LEFT JOIN sensors t ON r.sensor = t.id;
+CREATE STREAM j28 AS SELECT r.sensor FROM readings r JOIN sensors r_sensor ON r.sensor = r_sensor.id;
+CREATE STREAM o (k VARCHAR KEY, info_id INT) WITH (kafka_topic='o', partitions=4, value_format='json');
+CREATE TABLE o_info (id INT PRIMARY KEY, v INT) WITH (kafka_topic='o_info', partitions=4, value_format='json');
+CREATE STREAM j29 AS SELECT o.k FROM o JOIN o_info ON o.info_id = o_info.id;
 CREATE STREAM j16 AS SELECT r.sensor, x.site FROM readings r JOIN sensors s ON r.sensor = s.id;
 CREATE STREAM j17 AS SELECT r.sensor, s.nope FROM readings r JOIN sensors s ON r.sensor = s.id;
 CREATE STREAM j18 AS SELECT r.sensor FROM readings r JOIN per_minute p ON r.sensor = p.sensor;
