@@ -199,7 +199,7 @@ def reduce_join(parsed: DataFrame, query: PersistentQuery, source: DataSource, s
     selected = frame.select("_partition", "_offset", "_key_bytes", "_kind",
                             F.expr(f"IF(_kind IN ({_BAD}), _raw, NULL)").alias("_bad_raw"), time.alias("_time"),
                             *[F.col(quote_identifier(c.name)).alias(f"c{i}") for i, c in enumerate(spec.stream.columns)])
-    if "map<" in selected.schema.simpleString():  # Arrow gives maps as pairs: Spark's rows give dicts
+    if not arrow_values(selected):
         rows = sorted((list(r) for r in selected.collect()), key=lambda r: (r[0], r[1]))
     else:  # one Arrow batch, no Python row object per record
         table = selected.toArrow().sort_by([("_partition", "ascending"), ("_offset", "ascending")])
@@ -219,6 +219,17 @@ def reduce_join(parsed: DataFrame, query: PersistentQuery, source: DataSource, s
     return slices
 
 
+_ARROW_VALUES = (T.StringType, T.IntegerType, T.LongType, T.ShortType, T.ByteType, T.DoubleType, T.FloatType,
+                 T.BooleanType, T.DecimalType, T.DateType)
+"""Value types Arrow gives Python exactly as Spark's rows do (not timestamps, which Arrow
+makes zone-aware, binary, or nested types: maps come as pairs)."""
+
+
+def arrow_values(frame: DataFrame) -> bool:
+    """Whether every value column (``c<i>``) of ``frame`` comes back from Arrow as from Spark's rows."""
+    return all(isinstance(f.dataType, _ARROW_VALUES) for f in frame.schema.fields if f.name.startswith("c"))
+
+
 _PLAIN_TYPES = frozenset({"VARCHAR", "INT", "BIGINT", "DOUBLE", "BOOLEAN"})
 """Types whose values Arrow and Spark give as the JSON-ready Python values the task uses."""
 
@@ -226,9 +237,35 @@ _PLAIN_TYPES = frozenset({"VARCHAR", "INT", "BIGINT", "DOUBLE", "BOOLEAN"})
 def reduce_materialize(parsed: DataFrame, query: PersistentQuery, source: DataSource, sink: DataSource,
                        tasks: Mapping[int, Any] | None = None) -> dict[int, MaterializeSlice]:
     """A source table's batch reduced to each key's last record: its value columns, or
-    None when that record is a tombstone (a NULL value deletes the key)."""
+    None when that record is a tombstone (a NULL value deletes the key). The records come
+    back as one Arrow table, without a shuffle (a table with MAP columns, which Arrow gives
+    as pairs, groups in Spark)."""
     frame = classify(parsed, source, tombstones=True, where=None)
     names = [c.name for c in source.value_columns]
+    selected = frame.select("_partition", "_offset", "_kind", F.expr(f"IF(_kind = {GOOD}, _key_bytes, NULL)"),
+                            F.expr("_raw IS NULL"), F.expr(f"IF(_kind IN ({_BAD}), _raw, NULL)"),
+                            *[F.col(quote_identifier(n)).alias(f"c{i}") for i, n in enumerate(names)])
+    if not arrow_values(selected):
+        return _materialize_in_spark(frame, names, source)
+    table = selected.toArrow().sort_by([("_partition", "ascending"), ("_offset", "ascending")])
+    slices: dict[int, MaterializeSlice] = {}
+    latest: dict[int, dict[bytes, list[Any] | None]] = defaultdict(dict)
+    for partition, offset, kind, key, deleted, raw, *values in zip(
+            *(column.to_pylist() for column in table.columns), strict=True):
+        piece = slices.get(partition)
+        if piece is None:
+            piece = slices[partition] = MaterializeSlice(offset, offset)
+        piece.last_offset, piece.count = offset, piece.count + 1
+        if kind == GOOD:
+            latest[partition][key] = None if deleted else plain(values)
+        elif kind != SKIPPED:
+            piece.bad += bad_records(kind, offset, raw, source)
+    for partition, rows in latest.items():
+        slices[partition].latest = list(rows.items())
+    return slices
+
+
+def _materialize_in_spark(frame: DataFrame, names: list[str], source: DataSource) -> dict[int, MaterializeSlice]:
     last = F.max_by(F.struct(F.expr("_raw IS NULL").alias("_deleted"),
                              *[F.col(quote_identifier(n)).alias(f"c{i}") for i, n in enumerate(names)]),
                     F.col("_offset"))
