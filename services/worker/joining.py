@@ -93,6 +93,7 @@ class TableSide:
         assert key is not None
         self.key = (joined(joined_table.prefix, key.name), key.type)
         self.values = [(joined(joined_table.prefix, c.name), c.name, c.type) for c in self.table.value_columns]
+        self.decoded = [(c.name, c.type) for c in self.table.value_columns]
         self.position_name = TABLE_OFFSET + str(index).encode()
         self.table_offset = 0
         """The next table offset the store reflects."""
@@ -131,7 +132,7 @@ class TableSide:
             overlay[self.prefix + record.key] = None
             return
         try:
-            row = deserialize_value([(n, t) for _, n, t in self.values], record.value,
+            row = deserialize_value(self.decoded, record.value,
                                     self.table.value_format, self.table.value_delimiter)
         except ValueError as error:
             bad.append(BadRecord(record.offset, f"table value is not {self.table.value_format} of the declared "

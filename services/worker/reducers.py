@@ -35,7 +35,7 @@ from millpond.services.worker.task import (
     WindowSlice,
 )
 from millpond.shared.catalog.queries import PersistentQuery, QueryPlan
-from millpond.shared.catalog.sources import DataSource, WindowSpec
+from millpond.shared.catalog.sources import Column, DataSource, WindowSpec
 from millpond.shared.catalog.topology import ROWTIME_COLUMN
 from millpond.shared.kafka.serde import serialize_key, serialize_value, windowed_key
 from millpond.shared.sql import aggregates
@@ -196,27 +196,61 @@ def reduce_join(parsed: DataFrame, query: PersistentQuery, source: DataSource, s
     # repartition, the input record's, carried in a column), as ksqlDB's timestamp extractor.
     rowtime = F.col(quote_identifier(ROWTIME_COLUMN) if ROWTIME_COLUMN in source.schema else "_rowtime")
     time = F.coalesce(F.expr(query.plan.event_time), rowtime) if query.plan.event_time else rowtime
-    selected = frame.select("_partition", "_offset", "_key_bytes", "_kind",
-                            F.expr(f"IF(_kind IN ({_BAD}), _raw, NULL)").alias("_bad_raw"), time.alias("_time"),
-                            *[F.col(quote_identifier(c.name)).alias(f"c{i}") for i, c in enumerate(spec.stream.columns)])
-    if not arrow_values(selected):
-        rows = sorted((list(r) for r in selected.collect()), key=lambda r: (r[0], r[1]))
-    else:  # one Arrow batch, no Python row object per record
-        table = selected.toArrow().sort_by([("_partition", "ascending"), ("_offset", "ascending")])
-        rows = [list(r) for r in zip(*(column.to_pylist() for column in table.columns), strict=True)]
+    slices, good = in_offset_order(frame, [F.col("_key_bytes"), time.alias("_time"), *value_columns(spec.stream.columns)],
+                                   JoinSlice, source)
     # Values that are not JSON-ready as they come (decimals, dates, structs) go through ``plain``.
     convert = any(c.type.base not in _PLAIN_TYPES for c in spec.stream.columns)
-    slices: dict[int, JoinSlice] = {}
-    for row in rows:
-        piece = slices.get(row[0])
-        if piece is None:
-            piece = slices[row[0]] = JoinSlice(row[1], row[1])
-        piece.last_offset, piece.count = row[1], piece.count + 1
-        if row[3] == GOOD:
-            piece.records.append((row[1], bytes(row[2]), row[5], plain(row[6:]) if convert else row[6:]))
-        elif row[3] != SKIPPED:
-            piece.bad += bad_records(row[3], row[1], row[4], source)
+    for piece, offset, (key, event_time, *values) in good:
+        piece.records.append((offset, bytes(key), event_time, plain(values) if convert else values))
     return slices
+
+
+def reduce_materialize(parsed: DataFrame, query: PersistentQuery, source: DataSource, sink: DataSource,
+                       tasks: Mapping[int, Any] | None = None) -> dict[int, MaterializeSlice]:
+    """A source table's batch reduced to each key's last record: its value columns, or
+    None when that record is a tombstone (a NULL value deletes the key). No shuffle: the
+    records come back in offset order and the last one per key wins."""
+    frame = classify(parsed, source, tombstones=True, where=None)
+    slices, good = in_offset_order(frame, [F.col("_key_bytes"), F.expr("_raw IS NULL"),
+                                           *value_columns(source.value_columns)], MaterializeSlice, source)
+    latest: dict[int, dict[bytes, list[Any] | None]] = defaultdict(dict)  # by id() of the slice: a later record wins
+    for piece, _, (key, deleted, *values) in good:
+        latest[id(piece)][bytes(key)] = None if deleted else plain(values)
+    for piece in slices.values():
+        piece.latest = list(latest[id(piece)].items())
+    return slices
+
+
+def value_columns(columns: Iterable[Column]) -> list[Any]:
+    """A source's columns as Spark columns ``c<i>`` (what ``arrow_values`` looks at)."""
+    return [F.col(quote_identifier(c.name)).alias(f"c{i}") for i, c in enumerate(columns)]
+
+
+def in_offset_order(frame: DataFrame, extra: list[Any], slice_type: type[SliceT], source: DataSource
+                    ) -> tuple[dict[int, SliceT], list[tuple[SliceT, int, list[Any]]]]:
+    """Each partition's slice of a classified batch (offsets, count, bad records), and every
+    GOOD record with its slice, offset and ``extra`` values, in partition and offset order:
+    one Spark job, no shuffle, the records back as one Arrow table when ``arrow_values`` says
+    Arrow gives the same values (else as Spark's rows)."""
+    selected = frame.select("_partition", "_offset", "_kind", F.expr(f"IF(_kind IN ({_BAD}), _raw, NULL)").alias("_bad_raw"),
+                            *extra)
+    if arrow_values(selected):  # no Python row object per record
+        table = selected.toArrow().sort_by([("_partition", "ascending"), ("_offset", "ascending")])
+        rows = [list(r) for r in zip(*(column.to_pylist() for column in table.columns), strict=True)]
+    else:
+        rows = sorted((list(r) for r in selected.collect()), key=lambda r: (r[0], r[1]))
+    slices: dict[int, SliceT] = {}
+    good: list[tuple[SliceT, int, list[Any]]] = []
+    for partition, offset, kind, raw, *values in rows:
+        piece = slices.get(partition)
+        if piece is None:
+            piece = slices[partition] = slice_type(offset, offset)
+        piece.last_offset, piece.count = offset, piece.count + 1
+        if kind == GOOD:
+            good.append((piece, offset, values))
+        elif kind != SKIPPED:
+            piece.bad += bad_records(kind, offset, raw, source)
+    return slices, good
 
 
 _ARROW_VALUES = (T.StringType, T.IntegerType, T.LongType, T.ShortType, T.ByteType, T.DoubleType, T.FloatType,
@@ -232,51 +266,6 @@ def arrow_values(frame: DataFrame) -> bool:
 
 _PLAIN_TYPES = frozenset({"VARCHAR", "INT", "BIGINT", "DOUBLE", "BOOLEAN"})
 """Types whose values Arrow and Spark give as the JSON-ready Python values the task uses."""
-
-
-def reduce_materialize(parsed: DataFrame, query: PersistentQuery, source: DataSource, sink: DataSource,
-                       tasks: Mapping[int, Any] | None = None) -> dict[int, MaterializeSlice]:
-    """A source table's batch reduced to each key's last record: its value columns, or
-    None when that record is a tombstone (a NULL value deletes the key). The records come
-    back as one Arrow table, without a shuffle (a table with MAP columns, which Arrow gives
-    as pairs, groups in Spark)."""
-    frame = classify(parsed, source, tombstones=True, where=None)
-    names = [c.name for c in source.value_columns]
-    selected = frame.select("_partition", "_offset", "_kind", F.expr(f"IF(_kind = {GOOD}, _key_bytes, NULL)"),
-                            F.expr("_raw IS NULL"), F.expr(f"IF(_kind IN ({_BAD}), _raw, NULL)"),
-                            *[F.col(quote_identifier(n)).alias(f"c{i}") for i, n in enumerate(names)])
-    if not arrow_values(selected):
-        return _materialize_in_spark(frame, names, source)
-    table = selected.toArrow().sort_by([("_partition", "ascending"), ("_offset", "ascending")])
-    slices: dict[int, MaterializeSlice] = {}
-    latest: dict[int, dict[bytes, list[Any] | None]] = defaultdict(dict)
-    for partition, offset, kind, key, deleted, raw, *values in zip(
-            *(column.to_pylist() for column in table.columns), strict=True):
-        piece = slices.get(partition)
-        if piece is None:
-            piece = slices[partition] = MaterializeSlice(offset, offset)
-        piece.last_offset, piece.count = offset, piece.count + 1
-        if kind == GOOD:
-            latest[partition][key] = None if deleted else plain(values)
-        elif kind != SKIPPED:
-            piece.bad += bad_records(kind, offset, raw, source)
-    for partition, rows in latest.items():
-        slices[partition].latest = list(rows.items())
-    return slices
-
-
-def _materialize_in_spark(frame: DataFrame, names: list[str], source: DataSource) -> dict[int, MaterializeSlice]:
-    last = F.max_by(F.struct(F.expr("_raw IS NULL").alias("_deleted"),
-                             *[F.col(quote_identifier(n)).alias(f"c{i}") for i, n in enumerate(names)]),
-                    F.col("_offset"))
-    rows = grouped(frame, [last.alias("_last")]).collect()
-    slices = spans(rows, MaterializeSlice, source)
-    for row in rows:
-        if row["_kind"] == GOOD:
-            latest = row["_last"]
-            values = None if latest["_deleted"] else plain(list(latest)[1:])
-            slices[row["_partition"]].latest.append((bytes(row["_group"]), values))
-    return slices
 
 
 _BAD = f"{BAD_VALUE}, {NO_KEY}, {BAD_VALUE | NO_KEY}"

@@ -42,6 +42,11 @@ def pull_until(cluster: LocalCluster, sql: str, want: dict[Any, list[Any]], time
 
 async def read_all(bootstrap: str, topic: str) -> list[tuple[int, int, bytes | None, bytes | None]]:
     """(partition, offset, key, value) of every committed record of ``topic``."""
+    return [(partition, offset, key, value) for partition, offset, key, value, _ in await read_records(bootstrap, topic)]
+
+
+async def read_records(bootstrap: str, topic: str) -> list[tuple[int, int, bytes | None, bytes | None, int]]:
+    """(partition, offset, key, value, timestamp) of every committed record of ``topic``."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
@@ -57,11 +62,11 @@ async def read_all(bootstrap: str, topic: str) -> list[tuple[int, int, bytes | N
         consumer.assign(partitions)
         await consumer.seek_to_beginning(*partitions)
         ends = await consumer.end_offsets(partitions)
-        out: list[tuple[int, int, bytes | None, bytes | None]] = []
+        out: list[tuple[int, int, bytes | None, bytes | None, int]] = []
         deadline = time.monotonic() + 120
         while [tp for tp in partitions if await consumer.position(tp) < ends[tp]] and time.monotonic() < deadline:
             for tp, records in (await consumer.getmany(timeout_ms=500, max_records=50_000)).items():
-                out += [(tp.partition, r.offset, r.key, r.value) for r in records]
+                out += [(tp.partition, r.offset, r.key, r.value, r.timestamp) for r in records]
         return out
     finally:
         await consumer.stop()

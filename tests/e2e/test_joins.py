@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 
 from millpond.deploy.local.kafka_broker import EmbeddedKafka
 from millpond.deploy.local.launcher import LocalCluster
 from millpond.shared.catalog.names import processing_log_topic
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.net import free_port
-from tests.e2e.helpers import read_all, run
+from tests.e2e.helpers import read_all, read_records, run
 from tests.e2e.test_aggregation import produce_timed, wait_progressing
 from tests.e2e.workload import PARTITIONS
 
@@ -86,35 +86,28 @@ def join_reference(table: list[TableRecord], stream: list[tuple[str, Any, int]],
     return sorted(out)
 
 
-async def sink_until(bootstrap: str, topic: str, count: int, timeout_s: float = 240) -> list[tuple[int, int, Any, Any]]:
-    """The sink's records once it holds ``count`` (and a little longer: extra ones would show)."""
+async def sink_until(bootstrap: str, topic: str, count: int,
+                     timeout_s: float = 240) -> list[tuple[int, int, Any, Any, int]]:
+    """The sink's records (with their timestamps) once it holds ``count`` (and a little
+    longer: extra ones would show)."""
     deadline = time.monotonic() + timeout_s
-    records = await read_all(bootstrap, topic)
+    records = await read_records(bootstrap, topic)
     while len(records) < count and time.monotonic() < deadline:
         await asyncio.sleep(0.5)
-        records = await read_all(bootstrap, topic)
+        records = await read_records(bootstrap, topic)
     await asyncio.sleep(2)
-    return await read_all(bootstrap, topic)
+    return await read_records(bootstrap, topic)
 
 
-async def timestamps(bootstrap: str, topic: str) -> dict[tuple[int, int], int]:
-    """Each record's timestamp by (partition, offset)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False)
-    await consumer.start()
-    try:
-        partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-        consumer.assign(partitions)
-        await consumer.seek_to_beginning(*partitions)
-        ends = await consumer.end_offsets(partitions)
-        out: dict[tuple[int, int], int] = {}
-        deadline = time.monotonic() + 60
-        while [tp for tp, end in ends.items() if await consumer.position(tp) < end]:
-            assert time.monotonic() < deadline, "the sink could not be read to its end"
-            for tp, batch in (await consumer.getmany(timeout_ms=500)).items():
-                out.update({(tp.partition, r.offset): r.timestamp for r in batch})
-        return out
-    finally:
-        await consumer.stop()
+def table_history(rng: random.Random, first: int, keys: list[str], updates: int, deleted: float,
+                  base: int, span_ms: int) -> list[TableRecord]:
+    """A row for each of the first ``first`` keys at ``base``, then ``updates`` changes of random
+    keys (a ``deleted`` share of them deletes) at random times within ``span_ms`` after it."""
+    records: list[TableRecord] = [(key, f"site-{i}", base) for i, key in enumerate(keys[:first])]
+    for i in range(updates):
+        records.append((rng.choice(keys), None if rng.random() < deleted else f"site-{i}-b",
+                        base + rng.randrange(1, span_ms)))
+    return records
 
 
 async def test_stream_table_join_sees_the_table_as_of_each_record(join_cluster: LocalCluster) -> None:
@@ -125,10 +118,7 @@ async def test_stream_table_join_sees_the_table_as_of_each_record(join_cluster: 
     base = (int(time.time() * 1000) - 10 * MINUTE) // MINUTE * MINUTE
     # Sensors s0-s5 start with a site; s6 and s7 have none until an update gives them one.
     # Updates and deletes come at random times inside the readings' time span.
-    site_records: list[TableRecord] = [(f"s{i}", f"site-{i}", base) for i in range(6)]
-    for i in range(40):
-        site_records.append((f"s{rng.randrange(8)}", None if rng.random() < 0.15 else f"site-{i}-b",
-                             base + rng.randrange(1, MINUTE)))
+    site_records = table_history(rng, 6, [f"s{i}" for i in range(8)], 40, 0.15, base, MINUTE)
     area_records: list[TableRecord] = [(a, f"region-{a}", base - 1000) for a in ("north", "south", "east")]
     calib_records: list[TableRecord] = [(f"s{rng.randrange(8)}", f"f{i}", base + rng.randrange(0, MINUTE))
                                         for i in range(15)]
@@ -166,19 +156,17 @@ async def test_stream_table_join_sees_the_table_as_of_each_record(join_cluster: 
 
     want = join_reference(site_records, [(s, r, ts) for s, _, r, ts in readings], inner=False)
     assert any(site is None for _, _, site, _ in want) and len({site for *_, site, _ in want}) > 10
-    got_records = await sink_until(join_cluster.bootstrap, enriched.upper(), len(want))
-    stamps = await timestamps(join_cluster.bootstrap, enriched.upper())
     got = []
-    for partition, offset, key, value in got_records:
+    for partition, _, key, value, timestamp in await sink_until(join_cluster.bootstrap, enriched.upper(), len(want)):
         assert key is not None and value is not None and partition == partition_for(key, PARTITIONS)
         row = json.loads(value)
-        got.append((key.decode(), row["READING"], row["SITE"], stamps[(partition, offset)]))
+        got.append((key.decode(), row["READING"], row["SITE"], timestamp))
     assert sorted(got) == want
 
     want_areas = sorted((area, sensor, reading * 2, f"region-{area}", ts) for sensor, area, reading, ts in readings
                         if area in ("north", "east") and reading > 10)
     got_areas = []
-    for partition, _, key, value in await sink_until(join_cluster.bootstrap, by_area.upper(), len(want_areas)):
+    for partition, _, key, value, _ in await sink_until(join_cluster.bootstrap, by_area.upper(), len(want_areas)):
         assert key is not None and value is not None and partition == partition_for(key, PARTITIONS)
         row = json.loads(value)
         got_areas.append((key.decode(), row["SENSOR"], row["DOUBLED"], row["REGION"]))
@@ -191,7 +179,7 @@ async def test_stream_table_join_sees_the_table_as_of_each_record(join_cluster: 
     want_three = sorted((s, r, sites[r], factors[r]) for s, _, r, _ in readings if sites[r] is not None)
     assert any(f is None for *_, f in want_three) and any(f is not None for *_, f in want_three)
     got_three = []
-    for _, _, key, value in await sink_until(join_cluster.bootstrap, three.upper(), len(want_three)):
+    for _, _, key, value, _ in await sink_until(join_cluster.bootstrap, three.upper(), len(want_three)):
         assert key is not None and value is not None
         row = json.loads(value)
         got_three.append((key.decode(), row["READING"], row["SITE"], row["FACTOR"]))
@@ -208,10 +196,7 @@ async def test_a_sigkilled_worker_loses_no_joined_record_and_repeats_none(join_c
     stream, sensors, enriched = f"jk_{sid}", f"jks_{sid}", f"jk_enriched_{sid}"
     rng = random.Random(43)
     base = (int(time.time() * 1000) - 20 * MINUTE) // MINUTE * MINUTE
-    site_records: list[TableRecord] = [(f"sensor-{i:03d}", f"site-{i}", base) for i in range(150)]
-    for i in range(600):
-        site_records.append((f"sensor-{rng.randrange(200):03d}", None if rng.random() < 0.1 else f"site-{i}-b",
-                             base + rng.randrange(1, 10 * MINUTE)))
+    site_records = table_history(rng, 150, [f"sensor-{i:03d}" for i in range(200)], 600, 0.1, base, 10 * MINUTE)
 
     def readings(first: int, count: int) -> list[StreamRecord]:
         return [(f"sensor-{rng.randrange(200):03d}", "a", first + i, base + (first + i) * 15 - rng.randrange(5_000))
@@ -242,7 +227,7 @@ async def test_a_sigkilled_worker_loses_no_joined_record_and_repeats_none(join_c
 
     want = join_reference(site_records, [(s, r, ts) for s, _, r, ts in records], inner=False)
     got = []
-    for _, _, key, value in await sink_until(join_cluster.bootstrap, enriched.upper(), len(want), 300):
+    for _, _, key, value, _ in await sink_until(join_cluster.bootstrap, enriched.upper(), len(want), 300):
         assert key is not None and value is not None
         row = json.loads(value)
         got.append((key.decode(), row["READING"], row["SITE"]))
