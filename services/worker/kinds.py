@@ -17,11 +17,13 @@ from millpond.services.worker.joining import JoinSlice, JoinTask
 from millpond.services.worker.reducers import (
     reduce_aggregate,
     reduce_join,
+    reduce_keyed,
     reduce_materialize,
     reduce_project,
     reduce_sessions,
     reduce_windowed,
 )
+from millpond.services.worker.table_joining import JoinSideTask, KeyedSlice, TableJoinTask
 from millpond.services.worker.task import (
     AggregateSlice,
     AggregationTask,
@@ -61,5 +63,7 @@ WORKER_KINDS: dict[PlanKind, WorkerKind[Any]] = {
     PlanKind.PROJECT: WorkerKind(ProjectionTask, ProjectSlice, reduce_project),
     PlanKind.MATERIALIZE: WorkerKind(TableTask, MaterializeSlice, reduce_materialize),
     PlanKind.STREAM_TABLE_JOIN: WorkerKind(JoinTask, JoinSlice, reduce_join),
+    PlanKind.TABLE_TABLE_JOIN: WorkerKind(TableJoinTask, KeyedSlice, reduce_keyed),
+    PlanKind.JOIN_SIDE: WorkerKind(JoinSideTask, KeyedSlice, reduce_keyed),
 }
 """Every plan kind's task, slice and reducer, one row per kind."""

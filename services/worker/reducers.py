@@ -25,6 +25,7 @@ from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
 from millpond.services.worker.joining import JoinSlice
+from millpond.services.worker.table_joining import KeyedSlice
 from millpond.services.worker.task import (
     AggregateSlice,
     BadRecord,
@@ -218,6 +219,20 @@ def reduce_materialize(parsed: DataFrame, query: PersistentQuery, source: DataSo
         latest[id(piece)][bytes(key)] = None if deleted else plain(values)
     for piece in slices.values():
         piece.latest = list(latest[id(piece)].items())
+    return slices
+
+
+def reduce_keyed(parsed: DataFrame, query: PersistentQuery, source: DataSource, sink: DataSource,
+                 tasks: Mapping[int, Any] | None = None) -> dict[int, KeyedSlice]:
+    """A batch's records as they are (key, value text or None, timestamp), in offset order,
+    for a table-table join's stages: a record without a key goes to the processing log (a
+    keyless tombstone is passed over); values are decoded by the join's task."""
+    frame = parsed.withColumn("_kind", F.expr(
+        f"CASE WHEN _key IS NOT NULL THEN {GOOD} WHEN _raw IS NULL THEN {SKIPPED} ELSE {NO_KEY} END"))
+    slices, good = in_offset_order(frame, [F.col("_key").alias("k"), F.col("_raw").alias("r"),
+                                           F.col("_rowtime").alias("t")], KeyedSlice, source)
+    for piece, offset, (key, value, timestamp) in good:
+        piece.records.append((offset, bytes(key), value, timestamp))
     return slices
 
 

@@ -49,6 +49,11 @@ def repartition_topic(service_id: str, query_id: str) -> str:
     return f"{_prefix(service_id)}{query_id}-repartition"
 
 
+def joined_topic(service_id: str, query_id: str) -> str:
+    """The compacted topic a table-table join gathers both tables' records in, keyed by side and key."""
+    return f"{_prefix(service_id)}{query_id}-joined"
+
+
 def consumer_group(service_id: str, query_id: str) -> str:
     """The consumer group a persistent query commits its input offsets to."""
     return f"{_prefix(service_id)}{query_id}"

@@ -28,6 +28,11 @@ class PlanKind(StrEnum):
     """Keep the latest row per key of a table's topic, so it can be pulled."""
     STREAM_TABLE_JOIN = "STREAM_TABLE_JOIN"
     """Join each stream record with a table's row as of the record (CSAS ... JOIN table)."""
+    TABLE_TABLE_JOIN = "TABLE_TABLE_JOIN"
+    """Keep both tables' rows and the join of each key's rows (CTAS ... FROM table JOIN table)."""
+    JOIN_SIDE = "JOIN_SIDE"
+    """A table-table join's first stages: each table's records into the query's joined topic,
+    keyed by the side's place in the join and the table's key (internal: no statement has it)."""
 
     @property
     def spec(self) -> PlanSpec:
@@ -72,5 +77,10 @@ PLAN_SPECS: dict[PlanKind, PlanSpec] = {
     PlanKind.STREAM_TABLE_JOIN: PlanSpec(
         changelog=False, repartition_topic=True,
         explain="[ JOIN ] | {join} | {columns} | State: each table's rows in RocksDB, rebuilt from its topic"),
+    PlanKind.TABLE_TABLE_JOIN: PlanSpec(
+        changelog=False, repartition_topic=False,
+        explain="[ JOIN ] | {join} | {columns} | State: both sides' rows in RocksDB, rebuilt from the joined topic; "
+                "the result materialized from the sink topic"),
+    PlanKind.JOIN_SIDE: PlanSpec(changelog=False, repartition_topic=False, explain="[ JOIN SIDE ]"),
 }
 """Every plan kind's needs, one row per kind."""

@@ -11,6 +11,12 @@ Two kinds need two, each with its own stream, tasks and transactional ids:
   ``p`` of that topic into partition ``p`` of the table, so input, state and changelog are
   co-partitioned (ksqlDB's repartition step); a join's stage 2 joins partition ``p`` of it
   with partition ``p`` of the table.
+- **A table-table join** runs as one stage per table, then the join, then the result's
+  materialization. Each table's stage copies its records (tombstones too) into the query's
+  compacted joined topic, partition for partition, keyed by the side's place in the join
+  (one byte) before the table's key; the join stage keeps both sides' rows, rebuilt from
+  that topic, and writes each changed key's joined row (or a tombstone) to the sink topic;
+  the last stage materializes the sink topic, as below, so the result can be pulled.
 - **CREATE TABLE AS SELECT without GROUP BY over a table.** Stage 1 projects every row
   into the sink topic (a deleted row, or one the WHERE no longer passes, becomes a
   tombstone); stage 2 materializes the sink topic as a table declared over it would be,
@@ -24,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from millpond.shared.catalog.names import changelog_topic, repartition_topic
+from millpond.shared.catalog.names import changelog_topic, joined_topic, repartition_topic
 from millpond.shared.catalog.plans import PlanKind
 from millpond.shared.catalog.queries import OutputColumn, PersistentQuery, QueryPlan
 from millpond.shared.catalog.sources import Column, DataSource
@@ -78,6 +84,8 @@ def stages(query: PersistentQuery, source: DataSource, sink: DataSource, service
     plan = query.plan
     if plan.kind.spec.repartition_topic and plan.repartition:
         return _repartitioned_aggregate(query, source, sink, service_id)
+    if plan.kind is PlanKind.TABLE_TABLE_JOIN:
+        return _table_table_join(query, source, sink, service_id)
     if plan.kind is PlanKind.PROJECT and source.kind == "TABLE" and sink.kind == "TABLE":
         materialize = replace(query, plan=plan_materialization(sink), start_offsets=None)
         return [Stage("project", query, source, sink), Stage("", materialize, sink, sink)]
@@ -99,7 +107,29 @@ def internal_topics(service_id: str, query: PersistentQuery) -> list[InternalTop
         topics.append(InternalTopic(changelog_topic(service_id, query.query_id), compacted=True))
     if spec.repartition_topic and query.plan.repartition:
         topics.append(InternalTopic(repartition_topic(service_id, query.query_id), compacted=False))
+    if query.plan.kind is PlanKind.TABLE_TABLE_JOIN:
+        topics.append(InternalTopic(joined_topic(service_id, query.query_id), compacted=True))
     return topics
+
+
+JOIN_SIDE_STAGE = "side-"
+"""A table-table join's stage that copies one table into the joined topic, with its place in the join."""
+
+
+def _table_table_join(query: PersistentQuery, left: DataSource, sink: DataSource, service_id: str) -> list[Stage]:
+    spec = query.plan.join
+    assert spec is not None
+    gathered = DataSource(
+        kind="TABLE", name=f"{query.query_id}_JOINED", columns=(), topic=joined_topic(service_id, query.query_id),
+        partitions=left.partitions, query_id=query.query_id,
+    )
+    # Tables are read whole, whatever auto.offset.reset says: a join needs both tables' rows.
+    sides = [Stage(f"{JOIN_SIDE_STAGE}{index}",
+                   replace(query, plan=QueryPlan(PlanKind.JOIN_SIDE, table.name, gathered.name, (), join=spec),
+                           start_offsets=None), table, gathered)
+             for index, table in enumerate((left, *(t.table for t in spec.tables)))]
+    materialize = replace(query, plan=plan_materialization(sink), start_offsets=None)
+    return [*sides, Stage("join", replace(query, start_offsets=None), gathered, sink), Stage("", materialize, sink, sink)]
 
 
 def _repartitioned_aggregate(query: PersistentQuery, source: DataSource, sink: DataSource,

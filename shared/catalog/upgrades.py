@@ -24,10 +24,11 @@ command topic replay as they were accepted.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from millpond.shared.catalog.metastore import Change
 from millpond.shared.catalog.plans import PlanKind
-from millpond.shared.catalog.queries import AggregateCall, PersistentQuery
+from millpond.shared.catalog.queries import AggregateCall, JoinSpec, PersistentQuery
 from millpond.shared.catalog.sources import WindowSpec
 from millpond.shared.errors import StatementError
 
@@ -51,9 +52,11 @@ def check_upgrade(old: PersistentQuery, new: PersistentQuery) -> None:
     if before.kind != after.kind:
         raise StatementError(f"{what}: it would turn from {_KIND_NAMES[before.kind]} into "
                              f"{_KIND_NAMES[after.kind]}; {_REMEDY}")
-    if before.kind is PlanKind.STREAM_TABLE_JOIN and before.join is not None and after.join is not None:
-        tables = [(t.type, t.table.name, t.table.topic, t.table.columns, t.condition) for t in before.join.tables]
-        if tables != [(t.type, t.table.name, t.table.topic, t.table.columns, t.condition) for t in after.join.tables]:
+    if before.join is not None and after.join is not None:
+        def sides(join: JoinSpec) -> list[tuple[Any, ...]]:
+            return [(join.stream.name, join.stream.topic, join.stream.columns) if before.kind is PlanKind.TABLE_TABLE_JOIN
+                    else (), *((t.type, t.table.name, t.table.topic, t.table.columns, t.condition) for t in join.tables)]
+        if sides(before.join) != sides(after.join):
             raise StatementError(f"{what}: its joins change (tables, their order, types, columns or conditions); its "
                                  "store keeps each joined table's rows and position; drop the stream and create it "
                                  "again")
@@ -80,6 +83,8 @@ _KIND_NAMES = {
     PlanKind.PROJECT: "a projection",
     PlanKind.MATERIALIZE: "a table's materialization",
     PlanKind.STREAM_TABLE_JOIN: "a stream-table join",
+    PlanKind.TABLE_TABLE_JOIN: "a table-table join",
+    PlanKind.JOIN_SIDE: "a table-table join's side",
 }
 
 

@@ -1,5 +1,6 @@
 """Planning of joins, as ksqlDB's: ``SELECT ... FROM stream [alias] [INNER|LEFT] JOIN table
-[alias] ON <stream expression> = <table's PRIMARY KEY>``.
+[alias] ON <stream expression> = <table's PRIMARY KEY>``, and ``SELECT ... FROM table [alias]
+[INNER|LEFT|RIGHT|FULL OUTER] JOIN table [alias] ON <PRIMARY KEY> = <PRIMARY KEY>``.
 
 Both sides' columns live in one joined row, each named ``<side>_<column>`` (the side's alias,
 else its name: ksqlDB's names for ``SELECT *``). A query's column references are rewritten
@@ -28,6 +29,8 @@ from millpond.shared.sql.types import Scope, check, check_condition
 ROWTIME = "ROWTIME"
 STREAM_TABLE_TYPES = ("INNER", "LEFT")
 """The join types ksqlDB allows between a stream and a table."""
+TABLE_TABLE_TYPES = ("INNER", "LEFT", "RIGHT", "FULL")
+"""The join types ksqlDB allows between two tables."""
 
 
 @dataclass(frozen=True)
@@ -83,16 +86,15 @@ def _sides(query: ast.Query, stream: DataSource, tables: tuple[DataSource, ...])
                 raise StatementError(f"stream-stream joins need a join window: add WITHIN <duration> before ON "
                                      f"({stream.name} and {table.name} are both streams)")
             raise StatementError("stream-stream joins (WITHIN) are not supported yet; join a stream with a table")
-        if stream.kind == "TABLE":
-            raise StatementError("table-table joins are not supported yet; join a stream with a table")
         if join.within is not None:
             raise StatementError(f"WITHIN applies to stream-stream joins; {table.name} is a TABLE, whose current row "
                                  "each record joins: remove WITHIN")
-        if join.kind not in STREAM_TABLE_TYPES:
+        if stream.kind == "STREAM" and join.kind not in STREAM_TABLE_TYPES:
             raise StatementError(f"{join.kind} OUTER joins between a stream and a table are not supported (as "
                                  "ksqlDB); use INNER or LEFT JOIN")
-        if table.window is not None:
-            raise StatementError(f"{table.name} is a windowed table; joining a windowed table is not supported")
+        for side in (stream, table):
+            if side.window is not None:
+                raise StatementError(f"{side.name} is a windowed table; joining a windowed table is not supported")
     names = [table.name for table in tables]
     for name in names:
         if names.count(name) > 1:
@@ -111,7 +113,7 @@ def resolve_join(query: ast.Query, stream: DataSource, tables: tuple[DataSource,
     """``query``'s joins checked and its columns named in the joined row (see the module)."""
     stream_prefix, prefixes = _sides(query, stream, tables)
     stream_columns = {c.name: c.type for c in stream.columns}
-    if ROWTIME not in stream_columns:
+    if ROWTIME not in stream_columns and stream.kind == "STREAM":  # a table's rows keep no time
         stream_columns[ROWTIME] = SqlType("BIGINT")
     sides = ((stream_prefix, stream.name, stream_columns),
              *((prefix, table.name, {c.name: c.type for c in table.columns})
@@ -212,9 +214,17 @@ def _condition(condition: ast.Expr, shown: Callable[[ast.Expr], str], stream_nam
     if not (isinstance(condition, ast.Binary) and condition.op == "="):
         raise StatementError(f"invalid join condition {shown(condition)}: a join needs an equality, "
                              f"ON <{stream.name} expression> = {table_prefix}.{key.name}")
+    left_key = stream.key_column.name if stream.key_column is not None else "<key>"
+    both_keys = (f"a table-table join matches both tables' PRIMARY KEYs "
+                 f"(ON {stream_prefix}.{left_key} = {table_prefix}.{key.name})")
     for left, right in ((condition.left, condition.right), (condition.right, condition.left)):
         if right == ast.ColumnRef(table_key) and _only(left, stream_names):
+            if stream.kind == "TABLE" and left != ast.ColumnRef(joined(stream_prefix, left_key)):
+                raise StatementError(f"invalid join condition {shown(condition)}: {both_keys}; foreign-key joins "
+                                     "are not supported yet")
             return left, table_key
+    if stream.kind == "TABLE":
+        raise StatementError(f"invalid join condition {shown(condition)}: {both_keys}")
     raise StatementError(f"invalid join condition {shown(condition)}: a stream-table join matches the table's "
                          f"PRIMARY KEY {table_prefix}.{key.name} with an expression of {stream.name}'s columns "
                          f"(ON {stream_prefix}.<column> = {table_prefix}.{key.name})")
@@ -248,41 +258,46 @@ def _map_columns(expr: Any, rename: Any) -> Any:
     return ast.replace_nodes(expr, lambda node: rename(node) if isinstance(node, ast.ColumnRef) else None)
 
 
-def plan_stream_table_join(
-    kind: str | None, name: str, query: ast.Query, stream: DataSource, tables: tuple[DataSource, ...], query_id: str,
-) -> tuple[tuple[OutputColumn, ...], QueryPlan]:
-    """The result columns and the plan of a persistent stream-table join into ``name``
-    (``kind`` None for INSERT INTO); the caller makes the sink."""
+def plan_join(
+    kind: str | None, name: str, query: ast.Query, left: DataSource, tables: tuple[DataSource, ...], partitions: int,
+) -> tuple[str, tuple[OutputColumn, ...], QueryPlan]:
+    """The result's kind (STREAM or TABLE), columns and plan of a persistent join into ``name``
+    (``kind`` None for INSERT INTO; ``partitions`` the sink's); the caller makes the sink."""
     if query.group_by or query.window is not None or query.partition_by is not None or query.having is not None:
         raise StatementError("GROUP BY, HAVING, WINDOW and PARTITION BY over a join are not supported yet: create the "
-                             "joined stream first (CREATE STREAM ... AS SELECT ... JOIN ...), then aggregate it")
-    resolved = resolve_join(query, stream, tables)
-    if kind == "TABLE":
-        raise StatementError("invalid result type: a stream-table join produces a STREAM; "
-                             "use CREATE STREAM AS SELECT")
+                             "joined stream or table first (CREATE ... AS SELECT ... JOIN ...), then aggregate it")
+    resolved = resolve_join(query, left, tables)
+    result = left.kind
+    if kind != result and (kind is not None or result == "TABLE"):  # INSERT INTO a stream takes a stream's join
+        what = "a stream-table join produces a STREAM" if result == "STREAM" else "a table-table join produces a TABLE"
+        raise StatementError(f"invalid result type: {what}; use CREATE {result} AS SELECT")
     for table in tables:
-        if stream.partitions != table.partitions:
-            raise StatementError(f"Can't join {stream.name} with {table.name} since the number of partitions don't "
-                                 f"match. {stream.name} partitions = {stream.partitions}; {table.name} partitions = "
+        if left.partitions != table.partitions:
+            raise StatementError(f"Can't join {left.name} with {table.name} since the number of partitions don't "
+                                 f"match. {left.name} partitions = {left.partitions}; {table.name} partitions = "
                                  f"{table.partitions}. Please repartition either one so that the number of "
                                  "partitions match.")
-        if stream.key_format != table.key_format:
-            raise StatementError(f"{stream.name} and {table.name} must have the same KEY_FORMAT to be joined")
+        if left.key_format != table.key_format:
+            raise StatementError(f"{left.name} and {table.name} must have the same KEY_FORMAT to be joined")
+    if result == "TABLE" and partitions != left.partitions:
+        raise StatementError(f"a table-table join's result has its tables' partitions ({left.partitions}); "
+                             f"remove PARTITIONS={partitions}")
     columns = []
     for index, (out, expr) in enumerate(resolved.items):
         columns.append(OutputColumn(out, check(expr, resolved.scope), resolved.shown(expr),
                                     key=index == resolved.key_item))
-    keyed_by_stream_key = (stream.key_column is not None
+    keyed_by_stream_key = (left.key_column is not None
                            and resolved.stream_key == ast.ColumnRef(joined(resolved.stream_prefix,
-                                                                           stream.key_column.name)))
+                                                                           left.key_column.name)))
     key_expression = None if keyed_by_stream_key else resolved.stream_key_spark
     joined_tables = tuple(JoinedTable(join.kind, table, prefix, resolved.shown(condition))
                           for join, table, prefix, condition in zip(query.joins, tables, resolved.table_prefixes,
                                                                     resolved.conditions, strict=True))
-    spec = JoinSpec(stream, resolved.stream_prefix, joined_tables,
+    spec = JoinSpec(left, resolved.stream_prefix, joined_tables,
                     None if resolved.where is None else resolved.shown(resolved.where))
     key = columns[resolved.key_item]
     columns = [key, *(c for c in columns if not c.key)]
-    plan = QueryPlan(PlanKind.STREAM_TABLE_JOIN, stream.name, name, tuple(columns), key_column=key.name,
+    plan_kind = PlanKind.STREAM_TABLE_JOIN if result == "STREAM" else PlanKind.TABLE_TABLE_JOIN
+    plan = QueryPlan(plan_kind, left.name, name, tuple(columns), key_column=key.name,
                      key_expression=key_expression, repartition=key_expression is not None, join=spec)
-    return tuple(columns), plan
+    return result, tuple(columns), plan

@@ -18,7 +18,7 @@ from millpond.shared.kafka.serde import KEY_FORMATS, KEY_TYPES, VALUE_FORMATS, c
 from millpond.shared.sql import aggregates, ast
 from millpond.shared.sql.ast import SqlType, to_sql
 from millpond.shared.sql.expressions import evaluate, output_name, quote_identifier, spark_literal, to_spark
-from millpond.shared.sql.joins import plan_stream_table_join
+from millpond.shared.sql.joins import plan_join
 from millpond.shared.sql.types import Scope, check, check_condition
 
 SOURCE_PROPERTIES = ("kafka_topic", "partitions", "replicas", "value_format", "key_format", "timestamp", "timestamp_format",
@@ -247,9 +247,11 @@ def plan_persistent(
         raise StatementError(f"{source.name} is a windowed table; a persistent query over a windowed table is "
                              "not supported: read the stream it aggregates instead")
     if query.joins:
-        columns, plan = plan_stream_table_join(kind, name, query, source, joined, query_id)
-        plan = replace(plan, event_time=event_time(source))
-        return _result("STREAM", name, columns, plan, source, properties, query_id, target)
+        partitions = target.partitions if target is not None else int(properties.get("partitions", source.partitions))
+        result_kind, columns, plan = plan_join(kind, name, query, source, joined, partitions)
+        if result_kind == "STREAM":
+            plan = replace(plan, event_time=event_time(source))
+        return _result(result_kind, name, columns, plan, source, properties, query_id, target)
     if query.having is not None and not query.group_by:
         raise StatementError("HAVING needs GROUP BY: it keeps the groups of an aggregation whose aggregates pass it; "
                              "use WHERE to filter records")

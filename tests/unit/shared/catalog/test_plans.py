@@ -149,3 +149,23 @@ def test_a_join_repartitions_into_its_tables_partitions_whatever_the_sink_has() 
     rekey, join = stages(query, meta.source("S"), meta.source("J"), "svc")
     assert (rekey.sink.partitions, join.source.partitions, join.partitions) == (4, 4, 4)
     assert meta.source("J").partitions == 2
+
+
+def test_a_table_table_join_gathers_its_tables_then_joins_then_materializes() -> None:
+    meta = Metastore()
+    for offset, sql in enumerate((
+            "CREATE TABLE a (id VARCHAR PRIMARY KEY, x VARCHAR) WITH (kafka_topic='a', partitions=3, value_format='json')",
+            "CREATE TABLE b (id VARCHAR PRIMARY KEY, y INT) WITH (kafka_topic='b', partitions=3, value_format='delimited')",
+            "CREATE TABLE ab AS SELECT a.id, a.x, b.y FROM a FULL OUTER JOIN b ON a.id = b.id")):
+        meta.apply(parse_statement(sql), offset)
+    query = next(q for q in meta.queries.values() if q.sink == "AB")
+    assert query.plan.kind is PlanKind.TABLE_TABLE_JOIN
+    staged = stages(query, meta.source("A"), meta.source("AB"), "svc")
+    gathered = "_millpond-svc-" + query.query_id + "-joined"
+    assert [(s.name, s.query.plan.kind, s.source.topic, s.sink.topic, s.partitions, s.has_standbys)
+            for s in staged] == [
+        ("side-0", PlanKind.JOIN_SIDE, "a", gathered, 3, False),
+        ("side-1", PlanKind.JOIN_SIDE, "b", gathered, 3, False),
+        ("join", PlanKind.TABLE_TABLE_JOIN, gathered, "AB", 3, False),
+        ("", PlanKind.MATERIALIZE, "AB", "AB", 3, False)]
+    assert internal_topics("svc", query) == [InternalTopic(gathered, compacted=True)]

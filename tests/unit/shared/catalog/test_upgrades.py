@@ -125,6 +125,21 @@ def test_a_join_keeps_its_tables_and_an_aggregation_its_having(sql: str, message
     assert message in err.value.message
 
 
+def test_a_table_table_join_keeps_both_tables_and_its_type() -> None:
+    meta = _joined()
+    _accept(meta, "CREATE TABLE site_owner AS SELECT s.id, s.site, o.owner FROM sensors s LEFT JOIN owners o "
+                  "ON s.id = o.id")
+    assert _accept(meta, "CREATE OR REPLACE TABLE site_owner AS SELECT s.id, s.site, UCASE(o.owner) AS owner "
+                         "FROM sensors s LEFT JOIN owners o ON s.id = o.id").startswith("Replaced query ")
+    for changed, message in (("s.id, s.site, o.owner FROM sensors s FULL OUTER JOIN owners o ON s.id = o.id",
+                              "its joins change"),
+                             ("o.id, o.site, s.owner FROM owners s LEFT JOIN sensors o ON s.id = o.id",
+                              "cannot change what SITE_OWNER reads")):
+        with pytest.raises(StatementError) as err:
+            _accept(meta, f"CREATE OR REPLACE TABLE site_owner AS SELECT {changed}")
+        assert message in err.value.message, err.value.message
+
+
 def test_a_join_may_change_its_projection_and_filter() -> None:
     meta = _joined()
     assert _accept(meta, "CREATE OR REPLACE STREAM sited AS SELECT r.sensor, r.reading, s.site FROM readings r "

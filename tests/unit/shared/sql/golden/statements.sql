@@ -198,6 +198,30 @@ CREATE STREAM j20 AS SELECT c.pageid FROM clicks c JOIN sensors s ON c.pageid = 
 CREATE STREAM j21 AS SELECT r.sensor, s.site AS sensor FROM readings r JOIN sensors s ON r.sensor = s.id;
 CREATE STREAM j22 AS SELECT r.sensor, r.reading / 0 AS broken FROM readings r LEFT JOIN sensors s ON r.sensor = s.id;
 
+-- Table-table joins on the primary key: each key's rows of both tables, kept as either side changes.
+CREATE TABLE sites (id VARCHAR PRIMARY KEY, city VARCHAR) WITH (kafka_topic='sites', partitions=4, value_format='json');
+EXPLAIN CREATE TABLE sensor_cities AS SELECT s.id, s.site, t.city FROM sensors s LEFT JOIN sites t ON s.id = t.id;
+CREATE TABLE sensor_cities AS SELECT s.id, s.site, t.city FROM sensors s FULL OUTER JOIN sites t ON s.id = t.id
+  WHERE t.city IS NULL OR t.city <> 'nowhere';
+DESCRIBE EXTENDED sensor_cities;
+SELECT * FROM sensor_cities WHERE id = 's1';
+CREATE TABLE tt1 AS SELECT * FROM sensors s JOIN sites t ON s.id = t.id;
+CREATE TABLE tt2 AS SELECT t.id, s.site, t.city, o.city AS other FROM sensors s RIGHT JOIN sites t ON s.id = t.id
+  INNER JOIN sites_too o ON s.id = o.id;
+CREATE TABLE sites_too (id VARCHAR PRIMARY KEY, city VARCHAR) WITH (kafka_topic='sites_too', partitions=4, value_format='json');
+CREATE TABLE tt3 AS SELECT t.id, s.site, t.city, o.city AS other FROM sensors s RIGHT JOIN sites t ON s.id = t.id
+  INNER JOIN sites_too o ON s.id = o.id;
+CREATE TABLE tt4 AS SELECT s.id FROM sensors s JOIN sites t ON s.site = t.id;
+CREATE TABLE tt5 AS SELECT s.id FROM sensors s JOIN sites t ON s.id = t.city;
+CREATE STREAM tt6 AS SELECT s.id FROM sensors s JOIN sites t ON s.id = t.id;
+CREATE TABLE tt7 AS SELECT s.id FROM sensors s JOIN sites t WITHIN 1 MINUTE ON s.id = t.id;
+CREATE TABLE tt8 WITH (partitions=2) AS SELECT s.id FROM sensors s JOIN sites t ON s.id = t.id;
+CREATE TABLE tt9 AS SELECT s.id FROM sensors s JOIN per_minute p ON s.id = p.sensor;
+CREATE TABLE tt10 AS SELECT s.site FROM sensors s JOIN sites t ON s.id = t.id;
+CREATE TABLE tt11 AS SELECT s.id, COUNT(*) AS n FROM sensors s JOIN sites t ON s.id = t.id GROUP BY s.id;
+INSERT INTO sensor_cities SELECT s.id, s.site, t.city FROM sensors s JOIN sites t ON s.id = t.id;
+DROP TABLE sites;
+
 -- INSERT ... VALUES: serialized per the declared formats, partitioned as the Java client does.
 INSERT INTO readings (sensor, area, reading) VALUES ('sensor-1', 'wheel', 20);
 INSERT INTO readings VALUES ('sensor-2', 'motor', -3, 1700000000000);

@@ -1,0 +1,262 @@
+"""A table-table join's tasks, as Kafka Streams' ``KTable#join(KTable)`` and ksqlDB's
+primary-key table-table joins (INNER, LEFT, RIGHT, FULL OUTER; several tables on one key).
+
+Both tables' changes must reach one task in one order, so the join runs in stages
+(``millpond.shared.catalog.topology``): each table's ``JoinSideTask`` copies partition ``p``
+of the table, tombstones included, into partition ``p`` of the query's compacted joined
+topic, the key prefixed by the side's place in the join (one byte); the ``TableJoinTask``
+of partition ``p`` reads that partition in offset order. For each record it replaces (or
+deletes) that side's row of the key in its RocksDB store, joins the key's rows of every side
+and writes the result to the sink topic: the joined row, or a tombstone when the join type
+(or the WHERE) leaves no row for the key. The result stage then materializes the sink topic
+for pulls, as for any CREATE TABLE AS SELECT over a table.
+
+Exactly once: a batch's results, its processing-log records and its input offset go in one
+Kafka transaction; the store (rows and input offset) is written after the commit, in one
+RocksDB write batch. The joined topic is the store's changelog (same keys, the latest
+record of each is the row): a task whose store is behind its committed offset (a crash
+between the two, or a partition new to this worker) replays it up to that offset before
+it joins again, so the next batch sees exactly the rows the committed output saw.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer
+
+from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore, encode_state
+from millpond.services.worker.task import BadRecord, BatchSlice, Task, store_path
+from millpond.shared.catalog.queries import PersistentQuery
+from millpond.shared.catalog.sources import DataSource
+from millpond.shared.catalog.topology import JOIN_SIDE_STAGE
+from millpond.shared.config import WorkerSettings
+from millpond.shared.errors import MillpondError
+from millpond.shared.kafka.partitioner import partition_for
+from millpond.shared.kafka.serde import deserialize_key, deserialize_value, serialize_value
+from millpond.shared.sql.expressions import evaluate
+from millpond.shared.sql.joins import ResolvedJoin, joined, resolve_join
+from millpond.shared.sql.parser import statement_query
+from millpond.shared.task_status import RESTORING
+from millpond.shared.teardown import bounded
+
+log = logging.getLogger(__name__)
+FETCH_MS = 50
+"""The longest one fetch of a replay waits for records."""
+REPLAY_STALL_S = 60.0
+"""How long a replay waits for a fetch that moves it."""
+CONSUMER_STOP_TIMEOUT_S = 10.0
+
+
+class ReplayStalled(MillpondError):
+    """The joined topic could not be read up to the committed offset in time."""
+
+
+@dataclass
+class KeyedSlice(BatchSlice):
+    """A partition's records as they are, in offset order."""
+
+    records: list[tuple[int, bytes, str | None, int]] = field(default_factory=list)
+    """(offset, key, value text or None for a tombstone, record timestamp)."""
+
+
+class JoinSideTask(Task[KeyedSlice]):
+    """Copies one partition of one joined table into the same partition of the joined topic,
+    its keys prefixed by the table's place in the join, exactly once (see the module)."""
+
+    def __init__(self, settings: WorkerSettings, query: PersistentQuery, source: DataSource,
+                 sink: DataSource, partition: int, stage: str = ""):
+        super().__init__(settings, query, source, sink, partition, stage)
+        self.side = bytes([int(stage.removeprefix(JOIN_SIDE_STAGE))])
+
+    async def commit(self, batch: KeyedSlice) -> bool:
+        """Copy one micro-batch slice exactly once; False when it was copied before."""
+        assert self.producer is not None
+        if self.applied(batch):
+            return False
+        async with self._transaction():
+            for _, key, value, timestamp in batch.records:
+                await self._send(self.sink.topic, None if value is None else value.encode(), self.side + key,
+                                 self.partition, timestamp_ms=timestamp)
+            await self._send_bad(batch.bad)
+            await self.producer.send_offsets_to_transaction({self.input: batch.last_offset + 1}, self.group)
+        self.next_input_offset = batch.last_offset + 1
+        return True
+
+
+@dataclass(frozen=True)
+class Side:
+    """One table of the join as its task decodes and names it."""
+
+    table: DataSource
+    type: str
+    """How it joins what comes before it: INNER, LEFT, RIGHT or FULL (the first table: FROM)."""
+    key: str
+    """Its key column's name in the joined row."""
+    names: tuple[str, ...]
+    """Its value columns' names in the joined row."""
+    decoded: tuple[tuple[str, Any], ...]
+    """Its value columns as the table's records decode them."""
+
+
+class TableJoinTask(Task[KeyedSlice]):
+    """Joins partition ``p`` of every table, read from the joined topic (see the module)."""
+
+    def __init__(self, settings: WorkerSettings, query: PersistentQuery, source: DataSource,
+                 sink: DataSource, partition: int, stage: str = ""):
+        super().__init__(settings, query, source, sink, partition, stage)
+        spec = query.plan.join
+        assert spec is not None
+        tables = (spec.stream, *(t.table for t in spec.tables))
+        self.resolved: ResolvedJoin = resolve_join(statement_query(query.statement), spec.stream,
+                                                   tuple(t.table for t in spec.tables))
+        self.sides = [
+            Side(table, type_, joined(prefix, table.key_column.name if table.key_column else ""),
+                 tuple(joined(prefix, c.name) for c in table.value_columns),
+                 tuple((c.name, c.type) for c in table.value_columns))
+            for table, type_, prefix in zip(tables, ("FROM", *(t.type for t in spec.tables)),
+                                            (spec.stream_prefix, *(t.prefix for t in spec.tables)), strict=True)
+        ]
+        key_column = spec.stream.key_column
+        assert key_column is not None
+        self.key_type = key_column.type
+        self.value_items = [i for i in range(len(self.resolved.items)) if i != self.resolved.key_item]
+        self.value_names = [c.name for c in sink.value_columns]
+
+    async def start(self) -> None:
+        """Open the store, fence any older owner and bring the store up to the committed offset."""
+        self.store = PartitionStore(store_path(self.settings, f"{self.query.query_id}-{self.stage}", self.partition))
+        await self._open_producer()
+        committed = await self._committed_input_offset()  # fenced: it is final
+        stored = self.store.position(INPUT_OFFSET)
+        if committed is not None and (stored is None or stored < committed):
+            await self._replay(stored, committed)
+        self.next_input_offset = self.start_input_offset = committed
+        log.info("task started", extra={"query": self.query.query_id, "partition": self.partition,
+                                        "stage": self.stage, "input_offset": self.next_input_offset})
+
+    async def _replay(self, start: int | None, end: int) -> None:
+        """Apply the joined topic's records from ``start`` (None: its beginning) below ``end``
+        to the store, without output: what the committed batches already joined."""
+        assert self.store is not None
+        started = time.monotonic()
+        self.state = RESTORING
+        consumer = AIOKafkaConsumer(**self.settings.kafka.client_args(), isolation_level="read_committed",
+                                    enable_auto_commit=False, fetch_max_wait_ms=25, auto_offset_reset="earliest")
+        await consumer.start()
+        try:
+            consumer.assign([self.input])
+            if start is None:
+                await consumer.seek_to_beginning(self.input)
+            else:
+                consumer.seek(self.input, start)
+            first = await consumer.position(self.input)
+            self.records_to_restore = max(end - first, 0)
+            overlay: dict[bytes, list[Any] | None] = {}
+            position, deadline = first, time.monotonic() + REPLAY_STALL_S
+            while position < end:
+                if time.monotonic() > deadline:
+                    raise ReplayStalled(f"the joined topic {self.input.topic}'s partition {self.partition} was read "
+                                        f"to {position} of {end} and moved no further in {REPLAY_STALL_S} s")
+                batches = await consumer.getmany(self.input, timeout_ms=FETCH_MS, max_records=10_000)
+                for record in batches.get(self.input, []):
+                    if record.offset < end and record.key:
+                        self._apply(record.key, None if record.value is None else record.value.decode(), overlay, None)
+                moved = await consumer.position(self.input)
+                if moved > position:
+                    position, deadline = moved, time.monotonic() + REPLAY_STALL_S
+                    self.restored_records = min(position - first, self.records_to_restore)
+        finally:
+            await bounded(consumer.stop(), CONSUMER_STOP_TIMEOUT_S, "stop the replay consumer",
+                          {"query": self.query.query_id, "partition": self.partition})
+        self._write(overlay, end)
+        self.restored_records = self.records_to_restore
+        log.info("joined rows restored", extra={"query": self.query.query_id, "partition": self.partition,
+                                                "records": self.records_to_restore, "input_offset": end,
+                                                "seconds": round(time.monotonic() - started, 3)})
+
+    def _apply(self, key: bytes, value: str | None, overlay: dict[bytes, list[Any] | None],
+               bad: tuple[list[BadRecord], int] | None) -> None:
+        """One joined-topic record into ``overlay``: the side's row of the key, replaced or
+        deleted. A value that does not decode changes nothing (and goes to ``bad``'s list
+        with its offset, when given)."""
+        index = key[0]
+        if index >= len(self.sides):
+            return
+        if value is None:
+            overlay[key] = None
+            return
+        side = self.sides[index]
+        try:
+            row = deserialize_value(list(side.decoded), value.encode(), side.table.value_format,
+                                    side.table.value_delimiter)
+        except ValueError as error:
+            if bad is not None:
+                bad[0].append(BadRecord(bad[1], f"{side.table.name}'s value is not {side.table.value_format} of its "
+                                                f"declared columns and types: {error}", value))
+            return
+        overlay[key] = [row[name] for name, _ in side.decoded]
+
+    def _result(self, key: bytes, overlay: dict[bytes, list[Any] | None], offset: int,
+                bad: list[BadRecord]) -> bytes | None:
+        """The key's joined row as the sink's value, or None when the join has no row for it."""
+        assert self.store is not None
+        rows = []
+        for index in range(len(self.sides)):
+            stored = bytes([index]) + key
+            rows.append(overlay[stored] if stored in overlay else self.store.get(stored))
+        present = rows[0] is not None
+        for side, row in zip(self.sides[1:], rows[1:], strict=True):
+            there = row is not None
+            present = {"INNER": present and there, "LEFT": present, "RIGHT": there}.get(side.type, present or there)
+        if not present:
+            return None
+        key_value = deserialize_key(key, self.key_type)
+        joined_row: dict[str, Any] = {}
+        for side, row in zip(self.sides, rows, strict=True):
+            joined_row[side.key] = None if row is None else key_value
+            for name, value in zip(side.names, row or [None] * len(side.names), strict=True):
+                joined_row[name] = value
+        where, items = self.resolved.where, self.resolved.items
+        try:
+            if where is not None and evaluate(where, joined_row) is not True:
+                return None
+            result = [evaluate(expr, joined_row) for _, expr in items]
+        except (ArithmeticError, TypeError, ValueError) as error:
+            bad.append(BadRecord(offset, f"the joined row cannot be computed: {error}", None))
+            return None
+        return serialize_value(self.value_names, [result[i] for i in self.value_items],
+                               self.sink.value_format, self.sink.value_delimiter)
+
+    async def commit(self, batch: KeyedSlice) -> bool:
+        """Join one micro-batch slice exactly once; False when it was joined before."""
+        assert self.producer is not None
+        if self.applied(batch):
+            return False
+        overlay: dict[bytes, list[Any] | None] = {}
+        bad = list(batch.bad)
+        results: dict[bytes, tuple[bytes | None, int]] = {}
+        for offset, key, value, timestamp in batch.records:
+            if not key:
+                continue
+            self._apply(key, value, overlay, (bad, offset))
+            results.pop(key[1:], None)  # the key's latest result goes last, as it was last changed
+            results[key[1:]] = (self._result(key[1:], overlay, offset, bad), timestamp)
+        async with self._transaction():
+            for key, (result, timestamp) in results.items():
+                await self._send(self.sink.topic, result, key, partition_for(key, self.sink.partitions),
+                                 timestamp_ms=timestamp)
+            await self._send_bad(sorted(bad, key=lambda b: b.offset))
+            await self.producer.send_offsets_to_transaction({self.input: batch.last_offset + 1}, self.group)
+        self._write(overlay, batch.last_offset + 1)
+        self.next_input_offset = batch.last_offset + 1
+        return True
+
+    def _write(self, overlay: dict[bytes, list[Any] | None], input_offset: int) -> None:
+        """The sides' rows and the input offset, in one RocksDB write batch."""
+        assert self.store is not None
+        rows = {key: encode_state(row) for key, row in overlay.items() if row is not None}
+        self.store.write(rows, {INPUT_OFFSET: input_offset}, [key for key, row in overlay.items() if row is None])
