@@ -178,7 +178,10 @@ class StatementExecutor:
             source = self.metastore.sources.get(stmt.query.source)
             if source is None:
                 return Resolved()  # planning reports the missing source
-            partitions = [TopicPartition(source.topic, p) for p in range(source.partitions)]
+            # A stream-stream join starts each stream at its end: the joined stream's offsets follow.
+            streams = [source, *(s for j in stmt.query.joins if source.kind == "STREAM"
+                                 and (s := self.metastore.sources.get(j.source)) is not None and s.kind == "STREAM")]
+            partitions = [TopicPartition(s.topic, p) for s in streams for p in range(s.partitions)]
             ends = await self.offsets.end_offsets(partitions)
             return Resolved(start_offsets=tuple(ends[tp] for tp in partitions))
         return Resolved()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from millpond.shared.catalog.metastore import Metastore
-from millpond.shared.catalog.queries import PersistentQuery, QueryPlan
+from millpond.shared.catalog.queries import JoinWindow, PersistentQuery, QueryPlan
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.catalog.upgrades import check_upgrades
 from millpond.shared.errors import StatementError
@@ -99,7 +99,8 @@ def plan_lines(plan: QueryPlan, source: DataSource, sink: DataSource) -> list[st
         aggregates=", ".join(f"{a.column} = {a.function}({a.argument})" for a in plan.aggregates),
         columns=", ".join(f"{c.name} = {c.expression}" for c in plan.columns),
         join="" if plan.join is None else ", ".join(
-            f"{t.type} JOIN {t.table.name} ON {t.condition} (table topic {t.table.topic})" for t in plan.join.tables)))
+            f"{t.type} JOIN {t.table.name}{_within(t.within)} ON {t.condition} ({t.table.kind.lower()} topic "
+            f"{t.table.topic})" for t in plan.join.tables)))
     if plan.join is not None and plan.join.where is not None:
         steps.append(f"[ FILTER ] | {plan.join.where}")
     if plan.having is not None:  # over the aggregated rows, before the sink
@@ -115,6 +116,12 @@ def plan_lines(plan: QueryPlan, source: DataSource, sink: DataSource) -> list[st
     steps.append(f"[ SOURCE ] | {source.kind} {source.name} | Topic: {source.topic} | "
                  f"Partitions: {source.partitions} | Format: {source.value_format}")
     return [" " * (2 * depth) + "> " + step for depth, step in enumerate(steps)]
+
+
+def _within(window: JoinWindow | None) -> str:
+    if window is None:
+        return ""
+    return f" WITHIN ({window.before_ms} ms, {window.after_ms} ms) GRACE PERIOD {window.grace_ms} ms"
 
 
 def explain_query(metastore: Metastore, stmt: ast.Explain, query: PersistentQuery, reports: Reports) -> Outcome:

@@ -211,6 +211,7 @@ class QueryRunner:
         parsed = batch.select(
             F.col("partition").alias("_partition"), F.col("offset").alias("_offset"), F.col("key").alias("_key"),
             F.col("value").cast("string").alias("_raw"), self._decode(F.col("value").cast("string")).alias("_v"),
+            F.col("value").alias("_value"),  # the bytes as they are (a join side copies them)
             F.unix_millis(F.col("timestamp")).alias("_rowtime"),
         )
         return self.kind.reduce(parsed, self.query, self.source, self.sink, tasks)

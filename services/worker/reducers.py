@@ -224,15 +224,19 @@ def reduce_materialize(parsed: DataFrame, query: PersistentQuery, source: DataSo
 
 def reduce_keyed(parsed: DataFrame, query: PersistentQuery, source: DataSource, sink: DataSource,
                  tasks: Mapping[int, Any] | None = None) -> dict[int, KeyedSlice]:
-    """A batch's records as they are (key, value text or None, timestamp), in offset order,
-    for a table-table join's stages: a record without a key goes to the processing log (a
+    """A batch's records as they are (key, value bytes or None, event time), in offset order,
+    for a two-topic join's stages: a record without a key goes to the processing log (a
     keyless tombstone is passed over); values are decoded by the join's task."""
     frame = parsed.withColumn("_kind", F.expr(
         f"CASE WHEN _key IS NOT NULL THEN {GOOD} WHEN _raw IS NULL THEN {SKIPPED} ELSE {NO_KEY} END"))
-    slices, good = in_offset_order(frame, [F.col("_key").alias("k"), F.col("_raw").alias("r"),
-                                           F.col("_rowtime").alias("t")], KeyedSlice, source)
+    time = F.col("_rowtime")
+    if query.plan.event_time:  # a stream's TIMESTAMP column (a record without one keeps its own time)
+        frame = frame.select("*", "_v.*")
+        time = F.coalesce(F.expr(query.plan.event_time), time)
+    slices, good = in_offset_order(frame, [F.col("_key").alias("k"), F.col("_value").alias("v"), time.alias("t")],
+                                   KeyedSlice, source)
     for piece, offset, (key, value, timestamp) in good:
-        piece.records.append((offset, bytes(key), value, timestamp))
+        piece.records.append((offset, bytes(key), None if value is None else bytes(value), timestamp))
     return slices
 
 

@@ -22,7 +22,9 @@ it joins again, so the next batch sees exactly the rows the committed output saw
 from __future__ import annotations
 
 import logging
+import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +43,7 @@ from millpond.shared.sql.expressions import evaluate
 from millpond.shared.sql.joins import ResolvedJoin, joined, resolve_join
 from millpond.shared.sql.parser import statement_query
 from millpond.shared.task_status import RESTORING
-from millpond.shared.teardown import bounded
+from millpond.shared.teardown import bounded, run_to_end
 
 log = logging.getLogger(__name__)
 FETCH_MS = 50
@@ -49,6 +51,8 @@ FETCH_MS = 50
 REPLAY_STALL_S = 60.0
 """How long a replay waits for a fetch that moves it."""
 CONSUMER_STOP_TIMEOUT_S = 10.0
+REPLAY_WRITE_ROWS = 10_000
+"""How many replayed rows a table join's store takes in one write batch."""
 
 
 class ReplayStalled(MillpondError):
@@ -59,8 +63,8 @@ class ReplayStalled(MillpondError):
 class KeyedSlice(BatchSlice):
     """A partition's records as they are, in offset order."""
 
-    records: list[tuple[int, bytes, str | None, int]] = field(default_factory=list)
-    """(offset, key, value text or None for a tombstone, record timestamp)."""
+    records: list[tuple[int, bytes, bytes | None, int]] = field(default_factory=list)
+    """(offset, key, value or None for a tombstone, event time)."""
 
 
 class JoinSideTask(Task[KeyedSlice]):
@@ -79,8 +83,7 @@ class JoinSideTask(Task[KeyedSlice]):
             return False
         async with self._transaction():
             for _, key, value, timestamp in batch.records:
-                await self._send(self.sink.topic, None if value is None else value.encode(), self.side + key,
-                                 self.partition, timestamp_ms=timestamp)
+                await self._send(self.sink.topic, value, self.side + key, self.partition, timestamp_ms=timestamp)
             await self._send_bad(batch.bad)
             await self.producer.send_offsets_to_transaction({self.input: batch.last_offset + 1}, self.group)
         self.next_input_offset = batch.last_offset + 1
@@ -102,23 +105,24 @@ class Side:
     """Its value columns as the table's records decode them."""
 
 
-class TableJoinTask(Task[KeyedSlice]):
-    """Joins partition ``p`` of every table, read from the joined topic (see the module)."""
+class GatheredJoinTask(Task[KeyedSlice]):
+    """What the join stages of table-table and stream-stream joins share: the sides as the
+    joined row names them, the replay of the joined topic, and the result's value."""
 
     def __init__(self, settings: WorkerSettings, query: PersistentQuery, source: DataSource,
                  sink: DataSource, partition: int, stage: str = ""):
         super().__init__(settings, query, source, sink, partition, stage)
         spec = query.plan.join
         assert spec is not None
-        tables = (spec.stream, *(t.table for t in spec.tables))
+        sources = (spec.stream, *(t.table for t in spec.tables))
         self.resolved: ResolvedJoin = resolve_join(statement_query(query.statement), spec.stream,
                                                    tuple(t.table for t in spec.tables))
         self.sides = [
-            Side(table, type_, joined(prefix, table.key_column.name if table.key_column else ""),
-                 tuple(joined(prefix, c.name) for c in table.value_columns),
-                 tuple((c.name, c.type) for c in table.value_columns))
-            for table, type_, prefix in zip(tables, ("FROM", *(t.type for t in spec.tables)),
-                                            (spec.stream_prefix, *(t.prefix for t in spec.tables)), strict=True)
+            Side(side, type_, joined(prefix, side.key_column.name if side.key_column else ""),
+                 tuple(joined(prefix, c.name) for c in side.value_columns),
+                 tuple((c.name, c.type) for c in side.value_columns))
+            for side, type_, prefix in zip(sources, ("FROM", *(t.type for t in spec.tables)),
+                                           (spec.stream_prefix, *(t.prefix for t in spec.tables)), strict=True)
         ]
         key_column = spec.stream.key_column
         assert key_column is not None
@@ -126,28 +130,16 @@ class TableJoinTask(Task[KeyedSlice]):
         self.value_items = [i for i in range(len(self.resolved.items)) if i != self.resolved.key_item]
         self.value_names = [c.name for c in sink.value_columns]
 
-    async def start(self) -> None:
-        """Open the store, fence any older owner and bring the store up to the committed offset."""
-        self.store = PartitionStore(store_path(self.settings, f"{self.query.query_id}-{self.stage}", self.partition))
-        await self._open_producer()
-        committed = await self._committed_input_offset()  # fenced: it is final
-        stored = self.store.position(INPUT_OFFSET)
-        if committed is not None and (stored is None or stored < committed):
-            await self._replay(stored, committed)
-        self.next_input_offset = self.start_input_offset = committed
-        log.info("task started", extra={"query": self.query.query_id, "partition": self.partition,
-                                        "stage": self.stage, "input_offset": self.next_input_offset})
-
-    async def _replay(self, start: int | None, end: int) -> None:
-        """Apply the joined topic's records from ``start`` (None: its beginning) below ``end``
-        to the store, without output: what the committed batches already joined."""
-        assert self.store is not None
+    async def _replay(self, start: int | None, end: int, apply: Callable[[bytes, bytes | None, int, int], object]) -> None:
+        """``apply`` (key, value, timestamp, offset) to each record of the joined topic from
+        ``start`` (None: its beginning) below ``end``, without output: what the committed
+        batches already joined."""
         started = time.monotonic()
         self.state = RESTORING
         consumer = AIOKafkaConsumer(**self.settings.kafka.client_args(), isolation_level="read_committed",
                                     enable_auto_commit=False, fetch_max_wait_ms=25, auto_offset_reset="earliest")
-        await consumer.start()
         try:
+            await consumer.start()
             consumer.assign([self.input])
             if start is None:
                 await consumer.seek_to_beginning(self.input)
@@ -155,7 +147,6 @@ class TableJoinTask(Task[KeyedSlice]):
                 consumer.seek(self.input, start)
             first = await consumer.position(self.input)
             self.records_to_restore = max(end - first, 0)
-            overlay: dict[bytes, list[Any] | None] = {}
             position, deadline = first, time.monotonic() + REPLAY_STALL_S
             while position < end:
                 if time.monotonic() > deadline:
@@ -164,58 +155,47 @@ class TableJoinTask(Task[KeyedSlice]):
                 batches = await consumer.getmany(self.input, timeout_ms=FETCH_MS, max_records=10_000)
                 for record in batches.get(self.input, []):
                     if record.offset < end and record.key:
-                        self._apply(record.key, None if record.value is None else record.value.decode(), overlay, None)
+                        apply(record.key, record.value, record.timestamp, record.offset)
                 moved = await consumer.position(self.input)
                 if moved > position:
                     position, deadline = moved, time.monotonic() + REPLAY_STALL_S
                     self.restored_records = min(position - first, self.records_to_restore)
         finally:
-            await bounded(consumer.stop(), CONSUMER_STOP_TIMEOUT_S, "stop the replay consumer",
-                          {"query": self.query.query_id, "partition": self.partition})
-        self._write(overlay, end)
+            await run_to_end(bounded(consumer.stop(), CONSUMER_STOP_TIMEOUT_S, "stop the replay consumer",
+                                     {"query": self.query.query_id, "partition": self.partition}))
         self.restored_records = self.records_to_restore
-        log.info("joined rows restored", extra={"query": self.query.query_id, "partition": self.partition,
-                                                "records": self.records_to_restore, "input_offset": end,
-                                                "seconds": round(time.monotonic() - started, 3)})
+        log.info("joined topic replayed", extra={"query": self.query.query_id, "partition": self.partition,
+                                                 "records": self.records_to_restore, "input_offset": end,
+                                                 "seconds": round(time.monotonic() - started, 3)})
 
-    def _apply(self, key: bytes, value: str | None, overlay: dict[bytes, list[Any] | None],
-               bad: tuple[list[BadRecord], int] | None) -> None:
-        """One joined-topic record into ``overlay``: the side's row of the key, replaced or
-        deleted. A value that does not decode changes nothing (and goes to ``bad``'s list
-        with its offset, when given)."""
-        index = key[0]
-        if index >= len(self.sides):
-            return
-        if value is None:
-            overlay[key] = None
-            return
-        side = self.sides[index]
+    def _decode(self, key: bytes, value: bytes, offset: int, bad: list[BadRecord] | None) -> list[Any] | None:
+        """The value columns of a joined-topic record (its key: the side, then the side's key);
+        None (and a processing-log entry in ``bad``, when given) for a key or a value that
+        does not decode."""
+        side = self.sides[key[0]]
         try:
-            row = deserialize_value(list(side.decoded), value.encode(), side.table.value_format,
-                                    side.table.value_delimiter)
+            deserialize_key(key[1:], self.key_type)
+        except (ValueError, struct.error) as error:
+            if bad is not None:
+                bad.append(BadRecord(offset, f"{side.table.name}'s key is not KAFKA {self.key_type}: {error}",
+                                     value.decode(errors="replace")))
+            return None
+        try:
+            row = deserialize_value(list(side.decoded), value, side.table.value_format, side.table.value_delimiter)
         except ValueError as error:
             if bad is not None:
-                bad[0].append(BadRecord(bad[1], f"{side.table.name}'s value is not {side.table.value_format} of its "
-                                                f"declared columns and types: {error}", value))
-            return
-        overlay[key] = [row[name] for name, _ in side.decoded]
-
-    def _result(self, key: bytes, overlay: dict[bytes, list[Any] | None], offset: int,
-                bad: list[BadRecord]) -> bytes | None:
-        """The key's joined row as the sink's value, or None when the join has no row for it."""
-        assert self.store is not None
-        rows = []
-        for index in range(len(self.sides)):
-            stored = bytes([index]) + key
-            rows.append(overlay[stored] if stored in overlay else self.store.get(stored))
-        present = rows[0] is not None
-        for side, row in zip(self.sides[1:], rows[1:], strict=True):
-            there = row is not None
-            present = {"INNER": present and there, "LEFT": present, "RIGHT": there}.get(side.type, present or there)
-        if not present:
+                bad.append(BadRecord(offset, f"{side.table.name}'s value is not {side.table.value_format} of its "
+                                             f"declared columns and types: {error}", value.decode(errors="replace")))
             return None
+        return [row[name] for name, _ in side.decoded]
+
+    def _value(self, key: bytes, rows: list[list[Any] | None], offset: int, bad: list[BadRecord],
+               extra: dict[str, Any] | None = None) -> bytes | None:
+        """The result's value from each side's row (None: the side has none; ``extra``: more
+        columns of the joined row), or None when the WHERE drops it or it cannot be computed
+        (then logged in ``bad``)."""
         key_value = deserialize_key(key, self.key_type)
-        joined_row: dict[str, Any] = {}
+        joined_row: dict[str, Any] = dict(extra or {})
         for side, row in zip(self.sides, rows, strict=True):
             joined_row[side.key] = None if row is None else key_value
             for name, value in zip(side.names, row or [None] * len(side.names), strict=True):
@@ -230,6 +210,60 @@ class TableJoinTask(Task[KeyedSlice]):
             return None
         return serialize_value(self.value_names, [result[i] for i in self.value_items],
                                self.sink.value_format, self.sink.value_delimiter)
+
+
+class TableJoinTask(GatheredJoinTask):
+    """Joins partition ``p`` of every table, read from the joined topic (see the module)."""
+
+    async def start(self) -> None:
+        """Open the store, fence any older owner and bring the store up to the committed offset."""
+        self.store = PartitionStore(store_path(self.settings, f"{self.query.query_id}-{self.stage}", self.partition))
+        await self._open_producer()
+        committed = await self._committed_input_offset()  # fenced: it is final
+        stored = self.store.position(INPUT_OFFSET)
+        if committed is not None and (stored is None or stored < committed):
+            overlay: dict[bytes, list[Any] | None] = {}
+
+            def replayed(key: bytes, value: bytes | None, _: int, offset: int) -> None:
+                self._apply(key, value, overlay, None)
+                if len(overlay) >= REPLAY_WRITE_ROWS:  # a long replay is kept as it goes
+                    self._write(overlay, offset + 1)
+                    overlay.clear()
+
+            await self._replay(stored, committed, replayed)
+            self._write(overlay, committed)
+        # Without a committed offset (expired), the store's own position: it is written after each commit.
+        self.next_input_offset = self.start_input_offset = committed if committed is not None else stored
+        log.info("task started", extra={"query": self.query.query_id, "partition": self.partition,
+                                        "stage": self.stage, "input_offset": self.next_input_offset})
+
+    def _apply(self, key: bytes, value: bytes | None, overlay: dict[bytes, list[Any] | None],
+               bad: tuple[list[BadRecord], int] | None) -> None:
+        """One joined-topic record into ``overlay``: the side's row of the key, replaced or
+        deleted. A value that does not decode changes nothing (and goes to ``bad``'s list
+        with its offset, when given)."""
+        if key[0] >= len(self.sides):
+            return
+        if value is None:
+            overlay[key] = None
+            return
+        row = self._decode(key, value, bad[1] if bad else 0, bad[0] if bad else None)
+        if row is not None:
+            overlay[key] = row
+
+    def _result(self, key: bytes, overlay: dict[bytes, list[Any] | None], offset: int,
+                bad: list[BadRecord]) -> bytes | None:
+        """The key's joined row as the sink's value, or None when the join has no row for it."""
+        assert self.store is not None
+        rows = []
+        for index in range(len(self.sides)):
+            stored = bytes([index]) + key
+            rows.append(overlay[stored] if stored in overlay else self.store.get(stored))
+        present = rows[0] is not None
+        for side, row in zip(self.sides[1:], rows[1:], strict=True):
+            there = row is not None
+            present = {"INNER": present and there, "LEFT": present, "RIGHT": there}.get(side.type, present or there)
+        return self._value(key, rows, offset, bad) if present else None
 
     async def commit(self, batch: KeyedSlice) -> bool:
         """Join one micro-batch slice exactly once; False when it was joined before."""

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from millpond.shared.catalog.plans import PlanKind
 from millpond.shared.catalog.queries import PersistentQuery, Resolved
 from millpond.shared.catalog.sources import Column, DataSource
 from millpond.shared.errors import AlreadyExistsError, NotFoundError, StatementError
@@ -283,7 +284,7 @@ class Metastore:
         if stmt.name in (j.name for j in joined):
             raise StatementError(f"{stmt.name} cannot read from itself")
         sink, plan = plan_persistent(stmt.kind, stmt.name, stmt.query, source, properties, query_id, joined=joined)
-        self._check_partitions(start_offsets, source)
+        self._check_partitions(start_offsets, source, joined)
         if old_query is not None and existing is not None:
             if old_query.source != source.name:
                 raise StatementError(f"CREATE OR REPLACE cannot change what {stmt.name} reads "
@@ -292,6 +293,8 @@ class Metastore:
             query = PersistentQuery(query_id, prefix, stmt.text, source.name, sink.name, plan,
                                     old_query.start_offsets)
             return Change(f"Replaced query {query_id}", add_sources=[sink], add_queries=[query])
+        if plan.kind is PlanKind.TABLE_TABLE_JOIN:
+            start_offsets = None  # a join reads its tables whole, whatever auto.offset.reset says
         query = PersistentQuery(query_id, prefix, stmt.text, source.name, sink.name, plan, start_offsets)
         return Change(f"Created query with ID {query_id}", add_sources=[sink], add_queries=[query], counts_query=True)
 
@@ -307,13 +310,16 @@ class Metastore:
         if target.name in (j.name for j in joined):
             raise StatementError(f"INSERT INTO {target.name} cannot read from {target.name} itself")
         _, plan = plan_persistent(None, target.name, stmt.query, source, {}, query_id, target=target, joined=joined)
-        self._check_partitions(start_offsets, source)
+        self._check_partitions(start_offsets, source, joined)
         query = PersistentQuery(query_id, "INSERT", stmt.text, source.name, target.name, plan, start_offsets)
         return Change(f"Created query with ID {query_id}", add_queries=[query], counts_query=True)
 
     @staticmethod
-    def _check_partitions(start_offsets: tuple[int, ...] | None, source: DataSource) -> None:
-        if start_offsets is not None and len(start_offsets) != source.partitions:
+    def _check_partitions(start_offsets: tuple[int, ...] | None, source: DataSource,
+                          joined: tuple[DataSource, ...]) -> None:
+        """The start offsets cover the source's partitions (a stream-stream join's: both streams')."""
+        sides = 1 + sum(source.kind == "STREAM" and j.kind == "STREAM" for j in joined)
+        if start_offsets is not None and len(start_offsets) != sides * source.partitions:
             raise StatementError(f"the command's start offsets cover {len(start_offsets)} partitions "
                                  f"but {source.name} has {source.partitions}")
 

@@ -30,9 +30,11 @@ class PlanKind(StrEnum):
     """Join each stream record with a table's row as of the record (CSAS ... JOIN table)."""
     TABLE_TABLE_JOIN = "TABLE_TABLE_JOIN"
     """Keep both tables' rows and the join of each key's rows (CTAS ... FROM table JOIN table)."""
+    STREAM_STREAM_JOIN = "STREAM_STREAM_JOIN"
+    """Join each record of two streams with the other's records within a window (CSAS ... WITHIN)."""
     JOIN_SIDE = "JOIN_SIDE"
-    """A table-table join's first stages: each table's records into the query's joined topic,
-    keyed by the side's place in the join and the table's key (internal: no statement has it)."""
+    """A two-topic join's first stages: each side's records into the query's joined topic,
+    keyed by the side's place in the join and the key (internal: no statement has it)."""
 
     @property
     def spec(self) -> PlanSpec:
@@ -81,6 +83,10 @@ PLAN_SPECS: dict[PlanKind, PlanSpec] = {
         changelog=False, repartition_topic=False,
         explain="[ JOIN ] | {join} | {columns} | State: both sides' rows in RocksDB, rebuilt from the joined topic; "
                 "the result materialized from the sink topic"),
+    PlanKind.STREAM_STREAM_JOIN: PlanSpec(
+        changelog=False, repartition_topic=False,
+        explain="[ JOIN ] | {join} | {columns} | State: both streams' records within the window, in memory, "
+                "rebuilt from the joined topic"),
     PlanKind.JOIN_SIDE: PlanSpec(changelog=False, repartition_topic=False, explain="[ JOIN SIDE ]"),
 }
 """Every plan kind's needs, one row per kind."""

@@ -44,12 +44,25 @@ class JoinedTable:
     prefix: str
     condition: str
     """The ON condition (``side.column``), for EXPLAIN."""
+    within: JoinWindow | None = None
+    """A stream-stream join's window (None for a table)."""
+
+
+@dataclass(frozen=True)
+class JoinWindow:
+    """A stream-stream join's ``WITHIN``: a right record joins a left one ``before_ms``
+    before it to ``after_ms`` after it; records later than ``grace_ms`` behind stream time
+    are dropped, and an outer join's unmatched record is emitted once its window closes."""
+
+    before_ms: int
+    after_ms: int
+    grace_ms: int
 
 
 @dataclass(frozen=True)
 class JoinSpec:
-    """A stream-table join: the stream as it was when the query was planned, its prefix in
-    the joined row, and the tables it joins, in order (all on the same stream expression)."""
+    """A join: its first source (``FROM``) as it was when the query was planned, its prefix in
+    the joined row, and what it joins, in order (all on the same expression of the first)."""
 
     stream: DataSource
     stream_prefix: str

@@ -17,6 +17,10 @@ Two kinds need two, each with its own stream, tasks and transactional ids:
   (one byte) before the table's key; the join stage keeps both sides' rows, rebuilt from
   that topic, and writes each changed key's joined row (or a tombstone) to the sink topic;
   the last stage materializes the sink topic, as below, so the result can be pulled.
+- **A stream-stream join** runs the same way without the last stage: each stream's records
+  go into the joined topic (not compacted: it keeps what the join window and grace need,
+  and a day more), stamped with their event time; the join stage joins them in that
+  topic's order.
 - **CREATE TABLE AS SELECT without GROUP BY over a table.** Stage 1 projects every row
   into the sink topic (a deleted row, or one the WHERE no longer passes, becomes a
   tombstone); stage 2 materializes the sink topic as a table declared over it would be,
@@ -36,8 +40,10 @@ from millpond.shared.catalog.queries import OutputColumn, PersistentQuery, Query
 from millpond.shared.catalog.sources import Column, DataSource
 from millpond.shared.sql.ast import SqlType
 from millpond.shared.sql.expressions import quote_identifier
-from millpond.shared.sql.planner import plan_materialization
+from millpond.shared.sql.planner import event_time, plan_materialization
 
+JOINED_TOMBSTONES_MS = 7 * 24 * 3_600_000
+"""How long a table-table join's joined topic keeps a tombstone."""
 WINDOWED_EXTRA_MS = 24 * 3_600_000
 """How much longer than its windows a windowed changelog keeps records (Kafka Streams' default)."""
 ROWTIME_COLUMN = "_INPUT_ROWTIME"
@@ -84,8 +90,8 @@ def stages(query: PersistentQuery, source: DataSource, sink: DataSource, service
     plan = query.plan
     if plan.kind.spec.repartition_topic and plan.repartition:
         return _repartitioned_aggregate(query, source, sink, service_id)
-    if plan.kind is PlanKind.TABLE_TABLE_JOIN:
-        return _table_table_join(query, source, sink, service_id)
+    if plan.kind in (PlanKind.TABLE_TABLE_JOIN, PlanKind.STREAM_STREAM_JOIN):
+        return _two_sided_join(query, source, sink, service_id)
     if plan.kind is PlanKind.PROJECT and source.kind == "TABLE" and sink.kind == "TABLE":
         materialize = replace(query, plan=plan_materialization(sink), start_offsets=None)
         return [Stage("project", query, source, sink), Stage("", materialize, sink, sink)]
@@ -108,7 +114,16 @@ def internal_topics(service_id: str, query: PersistentQuery) -> list[InternalTop
     if spec.repartition_topic and query.plan.repartition:
         topics.append(InternalTopic(repartition_topic(service_id, query.query_id), compacted=False))
     if query.plan.kind is PlanKind.TABLE_TABLE_JOIN:
-        topics.append(InternalTopic(joined_topic(service_id, query.query_id), compacted=True))
+        # A join task away for longer than a tombstone is kept would miss the delete when it
+        # replays from its store's position: a week, not the broker's default day.
+        topics.append(InternalTopic(joined_topic(service_id, query.query_id), compacted=True,
+                                    configs=(("delete.retention.ms", str(JOINED_TOMBSTONES_MS)),)))
+    if query.plan.kind is PlanKind.STREAM_STREAM_JOIN and query.plan.join is not None:
+        within = query.plan.join.tables[0].within
+        assert within is not None
+        keep = max(within.before_ms, within.after_ms) + within.grace_ms + WINDOWED_EXTRA_MS
+        topics.append(InternalTopic(joined_topic(service_id, query.query_id), compacted=False,
+                                    configs=(("retention.ms", str(keep)),)))
     return topics
 
 
@@ -116,20 +131,28 @@ JOIN_SIDE_STAGE = "side-"
 """A table-table join's stage that copies one table into the joined topic, with its place in the join."""
 
 
-def _table_table_join(query: PersistentQuery, left: DataSource, sink: DataSource, service_id: str) -> list[Stage]:
+def _two_sided_join(query: PersistentQuery, left: DataSource, sink: DataSource, service_id: str) -> list[Stage]:
     spec = query.plan.join
     assert spec is not None
+    tables = query.plan.kind is PlanKind.TABLE_TABLE_JOIN
     gathered = DataSource(
-        kind="TABLE", name=f"{query.query_id}_JOINED", columns=(), topic=joined_topic(service_id, query.query_id),
+        kind=left.kind, name=f"{query.query_id}_JOINED", columns=(), topic=joined_topic(service_id, query.query_id),
         partitions=left.partitions, query_id=query.query_id,
     )
     # Tables are read whole, whatever auto.offset.reset says: a join needs both tables' rows.
+    # Each stream starts where the query was created to start (its start offsets hold both
+    # streams' partitions, the source's first).
     sides = [Stage(f"{JOIN_SIDE_STAGE}{index}",
-                   replace(query, plan=QueryPlan(PlanKind.JOIN_SIDE, table.name, gathered.name, (), join=spec),
-                           start_offsets=None), table, gathered)
-             for index, table in enumerate((left, *(t.table for t in spec.tables)))]
+                   replace(query, plan=QueryPlan(PlanKind.JOIN_SIDE, side.name, gathered.name, (), join=spec,
+                                                 event_time=None if tables else event_time(side)),
+                           start_offsets=None if tables or query.start_offsets is None else
+                           query.start_offsets[index * left.partitions:(index + 1) * left.partitions]), side, gathered)
+             for index, side in enumerate((left, *(t.table for t in spec.tables)))]
+    join = Stage("join" if tables else "", replace(query, start_offsets=None), gathered, sink)
+    if not tables:
+        return [*sides, join]
     materialize = replace(query, plan=plan_materialization(sink), start_offsets=None)
-    return [*sides, Stage("join", replace(query, start_offsets=None), gathered, sink), Stage("", materialize, sink, sink)]
+    return [*sides, join, Stage("", materialize, sink, sink)]
 
 
 def _repartitioned_aggregate(query: PersistentQuery, source: DataSource, sink: DataSource,

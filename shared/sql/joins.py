@@ -18,7 +18,7 @@ from functools import partial
 from typing import Any
 
 from millpond.shared.catalog.plans import PlanKind
-from millpond.shared.catalog.queries import JoinedTable, JoinSpec, OutputColumn, QueryPlan
+from millpond.shared.catalog.queries import JoinedTable, JoinSpec, JoinWindow, OutputColumn, QueryPlan
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.errors import NotFoundError, StatementError
 from millpond.shared.sql import ast
@@ -30,7 +30,9 @@ ROWTIME = "ROWTIME"
 STREAM_TABLE_TYPES = ("INNER", "LEFT")
 """The join types ksqlDB allows between a stream and a table."""
 TABLE_TABLE_TYPES = ("INNER", "LEFT", "RIGHT", "FULL")
-"""The join types ksqlDB allows between two tables."""
+"""The join types ksqlDB allows between two tables (and two streams)."""
+DEFAULT_JOIN_GRACE_MS = 24 * 3_600_000
+"""A stream-stream join's grace period without GRACE PERIOD (ksqlDB's and Kafka Streams' legacy default)."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,10 @@ def _sides(query: ast.Query, stream: DataSource, tables: tuple[DataSource, ...])
             if join.within is None:
                 raise StatementError(f"stream-stream joins need a join window: add WITHIN <duration> before ON "
                                      f"({stream.name} and {table.name} are both streams)")
-            raise StatementError("stream-stream joins (WITHIN) are not supported yet; join a stream with a table")
+            if len(tables) > 1:
+                raise StatementError("a stream-stream join joins two streams; joining a third source in the same "
+                                     "query is not supported yet: create the joined stream first, then join it")
+            continue
         if join.within is not None:
             raise StatementError(f"WITHIN applies to stream-stream joins; {table.name} is a TABLE, whose current row "
                                  "each record joins: remove WITHIN")
@@ -95,10 +100,17 @@ def _sides(query: ast.Query, stream: DataSource, tables: tuple[DataSource, ...])
         for side in (stream, table):
             if side.window is not None:
                 raise StatementError(f"{side.name} is a windowed table; joining a windowed table is not supported")
+    if stream.name in (table.name for table in tables):
+        raise StatementError(f"{stream.name} is joined with itself; a self-join is not supported yet: copy it into "
+                             "another stream or table first (CREATE ... AS SELECT * FROM ...)")
     names = [table.name for table in tables]
     for name in names:
         if names.count(name) > 1:
             raise StatementError(f"{name} is joined twice; a query may join each table once")
+    topics = [side.topic for side in (stream, *tables)]
+    for topic in topics:
+        if topics.count(topic) > 1:
+            raise StatementError(f"two sides of the join read the topic {topic}; join sources of different topics")
     stream_prefix = query.alias or stream.name
     prefixes = tuple(join.alias or table.name for join, table in zip(query.joins, tables, strict=True))
     named = [stream_prefix, *prefixes]
@@ -209,22 +221,28 @@ def _condition(condition: ast.Expr, shown: Callable[[ast.Expr], str], stream_nam
     """The stream side of ``stream expression = table key`` and the table key's joined name."""
     key = table.key_column
     if key is None:
-        raise StatementError(f"{table.name} has no PRIMARY KEY to join on")
+        raise StatementError(f"{table.name} has no {'KEY' if table.kind == 'STREAM' else 'PRIMARY KEY'} to join on")
     table_key = joined(table_prefix, key.name)
     if not (isinstance(condition, ast.Binary) and condition.op == "="):
         raise StatementError(f"invalid join condition {shown(condition)}: a join needs an equality, "
                              f"ON <{stream.name} expression> = {table_prefix}.{key.name}")
     left_key = stream.key_column.name if stream.key_column is not None else "<key>"
-    both_keys = (f"a table-table join matches both tables' PRIMARY KEYs "
-                 f"(ON {stream_prefix}.{left_key} = {table_prefix}.{key.name})")
+    if stream.kind == "TABLE" or table.kind == "STREAM":
+        both_keys = (f"a {stream.kind.lower()}-{table.kind.lower()} join matches both sides' keys "
+                     f"(ON {stream_prefix}.{left_key} = {table_prefix}.{key.name})")
+        if stream.key_column is None:
+            raise StatementError(f"{stream.name} has no KEY column to join on; a stream-stream join matches both "
+                                 "streams' keys")
+        for left, right in ((condition.left, condition.right), (condition.right, condition.left)):
+            if right == ast.ColumnRef(table_key) and left == ast.ColumnRef(joined(stream_prefix, left_key)):
+                return left, table_key
+        found = "foreign-key joins are not supported yet" if stream.kind == "TABLE" else (
+            "joining streams on other columns needs both repartitioned first, which is not supported yet: "
+            "re-key them with PARTITION BY into new streams")
+        raise StatementError(f"invalid join condition {shown(condition)}: {both_keys}; {found}")
     for left, right in ((condition.left, condition.right), (condition.right, condition.left)):
         if right == ast.ColumnRef(table_key) and _only(left, stream_names):
-            if stream.kind == "TABLE" and left != ast.ColumnRef(joined(stream_prefix, left_key)):
-                raise StatementError(f"invalid join condition {shown(condition)}: {both_keys}; foreign-key joins "
-                                     "are not supported yet")
             return left, table_key
-    if stream.kind == "TABLE":
-        raise StatementError(f"invalid join condition {shown(condition)}: {both_keys}")
     raise StatementError(f"invalid join condition {shown(condition)}: a stream-table join matches the table's "
                          f"PRIMARY KEY {table_prefix}.{key.name} with an expression of {stream.name}'s columns "
                          f"(ON {stream_prefix}.<column> = {table_prefix}.{key.name})")
@@ -269,8 +287,8 @@ def plan_join(
     resolved = resolve_join(query, left, tables)
     result = left.kind
     if kind != result and (kind is not None or result == "TABLE"):  # INSERT INTO a stream takes a stream's join
-        what = "a stream-table join produces a STREAM" if result == "STREAM" else "a table-table join produces a TABLE"
-        raise StatementError(f"invalid result type: {what}; use CREATE {result} AS SELECT")
+        raise StatementError(f"invalid result type: a {left.kind.lower()}-{tables[0].kind.lower()} join produces a "
+                             f"{result}; use CREATE {result} AS SELECT")
     for table in tables:
         if left.partitions != table.partitions:
             raise StatementError(f"Can't join {left.name} with {table.name} since the number of partitions don't "
@@ -279,9 +297,9 @@ def plan_join(
                                  "partitions match.")
         if left.key_format != table.key_format:
             raise StatementError(f"{left.name} and {table.name} must have the same KEY_FORMAT to be joined")
-    if result == "TABLE" and partitions != left.partitions:
-        raise StatementError(f"a table-table join's result has its tables' partitions ({left.partitions}); "
-                             f"remove PARTITIONS={partitions}")
+    if partitions != left.partitions and (result == "TABLE" or tables[0].kind == "STREAM"):
+        raise StatementError(f"a {left.kind.lower()}-{tables[0].kind.lower()} join's result has its sources' "
+                             f"partitions ({left.partitions}); remove PARTITIONS={partitions}")
     columns = []
     for index, (out, expr) in enumerate(resolved.items):
         columns.append(OutputColumn(out, check(expr, resolved.scope), resolved.shown(expr),
@@ -290,14 +308,22 @@ def plan_join(
                            and resolved.stream_key == ast.ColumnRef(joined(resolved.stream_prefix,
                                                                            left.key_column.name)))
     key_expression = None if keyed_by_stream_key else resolved.stream_key_spark
-    joined_tables = tuple(JoinedTable(join.kind, table, prefix, resolved.shown(condition))
+    joined_tables = tuple(JoinedTable(join.kind, table, prefix, resolved.shown(condition), _window(join.within))
                           for join, table, prefix, condition in zip(query.joins, tables, resolved.table_prefixes,
                                                                     resolved.conditions, strict=True))
     spec = JoinSpec(left, resolved.stream_prefix, joined_tables,
                     None if resolved.where is None else resolved.shown(resolved.where))
     key = columns[resolved.key_item]
     columns = [key, *(c for c in columns if not c.key)]
-    plan_kind = PlanKind.STREAM_TABLE_JOIN if result == "STREAM" else PlanKind.TABLE_TABLE_JOIN
+    plan_kind = (PlanKind.TABLE_TABLE_JOIN if result == "TABLE" else PlanKind.STREAM_STREAM_JOIN
+                 if tables[0].kind == "STREAM" else PlanKind.STREAM_TABLE_JOIN)
     plan = QueryPlan(plan_kind, left.name, name, tuple(columns), key_column=key.name,
                      key_expression=key_expression, repartition=key_expression is not None, join=spec)
     return result, tuple(columns), plan
+
+
+def _window(within: ast.Within | None) -> JoinWindow | None:
+    if within is None:
+        return None
+    grace = DEFAULT_JOIN_GRACE_MS if within.grace_ms is None else within.grace_ms
+    return JoinWindow(within.before_ms, within.after_ms, grace)

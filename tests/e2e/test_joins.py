@@ -29,12 +29,13 @@ from aiokafka import AIOKafkaProducer
 
 from millpond.deploy.local.kafka_broker import EmbeddedKafka
 from millpond.deploy.local.launcher import LocalCluster
-from millpond.shared.catalog.names import processing_log_topic
+from millpond.shared.catalog.names import joined_topic, processing_log_topic
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.net import free_port
 from tests.e2e.helpers import pull_until, read_all, read_records, run
 from tests.e2e.test_aggregation import produce_timed, wait_progressing
 from tests.e2e.workload import PARTITIONS
+from tests.stream_join_reference import expected_stream_join
 
 MINUTE = 60_000
 TableRecord = tuple[str, str | None, int]
@@ -258,6 +259,71 @@ async def test_table_table_joins_follow_both_tables(join_cluster: LocalCluster) 
               await read_all(join_cluster.bootstrap, processing_log_topic(join_cluster.service_id))]
     mine = [e["RECORD"] for e in logged if e["QUERY_ID"].startswith(f"CTAS_{results['LEFT'].upper()}")]
     assert mine == ["{not json"], mine
+
+
+async def produce_sides(bootstrap: str, records: list[tuple[str, str, str, int, int]]) -> None:
+    """(topic, column, key, value, event time) records, in order, partitioned by key as the Java client."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    await producer.start()
+    try:
+        for topic, column, key, value, ts in records:
+            await producer.send_and_wait(topic, json.dumps({column: value}).encode(), key=key.encode(),
+                                         partition=partition_for(key.encode(), PARTITIONS), timestamp_ms=ts)
+    finally:
+        await producer.stop()
+
+
+async def test_stream_stream_joins_match_the_reference_in_the_order_they_were_read(join_cluster: LocalCluster) -> None:
+    """INNER, LEFT and FULL OUTER joins of two streams WITHIN (2 s, 4 s) GRACE PERIOD 3 s, with
+    records out of order within and beyond the window and the grace period. Each query reads
+    both streams through its joined topic; the reference is computed from that topic's
+    records in its order (per partition), so it knows which were late."""
+    sid = join_cluster.service_id
+    left, right = f"jsl_{sid}", f"jsr_{sid}"
+    results = {kind: f"js_{kind.lower()}_{sid}" for kind in ("INNER", "LEFT", "FULL")}
+    rng = random.Random(53)
+    base = int(time.time() * 1000) - 10 * MINUTE
+    keys = [f"k{i}" for i in range(8)]
+    produced = []
+    for i in range(600):  # about 50 ms of event time apart, one in ten set back by up to 8 s
+        topic, column = (left, "READING") if rng.random() < 0.5 else (right, "LEVEL")
+        ts = base + 50 * i - (rng.randrange(8_000) if rng.random() < 0.1 else 0)
+        produced.append((topic, column, rng.choice(keys), i, ts))
+    # Then stream time far ahead on every partition, so every window closes.
+    produced += [(left, "READING", key, 10_000 + n, base + 10 * MINUTE) for n, key in enumerate(keys)]
+    run(join_cluster, f"""
+        CREATE STREAM {left} (sensor VARCHAR KEY, reading INT)
+          WITH (kafka_topic='{left}', partitions={PARTITIONS}, value_format='json');
+        CREATE STREAM {right} (sensor VARCHAR KEY, level INT)
+          WITH (kafka_topic='{right}', partitions={PARTITIONS}, value_format='json');""")
+    await produce_sides(join_cluster.bootstrap, produced[:300])
+    outcome = run(join_cluster, "SET 'auto.offset.reset'='earliest';\n" + "\n".join(
+        f"CREATE STREAM {name} AS SELECT l.sensor, l.reading, r.level FROM {left} l {kind} JOIN {right} r "
+        f"WITHIN (2 SECONDS, 4 SECONDS) GRACE PERIOD 3 SECONDS ON l.sensor = r.sensor;"
+        for kind, name in results.items()) + "\nSHOW QUERIES;")
+    await produce_sides(join_cluster.bootstrap, produced[300:])
+    for kind, name in results.items():
+        query_id = next(str(row[0]) for row in outcome if str(row[0]).startswith(f"CSAS_{name.upper()}"))
+        gathered = joined_topic(join_cluster.service_id, query_id)
+        deadline = time.monotonic() + 180
+        while True:
+            read = await read_records(join_cluster.bootstrap, gathered)
+            want = []
+            for partition in range(PARTITIONS):
+                order = [(key[0], key[1:].decode(), json.loads(value or b"{}"), ts)
+                         for p, _, key, value, ts in read if p == partition and key]
+                want += expected_stream_join([(side, k, v.get("READING", v.get("LEVEL")), ts)
+                                              for side, k, v, ts in order], 2_000, 4_000, 3_000, kind)
+            got = sorted(((key.decode(), json.loads(value)["READING"], json.loads(value)["LEVEL"], ts)
+                          for _, _, key, value, ts in await read_records(join_cluster.bootstrap, name.upper())
+                          if key is not None and value is not None), key=repr)
+            if (len(read) == len(produced) and got == sorted(want, key=repr)) or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(1)
+        assert len(read) == len(produced), kind
+        assert got == sorted(want, key=repr), kind
+        if kind != "INNER":
+            assert any(level is None for _, _, level, _ in got), kind
 
 
 async def test_a_sigkilled_worker_loses_no_joined_record_and_repeats_none(join_cluster: LocalCluster) -> None:

@@ -1,6 +1,7 @@
-"""A table-table join task's rule, without Kafka: after each record of any side, the key's
-result is the join of that key's latest rows of every side (chained left to right by each
-JOIN's type), or none; stored rows and a batch's pending ones read alike."""
+"""The join stages' rules, without Kafka. A table-table join: after each record of any side,
+the key's result is the join of that key's latest rows of every side (chained left to right
+by each JOIN's type), or none; stored rows and a batch's pending ones read alike. A
+stream-stream join: what a brute-force reference gives for the same records in the same order."""
 
 from __future__ import annotations
 
@@ -9,12 +10,16 @@ import random
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from millpond.services.worker.state.store import PartitionStore
+from millpond.services.worker.stream_joining import StreamJoinTask
 from millpond.services.worker.table_joining import TableJoinTask
 from millpond.services.worker.task import BadRecord
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import WorkerSettings
 from millpond.shared.sql.parser import parse_statement
+from tests.stream_join_reference import expected_stream_join
 
 TABLES = [
     "CREATE TABLE a (id VARCHAR PRIMARY KEY, x INT) WITH (kafka_topic='a', partitions=1, value_format='json')",
@@ -58,7 +63,7 @@ def test_each_change_gives_the_join_of_the_keys_latest_rows(tmp_path: Path) -> N
         value = None if rng.random() < 0.25 else (f"y{offset}" if side == 1 else rng.choice([1, 2, 13, offset]))
         rows[side][key] = value
         bad: list[BadRecord] = []
-        task._apply(bytes([side]) + key.encode(), None if value is None else encode[side](value), overlay,
+        task._apply(bytes([side]) + key.encode(), None if value is None else encode[side](value).encode(), overlay,
                     (bad, offset))
         result = task._result(key.encode(), overlay, offset, bad)
         assert bad == []
@@ -72,10 +77,73 @@ def test_a_value_that_does_not_decode_changes_nothing_and_is_logged(tmp_path: Pa
     task = _task(tmp_path)
     overlay: dict[bytes, list[Any] | None] = {}
     bad: list[BadRecord] = []
-    task._apply(b"\x01k", "site", overlay, (bad, 0))
-    task._apply(b"\x02k", json.dumps({"Z": 4}), overlay, (bad, 1))
-    task._apply(b"\x02k", "{not json", overlay, (bad, 2))
-    assert [(b.offset, b.value) for b in bad] == [(2, "{not json")]
-    assert "C's value is not JSON" in bad[0].reason
+    task._apply(b"\x01k", b"site", overlay, (bad, 0))
+    task._apply(b"\x02k", json.dumps({"Z": 4}).encode(), overlay, (bad, 1))
+    task._apply(b"\x02k", b"{not json", overlay, (bad, 2))
+    task._apply(b"\x02\xff\xfe", b'{"Z": 5}', overlay, (bad, 3))  # a key that is not UTF-8 text
+    assert [(b.offset, b.value) for b in bad] == [(2, "{not json"), (3, '{"Z": 5}')]
+    assert "C's value is not JSON" in bad[0].reason and "C's key is not KAFKA VARCHAR" in bad[1].reason
+    assert b"\x02\xff\xfe" not in overlay
     result = task._result(b"k", overlay, 2, bad)
     assert result is not None and json.loads(result) == {"X": None, "Y": "site", "Z": 4, "TOTAL": None}
+
+
+STREAMS = [
+    "CREATE STREAM l (k VARCHAR KEY, x INT) WITH (kafka_topic='l', partitions=1, value_format='json')",
+    "CREATE STREAM r (k VARCHAR KEY, y INT) WITH (kafka_topic='r', partitions=1, value_format='json')",
+]
+
+
+def _stream_task(tmp_path: Path, kind: str, within: str) -> StreamJoinTask:
+    meta = Metastore()
+    join = f"CREATE STREAM lr AS SELECT l.k, l.x, r.y FROM l {kind} JOIN r WITHIN {within} ON l.k = r.k"
+    for offset, sql in enumerate([*STREAMS, join]):
+        meta.apply(parse_statement(sql), offset)
+    query = next(q for q in meta.queries.values() if q.sink == "LR")
+    return StreamJoinTask(WorkerSettings(worker_id="w", state_dir=tmp_path), query, meta.source("L"),
+                          meta.source("LR"), 0)
+
+
+@pytest.mark.parametrize("kind", ["INNER", "LEFT", "RIGHT", "FULL OUTER"])
+@pytest.mark.parametrize("seed", range(4))
+def test_a_stream_join_matches_the_brute_force_reference(tmp_path: Path, kind: str, seed: int) -> None:
+    """Random records of both sides, out of order within and beyond the grace period, in
+    batches cut anywhere (buffers expire between batches)."""
+    before, after, grace = 3_000, 5_000, 2_000
+    task = _stream_task(tmp_path, kind, "(3 SECONDS, 5 SECONDS) GRACE PERIOD 2 SECONDS")
+    rng = random.Random(seed)
+    records = []
+    now = 0
+    for _ in range(300):
+        now += rng.randrange(0, 800)
+        records.append((rng.randrange(2), f"k{rng.randrange(4)}", rng.randrange(1000), now - rng.randrange(0, 6_000)))
+    got = []
+    offset = 0
+    while offset < len(records):
+        cut = offset + rng.randrange(1, 40)
+        results: list[tuple[bytes, bytes, int]] = []
+        for o in range(offset, min(cut, len(records))):
+            side, key, value, time = records[o]
+            task._process(bytes([side]) + key.encode(), json.dumps({"XY"[side]: value}).encode(), time, o, results, [])
+        task._expire()
+        got += [(k.decode(), json.loads(v)["X"], json.loads(v)["Y"], t) for k, v, t in results]
+        offset = cut
+    want = expected_stream_join(records, before, after, grace, kind.split()[0])
+    assert any(left is None or right is None for _, left, right, _ in want) == (kind != "INNER")
+    assert sorted(got, key=repr) == want
+
+
+def test_an_unmatched_record_is_emitted_once_stream_time_passes_its_window_and_grace(tmp_path: Path) -> None:
+    task = _stream_task(tmp_path, "LEFT", "(3 SECONDS, 5 SECONDS) GRACE PERIOD 2 SECONDS")
+    results: list[tuple[bytes, bytes, int]] = []
+    task._process(b"\x00a", b'{"X": 1}', 0, 0, results, [])
+    task._process(b"\x01b", b'{"Y": 2}', 7_000, 1, results, [])  # 0 + 5 s after + 2 s grace: still open
+    assert results == []
+    assert task._process(b"\x01a", b'{"Y": 3}', 5_000, 2, results, [])  # 2 s behind (on time), in a's window
+    assert task._process(b"\x00c", b'{"X": 4}', 7_001, 3, results, [])  # a's window closes, but a has joined
+    assert not task._process(b"\x01a", b'{"Y": 5}', 5_000, 4, results, [])  # 2,001 ms behind: late
+    assert [(k, json.loads(v), t) for k, v, t in results] == [(b"a", {"X": 1, "Y": 3}, 5_000)]
+    task._process(b"\x01b", b'{"Y": 6}', 14_001, 5, results, [])  # 7,001 + 5 s + 2 s: c's window still open
+    assert len(results) == 1
+    task._process(b"\x01b", b'{"Y": 7}', 14_002, 6, results, [])  # closed: c alone
+    assert [(k, json.loads(v), t) for k, v, t in results[1:]] == [(b"c", {"X": 4, "Y": None}, 7_001)]

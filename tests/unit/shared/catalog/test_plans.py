@@ -168,4 +168,5 @@ def test_a_table_table_join_gathers_its_tables_then_joins_then_materializes() ->
         ("side-1", PlanKind.JOIN_SIDE, "b", gathered, 3, False),
         ("join", PlanKind.TABLE_TABLE_JOIN, gathered, "AB", 3, False),
         ("", PlanKind.MATERIALIZE, "AB", "AB", 3, False)]
-    assert internal_topics("svc", query) == [InternalTopic(gathered, compacted=True)]
+    assert internal_topics("svc", query) == [
+        InternalTopic(gathered, compacted=True, configs=(("delete.retention.ms", str(7 * 24 * 3600 * 1000)),))]

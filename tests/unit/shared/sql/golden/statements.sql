@@ -222,6 +222,24 @@ CREATE TABLE tt11 AS SELECT s.id, COUNT(*) AS n FROM sensors s JOIN sites t ON s
 INSERT INTO sensor_cities SELECT s.id, s.site, t.city FROM sensors s JOIN sites t ON s.id = t.id;
 DROP TABLE sites;
 
+-- Stream-stream joins: records of two streams within a window of each other.
+CREATE STREAM alerts (sensor VARCHAR KEY, level INT) WITH (kafka_topic='alerts', partitions=4, value_format='json');
+EXPLAIN CREATE STREAM r_alerts AS SELECT r.sensor, r.reading, a.level FROM readings r LEFT JOIN alerts a
+  WITHIN 10 SECONDS ON r.sensor = a.sensor;
+CREATE STREAM r_alerts AS SELECT r.sensor, r.reading, a.level, r.ROWTIME AS at FROM readings r
+  FULL OUTER JOIN alerts a WITHIN (5 SECONDS, 1 MINUTE) GRACE PERIOD 2 SECONDS ON a.sensor = r.sensor
+  WHERE a.level IS NULL OR a.level > 1;
+INSERT INTO r_alerts SELECT r.sensor, r.reading, a.level, r.ROWTIME AS at FROM readings r
+  JOIN alerts a WITHIN 1 HOUR ON r.sensor = a.sensor;
+CREATE STREAM ss1 AS SELECT r.sensor FROM readings r JOIN alerts a WITHIN 10 SECONDS ON r.area = a.sensor;
+CREATE STREAM ss2 AS SELECT r.sensor FROM readings r JOIN alerts a WITHIN 10 SECONDS ON r.sensor = a.sensor
+  JOIN sensors s ON r.sensor = s.id;
+CREATE TABLE ss3 AS SELECT r.sensor FROM readings r JOIN alerts a WITHIN 10 SECONDS ON r.sensor = a.sensor;
+CREATE STREAM ss4 WITH (partitions=2) AS SELECT r.sensor FROM readings r JOIN alerts a WITHIN 10 SECONDS
+  ON r.sensor = a.sensor;
+CREATE STREAM ss5 AS SELECT r.sensor FROM readings r JOIN readings q WITHIN 10 SECONDS ON r.sensor = q.sensor;
+CREATE STREAM ss6 AS SELECT c.userid FROM clicks c JOIN alerts a WITHIN 10 SECONDS ON c.userid = a.sensor;
+
 -- INSERT ... VALUES: serialized per the declared formats, partitioned as the Java client does.
 INSERT INTO readings (sensor, area, reading) VALUES ('sensor-1', 'wheel', 20);
 INSERT INTO readings VALUES ('sensor-2', 'motor', -3, 1700000000000);

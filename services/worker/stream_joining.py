@@ -1,0 +1,198 @@
+"""A stream-stream join's task, as ksqlDB's ``s1 [INNER|LEFT|RIGHT|FULL OUTER] JOIN s2
+WITHIN ... [GRACE PERIOD ...] ON s1.key = s2.key`` and Kafka Streams' ``KStream#join(KStream,
+JoinWindows)``.
+
+Both streams reach the task through the query's joined topic (``table_joining``: each
+stream's stage copies partition ``p`` into partition ``p``, keyed by the side's place and
+the key, stamped with the record's event time). The task reads it in offset order, with one
+stream time per partition: the largest event time so far, over both sides. Each record:
+
+- is **late**, and dropped (counted, not logged), when its time is more than the grace
+  period behind stream time;
+- else joins every buffered record of the other side with the same key whose time is
+  within the window (a left record at ``t`` takes right records from ``t - before`` to
+  ``t + after``; a right record at ``t``, left records from ``t - after`` to ``t +
+  before``), each result stamped with the later of the two times, and is buffered itself.
+
+A record of an outer side (LEFT: the left; RIGHT: the right; FULL: both) that has joined
+nothing is emitted with NULLs for the other side once its window closes, that is once stream
+time passes its time plus the window's reach past it plus the grace period (the same bound
+after which no record that is not late can join it), and not at all if something joined
+it by then. A buffered record is let go at that same point.
+
+State: the buffers, the records awaiting their window's close and the stream time, in
+memory. A batch's results and input offset go in one Kafka transaction; a task that starts
+(after a crash, or on a new worker) replays the joined topic up to its committed offset
+without output, which rebuilds exactly that state. The joined topic keeps the window's
+reach and grace plus a day.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from millpond.services.worker.table_joining import GatheredJoinTask, KeyedSlice
+from millpond.services.worker.task import BadRecord
+from millpond.shared import metrics
+from millpond.shared.catalog.queries import PersistentQuery
+from millpond.shared.catalog.sources import DataSource
+from millpond.shared.config import WorkerSettings
+from millpond.shared.errors import MillpondError
+from millpond.shared.kafka.partitioner import partition_for
+from millpond.shared.sql.joins import ROWTIME, joined
+
+log = logging.getLogger(__name__)
+OUTER_SIDES = {"INNER": (), "LEFT": (0,), "RIGHT": (1,), "FULL": (0, 1)}
+"""The sides whose unmatched records a join type emits with NULLs for the other side."""
+
+
+class StreamJoinBroken(MillpondError):
+    """A commit failed after the task's in-memory state took the batch: the task must restart."""
+
+
+@dataclass
+class Buffered:
+    """One record in its side's buffer."""
+
+    time: int
+    offset: int
+    row: list[Any]
+    joined: bool = False
+    """Whether a record of the other side has joined it (an outer side's is then not emitted with NULLs)."""
+
+
+@dataclass
+class JoinState:
+    """One partition's buffers, records awaiting their window's close, and stream time."""
+
+    stream_time: int | None = None
+    buffers: dict[tuple[int, bytes], list[Buffered]] = field(default_factory=dict)
+    """Per (side, key), the side's records in arrival order."""
+    closing: list[tuple[int, int, int, bytes, Buffered]] = field(default_factory=list)
+    """A heap of (close time, arrival, side, key, record) for the outer sides' unmatched records."""
+    arrivals: int = 0
+
+
+class StreamJoinTask(GatheredJoinTask):
+    """Joins partition ``p`` of two streams through the joined topic (see the module)."""
+
+    def __init__(self, settings: WorkerSettings, query: PersistentQuery, source: DataSource,
+                 sink: DataSource, partition: int, stage: str = ""):
+        super().__init__(settings, query, source, sink, partition, stage)
+        spec = query.plan.join
+        assert spec is not None and spec.tables[0].within is not None
+        window = spec.tables[0].within
+        self.before, self.after, self.grace = window.before_ms, window.after_ms, window.grace_ms
+        self.outer = OUTER_SIDES[spec.tables[0].type]
+        self.rowtime = joined(spec.stream_prefix, ROWTIME)
+        """The joined row's ROWTIME (the left record's time), which WHERE and SELECT may read."""
+        self.join_state = JoinState()
+        self.broken = False
+
+    def reach(self, side: int) -> int:
+        """How far past a record of ``side`` its window reaches (the other side's later records)."""
+        return self.after if side == 0 else self.before
+
+    async def start(self) -> None:
+        """Fence any older owner and rebuild the state up to the committed offset."""
+        await self._open_producer()
+        committed = await self._committed_input_offset()  # fenced: it is final
+        if committed is not None:
+            await self._replay(None, committed, lambda key, value, timestamp, offset: self._process(
+                key, value, timestamp, offset, None, []))
+        self.next_input_offset = self.start_input_offset = committed
+        log.info("task started", extra={"query": self.query.query_id, "partition": self.partition,
+                                        "input_offset": self.next_input_offset,
+                                        "stream_time": self.join_state.stream_time})
+
+    def _process(self, key: bytes, value: bytes | None, timestamp: int, offset: int,
+                 results: list[tuple[bytes, bytes, int]] | None, bad: list[BadRecord]) -> bool:
+        """One joined-topic record; its results (key, value, timestamp) and those of the
+        windows it closes go to ``results`` (None while replaying). False when it is late."""
+        side = key[0] if key else 2
+        if side > 1 or value is None:  # a tombstone joins nothing, as in Kafka Streams
+            return True
+        row = self._decode(key, value, offset, bad if results is not None else None)
+        if row is None:
+            return True
+        state, k = self.join_state, key[1:]
+        state.stream_time = timestamp if state.stream_time is None else max(state.stream_time, timestamp)
+        if timestamp < state.stream_time - self.grace:
+            return False
+        this = Buffered(timestamp, offset, row)
+        low, high = (timestamp - self.before, timestamp + self.after) if side == 0 else (
+            timestamp - self.after, timestamp + self.before)
+        for other in state.buffers.get((1 - side, k), ()):
+            if low <= other.time <= high:
+                other.joined = this.joined = True
+                if results is not None:
+                    pair = (this, other) if side == 0 else (other, this)
+                    self._emit(results, k, pair[0], pair[1], max(timestamp, other.time), offset, bad)
+        state.buffers.setdefault((side, k), []).append(this)
+        if side in self.outer and not this.joined:
+            state.arrivals += 1
+            heapq.heappush(state.closing, (timestamp + self.reach(side) + self.grace, state.arrivals, side, k, this))
+        self._close_windows(results, offset, bad)
+        return True
+
+    def _close_windows(self, results: list[tuple[bytes, bytes, int]] | None, offset: int, bad: list[BadRecord]) -> None:
+        """Emit the outer sides' unmatched records whose window closed by stream time."""
+        state = self.join_state
+        assert state.stream_time is not None
+        while state.closing and state.closing[0][0] < state.stream_time:
+            _, _, side, k, record = heapq.heappop(state.closing)
+            if not record.joined and results is not None:
+                self._emit(results, k, record if side == 0 else None, record if side == 1 else None,
+                           record.time, offset, bad)
+
+    def _emit(self, results: list[tuple[bytes, bytes, int]], key: bytes, left: Buffered | None,
+              right: Buffered | None, timestamp: int, offset: int, bad: list[BadRecord]) -> None:
+        rows = [None if left is None else left.row, None if right is None else right.row]
+        extra = {self.rowtime: None if left is None else left.time}
+        value = self._value(key, rows, offset, bad, extra)
+        if value is not None:
+            results.append((key, value, timestamp))
+
+    def _expire(self) -> None:
+        """Let go of every buffered record no later record that is not late can join."""
+        state = self.join_state
+        if state.stream_time is None:
+            return
+        for (side, k), records in list(state.buffers.items()):
+            limit = state.stream_time - self.reach(side) - self.grace
+            kept = [r for r in records if r.time >= limit]
+            if not kept:
+                del state.buffers[(side, k)]
+            elif len(kept) < len(records):
+                state.buffers[(side, k)] = kept
+
+    async def commit(self, batch: KeyedSlice) -> bool:
+        """Join one micro-batch slice exactly once; False when it was joined before."""
+        assert self.producer is not None
+        if self.broken:
+            raise StreamJoinBroken(f"task {self.query.query_id}/{self.partition}: an earlier commit failed after "
+                                   "its batch entered the join's state; the task restarts from its committed offset")
+        if self.applied(batch):
+            return False
+        self.broken = True  # until the commit is done: the state below takes the batch first
+        results: list[tuple[bytes, bytes, int]] = []
+        bad = list(batch.bad)
+        late = 0
+        for offset, key, value, timestamp in batch.records:
+            if not self._process(key, value, timestamp, offset, results, bad):
+                late += 1
+        async with self._transaction():
+            for result_key, result, time_ms in results:
+                await self._send(self.sink.topic, result, result_key, partition_for(result_key, self.sink.partitions),
+                                 timestamp_ms=time_ms)
+            await self._send_bad(sorted(bad, key=lambda b: b.offset))
+            await self.producer.send_offsets_to_transaction({self.input: batch.last_offset + 1}, self.group)
+        self.broken = False
+        self._expire()
+        self.next_input_offset = batch.last_offset + 1
+        if late:
+            metrics.RECORDS_LATE.labels(self.query.query_id, str(self.partition)).inc(late)
+        return True
