@@ -10,7 +10,10 @@ same) timestamp, in offset order, and a stream record joins the table's row as i
 - the same enrichment while a worker is SIGKILLed mid-stream: 0 lost, 0 duplicated;
 - table-table joins (INNER, LEFT, FULL OUTER) with updates and deletes on both sides, pulled
   and read from their sink topics, against each key's latest rows; and a FULL OUTER one
-  across the SIGKILL.
+  across the SIGKILL;
+- stream-stream joins (INNER, LEFT, FULL OUTER) with records out of order within and beyond
+  the window and grace, against a brute-force reference over the records in the order the
+  join read them; and a LEFT one across the SIGKILL.
 """
 
 from __future__ import annotations
@@ -265,25 +268,59 @@ async def produce_sides(bootstrap: str, records: list[tuple[str, str, str, int, 
     """(topic, column, key, value, event time) records, in order, partitioned by key as the Java client."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
     await producer.start()
-    try:
-        for topic, column, key, value, ts in records:
-            await producer.send_and_wait(topic, json.dumps({column: value}).encode(), key=key.encode(),
-                                         partition=partition_for(key.encode(), PARTITIONS), timestamp_ms=ts)
+    try:  # one producer keeps each partition's records in the order sent
+        futures = [await producer.send(topic, json.dumps({column: value}).encode(), key=key.encode(),
+                                       partition=partition_for(key.encode(), PARTITIONS), timestamp_ms=ts)
+                   for topic, column, key, value, ts in records]
+        await producer.flush()
+        await asyncio.gather(*futures)
     finally:
         await producer.stop()
+
+
+async def stream_join_until_exact(cluster: LocalCluster, query_id: str, sink: str, records: int, kind: str,
+                                  window: tuple[int, int, int], timeout_s: float = 180,
+                                  check_sink: bool = True) -> list[tuple[Any, ...]]:
+    """The stream-stream join's results (key, READING, LEVEL, timestamp), read until its joined
+    topic holds all ``records`` and the sink equals the reference over that topic's order
+    (or the time is up); asserts both (only the first without ``check_sink``)."""
+    gathered = joined_topic(cluster.service_id, query_id)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        read = await read_records(cluster.bootstrap, gathered)
+        want: list[tuple[Any, ...]] = []
+        for partition in range(PARTITIONS):
+            order = [(key[0], key[1:].decode(), json.loads(value or b"{}"), ts)
+                     for p, _, key, value, ts in read if p == partition and key]
+            want += expected_stream_join([(side, k, v.get("READING", v.get("LEVEL")), ts) for side, k, v, ts in order],
+                                         *window, kind)
+        got = sorted(((key.decode(), json.loads(value)["READING"], json.loads(value)["LEVEL"], ts)
+                      for _, _, key, value, ts in await read_records(cluster.bootstrap, sink)
+                      if key is not None and value is not None), key=repr)
+        if (len(read) == records and (not check_sink or got == sorted(want, key=repr))) or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(1)
+    assert len(read) == records, kind
+    if not check_sink:
+        return got
+    assert len(got) == len(want), f"{kind}: {len(got) - len(want)} more joined records than the reference"
+    assert got == sorted(want, key=repr), kind
+    return got
 
 
 async def test_stream_stream_joins_match_the_reference_in_the_order_they_were_read(join_cluster: LocalCluster) -> None:
     """INNER, LEFT and FULL OUTER joins of two streams WITHIN (2 s, 4 s) GRACE PERIOD 3 s, with
     records out of order within and beyond the window and the grace period. Each query reads
     both streams through its joined topic; the reference is computed from that topic's
-    records in its order (per partition), so it knows which were late."""
+    records in its order (per partition), so it knows which were late. A key only one
+    stream has, joined before the rest arrives, must come out alone from the outer joins."""
     sid = join_cluster.service_id
     left, right = f"jsl_{sid}", f"jsr_{sid}"
     results = {kind: f"js_{kind.lower()}_{sid}" for kind in ("INNER", "LEFT", "FULL")}
     rng = random.Random(53)
     base = int(time.time() * 1000) - 10 * MINUTE
     keys = [f"k{i}" for i in range(8)]
+    alone = [(left, "READING", "solo-left", -1, base), (right, "LEVEL", "solo-right", -2, base)]
     produced = []
     for i in range(600):  # about 50 ms of event time apart, one in ten set back by up to 8 s
         topic, column = (left, "READING") if rng.random() < 0.5 else (right, "LEVEL")
@@ -291,45 +328,38 @@ async def test_stream_stream_joins_match_the_reference_in_the_order_they_were_re
         produced.append((topic, column, rng.choice(keys), i, ts))
     # Then stream time far ahead on every partition, so every window closes.
     produced += [(left, "READING", key, 10_000 + n, base + 10 * MINUTE) for n, key in enumerate(keys)]
-    run(join_cluster, f"""
+    outcome = run(join_cluster, f"""
         CREATE STREAM {left} (sensor VARCHAR KEY, reading INT)
           WITH (kafka_topic='{left}', partitions={PARTITIONS}, value_format='json');
         CREATE STREAM {right} (sensor VARCHAR KEY, level INT)
-          WITH (kafka_topic='{right}', partitions={PARTITIONS}, value_format='json');""")
-    await produce_sides(join_cluster.bootstrap, produced[:300])
-    outcome = run(join_cluster, "SET 'auto.offset.reset'='earliest';\n" + "\n".join(
+          WITH (kafka_topic='{right}', partitions={PARTITIONS}, value_format='json');
+        SET 'auto.offset.reset'='earliest';
+        """ + "\n".join(
         f"CREATE STREAM {name} AS SELECT l.sensor, l.reading, r.level FROM {left} l {kind} JOIN {right} r "
         f"WITHIN (2 SECONDS, 4 SECONDS) GRACE PERIOD 3 SECONDS ON l.sensor = r.sensor;"
         for kind, name in results.items()) + "\nSHOW QUERIES;")
+    query_ids = {kind: next(str(row[0]) for row in outcome if str(row[0]).startswith(f"CSAS_{name.upper()}"))
+                 for kind, name in results.items()}
+    # The lone keys first, at the earliest time: every query has joined them before the rest.
+    await produce_sides(join_cluster.bootstrap, alone)
+    for kind, query_id in query_ids.items():
+        await stream_join_until_exact(join_cluster, query_id, results[kind].upper(), len(alone), kind,
+                                      (2_000, 4_000, 3_000), 120, check_sink=False)
+    await produce_sides(join_cluster.bootstrap, produced[:300])
     await produce_sides(join_cluster.bootstrap, produced[300:])
     for kind, name in results.items():
-        query_id = next(str(row[0]) for row in outcome if str(row[0]).startswith(f"CSAS_{name.upper()}"))
-        gathered = joined_topic(join_cluster.service_id, query_id)
-        deadline = time.monotonic() + 180
-        while True:
-            read = await read_records(join_cluster.bootstrap, gathered)
-            want = []
-            for partition in range(PARTITIONS):
-                order = [(key[0], key[1:].decode(), json.loads(value or b"{}"), ts)
-                         for p, _, key, value, ts in read if p == partition and key]
-                want += expected_stream_join([(side, k, v.get("READING", v.get("LEVEL")), ts)
-                                              for side, k, v, ts in order], 2_000, 4_000, 3_000, kind)
-            got = sorted(((key.decode(), json.loads(value)["READING"], json.loads(value)["LEVEL"], ts)
-                          for _, _, key, value, ts in await read_records(join_cluster.bootstrap, name.upper())
-                          if key is not None and value is not None), key=repr)
-            if (len(read) == len(produced) and got == sorted(want, key=repr)) or time.monotonic() > deadline:
-                break
-            await asyncio.sleep(1)
-        assert len(read) == len(produced), kind
-        assert got == sorted(want, key=repr), kind
-        if kind != "INNER":
-            assert any(level is None for _, _, level, _ in got), kind
+        got = await stream_join_until_exact(join_cluster, query_ids[kind], name.upper(), len(alone) + len(produced),
+                                            kind, (2_000, 4_000, 3_000))
+        solo = sorted((key, reading, level) for key, reading, level, _ in got if key.startswith("solo"))
+        assert solo == {"INNER": [], "LEFT": [("solo-left", -1, None)],
+                        "FULL": [("solo-left", -1, None), ("solo-right", None, -2)]}[kind], kind
 
 
 async def test_a_sigkilled_worker_loses_no_joined_record_and_repeats_none(join_cluster: LocalCluster) -> None:
     sid = join_cluster.service_id
     stream, sensors, enriched = f"jk_{sid}", f"jks_{sid}", f"jk_enriched_{sid}"
     cities, with_cities = f"jkc_{sid}", f"jk_cities_{sid}"
+    alerts, with_alerts = f"jka_{sid}", f"jk_alerts_{sid}"
     rng = random.Random(43)
     base = (int(time.time() * 1000) - 20 * MINUTE) // MINUTE * MINUTE
     site_records = table_history(rng, 150, [f"sensor-{i:03d}" for i in range(200)], 600, 0.1, base, 10 * MINUTE)
@@ -340,32 +370,41 @@ async def test_a_sigkilled_worker_loses_no_joined_record_and_repeats_none(join_c
         return [(f"sensor-{rng.randrange(200):03d}", "a", first + i, base + (first + i) * 15 - rng.randrange(5_000))
                 for i in range(count)]
 
-    records = readings(0, 30_000)
+    records = readings(0, 20_000)
+    # And a stream-stream join of the readings with alerts over the same span of event time.
+    alert_records = [(alerts, "LEVEL", f"sensor-{rng.randrange(200):03d}", n,
+                      base + n * 50 - rng.randrange(5_000)) for n in range(6_000)]
     run(join_cluster, f"""
         CREATE STREAM {stream} (sensor VARCHAR KEY, area VARCHAR, reading INT)
           WITH (kafka_topic='{stream}', partitions={PARTITIONS}, value_format='json');
         CREATE TABLE {sensors} (id VARCHAR PRIMARY KEY, site VARCHAR)
           WITH (kafka_topic='{sensors}', partitions={PARTITIONS}, value_format='json');
         CREATE TABLE {cities} (id VARCHAR PRIMARY KEY, city VARCHAR)
-          WITH (kafka_topic='{cities}', partitions={PARTITIONS}, value_format='json');""")
+          WITH (kafka_topic='{cities}', partitions={PARTITIONS}, value_format='json');
+        CREATE STREAM {alerts} (sensor VARCHAR KEY, level INT)
+          WITH (kafka_topic='{alerts}', partitions={PARTITIONS}, value_format='json');""")
     await produce_table(join_cluster.bootstrap, sensors, "SITE", site_records)
     await produce_table(join_cluster.bootstrap, cities, "CITY", city_records[:4_000])
     await produce_timed(join_cluster.bootstrap, stream, records)
+    await produce_sides(join_cluster.bootstrap, alert_records[:4_500])
     outcome = run(join_cluster, f"""
         SET 'auto.offset.reset'='earliest';
         CREATE STREAM {enriched} AS SELECT r.sensor, r.reading, s.site FROM {stream} r LEFT JOIN {sensors} s
           ON r.sensor = s.id;
         CREATE TABLE {with_cities} AS SELECT s.id, s.site, c.city FROM {sensors} s FULL OUTER JOIN {cities} c
           ON s.id = c.id;
+        CREATE STREAM {with_alerts} AS SELECT r.sensor, r.reading, a.level FROM {stream} r LEFT JOIN {alerts} a
+          WITHIN 1 SECOND GRACE PERIOD 3 SECONDS ON r.sensor = a.sensor;
         SHOW QUERIES;""")
     query_id = next(str(row[0]) for row in outcome if str(row[0]).startswith(f"CSAS_{enriched.upper()}"))
 
     await wait_progressing(join_cluster, query_id, "worker-1")
     await asyncio.sleep(rng.uniform(0.2, 2))
     join_cluster.kill("worker-1")
-    more = readings(30_000, 10_000)
+    more = readings(20_000, 8_000)
     await produce_timed(join_cluster.bootstrap, stream, more)
     await produce_table(join_cluster.bootstrap, cities, "CITY", city_records[4_000:])
+    await produce_sides(join_cluster.bootstrap, alert_records[4_500:])
     await asyncio.to_thread(join_cluster.restart, "worker-1")
     records += more
 
@@ -381,3 +420,7 @@ async def test_a_sigkilled_worker_loses_no_joined_record_and_repeats_none(join_c
     want_cities = table_join_reference(site_records, city_records, "FULL")
     assert pull_until(join_cluster, f"SELECT * FROM {with_cities};", want_cities) == want_cities
     assert await latest_in_sink(join_cluster.bootstrap, with_cities.upper()) == want_cities
+
+    alerts_query = next(str(row[0]) for row in outcome if str(row[0]).startswith(f"CSAS_{with_alerts.upper()}"))
+    await stream_join_until_exact(join_cluster, alerts_query, with_alerts.upper(), len(records) + len(alert_records),
+                                  "LEFT", (1_000, 1_000, 3_000))
