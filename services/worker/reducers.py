@@ -227,14 +227,16 @@ def reduce_keyed(parsed: DataFrame, query: PersistentQuery, source: DataSource, 
     """A batch's records as they are (key, value bytes or None, event time), in offset order,
     for a two-topic join's stages: a record without a key goes to the processing log (a
     keyless tombstone is passed over); values are decoded by the join's task."""
-    frame = parsed.withColumn("_kind", F.expr(
-        f"CASE WHEN _key IS NOT NULL THEN {GOOD} WHEN _raw IS NULL THEN {SKIPPED} ELSE {NO_KEY} END"))
-    time = F.col("_rowtime")
-    if query.plan.event_time:  # a stream's TIMESTAMP column (a record without one keeps its own time)
-        frame = frame.select("*", "_v.*")
-        time = F.coalesce(F.expr(query.plan.event_time), time)
-    slices, good = in_offset_order(frame, [F.col("_key").alias("k"), F.col("_value").alias("v"), time.alias("t")],
-                                   KeyedSlice, source)
+    frame, time = parsed, "_rowtime"
+    if query.plan.event_time:  # a stream's TIMESTAMP column: a record without a usable one is logged
+        frame = parsed.selectExpr("*", "_v.*", _key_expr(source)) if source.key_column else parsed.select("*", "_v.*")
+        time = f"({query.plan.event_time})"
+    no_time = f"_raw IS NOT NULL AND ({time} IS NULL OR {time} < 0 OR {time} > {MAX_EVENT_TIME})"
+    frame = frame.withColumn("_kind", F.expr(
+        f"CASE WHEN _key IS NULL AND _raw IS NULL THEN {SKIPPED} WHEN _key IS NULL THEN {NO_KEY} "
+        f"WHEN {no_time} THEN {NO_TIME} ELSE {GOOD} END"))
+    slices, good = in_offset_order(frame, [F.col("_key").alias("k"), F.col("_value").alias("v"),
+                                           F.expr(time).alias("t")], KeyedSlice, source)
     for piece, offset, (key, value, timestamp) in good:
         piece.records.append((offset, bytes(key), None if value is None else bytes(value), timestamp))
     return slices
@@ -350,7 +352,7 @@ def bad_records(kind: int, offset: int, raw: str | None, source: DataSource) -> 
         out.append(BadRecord(offset, "record has no key", raw))
     if kind & NO_TIME:
         out.append(BadRecord(offset, "record has no event time: its timestamp is NULL, before 1970 or beyond 2**56 ms "
-                                     "(a windowed aggregation needs one)", raw))
+                                     "(a windowed aggregation or a stream-stream join needs one)", raw))
     return out
 
 

@@ -45,6 +45,8 @@ from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.sql.joins import ROWTIME, joined
 
 log = logging.getLogger(__name__)
+REPLAY_EXPIRE_EVERY = 10_000
+"""How often (in joined-topic offsets) a replay lets go of records no later one can join."""
 OUTER_SIDES = {"INNER": (), "LEFT": (0,), "RIGHT": (1,), "FULL": (0, 1)}
 """The sides whose unmatched records a join type emits with NULLs for the other side."""
 
@@ -101,8 +103,13 @@ class StreamJoinTask(GatheredJoinTask):
         await self._open_producer()
         committed = await self._committed_input_offset()  # fenced: it is final
         if committed is not None:
-            await self._replay(None, committed, lambda key, value, timestamp, offset: self._process(
-                key, value, timestamp, offset, None, []))
+            def replayed(key: bytes, value: bytes | None, timestamp: int, offset: int) -> None:
+                self._process(key, value, timestamp, offset, None, [])
+                if offset % REPLAY_EXPIRE_EVERY == 0:  # expiry at any point changes no result
+                    self._expire()
+
+            await self._replay(None, committed, replayed)
+            self._expire()
         self.next_input_offset = self.start_input_offset = committed
         log.info("task started", extra={"query": self.query.query_id, "partition": self.partition,
                                         "input_offset": self.next_input_offset,

@@ -377,10 +377,17 @@ _UNSET_NEWER = ("window", "event_time", "timestamp_format", "join", "having")
 that does not use them hashes as it did before they existed."""
 
 
+_UNSET_NEWER_NESTED = ("within",)
+"""The same inside tuples (a join's tables), where the older fields always stayed in."""
+
+
 def _definition(value: Any) -> Any:
     """A source's or query's fields for the digest (nested plans too), without unset newer fields."""
-    def strip(node: Any) -> Any:
+    def strip(node: Any, nested: bool = False) -> Any:
         if isinstance(node, dict):
-            return {k: strip(v) for k, v in node.items() if not (k in _UNSET_NEWER and v is None)}
+            unset = _UNSET_NEWER_NESTED if nested else _UNSET_NEWER
+            return {k: strip(v, nested) for k, v in node.items() if not (k in unset and v is None)}
+        if isinstance(node, list | tuple):
+            return type(node)(strip(v, True) for v in node)
         return node
     return strip(asdict(value))

@@ -121,9 +121,12 @@ def internal_topics(service_id: str, query: PersistentQuery) -> list[InternalTop
     if query.plan.kind is PlanKind.STREAM_STREAM_JOIN and query.plan.join is not None:
         within = query.plan.join.tables[0].within
         assert within is not None
-        keep = max(within.before_ms, within.after_ms) + within.grace_ms + WINDOWED_EXTRA_MS
+        # Retention runs on the records' event times: at least a week, so a backlog of older
+        # records is read (and a rebuild finds the window's records) unless it is older than
+        # that; the broker must not stamp them with its own time.
+        keep = max(max(within.before_ms, within.after_ms) + within.grace_ms + WINDOWED_EXTRA_MS, JOINED_TOMBSTONES_MS)
         topics.append(InternalTopic(joined_topic(service_id, query.query_id), compacted=False,
-                                    configs=(("retention.ms", str(keep)),)))
+                                    configs=(("retention.ms", str(keep)), ("message.timestamp.type", "CreateTime"))))
     return topics
 
 
@@ -148,7 +151,9 @@ def _two_sided_join(query: PersistentQuery, left: DataSource, sink: DataSource, 
                            start_offsets=None if tables or query.start_offsets is None else
                            query.start_offsets[index * left.partitions:(index + 1) * left.partitions]), side, gathered)
              for index, side in enumerate((left, *(t.table for t in spec.tables)))]
-    join = Stage("join" if tables else "", replace(query, start_offsets=None), gathered, sink)
+    # The join stage's records carry their event time as their timestamp (the sides set it).
+    join = Stage("join" if tables else "", replace(query, plan=replace(query.plan, event_time=None),
+                                                   start_offsets=None), gathered, sink)
     if not tables:
         return [*sides, join]
     materialize = replace(query, plan=plan_materialization(sink), start_offsets=None)

@@ -108,7 +108,7 @@ def _sides(query: ast.Query, stream: DataSource, tables: tuple[DataSource, ...])
         if names.count(name) > 1:
             raise StatementError(f"{name} is joined twice; a query may join each table once")
     topics = [side.topic for side in (stream, *tables)]
-    for topic in topics:
+    for topic in topics if stream.kind == tables[0].kind else ():  # two sides each copied by a stage
         if topics.count(topic) > 1:
             raise StatementError(f"two sides of the join read the topic {topic}; join sources of different topics")
     stream_prefix = query.alias or stream.name

@@ -46,8 +46,10 @@ from pyspark.sql.types import (
 from millpond.services.worker import reducers
 from millpond.services.worker.query_runner import QueryRunner
 from millpond.services.worker.spark import create_session
+from millpond.services.worker.table_joining import JoinSideTask
 from millpond.services.worker.task import AggregationTask, ProjectionTask, Task
 from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.catalog.topology import stages
 from millpond.shared.config import WorkerSettings as Settings
 from millpond.shared.sql import aggregates
 from millpond.shared.sql.parser import parse_statement
@@ -423,3 +425,37 @@ def test_a_column_name_cannot_inject_spark_sql(spark: SparkSession, reduction: s
     lambda n: not ('"' in n and "`" in n) and n.upper() not in ("READING", "SENSOR") and n.strip()))
 def test_names_with_quotes_backticks_backslashes_and_newlines(spark: SparkSession, tmp_path: Path, name: str) -> None:
     _weird_name_results(spark, name, tmp_path)
+
+
+def test_a_stream_join_side_copies_records_as_they_are_with_their_event_time(spark: SparkSession,
+                                                                             tmp_path: Path) -> None:
+    meta = Metastore()
+    for offset, sql in enumerate((
+            "CREATE STREAM l (k VARCHAR KEY, ts BIGINT, x INT) "
+            "WITH (kafka_topic='l', partitions=2, value_format='json', timestamp='ts')",
+            "CREATE STREAM q (k VARCHAR KEY, y INT) WITH (kafka_topic='q', partitions=2, value_format='json')",
+            "CREATE STREAM lq AS SELECT l.k, l.x, q.y FROM l JOIN q WITHIN 1 SECOND ON l.k = q.k")):
+        meta.apply(parse_statement(sql), offset)
+    query = next(q for q in meta.queries.values() if q.sink == "LQ")
+    side = stages(query, meta.source("L"), meta.source("LQ"), "svc")[0]
+    settings = Settings(worker_id="reducer-test", spark_master="local[1]", state_dir=tmp_path)
+    tasks = {p: JoinSideTask(settings, side.query, side.source, side.sink, p, side.name) for p in range(2)}
+    frame = spark.createDataFrame([(k, v, "l", p, o, None, 0) for k, v, p, o in [
+        (b"a", b'{"TS": 1000, "X": 1}', 0, 4),
+        (b"a", b'{"X": 2}', 0, 5),  # no event time: logged
+        (b"b", None, 0, 6),  # a tombstone: copied (the join passes over it)
+        (None, b'{"TS": 5, "X": 3}', 1, 2),  # no key: logged
+        (b"c", b'{"TS": 7, "X": 4, "EXTRA": true}', 1, 3),  # copied byte for byte
+    ]], KAFKA_ROW)
+    loop = asyncio.new_event_loop()
+    runner = QueryRunner(spark, settings, side.query, side.source, side.sink, dict(tasks), loop)
+    try:
+        slices = runner._reduce(frame)
+    finally:
+        runner.stop()
+        loop.close()
+    assert {p: s.records for p, s in slices.items()} == {
+        0: [(4, b"a", b'{"TS": 1000, "X": 1}', 1000), (6, b"b", None, None)],
+        1: [(3, b"c", b'{"TS": 7, "X": 4, "EXTRA": true}', 7)]}
+    assert {p: [(b.offset, b.reason.split(":")[0]) for b in s.bad] for p, s in slices.items()} == {
+        0: [(5, "record has no event time")], 1: [(2, "record has no key")]}

@@ -170,3 +170,33 @@ def test_a_table_table_join_gathers_its_tables_then_joins_then_materializes() ->
         ("", PlanKind.MATERIALIZE, "AB", "AB", 3, False)]
     assert internal_topics("svc", query) == [
         InternalTopic(gathered, compacted=True, configs=(("delete.retention.ms", str(7 * 24 * 3600 * 1000)),))]
+
+
+def test_joins_without_windows_hash_as_they_did_before_stream_stream_joins() -> None:
+    meta = Metastore()
+    for offset, sql in enumerate((
+            "CREATE STREAM s (k VARCHAR KEY, x VARCHAR) WITH (kafka_topic='s', partitions=4, value_format='json')",
+            "CREATE TABLE t (id VARCHAR PRIMARY KEY, v INT) WITH (kafka_topic='t', partitions=4, value_format='json')",
+            "CREATE STREAM j AS SELECT s.k, s.x, t.v FROM s LEFT JOIN t ON s.k = t.id")):
+        meta.apply(parse_statement(sql), offset)
+    # The digest of the same statements by the code before stream-stream joins (commit b5fd11d).
+    assert meta.digest() == "d2930da0bae29493dfcf9ccf240f4a240593654373d42d308ef1d49cbe54f8b7"
+
+
+def test_a_stream_stream_join_stamps_event_time_in_its_sides_only() -> None:
+    meta = Metastore()
+    for offset, sql in enumerate((
+            "CREATE STREAM a (k VARCHAR KEY, ts BIGINT, x INT) "
+            "WITH (kafka_topic='a', partitions=2, value_format='json', timestamp='ts')",
+            "CREATE STREAM b (k VARCHAR KEY, y INT) WITH (kafka_topic='b', partitions=2, value_format='json')",
+            "CREATE STREAM ab AS SELECT a.k, a.x, b.y FROM a LEFT JOIN b WITHIN (1 SECOND, 2 SECONDS) "
+            "GRACE PERIOD 3 SECONDS ON a.k = b.k")):
+        meta.apply(parse_statement(sql), offset)
+    query = next(q for q in meta.queries.values() if q.sink == "AB")
+    staged = stages(query, meta.source("A"), meta.source("AB"), "svc")
+    assert [(s.name, s.query.plan.kind, s.query.plan.event_time, s.source.topic) for s in staged] == [
+        ("side-0", PlanKind.JOIN_SIDE, "`TS`", "a"), ("side-1", PlanKind.JOIN_SIDE, None, "b"),
+        ("", PlanKind.STREAM_STREAM_JOIN, None, "_millpond-svc-" + query.query_id + "-joined")]
+    assert internal_topics("svc", query) == [InternalTopic(
+        "_millpond-svc-" + query.query_id + "-joined", compacted=False,
+        configs=(("retention.ms", str(7 * 24 * 3600 * 1000)), ("message.timestamp.type", "CreateTime")))]
