@@ -9,6 +9,10 @@ BY of the same run and to the Kafka Streams baseline doing the same window (a wi
 ksqlDB's default grace and retention). Last, the same readings enriched by a stream-table
 LEFT JOIN with a table of ``--table-rows`` sensors (every reading's sensor among them, the
 table's rows older than the readings): its events per second beside the plain GROUP BY.
+Then a table-table LEFT JOIN of that table with a second one of as many rows (records of
+both tables per second, to the result written), and the readings joined with a stream of
+alerts (a tenth as many) WITHIN 1 minute (records of both streams per second, to the last
+result written): each through its side stages, joined topic and join stage.
 
 ``python -m bench.aggregation [--events 2000000 --keys 1000 --workers 2 --pin --table-rows 100000]``
 (``--pin`` gives worker i core i; ``bench.scaling`` compares 1 and 2 pinned workers).
@@ -21,7 +25,7 @@ import json
 import time
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from bench.baselines.kafka_streams import run_kafka_streams
 from bench.common import (
@@ -41,8 +45,10 @@ from bench.common import (
     wait_caught_up,
 )
 from millpond.deploy.local.launcher import LocalCluster
+from millpond.shared.catalog.names import consumer_group, joined_topic
 from millpond.shared.errors import MillpondError
-from millpond.shared.kafka.admin import end_offsets
+from millpond.shared.kafka.admin import committed_offsets, end_offsets
+from millpond.shared.kafka.connection import KafkaConnection
 from millpond.shared.kafka.partitioner import partition_for
 
 PARTITIONS = 8
@@ -53,21 +59,92 @@ WINDOWED = ("CREATE TABLE avg_per_minute AS SELECT sensor, AVG(reading) AS avg_r
 
 JOINED = ("CREATE STREAM enriched AS SELECT r.sensor, r.reading, s.site FROM readings r "
           "LEFT JOIN sensors s ON r.sensor = s.id;")
+TABLE_JOINED = ("CREATE TABLE sensor_owners AS SELECT s.id, s.site, o.owner FROM sensors s "
+                "LEFT JOIN owners o ON s.id = o.id;")
+STREAM_JOINED = ("CREATE STREAM reading_alerts AS SELECT r.sensor, r.reading, a.reading AS alert FROM readings r "
+                 "LEFT JOIN alerts a WITHIN 1 MINUTE GRACE PERIOD 1 MINUTE ON r.sensor = a.sensor;")
 
 
-async def produce_sensors(bootstrap: str, rows: int, timestamp_ms: int) -> None:
-    """The ``sensors`` table's rows (each sensor's site), stamped ``timestamp_ms``."""
+async def produce_sensors(bootstrap: str, rows: int, timestamp_ms: int, topic: str = "sensors",
+                          column: str = "SITE", every: int = 1) -> None:
+    """A table's rows (each sensor's ``column``), for every ``every``-th sensor, stamped ``timestamp_ms``
+    (None: now)."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=512 * 1024, acks=1)
     await producer.start()
     try:
         pending = []
-        for k in range(rows):
+        for k in range(0, rows, every):
             name = key_name(k).encode()
-            pending.append(await producer.send("sensors", json.dumps({"SITE": f"site-{k % 97}"}).encode(), key=name,
-                                               partition=partition_for(name, PARTITIONS), timestamp_ms=timestamp_ms))
+            pending.append(await producer.send(topic, json.dumps({column: f"{column.lower()}-{k % 97}"}).encode(),
+                                               key=name, partition=partition_for(name, PARTITIONS),
+                                               timestamp_ms=timestamp_ms))
         await asyncio.gather(*pending)
     finally:
         await producer.stop()
+
+
+async def produce_alerts(bootstrap: str, count: int, keys: int, span: tuple[int, int]) -> None:
+    """``count`` alerts (readings' columns) of random sensors, stamped evenly across ``span``
+    (the readings' own time), so each finds readings within a minute of it."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=512 * 1024, acks=1)
+    await producer.start()
+    try:
+        pending = []
+        for i in range(count):
+            name = key_name((i * 7919) % keys).encode()
+            pending.append(await producer.send(
+                "alerts", json.dumps({"AREA": "alert", "READING": i % 100}).encode(), key=name,
+                partition=partition_for(name, PARTITIONS),
+                timestamp_ms=span[0] + (span[1] - span[0]) * i // max(count, 1)))
+        await asyncio.gather(*pending)
+    finally:
+        await producer.stop()
+
+
+def wait_joined(local: LocalCluster, query_id: str, inputs: dict[str, dict[int, int]],
+                downstream: list[str], timeout_s: float = 1800) -> float:
+    """Block until a two-topic join's side stages committed every input record (``inputs``:
+    topic -> ends), then until each of ``downstream``'s topics (the joined topic, then a table
+    join's sink) was read by its stage to its end as of when the stage before finished; the
+    time it happened. Progress is the query's consumer group's committed offsets."""
+    group = consumer_group(local.service_id, query_id)
+    deadline = time.monotonic() + timeout_s
+
+    def reached(targets: dict[str, dict[int, int]]) -> None:
+        tps = [TopicPartition(t, p) for t, ends in targets.items() for p in ends]
+        while time.monotonic() < deadline:
+            done = asyncio.run(committed_offsets(KafkaConnection(local.bootstrap), group, tps))
+            if all(done.get(tp, -1) >= targets[tp.topic][tp.partition] for tp in tps):
+                return
+            time.sleep(0.2)
+        raise SystemExit(f"query {query_id} did not read {sorted(targets)} within {timeout_s} s")
+
+    reached(inputs)
+    for topic in downstream:
+        # Written by transactions: markers (several, where two sides' transactions interleave)
+        # follow the last record, and a committed input position stops short of them.
+        reached({topic: asyncio.run(after_last_records(local.bootstrap, topic))})
+    return time.monotonic()
+
+
+async def after_last_records(bootstrap: str, topic: str) -> dict[int, int]:
+    """Per partition holding records, the offset after its last committed record."""
+    ends = await end_offsets(bootstrap, topic, PARTITIONS, "read_committed")
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
+                                enable_auto_commit=False)
+    await consumer.start()
+    try:
+        out: dict[int, int] = {}
+        for partition, end in ends.items():
+            tp = TopicPartition(topic, partition)
+            consumer.assign([tp])
+            consumer.seek(tp, max(end - 1_000, 0))  # far more than the markers that can trail
+            while await consumer.position(tp) < end:
+                for record in (await consumer.getmany(tp, timeout_ms=1_000)).get(tp, []):
+                    out[partition] = record.offset + 1
+        return out
+    finally:
+        await consumer.stop()
 
 
 def measure(events: int, keys: int, workers: int, pin: bool, max_offsets_per_trigger: int,
@@ -86,7 +163,9 @@ def measure(events: int, keys: int, workers: int, pin: bool, max_offsets_per_tri
         create_readings(local, "readings", PARTITIONS)
         # The table's rows are older than every reading, so each reading joins its sensor's row.
         table_time = int(time.time() * 1000) - 3_600_000
+        first_ms = int(time.time() * 1000)
         produced = asyncio.run(produce_readings(local.bootstrap, "readings", events, keys, PARTITIONS))
+        span = (first_ms, int(time.time() * 1000))
         ends = asyncio.run(end_offsets(local.bootstrap, "readings", PARTITIONS))
         perf = kafka_perf_consumer(local.bootstrap, "readings", events)
         raw = asyncio.run(raw_consumer_rate(local.bootstrap, "readings", PARTITIONS))
@@ -106,6 +185,27 @@ def measure(events: int, keys: int, workers: int, pin: bool, max_offsets_per_tri
         started = time.monotonic()
         (outcome,) = execute(local, JOINED)
         join_seconds = wait_caught_up(local, str(outcome.message).rsplit(" ", 1)[-1], ends) - started
+        # A table-table join of the sensors with as many owners.
+        execute(local, f"CREATE TABLE owners (id VARCHAR PRIMARY KEY, owner VARCHAR) "
+                       f"WITH (kafka_topic='owners', partitions={PARTITIONS}, value_format='json');")
+        asyncio.run(produce_sensors(local.bootstrap, table_rows, table_time, "owners", "OWNER"))
+        tables = {t: asyncio.run(end_offsets(local.bootstrap, t, PARTITIONS, "read_committed"))
+                  for t in ("sensors", "owners")}
+        started = time.monotonic()
+        (outcome,) = execute(local, TABLE_JOINED)
+        query = str(outcome.message).rsplit(" ", 1)[-1]
+        table_join_seconds = wait_joined(local, query, tables, [joined_topic(local.service_id, query),
+                                                                "SENSOR_OWNERS"]) - started
+        # The readings joined with alerts, a tenth as many, over the same span of time.
+        create_readings(local, "alerts", PARTITIONS)
+        alerts = events // 10
+        asyncio.run(produce_alerts(local.bootstrap, alerts, keys, span))
+        inputs = {t: asyncio.run(end_offsets(local.bootstrap, t, PARTITIONS, "read_committed"))
+                  for t in ("readings", "alerts")}
+        started = time.monotonic()
+        (outcome,) = execute(local, STREAM_JOINED)
+        query = str(outcome.message).rsplit(" ", 1)[-1]
+        stream_join_seconds = wait_joined(local, query, inputs, [joined_topic(local.service_id, query)]) - started
     rate = events / seconds
     windowed_rate = events / windowed_seconds
     join_rate = events / join_seconds
@@ -126,6 +226,11 @@ def measure(events: int, keys: int, workers: int, pin: bool, max_offsets_per_tri
         "windowed_ratio_to_kafka_streams_group_by": ratio(windowed_rate, kstreams.get("records_per_s")),
         "join_table_rows": table_rows, "join_seconds_to_caught_up": round(join_seconds, 2),
         "join_events_per_s": round(join_rate, 1), "join_ratio_to_group_by": ratio(join_rate, rate),
+        "table_join_rows": 2 * table_rows, "table_join_seconds_to_result": round(table_join_seconds, 2),
+        "table_join_rows_per_s": round(2 * table_rows / table_join_seconds, 1),
+        "stream_join_records": events + alerts, "stream_join_seconds_to_result": round(stream_join_seconds, 2),
+        "stream_join_records_per_s": round((events + alerts) / stream_join_seconds, 1),
+        "stream_join_ratio_to_group_by": ratio((events + alerts) / stream_join_seconds, rate),
     }
 
 

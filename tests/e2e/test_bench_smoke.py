@@ -87,6 +87,8 @@ def test_the_aggregation_benchmark_reports_its_baselines_and_plots(tmp_path: Pat
     assert windowed["counted"] == 20_000 and windowed["window_ms"] == 60_000, windowed
     assert aggregation["windowed_ratio_to_kafka_streams"] > 0
     assert aggregation["join_events_per_s"] > 0 and aggregation["join_table_rows"] == 1_000
+    assert aggregation["table_join_rows"] == 2_000 and aggregation["table_join_rows_per_s"] > 0
+    assert aggregation["stream_join_records"] == 22_000 and aggregation["stream_join_records_per_s"] > 0
     assert {"coordinator", "router", "worker-1", "kafka"} <= set(aggregation["peak_rss_mib"])
     report = (tmp_path / "report.md").read_text()
     assert "![aggregation.png](aggregation.png)" in report and (tmp_path / "aggregation.png").stat().st_size > 1000
