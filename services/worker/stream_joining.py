@@ -29,6 +29,7 @@ reach and grace plus a day.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import logging
 from dataclasses import dataclass, field
@@ -67,12 +68,35 @@ class Buffered:
 
 
 @dataclass
+class Buffer:
+    """One side's records of one key, in time order (arrival order among equal times), with
+    their times apart, so a window is found by bisection."""
+
+    times: list[int] = field(default_factory=list)
+    records: list[Buffered] = field(default_factory=list)
+
+    def add(self, record: Buffered) -> None:
+        at = bisect.bisect_right(self.times, record.time)
+        self.times.insert(at, record.time)
+        self.records.insert(at, record)
+
+    def within(self, low: int, high: int) -> list[Buffered]:
+        """The records whose time is in ``[low, high]``."""
+        return self.records[bisect.bisect_left(self.times, low):bisect.bisect_right(self.times, high)]
+
+    def expire(self, limit: int) -> None:
+        """Let go of the records before ``limit``."""
+        cut = bisect.bisect_left(self.times, limit)
+        del self.times[:cut], self.records[:cut]
+
+
+@dataclass
 class JoinState:
     """One partition's buffers, records awaiting their window's close, and stream time."""
 
     stream_time: int | None = None
-    buffers: dict[tuple[int, bytes], list[Buffered]] = field(default_factory=dict)
-    """Per (side, key), the side's records in arrival order."""
+    buffers: dict[tuple[int, bytes], Buffer] = field(default_factory=dict)
+    """Per (side, key), the side's records."""
     closing: list[tuple[int, int, int, bytes, Buffered]] = field(default_factory=list)
     """A heap of (close time, arrival, side, key, record) for the outer sides' unmatched records."""
     arrivals: int = 0
@@ -132,13 +156,13 @@ class StreamJoinTask(GatheredJoinTask):
         this = Buffered(timestamp, offset, row)
         low, high = (timestamp - self.before, timestamp + self.after) if side == 0 else (
             timestamp - self.after, timestamp + self.before)
-        for other in state.buffers.get((1 - side, k), ()):
-            if low <= other.time <= high:
-                other.joined = this.joined = True
-                if results is not None:
-                    pair = (this, other) if side == 0 else (other, this)
-                    self._emit(results, k, pair[0], pair[1], max(timestamp, other.time), offset, bad)
-        state.buffers.setdefault((side, k), []).append(this)
+        others = state.buffers.get((1 - side, k))
+        for other in others.within(low, high) if others is not None else ():
+            other.joined = this.joined = True
+            if results is not None:
+                pair = (this, other) if side == 0 else (other, this)
+                self._emit(results, k, pair[0], pair[1], max(timestamp, other.time), offset, bad)
+        state.buffers.setdefault((side, k), Buffer()).add(this)
         if side in self.outer and not this.joined:
             state.arrivals += 1
             heapq.heappush(state.closing, (timestamp + self.reach(side) + self.grace, state.arrivals, side, k, this))
@@ -168,13 +192,10 @@ class StreamJoinTask(GatheredJoinTask):
         state = self.join_state
         if state.stream_time is None:
             return
-        for (side, k), records in list(state.buffers.items()):
-            limit = state.stream_time - self.reach(side) - self.grace
-            kept = [r for r in records if r.time >= limit]
-            if not kept:
+        for (side, k), buffer in list(state.buffers.items()):
+            buffer.expire(state.stream_time - self.reach(side) - self.grace)
+            if not buffer.times:
                 del state.buffers[(side, k)]
-            elif len(kept) < len(records):
-                state.buffers[(side, k)] = kept
 
     async def commit(self, batch: KeyedSlice) -> bool:
         """Join one micro-batch slice exactly once; False when it was joined before."""
