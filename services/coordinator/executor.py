@@ -32,6 +32,7 @@ from millpond.shared.security import authorize_statement, authorize_text
 from millpond.shared.session import AUTO_OFFSET_RESET, check_properties, effective
 from millpond.shared.sql import ast
 from millpond.shared.sql.guard import StatementParser, check_length
+from millpond.shared.sql.joins import started_sources
 from millpond.shared.sql.planner import check_topic_name, encode_insert
 from millpond.shared.task_status import TaskReport
 from millpond.shared.teardown import run_to_end
@@ -178,9 +179,8 @@ class StatementExecutor:
             source = self.metastore.sources.get(stmt.query.source)
             if source is None:
                 return Resolved()  # planning reports the missing source
-            # A stream-stream join starts each stream at its end: the joined stream's offsets follow.
-            streams = [source, *(s for j in stmt.query.joins if source.kind == "STREAM"
-                                 and (s := self.metastore.sources.get(j.source)) is not None and s.kind == "STREAM")]
+            joined = [s for j in stmt.query.joins if (s := self.metastore.sources.get(j.source)) is not None]
+            streams = started_sources(source, joined)
             partitions = [TopicPartition(s.topic, p) for s in streams for p in range(s.partitions)]
             ends = await self.offsets.end_offsets(partitions)
             return Resolved(start_offsets=tuple(ends[tp] for tp in partitions))

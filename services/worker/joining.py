@@ -148,6 +148,34 @@ class TableSide:
             row[column] = value
 
 
+class JoinedValue:
+    """A join query's result value from its joined row, as every join task computes it: the
+    WHERE, then the SELECT list, serialized as the sink's value (the key item left out)."""
+
+    def __init__(self, query: PersistentQuery, sink: DataSource):
+        spec = query.plan.join
+        assert spec is not None
+        self.resolved: ResolvedJoin = resolve_join(statement_query(query.statement), spec.stream,
+                                                   tuple(t.table for t in spec.tables))
+        self.value_items = [i for i in range(len(self.resolved.items)) if i != self.resolved.key_item]
+        self.value_names = [c.name for c in sink.value_columns]
+        self.sink = sink
+
+    def __call__(self, row: dict[str, Any], offset: int, bad: list[BadRecord]) -> bytes | None:
+        """The value, or None when the WHERE drops the row or it cannot be computed (then
+        logged in ``bad`` with ``offset``)."""
+        where, items = self.resolved.where, self.resolved.items
+        try:
+            if where is not None and evaluate(where, row) is not True:
+                return None
+            result = [evaluate(expr, row) for _, expr in items]
+        except (ArithmeticError, TypeError, ValueError) as error:
+            bad.append(BadRecord(offset, f"the joined row cannot be computed: {error}", None))
+            return None
+        return serialize_value(self.value_names, [result[i] for i in self.value_items],
+                               self.sink.value_format, self.sink.value_delimiter)
+
+
 class JoinTask(Task[JoinSlice]):
     """Joins one partition of a stream with the same partition of each table (see the module)."""
 
@@ -156,13 +184,10 @@ class JoinTask(Task[JoinSlice]):
         super().__init__(settings, query, source, sink, partition, stage)
         spec = query.plan.join
         assert spec is not None
-        self.resolved: ResolvedJoin = resolve_join(statement_query(query.statement), spec.stream,
-                                                   tuple(t.table for t in spec.tables))
+        self.output = JoinedValue(query, sink)
         self.sides = [TableSide(i, t, partition) for i, t in enumerate(spec.tables)]
         self.stream_names = ResolvedJoin.names(spec.stream_prefix, spec.stream)
         self.rowtime = None if ROWTIME in spec.stream.schema else joined(spec.stream_prefix, ROWTIME)
-        self.value_items = [i for i in range(len(self.resolved.items)) if i != self.resolved.key_item]
-        self.value_names = [c.name for c in sink.value_columns]
         self.consumer: AIOKafkaConsumer | None = None
 
     async def start(self) -> None:
@@ -224,7 +249,7 @@ class JoinTask(Task[JoinSlice]):
         bad, table_bad = list(batch.bad), [list[BadRecord]() for _ in self.sides]
         results: list[tuple[bytes, bytes, int]] = []
         applied = [0] * len(self.sides)
-        where, items, store = self.resolved.where, self.resolved.items, self.store
+        store = self.store
         for offset, key, time_ms, values in batch.records:
             table_rows: list[list[Any] | None] = []
             for side in self.sides:
@@ -237,17 +262,9 @@ class JoinTask(Task[JoinSlice]):
                 table_rows.append(overlay[stored] if stored in overlay else store.get(stored))
             if any(r is None and side.inner for r, side in zip(table_rows, self.sides, strict=True)):
                 continue
-            row = self._joined_row(key, time_ms, values, table_rows)
-            try:
-                if where is not None and evaluate(where, row) is not True:
-                    continue
-                result = [evaluate(expr, row) for _, expr in items]
-            except (ArithmeticError, TypeError, ValueError) as error:
-                bad.append(BadRecord(offset, f"the joined row cannot be computed: {error}", None))
-                continue
-            value = serialize_value(self.value_names, [result[i] for i in self.value_items],
-                                    self.sink.value_format, self.sink.value_delimiter)
-            results.append((key, value, time_ms))
+            value = self.output(self._joined_row(key, time_ms, values, table_rows), offset, bad)
+            if value is not None:
+                results.append((key, value, time_ms))
         table_offsets = [side.pending[done].offset if done < len(side.pending) else side.fetched_to
                          for side, done in zip(self.sides, applied, strict=True)]
         async with self._transaction():

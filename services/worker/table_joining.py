@@ -30,6 +30,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 
+from millpond.services.worker.joining import JoinedValue
 from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore, encode_state
 from millpond.services.worker.task import BadRecord, BatchSlice, Task, store_path
 from millpond.shared.catalog.queries import PersistentQuery
@@ -38,10 +39,8 @@ from millpond.shared.catalog.topology import JOIN_SIDE_STAGE
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.partitioner import partition_for
-from millpond.shared.kafka.serde import deserialize_key, deserialize_value, serialize_value
-from millpond.shared.sql.expressions import evaluate
-from millpond.shared.sql.joins import ResolvedJoin, joined, resolve_join
-from millpond.shared.sql.parser import statement_query
+from millpond.shared.kafka.serde import deserialize_key, deserialize_value
+from millpond.shared.sql.joins import joined
 from millpond.shared.task_status import RESTORING
 from millpond.shared.teardown import bounded, run_to_end
 
@@ -51,6 +50,11 @@ FETCH_MS = 50
 REPLAY_STALL_S = 60.0
 """How long a replay waits for a fetch that moves it."""
 CONSUMER_STOP_TIMEOUT_S = 10.0
+CHAINED: dict[str, Callable[[bool, bool], bool]] = {
+    "INNER": lambda before, there: before and there, "LEFT": lambda before, _: before,
+    "RIGHT": lambda _, there: there, "FULL": lambda before, there: before or there,
+}
+"""Whether a key has a result row, from whether it has one before a JOIN and the joined table has a row."""
 REPLAY_WRITE_ROWS = 10_000
 """How many replayed rows a table join's store takes in one write batch."""
 
@@ -101,8 +105,8 @@ class Side:
     """Its key column's name in the joined row."""
     names: tuple[str, ...]
     """Its value columns' names in the joined row."""
-    decoded: tuple[tuple[str, Any], ...]
-    """Its value columns as the table's records decode them."""
+    decoded: list[tuple[str, Any]]
+    """Its value columns as the side's records decode them (made once: each record reads it)."""
 
 
 class GatheredJoinTask(Task[KeyedSlice]):
@@ -115,20 +119,17 @@ class GatheredJoinTask(Task[KeyedSlice]):
         spec = query.plan.join
         assert spec is not None
         sources = (spec.stream, *(t.table for t in spec.tables))
-        self.resolved: ResolvedJoin = resolve_join(statement_query(query.statement), spec.stream,
-                                                   tuple(t.table for t in spec.tables))
+        self.output = JoinedValue(query, sink)
         self.sides = [
             Side(side, type_, joined(prefix, side.key_column.name if side.key_column else ""),
                  tuple(joined(prefix, c.name) for c in side.value_columns),
-                 tuple((c.name, c.type) for c in side.value_columns))
+                 [(c.name, c.type) for c in side.value_columns])
             for side, type_, prefix in zip(sources, ("FROM", *(t.type for t in spec.tables)),
                                            (spec.stream_prefix, *(t.prefix for t in spec.tables)), strict=True)
         ]
         key_column = spec.stream.key_column
         assert key_column is not None
         self.key_type = key_column.type
-        self.value_items = [i for i in range(len(self.resolved.items)) if i != self.resolved.key_item]
-        self.value_names = [c.name for c in sink.value_columns]
 
     async def _replay(self, start: int | None, end: int, apply: Callable[[bytes, bytes | None, int, int], object]) -> None:
         """``apply`` (key, value, timestamp, offset) to each record of the joined topic from
@@ -181,7 +182,7 @@ class GatheredJoinTask(Task[KeyedSlice]):
                                      value.decode(errors="replace")))
             return None
         try:
-            row = deserialize_value(list(side.decoded), value, side.table.value_format, side.table.value_delimiter)
+            row = deserialize_value(side.decoded, value, side.table.value_format, side.table.value_delimiter)
         except ValueError as error:
             if bad is not None:
                 bad.append(BadRecord(offset, f"{side.table.name}'s value is not {side.table.value_format} of its "
@@ -192,24 +193,14 @@ class GatheredJoinTask(Task[KeyedSlice]):
     def _value(self, key: bytes, rows: list[list[Any] | None], offset: int, bad: list[BadRecord],
                extra: dict[str, Any] | None = None) -> bytes | None:
         """The result's value from each side's row (None: the side has none; ``extra``: more
-        columns of the joined row), or None when the WHERE drops it or it cannot be computed
-        (then logged in ``bad``)."""
+        columns of the joined row), as ``JoinedValue`` gives it."""
         key_value = deserialize_key(key, self.key_type)
         joined_row: dict[str, Any] = dict(extra or {})
         for side, row in zip(self.sides, rows, strict=True):
             joined_row[side.key] = None if row is None else key_value
             for name, value in zip(side.names, row or [None] * len(side.names), strict=True):
                 joined_row[name] = value
-        where, items = self.resolved.where, self.resolved.items
-        try:
-            if where is not None and evaluate(where, joined_row) is not True:
-                return None
-            result = [evaluate(expr, joined_row) for _, expr in items]
-        except (ArithmeticError, TypeError, ValueError) as error:
-            bad.append(BadRecord(offset, f"the joined row cannot be computed: {error}", None))
-            return None
-        return serialize_value(self.value_names, [result[i] for i in self.value_items],
-                               self.sink.value_format, self.sink.value_delimiter)
+        return self.output(joined_row, offset, bad)
 
 
 class TableJoinTask(GatheredJoinTask):
@@ -261,8 +252,7 @@ class TableJoinTask(GatheredJoinTask):
             rows.append(overlay[stored] if stored in overlay else self.store.get(stored))
         present = rows[0] is not None
         for side, row in zip(self.sides[1:], rows[1:], strict=True):
-            there = row is not None
-            present = {"INNER": present and there, "LEFT": present, "RIGHT": there}.get(side.type, present or there)
+            present = CHAINED[side.type](present, row is not None)
         return self._value(key, rows, offset, bad) if present else None
 
     async def commit(self, batch: KeyedSlice) -> bool:

@@ -26,6 +26,7 @@ from millpond.shared.catalog.sources import Column, DataSource
 from millpond.shared.errors import AlreadyExistsError, NotFoundError, StatementError
 from millpond.shared.kafka.serde import VALUE_FORMATS
 from millpond.shared.sql import ast
+from millpond.shared.sql.joins import started_sources
 from millpond.shared.sql.planner import (
     SOURCE_PROPERTIES,
     check_key_type,
@@ -318,7 +319,7 @@ class Metastore:
     def _check_partitions(start_offsets: tuple[int, ...] | None, source: DataSource,
                           joined: tuple[DataSource, ...]) -> None:
         """The start offsets cover the source's partitions (a stream-stream join's: both streams')."""
-        sides = 1 + sum(source.kind == "STREAM" and j.kind == "STREAM" for j in joined)
+        sides = len(started_sources(source, joined))
         if start_offsets is not None and len(start_offsets) != sides * source.partitions:
             raise StatementError(f"the command's start offsets cover {len(start_offsets)} partitions "
                                  f"but {source.name} has {source.partitions}")

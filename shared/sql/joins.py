@@ -12,7 +12,7 @@ they agree on every name. Pure functions, no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -320,6 +320,12 @@ def plan_join(
     plan = QueryPlan(plan_kind, left.name, name, tuple(columns), key_column=key.name,
                      key_expression=key_expression, repartition=key_expression is not None, join=spec)
     return result, tuple(columns), plan
+
+
+def started_sources(source: DataSource, joined: Sequence[DataSource]) -> tuple[DataSource, ...]:
+    """The sources whose partitions a query's start offsets cover (``auto.offset.reset=latest``),
+    in order: its source, then the other stream of a stream-stream join."""
+    return (source, *(j for j in joined if source.kind == "STREAM" and j.kind == "STREAM"))
 
 
 def _window(within: ast.Within | None) -> JoinWindow | None:

@@ -54,6 +54,14 @@ def meta() -> Metastore:
     return meta
 
 
+def _metastore(*statements: str) -> Metastore:
+    """A metastore that applied ``statements`` in order."""
+    meta = Metastore()
+    for offset, sql in enumerate(statements):
+        meta.apply(parse_statement(sql), offset)
+    return meta
+
+
 def test_every_kind_has_one_spec_and_one_worker_row() -> None:
     assert set(PLAN_SPECS) == set(WORKER_KINDS) == set(PlanKind)
     assert [(k.task, k.slice) for k in (WORKER_KINDS[PlanKind.AGGREGATE], WORKER_KINDS[PlanKind.PROJECT],
@@ -139,12 +147,10 @@ def test_definitions_without_windows_hash_as_they_did_before_windows_existed() -
 
 
 def test_a_join_repartitions_into_its_tables_partitions_whatever_the_sink_has() -> None:
-    meta = Metastore()
-    for offset, sql in enumerate((
-            "CREATE STREAM s (k VARCHAR KEY, x VARCHAR) WITH (kafka_topic='s', partitions=4, value_format='json')",
-            "CREATE TABLE t (id VARCHAR PRIMARY KEY, v INT) WITH (kafka_topic='t', partitions=4, value_format='json')",
-            "CREATE STREAM j WITH (partitions=2) AS SELECT s.x, t.v FROM s JOIN t ON s.x = t.id")):
-        meta.apply(parse_statement(sql), offset)
+    meta = _metastore(
+        "CREATE STREAM s (k VARCHAR KEY, x VARCHAR) WITH (kafka_topic='s', partitions=4, value_format='json')",
+        "CREATE TABLE t (id VARCHAR PRIMARY KEY, v INT) WITH (kafka_topic='t', partitions=4, value_format='json')",
+        "CREATE STREAM j WITH (partitions=2) AS SELECT s.x, t.v FROM s JOIN t ON s.x = t.id")
     query = next(q for q in meta.queries.values() if q.sink == "J")
     rekey, join = stages(query, meta.source("S"), meta.source("J"), "svc")
     assert (rekey.sink.partitions, join.source.partitions, join.partitions) == (4, 4, 4)
@@ -152,12 +158,10 @@ def test_a_join_repartitions_into_its_tables_partitions_whatever_the_sink_has() 
 
 
 def test_a_table_table_join_gathers_its_tables_then_joins_then_materializes() -> None:
-    meta = Metastore()
-    for offset, sql in enumerate((
-            "CREATE TABLE a (id VARCHAR PRIMARY KEY, x VARCHAR) WITH (kafka_topic='a', partitions=3, value_format='json')",
-            "CREATE TABLE b (id VARCHAR PRIMARY KEY, y INT) WITH (kafka_topic='b', partitions=3, value_format='delimited')",
-            "CREATE TABLE ab AS SELECT a.id, a.x, b.y FROM a FULL OUTER JOIN b ON a.id = b.id")):
-        meta.apply(parse_statement(sql), offset)
+    meta = _metastore(
+        "CREATE TABLE a (id VARCHAR PRIMARY KEY, x VARCHAR) WITH (kafka_topic='a', partitions=3, value_format='json')",
+        "CREATE TABLE b (id VARCHAR PRIMARY KEY, y INT) WITH (kafka_topic='b', partitions=3, value_format='delimited')",
+        "CREATE TABLE ab AS SELECT a.id, a.x, b.y FROM a FULL OUTER JOIN b ON a.id = b.id")
     query = next(q for q in meta.queries.values() if q.sink == "AB")
     assert query.plan.kind is PlanKind.TABLE_TABLE_JOIN
     staged = stages(query, meta.source("A"), meta.source("AB"), "svc")
@@ -173,25 +177,21 @@ def test_a_table_table_join_gathers_its_tables_then_joins_then_materializes() ->
 
 
 def test_joins_without_windows_hash_as_they_did_before_stream_stream_joins() -> None:
-    meta = Metastore()
-    for offset, sql in enumerate((
-            "CREATE STREAM s (k VARCHAR KEY, x VARCHAR) WITH (kafka_topic='s', partitions=4, value_format='json')",
-            "CREATE TABLE t (id VARCHAR PRIMARY KEY, v INT) WITH (kafka_topic='t', partitions=4, value_format='json')",
-            "CREATE STREAM j AS SELECT s.k, s.x, t.v FROM s LEFT JOIN t ON s.k = t.id")):
-        meta.apply(parse_statement(sql), offset)
+    meta = _metastore(
+        "CREATE STREAM s (k VARCHAR KEY, x VARCHAR) WITH (kafka_topic='s', partitions=4, value_format='json')",
+        "CREATE TABLE t (id VARCHAR PRIMARY KEY, v INT) WITH (kafka_topic='t', partitions=4, value_format='json')",
+        "CREATE STREAM j AS SELECT s.k, s.x, t.v FROM s LEFT JOIN t ON s.k = t.id")
     # The digest of the same statements by the code before stream-stream joins (commit b5fd11d).
     assert meta.digest() == "d2930da0bae29493dfcf9ccf240f4a240593654373d42d308ef1d49cbe54f8b7"
 
 
 def test_a_stream_stream_join_stamps_event_time_in_its_sides_only() -> None:
-    meta = Metastore()
-    for offset, sql in enumerate((
-            "CREATE STREAM a (k VARCHAR KEY, ts BIGINT, x INT) "
-            "WITH (kafka_topic='a', partitions=2, value_format='json', timestamp='ts')",
-            "CREATE STREAM b (k VARCHAR KEY, y INT) WITH (kafka_topic='b', partitions=2, value_format='json')",
-            "CREATE STREAM ab AS SELECT a.k, a.x, b.y FROM a LEFT JOIN b WITHIN (1 SECOND, 2 SECONDS) "
-            "GRACE PERIOD 3 SECONDS ON a.k = b.k")):
-        meta.apply(parse_statement(sql), offset)
+    meta = _metastore(
+        "CREATE STREAM a (k VARCHAR KEY, ts BIGINT, x INT) "
+        "WITH (kafka_topic='a', partitions=2, value_format='json', timestamp='ts')",
+        "CREATE STREAM b (k VARCHAR KEY, y INT) WITH (kafka_topic='b', partitions=2, value_format='json')",
+        "CREATE STREAM ab AS SELECT a.k, a.x, b.y FROM a LEFT JOIN b WITHIN (1 SECOND, 2 SECONDS) "
+        "GRACE PERIOD 3 SECONDS ON a.k = b.k")
     query = next(q for q in meta.queries.values() if q.sink == "AB")
     staged = stages(query, meta.source("A"), meta.source("AB"), "svc")
     assert [(s.name, s.query.plan.kind, s.query.plan.event_time, s.source.topic) for s in staged] == [
