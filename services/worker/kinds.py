@@ -24,7 +24,7 @@ from millpond.services.worker.reducers import (
     reduce_windowed,
 )
 from millpond.services.worker.stream_joining import StreamJoinTask
-from millpond.services.worker.table_joining import JoinSideTask, KeyedSlice, TableJoinTask
+from millpond.services.worker.table_joining import ForeignKeyJoinTask, JoinSideTask, KeyedSlice, TableJoinTask
 from millpond.services.worker.task import (
     AggregateSlice,
     AggregationTask,
@@ -65,6 +65,7 @@ WORKER_KINDS: dict[PlanKind, WorkerKind[Any]] = {
     PlanKind.MATERIALIZE: WorkerKind(TableTask, MaterializeSlice, reduce_materialize),
     PlanKind.STREAM_TABLE_JOIN: WorkerKind(JoinTask, JoinSlice, reduce_join),
     PlanKind.TABLE_TABLE_JOIN: WorkerKind(TableJoinTask, KeyedSlice, reduce_keyed),
+    PlanKind.FOREIGN_KEY_JOIN: WorkerKind(ForeignKeyJoinTask, KeyedSlice, reduce_keyed),
     PlanKind.STREAM_STREAM_JOIN: WorkerKind(StreamJoinTask, KeyedSlice, reduce_keyed),
     PlanKind.JOIN_SIDE: WorkerKind(JoinSideTask, KeyedSlice, reduce_keyed),
 }

@@ -39,7 +39,8 @@ from millpond.shared.catalog.topology import JOIN_SIDE_STAGE
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.partitioner import partition_for
-from millpond.shared.kafka.serde import deserialize_key, deserialize_value
+from millpond.shared.kafka.serde import deserialize_key, deserialize_value, serialize_key
+from millpond.shared.sql.ast import SqlType
 from millpond.shared.sql.joins import joined
 from millpond.shared.task_status import RESTORING
 from millpond.shared.teardown import bounded, run_to_end
@@ -55,6 +56,10 @@ CHAINED: dict[str, Callable[[bool, bool], bool]] = {
     "RIGHT": lambda _, there: there, "FULL": lambda before, there: before or there,
 }
 """Whether a key has a result row, from whether it has one before a JOIN and the joined table has a row."""
+INDEX = b"\x02"
+"""A foreign-key join store's index entries: ``INDEX``, the foreign key's length (4 bytes),
+the foreign key, then a left key whose row has it."""
+INDEX_PAGE = 1_000
 REPLAY_WRITE_ROWS = 10_000
 """How many replayed rows a table join's store takes in one write batch."""
 
@@ -79,6 +84,11 @@ class JoinSideTask(Task[KeyedSlice]):
                  sink: DataSource, partition: int, stage: str = ""):
         super().__init__(settings, query, source, sink, partition, stage)
         self.side = bytes([int(stage.removeprefix(JOIN_SIDE_STAGE))])
+        spec = query.plan.join
+        assert spec is not None
+        # A foreign-key join's right table goes to every join task: a foreign key may name any of its keys.
+        broadcast = self.side != b"\0" and spec.tables[0].foreign_key is not None
+        self.targets = range(sink.partitions) if broadcast else (partition,)
 
     async def commit(self, batch: KeyedSlice) -> bool:
         """Copy one micro-batch slice exactly once; False when it was copied before."""
@@ -87,7 +97,8 @@ class JoinSideTask(Task[KeyedSlice]):
             return False
         async with self._transaction():
             for _, key, value, timestamp in batch.records:
-                await self._send(self.sink.topic, value, self.side + key, self.partition, timestamp_ms=timestamp)
+                for target in self.targets:
+                    await self._send(self.sink.topic, value, self.side + key, target, timestamp_ms=timestamp)
             await self._send_bad(batch.bad)
             await self.producer.send_offsets_to_transaction({self.input: batch.last_offset + 1}, self.group)
         self.next_input_offset = batch.last_offset + 1
@@ -103,6 +114,8 @@ class Side:
     """How it joins what comes before it: INNER, LEFT, RIGHT or FULL (the first table: FROM)."""
     key: str
     """Its key column's name in the joined row."""
+    key_type: SqlType
+    """Its key column's type (a foreign-key join's sides have different keys)."""
     names: tuple[str, ...]
     """Its value columns' names in the joined row."""
     decoded: list[tuple[str, Any]]
@@ -120,16 +133,14 @@ class GatheredJoinTask(Task[KeyedSlice]):
         assert spec is not None
         sources = (spec.stream, *(t.table for t in spec.tables))
         self.output = JoinedValue(query, sink)
-        self.sides = [
-            Side(side, type_, joined(prefix, side.key_column.name if side.key_column else ""),
-                 tuple(joined(prefix, c.name) for c in side.value_columns),
-                 [(c.name, c.type) for c in side.value_columns])
-            for side, type_, prefix in zip(sources, ("FROM", *(t.type for t in spec.tables)),
-                                           (spec.stream_prefix, *(t.prefix for t in spec.tables)), strict=True)
-        ]
-        key_column = spec.stream.key_column
-        assert key_column is not None
-        self.key_type = key_column.type
+        self.sides = []
+        for side, type_, prefix in zip(sources, ("FROM", *(t.type for t in spec.tables)),
+                                       (spec.stream_prefix, *(t.prefix for t in spec.tables)), strict=True):
+            assert side.key_column is not None
+            self.sides.append(Side(side, type_, joined(prefix, side.key_column.name), side.key_column.type,
+                                   tuple(joined(prefix, c.name) for c in side.value_columns),
+                                   [(c.name, c.type) for c in side.value_columns]))
+        self.key_type = self.sides[0].key_type
 
     async def _replay(self, start: int | None, end: int, apply: Callable[[bytes, bytes | None, int, int], object]) -> None:
         """``apply`` (key, value, timestamp, offset) to each record of the joined topic from
@@ -175,10 +186,10 @@ class GatheredJoinTask(Task[KeyedSlice]):
         does not decode."""
         side = self.sides[key[0]]
         try:
-            deserialize_key(key[1:], self.key_type)
+            deserialize_key(key[1:], side.key_type)
         except (ValueError, struct.error) as error:
             if bad is not None:
-                bad.append(BadRecord(offset, f"{side.table.name}'s key is not KAFKA {self.key_type}: {error}",
+                bad.append(BadRecord(offset, f"{side.table.name}'s key is not KAFKA {side.key_type}: {error}",
                                      value.decode(errors="replace")))
             return None
         try:
@@ -191,13 +202,14 @@ class GatheredJoinTask(Task[KeyedSlice]):
         return [row[name] for name, _ in side.decoded]
 
     def _value(self, key: bytes, rows: list[list[Any] | None], offset: int, bad: list[BadRecord],
-               extra: dict[str, Any] | None = None) -> bytes | None:
+               extra: dict[str, Any] | None = None, keys: list[Any] | None = None) -> bytes | None:
         """The result's value from each side's row (None: the side has none; ``extra``: more
-        columns of the joined row), as ``JoinedValue`` gives it."""
+        columns of the joined row; ``keys``: each side's key, when not all ``key``), as
+        ``JoinedValue`` gives it."""
         key_value = deserialize_key(key, self.key_type)
         joined_row: dict[str, Any] = dict(extra or {})
-        for side, row in zip(self.sides, rows, strict=True):
-            joined_row[side.key] = None if row is None else key_value
+        for index, (side, row) in enumerate(zip(self.sides, rows, strict=True)):
+            joined_row[side.key] = None if row is None else key_value if keys is None else keys[index]
             for name, value in zip(side.names, row or [None] * len(side.names), strict=True):
                 joined_row[name] = value
         return self.output(joined_row, offset, bad)
@@ -229,27 +241,29 @@ class TableJoinTask(GatheredJoinTask):
                                         "stage": self.stage, "input_offset": self.next_input_offset})
 
     def _apply(self, key: bytes, value: bytes | None, overlay: dict[bytes, list[Any] | None],
-               bad: tuple[list[BadRecord], int] | None) -> None:
+               bad: tuple[list[BadRecord], int] | None) -> list[bytes]:
         """One joined-topic record into ``overlay``: the side's row of the key, replaced or
         deleted. A value that does not decode changes nothing (and goes to ``bad``'s list
-        with its offset, when given)."""
+        with its offset, when given). The result keys to join again."""
         if key[0] >= len(self.sides):
-            return
+            return [key[1:]]
         if value is None:
             overlay[key] = None
-            return
+            return [key[1:]]
         row = self._decode(key, value, bad[1] if bad else 0, bad[0] if bad else None)
         if row is not None:
             overlay[key] = row
+        return [key[1:]]
+
+    def _row(self, key: bytes, overlay: dict[bytes, list[Any] | None]) -> list[Any] | None:
+        """A stored row (or index entry) as this batch left it."""
+        assert self.store is not None
+        return overlay[key] if key in overlay else self.store.get(key)
 
     def _result(self, key: bytes, overlay: dict[bytes, list[Any] | None], offset: int,
                 bad: list[BadRecord]) -> bytes | None:
         """The key's joined row as the sink's value, or None when the join has no row for it."""
-        assert self.store is not None
-        rows = []
-        for index in range(len(self.sides)):
-            stored = bytes([index]) + key
-            rows.append(overlay[stored] if stored in overlay else self.store.get(stored))
+        rows = [self._row(bytes([index]) + key, overlay) for index in range(len(self.sides))]
         present = rows[0] is not None
         for side, row in zip(self.sides[1:], rows[1:], strict=True):
             present = CHAINED[side.type](present, row is not None)
@@ -266,9 +280,9 @@ class TableJoinTask(GatheredJoinTask):
         for offset, key, value, timestamp in batch.records:
             if not key:
                 continue
-            self._apply(key, value, overlay, (bad, offset))
-            results.pop(key[1:], None)  # the key's latest result goes last, as it was last changed
-            results[key[1:]] = (self._result(key[1:], overlay, offset, bad), timestamp)
+            for changed in self._apply(key, value, overlay, (bad, offset)):
+                results.pop(changed, None)  # the key's latest result goes last, as it was last changed
+                results[changed] = (self._result(changed, overlay, offset, bad), timestamp)
         async with self._transaction():
             for key, (result, timestamp) in results.items():
                 await self._send(self.sink.topic, result, key, partition_for(key, self.sink.partitions),
@@ -284,3 +298,84 @@ class TableJoinTask(GatheredJoinTask):
         assert self.store is not None
         rows = {key: encode_state(row) for key, row in overlay.items() if row is not None}
         self.store.write(rows, {INPUT_OFFSET: input_offset}, [key for key, row in overlay.items() if row is None])
+
+
+class ForeignKeyJoinTask(TableJoinTask):
+    """Joins partition ``p`` of the left table with the whole right table on the left rows'
+    foreign key, as ksqlDB's foreign-key table-table joins (INNER, LEFT): the result is keyed
+    by the left table's key. Its store keeps, besides both sides' rows, an index of the left
+    keys by foreign key (see ``INDEX``), so a right row's change joins again every left row
+    that names it. The rows and the index change in the same write batch."""
+
+    def __init__(self, settings: WorkerSettings, query: PersistentQuery, source: DataSource,
+                 sink: DataSource, partition: int, stage: str = ""):
+        super().__init__(settings, query, source, sink, partition, stage)
+        spec = query.plan.join
+        assert spec is not None and spec.tables[0].foreign_key is not None
+        left = self.sides[0]
+        self.foreign = [name for name, _ in left.decoded].index(spec.tables[0].foreign_key)
+        self.foreign_type = self.sides[1].key_type
+        self.by_foreign: dict[bytes, dict[bytes, bool]] = {}
+        """The index entries the pending overlay adds (True) or deletes (False), by foreign key."""
+
+    def _foreign(self, row: list[Any] | None) -> bytes | None:
+        """A left row's foreign key as the right table's key bytes (None: no row, or NULL)."""
+        value = None if row is None else row[self.foreign]
+        return None if value is None else serialize_key(value, self.foreign_type)
+
+    def _apply(self, key: bytes, value: bytes | None, overlay: dict[bytes, list[Any] | None],
+               bad: tuple[list[BadRecord], int] | None) -> list[bytes]:
+        if key[0] > 1:
+            return []
+        row = None if value is None else self._decode(key, value, bad[1] if bad else 0, bad[0] if bad else None)
+        if value is not None and row is None:
+            return []  # a value that does not decode changes nothing
+        if key[0] == 1:
+            overlay[key] = row
+            return self._left_keys(key[1:], overlay)
+        before, after = self._foreign(self._row(key, overlay)), self._foreign(row)
+        overlay[key] = row
+        if before != after:
+            for foreign, present in ((before, False), (after, True)):
+                if foreign is not None:
+                    entry = INDEX + len(foreign).to_bytes(4, "big") + foreign + key[1:]
+                    overlay[entry] = [] if present else None
+                    self.by_foreign.setdefault(foreign, {})[key[1:]] = present
+        return [key[1:]]
+
+    def _left_keys(self, foreign: bytes, overlay: dict[bytes, list[Any] | None]) -> list[bytes]:
+        """The left keys whose rows name ``foreign``, as this batch left them, in key order."""
+        assert self.store is not None
+        prefix = INDEX + len(foreign).to_bytes(4, "big") + foreign
+        found: set[bytes] = set()
+        after = None
+        while True:
+            page = self.store.page(after, INDEX_PAGE, prefix)
+            found.update(key[len(prefix):] for key, _ in page)
+            if len(page) < INDEX_PAGE:
+                break
+            after = page[-1][0]
+        for left, present in self.by_foreign.get(foreign, {}).items():
+            if present:
+                found.add(left)
+            else:
+                found.discard(left)
+        return sorted(found)
+
+    def _result(self, key: bytes, overlay: dict[bytes, list[Any] | None], offset: int,
+                bad: list[BadRecord]) -> bytes | None:
+        left = self._row(b"\0" + key, overlay)
+        foreign = self._foreign(left)
+        right = None if foreign is None else self._row(b"\1" + foreign, overlay)
+        if left is None or (right is None and self.sides[1].type == "INNER"):
+            return None
+        keys = [deserialize_key(key, self.key_type), None if foreign is None else left[self.foreign]]
+        return self._value(key, [left, right], offset, bad, keys=keys)
+
+    async def commit(self, batch: KeyedSlice) -> bool:
+        self.by_foreign.clear()  # what a failed commit's overlay added is gone with it
+        return await super().commit(batch)
+
+    def _write(self, overlay: dict[bytes, list[Any] | None], input_offset: int) -> None:
+        super()._write(overlay, input_offset)
+        self.by_foreign.clear()

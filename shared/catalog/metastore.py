@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from millpond.shared.catalog.plans import PlanKind
 from millpond.shared.catalog.queries import PersistentQuery, Resolved
 from millpond.shared.catalog.sources import Column, DataSource
+from millpond.shared.catalog.topology import TABLE_JOINS
 from millpond.shared.errors import AlreadyExistsError, NotFoundError, StatementError
 from millpond.shared.kafka.serde import VALUE_FORMATS
 from millpond.shared.sql import ast
@@ -294,7 +294,7 @@ class Metastore:
             query = PersistentQuery(query_id, prefix, stmt.text, source.name, sink.name, plan,
                                     old_query.start_offsets)
             return Change(f"Replaced query {query_id}", add_sources=[sink], add_queries=[query])
-        if plan.kind is PlanKind.TABLE_TABLE_JOIN:
+        if plan.kind in TABLE_JOINS:
             start_offsets = None  # a join reads its tables whole, whatever auto.offset.reset says
         query = PersistentQuery(query_id, prefix, stmt.text, source.name, sink.name, plan, start_offsets)
         return Change(f"Created query with ID {query_id}", add_sources=[sink], add_queries=[query], counts_query=True)
@@ -378,7 +378,7 @@ _UNSET_NEWER = ("window", "event_time", "timestamp_format", "join", "having")
 that does not use them hashes as it did before they existed."""
 
 
-_UNSET_NEWER_NESTED = ("within",)
+_UNSET_NEWER_NESTED = ("within", "foreign_key")
 """The same inside tuples (a join's tables), where the older fields always stayed in."""
 
 

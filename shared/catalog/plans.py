@@ -30,6 +30,9 @@ class PlanKind(StrEnum):
     """Join each stream record with a table's row as of the record (CSAS ... JOIN table)."""
     TABLE_TABLE_JOIN = "TABLE_TABLE_JOIN"
     """Keep both tables' rows and the join of each key's rows (CTAS ... FROM table JOIN table)."""
+    FOREIGN_KEY_JOIN = "FOREIGN_KEY_JOIN"
+    """Keep the left table's rows, the right table whole and the left keys of each foreign key,
+    and the join of each left key's row (CTAS ... FROM t1 JOIN t2 ON t1.column = t2.key)."""
     STREAM_STREAM_JOIN = "STREAM_STREAM_JOIN"
     """Join each record of two streams with the other's records within a window (CSAS ... WITHIN)."""
     JOIN_SIDE = "JOIN_SIDE"
@@ -83,6 +86,11 @@ PLAN_SPECS: dict[PlanKind, PlanSpec] = {
         changelog=False, repartition_topic=False,
         explain="[ JOIN ] | {join} | {columns} | State: both sides' rows in RocksDB, rebuilt from the joined topic; "
                 "the result materialized from the sink topic"),
+    PlanKind.FOREIGN_KEY_JOIN: PlanSpec(
+        changelog=False, repartition_topic=False,
+        explain="[ JOIN ] | {join} | {columns} | State: the left table's rows, all of the right table's and "
+                "the left keys of each foreign key in RocksDB, rebuilt from the joined topic (the right table "
+                "copied to each of its partitions); the result materialized from the sink topic"),
     PlanKind.STREAM_STREAM_JOIN: PlanSpec(
         changelog=False, repartition_topic=False,
         explain="[ JOIN ] | {join} | {columns} | State: both streams' records within the window, in memory, "

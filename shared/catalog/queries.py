@@ -46,6 +46,9 @@ class JoinedTable:
     """The ON condition (``side.column``), for EXPLAIN."""
     within: JoinWindow | None = None
     """A stream-stream join's window (None for a table)."""
+    foreign_key: str | None = None
+    """A foreign-key table-table join's column of the left table (ON left.column = right's
+    PRIMARY KEY); None when the join matches both sides' keys."""
 
 
 @dataclass(frozen=True)

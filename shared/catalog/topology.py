@@ -17,6 +17,11 @@ Two kinds need two, each with its own stream, tasks and transactional ids:
   (one byte) before the table's key; the join stage keeps both sides' rows, rebuilt from
   that topic, and writes each changed key's joined row (or a tombstone) to the sink topic;
   the last stage materializes the sink topic, as below, so the result can be pulled.
+- **A foreign-key table-table join** (``ON t1.column = t2.key``) runs the same stages, but
+  the right table's stage copies each of its records into every partition of the joined
+  topic (which has the left table's partitions, whatever the right table's count): each
+  join task keeps the whole right table beside its partition of the left one, as a
+  foreign key may name any right key.
 - **A stream-stream join** runs the same way without the last stage: each stream's records
   go into the joined topic (not compacted: it keeps what the join window and grace need,
   and a day more), stamped with their event time; the join stage joins them in that
@@ -42,6 +47,8 @@ from millpond.shared.sql.ast import SqlType
 from millpond.shared.sql.expressions import quote_identifier
 from millpond.shared.sql.planner import event_time, plan_materialization
 
+TABLE_JOINS = (PlanKind.TABLE_TABLE_JOIN, PlanKind.FOREIGN_KEY_JOIN)
+"""The joins of two tables into a table: the joined topic is compacted, the result materialized."""
 JOINED_TOMBSTONES_MS = 7 * 24 * 3_600_000
 """How long a table-table join's joined topic keeps a tombstone."""
 WINDOWED_EXTRA_MS = 24 * 3_600_000
@@ -90,7 +97,7 @@ def stages(query: PersistentQuery, source: DataSource, sink: DataSource, service
     plan = query.plan
     if plan.kind.spec.repartition_topic and plan.repartition:
         return _repartitioned_aggregate(query, source, sink, service_id)
-    if plan.kind in (PlanKind.TABLE_TABLE_JOIN, PlanKind.STREAM_STREAM_JOIN):
+    if plan.kind in (*TABLE_JOINS, PlanKind.STREAM_STREAM_JOIN):
         return _two_sided_join(query, source, sink, service_id)
     if plan.kind is PlanKind.PROJECT and source.kind == "TABLE" and sink.kind == "TABLE":
         materialize = replace(query, plan=plan_materialization(sink), start_offsets=None)
@@ -113,7 +120,7 @@ def internal_topics(service_id: str, query: PersistentQuery) -> list[InternalTop
         topics.append(InternalTopic(changelog_topic(service_id, query.query_id), compacted=True))
     if spec.repartition_topic and query.plan.repartition:
         topics.append(InternalTopic(repartition_topic(service_id, query.query_id), compacted=False))
-    if query.plan.kind is PlanKind.TABLE_TABLE_JOIN:
+    if query.plan.kind in TABLE_JOINS:
         # A join task away for longer than a tombstone is kept would miss the delete when it
         # replays from its store's position: a week, not the broker's default day.
         topics.append(InternalTopic(joined_topic(service_id, query.query_id), compacted=True,
@@ -137,7 +144,7 @@ JOIN_SIDE_STAGE = "side-"
 def _two_sided_join(query: PersistentQuery, left: DataSource, sink: DataSource, service_id: str) -> list[Stage]:
     spec = query.plan.join
     assert spec is not None
-    tables = query.plan.kind is PlanKind.TABLE_TABLE_JOIN
+    tables = query.plan.kind in TABLE_JOINS
     gathered = DataSource(
         kind=left.kind, name=f"{query.query_id}_JOINED", columns=(), topic=joined_topic(service_id, query.query_id),
         partitions=left.partitions, query_id=query.query_id,

@@ -56,7 +56,8 @@ def check_upgrade(old: PersistentQuery, new: PersistentQuery) -> None:
         def sides(join: JoinSpec) -> list[tuple[Any, ...]]:
             first = (join.stream.name, join.stream.topic, join.stream.columns)
             return [first if before.kind is not PlanKind.STREAM_TABLE_JOIN else (),
-                    *((t.type, t.table.name, t.table.topic, t.table.columns, t.condition, t.within) for t in join.tables)]
+                    *((t.type, t.table.name, t.table.topic, t.table.columns, t.condition, t.within, t.foreign_key)
+                      for t in join.tables)]
         if sides(before.join) != sides(after.join):
             raise StatementError(f"{what}: its joins change (tables, their order, types, columns or conditions); its "
                                  "store keeps each joined table's rows and position; drop the stream and create it "
@@ -85,6 +86,7 @@ _KIND_NAMES = {
     PlanKind.MATERIALIZE: "a table's materialization",
     PlanKind.STREAM_TABLE_JOIN: "a stream-table join",
     PlanKind.TABLE_TABLE_JOIN: "a table-table join",
+    PlanKind.FOREIGN_KEY_JOIN: "a foreign-key table-table join",
     PlanKind.STREAM_STREAM_JOIN: "a stream-stream join",
     PlanKind.JOIN_SIDE: "a table-table join's side",
 }

@@ -1,6 +1,8 @@
 """Planning of joins, as ksqlDB's: ``SELECT ... FROM stream [alias] [INNER|LEFT] JOIN table
-[alias] ON <stream expression> = <table's PRIMARY KEY>``, and ``SELECT ... FROM table [alias]
-[INNER|LEFT|RIGHT|FULL OUTER] JOIN table [alias] ON <PRIMARY KEY> = <PRIMARY KEY>``.
+[alias] ON <stream expression> = <table's PRIMARY KEY>``, ``SELECT ... FROM table [alias]
+[INNER|LEFT|RIGHT|FULL OUTER] JOIN table [alias] ON <PRIMARY KEY> = <PRIMARY KEY>``, its
+foreign-key form ``FROM t1 [INNER|LEFT] JOIN t2 ON t1.column = t2.<PRIMARY KEY>``, and two
+streams joined ``WITHIN`` a window on their keys.
 
 Both sides' columns live in one joined row, each named ``<side>_<column>`` (the side's alias,
 else its name: ksqlDB's names for ``SELECT *``). A query's column references are rewritten
@@ -59,6 +61,9 @@ class ResolvedJoin:
     """Each JOIN's ON condition over the joined row."""
     owners: dict[str, str]
     """Each column of the joined row as the query names it (``side.column``)."""
+    foreign_key: str | None = None
+    """A foreign-key join's column of the left table in the joined row (the result is keyed
+    by the left table's key); None when the join matches keys."""
 
     def shown(self, expr: ast.Expr) -> str:
         """An expression over the joined row as SQL text (``side.column``)."""
@@ -181,6 +186,17 @@ def resolve_join(query: ast.Query, stream: DataSource, tables: tuple[DataSource,
         conditions.append(condition)
         table_keys.append(table_key)
     assert stream_key is not None
+    left_key = None if stream.key_column is None else ast.ColumnRef(joined(stream_prefix, stream.key_column.name))
+    foreign_key = None
+    if stream.kind == "TABLE" and stream_key != left_key:
+        assert isinstance(stream_key, ast.ColumnRef)
+        foreign_key = stream_key.name
+        if len(tables) > 1:
+            raise StatementError("a foreign-key join joins two tables; joining a third in the same query is not "
+                                 "supported yet: create the joined table first, then join it")
+        if query.joins[0].kind not in STREAM_TABLE_TYPES:
+            raise StatementError(f"{query.joins[0].kind} OUTER foreign-key joins are not supported (as ksqlDB); "
+                                 "use INNER or LEFT JOIN")
     items: list[tuple[str, ast.Expr]] = []
     for index, item in enumerate(query.items):
         if item.is_star:
@@ -199,15 +215,19 @@ def resolve_join(query: ast.Query, stream: DataSource, tables: tuple[DataSource,
     if query.where is not None:
         where = _map_columns(query.where, name_of)
         check_condition(where, scope, "WHERE")
-    keys = (stream_key, *(ast.ColumnRef(k) for k in table_keys))
+    keys: tuple[ast.Expr, ...] = (stream_key, *(ast.ColumnRef(k) for k in table_keys))
+    if foreign_key is not None:
+        assert left_key is not None
+        keys = (left_key,)
     key_item = next((i for i, (_, e) in enumerate(items) if e in keys), None)
     if key_item is None:
-        raise StatementError(f"key missing from projection: a join's result is keyed by its join expression; "
-                             f"select {shown(stream_key)} (for example SELECT {shown(stream_key)}, ...)")
+        key_of = "join expression" if foreign_key is None else "left table's PRIMARY KEY (a foreign-key join)"
+        raise StatementError(f"key missing from projection: a join's result is keyed by its {key_of}; "
+                             f"select {shown(keys[0])} (for example SELECT {shown(keys[0])}, ...)")
     stream_scope = Scope(stream.name, stream_columns)
     return ResolvedJoin(stream_prefix, prefixes, scope, tuple(items), where, stream_key,
                         to_spark(_unjoined(stream_key, stream_prefix), stream_scope), tuple(table_keys), key_item,
-                        tuple(conditions), owners)
+                        tuple(conditions), owners, foreign_key)
 
 
 def qualified(expr: ast.Expr, owners: dict[str, str]) -> str:
@@ -236,10 +256,17 @@ def _condition(condition: ast.Expr, shown: Callable[[ast.Expr], str], stream_nam
         for left, right in ((condition.left, condition.right), (condition.right, condition.left)):
             if right == ast.ColumnRef(table_key) and left == ast.ColumnRef(joined(stream_prefix, left_key)):
                 return left, table_key
-        found = "foreign-key joins are not supported yet" if stream.kind == "TABLE" else (
-            "joining streams on other columns needs both repartitioned first, which is not supported yet: "
-            "re-key them with PARTITION BY into new streams")
-        raise StatementError(f"invalid join condition {shown(condition)}: {both_keys}; {found}")
+        if stream.kind == "TABLE":
+            for left, right in ((condition.left, condition.right), (condition.right, condition.left)):
+                if right == ast.ColumnRef(table_key) and isinstance(left, ast.ColumnRef) and left.name in stream_names:
+                    return left, table_key  # a foreign key of the left table
+            raise StatementError(f"invalid join condition {shown(condition)}: {both_keys}, or a column of "
+                                 f"{stream.name} with {table.name}'s PRIMARY KEY (a foreign-key join: ON "
+                                 f"{stream_prefix}.<column> = {table_prefix}.{key.name}); a foreign key is a column "
+                                 f"of the left table ({stream.name}), not an expression or a column of the right")
+        raise StatementError(f"invalid join condition {shown(condition)}: {both_keys}; joining streams on other "
+                             "columns needs both repartitioned first, which is not supported yet: re-key them with "
+                             "PARTITION BY into new streams")
     for left, right in ((condition.left, condition.right), (condition.right, condition.left)):
         if right == ast.ColumnRef(table_key) and _only(left, stream_names):
             return left, table_key
@@ -289,7 +316,7 @@ def plan_join(
     if kind != result and (kind is not None or result == "TABLE"):  # INSERT INTO a stream takes a stream's join
         raise StatementError(f"invalid result type: a {left.kind.lower()}-{tables[0].kind.lower()} join produces a "
                              f"{result}; use CREATE {result} AS SELECT")
-    for table in tables:
+    for table in tables if resolved.foreign_key is None else ():  # a foreign key may name any right key
         if left.partitions != table.partitions:
             raise StatementError(f"Can't join {left.name} with {table.name} since the number of partitions don't "
                                  f"match. {left.name} partitions = {left.partitions}; {table.name} partitions = "
@@ -307,15 +334,18 @@ def plan_join(
     keyed_by_stream_key = (left.key_column is not None
                            and resolved.stream_key == ast.ColumnRef(joined(resolved.stream_prefix,
                                                                            left.key_column.name)))
-    key_expression = None if keyed_by_stream_key else resolved.stream_key_spark
-    joined_tables = tuple(JoinedTable(join.kind, table, prefix, resolved.shown(condition), _window(join.within))
+    key_expression = None if keyed_by_stream_key or resolved.foreign_key else resolved.stream_key_spark
+    foreign_key = None if resolved.foreign_key is None else resolved.owners[resolved.foreign_key].split(".", 1)[1]
+    joined_tables = tuple(JoinedTable(join.kind, table, prefix, resolved.shown(condition), _window(join.within),
+                                      foreign_key)
                           for join, table, prefix, condition in zip(query.joins, tables, resolved.table_prefixes,
                                                                     resolved.conditions, strict=True))
     spec = JoinSpec(left, resolved.stream_prefix, joined_tables,
                     None if resolved.where is None else resolved.shown(resolved.where))
     key = columns[resolved.key_item]
     columns = [key, *(c for c in columns if not c.key)]
-    plan_kind = (PlanKind.TABLE_TABLE_JOIN if result == "TABLE" else PlanKind.STREAM_STREAM_JOIN
+    plan_kind = (PlanKind.FOREIGN_KEY_JOIN if resolved.foreign_key else PlanKind.TABLE_TABLE_JOIN
+                 if result == "TABLE" else PlanKind.STREAM_STREAM_JOIN
                  if tables[0].kind == "STREAM" else PlanKind.STREAM_TABLE_JOIN)
     plan = QueryPlan(plan_kind, left.name, name, tuple(columns), key_column=key.name,
                      key_expression=key_expression, repartition=key_expression is not None, join=spec)

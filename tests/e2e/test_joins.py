@@ -59,15 +59,18 @@ def join_cluster(kafka: EmbeddedKafka, tmp_path_factory: pytest.TempPathFactory)
     local.stop()
 
 
-async def produce_table(bootstrap: str, topic: str, column: str, records: list[TableRecord]) -> None:
+async def produce_table(bootstrap: str, topic: str, column: str, records: list[TableRecord],
+                        partitions: int = PARTITIONS) -> None:
     """Table rows (a None value: the key's tombstone), in order, partitioned by key as the Java client."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
     await producer.start()
-    try:
-        for key, value, ts in records:
-            await producer.send_and_wait(topic, None if value is None else json.dumps({column: value}).encode(),
-                                         key=key.encode(), partition=partition_for(key.encode(), PARTITIONS),
-                                         timestamp_ms=ts)
+    try:  # one producer keeps each partition's records in the order sent
+        futures = [await producer.send(topic, None if value is None else json.dumps({column: value}).encode(),
+                                       key=key.encode(), partition=partition_for(key.encode(), partitions),
+                                       timestamp_ms=ts)
+                   for key, value, ts in records]
+        await producer.flush()
+        await asyncio.gather(*futures)
     finally:
         await producer.stop()
 
@@ -211,21 +214,31 @@ def table_join_reference(left: list[TableRecord], right: list[TableRecord], kind
     return out
 
 
-async def latest_in_sink(bootstrap: str, topic: str) -> dict[str, list[Any]]:
+def foreign_key_reference(items: list[TableRecord], places: list[TableRecord]) -> dict[str, list[Any]]:
+    """Each item (key, its PLACE) with the NAME of the place it names, or NULL: a LEFT
+    foreign-key join's result depends only on both tables' latest rows."""
+    named = {key: value for key, value, _ in places}
+    return {key: [key, place, named.get(place)]
+            for key, place in {key: value for key, value, _ in items}.items() if place is not None}
+
+
+async def latest_in_sink(bootstrap: str, topic: str, columns: tuple[str, str] = ("SITE", "CITY")) -> dict[str, list[Any]]:
     """The sink topic as a table: each key's last record, without the keys whose last is a tombstone."""
     latest: dict[str, Any] = {}
     for partition, _, key, value, _ in await read_records(bootstrap, topic):
         assert key is not None and partition == partition_for(key, PARTITIONS)
         latest[key.decode()] = None if value is None else json.loads(value)
-    return {k: [k, v["SITE"], v["CITY"]] for k, v in latest.items() if v is not None}
+    return {k: [k, *(v[c] for c in columns)] for k, v in latest.items() if v is not None}
 
 
 async def test_table_table_joins_follow_both_tables(join_cluster: LocalCluster) -> None:
-    """INNER and FULL OUTER joins of two tables on their keys, with updates and deletes
-    on both sides before and after the queries start: each result, pulled and as its sink
-    topic's latest records, equals the join of each key's latest rows."""
+    """INNER and FULL OUTER joins of two tables on their keys, and a LEFT foreign-key join
+    of items with the places they name (a table of another partition count), with updates
+    and deletes on both sides before and after the queries start: each result, pulled and
+    as its sink topic's latest records, equals the join of the tables' latest rows."""
     sid = join_cluster.service_id
     sites, cities = f"jt_sites_{sid}", f"jt_cities_{sid}"
+    items, places, by_place = f"jt_items_{sid}", f"jt_places_{sid}", f"jt_by_place_{sid}"
     results = {kind: f"jt_{kind.lower()}_{sid}" for kind in ("INNER", "FULL")}  # LEFT: in the unit tests
     rng = random.Random(47)
     base = int(time.time() * 1000) - 10 * MINUTE
@@ -234,16 +247,29 @@ async def test_table_table_joins_follow_both_tables(join_cluster: LocalCluster) 
     city_records = [(key, f"city-{i}", base) for i, key in enumerate(keys[10:])]
     city_records += [(rng.choice(keys), None if rng.random() < 0.2 else f"city-{i}-b", base + rng.randrange(1, MINUTE))
                      for i in range(120)]
+    # Items name one of few places (or none): each place's change joins many items again.
+    place_keys = [f"p{i}" for i in range(6)]
+    item_records = [(rng.choice(keys), rng.choice([None, *place_keys, *place_keys]), base) for _ in range(160)]
+    place_records = [(rng.choice(place_keys[:5]), None if rng.random() < 0.2 else f"place-{i}", base)
+                     for i in range(60)]
     run(join_cluster, f"""
         CREATE TABLE {sites} (id VARCHAR PRIMARY KEY, site VARCHAR)
           WITH (kafka_topic='{sites}', partitions={PARTITIONS}, value_format='json');
         CREATE TABLE {cities} (id VARCHAR PRIMARY KEY, city VARCHAR)
-          WITH (kafka_topic='{cities}', partitions={PARTITIONS}, value_format='json');""")
+          WITH (kafka_topic='{cities}', partitions={PARTITIONS}, value_format='json');
+        CREATE TABLE {items} (id VARCHAR PRIMARY KEY, place VARCHAR)
+          WITH (kafka_topic='{items}', partitions={PARTITIONS}, value_format='json');
+        CREATE TABLE {places} (id VARCHAR PRIMARY KEY, name VARCHAR)
+          WITH (kafka_topic='{places}', partitions=3, value_format='json');""")
     await produce_table(join_cluster.bootstrap, sites, "SITE", site_records[:80])
     await produce_table(join_cluster.bootstrap, cities, "CITY", city_records[:80])
+    await produce_table(join_cluster.bootstrap, items, "PLACE", item_records[:80])
+    await produce_table(join_cluster.bootstrap, places, "NAME", place_records[:30], partitions=3)
     run(join_cluster, "\n".join(
         f"CREATE TABLE {name} AS SELECT s.id, s.site, c.city FROM {sites} s {kind} JOIN {cities} c ON s.id = c.id;"
-        for kind, name in results.items()))
+        for kind, name in results.items()) + f"""
+        CREATE TABLE {by_place} AS SELECT i.id, i.place, p.name FROM {items} i LEFT JOIN {places} p
+          ON i.place = p.id;""")
     producer = AIOKafkaProducer(bootstrap_servers=join_cluster.bootstrap)
     await producer.start()
     try:  # a malformed row: logged, and the join goes on without it
@@ -252,12 +278,18 @@ async def test_table_table_joins_follow_both_tables(join_cluster: LocalCluster) 
         await producer.stop()
     await produce_table(join_cluster.bootstrap, sites, "SITE", site_records[80:])
     await produce_table(join_cluster.bootstrap, cities, "CITY", city_records[80:])
+    await produce_table(join_cluster.bootstrap, places, "NAME", place_records[30:], partitions=3)
+    await produce_table(join_cluster.bootstrap, items, "PLACE", item_records[80:])
 
     for kind, name in results.items():
         want = table_join_reference(site_records, city_records, kind)
         assert any(None in row for row in want.values()) or kind == "INNER"
         assert pull_until(join_cluster, f"SELECT * FROM {name};", want) == want, kind
         assert await latest_in_sink(join_cluster.bootstrap, name.upper()) == want, kind
+    want = foreign_key_reference(item_records, place_records)
+    assert sum(row[2] is None for row in want.values()) and sum(row[2] is not None for row in want.values()) > 5
+    assert pull_until(join_cluster, f"SELECT * FROM {by_place};", want) == want
+    assert await latest_in_sink(join_cluster.bootstrap, by_place.upper(), ("PLACE", "NAME")) == want
     logged = [json.loads(v or b"{}") for *_, v in
               await read_all(join_cluster.bootstrap, processing_log_topic(join_cluster.service_id))]
     mine = [e["RECORD"] for e in logged if e["QUERY_ID"].startswith(f"CTAS_{results['FULL'].upper()}")]

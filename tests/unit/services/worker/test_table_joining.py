@@ -1,7 +1,9 @@
 """The join stages' rules, without Kafka. A table-table join: after each record of any side,
 the key's result is the join of that key's latest rows of every side (chained left to right
 by each JOIN's type), or none; stored rows and a batch's pending ones read alike. A
-stream-stream join: what a brute-force reference gives for the same records in the same order."""
+foreign-key join: after each record, the results written so far, as a table, are the join of
+both tables' latest rows. A stream-stream join: what a brute-force reference gives for the
+same records in the same order."""
 
 from __future__ import annotations
 
@@ -14,10 +16,12 @@ import pytest
 
 from millpond.services.worker.state.store import PartitionStore
 from millpond.services.worker.stream_joining import StreamJoinTask
-from millpond.services.worker.table_joining import TableJoinTask
+from millpond.services.worker.table_joining import ForeignKeyJoinTask, TableJoinTask
 from millpond.services.worker.task import BadRecord
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import WorkerSettings
+from millpond.shared.kafka.serde import deserialize_key, serialize_key
+from millpond.shared.sql.ast import SqlType
 from millpond.shared.sql.parser import parse_statement
 from tests.stream_join_reference import expected_stream_join
 
@@ -86,6 +90,86 @@ def test_a_value_that_does_not_decode_changes_nothing_and_is_logged(tmp_path: Pa
     assert b"\x02\xff\xfe" not in overlay
     result = task._result(b"k", overlay, 2, bad)
     assert result is not None and json.loads(result) == {"X": None, "Y": "site", "Z": 4, "TOTAL": None}
+
+
+FK_TABLES = [
+    "CREATE TABLE items (id INT PRIMARY KEY, site VARCHAR, x INT) WITH (kafka_topic='i', partitions=1, value_format='json')",
+    "CREATE TABLE sites (id VARCHAR PRIMARY KEY, y INT) WITH (kafka_topic='s', partitions=3, value_format='json')",
+]
+
+
+def _fk_task(tmp_path: Path, kind: str) -> ForeignKeyJoinTask:
+    meta = Metastore()
+    join = (f"CREATE TABLE joined AS SELECT i.id, i.x, s.y, s.id AS sid FROM items i {kind} JOIN sites s "
+            "ON i.site = s.id WHERE s.y IS NULL OR s.y <> 13")
+    for offset, sql in enumerate([*FK_TABLES, join]):
+        meta.apply(parse_statement(sql), offset)
+    query = next(q for q in meta.queries.values() if q.sink == "JOINED")
+    task = ForeignKeyJoinTask(WorkerSettings(worker_id="w", state_dir=tmp_path), query, meta.source("ITEMS"),
+                              meta.source("JOINED"), 0, "join")
+    task.store = PartitionStore(tmp_path / "store")
+    return task
+
+
+def _fk_reference(items: dict[int, tuple[str | None, int]], sites: dict[str, int], inner: bool) -> dict[int, Any]:
+    """Each item joined with the site its SITE names, as the query above."""
+    out: dict[int, Any] = {}
+    for key, (site, x) in items.items():
+        y = None if site is None else sites.get(site)
+        if (y is None and inner) or y == 13:
+            continue
+        out[key] = {"X": x, "Y": y, "SID": None if y is None else site}
+    return out
+
+
+@pytest.mark.parametrize("kind", ["INNER", "LEFT"])
+def test_a_foreign_key_join_keeps_every_left_row_joined_with_the_row_it_names(tmp_path: Path, kind: str) -> None:
+    """Random changes of both tables (a left row's foreign key changing, set to NULL, naming a
+    missing right key; right rows replaced and deleted; values that do not decode), batches
+    committed at random points: the results written so far, as a table, are the reference."""
+    task = _fk_task(tmp_path, kind)
+    rng = random.Random(11 if kind == "INNER" else 12)
+    items: dict[int, tuple[str | None, int]] = {}
+    sites: dict[str, int] = {}
+    sink: dict[int, Any] = {}
+    overlay: dict[bytes, list[Any] | None] = {}
+    int_key = SqlType("INT")
+    for offset in range(800):
+        bad: list[BadRecord] = []
+        broken = rng.random() < 0.03  # a value that does not decode: changes nothing, logged
+        deleted = rng.random() < 0.2
+        if rng.random() < 0.5:
+            key, site = rng.randrange(8), rng.choice([None, "s0", "s1", "s2", "s3", "s4"])
+            record = (b"\0" + serialize_key(key, int_key), json.dumps({"SITE": site, "X": offset}).encode())
+            if deleted and not broken:
+                items.pop(key, None)
+            elif not broken:
+                items[key] = (site, offset)
+        else:
+            site, y = f"s{rng.randrange(5)}", rng.choice([1, 2, 13, offset])
+            record = (b"\1" + site.encode(), json.dumps({"Y": y}).encode())
+            if deleted and not broken:
+                sites.pop(site, None)
+            elif not broken:
+                sites[site] = y
+        side_key, value = record[0], b"{oops" if broken else None if deleted else record[1]
+        changed = task._apply(side_key, value, overlay, (bad, offset))
+        if side_key[0] == 1 and not broken:  # a right row joins again exactly the left rows that name it
+            assert [deserialize_key(k, int_key) for k in changed] == sorted(
+                k for k, (named, _) in items.items() if named == side_key[1:].decode())
+        for key_bytes in changed:
+            result = task._result(key_bytes, overlay, offset, bad)
+            key = deserialize_key(key_bytes, int_key)
+            if result is None:
+                sink.pop(key, None)
+            else:
+                sink[key] = json.loads(result)
+        assert len(bad) == broken
+        assert sink == _fk_reference(items, sites, kind == "INNER"), (offset, items, sites)
+        if rng.random() < 0.1:  # a committed batch: its rows and index entries move to the store
+            task._write(overlay, offset + 1)
+            overlay = {}
+            task.by_foreign.clear()
 
 
 STREAMS = [

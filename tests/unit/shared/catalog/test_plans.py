@@ -176,6 +176,27 @@ def test_a_table_table_join_gathers_its_tables_then_joins_then_materializes() ->
         InternalTopic(gathered, compacted=True, configs=(("delete.retention.ms", str(7 * 24 * 3600 * 1000)),))]
 
 
+def test_a_foreign_key_join_copies_the_right_table_to_every_partition_of_the_left() -> None:
+    meta = _metastore(
+        "CREATE TABLE a (id INT PRIMARY KEY, b_id VARCHAR) WITH (kafka_topic='a', partitions=4, value_format='json')",
+        "CREATE TABLE b (id VARCHAR PRIMARY KEY, y INT) WITH (kafka_topic='b', partitions=3, value_format='json')",
+        "CREATE TABLE ab AS SELECT a.id, b.y FROM a LEFT JOIN b ON a.b_id = b.id")
+    query = next(q for q in meta.queries.values() if q.sink == "AB")
+    assert query.plan.kind is PlanKind.FOREIGN_KEY_JOIN and query.start_offsets is None
+    assert query.plan.join is not None and query.plan.join.tables[0].foreign_key == "B_ID"
+    assert (query.plan.key_column, query.plan.key_expression, query.plan.repartition) == ("ID", None, False)
+    staged = stages(query, meta.source("A"), meta.source("AB"), "svc")
+    gathered = "_millpond-svc-" + query.query_id + "-joined"
+    assert [(s.name, s.query.plan.kind, s.source.topic, s.sink.topic, s.partitions, s.sink.partitions)
+            for s in staged] == [
+        ("side-0", PlanKind.JOIN_SIDE, "a", gathered, 4, 4),
+        ("side-1", PlanKind.JOIN_SIDE, "b", gathered, 3, 4),
+        ("join", PlanKind.FOREIGN_KEY_JOIN, gathered, "AB", 4, 4),
+        ("", PlanKind.MATERIALIZE, "AB", "AB", 4, 4)]
+    assert internal_topics("svc", query) == [
+        InternalTopic(gathered, compacted=True, configs=(("delete.retention.ms", str(7 * 24 * 3600 * 1000)),))]
+
+
 def test_joins_without_windows_hash_as_they_did_before_stream_stream_joins() -> None:
     meta = _metastore(
         "CREATE STREAM s (k VARCHAR KEY, x VARCHAR) WITH (kafka_topic='s', partitions=4, value_format='json')",

@@ -220,6 +220,21 @@ CREATE TABLE tt9 AS SELECT s.id FROM sensors s JOIN per_minute p ON s.id = p.sen
 CREATE TABLE tt10 AS SELECT s.site FROM sensors s JOIN sites t ON s.id = t.id;
 CREATE TABLE tt11 AS SELECT s.id, COUNT(*) AS n FROM sensors s JOIN sites t ON s.id = t.id GROUP BY s.id;
 INSERT INTO sensor_cities SELECT s.id, s.site, t.city FROM sensors s JOIN sites t ON s.id = t.id;
+
+-- Foreign-key table-table joins: each left row with the right row its column names, keyed by the left key.
+CREATE TABLE sites3 (id VARCHAR PRIMARY KEY, city VARCHAR) WITH (kafka_topic='sites3', partitions=3, value_format='json');
+EXPLAIN CREATE TABLE sensor_sites AS SELECT s.id, s.site, t.city FROM sensors s LEFT JOIN sites3 t ON s.site = t.id;
+CREATE TABLE sensor_sites AS SELECT s.id, t.city, t.id AS site_id FROM sensors s JOIN sites3 t ON t.id = s.site
+  WHERE t.city <> 'nowhere';
+DESCRIBE EXTENDED sensor_sites;
+CREATE TABLE fk1 AS SELECT s.id FROM sensors s FULL OUTER JOIN sites3 t ON s.site = t.id;
+CREATE TABLE fk2 AS SELECT s.id FROM sensors s RIGHT JOIN sites3 t ON s.site = t.id;
+CREATE TABLE fk3 AS SELECT t.id, t.city FROM sensors s JOIN sites3 t ON s.site = t.id;
+CREATE TABLE fk4 AS SELECT s.id FROM sensors s JOIN sites3 t ON UCASE(s.site) = t.id;
+CREATE TABLE fk5 AS SELECT s.id FROM sensors s JOIN sites3 t ON s.site = t.id JOIN sites_too o ON s.id = o.id;
+CREATE TABLE fk6 AS SELECT s.id FROM sensors s JOIN o_info i ON s.site = i.id;
+CREATE TABLE fk7 WITH (partitions=3) AS SELECT s.id FROM sensors s JOIN sites3 t ON s.site = t.id;
+CREATE STREAM fk8 AS SELECT s.id FROM sensors s JOIN sites3 t ON s.site = t.id;
 DROP TABLE sites;
 
 -- Stream-stream joins: records of two streams within a window of each other.
