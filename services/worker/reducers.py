@@ -25,7 +25,7 @@ from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
 from millpond.services.worker.joining import JoinSlice
-from millpond.services.worker.table_joining import KeyedSlice
+from millpond.services.worker.table_joining import KeyedSlice, rekeyed
 from millpond.services.worker.task import (
     AggregateSlice,
     BadRecord,
@@ -35,6 +35,7 @@ from millpond.services.worker.task import (
     SliceT,
     WindowSlice,
 )
+from millpond.shared.catalog.plans import PlanKind
 from millpond.shared.catalog.queries import PersistentQuery, QueryPlan
 from millpond.shared.catalog.sources import Column, DataSource, WindowSpec
 from millpond.shared.catalog.topology import ROWTIME_COLUMN
@@ -226,18 +227,31 @@ def reduce_keyed(parsed: DataFrame, query: PersistentQuery, source: DataSource, 
                  tasks: Mapping[int, Any] | None = None) -> dict[int, KeyedSlice]:
     """A batch's records as they are (key, value bytes or None, event time), in offset order,
     for a two-topic join's stages: a record without a key goes to the processing log (a
-    keyless tombstone is passed over); values are decoded by the join's task."""
+    keyless tombstone is passed over); values are decoded by the join's task. A stream joined
+    on another column than its key (the plan's key expression) is re-keyed by that column:
+    see ``rekeyed``; a record whose value does not decode, or whose column is NULL, is logged
+    and a tombstone passed over."""
+    # (The join stage's plan keeps the left stream's key expression: it reads it, it does not re-key.)
+    rekey = query.plan.key_expression if query.plan.kind is PlanKind.JOIN_SIDE else None
     frame, time = parsed, "_rowtime"
-    if query.plan.event_time:  # a stream's TIMESTAMP column: a record without a usable one is logged
+    if query.plan.event_time or rekey:  # the value's columns, for the TIMESTAMP column or the join column
         frame = parsed.selectExpr("*", "_v.*", _key_expr(source)) if source.key_column else parsed.select("*", "_v.*")
+    if query.plan.event_time:  # a stream's TIMESTAMP column: a record without a usable one is logged
         time = f"({query.plan.event_time})"
     no_time = f"_raw IS NOT NULL AND ({time} IS NULL OR {time} < 0 OR {time} > {MAX_EVENT_TIME})"
-    frame = frame.withColumn("_kind", F.expr(
-        f"CASE WHEN _key IS NULL AND _raw IS NULL THEN {SKIPPED} WHEN _key IS NULL THEN {NO_KEY} "
-        f"WHEN {no_time} THEN {NO_TIME} ELSE {GOOD} END"))
-    slices, good = in_offset_order(frame, [F.col("_key").alias("k"), F.col("_value").alias("v"),
-                                           F.expr(time).alias("t")], KeyedSlice, source)
-    for piece, offset, (key, value, timestamp) in good:
+    kind = (f"CASE WHEN _key IS NULL AND _raw IS NULL THEN {SKIPPED} WHEN _key IS NULL THEN {NO_KEY} "
+            if rekey is None else
+            f"CASE WHEN _raw IS NULL THEN {SKIPPED} WHEN {CORRUPT} IS NOT NULL THEN {BAD_VALUE} "
+            f"WHEN ({rekey}) IS NULL THEN {NO_KEY} ")
+    frame = frame.withColumn("_kind", F.expr(f"{kind} WHEN {no_time} THEN {NO_TIME} ELSE {GOOD} END"))
+    extra = [F.col("_key").alias("k"), F.col("_value").alias("v"), F.expr(time).alias("t")]
+    slices, good = in_offset_order(frame, extra if rekey is None else [*extra, F.expr(rekey).alias("j")],
+                                   KeyedSlice, source)
+    key_type = next((c.type for c in query.plan.columns if c.key), None)
+    for piece, offset, (key, value, timestamp, *join) in good:
+        if join:
+            assert key_type is not None
+            key = rekeyed(serialize_key(join[0], key_type), None if key is None else bytes(key))
         piece.records.append((offset, bytes(key), None if value is None else bytes(value), timestamp))
     return slices
 

@@ -35,7 +35,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from millpond.services.worker.table_joining import GatheredJoinTask, KeyedSlice
+from millpond.services.worker.table_joining import GatheredJoinTask, KeyedSlice, split_rekeyed
 from millpond.services.worker.task import BadRecord
 from millpond.shared import metrics
 from millpond.shared.catalog.queries import PersistentQuery
@@ -43,6 +43,7 @@ from millpond.shared.catalog.sources import DataSource
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.partitioner import partition_for
+from millpond.shared.kafka.serde import deserialize_key
 from millpond.shared.sql.joins import ROWTIME, joined
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,8 @@ class Buffered:
     time: int
     offset: int
     row: list[Any]
+    key: Any
+    """Its own KEY column's value (a stream joined on another column keeps it beside the join key)."""
     joined: bool = False
     """Whether a record of the other side has joined it (an outer side's is then not emitted with NULLs)."""
 
@@ -117,6 +120,8 @@ class StreamJoinTask(GatheredJoinTask):
         """The joined row's ROWTIME (the left record's time), which WHERE and SELECT may read."""
         self.join_state = JoinState()
         self.broken = False
+        self.rekeyed = (query.plan.key_expression is not None, spec.tables[0].rekey is not None)
+        """Which sides are joined on another column than their key (their records' keys: ``rekeyed``)."""
 
     def reach(self, side: int) -> int:
         """How far past a record of ``side`` its window reaches (the other side's later records)."""
@@ -146,14 +151,16 @@ class StreamJoinTask(GatheredJoinTask):
         side = key[0] if key else 2
         if side > 1 or value is None:  # a tombstone joins nothing, as in Kafka Streams
             return True
-        row = self._decode(key, value, offset, bad if results is not None else None)
+        k, own = split_rekeyed(key[1:]) if self.rekeyed[side] else (key[1:], key[1:])
+        row = self._decode(side, own, value, offset, bad if results is not None else None)
         if row is None:
             return True
-        state, k = self.join_state, key[1:]
+        key_type = self.sides[side].key_type
+        state = self.join_state
         state.stream_time = timestamp if state.stream_time is None else max(state.stream_time, timestamp)
         if timestamp < state.stream_time - self.grace:
             return False
-        this = Buffered(timestamp, offset, row)
+        this = Buffered(timestamp, offset, row, None if own is None or key_type is None else deserialize_key(own, key_type))
         low, high = (timestamp - self.before, timestamp + self.after) if side == 0 else (
             timestamp - self.after, timestamp + self.before)
         others = state.buffers.get((1 - side, k))
@@ -183,7 +190,8 @@ class StreamJoinTask(GatheredJoinTask):
               right: Buffered | None, timestamp: int, offset: int, bad: list[BadRecord]) -> None:
         rows = [None if left is None else left.row, None if right is None else right.row]
         extra = {self.rowtime: None if left is None else left.time}
-        value = self._value(key, rows, offset, bad, extra)
+        keys = [None if left is None else left.key, None if right is None else right.key]
+        value = self._value(key, rows, offset, bad, extra, keys)
         if value is not None:
             results.append((key, value, timestamp))
 

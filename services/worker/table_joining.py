@@ -68,6 +68,20 @@ class ReplayStalled(MillpondError):
     """The joined topic could not be read up to the committed offset in time."""
 
 
+def rekeyed(join_key: bytes, own_key: bytes | None) -> bytes:
+    """A re-keyed stream record's key in the joined topic (after its side byte): the join
+    column's key bytes, their length first (4 bytes), then the record's own key (its KEY
+    column, 1 and its bytes), or nothing when it has none."""
+    return len(join_key).to_bytes(4, "big") + join_key + (b"" if own_key is None else b"\1" + own_key)
+
+
+def split_rekeyed(key: bytes) -> tuple[bytes, bytes | None]:
+    """The join key and the record's own key (None: none) of ``rekeyed``'s bytes."""
+    length = int.from_bytes(key[:4], "big")
+    own = key[4 + length:]
+    return key[4:4 + length], own[1:] if own else None
+
+
 @dataclass
 class KeyedSlice(BatchSlice):
     """A partition's records as they are, in offset order."""
@@ -89,6 +103,8 @@ class JoinSideTask(Task[KeyedSlice]):
         # A foreign-key join's right table goes to every join task: a foreign key may name any of its keys.
         broadcast = self.side != b"\0" and spec.tables[0].foreign_key is not None
         self.targets = range(sink.partitions) if broadcast else (partition,)
+        self.rekeyed = query.plan.key_expression is not None
+        """A stream joined on another column: each record goes to its join key's partition."""
 
     async def commit(self, batch: KeyedSlice) -> bool:
         """Copy one micro-batch slice exactly once; False when it was copied before."""
@@ -97,7 +113,8 @@ class JoinSideTask(Task[KeyedSlice]):
             return False
         async with self._transaction():
             for _, key, value, timestamp in batch.records:
-                for target in self.targets:
+                targets = (partition_for(split_rekeyed(key)[0], self.sink.partitions),) if self.rekeyed else self.targets
+                for target in targets:
                     await self._send(self.sink.topic, value, self.side + key, target, timestamp_ms=timestamp)
             await self._send_bad(batch.bad)
             await self.producer.send_offsets_to_transaction({self.input: batch.last_offset + 1}, self.group)
@@ -112,9 +129,9 @@ class Side:
     table: DataSource
     type: str
     """How it joins what comes before it: INNER, LEFT, RIGHT or FULL (the first table: FROM)."""
-    key: str
-    """Its key column's name in the joined row."""
-    key_type: SqlType
+    key: str | None
+    """Its key column's name in the joined row (None: a stream without one)."""
+    key_type: SqlType | None
     """Its key column's type (a foreign-key join's sides have different keys)."""
     names: tuple[str, ...]
     """Its value columns' names in the joined row."""
@@ -136,11 +153,14 @@ class GatheredJoinTask(Task[KeyedSlice]):
         self.sides = []
         for side, type_, prefix in zip(sources, ("FROM", *(t.type for t in spec.tables)),
                                        (spec.stream_prefix, *(t.prefix for t in spec.tables)), strict=True):
-            assert side.key_column is not None
-            self.sides.append(Side(side, type_, joined(prefix, side.key_column.name), side.key_column.type,
+            key = side.key_column
+            self.sides.append(Side(side, type_, None if key is None else joined(prefix, key.name),
+                                   None if key is None else key.type,
                                    tuple(joined(prefix, c.name) for c in side.value_columns),
                                    [(c.name, c.type) for c in side.value_columns]))
-        self.key_type = self.sides[0].key_type
+        result_key = next(c for c in query.plan.columns if c.key)
+        self.key_type = result_key.type
+        """The result's key type: the join key's."""
 
     async def _replay(self, start: int | None, end: int, apply: Callable[[bytes, bytes | None, int, int], object]) -> None:
         """``apply`` (key, value, timestamp, offset) to each record of the joined topic from
@@ -180,13 +200,15 @@ class GatheredJoinTask(Task[KeyedSlice]):
                                                  "records": self.records_to_restore, "input_offset": end,
                                                  "seconds": round(time.monotonic() - started, 3)})
 
-    def _decode(self, key: bytes, value: bytes, offset: int, bad: list[BadRecord] | None) -> list[Any] | None:
-        """The value columns of a joined-topic record (its key: the side, then the side's key);
-        None (and a processing-log entry in ``bad``, when given) for a key or a value that
-        does not decode."""
-        side = self.sides[key[0]]
+    def _decode(self, index: int, key: bytes | None, value: bytes, offset: int,
+                bad: list[BadRecord] | None) -> list[Any] | None:
+        """The value columns of a record of side ``index`` with its own ``key`` (None: a stream
+        record without one); None (and a processing-log entry in ``bad``, when given) for a
+        key or a value that does not decode."""
+        side = self.sides[index]
         try:
-            deserialize_key(key[1:], side.key_type)
+            if key is not None and side.key_type is not None:
+                deserialize_key(key, side.key_type)
         except (ValueError, struct.error) as error:
             if bad is not None:
                 bad.append(BadRecord(offset, f"{side.table.name}'s key is not KAFKA {side.key_type}: {error}",
@@ -206,10 +228,11 @@ class GatheredJoinTask(Task[KeyedSlice]):
         """The result's value from each side's row (None: the side has none; ``extra``: more
         columns of the joined row; ``keys``: each side's key, when not all ``key``), as
         ``JoinedValue`` gives it."""
-        key_value = deserialize_key(key, self.key_type)
+        key_value = deserialize_key(key, self.key_type) if keys is None else None
         joined_row: dict[str, Any] = dict(extra or {})
         for index, (side, row) in enumerate(zip(self.sides, rows, strict=True)):
-            joined_row[side.key] = None if row is None else key_value if keys is None else keys[index]
+            if side.key is not None:
+                joined_row[side.key] = None if row is None else key_value if keys is None else keys[index]
             for name, value in zip(side.names, row or [None] * len(side.names), strict=True):
                 joined_row[name] = value
         return self.output(joined_row, offset, bad)
@@ -250,7 +273,7 @@ class TableJoinTask(GatheredJoinTask):
         if value is None:
             overlay[key] = None
             return [key[1:]]
-        row = self._decode(key, value, bad[1] if bad else 0, bad[0] if bad else None)
+        row = self._decode(key[0], key[1:], value, bad[1] if bad else 0, bad[0] if bad else None)
         if row is not None:
             overlay[key] = row
         return [key[1:]]
@@ -314,6 +337,7 @@ class ForeignKeyJoinTask(TableJoinTask):
         assert spec is not None and spec.tables[0].foreign_key is not None
         left = self.sides[0]
         self.foreign = [name for name, _ in left.decoded].index(spec.tables[0].foreign_key)
+        assert self.sides[1].key_type is not None
         self.foreign_type = self.sides[1].key_type
         self.by_foreign: dict[bytes, dict[bytes, bool]] = {}
         """The index entries the pending overlay adds (True) or deletes (False), by foreign key."""
@@ -327,13 +351,24 @@ class ForeignKeyJoinTask(TableJoinTask):
                bad: tuple[list[BadRecord], int] | None) -> list[bytes]:
         if key[0] > 1:
             return []
-        row = None if value is None else self._decode(key, value, bad[1] if bad else 0, bad[0] if bad else None)
+        # Every join task reads the right table's records: partition 0's logs the bad ones.
+        log_to = bad[0] if bad and (key[0] == 0 or self.partition == 0) else None
+        row = None if value is None else self._decode(key[0], key[1:], value, bad[1] if bad else 0, log_to)
         if value is not None and row is None:
             return []  # a value that does not decode changes nothing
         if key[0] == 1:
             overlay[key] = row
-            return self._left_keys(key[1:], overlay)
-        before, after = self._foreign(self._row(key, overlay)), self._foreign(row)
+            # (A replay, without ``bad``, has no results to give: it only rebuilds the store.)
+            return [] if bad is None else self._left_keys(key[1:], overlay)
+        try:
+            after = self._foreign(row)
+        except (ValueError, TypeError, OverflowError, struct.error, MillpondError) as error:
+            if log_to is not None:  # (a value the KAFKA key format cannot hold: changes nothing either)
+                log_to.append(BadRecord(bad[1] if bad else 0, f"{self.sides[0].table.name}'s foreign key is not a "
+                                        f"KAFKA {self.foreign_type} key: {error}", value.decode(errors="replace")
+                                        if value is not None else None))
+            return []
+        before = self._foreign(self._row(key, overlay))
         overlay[key] = row
         if before != after:
             for foreign, present in ((before, False), (after, True)):

@@ -378,7 +378,7 @@ _UNSET_NEWER = ("window", "event_time", "timestamp_format", "join", "having")
 that does not use them hashes as it did before they existed."""
 
 
-_UNSET_NEWER_NESTED = ("within", "foreign_key")
+_UNSET_NEWER_NESTED = ("within", "foreign_key", "rekey")
 """The same inside tuples (a join's tables), where the older fields always stayed in."""
 
 

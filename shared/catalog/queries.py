@@ -49,6 +49,9 @@ class JoinedTable:
     foreign_key: str | None = None
     """A foreign-key table-table join's column of the left table (ON left.column = right's
     PRIMARY KEY); None when the join matches both sides' keys."""
+    rekey: str | None = None
+    """A stream-stream join on a column of this stream other than its key: Spark SQL of that
+    column, by which its records are re-keyed (None: joined on its key)."""
 
 
 @dataclass(frozen=True)

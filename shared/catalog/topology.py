@@ -23,7 +23,8 @@ Two kinds need two, each with its own stream, tasks and transactional ids:
   join task keeps the whole right table beside its partition of the left one, as a
   foreign key may name any right key.
 - **A stream-stream join** runs the same way without the last stage: each stream's records
-  go into the joined topic (not compacted: it keeps what the join window and grace need,
+  (re-keyed by the join column, when it is not the stream's key, and sent to that key's
+  partition) go into the joined topic (not compacted: it keeps what the join window and grace need,
   and a day more), stamped with their event time; the join stage joins them in that
   topic's order.
 - **CREATE TABLE AS SELECT without GROUP BY over a table.** Stage 1 projects every row
@@ -152,14 +153,20 @@ def _two_sided_join(query: PersistentQuery, left: DataSource, sink: DataSource, 
     # Tables are read whole, whatever auto.offset.reset says: a join needs both tables' rows.
     # Each stream starts where the query was created to start (its start offsets hold both
     # streams' partitions, the source's first).
+    # A stream joined on another column than its key is re-keyed by it as its stage copies it.
+    rekeys = (query.plan.key_expression, *(t.rekey for t in spec.tables)) if not tables else (None,) * 2
+    key_type = next((c.type for c in query.plan.columns if c.key), None)
     sides = [Stage(f"{JOIN_SIDE_STAGE}{index}",
-                   replace(query, plan=QueryPlan(PlanKind.JOIN_SIDE, side.name, gathered.name, (), join=spec,
-                                                 event_time=None if tables else event_time(side)),
+                   replace(query, plan=QueryPlan(
+                       PlanKind.JOIN_SIDE, side.name, gathered.name,
+                       () if rekey is None or key_type is None else (OutputColumn(REPARTITION_KEY, key_type, rekey,
+                                                                                  key=True),),
+                       join=spec, event_time=None if tables else event_time(side), key_expression=rekey),
                            start_offsets=None if tables or query.start_offsets is None else
                            query.start_offsets[index * left.partitions:(index + 1) * left.partitions]), side, gathered)
-             for index, side in enumerate((left, *(t.table for t in spec.tables)))]
+             for index, (side, rekey) in enumerate(zip((left, *(t.table for t in spec.tables)), rekeys, strict=True))]
     # The join stage's records carry their event time as their timestamp (the sides set it).
-    join = Stage("join" if tables else "", replace(query, plan=replace(query.plan, event_time=None),
+    join = Stage("join" if tables else "", replace(query, plan=replace(query.plan, event_time=None, repartition=False),
                                                    start_offsets=None), gathered, sink)
     if not tables:
         return [*sides, join]

@@ -25,7 +25,7 @@ from millpond.shared.catalog.sources import DataSource
 from millpond.shared.errors import NotFoundError, StatementError
 from millpond.shared.sql import ast
 from millpond.shared.sql.ast import SqlType, to_sql
-from millpond.shared.sql.expressions import output_name, to_spark
+from millpond.shared.sql.expressions import output_name, quote_identifier, to_spark
 from millpond.shared.sql.types import Scope, check, check_condition
 
 ROWTIME = "ROWTIME"
@@ -197,6 +197,9 @@ def resolve_join(query: ast.Query, stream: DataSource, tables: tuple[DataSource,
         if query.joins[0].kind not in STREAM_TABLE_TYPES:
             raise StatementError(f"{query.joins[0].kind} OUTER foreign-key joins are not supported (as ksqlDB); "
                                  "use INNER or LEFT JOIN")
+        if schema[foreign_key].base == "BYTES":
+            raise StatementError(f"{shown(stream_key)} is BYTES; a foreign key of type BYTES is not supported: join "
+                                 "on a VARCHAR, INT, BIGINT or DOUBLE key")
     items: list[tuple[str, ast.Expr]] = []
     for index, item in enumerate(query.items):
         if item.is_star:
@@ -238,36 +241,38 @@ def qualified(expr: ast.Expr, owners: dict[str, str]) -> str:
 
 def _condition(condition: ast.Expr, shown: Callable[[ast.Expr], str], stream_names: set[str], stream_prefix: str,
                table_prefix: str, stream: DataSource, table: DataSource) -> tuple[ast.Expr, str]:
-    """The stream side of ``stream expression = table key`` and the table key's joined name."""
-    key = table.key_column
-    if key is None:
-        raise StatementError(f"{table.name} has no {'KEY' if table.kind == 'STREAM' else 'PRIMARY KEY'} to join on")
-    table_key = joined(table_prefix, key.name)
+    """The left side of the ON equality (an expression of the left source) and the joined
+    name of the right side's column: the table's key, or for a stream any of its columns."""
     if not (isinstance(condition, ast.Binary) and condition.op == "="):
         raise StatementError(f"invalid join condition {shown(condition)}: a join needs an equality, "
-                             f"ON <{stream.name} expression> = {table_prefix}.{key.name}")
-    left_key = stream.key_column.name if stream.key_column is not None else "<key>"
-    if stream.kind == "TABLE" or table.kind == "STREAM":
-        both_keys = (f"a {stream.kind.lower()}-{table.kind.lower()} join matches both sides' keys "
-                     f"(ON {stream_prefix}.{left_key} = {table_prefix}.{key.name})")
-        if stream.key_column is None:
-            raise StatementError(f"{stream.name} has no KEY column to join on; a stream-stream join matches both "
-                                 "streams' keys")
-        for left, right in ((condition.left, condition.right), (condition.right, condition.left)):
+                             f"ON <{stream.name} expression> = <{table.name} column>")
+    sides = ((condition.left, condition.right), (condition.right, condition.left))
+    if table.kind == "STREAM":  # each stream on its key, or on another column it is re-keyed by
+        right_names = {joined(table_prefix, c.name) for c in table.columns}
+        for left, right in sides:
+            if isinstance(right, ast.ColumnRef) and right.name in right_names and _only(left, stream_names):
+                return left, right.name
+        raise StatementError(f"invalid join condition {shown(condition)}: a stream-stream join matches an expression "
+                             f"of {stream.name}'s columns with a column of {table.name} (ON {stream_prefix}.<column> "
+                             f"= {table_prefix}.<column>)")
+    key = table.key_column
+    if key is None:
+        raise StatementError(f"{table.name} has no PRIMARY KEY to join on")
+    table_key = joined(table_prefix, key.name)
+    if stream.kind == "TABLE":
+        left_key = stream.key_column.name if stream.key_column is not None else "<key>"
+        for left, right in sides:
             if right == ast.ColumnRef(table_key) and left == ast.ColumnRef(joined(stream_prefix, left_key)):
                 return left, table_key
-        if stream.kind == "TABLE":
-            for left, right in ((condition.left, condition.right), (condition.right, condition.left)):
-                if right == ast.ColumnRef(table_key) and isinstance(left, ast.ColumnRef) and left.name in stream_names:
-                    return left, table_key  # a foreign key of the left table
-            raise StatementError(f"invalid join condition {shown(condition)}: {both_keys}, or a column of "
-                                 f"{stream.name} with {table.name}'s PRIMARY KEY (a foreign-key join: ON "
-                                 f"{stream_prefix}.<column> = {table_prefix}.{key.name}); a foreign key is a column "
-                                 f"of the left table ({stream.name}), not an expression or a column of the right")
-        raise StatementError(f"invalid join condition {shown(condition)}: {both_keys}; joining streams on other "
-                             "columns needs both repartitioned first, which is not supported yet: re-key them with "
-                             "PARTITION BY into new streams")
-    for left, right in ((condition.left, condition.right), (condition.right, condition.left)):
+        for left, right in sides:
+            if right == ast.ColumnRef(table_key) and isinstance(left, ast.ColumnRef) and left.name in stream_names:
+                return left, table_key  # a foreign key of the left table
+        raise StatementError(f"invalid join condition {shown(condition)}: a table-table join matches both sides' "
+                             f"keys (ON {stream_prefix}.{left_key} = {table_prefix}.{key.name}), or a column of "
+                             f"{stream.name} with {table.name}'s PRIMARY KEY (a foreign-key join: ON "
+                             f"{stream_prefix}.<column> = {table_prefix}.{key.name}); a foreign key is a column "
+                             f"of the left table ({stream.name}), not an expression or a column of the right")
+    for left, right in sides:
         if right == ast.ColumnRef(table_key) and _only(left, stream_names):
             return left, table_key
     raise StatementError(f"invalid join condition {shown(condition)}: a stream-table join matches the table's "
@@ -316,8 +321,8 @@ def plan_join(
     if kind != result and (kind is not None or result == "TABLE"):  # INSERT INTO a stream takes a stream's join
         raise StatementError(f"invalid result type: a {left.kind.lower()}-{tables[0].kind.lower()} join produces a "
                              f"{result}; use CREATE {result} AS SELECT")
-    for table in tables if resolved.foreign_key is None else ():  # a foreign key may name any right key
-        if left.partitions != table.partitions:
+    for table in tables:
+        if left.partitions != table.partitions and resolved.foreign_key is None:  # a foreign key names any right key
             raise StatementError(f"Can't join {left.name} with {table.name} since the number of partitions don't "
                                  f"match. {left.name} partitions = {left.partitions}; {table.name} partitions = "
                                  f"{table.partitions}. Please repartition either one so that the number of "
@@ -335,11 +340,12 @@ def plan_join(
                            and resolved.stream_key == ast.ColumnRef(joined(resolved.stream_prefix,
                                                                            left.key_column.name)))
     key_expression = None if keyed_by_stream_key or resolved.foreign_key else resolved.stream_key_spark
-    foreign_key = None if resolved.foreign_key is None else resolved.owners[resolved.foreign_key].split(".", 1)[1]
+    foreign_key = None if resolved.foreign_key is None else resolved.foreign_key[len(resolved.stream_prefix) + 1:]
     joined_tables = tuple(JoinedTable(join.kind, table, prefix, resolved.shown(condition), _window(join.within),
-                                      foreign_key)
-                          for join, table, prefix, condition in zip(query.joins, tables, resolved.table_prefixes,
-                                                                    resolved.conditions, strict=True))
+                                      foreign_key, _rekey(table, prefix, on))
+                          for join, table, prefix, condition, on in zip(query.joins, tables, resolved.table_prefixes,
+                                                                        resolved.conditions, resolved.table_keys,
+                                                                        strict=True))
     spec = JoinSpec(left, resolved.stream_prefix, joined_tables,
                     None if resolved.where is None else resolved.shown(resolved.where))
     key = columns[resolved.key_item]
@@ -356,6 +362,14 @@ def started_sources(source: DataSource, joined: Sequence[DataSource]) -> tuple[D
     """The sources whose partitions a query's start offsets cover (``auto.offset.reset=latest``),
     in order: its source, then the other stream of a stream-stream join."""
     return (source, *(j for j in joined if source.kind == "STREAM" and j.kind == "STREAM"))
+
+
+def _rekey(side: DataSource, prefix: str, on: str) -> str | None:
+    """A stream-stream join's re-keying of its right stream: Spark SQL of the column it joins
+    on (in the joined row: ``on``), when that is not its key."""
+    if side.kind != "STREAM" or (side.key_column is not None and on == joined(prefix, side.key_column.name)):
+        return None
+    return quote_identifier(on[len(prefix) + 1:])
 
 
 def _window(within: ast.Within | None) -> JoinWindow | None:

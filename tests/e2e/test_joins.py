@@ -32,6 +32,7 @@ from aiokafka import AIOKafkaProducer
 
 from millpond.deploy.local.kafka_broker import EmbeddedKafka
 from millpond.deploy.local.launcher import LocalCluster
+from millpond.services.worker.table_joining import split_rekeyed
 from millpond.shared.catalog.names import joined_topic, processing_log_topic
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.net import free_port
@@ -312,18 +313,19 @@ async def produce_sides(bootstrap: str, records: list[tuple[str, str, str, int, 
 
 async def stream_join_until_exact(cluster: LocalCluster, query_id: str, sink: str, records: int, kind: str,
                                   window: tuple[int, int, int], timeout_s: float = 180,
-                                  check_sink: bool = True) -> list[tuple[Any, ...]]:
+                                  check_sink: bool = True, rekeyed: bool = False) -> list[tuple[Any, ...]]:
     """The stream-stream join's results (key, READING, LEVEL, timestamp), read until its joined
     topic holds all ``records`` and the sink equals the reference over that topic's order
-    (or the time is up); asserts both (only the first without ``check_sink``)."""
+    (or the time is up); asserts both (only the first without ``check_sink``). ``rekeyed``:
+    both streams are joined on other columns than their keys."""
     gathered = joined_topic(cluster.service_id, query_id)
     deadline = time.monotonic() + timeout_s
     while True:
         read = await read_records(cluster.bootstrap, gathered)
         want: list[tuple[Any, ...]] = []
         for partition in range(PARTITIONS):
-            order = [(key[0], key[1:].decode(), json.loads(value or b"{}"), ts)
-                     for p, _, key, value, ts in read if p == partition and key]
+            order = [(key[0], (split_rekeyed(key[1:])[0] if rekeyed else key[1:]).decode(), json.loads(value or b"{}"),
+                      ts) for p, _, key, value, ts in read if p == partition and key]
             want += expected_stream_join([(side, k, v.get("READING", v.get("LEVEL")), ts) for side, k, v, ts in order],
                                          *window, kind)
         got = sorted(((key.decode(), json.loads(value)["READING"], json.loads(value)["LEVEL"], ts)
@@ -384,6 +386,62 @@ async def test_stream_stream_joins_match_the_reference_in_the_order_they_were_re
                                             kind, (2_000, 4_000, 3_000))
         solo = sorted((key, reading, level) for key, reading, level, _ in got if key.startswith("solo"))
         assert solo == {"INNER": [], "FULL": [("solo-left", -1, None), ("solo-right", None, -2)]}[kind], kind
+
+
+async def test_streams_joined_on_other_columns_are_rekeyed_by_them(join_cluster: LocalCluster) -> None:
+    """A LEFT join of a keyed stream with a keyless one on a column of each: both are
+    re-keyed by it into the joined topic's partitions; the results match the reference over
+    that topic's order, keyed by the column, with each left record's own KEY column. (A
+    minute's grace: the two streams' stages copy their backlogs in their own batches.)"""
+    sid = join_cluster.service_id
+    left, right, name = f"jgl_{sid}", f"jgr_{sid}", f"jg_{sid}"
+    rng = random.Random(59)
+    base = int(time.time() * 1000) - 10 * MINUTE
+    groups = [f"g{i}" for i in range(40)]  # a record of a group about every 4 s: some join nothing
+    produced = []
+    for i in range(400):  # about 50 ms of event time apart, one in ten set back by up to 6 s
+        ts = base + 50 * i - (rng.randrange(6_000) if rng.random() < 0.1 else 0)
+        if rng.random() < 0.5:
+            produced.append((left, f"id{i}", {"GRP": rng.choice(groups), "READING": i}, ts))
+        else:
+            produced.append((right, None, {"GRP": rng.choice(groups), "LEVEL": i}, ts))
+    # Then, once all are in the joined topic, stream time far ahead on every partition, so every window closes.
+    closers = [(right, None, {"GRP": group, "LEVEL": -1}, base + 10 * MINUTE) for group in groups]
+    outcome = run(join_cluster, f"""
+        CREATE STREAM {left} (id VARCHAR KEY, grp VARCHAR, reading INT)
+          WITH (kafka_topic='{left}', partitions={PARTITIONS}, value_format='json');
+        CREATE STREAM {right} (grp VARCHAR, level INT)
+          WITH (kafka_topic='{right}', partitions={PARTITIONS}, value_format='json');
+        SET 'auto.offset.reset'='earliest';
+        CREATE STREAM {name} AS SELECT l.grp, l.id, l.reading, r.level FROM {left} l LEFT JOIN {right} r
+          WITHIN 1 SECOND GRACE PERIOD 1 MINUTE ON l.grp = r.grp;
+        SHOW QUERIES;""")
+    query_id = next(str(row[0]) for row in outcome if str(row[0]).startswith(f"CSAS_{name.upper()}"))
+    producer = AIOKafkaProducer(bootstrap_servers=join_cluster.bootstrap, linger_ms=5)
+    await producer.start()
+    try:  # a keyless record goes to any partition: the join re-keys it
+        for records in (produced, closers):
+            futures = [await producer.send(topic, json.dumps(value).encode(), key=None if key is None else
+                                           key.encode(), partition=rng.randrange(PARTITIONS) if key is None else
+                                           partition_for(key.encode(), PARTITIONS), timestamp_ms=ts)
+                       for topic, key, value, ts in records]
+            await producer.flush()
+            await asyncio.gather(*futures)
+            if records is produced:
+                await stream_join_until_exact(join_cluster, query_id, name.upper(), len(produced), "LEFT",
+                                              (1_000, 1_000, MINUTE), check_sink=False, rekeyed=True)
+    finally:
+        await producer.stop()
+    got = await stream_join_until_exact(join_cluster, query_id, name.upper(), len(produced) + len(closers), "LEFT",
+                                        (1_000, 1_000, MINUTE), rekeyed=True)
+    assert sum(level is None for _, _, level, _ in got) > 10 and sum(level is not None for _, _, level, _ in got) > 30
+    for _, _, key, value, _ in await read_records(join_cluster.bootstrap, name.upper()):
+        assert key is not None and value is not None
+        row = json.loads(value)
+        assert key.decode() in groups and row["ID"] == f"id{row['READING']}", row
+    # Co-partitioned by the join column: each stream's record in its group's partition of the joined topic.
+    for partition, _, key, _, _ in await read_records(join_cluster.bootstrap, joined_topic(sid, query_id)):
+        assert key is not None and partition == partition_for(split_rekeyed(key[1:])[0], PARTITIONS)
 
 
 async def test_a_sigkilled_worker_loses_no_joined_record_and_repeats_none(join_cluster: LocalCluster) -> None:

@@ -20,8 +20,10 @@ of the slice types touches only those two functions.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import random
+import struct
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -46,7 +48,7 @@ from pyspark.sql.types import (
 from millpond.services.worker import reducers
 from millpond.services.worker.query_runner import QueryRunner
 from millpond.services.worker.spark import create_session
-from millpond.services.worker.table_joining import JoinSideTask
+from millpond.services.worker.table_joining import JoinSideTask, rekeyed, split_rekeyed
 from millpond.services.worker.task import AggregationTask, ProjectionTask, Task
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.topology import stages
@@ -459,3 +461,39 @@ def test_a_stream_join_side_copies_records_as_they_are_with_their_event_time(spa
         1: [(3, b"c", b'{"TS": 7, "X": 4, "EXTRA": true}', 7)]}
     assert {p: [(b.offset, b.reason.split(":")[0]) for b in s.bad] for p, s in slices.items()} == {
         0: [(5, "record has no event time")], 1: [(2, "record has no key")]}
+
+
+def test_a_stream_joined_on_another_column_is_rekeyed_by_it_as_its_side_copies_it(spark: SparkSession,
+                                                                                  tmp_path: Path) -> None:
+    meta = Metastore()
+    for offset, sql in enumerate((
+            "CREATE STREAM l (k VARCHAR KEY, g INT, x INT) WITH (kafka_topic='l', partitions=2, value_format='json')",
+            "CREATE STREAM q (g INT, y INT) WITH (kafka_topic='q', partitions=2, value_format='json')",
+            "CREATE STREAM lq AS SELECT q.g, l.x, q.y FROM l JOIN q WITHIN 1 SECOND ON l.g = q.g")):
+        meta.apply(parse_statement(sql), offset)
+    query = next(q for q in meta.queries.values() if q.sink == "LQ")
+    side = stages(query, meta.source("L"), meta.source("LQ"), "svc")[0]
+    settings = Settings(worker_id="reducer-test", spark_master="local[1]", state_dir=tmp_path)
+    tasks = {p: JoinSideTask(settings, side.query, side.source, side.sink, p, side.name) for p in range(2)}
+    stamp = datetime.datetime.fromtimestamp(1_700_000_000, datetime.UTC)
+    frame = spark.createDataFrame([(k, v, "l", p, o, stamp, 0) for k, v, p, o in [
+        (b"a", b'{"G": 7, "X": 1}', 0, 4),
+        (b"a", b'{"X": 2}', 0, 5),  # no join column: logged
+        (b"b", None, 0, 6),  # a tombstone: joins nothing, passed over
+        (None, b'{"G": -1, "X": 3}', 1, 2),  # no key of its own: the join column keys it
+        (b"c", b'{"G": "seven"}', 1, 3),  # not its declared types: logged
+    ]], KAFKA_ROW)
+    loop = asyncio.new_event_loop()
+    runner = QueryRunner(spark, settings, side.query, side.source, side.sink, dict(tasks), loop)
+    try:
+        slices = runner._reduce(frame)
+    finally:
+        runner.stop()
+        loop.close()
+    assert {p: [r[:3] for r in s.records] for p, s in slices.items()} == {
+        0: [(4, rekeyed(struct.pack(">i", 7), b"a"), b'{"G": 7, "X": 1}')],
+        1: [(2, rekeyed(struct.pack(">i", -1), None), b'{"G": -1, "X": 3}')]}
+    assert split_rekeyed(slices[0].records[0][1]) == (struct.pack(">i", 7), b"a")
+    assert slices[0].records[0][3] == 1_700_000_000_000  # the record's time: q has no TIMESTAMP
+    assert {p: [(b.offset, b.reason.split(" of ")[0]) for b in s.bad] for p, s in slices.items()} == {
+        0: [(5, "record has no key")], 1: [(3, "value is not JSON")]}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest
 
 from millpond.services.worker.state.store import PartitionStore
 from millpond.services.worker.stream_joining import StreamJoinTask
-from millpond.services.worker.table_joining import ForeignKeyJoinTask, TableJoinTask
+from millpond.services.worker.table_joining import ForeignKeyJoinTask, TableJoinTask, rekeyed
 from millpond.services.worker.task import BadRecord
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import WorkerSettings
@@ -217,6 +218,44 @@ def test_a_stream_join_matches_the_brute_force_reference(tmp_path: Path, kind: s
     assert sorted(got, key=repr) == want
 
 
+@pytest.mark.parametrize("kind", ["INNER", "FULL OUTER"])
+def test_streams_joined_on_other_columns_match_the_reference_and_keep_their_own_keys(tmp_path: Path,
+                                                                                     kind: str) -> None:
+    """Both streams re-keyed by a value column (the left one has a KEY, the right one none):
+    the same results as the reference over the join column, each side's KEY column its own."""
+    meta = Metastore()
+    for offset, sql in enumerate([
+        "CREATE STREAM l (id VARCHAR KEY, g VARCHAR, x INT) WITH (kafka_topic='l', partitions=1, value_format='json')",
+        "CREATE STREAM r (g VARCHAR, y INT) WITH (kafka_topic='r', partitions=1, value_format='json')",
+        f"CREATE STREAM lr AS SELECT l.g, l.id, l.x, r.y FROM l {kind} JOIN r WITHIN 2 SECONDS "
+        "GRACE PERIOD 1 SECOND ON l.g = r.g",
+    ]):
+        meta.apply(parse_statement(sql), offset)
+    query = next(q for q in meta.queries.values() if q.sink == "LR")
+    assert query.plan.key_expression == "`G`" and query.plan.join is not None
+    assert query.plan.join.tables[0].rekey == "`G`"
+    task = StreamJoinTask(WorkerSettings(worker_id="w", state_dir=tmp_path), query, meta.source("L"),
+                          meta.source("LR"), 0)
+    rng = random.Random(3)
+    records, now = [], 0
+    for value in range(200):
+        now += rng.randrange(0, 600)
+        records.append((rng.randrange(2), f"g{rng.randrange(3)}", value, now - rng.randrange(0, 3_000)))
+    results: list[tuple[bytes, bytes, int]] = []
+    for offset, (side, group, value, time) in enumerate(records):
+        own = f"id{value}".encode() if side == 0 else None
+        payload = {"G": group, "XY"[side]: value}
+        task._process(bytes([side]) + rekeyed(group.encode(), own), json.dumps(payload).encode(), time, offset,
+                      results, [])
+    got = []
+    for key, value, time in results:
+        row = json.loads(value)
+        assert row["ID"] == (None if row["X"] is None else f"id{row['X']}"), row
+        got.append((key.decode(), row["X"], row["Y"], time))
+    want = expected_stream_join(records, 2_000, 2_000, 1_000, kind.split()[0])
+    assert len(want) > 20 and sorted(got, key=repr) == want
+
+
 def test_an_unmatched_record_is_emitted_once_stream_time_passes_its_window_and_grace(tmp_path: Path) -> None:
     task = _stream_task(tmp_path, "LEFT", "(3 SECONDS, 5 SECONDS) GRACE PERIOD 2 SECONDS")
     results: list[tuple[bytes, bytes, int]] = []
@@ -231,3 +270,27 @@ def test_an_unmatched_record_is_emitted_once_stream_time_passes_its_window_and_g
     assert len(results) == 1
     task._process(b"\x01b", b'{"Y": 7}', 14_002, 6, results, [])  # closed: c alone
     assert [(k, json.loads(v), t) for k, v, t in results[1:]] == [(b"c", {"X": 4, "Y": None}, 7_001)]
+
+
+def test_a_foreign_key_the_right_key_cannot_hold_changes_nothing_and_is_logged(tmp_path: Path) -> None:
+    meta = Metastore()
+    for offset, sql in enumerate([
+        "CREATE TABLE a (id VARCHAR PRIMARY KEY, b_id BIGINT) WITH (kafka_topic='a', partitions=2, value_format='json')",
+        "CREATE TABLE b (id BIGINT PRIMARY KEY, y INT) WITH (kafka_topic='b', partitions=2, value_format='json')",
+        "CREATE TABLE ab AS SELECT a.id, b.y FROM a LEFT JOIN b ON a.b_id = b.id",
+    ]):
+        meta.apply(parse_statement(sql), offset)
+    query = next(q for q in meta.queries.values() if q.sink == "AB")
+    task = ForeignKeyJoinTask(WorkerSettings(worker_id="w", state_dir=tmp_path), query, meta.source("A"),
+                              meta.source("AB"), 1, "join")
+    task.store = PartitionStore(tmp_path / "store")
+    overlay: dict[bytes, list[Any] | None] = {}
+    bad: list[BadRecord] = []
+    assert task._apply(b"\0k", b'{"B_ID": 5}', overlay, (bad, 0)) == [b"k"]
+    assert task._apply(b"\0k", b'{"B_ID": 99999999999999999999}', overlay, (bad, 1)) == []
+    assert [(b.offset, b.reason.split(":")[0]) for b in bad] == [(1, "A's foreign key is not a KAFKA BIGINT key")]
+    assert task._apply(b"\1" + struct.pack(">q", 5), b'{"Y": 2}', overlay, (bad, 2)) == [b"k"]  # still names 5
+    assert task._apply(b"\1" + struct.pack(">q", 6), b"{oops", overlay, (bad, 3)) == []
+    assert len(bad) == 1  # a right record is logged by partition 0's task only
+    result = task._result(b"k", overlay, 2, bad)
+    assert result is not None and json.loads(result) == {"Y": 2}

@@ -253,6 +253,15 @@ CREATE TABLE ss3 AS SELECT r.sensor FROM readings r JOIN alerts a WITHIN 10 SECO
 CREATE STREAM ss4 WITH (partitions=2) AS SELECT r.sensor FROM readings r JOIN alerts a WITHIN 10 SECONDS
   ON r.sensor = a.sensor;
 CREATE STREAM ss5 AS SELECT r.sensor FROM readings r JOIN readings q WITHIN 10 SECONDS ON r.sensor = q.sensor;
+CREATE STREAM area_alerts (id VARCHAR KEY, area VARCHAR, level INT)
+  WITH (kafka_topic='area_alerts', partitions=4, value_format='json');
+EXPLAIN CREATE STREAM by_area_alerts AS SELECT r.area, r.sensor, a.id, a.level FROM readings r
+  LEFT JOIN area_alerts a WITHIN 1 MINUTE ON r.area = a.area;
+CREATE STREAM by_area_alerts AS SELECT UCASE(r.area) AS area, r.sensor, a.id, a.level FROM readings r
+  FULL OUTER JOIN area_alerts a WITHIN 1 MINUTE ON UCASE(r.area) = a.area;
+CREATE STREAM ss6 AS SELECT a.area FROM readings r JOIN area_alerts a WITHIN 1 MINUTE ON r.area = UCASE(a.area);
+CREATE STREAM ss7 AS SELECT a.level FROM readings r JOIN area_alerts a WITHIN 1 MINUTE ON r.reading = a.level;
+CREATE STREAM ss8 AS SELECT r.sensor FROM readings r JOIN area_alerts a WITHIN 1 MINUTE ON r.reading = a.area;
 CREATE STREAM ss6 AS SELECT c.userid FROM clicks c JOIN alerts a WITHIN 10 SECONDS ON c.userid = a.sensor;
 
 -- INSERT ... VALUES: serialized per the declared formats, partitioned as the Java client does.
