@@ -10,7 +10,9 @@ ksqlDB's default grace and retention). Last, the same readings enriched by a str
 LEFT JOIN with a table of ``--table-rows`` sensors (every reading's sensor among them, the
 table's rows older than the readings): its events per second beside the plain GROUP BY.
 Then a table-table LEFT JOIN of that table with a second one of as many rows (records of
-both tables per second, to the result written), and the readings INNER JOINed with a stream
+both tables per second, to the result written), a foreign-key LEFT JOIN of that table with
+the 97 sites its SITE column names (records per second, to the result written), and the
+readings INNER JOINed with a stream
 of alerts (a tenth as many, stamped across the readings' time) WITHIN 10 ms (records of both
 streams per second, to the last result written): each through its side stages, joined topic
 and join stage.
@@ -62,6 +64,10 @@ JOINED = ("CREATE STREAM enriched AS SELECT r.sensor, r.reading, s.site FROM rea
           "LEFT JOIN sensors s ON r.sensor = s.id;")
 TABLE_JOINED = ("CREATE TABLE sensor_owners AS SELECT s.id, s.site, o.owner FROM sensors s "
                 "LEFT JOIN owners o ON s.id = o.id;")
+# A foreign-key join: each sensor with its site's row (97 sites, each named by ~1/97 of the sensors).
+FK_JOINED = ("CREATE TABLE sensor_sites AS SELECT s.id, s.site, p.city FROM sensors s "
+             "LEFT JOIN sites p ON s.site = p.id;")
+SITES = 97
 # A sensor's readings come about every 10 ms of the readings' time and its alerts every
 # 100 ms: a window of 10 ms joins about one reading in five. The grace covers the whole run,
 # so the order the two sides are copied in drops nothing as late.
@@ -82,6 +88,21 @@ async def produce_sensors(bootstrap: str, rows: int, timestamp_ms: int, topic: s
             pending.append(await producer.send(topic, json.dumps({column: f"{column.lower()}-{k % 97}"}).encode(),
                                                key=name, partition=partition_for(name, PARTITIONS),
                                                timestamp_ms=timestamp_ms))
+        await asyncio.gather(*pending)
+    finally:
+        await producer.stop()
+
+
+async def produce_sites(bootstrap: str, timestamp_ms: int) -> None:
+    """The ``SITES`` rows the sensors' SITE column names (``site-<n>``), each with its CITY."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, acks=1)
+    await producer.start()
+    try:
+        pending = []
+        for n in range(SITES):
+            name = f"site-{n}".encode()
+            pending.append(await producer.send("sites", json.dumps({"CITY": f"city-{n % 7}"}).encode(), key=name,
+                                               partition=partition_for(name, PARTITIONS), timestamp_ms=timestamp_ms))
         await asyncio.gather(*pending)
     finally:
         await producer.stop()
@@ -200,6 +221,17 @@ def measure(events: int, keys: int, workers: int, pin: bool, max_offsets_per_tri
         query = str(outcome.message).rsplit(" ", 1)[-1]
         table_join_seconds = wait_joined(local, query, tables, [joined_topic(local.service_id, query),
                                                                 "SENSOR_OWNERS"]) - started
+        # A foreign-key join of the sensors with their sites (every site row goes to every join task).
+        execute(local, f"CREATE TABLE sites (id VARCHAR PRIMARY KEY, city VARCHAR) "
+                       f"WITH (kafka_topic='sites', partitions={PARTITIONS}, value_format='json');")
+        asyncio.run(produce_sites(local.bootstrap, table_time))
+        tables = {t: asyncio.run(end_offsets(local.bootstrap, t, PARTITIONS, "read_committed"))
+                  for t in ("sensors", "sites")}
+        started = time.monotonic()
+        (outcome,) = execute(local, FK_JOINED)
+        query = str(outcome.message).rsplit(" ", 1)[-1]
+        fk_join_seconds = wait_joined(local, query, tables, [joined_topic(local.service_id, query),
+                                                             "SENSOR_SITES"]) - started
         # The readings joined with alerts, a tenth as many, over the same span of time.
         create_readings(local, "alerts", PARTITIONS)
         alerts = events // 10
@@ -232,6 +264,8 @@ def measure(events: int, keys: int, workers: int, pin: bool, max_offsets_per_tri
         "join_events_per_s": round(join_rate, 1), "join_ratio_to_group_by": ratio(join_rate, rate),
         "table_join_rows": 2 * table_rows, "table_join_seconds_to_result": round(table_join_seconds, 2),
         "table_join_rows_per_s": round(2 * table_rows / table_join_seconds, 1),
+        "fk_join_rows": table_rows + SITES, "fk_join_seconds_to_result": round(fk_join_seconds, 2),
+        "fk_join_rows_per_s": round((table_rows + SITES) / fk_join_seconds, 1),
         "stream_join_records": events + alerts, "stream_join_seconds_to_result": round(stream_join_seconds, 2),
         "stream_join_records_per_s": round((events + alerts) / stream_join_seconds, 1),
         "stream_join_ratio_to_group_by": ratio((events + alerts) / stream_join_seconds, rate),
