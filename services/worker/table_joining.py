@@ -104,7 +104,10 @@ class JoinSideTask(Task[KeyedSlice]):
         broadcast = self.side != b"\0" and spec.tables[0].foreign_key is not None
         self.targets = range(sink.partitions) if broadcast else (partition,)
         self.rekeyed = query.plan.key_expression is not None
-        """A stream joined on another column: each record goes to its join key's partition."""
+        """A stream joined on another column: its records' keys are ``rekeyed``'s."""
+        self.by_key = query.plan.repartition
+        """Each record goes to its join key's partition (either stream of the join is re-keyed:
+        the other's own partitioner may not be the Java client's)."""
 
     async def commit(self, batch: KeyedSlice) -> bool:
         """Copy one micro-batch slice exactly once; False when it was copied before."""
@@ -113,7 +116,8 @@ class JoinSideTask(Task[KeyedSlice]):
             return False
         async with self._transaction():
             for _, key, value, timestamp in batch.records:
-                targets = (partition_for(split_rekeyed(key)[0], self.sink.partitions),) if self.rekeyed else self.targets
+                join_key = split_rekeyed(key)[0] if self.rekeyed else key
+                targets = (partition_for(join_key, self.sink.partitions),) if self.by_key else self.targets
                 for target in targets:
                     await self._send(self.sink.topic, value, self.side + key, target, timestamp_ms=timestamp)
             await self._send_bad(batch.bad)

@@ -161,7 +161,9 @@ def _two_sided_join(query: PersistentQuery, left: DataSource, sink: DataSource, 
                        PlanKind.JOIN_SIDE, side.name, gathered.name,
                        () if rekey is None or key_type is None else (OutputColumn(REPARTITION_KEY, key_type, rekey,
                                                                                   key=True),),
-                       join=spec, event_time=None if tables else event_time(side), key_expression=rekey),
+                       join=spec, event_time=None if tables else event_time(side), key_expression=rekey,
+                       # Where either stream is re-keyed, both go to their join key's partition.
+                       repartition=any(r is not None for r in rekeys)),
                            start_offsets=None if tables or query.start_offsets is None else
                            query.start_offsets[index * left.partitions:(index + 1) * left.partitions]), side, gathered)
              for index, (side, rekey) in enumerate(zip((left, *(t.table for t in spec.tables)), rekeys, strict=True))]

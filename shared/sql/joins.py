@@ -251,6 +251,7 @@ def _condition(condition: ast.Expr, shown: Callable[[ast.Expr], str], stream_nam
         right_names = {joined(table_prefix, c.name) for c in table.columns}
         for left, right in sides:
             if isinstance(right, ast.ColumnRef) and right.name in right_names and _only(left, stream_names):
+                _check_rekey(left, shown, stream, stream_prefix)
                 return left, right.name
         raise StatementError(f"invalid join condition {shown(condition)}: a stream-stream join matches an expression "
                              f"of {stream.name}'s columns with a column of {table.name} (ON {stream_prefix}.<column> "
@@ -278,6 +279,22 @@ def _condition(condition: ast.Expr, shown: Callable[[ast.Expr], str], stream_nam
     raise StatementError(f"invalid join condition {shown(condition)}: a stream-table join matches the table's "
                          f"PRIMARY KEY {table_prefix}.{key.name} with an expression of {stream.name}'s columns "
                          f"(ON {stream_prefix}.<column> = {table_prefix}.{key.name})")
+
+
+def _check_rekey(expr: ast.Expr, shown: Callable[[ast.Expr], str], stream: DataSource, prefix: str) -> None:
+    """A stream-stream join's left side, when it is not the stream's key: an expression its
+    stage can re-key by (of the value's columns, or of a VARCHAR key)."""
+    key = stream.key_column
+    if key is not None and expr == ast.ColumnRef(joined(prefix, key.name)):
+        return
+    refs = _refs(expr)
+    if joined(prefix, ROWTIME) in refs:
+        raise StatementError(f"invalid join condition on {shown(expr)}: a stream-stream join cannot match on ROWTIME; "
+                             "join on columns (the window already bounds the records' times)")
+    if key is not None and key.type.base != "VARCHAR" and joined(prefix, key.name) in refs:
+        raise StatementError(f"invalid join condition on {shown(expr)}: an expression of {stream.name}'s "
+                             f"{key.type} KEY column {key.name} is not supported; join on {key.name} itself or on "
+                             "other columns")
 
 
 def _only(expr: ast.Expr, names: set[str]) -> bool:

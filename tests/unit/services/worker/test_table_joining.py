@@ -7,6 +7,8 @@ same records in the same order."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import random
 import struct
@@ -17,10 +19,12 @@ import pytest
 
 from millpond.services.worker.state.store import PartitionStore
 from millpond.services.worker.stream_joining import StreamJoinTask
-from millpond.services.worker.table_joining import ForeignKeyJoinTask, TableJoinTask, rekeyed
+from millpond.services.worker.table_joining import ForeignKeyJoinTask, JoinSideTask, KeyedSlice, TableJoinTask, rekeyed
 from millpond.services.worker.task import BadRecord
 from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.catalog.topology import stages
 from millpond.shared.config import WorkerSettings
+from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.kafka.serde import deserialize_key, serialize_key
 from millpond.shared.sql.ast import SqlType
 from millpond.shared.sql.parser import parse_statement
@@ -294,3 +298,46 @@ def test_a_foreign_key_the_right_key_cannot_hold_changes_nothing_and_is_logged(t
     assert len(bad) == 1  # a right record is logged by partition 0's task only
     result = task._result(b"k", overlay, 2, bad)
     assert result is not None and json.loads(result) == {"Y": 2}
+
+
+class _Producer:
+    """What a task's commit asks of its producer, with every send kept."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes | None, int]] = []
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> Any:
+        yield
+
+    async def send(self, topic: str, value: bytes | None, key: bytes, partition: int, **_: Any) -> Any:
+        self.sent.append((topic, key, partition))
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        future.set_result(None)
+        return future
+
+    async def send_offsets_to_transaction(self, *_: Any) -> None:
+        return None
+
+
+def test_where_one_stream_is_rekeyed_each_side_sends_a_record_to_its_join_keys_partition(tmp_path: Path) -> None:
+    meta = Metastore()
+    for offset, sql in enumerate([
+        "CREATE STREAM a (id VARCHAR KEY, x INT) WITH (kafka_topic='a', partitions=4, value_format='json')",
+        "CREATE STREAM c (k VARCHAR KEY, ref VARCHAR) WITH (kafka_topic='c', partitions=4, value_format='json')",
+        "CREATE STREAM ac AS SELECT a.id, a.x, c.k FROM a JOIN c WITHIN 1 SECOND ON a.id = c.ref",
+    ]):
+        meta.apply(parse_statement(sql), offset)
+    query = next(q for q in meta.queries.values() if q.sink == "AC")
+    side_a, side_c, _ = stages(query, meta.source("A"), meta.source("AC"), "svc")
+    settings = WorkerSettings(worker_id="w", state_dir=tmp_path)
+    # Partition 3 of each stream holds keys another partitioner put there: both go by the join key.
+    left = JoinSideTask(settings, side_a.query, side_a.source, side_a.sink, 3, side_a.name)
+    right = JoinSideTask(settings, side_c.query, side_c.source, side_c.sink, 3, side_c.name)
+    sent = []
+    for task, key in ((left, b"s1"), (right, rekeyed(b"s2", b"c9"))):
+        task.producer = _Producer()  # type: ignore[assignment]
+        assert asyncio.run(task.commit(KeyedSlice(0, 0, count=1, records=[(0, key, b"{}", 5)])))
+        sent += task.producer.sent  # type: ignore[attr-defined]
+    assert sent == [(side_a.sink.topic, b"\0s1", partition_for(b"s1", 4)),
+                    (side_c.sink.topic, b"\1" + rekeyed(b"s2", b"c9"), partition_for(b"s2", 4))]

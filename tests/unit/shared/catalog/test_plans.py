@@ -221,3 +221,18 @@ def test_a_stream_stream_join_stamps_event_time_in_its_sides_only() -> None:
     assert internal_topics("svc", query) == [InternalTopic(
         "_millpond-svc-" + query.query_id + "-joined", compacted=False,
         configs=(("retention.ms", str(7 * 24 * 3600 * 1000)), ("message.timestamp.type", "CreateTime")))]
+
+
+def test_where_one_stream_is_rekeyed_both_sides_go_to_their_join_keys_partition() -> None:
+    meta = _metastore(
+        "CREATE STREAM a (id VARCHAR KEY, x INT) WITH (kafka_topic='a', partitions=3, value_format='json')",
+        "CREATE STREAM c (k VARCHAR KEY, ref VARCHAR) WITH (kafka_topic='c', partitions=3, value_format='json')",
+        "CREATE STREAM ac AS SELECT a.id, a.x, c.k FROM a JOIN c WITHIN 1 SECOND ON a.id = c.ref",
+        "CREATE STREAM ak AS SELECT a.id, a.x, c.k FROM a JOIN c WITHIN 1 SECOND ON a.id = c.k")
+    rekeyed = next(q for q in meta.queries.values() if q.sink == "AC")
+    staged = stages(rekeyed, meta.source("A"), meta.source("AC"), "svc")
+    assert [(s.name, s.query.plan.key_expression, s.query.plan.repartition) for s in staged] == [
+        ("side-0", None, True), ("side-1", "`REF`", True), ("", None, False)]
+    on_keys = next(q for q in meta.queries.values() if q.sink == "AK")
+    staged = stages(on_keys, meta.source("A"), meta.source("AK"), "svc")
+    assert [(s.query.plan.key_expression, s.query.plan.repartition) for s in staged] == [(None, False)] * 3
