@@ -275,20 +275,23 @@ def _condition(condition: ast.Expr, shown: Callable[[ast.Expr], str], stream_nam
                              f"of the left table ({stream.name}), not an expression or a column of the right")
     for left, right in sides:
         if right == ast.ColumnRef(table_key) and _only(left, stream_names):
+            _check_rekey(left, shown, stream, stream_prefix, rowtime=True)
             return left, table_key
     raise StatementError(f"invalid join condition {shown(condition)}: a stream-table join matches the table's "
                          f"PRIMARY KEY {table_prefix}.{key.name} with an expression of {stream.name}'s columns "
                          f"(ON {stream_prefix}.<column> = {table_prefix}.{key.name})")
 
 
-def _check_rekey(expr: ast.Expr, shown: Callable[[ast.Expr], str], stream: DataSource, prefix: str) -> None:
-    """A stream-stream join's left side, when it is not the stream's key: an expression its
-    stage can re-key by (of the value's columns, or of a VARCHAR key)."""
+def _check_rekey(expr: ast.Expr, shown: Callable[[ast.Expr], str], stream: DataSource, prefix: str,
+                 rowtime: bool = False) -> None:
+    """A join's stream side, when it is not the stream's key: an expression a stage can
+    re-key by (of the value's columns, or of a VARCHAR key: the others reach Spark as
+    bytes), and of ROWTIME only where ``rowtime`` says so."""
     key = stream.key_column
     if key is not None and expr == ast.ColumnRef(joined(prefix, key.name)):
         return
     refs = _refs(expr)
-    if joined(prefix, ROWTIME) in refs:
+    if joined(prefix, ROWTIME) in refs and not rowtime:
         raise StatementError(f"invalid join condition on {shown(expr)}: a stream-stream join cannot match on ROWTIME; "
                              "join on columns (the window already bounds the records' times)")
     if key is not None and key.type.base != "VARCHAR" and joined(prefix, key.name) in refs:

@@ -266,6 +266,7 @@ CREATE STREAM ss9 AS SELECT r.sensor FROM readings r JOIN area_alerts a WITHIN 1
 CREATE STREAM int_keyed (id INT KEY, v INT) WITH (kafka_topic='int_keyed', partitions=4, value_format='json');
 CREATE STREAM ss10 AS SELECT a.level FROM int_keyed i JOIN area_alerts a WITHIN 1 MINUTE ON i.id + 1 = a.level;
 CREATE STREAM ss11 AS SELECT a.level, i.v FROM int_keyed i JOIN area_alerts a WITHIN 1 MINUTE ON i.id = a.level;
+CREATE STREAM j30 AS SELECT i.v FROM int_keyed i JOIN sensors s ON CAST(i.id AS VARCHAR) = s.id;
 CREATE STREAM ss6 AS SELECT c.userid FROM clicks c JOIN alerts a WITHIN 10 SECONDS ON c.userid = a.sensor;
 
 -- INSERT ... VALUES: serialized per the declared formats, partitioned as the Java client does.
