@@ -449,6 +449,7 @@ async def test_a_sigkilled_worker_loses_no_joined_record_and_repeats_none(join_c
     stream, sensors, enriched = f"jk_{sid}", f"jks_{sid}", f"jk_enriched_{sid}"
     cities, with_cities = f"jkc_{sid}", f"jk_cities_{sid}"
     alerts, with_alerts = f"jka_{sid}", f"jk_alerts_{sid}"
+    names, with_names = f"jkn_{sid}", f"jk_names_{sid}"
     rng = random.Random(43)
     base = (int(time.time() * 1000) - 20 * MINUTE) // MINUTE * MINUTE
     site_records = table_history(rng, 150, [f"sensor-{i:03d}" for i in range(200)], 600, 0.1, base, 10 * MINUTE)
@@ -460,6 +461,9 @@ async def test_a_sigkilled_worker_loses_no_joined_record_and_repeats_none(join_c
                 for i in range(count)]
 
     records = readings(0, 20_000)
+    # A foreign-key join of the sensors with a table (of 3 partitions) keyed by their SITE values.
+    sites = sorted({site for _, site, _ in site_records if site is not None})
+    name_records = [(rng.choice(sites), None if rng.random() < 0.1 else f"name-{n}", base + n) for n in range(3_000)]
     # And a stream-stream join of the readings with alerts over the same span of event time.
     alert_records = [(alerts, "LEVEL", f"sensor-{rng.randrange(200):03d}", n,
                       base + n * 50 - rng.randrange(5_000)) for n in range(6_000)]
@@ -471,11 +475,14 @@ async def test_a_sigkilled_worker_loses_no_joined_record_and_repeats_none(join_c
         CREATE TABLE {cities} (id VARCHAR PRIMARY KEY, city VARCHAR)
           WITH (kafka_topic='{cities}', partitions={PARTITIONS}, value_format='json');
         CREATE STREAM {alerts} (sensor VARCHAR KEY, level INT)
-          WITH (kafka_topic='{alerts}', partitions={PARTITIONS}, value_format='json');""")
+          WITH (kafka_topic='{alerts}', partitions={PARTITIONS}, value_format='json');
+        CREATE TABLE {names} (id VARCHAR PRIMARY KEY, name VARCHAR)
+          WITH (kafka_topic='{names}', partitions=3, value_format='json');""")
     await produce_table(join_cluster.bootstrap, sensors, "SITE", site_records)
     await produce_table(join_cluster.bootstrap, cities, "CITY", city_records[:4_000])
     await produce_timed(join_cluster.bootstrap, stream, records)
     await produce_sides(join_cluster.bootstrap, alert_records[:4_500])
+    await produce_table(join_cluster.bootstrap, names, "NAME", name_records[:2_000], partitions=3)
     outcome = run(join_cluster, f"""
         SET 'auto.offset.reset'='earliest';
         CREATE STREAM {enriched} AS SELECT r.sensor, r.reading, s.site FROM {stream} r LEFT JOIN {sensors} s
@@ -484,6 +491,8 @@ async def test_a_sigkilled_worker_loses_no_joined_record_and_repeats_none(join_c
           ON s.id = c.id;
         CREATE STREAM {with_alerts} AS SELECT r.sensor, r.reading, a.level FROM {stream} r LEFT JOIN {alerts} a
           WITHIN 1 SECOND GRACE PERIOD 3 SECONDS ON r.sensor = a.sensor;
+        CREATE TABLE {with_names} AS SELECT s.id, s.site, n.name FROM {sensors} s LEFT JOIN {names} n
+          ON s.site = n.id;
         SHOW QUERIES;""")
     query_id = next(str(row[0]) for row in outcome if str(row[0]).startswith(f"CSAS_{enriched.upper()}"))
 
@@ -494,6 +503,7 @@ async def test_a_sigkilled_worker_loses_no_joined_record_and_repeats_none(join_c
     await produce_timed(join_cluster.bootstrap, stream, more)
     await produce_table(join_cluster.bootstrap, cities, "CITY", city_records[4_000:])
     await produce_sides(join_cluster.bootstrap, alert_records[4_500:])
+    await produce_table(join_cluster.bootstrap, names, "NAME", name_records[2_000:], partitions=3)
     await asyncio.to_thread(join_cluster.restart, "worker-1")
     records += more
 
@@ -509,6 +519,10 @@ async def test_a_sigkilled_worker_loses_no_joined_record_and_repeats_none(join_c
     want_cities = table_join_reference(site_records, city_records, "FULL")
     assert pull_until(join_cluster, f"SELECT * FROM {with_cities};", want_cities) == want_cities
     assert await latest_in_sink(join_cluster.bootstrap, with_cities.upper()) == want_cities
+
+    want_names = foreign_key_reference(site_records, name_records)
+    assert pull_until(join_cluster, f"SELECT * FROM {with_names};", want_names) == want_names
+    assert await latest_in_sink(join_cluster.bootstrap, with_names.upper(), ("SITE", "NAME")) == want_names
 
     alerts_query = next(str(row[0]) for row in outcome if str(row[0]).startswith(f"CSAS_{with_alerts.upper()}"))
     await stream_join_until_exact(join_cluster, alerts_query, with_alerts.upper(), len(records) + len(alert_records),
