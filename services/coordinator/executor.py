@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import InvalidProducerEpoch, InvalidTxnState, ProducerFenced
+from aiokafka.errors import InvalidProducerEpoch, InvalidTxnState, KafkaError, ProducerFenced
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from millpond.services.coordinator import views
@@ -41,6 +41,15 @@ log = logging.getLogger(__name__)
 
 FENCED = (ProducerFenced, InvalidProducerEpoch, InvalidTxnState)
 """What a writer sees when another coordinator with the same id took the command topic."""
+
+
+class AppendFailed(KafkaError):
+    """The command's record was not delivered inside its transaction, which then aborts: a
+    racing coordinator's fence can show as an unexpected delivery error instead of one of
+    ``FENCED``. Nothing was appended, so the statement is validated and tried again."""
+
+
+RETRIED = (*FENCED, AppendFailed)
 APPEND_ATTEMPTS = 6
 REQUEST_ID_HEADER = "millpond.request.id"
 """Header of an INSERTed record: the request that inserted it (a resend finds it by this)."""
@@ -132,13 +141,13 @@ class StatementExecutor:
         """Validate and append a DDL statement; retried when another coordinator fences us."""
         try:
             async for attempt in AsyncRetrying(
-                retry=retry_if_exception_type(FENCED), stop=stop_after_attempt(APPEND_ATTEMPTS),
+                retry=retry_if_exception_type(RETRIED), stop=stop_after_attempt(APPEND_ATTEMPTS),
                 wait=wait_random_exponential(multiplier=0.05, max=1.0), reraise=True,
                 before_sleep=self._on_fenced,
             ):
                 with attempt:
                     return await self._append(stmt, properties, request_id)
-        except FENCED as err:
+        except RETRIED as err:
             raise UnavailableError(f"another coordinator with service id {self.settings.service_id} kept "
                                    f"taking over the command topic ({type(err).__name__}); retry the statement") from err
         raise AssertionError("unreachable")
@@ -161,7 +170,12 @@ class StatementExecutor:
             if change.noop:
                 return Outcome(stmt.text, change.message)
             await self._create_topics(stmt, change)
-            offset = await txn.append(Command(stmt.text, properties, resolved, request_id))
+            try:
+                offset = await txn.append(Command(stmt.text, properties, resolved, request_id))
+            except FENCED:
+                raise
+            except KafkaError as err:  # not delivered: the transaction aborts as the block exits
+                raise AppendFailed(f"the command was not appended: {err}") from err
         await self.reader.catch_up(offset + 1)
         await self._delete_topics(change)
         log.info("statement appended", extra={"offset": offset, "result": change.message})

@@ -12,6 +12,7 @@ from typing import Any, cast
 
 import grpc
 import pytest
+from aiokafka.errors import KafkaError
 
 from millpond.services.coordinator.executor import StatementExecutor
 from millpond.shared import security
@@ -139,3 +140,32 @@ async def test_a_statement_past_its_time_is_called_off_as_unavailable() -> None:
     with pytest.raises(UnavailableError, match=r"did not finish in 0\.05 s"):
         await executor.execute("SHOW STREAMS;", {})
     assert not reader.finished
+
+
+class FlakyTransaction:
+    """The first append is not delivered (as when a racing coordinator's fence shows as an
+    unexpected delivery error); the next ones are."""
+
+    appends = 0
+
+    async def append(self, command: Any) -> int:
+        FlakyTransaction.appends += 1
+        if FlakyTransaction.appends == 1:
+            raise KafkaError("Unexpected error during batch delivery")
+        return 7
+
+
+class FlakyWriter:
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[FlakyTransaction]:
+        yield FlakyTransaction()
+
+
+async def test_a_command_not_delivered_in_its_transaction_is_validated_and_appended_again() -> None:
+    metastore = Metastore()
+    metastore.apply(parse_statement("CREATE STREAM s (a INT) WITH (kafka_topic='s', partitions=1, value_format='json')"), 0)
+    unused = cast(Any, None)
+    executor = StatementExecutor(CoordinatorSettings(), metastore, cast(Any, FakeReader()), cast(Any, FlakyWriter()),
+                                 unused, unused, cast(Any, FakeOffsets()))
+    outcome = await executor.execute("DROP STREAM s;", {})
+    assert outcome.message and FlakyTransaction.appends == 2 and executor.fenced_retries == 1
