@@ -126,6 +126,17 @@ async def produce_alerts(bootstrap: str, count: int, keys: int, span: tuple[int,
         await producer.stop()
 
 
+def timed_join(local: LocalCluster, statement: str, inputs: tuple[str, ...], sink: str | None = None) -> float:
+    """Seconds from ``statement`` (a two-topic join over ``inputs``, as they are now) to its
+    last result written: through its joined topic, then (a table join's) ``sink``."""
+    ends = {t: asyncio.run(end_offsets(local.bootstrap, t, PARTITIONS, "read_committed")) for t in inputs}
+    started = time.monotonic()
+    (outcome,) = execute(local, statement)
+    query = str(outcome.message).rsplit(" ", 1)[-1]
+    downstream = [joined_topic(local.service_id, query), *([sink] if sink else [])]
+    return wait_joined(local, query, ends, downstream) - started
+
+
 def wait_joined(local: LocalCluster, query_id: str, inputs: dict[str, dict[int, int]],
                 downstream: list[str], timeout_s: float = 1800) -> float:
     """Block until a two-topic join's side stages committed every input record (``inputs``:
@@ -214,34 +225,17 @@ def measure(events: int, keys: int, workers: int, pin: bool, max_offsets_per_tri
         execute(local, f"CREATE TABLE owners (id VARCHAR PRIMARY KEY, owner VARCHAR) "
                        f"WITH (kafka_topic='owners', partitions={PARTITIONS}, value_format='json');")
         asyncio.run(produce_sensors(local.bootstrap, table_rows, table_time, "owners", "OWNER"))
-        tables = {t: asyncio.run(end_offsets(local.bootstrap, t, PARTITIONS, "read_committed"))
-                  for t in ("sensors", "owners")}
-        started = time.monotonic()
-        (outcome,) = execute(local, TABLE_JOINED)
-        query = str(outcome.message).rsplit(" ", 1)[-1]
-        table_join_seconds = wait_joined(local, query, tables, [joined_topic(local.service_id, query),
-                                                                "SENSOR_OWNERS"]) - started
+        table_join_seconds = timed_join(local, TABLE_JOINED, ("sensors", "owners"), "SENSOR_OWNERS")
         # A foreign-key join of the sensors with their sites (every site row goes to every join task).
         execute(local, f"CREATE TABLE sites (id VARCHAR PRIMARY KEY, city VARCHAR) "
                        f"WITH (kafka_topic='sites', partitions={PARTITIONS}, value_format='json');")
         asyncio.run(produce_sites(local.bootstrap, table_time))
-        tables = {t: asyncio.run(end_offsets(local.bootstrap, t, PARTITIONS, "read_committed"))
-                  for t in ("sensors", "sites")}
-        started = time.monotonic()
-        (outcome,) = execute(local, FK_JOINED)
-        query = str(outcome.message).rsplit(" ", 1)[-1]
-        fk_join_seconds = wait_joined(local, query, tables, [joined_topic(local.service_id, query),
-                                                             "SENSOR_SITES"]) - started
+        fk_join_seconds = timed_join(local, FK_JOINED, ("sensors", "sites"), "SENSOR_SITES")
         # The readings joined with alerts, a tenth as many, over the same span of time.
         create_readings(local, "alerts", PARTITIONS)
         alerts = events // 10
         asyncio.run(produce_alerts(local.bootstrap, alerts, keys, span))
-        inputs = {t: asyncio.run(end_offsets(local.bootstrap, t, PARTITIONS, "read_committed"))
-                  for t in ("readings", "alerts")}
-        started = time.monotonic()
-        (outcome,) = execute(local, STREAM_JOINED)
-        query = str(outcome.message).rsplit(" ", 1)[-1]
-        stream_join_seconds = wait_joined(local, query, inputs, [joined_topic(local.service_id, query)]) - started
+        stream_join_seconds = timed_join(local, STREAM_JOINED, ("readings", "alerts"))
     rate = events / seconds
     windowed_rate = events / windowed_seconds
     join_rate = events / join_seconds

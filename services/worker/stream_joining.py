@@ -43,7 +43,6 @@ from millpond.shared.catalog.sources import DataSource
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.partitioner import partition_for
-from millpond.shared.kafka.serde import deserialize_key
 from millpond.shared.sql.joins import ROWTIME, joined
 
 log = logging.getLogger(__name__)
@@ -152,15 +151,15 @@ class StreamJoinTask(GatheredJoinTask):
         if side > 1 or value is None:  # a tombstone joins nothing, as in Kafka Streams
             return True
         k, own = split_rekeyed(key[1:]) if self.rekeyed[side] else (key[1:], key[1:])
-        row = self._decode(side, own, value, offset, bad if results is not None else None)
-        if row is None:
+        decoded = self._decode(side, own, value, offset, bad if results is not None else None)
+        if decoded is None:
             return True
-        key_type = self.sides[side].key_type
+        own_key, row = decoded
         state = self.join_state
         state.stream_time = timestamp if state.stream_time is None else max(state.stream_time, timestamp)
         if timestamp < state.stream_time - self.grace:
             return False
-        this = Buffered(timestamp, offset, row, None if own is None or key_type is None else deserialize_key(own, key_type))
+        this = Buffered(timestamp, offset, row, own_key)
         low, high = (timestamp - self.before, timestamp + self.after) if side == 0 else (
             timestamp - self.after, timestamp + self.before)
         others = state.buffers.get((1 - side, k))
@@ -191,7 +190,7 @@ class StreamJoinTask(GatheredJoinTask):
         rows = [None if left is None else left.row, None if right is None else right.row]
         extra = {self.rowtime: None if left is None else left.time}
         keys = [None if left is None else left.key, None if right is None else right.key]
-        value = self._value(key, rows, offset, bad, extra, keys)
+        value = self._value(keys, rows, offset, bad, extra)
         if value is not None:
             results.append((key, value, timestamp))
 

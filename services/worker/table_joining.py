@@ -205,14 +205,13 @@ class GatheredJoinTask(Task[KeyedSlice]):
                                                  "seconds": round(time.monotonic() - started, 3)})
 
     def _decode(self, index: int, key: bytes | None, value: bytes, offset: int,
-                bad: list[BadRecord] | None) -> list[Any] | None:
-        """The value columns of a record of side ``index`` with its own ``key`` (None: a stream
-        record without one); None (and a processing-log entry in ``bad``, when given) for a
-        key or a value that does not decode."""
+                bad: list[BadRecord] | None) -> tuple[Any, list[Any]] | None:
+        """The own key's value and the value columns of a record of side ``index`` with its own
+        ``key`` (None: a stream record without one); None (and a processing-log entry in
+        ``bad``, when given) for a key or a value that does not decode."""
         side = self.sides[index]
         try:
-            if key is not None and side.key_type is not None:
-                deserialize_key(key, side.key_type)
+            key_value = None if key is None or side.key_type is None else deserialize_key(key, side.key_type)
         except (ValueError, struct.error) as error:
             if bad is not None:
                 bad.append(BadRecord(offset, f"{side.table.name}'s key is not KAFKA {side.key_type}: {error}",
@@ -225,18 +224,16 @@ class GatheredJoinTask(Task[KeyedSlice]):
                 bad.append(BadRecord(offset, f"{side.table.name}'s value is not {side.table.value_format} of its "
                                              f"declared columns and types: {error}", value.decode(errors="replace")))
             return None
-        return [row[name] for name, _ in side.decoded]
+        return key_value, [row[name] for name, _ in side.decoded]
 
-    def _value(self, key: bytes, rows: list[list[Any] | None], offset: int, bad: list[BadRecord],
-               extra: dict[str, Any] | None = None, keys: list[Any] | None = None) -> bytes | None:
-        """The result's value from each side's row (None: the side has none; ``extra``: more
-        columns of the joined row; ``keys``: each side's key, when not all ``key``), as
-        ``JoinedValue`` gives it."""
-        key_value = deserialize_key(key, self.key_type) if keys is None else None
+    def _value(self, keys: list[Any], rows: list[list[Any] | None], offset: int, bad: list[BadRecord],
+               extra: dict[str, Any] | None = None) -> bytes | None:
+        """The result's value from each side's key and row (None: the side has none; ``extra``:
+        more columns of the joined row), as ``JoinedValue`` gives it."""
         joined_row: dict[str, Any] = dict(extra or {})
-        for index, (side, row) in enumerate(zip(self.sides, rows, strict=True)):
+        for side, key, row in zip(self.sides, keys, rows, strict=True):
             if side.key is not None:
-                joined_row[side.key] = None if row is None else key_value if keys is None else keys[index]
+                joined_row[side.key] = None if row is None else key
             for name, value in zip(side.names, row or [None] * len(side.names), strict=True):
                 joined_row[name] = value
         return self.output(joined_row, offset, bad)
@@ -277,9 +274,9 @@ class TableJoinTask(GatheredJoinTask):
         if value is None:
             overlay[key] = None
             return [key[1:]]
-        row = self._decode(key[0], key[1:], value, bad[1] if bad else 0, bad[0] if bad else None)
-        if row is not None:
-            overlay[key] = row
+        decoded = self._decode(key[0], key[1:], value, bad[1] if bad else 0, bad[0] if bad else None)
+        if decoded is not None:
+            overlay[key] = decoded[1]
         return [key[1:]]
 
     def _row(self, key: bytes, overlay: dict[bytes, list[Any] | None]) -> list[Any] | None:
@@ -294,7 +291,9 @@ class TableJoinTask(GatheredJoinTask):
         present = rows[0] is not None
         for side, row in zip(self.sides[1:], rows[1:], strict=True):
             present = CHAINED[side.type](present, row is not None)
-        return self._value(key, rows, offset, bad) if present else None
+        if not present:
+            return None
+        return self._value([deserialize_key(key, self.key_type)] * len(rows), rows, offset, bad)
 
     async def commit(self, batch: KeyedSlice) -> bool:
         """Join one micro-batch slice exactly once; False when it was joined before."""
@@ -357,9 +356,10 @@ class ForeignKeyJoinTask(TableJoinTask):
             return []
         # Every join task reads the right table's records: partition 0's logs the bad ones.
         log_to = bad[0] if bad and (key[0] == 0 or self.partition == 0) else None
-        row = None if value is None else self._decode(key[0], key[1:], value, bad[1] if bad else 0, log_to)
-        if value is not None and row is None:
+        decoded = None if value is None else self._decode(key[0], key[1:], value, bad[1] if bad else 0, log_to)
+        if value is not None and decoded is None:
             return []  # a value that does not decode changes nothing
+        row = None if decoded is None else decoded[1]
         if key[0] == 1:
             overlay[key] = row
             # (A replay, without ``bad``, has no results to give: it only rebuilds the store.)
@@ -409,7 +409,7 @@ class ForeignKeyJoinTask(TableJoinTask):
         if left is None or (right is None and self.sides[1].type == "INNER"):
             return None
         keys = [deserialize_key(key, self.key_type), None if foreign is None else left[self.foreign]]
-        return self._value(key, [left, right], offset, bad, keys=keys)
+        return self._value(keys, [left, right], offset, bad)
 
     async def commit(self, batch: KeyedSlice) -> bool:
         self.by_foreign.clear()  # what a failed commit's overlay added is gone with it

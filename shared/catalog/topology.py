@@ -154,7 +154,8 @@ def _two_sided_join(query: PersistentQuery, left: DataSource, sink: DataSource, 
     # Each stream starts where the query was created to start (its start offsets hold both
     # streams' partitions, the source's first).
     # A stream joined on another column than its key is re-keyed by it as its stage copies it.
-    rekeys = (query.plan.key_expression, *(t.rekey for t in spec.tables)) if not tables else (None,) * 2
+    rekeys = (query.plan.key_expression, *(t.rekey for t in spec.tables)) if not tables else (None,) * (
+        1 + len(spec.tables))
     key_type = next((c.type for c in query.plan.columns if c.key), None)
     sides = [Stage(f"{JOIN_SIDE_STAGE}{index}",
                    replace(query, plan=QueryPlan(

@@ -429,33 +429,41 @@ def test_names_with_quotes_backticks_backslashes_and_newlines(spark: SparkSessio
     _weird_name_results(spark, name, tmp_path)
 
 
-def test_a_stream_join_side_copies_records_as_they_are_with_their_event_time(spark: SparkSession,
-                                                                             tmp_path: Path) -> None:
+def _left_side_slices(spark: SparkSession, tmp_path: Path, statements: tuple[str, ...],
+                      records: list[tuple[bytes | None, bytes | None, int, int]],
+                      stamp: datetime.datetime | None = None) -> dict[int, Any]:
+    """The slices the left side stage of the join into LQ (``statements``: streams L and Q,
+    then the join) makes of ``records`` (key, value, partition, offset) stamped ``stamp``."""
     meta = Metastore()
-    for offset, sql in enumerate((
-            "CREATE STREAM l (k VARCHAR KEY, ts BIGINT, x INT) "
-            "WITH (kafka_topic='l', partitions=2, value_format='json', timestamp='ts')",
-            "CREATE STREAM q (k VARCHAR KEY, y INT) WITH (kafka_topic='q', partitions=2, value_format='json')",
-            "CREATE STREAM lq AS SELECT l.k, l.x, q.y FROM l JOIN q WITHIN 1 SECOND ON l.k = q.k")):
+    for offset, sql in enumerate(statements):
         meta.apply(parse_statement(sql), offset)
     query = next(q for q in meta.queries.values() if q.sink == "LQ")
     side = stages(query, meta.source("L"), meta.source("LQ"), "svc")[0]
     settings = Settings(worker_id="reducer-test", spark_master="local[1]", state_dir=tmp_path)
     tasks = {p: JoinSideTask(settings, side.query, side.source, side.sink, p, side.name) for p in range(2)}
-    frame = spark.createDataFrame([(k, v, "l", p, o, None, 0) for k, v, p, o in [
+    frame = spark.createDataFrame([(k, v, "l", p, o, stamp, 0) for k, v, p, o in records], KAFKA_ROW)
+    loop = asyncio.new_event_loop()
+    runner = QueryRunner(spark, settings, side.query, side.source, side.sink, dict(tasks), loop)
+    try:
+        return runner._reduce(frame)
+    finally:
+        runner.stop()
+        loop.close()
+
+
+def test_a_stream_join_side_copies_records_as_they_are_with_their_event_time(spark: SparkSession,
+                                                                             tmp_path: Path) -> None:
+    slices = _left_side_slices(spark, tmp_path, (
+        "CREATE STREAM l (k VARCHAR KEY, ts BIGINT, x INT) "
+        "WITH (kafka_topic='l', partitions=2, value_format='json', timestamp='ts')",
+        "CREATE STREAM q (k VARCHAR KEY, y INT) WITH (kafka_topic='q', partitions=2, value_format='json')",
+        "CREATE STREAM lq AS SELECT l.k, l.x, q.y FROM l JOIN q WITHIN 1 SECOND ON l.k = q.k"), [
         (b"a", b'{"TS": 1000, "X": 1}', 0, 4),
         (b"a", b'{"X": 2}', 0, 5),  # no event time: logged
         (b"b", None, 0, 6),  # a tombstone: copied (the join passes over it)
         (None, b'{"TS": 5, "X": 3}', 1, 2),  # no key: logged
         (b"c", b'{"TS": 7, "X": 4, "EXTRA": true}', 1, 3),  # copied byte for byte
-    ]], KAFKA_ROW)
-    loop = asyncio.new_event_loop()
-    runner = QueryRunner(spark, settings, side.query, side.source, side.sink, dict(tasks), loop)
-    try:
-        slices = runner._reduce(frame)
-    finally:
-        runner.stop()
-        loop.close()
+    ])
     assert {p: s.records for p, s in slices.items()} == {
         0: [(4, b"a", b'{"TS": 1000, "X": 1}', 1000), (6, b"b", None, None)],
         1: [(3, b"c", b'{"TS": 7, "X": 4, "EXTRA": true}', 7)]}
@@ -465,31 +473,16 @@ def test_a_stream_join_side_copies_records_as_they_are_with_their_event_time(spa
 
 def test_a_stream_joined_on_another_column_is_rekeyed_by_it_as_its_side_copies_it(spark: SparkSession,
                                                                                   tmp_path: Path) -> None:
-    meta = Metastore()
-    for offset, sql in enumerate((
-            "CREATE STREAM l (k VARCHAR KEY, g INT, x INT) WITH (kafka_topic='l', partitions=2, value_format='json')",
-            "CREATE STREAM q (g INT, y INT) WITH (kafka_topic='q', partitions=2, value_format='json')",
-            "CREATE STREAM lq AS SELECT q.g, l.x, q.y FROM l JOIN q WITHIN 1 SECOND ON l.g = q.g")):
-        meta.apply(parse_statement(sql), offset)
-    query = next(q for q in meta.queries.values() if q.sink == "LQ")
-    side = stages(query, meta.source("L"), meta.source("LQ"), "svc")[0]
-    settings = Settings(worker_id="reducer-test", spark_master="local[1]", state_dir=tmp_path)
-    tasks = {p: JoinSideTask(settings, side.query, side.source, side.sink, p, side.name) for p in range(2)}
-    stamp = datetime.datetime.fromtimestamp(1_700_000_000, datetime.UTC)
-    frame = spark.createDataFrame([(k, v, "l", p, o, stamp, 0) for k, v, p, o in [
+    slices = _left_side_slices(spark, tmp_path, (
+        "CREATE STREAM l (k VARCHAR KEY, g INT, x INT) WITH (kafka_topic='l', partitions=2, value_format='json')",
+        "CREATE STREAM q (g INT, y INT) WITH (kafka_topic='q', partitions=2, value_format='json')",
+        "CREATE STREAM lq AS SELECT q.g, l.x, q.y FROM l JOIN q WITHIN 1 SECOND ON l.g = q.g"), [
         (b"a", b'{"G": 7, "X": 1}', 0, 4),
         (b"a", b'{"X": 2}', 0, 5),  # no join column: logged
         (b"b", None, 0, 6),  # a tombstone: joins nothing, passed over
         (None, b'{"G": -1, "X": 3}', 1, 2),  # no key of its own: the join column keys it
         (b"c", b'{"G": "seven"}', 1, 3),  # not its declared types: logged
-    ]], KAFKA_ROW)
-    loop = asyncio.new_event_loop()
-    runner = QueryRunner(spark, settings, side.query, side.source, side.sink, dict(tasks), loop)
-    try:
-        slices = runner._reduce(frame)
-    finally:
-        runner.stop()
-        loop.close()
+    ], datetime.datetime.fromtimestamp(1_700_000_000, datetime.UTC))
     assert {p: [r[:3] for r in s.records] for p, s in slices.items()} == {
         0: [(4, rekeyed(struct.pack(">i", 7), b"a"), b'{"G": 7, "X": 1}')],
         1: [(2, rekeyed(struct.pack(">i", -1), None), b'{"G": -1, "X": 3}')]}

@@ -22,6 +22,7 @@ from millpond.services.worker.stream_joining import StreamJoinTask
 from millpond.services.worker.table_joining import ForeignKeyJoinTask, JoinSideTask, KeyedSlice, TableJoinTask, rekeyed
 from millpond.services.worker.task import BadRecord
 from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.catalog.queries import PersistentQuery
 from millpond.shared.catalog.topology import stages
 from millpond.shared.config import WorkerSettings
 from millpond.shared.kafka.partitioner import partition_for
@@ -39,11 +40,16 @@ JOIN = ("CREATE TABLE abc AS SELECT b.id, a.x, b.y, c.z, a.x + c.z AS total FROM
         "FULL OUTER JOIN c ON c.id = a.id WHERE c.z IS NULL OR c.z <> 13")
 
 
-def _task(tmp_path: Path) -> TableJoinTask:
+def _planned(sink: str, *statements: str) -> tuple[Metastore, PersistentQuery]:
+    """A metastore that ran ``statements``, and the query that writes ``sink``."""
     meta = Metastore()
-    for offset, sql in enumerate([*TABLES, JOIN]):
+    for offset, sql in enumerate(statements):
         meta.apply(parse_statement(sql), offset)
-    query = next(q for q in meta.queries.values() if q.sink == "ABC")
+    return meta, next(q for q in meta.queries.values() if q.sink == sink)
+
+
+def _task(tmp_path: Path) -> TableJoinTask:
+    meta, query = _planned("ABC", *TABLES, JOIN)
     stage = "join"
     task = TableJoinTask(WorkerSettings(worker_id="w", state_dir=tmp_path), query, meta.source("A"),
                          meta.source("ABC"), 0, stage)
@@ -104,12 +110,9 @@ FK_TABLES = [
 
 
 def _fk_task(tmp_path: Path, kind: str) -> ForeignKeyJoinTask:
-    meta = Metastore()
     join = (f"CREATE TABLE joined AS SELECT i.id, i.x, s.y, s.id AS sid FROM items i {kind} JOIN sites s "
             "ON i.site = s.id WHERE s.y IS NULL OR s.y <> 13")
-    for offset, sql in enumerate([*FK_TABLES, join]):
-        meta.apply(parse_statement(sql), offset)
-    query = next(q for q in meta.queries.values() if q.sink == "JOINED")
+    meta, query = _planned("JOINED", *FK_TABLES, join)
     task = ForeignKeyJoinTask(WorkerSettings(worker_id="w", state_dir=tmp_path), query, meta.source("ITEMS"),
                               meta.source("JOINED"), 0, "join")
     task.store = PartitionStore(tmp_path / "store")
@@ -184,11 +187,8 @@ STREAMS = [
 
 
 def _stream_task(tmp_path: Path, kind: str, within: str) -> StreamJoinTask:
-    meta = Metastore()
     join = f"CREATE STREAM lr AS SELECT l.k, l.x, r.y FROM l {kind} JOIN r WITHIN {within} ON l.k = r.k"
-    for offset, sql in enumerate([*STREAMS, join]):
-        meta.apply(parse_statement(sql), offset)
-    query = next(q for q in meta.queries.values() if q.sink == "LR")
+    meta, query = _planned("LR", *STREAMS, join)
     return StreamJoinTask(WorkerSettings(worker_id="w", state_dir=tmp_path), query, meta.source("L"),
                           meta.source("LR"), 0)
 
@@ -227,15 +227,11 @@ def test_streams_joined_on_other_columns_match_the_reference_and_keep_their_own_
                                                                                      kind: str) -> None:
     """Both streams re-keyed by a value column (the left one has a KEY, the right one none):
     the same results as the reference over the join column, each side's KEY column its own."""
-    meta = Metastore()
-    for offset, sql in enumerate([
+    meta, query = _planned("LR",
         "CREATE STREAM l (id VARCHAR KEY, g VARCHAR, x INT) WITH (kafka_topic='l', partitions=1, value_format='json')",
         "CREATE STREAM r (g VARCHAR, y INT) WITH (kafka_topic='r', partitions=1, value_format='json')",
         f"CREATE STREAM lr AS SELECT l.g, l.id, l.x, r.y FROM l {kind} JOIN r WITHIN 2 SECONDS "
-        "GRACE PERIOD 1 SECOND ON l.g = r.g",
-    ]):
-        meta.apply(parse_statement(sql), offset)
-    query = next(q for q in meta.queries.values() if q.sink == "LR")
+        "GRACE PERIOD 1 SECOND ON l.g = r.g")
     assert query.plan.key_expression == "`G`" and query.plan.join is not None
     assert query.plan.join.tables[0].rekey == "`G`"
     task = StreamJoinTask(WorkerSettings(worker_id="w", state_dir=tmp_path), query, meta.source("L"),
@@ -277,14 +273,10 @@ def test_an_unmatched_record_is_emitted_once_stream_time_passes_its_window_and_g
 
 
 def test_a_foreign_key_the_right_key_cannot_hold_changes_nothing_and_is_logged(tmp_path: Path) -> None:
-    meta = Metastore()
-    for offset, sql in enumerate([
+    meta, query = _planned("AB",
         "CREATE TABLE a (id VARCHAR PRIMARY KEY, b_id BIGINT) WITH (kafka_topic='a', partitions=2, value_format='json')",
         "CREATE TABLE b (id BIGINT PRIMARY KEY, y INT) WITH (kafka_topic='b', partitions=2, value_format='json')",
-        "CREATE TABLE ab AS SELECT a.id, b.y FROM a LEFT JOIN b ON a.b_id = b.id",
-    ]):
-        meta.apply(parse_statement(sql), offset)
-    query = next(q for q in meta.queries.values() if q.sink == "AB")
+        "CREATE TABLE ab AS SELECT a.id, b.y FROM a LEFT JOIN b ON a.b_id = b.id")
     task = ForeignKeyJoinTask(WorkerSettings(worker_id="w", state_dir=tmp_path), query, meta.source("A"),
                               meta.source("AB"), 1, "join")
     task.store = PartitionStore(tmp_path / "store")
@@ -321,14 +313,10 @@ class _Producer:
 
 
 def test_where_one_stream_is_rekeyed_each_side_sends_a_record_to_its_join_keys_partition(tmp_path: Path) -> None:
-    meta = Metastore()
-    for offset, sql in enumerate([
+    meta, query = _planned("AC",
         "CREATE STREAM a (id VARCHAR KEY, x INT) WITH (kafka_topic='a', partitions=4, value_format='json')",
         "CREATE STREAM c (k VARCHAR KEY, ref VARCHAR) WITH (kafka_topic='c', partitions=4, value_format='json')",
-        "CREATE STREAM ac AS SELECT a.id, a.x, c.k FROM a JOIN c WITHIN 1 SECOND ON a.id = c.ref",
-    ]):
-        meta.apply(parse_statement(sql), offset)
-    query = next(q for q in meta.queries.values() if q.sink == "AC")
+        "CREATE STREAM ac AS SELECT a.id, a.x, c.k FROM a JOIN c WITHIN 1 SECOND ON a.id = c.ref")
     side_a, side_c, _ = stages(query, meta.source("A"), meta.source("AC"), "svc")
     settings = WorkerSettings(worker_id="w", state_dir=tmp_path)
     # Partition 3 of each stream holds keys another partitioner put there: both go by the join key.

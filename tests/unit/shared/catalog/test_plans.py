@@ -236,3 +236,15 @@ def test_where_one_stream_is_rekeyed_both_sides_go_to_their_join_keys_partition(
     on_keys = next(q for q in meta.queries.values() if q.sink == "AK")
     staged = stages(on_keys, meta.source("A"), meta.source("AK"), "svc")
     assert [(s.query.plan.key_expression, s.query.plan.repartition) for s in staged] == [(None, False)] * 3
+
+
+def test_a_table_join_of_three_tables_has_a_side_stage_for_each() -> None:
+    meta = _metastore(*(
+        f"CREATE TABLE {t} (id VARCHAR PRIMARY KEY, {t}_v INT) WITH (kafka_topic='{t}', partitions=2, value_format='json')"
+        for t in "abc"), "CREATE TABLE abc AS SELECT a.id, a_v, b_v, c_v FROM a LEFT JOIN b ON a.id = b.id "
+                        "FULL OUTER JOIN c ON a.id = c.id")
+    query = next(q for q in meta.queries.values() if q.sink == "ABC")
+    staged = stages(query, meta.source("A"), meta.source("ABC"), "svc")
+    assert [(s.name, s.source.topic, s.query.plan.repartition) for s in staged] == [
+        ("side-0", "a", False), ("side-1", "b", False), ("side-2", "c", False),
+        ("join", "_millpond-svc-" + query.query_id + "-joined", False), ("", "ABC", False)]
