@@ -109,10 +109,10 @@ class LookupTemplates:
     async def learn(self, query: ast.Query, plan: PullPlan, command_offset: int) -> None:
         """Keep ``query`` (parsed and planned as ``plan``) as the template of its shape, if it
         is a key lookup whose key is one literal of its text."""
-        key_col = plan.table.key_column
-        if plan.partition is None or key_col is None or len(query.text) > MAX_TEXT_CHARS:
-            return
-        key = key_equality(query.where, key_col.name)
+        keys = plan.table.key_columns
+        if plan.partition is None or len(keys) != 1 or len(query.text) > MAX_TEXT_CHARS:
+            return  # (a key of several columns has several literals: not a template of one)
+        key = key_equality(query.where, keys[0].name)
         shape = shape_of(query.text)
         known = self._templates.get(shape.key)
         if key is None or (known is not None and known.command_offset == command_offset) \

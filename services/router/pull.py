@@ -19,10 +19,10 @@ from millpond.shared.catalog.sources import DataSource
 from millpond.shared.catalog.topology import stages
 from millpond.shared.errors import LimitError, StatementError, UnavailableError
 from millpond.shared.kafka.partitioner import partition_for
-from millpond.shared.kafka.serde import add_values, coerce, from_proto, serialize_key
+from millpond.shared.kafka.serde import add_values, from_proto
 from millpond.shared.results import Outcome
 from millpond.shared.sql import ast
-from millpond.shared.sql.planner import key_equality, plan_select, select_row
+from millpond.shared.sql.planner import pinned_key, plan_select, select_row
 from millpond.worker.v1 import worker_pb2
 
 T = TypeVar("T")
@@ -58,17 +58,14 @@ def plan_pull(query: ast.Query, metastore: Metastore, service_id: str) -> PullPl
             "CREATE TABLE ... AS SELECT (use EMIT CHANGES for a push query)")
     selected = plan_select(query, table)
     columns = [(name, str(type_)) for name, type_ in selected.columns]
-    key_col = table.key_column
-    assert key_col is not None
-    literal = key_equality(query.where, key_col.name)
-    key = coerce(literal.value, key_col.type, key_col.name) if literal is not None else None
+    pinned = pinned_key(query.where, table)
     persistent = metastore.query(table.query_id)
     input_topic = stages(persistent, metastore.source(persistent.source), table, service_id)[-1].source.topic
-    if key is None:
+    if pinned is None:
         return PullPlan(table, None, columns, query.items, query.where, query.limit, input_topic)
-    key_bytes = serialize_key(key, key_col.type)
-    return PullPlan(table, key, columns, query.items, query.where, query.limit, input_topic, key_bytes,
-                    partition_for(key_bytes, table.partitions))
+    values, key_bytes = pinned
+    return PullPlan(table, values[0] if len(values) == 1 else values, columns, query.items, query.where, query.limit,
+                    input_topic, key_bytes, partition_for(key_bytes, table.partitions))
 
 
 @dataclass(frozen=True)

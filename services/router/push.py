@@ -24,7 +24,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from millpond.shared.catalog.sources import WINDOW_END, WINDOW_START, DataSource
 from millpond.shared.kafka.connection import KafkaConnection
-from millpond.shared.kafka.serde import deserialize_key, deserialize_value, window_bounds
+from millpond.shared.kafka.serde import deserialize_value, key_decoder, window_bounds
 from millpond.shared.sql.planner import SelectPlan
 
 log = logging.getLogger(__name__)
@@ -110,17 +110,17 @@ class PushQuery:
         does not pass the WHERE."""
         if record.value is None:
             return None
-        key_column = source.key_column
+        keys = source.key_columns
         try:
             row = deserialize_value([(c.name, c.type) for c in source.value_columns], record.value,
                                     source.value_format, source.value_delimiter)
-            if key_column is not None:
+            if keys:
                 if record.key is None:
                     raise ValueError("record has no key")
                 key = record.key
                 if source.window is not None:  # the windowed key: the key, then the window's bounds
                     key, row[WINDOW_START], row[WINDOW_END] = window_bounds(key, source.window)
-                row[key_column.name] = deserialize_key(key, key_column.type)
+                row.update(zip((c.name for c in keys), key_decoder(keys)(key), strict=True))
             row.setdefault("ROWTIME", record.timestamp)  # the pseudo-column, unless a column took the name
         except (ValueError, UnicodeDecodeError, struct.error) as err:
             self.skipped += 1

@@ -30,7 +30,6 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -57,6 +56,7 @@ from millpond.shared.kafka.admin import committed_offsets
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.kafka.serde import (
     deserialize_key,
+    key_decoder,
     serialize_value,
     session_key,
     split_windowed_key,
@@ -376,11 +376,10 @@ def group_rows(query: PersistentQuery, sink: DataSource) -> RowFn:
 
 def aggregate_rows(sink: DataSource, aggs: list[aggregates.Aggregate],
                    columns: Sequence[OutputColumn] = ()) -> Callable[[bytes, list[Any]], list[Any]]:
-    """How a GROUP BY table's row (key column first, for a windowed table WINDOWSTART and
+    """How a GROUP BY table's row (key columns first, for a windowed table WINDOWSTART and
     WINDOWEND next, then the aggregates) is made from a stored state, with its key decoder
     and finalizers looked up once (a scan makes thousands of rows)."""
-    key_type = sink.columns[0].type
-    decode: Callable[[bytes], Any] = bytes.decode if key_type.base == "VARCHAR" else partial(deserialize_key, type_=key_type)
+    decode = key_decoder(sink.key_columns)
     finals = [agg.finalize for agg in aggs]
     window = sink.window
     # The plan's value columns that are a window's bounds (SELECT WINDOWSTART AS ws, ...), in order.
@@ -390,18 +389,18 @@ def aggregate_rows(sink: DataSource, aggs: list[aggregates.Aggregate],
             inner, start, end = window_bounds(key, window)
             finalized = (final(s) for final, s in zip(finals, state, strict=True))
             values = [start if b == WINDOW_START else end if b == WINDOW_END else next(finalized) for b in bounds]
-            return [decode(inner), start, end, *values]
+            return [*decode(inner), start, end, *values]
 
         return bounded_row
     if window is not None:
         def windowed_row(key: bytes, state: list[Any]) -> list[Any]:
             inner, start, end = window_bounds(key, window)
-            return [decode(inner), start, end, *[final(s) for final, s in zip(finals, state, strict=True)]]
+            return [*decode(inner), start, end, *[final(s) for final, s in zip(finals, state, strict=True)]]
 
         return windowed_row
 
     def row(key: bytes, state: list[Any]) -> list[Any]:
-        return [decode(key), *[final(s) for final, s in zip(finals, state, strict=True)]]
+        return [*decode(key), *[final(s) for final, s in zip(finals, state, strict=True)]]
 
     return row
 

@@ -29,6 +29,7 @@ from millpond.shared.sql import ast
 from millpond.shared.sql.joins import started_sources
 from millpond.shared.sql.planner import (
     SOURCE_PROPERTIES,
+    check_key_format,
     check_key_type,
     check_properties,
     check_timestamp,
@@ -238,6 +239,7 @@ class Metastore:
             raise StatementError(f"table {stmt.name} needs a PRIMARY KEY column")
         for key in keys:
             check_key_type(key.name, key.type)
+        check_key_format(str(props.get("key_format", "KAFKA")).upper(), tuple(c.name for c in keys))
         names = [c.name for c in stmt.columns]
         reserved = sorted(set(names) & {"ROWTIME", "WINDOWSTART", "WINDOWEND"})
         if reserved:

@@ -88,7 +88,8 @@ class QueryPlan:
     columns: tuple[OutputColumn, ...]
     where: str | None = None
     key_column: str | None = None
-    """The sink's key column, or None for a stream without a key."""
+    """The sink's key column (a key of several columns: their names, comma-separated), or
+    None for a stream without a key."""
     key_expression: str | None = None
     """Spark SQL of the sink key; None keeps each input record's key as it is."""
     repartition: bool = False

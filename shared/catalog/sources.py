@@ -81,9 +81,20 @@ class DataSource:
     """How the TIMESTAMP column's text is read (WITH (timestamp_format=...)), if it is text."""
 
     @property
+    def key_columns(self) -> tuple[Column, ...]:
+        """The KEY / PRIMARY KEY columns: none, one, or several for a table keyed by a GROUP BY
+        of several expressions (KEY_FORMAT JSON)."""
+        return tuple(c for c in self.columns if c.key)
+
+    @property
     def key_column(self) -> Column | None:
-        """The KEY / PRIMARY KEY column, if any."""
-        return next((c for c in self.columns if c.key), None)
+        """The KEY / PRIMARY KEY column, if any; ValueError for a key of several columns,
+        which the operations that ask for one column do not take (their planners refuse it
+        first, naming the operation)."""
+        keys = self.key_columns
+        if len(keys) > 1:
+            raise ValueError(f"{self.name} has a key of several columns ({', '.join(c.name for c in keys)})")
+        return keys[0] if keys else None
 
     @property
     def value_columns(self) -> tuple[Column, ...]:
@@ -93,11 +104,11 @@ class DataSource:
     @property
     def row_columns(self) -> tuple[Column, ...]:
         """The columns of a row as pull and push queries see it: a windowed table's carry
-        WINDOWSTART and WINDOWEND (BIGINT, epoch milliseconds) after the key, as ksqlDB's."""
+        WINDOWSTART and WINDOWEND (BIGINT, epoch milliseconds) after the key columns, as ksqlDB's."""
         if self.window is None:
             return self.columns
         bounds = (Column(WINDOW_START, SqlType("BIGINT")), Column(WINDOW_END, SqlType("BIGINT")))
-        at = next((i + 1 for i, c in enumerate(self.columns) if c.key), 0)
+        at = max((i + 1 for i, c in enumerate(self.columns) if c.key), default=0)
         return (*self.columns[:at], *bounds, *self.columns[at:])
 
     @property

@@ -44,6 +44,7 @@ from millpond.shared.catalog.names import changelog_topic, joined_topic, reparti
 from millpond.shared.catalog.plans import PlanKind
 from millpond.shared.catalog.queries import OutputColumn, PersistentQuery, QueryPlan
 from millpond.shared.catalog.sources import Column, DataSource
+from millpond.shared.kafka.serde import composite_key_type
 from millpond.shared.sql.ast import SqlType
 from millpond.shared.sql.expressions import quote_identifier
 from millpond.shared.sql.planner import event_time, plan_materialization
@@ -180,7 +181,10 @@ def _two_sided_join(query: PersistentQuery, left: DataSource, sink: DataSource, 
 def _repartitioned_aggregate(query: PersistentQuery, source: DataSource, sink: DataSource,
                              service_id: str) -> list[Stage]:
     plan = query.plan
-    key = next(c for c in plan.columns if c.key)
+    keys = [c for c in plan.columns if c.key]
+    # A key of several columns travels as one STRUCT value: its JSON bytes are the sink's key.
+    key = keys[0] if len(keys) == 1 else OutputColumn(
+        REPARTITION_KEY, composite_key_type([(c.name, c.type) for c in keys]), plan.key_expression or "", key=True)
     # Every source column travels in the value, so the aggregates' Spark SQL (over the
     # source's column names) runs unchanged on the repartitioned records.
     carried = tuple(Column(c.name, c.type) for c in source.columns)

@@ -1,4 +1,5 @@
-"""Key and value formats: KAFKA keys, JSON and DELIMITED values, and protobuf ``Value``s."""
+"""Key and value formats: KAFKA keys, JSON keys of several columns, JSON and DELIMITED
+values, and protobuf ``Value``s."""
 
 from __future__ import annotations
 
@@ -6,18 +7,56 @@ import csv
 import io
 import json
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from millpond.common.v1 import rows_pb2
-from millpond.shared.catalog.sources import WindowSpec
+from millpond.shared.catalog.sources import Column, WindowSpec
 from millpond.shared.errors import StatementError
 from millpond.shared.sql.ast import SqlType
 
-KEY_FORMATS = ("KAFKA",)
+KEY_FORMATS = ("KAFKA", "JSON")
+"""KAFKA: one key column, as Kafka's Java serializers write it; JSON: a key of several
+columns (a GROUP BY of several expressions), a JSON object by column name, as ksqlDB's."""
 VALUE_FORMATS = ("JSON", "DELIMITED")
 KEY_TYPES = ("VARCHAR", "INT", "BIGINT", "DOUBLE", "BYTES")
 """Key column types the KAFKA key format serializes (as Kafka's Java serializers do)."""
+JSON_KEY_TYPES = ("VARCHAR", "INT", "BIGINT", "DOUBLE")
+"""Types a column of a JSON key may have."""
+
+
+def composite_key_type(columns: Sequence[tuple[str, SqlType]]) -> SqlType:
+    """The type of a key of several columns as one value: a STRUCT of them, which
+    ``serialize_key`` writes as a JSON object (a dict in Python, ``named_struct`` in Spark)."""
+    return SqlType("STRUCT", tuple(columns))
+
+
+def encode_key(values: Sequence[Any], columns: Sequence[Column]) -> bytes:
+    """The key bytes of a row's key column values: one column's in the KAFKA format, several
+    columns' as a JSON object by column name."""
+    if len(columns) == 1:
+        return serialize_key(values[0], columns[0].type)
+    type_ = composite_key_type([(c.name, c.type) for c in columns])
+    return serialize_key(dict(zip((c.name for c in columns), values, strict=True)), type_)
+
+
+def key_decoder(columns: Sequence[Column]) -> Callable[[bytes], list[Any]]:
+    """How key bytes become the key columns' values, in order (``encode_key``'s inverse),
+    with the format looked up once (a scan decodes thousands of keys)."""
+    if len(columns) == 1:
+        type_ = columns[0].type
+        if type_.base == "VARCHAR":
+            return lambda data: [data.decode()]
+        return lambda data: [deserialize_key(data, type_)]
+    names = [c.name for c in columns]
+
+    def decode(data: bytes) -> list[Any]:
+        fields = json.loads(data)
+        if not isinstance(fields, dict):
+            raise ValueError(f"a key of the columns {', '.join(names)} is not a JSON object")
+        return [fields.get(name) for name in names]
+
+    return decode
 
 
 def serialize_key(value: Any, type_: SqlType) -> bytes:
@@ -35,6 +74,9 @@ def serialize_key(value: Any, type_: SqlType) -> bytes:
         return struct.pack(">d", float(value))
     if base == "BYTES":
         return bytes(value)
+    if base == "STRUCT":  # a key of several columns: a compact JSON object in UTF-8
+        return json.dumps({name: value[name] for name, _ in type_.params}, separators=(",", ":"),
+                          ensure_ascii=False).encode()
     raise StatementError(f"KAFKA key format does not support {type_}; use VARCHAR, INT, BIGINT or DOUBLE")
 
 
@@ -49,6 +91,8 @@ def deserialize_key(data: bytes, type_: SqlType) -> Any:
         return struct.unpack(">q", data)[0]
     if base == "DOUBLE":
         return struct.unpack(">d", data)[0]
+    if base == "STRUCT":
+        return json.loads(data)
     return data
 
 

@@ -14,7 +14,16 @@ from millpond.shared.catalog.queries import AggregateCall, OutputColumn, QueryPl
 from millpond.shared.catalog.sources import WINDOW_END, WINDOW_START, Column, DataSource, WindowSpec
 from millpond.shared.errors import NotFoundError, StatementError
 from millpond.shared.kafka.partitioner import partition_for
-from millpond.shared.kafka.serde import KEY_FORMATS, KEY_TYPES, VALUE_FORMATS, coerce, serialize_key, serialize_value
+from millpond.shared.kafka.serde import (
+    JSON_KEY_TYPES,
+    KEY_FORMATS,
+    KEY_TYPES,
+    VALUE_FORMATS,
+    coerce,
+    encode_key,
+    serialize_key,
+    serialize_value,
+)
 from millpond.shared.sql import aggregates, ast
 from millpond.shared.sql.ast import SqlType, to_sql
 from millpond.shared.sql.expressions import evaluate, output_name, quote_identifier, spark_literal, to_spark
@@ -84,14 +93,25 @@ def key_equality(where: ast.Expr | None, key: str) -> ast.Literal | None:
     return None
 
 
+def pinned_key(where: ast.Expr | None, source: DataSource) -> tuple[list[Any], bytes] | None:
+    """The key a WHERE pins (``KEY = k``, for every column of a key of several, in top-level
+    conjuncts): its column values and serialized bytes; else None."""
+    keys = source.key_columns
+    literals = [key_equality(where, c.name) for c in keys]
+    if not keys or any(literal is None for literal in literals):
+        return None
+    values = [coerce(literal.value, c.type, c.name) for literal, c in zip(literals, keys, strict=True)
+              if literal is not None]
+    return values, encode_key(values, keys)
+
+
 def key_prefix(plan: SelectPlan) -> bytes | None:
     """For a pull query of a windowed table that names its key (``KEY = k``), the serialized
     key its rows' windowed keys start with; else None."""
-    key = plan.source.key_column
-    if plan.source.window is None or key is None:
+    if plan.source.window is None:
         return None
-    literal = key_equality(plan.where, key.name)
-    return None if literal is None else serialize_key(coerce(literal.value, key.type, key.name), key.type)
+    pinned = pinned_key(plan.where, plan.source)
+    return None if pinned is None else pinned[1]
 
 
 WINDOW_BOUNDS = (WINDOW_START, WINDOW_END)
@@ -183,6 +203,18 @@ def check_topic_name(topic: str, hint: str = "") -> str:
     return topic
 
 
+def check_key_format(key_format: str, keys: tuple[str, ...]) -> str:
+    """KAFKA holds one key column; JSON is for a key of several (a GROUP BY of several
+    expressions), which KAFKA cannot hold, as in ksqlDB. The format, checked."""
+    if len(keys) > 1 and key_format != "JSON":
+        raise StatementError(f"the {key_format} key format only supports a single key column; the result's key is "
+                             f"{', '.join(keys)}: use WITH (KEY_FORMAT='JSON')")
+    if len(keys) <= 1 and key_format == "JSON":
+        raise StatementError("KEY_FORMAT='JSON' is supported for a key of several columns (GROUP BY a, b) only; "
+                             "a single key column uses KEY_FORMAT='KAFKA'")
+    return key_format
+
+
 def check_key_type(column: str, type_: SqlType) -> None:
     """KAFKA keys are primitives the Java serializers know."""
     if type_.base not in KEY_TYPES:
@@ -246,6 +278,11 @@ def plan_persistent(
     if source.window is not None:
         raise StatementError(f"{source.name} is a windowed table; a persistent query over a windowed table is "
                              "not supported: read the stream it aggregates instead")
+    for read in (source, *joined):
+        if len(read.key_columns) > 1:
+            raise StatementError(f"{read.name} has a key of several columns "
+                                 f"({', '.join(c.name for c in read.key_columns)}); a persistent query over it is not "
+                                 "supported yet: query it with pull or push queries, or read the stream it aggregates")
     if query.joins:
         partitions = target.partitions if target is not None else int(properties.get("partitions", source.partitions))
         result_kind, columns, plan = plan_join(kind, name, query, source, joined, partitions)
@@ -284,7 +321,7 @@ def plan_persistent(
     same_key = key_expr is None
     plan = QueryPlan(
         kind=plan_kind, source=source.name, sink=name, columns=columns, where=where,
-        key_column=next((c.name for c in columns if c.key), None), key_expression=key_expr,
+        key_column=", ".join(c.name for c in columns if c.key) or None, key_expression=key_expr,
         repartition=not same_key or partitions != source.partitions, aggregates=calls, window=window,
         event_time=event_time(source) if window is not None else None, having=having,
     )
@@ -295,9 +332,11 @@ def _result(result_kind: str, name: str, columns: tuple[OutputColumn, ...], plan
             properties: dict[str, Any], query_id: str, target: DataSource | None) -> tuple[DataSource, QueryPlan]:
     """The sink a persistent query writes (``target`` for INSERT INTO, checked against the
     result's columns), with the plan."""
-    key = next((c for c in columns if c.key), None)
-    if key is not None:
-        check_key_type(key.name, key.type)
+    keys = [c for c in columns if c.key]
+    if len(keys) == 1:
+        check_key_type(keys[0].name, keys[0].type)
+    key_format = check_key_format(str(properties.get("key_format", "JSON" if len(keys) > 1 else "KAFKA")).upper(),
+                                  tuple(c.name for c in keys))
     sink_columns = tuple(Column(c.name, c.type, c.key) for c in columns)
     if target is not None:
         if sink_columns != target.columns:
@@ -310,8 +349,7 @@ def _result(result_kind: str, name: str, columns: tuple[OutputColumn, ...], plan
         topic=check_topic_name(str(properties.get("kafka_topic", name)),
                                f"; {name} needs WITH (KAFKA_TOPIC='...'): its topic is named after it otherwise"),
         partitions=int(properties.get("partitions", source.partitions)),
-        key_format=str(properties.get("key_format", "KAFKA")).upper(),
-        value_format=str(properties.get("value_format", source.value_format)).upper(),
+        key_format=key_format, value_format=str(properties.get("value_format", source.value_format)).upper(),
         query_id=query_id, value_delimiter=str(properties.get("value_delimiter", source.value_delimiter)),
         timestamp=check_timestamp(properties, sink_columns), window=plan.window,
         timestamp_format=properties.get("timestamp_format"),
@@ -388,20 +426,28 @@ def _missing_key(name: str, what: str, expr: ast.Expr) -> StatementError:
 def _aggregation(
     name: str, query: ast.Query, source: DataSource, scope: Scope,
 ) -> tuple[tuple[OutputColumn, ...], str | None, tuple[AggregateCall, ...]]:
+    """A GROUP BY's result columns (one key column per grouping expression, in SELECT order,
+    first), the Spark SQL of its key when records must be re-keyed (a key of several columns
+    is a ``named_struct`` of them, NULL when any is NULL), and its aggregate calls."""
     if source.kind == "TABLE":
         raise StatementError(f"aggregating the TABLE {source.name} is not supported; aggregate the stream it comes from")
     if query.partition_by is not None:
         raise StatementError("PARTITION BY cannot be combined with GROUP BY; GROUP BY already keys the result")
-    if len(query.group_by) != 1:
-        raise StatementError(f"GROUP BY on {len(query.group_by)} expressions needs a multi-column key, "
-                             "which is not supported; group by one expression")
-    group = query.group_by[0]
-    group_type = check(group, scope)
+    groups = query.group_by
+    twice = next((g for i, g in enumerate(groups) if g in groups[:i]), None)
+    if twice is not None:
+        raise StatementError(f"GROUP BY names {to_sql(twice)} twice; group by it once")
+    group_types = {group: check(group, scope) for group in groups}
     columns: list[OutputColumn] = []
     calls: list[AggregateCall] = []
+    keys: dict[ast.Expr, str] = {}
     for out, expr in _expand(query, source):
-        if expr == group:
-            columns.append(OutputColumn(out, group_type, to_spark(group, scope), key=True))
+        if expr in group_types:
+            if expr in keys:
+                raise StatementError(f"the GROUP BY expression {to_sql(expr)} is selected twice (as {keys[expr]} and "
+                                     f"{out}): a key column is selected once")
+            keys[expr] = out
+            columns.append(OutputColumn(out, group_types[expr], to_spark(expr, scope), key=True))
             continue
         if query.window is not None and isinstance(expr, ast.ColumnRef) and expr.name in WINDOW_BOUNDS \
                 and expr.name not in source.schema:
@@ -413,16 +459,27 @@ def _aggregation(
             continue
         if not isinstance(expr, ast.Call) or aggregates.lookup(expr.name) is None:
             shown = to_sql(expr) if out == to_sql(expr) else f"{out} ({to_sql(expr)})"
-            raise StatementError(f"{shown} is neither an aggregate nor the GROUP BY expression "
-                                 f"{to_sql(group)}; aggregate it or group by it")
+            grouping = ", ".join(to_sql(g) for g in groups)
+            raise StatementError(f"{shown} is neither an aggregate nor {'the' if len(groups) == 1 else 'a'} GROUP BY "
+                                 f"expression {grouping}; aggregate it or group by it")
         result = check(expr, scope, aggregates_allowed=True)
         argument = "1" if expr.star else to_spark(expr.args[0], scope)
         columns.append(OutputColumn(out, result, f"{expr.name}({argument})"))
         calls.append(AggregateCall(out, expr.name, argument))
-    if not any(c.key for c in columns):
-        raise _missing_key(name, "grouping expression", group)
-    key_expr = None if _source_key_ref(group, source) else to_spark(group, scope)
-    return _key_first(columns), key_expr, tuple(calls)
+    missing = next((g for g in groups if g not in keys), None)
+    if missing is not None:
+        raise _missing_key(name, "grouping expression", missing)
+    ordered = _key_first(columns)
+    if len(groups) == 1:
+        return ordered, None if _source_key_ref(groups[0], source) else to_spark(groups[0], scope), tuple(calls)
+    for column in ordered:
+        if column.key and column.type.base not in JSON_KEY_TYPES:
+            raise StatementError(f"key column {column.name} is {column.type}, which a key of several columns cannot "
+                                 f"hold; group by expressions of {', '.join(JSON_KEY_TYPES)}")
+    parts = [(c.name, f"({c.expression})") for c in ordered if c.key]
+    null = " OR ".join(f"{e} IS NULL" for _, e in parts)
+    fields = ", ".join(f"{spark_literal(n)}, {e}" for n, e in parts)
+    return ordered, f"IF({null}, NULL, named_struct({fields}))", tuple(calls)
 
 
 def having_over_result(query: ast.Query) -> ast.Expr | None:
@@ -432,11 +489,10 @@ def having_over_result(query: ast.Query) -> ast.Expr | None:
     if query.having is None:
         return None
     selected = {item.expr: output_name(item, i) for i, item in enumerate(query.items) if item.expr is not None}
-    group = query.group_by[0] if len(query.group_by) == 1 else None
 
     def swap(node: ast.Expr) -> ast.Expr | None:
         is_aggregate = isinstance(node, ast.Call) and aggregates.lookup(node.name) is not None
-        if (is_aggregate or node == group) and node in selected:
+        if (is_aggregate or node in query.group_by) and node in selected:
             return ast.ColumnRef(selected[node])
         return None
 

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import grpc
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from millpond.cli.client import RouterClient
+from millpond.cli.client import PushStream, RouterClient
 from millpond.deploy.local.launcher import LocalCluster
 from millpond.shared.kafka.admin import topic_partitions
 
@@ -24,20 +26,42 @@ def run(cluster: LocalCluster, script: str) -> list[list[object]]:
     return outcomes[-1].rows
 
 
-def pull_until(cluster: LocalCluster, sql: str, want: dict[Any, list[Any]], timeout: float = 240) -> dict[Any, list[Any]]:
-    """Pull ``sql`` until its rows keyed by their first column equal ``want`` (tables catch up
-    asynchronously); returns the last answer."""
+def pull_until(cluster: LocalCluster, sql: str, want: dict[Any, list[Any]], timeout: float = 240,
+               key: Callable[[list[Any]], Any] = lambda row: row[0]) -> dict[Any, list[Any]]:
+    """Pull ``sql`` until its rows by ``key`` (their first column) equal ``want`` (tables catch
+    up asynchronously); returns the last answer."""
     deadline = time.monotonic() + timeout
     rows: dict[Any, list[Any]] = {}
     while time.monotonic() < deadline:
         try:
-            rows = {row[0]: row for row in run(cluster, sql)}
+            rows = {key(row): row for row in run(cluster, sql)}
         except grpc.RpcError:  # UNAVAILABLE while the table's tasks are starting
             rows = {}
         if rows == want:
             break
         time.sleep(0.2)
     return rows
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float = 240) -> None:
+    """Wait until ``check()`` holds; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def collect(stream: PushStream, into: list[list[object]]) -> threading.Thread:
+    """Append a push query's rows to ``into`` from a thread, until it is cancelled."""
+    def run() -> None:
+        try:
+            for row in stream:
+                into.append(row)
+        except grpc.RpcError as err:
+            assert err.code() == grpc.StatusCode.CANCELLED, err
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
 
 
 async def read_all(bootstrap: str, topic: str) -> list[tuple[int, int, bytes | None, bytes | None]]:

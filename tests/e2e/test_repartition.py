@@ -19,11 +19,12 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
+from millpond.cli.client import RouterClient
 from millpond.deploy.local.launcher import LocalCluster
 from millpond.shared.catalog.names import processing_log_topic, repartition_topic
 from millpond.shared.kafka.admin import topic_partitions
 from millpond.shared.kafka.partitioner import partition_for
-from tests.e2e.helpers import pull_until, read_all, run
+from tests.e2e.helpers import collect, pull_until, read_all, run, wait_for
 from tests.e2e.workload import produce
 
 PARTITIONS = 4
@@ -135,3 +136,77 @@ async def test_a_table_projected_from_a_table_is_materialized(cluster: LocalClus
         latest[key] = value
     assert latest[b"u1"] is None and latest[b"u2"] is None
     assert json.loads(latest[b"u4"] or b"{}") == {"NAME": "DEE", "AGE": 23}
+
+
+async def test_group_by_several_columns_keys_the_table_by_all_of_them(cluster: LocalCluster) -> None:
+    """GROUP BY two expressions: a table keyed by both (KEY_FORMAT JSON, as ksqlDB's), exact
+    against counts computed here, its keys on the partitions murmur2 of their JSON names,
+    looked up by both columns, scanned by one, pushed as it changes, and windowed too."""
+    stream = f"mk_{cluster.service_id}"
+    per_page, per_minute = f"per_page_{stream}", f"per_minute_{stream}"
+    run(cluster, f"CREATE STREAM {stream} (userid VARCHAR KEY, page VARCHAR, region VARCHAR, ms INT, ts BIGINT) "
+                 f"WITH (kafka_topic='{stream}', partitions={PARTITIONS}, value_format='json', timestamp='ts');")
+    run(cluster, f"""
+        SET 'auto.offset.reset'='earliest';
+        CREATE TABLE {per_page} WITH (partitions=3) AS SELECT page, UCASE(region) AS region, COUNT(*) AS n,
+          SUM(ms) AS total FROM {stream} GROUP BY page, UCASE(region);
+        CREATE TABLE {per_minute} AS SELECT region, page, COUNT(*) AS n FROM {stream}
+          WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY region, page HAVING COUNT(*) > 1;
+    """)
+    client = RouterClient(cluster.router)
+    changes: list[list[object]] = []
+    reader = collect(client.stream(f"SELECT * FROM {per_page} EMIT CHANGES;"), changes)
+
+    rng = random.Random(11)
+    counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    windows: dict[tuple[str, str, int], int] = defaultdict(int)
+    events: list[tuple[bytes | None, bytes]] = []
+    for i in range(6_000):
+        user, page, region = f"u{rng.randrange(50)}", f"/p{rng.randrange(12)}", rng.choice(["eu", "us", "Eu", "apac"])
+        ms, ts = rng.randrange(1, 500), 1_700_000_000_000 + rng.randrange(5 * 60_000)
+        if i % 1000 == 7:  # a NULL grouping column: the processing log, counted nowhere
+            events.append((user.encode(), json.dumps({"PAGE": page, "REGION": None, "MS": ms, "TS": ts}).encode()))
+            continue
+        events.append((user.encode(), json.dumps({"PAGE": page, "REGION": region, "MS": ms, "TS": ts}).encode()))
+        counts[(page, region.upper())][0] += 1
+        counts[(page, region.upper())][1] += ms
+        windows[(region, page, ts - ts % 60_000)] += 1
+    await produce(cluster.bootstrap, stream, events)
+
+    def by_key(row: list[Any]) -> Any:
+        return tuple(row[:2])
+
+    want = {k: [*k, n, total] for k, (n, total) in counts.items()}
+    assert await asyncio.to_thread(pull_until, cluster, f"SELECT * FROM {per_page};", want, key=by_key) == want
+    # A lookup names both key columns; one of them alone scans the table.
+    for page, region in [("/p0", "EU"), ("/p7", "APAC"), ("/p11", "US")]:
+        assert run(cluster, f"SELECT n, total FROM {per_page} WHERE region = '{region}' AND page = '{page}';") \
+            == [counts[(page, region)]]
+    assert run(cluster, f"SELECT * FROM {per_page} WHERE page = '/p0' AND region = 'nowhere';") == []
+    assert sorted(run(cluster, f"SELECT region, n FROM {per_page} WHERE page = '/p3';")) == sorted(
+        [r, n] for (p, r), (n, _) in counts.items() if p == "/p3")
+    want_windows = {k: [k[0], k[1], k[2], k[2] + 60_000, n] for k, n in windows.items() if n > 1}
+    got = await asyncio.to_thread(pull_until, cluster, f"SELECT * FROM {per_minute};", want_windows,
+                                  key=lambda row: tuple(row[:3]))
+    assert got == want_windows
+    region, page, start = next(iter(want_windows))
+    assert run(cluster, f"SELECT n FROM {per_minute} WHERE page = '{page}' AND region = '{region}' "
+                        f"AND WINDOWSTART = {start};") == [[windows[(region, page, start)]]]
+
+    # The sink: a JSON object of both columns per key, on the partition murmur2 of those bytes names.
+    last: dict[tuple[str, str], int] = {}
+    for partition, _, key, value in await read_all(cluster.bootstrap, per_page.upper()):
+        assert key is not None and value is not None and partition == partition_for(key, 3)
+        fields = json.loads(key)
+        assert list(fields) == ["PAGE", "REGION"] and key == json.dumps(fields, separators=(",", ":")).encode()
+        last[(fields["PAGE"], fields["REGION"])] = json.loads(value)["N"]
+    assert last == {k: n for k, (n, _) in counts.items()}
+    # The push query saw each key's count climb to its final value.
+    wait_for("the last change pushed", lambda: {(str(r[0]), str(r[1])): r[2] for r in changes} == last, 60)
+    client.close()
+    reader.join(10)
+
+    logged = [json.loads(v) for *_, v in await read_all(cluster.bootstrap, processing_log_topic(cluster.service_id))
+              if v is not None]
+    reasons = [e["REASON"] for e in logged if e["QUERY_ID"].startswith(f"CTAS_{per_page.upper()}_")]
+    assert len(reasons) == 6 and all(r.startswith("the new key (IF(") and r.endswith(") is NULL") for r in reasons)

@@ -29,7 +29,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from millpond.cli.client import PushStream, RouterClient
+from millpond.cli.client import RouterClient
 from millpond.cli.status import router_status
 from millpond.deploy.local.kafka_broker import EmbeddedKafka
 from millpond.deploy.local.launcher import LocalCluster
@@ -37,10 +37,10 @@ from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.net import free_port
 from millpond.shared.session import ENABLE_STANDBY_READS, MAX_OFFSET_LAG, MAX_STALENESS_MS
 from millpond.worker.v1 import worker_pb2, worker_pb2_grpc
+from tests.e2e.helpers import collect, wait_for
 from tests.e2e.workload import PARTITIONS, Expected, check_table, create_table, end_offsets, produce, readings, table_rows
 
 KEYS = 60
-TIMEOUT_S = 240
 
 
 @pytest.fixture(scope="module")
@@ -93,25 +93,6 @@ def caught_up(cluster: LocalCluster, query_id: str, ends: dict[int, int]) -> boo
     active = layout(cluster, query_id)[0]
     return len(active) == PARTITIONS and all(
         (store_lag(cluster, w, query_id, p, True) or (0, -1))[1] >= ends[p] for p, w in active.items())
-
-
-def wait_for(what: str, check, timeout: float = TIMEOUT_S) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
-def collect(stream: PushStream, into: list[list[object]]) -> threading.Thread:
-    def run() -> None:
-        try:
-            for row in stream:
-                into.append(row)
-        except grpc.RpcError as err:
-            assert err.code() == grpc.StatusCode.CANCELLED, err
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
 
 
 def pull_error(client: RouterClient, sql: str, **properties: str) -> str:

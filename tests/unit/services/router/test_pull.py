@@ -15,6 +15,7 @@ from millpond.common.v1 import rows_pb2
 from millpond.services.router.pull import Replica, Route, execute_pull, plan_pull
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.errors import LimitError, UnavailableError
+from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.kafka.serde import to_proto
 from millpond.shared.results import Outcome
 from millpond.shared.rpc.converters import outcome_from_proto, outcome_to_proto
@@ -91,6 +92,18 @@ def test_lookup_fails_over_and_reports_the_position_it_read() -> None:
     assert result.outcome.rows == [["s1", 2]] and result.positions == {plan.partition: 41}
     assert [(e, r.allow_standby, r.min_input_offset) for e, r in workers.calls] == [("a:1", False, 40),
                                                                                   ("b:1", True, 40)]
+
+
+def test_a_key_of_several_columns_is_looked_up_only_when_the_where_names_all_of_them() -> None:
+    meta = metastore()
+    meta.apply(parse_statement("CREATE TABLE pairs WITH (partitions=5) AS SELECT area, sensor, COUNT(*) AS n "
+                               "FROM readings GROUP BY sensor, area"), 2)
+    plan = plan_pull(parse_statement("SELECT n FROM pairs WHERE sensor = 's1' AND n > 0 AND area = 'a'"), meta, "svc")
+    assert plan.key == ["a", "s1"] and plan.key_bytes == b'{"AREA":"a","SENSOR":"s1"}'
+    assert plan.partition == partition_for(plan.key_bytes, 5)
+    scan = plan_pull(parse_statement("SELECT n FROM pairs WHERE sensor = 's1' OR area = 'a'"), meta, "svc")
+    half = plan_pull(parse_statement("SELECT n FROM pairs WHERE sensor = 's1'"), meta, "svc")
+    assert scan.key_bytes is None and scan.partition is None and half.key_bytes is None and half.partition is None
 
 
 def test_unavailable_names_every_copy_and_why() -> None:

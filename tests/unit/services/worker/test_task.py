@@ -57,7 +57,7 @@ from millpond.services.worker.task import (
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError
-from millpond.shared.kafka.serde import session_key, windowed_key
+from millpond.shared.kafka.serde import encode_key, session_key, windowed_key
 from millpond.shared.sql import aggregates
 from millpond.shared.sql.parser import parse_statement
 from tests.unit.services.worker.fake_changelog import Changelog, FakeConsumer
@@ -393,6 +393,25 @@ def test_a_group_by_row_is_its_decoded_key_and_each_finalized_aggregate() -> Non
     assert aggregate_rows(meta.source("BY_NAME"), [total])("né".encode(), [[5]]) == ["né", 5]
     with pytest.raises(ValueError):  # a state that does not match the aggregates is an error, not a short row
         by_id(b"\x00\x00\x00\x01", [[3]])
+
+
+def test_a_row_keyed_by_several_columns_decodes_each_from_its_json_key() -> None:
+    meta = Metastore()
+    for offset, statement in enumerate((
+            "CREATE STREAM r (id INT KEY, name VARCHAR, v INT) WITH (kafka_topic='r', partitions=1, value_format='json')",
+            "CREATE TABLE by_both AS SELECT name, id, COUNT(*) AS n FROM r GROUP BY id, name",
+            "CREATE TABLE by_minute AS SELECT name, id, COUNT(*) AS n FROM r WINDOW TUMBLING (SIZE 1 MINUTE) "
+            "GROUP BY id, name")):
+        meta.apply(parse_statement(statement), offset)
+    count = aggregates.require("COUNT")
+    key = encode_key(["né", 7], meta.source("BY_BOTH").key_columns)
+    assert key == '{"NAME":"né","ID":7}'.encode()
+    assert aggregate_rows(meta.source("BY_BOTH"), [count])(key, [[3]]) == ["né", 7, 3]
+    windowed = meta.source("BY_MINUTE")
+    assert [c.name for c in windowed.row_columns] == ["NAME", "ID", "WINDOWSTART", "WINDOWEND", "N"]
+    assert aggregate_rows(windowed, [count])(windowed_key(key, 120_000), [[2]]) == ["né", 7, 120_000, 180_000, 2]
+    with pytest.raises(ValueError):  # a key that is not the JSON object of its columns
+        aggregate_rows(meta.source("BY_BOTH"), [count])(b"[1, 2]", [[3]])
 
 
 async def test_a_windowed_aggregation_keeps_stream_time_drops_late_records_and_lets_old_windows_go(

@@ -50,7 +50,7 @@ CREATE TABLE t1 AS SELECT sensor, SUM(area) AS s FROM readings GROUP BY sensor;
 CREATE TABLE t2 AS SELECT sensor, AVG(nope) AS s FROM readings GROUP BY sensor;
 CREATE TABLE t3 AS SELECT sensor, area, COUNT(*) FROM readings GROUP BY sensor;
 CREATE TABLE t4 AS SELECT COUNT(*) AS n FROM readings GROUP BY sensor;
-CREATE TABLE t5 AS SELECT sensor, area, COUNT(*) FROM readings GROUP BY sensor, area;
+CREATE TABLE t5 WITH (key_format='kafka') AS SELECT sensor, area, COUNT(*) FROM readings GROUP BY sensor, area;
 CREATE STREAM s1 AS SELECT sensor, COUNT(*) AS n FROM readings GROUP BY sensor;
 CREATE STREAM s2 AS SELECT sensor, reading + area AS x FROM readings;
 CREATE STREAM s3 AS SELECT sensor, reading FROM readings WHERE reading;
@@ -324,3 +324,32 @@ SHOW QUERIES;
 DROP STREAM hot;
 DROP STREAM readings;
 SHOW STREAMS;
+
+-- GROUP BY several expressions: a key of several columns, KEY_FORMAT JSON (as ksqlDB's).
+CREATE STREAM visits (userid VARCHAR KEY, page VARCHAR, region VARCHAR, ms INT, score DOUBLE, ok BOOLEAN)
+  WITH (kafka_topic='visits', partitions=3, value_format='json');
+CREATE TABLE per_page AS SELECT page, region, COUNT(*) AS n, SUM(ms) AS total FROM visits GROUP BY page, region;
+CREATE TABLE per_page_case WITH (key_format='json') AS SELECT UCASE(region) AS area, page, MAX(ms) AS top FROM visits
+  WHERE ms > 0 GROUP BY page, UCASE(region) HAVING MAX(ms) > 10;
+CREATE TABLE per_user_window AS SELECT userid, page, COUNT(*) AS n FROM visits WINDOW TUMBLING (SIZE 1 MINUTE)
+  GROUP BY userid, page;
+DESCRIBE per_page;
+DESCRIBE EXTENDED per_page_case;
+EXPLAIN CREATE TABLE per_page_explained AS SELECT page, region, COUNT(*) AS n FROM visits GROUP BY page, region;
+SELECT * FROM per_page WHERE page = '/home' AND region = 'eu';
+SELECT page, n FROM per_page WHERE page = '/home';
+SELECT * FROM per_user_window WHERE userid = 'u1' AND page = '/a' AND WINDOWSTART >= 0;
+SELECT * FROM per_page EMIT CHANGES;
+CREATE TABLE pp1 WITH (key_format='kafka') AS SELECT page, region, COUNT(*) FROM visits GROUP BY page, region;
+CREATE TABLE pp2 WITH (key_format='json') AS SELECT page, COUNT(*) FROM visits GROUP BY page;
+CREATE TABLE pp3 AS SELECT page, COUNT(*) FROM visits GROUP BY page, region;
+CREATE TABLE pp4 AS SELECT page, region, page AS p2, COUNT(*) FROM visits GROUP BY page, region;
+CREATE TABLE pp5 AS SELECT page, region, COUNT(*) FROM visits GROUP BY page, region, page;
+CREATE TABLE pp6 AS SELECT page, ok, COUNT(*) FROM visits GROUP BY page, ok;
+CREATE TABLE pp7 AS SELECT page, region, ms, COUNT(*) FROM visits GROUP BY page, region;
+CREATE TABLE pp8 AS SELECT page, score, COUNT(*) AS n FROM visits GROUP BY page, score;
+CREATE TABLE pp9 AS SELECT page, COUNT(*) AS n FROM per_page GROUP BY page;
+CREATE STREAM pp10 AS SELECT * FROM per_page;
+CREATE TABLE pp11 AS SELECT p.page, p.n, q.top FROM per_page p JOIN per_page_case q ON p.page = q.page;
+CREATE STREAM jsonkey (k VARCHAR KEY, v INT) WITH (kafka_topic='jsonkey', value_format='json', key_format='json');
+CREATE STREAM twokeys (a VARCHAR KEY, b VARCHAR KEY, v INT) WITH (kafka_topic='twokeys', value_format='json');
