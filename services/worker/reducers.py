@@ -550,21 +550,36 @@ def states(row: Any, skip: int, shape: list[int]) -> list[list[Any]]:
     return out
 
 
+_SIGNED_64 = "CAST(conv(hex(_key), 16, -10) AS BIGINT)"
+"""Eight big-endian key bytes as a signed BIGINT (``conv`` to a negative base reads them signed)."""
+KEY_DECODERS = {
+    "VARCHAR": "CAST(_key AS STRING)",
+    # Java's IntegerSerializer: four big-endian bytes, two's complement.
+    "INT": "IF(length(_key) = 4, CAST(CAST(conv(hex(_key), 16, 10) AS BIGINT) "
+           "- IF(substr(hex(_key), 1, 1) >= '8', 4294967296, 0) AS INT), NULL)",
+    "BIGINT": f"IF(length(_key) = 8, {_SIGNED_64}, NULL)",
+    # DoubleSerializer: the IEEE 754 bits as a long (Java's own conversion back, exact).
+    "DOUBLE": f"IF(length(_key) = 8, CAST(reflect('java.lang.Double', 'longBitsToDouble', {_SIGNED_64}) AS DOUBLE), "
+              "NULL)",
+}
+"""Spark SQL of a KAFKA-format key column's value from the record key's bytes, by type (a
+key of another length is NULL); BYTES keys are the bytes."""
+
+
 def _key_expr(source: DataSource) -> str:
     key = source.key_column
     if key is None:
         return "CAST(NULL AS STRING)"
-    if key.type.base == "VARCHAR":
-        return f"CAST(_key AS STRING) AS {quote_identifier(key.name)}"
-    return f"_key AS {quote_identifier(key.name)}"
+    return f"{KEY_DECODERS.get(key.type.base, '_key')} AS {quote_identifier(key.name)}"
 
 
 def plain(values: list[Any]) -> list[Any]:
     """Spark values as JSON-friendly Python values (Decimal and Row become float and dict)."""
     out: list[Any] = []
     for v in values:
-        if hasattr(v, "asDict"):
-            v = v.asDict()
+        if hasattr(v, "asDict"):  # a struct: its fields made plain too
+            fields = v.asDict()
+            v = dict(zip(fields, plain(list(fields.values())), strict=True))
         elif isinstance(v, list):
             v = plain(v)
         elif v is not None and type(v).__name__ == "Decimal":

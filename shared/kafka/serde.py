@@ -75,9 +75,23 @@ def serialize_key(value: Any, type_: SqlType) -> bytes:
     if base == "BYTES":
         return bytes(value)
     if base == "STRUCT":  # a key of several columns: a compact JSON object in UTF-8
-        return json.dumps({name: value[name] for name, _ in type_.params}, separators=(",", ":"),
-                          ensure_ascii=False).encode()
+        return json.dumps({name: _key_field(value[name], field, name) for name, field in type_.params},
+                          separators=(",", ":"), ensure_ascii=False).encode()
     raise StatementError(f"KAFKA key format does not support {type_}; use VARCHAR, INT, BIGINT or DOUBLE")
+
+
+def _key_field(value: Any, type_: SqlType, name: str) -> Any:
+    """A JSON key's field as its declared type writes it, whatever Python type the value came
+    as (Spark gives a DECIMAL expression's value as a Decimal, an integral one maybe too), so
+    the worker's key bytes and a pull query's agree."""
+    if value is None:
+        raise StatementError(f"the key column {name} cannot be NULL")
+    base = type_.base
+    if base in ("INT", "BIGINT"):
+        return int(value)
+    if base == "DOUBLE":
+        return float(value)
+    return str(value)
 
 
 def deserialize_key(data: bytes, type_: SqlType) -> Any:

@@ -21,7 +21,6 @@ from millpond.shared.kafka.serde import (
     VALUE_FORMATS,
     coerce,
     encode_key,
-    serialize_key,
     serialize_value,
 )
 from millpond.shared.sql import aggregates, ast
@@ -102,6 +101,8 @@ def pinned_key(where: ast.Expr | None, source: DataSource) -> tuple[list[Any], b
         return None
     values = [coerce(literal.value, c.type, c.name) for literal, c in zip(literals, keys, strict=True)
               if literal is not None]
+    if any(value is None for value in values):  # KEY = NULL holds for no row: a scan finds none
+        return None
     return values, encode_key(values, keys)
 
 
@@ -586,10 +587,11 @@ def encode_insert(stmt: ast.InsertValues, source: DataSource) -> EncodedRecord:
         except (ArithmeticError, TypeError, ValueError) as error:
             raise StatementError(f"the value for {name}, {to_sql(expr)}, cannot be computed: {error}") from error
         row[name] = coerce(value, schema[name], name)
-    key_col = source.key_column
-    if key_col is not None and row.get(key_col.name) is None:
-        raise StatementError(f"the key column {key_col.name} of {source.name} needs a value that is not NULL")
-    key = serialize_key(row.get(key_col.name), key_col.type) if key_col else None
+    keys = source.key_columns
+    for column in keys:
+        if row.get(column.name) is None:
+            raise StatementError(f"the key column {column.name} of {source.name} needs a value that is not NULL")
+    key = encode_key([row[c.name] for c in keys], keys) if keys else None
     values = source.value_columns
     value = serialize_value([c.name for c in values], [row.get(c.name) for c in values],
                             source.value_format, source.value_delimiter)

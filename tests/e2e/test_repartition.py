@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import random
 from collections import defaultdict
 from typing import Any
@@ -24,6 +25,8 @@ from millpond.deploy.local.launcher import LocalCluster
 from millpond.shared.catalog.names import processing_log_topic, repartition_topic
 from millpond.shared.kafka.admin import topic_partitions
 from millpond.shared.kafka.partitioner import partition_for
+from millpond.shared.kafka.serde import deserialize_key, serialize_key
+from millpond.shared.sql.ast import SqlType
 from tests.e2e.helpers import collect, pull_until, read_all, run, wait_for
 from tests.e2e.workload import produce
 
@@ -210,3 +213,59 @@ async def test_group_by_several_columns_keys_the_table_by_all_of_them(cluster: L
               if v is not None]
     reasons = [e["REASON"] for e in logged if e["QUERY_ID"].startswith(f"CTAS_{per_page.upper()}_")]
     assert len(reasons) == 6 and all(r.startswith("the new key (IF(") and r.endswith(") is NULL") for r in reasons)
+
+
+async def test_expressions_of_int_bigint_and_double_keys_read_the_key_values(cluster: LocalCluster) -> None:
+    """KAFKA-format keys of every numeric type (Java's big-endian serializers) decode in
+    Spark to their values: a WHERE, a GROUP BY expression and an aggregate over the key
+    column compute with the number, not the key's bytes."""
+    name = f"nk_{cluster.service_id}"
+    run(cluster, f"""
+        CREATE STREAM {name}_i (id INT KEY, amount INT) WITH (kafka_topic='{name}_i', partitions={PARTITIONS}, value_format='json');
+        CREATE STREAM {name}_b (id BIGINT KEY, amount INT) WITH (kafka_topic='{name}_b', partitions={PARTITIONS}, value_format='json');
+        CREATE STREAM {name}_d (price DOUBLE KEY, qty INT) WITH (kafka_topic='{name}_d', partitions={PARTITIONS}, value_format='json');
+        SET 'auto.offset.reset'='earliest';
+        CREATE TABLE {name}_ib AS SELECT id % 10 AS bucket, COUNT(*) AS n, SUM(id) AS total FROM {name}_i
+          WHERE id > -50 GROUP BY id % 10;
+        CREATE TABLE {name}_bb AS SELECT amount, MAX(id) AS top, MIN(id) AS low FROM {name}_b GROUP BY amount;
+        CREATE STREAM {name}_cheap AS SELECT price, price * 2 AS twice, qty FROM {name}_d WHERE price < 10.5;
+        CREATE TABLE {name}_ik AS SELECT id, amount * 1.5 AS scaled, COUNT(*) AS n FROM {name}_i GROUP BY id, amount * 1.5;
+    """)
+    rng = random.Random(5)
+    ints = [rng.randrange(-2**31, 2**31) if i % 7 == 0 else rng.randrange(-100, 100) for i in range(2_000)]
+    bigs = [rng.randrange(-2**63, 2**63) for _ in range(2_000)]
+    prices = [rng.choice([-0.5, 0.1, 3.25, 10.5, 11.0, 1e300, -1e-300]) for _ in range(500)]
+    await produce(cluster.bootstrap, f"{name}_i", [(serialize_key(v, SqlType("INT")), json.dumps({"AMOUNT": 1}).encode())
+                                                   for v in ints])
+    await produce(cluster.bootstrap, f"{name}_b", [(serialize_key(v, SqlType("BIGINT")),
+                                                    json.dumps({"AMOUNT": i % 5}).encode()) for i, v in enumerate(bigs)])
+    await produce(cluster.bootstrap, f"{name}_d", [(serialize_key(p, SqlType("DOUBLE")), json.dumps({"QTY": i}).encode())
+                                                   for i, p in enumerate(prices)])
+
+    buckets: dict[int, list[int]] = defaultdict(list)
+    for v in ints:
+        if v > -50:
+            buckets[int(math.fmod(v, 10))].append(v)  # Spark's % keeps the dividend's sign, as Java's
+    want = {b: [b, len(vs), sum(vs)] for b, vs in buckets.items()}
+    assert await asyncio.to_thread(pull_until, cluster, f"SELECT * FROM {name}_ib;", want) == want
+    by_amount: dict[int, list[int]] = defaultdict(list)
+    for i, v in enumerate(bigs):
+        by_amount[i % 5].append(v)
+    # A key of the INT key column and a DECIMAL expression (a JSON key): looked up by both.
+    counts = {v: ints.count(v) for v in ints}
+    want_pairs = {v: [v, 1.5, n] for v, n in counts.items()}
+    assert await asyncio.to_thread(pull_until, cluster, f"SELECT * FROM {name}_ik;", want_pairs) == want_pairs
+    for v in ints[:5]:
+        assert run(cluster, f"SELECT n FROM {name}_ik WHERE id = {v} AND scaled = 1.5;") == [[counts[v]]]
+    want_bigs = {a: [a, max(vs), min(vs)] for a, vs in by_amount.items()}
+    assert await asyncio.to_thread(pull_until, cluster, f"SELECT * FROM {name}_bb;", want_bigs) == want_bigs
+    deadline = asyncio.get_running_loop().time() + 120
+    cheap = [p for p in prices if p < 10.5]
+    while True:
+        records = await read_all(cluster.bootstrap, f"{name}_cheap".upper())
+        if len(records) >= len(cheap) or asyncio.get_running_loop().time() > deadline:
+            break
+        await asyncio.sleep(0.5)
+    got = sorted((deserialize_key(key, SqlType("DOUBLE")), json.loads(value)["TWICE"])  # type: ignore[arg-type]
+                 for _, _, key, value in records)
+    assert got == sorted((p, p * 2) for p in cheap)

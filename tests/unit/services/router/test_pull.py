@@ -104,6 +104,8 @@ def test_a_key_of_several_columns_is_looked_up_only_when_the_where_names_all_of_
     scan = plan_pull(parse_statement("SELECT n FROM pairs WHERE sensor = 's1' OR area = 'a'"), meta, "svc")
     half = plan_pull(parse_statement("SELECT n FROM pairs WHERE sensor = 's1'"), meta, "svc")
     assert scan.key_bytes is None and scan.partition is None and half.key_bytes is None and half.partition is None
+    for sql in ("SELECT n FROM pairs WHERE sensor = 's1' AND area = NULL", "SELECT n FROM counts WHERE sensor = NULL"):
+        assert plan_pull(parse_statement(sql), meta, "svc").partition is None  # no row has a NULL key: a scan
 
 
 def test_unavailable_names_every_copy_and_why() -> None:

@@ -53,7 +53,9 @@ from millpond.services.worker.task import AggregationTask, ProjectionTask, Task
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.topology import stages
 from millpond.shared.config import WorkerSettings as Settings
+from millpond.shared.kafka.serde import serialize_key
 from millpond.shared.sql import aggregates
+from millpond.shared.sql.ast import SqlType
 from millpond.shared.sql.parser import parse_statement
 
 pytestmark = pytest.mark.spark
@@ -490,3 +492,16 @@ def test_a_stream_joined_on_another_column_is_rekeyed_by_it_as_its_side_copies_i
     assert slices[0].records[0][3] == 1_700_000_000_000  # the record's time: q has no TIMESTAMP
     assert {p: [(b.offset, b.reason.split(" of ")[0]) for b in s.bad] for p, s in slices.items()} == {
         0: [(5, "record has no key")], 1: [(3, "value is not JSON")]}
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ints=st.lists(st.integers(-2**31, 2**31 - 1), min_size=1, max_size=30),
+       bigs=st.lists(st.integers(-2**63, 2**63 - 1), min_size=1, max_size=30),
+       doubles=st.lists(st.floats(allow_nan=False), min_size=1, max_size=30))
+def test_numeric_keys_decode_in_spark_to_the_values_java_serialized(
+        spark: SparkSession, ints: list[int], bigs: list[int], doubles: list[float]) -> None:
+    for type_, values in (("INT", ints), ("BIGINT", bigs), ("DOUBLE", doubles)):
+        frame = spark.createDataFrame([(serialize_key(v, SqlType(type_)),) for v in values] + [(b"\x01\x02",)],
+                                      "_key binary")
+        decoded = [r[0] for r in frame.selectExpr(reducers.KEY_DECODERS[type_]).collect()]
+        assert decoded == [*values, None], type_  # a key of the wrong length is NULL

@@ -353,3 +353,6 @@ CREATE STREAM pp10 AS SELECT * FROM per_page;
 CREATE TABLE pp11 AS SELECT p.page, p.n, q.top FROM per_page p JOIN per_page_case q ON p.page = q.page;
 CREATE STREAM jsonkey (k VARCHAR KEY, v INT) WITH (kafka_topic='jsonkey', value_format='json', key_format='json');
 CREATE STREAM twokeys (a VARCHAR KEY, b VARCHAR KEY, v INT) WITH (kafka_topic='twokeys', value_format='json');
+TERMINATE CTAS_PER_PAGE_39;
+INSERT INTO per_page (page, region, n, total) VALUES ('/ünï', 'EU', 1, 2);
+INSERT INTO per_page (page, n, total) VALUES ('/a', 1, 2);
