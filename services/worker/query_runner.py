@@ -90,6 +90,10 @@ class QueryRunner:
         self.parked_at: dict[int, int] | None = None
         """While parked (stopped for want of input): per partition, the offset it had read up to."""
         self.value_schema = value_struct(source)
+        keys = source.key_columns
+        self.key_schema = T.StructType([T.StructField(c.name, spark_data_type(c.type)) for c in keys]) \
+            if len(keys) > 1 else None
+        """A JSON key of several columns: the struct it parses to."""
         self.batches = 0
         """Batches with input committed since the query was made."""
         self.assigned: frozenset[int] = frozenset()
@@ -214,6 +218,8 @@ class QueryRunner:
             F.col("value").alias("_value"),  # the bytes as they are (a join side copies them)
             F.unix_millis(F.col("timestamp")).alias("_rowtime"),
         )
+        if self.key_schema is not None:  # a JSON key of several columns, parsed once for them all
+            parsed = parsed.withColumn("_keys", F.from_json(F.col("_key").cast("string"), self.key_schema))
         return self.kind.reduce(parsed, self.query, self.source, self.sink, tasks)
 
     def _decode(self, text: Column) -> Column:

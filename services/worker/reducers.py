@@ -39,7 +39,15 @@ from millpond.shared.catalog.plans import PlanKind
 from millpond.shared.catalog.queries import PersistentQuery, QueryPlan
 from millpond.shared.catalog.sources import Column, DataSource, WindowSpec
 from millpond.shared.catalog.topology import ROWTIME_COLUMN
-from millpond.shared.kafka.serde import serialize_key, serialize_value, windowed_key
+from millpond.shared.errors import MillpondError
+from millpond.shared.kafka.serde import (
+    composite_key_type,
+    encode_key,
+    key_decoder,
+    serialize_key,
+    serialize_value,
+    windowed_key,
+)
 from millpond.shared.sql import aggregates
 from millpond.shared.sql.expressions import quote_identifier
 
@@ -154,6 +162,9 @@ def reduce_project(parsed: DataFrame, query: PersistentQuery, source: DataSource
     good = F.expr(f"_kind = {GOOD}")
     passes = F.expr(f"_raw IS NOT NULL AND coalesce(({plan.where}), false)" if plan.where else "_raw IS NOT NULL")
     columns = [F.when(good & passes, F.expr(c.expression)).alias(f"c{i}") for i, c in enumerate(plan.columns)]
+    keys = [c for c in plan.columns if c.key]
+    if len(keys) > 1 and plan.key_expression is not None:  # a key of several columns, re-keyed: one struct
+        columns.append(F.when(good & passes, F.expr(plan.key_expression)).alias(f"c{len(plan.columns)}"))
     rows = frame.select("_partition", "_offset", "_key_bytes", "_kind", (good & passes).alias("_keep"),
                         F.expr(f"IF(_kind IN ({_BAD}), _raw, NULL)").alias("_bad_raw"), "_rowtime", *columns).collect()
     rows.sort(key=lambda r: (r[0], r[1]))
@@ -163,6 +174,8 @@ def reduce_project(parsed: DataFrame, query: PersistentQuery, source: DataSource
     value_indexes = [i for i, c in enumerate(plan.columns) if not c.key]
     names = [plan.columns[i].name for i in value_indexes]
     key_type = plan.columns[key_index].type if key_index is not None else None
+    if len(keys) > 1:
+        key_index, key_type = len(plan.columns), composite_key_type([(c.name, c.type) for c in keys])
     for row in rows:
         piece = slices[row[0]]
         if row[3] != GOOD:
@@ -216,8 +229,18 @@ def reduce_materialize(parsed: DataFrame, query: PersistentQuery, source: DataSo
     slices, good = in_offset_order(frame, [F.col("_key_bytes"), F.expr("_raw IS NULL"),
                                            *value_columns(source.value_columns)], MaterializeSlice, source)
     latest: dict[int, dict[bytes, list[Any] | None]] = defaultdict(dict)  # by id() of the slice: a later record wins
-    for piece, _, (key, deleted, *values) in good:
-        latest[id(piece)][bytes(key)] = None if deleted else plain(values)
+    keys = source.key_columns
+    decode = key_decoder(keys) if len(keys) > 1 else None
+    for piece, offset, (key, deleted, *values) in good:
+        key = bytes(key)
+        if decode is not None:  # a JSON key stored as written here (compact, in column order): lookups find it
+            try:
+                key = encode_key(decode(key), keys)
+            except (MillpondError, ValueError, TypeError, KeyError) as error:
+                piece.bad.append(BadRecord(offset, f"key is not a JSON object of {', '.join(c.name for c in keys)}, "
+                                                   f"none of them NULL: {error}", key.decode(errors="replace")))
+                continue
+        latest[id(piece)][key] = None if deleted else plain(values)
     for piece in slices.values():
         piece.latest = list(latest[id(piece)].items())
     return slices
@@ -235,7 +258,7 @@ def reduce_keyed(parsed: DataFrame, query: PersistentQuery, source: DataSource, 
     rekey = query.plan.key_expression if query.plan.kind is PlanKind.JOIN_SIDE else None
     frame, time = parsed, "_rowtime"
     if query.plan.event_time or rekey:  # the value's columns, for the TIMESTAMP column or the join column
-        frame = parsed.selectExpr("*", "_v.*", _key_expr(source)) if source.key_column else parsed.select("*", "_v.*")
+        frame = parsed.selectExpr("*", "_v.*", *_key_exprs(source)) if source.key_columns else parsed.select("*", "_v.*")
     if query.plan.event_time:  # a stream's TIMESTAMP column: a record without a usable one is logged
         time = f"({query.plan.event_time})"
     no_time = f"_raw IS NOT NULL AND ({time} IS NULL OR {time} < 0 OR {time} > {MAX_EVENT_TIME})"
@@ -317,10 +340,10 @@ def classify(parsed: DataFrame, source: DataSource, tombstones: bool, where: str
     # ROWTIME: the record's timestamp; behind a repartition, the input record's, carried in a column.
     rowtime = [] if "ROWTIME" in source.schema else [
         f"{quote_identifier(ROWTIME_COLUMN) if ROWTIME_COLUMN in source.schema else '_rowtime'} AS ROWTIME"]
-    flat = parsed.selectExpr("_partition", "`_offset`", "_rowtime", "_key AS `_key_bytes`", _key_expr(source), "_raw", "_v.*",
+    flat = parsed.selectExpr("_partition", "`_offset`", "_rowtime", "_key AS `_key_bytes`", *_key_exprs(source), "_raw", "_v.*",
                              "_v IS NULL AS `_no_value`", *rowtime)
     bad_value = f"_raw IS NOT NULL AND {CORRUPT} IS NOT NULL"
-    no_key = "_key_bytes IS NULL AND _raw IS NOT NULL" if source.key_column is not None else "false"
+    no_key = "_key_bytes IS NULL AND _raw IS NOT NULL" if source.key_columns else "false"
     usable = "(_raw IS NULL OR NOT _no_value)" if tombstones else "NOT _no_value"
     if where:
         usable += f" AND (_raw IS NULL OR coalesce(({where}), false))"
@@ -566,11 +589,15 @@ KEY_DECODERS = {
 key of another length is NULL); BYTES keys are the bytes."""
 
 
-def _key_expr(source: DataSource) -> str:
-    key = source.key_column
-    if key is None:
-        return "CAST(NULL AS STRING)"
-    return f"{KEY_DECODERS.get(key.type.base, '_key')} AS {quote_identifier(key.name)}"
+def _key_exprs(source: DataSource) -> list[str]:
+    """Spark SQL of the source's key columns from the record key: a KAFKA key decoded by its
+    type; each column of a JSON key of several from the ``_keys`` struct the runner parsed."""
+    keys = source.key_columns
+    if len(keys) > 1:
+        return [f"`_keys`.{quote_identifier(c.name)} AS {quote_identifier(c.name)}" for c in keys]
+    if not keys:
+        return ["CAST(NULL AS STRING)"]
+    return [f"{KEY_DECODERS.get(keys[0].type.base, '_key')} AS {quote_identifier(keys[0].name)}"]
 
 
 def plain(values: list[Any]) -> list[Any]:

@@ -55,7 +55,6 @@ from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.admin import committed_offsets
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.kafka.serde import (
-    deserialize_key,
     key_decoder,
     serialize_value,
     session_key,
@@ -755,6 +754,7 @@ class TableTask(StoreTask[MaterializeSlice]):
         self.input_start = 0
         """Where the store's replay of the topic began (its position, or the topic's first offset)."""
         self.last_applied_ms = 0
+        self._decode_key = key_decoder(sink.key_columns)
 
     async def start(self) -> None:
         """Open the store and fence any older owner; resume after the store's own position,
@@ -802,9 +802,9 @@ class TableTask(StoreTask[MaterializeSlice]):
                         self.last_applied_ms, -1 if self.next_input_offset is None else self.next_input_offset)
 
     def row(self, key: bytes, state: list[Any]) -> list[Any]:
-        """The row in declared column order: the key where the key column is, values elsewhere."""
-        values = iter(state)
-        return [deserialize_key(key, c.type) if c.key else next(values) for c in self.sink.columns]
+        """The row in declared column order: the key columns where they are, values elsewhere."""
+        keys, values = iter(self._decode_key(key)), iter(state)
+        return [next(keys) if c.key else next(values) for c in self.sink.columns]
 
     async def commit(self, batch: MaterializeSlice) -> bool:
         """Apply one micro-batch slice exactly once; False when it was applied before."""

@@ -233,13 +233,12 @@ class Metastore:
         if "value_format" not in props:
             raise StatementError(f"{what} needs WITH (value_format=...); one of {', '.join(VALUE_FORMATS)}")
         keys = [c for c in stmt.columns if c.key]
-        if len(keys) > 1:
-            raise StatementError(f"{stmt.name} declares {len(keys)} key columns; at most one is supported")
         if stmt.kind == "TABLE" and not keys:
             raise StatementError(f"table {stmt.name} needs a PRIMARY KEY column")
+        key_format = check_key_format(str(props.get("key_format", "JSON" if len(keys) > 1 else "KAFKA")).upper(),
+                                      tuple(c.name for c in keys))
         for key in keys:
-            check_key_type(key.name, key.type)
-        check_key_format(str(props.get("key_format", "KAFKA")).upper(), tuple(c.name for c in keys))
+            check_key_type(key.name, key.type, key_format)
         names = [c.name for c in stmt.columns]
         reserved = sorted(set(names) & {"ROWTIME", "WINDOWSTART", "WINDOWEND"})
         if reserved:
@@ -251,7 +250,7 @@ class Metastore:
         columns = tuple(Column(c.name, c.type, c.key) for c in stmt.columns)
         return DataSource(
             stmt.kind, stmt.name, columns, str(props["kafka_topic"]), int(props.get("partitions", partitions or 1)),
-            str(props.get("key_format", "KAFKA")).upper(), str(props["value_format"]).upper(),
+            key_format, str(props["value_format"]).upper(),
             value_delimiter=str(props.get("value_delimiter", ",")), timestamp=check_timestamp(props, columns),
             timestamp_format=props.get("timestamp_format"),
         )

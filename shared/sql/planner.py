@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -208,7 +209,7 @@ def check_key_format(key_format: str, keys: tuple[str, ...]) -> str:
     """KAFKA holds one key column; JSON is for a key of several (a GROUP BY of several
     expressions), which KAFKA cannot hold, as in ksqlDB. The format, checked."""
     if len(keys) > 1 and key_format != "JSON":
-        raise StatementError(f"the {key_format} key format only supports a single key column; the result's key is "
+        raise StatementError(f"the {key_format} key format only supports a single key column; the key is "
                              f"{', '.join(keys)}: use WITH (KEY_FORMAT='JSON')")
     if len(keys) <= 1 and key_format == "JSON":
         raise StatementError("KEY_FORMAT='JSON' is supported for a key of several columns (GROUP BY a, b) only; "
@@ -216,8 +217,12 @@ def check_key_format(key_format: str, keys: tuple[str, ...]) -> str:
     return key_format
 
 
-def check_key_type(column: str, type_: SqlType) -> None:
-    """KAFKA keys are primitives the Java serializers know."""
+def check_key_type(column: str, type_: SqlType, key_format: str = "KAFKA") -> None:
+    """KAFKA keys are primitives the Java serializers know; a JSON key's columns are
+    ``JSON_KEY_TYPES``."""
+    if key_format == "JSON" and type_.base not in JSON_KEY_TYPES:
+        raise StatementError(f"key column {column} is {type_}, which a key of several columns cannot hold; "
+                             f"use one of {', '.join(JSON_KEY_TYPES)}")
     if type_.base not in KEY_TYPES:
         raise StatementError(f"key {column} is {type_}, which the KAFKA key format cannot hold; "
                              f"use one of {', '.join(KEY_TYPES)}")
@@ -260,8 +265,8 @@ def plan_materialization(table: DataSource) -> QueryPlan:
     """How a table declared over a topic is kept queryable: the latest row per key, in the
     table's own columns (the plan of its CST query)."""
     columns = tuple(OutputColumn(c.name, c.type, quote_identifier(c.name), c.key) for c in table.columns)
-    return QueryPlan(PlanKind.MATERIALIZE, table.name, table.name, columns, key_column=table.key_column.name
-                     if table.key_column else None)
+    return QueryPlan(PlanKind.MATERIALIZE, table.name, table.name, columns,
+                     key_column=", ".join(c.name for c in table.key_columns) or None)
 
 
 def plan_persistent(
@@ -279,11 +284,11 @@ def plan_persistent(
     if source.window is not None:
         raise StatementError(f"{source.name} is a windowed table; a persistent query over a windowed table is "
                              "not supported: read the stream it aggregates instead")
-    for read in (source, *joined):
+    for read in (source, *joined) if query.joins else ():
         if len(read.key_columns) > 1:
             raise StatementError(f"{read.name} has a key of several columns "
-                                 f"({', '.join(c.name for c in read.key_columns)}); a persistent query over it is not "
-                                 "supported yet: query it with pull or push queries, or read the stream it aggregates")
+                                 f"({', '.join(c.name for c in read.key_columns)}); joining it is not supported yet: "
+                                 "re-key it first (CREATE STREAM ... AS SELECT ... PARTITION BY <column>)")
     if query.joins:
         partitions = target.partitions if target is not None else int(properties.get("partitions", source.partitions))
         result_kind, columns, plan = plan_join(kind, name, query, source, joined, partitions)
@@ -334,10 +339,10 @@ def _result(result_kind: str, name: str, columns: tuple[OutputColumn, ...], plan
     """The sink a persistent query writes (``target`` for INSERT INTO, checked against the
     result's columns), with the plan."""
     keys = [c for c in columns if c.key]
-    if len(keys) == 1:
-        check_key_type(keys[0].name, keys[0].type)
     key_format = check_key_format(str(properties.get("key_format", "JSON" if len(keys) > 1 else "KAFKA")).upper(),
                                   tuple(c.name for c in keys))
+    for key in keys:
+        check_key_type(key.name, key.type, key_format)
     sink_columns = tuple(Column(c.name, c.type, c.key) for c in columns)
     if target is not None:
         if sink_columns != target.columns:
@@ -411,8 +416,9 @@ def event_time(source: DataSource) -> str | None:
 
 
 def _source_key_ref(expr: ast.Expr, source: DataSource) -> bool:
-    key = source.key_column
-    return key is not None and isinstance(expr, ast.ColumnRef) and expr.name == key.name
+    """Whether ``expr`` is the source's one key column (a record keyed by it keeps its key)."""
+    keys = source.key_columns
+    return len(keys) == 1 and isinstance(expr, ast.ColumnRef) and expr.name == keys[0].name
 
 
 def _key_first(columns: list[OutputColumn]) -> tuple[OutputColumn, ...]:
@@ -474,13 +480,18 @@ def _aggregation(
     if len(groups) == 1:
         return ordered, None if _source_key_ref(groups[0], source) else to_spark(groups[0], scope), tuple(calls)
     for column in ordered:
-        if column.key and column.type.base not in JSON_KEY_TYPES:
-            raise StatementError(f"key column {column.name} is {column.type}, which a key of several columns cannot "
-                                 f"hold; group by expressions of {', '.join(JSON_KEY_TYPES)}")
-    parts = [(c.name, f"({c.expression})") for c in ordered if c.key]
+        if column.key:
+            check_key_type(column.name, column.type, "JSON")
+    return ordered, _struct_key(ordered), tuple(calls)
+
+
+def _struct_key(columns: Sequence[OutputColumn]) -> str:
+    """Spark SQL of a key of several columns as one value: a ``named_struct`` of them, in
+    order (its JSON is the key), NULL when any is NULL."""
+    parts = [(c.name, f"({c.expression})") for c in columns if c.key]
     null = " OR ".join(f"{e} IS NULL" for _, e in parts)
     fields = ", ".join(f"{spark_literal(n)}, {e}" for n, e in parts)
-    return ordered, f"IF({null}, NULL, named_struct({fields}))", tuple(calls)
+    return f"IF({null}, NULL, named_struct({fields}))"
 
 
 def having_over_result(query: ast.Query) -> ast.Expr | None:
@@ -535,22 +546,29 @@ def _projection(
         raise StatementError("PARTITION BY applies to streams; a table is keyed by its PRIMARY KEY")
     if partition_by is not None:
         check(partition_by, scope)
-    key_of_source = ast.ColumnRef(source.key_column.name) if source.key_column else None
-    key_expr: ast.Expr | None = partition_by if partition_by is not None else key_of_source
+    key_exprs: tuple[ast.Expr, ...] = (partition_by,) if partition_by is not None else tuple(
+        ast.ColumnRef(c.name) for c in source.key_columns)
     columns: list[OutputColumn] = []
+    chosen: set[ast.Expr] = set()
     for out, expr in _expand(query, source):
         type_ = check(expr, scope)
-        columns.append(OutputColumn(out, type_, to_spark(expr, scope), key=key_expr is not None and expr == key_expr))
-    keys = [c for c in columns if c.key]
-    if key_expr is not None and not keys:
-        raise _missing_key(name, "partitioning expression" if partition_by is not None else "key column", key_expr)
-    if len(keys) > 1:
         # The same expression selected twice: the first one is the key.
-        first = keys[0].name
-        columns = [c if c.key is False or c.name == first else OutputColumn(c.name, c.type, c.expression)
-                   for c in columns]
+        key = expr in key_exprs and expr not in chosen
+        chosen.add(expr)
+        columns.append(OutputColumn(out, type_, to_spark(expr, scope), key=key))
+    missing = next((e for e in key_exprs if e not in chosen), None)
+    if missing is not None:
+        raise _missing_key(name, "partitioning expression" if partition_by is not None else "key column", missing)
+    ordered = _key_first(columns)
+    if partition_by is None and len(key_exprs) > 1:
+        # A key of several columns selected in another order is written in that order (re-keyed).
+        same = [c.expression for c in ordered if c.key] == [quote_identifier(c.name) for c in source.key_columns]
+        if not same and source.kind == "TABLE":
+            raise StatementError(f"select {source.name}'s key columns in its key's order "
+                                 f"({', '.join(c.name for c in source.key_columns)}): a table's rows keep their key")
+        return ordered, None if same else _struct_key(ordered)
     moved = partition_by is not None and not _source_key_ref(partition_by, source)
-    return _key_first(columns), (to_spark(partition_by, scope) if moved and partition_by is not None else None)
+    return ordered, (to_spark(partition_by, scope) if moved and partition_by is not None else None)
 
 
 @dataclass(frozen=True)

@@ -269,3 +269,74 @@ async def test_expressions_of_int_bigint_and_double_keys_read_the_key_values(clu
     got = sorted((deserialize_key(key, SqlType("DOUBLE")), json.loads(value)["TWICE"])  # type: ignore[arg-type]
                  for _, _, key, value in records)
     assert got == sorted((p, p * 2) for p in cheap)
+
+
+async def test_sources_declared_with_a_key_of_several_columns(cluster: LocalCluster) -> None:
+    """A stream and a table declared with two KEY columns (KEY_FORMAT JSON, written by a
+    producer outside Millpond, spaces and field order its own): filtered, re-ordered and
+    aggregated by persistent queries, the table materialized and looked up by both columns."""
+    name = f"dk_{cluster.service_id}"
+    run(cluster, f"""
+        CREATE STREAM {name}_s (region VARCHAR KEY, shop INT KEY, amount INT)
+          WITH (kafka_topic='{name}_s', partitions={PARTITIONS}, value_format='json');
+        CREATE TABLE {name}_t (region VARCHAR PRIMARY KEY, shop INT PRIMARY KEY, owner VARCHAR)
+          WITH (kafka_topic='{name}_t', partitions={PARTITIONS}, value_format='json', key_format='json');
+        SET 'auto.offset.reset'='earliest';
+        CREATE STREAM {name}_big AS SELECT region, shop, amount * 2 AS twice FROM {name}_s WHERE amount > 50;
+        CREATE STREAM {name}_flip AS SELECT shop, region, amount FROM {name}_s;
+        CREATE TABLE {name}_per_region AS SELECT region, COUNT(*) AS n, SUM(amount) AS total FROM {name}_s
+          GROUP BY region;
+        CREATE TABLE {name}_owned AS SELECT region, shop, owner FROM {name}_t WHERE owner != 'nobody';
+    """)
+    rng = random.Random(3)
+    sales = [(rng.choice(["eu", "us"]), rng.randrange(20), rng.randrange(100)) for _ in range(1_000)]
+    # Outside producers' JSON: the fields in either order, with or without spaces.
+    texts = [json.dumps({"SHOP": s, "REGION": r}) if i % 2 else json.dumps({"REGION": r, "SHOP": s}, separators=(",", ":"))
+             for i, (r, s, _) in enumerate(sales)]
+    await produce(cluster.bootstrap, f"{name}_s", [(t.encode(), json.dumps({"AMOUNT": a}).encode())
+                                                   for t, (_, _, a) in zip(texts, sales, strict=True)])
+    # The table's keys as ksqlDB writes them (compact, in column order; one record's not: a
+    # lookup routes by murmur2 of the canonical bytes, so only a scan is sure to find it).
+    owners = {("eu", s): f"o{s}" for s in range(10)} | {("us", 3): "nobody", ("us", 4): "o4", ("us", 9): "odd"}
+    await produce(cluster.bootstrap, f"{name}_t", [
+        (json.dumps({"SHOP": s, "REGION": r}).encode() if s == 9 else
+         json.dumps({"REGION": r, "SHOP": s}, separators=(",", ":")).encode(), json.dumps({"OWNER": o}).encode())
+        for (r, s), o in owners.items()] + [(b"not json", b'{"OWNER": "x"}')])
+
+    totals: dict[str, list[int]] = defaultdict(list)
+    for region, _, amount in sales:
+        totals[region].append(amount)
+    want = {r: [r, len(a), sum(a)] for r, a in totals.items()}
+    assert await asyncio.to_thread(pull_until, cluster, f"SELECT * FROM {name}_per_region;", want) == want
+    want_owned = {k: [*k, o] for k, o in owners.items() if o != "nobody"}
+    got = await asyncio.to_thread(pull_until, cluster, f"SELECT * FROM {name}_owned;", want_owned,
+                                  key=lambda row: tuple(row[:2]))
+    assert got == want_owned
+    # Keys are stored as Millpond writes them (the odd one's too): one lookup finds each.
+    assert run(cluster, f"SELECT owner FROM {name}_t WHERE shop = 4 AND region = 'us';") == [["o4"]]
+    assert run(cluster, f"SELECT owner FROM {name}_owned WHERE region = 'eu' AND shop = 7;") == [["o7"]]
+    assert run(cluster, f"SELECT shop FROM {name}_t WHERE region = 'us' AND owner = 'odd';") == [[9]]
+    logged = [json.loads(v) for *_, v in await read_all(cluster.bootstrap, processing_log_topic(cluster.service_id))
+              if v is not None]
+    assert [e["REASON"][:40] for e in logged if e["QUERY_ID"].startswith(f"CST_{name.upper()}_T_")] == [
+        "key is not a JSON object of REGION, SHOP"]
+
+    async def records(topic: str, count: int) -> list[tuple[int, int, bytes | None, bytes | None]]:
+        deadline = asyncio.get_running_loop().time() + 120
+        while True:
+            found = await read_all(cluster.bootstrap, topic)
+            if len(found) >= count or asyncio.get_running_loop().time() > deadline:
+                return found
+            await asyncio.sleep(0.5)
+
+    big = [(r, s, a * 2) for r, s, a in sales if a > 50]
+    got_big = [(json.loads(k), json.loads(v)["TWICE"]) for _, _, k, v in await records(f"{name}_big".upper(), len(big))
+               if k is not None and v is not None]
+    assert sorted((k["REGION"], k["SHOP"], t) for k, t in got_big) == sorted(big)
+    # Selected in another order, the key is written in that order, on murmur2 of its bytes.
+    flipped = await records(f"{name}_flip".upper(), len(sales))
+    assert sorted((json.loads(k)["REGION"], json.loads(k)["SHOP"], json.loads(v)["AMOUNT"])  # type: ignore[arg-type]
+                  for _, _, k, v in flipped) == sorted(sales)
+    for partition, _, key, _ in flipped:
+        assert key is not None and list(json.loads(key)) == ["SHOP", "REGION"]
+        assert partition == partition_for(key, PARTITIONS) and b" " not in key
