@@ -285,8 +285,8 @@ def _condition(condition: ast.Expr, shown: Callable[[ast.Expr], str], stream_nam
 def _check_rekey(expr: ast.Expr, shown: Callable[[ast.Expr], str], stream: DataSource, prefix: str,
                  rowtime: bool = False) -> None:
     """A join's stream side, when it is not the stream's key: an expression a stage can
-    re-key by (of the value's columns, or of a VARCHAR key: the others reach Spark as
-    bytes), and of ROWTIME only where ``rowtime`` says so."""
+    re-key by (of the value's columns or the key's, which Spark decodes), and of ROWTIME only
+    where ``rowtime`` says so."""
     key = stream.key_column
     if key is not None and expr == ast.ColumnRef(joined(prefix, key.name)):
         return
@@ -294,10 +294,9 @@ def _check_rekey(expr: ast.Expr, shown: Callable[[ast.Expr], str], stream: DataS
     if joined(prefix, ROWTIME) in refs and not rowtime:
         raise StatementError(f"invalid join condition on {shown(expr)}: a stream-stream join cannot match on ROWTIME; "
                              "join on columns (the window already bounds the records' times)")
-    if key is not None and key.type.base != "VARCHAR" and joined(prefix, key.name) in refs:
-        raise StatementError(f"invalid join condition on {shown(expr)}: an expression of {stream.name}'s "
-                             f"{key.type} KEY column {key.name} is not supported; join on {key.name} itself or on "
-                             "other columns")
+    if key is not None and key.type.base == "BYTES" and joined(prefix, key.name) in refs:
+        raise StatementError(f"invalid join condition on {shown(expr)}: an expression of {stream.name}'s BYTES KEY "
+                             f"column {key.name} is not supported; join on {key.name} itself or on other columns")
 
 
 def _only(expr: ast.Expr, names: set[str]) -> bool:

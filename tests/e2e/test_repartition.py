@@ -230,11 +230,19 @@ async def test_expressions_of_int_bigint_and_double_keys_read_the_key_values(clu
         CREATE TABLE {name}_bb AS SELECT amount, MAX(id) AS top, MIN(id) AS low FROM {name}_b GROUP BY amount;
         CREATE STREAM {name}_cheap AS SELECT price, price * 2 AS twice, qty FROM {name}_d WHERE price < 10.5;
         CREATE TABLE {name}_ik AS SELECT id, amount * 1.5 AS scaled, COUNT(*) AS n FROM {name}_i GROUP BY id, amount * 1.5;
+        CREATE TABLE {name}_names (k INT PRIMARY KEY, label VARCHAR)
+          WITH (kafka_topic='{name}_names', partitions={PARTITIONS}, value_format='json');
+        CREATE STREAM {name}_next AS SELECT t.k AS k, s.id AS id, t.label AS label FROM {name}_i s
+          JOIN {name}_names t ON s.id + 1 = t.k;
     """)
     rng = random.Random(5)
     ints = [rng.randrange(-2**31, 2**31) if i % 7 == 0 else rng.randrange(-100, 100) for i in range(2_000)]
     bigs = [rng.randrange(-2**63, 2**63) for _ in range(2_000)]
     prices = [rng.choice([-0.5, 0.1, 3.25, 10.5, 11.0, 1e300, -1e-300]) for _ in range(500)]
+    # The table first: the join sees every label (records of the stream before a key's row would not).
+    await produce(cluster.bootstrap, f"{name}_names", [(serialize_key(k, SqlType("INT")),
+                                                        json.dumps({"LABEL": f"n{k}"}).encode()) for k in range(-99, 101)])
+    await asyncio.to_thread(pull_until, cluster, f"SELECT k FROM {name}_names;", {k: [k] for k in range(-99, 101)})
     await produce(cluster.bootstrap, f"{name}_i", [(serialize_key(v, SqlType("INT")), json.dumps({"AMOUNT": 1}).encode())
                                                    for v in ints])
     await produce(cluster.bootstrap, f"{name}_b", [(serialize_key(v, SqlType("BIGINT")),
@@ -257,6 +265,16 @@ async def test_expressions_of_int_bigint_and_double_keys_read_the_key_values(clu
     assert await asyncio.to_thread(pull_until, cluster, f"SELECT * FROM {name}_ik;", want_pairs) == want_pairs
     for v in ints[:5]:
         assert run(cluster, f"SELECT n FROM {name}_ik WHERE id = {v} AND scaled = 1.5;") == [[counts[v]]]
+    # A join on an expression of the INT key: each record re-keyed by its value plus one.
+    joined = sorted((v + 1, v, f"n{v + 1}") for v in ints if -99 <= v + 1 <= 100)
+    found: list[tuple[int, int, str]] = []
+    for _ in range(240):
+        found = sorted((deserialize_key(k, SqlType("INT")), json.loads(v)["ID"], json.loads(v)["LABEL"])  # type: ignore[arg-type]
+                       for _, _, k, v in await read_all(cluster.bootstrap, f"{name}_next".upper()))
+        if len(found) >= len(joined):
+            break
+        await asyncio.sleep(0.5)
+    assert found == joined
     want_bigs = {a: [a, max(vs), min(vs)] for a, vs in by_amount.items()}
     assert await asyncio.to_thread(pull_until, cluster, f"SELECT * FROM {name}_bb;", want_bigs) == want_bigs
     deadline = asyncio.get_running_loop().time() + 120

@@ -368,6 +368,6 @@ EXPLAIN CREATE STREAM tk9 AS SELECT b, a, v FROM twokeys;
 SELECT * FROM twokeyed WHERE a = 'x' AND b = 1;
 INSERT INTO twokeys (a, b, v) VALUES ('x', 1, 2);
 INSERT INTO twokeys (a, v) VALUES ('x', 2);
-TERMINATE CTAS_PER_PAGE_39;
+TERMINATE CTAS_PER_PAGE_40;
 INSERT INTO per_page (page, region, n, total) VALUES ('/ünï', 'EU', 1, 2);
 INSERT INTO per_page (page, n, total) VALUES ('/a', 1, 2);
