@@ -94,13 +94,16 @@ def plan_lines(plan: QueryPlan, source: DataSource, sink: DataSource) -> list[st
     """A persistent query's plan as an indented tree, sink first (as ksqlDB's EXPLAIN)."""
     steps = [f"[ SINK ] | {sink.kind} {sink.name} | Topic: {sink.topic} | Partitions: {sink.partitions} | "
              f"Format: {sink.value_format} | Schema: {sink.schema_text()}"]
+    join = "" if plan.join is None else ", ".join(
+        f"{t.type} JOIN {t.table.name}{_within(t.within)} ON {t.condition} ({t.table.kind.lower()} topic "
+        f"{t.table.topic})" for t in plan.join.tables)
     steps.append(plan.kind.spec.explain.format(
         key=plan.key_column,
         aggregates=", ".join(f"{a.column} = {a.function}({a.argument})" for a in plan.aggregates),
-        columns=", ".join(f"{c.name} = {c.expression}" for c in plan.columns),
-        join="" if plan.join is None else ", ".join(
-            f"{t.type} JOIN {t.table.name}{_within(t.within)} ON {t.condition} ({t.table.kind.lower()} topic "
-            f"{t.table.topic})" for t in plan.join.tables)))
+        columns=", ".join(f"{c.name} = {c.expression}" for c in plan.columns), join=join))
+    if plan.join is not None and "{join}" not in plan.kind.spec.explain:  # a GROUP BY over a join
+        steps.append(f"[ JOIN ] | {join} | every column of the joined row, keyed by the GROUP BY into the "
+                     "query's joined topic | State: each table's rows in RocksDB, rebuilt from its topic")
     if plan.join is not None and plan.join.where is not None:
         steps.append(f"[ FILTER ] | {plan.join.where}")
     if plan.having is not None:  # over the aggregated rows, before the sink

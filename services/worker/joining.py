@@ -39,9 +39,10 @@ from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.admin import committed_positions
 from millpond.shared.kafka.partitioner import partition_for
-from millpond.shared.kafka.serde import deserialize_key, deserialize_value, serialize_value
+from millpond.shared.kafka.serde import deserialize_key, deserialize_value, serialize_key, serialize_value
+from millpond.shared.sql import ast
 from millpond.shared.sql.expressions import evaluate
-from millpond.shared.sql.joins import ROWTIME, ResolvedJoin, joined, resolve_join
+from millpond.shared.sql.joins import ROWTIME, ResolvedJoin, join_aggregation, joined, resolve_join
 from millpond.shared.sql.parser import statement_query
 from millpond.shared.task_status import RESTORING
 from millpond.shared.teardown import bounded, gather_or_cancel
@@ -155,11 +156,46 @@ class JoinedValue:
     def __init__(self, query: PersistentQuery, sink: DataSource):
         spec = query.plan.join
         assert spec is not None
-        self.resolved: ResolvedJoin = resolve_join(statement_query(query.statement), spec.stream,
-                                                   tuple(t.table for t in spec.tables))
+        statement, tables = statement_query(query.statement), tuple(t.table for t in spec.tables)
+        self.regroup: tuple[tuple[str, ast.Expr], ...] | None = None
+        """Under a GROUP BY: the result's key columns over the joined row, which key each
+        joined row (every column of it, and its time) in the joined topic."""
+        if statement.group_by:
+            aggregation = join_aggregation(statement, spec.stream, tables)
+            self.resolved = aggregation.resolved
+            self.regroup = aggregation.keys
+            self.key_type = sink.key_columns[0].type
+            self.columns = [name for _, expr in self.resolved.items if isinstance(expr, ast.ColumnRef)
+                            for name in (expr.name,)]
+        else:
+            self.resolved = resolve_join(statement, spec.stream, tables)
         self.value_items = [i for i in range(len(self.resolved.items)) if i != self.resolved.key_item]
         self.value_names = [c.name for c in sink.value_columns]
         self.sink = sink
+
+    def keyed(self, row: dict[str, Any], key: bytes, time_ms: int, offset: int,
+              bad: list[BadRecord]) -> tuple[bytes, bytes] | None:
+        """The record the join writes for a joined row: keyed by the join key, or under a
+        GROUP BY by its key columns (a NULL one logged, as a re-key's); None when the WHERE
+        drops it or it cannot be computed."""
+        if self.regroup is None:
+            value = self(row, offset, bad)
+            return None if value is None else (key, value)
+        where = self.resolved.where
+        try:
+            if where is not None and evaluate(where, row) is not True:
+                return None
+            group = [evaluate(expr, row) for _, expr in self.regroup]
+        except (ArithmeticError, TypeError, ValueError) as error:
+            bad.append(BadRecord(offset, f"the joined row cannot be computed: {error}", None))
+            return None
+        if any(v is None for v in group):
+            shown = ", ".join(self.resolved.shown(expr) for _, expr in self.regroup)
+            bad.append(BadRecord(offset, f"the new key ({shown}) is NULL", None))
+            return None
+        new_key = serialize_key(group[0] if len(group) == 1 else dict(zip((n for n, _ in self.regroup), group,
+                                                                           strict=True)), self.key_type)
+        return new_key, serialize_value(self.value_names, [*(row.get(c) for c in self.columns), time_ms], "JSON")
 
     def __call__(self, row: dict[str, Any], offset: int, bad: list[BadRecord]) -> bytes | None:
         """The value, or None when the WHERE drops the row or it cannot be computed (then
@@ -193,7 +229,9 @@ class JoinTask(Task[JoinSlice]):
     async def start(self) -> None:
         """Open the store, fence any older owner and bring the store to the table positions the
         committed stream offset was joined against (see the module)."""
-        self.store = PartitionStore(store_path(self.settings, self.query.query_id, self.partition))
+        # A join stage before a GROUP BY's (which keeps the query's store) keeps its own.
+        owner = f"{self.query.query_id}-{self.stage}" if self.stage else self.query.query_id
+        self.store = PartitionStore(store_path(self.settings, owner, self.partition))
         self.consumer = AIOKafkaConsumer(**self.settings.kafka.client_args(), isolation_level="read_committed",
                                          enable_auto_commit=False, fetch_max_wait_ms=25,
                                          auto_offset_reset="earliest")
@@ -262,9 +300,9 @@ class JoinTask(Task[JoinSlice]):
                 table_rows.append(overlay[stored] if stored in overlay else store.get(stored))
             if any(r is None and side.inner for r, side in zip(table_rows, self.sides, strict=True)):
                 continue
-            value = self.output(self._joined_row(key, time_ms, values, table_rows), offset, bad)
-            if value is not None:
-                results.append((key, value, time_ms))
+            written = self.output.keyed(self._joined_row(key, time_ms, values, table_rows), key, time_ms, offset, bad)
+            if written is not None:
+                results.append((*written, time_ms))
         table_offsets = [side.pending[done].offset if done < len(side.pending) else side.fetched_to
                          for side, done in zip(self.sides, applied, strict=True)]
         async with self._transaction():

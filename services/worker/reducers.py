@@ -189,7 +189,12 @@ def reduce_project(parsed: DataFrame, query: PersistentQuery, source: DataSource
         if plan.key_expression is None:
             key = bytes(row[2]) if row[2] is not None else None
         elif key_index is not None and values[key_index] is not None and key_type is not None:
-            key = serialize_key(values[key_index], key_type)
+            try:
+                key = serialize_key(values[key_index], key_type)
+            except (MillpondError, ValueError, ArithmeticError) as error:
+                piece.bad.append(BadRecord(row[1], f"the new key ({plan.key_expression}) cannot be written: {error}",
+                                           None))
+                continue
         else:
             piece.bad.append(BadRecord(row[1], f"the new key ({plan.key_expression}) is NULL", None))
             continue
@@ -236,7 +241,7 @@ def reduce_materialize(parsed: DataFrame, query: PersistentQuery, source: DataSo
         if decode is not None:  # a JSON key stored as written here (compact, in column order): lookups find it
             try:
                 key = encode_key(decode(key), keys)
-            except (MillpondError, ValueError, TypeError, KeyError) as error:
+            except (MillpondError, ValueError, TypeError, KeyError, ArithmeticError, RecursionError) as error:
                 piece.bad.append(BadRecord(offset, f"key is not a JSON object of {', '.join(c.name for c in keys)}, "
                                                    f"none of them NULL: {error}", key.decode(errors="replace")))
                 continue
@@ -343,8 +348,13 @@ def classify(parsed: DataFrame, source: DataSource, tombstones: bool, where: str
     flat = parsed.selectExpr("_partition", "`_offset`", "_rowtime", "_key AS `_key_bytes`", *_key_exprs(source), "_raw", "_v.*",
                              "_v IS NULL AS `_no_value`", *rowtime)
     bad_value = f"_raw IS NOT NULL AND {CORRUPT} IS NOT NULL"
-    no_key = "_key_bytes IS NULL AND _raw IS NOT NULL" if source.key_columns else "false"
-    usable = "(_raw IS NULL OR NOT _no_value)" if tombstones else "NOT _no_value"
+    keys = source.key_columns
+    no_key = "_key_bytes IS NULL AND _raw IS NOT NULL" if keys else "false"
+    if len(keys) > 1:  # a JSON key that does not parse, or lacks a column, is no key either
+        no_key = "_raw IS NOT NULL AND (_key_bytes IS NULL OR " + " OR ".join(
+            f"{quote_identifier(c.name)} IS NULL" for c in keys) + ")"
+    # A tombstone deletes its key's row: one without a key deletes nothing.
+    usable = "((_raw IS NULL AND _key_bytes IS NOT NULL) OR NOT _no_value)" if tombstones else "NOT _no_value"
     if where:
         usable += f" AND (_raw IS NULL OR coalesce(({where}), false))"
     kind = (f"CASE WHEN ({bad_value}) OR ({no_key}) THEN "
@@ -386,7 +396,9 @@ def bad_records(kind: int, offset: int, raw: str | None, source: DataSource) -> 
     if kind & BAD_VALUE:
         out.append(BadRecord(offset, f"value is not {source.value_format} of the declared columns and types", raw))
     if kind & NO_KEY:
-        out.append(BadRecord(offset, "record has no key", raw))
+        keys = source.key_columns
+        out.append(BadRecord(offset, "record has no key" if len(keys) < 2 else
+                             f"key is not a JSON object of {', '.join(c.name for c in keys)}, none of them NULL", raw))
     if kind & NO_TIME:
         out.append(BadRecord(offset, "record has no event time: its timestamp is NULL, before 1970 or beyond 2**56 ms "
                                      "(a windowed aggregation or a stream-stream join needs one)", raw))

@@ -47,8 +47,11 @@ from millpond.shared.catalog.sources import Column, DataSource
 from millpond.shared.kafka.serde import composite_key_type
 from millpond.shared.sql.ast import SqlType
 from millpond.shared.sql.expressions import quote_identifier
+from millpond.shared.sql.joins import joined
 from millpond.shared.sql.planner import event_time, plan_materialization
 
+AGGREGATES = (PlanKind.AGGREGATE, PlanKind.WINDOWED_AGGREGATE, PlanKind.SESSION_AGGREGATE)
+"""The GROUP BY kinds (a plan of one with a join aggregates the joined rows)."""
 TABLE_JOINS = (PlanKind.TABLE_TABLE_JOIN, PlanKind.FOREIGN_KEY_JOIN)
 """The joins of two tables into a table: the joined topic is compacted, the result materialized."""
 JOINED_TOMBSTONES_MS = 7 * 24 * 3_600_000
@@ -97,6 +100,8 @@ class InternalTopic:
 def stages(query: PersistentQuery, source: DataSource, sink: DataSource, service_id: str) -> list[Stage]:
     """The stages of ``query`` in data-flow order; the last one produces its result."""
     plan = query.plan
+    if plan.join is not None and plan.kind in AGGREGATES:
+        return _joined_aggregate(query, source, sink, service_id)
     if plan.kind.spec.repartition_topic and plan.repartition:
         return _repartitioned_aggregate(query, source, sink, service_id)
     if plan.kind in (*TABLE_JOINS, PlanKind.STREAM_STREAM_JOIN):
@@ -122,6 +127,8 @@ def internal_topics(service_id: str, query: PersistentQuery) -> list[InternalTop
         topics.append(InternalTopic(changelog_topic(service_id, query.query_id), compacted=True))
     if spec.repartition_topic and query.plan.repartition:
         topics.append(InternalTopic(repartition_topic(service_id, query.query_id), compacted=False))
+    if query.plan.kind in AGGREGATES and query.plan.join is not None:  # a GROUP BY's joined rows
+        topics.append(InternalTopic(joined_topic(service_id, query.query_id), compacted=False))
     if query.plan.kind in TABLE_JOINS:
         # A join task away for longer than a tombstone is kept would miss the delete when it
         # replays from its store's position: a week, not the broker's default day.
@@ -176,6 +183,36 @@ def _two_sided_join(query: PersistentQuery, left: DataSource, sink: DataSource, 
         return [*sides, join]
     materialize = replace(query, plan=plan_materialization(sink), start_offsets=None)
     return [*sides, join, Stage("", materialize, sink, sink)]
+
+
+def _joined_aggregate(query: PersistentQuery, source: DataSource, sink: DataSource, service_id: str) -> list[Stage]:
+    """A GROUP BY over a stream-table join: the join's stages (the stream re-keyed by its join
+    expression first, when that is not its key), whose tasks write every column of each joined
+    row keyed by the GROUP BY into the query's joined topic, then the aggregation of that topic."""
+    plan = query.plan
+    spec = plan.join
+    assert spec is not None
+    keys = [c for c in plan.columns if c.key]
+    key_type = keys[0].type if len(keys) == 1 else composite_key_type([(c.name, c.type) for c in keys])
+    carried = (*(Column(joined(spec.stream_prefix, c.name), c.type) for c in spec.stream.columns),
+               *(Column(joined(t.prefix, c.name), c.type) for t in spec.tables for c in t.table.columns),
+               Column(ROWTIME_COLUMN, SqlType("BIGINT")))
+    rows = DataSource(
+        kind="STREAM", name=f"{query.query_id}_JOINED", columns=(Column(REPARTITION_KEY, key_type, key=True), *carried),
+        topic=joined_topic(service_id, query.query_id), partitions=sink.partitions, value_format="JSON",
+        query_id=query.query_id,
+    )
+    table_key = spec.tables[0].table.key_column
+    assert table_key is not None
+    join = QueryPlan(PlanKind.STREAM_TABLE_JOIN, source.name, rows.name,
+                     (OutputColumn(REPARTITION_KEY, table_key.type, plan.key_expression or "", key=True),),
+                     key_column=REPARTITION_KEY, key_expression=plan.key_expression,
+                     repartition=plan.key_expression is not None, join=spec, event_time=event_time(source))
+    joining = [replace(stage, name=stage.name or "join") for stage in stages(replace(query, plan=join), source, rows,
+                                                                              service_id)]
+    aggregate = replace(plan, source=rows.name, where=None, key_expression=None, repartition=False, join=None,
+                        event_time=quote_identifier(ROWTIME_COLUMN) if plan.window is not None else None)
+    return [*joining, Stage("", replace(query, plan=aggregate, start_offsets=None), rows, sink)]
 
 
 def _repartitioned_aggregate(query: PersistentQuery, source: DataSource, sink: DataSource,

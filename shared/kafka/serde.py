@@ -54,7 +54,7 @@ def key_decoder(columns: Sequence[Column]) -> Callable[[bytes], list[Any]]:
         fields = json.loads(data)
         if not isinstance(fields, dict):
             raise ValueError(f"a key of the columns {', '.join(names)} is not a JSON object")
-        return [fields.get(name) for name in names]
+        return [_typed(fields.get(c.name), c.type, c.name) for c in columns]
 
     return decode
 
@@ -81,17 +81,21 @@ def serialize_key(value: Any, type_: SqlType) -> bytes:
 
 
 def _key_field(value: Any, type_: SqlType, name: str) -> Any:
-    """A JSON key's field as its declared type writes it, whatever Python type the value came
+    """A JSON key's field as its declared type writes it, whatever numeric type the value came
     as (Spark gives a DECIMAL expression's value as a Decimal, an integral one maybe too), so
-    the worker's key bytes and a pull query's agree."""
+    the worker's key bytes and a pull query's agree; StatementError for a value of another
+    type (a producer's key with "3" or 3.7 for an INT column)."""
     if value is None:
         raise StatementError(f"the key column {name} cannot be NULL")
-    base = type_.base
-    if base in ("INT", "BIGINT"):
-        return int(value)
-    if base == "DOUBLE":
-        return float(value)
-    return str(value)
+    if type(value).__name__ == "Decimal":
+        value = float(value)
+    try:
+        typed = _typed(value, type_, name)
+    except (ValueError, ArithmeticError) as error:
+        raise StatementError(f"key column {name}: {error}") from None
+    if type_.base == "BIGINT" and not -(2**63) <= typed < 2**63:
+        raise StatementError(f"key column {name} is BIGINT but {value!r} is out of its range")
+    return typed
 
 
 def deserialize_key(data: bytes, type_: SqlType) -> Any:

@@ -15,13 +15,13 @@ they agree on every name. Pure functions, no I/O.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
 from millpond.shared.catalog.plans import PlanKind
 from millpond.shared.catalog.queries import JoinedTable, JoinSpec, JoinWindow, OutputColumn, QueryPlan
-from millpond.shared.catalog.sources import DataSource
+from millpond.shared.catalog.sources import Column, DataSource
 from millpond.shared.errors import NotFoundError, StatementError
 from millpond.shared.sql import ast
 from millpond.shared.sql.ast import SqlType, to_sql
@@ -64,6 +64,8 @@ class ResolvedJoin:
     foreign_key: str | None = None
     """A foreign-key join's column of the left table in the joined row (the result is keyed
     by the left table's key); None when the join matches keys."""
+    rename: Callable[[ast.Expr], ast.Expr] | None = field(default=None, compare=False, repr=False)
+    """An expression of the query's (its columns as it names them) over the joined row."""
 
     def shown(self, expr: ast.Expr) -> str:
         """An expression over the joined row as SQL text (``side.column``)."""
@@ -230,7 +232,52 @@ def resolve_join(query: ast.Query, stream: DataSource, tables: tuple[DataSource,
     stream_scope = Scope(stream.name, stream_columns)
     return ResolvedJoin(stream_prefix, prefixes, scope, tuple(items), where, stream_key,
                         to_spark(_unjoined(stream_key, stream_prefix), stream_scope), tuple(table_keys), key_item,
-                        tuple(conditions), owners, foreign_key)
+                        tuple(conditions), owners, foreign_key, partial(_map_columns, rename=name_of))
+
+
+@dataclass(frozen=True)
+class JoinAggregation:
+    """A GROUP BY over a stream-table join: the join stage computes every column of the joined
+    row (``resolved``, of ``SELECT *`` with the query's WHERE) and keys it by the GROUP BY
+    (``keys``); the aggregation (``query``) then reads those rows as a stream (``source``)."""
+
+    resolved: ResolvedJoin
+    query: ast.Query
+    """The statement's aggregation over the joined row's columns: no JOIN, no WHERE."""
+    source: DataSource
+    """The joined row as a stream: every column of each side, named as in the joined row."""
+    keys: tuple[tuple[str, ast.Expr], ...]
+    """The result's key columns in order: (name, expression over the joined row)."""
+
+
+def pre_aggregation(query: ast.Query) -> ast.Query:
+    """The join a GROUP BY over a join aggregates: every column of the joined row (``SELECT *``)
+    of the records its WHERE keeps."""
+    return replace(query, items=(ast.SelectItem(None),), group_by=(), having=None, window=None, emit_final=False)
+
+
+def join_aggregation(query: ast.Query, stream: DataSource, tables: tuple[DataSource, ...]) -> JoinAggregation:
+    """How a GROUP BY over a join is computed (see ``JoinAggregation``): what the planner plans
+    and what the join task evaluates, from the same statement."""
+    if stream.kind != "STREAM" or any(t.kind != "TABLE" for t in tables):
+        raise StatementError("GROUP BY over a join reads a stream joined with tables; over a table-table or a "
+                             "stream-stream join it is not supported yet: create the joined stream or table first, "
+                             "then aggregate it")
+    if query.partition_by is not None:
+        raise StatementError("PARTITION BY cannot be combined with GROUP BY; GROUP BY already keys the result")
+    resolved = resolve_join(pre_aggregation(query), stream, tables)
+    rename = resolved.rename
+    assert rename is not None
+    items = tuple(ast.SelectItem(None if item.expr is None else rename(item.expr), output_name(item, index))
+                  for index, item in enumerate(query.items))
+    groups = tuple(rename(g) for g in query.group_by)
+    aggregation = replace(query, items=items, group_by=groups, having=None if query.having is None else
+                          rename(query.having), where=None, joins=(), alias=None, source=f"{stream.name}_JOINED")
+    names = [name for _, expr in resolved.items if isinstance(expr, ast.ColumnRef) for name in (expr.name,)]
+    source = DataSource("STREAM", aggregation.source, tuple(Column(n, resolved.scope.schema[n]) for n in names),
+                        "", stream.partitions)
+    keys = tuple((str(item.alias), item.expr) for item in items if item.expr is not None and item.expr in groups)
+    return JoinAggregation(resolved, aggregation, source, keys)
 
 
 def qualified(expr: ast.Expr, owners: dict[str, str]) -> str:

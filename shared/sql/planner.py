@@ -27,7 +27,7 @@ from millpond.shared.kafka.serde import (
 from millpond.shared.sql import aggregates, ast
 from millpond.shared.sql.ast import SqlType, to_sql
 from millpond.shared.sql.expressions import evaluate, output_name, quote_identifier, spark_literal, to_spark
-from millpond.shared.sql.joins import plan_join
+from millpond.shared.sql.joins import join_aggregation, plan_join, pre_aggregation
 from millpond.shared.sql.types import Scope, check, check_condition
 
 SOURCE_PROPERTIES = ("kafka_topic", "partitions", "replicas", "value_format", "key_format", "timestamp", "timestamp_format",
@@ -289,18 +289,20 @@ def plan_persistent(
             raise StatementError(f"{read.name} has a key of several columns "
                                  f"({', '.join(c.name for c in read.key_columns)}); joining it is not supported yet: "
                                  "re-key it first (CREATE STREAM ... AS SELECT ... PARTITION BY <column>)")
-    if query.joins:
-        partitions = target.partitions if target is not None else int(properties.get("partitions", source.partitions))
-        result_kind, columns, plan = plan_join(kind, name, query, source, joined, partitions)
-        if result_kind == "STREAM":
-            plan = replace(plan, event_time=event_time(source))
-        return _result(result_kind, name, columns, plan, source, properties, query_id, target)
     if query.having is not None and not query.group_by:
         raise StatementError("HAVING needs GROUP BY: it keeps the groups of an aggregation whose aggregates pass it; "
                              "use WHERE to filter records")
     if query.window is not None and not query.group_by:
         raise StatementError(f"WINDOW {query.window.kind} needs GROUP BY: a window groups the records of each key; "
                              "add GROUP BY <key>")
+    if query.joins and query.group_by:
+        return _joined_aggregation(kind, name, query, source, joined, properties, query_id, target)
+    if query.joins:
+        partitions = target.partitions if target is not None else int(properties.get("partitions", source.partitions))
+        result_kind, columns, plan = plan_join(kind, name, query, source, joined, partitions)
+        if result_kind == "STREAM":
+            plan = replace(plan, event_time=event_time(source))
+        return _result(result_kind, name, columns, plan, source, properties, query_id, target)
     result_kind = _result_kind(source, bool(query.group_by))
     wanted = kind if kind is not None else "STREAM"
     if result_kind != wanted:
@@ -332,6 +334,36 @@ def plan_persistent(
         event_time=event_time(source) if window is not None else None, having=having,
     )
     return _result(result_kind, name, columns, plan, source, properties, query_id, target)
+
+
+def _joined_aggregation(
+    kind: str | None, name: str, query: ast.Query, source: DataSource, joined: tuple[DataSource, ...],
+    properties: dict[str, Any], query_id: str, target: DataSource | None,
+) -> tuple[DataSource, QueryPlan]:
+    """``CREATE TABLE name AS SELECT ... FROM stream JOIN table ... GROUP BY ...``: the join
+    (planned as the joined stream it would be, its WHERE included) keyed by the GROUP BY into
+    the aggregation, one query (see ``millpond.shared.sql.joins.JoinAggregation``)."""
+    if kind != "TABLE":
+        verb = "CREATE TABLE AS SELECT"
+        raise StatementError(f"invalid result type: the SELECT produces a TABLE; use {verb} instead")
+    aggregation = join_aggregation(query, source, joined)
+    _, _, join = plan_join("STREAM", name, pre_aggregation(query), source, joined, source.partitions)
+    columns_in = (*aggregation.source.columns, *_rowtime(aggregation.source))
+    scope = _scope(aggregation.query, aggregation.source, columns_in)
+    window = window_spec(query.window, aggregation.source, query.emit_final) if query.window is not None else None
+    try:
+        columns, _, calls = _aggregation(name, aggregation.query, aggregation.source, scope)
+    except StatementError as error:  # its columns as the statement names them (side.column)
+        owners = aggregation.resolved.owners
+        raise StatementError(re.sub(r"\b[A-Za-z_][A-Za-z0-9_]*\b", lambda m: owners.get(m.group(0), m.group(0)),
+                                    error.message)) from error
+    plan = QueryPlan(
+        kind=PlanKind.AGGREGATE if window is None else PlanKind.SESSION_AGGREGATE if window.kind == "SESSION"
+        else PlanKind.WINDOWED_AGGREGATE, source=source.name, sink=name, columns=columns,
+        key_column=", ".join(c.name for c in columns if c.key), key_expression=join.key_expression, repartition=True,
+        aggregates=calls, window=window, having=_check_having(aggregation.query, columns), join=join.join,
+    )
+    return _result("TABLE", name, columns, plan, source, properties, query_id, target)
 
 
 def _result(result_kind: str, name: str, columns: tuple[OutputColumn, ...], plan: QueryPlan, source: DataSource,
@@ -562,9 +594,10 @@ def _projection(
     ordered = _key_first(columns)
     if partition_by is None and len(key_exprs) > 1:
         # A key of several columns selected in another order is written in that order (re-keyed).
-        same = [c.expression for c in ordered if c.key] == [quote_identifier(c.name) for c in source.key_columns]
+        same = [(c.name, c.expression) for c in ordered if c.key] == [
+            (c.name, quote_identifier(c.name)) for c in source.key_columns]
         if not same and source.kind == "TABLE":
-            raise StatementError(f"select {source.name}'s key columns in its key's order "
+            raise StatementError(f"select {source.name}'s key columns in its key's order and by their names "
                                  f"({', '.join(c.name for c in source.key_columns)}): a table's rows keep their key")
         return ordered, None if same else _struct_key(ordered)
     moved = partition_by is not None and not _source_key_ref(partition_by, source)

@@ -527,3 +527,74 @@ async def test_a_sigkilled_worker_loses_no_joined_record_and_repeats_none(join_c
     alerts_query = next(str(row[0]) for row in outcome if str(row[0]).startswith(f"CSAS_{with_alerts.upper()}"))
     await stream_join_until_exact(join_cluster, alerts_query, with_alerts.upper(), len(records) + len(alert_records),
                                   "LEFT", (1_000, 1_000, 3_000))
+
+
+async def test_group_by_over_a_stream_table_join(join_cluster: LocalCluster) -> None:
+    """GROUP BY over a join, one query: the stream re-keyed by its join column, joined with the
+    table, each joined row keyed by the GROUP BY into the joined topic and aggregated there;
+    windowed and by two columns too, a LEFT join's NULL grouping value logged."""
+    cluster = join_cluster
+    events, sensors = f"ev_{cluster.service_id}", f"sensors_ga_{cluster.service_id}"
+    run(cluster, f"""
+        CREATE STREAM {events} (eid VARCHAR KEY, sensor VARCHAR, reading INT, ts BIGINT)
+          WITH (kafka_topic='{events}', partitions={PARTITIONS}, value_format='json', timestamp='ts');
+        CREATE TABLE {sensors} (id VARCHAR PRIMARY KEY, site VARCHAR, weight INT)
+          WITH (kafka_topic='{sensors}', partitions={PARTITIONS}, value_format='json');
+    """)
+    sites = {f"s{i}": (f"site-{i % 7}", i % 3 + 1) for i in range(50)}  # s50..s59 are in no site
+    producer = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap, linger_ms=5)
+    await producer.start()
+    try:
+        for sensor, (site, weight) in sites.items():
+            await producer.send(sensors, json.dumps({"SITE": site, "WEIGHT": weight}).encode(), key=sensor.encode(),
+                                partition=partition_for(sensor.encode(), PARTITIONS))
+        await producer.flush()
+    finally:
+        await producer.stop()
+    await asyncio.to_thread(pull_until, cluster, f"SELECT id FROM {sensors};", {s: [s] for s in sites})
+    run(cluster, f"""
+        SET 'auto.offset.reset'='earliest';
+        CREATE TABLE per_site_{events} AS SELECT s.site, COUNT(*) AS n, SUM(e.reading * s.weight) AS total
+          FROM {events} e JOIN {sensors} s ON e.sensor = s.id WHERE e.reading >= 0 GROUP BY s.site;
+        CREATE TABLE per_minute_{events} AS SELECT s.site, e.sensor, COUNT(*) AS n FROM {events} e
+          LEFT JOIN {sensors} s ON e.sensor = s.id WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY s.site, e.sensor;
+    """)
+    rng = random.Random(21)
+    # Event times after the table's rows were written: each record joins the table as it is now.
+    base = int(time.time() * 1000)
+    records = [(f"e{i}", f"s{rng.randrange(60)}", rng.randrange(-20, 100), base + rng.randrange(10 * MINUTE))
+               for i in range(3_000)]
+    producer = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap, linger_ms=5)
+    await producer.start()
+    try:
+        for eid, sensor, reading, ts in records:
+            await producer.send(events, json.dumps({"SENSOR": sensor, "READING": reading, "TS": ts}).encode(),
+                                key=eid.encode(), partition=partition_for(eid.encode(), PARTITIONS))
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+    per_site: dict[str, list[int]] = {}
+    windows: dict[tuple[str, str, int], int] = {}
+    for _, sensor, reading, ts in records:
+        if sensor in sites:
+            site, weight = sites[sensor]
+            if reading >= 0:
+                n, total = per_site.get(site, [0, 0])
+                per_site[site] = [n + 1, total + reading * weight]
+            start = ts - ts % MINUTE
+            windows[(site, sensor, start)] = windows.get((site, sensor, start), 0) + 1
+    want = {site: [site, n, total] for site, (n, total) in per_site.items()}
+    assert await asyncio.to_thread(pull_until, cluster, f"SELECT * FROM per_site_{events};", want) == want
+    want_windows = {k: [k[0], k[1], k[2], k[2] + MINUTE, n] for k, n in windows.items()}
+    got = await asyncio.to_thread(pull_until, cluster, f"SELECT * FROM per_minute_{events};", want_windows,
+                                  key=lambda row: tuple(row[:3]))
+    assert got == want_windows
+    site, sensor, start = next(iter(windows))
+    assert run(cluster, f"SELECT n FROM per_minute_{events} WHERE site = '{site}' AND sensor = '{sensor}' "
+                        f"AND WINDOWSTART = {start};") == [[windows[(site, sensor, start)]]]
+    logged = [json.loads(v) for *_, v in await read_all(cluster.bootstrap, processing_log_topic(cluster.service_id))
+              if v is not None]
+    unknown = sum(1 for _, sensor, _, _ in records if sensor not in sites)
+    assert [e["REASON"] for e in logged if e["QUERY_ID"].startswith(f"CTAS_PER_MINUTE_{events.upper()}_")] == [
+        "the new key (S.SITE, E.SENSOR) is NULL"] * unknown

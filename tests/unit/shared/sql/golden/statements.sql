@@ -371,3 +371,19 @@ INSERT INTO twokeys (a, v) VALUES ('x', 2);
 TERMINATE CTAS_PER_PAGE_40;
 INSERT INTO per_page (page, region, n, total) VALUES ('/ünï', 'EU', 1, 2);
 INSERT INTO per_page (page, n, total) VALUES ('/a', 1, 2);
+
+-- GROUP BY over a stream-table join: the joined rows keyed by the GROUP BY, then aggregated.
+CREATE TABLE pages (page VARCHAR PRIMARY KEY, owner VARCHAR, weight INT) WITH (kafka_topic='pages', partitions=3, value_format='json');
+CREATE TABLE per_owner AS SELECT p.owner, COUNT(*) AS n, SUM(v.ms * p.weight) AS cost FROM visits v JOIN pages p ON v.page = p.page
+  WHERE v.ms > 0 GROUP BY p.owner HAVING COUNT(*) > 1;
+EXPLAIN CTAS_PER_OWNER_51;
+DESCRIBE per_owner;
+EXPLAIN CREATE TABLE per_owner_minute AS SELECT owner, region, COUNT(*) FROM visits v LEFT JOIN pages p ON v.page = p.page
+  WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY owner, region;
+CREATE STREAM per_owner_s AS SELECT p.owner, COUNT(*) AS n FROM visits v JOIN pages p ON v.page = p.page GROUP BY p.owner;
+CREATE TABLE per_owner_2 AS SELECT p.owner, COUNT(*) AS n FROM visits v JOIN pages p ON v.page = p.page GROUP BY p.owner PARTITION BY p.owner;
+CREATE TABLE per_owner_3 AS SELECT owner, ms, COUNT(*) AS n FROM visits v JOIN pages p ON v.page = p.page GROUP BY owner;
+CREATE TABLE per_owner_4 AS SELECT nope, COUNT(*) AS n FROM visits v JOIN pages p ON v.page = p.page GROUP BY nope;
+CREATE TABLE per_owner_5 AS SELECT p.owner, COUNT(*) AS n FROM pages p JOIN pages q ON p.page = q.page GROUP BY p.owner;
+EXPLAIN CREATE STREAM tk10 AS SELECT a AS aa, b, v FROM twokeys;
+CREATE TABLE tk11 AS SELECT a AS aa, b, v FROM twokeyed;
