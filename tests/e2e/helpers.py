@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
@@ -41,6 +42,19 @@ def pull_until(cluster: LocalCluster, sql: str, want: dict[Any, list[Any]], time
             break
         time.sleep(0.2)
     return rows
+
+
+@contextlib.contextmanager
+def own_queries(cluster: LocalCluster) -> Iterator[None]:
+    """On leaving, TERMINATE the queries created within, so a session's shared cluster does
+    not keep running one test's queries under the tests after it."""
+    before = {str(row[0]) for row in run(cluster, "SHOW QUERIES;")}
+    try:
+        yield
+    finally:
+        for row in run(cluster, "SHOW QUERIES;"):
+            if str(row[0]) not in before:
+                run(cluster, f"TERMINATE {row[0]};")
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout: float = 240) -> None:

@@ -15,8 +15,10 @@ import json
 import math
 import random
 from collections import defaultdict
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
@@ -27,10 +29,17 @@ from millpond.shared.kafka.admin import topic_partitions
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.kafka.serde import deserialize_key, serialize_key
 from millpond.shared.sql.ast import SqlType
-from tests.e2e.helpers import collect, pull_until, read_all, run, wait_for
+from tests.e2e.helpers import collect, own_queries, pull_until, read_all, run, wait_for
 from tests.e2e.workload import produce
 
 PARTITIONS = 4
+
+
+@pytest.fixture(autouse=True)
+def _own_queries(cluster: LocalCluster) -> Iterator[None]:
+    """Each test's queries end with it (the session's cluster runs the other modules' tests)."""
+    with own_queries(cluster):
+        yield
 
 
 async def test_group_by_another_column_repartitions_exactly(cluster: LocalCluster) -> None:
