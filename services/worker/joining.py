@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import struct
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -193,9 +194,13 @@ class JoinedValue:
             shown = ", ".join(self.resolved.shown(expr) for _, expr in self.regroup)
             bad.append(BadRecord(offset, f"the new key ({shown}) is NULL", None))
             return None
-        new_key = serialize_key(group[0] if len(group) == 1 else dict(zip((n for n, _ in self.regroup), group,
-                                                                           strict=True)), self.key_type)
-        return new_key, serialize_value(self.value_names, [*(row.get(c) for c in self.columns), time_ms], "JSON")
+        try:
+            new_key = serialize_key(group[0] if len(group) == 1 else dict(zip((n for n, _ in self.regroup), group,
+                                                                               strict=True)), self.key_type)
+            return new_key, serialize_value(self.value_names, [*(row.get(c) for c in self.columns), time_ms], "JSON")
+        except (MillpondError, ValueError, ArithmeticError, TypeError, struct.error) as error:
+            bad.append(BadRecord(offset, f"the joined row cannot be written by its new key: {error}", None))
+            return None
 
     def __call__(self, row: dict[str, Any], offset: int, bad: list[BadRecord]) -> bytes | None:
         """The value, or None when the WHERE drops the row or it cannot be computed (then
@@ -306,9 +311,12 @@ class JoinTask(Task[JoinSlice]):
         table_offsets = [side.pending[done].offset if done < len(side.pending) else side.fetched_to
                          for side, done in zip(self.sides, applied, strict=True)]
         async with self._transaction():
+            # A GROUP BY's joined rows carry their time in a column: stamped now, the joined
+            # topic's retention cannot delete an old record's row before the aggregation reads it.
+            stamped = self.output.regroup is None
             for key, value, time_ms in results:
                 await self._send(self.sink.topic, value, key, partition_for(key, self.sink.partitions),
-                                 timestamp_ms=time_ms)
+                                 timestamp_ms=time_ms if stamped else None)
             await self._send_bad(sorted(bad, key=lambda b: b.offset))
             for side in self.sides:
                 await self._send_bad(table_bad[side.index], side.input)

@@ -66,6 +66,12 @@ def check_upgrade(old: PersistentQuery, new: PersistentQuery) -> None:
         return
     if before.having != after.having:
         raise StatementError(f"{what}: its HAVING changes from {before.having} to {after.having}; {_REMEDY}")
+    if (before.join is None) != (after.join is None):
+        raise StatementError(f"{what}: its source changes between a stream and a join; {_REMEDY}")
+    keys_before, keys_after = ([f"{c.name} = {c.expression}" for c in p.columns if c.key] for p in (before, after))
+    if keys_before != keys_after:
+        raise StatementError(f"{what}: its GROUP BY changes from {', '.join(keys_before)} to {', '.join(keys_after)}; "
+                             f"{_REMEDY}")
     if (before.key_column, before.key_expression) != (after.key_column, after.key_expression):
         raise StatementError(f"{what}: its GROUP BY changes from {_key(before.key_column, before.key_expression)} "
                              f"to {_key(after.key_column, after.key_expression)}; {_REMEDY}")

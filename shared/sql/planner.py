@@ -360,7 +360,8 @@ def _joined_aggregation(
     plan = QueryPlan(
         kind=PlanKind.AGGREGATE if window is None else PlanKind.SESSION_AGGREGATE if window.kind == "SESSION"
         else PlanKind.WINDOWED_AGGREGATE, source=source.name, sink=name, columns=columns,
-        key_column=", ".join(c.name for c in columns if c.key), key_expression=join.key_expression, repartition=True,
+        key_column=", ".join(c.name for c in columns if c.key), key_expression=join.key_expression,
+        repartition=join.repartition,
         aggregates=calls, window=window, having=_check_having(aggregation.query, columns), join=join.join,
     )
     return _result("TABLE", name, columns, plan, source, properties, query_id, target)

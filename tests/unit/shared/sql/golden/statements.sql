@@ -387,3 +387,6 @@ CREATE TABLE per_owner_4 AS SELECT nope, COUNT(*) AS n FROM visits v JOIN pages 
 CREATE TABLE per_owner_5 AS SELECT p.owner, COUNT(*) AS n FROM pages p JOIN pages q ON p.page = q.page GROUP BY p.owner;
 EXPLAIN CREATE STREAM tk10 AS SELECT a AS aa, b, v FROM twokeys;
 CREATE TABLE tk11 AS SELECT a AS aa, b, v FROM twokeyed;
+CREATE OR REPLACE TABLE per_owner AS SELECT UCASE(p.owner) AS owner, COUNT(*) AS n, SUM(v.ms * p.weight) AS cost FROM visits v
+  JOIN pages p ON v.page = p.page WHERE v.ms > 0 GROUP BY UCASE(p.owner) HAVING COUNT(*) > 1;
+CREATE OR REPLACE TABLE per_owner AS SELECT page AS owner, COUNT(*) AS n, SUM(ms) AS cost FROM visits GROUP BY page HAVING COUNT(*) > 1;
