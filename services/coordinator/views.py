@@ -104,6 +104,9 @@ def plan_lines(plan: QueryPlan, source: DataSource, sink: DataSource) -> list[st
     if plan.join is not None and "{join}" not in plan.kind.spec.explain:  # a GROUP BY over a join
         steps.append(f"[ JOIN ] | {join} | every column of the joined row, keyed by the GROUP BY into the "
                      "query's joined topic | State: each table's rows in RocksDB, rebuilt from its topic")
+    if plan.join is not None and plan.join.steps > 1:
+        steps.append(f"[ REPARTITION ] | {plan.join.steps} join stages, one per JOIN expression: each joined row "
+                     "re-keyed by the next JOIN's expression through an internal topic of the query")
     if plan.join is not None and plan.join.where is not None:
         steps.append(f"[ FILTER ] | {plan.join.where}")
     if plan.having is not None:  # over the aggregated rows, before the sink

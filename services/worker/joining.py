@@ -1,6 +1,8 @@
 """A stream-table join's task: one partition of the stream joined with the same partition
 of the table (of each table, for a multi-way join on one stream expression), as Kafka
-Streams' ``KStream#join(KTable)`` and ksqlDB's stream-table joins.
+Streams' ``KStream#join(KTable)`` and ksqlDB's stream-table joins. A multi-way join on
+several expressions runs a task per stage, each joining its tables with the joined rows the
+stage before re-keyed (``topology._chained_join``).
 
 The table side is state: the task keeps the table partition's rows in a RocksDB store, read
 from the table's own topic (its changelog, as Kafka Streams' source tables), through a
@@ -36,6 +38,7 @@ from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore, e
 from millpond.services.worker.task import BadRecord, BatchSlice, Task, store_path
 from millpond.shared.catalog.queries import JoinedTable, PersistentQuery
 from millpond.shared.catalog.sources import DataSource
+from millpond.shared.catalog.topology import REPARTITION_KEY, ROWTIME_COLUMN, join_input
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.admin import committed_positions
@@ -152,39 +155,45 @@ class TableSide:
 
 class JoinedValue:
     """A join query's result value from its joined row, as every join task computes it: the
-    WHERE, then the SELECT list, serialized as the sink's value (the key item left out)."""
+    WHERE, then the SELECT list, serialized as the sink's value (the key item left out).
+
+    A join stage whose rows another stage reads (the next stage of a multi-way join, or the
+    aggregation of a GROUP BY over the join) writes every column of the joined row so far and
+    its time instead, keyed by what the next stage is keyed by (``regroup``)."""
 
     def __init__(self, query: PersistentQuery, sink: DataSource):
         spec = query.plan.join
         assert spec is not None
         statement, tables = statement_query(query.statement), tuple(t.table for t in spec.tables)
         self.regroup: tuple[tuple[str, ast.Expr], ...] | None = None
-        """Under a GROUP BY: the result's key columns over the joined row, which key each
-        joined row (every column of it, and its time) in the joined topic."""
+        """The next stage's key columns over the joined row, which key each joined row (every
+        column of it so far, and its time) in the next stage's topic; None for the result."""
         if statement.group_by:
             aggregation = join_aggregation(statement, spec.stream, tables)
             self.resolved = aggregation.resolved
             self.regroup = aggregation.keys
-            self.key_type = sink.key_columns[0].type
-            self.columns = [name for _, expr in self.resolved.items if isinstance(expr, ast.ColumnRef)
-                            for name in (expr.name,)]
         else:
             self.resolved = resolve_join(statement, spec.stream, tables)
+        self.where = self.resolved.where
+        if spec.step + 1 < spec.steps:  # a multi-way join's stage before the last: keyed by the next one's expression
+            self.regroup = ((REPARTITION_KEY, self.resolved.step_keys[spec.step + 1]),)
+            self.where = None  # over every JOIN's columns: the last stage's
         self.value_items = [i for i in range(len(self.resolved.items)) if i != self.resolved.key_item]
         self.value_names = [c.name for c in sink.value_columns]
+        self.columns = [name for name in self.value_names if name != ROWTIME_COLUMN]
+        self.key_type = sink.key_columns[0].type if self.regroup is not None else None
         self.sink = sink
 
     def keyed(self, row: dict[str, Any], key: bytes, time_ms: int, offset: int,
               bad: list[BadRecord]) -> tuple[bytes, bytes] | None:
-        """The record the join writes for a joined row: keyed by the join key, or under a
-        GROUP BY by its key columns (a NULL one logged, as a re-key's); None when the WHERE
-        drops it or it cannot be computed."""
+        """The record the join writes for a joined row: keyed by the join key, or for another
+        stage by its key columns (a NULL one logged, as a re-key's); None when the WHERE drops
+        it or it cannot be computed."""
         if self.regroup is None:
             value = self(row, offset, bad)
             return None if value is None else (key, value)
-        where = self.resolved.where
         try:
-            if where is not None and evaluate(where, row) is not True:
+            if self.where is not None and evaluate(self.where, row) is not True:
                 return None
             group = [evaluate(expr, row) for _, expr in self.regroup]
         except (ArithmeticError, TypeError, ValueError) as error:
@@ -194,6 +203,7 @@ class JoinedValue:
             shown = ", ".join(self.resolved.shown(expr) for _, expr in self.regroup)
             bad.append(BadRecord(offset, f"the new key ({shown}) is NULL", None))
             return None
+        assert self.key_type is not None
         try:
             new_key = serialize_key(group[0] if len(group) == 1 else dict(zip((n for n, _ in self.regroup), group,
                                                                                strict=True)), self.key_type)
@@ -226,8 +236,11 @@ class JoinTask(Task[JoinSlice]):
         spec = query.plan.join
         assert spec is not None
         self.output = JoinedValue(query, sink)
-        self.sides = [TableSide(i, t, partition) for i, t in enumerate(spec.tables)]
-        self.stream_names = ResolvedJoin.names(spec.stream_prefix, spec.stream)
+        # A multi-way join's stage joins its own tables (of its ``step``) with the joined rows so far.
+        self.sides = [TableSide(i, t, partition)
+                      for i, t in enumerate(table for table in spec.tables if table.step == spec.step)]
+        self.stream_names = (ResolvedJoin.names(spec.stream_prefix, spec.stream) if spec.step == 0
+                             else [c.name for c in join_input(spec, source)])
         self.rowtime = None if ROWTIME in spec.stream.schema else joined(spec.stream_prefix, ROWTIME)
         self.consumer: AIOKafkaConsumer | None = None
 

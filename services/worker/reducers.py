@@ -38,7 +38,7 @@ from millpond.services.worker.task import (
 from millpond.shared.catalog.plans import PlanKind
 from millpond.shared.catalog.queries import PersistentQuery, QueryPlan
 from millpond.shared.catalog.sources import Column, DataSource, WindowSpec
-from millpond.shared.catalog.topology import ROWTIME_COLUMN
+from millpond.shared.catalog.topology import ROWTIME_COLUMN, join_input
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.serde import (
     composite_key_type,
@@ -216,10 +216,11 @@ def reduce_join(parsed: DataFrame, query: PersistentQuery, source: DataSource, s
     # repartition, the input record's, carried in a column), as ksqlDB's timestamp extractor.
     rowtime = F.col(quote_identifier(ROWTIME_COLUMN) if ROWTIME_COLUMN in source.schema else "_rowtime")
     time = F.coalesce(F.expr(query.plan.event_time), rowtime) if query.plan.event_time else rowtime
-    slices, good = in_offset_order(frame, [F.col("_key_bytes"), time.alias("_time"), *value_columns(spec.stream.columns)],
+    columns = join_input(spec, source)
+    slices, good = in_offset_order(frame, [F.col("_key_bytes"), time.alias("_time"), *value_columns(columns)],
                                    JoinSlice, source)
     # Values that are not JSON-ready as they come (decimals, dates, structs) go through ``plain``.
-    convert = any(c.type.base not in _PLAIN_TYPES for c in spec.stream.columns)
+    convert = any(c.type.base not in _PLAIN_TYPES for c in columns)
     for piece, offset, (key, event_time, *values) in good:
         piece.records.append((offset, bytes(key), event_time, plain(values) if convert else values))
     return slices

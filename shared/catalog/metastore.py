@@ -374,12 +374,13 @@ def _check_replacement(old: DataSource, new: DataSource) -> None:
         raise StatementError(f"CREATE OR REPLACE cannot change the formats of {old.name}")
 
 
-_UNSET_NEWER = ("window", "event_time", "timestamp_format", "join", "having")
-"""Fields added after the first release: unset, they stay out of the digest, so a definition
-that does not use them hashes as it did before they existed."""
+_UNSET_NEWER: dict[str, Any] = {"window": None, "event_time": None, "timestamp_format": None, "join": None,
+                                 "having": None, "step": 0}
+"""Fields added after the first release, and their unset value: unset, they stay out of the
+digest, so a definition that does not use them hashes as it did before they existed."""
 
 
-_UNSET_NEWER_NESTED = ("within", "foreign_key", "rekey")
+_UNSET_NEWER_NESTED: dict[str, Any] = {"within": None, "foreign_key": None, "rekey": None, "step": 0}
 """The same inside tuples (a join's tables), where the older fields always stayed in."""
 
 
@@ -388,7 +389,7 @@ def _definition(value: Any) -> Any:
     def strip(node: Any, nested: bool = False) -> Any:
         if isinstance(node, dict):
             unset = _UNSET_NEWER_NESTED if nested else _UNSET_NEWER
-            return {k: strip(v, nested) for k, v in node.items() if not (k in unset and v is None)}
+            return {k: strip(v, nested) for k, v in node.items() if not (k in unset and v == unset[k])}
         if isinstance(node, list | tuple):
             return type(node)(strip(v, True) for v in node)
         return node

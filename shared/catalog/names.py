@@ -54,6 +54,12 @@ def joined_topic(service_id: str, query_id: str) -> str:
     return f"{_prefix(service_id)}{query_id}-joined"
 
 
+def chained_topic(service_id: str, query_id: str, step: int) -> str:
+    """The topic a multi-way join's stage ``step`` reads: the joined rows of the stages before
+    it, re-keyed by the expression its JOINs match."""
+    return f"{joined_topic(service_id, query_id)}-{step}"
+
+
 def consumer_group(service_id: str, query_id: str) -> str:
     """The consumer group a persistent query commits its input offsets to."""
     return f"{_prefix(service_id)}{query_id}"

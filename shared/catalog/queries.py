@@ -52,6 +52,10 @@ class JoinedTable:
     rekey: str | None = None
     """A stream-stream join on a column of this stream other than its key: Spark SQL of that
     column, by which its records are re-keyed (None: joined on its key)."""
+    step: int = 0
+    """Which join stage joins this table. A stream joined with tables on several expressions
+    joins each run of JOINs on one expression in a stage of its own, the joined rows re-keyed
+    between them (ksqlDB's repartition between joins)."""
 
 
 @dataclass(frozen=True)
@@ -68,13 +72,20 @@ class JoinWindow:
 @dataclass(frozen=True)
 class JoinSpec:
     """A join: its first source (``FROM``) as it was when the query was planned, its prefix in
-    the joined row, and what it joins, in order (all on the same expression of the first)."""
+    the joined row, and what it joins, in order."""
 
     stream: DataSource
     stream_prefix: str
     tables: tuple[JoinedTable, ...]
     where: str | None = None
     """The WHERE (``side.column``), for EXPLAIN: the task evaluates it over the joined row."""
+    step: int = 0
+    """In a stage's plan: which of the join's stages it runs (the tables of that ``step``)."""
+
+    @property
+    def steps(self) -> int:
+        """How many join stages the join runs in (one per run of JOINs on one expression)."""
+        return 1 + max((t.step for t in self.tables), default=0)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,11 @@ Two kinds need two, each with its own stream, tasks and transactional ids:
   ``p`` of that topic into partition ``p`` of the table, so input, state and changelog are
   co-partitioned (ksqlDB's repartition step); a join's stage 2 joins partition ``p`` of it
   with partition ``p`` of the table.
+- **A stream joined with tables on several expressions** (a multi-way join whose JOINs
+  match different columns) runs one join stage per run of JOINs on one expression, after
+  the stream's re-key when the first needs one. Each writes every column of its joined rows
+  and their time, keyed by the next expression, into a topic of the query's
+  (``chained_topic``), which the next join stage reads as a re-keyed stream.
 - **A table-table join** runs as one stage per table, then the join, then the result's
   materialization. Each table's stage copies its records (tombstones too) into the query's
   compacted joined topic, partition for partition, keyed by the side's place in the join
@@ -40,9 +45,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from millpond.shared.catalog.names import changelog_topic, joined_topic, repartition_topic
+from millpond.shared.catalog.names import chained_topic, changelog_topic, joined_topic, repartition_topic
 from millpond.shared.catalog.plans import PlanKind
-from millpond.shared.catalog.queries import OutputColumn, PersistentQuery, QueryPlan
+from millpond.shared.catalog.queries import JoinSpec, OutputColumn, PersistentQuery, QueryPlan
 from millpond.shared.catalog.sources import Column, DataSource
 from millpond.shared.kafka.serde import composite_key_type
 from millpond.shared.sql.ast import SqlType
@@ -102,6 +107,8 @@ def stages(query: PersistentQuery, source: DataSource, sink: DataSource, service
     plan = query.plan
     if plan.join is not None and plan.kind in AGGREGATES:
         return _joined_aggregate(query, source, sink, service_id)
+    if plan.kind is PlanKind.STREAM_TABLE_JOIN and plan.join is not None and plan.join.steps > 1:
+        return _chained_join(query, source, sink, service_id)
     if plan.kind.spec.repartition_topic and plan.repartition:
         return _repartitioned_aggregate(query, source, sink, service_id)
     if plan.kind in (*TABLE_JOINS, PlanKind.STREAM_STREAM_JOIN):
@@ -129,6 +136,9 @@ def internal_topics(service_id: str, query: PersistentQuery) -> list[InternalTop
         topics.append(InternalTopic(repartition_topic(service_id, query.query_id), compacted=False))
     if query.plan.kind in AGGREGATES and query.plan.join is not None:  # a GROUP BY's joined rows
         topics.append(InternalTopic(joined_topic(service_id, query.query_id), compacted=False))
+    if query.plan.join is not None and query.plan.kind in (PlanKind.STREAM_TABLE_JOIN, *AGGREGATES):
+        topics += [InternalTopic(chained_topic(service_id, query.query_id, step), compacted=False)
+                   for step in range(1, query.plan.join.steps)]
     if query.plan.kind in TABLE_JOINS:
         # A join task away for longer than a tombstone is kept would miss the delete when it
         # replays from its store's position: a week, not the broker's default day.
@@ -213,6 +223,59 @@ def _joined_aggregate(query: PersistentQuery, source: DataSource, sink: DataSour
     aggregate = replace(plan, source=rows.name, where=None, key_expression=None, repartition=False, join=None,
                         event_time=quote_identifier(ROWTIME_COLUMN) if plan.window is not None else None)
     return [*joining, Stage("", replace(query, plan=aggregate, start_offsets=None), rows, sink)]
+
+
+def join_input(spec: JoinSpec, source: DataSource) -> tuple[Column, ...]:
+    """The columns a stream-table join's stage reads of each record of ``source``: the
+    stream's, or in a later stage of a multi-way join the joined row's so far."""
+    if spec.step == 0:
+        return spec.stream.columns
+    return tuple(c for c in source.value_columns if c.name != ROWTIME_COLUMN)
+
+
+def _chained_join(query: PersistentQuery, source: DataSource, sink: DataSource, service_id: str) -> list[Stage]:
+    """A stream joined with tables on several expressions (``ON r.sensor = s.id JOIN sites t ON
+    s.site = t.id``): one join stage per run of JOINs on one expression, the first behind the
+    stream's re-key when it needs one. Each stage but the last writes every column of its
+    joined rows, and their time, keyed by the next stage's expression into that stage's topic
+    (of the next tables' partitions); the next joins it as a stream re-keyed by that expression."""
+    plan = query.plan
+    spec = plan.join
+    assert spec is not None
+    carried = [Column(joined(spec.stream_prefix, c.name), c.type) for c in spec.stream.columns]
+    inputs = []
+    for step in range(1, spec.steps):
+        carried += [Column(joined(t.prefix, c.name), c.type) for t in spec.tables if t.step == step - 1
+                    for c in t.table.columns]
+        table = next(t.table for t in spec.tables if t.step == step)
+        assert table.key_column is not None
+        inputs.append(DataSource(
+            kind="STREAM", name=f"{query.query_id}_JOINED_{step}",
+            columns=(Column(REPARTITION_KEY, table.key_column.type, key=True), *carried,
+                     Column(ROWTIME_COLUMN, SqlType("BIGINT"))),
+            topic=chained_topic(service_id, query.query_id, step), partitions=table.partitions, value_format="JSON",
+            query_id=query.query_id,
+        ))
+
+    def keyed_plan(step: int, into: DataSource, key_expression: str | None = None, repartition: bool = False,
+                   event_time: str | None = None) -> QueryPlan:
+        """Stage ``step``'s plan when it writes into the next stage's topic (``into``)."""
+        return QueryPlan(PlanKind.STREAM_TABLE_JOIN, source.name if step == 0 else inputs[step - 1].name, into.name,
+                         (OutputColumn(REPARTITION_KEY, into.key_columns[0].type, key_expression or "", key=True),),
+                         key_column=REPARTITION_KEY, key_expression=key_expression, repartition=repartition,
+                         join=replace(spec, step=step), event_time=event_time)
+
+    first = replace(query, plan=keyed_plan(0, inputs[0], plan.key_expression, plan.repartition, plan.event_time))
+    result = (_repartitioned_aggregate(first, source, inputs[0], service_id) if plan.repartition
+              else [Stage("", first, source, inputs[0])])
+    result[-1] = replace(result[-1], name="join-0")
+    for step, reads in enumerate(inputs, start=1):
+        if step < spec.steps - 1:
+            result.append(Stage(f"join-{step}", replace(query, plan=keyed_plan(step, inputs[step]), start_offsets=None),
+                                reads, inputs[step]))
+    last = replace(plan, source=inputs[-1].name, join=replace(spec, step=spec.steps - 1), key_expression=None,
+                   repartition=False, event_time=None)
+    return [*result, Stage("", replace(query, plan=last, start_offsets=None), inputs[-1], sink)]
 
 
 def _repartitioned_aggregate(query: PersistentQuery, source: DataSource, sink: DataSource,

@@ -56,7 +56,8 @@ def check_upgrade(old: PersistentQuery, new: PersistentQuery) -> None:
         def sides(join: JoinSpec) -> list[tuple[Any, ...]]:
             first = (join.stream.name, join.stream.topic, join.stream.columns)
             return [first if before.kind is not PlanKind.STREAM_TABLE_JOIN else (),
-                    *((t.type, t.table.name, t.table.topic, t.table.columns, t.condition, t.within, t.foreign_key, t.rekey)
+                    *((t.type, t.table.name, t.table.topic, t.table.columns, t.condition, t.within, t.foreign_key, t.rekey,
+                       t.step)
                       for t in join.tables)]
         if sides(before.join) != sides(after.join):
             raise StatementError(f"{what}: its joins change (tables, their order, types, columns or conditions); its "

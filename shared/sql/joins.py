@@ -50,13 +50,13 @@ class ResolvedJoin:
     """The SELECT list with ``*`` expanded: (output name, expression over the joined row)."""
     where: ast.Expr | None
     stream_key: ast.Expr
-    """The ON conditions' stream side (the same in every JOIN), over the joined row."""
+    """The first JOIN's left side (an expression of the stream), over the joined row."""
     stream_key_spark: str
     """The same over the stream's own columns, as Spark SQL (what a repartition keys by)."""
     table_keys: tuple[str, ...]
     """Each table's PRIMARY KEY column in the joined row."""
     key_item: int
-    """Which SELECT item is the result's key (the join expression of any side)."""
+    """Which SELECT item is the result's key (the last join's expression, of either side)."""
     conditions: tuple[ast.Expr, ...]
     """Each JOIN's ON condition over the joined row."""
     owners: dict[str, str]
@@ -66,6 +66,11 @@ class ResolvedJoin:
     by the left table's key); None when the join matches keys."""
     rename: Callable[[ast.Expr], ast.Expr] | None = field(default=None, compare=False, repr=False)
     """An expression of the query's (its columns as it names them) over the joined row."""
+    step_keys: tuple[ast.Expr, ...] = ()
+    """Each join stage's expression of the joined row so far (its left side), which keys its
+    records: the stream's (``stream_key``) first, then each other a later JOIN matches."""
+    steps: tuple[int, ...] = ()
+    """Each JOIN's stage: the place of its left side among ``step_keys``."""
 
     def shown(self, expr: ast.Expr) -> str:
         """An expression over the joined row as SQL text (``side.column``)."""
@@ -170,24 +175,31 @@ def resolve_join(query: ast.Query, stream: DataSource, tables: tuple[DataSource,
             raise NotFoundError(f"column {ref.name} does not exist in {' or '.join(s[1] for s in sides)}")
         return ast.ColumnRef(joined(found[0][0], ref.name))
 
-    conditions, table_keys = [], []
-    stream_key: ast.Expr | None = None
+    conditions: list[ast.Expr] = []
+    table_keys: list[str] = []
+    step_keys: list[ast.Expr] = []
+    steps: list[int] = []
+    left_names = set(stream_names)  # what a JOIN's left side may read: the stream's columns and those joined before
     for join, table, prefix in zip(query.joins, tables, prefixes, strict=True):
         condition = _map_columns(join.on, name_of)
-        this_key, table_key = _condition(condition, shown, stream_names, stream_prefix, prefix, stream, table)
+        this_key, table_key = _condition(condition, shown, left_names, stream_prefix, prefix, stream, table,
+                                         first=not conditions)
         left_type, right_type = check(this_key, scope), schema[table_key]
         if left_type != right_type:
             raise StatementError(f"invalid join condition {shown(condition)}: the two sides must have the same "
                                  f"type; {shown(this_key)} is {left_type} and {shown(ast.ColumnRef(table_key))} is "
                                  f"{right_type}: CAST one side")
-        if stream_key is not None and this_key != stream_key:
-            raise StatementError(f"invalid join condition {shown(condition)}: every JOIN of a query must match "
-                                 f"the same expression of {stream.name} ({shown(stream_key)}); joining on another "
-                                 "needs a repartition between the joins, which is not supported yet")
-        stream_key = this_key
+        if not step_keys or this_key != step_keys[-1]:  # another expression: the joined rows are re-keyed by it
+            if step_keys and stream.kind != "STREAM":
+                raise StatementError(f"invalid join condition {shown(condition)}: every JOIN of tables must match "
+                                     f"the same key of {stream.name} ({shown(step_keys[0])}); join the tables "
+                                     "on another key in a query of its own")
+            step_keys.append(this_key)
+        steps.append(len(step_keys) - 1)
         conditions.append(condition)
         table_keys.append(table_key)
-    assert stream_key is not None
+        left_names |= set(ResolvedJoin.names(prefix, table))
+    stream_key = step_keys[0]
     left_key = None if stream.key_column is None else ast.ColumnRef(joined(stream_prefix, stream.key_column.name))
     foreign_key = None
     if stream.kind == "TABLE" and stream_key != left_key:
@@ -220,19 +232,23 @@ def resolve_join(query: ast.Query, stream: DataSource, tables: tuple[DataSource,
     if query.where is not None:
         where = _map_columns(query.where, name_of)
         check_condition(where, scope, "WHERE")
-    keys: tuple[ast.Expr, ...] = (stream_key, *(ast.ColumnRef(k) for k in table_keys))
+    # The result is keyed by the last join's expression (what its stage's records are keyed by).
+    keys: tuple[ast.Expr, ...] = (step_keys[-1], *(ast.ColumnRef(k) for k, step in zip(table_keys, steps, strict=True)
+                                                    if step == len(step_keys) - 1))
     if foreign_key is not None:
         assert left_key is not None
         keys = (left_key,)
     key_item = next((i for i, (_, e) in enumerate(items) if e in keys), None)
     if key_item is None:
-        key_of = "join expression" if foreign_key is None else "left table's PRIMARY KEY (a foreign-key join)"
+        key_of = ("left table's PRIMARY KEY (a foreign-key join)" if foreign_key is not None
+                  else "last JOIN's expression" if len(step_keys) > 1 else "join expression")
         raise StatementError(f"key missing from projection: a join's result is keyed by its {key_of}; "
                              f"select {shown(keys[0])} (for example SELECT {shown(keys[0])}, ...)")
     stream_scope = Scope(stream.name, stream_columns)
     return ResolvedJoin(stream_prefix, prefixes, scope, tuple(items), where, stream_key,
                         to_spark(_unjoined(stream_key, stream_prefix), stream_scope), tuple(table_keys), key_item,
-                        tuple(conditions), owners, foreign_key, partial(_map_columns, rename=name_of))
+                        tuple(conditions), owners, foreign_key, partial(_map_columns, rename=name_of), tuple(step_keys),
+                        tuple(steps))
 
 
 @dataclass(frozen=True)
@@ -287,8 +303,9 @@ def qualified(expr: ast.Expr, owners: dict[str, str]) -> str:
 
 
 def _condition(condition: ast.Expr, shown: Callable[[ast.Expr], str], stream_names: set[str], stream_prefix: str,
-               table_prefix: str, stream: DataSource, table: DataSource) -> tuple[ast.Expr, str]:
-    """The left side of the ON equality (an expression of the left source) and the joined
+               table_prefix: str, stream: DataSource, table: DataSource, first: bool = True) -> tuple[ast.Expr, str]:
+    """The left side of the ON equality (an expression of ``stream_names``: the left source's
+    columns, and after the ``first`` JOIN those of the tables joined before) and the joined
     name of the right side's column: the table's key, or for a stream any of its columns."""
     if not (isinstance(condition, ast.Binary) and condition.op == "="):
         raise StatementError(f"invalid join condition {shown(condition)}: a join needs an equality, "
@@ -324,8 +341,9 @@ def _condition(condition: ast.Expr, shown: Callable[[ast.Expr], str], stream_nam
         if right == ast.ColumnRef(table_key) and _only(left, stream_names):
             _check_rekey(left, shown, stream, stream_prefix, rowtime=True)
             return left, table_key
+    of = f"{stream.name}'s columns" if first else f"the columns of {stream.name} and of the tables joined before"
     raise StatementError(f"invalid join condition {shown(condition)}: a stream-table join matches the table's "
-                         f"PRIMARY KEY {table_prefix}.{key.name} with an expression of {stream.name}'s columns "
+                         f"PRIMARY KEY {table_prefix}.{key.name} with an expression of {of} "
                          f"(ON {stream_prefix}.<column> = {table_prefix}.{key.name})")
 
 
@@ -408,10 +426,10 @@ def plan_join(
     key_expression = None if keyed_by_stream_key or resolved.foreign_key else resolved.stream_key_spark
     foreign_key = None if resolved.foreign_key is None else resolved.foreign_key[len(resolved.stream_prefix) + 1:]
     joined_tables = tuple(JoinedTable(join.kind, table, prefix, resolved.shown(condition), _window(join.within),
-                                      foreign_key, _rekey(table, prefix, on))
-                          for join, table, prefix, condition, on in zip(query.joins, tables, resolved.table_prefixes,
-                                                                        resolved.conditions, resolved.table_keys,
-                                                                        strict=True))
+                                      foreign_key, _rekey(table, prefix, on), step)
+                          for join, table, prefix, condition, on, step in zip(
+                              query.joins, tables, resolved.table_prefixes, resolved.conditions, resolved.table_keys,
+                              resolved.steps, strict=True))
     spec = JoinSpec(left, resolved.stream_prefix, joined_tables,
                     None if resolved.where is None else resolved.shown(resolved.where))
     key = columns[resolved.key_item]

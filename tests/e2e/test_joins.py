@@ -7,6 +7,9 @@ same) timestamp, in offset order, and a stream record joins the table's row as i
   table lacks, a deleted row, updates between readings, out-of-order timestamps), an INNER
   JOIN on a non-key column with a WHERE over both sides, through the repartition topic, and
   a three-way join (INNER with the sites, LEFT with a second table);
+- a multi-way join on different expressions (the stream re-keyed by its sensor, joined with
+  the sensors, re-keyed by their site, joined with the sites), as a stream and under a
+  GROUP BY, with both tables changed between two phases of events;
 - the same enrichment while a worker is SIGKILLed mid-stream: 0 lost, 0 duplicated;
 - table-table joins (INNER, FULL OUTER) with updates and deletes on both sides, pulled
   and read from their sink topics, against each key's latest rows; and a FULL OUTER one
@@ -609,3 +612,81 @@ async def test_group_by_over_a_stream_table_join(join_cluster: LocalCluster) -> 
     unknown = sum(1 for _, sensor, _, _ in records if sensor not in sites)
     assert [e["REASON"] for e in logged if e["QUERY_ID"].startswith(f"CTAS_PER_MINUTE_{events.upper()}_")] == [
         "the new key (S.SITE, E.SENSOR) is NULL"] * unknown
+
+
+async def test_a_multi_way_join_on_several_expressions(join_cluster: LocalCluster) -> None:
+    """Events keyed by their id joined with their sensor's row (the stream re-keyed by its
+    sensor), then with the site that row names (the joined rows re-keyed by S.SITE), as a
+    stream and under a GROUP BY: exact against the tables as of each event, with both tables
+    changed between two phases of events (the later events see the new rows); an event whose
+    sensor has no row has no site to be re-keyed by and goes to the processing log."""
+    cluster, sid = join_cluster, join_cluster.service_id
+    events, sensors, sites = f"mw_{sid}", f"mw_sensors_{sid}", f"mw_sites_{sid}"
+    chained, per_city = f"mw_chained_{sid}", f"mw_per_city_{sid}"
+    run(cluster, f"""
+        CREATE STREAM {events} (eid VARCHAR KEY, sensor VARCHAR, reading INT, ts BIGINT)
+          WITH (kafka_topic='{events}', partitions={PARTITIONS}, value_format='json', timestamp='ts');
+        CREATE TABLE {sensors} (id VARCHAR PRIMARY KEY, site VARCHAR)
+          WITH (kafka_topic='{sensors}', partitions={PARTITIONS}, value_format='json');
+        CREATE TABLE {sites} (id VARCHAR PRIMARY KEY, city VARCHAR)
+          WITH (kafka_topic='{sites}', partitions={PARTITIONS}, value_format='json');""")
+    base = int(time.time() * 1000)
+    switch = base + 5 * MINUTE  # the tables' changes, and the first event of the second phase
+    before = {f"s{i}": f"site-{i % 4}" for i in range(8)} | {"s8": "site-9"}  # s9 has no row; site-9 no city
+    after = {**before, "s1": "site-2"}
+    del after["s3"]
+    cities_before = {f"site-{i}": f"city-{i}" for i in range(4)}
+    cities_after = {**cities_before, "site-0": "city-z"}
+    del cities_after["site-3"]
+    await produce_table(cluster.bootstrap, sensors, "SITE", [(k, v, base - 1000) for k, v in before.items()]
+                        + [("s1", "site-2", switch), ("s3", None, switch)])
+    await produce_table(cluster.bootstrap, sites, "CITY", [(k, v, base - 1000) for k, v in cities_before.items()]
+                        + [("site-0", "city-z", switch), ("site-3", None, switch)])
+    run(cluster, f"""
+        SET 'auto.offset.reset'='earliest';
+        CREATE STREAM {chained} AS SELECT s.site, e.eid, e.reading, t.city FROM {events} e
+          LEFT JOIN {sensors} s ON e.sensor = s.id LEFT JOIN {sites} t ON s.site = t.id WHERE e.reading >= 0;
+        CREATE TABLE {per_city} AS SELECT t.city, COUNT(*) AS n, SUM(e.reading) AS total FROM {events} e
+          JOIN {sensors} s ON e.sensor = s.id JOIN {sites} t ON s.site = t.id GROUP BY t.city;""")
+    rng = random.Random(53)
+
+    async def produce(records: list[tuple[str, str, int, int]]) -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap, linger_ms=5)
+        await producer.start()
+        try:
+            for eid, sensor, reading, ts in records:
+                await producer.send(events, json.dumps({"SENSOR": sensor, "READING": reading, "TS": ts}).encode(),
+                                    key=eid.encode(), partition=partition_for(eid.encode(), PARTITIONS))
+            await producer.flush()
+        finally:
+            await producer.stop()
+
+    want: list[tuple[str, str, int, str | None]] = []
+    counts: dict[str, list[int]] = {}
+    logged = 0
+    for phase, (start, rows, cities) in enumerate(((base, before, cities_before), (switch, after, cities_after))):
+        # The second phase's events only once the first's went through every stage of both queries:
+        # a stage reads the joined rows of several partitions, so their times are not in order there.
+        batch = [(f"e{phase}-{i}", f"s{rng.randrange(10)}", rng.randrange(-10, 100), start + rng.randrange(4 * MINUTE))
+                 for i in range(300)]
+        await produce(batch)
+        for eid, sensor, reading, _ in batch:
+            site = rows.get(sensor)
+            logged += site is None
+            if site is not None and reading >= 0:
+                want.append((site, eid, reading, cities.get(site)))
+            if site is not None and site in cities:
+                n, total = counts.get(cities[site], [0, 0])
+                counts[cities[site]] = [n + 1, total + reading]
+        got = []
+        for partition, _, key, value, _ in await sink_until(cluster.bootstrap, chained.upper(), len(want)):
+            assert key is not None and value is not None and partition == partition_for(key, PARTITIONS)
+            row = json.loads(value)
+            got.append((key.decode(), row["EID"], row["READING"], row["CITY"]))
+        assert sorted(got) == sorted(want), f"phase {phase}"
+        want_counts = {city: [city, n, total] for city, (n, total) in counts.items()}
+        assert await asyncio.to_thread(pull_until, cluster, f"SELECT * FROM {per_city};", want_counts) == want_counts
+    assert {city for *_, city in want} == {None, "city-0", "city-1", "city-2", "city-3", "city-z"}
+    reasons = [json.loads(v)["REASON"] for *_, v in await read_all(cluster.bootstrap, processing_log_topic(sid))
+               if v is not None and json.loads(v)["QUERY_ID"].startswith(f"CSAS_{chained.upper()}_")]
+    assert reasons == ["the new key (S.SITE) is NULL"] * logged and logged > 0

@@ -248,3 +248,34 @@ def test_a_table_join_of_three_tables_has_a_side_stage_for_each() -> None:
     assert [(s.name, s.source.topic, s.query.plan.repartition) for s in staged] == [
         ("side-0", "a", False), ("side-1", "b", False), ("side-2", "c", False),
         ("join", "_millpond-svc-" + query.query_id + "-joined", False), ("", "ABC", False)]
+
+
+def test_a_multi_way_join_on_several_expressions_joins_in_a_stage_per_expression() -> None:
+    meta = _metastore(
+        "CREATE STREAM v (userid VARCHAR KEY, page VARCHAR, ms INT, ts BIGINT) "
+        "WITH (kafka_topic='v', partitions=3, value_format='json', timestamp='ts')",
+        "CREATE TABLE p (page VARCHAR PRIMARY KEY, owner VARCHAR) WITH (kafka_topic='p', partitions=3, value_format='json')",
+        "CREATE TABLE w (page VARCHAR PRIMARY KEY, weight INT) WITH (kafka_topic='w', partitions=3, value_format='json')",
+        "CREATE TABLE o (name VARCHAR PRIMARY KEY, team INT) WITH (kafka_topic='o', partitions=3, value_format='json')",
+        "CREATE TABLE t (id INT PRIMARY KEY, boss VARCHAR) WITH (kafka_topic='t', partitions=3, value_format='json')",
+        "CREATE STREAM j AS SELECT t.id, v.ms, w.weight, p.owner, t.boss FROM v JOIN p ON v.page = p.page "
+        "LEFT JOIN w ON v.page = w.page JOIN o ON p.owner = o.name LEFT JOIN t ON o.team + 1 = t.id")
+    query = next(q for q in meta.queries.values() if q.sink == "J")
+    assert query.plan.join is not None and [t.step for t in query.plan.join.tables] == [0, 0, 1, 2]
+    staged = stages(query, meta.source("V"), meta.source("J"), "svc")
+    joined = "_millpond-svc-" + query.query_id + "-joined"
+    assert [(s.name, s.query.plan.kind, s.source.topic, s.sink.topic, s.query.plan.event_time,
+             s.query.plan.join and s.query.plan.join.step) for s in staged] == [
+        ("repartition", PlanKind.PROJECT, "v", "_millpond-svc-" + query.query_id + "-repartition", None, None),
+        ("join-0", PlanKind.STREAM_TABLE_JOIN, "_millpond-svc-" + query.query_id + "-repartition", joined + "-1",
+         "`TS`", 0),
+        ("join-1", PlanKind.STREAM_TABLE_JOIN, joined + "-1", joined + "-2", None, 1),
+        ("", PlanKind.STREAM_TABLE_JOIN, joined + "-2", "J", None, 2)]
+    # Each stage's topic carries the joined row so far, keyed as the next tables are.
+    assert [c.name for c in staged[2].source.columns] == [
+        "_REPARTITION_KEY", "V_USERID", "V_PAGE", "V_MS", "V_TS", "P_PAGE", "P_OWNER", "W_PAGE", "W_WEIGHT",
+        "_INPUT_ROWTIME"]
+    assert [str(c.type) for c in staged[2].sink.key_columns] == ["INT"] and staged[2].sink.partitions == 3
+    assert [(t.name, t.compacted) for t in internal_topics("svc", query)] == [
+        ("_millpond-svc-" + query.query_id + "-repartition", False), (joined + "-1", False), (joined + "-2", False)]
+    assert staged[0].query.start_offsets == query.start_offsets and staged[-1].query.start_offsets is None

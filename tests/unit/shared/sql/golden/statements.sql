@@ -181,8 +181,9 @@ CREATE TABLE j13 AS SELECT r.sensor FROM readings r JOIN sensors s ON r.sensor =
 CREATE STREAM j14 AS SELECT r.sensor FROM readings r JOIN sensors r ON r.sensor = r.id;
 EXPLAIN CREATE STREAM j15 AS SELECT r.sensor, s.site, u.name FROM readings r JOIN sensors s ON r.sensor = s.id
   LEFT JOIN users u ON u.id = r.sensor;
-CREATE STREAM j23 AS SELECT r.sensor FROM readings r JOIN sensors s ON r.sensor = s.id JOIN users u ON r.area = u.id;
-CREATE STREAM j24 AS SELECT r.sensor FROM readings r JOIN sensors s ON r.sensor = s.id JOIN users u ON s.site = u.id;
+EXPLAIN CREATE STREAM j23 AS SELECT r.area, r.sensor, s.site, u.name FROM readings r JOIN sensors s ON r.sensor = s.id
+  LEFT JOIN users u ON r.area = u.id;
+EXPLAIN CREATE STREAM j24 AS SELECT u.id, r.sensor FROM readings r JOIN sensors s ON r.sensor = s.id JOIN users u ON s.site = u.id;
 CREATE STREAM j25 AS SELECT r.sensor, area FROM readings r JOIN sensors s ON r.sensor = s.id JOIN users u ON r.sensor = u.id;
 CREATE STREAM j26 AS SELECT r.sensor FROM readings r JOIN sensors s ON r.sensor = s.id JOIN users s ON r.sensor = s.id;
 CREATE STREAM j27 AS SELECT r.sensor FROM readings r JOIN sensors s ON r.sensor = s.id LEFT JOIN sensors t ON r.sensor = t.id;
@@ -390,3 +391,19 @@ CREATE TABLE tk11 AS SELECT a AS aa, b, v FROM twokeyed;
 CREATE OR REPLACE TABLE per_owner AS SELECT UCASE(p.owner) AS owner, COUNT(*) AS n, SUM(v.ms * p.weight) AS cost FROM visits v
   JOIN pages p ON v.page = p.page WHERE v.ms > 0 GROUP BY UCASE(p.owner) HAVING COUNT(*) > 1;
 CREATE OR REPLACE TABLE per_owner AS SELECT page AS owner, COUNT(*) AS n, SUM(ms) AS cost FROM visits GROUP BY page HAVING COUNT(*) > 1;
+
+-- Multi-way stream-table joins on different expressions: a stage per expression, the joined rows re-keyed between.
+CREATE TABLE owners (name VARCHAR PRIMARY KEY, team VARCHAR) WITH (kafka_topic='owners', partitions=3, value_format='json');
+CREATE TABLE teams (id VARCHAR PRIMARY KEY, boss VARCHAR) WITH (kafka_topic='teams', partitions=3, value_format='json');
+CREATE STREAM chained AS SELECT t.id AS team, v.userid, p.owner, o.team AS owner_team, t.boss FROM visits v
+  JOIN pages p ON v.page = p.page LEFT JOIN owners o ON p.owner = o.name JOIN teams t ON UCASE(o.team) = t.id WHERE v.ms > 0;
+DESCRIBE chained;
+EXPLAIN CREATE STREAM chained_1 AS SELECT v.page, p.owner, o.team FROM visits v JOIN pages p ON v.page = p.page
+  JOIN owners o ON v.region = o.name;
+CREATE STREAM chained_2 AS SELECT v.page, p.owner FROM visits v JOIN pages p ON v.page = p.page JOIN owners o ON p.owner = o.name;
+CREATE STREAM chained_3 AS SELECT p.owner, v.page FROM visits v JOIN pages p ON v.page = p.page JOIN owners o ON o.team = o.name;
+CREATE STREAM chained_4 AS SELECT p.owner, v.page FROM visits v JOIN owners o ON p.owner = o.name JOIN pages p ON v.page = p.page;
+CREATE STREAM chained_5 AS SELECT p.owner, v.page FROM visits v JOIN pages p ON v.page = p.page JOIN sites s ON p.owner = s.id;
+CREATE TABLE per_team AS SELECT o.team, COUNT(*) AS n, SUM(v.ms) AS ms FROM visits v JOIN pages p ON v.page = p.page
+  JOIN owners o ON p.owner = o.name GROUP BY o.team;
+DESCRIBE per_team;
