@@ -3,9 +3,9 @@ working: each benchmark starts its own cluster on real Kafka, Spark, RocksDB and
 its JSON, and the suite writes its report with plots. The figures are not checked (a smoke
 run's sizes make them meaningless), their presence and their baselines are.
 
-``make test`` runs the harness on the session's cluster, the soak in short and the aggregation
-benchmark; the tests marked ``slow`` (the harness under a kill, the other benchmarks) keep
-``make test`` within its 15 minutes and run with ``make test-all``."""
+``make test`` runs the harness on the session's cluster and the soak in short; the tests marked
+``slow`` (the harness under a kill, the benchmarks: a minute each, mostly their clusters' and
+baselines' fixed costs) keep ``make test`` within its 15 minutes and run with ``make test-all``."""
 
 from __future__ import annotations
 
@@ -76,6 +76,7 @@ def test_the_soak_in_short_loses_nothing_and_serves_nothing_stale(tmp_path: Path
     assert result["tracebacks_in_logs"] == 0, result["log_samples"]
 
 
+@pytest.mark.slow
 def test_the_aggregation_benchmark_reports_its_baselines_and_plots(tmp_path: Path) -> None:
     aggregation = benchmarks(tmp_path, "aggregation")["aggregation"]
     assert aggregation["events_per_s"] > 0 and aggregation["baseline_aiokafka_consumer"]["records"] == 20_000

@@ -254,7 +254,7 @@ def test_failover_scale_out_scale_in_and_coordinator_failover(ha_cluster: LocalC
     rng = random.Random(11)
     expected = Expected()
     query_id = create_table(cluster, stream, table)
-    asyncio.run(produce(cluster.bootstrap, stream, readings(rng, 12_000, KEYS, expected)))
+    asyncio.run(produce(cluster.bootstrap, stream, readings(rng, 6_000, KEYS, expected)))
     wait_caught_up(cluster, query_id, asyncio.run(stream_ends(cluster, stream)))
     check_table(table_rows(cluster, table), expected)
     keys = sorted(expected.count)
@@ -272,7 +272,7 @@ def test_failover_scale_out_scale_in_and_coordinator_failover(ha_cluster: LocalC
     victim = max(layout, key=lambda w: len(layout[w]["active"]))
     moved = layout[victim]["active"]
     with PullLoad(cluster, table, keys) as load:
-        producer = produce_more(cluster, stream, rng, 20_000, expected)
+        producer = produce_more(cluster, stream, rng, 12_000, expected)
         time.sleep(2)
         killed_at = time.monotonic()
         cluster.kill(victim)
@@ -309,7 +309,7 @@ def test_failover_scale_out_scale_in_and_coordinator_failover(ha_cluster: LocalC
     held = {(w, p) for w, r in roles(cluster_status(cluster), query_id).items() for p in r["active"]}
     starts = task_starts(cluster, query_id)
     with PullLoad(cluster, table, keys) as load, CommitWatch(cluster, query_id, stream) as commits:
-        producer = produce_more(cluster, stream, rng, 10_000, expected)
+        producer = produce_more(cluster, stream, rng, 6_000, expected)
         newcomer = cluster.add_worker().name
         warmed: set[int] = set()
         took: set[int] = set()
