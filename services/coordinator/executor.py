@@ -219,7 +219,7 @@ class StatementExecutor:
         for query in change.add_queries:
             sink = sinks.get(query.sink) or self.metastore.source(query.sink)
             for topic in internal_topics(self.settings.service_id, query):
-                await ensure_topic(self.admin, topic.name, sink.partitions, compacted=topic.compacted,
+                await ensure_topic(self.admin, topic.name, topic.partitions or sink.partitions, compacted=topic.compacted,
                                    replicas=self.replicas, configs=dict(topic.configs))
 
     async def _delete_topics(self, change: Change) -> None:

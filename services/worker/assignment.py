@@ -17,10 +17,11 @@ from millpond.services.worker.spark import LazySession
 from millpond.services.worker.standby import StandbyReplica
 from millpond.services.worker.streams import StageStreams
 from millpond.services.worker.supervisor import QuerySupervisor
-from millpond.services.worker.task import AggregationTask, RowFn, TableTask, Task, group_rows
+from millpond.services.worker.task import AggregationTask, TableTask, Task, group_rows, table_rows
 from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.catalog.plans import PlanKind
 from millpond.shared.catalog.queries import PersistentQuery
-from millpond.shared.catalog.topology import stages
+from millpond.shared.catalog.topology import Stage, stages
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import NotFoundError
 from millpond.shared.task_status import StoreLag, TaskReport
@@ -120,12 +121,18 @@ class TaskAssignment:
         await _stop_all([self.standbys.pop(key) for key in sorted(set(self.standbys) - standbys)])
         await self._reconcile_actives(wanted)
         for key in sorted(standbys - set(self.standbys)):
-            replica = self.standbys[key] = StandbyReplica(self.settings, *key, self._row_function(key[0]))
+            final = self._final_stage(key[0])
+            materialized = final.query.plan.kind is PlanKind.MATERIALIZE
+            replica = StandbyReplica(self.settings, *key, table_rows(final.sink) if materialized
+                                     else group_rows(final.query, final.sink), final.source if materialized else None)
+            self.standbys[key] = replica
             replica.start()
 
-    def _row_function(self, query_id: str) -> RowFn:
+    def _final_stage(self, query_id: str) -> Stage:
+        """The stage whose store a query's standby copies replicate (its result's)."""
         query = self.metastore.queries[query_id]
-        return group_rows(query, self.metastore.source(query.sink))
+        return stages(query, self.metastore.source(query.source), self.metastore.source(query.sink),
+                      self.settings.service_id)[-1]
 
     def _standbys_to_run(self, wanted: dict[str, set[int]], wanted_standbys: set[tuple[str, int]]
                          ) -> set[tuple[str, int]]:
@@ -135,8 +142,7 @@ class TaskAssignment:
             query = self.metastore.queries.get(query_id)
             if query is None or partition in wanted.get(query_id, set()):
                 continue
-            final = stages(query, self.metastore.source(query.source), self.metastore.source(query.sink),
-                           self.settings.service_id)[-1]
+            final = self._final_stage(query_id)
             if final.has_standbys and partition < final.partitions:
                 out.add((query_id, partition))
         return out

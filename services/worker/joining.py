@@ -223,8 +223,12 @@ class JoinedValue:
         except (ArithmeticError, TypeError, ValueError) as error:
             bad.append(BadRecord(offset, f"the joined row cannot be computed: {error}", None))
             return None
-        return serialize_value(self.value_names, [result[i] for i in self.value_items],
-                               self.sink.value_format, self.sink.value_delimiter)
+        try:
+            return serialize_value(self.value_names, [result[i] for i in self.value_items],
+                                   self.sink.value_format, self.sink.value_delimiter)
+        except (MillpondError, ValueError, ArithmeticError, TypeError) as error:
+            bad.append(BadRecord(offset, f"the joined row cannot be written as {self.sink.value_format}: {error}", None))
+            return None
 
 
 class JoinTask(Task[JoinSlice]):

@@ -1,5 +1,7 @@
-"""Standby and warm-up replicas: copies of a GROUP BY table's partition kept on another
-worker by replaying its changelog continuously (ksqlDB's and Kafka Streams' standby tasks).
+"""Standby and warm-up replicas: copies of a table's partition kept on another worker by
+replaying its changelog continuously (ksqlDB's and Kafka Streams' standby tasks): a GROUP
+BY's changelog topic, or the topic a materialized table (a declared table, a table-table
+join's result) is read from, which is its changelog (``state/table_topic.py``).
 
 The copy lives where the active task's store would live on this worker, with the changelog
 position in the same write batch as the data, so when the coordinator promotes this worker
@@ -21,8 +23,10 @@ from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_ji
 
 from millpond.services.worker.state.changelog import ChangelogReader
 from millpond.services.worker.state.store import PartitionStore
+from millpond.services.worker.state.table_topic import TableTopicReader
 from millpond.services.worker.task import store_path
 from millpond.shared.catalog.names import changelog_topic
+from millpond.shared.catalog.sources import DataSource
 from millpond.shared.config import WorkerSettings
 from millpond.shared.task_status import StoreLag, now_ms
 from millpond.shared.teardown import cancel_and_wait
@@ -37,11 +41,13 @@ class StandbyReplica:
     """Keeps one partition of one query's table up to date from its changelog, until stopped."""
 
     def __init__(self, settings: WorkerSettings, query_id: str, partition: int,
-                 row: Callable[[bytes, list[Any]], list[Any] | None]):
+                 row: Callable[[bytes, list[Any]], list[Any] | None], table: DataSource | None = None):
         self.settings = settings
         self.query_id = query_id
         self.partition = partition
         self.changelog = TopicPartition(changelog_topic(settings.service_id, query_id), partition)
+        self.table = table
+        """A materialized table whose own topic the copy replays; None: the query's changelog."""
         self.position = 0
         """The next changelog offset the copy will apply."""
         self.end: int | None = None
@@ -94,7 +100,9 @@ class StandbyReplica:
 
     async def _replay(self) -> None:
         store = self.store = PartitionStore(store_path(self.settings, self.query_id, self.partition))
-        reader = ChangelogReader(self.settings.kafka, self.changelog, store, fetch_max_wait_ms=POLL_MS)
+        reader: ChangelogReader | TableTopicReader = (
+            ChangelogReader(self.settings.kafka, self.changelog, store, fetch_max_wait_ms=POLL_MS) if self.table is None
+            else TableTopicReader(self.settings.kafka, self.table, self.partition, store, fetch_max_wait_ms=POLL_MS))
         try:
             await reader.start()
             self.position, self.input_offset = reader.position, reader.input_offset

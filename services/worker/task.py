@@ -353,6 +353,18 @@ RowFn = Callable[[bytes, list[Any]], list[Any] | None]
 GROUP BY row its HAVING drops)."""
 
 
+def table_rows(table: DataSource) -> Callable[[bytes, list[Any]], list[Any]]:
+    """A materialized table's row from a stored key and values, in declared column order:
+    the key columns where they are, values elsewhere (its active task's and standby copies')."""
+    decode, columns = key_decoder(table.key_columns), table.columns
+
+    def row(key: bytes, state: list[Any]) -> list[Any]:
+        keys, values = iter(decode(key)), iter(state)
+        return [next(keys) if c.key else next(values) for c in columns]
+
+    return row
+
+
 def group_rows(query: PersistentQuery, sink: DataSource) -> RowFn:
     """A GROUP BY table's rows (``aggregate_rows``), without those its HAVING drops (a HAVING
     that cannot be computed for a row drops it)."""
@@ -754,7 +766,7 @@ class TableTask(StoreTask[MaterializeSlice]):
         self.input_start = 0
         """Where the store's replay of the topic began (its position, or the topic's first offset)."""
         self.last_applied_ms = 0
-        self._decode_key = key_decoder(sink.key_columns)
+        self._row = table_rows(sink)
 
     async def start(self) -> None:
         """Open the store and fence any older owner; resume after the store's own position,
@@ -803,8 +815,7 @@ class TableTask(StoreTask[MaterializeSlice]):
 
     def row(self, key: bytes, state: list[Any]) -> list[Any]:
         """The row in declared column order: the key columns where they are, values elsewhere."""
-        keys, values = iter(self._decode_key(key)), iter(state)
-        return [next(keys) if c.key else next(values) for c in self.sink.columns]
+        return self._row(key, state)
 
     async def commit(self, batch: MaterializeSlice) -> bool:
         """Apply one micro-batch slice exactly once; False when it was applied before."""

@@ -87,8 +87,9 @@ class Stage:
 
     @property
     def has_standbys(self) -> bool:
-        """True when the stage's tasks keep a changelog of their own, which standbys replay."""
-        return self.query.plan.kind.spec.changelog
+        """True when standbys can replicate the stage's store: its tasks keep a changelog of
+        their own, or they materialize a table from its topic, which is its changelog."""
+        return self.query.plan.kind.spec.changelog or self.query.plan.kind is PlanKind.MATERIALIZE
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,9 @@ class InternalTopic:
     """True for a changelog (only each key's latest state matters)."""
     configs: tuple[tuple[str, str], ...] = ()
     """Topic configs besides the cleanup policy."""
+    partitions: int | None = None
+    """Its partition count, where it is not the sink's: a join's stages read topics of its
+    tables' partitions, whatever the sink has."""
 
 
 def stages(query: PersistentQuery, source: DataSource, sink: DataSource, service_id: str) -> list[Stage]:
@@ -132,13 +136,17 @@ def internal_topics(service_id: str, query: PersistentQuery) -> list[InternalTop
         topics.append(InternalTopic(changelog_topic(service_id, query.query_id), compacted=True, configs=configs))
     elif spec.changelog:
         topics.append(InternalTopic(changelog_topic(service_id, query.query_id), compacted=True))
+    join = query.plan.join
     if spec.repartition_topic and query.plan.repartition:
-        topics.append(InternalTopic(repartition_topic(service_id, query.query_id), compacted=False))
+        # A stream re-keyed for a join goes to its tables' partitions (``_repartitioned_aggregate``).
+        topics.append(InternalTopic(repartition_topic(service_id, query.query_id), compacted=False,
+                                    partitions=None if join is None else join.tables[0].table.partitions))
     if query.plan.kind in AGGREGATES and query.plan.join is not None:  # a GROUP BY's joined rows
         topics.append(InternalTopic(joined_topic(service_id, query.query_id), compacted=False))
-    if query.plan.join is not None and query.plan.kind in (PlanKind.STREAM_TABLE_JOIN, *AGGREGATES):
-        topics += [InternalTopic(chained_topic(service_id, query.query_id, step), compacted=False)
-                   for step in range(1, query.plan.join.steps)]
+    if join is not None and query.plan.kind in (PlanKind.STREAM_TABLE_JOIN, *AGGREGATES):
+        topics += [InternalTopic(chained_topic(service_id, query.query_id, step), compacted=False,
+                                 partitions=next(t.table.partitions for t in join.tables if t.step == step))
+                   for step in range(1, join.steps)]
     if query.plan.kind in TABLE_JOINS:
         # A join task away for longer than a tombstone is kept would miss the delete when it
         # replays from its store's position: a week, not the broker's default day.
@@ -259,9 +267,13 @@ def _chained_join(query: PersistentQuery, source: DataSource, sink: DataSource, 
 
     def keyed_plan(step: int, into: DataSource, key_expression: str | None = None, repartition: bool = False,
                    event_time: str | None = None) -> QueryPlan:
-        """Stage ``step``'s plan when it writes into the next stage's topic (``into``)."""
+        """Stage ``step``'s plan when it writes into the next stage's topic (``into``, whose key
+        type its task writes). Its own records are keyed as its tables are: what the stream's
+        re-key before the first stage writes."""
+        table = next(t.table for t in spec.tables if t.step == step)
+        assert table.key_column is not None
         return QueryPlan(PlanKind.STREAM_TABLE_JOIN, source.name if step == 0 else inputs[step - 1].name, into.name,
-                         (OutputColumn(REPARTITION_KEY, into.key_columns[0].type, key_expression or "", key=True),),
+                         (OutputColumn(REPARTITION_KEY, table.key_column.type, key_expression or "", key=True),),
                          key_column=REPARTITION_KEY, key_expression=key_expression, repartition=repartition,
                          join=replace(spec, step=step), event_time=event_time)
 

@@ -3,6 +3,7 @@ values, and protobuf ``Value``s."""
 
 from __future__ import annotations
 
+import base64
 import csv
 import io
 import json
@@ -114,11 +115,18 @@ def deserialize_key(data: bytes, type_: SqlType) -> Any:
     return data
 
 
+def _base64(value: Any) -> str:
+    """BYTES in JSON: base64 text, as ksqlDB's JSON serializer and Spark's ``to_json`` write them."""
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
 def serialize_value(columns: Sequence[str], values: Sequence[Any], value_format: str, delimiter: str = ",") -> bytes:
     """Serialize value columns: JSON objects keyed by column name, or DELIMITED lines (CSV
     with ``delimiter``; NULL is an empty field, as ksqlDB writes it)."""
     if value_format == "JSON":
-        return json.dumps(dict(zip(columns, values, strict=True)), separators=(",", ":")).encode()
+        return json.dumps(dict(zip(columns, values, strict=True)), separators=(",", ":"), default=_base64).encode()
     if value_format == "DELIMITED":
         out = io.StringIO()
         csv.writer(out, delimiter=delimiter, lineterminator="").writerow(

@@ -13,7 +13,8 @@ same) timestamp, in offset order, and a stream record joins the table's row as i
 - the same enrichment while a worker is SIGKILLed mid-stream: 0 lost, 0 duplicated;
 - table-table joins (INNER, FULL OUTER) with updates and deletes on both sides, pulled
   and read from their sink topics, against each key's latest rows; and a FULL OUTER one
-  across the SIGKILL;
+  across the SIGKILL, whose standby copies (replayed from the result's topic) hold the same
+  rows as the actives;
 - stream-stream joins (INNER, FULL OUTER) with records out of order within and beyond
   the window and grace, against a brute-force reference over the records in the order the
   join read them; and a LEFT one across the SIGKILL.
@@ -40,7 +41,7 @@ from millpond.shared.catalog.names import joined_topic, processing_log_topic
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.net import free_port
 from tests.e2e.helpers import pull_until, read_all, read_records, run
-from tests.e2e.test_aggregation import produce_timed, wait_progressing
+from tests.e2e.test_aggregation import produce_timed, scan_partition, wait_progressing
 from tests.e2e.workload import PARTITIONS
 from tests.stream_join_reference import expected_stream_join
 
@@ -533,6 +534,17 @@ async def test_a_sigkilled_worker_loses_no_joined_record_and_repeats_none(join_c
     want_cities = table_join_reference(site_records, city_records, "FULL")
     assert pull_until(join_cluster, f"SELECT * FROM {with_cities};", want_cities) == want_cities
     assert await latest_in_sink(join_cluster.bootstrap, with_cities.upper()) == want_cities
+    # The joined table has a standby copy of each partition on the other worker, replayed from
+    # its topic: both workers hold every partition's rows (one as the active, one as a standby).
+    for partition in range(PARTITIONS):
+        mine = sorted(tuple(row) for key, row in want_cities.items() if partition_for(key.encode(), PARTITIONS) == partition)
+        for worker in ("worker-1", "worker-2"):
+            endpoint, deadline = join_cluster.child(worker).endpoint, time.monotonic() + 60
+            rows = await asyncio.to_thread(scan_partition, endpoint, with_cities.upper(), partition)
+            while rows != mine and time.monotonic() < deadline:
+                await asyncio.sleep(0.5)
+                rows = await asyncio.to_thread(scan_partition, endpoint, with_cities.upper(), partition)
+            assert rows == mine, (worker, partition)
 
     want_names = foreign_key_reference(site_records, name_records)
     assert pull_until(join_cluster, f"SELECT * FROM {with_names};", want_names) == want_names

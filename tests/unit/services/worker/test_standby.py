@@ -17,10 +17,13 @@ from typing import Any
 import pytest
 
 from millpond.services.worker.standby import StandbyReplica
+from millpond.services.worker.state import table_topic
 from millpond.services.worker.state.store import CHANGELOG_OFFSET, INPUT_OFFSET, PartitionStore
-from millpond.services.worker.task import store_path
+from millpond.services.worker.task import store_path, table_rows
+from millpond.shared.catalog.sources import Column, DataSource
 from millpond.shared.config import WorkerSettings
-from tests.unit.services.worker.fake_changelog import Changelog, FakeConsumer
+from millpond.shared.sql.ast import SqlType
+from tests.unit.services.worker.fake_changelog import Changelog, FakeConsumer, Record
 
 QUERY = "CTAS_T_0"
 
@@ -125,3 +128,44 @@ async def test_a_standby_reports_an_input_offset_only_once_its_whole_transaction
                         (10, 10),  # every record of 20 applied, but nothing says so yet
                         (20, 20)]  # the fetch reached the last stable offset
     assert stored(tmp_path) == ({b"s1": [[2]], b"s2": [[2]], b"s3": [[1]], b"s4": [[1]]}, 7, 20)
+
+
+async def test_a_standby_of_a_materialized_table_replays_the_tables_topic(
+        changelog: Changelog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table materialized from its topic (a declared table, a join's result) has no changelog
+    of its own: its copy applies the topic as the active task does (each key's latest value,
+    tombstones delete, values that do not decode left out, a key of several columns stored in
+    its canonical form) and reports the next topic offset as its input offset."""
+    monkeypatch.setattr(table_topic, "AIOKafkaConsumer", FakeConsumer)
+    varchar, int_ = SqlType("VARCHAR"), SqlType("INT")
+    table = DataSource("TABLE", "T", (Column("ID", varchar, key=True), Column("AREA", int_, key=True),
+                                      Column("SITE", varchar), Column("N", int_)), "t", 1, key_format="JSON")
+    values = [(b'{"ID":"s1","AREA":1}', b'{"SITE":"a","N":1}'), (b'{"AREA": 2, "ID": "s2"}', b'{"site":"b"}'),
+              (b'{"ID":"s1","AREA":1}', None), (b'{"ID":"s3","AREA":3}', b"not json"),
+              (b'{"ID":"s4","AREA":4}', b'{"SITE":"d","N":"four"}'), (b'{"ID":"s2","AREA":2}', b'{"SITE":"c","N":2}'),
+              (b'{"ID":"s5"}', b'{"SITE":"e","N":5}'), (b'{"ID":"s6","AREA":6}', b'{"SITE":"f","N":6}')]
+    changelog.records = [Record(offset, key, value, ()) for offset, (key, value) in enumerate(values)]  # type: ignore[arg-type]
+    changelog.end = len(values) + 1  # a commit marker
+    settings = WorkerSettings(worker_id="w", state_dir=tmp_path)
+    copy = StandbyReplica(settings, QUERY, 0, table_rows(table), table)
+    copy.start()
+    try:
+        await until(lambda: copy.caught_up, "the copy caught up")
+        lag = copy.lag()
+        assert lag is not None and (lag.active, lag.current_offset, lag.end_offset, lag.input_offset) == (False, 9, 9, 9)
+        assert copy.store is not None
+        assert {key: copy.row(key, state) for key, state in copy.store.items()} == {
+            b'{"ID":"s2","AREA":2}': ["s2", 2, "c", 2], b'{"ID":"s6","AREA":6}': ["s6", 6, "f", 6]}
+    finally:
+        await copy.stop()
+    changelog.records.append(Record(9, b'{"ID":"s6","AREA":6}', None, ()))  # type: ignore[arg-type]
+    changelog.end = 11
+    again = StandbyReplica(settings, QUERY, 0, table_rows(table), table)
+    again.start()
+    try:
+        await until(lambda: (lag := again.lag()) is not None and lag.current_offset == 11, "the copy resumed")
+        assert again.store is not None and list(dict(again.store.items())) == [b'{"ID":"s2","AREA":2}']
+    finally:
+        await again.stop()
+    assert FakeConsumer.seeks == [0, 9]  # the second copy read only what the first had not applied
+    assert stored(tmp_path)[2] == 11

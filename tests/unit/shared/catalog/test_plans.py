@@ -105,7 +105,7 @@ def test_internal_topics_per_kind(meta: Metastore) -> None:
     }
 
 
-def test_standbys_follow_the_result_stage_changelog(meta: Metastore) -> None:
+def test_standbys_follow_the_result_stage_changelog_or_materialized_topic(meta: Metastore) -> None:
     def staged(query_id: str) -> list[tuple[str, PlanKind, bool]]:
         q = meta.queries[query_id]
         return [(s.name, s.query.plan.kind, s.has_standbys)
@@ -114,8 +114,9 @@ def test_standbys_follow_the_result_stage_changelog(meta: Metastore) -> None:
     assert staged("CTAS_BY_SENSOR_1") == [("", PlanKind.AGGREGATE, True)]
     assert staged("CTAS_BY_AREA_2") == [("repartition", PlanKind.PROJECT, False), ("", PlanKind.AGGREGATE, True)]
     assert staged("CSAS_HOT_3") == [("", PlanKind.PROJECT, False)]
-    assert staged("CTAS_NAMED_5") == [("project", PlanKind.PROJECT, False), ("", PlanKind.MATERIALIZE, False)]
-    assert staged("CST_USERS_0") == [("", PlanKind.MATERIALIZE, False)]
+    # A materialized table's standbys replay its topic, which is its changelog.
+    assert staged("CTAS_NAMED_5") == [("project", PlanKind.PROJECT, False), ("", PlanKind.MATERIALIZE, True)]
+    assert staged("CST_USERS_0") == [("", PlanKind.MATERIALIZE, True)]
     assert staged("CTAS_AREA_HOPS_7") == [("repartition", PlanKind.PROJECT, False),
                                           ("", PlanKind.WINDOWED_AGGREGATE, True)]
     # Windows by record timestamp behind a repartition: the timestamp travels in a column.
@@ -171,7 +172,7 @@ def test_a_table_table_join_gathers_its_tables_then_joins_then_materializes() ->
         ("side-0", PlanKind.JOIN_SIDE, "a", gathered, 3, False),
         ("side-1", PlanKind.JOIN_SIDE, "b", gathered, 3, False),
         ("join", PlanKind.TABLE_TABLE_JOIN, gathered, "AB", 3, False),
-        ("", PlanKind.MATERIALIZE, "AB", "AB", 3, False)]
+        ("", PlanKind.MATERIALIZE, "AB", "AB", 3, True)]
     assert internal_topics("svc", query) == [
         InternalTopic(gathered, compacted=True, configs=(("delete.retention.ms", str(7 * 24 * 3600 * 1000)),))]
 
@@ -279,3 +280,13 @@ def test_a_multi_way_join_on_several_expressions_joins_in_a_stage_per_expression
     assert [(t.name, t.compacted) for t in internal_topics("svc", query)] == [
         ("_millpond-svc-" + query.query_id + "-repartition", False), (joined + "-1", False), (joined + "-2", False)]
     assert staged[0].query.start_offsets == query.start_offsets and staged[-1].query.start_offsets is None
+    # The stream is re-keyed as the first stage's table is keyed (VARCHAR), whatever the next
+    # one's key (INT); the internal topics have the tables' partitions, whatever the sink has.
+    meta.apply(parse_statement("CREATE STREAM j2 WITH (partitions=1) AS SELECT t.id, v.ms FROM v JOIN p "
+                               "ON v.page = p.page JOIN t ON LEN(p.owner) = t.id"), len(meta.queries) + 10)
+    query = next(q for q in meta.queries.values() if q.sink == "J2")
+    rekey, first, last = stages(query, meta.source("V"), meta.source("J2"), "svc")
+    assert [(c.name, str(c.type), c.expression) for c in rekey.query.plan.columns if c.key] == [
+        ("_REPARTITION_KEY", "VARCHAR", "`PAGE`")]
+    assert [str(c.type) for c in first.sink.key_columns] == ["INT"] and last.sink.partitions == 1
+    assert [t.partitions for t in internal_topics("svc", query)] == [3, 3]

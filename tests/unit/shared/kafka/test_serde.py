@@ -18,6 +18,12 @@ def test_json_round_trip_case_insensitive_fields_and_missing_ones_null() -> None
         "AREA": "motor", "READING": 3, "OK": None, "SCORE": None}
 
 
+def test_bytes_are_base64_in_json_as_ksqldb_and_spark_write_them() -> None:
+    assert serialize_value(["B", "N"], [b"\x00\xffab", None], "JSON") == b'{"B":"AP9hYg==","N":null}'
+    with pytest.raises(TypeError):
+        serialize_value(["S"], [{1, 2}], "JSON")
+
+
 def test_delimited_round_trip_with_nulls() -> None:
     data = serialize_value([n for n, _ in COLUMNS], ["a|b", None, False, 2.0], "DELIMITED", "|")
     assert deserialize_value(COLUMNS, data, "DELIMITED", "|") == {"AREA": "a|b", "READING": None, "OK": False,

@@ -1,0 +1,117 @@
+"""Reading a materialized table's own topic into a standby copy of its store.
+
+A table that is materialized from a topic (a declared table, a table-table join's result, a
+CREATE TABLE AS SELECT over a table) keeps no changelog of its own: the topic is its
+changelog, as Kafka Streams' source tables. A standby copy therefore replays that topic the
+way the active task applies it (``reduce_materialize``, ``TableTask``): each key's latest
+value, a tombstone deleting the key, a multi-column key stored in its canonical form, a value
+that does not decode left out (the active task logs it). The next topic offset is the copy's
+input offset, written in the same write batch as the rows, so a promoted copy's active task
+resumes exactly there. ``TableTopicReader`` has ``ChangelogReader``'s interface, so the
+standby replica reads either.
+"""
+
+from __future__ import annotations
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from millpond.services.worker.state.changelog import CONSUMER_STOP_TIMEOUT_S, MAX_RECORDS
+from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore, encode_state
+from millpond.shared.catalog.sources import DataSource
+from millpond.shared.errors import MillpondError
+from millpond.shared.kafka.connection import KafkaConnection
+from millpond.shared.kafka.serde import deserialize_value, encode_key, key_decoder
+from millpond.shared.teardown import bounded, run_to_end
+
+
+class TableTopicReader:
+    """Applies one partition of a table's topic to a store through a ``read_committed``
+    consumer, from the store's input offset on: ``start``, ``fetch`` as often as wanted, ``stop``."""
+
+    def __init__(self, kafka: KafkaConnection, table: DataSource, partition: int, store: PartitionStore,
+                 fetch_max_wait_ms: int):
+        self.input = TopicPartition(table.topic, partition)
+        self.store = store
+        self.table = table
+        self.columns = [(c.name, c.type) for c in table.value_columns]
+        keys = table.key_columns
+        self._canonical = None if len(keys) < 2 else (key_decoder(keys), keys)
+        # "earliest": a copy's position below the topic's first offset (retention) starts there.
+        self.consumer = AIOKafkaConsumer(**kafka.client_args(), isolation_level="read_committed",
+                                         enable_auto_commit=False, fetch_max_wait_ms=fetch_max_wait_ms,
+                                         auto_offset_reset="earliest")
+        self.offset = 0
+
+    @property
+    def position(self) -> int:
+        """The next offset of the topic the store will apply."""
+        return self.offset
+
+    @property
+    def input_offset(self) -> int:
+        """The input offset the store reflects: the topic is the table's input."""
+        return self.offset
+
+    async def start(self) -> None:
+        """Connect, and seek to where the store is."""
+        await self.consumer.start()
+        self.consumer.assign([self.input])
+        self.offset = self.store.position(INPUT_OFFSET) or 0
+        self.consumer.seek(self.input, self.offset)
+
+    async def end_offset(self) -> int:
+        """The topic's end now (its last stable offset, as the consumer reads committed)."""
+        end: int = (await self.consumer.end_offsets([self.input]))[self.input]
+        return end
+
+    def last_stable_offset(self) -> int | None:
+        """The last stable offset from the latest fetch; None before one answered."""
+        stable = self.consumer.last_stable_offset(self.input)
+        return stable if stable is not None and stable >= 0 else None
+
+    def _key(self, key: bytes | None) -> bytes | None:
+        if key is None or self._canonical is None:
+            return key
+        decode, keys = self._canonical
+        try:
+            return encode_key(decode(key), keys)
+        except (MillpondError, ValueError, TypeError, KeyError, ArithmeticError, RecursionError):
+            return None
+
+    def _row(self, value: bytes) -> bytes | None:
+        try:
+            decoded = deserialize_value(self.columns, value, self.table.value_format, self.table.value_delimiter)
+            return encode_state([decoded[name] for name, _ in self.columns])
+        except (ValueError, TypeError):
+            return None
+
+    async def fetch(self, timeout_ms: int) -> int:
+        """Fetch once and apply what came, rows and position in one write batch; how many
+        records were fetched. An empty fetch moves the position past commit markers."""
+        batches = await self.consumer.getmany(self.input, timeout_ms=timeout_ms, max_records=MAX_RECORDS)
+        records = batches.get(self.input, [])
+        rows: dict[bytes, bytes] = {}
+        deleted: set[bytes] = set()
+        for record in records:
+            key = self._key(record.key)
+            if key is None:
+                continue
+            row = None if record.value is None else self._row(record.value)
+            if record.value is None:
+                rows.pop(key, None)
+                deleted.add(key)
+            elif row is not None:
+                rows[key] = row
+                deleted.discard(key)
+        position = int(records[-1].offset) + 1 if records else await self.consumer.position(self.input)
+        if position > self.offset or rows or deleted:
+            self.offset = max(self.offset, position)
+            self.store.write(rows, {INPUT_OFFSET: self.offset}, deleted)
+        return len(records)
+
+    async def stop(self) -> None:
+        """Disconnect (the store stays open: it belongs to the caller); to the end even if the
+        caller is cancelled meanwhile, and bounded."""
+        await run_to_end(bounded(self.consumer.stop(), CONSUMER_STOP_TIMEOUT_S, "stop the table topic consumer",
+                                 {"topic": f"{self.input.topic}-{self.input.partition}"}))
+
