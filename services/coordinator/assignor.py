@@ -56,6 +56,9 @@ class QueryTasks:
     """How many tasks the query has."""
     stateful: bool = True
     """Whether the tasks keep a changelog a standby can replay (then they get standbys and warm-ups)."""
+    stateful_partitions: int | None = None
+    """Of a stateful query, how many tasks keep a store (the result stage's partitions; an
+    earlier stage of more partitions has tasks without one, which move freely); None: all."""
 
     def tasks(self) -> list[Task]:
         """The query's tasks in partition order."""
@@ -139,7 +142,7 @@ class _Inputs:
     """The facts every step consults, normalized once."""
 
     members: tuple[str, ...]
-    stateful: frozenset[str]
+    stateful: frozenset[Task]
     lags: Lags
     config: AssignorConfig
     prev_owner: dict[Task, str]
@@ -151,7 +154,7 @@ class _Inputs:
 
     def lag(self, worker: str, task: Task) -> float:
         """The worker's lag for the task; 0 for stateless tasks, which restore nothing."""
-        if task.query_id not in self.stateful:
+        if task not in self.stateful:
             return 0
         return self.lags.get((worker, task), math.inf)
 
@@ -219,7 +222,8 @@ def _normalize(members: list[str], queries: list[QueryTasks], previous: Assignme
             replicas.setdefault(task, set()).add(worker)
     return _Inputs(
         members=tuple(members),
-        stateful=frozenset(q.query_id for q in queries if q.stateful),
+        stateful=frozenset(t for q in queries if q.stateful for t in q.tasks()
+                           if q.stateful_partitions is None or t.partition < q.stateful_partitions),
         lags=lags,
         config=config,
         prev_owner={t: w for w, held in prev.workers.items() if w in alive for t in held.active if t in current},
@@ -376,7 +380,7 @@ def _standbys(actual: dict[Task, str], inputs: _Inputs) -> dict[Task, list[str]]
     load = Counter(actual.values())
     result: dict[Task, list[str]] = {}
     for task in sorted(actual):
-        if task.query_id not in inputs.stateful or wanted <= 0:
+        if task not in inputs.stateful or wanted <= 0:
             continue
         sticky = inputs.prev_replicas.get(task, set())
         ranked = sorted((w for w in inputs.members if w != actual[task]),

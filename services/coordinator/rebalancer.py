@@ -69,7 +69,8 @@ class Rebalancer:
             if q.query_id in self.metastore.errors:
                 continue
             plan = stages(q, self.metastore.source(q.source), self.metastore.source(q.sink), self.service_id)
-            out.append(QueryTasks(q.query_id, max(s.partitions for s in plan), plan[-1].has_standbys))
+            out.append(QueryTasks(q.query_id, max(s.partitions for s in plan), plan[-1].has_standbys,
+                                  plan[-1].partitions))
         return out
 
     def reassign(self) -> None:

@@ -19,8 +19,7 @@ from millpond.services.worker.streams import StageStreams
 from millpond.services.worker.supervisor import QuerySupervisor
 from millpond.services.worker.task import AggregationTask, TableTask, Task, group_rows, table_rows
 from millpond.shared.catalog.metastore import Metastore
-from millpond.shared.catalog.plans import PlanKind
-from millpond.shared.catalog.queries import PersistentQuery
+from millpond.shared.catalog.queries import PersistentQuery, QueryPlan
 from millpond.shared.catalog.topology import Stage, stages
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import NotFoundError
@@ -44,6 +43,8 @@ class TaskAssignment:
         self.supervisors: dict[tuple[str, int], QuerySupervisor] = {}
         """(query id, partition) -> the supervisor running that partition's tasks."""
         self.standbys: dict[tuple[str, int], StandbyReplica] = {}
+        self._standby_plans: dict[tuple[str, int], QueryPlan] = {}
+        """The plan each standby copy was started for."""
         self.inputs = InputWatch(settings.kafka, settings.idle_poll_ms / 1000)
         """The end offsets of the parked streams' inputs (``StageStream``)."""
         self.streams = StageStreams(settings, lambda: self.spark.get(), self.inputs)
@@ -118,14 +119,16 @@ class TaskAssignment:
         # One assignment throughout: a newer one that arrives meanwhile sets _dirty again.
         wanted, wanted_standbys = self.wanted, self.wanted_standbys
         standbys = self._standbys_to_run(wanted, wanted_standbys)
-        await _stop_all([self.standbys.pop(key) for key in sorted(set(self.standbys) - standbys)])
+        # A copy of a query whose plan changed (CREATE OR REPLACE) restarts with the new one.
+        changed = {key for key in standbys & set(self.standbys)
+                   if self._standby_plans.get(key) != self.metastore.queries[key[0]].plan}
+        await _stop_all([self.standbys.pop(key) for key in sorted((set(self.standbys) - standbys) | changed)])
         await self._reconcile_actives(wanted)
         for key in sorted(standbys - set(self.standbys)):
             final = self._final_stage(key[0])
-            materialized = final.query.plan.kind is PlanKind.MATERIALIZE
-            replica = StandbyReplica(self.settings, *key, table_rows(final.sink) if materialized
-                                     else group_rows(final.query, final.sink), final.source if materialized else None)
-            self.standbys[key] = replica
+            replica = StandbyReplica(self.settings, *key, table_rows(final.sink) if final.replayed
+                                     else group_rows(final.query, final.sink), final.source if final.replayed else None)
+            self.standbys[key], self._standby_plans[key] = replica, self.metastore.queries[key[0]].plan
             replica.start()
 
     def _final_stage(self, query_id: str) -> Stage:

@@ -1,7 +1,7 @@
 """Standby and warm-up replicas: copies of a table's partition kept on another worker by
 replaying its changelog continuously (ksqlDB's and Kafka Streams' standby tasks): a GROUP
-BY's changelog topic, or the topic a materialized table (a declared table, a table-table
-join's result) is read from, which is its changelog (``state/table_topic.py``).
+BY's changelog topic, or the topic a table-table join's result is materialized from, which
+is its changelog (``state/table_topic.py``).
 
 The copy lives where the active task's store would live on this worker, with the changelog
 position in the same write batch as the data, so when the coordinator promotes this worker

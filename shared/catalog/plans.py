@@ -52,8 +52,8 @@ class PlanSpec:
     changelog: bool
     """Its state store writes a compacted changelog topic of its own: the store is restored
     from it, standbys replay it, and it is deleted with the query. (A MATERIALIZE store
-    has no topic of its own: it is rebuilt from the table's topic, which its standbys replay:
-    ``Stage.has_standbys``.)"""
+    has no topic of its own: it is rebuilt from the table's topic; only a joined table's has
+    standbys, which replay that topic: ``Stage.replayed``.)"""
     repartition_topic: bool
     """A plan of this kind that changes its records' partition runs as two stages through an
     internal repartition topic. (A re-keying PROJECT writes each record straight to its new

@@ -59,6 +59,10 @@ AGGREGATES = (PlanKind.AGGREGATE, PlanKind.WINDOWED_AGGREGATE, PlanKind.SESSION_
 """The GROUP BY kinds (a plan of one with a join aggregates the joined rows)."""
 TABLE_JOINS = (PlanKind.TABLE_TABLE_JOIN, PlanKind.FOREIGN_KEY_JOIN)
 """The joins of two tables into a table: the joined topic is compacted, the result materialized."""
+REPLAYED_TYPES = ("VARCHAR", "INT", "BIGINT", "DOUBLE", "BOOLEAN")
+"""The value types a standby copy of a joined table decodes from the JSON the join wrote
+exactly as Spark does for the active task (others, such as DECIMAL or TIMESTAMP, Spark
+normalizes): a joined table of only these has standbys."""
 JOINED_TOMBSTONES_MS = 7 * 24 * 3_600_000
 """How long a table-table join's joined topic keeps a tombstone."""
 WINDOWED_EXTRA_MS = 24 * 3_600_000
@@ -79,6 +83,10 @@ class Stage:
     """The query with this stage's plan (and start offsets only when it reads the source)."""
     source: DataSource
     sink: DataSource
+    replayed: bool = False
+    """A materialization whose standby copies replay the table's topic, its changelog: a
+    table-table join's result (what Millpond wrote, so a copy decodes each value exactly as
+    the active task does: ``REPLAYED_TYPES``)."""
 
     @property
     def partitions(self) -> int:
@@ -88,8 +96,8 @@ class Stage:
     @property
     def has_standbys(self) -> bool:
         """True when standbys can replicate the stage's store: its tasks keep a changelog of
-        their own, or they materialize a table from its topic, which is its changelog."""
-        return self.query.plan.kind.spec.changelog or self.query.plan.kind is PlanKind.MATERIALIZE
+        their own, or it is ``replayed``."""
+        return self.query.plan.kind.spec.changelog or self.replayed
 
 
 @dataclass(frozen=True)
@@ -200,7 +208,8 @@ def _two_sided_join(query: PersistentQuery, left: DataSource, sink: DataSource, 
     if not tables:
         return [*sides, join]
     materialize = replace(query, plan=plan_materialization(sink), start_offsets=None)
-    return [*sides, join, Stage("", materialize, sink, sink)]
+    replayed = sink.value_format == "JSON" and all(c.type.base in REPLAYED_TYPES for c in sink.value_columns)
+    return [*sides, join, Stage("", materialize, sink, sink, replayed=replayed)]
 
 
 def _joined_aggregate(query: PersistentQuery, source: DataSource, sink: DataSource, service_id: str) -> list[Stage]:

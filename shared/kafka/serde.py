@@ -247,6 +247,8 @@ def deserialize_value(columns: Sequence[tuple[str, SqlType]], data: bytes, value
             parsed = json.loads(data)
         except (UnicodeDecodeError, json.JSONDecodeError) as err:
             raise ValueError(f"value is not JSON: {err}") from None
+        except RecursionError:
+            raise ValueError("value is JSON nested too deeply to decode") from None
         if not isinstance(parsed, dict):
             raise ValueError(f"value is JSON {type(parsed).__name__}, not an object")
         fields = {str(k).upper(): v for k, v in parsed.items()}

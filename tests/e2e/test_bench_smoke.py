@@ -3,9 +3,12 @@ working: each benchmark starts its own cluster on real Kafka, Spark, RocksDB and
 its JSON, and the suite writes its report with plots. The figures are not checked (a smoke
 run's sizes make them meaningless), their presence and their baselines are.
 
-``make test`` runs the harness on the session's cluster and the soak in short; the tests marked
-``slow`` (the harness under a kill, the benchmarks: a minute each, mostly their clusters' and
-baselines' fixed costs) keep ``make test`` within its 15 minutes and run with ``make test-all``."""
+``make test`` runs the harness on the session's cluster; the tests marked ``slow`` (the harness
+under a kill, the soak in short, the benchmarks: a minute each, mostly their clusters' and
+baselines' fixed costs) keep ``make test`` within its 15 minutes and run with ``make test-all``.
+The faults the soak combines each have their own e2e test (a SIGKILL: test_aggregation,
+test_joins, test_cluster; a frozen worker: test_router; the coordinator leader killed:
+test_cluster)."""
 
 from __future__ import annotations
 
@@ -62,6 +65,7 @@ def test_loadtest_survives_a_killed_worker_with_standby_reads(tmp_path: Path) ->
     assert fault["failed_pulls_after"] == 0 and summary["errors"] == {}, summary
 
 
+@pytest.mark.slow
 def test_the_soak_in_short_loses_nothing_and_serves_nothing_stale(tmp_path: Path) -> None:
     # Issue 19's soak with one fault of each kind but the broker restart (a worker killed, a
     # worker frozen past the failure detector, the coordinator leader killed, a CPU hog).

@@ -1,11 +1,12 @@
 """Reading a materialized table's own topic into a standby copy of its store.
 
-A table that is materialized from a topic (a declared table, a table-table join's result, a
-CREATE TABLE AS SELECT over a table) keeps no changelog of its own: the topic is its
-changelog, as Kafka Streams' source tables. A standby copy therefore replays that topic the
-way the active task applies it (``reduce_materialize``, ``TableTask``): each key's latest
-value, a tombstone deleting the key, a multi-column key stored in its canonical form, a value
-that does not decode left out (the active task logs it). The next topic offset is the copy's
+A table that is materialized from a topic (here: a table-table join's result) keeps no
+changelog of its own: the topic is its changelog, as Kafka Streams' source tables. A standby
+copy therefore replays that topic the way the active task applies it (``reduce_materialize``,
+``TableTask``): each key's latest value, a tombstone deleting the key, a multi-column key
+stored in its canonical form, a value that does not decode left out (the active task logs
+it). Values are decoded in Python, which equals Spark's decoding for the JSON the join wrote
+of the types ``topology.REPLAYED_TYPES`` (only such tables get copies). The next topic offset is the copy's
 input offset, written in the same write batch as the rows, so a promoted copy's active task
 resumes exactly there. ``TableTopicReader`` has ``ChangelogReader``'s interface, so the
 standby replica reads either.
@@ -82,7 +83,7 @@ class TableTopicReader:
         try:
             decoded = deserialize_value(self.columns, value, self.table.value_format, self.table.value_delimiter)
             return encode_state([decoded[name] for name, _ in self.columns])
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, MillpondError):
             return None
 
     async def fetch(self, timeout_ms: int) -> int:

@@ -260,3 +260,17 @@ def test_bad_input_is_refused() -> None:
     with pytest.raises(MillpondError):
         assign(["a"], [QueryTasks("Q", 1), QueryTasks("Q", 2)])
 
+
+
+def test_tasks_beyond_the_stateful_partitions_move_freely_and_get_no_replicas() -> None:
+    # A foreign-key join whose right table has 6 partitions and its left (the result) 4: tasks
+    # 4 and 5 keep no store anywhere, so no copy of them can ever catch up.
+    queries = [QueryTasks("fk", 6, stateful=True, stateful_partitions=4)]
+    first = assign(["w1"], queries)
+    lags = caught_up_lags(first)
+    grown = assign(["w1", "w2"], queries, first, lags)
+    assert not grown.pending or all(task.partition < 4 for task in grown.pending)
+    settled = assign(["w1", "w2"], queries, grown, {**lags, **caught_up_lags(grown)})
+    assert not settled.pending and sorted(len(t.active) for t in settled.workers.values()) == [3, 3]
+    for worker in settled.workers.values():
+        assert all(task.partition < 4 for task in (*worker.standby, *worker.warmup))

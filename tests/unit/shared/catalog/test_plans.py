@@ -105,7 +105,7 @@ def test_internal_topics_per_kind(meta: Metastore) -> None:
     }
 
 
-def test_standbys_follow_the_result_stage_changelog_or_materialized_topic(meta: Metastore) -> None:
+def test_standbys_follow_the_result_stage_changelog(meta: Metastore) -> None:
     def staged(query_id: str) -> list[tuple[str, PlanKind, bool]]:
         q = meta.queries[query_id]
         return [(s.name, s.query.plan.kind, s.has_standbys)
@@ -114,9 +114,8 @@ def test_standbys_follow_the_result_stage_changelog_or_materialized_topic(meta: 
     assert staged("CTAS_BY_SENSOR_1") == [("", PlanKind.AGGREGATE, True)]
     assert staged("CTAS_BY_AREA_2") == [("repartition", PlanKind.PROJECT, False), ("", PlanKind.AGGREGATE, True)]
     assert staged("CSAS_HOT_3") == [("", PlanKind.PROJECT, False)]
-    # A materialized table's standbys replay its topic, which is its changelog.
-    assert staged("CTAS_NAMED_5") == [("project", PlanKind.PROJECT, False), ("", PlanKind.MATERIALIZE, True)]
-    assert staged("CST_USERS_0") == [("", PlanKind.MATERIALIZE, True)]
+    assert staged("CTAS_NAMED_5") == [("project", PlanKind.PROJECT, False), ("", PlanKind.MATERIALIZE, False)]
+    assert staged("CST_USERS_0") == [("", PlanKind.MATERIALIZE, False)]
     assert staged("CTAS_AREA_HOPS_7") == [("repartition", PlanKind.PROJECT, False),
                                           ("", PlanKind.WINDOWED_AGGREGATE, True)]
     # Windows by record timestamp behind a repartition: the timestamp travels in a column.

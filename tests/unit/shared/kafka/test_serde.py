@@ -24,6 +24,12 @@ def test_bytes_are_base64_in_json_as_ksqldb_and_spark_write_them() -> None:
         serialize_value(["S"], [{1, 2}], "JSON")
 
 
+def test_json_nested_too_deeply_is_a_value_error_not_a_crash() -> None:
+    # A join task or a standby copy logs such a record and goes on (a RecursionError stopped it).
+    with pytest.raises(ValueError, match="nested too deeply"):
+        deserialize_value(COLUMNS, b'{"AREA": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "JSON")
+
+
 def test_delimited_round_trip_with_nulls() -> None:
     data = serialize_value([n for n, _ in COLUMNS], ["a|b", None, False, 2.0], "DELIMITED", "|")
     assert deserialize_value(COLUMNS, data, "DELIMITED", "|") == {"AREA": "a|b", "READING": None, "OK": False,
