@@ -43,7 +43,7 @@ def benchmarks(out: Path, only: str) -> dict[str, Any]:
 
 def test_loadtest_drives_a_running_cluster(cluster: LocalCluster) -> None:
     summary = loadtest("--server", cluster.router, "--kafka", cluster.bootstrap, "--stream", "loadtest_e2e",
-                       "--duration", "6", "--events-per-s", "200", "--keys", "20", "--partitions", "2",
+                       "--duration", "4", "--events-per-s", "200", "--keys", "20", "--partitions", "2",
                        "--pull-concurrency", "2")
     assert summary["events_produced"] > 500 and summary["pulls_ok"] > 50, summary
     assert summary["latency"]["p50_ms"] > 0 and summary["latency"]["max_ms"] >= summary["latency"]["p99_ms"]

@@ -110,7 +110,7 @@ async def sink_until(bootstrap: str, topic: str, count: int,
     while len(records) < count and time.monotonic() < deadline:
         await asyncio.sleep(0.5)
         records = await read_records(bootstrap, topic)
-    await asyncio.sleep(2)
+    await asyncio.sleep(1)
     return await read_records(bootstrap, topic)
 
 
@@ -458,19 +458,19 @@ async def test_a_sigkilled_worker_loses_no_joined_record_and_repeats_none(join_c
     base = (int(time.time() * 1000) - 20 * MINUTE) // MINUTE * MINUTE
     site_records = table_history(rng, 150, [f"sensor-{i:03d}" for i in range(200)], 600, 0.1, base, 10 * MINUTE)
     # A table-table join beside it, over the sensors and a table of many more changes.
-    city_records = table_history(rng, 100, [f"sensor-{i:03d}" for i in range(200)], 3_000, 0.1, base, 10 * MINUTE)
+    city_records = table_history(rng, 100, [f"sensor-{i:03d}" for i in range(200)], 1_500, 0.1, base, 10 * MINUTE)
 
     def readings(first: int, count: int) -> list[StreamRecord]:
         return [(f"sensor-{rng.randrange(200):03d}", "a", first + i, base + (first + i) * 15 - rng.randrange(5_000))
                 for i in range(count)]
 
-    records = readings(0, 12_000)
+    records = readings(0, 7_000)
     # A foreign-key join of the sensors with a table (of 3 partitions) keyed by their SITE values.
     sites = sorted({site for _, site, _ in site_records if site is not None})
-    name_records = [(rng.choice(sites), None if rng.random() < 0.1 else f"name-{n}", base + n) for n in range(2_000)]
+    name_records = [(rng.choice(sites), None if rng.random() < 0.1 else f"name-{n}", base + n) for n in range(1_200)]
     # And a stream-stream join of the readings with alerts over the same span of event time.
     alert_records = [(alerts, "LEVEL", f"sensor-{rng.randrange(200):03d}", n,
-                      base + n * 50 - rng.randrange(5_000)) for n in range(3_000)]
+                      base + n * 50 - rng.randrange(5_000)) for n in range(1_600)]
     run(join_cluster, f"""
         CREATE STREAM {stream} (sensor VARCHAR KEY, area VARCHAR, reading INT)
           WITH (kafka_topic='{stream}', partitions={PARTITIONS}, value_format='json');
@@ -483,10 +483,10 @@ async def test_a_sigkilled_worker_loses_no_joined_record_and_repeats_none(join_c
         CREATE TABLE {names} (id VARCHAR PRIMARY KEY, name VARCHAR)
           WITH (kafka_topic='{names}', partitions=3, value_format='json');""")
     await produce_table(join_cluster.bootstrap, sensors, "SITE", site_records)
-    await produce_table(join_cluster.bootstrap, cities, "CITY", city_records[:2_000])
+    await produce_table(join_cluster.bootstrap, cities, "CITY", city_records[:1_000])
     await produce_timed(join_cluster.bootstrap, stream, records)
-    await produce_sides(join_cluster.bootstrap, alert_records[:2_250])
-    await produce_table(join_cluster.bootstrap, names, "NAME", name_records[:1_300], partitions=3)
+    await produce_sides(join_cluster.bootstrap, alert_records[:1_200])
+    await produce_table(join_cluster.bootstrap, names, "NAME", name_records[:800], partitions=3)
     outcome = run(join_cluster, f"""
         SET 'auto.offset.reset'='earliest';
         CREATE STREAM {enriched} AS SELECT r.sensor, r.reading, s.site FROM {stream} r LEFT JOIN {sensors} s
@@ -503,11 +503,11 @@ async def test_a_sigkilled_worker_loses_no_joined_record_and_repeats_none(join_c
     await wait_progressing(join_cluster, query_id, "worker-1")
     await asyncio.sleep(rng.uniform(0.2, 2))
     join_cluster.kill("worker-1")
-    more = readings(12_000, 5_000)
+    more = readings(7_000, 3_000)
     await produce_timed(join_cluster.bootstrap, stream, more)
-    await produce_table(join_cluster.bootstrap, cities, "CITY", city_records[2_000:])
-    await produce_sides(join_cluster.bootstrap, alert_records[2_250:])
-    await produce_table(join_cluster.bootstrap, names, "NAME", name_records[1_300:], partitions=3)
+    await produce_table(join_cluster.bootstrap, cities, "CITY", city_records[1_000:])
+    await produce_sides(join_cluster.bootstrap, alert_records[1_200:])
+    await produce_table(join_cluster.bootstrap, names, "NAME", name_records[800:], partitions=3)
     await asyncio.to_thread(join_cluster.restart, "worker-1")
     records += more
 

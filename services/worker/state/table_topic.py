@@ -82,7 +82,9 @@ class TableTopicReader:
     def _row(self, value: bytes) -> bytes | None:
         try:
             decoded = deserialize_value(self.columns, value, self.table.value_format, self.table.value_delimiter)
-            return encode_state([decoded[name] for name, _ in self.columns])
+            # A DOUBLE the join wrote as an integer (5) is 5.0 to Spark, and so to the active task.
+            return encode_state([float(decoded[name]) if type_.base == "DOUBLE" and decoded[name] is not None
+                                 else decoded[name] for name, type_ in self.columns])
         except (ValueError, TypeError, MillpondError):
             return None
 

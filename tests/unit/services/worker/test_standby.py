@@ -139,11 +139,12 @@ async def test_a_standby_of_a_materialized_table_replays_the_tables_topic(
     monkeypatch.setattr(table_topic, "AIOKafkaConsumer", FakeConsumer)
     varchar, int_ = SqlType("VARCHAR"), SqlType("INT")
     table = DataSource("TABLE", "T", (Column("ID", varchar, key=True), Column("AREA", int_, key=True),
-                                      Column("SITE", varchar), Column("N", int_)), "t", 1, key_format="JSON")
+                                      Column("SITE", varchar), Column("N", int_), Column("W", SqlType("DOUBLE"))),
+                       "t", 1, key_format="JSON")
     values = [(b'{"ID":"s1","AREA":1}', b'{"SITE":"a","N":1}'), (b'{"AREA": 2, "ID": "s2"}', b'{"site":"b"}'),
               (b'{"ID":"s1","AREA":1}', None), (b'{"ID":"s3","AREA":3}', b"not json"),
               (b'{"ID":"s4","AREA":4}', b'{"SITE":"d","N":"four"}'), (b'{"ID":"s2","AREA":2}', b'{"SITE":"c","N":2}'),
-              (b'{"ID":"s5"}', b'{"SITE":"e","N":5}'), (b'{"ID":"s6","AREA":6}', b'{"SITE":"f","N":6}')]
+              (b'{"ID":"s5"}', b'{"SITE":"e","N":5}'), (b'{"ID":"s6","AREA":6}', b'{"SITE":"f","N":6,"W":3}')]
     changelog.records = [Record(offset, key, value, ()) for offset, (key, value) in enumerate(values)]  # type: ignore[arg-type]
     changelog.end = len(values) + 1  # a commit marker
     settings = WorkerSettings(worker_id="w", state_dir=tmp_path)
@@ -154,8 +155,9 @@ async def test_a_standby_of_a_materialized_table_replays_the_tables_topic(
         lag = copy.lag()
         assert lag is not None and (lag.active, lag.current_offset, lag.end_offset, lag.input_offset) == (False, 9, 9, 9)
         assert copy.store is not None
-        assert {key: copy.row(key, state) for key, state in copy.store.items()} == {
-            b'{"ID":"s2","AREA":2}': ["s2", 2, "c", 2], b'{"ID":"s6","AREA":6}': ["s6", 6, "f", 6]}
+        rows = {key: copy.row(key, state) for key, state in copy.store.items()}
+        assert rows == {b'{"ID":"s2","AREA":2}': ["s2", 2, "c", 2, None], b'{"ID":"s6","AREA":6}': ["s6", 6, "f", 6, 3.0]}
+        assert isinstance(rows[b'{"ID":"s6","AREA":6}'][-1], float)  # as Spark decodes a DOUBLE for the active
     finally:
         await copy.stop()
     changelog.records.append(Record(9, b'{"ID":"s6","AREA":6}', None, ()))  # type: ignore[arg-type]
