@@ -11,6 +11,7 @@ or the serialized result records.
 
 from __future__ import annotations
 
+import base64
 import datetime
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -246,7 +247,7 @@ def reduce_materialize(parsed: DataFrame, query: PersistentQuery, source: DataSo
                 piece.bad.append(BadRecord(offset, f"key is not a JSON object of {', '.join(c.name for c in keys)}, "
                                                    f"none of them NULL: {error}", key.decode(errors="replace")))
                 continue
-        latest[id(piece)][key] = None if deleted else plain(values)
+        latest[id(piece)][key] = None if deleted else stored(values)
     for piece in slices.values():
         piece.latest = list(latest[id(piece)].items())
     return slices
@@ -614,7 +615,8 @@ def _key_exprs(source: DataSource) -> list[str]:
 
 
 def plain(values: list[Any]) -> list[Any]:
-    """Spark values as JSON-friendly Python values (Decimal and Row become float and dict)."""
+    """Spark values as JSON-friendly Python values (Decimal and Row become float and dict; a
+    map's values and a list's items made plain too)."""
     out: list[Any] = []
     for v in values:
         if hasattr(v, "asDict"):  # a struct: its fields made plain too
@@ -622,9 +624,17 @@ def plain(values: list[Any]) -> list[Any]:
             v = dict(zip(fields, plain(list(fields.values())), strict=True))
         elif isinstance(v, list):
             v = plain(v)
+        elif isinstance(v, dict):
+            v = dict(zip(v, plain(list(v.values())), strict=True))
         elif v is not None and type(v).__name__ == "Decimal":
             v = float(v)
-        elif isinstance(v, datetime.date):  # datetime too: ISO text, which from_json reads back
+        elif isinstance(v, datetime.date | datetime.time):  # datetime too: ISO text, which from_json reads back
             v = v.isoformat()
         out.append(v)
     return out
+
+
+def stored(values: list[Any]) -> list[Any]:
+    """A table row's values as its store keeps them (JSON): ``plain``, and BYTES as base64
+    text (``task.table_rows`` gives them back as bytes)."""
+    return [base64.b64encode(v).decode() if isinstance(v, bytes | bytearray) else v for v in plain(values)]

@@ -23,6 +23,7 @@ waiting forever), and the store closes last, always, so it can be reopened at on
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import time
@@ -357,12 +358,23 @@ def table_rows(table: DataSource) -> Callable[[bytes, list[Any]], list[Any]]:
     """A materialized table's row from a stored key and values, in declared column order:
     the key columns where they are, values elsewhere (its active task's and standby copies')."""
     decode, columns = key_decoder(table.key_columns), table.columns
+    if not any(c.type.base == "BYTES" and not c.key for c in columns):
+        def row(key: bytes, state: list[Any]) -> list[Any]:
+            keys, values = iter(decode(key)), iter(state)
+            return [next(keys) if c.key else next(values) for c in columns]
 
-    def row(key: bytes, state: list[Any]) -> list[Any]:
+        return row
+
+    def with_bytes(key: bytes, state: list[Any]) -> list[Any]:  # stored as base64 text (``reducers.stored``)
         keys, values = iter(decode(key)), iter(state)
-        return [next(keys) if c.key else next(values) for c in columns]
+        return [next(keys) if c.key else _bytes(next(values)) if c.type.base == "BYTES" else next(values)
+                for c in columns]
 
-    return row
+    return with_bytes
+
+
+def _bytes(value: Any) -> Any:
+    return base64.b64decode(value) if isinstance(value, str) else value
 
 
 def group_rows(query: PersistentQuery, sink: DataSource) -> RowFn:

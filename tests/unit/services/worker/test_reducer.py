@@ -48,8 +48,9 @@ from pyspark.sql.types import (
 from millpond.services.worker import reducers
 from millpond.services.worker.query_runner import QueryRunner
 from millpond.services.worker.spark import create_session
+from millpond.services.worker.state.store import encode_state
 from millpond.services.worker.table_joining import JoinSideTask, rekeyed, split_rekeyed
-from millpond.services.worker.task import AggregationTask, ProjectionTask, Task
+from millpond.services.worker.task import AggregationTask, ProjectionTask, TableTask, Task, table_rows
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.topology import stages
 from millpond.shared.config import WorkerSettings as Settings
@@ -505,3 +506,29 @@ def test_numeric_keys_decode_in_spark_to_the_values_java_serialized(
                                       "_key binary")
         decoded = [r[0] for r in frame.selectExpr(reducers.KEY_DECODERS[type_]).collect()]
         assert decoded == [*values, None], type_  # a key of the wrong length is NULL
+
+
+def test_a_tables_bytes_time_and_map_values_are_stored_and_pulled_as_their_types(spark: SparkSession,
+                                                                                  tmp_path: Path) -> None:
+    """A table's BYTES (base64 in JSON), TIME and MAP<VARCHAR, DECIMAL> values reach its store
+    as JSON can hold them (they failed every commit of the table's task) and come back as
+    their types in its rows: bytes, ISO time text, a map of numbers."""
+    meta = Metastore()
+    meta.apply(parse_statement("CREATE TABLE t (id VARCHAR PRIMARY KEY, b BYTES, at TIME, m MAP<VARCHAR, DECIMAL(4, 2)>) "
+                               "WITH (kafka_topic='t', partitions=1, value_format='json')"), 0)
+    (query,) = meta.queries.values()
+    table = meta.source("T")
+    settings = Settings(worker_id="reducer-test", spark_master="local[1]", state_dir=tmp_path)
+    tasks = {0: TableTask(settings, query, table, table, 0)}
+    frame = spark.createDataFrame([(b"k", b'{"B": "AP9hYg==", "AT": "10:15:30", "M": {"a": 1.25}}', "t", 0, 0, None, 0)],
+                                  KAFKA_ROW)
+    loop = asyncio.new_event_loop()
+    runner = QueryRunner(spark, settings, query, table, table, dict(tasks), loop)
+    try:
+        (piece,) = runner._reduce(frame).values()
+    finally:
+        runner.stop()
+        loop.close()
+    ((key, state),) = piece.latest
+    assert json.loads(encode_state(state)) == state
+    assert table_rows(table)(key, state) == ["k", b"\x00\xffab", "10:15:30", {"a": 1.25}]
