@@ -287,12 +287,23 @@ def join_aggregation(query: ast.Query, stream: DataSource, tables: tuple[DataSou
     items = tuple(ast.SelectItem(None if item.expr is None else rename(item.expr), output_name(item, index))
                   for index, item in enumerate(query.items))
     groups = tuple(rename(g) for g in query.group_by)
-    aggregation = replace(query, items=items, group_by=groups, having=None if query.having is None else
-                          rename(query.having), where=None, joins=(), alias=None, source=f"{stream.name}_JOINED")
+    # The join task keys each joined row by the GROUP BY over the joined row; the aggregation
+    # reads those rows, where the stream record's time is their ROWTIME.
+    keys = tuple((str(item.alias), item.expr) for item in items if item.expr is not None and item.expr in groups)
+    stream_time = ast.ColumnRef(joined(resolved.stream_prefix, ROWTIME))
+
+    def aggregated(expr: ast.Expr) -> ast.Expr:
+        renamed: ast.Expr = _map_columns(expr, lambda ref: ast.ColumnRef(ROWTIME) if ref == stream_time else ref)
+        return renamed
+
+    aggregation = replace(query, items=tuple(replace(i, expr=None if i.expr is None else aggregated(i.expr))
+                                             for i in items),
+                          group_by=tuple(map(aggregated, groups)),
+                          having=None if query.having is None else aggregated(rename(query.having)), where=None,
+                          joins=(), alias=None, source=f"{stream.name}_JOINED")
     names = [name for _, expr in resolved.items if isinstance(expr, ast.ColumnRef) for name in (expr.name,)]
     source = DataSource("STREAM", aggregation.source, tuple(Column(n, resolved.scope.schema[n]) for n in names),
                         "", stream.partitions)
-    keys = tuple((str(item.alias), item.expr) for item in items if item.expr is not None and item.expr in groups)
     return JoinAggregation(resolved, aggregation, source, keys)
 
 

@@ -353,16 +353,17 @@ def _joined_aggregation(
     window = window_spec(query.window, aggregation.source, query.emit_final) if query.window is not None else None
     try:
         columns, _, calls = _aggregation(name, aggregation.query, aggregation.source, scope)
-    except StatementError as error:  # its columns as the statement names them (side.column)
-        owners = aggregation.resolved.owners
-        raise StatementError(re.sub(r"\b[A-Za-z_][A-Za-z0-9_]*\b", lambda m: owners.get(m.group(0), m.group(0)),
-                                    error.message)) from error
+        having = _check_having(aggregation.query, columns)
+    except (StatementError, NotFoundError) as error:  # its columns as the statement names them (side.column)
+        owners = {**aggregation.resolved.owners, ROWTIME: f"{aggregation.resolved.stream_prefix}.ROWTIME"}
+        raise type(error)(re.sub(r"\b[A-Za-z_][A-Za-z0-9_]*\b", lambda m: owners.get(m.group(0), m.group(0)),
+                                 error.message)) from error
     plan = QueryPlan(
         kind=PlanKind.AGGREGATE if window is None else PlanKind.SESSION_AGGREGATE if window.kind == "SESSION"
         else PlanKind.WINDOWED_AGGREGATE, source=source.name, sink=name, columns=columns,
         key_column=", ".join(c.name for c in columns if c.key), key_expression=join.key_expression,
         repartition=join.repartition,
-        aggregates=calls, window=window, having=_check_having(aggregation.query, columns), join=join.join,
+        aggregates=calls, window=window, having=having, join=join.join,
     )
     return _result("TABLE", name, columns, plan, source, properties, query_id, target)
 

@@ -569,8 +569,9 @@ async def test_group_by_over_a_stream_table_join(join_cluster: LocalCluster) -> 
     await asyncio.to_thread(pull_until, cluster, f"SELECT id FROM {sensors};", {s: [s] for s in sites})
     run(cluster, f"""
         SET 'auto.offset.reset'='earliest';
-        CREATE TABLE per_site_{events} AS SELECT s.site, COUNT(*) AS n, SUM(e.reading * s.weight) AS total
-          FROM {events} e JOIN {sensors} s ON e.sensor = s.id WHERE e.reading >= 0 GROUP BY s.site;
+        CREATE TABLE per_site_{events} AS SELECT s.site, COUNT(*) AS n, SUM(e.reading * s.weight) AS total,
+          MAX(e.ROWTIME) AS latest FROM {events} e JOIN {sensors} s ON e.sensor = s.id WHERE e.reading >= 0
+          GROUP BY s.site;
         CREATE TABLE per_minute_{events} AS SELECT s.site, e.sensor, COUNT(*) AS n FROM {events} e
           LEFT JOIN {sensors} s ON e.sensor = s.id WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY s.site, e.sensor;
     """)
@@ -594,12 +595,12 @@ async def test_group_by_over_a_stream_table_join(join_cluster: LocalCluster) -> 
     for _, sensor, reading, ts in records:
         if sensor in sites:
             site, weight = sites[sensor]
-            if reading >= 0:
-                n, total = per_site.get(site, [0, 0])
-                per_site[site] = [n + 1, total + reading * weight]
+            if reading >= 0:  # the stream record's time is its ROWTIME (its TIMESTAMP column's)
+                n, total, latest = per_site.get(site, [0, 0, 0])
+                per_site[site] = [n + 1, total + reading * weight, max(latest, ts)]
             start = ts - ts % MINUTE
             windows[(site, sensor, start)] = windows.get((site, sensor, start), 0) + 1
-    want = {site: [site, n, total] for site, (n, total) in per_site.items()}
+    want = {site: [site, n, total, latest] for site, (n, total, latest) in per_site.items()}
     assert await asyncio.to_thread(pull_until, cluster, f"SELECT * FROM per_site_{events};", want) == want
     want_windows = {k: [k[0], k[1], k[2], k[2] + MINUTE, n] for k, n in windows.items()}
     got = await asyncio.to_thread(pull_until, cluster, f"SELECT * FROM per_minute_{events};", want_windows,

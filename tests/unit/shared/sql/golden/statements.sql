@@ -407,3 +407,7 @@ CREATE STREAM chained_5 AS SELECT p.owner, v.page FROM visits v JOIN pages p ON 
 CREATE TABLE per_team AS SELECT o.team, COUNT(*) AS n, SUM(v.ms) AS ms FROM visits v JOIN pages p ON v.page = p.page
   JOIN owners o ON p.owner = o.name GROUP BY o.team;
 DESCRIBE per_team;
+CREATE TABLE per_team_latest AS SELECT o.team, MAX(v.ROWTIME) AS latest FROM visits v JOIN pages p ON v.page = p.page
+  JOIN owners o ON p.owner = o.name GROUP BY o.team;
+CREATE TABLE per_team_2 AS SELECT o.team, COUNT(*) AS n FROM visits v JOIN pages p ON v.page = p.page
+  JOIN owners o ON p.owner = o.name GROUP BY o.team HAVING v.ms > 1;
