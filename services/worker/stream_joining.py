@@ -190,6 +190,11 @@ class StreamJoinTask(GatheredJoinTask):
         rows = [None if left is None else left.row, None if right is None else right.row]
         extra = {self.rowtime: None if left is None else left.time}
         keys = [None if left is None else left.key, None if right is None else right.key]
+        if self.output.regroup is not None:  # a chain's tables join next: every column, keyed by their expression
+            written = self.output.keyed(self._joined_row(keys, rows, extra), key, timestamp, offset, bad)
+            if written is not None:
+                results.append((*written, timestamp))
+            return
         value = self._value(keys, rows, offset, bad, extra)
         if value is not None:
             results.append((key, value, timestamp))
@@ -220,9 +225,12 @@ class StreamJoinTask(GatheredJoinTask):
             if not self._process(key, value, timestamp, offset, results, bad):
                 late += 1
         async with self._transaction():
+            # Rows a chain's next stage reads carry their time in a column: stamped now, the topic's
+            # retention cannot delete an old one before that stage reads it.
+            stamped = self.output.regroup is None
             for result_key, result, time_ms in results:
                 await self._send(self.sink.topic, result, result_key, partition_for(result_key, self.sink.partitions),
-                                 timestamp_ms=time_ms)
+                                 timestamp_ms=time_ms if stamped else None)
             await self._send_bad(sorted(bad, key=lambda b: b.offset))
             await self.producer.send_offsets_to_transaction({self.input: batch.last_offset + 1}, self.group)
         self.broken = False

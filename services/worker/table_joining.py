@@ -152,11 +152,12 @@ class GatheredJoinTask(Task[KeyedSlice]):
         super().__init__(settings, query, source, sink, partition, stage)
         spec = query.plan.join
         assert spec is not None
-        sources = (spec.stream, *(t.table for t in spec.tables))
+        tables = [t for t in spec.tables if t.step == spec.step]  # tables a chain joins later have stages of their own
+        sources = (spec.stream, *(t.table for t in tables))
         self.output = JoinedValue(query, sink)
         self.sides = []
-        for side, type_, prefix in zip(sources, ("FROM", *(t.type for t in spec.tables)),
-                                       (spec.stream_prefix, *(t.prefix for t in spec.tables)), strict=True):
+        for side, type_, prefix in zip(sources, ("FROM", *(t.type for t in tables)),
+                                       (spec.stream_prefix, *(t.prefix for t in tables)), strict=True):
             key = side.key_column
             self.sides.append(Side(side, type_, None if key is None else joined(prefix, key.name),
                                    None if key is None else key.type,
@@ -230,13 +231,17 @@ class GatheredJoinTask(Task[KeyedSlice]):
                extra: dict[str, Any] | None = None) -> bytes | None:
         """The result's value from each side's key and row (None: the side has none; ``extra``:
         more columns of the joined row), as ``JoinedValue`` gives it."""
+        return self.output(self._joined_row(keys, rows, extra), offset, bad)
+
+    def _joined_row(self, keys: list[Any], rows: list[list[Any] | None],
+                    extra: dict[str, Any] | None = None) -> dict[str, Any]:
         joined_row: dict[str, Any] = dict(extra or {})
         for side, key, row in zip(self.sides, keys, rows, strict=True):
             if side.key is not None:
                 joined_row[side.key] = None if row is None else key
             for name, value in zip(side.names, row or [None] * len(side.names), strict=True):
                 joined_row[name] = value
-        return self.output(joined_row, offset, bad)
+        return joined_row
 
 
 class TableJoinTask(GatheredJoinTask):

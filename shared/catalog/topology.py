@@ -58,6 +58,8 @@ from millpond.shared.sql.planner import event_time, plan_materialization
 AGGREGATES = (PlanKind.AGGREGATE, PlanKind.WINDOWED_AGGREGATE, PlanKind.SESSION_AGGREGATE)
 """The GROUP BY kinds (a plan of one with a join aggregates the joined rows)."""
 TABLE_JOINS = (PlanKind.TABLE_TABLE_JOIN, PlanKind.FOREIGN_KEY_JOIN)
+CHAINED_JOINS = (PlanKind.STREAM_TABLE_JOIN, PlanKind.STREAM_STREAM_JOIN)
+"""The joins that tables may follow on other expressions, each in a stage of its own."""
 """The joins of two tables into a table: the joined topic is compacted, the result materialized."""
 REPLAYED_TYPES = ("VARCHAR", "INT", "BIGINT", "DOUBLE", "BOOLEAN")
 """The value types a standby copy of a joined table decodes from the JSON the join wrote
@@ -119,7 +121,7 @@ def stages(query: PersistentQuery, source: DataSource, sink: DataSource, service
     plan = query.plan
     if plan.join is not None and plan.kind in AGGREGATES:
         return _joined_aggregate(query, source, sink, service_id)
-    if plan.kind is PlanKind.STREAM_TABLE_JOIN and plan.join is not None and plan.join.steps > 1:
+    if plan.kind in CHAINED_JOINS and plan.join is not None and plan.join.steps > 1:
         return _chained_join(query, source, sink, service_id)
     if plan.kind.spec.repartition_topic and plan.repartition:
         return _repartitioned_aggregate(query, source, sink, service_id)
@@ -151,7 +153,7 @@ def internal_topics(service_id: str, query: PersistentQuery) -> list[InternalTop
                                     partitions=None if join is None else join.tables[0].table.partitions))
     if query.plan.kind in AGGREGATES and query.plan.join is not None:  # a GROUP BY's joined rows
         topics.append(InternalTopic(joined_topic(service_id, query.query_id), compacted=False))
-    if join is not None and query.plan.kind in (PlanKind.STREAM_TABLE_JOIN, *AGGREGATES):
+    if join is not None and query.plan.kind in (*CHAINED_JOINS, *AGGREGATES):
         topics += [InternalTopic(chained_topic(service_id, query.query_id, step), compacted=False,
                                  partitions=next(t.table.partitions for t in join.tables if t.step == step))
                    for step in range(1, join.steps)]
@@ -188,8 +190,9 @@ def _two_sided_join(query: PersistentQuery, left: DataSource, sink: DataSource, 
     # Each stream starts where the query was created to start (its start offsets hold both
     # streams' partitions, the source's first).
     # A stream joined on another column than its key is re-keyed by it as its stage copies it.
-    rekeys = (query.plan.key_expression, *(t.rekey for t in spec.tables)) if not tables else (None,) * (
-        1 + len(spec.tables))
+    joined_tables = [t for t in spec.tables if t.step == spec.step]  # a chain's later tables have stages of their own
+    rekeys = (query.plan.key_expression, *(t.rekey for t in joined_tables)) if not tables else (None,) * (
+        1 + len(joined_tables))
     key_type = next((c.type for c in query.plan.columns if c.key), None)
     sides = [Stage(f"{JOIN_SIDE_STAGE}{index}",
                    replace(query, plan=QueryPlan(
@@ -201,7 +204,7 @@ def _two_sided_join(query: PersistentQuery, left: DataSource, sink: DataSource, 
                        repartition=any(r is not None for r in rekeys)),
                            start_offsets=None if tables or query.start_offsets is None else
                            query.start_offsets[index * left.partitions:(index + 1) * left.partitions]), side, gathered)
-             for index, (side, rekey) in enumerate(zip((left, *(t.table for t in spec.tables)), rekeys, strict=True))]
+             for index, (side, rekey) in enumerate(zip((left, *(t.table for t in joined_tables)), rekeys, strict=True))]
     # The join stage's records carry their event time as their timestamp (the sides set it).
     join = Stage("join" if tables else "", replace(query, plan=replace(query.plan, event_time=None, repartition=False),
                                                    start_offsets=None), gathered, sink)
@@ -242,6 +245,18 @@ def _joined_aggregate(query: PersistentQuery, source: DataSource, sink: DataSour
     return [*joining, Stage("", replace(query, plan=aggregate, start_offsets=None), rows, sink)]
 
 
+def _join_key_type(spec: JoinSpec, step: int) -> SqlType:
+    """The type of what stage ``step`` of a chained join matches: its tables' key, or the
+    column a stream joined first (``WITHIN``) is matched on."""
+    joined_table = next(t for t in spec.tables if t.step == step)
+    columns = joined_table.table.columns
+    if joined_table.rekey is not None:
+        return next(c.type for c in columns if quote_identifier(c.name) == joined_table.rekey)
+    key = joined_table.table.key_column
+    assert key is not None
+    return key.type
+
+
 def join_input(spec: JoinSpec, source: DataSource) -> tuple[Column, ...]:
     """The columns a stream-table join's stage reads of each record of ``source``: the
     stream's, or in a later stage of a multi-way join the joined row's so far."""
@@ -265,10 +280,9 @@ def _chained_join(query: PersistentQuery, source: DataSource, sink: DataSource, 
         carried += [Column(joined(t.prefix, c.name), c.type) for t in spec.tables if t.step == step - 1
                     for c in t.table.columns]
         table = next(t.table for t in spec.tables if t.step == step)
-        assert table.key_column is not None
         inputs.append(DataSource(
             kind="STREAM", name=f"{query.query_id}_JOINED_{step}",
-            columns=(Column(REPARTITION_KEY, table.key_column.type, key=True), *carried,
+            columns=(Column(REPARTITION_KEY, _join_key_type(spec, step), key=True), *carried,
                      Column(ROWTIME_COLUMN, SqlType("BIGINT"))),
             topic=chained_topic(service_id, query.query_id, step), partitions=table.partitions, value_format="JSON",
             query_id=query.query_id,
@@ -279,23 +293,23 @@ def _chained_join(query: PersistentQuery, source: DataSource, sink: DataSource, 
         """Stage ``step``'s plan when it writes into the next stage's topic (``into``, whose key
         type its task writes). Its own records are keyed as its tables are: what the stream's
         re-key before the first stage writes."""
-        table = next(t.table for t in spec.tables if t.step == step)
-        assert table.key_column is not None
-        return QueryPlan(PlanKind.STREAM_TABLE_JOIN, source.name if step == 0 else inputs[step - 1].name, into.name,
-                         (OutputColumn(REPARTITION_KEY, table.key_column.type, key_expression or "", key=True),),
+        kind = plan.kind if step == 0 else PlanKind.STREAM_TABLE_JOIN  # a stream-stream join first, then tables
+        return QueryPlan(kind, source.name if step == 0 else inputs[step - 1].name, into.name,
+                         (OutputColumn(REPARTITION_KEY, _join_key_type(spec, step), key_expression or "", key=True),),
                          key_column=REPARTITION_KEY, key_expression=key_expression, repartition=repartition,
                          join=replace(spec, step=step), event_time=event_time)
 
     first = replace(query, plan=keyed_plan(0, inputs[0], plan.key_expression, plan.repartition, plan.event_time))
-    result = (_repartitioned_aggregate(first, source, inputs[0], service_id) if plan.repartition
+    result = (_two_sided_join(first, source, inputs[0], service_id) if plan.kind is PlanKind.STREAM_STREAM_JOIN
+              else _repartitioned_aggregate(first, source, inputs[0], service_id) if plan.repartition
               else [Stage("", first, source, inputs[0])])
     result[-1] = replace(result[-1], name="join-0")
     for step, reads in enumerate(inputs, start=1):
         if step < spec.steps - 1:
             result.append(Stage(f"join-{step}", replace(query, plan=keyed_plan(step, inputs[step]), start_offsets=None),
                                 reads, inputs[step]))
-    last = replace(plan, source=inputs[-1].name, join=replace(spec, step=spec.steps - 1), key_expression=None,
-                   repartition=False, event_time=None)
+    last = replace(plan, kind=PlanKind.STREAM_TABLE_JOIN, source=inputs[-1].name, join=replace(spec, step=spec.steps - 1),
+                   key_expression=None, repartition=False, event_time=None)
     return [*result, Stage("", replace(query, plan=last, start_offsets=None), inputs[-1], sink)]
 
 

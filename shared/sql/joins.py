@@ -91,7 +91,7 @@ def _sides(query: ast.Query, stream: DataSource, tables: tuple[DataSource, ...])
     """Each side's prefix, with ksqlDB's checks of the join's shape."""
     if len(tables) != len(query.joins):
         raise StatementError("every JOIN needs the source it names")
-    for join, table in zip(query.joins, tables, strict=True):
+    for index, (join, table) in enumerate(zip(query.joins, tables, strict=True)):
         if stream.kind == "TABLE" and table.kind == "STREAM":
             raise StatementError(f"invalid join order: {stream.name} is a TABLE and {table.name} a STREAM; "
                                  f"a stream-table join reads the stream first: FROM {table.name} JOIN {stream.name}")
@@ -99,9 +99,10 @@ def _sides(query: ast.Query, stream: DataSource, tables: tuple[DataSource, ...])
             if join.within is None:
                 raise StatementError(f"stream-stream joins need a join window: add WITHIN <duration> before ON "
                                      f"({stream.name} and {table.name} are both streams)")
-            if len(tables) > 1:
-                raise StatementError("a stream-stream join joins two streams; joining a third source in the same "
-                                     "query is not supported yet: create the joined stream first, then join it")
+            if index > 0:
+                raise StatementError(f"{table.name} is a stream joined after another JOIN; a stream-stream join must "
+                                     "be a query's first JOIN (tables may follow it): create the joined stream first, "
+                                     "then join it")
             continue
         if join.within is not None:
             raise StatementError(f"WITHIN applies to stream-stream joins; {table.name} is a TABLE, whose current row "
@@ -189,7 +190,8 @@ def resolve_join(query: ast.Query, stream: DataSource, tables: tuple[DataSource,
             raise StatementError(f"invalid join condition {shown(condition)}: the two sides must have the same "
                                  f"type; {shown(this_key)} is {left_type} and {shown(ast.ColumnRef(table_key))} is "
                                  f"{right_type}: CAST one side")
-        if not step_keys or this_key != step_keys[-1]:  # another expression: the joined rows are re-keyed by it
+        after_streams = bool(conditions) and tables[len(conditions) - 1].kind == "STREAM"
+        if not step_keys or this_key != step_keys[-1] or after_streams:  # another stage: the rows re-keyed by it
             if step_keys and stream.kind != "STREAM":
                 raise StatementError(f"invalid join condition {shown(condition)}: every JOIN of tables must match "
                                      f"the same key of {stream.name} ({shown(step_keys[0])}); join the tables "

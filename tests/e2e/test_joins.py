@@ -692,3 +692,41 @@ async def test_a_multi_way_join_on_several_expressions(join_cluster: LocalCluste
     reasons = [json.loads(v)["REASON"] for *_, v in await read_all(cluster.bootstrap, processing_log_topic(sid))
                if v is not None and json.loads(v)["QUERY_ID"].startswith(f"CSAS_{chained.upper()}_")]
     assert reasons == ["the new key (S.SITE) is NULL"] * logged and logged > 0
+
+
+async def test_a_stream_stream_join_then_a_table_on_another_expression(join_cluster: LocalCluster) -> None:
+    """Clicks joined WITHIN an hour with the same user's views, then each pair LEFT JOINed with
+    the clicked page's row (a stage of its own: the pairs re-keyed by C.PAGE): every pair once,
+    with its page's owner, or NULL for a page the table lacks."""
+    cluster, sid = join_cluster, join_cluster.service_id
+    clicks, views, pages, seen = f"ssc_{sid}", f"ssv_{sid}", f"ssp_{sid}", f"ss_seen_{sid}"
+    run(cluster, f"""
+        CREATE STREAM {clicks} (uid VARCHAR KEY, page VARCHAR)
+          WITH (kafka_topic='{clicks}', partitions={PARTITIONS}, value_format='json');
+        CREATE STREAM {views} (uid VARCHAR KEY, ms INT)
+          WITH (kafka_topic='{views}', partitions={PARTITIONS}, value_format='json');
+        CREATE TABLE {pages} (id VARCHAR PRIMARY KEY, owner VARCHAR)
+          WITH (kafka_topic='{pages}', partitions={PARTITIONS}, value_format='json');""")
+    rng = random.Random(59)
+    base = int(time.time() * 1000) - 10 * MINUTE
+    owners = {f"p{i}": f"owner-{i}" for i in range(4)}  # p4 has no row
+    await produce_table(cluster.bootstrap, pages, "OWNER", [(p, o, base - 1000) for p, o in owners.items()])
+    users = [f"u{i}" for i in range(8)]
+    click_records = [(clicks, "PAGE", u, f"p{rng.randrange(5)}", base + rng.randrange(MINUTE)) for u in users
+                     for _ in range(3)]
+    view_records = [(views, "MS", u, 100 * n + i, base + rng.randrange(MINUTE)) for n, u in enumerate(users)
+                    for i in range(2)]
+    await produce_sides(cluster.bootstrap, sorted(click_records + view_records, key=lambda r: r[4]))
+    run(cluster, f"""
+        SET 'auto.offset.reset'='earliest';
+        CREATE STREAM {seen} AS SELECT c.page, c.uid, v.ms, p.owner FROM {clicks} c JOIN {views} v
+          WITHIN 1 HOUR ON c.uid = v.uid LEFT JOIN {pages} p ON c.page = p.id;""")
+    want = sorted((page, uid, ms, owners.get(page)) for _, _, uid, page, _ in click_records
+                  for _, _, viewer, ms, _ in view_records if viewer == uid)
+    got = []
+    for partition, _, key, value, _ in await sink_until(cluster.bootstrap, seen.upper(), len(want)):
+        assert key is not None and value is not None and partition == partition_for(key, PARTITIONS)
+        row = json.loads(value)
+        got.append((key.decode(), row["UID"], row["MS"], row["OWNER"]))
+    assert sorted(got) == want
+    assert any(owner is None for *_, owner in want) and len(want) == 8 * 3 * 2

@@ -289,3 +289,21 @@ def test_a_multi_way_join_on_several_expressions_joins_in_a_stage_per_expression
         ("_REPARTITION_KEY", "VARCHAR", "`PAGE`")]
     assert [str(c.type) for c in first.sink.key_columns] == ["INT"] and last.sink.partitions == 1
     assert [t.partitions for t in internal_topics("svc", query)] == [3, 3]
+
+
+def test_a_stream_stream_join_then_a_table_runs_the_windowed_join_then_a_stream_table_join() -> None:
+    meta = _metastore(
+        "CREATE STREAM c (uid VARCHAR KEY, page VARCHAR) WITH (kafka_topic='c', partitions=2, value_format='json')",
+        "CREATE STREAM v (uid VARCHAR KEY, ms INT) WITH (kafka_topic='v', partitions=2, value_format='json')",
+        "CREATE TABLE p (id VARCHAR PRIMARY KEY, owner VARCHAR) WITH (kafka_topic='p', partitions=2, value_format='json')",
+        "CREATE STREAM s AS SELECT c.page, v.ms, p.owner FROM c JOIN v WITHIN 1 HOUR ON c.uid = v.uid "
+        "LEFT JOIN p ON c.page = p.id")
+    query = next(q for q in meta.queries.values() if q.sink == "S")
+    staged = stages(query, meta.source("C"), meta.source("S"), "svc")
+    joined = "_millpond-svc-" + query.query_id + "-joined"
+    assert [(s.name, s.query.plan.kind, s.source.topic, s.sink.topic) for s in staged] == [
+        ("side-0", PlanKind.JOIN_SIDE, "c", joined), ("side-1", PlanKind.JOIN_SIDE, "v", joined),
+        ("join-0", PlanKind.STREAM_STREAM_JOIN, joined, joined + "-1"),
+        ("", PlanKind.STREAM_TABLE_JOIN, joined + "-1", "S")]
+    assert [c.name for c in staged[-1].source.value_columns] == ["C_UID", "C_PAGE", "V_UID", "V_MS", "_INPUT_ROWTIME"]
+    assert [t.name for t in internal_topics("svc", query)] == [joined + "-1", joined]

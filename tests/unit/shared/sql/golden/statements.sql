@@ -248,8 +248,8 @@ CREATE STREAM r_alerts AS SELECT r.sensor, r.reading, a.level, r.ROWTIME AS at F
 INSERT INTO r_alerts SELECT r.sensor, r.reading, a.level, r.ROWTIME AS at FROM readings r
   JOIN alerts a WITHIN 1 HOUR ON r.sensor = a.sensor;
 CREATE STREAM ss1 AS SELECT r.sensor FROM readings r JOIN alerts a WITHIN 10 SECONDS ON r.area = a.sensor;
-CREATE STREAM ss2 AS SELECT r.sensor FROM readings r JOIN alerts a WITHIN 10 SECONDS ON r.sensor = a.sensor
-  JOIN sensors s ON r.sensor = s.id;
+EXPLAIN CREATE STREAM ss2 AS SELECT r.sensor, s.site FROM readings r JOIN alerts a WITHIN 10 SECONDS
+  ON r.sensor = a.sensor JOIN sensors s ON r.sensor = s.id;
 CREATE TABLE ss3 AS SELECT r.sensor FROM readings r JOIN alerts a WITHIN 10 SECONDS ON r.sensor = a.sensor;
 CREATE STREAM ss4 WITH (partitions=2) AS SELECT r.sensor FROM readings r JOIN alerts a WITHIN 10 SECONDS
   ON r.sensor = a.sensor;
@@ -411,3 +411,10 @@ CREATE TABLE per_team_latest AS SELECT o.team, MAX(v.ROWTIME) AS latest FROM vis
   JOIN owners o ON p.owner = o.name GROUP BY o.team;
 CREATE TABLE per_team_2 AS SELECT o.team, COUNT(*) AS n FROM visits v JOIN pages p ON v.page = p.page
   JOIN owners o ON p.owner = o.name GROUP BY o.team HAVING v.ms > 1;
+-- A stream-stream join first, then a table on another expression: a stage each.
+CREATE STREAM views3 (userid VARCHAR KEY, page VARCHAR, ms INT) WITH (kafka_topic='views3', partitions=3, value_format='json');
+CREATE STREAM seen_pages AS SELECT p.page, v.userid, w.ms AS view_ms, p.owner FROM visits v JOIN views3 w
+  WITHIN 1 MINUTE ON v.userid = w.userid LEFT JOIN pages p ON v.page = p.page;
+DESCRIBE seen_pages;
+CREATE STREAM seen_pages_2 AS SELECT v.page, w.ms FROM visits v JOIN pages p ON v.page = p.page
+  JOIN views3 w WITHIN 1 MINUTE ON v.userid = w.userid;
