@@ -245,7 +245,10 @@ class JoinTask(Task[JoinSlice]):
                       for i, t in enumerate(table for table in spec.tables if table.step == spec.step)]
         self.stream_names = (ResolvedJoin.names(spec.stream_prefix, spec.stream) if spec.step == 0
                              else [c.name for c in join_input(spec, source)])
-        self.rowtime = None if ROWTIME in spec.stream.schema else joined(spec.stream_prefix, ROWTIME)
+        # The stream's ROWTIME is the record's time, unless the stage before carries it (after a
+        # stream-stream join: the left record's, where the row's time is the later record's).
+        rowtime = joined(spec.stream_prefix, ROWTIME)
+        self.rowtime = None if ROWTIME in spec.stream.schema or rowtime in self.stream_names else rowtime
         self.consumer: AIOKafkaConsumer | None = None
 
     async def start(self) -> None:

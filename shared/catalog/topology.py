@@ -275,6 +275,10 @@ def _chained_join(query: PersistentQuery, source: DataSource, sink: DataSource, 
     spec = plan.join
     assert spec is not None
     carried = [Column(joined(spec.stream_prefix, c.name), c.type) for c in spec.stream.columns]
+    if plan.kind is PlanKind.STREAM_STREAM_JOIN and "ROWTIME" not in spec.stream.schema:
+        # The left record's own time (NULL for a right record alone): the rows' time, which the
+        # next stages join by, is the later of the two records'.
+        carried.append(Column(joined(spec.stream_prefix, "ROWTIME"), SqlType("BIGINT")))
     inputs = []
     for step in range(1, spec.steps):
         carried += [Column(joined(t.prefix, c.name), c.type) for t in spec.tables if t.step == step - 1

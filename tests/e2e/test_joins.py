@@ -719,14 +719,17 @@ async def test_a_stream_stream_join_then_a_table_on_another_expression(join_clus
     await produce_sides(cluster.bootstrap, sorted(click_records + view_records, key=lambda r: r[4]))
     run(cluster, f"""
         SET 'auto.offset.reset'='earliest';
-        CREATE STREAM {seen} AS SELECT c.page, c.uid, v.ms, p.owner FROM {clicks} c JOIN {views} v
-          WITHIN 1 HOUR ON c.uid = v.uid LEFT JOIN {pages} p ON c.page = p.id;""")
-    want = sorted((page, uid, ms, owners.get(page)) for _, _, uid, page, _ in click_records
-                  for _, _, viewer, ms, _ in view_records if viewer == uid)
+        CREATE STREAM {seen} AS SELECT c.page, c.uid, v.ms, p.owner, c.ROWTIME AS clicked FROM {clicks} c
+          JOIN {views} v WITHIN 1 HOUR ON c.uid = v.uid LEFT JOIN {pages} p ON c.page = p.id;""")
+    # C.ROWTIME is the click's time; the pair's own (its record's) is the later of the two.
+    want = sorted((page, uid, ms, owners.get(page), clicked, max(clicked, viewed))
+                  for _, _, uid, page, clicked in click_records
+                  for _, _, viewer, ms, viewed in view_records if viewer == uid)
     got = []
-    for partition, _, key, value, _ in await sink_until(cluster.bootstrap, seen.upper(), len(want)):
+    for partition, _, key, value, timestamp in await sink_until(cluster.bootstrap, seen.upper(), len(want)):
         assert key is not None and value is not None and partition == partition_for(key, PARTITIONS)
         row = json.loads(value)
-        got.append((key.decode(), row["UID"], row["MS"], row["OWNER"]))
+        got.append((key.decode(), row["UID"], row["MS"], row["OWNER"], row["CLICKED"], timestamp))
     assert sorted(got) == want
-    assert any(owner is None for *_, owner in want) and len(want) == 8 * 3 * 2
+    assert any(owner is None for _, _, _, owner, _, _ in want) and len(want) == 8 * 3 * 2
+    assert any(clicked < at for *_, clicked, at in want)  # pairs whose view came later: their time is the view's

@@ -305,5 +305,6 @@ def test_a_stream_stream_join_then_a_table_runs_the_windowed_join_then_a_stream_
         ("side-0", PlanKind.JOIN_SIDE, "c", joined), ("side-1", PlanKind.JOIN_SIDE, "v", joined),
         ("join-0", PlanKind.STREAM_STREAM_JOIN, joined, joined + "-1"),
         ("", PlanKind.STREAM_TABLE_JOIN, joined + "-1", "S")]
-    assert [c.name for c in staged[-1].source.value_columns] == ["C_UID", "C_PAGE", "V_UID", "V_MS", "_INPUT_ROWTIME"]
+    assert [c.name for c in staged[-1].source.value_columns] == [
+        "C_UID", "C_PAGE", "C_ROWTIME", "V_UID", "V_MS", "_INPUT_ROWTIME"]
     assert [t.name for t in internal_topics("svc", query)] == [joined + "-1", joined]
