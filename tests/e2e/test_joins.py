@@ -544,6 +544,19 @@ async def test_a_sigkilled_worker_loses_no_joined_record_and_repeats_none(join_c
                                   "LEFT", (1_000, 1_000, 3_000))
 
 
+async def produce_events(bootstrap: str, topic: str, records: list[tuple[str, str, int, int]]) -> None:
+    """(event id, SENSOR, READING, TS) records, keyed by the event id and partitioned by it as the Java client."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    await producer.start()
+    try:
+        for eid, sensor, reading, ts in records:
+            await producer.send(topic, json.dumps({"SENSOR": sensor, "READING": reading, "TS": ts}).encode(),
+                                key=eid.encode(), partition=partition_for(eid.encode(), PARTITIONS))
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
 async def test_group_by_over_a_stream_table_join(join_cluster: LocalCluster) -> None:
     """GROUP BY over a join, one query: the stream re-keyed by its join column, joined with the
     table, each joined row keyed by the GROUP BY into the joined topic and aggregated there;
@@ -580,15 +593,7 @@ async def test_group_by_over_a_stream_table_join(join_cluster: LocalCluster) -> 
     base = int(time.time() * 1000)
     records = [(f"e{i}", f"s{rng.randrange(60)}", rng.randrange(-20, 100), base + rng.randrange(10 * MINUTE))
                for i in range(3_000)]
-    producer = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap, linger_ms=5)
-    await producer.start()
-    try:
-        for eid, sensor, reading, ts in records:
-            await producer.send(events, json.dumps({"SENSOR": sensor, "READING": reading, "TS": ts}).encode(),
-                                key=eid.encode(), partition=partition_for(eid.encode(), PARTITIONS))
-        await producer.flush()
-    finally:
-        await producer.stop()
+    await produce_events(cluster.bootstrap, events, records)
 
     per_site: dict[str, list[int]] = {}
     windows: dict[tuple[str, str, int], int] = {}
@@ -652,17 +657,6 @@ async def test_a_multi_way_join_on_several_expressions(join_cluster: LocalCluste
           JOIN {sensors} s ON e.sensor = s.id JOIN {sites} t ON s.site = t.id GROUP BY t.city;""")
     rng = random.Random(53)
 
-    async def produce(records: list[tuple[str, str, int, int]]) -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap, linger_ms=5)
-        await producer.start()
-        try:
-            for eid, sensor, reading, ts in records:
-                await producer.send(events, json.dumps({"SENSOR": sensor, "READING": reading, "TS": ts}).encode(),
-                                    key=eid.encode(), partition=partition_for(eid.encode(), PARTITIONS))
-            await producer.flush()
-        finally:
-            await producer.stop()
-
     want: list[tuple[str, str, int, str | None]] = []
     counts: dict[str, list[int]] = {}
     logged = 0
@@ -671,7 +665,7 @@ async def test_a_multi_way_join_on_several_expressions(join_cluster: LocalCluste
         # a stage reads the joined rows of several partitions, so their times are not in order there.
         batch = [(f"e{phase}-{i}", f"s{rng.randrange(10)}", rng.randrange(-10, 100), start + rng.randrange(4 * MINUTE))
                  for i in range(300)]
-        await produce(batch)
+        await produce_events(cluster.bootstrap, events, batch)
         for eid, sensor, reading, _ in batch:
             site = rows.get(sensor)
             logged += site is None
