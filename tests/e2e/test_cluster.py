@@ -105,6 +105,21 @@ def running_reports(status: coordinator_pb2.GetClusterStatusResponse, query_id: 
     return out
 
 
+def settled_actives(cluster: LocalCluster, query_id: str) -> set[tuple[str, int]]:
+    """The (worker, partition) actives of ``query_id`` once no move is under way: no warm-up
+    copy anywhere (the coordinator moves a partition only to a caught-up warm-up) and each
+    partition RUNNING on the worker it is assigned to. Taken before a move is planned, a
+    hand-off already in flight would count as a restart of a partition that did not move."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline:
+        status = cluster_status(cluster)
+        layout = roles(status, query_id)
+        if not any(r["warmup"] for r in layout.values()) and set(running_reports(status, query_id)) == set(range(PARTITIONS)):
+            return {(w, p) for w, r in layout.items() for p in r["active"]}
+        time.sleep(0.2)
+    raise AssertionError(f"{query_id} never settled: {roles(cluster_status(cluster), query_id)}")
+
+
 def wait_caught_up(cluster: LocalCluster, query_id: str, ends: dict[int, int]) -> None:
     deadline = time.monotonic() + TIMEOUT_S
     while time.monotonic() < deadline:
@@ -306,7 +321,7 @@ def test_failover_scale_out_scale_in_and_coordinator_failover(ha_cluster: LocalC
     # 2. A fourth worker joins while events flow: it gets warm-ups first, an active only once
     # caught up, and pulls never fail; the partitions that stay where they are go on
     # without a restart.
-    held = {(w, p) for w, r in roles(cluster_status(cluster), query_id).items() for p in r["active"]}
+    held = settled_actives(cluster, query_id)
     starts = task_starts(cluster, query_id)
     with PullLoad(cluster, table, keys) as load, CommitWatch(cluster, query_id, stream) as commits:
         producer = produce_more(cluster, stream, rng, 6_000, expected)
@@ -338,9 +353,9 @@ def test_failover_scale_out_scale_in_and_coordinator_failover(ha_cluster: LocalC
     check_table(table_rows(cluster, table), expected)
 
     # 3. A worker leaves gracefully: its actives go to caught-up standbys, pulls never fail.
-    layout = roles(cluster_status(cluster), query_id)
-    leaver = next(w for w in sorted(layout) if layout[w]["active"] and w != newcomer)
-    held = {(w, p) for w, r in layout.items() for p in r["active"] if w != leaver}
+    settled = settled_actives(cluster, query_id)
+    leaver = next(w for w, _ in sorted(settled) if w != newcomer)
+    held = {(w, p) for w, p in settled if w != leaver}
     starts = task_starts(cluster, query_id)
     with PullLoad(cluster, table, keys) as load, CommitWatch(cluster, query_id, stream) as commits:
         producer = produce_more(cluster, stream, rng, 5_000, expected)
