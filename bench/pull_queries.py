@@ -18,13 +18,17 @@ import asyncio
 import json
 import tempfile
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import grpc
+import psutil
 from grpc_health.v1 import health_pb2
 from hdrh.histogram import HdrHistogram
+from prometheus_client.parser import text_string_to_metric_families
 from rocksdict import Rdict
 
 from bench.common import arguments, cluster, emit, key_name, ratio, readings_table
@@ -100,21 +104,55 @@ async def warm(router: str, statements: list[str]) -> None:
             await asyncio.gather(*(lookup(i) for i in range(start, min(start + 16, len(statements)))))
 
 
-def measure(router: str, keys: int, seconds: float) -> list[dict[str, Any]]:
+def measure(router: str, keys: int, seconds: float, pids: dict[str, int], metrics_url: str) -> list[dict[str, Any]]:
     """Key lookups and the router's health check under ghz at each concurrency, in turns."""
     return measure_statements(router, [f"SELECT * FROM avg_readings WHERE sensor = '{key_name(k)}';"
-                                       for k in range(keys)], seconds)
+                                       for k in range(keys)], seconds, pids, metrics_url)
 
 
-def measure_statements(router: str, statements: list[str], seconds: float) -> list[dict[str, Any]]:
-    """``statements`` round robin through ``router``'s Execute and its health check under ghz."""
+def cpu_seconds(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
+
+
+def batches(metrics_url: str) -> tuple[float, float]:
+    """The router's lookup messages to workers so far, and the lookups they carried."""
+    with urllib.request.urlopen(metrics_url, timeout=10) as response:
+        text = response.read().decode()
+    found = {name: sample.value for family in text_string_to_metric_families(text) for sample in family.samples
+             for name in ("millpond_router_lookup_batch_size_count", "millpond_router_lookup_batch_size_sum")
+             if sample.name == name}
+    return found.get("millpond_router_lookup_batch_size_count", 0.0), found.get("millpond_router_lookup_batch_size_sum", 0.0)
+
+
+def loaded(pids: dict[str, int], run: Callable[[], dict[str, Any]], metrics_url: str | None = None) -> dict[str, Any]:
+    """``run``'s ghz summary with each process's CPU per answered call in microseconds
+    (``cpu_us_per_call``): a cost that a busier or quieter machine changes less than QPS;
+    with the router's ``metrics_url``, the lookups its messages to the workers carried on average."""
+    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    messages_before = batches(metrics_url) if metrics_url else (0.0, 0.0)
+    summary = run()
+    calls = max(summary["count"] - summary["errors"] - summary["cut_at_end"], 1)
+    summary["cpu_us_per_call"] = {name: round((cpu_seconds(pid) - before[name]) / calls * 1e6, 1)
+                                  for name, pid in pids.items()}
+    if metrics_url:
+        messages, lookups = (after - earlier for after, earlier in zip(batches(metrics_url), messages_before, strict=True))
+        summary["lookups_per_message"] = round(lookups / messages, 2) if messages else None
+    return summary
+
+
+def measure_statements(router: str, statements: list[str], seconds: float, pids: dict[str, int],
+                       metrics_url: str | None = None) -> list[dict[str, Any]]:
+    """``statements`` round robin through ``router``'s Execute and its health check under ghz;
+    the CPU each call costs the processes in ``pids``."""
     asyncio.run(warm(router, statements))
     requests = [{"sql": sql} for sql in statements]
     levels = []
     for concurrency in CONCURRENCY:
-        pulls = load(router, "millpond.router.v1.RouterService/Execute", router_pb2.DESCRIPTOR, requests,
-                     concurrency, seconds)
-        baseline = load(router, "grpc.health.v1.Health/Check", health_pb2.DESCRIPTOR, {}, concurrency, seconds)
+        pulls = loaded(pids, partial(load, router, "millpond.router.v1.RouterService/Execute", router_pb2.DESCRIPTOR,
+                                     requests, concurrency, seconds), metrics_url)
+        baseline = loaded(pids, partial(load, router, "grpc.health.v1.Health/Check", health_pb2.DESCRIPTOR, {},
+                                        concurrency, seconds))
         levels.append({**pulls, "baseline_health_check": baseline,
                        "ratio_qps_to_health_check": ratio(pulls["qps"], baseline["qps"]),
                        "ratio_p99_to_health_check": ratio(pulls["p99_ms"], baseline["p99_ms"])})
@@ -142,12 +180,14 @@ def main() -> None:
     with cluster(workers=2, worker_env={"MILLPOND_SERVE_ROUTER": "true"}) as local:
         readings_table(local, args.keys, PARTITIONS)
         pids = {c.name: c.process.pid for c in local.children if c.name in ("router", "worker-1")}
-        result: dict[str, Any] = {"levels": measure(local.router, args.keys, args.seconds)}
+        workers = {c.name: c.process.pid for c in local.children if c.name.startswith("worker")}
+        result: dict[str, Any] = {"levels": measure(local.router, args.keys, args.seconds, {**workers, **pids},
+                                                   local.child("router").metrics)}
         # The same lookups asked of the worker that holds their keys (serve_router): one hop.
         worker = local.child("worker-1").endpoint
         owned = keys_held_by(worker, [key_name(k) for k in range(args.keys)], PARTITIONS)
         result["colocated"] = {"worker": "worker-1", "keys": len(owned), "levels": measure_statements(
-            worker, [f"SELECT * FROM avg_readings WHERE sensor = '{name}';" for name in owned], args.seconds)}
+            worker, [f"SELECT * FROM avg_readings WHERE sensor = '{name}';" for name in owned], args.seconds, workers)}
         if args.profile_seconds:
             result["profile"] = asyncio.run(profiled(local.router, args.keys, pids, args.profile_seconds))
         with tempfile.TemporaryDirectory() as workdir:

@@ -46,6 +46,9 @@ PULL_SECONDS = Histogram("millpond_pull_query_seconds", "Pull-query latency at t
 PULL_QUERIES = Counter("millpond_pull_queries_total", "Pull queries by outcome (OK or the gRPC status).", ["outcome"])
 PULL_HOPS = Counter("millpond_pull_hops_total", "Lookups and scans a router asked of a table copy: in its own "
                     "worker's process (local, with serve_router) or over gRPC (remote).", ["hop"])
+LOOKUP_BATCH = Histogram("millpond_router_lookup_batch_size", "Lookups a router sent a worker in one LookupStream "
+                         "message (those that waited while its loop was busy go together).",
+                         buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512))
 PUSH_QUERIES = Gauge("millpond_push_queries", "Push queries this router streams now.")
 PUSH_ROWS = Counter("millpond_push_rows_total", "Rows push queries delivered.")
 HOST_ALIVE = Gauge("millpond_router_host_alive", "1 while the router's failure detector has the worker alive.",

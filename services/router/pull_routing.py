@@ -16,6 +16,7 @@ from millpond.coordinator.v1 import coordinator_pb2
 from millpond.services.router.converters import replicas_from_assignment
 from millpond.services.router.coordinators import Coordinators
 from millpond.services.router.hosts import HostTable, PullBounds
+from millpond.services.router.lookup_streams import FAILOVER_CODES, LookupStreams
 from millpond.services.router.pull import PullPlan, Replicas, Route, execute_pull, legacy_page, plan_pull
 from millpond.shared import consistency, metrics
 from millpond.shared.catalog.metastore import Metastore
@@ -35,7 +36,6 @@ PULL_RETRY_S = 0.1
 WATCH_RETRY_S = 0.5
 """Pause before following a coordinator again whose assignment stream ended or failed."""
 PLAN_CACHE_SIZE = 1024
-_FAILOVER_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
 
 
 class LocalWorker(Protocol):
@@ -63,6 +63,8 @@ class PullRouter:
         self.reader = reader
         self.channels = channels
         """One channel per worker, shared by every request (mutual TLS when configured)."""
+        self.lookups = LookupStreams(channels)
+        """One lookup stream per worker, over those channels."""
         self.coordinators = coordinators
         self.hosts = hosts
         """The workers' own heartbeats and lag reports to this router."""
@@ -126,8 +128,7 @@ class PullRouter:
                 metrics.PULL_HOPS.labels("local").inc()
                 return await local.lookup(request)
             metrics.PULL_HOPS.labels("remote").inc()
-            return await _unavailable_on_failure(self._worker(endpoint).Lookup(
-                request, timeout=remaining(self.settings.pull_host_timeout_ms / 1000)))
+            return await self.lookups.lookup(endpoint, request, remaining(self.settings.pull_host_timeout_ms / 1000))
 
         def scan(endpoint: str, request: worker_pb2.ScanPagesRequest) -> AsyncGenerator[worker_pb2.ScanPagesResponse, None]:
             if local is not None and endpoint == local.endpoint:
@@ -210,6 +211,7 @@ class PullRouter:
             for follower in followers:
                 follower.cancel()
             await asyncio.gather(*followers, return_exceptions=True)
+            await self.lookups.close()
 
 
 async def _unavailable_on_failure(call: Awaitable[T]) -> T:
@@ -245,5 +247,5 @@ async def remote_pages(worker: worker_pb2_grpc.WorkerServiceStub, request: worke
 
 def _failover_error(err: grpc.aio.AioRpcError) -> Exception:
     """UnavailableError for a status that means "ask another copy"; the error itself otherwise."""
-    return UnavailableError(err.details() or str(err.code())) if err.code() in _FAILOVER_CODES else err
+    return UnavailableError(err.details() or str(err.code())) if err.code() in FAILOVER_CODES else err
 

@@ -51,7 +51,7 @@ class Worker:
         """Where the tasks (and Spark's callbacks into them) run, off the loop that serves."""
         self.tasks = TaskAssignment(settings, self.metastore, self.spark)
         self.tables = LocalTables(settings.worker_id, self.metastore, self.tasks, StatementParser(settings.parse_limits))
-        servicer = WorkerServicer(self.tables, settings.max_scan_rows)
+        self.servicer = servicer = WorkerServicer(self.tables, settings.max_scan_rows)
         self.router = RouterParts(router_settings(settings), self.metastore, self.reader, self.channels,
                                   _InProcess(servicer, lambda: self.server.endpoint)) if settings.serve_router else None
         """RouterService here too (serve_router): this worker's copies are read without a hop."""
@@ -96,6 +96,7 @@ class Worker:
         # queries took the CPU their new owners need, and their commits would only be fenced),
         # while its stores go on answering pulls until the server stops.
         await self.processing.run(self.tasks.stop_processing())
+        self.servicer.end_lookup_streams()
         await self.server.stop()
         for loop in loops:
             loop.cancel()

@@ -6,7 +6,9 @@ of the worker's wiring.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
+import asyncio
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from typing import Protocol
 
 import grpc
@@ -14,10 +16,16 @@ import grpc
 from millpond.common.v1 import rows_pb2
 from millpond.services.worker.converters import row_to_proto
 from millpond.services.worker.serving import LocalCopy, scan
+from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.serde import add_values
-from millpond.shared.rpc.status import grpc_errors, grpc_stream_errors
+from millpond.shared.rpc.status import code_number, grpc_errors, grpc_stream_errors, status_code
 from millpond.shared.sql.planner import SelectPlan
 from millpond.worker.v1 import worker_pb2, worker_pb2_grpc
+
+log = logging.getLogger(__name__)
+ANSWERS_BYTES = 1 << 20
+"""A LookupStream message holds answers up to about this size; more go on in the next."""
+_INTERNAL = code_number(grpc.StatusCode.INTERNAL)
 
 
 class Tables(Protocol):
@@ -40,10 +48,57 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         self.tables = tables
         self.max_scan_rows = max_scan_rows
         """The most rows one Scan reads (WorkerSettings.max_scan_rows)."""
+        self._stopping = asyncio.Event()
+
+    def end_lookup_streams(self) -> None:
+        """End every LookupStream (and refuse new ones) before the server stops, which would
+        otherwise wait its whole grace for these calls that never end by themselves."""
+        self._stopping.set()
 
     @grpc_errors
     async def Lookup(self, request: worker_pb2.LookupRequest, context: grpc.aio.ServicerContext) -> worker_pb2.LookupResponse:
-        return await self.lookup(request)
+        return self.lookup_now(request)
+
+    @grpc_stream_errors
+    async def LookupStream(self, requests: AsyncIterator[worker_pb2.LookupBatch],
+                           context: grpc.aio.ServicerContext) -> AsyncIterator[worker_pb2.LookupAnswers]:
+        batches = aiter(requests)
+        stopping = asyncio.ensure_future(self._stopping.wait())
+        try:
+            while not stopping.done():
+                following = asyncio.ensure_future(anext(batches))
+                await asyncio.wait((following, stopping), return_when=asyncio.FIRST_COMPLETED)
+                if not following.done():
+                    following.cancel()
+                    return  # the router's next lookup finds this worker stopping and asks another copy
+                try:
+                    batch = following.result()
+                except StopAsyncIteration:
+                    return
+                for answers in self.answers(batch):
+                    yield answers
+        finally:
+            stopping.cancel()
+
+    def answers(self, batch: worker_pb2.LookupBatch) -> Iterator[worker_pb2.LookupAnswers]:
+        """Each lookup of ``batch`` answered as the unary Lookup would, in order, in messages
+        of about ``ANSWERS_BYTES`` (a failed lookup is its status; the others still answer)."""
+        out = worker_pb2.LookupAnswers(first_id=batch.first_id)
+        size = 0
+        for i, request in enumerate(batch.lookups):
+            answer = out.answers.add()
+            try:
+                answer.response.CopyFrom(self.lookup_now(request))
+            except MillpondError as err:
+                answer.code, answer.message = code_number(status_code(err.kind)), err.message
+            except Exception:
+                log.exception("lookup failed", extra={"table": request.table, "partition": request.partition})
+                answer.code, answer.message = _INTERNAL, "internal error; see the service log"
+            size += answer.ByteSize()
+            if size >= ANSWERS_BYTES and i + 1 < len(batch.lookups):
+                yield out
+                out, size = worker_pb2.LookupAnswers(first_id=batch.first_id + i + 1), 0
+        yield out
 
     @grpc_stream_errors
     async def ScanPages(self, request: worker_pb2.ScanPagesRequest,
@@ -67,6 +122,10 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
 
     async def lookup(self, request: worker_pb2.LookupRequest) -> worker_pb2.LookupResponse:
         """One key of a local copy; UnavailableError when no copy here may answer."""
+        return self.lookup_now(request)
+
+    def lookup_now(self, request: worker_pb2.LookupRequest) -> worker_pb2.LookupResponse:
+        """``lookup``, which never waits."""
         copy = self.tables.local_table(request.table, request.partition, request.allow_standby,
                                        request.min_input_offset)
         state = copy.store.get(request.key)

@@ -79,7 +79,25 @@ def grpc_stream_errors(method: StreamHandler[T]) -> StreamHandler[T]:
     return wrapper
 
 
+_KINDS = {code: kind for kind, code in _CODES.items()}
+_BY_VALUE = {code.value[0]: code for code in grpc.StatusCode}
+
+
 def raise_for_rpc(err: grpc.aio.AioRpcError) -> MillpondError:
     """Map a downstream RPC failure back to a domain error (for callers that must decide)."""
-    kinds = {code: kind for kind, code in _CODES.items()}
-    return MillpondError(err.details() or str(err.code()), kind=kinds.get(err.code(), ErrorKind.INTERNAL))
+    return MillpondError(err.details() or str(err.code()), kind=_KINDS.get(err.code(), ErrorKind.INTERNAL))
+
+
+def code_number(code: grpc.StatusCode) -> int:
+    """A status code as the number a message carries (google.rpc.Code)."""
+    return int(code.value[0])
+
+
+def code_of_number(number: int) -> grpc.StatusCode:
+    """The status code a message's number stands for (UNKNOWN for one gRPC does not define)."""
+    return _BY_VALUE.get(number, grpc.StatusCode.UNKNOWN)
+
+
+def error_of_status(code: grpc.StatusCode, message: str) -> MillpondError:
+    """The domain error of a status a message carries (as ``raise_for_rpc`` for a call's)."""
+    return MillpondError(message or code.name, kind=_KINDS.get(code, ErrorKind.INTERNAL))

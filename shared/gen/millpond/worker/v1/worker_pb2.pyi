@@ -47,6 +47,32 @@ class LookupResponse(_message.Message):
     input_offset: int
     def __init__(self, found: _Optional[bool] = ..., row: _Optional[_Union[_rows_pb2.Row, _Mapping]] = ..., input_offset: _Optional[int] = ...) -> None: ...
 
+class LookupBatch(_message.Message):
+    __slots__ = ("first_id", "lookups")
+    FIRST_ID_FIELD_NUMBER: _ClassVar[int]
+    LOOKUPS_FIELD_NUMBER: _ClassVar[int]
+    first_id: int
+    lookups: _containers.RepeatedCompositeFieldContainer[LookupRequest]
+    def __init__(self, first_id: _Optional[int] = ..., lookups: _Optional[_Iterable[_Union[LookupRequest, _Mapping]]] = ...) -> None: ...
+
+class LookupAnswers(_message.Message):
+    __slots__ = ("first_id", "answers")
+    FIRST_ID_FIELD_NUMBER: _ClassVar[int]
+    ANSWERS_FIELD_NUMBER: _ClassVar[int]
+    first_id: int
+    answers: _containers.RepeatedCompositeFieldContainer[LookupAnswer]
+    def __init__(self, first_id: _Optional[int] = ..., answers: _Optional[_Iterable[_Union[LookupAnswer, _Mapping]]] = ...) -> None: ...
+
+class LookupAnswer(_message.Message):
+    __slots__ = ("response", "code", "message")
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    response: LookupResponse
+    code: int
+    message: str
+    def __init__(self, response: _Optional[_Union[LookupResponse, _Mapping]] = ..., code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
 class ScanRequest(_message.Message):
     __slots__ = ("table", "partitions", "limit", "allow_standby", "min_input_offsets")
     class MinInputOffsetsEntry(_message.Message):

@@ -40,6 +40,11 @@ class WorkerServiceStub:
                 request_serializer=millpond_dot_worker_dot_v1_dot_worker__pb2.LookupRequest.SerializeToString,
                 response_deserializer=millpond_dot_worker_dot_v1_dot_worker__pb2.LookupResponse.FromString,
                 _registered_method=True)
+        self.LookupStream = channel.stream_stream(
+                '/millpond.worker.v1.WorkerService/LookupStream',
+                request_serializer=millpond_dot_worker_dot_v1_dot_worker__pb2.LookupBatch.SerializeToString,
+                response_deserializer=millpond_dot_worker_dot_v1_dot_worker__pb2.LookupAnswers.FromString,
+                _registered_method=True)
         self.Scan = channel.unary_unary(
                 '/millpond.worker.v1.WorkerService/Scan',
                 request_serializer=millpond_dot_worker_dot_v1_dot_worker__pb2.ScanRequest.SerializeToString,
@@ -63,6 +68,15 @@ class WorkerServiceServicer:
 
     def Lookup(self, request, context):
         """Looks up one key in one partition of a materialized table.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LookupStream(self, request_iterator, context):
+        """Key lookups over one long-lived stream: a router sends the lookups it has waiting for
+        this worker as one batch and the worker answers each, in order, as the unary Lookup
+        would. Under load many lookups share one message instead of a call each.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -101,6 +115,11 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.Lookup,
                     request_deserializer=millpond_dot_worker_dot_v1_dot_worker__pb2.LookupRequest.FromString,
                     response_serializer=millpond_dot_worker_dot_v1_dot_worker__pb2.LookupResponse.SerializeToString,
+            ),
+            'LookupStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.LookupStream,
+                    request_deserializer=millpond_dot_worker_dot_v1_dot_worker__pb2.LookupBatch.FromString,
+                    response_serializer=millpond_dot_worker_dot_v1_dot_worker__pb2.LookupAnswers.SerializeToString,
             ),
             'Scan': grpc.unary_unary_rpc_method_handler(
                     servicer.Scan,
@@ -146,6 +165,33 @@ class WorkerService:
             '/millpond.worker.v1.WorkerService/Lookup',
             millpond_dot_worker_dot_v1_dot_worker__pb2.LookupRequest.SerializeToString,
             millpond_dot_worker_dot_v1_dot_worker__pb2.LookupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LookupStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/millpond.worker.v1.WorkerService/LookupStream',
+            millpond_dot_worker_dot_v1_dot_worker__pb2.LookupBatch.SerializeToString,
+            millpond_dot_worker_dot_v1_dot_worker__pb2.LookupAnswers.FromString,
             options,
             channel_credentials,
             insecure,
