@@ -62,7 +62,6 @@ class Statements:
         # A client's id may be a resend of a call that already ran at some coordinator; an id
         # made here is new, and only this router's own resends of it can find it done.
         named = bool(request_id)
-        request_id = request_id or uuid.uuid4().hex
         principal = security.CURRENT.get()
         check_length(sql, self.parser.limits)
         authorize_text(principal, sql)  # the first statement's; each one is checked below
@@ -76,6 +75,8 @@ class Statements:
         parsed_before = self.parser.cached(sql)
         lookup = None if parsed_before else self.lookups.match(sql, self.metastore.command_offset)
         statements = (lookup[0],) if lookup is not None else await self.parser.parse(sql)
+        if not request_id and not all(isinstance(stmt, ast.Query) for stmt in statements):
+            request_id = uuid.uuid4().hex  # pull queries alone are never forwarded: they need none
         for index, stmt in enumerate(statements):
             try:
                 authorize_statement(principal, stmt)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
 
@@ -25,14 +25,18 @@ def _type_name(decode: Decode, method: str) -> str:
     return str(getattr(descriptor, "full_name", f"request of {method}"))
 
 
+async def _refuse(decode: Decode, err: Exception, context: grpc.aio.ServicerContext, method: str) -> NoReturn:
+    await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                        f"the request is not a valid {_type_name(decode, method)} message ({err}); "
+                        "build it with the service's .proto files")
+    raise AssertionError("unreachable")
+
+
 async def _decoded(decode: Decode, raw: bytes, context: grpc.aio.ServicerContext, method: str) -> Any:
     try:
         return decode(raw)
     except Exception as err:  # DecodeError, and whatever else a deserializer raises on bad bytes
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                            f"the request is not a valid {_type_name(decode, method)} message ({err}); "
-                            "build it with the service's .proto files")
-        raise AssertionError("unreachable") from None
+        await _refuse(decode, err, context, method)
 
 
 async def _resolved(result: Any) -> Any:
@@ -54,50 +58,70 @@ async def _stream(result: Any) -> AsyncIterator[Any]:
 
 
 class RequestDecoder(grpc.aio.ServerInterceptor):
-    """Decodes every request inside the call, refusing undecodable bytes with INVALID_ARGUMENT."""
+    """Decodes every request inside the call, refusing undecodable bytes with INVALID_ARGUMENT.
+    Each method's wrapped handler is made once (its first call) and kept while the server
+    gives the same handler for it."""
+
+    def __init__(self) -> None:
+        self._wrapped: dict[str, tuple[Any, Any]] = {}
 
     async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
                                 details: grpc.HandlerCallDetails) -> Any:
         handler = await continuation(details)
         if handler is None or handler.request_deserializer is None:
             return handler
-        decode: Decode = handler.request_deserializer
-        method: str = details.method
-        respond = handler.response_serializer
+        known = self._wrapped.get(details.method)
+        if known is not None and known[0] is handler:
+            return known[1]
+        wrapped = _decoding(handler, details.method)
+        self._wrapped[details.method] = (handler, wrapped)
+        return wrapped
 
-        async def one(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
-            return await _decoded(decode, raw, context, method)
 
-        async def each(raws: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            async for raw in raws:
-                yield await _decoded(decode, raw, context, method)
+def _decoding(handler: Any, method: str) -> Any:
+    """``handler`` taking its requests' bytes undecoded and decoding them itself."""
+    decode: Decode = handler.request_deserializer
+    respond = handler.response_serializer
 
-        if handler.unary_unary is not None:
-            inner_unary = handler.unary_unary
+    async def one(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+        return await _decoded(decode, raw, context, method)
 
-            async def unary_unary(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
-                return await _resolved(inner_unary(await one(raw, context), context))
+    async def each(raws: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        async for raw in raws:
+            yield await _decoded(decode, raw, context, method)
 
-            return grpc.unary_unary_rpc_method_handler(unary_unary, None, respond)
-        if handler.unary_stream is not None:
-            inner_unary_stream = handler.unary_stream
+    if handler.unary_unary is not None:
+        inner_unary = handler.unary_unary
 
-            async def unary_stream(raw: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-                async for message in _stream(inner_unary_stream(await one(raw, context), context)):
-                    yield message
+        async def unary_unary(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+            # The most frequent call (every pull): decoded here, without a coroutine more.
+            try:
+                request = decode(raw)
+            except Exception as err:  # as in _decoded
+                await _refuse(decode, err, context, method)
+            result = inner_unary(request, context)
+            return await result if inspect.isawaitable(result) else result
 
-            return grpc.unary_stream_rpc_method_handler(unary_stream, None, respond)
-        if handler.stream_unary is not None:
-            inner_stream_unary = handler.stream_unary
+        return grpc.unary_unary_rpc_method_handler(unary_unary, None, respond)
+    if handler.unary_stream is not None:
+        inner_unary_stream = handler.unary_stream
 
-            async def stream_unary(raws: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> Any:
-                return await _resolved(inner_stream_unary(each(raws, context), context))
-
-            return grpc.stream_unary_rpc_method_handler(stream_unary, None, respond)
-        inner_stream_stream = handler.stream_stream
-
-        async def stream_stream(raws: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            async for message in _stream(inner_stream_stream(each(raws, context), context)):
+        async def unary_stream(raw: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            async for message in _stream(inner_unary_stream(await one(raw, context), context)):
                 yield message
 
-        return grpc.stream_stream_rpc_method_handler(stream_stream, None, respond)
+        return grpc.unary_stream_rpc_method_handler(unary_stream, None, respond)
+    if handler.stream_unary is not None:
+        inner_stream_unary = handler.stream_unary
+
+        async def stream_unary(raws: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> Any:
+            return await _resolved(inner_stream_unary(each(raws, context), context))
+
+        return grpc.stream_unary_rpc_method_handler(stream_unary, None, respond)
+    inner_stream_stream = handler.stream_stream
+
+    async def stream_stream(raws: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        async for message in _stream(inner_stream_stream(each(raws, context), context)):
+            yield message
+
+    return grpc.stream_stream_rpc_method_handler(stream_stream, None, respond)

@@ -5,6 +5,7 @@ requests still reach their servicers; through a real ``grpc.aio`` server on a fr
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 
@@ -117,3 +118,33 @@ async def test_valid_requests_reach_their_servicers(endpoint: str) -> None:
             list_services="").SerializeToString())
         services = reflection_pb2.ServerReflectionResponse.FromString(listed).list_services_response.service
         assert health.SERVICE_NAME in {s.name for s in services}
+
+
+def test_a_methods_wrapped_handler_is_made_once_while_its_handler_stays() -> None:
+    async def check(request: health_pb2.HealthCheckRequest, context: object) -> health_pb2.HealthCheckResponse:
+        return health_pb2.HealthCheckResponse()
+
+    def handler() -> grpc.RpcMethodHandler:
+        return grpc.unary_unary_rpc_method_handler(check, health_pb2.HealthCheckRequest.FromString,
+                                                   health_pb2.HealthCheckResponse.SerializeToString)
+
+    first, second = handler(), handler()
+    current = [first]
+
+    async def continuation(details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+        return current[0]
+
+    class Details:
+        method = CHECK
+        invocation_metadata = ()
+
+    async def wrap() -> grpc.RpcMethodHandler:
+        return await decoder.intercept_service(continuation, Details())
+
+    decoder = RequestDecoder()
+    made = asyncio.run(wrap())
+    assert made is not first and made.request_deserializer is None  # it decodes inside the call
+    assert asyncio.run(wrap()) is made
+    current[0] = second  # the server gives another handler (a servicer replaced): wrapped anew
+    again = asyncio.run(wrap())
+    assert again is not made and asyncio.run(wrap()) is again
