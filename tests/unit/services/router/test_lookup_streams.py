@@ -47,7 +47,11 @@ class Tables:
             raise NotFoundError(f"{table} does not exist")
         if partition == 9:
             raise UnavailableError(f"partition 9 of {table} is not active on worker w")
-        return LocalCopy(self.store, lambda key, state: [key.decode(), int(state)], 40 + partition)  # type: ignore[arg-type]
+        return LocalCopy(self.store, row, 40 + partition)  # type: ignore[arg-type]
+
+
+def row(key: bytes, state: Any) -> list[Any]:
+    return [key.decode(), int(state)]
 
 
 def request(key: str, partition: int = 0, table: str = "T") -> worker_pb2.LookupRequest:
