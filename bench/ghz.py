@@ -91,6 +91,6 @@ def summary(report: dict[str, Any], concurrency: int) -> dict[str, Any]:
                                if any(sign in message for sign in _CUT_AT_END)))
     return {"concurrency": concurrency, "qps": round(report["rps"], 1), "count": report["count"],
             "errors": sum(n for code, n in codes.items() if code != "OK") - cut, "cut_at_end": cut,
-            "status_codes": codes,
+            "status_codes": codes, "error_messages": report.get("errorDistribution") or {},
             "p50_ms": round(percentiles.get(50, 0.0), 3), "p99_ms": round(percentiles.get(99, 0.0), 3),
             "mean_ms": round(report.get("average", 0) / 1e6, 3), "max_ms": round(report.get("slowest", 0) / 1e6, 3)}
