@@ -636,5 +636,16 @@ def plain(values: list[Any]) -> list[Any]:
 
 def stored(values: list[Any]) -> list[Any]:
     """A table row's values as its store keeps them (JSON): ``plain``, and BYTES as base64
-    text (``task.table_rows`` gives them back as bytes)."""
-    return [base64.b64encode(v).decode() if isinstance(v, bytes | bytearray) else v for v in plain(values)]
+    text wherever they are, also in an array, a map's values or a struct's fields
+    (``task.table_rows`` gives them back as bytes)."""
+    return [_storable(v) for v in plain(values)]
+
+
+def _storable(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode()
+    if isinstance(value, list):
+        return [_storable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _storable(v) for k, v in value.items()}
+    return value

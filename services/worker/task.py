@@ -63,6 +63,7 @@ from millpond.shared.kafka.serde import (
     window_bounds,
 )
 from millpond.shared.sql import aggregates
+from millpond.shared.sql.ast import SqlType
 from millpond.shared.sql.expressions import evaluate
 from millpond.shared.sql.parser import statement_query
 from millpond.shared.sql.planner import having_over_result
@@ -358,7 +359,8 @@ def table_rows(table: DataSource) -> Callable[[bytes, list[Any]], list[Any]]:
     """A materialized table's row from a stored key and values, in declared column order:
     the key columns where they are, values elsewhere (its active task's and standby copies')."""
     decode, columns = key_decoder(table.key_columns), table.columns
-    if not any(c.type.base == "BYTES" and not c.key for c in columns):
+    decoders = [None if c.key else bytes_decoder(c.type) for c in columns]
+    if not any(decoders):
         def row(key: bytes, state: list[Any]) -> list[Any]:
             keys, values = iter(decode(key)), iter(state)
             return [next(keys) if c.key else next(values) for c in columns]
@@ -367,10 +369,32 @@ def table_rows(table: DataSource) -> Callable[[bytes, list[Any]], list[Any]]:
 
     def with_bytes(key: bytes, state: list[Any]) -> list[Any]:  # stored as base64 text (``reducers.stored``)
         keys, values = iter(decode(key)), iter(state)
-        return [next(keys) if c.key else _bytes(next(values)) if c.type.base == "BYTES" else next(values)
-                for c in columns]
+        out = []
+        for c, bytes_of in zip(columns, decoders, strict=True):
+            value = next(keys) if c.key else next(values)
+            out.append(value if bytes_of is None or value is None else bytes_of(value))
+        return out
 
     return with_bytes
+
+
+def bytes_decoder(type_: SqlType) -> Callable[[Any], Any] | None:
+    """What gives a stored value of ``type_`` its BYTES back (``reducers.stored`` keeps them
+    as base64 text, also inside arrays, maps and structs); None when it holds none."""
+    if type_.base == "BYTES":
+        return _bytes
+    if type_.base == "ARRAY":
+        item = bytes_decoder(type_.params[0])
+        return None if item is None else lambda v: [None if x is None else item(x) for x in v]
+    if type_.base == "MAP":
+        entry = bytes_decoder(type_.params[1])
+        return None if entry is None else lambda v: {k: None if x is None else entry(x) for k, x in v.items()}
+    if type_.base == "STRUCT":
+        fields = {name: f for name, field_type in type_.params if (f := bytes_decoder(field_type)) is not None}
+        if not fields:
+            return None
+        return lambda v: {k: x if x is None or k not in fields else fields[k](x) for k, x in v.items()}
+    return None
 
 
 def _bytes(value: Any) -> Any:
