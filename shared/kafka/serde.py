@@ -168,7 +168,7 @@ def to_proto(value: Any) -> rows_pb2.Value:
         return rows_pb2.Value(string_value=value)
     if isinstance(value, bytes):
         return rows_pb2.Value(bytes_value=value)
-    return rows_pb2.Value(json_value=json.dumps(value))
+    return rows_pb2.Value(json_value=json.dumps(value, default=_base64))
 
 
 def add_values(field: Any, values: Iterable[Any]) -> None:
@@ -189,7 +189,7 @@ def add_values(field: Any, values: Iterable[Any]) -> None:
         elif isinstance(value, bytes):
             add(bytes_value=value)
         else:
-            add(json_value=json.dumps(value))
+            add(json_value=json.dumps(value, default=_base64))
 
 
 def from_proto(value: rows_pb2.Value) -> Any:

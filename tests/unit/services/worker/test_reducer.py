@@ -46,6 +46,7 @@ from pyspark.sql.types import (
 )
 
 from millpond.services.worker import reducers
+from millpond.services.worker.converters import row_to_proto
 from millpond.services.worker.query_runner import QueryRunner
 from millpond.services.worker.spark import create_session
 from millpond.services.worker.state.store import encode_state
@@ -54,7 +55,7 @@ from millpond.services.worker.task import AggregationTask, ProjectionTask, Table
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.topology import stages
 from millpond.shared.config import WorkerSettings as Settings
-from millpond.shared.kafka.serde import serialize_key
+from millpond.shared.kafka.serde import from_proto, serialize_key
 from millpond.shared.sql import aggregates
 from millpond.shared.sql.ast import SqlType
 from millpond.shared.sql.parser import parse_statement
@@ -560,5 +561,9 @@ def test_bytes_inside_arrays_maps_and_structs_are_stored_and_pulled_as_bytes(spa
         loop.close()
     ((key, state),) = piece.latest
     assert json.loads(encode_state(state)) == state
-    assert table_rows(table)(key, state) == ["k", [b"\x00\xff", None], {"k": b"ab", "z": None},
-                                             {"X": b"\x01", "N": 7}, [{"Y": b"\x02"}, {"Y": None}]]
+    row = table_rows(table)(key, state)
+    assert row == ["k", [b"\x00\xff", None], {"k": b"ab", "z": None}, {"X": b"\x01", "N": 7},
+                   [{"Y": b"\x02"}, {"Y": None}]]
+    # Served as a pull gives it: nested values as JSON, their bytes as base64 text.
+    assert [from_proto(v) for v in row_to_proto(row).values] == [
+        "k", ["AP8=", None], {"k": "YWI=", "z": None}, {"X": "AQ==", "N": 7}, [{"Y": "Ag=="}, {"Y": None}]]
