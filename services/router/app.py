@@ -95,6 +95,7 @@ class Router:
         for loop in loops:
             loop.cancel()
         await asyncio.gather(*loops, return_exceptions=True)
+        await self.parts.pulls.lookups.close()  # no request waits on them once the server has stopped
         await self.channels.close()
         await self.reader.stop()
         self.parts.close()

@@ -211,7 +211,6 @@ class PullRouter:
             for follower in followers:
                 follower.cancel()
             await asyncio.gather(*followers, return_exceptions=True)
-            await self.lookups.close()
 
 
 async def _unavailable_on_failure(call: Awaitable[T]) -> T:

@@ -101,6 +101,8 @@ class Worker:
         for loop in loops:
             loop.cancel()
         await asyncio.gather(*loops, return_exceptions=True)
+        if self.router is not None:
+            await self.router.pulls.lookups.close()
         await self.processing.run(self.tasks.stop())
         await self.processing.run(self.spark.stop())
         await asyncio.to_thread(self.processing.stop)

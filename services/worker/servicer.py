@@ -62,14 +62,17 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
     @grpc_stream_errors
     async def LookupStream(self, requests: AsyncIterator[worker_pb2.LookupBatch],
                            context: grpc.aio.ServicerContext) -> AsyncIterator[worker_pb2.LookupAnswers]:
+        # Headers at once: a router learns the stream is served before it writes (a worker
+        # without LookupStream answers UNIMPLEMENTED there instead).
+        await context.send_initial_metadata(())
         batches = aiter(requests)
         stopping = asyncio.ensure_future(self._stopping.wait())
+        following: asyncio.Future[worker_pb2.LookupBatch] | None = None
         try:
             while not stopping.done():
                 following = asyncio.ensure_future(anext(batches))
                 await asyncio.wait((following, stopping), return_when=asyncio.FIRST_COMPLETED)
                 if not following.done():
-                    following.cancel()
                     return  # the router's next lookup finds this worker stopping and asks another copy
                 try:
                     batch = following.result()
@@ -79,14 +82,16 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
                     yield answers
         finally:
             stopping.cancel()
+            if following is not None:
+                following.cancel()
 
     def answers(self, batch: worker_pb2.LookupBatch) -> Iterator[worker_pb2.LookupAnswers]:
         """Each lookup of ``batch`` answered as the unary Lookup would, in order, in messages
-        of about ``ANSWERS_BYTES`` (a failed lookup is its status; the others still answer)."""
-        out = worker_pb2.LookupAnswers(first_id=batch.first_id)
-        size = 0
-        for i, request in enumerate(batch.lookups):
-            answer = out.answers.add()
+        of at most ``ANSWERS_BYTES`` (or one answer, when it alone is larger); a failed
+        lookup is its status, the others still answer."""
+        out, size = worker_pb2.LookupAnswers(), 0
+        for lookup_id, request in zip(batch.ids, batch.lookups, strict=True):
+            answer = worker_pb2.LookupAnswer()
             try:
                 answer.response.CopyFrom(self.lookup_now(request))
             except MillpondError as err:
@@ -94,10 +99,13 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             except Exception:
                 log.exception("lookup failed", extra={"table": request.table, "partition": request.partition})
                 answer.code, answer.message = _INTERNAL, "internal error; see the service log"
-            size += answer.ByteSize()
-            if size >= ANSWERS_BYTES and i + 1 < len(batch.lookups):
+            answer_size = answer.ByteSize() + 16  # with its id and the field tags
+            if out.answers and size + answer_size > ANSWERS_BYTES:
                 yield out
-                out, size = worker_pb2.LookupAnswers(first_id=batch.first_id + i + 1), 0
+                out, size = worker_pb2.LookupAnswers(), 0
+            out.ids.append(lookup_id)
+            out.answers.append(answer)
+            size += answer_size
         yield out
 
     @grpc_stream_errors

@@ -92,7 +92,10 @@ def stream_handler(handle: Callable[[AsyncIterator[worker_pb2.LookupBatch], Any]
         response_serializer=worker_pb2.LookupAnswers.SerializeToString)})
 
 
-def test_concurrent_lookups_share_messages_and_each_gets_its_own_answer() -> None:
+@pytest.mark.parametrize("answers_bytes", [worker_servicer.ANSWERS_BYTES, 200])
+def test_concurrent_lookups_share_messages_and_each_gets_its_own_answer(answers_bytes: int,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(worker_servicer, "ANSWERS_BYTES", answers_bytes)  # 200: answers split across messages
     servicer = WorkerServicer(Tables(), 100)  # type: ignore[arg-type]
     batches: list[int] = []
     answers = servicer.answers
@@ -130,10 +133,11 @@ def test_each_lookup_has_its_own_error() -> None:
 
 def test_a_late_answer_finds_no_one_and_the_next_lookup_gets_its_own() -> None:
     async def slow_first(batches: AsyncIterator[worker_pb2.LookupBatch], context: Any) -> AsyncIterator[Any]:
+        await context.send_initial_metadata(())
         async for batch in batches:
             if batch.lookups[0].key == b"k1":
                 await asyncio.sleep(0.3)
-            yield worker_pb2.LookupAnswers(first_id=batch.first_id, answers=[
+            yield worker_pb2.LookupAnswers(ids=batch.ids, answers=[
                 worker_pb2.LookupAnswer(response=worker_pb2.LookupResponse(found=True, input_offset=int(r.key[1:])))
                 for r in batch.lookups])
 
@@ -151,12 +155,13 @@ def test_a_failed_stream_fails_what_it_carried_and_the_next_lookup_opens_another
     calls = 0
 
     async def fails_first(batches: AsyncIterator[worker_pb2.LookupBatch], context: Any) -> AsyncIterator[Any]:
+        await context.send_initial_metadata(())
         nonlocal calls
         calls += 1
         async for batch in batches:
             if calls == 1:
                 await context.abort(grpc.StatusCode.UNAVAILABLE, "worker going away")
-            yield worker_pb2.LookupAnswers(first_id=batch.first_id, answers=[
+            yield worker_pb2.LookupAnswers(ids=batch.ids, answers=[
                 worker_pb2.LookupAnswer(response=worker_pb2.LookupResponse(input_offset=7)) for _ in batch.lookups])
 
     async def body(streams: LookupStreams, endpoint: str) -> None:
@@ -194,10 +199,10 @@ def test_a_worker_without_lookup_streams_is_asked_its_unary_lookup() -> None:
 def test_large_answers_are_split_across_messages(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(worker_servicer, "ANSWERS_BYTES", 40)
     servicer = WorkerServicer(Tables(), 100)  # type: ignore[arg-type]
-    batch = worker_pb2.LookupBatch(first_id=100, lookups=[request(f"k{i}", 9 if i == 3 else 0) for i in range(10)])
+    batch = worker_pb2.LookupBatch(ids=range(100, 110), lookups=[request(f"k{i}", 9 if i == 3 else 0) for i in range(10)])
     messages = list(servicer.answers(batch))
     assert len(messages) > 2
-    numbered = [(m.first_id + i, a) for m in messages for i, a in enumerate(m.answers)]
+    numbered = [(i, a) for m in messages for i, a in zip(m.ids, m.answers, strict=True)]
     assert [n for n, _ in numbered] == list(range(100, 110))
     assert [a.code for _, a in numbered] == [0, 0, 0, 14, 0, 0, 0, 0, 0, 0]
     assert [from_proto(a.response.row.values[1]) for n, a in numbered if n != 103] == [0, 1, 2, 4, 5, 6, 7, 8, 9]
@@ -237,9 +242,10 @@ def test_max_batch_bounds_a_message(monkeypatch: pytest.MonkeyPatch) -> None:
     sizes: list[int] = []
 
     async def echo(batches: AsyncIterator[worker_pb2.LookupBatch], context: Any) -> AsyncIterator[Any]:
+        await context.send_initial_metadata(())
         async for batch in batches:
             sizes.append(len(batch.lookups))
-            yield worker_pb2.LookupAnswers(first_id=batch.first_id, answers=[
+            yield worker_pb2.LookupAnswers(ids=batch.ids, answers=[
                 worker_pb2.LookupAnswer(response=worker_pb2.LookupResponse(input_offset=int(r.key[1:])))
                 for r in batch.lookups])
 
@@ -255,10 +261,11 @@ def test_lookups_that_come_while_a_message_is_unanswered_leave_together() -> Non
     sizes: list[int] = []
 
     async def slow(batches: AsyncIterator[worker_pb2.LookupBatch], context: Any) -> AsyncIterator[Any]:
+        await context.send_initial_metadata(())
         async for batch in batches:
             sizes.append(len(batch.lookups))
             await asyncio.sleep(0.2)
-            yield worker_pb2.LookupAnswers(first_id=batch.first_id, answers=[
+            yield worker_pb2.LookupAnswers(ids=batch.ids, answers=[
                 worker_pb2.LookupAnswer(response=worker_pb2.LookupResponse(input_offset=int(r.key[1:])))
                 for r in batch.lookups])
 
@@ -275,3 +282,86 @@ def test_lookups_that_come_while_a_message_is_unanswered_leave_together() -> Non
 
     asyncio.run(with_worker(None, [stream_handler(slow)], body))
     assert sizes == [1, 10]
+
+
+def test_a_stream_failing_with_any_status_fails_over() -> None:
+    async def broken(batches: AsyncIterator[worker_pb2.LookupBatch], context: Any) -> AsyncIterator[Any]:
+        await context.send_initial_metadata(())
+        async for _ in batches:
+            await context.abort(grpc.StatusCode.INTERNAL, "Internal error from Core")
+        yield worker_pb2.LookupAnswers()
+
+    async def body(streams: LookupStreams, endpoint: str) -> None:
+        with pytest.raises(UnavailableError, match="Internal error from Core"):
+            await streams.lookup(endpoint, request("k1"), 5)
+
+    asyncio.run(with_worker(None, [stream_handler(broken)], body))
+
+
+def test_a_stream_whose_message_goes_unanswered_past_the_timeout_is_given_up() -> None:
+    calls = 0
+
+    async def hangs_first(batches: AsyncIterator[worker_pb2.LookupBatch], context: Any) -> AsyncIterator[Any]:
+        nonlocal calls
+        calls += 1
+        call = calls
+        await context.send_initial_metadata(())
+        async for batch in batches:
+            if call == 1:
+                await asyncio.sleep(30)  # a worker that has stopped answering on a live connection
+            yield worker_pb2.LookupAnswers(ids=batch.ids, answers=[
+                worker_pb2.LookupAnswer(response=worker_pb2.LookupResponse(input_offset=9)) for _ in batch.lookups])
+
+    async def body(streams: LookupStreams, endpoint: str) -> None:
+        with pytest.raises(UnavailableError, match="within 100 ms"):
+            await streams.lookup(endpoint, request("k1"), 0.1)
+        assert (await streams.lookup(endpoint, request("k2"), 5)).input_offset == 9
+        assert calls == 2
+
+    asyncio.run(with_worker(None, [stream_handler(hangs_first)], body))
+
+
+def test_a_lookup_abandoned_before_it_left_is_not_sent() -> None:
+    sent: list[list[bytes]] = []
+
+    async def slow(batches: AsyncIterator[worker_pb2.LookupBatch], context: Any) -> AsyncIterator[Any]:
+        await context.send_initial_metadata(())
+        async for batch in batches:
+            sent.append([r.key for r in batch.lookups])
+            await asyncio.sleep(0.3 if len(sent) == 1 else 0)
+            yield worker_pb2.LookupAnswers(ids=batch.ids, answers=[
+                worker_pb2.LookupAnswer(response=worker_pb2.LookupResponse(input_offset=int(r.key[1:])))
+                for r in batch.lookups])
+
+    async def body(streams: LookupStreams, endpoint: str) -> None:
+        first = asyncio.create_task(streams.lookup(endpoint, request("k0"), 5))
+        await asyncio.sleep(0.05)
+        k1 = asyncio.create_task(streams.lookup(endpoint, request("k1"), 5))
+        await asyncio.sleep(0.05)
+        k1.cancel()  # its caller gives up while k0 is unanswered
+        with pytest.raises(asyncio.CancelledError):
+            await k1
+        assert (await streams.lookup(endpoint, request("k2"), 5)).input_offset == 2
+        assert (await first).input_offset == 0
+
+    asyncio.run(with_worker(None, [stream_handler(slow)], body))
+    assert sent == [[b"k0"], [b"k2"]]
+
+
+def test_closing_fails_what_waits_and_refuses_what_comes() -> None:
+    async def silent(batches: AsyncIterator[worker_pb2.LookupBatch], context: Any) -> AsyncIterator[Any]:
+        await context.send_initial_metadata(())
+        async for _ in batches:
+            await asyncio.sleep(30)
+        yield worker_pb2.LookupAnswers()
+
+    async def body(streams: LookupStreams, endpoint: str) -> None:
+        waiting = asyncio.create_task(streams.lookup(endpoint, request("k1"), 5))
+        await asyncio.sleep(0.1)
+        await streams.close()
+        with pytest.raises(UnavailableError, match="given up"):
+            await waiting
+        with pytest.raises(UnavailableError, match="stopping"):
+            await streams.lookup(endpoint, request("k1"), 5)
+
+    asyncio.run(with_worker(None, [stream_handler(silent)], body))

@@ -48,20 +48,20 @@ class LookupResponse(_message.Message):
     def __init__(self, found: _Optional[bool] = ..., row: _Optional[_Union[_rows_pb2.Row, _Mapping]] = ..., input_offset: _Optional[int] = ...) -> None: ...
 
 class LookupBatch(_message.Message):
-    __slots__ = ("first_id", "lookups")
-    FIRST_ID_FIELD_NUMBER: _ClassVar[int]
+    __slots__ = ("ids", "lookups")
+    IDS_FIELD_NUMBER: _ClassVar[int]
     LOOKUPS_FIELD_NUMBER: _ClassVar[int]
-    first_id: int
+    ids: _containers.RepeatedScalarFieldContainer[int]
     lookups: _containers.RepeatedCompositeFieldContainer[LookupRequest]
-    def __init__(self, first_id: _Optional[int] = ..., lookups: _Optional[_Iterable[_Union[LookupRequest, _Mapping]]] = ...) -> None: ...
+    def __init__(self, ids: _Optional[_Iterable[int]] = ..., lookups: _Optional[_Iterable[_Union[LookupRequest, _Mapping]]] = ...) -> None: ...
 
 class LookupAnswers(_message.Message):
-    __slots__ = ("first_id", "answers")
-    FIRST_ID_FIELD_NUMBER: _ClassVar[int]
+    __slots__ = ("ids", "answers")
+    IDS_FIELD_NUMBER: _ClassVar[int]
     ANSWERS_FIELD_NUMBER: _ClassVar[int]
-    first_id: int
+    ids: _containers.RepeatedScalarFieldContainer[int]
     answers: _containers.RepeatedCompositeFieldContainer[LookupAnswer]
-    def __init__(self, first_id: _Optional[int] = ..., answers: _Optional[_Iterable[_Union[LookupAnswer, _Mapping]]] = ...) -> None: ...
+    def __init__(self, ids: _Optional[_Iterable[int]] = ..., answers: _Optional[_Iterable[_Union[LookupAnswer, _Mapping]]] = ...) -> None: ...
 
 class LookupAnswer(_message.Message):
     __slots__ = ("response", "code", "message")
