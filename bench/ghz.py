@@ -27,7 +27,8 @@ VERSION = "v0.121.0"
 """Pinned; the module proxy's @latest answers v0.93.0 (the list stops where go.mod appeared)."""
 
 
-_CUT_AT_END = ("use of closed network connection", "transport is closing", "context canceled")
+_CUT_AT_END = ("use of closed network connection", "transport is closing", "context canceled",
+               "the client connection is closing")
 
 
 def ghz_binary(cache: Path | None = None) -> Path:
