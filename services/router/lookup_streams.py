@@ -2,7 +2,7 @@
 
 A unary call per lookup costs the router more than the rest of the pull together (gRPC's
 call set-up is most of its CPU under load). Here each worker has one ``LookupStream``: the
-lookups that wait for a worker while the router's loop is busy leave as one ``LookupBatch``
+lookups that wait for a worker while the router's loop is busy leave as one ``LookupStreamRequest``
 when its sender next runs, and the worker answers them in order. Under load many lookups
 share a message; alone, a lookup costs one message each way.
 
@@ -51,7 +51,7 @@ FAILOVER_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLIN
                             grpc.StatusCode.CANCELLED})
 """Statuses that mean "ask another copy"."""
 
-LookupCall: TypeAlias = "grpc.aio.StreamStreamCall[worker_pb2.LookupBatch, worker_pb2.LookupAnswers]"
+LookupCall: TypeAlias = "grpc.aio.StreamStreamCall[worker_pb2.LookupStreamRequest, worker_pb2.LookupStreamResponse]"
 
 
 class _Unimplemented(Exception):
@@ -195,7 +195,7 @@ class LookupStream:
         """The waiting lookups whose callers still wait, as one message (bounded by
         ``MAX_BATCH`` and ``BATCH_BYTES``)."""
         pending = session.pending
-        batch = worker_pb2.LookupBatch()
+        batch = worker_pb2.LookupStreamRequest()
         size, taken = 0, 0
         for lookup_id, request in session.waiting:
             if lookup_id not in pending:

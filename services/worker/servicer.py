@@ -60,14 +60,14 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         return self.lookup_now(request)
 
     @grpc_stream_errors
-    async def LookupStream(self, requests: AsyncIterator[worker_pb2.LookupBatch],
-                           context: grpc.aio.ServicerContext) -> AsyncIterator[worker_pb2.LookupAnswers]:
+    async def LookupStream(self, requests: AsyncIterator[worker_pb2.LookupStreamRequest],
+                           context: grpc.aio.ServicerContext) -> AsyncIterator[worker_pb2.LookupStreamResponse]:
         # Headers at once: a router learns the stream is served before it writes (a worker
         # without LookupStream answers UNIMPLEMENTED there instead).
         await context.send_initial_metadata(())
         batches = aiter(requests)
         stopping = asyncio.ensure_future(self._stopping.wait())
-        following: asyncio.Future[worker_pb2.LookupBatch] | None = None
+        following: asyncio.Future[worker_pb2.LookupStreamRequest] | None = None
         try:
             while not stopping.done():
                 following = asyncio.ensure_future(anext(batches))
@@ -85,11 +85,11 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             if following is not None:
                 following.cancel()
 
-    def answers(self, batch: worker_pb2.LookupBatch) -> Iterator[worker_pb2.LookupAnswers]:
+    def answers(self, batch: worker_pb2.LookupStreamRequest) -> Iterator[worker_pb2.LookupStreamResponse]:
         """Each lookup of ``batch`` answered as the unary Lookup would, in order, in messages
         of at most ``ANSWERS_BYTES`` (or one answer, when it alone is larger); a failed
         lookup is its status, the others still answer."""
-        out, size = worker_pb2.LookupAnswers(), 0
+        out, size = worker_pb2.LookupStreamResponse(), 0
         for lookup_id, request in zip(batch.ids, batch.lookups, strict=True):
             answer = worker_pb2.LookupAnswer()
             try:
@@ -102,7 +102,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             answer_size = answer.ByteSize() + 16  # with its id and the field tags
             if out.answers and size + answer_size > ANSWERS_BYTES:
                 yield out
-                out, size = worker_pb2.LookupAnswers(), 0
+                out, size = worker_pb2.LookupStreamResponse(), 0
             out.ids.append(lookup_id)
             out.answers.append(answer)
             size += answer_size

@@ -85,11 +85,11 @@ async def with_worker(servicer: WorkerServicer | None, handlers: list[grpc.Gener
         await server.stop(None)
 
 
-def stream_handler(handle: Callable[[AsyncIterator[worker_pb2.LookupBatch], Any], AsyncIterator[Any]]
+def stream_handler(handle: Callable[[AsyncIterator[worker_pb2.LookupStreamRequest], Any], AsyncIterator[Any]]
                    ) -> grpc.GenericRpcHandler:
     return grpc.method_handlers_generic_handler(SERVICE, {"LookupStream": grpc.stream_stream_rpc_method_handler(
-        handle, request_deserializer=worker_pb2.LookupBatch.FromString,
-        response_serializer=worker_pb2.LookupAnswers.SerializeToString)})
+        handle, request_deserializer=worker_pb2.LookupStreamRequest.FromString,
+        response_serializer=worker_pb2.LookupStreamResponse.SerializeToString)})
 
 
 @pytest.mark.parametrize("answers_bytes", [worker_servicer.ANSWERS_BYTES, 200])
@@ -100,7 +100,7 @@ def test_concurrent_lookups_share_messages_and_each_gets_its_own_answer(answers_
     batches: list[int] = []
     answers = servicer.answers
 
-    def counted(batch: worker_pb2.LookupBatch) -> Any:
+    def counted(batch: worker_pb2.LookupStreamRequest) -> Any:
         batches.append(len(batch.lookups))
         return answers(batch)
 
@@ -132,12 +132,12 @@ def test_each_lookup_has_its_own_error() -> None:
 
 
 def test_a_late_answer_finds_no_one_and_the_next_lookup_gets_its_own() -> None:
-    async def slow_first(batches: AsyncIterator[worker_pb2.LookupBatch], context: Any) -> AsyncIterator[Any]:
+    async def slow_first(batches: AsyncIterator[worker_pb2.LookupStreamRequest], context: Any) -> AsyncIterator[Any]:
         await context.send_initial_metadata(())
         async for batch in batches:
             if batch.lookups[0].key == b"k1":
                 await asyncio.sleep(0.3)
-            yield worker_pb2.LookupAnswers(ids=batch.ids, answers=[
+            yield worker_pb2.LookupStreamResponse(ids=batch.ids, answers=[
                 worker_pb2.LookupAnswer(response=worker_pb2.LookupResponse(found=True, input_offset=int(r.key[1:])))
                 for r in batch.lookups])
 
@@ -154,14 +154,14 @@ def test_a_late_answer_finds_no_one_and_the_next_lookup_gets_its_own() -> None:
 def test_a_failed_stream_fails_what_it_carried_and_the_next_lookup_opens_another() -> None:
     calls = 0
 
-    async def fails_first(batches: AsyncIterator[worker_pb2.LookupBatch], context: Any) -> AsyncIterator[Any]:
+    async def fails_first(batches: AsyncIterator[worker_pb2.LookupStreamRequest], context: Any) -> AsyncIterator[Any]:
         await context.send_initial_metadata(())
         nonlocal calls
         calls += 1
         async for batch in batches:
             if calls == 1:
                 await context.abort(grpc.StatusCode.UNAVAILABLE, "worker going away")
-            yield worker_pb2.LookupAnswers(ids=batch.ids, answers=[
+            yield worker_pb2.LookupStreamResponse(ids=batch.ids, answers=[
                 worker_pb2.LookupAnswer(response=worker_pb2.LookupResponse(input_offset=7)) for _ in batch.lookups])
 
     async def body(streams: LookupStreams, endpoint: str) -> None:
@@ -199,7 +199,7 @@ def test_a_worker_without_lookup_streams_is_asked_its_unary_lookup() -> None:
 def test_large_answers_are_split_across_messages(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(worker_servicer, "ANSWERS_BYTES", 40)
     servicer = WorkerServicer(Tables(), 100)  # type: ignore[arg-type]
-    batch = worker_pb2.LookupBatch(ids=range(100, 110), lookups=[request(f"k{i}", 9 if i == 3 else 0) for i in range(10)])
+    batch = worker_pb2.LookupStreamRequest(ids=range(100, 110), lookups=[request(f"k{i}", 9 if i == 3 else 0) for i in range(10)])
     messages = list(servicer.answers(batch))
     assert len(messages) > 2
     numbered = [(i, a) for m in messages for i, a in zip(m.ids, m.answers, strict=True)]
@@ -241,11 +241,11 @@ def test_max_batch_bounds_a_message(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(lookup_streams, "MAX_BATCH", 7)
     sizes: list[int] = []
 
-    async def echo(batches: AsyncIterator[worker_pb2.LookupBatch], context: Any) -> AsyncIterator[Any]:
+    async def echo(batches: AsyncIterator[worker_pb2.LookupStreamRequest], context: Any) -> AsyncIterator[Any]:
         await context.send_initial_metadata(())
         async for batch in batches:
             sizes.append(len(batch.lookups))
-            yield worker_pb2.LookupAnswers(ids=batch.ids, answers=[
+            yield worker_pb2.LookupStreamResponse(ids=batch.ids, answers=[
                 worker_pb2.LookupAnswer(response=worker_pb2.LookupResponse(input_offset=int(r.key[1:])))
                 for r in batch.lookups])
 
@@ -260,12 +260,12 @@ def test_max_batch_bounds_a_message(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_lookups_that_come_while_a_message_is_unanswered_leave_together() -> None:
     sizes: list[int] = []
 
-    async def slow(batches: AsyncIterator[worker_pb2.LookupBatch], context: Any) -> AsyncIterator[Any]:
+    async def slow(batches: AsyncIterator[worker_pb2.LookupStreamRequest], context: Any) -> AsyncIterator[Any]:
         await context.send_initial_metadata(())
         async for batch in batches:
             sizes.append(len(batch.lookups))
             await asyncio.sleep(0.2)
-            yield worker_pb2.LookupAnswers(ids=batch.ids, answers=[
+            yield worker_pb2.LookupStreamResponse(ids=batch.ids, answers=[
                 worker_pb2.LookupAnswer(response=worker_pb2.LookupResponse(input_offset=int(r.key[1:])))
                 for r in batch.lookups])
 
@@ -285,11 +285,11 @@ def test_lookups_that_come_while_a_message_is_unanswered_leave_together() -> Non
 
 
 def test_a_stream_failing_with_any_status_fails_over() -> None:
-    async def broken(batches: AsyncIterator[worker_pb2.LookupBatch], context: Any) -> AsyncIterator[Any]:
+    async def broken(batches: AsyncIterator[worker_pb2.LookupStreamRequest], context: Any) -> AsyncIterator[Any]:
         await context.send_initial_metadata(())
         async for _ in batches:
             await context.abort(grpc.StatusCode.INTERNAL, "Internal error from Core")
-        yield worker_pb2.LookupAnswers()
+        yield worker_pb2.LookupStreamResponse()
 
     async def body(streams: LookupStreams, endpoint: str) -> None:
         with pytest.raises(UnavailableError, match="Internal error from Core"):
@@ -301,7 +301,7 @@ def test_a_stream_failing_with_any_status_fails_over() -> None:
 def test_a_stream_whose_message_goes_unanswered_past_the_timeout_is_given_up() -> None:
     calls = 0
 
-    async def hangs_first(batches: AsyncIterator[worker_pb2.LookupBatch], context: Any) -> AsyncIterator[Any]:
+    async def hangs_first(batches: AsyncIterator[worker_pb2.LookupStreamRequest], context: Any) -> AsyncIterator[Any]:
         nonlocal calls
         calls += 1
         call = calls
@@ -309,7 +309,7 @@ def test_a_stream_whose_message_goes_unanswered_past_the_timeout_is_given_up() -
         async for batch in batches:
             if call == 1:
                 await asyncio.sleep(30)  # a worker that has stopped answering on a live connection
-            yield worker_pb2.LookupAnswers(ids=batch.ids, answers=[
+            yield worker_pb2.LookupStreamResponse(ids=batch.ids, answers=[
                 worker_pb2.LookupAnswer(response=worker_pb2.LookupResponse(input_offset=9)) for _ in batch.lookups])
 
     async def body(streams: LookupStreams, endpoint: str) -> None:
@@ -324,12 +324,12 @@ def test_a_stream_whose_message_goes_unanswered_past_the_timeout_is_given_up() -
 def test_a_lookup_abandoned_before_it_left_is_not_sent() -> None:
     sent: list[list[bytes]] = []
 
-    async def slow(batches: AsyncIterator[worker_pb2.LookupBatch], context: Any) -> AsyncIterator[Any]:
+    async def slow(batches: AsyncIterator[worker_pb2.LookupStreamRequest], context: Any) -> AsyncIterator[Any]:
         await context.send_initial_metadata(())
         async for batch in batches:
             sent.append([r.key for r in batch.lookups])
             await asyncio.sleep(0.3 if len(sent) == 1 else 0)
-            yield worker_pb2.LookupAnswers(ids=batch.ids, answers=[
+            yield worker_pb2.LookupStreamResponse(ids=batch.ids, answers=[
                 worker_pb2.LookupAnswer(response=worker_pb2.LookupResponse(input_offset=int(r.key[1:])))
                 for r in batch.lookups])
 
@@ -349,11 +349,11 @@ def test_a_lookup_abandoned_before_it_left_is_not_sent() -> None:
 
 
 def test_closing_fails_what_waits_and_refuses_what_comes() -> None:
-    async def silent(batches: AsyncIterator[worker_pb2.LookupBatch], context: Any) -> AsyncIterator[Any]:
+    async def silent(batches: AsyncIterator[worker_pb2.LookupStreamRequest], context: Any) -> AsyncIterator[Any]:
         await context.send_initial_metadata(())
         async for _ in batches:
             await asyncio.sleep(30)
-        yield worker_pb2.LookupAnswers()
+        yield worker_pb2.LookupStreamResponse()
 
     async def body(streams: LookupStreams, endpoint: str) -> None:
         waiting = asyncio.create_task(streams.lookup(endpoint, request("k1"), 5))

@@ -47,7 +47,7 @@ class LookupResponse(_message.Message):
     input_offset: int
     def __init__(self, found: _Optional[bool] = ..., row: _Optional[_Union[_rows_pb2.Row, _Mapping]] = ..., input_offset: _Optional[int] = ...) -> None: ...
 
-class LookupBatch(_message.Message):
+class LookupStreamRequest(_message.Message):
     __slots__ = ("ids", "lookups")
     IDS_FIELD_NUMBER: _ClassVar[int]
     LOOKUPS_FIELD_NUMBER: _ClassVar[int]
@@ -55,7 +55,7 @@ class LookupBatch(_message.Message):
     lookups: _containers.RepeatedCompositeFieldContainer[LookupRequest]
     def __init__(self, ids: _Optional[_Iterable[int]] = ..., lookups: _Optional[_Iterable[_Union[LookupRequest, _Mapping]]] = ...) -> None: ...
 
-class LookupAnswers(_message.Message):
+class LookupStreamResponse(_message.Message):
     __slots__ = ("ids", "answers")
     IDS_FIELD_NUMBER: _ClassVar[int]
     ANSWERS_FIELD_NUMBER: _ClassVar[int]

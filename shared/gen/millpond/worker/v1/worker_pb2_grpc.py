@@ -42,8 +42,8 @@ class WorkerServiceStub:
                 _registered_method=True)
         self.LookupStream = channel.stream_stream(
                 '/millpond.worker.v1.WorkerService/LookupStream',
-                request_serializer=millpond_dot_worker_dot_v1_dot_worker__pb2.LookupBatch.SerializeToString,
-                response_deserializer=millpond_dot_worker_dot_v1_dot_worker__pb2.LookupAnswers.FromString,
+                request_serializer=millpond_dot_worker_dot_v1_dot_worker__pb2.LookupStreamRequest.SerializeToString,
+                response_deserializer=millpond_dot_worker_dot_v1_dot_worker__pb2.LookupStreamResponse.FromString,
                 _registered_method=True)
         self.Scan = channel.unary_unary(
                 '/millpond.worker.v1.WorkerService/Scan',
@@ -118,8 +118,8 @@ def add_WorkerServiceServicer_to_server(servicer, server):
             ),
             'LookupStream': grpc.stream_stream_rpc_method_handler(
                     servicer.LookupStream,
-                    request_deserializer=millpond_dot_worker_dot_v1_dot_worker__pb2.LookupBatch.FromString,
-                    response_serializer=millpond_dot_worker_dot_v1_dot_worker__pb2.LookupAnswers.SerializeToString,
+                    request_deserializer=millpond_dot_worker_dot_v1_dot_worker__pb2.LookupStreamRequest.FromString,
+                    response_serializer=millpond_dot_worker_dot_v1_dot_worker__pb2.LookupStreamResponse.SerializeToString,
             ),
             'Scan': grpc.unary_unary_rpc_method_handler(
                     servicer.Scan,
@@ -190,8 +190,8 @@ class WorkerService:
             request_iterator,
             target,
             '/millpond.worker.v1.WorkerService/LookupStream',
-            millpond_dot_worker_dot_v1_dot_worker__pb2.LookupBatch.SerializeToString,
-            millpond_dot_worker_dot_v1_dot_worker__pb2.LookupAnswers.FromString,
+            millpond_dot_worker_dot_v1_dot_worker__pb2.LookupStreamRequest.SerializeToString,
+            millpond_dot_worker_dot_v1_dot_worker__pb2.LookupStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,
