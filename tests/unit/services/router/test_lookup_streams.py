@@ -1,8 +1,11 @@
 """Key lookups over a worker's LookupStream, router and worker over real gRPC on a loopback
-port: concurrent lookups share messages and each gets its own answer; a lookup's error is
-its own; one not answered in time is an UnavailableError and its late answer finds no one;
-a stream that fails fails what it carried and the next lookup opens another; a worker of an
-earlier version is asked its unary Lookup; a stopping worker ends its streams at once."""
+port: concurrent lookups share messages and each gets its own answer (also when the worker
+splits the answers); a lookup's error is its own; one not answered in time is an
+UnavailableError and gives its stream up, the next lookup opening another; a stream that
+fails, with whatever status, fails what it carried over to the next copy; a lookup given up
+before it left is not sent; lookups that come while a message is unanswered leave together;
+a worker of an earlier version is asked its unary Lookup; closing fails what waits and
+refuses what comes; a stopping worker ends its streams at once."""
 
 from __future__ import annotations
 
