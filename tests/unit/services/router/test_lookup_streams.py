@@ -77,8 +77,12 @@ async def serving(handlers: list[grpc.GenericRpcHandler] | None = None, servicer
 
 
 async def with_worker(servicer: WorkerServicer | None, handlers: list[grpc.GenericRpcHandler] | None,
-                      body: Callable[[LookupStreams, str], Awaitable[None]]) -> None:
+                      body: Callable[[LookupStreams, str], Awaitable[None]],
+                      servers: list[grpc.aio.Server] | None = None) -> None:
+    """``body`` with a router's lookup streams and a worker's endpoint (its server appended to ``servers``)."""
     server, endpoint = await serving(handlers, servicer)
+    if servers is not None:
+        servers.append(server)
     streams = LookupStreams(ChannelFactory(None))
     try:
         await body(streams, endpoint)
@@ -225,19 +229,7 @@ def test_a_stopping_worker_ends_its_lookup_streams_at_once() -> None:
             await streams.lookup(endpoint, request("k1"), 5)
 
     servers: list[grpc.aio.Server] = []
-
-    async def run() -> None:
-        server, endpoint = await serving(None, servicer)
-        servers.append(server)
-        streams = LookupStreams(ChannelFactory(None))
-        try:
-            await body(streams, endpoint)
-        finally:
-            await streams.close()
-            await streams.channels.close()
-            await server.stop(None)
-
-    asyncio.run(run())
+    asyncio.run(with_worker(servicer, None, body, servers))
 
 
 def test_max_batch_bounds_a_message(monkeypatch: pytest.MonkeyPatch) -> None:

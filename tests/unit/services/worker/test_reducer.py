@@ -509,48 +509,15 @@ def test_numeric_keys_decode_in_spark_to_the_values_java_serialized(
         assert decoded == [*values, None], type_  # a key of the wrong length is NULL
 
 
-def test_a_tables_bytes_time_and_map_values_are_stored_and_pulled_as_their_types(spark: SparkSession,
-                                                                                  tmp_path: Path) -> None:
-    """A table's BYTES (base64 in JSON), TIME and MAP<VARCHAR, DECIMAL> values reach its store
-    as JSON can hold them (they failed every commit of the table's task) and come back as
-    their types in its rows: bytes, ISO time text, a map of numbers."""
+def declared_table_row(spark: SparkSession, tmp_path: Path, columns: str, value: bytes) -> tuple[Any, bytes, Any]:
+    """Table T (``columns``, JSON, one partition) and the stored key and state its reducer
+    makes of one record of ``value`` keyed ``k``, the state checked to be JSON."""
     meta = Metastore()
-    meta.apply(parse_statement("CREATE TABLE t (id VARCHAR PRIMARY KEY, b BYTES, at TIME, m MAP<VARCHAR, DECIMAL(4, 2)>) "
-                               "WITH (kafka_topic='t', partitions=1, value_format='json')"), 0)
+    meta.apply(parse_statement(f"CREATE TABLE t ({columns}) WITH (kafka_topic='t', partitions=1, value_format='json')"), 0)
     (query,) = meta.queries.values()
     table = meta.source("T")
     settings = Settings(worker_id="reducer-test", spark_master="local[1]", state_dir=tmp_path)
     tasks = {0: TableTask(settings, query, table, table, 0)}
-    frame = spark.createDataFrame([(b"k", b'{"B": "AP9hYg==", "AT": "10:15:30", "M": {"a": 1.25}}', "t", 0, 0, None, 0)],
-                                  KAFKA_ROW)
-    loop = asyncio.new_event_loop()
-    runner = QueryRunner(spark, settings, query, table, table, dict(tasks), loop)
-    try:
-        (piece,) = runner._reduce(frame).values()
-    finally:
-        runner.stop()
-        loop.close()
-    ((key, state),) = piece.latest
-    assert json.loads(encode_state(state)) == state
-    assert table_rows(table)(key, state) == ["k", b"\x00\xffab", "10:15:30", {"a": 1.25}]
-
-
-def test_bytes_inside_arrays_maps_and_structs_are_stored_and_pulled_as_bytes(spark: SparkSession,
-                                                                             tmp_path: Path) -> None:
-    """BYTES in an ARRAY, a MAP's values and a STRUCT's fields (nested too) reach the store as
-    base64 text (as JSON, they failed every commit of the table's task) and come back as
-    bytes in its rows, NULLs kept."""
-    meta = Metastore()
-    meta.apply(parse_statement(
-        "CREATE TABLE t (id VARCHAR PRIMARY KEY, a ARRAY<BYTES>, m MAP<VARCHAR, BYTES>, "
-        "s STRUCT<x BYTES, n INT>, deep ARRAY<STRUCT<y BYTES>>) "
-        "WITH (kafka_topic='t', partitions=1, value_format='json')"), 0)
-    (query,) = meta.queries.values()
-    table = meta.source("T")
-    settings = Settings(worker_id="reducer-test", spark_master="local[1]", state_dir=tmp_path)
-    tasks = {0: TableTask(settings, query, table, table, 0)}
-    value = (b'{"A": ["AP8=", null], "M": {"k": "YWI=", "z": null}, "S": {"X": "AQ==", "N": 7}, '
-             b'"DEEP": [{"Y": "Ag=="}, {"Y": null}]}')
     frame = spark.createDataFrame([(b"k", value, "t", 0, 0, None, 0)], KAFKA_ROW)
     loop = asyncio.new_event_loop()
     runner = QueryRunner(spark, settings, query, table, table, dict(tasks), loop)
@@ -561,6 +528,30 @@ def test_bytes_inside_arrays_maps_and_structs_are_stored_and_pulled_as_bytes(spa
         loop.close()
     ((key, state),) = piece.latest
     assert json.loads(encode_state(state)) == state
+    return table, key, state
+
+
+def test_a_tables_bytes_time_and_map_values_are_stored_and_pulled_as_their_types(spark: SparkSession,
+                                                                                  tmp_path: Path) -> None:
+    """A table's BYTES (base64 in JSON), TIME and MAP<VARCHAR, DECIMAL> values reach its store
+    as JSON can hold them (they failed every commit of the table's task) and come back as
+    their types in its rows: bytes, ISO time text, a map of numbers."""
+    table, key, state = declared_table_row(
+        spark, tmp_path, "id VARCHAR PRIMARY KEY, b BYTES, at TIME, m MAP<VARCHAR, DECIMAL(4, 2)>",
+        b'{"B": "AP9hYg==", "AT": "10:15:30", "M": {"a": 1.25}}')
+    assert table_rows(table)(key, state) == ["k", b"\x00\xffab", "10:15:30", {"a": 1.25}]
+
+
+def test_bytes_inside_arrays_maps_and_structs_are_stored_and_pulled_as_bytes(spark: SparkSession,
+                                                                             tmp_path: Path) -> None:
+    """BYTES in an ARRAY, a MAP's values and a STRUCT's fields (nested too) reach the store as
+    base64 text (as JSON, they failed every commit of the table's task) and come back as
+    bytes in its rows, NULLs kept."""
+    table, key, state = declared_table_row(
+        spark, tmp_path, "id VARCHAR PRIMARY KEY, a ARRAY<BYTES>, m MAP<VARCHAR, BYTES>, s STRUCT<x BYTES, n INT>, "
+        "deep ARRAY<STRUCT<y BYTES>>",
+        b'{"A": ["AP8=", null], "M": {"k": "YWI=", "z": null}, "S": {"X": "AQ==", "N": 7}, '
+        b'"DEEP": [{"Y": "Ag=="}, {"Y": null}]}')
     row = table_rows(table)(key, state)
     assert row == ["k", [b"\x00\xff", None], {"k": b"ab", "z": None}, {"X": b"\x01", "N": 7},
                    [{"Y": b"\x02"}, {"Y": None}]]
