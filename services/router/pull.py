@@ -47,6 +47,10 @@ class PullPlan:
     key_bytes: bytes | None = None
     partition: int | None = None
     """For a key lookup: the serialized key and the partition that holds it."""
+    upstream: tuple[tuple[str, str, str], ...] = ()
+    """The query's stages before the one that reads ``input_topic``, in data-flow order: each
+    one's name, the topic it reads and the topic it writes. A consistency token's positions on
+    a topic one reads are carried through it (``StagePositions``) to the topic it writes."""
 
 
 def plan_pull(query: ast.Query, metastore: Metastore, service_id: str) -> PullPlan:
@@ -60,12 +64,14 @@ def plan_pull(query: ast.Query, metastore: Metastore, service_id: str) -> PullPl
     columns = [(name, str(type_)) for name, type_ in selected.columns]
     pinned = pinned_key(query.where, table)
     persistent = metastore.query(table.query_id)
-    input_topic = stages(persistent, metastore.source(persistent.source), table, service_id)[-1].source.topic
+    chain = stages(persistent, metastore.source(persistent.source), table, service_id)
+    input_topic = chain[-1].source.topic
+    upstream = tuple((stage.name, stage.source.topic, stage.sink.topic) for stage in chain[:-1])
     if pinned is None:
-        return PullPlan(table, None, columns, query.items, query.where, query.limit, input_topic)
+        return PullPlan(table, None, columns, query.items, query.where, query.limit, input_topic, upstream=upstream)
     values, key_bytes = pinned
     return PullPlan(table, values[0] if len(values) == 1 else values, columns, query.items, query.where, query.limit,
-                    input_topic, key_bytes, partition_for(key_bytes, table.partitions))
+                    input_topic, key_bytes, partition_for(key_bytes, table.partitions), upstream)
 
 
 @dataclass(frozen=True)

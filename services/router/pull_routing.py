@@ -114,6 +114,9 @@ class PullRouter:
         if query_id not in self.replicas:
             await self.refresh_assignment()
         bounds = self.bounds(properties)
+        carried = bool(plan.upstream) and any(topic == reads for topic, _ in positions for _, reads, _ in plan.upstream)
+        if carried:
+            positions = await self._carry(query_id, plan, positions, deadline)
 
         def remaining(cap: float | None = None) -> float:
             left = deadline - time.monotonic()
@@ -148,10 +151,66 @@ class PullRouter:
         while True:
             try:
                 result = await execute_pull(plan, stmt.text, route, lookup, scan, self.settings.max_rows_per_response)
-                return result.outcome, consistency.of_partitions(plan.input_topic, result.positions.items())
+                reflected = consistency.of_partitions(plan.input_topic, result.positions.items())
+                return result.outcome, consistency.merge(positions, reflected) if carried else reflected
             except UnavailableError:
                 if time.monotonic() + PULL_RETRY_S > deadline:
                     raise
+            await asyncio.sleep(PULL_RETRY_S)
+            with contextlib.suppress(grpc.aio.AioRpcError):
+                await self.refresh_assignment()
+
+    async def _carry(self, query_id: str, plan: PullPlan, positions: consistency.Positions,
+                     deadline: float) -> consistency.Positions:
+        """``positions`` and, through each stage before the table's (``plan.upstream``), what
+        they become on the topic the stage writes: how far its tasks had written once they had
+        committed the input up to them. A token from an INSERT into a table's source thus
+        reaches the table through a repartition or a join's stages (read-your-writes)."""
+        for stage, reads, writes in plan.upstream:
+            wanted = {p: o for (topic, p), o in positions.items() if topic == reads}
+            if wanted:
+                ends = await self._stage_positions(query_id, stage, wanted, deadline)
+                positions = consistency.merge(positions, consistency.of_partitions(writes, ends.items()))
+        return positions
+
+    async def _stage_positions(self, query_id: str, stage: str, wanted: dict[int, int],
+                               deadline: float) -> dict[int, int]:
+        """``WorkerService/StagePositions`` of each partition's active task, asked of the
+        workers concurrently and again after a move, until ``deadline`` (then UnavailableError)."""
+        ends: dict[int, int] = {}
+        problems: list[str] = []
+        while True:
+            asked: dict[str, dict[int, int]] = {}
+            for partition, offset in wanted.items():
+                active = next((r.endpoint for r in self.replicas.get(query_id, {}).get(partition, []) if not r.standby),
+                              None)
+                if active is None:
+                    problems.append(f"partition {partition} has no active task")
+                else:
+                    asked.setdefault(active, {})[partition] = offset
+            answers = await asyncio.gather(*(self._worker(endpoint).StagePositions(
+                worker_pb2.StagePositionsRequest(query_id=query_id, stage=stage, input_offsets=offsets),
+                timeout=max(deadline - time.monotonic(), 0.001)) for endpoint, offsets in asked.items()),
+                return_exceptions=True)
+            for (endpoint, offsets), answer in zip(asked.items(), answers, strict=True):
+                if isinstance(answer, worker_pb2.StagePositionsResponse):
+                    for partition, end in answer.output_offsets.items():
+                        ends[partition] = max(ends.get(partition, 0), end)
+                    for partition in offsets:
+                        del wanted[partition]
+                elif isinstance(answer, grpc.aio.AioRpcError) and answer.code() in FAILOVER_CODES:
+                    problems.append(f"{endpoint}: {answer.details()}")
+                elif isinstance(answer, grpc.aio.AioRpcError):
+                    raise UnavailableError(f"the consistency token cannot be carried through stage {stage!r} of "
+                                           f"query {query_id}: {endpoint} answered {answer.code().name}: "
+                                           f"{answer.details()}")
+                else:
+                    raise answer
+            if not wanted:
+                return ends
+            if time.monotonic() + PULL_RETRY_S > deadline:
+                raise UnavailableError(f"the consistency token was not reached in time by stage {stage!r} of query "
+                                       f"{query_id}: {problems[-1]}")
             await asyncio.sleep(PULL_RETRY_S)
             with contextlib.suppress(grpc.aio.AioRpcError):
                 await self.refresh_assignment()

@@ -15,16 +15,16 @@ the batch's stream records wait for later batches.
 
 Exactly once: a batch's results, its processing-log records and its stream offset go in one
 Kafka transaction, and the offset's commit metadata says how far each table was applied for
-it (a JSON list, one offset per table). Only after the commit do the table rows and both positions change, in one RocksDB write
-batch. A crash between the two leaves the store behind the committed offset; ``start``
-then applies the table's records up to the committed table position, so the next batch
-joins against exactly the table the committed output saw. A worker without the store (a
+it (``TABLE_OFFSETS`` of its JSON: one offset per table). Only after the commit do the table
+rows and both positions change, in one RocksDB write batch. A crash between the two leaves
+the store behind the committed offset; ``start`` then applies the table's records up to the
+committed table position, so the next batch joins against exactly the table the committed
+output saw. A worker without the store (a
 moved partition) rebuilds it from the table's topic the same way.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import struct
 import time
@@ -32,10 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.structs import OffsetAndMetadata
 
 from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore, encode_state
-from millpond.services.worker.task import BadRecord, BatchSlice, Task, store_path
+from millpond.services.worker.task import BadRecord, BatchSlice, Task, commit_metadata, store_path
 from millpond.shared.catalog.queries import JoinedTable, PersistentQuery
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.catalog.topology import REPARTITION_KEY, ROWTIME_COLUMN, join_input
@@ -54,6 +53,8 @@ from millpond.shared.teardown import bounded, gather_or_cancel
 log = logging.getLogger(__name__)
 TABLE_OFFSET = b"table_offset_"
 """With the table's place among the JOINs: the next offset of its topic the store reflects."""
+TABLE_OFFSETS = "tables"
+"""The field of a committed stream offset's metadata (JSON) with the table offsets it was joined against."""
 FETCH_MS = 50
 """The longest one fetch of the table waits for records."""
 CATCH_UP_TIMEOUT_S = 60.0
@@ -269,7 +270,7 @@ class JoinTask(Task[JoinSlice]):
             side.table_offset = side.fetched_to = self.store.position(side.position_name) or 0
             self.consumer.seek(side.input, side.table_offset)
         if committed is not None and (stored is None or stored < committed[0]):
-            targets = json.loads(committed[1]) if committed[1] else [s.table_offset for s in self.sides]
+            targets = commit_metadata(committed[1]).get(TABLE_OFFSETS) or [s.table_offset for s in self.sides]
             started = time.monotonic()
             self.state = RESTORING
             self.records_to_restore = sum(max(t - s.table_offset, 0) for s, t in zip(self.sides, targets, strict=True))
@@ -340,8 +341,7 @@ class JoinTask(Task[JoinSlice]):
             await self._send_bad(sorted(bad, key=lambda b: b.offset))
             for side in self.sides:
                 await self._send_bad(table_bad[side.index], side.input)
-            await self.producer.send_offsets_to_transaction(
-                {self.input: OffsetAndMetadata(batch.last_offset + 1, json.dumps(table_offsets))}, self.group)
+            await self._commit_input(batch.last_offset + 1, {TABLE_OFFSETS: table_offsets})
         self._write(overlay, batch.last_offset + 1, table_offsets)
         for side, done in zip(self.sides, applied, strict=True):
             del side.pending[:done]

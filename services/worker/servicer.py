@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
 from typing import Protocol
 
 import grpc
@@ -16,7 +16,7 @@ import grpc
 from millpond.common.v1 import rows_pb2
 from millpond.services.worker.converters import row_to_proto
 from millpond.services.worker.serving import LocalCopy, scan
-from millpond.shared.errors import MillpondError
+from millpond.shared.errors import MillpondError, StatementError
 from millpond.shared.kafka.serde import add_values
 from millpond.shared.rpc.status import code_number, grpc_errors, grpc_stream_errors, status_code
 from millpond.shared.sql.planner import SelectPlan
@@ -25,6 +25,8 @@ from millpond.worker.v1 import worker_pb2, worker_pb2_grpc
 log = logging.getLogger(__name__)
 ANSWERS_BYTES = 1 << 20
 """A LookupStream message holds answers up to about this size; more go on in the next."""
+STAGE_WAIT_S = 30.0
+"""The longest a StagePositions call waits for its tasks (less when its deadline is sooner)."""
 _INTERNAL = code_number(grpc.StatusCode.INTERNAL)
 
 
@@ -39,6 +41,11 @@ class Tables(Protocol):
 
     def set_standby_replay(self, query_id: str, partition: int, paused: bool) -> int:
         """Pause or resume a standby copy's replay; its changelog position."""
+
+    async def stage_positions(self, query_id: str, stage: str, input_offsets: Mapping[int, int],
+                              timeout_s: float) -> tuple[str, dict[int, int]]:
+        """The topic a stage writes and how far its tasks here had written to it once they
+        committed ``input_offsets`` (UnavailableError when they are not here or not in time)."""
 
 
 class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
@@ -168,3 +175,13 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
                                context: grpc.aio.ServicerContext) -> worker_pb2.SetStandbyReplayResponse:
         position = self.tables.set_standby_replay(request.query_id, request.partition, request.paused)
         return worker_pb2.SetStandbyReplayResponse(changelog_offset=position)
+
+    @grpc_errors
+    async def StagePositions(self, request: worker_pb2.StagePositionsRequest,
+                             context: grpc.aio.ServicerContext) -> worker_pb2.StagePositionsResponse:
+        if not request.query_id or not request.stage or not request.input_offsets:
+            raise StatementError("StagePositions needs a query_id, a stage and the input_offsets to reach")
+        remaining = context.time_remaining()
+        topic, ends = await self.tables.stage_positions(request.query_id, request.stage, request.input_offsets,
+                                                 STAGE_WAIT_S if remaining is None else min(remaining, STAGE_WAIT_S))
+        return worker_pb2.StagePositionsResponse(output_topic=topic, output_offsets=ends)

@@ -4,7 +4,8 @@ switch: what the worker's servicer serves."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterable
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,7 @@ from millpond.shared.kafka.serde import window_key_bytes
 from millpond.shared.sql import ast
 from millpond.shared.sql.guard import StatementParser
 from millpond.shared.sql.planner import SelectPlan, key_prefix, plan_select
+from millpond.shared.task_status import RESTORING, RUNNING
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,8 @@ class LocalCopy:
     """The next input offset the copy has not processed (-1: unknown)."""
 
 
+STAGE_POLL_S = 0.01
+"""How often ``stage_positions`` looks again at a task that has not committed far enough."""
 SELECT_CACHE_SIZE = 256
 """Pull-query plans a worker keeps for the scans that repeat them."""
 SCAN_PAGE_ROWS = 500
@@ -164,6 +168,36 @@ class LocalTables:
                 self._selects.clear()
             self._selects[cache_key] = plan
         return plan
+
+    async def stage_positions(self, query_id: str, stage: str, input_offsets: Mapping[int, int],
+                              timeout_s: float) -> tuple[str, dict[int, int]]:
+        """The topic stage ``stage`` of query ``query_id`` writes and, per partition, how far its tasks
+        here had written once each had committed its input up to ``input_offsets`` (waiting up
+        to ``timeout_s`` for that); UnavailableError when a task is not active here, or did not
+        get there in time."""
+        deadline = time.monotonic() + timeout_s
+        ends: dict[int, int] = {}
+        topic = ""
+        for partition, offset in sorted(input_offsets.items()):
+            while True:
+                supervisor = self.tasks.supervisors.get((query_id, partition))
+                task = supervisor.stage_task(stage, partition) if supervisor is not None else None
+                if task is None or task.state not in (RUNNING, RESTORING):
+                    raise UnavailableError(f"partition {partition} of stage {stage!r} of query {query_id} is not "
+                                           f"running on worker {self.worker_id}")
+                # Read once each: the task commits on the processing loop.
+                position, written = task.next_input_offset, task.output_ends
+                if position is not None and position >= offset:
+                    break
+                if time.monotonic() >= deadline:
+                    raise UnavailableError(
+                        f"partition {partition} of stage {stage!r} of query {query_id} on worker {self.worker_id} "
+                        f"has committed its input up to offset {position}; the consistency token needs {offset}")
+                await asyncio.sleep(STAGE_POLL_S)
+            topic = task.sink.topic
+            for out, end in written.items():
+                ends[out] = max(ends.get(out, 0), end)
+        return topic, ends
 
     def set_standby_replay(self, query_id: str, partition: int, paused: bool) -> int:
         """Pause or resume a standby copy's replay; its changelog position."""

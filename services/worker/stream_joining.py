@@ -232,7 +232,7 @@ class StreamJoinTask(GatheredJoinTask):
                 await self._send(self.sink.topic, result, result_key, partition_for(result_key, self.sink.partitions),
                                  timestamp_ms=time_ms if stamped else None)
             await self._send_bad(sorted(bad, key=lambda b: b.offset))
-            await self.producer.send_offsets_to_transaction({self.input: batch.last_offset + 1}, self.group)
+            await self._commit_input(batch.last_offset + 1)
         self.broken = False
         self._expire()
         self.next_input_offset = batch.last_offset + 1

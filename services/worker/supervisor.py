@@ -90,6 +90,11 @@ class QuerySupervisor:
                                reason=self.reason, failures=self.failures))
         return out
 
+    def stage_task(self, stage: str, partition: int) -> Task[Any] | None:
+        """This run's task of ``partition`` in the stage named ``stage`` (None: none)."""
+        return next((tasks[partition] for tasks in self._stage_tasks
+                     if partition in tasks and tasks[partition].stage == stage), None)
+
     async def _run(self) -> None:
         retrying = AsyncRetrying(
             retry=retry_if_exception_type(Exception),

@@ -121,7 +121,7 @@ class JoinSideTask(Task[KeyedSlice]):
                 for target in targets:
                     await self._send(self.sink.topic, value, self.side + key, target, timestamp_ms=timestamp)
             await self._send_bad(batch.bad)
-            await self.producer.send_offsets_to_transaction({self.input: batch.last_offset + 1}, self.group)
+            await self._commit_input(batch.last_offset + 1)
         self.next_input_offset = batch.last_offset + 1
         return True
 
@@ -319,7 +319,7 @@ class TableJoinTask(GatheredJoinTask):
                 await self._send(self.sink.topic, result, key, partition_for(key, self.sink.partitions),
                                  timestamp_ms=timestamp)
             await self._send_bad(sorted(bad, key=lambda b: b.offset))
-            await self.producer.send_offsets_to_transaction({self.input: batch.last_offset + 1}, self.group)
+            await self._commit_input(batch.last_offset + 1)
         self._write(overlay, batch.last_offset + 1)
         self.next_input_offset = batch.last_offset + 1
         return True

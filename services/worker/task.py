@@ -7,7 +7,8 @@ the sink; ``AggregationTask`` keeps per-key state.
 1. Skip the batch if the store already reflects its input offsets (a replayed batch).
 2. Merge the batch's per-key partials into the stored states.
 3. In one Kafka transaction: the changelog records, the sink records, the processing-log
-   records and the input offsets (``send_offsets_to_transaction`` to the query's group).
+   records and the input offsets (``send_offsets_to_transaction`` to the query's group;
+   ``Task._commit_input``).
 4. Only after the commit: the states and both positions in one RocksDB write batch.
 
 A crash between 3 and 4 leaves the store behind the changelog; ``start`` replays the
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.structs import OffsetAndMetadata
 
 from millpond.services.worker.state.changelog import ChangelogReader
 from millpond.services.worker.state.store import (
@@ -53,7 +55,7 @@ from millpond.shared.catalog.queries import OutputColumn, PersistentQuery
 from millpond.shared.catalog.sources import WINDOW_END, WINDOW_START, DataSource
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError
-from millpond.shared.kafka.admin import committed_offsets
+from millpond.shared.kafka.admin import committed_positions
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.kafka.serde import (
     key_decoder,
@@ -77,6 +79,18 @@ ABORT_TIMEOUT_S = 10.0
 """How long ``stop`` waits for a cancelled commit to abort its transaction."""
 PRODUCER_STOP_TIMEOUT_S = 10.0
 """How long ``stop`` waits for the producer to close."""
+OUTPUT_ENDS = "ends"
+"""The field of a committed input offset's metadata (JSON) that says, for a stage feeding
+another, how far its output had reached per partition (``Task.output_ends``)."""
+
+
+def commit_metadata(metadata: str) -> dict[str, Any]:
+    """The JSON object of a committed offset's metadata (empty for none or another form)."""
+    try:
+        parsed = json.loads(metadata) if metadata else None
+    except ValueError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
 
 
 class TaskStopped(MillpondError):
@@ -184,6 +198,16 @@ class Task(ABC, Generic[SliceT]):
         self._committing = False
         """Whether the transaction's records are all sent and it is committing (``stop`` lets it finish)."""
         self._stopping = False
+        self.output_ends: dict[int, int] = {}
+        """For a stage that feeds another (``stage`` not empty): per partition of its sink, the
+        offset after the last record it wrote there in transactions up to ``next_input_offset``
+        (kept with the committed offset, so a new owner knows it too). A consistency token's
+        position on this stage's input becomes these positions on the next stage's."""
+        self._outputs: dict[int | None, list[asyncio.Future[Any]]] = {}
+        """This transaction's sends to the sink, by partition: the last of each is enough to
+        know how far the output reached (a producer's records keep their order per partition)."""
+        self._ends: dict[int, int] | None = None
+        """``output_ends`` once this transaction commits."""
 
     def report(self) -> TaskReport:
         """Where this task is, for the heartbeat."""
@@ -227,8 +251,13 @@ class Task(ABC, Generic[SliceT]):
         return committed
 
     async def _committed_input_offset(self) -> int | None:
-        offsets = await committed_offsets(self.settings.kafka, self.group, [self.input])
-        return offsets.get(self.input)
+        """The committed position (and, from its metadata, ``output_ends``)."""
+        committed = (await committed_positions(self.settings.kafka, self.group, [self.input])).get(self.input)
+        if committed is None:
+            return None
+        ends = commit_metadata(committed[1]).get(OUTPUT_ENDS) if self.stage else None
+        self.output_ends = {int(p): int(o) for p, o in ends.items()} if isinstance(ends, dict) else {}
+        return committed[0]
 
     @asynccontextmanager
     async def _transaction(self) -> AsyncIterator[None]:
@@ -237,11 +266,13 @@ class Task(ABC, Generic[SliceT]):
         if self._stopping:
             raise TaskStopped(f"task {self.query.query_id}/{self.partition} is stopping: the batch is not applied")
         assert self.producer is not None
-        self._sent, self._committing = [], False
+        self._sent, self._committing, self._outputs, self._ends = [], False, {}, None
         try:
             async with self.producer.transaction():
                 yield
                 self._committing = True
+            if self._ends is not None:
+                self.output_ends = self._ends
         finally:
             sent, self._sent = self._sent, []
             # After a commit every send is resolved: awaiting nothing here leaves no await (no
@@ -260,7 +291,29 @@ class Task(ABC, Generic[SliceT]):
         future: asyncio.Future[Any] = await self.producer.send(topic, value, key=key, partition=partition,
                                                                headers=headers, timestamp_ms=timestamp_ms)
         self._sent.append(future)
+        if self.stage and topic == self.sink.topic:
+            sent = self._outputs.setdefault(partition, [])
+            if partition is None or not sent:
+                sent.append(future)
+            else:
+                sent[0] = future
         return future
+
+    async def _commit_input(self, offset: int, metadata: dict[str, Any] | None = None) -> None:
+        """Commit the input up to ``offset`` in this transaction, with ``metadata`` (JSON) and,
+        for a stage that feeds another, how far its output reached (``output_ends``): the
+        transaction's sends to the sink are awaited first, for their offsets."""
+        assert self.producer is not None
+        metadata = dict(metadata or {})
+        if self.stage:
+            ends = dict(self.output_ends)
+            for future in (f for sent in self._outputs.values() for f in sent):
+                record = await future
+                ends[record.partition] = max(ends.get(record.partition, 0), record.offset + 1)
+            self._ends = ends
+            metadata[OUTPUT_ENDS] = ends
+        await self.producer.send_offsets_to_transaction(
+            {self.input: OffsetAndMetadata(offset, json.dumps(metadata) if metadata else "")}, self.group)
 
     async def _send_bad(self, bad: list[BadRecord], source: TopicPartition | None = None) -> None:
         """Processing-log records of ``bad`` records of ``source`` (the task's input by default)."""
@@ -584,7 +637,7 @@ class AggregationTask(StoreTask[AggregateSlice]):
                 changelog_futures.append(await self._send(self.changelog.topic, None, key, self.partition, headers))
             await self._send_bad(batch.bad)
             await self._send_dropped(batch)
-            await self.producer.send_offsets_to_transaction({self.input: batch.last_offset + 1}, self.group)
+            await self._commit_input(batch.last_offset + 1)
         positions = {INPUT_OFFSET: batch.last_offset + 1, **self._positions(batch)}
         if changelog_futures:
             positions[CHANGELOG_OFFSET] = (await changelog_futures[-1]).offset + 1
@@ -780,7 +833,7 @@ class ProjectionTask(Task[ProjectSlice]):
             for (key, value), timestamp in zip(batch.records, timestamps, strict=True):
                 await self._send(self.sink.topic, value, key, self.target_partition(key), timestamp_ms=timestamp)
             await self._send_bad(batch.bad)
-            await self.producer.send_offsets_to_transaction({self.input: batch.last_offset + 1}, self.group)
+            await self._commit_input(batch.last_offset + 1)
         self.next_input_offset = batch.last_offset + 1
         return True
 
@@ -860,7 +913,7 @@ class TableTask(StoreTask[MaterializeSlice]):
             return False
         async with self._transaction():
             await self._send_bad(batch.bad)
-            await self.producer.send_offsets_to_transaction({self.input: batch.last_offset + 1}, self.group)
+            await self._commit_input(batch.last_offset + 1)
         rows = {key: encode_state(values) for key, values in batch.latest if values is not None}
         deleted = [key for key, values in batch.latest if values is None]
         self.store.write(rows, {INPUT_OFFSET: batch.last_offset + 1}, deleted)
@@ -948,7 +1001,7 @@ class SessionAggregationTask(EventTimeTask):
                     await self._send(self.sink.topic, None, session, self.partition)
             await self._send_bad(batch.bad)
             await self._send_bad(late)
-            await self.producer.send_offsets_to_transaction({self.input: batch.last_offset + 1}, self.group)
+            await self._commit_input(batch.last_offset + 1)
         positions = {INPUT_OFFSET: batch.last_offset + 1, STREAM_TIME: stream_time}
         if changelog_futures:
             positions[CHANGELOG_OFFSET] = (await changelog_futures[-1]).offset + 1

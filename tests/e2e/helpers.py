@@ -27,6 +27,20 @@ def run(cluster: LocalCluster, script: str) -> list[list[object]]:
     return outcomes[-1].rows
 
 
+def reads_own_writes(cluster: LocalCluster, steps: list[tuple[str, str, list[list[Any]]]]) -> None:
+    """Each step's INSERT, then at once its pull with the token the INSERT gave (one session):
+    every pull must already give the step's rows (read-your-writes, however many stages the
+    table is behind)."""
+    client = RouterClient(cluster.router, timeout=60)
+    try:
+        for insert, pull, rows in steps:
+            client.execute(insert)
+            (answer,) = client.execute(pull)
+            assert answer.rows == rows, f"{pull} right after {insert} gave {answer.rows}, not {rows}"
+    finally:
+        client.close()
+
+
 def pull_until(cluster: LocalCluster, sql: str, want: dict[Any, list[Any]], timeout: float = 240,
                key: Callable[[list[Any]], Any] = lambda row: row[0]) -> dict[Any, list[Any]]:
     """Pull ``sql`` until its rows by ``key`` (their first column) equal ``want`` (tables catch

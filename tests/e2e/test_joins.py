@@ -40,7 +40,7 @@ from millpond.services.worker.table_joining import split_rekeyed
 from millpond.shared.catalog.names import joined_topic, processing_log_topic
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.net import free_port
-from tests.e2e.helpers import pull_until, read_all, read_records, run
+from tests.e2e.helpers import pull_until, read_all, read_records, reads_own_writes, run
 from tests.e2e.test_aggregation import produce_timed, scan_partition, wait_progressing
 from tests.e2e.workload import PARTITIONS
 from tests.stream_join_reference import expected_stream_join
@@ -299,6 +299,23 @@ async def test_table_table_joins_follow_both_tables(join_cluster: LocalCluster) 
               await read_all(join_cluster.bootstrap, processing_log_topic(join_cluster.service_id))]
     mine = [e["RECORD"] for e in logged if e["QUERY_ID"].startswith(f"CTAS_{results['FULL'].upper()}")]
     assert mine == ["{not json"], mine
+
+    # Read-your-writes through a join's stages (each side's copy, the join, the result): an
+    # INSERT into either table, then at once a pull of the joined row with its token, sees it.
+    # The foreign-key join's right table is copied into every partition of its joined topic.
+    steps = []
+    for i in range(3):
+        steps += [
+            (f"INSERT INTO {sites} (id, site) VALUES ('k-new', 'site-{i}');",
+             f"SELECT site, city FROM {results['FULL']} WHERE id = 'k-new';", [[f"site-{i}", None if i == 0 else f"city-{i - 1}"]]),
+            (f"INSERT INTO {cities} (id, city) VALUES ('k-new', 'city-{i}');",
+             f"SELECT site, city FROM {results['INNER']} WHERE id = 'k-new';", [[f"site-{i}", f"city-{i}"]]),
+            (f"INSERT INTO {places} (id, name) VALUES ('p-new', 'named-{i}');",
+             f"SELECT * FROM {by_place} WHERE id = 'i-new';", [["i-new", "p-new", f"named-{i}"]] if i else []),
+            (f"INSERT INTO {items} (id, place) VALUES ('i-new', 'p-new');",
+             f"SELECT * FROM {by_place} WHERE id = 'i-new';", [["i-new", "p-new", f"named-{i}"]]),
+        ]
+    await asyncio.to_thread(reads_own_writes, join_cluster, steps)
 
 
 async def produce_sides(bootstrap: str, records: list[tuple[str, str, str, int, int]]) -> None:

@@ -29,7 +29,7 @@ from millpond.shared.kafka.admin import topic_partitions
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.kafka.serde import deserialize_key, serialize_key
 from millpond.shared.sql.ast import SqlType
-from tests.e2e.helpers import collect, own_queries, pull_until, read_all, run, wait_for
+from tests.e2e.helpers import collect, own_queries, pull_until, read_all, reads_own_writes, run, wait_for
 from tests.e2e.workload import produce
 
 PARTITIONS = 4
@@ -107,6 +107,12 @@ async def test_group_by_another_column_repartitions_exactly(cluster: LocalCluste
     assert sorted(e["REASON"] for e in mine) == sorted(
         ["the new key (`AREA`) is NULL"] * 20 + ["value is not JSON of the declared columns and types"] * 5)
 
+    # Read-your-writes through the repartition topic: each INSERT's token is carried through
+    # the re-keying stage to the table's input, so the pull right after it sees the insert.
+    await asyncio.to_thread(reads_own_writes, cluster, [
+        (f"INSERT INTO {stream} (sensor, area, reading) VALUES ('s-new', 'area-new', {i});",
+         f"SELECT n, total FROM {by_area} WHERE area = 'area-new';", [[i, i * (i + 1) // 2]]) for i in range(1, 6)])
+
 
 async def test_a_table_projected_from_a_table_is_materialized(cluster: LocalCluster) -> None:
     users = f"tusers_{cluster.service_id}"
@@ -148,6 +154,11 @@ async def test_a_table_projected_from_a_table_is_materialized(cluster: LocalClus
         latest[key] = value
     assert latest[b"u1"] is None and latest[b"u2"] is None
     assert json.loads(latest[b"u4"] or b"{}") == {"NAME": "DEE", "AGE": 23}
+
+    # Read-your-writes through the projection's stage: an update, then a row leaving the table.
+    await asyncio.to_thread(reads_own_writes, cluster, [
+        (f"INSERT INTO {users} (id, name, age) VALUES ('u5', 'ed', {age});", f"SELECT * FROM {adults} WHERE id = 'u5';",
+         [["u5", "ED", age]] if age >= 18 else []) for age in (20, 21, 5, 30)])
 
 
 async def test_group_by_several_columns_keys_the_table_by_all_of_them(cluster: LocalCluster) -> None:

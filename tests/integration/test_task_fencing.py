@@ -189,3 +189,38 @@ async def test_a_source_table_task_rebuilds_as_restoring_and_reports_its_lag(kaf
         assert (again.state, again.lag().lag) == (RUNNING, 0)  # type: ignore[union-attr]
     finally:
         await again.stop()
+
+
+async def test_a_stage_feeding_another_commits_how_far_its_output_reached(kafka: EmbeddedKafka, tmp_path: Path) -> None:
+    """A stage whose sink the next stage reads keeps, with each committed input offset, the
+    offset after its last record per sink partition (what a consistency token is carried
+    through); an empty batch leaves it, and the next owner reads it back. A result stage keeps none."""
+    staged = f"STAGED{next(_ids)}"  # a sink of its own: the offsets below are its first
+    meta, service_id = await _setup(kafka, f"CREATE STREAM {staged} AS SELECT k, v * 2 AS v2 FROM events")
+    query = next(iter(meta.queries.values()))
+    source, sink = meta.source("EVENTS"), meta.source(staged)
+    first = ProjectionTask(_settings(kafka, service_id, "first", tmp_path), query, source, sink, 0, "project")
+    await first.start()
+    try:
+        assert first.output_ends == {}
+        assert await first.commit(ProjectSlice(0, 1, records=[(b"a", b'{"V2":2}'), (b"b", b'{"V2":4}')]))
+        assert first.output_ends == {0: 2}  # records at 0 and 1, the commit marker at 2
+        assert await first.commit(ProjectSlice(2, 2, count=1))
+        assert first.output_ends == {0: 2}
+        assert await first.commit(ProjectSlice(3, 3, records=[(b"c", b'{"V2":6}')]))
+        assert first.output_ends == {0: 4}
+    finally:
+        await first.stop()
+    second = ProjectionTask(_settings(kafka, service_id, "second", tmp_path), query, source, sink, 0, "project")
+    await second.start()
+    try:
+        assert (second.start_input_offset, second.output_ends) == (4, {0: 4})
+    finally:
+        await second.stop()
+    result = ProjectionTask(_settings(kafka, service_id, "result", tmp_path), query, source, sink, 0)
+    await result.start()
+    try:
+        assert await result.commit(ProjectSlice(4, 4, records=[(b"d", b'{"V2":8}')]))
+        assert result.output_ends == {}
+    finally:
+        await result.stop()

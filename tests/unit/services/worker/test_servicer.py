@@ -232,3 +232,55 @@ def test_a_scan_planned_for_another_query_of_the_same_table_name_is_refused(tmp_
         asyncio.run(scan(tables, max_rows=10, partitions=(0,), statement="SELECT * FROM t", query_id="CTAS_T_9"))
     assert info.value.code == grpc.StatusCode.UNAVAILABLE and f"materialized by query {known}" in info.value.details
     tables.close()
+
+
+class _StageTask:
+    """What ``stage_positions`` reads of a task: its stage, state, position and output ends."""
+
+    def __init__(self, stage: str, position: int, ends: dict[int, int]):
+        self.stage, self.state, self.next_input_offset, self.output_ends = stage, "RUNNING", position, ends
+        self.sink = type("Sink", (), {"topic": "joined"})()
+
+
+class _Supervisor:
+    def __init__(self, *tasks: tuple[int, _StageTask]):
+        self.tasks = dict(tasks)
+
+    def stage_task(self, stage: str, partition: int) -> _StageTask | None:
+        task = self.tasks.get(partition)
+        return task if task is not None and task.stage == stage else None
+
+
+def _stage_tables(**supervisors: _Supervisor) -> LocalTables:
+    assignment = type("Assignment", (), {"supervisors": {("Q", int(p.removeprefix("p"))): s
+                                                         for p, s in supervisors.items()}})()
+    return LocalTables("w", metastore(), assignment, StatementParser(ParseLimits()))  # type: ignore[arg-type]
+
+
+async def test_stage_positions_wait_for_each_task_to_commit_then_merge_their_output_ends() -> None:
+    early, late = _StageTask("side-1", 5, {0: 7, 1: 3}), _StageTask("side-1", 2, {1: 4})
+    tables = _stage_tables(p0=_Supervisor((0, early)), p1=_Supervisor((1, late)))
+
+    async def commit_later() -> None:
+        await asyncio.sleep(0.05)
+        late.output_ends = {1: 9, 2: 1}  # ends first, then the position, as a commit does
+        late.next_input_offset = 6
+
+    committing = asyncio.create_task(commit_later())
+    topic, ends = await tables.stage_positions("Q", "side-1", {0: 5, 1: 6}, timeout_s=5)
+    await committing
+    assert (topic, ends) == ("joined", {0: 7, 1: 9, 2: 1})
+
+
+async def test_stage_positions_refuse_a_task_not_here_not_running_or_not_there_in_time() -> None:
+    task = _StageTask("side-1", 5, {0: 7})
+    tables = _stage_tables(p0=_Supervisor((0, task)))
+    with pytest.raises(UnavailableError, match="stage 'side-0' of query Q is not running"):
+        await tables.stage_positions("Q", "side-0", {0: 1}, timeout_s=1)
+    with pytest.raises(UnavailableError, match="partition 3 of stage 'side-1'"):
+        await tables.stage_positions("Q", "side-1", {3: 1}, timeout_s=1)
+    with pytest.raises(UnavailableError, match="up to offset 5; the consistency token needs 8"):
+        await tables.stage_positions("Q", "side-1", {0: 8}, timeout_s=0.05)
+    task.state = "STARTING"
+    with pytest.raises(UnavailableError, match="is not running"):
+        await tables.stage_positions("Q", "side-1", {0: 1}, timeout_s=1)

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiokafka import TopicPartition
+from aiokafka.structs import RecordMetadata
 
 from millpond.services.worker.state.store import PartitionStore
 from millpond.services.worker.stream_joining import StreamJoinTask
@@ -304,8 +306,9 @@ class _Producer:
 
     async def send(self, topic: str, value: bytes | None, key: bytes, partition: int, **_: Any) -> Any:
         self.sent.append((topic, key, partition))
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        future.set_result(None)
+        future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        offset = sum(1 for sent in self.sent if sent[0] == topic and sent[2] == partition) - 1
+        future.set_result(RecordMetadata(topic, partition, TopicPartition(topic, partition), offset, -1, -1, -1))
         return future
 
     async def send_offsets_to_transaction(self, *_: Any) -> None:

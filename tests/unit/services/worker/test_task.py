@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
+from aiokafka.structs import OffsetAndMetadata
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -220,7 +221,7 @@ async def test_an_aggregation_commits_kafka_first_then_state_and_positions_in_on
         b"s1": {"N": 2, "TOTAL": 20, "MEAN": 10.0}, b"s2": {"N": 1, "TOTAL": None, "MEAN": None}}
     (bad,) = [json.loads(s.value or b"") for s in sent if s.topic == processing_log]
     assert (bad["SOURCE_PARTITION"], bad["SOURCE_OFFSET"], bad["REASON"]) == (0, 4, "record has no key")
-    assert log[-3] == ("offsets", {TopicPartition("r", 0): 6}, task.group)
+    assert log[-3] == ("offsets", {TopicPartition("r", 0): OffsetAndMetadata(6, "")}, task.group)
     # After the commit: states and both positions in one write batch.
     assert log[-1] == ("store.write", {b"s1": encode_state([[2], [20], [20, 2]]),
                                        b"s2": encode_state([[1], [None], [None, 0]])},
@@ -292,7 +293,7 @@ async def test_a_projection_sends_its_records_in_order_then_the_offsets(tmp_path
     sent = [e for e in log if isinstance(e, Sent)]
     assert [(s.key, s.value, s.partition) for s in sent if s.topic == task.sink.topic] == [(k, v, 1) for k, v in records]
     assert [s.topic for s in sent].count(task.settings.processing_log_topic) == 1
-    assert log[-2] == ("offsets", {TopicPartition("r", 1): 13}, task.group)
+    assert log[-2] == ("offsets", {TopicPartition("r", 1): OffsetAndMetadata(13, "")}, task.group)
     assert task.next_input_offset == 13
 
 

@@ -222,10 +222,10 @@ def world(changelog: Changelog, monkeypatch: pytest.MonkeyPatch) -> World:
     monkeypatch.setattr(changelog_module, "AIOKafkaConsumer", StepConsumer)
     monkeypatch.setattr(streams_module, "QueryRunner", FakeRunner)
 
-    async def committed_offsets(*_: Any) -> dict[TopicPartition, int]:
-        await made.steps.point("committed_offsets")
+    async def committed_positions(*_: Any) -> dict[TopicPartition, tuple[int, str]]:
+        await made.steps.point("committed_positions")
         return {}
-    monkeypatch.setattr(task_module, "committed_offsets", committed_offsets)
+    monkeypatch.setattr(task_module, "committed_positions", committed_positions)
     monkeypatch.setattr(streams_module, "WATCH_INTERVAL_S", 0.005)
     monkeypatch.setattr(streams_module, "SETTLE_S", 0.001)
     for name, limit in [("COMMIT_GRACE_S", 2.0), ("ABORT_TIMEOUT_S", 2.0), ("PRODUCER_STOP_TIMEOUT_S", 2.0)]:
@@ -321,7 +321,7 @@ async def test_a_supervisor_cancelled_at_any_await_leaves_nothing_open(
     clean = supervisor_of(tmp_path / "clean", world)  # one whole run, nothing held: the steps to hold at
     await live(clean, world)
     names = list(world.steps.names)
-    assert {"producer.start", "consumer.stop", "committed_offsets", "spark", "begin", "send", "offsets", "commit",
+    assert {"producer.start", "consumer.stop", "committed_positions", "spark", "begin", "send", "offsets", "commit",
             "producer.stop"} <= set(names)
     assert all("commit" in p.log for p in world.producers)
 

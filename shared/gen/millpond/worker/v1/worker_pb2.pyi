@@ -7,6 +7,38 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class StagePositionsRequest(_message.Message):
+    __slots__ = ("query_id", "stage", "input_offsets")
+    class InputOffsetsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    QUERY_ID_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    INPUT_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    query_id: str
+    stage: str
+    input_offsets: _containers.ScalarMap[int, int]
+    def __init__(self, query_id: _Optional[str] = ..., stage: _Optional[str] = ..., input_offsets: _Optional[_Mapping[int, int]] = ...) -> None: ...
+
+class StagePositionsResponse(_message.Message):
+    __slots__ = ("output_topic", "output_offsets")
+    class OutputOffsetsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    OUTPUT_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    output_topic: str
+    output_offsets: _containers.ScalarMap[int, int]
+    def __init__(self, output_topic: _Optional[str] = ..., output_offsets: _Optional[_Mapping[int, int]] = ...) -> None: ...
+
 class SetStandbyReplayRequest(_message.Message):
     __slots__ = ("query_id", "partition", "paused")
     QUERY_ID_FIELD_NUMBER: _ClassVar[int]

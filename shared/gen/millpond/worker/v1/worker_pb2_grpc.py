@@ -60,6 +60,11 @@ class WorkerServiceStub:
                 request_serializer=millpond_dot_worker_dot_v1_dot_worker__pb2.SetStandbyReplayRequest.SerializeToString,
                 response_deserializer=millpond_dot_worker_dot_v1_dot_worker__pb2.SetStandbyReplayResponse.FromString,
                 _registered_method=True)
+        self.StagePositions = channel.unary_unary(
+                '/millpond.worker.v1.WorkerService/StagePositions',
+                request_serializer=millpond_dot_worker_dot_v1_dot_worker__pb2.StagePositionsRequest.SerializeToString,
+                response_deserializer=millpond_dot_worker_dot_v1_dot_worker__pb2.StagePositionsResponse.FromString,
+                _registered_method=True)
 
 
 class WorkerServiceServicer:
@@ -108,6 +113,17 @@ class WorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StagePositions(self, request, context):
+        """Carries input positions through one stage of a persistent query that feeds another of its
+        stages (a repartition, a join's side or join stage): waits until this worker's active task
+        of each given partition has committed its input up to the given offset, then returns how
+        far each partition of the stage's output topic those tasks had written by then. A router
+        translates a consistency token this way into positions of the topic a table is read from.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -135,6 +151,11 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.SetStandbyReplay,
                     request_deserializer=millpond_dot_worker_dot_v1_dot_worker__pb2.SetStandbyReplayRequest.FromString,
                     response_serializer=millpond_dot_worker_dot_v1_dot_worker__pb2.SetStandbyReplayResponse.SerializeToString,
+            ),
+            'StagePositions': grpc.unary_unary_rpc_method_handler(
+                    servicer.StagePositions,
+                    request_deserializer=millpond_dot_worker_dot_v1_dot_worker__pb2.StagePositionsRequest.FromString,
+                    response_serializer=millpond_dot_worker_dot_v1_dot_worker__pb2.StagePositionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -273,6 +294,33 @@ class WorkerService:
             '/millpond.worker.v1.WorkerService/SetStandbyReplay',
             millpond_dot_worker_dot_v1_dot_worker__pb2.SetStandbyReplayRequest.SerializeToString,
             millpond_dot_worker_dot_v1_dot_worker__pb2.SetStandbyReplayResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StagePositions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/millpond.worker.v1.WorkerService/StagePositions',
+            millpond_dot_worker_dot_v1_dot_worker__pb2.StagePositionsRequest.SerializeToString,
+            millpond_dot_worker_dot_v1_dot_worker__pb2.StagePositionsResponse.FromString,
             options,
             channel_credentials,
             insecure,
