@@ -36,6 +36,8 @@ PULL_RETRY_S = 0.1
 WATCH_RETRY_S = 0.5
 """Pause before following a coordinator again whose assignment stream ended or failed."""
 PLAN_CACHE_SIZE = 1024
+STAGE_CACHE_SIZE = 4096
+"""StagePositions answers a router keeps (``PullRouter._stage_positions``)."""
 
 
 class LocalWorker(Protocol):
@@ -72,6 +74,9 @@ class PullRouter:
         self.replicas: dict[str, Replicas] = {}
         """query id -> partition -> the workers to ask, active first, then standbys."""
         self._plans: dict[tuple[str, int], PullPlan] = {}
+        self._stage_ends: dict[tuple[str, str, int], tuple[int, dict[int, int]]] = {}
+        """(query, stage, input partition) -> the input offset a StagePositions answer was asked
+        for and the output positions it gave (``_stage_positions``)."""
         self.local = local
         """The worker this router runs in: its copies are read in-process, without a hop."""
 
@@ -114,8 +119,9 @@ class PullRouter:
         if query_id not in self.replicas:
             await self.refresh_assignment()
         bounds = self.bounds(properties)
-        carried = bool(plan.upstream) and any(topic == reads for topic, _ in positions for _, reads, _ in plan.upstream)
-        if carried:
+        # The token's positions on the topics of the stages before the table's are carried to
+        # its input (the result's token holds the input's positions alone, as always).
+        if plan.upstream and any(topic == reads for topic, _ in positions for _, reads, _ in plan.upstream):
             positions = await self._carry(query_id, plan, positions, deadline)
 
         def remaining(cap: float | None = None) -> float:
@@ -151,8 +157,7 @@ class PullRouter:
         while True:
             try:
                 result = await execute_pull(plan, stmt.text, route, lookup, scan, self.settings.max_rows_per_response)
-                reflected = consistency.of_partitions(plan.input_topic, result.positions.items())
-                return result.outcome, consistency.merge(positions, reflected) if carried else reflected
+                return result.outcome, consistency.of_partitions(plan.input_topic, result.positions.items())
             except UnavailableError:
                 if time.monotonic() + PULL_RETRY_S > deadline:
                     raise
@@ -170,50 +175,73 @@ class PullRouter:
             wanted = {p: o for (topic, p), o in positions.items() if topic == reads}
             if wanted:
                 ends = await self._stage_positions(query_id, stage, wanted, deadline)
+                if ends is None:
+                    return positions
                 positions = consistency.merge(positions, consistency.of_partitions(writes, ends.items()))
         return positions
 
     async def _stage_positions(self, query_id: str, stage: str, wanted: dict[int, int],
-                               deadline: float) -> dict[int, int]:
-        """``WorkerService/StagePositions`` of each partition's active task, asked of the
-        workers concurrently and again after a move, until ``deadline`` (then UnavailableError)."""
+                               deadline: float) -> dict[int, int] | None:
+        """Merged, what each wanted partition's active task of ``stage`` had written once it
+        had committed the wanted offset (``WorkerService/StagePositions``, a call per partition,
+        concurrently, again after a move, until ``deadline``: then UnavailableError). An answer
+        serves again for any offset up to the one it was asked for. None: a worker of a version
+        without the call (the token is not carried)."""
         ends: dict[int, int] = {}
+
+        def take(found: Mapping[int, int]) -> None:
+            for partition, end in found.items():
+                ends[partition] = max(ends.get(partition, 0), end)
+
+        pending: dict[int, int] = {}
+        for partition, offset in wanted.items():
+            known = self._stage_ends.get((query_id, stage, partition))
+            if known is not None and offset <= known[0]:
+                take(known[1])
+            else:
+                pending[partition] = offset
         problems: list[str] = []
-        while True:
-            asked: dict[str, dict[int, int]] = {}
-            for partition, offset in wanted.items():
+        while pending:
+            asked: dict[int, str] = {}
+            for partition in pending:
                 active = next((r.endpoint for r in self.replicas.get(query_id, {}).get(partition, []) if not r.standby),
                               None)
                 if active is None:
                     problems.append(f"partition {partition} has no active task")
                 else:
-                    asked.setdefault(active, {})[partition] = offset
+                    asked[partition] = active
             answers = await asyncio.gather(*(self._worker(endpoint).StagePositions(
-                worker_pb2.StagePositionsRequest(query_id=query_id, stage=stage, input_offsets=offsets),
-                timeout=max(deadline - time.monotonic(), 0.001)) for endpoint, offsets in asked.items()),
+                worker_pb2.StagePositionsRequest(query_id=query_id, stage=stage, input_offsets={p: pending[p]}),
+                timeout=max(deadline - time.monotonic(), 0.001)) for p, endpoint in asked.items()),
                 return_exceptions=True)
-            for (endpoint, offsets), answer in zip(asked.items(), answers, strict=True):
+            for (partition, endpoint), answer in zip(asked.items(), answers, strict=True):
                 if isinstance(answer, worker_pb2.StagePositionsResponse):
-                    for partition, end in answer.output_offsets.items():
-                        ends[partition] = max(ends.get(partition, 0), end)
-                    for partition in offsets:
-                        del wanted[partition]
-                elif isinstance(answer, grpc.aio.AioRpcError) and answer.code() in FAILOVER_CODES:
+                    found = dict(answer.output_offsets)
+                    take(found)
+                    if len(self._stage_ends) >= STAGE_CACHE_SIZE:
+                        self._stage_ends.clear()
+                    self._stage_ends[(query_id, stage, partition)] = (pending.pop(partition), found)
+                elif not isinstance(answer, grpc.aio.AioRpcError):
+                    raise answer
+                elif answer.code() is grpc.StatusCode.UNIMPLEMENTED:
+                    log.warning("a worker cannot carry consistency tokens through a query's stages: the pull reads "
+                                "the table without waiting for them", extra={"worker": endpoint, "query": query_id})
+                    return None
+                elif answer.code() in FAILOVER_CODES:
                     problems.append(f"{endpoint}: {answer.details()}")
-                elif isinstance(answer, grpc.aio.AioRpcError):
+                else:
                     raise UnavailableError(f"the consistency token cannot be carried through stage {stage!r} of "
                                            f"query {query_id}: {endpoint} answered {answer.code().name}: "
                                            f"{answer.details()}")
-                else:
-                    raise answer
-            if not wanted:
-                return ends
+            if not pending:
+                break
             if time.monotonic() + PULL_RETRY_S > deadline:
                 raise UnavailableError(f"the consistency token was not reached in time by stage {stage!r} of query "
                                        f"{query_id}: {problems[-1]}")
             await asyncio.sleep(PULL_RETRY_S)
             with contextlib.suppress(grpc.aio.AioRpcError):
                 await self.refresh_assignment()
+        return ends
 
     def _take(self, index: int, answer: coordinator_pb2.GetAssignmentResponse | coordinator_pb2.WatchAssignmentResponse
               ) -> None:

@@ -25,6 +25,7 @@ moved partition) rebuilds it from the table's topic the same way.
 
 from __future__ import annotations
 
+import json
 import logging
 import struct
 import time
@@ -34,7 +35,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore, encode_state
-from millpond.services.worker.task import BadRecord, BatchSlice, Task, commit_metadata, store_path
+from millpond.services.worker.task import BadRecord, BatchSlice, Task, store_path
 from millpond.shared.catalog.queries import JoinedTable, PersistentQuery
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.catalog.topology import REPARTITION_KEY, ROWTIME_COLUMN, join_input
@@ -61,6 +62,17 @@ CATCH_UP_TIMEOUT_S = 60.0
 """How long a batch waits for the table's partition to be read up to its end."""
 CONSUMER_STOP_TIMEOUT_S = 10.0
 
+
+
+def committed_table_offsets(metadata: str) -> list[int] | None:
+    """The table offsets a committed stream offset's metadata holds (``TABLE_OFFSETS``, or the
+    whole JSON list that versions before the output positions wrote); None: none."""
+    try:
+        parsed = json.loads(metadata) if metadata else None
+    except ValueError:
+        return None
+    found = parsed.get(TABLE_OFFSETS) if isinstance(parsed, dict) else parsed
+    return [int(o) for o in found] if isinstance(found, list) else None
 
 class TableBehind(MillpondError):
     """The table's partition could not be read up to its end in time."""
@@ -270,7 +282,7 @@ class JoinTask(Task[JoinSlice]):
             side.table_offset = side.fetched_to = self.store.position(side.position_name) or 0
             self.consumer.seek(side.input, side.table_offset)
         if committed is not None and (stored is None or stored < committed[0]):
-            targets = commit_metadata(committed[1]).get(TABLE_OFFSETS) or [s.table_offset for s in self.sides]
+            targets = committed_table_offsets(committed[1]) or [s.table_offset for s in self.sides]
             started = time.monotonic()
             self.state = RESTORING
             self.records_to_restore = sum(max(t - s.table_offset, 0) for s, t in zip(self.sides, targets, strict=True))

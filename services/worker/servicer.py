@@ -27,6 +27,8 @@ ANSWERS_BYTES = 1 << 20
 """A LookupStream message holds answers up to about this size; more go on in the next."""
 STAGE_WAIT_S = 30.0
 """The longest a StagePositions call waits for its tasks (less when its deadline is sooner)."""
+STAGE_ANSWER_S = 0.1
+"""What a StagePositions call keeps of its deadline to answer why it could not wait longer."""
 _INTERNAL = code_number(grpc.StatusCode.INTERNAL)
 
 
@@ -181,7 +183,8 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
                              context: grpc.aio.ServicerContext) -> worker_pb2.StagePositionsResponse:
         if not request.query_id or not request.stage or not request.input_offsets:
             raise StatementError("StagePositions needs a query_id, a stage and the input_offsets to reach")
+        # Done waiting a little before the caller's deadline, so it gets this answer's reason.
         remaining = context.time_remaining()
-        topic, ends = await self.tables.stage_positions(request.query_id, request.stage, request.input_offsets,
-                                                 STAGE_WAIT_S if remaining is None else min(remaining, STAGE_WAIT_S))
+        wait = STAGE_WAIT_S if remaining is None else min(max(remaining - STAGE_ANSWER_S, 0.0), STAGE_WAIT_S)
+        topic, ends = await self.tables.stage_positions(request.query_id, request.stage, request.input_offsets, wait)
         return worker_pb2.StagePositionsResponse(output_topic=topic, output_offsets=ends)

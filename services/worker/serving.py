@@ -182,7 +182,7 @@ class LocalTables:
             while True:
                 supervisor = self.tasks.supervisors.get((query_id, partition))
                 task = supervisor.stage_task(stage, partition) if supervisor is not None else None
-                if task is None or task.state not in (RUNNING, RESTORING):
+                if task is None or supervisor is None or supervisor.failed or task.state not in (RUNNING, RESTORING):
                     raise UnavailableError(f"partition {partition} of stage {stage!r} of query {query_id} is not "
                                            f"running on worker {self.worker_id}")
                 # Read once each: the task commits on the processing loop.

@@ -81,7 +81,10 @@ PRODUCER_STOP_TIMEOUT_S = 10.0
 """How long ``stop`` waits for the producer to close."""
 OUTPUT_ENDS = "ends"
 """The field of a committed input offset's metadata (JSON) that says, for a stage feeding
-another, how far its output had reached per partition (``Task.output_ends``)."""
+another, how far its output had reached: a list, one offset per partition (``Task.output_ends``)."""
+METADATA_BYTES = 4000
+"""The most commit metadata a task writes (the broker's offset.metadata.max.bytes is 4096 by
+default): past it the output positions are left out (a stage of several hundred partitions)."""
 
 
 def commit_metadata(metadata: str) -> dict[str, Any]:
@@ -256,7 +259,7 @@ class Task(ABC, Generic[SliceT]):
         if committed is None:
             return None
         ends = commit_metadata(committed[1]).get(OUTPUT_ENDS) if self.stage else None
-        self.output_ends = {int(p): int(o) for p, o in ends.items()} if isinstance(ends, dict) else {}
+        self.output_ends = {p: int(o) for p, o in enumerate(ends) if o} if isinstance(ends, list) else {}
         return committed[0]
 
     @asynccontextmanager
@@ -305,15 +308,22 @@ class Task(ABC, Generic[SliceT]):
         transaction's sends to the sink are awaited first, for their offsets."""
         assert self.producer is not None
         metadata = dict(metadata or {})
+        text = json.dumps(metadata, separators=(",", ":")) if metadata else ""
         if self.stage:
             ends = dict(self.output_ends)
             for future in (f for sent in self._outputs.values() for f in sent):
                 record = await future
                 ends[record.partition] = max(ends.get(record.partition, 0), record.offset + 1)
             self._ends = ends
-            metadata[OUTPUT_ENDS] = ends
-        await self.producer.send_offsets_to_transaction(
-            {self.input: OffsetAndMetadata(offset, json.dumps(metadata) if metadata else "")}, self.group)
+            listed = [ends.get(p, 0) for p in range(max(ends, default=-1) + 1)]
+            with_ends = json.dumps({**metadata, OUTPUT_ENDS: listed}, separators=(",", ":"))
+            if len(with_ends) <= METADATA_BYTES:
+                text = with_ends
+            else:
+                log.warning("too many output partitions to commit how far the output reached: a new owner of the "
+                            "task will not carry consistency tokens through it",
+                            extra={"query": self.query.query_id, "partition": self.partition, "stage": self.stage})
+        await self.producer.send_offsets_to_transaction({self.input: OffsetAndMetadata(offset, text)}, self.group)
 
     async def _send_bad(self, bad: list[BadRecord], source: TopicPartition | None = None) -> None:
         """Processing-log records of ``bad`` records of ``source`` (the task's input by default)."""

@@ -245,6 +245,7 @@ class _StageTask:
 class _Supervisor:
     def __init__(self, *tasks: tuple[int, _StageTask]):
         self.tasks = dict(tasks)
+        self.failed = False
 
     def stage_task(self, stage: str, partition: int) -> _StageTask | None:
         task = self.tasks.get(partition)
@@ -281,6 +282,10 @@ async def test_stage_positions_refuse_a_task_not_here_not_running_or_not_there_i
         await tables.stage_positions("Q", "side-1", {3: 1}, timeout_s=1)
     with pytest.raises(UnavailableError, match="up to offset 5; the consistency token needs 8"):
         await tables.stage_positions("Q", "side-1", {0: 8}, timeout_s=0.05)
-    task.state = "STARTING"
+    supervisor = tables.tasks.supervisors[("Q", 0)]
+    supervisor.failed = True  # waiting to restart: its tasks are closed
+    with pytest.raises(UnavailableError, match="is not running"):
+        await tables.stage_positions("Q", "side-1", {0: 1}, timeout_s=1)
+    supervisor.failed, task.state = False, "STARTING"
     with pytest.raises(UnavailableError, match="is not running"):
         await tables.stage_positions("Q", "side-1", {0: 1}, timeout_s=1)

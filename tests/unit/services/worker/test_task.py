@@ -29,6 +29,7 @@ from aiokafka.structs import OffsetAndMetadata
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from millpond.services.worker.joining import committed_table_offsets
 from millpond.services.worker.state.store import (
     CHANGELOG_OFFSET,
     INPUT_OFFSET,
@@ -586,3 +587,11 @@ def test_a_windowed_row_places_selected_window_bounds_among_its_values() -> None
     # Key, the pseudo-columns WINDOWSTART and WINDOWEND, then the values in the SELECT's order.
     assert row(windowed_key(b"s1", 20), [[3]]) == ["s1", 20, 30, 30, 3, 20]
     assert [c.name for c in meta.source("B").row_columns] == ["SENSOR", "WINDOWSTART", "WINDOWEND", "WE", "N", "WS"]
+
+
+def test_commit_metadata_of_either_form_gives_a_stream_table_joins_table_offsets() -> None:
+    assert committed_table_offsets('{"tables":[4,9],"ends":[3]}') == [4, 9]
+    assert committed_table_offsets("[4,9]") == [4, 9]  # as versions before the output positions wrote it
+    assert committed_table_offsets("") is None
+    assert committed_table_offsets("{broken") is None
+    assert committed_table_offsets('{"ends":[3]}') is None
