@@ -24,7 +24,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from millpond.shared.catalog.sources import WINDOW_END, WINDOW_START, DataSource
 from millpond.shared.kafka.connection import KafkaConnection
-from millpond.shared.kafka.serde import deserialize_value, key_decoder, window_bounds
+from millpond.shared.kafka.serde import bytes_decoder, deserialize_value, key_decoder, window_bounds
 from millpond.shared.sql.planner import SelectPlan
 
 log = logging.getLogger(__name__)
@@ -57,6 +57,10 @@ class PushQuery:
         self.skipped = 0
         """Records that did not decode (the persistent queries' processing log reports those)."""
         self._consumer: AIOKafkaConsumer | None = None
+        self._bytes = [(c.name, decode) for c in self.plan.source.value_columns
+                       if (decode := bytes_decoder(c.type)) is not None]
+        """The value columns that hold BYTES, with what turns their JSON (base64 text) into
+        bytes: rows hold them as pulls and the persistent queries do."""
 
     async def start(self) -> None:
         """Open the reader at the beginning or the end of every partition. Once this returns,
@@ -114,6 +118,9 @@ class PushQuery:
         try:
             row = deserialize_value([(c.name, c.type) for c in source.value_columns], record.value,
                                     source.value_format, source.value_delimiter)
+            for name, decode in self._bytes:
+                if row[name] is not None:
+                    row[name] = decode(row[name])
             if keys:
                 if record.key is None:
                     raise ValueError("record has no key")
@@ -122,7 +129,7 @@ class PushQuery:
                     key, row[WINDOW_START], row[WINDOW_END] = window_bounds(key, source.window)
                 row.update(zip((c.name for c in keys), key_decoder(keys)(key), strict=True))
             row.setdefault("ROWTIME", record.timestamp)  # the pseudo-column, unless a column took the name
-        except (ValueError, UnicodeDecodeError, struct.error) as err:
+        except (ValueError, TypeError, AttributeError, UnicodeDecodeError, struct.error) as err:
             self.skipped += 1
             log.debug("push query skipped a record", extra={"query": self.query_id, "offset": record.offset,
                                                             "reason": str(err)})

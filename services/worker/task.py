@@ -24,7 +24,6 @@ waiting forever), and the store closes last, always, so it can be reopened at on
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import logging
 import time
@@ -58,6 +57,7 @@ from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.admin import committed_positions
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.kafka.serde import (
+    bytes_decoder,
     key_decoder,
     serialize_value,
     session_key,
@@ -65,7 +65,6 @@ from millpond.shared.kafka.serde import (
     window_bounds,
 )
 from millpond.shared.sql import aggregates
-from millpond.shared.sql.ast import SqlType
 from millpond.shared.sql.expressions import evaluate
 from millpond.shared.sql.parser import statement_query
 from millpond.shared.sql.planner import having_over_result
@@ -439,29 +438,6 @@ def table_rows(table: DataSource) -> Callable[[bytes, list[Any]], list[Any]]:
         return out
 
     return with_bytes
-
-
-def bytes_decoder(type_: SqlType) -> Callable[[Any], Any] | None:
-    """What gives a stored value of ``type_`` its BYTES back (``reducers.stored`` keeps them
-    as base64 text, also inside arrays, maps and structs); None when it holds none."""
-    if type_.base == "BYTES":
-        return _bytes
-    if type_.base == "ARRAY":
-        item = bytes_decoder(type_.params[0])
-        return None if item is None else lambda v: [None if x is None else item(x) for x in v]
-    if type_.base == "MAP":
-        entry = bytes_decoder(type_.params[1])
-        return None if entry is None else lambda v: {k: None if x is None else entry(x) for k, x in v.items()}
-    if type_.base == "STRUCT":
-        fields = {name: f for name, field_type in type_.params if (f := bytes_decoder(field_type)) is not None}
-        if not fields:
-            return None
-        return lambda v: {k: x if x is None or k not in fields else fields[k](x) for k, x in v.items()}
-    return None
-
-
-def _bytes(value: Any) -> Any:
-    return base64.b64decode(value) if isinstance(value, str) else value
 
 
 def group_rows(query: PersistentQuery, sink: DataSource) -> RowFn:

@@ -154,6 +154,30 @@ def coerce(value: Any, type_: SqlType, column: str) -> Any:
     return float(value) if base == "DOUBLE" else value
 
 
+def bytes_decoder(type_: SqlType) -> Callable[[Any], Any] | None:
+    """What gives a value of ``type_`` decoded from JSON its BYTES back: JSON (and a store,
+    ``reducers.stored``) keeps them as base64 text, also inside arrays, maps and structs;
+    None when the type holds none."""
+    if type_.base == "BYTES":
+        return _bytes
+    if type_.base == "ARRAY":
+        item = bytes_decoder(type_.params[0])
+        return None if item is None else lambda v: [None if x is None else item(x) for x in v]
+    if type_.base == "MAP":
+        entry = bytes_decoder(type_.params[1])
+        return None if entry is None else lambda v: {k: None if x is None else entry(x) for k, x in v.items()}
+    if type_.base == "STRUCT":
+        fields = {name: f for name, field_type in type_.params if (f := bytes_decoder(field_type)) is not None}
+        if not fields:
+            return None
+        return lambda v: {k: x if x is None or k not in fields else fields[k](x) for k, x in v.items()}
+    return None
+
+
+def _bytes(value: Any) -> Any:
+    return base64.b64decode(value, validate=True) if isinstance(value, str) else value
+
+
 def to_proto(value: Any) -> rows_pb2.Value:
     """A Python value as a protobuf ``Value`` (None is SQL NULL)."""
     if value is None:

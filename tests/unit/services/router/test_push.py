@@ -72,3 +72,21 @@ def test_limit_0_streams_the_header_then_ends_without_opening_a_reader(monkeypat
 def test_a_push_query_sees_each_record_timestamp_as_rowtime() -> None:
     rows = asyncio.run(rows_of("SELECT sensor, ROWTIME AS t FROM readings WHERE ROWTIME > 1000 EMIT CHANGES LIMIT 2"))
     assert rows == [["s1", 1001], ["s2", 1002]]
+
+
+def test_a_push_query_gives_bytes_as_bytes_as_a_pull_does() -> None:
+    """JSON holds BYTES as base64 text (top level and nested): a push row has the bytes, as
+    the persistent queries read them and a pull answers them; a value that is not base64 is
+    skipped as a record that does not decode."""
+    meta = Metastore()
+    meta.apply(parse_statement("CREATE STREAM blobs (k VARCHAR KEY, b BYTES, bs ARRAY<BYTES>, n INT) "
+                               "WITH (kafka_topic='blobs', partitions=1, value_format='json')"), 0)
+    stmt = parse_statement("SELECT k, b, bs, n FROM blobs EMIT CHANGES")
+    assert isinstance(stmt, ast.Query)
+    push = PushQuery(plan_select(stmt, meta.source("BLOBS")), RouterSettings().kafka, from_beginning=True)
+    values = [{"B": "AAEC", "BS": ["/w==", None], "N": 1}, {"B": None, "BS": None, "N": 2}, {"B": "%%", "N": 3}]
+    records = [SimpleNamespace(key=b"k%d" % i, value=json.dumps(v).encode(), offset=i, timestamp=i)
+               for i, v in enumerate(values)]
+    rows = [push._row(push.plan.source, record) for record in records]
+    assert rows == [["k0", b"\x00\x01\x02", [b"\xff", None], 1], ["k1", None, None, 2], None]
+    assert push.skipped == 1
