@@ -11,6 +11,7 @@ own: one task's failed commit fails that task alone, not the batch.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import logging
 import shutil
@@ -90,6 +91,10 @@ class QueryRunner:
         self.parked_at: dict[int, int] | None = None
         """While parked (stopped for want of input): per partition, the offset it had read up to."""
         self.value_schema = value_struct(source)
+        self.timestamps = {c.name for c in source.value_columns if c.type.base == "TIMESTAMP"}
+        """The TIMESTAMP value columns, read as text and then converted (``_decode``)."""
+        self.read_schema = T.StructType([
+            T.StructField(f.name, T.StringType()) if f.name in self.timestamps else f for f in self.value_schema.fields])
         keys = source.key_columns
         self.key_schema = T.StructType([T.StructField(c.name, spark_data_type(c.type)) for c in keys]) \
             if len(keys) > 1 else None
@@ -225,11 +230,33 @@ class QueryRunner:
     def _decode(self, text: Column) -> Column:
         """The record value parsed into the declared columns, PERMISSIVE: a record that does
         not fit gets the corrupt-record column set instead of failing. The schema goes to
-        Spark as a type object, never pasted into SQL text (column names are user input)."""
+        Spark as a type object, never pasted into SQL text (column names are user input).
+        A TIMESTAMP column is read as text first (``timestamp_of``): a number is epoch
+        milliseconds, as ksqlDB's JSON has it (Spark's reader would take seconds)."""
         options = {"columnNameOfCorruptRecord": CORRUPT, "mode": "PERMISSIVE"}
         if self.source.value_format == "DELIMITED":
-            return F.from_csv(text, self.value_schema.toDDL(), {**options, "sep": self.source.value_delimiter})
-        return F.from_json(text, self.value_schema, options)
+            parsed = F.from_csv(text, self.read_schema.toDDL(), {**options, "sep": self.source.value_delimiter})
+        else:
+            parsed = F.from_json(text, self.read_schema, options)
+        if not self.timestamps:
+            return parsed
+        fields, unreadable = [], []
+        for field in self.value_schema.fields[:-1]:
+            value = parsed.getField(field.name)
+            if field.name in self.timestamps:
+                read = timestamp_of(value)
+                unreadable.append(value.isNotNull() & read.isNull())
+                value = read
+            fields.append(value.alias(field.name))
+        bad = unreadable[0]
+        for more in unreadable[1:]:
+            bad = bad | more
+        corrupt = F.coalesce(parsed.getField(CORRUPT), F.when(bad, text))
+        # A record with a timestamp that does not read is corrupt, its columns NULL, as Spark's reader leaves them.
+        return F.when(parsed.isNull(), F.lit(None).cast(self.value_schema)).otherwise(F.struct(
+            *[F.when(bad, F.lit(None).cast(f.dataType)).otherwise(c).alias(f.name)
+              for f, c in zip(self.value_schema.fields[:-1], fields, strict=True)],
+            corrupt.alias(CORRUPT)))
 
     async def _commit(self, slices: dict[int, BatchSlice]) -> None:
         """Each task commits its slice in its own transaction. A partition whose task left (or
@@ -258,6 +285,21 @@ _SPARK_TYPES: dict[str, T.DataType] = {
     "BOOLEAN": T.BooleanType(), "BYTES": T.BinaryType(), "TIMESTAMP": T.TimestampType(), "DATE": T.DateType(),
     "TIME": T.TimeType(),
 }
+
+
+EARLIEST_TIMESTAMP = datetime.datetime(1, 1, 2)
+LATEST_TIMESTAMP = datetime.datetime(9999, 12, 30)
+"""The span a TIMESTAMP value may have: what Python's datetime holds, whatever the time zone
+(Spark's own goes further; a later one would fail the batch as it reaches the task)."""
+
+
+def timestamp_of(text: Column) -> Column:
+    """A TIMESTAMP column's text as a timestamp: digits are epoch milliseconds (ksqlDB's JSON
+    form), other text what a CAST to TIMESTAMP reads (ISO 8601, as Millpond writes them);
+    NULL when it does not read or falls outside ``EARLIEST_TIMESTAMP``..``LATEST_TIMESTAMP``."""
+    read = F.when(text.rlike(r"^-?[0-9]{1,18}$"), F.timestamp_millis(text.cast("bigint"))).otherwise(
+        text.try_cast("timestamp"))
+    return F.when(read.between(F.lit(EARLIEST_TIMESTAMP), F.lit(LATEST_TIMESTAMP)), read)
 
 
 def spark_data_type(type_: ast.SqlType) -> T.DataType:

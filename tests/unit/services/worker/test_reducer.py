@@ -509,16 +509,17 @@ def test_numeric_keys_decode_in_spark_to_the_values_java_serialized(
         assert decoded == [*values, None], type_  # a key of the wrong length is NULL
 
 
-def declared_table_row(spark: SparkSession, tmp_path: Path, columns: str, value: bytes) -> tuple[Any, bytes, Any]:
-    """Table T (``columns``, JSON, one partition) and the stored key and state its reducer
-    makes of one record of ``value`` keyed ``k``, the state checked to be JSON."""
+def declared_table_slice(spark: SparkSession, tmp_path: Path, columns: str,
+                         records: list[tuple[bytes, bytes]]) -> tuple[Any, Any]:
+    """Table T (``columns``, JSON, one partition) and the slice its reducer makes of
+    ``records`` (key, value) at offsets 0, 1, ...; every stored state checked to be JSON."""
     meta = Metastore()
     meta.apply(parse_statement(f"CREATE TABLE t ({columns}) WITH (kafka_topic='t', partitions=1, value_format='json')"), 0)
     (query,) = meta.queries.values()
     table = meta.source("T")
     settings = Settings(worker_id="reducer-test", spark_master="local[1]", state_dir=tmp_path)
     tasks = {0: TableTask(settings, query, table, table, 0)}
-    frame = spark.createDataFrame([(b"k", value, "t", 0, 0, None, 0)], KAFKA_ROW)
+    frame = spark.createDataFrame([(key, value, "t", 0, i, None, 0) for i, (key, value) in enumerate(records)], KAFKA_ROW)
     loop = asyncio.new_event_loop()
     runner = QueryRunner(spark, settings, query, table, table, dict(tasks), loop)
     try:
@@ -526,9 +527,35 @@ def declared_table_row(spark: SparkSession, tmp_path: Path, columns: str, value:
     finally:
         runner.stop()
         loop.close()
+    for _, state in piece.latest:
+        assert state is None or json.loads(encode_state(state)) == state
+    return table, piece
+
+
+def declared_table_row(spark: SparkSession, tmp_path: Path, columns: str, value: bytes) -> tuple[Any, bytes, Any]:
+    """Table T (``columns``, JSON, one partition) and the stored key and state its reducer
+    makes of one record of ``value`` keyed ``k``."""
+    table, piece = declared_table_slice(spark, tmp_path, columns, [(b"k", value)])
     ((key, state),) = piece.latest
-    assert json.loads(encode_state(state)) == state
     return table, key, state
+
+
+def test_timestamps_read_as_epoch_milliseconds_or_iso_text_and_others_are_logged(spark: SparkSession,
+                                                                                tmp_path: Path) -> None:
+    """A TIMESTAMP given as a number is epoch milliseconds, ksqlDB's JSON form (Spark's reader
+    took seconds, and a time of today in milliseconds, past year 9999, failed every batch of
+    the table from then on); ISO text reads as before. Text that does not read, and a time
+    past year 9999, make the record a bad one (processing log) and the batch goes on."""
+    table, piece = declared_table_slice(spark, tmp_path, "id VARCHAR PRIMARY KEY, t TIMESTAMP, n INT", [
+        (b"a", b'{"T": 1700000000123, "N": 1}'), (b"b", b'{"T": "2026-01-02T03:04:05.678", "N": 2}'),
+        (b"c", b'{"T": "not a time", "N": 3}'), (b"d", b'{"T": 999999999999999, "N": 4}'),
+        (b"e", b'{"T": null, "N": 5}'), (b"f", b'{"T": "2026-01-02 03:04:05", "N": 6}'), (b"g", b'{"T": -1000}')])
+    rows = {key: table_rows(table)(key, state) for key, state in piece.latest}
+    assert rows == {b"a": ["a", "2023-11-14T22:13:20.123000", 1], b"b": ["b", "2026-01-02T03:04:05.678000", 2],
+                    b"e": ["e", None, 5], b"f": ["f", "2026-01-02T03:04:05", 6], b"g": ["g", "1969-12-31T23:59:59", None]}
+    assert [(b.offset, b.reason, b.value) for b in piece.bad] == [
+        (2, "value is not JSON of the declared columns and types", '{"T": "not a time", "N": 3}'),
+        (3, "value is not JSON of the declared columns and types", '{"T": 999999999999999, "N": 4}')]
 
 
 def test_a_tables_bytes_time_and_map_values_are_stored_and_pulled_as_their_types(spark: SparkSession,
