@@ -11,7 +11,6 @@ own: one task's failed commit fails that task alone, not the batch.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import json
 import logging
 import shutil
@@ -93,6 +92,8 @@ class QueryRunner:
         self.value_schema = value_struct(source)
         self.timestamps = {c.name for c in source.value_columns if c.type.base == "TIMESTAMP"}
         """The TIMESTAMP value columns, read as text and then converted (``_decode``)."""
+        self.checked_times = any(has_times(f.dataType) for f in self.value_schema.fields)
+        """Whether a value column holds a TIMESTAMP or a DATE somewhere, which ``_decode`` checks."""
         self.read_schema = T.StructType([
             T.StructField(f.name, T.StringType()) if f.name in self.timestamps else f for f in self.value_schema.fields])
         keys = source.key_columns
@@ -238,7 +239,7 @@ class QueryRunner:
             parsed = F.from_csv(text, self.read_schema.toDDL(), {**options, "sep": self.source.value_delimiter})
         else:
             parsed = F.from_json(text, self.read_schema, options)
-        if not self.timestamps:
+        if not self.checked_times:
             return parsed
         fields, unreadable = [], []
         for field in self.value_schema.fields[:-1]:
@@ -247,12 +248,14 @@ class QueryRunner:
                 read = timestamp_of(value)
                 unreadable.append(value.isNotNull() & read.isNull())
                 value = read
-            fields.append(value.alias(field.name))
+            elif has_times(field.dataType):
+                unreadable.append(outside_python(value, field.dataType))
+            fields.append(value)
         bad = unreadable[0]
         for more in unreadable[1:]:
             bad = bad | more
         corrupt = F.coalesce(parsed.getField(CORRUPT), F.when(bad, text))
-        # A record with a timestamp that does not read is corrupt, its columns NULL, as Spark's reader leaves them.
+        # A record with a time that does not read is corrupt, its columns NULL, as Spark's reader leaves them.
         return F.when(parsed.isNull(), F.lit(None).cast(self.value_schema)).otherwise(F.struct(
             *[F.when(bad, F.lit(None).cast(f.dataType)).otherwise(c).alias(f.name)
               for f, c in zip(self.value_schema.fields[:-1], fields, strict=True)],
@@ -287,10 +290,9 @@ _SPARK_TYPES: dict[str, T.DataType] = {
 }
 
 
-EARLIEST_TIMESTAMP = datetime.datetime(1, 1, 2)
-LATEST_TIMESTAMP = datetime.datetime(9999, 12, 30)
-"""The span a TIMESTAMP value may have: what Python's datetime holds, whatever the time zone
-(Spark's own goes further; a later one would fail the batch as it reaches the task)."""
+EARLIEST_TIME, LATEST_TIME = "0001-01-02", "9999-12-30"
+"""The span a TIMESTAMP or DATE value may have: what Python's datetime holds, whatever the
+time zone (Spark's own goes further; a later one would fail the batch as it reaches the task)."""
 
 
 def timestamp_of(text: Column) -> Column:
@@ -299,7 +301,57 @@ def timestamp_of(text: Column) -> Column:
     NULL when it does not read or falls outside ``EARLIEST_TIMESTAMP``..``LATEST_TIMESTAMP``."""
     read = F.when(text.rlike(r"^-?[0-9]{1,18}$"), F.timestamp_millis(text.cast("bigint"))).otherwise(
         text.try_cast("timestamp"))
-    return F.when(read.between(F.lit(EARLIEST_TIMESTAMP), F.lit(LATEST_TIMESTAMP)), read)
+    return F.when(read.between(_bound(EARLIEST_TIME, "timestamp"), _bound(LATEST_TIME, "timestamp")), read)
+
+
+def _bound(day: str, type_name: str) -> Column:
+    return F.lit(day).cast(type_name)
+
+
+def has_times(data_type: T.DataType) -> bool:
+    """Whether values of ``data_type`` hold a timestamp or a date, at any depth."""
+    if isinstance(data_type, T.TimestampType | T.DateType):
+        return True
+    if isinstance(data_type, T.ArrayType):
+        return has_times(data_type.elementType)
+    if isinstance(data_type, T.MapType):
+        return has_times(data_type.keyType) or has_times(data_type.valueType)
+    if isinstance(data_type, T.StructType):
+        return any(has_times(f.dataType) for f in data_type.fields)
+    return False
+
+
+def outside_python(value: Column, data_type: T.DataType) -> Column:
+    """True when a timestamp or a date in ``value`` (of ``data_type``, which ``has_times``),
+    at any depth, lies outside what Python's datetime holds: Spark reads such a value (a
+    date of year 99999, a nested TIMESTAMP given in milliseconds, which it takes as seconds),
+    but the batch would fail as it reaches the task. Never NULL."""
+    if isinstance(data_type, T.TimestampType):
+        inside = value.between(_bound(EARLIEST_TIME, "timestamp"), _bound(LATEST_TIME, "timestamp"))
+    elif isinstance(data_type, T.DateType):
+        inside = value.between(_bound(EARLIEST_TIME, "date"), _bound(LATEST_TIME, "date"))
+    elif isinstance(data_type, T.ArrayType):
+        return _any_outside(value, data_type.elementType)
+    elif isinstance(data_type, T.MapType):
+        parts = [_any_outside(entries, t) for entries, t in ((F.map_keys(value), data_type.keyType),
+                                                             (F.map_values(value), data_type.valueType)) if has_times(t)]
+        return parts[0] if len(parts) == 1 else parts[0] | parts[1]
+    else:
+        assert isinstance(data_type, T.StructType)
+        checks = [outside_python(value.getField(f.name), f.dataType) for f in data_type.fields if has_times(f.dataType)]
+        out = checks[0]
+        for check in checks[1:]:
+            out = out | check
+        return out
+    return F.coalesce(~inside, F.lit(False))
+
+
+def _any_outside(items: Column, item_type: T.DataType) -> Column:
+    """``outside_python`` of any item of an array (False for none, or a NULL array)."""
+    def outside(item: Column) -> Column:  # one parameter: Spark's lambda takes as many as it has
+        return outside_python(item, item_type)
+
+    return F.coalesce(F.exists(items, outside), F.lit(False))
 
 
 def spark_data_type(type_: ast.SqlType) -> T.DataType:

@@ -558,6 +558,22 @@ def test_timestamps_read_as_epoch_milliseconds_or_iso_text_and_others_are_logged
         (3, "value is not JSON of the declared columns and types", '{"T": 999999999999999, "N": 4}')]
 
 
+def test_dates_and_nested_timestamps_past_year_9999_are_logged_not_a_failed_batch(spark: SparkSession,
+                                                                                  tmp_path: Path) -> None:
+    """Spark reads a DATE of year 99999, and a TIMESTAMP in an array, a map or a struct given
+    in milliseconds (which it takes as seconds), but Python cannot hold them: each failed every
+    batch of its table from then on. Now such a record goes to the processing log."""
+    table, piece = declared_table_slice(
+        spark, tmp_path, "id VARCHAR PRIMARY KEY, d DATE, a ARRAY<TIMESTAMP>, m MAP<VARCHAR, DATE>, s STRUCT<t TIMESTAMP>", [
+            (b"a", b'{"D": "2026-01-02", "A": [1700000000, null], "M": {"x": "2026-01-03"}, "S": {"T": 1700000000}}'),
+            (b"b", b'{"D": "99999-01-01"}'), (b"c", b'{"A": [1700000000000]}'), (b"d", b'{"M": {"x": "+99999-01-01"}}'),
+            (b"e", b'{"S": {"T": 1700000000000}}'), (b"f", b'{"D": null, "A": null, "M": null, "S": null}')])
+    rows = {key: table_rows(table)(key, state) for key, state in piece.latest}
+    assert rows == {b"a": ["a", "2026-01-02", ["2023-11-14T22:13:20", None], {"x": "2026-01-03"},
+                           {"T": "2023-11-14T22:13:20"}], b"f": ["f", None, None, None, None]}
+    assert [b.offset for b in piece.bad] == [1, 2, 3, 4]
+
+
 def test_a_tables_bytes_time_and_map_values_are_stored_and_pulled_as_their_types(spark: SparkSession,
                                                                                   tmp_path: Path) -> None:
     """A table's BYTES (base64 in JSON), TIME and MAP<VARCHAR, DECIMAL> values reach its store
