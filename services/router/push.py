@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import logging
 import struct
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,10 @@ from millpond.shared.sql.planner import SelectPlan
 
 log = logging.getLogger(__name__)
 _ids = itertools.count(1)
+
+
+def _utf8(text: str) -> bytes:
+    return text.encode()
 
 
 @dataclass(frozen=True)
@@ -57,10 +61,13 @@ class PushQuery:
         self.skipped = 0
         """Records that did not decode (the persistent queries' processing log reports those)."""
         self._consumer: AIOKafkaConsumer | None = None
-        self._bytes = [(c.name, decode) for c in self.plan.source.value_columns
-                       if (decode := bytes_decoder(c.type)) is not None]
-        """The value columns that hold BYTES, with what turns their JSON (base64 text) into
-        bytes: rows hold them as pulls and the persistent queries do."""
+        source = self.plan.source
+        self._bytes: list[tuple[str, Callable[[Any], Any]]] = [
+            (c.name, decode) for c in source.value_columns if (decode := bytes_decoder(c.type)) is not None
+        ] if source.value_format == "JSON" else [(c.name, _utf8) for c in source.value_columns if c.type.base == "BYTES"]
+        """The value columns that hold BYTES, with what makes them bytes, as the persistent
+        queries and pulls have them: JSON's base64 text decoded; a DELIMITED field's text as
+        its UTF-8 bytes, as Spark's CSV reader gives it."""
 
     async def start(self) -> None:
         """Open the reader at the beginning or the end of every partition. Once this returns,

@@ -241,6 +241,8 @@ class QueryRunner:
             parsed = F.from_json(text, self.read_schema, options)
         if not self.checked_times:
             return parsed
+        # A time that does not read, or that Python cannot hold, is NULL and makes the record
+        # corrupt; its other columns stay as read, as Spark's reader leaves a record's readable ones.
         fields, unreadable = [], []
         for field in self.value_schema.fields[:-1]:
             value = parsed.getField(field.name)
@@ -249,17 +251,15 @@ class QueryRunner:
                 unreadable.append(value.isNotNull() & read.isNull())
                 value = read
             elif has_times(field.dataType):
-                unreadable.append(outside_python(value, field.dataType))
-            fields.append(value)
+                outside = outside_python(value, field.dataType)
+                unreadable.append(outside)
+                value = F.when(~outside, value)
+            fields.append(value.alias(field.name))
         bad = unreadable[0]
         for more in unreadable[1:]:
             bad = bad | more
-        corrupt = F.coalesce(parsed.getField(CORRUPT), F.when(bad, text))
-        # A record with a time that does not read is corrupt, its columns NULL, as Spark's reader leaves them.
-        return F.when(parsed.isNull(), F.lit(None).cast(self.value_schema)).otherwise(F.struct(
-            *[F.when(bad, F.lit(None).cast(f.dataType)).otherwise(c).alias(f.name)
-              for f, c in zip(self.value_schema.fields[:-1], fields, strict=True)],
-            corrupt.alias(CORRUPT)))
+        return F.when(parsed.isNotNull(), F.struct(
+            *fields, F.coalesce(parsed.getField(CORRUPT), F.when(bad, text)).alias(CORRUPT)))
 
     async def _commit(self, slices: dict[int, BatchSlice]) -> None:
         """Each task commits its slice in its own transaction. A partition whose task left (or
@@ -290,16 +290,19 @@ _SPARK_TYPES: dict[str, T.DataType] = {
 }
 
 
-EARLIEST_TIME, LATEST_TIME = "0001-01-02", "9999-12-30"
-"""The span a TIMESTAMP or DATE value may have: what Python's datetime holds, whatever the
-time zone (Spark's own goes further; a later one would fail the batch as it reaches the task)."""
+EARLIEST_TIME, LATEST_TIME = "0001-01-01 00:00:00", "9999-12-31 23:59:59.999999"
+"""The span a TIMESTAMP or DATE value may have: what Python's datetime holds (Spark's own goes
+further; a later one would fail the batch as it reaches the task). PySpark gives timestamps
+in the process's time zone, which ``create_session`` sets to the session's, UTC."""
 
 
 def timestamp_of(text: Column) -> Column:
-    """A TIMESTAMP column's text as a timestamp: digits are epoch milliseconds (ksqlDB's JSON
-    form), other text what a CAST to TIMESTAMP reads (ISO 8601, as Millpond writes them);
-    NULL when it does not read or falls outside ``EARLIEST_TIMESTAMP``..``LATEST_TIMESTAMP``."""
-    read = F.when(text.rlike(r"^-?[0-9]{1,18}$"), F.timestamp_millis(text.cast("bigint"))).otherwise(
+    """A TIMESTAMP column's text as a timestamp: digits (a JSON number, or text of digits alone)
+    are epoch milliseconds (ksqlDB's JSON form), other text what a CAST to TIMESTAMP reads (ISO
+    8601, as Millpond writes them);
+    NULL when it does not read or falls outside ``EARLIEST_TIME``..``LATEST_TIME``."""
+    # Up to 15 digits: more would overflow timestamp_millis (an error, whatever the ANSI mode).
+    read = F.when(text.rlike(r"^-?[0-9]{1,15}$"), F.timestamp_millis(text.cast("bigint"))).otherwise(
         text.try_cast("timestamp"))
     return F.when(read.between(_bound(EARLIEST_TIME, "timestamp"), _bound(LATEST_TIME, "timestamp")), read)
 
@@ -329,7 +332,7 @@ def outside_python(value: Column, data_type: T.DataType) -> Column:
     if isinstance(data_type, T.TimestampType):
         inside = value.between(_bound(EARLIEST_TIME, "timestamp"), _bound(LATEST_TIME, "timestamp"))
     elif isinstance(data_type, T.DateType):
-        inside = value.between(_bound(EARLIEST_TIME, "date"), _bound(LATEST_TIME, "date"))
+        inside = value.between(_bound(EARLIEST_TIME[:10], "date"), _bound(LATEST_TIME[:10], "date"))
     elif isinstance(data_type, T.ArrayType):
         return _any_outside(value, data_type.elementType)
     elif isinstance(data_type, T.MapType):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
+import time
 from pathlib import Path
 
 import pyspark
@@ -42,7 +44,11 @@ def parallelism(settings: WorkerSettings) -> tuple[str, dict[str, str]]:
 
 
 def create_session(settings: WorkerSettings) -> SparkSession:
-    """Start (or reuse) this process's Spark session. Blocking: takes seconds."""
+    """Start (or reuse) this process's Spark session. Blocking: takes seconds. The process's
+    time zone becomes the session's, UTC: PySpark gives a timestamp as a datetime of the
+    process's zone, which must be the one Spark read and wrote it in."""
+    os.environ["TZ"] = "UTC"
+    time.tzset()
     master, conf = parallelism(settings)
     builder = SparkSession.builder.master(master)
     for key, value in conf.items():

@@ -84,9 +84,19 @@ def test_a_push_query_gives_bytes_as_bytes_as_a_pull_does() -> None:
     stmt = parse_statement("SELECT k, b, bs, n FROM blobs EMIT CHANGES")
     assert isinstance(stmt, ast.Query)
     push = PushQuery(plan_select(stmt, meta.source("BLOBS")), RouterSettings().kafka, from_beginning=True)
-    values = [{"B": "AAEC", "BS": ["/w==", None], "N": 1}, {"B": None, "BS": None, "N": 2}, {"B": "%%", "N": 3}]
+    values = [{"B": "AAEC", "BS": ["/w==", None], "N": 1}, {"B": None, "BS": None, "N": 2}, {"B": "%%", "N": 3},
+              {"B": "AA\nEC", "N": 4}, {"B": 5, "N": 5}]
     records = [SimpleNamespace(key=b"k%d" % i, value=json.dumps(v).encode(), offset=i, timestamp=i)
                for i, v in enumerate(values)]
     rows = [push._row(push.plan.source, record) for record in records]
-    assert rows == [["k0", b"\x00\x01\x02", [b"\xff", None], 1], ["k1", None, None, 2], None]
-    assert push.skipped == 1
+    assert rows == [["k0", b"\x00\x01\x02", [b"\xff", None], 1], ["k1", None, None, 2], None,
+                    ["k3", b"\x00\x01\x02", None, 4], None]
+    assert push.skipped == 2
+    # DELIMITED: a BYTES field is its text's UTF-8 bytes, as Spark's CSV reader gives it.
+    meta.apply(parse_statement("CREATE STREAM lines (k VARCHAR KEY, b BYTES, n INT) "
+                               "WITH (kafka_topic='lines', partitions=1, value_format='delimited')"), 1)
+    lines = parse_statement("SELECT * FROM lines EMIT CHANGES")
+    assert isinstance(lines, ast.Query)
+    push = PushQuery(plan_select(lines, meta.source("LINES")), RouterSettings().kafka, from_beginning=True)
+    row = push._row(push.plan.source, SimpleNamespace(key=b"x", value=b"AAEC,7", offset=0, timestamp=0))
+    assert row == ["x", b"AAEC", 7]

@@ -542,20 +542,25 @@ def declared_table_row(spark: SparkSession, tmp_path: Path, columns: str, value:
 
 def test_timestamps_read_as_epoch_milliseconds_or_iso_text_and_others_are_logged(spark: SparkSession,
                                                                                 tmp_path: Path) -> None:
-    """A TIMESTAMP given as a number is epoch milliseconds, ksqlDB's JSON form (Spark's reader
-    took seconds, and a time of today in milliseconds, past year 9999, failed every batch of
-    the table from then on); ISO text reads as before. Text that does not read, and a time
-    past year 9999, make the record a bad one (processing log) and the batch goes on."""
+    """A TIMESTAMP given as a number (or text of digits alone) is epoch milliseconds, ksqlDB's
+    JSON form (Spark's reader took seconds, and a time of today in milliseconds, past year 9999,
+    failed every batch of the table from then on); ISO text reads as before, up to the end of
+    year 9999. Text that does not read, a time past year 9999 and a number too large for
+    milliseconds make the record a bad one (processing log), and the batch goes on."""
     table, piece = declared_table_slice(spark, tmp_path, "id VARCHAR PRIMARY KEY, t TIMESTAMP, n INT", [
         (b"a", b'{"T": 1700000000123, "N": 1}'), (b"b", b'{"T": "2026-01-02T03:04:05.678", "N": 2}'),
         (b"c", b'{"T": "not a time", "N": 3}'), (b"d", b'{"T": 999999999999999, "N": 4}'),
-        (b"e", b'{"T": null, "N": 5}'), (b"f", b'{"T": "2026-01-02 03:04:05", "N": 6}'), (b"g", b'{"T": -1000}')])
+        (b"e", b'{"T": null, "N": 5}'), (b"f", b'{"T": "2026-01-02 03:04:05", "N": 6}'), (b"g", b'{"T": -1000}'),
+        (b"h", b'{"T": 99999999999999999, "N": 8}'), (b"i", b'{"T": "9999-12-31T23:59:59.999"}'),
+        (b"j", b'{"T": "1700000000123"}')])
     rows = {key: table_rows(table)(key, state) for key, state in piece.latest}
     assert rows == {b"a": ["a", "2023-11-14T22:13:20.123000", 1], b"b": ["b", "2026-01-02T03:04:05.678000", 2],
-                    b"e": ["e", None, 5], b"f": ["f", "2026-01-02T03:04:05", 6], b"g": ["g", "1969-12-31T23:59:59", None]}
+                    b"e": ["e", None, 5], b"f": ["f", "2026-01-02T03:04:05", 6], b"g": ["g", "1969-12-31T23:59:59", None],
+                    b"i": ["i", "9999-12-31T23:59:59.999000", None], b"j": ["j", "2023-11-14T22:13:20.123000", None]}
     assert [(b.offset, b.reason, b.value) for b in piece.bad] == [
         (2, "value is not JSON of the declared columns and types", '{"T": "not a time", "N": 3}'),
-        (3, "value is not JSON of the declared columns and types", '{"T": 999999999999999, "N": 4}')]
+        (3, "value is not JSON of the declared columns and types", '{"T": 999999999999999, "N": 4}'),
+        (7, "value is not JSON of the declared columns and types", '{"T": 99999999999999999, "N": 8}')]
 
 
 def test_dates_and_nested_timestamps_past_year_9999_are_logged_not_a_failed_batch(spark: SparkSession,
@@ -567,10 +572,12 @@ def test_dates_and_nested_timestamps_past_year_9999_are_logged_not_a_failed_batc
         spark, tmp_path, "id VARCHAR PRIMARY KEY, d DATE, a ARRAY<TIMESTAMP>, m MAP<VARCHAR, DATE>, s STRUCT<t TIMESTAMP>", [
             (b"a", b'{"D": "2026-01-02", "A": [1700000000, null], "M": {"x": "2026-01-03"}, "S": {"T": 1700000000}}'),
             (b"b", b'{"D": "99999-01-01"}'), (b"c", b'{"A": [1700000000000]}'), (b"d", b'{"M": {"x": "+99999-01-01"}}'),
-            (b"e", b'{"S": {"T": 1700000000000}}'), (b"f", b'{"D": null, "A": null, "M": null, "S": null}')])
+            (b"e", b'{"S": {"T": 1700000000000}}'), (b"f", b'{"D": null, "A": null, "M": null, "S": null}'),
+            (b"g", b'{"D": "9999-12-31", "M": {"y": "0001-01-01"}}')])
     rows = {key: table_rows(table)(key, state) for key, state in piece.latest}
     assert rows == {b"a": ["a", "2026-01-02", ["2023-11-14T22:13:20", None], {"x": "2026-01-03"},
-                           {"T": "2023-11-14T22:13:20"}], b"f": ["f", None, None, None, None]}
+                           {"T": "2023-11-14T22:13:20"}], b"f": ["f", None, None, None, None],
+                    b"g": ["g", "9999-12-31", None, {"y": "0001-01-01"}, None]}
     assert [b.offset for b in piece.bad] == [1, 2, 3, 4]
 
 
