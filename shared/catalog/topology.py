@@ -58,13 +58,14 @@ from millpond.shared.sql.planner import event_time, plan_materialization
 AGGREGATES = (PlanKind.AGGREGATE, PlanKind.WINDOWED_AGGREGATE, PlanKind.SESSION_AGGREGATE)
 """The GROUP BY kinds (a plan of one with a join aggregates the joined rows)."""
 TABLE_JOINS = (PlanKind.TABLE_TABLE_JOIN, PlanKind.FOREIGN_KEY_JOIN)
+"""The joins of two tables into a table: the joined topic is compacted, the result materialized."""
 CHAINED_JOINS = (PlanKind.STREAM_TABLE_JOIN, PlanKind.STREAM_STREAM_JOIN)
 """The joins that tables may follow on other expressions, each in a stage of its own."""
-"""The joins of two tables into a table: the joined topic is compacted, the result materialized."""
-REPLAYED_TYPES = ("VARCHAR", "INT", "BIGINT", "DOUBLE", "BOOLEAN")
+REPLAYED_TYPES = ("VARCHAR", "INT", "BIGINT", "DOUBLE", "BOOLEAN", "DECIMAL")
 """The value types a standby copy of a joined table decodes from the JSON the join wrote
-exactly as Spark does for the active task (others, such as DECIMAL or TIMESTAMP, Spark
-normalizes): a joined table of only these has standbys."""
+exactly as Spark does for the active task (``TableTopicReader``: a DECIMAL rounded half up to
+its scale, as Spark does, and refused past its precision); others, such as TIMESTAMP or
+nested values, Spark normalizes its own way: a joined table of only these has standbys."""
 JOINED_TOMBSTONES_MS = 7 * 24 * 3_600_000
 """How long a table-table join's joined topic keeps a tombstone."""
 WINDOWED_EXTRA_MS = 24 * 3_600_000

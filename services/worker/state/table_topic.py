@@ -6,13 +6,16 @@ copy therefore replays that topic the way the active task applies it (``reduce_m
 ``TableTask``): each key's latest value, a tombstone deleting the key, a multi-column key
 stored in its canonical form, a value that does not decode left out (the active task logs
 it). Values are decoded in Python, which equals Spark's decoding for the JSON the join wrote
-of the types ``topology.REPLAYED_TYPES`` (only such tables get copies). The next topic offset is the copy's
+of the types ``topology.REPLAYED_TYPES`` (only such tables get copies; ``_as_spark``). The next topic offset is the copy's
 input offset, written in the same write batch as the rows, so a promoted copy's active task
 resumes exactly there. ``TableTopicReader`` has ``ChangelogReader``'s interface, so the
 standby replica reads either.
 """
 
 from __future__ import annotations
+
+import decimal
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -22,6 +25,7 @@ from millpond.shared.catalog.sources import DataSource
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.connection import KafkaConnection
 from millpond.shared.kafka.serde import deserialize_value, encode_key, key_decoder
+from millpond.shared.sql.ast import SqlType
 from millpond.shared.teardown import bounded, run_to_end
 
 
@@ -82,10 +86,9 @@ class TableTopicReader:
     def _row(self, value: bytes) -> bytes | None:
         try:
             decoded = deserialize_value(self.columns, value, self.table.value_format, self.table.value_delimiter)
-            # A DOUBLE the join wrote as an integer (5) is 5.0 to Spark, and so to the active task.
-            return encode_state([float(decoded[name]) if type_.base == "DOUBLE" and decoded[name] is not None
-                                 else decoded[name] for name, type_ in self.columns])
-        except (ValueError, TypeError, MillpondError):
+            return encode_state([None if decoded[name] is None else _as_spark(decoded[name], type_)
+                                 for name, type_ in self.columns])
+        except (ValueError, TypeError, ArithmeticError, MillpondError):
             return None
 
     async def fetch(self, timeout_ms: int) -> int:
@@ -118,3 +121,20 @@ class TableTopicReader:
         await run_to_end(bounded(self.consumer.stop(), CONSUMER_STOP_TIMEOUT_S, "stop the table topic consumer",
                                  {"topic": f"{self.input.topic}-{self.input.partition}"}))
 
+
+def _as_spark(value: Any, type_: SqlType) -> Any:
+    """A value decoded from the JSON the join wrote, as the active task stores what Spark read
+    of it. A DOUBLE the join wrote as an integer (5) is 5.0 to Spark. A DECIMAL is Spark's
+    exact reading of the number's text (the shortest text of the float the join had), rounded
+    half up to the scale, then a float (``reducers.plain``); ValueError past its precision,
+    where Spark refuses the record."""
+    if type_.base == "DOUBLE":
+        return float(value)
+    if type_.base != "DECIMAL":
+        return value
+    precision, scale = type_.params
+    exact = decimal.Decimal(repr(value) if isinstance(value, float) else str(value))
+    rounded = exact.quantize(decimal.Decimal(1).scaleb(-scale), rounding=decimal.ROUND_HALF_UP)
+    if rounded.adjusted() + 1 > precision - scale:
+        raise ValueError(f"{value} does not fit DECIMAL({precision}, {scale})")
+    return float(rounded)

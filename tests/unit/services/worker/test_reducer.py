@@ -50,6 +50,7 @@ from millpond.services.worker.converters import row_to_proto
 from millpond.services.worker.query_runner import QueryRunner
 from millpond.services.worker.spark import create_session
 from millpond.services.worker.state.store import encode_state
+from millpond.services.worker.state.table_topic import TableTopicReader
 from millpond.services.worker.table_joining import JoinSideTask, rekeyed, split_rekeyed
 from millpond.services.worker.task import AggregationTask, ProjectionTask, TableTask, Task, table_rows
 from millpond.shared.catalog.metastore import Metastore
@@ -608,3 +609,21 @@ def test_bytes_inside_arrays_maps_and_structs_are_stored_and_pulled_as_bytes(spa
     # Served as a pull gives it: nested values as JSON, their bytes as base64 text.
     assert [from_proto(v) for v in row_to_proto(row).values] == [
         "k", ["AP8=", None], {"k": "YWI=", "z": None}, {"X": "AQ==", "N": 7}, [{"Y": "Ag=="}, {"Y": None}]]
+
+
+def test_a_standby_decodes_a_joined_decimal_as_the_active_tasks_spark_does(spark: SparkSession, tmp_path: Path) -> None:
+    """A joined table's standby replays the JSON the join wrote in Python (``TableTopicReader``):
+    each DECIMAL and DOUBLE must be stored as the active task stores what Spark read of it,
+    rounding half up to the scale, and a value past the precision refused (left out) by both."""
+    rng = random.Random(11)
+    numbers: list[float | int] = [1.255, -1.255, 5, 5.0, 0.005, -0.005, 12.345, 99.994, 99.995, 123.4, 1e-07, 0, -0.0,
+                                  1.005, 2.675, 0.125, 99.99, -99.99, -99.995, 10**5, 3]
+    numbers += [round(rng.uniform(-120, 120), rng.randrange(0, 6)) for _ in range(300)]
+    records = [(f"k{i}".encode(), json.dumps({"D": n, "X": n}).encode()) for i, n in enumerate(numbers)]
+    table, piece = declared_table_slice(spark, tmp_path, "id VARCHAR PRIMARY KEY, d DECIMAL(4, 2), x DOUBLE", records)
+    active = dict(piece.latest)
+    reader = TableTopicReader.__new__(TableTopicReader)
+    reader.table, reader.columns = table, [(c.name, c.type) for c in table.value_columns]
+    standby = {key: json.loads(state) for key, value in records if (state := reader._row(value)) is not None}
+    assert standby == active
+    assert len(active) < len(numbers) and active[b"k0"] == [1.26, 1.255] and active[b"k3"] == [5.0, 5.0]
