@@ -19,8 +19,8 @@ it (``TABLE_OFFSETS`` of its JSON: one offset per table). Only after the commit 
 rows and both positions change, in one RocksDB write batch. A crash between the two leaves
 the store behind the committed offset; ``start`` then applies the table's records up to the
 committed table position, so the next batch joins against exactly the table the committed
-output saw. A worker without the store (a
-moved partition) rebuilds it from the table's topic the same way.
+output saw. A worker without the store (a moved partition) rebuilds it from the table's
+topic the same way.
 """
 
 from __future__ import annotations
@@ -63,7 +63,6 @@ CATCH_UP_TIMEOUT_S = 60.0
 CONSUMER_STOP_TIMEOUT_S = 10.0
 
 
-
 def committed_table_offsets(metadata: str) -> list[int] | None:
     """The table offsets a committed stream offset's metadata holds (``TABLE_OFFSETS``, or the
     whole JSON list that versions before the output positions wrote); None: none."""
@@ -73,6 +72,7 @@ def committed_table_offsets(metadata: str) -> list[int] | None:
         return None
     found = parsed.get(TABLE_OFFSETS) if isinstance(parsed, dict) else parsed
     return [int(o) for o in found] if isinstance(found, list) else None
+
 
 class TableBehind(MillpondError):
     """The table's partition could not be read up to its end in time."""

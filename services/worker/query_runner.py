@@ -11,8 +11,10 @@ own: one task's failed commit fails that task alone, not the batch.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
+import operator
 import shutil
 import tempfile
 import time
@@ -255,9 +257,7 @@ class QueryRunner:
                 unreadable.append(outside)
                 value = F.when(~outside, value)
             fields.append(value.alias(field.name))
-        bad = unreadable[0]
-        for more in unreadable[1:]:
-            bad = bad | more
+        bad = functools.reduce(operator.or_, unreadable)
         return F.when(parsed.isNotNull(), F.struct(
             *fields, F.coalesce(parsed.getField(CORRUPT), F.when(bad, text)).alias(CORRUPT)))
 
@@ -299,8 +299,8 @@ in the process's time zone, which ``create_session`` sets to the session's, UTC.
 def timestamp_of(text: Column) -> Column:
     """A TIMESTAMP column's text as a timestamp: digits (a JSON number, or text of digits alone)
     are epoch milliseconds (ksqlDB's JSON form), other text what a CAST to TIMESTAMP reads (ISO
-    8601, as Millpond writes them);
-    NULL when it does not read or falls outside ``EARLIEST_TIME``..``LATEST_TIME``."""
+    8601, as Millpond writes them); NULL when it does not read or falls outside
+    ``EARLIEST_TIME``..``LATEST_TIME``."""
     # Up to 15 digits: more would overflow timestamp_millis (an error, whatever the ANSI mode).
     read = F.when(text.rlike(r"^-?[0-9]{1,15}$"), F.timestamp_millis(text.cast("bigint"))).otherwise(
         text.try_cast("timestamp"))
@@ -336,16 +336,12 @@ def outside_python(value: Column, data_type: T.DataType) -> Column:
     elif isinstance(data_type, T.ArrayType):
         return _any_outside(value, data_type.elementType)
     elif isinstance(data_type, T.MapType):
-        parts = [_any_outside(entries, t) for entries, t in ((F.map_keys(value), data_type.keyType),
-                                                             (F.map_values(value), data_type.valueType)) if has_times(t)]
-        return parts[0] if len(parts) == 1 else parts[0] | parts[1]
+        return functools.reduce(operator.or_, [_any_outside(entries, t) for entries, t in (
+            (F.map_keys(value), data_type.keyType), (F.map_values(value), data_type.valueType)) if has_times(t)])
     else:
         assert isinstance(data_type, T.StructType)
-        checks = [outside_python(value.getField(f.name), f.dataType) for f in data_type.fields if has_times(f.dataType)]
-        out = checks[0]
-        for check in checks[1:]:
-            out = out | check
-        return out
+        return functools.reduce(operator.or_, [outside_python(value.getField(f.name), f.dataType)
+                                               for f in data_type.fields if has_times(f.dataType)])
     return F.coalesce(~inside, F.lit(False))
 
 

@@ -205,9 +205,11 @@ class Task(ABC, Generic[SliceT]):
         offset after the last record it wrote there in transactions up to ``next_input_offset``
         (kept with the committed offset, so a new owner knows it too). A consistency token's
         position on this stage's input becomes these positions on the next stage's."""
-        self._outputs: dict[int | None, list[asyncio.Future[Any]]] = {}
-        """This transaction's sends to the sink, by partition: the last of each is enough to
-        know how far the output reached (a producer's records keep their order per partition)."""
+        self._outputs: dict[int, asyncio.Future[Any]] = {}
+        """This transaction's last send to each partition of the sink: enough to know how far
+        the output reached (a producer's records keep their order per partition)."""
+        self._unplaced: list[asyncio.Future[Any]] = []
+        """This transaction's sends to the sink whose partition the producer chose."""
         self._ends: dict[int, int] | None = None
         """``output_ends`` once this transaction commits."""
 
@@ -268,7 +270,7 @@ class Task(ABC, Generic[SliceT]):
         if self._stopping:
             raise TaskStopped(f"task {self.query.query_id}/{self.partition} is stopping: the batch is not applied")
         assert self.producer is not None
-        self._sent, self._committing, self._outputs, self._ends = [], False, {}, None
+        self._sent, self._committing, self._outputs, self._unplaced, self._ends = [], False, {}, [], None
         try:
             async with self.producer.transaction():
                 yield
@@ -294,11 +296,10 @@ class Task(ABC, Generic[SliceT]):
                                                                headers=headers, timestamp_ms=timestamp_ms)
         self._sent.append(future)
         if self.stage and topic == self.sink.topic:
-            sent = self._outputs.setdefault(partition, [])
-            if partition is None or not sent:
-                sent.append(future)
+            if partition is None:
+                self._unplaced.append(future)
             else:
-                sent[0] = future
+                self._outputs[partition] = future
         return future
 
     async def _commit_input(self, offset: int, metadata: dict[str, Any] | None = None) -> None:
@@ -310,7 +311,7 @@ class Task(ABC, Generic[SliceT]):
         text = json.dumps(metadata, separators=(",", ":")) if metadata else ""
         if self.stage:
             ends = dict(self.output_ends)
-            for future in (f for sent in self._outputs.values() for f in sent):
+            for future in (*self._outputs.values(), *self._unplaced):
                 record = await future
                 ends[record.partition] = max(ends.get(record.partition, 0), record.offset + 1)
             self._ends = ends

@@ -6,9 +6,9 @@ copy therefore replays that topic the way the active task applies it (``reduce_m
 ``TableTask``): each key's latest value, a tombstone deleting the key, a multi-column key
 stored in its canonical form, a value that does not decode left out (the active task logs
 it). Values are decoded in Python, which equals Spark's decoding for the JSON the join wrote
-of the types ``topology.REPLAYED_TYPES`` (only such tables get copies; ``_as_spark``). The next topic offset is the copy's
-input offset, written in the same write batch as the rows, so a promoted copy's active task
-resumes exactly there. ``TableTopicReader`` has ``ChangelogReader``'s interface, so the
+of the types ``topology.REPLAYED_TYPES`` (only such tables get copies; ``_as_spark``). The
+next topic offset is the copy's input offset, written in the same write batch as the rows,
+so a promoted copy's active task resumes exactly there. ``TableTopicReader`` has ``ChangelogReader``'s interface, so the
 standby replica reads either.
 """
 
