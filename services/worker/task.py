@@ -231,12 +231,8 @@ class Task(ABC, Generic[SliceT]):
         """The task's query has read and committed its input up to ``offset``."""
 
     async def _open_producer(self) -> None:
-        self.producer = AIOKafkaProducer(
-            **self.settings.kafka.client_args(),
-            transactional_id=task_transactional_id(self.settings.service_id, self.query.query_id, self.partition,
-                                                   self.stage),
-            enable_idempotence=True,
-        )
+        self.producer = AIOKafkaProducer(**self.settings.kafka.transactional_args(task_transactional_id(
+            self.settings.service_id, self.query.query_id, self.partition, self.stage)))
         # init_transactions fences the previous owner and aborts its open transaction.
         await self.producer.start()
 

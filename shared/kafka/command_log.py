@@ -225,8 +225,7 @@ class CommandWriter:
         Raises ``aiokafka.errors.ProducerFenced`` (or another Kafka error) when another
         writer with the same transactional id took over meanwhile; nothing is then appended.
         """
-        producer = AIOKafkaProducer(**self.kafka.client_args(), transactional_id=self.transactional_id,
-                                    enable_idempotence=True)
+        producer = AIOKafkaProducer(**self.kafka.transactional_args(self.transactional_id))
         # start() runs InitProducerId: it bumps the epoch (fencing older producers) and
         # waits until any transaction they left open is aborted or committed.
         async with started(producer), producer.transaction():

@@ -14,6 +14,15 @@ from aiokafka.helpers import create_ssl_context
 
 from millpond.shared.teardown import run_to_end
 
+TRANSACTION_RETRY_BACKOFF_MS = 10
+"""How long a transactional producer waits before it retries a retriable error (aiokafka's
+default is 100 ms). Right after a transaction commits, the transaction coordinator is still
+writing its markers: the next transaction's first produce is refused for a moment
+(CONCURRENT_TRANSACTIONS, which the broker's transaction verification reports as
+NOT_ENOUGH_REPLICAS) and the InitProducerId of a new owner waits while the old owner's open
+transaction aborts. Back-to-back transactions on an idle broker: p99 per commit 113-148 ms
+with 100 ms, 20-48 ms with 10 ms."""
+
 _JAAS_MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
     "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
@@ -53,6 +62,11 @@ class KafkaConnection:
             args["ssl_context"] = create_ssl_context(cafile=self.ssl_ca_file, certfile=self.ssl_cert_file,
                                                      keyfile=self.ssl_key_file)
         return args
+
+    def transactional_args(self, transactional_id: str) -> dict[str, Any]:
+        """Keyword arguments for an idempotent, transactional aiokafka producer."""
+        return self.client_args() | {"transactional_id": transactional_id, "enable_idempotence": True,
+                                     "retry_backoff_ms": TRANSACTION_RETRY_BACKOFF_MS}
 
     def spark_options(self) -> dict[str, str]:
         """Options for Spark's Kafka source and sink (``kafka.`` + the Java client's settings)."""

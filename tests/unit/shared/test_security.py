@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 import os
 from pathlib import Path
 
 import pytest
+from aiokafka import AIOKafkaProducer
 
-from millpond.shared.kafka.connection import KafkaConnection
+from millpond.shared.kafka.connection import TRANSACTION_RETRY_BACKOFF_MS, KafkaConnection
 from millpond.shared.rpc.auth import INTERNAL_SERVICES, POLICY, Access, Authenticator, access_of
 from millpond.shared.security import (
     AuthenticationError,
@@ -160,6 +162,11 @@ def test_kafka_security_settings_reach_aiokafka_and_spark() -> None:
         "SCRAM-SHA-512", "svc", 'pa"ss')
     assert sasl.spark_options()["kafka.sasl.jaas.config"] == (
         'org.apache.kafka.common.security.scram.ScramLoginModule required username="svc" password="pa\\"ss";')
+    # Transactional producers (tasks, the command log) connect the same way, and retry the
+    # moment after a commit, when the coordinator still writes its markers, after 10 ms, not 100.
+    assert sasl.transactional_args("t") == {**args, "transactional_id": "t", "enable_idempotence": True,
+                                            "retry_backoff_ms": TRANSACTION_RETRY_BACKOFF_MS}
+    assert TRANSACTION_RETRY_BACKOFF_MS < inspect.signature(AIOKafkaProducer).parameters["retry_backoff_ms"].default
 
 
 @pytest.mark.parametrize("name, settings_class", [
