@@ -152,8 +152,8 @@ class TaskAssignment:
 
     async def _reconcile_actives(self, wanted: dict[str, set[int]]) -> None:
         # One supervisor per (query, partition): a partition gained or lost starts or stops only
-        # its own tasks, and the others go on (their stage's Spark query restarts over the new
-        # set of partitions: ``streams.py``). Every stop first,
+        # its own tasks, and the others go on (a gained one gets a Spark query of its own, and
+        # the stage's running one leaves a lost one out: ``streams.py``). Every stop first,
         # at once and each bounded (one stuck task never holds up the others), then every
         # start: a restarted partition's new run opens what its old one closed.
         stopping: list[QuerySupervisor] = []

@@ -31,6 +31,7 @@ from millpond.services.worker.task import (
     MaterializeSlice,
     ProjectionTask,
     ProjectSlice,
+    ReplayedTableTask,
     SessionAggregationTask,
     SessionSlice,
     SliceT,
@@ -42,6 +43,8 @@ from millpond.services.worker.task import (
 from millpond.shared.catalog.plans import PlanKind
 from millpond.shared.catalog.queries import PersistentQuery
 from millpond.shared.catalog.sources import DataSource
+from millpond.shared.catalog.topology import Stage
+from millpond.shared.config import WorkerSettings
 
 
 @dataclass(frozen=True)
@@ -70,3 +73,11 @@ WORKER_KINDS: dict[PlanKind, WorkerKind[Any]] = {
     PlanKind.JOIN_SIDE: WorkerKind(JoinSideTask, KeyedSlice, reduce_keyed),
 }
 """Every plan kind's task, slice and reducer, one row per kind."""
+
+
+def new_task(settings: WorkerSettings, stage: Stage, partition: int) -> Task[Any]:
+    """The task of ``stage`` for input partition ``partition``: its kind's, or, for a table
+    whose standby copies replay its topic, one that applies a kept store's tail the same way
+    at start (``ReplayedTableTask``)."""
+    task = ReplayedTableTask if stage.replayed else WORKER_KINDS[stage.query.plan.kind].task
+    return task(settings, stage.query, stage.source, stage.sink, partition, stage.name)

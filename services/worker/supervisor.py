@@ -22,7 +22,7 @@ from typing import Any
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
 
-from millpond.services.worker.kinds import WORKER_KINDS
+from millpond.services.worker.kinds import new_task
 from millpond.services.worker.streams import LEAVE_TIMEOUT_S, StageStream, StageStreams
 from millpond.services.worker.task import Task
 from millpond.shared import metrics
@@ -123,8 +123,7 @@ class QuerySupervisor:
         plan_stages = stages(query, self.metastore.source(query.source), self.metastore.source(query.sink),
                              self.settings.service_id)
         self._stage_tasks = [
-            {p: WORKER_KINDS[stage.query.plan.kind].task(self.settings, stage.query, stage.source, stage.sink, p, stage.name)
-             for p in sorted(self.partitions) if p < stage.partitions}
+            {p: new_task(self.settings, stage, p) for p in sorted(self.partitions) if p < stage.partitions}
             for stage in plan_stages
         ]
         self.tasks = self._stage_tasks[-1]

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.structs import OffsetAndMetadata
 
 from millpond.services.worker.state.changelog import ChangelogReader
@@ -48,6 +48,7 @@ from millpond.services.worker.state.store import (
     encode_state,
     partition_dir,
 )
+from millpond.services.worker.state.table_topic import TableTopicReader
 from millpond.shared import metrics
 from millpond.shared.catalog.names import changelog_topic, consumer_group, task_transactional_id
 from millpond.shared.catalog.queries import OutputColumn, PersistentQuery
@@ -821,6 +822,17 @@ class ProjectionTask(Task[ProjectSlice]):
         return True
 
 
+CATCH_UP_RECORDS = 100_000
+"""Most records of its topic a ``ReplayedTableTask`` applies at start; a longer tail (a
+store rebuilt from far behind) is the Spark query's to read."""
+CATCH_UP_WAIT_MS = 25
+CATCH_UP_S = 10.0
+"""How long a ``ReplayedTableTask``'s start spends applying its store's tail at most."""
+PAST_MARKERS_S = 1.0
+"""How long a table task's start spends looking past the transaction markers at its store's
+end at most."""
+
+
 class TableTask(StoreTask[MaterializeSlice]):
     """Materializes one partition of a table declared over a topic: the latest row per key
     (a NULL value deletes the key). The topic is its own changelog, as Kafka Streams does
@@ -828,6 +840,9 @@ class TableTask(StoreTask[MaterializeSlice]):
     a crash at any point resumes exactly, and a worker without the store rebuilds it by
     reading the topic from the start. Each batch's transaction carries its processing-log
     records and the input offsets (for lag tooling and to fence a zombie)."""
+
+    REPLAYS = False
+    """Whether the table's standby copies replay its topic (``ReplayedTableTask``)."""
 
     def __init__(self, settings: WorkerSettings, query: PersistentQuery, source: DataSource,
                  sink: DataSource, partition: int, stage: str = ""):
@@ -842,17 +857,21 @@ class TableTask(StoreTask[MaterializeSlice]):
 
     async def start(self) -> None:
         """Open the store and fence any older owner; resume after the store's own position,
-        RESTORING while it replays what the topic held when it started."""
+        brought up to the topic's end here where that takes no Spark batch (``_catch_up``),
+        else RESTORING while the query replays what the topic held when it started."""
         self.store = PartitionStore(self.store_path)
         await self._open_producer()
-        self.next_input_offset = self.start_input_offset = self.store.position(INPUT_OFFSET)
-        consumer = AIOKafkaConsumer(**self.settings.kafka.client_args(), isolation_level="read_committed")
-        await consumer.start()
+        reader = TableTopicReader(self.settings.kafka, self.source, self.partition, self.store,
+                                  fetch_max_wait_ms=CATCH_UP_WAIT_MS)
         try:
-            first = (await consumer.beginning_offsets([self.input]))[self.input]
-            self.input_end = (await consumer.end_offsets([self.input]))[self.input]
+            await reader.start()
+            first = (await reader.consumer.beginning_offsets([self.input]))[self.input]
+            self.input_end = await reader.end_offset()
+            if self.store.position(INPUT_OFFSET) is not None and reader.position < self.input_end:
+                await self._catch_up(reader, self.input_end)
         finally:
-            await consumer.stop()
+            await reader.stop()
+        self.next_input_offset = self.start_input_offset = self.store.position(INPUT_OFFSET)
         self.input_start = first if self.next_input_offset is None else max(first, self.next_input_offset)
         self.records_to_restore = max(self.input_end - self.input_start, 0)
         if self.records_to_restore:
@@ -860,6 +879,19 @@ class TableTask(StoreTask[MaterializeSlice]):
         self.restored = True  # rebuilding() keeps it unreadable while it replays the topic
         log.info("task started", extra={"query": self.query.query_id, "partition": self.partition,
                                         "input_offset": self.next_input_offset, "input_end": self.input_end})
+
+    async def _catch_up(self, reader: TableTopicReader, end: int) -> None:
+        """Bring a kept store (a promoted copy's, or this worker's own from before) to ``end``
+        without waiting for the query's first batch, where that is exact: past a tail of
+        transaction markers alone (every committed batch leaves one), and, for a table whose
+        copies replay its topic (``REPLAYS``), through up to ``CATCH_UP_RECORDS`` records
+        applied as a copy applies them. Whatever is left, the query reads (RESTORING until then)."""
+        if not self.REPLAYS or end - reader.position > CATCH_UP_RECORDS:
+            await reader.past_markers(end, PAST_MARKERS_S)
+            return
+        deadline = time.monotonic() + CATCH_UP_S
+        while reader.position < end and time.monotonic() < deadline:
+            await reader.fetch(CATCH_UP_WAIT_MS)
 
     def rebuilding(self) -> bool:
         """Whether the store still lacks part of what the topic held when the task started."""
@@ -906,6 +938,14 @@ class TableTask(StoreTask[MaterializeSlice]):
             self.restored_records = min(self.next_input_offset - self.input_start, self.records_to_restore)
             self.read_through(self.next_input_offset)
         return True
+
+
+class ReplayedTableTask(TableTask):
+    """A table task whose table's standby copies replay its topic in Python (a table-table
+    join's result: ``Stage.replayed``): at start it applies a kept store's tail of the
+    topic the same way, so a promoted copy serves and processes at once."""
+
+    REPLAYS = True
 
 
 class SessionAggregationTask(EventTimeTask):

@@ -22,6 +22,7 @@ from millpond.services.worker.task import (
     MaterializeSlice,
     ProjectionTask,
     ProjectSlice,
+    ReplayedTableTask,
     TableTask,
 )
 from millpond.shared.catalog.metastore import Metastore
@@ -30,7 +31,7 @@ from millpond.shared.config import WorkerSettings
 from millpond.shared.kafka.admin import committed_offsets, committed_positions, ensure_topic
 from millpond.shared.kafka.connection import KafkaConnection
 from millpond.shared.sql.parser import parse_statement
-from millpond.shared.task_status import RESTORING, RUNNING
+from millpond.shared.task_status import RESTORING, RUNNING, STARTING
 
 pytestmark = pytest.mark.kafka
 _ids = itertools.count()
@@ -182,13 +183,73 @@ async def test_a_source_table_task_rebuilds_as_restoring_and_reports_its_lag(kaf
         await task.stop()
 
     again = TableTask(_settings(kafka, service_id, "w1", tmp_path), query, source, source, 0)
-    await again.start()  # the store holds every record; only the marker is left, until the query reads past it
+    await again.start()  # the store holds every record; only the marker is left: start reads past it
     try:
-        assert (again.rebuilding(), again.lag().lag) == (True, 1)  # type: ignore[union-attr]
-        again.read_through(4)
-        assert (again.state, again.lag().lag) == (RUNNING, 0)  # type: ignore[union-attr]
+        assert (again.state, again.rebuilding(), again.lag().lag, again.next_input_offset) == (  # type: ignore[union-attr]
+            STARTING, False, 0, 4)
+        assert again.readable
     finally:
         await again.stop()
+
+
+async def test_a_kept_table_store_catches_up_at_start_where_python_reads_as_spark(kafka: EmbeddedKafka,
+                                                                                  tmp_path: Path) -> None:
+    """A table task whose store was kept (a promoted copy's) and is behind its topic: the
+    records of the tail are the query's to read (RESTORING), unless the table's copies replay
+    its topic (a join's result, ``ReplayedTableTask``): then start applies them as a copy does,
+    tombstones included, and the task serves at once and resumes after them."""
+    service_id = f"table{next(_ids)}"
+    meta = Metastore()
+    meta.apply(parse_statement(f"CREATE TABLE t (id VARCHAR PRIMARY KEY, n INT) WITH (kafka_topic='t-{service_id}', "
+                               "partitions=1, value_format='json')"), 0)
+    (query,) = meta.queries.values()
+    source = meta.source("T")
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap_servers)
+    await admin.start()
+    try:
+        await ensure_topic(admin, source.topic, 1)
+        await ensure_topic(admin, processing_log_topic(service_id), 1)
+    finally:
+        await admin.close()
+    producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap_servers, transactional_id=f"fill-{service_id}")
+    await producer.start()
+
+    async def write(records: list[tuple[str, int | None]]) -> None:
+        async with producer.transaction():
+            for key, n in records:
+                await producer.send_and_wait(source.topic, None if n is None else json.dumps({"N": n}).encode(),
+                                             key=key.encode(), partition=0)
+
+    settings = _settings(kafka, service_id, "w1", tmp_path)
+    try:
+        await write([("k0", 0), ("k1", 1), ("k2", 2)])  # offsets 0-2, marker 3
+        first = TableTask(settings, query, source, source, 0)
+        await first.start()
+        try:
+            assert await first.commit(MaterializeSlice(0, 2, count=3, latest=[(f"k{i}".encode(), [i]) for i in range(3)]))
+        finally:
+            await first.stop()
+        await write([("k1", 10), ("k3", 3), ("k0", None)])  # offsets 4-6, marker 7
+    finally:
+        await producer.stop()
+
+    plain = TableTask(settings, query, source, source, 0)
+    await plain.start()
+    try:
+        assert (plain.state, plain.lag().lag, plain.next_input_offset) == (RESTORING, 5, 3)  # type: ignore[union-attr]
+        assert not plain.readable and plain.store is not None and plain.store.get(b"k1") == [1]
+    finally:
+        await plain.stop()
+
+    replayed = ReplayedTableTask(settings, query, source, source, 0)
+    await replayed.start()
+    try:
+        assert (replayed.state, replayed.rebuilding(), replayed.lag().lag, replayed.next_input_offset) == (
+            STARTING, False, 0, 8)  # type: ignore[union-attr]
+        assert replayed.readable and replayed.store is not None
+        assert {k: replayed.store.get(f"k{k}".encode()) for k in range(4)} == {0: None, 1: [10], 2: [2], 3: [3]}
+    finally:
+        await replayed.stop()
 
 
 async def test_a_stage_feeding_another_commits_how_far_its_output_reached(kafka: EmbeddedKafka, tmp_path: Path) -> None:

@@ -8,13 +8,15 @@ stored in its canonical form, a value that does not decode left out (the active 
 it). Values are decoded in Python, which equals Spark's decoding for the JSON the join wrote
 of the types ``topology.REPLAYED_TYPES`` (only such tables get copies; ``_as_spark``). The
 next topic offset is the copy's input offset, written in the same write batch as the rows,
-so a promoted copy's active task resumes exactly there. ``TableTopicReader`` has ``ChangelogReader``'s interface, so the
-standby replica reads either.
+so a promoted copy's active task resumes exactly there, after applying the tail the copy had
+not reached yet the same way (``ReplayedTableTask``). ``TableTopicReader`` has
+``ChangelogReader``'s interface, so the standby replica reads either.
 """
 
 from __future__ import annotations
 
 import decimal
+import time
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -27,6 +29,9 @@ from millpond.shared.kafka.connection import KafkaConnection
 from millpond.shared.kafka.serde import deserialize_value, encode_key, key_decoder
 from millpond.shared.sql.ast import SqlType
 from millpond.shared.teardown import bounded, run_to_end
+
+PROBE_MS = 25
+"""How long ``past_markers`` waits for one fetch."""
 
 
 class TableTopicReader:
@@ -114,6 +119,25 @@ class TableTopicReader:
             self.offset = max(self.offset, position)
             self.store.write(rows, {INPUT_OFFSET: self.offset}, deleted)
         return len(records)
+
+    async def past_markers(self, end: int, timeout_s: float) -> bool:
+        """Whether the topic holds no record from the store's position up to ``end``: only
+        transaction markers, or records of aborted transactions, which hold no rows. If so,
+        the store's position moves past them (to ``end`` at least); a record there answers
+        no at once, and nothing changes. False too when ``timeout_s`` passes first."""
+        deadline = time.monotonic() + timeout_s
+        position = self.offset
+        while position < end:
+            if time.monotonic() > deadline:
+                return False
+            batches = await self.consumer.getmany(self.input, timeout_ms=PROBE_MS, max_records=1)
+            if batches.get(self.input):
+                return False
+            position = await self.consumer.position(self.input)
+        if position > self.offset:
+            self.offset = position
+            self.store.write({}, {INPUT_OFFSET: position})
+        return True
 
     async def stop(self) -> None:
         """Disconnect (the store stays open: it belongs to the caller); to the end even if the
