@@ -24,7 +24,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from millpond.shared.catalog.sources import WINDOW_END, WINDOW_START, DataSource
 from millpond.shared.kafka.connection import KafkaConnection
-from millpond.shared.kafka.serde import bytes_decoder, deserialize_value, key_decoder, window_bounds
+from millpond.shared.kafka.serde import bytes_decoder, deserialize_value, key_decoder, timestamp_text, window_bounds
 from millpond.shared.sql.planner import SelectPlan
 
 log = logging.getLogger(__name__)
@@ -62,12 +62,15 @@ class PushQuery:
         """Records that did not decode (the persistent queries' processing log reports those)."""
         self._consumer: AIOKafkaConsumer | None = None
         source = self.plan.source
-        self._bytes: list[tuple[str, Callable[[Any], Any]]] = [
+        bytes_columns: list[tuple[str, Callable[[Any], Any]]] = [
             (c.name, decode) for c in source.value_columns if (decode := bytes_decoder(c.type)) is not None
         ] if source.value_format == "JSON" else [(c.name, _utf8) for c in source.value_columns if c.type.base == "BYTES"]
-        """The value columns that hold BYTES, with what makes them bytes, as the persistent
-        queries and pulls have them: JSON's base64 text decoded; a DELIMITED field's text as
-        its UTF-8 bytes, as Spark's CSV reader gives it."""
+        self._converted = bytes_columns + [
+            (c.name, timestamp_text) for c in source.value_columns if c.type.base == "TIMESTAMP"]
+        """The value columns a record holds otherwise than the persistent queries and pulls
+        have them, with what converts them: BYTES (JSON's base64 text decoded; a DELIMITED
+        field's text as its UTF-8 bytes, as Spark's CSV reader gives it) and TIMESTAMP
+        (epoch milliseconds or ISO text, as the ISO text of the UTC time: ``timestamp_text``)."""
 
     async def start(self) -> None:
         """Open the reader at the beginning or the end of every partition. Once this returns,
@@ -125,7 +128,7 @@ class PushQuery:
         try:
             row = deserialize_value([(c.name, c.type) for c in source.value_columns], record.value,
                                     source.value_format, source.value_delimiter)
-            for name, decode in self._bytes:
+            for name, decode in self._converted:
                 if row[name] is not None:
                     row[name] = decode(row[name])
             if keys:

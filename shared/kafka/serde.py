@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import base64
 import csv
+import datetime
 import io
 import json
+import re
 import struct
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -181,6 +183,31 @@ def _bytes(value: Any) -> Any:
         raise ValueError(f"BYTES must be base64 text, not {value!r}")
     # Strict, but line-wrapped base64 reads, as Spark's JSON reader (Jackson) takes it.
     return base64.b64decode("".join(value.split()), validate=True)
+
+
+_MILLIS = re.compile(r"-?[0-9]{1,15}")
+_EPOCH = datetime.datetime(1970, 1, 1)
+
+
+def timestamp_text(value: Any) -> str:
+    """A TIMESTAMP value as a record holds it, as the text a pull gives for it: what the
+    persistent queries read (``query_runner.timestamp_of``: up to 15 digits, a JSON number or
+    text, are epoch milliseconds; other text an ISO 8601 time, one with an offset moved to
+    UTC), in Python's ISO form of the UTC time, as the stores keep it. ValueError when it
+    does not read or lies outside years 1 to 9999, where the queries set the record aside."""
+    text = value if isinstance(value, str) else None if isinstance(value, bool) else str(value) \
+        if isinstance(value, int) else None
+    if text is None:
+        raise ValueError(f"a TIMESTAMP must be epoch milliseconds or ISO 8601 text, not {value!r}")
+    try:
+        if _MILLIS.fullmatch(text):
+            return (_EPOCH + datetime.timedelta(milliseconds=int(text))).isoformat()
+        time = datetime.datetime.fromisoformat(text.strip())
+        if time.tzinfo is not None:
+            time = time.astimezone(datetime.UTC).replace(tzinfo=None)
+        return time.isoformat()
+    except (ValueError, OverflowError) as error:
+        raise ValueError(f"{value!r} is not a TIMESTAMP Millpond reads: {error}") from None
 
 
 def to_proto(value: Any) -> rows_pb2.Value:

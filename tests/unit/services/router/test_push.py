@@ -100,3 +100,23 @@ def test_a_push_query_gives_bytes_as_bytes_as_a_pull_does() -> None:
     push = PushQuery(plan_select(lines, meta.source("LINES")), RouterSettings().kafka, from_beginning=True)
     row = push._row(push.plan.source, SimpleNamespace(key=b"x", value=b"AAEC,7", offset=0, timestamp=0))
     assert row == ["x", b"AAEC", 7]
+
+
+def test_a_push_query_gives_a_timestamp_as_a_pull_does() -> None:
+    """A TIMESTAMP the record holds as epoch milliseconds or ISO text is pushed as the ISO text
+    of the UTC time, as a pull gives it (the store's form); one that does not read is skipped,
+    as the persistent queries set the record aside."""
+    meta = Metastore()
+    meta.apply(parse_statement("CREATE STREAM times (k VARCHAR KEY, t TIMESTAMP, n INT) "
+                               "WITH (kafka_topic='times', partitions=1, value_format='json')"), 0)
+    stmt = parse_statement("SELECT * FROM times EMIT CHANGES")
+    assert isinstance(stmt, ast.Query)
+    push = PushQuery(plan_select(stmt, meta.source("TIMES")), RouterSettings().kafka, from_beginning=True)
+    values = [{"T": 1700000000123, "N": 1}, {"T": "2026-01-02T03:04:05+01:00", "N": 2}, {"T": None, "N": 3},
+              {"T": "not a time", "N": 4}]
+    records = [SimpleNamespace(key=b"k%d" % i, value=json.dumps(v).encode(), offset=i, timestamp=i)
+               for i, v in enumerate(values)]
+    rows = [push._row(push.plan.source, record) for record in records]
+    assert rows == [["k0", "2023-11-14T22:13:20.123000", 1], ["k1", "2026-01-02T02:04:05", 2], ["k2", None, 3], None]
+    assert push.skipped == 1
+

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from millpond.shared.kafka.serde import deserialize_value, serialize_value
+from millpond.shared.kafka.serde import deserialize_value, serialize_value, timestamp_text
 from millpond.shared.sql.ast import SqlType
 
 COLUMNS = [("AREA", SqlType("VARCHAR")), ("READING", SqlType("INT")), ("OK", SqlType("BOOLEAN")),
@@ -47,3 +47,25 @@ def test_delimited_round_trip_with_nulls() -> None:
 def test_malformed_values_say_why(data: bytes, fmt: str, reason: str) -> None:
     with pytest.raises(ValueError, match=reason):
         deserialize_value(COLUMNS, data, fmt)
+
+
+@pytest.mark.parametrize("value, text", [
+    (1700000000123, "2023-11-14T22:13:20.123000"), ("1700000000123", "2023-11-14T22:13:20.123000"),
+    ("2026-01-02T03:04:05.678", "2026-01-02T03:04:05.678000"), ("2026-01-02 03:04:05", "2026-01-02T03:04:05"),
+    (-1000, "1969-12-31T23:59:59"), ("9999-12-31T23:59:59.999", "9999-12-31T23:59:59.999000"),
+    ("2026-01-02T03:04:05+01:00", "2026-01-02T02:04:05"), ("2026-01-02T03:04:05Z", "2026-01-02T03:04:05"),
+    (" 2026-01-02 ", "2026-01-02T00:00:00"),
+])
+def test_a_timestamp_reads_as_the_persistent_queries_read_it_and_pulls_give_it(value: object, text: str) -> None:
+    """Epoch milliseconds (a number, or text of up to 15 digits) or ISO text, as the ISO text
+    of the UTC time: the cases and results of the Spark test of the queries' decoding
+    (``test_timestamps_read_as_epoch_milliseconds_or_iso_text_and_others_are_logged``), and
+    ISO text with an offset or of a date alone, which Spark's CAST reads the same way."""
+    assert timestamp_text(value) == text
+
+
+@pytest.mark.parametrize("value", ["not a time", 999999999999999, 99999999999999999, 1.7e12, True, [1]])
+def test_a_timestamp_that_the_queries_set_aside_does_not_read(value: object) -> None:
+    with pytest.raises(ValueError):
+        timestamp_text(value)
+
