@@ -863,11 +863,16 @@ class TableTask(StoreTask[MaterializeSlice]):
         await self._open_producer()
         reader = TableTopicReader(self.settings.kafka, self.source, self.partition, self.store,
                                   fetch_max_wait_ms=CATCH_UP_WAIT_MS)
+        stored = self.store.position(INPUT_OFFSET)
         try:
             await reader.start()
             first = (await reader.consumer.beginning_offsets([self.input]))[self.input]
             self.input_end = await reader.end_offset()
-            if self.store.position(INPUT_OFFSET) is not None and reader.position < self.input_end:
+            if stored is not None and stored < first:
+                log.warning("the topic's retention deleted records the store never applied", extra={
+                    "query": self.query.query_id, "partition": self.partition, "store_offset": stored,
+                    "first_offset": first})
+            if stored is not None and stored < self.input_end:
                 await self._catch_up(reader, self.input_end)
         finally:
             await reader.stop()
@@ -885,13 +890,22 @@ class TableTask(StoreTask[MaterializeSlice]):
         without waiting for the query's first batch, where that is exact: past a tail of
         transaction markers alone (every committed batch leaves one), and, for a table whose
         copies replay its topic (``REPLAYS``), through up to ``CATCH_UP_RECORDS`` records
-        applied as a copy applies them. Whatever is left, the query reads (RESTORING until then)."""
+        applied as a copy applies them; the records left out go to the processing log, and
+        the input is committed up to there, as a batch would. Whatever is left, the query
+        reads (RESTORING until then)."""
         if not self.REPLAYS or end - reader.position > CATCH_UP_RECORDS:
             await reader.past_markers(end, PAST_MARKERS_S)
             return
+        bad: list[BadRecord] = []
+        applied = 0
         deadline = time.monotonic() + CATCH_UP_S
         while reader.position < end and time.monotonic() < deadline:
-            await reader.fetch(CATCH_UP_WAIT_MS)
+            applied += await reader.fetch(CATCH_UP_WAIT_MS, lambda *record: bad.append(BadRecord(*record)))
+        if applied:
+            self.last_applied_ms = now_ms()
+            async with self._transaction():
+                await self._send_bad(bad)
+                await self._commit_input(reader.position)
 
     def rebuilding(self) -> bool:
         """Whether the store still lacks part of what the topic held when the task started."""

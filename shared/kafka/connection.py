@@ -14,14 +14,15 @@ from aiokafka.helpers import create_ssl_context
 
 from millpond.shared.teardown import run_to_end
 
-TRANSACTION_RETRY_BACKOFF_MS = 10
+TRANSACTION_RETRY_BACKOFF_MS = 20
 """How long a transactional producer waits before it retries a retriable error (aiokafka's
-default is 100 ms). Right after a transaction commits, the transaction coordinator is still
-writing its markers: the next transaction's first produce is refused for a moment
-(CONCURRENT_TRANSACTIONS, which the broker's transaction verification reports as
-NOT_ENOUGH_REPLICAS) and the InitProducerId of a new owner waits while the old owner's open
-transaction aborts. Back-to-back transactions on an idle broker: p99 per commit 113-148 ms
-with 100 ms, 20-48 ms with 10 ms."""
+default is 100 ms, never backed off further). Right after a transaction commits, the
+transaction coordinator is still writing its markers: the next transaction's first produce
+is refused for a moment (CONCURRENT_TRANSACTIONS, which the broker's transaction
+verification reports as NOT_ENOUGH_REPLICAS) and the InitProducerId of a new owner waits
+while the old owner's open transaction aborts. Back-to-back transactions on an idle broker:
+p99 per commit 113-148 ms with 100 ms, 37-56 ms with 20 ms (20-48 ms with 10 ms, but a
+broker down would then see a hundred retries a second from each task, each logged)."""
 
 _JAAS_MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",

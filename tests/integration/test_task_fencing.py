@@ -197,7 +197,8 @@ async def test_a_kept_table_store_catches_up_at_start_where_python_reads_as_spar
     """A table task whose store was kept (a promoted copy's) and is behind its topic: the
     records of the tail are the query's to read (RESTORING), unless the table's copies replay
     its topic (a join's result, ``ReplayedTableTask``): then start applies them as a copy does,
-    tombstones included, and the task serves at once and resumes after them."""
+    tombstones included, logs the one that does not decode, commits the input past them, and
+    the task serves at once and resumes after them."""
     service_id = f"table{next(_ids)}"
     meta = Metastore()
     meta.apply(parse_statement(f"CREATE TABLE t (id VARCHAR PRIMARY KEY, n INT) WITH (kafka_topic='t-{service_id}', "
@@ -214,11 +215,11 @@ async def test_a_kept_table_store_catches_up_at_start_where_python_reads_as_spar
     producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap_servers, transactional_id=f"fill-{service_id}")
     await producer.start()
 
-    async def write(records: list[tuple[str, int | None]]) -> None:
+    async def write(records: list[tuple[str, int | bytes | None]]) -> None:
         async with producer.transaction():
             for key, n in records:
-                await producer.send_and_wait(source.topic, None if n is None else json.dumps({"N": n}).encode(),
-                                             key=key.encode(), partition=0)
+                value = n if isinstance(n, bytes) else None if n is None else json.dumps({"N": n}).encode()
+                await producer.send_and_wait(source.topic, value, key=key.encode(), partition=0)
 
     settings = _settings(kafka, service_id, "w1", tmp_path)
     try:
@@ -229,14 +230,14 @@ async def test_a_kept_table_store_catches_up_at_start_where_python_reads_as_spar
             assert await first.commit(MaterializeSlice(0, 2, count=3, latest=[(f"k{i}".encode(), [i]) for i in range(3)]))
         finally:
             await first.stop()
-        await write([("k1", 10), ("k3", 3), ("k0", None)])  # offsets 4-6, marker 7
+        await write([("k1", 10), ("k3", 3), ("k0", None), ("k4", b"{not json")])  # offsets 4-7, marker 8
     finally:
         await producer.stop()
 
     plain = TableTask(settings, query, source, source, 0)
     await plain.start()
     try:
-        assert (plain.state, plain.lag().lag, plain.next_input_offset) == (RESTORING, 5, 3)  # type: ignore[union-attr]
+        assert (plain.state, plain.lag().lag, plain.next_input_offset) == (RESTORING, 6, 3)  # type: ignore[union-attr]
         assert not plain.readable and plain.store is not None and plain.store.get(b"k1") == [1]
     finally:
         await plain.stop()
@@ -245,11 +246,18 @@ async def test_a_kept_table_store_catches_up_at_start_where_python_reads_as_spar
     await replayed.start()
     try:
         assert (replayed.state, replayed.rebuilding(), replayed.lag().lag, replayed.next_input_offset) == (
-            STARTING, False, 0, 8)  # type: ignore[union-attr]
+            STARTING, False, 0, 9)  # type: ignore[union-attr]
         assert replayed.readable and replayed.store is not None
-        assert {k: replayed.store.get(f"k{k}".encode()) for k in range(4)} == {0: None, 1: [10], 2: [2], 3: [3]}
+        assert {k: replayed.store.get(f"k{k}".encode()) for k in range(5)} == {0: None, 1: [10], 2: [2], 3: [3], 4: None}
     finally:
         await replayed.stop()
+    # As a batch would: the record left out is in the processing log, and the input committed past it.
+    logged = await _committed(kafka.bootstrap_servers, processing_log_topic(service_id))
+    assert [(entry["SOURCE_OFFSET"], entry["REASON"], entry["RECORD"]) for _, entry in logged] == [
+        (7, "value is not JSON of the declared columns and types", "{not json")]
+    tp = TopicPartition(source.topic, 0)
+    group = consumer_group(service_id, query.query_id)
+    assert await committed_offsets(KafkaConnection(kafka.bootstrap_servers), group, [tp]) == {tp: 9}
 
 
 async def test_a_stage_feeding_another_commits_how_far_its_output_reached(kafka: EmbeddedKafka, tmp_path: Path) -> None:

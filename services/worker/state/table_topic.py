@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import decimal
 import time
+from collections.abc import Callable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -30,6 +31,8 @@ from millpond.shared.kafka.serde import deserialize_value, encode_key, key_decod
 from millpond.shared.sql.ast import SqlType
 from millpond.shared.teardown import bounded, run_to_end
 
+BadSink = Callable[[int, str, str | None], None]
+"""Told of a record left out: its offset, why, and its text."""
 PROBE_MS = 25
 """How long ``past_markers`` waits for one fetch."""
 
@@ -96,9 +99,11 @@ class TableTopicReader:
         except (ValueError, TypeError, ArithmeticError, MillpondError):
             return None
 
-    async def fetch(self, timeout_ms: int) -> int:
+    async def fetch(self, timeout_ms: int, bad: BadSink | None = None) -> int:
         """Fetch once and apply what came, rows and position in one write batch; how many
-        records were fetched. An empty fetch moves the position past commit markers."""
+        records were fetched. An empty fetch moves the position past commit markers. ``bad``
+        is told of each record left out (offset, reason, the record's text) with the reason
+        the active task's query gives it."""
         batches = await self.consumer.getmany(self.input, timeout_ms=timeout_ms, max_records=MAX_RECORDS)
         records = batches.get(self.input, [])
         rows: dict[bytes, bytes] = {}
@@ -106,6 +111,12 @@ class TableTopicReader:
         for record in records:
             key = self._key(record.key)
             if key is None:
+                if bad is not None and record.key is not None:
+                    names = ", ".join(c.name for c in self._canonical[1]) if self._canonical else ""
+                    bad(record.offset, f"key is not a JSON object of {names}, none of them NULL",
+                        record.key.decode(errors="replace"))
+                elif bad is not None and record.value is not None:
+                    bad(record.offset, "record has no key", record.value.decode(errors="replace"))
                 continue
             row = None if record.value is None else self._row(record.value)
             if record.value is None:
@@ -114,6 +125,9 @@ class TableTopicReader:
             elif row is not None:
                 rows[key] = row
                 deleted.discard(key)
+            elif bad is not None:
+                bad(record.offset, f"value is not {self.table.value_format} of the declared columns and types",
+                    record.value.decode(errors="replace"))
         position = int(records[-1].offset) + 1 if records else await self.consumer.position(self.input)
         if position > self.offset or rows or deleted:
             self.offset = max(self.offset, position)

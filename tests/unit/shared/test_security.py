@@ -163,7 +163,7 @@ def test_kafka_security_settings_reach_aiokafka_and_spark() -> None:
     assert sasl.spark_options()["kafka.sasl.jaas.config"] == (
         'org.apache.kafka.common.security.scram.ScramLoginModule required username="svc" password="pa\\"ss";')
     # Transactional producers (tasks, the command log) connect the same way, and retry the
-    # moment after a commit, when the coordinator still writes its markers, after 10 ms, not 100.
+    # moment after a commit, when the coordinator still writes its markers, after 20 ms, not 100.
     assert sasl.transactional_args("t") == {**args, "transactional_id": "t", "enable_idempotence": True,
                                             "retry_backoff_ms": TRANSACTION_RETRY_BACKOFF_MS}
     assert TRANSACTION_RETRY_BACKOFF_MS < inspect.signature(AIOKafkaProducer).parameters["retry_backoff_ms"].default

@@ -7,9 +7,13 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from millpond.services.worker.kinds import new_task
 from millpond.services.worker.streams import StageStreams
 from millpond.services.worker.supervisor import QuerySupervisor
+from millpond.services.worker.table_joining import JoinSideTask, TableJoinTask
+from millpond.services.worker.task import ReplayedTableTask, TableTask
 from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.catalog.topology import stages
 from millpond.shared.config import WorkerSettings
 from millpond.shared.sql.parser import parse_statement
 from millpond.shared.task_status import FAILED
@@ -38,3 +42,26 @@ async def test_a_query_that_cannot_run_is_reported_failed_and_retried(tmp_path: 
         await supervisor.stop()
     assert [(r.partition, r.state, r.worker_id) for r in reports] == [(0, FAILED, "w"), (1, FAILED, "w")]
     assert all("R does not exist" in r.reason and r.failures >= 3 for r in reports)
+
+
+def test_a_joined_tables_result_task_catches_up_as_its_copies_replay(tmp_path: Path) -> None:
+    """The stage that materializes a table-table join's result, whose standby copies replay
+    its topic, gets a ``ReplayedTableTask`` (a promoted copy applies its tail at start); a
+    table over a topic, and the join's other stages, get their kind's task."""
+    meta = Metastore()
+    for index, sql in enumerate([
+            "CREATE TABLE a (id VARCHAR PRIMARY KEY, x INT) WITH (kafka_topic='a', partitions=2, value_format='json')",
+            "CREATE TABLE b (id VARCHAR PRIMARY KEY, y INT) WITH (kafka_topic='b', partitions=2, value_format='json')",
+            "CREATE TABLE ab AS SELECT a.id AS id, x, y FROM a JOIN b ON a.id = b.id"]):
+        meta.apply(parse_statement(sql), index)
+    settings = WorkerSettings(worker_id="w", state_dir=tmp_path)
+
+    def tasks(query_id: str) -> list[tuple[str, type]]:
+        query = meta.queries[query_id]
+        return [(stage.name, type(new_task(settings, stage, 0)))
+                for stage in stages(query, meta.source(query.source), meta.source(query.sink), "svc")]
+
+    joined = next(q for q in meta.queries if q.startswith("CTAS_AB"))
+    assert tasks(joined) == [("side-0", JoinSideTask), ("side-1", JoinSideTask), ("join", TableJoinTask),
+                             ("", ReplayedTableTask)]
+    assert tasks(next(q for q in meta.queries if q.startswith("CST_A"))) == [("", TableTask)]
