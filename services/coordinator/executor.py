@@ -18,7 +18,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, sto
 
 from millpond.services.coordinator import views
 from millpond.shared import security
-from millpond.shared.catalog.metastore import DDL, Change, Metastore
+from millpond.shared.catalog.metastore import DDL, Change, Metastore, check_column_names
 from millpond.shared.catalog.queries import Resolved
 from millpond.shared.catalog.topology import internal_topics
 from millpond.shared.catalog.upgrades import check_upgrades
@@ -166,7 +166,9 @@ class StatementExecutor:
                 return Outcome(stmt.text, message)
             resolved = await self._resolve(stmt, properties)
             change = self.metastore.plan(stmt, properties, resolved)
-            check_upgrades(self.metastore.queries, change)  # here, not in plan: replay keeps what was accepted
+            # Here, not in plan: replay keeps what was accepted.
+            check_upgrades(self.metastore.queries, change)
+            check_column_names(change)
             if change.noop:
                 return Outcome(stmt.text, change.message)
             await self._create_topics(stmt, change)

@@ -26,6 +26,7 @@ from millpond.shared.catalog.topology import TABLE_JOINS
 from millpond.shared.errors import AlreadyExistsError, NotFoundError, StatementError
 from millpond.shared.kafka.serde import VALUE_FORMATS
 from millpond.shared.sql import ast
+from millpond.shared.sql.expressions import quote_identifier
 from millpond.shared.sql.joins import started_sources
 from millpond.shared.sql.planner import (
     SOURCE_PROPERTIES,
@@ -62,6 +63,22 @@ class Change:
     def noop(self) -> bool:
         """True when nothing changes (IF NOT EXISTS / IF EXISTS on a settled name)."""
         return not (self.add_sources or self.add_queries or self.drop_sources or self.drop_queries)
+
+
+def check_column_names(change: Change) -> None:
+    """Refuse a stream or table whose column names differ only in case (``"a"`` and ``A``):
+    Spark, which runs the persistent queries, resolves column names regardless of case (as
+    JSON field names are read), so every query reading it failed. Checked when a statement is
+    accepted, not on replay, which keeps what was accepted."""
+    for source in change.add_sources:
+        seen: dict[str, str] = {}
+        for column in source.columns:
+            other = seen.setdefault(column.name.lower(), column.name)
+            if other != column.name:
+                raise StatementError(
+                    f"{source.name} would have the columns {quote_identifier(other)} and "
+                    f"{quote_identifier(column.name)}, whose names differ only in case; Millpond's persistent queries "
+                    "match column names regardless of case: rename one (or give it an alias with AS)")
 
 
 @dataclass

@@ -169,3 +169,27 @@ async def test_a_command_not_delivered_in_its_transaction_is_validated_and_appen
                                  unused, unused, cast(Any, FakeOffsets()))
     outcome = await executor.execute("DROP STREAM s;", {})
     assert outcome.message and FlakyTransaction.appends == 2 and executor.fenced_retries == 1
+
+
+@pytest.mark.parametrize("sql, columns", [
+    ("CREATE STREAM s (k VARCHAR KEY, \"a\" INT, A INT) WITH (kafka_topic='s', partitions=1, value_format='json')",
+     '`a` and `A`'),
+    ("CREATE STREAM t AS SELECT sensor, reading AS \"Reading\", reading AS READING FROM readings EMIT CHANGES",
+     '`Reading` and `READING`'),
+])
+async def test_columns_whose_names_differ_only_in_case_are_refused_before_they_are_appended(sql: str,
+                                                                                           columns: str) -> None:
+    """Spark resolves column names regardless of case: a stream or table with "a" and A failed
+    every query over it. Refused when the statement is run; a replayed one stays."""
+    metastore = Metastore()
+    metastore.apply(parse_statement("CREATE STREAM readings (sensor VARCHAR KEY, reading INT) "
+                                    "WITH (kafka_topic='readings', partitions=1, value_format='json')"), 0)
+    unused = cast(Any, None)
+    executor = StatementExecutor(CoordinatorSettings(), metastore, cast(Any, FakeReader()), cast(Any, FakeWriter()),
+                                 unused, unused, cast(Any, FakeOffsets()))
+    with pytest.raises(StatementError) as err:
+        await executor.execute(sql, {})
+    assert f"would have the columns {columns}, whose names differ only in case" in err.value.message
+    assert status_code(err.value.kind) is grpc.StatusCode.INVALID_ARGUMENT
+    metastore.apply(parse_statement(sql), 1)  # as replay finds a statement accepted before
+    assert len(metastore.sources) == 2
