@@ -35,6 +35,7 @@ from millpond.shared import metrics
 from millpond.shared.catalog.queries import PersistentQuery
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.config import WorkerSettings
+from millpond.shared.kafka.serde import EARLIEST_TIMESTAMP, ISO_TIMESTAMP_TEXT, LATEST_TIMESTAMP, MILLIS_TEXT
 from millpond.shared.sql import ast
 
 log = logging.getLogger(__name__)
@@ -290,20 +291,23 @@ _SPARK_TYPES: dict[str, T.DataType] = {
 }
 
 
-EARLIEST_TIME, LATEST_TIME = "0001-01-01 00:00:00", "9999-12-31 23:59:59.999999"
-"""The span a TIMESTAMP or DATE value may have: what Python's datetime holds (Spark's own goes
-further; a later one would fail the batch as it reaches the task). PySpark gives timestamps
-in the process's time zone, which ``create_session`` sets to the session's, UTC."""
+EARLIEST_TIME, LATEST_TIME = EARLIEST_TIMESTAMP.isoformat(" "), LATEST_TIMESTAMP.isoformat(" ")
+"""The span a TIMESTAMP value may have: what PySpark can give as a Python datetime (Spark's
+own goes further; a time outside would fail the batch as it reaches the task). PySpark gives
+timestamps in the process's time zone, which ``create_session`` sets to the session's, UTC."""
+EARLIEST_DATE, LATEST_DATE = "0001-01-01", "9999-12-31"
+"""The span a DATE value may have: what Python's date holds."""
 
 
 def timestamp_of(text: Column) -> Column:
     """A TIMESTAMP column's text as a timestamp: digits (a JSON number, or text of digits alone)
-    are epoch milliseconds (ksqlDB's JSON form), other text what a CAST to TIMESTAMP reads (ISO
-    8601, as Millpond writes them); NULL when it does not read or falls outside
-    ``EARLIEST_TIME``..``LATEST_TIME``."""
+    are epoch milliseconds (ksqlDB's JSON form), ISO 8601 text (``serde.ISO_TIMESTAMP_TEXT``,
+    as ksqlDB and Millpond write them) what a CAST to TIMESTAMP reads of it; NULL for other
+    text, or outside ``EARLIEST_TIME``..``LATEST_TIME``. Python reads the same forms the same
+    way (``serde.timestamp_text``: push queries, standby copies)."""
     # Up to 15 digits: more would overflow timestamp_millis (an error, whatever the ANSI mode).
-    read = F.when(text.rlike(r"^-?[0-9]{1,15}$"), F.timestamp_millis(text.cast("bigint"))).otherwise(
-        text.try_cast("timestamp"))
+    read = F.when(text.rlike(f"^{MILLIS_TEXT}$"), F.timestamp_millis(text.cast("bigint"))).when(
+        text.rlike(f"^{ISO_TIMESTAMP_TEXT}$"), text.try_cast("timestamp"))
     return F.when(read.between(_bound(EARLIEST_TIME, "timestamp"), _bound(LATEST_TIME, "timestamp")), read)
 
 
@@ -332,7 +336,7 @@ def outside_python(value: Column, data_type: T.DataType) -> Column:
     if isinstance(data_type, T.TimestampType):
         inside = value.between(_bound(EARLIEST_TIME, "timestamp"), _bound(LATEST_TIME, "timestamp"))
     elif isinstance(data_type, T.DateType):
-        inside = value.between(_bound(EARLIEST_TIME[:10], "date"), _bound(LATEST_TIME[:10], "date"))
+        inside = value.between(_bound(EARLIEST_DATE, "date"), _bound(LATEST_DATE, "date"))
     elif isinstance(data_type, T.ArrayType):
         return _any_outside(value, data_type.elementType)
     elif isinstance(data_type, T.MapType):

@@ -61,11 +61,12 @@ TABLE_JOINS = (PlanKind.TABLE_TABLE_JOIN, PlanKind.FOREIGN_KEY_JOIN)
 """The joins of two tables into a table: the joined topic is compacted, the result materialized."""
 CHAINED_JOINS = (PlanKind.STREAM_TABLE_JOIN, PlanKind.STREAM_STREAM_JOIN)
 """The joins that tables may follow on other expressions, each in a stage of its own."""
-REPLAYED_TYPES = ("VARCHAR", "INT", "BIGINT", "DOUBLE", "BOOLEAN", "DECIMAL")
+REPLAYED_TYPES = ("VARCHAR", "INT", "BIGINT", "DOUBLE", "BOOLEAN", "DECIMAL", "TIMESTAMP")
 """The value types a standby copy of a joined table decodes from the JSON the join wrote
 exactly as Spark does for the active task (``TableTopicReader``: a DECIMAL rounded half up to
-its scale, as Spark does, and refused past its precision); others, such as TIMESTAMP or
-nested values, Spark normalizes its own way: a joined table of only these has standbys."""
+its scale, as Spark does, and refused past its precision; a TIMESTAMP in the forms both read
+alike, ``serde.timestamp_text``); others, such as DATE or nested values, Spark normalizes its
+own way: a joined table of only these has standbys."""
 JOINED_TOMBSTONES_MS = 7 * 24 * 3_600_000
 """How long a table-table join's joined topic keeps a tombstone."""
 WINDOWED_EXTRA_MS = 24 * 3_600_000

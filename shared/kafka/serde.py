@@ -185,26 +185,47 @@ def _bytes(value: Any) -> Any:
     return base64.b64decode("".join(value.split()), validate=True)
 
 
-_MILLIS = re.compile(r"-?[0-9]{1,15}")
+MILLIS_TEXT = r"-?[0-9]{1,15}"
+"""A TIMESTAMP given as epoch milliseconds (a JSON number, or text of digits): at most 15
+digits, more would overflow Spark's timestamp_millis."""
+ISO_TIMESTAMP_TEXT = (r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
+                      r"(?:[T ][0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]{1,6})?)?(?:Z|[+-][0-9]{2}:[0-9]{2})?)?")
+"""A TIMESTAMP given as text: ISO 8601 as ksqlDB and Millpond write it (a date, then
+optionally a time to the minute, second or microsecond and a UTC offset). Spark's CAST and
+Python's ``fromisoformat`` each read more forms, differently; within this one they agree, so
+the persistent queries (``query_runner.timestamp_of``), push queries and standby copies
+(``timestamp_text``) read the same instants."""
+_MILLIS = re.compile(MILLIS_TEXT)
+_ISO_TIMESTAMP = re.compile(ISO_TIMESTAMP_TEXT)
 _EPOCH = datetime.datetime(1970, 1, 1)
+EARLIEST_TIMESTAMP = datetime.datetime(1, 1, 2)
+"""The earliest TIMESTAMP Millpond holds: PySpark cannot give a time of the first day of year 1
+as a datetime (its conversion goes through a day before it)."""
+LATEST_TIMESTAMP = datetime.datetime(9999, 12, 31, 23, 59, 59, 999999)
 
 
 def timestamp_text(value: Any) -> str:
     """A TIMESTAMP value as a record holds it, as the text a pull gives for it: what the
-    persistent queries read (``query_runner.timestamp_of``: up to 15 digits, a JSON number or
-    text, are epoch milliseconds; other text an ISO 8601 time, one with an offset moved to
-    UTC), in Python's ISO form of the UTC time, as the stores keep it. ValueError when it
-    does not read or lies outside years 1 to 9999, where the queries set the record aside."""
+    persistent queries read (``query_runner.timestamp_of``: ``MILLIS_TEXT``, a JSON number or
+    text, is epoch milliseconds; ``ISO_TIMESTAMP_TEXT`` an ISO 8601 time, one with an offset
+    moved to UTC), in Python's ISO form of the UTC time, as the stores keep it. ValueError
+    when it does not read or lies outside ``EARLIEST_TIMESTAMP``..``LATEST_TIMESTAMP``, where
+    the queries set the record aside."""
     text = value if isinstance(value, str) else None if isinstance(value, bool) else str(value) \
         if isinstance(value, int) else None
     if text is None:
         raise ValueError(f"a TIMESTAMP must be epoch milliseconds or ISO 8601 text, not {value!r}")
     try:
         if _MILLIS.fullmatch(text):
-            return (_EPOCH + datetime.timedelta(milliseconds=int(text))).isoformat()
-        time = datetime.datetime.fromisoformat(text.strip())
-        if time.tzinfo is not None:
-            time = time.astimezone(datetime.UTC).replace(tzinfo=None)
+            time = _EPOCH + datetime.timedelta(milliseconds=int(text))
+        elif _ISO_TIMESTAMP.fullmatch(text):
+            time = datetime.datetime.fromisoformat(text)
+            if time.tzinfo is not None:
+                time = time.astimezone(datetime.UTC).replace(tzinfo=None)
+        else:
+            raise ValueError("neither epoch milliseconds nor ISO 8601 (2026-01-02T03:04:05.678+01:00)")
+        if not EARLIEST_TIMESTAMP <= time <= LATEST_TIMESTAMP:
+            raise ValueError(f"outside {EARLIEST_TIMESTAMP.isoformat()} to {LATEST_TIMESTAMP.isoformat()}")
         return time.isoformat()
     except (ValueError, OverflowError) as error:
         raise ValueError(f"{value!r} is not a TIMESTAMP Millpond reads: {error}") from None

@@ -27,7 +27,7 @@ from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore, e
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.connection import KafkaConnection
-from millpond.shared.kafka.serde import deserialize_value, encode_key, key_decoder
+from millpond.shared.kafka.serde import deserialize_value, encode_key, key_decoder, timestamp_text
 from millpond.shared.sql.ast import SqlType
 from millpond.shared.teardown import bounded, run_to_end
 
@@ -165,9 +165,12 @@ def _as_spark(value: Any, type_: SqlType) -> Any:
     of it. A DOUBLE the join wrote as an integer (5) is 5.0 to Spark. A DECIMAL is Spark's
     exact reading of the number's text (the shortest text of the float the join had), rounded
     half up to the scale, then a float (``reducers.plain``); ValueError past its precision,
-    where Spark refuses the record."""
+    where Spark refuses the record. A TIMESTAMP is the ISO text of the UTC time Spark reads
+    (``timestamp_text``); ValueError where Spark reads none."""
     if type_.base == "DOUBLE":
         return float(value)
+    if type_.base == "TIMESTAMP":
+        return timestamp_text(value)
     if type_.base != "DECIMAL":
         return value
     precision, scale = type_.params

@@ -627,3 +627,39 @@ def test_a_standby_decodes_a_joined_decimal_as_the_active_tasks_spark_does(spark
     standby = {key: json.loads(state) for key, value in records if (state := reader._row(value)) is not None}
     assert standby == active
     assert len(active) < len(numbers) and active[b"k0"] == [1.26, 1.255] and active[b"k3"] == [5.0, 5.0]
+
+
+def test_a_standby_decodes_a_joined_timestamp_as_the_active_tasks_spark_does(spark: SparkSession,
+                                                                             tmp_path: Path) -> None:
+    """A joined TIMESTAMP as a copy (Python) and the active task (Spark) read it: epoch
+    milliseconds (number or digits) and ISO 8601 text to the minute, second or microsecond,
+    with or without an offset, give the same stored time; forms only one of them would read
+    (a week date, a 7-digit fraction, an offset without its colon, text with a space before it), impossible
+    times and times outside the second day of year 1 to the end of 9999 (PySpark cannot give
+    one of the first day) are refused (left out) by both."""
+    rng = random.Random(7)
+    times: list[object] = [
+        0, -1, 1700000000123, 999999999999999, 253402300799999, 253402300800000, -62135596800000, -62135596800001,
+        "1700000000123", "-1000", "2026-01-02", "2026-01-02T03:04", "2026-01-02 03:04:05", "2026-01-02T03:04:05.5",
+        "2026-01-02T03:04:05.123456", "2026-01-02T03:04:05Z", "2026-01-02T03:04:05+01:00", "2026-01-02T03:04:05.5-07:30",
+        "2026-02-30", "2026-01-02T24:00", "2026-01-02T23:59:60", "0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00",
+        "9999-12-31T23:59:59.999999", "2026-1-2", "20260102", "2026-W01-1", " 2026-01-02", "2026-01-02T03:04:05.1234567",
+        "2026-01-02T03:04:05+0100", "2026-01-02T03", "not a time", "", "2026-01-02T03:04:05+14:00",
+        "2026-01-02T03:04:05+24:00", 1.7e12, 5.0, True, None, -62135510400000, "0001-01-02T00:00:00",
+        "0001-01-01T23:59:59.999999", "0001-01-01"]
+    times += [rng.randrange(-62135596800000, 253402300799999) for _ in range(100)]
+    times += [f"{rng.randrange(1, 10000):04d}-{rng.randrange(1, 13):02d}-{rng.randrange(1, 29):02d}"
+              f"{rng.choice('T ')}{rng.randrange(24):02d}:{rng.randrange(60):02d}:{rng.randrange(60):02d}"
+              f"{rng.choice(['', '.' + str(rng.randrange(10**6)).zfill(rng.randrange(1, 7))[:6]])}"
+              f"{rng.choice(['', 'Z', f'+{rng.randrange(15):02d}:{rng.choice([0, 30, 45]):02d}', '-08:00'])}"
+              for _ in range(200)]
+    records = [(f"k{i}".encode(), json.dumps({"T": t, "N": i}).encode()) for i, t in enumerate(times)]
+    table, piece = declared_table_slice(spark, tmp_path, "id VARCHAR PRIMARY KEY, t TIMESTAMP, n INT", records)
+    active = dict(piece.latest)
+    reader = TableTopicReader.__new__(TableTopicReader)
+    reader.table, reader.columns = table, [(c.name, c.type) for c in table.value_columns]
+    standby = {key: json.loads(state) for key, value in records if (state := reader._row(value)) is not None}
+    assert {k: v for k, v in standby.items() if active.get(k) != v} == {}
+    assert standby == active
+    assert active[b"k2"] == ["2023-11-14T22:13:20.123000", 2] and active[b"k16"] == ["2026-01-02T02:04:05", 16]
+    assert len(active) < len(times) - 20

@@ -54,18 +54,22 @@ def test_malformed_values_say_why(data: bytes, fmt: str, reason: str) -> None:
     ("2026-01-02T03:04:05.678", "2026-01-02T03:04:05.678000"), ("2026-01-02 03:04:05", "2026-01-02T03:04:05"),
     (-1000, "1969-12-31T23:59:59"), ("9999-12-31T23:59:59.999", "9999-12-31T23:59:59.999000"),
     ("2026-01-02T03:04:05+01:00", "2026-01-02T02:04:05"), ("2026-01-02T03:04:05Z", "2026-01-02T03:04:05"),
-    (" 2026-01-02 ", "2026-01-02T00:00:00"),
+    ("2026-01-02", "2026-01-02T00:00:00"), ("2026-01-02T03:04", "2026-01-02T03:04:00"),
 ])
 def test_a_timestamp_reads_as_the_persistent_queries_read_it_and_pulls_give_it(value: object, text: str) -> None:
     """Epoch milliseconds (a number, or text of up to 15 digits) or ISO text, as the ISO text
     of the UTC time: the cases and results of the Spark test of the queries' decoding
     (``test_timestamps_read_as_epoch_milliseconds_or_iso_text_and_others_are_logged``), and
-    ISO text with an offset or of a date alone, which Spark's CAST reads the same way."""
+    ISO text with an offset, to the minute or of a date alone, which Spark's CAST reads the
+    same way (``test_a_standby_decodes_a_joined_timestamp_as_the_active_tasks_spark_does``)."""
     assert timestamp_text(value) == text
 
 
-@pytest.mark.parametrize("value", ["not a time", 999999999999999, 99999999999999999, 1.7e12, True, [1]])
+@pytest.mark.parametrize("value", ["not a time", 999999999999999, 99999999999999999, 1.7e12, True, [1],
+                                   " 2026-01-02", "2026-W01-1", "2026-01-02x03:04", "2026-02-30", "0001-01-01"])
 def test_a_timestamp_that_the_queries_set_aside_does_not_read(value: object) -> None:
+    """Past 15 digits, not an integer, or text in none of the ISO 8601 forms Spark's CAST and
+    Python read alike (Python alone reads a week date), or before the second day of year 1."""
     with pytest.raises(ValueError):
         timestamp_text(value)
 
