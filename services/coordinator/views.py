@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.catalog.metastore import Metastore, check_column_names
 from millpond.shared.catalog.queries import JoinWindow, PersistentQuery, QueryPlan
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.catalog.upgrades import check_upgrades
@@ -169,6 +169,7 @@ def explain(metastore: Metastore, stmt: ast.Explain, properties: Mapping[str, st
     assert inner is not None
     change = metastore.plan(inner, properties)
     check_upgrades(metastore.queries, change)  # EXPLAIN refuses what running it would
+    check_column_names(change)
     if not change.add_queries:
         return Outcome(stmt.text, change.message)
     query = change.add_queries[0]

@@ -306,8 +306,9 @@ def timestamp_of(text: Column) -> Column:
     text, or outside ``EARLIEST_TIME``..``LATEST_TIME``. Python reads the same forms the same
     way (``serde.timestamp_text``: push queries, standby copies)."""
     # Up to 15 digits: more would overflow timestamp_millis (an error, whatever the ANSI mode).
-    read = F.when(text.rlike(f"^{MILLIS_TEXT}$"), F.timestamp_millis(text.cast("bigint"))).when(
-        text.rlike(f"^{ISO_TIMESTAMP_TEXT}$"), text.try_cast("timestamp"))
+    # \z, not $: Java's $ also matches before a final line break (which the casts then trim).
+    read = F.when(text.rlike(f"^{MILLIS_TEXT}\\z"), F.timestamp_millis(text.cast("bigint"))).when(
+        text.rlike(f"^{ISO_TIMESTAMP_TEXT}\\z"), text.try_cast("timestamp"))
     return F.when(read.between(_bound(EARLIEST_TIME, "timestamp"), _bound(LATEST_TIME, "timestamp")), read)
 
 

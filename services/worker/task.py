@@ -828,7 +828,7 @@ store rebuilt from far behind) is the Spark query's to read."""
 CATCH_UP_WAIT_MS = 25
 CATCH_UP_S = 10.0
 """How long a ``ReplayedTableTask``'s start spends applying its store's tail at most."""
-PAST_MARKERS_S = 1.0
+PAST_MARKERS_S = 2.0
 """How long a table task's start spends looking past the transaction markers at its store's
 end at most."""
 

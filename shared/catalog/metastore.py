@@ -65,14 +65,20 @@ class Change:
         return not (self.add_sources or self.add_queries or self.drop_sources or self.drop_queries)
 
 
+PSEUDO_COLUMNS = ("ROWTIME", "WINDOWSTART", "WINDOWEND")
+
+
 def check_column_names(change: Change) -> None:
-    """Refuse a stream or table whose column names differ only in case (``"a"`` and ``A``):
+    """Refuse a stream or table whose column names differ only in case (``"a"`` and ``A``), also
+    from a pseudo-column's (``"rowtime"``):
     Spark, which runs the persistent queries, resolves column names regardless of case (as
     JSON field names are read), so every query reading it failed. Checked when a statement is
     accepted, not on replay, which keeps what was accepted."""
     for source in change.add_sources:
-        seen: dict[str, str] = {}
+        seen: dict[str, str] = {name.lower(): name for name in PSEUDO_COLUMNS}
         for column in source.columns:
+            if column.name in PSEUDO_COLUMNS:  # a windowed table's own, or refused as reserved already
+                continue
             other = seen.setdefault(column.name.lower(), column.name)
             if other != column.name:
                 raise StatementError(
@@ -257,7 +263,7 @@ class Metastore:
         for key in keys:
             check_key_type(key.name, key.type, key_format)
         names = [c.name for c in stmt.columns]
-        reserved = sorted(set(names) & {"ROWTIME", "WINDOWSTART", "WINDOWEND"})
+        reserved = sorted(set(names) & set(PSEUDO_COLUMNS))
         if reserved:
             raise StatementError(f"{', '.join(reserved)} is a pseudo-column name that ksqlDB reserves; "
                                  "name the column otherwise")

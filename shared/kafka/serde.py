@@ -188,13 +188,15 @@ def _bytes(value: Any) -> Any:
 MILLIS_TEXT = r"-?[0-9]{1,15}"
 """A TIMESTAMP given as epoch milliseconds (a JSON number, or text of digits): at most 15
 digits, more would overflow Spark's timestamp_millis."""
-ISO_TIMESTAMP_TEXT = (r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
-                      r"(?:[T ][0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]{1,6})?)?(?:Z|[+-][0-9]{2}:[0-9]{2})?)?")
+ISO_TIMESTAMP_TEXT = (r"[0-9]{4}-[0-9]{2}-[0-9]{2}(?:[T ][0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]{1,6})?"
+                      r"(?:Z|[+-](?:(?:0[0-9]|1[0-7]):[0-5][0-9]|18:00))?)?)?")
 """A TIMESTAMP given as text: ISO 8601 as ksqlDB and Millpond write it (a date, then
-optionally a time to the minute, second or microsecond and a UTC offset). Spark's CAST and
-Python's ``fromisoformat`` each read more forms, differently; within this one they agree, so
-the persistent queries (``query_runner.timestamp_of``), push queries and standby copies
-(``timestamp_text``) read the same instants."""
+optionally a time to the minute, or to the second or microsecond with an optional UTC offset
+of at most 18 hours, as Java's time zones go). Spark's CAST and Python's ``fromisoformat``
+each read more forms, differently (Spark guesses ``2026-1-2`` and trims a line break, Python
+reads week dates, an offset after the minutes and offsets up to 24 hours); within this one
+they agree, so the persistent queries (``query_runner.timestamp_of``), push queries and
+standby copies (``timestamp_text``) read the same instants."""
 _MILLIS = re.compile(MILLIS_TEXT)
 _ISO_TIMESTAMP = re.compile(ISO_TIMESTAMP_TEXT)
 _EPOCH = datetime.datetime(1970, 1, 1)

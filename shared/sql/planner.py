@@ -23,6 +23,7 @@ from millpond.shared.kafka.serde import (
     coerce,
     encode_key,
     serialize_value,
+    timestamp_text,
 )
 from millpond.shared.sql import aggregates, ast
 from millpond.shared.sql.ast import SqlType, to_sql
@@ -640,6 +641,12 @@ def encode_insert(stmt: ast.InsertValues, source: DataSource) -> EncodedRecord:
         except (ArithmeticError, TypeError, ValueError) as error:
             raise StatementError(f"the value for {name}, {to_sql(expr)}, cannot be computed: {error}") from error
         row[name] = coerce(value, schema[name], name)
+        if schema[name].base == "TIMESTAMP" and value is not None:
+            try:  # as every query reads it: else the record would only reach the processing log
+                timestamp_text(value)
+            except ValueError as error:
+                raise StatementError(f"the value for {name}, {to_sql(expr)}, is not a TIMESTAMP: give epoch "
+                                     "milliseconds or ISO 8601 text such as '2026-01-02T03:04:05.678+01:00'") from error
     keys = source.key_columns
     for column in keys:
         if row.get(column.name) is None:

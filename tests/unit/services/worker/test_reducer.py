@@ -632,9 +632,10 @@ def test_a_standby_decodes_a_joined_decimal_as_the_active_tasks_spark_does(spark
 def test_a_standby_decodes_a_joined_timestamp_as_the_active_tasks_spark_does(spark: SparkSession,
                                                                              tmp_path: Path) -> None:
     """A joined TIMESTAMP as a copy (Python) and the active task (Spark) read it: epoch
-    milliseconds (number or digits) and ISO 8601 text to the minute, second or microsecond,
-    with or without an offset, give the same stored time; forms only one of them would read
-    (a week date, a 7-digit fraction, an offset without its colon, text with a space before it), impossible
+    milliseconds (number or digits) and ISO 8601 text to the minute, or to the second or
+    microsecond with or without an offset, give the same stored time; forms only one reads
+    (a week date, a 7-digit fraction, an offset without its colon or after the minutes or past
+    18 hours, text with a space before it or a line break after it), impossible
     times and times outside the second day of year 1 to the end of 9999 (PySpark cannot give
     one of the first day) are refused (left out) by both."""
     rng = random.Random(7)
@@ -646,7 +647,10 @@ def test_a_standby_decodes_a_joined_timestamp_as_the_active_tasks_spark_does(spa
         "9999-12-31T23:59:59.999999", "2026-1-2", "20260102", "2026-W01-1", " 2026-01-02", "2026-01-02T03:04:05.1234567",
         "2026-01-02T03:04:05+0100", "2026-01-02T03", "not a time", "", "2026-01-02T03:04:05+14:00",
         "2026-01-02T03:04:05+24:00", 1.7e12, 5.0, True, None, -62135510400000, "0001-01-02T00:00:00",
-        "0001-01-01T23:59:59.999999", "0001-01-01"]
+        "0001-01-01T23:59:59.999999", "0001-01-01", "2026-01-02T03:04Z", "2026-01-02T03:04+01:00",
+        "2026-01-02 03:04-00:30", "2026-01-02T03:04:05+18:00", "2026-01-02T03:04:05-18:00", "2026-01-02T03:04:05+19:00",
+        "2026-01-02T03:04:05+23:59", "2026-01-02T03:04:05+05:60", "2026-01-02T03:04:05+00:99", "2026-01-02T03:04:05-00:00",
+        "2026-01-02\n", "1700000000123\r\n", "1700000000123\n", "-0", "0001700000000123"]
     times += [rng.randrange(-62135596800000, 253402300799999) for _ in range(100)]
     times += [f"{rng.randrange(1, 10000):04d}-{rng.randrange(1, 13):02d}-{rng.randrange(1, 29):02d}"
               f"{rng.choice('T ')}{rng.randrange(24):02d}:{rng.randrange(60):02d}:{rng.randrange(60):02d}"
