@@ -191,6 +191,24 @@ async def test_a_source_table_task_rebuilds_as_restoring_and_reports_its_lag(kaf
     finally:
         await again.stop()
 
+    # An aborted transaction holds no rows either (offsets 4-5, its marker 6): start reads past it.
+    producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap_servers, transactional_id=f"fill-{service_id}")
+    await producer.start()
+    try:
+        await producer.begin_transaction()
+        for i in range(2):
+            await producer.send_and_wait(source.topic, json.dumps({"N": 99}).encode(), key=f"k{i}".encode(), partition=0)
+        await producer.abort_transaction()
+    finally:
+        await producer.stop()
+    aborted = TableTask(_settings(kafka, service_id, "w1", tmp_path), query, source, source, 0)
+    await aborted.start()
+    try:
+        assert (aborted.rebuilding(), aborted.lag().lag, aborted.next_input_offset) == (False, 0, 7)  # type: ignore[union-attr]
+        assert aborted.store is not None and aborted.store.get(b"k0") == [0]
+    finally:
+        await aborted.stop()
+
 
 async def test_a_kept_table_store_catches_up_at_start_where_python_reads_as_spark(kafka: EmbeddedKafka,
                                                                                   tmp_path: Path) -> None:
