@@ -54,6 +54,12 @@ def joined_topic(service_id: str, query_id: str) -> str:
     return f"{_prefix(service_id)}{query_id}-joined"
 
 
+def grouped_topic(service_id: str, query_id: str) -> str:
+    """The topic a GROUP BY over a stream-stream join aggregates: the joined rows keyed by the
+    GROUP BY (the join's own stages gather both streams in ``joined_topic``)."""
+    return f"{joined_topic(service_id, query_id)}-grouped"
+
+
 def chained_topic(service_id: str, query_id: str, step: int) -> str:
     """The topic a multi-way join's stage ``step`` reads: the joined rows of the stages before
     it, re-keyed by the expression its JOINs match."""

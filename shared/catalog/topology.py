@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from millpond.shared.catalog.names import chained_topic, changelog_topic, joined_topic, repartition_topic
+from millpond.shared.catalog.names import chained_topic, changelog_topic, grouped_topic, joined_topic, repartition_topic
 from millpond.shared.catalog.plans import PlanKind
 from millpond.shared.catalog.queries import JoinSpec, OutputColumn, PersistentQuery, QueryPlan
 from millpond.shared.catalog.sources import Column, DataSource
@@ -149,11 +149,13 @@ def internal_topics(service_id: str, query: PersistentQuery) -> list[InternalTop
     elif spec.changelog:
         topics.append(InternalTopic(changelog_topic(service_id, query.query_id), compacted=True))
     join = query.plan.join
-    if spec.repartition_topic and query.plan.repartition:
+    if spec.repartition_topic and query.plan.repartition and not (join is not None and _joins_streams(join)):
         # A stream re-keyed for a join goes to its tables' partitions (``_repartitioned_aggregate``).
         topics.append(InternalTopic(repartition_topic(service_id, query.query_id), compacted=False,
                                     partitions=None if join is None else join.tables[0].table.partitions))
-    if query.plan.kind in AGGREGATES and query.plan.join is not None:  # a GROUP BY's joined rows
+    if query.plan.kind in AGGREGATES and join is not None and _joins_streams(join):  # a GROUP BY's joined rows
+        topics.append(InternalTopic(grouped_topic(service_id, query.query_id), compacted=False))
+    elif query.plan.kind in AGGREGATES and join is not None:
         topics.append(InternalTopic(joined_topic(service_id, query.query_id), compacted=False))
     if join is not None and query.plan.kind in (*CHAINED_JOINS, *AGGREGATES):
         topics += [InternalTopic(chained_topic(service_id, query.query_id, step), compacted=False,
@@ -164,8 +166,8 @@ def internal_topics(service_id: str, query: PersistentQuery) -> list[InternalTop
         # replays from its store's position: a week, not the broker's default day.
         topics.append(InternalTopic(joined_topic(service_id, query.query_id), compacted=True,
                                     configs=(("delete.retention.ms", str(JOINED_TOMBSTONES_MS)),)))
-    if query.plan.kind is PlanKind.STREAM_STREAM_JOIN and query.plan.join is not None:
-        within = query.plan.join.tables[0].within
+    if join is not None and _joins_streams(join) and query.plan.kind in (PlanKind.STREAM_STREAM_JOIN, *AGGREGATES):
+        within = join.tables[0].within
         assert within is not None
         # Retention runs on the records' event times: at least a week, so a backlog of older
         # records is read (and a rebuild finds the window's records) unless it is older than
@@ -229,22 +231,27 @@ def _joined_aggregate(query: PersistentQuery, source: DataSource, sink: DataSour
     carried = (*(Column(joined(spec.stream_prefix, c.name), c.type) for c in spec.stream.columns),
                *(Column(joined(t.prefix, c.name), c.type) for t in spec.tables for c in t.table.columns),
                Column(ROWTIME_COLUMN, SqlType("BIGINT")))
+    streams = _joins_streams(spec)
     rows = DataSource(
         kind="STREAM", name=f"{query.query_id}_JOINED", columns=(Column(REPARTITION_KEY, key_type, key=True), *carried),
-        topic=joined_topic(service_id, query.query_id), partitions=sink.partitions, value_format="JSON",
-        query_id=query.query_id,
+        topic=(grouped_topic if streams else joined_topic)(service_id, query.query_id), partitions=sink.partitions,
+        value_format="JSON", query_id=query.query_id,
     )
-    table_key = spec.tables[0].table.key_column
-    assert table_key is not None
-    join = QueryPlan(PlanKind.STREAM_TABLE_JOIN, source.name, rows.name,
-                     (OutputColumn(REPARTITION_KEY, table_key.type, plan.key_expression or "", key=True),),
+    join = QueryPlan(PlanKind.STREAM_STREAM_JOIN if streams else PlanKind.STREAM_TABLE_JOIN, source.name, rows.name,
+                     (OutputColumn(REPARTITION_KEY, _join_key_type(spec, 0), plan.key_expression or "", key=True),),
                      key_column=REPARTITION_KEY, key_expression=plan.key_expression,
-                     repartition=plan.key_expression is not None, join=spec, event_time=event_time(source))
+                     repartition=plan.key_expression is not None, join=spec,
+                     event_time=None if streams else event_time(source))
     joining = [replace(stage, name=stage.name or "join") for stage in stages(replace(query, plan=join), source, rows,
                                                                               service_id)]
     aggregate = replace(plan, source=rows.name, where=None, key_expression=None, repartition=False, join=None,
                         event_time=quote_identifier(ROWTIME_COLUMN) if plan.window is not None else None)
     return [*joining, Stage("", replace(query, plan=aggregate, start_offsets=None), rows, sink)]
+
+
+def _joins_streams(spec: JoinSpec) -> bool:
+    """Whether a join matches two streams (``WITHIN``) rather than a stream with tables."""
+    return spec.tables[0].within is not None
 
 
 def _join_key_type(spec: JoinSpec, step: int) -> SqlType:

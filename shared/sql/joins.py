@@ -277,10 +277,11 @@ def pre_aggregation(query: ast.Query) -> ast.Query:
 def join_aggregation(query: ast.Query, stream: DataSource, tables: tuple[DataSource, ...]) -> JoinAggregation:
     """How a GROUP BY over a join is computed (see ``JoinAggregation``): what the planner plans
     and what the join task evaluates, from the same statement."""
-    if stream.kind != "STREAM" or any(t.kind != "TABLE" for t in tables):
-        raise StatementError("GROUP BY over a join reads a stream joined with tables; over a table-table or a "
-                             "stream-stream join it is not supported yet: create the joined stream or table first, "
-                             "then aggregate it")
+    streams = [t for t in tables if t.kind == "STREAM"]
+    if stream.kind != "STREAM" or (streams and len(tables) > 1):
+        raise StatementError("GROUP BY over a join reads a stream joined with tables, or with one other stream "
+                             "(WITHIN); over a table-table join, or a stream-stream join followed by tables, it is not "
+                             "supported yet: create the joined stream or table first, then aggregate it")
     if query.partition_by is not None:
         raise StatementError("PARTITION BY cannot be combined with GROUP BY; GROUP BY already keys the result")
     resolved = resolve_join(pre_aggregation(query), stream, tables)

@@ -638,6 +638,53 @@ async def test_group_by_over_a_stream_table_join(join_cluster: LocalCluster) -> 
         "the new key (S.SITE, E.SENSOR) is NULL"] * unknown
 
 
+async def test_group_by_over_a_stream_stream_join(join_cluster: LocalCluster) -> None:
+    """GROUP BY over a join of two streams WITHIN, one query: both streams gathered in the
+    joined topic, each joined pair keyed by the GROUP BY (another column than the join's) into
+    a topic of its own and aggregated there; exactly the pairs within the window are counted."""
+    cluster = join_cluster
+    readings, visits = f"gsr_{cluster.service_id}", f"gsv_{cluster.service_id}"
+    run(cluster, f"""
+        CREATE STREAM {readings} (sensor VARCHAR KEY, reading INT)
+          WITH (kafka_topic='{readings}', partitions={PARTITIONS}, value_format='json');
+        CREATE STREAM {visits} (sensor VARCHAR KEY, site VARCHAR)
+          WITH (kafka_topic='{visits}', partitions={PARTITIONS}, value_format='json');
+        SET 'auto.offset.reset'='earliest';
+        CREATE TABLE per_site_{readings} AS SELECT v.site, COUNT(*) AS n, SUM(r.reading) AS total
+          FROM {readings} r JOIN {visits} v WITHIN 1 MINUTE ON r.sensor = v.sensor GROUP BY v.site;
+    """)
+    rng = random.Random(31)
+    base = int(time.time() * 1000) - 60 * MINUTE
+    # Bursts 5 minutes apart, each within 20 s: two records join exactly when they share a
+    # sensor and a burst. Sent in event-time order, so none is late.
+    produced: list[tuple[str, str, str, Any, int]] = []
+    for burst in range(6):
+        for i in range(40):
+            sensor, ts = f"s{rng.randrange(10)}", base + burst * 5 * MINUTE + i * 500
+            produced.append((readings, "READING", sensor, rng.randrange(100), ts) if rng.random() < 0.6
+                            else (visits, "SITE", sensor, f"site-{rng.randrange(4)}", ts))
+    await produce_sides(cluster.bootstrap, produced)
+    want: dict[str, list[Any]] = {}
+    for topic, _, sensor, reading, ts in produced:
+        if topic != readings:
+            continue
+        for other, _, other_sensor, site, other_ts in produced:
+            if other == visits and other_sensor == sensor and abs(other_ts - ts) <= MINUTE:
+                row = want.setdefault(site, [site, 0, 0])
+                row[1] += 1
+                row[2] += reading
+    assert want
+    assert await asyncio.to_thread(pull_until, cluster, f"SELECT * FROM per_site_{readings};", want) == want
+    # Read-your-writes through the sides, the join and the aggregation: a pair inserted now
+    # counts in the pull that carries the second INSERT's token.
+    now = int(time.time() * 1000)
+    pull = f"SELECT * FROM per_site_{readings} WHERE site = 'site-rw';"
+    await asyncio.to_thread(reads_own_writes, cluster, [
+        (f"INSERT INTO {visits} (sensor, site, ROWTIME) VALUES ('rw', 'site-rw', {now});", pull, []),
+        (f"INSERT INTO {readings} (sensor, reading, ROWTIME) VALUES ('rw', 5, {now + 1});", pull,
+         [["site-rw", 1, 5]])])
+
+
 async def test_a_multi_way_join_on_several_expressions(join_cluster: LocalCluster) -> None:
     """Events keyed by their id joined with their sensor's row (the stream re-keyed by its
     sensor), then with the site that row names (the joined rows re-keyed by S.SITE), as a

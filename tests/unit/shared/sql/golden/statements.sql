@@ -423,3 +423,11 @@ CREATE STREAM seen_pages AS SELECT p.page, v.userid, w.ms AS view_ms, p.owner FR
 DESCRIBE seen_pages;
 CREATE STREAM seen_pages_2 AS SELECT v.page, w.ms FROM visits v JOIN pages p ON v.page = p.page
   JOIN views3 w WITHIN 1 MINUTE ON v.userid = w.userid;
+-- GROUP BY over a stream-stream join: both streams gathered, the joined pairs keyed by the GROUP BY, then aggregated.
+CREATE TABLE per_view_page AS SELECT w.page, COUNT(*) AS n, SUM(w.ms) AS ms FROM visits v JOIN views3 w
+  WITHIN 1 MINUTE ON v.userid = w.userid GROUP BY w.page;
+DESCRIBE per_view_page;
+EXPLAIN CREATE TABLE per_view_page_2 AS SELECT w.page, COUNT(*) AS n FROM visits v LEFT JOIN views3 w
+  WITHIN 1 MINUTE ON v.page = w.page WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY w.page;
+CREATE TABLE per_view_page_3 AS SELECT p.owner, COUNT(*) AS n FROM visits v JOIN views3 w
+  WITHIN 1 MINUTE ON v.userid = w.userid JOIN pages p ON v.page = p.page GROUP BY p.owner;
