@@ -102,10 +102,11 @@ def plan_lines(plan: QueryPlan, source: DataSource, sink: DataSource) -> list[st
         aggregates=", ".join(f"{a.column} = {a.function}({a.argument})" for a in plan.aggregates),
         columns=", ".join(f"{c.name} = {c.expression}" for c in plan.columns), join=join))
     if plan.join is not None and "{join}" not in plan.kind.spec.explain:  # a GROUP BY over a join
-        state = ("both streams' records within the window, in memory, rebuilt from the joined topic"
-                 if plan.join.tables[0].within is not None else "each table's rows in RocksDB, rebuilt from its topic")
+        streams = plan.join.tables[0].within is not None
+        state = ("both streams' records within the window, in memory, rebuilt from the joined topic" if streams
+                 else "each table's rows in RocksDB, rebuilt from its topic")
         steps.append(f"[ JOIN ] | {join} | every column of the joined row, keyed by the GROUP BY into the "
-                     f"query's joined topic | State: {state}")
+                     f"query's {'grouped' if streams else 'joined'} topic | State: {state}")
     if plan.join is not None and plan.join.steps > 1:
         steps.append(f"[ REPARTITION ] | {plan.join.steps} join stages, one per JOIN expression: each joined row "
                      "re-keyed by the next JOIN's expression through an internal topic of the query")

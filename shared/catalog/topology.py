@@ -174,7 +174,9 @@ def internal_topics(service_id: str, query: PersistentQuery) -> list[InternalTop
         # that; the broker must not stamp them with its own time.
         keep = max(max(within.before_ms, within.after_ms) + within.grace_ms + WINDOWED_EXTRA_MS, JOINED_TOMBSTONES_MS)
         topics.append(InternalTopic(joined_topic(service_id, query.query_id), compacted=False,
-                                    configs=(("retention.ms", str(keep)), ("message.timestamp.type", "CreateTime"))))
+                                    configs=(("retention.ms", str(keep)), ("message.timestamp.type", "CreateTime")),
+                                    # The streams' count: a GROUP BY's table may have another.
+                                    partitions=join.stream.partitions if query.plan.kind in AGGREGATES else None))
     return topics
 
 

@@ -308,3 +308,24 @@ def test_a_stream_stream_join_then_a_table_runs_the_windowed_join_then_a_stream_
     assert [c.name for c in staged[-1].source.value_columns] == [
         "C_UID", "C_PAGE", "C_ROWTIME", "V_UID", "V_MS", "_INPUT_ROWTIME"]
     assert [t.name for t in internal_topics("svc", query)] == [joined + "-1", joined]
+
+
+def test_a_group_by_over_a_stream_stream_join_gathers_at_the_streams_partitions() -> None:
+    """The streams' sides gather in the joined topic, at the streams' partition count whatever
+    the table's; the join writes each pair keyed by the GROUP BY into the grouped topic, at
+    the table's count, which the aggregation reads."""
+    meta = Metastore()
+    for offset, sql in enumerate([
+            "CREATE STREAM l (k VARCHAR KEY, v INT) WITH (kafka_topic='l', partitions=3, value_format='json')",
+            "CREATE STREAM r (k VARCHAR KEY, site VARCHAR) WITH (kafka_topic='r', partitions=3, value_format='json')",
+            "CREATE TABLE per_site WITH (partitions=1) AS SELECT r.site, COUNT(*) AS n FROM l JOIN r "
+            "WITHIN 1 MINUTE ON l.k = r.k GROUP BY r.site"]):
+        meta.apply(parse_statement(sql), offset)
+    (query,) = meta.queries.values()
+    staged = stages(query, meta.source(query.source), meta.source(query.sink), "svc")
+    joined, grouped = f"_millpond-svc-{query.query_id}-joined", f"_millpond-svc-{query.query_id}-joined-grouped"
+    assert [(s.name, s.query.plan.kind, s.source.topic, s.sink.topic, s.partitions) for s in staged] == [
+        ("side-0", PlanKind.JOIN_SIDE, "l", joined, 3), ("side-1", PlanKind.JOIN_SIDE, "r", joined, 3),
+        ("join", PlanKind.STREAM_STREAM_JOIN, joined, grouped, 3), ("", PlanKind.AGGREGATE, grouped, "PER_SITE", 1)]
+    assert [(t.name, t.partitions) for t in internal_topics("svc", query)] == [
+        (f"_millpond-svc-{query.query_id}-changelog", None), (grouped, None), (joined, 3)]
