@@ -25,6 +25,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
+from millpond.services.worker import reasons
 from millpond.services.worker.joining import JoinSlice
 from millpond.services.worker.table_joining import KeyedSlice, rekeyed
 from millpond.services.worker.task import (
@@ -244,8 +245,7 @@ def reduce_materialize(parsed: DataFrame, query: PersistentQuery, source: DataSo
             try:
                 key = encode_key(decode(key), keys)
             except (MillpondError, ValueError, TypeError, KeyError, ArithmeticError, RecursionError) as error:
-                piece.bad.append(BadRecord(offset, f"key is not a JSON object of {', '.join(c.name for c in keys)}, "
-                                                   f"none of them NULL: {error}", key.decode(errors="replace")))
+                piece.bad.append(BadRecord(offset, f"{reasons.bad_key(source)}: {error}", key.decode(errors="replace")))
                 continue
         latest[id(piece)][key] = None if deleted else stored(values)
     for piece in slices.values():
@@ -396,11 +396,9 @@ def bad_records(kind: int, offset: int, raw: str | None, source: DataSource) -> 
     """The processing-log entries of one record of ``kind`` (no entry for a GOOD or SKIPPED one)."""
     out = []
     if kind & BAD_VALUE:
-        out.append(BadRecord(offset, f"value is not {source.value_format} of the declared columns and types", raw))
+        out.append(BadRecord(offset, reasons.bad_value(source), raw))
     if kind & NO_KEY:
-        keys = source.key_columns
-        out.append(BadRecord(offset, "record has no key" if len(keys) < 2 else
-                             f"key is not a JSON object of {', '.join(c.name for c in keys)}, none of them NULL", raw))
+        out.append(BadRecord(offset, reasons.bad_key(source), raw))
     if kind & NO_TIME:
         out.append(BadRecord(offset, "record has no event time: its timestamp is NULL, before 1970 or beyond 2**56 ms "
                                      "(a windowed aggregation or a stream-stream join needs one)", raw))

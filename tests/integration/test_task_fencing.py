@@ -27,6 +27,8 @@ from millpond.services.worker.task import (
 )
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.names import changelog_topic, consumer_group, processing_log_topic
+from millpond.shared.catalog.queries import PersistentQuery
+from millpond.shared.catalog.sources import DataSource
 from millpond.shared.config import WorkerSettings
 from millpond.shared.kafka.admin import committed_offsets, committed_positions, ensure_topic
 from millpond.shared.kafka.connection import KafkaConnection
@@ -142,10 +144,9 @@ async def test_a_fenced_projection_task_writes_nothing(kafka: EmbeddedKafka, tmp
     assert await _committed(kafka.bootstrap_servers, sink.topic) == [(b"a", {"V2": 2}), (b"b", {"V2": 4})]
 
 
-async def test_a_source_table_task_rebuilds_as_restoring_and_reports_its_lag(kafka: EmbeddedKafka,
-                                                                           tmp_path: Path) -> None:
-    """A table's store rebuilt from its topic is RESTORING, with a lag, until it has read what
-    the topic held when it started, transaction marker included; then RUNNING with lag 0."""
+async def _source_table(kafka: EmbeddedKafka) -> tuple[str, PersistentQuery, DataSource]:
+    """A service id, and table T (id, n) over a one-partition topic of its own, with that
+    service's processing-log topic."""
     service_id = f"table{next(_ids)}"
     meta = Metastore()
     meta.apply(parse_statement(f"CREATE TABLE t (id VARCHAR PRIMARY KEY, n INT) WITH (kafka_topic='t-{service_id}', "
@@ -159,14 +160,31 @@ async def test_a_source_table_task_rebuilds_as_restoring_and_reports_its_lag(kaf
         await ensure_topic(admin, processing_log_topic(service_id), 1)
     finally:
         await admin.close()
+    return service_id, query, source
+
+
+async def _write_table(kafka: EmbeddedKafka, service_id: str, topic: str,
+                       records: list[tuple[str, int | bytes | None]], abort: bool = False) -> None:
+    """``records`` (key, N, or the value's bytes, or None: a tombstone) into partition 0 of
+    ``topic`` in one transaction, committed (or aborted)."""
     producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap_servers, transactional_id=f"fill-{service_id}")
     await producer.start()
     try:
-        async with producer.transaction():  # offsets 0-2, and the commit marker at 3
-            for i in range(3):
-                await producer.send_and_wait(source.topic, json.dumps({"N": i}).encode(), key=f"k{i}".encode(), partition=0)
+        await producer.begin_transaction()
+        for key, n in records:
+            value = n if isinstance(n, bytes) else None if n is None else json.dumps({"N": n}).encode()
+            await producer.send_and_wait(topic, value, key=key.encode(), partition=0)
+        await (producer.abort_transaction() if abort else producer.commit_transaction())
     finally:
         await producer.stop()
+
+
+async def test_a_source_table_task_rebuilds_as_restoring_and_reports_its_lag(kafka: EmbeddedKafka,
+                                                                           tmp_path: Path) -> None:
+    """A table's store rebuilt from its topic is RESTORING, with a lag, until it has read what
+    the topic held when it started, transaction marker included; then RUNNING with lag 0."""
+    service_id, query, source = await _source_table(kafka)
+    await _write_table(kafka, service_id, source.topic, [(f"k{i}", i) for i in range(3)])  # offsets 0-2, marker 3
 
     task = TableTask(_settings(kafka, service_id, "w1", tmp_path), query, source, source, 0)
     await task.start()
@@ -192,15 +210,7 @@ async def test_a_source_table_task_rebuilds_as_restoring_and_reports_its_lag(kaf
         await again.stop()
 
     # An aborted transaction holds no rows either (offsets 4-5, its marker 6): start reads past it.
-    producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap_servers, transactional_id=f"fill-{service_id}")
-    await producer.start()
-    try:
-        await producer.begin_transaction()
-        for i in range(2):
-            await producer.send_and_wait(source.topic, json.dumps({"N": 99}).encode(), key=f"k{i}".encode(), partition=0)
-        await producer.abort_transaction()
-    finally:
-        await producer.stop()
+    await _write_table(kafka, service_id, source.topic, [(f"k{i}", 99) for i in range(2)], abort=True)
     aborted = TableTask(_settings(kafka, service_id, "w1", tmp_path), query, source, source, 0)
     await aborted.start()
     try:
@@ -217,40 +227,17 @@ async def test_a_kept_table_store_catches_up_at_start_where_python_reads_as_spar
     its topic (a join's result, ``ReplayedTableTask``): then start applies them as a copy does,
     tombstones included, logs the one that does not decode, commits the input past them, and
     the task serves at once and resumes after them."""
-    service_id = f"table{next(_ids)}"
-    meta = Metastore()
-    meta.apply(parse_statement(f"CREATE TABLE t (id VARCHAR PRIMARY KEY, n INT) WITH (kafka_topic='t-{service_id}', "
-                               "partitions=1, value_format='json')"), 0)
-    (query,) = meta.queries.values()
-    source = meta.source("T")
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap_servers)
-    await admin.start()
-    try:
-        await ensure_topic(admin, source.topic, 1)
-        await ensure_topic(admin, processing_log_topic(service_id), 1)
-    finally:
-        await admin.close()
-    producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap_servers, transactional_id=f"fill-{service_id}")
-    await producer.start()
-
-    async def write(records: list[tuple[str, int | bytes | None]]) -> None:
-        async with producer.transaction():
-            for key, n in records:
-                value = n if isinstance(n, bytes) else None if n is None else json.dumps({"N": n}).encode()
-                await producer.send_and_wait(source.topic, value, key=key.encode(), partition=0)
-
+    service_id, query, source = await _source_table(kafka)
     settings = _settings(kafka, service_id, "w1", tmp_path)
+    await _write_table(kafka, service_id, source.topic, [("k0", 0), ("k1", 1), ("k2", 2)])  # offsets 0-2, marker 3
+    first = TableTask(settings, query, source, source, 0)
+    await first.start()
     try:
-        await write([("k0", 0), ("k1", 1), ("k2", 2)])  # offsets 0-2, marker 3
-        first = TableTask(settings, query, source, source, 0)
-        await first.start()
-        try:
-            assert await first.commit(MaterializeSlice(0, 2, count=3, latest=[(f"k{i}".encode(), [i]) for i in range(3)]))
-        finally:
-            await first.stop()
-        await write([("k1", 10), ("k3", 3), ("k0", None), ("k4", b"{not json")])  # offsets 4-7, marker 8
+        assert await first.commit(MaterializeSlice(0, 2, count=3, latest=[(f"k{i}".encode(), [i]) for i in range(3)]))
     finally:
-        await producer.stop()
+        await first.stop()
+    await _write_table(kafka, service_id, source.topic,  # offsets 4-7, marker 8
+                       [("k1", 10), ("k3", 3), ("k0", None), ("k4", b"{not json")])
 
     plain = TableTask(settings, query, source, source, 0)
     await plain.start()

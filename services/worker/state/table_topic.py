@@ -22,6 +22,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from millpond.services.worker import reasons
 from millpond.services.worker.state.changelog import CONSUMER_STOP_TIMEOUT_S, MAX_RECORDS
 from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore, encode_state
 from millpond.shared.catalog.sources import DataSource
@@ -111,12 +112,9 @@ class TableTopicReader:
         for record in records:
             key = self._key(record.key)
             if key is None:
-                if bad is not None and record.key is not None:
-                    names = ", ".join(c.name for c in self._canonical[1]) if self._canonical else ""
-                    bad(record.offset, f"key is not a JSON object of {names}, none of them NULL",
-                        record.key.decode(errors="replace"))
-                elif bad is not None and record.value is not None:
-                    bad(record.offset, "record has no key", record.value.decode(errors="replace"))
+                if bad is not None and (record.key is not None or record.value is not None):
+                    raw = record.key if record.key is not None else record.value
+                    bad(record.offset, reasons.bad_key(self.table), raw.decode(errors="replace"))
                 continue
             row = None if record.value is None else self._row(record.value)
             if record.value is None:
@@ -126,8 +124,7 @@ class TableTopicReader:
                 rows[key] = row
                 deleted.discard(key)
             elif bad is not None:
-                bad(record.offset, f"value is not {self.table.value_format} of the declared columns and types",
-                    record.value.decode(errors="replace"))
+                bad(record.offset, reasons.bad_value(self.table), record.value.decode(errors="replace"))
         position = int(records[-1].offset) + 1 if records else await self.consumer.position(self.input)
         if position > self.offset or rows or deleted:
             self.offset = max(self.offset, position)

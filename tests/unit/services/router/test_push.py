@@ -74,49 +74,45 @@ def test_a_push_query_sees_each_record_timestamp_as_rowtime() -> None:
     assert rows == [["s1", 1001], ["s2", 1002]]
 
 
+def pushed(ddl: str, sql: str, values: list[bytes]) -> tuple[list[list[Any] | None], PushQuery]:
+    """The push rows of ``sql`` over the one source ``ddl`` declares, for records of ``values``
+    keyed k0, k1, ... (None: skipped), and the push query."""
+    meta = Metastore()
+    meta.apply(parse_statement(ddl), 0)
+    stmt = parse_statement(sql)
+    assert isinstance(stmt, ast.Query)
+    push = PushQuery(plan_select(stmt, meta.source(stmt.source)), RouterSettings().kafka, from_beginning=True)
+    records = [SimpleNamespace(key=b"k%d" % i, value=value, offset=i, timestamp=i) for i, value in enumerate(values)]
+    return [push._row(push.plan.source, record) for record in records], push
+
+
 def test_a_push_query_gives_bytes_as_bytes_as_a_pull_does() -> None:
     """JSON holds BYTES as base64 text (top level and nested): a push row has the bytes, as
     the persistent queries read them and a pull answers them; a value that is not base64 is
     skipped as a record that does not decode."""
-    meta = Metastore()
-    meta.apply(parse_statement("CREATE STREAM blobs (k VARCHAR KEY, b BYTES, bs ARRAY<BYTES>, n INT) "
-                               "WITH (kafka_topic='blobs', partitions=1, value_format='json')"), 0)
-    stmt = parse_statement("SELECT k, b, bs, n FROM blobs EMIT CHANGES")
-    assert isinstance(stmt, ast.Query)
-    push = PushQuery(plan_select(stmt, meta.source("BLOBS")), RouterSettings().kafka, from_beginning=True)
     values = [{"B": "AAEC", "BS": ["/w==", None], "N": 1}, {"B": None, "BS": None, "N": 2}, {"B": "%%", "N": 3},
               {"B": "AA\nEC", "N": 4}, {"B": 5, "N": 5}]
-    records = [SimpleNamespace(key=b"k%d" % i, value=json.dumps(v).encode(), offset=i, timestamp=i)
-               for i, v in enumerate(values)]
-    rows = [push._row(push.plan.source, record) for record in records]
+    rows, push = pushed("CREATE STREAM blobs (k VARCHAR KEY, b BYTES, bs ARRAY<BYTES>, n INT) "
+                        "WITH (kafka_topic='blobs', partitions=1, value_format='json')",
+                        "SELECT k, b, bs, n FROM blobs EMIT CHANGES", [json.dumps(v).encode() for v in values])
     assert rows == [["k0", b"\x00\x01\x02", [b"\xff", None], 1], ["k1", None, None, 2], None,
                     ["k3", b"\x00\x01\x02", None, 4], None]
     assert push.skipped == 2
     # DELIMITED: a BYTES field is its text's UTF-8 bytes, as Spark's CSV reader gives it.
-    meta.apply(parse_statement("CREATE STREAM lines (k VARCHAR KEY, b BYTES, n INT) "
-                               "WITH (kafka_topic='lines', partitions=1, value_format='delimited')"), 1)
-    lines = parse_statement("SELECT * FROM lines EMIT CHANGES")
-    assert isinstance(lines, ast.Query)
-    push = PushQuery(plan_select(lines, meta.source("LINES")), RouterSettings().kafka, from_beginning=True)
-    row = push._row(push.plan.source, SimpleNamespace(key=b"x", value=b"AAEC,7", offset=0, timestamp=0))
-    assert row == ["x", b"AAEC", 7]
+    rows, _ = pushed("CREATE STREAM lines (k VARCHAR KEY, b BYTES, n INT) "
+                     "WITH (kafka_topic='lines', partitions=1, value_format='delimited')",
+                     "SELECT * FROM lines EMIT CHANGES", [b"AAEC,7"])
+    assert rows == [["k0", b"AAEC", 7]]
 
 
 def test_a_push_query_gives_a_timestamp_as_a_pull_does() -> None:
     """A TIMESTAMP the record holds as epoch milliseconds or ISO text is pushed as the ISO text
     of the UTC time, as a pull gives it (the store's form); one that does not read is skipped,
     as the persistent queries set the record aside."""
-    meta = Metastore()
-    meta.apply(parse_statement("CREATE STREAM times (k VARCHAR KEY, t TIMESTAMP, n INT) "
-                               "WITH (kafka_topic='times', partitions=1, value_format='json')"), 0)
-    stmt = parse_statement("SELECT * FROM times EMIT CHANGES")
-    assert isinstance(stmt, ast.Query)
-    push = PushQuery(plan_select(stmt, meta.source("TIMES")), RouterSettings().kafka, from_beginning=True)
     values = [{"T": 1700000000123, "N": 1}, {"T": "2026-01-02T03:04:05+01:00", "N": 2}, {"T": None, "N": 3},
               {"T": "not a time", "N": 4}]
-    records = [SimpleNamespace(key=b"k%d" % i, value=json.dumps(v).encode(), offset=i, timestamp=i)
-               for i, v in enumerate(values)]
-    rows = [push._row(push.plan.source, record) for record in records]
+    rows, push = pushed("CREATE STREAM times (k VARCHAR KEY, t TIMESTAMP, n INT) "
+                        "WITH (kafka_topic='times', partitions=1, value_format='json')",
+                        "SELECT * FROM times EMIT CHANGES", [json.dumps(v).encode() for v in values])
     assert rows == [["k0", "2023-11-14T22:13:20.123000", 1], ["k1", "2026-01-02T02:04:05", 2], ["k2", None, 3], None]
     assert push.skipped == 1
-

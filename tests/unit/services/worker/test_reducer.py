@@ -611,6 +611,14 @@ def test_bytes_inside_arrays_maps_and_structs_are_stored_and_pulled_as_bytes(spa
         "k", ["AP8=", None], {"k": "YWI=", "z": None}, {"X": "AQ==", "N": 7}, [{"Y": "Ag=="}, {"Y": None}]]
 
 
+def copy_rows(table: Any, records: list[tuple[bytes, bytes]]) -> dict[bytes, Any]:
+    """What a standby copy stores of each (key, value) record of a joined table's topic, as it
+    decodes it in Python (``TableTopicReader``); a record it leaves out is absent."""
+    reader = TableTopicReader.__new__(TableTopicReader)
+    reader.table, reader.columns = table, [(c.name, c.type) for c in table.value_columns]
+    return {key: json.loads(state) for key, value in records if (state := reader._row(value)) is not None}
+
+
 def test_a_standby_decodes_a_joined_decimal_as_the_active_tasks_spark_does(spark: SparkSession, tmp_path: Path) -> None:
     """A joined table's standby replays the JSON the join wrote in Python (``TableTopicReader``):
     each DECIMAL and DOUBLE must be stored as the active task stores what Spark read of it,
@@ -622,9 +630,7 @@ def test_a_standby_decodes_a_joined_decimal_as_the_active_tasks_spark_does(spark
     records = [(f"k{i}".encode(), json.dumps({"D": n, "X": n}).encode()) for i, n in enumerate(numbers)]
     table, piece = declared_table_slice(spark, tmp_path, "id VARCHAR PRIMARY KEY, d DECIMAL(4, 2), x DOUBLE", records)
     active = dict(piece.latest)
-    reader = TableTopicReader.__new__(TableTopicReader)
-    reader.table, reader.columns = table, [(c.name, c.type) for c in table.value_columns]
-    standby = {key: json.loads(state) for key, value in records if (state := reader._row(value)) is not None}
+    standby = copy_rows(table, records)
     assert standby == active
     assert len(active) < len(numbers) and active[b"k0"] == [1.26, 1.255] and active[b"k3"] == [5.0, 5.0]
 
@@ -660,9 +666,7 @@ def test_a_standby_decodes_a_joined_timestamp_as_the_active_tasks_spark_does(spa
     records = [(f"k{i}".encode(), json.dumps({"T": t, "N": i}).encode()) for i, t in enumerate(times)]
     table, piece = declared_table_slice(spark, tmp_path, "id VARCHAR PRIMARY KEY, t TIMESTAMP, n INT", records)
     active = dict(piece.latest)
-    reader = TableTopicReader.__new__(TableTopicReader)
-    reader.table, reader.columns = table, [(c.name, c.type) for c in table.value_columns]
-    standby = {key: json.loads(state) for key, value in records if (state := reader._row(value)) is not None}
+    standby = copy_rows(table, records)
     assert {k: v for k, v in standby.items() if active.get(k) != v} == {}
     assert standby == active
     assert active[b"k2"] == ["2023-11-14T22:13:20.123000", 2] and active[b"k16"] == ["2026-01-02T02:04:05", 16]
