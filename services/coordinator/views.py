@@ -115,6 +115,10 @@ def plan_lines(plan: QueryPlan, source: DataSource, sink: DataSource) -> list[st
     if plan.having is not None:  # over the aggregated rows, before the sink
         steps.insert(1, f"[ HAVING ] | {plan.having} (a row that fails it is a tombstone in the sink, "
                         "absent from pulls)")
+    if plan.regrouped is not None:
+        steps.append("[ REGROUP ] | each changed row of the table taken out of the group it was counted in and "
+                     "put into its new one (_SIGN -1, then 1) | State: the row each key last added, in RocksDB + "
+                     "changelog")
     if plan.window is not None:
         steps.append(f"[ WINDOW ] | {plan.window.describe()} | Event time: {plan.event_time or 'ROWTIME'}")
     if plan.repartition:

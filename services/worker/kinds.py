@@ -23,6 +23,7 @@ from millpond.services.worker.reducers import (
     reduce_sessions,
     reduce_windowed,
 )
+from millpond.services.worker.regrouping import RegroupTask
 from millpond.services.worker.stream_joining import StreamJoinTask
 from millpond.services.worker.table_joining import ForeignKeyJoinTask, JoinSideTask, KeyedSlice, TableJoinTask
 from millpond.services.worker.task import (
@@ -31,6 +32,7 @@ from millpond.services.worker.task import (
     MaterializeSlice,
     ProjectionTask,
     ProjectSlice,
+    RegroupSlice,
     ReplayedTableTask,
     SessionAggregationTask,
     SessionSlice,
@@ -71,6 +73,7 @@ WORKER_KINDS: dict[PlanKind, WorkerKind[Any]] = {
     PlanKind.FOREIGN_KEY_JOIN: WorkerKind(ForeignKeyJoinTask, KeyedSlice, reduce_keyed),
     PlanKind.STREAM_STREAM_JOIN: WorkerKind(StreamJoinTask, KeyedSlice, reduce_keyed),
     PlanKind.JOIN_SIDE: WorkerKind(JoinSideTask, KeyedSlice, reduce_keyed),
+    PlanKind.REGROUP: WorkerKind(RegroupTask, RegroupSlice, reduce_project),
 }
 """Every plan kind's task, slice and reducer, one row per kind."""
 

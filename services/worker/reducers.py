@@ -33,6 +33,7 @@ from millpond.services.worker.task import (
     BadRecord,
     MaterializeSlice,
     ProjectSlice,
+    RegroupSlice,
     SessionSlice,
     SliceT,
     WindowSlice,
@@ -72,12 +73,15 @@ def reduce_aggregate(parsed: DataFrame, query: PersistentQuery, source: DataSour
     """A GROUP BY batch reduced to one partial state per (partition, key); the task merges
     the partials into its store. When every aggregate has Arrow forms (``arrow_aggregate``),
     Spark decodes, filters and computes the arguments in one narrow stage and Arrow groups;
-    else the aggregates' partial forms run in Spark, grouped by a shuffle."""
+    else the aggregates' partial forms run in Spark, grouped by a shuffle, as do a table
+    aggregation's, whose rows are added or retracted (``aggregates.Aggregate.undo``)."""
     frame = classify(parsed, source, tombstones=False, where=query.plan.where)
-    arguments, arrow = _arguments(frame, query, source)
-    if arrow is not None:
-        return arrow_aggregate(frame, arguments, arrow, source)
-    columns, shape = partial_columns(query.plan)
+    signed = aggregates.SIGN_COLUMN in source.schema
+    if not signed:
+        arguments, arrow = _arguments(frame, query, source)
+        if arrow is not None:
+            return arrow_aggregate(frame, arguments, arrow, source)
+    columns, shape = partial_columns(query.plan, signed)
     rows = grouped(frame, columns).collect()
     slices = spans(rows, AggregateSlice, source)
     for row in rows:
@@ -157,9 +161,13 @@ def reduce_project(parsed: DataFrame, query: PersistentQuery, source: DataSource
     row and a row the filter drops become tombstones of its key, in input order.
 
     Every record comes back (a skipped one as its partition and offset only), so the one
-    job also gives each partition's offsets and count."""
+    job also gives each partition's offsets and count. A table aggregation's regrouping
+    (REGROUP) gets a ``RegroupSlice``: each record's offset and table key beside it, and a
+    tombstone of the table key for a row whose group key is NULL or cannot be written (logged
+    too), as it leaves its group."""
     plan = query.plan
     table = source.kind == "TABLE"
+    regroup = plan.kind is PlanKind.REGROUP
     frame = classify(parsed, source, tombstones=table, where=None)
     good = F.expr(f"_kind = {GOOD}")
     passes = F.expr(f"_raw IS NOT NULL AND coalesce(({plan.where}), false)" if plan.where else "_raw IS NOT NULL")
@@ -170,8 +178,9 @@ def reduce_project(parsed: DataFrame, query: PersistentQuery, source: DataSource
     rows = frame.select("_partition", "_offset", "_key_bytes", "_kind", (good & passes).alias("_keep"),
                         F.expr(f"IF(_kind IN ({_BAD}), _raw, NULL)").alias("_bad_raw"), "_rowtime", *columns).collect()
     rows.sort(key=lambda r: (r[0], r[1]))
+    slice_type: type[ProjectSlice] = RegroupSlice if regroup else ProjectSlice
     slices = spans([{"_partition": r[0], "_kind": r[3], "_bad_offset": r[1], "_bad_raw": r[5],
-                     "_lo": r[1], "_hi": r[1], "_n": 1} for r in rows], ProjectSlice, source)
+                     "_lo": r[1], "_hi": r[1], "_n": 1} for r in rows], slice_type, source)
     key_index = next((i for i, c in enumerate(plan.columns) if c.key), None)
     value_indexes = [i for i, c in enumerate(plan.columns) if not c.key]
     names = [plan.columns[i].name for i in value_indexes]
@@ -182,6 +191,9 @@ def reduce_project(parsed: DataFrame, query: PersistentQuery, source: DataSource
         piece = slices[row[0]]
         if row[3] != GOOD:
             continue
+        if regroup:
+            assert isinstance(piece, RegroupSlice)
+            piece.inputs.append((row[1], bytes(row[2])))
         if not row[4]:
             if table:  # the key's row is gone downstream too
                 piece.records.append((bytes(row[2]), None))
@@ -196,9 +208,14 @@ def reduce_project(parsed: DataFrame, query: PersistentQuery, source: DataSource
             except (MillpondError, ValueError, ArithmeticError) as error:
                 piece.bad.append(BadRecord(row[1], f"the new key ({plan.key_expression}) cannot be written: {error}",
                                            None))
-                continue
+                key = None
         else:
             piece.bad.append(BadRecord(row[1], f"the new key ({plan.key_expression}) is NULL", None))
+            key = None
+        if key is None and plan.key_expression is not None:
+            if regroup:  # the row is in no group
+                piece.records.append((bytes(row[2]), None))
+                piece.timestamps.append(row[6])
             continue
         value = serialize_value(names, [values[i] for i in value_indexes], sink.value_format, sink.value_delimiter)
         piece.records.append((key, value))
@@ -564,12 +581,17 @@ def classify_timed(parsed: DataFrame, source: DataSource, plan: QueryPlan) -> Da
     return frame.withColumn("_kind", F.expr(f"IF(_kind = {GOOD} AND NOT {usable}, {NO_TIME}, _kind)"))
 
 
-def partial_columns(plan: QueryPlan) -> tuple[list[Any], list[int]]:
-    """The aggregates' partial forms as Spark columns (``a<i>_<j>``), and how many each has."""
+def partial_columns(plan: QueryPlan, signed: bool = False) -> tuple[list[Any], list[int]]:
+    """The aggregates' partial forms as Spark columns (``a<i>_<j>``), and how many each has;
+    ``signed``: their forms over rows added or retracted (``aggregates.Aggregate.undo``)."""
     columns: list[Any] = []
     shape: list[int] = []
     for i, call in enumerate(plan.aggregates):
-        forms = aggregates.require(call.function).partials(call.argument)
+        aggregate = aggregates.require(call.function)
+        undo = aggregate.undo
+        if signed and undo is None:
+            raise MillpondError(f"{call.function} cannot take back a table's row (the planner admits no such query)")
+        forms = undo(call.argument) if signed and undo is not None else aggregate.partials(call.argument)
         shape.append(len(forms))
         columns += [F.expr(p).alias(f"a{i}_{j}") for j, p in enumerate(forms)]
     return columns, shape

@@ -162,6 +162,15 @@ class ProjectSlice(BatchSlice):
 
 
 @dataclass
+class RegroupSlice(ProjectSlice):
+    """A table aggregation's regrouping slice: ``records`` hold each table record's group key
+    and regrouped value (a tombstone of the table key: the row is in no group now)."""
+
+    inputs: list[tuple[int, bytes]] = field(default_factory=list)
+    """Each of ``records``' input offset and table key."""
+
+
+@dataclass
 class MaterializeSlice(BatchSlice):
     """A source table's slice: each key's latest row in the batch."""
 

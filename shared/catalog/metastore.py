@@ -398,7 +398,7 @@ def _check_replacement(old: DataSource, new: DataSource) -> None:
 
 
 _UNSET_NEWER: dict[str, Any] = {"window": None, "event_time": None, "timestamp_format": None, "join": None,
-                                 "having": None, "step": 0}
+                                 "having": None, "step": 0, "regrouped": None}
 """Fields added after the first release, and their unset value: unset, they stay out of the
 digest, so a definition that does not use them hashes as it did before they existed."""
 

@@ -44,6 +44,11 @@ def changelog_topic(service_id: str, query_id: str) -> str:
     return f"{_prefix(service_id)}{query_id}-changelog"
 
 
+def regroup_changelog_topic(service_id: str, query_id: str) -> str:
+    """The changelog of a table aggregation's regroup stage: the row each table key last added."""
+    return f"{_prefix(service_id)}{query_id}-regroup-changelog"
+
+
 def repartition_topic(service_id: str, query_id: str) -> str:
     """The internal topic a query re-keys its input through before aggregating it."""
     return f"{_prefix(service_id)}{query_id}-repartition"

@@ -35,6 +35,9 @@ class PlanKind(StrEnum):
     and the join of each left key's row (CTAS ... FROM t1 JOIN t2 ON t1.column = t2.key)."""
     STREAM_STREAM_JOIN = "STREAM_STREAM_JOIN"
     """Join each record of two streams with the other's records within a window (CSAS ... WITHIN)."""
+    REGROUP = "REGROUP"
+    """A table aggregation's first stage: each changed row of the table retracted from the group
+    it was counted in and added to its new one, into the query's repartition topic (internal)."""
     JOIN_SIDE = "JOIN_SIDE"
     """A two-topic join's first stages: each side's records into the query's joined topic,
     keyed by the side's place in the join and the key (internal: no statement has it)."""
@@ -97,5 +100,6 @@ PLAN_SPECS: dict[PlanKind, PlanSpec] = {
         explain="[ JOIN ] | {join} | {columns} | State: both streams' records within the window, in memory, "
                 "rebuilt from the joined topic"),
     PlanKind.JOIN_SIDE: PlanSpec(changelog=False, repartition_topic=False, explain="[ JOIN SIDE ]"),
+    PlanKind.REGROUP: PlanSpec(changelog=False, repartition_topic=False, explain="[ REGROUP ]"),
 }
 """Every plan kind's needs, one row per kind."""

@@ -114,6 +114,9 @@ class QueryPlan:
     having: str | None = None
     """A GROUP BY's HAVING over the result row, for EXPLAIN; the workers evaluate it from the
     statement (``millpond.shared.sql.planner.having_over_result``)."""
+    regrouped: int | None = None
+    """A GROUP BY over a TABLE: the table's partition count (its regroup stage keeps a
+    changelog of as many partitions, ``names.regroup_changelog_topic``); None otherwise."""
     join: JoinSpec | None = None
     """A join's table and naming. A join's column expressions and WHERE are evaluated by the
     task over the joined row, from the statement (``millpond.shared.sql.joins``)."""

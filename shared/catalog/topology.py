@@ -32,6 +32,10 @@ Two kinds need two, each with its own stream, tasks and transactional ids:
   partition) go into the joined topic (not compacted: it keeps what the join window and grace need,
   and a day more), stamped with their event time; the join stage joins them in that
   topic's order.
+- **GROUP BY over a table** runs the same two stages, the first a regrouping: its task keeps
+  the row it last added to a group for each key of the table (in RocksDB, rebuilt from the
+  table's topic), and for each changed row writes that row again, retracted, to its group, then
+  the new row, added, to its group (ksqlDB's undo); the aggregation adds or subtracts each.
 - **CREATE TABLE AS SELECT without GROUP BY over a table.** Stage 1 projects every row
   into the sink topic (a deleted row, or one the WHERE no longer passes, becomes a
   tombstone); stage 2 materializes the sink topic as a table declared over it would be,
@@ -45,11 +49,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from millpond.shared.catalog.names import chained_topic, changelog_topic, grouped_topic, joined_topic, repartition_topic
+from millpond.shared.catalog.names import (
+    chained_topic,
+    changelog_topic,
+    grouped_topic,
+    joined_topic,
+    regroup_changelog_topic,
+    repartition_topic,
+)
 from millpond.shared.catalog.plans import PlanKind
 from millpond.shared.catalog.queries import JoinSpec, OutputColumn, PersistentQuery, QueryPlan
 from millpond.shared.catalog.sources import Column, DataSource
 from millpond.shared.kafka.serde import composite_key_type
+from millpond.shared.sql.aggregates import SIGN_COLUMN
 from millpond.shared.sql.ast import SqlType
 from millpond.shared.sql.expressions import quote_identifier
 from millpond.shared.sql.joins import joined
@@ -153,6 +165,9 @@ def internal_topics(service_id: str, query: PersistentQuery) -> list[InternalTop
         # A stream re-keyed for a join goes to its tables' partitions (``_repartitioned_aggregate``).
         topics.append(InternalTopic(repartition_topic(service_id, query.query_id), compacted=False,
                                     partitions=None if join is None else join.tables[0].table.partitions))
+    if query.plan.regrouped is not None:  # a table's aggregation: the row each key last added
+        topics.append(InternalTopic(regroup_changelog_topic(service_id, query.query_id), compacted=True,
+                                    partitions=query.plan.regrouped))
     if query.plan.kind in AGGREGATES and join is not None and _joins_streams(join):  # a GROUP BY's joined rows
         topics.append(InternalTopic(grouped_topic(service_id, query.query_id), compacted=False))
     elif query.plan.kind in AGGREGATES and join is not None:
@@ -345,6 +360,13 @@ def _repartitioned_aggregate(query: PersistentQuery, source: DataSource, sink: D
     # delete them before the second stage reads them.
     carried += (Column(ROWTIME_COLUMN, SqlType("BIGINT")),)
     carried_expressions += ("_rowtime",)
+    # A table's rows change: its first stage regroups each changed row, retracted from the
+    # group it was counted in and added to its new one, which the first value column says
+    # (the task writes a retraction as the row it added, with -1 there: REGROUP).
+    regroup = plan.regrouped is not None
+    if regroup:
+        carried = (Column(SIGN_COLUMN, SqlType("INT")), *carried)
+        carried_expressions = ("1", *carried_expressions)
     if plan.window is not None and plan.event_time is None:
         plan = replace(plan, event_time=quote_identifier(ROWTIME_COLUMN))
     # A join's stage 2 reads partition p of it with partition p of each table: it has the
@@ -356,13 +378,15 @@ def _repartitioned_aggregate(query: PersistentQuery, source: DataSource, sink: D
         query_id=query.query_id,
     )
     rekey = QueryPlan(
-        kind=PlanKind.PROJECT, source=source.name, sink=topic.name,
+        kind=PlanKind.REGROUP if regroup else PlanKind.PROJECT, source=source.name, sink=topic.name,
         columns=(OutputColumn(REPARTITION_KEY, key.type, plan.key_expression or key.expression, key=True),
                  *(OutputColumn(c.name, c.type, e) for c, e in zip(carried, carried_expressions, strict=True))),
         where=plan.where, key_column=REPARTITION_KEY, key_expression=key.expression, repartition=True,
     )
     aggregate = replace(plan, source=topic.name, where=None, key_expression=None, repartition=False)
     return [
+        # A table is read whole, whatever auto.offset.reset says: a row counted must have been added.
+        Stage("regroup", replace(query, plan=rekey, start_offsets=None), source, topic) if regroup else
         Stage("repartition", replace(query, plan=rekey), source, topic),
         Stage("", replace(query, plan=aggregate, start_offsets=None), topic, sink),
     ]

@@ -96,6 +96,7 @@ _KIND_NAMES = {
     PlanKind.FOREIGN_KEY_JOIN: "a foreign-key table-table join",
     PlanKind.STREAM_STREAM_JOIN: "a stream-stream join",
     PlanKind.JOIN_SIDE: "a table-table join's side",
+    PlanKind.REGROUP: "a table aggregation's regrouping",
 }
 
 

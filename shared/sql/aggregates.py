@@ -18,6 +18,10 @@ from millpond.shared.sql.ast import SqlType
 
 State = list[Any]
 OFFSET = "`_offset`"
+SIGN_COLUMN = "_SIGN"
+"""The column of a table aggregation's regrouped records that says whether the row is added
+to its group (1) or retracted from it (-1): see ``Aggregate.undo``."""
+_SIGN = f"`{SIGN_COLUMN}`"
 
 
 def _add(a: Any, b: Any) -> Any:
@@ -51,6 +55,16 @@ def _by_offset(newer: bool) -> Callable[[State, State], State]:
     return merge
 
 
+def _signed_count(x: str) -> str:
+    """Spark SQL of a batch's count of non-NULL ``x``, retracted rows counted negative."""
+    return f"sum(IF(({x}) IS NULL, 0, {_SIGN}))"
+
+
+def _signed_sum(x: str) -> str:
+    """Spark SQL of a batch's sum of ``x``, retracted rows' values subtracted (NULL without any)."""
+    return f"sum(({x}) * {_SIGN})"
+
+
 @dataclass(frozen=True)
 class Aggregate:
     """One aggregate function: how Spark computes a batch partial, and how states combine."""
@@ -65,6 +79,10 @@ class Aggregate:
     arrow: tuple[str, ...] = ()
     """The same partials as Arrow hash aggregations of the argument's values (``count``
     counts the non-NULL ones, ``sum`` is NULL without one, as Spark's); empty: Spark only."""
+    undo: Callable[[str], list[str]] | None = None
+    """The partials over a table's regrouped rows, each added (``SIGN_COLUMN`` 1) or retracted
+    (-1), merged with ``merge`` as ever: ksqlDB's undo of a table aggregation. None: the
+    aggregate cannot take a row back (MIN, MAX ...), so it aggregates streams only."""
 
 
 _DOUBLE = SqlType("DOUBLE")
@@ -74,13 +92,13 @@ AGGREGATES: dict[str, Aggregate] = {
     a.name: a
     for a in [
         Aggregate("COUNT", lambda x: [f"count({x})"], lambda o, n: [_add(o[0], n[0])],
-                  lambda s: s[0] or 0, lambda _t: _BIGINT, arrow=("count",)),
+                  lambda s: s[0] or 0, lambda _t: _BIGINT, arrow=("count",), undo=lambda x: [_signed_count(x)]),
         Aggregate("SUM", lambda x: [f"sum({x})"], lambda o, n: [_add(o[0], n[0])],
-                  lambda s: s[0], lambda t: t, "numeric", arrow=("sum",)),
+                  lambda s: s[0], lambda t: t, "numeric", arrow=("sum",), undo=lambda x: [_signed_sum(x)]),
         Aggregate("AVG", lambda x: [f"sum({x})", f"count({x})"],
                   lambda o, n: [_add(o[0], n[0]), _add(o[1], n[1])],
                   lambda s: (s[0] / s[1]) if s[1] else None, lambda _t: _DOUBLE, "numeric",
-                  arrow=("sum", "count")),
+                  arrow=("sum", "count"), undo=lambda x: [_signed_sum(x), _signed_count(x)]),
         Aggregate("MIN", lambda x: [f"min({x})"], lambda o, n: [_pick(min)(o[0], n[0])],
                   lambda s: s[0], lambda t: t, arrow=("min",)),
         Aggregate("MAX", lambda x: [f"max({x})"], lambda o, n: [_pick(max)(o[0], n[0])],

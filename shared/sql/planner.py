@@ -331,8 +331,11 @@ def plan_persistent(
     plan = QueryPlan(
         kind=plan_kind, source=source.name, sink=name, columns=columns, where=where,
         key_column=", ".join(c.name for c in columns if c.key) or None, key_expression=key_expr,
-        repartition=not same_key or partitions != source.partitions, aggregates=calls, window=window,
+        # A table's aggregation always regroups: each changed row leaves its old group (topology).
+        repartition=not same_key or partitions != source.partitions or (source.kind == "TABLE" and bool(calls)),
+        aggregates=calls, window=window,
         event_time=event_time(source) if window is not None else None, having=having,
+        regrouped=source.partitions if source.kind == "TABLE" and calls else None,
     )
     return _result(result_kind, name, columns, plan, source, properties, query_id, target)
 
@@ -471,8 +474,6 @@ def _aggregation(
     """A GROUP BY's result columns (one key column per grouping expression, in SELECT order,
     first), the Spark SQL of its key when records must be re-keyed (a key of several columns
     is a ``named_struct`` of them, NULL when any is NULL), and its aggregate calls."""
-    if source.kind == "TABLE":
-        raise StatementError(f"aggregating the TABLE {source.name} is not supported; aggregate the stream it comes from")
     if query.partition_by is not None:
         raise StatementError("PARTITION BY cannot be combined with GROUP BY; GROUP BY already keys the result")
     groups = query.group_by
@@ -505,12 +506,20 @@ def _aggregation(
             raise StatementError(f"{shown} is neither an aggregate nor {'the' if len(groups) == 1 else 'a'} GROUP BY "
                                  f"expression {grouping}; aggregate it or group by it")
         result = check(expr, scope, aggregates_allowed=True)
+        if source.kind == "TABLE" and aggregates.require(expr.name).undo is None:
+            undone = ", ".join(a.name for a in aggregates.AGGREGATES.values() if a.undo is not None)
+            raise StatementError(f"{expr.name.upper()} cannot aggregate the TABLE {source.name}: a table's row that "
+                                 f"changes or is deleted is taken back out of its group, which {expr.name.upper()} "
+                                 f"cannot do; on a table use {undone}, or aggregate the stream it comes from")
         argument = "1" if expr.star else to_spark(expr.args[0], scope)
         columns.append(OutputColumn(out, result, f"{expr.name}({argument})"))
         calls.append(AggregateCall(out, expr.name, argument))
     missing = next((g for g in groups if g not in keys), None)
     if missing is not None:
         raise _missing_key(name, "grouping expression", missing)
+    if source.kind == "TABLE" and not calls:
+        raise StatementError(f"a GROUP BY of the TABLE {source.name} needs an aggregate, which says when a group "
+                             "has no rows left: select one (SELECT ..., COUNT(*) AS rows)")
     ordered = _key_first(columns)
     if len(groups) == 1:
         return ordered, None if _source_key_ref(groups[0], source) else to_spark(groups[0], scope), tuple(calls)

@@ -17,7 +17,8 @@ same) timestamp, in offset order, and a stream record joins the table's row as i
   rows as the actives;
 - stream-stream joins (INNER, FULL OUTER) with records out of order within and beyond
   the window and grace, against a brute-force reference over the records in the order the
-  join read them; and a LEFT one across the SIGKILL.
+  join read them; and a LEFT one across the SIGKILL;
+- a GROUP BY over one of the tables across the SIGKILL (rows moved between groups, deleted).
 """
 
 from __future__ import annotations
@@ -471,6 +472,7 @@ async def test_a_sigkilled_worker_loses_no_joined_record_and_repeats_none(join_c
     cities, with_cities = f"jkc_{sid}", f"jk_cities_{sid}"
     alerts, with_alerts = f"jka_{sid}", f"jk_alerts_{sid}"
     names, with_names = f"jkn_{sid}", f"jk_names_{sid}"
+    city_digits = f"jk_digits_{sid}"
     rng = random.Random(43)
     base = (int(time.time() * 1000) - 20 * MINUTE) // MINUTE * MINUTE
     site_records = table_history(rng, 150, [f"sensor-{i:03d}" for i in range(200)], 600, 0.1, base, 10 * MINUTE)
@@ -514,6 +516,8 @@ async def test_a_sigkilled_worker_loses_no_joined_record_and_repeats_none(join_c
           WITHIN 1 SECOND GRACE PERIOD 3 SECONDS ON r.sensor = a.sensor;
         CREATE TABLE {with_names} AS SELECT s.id, s.site, n.name FROM {sensors} s LEFT JOIN {names} n
           ON s.site = n.id;
+        CREATE TABLE {city_digits} AS SELECT SUBSTRING(city, 6, 1) AS digit, COUNT(*) AS n, SUM(LEN(city)) AS chars
+          FROM {cities} GROUP BY SUBSTRING(city, 6, 1) HAVING COUNT(*) > 0;
         SHOW QUERIES;""")
     query_id = next(str(row[0]) for row in outcome if str(row[0]).startswith(f"CSAS_{enriched.upper()}"))
 
@@ -551,6 +555,16 @@ async def test_a_sigkilled_worker_loses_no_joined_record_and_repeats_none(join_c
                 await asyncio.sleep(0.5)
                 rows = await asyncio.to_thread(scan_partition, endpoint, with_cities.upper(), partition)
             assert rows == mine, (worker, partition)
+
+    # A GROUP BY over the cities table across the SIGKILL: each changed row out of its old
+    # group and into its new one, exactly once.
+    final = {key: city for key, city, _ in city_records}
+    want_digits: dict[str, list[Any]] = {}
+    for city in filter(None, final.values()):
+        row = want_digits.setdefault(city[5], [city[5], 0, 0])
+        row[1] += 1
+        row[2] += len(city)
+    assert pull_until(join_cluster, f"SELECT * FROM {city_digits};", want_digits) == want_digits
 
     want_names = foreign_key_reference(site_records, name_records)
     assert pull_until(join_cluster, f"SELECT * FROM {with_names};", want_names) == want_names

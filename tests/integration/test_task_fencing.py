@@ -15,6 +15,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from millpond.deploy.local.kafka_broker import EmbeddedKafka
+from millpond.services.worker.regrouping import RegroupTask
 from millpond.services.worker.state.store import INPUT_OFFSET
 from millpond.services.worker.task import (
     AggregateSlice,
@@ -22,13 +23,15 @@ from millpond.services.worker.task import (
     MaterializeSlice,
     ProjectionTask,
     ProjectSlice,
+    RegroupSlice,
     ReplayedTableTask,
     TableTask,
 )
 from millpond.shared.catalog.metastore import Metastore
-from millpond.shared.catalog.names import changelog_topic, consumer_group, processing_log_topic
+from millpond.shared.catalog.names import changelog_topic, consumer_group, processing_log_topic, regroup_changelog_topic
 from millpond.shared.catalog.queries import PersistentQuery
 from millpond.shared.catalog.sources import DataSource
+from millpond.shared.catalog.topology import stages
 from millpond.shared.config import WorkerSettings
 from millpond.shared.kafka.admin import committed_offsets, committed_positions, ensure_topic
 from millpond.shared.kafka.connection import KafkaConnection
@@ -302,3 +305,58 @@ async def test_a_stage_feeding_another_commits_how_far_its_output_reached(kafka:
     finally:
         await result.stop()
     assert (await committed_positions(kafka_connection, group, [tp]))[tp] == (5, "")  # a result stage's: none
+
+
+async def test_a_regroup_task_restores_what_it_counted_from_its_changelog(kafka: EmbeddedKafka, tmp_path: Path) -> None:
+    """A table aggregation's regroup task: a new owner without the old one's store restores,
+    from the changelog alone, the row each table key last added to a group, so a row that
+    moves is taken out of the group it was counted in; the old owner is fenced; a replayed
+    slice and a row that did not change write nothing."""
+    service_id = f"regroup{next(_ids)}"
+    meta = Metastore()
+    meta.apply(parse_statement(f"CREATE TABLE pages (page VARCHAR PRIMARY KEY, owner VARCHAR) WITH "
+                               f"(kafka_topic='pages-{service_id}', partitions=1, value_format='json')"), 0)
+    meta.apply(parse_statement("CREATE TABLE owners AS SELECT owner, COUNT(*) AS n FROM pages GROUP BY owner"), 1)
+    query = next(q for q in meta.queries.values() if q.sink == "OWNERS")
+    regroup = stages(query, meta.source("PAGES"), meta.source("OWNERS"), service_id)[0]
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap_servers)
+    await admin.start()
+    try:
+        for topic in (regroup.source.topic, regroup.sink.topic, processing_log_topic(service_id),
+                      regroup_changelog_topic(service_id, query.query_id)):
+            await ensure_topic(admin, topic, 1, compacted=topic.endswith("changelog"))
+    finally:
+        await admin.close()
+
+    def added(page: str, owner: str) -> bytes:
+        return json.dumps({"_SIGN": 1, "PAGE": page, "OWNER": owner}, separators=(",", ":")).encode()
+
+    def task(worker: str) -> RegroupTask:
+        return RegroupTask(_settings(kafka, service_id, worker, tmp_path), regroup.query, regroup.source,
+                           regroup.sink, 0, regroup.name)
+
+    old = task("old")
+    await old.start()
+    assert await old.commit(RegroupSlice(0, 2, inputs=[(0, b"p1"), (1, b"p2"), (2, b"p3")], records=[
+        (b"a", added("p1", "a")), (b"b", added("p2", "b")), (b"p3", None)]))
+    new = task("new")
+    await new.start()  # fences the old owner; its own store is empty
+    try:
+        assert new.restored_records == 2 and new.start_input_offset == 3
+        with pytest.raises(KafkaError):
+            await old.commit(RegroupSlice(3, 3, inputs=[(3, b"p2")], records=[(b"p2", None)]))
+        moved = RegroupSlice(3, 5, inputs=[(3, b"p1"), (4, b"p2"), (5, b"p2")], records=[
+            (b"b", added("p1", "b")), (b"p2", None), (b"b", added("p2", "b"))])
+        assert await new.commit(moved)
+        assert not await new.commit(moved)  # a replay
+        assert await new.commit(RegroupSlice(6, 6, inputs=[(6, b"p2")], records=[(b"p2", None)]))
+    finally:
+        await new.stop()
+        await old.stop()
+    assert await _committed(kafka.bootstrap_servers, regroup.sink.topic) == [
+        (b"a", {"_SIGN": 1, "PAGE": "p1", "OWNER": "a"}), (b"b", {"_SIGN": 1, "PAGE": "p2", "OWNER": "b"}),
+        # p1 out of a and into b; p2 deleted and back as it was within one slice: unchanged.
+        (b"a", {"_SIGN": -1, "PAGE": "p1", "OWNER": "a"}), (b"b", {"_SIGN": 1, "PAGE": "p1", "OWNER": "b"}),
+        (b"b", {"_SIGN": -1, "PAGE": "p2", "OWNER": "b"})]
+    group = consumer_group(service_id, query.query_id)
+    assert await committed_offsets(KafkaConnection(kafka.bootstrap_servers), group, [new.input]) == {new.input: 7}

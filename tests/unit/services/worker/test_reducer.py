@@ -47,11 +47,12 @@ from pyspark.sql.types import (
 
 from millpond.services.worker import reducers
 from millpond.services.worker.converters import row_to_proto
+from millpond.services.worker.kinds import new_task
 from millpond.services.worker.query_runner import QueryRunner
 from millpond.services.worker.spark import create_session
 from millpond.services.worker.state.store import encode_state
 from millpond.services.worker.state.table_topic import TableTopicReader
-from millpond.services.worker.table_joining import JoinSideTask, rekeyed, split_rekeyed
+from millpond.services.worker.table_joining import rekeyed, split_rekeyed
 from millpond.services.worker.task import AggregationTask, ProjectionTask, TableTask, Task, table_rows
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.topology import stages
@@ -439,21 +440,74 @@ def _left_side_slices(spark: SparkSession, tmp_path: Path, statements: tuple[str
                       stamp: datetime.datetime | None = None) -> dict[int, Any]:
     """The slices the left side stage of the join into LQ (``statements``: streams L and Q,
     then the join) makes of ``records`` (key, value, partition, offset) stamped ``stamp``."""
+    return stage_slices(spark, tmp_path, statements, "LQ", 0, records, stamp)
+
+
+def stage_slices(spark: SparkSession, tmp_path: Path, statements: tuple[str, ...], sink: str, stage: int,
+                 records: list[tuple[bytes | None, bytes | None, int, int]],
+                 stamp: datetime.datetime | None = None) -> dict[int, Any]:
+    """The slices stage ``stage`` of the query into ``sink`` (``statements`` declare its sources,
+    then create it) makes of ``records`` (key, value, partition, offset) stamped ``stamp``."""
     meta = Metastore()
     for offset, sql in enumerate(statements):
         meta.apply(parse_statement(sql), offset)
-    query = next(q for q in meta.queries.values() if q.sink == "LQ")
-    side = stages(query, meta.source("L"), meta.source("LQ"), "svc")[0]
+    query = next(q for q in meta.queries.values() if q.sink == sink)
+    step = stages(query, meta.source(query.source), meta.source(sink), "svc")[stage]
     settings = Settings(worker_id="reducer-test", spark_master="local[1]", state_dir=tmp_path)
-    tasks = {p: JoinSideTask(settings, side.query, side.source, side.sink, p, side.name) for p in range(2)}
-    frame = spark.createDataFrame([(k, v, "l", p, o, stamp, 0) for k, v, p, o in records], KAFKA_ROW)
+    tasks = {p: new_task(settings, step, p) for p in range(step.partitions)}
+    frame = spark.createDataFrame([(k, v, step.source.topic, p, o, stamp, 0) for k, v, p, o in records], KAFKA_ROW)
     loop = asyncio.new_event_loop()
-    runner = QueryRunner(spark, settings, side.query, side.source, side.sink, dict(tasks), loop)
+    runner = QueryRunner(spark, settings, step.query, step.source, step.sink, dict(tasks), loop)
     try:
         return runner._reduce(frame)
     finally:
         runner.stop()
         loop.close()
+
+
+TABLE_AGGREGATION = (
+    "CREATE TABLE pages (page VARCHAR PRIMARY KEY, owner VARCHAR, weight INT) "
+    "WITH (kafka_topic='pages', partitions=2, value_format='json')",
+    "CREATE TABLE owners AS SELECT owner, COUNT(*) AS n, SUM(weight) AS total, AVG(weight) AS mean FROM pages "
+    "WHERE weight >= 0 GROUP BY owner")
+
+
+def test_a_tables_changed_rows_regroup_by_their_new_group_or_leave_it(spark: SparkSession, tmp_path: Path) -> None:
+    """A table aggregation's regroup stage: each table record with its offset and table key,
+    keyed by its group with the regrouped value (``_SIGN`` 1 first, then every column); a
+    tombstone of the table key for a deleted row, one the WHERE drops and one whose group is
+    NULL (logged); a malformed record logged and left out."""
+    slices = stage_slices(spark, tmp_path, TABLE_AGGREGATION, "OWNERS", 0, [
+        (b"p1", b'{"OWNER": "a", "WEIGHT": 5}', 0, 0),
+        (b"p2", b'{"OWNER": null, "WEIGHT": 5}', 0, 1),
+        (b"p3", b'{"OWNER": "b", "WEIGHT": -1}', 0, 2),
+        (b"p1", None, 0, 3),
+        (b"p4", b"oops", 0, 4),
+        (b"p5", b'{"OWNER": "b", "WEIGHT": 2}', 1, 7)], datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC))
+    first, second = slices[0], slices[1]
+    assert first.inputs == [(0, b"p1"), (1, b"p2"), (2, b"p3"), (3, b"p1")]
+    assert [(key, None if value is None else json.loads(value)) for key, value in first.records] == [
+        (b"a", {"_SIGN": 1, "PAGE": "p1", "OWNER": "a", "WEIGHT": 5, "_INPUT_ROWTIME": 1767312000000}),
+        (b"p2", None), (b"p3", None), (b"p1", None)]
+    assert all(value is None or value.startswith(b'{"_SIGN":1,') for _, value in first.records)
+    assert sorted((b.offset, "NULL" in b.reason) for b in first.bad) == [(1, True), (4, False)]
+    assert second.inputs == [(7, b"p5")] and second.records[0][0] == b"b"
+
+
+def test_regrouped_rows_add_to_or_subtract_from_their_group(spark: SparkSession, tmp_path: Path) -> None:
+    """A table aggregation's aggregate stage: a regrouped row adds to its group's COUNT, SUM
+    and AVG, a retracted one (``_SIGN`` -1) takes its values back out."""
+    def row(sign: int, weight: int | None) -> bytes:
+        return json.dumps({"_SIGN": sign, "PAGE": "p", "OWNER": "x", "WEIGHT": weight, "_INPUT_ROWTIME": 0},
+                          separators=(",", ":")).encode()
+
+    slices = stage_slices(spark, tmp_path, TABLE_AGGREGATION, "OWNERS", 1, [
+        (b"a", row(1, 5), 0, 0), (b"a", row(1, 7), 0, 1), (b"a", row(-1, 5), 0, 2), (b"a", row(1, None), 0, 3),
+        (b"b", row(1, 4), 1, 0), (b"b", row(-1, 4), 1, 1), (b"c", row(-1, 3), 1, 2)])
+    aggs = [aggregates.require(name) for name in ("COUNT", "SUM", "AVG")]
+    totals = {key: [agg.finalize(state) for agg, state in zip(aggs, partial, strict=True)]
+              for piece in slices.values() for key, partial in piece.partials}
+    assert totals == {b"a": [2, 7, 7.0], b"b": [0, 0, None], b"c": [-1, -3, 3.0]}
 
 
 def test_a_stream_join_side_copies_records_as_they_are_with_their_event_time(spark: SparkSession,

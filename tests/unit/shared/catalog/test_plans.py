@@ -176,6 +176,31 @@ def test_a_table_table_join_gathers_its_tables_then_joins_then_materializes() ->
         InternalTopic(gathered, compacted=True, configs=(("delete.retention.ms", str(7 * 24 * 3600 * 1000)),))]
 
 
+def test_a_tables_aggregation_regroups_its_rows_then_aggregates_them() -> None:
+    """GROUP BY over a table: the regroup stage reads the table whole (whatever the query's
+    start offsets) into the repartition topic, ``_SIGN`` the first value column, and keeps a
+    changelog of the table's partitions; the aggregation adds and retracts what it reads."""
+    meta = _metastore(
+        "CREATE TABLE pages (page VARCHAR PRIMARY KEY, owner VARCHAR, weight INT) "
+        "WITH (kafka_topic='pages', partitions=3, value_format='json')",
+        "CREATE TABLE owners WITH (partitions=2) AS SELECT owner, COUNT(*) AS n, SUM(weight) AS w FROM pages "
+        "GROUP BY owner")
+    query = replace(next(q for q in meta.queries.values() if q.sink == "OWNERS"), start_offsets=(5, 5, 5))
+    assert (query.plan.kind, query.plan.repartition, query.plan.regrouped) == (PlanKind.AGGREGATE, True, 3)
+    staged = stages(query, meta.source("PAGES"), meta.source("OWNERS"), "svc")
+    repartition = "_millpond-svc-" + query.query_id + "-repartition"
+    assert [(s.name, s.query.plan.kind, s.source.topic, s.sink.topic, s.partitions, s.sink.partitions,
+             s.query.start_offsets, s.has_standbys) for s in staged] == [
+        ("regroup", PlanKind.REGROUP, "pages", repartition, 3, 2, None, False),
+        ("", PlanKind.AGGREGATE, repartition, "OWNERS", 2, 2, None, True)]
+    assert [c.name for c in staged[0].sink.value_columns] == ["_SIGN", "PAGE", "OWNER", "WEIGHT", "_INPUT_ROWTIME"]
+    assert staged[0].query.plan.columns[1].expression == "1" and staged[0].query.plan.key_expression == "`OWNER`"
+    assert [(t.name, t.compacted, t.partitions) for t in internal_topics("svc", query)] == [
+        ("_millpond-svc-" + query.query_id + "-changelog", True, None),
+        (repartition, False, None),
+        ("_millpond-svc-" + query.query_id + "-regroup-changelog", True, 3)]
+
+
 def test_a_foreign_key_join_copies_the_right_table_to_every_partition_of_the_left() -> None:
     meta = _metastore(
         "CREATE TABLE a (id INT PRIMARY KEY, b_id VARCHAR) WITH (kafka_topic='a', partitions=4, value_format='json')",

@@ -354,7 +354,7 @@ CREATE TABLE pp5 AS SELECT page, region, COUNT(*) FROM visits GROUP BY page, reg
 CREATE TABLE pp6 AS SELECT page, ok, COUNT(*) FROM visits GROUP BY page, ok;
 CREATE TABLE pp7 AS SELECT page, region, ms, COUNT(*) FROM visits GROUP BY page, region;
 CREATE TABLE pp8 AS SELECT page, score, COUNT(*) AS n FROM visits GROUP BY page, score;
-CREATE TABLE pp9 AS SELECT page, COUNT(*) AS n FROM per_page GROUP BY page;
+CREATE TABLE pp9 AS SELECT page, MAX(n) AS n FROM per_page GROUP BY page;
 CREATE TABLE pp11 AS SELECT p.page, p.n, q.top FROM per_page p JOIN per_page_case q ON p.page = q.page;
 CREATE STREAM jsonkey (k VARCHAR KEY, v INT) WITH (kafka_topic='jsonkey', value_format='json', key_format='json');
 CREATE STREAM twokeys (a VARCHAR KEY, b INT KEY, v INT) WITH (kafka_topic='twokeys', value_format='json');
@@ -431,3 +431,16 @@ EXPLAIN CREATE TABLE per_view_page_2 AS SELECT w.page, COUNT(*) AS n FROM visits
   WITHIN 1 MINUTE ON v.page = w.page WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY w.page;
 CREATE TABLE per_view_page_3 AS SELECT p.owner, COUNT(*) AS n FROM visits v JOIN views3 w
   WITHIN 1 MINUTE ON v.userid = w.userid JOIN pages p ON v.page = p.page GROUP BY p.owner;
+-- GROUP BY over a table: each changed row taken out of its old group and put into its new one.
+EXPLAIN CREATE TABLE owner_weights AS SELECT owner, COUNT(*) AS pages, SUM(weight) AS weight, AVG(weight) AS mean
+  FROM pages WHERE weight > 0 GROUP BY owner HAVING COUNT(*) > 0;
+CREATE TABLE owner_weights AS SELECT owner, COUNT(*) AS pages, SUM(weight) AS weight, AVG(weight) AS mean
+  FROM pages WHERE weight > 0 GROUP BY owner HAVING COUNT(*) > 0;
+DESCRIBE owner_weights;
+EXPLAIN CREATE TABLE page_rows WITH (partitions=2) AS SELECT page, COUNT(owner) AS owned FROM pages GROUP BY page;
+CREATE TABLE per_page_region AS SELECT region, COUNT(*) AS pages, SUM(n) AS n FROM per_page GROUP BY region;
+CREATE TABLE owner_top AS SELECT owner, MAX(weight) AS top FROM pages GROUP BY owner;
+CREATE TABLE owner_list AS SELECT owner, COLLECT_LIST(page) AS pages FROM pages GROUP BY owner;
+CREATE TABLE owner_minute AS SELECT owner, COUNT(*) AS n FROM pages WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY owner;
+CREATE TABLE owner_only AS SELECT owner FROM pages GROUP BY owner;
+CREATE STREAM owner_stream AS SELECT owner, COUNT(*) AS n FROM pages GROUP BY owner;
