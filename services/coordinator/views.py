@@ -105,8 +105,13 @@ def plan_lines(plan: QueryPlan, source: DataSource, sink: DataSource) -> list[st
         streams = plan.join.tables[0].within is not None
         state = ("both streams' records within the window, in memory, rebuilt from the joined topic" if streams
                  else "each table's rows in RocksDB, rebuilt from its topic")
-        steps.append(f"[ JOIN ] | {join} | every column of the joined row, keyed by the GROUP BY into the "
-                     f"query's {'grouped' if streams else 'joined'} topic | State: {state}")
+        if plan.join.stream.kind == "TABLE":
+            steps.append(f"[ JOIN ] | {join} | every column of each key's joined row, keyed by the join key into the "
+                         "query's joined-rows topic | State: every table's rows in RocksDB, rebuilt from the joined "
+                         "topic")
+        else:
+            steps.append(f"[ JOIN ] | {join} | every column of the joined row, keyed by the GROUP BY into the "
+                         f"query's {'grouped' if streams else 'joined'} topic | State: {state}")
     if plan.join is not None and plan.join.steps > 1:
         steps.append(f"[ REPARTITION ] | {plan.join.steps} join stages, one per JOIN expression: each joined row "
                      "re-keyed by the next JOIN's expression through an internal topic of the query")

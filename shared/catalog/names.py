@@ -65,6 +65,12 @@ def grouped_topic(service_id: str, query_id: str) -> str:
     return f"{joined_topic(service_id, query_id)}-grouped"
 
 
+def joined_rows_topic(service_id: str, query_id: str) -> str:
+    """The joined rows of a GROUP BY over tables joined with tables, keyed by the join key: a
+    table the aggregation regroups."""
+    return f"{joined_topic(service_id, query_id)}-rows"
+
+
 def chained_topic(service_id: str, query_id: str, step: int) -> str:
     """The topic a multi-way join's stage ``step`` reads: the joined rows of the stages before
     it, re-keyed by the expression its JOINs match."""

@@ -36,6 +36,10 @@ Two kinds need two, each with its own stream, tasks and transactional ids:
   the row it last added to a group for each key of the table (in RocksDB, rebuilt from the
   table's topic), and for each changed row writes that row again, retracted, to its group, then
   the new row, added, to its group (ksqlDB's undo); the aggregation adds or subtracts each.
+- **GROUP BY over tables joined with tables** runs the join's stages (each table copied into
+  the joined topic, the join), whose task writes each key's joined row, every column, into a
+  compacted topic of the query's (``<query>-joined-rows``): the joined table, which the
+  aggregation regroups as above.
 - **CREATE TABLE AS SELECT without GROUP BY over a table.** Stage 1 projects every row
   into the sink topic (a deleted row, or one the WHERE no longer passes, becomes a
   tombstone); stage 2 materializes the sink topic as a table declared over it would be,
@@ -53,6 +57,7 @@ from millpond.shared.catalog.names import (
     chained_topic,
     changelog_topic,
     grouped_topic,
+    joined_rows_topic,
     joined_topic,
     regroup_changelog_topic,
     repartition_topic,
@@ -161,15 +166,25 @@ def internal_topics(service_id: str, query: PersistentQuery) -> list[InternalTop
     elif spec.changelog:
         topics.append(InternalTopic(changelog_topic(service_id, query.query_id), compacted=True))
     join = query.plan.join
+    tables_joined = join is not None and query.plan.kind in AGGREGATES and join.stream.kind == "TABLE"
     if spec.repartition_topic and query.plan.repartition and not (join is not None and _joins_streams(join)):
         # A stream re-keyed for a join goes to its tables' partitions (``_repartitioned_aggregate``).
         topics.append(InternalTopic(repartition_topic(service_id, query.query_id), compacted=False,
-                                    partitions=None if join is None else join.tables[0].table.partitions))
+                                    partitions=None if join is None or tables_joined else
+                                    join.tables[0].table.partitions))
     if query.plan.regrouped is not None:  # a table's aggregation: the row each key last added
         topics.append(InternalTopic(regroup_changelog_topic(service_id, query.query_id), compacted=True,
                                     partitions=query.plan.regrouped))
     if query.plan.kind in AGGREGATES and join is not None and _joins_streams(join):  # a GROUP BY's joined rows
         topics.append(InternalTopic(grouped_topic(service_id, query.query_id), compacted=False))
+    elif tables_joined:  # the tables gathered, and their joined rows (a table of the left's partitions)
+        assert join is not None
+        topics += [InternalTopic(joined_topic(service_id, query.query_id), compacted=True,
+                                 configs=(("delete.retention.ms", str(JOINED_TOMBSTONES_MS)),),
+                                 partitions=join.stream.partitions),
+                   InternalTopic(joined_rows_topic(service_id, query.query_id), compacted=True,
+                                 configs=(("delete.retention.ms", str(JOINED_TOMBSTONES_MS)),),
+                                 partitions=join.stream.partitions)]
     elif query.plan.kind in AGGREGATES and join is not None:
         topics.append(InternalTopic(joined_topic(service_id, query.query_id), compacted=False))
     if join is not None and query.plan.kind in (*CHAINED_JOINS, *AGGREGATES):
@@ -243,6 +258,8 @@ def _joined_aggregate(query: PersistentQuery, source: DataSource, sink: DataSour
     plan = query.plan
     spec = plan.join
     assert spec is not None
+    if spec.stream.kind == "TABLE":
+        return _table_joined_aggregate(query, source, sink, service_id)
     keys = [c for c in plan.columns if c.key]
     key_type = keys[0].type if len(keys) == 1 else composite_key_type([(c.name, c.type) for c in keys])
     carried = (*(Column(joined(spec.stream_prefix, c.name), c.type) for c in spec.stream.columns),
@@ -264,6 +281,34 @@ def _joined_aggregate(query: PersistentQuery, source: DataSource, sink: DataSour
     aggregate = replace(plan, source=rows.name, where=None, key_expression=None, repartition=False, join=None,
                         event_time=quote_identifier(ROWTIME_COLUMN) if plan.window is not None else None)
     return [*joining, Stage("", replace(query, plan=aggregate, start_offsets=None), rows, sink)]
+
+
+def _table_joined_aggregate(query: PersistentQuery, source: DataSource, sink: DataSource,
+                            service_id: str) -> list[Stage]:
+    """A GROUP BY over tables joined with tables: the join's stages (each table copied into the
+    joined topic, then the join) write each key's joined row, every column of it, into a
+    compacted topic of the query's (``joined_rows_topic``), the joined table, which the
+    aggregation then regroups as any table's (its regroup stage, then the aggregation)."""
+    plan = query.plan
+    spec = plan.join
+    assert spec is not None
+    sides = ((spec.stream, spec.stream_prefix), *((t.table, t.prefix) for t in spec.tables))
+    left_key = spec.stream.key_column
+    assert left_key is not None
+    # Every column of each side, in the order the joined row (SELECT *) has them, the left key the key.
+    columns = tuple(Column(joined(prefix, c.name), c.type, key=side is spec.stream and c.name == left_key.name)
+                    for side, prefix in sides for c in side.columns)
+    rows = DataSource(kind="TABLE", name=f"{query.query_id}_JOINED", columns=columns,
+                      topic=joined_rows_topic(service_id, query.query_id), partitions=source.partitions,
+                      value_format="JSON", query_id=query.query_id)
+    join = QueryPlan(PlanKind.FOREIGN_KEY_JOIN if spec.tables[0].foreign_key else PlanKind.TABLE_TABLE_JOIN,
+                     source.name, rows.name,
+                     tuple(OutputColumn(c.name, c.type, quote_identifier(c.name), key=c.key) for c in columns),
+                     key_column=joined(spec.stream_prefix, left_key.name), join=spec)
+    joining = _two_sided_join(replace(query, plan=join, start_offsets=None), source, rows, service_id)[:-1]  # no materialization
+    aggregate = replace(plan, source=rows.name, where=None, join=None)
+    return [*joining, *_repartitioned_aggregate(replace(query, plan=aggregate, start_offsets=None), rows, sink,
+                                                service_id)]
 
 
 def _joins_streams(spec: JoinSpec) -> bool:

@@ -255,15 +255,18 @@ def resolve_join(query: ast.Query, stream: DataSource, tables: tuple[DataSource,
 
 @dataclass(frozen=True)
 class JoinAggregation:
-    """A GROUP BY over a stream-table join: the join stage computes every column of the joined
-    row (``resolved``, of ``SELECT *`` with the query's WHERE) and keys it by the GROUP BY
-    (``keys``); the aggregation (``query``) then reads those rows as a stream (``source``)."""
+    """A GROUP BY over a join: the join stage computes every column of the joined row
+    (``resolved``, of ``SELECT *`` with the query's WHERE) and keys it by the GROUP BY
+    (``keys``); the aggregation (``query``) then reads those rows as a stream (``source``).
+    Over tables joined with tables, the join stage writes each key's joined row keyed by the
+    join key, a table (``source``) that the aggregation regroups by the GROUP BY."""
 
     resolved: ResolvedJoin
     query: ast.Query
     """The statement's aggregation over the joined row's columns: no JOIN, no WHERE."""
     source: DataSource
-    """The joined row as a stream: every column of each side, named as in the joined row."""
+    """The joined row as a stream (a table, keyed by the join key, over tables): every column of
+    each side, named as in the joined row."""
     keys: tuple[tuple[str, ast.Expr], ...]
     """The result's key columns in order: (name, expression over the joined row)."""
 
@@ -278,10 +281,10 @@ def join_aggregation(query: ast.Query, stream: DataSource, tables: tuple[DataSou
     """How a GROUP BY over a join is computed (see ``JoinAggregation``): what the planner plans
     and what the join task evaluates, from the same statement."""
     streams = [t for t in tables if t.kind == "STREAM"]
-    if stream.kind != "STREAM" or (streams and len(tables) > 1):
-        raise StatementError("GROUP BY over a join reads a stream joined with tables, or with one other stream "
-                             "(WITHIN); over a table-table join, or a stream-stream join followed by tables, it is not "
-                             "supported yet: create the joined stream or table first, then aggregate it")
+    if (stream.kind == "TABLE" and streams) or (streams and len(tables) > 1):
+        raise StatementError("GROUP BY over a join reads a stream joined with tables, one other stream (WITHIN), or "
+                             "tables joined with tables; over a stream-stream join followed by tables it is not "
+                             "supported yet: create the joined stream first, then aggregate it")
     if query.partition_by is not None:
         raise StatementError("PARTITION BY cannot be combined with GROUP BY; GROUP BY already keys the result")
     resolved = resolve_join(pre_aggregation(query), stream, tables)
@@ -305,8 +308,11 @@ def join_aggregation(query: ast.Query, stream: DataSource, tables: tuple[DataSou
                           having=None if query.having is None else aggregated(rename(query.having)), where=None,
                           joins=(), alias=None, source=f"{stream.name}_JOINED")
     names = [name for _, expr in resolved.items if isinstance(expr, ast.ColumnRef) for name in (expr.name,)]
-    source = DataSource("STREAM", aggregation.source, tuple(Column(n, resolved.scope.schema[n]) for n in names),
-                        "", stream.partitions)
+    # Tables joined with tables give a table keyed by the join key, which the aggregation
+    # regroups (a changed joined row leaves its old group); a stream's join gives a stream.
+    key = None if stream.kind == "STREAM" or resolved.key_item is None else names[resolved.key_item]
+    source = DataSource(stream.kind, aggregation.source,
+                        tuple(Column(n, resolved.scope.schema[n], key=n == key) for n in names), "", stream.partitions)
     return JoinAggregation(resolved, aggregation, source, keys)
 
 

@@ -346,28 +346,33 @@ def _joined_aggregation(
 ) -> tuple[DataSource, QueryPlan]:
     """``CREATE TABLE name AS SELECT ... FROM stream JOIN table ... GROUP BY ...``: the join
     (planned as the joined stream it would be, its WHERE included) keyed by the GROUP BY into
-    the aggregation, one query (see ``millpond.shared.sql.joins.JoinAggregation``)."""
+    the aggregation, one query (see ``millpond.shared.sql.joins.JoinAggregation``). Over tables
+    joined with tables, the joined table's rows are regrouped by the GROUP BY, as any table's."""
     if kind != "TABLE":
         verb = "CREATE TABLE AS SELECT"
         raise StatementError(f"invalid result type: the SELECT produces a TABLE; use {verb} instead")
     aggregation = join_aggregation(query, source, joined)
-    _, _, join = plan_join("STREAM", name, pre_aggregation(query), source, joined, source.partitions)
+    tables = source.kind == "TABLE"  # tables joined with tables: their joined rows are regrouped
+    _, _, join = plan_join(source.kind, name, pre_aggregation(query), source, joined, source.partitions)
     columns_in = (*aggregation.source.columns, *_rowtime(aggregation.source))
     scope = _scope(aggregation.query, aggregation.source, columns_in)
     window = window_spec(query.window, aggregation.source, query.emit_final) if query.window is not None else None
     try:
-        columns, _, calls = _aggregation(name, aggregation.query, aggregation.source, scope)
+        columns, key_expression, calls = _aggregation(name, aggregation.query, aggregation.source, scope)
         having = _check_having(aggregation.query, columns)
     except (StatementError, NotFoundError) as error:  # its columns as the statement names them (side.column)
-        owners = {**aggregation.resolved.owners, ROWTIME: f"{aggregation.resolved.stream_prefix}.ROWTIME"}
+        owners = {**aggregation.resolved.owners, ROWTIME: f"{aggregation.resolved.stream_prefix}.ROWTIME",
+                  aggregation.source.name: f"({' JOIN '.join(s.name for s in (source, *joined))})"}
         raise type(error)(re.sub(r"\b[A-Za-z_][A-Za-z0-9_]*\b", lambda m: owners.get(m.group(0), m.group(0)),
                                  error.message)) from error
     plan = QueryPlan(
         kind=PlanKind.AGGREGATE if window is None else PlanKind.SESSION_AGGREGATE if window.kind == "SESSION"
         else PlanKind.WINDOWED_AGGREGATE, source=source.name, sink=name, columns=columns,
-        key_column=", ".join(c.name for c in columns if c.key), key_expression=join.key_expression,
-        repartition=join.repartition,
+        key_column=", ".join(c.name for c in columns if c.key),
+        key_expression=(key_expression or next(c.expression for c in columns if c.key)) if tables
+        else join.key_expression, repartition=tables or join.repartition,
         aggregates=calls, window=window, having=having, join=join.join,
+        regrouped=source.partitions if tables else None,
     )
     return _result("TABLE", name, columns, plan, source, properties, query_id, target)
 

@@ -18,7 +18,8 @@ same) timestamp, in offset order, and a stream record joins the table's row as i
 - stream-stream joins (INNER, FULL OUTER) with records out of order within and beyond
   the window and grace, against a brute-force reference over the records in the order the
   join read them; and a LEFT one across the SIGKILL;
-- a GROUP BY over one of the tables across the SIGKILL (rows moved between groups, deleted).
+- a GROUP BY over one of the tables across the SIGKILL (rows moved between groups, deleted);
+- a GROUP BY over a foreign-key join of two tables, with both tables changed in two phases.
 """
 
 from __future__ import annotations
@@ -68,10 +69,18 @@ def join_cluster(kafka: EmbeddedKafka, tmp_path_factory: pytest.TempPathFactory)
 async def produce_table(bootstrap: str, topic: str, column: str, records: list[TableRecord],
                         partitions: int = PARTITIONS) -> None:
     """Table rows (a None value: the key's tombstone), in order, partitioned by key as the Java client."""
+    await produce_rows(bootstrap, topic, [(key, None if value is None else {column: value}, ts)
+                                          for key, value, ts in records], partitions)
+
+
+async def produce_rows(bootstrap: str, topic: str, records: list[tuple[str, dict[str, Any] | None, int | None]],
+                       partitions: int = PARTITIONS) -> None:
+    """Table rows of several columns (a None value: the key's tombstone), in order, partitioned
+    by key as the Java client."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
     await producer.start()
     try:  # one producer keeps each partition's records in the order sent
-        futures = [await producer.send(topic, None if value is None else json.dumps({column: value}).encode(),
+        futures = [await producer.send(topic, None if value is None else json.dumps(value).encode(),
                                        key=key.encode(), partition=partition_for(key.encode(), partitions),
                                        timestamp_ms=ts)
                    for key, value, ts in records]
@@ -805,3 +814,62 @@ async def test_a_stream_stream_join_then_a_table_on_another_expression(join_clus
     assert sorted(got) == want
     assert any(owner is None for _, _, _, owner, _, _ in want) and len(want) == 8 * 3 * 2
     assert any(clicked < at for *_, clicked, at in want)  # pairs whose view came later: their time is the view's
+
+
+async def test_group_by_over_tables_joined_with_tables(join_cluster: LocalCluster) -> None:
+    """GROUP BY over a foreign-key LEFT JOIN of two tables, one query: each page counted in its
+    owner's team, exactly against both tables' rows after two phases of changes: pages moved
+    to other owners or deleted, owners moved to other teams (every page of theirs with them)
+    or deleted (their pages' team NULL: logged, not counted), pages the WHERE drops. Then
+    read-your-writes through the sides, the join, the regrouping and the aggregation."""
+    sid = join_cluster.service_id
+    pages, owners, teams = f"gt_pages_{sid}", f"gt_owners_{sid}", f"gt_teams_{sid}"
+    run(join_cluster, f"""
+        CREATE TABLE {pages} (page VARCHAR PRIMARY KEY, owner VARCHAR, weight INT)
+          WITH (kafka_topic='{pages}', partitions={PARTITIONS}, value_format='json');
+        CREATE TABLE {owners} (name VARCHAR PRIMARY KEY, team VARCHAR)
+          WITH (kafka_topic='{owners}', partitions=3, value_format='json');""")
+    rng = random.Random(67)
+
+    def page_changes(count: int) -> list[tuple[str, dict[str, Any] | None, int | None]]:
+        return [(f"p{rng.randrange(60)}", None if rng.random() < 0.1 else
+                 {"OWNER": f"o{rng.randrange(10)}", "WEIGHT": rng.randrange(-10, 100)}, None) for _ in range(count)]
+
+    def owner_changes(count: int) -> list[tuple[str, dict[str, Any] | None, int | None]]:
+        return [(f"o{rng.randrange(9)}", None if rng.random() < 0.15 else {"TEAM": f"t{rng.randrange(4)}"}, None)
+                for _ in range(count)]  # o9 never has a row
+
+    def reference(page_records: list[Any], owner_records: list[Any]) -> dict[str, list[Any]]:
+        page_rows = {key: value for key, value, _ in page_records}
+        owner_rows = {key: value for key, value, _ in owner_records}
+        want: dict[str, list[Any]] = {}
+        for row in page_rows.values():
+            owner = None if row is None else owner_rows.get(row["OWNER"])
+            if row is not None and row["WEIGHT"] > 0 and owner is not None:
+                counted = want.setdefault(owner["TEAM"], [owner["TEAM"], 0, 0])
+                counted[1] += 1
+                counted[2] += row["WEIGHT"]
+        return want
+
+    page_records, owner_records = page_changes(200), owner_changes(20)
+    await produce_rows(join_cluster.bootstrap, owners, owner_records, partitions=3)
+    await produce_rows(join_cluster.bootstrap, pages, page_records)
+    run(join_cluster, f"""
+        CREATE TABLE {teams} AS SELECT o.team, COUNT(*) AS pages, SUM(p.weight) AS weight FROM {pages} p
+          LEFT JOIN {owners} o ON p.owner = o.name WHERE p.weight > 0 GROUP BY o.team HAVING COUNT(*) > 0;""")
+    want = reference(page_records, owner_records)
+    assert await asyncio.to_thread(pull_until, join_cluster, f"SELECT * FROM {teams};", want) == want
+    more_pages, more_owners = page_changes(150), owner_changes(20)
+    await produce_rows(join_cluster.bootstrap, owners, more_owners[:10], partitions=3)
+    await produce_rows(join_cluster.bootstrap, pages, more_pages)
+    await produce_rows(join_cluster.bootstrap, owners, more_owners[10:], partitions=3)
+    want = reference(page_records + more_pages, owner_records + more_owners)
+    assert await asyncio.to_thread(pull_until, join_cluster, f"SELECT * FROM {teams};", want) == want
+
+    pull = f"SELECT * FROM {teams} WHERE team = 't-rw';"
+    await asyncio.to_thread(reads_own_writes, join_cluster, [
+        (f"INSERT INTO {owners} (name, team) VALUES ('o-rw', 't-rw');", pull, []),
+        (f"INSERT INTO {pages} (page, owner, weight) VALUES ('p-rw', 'o-rw', 4);", pull, [["t-rw", 1, 4]]),
+        (f"INSERT INTO {pages} (page, owner, weight) VALUES ('p-rw2', 'o-rw', 6);", pull, [["t-rw", 2, 10]]),
+        (f"INSERT INTO {owners} (name, team) VALUES ('o-rw', 't-rw2');", pull, [])])
+    assert run(join_cluster, f"SELECT * FROM {teams} WHERE team = 't-rw2';") == [["t-rw2", 2, 10]]

@@ -201,6 +201,37 @@ def test_a_tables_aggregation_regroups_its_rows_then_aggregates_them() -> None:
         ("_millpond-svc-" + query.query_id + "-regroup-changelog", True, 3)]
 
 
+def test_a_group_by_over_tables_joined_regroups_the_joined_rows() -> None:
+    """GROUP BY over a foreign-key join of two tables: the join's sides and join stage write
+    each left key's joined row (every column) into the compacted joined-rows topic, a table of
+    the left's partitions, which the regroup stage reads (no materialization of the rows)."""
+    meta = _metastore(
+        "CREATE TABLE pages (page VARCHAR PRIMARY KEY, owner VARCHAR, weight INT) "
+        "WITH (kafka_topic='pages', partitions=4, value_format='json')",
+        "CREATE TABLE owners (name VARCHAR PRIMARY KEY, team VARCHAR) "
+        "WITH (kafka_topic='owners', partitions=3, value_format='json')",
+        "CREATE TABLE teams WITH (partitions=2) AS SELECT o.team, COUNT(*) AS n, SUM(p.weight) AS w FROM pages p "
+        "LEFT JOIN owners o ON p.owner = o.name WHERE p.weight > 0 GROUP BY o.team")
+    query = next(q for q in meta.queries.values() if q.sink == "TEAMS")
+    assert (query.plan.kind, query.plan.key_expression, query.plan.regrouped) == (PlanKind.AGGREGATE, "`O_TEAM`", 4)
+    staged = stages(query, meta.source("PAGES"), meta.source("TEAMS"), "svc")
+    prefix = "_millpond-svc-" + query.query_id
+    assert [(s.name, s.query.plan.kind, s.source.topic, s.sink.topic, s.partitions, s.sink.partitions)
+            for s in staged] == [
+        ("side-0", PlanKind.JOIN_SIDE, "pages", prefix + "-joined", 4, 4),
+        ("side-1", PlanKind.JOIN_SIDE, "owners", prefix + "-joined", 3, 4),
+        ("join", PlanKind.FOREIGN_KEY_JOIN, prefix + "-joined", prefix + "-joined-rows", 4, 4),
+        ("regroup", PlanKind.REGROUP, prefix + "-joined-rows", prefix + "-repartition", 4, 2),
+        ("", PlanKind.AGGREGATE, prefix + "-repartition", "TEAMS", 2, 2)]
+    rows = staged[2].sink
+    assert [(c.name, c.key) for c in rows.columns] == [
+        ("P_PAGE", True), ("P_OWNER", False), ("P_WEIGHT", False), ("O_NAME", False), ("O_TEAM", False)]
+    assert rows.kind == "TABLE" and staged[3].query.plan.where is None  # the join task applies the WHERE
+    assert [(t.name, t.compacted, t.partitions) for t in internal_topics("svc", query)] == [
+        (prefix + "-changelog", True, None), (prefix + "-repartition", False, None),
+        (prefix + "-regroup-changelog", True, 4), (prefix + "-joined", True, 4), (prefix + "-joined-rows", True, 4)]
+
+
 def test_a_foreign_key_join_copies_the_right_table_to_every_partition_of_the_left() -> None:
     meta = _metastore(
         "CREATE TABLE a (id INT PRIMARY KEY, b_id VARCHAR) WITH (kafka_topic='a', partitions=4, value_format='json')",

@@ -221,7 +221,7 @@ CREATE TABLE tt7 AS SELECT s.id FROM sensors s JOIN sites t WITHIN 1 MINUTE ON s
 CREATE TABLE tt8 WITH (partitions=2) AS SELECT s.id FROM sensors s JOIN sites t ON s.id = t.id;
 CREATE TABLE tt9 AS SELECT s.id FROM sensors s JOIN per_minute p ON s.id = p.sensor;
 CREATE TABLE tt10 AS SELECT s.site FROM sensors s JOIN sites t ON s.id = t.id;
-CREATE TABLE tt11 AS SELECT s.id, COUNT(*) AS n FROM sensors s JOIN sites t ON s.id = t.id GROUP BY s.id;
+CREATE TABLE tt11 AS SELECT s.id, MIN(t.city) AS n FROM sensors s JOIN sites t ON s.id = t.id GROUP BY s.id;
 INSERT INTO sensor_cities SELECT s.id, s.site, t.city FROM sensors s JOIN sites t ON s.id = t.id;
 
 -- Foreign-key table-table joins: each left row with the right row its column names, keyed by the left key.
@@ -444,3 +444,13 @@ CREATE TABLE owner_list AS SELECT owner, COLLECT_LIST(page) AS pages FROM pages 
 CREATE TABLE owner_minute AS SELECT owner, COUNT(*) AS n FROM pages WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY owner;
 CREATE TABLE owner_only AS SELECT owner FROM pages GROUP BY owner;
 CREATE STREAM owner_stream AS SELECT owner, COUNT(*) AS n FROM pages GROUP BY owner;
+-- GROUP BY over tables joined with tables: the joined rows regrouped as a table's.
+CREATE TABLE owner_teams AS SELECT o.team, COUNT(*) AS pages, SUM(p.weight) AS weight FROM pages p
+  LEFT JOIN owners o ON p.owner = o.name WHERE p.weight > 0 GROUP BY o.team;
+EXPLAIN CTAS_OWNER_TEAMS_62;
+DESCRIBE owner_teams;
+CREATE TABLE per_owner_pages AS SELECT p.page, COUNT(*) AS n FROM pages p JOIN pages q ON p.page = q.page GROUP BY p.page;
+EXPLAIN CREATE TABLE owner_boss AS SELECT o.team, t.boss, COUNT(*) AS n FROM owners o JOIN teams t ON o.team = t.id
+  GROUP BY o.team, t.boss;
+CREATE TABLE owner_top_2 AS SELECT o.team, MAX(p.weight) AS top FROM pages p JOIN owners o ON p.owner = o.name
+  GROUP BY o.team;
