@@ -76,7 +76,7 @@ def reduce_aggregate(parsed: DataFrame, query: PersistentQuery, source: DataSour
     else the aggregates' partial forms run in Spark, grouped by a shuffle, as do a table
     aggregation's, whose rows are added or retracted (``aggregates.Aggregate.undo``)."""
     frame = classify(parsed, source, tombstones=False, where=query.plan.where)
-    signed = aggregates.SIGN_COLUMN in source.schema
+    signed = query.plan.regrouped is not None
     if not signed:
         arguments, arrow = _arguments(frame, query, source)
         if arrow is not None:
@@ -187,13 +187,22 @@ def reduce_project(parsed: DataFrame, query: PersistentQuery, source: DataSource
     key_type = plan.columns[key_index].type if key_index is not None else None
     if len(keys) > 1:
         key_index, key_type = len(plan.columns), composite_key_type([(c.name, c.type) for c in keys])
+    decode = key_decoder(source.key_columns) if regroup and len(source.key_columns) > 1 else None
     for row in rows:
         piece = slices[row[0]]
         if row[3] != GOOD:
             continue
         if regroup:
             assert isinstance(piece, RegroupSlice)
-            piece.inputs.append((row[1], bytes(row[2])))
+            table_key = bytes(row[2])
+            if decode is not None:  # a JSON key as the table's own store writes it: one row, one entry
+                try:
+                    table_key = encode_key(decode(table_key), source.key_columns)
+                except (MillpondError, ValueError, TypeError, KeyError, ArithmeticError, RecursionError) as error:
+                    piece.bad.append(BadRecord(row[1], f"{reasons.bad_key(source)}: {error}",
+                                               table_key.decode(errors="replace")))
+                    continue
+            piece.inputs.append((row[1], table_key))
         if not row[4]:
             if table:  # the key's row is gone downstream too
                 piece.records.append((bytes(row[2]), None))

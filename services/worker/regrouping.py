@@ -14,13 +14,14 @@ Exactly once: the regrouped records, the store's changes (to a changelog of its 
 ``names.regroup_changelog_topic``), the processing-log records and the input offset go in
 one Kafka transaction; the store is written after the commit and restored from the
 changelog at start, so a crash anywhere resumes with exactly the rows the committed output
-counted.
+counted. A store kept longer than the changelog keeps a tombstone restores from the start.
 """
 
 from __future__ import annotations
 
 import base64
 import logging
+import shutil
 import time
 from typing import Any
 
@@ -38,14 +39,20 @@ from millpond.services.worker.task import RESTORE_FETCH_MS, RegroupSlice, Task, 
 from millpond.shared.catalog.names import regroup_changelog_topic
 from millpond.shared.catalog.queries import PersistentQuery
 from millpond.shared.catalog.sources import DataSource
+from millpond.shared.catalog.topology import JOINED_TOMBSTONES_MS
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.sql.aggregates import SIGN_COLUMN
-from millpond.shared.task_status import RESTORING
+from millpond.shared.task_status import RESTORING, now_ms
 from millpond.shared.teardown import gather_or_cancel
 
 log = logging.getLogger(__name__)
+WRITTEN_MS = b"written_ms"
+"""When the store was last brought up to date (epoch ms), among its positions."""
+STALE_AFTER_MS = JOINED_TOMBSTONES_MS - 24 * 3_600_000
+"""How old a kept store may be and still restore from its position: the changelog keeps a
+tombstone ``JOINED_TOMBSTONES_MS`` (a day's margin for the log cleaner's pace)."""
 ADDED = f'{{"{SIGN_COLUMN}":1'.encode()
 """How a regrouped value begins (``_SIGN`` is its first column, written compact)."""
 RETRACTED = f'{{"{SIGN_COLUMN}":-1'.encode()
@@ -67,8 +74,19 @@ class RegroupTask(Task[RegroupSlice]):
         self.changelog = TopicPartition(regroup_changelog_topic(settings.service_id, query.query_id), partition)
 
     async def start(self) -> None:
-        """Open the store, fence any older owner and restore the store from its changelog."""
-        self.store = PartitionStore(store_path(self.settings, f"{self.query.query_id}-{self.stage}", self.partition))
+        """Open the store, fence any older owner and restore the store from its changelog: from
+        the store's position, or, for a store last written longer ago than the changelog keeps
+        its tombstones (a worker the task left long ago), from the start."""
+        path = store_path(self.settings, f"{self.query.query_id}-{self.stage}", self.partition)
+        self.store = PartitionStore(path)
+        written = self.store.position(WRITTEN_MS)
+        if written is not None and now_ms() - written > STALE_AFTER_MS:
+            log.warning("regroup store older than the changelog's tombstones; restoring it from the start",
+                        extra={"query": self.query.query_id, "partition": self.partition,
+                               "written_ms": written})
+            self.store.close()
+            shutil.rmtree(path)
+            self.store = PartitionStore(path)
         reader = ChangelogReader(self.settings.kafka, self.changelog, self.store, fetch_max_wait_ms=25)
         try:
             # Fenced, the old owner's open transaction is aborted: the changelog's end is final.
@@ -81,6 +99,7 @@ class RegroupTask(Task[RegroupSlice]):
             self.next_input_offset = self.start_input_offset = await self._starting_offset()
         finally:
             await reader.stop()
+        self.store.write({}, {WRITTEN_MS: now_ms()})
         log.info("task started", extra={"query": self.query.query_id, "partition": self.partition,
                                         "stage": self.stage, "restored": self.restored_records,
                                         "seconds": round(time.monotonic() - started, 3),
@@ -117,7 +136,7 @@ class RegroupTask(Task[RegroupSlice]):
                                                   table_key, self.partition, headers))
             await self._send_bad(batch.bad)
             await self._commit_input(batch.last_offset + 1)
-        positions = {INPUT_OFFSET: batch.last_offset + 1}
+        positions = {INPUT_OFFSET: batch.last_offset + 1, WRITTEN_MS: now_ms()}
         if changelog:
             positions[CHANGELOG_OFFSET] = (await changelog[-1]).offset + 1
         self.store.write({k: encode_state(s) for k, s in states.items() if s is not None}, positions,

@@ -33,8 +33,8 @@ Two kinds need two, each with its own stream, tasks and transactional ids:
   and a day more), stamped with their event time; the join stage joins them in that
   topic's order.
 - **GROUP BY over a table** runs the same two stages, the first a regrouping: its task keeps
-  the row it last added to a group for each key of the table (in RocksDB, rebuilt from the
-  table's topic), and for each changed row writes that row again, retracted, to its group, then
+  the row it last added to a group for each key of the table (in RocksDB, restored from a
+  changelog topic of its own), and for each changed row writes that row again, retracted, to its group, then
   the new row, added, to its group (ksqlDB's undo); the aggregation adds or subtracts each.
 - **GROUP BY over tables joined with tables** runs the join's stages (each table copied into
   the joined topic, the join), whose task writes each key's joined row, every column, into a
@@ -173,7 +173,10 @@ def internal_topics(service_id: str, query: PersistentQuery) -> list[InternalTop
                                     partitions=None if join is None or tables_joined else
                                     join.tables[0].table.partitions))
     if query.plan.regrouped is not None:  # a table's aggregation: the row each key last added
+        # A regroup store kept on a worker the task left must not miss a delete (it would take
+        # the row out of its group again): tombstones stay a week, and an older store is dropped.
         topics.append(InternalTopic(regroup_changelog_topic(service_id, query.query_id), compacted=True,
+                                    configs=(("delete.retention.ms", str(JOINED_TOMBSTONES_MS)),),
                                     partitions=query.plan.regrouped))
     if query.plan.kind in AGGREGATES and join is not None and _joins_streams(join):  # a GROUP BY's joined rows
         topics.append(InternalTopic(grouped_topic(service_id, query.query_id), compacted=False))

@@ -9,7 +9,8 @@ merges each batch into it aggregate by aggregate. A replacement of it therefore 
 - the GROUP BY key: the key column and the expression it is computed from;
 - the aggregate list: each output column, function and argument, in the same order.
 
-It may change the WHERE filter, but not HAVING (standby copies filter their rows with the
+It may change the WHERE filter (not of a table's aggregation, whose rows stay counted as
+the WHERE was when they last changed), but not HAVING (standby copies filter their rows with the
 plan they were made with). A stream-table join keeps its tables' rows and positions per
 JOIN: a replacement keeps the tables, their order, join types and conditions. A projection
 keeps no state, so it may add columns at the
@@ -67,6 +68,12 @@ def check_upgrade(old: PersistentQuery, new: PersistentQuery) -> None:
         return
     if before.having != after.having:
         raise StatementError(f"{what}: its HAVING changes from {before.having} to {after.having}; {_REMEDY}")
+    where_before, where_after = ((p.where, None if p.join is None else p.join.where) for p in (before, after))
+    if before.regrouped is not None and where_before != where_after:
+        # Rows counted under the old WHERE would stay counted until they change: the table
+        # would match neither statement.
+        raise StatementError(f"{what}: its WHERE changes, and an aggregation of a table counts each of its rows as "
+                             f"the WHERE was when the row last changed; {_REMEDY}")
     if (before.join is None) != (after.join is None):
         raise StatementError(f"{what}: its source changes between a stream and a join; {_REMEDY}")
     keys_before, keys_after = ([f"{c.name} = {c.expression}" for c in p.columns if c.key] for p in (before, after))

@@ -61,8 +61,11 @@ def _signed_count(x: str) -> str:
 
 
 def _signed_sum(x: str) -> str:
-    """Spark SQL of a batch's sum of ``x``, retracted rows' values subtracted (NULL without any)."""
-    return f"sum(({x}) * {_SIGN})"
+    """Spark SQL of a batch's sum of ``x``, retracted rows' values subtracted (NULL without
+    any): the two sums apart, as Spark sums (an INT's sum a BIGINT; negating the argument
+    itself would wrap the least INT, and multiplying a DECIMAL by the sign would widen it)."""
+    added, retracted = (f"coalesce(sum(IF({_SIGN} {op} 0, ({x}), NULL)), 0)" for op in (">", "<"))
+    return f"IF(count({x}) = 0, NULL, {added} - {retracted})"
 
 
 @dataclass(frozen=True)

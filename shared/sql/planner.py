@@ -522,6 +522,10 @@ def _aggregation(
     missing = next((g for g in groups if g not in keys), None)
     if missing is not None:
         raise _missing_key(name, "grouping expression", missing)
+    reserved = next((c.name for c in source.columns if c.name in (aggregates.SIGN_COLUMN, "_INPUT_ROWTIME")), None)
+    if source.kind == "TABLE" and reserved is not None:
+        raise StatementError(f"{source.name} has a column named {reserved}, which an aggregation of a table uses for "
+                             "its own; aggregate a copy with the column renamed (CREATE TABLE ... AS SELECT ... AS ...)")
     if source.kind == "TABLE" and not calls:
         raise StatementError(f"a GROUP BY of the TABLE {source.name} needs an aggregate, which says when a group "
                              "has no rows left: select one (SELECT ..., COUNT(*) AS rows)")

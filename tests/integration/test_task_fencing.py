@@ -3,6 +3,7 @@ cannot commit (the zombie case), and the new owner restores from the changelog o
 
 from __future__ import annotations
 
+import base64
 import gc
 import itertools
 import json
@@ -15,8 +16,8 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from millpond.deploy.local.kafka_broker import EmbeddedKafka
-from millpond.services.worker.regrouping import RegroupTask
-from millpond.services.worker.state.store import INPUT_OFFSET
+from millpond.services.worker.regrouping import STALE_AFTER_MS, WRITTEN_MS, RegroupTask
+from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore
 from millpond.services.worker.task import (
     AggregateSlice,
     AggregationTask,
@@ -26,6 +27,7 @@ from millpond.services.worker.task import (
     RegroupSlice,
     ReplayedTableTask,
     TableTask,
+    store_path,
 )
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.names import changelog_topic, consumer_group, processing_log_topic, regroup_changelog_topic
@@ -36,7 +38,7 @@ from millpond.shared.config import WorkerSettings
 from millpond.shared.kafka.admin import committed_offsets, committed_positions, ensure_topic
 from millpond.shared.kafka.connection import KafkaConnection
 from millpond.shared.sql.parser import parse_statement
-from millpond.shared.task_status import RESTORING, RUNNING, STARTING
+from millpond.shared.task_status import RESTORING, RUNNING, STARTING, now_ms
 
 pytestmark = pytest.mark.kafka
 _ids = itertools.count()
@@ -360,3 +362,19 @@ async def test_a_regroup_task_restores_what_it_counted_from_its_changelog(kafka:
         (b"b", {"_SIGN": -1, "PAGE": "p2", "OWNER": "b"})]
     group = consumer_group(service_id, query.query_id)
     assert await committed_offsets(KafkaConnection(kafka.bootstrap_servers), group, [new.input]) == {new.input: 7}
+
+    # The old owner's store, kept on its worker: fresh, it restores the changelog's tail from its
+    # position; last written longer ago than the changelog keeps tombstones, from the start.
+    for age_ms, restored in ((0, 2), (STALE_AFTER_MS + 60_000, 4)):
+        kept = PartitionStore(store_path(_settings(kafka, service_id, "old", tmp_path),
+                                         f"{query.query_id}-{regroup.name}", 0))
+        kept.write({}, {WRITTEN_MS: now_ms() - age_ms})
+        kept.close()
+        back = task("old")
+        await back.start()
+        try:
+            assert back.restored_records == restored
+            assert back.store is not None and dict(back.store.items()) == {b"p1": [base64.b64encode(b"b").decode(),
+                                                                                   added("p1", "b").decode()]}
+        finally:
+            await back.stop()

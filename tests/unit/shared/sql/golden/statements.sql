@@ -454,3 +454,7 @@ EXPLAIN CREATE TABLE owner_boss AS SELECT o.team, t.boss, COUNT(*) AS n FROM own
   GROUP BY o.team, t.boss;
 CREATE TABLE owner_top_2 AS SELECT o.team, MAX(p.weight) AS top FROM pages p JOIN owners o ON p.owner = o.name
   GROUP BY o.team;
+CREATE OR REPLACE TABLE owner_weights AS SELECT owner, COUNT(*) AS pages, SUM(weight) AS weight, AVG(weight) AS mean
+  FROM pages WHERE weight > 10 GROUP BY owner HAVING COUNT(*) > 0;
+CREATE TABLE signed (id VARCHAR PRIMARY KEY, _sign INT) WITH (kafka_topic='signed', partitions=1, value_format='json');
+CREATE TABLE signed_counts AS SELECT _sign, COUNT(*) AS n FROM signed GROUP BY _sign;
