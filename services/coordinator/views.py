@@ -105,6 +105,8 @@ def plan_lines(plan: QueryPlan, source: DataSource, sink: DataSource) -> list[st
         streams = plan.join.tables[0].within is not None
         state = ("both streams' records within the window, in memory, rebuilt from the joined topic" if streams
                  else "each table's rows in RocksDB, rebuilt from its topic")
+        if streams and plan.join.steps > 1:
+            state += "; the tables' rows in RocksDB, rebuilt from their topics"
         if plan.join.stream.kind == "TABLE":
             steps.append(f"[ JOIN ] | {join} | every column of each key's joined row, keyed by the join key into the "
                          "query's joined-rows topic | State: every table's rows in RocksDB, rebuilt from the joined "

@@ -778,9 +778,11 @@ async def test_a_multi_way_join_on_several_expressions(join_cluster: LocalCluste
 async def test_a_stream_stream_join_then_a_table_on_another_expression(join_cluster: LocalCluster) -> None:
     """Clicks joined WITHIN an hour with the same user's views, then each pair LEFT JOINed with
     the clicked page's row (a stage of its own: the pairs re-keyed by C.PAGE): every pair once,
-    with its page's owner, or NULL for a page the table lacks."""
+    with its page's owner, or NULL for a page the table lacks. And the same pairs INNER JOINed
+    with the pages under a GROUP BY of the owner, one query: each owner's pairs counted once."""
     cluster, sid = join_cluster, join_cluster.service_id
     clicks, views, pages, seen = f"ssc_{sid}", f"ssv_{sid}", f"ssp_{sid}", f"ss_seen_{sid}"
+    per_owner = f"ss_per_owner_{sid}"
     run(cluster, f"""
         CREATE STREAM {clicks} (uid VARCHAR KEY, page VARCHAR)
           WITH (kafka_topic='{clicks}', partitions={PARTITIONS}, value_format='json');
@@ -801,7 +803,9 @@ async def test_a_stream_stream_join_then_a_table_on_another_expression(join_clus
     run(cluster, f"""
         SET 'auto.offset.reset'='earliest';
         CREATE STREAM {seen} AS SELECT c.page, c.uid, v.ms, p.owner, c.ROWTIME AS clicked FROM {clicks} c
-          JOIN {views} v WITHIN 1 HOUR ON c.uid = v.uid LEFT JOIN {pages} p ON c.page = p.id;""")
+          JOIN {views} v WITHIN 1 HOUR ON c.uid = v.uid LEFT JOIN {pages} p ON c.page = p.id;
+        CREATE TABLE {per_owner} AS SELECT p.owner, COUNT(*) AS pairs, SUM(v.ms) AS ms FROM {clicks} c
+          JOIN {views} v WITHIN 1 HOUR ON c.uid = v.uid JOIN {pages} p ON c.page = p.id GROUP BY p.owner;""")
     # C.ROWTIME is the click's time; the pair's own (its record's) is the later of the two.
     want = sorted((page, uid, ms, owners.get(page), clicked, max(clicked, viewed))
                   for _, _, uid, page, clicked in click_records
@@ -814,6 +818,13 @@ async def test_a_stream_stream_join_then_a_table_on_another_expression(join_clus
     assert sorted(got) == want
     assert any(owner is None for _, _, _, owner, _, _ in want) and len(want) == 8 * 3 * 2
     assert any(clicked < at for *_, clicked, at in want)  # pairs whose view came later: their time is the view's
+    counted: dict[str, list[Any]] = {}
+    for _, _, ms, owner, _, _ in want:
+        if owner is not None:
+            row = counted.setdefault(owner, [owner, 0, 0])
+            row[1] += 1
+            row[2] += ms
+    assert await asyncio.to_thread(pull_until, cluster, f"SELECT * FROM {per_owner};", counted) == counted
 
 
 async def test_group_by_over_tables_joined_with_tables(join_cluster: LocalCluster) -> None:

@@ -232,6 +232,27 @@ def test_a_group_by_over_tables_joined_regroups_the_joined_rows() -> None:
         (prefix + "-regroup-changelog", True, 4), (prefix + "-joined", True, 4), (prefix + "-joined-rows", True, 4)]
 
 
+def test_a_group_by_over_a_stream_stream_join_then_a_table_keys_the_last_joined_rows_by_it() -> None:
+    meta = _metastore(
+        "CREATE STREAM c (uid VARCHAR KEY, page VARCHAR) WITH (kafka_topic='c', partitions=2, value_format='json')",
+        "CREATE STREAM v (uid VARCHAR KEY, ms INT) WITH (kafka_topic='v', partitions=2, value_format='json')",
+        "CREATE TABLE p (id VARCHAR PRIMARY KEY, owner VARCHAR) WITH (kafka_topic='p', partitions=2, "
+        "value_format='json')",
+        "CREATE TABLE po AS SELECT p.owner, COUNT(*) AS n, SUM(v.ms) AS ms FROM c JOIN v WITHIN 1 HOUR "
+        "ON c.uid = v.uid JOIN p ON c.page = p.id GROUP BY p.owner")
+    query = next(q for q in meta.queries.values() if q.sink == "PO")
+    prefix = "_millpond-svc-" + query.query_id
+    staged = stages(query, meta.source("C"), meta.source("PO"), "svc")
+    assert [(s.name, s.query.plan.kind, s.source.topic, s.sink.topic) for s in staged] == [
+        ("side-0", PlanKind.JOIN_SIDE, "c", prefix + "-joined"),
+        ("side-1", PlanKind.JOIN_SIDE, "v", prefix + "-joined"),
+        ("join-0", PlanKind.STREAM_STREAM_JOIN, prefix + "-joined", prefix + "-joined-1"),
+        ("join", PlanKind.STREAM_TABLE_JOIN, prefix + "-joined-1", prefix + "-joined-grouped"),
+        ("", PlanKind.AGGREGATE, prefix + "-joined-grouped", "PO")]
+    assert {t.name for t in internal_topics("svc", query)} == {
+        prefix + "-changelog", prefix + "-joined", prefix + "-joined-1", prefix + "-joined-grouped"}
+
+
 def test_a_foreign_key_join_copies_the_right_table_to_every_partition_of_the_left() -> None:
     meta = _metastore(
         "CREATE TABLE a (id INT PRIMARY KEY, b_id VARCHAR) WITH (kafka_topic='a', partitions=4, value_format='json')",

@@ -429,7 +429,7 @@ CREATE TABLE per_view_page AS SELECT w.page, COUNT(*) AS n, SUM(w.ms) AS ms FROM
 DESCRIBE per_view_page;
 EXPLAIN CREATE TABLE per_view_page_2 AS SELECT w.page, COUNT(*) AS n FROM visits v LEFT JOIN views3 w
   WITHIN 1 MINUTE ON v.page = w.page WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY w.page;
-CREATE TABLE per_view_page_3 AS SELECT p.owner, COUNT(*) AS n FROM visits v JOIN views3 w
+EXPLAIN CREATE TABLE per_view_page_3 AS SELECT p.owner, COUNT(*) AS n FROM visits v JOIN views3 w
   WITHIN 1 MINUTE ON v.userid = w.userid JOIN pages p ON v.page = p.page GROUP BY p.owner;
 -- GROUP BY over a table: each changed row taken out of its old group and put into its new one.
 EXPLAIN CREATE TABLE owner_weights AS SELECT owner, COUNT(*) AS pages, SUM(weight) AS weight, AVG(weight) AS mean
