@@ -101,6 +101,12 @@ def plan_lines(plan: QueryPlan, source: DataSource, sink: DataSource) -> list[st
         key=plan.key_column,
         aggregates=", ".join(f"{a.column} = {a.function}({a.argument})" for a in plan.aggregates),
         columns=", ".join(f"{c.name} = {c.expression}" for c in plan.columns), join=join))
+    repartition = (f"[ REPARTITION ] | Key: {plan.key_expression or plan.key_column} | "
+                   f"Partitions: {source.partitions} -> {sink.partitions}")
+    if plan.regrouped is not None:  # a table's rows (over a join: the joined table's) regrouped, then aggregated
+        steps += ["[ REGROUP ] | each changed row of the table taken out of the group it was counted in and "
+                  "put into its new one (_SIGN -1, then 1) | State: the row each key last added, in RocksDB + "
+                  "changelog", repartition]
     if plan.join is not None and "{join}" not in plan.kind.spec.explain:  # a GROUP BY over a join
         streams = plan.join.tables[0].within is not None
         state = ("both streams' records within the window, in memory, rebuilt from the joined topic" if streams
@@ -122,15 +128,10 @@ def plan_lines(plan: QueryPlan, source: DataSource, sink: DataSource) -> list[st
     if plan.having is not None:  # over the aggregated rows, before the sink
         steps.insert(1, f"[ HAVING ] | {plan.having} (a row that fails it is a tombstone in the sink, "
                         "absent from pulls)")
-    if plan.regrouped is not None:
-        steps.append("[ REGROUP ] | each changed row of the table taken out of the group it was counted in and "
-                     "put into its new one (_SIGN -1, then 1) | State: the row each key last added, in RocksDB + "
-                     "changelog")
     if plan.window is not None:
         steps.append(f"[ WINDOW ] | {plan.window.describe()} | Event time: {plan.event_time or 'ROWTIME'}")
-    if plan.repartition:
-        steps.append(f"[ REPARTITION ] | Key: {plan.key_expression or plan.key_column} | "
-                     f"Partitions: {source.partitions} -> {sink.partitions}")
+    if plan.repartition and plan.regrouped is None:
+        steps.append(repartition)
     if plan.where is not None:
         steps.append(f"[ FILTER ] | {plan.where}")
     steps.append(f"[ SOURCE ] | {source.kind} {source.name} | Topic: {source.topic} | "

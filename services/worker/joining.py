@@ -191,8 +191,12 @@ class JoinedValue:
         if spec.step + 1 < spec.steps:  # a multi-way join's stage before the last: keyed by the next one's expression
             self.regroup = ((REPARTITION_KEY, self.resolved.step_keys[spec.step + 1]),)
             self.where = None  # over every JOIN's columns: the last stage's
-        self.value_items = [i for i in range(len(self.resolved.items)) if i != self.resolved.key_item]
         self.value_names = [c.name for c in sink.value_columns]
+        # The result's value columns by name (a GROUP BY's joined table keeps the left key among
+        # them, keyed by the join key), else every item but the key.
+        named = {name: i for i, (name, _) in enumerate(self.resolved.items)}
+        self.value_items = ([named[n] for n in self.value_names] if all(n in named for n in self.value_names)
+                            else [i for i in range(len(self.resolved.items)) if i != self.resolved.key_item])
         self.columns = [name for name in self.value_names if name != ROWTIME_COLUMN]
         self.key_type = sink.key_columns[0].type if self.regroup is not None else None
         self.sink = sink

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import shutil
 import time
 from typing import Any
 
@@ -32,14 +31,14 @@ from millpond.services.worker.state.store import (
     CHANGELOG_OFFSET,
     INPUT_OFFSET,
     INPUT_OFFSET_HEADER,
-    PartitionStore,
+    WRITTEN_MS,
     encode_state,
+    open_kept,
 )
-from millpond.services.worker.task import RESTORE_FETCH_MS, RegroupSlice, Task, store_path
+from millpond.services.worker.task import KEPT_STORE_MAX_AGE_MS, RESTORE_FETCH_MS, RegroupSlice, Task, store_path
 from millpond.shared.catalog.names import regroup_changelog_topic
 from millpond.shared.catalog.queries import PersistentQuery
 from millpond.shared.catalog.sources import DataSource
-from millpond.shared.catalog.topology import JOINED_TOMBSTONES_MS
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.partitioner import partition_for
@@ -48,11 +47,6 @@ from millpond.shared.task_status import RESTORING, now_ms
 from millpond.shared.teardown import gather_or_cancel
 
 log = logging.getLogger(__name__)
-WRITTEN_MS = b"written_ms"
-"""When the store was last brought up to date (epoch ms), among its positions."""
-STALE_AFTER_MS = JOINED_TOMBSTONES_MS - 24 * 3_600_000
-"""How old a kept store may be and still restore from its position: the changelog keeps a
-tombstone ``JOINED_TOMBSTONES_MS`` (a day's margin for the log cleaner's pace)."""
 ADDED = f'{{"{SIGN_COLUMN}":1'.encode()
 """How a regrouped value begins (``_SIGN`` is its first column, written compact)."""
 RETRACTED = f'{{"{SIGN_COLUMN}":-1'.encode()
@@ -78,15 +72,10 @@ class RegroupTask(Task[RegroupSlice]):
         the store's position, or, for a store last written longer ago than the changelog keeps
         its tombstones (a worker the task left long ago), from the start."""
         path = store_path(self.settings, f"{self.query.query_id}-{self.stage}", self.partition)
-        self.store = PartitionStore(path)
-        written = self.store.position(WRITTEN_MS)
-        if written is not None and now_ms() - written > STALE_AFTER_MS:
-            log.warning("regroup store older than the changelog's tombstones; restoring it from the start",
-                        extra={"query": self.query.query_id, "partition": self.partition,
-                               "written_ms": written})
-            self.store.close()
-            shutil.rmtree(path)
-            self.store = PartitionStore(path)
+        self.store, dropped = open_kept(path, KEPT_STORE_MAX_AGE_MS, now_ms())
+        if dropped:
+            log.warning("regroup store older than its changelog keeps tombstones; restoring it from the start",
+                        extra={"query": self.query.query_id, "partition": self.partition})
         reader = ChangelogReader(self.settings.kafka, self.changelog, self.store, fetch_max_wait_ms=25)
         try:
             # Fenced, the old owner's open transaction is aborted: the changelog's end is final.

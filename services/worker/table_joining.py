@@ -31,8 +31,8 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer
 
 from millpond.services.worker.joining import JoinedValue
-from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore, encode_state
-from millpond.services.worker.task import BadRecord, BatchSlice, Task, store_path
+from millpond.services.worker.state.store import INPUT_OFFSET, WRITTEN_MS, encode_state, open_kept
+from millpond.services.worker.task import KEPT_STORE_MAX_AGE_MS, BadRecord, BatchSlice, Task, store_path
 from millpond.shared.catalog.queries import PersistentQuery
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.catalog.topology import JOIN_SIDE_STAGE
@@ -42,7 +42,7 @@ from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.kafka.serde import deserialize_key, deserialize_value, serialize_key
 from millpond.shared.sql.ast import SqlType
 from millpond.shared.sql.joins import joined
-from millpond.shared.task_status import RESTORING
+from millpond.shared.task_status import RESTORING, now_ms
 from millpond.shared.teardown import bounded, run_to_end
 
 log = logging.getLogger(__name__)
@@ -249,7 +249,11 @@ class TableJoinTask(GatheredJoinTask):
 
     async def start(self) -> None:
         """Open the store, fence any older owner and bring the store up to the committed offset."""
-        self.store = PartitionStore(store_path(self.settings, f"{self.query.query_id}-{self.stage}", self.partition))
+        path = store_path(self.settings, f"{self.query.query_id}-{self.stage}", self.partition)
+        self.store, dropped = open_kept(path, KEPT_STORE_MAX_AGE_MS, now_ms())
+        if dropped:  # it could have missed a delete the joined topic no longer holds
+            log.warning("join store older than the joined topic keeps tombstones; rebuilding it from the start",
+                        extra={"query": self.query.query_id, "partition": self.partition})
         await self._open_producer()
         committed = await self._committed_input_offset()  # fenced: it is final
         stored = self.store.position(INPUT_OFFSET)
@@ -328,7 +332,8 @@ class TableJoinTask(GatheredJoinTask):
         """The sides' rows and the input offset, in one RocksDB write batch."""
         assert self.store is not None
         rows = {key: encode_state(row) for key, row in overlay.items() if row is not None}
-        self.store.write(rows, {INPUT_OFFSET: input_offset}, [key for key, row in overlay.items() if row is None])
+        self.store.write(rows, {INPUT_OFFSET: input_offset, WRITTEN_MS: now_ms()},
+                         [key for key, row in overlay.items() if row is None])
 
 
 class ForeignKeyJoinTask(TableJoinTask):

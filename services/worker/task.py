@@ -53,6 +53,7 @@ from millpond.shared import metrics
 from millpond.shared.catalog.names import changelog_topic, consumer_group, task_transactional_id
 from millpond.shared.catalog.queries import OutputColumn, PersistentQuery
 from millpond.shared.catalog.sources import WINDOW_END, WINDOW_START, DataSource
+from millpond.shared.catalog.topology import JOINED_TOMBSTONES_MS
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.admin import committed_positions
@@ -498,6 +499,11 @@ def aggregate_rows(sink: DataSource, aggs: list[aggregates.Aggregate],
     return row
 
 
+KEPT_STORE_MAX_AGE_MS = JOINED_TOMBSTONES_MS - 24 * 3_600_000
+"""How old a kept store that a compacted topic's tombstones keep right (a join's, a regroup's)
+may be and still resume from its position: those topics keep a tombstone
+``JOINED_TOMBSTONES_MS``, less a day's margin for the log cleaner's pace; an older one starts
+over (``state.store.open_kept``)."""
 RESTORE_FETCH_MS = 50
 """The longest one restore fetch waits for records (the position is checked between fetches)."""
 

@@ -318,8 +318,8 @@ class Metastore:
             query = PersistentQuery(query_id, prefix, stmt.text, source.name, sink.name, plan,
                                     old_query.start_offsets)
             return Change(f"Replaced query {query_id}", add_sources=[sink], add_queries=[query])
-        if plan.kind in TABLE_JOINS:
-            start_offsets = None  # a join reads its tables whole, whatever auto.offset.reset says
+        if plan.kind in TABLE_JOINS or plan.regrouped is not None:
+            start_offsets = None  # a join or a table's aggregation reads its tables whole, whatever auto.offset.reset says
         query = PersistentQuery(query_id, prefix, stmt.text, source.name, sink.name, plan, start_offsets)
         return Change(f"Created query with ID {query_id}", add_sources=[sink], add_queries=[query], counts_query=True)
 

@@ -90,6 +90,8 @@ WINDOWED_EXTRA_MS = 24 * 3_600_000
 """How much longer than its windows a windowed changelog keeps records (Kafka Streams' default)."""
 ROWTIME_COLUMN = "_INPUT_ROWTIME"
 """The column of a repartition topic's records that carries the input record's timestamp."""
+JOIN_KEY_COLUMN = "_JOIN_KEY"
+"""The key column of a GROUP BY's joined table rows (``joined_rows_topic``): the join key."""
 REPARTITION_KEY = "_REPARTITION_KEY"
 """The key column of a repartition topic's records (the grouping expression's value)."""
 
@@ -298,16 +300,18 @@ def _table_joined_aggregate(query: PersistentQuery, source: DataSource, sink: Da
     sides = ((spec.stream, spec.stream_prefix), *((t.table, t.prefix) for t in spec.tables))
     left_key = spec.stream.key_column
     assert left_key is not None
-    # Every column of each side, in the order the joined row (SELECT *) has them, the left key the key.
-    columns = tuple(Column(joined(prefix, c.name), c.type, key=side is spec.stream and c.name == left_key.name)
-                    for side, prefix in sides for c in side.columns)
+    # Keyed by the join key; every column of each side a value, in the order the joined row
+    # (SELECT *) has them: the left key's too, which is NULL where the left row is absent
+    # (RIGHT and FULL joins), not the join key.
+    columns = (Column(JOIN_KEY_COLUMN, left_key.type, key=True),
+               *(Column(joined(prefix, c.name), c.type) for side, prefix in sides for c in side.columns))
     rows = DataSource(kind="TABLE", name=f"{query.query_id}_JOINED", columns=columns,
                       topic=joined_rows_topic(service_id, query.query_id), partitions=source.partitions,
                       value_format="JSON", query_id=query.query_id)
     join = QueryPlan(PlanKind.FOREIGN_KEY_JOIN if spec.tables[0].foreign_key else PlanKind.TABLE_TABLE_JOIN,
                      source.name, rows.name,
                      tuple(OutputColumn(c.name, c.type, quote_identifier(c.name), key=c.key) for c in columns),
-                     key_column=joined(spec.stream_prefix, left_key.name), join=spec)
+                     key_column=JOIN_KEY_COLUMN, join=spec)
     joining = _two_sided_join(replace(query, plan=join, start_offsets=None), source, rows, service_id)[:-1]  # no materialization
     aggregate = replace(plan, source=rows.name, where=None, join=None)
     return [*joining, *_repartitioned_aggregate(replace(query, plan=aggregate, start_offsets=None), rows, sink,

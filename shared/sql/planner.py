@@ -356,8 +356,9 @@ def _joined_aggregation(
     _, _, join = plan_join(source.kind, name, pre_aggregation(query), source, joined, source.partitions)
     columns_in = (*aggregation.source.columns, *_rowtime(aggregation.source))
     scope = _scope(aggregation.query, aggregation.source, columns_in)
-    window = window_spec(query.window, aggregation.source, query.emit_final) if query.window is not None else None
     try:
+        window = (window_spec(query.window, aggregation.source, query.emit_final) if query.window is not None
+                  else None)
         columns, key_expression, calls = _aggregation(name, aggregation.query, aggregation.source, scope)
         having = _check_having(aggregation.query, columns)
     except (StatementError, NotFoundError) as error:  # its columns as the statement names them (side.column)

@@ -16,9 +16,10 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from millpond.deploy.local.kafka_broker import EmbeddedKafka
-from millpond.services.worker.regrouping import STALE_AFTER_MS, WRITTEN_MS, RegroupTask
-from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore
+from millpond.services.worker.regrouping import RegroupTask
+from millpond.services.worker.state.store import INPUT_OFFSET, WRITTEN_MS, PartitionStore
 from millpond.services.worker.task import (
+    KEPT_STORE_MAX_AGE_MS,
     AggregateSlice,
     AggregationTask,
     MaterializeSlice,
@@ -365,7 +366,7 @@ async def test_a_regroup_task_restores_what_it_counted_from_its_changelog(kafka:
 
     # The old owner's store, kept on its worker: fresh, it restores the changelog's tail from its
     # position; last written longer ago than the changelog keeps tombstones, from the start.
-    for age_ms, restored in ((0, 2), (STALE_AFTER_MS + 60_000, 4)):
+    for age_ms, restored in ((0, 2), (KEPT_STORE_MAX_AGE_MS + 60_000, 4)):
         kept = PartitionStore(store_path(_settings(kafka, service_id, "old", tmp_path),
                                          f"{query.query_id}-{regroup.name}", 0))
         kept.write({}, {WRITTEN_MS: now_ms() - age_ms})

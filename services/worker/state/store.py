@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import islice, takewhile
 from pathlib import Path
@@ -27,6 +28,9 @@ PENDING_INPUT_OFFSET = b"pending_input_offset"
 """The header of the changelog records applied last, whose transaction may have more."""
 INPUT_OFFSET_HEADER = "millpond.input.offset"
 """Changelog record header: the next input offset of the batch that wrote the record."""
+WRITTEN_MS = b"written_ms"
+"""When a store that a compacted topic's tombstones keep right was last brought up to date
+(epoch ms): older than the topic keeps a tombstone, it may have missed a delete."""
 STREAM_TIME = b"stream_time"
 """A windowed store's stream time: the latest event time its partition has seen (ms)."""
 STREAM_TIME_HEADER = "millpond.stream.time"
@@ -179,6 +183,18 @@ class PartitionStore:
         db, self._db, self._meta, self._meta_handle = self._db, None, None, None
         if db is not None:
             db.close()
+
+
+def open_kept(path: Path, max_age_ms: int, now: int) -> tuple[PartitionStore, bool]:
+    """The store at ``path``, emptied first when it was last brought up to date (``WRITTEN_MS``)
+    more than ``max_age_ms`` before ``now``; whether it was."""
+    store = PartitionStore(path)
+    written = store.position(WRITTEN_MS)
+    if written is None or now - written <= max_age_ms:
+        return store, False
+    store.close()
+    shutil.rmtree(path)
+    return PartitionStore(path), True
 
 
 def changelog_input_offset(record: Any) -> int | None:

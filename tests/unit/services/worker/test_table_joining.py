@@ -332,3 +332,34 @@ def test_where_one_stream_is_rekeyed_each_side_sends_a_record_to_its_join_keys_p
         sent += task.producer.sent  # type: ignore[attr-defined]
     assert sent == [(side_a.sink.topic, b"\0s1", partition_for(b"s1", 4)),
                     (side_c.sink.topic, b"\1" + rekeyed(b"s2", b"c9"), partition_for(b"s2", 4))]
+
+
+def test_a_group_by_over_tables_joined_writes_every_column_keyed_by_the_join_key(tmp_path: Path) -> None:
+    """GROUP BY over a RIGHT, then FULL OUTER join of three tables (each key declared last): the
+    join stage writes each key's joined row, every column of every side, the left key NULL
+    where the left row is absent, keyed by the join key into the joined rows the aggregation
+    regroups (the regroup stage reads those names)."""
+    meta, query = _planned(
+        "PER_Y",
+        "CREATE TABLE a (x INT, id VARCHAR PRIMARY KEY) WITH (kafka_topic='a', partitions=1, value_format='json')",
+        "CREATE TABLE b (y VARCHAR, id VARCHAR PRIMARY KEY) WITH (kafka_topic='b', partitions=1, "
+        "value_format='delimited')",
+        "CREATE TABLE c (z INT, id VARCHAR PRIMARY KEY) WITH (kafka_topic='c', partitions=1, value_format='json')",
+        "CREATE TABLE per_y AS SELECT b.y, COUNT(a.id) AS lefts, SUM(c.z) AS z FROM a RIGHT JOIN b ON a.id = b.id "
+        "FULL OUTER JOIN c ON c.id = a.id GROUP BY b.y")
+    staged = stages(query, meta.source("A"), meta.source("PER_Y"), "svc")
+    join, regroup = next(s for s in staged if s.name == "join"), next(s for s in staged if s.name == "regroup")
+    assert regroup.source == join.sink
+    task = TableJoinTask(WorkerSettings(worker_id="w", state_dir=tmp_path), join.query, join.source, join.sink, 0,
+                         join.name)
+    task.store = PartitionStore(tmp_path / "store")
+    overlay: dict[bytes, list[Any] | None] = {}
+    bad: list[BadRecord] = []
+    task._apply(b"\x01k", b"yy", overlay, (bad, 0))  # b's row alone: a RIGHT JOIN keeps it
+    result = task._result(b"k", overlay, 0, bad)
+    assert result is not None and json.loads(result) == {"A_X": None, "A_ID": None, "B_Y": "yy", "B_ID": "k",
+                                                         "C_Z": None, "C_ID": None}
+    assert [c.name for c in join.sink.value_columns] == ["A_X", "A_ID", "B_Y", "B_ID", "C_Z", "C_ID"]
+    task._apply(b"\x00k", json.dumps({"X": 3}).encode(), overlay, (bad, 1))
+    result = task._result(b"k", overlay, 1, bad)
+    assert result is not None and json.loads(result)["A_ID"] == "k" and bad == []

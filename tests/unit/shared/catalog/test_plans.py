@@ -225,7 +225,8 @@ def test_a_group_by_over_tables_joined_regroups_the_joined_rows() -> None:
         ("", PlanKind.AGGREGATE, prefix + "-repartition", "TEAMS", 2, 2)]
     rows = staged[2].sink
     assert [(c.name, c.key) for c in rows.columns] == [
-        ("P_PAGE", True), ("P_OWNER", False), ("P_WEIGHT", False), ("O_NAME", False), ("O_TEAM", False)]
+        ("_JOIN_KEY", True), ("P_PAGE", False), ("P_OWNER", False), ("P_WEIGHT", False), ("O_NAME", False),
+        ("O_TEAM", False)]
     assert rows.kind == "TABLE" and staged[3].query.plan.where is None  # the join task applies the WHERE
     assert [(t.name, t.compacted, t.partitions) for t in internal_topics("svc", query)] == [
         (prefix + "-changelog", True, None), (prefix + "-repartition", False, None),

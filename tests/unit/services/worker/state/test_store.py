@@ -14,10 +14,12 @@ from millpond.services.worker.state.store import (
     INPUT_OFFSET,
     STREAM_TIME,
     STREAM_TIME_HEADER,
+    WRITTEN_MS,
     PartitionStore,
     StoreClosed,
     decode_path_segment,
     encode_state,
+    open_kept,
     partition_dir,
     path_segment,
 )
@@ -105,3 +107,19 @@ def test_a_changelog_tombstone_deletes_its_window_and_the_stream_time_header_onl
         assert (store.get(b"d"), store.position(STREAM_TIME)) == (None, 300)  # written, then let go: gone
     finally:
         store.close()
+
+
+def test_a_kept_store_older_than_its_topic_keeps_tombstones_starts_empty(tmp_path: Path) -> None:
+    """``open_kept``: a store last brought up to date within the age keeps its rows and
+    positions; an older one (it may have missed a delete the topic no longer holds) opens
+    empty, as does one without the time."""
+    path = tmp_path / "kept"
+    store = PartitionStore(path)
+    store.write({b"k": encode_state([1])}, {INPUT_OFFSET: 5, WRITTEN_MS: 1_000})
+    store.close()
+    kept, dropped = open_kept(path, max_age_ms=500, now=1_400)
+    assert not dropped and kept.get(b"k") == [1] and kept.position(INPUT_OFFSET) == 5
+    kept.close()
+    fresh, dropped = open_kept(path, max_age_ms=500, now=1_600)
+    assert dropped and fresh.get(b"k") is None and fresh.position(INPUT_OFFSET) is None
+    fresh.close()

@@ -458,3 +458,7 @@ CREATE OR REPLACE TABLE owner_weights AS SELECT owner, COUNT(*) AS pages, SUM(we
   FROM pages WHERE weight > 10 GROUP BY owner HAVING COUNT(*) > 0;
 CREATE TABLE signed (id VARCHAR PRIMARY KEY, _sign INT) WITH (kafka_topic='signed', partitions=1, value_format='json');
 CREATE TABLE signed_counts AS SELECT _sign, COUNT(*) AS n FROM signed GROUP BY _sign;
+CREATE TABLE owner_minute_2 AS SELECT o.team, COUNT(*) AS n FROM pages p JOIN owners o ON p.owner = o.name
+  WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY o.team;
+EXPLAIN CREATE TABLE team_bosses AS SELECT t.boss, COUNT(o.name) AS owners FROM owners o FULL OUTER JOIN teams t
+  ON o.name = t.id GROUP BY t.boss;
