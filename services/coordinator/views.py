@@ -120,7 +120,11 @@ def plan_lines(plan: QueryPlan, source: DataSource, sink: DataSource) -> list[st
         else:
             steps.append(f"[ JOIN ] | {join} | every column of the joined row, keyed by the GROUP BY into the "
                          f"query's {'grouped' if streams else 'joined'} topic | State: {state}")
-    if plan.join is not None and plan.join.steps > 1:
+    if plan.join is not None and plan.join.steps > 1 and plan.join.stream.kind == "TABLE":
+        steps.append(f"[ CHAIN ] | {plan.join.steps} join stages: the rows joined so far, keyed by "
+                     f"{plan.join.stream.name}'s key, joined with each next table on a foreign key (or on that key) "
+                     "through internal topics of the query")
+    elif plan.join is not None and plan.join.steps > 1:
         steps.append(f"[ REPARTITION ] | {plan.join.steps} join stages, one per JOIN expression: each joined row "
                      "re-keyed by the next JOIN's expression through an internal topic of the query")
     if plan.join is not None and plan.join.where is not None:

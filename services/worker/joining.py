@@ -188,7 +188,10 @@ class JoinedValue:
         else:
             self.resolved = resolve_join(statement, spec.stream, tables)
         self.where = self.resolved.where
-        if spec.step + 1 < spec.steps:  # a multi-way join's stage before the last: keyed by the next one's expression
+        self.carried = spec.stream.kind == "TABLE" and spec.step + 1 < spec.steps
+        """A chain of table joins' stage before the last: every column joined so far, as it is."""
+        if spec.step + 1 < spec.steps and not self.carried:  # a stream's multi-way join's stage before the last:
+            # keyed by the next one's expression
             self.regroup = ((REPARTITION_KEY, self.resolved.step_keys[spec.step + 1]),)
             self.where = None  # over every JOIN's columns: the last stage's
         self.value_names = [c.name for c in sink.value_columns]
@@ -232,6 +235,8 @@ class JoinedValue:
     def __call__(self, row: dict[str, Any], offset: int, bad: list[BadRecord]) -> bytes | None:
         """The value, or None when the WHERE drops the row or it cannot be computed (then
         logged in ``bad`` with ``offset``)."""
+        if self.carried:  # the WHERE and the SELECT list are the last stage's
+            return serialize_value(self.value_names, [row.get(name) for name in self.value_names], "JSON")
         where, items = self.resolved.where, self.resolved.items
         try:
             if where is not None and evaluate(where, row) is not True:

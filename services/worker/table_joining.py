@@ -35,7 +35,7 @@ from millpond.services.worker.state.store import INPUT_OFFSET, WRITTEN_MS, encod
 from millpond.services.worker.task import KEPT_STORE_MAX_AGE_MS, BadRecord, BatchSlice, Task, store_path
 from millpond.shared.catalog.queries import PersistentQuery
 from millpond.shared.catalog.sources import DataSource
-from millpond.shared.catalog.topology import JOIN_SIDE_STAGE
+from millpond.shared.catalog.topology import JOIN_SIDE_STAGE, chained_rows
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.partitioner import partition_for
@@ -97,11 +97,11 @@ class JoinSideTask(Task[KeyedSlice]):
     def __init__(self, settings: WorkerSettings, query: PersistentQuery, source: DataSource,
                  sink: DataSource, partition: int, stage: str = ""):
         super().__init__(settings, query, source, sink, partition, stage)
-        self.side = bytes([int(stage.removeprefix(JOIN_SIDE_STAGE))])
+        self.side = bytes([int(stage.removeprefix(JOIN_SIDE_STAGE).rsplit("-", 1)[-1])])  # side-<n>, side-<step>-<n>
         spec = query.plan.join
         assert spec is not None
         # A foreign-key join's right table goes to every join task: a foreign key may name any of its keys.
-        broadcast = self.side != b"\0" and spec.tables[0].foreign_key is not None
+        broadcast = self.side != b"\0" and next(t for t in spec.tables if t.step == spec.step).foreign_key is not None
         self.targets = range(sink.partitions) if broadcast else (partition,)
         self.rekeyed = query.plan.key_expression is not None
         """A stream joined on another column: its records' keys are ``rekeyed``'s."""
@@ -156,8 +156,15 @@ class GatheredJoinTask(Task[KeyedSlice]):
         sources = (spec.stream, *(t.table for t in tables))
         self.output = JoinedValue(query, sink)
         self.sides = []
-        for side, type_, prefix in zip(sources, ("FROM", *(t.type for t in tables)),
-                                       (spec.stream_prefix, *(t.prefix for t in tables)), strict=True):
+        if spec.step > 0 and spec.stream.kind == "TABLE":  # a later stage of tables: the rows joined so far first
+            rows = chained_rows(query.query_id, spec, spec.step - 1, settings.service_id, source.partitions)
+            names = tuple(c.name for c in rows.value_columns)
+            self.sides.append(Side(rows, "FROM", None, None, names, [(n, c.type) for n, c in
+                                                                    zip(names, rows.value_columns, strict=True)]))
+            sources = sources[1:]
+        for side, type_, prefix in zip(sources, ("FROM", *(t.type for t in tables))[-len(sources):],
+                                       (spec.stream_prefix, *(t.prefix for t in tables))[-len(sources):],
+                                       strict=True):
             key = side.key_column
             self.sides.append(Side(side, type_, None if key is None else joined(prefix, key.name),
                                    None if key is None else key.type,
@@ -347,9 +354,11 @@ class ForeignKeyJoinTask(TableJoinTask):
                  sink: DataSource, partition: int, stage: str = ""):
         super().__init__(settings, query, source, sink, partition, stage)
         spec = query.plan.join
-        assert spec is not None and spec.tables[0].foreign_key is not None
+        assert spec is not None
+        foreign_key = next(t for t in spec.tables if t.step == spec.step).foreign_key
+        assert foreign_key is not None
         left = self.sides[0]
-        self.foreign = [name for name, _ in left.decoded].index(spec.tables[0].foreign_key)
+        self.foreign = [name for name, _ in left.decoded].index(foreign_key)
         assert self.sides[1].key_type is not None
         self.foreign_type = self.sides[1].key_type
         self.by_foreign: dict[bytes, dict[bytes, bool]] = {}

@@ -71,6 +71,12 @@ def joined_rows_topic(service_id: str, query_id: str) -> str:
     return f"{joined_topic(service_id, query_id)}-rows"
 
 
+def chained_rows_topic(service_id: str, query_id: str, step: int) -> str:
+    """The rows a chain of table-table joins joined up to stage ``step`` (not the last), keyed
+    by the first table's key: the next stage's left table."""
+    return f"{joined_rows_topic(service_id, query_id)}-{step}"
+
+
 def chained_topic(service_id: str, query_id: str, step: int) -> str:
     """The topic a multi-way join's stage ``step`` reads: the joined rows of the stages before
     it, re-keyed by the expression its JOINs match."""

@@ -48,7 +48,9 @@ class JoinedTable:
     """A stream-stream join's window (None for a table)."""
     foreign_key: str | None = None
     """A foreign-key table-table join's column of the left table (ON left.column = right's
-    PRIMARY KEY); None when the join matches both sides' keys."""
+    PRIMARY KEY), as the stage's left rows name it: the first table's own name in the first
+    stage, the joined row's in a later one (of tables joined on several keys); None when the
+    join matches both sides' keys."""
     rekey: str | None = None
     """A stream-stream join on a column of this stream other than its key: Spark SQL of that
     column, by which its records are re-keyed (None: joined on its key)."""

@@ -22,6 +22,12 @@ Two kinds need two, each with its own stream, tasks and transactional ids:
   (one byte) before the table's key; the join stage keeps both sides' rows, rebuilt from
   that topic, and writes each changed key's joined row (or a tombstone) to the sink topic;
   the last stage materializes the sink topic, as below, so the result can be pulled.
+- **Tables joined on several keys** (``t1 JOIN t2 ON t1.fk = t2.id JOIN t3 ON t2.x = t3.id``)
+  run one such join per key: the first table's with the tables joined on its key (or on a
+  foreign key), then each later one joins the rows joined so far (every column, kept keyed
+  by the first table's key in a compacted topic of the query's, ``chained_rows``) with the
+  next table on a column of them (a foreign key) or on that key. Only the last applies the
+  WHERE and the SELECT list.
 - **A foreign-key table-table join** (``ON t1.column = t2.key``) runs the same stages, but
   the right table's stage copies each of its records into every partition of the joined
   topic (which has the left table's partitions, whatever the right table's count): each
@@ -54,6 +60,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from millpond.shared.catalog.names import (
+    chained_rows_topic,
     chained_topic,
     changelog_topic,
     grouped_topic,
@@ -184,23 +191,26 @@ def internal_topics(service_id: str, query: PersistentQuery) -> list[InternalTop
         topics.append(InternalTopic(grouped_topic(service_id, query.query_id), compacted=False))
     elif tables_joined:  # the tables gathered, and their joined rows (a table of the left's partitions)
         assert join is not None
-        topics += [InternalTopic(joined_topic(service_id, query.query_id), compacted=True,
-                                 configs=(("delete.retention.ms", str(JOINED_TOMBSTONES_MS)),),
-                                 partitions=join.stream.partitions),
-                   InternalTopic(joined_rows_topic(service_id, query.query_id), compacted=True,
-                                 configs=(("delete.retention.ms", str(JOINED_TOMBSTONES_MS)),),
-                                 partitions=join.stream.partitions)]
+        topics += [InternalTopic(name, compacted=True, configs=(("delete.retention.ms", str(JOINED_TOMBSTONES_MS)),),
+                                 partitions=join.stream.partitions)
+                   for name in (joined_topic(service_id, query.query_id), joined_rows_topic(service_id, query.query_id),
+                                *_chain_topics(service_id, query.query_id, join))]
     elif query.plan.kind in AGGREGATES and join is not None:
         topics.append(InternalTopic(joined_topic(service_id, query.query_id), compacted=False))
-    if join is not None and query.plan.kind in (*CHAINED_JOINS, *AGGREGATES):
+    if join is not None and query.plan.kind in (*CHAINED_JOINS, *AGGREGATES) and join.stream.kind == "STREAM":
         topics += [InternalTopic(chained_topic(service_id, query.query_id, step), compacted=False,
                                  partitions=next(t.table.partitions for t in join.tables if t.step == step))
                    for step in range(1, join.steps)]
     if query.plan.kind in TABLE_JOINS:
         # A join task away for longer than a tombstone is kept would miss the delete when it
-        # replays from its store's position: a week, not the broker's default day.
-        topics.append(InternalTopic(joined_topic(service_id, query.query_id), compacted=True,
-                                    configs=(("delete.retention.ms", str(JOINED_TOMBSTONES_MS)),)))
+        # replays from its store's position: a week, not the broker's default day (an older
+        # store is rebuilt from the start).
+        assert join is not None
+        topics += [InternalTopic(name, compacted=True, configs=(("delete.retention.ms", str(JOINED_TOMBSTONES_MS)),),
+                                 partitions=None if name == joined_topic(service_id, query.query_id)
+                                 else join.stream.partitions)
+                   for name in (joined_topic(service_id, query.query_id),
+                                *_chain_topics(service_id, query.query_id, join))]
     if join is not None and _joins_streams(join) and query.plan.kind in (PlanKind.STREAM_STREAM_JOIN, *AGGREGATES):
         within = join.tables[0].within
         assert within is not None
@@ -215,6 +225,13 @@ def internal_topics(service_id: str, query: PersistentQuery) -> list[InternalTop
     return topics
 
 
+def _chain_topics(service_id: str, query_id: str, join: JoinSpec) -> list[str]:
+    """A chain of table-table joins' topics after its first stage: each later stage's gathered
+    topic, and the rows joined before it."""
+    return [name for step in range(1, join.steps)
+            for name in (chained_topic(service_id, query_id, step), chained_rows_topic(service_id, query_id, step - 1))]
+
+
 JOIN_SIDE_STAGE = "side-"
 """A table-table join's stage that copies one table into the joined topic, with its place in the join."""
 
@@ -223,8 +240,64 @@ def _two_sided_join(query: PersistentQuery, left: DataSource, sink: DataSource, 
     spec = query.plan.join
     assert spec is not None
     tables = query.plan.kind in TABLE_JOINS
+    if tables:
+        materialize = replace(query, plan=plan_materialization(sink), start_offsets=None)
+        replayed = sink.value_format == "JSON" and all(c.type.base in REPLAYED_TYPES for c in sink.value_columns)
+        return [*_table_joins(query, left, sink, service_id), Stage("", materialize, sink, sink, replayed=replayed)]
+    return _join_stage(query, left, sink, joined_topic(service_id, query.query_id), "")
+
+
+def _table_joins(query: PersistentQuery, left: DataSource, sink: DataSource, service_id: str) -> list[Stage]:
+    """Tables joined with tables into ``sink``, a stage per run of JOINs on one key (``sides``
+    and ``join``, then ``side-<step>-<n>`` and ``join-<step>``): the first table's with the
+    tables joined on its key, each later one the rows joined so far (kept keyed by the first
+    table's key in a topic of the query's, ``chained_rows``) with the table joined on a column
+    of them (a foreign key) or on that key."""
+    spec = query.plan.join
+    assert spec is not None
+    out: list[Stage] = []
+    for step in range(spec.steps):
+        last = step == spec.steps - 1
+        into = sink if last else chained_rows(query.query_id, spec, step, service_id, left.partitions)
+        table = next(t for t in spec.tables if t.step == step)
+        kind = PlanKind.FOREIGN_KEY_JOIN if table.foreign_key is not None else PlanKind.TABLE_TABLE_JOIN
+        plan = query.plan if last else QueryPlan(
+            kind, left.name, into.name, tuple(OutputColumn(c.name, c.type, quote_identifier(c.name), key=c.key)
+                                              for c in into.columns), key_column=JOIN_KEY_COLUMN)
+        staged = replace(query, plan=replace(plan, kind=kind, join=replace(spec, step=step)), start_offsets=None)
+        gathered = joined_topic(service_id, query.query_id) if step == 0 else chained_topic(service_id, query.query_id,
+                                                                                              step)
+        out += _join_stage(staged, left, into, gathered, "" if step == 0 else f"{step}-")
+        left = into
+    return out
+
+
+def chained_rows(query_id: str, spec: JoinSpec, step: int, service_id: str, partitions: int) -> DataSource:
+    """The rows a chain of table-table joins joined up to stage ``step``, keyed by the join key
+    (``JOIN_KEY_COLUMN``): every column of the first table and of each table joined so far, a
+    value, named as in the joined row (the first table's key NULL where a RIGHT or FULL join
+    has no row of it)."""
+    left_key = spec.stream.key_column
+    assert left_key is not None
+    columns = (Column(JOIN_KEY_COLUMN, left_key.type, key=True),
+               *(Column(joined(spec.stream_prefix, c.name), c.type) for c in spec.stream.columns),
+               *(Column(joined(t.prefix, c.name), c.type) for t in spec.tables if t.step <= step
+                 for c in t.table.columns))
+    last = step == spec.steps - 1
+    return DataSource(kind="TABLE", name=f"{query_id}_JOINED" if last else f"{query_id}_JOINED_{step}",
+                      columns=columns, topic=(joined_rows_topic(service_id, query_id) if last
+                                              else chained_rows_topic(service_id, query_id, step)),
+                      partitions=partitions, value_format="JSON", query_id=query_id)
+
+
+def _join_stage(query: PersistentQuery, left: DataSource, sink: DataSource, topic: str, step: str) -> list[Stage]:
+    """One join stage and its sides' stages: each side copied into the gathered ``topic``, then
+    the join of it into ``sink`` (``step``: a later stage's number and a dash, in its stages' names)."""
+    spec = query.plan.join
+    assert spec is not None
+    tables = query.plan.kind in TABLE_JOINS
     gathered = DataSource(
-        kind=left.kind, name=f"{query.query_id}_JOINED", columns=(), topic=joined_topic(service_id, query.query_id),
+        kind=left.kind, name=f"{query.query_id}_JOINED", columns=(), topic=topic,
         partitions=left.partitions, query_id=query.query_id,
     )
     # Tables are read whole, whatever auto.offset.reset says: a join needs both tables' rows.
@@ -235,7 +308,7 @@ def _two_sided_join(query: PersistentQuery, left: DataSource, sink: DataSource, 
     rekeys = (query.plan.key_expression, *(t.rekey for t in joined_tables)) if not tables else (None,) * (
         1 + len(joined_tables))
     key_type = next((c.type for c in query.plan.columns if c.key), None)
-    sides = [Stage(f"{JOIN_SIDE_STAGE}{index}",
+    sides = [Stage(f"{JOIN_SIDE_STAGE}{step}{index}",
                    replace(query, plan=QueryPlan(
                        PlanKind.JOIN_SIDE, side.name, gathered.name,
                        () if rekey is None or key_type is None else (OutputColumn(REPARTITION_KEY, key_type, rekey,
@@ -247,13 +320,10 @@ def _two_sided_join(query: PersistentQuery, left: DataSource, sink: DataSource, 
                            query.start_offsets[index * left.partitions:(index + 1) * left.partitions]), side, gathered)
              for index, (side, rekey) in enumerate(zip((left, *(t.table for t in joined_tables)), rekeys, strict=True))]
     # The join stage's records carry their event time as their timestamp (the sides set it).
-    join = Stage("join" if tables else "", replace(query, plan=replace(query.plan, event_time=None, repartition=False),
-                                                   start_offsets=None), gathered, sink)
-    if not tables:
-        return [*sides, join]
-    materialize = replace(query, plan=plan_materialization(sink), start_offsets=None)
-    replayed = sink.value_format == "JSON" and all(c.type.base in REPLAYED_TYPES for c in sink.value_columns)
-    return [*sides, join, Stage("", materialize, sink, sink, replayed=replayed)]
+    join = Stage(f"join-{step[:-1]}" if step else "join" if tables else "",
+                 replace(query, plan=replace(query.plan, event_time=None, repartition=False), start_offsets=None),
+                 gathered, sink)
+    return [*sides, join]
 
 
 def _joined_aggregate(query: PersistentQuery, source: DataSource, sink: DataSource, service_id: str) -> list[Stage]:
@@ -297,22 +367,15 @@ def _table_joined_aggregate(query: PersistentQuery, source: DataSource, sink: Da
     plan = query.plan
     spec = plan.join
     assert spec is not None
-    sides = ((spec.stream, spec.stream_prefix), *((t.table, t.prefix) for t in spec.tables))
-    left_key = spec.stream.key_column
-    assert left_key is not None
     # Keyed by the join key; every column of each side a value, in the order the joined row
     # (SELECT *) has them: the left key's too, which is NULL where the left row is absent
     # (RIGHT and FULL joins), not the join key.
-    columns = (Column(JOIN_KEY_COLUMN, left_key.type, key=True),
-               *(Column(joined(prefix, c.name), c.type) for side, prefix in sides for c in side.columns))
-    rows = DataSource(kind="TABLE", name=f"{query.query_id}_JOINED", columns=columns,
-                      topic=joined_rows_topic(service_id, query.query_id), partitions=source.partitions,
-                      value_format="JSON", query_id=query.query_id)
+    rows = chained_rows(query.query_id, spec, spec.steps - 1, service_id, source.partitions)
     join = QueryPlan(PlanKind.FOREIGN_KEY_JOIN if spec.tables[0].foreign_key else PlanKind.TABLE_TABLE_JOIN,
                      source.name, rows.name,
-                     tuple(OutputColumn(c.name, c.type, quote_identifier(c.name), key=c.key) for c in columns),
+                     tuple(OutputColumn(c.name, c.type, quote_identifier(c.name), key=c.key) for c in rows.columns),
                      key_column=JOIN_KEY_COLUMN, join=spec)
-    joining = _two_sided_join(replace(query, plan=join, start_offsets=None), source, rows, service_id)[:-1]  # no materialization
+    joining = _table_joins(replace(query, plan=join, start_offsets=None), source, rows, service_id)
     aggregate = replace(plan, source=rows.name, where=None, join=None)
     return [*joining, *_repartitioned_aggregate(replace(query, plan=aggregate, start_offsets=None), rows, sink,
                                                 service_id)]

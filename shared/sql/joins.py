@@ -71,6 +71,10 @@ class ResolvedJoin:
     records: the stream's (``stream_key``) first, then each other a later JOIN matches."""
     steps: tuple[int, ...] = ()
     """Each JOIN's stage: the place of its left side among ``step_keys``."""
+    foreign_keys: tuple[str | None, ...] = ()
+    """Each JOIN's foreign key, in the joined row: for tables joined with tables, the column of
+    the rows joined before that it matches with the table's PRIMARY KEY; None for a JOIN on the
+    first table's key (and for a stream's)."""
 
     def shown(self, expr: ast.Expr) -> str:
         """An expression over the joined row as SQL text (``side.column``)."""
@@ -180,7 +184,9 @@ def resolve_join(query: ast.Query, stream: DataSource, tables: tuple[DataSource,
     table_keys: list[str] = []
     step_keys: list[ast.Expr] = []
     steps: list[int] = []
+    foreign_keys: list[str | None] = []
     left_names = set(stream_names)  # what a JOIN's left side may read: the stream's columns and those joined before
+    left_key = None if stream.key_column is None else ast.ColumnRef(joined(stream_prefix, stream.key_column.name))
     for join, table, prefix in zip(query.joins, tables, prefixes, strict=True):
         condition = _map_columns(join.on, name_of)
         this_key, table_key = _condition(condition, shown, left_names, stream_prefix, prefix, stream, table,
@@ -191,31 +197,32 @@ def resolve_join(query: ast.Query, stream: DataSource, tables: tuple[DataSource,
                                  f"type; {shown(this_key)} is {left_type} and {shown(ast.ColumnRef(table_key))} is "
                                  f"{right_type}: CAST one side")
         after_streams = bool(conditions) and tables[len(conditions) - 1].kind == "STREAM"
-        if not step_keys or this_key != step_keys[-1] or after_streams:  # another stage: the rows re-keyed by it
-            if step_keys and stream.kind != "STREAM":
-                raise StatementError(f"invalid join condition {shown(condition)}: every JOIN of tables must match "
-                                     f"the same key of {stream.name} ({shown(step_keys[0])}); join the tables "
-                                     "on another key in a query of its own")
+        # Tables joined with tables stay keyed by the first table's key: the JOINs on it share a
+        # stage; one on another column (a foreign key of the rows joined so far) has a stage of
+        # its own, and so has every JOIN after it.
+        foreign = stream.kind == "TABLE" and this_key != left_key
+        if stream.kind == "TABLE":
+            another = not step_keys or foreign or any(f is not None for f, s in zip(foreign_keys, steps, strict=True)
+                                                       if s == len(step_keys) - 1)
+        else:
+            another = not step_keys or this_key != step_keys[-1] or after_streams  # the rows re-keyed by it
+        if another:
             step_keys.append(this_key)
+        if foreign:
+            assert isinstance(this_key, ast.ColumnRef)
+            if join.kind not in STREAM_TABLE_TYPES:
+                raise StatementError(f"{join.kind} OUTER foreign-key joins are not supported (as ksqlDB); "
+                                     "use INNER or LEFT JOIN")
+            if schema[this_key.name].base == "BYTES":
+                raise StatementError(f"{shown(this_key)} is BYTES; a foreign key of type BYTES is not supported: "
+                                     "join on a VARCHAR, INT, BIGINT or DOUBLE key")
+        foreign_keys.append(this_key.name if foreign and isinstance(this_key, ast.ColumnRef) else None)
         steps.append(len(step_keys) - 1)
         conditions.append(condition)
         table_keys.append(table_key)
         left_names |= set(ResolvedJoin.names(prefix, table))
     stream_key = step_keys[0]
-    left_key = None if stream.key_column is None else ast.ColumnRef(joined(stream_prefix, stream.key_column.name))
-    foreign_key = None
-    if stream.kind == "TABLE" and stream_key != left_key:
-        assert isinstance(stream_key, ast.ColumnRef)
-        foreign_key = stream_key.name
-        if len(tables) > 1:
-            raise StatementError("a foreign-key join joins two tables; joining a third in the same query is not "
-                                 "supported yet: create the joined table first, then join it")
-        if query.joins[0].kind not in STREAM_TABLE_TYPES:
-            raise StatementError(f"{query.joins[0].kind} OUTER foreign-key joins are not supported (as ksqlDB); "
-                                 "use INNER or LEFT JOIN")
-        if schema[foreign_key].base == "BYTES":
-            raise StatementError(f"{shown(stream_key)} is BYTES; a foreign key of type BYTES is not supported: join "
-                                 "on a VARCHAR, INT, BIGINT or DOUBLE key")
+    foreign_key = foreign_keys[0]
     items: list[tuple[str, ast.Expr]] = []
     for index, item in enumerate(query.items):
         if item.is_star:
@@ -237,12 +244,13 @@ def resolve_join(query: ast.Query, stream: DataSource, tables: tuple[DataSource,
     # The result is keyed by the last join's expression (what its stage's records are keyed by).
     keys: tuple[ast.Expr, ...] = (step_keys[-1], *(ast.ColumnRef(k) for k, step in zip(table_keys, steps, strict=True)
                                                     if step == len(step_keys) - 1))
-    if foreign_key is not None:
+    if stream.kind == "TABLE" and (foreign_key is not None or len(step_keys) > 1):
+        # Keyed by the first table's key: it, or a key of a table joined on it.
         assert left_key is not None
-        keys = (left_key,)
+        keys = (left_key, *(ast.ColumnRef(k) for k, f in zip(table_keys, foreign_keys, strict=True) if f is None))
     key_item = next((i for i, (_, e) in enumerate(items) if e in keys), None)
     if key_item is None:
-        key_of = ("left table's PRIMARY KEY (a foreign-key join)" if foreign_key is not None
+        key_of = ("left table's PRIMARY KEY (a foreign-key join)" if any(foreign_keys)
                   else "last JOIN's expression" if len(step_keys) > 1 else "join expression")
         raise StatementError(f"key missing from projection: a join's result is keyed by its {key_of}; "
                              f"select {shown(keys[0])} (for example SELECT {shown(keys[0])}, ...)")
@@ -250,7 +258,7 @@ def resolve_join(query: ast.Query, stream: DataSource, tables: tuple[DataSource,
     return ResolvedJoin(stream_prefix, prefixes, scope, tuple(items), where, stream_key,
                         to_spark(_unjoined(stream_key, stream_prefix), stream_scope), tuple(table_keys), key_item,
                         tuple(conditions), owners, foreign_key, partial(_map_columns, rename=name_of), tuple(step_keys),
-                        tuple(steps))
+                        tuple(steps), tuple(foreign_keys))
 
 
 @dataclass(frozen=True)
@@ -424,8 +432,8 @@ def plan_join(
     if kind != result and (kind is not None or result == "TABLE"):  # INSERT INTO a stream takes a stream's join
         raise StatementError(f"invalid result type: a {left.kind.lower()}-{tables[0].kind.lower()} join produces a "
                              f"{result}; use CREATE {result} AS SELECT")
-    for table in tables:
-        if left.partitions != table.partitions and resolved.foreign_key is None:  # a foreign key names any right key
+    for table, foreign in zip(tables, resolved.foreign_keys, strict=True):
+        if left.partitions != table.partitions and foreign is None:  # a foreign key names any right key
             raise StatementError(f"Can't join {left.name} with {table.name} since the number of partitions don't "
                                  f"match. {left.name} partitions = {left.partitions}; {table.name} partitions = "
                                  f"{table.partitions}. Please repartition either one so that the number of "
@@ -443,12 +451,15 @@ def plan_join(
                            and resolved.stream_key == ast.ColumnRef(joined(resolved.stream_prefix,
                                                                            left.key_column.name)))
     key_expression = None if keyed_by_stream_key or resolved.foreign_key else resolved.stream_key_spark
-    foreign_key = None if resolved.foreign_key is None else resolved.foreign_key[len(resolved.stream_prefix) + 1:]
+    # A foreign key as the stage's left rows name it: the first table's column, unprefixed, in
+    # the first stage; the joined row's name in the later ones (they read the rows joined so far).
+    foreign_keys = [None if f is None else f[len(resolved.stream_prefix) + 1:] if step == 0 else f
+                    for f, step in zip(resolved.foreign_keys, resolved.steps, strict=True)]
     joined_tables = tuple(JoinedTable(join.kind, table, prefix, resolved.shown(condition), _window(join.within),
-                                      foreign_key, _rekey(table, prefix, on), step)
-                          for join, table, prefix, condition, on, step in zip(
+                                      foreign, _rekey(table, prefix, on), step)
+                          for join, table, prefix, condition, on, step, foreign in zip(
                               query.joins, tables, resolved.table_prefixes, resolved.conditions, resolved.table_keys,
-                              resolved.steps, strict=True))
+                              resolved.steps, foreign_keys, strict=True))
     spec = JoinSpec(left, resolved.stream_prefix, joined_tables,
                     None if resolved.where is None else resolved.shown(resolved.where))
     key = columns[resolved.key_item]

@@ -237,7 +237,7 @@ def foreign_key_reference(items: list[TableRecord], places: list[TableRecord]) -
             for key, place in {key: value for key, value, _ in items}.items() if place is not None}
 
 
-async def latest_in_sink(bootstrap: str, topic: str, columns: tuple[str, str] = ("SITE", "CITY")) -> dict[str, list[Any]]:
+async def latest_in_sink(bootstrap: str, topic: str, columns: tuple[str, ...] = ("SITE", "CITY")) -> dict[str, list[Any]]:
     """The sink topic as a table: each key's last record, without the keys whose last is a tombstone."""
     latest: dict[str, Any] = {}
     for partition, _, key, value, _ in await read_records(bootstrap, topic):
@@ -832,15 +832,35 @@ async def test_group_by_over_tables_joined_with_tables(join_cluster: LocalCluste
     owner's team, exactly against both tables' rows after two phases of changes: pages moved
     to other owners or deleted, owners moved to other teams (every page of theirs with them)
     or deleted (their pages' team NULL: logged, not counted), pages the WHERE drops. Then
-    read-your-writes through the sides, the join, the regrouping and the aggregation."""
+    read-your-writes through the sides, the join, the regrouping and the aggregation. Beside it,
+    the same pages joined on to their team's boss (a third table, on the owners' TEAM: a join
+    stage per key), as a table."""
     sid = join_cluster.service_id
     pages, owners, teams = f"gt_pages_{sid}", f"gt_owners_{sid}", f"gt_teams_{sid}"
+    bosses, page_bosses = f"gt_bosses_{sid}", f"gt_page_bosses_{sid}"
     run(join_cluster, f"""
         CREATE TABLE {pages} (page VARCHAR PRIMARY KEY, owner VARCHAR, weight INT)
           WITH (kafka_topic='{pages}', partitions={PARTITIONS}, value_format='json');
         CREATE TABLE {owners} (name VARCHAR PRIMARY KEY, team VARCHAR)
-          WITH (kafka_topic='{owners}', partitions=3, value_format='json');""")
+          WITH (kafka_topic='{owners}', partitions=3, value_format='json');
+        CREATE TABLE {bosses} (id VARCHAR PRIMARY KEY, boss VARCHAR)
+          WITH (kafka_topic='{bosses}', partitions=2, value_format='json');""")
     rng = random.Random(67)
+
+    def boss_changes(count: int) -> list[tuple[str, dict[str, Any] | None, int | None]]:
+        return [(f"t{rng.randrange(3)}", None if rng.random() < 0.15 else {"BOSS": f"b{rng.randrange(3)}"}, None)
+                for _ in range(count)]  # t3 never has a boss
+
+    def chained(page_records: list[Any], owner_records: list[Any], boss_records: list[Any]) -> dict[str, list[Any]]:
+        """Each page with its owner's team and that team's boss (LEFT joins: NULLs where a row is missing)."""
+        owner_rows = {key: value for key, value, _ in owner_records}
+        boss_rows = {key: value for key, value, _ in boss_records}
+        want: dict[str, list[Any]] = {}
+        for page, row in {key: value for key, value, _ in page_records}.items():
+            if row is not None:
+                team = (owner_rows.get(row["OWNER"]) or {}).get("TEAM")
+                want[page] = [page, row["WEIGHT"], team, (boss_rows.get(team) or {}).get("BOSS")]
+        return want
 
     def page_changes(count: int) -> list[tuple[str, dict[str, Any] | None, int | None]]:
         return [(f"p{rng.randrange(60)}", None if rng.random() < 0.1 else
@@ -862,20 +882,31 @@ async def test_group_by_over_tables_joined_with_tables(join_cluster: LocalCluste
                 counted[2] += row["WEIGHT"]
         return want
 
-    page_records, owner_records = page_changes(200), owner_changes(20)
+    page_records, owner_records, boss_records = page_changes(200), owner_changes(20), boss_changes(6)
     await produce_rows(join_cluster.bootstrap, owners, owner_records, partitions=3)
+    await produce_rows(join_cluster.bootstrap, bosses, boss_records, partitions=2)
     await produce_rows(join_cluster.bootstrap, pages, page_records)
     run(join_cluster, f"""
         CREATE TABLE {teams} AS SELECT o.team, COUNT(*) AS pages, SUM(p.weight) AS weight FROM {pages} p
-          LEFT JOIN {owners} o ON p.owner = o.name WHERE p.weight > 0 GROUP BY o.team HAVING COUNT(*) > 0;""")
+          LEFT JOIN {owners} o ON p.owner = o.name WHERE p.weight > 0 GROUP BY o.team HAVING COUNT(*) > 0;
+        CREATE TABLE {page_bosses} AS SELECT p.page, p.weight, o.team, b.boss FROM {pages} p
+          LEFT JOIN {owners} o ON p.owner = o.name LEFT JOIN {bosses} b ON o.team = b.id;""")
     want = reference(page_records, owner_records)
     assert await asyncio.to_thread(pull_until, join_cluster, f"SELECT * FROM {teams};", want) == want
-    more_pages, more_owners = page_changes(150), owner_changes(20)
+    rows = chained(page_records, owner_records, boss_records)
+    assert await asyncio.to_thread(pull_until, join_cluster, f"SELECT * FROM {page_bosses};", rows) == rows
+    more_pages, more_owners, more_bosses = page_changes(150), owner_changes(20), boss_changes(6)
     await produce_rows(join_cluster.bootstrap, owners, more_owners[:10], partitions=3)
+    await produce_rows(join_cluster.bootstrap, bosses, more_bosses[:3], partitions=2)
     await produce_rows(join_cluster.bootstrap, pages, more_pages)
     await produce_rows(join_cluster.bootstrap, owners, more_owners[10:], partitions=3)
+    await produce_rows(join_cluster.bootstrap, bosses, more_bosses[3:], partitions=2)
     want = reference(page_records + more_pages, owner_records + more_owners)
     assert await asyncio.to_thread(pull_until, join_cluster, f"SELECT * FROM {teams};", want) == want
+    rows = chained(page_records + more_pages, owner_records + more_owners, boss_records + more_bosses)
+    assert await asyncio.to_thread(pull_until, join_cluster, f"SELECT * FROM {page_bosses};", rows) == rows
+    assert await latest_in_sink(join_cluster.bootstrap, page_bosses.upper(), ("WEIGHT", "TEAM", "BOSS")) == rows
+    assert any(team is not None and boss is None for _, _, team, boss in rows.values())
 
     pull = f"SELECT * FROM {teams} WHERE team = 't-rw';"
     await asyncio.to_thread(reads_own_writes, join_cluster, [

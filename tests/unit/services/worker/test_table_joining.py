@@ -363,3 +363,41 @@ def test_a_group_by_over_tables_joined_writes_every_column_keyed_by_the_join_key
     task._apply(b"\x00k", json.dumps({"X": 3}).encode(), overlay, (bad, 1))
     result = task._result(b"k", overlay, 1, bad)
     assert result is not None and json.loads(result)["A_ID"] == "k" and bad == []
+
+
+def test_tables_joined_on_different_keys_pass_every_column_to_the_next_stage(tmp_path: Path) -> None:
+    """pages JOIN owners ON a foreign key, LEFT JOIN teams ON the owner's TEAM: the first stage
+    writes every column joined so far (no WHERE, no SELECT list), the next joins those rows with
+    the team their O_TEAM names, then the WHERE and the SELECT list."""
+    meta, query = _planned(
+        "PB",
+        "CREATE TABLE pages (page VARCHAR PRIMARY KEY, owner VARCHAR, weight INT) "
+        "WITH (kafka_topic='pages', partitions=1, value_format='json')",
+        "CREATE TABLE owners (name VARCHAR PRIMARY KEY, team VARCHAR) WITH (kafka_topic='owners', partitions=1, "
+        "value_format='json')",
+        "CREATE TABLE teams (id VARCHAR PRIMARY KEY, boss VARCHAR) WITH (kafka_topic='teams', partitions=1, "
+        "value_format='json')",
+        "CREATE TABLE pb AS SELECT p.page, p.weight * 2 AS w2, t.boss FROM pages p JOIN owners o ON p.owner = o.name "
+        "LEFT JOIN teams t ON o.team = t.id WHERE p.weight > 0")
+    staged = {s.name: s for s in stages(query, meta.source("PAGES"), meta.source("PB"), "svc")}
+    settings = WorkerSettings(worker_id="w", state_dir=tmp_path)
+    first, second = (ForeignKeyJoinTask(settings, staged[n].query, staged[n].source, staged[n].sink, 0, n)
+                     for n in ("join", "join-1"))
+    first.store, second.store = PartitionStore(tmp_path / "first"), PartitionStore(tmp_path / "second")
+    bad: list[BadRecord] = []
+    overlay: dict[bytes, list[Any] | None] = {}
+    first._apply(b"\x00p1", json.dumps({"OWNER": "o1", "WEIGHT": -5}).encode(), overlay, (bad, 0))
+    first._apply(b"\x01o1", json.dumps({"TEAM": "t1"}).encode(), overlay, (bad, 1))
+    rows = first._result(b"p1", overlay, 1, bad)  # the WHERE is the last stage's: the row goes on
+    assert rows is not None and json.loads(rows) == {"P_PAGE": "p1", "P_OWNER": "o1", "P_WEIGHT": -5, "O_NAME": "o1",
+                                                     "O_TEAM": "t1"}
+    later: dict[bytes, list[Any] | None] = {}
+    second._apply(b"\x00p1", rows, later, (bad, 0))
+    assert json.loads(second._result(b"p1", later, 0, bad) or b"null") is None  # WEIGHT -5: the WHERE drops it
+    second._apply(b"\x00p1", rows.replace(b"-5", b"5"), later, (bad, 1))
+    result = second._result(b"p1", later, 1, bad)
+    assert result is not None and json.loads(result) == {"W2": 10, "BOSS": None}  # LEFT: no team row yet
+    second._apply(b"\x01t1", json.dumps({"BOSS": "b1"}).encode(), later, (bad, 2))
+    assert second._left_keys(b"t1", later) == [b"p1"]
+    result = second._result(b"p1", later, 2, bad)
+    assert result is not None and json.loads(result) == {"W2": 10, "BOSS": "b1"} and bad == []

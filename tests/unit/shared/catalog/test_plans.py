@@ -254,6 +254,61 @@ def test_a_group_by_over_a_stream_stream_join_then_a_table_keys_the_last_joined_
         prefix + "-changelog", prefix + "-joined", prefix + "-joined-1", prefix + "-joined-grouped"}
 
 
+def test_tables_joined_on_different_keys_chain_a_stage_per_key() -> None:
+    """pages LEFT JOIN owners ON a foreign key, LEFT JOIN teams ON a column of owners (another
+    foreign key), JOIN meta ON pages' key: a join stage each, the rows joined so far (every
+    column, keyed by pages' key) the next stage's left table; then the materialization."""
+    meta = _metastore(
+        "CREATE TABLE pages (page VARCHAR PRIMARY KEY, owner VARCHAR, weight INT) "
+        "WITH (kafka_topic='pages', partitions=4, value_format='json')",
+        "CREATE TABLE owners (name VARCHAR PRIMARY KEY, team VARCHAR) WITH (kafka_topic='owners', partitions=3, "
+        "value_format='json')",
+        "CREATE TABLE teams (id VARCHAR PRIMARY KEY, boss VARCHAR) WITH (kafka_topic='teams', partitions=2, "
+        "value_format='json')",
+        "CREATE TABLE meta (page VARCHAR PRIMARY KEY, tag VARCHAR) WITH (kafka_topic='meta', partitions=4, "
+        "value_format='json')",
+        "CREATE TABLE pb AS SELECT p.page, p.weight, o.team, t.boss, m.tag FROM pages p LEFT JOIN owners o "
+        "ON p.owner = o.name LEFT JOIN teams t ON o.team = t.id JOIN meta m ON p.page = m.page")
+    query = next(q for q in meta.queries.values() if q.sink == "PB")
+    assert query.plan.join is not None
+    assert [(t.table.name, t.step, t.foreign_key) for t in query.plan.join.tables] == [
+        ("OWNERS", 0, "OWNER"), ("TEAMS", 1, "O_TEAM"), ("META", 2, None)]
+    prefix = "_millpond-svc-" + query.query_id
+    staged = stages(query, meta.source("PAGES"), meta.source("PB"), "svc")
+    assert [(s.name, s.query.plan.kind, s.source.topic, s.sink.topic, s.partitions) for s in staged] == [
+        ("side-0", PlanKind.JOIN_SIDE, "pages", prefix + "-joined", 4),
+        ("side-1", PlanKind.JOIN_SIDE, "owners", prefix + "-joined", 3),
+        ("join", PlanKind.FOREIGN_KEY_JOIN, prefix + "-joined", prefix + "-joined-rows-0", 4),
+        ("side-1-0", PlanKind.JOIN_SIDE, prefix + "-joined-rows-0", prefix + "-joined-1", 4),
+        ("side-1-1", PlanKind.JOIN_SIDE, "teams", prefix + "-joined-1", 2),
+        ("join-1", PlanKind.FOREIGN_KEY_JOIN, prefix + "-joined-1", prefix + "-joined-rows-1", 4),
+        ("side-2-0", PlanKind.JOIN_SIDE, prefix + "-joined-rows-1", prefix + "-joined-2", 4),
+        ("side-2-1", PlanKind.JOIN_SIDE, "meta", prefix + "-joined-2", 4),
+        ("join-2", PlanKind.TABLE_TABLE_JOIN, prefix + "-joined-2", "PB", 4),
+        ("", PlanKind.MATERIALIZE, "PB", "PB", 4)]
+    assert [c.name for c in staged[5].sink.value_columns] == ["P_PAGE", "P_OWNER", "P_WEIGHT", "O_NAME", "O_TEAM",
+                                                               "T_ID", "T_BOSS"]
+    assert [(t.name, t.compacted, t.partitions) for t in internal_topics("svc", query)] == [
+        (prefix + "-joined", True, None), (prefix + "-joined-1", True, 4), (prefix + "-joined-rows-0", True, 4),
+        (prefix + "-joined-2", True, 4), (prefix + "-joined-rows-1", True, 4)]
+
+    # The same chain under a GROUP BY: its last stage writes the joined table the aggregation regroups.
+    meta.apply(parse_statement("CREATE TABLE per_boss AS SELECT t.boss, COUNT(*) AS n FROM pages p JOIN owners o "
+                               "ON p.owner = o.name JOIN teams t ON o.team = t.id GROUP BY t.boss"), 9)
+    query = next(q for q in meta.queries.values() if q.sink == "PER_BOSS")
+    prefix = "_millpond-svc-" + query.query_id
+    staged = stages(query, meta.source("PAGES"), meta.source("PER_BOSS"), "svc")
+    assert [(s.name, s.query.plan.kind, s.source.topic, s.sink.topic) for s in staged][2:] == [
+        ("join", PlanKind.FOREIGN_KEY_JOIN, prefix + "-joined", prefix + "-joined-rows-0"),
+        ("side-1-0", PlanKind.JOIN_SIDE, prefix + "-joined-rows-0", prefix + "-joined-1"),
+        ("side-1-1", PlanKind.JOIN_SIDE, "teams", prefix + "-joined-1"),
+        ("join-1", PlanKind.FOREIGN_KEY_JOIN, prefix + "-joined-1", prefix + "-joined-rows"),
+        ("regroup", PlanKind.REGROUP, prefix + "-joined-rows", prefix + "-repartition"),
+        ("", PlanKind.AGGREGATE, prefix + "-repartition", "PER_BOSS")]
+    assert {t.name for t in internal_topics("svc", query)} >= {prefix + "-joined-1", prefix + "-joined-rows-0",
+                                                               prefix + "-joined-rows"}
+
+
 def test_a_foreign_key_join_copies_the_right_table_to_every_partition_of_the_left() -> None:
     meta = _metastore(
         "CREATE TABLE a (id INT PRIMARY KEY, b_id VARCHAR) WITH (kafka_topic='a', partitions=4, value_format='json')",

@@ -234,7 +234,7 @@ CREATE TABLE fk1 AS SELECT s.id FROM sensors s FULL OUTER JOIN sites3 t ON s.sit
 CREATE TABLE fk2 AS SELECT s.id FROM sensors s RIGHT JOIN sites3 t ON s.site = t.id;
 CREATE TABLE fk3 AS SELECT t.id, t.city FROM sensors s JOIN sites3 t ON s.site = t.id;
 CREATE TABLE fk4 AS SELECT s.id FROM sensors s JOIN sites3 t ON UCASE(s.site) = t.id;
-CREATE TABLE fk5 AS SELECT s.id FROM sensors s JOIN sites3 t ON s.site = t.id JOIN sites_too o ON s.id = o.id;
+EXPLAIN CREATE TABLE fk5 AS SELECT s.id FROM sensors s JOIN sites3 t ON s.site = t.id JOIN sites_too o ON s.id = o.id;
 CREATE TABLE fk6 AS SELECT s.id FROM sensors s JOIN o_info i ON s.site = i.id;
 CREATE TABLE fk7 WITH (partitions=3) AS SELECT s.id FROM sensors s JOIN sites3 t ON s.site = t.id;
 CREATE STREAM fk8 AS SELECT s.id FROM sensors s JOIN sites3 t ON s.site = t.id;
@@ -462,3 +462,14 @@ CREATE TABLE owner_minute_2 AS SELECT o.team, COUNT(*) AS n FROM pages p JOIN ow
   WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY o.team;
 EXPLAIN CREATE TABLE team_bosses AS SELECT t.boss, COUNT(o.name) AS owners FROM owners o FULL OUTER JOIN teams t
   ON o.name = t.id GROUP BY t.boss;
+-- Tables joined on different keys: a stage per foreign key, the rows joined so far keyed by the first table's key.
+CREATE TABLE page_bosses AS SELECT p.page, p.weight, o.team, t.boss FROM pages p LEFT JOIN owners o ON p.owner = o.name
+  LEFT JOIN teams t ON o.team = t.id WHERE p.weight > 0;
+EXPLAIN CTAS_PAGE_BOSSES_64;
+DESCRIBE page_bosses;
+EXPLAIN CREATE TABLE boss_weights AS SELECT t.boss, COUNT(*) AS n, SUM(p.weight) AS w FROM pages p
+  JOIN owners o ON p.owner = o.name JOIN teams t ON o.team = t.id GROUP BY t.boss;
+CREATE TABLE page_bosses_2 AS SELECT p.page, t.boss FROM pages p JOIN owners o ON p.owner = o.name
+  FULL OUTER JOIN teams t ON o.team = t.id;
+CREATE TABLE page_bosses_3 AS SELECT o.team, t.boss FROM pages p JOIN owners o ON p.owner = o.name
+  JOIN teams t ON o.team = t.id;
