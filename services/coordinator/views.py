@@ -121,9 +121,14 @@ def plan_lines(plan: QueryPlan, source: DataSource, sink: DataSource) -> list[st
             steps.append(f"[ JOIN ] | {join} | every column of the joined row, keyed by the GROUP BY into the "
                          f"query's {'grouped' if streams else 'joined'} topic | State: {state}")
     if plan.join is not None and plan.join.steps > 1 and plan.join.stream.kind == "TABLE":
-        steps.append(f"[ CHAIN ] | {plan.join.steps} join stages: the rows joined so far, keyed by "
-                     f"{plan.join.stream.name}'s key, joined with each next table on a foreign key (or on that key) "
-                     "through internal topics of the query")
+        each = "; ".join(
+            f"{step + 1}: " + ", ".join(f"{t.table.name} ({'foreign key' if t.foreign_key else 'key'} {t.condition}"
+                                       f"{', copied to every partition' if t.foreign_key else ''})"
+                                       for t in plan.join.tables if t.step == step)
+            for step in range(plan.join.steps))
+        steps.append(f"[ CHAIN ] | {plan.join.steps} join stages ({each}): each later one joins the rows joined "
+                     f"so far, keyed by {plan.join.stream.name}'s key through an internal topic of the query, with "
+                     "its tables | State: each stage's sides' rows in RocksDB, rebuilt from its joined topic")
     elif plan.join is not None and plan.join.steps > 1:
         steps.append(f"[ REPARTITION ] | {plan.join.steps} join stages, one per JOIN expression: each joined row "
                      "re-keyed by the next JOIN's expression through an internal topic of the query")

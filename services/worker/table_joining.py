@@ -327,8 +327,11 @@ class TableJoinTask(GatheredJoinTask):
                 results[changed] = (self._result(changed, overlay, offset, bad), timestamp)
         async with self._transaction():
             for key, (result, timestamp) in results.items():
-                await self._send(self.sink.topic, result, key, partition_for(key, self.sink.partitions),
-                                 timestamp_ms=timestamp)
+                # The rows of a chain's stage before the last stay in this partition, the first
+                # table's (the next stage's tables are co-partitioned with it, whatever their
+                # producers' partitioner); the result goes to its key's partition, as pulls route.
+                target = self.partition if self.output.carried else partition_for(key, self.sink.partitions)
+                await self._send(self.sink.topic, result, key, target, timestamp_ms=timestamp)
             await self._send_bad(sorted(bad, key=lambda b: b.offset))
             await self._commit_input(batch.last_offset + 1)
         self._write(overlay, batch.last_offset + 1)

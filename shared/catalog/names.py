@@ -67,7 +67,7 @@ def grouped_topic(service_id: str, query_id: str) -> str:
 
 def joined_rows_topic(service_id: str, query_id: str) -> str:
     """The joined rows of a GROUP BY over tables joined with tables, keyed by the join key: a
-    table the aggregation regroups."""
+    table the aggregation regroups (``chained_rows_topic`` adds a chain's earlier stages')."""
     return f"{joined_topic(service_id, query_id)}-rows"
 
 

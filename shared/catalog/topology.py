@@ -98,7 +98,8 @@ WINDOWED_EXTRA_MS = 24 * 3_600_000
 ROWTIME_COLUMN = "_INPUT_ROWTIME"
 """The column of a repartition topic's records that carries the input record's timestamp."""
 JOIN_KEY_COLUMN = "_JOIN_KEY"
-"""The key column of a GROUP BY's joined table rows (``joined_rows_topic``): the join key."""
+"""The key column of joined table rows another stage reads (``chained_rows``: a GROUP BY's, or
+the rows a chain of table joins joined so far): the join key."""
 REPARTITION_KEY = "_REPARTITION_KEY"
 """The key column of a repartition topic's records (the grouping expression's value)."""
 

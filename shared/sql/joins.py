@@ -197,6 +197,14 @@ def resolve_join(query: ast.Query, stream: DataSource, tables: tuple[DataSource,
                                  f"type; {shown(this_key)} is {left_type} and {shown(ast.ColumnRef(table_key))} is "
                                  f"{right_type}: CAST one side")
         after_streams = bool(conditions) and tables[len(conditions) - 1].kind == "STREAM"
+        matched = next((j.kind for j, k, f in zip(query.joins, table_keys, foreign_keys, strict=False)
+                        if f is None and ast.ColumnRef(k) == this_key), None) if stream.kind == "TABLE" else None
+        if matched == "INNER":  # the key of a table INNER JOINed on the first table's key: the same values
+            this_key = left_key if left_key is not None else this_key
+        elif matched is not None:
+            raise StatementError(f"invalid join condition {shown(condition)}: {shown(this_key)} is the key of a table "
+                                 f"{matched} JOINed on {stream.name}'s key, NULL where it has no row; join on "
+                                 f"{shown(left_key) if left_key is not None else stream.name + ' key'} instead")
         # Tables joined with tables stay keyed by the first table's key: the JOINs on it share a
         # stage; one on another column (a foreign key of the rows joined so far) has a stage of
         # its own, and so has every JOIN after it.

@@ -401,3 +401,107 @@ def test_tables_joined_on_different_keys_pass_every_column_to_the_next_stage(tmp
     assert second._left_keys(b"t1", later) == [b"p1"]
     result = second._result(b"p1", later, 2, bad)
     assert result is not None and json.loads(result) == {"W2": 10, "BOSS": "b1"} and bad == []
+
+
+CHAIN_TABLES = [
+    f"CREATE TABLE {name} ({columns}) WITH (kafka_topic='{name}', partitions={partitions}, value_format='json')"
+    for name, columns, partitions in (
+        ("a", "id VARCHAR PRIMARY KEY, fk VARCHAR, x INT", 2), ("b", "id VARCHAR PRIMARY KEY, fk2 VARCHAR", 3),
+        ("c", "id VARCHAR PRIMARY KEY, y VARCHAR", 2), ("d", "id VARCHAR PRIMARY KEY, z INT", 1),
+        ("e", "id VARCHAR PRIMARY KEY, w INT", 2))]
+CHAIN = ("CREATE TABLE chained AS SELECT e.id, a.x, c.y, b.fk2, e.w, d.z FROM a JOIN c ON a.id = c.id "
+         "LEFT JOIN b ON a.fk = b.id RIGHT JOIN e ON a.id = e.id JOIN d ON b.fk2 = d.id WHERE e.w IS NULL OR e.w > 1")
+
+
+def _chain_reference(tables: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """CHAIN over the tables' rows, left to right as SQL joins them."""
+    a, b, c, d, e = (tables[name] for name in "abcde")
+    out = {}
+    for key, e_row in e.items():  # RIGHT JOIN e: e's keys
+        first = a.get(key) if key in c else None  # a JOIN c
+        b_row = b.get(first["FK"]) if first is not None and first["FK"] is not None else None
+        d_row = d.get(b_row["FK2"]) if b_row is not None and b_row["FK2"] is not None else None
+        if d_row is None or not (e_row["W"] is None or e_row["W"] > 1):
+            continue
+        out[key] = {"X": None if first is None else first["X"], "Y": c[key]["Y"] if first is not None else None,
+                    "FK2": b_row["FK2"] if b_row is not None else None, "W": e_row["W"], "Z": d_row["Z"]}
+    return out
+
+
+def test_a_chain_of_table_joins_on_several_keys_follows_every_table(tmp_path: Path) -> None:
+    """a JOIN c on the key, LEFT JOIN b on a foreign key, RIGHT JOIN e on the first key again,
+    JOIN d on a foreign key of b: four stages, each later one's left side the rows the one before
+    wrote. Random changes of the five tables, each carried through the real join tasks stage
+    by stage (a batch each, committed to the store), equal the join of the tables' rows."""
+    meta, query = _planned("CHAINED", *CHAIN_TABLES, CHAIN)
+    staged = stages(query, meta.source("A"), meta.source("CHAINED"), "svc")
+    settings = WorkerSettings(worker_id="w", state_dir=tmp_path)
+    joins = [TableJoinTask(settings, s.query, s.source, s.sink, 0, s.name)
+             if s.query.plan.kind.name == "TABLE_TABLE_JOIN" else
+             ForeignKeyJoinTask(settings, s.query, s.source, s.sink, 0, s.name)
+             for s in staged if s.name.startswith("join")]
+    assert [j.stage for j in joins] == ["join", "join-1", "join-2", "join-3"]
+    for join in joins:
+        join.store = PartitionStore(tmp_path / join.stage)
+    # Where each table's records enter: (join stage, side byte).
+    entry = {s.source.name: (0 if s.name.count("-") == 1 else int(s.name.split("-")[1]), int(s.name.split("-")[-1]))
+             for s in staged if s.name.startswith("side") and s.source.name in "ABCDE"}
+    sink: dict[str, Any] = {}
+    bad: list[BadRecord] = []
+
+    def feed(stage: int, key: bytes, value: bytes | None, offset: int) -> None:
+        join, overlay = joins[stage], {}
+        changed = {k: join._result(k, overlay, offset, bad) for k in join._apply(key, value, overlay, (bad, offset))}
+        join._write(overlay, offset + 1)
+        for changed_key, result in changed.items():
+            if stage + 1 < len(joins):
+                feed(stage + 1, b"\0" + changed_key, result, offset)
+            elif result is None:
+                sink.pop(changed_key.decode(), None)
+            else:
+                sink[changed_key.decode()] = json.loads(result)
+
+    rng = random.Random(23)
+    tables: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in "abcde"}
+    values = {"a": lambda: {"FK": rng.choice(["f1", "f2", None]), "X": rng.randrange(5)},
+              "b": lambda: {"FK2": rng.choice(["g1", "g2", None])}, "c": lambda: {"Y": rng.choice("xyz")},
+              "d": lambda: {"Z": rng.randrange(9)}, "e": lambda: {"W": rng.choice([None, 0, 1, 2, 3])}}
+    seen = 0
+    for offset in range(3_000):
+        name = rng.choice("abcde")
+        key = rng.choice({"b": ["f1", "f2", "f3"], "d": ["g1", "g2"]}.get(name, ["k1", "k2", "k3", "k4"]))
+        value = None if rng.random() < 0.2 else values[name]()
+        if value is None:
+            tables[name].pop(key, None)
+        else:
+            tables[name][key] = value
+        stage, side = entry[name.upper()]
+        feed(stage, bytes([side]) + key.encode(), None if value is None else json.dumps(value).encode(), offset)
+        assert sink == _chain_reference(tables), (offset, name, key, value)
+        seen = max(seen, len(sink))
+    assert seen >= 3 and bad == []
+
+
+def test_a_chain_stage_before_the_last_keeps_its_rows_in_its_partition(tmp_path: Path) -> None:
+    """The rows a chain's stage writes for the next stay in its own partition, the first
+    table's, whatever partition murmur2 of their key would pick (the next stage's tables are
+    co-partitioned with the first, not necessarily by murmur2); the last stage's result goes
+    to its key's murmur2 partition, where pulls look."""
+    meta, query = _planned("CHAINED", *CHAIN_TABLES, CHAIN)
+    staged = {s.name: s for s in stages(query, meta.source("A"), meta.source("CHAINED"), "svc")}
+    settings = WorkerSettings(worker_id="w", state_dir=tmp_path)
+    key = next(k for k in (f"k{i}".encode() for i in range(50)) if partition_for(k, 2) == 0)
+    for name, partition, expected in (("join", 1, 1), ("join-3", 1, 0)):
+        stage = staged[name]
+        task = (TableJoinTask if name == "join" else ForeignKeyJoinTask)(settings, stage.query, stage.source,
+                                                                         stage.sink, partition, stage.name)
+        task.store = PartitionStore(tmp_path / name)
+        task.producer = _Producer()  # type: ignore[assignment]
+        records = ([(0, b"\0" + key, json.dumps({"FK": "f1", "X": 1}).encode(), 5),
+                    (1, b"\1" + key, json.dumps({"Y": "y"}).encode(), 5)] if name == "join" else
+                   [(0, b"\0" + key, json.dumps({"A_ID": None, "A_FK": None, "A_X": None, "C_ID": None, "C_Y": None,
+                                                 "B_ID": None, "B_FK2": "g1", "E_ID": "k", "E_W": 2}).encode(), 5),
+                    (1, b"\1g1", json.dumps({"Z": 4}).encode(), 5)])
+        assert asyncio.run(task.commit(KeyedSlice(0, 1, count=2, records=records)))
+        sent = [(p, k) for topic, k, p in task.producer.sent if topic == stage.sink.topic]  # type: ignore[attr-defined]
+        assert sent and {p for p, _ in sent} == {expected}, (name, sent)

@@ -473,3 +473,9 @@ CREATE TABLE page_bosses_2 AS SELECT p.page, t.boss FROM pages p JOIN owners o O
   FULL OUTER JOIN teams t ON o.team = t.id;
 CREATE TABLE page_bosses_3 AS SELECT o.team, t.boss FROM pages p JOIN owners o ON p.owner = o.name
   JOIN teams t ON o.team = t.id;
+CREATE TABLE page_meta (page VARCHAR PRIMARY KEY, tag VARCHAR) WITH (kafka_topic='page_meta', partitions=3, value_format='json');
+CREATE TABLE page_meta_2 (page VARCHAR PRIMARY KEY, tag VARCHAR) WITH (kafka_topic='page_meta_2', partitions=3, value_format='json');
+EXPLAIN CREATE TABLE pm AS SELECT p.page, m.tag, n.tag AS tag2 FROM pages p JOIN page_meta m ON p.page = m.page
+  JOIN page_meta_2 n ON m.page = n.page;
+CREATE TABLE pm2 AS SELECT p.page, m.tag, n.tag AS tag2 FROM pages p LEFT JOIN page_meta m ON p.page = m.page
+  JOIN page_meta_2 n ON m.page = n.page;
