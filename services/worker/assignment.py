@@ -19,8 +19,9 @@ from millpond.services.worker.streams import StageStreams
 from millpond.services.worker.supervisor import QuerySupervisor
 from millpond.services.worker.task import AggregationTask, TableTask, Task, group_rows, table_rows
 from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.catalog.names import regroup_changelog_topic
 from millpond.shared.catalog.queries import PersistentQuery, QueryPlan
-from millpond.shared.catalog.topology import Stage, stages
+from millpond.shared.catalog.topology import REGROUP_STAGE, Stage, stages
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import NotFoundError
 from millpond.shared.task_status import StoreLag, TaskReport
@@ -43,6 +44,9 @@ class TaskAssignment:
         self.supervisors: dict[tuple[str, int], QuerySupervisor] = {}
         """(query id, partition) -> the supervisor running that partition's tasks."""
         self.standbys: dict[tuple[str, int], StandbyReplica] = {}
+        self.companions: dict[tuple[str, int], list[StandbyReplica]] = {}
+        """Copies of a standby's query's other stores kept beside it (a table aggregation's
+        regroup store): started and stopped with it, their lag not reported."""
         self._standby_plans: dict[tuple[str, int], QueryPlan] = {}
         """The plan each standby copy was started for."""
         self.inputs = InputWatch(settings.kafka, settings.idle_poll_ms / 1000)
@@ -122,14 +126,27 @@ class TaskAssignment:
         # A copy of a query whose plan changed (CREATE OR REPLACE) restarts with the new one.
         changed = {key for key in standbys & set(self.standbys)
                    if self._standby_plans.get(key) != self.metastore.queries[key[0]].plan}
-        await _stop_all([self.standbys.pop(key) for key in sorted((set(self.standbys) - standbys) | changed)])
+        gone = sorted((set(self.standbys) - standbys) | changed)
+        await _stop_all([*(self.standbys.pop(key) for key in gone),
+                         *(copy for key in gone for copy in self.companions.pop(key, []))])
         await self._reconcile_actives(wanted)
         for key in sorted(standbys - set(self.standbys)):
             final = self._final_stage(key[0])
             replica = StandbyReplica(self.settings, *key, table_rows(final.sink) if final.replayed
                                      else group_rows(final.query, final.sink), final.source if final.replayed else None)
             self.standbys[key], self._standby_plans[key] = replica, self.metastore.queries[key[0]].plan
-            replica.start()
+            self.companions[key] = self._companions(*key)
+            for copy in (replica, *self.companions[key]):
+                copy.start()
+
+    def _companions(self, query_id: str, partition: int) -> list[StandbyReplica]:
+        """Copies of the query's regroup store (a table aggregation's) for a standby of ``partition``."""
+        query = self.metastore.queries[query_id]
+        if query.plan.regrouped is None or partition >= query.plan.regrouped:
+            return []
+        return [StandbyReplica(self.settings, query_id, partition, lambda _key, _state: None,
+                               changelog=regroup_changelog_topic(self.settings.service_id, query_id),
+                               store=f"{query_id}-{REGROUP_STAGE}")]
 
     def _final_stage(self, query_id: str) -> Stage:
         """The stage whose store a query's standby copies replicate (its result's)."""
@@ -184,7 +201,8 @@ class TaskAssignment:
 
     async def stop(self) -> None:
         """Stop every task and standby copy, all at once, each bounded (errors logged: the worker is going)."""
-        await _stop_all([*self.supervisors.values(), *self.standbys.values()])
+        await _stop_all([*self.supervisors.values(), *self.standbys.values(),
+                         *(copy for copies in self.companions.values() for copy in copies)])
         await self.streams.stop()
         await self.inputs.stop()
 

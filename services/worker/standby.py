@@ -1,7 +1,8 @@
 """Standby and warm-up replicas: copies of a table's partition kept on another worker by
 replaying its changelog continuously (ksqlDB's and Kafka Streams' standby tasks): a GROUP
 BY's changelog topic, or the topic a table-table join's result is materialized from, which
-is its changelog (``state/table_topic.py``).
+is its changelog (``state/table_topic.py``); beside a table aggregation's, a copy of its
+regroup store from that store's changelog, so a promoted standby regroups at once too.
 
 The copy lives where the active task's store would live on this worker, with the changelog
 position in the same write batch as the data, so when the coordinator promotes this worker
@@ -22,7 +23,7 @@ from aiokafka import TopicPartition
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_jitter
 
 from millpond.services.worker.state.changelog import ChangelogReader
-from millpond.services.worker.state.store import PartitionStore
+from millpond.services.worker.state.store import WRITTEN_MS, PartitionStore
 from millpond.services.worker.state.table_topic import TableTopicReader
 from millpond.services.worker.task import store_path
 from millpond.shared.catalog.names import changelog_topic
@@ -41,11 +42,15 @@ class StandbyReplica:
     """Keeps one partition of one query's table up to date from its changelog, until stopped."""
 
     def __init__(self, settings: WorkerSettings, query_id: str, partition: int,
-                 row: Callable[[bytes, list[Any]], list[Any] | None], table: DataSource | None = None):
+                 row: Callable[[bytes, list[Any]], list[Any] | None], table: DataSource | None = None,
+                 changelog: str | None = None, store: str | None = None):
         self.settings = settings
         self.query_id = query_id
         self.partition = partition
-        self.changelog = TopicPartition(changelog_topic(settings.service_id, query_id), partition)
+        self.changelog = TopicPartition(changelog or changelog_topic(settings.service_id, query_id), partition)
+        """The query's changelog, or that of another store of the query (``changelog``: a table
+        aggregation's regroup store's, whose copy lives under ``store``'s name)."""
+        self.store_name = store or query_id
         self.table = table
         """A materialized table whose own topic the copy replays; None: the query's changelog."""
         self.position = 0
@@ -99,7 +104,7 @@ class StandbyReplica:
                 await self._replay()
 
     async def _replay(self) -> None:
-        store = self.store = PartitionStore(store_path(self.settings, self.query_id, self.partition))
+        store = self.store = PartitionStore(store_path(self.settings, self.store_name, self.partition))
         reader: ChangelogReader | TableTopicReader = (
             ChangelogReader(self.settings.kafka, self.changelog, store, fetch_max_wait_ms=POLL_MS) if self.table is None
             else TableTopicReader(self.settings.kafka, self.table, self.partition, store, fetch_max_wait_ms=POLL_MS))
@@ -108,6 +113,7 @@ class StandbyReplica:
             self.position, self.input_offset = reader.position, reader.input_offset
             self.end = start_end = await reader.end_offset()
             log.info("standby started", extra={"query": self.query_id, "partition": self.partition,
+                                               "changelog": self.changelog.topic,
                                                "position": self.position, "end": self.end})
             while True:
                 if not self.resumed.is_set():  # paused: apply nothing, but keep the lag honest
@@ -117,6 +123,7 @@ class StandbyReplica:
                     continue
                 if await reader.fetch(POLL_MS):
                     self.last_applied_ms = now_ms()
+                    store.write({}, {WRITTEN_MS: self.last_applied_ms})  # up to date: not a stale store
                 # Past commit markers after an empty fetch; the input offset of complete transactions only.
                 self.position, self.input_offset = reader.position, reader.input_offset
                 stable = reader.last_stable_offset()

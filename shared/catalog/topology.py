@@ -233,6 +233,8 @@ def _chain_topics(service_id: str, query_id: str, join: JoinSpec) -> list[str]:
             for name in (chained_topic(service_id, query_id, step), chained_rows_topic(service_id, query_id, step - 1))]
 
 
+REGROUP_STAGE = "regroup"
+"""A table aggregation's regroup stage (its store ``<query>-regroup``)."""
 JOIN_SIDE_STAGE = "side-"
 """A table-table join's stage that copies one table into the joined topic, with its place in the join."""
 
@@ -502,7 +504,7 @@ def _repartitioned_aggregate(query: PersistentQuery, source: DataSource, sink: D
     aggregate = replace(plan, source=topic.name, where=None, key_expression=None, repartition=False)
     return [
         # A table is read whole, whatever auto.offset.reset says: a row counted must have been added.
-        Stage("regroup", replace(query, plan=rekey, start_offsets=None), source, topic) if regroup else
+        Stage(REGROUP_STAGE, replace(query, plan=rekey, start_offsets=None), source, topic) if regroup else
         Stage("repartition", replace(query, plan=rekey), source, topic),
         Stage("", replace(query, plan=aggregate, start_offsets=None), topic, sink),
     ]

@@ -16,13 +16,16 @@ from typing import Any
 
 import pytest
 
+from millpond.services.worker.assignment import TaskAssignment
 from millpond.services.worker.standby import StandbyReplica
 from millpond.services.worker.state import table_topic
-from millpond.services.worker.state.store import CHANGELOG_OFFSET, INPUT_OFFSET, PartitionStore
+from millpond.services.worker.state.store import CHANGELOG_OFFSET, INPUT_OFFSET, WRITTEN_MS, PartitionStore
 from millpond.services.worker.task import store_path, table_rows
+from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.sources import Column, DataSource
 from millpond.shared.config import WorkerSettings
 from millpond.shared.sql.ast import SqlType
+from millpond.shared.sql.parser import parse_statement
 from tests.unit.services.worker.fake_changelog import Changelog, FakeConsumer, Record
 
 QUERY = "CTAS_T_0"
@@ -171,3 +174,50 @@ async def test_a_standby_of_a_materialized_table_replays_the_tables_topic(
         await again.stop()
     assert FakeConsumer.seeks == [0, 9]  # the second copy read only what the first had not applied
     assert stored(tmp_path)[2] == 11
+
+
+async def test_a_copy_of_another_store_of_the_query_replays_its_changelog_into_that_store(
+        changelog: Changelog, tmp_path: Path) -> None:
+    """A table aggregation's regroup store beside its standby: the copy lives where the regroup
+    task's store does, and says when it was last brought up to date (so its promotion does not
+    take it for a store left behind long ago)."""
+    changelog.commit_batch({b"p1": ["YQ==", '{"_SIGN":1}'], b"p2": ["Yg==", '{"_SIGN":1}']}, reaches=4)
+    settings = WorkerSettings(worker_id="w", state_dir=tmp_path)
+    copy = StandbyReplica(settings, QUERY, 0, lambda _key, _state: None, changelog="svc-regroup-changelog",
+                          store=f"{QUERY}-regroup")
+    assert copy.changelog.topic == "svc-regroup-changelog"
+    copy.start()
+    try:
+        await until(lambda: copy.caught_up, "the copy caught up")
+    finally:
+        await copy.stop()
+    store = PartitionStore(store_path(settings, f"{QUERY}-regroup", 0))
+    try:
+        assert dict(store.items()) == {b"p1": ["YQ==", '{"_SIGN":1}'], b"p2": ["Yg==", '{"_SIGN":1}']}
+        assert store.position(INPUT_OFFSET) == 4 and (store.position(WRITTEN_MS) or 0) > 0
+    finally:
+        store.close()
+    assert not store_path(settings, QUERY, 0).exists()
+
+
+def test_a_table_aggregations_standby_keeps_a_copy_of_its_regroup_store_beside_it(tmp_path: Path) -> None:
+    """Which copies a standby of a table aggregation keeps beside the result's: its regroup
+    store's, for the partitions the table has (none for a stream's aggregation)."""
+    meta = Metastore()
+    for offset, sql in enumerate([
+            "CREATE TABLE pages (page VARCHAR PRIMARY KEY, owner VARCHAR) WITH (kafka_topic='pages', partitions=2, "
+            "value_format='json')",
+            "CREATE STREAM visits (page VARCHAR KEY, ms INT) WITH (kafka_topic='visits', partitions=2, "
+            "value_format='json')",
+            "CREATE TABLE owners WITH (partitions=3) AS SELECT owner, COUNT(*) AS n FROM pages GROUP BY owner",
+            "CREATE TABLE per_page AS SELECT page, COUNT(*) AS n FROM visits GROUP BY page"]):
+        meta.apply(parse_statement(sql), offset)
+    owners = next(q for q in meta.queries.values() if q.sink == "OWNERS").query_id
+    per_page = next(q for q in meta.queries.values() if q.sink == "PER_PAGE").query_id
+    settings = WorkerSettings(worker_id="w", state_dir=tmp_path, service_id="svc")
+    tasks = TaskAssignment(settings, meta, None)  # type: ignore[arg-type]
+    (copy,) = tasks._companions(owners, 1)
+    assert (copy.changelog.topic, copy.changelog.partition, copy.store_name) == (
+        f"_millpond-svc-{owners}-regroup-changelog", 1, f"{owners}-regroup")
+    assert tasks._companions(owners, 2) == []  # the table has two partitions, the result three
+    assert tasks._companions(per_page, 0) == []
