@@ -15,7 +15,10 @@ the 97 sites its SITE column names (records per second, to the result written), 
 readings INNER JOINed with a stream
 of alerts (a tenth as many, stamped across the readings' time) WITHIN 10 ms (records of both
 streams per second, to the last result written): each through its side stages, joined topic
-and join stage.
+and join stage. Last, a GROUP BY over the sensors table (a table aggregation: COUNT per SITE,
+each row regrouped, then counted): rows per second to the result, then as many updates moving
+every sensor to another site (each a retraction and an addition) per second, and whether the
+result then equals the table's counts.
 
 ``python -m bench.aggregation [--events 2000000 --keys 1000 --workers 2 --pin --table-rows 100000]``
 (``--pin`` gives worker i core i; ``bench.scaling`` compares 1 and 2 pinned workers).
@@ -48,7 +51,7 @@ from bench.common import (
     wait_caught_up,
 )
 from millpond.deploy.local.launcher import LocalCluster
-from millpond.shared.catalog.names import consumer_group, joined_topic
+from millpond.shared.catalog.names import consumer_group, joined_topic, repartition_topic
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.admin import committed_offsets, end_offsets
 from millpond.shared.kafka.connection import KafkaConnection
@@ -68,6 +71,7 @@ TABLE_JOINED = ("CREATE TABLE sensor_owners AS SELECT s.id, s.site, o.owner FROM
 FK_JOINED = ("CREATE TABLE sensor_sites AS SELECT s.id, s.site, p.city FROM sensors s "
              "LEFT JOIN sites p ON s.site = p.id;")
 SITES = 97
+TABLE_AGGREGATED = "CREATE TABLE sensors_per_site AS SELECT site, COUNT(*) AS sensors FROM sensors GROUP BY site;"
 # A sensor's readings come about every 10 ms of the readings' time and its alerts every
 # 100 ms: a window of 10 ms joins about one reading in five. The grace covers the whole run,
 # so the order the two sides are copied in drops nothing as late.
@@ -75,17 +79,17 @@ STREAM_JOINED = ("CREATE STREAM reading_alerts AS SELECT r.sensor, r.reading, a.
                  "JOIN alerts a WITHIN 10 MILLISECONDS GRACE PERIOD 10 MINUTES ON r.sensor = a.sensor;")
 
 
-async def produce_sensors(bootstrap: str, rows: int, timestamp_ms: int, topic: str = "sensors",
-                          column: str = "SITE", every: int = 1) -> None:
-    """A table's rows (each sensor's ``column``), for every ``every``-th sensor, stamped ``timestamp_ms``
-    (None: now)."""
+async def produce_sensors(bootstrap: str, rows: int, timestamp_ms: int | None, topic: str = "sensors",
+                          column: str = "SITE", every: int = 1, shift: int = 0) -> None:
+    """A table's rows (each sensor's ``column``: ``<column>-<(k + shift) % 97>``), for every
+    ``every``-th sensor, stamped ``timestamp_ms`` (None: now)."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=512 * 1024, acks=1)
     await producer.start()
     try:
         pending = []
         for k in range(0, rows, every):
             name = key_name(k).encode()
-            pending.append(await producer.send(topic, json.dumps({column: f"{column.lower()}-{k % 97}"}).encode(),
+            pending.append(await producer.send(topic, json.dumps({column: f"{column.lower()}-{(k + shift) % 97}"}).encode(),
                                                key=name, partition=partition_for(name, PARTITIONS),
                                                timestamp_ms=timestamp_ms))
         await asyncio.gather(*pending)
@@ -236,6 +240,7 @@ def measure(events: int, keys: int, workers: int, pin: bool, max_offsets_per_tri
         alerts = events // 10
         asyncio.run(produce_alerts(local.bootstrap, alerts, keys, span))
         stream_join_seconds = timed_join(local, STREAM_JOINED, ("readings", "alerts"))
+        table_aggregation = timed_table_aggregation(local, table_rows)
     rate = events / seconds
     windowed_rate = events / windowed_seconds
     join_rate = events / join_seconds
@@ -263,7 +268,30 @@ def measure(events: int, keys: int, workers: int, pin: bool, max_offsets_per_tri
         "stream_join_records": events + alerts, "stream_join_seconds_to_result": round(stream_join_seconds, 2),
         "stream_join_records_per_s": round((events + alerts) / stream_join_seconds, 1),
         "stream_join_ratio_to_group_by": ratio((events + alerts) / stream_join_seconds, rate),
+        **table_aggregation,
     }
+
+
+def timed_table_aggregation(local: LocalCluster, rows: int) -> dict[str, Any]:
+    """``TABLE_AGGREGATED`` over the sensors table as it is (``rows`` rows): seconds to its result,
+    then to the result after each sensor moved to the next site, and whether it is exact then."""
+    ends = asyncio.run(end_offsets(local.bootstrap, "sensors", PARTITIONS, "read_committed"))
+    started = time.monotonic()
+    (outcome,) = execute(local, TABLE_AGGREGATED)
+    query = str(outcome.message).rsplit(" ", 1)[-1]
+    regrouped = [repartition_topic(local.service_id, query)]
+    first = wait_joined(local, query, {"sensors": ends}, regrouped) - started
+    asyncio.run(produce_sensors(local.bootstrap, rows, None, shift=1))
+    ends = asyncio.run(end_offsets(local.bootstrap, "sensors", PARTITIONS, "read_committed"))
+    started = time.monotonic()
+    updated = wait_joined(local, query, {"sensors": ends}, regrouped) - started
+    want = {f"site-{n}": sum(1 for k in range(rows) if (k + 1) % SITES == n) for n in range(SITES)}
+    got = {str(row[0]): row[1] for row in execute(local, "SELECT * FROM sensors_per_site;")[0].rows}
+    return {"table_aggregation_rows": rows, "table_aggregation_seconds_to_result": round(first, 2),
+            "table_aggregation_rows_per_s": round(rows / first, 1),
+            "table_aggregation_updates": rows, "table_aggregation_update_seconds": round(updated, 2),
+            "table_aggregation_updates_per_s": round(rows / updated, 1),
+            "table_aggregation_exact": got == want}
 
 
 def kafka_streams(local: LocalCluster, events: int, window_ms: int = 0) -> dict[str, Any]:

@@ -95,6 +95,8 @@ def test_the_aggregation_benchmark_reports_its_baselines_and_plots(tmp_path: Pat
     assert aggregation["table_join_rows"] == 2_000 and aggregation["table_join_rows_per_s"] > 0
     assert aggregation["fk_join_rows"] == 1_097 and aggregation["fk_join_rows_per_s"] > 0
     assert aggregation["stream_join_records"] == 22_000 and aggregation["stream_join_records_per_s"] > 0
+    assert aggregation["table_aggregation_rows"] == 1_000 and aggregation["table_aggregation_exact"] is True
+    assert aggregation["table_aggregation_rows_per_s"] > 0 and aggregation["table_aggregation_updates_per_s"] > 0
     assert {"coordinator", "router", "worker-1", "kafka"} <= set(aggregation["peak_rss_mib"])
     report = (tmp_path / "report.md").read_text()
     assert "![aggregation.png](aggregation.png)" in report and (tmp_path / "aggregation.png").stat().st_size > 1000
