@@ -17,7 +17,14 @@ from millpond.services.worker.spark import LazySession
 from millpond.services.worker.standby import StandbyReplica
 from millpond.services.worker.streams import StageStreams
 from millpond.services.worker.supervisor import QuerySupervisor
-from millpond.services.worker.task import AggregationTask, TableTask, Task, group_rows, table_rows
+from millpond.services.worker.task import (
+    KEPT_STORE_MAX_AGE_MS,
+    AggregationTask,
+    TableTask,
+    Task,
+    group_rows,
+    table_rows,
+)
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.names import regroup_changelog_topic
 from millpond.shared.catalog.queries import PersistentQuery, QueryPlan
@@ -85,7 +92,8 @@ class TaskAssignment:
         if replica is None:
             raise NotFoundError(f"worker {self.settings.worker_id} keeps no standby of partition {partition} "
                                 f"of query {query_id}")
-        self._soon(replica.resumed.clear if paused else replica.resumed.set)
+        for copy in (replica, *self.companions.get((query_id, partition), [])):
+            self._soon(copy.resumed.clear if paused else copy.resumed.set)
         return replica.position
 
     def active_tasks(self) -> list[Task[Any]]:
@@ -127,6 +135,8 @@ class TaskAssignment:
         changed = {key for key in standbys & set(self.standbys)
                    if self._standby_plans.get(key) != self.metastore.queries[key[0]].plan}
         gone = sorted((set(self.standbys) - standbys) | changed)
+        for key in gone:
+            self._standby_plans.pop(key, None)
         await _stop_all([*(self.standbys.pop(key) for key in gone),
                          *(copy for key in gone for copy in self.companions.pop(key, []))])
         await self._reconcile_actives(wanted)
@@ -134,9 +144,10 @@ class TaskAssignment:
             final = self._final_stage(key[0])
             replica = StandbyReplica(self.settings, *key, table_rows(final.sink) if final.replayed
                                      else group_rows(final.query, final.sink), final.source if final.replayed else None)
+            companions = self._companions(*key)
             self.standbys[key], self._standby_plans[key] = replica, self.metastore.queries[key[0]].plan
-            self.companions[key] = self._companions(*key)
-            for copy in (replica, *self.companions[key]):
+            self.companions[key] = companions
+            for copy in (replica, *companions):
                 copy.start()
 
     def _companions(self, query_id: str, partition: int) -> list[StandbyReplica]:
@@ -146,7 +157,7 @@ class TaskAssignment:
             return []
         return [StandbyReplica(self.settings, query_id, partition, lambda _key, _state: None,
                                changelog=regroup_changelog_topic(self.settings.service_id, query_id),
-                               store=f"{query_id}-{REGROUP_STAGE}")]
+                               store=f"{query_id}-{REGROUP_STAGE}", max_age_ms=KEPT_STORE_MAX_AGE_MS)]
 
     def _final_stage(self, query_id: str) -> Stage:
         """The stage whose store a query's standby copies replicate (its result's)."""

@@ -23,7 +23,7 @@ from aiokafka import TopicPartition
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_jitter
 
 from millpond.services.worker.state.changelog import ChangelogReader
-from millpond.services.worker.state.store import WRITTEN_MS, PartitionStore
+from millpond.services.worker.state.store import WRITTEN_MS, PartitionStore, open_kept
 from millpond.services.worker.state.table_topic import TableTopicReader
 from millpond.services.worker.task import store_path
 from millpond.shared.catalog.names import changelog_topic
@@ -34,6 +34,8 @@ from millpond.shared.teardown import cancel_and_wait
 
 log = logging.getLogger(__name__)
 POLL_MS = 100
+MARK_EVERY_MS = 60_000
+"""How often a caught-up copy of a store that ages (``max_age_ms``) marks itself up to date."""
 STOP_TIMEOUT_S = 15.0
 """How long ``stop`` waits for the replay to close; past it, it closes in the background."""
 
@@ -43,7 +45,7 @@ class StandbyReplica:
 
     def __init__(self, settings: WorkerSettings, query_id: str, partition: int,
                  row: Callable[[bytes, list[Any]], list[Any] | None], table: DataSource | None = None,
-                 changelog: str | None = None, store: str | None = None):
+                 changelog: str | None = None, store: str | None = None, max_age_ms: int | None = None):
         self.settings = settings
         self.query_id = query_id
         self.partition = partition
@@ -51,6 +53,10 @@ class StandbyReplica:
         """The query's changelog, or that of another store of the query (``changelog``: a table
         aggregation's regroup store's, whose copy lives under ``store``'s name)."""
         self.store_name = store or query_id
+        self.max_age_ms = max_age_ms
+        """For a store whose changelog's tombstones expire (a regroup store's): a kept copy last
+        brought up to date longer ago starts over (``open_kept``), and the copy says when it
+        was last caught up (``WRITTEN_MS``), as its task's store does."""
         self.table = table
         """A materialized table whose own topic the copy replays; None: the query's changelog."""
         self.position = 0
@@ -98,13 +104,17 @@ class StandbyReplica:
         retrying = AsyncRetrying(retry=retry_if_exception_type(Exception), wait=wait_exponential_jitter(multiplier=0.2, max=10),
                                  before_sleep=lambda state: log.warning("standby replay failed; retrying", extra={
                                      "query": self.query_id, "partition": self.partition,
+                                     "changelog": self.changelog.topic,
                                      "error": repr(state.outcome.exception() if state.outcome else None)}))
         async for attempt in retrying:
             with attempt:
                 await self._replay()
 
     async def _replay(self) -> None:
-        store = self.store = PartitionStore(store_path(self.settings, self.store_name, self.partition))
+        path = store_path(self.settings, self.store_name, self.partition)
+        store = self.store = (PartitionStore(path) if self.max_age_ms is None
+                              else open_kept(path, self.max_age_ms, now_ms())[0])
+        marked = 0
         reader: ChangelogReader | TableTopicReader = (
             ChangelogReader(self.settings.kafka, self.changelog, store, fetch_max_wait_ms=POLL_MS) if self.table is None
             else TableTopicReader(self.settings.kafka, self.table, self.partition, store, fetch_max_wait_ms=POLL_MS))
@@ -123,13 +133,16 @@ class StandbyReplica:
                     continue
                 if await reader.fetch(POLL_MS):
                     self.last_applied_ms = now_ms()
-                    store.write({}, {WRITTEN_MS: self.last_applied_ms})  # up to date: not a stale store
                 # Past commit markers after an empty fetch; the input offset of complete transactions only.
                 self.position, self.input_offset = reader.position, reader.input_offset
                 stable = reader.last_stable_offset()
                 if stable is not None:
                     self.end = stable
                 self.caught_up = self.caught_up or self.position >= start_end
+                if (self.max_age_ms is not None and stable is not None and self.position >= stable
+                        and now_ms() - marked >= MARK_EVERY_MS):  # up to date now: not a store left behind
+                    marked = now_ms()
+                    store.write({}, {WRITTEN_MS: marked})
         finally:
             self.store, self.caught_up, self.end = None, False, None
             store.close()

@@ -179,12 +179,17 @@ async def test_a_standby_of_a_materialized_table_replays_the_tables_topic(
 async def test_a_copy_of_another_store_of_the_query_replays_its_changelog_into_that_store(
         changelog: Changelog, tmp_path: Path) -> None:
     """A table aggregation's regroup store beside its standby: the copy lives where the regroup
-    task's store does, and says when it was last brought up to date (so its promotion does not
-    take it for a store left behind long ago)."""
+    task's store does, starts over from a kept copy older than the changelog keeps tombstones,
+    and once caught up says so (so its promotion does not take it for a store left behind)."""
     changelog.commit_batch({b"p1": ["YQ==", '{"_SIGN":1}'], b"p2": ["Yg==", '{"_SIGN":1}']}, reaches=4)
     settings = WorkerSettings(worker_id="w", state_dir=tmp_path)
+    # A copy kept from long ago, which may have missed a delete (its tombstone since compacted
+    # away), starts over rather than resume: the ghost row goes.
+    kept = PartitionStore(store_path(settings, f"{QUERY}-regroup", 0))
+    kept.write({b"ghost": b'["YQ==","{}"]'}, {WRITTEN_MS: 1_000})
+    kept.close()
     copy = StandbyReplica(settings, QUERY, 0, lambda _key, _state: None, changelog="svc-regroup-changelog",
-                          store=f"{QUERY}-regroup")
+                          store=f"{QUERY}-regroup", max_age_ms=3_600_000)
     assert copy.changelog.topic == "svc-regroup-changelog"
     copy.start()
     try:
