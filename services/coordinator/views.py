@@ -124,7 +124,7 @@ def plan_lines(plan: QueryPlan, source: DataSource, sink: DataSource) -> list[st
         each = "; ".join(
             f"{step + 1}: " + ", ".join(f"{t.table.name} ({'foreign key' if t.foreign_key else 'key'} {t.condition}"
                                        f"{', copied to every partition' if t.foreign_key else ''})"
-                                       for t in plan.join.tables if t.step == step)
+                                       for t in plan.join.stage_tables(step))
             for step in range(plan.join.steps))
         steps.append(f"[ CHAIN ] | {plan.join.steps} join stages ({each}): each later one joins the rows joined "
                      f"so far, keyed by {plan.join.stream.name}'s key through an internal topic of the query, with "

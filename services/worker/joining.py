@@ -264,7 +264,7 @@ class JoinTask(Task[JoinSlice]):
         self.output = JoinedValue(query, sink)
         # A multi-way join's stage joins its own tables (of its ``step``) with the joined rows so far.
         self.sides = [TableSide(i, t, partition)
-                      for i, t in enumerate(table for table in spec.tables if table.step == spec.step)]
+                      for i, t in enumerate(spec.stage_tables())]
         self.stream_names = (ResolvedJoin.names(spec.stream_prefix, spec.stream) if spec.step == 0
                              else [c.name for c in join_input(spec, source)])
         # The stream's ROWTIME is the record's time, unless the stage before carries it (after a

@@ -101,7 +101,7 @@ class JoinSideTask(Task[KeyedSlice]):
         spec = query.plan.join
         assert spec is not None
         # A foreign-key join's right table goes to every join task: a foreign key may name any of its keys.
-        broadcast = self.side != b"\0" and next(t for t in spec.tables if t.step == spec.step).foreign_key is not None
+        broadcast = self.side != b"\0" and spec.stage_tables()[0].foreign_key is not None
         self.targets = range(sink.partitions) if broadcast else (partition,)
         self.rekeyed = query.plan.key_expression is not None
         """A stream joined on another column: its records' keys are ``rekeyed``'s."""
@@ -152,19 +152,17 @@ class GatheredJoinTask(Task[KeyedSlice]):
         super().__init__(settings, query, source, sink, partition, stage)
         spec = query.plan.join
         assert spec is not None
-        tables = [t for t in spec.tables if t.step == spec.step]  # tables a chain joins later have stages of their own
-        sources = (spec.stream, *(t.table for t in tables))
+        tables = spec.stage_tables()  # tables a chain joins later have stages of their own
         self.output = JoinedValue(query, sink)
         self.sides = []
+        joining = [(t.table, t.type, t.prefix) for t in tables]
         if spec.step > 0 and spec.stream.kind == "TABLE":  # a later stage of tables: the rows joined so far first
             rows = chained_rows(query.query_id, spec, spec.step - 1, settings.service_id, source.partitions)
-            names = tuple(c.name for c in rows.value_columns)
-            self.sides.append(Side(rows, "FROM", None, None, names, [(n, c.type) for n, c in
-                                                                    zip(names, rows.value_columns, strict=True)]))
-            sources = sources[1:]
-        for side, type_, prefix in zip(sources, ("FROM", *(t.type for t in tables))[-len(sources):],
-                                       (spec.stream_prefix, *(t.prefix for t in tables))[-len(sources):],
-                                       strict=True):
+            columns = [(c.name, c.type) for c in rows.value_columns]  # named as the joined row names them
+            self.sides.append(Side(rows, "FROM", None, None, tuple(name for name, _ in columns), columns))
+        else:
+            joining.insert(0, (spec.stream, "FROM", spec.stream_prefix))
+        for side, type_, prefix in joining:
             key = side.key_column
             self.sides.append(Side(side, type_, None if key is None else joined(prefix, key.name),
                                    None if key is None else key.type,
@@ -358,7 +356,7 @@ class ForeignKeyJoinTask(TableJoinTask):
         super().__init__(settings, query, source, sink, partition, stage)
         spec = query.plan.join
         assert spec is not None
-        foreign_key = next(t for t in spec.tables if t.step == spec.step).foreign_key
+        foreign_key = spec.stage_tables()[0].foreign_key
         assert foreign_key is not None
         left = self.sides[0]
         self.foreign = [name for name, _ in left.decoded].index(foreign_key)

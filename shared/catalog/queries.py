@@ -89,6 +89,11 @@ class JoinSpec:
         """How many join stages the join runs in (one per run of JOINs on one expression)."""
         return 1 + max((t.step for t in self.tables), default=0)
 
+    def stage_tables(self, step: int | None = None) -> list[JoinedTable]:
+        """The tables join stage ``step`` joins (None: the stage this plan runs, ``self.step``)."""
+        step = self.step if step is None else step
+        return [t for t in self.tables if t.step == step]
+
 
 @dataclass(frozen=True)
 class QueryPlan:

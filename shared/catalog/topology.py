@@ -200,7 +200,7 @@ def internal_topics(service_id: str, query: PersistentQuery) -> list[InternalTop
         topics.append(InternalTopic(joined_topic(service_id, query.query_id), compacted=False))
     if join is not None and query.plan.kind in (*CHAINED_JOINS, *AGGREGATES) and join.stream.kind == "STREAM":
         topics += [InternalTopic(chained_topic(service_id, query.query_id, step), compacted=False,
-                                 partitions=next(t.table.partitions for t in join.tables if t.step == step))
+                                 partitions=join.stage_tables(step)[0].table.partitions)
                    for step in range(1, join.steps)]
     if query.plan.kind in TABLE_JOINS:
         # A join task away for longer than a tombstone is kept would miss the delete when it
@@ -262,11 +262,9 @@ def _table_joins(query: PersistentQuery, left: DataSource, sink: DataSource, ser
     for step in range(spec.steps):
         last = step == spec.steps - 1
         into = sink if last else chained_rows(query.query_id, spec, step, service_id, left.partitions)
-        table = next(t for t in spec.tables if t.step == step)
+        table = spec.stage_tables(step)[0]
         kind = PlanKind.FOREIGN_KEY_JOIN if table.foreign_key is not None else PlanKind.TABLE_TABLE_JOIN
-        plan = query.plan if last else QueryPlan(
-            kind, left.name, into.name, tuple(OutputColumn(c.name, c.type, quote_identifier(c.name), key=c.key)
-                                              for c in into.columns), key_column=JOIN_KEY_COLUMN)
+        plan = query.plan if last else _rows_plan(left, into)
         staged = replace(query, plan=replace(plan, kind=kind, join=replace(spec, step=step)), start_offsets=None)
         gathered = joined_topic(service_id, query.query_id) if step == 0 else chained_topic(service_id, query.query_id,
                                                                                               step)
@@ -293,6 +291,14 @@ def chained_rows(query_id: str, spec: JoinSpec, step: int, service_id: str, part
                       partitions=partitions, value_format="JSON", query_id=query_id)
 
 
+def _rows_plan(left: DataSource, rows: DataSource) -> QueryPlan:
+    """A table join stage's plan that writes ``rows`` (``chained_rows``), every column as it is
+    (each stage's own kind is ``_table_joins``')."""
+    return QueryPlan(PlanKind.TABLE_TABLE_JOIN, left.name, rows.name,
+                     tuple(OutputColumn(c.name, c.type, quote_identifier(c.name), key=c.key) for c in rows.columns),
+                     key_column=JOIN_KEY_COLUMN)
+
+
 def _join_stage(query: PersistentQuery, left: DataSource, sink: DataSource, topic: str, step: str) -> list[Stage]:
     """One join stage and its sides' stages: each side copied into the gathered ``topic``, then
     the join of it into ``sink`` (``step``: a later stage's number and a dash, in its stages' names)."""
@@ -307,7 +313,7 @@ def _join_stage(query: PersistentQuery, left: DataSource, sink: DataSource, topi
     # Each stream starts where the query was created to start (its start offsets hold both
     # streams' partitions, the source's first).
     # A stream joined on another column than its key is re-keyed by it as its stage copies it.
-    joined_tables = [t for t in spec.tables if t.step == spec.step]  # a chain's later tables have stages of their own
+    joined_tables = spec.stage_tables()  # a chain's later tables have stages of their own
     rekeys = (query.plan.key_expression, *(t.rekey for t in joined_tables)) if not tables else (None,) * (
         1 + len(joined_tables))
     key_type = next((c.type for c in query.plan.columns if c.key), None)
@@ -374,11 +380,8 @@ def _table_joined_aggregate(query: PersistentQuery, source: DataSource, sink: Da
     # (SELECT *) has them: the left key's too, which is NULL where the left row is absent
     # (RIGHT and FULL joins), not the join key.
     rows = chained_rows(query.query_id, spec, spec.steps - 1, service_id, source.partitions)
-    join = QueryPlan(PlanKind.FOREIGN_KEY_JOIN if spec.tables[0].foreign_key else PlanKind.TABLE_TABLE_JOIN,
-                     source.name, rows.name,
-                     tuple(OutputColumn(c.name, c.type, quote_identifier(c.name), key=c.key) for c in rows.columns),
-                     key_column=JOIN_KEY_COLUMN, join=spec)
-    joining = _table_joins(replace(query, plan=join, start_offsets=None), source, rows, service_id)
+    joining = _table_joins(replace(query, plan=replace(_rows_plan(source, rows), join=spec), start_offsets=None),
+                           source, rows, service_id)
     aggregate = replace(plan, source=rows.name, where=None, join=None)
     return [*joining, *_repartitioned_aggregate(replace(query, plan=aggregate, start_offsets=None), rows, sink,
                                                 service_id)]
@@ -392,7 +395,7 @@ def _joins_streams(spec: JoinSpec) -> bool:
 def _join_key_type(spec: JoinSpec, step: int) -> SqlType:
     """The type of what stage ``step`` of a chained join matches: its tables' key, or the
     column a stream joined first (``WITHIN``) is matched on."""
-    joined_table = next(t for t in spec.tables if t.step == step)
+    joined_table = spec.stage_tables(step)[0]
     columns = joined_table.table.columns
     if joined_table.rekey is not None:
         return next(c.type for c in columns if quote_identifier(c.name) == joined_table.rekey)
@@ -425,9 +428,9 @@ def _chained_join(query: PersistentQuery, source: DataSource, sink: DataSource, 
         carried.append(Column(joined(spec.stream_prefix, "ROWTIME"), SqlType("BIGINT")))
     inputs = []
     for step in range(1, spec.steps):
-        carried += [Column(joined(t.prefix, c.name), c.type) for t in spec.tables if t.step == step - 1
+        carried += [Column(joined(t.prefix, c.name), c.type) for t in spec.stage_tables(step - 1)
                     for c in t.table.columns]
-        table = next(t.table for t in spec.tables if t.step == step)
+        table = spec.stage_tables(step)[0].table
         inputs.append(DataSource(
             kind="STREAM", name=f"{query.query_id}_JOINED_{step}",
             columns=(Column(REPARTITION_KEY, _join_key_type(spec, step), key=True), *carried,
