@@ -87,6 +87,9 @@ class LookupTemplates:
         self._templates: OrderedDict[tuple[tuple[str, ...], str], LookupTemplate] = OrderedDict()
         self._refused: OrderedDict[tuple[tuple[str, ...], str], int] = OrderedDict()
         """Shapes whose probe failed, with the metastore version (so none is probed twice)."""
+        self._instances: OrderedDict[str, tuple[int, ast.Query, PullPlan]] = OrderedDict()
+        """The statements and plans made of templates lately, by request text, with the
+        metastore version: a key asked again is not taken apart and put together again."""
 
     def __len__(self) -> int:
         return len(self._templates)
@@ -96,7 +99,11 @@ class LookupTemplates:
         (the metastore unchanged since), or None: parse it."""
         if len(text) > MAX_TEXT_CHARS:
             return None
-        text = single_statement(text)
+        made = self._instances.get(text)
+        if made is not None and made[0] == command_offset:
+            self._instances.move_to_end(text)
+            return made[1], made[2]
+        request, text = text, single_statement(text)
         shape = shape_of(text)
         template = self._templates.get(shape.key)
         if template is None or template.command_offset != command_offset or not all(
@@ -104,7 +111,9 @@ class LookupTemplates:
                 if i != template.key_index):
             return None
         self._templates.move_to_end(shape.key)
-        return template.instance(shape, text)
+        query, plan = template.instance(shape, text)
+        _put(self._instances, request, (command_offset, query, plan), self.size * 4)
+        return query, plan
 
     async def learn(self, query: ast.Query, plan: PullPlan, command_offset: int) -> None:
         """Keep ``query`` (parsed and planned as ``plan``) as the template of its shape, if it

@@ -26,7 +26,7 @@ from millpond.shared.sql.planner import pinned_key, plan_select, select_row
 from millpond.worker.v1 import worker_pb2
 
 T = TypeVar("T")
-Lookup = Callable[[str, worker_pb2.LookupRequest], Awaitable[worker_pb2.LookupResponse]]
+Lookup = Callable[[str, worker_pb2.LookupRequest], Awaitable["LookupAnswer"]]
 Scan = Callable[[str, worker_pb2.ScanPagesRequest], AsyncGenerator[worker_pb2.ScanPagesResponse, None]]
 """A worker's scan: its pages as they come (UnavailableError when it cannot answer)."""
 
@@ -72,6 +72,22 @@ def plan_pull(query: ast.Query, metastore: Metastore, service_id: str) -> PullPl
     values, key_bytes = pinned
     return PullPlan(table, values[0] if len(values) == 1 else values, columns, query.items, query.where, query.limit,
                     input_topic, key_bytes, partition_for(key_bytes, table.partitions), upstream)
+
+
+@dataclass(frozen=True)
+class LookupAnswer:
+    """A copy's answer for one key: the table's row as a worker sends it (None: no row) and
+    the input position the copy reflects. A remote worker's comes from its ``LookupResponse``
+    (``lookup_answer``); the router's own worker gives it in-process, without the protobuf."""
+
+    row: list[Any] | None
+    input_offset: int
+
+
+def lookup_answer(response: worker_pb2.LookupResponse) -> LookupAnswer:
+    """A worker's ``LookupResponse`` as an answer."""
+    return LookupAnswer([from_proto(v) for v in response.row.values] if response.found else None,
+                        response.input_offset)
 
 
 @dataclass(frozen=True)
@@ -146,11 +162,11 @@ async def execute_pull(plan: PullPlan, text: str, route: Router, lookup: Lookup,
 
     if plan.partition is not None and table.window is None:
         partition, way = plan.partition, route(plan.partition)
-        response = await _first_answer(table, partition, way, lambda r: lookup(
+        found = await _first_answer(table, partition, way, lambda r: lookup(
             r.endpoint, worker_pb2.LookupRequest(table=table.name, partition=partition, key=plan.key_bytes,
                                                  allow_standby=r.standby, min_input_offset=way.min_input_offset)))
-        result.positions[partition] = response.input_offset
-        if response.found and (row := result_row(plan, response.row)) is not None:
+        result.positions[partition] = found.input_offset
+        if found.row is not None and (row := selected_row(plan, found.row)) is not None:
             held.add(1)
             result.outcome.rows.append(row)
         return result
@@ -233,9 +249,15 @@ async def execute_pull(plan: PullPlan, text: str, route: Router, lookup: Lookup,
 
 def result_row(plan: PullPlan, row: rows_pb2.Row) -> list[Any] | None:
     """The result row for a table row as a worker sends it, or None when the WHERE drops it:
-    for a key lookup, and for scans of workers too old to answer the statement themselves."""
-    values = dict(zip((c.name for c in plan.table.row_columns), map(from_proto, row.values), strict=True))
-    return select_row(plan.items, plan.where, plan.table, values)
+    for scans of workers too old to answer the statement themselves."""
+    return selected_row(plan, [from_proto(v) for v in row.values])
+
+
+def selected_row(plan: PullPlan, values: list[Any]) -> list[Any] | None:
+    """The result row for a table row's values (in the table's column order), or None when
+    the WHERE drops it."""
+    return select_row(plan.items, plan.where, plan.table,
+                      dict(zip((c.name for c in plan.table.row_columns), values, strict=True)))
 
 
 def legacy_page(plan: PullPlan, response: worker_pb2.ScanResponse, limit: int) -> worker_pb2.ScanPagesResponse:

@@ -17,7 +17,16 @@ from millpond.services.router.converters import replicas_from_assignment
 from millpond.services.router.coordinators import Coordinators
 from millpond.services.router.hosts import HostTable, PullBounds
 from millpond.services.router.lookup_streams import FAILOVER_CODES, LookupStreams
-from millpond.services.router.pull import PullPlan, Replicas, Route, execute_pull, legacy_page, plan_pull
+from millpond.services.router.pull import (
+    LookupAnswer,
+    PullPlan,
+    Replicas,
+    Route,
+    execute_pull,
+    legacy_page,
+    lookup_answer,
+    plan_pull,
+)
 from millpond.shared import consistency, metrics
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import RouterSettings
@@ -36,6 +45,8 @@ PULL_RETRY_S = 0.1
 WATCH_RETRY_S = 0.5
 """Pause before following a coordinator again whose assignment stream ended or failed."""
 PLAN_CACHE_SIZE = 1024
+LOCAL_HOPS, REMOTE_HOPS = metrics.PULL_HOPS.labels("local"), metrics.PULL_HOPS.labels("remote")
+"""The hop counters, labelled once (``labels`` costs a lock and a lookup per call)."""
 STAGE_CACHE_SIZE = 4096
 """StagePositions answers a router keeps (``PullRouter._stage_positions``)."""
 
@@ -47,8 +58,8 @@ class LocalWorker(Protocol):
     def endpoint(self) -> str:
         """The worker's host:port, as the assignment names it."""
 
-    async def lookup(self, request: worker_pb2.LookupRequest) -> worker_pb2.LookupResponse:
-        """WorkerService/Lookup, in-process (UnavailableError when no copy here may answer)."""
+    async def lookup(self, request: worker_pb2.LookupRequest) -> LookupAnswer:
+        """WorkerService/Lookup's answer, in-process (UnavailableError when no copy here may answer)."""
 
     def scan(self, request: worker_pb2.ScanPagesRequest) -> AsyncGenerator[worker_pb2.ScanPagesResponse, None]:
         """WorkerService/Scan's pages, in-process."""
@@ -79,6 +90,9 @@ class PullRouter:
         for and the output positions it gave (``_stage_positions``)."""
         self.local = local
         """The worker this router runs in: its copies are read in-process, without a hop."""
+        self._default_bounds = PullBounds(settings.enable_standby_reads, settings.max_allowed_offset_lag,
+                                          settings.max_staleness_ms)
+        """A request's bounds when it sets none (``bounds``)."""
 
     def _worker(self, endpoint: str) -> worker_pb2_grpc.WorkerServiceStub:
         return self.channels.stub(endpoint, worker_pb2_grpc.WorkerServiceStub)
@@ -101,6 +115,8 @@ class PullRouter:
 
     def bounds(self, properties: Mapping[str, str]) -> PullBounds:
         """The request's pull-query bounds, the router's settings where it sets none."""
+        if not properties:
+            return self._default_bounds
         def number(name: str, default: int | None) -> int | None:
             return int(properties[name]) if name in properties else default
 
@@ -132,18 +148,19 @@ class PullRouter:
         # time grows with the table, so it has the whole deadline.
         local = self.local
 
-        async def lookup(endpoint: str, request: worker_pb2.LookupRequest) -> worker_pb2.LookupResponse:
+        async def lookup(endpoint: str, request: worker_pb2.LookupRequest) -> LookupAnswer:
             if local is not None and endpoint == local.endpoint:
-                metrics.PULL_HOPS.labels("local").inc()
+                LOCAL_HOPS.inc()
                 return await local.lookup(request)
-            metrics.PULL_HOPS.labels("remote").inc()
-            return await self.lookups.lookup(endpoint, request, remaining(self.settings.pull_host_timeout_ms / 1000))
+            REMOTE_HOPS.inc()
+            return lookup_answer(await self.lookups.lookup(
+                endpoint, request, remaining(self.settings.pull_host_timeout_ms / 1000)))
 
         def scan(endpoint: str, request: worker_pb2.ScanPagesRequest) -> AsyncGenerator[worker_pb2.ScanPagesResponse, None]:
             if local is not None and endpoint == local.endpoint:
-                metrics.PULL_HOPS.labels("local").inc()
+                LOCAL_HOPS.inc()
                 return local.scan(request)
-            metrics.PULL_HOPS.labels("remote").inc()
+            REMOTE_HOPS.inc()
             return remote_pages(self._worker(endpoint), request, plan, remaining())
 
         def route(partition: int) -> Route:

@@ -14,6 +14,7 @@ import shutil
 from collections.abc import AsyncGenerator, Callable
 
 from millpond.services.router.app import RouterParts
+from millpond.services.router.pull import LookupAnswer
 from millpond.services.worker import gauges
 from millpond.services.worker.assignment import TaskAssignment
 from millpond.services.worker.membership import MembershipAgent
@@ -131,7 +132,7 @@ class _InProcess:
     def endpoint(self) -> str:
         return self._endpoint()
 
-    async def lookup(self, request: worker_pb2.LookupRequest) -> worker_pb2.LookupResponse:
+    async def lookup(self, request: worker_pb2.LookupRequest) -> LookupAnswer:
         return await self.servicer.lookup(request)
 
     def scan(self, request: worker_pb2.ScanPagesRequest) -> AsyncGenerator[worker_pb2.ScanPagesResponse, None]:

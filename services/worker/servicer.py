@@ -9,15 +9,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 import grpc
 
 from millpond.common.v1 import rows_pb2
+from millpond.services.router.pull import LookupAnswer
 from millpond.services.worker.converters import row_to_proto
 from millpond.services.worker.serving import LocalCopy, scan
 from millpond.shared.errors import MillpondError, StatementError
-from millpond.shared.kafka.serde import add_values
+from millpond.shared.kafka.serde import add_values, as_sent
 from millpond.shared.rpc.status import code_number, grpc_errors, grpc_stream_errors, status_code
 from millpond.shared.sql.planner import SelectPlan
 from millpond.worker.v1 import worker_pb2, worker_pb2_grpc
@@ -137,19 +138,26 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             positions.update(page.input_offsets)
         return worker_pb2.ScanResponse(rows=rows, input_offsets=positions)
 
-    async def lookup(self, request: worker_pb2.LookupRequest) -> worker_pb2.LookupResponse:
-        """One key of a local copy; UnavailableError when no copy here may answer."""
-        return self.lookup_now(request)
+    async def lookup(self, request: worker_pb2.LookupRequest) -> LookupAnswer:
+        """One key of a local copy, in-process (the values as ``Lookup`` sends them, without
+        building its message); UnavailableError when no copy here may answer."""
+        row, input_offset = self._row(request)
+        return LookupAnswer(None if row is None else [as_sent(v) for v in row], input_offset)
 
     def lookup_now(self, request: worker_pb2.LookupRequest) -> worker_pb2.LookupResponse:
-        """``lookup``, which never waits."""
+        """``Lookup``'s answer, which never waits."""
+        row, input_offset = self._row(request)
+        if row is None:
+            return worker_pb2.LookupResponse(found=False, input_offset=input_offset)
+        return worker_pb2.LookupResponse(found=True, row=row_to_proto(row), input_offset=input_offset)
+
+    def _row(self, request: worker_pb2.LookupRequest) -> tuple[list[Any] | None, int]:
+        """The requested key's row in a local copy (None: no state, or a row the table's
+        HAVING drops) and the copy's input position; UnavailableError as ``lookup``."""
         copy = self.tables.local_table(request.table, request.partition, request.allow_standby,
                                        request.min_input_offset)
         state = copy.store.get(request.key)
-        row = None if state is None else copy.row(request.key, state)
-        if row is None:  # no state, or a row the table's HAVING drops
-            return worker_pb2.LookupResponse(found=False, input_offset=copy.input_offset)
-        return worker_pb2.LookupResponse(found=True, row=row_to_proto(row), input_offset=copy.input_offset)
+        return None if state is None else copy.row(request.key, state), copy.input_offset
 
     async def scan(self, request: worker_pb2.ScanPagesRequest) -> AsyncGenerator[worker_pb2.ScanPagesResponse, None]:
         """The result rows of local copies of the requested partitions under the request's

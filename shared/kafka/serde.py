@@ -271,6 +271,18 @@ def add_values(field: Any, values: Iterable[Any]) -> None:
             add(json_value=json.dumps(value, default=_base64))
 
 
+def as_sent(value: Any) -> Any:
+    """``value`` as it reads after ``to_proto`` and ``from_proto`` (a row passed in-process
+    reads as one sent over gRPC): values of other types than those a ``Value`` holds as
+    they are go through their JSON text."""
+    if value is None or type(value) in _SENT_AS_THEY_ARE:
+        return value
+    return from_proto(to_proto(value))
+
+
+_SENT_AS_THEY_ARE = (str, int, float, bool, bytes)
+
+
 def from_proto(value: rows_pb2.Value) -> Any:
     """Inverse of ``to_proto``."""
     kind = value.WhichOneof("kind")

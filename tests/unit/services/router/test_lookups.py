@@ -64,7 +64,10 @@ def test_another_key_of_a_known_shape_is_what_its_parse_and_plan_give(shape: str
         templates = LookupTemplates(StatementParser(ParseLimits()))
         await templates.learn(*planned(meta, learned_sql), meta.command_offset)
         assert len(templates) == 1
-        return templates.match(asked_sql, meta.command_offset)
+        made = templates.match(asked_sql, meta.command_offset)
+        again = templates.match(asked_sql, meta.command_offset)  # the same text asked again: as made before
+        assert again == made and (again is None or again[0].text == made[0].text)  # type: ignore[index]
+        return made
 
     found = asyncio.run(run())
     assert found is not None
@@ -124,6 +127,16 @@ async def test_a_text_of_another_shape_is_parsed(asked: str) -> None:
                           meta.command_offset)
     assert len(templates) == 1
     assert templates.match(asked, meta.command_offset) is None
+
+
+async def test_the_texts_made_of_templates_are_kept_by_text_up_to_a_bound() -> None:
+    meta = metastore()
+    templates = LookupTemplates(StatementParser(ParseLimits()), size=2)
+    await templates.learn(*planned(meta, "SELECT * FROM counts WHERE sensor = 'a'"), meta.command_offset)
+    texts = [f"SELECT * FROM counts WHERE sensor = 'k{i}'" for i in range(20)]
+    made = [templates.match(text, meta.command_offset) for text in texts]
+    assert [templates.match(text, meta.command_offset) for text in texts] == made
+    assert len(templates._instances) == 8  # four per template kept, the least recently used dropped
 
 
 async def test_a_template_holds_for_its_metastore_version_only() -> None:

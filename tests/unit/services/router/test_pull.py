@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from millpond.common.v1 import rows_pb2
-from millpond.services.router.pull import Replica, Route, execute_pull, plan_pull
+from millpond.services.router.pull import LookupAnswer, Replica, Route, execute_pull, lookup_answer, plan_pull
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.errors import LimitError, UnavailableError
 from millpond.shared.kafka.partitioner import partition_for
@@ -53,11 +53,11 @@ class Workers:
         self.closed: list[str] = []
         self.rows = {0: [row("s0", 1), row("s2", 3)], 1: [row("s1", 2)]}
 
-    async def lookup(self, endpoint: str, request: worker_pb2.LookupRequest) -> worker_pb2.LookupResponse:
+    async def lookup(self, endpoint: str, request: worker_pb2.LookupRequest) -> LookupAnswer:
         self.calls.append((endpoint, request))
         if endpoint in self.down:
             raise UnavailableError("connection refused")
-        return worker_pb2.LookupResponse(found=True, row=row("s1", 2), input_offset=41)
+        return lookup_answer(worker_pb2.LookupResponse(found=True, row=row("s1", 2), input_offset=41))
 
     async def scan(self, endpoint: str, request: worker_pb2.ScanPagesRequest) -> AsyncGenerator[worker_pb2.ScanPagesResponse, None]:
         self.calls.append((endpoint, request))

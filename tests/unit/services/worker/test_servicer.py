@@ -289,3 +289,24 @@ async def test_stage_positions_refuse_a_task_not_here_not_running_or_not_there_i
     supervisor.failed, task.state = False, "STARTING"
     with pytest.raises(UnavailableError, match="is not running"):
         await tables.stage_positions("Q", "side-1", {0: 1}, timeout_s=1)
+
+
+@pytest.mark.parametrize("row", [
+    ["k1", 7], ["k2", None], ["k3", 2.5], ["k4", {"a": [1, b"\x00"]}], ["k5", True], ["k6", b"\xff"],
+])
+def test_an_in_process_lookup_answers_as_the_lookup_call(tmp_path: Path, row: list[Any]) -> None:
+    """The router in a worker reads its copies without the protobuf; the values are those the
+    Lookup call's message gives (a nested value as its JSON text reads)."""
+    tables = Tables(tmp_path, {0: 3})
+    tables.local_table = lambda *_: LocalCopy(tables.stores[0], lambda key, state: list(row), 100)  # type: ignore[method-assign]
+    servicer = WorkerServicer(tables, max_scan_rows=10)
+    try:
+        request = worker_pb2.LookupRequest(table="T", partition=0, key=b"k000001")
+        sent = servicer.lookup_now(request)
+        answer = asyncio.run(servicer.lookup(request))
+        assert answer.row == [from_proto(v) for v in sent.row.values] and sent.found
+        assert answer.input_offset == sent.input_offset == 100
+        missing = worker_pb2.LookupRequest(table="T", partition=0, key=b"nope")
+        assert asyncio.run(servicer.lookup(missing)).row is None and not servicer.lookup_now(missing).found
+    finally:
+        tables.close()
