@@ -98,8 +98,10 @@ class Statements:
                     err.message = f"statement {len(outcomes) + 1} failed (earlier ones were applied): {err.message}"
                 raise
             if seen is not None:
-                positions = consistency.merge(positions, seen)
-                outcome.consistency_token = consistency.encode(positions)
+                merged = consistency.merge(positions, seen)
+                if merged != positions:  # else the token as it came (or none) still says it all
+                    positions, token = merged, consistency.encode(merged)
+                outcome.consistency_token = token
             outcomes.append(outcome)
         return outcomes
 

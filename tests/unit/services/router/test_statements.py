@@ -5,6 +5,7 @@ a (fake) coordinator share the request's deadline and keep their request id on r
 from __future__ import annotations
 
 import asyncio
+import base64
 import time
 from types import SimpleNamespace
 from typing import Any, cast
@@ -12,9 +13,10 @@ from typing import Any, cast
 import grpc
 import pytest
 
+from millpond.common.v1 import rows_pb2
 from millpond.coordinator.v1 import coordinator_pb2
 from millpond.services.router.statements import Statements
-from millpond.shared import security
+from millpond.shared import consistency, security
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import RouterSettings
 from millpond.shared.errors import ErrorKind, MillpondError, StatementError
@@ -22,6 +24,7 @@ from millpond.shared.results import Outcome
 from millpond.shared.rpc.converters import outcome_to_proto
 from millpond.shared.security import PermissionDeniedError, Principal
 from millpond.shared.sql.guard import StatementParser
+from millpond.shared.sql.parser import parse_statement
 
 NESTED_64K = "SELECT " + "(" * 32000 + "1" + ")" * 32000 + " FROM T;"
 
@@ -143,3 +146,44 @@ async def test_a_statement_is_not_sent_once_the_request_is_out_of_time() -> None
         await statements(stub).execute("SHOW STREAMS;", {}, time_remaining=0.01)
     assert raised.value.kind is ErrorKind.DEADLINE and "send fewer statements" in raised.value.message
     assert stub.timeouts == []
+
+
+class _Pulls:
+    """Pull queries answered as if every row reflected ``seen`` (no worker asked)."""
+
+    def __init__(self, seen: dict[tuple[str, int], int]):
+        self.seen = seen
+
+    async def plan(self, stmt: Any) -> Any:
+        return SimpleNamespace(partition=None, table=SimpleNamespace(key_columns=[]))  # a scan: not a template
+
+    async def pull(self, stmt: Any, plan: Any, properties: Any, positions: Any, deadline: float) -> Any:
+        return Outcome(stmt.text, status=""), dict(self.seen)
+
+
+async def test_a_pull_sends_back_the_token_it_came_with_when_that_already_covers_what_it_read() -> None:
+    """The token merged with what a pull read, re-encoded only when that moved a position: a
+    token that covers it comes back as it came; a position past it gives a new token."""
+    settings = RouterSettings()
+    meta = Metastore()
+    meta.apply(parse_statement("CREATE STREAM s (k VARCHAR KEY, v INT) WITH (kafka_topic='s', partitions=2, "
+                               "value_format='json')"), 0)
+    meta.apply(parse_statement("CREATE TABLE t AS SELECT k, COUNT(*) AS n FROM s GROUP BY k"), 1)
+    unused = cast(Any, None)
+
+    def statements(seen: dict[tuple[str, int], int]) -> Statements:
+        return Statements(settings, meta, unused, unused, cast(Any, _Pulls(seen)),
+                          StatementParser(settings.parse_limits, settings.parse_cache_bytes))
+
+    # Two positions in one token, the second written first: a valid token, not in encode's order.
+    vector = rows_pb2.ConsistencyVector(positions=[rows_pb2.Position(topic="s", partition=1, offset=9),
+                                                   rows_pb2.Position(topic="s", partition=0, offset=5)])
+    token = "v1." + base64.urlsafe_b64encode(vector.SerializeToString()).decode()
+    (covered,) = await statements({("s", 0): 4}).execute("SELECT * FROM t;", {}, token)
+    assert covered.consistency_token == token
+    (moved,) = await statements({("s", 0): 7}).execute("SELECT * FROM t;", {}, token)
+    assert consistency.decode(moved.consistency_token) == {("s", 0): 7, ("s", 1): 9}
+    (fresh,) = await statements({("s", 1): 3}).execute("SELECT * FROM t;", {})
+    assert fresh.consistency_token == consistency.encode({("s", 1): 3})
+    (nothing,) = await statements({}).execute("SELECT * FROM t;", {})
+    assert nothing.consistency_token == ""
