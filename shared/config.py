@@ -309,7 +309,8 @@ class RouterSettings(CoordinatorClientSettings):
     )
     parse_cache_bytes: int = Field(
         4 * 1024 * 1024, description="Bound on the statement texts (UTF-8 bytes) whose parses the router keeps for "
-        "requests that repeat them; the least recently used go first. 0: keep none.",
+        "requests that repeat them; the least recently used go first. 0: keep none (nor the key lookups made of a "
+        "known lookup's template, which are kept by text too, up to 1,024 texts of at most 512 characters).",
     )
     max_rows_per_response: int = Field(
         10000, description="Most rows one pull query may return; a pull query that would return more is refused "

@@ -33,6 +33,9 @@ V = TypeVar("V")
 MAX_TEMPLATES = 1024
 MAX_TEXT_CHARS = 4096
 """Longer statements are not kept as templates (a key lookup is short)."""
+MAX_INSTANCE_CHARS = 512
+"""Longer texts are not kept made (``LookupTemplates._instances``): at most ``MAX_TEMPLATES``
+short texts with their statements, a few megabytes."""
 _PROBES = ("'millpond-probe-7f3a'", "7919", "'millpond-probe-c41e'", "7927")
 """Values to prove a template with, two per kind of literal (one may be the learned key)."""
 
@@ -64,6 +67,17 @@ class LookupTemplate:
                               partition=partition_for(key_bytes, self.plan.table.partitions))
 
 
+@dataclass(frozen=True)
+class _Instance:
+    """A request text made of a template: its statement and plan, for a metastore version."""
+
+    command_offset: int
+    shape: tuple[tuple[str, ...], str]
+    """The template's shape (``Shape.key``)."""
+    query: ast.Query
+    plan: PullPlan
+
+
 def _put(entries: OrderedDict[K, V], key: K, value: V, size: int) -> None:
     """``entries[key] = value`` as the most recent, dropping the least recent beyond ``size``."""
     entries[key] = value
@@ -87,9 +101,10 @@ class LookupTemplates:
         self._templates: OrderedDict[tuple[tuple[str, ...], str], LookupTemplate] = OrderedDict()
         self._refused: OrderedDict[tuple[tuple[str, ...], str], int] = OrderedDict()
         """Shapes whose probe failed, with the metastore version (so none is probed twice)."""
-        self._instances: OrderedDict[str, tuple[int, ast.Query, PullPlan]] = OrderedDict()
-        """The statements and plans made of templates lately, by request text, with the
-        metastore version: a key asked again is not taken apart and put together again."""
+        self._instances: OrderedDict[str, _Instance] = OrderedDict()
+        """The statements and plans made of templates lately, by request text (``match``): a
+        key asked again is not taken apart and put together again. None kept when the parser
+        keeps no parses (``parse_cache_bytes`` 0)."""
 
     def __len__(self) -> int:
         return len(self._templates)
@@ -100,9 +115,12 @@ class LookupTemplates:
         if len(text) > MAX_TEXT_CHARS:
             return None
         made = self._instances.get(text)
-        if made is not None and made[0] == command_offset:
-            self._instances.move_to_end(text)
-            return made[1], made[2]
+        if made is not None:
+            if made.command_offset == command_offset and made.shape in self._templates:
+                self._instances.move_to_end(text)
+                self._templates.move_to_end(made.shape)  # the shape is in use: keep its template
+                return made.query, made.plan
+            del self._instances[text]  # made for another metastore version, or of a dropped template
         request, text = text, single_statement(text)
         shape = shape_of(text)
         template = self._templates.get(shape.key)
@@ -112,7 +130,8 @@ class LookupTemplates:
             return None
         self._templates.move_to_end(shape.key)
         query, plan = template.instance(shape, text)
-        _put(self._instances, request, (command_offset, query, plan), self.size * 4)
+        if len(request) <= MAX_INSTANCE_CHARS and self.parser.cache is not None:
+            _put(self._instances, request, _Instance(command_offset, shape.key, query, plan), self.size)
         return query, plan
 
     async def learn(self, query: ast.Query, plan: PullPlan, command_offset: int) -> None:

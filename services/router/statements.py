@@ -76,6 +76,8 @@ class Statements:
         session = dict(properties)
         check_properties(session)
         positions = consistency.decode(token)
+        current = token
+        """The token of ``positions`` (re-encoded only when a statement moves them)."""
         deadline = self._deadline(time_remaining)
         outcomes: list[Outcome] = []
         # A text parsed before is held parsed and planned; another key of a known lookup is
@@ -100,8 +102,8 @@ class Statements:
             if seen is not None:
                 merged = consistency.merge(positions, seen)
                 if merged != positions:  # else the token as it came (or none) still says it all
-                    positions, token = merged, consistency.encode(merged)
-                outcome.consistency_token = token
+                    positions, current = merged, consistency.encode(merged)
+                outcome.consistency_token = current
             outcomes.append(outcome)
         return outcomes
 

@@ -274,13 +274,18 @@ def add_values(field: Any, values: Iterable[Any]) -> None:
 def as_sent(value: Any) -> Any:
     """``value`` as it reads after ``to_proto`` and ``from_proto`` (a row passed in-process
     reads as one sent over gRPC): values of other types than those a ``Value`` holds as
-    they are go through their JSON text."""
+    they are go through their JSON text, and an integer past 64 bits fails as it would
+    there (ValueError). (A text with a lone surrogate passes here; it fails once the
+    result is built.)"""
     if value is None or type(value) in _SENT_AS_THEY_ARE:
+        return value
+    if type(value) is int and _INT64_MIN <= value <= _INT64_MAX:
         return value
     return from_proto(to_proto(value))
 
 
-_SENT_AS_THEY_ARE = (str, int, float, bool, bytes)
+_SENT_AS_THEY_ARE = (str, float, bool, bytes)
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def from_proto(value: rows_pb2.Value) -> Any:

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from millpond.services.router import lookups
 from millpond.services.router.lookups import LookupTemplates
 from millpond.services.router.pull import PullPlan, plan_pull
 from millpond.services.router.statements import Statements
@@ -61,7 +62,7 @@ def test_another_key_of_a_known_shape_is_what_its_parse_and_plan_give(shape: str
     learned_sql, asked_sql = shape.format(k=sql_string(first)), shape.format(k=sql_string(second))
 
     async def run() -> tuple[ast.Query, PullPlan] | None:
-        templates = LookupTemplates(StatementParser(ParseLimits()))
+        templates = LookupTemplates(StatementParser(ParseLimits(), cache_bytes=1 << 20))
         await templates.learn(*planned(meta, learned_sql), meta.command_offset)
         assert len(templates) == 1
         made = templates.match(asked_sql, meta.command_offset)
@@ -129,14 +130,35 @@ async def test_a_text_of_another_shape_is_parsed(asked: str) -> None:
     assert templates.match(asked, meta.command_offset) is None
 
 
-async def test_the_texts_made_of_templates_are_kept_by_text_up_to_a_bound() -> None:
+async def test_a_text_made_of_a_template_lately_is_not_taken_apart_again(monkeypatch: pytest.MonkeyPatch) -> None:
     meta = metastore()
-    templates = LookupTemplates(StatementParser(ParseLimits()), size=2)
+    templates = LookupTemplates(StatementParser(ParseLimits(), cache_bytes=1 << 20), size=2)
     await templates.learn(*planned(meta, "SELECT * FROM counts WHERE sensor = 'a'"), meta.command_offset)
-    texts = [f"SELECT * FROM counts WHERE sensor = 'k{i}'" for i in range(20)]
+    shapes: list[str] = []
+    monkeypatch.setattr(lookups, "shape_of", lambda text: shapes.append(text) or shape_of(text))
+    texts = ["SELECT * FROM counts WHERE sensor = 'k1'", "SELECT * FROM counts WHERE sensor = 'k2'"]
     made = [templates.match(text, meta.command_offset) for text in texts]
-    assert [templates.match(text, meta.command_offset) for text in texts] == made
-    assert len(templates._instances) == 8  # four per template kept, the least recently used dropped
+    assert [templates.match(text, meta.command_offset) for text in reversed(texts)] == made[::-1]
+    assert shapes == texts  # the second time, as made the first
+    assert made[0] == planned(meta, texts[0]) and made[1] == planned(meta, texts[1])
+    templates.match("SELECT * FROM counts WHERE sensor = 'k3'", meta.command_offset)  # two kept: k2 is dropped
+    assert templates.match(texts[0], meta.command_offset) == made[0] and len(shapes) == 3
+    assert templates.match(texts[1], meta.command_offset) == made[1] and len(shapes) == 4
+    long = "SELECT * FROM counts WHERE sensor = '" + "x" * lookups.MAX_INSTANCE_CHARS + "'"
+    for _ in range(2):
+        assert templates.match(long, meta.command_offset) == planned(meta, long)
+    assert len(shapes) == 6  # a long text is made again each time
+
+
+async def test_no_text_is_kept_made_when_the_parser_keeps_no_parses(monkeypatch: pytest.MonkeyPatch) -> None:
+    meta = metastore()
+    templates = LookupTemplates(StatementParser(ParseLimits(), cache_bytes=0))
+    await templates.learn(*planned(meta, "SELECT * FROM counts WHERE sensor = 'a'"), meta.command_offset)
+    shapes: list[str] = []
+    monkeypatch.setattr(lookups, "shape_of", lambda text: shapes.append(text) or shape_of(text))
+    for _ in range(2):
+        assert templates.match("SELECT * FROM counts WHERE sensor = 'b'", meta.command_offset) is not None
+    assert len(shapes) == 2
 
 
 async def test_a_template_holds_for_its_metastore_version_only() -> None:

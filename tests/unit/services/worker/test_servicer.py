@@ -20,7 +20,7 @@ from millpond.services.worker.serving import LocalCopy, LocalTables
 from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore, encode_state
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.errors import UnavailableError
-from millpond.shared.kafka.serde import from_proto
+from millpond.shared.kafka.serde import as_sent, from_proto
 from millpond.shared.sql.guard import ParseLimits, StatementParser
 from millpond.shared.sql.parser import parse_statement
 from millpond.shared.sql.planner import SelectPlan
@@ -308,5 +308,17 @@ def test_an_in_process_lookup_answers_as_the_lookup_call(tmp_path: Path, row: li
         assert answer.input_offset == sent.input_offset == 100
         missing = worker_pb2.LookupRequest(table="T", partition=0, key=b"nope")
         assert asyncio.run(servicer.lookup(missing)).row is None and not servicer.lookup_now(missing).found
+        tables.local_table = lambda *_: LocalCopy(tables.stores[0], lambda key, state: None, 100)  # type: ignore[method-assign]
+        assert asyncio.run(servicer.lookup(request)).row is None and not servicer.lookup_now(request).found  # HAVING
+        tables.stores[0].close()
+        del tables.local_table  # the fake's own: a closed store is not here
+        with pytest.raises(UnavailableError):
+            asyncio.run(servicer.lookup(request))
     finally:
         tables.close()
+
+
+def test_an_in_process_lookup_refuses_an_integer_a_lookup_message_cannot_hold() -> None:
+    assert as_sent(-(1 << 63)) == -(1 << 63) and as_sent((1 << 63) - 1) == (1 << 63) - 1
+    with pytest.raises(ValueError):
+        as_sent(1 << 63)
