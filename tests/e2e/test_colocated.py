@@ -36,6 +36,13 @@ def test_a_worker_answers_pulls_reading_its_own_copies_in_process(cluster: Local
         for sensor, row in want.items():  # every key, whichever worker holds it
             (outcome,) = client.execute(f"SELECT * FROM {table} WHERE sensor = '{sensor}';")
             assert outcome.rows == [row]
+        token = client.token
+        assert token
+        for sensor, row in want.items():  # again: each text as kept, and the token it came with back
+            (outcome,) = client.execute(f"SELECT * FROM {table} WHERE sensor = '{sensor}';")
+            assert outcome.rows == [row] and outcome.consistency_token == token
+            (dropped,) = client.execute(f"SELECT * FROM {table} WHERE sensor = '{sensor}' AND n > 2;")
+            assert dropped.rows == []
         (scan,) = client.execute(f"SELECT * FROM {table};")
         assert sorted(scan.rows) == sorted(want.values())
     finally:
@@ -54,4 +61,4 @@ def test_a_worker_answers_pulls_reading_its_own_copies_in_process(cluster: Local
     local_after, remote_after = hops(cluster, "worker-1")
     # 4 partitions on 2 workers: worker-1 read some keys itself and asked worker-2 for the others.
     assert local_after - local_before >= 1 and remote_after - remote_before >= 1
-    assert (local_after - local_before) + (remote_after - remote_before) >= SENSORS + 1
+    assert (local_after - local_before) + (remote_after - remote_before) >= 3 * SENSORS + 1
