@@ -25,8 +25,25 @@ from millpond.shared.sql import ast
 from millpond.shared.sql.planner import pinned_key, plan_select, select_row
 from millpond.worker.v1 import worker_pb2
 
+
+@dataclass(frozen=True)
+class LookupAnswer:
+    """A copy's answer for one key: the table's row as a worker sends it (None: no row) and
+    the input position the copy reflects. A remote worker's comes from its ``LookupResponse``
+    (``lookup_answer``); the router's own worker gives it in-process, without the protobuf."""
+
+    row: list[Any] | None
+    input_offset: int
+
+
+def lookup_answer(response: worker_pb2.LookupResponse) -> LookupAnswer:
+    """A worker's ``LookupResponse`` as an answer."""
+    return LookupAnswer([from_proto(v) for v in response.row.values] if response.found else None,
+                        response.input_offset)
+
+
 T = TypeVar("T")
-Lookup = Callable[[str, worker_pb2.LookupRequest], Awaitable["LookupAnswer"]]
+Lookup = Callable[[str, worker_pb2.LookupRequest], Awaitable[LookupAnswer]]
 Scan = Callable[[str, worker_pb2.ScanPagesRequest], AsyncGenerator[worker_pb2.ScanPagesResponse, None]]
 """A worker's scan: its pages as they come (UnavailableError when it cannot answer)."""
 
@@ -72,22 +89,6 @@ def plan_pull(query: ast.Query, metastore: Metastore, service_id: str) -> PullPl
     values, key_bytes = pinned
     return PullPlan(table, values[0] if len(values) == 1 else values, columns, query.items, query.where, query.limit,
                     input_topic, key_bytes, partition_for(key_bytes, table.partitions), upstream)
-
-
-@dataclass(frozen=True)
-class LookupAnswer:
-    """A copy's answer for one key: the table's row as a worker sends it (None: no row) and
-    the input position the copy reflects. A remote worker's comes from its ``LookupResponse``
-    (``lookup_answer``); the router's own worker gives it in-process, without the protobuf."""
-
-    row: list[Any] | None
-    input_offset: int
-
-
-def lookup_answer(response: worker_pb2.LookupResponse) -> LookupAnswer:
-    """A worker's ``LookupResponse`` as an answer."""
-    return LookupAnswer([from_proto(v) for v in response.row.values] if response.found else None,
-                        response.input_offset)
 
 
 @dataclass(frozen=True)

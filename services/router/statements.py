@@ -76,8 +76,7 @@ class Statements:
         session = dict(properties)
         check_properties(session)
         positions = consistency.decode(token)
-        current = token
-        """The token of ``positions`` (re-encoded only when a statement moves them)."""
+        current = token  # the token of ``positions``, re-encoded only when a statement moves them
         deadline = self._deadline(time_remaining)
         outcomes: list[Outcome] = []
         # A text parsed before is held parsed and planned; another key of a known lookup is
