@@ -98,7 +98,8 @@ async def read_all(bootstrap: str, topic: str) -> list[tuple[int, int, bytes | N
 
 
 async def read_records(bootstrap: str, topic: str) -> list[tuple[int, int, bytes | None, bytes | None, int]]:
-    """(partition, offset, key, value, timestamp) of every committed record of ``topic``."""
+    """(partition, offset, key, value, timestamp) of every committed record written to ``topic``
+    before the call."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
@@ -106,14 +107,23 @@ async def read_records(bootstrap: str, topic: str) -> list[tuple[int, int, bytes
     finally:
         await admin.close()
     assert count, f"topic {topic} does not exist"
+    partitions = [TopicPartition(topic, p) for p in range(count)]
+    # Every record written before the read began, once its transaction is decided: a commit
+    # returns once the coordinator decided it, before the markers reach the partitions, so a
+    # read_committed end offset taken at once can still stop short of the transaction just
+    # committed. The high watermark (what read_uncommitted sees) is where to read to.
+    peek = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await peek.start()
+    try:
+        ends = await peek.end_offsets(partitions)
+    finally:
+        await peek.stop()
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
                                 enable_auto_commit=False)
     await consumer.start()
     try:
-        partitions = [TopicPartition(topic, p) for p in range(count)]
         consumer.assign(partitions)
         await consumer.seek_to_beginning(*partitions)
-        ends = await consumer.end_offsets(partitions)
         out: list[tuple[int, int, bytes | None, bytes | None, int]] = []
         deadline = time.monotonic() + 120
         while [tp for tp in partitions if await consumer.position(tp) < ends[tp]] and time.monotonic() < deadline:
