@@ -540,6 +540,8 @@ class AggregationTask(StoreTask[AggregateSlice]):
                  sink: DataSource, partition: int, stage: str = ""):
         super().__init__(settings, query, source, sink, partition, stage)
         self.aggregates = [aggregates.require(a.function) for a in query.plan.aggregates]
+        # A table aggregation's partials add and take back rows (``Aggregate.undo``).
+        self._mergers = [agg.merger(signed=query.plan.regrouped is not None) for agg in self.aggregates]
         self._row = group_rows(query, sink)
         self.changelog = TopicPartition(changelog_topic(settings.service_id, query.query_id), partition)
         self.changelog_position = 0
@@ -604,8 +606,8 @@ class AggregationTask(StoreTask[AggregateSlice]):
         assert self.store is not None
         old = self.store.get(key)
         if old is None:
-            return partial
-        return [agg.merge(o, n) for agg, o, n in zip(self.aggregates, old, partial, strict=True)]
+            return [merge(None, n) for merge, n in zip(self._mergers, partial, strict=True)]
+        return [merge(o, n) for merge, o, n in zip(self._mergers, old, partial, strict=True)]
 
     def row(self, key: bytes, state: list[Any]) -> list[Any] | None:
         """A table row (key column first, then the aggregates) from a stored state; None when

@@ -55,6 +55,33 @@ def _by_offset(newer: bool) -> Callable[[State, State], State]:
     return merge
 
 
+def _in_offset_order(x: str) -> str:
+    """Spark SQL of the batch's rows as an array of structs: ``s`` the sign (``SIGN_COLUMN``)
+    and ``v`` the value of ``x``, in input order (NULLs kept)."""
+    return f"transform(array_sort(collect_list(named_struct('o', {OFFSET}, 's', {_SIGN}, 'v', {x}))), " \
+           "e -> named_struct('s', e.s, 'v', e.v))"
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal values, NaN equal to NaN (as Java's ``Double.equals``, which ksqlDB's lists use)."""
+    return bool(a == b or (a != a and b != b))
+
+
+def _undo_list(old: State | None, new: State) -> State:
+    """COLLECT_LIST's state after a table batch: each added value appended in input order, and
+    each retracted one taking its last occurrence out (ksqlDB's undo; one never added, nothing)."""
+    values = list(old[0] or []) if old is not None else []
+    for event in new[0] or []:  # the ``_in_offset_order`` structs, as dicts
+        value = event["v"]
+        if event["s"] > 0:
+            values.append(value)
+            continue
+        at = next((i for i in range(len(values) - 1, -1, -1) if _same(values[i], value)), None)
+        if at is not None:
+            del values[at]
+    return [values]
+
+
 def _signed_count(x: str) -> str:
     """Spark SQL of a batch's count of non-NULL ``x``, retracted rows counted negative."""
     return f"sum(IF(({x}) IS NULL, 0, {_SIGN}))"
@@ -84,8 +111,19 @@ class Aggregate:
     counts the non-NULL ones, ``sum`` is NULL without one, as Spark's); empty: Spark only."""
     undo: Callable[[str], list[str]] | None = None
     """The partials over a table's regrouped rows, each added (``SIGN_COLUMN`` 1) or retracted
-    (-1), merged with ``merge`` as ever: ksqlDB's undo of a table aggregation. None: the
-    aggregate cannot take a row back (MIN, MAX ...), so it aggregates streams only."""
+    (-1): ksqlDB's undo of a table aggregation. None: the aggregate cannot take a row back
+    (MIN, MAX ...), so it aggregates streams only."""
+    undo_merge: Callable[[State | None, State], State] | None = None
+    """How a partial of ``undo``'s forms changes a state (None: the group has none yet), when
+    it is not a state itself; None: ``merge`` merges it, and a group's first is its state."""
+
+    def merger(self, signed: bool) -> Callable[[State | None, State], State]:
+        """How a batch's partial changes a group's state (None: the group has none yet);
+        ``signed``: a partial of the ``undo`` forms."""
+        if signed and self.undo_merge is not None:
+            return self.undo_merge
+        merge = self.merge
+        return lambda old, new: new if old is None else merge(old, new)
 
 
 _DOUBLE = SqlType("DOUBLE")
@@ -116,7 +154,8 @@ AGGREGATES: dict[str, Aggregate] = {
         Aggregate("COLLECT_LIST",
                   lambda x: [f"transform(array_sort(collect_list(named_struct('o', {OFFSET}, 'v', {x}))), e -> e.v)"],
                   lambda o, n: [(o[0] or []) + (n[0] or [])],
-                  lambda s: s[0] or [], lambda t: SqlType("ARRAY", (t,))),
+                  lambda s: s[0] or [], lambda t: SqlType("ARRAY", (t,)),
+                  undo=lambda x: [_in_offset_order(x)], undo_merge=_undo_list),
     ]
 }
 

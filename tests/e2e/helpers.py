@@ -42,14 +42,15 @@ def reads_own_writes(cluster: LocalCluster, steps: list[tuple[str, str, list[lis
 
 
 def pull_until(cluster: LocalCluster, sql: str, want: dict[Any, list[Any]], timeout: float = 240,
-               key: Callable[[list[Any]], Any] = lambda row: row[0]) -> dict[Any, list[Any]]:
-    """Pull ``sql`` until its rows by ``key`` (their first column) equal ``want`` (tables catch
-    up asynchronously); returns the last answer."""
+               key: Callable[[list[Any]], Any] = lambda row: row[0],
+               shown: Callable[[list[Any]], list[Any]] = lambda row: row) -> dict[Any, list[Any]]:
+    """Pull ``sql`` until its rows by ``key`` (their first column), each as ``shown``, equal
+    ``want`` (tables catch up asynchronously); returns the last answer."""
     deadline = time.monotonic() + timeout
     rows: dict[Any, list[Any]] = {}
     while time.monotonic() < deadline:
         try:
-            rows = {key(row): row for row in run(cluster, sql)}
+            rows = {key(row): shown(row) for row in run(cluster, sql)}
         except grpc.RpcError:  # UNAVAILABLE while the table's tasks are starting
             rows = {}
         if rows == want:

@@ -616,17 +616,24 @@ async def test_having_keeps_only_the_groups_that_pass_it_in_pulls_and_the_sink(a
 
 def owners_of(changes: list[tuple[str, dict[str, Any] | None]]) -> dict[str, list[Any]]:
     """Pages per owner of the table the ``changes`` leave (a None value deletes the page): those
-    with an owner and a weight of 0 or more, with the weights' sum and average."""
+    with an owner and a weight of 0 or more, with the weights' sum and average, and the pages
+    sorted (a table's COLLECT_LIST keeps no order ksqlDB promises: ``sorted_lists``)."""
     table: dict[str, dict[str, Any] | None] = {}
     for page, value in changes:
         table[page] = value
-    groups: dict[str, list[int]] = {}
-    for value in table.values():
+    groups: dict[str, list[Any]] = {}
+    for page, value in table.items():
         if value is not None and value["OWNER"] is not None and value["WEIGHT"] >= 0:
-            counted = groups.setdefault(value["OWNER"], [0, 0])
+            counted = groups.setdefault(value["OWNER"], [0, 0, []])
             counted[0] += 1
             counted[1] += value["WEIGHT"]
-    return {owner: [owner, n, total, total / n] for owner, (n, total) in groups.items()}
+            counted[2].append(page)
+    return {owner: [owner, n, total, total / n, sorted(listed)] for owner, (n, total, listed) in groups.items()}
+
+
+def sorted_lists(row: list[Any]) -> list[Any]:
+    """``row`` with each list sorted."""
+    return [sorted(v) if isinstance(v, list) else v for v in row]
 
 
 async def test_group_by_over_a_table_moves_each_changed_row_between_groups(agg_cluster: LocalCluster) -> None:
@@ -635,7 +642,8 @@ async def test_group_by_over_a_table_moves_each_changed_row_between_groups(agg_c
     whose group becomes NULL leave theirs; a malformed record changes nothing. Exact against
     the table's rows after each of two phases; the rows the table held before the query count
     though it starts at the latest offsets (a table is read whole). Read-your-writes through
-    the regrouping and the aggregation, a row moved out of a group included."""
+    the regrouping and the aggregation, a row moved out of a group included. COLLECT_LIST takes
+    a changed row's old value back out of its list (ksqlDB's undo)."""
     sid = agg_cluster.service_id
     pages, per_owner = f"tg_pages_{sid}", f"tg_owners_{sid}"
     run(agg_cluster, f"""
@@ -659,23 +667,25 @@ async def test_group_by_over_a_table_moves_each_changed_row_between_groups(agg_c
     await produce(agg_cluster.bootstrap, pages, encoded(first))
     run(agg_cluster, f"""
         SET 'auto.offset.reset'='latest';
-        CREATE TABLE {per_owner} AS SELECT owner, COUNT(*) AS pages, SUM(weight) AS weight, AVG(weight) AS mean
-          FROM {pages} WHERE weight >= 0 GROUP BY owner HAVING COUNT(*) > 0;""")
+        CREATE TABLE {per_owner} AS SELECT owner, COUNT(*) AS pages, SUM(weight) AS weight, AVG(weight) AS mean,
+          COLLECT_LIST(page) AS listed FROM {pages} WHERE weight >= 0 GROUP BY owner HAVING COUNT(*) > 0;""")
     want = owners_of(first)
-    assert await asyncio.to_thread(pull_until, agg_cluster, f"SELECT * FROM {per_owner};", want) == want
+    assert await asyncio.to_thread(pull_until, agg_cluster, f"SELECT * FROM {per_owner};", want,
+                                   shown=sorted_lists) == want
     # A malformed value of a counted page: logged, and the page stays counted as it was.
     counted = next(page for page, value in reversed(first) if value is not None and value["OWNER"] is not None)
     await produce(agg_cluster.bootstrap, pages, [*encoded(second[:200]), (counted.encode(), b"{oops"),
                                                  *encoded(second[200:])])
     want = owners_of(first + second)
-    assert await asyncio.to_thread(pull_until, agg_cluster, f"SELECT * FROM {per_owner};", want) == want
+    assert await asyncio.to_thread(pull_until, agg_cluster, f"SELECT * FROM {per_owner};", want,
+                                   shown=sorted_lists) == want
 
     pull = f"SELECT * FROM {per_owner} WHERE owner = 'o-rw';"
     await asyncio.to_thread(reads_own_writes, agg_cluster, [
-        (f"INSERT INTO {pages} (page, owner, weight) VALUES ('p-rw', 'o-rw', 5);", pull, [["o-rw", 1, 5, 5.0]]),
-        (f"INSERT INTO {pages} (page, owner, weight) VALUES ('p-rw2', 'o-rw', 8);", pull, [["o-rw", 2, 13, 6.5]]),
-        (f"INSERT INTO {pages} (page, owner, weight) VALUES ('p-rw', 'o-rw2', 7);", pull, [["o-rw", 1, 8, 8.0]]),
+        (f"INSERT INTO {pages} (page, owner, weight) VALUES ('p-rw', 'o-rw', 5);", pull, [["o-rw", 1, 5, 5.0, ["p-rw"]]]),
+        (f"INSERT INTO {pages} (page, owner, weight) VALUES ('p-rw2', 'o-rw', 8);", pull, [["o-rw", 2, 13, 6.5, ["p-rw", "p-rw2"]]]),
+        (f"INSERT INTO {pages} (page, owner, weight) VALUES ('p-rw', 'o-rw2', 7);", pull, [["o-rw", 1, 8, 8.0, ["p-rw2"]]]),
         (f"INSERT INTO {pages} (page, owner, weight) VALUES ('p-rw2', 'o-rw', -1);", pull, [])])
-    want = {"o-rw2": ["o-rw2", 1, 7, 7.0]}  # (another partition: the tokens above did not wait for it)
+    want = {"o-rw2": ["o-rw2", 1, 7, 7.0, ["p-rw"]]}  # (another partition: the tokens above did not wait for it)
     assert await asyncio.to_thread(pull_until, agg_cluster, f"SELECT * FROM {per_owner} WHERE owner = 'o-rw2';",
                                    want) == want

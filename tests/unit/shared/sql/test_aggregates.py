@@ -34,3 +34,46 @@ def test_merging_batch_partials_equals_one_big_batch(values: list[int], cut: int
 def test_avg_of_the_seed_example() -> None:
     avg = AGGREGATES["AVG"]
     assert avg.finalize(avg.merge([20 + 29, 2], [23 + 28 + 21, 3])) == 24.2
+
+
+def events(*signed: tuple[int, Any]) -> list[Any]:
+    """COLLECT_LIST's partial over a table's regrouped rows: (sign, value) in input order."""
+    return [[{"s": sign, "v": value} for sign, value in signed]]
+
+
+def test_collect_list_on_a_table_takes_back_the_last_occurrence_of_each_retracted_value() -> None:
+    fold = AGGREGATES["COLLECT_LIST"].merger(signed=True)
+    first = fold(None, events((1, "a"), (1, "b"), (1, "a"), (-1, "b"), (1, None)))
+    assert first == [["a", "a", None]]
+    # The stored state is the stream's form (a list), so it shows and restores alike.
+    assert AGGREGATES["COLLECT_LIST"].finalize(first) == ["a", "a", None]
+    assert fold(first, events((-1, "a"), (1, "c"), (-1, None))) == [["a", "c"]]
+    # A value never added (its row was not counted) takes nothing out; NaN finds NaN.
+    assert fold([["a", float("nan")]], events((-1, "z"), (-1, float("nan")))) == [["a"]]
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.booleans()), max_size=40), st.integers(0, 40))
+def test_collect_list_on_a_table_folds_batches_as_one(changes: list[tuple[int, bool]], cut: int) -> None:
+    """Rows added and taken back (never one not in the list) give the same multiset whether
+    the changes come in one batch or two, and that multiset is the rows still in."""
+    signed, held = [], []
+    for value, add in changes:
+        if add or value not in held:
+            signed.append((1, value))
+            held.append(value)
+        else:
+            signed.append((-1, value))
+            held.remove(value)
+    fold = AGGREGATES["COLLECT_LIST"].merger(signed=True)
+    whole = fold(None, events(*signed))
+    assert fold(fold(None, events(*signed[:cut])), events(*signed[cut:])) == whole
+    assert sorted(whole[0]) == sorted(held)
+
+
+def test_other_merges_take_a_tables_partials_as_a_streams() -> None:
+    """Without an ``undo_merge``, a group's first partial is its state and later ones merge."""
+    count, collect = AGGREGATES["COUNT"].merger(signed=True), AGGREGATES["COLLECT_LIST"].merger(signed=False)
+    assert count(None, [3]) == [3]
+    assert count([2], [-1]) == [1]
+    assert collect(None, [["a"]]) == [["a"]]
+    assert collect([["a"]], [["b"]]) == [["a", "b"]]

@@ -447,7 +447,7 @@ CREATE STREAM owner_stream AS SELECT owner, COUNT(*) AS n FROM pages GROUP BY ow
 -- GROUP BY over tables joined with tables: the joined rows regrouped as a table's.
 CREATE TABLE owner_teams AS SELECT o.team, COUNT(*) AS pages, SUM(p.weight) AS weight FROM pages p
   LEFT JOIN owners o ON p.owner = o.name WHERE p.weight > 0 GROUP BY o.team;
-EXPLAIN CTAS_OWNER_TEAMS_62;
+EXPLAIN CTAS_OWNER_TEAMS_63;
 DESCRIBE owner_teams;
 CREATE TABLE per_owner_pages AS SELECT p.page, COUNT(*) AS n FROM pages p JOIN pages q ON p.page = q.page GROUP BY p.page;
 EXPLAIN CREATE TABLE owner_boss AS SELECT o.team, t.boss, COUNT(*) AS n FROM owners o JOIN teams t ON o.team = t.id
@@ -465,7 +465,7 @@ EXPLAIN CREATE TABLE team_bosses AS SELECT t.boss, COUNT(o.name) AS owners FROM 
 -- Tables joined on different keys: a stage per foreign key, the rows joined so far keyed by the first table's key.
 CREATE TABLE page_bosses AS SELECT p.page, p.weight, o.team, t.boss FROM pages p LEFT JOIN owners o ON p.owner = o.name
   LEFT JOIN teams t ON o.team = t.id WHERE p.weight > 0;
-EXPLAIN CTAS_PAGE_BOSSES_64;
+EXPLAIN CTAS_PAGE_BOSSES_65;
 DESCRIBE page_bosses;
 EXPLAIN CREATE TABLE boss_weights AS SELECT t.boss, COUNT(*) AS n, SUM(p.weight) AS w FROM pages p
   JOIN owners o ON p.owner = o.name JOIN teams t ON o.team = t.id GROUP BY t.boss;
