@@ -9,6 +9,7 @@ can travel in the changelog.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -63,8 +64,15 @@ def _in_offset_order(x: str) -> str:
 
 
 def _same(a: Any, b: Any) -> bool:
-    """Equal values, NaN equal to NaN (as Java's ``Double.equals``, which ksqlDB's lists use)."""
-    return bool(a == b or (a != a and b != b))
+    """Equal values as Java's ``equals`` finds them, which ksqlDB's lists use: a DOUBLE NaN equal
+    to NaN and -0.0 not to 0.0, in an array's elements and a struct's fields too."""
+    if isinstance(a, float) and isinstance(b, float):
+        return (a == b and math.copysign(1, a) == math.copysign(1, b)) or (math.isnan(a) and math.isnan(b))
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return bool(a == b)
 
 
 def _undo_list(old: State | None, new: State) -> State:
@@ -141,20 +149,20 @@ AGGREGATES: dict[str, Aggregate] = {
                   lambda s: (s[0] / s[1]) if s[1] else None, lambda _t: _DOUBLE, "numeric",
                   arrow=("sum", "count"), undo=lambda x: [_signed_sum(x), _signed_count(x)]),
         Aggregate("MIN", lambda x: [f"min({x})"], lambda o, n: [_pick(min)(o[0], n[0])],
-                  lambda s: s[0], lambda t: t, arrow=("min",)),
+                  lambda s: s[0], lambda t: t, "orderable", arrow=("min",)),
         Aggregate("MAX", lambda x: [f"max({x})"], lambda o, n: [_pick(max)(o[0], n[0])],
-                  lambda s: s[0], lambda t: t, arrow=("max",)),
+                  lambda s: s[0], lambda t: t, "orderable", arrow=("max",)),
         Aggregate("LATEST_BY_OFFSET", lambda x: [f"max_by({x}, {OFFSET})", f"max({OFFSET})"],
-                  _by_offset(newer=True), lambda s: s[0], lambda t: t),
+                  _by_offset(newer=True), lambda s: s[0], lambda t: t, "storable"),
         Aggregate("EARLIEST_BY_OFFSET", lambda x: [f"min_by({x}, {OFFSET})", f"min({OFFSET})"],
-                  _by_offset(newer=False), lambda s: s[0], lambda t: t),
+                  _by_offset(newer=False), lambda s: s[0], lambda t: t, "storable"),
         Aggregate("COUNT_DISTINCT", lambda x: [f"collect_set({x})"],
                   lambda o, n: [sorted(set(o[0] or []) | set(n[0] or []), key=repr)],
-                  lambda s: len(s[0] or []), lambda _t: _BIGINT),
+                  lambda s: len(s[0] or []), lambda _t: _BIGINT, "orderable"),
         Aggregate("COLLECT_LIST",
                   lambda x: [f"transform(array_sort(collect_list(named_struct('o', {OFFSET}, 'v', {x}))), e -> e.v)"],
                   lambda o, n: [(o[0] or []) + (n[0] or [])],
-                  lambda s: s[0] or [], lambda t: SqlType("ARRAY", (t,)),
+                  lambda s: s[0] or [], lambda t: SqlType("ARRAY", (t,)), "comparable",
                   undo=lambda x: [_in_offset_order(x)], undo_merge=_undo_list),
     ]
 }

@@ -26,12 +26,31 @@ KINDS: dict[str, frozenset[str] | None] = {
     "integer": INTEGRAL,
     "array": frozenset({"ARRAY"}),
     "any": None,
+    "orderable": frozenset({"BOOLEAN", "INT", "BIGINT", "DOUBLE", "DECIMAL", "VARCHAR", "TIMESTAMP", "DATE", "TIME"}),
+    "storable": None,
+    "comparable": None,
 }
+KIND_NOTES = {"orderable": "BOOLEAN, a number, VARCHAR, DATE, TIME or TIMESTAMP"}
+"""What a kind admits, where its name does not say it."""
+HELD_APART: dict[str, frozenset[str]] = {"storable": frozenset({"BYTES"}), "comparable": frozenset({"BYTES", "MAP"})}
+"""Kinds of any type but these, at any depth: an aggregate state is JSON, which holds no bytes
+(``storable``), and Spark neither orders nor sets apart maps (``comparable``)."""
+
+
+def holds(type_: SqlType, bases: frozenset[str]) -> bool:
+    """Whether ``type_`` is one of ``bases`` or has one inside (an element, a key, a field)."""
+    if type_.base in bases:
+        return True
+    if type_.base == "STRUCT":
+        return any(holds(t, bases) for _, t in type_.params)
+    return type_.base in ("ARRAY", "MAP") and any(holds(t, bases) for t in type_.params)
 
 
 def accepts(kind: str, type_: SqlType) -> bool:
     """True if a parameter of ``kind`` takes an argument of ``type_`` (NULL fits anything)."""
     allowed = KINDS[kind]
+    if kind in HELD_APART:
+        return not holds(type_, HELD_APART[kind])
     return type_.base == "NULL" or allowed is None or type_.base in allowed
 
 

@@ -167,7 +167,12 @@ def _check_call(call: ast.Call, scope: Scope, aggregates_allowed: bool) -> SqlTy
             raise StatementError(f"{call.name} takes exactly one argument, got {len(call.args)}")
         argument = check(call.args[0], scope)
         if not functions.accepts(agg.param, argument):
-            raise _clash(f"{call.name} needs a {agg.param} argument", (call.args[0], argument))
+            apart = functions.HELD_APART.get(agg.param)
+            note = f" ({functions.KIND_NOTES[agg.param]})" if agg.param in functions.KIND_NOTES else ""
+            what = f"{call.name} needs {'an' if agg.param[0] in 'aeiou' else 'a'} {agg.param} argument{note}" \
+                if apart is None else \
+                f"{call.name} cannot aggregate a value of {' or '.join(sorted(apart))}, nor one holding them"
+            raise _clash(what, (call.args[0], argument))
         return agg.result_type(argument)
     fn = functions.lookup(call.name)
     if fn is None:

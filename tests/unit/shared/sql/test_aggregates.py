@@ -1,3 +1,5 @@
+import json
+import math
 from typing import Any
 
 from hypothesis import given
@@ -48,8 +50,21 @@ def test_collect_list_on_a_table_takes_back_the_last_occurrence_of_each_retracte
     # The stored state is the stream's form (a list), so it shows and restores alike.
     assert AGGREGATES["COLLECT_LIST"].finalize(first) == ["a", "a", None]
     assert fold(first, events((-1, "a"), (1, "c"), (-1, None))) == [["a", "c"]]
-    # A value never added (its row was not counted) takes nothing out; NaN finds NaN.
-    assert fold([["a", float("nan")]], events((-1, "z"), (-1, float("nan")))) == [["a"]]
+    # The last occurrence goes (ksqlDB's lastIndexOf): the first "a" stays ahead of "b".
+    assert fold(None, events((1, "a"), (1, "b"), (1, "a"), (-1, "a"))) == [["a", "b"]]
+    # A value never added (its row was not counted) takes nothing out.
+    assert fold([["a"]], events((-1, "z"))) == [["a"]]
+
+
+def test_collect_list_on_a_table_finds_values_as_java_equals_does() -> None:
+    """NaN is taken back by NaN, also inside a struct or an array (each NaN a float of its
+    own); -0.0 is not 0.0 (Java's ``Double.equals``)."""
+    fold = AGGREGATES["COLLECT_LIST"].merger(signed=True)
+    nan = float("nan")
+    state = json.loads(json.dumps(fold(None, events((1, nan), (1, {"X": nan}), (1, [1.0, nan]), (1, "k")))))
+    assert fold(state, events((-1, float("nan")), (-1, {"X": float("nan")}), (-1, [1.0, float("nan")]))) == [["k"]]
+    assert fold(None, events((1, 0.0), (1, -0.0), (-1, 0.0)))[0] == [-0.0]
+    assert math.copysign(1, fold(None, events((1, 0.0), (1, -0.0), (-1, 0.0)))[0][0]) == -1
 
 
 @given(st.lists(st.tuples(st.integers(0, 5), st.booleans()), max_size=40), st.integers(0, 40))

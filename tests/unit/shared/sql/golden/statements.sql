@@ -479,3 +479,13 @@ EXPLAIN CREATE TABLE pm AS SELECT p.page, m.tag, n.tag AS tag2 FROM pages p JOIN
   JOIN page_meta_2 n ON m.page = n.page;
 CREATE TABLE pm2 AS SELECT p.page, m.tag, n.tag AS tag2 FROM pages p LEFT JOIN page_meta m ON p.page = m.page
   JOIN page_meta_2 n ON m.page = n.page;
+-- Aggregates whose state Millpond cannot keep or order: refused with the type; COLLECT_LIST over a table.
+CREATE STREAM blobs (id VARCHAR KEY, data BYTES, attrs MAP<VARCHAR, INT>, address STRUCT<city VARCHAR, zip INT>)
+  WITH (kafka_topic='blobs', partitions=1, value_format='json');
+CREATE TABLE blob_min AS SELECT id, MIN(address) AS m FROM blobs GROUP BY id;
+CREATE TABLE blob_latest AS SELECT id, LATEST_BY_OFFSET(data) AS d FROM blobs GROUP BY id;
+CREATE TABLE blob_distinct AS SELECT id, COUNT_DISTINCT(attrs) AS n FROM blobs GROUP BY id;
+CREATE TABLE blob_maps AS SELECT id, COLLECT_LIST(attrs) AS l FROM blobs GROUP BY id;
+CREATE TABLE blob_list AS SELECT id, COLLECT_LIST(address) AS l, LATEST_BY_OFFSET(attrs) AS a FROM blobs GROUP BY id;
+CREATE TABLE user_avatars AS SELECT name, COLLECT_LIST(avatar) AS avatars FROM users GROUP BY name;
+CREATE TABLE user_places AS SELECT name, COLLECT_LIST(address) AS places FROM users GROUP BY name;
