@@ -130,8 +130,11 @@ def plan_lines(plan: QueryPlan, source: DataSource, sink: DataSource) -> list[st
                      f"so far, keyed by {plan.join.stream.name}'s key through an internal topic of the query, with "
                      "its tables | State: each stage's sides' rows in RocksDB, rebuilt from its joined topic")
     elif plan.join is not None and plan.join.steps > 1:
-        steps.append(f"[ REPARTITION ] | {plan.join.steps} join stages, one per JOIN expression: each joined row "
-                     "re-keyed by the next JOIN's expression through an internal topic of the query")
+        later = [t.table.name for t in plan.join.tables if t.step > 0 and t.within is not None]
+        apart = (f"; {', '.join(later)} joined WITHIN in a stage of {'its' if len(later) == 1 else 'each'} own, "
+                 "both sides copied into a topic of the query by event time, their buffers in memory") if later else ""
+        steps.append(f"[ REPARTITION ] | {plan.join.steps} join stages, one per JOIN expression{apart}: each joined "
+                     "row re-keyed by the next JOIN's expression through an internal topic of the query")
     if plan.join is not None and plan.join.where is not None:
         steps.append(f"[ FILTER ] | {plan.join.where}")
     if plan.having is not None:  # over the aggregated rows, before the sink

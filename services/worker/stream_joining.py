@@ -111,15 +111,18 @@ class StreamJoinTask(GatheredJoinTask):
                  sink: DataSource, partition: int, stage: str = ""):
         super().__init__(settings, query, source, sink, partition, stage)
         spec = query.plan.join
-        assert spec is not None and spec.tables[0].within is not None
-        window = spec.tables[0].within
+        assert spec is not None
+        right = spec.stage_tables()[0]  # a stream joined after another JOIN: the rows so far are the left
+        assert right.within is not None
+        window = right.within
         self.before, self.after, self.grace = window.before_ms, window.after_ms, window.grace_ms
-        self.outer = OUTER_SIDES[spec.tables[0].type]
+        self.outer = OUTER_SIDES[right.type]
         self.rowtime = joined(spec.stream_prefix, ROWTIME)
-        """The joined row's ROWTIME (the left record's time), which WHERE and SELECT may read."""
+        """The joined row's ROWTIME (the left record's time), which WHERE and SELECT may read
+        (rows joined before this stage carry the stream record's own)."""
         self.join_state = JoinState()
         self.broken = False
-        self.rekeyed = (query.plan.key_expression is not None, spec.tables[0].rekey is not None)
+        self.rekeyed = (query.plan.key_expression is not None, right.rekey is not None)
         """Which sides are joined on another column than their key (their records' keys: ``rekeyed``)."""
 
     def reach(self, side: int) -> int:

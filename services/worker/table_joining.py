@@ -35,7 +35,7 @@ from millpond.services.worker.state.store import INPUT_OFFSET, WRITTEN_MS, encod
 from millpond.services.worker.task import KEPT_STORE_MAX_AGE_MS, BadRecord, BatchSlice, Task, store_path
 from millpond.shared.catalog.queries import PersistentQuery
 from millpond.shared.catalog.sources import DataSource
-from millpond.shared.catalog.topology import JOIN_SIDE_STAGE, chained_rows
+from millpond.shared.catalog.topology import JOIN_SIDE_STAGE, chained_rows, chained_stream
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.partitioner import partition_for
@@ -156,9 +156,11 @@ class GatheredJoinTask(Task[KeyedSlice]):
         self.output = JoinedValue(query, sink)
         self.sides = []
         joining = [(t.table, t.type, t.prefix) for t in tables]
-        if spec.step > 0 and spec.stream.kind == "TABLE":  # a later stage of tables: the rows joined so far first
-            rows = chained_rows(query.query_id, spec, spec.step - 1, settings.service_id, source.partitions)
-            columns = [(c.name, c.type) for c in rows.value_columns]  # named as the joined row names them
+        if spec.step > 0:  # a later stage: the rows joined so far first, named as the joined row names them
+            rows = (chained_rows(query.query_id, spec, spec.step - 1, settings.service_id, source.partitions)
+                    if spec.stream.kind == "TABLE" else chained_stream(query.query_id, spec, spec.step,
+                                                                        settings.service_id))
+            columns = [(c.name, c.type) for c in rows.value_columns]
             self.sides.append(Side(rows, "FROM", None, None, tuple(name for name, _ in columns), columns))
         else:
             joining.insert(0, (spec.stream, "FROM", spec.stream_prefix))

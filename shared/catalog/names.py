@@ -83,6 +83,12 @@ def chained_topic(service_id: str, query_id: str, step: int) -> str:
     return f"{joined_topic(service_id, query_id)}-{step}"
 
 
+def streams_topic(service_id: str, query_id: str, step: int) -> str:
+    """The topic a stream-stream join stage gathers both sides in, keyed by side and key: the
+    ``joined_topic`` for a query's first stage, one of its own for a stream joined later."""
+    return joined_topic(service_id, query_id) if step == 0 else f"{joined_topic(service_id, query_id)}-{step}-streams"
+
+
 def consumer_group(service_id: str, query_id: str) -> str:
     """The consumer group a persistent query commits its input offsets to."""
     return f"{_prefix(service_id)}{query_id}"

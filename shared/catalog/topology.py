@@ -15,7 +15,10 @@ Two kinds need two, each with its own stream, tasks and transactional ids:
   match different columns) runs one join stage per run of JOINs on one expression, after
   the stream's re-key when the first needs one. Each writes every column of its joined rows
   and their time, keyed by the next expression, into a topic of the query's
-  (``chained_topic``), which the next join stage reads as a re-keyed stream.
+  (``chained_topic``), which the next join stage reads as a re-keyed stream. A stream
+  joined after another JOIN (``s1 JOIN s2 WITHIN ... JOIN s3 WITHIN ...``, or after tables)
+  has a stage of its own, a stream-stream join (below) of those rows with it, the rows' time
+  their event time.
 - **A table-table join** runs as one stage per table, then the join, then the result's
   materialization. Each table's stage copies its records (tombstones too) into the query's
   compacted joined topic, partition for partition, keyed by the side's place in the join
@@ -68,6 +71,7 @@ from millpond.shared.catalog.names import (
     joined_topic,
     regroup_changelog_topic,
     repartition_topic,
+    streams_topic,
 )
 from millpond.shared.catalog.plans import PlanKind
 from millpond.shared.catalog.queries import JoinSpec, OutputColumn, PersistentQuery, QueryPlan
@@ -76,7 +80,7 @@ from millpond.shared.kafka.serde import composite_key_type
 from millpond.shared.sql.aggregates import SIGN_COLUMN
 from millpond.shared.sql.ast import SqlType
 from millpond.shared.sql.expressions import quote_identifier
-from millpond.shared.sql.joins import joined
+from millpond.shared.sql.joins import joined, started_sources
 from millpond.shared.sql.planner import event_time, plan_materialization
 
 AGGREGATES = (PlanKind.AGGREGATE, PlanKind.WINDOWED_AGGREGATE, PlanKind.SESSION_AGGREGATE)
@@ -213,17 +217,26 @@ def internal_topics(service_id: str, query: PersistentQuery) -> list[InternalTop
                    for name in (joined_topic(service_id, query.query_id),
                                 *_chain_topics(service_id, query.query_id, join))]
     if join is not None and _joins_streams(join) and query.plan.kind in (PlanKind.STREAM_STREAM_JOIN, *AGGREGATES):
-        within = join.tables[0].within
-        assert within is not None
-        # Retention runs on the records' event times: at least a week, so a backlog of older
-        # records is read (and a rebuild finds the window's records) unless it is older than
-        # that; the broker must not stamp them with its own time.
-        keep = max(max(within.before_ms, within.after_ms) + within.grace_ms + WINDOWED_EXTRA_MS, JOINED_TOMBSTONES_MS)
-        topics.append(InternalTopic(joined_topic(service_id, query.query_id), compacted=False,
-                                    configs=(("retention.ms", str(keep)), ("message.timestamp.type", "CreateTime")),
-                                    # The streams' count: a GROUP BY's table may have another.
-                                    partitions=join.stream.partitions if query.plan.kind in AGGREGATES else None))
+        topics.append(_streams_topic(service_id, query.query_id, join, 0,
+                                     # The streams' count: a GROUP BY's table may have another.
+                                     join.stream.partitions if query.plan.kind in AGGREGATES else None))
+    if join is not None and query.plan.kind in CHAINED_JOINS:  # streams joined after another JOIN
+        topics += [_streams_topic(service_id, query.query_id, join, step, join.stage_tables(step)[0].table.partitions)
+                   for step in range(1, join.steps) if join.stage_tables(step)[0].within is not None]
     return topics
+
+
+def _streams_topic(service_id: str, query_id: str, join: JoinSpec, step: int, partitions: int | None) -> InternalTopic:
+    """The topic stream-stream join stage ``step`` gathers both sides in."""
+    within = join.stage_tables(step)[0].within
+    assert within is not None
+    # Retention runs on the records' event times: at least a week, so a backlog of older
+    # records is read (and a rebuild finds the window's records) unless it is older than
+    # that; the broker must not stamp them with its own time.
+    keep = max(max(within.before_ms, within.after_ms) + within.grace_ms + WINDOWED_EXTRA_MS, JOINED_TOMBSTONES_MS)
+    return InternalTopic(streams_topic(service_id, query_id, step), compacted=False,
+                         configs=(("retention.ms", str(keep)), ("message.timestamp.type", "CreateTime")),
+                         partitions=partitions)
 
 
 def _chain_topics(service_id: str, query_id: str, join: JoinSpec) -> list[str]:
@@ -299,9 +312,12 @@ def _rows_plan(left: DataSource, rows: DataSource) -> QueryPlan:
                      key_column=JOIN_KEY_COLUMN)
 
 
-def _join_stage(query: PersistentQuery, left: DataSource, sink: DataSource, topic: str, step: str) -> list[Stage]:
+def _join_stage(query: PersistentQuery, left: DataSource, sink: DataSource, topic: str, step: str,
+                starts: tuple[tuple[int, ...] | None, ...] | None = None, left_time: str | None = None) -> list[Stage]:
     """One join stage and its sides' stages: each side copied into the gathered ``topic``, then
-    the join of it into ``sink`` (``step``: a later stage's number and a dash, in its stages' names)."""
+    the join of it into ``sink`` (``step``: a later stage's number and a dash, in its stages' names).
+    ``starts``: each side's start offsets, where not the query's in order; ``left_time``: Spark
+    SQL of the left side's event time, where not its source's."""
     spec = query.plan.join
     assert spec is not None
     tables = query.plan.kind in TABLE_JOINS
@@ -317,16 +333,19 @@ def _join_stage(query: PersistentQuery, left: DataSource, sink: DataSource, topi
     rekeys = (query.plan.key_expression, *(t.rekey for t in joined_tables)) if not tables else (None,) * (
         1 + len(joined_tables))
     key_type = next((c.type for c in query.plan.columns if c.key), None)
+    if starts is None:
+        offsets, count = query.start_offsets, left.partitions
+        starts = tuple(None if offsets is None else offsets[i * count:(i + 1) * count] for i in range(len(rekeys)))
     sides = [Stage(f"{JOIN_SIDE_STAGE}{step}{index}",
                    replace(query, plan=QueryPlan(
                        PlanKind.JOIN_SIDE, side.name, gathered.name,
                        () if rekey is None or key_type is None else (OutputColumn(REPARTITION_KEY, key_type, rekey,
                                                                                   key=True),),
-                       join=spec, event_time=None if tables else event_time(side), key_expression=rekey,
+                       join=spec, event_time=None if tables else left_time if index == 0 and left_time
+                       else event_time(side), key_expression=rekey,
                        # Where either stream is re-keyed, both go to their join key's partition.
                        repartition=any(r is not None for r in rekeys)),
-                           start_offsets=None if tables or query.start_offsets is None else
-                           query.start_offsets[index * left.partitions:(index + 1) * left.partitions]), side, gathered)
+                           start_offsets=None if tables else starts[index]), side, gathered)
              for index, (side, rekey) in enumerate(zip((left, *(t.table for t in joined_tables)), rekeys, strict=True))]
     # The join stage's records carry their event time as their timestamp (the sides set it).
     join = Stage(f"join-{step[:-1]}" if step else "join" if tables else "",
@@ -412,56 +431,88 @@ def join_input(spec: JoinSpec, source: DataSource) -> tuple[Column, ...]:
     return tuple(c for c in source.value_columns if c.name != ROWTIME_COLUMN)
 
 
+def chained_stream(query_id: str, spec: JoinSpec, step: int, service_id: str) -> DataSource:
+    """The topic stage ``step`` (1 or more) of a stream's multi-way join reads: the rows the
+    stages before it joined, keyed by what it matches (``REPARTITION_KEY``), every column of
+    the stream and of the sources joined so far named as in the joined row, then the rows'
+    time (``ROWTIME_COLUMN``). Where a stream is joined, the stream record's own time too:
+    the rows' time is then the later record's."""
+    carried = [Column(joined(spec.stream_prefix, c.name), c.type) for c in spec.stream.columns]
+    if "ROWTIME" not in spec.stream.schema and any(t.within is not None for t in spec.tables):
+        carried.append(Column(joined(spec.stream_prefix, "ROWTIME"), SqlType("BIGINT")))
+    carried += [Column(joined(t.prefix, c.name), c.type) for t in spec.tables if t.step < step
+                for c in t.table.columns]
+    return DataSource(
+        kind="STREAM", name=f"{query_id}_JOINED_{step}",
+        columns=(Column(REPARTITION_KEY, _join_key_type(spec, step), key=True), *carried,
+                 Column(ROWTIME_COLUMN, SqlType("BIGINT"))),
+        topic=chained_topic(service_id, query_id, step), partitions=spec.stage_tables(step)[0].table.partitions,
+        value_format="JSON", query_id=query_id,
+    )
+
+
+def _stage_kind(spec: JoinSpec, step: int) -> PlanKind:
+    """What stage ``step`` of a stream's multi-way join joins: a stream (WITHIN), or tables."""
+    return PlanKind.STREAM_STREAM_JOIN if spec.stage_tables(step)[0].within is not None else PlanKind.STREAM_TABLE_JOIN
+
+
+def _stream_starts(query: PersistentQuery, spec: JoinSpec, step: int) -> tuple[tuple[int, ...] | None, ...]:
+    """The start offsets of a later stream-stream stage's sides: the rows joined so far from
+    their topic's start, the stream from the query's start offsets (``started_sources``'s order)."""
+    if query.start_offsets is None:
+        return None, None
+    stream = spec.stage_tables(step)[0].table
+    place = started_sources(spec.stream, [t.table for t in spec.tables]).index(stream)
+    count = spec.stream.partitions
+    return None, query.start_offsets[place * count:(place + 1) * count]
+
+
 def _chained_join(query: PersistentQuery, source: DataSource, sink: DataSource, service_id: str) -> list[Stage]:
-    """A stream joined with tables on several expressions (``ON r.sensor = s.id JOIN sites t ON
-    s.site = t.id``): one join stage per run of JOINs on one expression, the first behind the
-    stream's re-key when it needs one. Each stage but the last writes every column of its
-    joined rows, and their time, keyed by the next stage's expression into that stage's topic
-    (of the next tables' partitions); the next joins it as a stream re-keyed by that expression."""
+    """A stream joined on several expressions (``ON r.sensor = s.id JOIN sites t ON s.site =
+    t.id``), or with a stream after another JOIN: one join stage per run of JOINs on one
+    expression, and one per stream joined after the first JOIN, the first behind the stream's
+    re-key when it needs one. Each stage but the last writes every column of its joined rows,
+    and their time, keyed by the next stage's expression into that stage's topic (of the next
+    sources' partitions); the next joins it as a stream re-keyed by that expression, with its
+    tables, or through a stream-stream join's stages with its stream."""
     plan = query.plan
     spec = plan.join
     assert spec is not None
-    carried = [Column(joined(spec.stream_prefix, c.name), c.type) for c in spec.stream.columns]
-    if plan.kind is PlanKind.STREAM_STREAM_JOIN and "ROWTIME" not in spec.stream.schema:
-        # The left record's own time (NULL for a right record alone): the rows' time, which the
-        # next stages join by, is the later of the two records'.
-        carried.append(Column(joined(spec.stream_prefix, "ROWTIME"), SqlType("BIGINT")))
-    inputs = []
-    for step in range(1, spec.steps):
-        carried += [Column(joined(t.prefix, c.name), c.type) for t in spec.stage_tables(step - 1)
-                    for c in t.table.columns]
-        table = spec.stage_tables(step)[0].table
-        inputs.append(DataSource(
-            kind="STREAM", name=f"{query.query_id}_JOINED_{step}",
-            columns=(Column(REPARTITION_KEY, _join_key_type(spec, step), key=True), *carried,
-                     Column(ROWTIME_COLUMN, SqlType("BIGINT"))),
-            topic=chained_topic(service_id, query.query_id, step), partitions=table.partitions, value_format="JSON",
-            query_id=query.query_id,
-        ))
+    inputs = [chained_stream(query.query_id, spec, step, service_id) for step in range(1, spec.steps)]
 
     def keyed_plan(step: int, into: DataSource, key_expression: str | None = None, repartition: bool = False,
                    event_time: str | None = None) -> QueryPlan:
         """Stage ``step``'s plan when it writes into the next stage's topic (``into``, whose key
         type its task writes). Its own records are keyed as its tables are: what the stream's
         re-key before the first stage writes."""
-        kind = plan.kind if step == 0 else PlanKind.STREAM_TABLE_JOIN  # a stream-stream join first, then tables
+        kind = plan.kind if step == 0 else _stage_kind(spec, step)
         return QueryPlan(kind, source.name if step == 0 else inputs[step - 1].name, into.name,
                          (OutputColumn(REPARTITION_KEY, _join_key_type(spec, step), key_expression or "", key=True),),
                          key_column=REPARTITION_KEY, key_expression=key_expression, repartition=repartition,
                          join=replace(spec, step=step), event_time=event_time)
 
     first = replace(query, plan=keyed_plan(0, inputs[0], plan.key_expression, plan.repartition, plan.event_time))
+    if plan.kind is not PlanKind.STREAM_STREAM_JOIN and query.start_offsets is not None:  # the stream's own, first
+        first = replace(first, start_offsets=query.start_offsets[:source.partitions])
     result = (_two_sided_join(first, source, inputs[0], service_id) if plan.kind is PlanKind.STREAM_STREAM_JOIN
               else _repartitioned_aggregate(first, source, inputs[0], service_id) if plan.repartition
               else [Stage("", first, source, inputs[0])])
     result[-1] = replace(result[-1], name="join-0")
     for step, reads in enumerate(inputs, start=1):
-        if step < spec.steps - 1:
-            result.append(Stage(f"join-{step}", replace(query, plan=keyed_plan(step, inputs[step]), start_offsets=None),
-                                reads, inputs[step]))
-    last = replace(plan, kind=PlanKind.STREAM_TABLE_JOIN, source=inputs[-1].name, join=replace(spec, step=spec.steps - 1),
-                   key_expression=None, repartition=False, event_time=None)
-    return [*result, Stage("", replace(query, plan=last, start_offsets=None), inputs[-1], sink)]
+        last = step == spec.steps - 1
+        staged = replace(query, start_offsets=None, plan=replace(
+            plan, kind=_stage_kind(spec, step), source=reads.name, join=replace(spec, step=step), key_expression=None,
+            repartition=False, event_time=None) if last else keyed_plan(step, inputs[step]))
+        into = sink if last else inputs[step]
+        if _stage_kind(spec, step) is PlanKind.STREAM_STREAM_JOIN:
+            # The rows so far and the stream, each copied into the stage's topic, stamped with their event time.
+            stage = _join_stage(staged, reads, into,
+                                streams_topic(service_id, query.query_id, step), f"{step}-",
+                                starts=_stream_starts(query, spec, step), left_time=quote_identifier(ROWTIME_COLUMN))
+        else:
+            stage = [Stage("", staged, reads, into)]
+        result += [*stage[:-1], replace(stage[-1], name="" if last else f"join-{step}")]
+    return result
 
 
 def _repartitioned_aggregate(query: PersistentQuery, source: DataSource, sink: DataSource,

@@ -95,7 +95,7 @@ def _sides(query: ast.Query, stream: DataSource, tables: tuple[DataSource, ...])
     """Each side's prefix, with ksqlDB's checks of the join's shape."""
     if len(tables) != len(query.joins):
         raise StatementError("every JOIN needs the source it names")
-    for index, (join, table) in enumerate(zip(query.joins, tables, strict=True)):
+    for join, table in zip(query.joins, tables, strict=True):
         if stream.kind == "TABLE" and table.kind == "STREAM":
             raise StatementError(f"invalid join order: {stream.name} is a TABLE and {table.name} a STREAM; "
                                  f"a stream-table join reads the stream first: FROM {table.name} JOIN {stream.name}")
@@ -103,10 +103,6 @@ def _sides(query: ast.Query, stream: DataSource, tables: tuple[DataSource, ...])
             if join.within is None:
                 raise StatementError(f"stream-stream joins need a join window: add WITHIN <duration> before ON "
                                      f"({stream.name} and {table.name} are both streams)")
-            if index > 0:
-                raise StatementError(f"{table.name} is a stream joined after another JOIN; a stream-stream join must "
-                                     "be a query's first JOIN (tables may follow it): create the joined stream first, "
-                                     "then join it")
             continue
         if join.within is not None:
             raise StatementError(f"WITHIN applies to stream-stream joins; {table.name} is a TABLE, whose current row "
@@ -125,7 +121,8 @@ def _sides(query: ast.Query, stream: DataSource, tables: tuple[DataSource, ...])
         if names.count(name) > 1:
             raise StatementError(f"{name} is joined twice; a query may join each table once")
     topics = [side.topic for side in (stream, *tables)]
-    for topic in topics if stream.kind == tables[0].kind else ():  # two sides each copied by a stage
+    # Two sides each copied by a stage (tables joined with tables, or a stream joined anywhere).
+    for topic in topics if stream.kind == tables[0].kind or "STREAM" in (t.kind for t in tables[1:]) else ():
         if topics.count(topic) > 1:
             raise StatementError(f"two sides of the join read the topic {topic}; join sources of different topics")
     stream_prefix = query.alias or stream.name
@@ -213,7 +210,8 @@ def resolve_join(query: ast.Query, stream: DataSource, tables: tuple[DataSource,
             another = not step_keys or foreign or any(f is not None for f, s in zip(foreign_keys, steps, strict=True)
                                                        if s == len(step_keys) - 1)
         else:
-            another = not step_keys or this_key != step_keys[-1] or after_streams  # the rows re-keyed by it
+            # The rows re-keyed by it; a stream joins them in a stage of its own (both copied).
+            another = not step_keys or this_key != step_keys[-1] or after_streams or table.kind == "STREAM"
         if another:
             step_keys.append(this_key)
         if foreign:

@@ -329,12 +329,14 @@ async def test_table_table_joins_follow_both_tables(join_cluster: LocalCluster) 
     await asyncio.to_thread(reads_own_writes, join_cluster, steps)
 
 
-async def produce_sides(bootstrap: str, records: list[tuple[str, str, str, int, int]]) -> None:
-    """(topic, column, key, value, event time) records, in order, partitioned by key as the Java client."""
+async def produce_sides(bootstrap: str, records: list[tuple[str, str, str, Any, int]]) -> None:
+    """(topic, column, key, value, event time) records, in order, partitioned by key as the Java
+    client (a dict value is the record's whole value, the column left out)."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
     await producer.start()
     try:  # one producer keeps each partition's records in the order sent
-        futures = [await producer.send(topic, json.dumps({column: value}).encode(), key=key.encode(),
+        futures = [await producer.send(topic, json.dumps(value if isinstance(value, dict) else {column: value}).encode(),
+                                       key=key.encode(),
                                        partition=partition_for(key.encode(), PARTITIONS), timestamp_ms=ts)
                    for topic, column, key, value, ts in records]
         await producer.flush()
@@ -826,6 +828,58 @@ async def test_a_stream_stream_join_then_a_table_on_another_expression(join_clus
             row[1] += 1
             row[2] += ms
     assert await asyncio.to_thread(pull_until, cluster, f"SELECT * FROM {per_owner};", counted) == counted
+
+
+async def test_three_streams_joined_as_ksqldbs_orders_payments_and_shipments(join_cluster: LocalCluster) -> None:
+    """ksqlDB's n-way example: orders JOINed WITHIN an hour with their payments, then LEFT
+    JOINed WITHIN 2 minutes with their shipments (keyed by another column: re-keyed by the
+    order id), the second join a stream-stream stage of its own over the pairs by their time.
+    Every (order, payment, shipment) once, stamped with the latest of the three times; a pair
+    without a shipment once with NULL, after stream time passes its window and grace; the
+    order's own ROWTIME carried through both stages."""
+    cluster, sid = join_cluster, join_cluster.service_id
+    orders, payments, shipments, shipped = (f"n3_{name}_{sid}" for name in ("orders", "payments", "shipments", "out"))
+    run(cluster, f"""
+        CREATE STREAM {orders} (id VARCHAR KEY, item VARCHAR)
+          WITH (kafka_topic='{orders}', partitions={PARTITIONS}, value_format='json');
+        CREATE STREAM {payments} (id VARCHAR KEY, amount INT)
+          WITH (kafka_topic='{payments}', partitions={PARTITIONS}, value_format='json');
+        CREATE STREAM {shipments} (sid VARCHAR KEY, oid VARCHAR, wh VARCHAR)
+          WITH (kafka_topic='{shipments}', partitions={PARTITIONS}, value_format='json');
+        SET 'auto.offset.reset'='earliest';
+        CREATE STREAM {shipped} AS SELECT o.id, o.item, p.amount, s.wh, o.ROWTIME AS ordered FROM {orders} o
+          JOIN {payments} p WITHIN 1 HOUR ON o.id = p.id
+          LEFT JOIN {shipments} s WITHIN 2 MINUTES GRACE PERIOD 2 MINUTES ON o.id = s.oid;""")
+    rng = random.Random(61)
+    base = int(time.time() * 1000) - 20 * MINUTE
+    ids = [f"o{i}" for i in range(12)]
+    order_records = [(orders, "ITEM", i, f"item-{i}", base + rng.randrange(MINUTE)) for i in ids]
+    payment_records = [(payments, "AMOUNT", i, 10 * n + k, base + rng.randrange(MINUTE))
+                       for n, i in enumerate(ids[:11]) for k in range(rng.randrange(1, 3))]  # o11: never paid
+    ship_records = [(shipments, "", f"s{n}-{k}", {"OID": i, "WH": f"wh-{n}-{k}"}, base + rng.randrange(MINUTE))
+                    for n, i in enumerate(ids[:9]) for k in range(rng.randrange(1, 3))]  # o9, o10: paid, not shipped
+    await produce_sides(cluster.bootstrap, sorted(order_records + payment_records + ship_records, key=lambda r: r[4]))
+    pairs = [(i, item, amount, ordered, max(ordered, paid)) for _, _, i, item, ordered in order_records
+             for _, _, j, amount, paid in payment_records if i == j]
+    matched = sorted((i, item, amount, ship["WH"], ordered, max(at, shipped_at)) for i, item, amount, ordered, at in pairs
+                     for _, _, _, ship, shipped_at in ship_records if ship["OID"] == i)
+    alone = sorted((i, item, amount, None, ordered, at) for i, item, amount, ordered, at in pairs
+                   if not any(ship["OID"] == i for _, _, _, ship, _ in ship_records))
+    assert matched and alone and len({r[0] for r in alone}) == 2
+
+    async def results(count: int) -> list[tuple[Any, ...]]:
+        got = []
+        for partition, _, key, value, timestamp in await sink_until(cluster.bootstrap, shipped.upper(), count):
+            assert key is not None and value is not None and partition == partition_for(key, PARTITIONS)
+            row = json.loads(value)
+            got.append((key.decode(), row["ITEM"], row["AMOUNT"], row["WH"], row["ORDERED"], timestamp))
+        return sorted(got)
+
+    assert await results(len(matched)) == matched
+    # Stream time far ahead on every partition of the second stage: the lone pairs' windows close.
+    await produce_sides(cluster.bootstrap, [(shipments, "", f"late-{i}", {"OID": i, "WH": "none"}, base + 10 * MINUTE)
+                                            for i in ids])
+    assert await results(len(matched) + len(alone)) == sorted(matched + alone)
 
 
 Row = tuple[str, dict[str, Any] | None, int | None]

@@ -19,6 +19,7 @@ import pytest
 from aiokafka import TopicPartition
 from aiokafka.structs import RecordMetadata
 
+from millpond.services.worker.joining import JoinTask
 from millpond.services.worker.state.store import PartitionStore
 from millpond.services.worker.stream_joining import StreamJoinTask
 from millpond.services.worker.table_joining import ForeignKeyJoinTask, JoinSideTask, KeyedSlice, TableJoinTask, rekeyed
@@ -272,6 +273,84 @@ def test_an_unmatched_record_is_emitted_once_stream_time_passes_its_window_and_g
     assert len(results) == 1
     task._process(b"\x01b", b'{"Y": 7}', 14_002, 6, results, [])  # closed: c alone
     assert [(k, json.loads(v), t) for k, v, t in results[1:]] == [(b"c", {"X": 4, "Y": None}, 7_001)]
+
+
+@pytest.mark.parametrize("kind", ["INNER", "LEFT", "FULL OUTER"])
+@pytest.mark.parametrize("seed", range(3))
+def test_a_stream_joined_after_a_stream_join_matches_the_reference_over_its_rows(tmp_path: Path, kind: str,
+                                                                                 seed: int) -> None:
+    """``l JOIN r WITHIN ... JOIN q WITHIN ...``: the first stage's rows, copied by their event
+    time beside q's records in any interleaving, join q as a two-stream join would (the brute
+    force reference over those rows), each side's columns and the left record's ROWTIME kept."""
+    meta, query = _planned("LRQ", *STREAMS,
+        "CREATE STREAM q (k VARCHAR KEY, z INT) WITH (kafka_topic='q', partitions=1, value_format='json')",
+        f"CREATE STREAM lrq AS SELECT l.k, l.x, r.y, q.z, l.ROWTIME AS lt FROM l JOIN r WITHIN 2 SECONDS "
+        f"GRACE PERIOD 1 SECOND ON l.k = r.k {kind} JOIN q WITHIN (1 SECOND, 3 SECONDS) GRACE PERIOD 2 SECONDS "
+        "ON l.k = q.k")
+    steps = {s.name: s for s in stages(query, meta.source("L"), meta.source("LRQ"), "svc")}
+    assert list(steps) == ["side-0", "side-1", "join-0", "side-1-0", "side-1-1", ""]
+    assert steps["side-1-0"].query.plan.event_time == "`_INPUT_ROWTIME`"
+    settings = WorkerSettings(worker_id="w", state_dir=tmp_path)
+    first, second = (StreamJoinTask(settings, steps[n].query, steps[n].source, steps[n].sink, 0, n)
+                     for n in ("join-0", ""))
+    rng = random.Random(seed)
+    now, pairs, lefts = 0, [], {}
+    chained: list[tuple[bytes, bytes, int]] = []
+    for offset in range(300):
+        now += rng.randrange(0, 500)
+        side, key, value, time = rng.randrange(2), f"k{rng.randrange(3)}", offset, now - rng.randrange(0, 1_500)
+        if side == 0:
+            lefts[value] = time
+        first._process(bytes([side]) + key.encode(), json.dumps({"XY"[side]: value}).encode(), time, offset,
+                       chained, [])
+        pairs.append((side, key, value, time))
+    assert chained, "the first stage joined nothing"
+    # The second stage's topic: the first stage's rows (side 0) and q's records (side 1), interleaved.
+    rows = []
+    for key, value, time in chained:
+        row = json.loads(value)
+        assert row["_INPUT_ROWTIME"] == time and row["L_ROWTIME"] == lefts[row["L_X"]]
+        rows.append((0, key.decode(), (row["L_X"], row["R_Y"]), time))
+    rights = [(1, f"k{rng.randrange(3)}", 1_000 + index, rng.randrange(0, now)) for index in range(200)]
+    # Roughly in time order, some records out of order within the grace period and some beyond it.
+    arrivals = sorted(rows + rights, key=lambda r: r[3] + rng.randrange(0, 3_000))
+    got: list[tuple[str, Any, Any, int]] = []
+    for offset, (side, key, value, time) in enumerate(arrivals):
+        results: list[tuple[bytes, bytes, int]] = []
+        payload = {"Z": value} if side else next(json.loads(v) for k, v, t in chained
+                                                 if json.loads(v)["L_X"] == value[0] and json.loads(v)["R_Y"] == value[1])
+        second._process(bytes([side]) + key.encode(), json.dumps(payload).encode(), time, offset, results, [])
+        for result_key, result, result_time in results:
+            out = json.loads(result)
+            assert out["LT"] == (None if out["X"] is None else lefts[out["X"]])
+            got.append((result_key.decode(), None if out["X"] is None else (out["X"], out["Y"]), out["Z"], result_time))
+    want = expected_stream_join(arrivals, 1_000, 3_000, 2_000, kind.split()[0])
+    assert len(want) > 10 and sorted(got, key=repr) == sorted(want, key=repr)
+
+
+def test_a_stream_joined_after_a_table_joins_the_rows_with_the_stream_records_time(tmp_path: Path) -> None:
+    """``l JOIN t ... JOIN q WITHIN ...``: the stream-table stage writes each joined row keyed
+    by q's join column with the stream record's time beside the row's; the stream-stream
+    stage joins those rows with q, its ROWTIME the left record's."""
+    meta, query = _planned("LTQ", STREAMS[0],
+        "CREATE TABLE t (k VARCHAR PRIMARY KEY, w INT) WITH (kafka_topic='t', partitions=1, value_format='json')",
+        "CREATE STREAM q (qid VARCHAR KEY, lk VARCHAR, z INT) WITH (kafka_topic='q', partitions=1, value_format='json')",
+        "CREATE STREAM ltq AS SELECT l.k, l.x, t.w, q.z, l.ROWTIME AS lt FROM l LEFT JOIN t ON l.k = t.k "
+        "JOIN q WITHIN 1 SECOND ON l.k = q.lk")
+    steps = {s.name: s for s in stages(query, meta.source("L"), meta.source("LTQ"), "svc")}
+    assert list(steps) == ["join-0", "side-1-0", "side-1-1", ""]
+    settings = WorkerSettings(worker_id="w", state_dir=tmp_path)
+    first = JoinTask(settings, steps["join-0"].query, steps["join-0"].source, steps["join-0"].sink, 0, "join-0")
+    bad: list[BadRecord] = []
+    written = first.output.keyed(first._joined_row(b"a", 5_000, ["a", 7], [[3]]), b"a", 5_000, 0, bad)
+    assert written is not None and not bad
+    assert written == (b"a", json.dumps({"L_K": "a", "L_X": 7, "L_ROWTIME": 5_000, "T_K": "a", "T_W": 3,
+                                         "_INPUT_ROWTIME": 5_000}, separators=(",", ":")).encode())
+    second = StreamJoinTask(settings, steps[""].query, steps[""].source, steps[""].sink, 0, "")
+    results: list[tuple[bytes, bytes, int]] = []
+    second._process(b"\x00a", written[1], 5_000, 0, results, [])
+    second._process(b"\x01" + rekeyed(b"a", b"q1"), b'{"LK": "a", "Z": 9}', 5_600, 1, results, [])
+    assert [(k, json.loads(v), t) for k, v, t in results] == [(b"a", {"X": 7, "W": 3, "Z": 9, "LT": 5_000}, 5_600)]
 
 
 def test_a_foreign_key_the_right_key_cannot_hold_changes_nothing_and_is_logged(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from millpond.services.worker.task import (
 )
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.plans import PLAN_SPECS, PlanKind
+from millpond.shared.catalog.queries import Resolved
 from millpond.shared.catalog.topology import InternalTopic, internal_topics, stages
 from millpond.shared.sql.parser import parse_statement
 
@@ -441,6 +442,39 @@ def test_a_stream_stream_join_then_a_table_runs_the_windowed_join_then_a_stream_
     assert [c.name for c in staged[-1].source.value_columns] == [
         "C_UID", "C_PAGE", "C_ROWTIME", "V_UID", "V_MS", "_INPUT_ROWTIME"]
     assert [t.name for t in internal_topics("svc", query)] == [joined + "-1", joined]
+
+
+def test_a_stream_joined_after_a_table_has_a_stream_stream_stage_of_its_own() -> None:
+    """``c JOIN p ON ... JOIN v WITHIN ...``: the stream-table join writes its rows keyed by v's
+    join column into the chained topic; that topic (by the rows' time) and v (by its own, from
+    its start offsets) are copied into the stage's own topic; the stream-stream join there
+    writes the result."""
+    meta = _metastore(
+        "CREATE STREAM c (uid VARCHAR KEY, page VARCHAR) WITH (kafka_topic='c', partitions=2, value_format='json')",
+        "CREATE STREAM v (vid VARCHAR KEY, uid VARCHAR, ms INT) WITH (kafka_topic='v', partitions=2, value_format='json')",
+        "CREATE TABLE p (id VARCHAR PRIMARY KEY, owner VARCHAR) WITH (kafka_topic='p', partitions=2, value_format='json')")
+    meta.apply(parse_statement(
+        "CREATE STREAM s AS SELECT c.uid, p.owner, v.ms FROM c LEFT JOIN p ON c.page = p.id "
+        "JOIN v WITHIN 10 SECONDS GRACE PERIOD 1 SECOND ON c.uid = v.uid"), 9, None, Resolved(start_offsets=(5, 6, 7, 8)))
+    query = next(q for q in meta.queries.values() if q.sink == "S")
+    assert query.plan.join is not None and [t.step for t in query.plan.join.tables] == [0, 1]
+    staged = stages(query, meta.source("C"), meta.source("S"), "svc")
+    prefix = "_millpond-svc-" + query.query_id
+    assert [(s.name, s.query.plan.kind, s.source.topic, s.sink.topic, s.query.plan.event_time,
+             s.query.plan.key_expression, s.query.start_offsets) for s in staged] == [
+        ("repartition", PlanKind.PROJECT, "c", prefix + "-repartition", None, "`PAGE`", (5, 6)),
+        ("join-0", PlanKind.STREAM_TABLE_JOIN, prefix + "-repartition", prefix + "-joined-1", None, None, None),
+        ("side-1-0", PlanKind.JOIN_SIDE, prefix + "-joined-1", prefix + "-joined-1-streams", "`_INPUT_ROWTIME`", None,
+         None),
+        ("side-1-1", PlanKind.JOIN_SIDE, "v", prefix + "-joined-1-streams", None, "`UID`", (7, 8)),
+        ("", PlanKind.STREAM_STREAM_JOIN, prefix + "-joined-1-streams", "S", None, None, None)]
+    # The rows so far keep the stream record's own time: the next rows' time is the later record's.
+    assert [c.name for c in staged[1].sink.value_columns] == [
+        "C_UID", "C_PAGE", "C_ROWTIME", "P_ID", "P_OWNER", "_INPUT_ROWTIME"]
+    topics = {t.name: t for t in internal_topics("svc", query)}
+    assert list(topics) == [prefix + "-repartition", prefix + "-joined-1", prefix + "-joined-1-streams"]
+    assert dict(topics[prefix + "-joined-1-streams"].configs) == {
+        "retention.ms": str(7 * 24 * 3_600_000), "message.timestamp.type": "CreateTime"}
 
 
 def test_a_group_by_over_a_stream_stream_join_gathers_at_the_streams_partitions() -> None:

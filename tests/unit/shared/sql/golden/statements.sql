@@ -489,3 +489,19 @@ CREATE TABLE blob_maps AS SELECT id, COLLECT_LIST(attrs) AS l FROM blobs GROUP B
 CREATE TABLE blob_list AS SELECT id, COLLECT_LIST(address) AS l, LATEST_BY_OFFSET(attrs) AS a FROM blobs GROUP BY id;
 CREATE TABLE user_avatars AS SELECT name, COLLECT_LIST(avatar) AS avatars FROM users GROUP BY name;
 CREATE TABLE user_places AS SELECT name, COLLECT_LIST(address) AS places FROM users GROUP BY name;
+-- A stream joined after another JOIN (ksqlDB's n-way joins): a stream-stream stage of its own, after tables or a stream.
+CREATE STREAM views4 (viewer VARCHAR KEY, page VARCHAR, ms INT) WITH (kafka_topic='views4', partitions=3, value_format='json');
+EXPLAIN CREATE STREAM seen_pages_3 AS SELECT v.userid, v.page, p.owner, w.ms FROM visits v JOIN pages p ON v.page = p.page
+  JOIN views3 w WITHIN 1 MINUTE ON v.userid = w.userid;
+CREATE STREAM seen_pages_3 AS SELECT v.userid, v.page, p.owner, w.ms FROM visits v JOIN pages p ON v.page = p.page
+  JOIN views3 w WITHIN 1 MINUTE ON v.userid = w.userid;
+DESCRIBE seen_pages_3;
+EXPLAIN CREATE STREAM three_views AS SELECT v.page, v.ms, w.ms AS ms_3, x.ms AS ms_4 FROM visits v
+  LEFT JOIN views3 w WITHIN 1 MINUTE ON v.userid = w.userid FULL OUTER JOIN views4 x WITHIN (1 SECOND, 2 MINUTES)
+  GRACE PERIOD 10 SECONDS ON v.page = x.page;
+CREATE STREAM three_views_2 AS SELECT v.userid, w.ms FROM visits v JOIN views3 w WITHIN 1 MINUTE ON v.userid = w.userid
+  JOIN views4 x ON v.userid = x.viewer;
+CREATE TABLE three_views_3 AS SELECT v.userid, COUNT(*) AS n FROM visits v JOIN views3 w WITHIN 1 MINUTE
+  ON v.userid = w.userid JOIN views4 x WITHIN 1 MINUTE ON v.userid = x.viewer GROUP BY v.userid;
+CREATE STREAM three_views_4 AS SELECT v.userid, w.ms FROM visits v JOIN views3 w WITHIN 1 MINUTE ON v.userid = w.userid
+  JOIN views3 x WITHIN 1 MINUTE ON v.userid = x.userid;
