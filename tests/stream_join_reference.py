@@ -15,13 +15,14 @@ Joined = tuple[str, Any, Any, int]
 
 
 def expected_stream_join(records: list[tuple[int, str, Any, int]], before: int, after: int, grace: int,
-                         kind: str) -> list[Joined]:
-    """The join's results, sorted."""
+                         kind: str, behind: int = 0) -> list[Joined]:
+    """The join's results, sorted. ``behind``: how much later than the grace period a left
+    record is late (the rows a stream-stream stage before wrote)."""
     stream_time: int | None = None
     on_time: list[tuple[int, str, Any, int]] = []
     for side, key, value, time in records:
         stream_time = time if stream_time is None else max(stream_time, time)
-        if time >= stream_time - grace:
+        if time >= stream_time - grace - (behind if side == 0 else 0):
             on_time.append((side, key, value, time))
     out: list[Joined] = []
     matched: set[int] = set()
@@ -34,7 +35,7 @@ def expected_stream_join(records: list[tuple[int, str, Any, int]], before: int, 
                 matched |= {i, j}
     outer = {"INNER": (), "LEFT": (0,), "RIGHT": (1,), "FULL": (0, 1)}[kind]
     for i, (side, key, value, time) in enumerate(on_time):
-        reach = after if side == 0 else before
+        reach = after if side == 0 else before + behind
         if side in outer and i not in matched and stream_time is not None and time + reach + grace < stream_time:
             out.append((key, value, None, time) if side == 0 else (key, None, value, time))
     return sorted(out, key=repr)

@@ -20,6 +20,14 @@ time passes its time plus the window's reach past it plus the grace period (the 
 after which no record that is not late can join it), and not at all if something joined
 it by then. A buffered record is let go at that same point.
 
+A stream joined after another JOIN joins, as its left side, the rows the stages before it
+wrote, by their time. A stream-stream stage before it writes a row up to its window's reach
+and grace behind its own stream time (an outer row only once its window closed), so those
+rows are late here only that much later, and the right side's records are kept that much
+longer for them (on an outer side, emitted alone only that much later); a row that comes
+after its window here closed joins what is kept and, on an outer side, is emitted at once
+(as Kafka Streams emits such a record).
+
 State: the buffers, the records awaiting their window's close and the stream time, in
 memory. A batch's results and input offset go in one Kafka transaction; a task that starts
 (after a crash, or on a new worker) replays the joined topic up to its committed offset
@@ -123,7 +131,18 @@ class StreamJoinTask(GatheredJoinTask):
         self.join_state = JoinState()
         self.broken = False
         self.rekeyed = (query.plan.key_expression is not None, right.rekey is not None)
+        self.behind = sum(max(t.within.before_ms, t.within.after_ms) + t.within.grace_ms
+                          for t in spec.tables if t.step < spec.step and t.within is not None)
+        """How far behind its stream time a stream-stream stage before this one may write a row:
+        an outer row once its window and grace passed, a pair up to its grace. The rows so far
+        (the left side) are late only that much later, and the right side's records are kept
+        that much longer for them; 0 for a query's first stage."""
         """Which sides are joined on another column than their key (their records' keys: ``rekeyed``)."""
+
+    def kept(self, side: int) -> int:
+        """How long past its time a record of ``side`` may still be joined: its window's reach,
+        the grace period, and for the right side how far behind the left side's rows may come."""
+        return self.reach(side) + self.grace + (self.behind if side == 1 else 0)
 
     def reach(self, side: int) -> int:
         """How far past a record of ``side`` its window reaches (the other side's later records)."""
@@ -160,7 +179,7 @@ class StreamJoinTask(GatheredJoinTask):
         own_key, row = decoded
         state = self.join_state
         state.stream_time = timestamp if state.stream_time is None else max(state.stream_time, timestamp)
-        if timestamp < state.stream_time - self.grace:
+        if timestamp < state.stream_time - self.grace - (self.behind if side == 0 else 0):
             return False
         this = Buffered(timestamp, offset, row, own_key)
         low, high = (timestamp - self.before, timestamp + self.after) if side == 0 else (
@@ -174,7 +193,7 @@ class StreamJoinTask(GatheredJoinTask):
         state.buffers.setdefault((side, k), Buffer()).add(this)
         if side in self.outer and not this.joined:
             state.arrivals += 1
-            heapq.heappush(state.closing, (timestamp + self.reach(side) + self.grace, state.arrivals, side, k, this))
+            heapq.heappush(state.closing, (timestamp + self.kept(side), state.arrivals, side, k, this))
         self._close_windows(results, offset, bad)
         return True
 
@@ -208,7 +227,7 @@ class StreamJoinTask(GatheredJoinTask):
         if state.stream_time is None:
             return
         for (side, k), buffer in list(state.buffers.items()):
-            buffer.expire(state.stream_time - self.reach(side) - self.grace)
+            buffer.expire(state.stream_time - self.kept(side))
             if not buffer.times:
                 del state.buffers[(side, k)]
 

@@ -44,7 +44,7 @@ from millpond.shared.catalog.names import joined_topic, processing_log_topic
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.net import free_port
 from tests.e2e.helpers import pull_until, read_all, read_records, reads_own_writes, run
-from tests.e2e.test_aggregation import produce_timed, scan_partition, wait_progressing
+from tests.e2e.test_aggregation import produce_timed, scan_partition, sorted_lists, wait_progressing
 from tests.e2e.workload import PARTITIONS
 from tests.stream_join_reference import expected_stream_join
 
@@ -958,10 +958,12 @@ async def test_tables_joined_on_several_keys_follow_every_table(join_cluster: Lo
     """Pages joined to their owner's team (a foreign key), then to that team's boss (another
     foreign key, a column of the owners): a join stage per key, LEFT joins, against the three
     tables' rows after two phases of changes on every table, pulled and as the sink's latest
-    records. (The join tasks chained stage by stage through random changes of five tables are
-    unit-tested in test_table_joining.)"""
+    records; and a GROUP BY of the boss over the same chain, its pages counted, summed and
+    listed as the chain's rows give them. (The join tasks chained stage by stage through
+    random changes of five tables are unit-tested in test_table_joining.)"""
     sid = join_cluster.service_id
     pages, owners, bosses, page_bosses = f"nw_pages_{sid}", f"nw_owners_{sid}", f"nw_bosses_{sid}", f"nw_pb_{sid}"
+    per_boss = f"nw_per_boss_{sid}"
     run(join_cluster, f"""
         CREATE TABLE {pages} (page VARCHAR PRIMARY KEY, owner VARCHAR, weight INT)
           WITH (kafka_topic='{pages}', partitions={PARTITIONS}, value_format='json');
@@ -994,9 +996,28 @@ async def test_tables_joined_on_several_keys_follow_every_table(join_cluster: Lo
     await produce_rows(join_cluster.bootstrap, pages, page_records)
     run(join_cluster, f"""
         CREATE TABLE {page_bosses} AS SELECT p.page, p.weight, o.team, b.boss FROM {pages} p
-          LEFT JOIN {owners} o ON p.owner = o.name LEFT JOIN {bosses} b ON o.team = b.id;""")
+          LEFT JOIN {owners} o ON p.owner = o.name LEFT JOIN {bosses} b ON o.team = b.id;
+        CREATE TABLE {per_boss} AS SELECT b.boss, COUNT(*) AS pages, SUM(p.weight) AS weight,
+          COLLECT_LIST(p.page) AS listed FROM {pages} p LEFT JOIN {owners} o ON p.owner = o.name
+          LEFT JOIN {bosses} b ON o.team = b.id GROUP BY b.boss HAVING COUNT(*) > 0;""")
+
+    def bosses_of(joined: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        """The chain's rows per boss (a row without one is in no group; a group all of whose rows
+        left it, COUNT 0, is one HAVING drops), the pages sorted."""
+        groups: dict[str, list[Any]] = {}
+        for page, weight, _, boss in joined.values():
+            if boss is not None:
+                group = groups.setdefault(boss, [boss, 0, 0, []])
+                group[1] += 1
+                group[2] += weight
+                group[3] = sorted([*group[3], page])
+        return groups
+
     rows = chained(page_records, owner_records, boss_records)
     assert await asyncio.to_thread(pull_until, join_cluster, f"SELECT * FROM {page_bosses};", rows) == rows
+    grouped = bosses_of(rows)
+    assert await asyncio.to_thread(pull_until, join_cluster, f"SELECT * FROM {per_boss};", grouped,
+                                   shown=sorted_lists) == grouped
     more_pages, more_owners, more_bosses = page_changes(100), owner_changes(20), boss_changes(6)
     await produce_rows(join_cluster.bootstrap, owners, more_owners[:10], partitions=3)
     await produce_rows(join_cluster.bootstrap, bosses, more_bosses[:3], partitions=2)
@@ -1007,3 +1028,6 @@ async def test_tables_joined_on_several_keys_follow_every_table(join_cluster: Lo
     assert await asyncio.to_thread(pull_until, join_cluster, f"SELECT * FROM {page_bosses};", rows) == rows
     assert await latest_in_sink(join_cluster.bootstrap, page_bosses.upper(), ("WEIGHT", "TEAM", "BOSS")) == rows
     assert any(team is not None and boss is None for _, _, team, boss in rows.values())
+    grouped = bosses_of(rows)
+    assert await asyncio.to_thread(pull_until, join_cluster, f"SELECT * FROM {per_boss};", grouped,
+                                   shown=sorted_lists) == grouped

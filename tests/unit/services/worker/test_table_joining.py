@@ -279,13 +279,15 @@ def test_an_unmatched_record_is_emitted_once_stream_time_passes_its_window_and_g
 @pytest.mark.parametrize("seed", range(3))
 def test_a_stream_joined_after_a_stream_join_matches_the_reference_over_its_rows(tmp_path: Path, kind: str,
                                                                                  seed: int) -> None:
-    """``l JOIN r WITHIN ... JOIN q WITHIN ...``: the first stage's rows, copied by their event
-    time beside q's records in any interleaving, join q as a two-stream join would (the brute
-    force reference over those rows), each side's columns and the left record's ROWTIME kept."""
+    """``l LEFT JOIN r WITHIN ... JOIN q WITHIN ...``: the first stage's rows (its outer ones
+    written only once their window closed, far behind its stream time), copied beside q's
+    records as they come, join q as a two-stream join would (the brute force reference over
+    those rows, the left ones late only past that lag), each side's columns and the left
+    record's ROWTIME kept."""
     meta, query = _planned("LRQ", *STREAMS,
         "CREATE STREAM q (k VARCHAR KEY, z INT) WITH (kafka_topic='q', partitions=1, value_format='json')",
-        f"CREATE STREAM lrq AS SELECT l.k, l.x, r.y, q.z, l.ROWTIME AS lt FROM l JOIN r WITHIN 2 SECONDS "
-        f"GRACE PERIOD 1 SECOND ON l.k = r.k {kind} JOIN q WITHIN (1 SECOND, 3 SECONDS) GRACE PERIOD 2 SECONDS "
+        f"CREATE STREAM lrq AS SELECT l.k, l.x, r.y, q.z, l.ROWTIME AS lt FROM l LEFT JOIN r WITHIN 2 SECONDS "
+        f"GRACE PERIOD 1 SECOND ON l.k = r.k {kind} JOIN q WITHIN (1 SECOND, 3 SECONDS) GRACE PERIOD 500 MILLISECONDS "
         "ON l.k = q.k")
     steps = {s.name: s for s in stages(query, meta.source("L"), meta.source("LRQ"), "svc")}
     assert list(steps) == ["side-0", "side-1", "join-0", "side-1-0", "side-1-1", ""]
@@ -293,39 +295,45 @@ def test_a_stream_joined_after_a_stream_join_matches_the_reference_over_its_rows
     settings = WorkerSettings(worker_id="w", state_dir=tmp_path)
     first, second = (StreamJoinTask(settings, steps[n].query, steps[n].source, steps[n].sink, 0, n)
                      for n in ("join-0", ""))
+    assert (first.behind, second.behind) == (0, 2_000 + 1_000)
     rng = random.Random(seed)
-    now, pairs, lefts = 0, [], {}
-    chained: list[tuple[bytes, bytes, int]] = []
+    now, lefts = 0, {}
+    # The first stage's rows, each with the stage's stream time when it wrote it: when it reaches the next stage.
+    chained: list[tuple[bytes, bytes, int, int]] = []
     for offset in range(300):
         now += rng.randrange(0, 500)
         side, key, value, time = rng.randrange(2), f"k{rng.randrange(3)}", offset, now - rng.randrange(0, 1_500)
         if side == 0:
             lefts[value] = time
+        written: list[tuple[bytes, bytes, int]] = []
         first._process(bytes([side]) + key.encode(), json.dumps({"XY"[side]: value}).encode(), time, offset,
-                       chained, [])
-        pairs.append((side, key, value, time))
-    assert chained, "the first stage joined nothing"
-    # The second stage's topic: the first stage's rows (side 0) and q's records (side 1), interleaved.
+                       written, [])
+        chained += [(k, v, t, first.join_state.stream_time or 0) for k, v, t in written]
+    assert any(json.loads(v)["R_Y"] is None for _, v, _, _ in chained), "the first stage wrote no outer row"
     rows = []
-    for key, value, time in chained:
+    for key, value, time, written_at in chained:
         row = json.loads(value)
         assert row["_INPUT_ROWTIME"] == time and row["L_ROWTIME"] == lefts[row["L_X"]]
-        rows.append((0, key.decode(), (row["L_X"], row["R_Y"]), time))
-    rights = [(1, f"k{rng.randrange(3)}", 1_000 + index, rng.randrange(0, now)) for index in range(200)]
-    # Roughly in time order, some records out of order within the grace period and some beyond it.
-    arrivals = sorted(rows + rights, key=lambda r: r[3] + rng.randrange(0, 3_000))
+        rows.append(((0, key.decode(), (row["L_X"], row["R_Y"]), time), written_at, value))
+    rights = [((1, f"k{rng.randrange(3)}", 1_000 + i, t), t, json.dumps({"Z": 1_000 + i}).encode())
+              for i, t in enumerate(rng.randrange(0, now) for _ in range(200))]
+    # As they come: by when they were written, some out of order.
+    arrivals = sorted(rows + rights, key=lambda r: r[1] + rng.randrange(0, 1_000))
     got: list[tuple[str, Any, Any, int]] = []
-    for offset, (side, key, value, time) in enumerate(arrivals):
-        results: list[tuple[bytes, bytes, int]] = []
-        payload = {"Z": value} if side else next(json.loads(v) for k, v, t in chained
-                                                 if json.loads(v)["L_X"] == value[0] and json.loads(v)["R_Y"] == value[1])
-        second._process(bytes([side]) + key.encode(), json.dumps(payload).encode(), time, offset, results, [])
-        for result_key, result, result_time in results:
-            out = json.loads(result)
-            assert out["LT"] == (None if out["X"] is None else lefts[out["X"]])
-            got.append((result_key.decode(), None if out["X"] is None else (out["X"], out["Y"]), out["Z"], result_time))
-    want = expected_stream_join(arrivals, 1_000, 3_000, 2_000, kind.split()[0])
+    results: list[tuple[bytes, bytes, int]] = []
+    for offset, ((side, key, _, time), _, payload) in enumerate(arrivals):
+        second._process(bytes([side]) + key.encode(), payload, time, offset, results, [])
+        if offset % 50 == 0:
+            second._expire()
+    for result_key, result, result_time in results:
+        out = json.loads(result)
+        assert out["LT"] == (None if out["X"] is None else lefts[out["X"]])
+        got.append((result_key.decode(), None if out["X"] is None else (out["X"], out["Y"]), out["Z"], result_time))
+    want = expected_stream_join([record for record, _, _ in arrivals], 1_000, 3_000, 500, kind.split()[0],
+                                behind=3_000)
     assert len(want) > 10 and sorted(got, key=repr) == sorted(want, key=repr)
+    # Without the allowance the first stage's outer rows would be late here.
+    assert any(right is None or left[1] is None for _, left, right, _ in want if left is not None) or kind == "INNER"
 
 
 def test_a_stream_joined_after_a_table_joins_the_rows_with_the_stream_records_time(tmp_path: Path) -> None:
@@ -351,6 +359,33 @@ def test_a_stream_joined_after_a_table_joins_the_rows_with_the_stream_records_ti
     second._process(b"\x00a", written[1], 5_000, 0, results, [])
     second._process(b"\x01" + rekeyed(b"a", b"q1"), b'{"LK": "a", "Z": 9}', 5_600, 1, results, [])
     assert [(k, json.loads(v), t) for k, v, t in results] == [(b"a", {"X": 7, "W": 3, "Z": 9, "LT": 5_000}, 5_600)]
+
+
+def test_a_stream_stage_before_the_last_writes_its_rows_keyed_by_the_next_expression(tmp_path: Path) -> None:
+    """``l JOIN r WITHIN .. LEFT JOIN q WITHIN .. LEFT JOIN t ON l.x = t.id``: the second
+    stream's stage writes each row (its outer ones too) keyed by the table's key type, every
+    column so far with the left record's ROWTIME, for the table's stage."""
+    meta, query = _planned("LRQT", *STREAMS,
+        "CREATE STREAM q (k VARCHAR KEY, z INT) WITH (kafka_topic='q', partitions=1, value_format='json')",
+        "CREATE TABLE t (id INT PRIMARY KEY, w INT) WITH (kafka_topic='t', partitions=1, value_format='json')",
+        "CREATE STREAM lrqt AS SELECT t.id, r.y, q.z, t.w FROM l JOIN r WITHIN 1 SECOND ON l.k = r.k "
+        "LEFT JOIN q WITHIN 1 SECOND GRACE PERIOD 0 SECONDS ON l.k = q.k LEFT JOIN t ON l.x = t.id")
+    steps = {s.name: s for s in stages(query, meta.source("L"), meta.source("LRQT"), "svc")}
+    assert list(steps) == ["side-0", "side-1", "join-0", "side-1-0", "side-1-1", "join-1", ""]
+    stage = steps["join-1"]
+    task = StreamJoinTask(WorkerSettings(worker_id="w", state_dir=tmp_path), stage.query, stage.source, stage.sink, 0,
+                          "join-1")
+    pair = {"L_K": "a", "L_X": 7, "L_ROWTIME": 900, "R_K": "a", "R_Y": 2, "_INPUT_ROWTIME": 1_000}
+    results: list[tuple[bytes, bytes, int]] = []
+    task._process(b"\x00a", json.dumps(pair).encode(), 1_000, 0, results, [])
+    task._process(b"\x01a", b'{"Z": 5}', 1_500, 1, results, [])
+    task._process(b"\x01c", b'{"Z": 6}', 3_001, 2, results, [])  # a's window (1 s, grace 0) is past: nothing more
+    task._process(b"\x00b", json.dumps({**pair, "L_K": "b", "L_X": 8, "_INPUT_ROWTIME": 4_000}).encode(), 4_000, 3,
+                  results, [])
+    task._process(b"\x01c", b'{"Z": 9}', 6_000, 4, results, [])  # b's window closes: b alone, with NULLs for q
+    assert [(deserialize_key(k, SqlType("INT")), json.loads(v), t) for k, v, t in results] == [
+        (7, {**pair, "Q_K": "a", "Q_Z": 5, "_INPUT_ROWTIME": 1_500}, 1_500),
+        (8, {**pair, "L_K": "b", "L_X": 8, "Q_K": None, "Q_Z": None, "_INPUT_ROWTIME": 4_000}, 4_000)]
 
 
 def test_a_foreign_key_the_right_key_cannot_hold_changes_nothing_and_is_logged(tmp_path: Path) -> None:

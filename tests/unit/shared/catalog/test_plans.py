@@ -477,6 +477,30 @@ def test_a_stream_joined_after_a_table_has_a_stream_stream_stage_of_its_own() ->
         "retention.ms": str(7 * 24 * 3_600_000), "message.timestamp.type": "CreateTime"}
 
 
+def test_three_streams_and_a_table_take_each_streams_own_start_offsets() -> None:
+    """``a JOIN b WITHIN .. JOIN p ON .. JOIN c WITHIN ..`` under auto.offset.reset=latest: the
+    start offsets cover the three streams in the order they are joined; each side stage of a
+    stream takes its own, the stages reading the query's topics none."""
+    meta = _metastore(*(
+        f"CREATE STREAM {s} (id VARCHAR KEY, page VARCHAR, {s}_v INT) "
+        f"WITH (kafka_topic='{s}', partitions=2, value_format='json')" for s in "abc"),
+        "CREATE TABLE p (id VARCHAR PRIMARY KEY, owner VARCHAR) WITH (kafka_topic='p', partitions=2, value_format='json')")
+    meta.apply(parse_statement(
+        "CREATE STREAM abpc AS SELECT c.page, a_v, b_v, c_v, p.owner FROM a JOIN b WITHIN 1 MINUTE ON a.id = b.id "
+        "LEFT JOIN p ON a.page = p.id JOIN c WITHIN 1 MINUTE ON p.id = c.page"), 9, None,
+        Resolved(start_offsets=(10, 11, 20, 21, 30, 31)))
+    query = next(q for q in meta.queries.values() if q.sink == "ABPC")
+    staged = stages(query, meta.source("A"), meta.source("ABPC"), "svc")
+    assert [(s.name, s.query.plan.kind, s.source.topic, s.query.start_offsets) for s in staged] == [
+        ("side-0", PlanKind.JOIN_SIDE, "a", (10, 11)), ("side-1", PlanKind.JOIN_SIDE, "b", (20, 21)),
+        ("join-0", PlanKind.STREAM_STREAM_JOIN, f"_millpond-svc-{query.query_id}-joined", None),
+        ("join-1", PlanKind.STREAM_TABLE_JOIN, f"_millpond-svc-{query.query_id}-joined-1", None),
+        ("side-2-0", PlanKind.JOIN_SIDE, f"_millpond-svc-{query.query_id}-joined-2", None),
+        ("side-2-1", PlanKind.JOIN_SIDE, "c", (30, 31)),
+        ("", PlanKind.STREAM_STREAM_JOIN, f"_millpond-svc-{query.query_id}-joined-2-streams", None)]
+    assert staged[5].query.plan.key_expression == "`PAGE`"  # c re-keyed by the column it is joined on
+
+
 def test_a_group_by_over_a_stream_stream_join_gathers_at_the_streams_partitions() -> None:
     """The streams' sides gather in the joined topic, at the streams' partition count whatever
     the table's; the join writes each pair keyed by the GROUP BY into the grouped topic, at
