@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from millpond.shared.catalog.metastore import Metastore, check_column_names
+from millpond.shared.catalog.plans import PlanKind
 from millpond.shared.catalog.queries import JoinWindow, PersistentQuery, QueryPlan
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.catalog.upgrades import check_upgrades
@@ -101,6 +102,9 @@ def plan_lines(plan: QueryPlan, source: DataSource, sink: DataSource) -> list[st
         key=plan.key_column,
         aggregates=", ".join(f"{a.column} = {a.function}({a.argument})" for a in plan.aggregates),
         columns=", ".join(f"{c.name} = {c.expression}" for c in plan.columns), join=join))
+    if plan.kind is PlanKind.STREAM_TABLE_JOIN and plan.join is not None and any(
+            t.within is not None for t in plan.join.tables):  # a stream joined after the tables
+        steps[-1] += "; each later stream's records within its window, in memory, rebuilt from its stage's topic"
     repartition = (f"[ REPARTITION ] | Key: {plan.key_expression or plan.key_column} | "
                    f"Partitions: {source.partitions} -> {sink.partitions}")
     if plan.regrouped is not None:  # a table's rows (over a join: the joined table's) regrouped, then aggregated

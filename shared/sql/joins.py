@@ -119,7 +119,8 @@ def _sides(query: ast.Query, stream: DataSource, tables: tuple[DataSource, ...])
     names = [table.name for table in tables]
     for name in names:
         if names.count(name) > 1:
-            raise StatementError(f"{name} is joined twice; a query may join each table once")
+            raise StatementError(f"{name} is joined twice; a query may join each source once: copy it into "
+                                 "another stream or table first (CREATE ... AS SELECT * FROM ...)")
     topics = [side.topic for side in (stream, *tables)]
     # Two sides each copied by a stage (tables joined with tables, or a stream joined anywhere).
     for topic in topics if stream.kind == tables[0].kind or "STREAM" in (t.kind for t in tables[1:]) else ():
