@@ -608,10 +608,11 @@ def partial_columns(plan: QueryPlan, signed: bool = False) -> tuple[list[Any], l
 
 def states(row: Any, skip: int, shape: list[int]) -> list[list[Any]]:
     """One partial state per aggregate from a collected row: its values after the first
-    ``skip``, ``shape`` values per aggregate."""
+    ``skip``, ``shape`` values per aggregate, as a store keeps them (``stored``: BYTES as
+    base64 text, which the table's rows give back as bytes, ``task.aggregate_rows``)."""
     values, out, at = list(row)[skip:], [], 0
     for width in shape:
-        out.append(plain(values[at:at + width]))
+        out.append(stored(values[at:at + width]))
         at += width
     return out
 

@@ -474,10 +474,15 @@ def aggregate_rows(sink: DataSource, aggs: list[aggregates.Aggregate],
     WINDOWEND next, then the aggregates) is made from a stored state, with its key decoder
     and finalizers looked up once (a scan makes thousands of rows)."""
     decode = key_decoder(sink.key_columns)
-    finals = [agg.finalize for agg in aggs]
     window = sink.window
     # The plan's value columns that are a window's bounds (SELECT WINDOWSTART AS ws, ...), in order.
     bounds = [c.expression if c.expression in (WINDOW_START, WINDOW_END) else None for c in columns if not c.key]
+    # A state keeps BYTES as base64 text (``reducers.stored``): the row has them back as bytes.
+    results = [c.type for c, bound in zip(sink.value_columns, bounds or [None] * len(sink.value_columns), strict=False)
+               if bound is None]
+    decoders = [bytes_decoder(t) for t in results] if len(results) == len(aggs) else [None] * len(aggs)
+    finals = [agg.finalize if to_bytes is None else _with_bytes(agg.finalize, to_bytes)
+              for agg, to_bytes in zip(aggs, decoders, strict=True)]
     if window is not None and any(bounds):
         def bounded_row(key: bytes, state: list[Any]) -> list[Any]:
             inner, start, end = window_bounds(key, window)
@@ -497,6 +502,15 @@ def aggregate_rows(sink: DataSource, aggs: list[aggregates.Aggregate],
         return [*decode(key), *[final(s) for final, s in zip(finals, state, strict=True)]]
 
     return row
+
+
+def _with_bytes(finalize: Callable[[list[Any]], Any], to_bytes: Callable[[Any], Any]) -> Callable[[list[Any]], Any]:
+    """``finalize`` whose result has its BYTES back from the base64 text the state keeps."""
+    def final(state: list[Any]) -> Any:
+        value = finalize(state)
+        return None if value is None else to_bytes(value)
+
+    return final
 
 
 KEPT_STORE_MAX_AGE_MS = JOINED_TOMBSTONES_MS - 24 * 3_600_000

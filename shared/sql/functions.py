@@ -27,14 +27,13 @@ KINDS: dict[str, frozenset[str] | None] = {
     "array": frozenset({"ARRAY"}),
     "any": None,
     "orderable": frozenset({"BOOLEAN", "INT", "BIGINT", "DOUBLE", "DECIMAL", "VARCHAR", "TIMESTAMP", "DATE", "TIME"}),
-    "storable": None,
-    "comparable": None,
+    "listable": None,
 }
 KIND_NOTES = {"orderable": "BOOLEAN, a number, VARCHAR, DATE, TIME or TIMESTAMP"}
 """What a kind admits, where its name does not say it."""
-HELD_APART: dict[str, frozenset[str]] = {"storable": frozenset({"BYTES"}), "comparable": frozenset({"BYTES", "MAP"})}
-"""Kinds of any type but these, at any depth: an aggregate state is JSON, which holds no bytes
-(``storable``), and Spark neither orders nor sets apart maps (``comparable``)."""
+HELD_APART: dict[str, frozenset[str]] = {"listable": frozenset({"MAP"})}
+"""Kinds of any type but these, at any depth: Spark orders no map, so COLLECT_LIST, which
+orders its values by offset in structs, takes none (``listable``)."""
 
 
 def holds(type_: SqlType, bases: frozenset[str]) -> bool:

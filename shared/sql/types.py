@@ -171,7 +171,7 @@ def _check_call(call: ast.Call, scope: Scope, aggregates_allowed: bool) -> SqlTy
             note = f" ({functions.KIND_NOTES[agg.param]})" if agg.param in functions.KIND_NOTES else ""
             what = f"{call.name} needs {'an' if agg.param[0] in 'aeiou' else 'a'} {agg.param} argument{note}" \
                 if apart is None else \
-                f"{call.name} cannot aggregate a value of {' or '.join(sorted(apart))}, nor one holding them"
+                f"{call.name} cannot aggregate a {' or '.join(sorted(apart))} value, nor a value holding one"
             raise _clash(what, (call.args[0], argument))
         return agg.result_type(argument)
     fn = functions.lookup(call.name)

@@ -53,7 +53,7 @@ from millpond.services.worker.spark import create_session
 from millpond.services.worker.state.store import encode_state
 from millpond.services.worker.state.table_topic import TableTopicReader
 from millpond.services.worker.table_joining import rekeyed, split_rekeyed
-from millpond.services.worker.task import AggregationTask, ProjectionTask, TableTask, Task, table_rows
+from millpond.services.worker.task import AggregationTask, ProjectionTask, TableTask, Task, group_rows, table_rows
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.topology import stages
 from millpond.shared.config import WorkerSettings as Settings
@@ -534,6 +534,25 @@ def test_a_tables_collected_lists_take_back_retracted_rows_in_input_order(spark:
               for piece in slices.values() for key, partial in piece.partials}
     # p1 added (5), p1 added again (6), the first p1 (5) taken back as its last occurrence, p2 added.
     assert folded == {b"a": [[["p1", "p2"]], [[6, None]]], b"b": [[[]], [[]]]}
+
+
+def test_bytes_aggregate_as_base64_text_and_come_back_as_bytes(spark: SparkSession, tmp_path: Path) -> None:
+    """LATEST_BY_OFFSET, EARLIEST_BY_OFFSET and COLLECT_LIST of BYTES: the state keeps each
+    value as base64 text (JSON holds no bytes), and the table's row has the bytes back."""
+    statements = (
+        "CREATE STREAM blobs (id VARCHAR KEY, data BYTES) WITH (kafka_topic='blobs', partitions=1, value_format='json')",
+        "CREATE TABLE blob_rows AS SELECT id, LATEST_BY_OFFSET(data) AS last, EARLIEST_BY_OFFSET(data) AS first, "
+        "COLLECT_LIST(data) AS every FROM blobs GROUP BY id")
+    slices = stage_slices(spark, tmp_path, statements, "BLOB_ROWS", 0, [
+        (b"a", b'{"DATA": "AAE="}', 0, 0), (b"a", b'{"DATA": null}', 0, 1), (b"a", b'{"DATA": "/w=="}', 0, 2)])
+    ((key, partial),) = slices[0].partials
+    json.loads(encode_state(partial))  # a state the store and the changelog can keep
+    meta = Metastore()
+    for offset, sql in enumerate(statements):
+        meta.apply(parse_statement(sql), offset)
+    query = next(q for q in meta.queries.values() if q.sink == "BLOB_ROWS")
+    assert group_rows(query, meta.source("BLOB_ROWS"))(key, partial) == [
+        "a", b"\xff", b"\x00\x01", [b"\x00\x01", None, b"\xff"]]
 
 
 def test_a_tables_json_key_regroups_as_one_row_however_it_is_spelled(spark: SparkSession, tmp_path: Path) -> None:
