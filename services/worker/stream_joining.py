@@ -131,13 +131,13 @@ class StreamJoinTask(GatheredJoinTask):
         self.join_state = JoinState()
         self.broken = False
         self.rekeyed = (query.plan.key_expression is not None, right.rekey is not None)
+        """Which sides are joined on another column than their key (their records' keys: ``rekeyed``)."""
         self.behind = sum(max(t.within.before_ms, t.within.after_ms) + t.within.grace_ms
                           for t in spec.tables if t.step < spec.step and t.within is not None)
         """How far behind its stream time a stream-stream stage before this one may write a row:
         an outer row once its window and grace passed, a pair up to its grace. The rows so far
         (the left side) are late only that much later, and the right side's records are kept
         that much longer for them; 0 for a query's first stage."""
-        """Which sides are joined on another column than their key (their records' keys: ``rekeyed``)."""
 
     def kept(self, side: int) -> int:
         """How long past its time a record of ``side`` may still be joined: its window's reach,

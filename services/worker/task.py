@@ -477,12 +477,12 @@ def aggregate_rows(sink: DataSource, aggs: list[aggregates.Aggregate],
     window = sink.window
     # The plan's value columns that are a window's bounds (SELECT WINDOWSTART AS ws, ...), in order.
     bounds = [c.expression if c.expression in (WINDOW_START, WINDOW_END) else None for c in columns if not c.key]
-    # A state keeps BYTES as base64 text (``reducers.stored``): the row has them back as bytes.
-    results = [c.type for c, bound in zip(sink.value_columns, bounds or [None] * len(sink.value_columns), strict=False)
+    # A state keeps BYTES as base64 text (``reducers.stored``): the row has them back as bytes,
+    # by the type of the aggregate's column (the sink's value columns but the window bounds).
+    results = [c.type for c, bound in zip(sink.value_columns, bounds or [None] * len(sink.value_columns), strict=True)
                if bound is None]
-    decoders = [bytes_decoder(t) for t in results] if len(results) == len(aggs) else [None] * len(aggs)
-    finals = [agg.finalize if to_bytes is None else _with_bytes(agg.finalize, to_bytes)
-              for agg, to_bytes in zip(aggs, decoders, strict=True)]
+    finals = [agg.finalize if (to_bytes := bytes_decoder(t)) is None else _with_bytes(agg.finalize, to_bytes)
+              for agg, t in zip(aggs, results, strict=True)]
     if window is not None and any(bounds):
         def bounded_row(key: bytes, state: list[Any]) -> list[Any]:
             inner, start, end = window_bounds(key, window)

@@ -499,12 +499,12 @@ def _chained_join(query: PersistentQuery, source: DataSource, sink: DataSource, 
               else [Stage("", first, source, inputs[0])])
     result[-1] = replace(result[-1], name="join-0")
     for step, reads in enumerate(inputs, start=1):
-        last = step == spec.steps - 1
+        last, kind = step == spec.steps - 1, _stage_kind(spec, step)
         staged = replace(query, start_offsets=None, plan=replace(
-            plan, kind=_stage_kind(spec, step), source=reads.name, join=replace(spec, step=step), key_expression=None,
+            plan, kind=kind, source=reads.name, join=replace(spec, step=step), key_expression=None,
             repartition=False, event_time=None) if last else keyed_plan(step, inputs[step]))
         into = sink if last else inputs[step]
-        if _stage_kind(spec, step) is PlanKind.STREAM_STREAM_JOIN:
+        if kind is PlanKind.STREAM_STREAM_JOIN:
             # The rows so far and the stream, each copied into the stage's topic, stamped with their event time.
             stage = _join_stage(staged, reads, into,
                                 streams_topic(service_id, query.query_id, step), f"{step}-",
