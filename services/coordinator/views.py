@@ -100,7 +100,7 @@ def plan_lines(plan: QueryPlan, source: DataSource, sink: DataSource) -> list[st
         f"{t.table.topic})" for t in plan.join.tables)
     steps.append(plan.kind.spec.explain.format(
         key=plan.key_column,
-        aggregates=", ".join(f"{a.column} = {a.function}({a.argument})" for a in plan.aggregates),
+        aggregates=", ".join(f"{a.column} = {a.shown()}" for a in plan.aggregates),
         columns=", ".join(f"{c.name} = {c.expression}" for c in plan.columns), join=join))
     if plan.kind is PlanKind.STREAM_TABLE_JOIN and plan.join is not None and any(
             t.within is not None for t in plan.join.tables):  # a stream joined after the tables

@@ -118,7 +118,7 @@ def arrow_forms(arguments: T.StructType, query: PersistentQuery) -> list[tuple[s
     ``arguments`` schema, one field per aggregate); None: the batch is reduced in Spark."""
     out = []
     for call, field in zip(query.plan.aggregates, arguments.fields, strict=True):
-        forms = aggregates.require(call.function).arrow
+        forms = aggregates.of(call.function, call.literals).arrow
         exact = all(form in ("count", "sum") for form in forms)
         if not forms or not isinstance(field.dataType, _ARROW_SUMMABLE if exact else _ARROW_EXACT):
             return None
@@ -596,7 +596,7 @@ def partial_columns(plan: QueryPlan, signed: bool = False) -> tuple[list[Any], l
     columns: list[Any] = []
     shape: list[int] = []
     for i, call in enumerate(plan.aggregates):
-        aggregate = aggregates.require(call.function)
+        aggregate = aggregates.of(call.function, call.literals)
         undo = aggregate.undo
         if signed and undo is None:
             raise MillpondError(f"{call.function} cannot take back a table's row (the planner admits no such query)")

@@ -451,7 +451,7 @@ def table_rows(table: DataSource) -> Callable[[bytes, list[Any]], list[Any]]:
 def group_rows(query: PersistentQuery, sink: DataSource) -> RowFn:
     """A GROUP BY table's rows (``aggregate_rows``), without those its HAVING drops (a HAVING
     that cannot be computed for a row drops it)."""
-    row = aggregate_rows(sink, [aggregates.require(a.function) for a in query.plan.aggregates], query.plan.columns)
+    row = aggregate_rows(sink, [aggregates.of(a.function, a.literals) for a in query.plan.aggregates], query.plan.columns)
     having = having_over_result(statement_query(query.statement)) if query.plan.having is not None else None
     if having is None:
         return row
@@ -553,7 +553,7 @@ class AggregationTask(StoreTask[AggregateSlice]):
     def __init__(self, settings: WorkerSettings, query: PersistentQuery, source: DataSource,
                  sink: DataSource, partition: int, stage: str = ""):
         super().__init__(settings, query, source, sink, partition, stage)
-        self.aggregates = [aggregates.require(a.function) for a in query.plan.aggregates]
+        self.aggregates = [aggregates.of(a.function, a.literals) for a in query.plan.aggregates]
         # A table aggregation's partials add and take back rows (``Aggregate.undo``).
         self._mergers = [agg.merger(signed=query.plan.regrouped is not None) for agg in self.aggregates]
         self._row = group_rows(query, sink)

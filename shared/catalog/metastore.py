@@ -403,7 +403,8 @@ _UNSET_NEWER: dict[str, Any] = {"window": None, "event_time": None, "timestamp_f
 digest, so a definition that does not use them hashes as it did before they existed."""
 
 
-_UNSET_NEWER_NESTED: dict[str, Any] = {"within": None, "foreign_key": None, "rekey": None, "step": 0}
+_UNSET_NEWER_NESTED: dict[str, Any] = {"within": None, "foreign_key": None, "rekey": None, "step": 0,
+                                        "literals": ()}
 """The same inside tuples (a join's tables), where the older fields always stayed in."""
 
 

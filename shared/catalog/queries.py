@@ -31,6 +31,14 @@ class AggregateCall:
     column: str
     function: str
     argument: str
+    literals: tuple[int | bool, ...] = ()
+    """The literal arguments after the column (``LATEST_BY_OFFSET(x, 3, false)``: 3 and False),
+    which ``aggregates.of`` makes the aggregate with."""
+
+    def shown(self) -> str:
+        """The call as SQL, for EXPLAIN and messages."""
+        literals = "".join(f", {str(p).lower() if isinstance(p, bool) else p}" for p in self.literals)
+        return f"{self.function}({self.argument}{literals})"
 
 
 @dataclass(frozen=True)

@@ -112,7 +112,7 @@ def _key(column: str | None, expression: str | None) -> str:
 
 
 def _aggregates(calls: tuple[AggregateCall, ...]) -> str:
-    return "[" + ", ".join(f"{a.column} = {a.function}({a.argument})" for a in calls) + "]"
+    return "[" + ", ".join(f"{a.column} = {a.shown()}" for a in calls) + "]"
 
 
 def _windows(window: WindowSpec | None) -> str:

@@ -10,11 +10,12 @@ can travel in the changelog.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from millpond.shared.errors import StatementError
+from millpond.shared.sql import ast
 from millpond.shared.sql.ast import SqlType
 
 State = list[Any]
@@ -44,16 +45,78 @@ def _pick(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
     return pick
 
 
-def _by_offset(newer: bool) -> Callable[[State, State], State]:
-    def merge(old: State, new: State) -> State:
-        if old[1] is None:
-            return new
-        if new[1] is None:
-            return old
-        later = new[1] > old[1]
-        return new if later == newer else old
+def _by_offset(name: str, newer: bool, count: int | None = None, skip_nulls: bool = True) -> Aggregate:
+    """LATEST_BY_OFFSET (``newer``) or EARLIEST_BY_OFFSET, as ksqlDB's: the value of the
+    greatest (least) offset, NULLs passed over unless ``skip_nulls`` is False; with a
+    ``count``, the array of that many values of the greatest (least) offsets, in offset order.
 
-    return merge
+    The state of one value is [value, offset] (offset None: none yet); of ``count`` values,
+    [entries], each entry {"o": offset, "v": value} in offset order."""
+    pick = "max" if newer else "min"
+
+    def order(x: str) -> str:
+        return f"IF(({x}) IS NULL, NULL, {OFFSET})" if skip_nulls else OFFSET
+
+    if count is None:
+        def merge(old: State, new: State) -> State:
+            if old[1] is None:
+                return new
+            if new[1] is None:
+                return old
+            return new if (new[1] > old[1]) == newer else old
+
+        return Aggregate(name, lambda x: [f"{pick}_by({x}, {order(x)})", f"{pick}({order(x)})"], merge,
+                         lambda s: s[0], lambda t: t, given=_by_offset_given(name, newer), literals=by_offset_literals)
+
+    def partials(x: str) -> list[str]:
+        entry = f"named_struct('o', {OFFSET}, 'v', {x})"
+        entries = _offset_sorted(f"collect_list({f'IF(({x}) IS NULL, NULL, {entry})' if skip_nulls else entry})")
+        return [f"reverse(slice(reverse({entries}), 1, {count}))" if newer else f"slice({entries}, 1, {count})"]
+
+    def merge_entries(old: State, new: State) -> State:
+        entries = sorted([*(old[0] or []), *(new[0] or [])], key=lambda e: e["o"])
+        return [entries[-count:] if newer else entries[:count]]
+
+    return Aggregate(name, partials, merge_entries, lambda s: [e["v"] for e in s[0] or []],
+                     lambda t: SqlType("ARRAY", (t,)), given=_by_offset_given(name, newer),
+                     literals=by_offset_literals)
+
+
+def _by_offset_given(name: str, newer: bool) -> Callable[[tuple[int | bool, ...]], Aggregate]:
+    def given(literals: tuple[int | bool, ...]) -> Aggregate:
+        count = next((p for p in literals if not isinstance(p, bool)), None)
+        skip_nulls = next((p for p in literals if isinstance(p, bool)), True)
+        return _by_offset(name, newer, count, skip_nulls)
+
+    return given
+
+
+def by_offset_literals(name: str, args: Sequence[ast.Expr]) -> tuple[int | bool, ...]:
+    """The literal arguments of a LATEST_BY_OFFSET or EARLIEST_BY_OFFSET call after its
+    column, as ksqlDB takes them: how many values (an INT of 1 or more), then whether to skip
+    NULLs (a BOOLEAN), each optional."""
+    which = "latest" if name == "LATEST_BY_OFFSET" else "earliest"
+    usage = (f"{name} takes a column, then optionally how many {which} values to give (an INT literal of 1 or "
+             f"more, giving an ARRAY) and whether to skip NULLs (a BOOLEAN literal, TRUE by default): "
+             f"{name}(x), {name}(x, false), {name}(x, 3) or {name}(x, 3, false)")
+    if len(args) > 2:
+        raise StatementError(f"{usage}; got {len(args) + 1} arguments")
+    literals: list[int | bool] = []
+    for index, arg in enumerate(args):
+        last = index == len(args) - 1
+        if isinstance(arg, ast.Literal) and arg.type.base == "BOOLEAN" and last:
+            literals.append(bool(arg.value))
+        elif isinstance(arg, ast.Literal) and arg.type.base == "INT" and index == 0 and arg.value >= 1:
+            literals.append(int(arg.value))
+        else:
+            raise StatementError(f"{usage}; got {ast.to_sql(arg)} as its argument {index + 2}")
+    return tuple(literals)
+
+
+def _offset_sorted(entries: str) -> str:
+    """Spark SQL of an array of structs sorted by their offset ``o``, compared alone: whatever
+    the other fields hold (a plain sort of structs fails on a MAP, which Spark orders not)."""
+    return f"array_sort({entries}, (l, r) -> IF(l.o < r.o, -1, IF(l.o > r.o, 1, 0)))"
 
 
 def _in_offset_order(x: str) -> str:
@@ -124,6 +187,12 @@ class Aggregate:
     undo_merge: Callable[[State | None, State], State] | None = None
     """How a partial of ``undo``'s forms changes a state (None: the group has none yet), when
     it is not a state itself; None: ``merge`` merges it, and a group's first is its state."""
+    given: Callable[[tuple[int | bool, ...]], Aggregate] | None = None
+    """The aggregate with the literal arguments a call gives after its column (``literals``
+    checks them); None: it takes none."""
+    literals: Callable[[str, Sequence[ast.Expr]], tuple[int | bool, ...]] | None = None
+    """The literal arguments after the column of a call of it, checked (a StatementError
+    saying what it takes); None: it takes none."""
 
     def merger(self, signed: bool) -> Callable[[State | None, State], State]:
         """How a batch's partial changes a group's state (None: the group has none yet);
@@ -152,10 +221,8 @@ AGGREGATES: dict[str, Aggregate] = {
                   lambda s: s[0], lambda t: t, "orderable", arrow=("min",)),
         Aggregate("MAX", lambda x: [f"max({x})"], lambda o, n: [_pick(max)(o[0], n[0])],
                   lambda s: s[0], lambda t: t, "orderable", arrow=("max",)),
-        Aggregate("LATEST_BY_OFFSET", lambda x: [f"max_by({x}, {OFFSET})", f"max({OFFSET})"],
-                  _by_offset(newer=True), lambda s: s[0], lambda t: t),
-        Aggregate("EARLIEST_BY_OFFSET", lambda x: [f"min_by({x}, {OFFSET})", f"min({OFFSET})"],
-                  _by_offset(newer=False), lambda s: s[0], lambda t: t),
+        _by_offset("LATEST_BY_OFFSET", newer=True),
+        _by_offset("EARLIEST_BY_OFFSET", newer=False),
         Aggregate("COUNT_DISTINCT", lambda x: [f"collect_set({x})"],
                   lambda o, n: [sorted(set(o[0] or []) | set(n[0] or []), key=repr)],
                   lambda s: len(s[0] or []), lambda _t: _BIGINT, "orderable"),
@@ -171,6 +238,17 @@ AGGREGATES: dict[str, Aggregate] = {
 def lookup(name: str) -> Aggregate | None:
     """The aggregate called ``name`` (upper-case), or None for a scalar function."""
     return AGGREGATES.get(name.upper())
+
+
+def of(name: str, literals: tuple[int | bool, ...] = ()) -> Aggregate:
+    """The aggregate a call of ``name`` with the literal arguments ``literals`` computes
+    (``AggregateCall.literals``). Not cached: (True,) and (1,) are equal keys in Python."""
+    aggregate = require(name)
+    if not literals:
+        return aggregate
+    if aggregate.given is None:
+        raise StatementError(f"{name} takes exactly one argument")
+    return aggregate.given(literals)
 
 
 def require(name: str) -> Aggregate:

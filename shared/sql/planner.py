@@ -518,8 +518,11 @@ def _aggregation(
                                  f"changes or is deleted is taken back out of its group, which {expr.name.upper()} "
                                  f"cannot do; on a table use {undone}, or aggregate the stream it comes from")
         argument = "1" if expr.star else to_spark(expr.args[0], scope)
-        columns.append(OutputColumn(out, result, f"{expr.name}({argument})"))
-        calls.append(AggregateCall(out, expr.name, argument))
+        aggregate = aggregates.require(expr.name)
+        literals = aggregate.literals(aggregate.name, expr.args[1:]) if aggregate.literals is not None else ()
+        call = AggregateCall(out, expr.name, argument, literals)
+        columns.append(OutputColumn(out, result, call.shown()))
+        calls.append(call)
     missing = next((g for g in groups if g not in keys), None)
     if missing is not None:
         raise _missing_key(name, "grouping expression", missing)

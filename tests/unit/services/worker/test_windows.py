@@ -289,13 +289,15 @@ def test_a_session_batch_reduces_to_each_usable_record_in_offset_order(spark: Sp
 
 ALL_AGGREGATES = ("COUNT(*) AS n, COUNT(reading) AS c, SUM(reading) AS s, AVG(reading) AS a, MIN(reading) AS lo, "
                   "MAX(reading) AS hi, LATEST_BY_OFFSET(reading) AS latest, EARLIEST_BY_OFFSET(reading) AS earliest, "
-                  "COUNT_DISTINCT(reading) AS d, COLLECT_LIST(reading) AS l")
+                  "COUNT_DISTINCT(reading) AS d, COLLECT_LIST(reading) AS l, LATEST_BY_OFFSET(reading, false) AS any, "
+                  "LATEST_BY_OFFSET(reading, 2) AS last2, EARLIEST_BY_OFFSET(reading, 2, false) AS first2")
 
 
 @pytest.mark.parametrize("cuts", [[], [2], [1, 3, 5]])
 def test_every_aggregate_works_per_window(spark: SparkSession, tmp_path: Path, cuts: list[int]) -> None:
     """Every aggregate of the GROUP BY list, per hopping window, batches cut anywhere: each
-    window's values are the aggregates of exactly the readings it holds, in offset order."""
+    window's values are the aggregates of exactly the readings it holds, in offset order (the
+    BY_OFFSET ones skipping NULLs unless told not to, as ksqlDB's)."""
     readings = [(1, 10_000), (2, 25_000), (None, 30_000), (2, 41_000), (7, 15_000), (3, 55_000)]
     records: list[Record] = [(b"k", json.dumps({"READING": r, "TS": t}).encode(), 0, i, 0)
                              for i, (r, t) in enumerate(readings)]
@@ -321,7 +323,8 @@ def test_every_aggregate_works_per_window(spark: SparkSession, tmp_path: Path, c
         values = [r for r in held if r is not None]
         want[(start, start + 30_000)] = [
             len(held), len(values), sum(values) if values else None, sum(values) / len(values) if values else None,
-            min(values, default=None), max(values, default=None), held[-1], held[0], len(set(values)), held]
+            min(values, default=None), max(values, default=None), values[-1] if values else None,
+            values[0] if values else None, len(set(values)), held, held[-1], values[-2:], held[:2]]
     assert got == want
 
 

@@ -2,10 +2,14 @@ import json
 import math
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from millpond.shared.sql.aggregates import AGGREGATES
+from millpond.shared.errors import StatementError
+from millpond.shared.sql.aggregates import AGGREGATES, by_offset_literals, of
+from millpond.shared.sql.ast import SqlType
+from millpond.shared.sql.parser import parse_statement
 
 
 def partial(name: str, values: list[tuple[int, int]]) -> list[Any]:
@@ -92,3 +96,53 @@ def test_other_merges_take_a_tables_partials_as_a_streams() -> None:
     assert count([2], [-1]) == [1]
     assert collect(None, [["a"]]) == [["a"]]
     assert collect([["a"]], [["b"]]) == [["a", "b"]]
+
+
+def by_offset_partial(newer: bool, params: tuple[int | bool, ...], batch: list[tuple[int, int | None]]) -> list[Any]:
+    """What Spark's partial of LATEST_BY_OFFSET (``newer``) or EARLIEST_BY_OFFSET with
+    ``params`` yields for one batch of (offset, value) pairs, in offset order."""
+    count = next((p for p in params if not isinstance(p, bool)), None)
+    skip = next((p for p in params if isinstance(p, bool)), True)
+    kept = [(o, v) for o, v in batch if v is not None or not skip]
+    if count is None:
+        chosen = (kept[-1] if newer else kept[0]) if kept else (None, None)
+        return [chosen[1], chosen[0]]
+    return [[{"o": o, "v": v} for o, v in (kept[-count:] if newer else kept[:count])]]
+
+
+@given(st.lists(st.one_of(st.none(), st.integers(-5, 5)), max_size=30), st.integers(0, 30),
+       st.sampled_from([(), (False,), (True,), (1,), (3,), (2, False), (2, True)]), st.booleans())
+def test_by_offset_skips_nulls_unless_told_and_keeps_n_values_across_batches(
+        values: list[int | None], cut: int, params: tuple[int | bool, ...], newer: bool) -> None:
+    """ksqlDB's LATEST_BY_OFFSET and EARLIEST_BY_OFFSET: NULLs skipped by default (a group
+    whose values are all NULL shows NULL), kept with ``false``; with N, the N latest (earliest)
+    values in offset order. Two batches merged give what one batch of them all gives."""
+    name = "LATEST_BY_OFFSET" if newer else "EARLIEST_BY_OFFSET"
+    agg = of(name, params)
+    records = list(enumerate(values))
+    merged = agg.merge(by_offset_partial(newer, params, records[:cut]), by_offset_partial(newer, params, records[cut:]))
+    count = next((p for p in params if not isinstance(p, bool)), None)
+    candidates = values if False in params else [v for v in values if v is not None]
+    if count is None:
+        assert agg.finalize(merged) == ((candidates[-1] if newer else candidates[0]) if candidates else None)
+    else:
+        assert agg.finalize(merged) == (candidates[-count:] if newer else candidates[:count])
+    assert agg.finalize(merged) == agg.finalize(by_offset_partial(newer, params, records))
+
+
+def test_by_offset_literals_are_ksqldbs_literals() -> None:
+    def params(sql: str) -> tuple[int | bool, ...]:
+        (item,) = parse_statement(f"SELECT {sql} FROM s GROUP BY k").items  # type: ignore[attr-defined]
+        call = item.expr
+        return by_offset_literals(call.name, call.args[1:])
+
+    assert params("LATEST_BY_OFFSET(x)") == ()
+    assert params("LATEST_BY_OFFSET(x, false)") == (False,)
+    assert params("EARLIEST_BY_OFFSET(x, 3)") == (3,)
+    assert params("EARLIEST_BY_OFFSET(x, 3, TRUE)") == (3, True)
+    for wrong in ("LATEST_BY_OFFSET(x, 0)", "LATEST_BY_OFFSET(x, y)", "LATEST_BY_OFFSET(x, false, 2)",
+                  "LATEST_BY_OFFSET(x, 2, 3)", "LATEST_BY_OFFSET(x, 'a')", "LATEST_BY_OFFSET(x, 2, true, true)",
+                  "LATEST_BY_OFFSET(x, 2.5)"):
+        with pytest.raises(StatementError, match=r"LATEST_BY_OFFSET\(x, 3, false\)"):
+            params(wrong)
+    assert of("LATEST_BY_OFFSET", (2,)).result_type(SqlType("INT")) == SqlType("ARRAY", (SqlType("INT"),))

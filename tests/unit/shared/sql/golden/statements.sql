@@ -505,3 +505,14 @@ CREATE TABLE three_views_3 AS SELECT v.userid, COUNT(*) AS n FROM visits v JOIN 
   ON v.userid = w.userid JOIN views4 x WITHIN 1 MINUTE ON v.userid = x.viewer GROUP BY v.userid;
 CREATE STREAM three_views_4 AS SELECT v.userid, w.ms FROM visits v JOIN views3 w WITHIN 1 MINUTE ON v.userid = w.userid
   JOIN views3 x WITHIN 1 MINUTE ON v.userid = x.userid;
+-- LATEST_BY_OFFSET and EARLIEST_BY_OFFSET as ksqlDB's: NULLs skipped unless told, N values as an ARRAY, literals checked.
+EXPLAIN CREATE TABLE blob_recent AS SELECT id, LATEST_BY_OFFSET(data, false) AS d, LATEST_BY_OFFSET(attrs, 3) AS a3,
+  EARLIEST_BY_OFFSET(address, 2, false) AS first2 FROM blobs GROUP BY id;
+CREATE TABLE blob_recent AS SELECT id, LATEST_BY_OFFSET(data, false) AS d, LATEST_BY_OFFSET(attrs, 3) AS a3,
+  EARLIEST_BY_OFFSET(address, 2, false) AS first2 FROM blobs GROUP BY id;
+DESCRIBE blob_recent;
+CREATE TABLE blob_recent_0 AS SELECT id, LATEST_BY_OFFSET(data, 0) AS d FROM blobs GROUP BY id;
+CREATE TABLE blob_recent_1 AS SELECT id, EARLIEST_BY_OFFSET(data, id) AS d FROM blobs GROUP BY id;
+CREATE TABLE blob_recent_2 AS SELECT id, LATEST_BY_OFFSET(data, true, 2) AS d FROM blobs GROUP BY id;
+CREATE TABLE blob_recent_3 AS SELECT id, COLLECT_LIST(data, 2) AS d FROM blobs GROUP BY id;
+CREATE TABLE blob_recent_4 AS SELECT id, LATEST_BY_OFFSET(data, 2, false, true) AS d FROM blobs GROUP BY id;
