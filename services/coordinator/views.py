@@ -113,10 +113,14 @@ def plan_lines(plan: QueryPlan, source: DataSource, sink: DataSource) -> list[st
                   "changelog", repartition]
     if plan.join is not None and "{join}" not in plan.kind.spec.explain:  # a GROUP BY over a join
         streams = plan.join.tables[0].within is not None
-        state = ("both streams' records within the window, in memory, rebuilt from the joined topic" if streams
-                 else "each table's rows in RocksDB, rebuilt from its topic")
-        if streams and plan.join.steps > 1:
-            state += "; the tables' rows in RocksDB, rebuilt from their topics"
+        tables = any(t.within is None for t in plan.join.tables)
+        held = ["both streams' records within the window, in memory, rebuilt from the joined topic"] if streams else []
+        if any(t.within is not None for t in plan.join.tables[1:]):  # a stream joined after another JOIN
+            held.append("a later stream's stage's records within its window, in memory, rebuilt from its streams "
+                        "topic")
+        if tables:
+            held.append("each table's rows in RocksDB, rebuilt from its topic")
+        state = "; ".join(held)
         if plan.join.stream.kind == "TABLE":
             steps.append(f"[ JOIN ] | {join} | every column of each key's joined row, keyed by the join key into the "
                          "query's joined-rows topic | State: every table's rows in RocksDB, rebuilt from the joined "

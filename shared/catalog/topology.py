@@ -220,7 +220,8 @@ def internal_topics(service_id: str, query: PersistentQuery) -> list[InternalTop
         topics.append(_streams_topic(service_id, query.query_id, join, 0,
                                      # The streams' count: a GROUP BY's table may have another.
                                      join.stream.partitions if query.plan.kind in AGGREGATES else None))
-    if join is not None and query.plan.kind in CHAINED_JOINS:  # streams joined after another JOIN
+    if join is not None and query.plan.kind in (*CHAINED_JOINS, *AGGREGATES) and join.stream.kind == "STREAM":
+        # streams joined after another JOIN (also before a GROUP BY)
         topics += [_streams_topic(service_id, query.query_id, join, step, join.stage_tables(step)[0].table.partitions)
                    for step in range(1, join.steps) if join.stage_tables(step)[0].within is not None]
     return topics

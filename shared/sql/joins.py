@@ -296,9 +296,9 @@ def join_aggregation(query: ast.Query, stream: DataSource, tables: tuple[DataSou
     """How a GROUP BY over a join is computed (see ``JoinAggregation``): what the planner plans
     and what the join task evaluates, from the same statement."""
     streams = [t for t in tables if t.kind == "STREAM"]
-    if (stream.kind == "TABLE" and streams) or streams[1:] or (streams and tables[0].kind != "STREAM"):
-        raise StatementError("GROUP BY over a join reads a stream joined with tables, with one other stream "
-                             "(WITHIN) and then tables, or tables joined with tables")
+    if stream.kind == "TABLE" and streams:
+        raise StatementError("GROUP BY over a join reads a stream joined with streams (WITHIN) and tables in any "
+                             "order, or tables joined with tables")
     if query.partition_by is not None:
         raise StatementError("PARTITION BY cannot be combined with GROUP BY; GROUP BY already keys the result")
     resolved = resolve_join(pre_aggregation(query), stream, tables)

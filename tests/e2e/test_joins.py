@@ -837,9 +837,11 @@ async def test_three_streams_joined_as_ksqldbs_orders_payments_and_shipments(joi
     order id), the second join a stream-stream stage of its own over the pairs by their time.
     Every (order, payment, shipment) once, stamped with the latest of the three times; a pair
     without a shipment once with NULL, after stream time passes its window and grace; the
-    order's own ROWTIME carried through both stages."""
+    order's own ROWTIME carried through both stages. A GROUP BY over the INNER form of the same
+    join (per warehouse: the triples and their amounts) counts each triple once."""
     cluster, sid = join_cluster, join_cluster.service_id
-    orders, payments, shipments, shipped = (f"n3_{name}_{sid}" for name in ("orders", "payments", "shipments", "out"))
+    orders, payments, shipments, shipped, per_wh = (f"n3_{name}_{sid}" for name in (
+        "orders", "payments", "shipments", "out", "per_wh"))
     run(cluster, f"""
         CREATE STREAM {orders} (id VARCHAR KEY, item VARCHAR)
           WITH (kafka_topic='{orders}', partitions={PARTITIONS}, value_format='json');
@@ -850,7 +852,10 @@ async def test_three_streams_joined_as_ksqldbs_orders_payments_and_shipments(joi
         SET 'auto.offset.reset'='earliest';
         CREATE STREAM {shipped} AS SELECT o.id, o.item, p.amount, s.wh, o.ROWTIME AS ordered FROM {orders} o
           JOIN {payments} p WITHIN 1 HOUR ON o.id = p.id
-          LEFT JOIN {shipments} s WITHIN 2 MINUTES GRACE PERIOD 2 MINUTES ON o.id = s.oid;""")
+          LEFT JOIN {shipments} s WITHIN 2 MINUTES GRACE PERIOD 2 MINUTES ON o.id = s.oid;
+        CREATE TABLE {per_wh} AS SELECT s.wh, COUNT(*) AS n, SUM(p.amount) AS total FROM {orders} o
+          JOIN {payments} p WITHIN 1 HOUR ON o.id = p.id
+          JOIN {shipments} s WITHIN 2 MINUTES GRACE PERIOD 2 MINUTES ON o.id = s.oid GROUP BY s.wh;""")
     rng = random.Random(61)
     base = int(time.time() * 1000) - 20 * MINUTE
     ids = [f"o{i}" for i in range(12)]
@@ -877,10 +882,17 @@ async def test_three_streams_joined_as_ksqldbs_orders_payments_and_shipments(joi
         return sorted(got)
 
     assert await results(len(matched)) == matched
+    warehouses: dict[str, list[Any]] = {}
+    for _, _, amount, wh, _, _ in matched:
+        counted = warehouses.setdefault(wh, [wh, 0, 0])
+        counted[1] += 1
+        counted[2] += amount
+    assert await asyncio.to_thread(pull_until, cluster, f"SELECT * FROM {per_wh};", warehouses) == warehouses
     # Stream time far ahead on every partition of the second stage: the lone pairs' windows close.
     await produce_sides(cluster.bootstrap, [(shipments, "", f"late-{i}", {"OID": i, "WH": "none"}, base + 10 * MINUTE)
                                             for i in ids])
     assert await results(len(matched) + len(alone)) == sorted(matched + alone)
+    assert await asyncio.to_thread(pull_until, cluster, f"SELECT * FROM {per_wh};", warehouses) == warehouses
 
 
 Row = tuple[str, dict[str, Any] | None, int | None]

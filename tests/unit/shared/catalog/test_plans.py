@@ -501,6 +501,37 @@ def test_three_streams_and_a_table_take_each_streams_own_start_offsets() -> None
     assert staged[5].query.plan.key_expression == "`PAGE`"  # c re-keyed by the column it is joined on
 
 
+def test_a_group_by_over_a_stream_joined_after_a_table_aggregates_the_last_stages_rows() -> None:
+    """``c JOIN p ON .. JOIN v WITHIN .. GROUP BY p.owner``: the stages of the n-way join, the
+    stream-stream stage last, writing every column of each joined row keyed by the GROUP BY
+    into the joined topic at the table's partition count, which the aggregation reads; each
+    stream's side takes its own start offsets, and the stream stage's topic is the query's."""
+    meta = _metastore(
+        "CREATE STREAM c (uid VARCHAR KEY, page VARCHAR) WITH (kafka_topic='c', partitions=2, value_format='json')",
+        "CREATE STREAM v (vid VARCHAR KEY, uid VARCHAR, ms INT) WITH (kafka_topic='v', partitions=2, value_format='json')",
+        "CREATE TABLE p (id VARCHAR PRIMARY KEY, owner VARCHAR) WITH (kafka_topic='p', partitions=2, value_format='json')")
+    meta.apply(parse_statement(
+        "CREATE TABLE per_owner WITH (partitions=1) AS SELECT p.owner, COUNT(*) AS n, MAX(v.ms) AS longest FROM c "
+        "JOIN p ON c.page = p.id JOIN v WITHIN 10 SECONDS ON c.uid = v.uid GROUP BY p.owner"), 9, None,
+        Resolved(start_offsets=(5, 6, 7, 8)))
+    query = next(q for q in meta.queries.values() if q.sink == "PER_OWNER")
+    staged = stages(query, meta.source("C"), meta.source("PER_OWNER"), "svc")
+    prefix = "_millpond-svc-" + query.query_id
+    assert [(s.name, s.query.plan.kind, s.source.topic, s.sink.topic, s.sink.partitions, s.query.start_offsets)
+            for s in staged] == [
+        ("repartition", PlanKind.PROJECT, "c", prefix + "-repartition", 2, (5, 6)),
+        ("join-0", PlanKind.STREAM_TABLE_JOIN, prefix + "-repartition", prefix + "-joined-1", 2, None),
+        ("side-1-0", PlanKind.JOIN_SIDE, prefix + "-joined-1", prefix + "-joined-1-streams", 2, None),
+        ("side-1-1", PlanKind.JOIN_SIDE, "v", prefix + "-joined-1-streams", 2, (7, 8)),
+        ("join", PlanKind.STREAM_STREAM_JOIN, prefix + "-joined-1-streams", prefix + "-joined", 1, None),
+        ("", PlanKind.AGGREGATE, prefix + "-joined", "PER_OWNER", 1, None)]
+    assert [c.name for c in staged[4].sink.columns] == [
+        "_REPARTITION_KEY", "C_UID", "C_PAGE", "P_ID", "P_OWNER", "V_VID", "V_UID", "V_MS", "_INPUT_ROWTIME"]
+    assert [t.name for t in internal_topics("svc", query)] == [
+        prefix + "-changelog", prefix + "-repartition", prefix + "-joined", prefix + "-joined-1",
+        prefix + "-joined-1-streams"]
+
+
 def test_a_group_by_over_a_stream_stream_join_gathers_at_the_streams_partitions() -> None:
     """The streams' sides gather in the joined topic, at the streams' partition count whatever
     the table's; the join writes each pair keyed by the GROUP BY into the grouped topic, at

@@ -516,3 +516,11 @@ CREATE TABLE blob_recent_1 AS SELECT id, EARLIEST_BY_OFFSET(data, id) AS d FROM 
 CREATE TABLE blob_recent_2 AS SELECT id, LATEST_BY_OFFSET(data, true, 2) AS d FROM blobs GROUP BY id;
 CREATE TABLE blob_recent_3 AS SELECT id, COLLECT_LIST(data, 2) AS d FROM blobs GROUP BY id;
 CREATE TABLE blob_recent_4 AS SELECT id, LATEST_BY_OFFSET(data, 2, false, true) AS d FROM blobs GROUP BY id;
+-- GROUP BY over a stream's n-way join: the last JOIN's stage keys each joined row by the GROUP BY.
+EXPLAIN CREATE TABLE three_views_5 AS SELECT v.userid, COUNT(*) AS n, MAX(x.ms) AS longest FROM visits v
+  JOIN views3 w WITHIN 1 MINUTE ON v.userid = w.userid JOIN views4 x WITHIN 1 MINUTE ON v.userid = x.viewer
+  GROUP BY v.userid;
+EXPLAIN CREATE TABLE owners_seen AS SELECT p.owner, COUNT(*) AS n FROM visits v JOIN pages p ON v.page = p.page
+  JOIN views3 w WITHIN 1 MINUTE ON v.userid = w.userid WINDOW TUMBLING (SIZE 1 HOUR) GROUP BY p.owner;
+CREATE TABLE owners_seen AS SELECT p.owner, COUNT(*) AS n FROM visits v JOIN pages p ON v.page = p.page
+  JOIN views3 w WITHIN 1 MINUTE ON v.userid = w.userid WINDOW TUMBLING (SIZE 1 HOUR) GROUP BY p.owner;
