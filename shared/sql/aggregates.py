@@ -58,10 +58,15 @@ def _by_offset(name: str, newer: bool, count: int | None = None, skip_nulls: boo
         return f"IF(({x}) IS NULL, NULL, {OFFSET})" if skip_nulls else OFFSET
 
     if count is None:
+        def empty(state: State) -> bool:
+            # Skipping NULLs, a NULL value is no value: none in this release's states, but an
+            # older release kept NULLs, and a state of one would otherwise win for good.
+            return state[1] is None or (skip_nulls and state[0] is None)
+
         def merge(old: State, new: State) -> State:
-            if old[1] is None:
+            if empty(old):
                 return new
-            if new[1] is None:
+            if empty(new):
                 return old
             return new if (new[1] > old[1]) == newer else old
 
@@ -94,23 +99,25 @@ def _by_offset_given(name: str, newer: bool) -> Callable[[tuple[int | bool, ...]
 def by_offset_literals(name: str, args: Sequence[ast.Expr]) -> tuple[int | bool, ...]:
     """The literal arguments of a LATEST_BY_OFFSET or EARLIEST_BY_OFFSET call after its
     column, as ksqlDB takes them: how many values (an INT of 1 or more), then whether to skip
-    NULLs (a BOOLEAN), each optional."""
+    NULLs (a BOOLEAN), each optional. In one form per meaning: the defaults left out (``(x,
+    true)`` is ``(x)``), so calls that mean the same compare equal, and a count is never
+    beside a True (which Python takes for 1)."""
     which = "latest" if name == "LATEST_BY_OFFSET" else "earliest"
     usage = (f"{name} takes a column, then optionally how many {which} values to give (an INT literal of 1 or "
-             f"more, giving an ARRAY) and whether to skip NULLs (a BOOLEAN literal, TRUE by default): "
+             f"more, giving an ARRAY) and whether to skip NULLs (a BOOLEAN literal, TRUE by default), in that order: "
              f"{name}(x), {name}(x, false), {name}(x, 3) or {name}(x, 3, false)")
     if len(args) > 2:
         raise StatementError(f"{usage}; got {len(args) + 1} arguments")
-    literals: list[int | bool] = []
+    count: int | None = None
+    skip_nulls = True
     for index, arg in enumerate(args):
-        last = index == len(args) - 1
-        if isinstance(arg, ast.Literal) and arg.type.base == "BOOLEAN" and last:
-            literals.append(bool(arg.value))
+        if isinstance(arg, ast.Literal) and arg.type.base == "BOOLEAN" and index == len(args) - 1:
+            skip_nulls = bool(arg.value)
         elif isinstance(arg, ast.Literal) and arg.type.base == "INT" and index == 0 and arg.value >= 1:
-            literals.append(int(arg.value))
+            count = int(arg.value)
         else:
             raise StatementError(f"{usage}; got {ast.to_sql(arg)} as its argument {index + 2}")
-    return tuple(literals)
+    return (*(() if count is None else (count,)), *(() if skip_nulls else (False,)))
 
 
 def _offset_sorted(entries: str) -> str:

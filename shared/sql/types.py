@@ -163,7 +163,9 @@ def _check_call(call: ast.Call, scope: Scope, aggregates_allowed: bool) -> SqlTy
             if call.name != "COUNT":
                 raise StatementError(f"{call.name}(*) is not allowed; only COUNT(*) is")
             return agg.result_type(SqlType("BIGINT"))
-        if agg.literals is not None and call.args:  # literal arguments after the column
+        if not call.args:
+            raise StatementError(f"{call.name} needs a column to aggregate: {call.name}(x)")
+        if agg.literals is not None:  # literal arguments after the column
             agg = aggregates.of(agg.name, agg.literals(agg.name, call.args[1:]))
         elif len(call.args) != 1:
             raise StatementError(f"{call.name} takes exactly one argument, got {len(call.args)}")

@@ -563,19 +563,20 @@ def test_by_offset_aggregates_skip_nulls_and_keep_n_values_of_any_type(spark: Sp
         "CREATE STREAM maps (id VARCHAR KEY, attrs MAP<VARCHAR, INT>, n INT) "
         "WITH (kafka_topic='maps', partitions=1, value_format='json')",
         "CREATE TABLE map_rows AS SELECT id, LATEST_BY_OFFSET(n) AS last, LATEST_BY_OFFSET(n, false) AS last_any, "
-        "EARLIEST_BY_OFFSET(n) AS first, LATEST_BY_OFFSET(attrs, 2) AS maps, EARLIEST_BY_OFFSET(n, 2, false) AS first2 "
+        "EARLIEST_BY_OFFSET(n) AS first, LATEST_BY_OFFSET(attrs, 2) AS maps, LATEST_BY_OFFSET(attrs, 2, false) AS "
+        "maps_any, EARLIEST_BY_OFFSET(n, 2) AS first2, EARLIEST_BY_OFFSET(n, 2, false) AS first2_any "
         "FROM maps GROUP BY id")
-    values = [({"a": 1}, 5), (None, None), ({"b": 2}, 7), ({"c": 3}, None)]
+    values = [({"a": 1}, 5), (None, None), ({"b": 2}, 7), ({"c": 3}, None), (None, None)]
     records = [(b"k", json.dumps({"ATTRS": a, "N": n}).encode(), 0, o) for o, (a, n) in enumerate(values)]
-    records.append((b"z", b'{"N": null}', 0, 4))
+    records.append((b"z", b'{"N": null}', 0, 5))
     slices = stage_slices(spark, tmp_path, statements, "MAP_ROWS", 0, records[::-1])
     meta = Metastore()
     for offset, sql in enumerate(statements):
         meta.apply(parse_statement(sql), offset)
     query = next(q for q in meta.queries.values() if q.sink == "MAP_ROWS")
     rows = {key: group_rows(query, meta.source("MAP_ROWS"))(key, partial) for key, partial in slices[0].partials}
-    assert rows == {b"k": ["k", 7, None, 5, [{"b": 2}, {"c": 3}], [5, None]],
-                    b"z": ["z", None, None, None, [], [None]]}
+    assert rows == {b"k": ["k", 7, None, 5, [{"b": 2}, {"c": 3}], [{"c": 3}, None], [5, 7], [5, None]],
+                    b"z": ["z", None, None, None, [], [None], [], [None]]}
 
 
 def test_a_tables_json_key_regroups_as_one_row_however_it_is_spelled(spark: SparkSession, tmp_path: Path) -> None:

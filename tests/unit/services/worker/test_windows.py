@@ -297,8 +297,9 @@ ALL_AGGREGATES = ("COUNT(*) AS n, COUNT(reading) AS c, SUM(reading) AS s, AVG(re
 def test_every_aggregate_works_per_window(spark: SparkSession, tmp_path: Path, cuts: list[int]) -> None:
     """Every aggregate of the GROUP BY list, per hopping window, batches cut anywhere: each
     window's values are the aggregates of exactly the readings it holds, in offset order (the
-    BY_OFFSET ones skipping NULLs unless told not to, as ksqlDB's)."""
-    readings = [(1, 10_000), (2, 25_000), (None, 30_000), (2, 41_000), (7, 15_000), (3, 55_000)]
+    BY_OFFSET ones skipping NULLs unless told not to, as ksqlDB's: windows start and end with a
+    NULL)."""
+    readings = [(1, 10_000), (2, 25_000), (None, 30_000), (2, 41_000), (7, 15_000), (3, 55_000), (None, 58_000)]
     records: list[Record] = [(b"k", json.dumps({"READING": r, "TS": t}).encode(), 0, i, 0)
                              for i, (r, t) in enumerate(readings)]
     states: dict[bytes, list[Any]] = {}

@@ -136,13 +136,23 @@ def test_by_offset_literals_are_ksqldbs_literals() -> None:
         call = item.expr
         return by_offset_literals(call.name, call.args[1:])
 
-    assert params("LATEST_BY_OFFSET(x)") == ()
+    assert params("LATEST_BY_OFFSET(x)") == params("LATEST_BY_OFFSET(x, true)") == ()
     assert params("LATEST_BY_OFFSET(x, false)") == (False,)
-    assert params("EARLIEST_BY_OFFSET(x, 3)") == (3,)
-    assert params("EARLIEST_BY_OFFSET(x, 3, TRUE)") == (3, True)
+    # One form per meaning: the defaults left out, so (x, 1) and (x, true) never compare equal.
+    assert params("EARLIEST_BY_OFFSET(x, 3)") == params("EARLIEST_BY_OFFSET(x, 3, TRUE)") == (3,)
+    assert params("EARLIEST_BY_OFFSET(x, 3, false)") == (3, False)
     for wrong in ("LATEST_BY_OFFSET(x, 0)", "LATEST_BY_OFFSET(x, y)", "LATEST_BY_OFFSET(x, false, 2)",
                   "LATEST_BY_OFFSET(x, 2, 3)", "LATEST_BY_OFFSET(x, 'a')", "LATEST_BY_OFFSET(x, 2, true, true)",
                   "LATEST_BY_OFFSET(x, 2.5)"):
         with pytest.raises(StatementError, match=r"LATEST_BY_OFFSET\(x, 3, false\)"):
             params(wrong)
     assert of("LATEST_BY_OFFSET", (2,)).result_type(SqlType("INT")) == SqlType("ARRAY", (SqlType("INT"),))
+
+
+def test_a_null_an_older_release_kept_gives_way_where_nulls_are_skipped() -> None:
+    """Before NULLs were skipped, a state could hold a NULL as its value: skipping NULLs, such
+    a state is no value, so the next one replaces it (else EARLIEST would show NULL for good)."""
+    old_state = [None, 3]
+    assert of("EARLIEST_BY_OFFSET").merger(signed=False)(old_state, [7, 9]) == [7, 9]
+    assert of("LATEST_BY_OFFSET").merger(signed=False)([7, 9], old_state) == [7, 9]
+    assert of("EARLIEST_BY_OFFSET", (False,)).merger(signed=False)(old_state, [7, 9]) == old_state
