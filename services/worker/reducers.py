@@ -27,6 +27,7 @@ from pyspark.sql.window import Window
 
 from millpond.services.worker import reasons
 from millpond.services.worker.joining import JoinSlice
+from millpond.services.worker.state.table_topic import TableRecords
 from millpond.services.worker.table_joining import KeyedSlice, rekeyed
 from millpond.services.worker.task import (
     AggregateSlice,
@@ -258,7 +259,11 @@ def reduce_materialize(parsed: DataFrame, query: PersistentQuery, source: DataSo
                        tasks: Mapping[int, Any] | None = None) -> dict[int, MaterializeSlice]:
     """A source table's batch reduced to each key's last record: its value columns, or
     None when that record is a tombstone (a NULL value deletes the key). No shuffle: the
-    records come back in offset order and the last one per key wins."""
+    records come back in offset order and the last one per key wins. A table whose standby
+    copies replay its topic (a join's result: ``ReplayedTableTask``) has each record decoded
+    in Python, as its copies decode it (``TableRecords``)."""
+    if tasks is not None and any(getattr(task, "REPLAYS", False) for task in tasks.values()):
+        return _replayed_latest(parsed, source)
     frame = classify(parsed, source, tombstones=True, where=None)
     slices, good = in_offset_order(frame, [F.col("_key_bytes"), F.expr("_raw IS NULL"),
                                            *value_columns(source.value_columns)], MaterializeSlice, source)
@@ -276,6 +281,38 @@ def reduce_materialize(parsed: DataFrame, query: PersistentQuery, source: DataSo
         latest[id(piece)][key] = None if deleted else stored(values)
     for piece in slices.values():
         piece.latest = list(latest[id(piece)].items())
+    return slices
+
+
+def _replayed_latest(parsed: DataFrame, source: DataSource) -> dict[int, MaterializeSlice]:
+    """``reduce_materialize`` of a table whose copies replay its topic: the records as they
+    are from Spark, keyed and decoded here as a copy does (``TableRecords``), the ones that do
+    not go to the processing log with the reasons a copy's catch-up gives them."""
+    records = TableRecords(source)
+    rows = parsed.select("_partition", "_offset", "_key", "_value").collect()
+    rows.sort(key=lambda r: (r[0], r[1]))
+    slices: dict[int, MaterializeSlice] = {}
+    latest: dict[int, dict[bytes, list[Any] | None]] = defaultdict(dict)
+    for partition, offset, raw_key, raw_value in rows:
+        piece = slices.get(partition)
+        if piece is None:
+            piece = slices[partition] = MaterializeSlice(offset, offset)
+        piece.last_offset, piece.count = offset, piece.count + 1
+        key = records.key(None if raw_key is None else bytes(raw_key))
+        value = None if raw_value is None else bytes(raw_value)
+        if key is None:
+            if raw_key is not None or value is not None:
+                shown = bytes(raw_key) if raw_key is not None else value
+                assert shown is not None
+                piece.bad.append(BadRecord(offset, reasons.bad_key(source), shown.decode(errors="replace")))
+            continue
+        values = None if value is None else records.row(value)
+        if value is not None and values is None:
+            piece.bad.append(BadRecord(offset, reasons.bad_value(source), value.decode(errors="replace")))
+            continue
+        latest[partition][key] = values
+    for partition, piece in slices.items():
+        piece.latest = list(latest[partition].items())
     return slices
 
 

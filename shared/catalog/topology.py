@@ -89,12 +89,6 @@ TABLE_JOINS = (PlanKind.TABLE_TABLE_JOIN, PlanKind.FOREIGN_KEY_JOIN)
 """The joins of two tables into a table: the joined topic is compacted, the result materialized."""
 CHAINED_JOINS = (PlanKind.STREAM_TABLE_JOIN, PlanKind.STREAM_STREAM_JOIN)
 """The joins that tables may follow on other expressions, each in a stage of its own."""
-REPLAYED_TYPES = ("VARCHAR", "INT", "BIGINT", "DOUBLE", "BOOLEAN", "DECIMAL", "TIMESTAMP")
-"""The value types a standby copy of a joined table decodes from the JSON the join wrote
-exactly as Spark does for the active task (``TableTopicReader``: a DECIMAL rounded half up to
-its scale, as Spark does, and refused past its precision; a TIMESTAMP in the forms both read
-alike, ``serde.timestamp_text``); others, such as DATE or nested values, Spark normalizes its
-own way: a joined table of only these has standbys."""
 JOINED_TOMBSTONES_MS = 7 * 24 * 3_600_000
 """How long a table-table join's joined topic keeps a tombstone."""
 WINDOWED_EXTRA_MS = 24 * 3_600_000
@@ -120,8 +114,8 @@ class Stage:
     sink: DataSource
     replayed: bool = False
     """A materialization whose standby copies replay the table's topic, its changelog: a
-    table-table join's result (what Millpond wrote, so a copy decodes each value exactly as
-    the active task does: ``REPLAYED_TYPES``)."""
+    table-table join's result (its active task and its copies decode each record alike, in
+    Python: ``table_topic.TableRecords``)."""
 
     @property
     def partitions(self) -> int:
@@ -259,8 +253,7 @@ def _two_sided_join(query: PersistentQuery, left: DataSource, sink: DataSource, 
     tables = query.plan.kind in TABLE_JOINS
     if tables:
         materialize = replace(query, plan=plan_materialization(sink), start_offsets=None)
-        replayed = sink.value_format == "JSON" and all(c.type.base in REPLAYED_TYPES for c in sink.value_columns)
-        return [*_table_joins(query, left, sink, service_id), Stage("", materialize, sink, sink, replayed=replayed)]
+        return [*_table_joins(query, left, sink, service_id), Stage("", materialize, sink, sink, replayed=True)]
     return _join_stage(query, left, sink, joined_topic(service_id, query.query_id), "")
 
 

@@ -161,7 +161,7 @@ def bytes_decoder(type_: SqlType) -> Callable[[Any], Any] | None:
     ``reducers.stored``) keeps them as base64 text, also inside arrays, maps and structs;
     None when the type holds none."""
     if type_.base == "BYTES":
-        return _bytes
+        return base64_bytes
     if type_.base == "ARRAY":
         item = bytes_decoder(type_.params[0])
         return None if item is None else lambda v: [None if x is None else item(x) for x in v]
@@ -176,7 +176,8 @@ def bytes_decoder(type_: SqlType) -> Callable[[Any], Any] | None:
     return None
 
 
-def _bytes(value: Any) -> Any:
+def base64_bytes(value: Any) -> Any:
+    """BYTES from the base64 text JSON keeps them as (bytes as they are); ValueError for other values."""
     if isinstance(value, bytes):
         return value
     if not isinstance(value, str):

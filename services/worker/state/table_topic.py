@@ -2,11 +2,12 @@
 
 A table that is materialized from a topic (here: a table-table join's result) keeps no
 changelog of its own: the topic is its changelog, as Kafka Streams' source tables. A standby
-copy therefore replays that topic the way the active task applies it (``reduce_materialize``,
-``TableTask``): each key's latest value, a tombstone deleting the key, a multi-column key
-stored in its canonical form, a value that does not decode left out (the active task logs
-it). Values are decoded in Python, which equals Spark's decoding for the JSON the join wrote
-of the types ``topology.REPLAYED_TYPES`` (only such tables get copies; ``_as_spark``). The
+copy therefore replays that topic the way the active task applies it: each key's latest
+value, a tombstone deleting the key, a multi-column key stored in its canonical form, a
+value that does not decode left out (the active task logs it). Both decode each record in
+Python, the same way (``TableRecords``: ``reducers.reduce_materialize`` for the active task),
+so a copy holds what the active task held whatever the columns' types; for what Millpond
+writes, that is what Spark's reading of it stores for any other table (``stored``). The
 next topic offset is the copy's input offset, written in the same write batch as the rows,
 so a promoted copy's active task resumes exactly there, after applying the tail the copy had
 not reached yet the same way (``ReplayedTableTask``). ``TableTopicReader`` has
@@ -15,7 +16,10 @@ not reached yet the same way (``ReplayedTableTask``). ``TableTopicReader`` has
 
 from __future__ import annotations
 
+import base64
+import datetime
 import decimal
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -28,7 +32,14 @@ from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore, e
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.connection import KafkaConnection
-from millpond.shared.kafka.serde import deserialize_value, encode_key, key_decoder, timestamp_text
+from millpond.shared.kafka.serde import (
+    base64_bytes,
+    coerce,
+    deserialize_value,
+    encode_key,
+    key_decoder,
+    timestamp_text,
+)
 from millpond.shared.sql.ast import SqlType
 from millpond.shared.teardown import bounded, run_to_end
 
@@ -36,6 +47,40 @@ BadSink = Callable[[int, str, str | None], None]
 """Told of a record left out: its offset, why, and its text."""
 PROBE_MS = 25
 """How long ``past_markers`` waits for one fetch."""
+
+
+class TableRecords:
+    """How a table's topic record becomes a row of its store, in Python: the key as the store
+    keeps it (a key of several columns in its canonical form; None: no usable key) and the
+    value columns as the store keeps them (``stored``; None: the value does not decode). A
+    joined table's active task and its standby copies both apply records this way
+    (``reducers.reduce_materialize``, ``TableTopicReader``), so a promoted copy holds what the
+    active held, whatever the columns' types."""
+
+    def __init__(self, table: DataSource):
+        self.table = table
+        self.columns = [(c.name, c.type) for c in table.value_columns]
+        keys = table.key_columns
+        self._canonical = None if len(keys) < 2 else (key_decoder(keys), keys)
+
+    def key(self, key: bytes | None) -> bytes | None:
+        if key is None or self._canonical is None:
+            return key
+        decode, keys = self._canonical
+        try:
+            return encode_key(decode(key), keys)
+        except (MillpondError, ValueError, TypeError, KeyError, ArithmeticError, RecursionError):
+            return None
+
+    def row(self, value: bytes) -> list[Any] | None:
+        try:
+            decoded = deserialize_value(self.columns, value, self.table.value_format, self.table.value_delimiter)
+            if self.table.value_format == "DELIMITED":  # a BYTES field's text is its bytes: base64 as JSON's
+                decoded = {name: base64.b64encode(v.encode()).decode() if t.base == "BYTES" and isinstance(v, str)
+                           else v for (name, t), v in zip(self.columns, decoded.values(), strict=True)}
+            return [stored(decoded[name], type_) for name, type_ in self.columns]
+        except (ValueError, TypeError, ArithmeticError, MillpondError, RecursionError):
+            return None
 
 
 class TableTopicReader:
@@ -47,9 +92,7 @@ class TableTopicReader:
         self.input = TopicPartition(table.topic, partition)
         self.store = store
         self.table = table
-        self.columns = [(c.name, c.type) for c in table.value_columns]
-        keys = table.key_columns
-        self._canonical = None if len(keys) < 2 else (key_decoder(keys), keys)
+        self.records = TableRecords(table)
         # "earliest": a copy's position below the topic's first offset (retention) starts there.
         self.consumer = AIOKafkaConsumer(**kafka.client_args(), isolation_level="read_committed",
                                          enable_auto_commit=False, fetch_max_wait_ms=fetch_max_wait_ms,
@@ -83,23 +126,6 @@ class TableTopicReader:
         stable = self.consumer.last_stable_offset(self.input)
         return stable if stable is not None and stable >= 0 else None
 
-    def _key(self, key: bytes | None) -> bytes | None:
-        if key is None or self._canonical is None:
-            return key
-        decode, keys = self._canonical
-        try:
-            return encode_key(decode(key), keys)
-        except (MillpondError, ValueError, TypeError, KeyError, ArithmeticError, RecursionError):
-            return None
-
-    def _row(self, value: bytes) -> bytes | None:
-        try:
-            decoded = deserialize_value(self.columns, value, self.table.value_format, self.table.value_delimiter)
-            return encode_state([None if decoded[name] is None else _as_spark(decoded[name], type_)
-                                 for name, type_ in self.columns])
-        except (ValueError, TypeError, ArithmeticError, MillpondError):
-            return None
-
     async def fetch(self, timeout_ms: int, bad: BadSink | None = None) -> int:
         """Fetch once and apply what came, rows and position in one write batch; how many
         records were fetched. An empty fetch moves the position past commit markers. ``bad``
@@ -110,13 +136,14 @@ class TableTopicReader:
         rows: dict[bytes, bytes] = {}
         deleted: set[bytes] = set()
         for record in records:
-            key = self._key(record.key)
+            key = self.records.key(record.key)
             if key is None:
                 if bad is not None and (record.key is not None or record.value is not None):
                     raw = record.key if record.key is not None else record.value
                     bad(record.offset, reasons.bad_key(self.table), raw.decode(errors="replace"))
                 continue
-            row = None if record.value is None else self._row(record.value)
+            values = None if record.value is None else self.records.row(record.value)
+            row = None if values is None else encode_state(values)
             if record.value is None:
                 rows.pop(key, None)
                 deleted.add(key)
@@ -157,18 +184,49 @@ class TableTopicReader:
                                  {"topic": f"{self.input.topic}-{self.input.partition}"}))
 
 
-def _as_spark(value: Any, type_: SqlType) -> Any:
-    """A value decoded from the JSON the join wrote, as the active task stores what Spark read
-    of it. A DOUBLE the join wrote as an integer (5) is 5.0 to Spark. A DECIMAL is Spark's
-    exact reading of the number's text (the shortest text of the float the join had), rounded
-    half up to the scale, then a float (``reducers.plain``); ValueError past its precision,
-    where Spark refuses the record. A TIMESTAMP is the ISO text of the UTC time Spark reads
-    (``timestamp_text``); ValueError where Spark reads none."""
-    if type_.base == "DOUBLE":
-        return float(value)
-    if type_.base == "TIMESTAMP":
+_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_TIME = re.compile(r"[0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]{1,6})?)?")
+"""The DATE and TIME texts a store keeps (ISO 8601, as Spark's values are written): Python's
+``fromisoformat`` alone reads more forms."""
+
+
+def stored(value: Any, type_: SqlType) -> Any:
+    """A value decoded from a table's JSON (``deserialize_value``: its top level checked) as
+    the table's stores keep it, which is what they keep of Spark's reading of the JSON
+    Millpond writes (``reducers.stored``), at any depth: a DOUBLE written as an integer (5) is
+    5.0; a DECIMAL is the exact reading of the number's text (the shortest text of the float
+    the writer had), rounded half up to the scale, then a float, and refused past its
+    precision; a TIMESTAMP the ISO text of its UTC time (``timestamp_text``); a DATE or TIME
+    its ISO text; BYTES base64 text; a STRUCT its declared fields, in order (a missing one
+    NULL); ARRAY and MAP items alike. ValueError (or TypeError) for a value that does not fit."""
+    if value is None:
+        return None
+    base = type_.base
+    if base == "ARRAY":
+        if not isinstance(value, list):
+            raise ValueError(f"{value!r} is not an ARRAY")
+        return [stored(item, type_.params[0]) for item in value]
+    if base == "MAP":
+        if not isinstance(value, dict):
+            raise ValueError(f"{value!r} is not a MAP")
+        return {key: stored(item, type_.params[1]) for key, item in value.items()}
+    if base == "STRUCT":
+        if not isinstance(value, dict):
+            raise ValueError(f"{value!r} is not a STRUCT")
+        return {name: stored(value.get(name), field) for name, field in type_.params}
+    if base in ("INT", "BIGINT") and isinstance(value, float) and value.is_integer():
+        value = int(value)
+    value = coerce(value, type_, "value")
+    if base == "TIMESTAMP":
         return timestamp_text(value)
-    if type_.base != "DECIMAL":
+    if base in ("DATE", "TIME"):
+        pattern, kind = (_DATE, datetime.date) if base == "DATE" else (_TIME, datetime.time)
+        if not isinstance(value, str) or not pattern.fullmatch(value):
+            raise ValueError(f"{value!r} is not an ISO 8601 {base}")
+        return kind.fromisoformat(value).isoformat()
+    if base == "BYTES":
+        return base64.b64encode(base64_bytes(value)).decode()
+    if base != "DECIMAL":
         return value
     precision, scale = type_.params
     exact = decimal.Decimal(repr(value) if isinstance(value, float) else str(value))

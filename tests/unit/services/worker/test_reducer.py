@@ -51,9 +51,17 @@ from millpond.services.worker.kinds import new_task
 from millpond.services.worker.query_runner import QueryRunner
 from millpond.services.worker.spark import create_session
 from millpond.services.worker.state.store import encode_state
-from millpond.services.worker.state.table_topic import TableTopicReader
+from millpond.services.worker.state.table_topic import TableRecords
 from millpond.services.worker.table_joining import rekeyed, split_rekeyed
-from millpond.services.worker.task import AggregationTask, ProjectionTask, TableTask, Task, group_rows, table_rows
+from millpond.services.worker.task import (
+    AggregationTask,
+    MaterializeSlice,
+    ProjectionTask,
+    TableTask,
+    Task,
+    group_rows,
+    table_rows,
+)
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.topology import stages
 from millpond.shared.config import WorkerSettings as Settings
@@ -752,10 +760,67 @@ def test_bytes_inside_arrays_maps_and_structs_are_stored_and_pulled_as_bytes(spa
 
 def copy_rows(table: Any, records: list[tuple[bytes, bytes]]) -> dict[bytes, Any]:
     """What a standby copy stores of each (key, value) record of a joined table's topic, as it
-    decodes it in Python (``TableTopicReader``); a record it leaves out is absent."""
-    reader = TableTopicReader.__new__(TableTopicReader)
-    reader.table, reader.columns = table, [(c.name, c.type) for c in table.value_columns]
-    return {key: json.loads(state) for key, value in records if (state := reader._row(value)) is not None}
+    decodes it in Python (``TableRecords``), read back from the store's JSON; a record it
+    leaves out is absent."""
+    rows = TableRecords(table)
+    return {key: json.loads(encode_state(values)) for key, value in records if (values := rows.row(value)) is not None}
+
+
+def test_python_stores_every_type_millpond_writes_as_sparks_reading_does(spark: SparkSession, tmp_path: Path) -> None:
+    """A joined table's active task and its copies decode its topic in Python (``TableRecords``):
+    for the JSON Millpond writes (ISO dates, times and timestamps, base64 bytes, structs of
+    their declared fields, at any depth, NULLs among them), that stores what Spark's reading
+    of it stores for any other table, so a joined table of any types has standbys."""
+    columns = ("id VARCHAR PRIMARY KEY, d DATE, t TIME, b BYTES, x DECIMAL(4, 2), "
+               "deep ARRAY<STRUCT<d DATE, ts TIMESTAMP, b BYTES, n INT, ok BOOLEAN>>, m MAP<VARCHAR, TIME>, "
+               "s STRUCT<inner STRUCT<ds ARRAY<DATE>, v DOUBLE>, name VARCHAR>")
+    values = [
+        {"D": "2026-11-27", "T": "10:11:12", "B": "AP8=", "X": 1.25,
+         "DEEP": [{"D": "0001-01-01", "TS": "2026-01-02T03:04:05.678000", "B": "", "N": 7, "OK": True}, None,
+                  {"D": None, "TS": "9999-12-31T23:59:59", "B": None, "N": None, "OK": False}],
+         "M": {"a": "00:00:00.000001", "b": None}, "S": {"INNER": {"DS": ["2024-02-29", None], "V": 5.0}, "NAME": "n"}},
+        {"D": "1970-01-01", "T": "23:59:59.500000", "B": None, "X": -0.5, "DEEP": [], "M": {},
+         "S": {"INNER": None, "NAME": None}},
+        {"D": None, "T": None, "B": "aGVsbG8=", "X": None, "DEEP": None, "M": None, "S": None},
+        {"S": {"NAME": "missing fields"}},
+    ]
+    records = [(f"k{i}".encode(), json.dumps(v).encode()) for i, v in enumerate(values)]
+    table, piece = declared_table_slice(spark, tmp_path, columns, records)
+    active = {key: json.loads(encode_state(state)) for key, state in piece.latest}
+    assert len(active) == len(values) and not piece.bad
+    assert copy_rows(table, records) == active
+    assert active[b"k3"][-1] == {"INNER": None, "NAME": "missing fields"}
+
+
+def test_a_joined_tables_active_task_decodes_its_topic_as_its_copies_do(spark: SparkSession, tmp_path: Path) -> None:
+    """The materialization of a table-table join's result (``ReplayedTableTask``): each record
+    keyed and decoded in Python as a standby copy does, whatever Spark would make of it (a DATE
+    Python does not read is left out, logged, by both), a tombstone deleting its key, the last
+    record of a key winning, and the records left out logged with a copy's reasons."""
+    statements = (
+        "CREATE TABLE a (id VARCHAR PRIMARY KEY, d DATE) WITH (kafka_topic='a', partitions=1, value_format='json')",
+        "CREATE TABLE b (id VARCHAR PRIMARY KEY, s STRUCT<n INT, at TIMESTAMP>) "
+        "WITH (kafka_topic='b', partitions=1, value_format='json')",
+        "CREATE TABLE ab AS SELECT a.id, a.d, b.s FROM a LEFT JOIN b ON a.id = b.id")
+    records = [(b"k1", b'{"D": "2026-11-27", "S": {"N": 1, "AT": "2026-11-27T01:02:03"}}', 0, 0),
+               (b"k2", b'{"D": "2026-1-2", "S": null}', 0, 1),  # Spark reads this date; Python, as copies, does not
+               (b"k3", b'{"D": "2026-11-28", "S": null}', 0, 2), (b"k3", None, 0, 3),  # written, then deleted
+               (b"k4", b'{"D": null, "S": {"N": 2}}', 0, 4), (b"k4", b'{not json', 0, 5),  # the first stays
+               (None, b'{"D": "2026-11-29"}', 0, 6), (b"k5", b'{"D": "2026-11-30", "S": {"N": 5.0}}', 0, 7)]
+    slices = stage_slices(spark, tmp_path, statements, "AB", -1, records)
+    piece = slices[0]
+    assert isinstance(piece, MaterializeSlice)
+    assert (piece.count, piece.last_offset) == (8, 7)
+    meta = Metastore()
+    for offset, sql in enumerate(statements):
+        meta.apply(parse_statement(sql), offset)
+    copy = copy_rows(meta.source("AB"), [(k, v) for k, v, _, _ in records if k is not None and v is not None])
+    assert dict(piece.latest) == {b"k1": copy[b"k1"], b"k3": None, b"k4": copy[b"k4"], b"k5": copy[b"k5"]}
+    assert copy[b"k1"] == ["2026-11-27", {"N": 1, "AT": "2026-11-27T01:02:03"}] and copy[b"k5"][1] == {
+        "N": 5, "AT": None}
+    assert [(b.offset, b.reason.split(":")[0]) for b in piece.bad] == [
+        (1, "value is not JSON of the declared columns and types"),
+        (5, "value is not JSON of the declared columns and types"), (6, "record has no key")]
 
 
 def test_a_standby_decodes_a_joined_decimal_as_the_active_tasks_spark_does(spark: SparkSession, tmp_path: Path) -> None:

@@ -177,6 +177,19 @@ def test_a_table_table_join_gathers_its_tables_then_joins_then_materializes() ->
         InternalTopic(gathered, compacted=True, configs=(("delete.retention.ms", str(7 * 24 * 3600 * 1000)),))]
 
 
+def test_a_joined_table_of_any_types_has_standbys() -> None:
+    """The result's copies and its active task decode its topic alike (``TableRecords``):
+    DATE, TIME, BYTES and nested columns no longer leave it without standbys."""
+    meta = _metastore(
+        "CREATE TABLE a (id VARCHAR PRIMARY KEY, d DATE, t TIME) WITH (kafka_topic='a', partitions=3, value_format='json')",
+        "CREATE TABLE b (id VARCHAR PRIMARY KEY, s STRUCT<b BYTES, ds ARRAY<DATE>>) "
+        "WITH (kafka_topic='b', partitions=3, value_format='json')",
+        "CREATE TABLE ab AS SELECT a.id, a.d, a.t, b.s FROM a LEFT JOIN b ON a.id = b.id")
+    query = next(q for q in meta.queries.values() if q.sink == "AB")
+    *_, materialize = stages(query, meta.source("A"), meta.source("AB"), "svc")
+    assert (materialize.replayed, materialize.has_standbys) == (True, True)
+
+
 def test_a_tables_aggregation_regroups_its_rows_then_aggregates_them() -> None:
     """GROUP BY over a table: the regroup stage reads the table whole (whatever the query's
     start offsets) into the repartition topic, ``_SIGN`` the first value column, and keeps a
