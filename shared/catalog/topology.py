@@ -326,7 +326,8 @@ def _join_stage(query: PersistentQuery, left: DataSource, sink: DataSource, topi
     joined_tables = spec.stage_tables()  # a chain's later tables have stages of their own
     rekeys = (query.plan.key_expression, *(t.rekey for t in joined_tables)) if not tables else (None,) * (
         1 + len(joined_tables))
-    key_type = next((c.type for c in query.plan.columns if c.key), None)
+    # What the stage matches (the plan's key column is the result's, which a GROUP BY's is not).
+    key_type = None if tables else _join_key_type(spec, spec.step)
     if starts is None:
         offsets, count = query.start_offsets, left.partitions
         starts = tuple(None if offsets is None else offsets[i * count:(i + 1) * count] for i in range(len(rekeys)))
@@ -359,8 +360,11 @@ def _joined_aggregate(query: PersistentQuery, source: DataSource, sink: DataSour
         return _table_joined_aggregate(query, source, sink, service_id)
     keys = [c for c in plan.columns if c.key]
     key_type = keys[0].type if len(keys) == 1 else composite_key_type([(c.name, c.type) for c in keys])
+    # Where streams are joined, the stream's own time too (``join_aggregation``: the rows' time is the latest).
+    own_time = "ROWTIME" not in spec.stream.schema and any(t.within is not None for t in spec.tables)
     carried = (*(Column(joined(spec.stream_prefix, c.name), c.type) for c in spec.stream.columns),
                *(Column(joined(t.prefix, c.name), c.type) for t in spec.tables for c in t.table.columns),
+               *([Column(joined(spec.stream_prefix, "ROWTIME"), SqlType("BIGINT"))] if own_time else []),
                Column(ROWTIME_COLUMN, SqlType("BIGINT")))
     streams = _joins_streams(spec)
     rows = DataSource(

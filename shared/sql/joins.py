@@ -297,8 +297,9 @@ def join_aggregation(query: ast.Query, stream: DataSource, tables: tuple[DataSou
     and what the join task evaluates, from the same statement."""
     streams = [t for t in tables if t.kind == "STREAM"]
     if stream.kind == "TABLE" and streams:
-        raise StatementError("GROUP BY over a join reads a stream joined with streams (WITHIN) and tables in any "
-                             "order, or tables joined with tables")
+        raise StatementError(f"GROUP BY over a join reads a stream joined with streams (WITHIN) and tables in any "
+                             f"order, or tables joined with tables; {stream.name} is a TABLE joined with the STREAM "
+                             f"{streams[0].name}: read the stream first (FROM {streams[0].name} ... JOIN {stream.name})")
     if query.partition_by is not None:
         raise StatementError("PARTITION BY cannot be combined with GROUP BY; GROUP BY already keys the result")
     resolved = resolve_join(pre_aggregation(query), stream, tables)
@@ -308,11 +309,16 @@ def join_aggregation(query: ast.Query, stream: DataSource, tables: tuple[DataSou
                   for index, item in enumerate(query.items))
     groups = tuple(rename(g) for g in query.group_by)
     # The join task keys each joined row by the GROUP BY over the joined row; the aggregation
-    # reads those rows, where the stream record's time is their ROWTIME.
+    # reads those rows, whose ROWTIME is the joined row's: the stream record's over tables,
+    # where the stream's own time is then read. Where streams are joined, the row's time is
+    # the latest of its records', and the stream's own time travels as a column of the rows.
     keys = tuple((str(item.alias), item.expr) for item in items if item.expr is not None and item.expr in groups)
     stream_time = ast.ColumnRef(joined(resolved.stream_prefix, ROWTIME))
+    own_time = bool(streams) and ROWTIME not in stream.schema
 
     def aggregated(expr: ast.Expr) -> ast.Expr:
+        if own_time:
+            return expr
         renamed: ast.Expr = _map_columns(expr, lambda ref: ast.ColumnRef(ROWTIME) if ref == stream_time else ref)
         return renamed
 
@@ -325,8 +331,9 @@ def join_aggregation(query: ast.Query, stream: DataSource, tables: tuple[DataSou
     # Tables joined with tables give a table keyed by the join key, which the aggregation
     # regroups (a changed joined row leaves its old group); a stream's join gives a stream.
     key = None if stream.kind == "STREAM" or resolved.key_item is None else names[resolved.key_item]
+    carried = (*names, *([stream_time.name] if own_time and stream_time.name not in names else []))
     source = DataSource(stream.kind, aggregation.source,
-                        tuple(Column(n, resolved.scope.schema[n], key=n == key) for n in names), "", stream.partitions)
+                        tuple(Column(n, resolved.scope.schema[n], key=n == key) for n in carried), "", stream.partitions)
     return JoinAggregation(resolved, aggregation, source, keys)
 
 

@@ -838,7 +838,8 @@ async def test_three_streams_joined_as_ksqldbs_orders_payments_and_shipments(joi
     Every (order, payment, shipment) once, stamped with the latest of the three times; a pair
     without a shipment once with NULL, after stream time passes its window and grace; the
     order's own ROWTIME carried through both stages. A GROUP BY over the INNER form of the same
-    join (per warehouse: the triples and their amounts) counts each triple once."""
+    join (per warehouse: the triples, their amounts and the latest order's own time) counts each
+    triple once."""
     cluster, sid = join_cluster, join_cluster.service_id
     orders, payments, shipments, shipped, per_wh = (f"n3_{name}_{sid}" for name in (
         "orders", "payments", "shipments", "out", "per_wh"))
@@ -853,7 +854,8 @@ async def test_three_streams_joined_as_ksqldbs_orders_payments_and_shipments(joi
         CREATE STREAM {shipped} AS SELECT o.id, o.item, p.amount, s.wh, o.ROWTIME AS ordered FROM {orders} o
           JOIN {payments} p WITHIN 1 HOUR ON o.id = p.id
           LEFT JOIN {shipments} s WITHIN 2 MINUTES GRACE PERIOD 2 MINUTES ON o.id = s.oid;
-        CREATE TABLE {per_wh} AS SELECT s.wh, COUNT(*) AS n, SUM(p.amount) AS total FROM {orders} o
+        CREATE TABLE {per_wh} AS SELECT s.wh, COUNT(*) AS n, SUM(p.amount) AS total, MAX(o.ROWTIME) AS last_order
+          FROM {orders} o
           JOIN {payments} p WITHIN 1 HOUR ON o.id = p.id
           JOIN {shipments} s WITHIN 2 MINUTES GRACE PERIOD 2 MINUTES ON o.id = s.oid GROUP BY s.wh;""")
     rng = random.Random(61)
@@ -883,10 +885,11 @@ async def test_three_streams_joined_as_ksqldbs_orders_payments_and_shipments(joi
 
     assert await results(len(matched)) == matched
     warehouses: dict[str, list[Any]] = {}
-    for _, _, amount, wh, _, _ in matched:
-        counted = warehouses.setdefault(wh, [wh, 0, 0])
+    for _, _, amount, wh, ordered, _ in matched:
+        counted = warehouses.setdefault(wh, [wh, 0, 0, ordered])
         counted[1] += 1
         counted[2] += amount
+        counted[3] = max(counted[3], ordered)  # o.ROWTIME: the order's own time, not the triple's
     assert await asyncio.to_thread(pull_until, cluster, f"SELECT * FROM {per_wh};", warehouses) == warehouses
     # Stream time far ahead on every partition of the second stage: the lone pairs' windows close.
     await produce_sides(cluster.bootstrap, [(shipments, "", f"late-{i}", {"OID": i, "WH": "none"}, base + 10 * MINUTE)

@@ -27,6 +27,7 @@ from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.plans import PLAN_SPECS, PlanKind
 from millpond.shared.catalog.queries import Resolved
 from millpond.shared.catalog.topology import InternalTopic, internal_topics, stages
+from millpond.shared.sql.ast import SqlType
 from millpond.shared.sql.parser import parse_statement
 
 STREAM = ("CREATE STREAM readings (sensor VARCHAR KEY, area VARCHAR, reading INT) "
@@ -538,11 +539,34 @@ def test_a_group_by_over_a_stream_joined_after_a_table_aggregates_the_last_stage
         ("side-1-1", PlanKind.JOIN_SIDE, "v", prefix + "-joined-1-streams", 2, (7, 8)),
         ("join", PlanKind.STREAM_STREAM_JOIN, prefix + "-joined-1-streams", prefix + "-joined", 1, None),
         ("", PlanKind.AGGREGATE, prefix + "-joined", "PER_OWNER", 1, None)]
+    # The rows' time is the later record's; c's own travels beside it, for c.ROWTIME.
     assert [c.name for c in staged[4].sink.columns] == [
-        "_REPARTITION_KEY", "C_UID", "C_PAGE", "P_ID", "P_OWNER", "V_VID", "V_UID", "V_MS", "_INPUT_ROWTIME"]
+        "_REPARTITION_KEY", "C_UID", "C_PAGE", "P_ID", "P_OWNER", "V_VID", "V_UID", "V_MS", "C_ROWTIME",
+        "_INPUT_ROWTIME"]
     assert [t.name for t in internal_topics("svc", query)] == [
         prefix + "-changelog", prefix + "-repartition", prefix + "-joined", prefix + "-joined-1",
         prefix + "-joined-1-streams"]
+
+
+@pytest.mark.parametrize("first", ["JOIN p ON c.page = p.id", "JOIN b WITHIN 1 MINUTE ON c.uid = b.id"])
+def test_a_later_stream_is_keyed_as_the_rows_so_far_whatever_the_group_by(first: str) -> None:
+    """A stream joined after another JOIN on a column of another type than the first JOIN's
+    (INT after VARCHAR): its side stage re-keys it by that type, as the stage before writes
+    the rows so far, under a GROUP BY too (whose result key is neither), so the two meet."""
+    meta = _metastore(
+        "CREATE STREAM c (uid VARCHAR KEY, page VARCHAR, n INT) WITH (kafka_topic='c', partitions=2, value_format='json')",
+        "CREATE STREAM v (vid VARCHAR KEY, n INT, ms INT) WITH (kafka_topic='v', partitions=2, value_format='json')",
+        "CREATE STREAM b (id VARCHAR KEY, y VARCHAR) WITH (kafka_topic='b', partitions=2, value_format='json')",
+        "CREATE TABLE p (id VARCHAR PRIMARY KEY, owner VARCHAR) WITH (kafka_topic='p', partitions=2, value_format='json')")
+    for offset, sql in enumerate([f"CREATE TABLE g AS SELECT c.uid, COUNT(*) AS k FROM c {first} "
+                                  "JOIN v WITHIN 1 MINUTE ON c.n = v.n GROUP BY c.uid",
+                                  f"CREATE STREAM j AS SELECT c.n, v.ms FROM c {first} JOIN v WITHIN 1 MINUTE ON c.n = v.n"]):
+        meta.apply(parse_statement(sql), 10 + offset)
+    for query in (q for q in meta.queries.values() if q.sink in ("G", "J")):
+        staged = {s.name: s for s in stages(query, meta.source("C"), meta.source(query.sink), "svc")}
+        rows_so_far = staged["join-0"].sink.key_columns[0].type
+        (rekeyed,) = [c for c in staged["side-1-1"].query.plan.columns if c.key]
+        assert rows_so_far == rekeyed.type == SqlType("INT"), query.query_id
 
 
 def test_a_group_by_over_a_stream_stream_join_gathers_at_the_streams_partitions() -> None:

@@ -525,3 +525,5 @@ EXPLAIN CREATE TABLE owners_seen AS SELECT p.owner, COUNT(*) AS n FROM visits v 
 CREATE TABLE owners_seen AS SELECT p.owner, COUNT(*) AS n FROM visits v JOIN pages p ON v.page = p.page
   JOIN views3 w WITHIN 1 MINUTE ON v.userid = w.userid WINDOW TUMBLING (SIZE 1 HOUR) GROUP BY p.owner;
 CREATE TABLE blob_recent_5 AS SELECT id, EARLIEST_BY_OFFSET() AS d FROM blobs GROUP BY id;
+CREATE TABLE pages_seen AS SELECT p.owner, COUNT(*) AS n FROM pages p JOIN page_meta m ON p.page = m.page
+  JOIN visits v WITHIN 1 MINUTE ON p.page = v.page GROUP BY p.owner;
