@@ -160,6 +160,23 @@ def _undo_list(old: State | None, new: State) -> State:
     return [values]
 
 
+def _distinct_in_order(x: str) -> str:
+    """Spark SQL of the batch's distinct values of ``x`` in input order, each at its first
+    occurrence (NULL once too, as a Java list's ``contains`` finds it)."""
+    entries = _offset_sorted(f"collect_list(named_struct('o', {OFFSET}, 'v', {x}))")
+    return f"array_distinct(transform({entries}, e -> e.v))"
+
+
+def _add_unseen(old: State, new: State) -> State:
+    """COLLECT_SET's merge: the values of ``new`` not in ``old`` appended, in their order
+    (found as Java's ``equals`` finds them, ``_same``)."""
+    values = list(old[0] or [])
+    for value in new[0] or []:
+        if not any(_same(value, held) for held in values):
+            values.append(value)
+    return [values]
+
+
 def _signed_count(x: str) -> str:
     """Spark SQL of a batch's count of non-NULL ``x``, retracted rows counted negative."""
     return f"sum(IF(({x}) IS NULL, 0, {_SIGN}))"
@@ -233,6 +250,8 @@ AGGREGATES: dict[str, Aggregate] = {
         Aggregate("COUNT_DISTINCT", lambda x: [f"collect_set({x})"],
                   lambda o, n: [sorted(set(o[0] or []) | set(n[0] or []), key=repr)],
                   lambda s: len(s[0] or []), lambda _t: _BIGINT, "orderable"),
+        Aggregate("COLLECT_SET", lambda x: [_distinct_in_order(x)], _add_unseen, lambda s: s[0] or [],
+                  lambda t: SqlType("ARRAY", (t,)), "listable"),
         Aggregate("COLLECT_LIST",
                   lambda x: [f"transform(array_sort(collect_list(named_struct('o', {OFFSET}, 'v', {x}))), e -> e.v)"],
                   lambda o, n: [(o[0] or []) + (n[0] or [])],

@@ -33,7 +33,8 @@ KIND_NOTES = {"orderable": "BOOLEAN, a number, VARCHAR, DATE, TIME or TIMESTAMP"
 """What a kind admits, where its name does not say it."""
 HELD_APART: dict[str, frozenset[str]] = {"listable": frozenset({"MAP"})}
 """Kinds of any type but these, at any depth: Spark orders no map, so COLLECT_LIST, which
-orders its values by offset in structs, takes none (``listable``)."""
+orders its values by offset in structs, takes none, nor COLLECT_SET, whose values Spark
+compares (``listable``)."""
 
 
 def holds(type_: SqlType, bases: frozenset[str]) -> bool:

@@ -290,7 +290,8 @@ def test_a_session_batch_reduces_to_each_usable_record_in_offset_order(spark: Sp
 ALL_AGGREGATES = ("COUNT(*) AS n, COUNT(reading) AS c, SUM(reading) AS s, AVG(reading) AS a, MIN(reading) AS lo, "
                   "MAX(reading) AS hi, LATEST_BY_OFFSET(reading) AS latest, EARLIEST_BY_OFFSET(reading) AS earliest, "
                   "COUNT_DISTINCT(reading) AS d, COLLECT_LIST(reading) AS l, LATEST_BY_OFFSET(reading, false) AS any, "
-                  "LATEST_BY_OFFSET(reading, 2) AS last2, EARLIEST_BY_OFFSET(reading, 2, false) AS first2")
+                  "LATEST_BY_OFFSET(reading, 2) AS last2, EARLIEST_BY_OFFSET(reading, 2, false) AS first2, "
+                  "COLLECT_SET(reading) AS distinct_readings")
 
 
 @pytest.mark.parametrize("cuts", [[], [2], [1, 3, 5]])
@@ -325,7 +326,8 @@ def test_every_aggregate_works_per_window(spark: SparkSession, tmp_path: Path, c
         want[(start, start + 30_000)] = [
             len(held), len(values), sum(values) if values else None, sum(values) / len(values) if values else None,
             min(values, default=None), max(values, default=None), values[-1] if values else None,
-            values[0] if values else None, len(set(values)), held, held[-1], values[-2:], held[:2]]
+            values[0] if values else None, len(set(values)), held, held[-1], values[-2:], held[:2],
+            list(dict.fromkeys(held))]
     assert got == want
 
 

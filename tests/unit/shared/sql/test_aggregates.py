@@ -25,6 +25,7 @@ def partial(name: str, values: list[tuple[int, int]]) -> list[Any]:
         "EARLIEST_BY_OFFSET": lambda: [min(values)[1] if values else None, min(values)[0] if values else None],
         "COUNT_DISTINCT": lambda: [sorted(set(vs))],
         "COLLECT_LIST": lambda: [[v for _, v in sorted(values)]],
+        "COLLECT_SET": lambda: [list(dict.fromkeys(v for _, v in sorted(values)))],
     }[name]()
 
 
@@ -156,3 +157,15 @@ def test_a_null_an_older_release_kept_gives_way_where_nulls_are_skipped() -> Non
     assert of("EARLIEST_BY_OFFSET").merger(signed=False)(old_state, [7, 9]) == [7, 9]
     assert of("LATEST_BY_OFFSET").merger(signed=False)([7, 9], old_state) == [7, 9]
     assert of("EARLIEST_BY_OFFSET", (False,)).merger(signed=False)(old_state, [7, 9]) == old_state
+
+
+def test_collect_set_keeps_each_value_once_where_it_first_came() -> None:
+    """ksqlDB's COLLECT_SET: distinct values in the order they first came, NULL once, a value
+    found as Java's ``equals`` finds it (NaN is NaN, -0.0 is not 0.0), across batches."""
+    merge = AGGREGATES["COLLECT_SET"].merge
+    nan = float("nan")
+    state = merge([["b", None, "a"]], [["a", "c", None]])
+    assert AGGREGATES["COLLECT_SET"].finalize(state) == ["b", None, "a", "c"]
+    merged = merge([[nan, 0.0, {"X": [1]}]], [[float("nan"), -0.0, {"X": [1]}, {"X": [2]}]])[0]
+    assert len(merged) == 5 and math.isnan(merged[0]) and merged[1:3] == [0.0, {"X": [1]}]
+    assert math.copysign(1, merged[3]) == -1 and merged[4] == {"X": [2]}

@@ -527,3 +527,7 @@ CREATE TABLE owners_seen AS SELECT p.owner, COUNT(*) AS n FROM visits v JOIN pag
 CREATE TABLE blob_recent_5 AS SELECT id, EARLIEST_BY_OFFSET() AS d FROM blobs GROUP BY id;
 CREATE TABLE pages_seen AS SELECT p.owner, COUNT(*) AS n FROM pages p JOIN page_meta m ON p.page = m.page
   JOIN visits v WITHIN 1 MINUTE ON p.page = v.page GROUP BY p.owner;
+-- COLLECT_SET as ksqlDB's: distinct values in the order they first came; streams only.
+CREATE TABLE blob_sets AS SELECT id, COLLECT_SET(address) AS places, COLLECT_SET(data) AS blobs FROM blobs GROUP BY id;
+CREATE TABLE blob_sets_2 AS SELECT id, COLLECT_SET(attrs) AS a FROM blobs GROUP BY id;
+CREATE TABLE user_sets AS SELECT name, COLLECT_SET(avatar) AS avatars FROM users GROUP BY name;
