@@ -289,8 +289,9 @@ def _replayed_latest(parsed: DataFrame, source: DataSource) -> dict[int, Materia
     are from Spark, keyed and decoded here as a copy does (``TableRecords``), the ones that do
     not go to the processing log with the reasons a copy's catch-up gives them."""
     records = TableRecords(source)
-    rows = parsed.select("_partition", "_offset", "_key", "_value").collect()
-    rows.sort(key=lambda r: (r[0], r[1]))
+    table = parsed.select("_partition", "_offset", "_key", "_value").toArrow().sort_by(
+        [("_partition", "ascending"), ("_offset", "ascending")])  # no Python row object per record
+    rows = zip(*(column.to_pylist() for column in table.columns), strict=True)
     slices: dict[int, MaterializeSlice] = {}
     latest: dict[int, dict[bytes, list[Any] | None]] = defaultdict(dict)
     for partition, offset, raw_key, raw_value in rows:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import datetime
 import decimal
+import json
 import re
 import time
 from collections.abc import Callable
@@ -74,11 +75,16 @@ class TableRecords:
 
     def row(self, value: bytes) -> list[Any] | None:
         try:
+            if self.table.value_format == "JSON":  # fields by name whatever their case, as Spark's reader
+                parsed = json.loads(value)
+                if not isinstance(parsed, dict):
+                    return None
+                fields = {str(k).upper(): v for k, v in parsed.items()}
+                return [stored(fields.get(name.upper()), type_) for name, type_ in self.columns]
             decoded = deserialize_value(self.columns, value, self.table.value_format, self.table.value_delimiter)
-            if self.table.value_format == "DELIMITED":  # a BYTES field's text is its bytes: base64 as JSON's
-                decoded = {name: base64.b64encode(v.encode()).decode() if t.base == "BYTES" and isinstance(v, str)
-                           else v for (name, t), v in zip(self.columns, decoded.values(), strict=True)}
-            return [stored(decoded[name], type_) for name, type_ in self.columns]
+            # A DELIMITED BYTES field's text is its bytes: base64, as JSON's.
+            return [stored(base64.b64encode(v.encode()).decode() if t.base == "BYTES" and isinstance(v, str) else v, t)
+                    for (name, t), v in ((column, decoded[column[0]]) for column in self.columns)]
         except (ValueError, TypeError, ArithmeticError, MillpondError, RecursionError):
             return None
 
@@ -184,21 +190,27 @@ class TableTopicReader:
                                  {"topic": f"{self.input.topic}-{self.input.partition}"}))
 
 
-_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_SPARK_DATE = re.compile(r"\s*([0-9]{4})(?:-([0-9]{1,2})(?:-([0-9]{1,2})(?:[ T].*)?)?)?\s*", re.DOTALL)
+"""The date texts Spark's JSON reader takes (its ``stringToDate``: a year, then optionally a
+month and a day of one or two digits, then anything after a space or a T)."""
 _TIME = re.compile(r"[0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]{1,6})?)?")
-"""The DATE and TIME texts a store keeps (ISO 8601, as Spark's values are written): Python's
+"""The TIME texts a store keeps (ISO 8601, as Spark's values are written): Python's
 ``fromisoformat`` alone reads more forms."""
+_LONG = 2**63
+_INT = 2**31
 
 
 def stored(value: Any, type_: SqlType) -> Any:
-    """A value decoded from a table's JSON (``deserialize_value``: its top level checked) as
-    the table's stores keep it, which is what they keep of Spark's reading of the JSON
-    Millpond writes (``reducers.stored``), at any depth: a DOUBLE written as an integer (5) is
-    5.0; a DECIMAL is the exact reading of the number's text (the shortest text of the float
-    the writer had), rounded half up to the scale, then a float, and refused past its
-    precision; a TIMESTAMP the ISO text of its UTC time (``timestamp_text``); a DATE or TIME
-    its ISO text; BYTES base64 text; a STRUCT its declared fields, in order (a missing one
-    NULL); ARRAY and MAP items alike. ValueError (or TypeError) for a value that does not fit."""
+    """A value read from a table's JSON as the table's stores keep it, at any depth: what they
+    keep of Spark's JSON reading of it (``reducers.stored``), where Spark reads it, and a
+    ValueError (or TypeError, ArithmeticError) where Spark sets the record aside. An INT or
+    BIGINT is an integer in its range (not 5.0); a DOUBLE any number (5 is 5.0); a DECIMAL
+    the exact reading of the number's text (the shortest text of the float), rounded half up
+    to the scale, then a float, refused past its precision; a VARCHAR text, or a number's,
+    a boolean's or a nested value's JSON; a TIMESTAMP the ISO text of its UTC time
+    (``timestamp_text``); a DATE read as Spark reads one (``_SPARK_DATE``) and a TIME, each as
+    ISO text; BYTES base64 text; a STRUCT its declared fields, in order (a missing one NULL);
+    ARRAY and MAP items alike."""
     if value is None:
         return None
     base = type_.base
@@ -214,23 +226,38 @@ def stored(value: Any, type_: SqlType) -> Any:
         if not isinstance(value, dict):
             raise ValueError(f"{value!r} is not a STRUCT")
         return {name: stored(value.get(name), field) for name, field in type_.params}
-    if base in ("INT", "BIGINT") and isinstance(value, float) and value.is_integer():
-        value = int(value)
-    value = coerce(value, type_, "value")
+    if base == "VARCHAR":
+        if isinstance(value, str):
+            return value
+        return json.dumps(value, separators=(",", ":"))  # Spark keeps a number's or an object's JSON as text
+    if base in ("INT", "BIGINT"):
+        bound = _INT if base == "INT" else _LONG
+        if not isinstance(value, int) or isinstance(value, bool) or not -bound <= value < bound:
+            raise ValueError(f"{value!r} is not a {base}")
+        return value
     if base == "TIMESTAMP":
         return timestamp_text(value)
-    if base in ("DATE", "TIME"):
-        pattern, kind = (_DATE, datetime.date) if base == "DATE" else (_TIME, datetime.time)
-        if not isinstance(value, str) or not pattern.fullmatch(value):
-            raise ValueError(f"{value!r} is not an ISO 8601 {base}")
-        return kind.fromisoformat(value).isoformat()
+    if base == "DATE":
+        read = _SPARK_DATE.fullmatch(value) if isinstance(value, str) else None
+        if read is None:
+            raise ValueError(f"{value!r} is not a DATE")
+        return datetime.date(int(read[1]), int(read[2] or 1), int(read[3] or 1)).isoformat()
+    if base == "TIME":
+        if not isinstance(value, str) or not _TIME.fullmatch(value):
+            raise ValueError(f"{value!r} is not an ISO 8601 TIME")
+        return datetime.time.fromisoformat(value).isoformat()
     if base == "BYTES":
         return base64.b64encode(base64_bytes(value)).decode()
+    value = coerce(value, type_, "value")  # BOOLEAN, DOUBLE and DECIMAL: the JSON type checked
     if base != "DECIMAL":
         return value
     precision, scale = type_.params
-    exact = decimal.Decimal(repr(value) if isinstance(value, float) else str(value))
-    rounded = exact.quantize(decimal.Decimal(1).scaleb(-scale), rounding=decimal.ROUND_HALF_UP)
+    with decimal.localcontext() as context:
+        context.prec = max(precision + 2, 28)  # quantize must not run out of digits
+        exact = decimal.Decimal(repr(value) if isinstance(value, float) else str(value))
+        if not exact.is_finite():
+            raise ValueError(f"{value} is not a DECIMAL")
+        rounded = exact.quantize(decimal.Decimal(1).scaleb(-scale), rounding=decimal.ROUND_HALF_UP)
     if rounded.adjusted() + 1 > precision - scale:
         raise ValueError(f"{value} does not fit DECIMAL({precision}, {scale})")
     return float(rounded)

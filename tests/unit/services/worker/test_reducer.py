@@ -794,8 +794,8 @@ def test_python_stores_every_type_millpond_writes_as_sparks_reading_does(spark: 
 
 def test_a_joined_tables_active_task_decodes_its_topic_as_its_copies_do(spark: SparkSession, tmp_path: Path) -> None:
     """The materialization of a table-table join's result (``ReplayedTableTask``): each record
-    keyed and decoded in Python as a standby copy does, whatever Spark would make of it (a DATE
-    Python does not read is left out, logged, by both), a tombstone deleting its key, the last
+    keyed and decoded in Python as a standby copy does (a date as Spark's reader takes it, an
+    INT given as 5.0 refused as Spark refuses it), a tombstone deleting its key, the last
     record of a key winning, and the records left out logged with a copy's reasons."""
     statements = (
         "CREATE TABLE a (id VARCHAR PRIMARY KEY, d DATE) WITH (kafka_topic='a', partitions=1, value_format='json')",
@@ -803,7 +803,7 @@ def test_a_joined_tables_active_task_decodes_its_topic_as_its_copies_do(spark: S
         "WITH (kafka_topic='b', partitions=1, value_format='json')",
         "CREATE TABLE ab AS SELECT a.id, a.d, b.s FROM a LEFT JOIN b ON a.id = b.id")
     records = [(b"k1", b'{"D": "2026-11-27", "S": {"N": 1, "AT": "2026-11-27T01:02:03"}}', 0, 0),
-               (b"k2", b'{"D": "2026-1-2", "S": null}', 0, 1),  # Spark reads this date; Python, as copies, does not
+               (b"k2", b'{"D": "2026-1-2T10:00", "S": null}', 0, 1),
                (b"k3", b'{"D": "2026-11-28", "S": null}', 0, 2), (b"k3", None, 0, 3),  # written, then deleted
                (b"k4", b'{"D": null, "S": {"N": 2}}', 0, 4), (b"k4", b'{not json', 0, 5),  # the first stays
                (None, b'{"D": "2026-11-29"}', 0, 6), (b"k5", b'{"D": "2026-11-30", "S": {"N": 5.0}}', 0, 7)]
@@ -815,12 +815,33 @@ def test_a_joined_tables_active_task_decodes_its_topic_as_its_copies_do(spark: S
     for offset, sql in enumerate(statements):
         meta.apply(parse_statement(sql), offset)
     copy = copy_rows(meta.source("AB"), [(k, v) for k, v, _, _ in records if k is not None and v is not None])
-    assert dict(piece.latest) == {b"k1": copy[b"k1"], b"k3": None, b"k4": copy[b"k4"], b"k5": copy[b"k5"]}
-    assert copy[b"k1"] == ["2026-11-27", {"N": 1, "AT": "2026-11-27T01:02:03"}] and copy[b"k5"][1] == {
-        "N": 5, "AT": None}
+    assert dict(piece.latest) == {b"k1": copy[b"k1"], b"k2": copy[b"k2"], b"k3": None, b"k4": copy[b"k4"]}
+    assert copy[b"k1"] == ["2026-11-27", {"N": 1, "AT": "2026-11-27T01:02:03"}]
+    assert copy[b"k2"] == ["2026-01-02", None] and b"k5" not in copy
     assert [(b.offset, b.reason.split(":")[0]) for b in piece.bad] == [
-        (1, "value is not JSON of the declared columns and types"),
-        (5, "value is not JSON of the declared columns and types"), (6, "record has no key")]
+        (5, "value is not JSON of the declared columns and types"), (6, "record has no key"),
+        (7, "value is not JSON of the declared columns and types")]
+
+
+def test_python_reads_what_sparks_json_reader_reads_and_refuses_what_it_refuses(spark: SparkSession,
+                                                                               tmp_path: Path) -> None:
+    """The forms a join's result may hold because its tables' producers wrote them, read as
+    Spark's JSON reader reads them for any other table, or refused as it refuses them: dates
+    of one-digit months and days or with a time after them, a number's, a boolean's or an
+    object's JSON as VARCHAR at any depth, BIGINT to its bounds, an INT or BIGINT written
+    with a fraction, a DECIMAL of 38 digits."""
+    columns = ("id VARCHAR PRIMARY KEY, d DATE, s VARCHAR, m MAP<VARCHAR, VARCHAR>, b BIGINT, i INT, "
+               "x DECIMAL(38, 10)")
+    values: list[dict[str, Any]] = [
+        {"D": "2026-1-2"}, {"D": "2026-01-02T00:00:00"}, {"D": "2026-01-02 10:00"}, {"D": "2026"}, {"D": "2026-02-30"},
+        {"D": 20000}, {"D": "26-01-02"}, {"S": 5}, {"S": True}, {"S": {"a": [1, "b"]}}, {"M": {"a": 1, "b": False}},
+        {"M": {"a": None}}, {"B": 2**63 - 1}, {"B": -2**63}, {"B": 2**63}, {"B": 5.0}, {"I": 2**31}, {"I": -2**31},
+        {"I": 7.5}, {"X": 10**27 + 0.5}, {"X": -123456789.123456789}, {"X": 10**28}]
+    records = [(f"k{i}".encode(), json.dumps(v).encode()) for i, v in enumerate(values)]
+    table, piece = declared_table_slice(spark, tmp_path, columns, records)
+    active = {key: json.loads(encode_state(state)) for key, state in piece.latest}
+    assert copy_rows(table, records) == active
+    assert 0 < len(piece.bad) < len(values) - 10
 
 
 def test_a_standby_decodes_a_joined_decimal_as_the_active_tasks_spark_does(spark: SparkSession, tmp_path: Path) -> None:
