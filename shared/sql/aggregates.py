@@ -120,6 +120,41 @@ def by_offset_literals(name: str, args: Sequence[ast.Expr]) -> tuple[int | bool,
     return (*(() if count is None else (count,)), *(() if skip_nulls else (False,)))
 
 
+def _top(name: str, distinct: bool, count: int = 1) -> Aggregate:
+    """ksqlDB's TOPK and TOPKDISTINCT (``distinct``): the ``count`` greatest values in
+    descending order (TOPKDISTINCT each once), NULLs passed over, in Spark's order (NaN above
+    every number). The state is that array."""
+    def partials(x: str) -> list[str]:
+        values = f"collect_list({x})"  # no NULLs
+        return [f"slice(reverse(array_sort({f'array_distinct({values})' if distinct else values})), 1, {count})"]
+
+    def merge(old: State, new: State) -> State:
+        values = [*(old[0] or []), *(new[0] or [])]
+        if distinct:
+            values = [v for i, v in enumerate(values) if not any(_same(v, w) for w in values[:i])]
+        return [sorted(values, key=_spark_order, reverse=True)[:count]]
+
+    return Aggregate(name, partials, merge, lambda s: s[0] or [], lambda t: SqlType("ARRAY", (t,)), "orderable",
+                     given=lambda literals: _top(name, distinct, int(literals[0])), literals=top_literals)
+
+
+def _spark_order(value: Any) -> Any:
+    """A sort key of a value as Spark orders it: a float NaN above every number."""
+    if isinstance(value, float):
+        return (1, 0.0) if math.isnan(value) else (0, value)
+    return value
+
+
+def top_literals(name: str, args: Sequence[ast.Expr]) -> tuple[int | bool, ...]:
+    """TOPK's and TOPKDISTINCT's literal argument after the column: how many values, an INT of
+    1 or more (ksqlDB's ``k``)."""
+    if len(args) != 1 or not isinstance(args[0], ast.Literal) or args[0].type.base != "INT" or args[0].value < 1:
+        given = ", ".join(ast.to_sql(a) for a in args) or "none"
+        raise StatementError(f"{name} takes a column and how many of its greatest values to give, an INT literal "
+                             f"of 1 or more: {name}(x, 3); got {given} after the column")
+    return (int(args[0].value),)
+
+
 def _offset_sorted(entries: str) -> str:
     """Spark SQL of an array of structs sorted by their offset ``o``, compared alone: whatever
     the other fields hold (a plain sort of structs fails on a MAP, which Spark orders not)."""
@@ -250,6 +285,8 @@ AGGREGATES: dict[str, Aggregate] = {
         Aggregate("COUNT_DISTINCT", lambda x: [f"collect_set({x})"],
                   lambda o, n: [sorted(set(o[0] or []) | set(n[0] or []), key=repr)],
                   lambda s: len(s[0] or []), lambda _t: _BIGINT, "orderable"),
+        _top("TOPK", distinct=False),
+        _top("TOPKDISTINCT", distinct=True),
         Aggregate("COLLECT_SET", lambda x: [_distinct_in_order(x)], _add_unseen, lambda s: s[0] or [],
                   lambda t: SqlType("ARRAY", (t,)), "listable"),
         Aggregate("COLLECT_LIST",

@@ -581,15 +581,15 @@ async def test_having_keeps_only_the_groups_that_pass_it_in_pulls_and_the_sink(a
     """A GROUP BY with HAVING: pulls (scans and key lookups) see only the groups whose
     aggregates pass it; in the sink a group that stops passing gets a tombstone, one that
     starts passing its row (ksqlDB's HAVING). Beside them, LATEST_BY_OFFSET skipping NULLs and
-    EARLIEST_BY_OFFSET's first two values and COLLECT_SET, as ksqlDB's."""
+    EARLIEST_BY_OFFSET's first two values, COLLECT_SET and TOPK, as ksqlDB's."""
     stream, table = f"hv_{agg_cluster.service_id}", f"hv_busy_{agg_cluster.service_id}"
     run(agg_cluster, f"""
         SET 'auto.offset.reset'='earliest';
         CREATE STREAM {stream} (sensor VARCHAR KEY, area VARCHAR, reading INT)
           WITH (kafka_topic='{stream}', partitions={PARTITIONS}, value_format='json');
         CREATE TABLE {table} AS SELECT sensor, COUNT(*) AS n, AVG(reading) AS avg_reading,
-          LATEST_BY_OFFSET(area) AS area_now, EARLIEST_BY_OFFSET(reading, 2) AS first2, COLLECT_SET(area) AS areas
-          FROM {stream}
+          LATEST_BY_OFFSET(area) AS area_now, EARLIEST_BY_OFFSET(reading, 2) AS first2, COLLECT_SET(area) AS areas,
+          TOPK(reading, 2) AS top2 FROM {stream}
           GROUP BY sensor HAVING COUNT(*) >= 2 AND AVG(reading) < 50;""")
     # a passes; b never has two readings; c passes at two, then its average goes over 50;
     # d's average is 50 at two (no pass), under it at three.
@@ -597,11 +597,13 @@ async def test_having_keeps_only_the_groups_that_pass_it_in_pulls_and_the_sink(a
              ("d", "z", 60)]
     run(agg_cluster, "".join(f"INSERT INTO {stream} (sensor, area, reading) VALUES ('{s}', {sql_text(a)}, {r});"
                              for s, a, r in first))
-    middle = {"a": ["a", 2, 15.0, "x", [10, 20], ["x", None]], "c": ["c", 2, 20.0, None, [10, 30], [None]]}
+    middle = {"a": ["a", 2, 15.0, "x", [10, 20], ["x", None], [20, 10]],
+              "c": ["c", 2, 20.0, None, [10, 30], [None], [30, 10]]}
     assert await asyncio.to_thread(pull_until, agg_cluster, f"SELECT * FROM {table};", middle) == middle
     run(agg_cluster, f"INSERT INTO {stream} (sensor, reading) VALUES ('c', 200);"
                      f"INSERT INTO {stream} (sensor, reading) VALUES ('d', 1);")
-    want = {"a": ["a", 2, 15.0, "x", [10, 20], ["x", None]], "d": ["d", 3, 101 / 3, "z", [40, 60], ["y", "z", None]]}
+    want = {"a": ["a", 2, 15.0, "x", [10, 20], ["x", None], [20, 10]],
+            "d": ["d", 3, 101 / 3, "z", [40, 60], ["y", "z", None], [60, 40]]}
     assert await asyncio.to_thread(pull_until, agg_cluster, f"SELECT * FROM {table};", want) == want
     assert run(agg_cluster, f"SELECT * FROM {table} WHERE sensor = 'c';") == []
     assert run(agg_cluster, f"SELECT * FROM {table} WHERE sensor = 'b';") == []
@@ -614,12 +616,14 @@ async def test_having_keeps_only_the_groups_that_pass_it_in_pulls_and_the_sink(a
         last[key.decode()] = json.loads(value) if value is not None else None
         if key == b"c":
             seen_c.append(last["c"])
-    assert last == {"a": {"N": 2, "AVG_READING": 15.0, "AREA_NOW": "x", "FIRST2": [10, 20], "AREAS": ["x", None]},
+    assert last == {"a": {"N": 2, "AVG_READING": 15.0, "AREA_NOW": "x", "FIRST2": [10, 20], "AREAS": ["x", None],
+                          "TOP2": [20, 10]},
                     "b": None, "c": None,
                     "d": {"N": 3, "AVG_READING": 101 / 3, "AREA_NOW": "z", "FIRST2": [40, 60],
-                          "AREAS": ["y", "z", None]}}
+                          "AREAS": ["y", "z", None], "TOP2": [60, 40]}}
     # it passed, then left the table
-    assert {"N": 2, "AVG_READING": 20.0, "AREA_NOW": None, "FIRST2": [10, 30], "AREAS": [None]} in seen_c
+    assert {"N": 2, "AVG_READING": 20.0, "AREA_NOW": None, "FIRST2": [10, 30], "AREAS": [None],
+            "TOP2": [30, 10]} in seen_c
 
 
 def sql_text(value: str | None) -> str:

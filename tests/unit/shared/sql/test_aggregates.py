@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from millpond.shared.errors import StatementError
-from millpond.shared.sql.aggregates import AGGREGATES, by_offset_literals, of
+from millpond.shared.sql.aggregates import AGGREGATES, by_offset_literals, of, top_literals
 from millpond.shared.sql.ast import SqlType
 from millpond.shared.sql.parser import parse_statement
 
@@ -26,6 +26,8 @@ def partial(name: str, values: list[tuple[int, int]]) -> list[Any]:
         "COUNT_DISTINCT": lambda: [sorted(set(vs))],
         "COLLECT_LIST": lambda: [[v for _, v in sorted(values)]],
         "COLLECT_SET": lambda: [list(dict.fromkeys(v for _, v in sorted(values)))],
+        "TOPK": lambda: [sorted(vs, reverse=True)[:1]],
+        "TOPKDISTINCT": lambda: [sorted(set(vs), reverse=True)[:1]],
     }[name]()
 
 
@@ -169,3 +171,34 @@ def test_collect_set_keeps_each_value_once_where_it_first_came() -> None:
     merged = merge([[nan, 0.0, {"X": [1]}]], [[float("nan"), -0.0, {"X": [1]}, {"X": [2]}]])[0]
     assert len(merged) == 5 and math.isnan(merged[0]) and merged[1:3] == [0.0, {"X": [1]}]
     assert math.copysign(1, merged[3]) == -1 and merged[4] == {"X": [2]}
+
+
+@given(st.lists(st.one_of(st.integers(-5, 5), st.just(float("nan")), st.floats(-5, 5)), max_size=30),
+       st.integers(0, 30), st.integers(1, 4), st.booleans())
+def test_topk_keeps_the_greatest_values_across_batches(values: list[float], cut: int, k: int, distinct: bool) -> None:
+    """ksqlDB's TOPK (TOPKDISTINCT: each value once): the k greatest in descending order, NaN
+    above every number as Spark and Java order it; two batches merged give what one gives."""
+    agg = of("TOPKDISTINCT" if distinct else "TOPK", (k,))
+    floats = [float(v) for v in values]
+
+    def top(batch: list[float]) -> list[float]:
+        kept = [v for i, v in enumerate(batch) if not distinct or not any(
+            v == w or (math.isnan(v) and math.isnan(w)) for w in batch[:i])]
+        nans = [v for v in kept if math.isnan(v)]
+        return (nans + sorted((v for v in kept if not math.isnan(v)), reverse=True))[:k]
+
+    merged = agg.finalize(agg.merge([top(floats[:cut])], [top(floats[cut:])]))
+    want = top(floats)
+    assert len(merged) == len(want) and all(
+        (math.isnan(a) and math.isnan(b)) or a == b for a, b in zip(merged, want, strict=True))
+
+
+def test_topk_takes_one_literal_count() -> None:
+    def literals(sql: str) -> tuple[int | bool, ...]:
+        (item,) = parse_statement(f"SELECT {sql} FROM s GROUP BY k").items  # type: ignore[attr-defined]
+        return top_literals(item.expr.name, item.expr.args[1:])
+
+    assert literals("TOPK(x, 3)") == (3,)
+    for wrong in ("TOPK(x)", "TOPK(x, 0)", "TOPK(x, y)", "TOPK(x, 2, 3)", "TOPK(x, true)"):
+        with pytest.raises(StatementError, match=r"TOPK\(x, 3\)"):
+            literals(wrong)

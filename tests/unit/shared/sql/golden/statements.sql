@@ -531,3 +531,11 @@ CREATE TABLE pages_seen AS SELECT p.owner, COUNT(*) AS n FROM pages p JOIN page_
 CREATE TABLE blob_sets AS SELECT id, COLLECT_SET(address) AS places, COLLECT_SET(data) AS blobs FROM blobs GROUP BY id;
 CREATE TABLE blob_sets_2 AS SELECT id, COLLECT_SET(attrs) AS a FROM blobs GROUP BY id;
 CREATE TABLE user_sets AS SELECT name, COLLECT_SET(avatar) AS avatars FROM users GROUP BY name;
+-- TOPK and TOPKDISTINCT as ksqlDB's: the k greatest values, descending; streams only.
+EXPLAIN CREATE TABLE top_views AS SELECT viewer, TOPK(ms, 3) AS top3, TOPKDISTINCT(page, 2) AS pages
+  FROM views4 GROUP BY viewer;
+CREATE TABLE top_views AS SELECT viewer, TOPK(ms, 3) AS top3, TOPKDISTINCT(page, 2) AS pages FROM views4 GROUP BY viewer;
+DESCRIBE top_views;
+CREATE TABLE top_views_0 AS SELECT viewer, TOPK(ms) AS top FROM views4 GROUP BY viewer;
+CREATE TABLE top_views_1 AS SELECT viewer, TOPKDISTINCT(ms, 0) AS top FROM views4 GROUP BY viewer;
+CREATE TABLE top_blobs AS SELECT id, TOPK(address, 2) AS top FROM blobs GROUP BY id;
