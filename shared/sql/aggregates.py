@@ -212,6 +212,38 @@ def _add_unseen(old: State, new: State) -> State:
     return [values]
 
 
+HISTOGRAM_LIMIT = 1000
+"""Most distinct values a HISTOGRAM counts, as ksqlDB's: a value first seen past them is not counted."""
+
+
+def _histogram(x: str) -> str:
+    """Spark SQL of the batch's count of each non-NULL value of ``x`` (a map)."""
+    return (f"map_from_entries(transform(array_distinct(collect_list({x})), "
+            f"v -> struct(v, CAST(size(filter(collect_list({x}), w -> w = v)) AS BIGINT))))")
+
+
+def _signed_histogram(x: str) -> str:
+    """``_histogram`` over a table's regrouped rows: each value's rows added less those retracted."""
+    entries = f"collect_list(IF(({x}) IS NULL, NULL, named_struct('s', {_SIGN}, 'v', {x})))"
+    return (f"map_from_entries(transform(array_distinct(transform({entries}, e -> e.v)), "
+            f"v -> struct(v, aggregate(filter({entries}, e -> e.v = v), CAST(0 AS BIGINT), (n, e) -> n + e.s))))")
+
+
+def _count_into(old: State | None, new: State) -> State:
+    """HISTOGRAM's merge: each value's count added to the group's (taken back, signed: a value
+    whose count reaches 0 leaves), a value first seen past ``HISTOGRAM_LIMIT`` left out."""
+    counts = dict(old[0] or {}) if old is not None else {}
+    for value, count in (new[0] or {}).items():
+        if value not in counts and len(counts) >= HISTOGRAM_LIMIT:
+            continue
+        total = counts.get(value, 0) + count
+        if total > 0:
+            counts[value] = total
+        else:
+            counts.pop(value, None)
+    return [counts]
+
+
 def _signed_count(x: str) -> str:
     """Spark SQL of a batch's count of non-NULL ``x``, retracted rows counted negative."""
     return f"sum(IF(({x}) IS NULL, 0, {_SIGN}))"
@@ -285,6 +317,9 @@ AGGREGATES: dict[str, Aggregate] = {
         Aggregate("COUNT_DISTINCT", lambda x: [f"collect_set({x})"],
                   lambda o, n: [sorted(set(o[0] or []) | set(n[0] or []), key=repr)],
                   lambda s: len(s[0] or []), lambda _t: _BIGINT, "orderable"),
+        Aggregate("HISTOGRAM", lambda x: [_histogram(x)], _count_into, lambda s: s[0] or {},
+                  lambda _t: SqlType("MAP", (SqlType("VARCHAR"), _BIGINT)), "string",
+                  undo=lambda x: [_signed_histogram(x)], undo_merge=_count_into),
         _top("TOPK", distinct=False),
         _top("TOPKDISTINCT", distinct=True),
         Aggregate("COLLECT_SET", lambda x: [_distinct_in_order(x)], _add_unseen, lambda s: s[0] or [],

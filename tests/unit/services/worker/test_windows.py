@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -292,7 +292,7 @@ ALL_AGGREGATES = ("COUNT(*) AS n, COUNT(reading) AS c, SUM(reading) AS s, AVG(re
                   "COUNT_DISTINCT(reading) AS d, COLLECT_LIST(reading) AS l, LATEST_BY_OFFSET(reading, false) AS any, "
                   "LATEST_BY_OFFSET(reading, 2) AS last2, EARLIEST_BY_OFFSET(reading, 2, false) AS first2, "
                   "COLLECT_SET(reading) AS distinct_readings, TOPK(reading, 2) AS top2, TOPKDISTINCT(reading, 2) AS "
-                  "topd2")
+                  "topd2, HISTOGRAM(CAST(reading AS VARCHAR)) AS hist")
 
 
 @pytest.mark.parametrize("cuts", [[], [2], [1, 3, 5]])
@@ -328,7 +328,8 @@ def test_every_aggregate_works_per_window(spark: SparkSession, tmp_path: Path, c
             len(held), len(values), sum(values) if values else None, sum(values) / len(values) if values else None,
             min(values, default=None), max(values, default=None), values[-1] if values else None,
             values[0] if values else None, len(set(values)), held, held[-1], values[-2:], held[:2],
-            list(dict.fromkeys(held)), sorted(values, reverse=True)[:2], sorted(set(values), reverse=True)[:2]]
+            list(dict.fromkeys(held)), sorted(values, reverse=True)[:2], sorted(set(values), reverse=True)[:2],
+            dict(Counter(str(v) for v in values))]
     assert got == want
 
 

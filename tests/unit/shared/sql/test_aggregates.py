@@ -1,5 +1,6 @@
 import json
 import math
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -26,6 +27,7 @@ def partial(name: str, values: list[tuple[int, int]]) -> list[Any]:
         "COUNT_DISTINCT": lambda: [sorted(set(vs))],
         "COLLECT_LIST": lambda: [[v for _, v in sorted(values)]],
         "COLLECT_SET": lambda: [list(dict.fromkeys(v for _, v in sorted(values)))],
+        "HISTOGRAM": lambda: [dict(Counter(vs))],
         "TOPK": lambda: [sorted(vs, reverse=True)[:1]],
         "TOPKDISTINCT": lambda: [sorted(set(vs), reverse=True)[:1]],
     }[name]()
@@ -202,3 +204,16 @@ def test_topk_takes_one_literal_count() -> None:
     for wrong in ("TOPK(x)", "TOPK(x, 0)", "TOPK(x, y)", "TOPK(x, 2, 3)", "TOPK(x, true)"):
         with pytest.raises(StatementError, match=r"TOPK\(x, 3\)"):
             literals(wrong)
+
+
+def test_histogram_counts_each_value_and_takes_back_a_tables_rows() -> None:
+    """ksqlDB's HISTOGRAM: each value's count, across batches; over a table a retracted row
+    takes one back and a value at 0 leaves; past 1000 values a new one is not counted."""
+    histogram = AGGREGATES["HISTOGRAM"]
+    assert histogram.finalize(histogram.merge([{"a": 2, "b": 1}], [{"b": 2, "c": 1}])) == {"a": 2, "b": 3, "c": 1}
+    fold = histogram.merger(signed=True)
+    state = fold(None, [{"a": 2, "b": 1}])
+    assert fold(state, [{"a": -1, "b": -1, "c": 1}]) == [{"a": 1, "c": 1}]
+    assert fold(state, [{"z": -1}]) == state  # a value never counted takes nothing back
+    full = [{f"v{i}": 1 for i in range(1000)}]
+    assert histogram.merge(full, [{"v1": 1, "new": 1}])[0] == {**full[0], "v1": 2}

@@ -539,3 +539,8 @@ DESCRIBE top_views;
 CREATE TABLE top_views_0 AS SELECT viewer, TOPK(ms) AS top FROM views4 GROUP BY viewer;
 CREATE TABLE top_views_1 AS SELECT viewer, TOPKDISTINCT(ms, 0) AS top FROM views4 GROUP BY viewer;
 CREATE TABLE top_blobs AS SELECT id, TOPK(address, 2) AS top FROM blobs GROUP BY id;
+-- HISTOGRAM as ksqlDB's: each VARCHAR value's count, over streams and tables.
+CREATE TABLE view_pages AS SELECT viewer, HISTOGRAM(page) AS pages FROM views4 GROUP BY viewer;
+DESCRIBE view_pages;
+CREATE TABLE view_pages_2 AS SELECT viewer, HISTOGRAM(ms) AS pages FROM views4 GROUP BY viewer;
+CREATE TABLE user_names AS SELECT name, HISTOGRAM(name) AS names, COUNT(*) AS n FROM users GROUP BY name;
