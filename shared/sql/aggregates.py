@@ -195,11 +195,17 @@ def _undo_list(old: State | None, new: State) -> State:
     return [values]
 
 
+COLLECT_SET_LIMIT = 1000
+"""Most values a COLLECT_SET keeps, as ksqlDB's default (``ksql.functions.collect_set.limit``):
+later ones are left out."""
+
+
 def _distinct_in_order(x: str) -> str:
     """Spark SQL of the batch's distinct values of ``x`` in input order, each at its first
-    occurrence (NULL once too, as a Java list's ``contains`` finds it)."""
+    occurrence (NULL once too, as a Java list's ``contains`` finds it), at most
+    ``COLLECT_SET_LIMIT``."""
     entries = _offset_sorted(f"collect_list(named_struct('o', {OFFSET}, 'v', {x}))")
-    return f"array_distinct(transform({entries}, e -> e.v))"
+    return f"slice(array_distinct(transform({entries}, e -> e.v)), 1, {COLLECT_SET_LIMIT})"
 
 
 def _add_unseen(old: State, new: State) -> State:
@@ -207,6 +213,8 @@ def _add_unseen(old: State, new: State) -> State:
     (found as Java's ``equals`` finds them, ``_same``)."""
     values = list(old[0] or [])
     for value in new[0] or []:
+        if len(values) >= COLLECT_SET_LIMIT:
+            break
         if not any(_same(value, held) for held in values):
             values.append(value)
     return [values]

@@ -20,6 +20,7 @@ import base64
 import datetime
 import decimal
 import json
+import math
 import re
 import time
 from collections.abc import Callable
@@ -196,6 +197,9 @@ month and a day of one or two digits, then anything after a space or a T)."""
 _TIME = re.compile(r"[0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]{1,6})?)?")
 """The TIME texts a store keeps (ISO 8601, as Spark's values are written): Python's
 ``fromisoformat`` alone reads more forms."""
+_DOUBLE_WORDS = {"NaN": math.nan, "Infinity": math.inf, "+Infinity": math.inf, "-Infinity": -math.inf,
+                 "INF": math.inf, "+INF": math.inf, "-INF": -math.inf}
+"""The texts Spark's JSON reader takes for a DOUBLE that is not a number."""
 _LONG = 2**63
 _INT = 2**31
 
@@ -204,9 +208,10 @@ def stored(value: Any, type_: SqlType) -> Any:
     """A value read from a table's JSON as the table's stores keep it, at any depth: what they
     keep of Spark's JSON reading of it (``reducers.stored``), where Spark reads it, and a
     ValueError (or TypeError, ArithmeticError) where Spark sets the record aside. An INT or
-    BIGINT is an integer in its range (not 5.0); a DOUBLE any number (5 is 5.0); a DECIMAL
-    the exact reading of the number's text (the shortest text of the float), rounded half up
-    to the scale, then a float, refused past its precision; a VARCHAR text, or a number's,
+    BIGINT is an integer in its range (not 5.0); a DOUBLE any number (5 is 5.0), or Spark's
+    words for the others (``_DOUBLE_WORDS``); a DECIMAL the exact reading of the number's text
+    (the shortest text of the float), or of a text, rounded half up to the scale, then a
+    float, refused past its precision; a VARCHAR text, or a number's,
     a boolean's or a nested value's JSON; a TIMESTAMP the ISO text of its UTC time
     (``timestamp_text``); a DATE read as Spark reads one (``_SPARK_DATE``) and a TIME, each as
     ISO text; BYTES base64 text; a STRUCT its declared fields, in order (a missing one NULL);
@@ -229,7 +234,8 @@ def stored(value: Any, type_: SqlType) -> Any:
     if base == "VARCHAR":
         if isinstance(value, str):
             return value
-        return json.dumps(value, separators=(",", ":"))  # Spark keeps a number's or an object's JSON as text
+        # Spark keeps a number's or an object's JSON as text (its characters as they are)
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     if base in ("INT", "BIGINT"):
         bound = _INT if base == "INT" else _LONG
         if not isinstance(value, int) or isinstance(value, bool) or not -bound <= value < bound:
@@ -248,13 +254,19 @@ def stored(value: Any, type_: SqlType) -> Any:
         return datetime.time.fromisoformat(value).isoformat()
     if base == "BYTES":
         return base64.b64encode(base64_bytes(value)).decode()
-    value = coerce(value, type_, "value")  # BOOLEAN, DOUBLE and DECIMAL: the JSON type checked
+    if base == "DOUBLE" and isinstance(value, str) and value in _DOUBLE_WORDS:
+        return _DOUBLE_WORDS[value]
+    if base == "DECIMAL" and isinstance(value, str):  # Spark reads a decimal's text too
+        value = decimal.Decimal(value.strip())
+    else:
+        value = coerce(value, type_, "value")  # BOOLEAN, DOUBLE and DECIMAL: the JSON type checked
     if base != "DECIMAL":
         return value
     precision, scale = type_.params
     with decimal.localcontext() as context:
         context.prec = max(precision + 2, 28)  # quantize must not run out of digits
-        exact = decimal.Decimal(repr(value) if isinstance(value, float) else str(value))
+        exact = value if isinstance(value, decimal.Decimal) else decimal.Decimal(
+            repr(value) if isinstance(value, float) else str(value))
         if not exact.is_finite():
             raise ValueError(f"{value} is not a DECIMAL")
         rounded = exact.quantize(decimal.Decimal(1).scaleb(-scale), rounding=decimal.ROUND_HALF_UP)

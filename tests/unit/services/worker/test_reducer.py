@@ -832,12 +832,13 @@ def test_python_reads_what_sparks_json_reader_reads_and_refuses_what_it_refuses(
     object's JSON as VARCHAR at any depth, BIGINT to its bounds, an INT or BIGINT written
     with a fraction, a DECIMAL of 38 digits."""
     columns = ("id VARCHAR PRIMARY KEY, d DATE, s VARCHAR, m MAP<VARCHAR, VARCHAR>, b BIGINT, i INT, "
-               "x DECIMAL(38, 10)")
+               "x DECIMAL(38, 10), f DOUBLE")
     values: list[dict[str, Any]] = [
         {"D": "2026-1-2"}, {"D": "2026-01-02T00:00:00"}, {"D": "2026-01-02 10:00"}, {"D": "2026"}, {"D": "2026-02-30"},
         {"D": 20000}, {"D": "26-01-02"}, {"S": 5}, {"S": True}, {"S": {"a": [1, "b"]}}, {"M": {"a": 1, "b": False}},
         {"M": {"a": None}}, {"B": 2**63 - 1}, {"B": -2**63}, {"B": 2**63}, {"B": 5.0}, {"I": 2**31}, {"I": -2**31},
-        {"I": 7.5}, {"X": 10**27 + 0.5}, {"X": -123456789.123456789}, {"X": 10**28}]
+        {"I": 7.5}, {"X": 10**27 + 0.5}, {"X": -123456789.123456789}, {"X": 10**28}, {"X": "12.345"},
+        {"M": {"é": {"n": "é"}}}, {"F": "Infinity"}, {"F": "-Infinity"}, {"F": "+INF"}, {"F": "nan"}]
     records = [(f"k{i}".encode(), json.dumps(v).encode()) for i, v in enumerate(values)]
     table, piece = declared_table_slice(spark, tmp_path, columns, records)
     active = {key: json.loads(encode_state(state)) for key, state in piece.latest}

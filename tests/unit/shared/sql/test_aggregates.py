@@ -217,3 +217,8 @@ def test_histogram_counts_each_value_and_takes_back_a_tables_rows() -> None:
     assert fold(state, [{"z": -1}]) == state  # a value never counted takes nothing back
     full = [{f"v{i}": 1 for i in range(1000)}]
     assert histogram.merge(full, [{"v1": 1, "new": 1}])[0] == {**full[0], "v1": 2}
+
+
+def test_collect_set_keeps_at_most_a_thousand_values() -> None:
+    merge = AGGREGATES["COLLECT_SET"].merge
+    assert merge([list(range(999))], [[5, 1000, 1001]]) == [[*range(999), 1000]]
