@@ -252,6 +252,46 @@ def _count_into(old: State | None, new: State) -> State:
     return [counts]
 
 
+def _moments(x: str, where: str = "") -> list[str]:
+    """Spark SQL of the count, mean and sum of squared deviations from the mean (M2) of the
+    non-NULL values of ``x`` (those ``where`` keeps), as doubles; mean and M2 NULL without any."""
+    value = f"CAST(({x}) AS DOUBLE)" if not where else f"IF({where}, CAST(({x}) AS DOUBLE), NULL)"
+    return [f"count({value})", f"avg({value})", f"var_pop({value}) * count({value})"]
+
+
+def _with_moments(old: State, new: State, sign: int = 1) -> State:
+    """Two sets of values' [count, mean, M2] as one (Chan et al.'s parallel form, as ksqlDB's
+    STDDEV_SAMP merges), or with ``sign`` -1 the second taken out of the first."""
+    n1, n2 = old[0] or 0, new[0] or 0
+    if not n2:
+        return [n1, old[1], old[2]] if n1 else [0, None, None]
+    mean1, mean2, m2a, m2b = old[1] or 0.0, new[1], old[2] or 0.0, new[2] or 0.0
+    if sign > 0:
+        n = n1 + n2
+        delta = mean2 - mean1
+        return [n, mean1 + delta * n2 / n, m2a + m2b + delta * delta * n1 * n2 / n]
+    n = n1 - n2
+    if n <= 0:
+        return [0, None, None]
+    mean = (mean1 * n1 - mean2 * n2) / n
+    delta = mean2 - mean
+    return [n, mean, max(m2a - m2b - delta * delta * n * n2 / n1, 0.0)]
+
+
+def _undo_moments(old: State | None, new: State) -> State:
+    """STDDEV_SAMP's state after a table batch: the rows added (``new``'s first three), then
+    those retracted (its last three) taken out."""
+    state = old if old is not None else [0, None, None]
+    return _with_moments(_with_moments(state, new[:3]), new[3:], sign=-1)
+
+
+def _sample_deviation(state: State) -> float:
+    """The sample standard deviation of a [count, mean, M2] state; 0.0 for fewer than two
+    values, as ksqlDB's STDDEV_SAMP."""
+    count, _, m2 = state
+    return 0.0 if not count or count < 2 else math.sqrt(max(m2 or 0.0, 0.0) / (count - 1))
+
+
 def _signed_count(x: str) -> str:
     """Spark SQL of a batch's count of non-NULL ``x``, retracted rows counted negative."""
     return f"sum(IF(({x}) IS NULL, 0, {_SIGN}))"
@@ -325,6 +365,9 @@ AGGREGATES: dict[str, Aggregate] = {
         Aggregate("COUNT_DISTINCT", lambda x: [f"collect_set({x})"],
                   lambda o, n: [sorted(set(o[0] or []) | set(n[0] or []), key=repr)],
                   lambda s: len(s[0] or []), lambda _t: _BIGINT, "orderable"),
+        Aggregate("STDDEV_SAMP", _moments, _with_moments, _sample_deviation, lambda _t: _DOUBLE, "numeric",
+                  undo=lambda x: [*_moments(x, f"{_SIGN} > 0"), *_moments(x, f"{_SIGN} < 0")],
+                  undo_merge=_undo_moments),
         Aggregate("HISTOGRAM", lambda x: [_histogram(x)], _count_into, lambda s: s[0] or {},
                   lambda _t: SqlType("MAP", (SqlType("VARCHAR"), _BIGINT)), "string",
                   undo=lambda x: [_signed_histogram(x)], undo_merge=_count_into),

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -292,7 +293,7 @@ ALL_AGGREGATES = ("COUNT(*) AS n, COUNT(reading) AS c, SUM(reading) AS s, AVG(re
                   "COUNT_DISTINCT(reading) AS d, COLLECT_LIST(reading) AS l, LATEST_BY_OFFSET(reading, false) AS any, "
                   "LATEST_BY_OFFSET(reading, 2) AS last2, EARLIEST_BY_OFFSET(reading, 2, false) AS first2, "
                   "COLLECT_SET(reading) AS distinct_readings, TOPK(reading, 2) AS top2, TOPKDISTINCT(reading, 2) AS "
-                  "topd2, HISTOGRAM(CAST(reading AS VARCHAR)) AS hist")
+                  "topd2, HISTOGRAM(CAST(reading AS VARCHAR)) AS hist, STDDEV_SAMP(reading) AS sd")
 
 
 @pytest.mark.parametrize("cuts", [[], [2], [1, 3, 5]])
@@ -317,7 +318,8 @@ def test_every_aggregate_works_per_window(spark: SparkSession, tmp_path: Path, c
                 states[key] = partial if old is None else [
                     agg.merge(o, n) for agg, o, n in zip(task.aggregates, old, partial, strict=True)]
             task.stream_time = piece.stream_time
-    got = {tuple(row[1:3]): row[3:] for row in (task.row(k, s) for k, s in states.items())}
+    # The sample deviation (last) to 9 places: Spark's partial and the merges round otherwise than Python's stdev.
+    got = {tuple(row[1:3]): [*row[3:-1], round(row[-1], 9)] for row in (task.row(k, s) for k, s in states.items())}
     want = {}
     for start in range(0, 60_000, 15_000):
         held = [r for r, t in readings if start <= t < start + 30_000]
@@ -329,7 +331,7 @@ def test_every_aggregate_works_per_window(spark: SparkSession, tmp_path: Path, c
             min(values, default=None), max(values, default=None), values[-1] if values else None,
             values[0] if values else None, len(set(values)), held, held[-1], values[-2:], held[:2],
             list(dict.fromkeys(held)), sorted(values, reverse=True)[:2], sorted(set(values), reverse=True)[:2],
-            dict(Counter(str(v) for v in values))]
+            dict(Counter(str(v) for v in values)), round(statistics.stdev(values), 9) if len(values) > 1 else 0.0]
     assert got == want
 
 

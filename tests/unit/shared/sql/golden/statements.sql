@@ -544,3 +544,6 @@ CREATE TABLE view_pages AS SELECT viewer, HISTOGRAM(page) AS pages FROM views4 G
 DESCRIBE view_pages;
 CREATE TABLE view_pages_2 AS SELECT viewer, HISTOGRAM(ms) AS pages FROM views4 GROUP BY viewer;
 CREATE TABLE user_names AS SELECT name, HISTOGRAM(name) AS names, COUNT(*) AS n FROM users GROUP BY name;
+-- STDDEV_SAMP: the sample standard deviation (ksqlDB's, as fixed in its issue 8345), over streams and tables.
+CREATE TABLE view_spread AS SELECT viewer, STDDEV_SAMP(ms) AS spread FROM views4 GROUP BY viewer;
+CREATE TABLE view_spread_2 AS SELECT viewer, STDDEV_SAMP(page) AS spread FROM views4 GROUP BY viewer;
