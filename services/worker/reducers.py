@@ -27,7 +27,7 @@ from pyspark.sql.window import Window
 
 from millpond.services.worker import reasons
 from millpond.services.worker.joining import JoinSlice
-from millpond.services.worker.state.table_topic import TableRecords
+from millpond.services.worker.state.table_topic import LeftOut, TableRecords
 from millpond.services.worker.table_joining import KeyedSlice, rekeyed
 from millpond.services.worker.task import (
     AggregateSlice,
@@ -294,24 +294,16 @@ def _replayed_latest(parsed: DataFrame, source: DataSource) -> dict[int, Materia
     rows = zip(*(column.to_pylist() for column in table.columns), strict=True)
     slices: dict[int, MaterializeSlice] = {}
     latest: dict[int, dict[bytes, list[Any] | None]] = defaultdict(dict)
-    for partition, offset, raw_key, raw_value in rows:
+    for partition, offset, key, value in rows:
         piece = slices.get(partition)
         if piece is None:
             piece = slices[partition] = MaterializeSlice(offset, offset)
         piece.last_offset, piece.count = offset, piece.count + 1
-        key = records.key(None if raw_key is None else bytes(raw_key))
-        value = None if raw_value is None else bytes(raw_value)
-        if key is None:
-            if raw_key is not None or value is not None:
-                shown = bytes(raw_key) if raw_key is not None else value
-                assert shown is not None
-                piece.bad.append(BadRecord(offset, reasons.bad_key(source), shown.decode(errors="replace")))
-            continue
-        values = None if value is None else records.row(value)
-        if value is not None and values is None:
-            piece.bad.append(BadRecord(offset, reasons.bad_value(source), value.decode(errors="replace")))
-            continue
-        latest[partition][key] = values
+        outcome = records.read(key, value)
+        if isinstance(outcome, LeftOut):
+            piece.bad.append(BadRecord(offset, outcome.reason, outcome.text))
+        elif outcome is not None:
+            latest[partition][outcome[0]] = outcome[1]
     for partition, piece in slices.items():
         piece.latest = list(latest[partition].items())
     return slices

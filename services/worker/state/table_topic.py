@@ -24,7 +24,7 @@ import math
 import re
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -51,6 +51,13 @@ PROBE_MS = 25
 """How long ``past_markers`` waits for one fetch."""
 
 
+class LeftOut(NamedTuple):
+    """A record a table's store does not take: why, and the record's text."""
+
+    reason: str
+    text: str
+
+
 class TableRecords:
     """How a table's topic record becomes a row of its store, in Python: the key as the store
     keeps it (a key of several columns in its canonical form; None: no usable key) and the
@@ -64,6 +71,21 @@ class TableRecords:
         self.columns = [(c.name, c.type) for c in table.value_columns]
         keys = table.key_columns
         self._canonical = None if len(keys) < 2 else (key_decoder(keys), keys)
+
+    def read(self, key: bytes | None, value: bytes | None) -> tuple[bytes, list[Any] | None] | LeftOut | None:
+        """What one record does to the store: (key, values) to write, values None deleting the
+        key; ``LeftOut`` for a record the processing log takes instead; None for nothing (a
+        tombstone without a key)."""
+        stored_key = self.key(key)
+        if stored_key is None:
+            raw = key if key is not None else value
+            return None if raw is None else LeftOut(reasons.bad_key(self.table), raw.decode(errors="replace"))
+        if value is None:
+            return stored_key, None
+        values = self.row(value)
+        if values is None:
+            return LeftOut(reasons.bad_value(self.table), value.decode(errors="replace"))
+        return stored_key, values
 
     def key(self, key: bytes | None) -> bytes | None:
         if key is None or self._canonical is None:
@@ -84,8 +106,9 @@ class TableRecords:
                 return [stored(fields.get(name.upper()), type_) for name, type_ in self.columns]
             decoded = deserialize_value(self.columns, value, self.table.value_format, self.table.value_delimiter)
             # A DELIMITED BYTES field's text is its bytes: base64, as JSON's.
-            return [stored(base64.b64encode(v.encode()).decode() if t.base == "BYTES" and isinstance(v, str) else v, t)
-                    for (name, t), v in ((column, decoded[column[0]]) for column in self.columns)]
+            return [stored(base64.b64encode(decoded[name].encode()).decode()
+                           if type_.base == "BYTES" and isinstance(decoded[name], str) else decoded[name], type_)
+                    for name, type_ in self.columns]
         except (ValueError, TypeError, ArithmeticError, MillpondError, RecursionError):
             return None
 
@@ -143,22 +166,20 @@ class TableTopicReader:
         rows: dict[bytes, bytes] = {}
         deleted: set[bytes] = set()
         for record in records:
-            key = self.records.key(record.key)
-            if key is None:
-                if bad is not None and (record.key is not None or record.value is not None):
-                    raw = record.key if record.key is not None else record.value
-                    bad(record.offset, reasons.bad_key(self.table), raw.decode(errors="replace"))
+            outcome = self.records.read(record.key, record.value)
+            if outcome is None:
                 continue
-            values = None if record.value is None else self.records.row(record.value)
-            row = None if values is None else encode_state(values)
-            if record.value is None:
+            if isinstance(outcome, LeftOut):
+                if bad is not None:
+                    bad(record.offset, outcome.reason, outcome.text)
+                continue
+            key, values = outcome
+            if values is None:
                 rows.pop(key, None)
                 deleted.add(key)
-            elif row is not None:
-                rows[key] = row
+            else:
+                rows[key] = encode_state(values)
                 deleted.discard(key)
-            elif bad is not None:
-                bad(record.offset, reasons.bad_value(self.table), record.value.decode(errors="replace"))
         position = int(records[-1].offset) + 1 if records else await self.consumer.position(self.input)
         if position > self.offset or rows or deleted:
             self.offset = max(self.offset, position)
