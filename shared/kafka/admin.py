@@ -5,11 +5,12 @@ The names of Millpond's own topics and groups come from ``millpond.shared.catalo
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError, for_code
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from millpond.shared.kafka.connection import KafkaConnection, started
@@ -81,15 +82,30 @@ async def ensure_command_topic(admin: AIOKafkaAdminClient, name: str, replicas: 
     configs = command_topic_configs(replicas)
     if await ensure_topic(admin, name, 1, replicas=replicas, configs=configs):
         return
-    (response,) = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, name)])
-    current = {entry[0]: entry[1] for resource in response.resources for entry in resource[4]}
-    if current.get("retention.ms") == "-1" and current.get("retention.bytes") == "-1":
-        return
-    await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, name, {
-        **configs, "min.insync.replicas": current.get("min.insync.replicas", configs["min.insync.replicas"])})])
+    # A topic created a moment ago may be unknown yet to the broker asked: its answer is an
+    # error code in the response (aiokafka raises none), retried until the alter is taken.
+    async for attempt in AsyncRetrying(retry=retry_if_exception(_retriable), stop=stop_after_delay(30),
+                                       wait=wait_exponential(multiplier=0.1, max=2), reraise=True):
+        with attempt:
+            (response,) = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, name)])
+            _raise_for_errors(response.resources)
+            current = {entry[0]: entry[1] for resource in response.resources for entry in resource[4]}
+            if current.get("retention.ms") == "-1" and current.get("retention.bytes") == "-1":
+                return
+            (altered,) = await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, name, {
+                **configs, "min.insync.replicas": current.get("min.insync.replicas",
+                                                              configs["min.insync.replicas"])})])
+            _raise_for_errors(altered.resources)
     log.warning("corrected the command topic's retention to infinite",
                 extra={"topic": name, "retention.ms": current.get("retention.ms"),
                        "retention.bytes": current.get("retention.bytes")})
+
+
+def _raise_for_errors(resources: list[Any]) -> None:
+    """Raise the error a describe or alter of configs answered for a resource (its first field)."""
+    for resource in resources:
+        if resource[0]:
+            raise for_code(resource[0])(f"{resource[1] or ''} ({resource[3]})")
 
 
 async def ensure_topic(
