@@ -71,6 +71,9 @@ def create_session(settings: WorkerSettings) -> SparkSession:
         # A query with no new input asks Kafka again after this long (Spark's default, 10 ms,
         # costs a worker's idle queries a good share of a core).
         .config("spark.sql.streaming.pollingDelay", f"{settings.idle_poll_ms}ms")
+        # PySpark notes the Python call site of every Column function it is given, for its
+        # error messages: five calls into the JVM each, about a hundred per micro-batch.
+        .config("spark.python.sql.dataFrameDebugging.enabled", "false")
         # ksqlDB semantics: a bad cast or a division by zero gives NULL, not a failed batch.
         .config("spark.sql.ansi.enabled", "false")
         # Every trigger writes two small files to the query's checkpoint (offsets, commits).

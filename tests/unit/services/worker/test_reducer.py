@@ -900,3 +900,22 @@ def test_a_standby_decodes_a_joined_timestamp_as_the_active_tasks_spark_does(spa
     assert standby == active
     assert active[b"k2"] == ["2023-11-14T22:13:20.123000", 2] and active[b"k16"] == ["2026-01-02T02:04:05", 16]
     assert len(active) < len(times) - 20
+
+
+def test_a_batch_asks_the_jvm_little_beyond_its_job(spark: SparkSession, batch: DataFrame, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each call into Spark's JVM is a round trip, and a batch plans its reduction anew.
+    PySpark's notes of every Column function's Python call site (for its error messages,
+    five calls each) are off in the worker's session: this batch's reduction makes 216
+    calls without them, 431 with; a 2,000-record batch took 146 ms instead of 168-193."""
+    client = spark.sparkContext._gateway._gateway_client  # type: ignore[union-attr]
+    calls = 0
+    send = client.send_command
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return send(*args, **kwargs)
+    monkeypatch.setattr(client, "send_command", counted)
+    reduce(spark, AGGREGATE, batch, tmp_path)
+    assert calls < 300
