@@ -107,6 +107,8 @@ class QueryRunner:
         """Batches with input committed since the query was made."""
         self.assigned: frozenset[int] = frozenset()
         """The partitions the Spark query reads since its last start (its tasks' may be fewer)."""
+        self._columns: list[Column] | None = None
+        """``_read_columns``, once made."""
 
     @property
     def running(self) -> bool:
@@ -221,15 +223,23 @@ class QueryRunner:
             return {}
         if not self.assigned <= set(kept):
             batch = batch.where(F.col("partition").isin(kept))
-        parsed = batch.select(
-            F.col("partition").alias("_partition"), F.col("offset").alias("_offset"), F.col("key").alias("_key"),
-            F.col("value").cast("string").alias("_raw"), self._decode(F.col("value").cast("string")).alias("_v"),
-            F.col("value").alias("_value"),  # the bytes as they are (a join side copies them)
-            F.unix_millis(F.col("timestamp")).alias("_rowtime"),
-        )
-        if self.key_schema is not None:  # a JSON key of several columns, parsed once for them all
-            parsed = parsed.withColumn("_keys", F.from_json(F.col("_key").cast("string"), self.key_schema))
+        parsed = batch.select(*self._read_columns())
         return self.kind.reduce(parsed, self.query, self.source, self.sink, tasks)
+
+    def _read_columns(self) -> list[Column]:
+        """The columns every batch is read into: made once, as each Column function is a call
+        into the JVM (a Column is an expression, not bound to a DataFrame)."""
+        if self._columns is None:
+            columns = [
+                F.col("partition").alias("_partition"), F.col("offset").alias("_offset"), F.col("key").alias("_key"),
+                F.col("value").cast("string").alias("_raw"), self._decode(F.col("value").cast("string")).alias("_v"),
+                F.col("value").alias("_value"),  # the bytes as they are (a join side copies them)
+                F.unix_millis(F.col("timestamp")).alias("_rowtime"),
+            ]
+            if self.key_schema is not None:  # a JSON key of several columns, parsed once for them all
+                columns.append(F.from_json(F.col("key").cast("string"), self.key_schema).alias("_keys"))
+            self._columns = columns
+        return self._columns
 
     def _decode(self, text: Column) -> Column:
         """The record value parsed into the declared columns, PERMISSIVE: a record that does

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -98,20 +99,23 @@ _ARROW_SUMMABLE = (*_ARROW_EXACT, T.FloatType, T.DoubleType)
 """Argument types Arrow's count and sum take with Spark's results."""
 
 
-_ARGUMENT_TYPES: dict[tuple[QueryPlan, DataSource], T.StructType] = {}
-"""The aggregates' argument types of each (plan, source) seen: the same for every batch."""
+_ARGUMENTS: dict[tuple[Any, QueryPlan, DataSource], tuple[list[SparkColumn], T.StructType]] = {}
+"""Per (Spark session, plan, source) seen: the aggregates' arguments and their types."""
 
 
-def _arguments(frame: DataFrame, query: PersistentQuery, source: DataSource) -> tuple[list[Any], list[tuple[str, ...]] | None]:
+def _arguments(frame: DataFrame, query: PersistentQuery, source: DataSource) -> tuple[list[SparkColumn], list[tuple[str, ...]] | None]:
     """The aggregates' arguments as Spark columns (``a<i>``), and their Arrow forms when every
-    aggregate has them for its argument's type (``arrow_forms``)."""
-    arguments = [F.expr(call.argument).alias(f"a{i}") for i, call in enumerate(query.plan.aggregates)]
-    key = (query.plan, source)
-    if key not in _ARGUMENT_TYPES:  # Spark's analysis (~10 ms): once per plan, not per batch
-        if len(_ARGUMENT_TYPES) >= 256:
-            _ARGUMENT_TYPES.clear()
-        _ARGUMENT_TYPES[key] = frame.select(*arguments).schema
-    return arguments, arrow_forms(_ARGUMENT_TYPES[key], query)
+    aggregate has them for its argument's type (``arrow_forms``). Made once per plan, not per
+    batch: each Column function is a call into the JVM, and their types Spark's analysis
+    (~10 ms). A Column is an expression, not bound to a DataFrame; a session's are its own."""
+    key = (frame.sparkSession, query.plan, source)
+    known = _ARGUMENTS.get(key)
+    if known is None:
+        if len(_ARGUMENTS) >= 256:
+            _ARGUMENTS.clear()
+        arguments = [F.expr(call.argument).alias(f"a{i}") for i, call in enumerate(query.plan.aggregates)]
+        known = _ARGUMENTS[key] = (arguments, frame.select(*arguments).schema)
+    return known[0], arrow_forms(known[1], query)
 
 
 def arrow_forms(arguments: T.StructType, query: PersistentQuery) -> list[tuple[str, ...]] | None:
@@ -133,9 +137,7 @@ def arrow_aggregate(frame: DataFrame, arguments: list[Any], forms: list[tuple[st
     in one narrow Spark stage, come back as one Arrow table (no shuffle, no Python row per
     record); Arrow's hash aggregation gives each partition's offsets and count and each
     (partition, key)'s partials, and the bad records are read out of it."""
-    table = frame.select(
-        "_partition", "_offset", "_kind", F.expr(f"IF(_kind = {GOOD}, _key_bytes, NULL)").alias("_group"),
-        F.expr(f"IF(_kind IN ({_BAD}), _raw, NULL)").alias("_bad_raw"), *arguments).toArrow()
+    table = frame.select("_partition", "_offset", "_kind", *_arrow_fixed(frame.sparkSession), *arguments).toArrow()
     kind = table["_kind"]
     rows: list[dict[str, Any]] = [
         {"_partition": r["_partition"], "_lo": r["_offset_min"], "_hi": r["_offset_max"], "_n": r["_offset_count"],
@@ -153,6 +155,21 @@ def arrow_aggregate(frame: DataFrame, arguments: list[Any], forms: list[tuple[st
         state = [plain([row[f"a{i}_{form}"] for form in each]) for i, each in enumerate(forms)]
         slices[row["_partition"]].partials.append((bytes(row["_group"]), state))
     return slices
+
+
+_ARROW_FIXED: dict[Any, list[SparkColumn]] = {}
+"""Per Spark session, ``_arrow_fixed``'s columns."""
+
+
+def _arrow_fixed(session: Any) -> list[SparkColumn]:
+    """The key and the bad record's value that ``arrow_aggregate`` reads beside the arguments:
+    made once per session, as ``_arguments``."""
+    if session not in _ARROW_FIXED:
+        if len(_ARROW_FIXED) >= 16:
+            _ARROW_FIXED.clear()
+        _ARROW_FIXED[session] = [F.expr(f"IF(_kind = {GOOD}, _key_bytes, NULL)").alias("_group"),
+                                 F.expr(f"IF(_kind IN ({_BAD}), _raw, NULL)").alias("_bad_raw")]
+    return _ARROW_FIXED[session]
 
 
 def reduce_project(parsed: DataFrame, query: PersistentQuery, source: DataSource, sink: DataSource,
