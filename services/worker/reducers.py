@@ -100,15 +100,15 @@ _ARROW_SUMMABLE = (*_ARROW_EXACT, T.FloatType, T.DoubleType)
 
 
 _ARGUMENTS: dict[tuple[Any, QueryPlan, DataSource], tuple[list[SparkColumn], T.StructType]] = {}
-"""Per (Spark session, plan, source) seen: the aggregates' arguments and their types."""
+"""Per (Spark context, plan, source) seen: the aggregates' arguments and their types."""
 
 
 def _arguments(frame: DataFrame, query: PersistentQuery, source: DataSource) -> tuple[list[SparkColumn], list[tuple[str, ...]] | None]:
     """The aggregates' arguments as Spark columns (``a<i>``), and their Arrow forms when every
     aggregate has them for its argument's type (``arrow_forms``). Made once per plan, not per
     batch: each Column function is a call into the JVM, and their types Spark's analysis
-    (~10 ms). A Column is an expression, not bound to a DataFrame; a session's are its own."""
-    key = (frame.sparkSession, query.plan, source)
+    (~10 ms). A Column is an expression, not bound to a DataFrame; a context's are its own."""
+    key = (frame.sparkSession.sparkContext, query.plan, source)  # each batch has a session object of its own
     known = _ARGUMENTS.get(key)
     if known is None:
         if len(_ARGUMENTS) >= 256:
@@ -137,7 +137,7 @@ def arrow_aggregate(frame: DataFrame, arguments: list[Any], forms: list[tuple[st
     in one narrow Spark stage, come back as one Arrow table (no shuffle, no Python row per
     record); Arrow's hash aggregation gives each partition's offsets and count and each
     (partition, key)'s partials, and the bad records are read out of it."""
-    table = frame.select("_partition", "_offset", "_kind", *_arrow_fixed(frame.sparkSession), *arguments).toArrow()
+    table = frame.select("_partition", "_offset", "_kind", *_arrow_fixed(frame), *arguments).toArrow()
     kind = table["_kind"]
     rows: list[dict[str, Any]] = [
         {"_partition": r["_partition"], "_lo": r["_offset_min"], "_hi": r["_offset_max"], "_n": r["_offset_count"],
@@ -158,18 +158,20 @@ def arrow_aggregate(frame: DataFrame, arguments: list[Any], forms: list[tuple[st
 
 
 _ARROW_FIXED: dict[Any, list[SparkColumn]] = {}
-"""Per Spark session, ``_arrow_fixed``'s columns."""
+"""Per Spark context, ``_arrow_fixed``'s columns."""
 
 
-def _arrow_fixed(session: Any) -> list[SparkColumn]:
+def _arrow_fixed(frame: DataFrame) -> list[SparkColumn]:
     """The key and the bad record's value that ``arrow_aggregate`` reads beside the arguments:
-    made once per session, as ``_arguments``."""
-    if session not in _ARROW_FIXED:
+    made once per Spark context, as ``_arguments``."""
+    context = frame.sparkSession.sparkContext
+    columns = _ARROW_FIXED.get(context)
+    if columns is None:
         if len(_ARROW_FIXED) >= 16:
             _ARROW_FIXED.clear()
-        _ARROW_FIXED[session] = [F.expr(f"IF(_kind = {GOOD}, _key_bytes, NULL)").alias("_group"),
-                                 F.expr(f"IF(_kind IN ({_BAD}), _raw, NULL)").alias("_bad_raw")]
-    return _ARROW_FIXED[session]
+        columns = _ARROW_FIXED[context] = [F.expr(f"IF(_kind = {GOOD}, _key_bytes, NULL)").alias("_group"),
+                                           F.expr(f"IF(_kind IN ({_BAD}), _raw, NULL)").alias("_bad_raw")]
+    return columns
 
 
 def reduce_project(parsed: DataFrame, query: PersistentQuery, source: DataSource, sink: DataSource,

@@ -72,7 +72,8 @@ def create_session(settings: WorkerSettings) -> SparkSession:
         # costs a worker's idle queries a good share of a core).
         .config("spark.sql.streaming.pollingDelay", f"{settings.idle_poll_ms}ms")
         # PySpark notes the Python call site of every Column function it is given, for its
-        # error messages: five calls into the JVM each, about a hundred per micro-batch.
+        # error messages: five calls into the JVM each, about a hundred per micro-batch. (PySpark
+        # reads this once per process, at its first Column function: this session's.)
         .config("spark.python.sql.dataFrameDebugging.enabled", "false")
         # ksqlDB semantics: a bad cast or a division by zero gives NULL, not a failed batch.
         .config("spark.sql.ansi.enabled", "false")
