@@ -137,7 +137,9 @@ def arrow_aggregate(frame: DataFrame, arguments: list[Any], forms: list[tuple[st
     in one narrow Spark stage, come back as one Arrow table (no shuffle, no Python row per
     record); Arrow's hash aggregation gives each partition's offsets and count and each
     (partition, key)'s partials, and the bad records are read out of it."""
-    table = frame.select("_partition", "_offset", "_kind", *_arrow_fixed(frame), *arguments).toArrow()
+    table = frame.select(
+        "_partition", "_offset", "_kind", F.expr(f"IF(_kind = {GOOD}, _key_bytes, NULL)").alias("_group"),
+        F.expr(f"IF(_kind IN ({_BAD}), _raw, NULL)").alias("_bad_raw"), *arguments).toArrow()
     kind = table["_kind"]
     rows: list[dict[str, Any]] = [
         {"_partition": r["_partition"], "_lo": r["_offset_min"], "_hi": r["_offset_max"], "_n": r["_offset_count"],
@@ -155,23 +157,6 @@ def arrow_aggregate(frame: DataFrame, arguments: list[Any], forms: list[tuple[st
         state = [plain([row[f"a{i}_{form}"] for form in each]) for i, each in enumerate(forms)]
         slices[row["_partition"]].partials.append((bytes(row["_group"]), state))
     return slices
-
-
-_ARROW_FIXED: dict[Any, list[SparkColumn]] = {}
-"""Per Spark context, ``_arrow_fixed``'s columns."""
-
-
-def _arrow_fixed(frame: DataFrame) -> list[SparkColumn]:
-    """The key and the bad record's value that ``arrow_aggregate`` reads beside the arguments:
-    made once per Spark context, as ``_arguments``."""
-    context = frame.sparkSession.sparkContext
-    columns = _ARROW_FIXED.get(context)
-    if columns is None:
-        if len(_ARROW_FIXED) >= 16:
-            _ARROW_FIXED.clear()
-        columns = _ARROW_FIXED[context] = [F.expr(f"IF(_kind = {GOOD}, _key_bytes, NULL)").alias("_group"),
-                                           F.expr(f"IF(_kind IN ({_BAD}), _raw, NULL)").alias("_bad_raw")]
-    return columns
 
 
 def reduce_project(parsed: DataFrame, query: PersistentQuery, source: DataSource, sink: DataSource,

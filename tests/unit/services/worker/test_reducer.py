@@ -913,8 +913,8 @@ def test_a_batch_asks_the_jvm_little_beyond_its_job(spark: SparkSession, batch: 
     its columns are made once, not per batch, and PySpark's notes of each Column function's
     Python call site (for its error messages, five calls each) are off in the worker's
     session. A later batch (foreachBatch gives each in a Python session object of its own)
-    makes 76 calls here: 106 when the columns were kept per session object, so made anew
-    every batch, about 135 when they were made per batch, twice that with the notes too."""
+    makes 84 calls here: 106 when the columns were kept per session object, so made anew
+    every batch, 135 when they were made per batch, about twice that with the notes too."""
     runner = runner_of(spark, AGGREGATE, tmp_path)
     client = spark.sparkContext._gateway._gateway_client  # type: ignore[union-attr]
     calls = 0
@@ -935,4 +935,4 @@ def test_a_batch_asks_the_jvm_little_beyond_its_job(spark: SparkSession, batch: 
     finally:
         runner.stop()
         runner.loop.close()
-    assert calls < 90
+    assert calls < 100
