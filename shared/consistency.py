@@ -26,6 +26,11 @@ Positions = dict[tuple[str, int], int]
 """(topic, partition) -> the next offset not reflected."""
 
 _PREFIX = "v1."
+_ENCODED_MAX = 4096
+"""Tokens ``encode`` keeps made, by their positions: a pull of one key gives one of a few
+(its partition's position moves a batch at a time), and making one is most of what a
+consistency token costs a lookup."""
+_encoded: dict[tuple[tuple[tuple[str, int], int], ...], str] = {}
 
 
 def merge(*vectors: Mapping[tuple[str, int], int]) -> Positions:
@@ -42,9 +47,16 @@ def encode(positions: Mapping[tuple[str, int], int]) -> str:
     """The token for ``positions`` (empty text for none)."""
     if not positions:
         return ""
-    vector = rows_pb2.ConsistencyVector(positions=[
-        rows_pb2.Position(topic=t, partition=p, offset=o) for (t, p), o in sorted(positions.items())])
-    return _PREFIX + base64.urlsafe_b64encode(vector.SerializeToString()).decode()
+    ordered = tuple(sorted(positions.items()))
+    token = _encoded.get(ordered)
+    if token is None:
+        vector = rows_pb2.ConsistencyVector(positions=[
+            rows_pb2.Position(topic=t, partition=p, offset=o) for (t, p), o in ordered])
+        token = _PREFIX + base64.urlsafe_b64encode(vector.SerializeToString()).decode()
+        if len(_encoded) >= _ENCODED_MAX:
+            _encoded.clear()
+        _encoded[ordered] = token
+    return token
 
 
 def decode(token: str) -> Positions:

@@ -66,9 +66,13 @@ class Principal:
     """True for Millpond's own services (identified by their certificate), which may call
     the internal RPCs: heartbeats, lag reports, assignments, local pull queries."""
 
+    def allows(self, permission: Permission) -> bool:
+        """Whether this principal holds ``permission`` (services hold all)."""
+        return self.service or permission in self.permissions
+
     def require(self, permission: Permission, what: str) -> None:
         """PermissionDeniedError unless this principal holds ``permission`` (services hold all)."""
-        if not self.service and permission not in self.permissions:
+        if not self.allows(permission):
             granted = ", ".join(sorted(p.value for p in self.permissions)) or "none"
             raise PermissionDeniedError(
                 f"principal {self.name} may not {what}: that needs the {permission.value} permission "
@@ -96,7 +100,8 @@ def statement_permission(stmt: ast.Statement) -> Permission | None:
 def authorize_statement(principal: Principal, stmt: ast.Statement) -> None:
     """PermissionDeniedError when ``principal`` may not run ``stmt``."""
     permission = statement_permission(stmt)
-    if permission is not None:
+    # The message is made only for a refusal: every pull query passes here.
+    if permission is not None and not principal.allows(permission):
         principal.require(permission, f"run {type(stmt).__name__} statements ({_first_words(stmt.text)})")
 
 

@@ -95,6 +95,9 @@ class HostTable:
             else:
                 excluded.append(f"{replica.endpoint} ({'standby' if replica.standby else 'active'}): {reason}")
 
+        if len(chosen) < 2:
+            return chosen, excluded  # (a key lookup's usual case: the active alone)
+
         def rank(r: Replica) -> tuple[bool, float]:
             lag = self.lag(r.endpoint, query_id, partition)
             return r.standby, float("inf") if lag is None else lag

@@ -22,3 +22,15 @@ def test_round_trip_and_merge() -> None:
 def test_foreign_tokens_are_refused_with_what_to_send(token: str) -> None:
     with pytest.raises(StatementError, match="consistency_token"):
         consistency.decode(token)
+
+
+def test_tokens_kept_made_are_those_of_their_positions() -> None:
+    """``encode`` keeps the tokens it made: each is still its own positions' (the same
+    positions in another order give the same token), past the most it keeps too."""
+    for round_ in range(2):
+        for offset in range(consistency._ENCODED_MAX + 10):
+            positions = {("readings", offset % 7): offset, ("other", 1): round_}
+            token = consistency.encode(positions)
+            assert consistency.decode(token) == positions
+            assert consistency.encode(dict(reversed(positions.items()))) == token
+    assert len(consistency._encoded) <= consistency._ENCODED_MAX
