@@ -22,7 +22,7 @@ from millpond.services.coordinator.failure_detector import FailureDetector
 from millpond.services.coordinator.leadership import ElectionStatus, Leadership
 from millpond.services.coordinator.rebalancer import Rebalancer
 from millpond.services.coordinator.servicer import CoordinatorServicer
-from millpond.shared import metrics
+from millpond.shared import heap, metrics
 from millpond.shared.catalog import names
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import CoordinatorSettings
@@ -114,6 +114,7 @@ class Coordinator:
             self.rebalancer.run(stop, self.settings.rebalance_check_interval_ms / 1000), self.leadership.run(stop))]
         await self._declare_processing_log()
         await self.server.set_serving()
+        heap.freeze_startup_objects()
         log.info("coordinator ready", extra={"endpoint": self.server.endpoint,
                                              "command_offset": self.metastore.command_offset})
         await stop.wait()

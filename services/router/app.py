@@ -22,7 +22,7 @@ from millpond.services.router.servicer import RouterInternalServicer, RouterServ
 from millpond.services.router.statements import Statements
 from millpond.services.router.status import ClusterStatus
 from millpond.services.router.streaming import PushQueries
-from millpond.shared import metrics
+from millpond.shared import heap, metrics
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import RouterSettings
 from millpond.shared.kafka.command_log import CommandReader
@@ -88,6 +88,7 @@ class Router:
         metrics.serve(self.settings.host, self.settings.metrics_port)
         loops = [asyncio.create_task(self.reader.run(stop)), asyncio.create_task(self.parts.pulls.run(stop))]
         await self.server.set_serving()
+        heap.freeze_startup_objects()
         log.info("router ready", extra={"endpoint": self.server.endpoint})
         await stop.wait()
         log.info("router stopping")

@@ -23,7 +23,7 @@ from millpond.services.worker.query_runner import checkpoint_root
 from millpond.services.worker.servicer import WorkerServicer
 from millpond.services.worker.serving import LocalTables
 from millpond.services.worker.spark import LazySession
-from millpond.shared import metrics
+from millpond.shared import heap, metrics
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import CoordinatorClientSettings, RouterSettings, WorkerSettings
 from millpond.shared.kafka.command_log import CommandReader
@@ -86,7 +86,7 @@ class Worker:
             loops.append(asyncio.create_task(gauges.refresh_loop(self.settings.kafka, self.tasks, stop)))
         # Start Spark now, not when a task first arrives: a promoted standby must not wait
         # the seconds a Spark session takes to start.
-        loops.append(asyncio.create_task(self.processing.run(self.spark.warm_up())))
+        loops.append(asyncio.create_task(self.processing.run(self._start_spark())))
         log.info("worker ready", extra={"endpoint": self.server.endpoint, "worker": self.settings.worker_id})
         await stop.wait()
         log.info("worker stopping")
@@ -112,6 +112,11 @@ class Worker:
         self.tables.parser.close()
         if self.router is not None:
             self.router.close()
+
+
+    async def _start_spark(self) -> None:
+        await self.spark.warm_up()
+        heap.freeze_startup_objects()  # the Spark session's Python side is long-lived too
 
 
 def router_settings(settings: WorkerSettings) -> RouterSettings:
