@@ -63,6 +63,10 @@ def create_session(settings: WorkerSettings) -> SparkSession:
         # within the runs' noise.
         .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC")
         .config("spark.ui.enabled", "false")
+        # Spark draws a stage that runs over half a second as a progress bar on stderr, the
+        # worker's log: the bar's text ran into the JSON line logged next, which readers of
+        # the log (the tests' included) then skipped.
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
         .config("spark.sql.session.timeZone", "UTC")
         # Adaptive execution re-plans each micro-batch's shuffle after its map stage: for

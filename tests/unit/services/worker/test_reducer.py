@@ -201,9 +201,7 @@ def observe(raw: Any, aggs: list[aggregates.Aggregate]) -> Slice:
 @pytest.fixture(scope="module")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     """The worker's own session settings, in local[1]."""
-    settings = Settings(worker_id="reducer-test", spark_master="local[1]",
-                              state_dir=tmp_path_factory.mktemp("state"),
-                              spark_conf={"spark.ui.showConsoleProgress": "false"})
+    settings = Settings(worker_id="reducer-test", spark_master="local[1]", state_dir=tmp_path_factory.mktemp("state"))
     session = create_session(settings)
     yield session
     session.stop()
@@ -247,6 +245,11 @@ def reduce(spark: SparkSession, statement: str, frame: DataFrame, tmp_path: Path
         runner.stop()
         runner.loop.close()
     return {partition: observe(piece, aggs) for partition, piece in slices.items()}
+
+
+def test_the_session_draws_no_progress_bar_into_the_worker_log(spark: SparkSession) -> None:
+    """A stage's progress bar on stderr would run into the worker's next JSON log line."""
+    assert spark.sparkContext.getConf().get("spark.ui.showConsoleProgress") == "false"
 
 
 def test_the_reference_covers_every_case() -> None:

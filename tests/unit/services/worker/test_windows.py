@@ -101,8 +101,7 @@ def reference(records: list[Record], window: WindowSpec, by_column: bool
 @pytest.fixture(scope="module")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     """The worker's own session settings, in local[1]."""
-    settings = Settings(worker_id="windows-test", spark_master="local[1]", state_dir=tmp_path_factory.mktemp("state"),
-                        spark_conf={"spark.ui.showConsoleProgress": "false"})
+    settings = Settings(worker_id="windows-test", spark_master="local[1]", state_dir=tmp_path_factory.mktemp("state"))
     session = create_session(settings)
     yield session
     session.stop()
