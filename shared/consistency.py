@@ -30,6 +30,9 @@ _ENCODED_MAX = 4096
 """Tokens ``encode`` keeps made, by their positions: a pull of one key gives one of a few
 (its partition's position moves a batch at a time), and making one is most of what a
 consistency token costs a lookup."""
+_ENCODED_POSITIONS = 4
+"""The most positions of a token kept made: a client's token grows with what it read and
+rarely repeats exactly, and the tokens kept must stay small (a request can carry megabytes)."""
 _encoded: dict[tuple[tuple[tuple[str, int], int], ...], str] = {}
 
 
@@ -48,14 +51,16 @@ def encode(positions: Mapping[tuple[str, int], int]) -> str:
     if not positions:
         return ""
     ordered = tuple(sorted(positions.items()))
-    token = _encoded.get(ordered)
+    kept = len(ordered) <= _ENCODED_POSITIONS
+    token = _encoded.get(ordered) if kept else None
     if token is None:
         vector = rows_pb2.ConsistencyVector(positions=[
             rows_pb2.Position(topic=t, partition=p, offset=o) for (t, p), o in ordered])
         token = _PREFIX + base64.urlsafe_b64encode(vector.SerializeToString()).decode()
-        if len(_encoded) >= _ENCODED_MAX:
-            _encoded.clear()
-        _encoded[ordered] = token
+        if kept:
+            if len(_encoded) >= _ENCODED_MAX:
+                _encoded.clear()
+            _encoded[ordered] = token
     return token
 
 

@@ -113,7 +113,6 @@ class Worker:
         if self.router is not None:
             self.router.close()
 
-
     async def _start_spark(self) -> None:
         await self.spark.warm_up()
         heap.freeze_startup_objects()  # the Spark session's Python side is long-lived too

@@ -34,3 +34,10 @@ def test_tokens_kept_made_are_those_of_their_positions() -> None:
             assert consistency.decode(token) == positions
             assert consistency.encode(dict(reversed(positions.items()))) == token
     assert len(consistency._encoded) <= consistency._ENCODED_MAX
+    assert ((("other", 1), 1), (("readings", 3), consistency._ENCODED_MAX + 9)) in consistency._encoded
+
+
+def test_a_token_of_many_positions_is_made_each_time_not_kept() -> None:
+    positions = {("readings", p): 10 + p for p in range(consistency._ENCODED_POSITIONS + 1)}
+    assert consistency.decode(consistency.encode(positions)) == positions
+    assert tuple(sorted(positions.items())) not in consistency._encoded
