@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 from collections.abc import Iterable, Mapping
 
 from google.protobuf.message import DecodeError
@@ -26,14 +27,10 @@ Positions = dict[tuple[str, int], int]
 """(topic, partition) -> the next offset not reflected."""
 
 _PREFIX = "v1."
-_ENCODED_MAX = 4096
-"""Tokens ``encode`` keeps made, by their positions: a pull of one key gives one of a few
-(its partition's position moves a batch at a time), and making one is most of what a
-consistency token costs a lookup."""
 _ENCODED_POSITIONS = 4
-"""The most positions of a token kept made: a client's token grows with what it read and
-rarely repeats exactly, and the tokens kept must stay small (a request can carry megabytes)."""
-_encoded: dict[tuple[tuple[tuple[str, int], int], ...], str] = {}
+"""The most positions of a token kept made (``_token``): a client's token grows with what it
+read and rarely repeats exactly, and the tokens kept must stay small (a request can carry
+megabytes)."""
 
 
 def merge(*vectors: Mapping[tuple[str, int], int]) -> Positions:
@@ -51,17 +48,18 @@ def encode(positions: Mapping[tuple[str, int], int]) -> str:
     if not positions:
         return ""
     ordered = tuple(sorted(positions.items()))
-    kept = len(ordered) <= _ENCODED_POSITIONS
-    token = _encoded.get(ordered) if kept else None
-    if token is None:
-        vector = rows_pb2.ConsistencyVector(positions=[
-            rows_pb2.Position(topic=t, partition=p, offset=o) for (t, p), o in ordered])
-        token = _PREFIX + base64.urlsafe_b64encode(vector.SerializeToString()).decode()
-        if kept:
-            if len(_encoded) >= _ENCODED_MAX:
-                _encoded.clear()
-            _encoded[ordered] = token
-    return token
+    return _token(ordered) if len(ordered) <= _ENCODED_POSITIONS else _make_token(ordered)
+
+
+def _make_token(ordered: tuple[tuple[tuple[str, int], int], ...]) -> str:
+    vector = rows_pb2.ConsistencyVector(positions=[
+        rows_pb2.Position(topic=t, partition=p, offset=o) for (t, p), o in ordered])
+    return _PREFIX + base64.urlsafe_b64encode(vector.SerializeToString()).decode()
+
+
+_token = functools.lru_cache(maxsize=4096)(_make_token)
+"""Tokens of few positions, kept made: a pull of one key gives one of a few (its partition's
+position moves a batch at a time), and making one is most of what a token costs a lookup."""
 
 
 def decode(token: str) -> Positions:

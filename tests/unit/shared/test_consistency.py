@@ -28,16 +28,19 @@ def test_tokens_kept_made_are_those_of_their_positions() -> None:
     """``encode`` keeps the tokens it made: each is still its own positions' (the same
     positions in another order give the same token), past the most it keeps too."""
     for round_ in range(2):
-        for offset in range(consistency._ENCODED_MAX + 10):
+        for offset in range(consistency._token.cache_info().maxsize + 10):
             positions = {("readings", offset % 7): offset, ("other", 1): round_}
             token = consistency.encode(positions)
             assert consistency.decode(token) == positions
             assert consistency.encode(dict(reversed(positions.items()))) == token
-    assert len(consistency._encoded) <= consistency._ENCODED_MAX
-    assert ((("other", 1), 1), (("readings", 3), consistency._ENCODED_MAX + 9)) in consistency._encoded
+    kept = consistency._token.cache_info()
+    assert kept.currsize <= kept.maxsize
+    consistency.encode({("other", 1): 1, ("readings", 3): kept.maxsize + 9})  # the last one made: still kept
+    assert consistency._token.cache_info().hits == kept.hits + 1
 
 
 def test_a_token_of_many_positions_is_made_each_time_not_kept() -> None:
     positions = {("readings", p): 10 + p for p in range(consistency._ENCODED_POSITIONS + 1)}
+    kept = consistency._token.cache_info()
     assert consistency.decode(consistency.encode(positions)) == positions
-    assert tuple(sorted(positions.items())) not in consistency._encoded
+    assert consistency._token.cache_info() == kept  # neither asked nor kept
