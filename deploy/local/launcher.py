@@ -27,6 +27,10 @@ from millpond.shared.errors import SetupError
 from millpond.shared.net import free_port
 from millpond.shared.rpc.tls import ClientCredentials, TlsFiles
 
+PORT_TAKEN_STARTS = 3
+"""How many times a child is started when a port it was given was taken by the time it bound
+it (``free_port`` finds a port free when asked; the child binds it seconds later)."""
+
 PRINCIPALS = {"admin": ["admin", "read", "write"], "writer": ["read", "write"], "reader": ["read"]}
 """The principals a secure local cluster's tokens file grants, with their permissions."""
 
@@ -41,11 +45,36 @@ class Child:
     log: Path
     module: str
     env: dict[str, str]
+    cpus: set[int] | None = None
+    """The cores it is pinned to (None: any)."""
+    log_from: int = 0
+    """Where in ``log`` the output of its latest start begins."""
 
     @property
     def metrics(self) -> str:
         """The URL of its Prometheus metrics."""
         return f"http://127.0.0.1:{self.env['MILLPOND_METRICS_PORT']}/metrics"
+
+
+def _launch(log: Path, module: str, env: dict[str, str], cpus: set[int] | None = None) -> subprocess.Popen[bytes]:
+    """``python -m module`` in a process group of its own, its output appended to ``log``."""
+    with log.open("ab") as out:
+        # taskset pins the process before it runs anything: its threads and the JVM it
+        # starts inherit the affinity.
+        pin = ["taskset", "-c", ",".join(map(str, sorted(cpus)))] if cpus else []
+        return subprocess.Popen([*pin, sys.executable, "-m", module], env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _size(log: Path) -> int:
+    return log.stat().st_size if log.exists() else 0
+
+
+def _port_taken(log: Path, since: int) -> bool:
+    """Whether what ``log`` got after its first ``since`` bytes says a port was in use."""
+    with log.open("rb") as f:
+        f.seek(since)
+        return b"Address already in use" in f.read()
 
 
 def wait_healthy(endpoint: str, timeout: float, process: subprocess.Popen[bytes] | None = None,
@@ -143,15 +172,27 @@ class LocalCluster:
                     "MILLPOND_SERVICE_ID": self.service_id, "MILLPOND_HOST": "127.0.0.1",
                     "MILLPOND_PORT": str(port), "MILLPOND_METRICS_PORT": str(free_port()),
                     **self._security_env, **self.service_env, **env}
-        with log.open("ab") as out:
-            # taskset pins the process before it runs anything: its threads and the JVM it
-            # starts inherit the affinity.
-            pin = ["taskset", "-c", ",".join(map(str, sorted(cpus)))] if cpus else []
-            process = subprocess.Popen([*pin, sys.executable, "-m", module], env=full_env, stdout=out,
-                                       stderr=subprocess.STDOUT, start_new_session=True)
-        child = Child(name, f"127.0.0.1:{port}", process, log, module, full_env)
+        log_from = _size(log)
+        child = Child(name, f"127.0.0.1:{port}", _launch(log, module, full_env, cpus), log, module, full_env, cpus,
+                      log_from)
         self.children.append(child)
         return child
+
+    def _healthy(self, child: Child) -> None:
+        """Wait until ``child`` is healthy. One that exited because a port it was given had
+        been taken meanwhile starts again on a new metrics port (its own port stays: others
+        were given it), up to ``PORT_TAKEN_STARTS`` times in all."""
+        for start in range(1, PORT_TAKEN_STARTS + 1):
+            try:
+                wait_healthy(child.endpoint, self.start_timeout, child.process, self.credentials())
+                return
+            except SetupError:
+                if start == PORT_TAKEN_STARTS or child.process.poll() is None \
+                        or not _port_taken(child.log, child.log_from):
+                    raise
+            child.env = {**child.env, "MILLPOND_METRICS_PORT": str(free_port())}
+            child.log_from = _size(child.log)
+            child.process = _launch(child.log, child.module, child.env, child.cpus)
 
     def child(self, name: str) -> Child:
         """The service called ``name`` (``coordinator``, ``worker-1``, ``router``)."""
@@ -174,7 +215,7 @@ class LocalCluster:
             **self.worker_env,
         }, self.worker_cpus[n - 1] if n <= len(self.worker_cpus) else None)
         if wait:
-            wait_healthy(child.endpoint, self.start_timeout, child.process, self.credentials())
+            self._healthy(child)
         return child
 
     def add_router(self) -> Child:
@@ -183,7 +224,7 @@ class LocalCluster:
         n = 1 + sum(c.name.startswith("router") for c in self.children)
         child = self._spawn(f"router-{n}", "millpond.services.router", free_port(),
                             {"MILLPOND_COORDINATOR": self.coordinator_endpoints, **self.router_env})
-        wait_healthy(child.endpoint, self.start_timeout, child.process, self.credentials())
+        self._healthy(child)
         return child
 
     def terminate(self, name: str, timeout: float = 30.0) -> None:
@@ -209,10 +250,9 @@ class LocalCluster:
         child = self.child(name)
         if child.process.poll() is None:
             raise SetupError(f"{name} is still running; kill or stop it first")
-        with child.log.open("ab") as out:
-            child.process = subprocess.Popen([sys.executable, "-m", child.module], env=child.env, stdout=out,
-                                             stderr=subprocess.STDOUT, start_new_session=True)
-        wait_healthy(child.endpoint, self.start_timeout, child.process, self.credentials())
+        child.log_from = _size(child.log)
+        child.process = _launch(child.log, child.module, child.env, child.cpus)
+        self._healthy(child)
         return child
 
     def start(self) -> None:
@@ -233,13 +273,13 @@ class LocalCluster:
                 port = free_port()
                 coordinator = self._spawn(name, "millpond.services.coordinator", port, {
                     "MILLPOND_COORDINATOR_ID": name, **election, **self.coordinator_env})
-                wait_healthy(coordinator.endpoint, self.start_timeout, coordinator.process, self.credentials())
+                self._healthy(coordinator)
             for _ in range(self.workers):
                 self.add_worker(wait=False)
             self._spawn("router", "millpond.services.router", self.router_port,
                         {"MILLPOND_COORDINATOR": self.coordinator_endpoints, **self.router_env})
             for child in self.children:
-                wait_healthy(child.endpoint, self.start_timeout, child.process, self.credentials())
+                self._healthy(child)
         except BaseException:
             self.stop()
             raise
