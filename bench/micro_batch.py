@@ -31,29 +31,15 @@ from pyspark.sql import functions as F
 
 from bench.common import arguments, emit, produce_readings
 from millpond.deploy.local.kafka_broker import EmbeddedKafka
+from millpond.services.worker.jit import reduction_runner
 from millpond.services.worker.query_runner import SOURCE_OPTIONS, QueryRunner
 from millpond.services.worker.spark import create_session
-from millpond.services.worker.task import AggregationTask, Task
-from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import WorkerSettings
-from millpond.shared.sql.parser import parse_statement
 
 PARTITIONS = 4
 STREAM = ("CREATE STREAM readings (sensor VARCHAR KEY, area VARCHAR, reading INT) "
           f"WITH (kafka_topic='readings', partitions={PARTITIONS}, value_format='JSON');")
 TABLE = "CREATE TABLE avg_readings AS SELECT sensor, AVG(reading) AS avg_reading FROM readings GROUP BY sensor;"
-
-
-def runner_for(spark: Any, settings: WorkerSettings) -> QueryRunner:
-    """A QueryRunner of the readings query (its tasks are built, not started: only the
-    reduction runs here)."""
-    meta = Metastore()
-    meta.apply(parse_statement(STREAM), 0)
-    meta.apply(parse_statement(TABLE), 1)
-    query = next(iter(meta.queries.values()))
-    source, sink = meta.source(query.source), meta.source(query.sink)
-    tasks: dict[int, Task[Any]] = {p: AggregationTask(settings, query, source, sink, p) for p in range(PARTITIONS)}
-    return QueryRunner(spark, settings, query, source, sink, tasks, asyncio.new_event_loop())
 
 
 def median_ms(values: list[float]) -> float:
@@ -123,7 +109,7 @@ def main() -> None:
         asyncio.run(load())
         settings = WorkerSettings(state_dir=work / "state")
         spark = create_session(settings)
-        runner = runner_for(spark, settings)
+        runner = reduction_runner(spark, settings, (STREAM, TABLE), asyncio.new_event_loop())
         results = [measure(spark, runner, broker.bootstrap_servers, size, batches, work) for size in sizes]
         spark.stop()
     finally:

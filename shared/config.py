@@ -228,6 +228,11 @@ class WorkerSettings(CoordinatorClientSettings):
         "(a JSON object in MILLPOND_SPARK_CONF, a table in the TOML file), e.g. spark.driver.host, spark.driver.port "
         "and spark.blockManager.port so a Spark master's executors can reach the worker's driver.",
     )
+    spark_warm_up_batches: int = Field(
+        5, description="Batches of 50,000 made-up JSON records the worker's Spark session reduces when it starts, "
+        "before it takes a query, so the JVM has compiled the batch path (about 4 s of a core); until then the "
+        "worker offers no copy to take an active over. 0: none (a query's first batches then run the cold code).",
+    )
     spark_cores: int = Field(
         0, description="Cores (threads) Spark gives this worker's queries, as ksqlDB's num.stream.threads: with a "
         "local master it sets local[N], with a cluster master spark.cores.max; 0 leaves spark_master as it is.",

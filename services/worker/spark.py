@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
 
 from millpond.deploy.jars import installed_jars
+from millpond.services.worker.jit import warm_up_jit
 from millpond.shared.config import WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -120,12 +121,20 @@ class LazySession:
         """The session, started now if it was not yet."""
         async with self._lock:
             if self.session is None:
-                self.session = await asyncio.to_thread(create_session, self.settings)
+                self.session = await asyncio.to_thread(self._start)
             return self.session
+
+    def _start(self) -> SparkSession:
+        session = create_session(self.settings)
+        try:
+            warm_up_jit(session, self.settings)
+        except Exception:  # only the first batches' speed depends on it
+            log.warning("Spark's warm-up failed; the session is used cold", exc_info=True)
+        return session
 
     @property
     def ready(self) -> bool:
-        """Whether the session has started."""
+        """Whether the session has started (and its JIT warmed up: ``warm_up_jit``)."""
         return self.session is not None
 
     async def warm_up(self) -> None:

@@ -1,0 +1,74 @@
+"""The JIT warm-up a worker's Spark session runs before it takes a query."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from millpond.services.worker import jit, spark
+from millpond.services.worker.jit import STREAM, TABLE, made_up_records, reduction_runner, warm_up_jit
+from millpond.services.worker.spark import create_session
+from millpond.shared.config import WorkerSettings
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    settings = WorkerSettings(worker_id="jit-test", spark_master="local[1]", state_dir=tmp_path_factory.mktemp("state"))
+    started = create_session(settings)
+    yield started
+    started.stop()
+
+
+def test_made_up_records_are_good_records_of_every_partition_and_key(session: SparkSession, tmp_path: Path) -> None:
+    # A warm-up of bad records would compile the processing log's path, not the batches'.
+    loop = asyncio.new_event_loop()
+    try:
+        runner = reduction_runner(session, WorkerSettings(state_dir=tmp_path), (STREAM, TABLE), loop)
+        slices = runner._reduce(made_up_records(session, 4_000))
+    finally:
+        loop.close()
+    assert sorted(slices) == [0, 1, 2, 3]
+    assert sum(piece.count for piece in slices.values()) == 4_000
+    assert not any(piece.bad for piece in slices.values())
+    keys = {key for piece in slices.values() for key, _ in piece.partials}
+    assert len(keys) == 1_000
+    # sensor-7's records are ids 7, 1007, 2007 and 3007, all of partition 3: COUNT, AVG(reading), SUM(total), MAX(level)
+    (state,) = [state for key, state in slices[3].partials if key == b"sensor-7"]
+    assert state[0] == [4] and state[2] == [6_028] and state[3] == [7]
+    assert state[1][0] == pytest.approx((7 + 1_007 + 2_007 + 3_007) * 0.25)
+
+
+def test_warm_up_reduces_its_batches_and_keeps_nothing_cached(session: SparkSession, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(jit, "BATCH_RECORDS", 2_000)
+    settings = WorkerSettings(state_dir=tmp_path, spark_warm_up_batches=3)
+    with caplog.at_level(logging.INFO, logger=jit.__name__):
+        assert warm_up_jit(session, settings) == 6_000
+    assert "Spark warmed up" in caplog.text
+    assert session.sparkContext._jsc.getPersistentRDDs().isEmpty()  # type: ignore[union-attr]
+    assert warm_up_jit(session, WorkerSettings(state_dir=tmp_path, spark_warm_up_batches=0)) == 0
+
+
+async def test_the_session_is_handed_out_warmed_up_and_a_failed_warm_up_costs_only_speed(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    warmed: list[Any] = []
+    monkeypatch.setattr(spark, "create_session", lambda settings: "session")
+    monkeypatch.setattr(spark, "warm_up_jit", lambda session, settings: warmed.append(session))
+    lazy = spark.LazySession(WorkerSettings())
+    assert await asyncio.wait_for(lazy.get(), timeout=10) == "session"
+    assert warmed == ["session"] and lazy.ready
+
+    def fail(session: Any, settings: WorkerSettings) -> None:
+        raise RuntimeError("no memory")
+
+    monkeypatch.setattr(spark, "warm_up_jit", fail)
+    lazy = spark.LazySession(WorkerSettings())
+    assert await asyncio.wait_for(lazy.get(), timeout=10) == "session"
+    assert lazy.ready and "warm-up failed" in caplog.text
