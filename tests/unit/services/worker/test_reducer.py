@@ -307,6 +307,25 @@ def test_a_batch_is_one_spark_job(spark: SparkSession, reduction: str, batch: Da
         assert len(tracker.getJobIdsForGroup(group)) == 1, statement
 
 
+def test_a_batch_of_more_partitions_than_cores_runs_in_as_many_tasks_as_cores(
+        spark: SparkSession, reduction: str, batch: DataFrame, tmp_path: Path) -> None:
+    """A Kafka partition is a Spark task, and each task has a fixed cost: a batch of three
+    partitions runs in one task on the one core, and reduces to what it does in three."""
+    tracker = spark.sparkContext.statusTracker()
+    spread = batch.repartition(3, "partition")  # a shuffle, its reading stage of three tasks
+    for statement in (AGGREGATE, PROJECT):
+        group = f"coalesced-{reduction}-{len(statement)}"
+        spark.sparkContext.setJobGroup(group, statement)
+        try:
+            got = reduce(spark, statement, spread, tmp_path)
+        finally:
+            spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+        assert got == reduce(spark, statement, batch, tmp_path)
+        stages = [tracker.getStageInfo(stage) for job in tracker.getJobIdsForGroup(group)
+                  for stage in tracker.getJobInfo(job).stageIds]  # type: ignore[union-attr]
+        assert stages and max(stage.numTasks for stage in stages) == 1, statement  # type: ignore[union-attr]
+
+
 _VALUES = st.one_of(
     st.none(),
     st.sampled_from([b"{", b"[1, 2", b"garbage", b"null", b'{"AREA": "a"}']),
