@@ -62,19 +62,22 @@ def made_up_records(spark: SparkSession, records: int) -> DataFrame:
 
 def warm_up_jit(spark: SparkSession, settings: WorkerSettings) -> int:
     """Reduce ``settings.spark_warm_up_batches`` batches of ``BATCH_RECORDS`` made-up records
-    on ``spark``; the records reduced. Blocking: about 4 s of a core at 5 batches."""
+    on ``spark`` (a local master's: its own JVM runs the batches); the records reduced.
+    Blocking: about 4 s of a core at 5 batches."""
     batches = settings.spark_warm_up_batches
-    if batches <= 0:
+    if batches <= 0 or not settings.spark_master.startswith("local"):
+        # On a cluster master the batches run in the executors' JVMs, not this one; and
+        # a cluster without a free core would hold the warm-up, so the worker, for good.
         return 0
     started = time.monotonic()
-    loop = asyncio.new_event_loop()  # the runner's commits would run on it; none does here
     frame = made_up_records(spark, BATCH_RECORDS).cache()
+    loop = asyncio.new_event_loop()  # the runner's commits would run on it; none does here
     try:
         runner = reduction_runner(spark, settings, (STREAM, TABLE), loop)
         frame.count()  # made once: the batches time the reduction, not the making
         reduced = sum(piece.count for _ in range(batches) for piece in runner._reduce(frame).values())
     finally:
-        frame.unpersist()
         loop.close()
+        frame.unpersist()
     log.info("Spark warmed up", extra={"records": reduced, "seconds": round(time.monotonic() - started, 1)})
     return reduced

@@ -111,8 +111,11 @@ class QueryRunner:
         """``_read_columns``, once made."""
 
     @functools.cached_property
-    def cores(self) -> int:
-        """The tasks the session runs at once: a batch is read in at most as many."""
+    def cores(self) -> int | None:
+        """The tasks a local session runs at once (its threads): a batch is read in at most as
+        many. None on a cluster master, whose executors come and go."""
+        if not self.settings.spark_master.startswith("local"):
+            return None
         return int(self.spark.sparkContext.defaultParallelism)
 
     @property
@@ -228,11 +231,12 @@ class QueryRunner:
             return {}
         if not self.assigned <= set(kept):
             batch = batch.where(F.col("partition").isin(kept))
-        if max(len(self.assigned), len(kept)) > self.cores:
+        if self.cores is not None and max(len(self.assigned), len(kept)) > self.cores:
             # One Spark task per Kafka partition would run them one after another on the
-            # session's cores, each paying a task's fixed cost; the reducers order by offset
+            # session's threads, each paying a task's fixed cost; the reducers order by offset
             # themselves. bench.micro_batch, 4 partitions on 1 core: a 2k-record batch reduced
-            # in 131-139 ms against 153-159, a 200k one in 554-568 against 589-606.
+            # in 131-139 ms against 153-159, a 200k one in 554-568 against 589-606. (With
+            # several threads, partitions of uneven size no longer even out between them.)
             batch = batch.coalesce(self.cores)
         parsed = batch.select(*self._read_columns())
         return self.kind.reduce(parsed, self.query, self.source, self.sink, tasks)

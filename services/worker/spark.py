@@ -115,27 +115,33 @@ class LazySession:
     def __init__(self, settings: WorkerSettings):
         self.settings = settings
         self.session: SparkSession | None = None
+        """Set as soon as it has started, so ``stop`` reaches it while its JIT warms up."""
+        self._warmed = False
         self._lock = asyncio.Lock()
 
     async def get(self) -> SparkSession:
-        """The session, started now if it was not yet."""
+        """The session, started (and its JIT warmed up: ``warm_up_jit``) now if it was not yet."""
         async with self._lock:
             if self.session is None:
-                self.session = await asyncio.to_thread(self._start)
+                self.session = await asyncio.to_thread(create_session, self.settings)
+            if not self._warmed:
+                try:
+                    # A stop meanwhile stops the session, which fails the warm-up's job at once.
+                    await asyncio.to_thread(self._warm_up, self.session)
+                finally:
+                    self._warmed = True  # tried once: a cancelled or failed warm-up only costs speed
             return self.session
 
-    def _start(self) -> SparkSession:
-        session = create_session(self.settings)
+    def _warm_up(self, session: SparkSession) -> None:
         try:
             warm_up_jit(session, self.settings)
         except Exception:  # only the first batches' speed depends on it
             log.warning("Spark's warm-up failed; the session is used cold", exc_info=True)
-        return session
 
     @property
     def ready(self) -> bool:
-        """Whether the session has started (and its JIT warmed up: ``warm_up_jit``)."""
-        return self.session is not None
+        """Whether the session has started and its JIT warm-up has ended (or failed)."""
+        return self._warmed
 
     async def warm_up(self) -> None:
         """Start the session now, not when a task first needs it, and again (backing off)

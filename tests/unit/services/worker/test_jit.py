@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -58,12 +59,14 @@ def test_warm_up_reduces_its_batches_and_keeps_nothing_cached(session: SparkSess
 
 async def test_the_session_is_handed_out_warmed_up_and_a_failed_warm_up_costs_only_speed(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    warmed: list[Any] = []
+    # Not ready while it warms up: the worker then offers no copy to take an active over.
+    seen: list[tuple[Any, bool]] = []
     monkeypatch.setattr(spark, "create_session", lambda settings: "session")
-    monkeypatch.setattr(spark, "warm_up_jit", lambda session, settings: warmed.append(session))
+    monkeypatch.setattr(spark, "warm_up_jit", lambda session, settings: seen.append((session, lazy.ready)))
     lazy = spark.LazySession(WorkerSettings())
     assert await asyncio.wait_for(lazy.get(), timeout=10) == "session"
-    assert warmed == ["session"] and lazy.ready
+    assert seen == [("session", False)] and lazy.ready
+    assert await asyncio.wait_for(lazy.get(), timeout=10) == "session" and len(seen) == 1  # once
 
     def fail(session: Any, settings: WorkerSettings) -> None:
         raise RuntimeError("no memory")
@@ -72,3 +75,33 @@ async def test_the_session_is_handed_out_warmed_up_and_a_failed_warm_up_costs_on
     lazy = spark.LazySession(WorkerSettings())
     assert await asyncio.wait_for(lazy.get(), timeout=10) == "session"
     assert lazy.ready and "warm-up failed" in caplog.text
+
+
+async def test_a_stop_while_the_jit_warms_up_stops_the_session(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Else the warm-up's thread would run on, and the process could not exit before it ends.
+    stopped, warming = threading.Event(), threading.Event()
+
+    class Session:
+        def stop(self) -> None:
+            stopped.set()
+
+    def warm(session: Any, settings: WorkerSettings) -> None:
+        warming.set()
+        if not stopped.wait(timeout=10):
+            raise AssertionError("the session was not stopped")
+        raise RuntimeError("SparkContext was shut down")  # what its job then raises
+
+    monkeypatch.setattr(spark, "create_session", lambda settings: Session())
+    monkeypatch.setattr(spark, "warm_up_jit", warm)
+    lazy = spark.LazySession(WorkerSettings())
+    getting = asyncio.create_task(lazy.get())
+    assert await asyncio.to_thread(warming.wait, 10)
+    await asyncio.wait_for(lazy.stop(), timeout=10)
+    assert stopped.is_set()
+    await asyncio.wait_for(getting, timeout=10)
+
+
+def test_a_cluster_masters_session_is_not_warmed_up() -> None:
+    # Its batches run in the executors' JVMs; and a cluster without a free core would hold it.
+    settings = WorkerSettings(spark_master="spark://h:7077", spark_warm_up_batches=5)
+    assert warm_up_jit(object(), settings) == 0  # type: ignore[arg-type]

@@ -324,6 +324,18 @@ def test_a_batch_of_more_partitions_than_cores_runs_in_as_many_tasks_as_cores(
         stages = [tracker.getStageInfo(stage) for job in tracker.getJobIdsForGroup(group)
                   for stage in tracker.getJobInfo(job).stageIds]  # type: ignore[union-attr]
         assert stages and max(stage.numTasks for stage in stages) == 1, statement  # type: ignore[union-attr]
+    # No fewer tasks than the session's threads.
+    runner = runner_of(spark, AGGREGATE, tmp_path)
+    runner.cores = 3
+    spark.sparkContext.setJobGroup("not-coalesced", AGGREGATE)
+    try:
+        runner._reduce(spread)
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+        runner.loop.close()
+    stages = [tracker.getStageInfo(stage) for job in tracker.getJobIdsForGroup("not-coalesced")
+              for stage in tracker.getJobInfo(job).stageIds]  # type: ignore[union-attr]
+    assert max(stage.numTasks for stage in stages) == 3  # type: ignore[union-attr]
 
 
 _VALUES = st.one_of(
