@@ -276,6 +276,11 @@ class WorkerSettings(CoordinatorClientSettings):
         """Every router's host:port."""
         return endpoints(self.routers)
 
+    @property
+    def spark_local(self) -> bool:
+        """Whether the worker's Spark master is local: its own JVM runs the batches' tasks."""
+        return self.spark_master.startswith("local")
+
 
 class RouterSettings(CoordinatorClientSettings):
     """The router's settings."""

@@ -65,7 +65,7 @@ def warm_up_jit(spark: SparkSession, settings: WorkerSettings) -> int:
     on ``spark`` (a local master's: its own JVM runs the batches); the records reduced.
     Blocking: about 4 s of a core at 5 batches."""
     batches = settings.spark_warm_up_batches
-    if batches <= 0 or not settings.spark_master.startswith("local"):
+    if batches <= 0 or not settings.spark_local:
         # On a cluster master the batches run in the executors' JVMs, not this one; and
         # a cluster without a free core would hold the warm-up, so the worker, for good.
         return 0

@@ -114,7 +114,7 @@ class QueryRunner:
     def cores(self) -> int | None:
         """The tasks a local session runs at once (its threads): a batch is read in at most as
         many. None on a cluster master, whose executors come and go."""
-        if not self.settings.spark_master.startswith("local"):
+        if not self.settings.spark_local:
             return None
         return int(self.spark.sparkContext.defaultParallelism)
 

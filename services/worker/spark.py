@@ -39,7 +39,7 @@ def parallelism(settings: WorkerSettings) -> tuple[str, dict[str, str]]:
     if cores <= 0:
         return master, {"spark.sql.shuffle.partitions": "2"}
     conf = {"spark.sql.shuffle.partitions": str(cores)}
-    if master.startswith("local"):
+    if settings.spark_local:
         return f"local[{cores}]", conf
     return master, {**conf, "spark.cores.max": str(cores)}
 

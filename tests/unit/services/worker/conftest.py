@@ -1,12 +1,16 @@
-"""The in-memory changelog that the worker's changelog readers read in these tests."""
+"""The in-memory changelog that the worker's changelog readers read in these tests, and the
+worker's Spark session for those that run Spark."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pytest
+from pyspark.sql import SparkSession
 
+from millpond.services.worker.spark import create_session
 from millpond.services.worker.state import changelog as changelog_module
+from millpond.shared.config import WorkerSettings
 from tests.unit.services.worker.fake_changelog import Changelog, FakeConsumer
 
 
@@ -20,3 +24,12 @@ def changelog(monkeypatch: pytest.MonkeyPatch) -> Iterator[Changelog]:
     monkeypatch.setattr(FakeConsumer, "observe", None)
     monkeypatch.setattr(changelog_module, "AIOKafkaConsumer", FakeConsumer)
     yield log
+
+
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    """The worker's own session settings, in local[1]."""
+    settings = WorkerSettings(worker_id="spark-test", spark_master="local[1]", state_dir=tmp_path_factory.mktemp("state"))
+    session = create_session(settings)
+    yield session
+    session.stop()

@@ -5,33 +5,24 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
 
-from millpond.services.worker import jit, spark
+from millpond.services.worker import jit
+from millpond.services.worker import spark as spark_module
 from millpond.services.worker.jit import STREAM, TABLE, made_up_records, reduction_runner, warm_up_jit
-from millpond.services.worker.spark import create_session
 from millpond.shared.config import WorkerSettings
 
 
-@pytest.fixture(scope="module")
-def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
-    settings = WorkerSettings(worker_id="jit-test", spark_master="local[1]", state_dir=tmp_path_factory.mktemp("state"))
-    started = create_session(settings)
-    yield started
-    started.stop()
-
-
-def test_made_up_records_are_good_records_of_every_partition_and_key(session: SparkSession, tmp_path: Path) -> None:
+def test_made_up_records_are_good_records_of_every_partition_and_key(spark: SparkSession, tmp_path: Path) -> None:
     # A warm-up of bad records would compile the processing log's path, not the batches'.
     loop = asyncio.new_event_loop()
     try:
-        runner = reduction_runner(session, WorkerSettings(state_dir=tmp_path), (STREAM, TABLE), loop)
-        slices = runner._reduce(made_up_records(session, 4_000))
+        runner = reduction_runner(spark, WorkerSettings(state_dir=tmp_path), (STREAM, TABLE), loop)
+        slices = runner._reduce(made_up_records(spark, 4_000))
     finally:
         loop.close()
     assert sorted(slices) == [0, 1, 2, 3]
@@ -45,25 +36,25 @@ def test_made_up_records_are_good_records_of_every_partition_and_key(session: Sp
     assert state[1][0] == pytest.approx((7 + 1_007 + 2_007 + 3_007) * 0.25)
 
 
-def test_warm_up_reduces_its_batches_and_keeps_nothing_cached(session: SparkSession, tmp_path: Path,
+def test_warm_up_reduces_its_batches_and_keeps_nothing_cached(spark: SparkSession, tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch,
                                                               caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setattr(jit, "BATCH_RECORDS", 2_000)
     settings = WorkerSettings(state_dir=tmp_path, spark_warm_up_batches=3)
     with caplog.at_level(logging.INFO, logger=jit.__name__):
-        assert warm_up_jit(session, settings) == 6_000
+        assert warm_up_jit(spark, settings) == 6_000
     assert "Spark warmed up" in caplog.text
-    assert session.sparkContext._jsc.getPersistentRDDs().isEmpty()  # type: ignore[union-attr]
-    assert warm_up_jit(session, WorkerSettings(state_dir=tmp_path, spark_warm_up_batches=0)) == 0
+    assert spark.sparkContext._jsc.getPersistentRDDs().isEmpty()  # type: ignore[union-attr]
+    assert warm_up_jit(spark, WorkerSettings(state_dir=tmp_path, spark_warm_up_batches=0)) == 0
 
 
 async def test_the_session_is_handed_out_warmed_up_and_a_failed_warm_up_costs_only_speed(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     # Not ready while it warms up: the worker then offers no copy to take an active over.
     seen: list[tuple[Any, bool]] = []
-    monkeypatch.setattr(spark, "create_session", lambda settings: "session")
-    monkeypatch.setattr(spark, "warm_up_jit", lambda session, settings: seen.append((session, lazy.ready)))
-    lazy = spark.LazySession(WorkerSettings())
+    monkeypatch.setattr(spark_module, "create_session", lambda settings: "session")
+    monkeypatch.setattr(spark_module, "warm_up_jit", lambda session, settings: seen.append((session, lazy.ready)))
+    lazy = spark_module.LazySession(WorkerSettings())
     assert await asyncio.wait_for(lazy.get(), timeout=10) == "session"
     assert seen == [("session", False)] and lazy.ready
     assert await asyncio.wait_for(lazy.get(), timeout=10) == "session" and len(seen) == 1  # once
@@ -71,8 +62,8 @@ async def test_the_session_is_handed_out_warmed_up_and_a_failed_warm_up_costs_on
     def fail(session: Any, settings: WorkerSettings) -> None:
         raise RuntimeError("no memory")
 
-    monkeypatch.setattr(spark, "warm_up_jit", fail)
-    lazy = spark.LazySession(WorkerSettings())
+    monkeypatch.setattr(spark_module, "warm_up_jit", fail)
+    lazy = spark_module.LazySession(WorkerSettings())
     assert await asyncio.wait_for(lazy.get(), timeout=10) == "session"
     assert lazy.ready and "warm-up failed" in caplog.text
 
@@ -91,9 +82,9 @@ async def test_a_stop_while_the_jit_warms_up_stops_the_session(monkeypatch: pyte
             raise AssertionError("the session was not stopped")
         raise RuntimeError("SparkContext was shut down")  # what its job then raises
 
-    monkeypatch.setattr(spark, "create_session", lambda settings: Session())
-    monkeypatch.setattr(spark, "warm_up_jit", warm)
-    lazy = spark.LazySession(WorkerSettings())
+    monkeypatch.setattr(spark_module, "create_session", lambda settings: Session())
+    monkeypatch.setattr(spark_module, "warm_up_jit", warm)
+    lazy = spark_module.LazySession(WorkerSettings())
     getting = asyncio.create_task(lazy.get())
     assert await asyncio.to_thread(warming.wait, 10)
     await asyncio.wait_for(lazy.stop(), timeout=10)

@@ -21,14 +21,15 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import functools
 import json
 import random
 import struct
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -50,7 +51,6 @@ from millpond.services.worker import reducers
 from millpond.services.worker.converters import row_to_proto
 from millpond.services.worker.kinds import new_task
 from millpond.services.worker.query_runner import QueryRunner
-from millpond.services.worker.spark import create_session
 from millpond.services.worker.state.store import encode_state
 from millpond.services.worker.state.table_topic import TableRecords
 from millpond.services.worker.table_joining import rekeyed, split_rekeyed
@@ -77,6 +77,8 @@ SOURCE = ("CREATE STREAM r (sensor VARCHAR KEY, area VARCHAR, reading INT) "
           "WITH (kafka_topic='r', partitions=3, value_format='json')")
 AGGREGATE = "CREATE TABLE t AS SELECT sensor, COUNT(*) AS n, SUM(reading) AS total, AVG(reading) AS mean FROM r GROUP BY sensor"
 PROJECT = "CREATE STREAM hot AS SELECT sensor, area, reading * 2 AS doubled FROM r WHERE reading > 10"
+
+T = TypeVar("T")
 
 KAFKA_ROW = StructType([
     StructField("key", BinaryType()), StructField("value", BinaryType()), StructField("topic", StringType()),
@@ -199,15 +201,6 @@ def observe(raw: Any, aggs: list[aggregates.Aggregate]) -> Slice:
     return Slice(raw.last_offset, raw.count, bad, totals, records)
 
 
-@pytest.fixture(scope="module")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
-    """The worker's own session settings, in local[1]."""
-    settings = Settings(worker_id="reducer-test", spark_master="local[1]", state_dir=tmp_path_factory.mktemp("state"))
-    session = create_session(settings)
-    yield session
-    session.stop()
-
-
 @pytest.fixture(params=["arrow", "spark"])
 def reduction(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """How a GROUP BY batch is grouped: by Arrow (where it can) or, forced, by Spark's shuffle."""
@@ -294,48 +287,45 @@ def _as_batch(spark: SparkSession, records: list[Record]) -> DataFrame:
     return spark.createDataFrame([(k, v, "r", p, o, None, 0) for k, v, p, o in records], KAFKA_ROW)
 
 
+def jobs_of(spark: SparkSession, group: str, run: Callable[[], T]) -> tuple[T, list[list[int]]]:
+    """What ``run`` returns, and per Spark job it ran (in job group ``group``) its stages' task counts."""
+    tracker = spark.sparkContext.statusTracker()
+    spark.sparkContext.setJobGroup(group, group)
+    try:
+        result = run()
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+    return result, [[tracker.getStageInfo(stage).numTasks for stage in tracker.getJobInfo(job).stageIds]  # type: ignore[union-attr]
+                    for job in tracker.getJobIdsForGroup(group)]
+
+
 def test_a_batch_is_one_spark_job(spark: SparkSession, reduction: str, batch: DataFrame, tmp_path: Path) -> None:
     """Each Spark job costs a scheduling round trip whatever its size: a batch makes one."""
-    tracker = spark.sparkContext.statusTracker()
     for statement in (AGGREGATE, PROJECT):
-        group = f"one-job-{reduction}-{len(statement)}"
-        spark.sparkContext.setJobGroup(group, statement)
-        try:
-            reduce(spark, statement, batch, tmp_path)
-        finally:
-            spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
-        assert len(tracker.getJobIdsForGroup(group)) == 1, statement
+        _, jobs = jobs_of(spark, f"one-job-{reduction}-{len(statement)}",
+                          functools.partial(reduce, spark, statement, batch, tmp_path))
+        assert len(jobs) == 1, statement
 
 
 def test_a_batch_of_more_partitions_than_cores_runs_in_as_many_tasks_as_cores(
         spark: SparkSession, reduction: str, batch: DataFrame, tmp_path: Path) -> None:
     """A Kafka partition is a Spark task, and each task has a fixed cost: a batch of three
     partitions runs in one task on the one core, and reduces to what it does in three."""
-    tracker = spark.sparkContext.statusTracker()
     spread = batch.repartition(3, "partition")  # a shuffle, its reading stage of three tasks
     for statement in (AGGREGATE, PROJECT):
-        group = f"coalesced-{reduction}-{len(statement)}"
-        spark.sparkContext.setJobGroup(group, statement)
-        try:
-            got = reduce(spark, statement, spread, tmp_path)
-        finally:
-            spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+        got, jobs = jobs_of(spark, f"coalesced-{reduction}-{len(statement)}",
+                            functools.partial(reduce, spark, statement, spread, tmp_path))
         assert got == reduce(spark, statement, batch, tmp_path)
-        stages = [tracker.getStageInfo(stage) for job in tracker.getJobIdsForGroup(group)
-                  for stage in tracker.getJobInfo(job).stageIds]  # type: ignore[union-attr]
-        assert stages and max(stage.numTasks for stage in stages) == 1, statement  # type: ignore[union-attr]
+        stages = [tasks for job in jobs for tasks in job]
+        assert stages and max(stages) == 1, statement
     # No fewer tasks than the session's threads.
     runner = runner_of(spark, AGGREGATE, tmp_path)
     runner.cores = 3
-    spark.sparkContext.setJobGroup("not-coalesced", AGGREGATE)
     try:
-        runner._reduce(spread)
+        _, jobs = jobs_of(spark, f"not-coalesced-{reduction}", lambda: runner._reduce(spread))
     finally:
-        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
         runner.loop.close()
-    stages = [tracker.getStageInfo(stage) for job in tracker.getJobIdsForGroup("not-coalesced")
-              for stage in tracker.getJobInfo(job).stageIds]  # type: ignore[union-attr]
-    assert max(stage.numTasks for stage in stages) == 3  # type: ignore[union-attr]
+    assert max(tasks for job in jobs for tasks in job) == 3
 
 
 _VALUES = st.one_of(

@@ -35,7 +35,6 @@ from pyspark.sql import DataFrame, SparkSession
 
 from millpond.services.worker.kinds import WORKER_KINDS
 from millpond.services.worker.query_runner import QueryRunner
-from millpond.services.worker.spark import create_session
 from millpond.services.worker.task import SessionAggregationTask, SessionSlice, WindowSlice
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.sources import WindowSpec
@@ -96,15 +95,6 @@ def reference(records: list[Record], window: WindowSpec, by_column: bool
             count, total = totals.setdefault((partition, key, start), [0, None])
             totals[(partition, key, start)] = [count + 1, total if reading is None else (total or 0) + reading]
     return {k: (v[0], v[1]) for k, v in totals.items()}, late
-
-
-@pytest.fixture(scope="module")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
-    """The worker's own session settings, in local[1]."""
-    settings = Settings(worker_id="windows-test", spark_master="local[1]", state_dir=tmp_path_factory.mktemp("state"))
-    session = create_session(settings)
-    yield session
-    session.stop()
 
 
 @contextmanager
