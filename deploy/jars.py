@@ -3,7 +3,9 @@
 Each bundle is a pom under ``deploy/<bundle>/pom.xml``. The first call copies the bundle's
 runtime jars (with their transitive dependencies) into ``<cache>/jars/<bundle>-<digest>``,
 where the digest covers the pom, so a changed pom fetches again and an unchanged one is a
-directory listing. Maven's own ``~/.m2`` cache makes a re-fetch after a pom change fast.
+directory listing. A bundle with Java sources (``deploy/<bundle>/src``) is built too, its own
+jar beside its dependencies, and the digest covers the sources. Maven's own ``~/.m2`` cache
+makes a re-fetch after a pom change fast.
 
 Jars are fetched at install time: ``millpond jars`` (or ``make install``) fetches every
 bundle. Services only look jars up (:func:`installed_jars`) and never run Maven; a missing
@@ -32,13 +34,20 @@ def cache_root() -> Path:
     return Path(os.environ.get("MILLPOND_CACHE", Path.home() / ".cache" / "millpond"))
 
 
+def project_digest(project: Path) -> str:
+    """A digest of the Maven project in ``project``: its pom, its sources (``src``) and the
+    Maven settings every build here uses."""
+    digest = hashlib.sha256()
+    for path in [project / "pom.xml", *sorted(p for p in (project / "src").rglob("*") if p.is_file())]:
+        digest.update(str(path.relative_to(project)).encode() + b"\0" + path.read_bytes())
+    digest.update((DEPLOY_DIR / "maven-settings.xml").read_bytes())
+    return digest.hexdigest()[:12]
+
+
 def _bundle_dir(bundle: str, cache: Path | None) -> Path:
     if bundle not in BUNDLES:
         raise SetupError(f"unknown jar bundle {bundle!r}; expected one of {BUNDLES}")
-    pom = DEPLOY_DIR / bundle / "pom.xml"
-    settings = DEPLOY_DIR / "maven-settings.xml"
-    digest = hashlib.sha256(pom.read_bytes() + settings.read_bytes()).hexdigest()[:12]
-    return (cache or cache_root()) / "jars" / f"{bundle}-{digest}"
+    return (cache or cache_root()) / "jars" / f"{bundle}-{project_digest(DEPLOY_DIR / bundle)}"
 
 
 def installed_jars(bundle: str, cache: Path | None = None) -> list[Path]:
@@ -60,10 +69,27 @@ def ensure_jars(bundle: str, cache: Path | None = None) -> list[Path]:
 
 
 def _fetch(bundle: str, target: Path) -> None:
-    build_once(target, lambda staging: run_maven(
-        DEPLOY_DIR / bundle / "pom.xml",
-        ["dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={staging}"],
-        f"fetching the {bundle} jars from Maven Central"))
+    project = DEPLOY_DIR / bundle
+    if (project / "src").is_dir():
+        build_once(target, lambda staging: package(project, staging, f"building the {bundle} jars (deploy/{bundle})"))
+    else:
+        build_once(target, lambda staging: run_maven(
+            project / "pom.xml",
+            ["dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={staging}"],
+            f"fetching the {bundle} jars from Maven Central"))
+
+
+def package(project: Path, staging: Path, doing: str) -> None:
+    """Build the Maven project in ``project`` (its build directory in ``staging``, outside
+    the source tree) and put its jar and its runtime dependencies in ``staging``."""
+    if shutil.which("javac") is None:
+        raise SetupError(f"a Java 17 JDK (javac) is needed for {doing}; `apt-get install openjdk-17-jdk-headless`")
+    out = staging / "build"
+    run_maven(project / "pom.xml", [f"-Dout.directory={out}", "package", "dependency:copy-dependencies",
+                                    "-DincludeScope=runtime", f"-DoutputDirectory={staging}"], doing)
+    for jar in out.glob("*.jar"):
+        jar.rename(staging / jar.name)
+    shutil.rmtree(out)
 
 
 def build_once(target: Path, build: Callable[[Path], None]) -> Path:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -31,48 +30,24 @@ from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
-from millpond.deploy.jars import DEPLOY_DIR, build_once, cache_root, run_maven
-from millpond.shared.errors import MillpondError, SetupError
+from millpond.deploy.jars import build_once, cache_root, package, project_digest
+from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.admin import end_offsets, ensure_topic, topic_partitions
 
 KSTREAMS_DIR = Path(__file__).resolve().parent / "kstreams"
 MAIN_CLASS = "io.millpond.bench.ReadingsAverage"
-_JAR = "readings-average.jar"
 
 
 class BaselineError(MillpondError):
     """The Kafka Streams baseline failed or did not finish in time."""
 
 
-def _sources() -> list[Path]:
-    return [KSTREAMS_DIR / "pom.xml", *sorted(p for p in (KSTREAMS_DIR / "src").rglob("*") if p.is_file())]
-
-
-def _build_dir(cache: Path | None) -> Path:
-    digest = hashlib.sha256()
-    for path in _sources():
-        digest.update(str(path.relative_to(KSTREAMS_DIR)).encode() + b"\0" + path.read_bytes())
-    digest.update((DEPLOY_DIR / "maven-settings.xml").read_bytes())
-    return (cache or cache_root()) / "baselines" / f"kstreams-{digest.hexdigest()[:12]}"
-
-
 def build(cache: Path | None = None) -> list[Path]:
     """The application's classpath (its jar and its runtime dependencies), built with Maven
     into ``cache`` (default ``cache_root()``) the first time."""
-    if shutil.which("javac") is None:
-        raise SetupError("a Java 17 JDK (javac) is needed to build the Kafka Streams baseline; "
-                         "`apt-get install openjdk-17-jdk-headless`")
-
-    def make(staging: Path) -> None:
-        out = staging / "build"
-        run_maven(KSTREAMS_DIR / "pom.xml",
-                  [f"-Dout.directory={out}", "package",
-                   "dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={staging}"],
-                  "building the Kafka Streams baseline (bench/baselines/kstreams)")
-        (out / _JAR).rename(staging / _JAR)
-        shutil.rmtree(out)
-
-    return sorted(build_once(_build_dir(cache), make).glob("*.jar"))
+    target = (cache or cache_root()) / "baselines" / f"kstreams-{project_digest(KSTREAMS_DIR)}"
+    return sorted(build_once(target, lambda staging: package(
+        KSTREAMS_DIR, staging, "building the Kafka Streams baseline (bench/baselines/kstreams)")).glob("*.jar"))
 
 
 @dataclass

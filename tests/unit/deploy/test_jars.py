@@ -1,5 +1,6 @@
 """A cached build (the jar bundles, bench's Kafka Streams baseline) becomes its folder only
-when it completed: a failed one leaves nothing behind, a finished one is never made again."""
+when it completed: a failed one leaves nothing behind, a finished one is never made again;
+its folder's name changes with the project's pom and sources, and with nothing else."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from millpond.deploy.jars import build_once
+from millpond.deploy.jars import build_once, project_digest
 from millpond.shared.errors import SetupError
 
 
@@ -37,3 +38,21 @@ def test_a_failed_build_leaves_nothing_and_the_next_call_builds_again(tmp_path: 
     assert list(tmp_path.iterdir()) == []
     build_once(target, lambda staging: (staging / "app.jar").write_text("jar"))
     assert (target / "app.jar").exists() and not (target / "half.jar").exists()
+
+
+def test_a_projects_digest_covers_its_pom_and_sources_only(tmp_path: Path) -> None:
+    source = tmp_path / "src" / "main" / "java" / "A.java"
+    source.parent.mkdir(parents=True)
+    (tmp_path / "pom.xml").write_text("<project/>")
+    source.write_text("class A {}")
+    first = project_digest(tmp_path)
+    (tmp_path / "target").mkdir()
+    (tmp_path / "target" / "A.class").write_text("built")  # a build's output is not a source
+    assert project_digest(tmp_path) == first
+    source.write_text("class A { int a; }")
+    changed = project_digest(tmp_path)
+    assert changed != first
+    source.rename(source.with_name("B.java"))  # the same text under another name is another project
+    assert project_digest(tmp_path) not in (first, changed)
+    (tmp_path / "pom.xml").write_text("<project><version>2</version></project>")
+    assert len({first, changed, project_digest(tmp_path)}) == 3

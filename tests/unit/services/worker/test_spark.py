@@ -1,14 +1,17 @@
-"""How many threads a worker gives Spark (ksqlDB's num.stream.threads), and its start."""
+"""How many threads a worker gives Spark (ksqlDB's num.stream.threads), its start, and its
+local file system."""
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql import SparkSession
 
-from millpond.services.worker import spark
-from millpond.services.worker.spark import parallelism
+from millpond.services.worker import spark as spark_module
+from millpond.services.worker.spark import LOCAL_FILE_SYSTEM, parallelism
 from millpond.shared.config import WorkerSettings
 
 
@@ -30,8 +33,26 @@ async def test_warm_up_tries_again_until_the_session_starts(monkeypatch: pytest.
             raise RuntimeError("[JAVA_GATEWAY_EXITED] Java gateway process exited before sending its port number.")
         return "session"
 
-    monkeypatch.setattr(spark, "create_session", create)
-    lazy = spark.LazySession(WorkerSettings())
+    monkeypatch.setattr(spark_module, "create_session", create)
+    lazy = spark_module.LazySession(WorkerSettings())
     assert not lazy.ready
     await asyncio.wait_for(lazy.warm_up(), timeout=10)
     assert lazy.ready and len(attempts) == 2
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o755, 0o600, 0o444])
+def test_the_sessions_local_file_system_sets_permissions_itself(spark: SparkSession, tmp_path: Path, mode: int) -> None:
+    # Hadoop's own forks /bin/chmod per file; the extension's sets the same bits by a system call.
+    jvm = spark.sparkContext._jvm
+    fs_package = jvm.org.apache.hadoop.fs  # type: ignore[union-attr]
+    path = fs_package.Path((tmp_path / "file").as_uri())
+    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())  # type: ignore[union-attr]
+    assert fs.getClass().getName() == LOCAL_FILE_SYSTEM
+    out = fs.create(path, True)
+    out.write(bytearray(b"checkpoint"))
+    out.close()
+    assert (tmp_path / "file").stat().st_mode & 0o777 == 0o644  # Hadoop's default, less the umask
+    fs.setPermission(path, fs_package.permission.FsPermission(f"{mode:o}"))
+    assert (tmp_path / "file").stat().st_mode & 0o777 == mode
+    assert (tmp_path / ".file.crc").stat().st_mode & 0o777 == mode  # the checksum's too
+    assert (tmp_path / "file").read_bytes() == b"checkpoint"
