@@ -233,6 +233,12 @@ class WorkerSettings(CoordinatorClientSettings):
         "before it takes a query, so the JVM has compiled the batch path (about 4 s of a core); until then the "
         "worker offers no copy to take an active over. 0: none (a query's first batches then run the cold code).",
     )
+    spark_warm_up_triggers: int = Field(
+        60, description="Micro-batches of 1,000 made-up JSON records a streaming query reduces after "
+        "spark_warm_up_batches, so the JVM has compiled the per-batch path too (the streaming engine's trigger, "
+        "planning, scheduling): about 9 s of a core. 0: none (a query's batches then take about a minute of "
+        "input to reach their warm speed).",
+    )
     spark_cores: int = Field(
         0, description="Cores (threads) Spark gives this worker's queries, as ksqlDB's num.stream.threads: with a "
         "local master it sets local[N], with a cluster master spark.cores.max; 0 leaves spark_master as it is.",

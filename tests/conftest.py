@@ -25,6 +25,7 @@ def quick_spark_jvms() -> None:
     # Nor do they warm the JIT up at start (about 4 s of a core each, for batches of a few
     # records): tests/unit/services/worker/test_jit.py runs the warm-up itself.
     os.environ.setdefault("MILLPOND_SPARK_WARM_UP_BATCHES", "0")
+    os.environ.setdefault("MILLPOND_SPARK_WARM_UP_TRIGGERS", "0")
     if "MILLPOND_SPARK_CONF" not in os.environ:
         archive = spark_class_archive(TEST_JAVA_OPTIONS)
         os.environ["MILLPOND_SPARK_CONF"] = json.dumps(

@@ -40,12 +40,19 @@ def test_warm_up_reduces_its_batches_and_keeps_nothing_cached(spark: SparkSessio
                                                               monkeypatch: pytest.MonkeyPatch,
                                                               caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setattr(jit, "BATCH_RECORDS", 2_000)
-    settings = WorkerSettings(state_dir=tmp_path, spark_warm_up_batches=3)
+    monkeypatch.setattr(jit, "TRIGGER_RECORDS", 100)
+    settings = WorkerSettings(state_dir=tmp_path, spark_warm_up_batches=3, spark_warm_up_triggers=4)
     with caplog.at_level(logging.INFO, logger=jit.__name__):
-        assert warm_up_jit(spark, settings) == 6_000
+        assert warm_up_jit(spark, settings) == 3 * 2_000 + 4 * 100
     assert "Spark warmed up" in caplog.text
     assert spark.sparkContext._jsc.getPersistentRDDs().isEmpty()  # type: ignore[union-attr]
-    assert warm_up_jit(spark, WorkerSettings(state_dir=tmp_path, spark_warm_up_batches=0)) == 0
+    assert not spark.streams.active  # its streaming query stopped
+    assert not any((tmp_path / "worker-1" / "checkpoints").iterdir())  # and its checkpoint went with it
+    assert warm_up_jit(spark, WorkerSettings(state_dir=tmp_path, spark_warm_up_batches=0, spark_warm_up_triggers=2)) == 200
+    assert warm_up_jit(spark, WorkerSettings(state_dir=tmp_path, spark_warm_up_batches=2,
+                                             spark_warm_up_triggers=0)) == 4_000
+    assert warm_up_jit(spark, WorkerSettings(state_dir=tmp_path, spark_warm_up_batches=0,
+                                             spark_warm_up_triggers=0)) == 0
 
 
 async def test_the_session_is_handed_out_warmed_up_and_a_failed_warm_up_costs_only_speed(
@@ -94,5 +101,5 @@ async def test_a_stop_while_the_jit_warms_up_stops_the_session(monkeypatch: pyte
 
 def test_a_cluster_masters_session_is_not_warmed_up() -> None:
     # Its batches run in the executors' JVMs; and a cluster without a free core would hold it.
-    settings = WorkerSettings(spark_master="spark://h:7077", spark_warm_up_batches=5)
+    settings = WorkerSettings(spark_master="spark://h:7077", spark_warm_up_batches=5, spark_warm_up_triggers=60)
     assert warm_up_jit(object(), settings) == 0  # type: ignore[arg-type]
