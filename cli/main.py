@@ -223,8 +223,9 @@ def demo(
 
 @app.command()
 def jars() -> None:
-    """Fetch the Kafka broker, the Spark Kafka connector and the Kafka tools from Maven Central
-    into the jar cache (MILLPOND_CACHE or ~/.cache/millpond); workers only look them up."""
+    """Fetch the Kafka broker, the Spark Kafka connector and the Kafka tools from Maven Central,
+    and build Millpond's Spark extension (a JDK's javac), into the jar cache (MILLPOND_CACHE or
+    ~/.cache/millpond); workers only look them up."""
     try:
         for bundle in jar_cache.BUNDLES:
             found = jar_cache.ensure_jars(bundle)

@@ -18,6 +18,7 @@ over (``LazySession.ready``), instead of in a query's batches.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import tempfile
 import threading
@@ -135,7 +136,11 @@ def _reduce_triggers(spark: SparkSession, settings: WorkerSettings, runner: Quer
             while not done.wait(0.2) and query.isActive and time.monotonic() < deadline:
                 pass
         finally:
-            query.stop()
-        if not done.is_set() and (error := query.exception()) is not None:
-            raise error
+            with contextlib.suppress(Exception):  # a stopped session's query has stopped with it
+                query.stop()
+        if not done.is_set():
+            error = query.exception()
+            raise error if error is not None else TimeoutError(
+                f"the warm-up's streaming query ran {len(reduced)} of its {triggers} micro-batches in "
+                f"{TRIGGERS_TIMEOUT_S} s")
     return sum(reduced)

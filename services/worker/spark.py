@@ -16,6 +16,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wai
 from millpond.deploy.jars import installed_jars
 from millpond.services.worker.jit import warm_up_jit
 from millpond.shared.config import WorkerSettings
+from millpond.shared.errors import SetupError
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +42,11 @@ def connector_jars(cache: Path | None = None) -> list[str]:
 def extension_jar(cache: Path | None = None) -> str:
     """The jar of Millpond's Spark extension (a SetupError naming ``millpond jars`` when the
     bundle was never built)."""
-    (jar,) = [str(j) for j in installed_jars("spark", cache) if j.name == EXTENSION_JAR]
-    return jar
+    jars = [str(j) for j in installed_jars("spark", cache) if j.name == EXTENSION_JAR]
+    if not jars:
+        raise SetupError(f"the spark jar bundle has no {EXTENSION_JAR} (its sources, deploy/spark/src, were not "
+                         "installed with it); install Millpond from its repository and run `millpond jars`")
+    return jars[0]
 
 
 def parallelism(settings: WorkerSettings) -> tuple[str, dict[str, str]]:

@@ -99,6 +99,15 @@ async def test_a_stop_while_the_jit_warms_up_stops_the_session(monkeypatch: pyte
     await asyncio.wait_for(getting, timeout=10)
 
 
+def test_a_warm_up_whose_triggers_overrun_fails_and_stops_its_query(spark: SparkSession, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jit, "TRIGGERS_TIMEOUT_S", 0)
+    settings = WorkerSettings(state_dir=tmp_path, spark_warm_up_batches=0, spark_warm_up_triggers=1_000_000)
+    with pytest.raises(TimeoutError, match="of its 1000000 micro-batches"):
+        warm_up_jit(spark, settings)
+    assert not spark.streams.active
+
+
 def test_a_cluster_masters_session_is_not_warmed_up() -> None:
     # Its batches run in the executors' JVMs; and a cluster without a free core would hold it.
     settings = WorkerSettings(spark_master="spark://h:7077", spark_warm_up_batches=5, spark_warm_up_triggers=60)

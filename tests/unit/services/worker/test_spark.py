@@ -40,7 +40,7 @@ async def test_warm_up_tries_again_until_the_session_starts(monkeypatch: pytest.
     assert lazy.ready and len(attempts) == 2
 
 
-@pytest.mark.parametrize("mode", [0o640, 0o755, 0o600, 0o444])
+@pytest.mark.parametrize("mode", [0o640, 0o755, 0o600, 0o444, 0o1644])
 def test_the_sessions_local_file_system_sets_permissions_itself(spark: SparkSession, tmp_path: Path, mode: int) -> None:
     # Hadoop's own forks /bin/chmod per file; the extension's sets the same bits by a system call.
     jvm = spark.sparkContext._jvm
@@ -53,6 +53,6 @@ def test_the_sessions_local_file_system_sets_permissions_itself(spark: SparkSess
     out.close()
     assert (tmp_path / "file").stat().st_mode & 0o777 == 0o644  # Hadoop's default, less the umask
     fs.setPermission(path, fs_package.permission.FsPermission(f"{mode:o}"))
-    assert (tmp_path / "file").stat().st_mode & 0o777 == mode
-    assert (tmp_path / ".file.crc").stat().st_mode & 0o777 == mode  # the checksum's too
+    assert (tmp_path / "file").stat().st_mode & 0o7777 == mode  # the sticky bit too (by chmod: no java.nio form)
+    assert (tmp_path / ".file.crc").stat().st_mode & 0o7777 == mode  # the checksum's too
     assert (tmp_path / "file").read_bytes() == b"checkpoint"

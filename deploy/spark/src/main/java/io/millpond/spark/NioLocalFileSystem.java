@@ -34,13 +34,16 @@ public class NioLocalFileSystem extends LocalFileSystem {
     @Override
     public void setPermission(Path path, FsPermission permission) throws IOException {
       short mode = permission.toShort();
+      if ((mode & ~0777) != 0) {
+        super.setPermission(path, permission); // the sticky bit has no java.nio form: chmod it
+        return;
+      }
       Set<PosixFilePermission> set = EnumSet.noneOf(PosixFilePermission.class);
       for (int bit = 0; bit < BITS.length; bit++) {
         if ((mode & (1 << bit)) != 0) {
           set.add(BITS[bit]);
         }
       }
-      // The sticky bit (above these nine) has no java.nio form; nothing here creates one.
       Files.setPosixFilePermissions(pathToFile(path).toPath(), set);
     }
   }
