@@ -307,6 +307,15 @@ async def test_a_stage_feeding_another_commits_how_far_its_output_reached(kafka:
         assert await result.commit(ProjectSlice(4, 4, records=[(b"d", b'{"V2":8}')]))
     finally:
         await result.stop()
+    # The commit is stable once its transaction's markers are written, which ends after
+    # end_transaction returns: the next owner's init_transactions waits for that, a bare
+    # offset fetch does not (aiokafka sends no require_stable).
+    successor = ProjectionTask(_settings(kafka, service_id, "successor", tmp_path), query, source, sink, 0)
+    await successor.start()
+    try:
+        assert successor.start_input_offset == 5
+    finally:
+        await successor.stop()
     assert (await committed_positions(kafka_connection, group, [tp]))[tp] == (5, "")  # a result stage's: none
 
 
