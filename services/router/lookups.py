@@ -19,7 +19,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from millpond.services.router.pull import PullPlan
+from millpond.services.router.pull import PullPlan, row_as_is
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.kafka.serde import coerce, serialize_key
@@ -64,7 +64,8 @@ class LookupTemplate:
         key = coerce(literal.value, key_col.type, key_col.name)
         key_bytes = serialize_key(key, key_col.type)
         return query, replace(self.plan, key=key, key_bytes=key_bytes, where=where,
-                              partition=partition_for(key_bytes, self.plan.table.partitions))
+                              partition=partition_for(key_bytes, self.plan.table.partitions),
+                              row_as_is=row_as_is(self.plan.table, self.plan.items, where, key))
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.kafka.serde import add_values, from_proto
 from millpond.shared.results import Outcome
 from millpond.shared.sql import ast
-from millpond.shared.sql.planner import pinned_key, plan_select, select_row
+from millpond.shared.sql.planner import key_equality, pinned_key, plan_select, select_row
 from millpond.worker.v1 import worker_pb2
 
 
@@ -68,6 +68,21 @@ class PullPlan:
     """The query's stages before the one that reads ``input_topic``, in data-flow order: each
     one's name, the topic it reads and the topic it writes. A consistency token's positions on
     a topic one reads are carried through it (``StagePositions``) to the topic it writes."""
+    row_as_is: bool = False
+    """A key lookup whose table row is its result as it is (``row_as_is``): nothing to filter
+    or project."""
+
+
+def row_as_is(table: DataSource, items: tuple[ast.SelectItem, ...], where: ast.Expr | None, key: Any) -> bool:
+    """Whether a key lookup's table row is its result as it is: ``SELECT *`` with a WHERE that
+    is the key's equality alone, its literal the key as looked up (text or an integer, whose
+    equality is Python's)."""
+    keys = table.key_columns
+    if len(items) != 1 or not items[0].is_star or len(keys) != 1:
+        return False
+    literal = key_equality(where, keys[0].name)
+    return (isinstance(where, ast.Binary) and where.op == "=" and literal is not None
+            and type(key) in (str, int) and type(literal.value) is type(key) and literal.value == key)
 
 
 def plan_pull(query: ast.Query, metastore: Metastore, service_id: str) -> PullPlan:
@@ -87,8 +102,10 @@ def plan_pull(query: ast.Query, metastore: Metastore, service_id: str) -> PullPl
     if pinned is None:
         return PullPlan(table, None, columns, query.items, query.where, query.limit, input_topic, upstream=upstream)
     values, key_bytes = pinned
-    return PullPlan(table, values[0] if len(values) == 1 else values, columns, query.items, query.where, query.limit,
-                    input_topic, key_bytes, partition_for(key_bytes, table.partitions), upstream)
+    key = values[0] if len(values) == 1 else values
+    return PullPlan(table, key, columns, query.items, query.where, query.limit, input_topic, key_bytes,
+                    partition_for(key_bytes, table.partitions), upstream,
+                    row_as_is(table, query.items, query.where, key))
 
 
 @dataclass(frozen=True)
@@ -143,6 +160,21 @@ async def _first_answer(table: DataSource, partition: int, route: Route, call: C
         + ("; ".join(reasons) if reasons else "no copy is assigned"))
 
 
+def lookup_request(plan: PullPlan, replica: Replica, min_input_offset: int) -> worker_pb2.LookupRequest:
+    """What a key lookup asks of ``replica``."""
+    return worker_pb2.LookupRequest(table=plan.table.name, partition=plan.partition, key=plan.key_bytes,
+                                    allow_standby=replica.standby, min_input_offset=min_input_offset)
+
+
+def lookup_result(plan: PullPlan, text: str, found: LookupAnswer) -> PullResult:
+    """A key lookup's result from its copy's answer (one row at most)."""
+    assert plan.partition is not None
+    result = PullResult(Outcome(text, status="", columns=plan.columns), {plan.partition: found.input_offset})
+    if found.row is not None and (row := selected_row(plan, found.row)) is not None:
+        result.outcome.rows.append(row)
+    return result
+
+
 async def execute_pull(plan: PullPlan, text: str, route: Router, lookup: Lookup, scan: Scan,
                        max_rows: int | None = None) -> PullResult:
     """Answer a planned pull query from qualified copies of the table's partitions.
@@ -162,15 +194,9 @@ async def execute_pull(plan: PullPlan, text: str, route: Router, lookup: Lookup,
     held = _Held(max_rows)
 
     if plan.partition is not None and table.window is None:
-        partition, way = plan.partition, route(plan.partition)
-        found = await _first_answer(table, partition, way, lambda r: lookup(
-            r.endpoint, worker_pb2.LookupRequest(table=table.name, partition=partition, key=plan.key_bytes,
-                                                 allow_standby=r.standby, min_input_offset=way.min_input_offset)))
-        result.positions[partition] = found.input_offset
-        if found.row is not None and (row := selected_row(plan, found.row)) is not None:
-            held.add(1)
-            result.outcome.rows.append(row)
-        return result
+        way = route(plan.partition)
+        return lookup_result(plan, text, await _first_answer(table, plan.partition, way, lambda r: lookup(
+            r.endpoint, lookup_request(plan, r, way.min_input_offset))))
 
     # The workers filter, project and cut the rows themselves (the statement travels with the
     # scan) and stream them a page at a time; the router counts the rows it holds as they come
@@ -257,6 +283,8 @@ def result_row(plan: PullPlan, row: rows_pb2.Row) -> list[Any] | None:
 def selected_row(plan: PullPlan, values: list[Any]) -> list[Any] | None:
     """The result row for a table row's values (in the table's column order), or None when
     the WHERE drops it."""
+    if plan.row_as_is:
+        return values
     return select_row(plan.items, plan.where, plan.table,
                       dict(zip((c.name for c in plan.table.row_columns), values, strict=True)))
 

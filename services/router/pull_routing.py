@@ -20,11 +20,14 @@ from millpond.services.router.lookup_streams import FAILOVER_CODES, LookupStream
 from millpond.services.router.pull import (
     LookupAnswer,
     PullPlan,
+    PullResult,
     Replicas,
     Route,
     execute_pull,
     legacy_page,
     lookup_answer,
+    lookup_request,
+    lookup_result,
     plan_pull,
 )
 from millpond.shared import consistency, metrics
@@ -144,9 +147,14 @@ class PullRouter:
             left = deadline - time.monotonic()
             return max(left if cap is None else min(left, cap), 0.001)
 
+        local = self.local
+        if local is not None and plan.partition is not None and plan.table.window is None and plan.limit != 0:
+            answered = await self._local_lookup(local, stmt.text, plan, bounds, positions)
+            if answered is not None:
+                return answered.outcome, consistency.of_partitions(plan.input_topic, answered.positions.items())
+
         # A lookup that takes longer than pull_host_timeout_ms goes to the next copy; a scan's
         # time grows with the table, so it has the whole deadline.
-        local = self.local
 
         async def lookup(endpoint: str, request: worker_pb2.LookupRequest) -> LookupAnswer:
             if local is not None and endpoint == local.endpoint:
@@ -164,10 +172,7 @@ class PullRouter:
             return remote_pages(self._worker(endpoint), request, plan, remaining())
 
         def route(partition: int) -> Route:
-            needed = positions.get((plan.input_topic, partition), 0)
-            copies = self.replicas.get(query_id, {}).get(partition, [])
-            chosen, excluded = self.hosts.choose(query_id, partition, copies, bounds, needed)
-            return Route(chosen, excluded, needed)
+            return self._route(plan, partition, bounds, positions)
 
         # While tasks move, or while copies catch up with the token, no copy may qualify for a
         # moment: ask again with the newest assignment until the deadline.
@@ -181,6 +186,32 @@ class PullRouter:
             await asyncio.sleep(PULL_RETRY_S)
             with contextlib.suppress(grpc.aio.AioRpcError):
                 await self.refresh_assignment()
+
+    def _route(self, plan: PullPlan, partition: int, bounds: PullBounds, positions: consistency.Positions) -> Route:
+        """Whom to ask for ``partition`` of the plan's table under ``bounds`` and the token's ``positions``."""
+        query_id = plan.table.query_id
+        assert query_id is not None
+        needed = positions.get((plan.input_topic, partition), 0)
+        copies = self.replicas.get(query_id, {}).get(partition, [])
+        chosen, excluded = self.hosts.choose(query_id, partition, copies, bounds, needed)
+        return Route(chosen, excluded, needed)
+
+    async def _local_lookup(self, local: LocalWorker, text: str, plan: PullPlan, bounds: PullBounds,
+                            positions: consistency.Positions) -> PullResult | None:
+        """A key lookup answered in-process when the first copy its route names is this
+        worker's: the usual case of co-located routing, without the general path's steps.
+        None when it is not, or when that copy cannot answer: ``execute_pull`` then asks
+        each copy in turn and says why none could."""
+        assert plan.partition is not None
+        way = self._route(plan, plan.partition, bounds, positions)
+        if not way.candidates or way.candidates[0].endpoint != local.endpoint:
+            return None
+        LOCAL_HOPS.inc()
+        try:
+            found = await local.lookup(lookup_request(plan, way.candidates[0], way.min_input_offset))
+        except UnavailableError:
+            return None
+        return lookup_result(plan, text, found)
 
     async def _carry(self, query_id: str, plan: PullPlan, positions: consistency.Positions,
                      deadline: float) -> consistency.Positions:

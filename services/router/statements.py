@@ -38,6 +38,14 @@ def _pull_metrics(outcome: str) -> tuple[Histogram, Counter]:
     return metrics.PULL_SECONDS.labels(outcome), metrics.PULL_QUERIES.labels(outcome)
 
 
+def _merged(positions: consistency.Positions, token: str,
+            seen: consistency.Positions) -> tuple[consistency.Positions, str]:
+    """``positions`` (whose token is ``token``) with the positions a statement read, and their
+    token: ``token`` itself, as it came, when they moved none."""
+    merged = consistency.merge(positions, seen)
+    return (positions, token) if merged == positions else (merged, consistency.encode(merged))
+
+
 class Statements:
     """Runs the statements of ``Execute`` requests."""
 
@@ -83,15 +91,23 @@ class Statements:
         # answered from its template.
         parsed_before = self.parser.cached(sql)
         lookup = None if parsed_before else self.lookups.match(sql, self.metastore.command_offset)
-        statements = (lookup[0],) if lookup is not None else await self.parser.parse(sql)
+        if lookup is not None:  # the most frequent request: one key of a known lookup
+            query, plan = lookup
+            authorize_statement(principal, query)
+            try:
+                outcome, read = await self._pull(query, plan, session, positions, deadline)
+            except grpc.aio.AioRpcError as err:
+                raise raise_for_rpc(err) from None
+            _, outcome.consistency_token = _merged(positions, current, read)
+            return [outcome]
+        statements = await self.parser.parse(sql)
         if not request_id and not all(isinstance(stmt, ast.Query) for stmt in statements):
             request_id = uuid.uuid4().hex  # pull queries alone are never forwarded: they need none
         for index, stmt in enumerate(statements):
             try:
                 authorize_statement(principal, stmt)
                 outcome, seen = await self._execute_one(stmt, session, positions, deadline, f"{request_id}/{index}",
-                                                        named, None if lookup is None else lookup[1],
-                                                        learn=lookup is None and not parsed_before)
+                                                        named, learn=not parsed_before)
             except grpc.aio.AioRpcError as err:
                 raise raise_for_rpc(err) from None
             except MillpondError as err:
@@ -99,9 +115,7 @@ class Statements:
                     err.message = f"statement {len(outcomes) + 1} failed (earlier ones were applied): {err.message}"
                 raise
             if seen is not None:
-                merged = consistency.merge(positions, seen)
-                if merged != positions:  # else the token as it came (or none) still says it all
-                    positions, current = merged, consistency.encode(merged)
+                positions, current = _merged(positions, current, seen)
                 outcome.consistency_token = current
             outcomes.append(outcome)
         return outcomes
@@ -113,36 +127,42 @@ class Statements:
         return time.monotonic() + max(budget, 0.0)
 
     async def _execute_one(self, stmt: ast.Statement, properties: dict[str, str], positions: consistency.Positions,
-                           deadline: float, request_id: str, named: bool, plan: PullPlan | None = None,
+                           deadline: float, request_id: str, named: bool,
                            learn: bool = False) -> tuple[Outcome, consistency.Positions | None]:
-        """One statement; a pull query with ``plan`` is not planned again, and one just parsed
-        (``learn``) may become the template of its shape."""
+        """One statement; a pull query just parsed (``learn``) may become the template of its shape."""
         changed = apply_session_statement(properties, stmt)  # for the rest of this request
         if changed is not None:
             return Outcome(stmt.text, changed), None
         if isinstance(stmt, ast.Query):
-            if stmt.emit_changes:
-                raise StatementError("a push query (EMIT CHANGES) streams its rows: call RouterService/StreamQuery "
-                                     "(millpond sql runs it that way), not Execute")
-            started, result = time.monotonic(), "INTERNAL"
-            try:
-                version = self.metastore.command_offset
-                if plan is None:
-                    plan = await self.pulls.plan(stmt)
-                    version = self.metastore.command_offset  # the plan's (planning may catch up)
-                answer = await self.pulls.pull(stmt, plan, properties, positions, deadline)
-                result = "OK"
-                if learn:
-                    await self.lookups.learn(stmt, plan, version)
-                return answer
-            except MillpondError as err:
-                result = status_code(err.kind).name
-                raise
-            finally:
-                seconds, count = _pull_metrics(result)
-                seconds.observe(time.monotonic() - started)
-                count.inc()
+            return await self._pull(stmt, None, properties, positions, deadline, learn)
         return await self._forward(stmt, properties, deadline, request_id, named)
+
+    async def _pull(self, stmt: ast.Query, plan: PullPlan | None, properties: dict[str, str],
+                    positions: consistency.Positions, deadline: float,
+                    learn: bool = False) -> tuple[Outcome, consistency.Positions]:
+        """A pull query (with ``plan``: not planned again) and the positions it read, counted
+        in the pull metrics; one just parsed (``learn``) may become the template of its shape."""
+        if stmt.emit_changes:
+            raise StatementError("a push query (EMIT CHANGES) streams its rows: call RouterService/StreamQuery "
+                                 "(millpond sql runs it that way), not Execute")
+        started, result = time.monotonic(), "INTERNAL"
+        try:
+            version = self.metastore.command_offset
+            if plan is None:
+                plan = await self.pulls.plan(stmt)
+                version = self.metastore.command_offset  # the plan's (planning may catch up)
+            answer = await self.pulls.pull(stmt, plan, properties, positions, deadline)
+            result = "OK"
+            if learn:
+                await self.lookups.learn(stmt, plan, version)
+            return answer
+        except MillpondError as err:
+            result = status_code(err.kind).name
+            raise
+        finally:
+            seconds, count = _pull_metrics(result)
+            seconds.observe(time.monotonic() - started)
+            count.inc()
 
     async def _forward(self, stmt: ast.Statement, properties: dict[str, str], deadline: float, request_id: str,
                        named: bool) -> tuple[Outcome, consistency.Positions | None]:

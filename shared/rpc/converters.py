@@ -4,6 +4,8 @@ task reports, store lags and statement outcomes. The domain modules (``task_stat
 
 from __future__ import annotations
 
+import functools
+
 from millpond.common.v1 import rows_pb2, status_pb2
 from millpond.coordinator.v1 import coordinator_pb2
 from millpond.shared.kafka.serde import add_values, from_proto
@@ -61,6 +63,14 @@ def store_lag_from_proto(lag: coordinator_pb2.StoreLag | status_pb2.StoreLag) ->
                     lag.last_applied_ms, lag.input_offset)
 
 
+@functools.lru_cache(maxsize=1024)
+def _columns(columns: tuple[tuple[str, str], ...]) -> bytes:
+    """A serialized ``StatementResult`` of these columns alone: a pull's columns repeat from
+    one request to the next, and merging them in costs less than making them."""
+    return bytes(rows_pb2.StatementResult(columns=[rows_pb2.Column(name=n, type=t) for n, t in columns])
+                 .SerializeToString())
+
+
 def outcome_to_proto(outcome: Outcome, into: rows_pb2.StatementResult | None = None) -> rows_pb2.StatementResult:
     """A statement's outcome as the protobuf ``StatementResult`` (written into ``into``, an
     empty one, when given: a response's own, so its rows are not copied again)."""
@@ -68,7 +78,8 @@ def outcome_to_proto(outcome: Outcome, into: rows_pb2.StatementResult | None = N
     result.statement_text = outcome.statement
     result.status = outcome.status
     result.message = outcome.message
-    result.columns.extend(rows_pb2.Column(name=n, type=t) for n, t in outcome.columns)
+    if outcome.columns:
+        result.MergeFromString(_columns(tuple(outcome.columns)))
     for row in outcome.rows:
         add_values(result.rows.add().values, row)
     for rows in outcome.encoded_rows:

@@ -22,6 +22,10 @@ from rocksdict import Options, Rdict, WriteBatch
 
 from millpond.shared.errors import UnavailableError
 
+_STATES = json.JSONDecoder()
+"""Decodes a stored state (its JSON text, ASCII: ``json.loads`` less its checks of the
+bytes' encoding, on every pull)."""
+
 INPUT_OFFSET = b"input_offset"
 CHANGELOG_OFFSET = b"changelog_offset"
 PENDING_INPUT_OFFSET = b"pending_input_offset"
@@ -105,7 +109,7 @@ class PartitionStore:
             raw = self.db.get(key)
         except RuntimeError as error:  # rocksdict's own error for a database closing under the read
             raise self._closed_or(error) from error
-        return None if raw is None else json.loads(raw)
+        return None if raw is None else _STATES.decode(raw.decode())
 
     def items(self) -> Iterator[tuple[bytes, list[Any]]]:
         """Every key and its state, in key order (StoreClosed when the store closes meanwhile)."""

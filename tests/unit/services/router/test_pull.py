@@ -7,12 +7,21 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from millpond.common.v1 import rows_pb2
-from millpond.services.router.pull import LookupAnswer, Replica, Route, execute_pull, lookup_answer, plan_pull
+from millpond.services.router.pull import (
+    LookupAnswer,
+    Replica,
+    Route,
+    execute_pull,
+    lookup_answer,
+    plan_pull,
+    selected_row,
+)
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.errors import LimitError, UnavailableError
 from millpond.shared.kafka.partitioner import partition_for
@@ -194,3 +203,22 @@ def test_a_scan_asks_no_more_rows_than_a_response_may_hold() -> None:
     pull("SELECT * FROM counts LIMIT 2", workers, {0: Route([A], []), 1: Route([A], [])}, max_rows=5)
     pull("SELECT * FROM counts WHERE n > 1", workers, {0: Route([A], []), 1: Route([A], [])}, max_rows=5)
     assert [r.limit for _, r in workers.calls] == [6, 2, 6]  # the workers filter a WHERE, so the cap bounds it too
+
+
+@pytest.mark.parametrize("sql, as_is", [
+    ("SELECT * FROM counts WHERE sensor = 's1'", True),
+    ("SELECT * FROM counts WHERE 's1' = sensor", True),
+    ("SELECT sensor, n FROM counts WHERE sensor = 's1'", False),
+    ("SELECT * FROM counts WHERE sensor = 's1' AND n > 5", False),
+    ("SELECT * FROM counts WHERE n > 5 AND sensor = 's1'", False),
+])
+def test_a_lookup_whose_row_is_its_result_is_answered_as_it_is_and_the_same(sql: str, as_is: bool) -> None:
+    """``SELECT *`` by the key alone answers the copy's row as it is; any other WHERE or
+    SELECT list is evaluated (the row below has n = 2: ``n > 5`` drops it)."""
+    plan = plan_pull(parse_statement(sql), metastore(), "svc")  # type: ignore[arg-type]
+    assert plan.row_as_is is as_is
+    general = replace(plan, row_as_is=False)
+    for values in (["s1", 2], ["s1", 9]):
+        assert selected_row(plan, values) == selected_row(general, values)
+    assert pull(sql, Workers(set()), {plan.partition: Route([A], [])}).outcome.rows == (
+        [["s1", 2]] if "n > 5" not in sql else [])
