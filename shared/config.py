@@ -329,6 +329,6 @@ class RouterSettings(CoordinatorClientSettings):
         "known lookup's template, which are kept by text too, up to 1,024 texts of at most 512 characters).",
     )
     max_rows_per_response: int = Field(
-        10000, ge=1, description="Most rows one pull query may return; a pull query that would return more is refused "
+        10000, ge=1, description="Most rows one pull query may return (1 or more); a pull query that would return more is refused "
         "with RESOURCE_EXHAUSTED (add a LIMIT or a narrower WHERE).",
     )

@@ -70,7 +70,7 @@ class PullPlan:
     a topic one reads are carried through it (``StagePositions``) to the topic it writes."""
     row_as_is: bool = False
     """A key lookup whose table row is its result as it is (``row_as_is``): nothing to filter
-    or project."""
+    or project in the row its copy finds for the key (``lookup_result``)."""
 
 
 def row_as_is(table: DataSource, items: tuple[ast.SelectItem, ...], where: ast.Expr | None, key: Any) -> bool:
@@ -78,8 +78,8 @@ def row_as_is(table: DataSource, items: tuple[ast.SelectItem, ...], where: ast.E
     is the key's equality alone, its literal the key as looked up (text or an integer, whose
     equality is Python's)."""
     keys = table.key_columns
-    if len(items) != 1 or not items[0].is_star or len(keys) != 1:
-        return False
+    if table.window is not None or len(items) != 1 or not items[0].is_star or len(keys) != 1:
+        return False  # (a windowed table's lookup scans the key's rows)
     literal = key_equality(where, keys[0].name)
     return (isinstance(where, ast.Binary) and where.op == "=" and literal is not None
             and type(key) in (str, int) and type(literal.value) is type(key) and literal.value == key)
@@ -170,7 +170,13 @@ def lookup_result(plan: PullPlan, text: str, found: LookupAnswer) -> PullResult:
     """A key lookup's result from its copy's answer (one row at most)."""
     assert plan.partition is not None
     result = PullResult(Outcome(text, status="", columns=plan.columns), {plan.partition: found.input_offset})
-    if found.row is not None and (row := selected_row(plan, found.row)) is not None:
+    if found.row is None:
+        return result
+    # The row found for the key, as it is when that is the result (and has the table's
+    # columns: one of a copy that knows another version of the table takes the general way).
+    row = found.row if plan.row_as_is and len(found.row) == len(plan.table.row_columns) \
+        else selected_row(plan, found.row)
+    if row is not None:
         result.outcome.rows.append(row)
     return result
 
@@ -283,8 +289,6 @@ def result_row(plan: PullPlan, row: rows_pb2.Row) -> list[Any] | None:
 def selected_row(plan: PullPlan, values: list[Any]) -> list[Any] | None:
     """The result row for a table row's values (in the table's column order), or None when
     the WHERE drops it."""
-    if plan.row_as_is:
-        return values
     return select_row(plan.items, plan.where, plan.table,
                       dict(zip((c.name for c in plan.table.row_columns), values, strict=True)))
 

@@ -143,19 +143,20 @@ class PullRouter:
         if plan.upstream and any(topic == reads for topic, _ in positions for _, reads, _ in plan.upstream):
             positions = await self._carry(query_id, plan, positions, deadline)
 
+        local = self.local
+        failed: dict[int, str] = {}
+        """The partition whose own copy could not answer the short path, with why: not asked again at once."""
+        if local is not None and plan.partition is not None and plan.table.window is None and plan.limit != 0:
+            answered = await self._local_lookup(local, stmt.text, plan, bounds, positions, failed)
+            if answered is not None:
+                return answered.outcome, consistency.of_partitions(plan.input_topic, answered.positions.items())
+
         def remaining(cap: float | None = None) -> float:
             left = deadline - time.monotonic()
             return max(left if cap is None else min(left, cap), 0.001)
 
-        local = self.local
-        if local is not None and plan.partition is not None and plan.table.window is None and plan.limit != 0:
-            answered = await self._local_lookup(local, stmt.text, plan, bounds, positions)
-            if answered is not None:
-                return answered.outcome, consistency.of_partitions(plan.input_topic, answered.positions.items())
-
         # A lookup that takes longer than pull_host_timeout_ms goes to the next copy; a scan's
         # time grows with the table, so it has the whole deadline.
-
         async def lookup(endpoint: str, request: worker_pb2.LookupRequest) -> LookupAnswer:
             if local is not None and endpoint == local.endpoint:
                 LOCAL_HOPS.inc()
@@ -172,7 +173,11 @@ class PullRouter:
             return remote_pages(self._worker(endpoint), request, plan, remaining())
 
         def route(partition: int) -> Route:
-            return self._route(plan, partition, bounds, positions)
+            way = self._route(plan, partition, bounds, positions)
+            reason = failed.pop(partition, None)
+            if reason is not None and way.candidates and local is not None and way.candidates[0].endpoint == local.endpoint:
+                return Route(way.candidates[1:], [*way.excluded, reason], way.min_input_offset)
+            return way
 
         # While tasks move, or while copies catch up with the token, no copy may qualify for a
         # moment: ask again with the newest assignment until the deadline.
@@ -197,19 +202,21 @@ class PullRouter:
         return Route(chosen, excluded, needed)
 
     async def _local_lookup(self, local: LocalWorker, text: str, plan: PullPlan, bounds: PullBounds,
-                            positions: consistency.Positions) -> PullResult | None:
+                            positions: consistency.Positions, failed: dict[int, str]) -> PullResult | None:
         """A key lookup answered in-process when the first copy its route names is this
         worker's: the usual case of co-located routing, without the general path's steps.
-        None when it is not, or when that copy cannot answer: ``execute_pull`` then asks
-        each copy in turn and says why none could."""
+        None when it is not, or when that copy cannot answer (why, in ``failed``): the
+        general path then asks the other copies in turn and says why none could."""
         assert plan.partition is not None
         way = self._route(plan, plan.partition, bounds, positions)
         if not way.candidates or way.candidates[0].endpoint != local.endpoint:
             return None
+        own = way.candidates[0]
         LOCAL_HOPS.inc()
         try:
-            found = await local.lookup(lookup_request(plan, way.candidates[0], way.min_input_offset))
-        except UnavailableError:
+            found = await local.lookup(lookup_request(plan, own, way.min_input_offset))
+        except UnavailableError as err:
+            failed[plan.partition] = f"{own.endpoint} ({'standby' if own.standby else 'active'}): {err.message}"
             return None
         return lookup_result(plan, text, found)
 

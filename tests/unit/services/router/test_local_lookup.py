@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import time
 from typing import Any
+from unittest import mock
 
 import pytest
 
+from millpond.services.router import pull_routing
 from millpond.services.router.coordinators import Coordinators
 from millpond.services.router.hosts import HostTable
 from millpond.services.router.pull import LookupAnswer, Replica, plan_pull
@@ -45,7 +47,8 @@ class Local:
         raise AssertionError("a key lookup scans nothing")
 
 
-def pull(local: Local, copies: list[Replica], properties: dict[str, str] | None = None) -> tuple[Any, list[str]]:
+def pull(local: Local, copies: list[Replica], properties: dict[str, str] | None = None,
+         general: bool = True) -> tuple[Any, list[str]]:
     """``SELECT * FROM counts WHERE sensor = 's1'`` through a router whose worker is ``local``;
     the outcome with its positions, and the remote endpoints asked."""
     meta = Metastore()
@@ -71,7 +74,10 @@ def pull(local: Local, copies: list[Replica], properties: dict[str, str] | None 
 
         router.lookups.lookup = lookup  # type: ignore[method-assign]
         try:
-            return await router.pull(stmt, plan, properties or {}, {}, time.monotonic() + 0.5)
+            if general:
+                return await router.pull(stmt, plan, properties or {}, {}, time.monotonic() + 0.5)
+            with mock.patch.object(pull_routing, "execute_pull", side_effect=AssertionError("the general path ran")):
+                return await router.pull(stmt, plan, properties or {}, {}, time.monotonic() + 0.5)
         finally:
             await channels.close()
 
@@ -80,7 +86,7 @@ def pull(local: Local, copies: list[Replica], properties: dict[str, str] | None 
 
 def test_the_own_workers_copy_answers_in_process() -> None:
     local, hops = Local(), LOCAL_HOPS._value.get()
-    (outcome, positions), remote = pull(local, [Replica(HERE, False), Replica(ELSEWHERE, True)])
+    (outcome, positions), remote = pull(local, [Replica(HERE, False), Replica(ELSEWHERE, True)], general=False)
     assert outcome.rows == [["s1", 2]] and outcome.columns == [("SENSOR", "VARCHAR"), ("N", "BIGINT")]
     assert positions == {("readings", local.asked[0].partition): 41}
     assert len(local.asked) == 1 and remote == [] and LOCAL_HOPS._value.get() == hops + 1
@@ -89,15 +95,19 @@ def test_the_own_workers_copy_answers_in_process() -> None:
 
 @pytest.mark.parametrize("standby_reads, answered_by", [("true", [ELSEWHERE]), ("false", None)])
 def test_when_the_own_copy_cannot_answer_the_next_copies_are_asked(standby_reads: str, answered_by: Any) -> None:
-    local = Local(down=True)
+    """The own copy is asked once (not again by the general path at once), the others in turn;
+    when none can answer, the error says why for each."""
+    local, hops = Local(down=True), LOCAL_HOPS._value.get()
     try:
         (outcome, positions), remote = pull(local, [Replica(HERE, False), Replica(ELSEWHERE, True)],
                                             {ENABLE_STANDBY_READS: standby_reads})
     except UnavailableError as err:
         assert answered_by is None
-        assert "not active on worker here" in err.message and "standby reads are off" in err.message
+        assert "here:1 (active): partition 0 of COUNTS is not active on worker here" in err.message
+        assert "standby reads are off" in err.message
         return
     assert remote == answered_by and outcome.rows == [] and positions == {("readings", local.asked[0].partition): 7}
+    assert len(local.asked) == 1 and LOCAL_HOPS._value.get() == hops + 1
 
 
 def test_a_copy_elsewhere_is_asked_over_the_lookup_streams() -> None:

@@ -19,8 +19,8 @@ from millpond.services.router.pull import (
     Route,
     execute_pull,
     lookup_answer,
+    lookup_result,
     plan_pull,
-    selected_row,
 )
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.errors import LimitError, UnavailableError
@@ -219,6 +219,22 @@ def test_a_lookup_whose_row_is_its_result_is_answered_as_it_is_and_the_same(sql:
     assert plan.row_as_is is as_is
     general = replace(plan, row_as_is=False)
     for values in (["s1", 2], ["s1", 9]):
-        assert selected_row(plan, values) == selected_row(general, values)
+        found = LookupAnswer(values, 3)
+        assert lookup_result(plan, sql, found).outcome.rows == lookup_result(general, sql, found).outcome.rows
     assert pull(sql, Workers(set()), {plan.partition: Route([A], [])}).outcome.rows == (
         [["s1", 2]] if "n > 5" not in sql else [])
+
+
+def test_a_row_is_never_taken_as_it_is_by_a_scan_or_when_it_has_other_columns() -> None:
+    """A windowed table's lookup scans its key's rows (whose WHERE is evaluated, as any
+    scan's), and a row of another width than the table's is not passed on as it is."""
+    meta = metastore()
+    meta.apply(parse_statement("CREATE TABLE per_minute AS SELECT sensor, COUNT(*) AS n FROM readings "
+                               "WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY sensor"), 2)
+    windowed = plan_pull(parse_statement("SELECT * FROM per_minute WHERE sensor = 's1'"), meta, "svc")  # type: ignore[arg-type]
+    assert not windowed.row_as_is
+    sql = "SELECT * FROM counts WHERE sensor = 's1'"
+    plan = plan_pull(parse_statement(sql), metastore(), "svc")  # type: ignore[arg-type]
+    assert plan.row_as_is
+    with pytest.raises(ValueError):
+        lookup_result(plan, sql, LookupAnswer(["s1", 2, "more"], 3))

@@ -15,6 +15,7 @@ import pytest
 
 from millpond.common.v1 import rows_pb2
 from millpond.coordinator.v1 import coordinator_pb2
+from millpond.services.router.pull import plan_pull
 from millpond.services.router.statements import Statements
 from millpond.shared import consistency, security
 from millpond.shared.catalog.metastore import Metastore
@@ -187,3 +188,38 @@ async def test_a_pull_sends_back_the_token_it_came_with_when_that_already_covers
     assert fresh.consistency_token == consistency.encode({("s", 1): 3})
     (nothing,) = await statements({}).execute("SELECT * FROM t;", {})
     assert nothing.consistency_token == ""
+
+
+class _Lookups(_Pulls):
+    """Key lookups planned for real (so they become templates), counted."""
+
+    def __init__(self, seen: dict[tuple[str, int], int], meta: Metastore):
+        super().__init__(seen)
+        self.meta = meta
+        self.planned = 0
+
+    async def plan(self, stmt: Any) -> Any:
+        self.planned += 1
+        return plan_pull(stmt, self.meta, "svc")
+
+
+async def test_another_key_of_a_known_lookup_carries_the_token_as_any_pull() -> None:
+    """A key of a learned lookup (answered without a parse or a plan) sends back the token it
+    came with when that covers what it read, and a new one when it read past it."""
+    settings = RouterSettings()
+    meta = Metastore()
+    meta.apply(parse_statement("CREATE STREAM s (k VARCHAR KEY, v INT) WITH (kafka_topic='s', partitions=2, "
+                               "value_format='json')"), 0)
+    meta.apply(parse_statement("CREATE TABLE t AS SELECT k, COUNT(*) AS n FROM s GROUP BY k"), 1)
+    pulls = _Lookups({("s", 0): 4}, meta)
+    statements = Statements(settings, meta, cast(Any, None), cast(Any, None), cast(Any, pulls),
+                            StatementParser(settings.parse_limits, settings.parse_cache_bytes))
+    await statements.execute("SELECT * FROM t WHERE k = 'a';", {})
+    assert pulls.planned == 1 and len(statements.lookups) == 1
+    token = consistency.encode({("s", 0): 5, ("s", 1): 9})
+    (covered,) = await statements.execute("SELECT * FROM t WHERE k = 'b';", {}, token)
+    assert covered.consistency_token is token and covered.statement == "SELECT * FROM t WHERE k = 'b'"
+    pulls.seen = {("s", 0): 7}
+    (moved,) = await statements.execute("SELECT * FROM t WHERE k = 'c';", {}, token)
+    assert consistency.decode(moved.consistency_token) == {("s", 0): 7, ("s", 1): 9}
+    assert pulls.planned == 1  # neither was planned again
