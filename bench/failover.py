@@ -5,9 +5,10 @@ a CPU hog busy on every core for the whole run. Then scaling under the same load
 reads off: a worker added at ``--kill-at``, and a worker stopped with SIGTERM (a graceful
 leave) half-way between that and the end. Each run gives failed pulls, the longest
 gap between successful answers, how long until the coordinator and the router saw the
-worker dead, and until the moved partitions had processed all the input that existed at
-the kill. Baseline: the same load's gap distribution before the
-kill (the longest gap between answers in the seconds before it).
+worker dead, until the moved partitions had processed all the input that existed at the
+kill, and the longest time a partition that did not move went without a commit reaching the
+table's topic. Baseline: the same load before the kill (the longest gap between answers, and
+between an unmoved partition's commits, in the seconds before it).
 
 ``python -m bench.failover [--seconds 40 --kill-at 15]``
 """

@@ -6,16 +6,20 @@ straight to the stream's topic (murmur2-partitioned, as the Java client does), a
 lookups on ``<stream>_avg`` (``AVG(reading) GROUP BY sensor``) through the router at a
 target rate or concurrency, over a uniform or Zipf-skewed key distribution. Latencies go
 into an HDR histogram; the summary is one JSON object: achieved rates, percentiles (p50,
-p99, p99.9, max), errors by status, and per fault how long until pulls answered again and
-until the moved partitions had processed the input that existed at the fault.
+p99, p99.9, max), errors by status, and per fault how long until pulls answered again,
+until the moved partitions had processed the input that existed at the fault, and the
+longest time a partition that did not move went without a commit reaching the table's topic
+(against the same before the fault: a batch's time).
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
+import itertools
 import json
 import random
+import statistics
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -23,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from hdrh.histogram import HdrHistogram
 from rich.console import Console
 from rich.live import Live
@@ -34,11 +38,14 @@ from millpond.deploy.local.launcher import LocalCluster
 from millpond.router.v1 import router_pb2, router_pb2_grpc
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.admin import end_offsets
+from millpond.shared.kafka.connection import started
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.rpc.tls import ClientCredentials
 
 AREAS = ("wheel", "engine", "cabin", "brakes")
 WARM_UP_TIMEOUT_S = 300.0
+UNMOVED_AFTER_S = 3.0
+"""How long after the moved partitions recovered the unmoved ones' commits are watched."""
 
 
 @dataclass(frozen=True)
@@ -232,6 +239,54 @@ async def processed(config: Config, query_id: str) -> tuple[dict[int, int], bool
     return offsets, running and len(offsets) == config.partitions
 
 
+async def actives(config: Config, query_id: str) -> dict[int, str]:
+    """Per partition, the live worker whose task of the query is the active (cluster status)."""
+    async with _channel(config) as channel:
+        status = await router_pb2_grpc.RouterServiceStub(channel).GetClusterStatus(
+            router_pb2.GetClusterStatusRequest(), timeout=10)
+    return {t.partition: host.worker_id for host in status.cluster.hosts if host.alive
+            for t in host.active_tasks if t.query_id == query_id}
+
+
+async def commits_seen(config: Config, stop: asyncio.Event, seen: dict[int, list[float]]) -> None:
+    """Until ``stop``, when each partition of the table's topic received committed records:
+    one time per fetch of a read_committed consumer from the end that brought some."""
+    topic = config.table.upper()  # a CREATE TABLE AS's topic is its name
+    consumer = AIOKafkaConsumer(bootstrap_servers=config.kafka, isolation_level="read_committed",
+                                enable_auto_commit=False, fetch_max_wait_ms=20)
+    async with started(consumer):
+        tps = [TopicPartition(topic, p) for p in range(config.partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_end(*tps)
+        while not stop.is_set():
+            fetched = await consumer.getmany(timeout_ms=100)
+            now = time.monotonic()
+            for tp, records in fetched.items():
+                if records:
+                    seen.setdefault(tp.partition, []).append(now)
+
+
+def unmoved_report(partitions: list[int], at: float, until: float, seen: dict[int, list[float]],
+                   before_s: float = 10.0) -> dict[str, Any]:
+    """For the partitions whose active did not move: the longest time one went without a
+    commit reaching the table's topic from the last before the fault until ``until``, and
+    as its baseline the longest and the median such time in the ``before_s`` before it."""
+    during, earlier, intervals = [], [], []
+    for p in partitions:
+        times = seen.get(p, [])
+        before = [t for t in times if at - before_s <= t < at]
+        after = [t for t in times if at <= t <= until]
+        if before and after:
+            during.append(_longest_gap(after, before[-1]) or 0.0)
+        if len(before) > 1:
+            earlier.append(_longest_gap(before[1:], before[0]) or 0.0)
+            intervals += [b - a for a, b in itertools.pairwise(before)]
+    return {"unmoved_partitions": partitions,
+            "unmoved_longest_commit_gap_s": round(max(during), 3) if during else None,
+            "unmoved_longest_commit_gap_before_s": round(max(earlier), 3) if earlier else None,
+            "commit_interval_before_p50_s": round(statistics.median(intervals), 3) if intervals else None}
+
+
 async def query_id_of(config: Config) -> str:
     """The id of the query that computes the table (from SHOW QUERIES)."""
     async with _channel(config) as channel:
@@ -325,9 +380,13 @@ async def run(config: Config, cluster: LocalCluster | None = None, console: Cons
             asyncio.create_task(pull(config, stats, stop, key_chooser(config.keys, config.distribution, rng)))]
     reports: list[asyncio.Task[dict[str, Any]]] = []
 
+    commits: dict[int, list[float]] = {}
+    jobs.append(asyncio.create_task(commits_seen(config, stop, commits)))
+
     async def inject(fault: Fault) -> dict[str, Any]:
         await asyncio.sleep(max(fault.at_s - stats.elapsed(), 0))
         ends = await input_ends(config)
+        owners = await actives(config, query_id)
         at = time.monotonic()
         assert cluster is not None
         # Watched from the fault on: a stopping worker leaves at once but takes seconds to exit.
@@ -342,7 +401,10 @@ async def run(config: Config, cluster: LocalCluster | None = None, console: Cons
         else:
             await asyncio.to_thread(cluster.add_worker, False)
         back = await recovery(config, query_id, at, ends, stats)
-        return {**fault_report(fault, at, stats, back), **(await detected if detected is not None else {})}
+        now = await actives(config, query_id)
+        unmoved = sorted(p for p, worker in owners.items() if now.get(p) == worker and worker != fault.target)
+        return {**fault_report(fault, at, stats, back), **(await detected if detected is not None else {}),
+                "_unmoved": (unmoved, at, at + (back if back is not None else 10.0) + UNMOVED_AFTER_S)}
 
     reports = [asyncio.create_task(inject(f)) for f in config.faults]
     last_produced, last_ok, last_t = 0, 0, time.monotonic()
@@ -362,6 +424,9 @@ async def run(config: Config, cluster: LocalCluster | None = None, console: Cons
     stop.set()
     await asyncio.gather(*jobs)
     faults = [await r for r in reports]
+    for report in faults:
+        unmoved, at, until = report.pop("_unmoved")
+        report.update(unmoved_report(unmoved, at, until, commits))
     elapsed = stats.elapsed()
     return {
         "duration_s": round(elapsed, 2), "keys": config.keys, "distribution": config.distribution,

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from millpond.cli.loadtest import Fault, Stats, fault_report, key_chooser, percentiles
+from millpond.cli.loadtest import Fault, Stats, fault_report, key_chooser, percentiles, unmoved_report
 from millpond.shared.errors import MillpondError
 
 
@@ -42,3 +42,14 @@ def test_a_fault_report_counts_errors_and_gaps_around_the_fault() -> None:
     assert report == {"fault": "kill:worker-1@1.25", "failed_pulls_after": 3, "pulls_back_s": 1.75,
                       "longest_pull_gap_s": 2.0, "longest_pull_gap_before_s": 0.1, "processing_back_s": 4.0}
     assert percentiles(stats.histogram)["p50_ms"] == pytest.approx(1.5, rel=0.01)
+
+
+def test_the_unmoved_partitions_longest_time_without_a_commit_spans_the_fault() -> None:
+    """From each unmoved partition's last commit before the fault to its commits after, up to
+    the end of the watch (later ones and the moved partitions' do not count); the baseline
+    is the same over the ten seconds before."""
+    seen = {0: [1.0, 1.2, 1.4, 1.6, 2.5, 2.7, 9.0], 1: [1.1, 1.3, 1.5, 1.7, 1.9, 2.1], 2: [1.0, 5.0]}
+    report = unmoved_report([0, 1], 1.65, 3.0, seen)
+    assert report == {"unmoved_partitions": [0, 1], "unmoved_longest_commit_gap_s": 0.9,
+                      "unmoved_longest_commit_gap_before_s": 0.2, "commit_interval_before_p50_s": 0.2}
+    assert unmoved_report([], 1.65, 3.0, seen)["unmoved_longest_commit_gap_s"] is None
