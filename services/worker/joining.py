@@ -25,6 +25,7 @@ topic the same way.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import struct
@@ -272,6 +273,8 @@ class JoinTask(Task[JoinSlice]):
         rowtime = joined(spec.stream_prefix, ROWTIME)
         self.rowtime = None if ROWTIME in spec.stream.schema or rowtime in self.stream_names else rowtime
         self.consumer: AIOKafkaConsumer | None = None
+        self._table_ends: AIOKafkaConsumer | None = None
+        """Asks the tables' end offsets at each commit (on ``consumer`` each waited for its fetch)."""
 
     async def start(self) -> None:
         """Open the store, fence any older owner and bring the store to the table positions the
@@ -282,7 +285,8 @@ class JoinTask(Task[JoinSlice]):
         self.consumer = AIOKafkaConsumer(**self.settings.kafka.client_args(), isolation_level="read_committed",
                                          enable_auto_commit=False, fetch_max_wait_ms=25,
                                          auto_offset_reset="earliest")
-        await gather_or_cancel(self._open_producer(), self.consumer.start())
+        self._table_ends = self.settings.kafka.end_offsets_consumer()
+        await gather_or_cancel(self._open_producer(), self.consumer.start(), self._table_ends.start())
         self.consumer.assign([side.input for side in self.sides])
         # Fenced: the committed position is final.
         committed = (await committed_positions(self.settings.kafka, self.group, [self.input])).get(self.input)
@@ -325,9 +329,10 @@ class JoinTask(Task[JoinSlice]):
     async def commit(self, batch: JoinSlice) -> bool:
         """Join one micro-batch slice with the tables, exactly once; False when it was applied before."""
         assert self.store is not None and self.producer is not None and self.consumer is not None
+        assert self._table_ends is not None
         if self.applied(batch):
             return False
-        ends = await self.consumer.end_offsets([side.input for side in self.sides])
+        ends = await self._table_ends.end_offsets([side.input for side in self.sides])
         for side in self.sides:
             await side.catch_up(self.consumer, ends[side.input])
         overlay: dict[bytes, list[Any] | None] = {}
@@ -384,6 +389,8 @@ class JoinTask(Task[JoinSlice]):
         try:
             await super()._close()
         finally:
-            if self.consumer is not None:
-                await bounded(self.consumer.stop(), CONSUMER_STOP_TIMEOUT_S, "stop the table consumer",
+            # One step for both: a cancel while it waits leaves neither open (the step goes on).
+            stops = [consumer.stop() for consumer in (self.consumer, self._table_ends) if consumer is not None]
+            if stops:
+                await bounded(asyncio.gather(*stops), CONSUMER_STOP_TIMEOUT_S, "stop the table consumers",
                               {"query": self.query.query_id, "partition": self.partition})

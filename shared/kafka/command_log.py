@@ -84,12 +84,9 @@ class CommandReader:
             # node makes 2 fetches a second instead of 40.
             fetch_max_wait_ms=fetch_max_wait_ms,
         )
-        self._ends = AIOKafkaConsumer(**kafka.client_args(), isolation_level="read_committed",
-                                      enable_auto_commit=False)
-        """Asks the topic's end offset for ``catch_up``. A client of its own: on the reading
-        consumer's connection the broker answers the request only after the fetch ahead of
-        it, which it holds up to ``fetch_max_wait_ms`` when the topic is quiet (every catch-up,
-        so every INSERT and DDL at a coordinator, waited 20-30 ms for it)."""
+        self._ends = kafka.end_offsets_consumer()
+        """Asks the topic's end offset for ``catch_up`` (on the reading consumer, every
+        catch-up, so every INSERT and DDL at a coordinator, waited 20-30 ms for its fetch)."""
         self.admin = AIOKafkaAdminClient(**kafka.client_args())
         self.listeners: list[Callable[[], None]] = []
         """Called after commands were applied, or when the sources' errors changed."""

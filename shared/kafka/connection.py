@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from aiokafka import AIOKafkaConsumer
 from aiokafka.helpers import create_ssl_context
 
 from millpond.shared.teardown import run_to_end
@@ -63,6 +64,14 @@ class KafkaConnection:
             args["ssl_context"] = create_ssl_context(cafile=self.ssl_ca_file, certfile=self.ssl_cert_file,
                                                      keyfile=self.ssl_key_file)
         return args
+
+    def end_offsets_consumer(self) -> AIOKafkaConsumer:
+        """A consumer that is never assigned, to ask the end offsets (last stable offsets:
+        read_committed) of partitions another consumer fetches. Asked on the fetching
+        consumer, the request waits behind its fetch (aiokafka keeps one in flight), which the
+        broker holds for ``fetch_max_wait_ms`` while nothing new comes: 15-25 ms of every
+        question at a 25 ms wait, 300 ms at 500."""
+        return AIOKafkaConsumer(**self.client_args(), isolation_level="read_committed", enable_auto_commit=False)
 
     def transactional_args(self, transactional_id: str) -> dict[str, Any]:
         """Keyword arguments for an idempotent, transactional aiokafka producer."""

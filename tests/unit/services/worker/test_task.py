@@ -29,7 +29,7 @@ from aiokafka.structs import OffsetAndMetadata
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from millpond.services.worker.joining import committed_table_offsets
+from millpond.services.worker.joining import JoinSlice, JoinTask, committed_table_offsets
 from millpond.services.worker.state.store import (
     CHANGELOG_OFFSET,
     INPUT_OFFSET,
@@ -81,6 +81,7 @@ STATEMENTS = [
     "CREATE TABLE keys AS SELECT sensor FROM r "
     "WINDOW TUMBLING (SIZE 10 MILLISECONDS, RETENTION 30 MILLISECONDS, GRACE PERIOD 5 MILLISECONDS) GROUP BY sensor "
     "EMIT FINAL",
+    "CREATE STREAM named AS SELECT r.sensor, r.reading, s.name FROM r LEFT JOIN s ON r.sensor = s.id",
 ]
 NO_KEY = BadRecord(4, "record has no key", '{"AREA": "a", "READING": 1}')
 
@@ -595,3 +596,41 @@ def test_commit_metadata_of_either_form_gives_a_stream_table_joins_table_offsets
     assert committed_table_offsets("") is None
     assert committed_table_offsets("{broken") is None
     assert committed_table_offsets('{"ends":[3]}') is None
+
+
+class _Fetching:
+    """A join's table consumer, always with a fetch in flight: asking it the end offsets
+    would wait behind that fetch."""
+
+    async def end_offsets(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        raise AssertionError("end offsets asked on the fetching consumer")
+
+
+class _Ends:
+    """The consumer that only asks end offsets."""
+
+    def __init__(self, ends: dict[TopicPartition, int]):
+        self.ends = ends
+        self.asked = 0
+
+    async def end_offsets(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        self.asked += 1
+        return {tp: self.ends[tp] for tp in partitions}
+
+
+async def test_a_join_asks_its_tables_end_offsets_on_a_consumer_that_does_not_fetch(tmp_path: Path) -> None:
+    """Each commit reads the tables up to their ends first; the ends come from a consumer
+    of their own (the table consumer keeps a fetch in flight, which the broker holds while
+    the table is quiet: every commit waited for it)."""
+    log: list[Any] = []
+    meta = Metastore()
+    for offset, statement in enumerate(STATEMENTS):
+        meta.apply(parse_statement(statement), offset)
+    query_id = next(q.query_id for q in meta.queries.values() if q.sink == "NAMED")
+    task = make_task(JoinTask, query_id, tmp_path, log)
+    (side,) = task.sides
+    side.fetched_to = 3  # the table read up to its end already
+    task.consumer, task._table_ends = _Fetching(), _Ends({side.input: 3})
+    for offset in (0, 1):  # batch after batch
+        assert await task.commit(JoinSlice(offset, offset, count=1, records=[(offset, b'"s1"', 1000, ["s1", "a", 5])]))
+    assert task._table_ends.asked == 2 and steps(log).count("commit") == 2
