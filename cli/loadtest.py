@@ -28,6 +28,7 @@ from typing import Any
 
 import grpc
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError
 from hdrh.histogram import HdrHistogram
 from rich.console import Console
 from rich.live import Live
@@ -239,50 +240,81 @@ async def processed(config: Config, query_id: str) -> tuple[dict[int, int], bool
     return offsets, running and len(offsets) == config.partitions
 
 
-async def actives(config: Config, query_id: str) -> dict[int, str]:
-    """Per partition, the live worker whose task of the query is the active (cluster status)."""
-    async with _channel(config) as channel:
-        status = await router_pb2_grpc.RouterServiceStub(channel).GetClusterStatus(
-            router_pb2.GetClusterStatusRequest(), timeout=10)
-    return {t.partition: host.worker_id for host in status.cluster.hosts if host.alive
-            for t in host.active_tasks if t.query_id == query_id}
+async def actives(config: Config, query_id: str, timeout_s: float = 30.0) -> dict[int, str] | None:
+    """Per partition, the live worker whose task of the query is the active (cluster status);
+    None when the router does not answer within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            async with _channel(config) as channel:
+                status = await router_pb2_grpc.RouterServiceStub(channel).GetClusterStatus(
+                    router_pb2.GetClusterStatusRequest(), timeout=10)
+            return {t.partition: host.worker_id for host in status.cluster.hosts if host.alive
+                    for t in host.active_tasks if t.query_id == query_id}
+        except grpc.aio.AioRpcError:
+            await asyncio.sleep(0.1)
+    return None
 
 
-async def commits_seen(config: Config, stop: asyncio.Event, seen: dict[int, list[float]]) -> None:
+@dataclass
+class CommitWatch:
+    """When each partition of the table's topic received committed records (``commits_seen``)."""
+
+    seen: dict[int, list[float]] = field(default_factory=dict)
+    started: float = field(default_factory=time.monotonic)
+    ended: float | None = None
+    error: str | None = None
+
+
+async def commits_seen(config: Config, stop: asyncio.Event, watch: CommitWatch) -> None:
     """Until ``stop``, when each partition of the table's topic received committed records:
-    one time per fetch of a read_committed consumer from the end that brought some."""
+    one time per fetch of a read_committed consumer from the end that brought some. A Kafka
+    error ends the watch (said in the report), not the run."""
     topic = config.table.upper()  # a CREATE TABLE AS's topic is its name
     consumer = AIOKafkaConsumer(bootstrap_servers=config.kafka, isolation_level="read_committed",
                                 enable_auto_commit=False, fetch_max_wait_ms=20)
-    async with started(consumer):
-        tps = [TopicPartition(topic, p) for p in range(config.partitions)]
-        consumer.assign(tps)
-        await consumer.seek_to_end(*tps)
-        while not stop.is_set():
-            fetched = await consumer.getmany(timeout_ms=100)
-            now = time.monotonic()
-            for tp, records in fetched.items():
-                if records:
-                    seen.setdefault(tp.partition, []).append(now)
+    try:
+        async with started(consumer):
+            tps = [TopicPartition(topic, p) for p in range(config.partitions)]
+            consumer.assign(tps)
+            await consumer.seek_to_end(*tps)
+            watch.started = time.monotonic()
+            while not stop.is_set():
+                fetched = await consumer.getmany(timeout_ms=100)
+                now = time.monotonic()
+                for tp, records in fetched.items():
+                    if records:
+                        watch.seen.setdefault(tp.partition, []).append(now)
+    except KafkaError as error:
+        watch.error = repr(error)
+    finally:
+        watch.ended = time.monotonic()
 
 
-def unmoved_report(partitions: list[int], at: float, until: float, seen: dict[int, list[float]],
-                   before_s: float = 10.0) -> dict[str, Any]:
+def unmoved_report(partitions: list[int] | None, at: float, until: float, watch: CommitWatch,
+                   since: float = 0.0, before_s: float = 10.0) -> dict[str, Any]:
     """For the partitions whose active did not move: the longest time one went without a
-    commit reaching the table's topic from the last before the fault until ``until``, and
-    as its baseline the longest and the median such time in the ``before_s`` before it."""
+    commit reaching the table's topic, from its last commit before the fault (or the start of
+    the watch) to ``until`` (or the end of the watch), a partition that stalled included; as
+    its baseline, the longest and the median time between its commits in the ``before_s``
+    before the fault (from ``since`` on: not into an earlier fault's watch)."""
+    report: dict[str, Any] = {"unmoved_partitions": partitions}
+    end = min(until, watch.ended if watch.ended is not None else until)
+    if end < until:
+        report["unmoved_watch_cut_short_s"] = round(until - end, 3)
+    if watch.error is not None:
+        report["commit_watch_error"] = watch.error
+    baseline_from = max(at - before_s, since, watch.started)
     during, earlier, intervals = [], [], []
-    for p in partitions:
-        times = seen.get(p, [])
-        before = [t for t in times if at - before_s <= t < at]
-        after = [t for t in times if at <= t <= until]
-        if before and after:
-            during.append(_longest_gap(after, before[-1]) or 0.0)
+    for p in partitions or []:
+        times = watch.seen.get(p, [])
+        last = max((t for t in times if t < at), default=watch.started)
+        during.append(_longest_gap([*(t for t in times if at <= t <= end), end], last) or 0.0)
+        before = [t for t in times if baseline_from <= t < at]
         if len(before) > 1:
             earlier.append(_longest_gap(before[1:], before[0]) or 0.0)
             intervals += [b - a for a, b in itertools.pairwise(before)]
-    return {"unmoved_partitions": partitions,
-            "unmoved_longest_commit_gap_s": round(max(during), 3) if during else None,
+    return {**report, "unmoved_longest_commit_gap_s": round(max(during), 3) if during else None,
             "unmoved_longest_commit_gap_before_s": round(max(earlier), 3) if earlier else None,
             "commit_interval_before_p50_s": round(statistics.median(intervals), 3) if intervals else None}
 
@@ -380,7 +412,7 @@ async def run(config: Config, cluster: LocalCluster | None = None, console: Cons
             asyncio.create_task(pull(config, stats, stop, key_chooser(config.keys, config.distribution, rng)))]
     reports: list[asyncio.Task[dict[str, Any]]] = []
 
-    commits: dict[int, list[float]] = {}
+    commits = CommitWatch()
     jobs.append(asyncio.create_task(commits_seen(config, stop, commits)))
 
     async def inject(fault: Fault) -> dict[str, Any]:
@@ -402,7 +434,8 @@ async def run(config: Config, cluster: LocalCluster | None = None, console: Cons
             await asyncio.to_thread(cluster.add_worker, False)
         back = await recovery(config, query_id, at, ends, stats)
         now = await actives(config, query_id)
-        unmoved = sorted(p for p, worker in owners.items() if now.get(p) == worker and worker != fault.target)
+        unmoved = None if owners is None or now is None else sorted(
+            p for p, worker in owners.items() if now.get(p) == worker and worker != fault.target)
         return {**fault_report(fault, at, stats, back), **(await detected if detected is not None else {}),
                 "_unmoved": (unmoved, at, at + (back if back is not None else 10.0) + UNMOVED_AFTER_S)}
 
@@ -424,9 +457,11 @@ async def run(config: Config, cluster: LocalCluster | None = None, console: Cons
     stop.set()
     await asyncio.gather(*jobs)
     faults = [await r for r in reports]
-    for report in faults:
+    since = 0.0
+    for report in sorted(faults, key=lambda r: r["_unmoved"][1]):  # in the order they happened
         unmoved, at, until = report.pop("_unmoved")
-        report.update(unmoved_report(unmoved, at, until, commits))
+        report.update(unmoved_report(unmoved, at, until, commits, since))
+        since = until
     elapsed = stats.elapsed()
     return {
         "duration_s": round(elapsed, 2), "keys": config.keys, "distribution": config.distribution,

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
 from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
@@ -49,8 +49,7 @@ class Coordinator:
                                     transactional_id=names.command_transactional_id(settings.service_id))
         self.admin = AIOKafkaAdminClient(**kafka.client_args())
         self.producer = AIOKafkaProducer(**kafka.client_args(), enable_idempotence=True, acks="all")
-        self.offsets = AIOKafkaConsumer(**kafka.client_args(), isolation_level="read_committed",
-                                        enable_auto_commit=False)
+        self.offsets = kafka.end_offsets_consumer()
         self.cluster = Cluster(
             settings.worker_session_timeout_ms / 1000,
             AssignorConfig(settings.num_standby_replicas, settings.acceptable_recovery_lag, settings.max_warmup_replicas))

@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 async def refresh_loop(kafka: KafkaConnection, tasks: TaskAssignment, stop: asyncio.Event) -> None:
     """Refresh the gauges every second until ``stop``."""
-    consumer = AIOKafkaConsumer(**kafka.client_args(), isolation_level="read_committed", enable_auto_commit=False)
+    consumer = kafka.end_offsets_consumer()
     await consumer.start()
     try:
         while not stop.is_set():

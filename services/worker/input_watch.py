@@ -55,8 +55,7 @@ class InputWatch:
             if watched:
                 try:
                     if self._consumer is None:
-                        self._consumer = AIOKafkaConsumer(**self.kafka.client_args(), isolation_level="read_committed",
-                                                          enable_auto_commit=False)
+                        self._consumer = self.kafka.end_offsets_consumer()
                         await self._consumer.start()
                     ends = {tp: end for tp, end in (await self._consumer.end_offsets(watched)).items()
                             if tp in self._watched}

@@ -27,6 +27,7 @@ from millpond.shared.catalog.queries import Resolved
 from millpond.shared.errors import SetupError, UnavailableError
 from millpond.shared.kafka.connection import KafkaConnection, started
 from millpond.shared.sql.parser import parse_statement
+from millpond.shared.teardown import run_to_end
 
 log = logging.getLogger(__name__)
 EXECUTED_REQUESTS_KEPT = 100_000
@@ -108,9 +109,13 @@ class CommandReader:
         record deletion removed the start of the log): replaying only the later commands
         would build a different metastore than the other nodes', so the node must not serve.
         """
-        await self.admin.start()
-        await self.consumer.start()
-        await self._ends.start()
+        try:
+            await self.admin.start()
+            await self.consumer.start()
+            await self._ends.start()
+        except BaseException:
+            await self.stop()  # a client started (or half started) is not left open
+            raise
         self.consumer.assign([self.partition])
         needed = self.metastore.command_offset + 1
         first = (await self.consumer.beginning_offsets([self.partition]))[self.partition]
@@ -125,10 +130,8 @@ class CommandReader:
         self.consumer.seek(self.partition, needed)
 
     async def stop(self) -> None:
-        """Disconnect."""
-        await self.consumer.stop()
-        await self._ends.stop()
-        await self.admin.close()
+        """Disconnect every client, even when the caller is cancelled meanwhile."""
+        await run_to_end(asyncio.gather(self.consumer.stop(), self._ends.stop(), self.admin.close()))
 
     async def catch_up(self, position: int | None = None, timeout_s: float = 30.0) -> None:
         """Apply every committed command up to ``position`` (default: the current end)."""

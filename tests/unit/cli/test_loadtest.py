@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from millpond.cli.loadtest import Fault, Stats, fault_report, key_chooser, percentiles, unmoved_report
+from millpond.cli.loadtest import CommitWatch, Fault, Stats, fault_report, key_chooser, percentiles, unmoved_report
 from millpond.shared.errors import MillpondError
 
 
@@ -48,8 +48,22 @@ def test_the_unmoved_partitions_longest_time_without_a_commit_spans_the_fault() 
     """From each unmoved partition's last commit before the fault to its commits after, up to
     the end of the watch (later ones and the moved partitions' do not count); the baseline
     is the same over the ten seconds before."""
-    seen = {0: [1.0, 1.2, 1.4, 1.6, 2.5, 2.7, 9.0], 1: [1.1, 1.3, 1.5, 1.7, 1.9, 2.1], 2: [1.0, 5.0]}
-    report = unmoved_report([0, 1], 1.65, 3.0, seen)
+    watch = CommitWatch({0: [1.0, 1.2, 1.4, 1.6, 2.5, 2.7, 9.0], 1: [1.1, 1.3, 1.5, 1.7, 1.9, 2.1, 2.3, 2.5, 2.7, 2.9],
+                         2: [1.0, 5.0]}, started=0.9, ended=20.0)
+    report = unmoved_report([0, 1], 1.65, 3.0, watch)
     assert report == {"unmoved_partitions": [0, 1], "unmoved_longest_commit_gap_s": 0.9,
                       "unmoved_longest_commit_gap_before_s": 0.2, "commit_interval_before_p50_s": 0.2}
-    assert unmoved_report([], 1.65, 3.0, seen)["unmoved_longest_commit_gap_s"] is None
+    assert unmoved_report([], 1.65, 3.0, watch)["unmoved_longest_commit_gap_s"] is None
+    assert unmoved_report(None, 1.65, 3.0, watch)["unmoved_partitions"] is None
+
+
+def test_a_partition_that_stops_committing_counts_until_the_watch_ends() -> None:
+    """A stall from the fault on is the gap itself, however long, and a watch that ended
+    before the window's end says by how much; the baseline starts after an earlier fault's window."""
+    watch = CommitWatch({0: [1.0, 1.2, 1.4, 1.6], 1: [1.1, 1.3, 1.5, 1.7, 1.9, 2.1, 2.3, 2.5, 2.7, 2.9]},
+                        started=0.9, ended=12.0)
+    report = unmoved_report([0, 1], 1.65, 20.0, watch, since=1.25)
+    assert report["unmoved_longest_commit_gap_s"] == 10.4  # partition 0: from 1.6 to the watch's end
+    assert report["unmoved_watch_cut_short_s"] == 8.0
+    assert report["unmoved_longest_commit_gap_before_s"] == 0.2 and report["commit_interval_before_p50_s"] == 0.2
+    assert unmoved_report([1], 1.65, 2.0, CommitWatch({}, started=0.9, ended=12.0))["unmoved_longest_commit_gap_s"] == 1.1
