@@ -44,9 +44,9 @@ FENCED = (ProducerFenced, InvalidProducerEpoch, InvalidTxnState)
 
 
 class AppendFailed(KafkaError):
-    """The command's record was not delivered inside its transaction, which then aborts: a
-    racing coordinator's fence can show as an unexpected delivery error instead of one of
-    ``FENCED``. Nothing was appended, so the statement is validated and tried again."""
+    """The command's record was not delivered inside its transaction, or the transaction did
+    not commit: a racing coordinator's fence can show as an unexpected error instead of one
+    of ``FENCED``. The statement is validated and tried again."""
 
 
 RETRIED = (*FENCED, AppendFailed)
@@ -157,27 +157,36 @@ class StatementExecutor:
         log.warning("fenced by another coordinator; validating again", extra={"attempt": state.attempt_number})
 
     async def _append(self, stmt: ast.Statement, properties: dict[str, str], request_id: str) -> Outcome:
-        async with self.writer.transaction() as txn:
-            # Reading to the end inside the transaction means we validate against every
-            # statement committed before ours; a fenced writer cannot commit at all.
-            await self.reader.catch_up()
-            if request_id and (message := self.reader.executed.get(request_id)) is not None:
-                log.info("statement already executed for this request", extra={"request_id": request_id})
-                return Outcome(stmt.text, message)
-            resolved = await self._resolve(stmt, properties)
-            change = self.metastore.plan(stmt, properties, resolved)
-            # Here, not in plan: replay keeps what was accepted.
-            check_upgrades(self.metastore.queries, change)
-            check_column_names(change)
-            if change.noop:
-                return Outcome(stmt.text, change.message)
-            await self._create_topics(stmt, change)
-            try:
-                offset = await txn.append(Command(stmt.text, properties, resolved, request_id))
-            except FENCED:
+        appended = False
+        try:
+            async with self.writer.transaction() as txn:
+                # Reading to the end inside the transaction means we validate against every
+                # statement committed before ours; a fenced writer cannot commit at all.
+                await self.reader.catch_up()
+                if request_id and (message := self.reader.executed.get(request_id)) is not None:
+                    log.info("statement already executed for this request", extra={"request_id": request_id})
+                    return Outcome(stmt.text, message)
+                resolved = await self._resolve(stmt, properties)
+                change = self.metastore.plan(stmt, properties, resolved)
+                # Here, not in plan: replay keeps what was accepted.
+                check_upgrades(self.metastore.queries, change)
+                check_column_names(change)
+                if change.noop:
+                    return Outcome(stmt.text, change.message)
+                await self._create_topics(stmt, change)
+                try:
+                    offset = await txn.append(Command(stmt.text, properties, resolved, request_id))
+                except FENCED:
+                    raise
+                except KafkaError as err:  # not delivered: the transaction aborts as the block exits
+                    raise AppendFailed(f"the command was not appended: {err}") from err
+                appended = True
+        except KafkaError as err:
+            if not appended or isinstance(err, RETRIED):
                 raise
-            except KafkaError as err:  # not delivered: the transaction aborts as the block exits
-                raise AppendFailed(f"the command was not appended: {err}") from err
+            # The commit failed: a racing coordinator's fence shows here too as an unexpected
+            # error. Validated again, a statement that did commit is found (by its request id).
+            raise AppendFailed(f"the command's transaction did not commit: {err}") from err
         await self.reader.catch_up(offset + 1)
         await self._delete_topics(change)
         log.info("statement appended", extra={"offset": offset, "result": change.message})
