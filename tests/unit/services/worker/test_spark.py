@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from millpond.services.worker import spark as spark_module
 from millpond.services.worker.spark import LOCAL_FILE_SYSTEM, parallelism
@@ -56,3 +58,54 @@ def test_the_sessions_local_file_system_sets_permissions_itself(spark: SparkSess
     assert (tmp_path / "file").stat().st_mode & 0o7777 == mode  # the sticky bit too (by chmod: no java.nio form)
     assert (tmp_path / ".file.crc").stat().st_mode & 0o7777 == mode  # the checksum's too
     assert (tmp_path / "file").read_bytes() == b"checkpoint"
+
+
+PARSER_FACTORY = "org.apache.spark.sql.catalyst.json.CreateJacksonParser$"
+"""The class from_json creates its Jackson parsers with: the extension's, on a local master."""
+
+
+def test_from_json_creates_its_parsers_through_the_extension_with_every_method_of_sparks(spark: SparkSession) -> None:
+    jvm: Any = spark.sparkContext._jvm
+    ours = jvm.java.lang.Class.forName(PARSER_FACTORY)
+    assert ours.getProtectionDomain().getCodeSource().getLocation().getPath().endswith(f"/{spark_module.EXTENSION_JAR}")
+    # Spark's own class, from pyspark's jars alone: the extension's must have each of its methods.
+    jars = sorted((Path(spark_module.pyspark.__file__).parent / "jars").glob("*.jar"))
+    urls = spark.sparkContext._gateway.new_array(jvm.java.net.URL, len(jars))  # type: ignore[union-attr]
+    for i, jar in enumerate(jars):
+        urls[i] = jvm.java.net.URL(jar.as_uri())
+    sparks = jvm.java.net.URLClassLoader(urls, jvm.java.lang.ClassLoader.getPlatformClassLoader())
+    theirs = jvm.java.lang.Class.forName(PARSER_FACTORY, False, sparks)
+    assert theirs.getProtectionDomain().getCodeSource().getLocation().getPath().split("/")[-1].startswith(
+        "spark-catalyst_")
+
+    def methods(cls: Any) -> set[str]:  # as the JVM links them: without the exceptions Scala does not declare
+        return {str(m.toGenericString()).split(" throws ")[0] for m in cls.getDeclaredMethods()
+                if not jvm.java.lang.reflect.Modifier.isPrivate(m.getModifiers())}
+
+    assert methods(theirs) and methods(ours) == methods(theirs)
+    sparks.close()
+
+
+# Each value's bytes and what from_json gives with Spark's own parser factory (pyspark 4.2.0):
+# malformed UTF-8 is decoded to U+FFFD, as an InputStreamReader does, not made a bad record.
+DECODED = [
+    (b'{"AREA": "caf\xc3\xa9", "READING": 1.5}', ("caf\u00e9", 1.5, None)),
+    (b'{"AREA": "bad \xff\xfe utf", "READING": 2}', ("bad \ufffd\ufffd utf", 2.0, None)),
+    (b'{"AREA": "cut \xe2\x82", "READING": 3}', ("cut \ufffd", 3.0, None)),
+    (b'{"AREA": "surrogate \xed\xa0\x80", "READING": 4}', ("surrogate \ufffd", 4.0, None)),
+    (b'{"AREA": "\xf0\x9f\x8c\x8a", "READING": -0.5}', ("\U0001f30a", -0.5, None)),
+    (b'{"AREA": 3}', ("3", None, None)),
+    (b"not json", (None, None, "not json")),
+    (b'{"AREA": "x"', (None, None, '{"AREA": "x"')),
+    (b'\xef\xbb\xbf{"AREA": "bom"}', (None, None, '\ufeff{"AREA": "bom"}')),
+    (b"", None),
+]
+
+
+def test_from_json_reads_every_value_as_sparks_own_parser_factory_does(spark: SparkSession) -> None:
+    schema = T.StructType([T.StructField("AREA", T.StringType()), T.StructField("READING", T.DoubleType()),
+                           T.StructField("_corrupt", T.StringType())])
+    frame = spark.createDataFrame([(i, value) for i, (value, _) in enumerate(DECODED)], "i int, value binary")
+    rows = frame.select("i", F.from_json(F.col("value").cast("string"), schema, {
+        "columnNameOfCorruptRecord": "_corrupt", "mode": "PERMISSIVE"}).alias("v")).orderBy("i").collect()
+    assert [None if row.v is None else tuple(row.v) for row in rows] == [want for _, want in DECODED]
