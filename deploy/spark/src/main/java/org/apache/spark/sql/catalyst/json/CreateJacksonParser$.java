@@ -45,7 +45,9 @@ public final class CreateJacksonParser$ implements Serializable {
 
   public JsonParser utf8String(JsonFactory jsonFactory, UTF8String record) throws IOException {
     ByteBuffer bb = record.getByteBuffer();
-    assert bb.hasArray();
+    if (!bb.hasArray()) { // Scala's assert, which is always on
+      throw new AssertionError("assertion failed");
+    }
     String text = new String(bb.array(), bb.arrayOffset() + bb.position(), bb.remaining(), StandardCharsets.UTF_8);
     return jsonFactory.createParser(text);
   }
