@@ -114,10 +114,10 @@ def create_session(settings: WorkerSettings) -> SparkSession:
         # native library): the checkpoint's two files per trigger, each with its checksum,
         # 10-12 ms each on an idle machine, 1-2 ms without (measured through this session). Only
         # on a local master: a cluster's executors have no such jar on their class path.
+        builder = builder.config("spark.hadoop.fs.file.impl", LOCAL_FILE_SYSTEM)
         # The jar comes first on the driver's class path, so its CreateJacksonParser$ replaces
         # Spark's: from_json then decodes a record's UTF-8 without an InputStreamReader's 8 KB
         # buffer per record (a third of the batch thread's time in bench.aggregation; see the class).
-        builder = builder.config("spark.hadoop.fs.file.impl", LOCAL_FILE_SYSTEM)
         operator["spark.driver.extraClassPath"] = os.pathsep.join(
             filter(None, (extension_jar(settings.jar_cache), operator.get("spark.driver.extraClassPath"))))
     for key, value in operator.items():  # the operator's settings win
