@@ -140,6 +140,11 @@ class TaskAssignment:
         await _stop_all([*(self.standbys.pop(key) for key in gone),
                          *(copy for key in gone for copy in self.companions.pop(key, []))])
         await self._reconcile_actives(wanted)
+        if any(supervisor.settling() for supervisor in self.supervisors.values()):
+            # Partitions that moved in come first: until their first batch is committed, new
+            # copies (a store to open, a changelog to replay from the start) would take the
+            # processing loop's time from it. The reconcile a second later starts them.
+            return
         for key in sorted(standbys - set(self.standbys)):
             final = self._final_stage(key[0])
             replica = StandbyReplica(self.settings, *key, table_rows(final.sink) if final.replayed

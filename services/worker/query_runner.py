@@ -162,12 +162,13 @@ class QueryRunner:
                                          "starting": starting})
 
     def failure(self) -> str | None:
-        """Why the streaming query stopped by itself, or None while it runs."""
-        if self.stream is None or self.stream.isActive:
+        """Why the streaming query stopped by itself, or None while it runs. Blocking."""
+        stream = self.stream  # ``stop`` may clear it meanwhile, from another thread
+        if stream is None or stream.isActive:
             return None
         if self.error is not None:  # raised by our own batch code: say it plainly
             return f"{type(self.error).__name__}: {self.error}"
-        error = self.stream.exception()
+        error = stream.exception()
         return str(error).splitlines()[0] if error is not None else "the Spark query stopped"
 
     def stop(self) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -39,6 +40,8 @@ TASK_STOP_TIMEOUT_S = 40.0
 """How long the teardown waits for a task to close (its own steps are bounded below this)."""
 STOP_TIMEOUT_S = 30.0
 """How long ``stop`` waits for the teardown; past it the teardown goes on in the background."""
+SETTLE_LIMIT_S = 3.0
+"""How long after its start a supervisor counts as ``settling`` at most (its input may be idle)."""
 
 
 class QueryFailed(MillpondError):
@@ -64,10 +67,22 @@ class QuerySupervisor:
         self._joined: list[tuple[StageStream, dict[int, Task[Any]]]] = []
         """The streams this run's tasks joined, with those tasks: left in the teardown."""
         self._job: asyncio.Task[None] | None = None
+        self.started_at = time.monotonic()
+        """When ``start`` ran (the monotonic clock)."""
 
     def start(self) -> None:
         """Run in the background until ``stop``."""
+        self.started_at = time.monotonic()
         self._job = asyncio.create_task(self._run(), name=f"supervise-{self.query.query_id}")
+
+    def settling(self) -> bool:
+        """Whether its partitions moved in less than ``SETTLE_LIMIT_S`` ago and not all of their
+        tasks have committed a batch since (nor failed): new standby copies wait for them
+        (``TaskAssignment``)."""
+        if self.failed or time.monotonic() - self.started_at >= SETTLE_LIMIT_S:
+            return False
+        tasks = [task for tasks in self._stage_tasks for task in tasks.values()]
+        return not tasks or any(task.next_input_offset == task.start_input_offset for task in tasks)
 
     async def stop(self, timeout_s: float | None = None) -> bool:
         """Stop the Spark query and close the tasks; False (logged) when that overran

@@ -9,7 +9,8 @@ its transaction committed.
 
 A commit that hangs is aborted by the task's bounded stop, a task whose producer never stops
 holds up neither its store nor the other tasks, and a supervisor that never stops holds up
-neither the other supervisors nor the reconcile.
+neither the other supervisors nor the reconcile. New standby copies wait for the first batch
+of partitions that moved in, and a stream asks its Spark query how it is off the loop.
 
 The supervisors of one worker's partitions share one Spark query per stage: a partition that
 leaves restarts the query, not the other partitions' tasks; a task whose commit fails leaves
@@ -21,11 +22,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import pytest
@@ -36,6 +39,7 @@ from millpond.services.worker import supervisor as supervisor_module
 from millpond.services.worker import task as task_module
 from millpond.services.worker.assignment import TaskAssignment
 from millpond.services.worker.query_runner import QueryRunner
+from millpond.services.worker.standby import StandbyReplica
 from millpond.services.worker.state import changelog as changelog_module
 from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore
 from millpond.services.worker.streams import StageStreams
@@ -470,6 +474,51 @@ async def test_a_supervisor_that_never_stops_holds_up_neither_the_others_nor_the
         await tasks.stop()
 
 
+async def test_new_standby_copies_wait_for_the_first_batch_of_the_partitions_that_moved_in(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new copy (a store to open, a changelog to replay from its start) would take the
+    processing loop's time from a partition that just moved in: it starts once that partition
+    committed a batch, or after ``SETTLE_LIMIT_S`` when its input is idle."""
+    async def run(self: QuerySupervisor) -> None:  # started, at the committed position
+        self._stage_tasks = [{p: SimpleNamespace(next_input_offset=3, start_input_offset=3) for p in self.partitions}]
+        await asyncio.Event().wait()
+    monkeypatch.setattr(QuerySupervisor, "_run", run)
+    started: list[tuple[str, int]] = []
+    monkeypatch.setattr(StandbyReplica, "start", lambda self: started.append((self.query_id, self.partition)))
+
+    async def stop(self: StandbyReplica, timeout_s: float | None = None) -> bool:
+        return True
+    monkeypatch.setattr(StandbyReplica, "stop", stop)
+
+    async def assigned() -> TaskAssignment:
+        tasks = TaskAssignment(WorkerSettings(worker_id="w", state_dir=tmp_path), metastore(), None)  # type: ignore[arg-type]
+        tasks.take(1, {QUERY: {0}}, {(QUERY, 1)})
+        await tasks._reconcile()
+        await asyncio.sleep(0)
+        await tasks._reconcile()
+        return tasks
+
+    tasks = await assigned()
+    try:
+        assert started == [], "a copy started before the partition that moved in processed a batch"
+        tasks.supervisors[QUERY, 0]._stage_tasks[0][0].next_input_offset = 6
+        await tasks._reconcile()
+        assert started == [(QUERY, 1)]
+    finally:
+        await tasks.stop()
+
+    started.clear()
+    monkeypatch.setattr(supervisor_module, "SETTLE_LIMIT_S", 1.0)
+    tasks = await assigned()
+    try:
+        assert started == []
+        await asyncio.sleep(1.0)
+        await tasks._reconcile()
+        assert started == [(QUERY, 1)], "an idle partition holds new copies up for SETTLE_LIMIT_S at most"
+    finally:
+        await tasks.stop()
+
+
 class FakeWatch:
     """The parked inputs' end offsets, as the test sets them."""
 
@@ -716,6 +765,25 @@ async def test_a_stream_whose_spark_query_cannot_be_asked_fails_its_members(
     finally:
         await asyncio.gather(zero.stop(), one.stop())
     assert all(r.stopped for r in world.runners)
+
+
+async def test_a_stream_asks_its_spark_query_off_the_loop(
+        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Asking the JVM blocks until Python's GIL comes back to the asking thread: on the loop,
+    the tasks' commits would wait behind it."""
+    zero, one = supervisors_of(tmp_path, world, [{0}, {1}])
+    asked_from: list[int] = []
+
+    def failure(self: FakeRunner) -> str | None:
+        asked_from.append(threading.get_ident())
+        return None
+    monkeypatch.setattr(FakeRunner, "failure", failure)
+    try:
+        await running([zero, one], world, {0, 1})
+        assert not await until(lambda: len(asked_from) >= 3, world.steps)
+        assert threading.get_ident() not in asked_from
+    finally:
+        await asyncio.gather(zero.stop(), one.stop())
 
 
 async def test_a_restart_fails_a_partition_whose_last_commit_did_not_end_cleanly(
