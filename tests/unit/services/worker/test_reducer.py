@@ -20,10 +20,12 @@ of the slice types touches only those two functions.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import functools
 import json
 import random
+import re
 import struct
 from collections import defaultdict
 from collections.abc import Callable
@@ -326,6 +328,29 @@ def test_a_batch_of_more_partitions_than_cores_runs_in_as_many_tasks_as_cores(
     finally:
         runner.loop.close()
     assert max(tasks for job in jobs for tasks in job) == 3
+
+
+def test_a_batch_of_as_many_partitions_as_cores_or_fewer_is_planned_as_one_of_more(
+        spark: SparkSession, batch: DataFrame, tmp_path: Path) -> None:
+    """A partition that moves in gets a Spark query of its own, often over that partition alone:
+    its batches are planned as those of the stage's query over more partitions than cores
+    (coalesced), so the code Spark generated and compiled for that query serves them too."""
+    runner = runner_of(spark, AGGREGATE, tmp_path)
+    runner.cores = 2
+    plans: list[str] = []
+
+    def planned(parsed: DataFrame, *_: Any) -> dict[int, Any]:
+        plans.append(re.sub(r"#\d+L?", "", parsed._jdf.queryExecution().executedPlan().toString()))
+        return {}
+    runner.kind = dataclasses.replace(runner.kind, reduce=planned)
+    try:
+        runner._reduce(batch)  # three partitions, three tasks
+        runner.tasks = {0: runner.tasks[0]}  # a query of one moved partition
+        runner._reduce(_as_batch(spark, [record for record in RECORDS if record[2] == 0]))
+    finally:
+        runner.loop.close()
+    assert "Coalesce 2" in plans[0]
+    assert plans[1] == plans[0]
 
 
 _VALUES = st.one_of(
