@@ -6,11 +6,14 @@ sizes, on the worker's own Spark session (same settings) over a real broker:
   bookkeeping every trigger pays);
 - ``kafka_read_ms``: a job that only reads the batch's records from Kafka (``count``);
 - ``read_and_decode_ms``: a job that reads and parses every JSON value;
-- ``reduce_ms``: the worker's whole reduction, ``QueryRunner._reduce`` (production code):
-  the Spark jobs that return each partition's offsets, bad records and per-key partials.
+- ``reduce_ms``: the worker's whole reduction of a batch (production code: the streaming
+  query defined over ``QueryRunner.reduction``'s frame, each batch through
+  ``QueryRunner._reduced``): the Spark job that returns each partition's offsets, bad
+  records and per-key partials, and Python's grouping of them.
 
-Each is measured over the same batch and includes its own read of it; the differences are
-the cost of each step. The transactional commit to Kafka comes after and is not in
+The first two are measured over the same batches, by a streaming query of their own; the
+reduction over batches of the same size and offsets, by the worker's. Each includes its own
+read of the batch; the differences are the cost of each step. The transactional commit to Kafka comes after and is not in
 these figures. ``python -m bench.micro_batch [--sizes 1000,10000,50000]``
 """
 
@@ -47,9 +50,10 @@ def median_ms(values: list[float]) -> float:
 
 
 def measure(spark: Any, runner: QueryRunner, bootstrap: str, size: int, batches: int, work: Path) -> dict[str, Any]:
-    steps: list[dict[str, float]] = []
+    reads: list[dict[str, float]] = []
+    reductions: list[dict[str, float]] = []
 
-    def on_batch(batch: DataFrame, batch_id: int) -> None:
+    def on_read(batch: DataFrame, batch_id: int) -> None:
         timings: dict[str, float] = {}
         started = time.perf_counter()
         records = batch.count()
@@ -57,18 +61,41 @@ def measure(spark: Any, runner: QueryRunner, bootstrap: str, size: int, batches:
         started = time.perf_counter()
         batch.select(runner._decode(F.col("value").cast("string")).alias("_v")).where("_v._corrupt IS NULL").count()
         timings["read_and_decode"] = time.perf_counter() - started
-        started = time.perf_counter()
-        runner._reduce(batch)
-        timings["reduce"] = time.perf_counter() - started
         if records:
-            steps.append(timings)
+            reads.append(timings)
 
-    stream = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-              .option("assign", json.dumps({"readings": list(range(PARTITIONS))}))
-              .option("startingOffsets", "earliest").options(**SOURCE_OPTIONS)
-              .option("maxOffsetsPerTrigger", str(size)).load()
-              .writeStream.foreachBatch(on_batch).trigger(processingTime="100 milliseconds")
-              .option("checkpointLocation", str(work / f"checkpoint-{size}")).start())
+    def records() -> DataFrame:
+        frame: DataFrame = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+                .option("assign", json.dumps({"readings": list(range(PARTITIONS))}))
+                .option("startingOffsets", "earliest").options(**SOURCE_OPTIONS)
+                .option("maxOffsetsPerTrigger", str(size)).load())
+        return frame
+
+    run(records(), on_read, reads, batches, work / f"read-{size}")
+    # The worker's own stream: the records' columns in the streaming query, each batch reduced.
+    reduction = runner.reduction(records())
+
+    def on_reduce(batch: DataFrame, batch_id: int) -> None:
+        started = time.perf_counter()
+        slices = runner._reduced(batch, reduction)
+        if slices:
+            reductions.append({"reduce": time.perf_counter() - started})
+
+    progress = run(reduction.frame, on_reduce, reductions, batches, work / f"reduce-{size}")
+    # The first batch pays for code generation and the consumers.
+    steady = [read | reduced for read, reduced in zip(reads[1:], reductions[1:], strict=False)]
+    outside = [sum(v for k, v in p.items() if k not in ("addBatch", "triggerExecution")) / 1000 for p in progress[1:]]
+    return {"batch_records": size, "batches": len(steady),
+            "trigger_outside_batch_ms": median_ms(outside) if outside else None,
+            **{f"{name}_ms": median_ms([s[name] for s in steady]) for name in steady[0]},
+            "reduce_us_per_record": round(statistics.median([s["reduce"] for s in steady]) / size * 1e6, 2)}
+
+
+def run(frame: DataFrame, on_batch: Any, steps: list[Any], batches: int, checkpoint: Path) -> list[dict[str, Any]]:
+    """Run a streaming query of ``frame`` through ``on_batch`` until ``steps`` has ``batches``
+    (10 minutes at most); the phases of each trigger with input."""
+    stream = (frame.writeStream.foreachBatch(on_batch).trigger(processingTime="100 milliseconds")
+              .option("checkpointLocation", str(checkpoint)).start())
     deadline = time.monotonic() + 600
     try:
         while len(steps) < batches and time.monotonic() < deadline and stream.isActive:
@@ -77,13 +104,8 @@ def measure(spark: Any, runner: QueryRunner, bootstrap: str, size: int, batches:
     finally:
         stream.stop()
     if len(steps) < 2:
-        raise SystemExit(f"only {len(steps)} batches of {size} ran: {stream.exception()}")
-    steady = steps[1:]  # the first batch pays for code generation and the consumers
-    outside = [sum(v for k, v in p.items() if k not in ("addBatch", "triggerExecution")) / 1000 for p in progress[1:]]
-    return {"batch_records": size, "batches": len(steady),
-            "trigger_outside_batch_ms": median_ms(outside) if outside else None,
-            **{f"{name}_ms": median_ms([s[name] for s in steady]) for name in steady[0]},
-            "reduce_us_per_record": round(statistics.median([s["reduce"] for s in steady]) / size * 1e6, 2)}
+        raise SystemExit(f"only {len(steps)} batches ran: {stream.exception()}")
+    return progress
 
 
 def main() -> None:

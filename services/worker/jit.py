@@ -118,9 +118,15 @@ def _reduce_triggers(spark: SparkSession, settings: WorkerSettings, runner: Quer
     reduced: list[int] = []
     done = threading.Event()
 
+    # Defined as a query's stream is (``QueryRunner.start``): the records' columns in the
+    # streaming query, each batch of them reduced.
+    reduction = runner.reduction(as_kafka_records(
+        spark.readStream.format("rate-micro-batch").option("rowsPerBatch", TRIGGER_RECORDS)
+        .option("numPartitions", PARTITIONS).load().selectExpr("value AS id")))
+
     def on_batch(batch: DataFrame, batch_id: int) -> None:
         if len(reduced) < triggers:
-            slices = runner._reduce(as_kafka_records(batch.selectExpr("value AS id")))
+            slices = runner._reduced(batch, reduction)
             reduced.append(sum(piece.count for piece in slices.values()))
         if len(reduced) >= triggers:
             done.set()
@@ -128,9 +134,7 @@ def _reduce_triggers(spark: SparkSession, settings: WorkerSettings, runner: Quer
     root = checkpoint_root(settings)
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="warm-up-", dir=root) as checkpoint:
-        query = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", TRIGGER_RECORDS)
-                 .option("numPartitions", PARTITIONS).load()
-                 .writeStream.foreachBatch(on_batch).option("checkpointLocation", checkpoint).start())
+        query = reduction.frame.writeStream.foreachBatch(on_batch).option("checkpointLocation", checkpoint).start()
         try:
             deadline = time.monotonic() + TRIGGERS_TIMEOUT_S
             while not done.wait(0.2) and query.isActive and time.monotonic() < deadline:

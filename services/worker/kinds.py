@@ -15,13 +15,14 @@ from pyspark.sql import DataFrame
 
 from millpond.services.worker.joining import JoinSlice, JoinTask
 from millpond.services.worker.reducers import (
-    reduce_aggregate,
-    reduce_join,
-    reduce_keyed,
-    reduce_materialize,
-    reduce_project,
-    reduce_sessions,
-    reduce_windowed,
+    Reduction,
+    aggregate_reduction,
+    join_reduction,
+    keyed_reduction,
+    materialize_reduction,
+    project_reduction,
+    sessions_reduction,
+    windowed_reduction,
 )
 from millpond.services.worker.regrouping import RegroupTask
 from millpond.services.worker.stream_joining import StreamJoinTask
@@ -57,23 +58,24 @@ class WorkerKind(Generic[SliceT]):
     """One input partition's task: commits each of its slices exactly once."""
     slice: type[SliceT]
     """A partition's part of a micro-batch, as the task takes it."""
-    reduce: Callable[[DataFrame, PersistentQuery, DataSource, DataSource, Mapping[int, Any]], dict[int, SliceT]]
-    """Each partition's slice of the parsed batch (query, its source, its sink, the tasks it is
-    for, by partition), in one Spark job."""
+    reduction: Callable[[DataFrame, PersistentQuery, DataSource, DataSource, Mapping[int, Any]], Reduction[SliceT]]
+    """How a query reduces the records parsed (query, its source, its sink, the tasks it
+    starts with, by partition): each record's columns, and each batch of them to each
+    partition's slice, in one Spark job."""
 
 
 WORKER_KINDS: dict[PlanKind, WorkerKind[Any]] = {
-    PlanKind.AGGREGATE: WorkerKind(AggregationTask, AggregateSlice, reduce_aggregate),
-    PlanKind.WINDOWED_AGGREGATE: WorkerKind(WindowedAggregationTask, WindowSlice, reduce_windowed),
-    PlanKind.SESSION_AGGREGATE: WorkerKind(SessionAggregationTask, SessionSlice, reduce_sessions),
-    PlanKind.PROJECT: WorkerKind(ProjectionTask, ProjectSlice, reduce_project),
-    PlanKind.MATERIALIZE: WorkerKind(TableTask, MaterializeSlice, reduce_materialize),
-    PlanKind.STREAM_TABLE_JOIN: WorkerKind(JoinTask, JoinSlice, reduce_join),
-    PlanKind.TABLE_TABLE_JOIN: WorkerKind(TableJoinTask, KeyedSlice, reduce_keyed),
-    PlanKind.FOREIGN_KEY_JOIN: WorkerKind(ForeignKeyJoinTask, KeyedSlice, reduce_keyed),
-    PlanKind.STREAM_STREAM_JOIN: WorkerKind(StreamJoinTask, KeyedSlice, reduce_keyed),
-    PlanKind.JOIN_SIDE: WorkerKind(JoinSideTask, KeyedSlice, reduce_keyed),
-    PlanKind.REGROUP: WorkerKind(RegroupTask, RegroupSlice, reduce_project),
+    PlanKind.AGGREGATE: WorkerKind(AggregationTask, AggregateSlice, aggregate_reduction),
+    PlanKind.WINDOWED_AGGREGATE: WorkerKind(WindowedAggregationTask, WindowSlice, windowed_reduction),
+    PlanKind.SESSION_AGGREGATE: WorkerKind(SessionAggregationTask, SessionSlice, sessions_reduction),
+    PlanKind.PROJECT: WorkerKind(ProjectionTask, ProjectSlice, project_reduction),
+    PlanKind.MATERIALIZE: WorkerKind(TableTask, MaterializeSlice, materialize_reduction),
+    PlanKind.STREAM_TABLE_JOIN: WorkerKind(JoinTask, JoinSlice, join_reduction),
+    PlanKind.TABLE_TABLE_JOIN: WorkerKind(TableJoinTask, KeyedSlice, keyed_reduction),
+    PlanKind.FOREIGN_KEY_JOIN: WorkerKind(ForeignKeyJoinTask, KeyedSlice, keyed_reduction),
+    PlanKind.STREAM_STREAM_JOIN: WorkerKind(StreamJoinTask, KeyedSlice, keyed_reduction),
+    PlanKind.JOIN_SIDE: WorkerKind(JoinSideTask, KeyedSlice, keyed_reduction),
+    PlanKind.REGROUP: WorkerKind(RegroupTask, RegroupSlice, project_reduction),
 }
 """Every plan kind's task, slice and reducer, one row per kind."""
 

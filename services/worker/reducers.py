@@ -1,12 +1,15 @@
 """How Spark reduces one micro-batch of a stage, per plan kind, to a slice per partition.
 
-Each reducer takes the batch parsed by ``QueryRunner`` (``_partition``, ``_offset``,
-``_key``, ``_raw`` and the decoded value ``_v``) and returns one slice per input partition
-in the batch, from ONE Spark job: each job costs a scheduling round trip of its own
-(0.1-0.3 s in local mode, whatever its size), so the offsets, the records that go to the
-processing log and the results come back in the same collect, without a persist. Only what
-a task needs to commit reaches Python: per-key partial aggregates, each key's latest row,
-or the serialized result records.
+Each kind's reduction (``Reduction``) comes in two parts. Its ``frame`` is what each record
+becomes, computed from the records parsed by ``QueryRunner`` (``_partition``, ``_offset``,
+``_key``, ``_raw`` and the decoded value ``_v``): decoded, classified, filtered and
+projected, record by record. The runner makes it once, in the definition of its streaming
+query, so Spark analyses it when the query starts, not in every batch. Its ``reduce`` takes a
+batch of that frame to one slice per input partition in the batch, from ONE Spark job: each
+job costs a scheduling round trip of its own (0.1-0.3 s in local mode, whatever its size), so
+the offsets, the records that go to the processing log and the results come back in the
+same collect, without a persist. Only what a task needs to commit reaches Python: per-key
+partial aggregates, each key's latest row, or the serialized result records.
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ from __future__ import annotations
 import base64
 import datetime
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic
 
 import numpy as np
 import pyarrow as pa
@@ -70,13 +74,24 @@ _FIXED = ("_partition", "_kind", "_group", "_bad_offset", "_lo", "_hi", "_n", "_
 """The columns every grouped row starts with; a kind's results follow them."""
 
 
-def reduce_aggregate(parsed: DataFrame, query: PersistentQuery, source: DataSource, sink: DataSource,
-                     tasks: Mapping[int, Any] | None = None) -> dict[int, AggregateSlice]:
-    """A GROUP BY batch reduced to one partial state per (partition, key); the task merges
-    the partials into its store. When every aggregate has Arrow forms (``arrow_aggregate``),
-    Spark decodes, filters and computes the arguments in one narrow stage and Arrow groups;
-    else the aggregates' partial forms run in Spark, grouped by a shuffle, as do a table
-    aggregation's, whose rows are added or retracted (``aggregates.Aggregate.undo``)."""
+@dataclass(frozen=True)
+class Reduction(Generic[SliceT]):
+    """How one query reduces its batches: ``frame``, each record's columns from the parsed
+    records (record by record, no shuffle; made and analysed once per Spark query), and
+    ``reduce``, a batch of ``frame`` and the tasks it is for (by partition) to each partition's
+    slice, in one Spark job."""
+
+    frame: DataFrame
+    reduce: Callable[[DataFrame, Mapping[int, Any]], dict[int, SliceT]]
+
+
+def aggregate_reduction(parsed: DataFrame, query: PersistentQuery, source: DataSource, sink: DataSource,
+                        tasks: Mapping[int, Any]) -> Reduction[AggregateSlice]:
+    """A GROUP BY batch reduced to one partial state per (partition, key). When every
+    aggregate has Arrow forms (``arrow_aggregate``), Spark decodes, filters and computes the
+    arguments in one narrow stage and Arrow groups; else the aggregates' partial forms run in
+    Spark, grouped by a shuffle, as do a table aggregation's, whose rows are added or
+    retracted (``aggregates.Aggregate.undo``)."""
     frame = classify(parsed, source, tombstones=False, where=query.plan.where)
     signed = query.plan.regrouped is not None
     if not signed:
@@ -84,12 +99,15 @@ def reduce_aggregate(parsed: DataFrame, query: PersistentQuery, source: DataSour
         if arrow is not None:
             return arrow_aggregate(frame, arguments, arrow, source)
     columns, shape = partial_columns(query.plan, signed)
-    rows = grouped(frame, columns).collect()
-    slices = spans(rows, AggregateSlice, source)
-    for row in rows:
-        if row["_kind"] == GOOD:
-            slices[row["_partition"]].partials.append((bytes(row["_group"]), states(row, len(_FIXED), shape)))
-    return slices
+
+    def reduce(batch: DataFrame, tasks: Mapping[int, Any]) -> dict[int, AggregateSlice]:
+        rows = grouped(batch, columns).collect()
+        slices = spans(rows, AggregateSlice, source)
+        for row in rows:
+            if row["_kind"] == GOOD:
+                slices[row["_partition"]].partials.append((bytes(row["_group"]), states(row, len(_FIXED), shape)))
+        return slices
+    return Reduction(frame, reduce)
 
 
 _ARROW_EXACT = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.DecimalType, T.StringType, T.BooleanType)
@@ -132,35 +150,40 @@ def arrow_forms(arguments: T.StructType, query: PersistentQuery) -> list[tuple[s
 
 
 def arrow_aggregate(frame: DataFrame, arguments: list[Any], forms: list[tuple[str, ...]],
-                    source: DataSource) -> dict[int, AggregateSlice]:
+                    source: DataSource) -> Reduction[AggregateSlice]:
     """The batch's records, decoded, classified and with each aggregate's argument computed
     in one narrow Spark stage, come back as one Arrow table (no shuffle, no Python row per
     record); Arrow's hash aggregation gives each partition's offsets and count and each
     (partition, key)'s partials, and the bad records are read out of it."""
-    table = frame.select(
+    selected = frame.select(
         "_partition", "_offset", "_kind", F.expr(f"IF(_kind = {GOOD}, _key_bytes, NULL)").alias("_group"),
-        F.expr(f"IF(_kind IN ({_BAD}), _raw, NULL)").alias("_bad_raw"), *arguments).toArrow()
-    kind = table["_kind"]
-    rows: list[dict[str, Any]] = [
-        {"_partition": r["_partition"], "_lo": r["_offset_min"], "_hi": r["_offset_max"], "_n": r["_offset_count"],
-         "_kind": SKIPPED, "_bad_offset": None, "_bad_raw": None}
-        for r in table.group_by("_partition").aggregate(
-            [("_offset", "min"), ("_offset", "max"), ("_offset", "count")]).to_pylist()]
-    bad = table.filter(pc.and_(pc.not_equal(kind, GOOD), pc.not_equal(kind, SKIPPED)))
-    rows += [{"_partition": r["_partition"], "_lo": r["_offset"], "_hi": r["_offset"], "_n": 0, "_kind": r["_kind"],
-              "_bad_offset": r["_offset"], "_bad_raw": r["_bad_raw"]}
-             for r in bad.select(["_partition", "_offset", "_kind", "_bad_raw"]).to_pylist()]
-    slices = spans(rows, AggregateSlice, source)
+        F.expr(f"IF(_kind IN ({_BAD}), _raw, NULL)").alias("_bad_raw"), *arguments)
     wanted = [(f"a{i}", form) for i, each in enumerate(forms) for form in each]
-    partials = table.filter(pc.equal(kind, GOOD)).group_by(["_partition", "_group"], use_threads=False).aggregate(wanted)
-    for row in partials.to_pylist():
-        state = [plain([row[f"a{i}_{form}"] for form in each]) for i, each in enumerate(forms)]
-        slices[row["_partition"]].partials.append((bytes(row["_group"]), state))
-    return slices
+
+    def reduce(batch: DataFrame, tasks: Mapping[int, Any]) -> dict[int, AggregateSlice]:
+        table = batch.toArrow()
+        kind = table["_kind"]
+        rows: list[dict[str, Any]] = [
+            {"_partition": r["_partition"], "_lo": r["_offset_min"], "_hi": r["_offset_max"], "_n": r["_offset_count"],
+             "_kind": SKIPPED, "_bad_offset": None, "_bad_raw": None}
+            for r in table.group_by("_partition").aggregate(
+                [("_offset", "min"), ("_offset", "max"), ("_offset", "count")]).to_pylist()]
+        bad = table.filter(pc.and_(pc.not_equal(kind, GOOD), pc.not_equal(kind, SKIPPED)))
+        rows += [{"_partition": r["_partition"], "_lo": r["_offset"], "_hi": r["_offset"], "_n": 0,
+                  "_kind": r["_kind"], "_bad_offset": r["_offset"], "_bad_raw": r["_bad_raw"]}
+                 for r in bad.select(["_partition", "_offset", "_kind", "_bad_raw"]).to_pylist()]
+        slices = spans(rows, AggregateSlice, source)
+        partials = table.filter(pc.equal(kind, GOOD)).group_by(["_partition", "_group"],
+                                                               use_threads=False).aggregate(wanted)
+        for row in partials.to_pylist():
+            state = [plain([row[f"a{i}_{form}"] for form in each]) for i, each in enumerate(forms)]
+            slices[row["_partition"]].partials.append((bytes(row["_group"]), state))
+        return slices
+    return Reduction(selected, reduce)
 
 
-def reduce_project(parsed: DataFrame, query: PersistentQuery, source: DataSource, sink: DataSource,
-                   tasks: Mapping[int, Any] | None = None) -> dict[int, ProjectSlice]:
+def project_reduction(parsed: DataFrame, query: PersistentQuery, source: DataSource, sink: DataSource,
+                      tasks: Mapping[int, Any]) -> Reduction[ProjectSlice]:
     """Spark filters and computes every output column; Python serializes and the task
     produces (the transactional producer is per record anyway). Over a table, a deleted
     row and a row the filter drops become tombstones of its key, in input order.
@@ -180,12 +203,9 @@ def reduce_project(parsed: DataFrame, query: PersistentQuery, source: DataSource
     keys = [c for c in plan.columns if c.key]
     if len(keys) > 1 and plan.key_expression is not None:  # a key of several columns, re-keyed: one struct
         columns.append(F.when(good & passes, F.expr(plan.key_expression)).alias(f"c{len(plan.columns)}"))
-    rows = frame.select("_partition", "_offset", "_key_bytes", "_kind", (good & passes).alias("_keep"),
-                        F.expr(f"IF(_kind IN ({_BAD}), _raw, NULL)").alias("_bad_raw"), "_rowtime", *columns).collect()
-    rows.sort(key=lambda r: (r[0], r[1]))
+    selected = frame.select("_partition", "_offset", "_key_bytes", "_kind", (good & passes).alias("_keep"),
+                            F.expr(f"IF(_kind IN ({_BAD}), _raw, NULL)").alias("_bad_raw"), "_rowtime", *columns)
     slice_type: type[ProjectSlice] = RegroupSlice if regroup else ProjectSlice
-    slices = spans([{"_partition": r[0], "_kind": r[3], "_bad_offset": r[1], "_bad_raw": r[5],
-                     "_lo": r[1], "_hi": r[1], "_n": 1} for r in rows], slice_type, source)
     key_index = next((i for i, c in enumerate(plan.columns) if c.key), None)
     value_indexes = [i for i, c in enumerate(plan.columns) if not c.key]
     names = [plan.columns[i].name for i in value_indexes]
@@ -193,52 +213,59 @@ def reduce_project(parsed: DataFrame, query: PersistentQuery, source: DataSource
     if len(keys) > 1:
         key_index, key_type = len(plan.columns), composite_key_type([(c.name, c.type) for c in keys])
     decode = key_decoder(source.key_columns) if regroup and len(source.key_columns) > 1 else None
-    for row in rows:
-        piece = slices[row[0]]
-        if row[3] != GOOD:
-            continue
-        if regroup:
-            assert isinstance(piece, RegroupSlice)
-            table_key = bytes(row[2])
-            if decode is not None:  # a JSON key as the table's own store writes it: one row, one entry
+
+    def reduce(batch: DataFrame, tasks: Mapping[int, Any]) -> dict[int, ProjectSlice]:
+        rows = batch.collect()
+        rows.sort(key=lambda r: (r[0], r[1]))
+        slices = spans([{"_partition": r[0], "_kind": r[3], "_bad_offset": r[1], "_bad_raw": r[5],
+                         "_lo": r[1], "_hi": r[1], "_n": 1} for r in rows], slice_type, source)
+        for row in rows:
+            piece = slices[row[0]]
+            if row[3] != GOOD:
+                continue
+            if regroup:
+                assert isinstance(piece, RegroupSlice)
+                table_key = bytes(row[2])
+                if decode is not None:  # a JSON key as the table's own store writes it: one row, one entry
+                    try:
+                        table_key = encode_key(decode(table_key), source.key_columns)
+                    except (MillpondError, ValueError, TypeError, KeyError, ArithmeticError, RecursionError) as error:
+                        piece.bad.append(BadRecord(row[1], f"{reasons.bad_key(source)}: {error}",
+                                                   table_key.decode(errors="replace")))
+                        continue
+                piece.inputs.append((row[1], table_key))
+            if not row[4]:
+                if table:  # the key's row is gone downstream too
+                    piece.records.append((bytes(row[2]), None))
+                    piece.timestamps.append(row[6])
+                continue
+            values = plain(list(row)[7:])
+            if plan.key_expression is None:
+                key = bytes(row[2]) if row[2] is not None else None
+            elif key_index is not None and values[key_index] is not None and key_type is not None:
                 try:
-                    table_key = encode_key(decode(table_key), source.key_columns)
-                except (MillpondError, ValueError, TypeError, KeyError, ArithmeticError, RecursionError) as error:
-                    piece.bad.append(BadRecord(row[1], f"{reasons.bad_key(source)}: {error}",
-                                               table_key.decode(errors="replace")))
-                    continue
-            piece.inputs.append((row[1], table_key))
-        if not row[4]:
-            if table:  # the key's row is gone downstream too
-                piece.records.append((bytes(row[2]), None))
-                piece.timestamps.append(row[6])
-            continue
-        values = plain(list(row)[7:])
-        if plan.key_expression is None:
-            key = bytes(row[2]) if row[2] is not None else None
-        elif key_index is not None and values[key_index] is not None and key_type is not None:
-            try:
-                key = serialize_key(values[key_index], key_type)
-            except (MillpondError, ValueError, ArithmeticError) as error:
-                piece.bad.append(BadRecord(row[1], f"the new key ({plan.key_expression}) cannot be written: {error}",
-                                           None))
+                    key = serialize_key(values[key_index], key_type)
+                except (MillpondError, ValueError, ArithmeticError) as error:
+                    piece.bad.append(BadRecord(row[1], f"the new key ({plan.key_expression}) cannot be written: {error}",
+                                               None))
+                    key = None
+            else:
+                piece.bad.append(BadRecord(row[1], f"the new key ({plan.key_expression}) is NULL", None))
                 key = None
-        else:
-            piece.bad.append(BadRecord(row[1], f"the new key ({plan.key_expression}) is NULL", None))
-            key = None
-        if key is None and plan.key_expression is not None:
-            if regroup:  # the row is in no group
-                piece.records.append((bytes(row[2]), None))
-                piece.timestamps.append(row[6])
-            continue
-        value = serialize_value(names, [values[i] for i in value_indexes], sink.value_format, sink.value_delimiter)
-        piece.records.append((key, value))
-        piece.timestamps.append(row[6])
-    return slices
+            if key is None and plan.key_expression is not None:
+                if regroup:  # the row is in no group
+                    piece.records.append((bytes(row[2]), None))
+                    piece.timestamps.append(row[6])
+                continue
+            value = serialize_value(names, [values[i] for i in value_indexes], sink.value_format, sink.value_delimiter)
+            piece.records.append((key, value))
+            piece.timestamps.append(row[6])
+        return slices
+    return Reduction(selected, reduce)
 
 
-def reduce_join(parsed: DataFrame, query: PersistentQuery, source: DataSource, sink: DataSource,
-                tasks: Mapping[int, Any] | None = None) -> dict[int, JoinSlice]:
+def join_reduction(parsed: DataFrame, query: PersistentQuery, source: DataSource, sink: DataSource,
+                   tasks: Mapping[int, Any]) -> Reduction[JoinSlice]:
     """A stream-table join's batch: every usable stream record in offset order with its join
     key (the record key: the stream's key, or behind a repartition the join expression's
     value), its event time and the stream's columns; the task joins them with the table."""
@@ -250,71 +277,83 @@ def reduce_join(parsed: DataFrame, query: PersistentQuery, source: DataSource, s
     rowtime = F.col(quote_identifier(ROWTIME_COLUMN) if ROWTIME_COLUMN in source.schema else "_rowtime")
     time = F.coalesce(F.expr(query.plan.event_time), rowtime) if query.plan.event_time else rowtime
     columns = join_input(spec, source)
-    slices, good = in_offset_order(frame, [F.col("_key_bytes"), time.alias("_time"), *value_columns(columns)],
-                                   JoinSlice, source)
+    selected, read = in_offset_order(frame, [F.col("_key_bytes"), time.alias("_time"), *value_columns(columns)],
+                                     JoinSlice, source)
     # Values that are not JSON-ready as they come (decimals, dates, structs) go through ``plain``.
     convert = any(c.type.base not in _PLAIN_TYPES for c in columns)
-    for piece, offset, (key, event_time, *values) in good:
-        piece.records.append((offset, bytes(key), event_time, plain(values) if convert else values))
-    return slices
+
+    def reduce(batch: DataFrame, tasks: Mapping[int, Any]) -> dict[int, JoinSlice]:
+        slices, good = read(batch)
+        for piece, offset, (key, event_time, *values) in good:
+            piece.records.append((offset, bytes(key), event_time, plain(values) if convert else values))
+        return slices
+    return Reduction(selected, reduce)
 
 
-def reduce_materialize(parsed: DataFrame, query: PersistentQuery, source: DataSource, sink: DataSource,
-                       tasks: Mapping[int, Any] | None = None) -> dict[int, MaterializeSlice]:
+def materialize_reduction(parsed: DataFrame, query: PersistentQuery, source: DataSource, sink: DataSource,
+                          tasks: Mapping[int, Any]) -> Reduction[MaterializeSlice]:
     """A source table's batch reduced to each key's last record: its value columns, or
     None when that record is a tombstone (a NULL value deletes the key). No shuffle: the
     records come back in offset order and the last one per key wins. A table whose standby
     copies replay its topic (a join's result: ``ReplayedTableTask``) has each record decoded
     in Python, as its copies decode it (``TableRecords``)."""
-    if tasks is not None and any(getattr(task, "REPLAYS", False) for task in tasks.values()):
+    if any(getattr(task, "REPLAYS", False) for task in tasks.values()):
         return _replayed_latest(parsed, source)
     frame = classify(parsed, source, tombstones=True, where=None)
-    slices, good = in_offset_order(frame, [F.col("_key_bytes"), F.expr("_raw IS NULL"),
-                                           *value_columns(source.value_columns)], MaterializeSlice, source)
-    latest: dict[int, dict[bytes, list[Any] | None]] = defaultdict(dict)  # by id() of the slice: a later record wins
+    selected, read = in_offset_order(frame, [F.col("_key_bytes"), F.expr("_raw IS NULL"),
+                                             *value_columns(source.value_columns)], MaterializeSlice, source)
     keys = source.key_columns
     decode = key_decoder(keys) if len(keys) > 1 else None
-    for piece, offset, (key, deleted, *values) in good:
-        key = bytes(key)
-        if decode is not None:  # a JSON key stored as written here (compact, in column order): lookups find it
-            try:
-                key = encode_key(decode(key), keys)
-            except (MillpondError, ValueError, TypeError, KeyError, ArithmeticError, RecursionError) as error:
-                piece.bad.append(BadRecord(offset, f"{reasons.bad_key(source)}: {error}", key.decode(errors="replace")))
-                continue
-        latest[id(piece)][key] = None if deleted else stored(values)
-    for piece in slices.values():
-        piece.latest = list(latest[id(piece)].items())
-    return slices
+
+    def reduce(batch: DataFrame, tasks: Mapping[int, Any]) -> dict[int, MaterializeSlice]:
+        slices, good = read(batch)
+        latest: dict[int, dict[bytes, list[Any] | None]] = defaultdict(dict)  # by id() of the slice: a later record wins
+        for piece, offset, (key, deleted, *values) in good:
+            key = bytes(key)
+            if decode is not None:  # a JSON key stored as written here (compact, in column order): lookups find it
+                try:
+                    key = encode_key(decode(key), keys)
+                except (MillpondError, ValueError, TypeError, KeyError, ArithmeticError, RecursionError) as error:
+                    piece.bad.append(BadRecord(offset, f"{reasons.bad_key(source)}: {error}",
+                                               key.decode(errors="replace")))
+                    continue
+            latest[id(piece)][key] = None if deleted else stored(values)
+        for piece in slices.values():
+            piece.latest = list(latest[id(piece)].items())
+        return slices
+    return Reduction(selected, reduce)
 
 
-def _replayed_latest(parsed: DataFrame, source: DataSource) -> dict[int, MaterializeSlice]:
-    """``reduce_materialize`` of a table whose copies replay its topic: the records as they
-    are from Spark, keyed and decoded here as a copy does (``TableRecords``), the ones that do
-    not go to the processing log with the reasons a copy's catch-up gives them."""
-    records = TableRecords(source)
-    table = parsed.select("_partition", "_offset", "_key", "_value").toArrow().sort_by(
-        [("_partition", "ascending"), ("_offset", "ascending")])  # no Python row object per record
-    rows = zip(*(column.to_pylist() for column in table.columns), strict=True)
-    slices: dict[int, MaterializeSlice] = {}
-    latest: dict[int, dict[bytes, list[Any] | None]] = defaultdict(dict)
-    for partition, offset, key, value in rows:
-        piece = slices.get(partition)
-        if piece is None:
-            piece = slices[partition] = MaterializeSlice(offset, offset)
-        piece.last_offset, piece.count = offset, piece.count + 1
-        outcome = records.read(key, value)
-        if isinstance(outcome, LeftOut):
-            piece.bad.append(BadRecord(offset, outcome.reason, outcome.text))
-        elif outcome is not None:
-            latest[partition][outcome[0]] = outcome[1]
-    for partition, piece in slices.items():
-        piece.latest = list(latest[partition].items())
-    return slices
+def _replayed_latest(parsed: DataFrame, source: DataSource) -> Reduction[MaterializeSlice]:
+    """``materialize_reduction`` of a table whose copies replay its topic: the records as
+    they are from Spark, keyed and decoded here as a copy does (``TableRecords``), the ones
+    that do not go to the processing log with the reasons a copy's catch-up gives them."""
+
+    def reduce(batch: DataFrame, tasks: Mapping[int, Any]) -> dict[int, MaterializeSlice]:
+        records = TableRecords(source)
+        table = batch.toArrow().sort_by(
+            [("_partition", "ascending"), ("_offset", "ascending")])  # no Python row object per record
+        rows = zip(*(column.to_pylist() for column in table.columns), strict=True)
+        slices: dict[int, MaterializeSlice] = {}
+        latest: dict[int, dict[bytes, list[Any] | None]] = defaultdict(dict)
+        for partition, offset, key, value in rows:
+            piece = slices.get(partition)
+            if piece is None:
+                piece = slices[partition] = MaterializeSlice(offset, offset)
+            piece.last_offset, piece.count = offset, piece.count + 1
+            outcome = records.read(key, value)
+            if isinstance(outcome, LeftOut):
+                piece.bad.append(BadRecord(offset, outcome.reason, outcome.text))
+            elif outcome is not None:
+                latest[partition][outcome[0]] = outcome[1]
+        for partition, piece in slices.items():
+            piece.latest = list(latest[partition].items())
+        return slices
+    return Reduction(parsed.select("_partition", "_offset", "_key", "_value"), reduce)
 
 
-def reduce_keyed(parsed: DataFrame, query: PersistentQuery, source: DataSource, sink: DataSource,
-                 tasks: Mapping[int, Any] | None = None) -> dict[int, KeyedSlice]:
+def keyed_reduction(parsed: DataFrame, query: PersistentQuery, source: DataSource, sink: DataSource,
+                    tasks: Mapping[int, Any]) -> Reduction[KeyedSlice]:
     """A batch's records as they are (key, value bytes or None, event time), in offset order,
     for a two-topic join's stages: a record without a key goes to the processing log (a
     keyless tombstone is passed over); values are decoded by the join's task. A stream joined
@@ -335,15 +374,19 @@ def reduce_keyed(parsed: DataFrame, query: PersistentQuery, source: DataSource, 
             f"WHEN ({rekey}) IS NULL THEN {NO_KEY} ")
     frame = frame.withColumn("_kind", F.expr(f"{kind} WHEN {no_time} THEN {NO_TIME} ELSE {GOOD} END"))
     extra = [F.col("_key").alias("k"), F.col("_value").alias("v"), F.expr(time).alias("t")]
-    slices, good = in_offset_order(frame, extra if rekey is None else [*extra, F.expr(rekey).alias("j")],
-                                   KeyedSlice, source)
+    selected, read = in_offset_order(frame, extra if rekey is None else [*extra, F.expr(rekey).alias("j")],
+                                     KeyedSlice, source)
     key_type = next((c.type for c in query.plan.columns if c.key), None)
-    for piece, offset, (key, value, timestamp, *join) in good:
-        if join:
-            assert key_type is not None
-            key = rekeyed(serialize_key(join[0], key_type), None if key is None else bytes(key))
-        piece.records.append((offset, bytes(key), None if value is None else bytes(value), timestamp))
-    return slices
+
+    def reduce(batch: DataFrame, tasks: Mapping[int, Any]) -> dict[int, KeyedSlice]:
+        slices, good = read(batch)
+        for piece, offset, (key, value, timestamp, *join) in good:
+            if join:
+                assert key_type is not None
+                key = rekeyed(serialize_key(join[0], key_type), None if key is None else bytes(key))
+            piece.records.append((offset, bytes(key), None if value is None else bytes(value), timestamp))
+        return slices
+    return Reduction(selected, reduce)
 
 
 def value_columns(columns: Iterable[Column]) -> list[Any]:
@@ -352,30 +395,36 @@ def value_columns(columns: Iterable[Column]) -> list[Any]:
 
 
 def in_offset_order(frame: DataFrame, extra: list[Any], slice_type: type[SliceT], source: DataSource
-                    ) -> tuple[dict[int, SliceT], list[tuple[SliceT, int, list[Any]]]]:
-    """Each partition's slice of a classified batch (offsets, count, bad records), and every
-    GOOD record with its slice, offset and ``extra`` values, in partition and offset order:
-    one Spark job, no shuffle, the records back as one Arrow table when ``arrow_values`` says
-    Arrow gives the same values (else as Spark's rows)."""
+                    ) -> tuple[DataFrame, Callable[[DataFrame], tuple[dict[int, SliceT], list[tuple[SliceT, int, list[Any]]]]]]:
+    """The columns a classified frame's records come back with (partition, offset, kind, the
+    text of a bad one, then ``extra``), and what reads a batch of them: each partition's
+    slice (offsets, count, bad records), and every GOOD record with its slice, offset and
+    ``extra`` values, in partition and offset order. One Spark job, no shuffle, the records
+    back as one Arrow table when ``arrow_values`` says Arrow gives the same values (else as
+    Spark's rows)."""
     selected = frame.select("_partition", "_offset", "_kind", F.expr(f"IF(_kind IN ({_BAD}), _raw, NULL)").alias("_bad_raw"),
                             *extra)
-    if arrow_values(selected):  # no Python row object per record
-        table = selected.toArrow().sort_by([("_partition", "ascending"), ("_offset", "ascending")])
-        rows = [list(r) for r in zip(*(column.to_pylist() for column in table.columns), strict=True)]
-    else:
-        rows = sorted((list(r) for r in selected.collect()), key=lambda r: (r[0], r[1]))
-    slices: dict[int, SliceT] = {}
-    good: list[tuple[SliceT, int, list[Any]]] = []
-    for partition, offset, kind, raw, *values in rows:
-        piece = slices.get(partition)
-        if piece is None:
-            piece = slices[partition] = slice_type(offset, offset)
-        piece.last_offset, piece.count = offset, piece.count + 1
-        if kind == GOOD:
-            good.append((piece, offset, values))
-        elif kind != SKIPPED:
-            piece.bad += bad_records(kind, offset, raw, source)
-    return slices, good
+    arrow = arrow_values(selected)  # no Python row object per record
+
+    def read(batch: DataFrame) -> tuple[dict[int, SliceT], list[tuple[SliceT, int, list[Any]]]]:
+        if arrow:
+            table = batch.toArrow().sort_by([("_partition", "ascending"), ("_offset", "ascending")])
+            rows = [list(r) for r in zip(*(column.to_pylist() for column in table.columns), strict=True)]
+        else:
+            rows = sorted((list(r) for r in batch.collect()), key=lambda r: (r[0], r[1]))
+        slices: dict[int, SliceT] = {}
+        good: list[tuple[SliceT, int, list[Any]]] = []
+        for partition, offset, kind, raw, *values in rows:
+            piece = slices.get(partition)
+            if piece is None:
+                piece = slices[partition] = slice_type(offset, offset)
+            piece.last_offset, piece.count = offset, piece.count + 1
+            if kind == GOOD:
+                good.append((piece, offset, values))
+            elif kind != SKIPPED:
+                piece.bad += bad_records(kind, offset, raw, source)
+        return slices, good
+    return selected, read
 
 
 _ARROW_VALUES = (T.StringType, T.IntegerType, T.LongType, T.ShortType, T.ByteType, T.DoubleType, T.FloatType,
@@ -465,133 +514,146 @@ def bad_records(kind: int, offset: int, raw: str | None, source: DataSource) -> 
     return out
 
 
-def reduce_windowed(parsed: DataFrame, query: PersistentQuery, source: DataSource, sink: DataSource,
-                    tasks: Mapping[int, Any] | None = None) -> dict[int, WindowSlice]:
+def windowed_reduction(parsed: DataFrame, query: PersistentQuery, source: DataSource, sink: DataSource,
+                       tasks: Mapping[int, Any]) -> Reduction[WindowSlice]:
     """A windowed GROUP BY batch reduced, in one Spark job, to one partial state per
     (partition, key, window), keyed by the windowed key, and the records whose window closed.
 
     A record's windows are Kafka Streams' (``WindowSpec.starts``); one closes once stream time
     (the partition's latest event time so far, this record's included) reaches its end plus
     grace. Stream time runs over the records in offset order from the task's own
-    (``WindowedAggregationTask.stream_time``, read from ``tasks`` now, between two batches: the
-    slice says which it used, and the task refuses a slice reduced against another)."""
+    (``WindowedAggregationTask.stream_time``, read from the batch's tasks before it is reduced,
+    between two batches: the slice says which it used, and the task refuses a slice reduced
+    against another)."""
     plan = query.plan
     window = plan.window
     assert window is not None
-    reduced_at = {p: int(getattr(task, "stream_time", -1)) for p, task in (tasks or {}).items()}
     frame = classify_timed(parsed, source, plan)
     arguments, arrow = _arguments(frame, query, source)
     if arrow is not None:
-        return arrow_windowed(frame, arguments, arrow, window, reduced_at, source)
-    prior = " ".join(f"WHEN {p} THEN {t}" for p, t in reduced_at.items())
+        return arrow_windowed(frame, arguments, arrow, window, source)
     so_far = Window.partitionBy("_partition").orderBy("_offset").rowsBetween(Window.unboundedPreceding,
                                                                              Window.currentRow)
     size, advance, grace = window.size_ms, window.advance_ms, window.grace_ms
-    frame = frame.withColumn("_stime", F.greatest(
-        F.expr(f"CASE _partition {prior} ELSE -1 END" if prior else "-1"),
-        F.coalesce(F.max(F.expr(f"IF(_kind = {GOOD}, _ts, NULL)")).over(so_far), F.lit(-1))))
-    frame = frame.withColumn("_last", F.expr(f"IF(_kind = {GOOD}, _ts - _ts % {advance}, NULL)"))
-    frame = frame.withColumn("_ws", F.explode_outer(F.expr(
-        f"IF(_kind = {GOOD}, sequence(greatest(0, _ts - {size} + {advance}) div {advance} * {advance}, _last, "
-        f"CAST({advance} AS BIGINT)), NULL)")))
-    frame = frame.withColumn("_k", F.expr(f"IF(_kind = {GOOD} AND _ws + {size + grace} <= _stime, {LATE}, _kind)"))
-    bad = f"_k IN ({_BAD}, {NO_TIME}, {LATE})"
     columns, shape = partial_columns(plan)
-    rows = frame.groupBy(
-        F.col("_partition"), F.col("_k").alias("_kind"),
-        F.expr(f"IF(_k IN ({GOOD}, {LATE}), concat(_key_bytes, unhex(lpad(hex(_ws), 16, '0'))), NULL)").alias("_group"),
-        F.expr(f"IF({bad}, `_offset`, NULL)").alias("_bad_offset"),
-    ).agg(F.min("_offset").alias("_lo"), F.max("_offset").alias("_hi"),
-          F.sum(F.expr("IF(_ws IS NULL OR _ws = _last, 1, 0)")).alias("_n"),
-          F.max(F.expr(f"IF({bad}, _raw, NULL)")).alias("_bad_raw"),
-          F.max(F.expr(f"IF(_kind = {GOOD}, _ts, NULL)")).alias("_latest"), F.max("_stime").alias("_stime"),
-          F.max("_ws").alias("_ws"), *columns).collect()
-    slices = spans(rows, WindowSlice, source)
-    for partition, piece in slices.items():
-        piece.reduced_at = piece.stream_time = reduced_at.get(partition, -1)
-    for row in rows:
-        piece = slices[row["_partition"]]
-        if row["_latest"] is not None:
-            piece.stream_time = max(piece.stream_time, row["_latest"])
-        if row["_kind"] == GOOD:
-            piece.partials.append((bytes(row["_group"]), states(row, len(_WINDOWED_FIXED), shape)))
-        elif row["_kind"] == LATE:
-            start = row["_ws"]
-            piece.late.append(BadRecord(row["_bad_offset"], (
-                f"late: its {window.kind} window [{start}, {start + size}) closed at stream time {row['_stime']} "
-                f"(the window end plus its {grace} ms grace period); the record is dropped from that window"),
-                row["_bad_raw"]))
-    for piece in slices.values():
-        piece.late.sort(key=lambda b: b.offset)
-    return slices
+
+    def reduce(batch: DataFrame, tasks: Mapping[int, Any]) -> dict[int, WindowSlice]:
+        reduced_at = stream_times(tasks)
+        prior = " ".join(f"WHEN {p} THEN {t}" for p, t in reduced_at.items())
+        frame = batch.withColumn("_stime", F.greatest(
+            F.expr(f"CASE _partition {prior} ELSE -1 END" if prior else "-1"),
+            F.coalesce(F.max(F.expr(f"IF(_kind = {GOOD}, _ts, NULL)")).over(so_far), F.lit(-1))))
+        frame = frame.withColumn("_last", F.expr(f"IF(_kind = {GOOD}, _ts - _ts % {advance}, NULL)"))
+        frame = frame.withColumn("_ws", F.explode_outer(F.expr(
+            f"IF(_kind = {GOOD}, sequence(greatest(0, _ts - {size} + {advance}) div {advance} * {advance}, _last, "
+            f"CAST({advance} AS BIGINT)), NULL)")))
+        frame = frame.withColumn("_k", F.expr(f"IF(_kind = {GOOD} AND _ws + {size + grace} <= _stime, {LATE}, _kind)"))
+        bad = f"_k IN ({_BAD}, {NO_TIME}, {LATE})"
+        rows = frame.groupBy(
+            F.col("_partition"), F.col("_k").alias("_kind"),
+            F.expr(f"IF(_k IN ({GOOD}, {LATE}), concat(_key_bytes, unhex(lpad(hex(_ws), 16, '0'))), NULL)").alias("_group"),
+            F.expr(f"IF({bad}, `_offset`, NULL)").alias("_bad_offset"),
+        ).agg(F.min("_offset").alias("_lo"), F.max("_offset").alias("_hi"),
+              F.sum(F.expr("IF(_ws IS NULL OR _ws = _last, 1, 0)")).alias("_n"),
+              F.max(F.expr(f"IF({bad}, _raw, NULL)")).alias("_bad_raw"),
+              F.max(F.expr(f"IF(_kind = {GOOD}, _ts, NULL)")).alias("_latest"), F.max("_stime").alias("_stime"),
+              F.max("_ws").alias("_ws"), *columns).collect()
+        slices = spans(rows, WindowSlice, source)
+        for partition, piece in slices.items():
+            piece.reduced_at = piece.stream_time = reduced_at.get(partition, -1)
+        for row in rows:
+            piece = slices[row["_partition"]]
+            if row["_latest"] is not None:
+                piece.stream_time = max(piece.stream_time, row["_latest"])
+            if row["_kind"] == GOOD:
+                piece.partials.append((bytes(row["_group"]), states(row, len(_WINDOWED_FIXED), shape)))
+            elif row["_kind"] == LATE:
+                start = row["_ws"]
+                piece.late.append(BadRecord(row["_bad_offset"], (
+                    f"late: its {window.kind} window [{start}, {start + size}) closed at stream time {row['_stime']} "
+                    f"(the window end plus its {grace} ms grace period); the record is dropped from that window"),
+                    row["_bad_raw"]))
+        for piece in slices.values():
+            piece.late.sort(key=lambda b: b.offset)
+        return slices
+    return Reduction(frame, reduce)
+
+
+def stream_times(tasks: Mapping[int, Any]) -> dict[int, int]:
+    """Each windowed task's stream time now (-1 before its first record), by partition."""
+    return {p: int(getattr(task, "stream_time", -1)) for p, task in tasks.items()}
 
 
 def arrow_windowed(frame: DataFrame, arguments: list[Any], forms: list[tuple[str, ...]], window: WindowSpec,
-                   reduced_at: Mapping[int, int], source: DataSource) -> dict[int, WindowSlice]:
-    """``reduce_windowed`` without Spark's shuffle: Spark decodes, classifies and computes each
+                   source: DataSource) -> Reduction[WindowSlice]:
+    """``windowed_reduction`` without Spark's shuffle: Spark decodes, classifies and computes each
     record's event time and aggregate arguments in one narrow stage; numpy runs each
     partition's stream time over the records in offset order (from the task's), puts each
     record in its windows and marks the late ones; Arrow groups the rest per (partition, key,
     window) into the aggregates' partials. The same slices as the Spark path."""
-    table = frame.select(
+    selected = frame.select(
         "_partition", "_offset", "_kind", "_ts", F.expr(f"IF(_kind = {GOOD}, _key_bytes, NULL)").alias("_group"),
         # Any used record may turn out late (stream time is only known here): each keeps its text.
-        F.expr(f"IF(_kind != {SKIPPED}, _raw, NULL)").alias("_bad_raw"), *arguments,
-    ).toArrow().sort_by([("_partition", "ascending"), ("_offset", "ascending")])
-    partition = table["_partition"].to_numpy()
-    offset = table["_offset"].to_numpy()
-    kind = table["_kind"].to_numpy()
-    good = kind == GOOD
-    ts = np.where(good, table["_ts"].fill_null(-1).to_numpy(), -1).astype(np.int64)
-    # Stream time as of each record (its own time included): the running maximum per partition.
-    stime = np.empty_like(ts)
-    slices: dict[int, WindowSlice] = {}
-    bounds = np.flatnonzero(np.diff(partition)) + 1
-    raws = table["_bad_raw"]
-    for lo, hi in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [len(partition)]]), strict=True):
-        if lo == hi:
-            continue
-        p = int(partition[lo])
-        prior = reduced_at.get(p, -1)
-        stime[lo:hi] = np.maximum.accumulate(np.maximum(ts[lo:hi], prior))
-        piece = slices[p] = WindowSlice(int(offset[lo]), int(offset[hi - 1]), count=int(hi - lo))
-        piece.reduced_at = prior
-        piece.stream_time = int(stime[hi - 1])
-        for at in np.flatnonzero(~good[lo:hi] & (kind[lo:hi] != SKIPPED)) + lo:
-            piece.bad += bad_records(int(kind[at]), int(offset[at]), raws[int(at)].as_py(), source)
-    # Each GOOD record in each of its windows (Kafka Streams' windowsFor).
-    size, advance, grace = window.size_ms, window.advance_ms, window.grace_ms
-    rows = np.flatnonzero(good)
-    first = np.maximum(ts[rows] - size + advance, 0) // advance * advance
-    count = (ts[rows] - ts[rows] % advance - first) // advance + 1
-    record = np.repeat(rows, count)
-    step = np.arange(len(record)) - np.repeat(np.cumsum(count) - count, count)
-    start = np.repeat(first, count) + step * advance
-    late = start + size + grace <= stime[record]
-    for at, ws in zip(record[late], start[late], strict=True):
-        piece = slices[int(partition[at])]
-        piece.late.append(BadRecord(int(offset[at]), (
-            f"late: its {window.kind} window [{ws}, {ws + size}) closed at stream time {int(stime[at])} "
-            f"(the window end plus its {grace} ms grace period); the record is dropped from that window"),
-            raws[int(at)].as_py() if raws[int(at)].is_valid else None))
-    kept = record[~late]
-    windows = pa.table({"_partition": pa.array(partition[kept]), "_group": table["_group"].take(pa.array(kept)),
-                        "_ws": pa.array(start[~late]),
-                        **{f"a{i}": table[f"a{i}"].take(pa.array(kept)) for i in range(len(forms))}})
-    wanted = [(f"a{i}", form) for i, each in enumerate(forms) for form in each]
-    partials = windows.group_by(["_partition", "_group", "_ws"], use_threads=False).aggregate(wanted)
-    for row in partials.to_pylist():
-        state = [plain([row[f"a{i}_{form}"] for form in each]) for i, each in enumerate(forms)]
-        slices[row["_partition"]].partials.append((windowed_key(bytes(row["_group"]), row["_ws"]), state))
-    return slices
+        F.expr(f"IF(_kind != {SKIPPED}, _raw, NULL)").alias("_bad_raw"), *arguments)
+
+    def reduce(batch: DataFrame, tasks: Mapping[int, Any]) -> dict[int, WindowSlice]:
+        reduced_at = stream_times(tasks)
+        table = batch.toArrow().sort_by([("_partition", "ascending"), ("_offset", "ascending")])
+        partition = table["_partition"].to_numpy()
+        offset = table["_offset"].to_numpy()
+        kind = table["_kind"].to_numpy()
+        good = kind == GOOD
+        ts = np.where(good, table["_ts"].fill_null(-1).to_numpy(), -1).astype(np.int64)
+        # Stream time as of each record (its own time included): the running maximum per partition.
+        stime = np.empty_like(ts)
+        slices: dict[int, WindowSlice] = {}
+        bounds = np.flatnonzero(np.diff(partition)) + 1
+        raws = table["_bad_raw"]
+        for lo, hi in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [len(partition)]]), strict=True):
+            if lo == hi:
+                continue
+            p = int(partition[lo])
+            prior = reduced_at.get(p, -1)
+            stime[lo:hi] = np.maximum.accumulate(np.maximum(ts[lo:hi], prior))
+            piece = slices[p] = WindowSlice(int(offset[lo]), int(offset[hi - 1]), count=int(hi - lo))
+            piece.reduced_at = prior
+            piece.stream_time = int(stime[hi - 1])
+            for at in np.flatnonzero(~good[lo:hi] & (kind[lo:hi] != SKIPPED)) + lo:
+                piece.bad += bad_records(int(kind[at]), int(offset[at]), raws[int(at)].as_py(), source)
+        # Each GOOD record in each of its windows (Kafka Streams' windowsFor).
+        size, advance, grace = window.size_ms, window.advance_ms, window.grace_ms
+        rows = np.flatnonzero(good)
+        first = np.maximum(ts[rows] - size + advance, 0) // advance * advance
+        count = (ts[rows] - ts[rows] % advance - first) // advance + 1
+        record = np.repeat(rows, count)
+        step = np.arange(len(record)) - np.repeat(np.cumsum(count) - count, count)
+        start = np.repeat(first, count) + step * advance
+        late = start + size + grace <= stime[record]
+        for at, ws in zip(record[late], start[late], strict=True):
+            piece = slices[int(partition[at])]
+            piece.late.append(BadRecord(int(offset[at]), (
+                f"late: its {window.kind} window [{ws}, {ws + size}) closed at stream time {int(stime[at])} "
+                f"(the window end plus its {grace} ms grace period); the record is dropped from that window"),
+                raws[int(at)].as_py() if raws[int(at)].is_valid else None))
+        kept = record[~late]
+        windows = pa.table({"_partition": pa.array(partition[kept]), "_group": table["_group"].take(pa.array(kept)),
+                            "_ws": pa.array(start[~late]),
+                            **{f"a{i}": table[f"a{i}"].take(pa.array(kept)) for i in range(len(forms))}})
+        wanted = [(f"a{i}", form) for i, each in enumerate(forms) for form in each]
+        partials = windows.group_by(["_partition", "_group", "_ws"], use_threads=False).aggregate(wanted)
+        for row in partials.to_pylist():
+            state = [plain([row[f"a{i}_{form}"] for form in each]) for i, each in enumerate(forms)]
+            slices[row["_partition"]].partials.append((windowed_key(bytes(row["_group"]), row["_ws"]), state))
+        return slices
+    return Reduction(selected, reduce)
 
 
 _WINDOWED_FIXED = (*_FIXED, "_latest", "_stime", "_ws")
-"""The columns every row of ``reduce_windowed`` starts with."""
+"""The columns every row of ``windowed_reduction`` starts with."""
 
 
-def reduce_sessions(parsed: DataFrame, query: PersistentQuery, source: DataSource, sink: DataSource,
-                    tasks: Mapping[int, Any] | None = None) -> dict[int, SessionSlice]:
+def sessions_reduction(parsed: DataFrame, query: PersistentQuery, source: DataSource, sink: DataSource,
+                       tasks: Mapping[int, Any]) -> Reduction[SessionSlice]:
     """A session-windowed GROUP BY batch: each record's partial state, key and event time, in
     offset order, from one Spark job (each record its own group). Sessions merge record by
     record in the task (``SessionAggregationTask``): which sessions a record bridges, and
@@ -600,19 +662,22 @@ def reduce_sessions(parsed: DataFrame, query: PersistentQuery, source: DataSourc
     frame = classify_timed(parsed, source, plan)
     columns, shape = partial_columns(plan)
     bad = f"_kind IN ({_BAD}, {NO_TIME})"
-    rows = frame.groupBy(
-        F.col("_partition"), F.col("_kind"), F.col("_offset"),
-        F.expr(f"IF(_kind = {GOOD}, _key_bytes, NULL)").alias("_group"), F.expr(f"IF(_kind = {GOOD}, _ts, NULL)").alias("_t"),
-    ).agg(F.max(F.expr(f"IF({bad}, _raw, NULL)")).alias("_bad_raw"), *columns).collect()
-    rows.sort(key=lambda r: (r["_partition"], r["_offset"]))
-    slices = spans([{"_partition": r["_partition"], "_kind": r["_kind"], "_lo": r["_offset"], "_hi": r["_offset"],
-                     "_n": 1, "_bad_offset": r["_offset"], "_bad_raw": r["_bad_raw"]} for r in rows],
-                   SessionSlice, source)
-    for row in rows:
-        if row["_kind"] == GOOD:
-            state = states(row, 6, shape)  # after _partition, _kind, _offset, _group, _t and _bad_raw
-            slices[row["_partition"]].records.append((row["_offset"], bytes(row["_group"]), row["_t"], state))
-    return slices
+
+    def reduce(batch: DataFrame, tasks: Mapping[int, Any]) -> dict[int, SessionSlice]:
+        rows = batch.groupBy(
+            F.col("_partition"), F.col("_kind"), F.col("_offset"),
+            F.expr(f"IF(_kind = {GOOD}, _key_bytes, NULL)").alias("_group"), F.expr(f"IF(_kind = {GOOD}, _ts, NULL)").alias("_t"),
+        ).agg(F.max(F.expr(f"IF({bad}, _raw, NULL)")).alias("_bad_raw"), *columns).collect()
+        rows.sort(key=lambda r: (r["_partition"], r["_offset"]))
+        slices = spans([{"_partition": r["_partition"], "_kind": r["_kind"], "_lo": r["_offset"], "_hi": r["_offset"],
+                         "_n": 1, "_bad_offset": r["_offset"], "_bad_raw": r["_bad_raw"]} for r in rows],
+                       SessionSlice, source)
+        for row in rows:
+            if row["_kind"] == GOOD:
+                state = states(row, 6, shape)  # after _partition, _kind, _offset, _group, _t and _bad_raw
+                slices[row["_partition"]].records.append((row["_offset"], bytes(row["_group"]), row["_t"], state))
+        return slices
+    return Reduction(frame, reduce)
 
 
 def classify_timed(parsed: DataFrame, source: DataSource, plan: QueryPlan) -> DataFrame:

@@ -3,7 +3,7 @@ group it was counted in and put into its new one, as ksqlDB's table aggregations
 Streams' ``KTable#groupBy`` sends the old and the new value of each change).
 
 Spark computes each table record's group key and its regrouped value (every column, the
-record's time and ``_SIGN`` 1: ``reducers.reduce_project`` of the REGROUP plan) or, for a
+record's time and ``_SIGN`` 1: ``reducers.project_reduction`` of the REGROUP plan) or, for a
 deleted row, one the WHERE drops or one without a group key, a tombstone of the table key.
 The task keeps, per table key, the group key and value it last added. For each key the batch
 changes it writes that value again with ``_SIGN`` -1 (retracted) to the old group's

@@ -5,7 +5,7 @@ changelog of its own: the topic is its changelog, as Kafka Streams' source table
 copy therefore replays that topic the way the active task applies it: each key's latest
 value, a tombstone deleting the key, a multi-column key stored in its canonical form, a
 value that does not decode left out (the active task logs it). Both decode each record in
-Python, the same way (``TableRecords``: ``reducers.reduce_materialize`` for the active task),
+Python, the same way (``TableRecords``: ``reducers.materialize_reduction`` for the active task),
 so a copy holds what the active task held whatever the columns' types; for what Millpond
 writes, that is what Spark's reading of it stores for any other table (``stored``). The
 next topic offset is the copy's input offset, written in the same write batch as the rows,
@@ -63,7 +63,7 @@ class TableRecords:
     keeps it (a key of several columns in its canonical form; None: no usable key) and the
     value columns as the store keeps them (``stored``; None: the value does not decode). A
     joined table's active task and its standby copies both apply records this way
-    (``reducers.reduce_materialize``, ``TableTopicReader``), so a promoted copy holds what the
+    (``reducers.materialize_reduction``, ``TableTopicReader``), so a promoted copy holds what the
     active held, whatever the columns' types."""
 
     def __init__(self, table: DataSource):

@@ -53,6 +53,7 @@ from millpond.services.worker import reducers
 from millpond.services.worker.converters import row_to_proto
 from millpond.services.worker.kinds import new_task
 from millpond.services.worker.query_runner import QueryRunner
+from millpond.services.worker.reducers import Reduction
 from millpond.services.worker.state.store import encode_state
 from millpond.services.worker.state.table_topic import TableRecords
 from millpond.services.worker.table_joining import rekeyed, split_rekeyed
@@ -339,10 +340,10 @@ def test_a_batch_of_as_many_partitions_as_cores_or_fewer_is_planned_as_one_of_mo
     runner.cores = 2
     plans: list[str] = []
 
-    def planned(parsed: DataFrame, *_: Any) -> dict[int, Any]:
+    def planned(parsed: DataFrame, *_: Any) -> Reduction[Any]:
         plans.append(re.sub(r"#\d+L?", "", parsed._jdf.queryExecution().executedPlan().toString()))
-        return {}
-    runner.kind = dataclasses.replace(runner.kind, reduce=planned)
+        return Reduction(parsed, lambda batch, tasks: {})
+    runner.kind = dataclasses.replace(runner.kind, reduction=planned)
     try:
         runner._reduce(batch)  # three partitions, three tasks
         runner.tasks = {0: runner.tasks[0]}  # a query of one moved partition

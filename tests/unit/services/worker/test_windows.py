@@ -1,4 +1,4 @@
-"""The windowed reducer (``reducers.reduce_windowed`` through ``QueryRunner._reduce``) in a
+"""The windowed reducer (``reducers.windowed_reduction`` through ``QueryRunner._reduce``) in a
 local[1] Spark session, batch after batch, against a pure-Python reference of Kafka Streams'
 window semantics:
 
