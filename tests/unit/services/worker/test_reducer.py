@@ -310,6 +310,33 @@ def test_a_batch_is_one_spark_job(spark: SparkSession, reduction: str, batch: Da
         assert len(jobs) == 1, statement
 
 
+def test_a_batch_of_the_reductions_frame_goes_to_its_job_as_it_came(spark: SparkSession, batch: DataFrame,
+                                                                     tmp_path: Path) -> None:
+    """Each record's columns are the streaming query's own (``QueryRunner.reduction``), which
+    Spark analyses once, when the query starts: a batch of them goes to its one job with no
+    DataFrame made from it (each costs an analysis, 5-10 ms a step in every batch)."""
+    frames = type(batch)
+    made: list[int] = []
+    init = frames.__init__
+
+    def counted(self: DataFrame, *args: Any, **kwargs: Any) -> None:
+        made.append(1)
+        init(self, *args, **kwargs)
+    for statement in (AGGREGATE, PROJECT):
+        runner = runner_of(spark, statement, tmp_path)
+        try:
+            reduction = runner.reduction(batch)
+            frames.__init__ = counted  # type: ignore[method-assign]
+            try:
+                slices = runner._reduced(reduction.frame, reduction)
+            finally:
+                frames.__init__ = init  # type: ignore[method-assign]
+        finally:
+            runner.loop.close()
+        assert slices == runner._reduce(batch), statement  # the same slices as a batch reduced whole
+        assert not made, statement
+
+
 def test_a_batch_of_more_partitions_than_cores_runs_in_as_many_tasks_as_cores(
         spark: SparkSession, reduction: str, batch: DataFrame, tmp_path: Path) -> None:
     """A Kafka partition is a Spark task, and each task has a fixed cost: a batch of three
