@@ -337,6 +337,22 @@ def test_a_batch_of_the_reductions_frame_goes_to_its_job_as_it_came(spark: Spark
         assert not made, statement
 
 
+def test_a_partition_whose_task_left_the_query_is_set_aside(spark: SparkSession, batch: DataFrame,
+                                                            tmp_path: Path) -> None:
+    """A task that leaves a running query (its partition moved out) gets no slice of the
+    batches after; the others get theirs as before."""
+    for statement in (AGGREGATE, PROJECT):
+        runner = runner_of(spark, statement, tmp_path)
+        try:
+            whole = runner._reduce(batch)
+            runner.assigned = frozenset(runner.tasks)  # as ``start`` leaves it
+            del runner.tasks[1]
+            kept = runner._reduce(batch)
+        finally:
+            runner.loop.close()
+        assert 1 in whole and kept == {p: piece for p, piece in whole.items() if p != 1}, statement
+
+
 def test_a_batch_of_more_partitions_than_cores_runs_in_as_many_tasks_as_cores(
         spark: SparkSession, reduction: str, batch: DataFrame, tmp_path: Path) -> None:
     """A Kafka partition is a Spark task, and each task has a fixed cost: a batch of three
