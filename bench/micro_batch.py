@@ -13,8 +13,8 @@ sizes, on the worker's own Spark session (same settings) over a real broker:
 
 The first two are measured over the same batches, by a streaming query of their own; the
 reduction over batches of the same size and offsets, by the worker's. Each includes its own
-read of the batch; the differences are the cost of each step. The transactional commit to Kafka comes after and is not in
-these figures. ``python -m bench.micro_batch [--sizes 1000,10000,50000]``
+read of the batch; the differences are the cost of each step. The transactional commit to
+Kafka comes after and is not in these figures. ``python -m bench.micro_batch [--sizes 1000,10000,50000]``
 """
 
 from __future__ import annotations

@@ -124,9 +124,10 @@ _ARGUMENTS: dict[tuple[Any, QueryPlan, DataSource], tuple[list[SparkColumn], T.S
 def _arguments(frame: DataFrame, query: PersistentQuery, source: DataSource) -> tuple[list[SparkColumn], list[tuple[str, ...]] | None]:
     """The aggregates' arguments as Spark columns (``a<i>``), and their Arrow forms when every
     aggregate has them for its argument's type (``arrow_forms``). Made once per plan, not per
-    batch: each Column function is a call into the JVM, and their types Spark's analysis
-    (~10 ms). A Column is an expression, not bound to a DataFrame; a context's are its own."""
-    key = (frame.sparkSession.sparkContext, query.plan, source)  # each batch has a session object of its own
+    Spark query: a partition that moves in gets a query of its own (``QueryRunner.reduction``),
+    and each Column function is a call into the JVM, their types Spark's analysis (~10 ms). A
+    Column is an expression, not bound to a DataFrame; a context's are its own."""
+    key = (frame.sparkSession.sparkContext, query.plan, source)  # a frame's session object may be its own
     known = _ARGUMENTS.get(key)
     if known is None:
         if len(_ARGUMENTS) >= 256:
