@@ -53,7 +53,7 @@ class Statements:
                  coordinators: Coordinators, pulls: PullRouter, parser: StatementParser):
         self.settings = settings
         self.parser = parser
-        """Parses within the limits, off the event loop, with a cache bounded by bytes."""
+        """Parses within the limits (a long text off the event loop), with a cache bounded by bytes."""
         self.metastore = metastore
         self.reader = reader
         self.coordinators = coordinators

@@ -1,9 +1,10 @@
-"""Client statement text is refused cheaply when too long or too deep, parsed off the event
-loop within a time budget, and the parse cache stays within its byte bound."""
+"""Client statement text is refused cheaply when too long or too deep, parsed within a time
+budget (off the event loop but for short texts), and the parse cache stays within its byte bound."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import pytest
@@ -12,7 +13,14 @@ from hypothesis import strategies as st
 
 from millpond.shared.errors import ErrorKind, StatementError
 from millpond.shared.sql import ast
-from millpond.shared.sql.guard import ParseCache, ParseLimits, StatementParser, check_text, too_deep_at
+from millpond.shared.sql.guard import (
+    INLINE_PARSE_CHARS,
+    ParseCache,
+    ParseLimits,
+    StatementParser,
+    check_text,
+    too_deep_at,
+)
 from millpond.shared.sql.parser import parse_statement
 
 NESTED_64K = "SELECT " + "(" * 32000 + "1" + ")" * 32000 + " FROM T;"
@@ -72,6 +80,28 @@ async def test_the_event_loop_keeps_ticking_while_a_slow_parse_runs() -> None:
     # On the loop the parse would be one gap as long as itself; off it the loop only waits
     # for the interpreter lock now and then.
     assert len(gaps) >= 5 and max(gaps) < took / 3
+
+
+async def test_a_short_text_is_parsed_on_the_loop_and_a_longer_one_on_a_parse_thread() -> None:
+    parser = StatementParser(ParseLimits())
+    threads: list[str] = []
+    parse_on = parser._pool.submit
+
+    def submit(call, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+        threads.append("submitted")
+        return parse_on(lambda: (threads.append(threading.current_thread().name), call(*args, **kwargs))[1])
+    parser._pool.submit = submit  # type: ignore[method-assign]
+    short = "INSERT INTO readings (sensor, reading) VALUES ('s-1', 42);"
+    longer = "SELECT " + ", ".join(f"C{i}" for i in range(60)) + " FROM T;"
+    assert len(short) <= INLINE_PARSE_CHARS < len(longer)
+    try:
+        (inserted,) = await parser.parse(short)
+        assert isinstance(inserted, ast.InsertValues) and threads == [], "no hand-off for a short text"
+        (selected,) = await parser.parse(longer)
+    finally:
+        parser.close()
+    assert isinstance(selected, ast.Query) and len(selected.items) == 60
+    assert threads[0] == "submitted" and threads[1].startswith("millpond-parse")
 
 
 async def test_a_parse_past_its_budget_stops_with_a_clear_error() -> None:
