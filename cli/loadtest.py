@@ -74,6 +74,7 @@ PRODUCE_TICK_S = 0.005
 PRODUCE_TICK_MAX = 5000
 """The most events a tick sends (an unlimited generator's every tick, or one catching up)."""
 
+
 @dataclass
 class Config:
     """One load test."""
@@ -159,12 +160,12 @@ def _channel(config: Config) -> grpc.aio.Channel:
 
 
 async def produce(config: Config, stats: Stats, stop: asyncio.Event, rng: random.Random,
-                  limit: int | None = None) -> None:
+                  limit: int | None = None, tick_max: int = PRODUCE_TICK_MAX) -> None:
     """Events at the target rate until ``stop`` or ``limit`` events (every key once first,
-    then random keys), in ticks of ``PRODUCE_TICK_S``: each tick's events go into one record
-    batch per partition. A send per event cost the generator a quarter of a core at 10,000
-    events/s, taken from the cluster it loads when both share a machine; batched, with the
-    values made once, 9%."""
+    then random keys), in ticks of ``PRODUCE_TICK_S`` of at most ``tick_max`` events: each
+    tick's events go into one record batch per partition (more when one fills). A send per
+    event cost the generator a quarter of a core at 10,000 events/s, taken from the cluster it
+    loads when both share a machine; batched, with the values made once, 9%."""
     producer = AIOKafkaProducer(bootstrap_servers=config.kafka, linger_ms=5, max_batch_size=256 * 1024, acks=1)
     await producer.start()
     keys = [f"sensor-{k:05d}".encode() for k in range(config.keys)]
@@ -173,8 +174,8 @@ async def produce(config: Config, stats: Stats, stop: asyncio.Event, rng: random
     try:
         n, started = 0, time.monotonic()
         while not stop.is_set() and (limit is None or n < limit):
-            due = PRODUCE_TICK_MAX if config.events_per_s <= 0 else \
-                min(int((time.monotonic() - started) * config.events_per_s) - n, PRODUCE_TICK_MAX)
+            due = tick_max if config.events_per_s <= 0 else \
+                min(int((time.monotonic() - started) * config.events_per_s) - n, tick_max)
             if limit is not None:
                 due = min(due, limit - n)
             batches: dict[int, Any] = {}

@@ -9,7 +9,6 @@ import random
 import time
 import uuid
 
-import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
@@ -53,13 +52,12 @@ def config(kafka: EmbeddedKafka, name: str, events_per_s: float) -> loadtest.Con
                            partitions=PARTITIONS, events_per_s=events_per_s)
 
 
-async def test_a_limited_load_sends_every_key_first_then_random_ones_each_to_its_partition(
-        kafka: EmbeddedKafka, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_limited_load_sends_every_key_first_then_random_ones_each_to_its_partition(kafka: EmbeddedKafka) -> None:
     # Two ticks, the first of whose record batches fill (256 KiB, about 4,700 events each).
     name, limit = await topic(kafka), 50_000
-    monkeypatch.setattr(loadtest, "PRODUCE_TICK_MAX", 40_000)
     stats = loadtest.Stats()
-    await loadtest.produce(config(kafka, name, 0.0), stats, asyncio.Event(), random.Random(3), limit=limit)
+    await loadtest.produce(config(kafka, name, 0.0), stats, asyncio.Event(), random.Random(3), limit=limit,
+                           tick_max=40_000)
     assert stats.produced == limit
     read = await read_all(kafka, name, limit)
     assert sum(map(len, read.values())) == limit, "every event once"
