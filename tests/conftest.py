@@ -23,7 +23,7 @@ TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 @pytest.fixture(scope="session", autouse=True)
 def quick_spark_jvms() -> None:
     # Nor do they warm the JIT up at start (about 13 s of a core each, for batches of a few
-    # records): tests/unit/services/worker/test_jit.py runs the warm-up itself.
+    # records): tests/integration/test_jit_warm_up.py runs the warm-up itself.
     os.environ.setdefault("MILLPOND_SPARK_WARM_UP_BATCHES", "0")
     os.environ.setdefault("MILLPOND_SPARK_WARM_UP_TRIGGERS", "0")
     if "MILLPOND_SPARK_CONF" not in os.environ:

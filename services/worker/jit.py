@@ -1,7 +1,8 @@
 """The JIT warm-up of a worker's Spark session: before the session takes its first query, it
 reduces a few batches of made-up JSON records through the GROUP BY path every query's batches
 share (JSON decoding, classification, the aggregates' arguments, Arrow out to Python), then
-runs a streaming query of many small micro-batches of them through the same reduction.
+runs a streaming query of many small micro-batches of them through the same reduction, read
+from Kafka as a query's input is (from a topic of the warm-up's own).
 
 Why: a JVM runs new code interpreted until it is compiled. A worker's first micro-batch took
 2.9-6.8 s of Spark for what took 0.4-1.2 s once warm (bench.aggregation, bench.freshness, DEBUG
@@ -19,18 +20,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import tempfile
 import threading
 import time
+import uuid
+from collections.abc import Iterator
 from typing import Any
 
+from aiokafka.admin import AIOKafkaAdminClient
 from pyspark.sql import DataFrame, SparkSession
 
-from millpond.services.worker.query_runner import QueryRunner, checkpoint_root
+from millpond.services.worker.query_runner import SOURCE_OPTIONS, QueryRunner, checkpoint_root
 from millpond.services.worker.task import AggregationTask, Task
+from millpond.shared.catalog import names
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import WorkerSettings
+from millpond.shared.kafka.admin import delete_topics, ensure_topic
+from millpond.shared.kafka.connection import KafkaConnection
 from millpond.shared.sql.parser import parse_statement
 
 log = logging.getLogger(__name__)
@@ -42,6 +50,8 @@ TRIGGER_RECORDS = 1_000
 """Records in each micro-batch of the streaming part: a batch of bench.freshness's size."""
 TRIGGERS_TIMEOUT_S = 300
 """The longest the streaming part may take (a busy machine's 60 triggers took about 20 s)."""
+WARM_UP_RETENTION_MS = 600_000
+"""How long a warm-up topic keeps its records: one a crash left behind holds none for long."""
 PARTITIONS = 4
 STREAM = ("CREATE STREAM warm_up (id VARCHAR KEY, site VARCHAR, reading DOUBLE, total BIGINT, level INT, ok BOOLEAN) "
           f"WITH (kafka_topic='warm_up', partitions={PARTITIONS}, value_format='JSON');")
@@ -78,31 +88,34 @@ def as_kafka_records(ids: DataFrame) -> DataFrame:
         "timestamp_millis(1700000000000 + id) AS timestamp")
 
 
-def warm_up_jit(spark: SparkSession, settings: WorkerSettings) -> int:
-    """Reduce ``settings.spark_warm_up_batches`` batches of ``BATCH_RECORDS`` made-up records
+def warm_up_jit(spark: SparkSession, settings: WorkerSettings, *, batch_records: int = BATCH_RECORDS,
+                trigger_records: int = TRIGGER_RECORDS, triggers_timeout_s: float = TRIGGERS_TIMEOUT_S) -> int:
+    """Reduce ``settings.spark_warm_up_batches`` batches of ``batch_records`` made-up records
     on ``spark`` (a local master's: its own JVM runs the batches), then
-    ``settings.spark_warm_up_triggers`` micro-batches of ``TRIGGER_RECORDS`` in a streaming
-    query; the records reduced. Blocking: about 4 s of a core at 5 batches, 9 s more at 60 triggers."""
+    ``settings.spark_warm_up_triggers`` micro-batches of ``trigger_records`` that a streaming
+    query reads from Kafka (a topic of its own, deleted after), within ``triggers_timeout_s``; the
+    records reduced. Blocking: about 4 s of a core at 5 batches, 9 s more at 60 triggers."""
     batches, triggers = settings.spark_warm_up_batches, settings.spark_warm_up_triggers
     if (batches <= 0 and triggers <= 0) or not settings.spark_local:
         # On a cluster master the batches run in the executors' JVMs, not this one; and
         # a cluster without a free core would hold the warm-up, so the worker, for good.
         return 0
     started = time.monotonic()
-    loop = asyncio.new_event_loop()  # the runner's commits would run on it; none does here
+    loop = asyncio.new_event_loop()  # the admin client's; the runner's commits would run on it, none does here
     try:
         runner = reduction_runner(spark, settings, (STREAM, TABLE), loop)
-        reduced = _reduce_batches(spark, runner, batches) + _reduce_triggers(spark, settings, runner, triggers)
+        reduced = (_reduce_batches(spark, runner, batches, batch_records)
+                   + _reduce_triggers(spark, settings, runner, triggers, trigger_records, loop, triggers_timeout_s))
     finally:
         loop.close()
     log.info("Spark warmed up", extra={"records": reduced, "seconds": round(time.monotonic() - started, 1)})
     return reduced
 
 
-def _reduce_batches(spark: SparkSession, runner: QueryRunner, batches: int) -> int:
+def _reduce_batches(spark: SparkSession, runner: QueryRunner, batches: int, records: int) -> int:
     if batches <= 0:
         return 0
-    frame = made_up_records(spark, BATCH_RECORDS).cache()
+    frame = made_up_records(spark, records).cache()
     try:
         frame.count()  # made once: the batches time the reduction, not the making
         return sum(piece.count for _ in range(batches) for piece in runner._reduce(frame).values())
@@ -110,19 +123,15 @@ def _reduce_batches(spark: SparkSession, runner: QueryRunner, batches: int) -> i
         frame.unpersist()
 
 
-def _reduce_triggers(spark: SparkSession, settings: WorkerSettings, runner: QueryRunner, triggers: int) -> int:
-    """Reduce ``triggers`` micro-batches of a streaming query (Spark's rate-micro-batch
-    source, shaped as Kafka records); the records reduced. A stop of the session ends it."""
+def _reduce_triggers(spark: SparkSession, settings: WorkerSettings, runner: QueryRunner, triggers: int,
+                     records: int, loop: asyncio.AbstractEventLoop, timeout_s: float) -> int:
+    """Reduce ``triggers`` micro-batches of ``records`` made-up records each, read by a
+    streaming query over the Kafka source from a topic of the warm-up's own; the records
+    reduced. A stop of the session ends it."""
     if triggers <= 0:
         return 0
     reduced: list[int] = []
     done = threading.Event()
-
-    # Defined as a query's stream is (``QueryRunner.start``): the records' columns in the
-    # streaming query, each batch of them reduced.
-    reduction = runner.reduction(as_kafka_records(
-        spark.readStream.format("rate-micro-batch").option("rowsPerBatch", TRIGGER_RECORDS)
-        .option("numPartitions", PARTITIONS).load().selectExpr("value AS id")))
 
     def on_batch(batch: DataFrame, batch_id: int) -> None:
         if len(reduced) < triggers:
@@ -133,10 +142,20 @@ def _reduce_triggers(spark: SparkSession, settings: WorkerSettings, runner: Quer
 
     root = checkpoint_root(settings)
     root.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="warm-up-", dir=root) as checkpoint:
+    with warm_up_topic(spark, settings, triggers * records, loop) as topic, \
+            tempfile.TemporaryDirectory(prefix="warm-up-", dir=root) as checkpoint:
+        # Read as a query's input is (``QueryRunner.start``): the Kafka source's JVM code
+        # (offsets, fetches, the records' rows) is half of a warm batch's Spark time, and a
+        # warm-up that read a made-up source left it cold: a query started after it ran its
+        # first 20 s of batches slower (bench.freshness p99 623-642 ms, against 461-492 with
+        # another Kafka query run first).
+        reduction = runner.reduction(
+            spark.readStream.format("kafka").options(**settings.kafka.spark_options())
+            .option("assign", json.dumps({topic: list(range(PARTITIONS))})).option("startingOffsets", "earliest")
+            .options(**SOURCE_OPTIONS).option("maxOffsetsPerTrigger", str(records)).load())
         query = reduction.frame.writeStream.foreachBatch(on_batch).option("checkpointLocation", checkpoint).start()
         try:
-            deadline = time.monotonic() + TRIGGERS_TIMEOUT_S
+            deadline = time.monotonic() + timeout_s
             while not done.wait(0.2) and query.isActive and time.monotonic() < deadline:
                 pass
         finally:
@@ -146,5 +165,36 @@ def _reduce_triggers(spark: SparkSession, settings: WorkerSettings, runner: Quer
             error = query.exception()
             raise error if error is not None else TimeoutError(
                 f"the warm-up's streaming query ran {len(reduced)} of its {triggers} micro-batches in "
-                f"{TRIGGERS_TIMEOUT_S} s")
+                f"{timeout_s:g} s")
     return sum(reduced)
+
+
+@contextlib.contextmanager
+def warm_up_topic(spark: SparkSession, settings: WorkerSettings, records: int,
+                  loop: asyncio.AbstractEventLoop) -> Iterator[str]:
+    """A new topic of ``PARTITIONS`` partitions holding ``records`` made-up records (written
+    by Spark's Kafka sink, a quarter in each partition, so that a trigger limited to n records
+    reads n), deleted when the block ends. The worker's warm-up topics that a
+    crash left behind are deleted first."""
+    prefix = names.warm_up_topic_prefix(settings.service_id, settings.worker_id)
+    topic = prefix + uuid.uuid4().hex[:12]
+    loop.run_until_complete(_replace_topics(settings.kafka, prefix, topic))
+    try:
+        (made_up_records(spark, records).select("partition", "key", "value").write.format("kafka")
+         .options(**settings.kafka.spark_options()).option("topic", topic).save())
+        yield topic
+    finally:
+        loop.run_until_complete(_replace_topics(settings.kafka, prefix, None))
+
+
+async def _replace_topics(kafka: KafkaConnection, prefix: str, topic: str | None) -> None:
+    """Delete the topics whose names start with ``prefix``, then create ``topic`` (unless None)."""
+    admin = AIOKafkaAdminClient(**kafka.client_args())
+    try:
+        await admin.start()
+        await delete_topics(admin, [name for name in await admin.list_topics() if name.startswith(prefix)])
+        if topic is not None:
+            # A crash's topic keeps no records for long (the topic itself stays until next start).
+            await ensure_topic(admin, topic, PARTITIONS, configs={"retention.ms": str(WARM_UP_RETENTION_MS)})
+    finally:
+        await admin.close()

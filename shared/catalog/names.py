@@ -39,6 +39,12 @@ def leader_group(service_id: str) -> str:
     return _prefix(service_id) + "coordinators"
 
 
+def warm_up_topic_prefix(service_id: str, worker_id: str) -> str:
+    """What every warm-up topic of a worker's Spark session starts with (a worker deletes
+    those a crash left behind before it makes its next)."""
+    return f"{_prefix(service_id)}warm-up-{worker_id}-"
+
+
 def changelog_topic(service_id: str, query_id: str) -> str:
     """The compacted changelog of a persistent query's state store."""
     return f"{_prefix(service_id)}{query_id}-changelog"
