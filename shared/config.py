@@ -234,11 +234,11 @@ class WorkerSettings(CoordinatorClientSettings):
         "worker offers no copy to take an active over. 0: none (a query's first batches then run the cold code).",
     )
     spark_warm_up_triggers: int = Field(
-        60, description="Micro-batches of 1,000 made-up JSON records a streaming query reads over the Kafka "
+        250, description="Micro-batches of 1,000 made-up JSON records a streaming query reads over the Kafka "
         "source (from a topic of its own, deleted after) and reduces after spark_warm_up_batches, so the JVM has "
         "compiled the per-batch path too (the streaming engine's trigger, planning, scheduling, the Kafka "
-        "reads): about 9 s of a core. 0: none (a query's batches then take about a minute of "
-        "input to reach their warm speed).",
+        "reads): about 0.06 s each alone, 0.15 s on two cores shared with a busy cluster. 0: none (a query's "
+        "batches then take about a minute of input to reach their warm speed).",
     )
     spark_cores: int = Field(
         0, description="Cores (threads) Spark gives this worker's queries, as ksqlDB's num.stream.threads: with a "

@@ -49,7 +49,7 @@ what a warm one takes (1.03 s, 0.37, 0.28, 0.28, 0.26, then 0.22-0.31)."""
 TRIGGER_RECORDS = 1_000
 """Records in each micro-batch of the streaming part: a batch of bench.freshness's size."""
 TRIGGERS_TIMEOUT_S = 300
-"""The longest the streaming part may take (a busy machine's 60 triggers took about 20 s)."""
+"""The longest the streaming part may take (a busy machine's 250 triggers took about 40 s)."""
 WARM_UP_RETENTION_MS = 600_000
 """How long a warm-up topic keeps its records: one a crash left behind holds none for long."""
 PARTITIONS = 4
@@ -94,7 +94,7 @@ def warm_up_jit(spark: SparkSession, settings: WorkerSettings, *, batch_records:
     on ``spark`` (a local master's: its own JVM runs the batches), then
     ``settings.spark_warm_up_triggers`` micro-batches of ``trigger_records`` that a streaming
     query reads from Kafka (a topic of its own, deleted after), within ``triggers_timeout_s``; the
-    records reduced. Blocking: about 4 s of a core at 5 batches, 9 s more at 60 triggers."""
+    records reduced. Blocking: on an idle 1-core session, cold, 29 s at 5 batches and 250 triggers."""
     batches, triggers = settings.spark_warm_up_batches, settings.spark_warm_up_triggers
     if (batches <= 0 and triggers <= 0) or not settings.spark_local:
         # On a cluster master the batches run in the executors' JVMs, not this one; and
