@@ -36,7 +36,7 @@ from millpond.shared.catalog.queries import PersistentQuery
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.catalog.topology import stages
 from millpond.shared.config import WorkerSettings
-from millpond.shared.kafka.admin import committed_offsets, committed_positions, ensure_topic
+from millpond.shared.kafka.admin import committed_offsets, committed_positions, end_offsets, ensure_topic
 from millpond.shared.kafka.connection import KafkaConnection
 from millpond.shared.sql.parser import parse_statement
 from millpond.shared.task_status import RESTORING, RUNNING, STARTING, now_ms
@@ -87,7 +87,10 @@ async def _committed(bootstrap: str, topic: str) -> list[tuple[bytes | None, dic
         tp = TopicPartition(topic, 0)
         consumer.assign([tp])
         await consumer.seek_to_beginning(tp)
-        end = (await consumer.end_offsets([tp]))[tp]
+        # Up to the high watermark, not this consumer's end (the last stable offset): a
+        # transaction's commit returns once it is decided, before its markers are written,
+        # and until they are the last stable offset stops short of its records.
+        end = (await end_offsets(bootstrap, topic, 1))[0]
         out: list[tuple[bytes | None, dict[str, object]]] = []
         while await consumer.position(tp) < end:
             for records in (await consumer.getmany(tp, timeout_ms=1000)).values():
