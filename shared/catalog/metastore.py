@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from millpond.shared.catalog.names import NOT_IN_TOPICS
 from millpond.shared.catalog.queries import PersistentQuery, Resolved
 from millpond.shared.catalog.sources import Column, DataSource
 from millpond.shared.catalog.topology import TABLE_JOINS
@@ -38,7 +38,6 @@ from millpond.shared.sql.planner import (
     plan_persistent,
 )
 
-_NOT_IN_TOPICS = re.compile(r"[^a-zA-Z0-9._-]")
 MAX_NAME_IN_ID = 100
 """Of a source's name, how much a query id keeps (its topics' names stay within Kafka's 249)."""
 DDL = (ast.CreateSource, ast.CreateAsSelect, ast.InsertSelect, ast.Drop, ast.Terminate)
@@ -283,7 +282,7 @@ class Metastore:
         # creates the query's topics) before the command is appended. The id names Kafka
         # topics: a (quoted) name's characters Kafka does not allow become '_' and a long name
         # is cut short (the number keeps ids unique).
-        named = _NOT_IN_TOPICS.sub("_", name)[:MAX_NAME_IN_ID]
+        named = NOT_IN_TOPICS.sub("_", name)[:MAX_NAME_IN_ID]
         return "_".join(filter(None, (prefix, named, str(self.queries_created))))
 
     def _create_as_select(self, stmt: ast.CreateAsSelect, start_offsets: tuple[int, ...] | None) -> Change:

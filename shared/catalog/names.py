@@ -8,6 +8,11 @@ Pure functions, no I/O.
 
 from __future__ import annotations
 
+import re
+
+NOT_IN_TOPICS = re.compile(r"[^a-zA-Z0-9._-]")
+"""What Kafka does not allow in a topic's name."""
+
 
 def _prefix(service_id: str) -> str:
     return f"_millpond-{service_id}-"
@@ -41,8 +46,9 @@ def leader_group(service_id: str) -> str:
 
 def warm_up_topic_prefix(service_id: str, worker_id: str) -> str:
     """What every warm-up topic of a worker's Spark session starts with (a worker deletes
-    those a crash left behind before it makes its next)."""
-    return f"{_prefix(service_id)}warm-up-{worker_id}-"
+    those a crash left behind before it makes its next). A character of the worker id that
+    Kafka does not allow in a topic's name becomes '_'."""
+    return f"{_prefix(service_id)}warm-up-{NOT_IN_TOPICS.sub('_', worker_id)}-"
 
 
 def changelog_topic(service_id: str, query_id: str) -> str:

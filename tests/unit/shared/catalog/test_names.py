@@ -20,6 +20,11 @@ def test_every_name_is_the_literal_it_has_always_been() -> None:
     assert names.task_transactional_id("svc", "CTAS_T_1", 3, "repartition") == "_millpond-svc-CTAS_T_1-3-repartition"
 
 
+def test_a_warm_up_topic_takes_only_what_kafka_allows_of_the_worker_id() -> None:
+    assert names.warm_up_topic_prefix("svc", "worker-1") == "_millpond-svc-warm-up-worker-1-"
+    assert names.warm_up_topic_prefix("svc", "host a:7/w.1") == "_millpond-svc-warm-up-host_a_7_w.1-"
+
+
 def test_settings_take_their_topics_from_the_names() -> None:
     settings = WorkerSettings(service_id="svc")
     assert settings.command_topic == "_millpond-svc-command_topic"
