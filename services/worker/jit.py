@@ -49,7 +49,7 @@ what a warm one takes (1.03 s, 0.37, 0.28, 0.28, 0.26, then 0.22-0.31)."""
 TRIGGER_RECORDS = 1_000
 """Records in each micro-batch of the streaming part: a batch of bench.freshness's size."""
 TRIGGERS_TIMEOUT_S = 300
-"""The longest the streaming part may take (a busy machine's 250 triggers took about 40 s)."""
+"""The longest the streaming part may take (250 triggers took about 50 s beside bench.freshness's load)."""
 WARM_UP_RETENTION_MS = 600_000
 """How long a warm-up topic keeps its records: one a crash left behind holds none for long."""
 PARTITIONS = 4
@@ -73,14 +73,9 @@ def reduction_runner(spark: SparkSession, settings: WorkerSettings, statements: 
 
 
 def made_up_records(spark: SparkSession, records: int) -> DataFrame:
-    """``records`` rows shaped as the Kafka source's (``as_kafka_records``)."""
-    return as_kafka_records(spark.range(records, numPartitions=PARTITIONS))
-
-
-def as_kafka_records(ids: DataFrame) -> DataFrame:
-    """A row per number in the ``id`` column, shaped as the Kafka source's (partition, offset,
-    key, value, timestamp), each value a JSON object of the warm-up stream's columns, 1,000 keys."""
-    return ids.selectExpr(
+    """``records`` rows shaped as the Kafka source's (partition, offset, key, value,
+    timestamp), each value a JSON object of the warm-up stream's columns, 1,000 keys."""
+    return spark.range(records, numPartitions=PARTITIONS).selectExpr(
         f"CAST(id % {PARTITIONS} AS INT) AS partition", "id AS offset",
         "CAST(CONCAT('sensor-', id % 1000) AS BINARY) AS key",
         "CAST(to_json(named_struct('SITE', CONCAT('site-', id % 97), 'READING', id * 0.25, 'TOTAL', id, "
@@ -144,11 +139,10 @@ def _reduce_triggers(spark: SparkSession, settings: WorkerSettings, runner: Quer
     root.mkdir(parents=True, exist_ok=True)
     with warm_up_topic(spark, settings, triggers * records, loop) as topic, \
             tempfile.TemporaryDirectory(prefix="warm-up-", dir=root) as checkpoint:
-        # Read as a query's input is (``QueryRunner.start``): the Kafka source's JVM code
-        # (offsets, fetches, the records' rows) is half of a warm batch's Spark time, and a
-        # warm-up that read a made-up source left it cold: a query started after it ran its
-        # first 20 s of batches slower (bench.freshness p99 623-642 ms, against 461-492 with
-        # another Kafka query run first).
+        # Read as a query's input is (``QueryRunner.start``), so the Kafka source's JVM code
+        # (offsets, fetches, the records' rows) is compiled too: a warm-up that read Spark's
+        # rate source left it cold (bench.freshness p99 after the first 30 s 469-511 ms,
+        # against 392-458 reading Kafka, three alternated pairs).
         reduction = runner.reduction(
             spark.readStream.format("kafka").options(**settings.kafka.spark_options())
             .option("assign", json.dumps({topic: list(range(PARTITIONS))})).option("startingOffsets", "earliest")
