@@ -10,7 +10,9 @@ them.
 
 A change of partitions restarts nothing that keeps running. Partitions that join while the
 stage's Spark query runs get a Spark query of their own, started from their tasks'
-positions; the running one goes on with no pause (at most ``MAX_QUERIES`` per stage: later
+positions (its plan, a few DataFrame steps that Spark analyses, is made while their tasks
+start, from the positions committed before the fence: ``expect``; it is made again for a
+task that resumes elsewhere); the running one goes on with no pause (at most ``MAX_QUERIES`` per stage: later
 newcomers restart the newest, which holds only partitions that moved in lately, and a query
 that has not processed a batch yet is restarted rather than joined by another). A partition
 that leaves gets no more batches at once: its query still fetches it until its next start,
@@ -85,11 +87,16 @@ class StageStream:
         """The stage's Spark queries on this worker, the oldest first; each runs its own tasks."""
         self._job: asyncio.Task[None] | None = None
         self._context = {"query": stage.query.query_id, "stage": stage.name}
+        self._expected: dict[int, tuple[Task[Any], int | None]] = {}
+        """Tasks still starting, by partition, with the position each is expected to resume at."""
+        self._preparing: asyncio.Task[QueryRunner | None] | None = None
+        """The plan of the Spark query the expected tasks will get, being made (``expect``)."""
 
     def join(self, tasks: dict[int, Task[Any]]) -> asyncio.Future[str]:
         """Run these started tasks (soon, in a Spark query of their own if one already runs).
         The future is set with a reason once the stream cannot run them any more."""
         ended: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self.unexpect(tasks)
         for partition, task in tasks.items():
             self.members[partition] = task
             self._ended[partition] = ended
@@ -110,12 +117,84 @@ class StageStream:
                 self._remove(partition)
         self._changed.set()
 
+    def takes_newcomers(self) -> bool:
+        """Whether tasks that join now would get a Spark query of their own: one runs (and has
+        processed a batch) and the stage has room for another (``_reconcile``)."""
+        newest = self.runners[-1] if self.runners else None
+        return (newest is not None and newest.parked_at is None and newest.batches > 0
+                and len(self.runners) < MAX_QUERIES)
+
+    def expect(self, tasks: dict[int, Task[Any]], positions: dict[int, int | None]) -> None:
+        """These tasks are starting, each expected to resume at its position: when they would
+        get a Spark query of their own, its plan is made now, while they start (fencing,
+        restore), for the ``join`` that follows to start it at once if their positions are as
+        expected (else the query's plan is made again then, as without this)."""
+        for partition, task in tasks.items():
+            if self.members.get(partition) is not task:
+                self._expected[partition] = (task, positions[partition])
+        if self._preparing is not None:  # its plan would lack these: a later one replaces it
+            self._preparing.cancel()
+        self._preparing = asyncio.create_task(self._prepare(), name=f"prepare-{self.stage.query.query_id}")
+
+    def unexpect(self, tasks: dict[int, Task[Any]]) -> None:
+        """These tasks are not expected any more (they joined, or will not)."""
+        for partition, task in tasks.items():
+            if self._expected.get(partition, (None,))[0] is task:
+                del self._expected[partition]
+
+    async def _prepare(self) -> QueryRunner | None:
+        """A runner over the expected tasks with its query's plan made, after the same wait as
+        a join's (the tasks of a worker's partitions start at about the same time)."""
+        await asyncio.sleep(SETTLE_S)
+        expected = dict(self._expected)
+        if not expected or not self.takes_newcomers():
+            return None
+        try:
+            runner = await self._runner({p: task for p, (task, _) in expected.items()})
+            await asyncio.to_thread(runner.prepare, {p: position for p, (_, position) in expected.items()})
+        except Exception:  # the query's start makes its plan again, and says what fails
+            log.info("a Spark query's plan could not be made ahead", exc_info=True, extra=self._context)
+            return None
+        return runner
+
+    async def _prepared(self, tasks: dict[int, Task[Any]]) -> QueryRunner | None:
+        """The runner ``expect`` made ready for exactly ``tasks`` (which joined) from their
+        positions now, waited for if its plan is still being made; None when there is none such."""
+        job, self._preparing = self._preparing, None
+        if job is None:
+            return None
+        if self._expected:  # others are still starting: the plan being made is for them too
+            job.cancel()
+            return None
+        try:
+            runner = await job
+        except asyncio.CancelledError:
+            if (current := asyncio.current_task()) is not None and current.cancelling():
+                raise
+            return None
+        if runner is None or runner.tasks != tasks or runner.prepared() != runner.positions():
+            return None
+        return runner
+
+    async def _runner(self, tasks: dict[int, Task[Any]]) -> QueryRunner:
+        """A runner of the stage's Spark query over ``tasks`` (not started)."""
+        spark = await self._spark()
+        return QueryRunner(
+            spark, self.settings, self.stage.query, self.stage.source, self.stage.sink, tasks,
+            asyncio.get_running_loop(), self.stage.name,
+            name="-".join(filter(None, (self.stage.query.query_id, self.stage.name, self.settings.worker_id,
+                                        str(next(_names))))),
+            on_task_failed=self._remove)
+
     async def close(self) -> None:
         """Stop the Spark queries and the stream's job (the tasks are their supervisors'): to
         the end even if the caller is cancelled meanwhile, so no Spark query is left running."""
         await run_to_end(self._close())
 
     async def _close(self) -> None:
+        if self._preparing is not None:
+            self._preparing.cancel()
+            self._preparing = None
         job, self._job = self._job, None
         if job is not None:
             job.cancel()
@@ -206,28 +285,25 @@ class StageStream:
                 pending.update(self._settled(tasks))
             if not pending:
                 return
-        try:
-            spark = await self._spark()
-        except Exception as error:  # e.g. Spark's JVM gone: the newcomers' supervisors must learn it
-            log.warning("no Spark session for a query", exc_info=True, extra=self._context)
-            self._fail_tasks(pending, f"{type(error).__name__}: {error}")
-            return
-        runner = QueryRunner(
-            spark, self.settings, self.stage.query, self.stage.source, self.stage.sink, pending,
-            asyncio.get_running_loop(), self.stage.name,
-            name="-".join(filter(None, (self.stage.query.query_id, self.stage.name, self.settings.worker_id,
-                                        str(next(_names))))),
-            on_task_failed=self._remove)
-        self.runners.append(runner)
+        query = await self._prepared(pending)
+        if query is None:
+            try:
+                query = await self._runner(pending)
+            except Exception as error:  # e.g. Spark's JVM gone: the newcomers' supervisors must learn it
+                log.warning("no Spark session for a query", exc_info=True, extra=self._context)
+                self._fail_tasks(pending, f"{type(error).__name__}: {error}")
+                return
+        self.runners.append(query)
+        ahead = query.prepared() is not None
         try:  # not cut short by a cancel: ``close`` must find the query to stop it
-            await run_to_end(asyncio.to_thread(runner.start, runner.positions()))
+            await run_to_end(asyncio.to_thread(query.start, query.positions()))
         except Exception as error:
             log.warning("a Spark query did not start", exc_info=True, extra=self._context)
-            await self._fail(runner, f"{type(error).__name__}: {error}")
+            await self._fail(query, f"{type(error).__name__}: {error}")
             return
         if len(self.runners) > 1:
             log.info("partitions joined in a Spark query of their own", extra={
-                **self._context, "runner": runner.name, "partitions": sorted(pending)})
+                **self._context, "runner": query.name, "partitions": sorted(pending), "plan_made_ahead": ahead})
 
     async def _retire(self, runner: QueryRunner) -> None:
         """Stop ``runner``'s query (bounded) and forget its parked input. Its tasks are gone
@@ -385,6 +461,25 @@ class StageStreams:
             if self._streams.get(key) is stream:
                 del self._streams[key]
             await stream.close()
+
+    def expect(self, stage: Stage, tasks: dict[int, Task[Any]],
+               positions: dict[int, int | None]) -> StageStream | None:
+        """``StageStream.expect`` on the stage's stream, when it has one that would run these
+        tasks in a Spark query of their own (the stream, to ``unexpect``); else None."""
+        stream = self._taking(stage)
+        if stream is not None:
+            stream.expect(tasks, positions)
+        return stream
+
+    def takes_newcomers(self, stage: Stage) -> bool:
+        """Whether the stage's stream would run tasks that join now in a Spark query of their own."""
+        return self._taking(stage) is not None
+
+    def _taking(self, stage: Stage) -> StageStream | None:
+        stream = self._streams.get((stage.query.query_id, stage.name))
+        if stream is None or stream.stage.query.plan != stage.query.plan or not stream.takes_newcomers():
+            return None
+        return stream
 
     async def stop(self) -> None:
         """Close every stream, and make none after (a supervisor that restarts fails to join).

@@ -4,7 +4,8 @@ alone) and restarts them, with backoff, when they fail: a failure is reported (s
 FAILED, reason, count) until the restart succeeds.
 
 One run is: start every task of every stage of the query (fence the old owner, restore,
-read the committed position), join each stage's tasks to that stage's stream (the one Spark
+read the committed position; meanwhile a stream that will give them a Spark query of their
+own makes its plan: ``StageStreams.expect``), join each stage's tasks to that stage's stream (the one Spark
 query per stage that the worker runs over all its partitions: ``streams.py``), then wait
 until the stream cannot run them. Whatever ends a run (a failed commit or Spark query, a
 cancel on reassignment) takes the tasks out of their streams and closes them, so the next run
@@ -29,7 +30,7 @@ from millpond.services.worker.task import Task
 from millpond.shared import metrics
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.queries import PersistentQuery
-from millpond.shared.catalog.topology import stages
+from millpond.shared.catalog.topology import Stage, stages
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError
 from millpond.shared.task_status import FAILED, RESTORING, RUNNING, STARTING, TaskReport
@@ -66,6 +67,8 @@ class QuerySupervisor:
         self.failed = False
         self._joined: list[tuple[StageStream, dict[int, Task[Any]]]] = []
         """The streams this run's tasks joined, with those tasks: left in the teardown."""
+        self._expected: list[tuple[StageStream, dict[int, Task[Any]]]] = []
+        """The streams told to expect this run's tasks (``_expect``), with those tasks."""
         self._job: asyncio.Task[None] | None = None
         self.started_at = time.monotonic()
         """When ``start`` ran (the monotonic clock)."""
@@ -142,8 +145,13 @@ class QuerySupervisor:
             for stage in plan_stages
         ]
         self.tasks = self._stage_tasks[-1]
+        expecting = asyncio.create_task(self._expect(plan_stages))
         try:
-            await gather_or_cancel(*(task.start() for tasks in self._stage_tasks for task in tasks.values()))
+            try:
+                await gather_or_cancel(*(task.start() for tasks in self._stage_tasks for task in tasks.values()))
+            finally:
+                await cancel_and_wait(expecting, TASK_STOP_TIMEOUT_S, "expect the tasks",
+                                      {"query": self.query.query_id, "partitions": sorted(self.partitions)})
             ended = []
             for stage, tasks in zip(plan_stages, self._stage_tasks, strict=True):
                 if tasks:
@@ -160,6 +168,23 @@ class QuerySupervisor:
         finally:
             await self._teardown()
 
+    async def _expect(self, plan_stages: list[Stage]) -> None:
+        """While the tasks start: tell each stage's stream where they are expected to resume,
+        when it would start a Spark query of their own (a worker's partitions that move in
+        while its query runs), so that the query's plan is made meanwhile."""
+        await asyncio.sleep(0)  # the tasks' starts open their stores first: their positions are read here
+        for stage, tasks in zip(plan_stages, self._stage_tasks, strict=True):
+            if not tasks or not self.streams.takes_newcomers(stage):
+                continue
+            try:
+                offsets = await asyncio.gather(*(task.expected_input_offset() for task in tasks.values()))
+            except Exception:  # only a head start lost: the join makes the plan
+                log.info("the tasks' positions could not be read ahead", exc_info=True,
+                         extra={"query": self.query.query_id, "stage": stage.name})
+                continue
+            if (stream := self.streams.expect(stage, tasks, dict(zip(tasks, offsets, strict=True)))) is not None:
+                self._expected.append((stream, tasks))
+
     async def _teardown(self) -> None:
         """Take the tasks out of their streams, then close every task (each ends its commit in
         flight before its producer stops): all of it even if a cancel comes meanwhile (raised
@@ -167,6 +192,9 @@ class QuerySupervisor:
         await run_to_end(self._close())
 
     async def _close(self) -> None:
+        expected, self._expected = self._expected, []
+        for stream, tasks in expected:
+            stream.unexpect(tasks)
         joined, self._joined = self._joined, []
         query_id = self.query.query_id
         await asyncio.gather(*(bounded(self.streams.leave(stream, tasks), LEAVE_TIMEOUT_S, "leave the stage's stream",

@@ -256,19 +256,34 @@ class Task(ABC, Generic[SliceT]):
 
     async def _starting_offset(self) -> int | None:
         """The committed position; for a new query, where it was created to start (None: earliest)."""
-        committed = await self._committed_input_offset()
+        return self._resume_at(await self._committed_input_offset())
+
+    def _resume_at(self, committed: int | None) -> int | None:
+        """Where the input resumes from a ``committed`` position (None: none yet)."""
         if committed is None and self.query.start_offsets is not None:
             return self.query.start_offsets[self.partition]
         return committed
 
+    async def expected_input_offset(self) -> int | None:
+        """Where the input resumes if the older owner commits nothing more: the committed
+        position as it stands, read without fencing anyone (``start`` reads it again once it
+        has fenced; a kill's open transaction is aborted then, so it is usually the same).
+        Its query's Spark plan is made with it meanwhile (``StageStream.expect``)."""
+        committed = await self._committed()
+        return self._resume_at(None if committed is None else committed[0])
+
     async def _committed_input_offset(self) -> int | None:
         """The committed position (and, from its metadata, ``output_ends``)."""
-        committed = (await committed_positions(self.settings.kafka, self.group, [self.input])).get(self.input)
+        committed = await self._committed()
         if committed is None:
             return None
         ends = commit_metadata(committed[1]).get(OUTPUT_ENDS) if self.stage else None
         self.output_ends = {p: int(o) for p, o in enumerate(ends) if o} if isinstance(ends, list) else {}
         return committed[0]
+
+    async def _committed(self) -> tuple[int, str] | None:
+        """The group's committed input offset and its metadata (None: none committed)."""
+        return (await committed_positions(self.settings.kafka, self.group, [self.input])).get(self.input)
 
     @asynccontextmanager
     async def _transaction(self) -> AsyncIterator[None]:
@@ -540,6 +555,14 @@ class StoreTask(Task[SliceT]):
     def store_path(self) -> Path:
         """Where this task's RocksDB store lives."""
         return store_path(self.settings, self.query.query_id, self.partition)
+
+    async def expected_input_offset(self) -> int | None:
+        """The input position the task's store has applied, once ``start`` has opened it (a
+        promoted standby's copy, caught up with the changelog: known at once, where asking the
+        group takes as long as the start itself); else as ``Task`` has it."""
+        if self.store is not None and (applied := self.store.position(INPUT_OFFSET)) is not None:
+            return applied
+        return await super().expected_input_offset()
 
     @abstractmethod
     def row(self, key: bytes, state: list[Any]) -> list[Any] | None:

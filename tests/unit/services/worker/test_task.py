@@ -29,6 +29,7 @@ from aiokafka.structs import OffsetAndMetadata
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from millpond.services.worker import task as task_module
 from millpond.services.worker.joining import JoinSlice, JoinTask, committed_table_offsets
 from millpond.services.worker.state.store import (
     CHANGELOG_OFFSET,
@@ -232,6 +233,26 @@ async def test_an_aggregation_commits_kafka_first_then_state_and_positions_in_on
     assert (task.store.position(INPUT_OFFSET), task.store.position(CHANGELOG_OFFSET)) == (6, 2)
     assert task.next_input_offset == 6
     task.store.close()
+
+
+async def test_a_task_expects_to_resume_where_its_store_is_without_asking_kafka(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A promoted standby's store has applied the committed changelog: its input position is
+    where the task is expected to resume (its Spark plan is made with it while the task fences
+    and restores). A store that has applied nothing asks the group's committed position."""
+    asked: list[str] = []
+
+    async def committed_positions(_: Any, group: str, tps: list[TopicPartition]) -> dict[Any, tuple[int, str]]:
+        asked.append(group)
+        return {tps[0]: (3, "")}
+    monkeypatch.setattr(task_module, "committed_positions", committed_positions)
+    task = make_task(AggregationTask, "CTAS_T_0", tmp_path, [])
+    try:
+        assert await task.expected_input_offset() == 3 and asked == [task.group]
+        await task.commit(aggregate_slice(5, [(b"s1", [[2], [20], [20, 2]])]))
+        assert await task.expected_input_offset() == 6 and len(asked) == 1
+    finally:
+        task.store.close()
 
 
 async def test_the_next_batch_merges_into_the_stored_state(tmp_path: Path) -> None:

@@ -193,13 +193,23 @@ class FakeRunner(QueryRunner):
         self.starts = 0
         self.read: dict[int, int] | None = None
         """What ``read_through`` says (None: no progress yet, so the query never parks)."""
+        self.prepared_at: dict[int, int | None] | None = None
+        self.made_ahead = False
+        """Whether ``start`` took the plan ``prepare`` made (for the same positions)."""
         self.world.runners.append(self)
 
     @property
     def running(self) -> bool:
         return self.started and not self.stopped
 
+    def prepare(self, positions: dict[int, int | None]) -> None:
+        self.prepared_at = dict(positions)
+
+    def prepared(self) -> dict[int, int | None] | None:
+        return self.prepared_at
+
     def start(self, positions: dict[int, int | None]) -> None:
+        self.made_ahead, self.prepared_at = self.prepared_at == positions, None
         self.started, self.stopped = True, False
         self.positions_at_start = positions
         self.starts += 1
@@ -684,6 +694,7 @@ async def test_a_partition_that_moves_in_gets_a_spark_query_of_its_own_and_the_r
         await first._commit({0: batch()[0]})
         second = await running([one], world, {1})
         assert second is not first and second.positions_at_start == {1: None}
+        assert second.made_ahead, "its plan was made while its task started"
         assert first.running and first.starts == 1 and set(first.tasks) == {0}
         await second._commit({1: batch()[1]})
         assert zero.tasks[0].next_input_offset == one.tasks[1].next_input_offset == COMMITTED_TO
@@ -695,6 +706,28 @@ async def test_a_partition_that_moves_in_gets_a_spark_query_of_its_own_and_the_r
     assert second.stopped and not first.stopped, "the second query stops with its last partition"
     await zero.stop()
     assert all(r.stopped for r in world.runners)
+
+
+async def test_a_partition_that_resumes_elsewhere_than_expected_gets_its_plan_made_again(
+        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan made while its task started is for the position read before the fence; the
+    older owner committed more meanwhile (here: the first read says 7, the fenced one none), so
+    the query starts from where the task resumes, with a plan made for it, never the other."""
+    async def expected(_: Any) -> int:
+        return 7
+    monkeypatch.setattr(task_module.Task, "expected_input_offset", expected)
+    zero, one = supervisors_of(tmp_path, world, [{0}, {1}])
+    try:
+        first = await running([zero], world, {0})
+        first.batches = 1
+        second = await running([one], world, {1})
+        made = [r for r in world.runners if r.prepared_at == {1: 7}]
+        assert made and not any(r.started for r in made), "the plan for offset 7 was made and left unused"
+        assert second.positions_at_start == {1: None} and not second.made_ahead
+        assert first.running and first.starts == 1
+    finally:
+        await asyncio.gather(zero.stop(), one.stop())
+    assert all(r.stopped for r in world.runners if r.started)
 
 
 async def test_a_query_that_has_processed_nothing_starts_again_with_a_newcomer(
