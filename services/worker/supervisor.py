@@ -5,8 +5,8 @@ FAILED, reason, count) until the restart succeeds.
 
 One run is: start every task of every stage of the query (fence the old owner, restore,
 read the committed position; meanwhile a stream that will give them a Spark query of their
-own makes its plan: ``StageStreams.expect``), join each stage's tasks to that stage's stream (the one Spark
-query per stage that the worker runs over all its partitions: ``streams.py``), then wait
+own makes its plan: ``StageStreams.expect``), join each stage's tasks to that stage's stream
+(the one Spark query per stage that the worker runs over all its partitions: ``streams.py``), then wait
 until the stream cannot run them. Whatever ends a run (a failed commit or Spark query, a
 cancel on reassignment) takes the tasks out of their streams and closes them, so the next run
 starts from committed positions only. That teardown always completes: a cancel that comes
