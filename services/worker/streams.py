@@ -118,11 +118,15 @@ class StageStream:
         self._changed.set()
 
     def takes_newcomers(self) -> bool:
-        """Whether tasks that join now would get a Spark query of their own: one runs (and has
-        processed a batch) and the stage has room for another (``_reconcile``)."""
+        """Whether tasks that join now would get a Spark query of their own, beside a running
+        one (``_reconcile``)."""
         newest = self.runners[-1] if self.runners else None
-        return (newest is not None and newest.parked_at is None and newest.batches > 0
-                and len(self.runners) < MAX_QUERIES)
+        return newest is not None and newest.parked_at is None and not self._restarts(newest)
+
+    def _restarts(self, newest: QueryRunner) -> bool:
+        """Whether newcomers restart the stage's newest running query with them instead of
+        getting one of their own: it has processed nothing yet, or there is no room for another."""
+        return newest.batches == 0 or len(self.runners) >= MAX_QUERIES
 
     def expect(self, tasks: dict[int, Task[Any]], positions: dict[int, int | None]) -> None:
         """These tasks are starting, each expected to resume at its position: when they would
@@ -272,8 +276,7 @@ class StageStream:
             await self._resume(parked, force=True)
             return
         newest = self.runners[-1] if self.runners else None
-        if (newest is not None and newest.parked_at is None
-                and (newest.batches == 0 or len(self.runners) >= MAX_QUERIES)):
+        if newest is not None and newest.parked_at is None and self._restarts(newest):
             # It has processed nothing yet (the partitions of a starting worker join one by one
             # as their restores end), or it runs only partitions that moved in lately: it
             # starts again with the newcomers rather than adding another query.
