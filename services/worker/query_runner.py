@@ -17,6 +17,7 @@ import logging
 import operator
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -114,6 +115,11 @@ class QueryRunner:
         self._prepared: tuple[dict[int, int | None], Reduction[Any]] | None = None
         """The positions ``prepare`` made a plan for, and that plan's reduction: the next
         ``start`` from the same positions takes it."""
+        self.origin: dict[int, int | None] | None = None
+        """The positions the streaming query last started from."""
+        self._admitted = threading.Event()
+        """Clear while the query is held (``hold``): its batches wait before reading their input."""
+        self._admitted.set()
 
     @functools.cached_property
     def cores(self) -> int | None:
@@ -157,6 +163,16 @@ class QueryRunner:
         """The positions ``prepare`` made a plan for (None: none made)."""
         return None if self._prepared is None else self._prepared[0]
 
+    def hold(self) -> None:
+        """Make the next ``start``'s batches wait for ``admit`` (or ``stop``) before they read
+        their input: the query can start, and Spark plan its first batch, while its tasks still
+        start (fence, restore), as long as nothing reaches a task before they have."""
+        self._admitted.clear()
+
+    def admit(self) -> None:
+        """Let a held query's batches go on (its tasks have started and joined)."""
+        self._admitted.set()
+
     def start(self, positions: dict[int, int | None]) -> None:
         """Start the streaming query over ``positions``' partitions, each from its offset
         (again after a ``stop``, with a new checkpoint: the tasks hold the positions), with the
@@ -172,6 +188,7 @@ class QueryRunner:
         self._stopping = False
         self.last_batch_at = time.monotonic()
         self.assigned = frozenset(positions)
+        self.origin = dict(positions)
         self.stream = (
             self._reduction.frame.writeStream.foreachBatch(self._on_batch)
             .trigger(processingTime=f"{self.settings.trigger_interval_ms} milliseconds")
@@ -194,8 +211,9 @@ class QueryRunner:
 
     def stop(self) -> None:
         """Stop the streaming query (waits for a running batch). Blocking."""
+        self._stopping = True
+        self._admitted.set()  # a held batch ends (cut short), as the stop waits for it
         if self.stream is not None:
-            self._stopping = True
             self.stream.stop()
             self.stream = None
         if self.checkpoint:
@@ -214,6 +232,9 @@ class QueryRunner:
 
     def _on_batch(self, batch: DataFrame, batch_id: int) -> None:
         try:
+            self._admitted.wait()
+            if self._stopping:
+                raise RuntimeError("the query stopped before its tasks were admitted")
             self._process(batch)
         except BaseException as error:
             if self._stopping:  # ``stop`` interrupts a batch's Spark job: nothing was committed
