@@ -117,6 +117,9 @@ class QueryRunner:
         ``start`` from the same positions takes it."""
         self.origin: dict[int, int | None] | None = None
         """The positions the streaming query last started from."""
+        self.skip: dict[int, int] = {}
+        """Per partition, where its task resumes when the query started before that (``skips``):
+        records before it are its task's already, and are set aside until a batch reads past it."""
         self._admitted = threading.Event()
         """Clear while the query is held (``hold``): its batches wait before reading their input."""
         self._admitted.set()
@@ -168,6 +171,23 @@ class QueryRunner:
         their input: the query can start, and Spark plan its first batch, while its tasks still
         start (fence, restore), as long as nothing reaches a task before they have."""
         self._admitted.clear()
+
+    def skips(self) -> dict[int, int] | None:
+        """For a query started ahead of its tasks (``hold``), now that they have started: per
+        partition whose task resumes past where the query started (the older owner committed a
+        batch more, or the standby's copy had not applied it yet), that position; None when a
+        task resumes before where the query started, which would miss records. Read on the loop."""
+        if self.origin is None or set(self.origin) != set(self.tasks):
+            return None
+        skip = {}
+        for partition, resume in self.positions().items():
+            start = self.origin[partition]
+            if start == resume:
+                continue
+            if resume is None or (start is not None and start > resume):
+                return None
+            skip[partition] = resume
+        return skip
 
     def admit(self) -> None:
         """Let a held query's batches go on (its tasks have started and joined)."""
@@ -297,14 +317,20 @@ class QueryRunner:
     def _reduced(self, batch: DataFrame, reduction: Reduction[Any]) -> dict[int, BatchSlice]:
         """A batch of ``reduction.frame`` as one slice per input partition, of the kind the
         query's tasks commit (one Spark job). The records of a partition whose task left since
-        the query started are set aside."""
+        the query started are set aside, as are those before where a task resumes (``skip``)."""
         tasks = dict(self.tasks)  # one atomic copy: the loop changes the tasks meanwhile
         kept = list(tasks)
         if not kept:
             return {}
         if not self.assigned <= set(kept):
             batch = batch.where(F.col("_partition").isin(kept))
-        return reduction.reduce(batch, tasks)
+        if skip := self.skip:
+            behind = [(F.col("_partition") == p) & (F.col("_offset") < offset) for p, offset in skip.items()]
+            batch = batch.where(~functools.reduce(operator.or_, behind))
+        slices = reduction.reduce(batch, tasks)
+        if skip:  # a partition whose records this batch reached past its position needs no more
+            self.skip = {p: offset for p, offset in skip.items() if p not in slices or slices[p].last_offset + 1 < offset}
+        return slices
 
     def _read_columns(self) -> list[Column]:
         """The columns every batch is read into: made once, as each Column function is a call

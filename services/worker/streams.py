@@ -11,8 +11,9 @@ them.
 A change of partitions restarts nothing that keeps running. Partitions that join while the
 stage's Spark query runs get a Spark query of their own, started from their tasks'
 positions (it is made and started while their tasks start, from the positions known before
-the fence, and its batches wait until the tasks join: ``expect``; for a task that resumes
-elsewhere it is stopped and started again); the running one goes on with no pause (at most ``MAX_QUERIES`` per stage: later
+the fence, and its batches wait until the tasks join: ``expect``; its first batches set aside
+what a task that resumes later has applied already, and for one that resumes earlier it is
+stopped and started again); the running one goes on with no pause (at most ``MAX_QUERIES`` per stage: later
 newcomers restart the newest, which holds only partitions that moved in lately, and a query
 that has not processed a batch yet is restarted rather than joined by another). A partition
 that leaves gets no more batches at once: its query still fetches it until its next start,
@@ -179,9 +180,10 @@ class StageStream:
         return runner
 
     async def _prepared(self, tasks: dict[int, Task[Any]]) -> QueryRunner | None:
-        """The runner ``expect`` made ready for exactly ``tasks`` (which joined) from their
-        positions now, waited for if it is still starting; None when there is none such (one
-        started for others, or from other positions, is stopped)."""
+        """The runner ``expect`` started for exactly ``tasks`` (which joined) from their positions
+        now or before them (its first batches set aside what their tasks have applied already),
+        waited for if it is still starting; None when there is none such (one started for others,
+        or after where a task resumes, is stopped)."""
         job, self._preparing = self._preparing, None
         if job is None:
             return None
@@ -196,7 +198,8 @@ class StageStream:
             return None
         if runner is None:
             return None
-        if runner.tasks == tasks and runner.origin == runner.positions():
+        if runner.tasks == tasks and (skip := runner.skips()) is not None:
+            runner.skip = skip
             return runner
         await self._retire(runner)
         return None

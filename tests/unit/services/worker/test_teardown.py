@@ -750,6 +750,33 @@ async def test_a_partition_that_resumes_elsewhere_than_expected_gets_its_query_s
     assert all(r.stopped for r in world.runners if r.started)
 
 
+async def test_a_query_started_before_where_its_task_resumes_sets_aside_what_the_task_applied(
+        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read before the fence, partition 1 was to resume at 2; the older owner committed up to 5
+    meanwhile. The query started from 2 is kept: its batches set aside partition 1's records
+    before 5 until one reads past it."""
+    async def expected(_: Any) -> int:
+        return 2
+
+    async def committed(_settings: Any, _group: str, partitions: list[TopicPartition]
+                        ) -> dict[TopicPartition, tuple[int, str]]:
+        await world.steps.point("committed_positions")
+        return {tp: (5, "") for tp in partitions if tp.partition == 1}
+    monkeypatch.setattr(task_module.Task, "expected_input_offset", expected)
+    monkeypatch.setattr(task_module, "committed_positions", committed)
+    zero, one = supervisors_of(tmp_path, world, [{0}, {1}])
+    try:
+        first = await running([zero], world, {0})
+        first.batches = 1
+        second = await running([one], world, {1})
+        assert second.held_at_start and second.was_admitted and second.positions_at_start == {1: 2}
+        assert one.tasks[1].next_input_offset == 5 and second.skip == {1: 5}
+        assert len(world.runners) == 2 and first.running and first.starts == 1
+    finally:
+        await asyncio.gather(zero.stop(), one.stop())
+    assert all(r.stopped for r in world.runners)
+
+
 def fence_of_partition_one(monkeypatch: pytest.MonkeyPatch, fails: bool = False) -> asyncio.Event:
     """Partition 1's producer start (the fence) waits for the event it returns (then fails, if
     ``fails``); the others' go on."""
