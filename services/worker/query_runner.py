@@ -17,7 +17,6 @@ import logging
 import operator
 import shutil
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -115,14 +114,6 @@ class QueryRunner:
         self._prepared: tuple[dict[int, int | None], Reduction[Any]] | None = None
         """The positions ``prepare`` made a plan for, and that plan's reduction: the next
         ``start`` from the same positions takes it."""
-        self.origin: dict[int, int | None] | None = None
-        """The positions the streaming query last started from."""
-        self.skip: dict[int, int] = {}
-        """Per partition, where its task resumes when the query started before that (``skips``):
-        records before it are its task's already, and are set aside until a batch reads past it."""
-        self._admitted = threading.Event()
-        """Clear while the query is held (``hold``): its batches wait before reading their input."""
-        self._admitted.set()
 
     @functools.cached_property
     def cores(self) -> int | None:
@@ -166,33 +157,6 @@ class QueryRunner:
         """The positions ``prepare`` made a plan for (None: none made)."""
         return None if self._prepared is None else self._prepared[0]
 
-    def hold(self) -> None:
-        """Make the next ``start``'s batches wait for ``admit`` (or ``stop``) before they read
-        their input: the query can start, and Spark plan its first batch, while its tasks still
-        start (fence, restore), as long as nothing reaches a task before they have."""
-        self._admitted.clear()
-
-    def skips(self) -> dict[int, int] | None:
-        """For a query started ahead of its tasks (``hold``), now that they have started: per
-        partition whose task resumes past where the query started (the older owner committed a
-        batch more, or the standby's copy had not applied it yet), that position; None when a
-        task resumes before where the query started, which would miss records. Read on the loop."""
-        if self.origin is None or set(self.origin) != set(self.tasks):
-            return None
-        skip = {}
-        for partition, resume in self.positions().items():
-            start = self.origin[partition]
-            if start == resume:
-                continue
-            if resume is None or (start is not None and start > resume):
-                return None
-            skip[partition] = resume
-        return skip
-
-    def admit(self) -> None:
-        """Let a held query's batches go on (its tasks have started and joined)."""
-        self._admitted.set()
-
     def start(self, positions: dict[int, int | None]) -> None:
         """Start the streaming query over ``positions``' partitions, each from its offset
         (again after a ``stop``, with a new checkpoint: the tasks hold the positions), with the
@@ -208,7 +172,6 @@ class QueryRunner:
         self._stopping = False
         self.last_batch_at = time.monotonic()
         self.assigned = frozenset(positions)
-        self.origin = dict(positions)
         self.stream = (
             self._reduction.frame.writeStream.foreachBatch(self._on_batch)
             .trigger(processingTime=f"{self.settings.trigger_interval_ms} milliseconds")
@@ -231,9 +194,8 @@ class QueryRunner:
 
     def stop(self) -> None:
         """Stop the streaming query (waits for a running batch). Blocking."""
-        self._stopping = True
-        self._admitted.set()  # a held batch ends (cut short), as the stop waits for it
         if self.stream is not None:
+            self._stopping = True
             self.stream.stop()
             self.stream = None
         if self.checkpoint:
@@ -252,9 +214,6 @@ class QueryRunner:
 
     def _on_batch(self, batch: DataFrame, batch_id: int) -> None:
         try:
-            self._admitted.wait()
-            if self._stopping:
-                raise RuntimeError("the query stopped before its tasks were admitted")
             self._process(batch)
         except BaseException as error:
             if self._stopping:  # ``stop`` interrupts a batch's Spark job: nothing was committed
@@ -317,20 +276,14 @@ class QueryRunner:
     def _reduced(self, batch: DataFrame, reduction: Reduction[Any]) -> dict[int, BatchSlice]:
         """A batch of ``reduction.frame`` as one slice per input partition, of the kind the
         query's tasks commit (one Spark job). The records of a partition whose task left since
-        the query started are set aside, as are those before where a task resumes (``skip``)."""
+        the query started are set aside."""
         tasks = dict(self.tasks)  # one atomic copy: the loop changes the tasks meanwhile
         kept = list(tasks)
         if not kept:
             return {}
         if not self.assigned <= set(kept):
             batch = batch.where(F.col("_partition").isin(kept))
-        if skip := self.skip:
-            behind = [(F.col("_partition") == p) & (F.col("_offset") < offset) for p, offset in skip.items()]
-            batch = batch.where(~functools.reduce(operator.or_, behind))
-        slices = reduction.reduce(batch, tasks)
-        if skip:  # a partition whose records this batch reached past its position needs no more
-            self.skip = {p: offset for p, offset in skip.items() if p not in slices or slices[p].last_offset + 1 < offset}
-        return slices
+        return reduction.reduce(batch, tasks)
 
     def _read_columns(self) -> list[Column]:
         """The columns every batch is read into: made once, as each Column function is a call

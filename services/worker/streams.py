@@ -10,10 +10,9 @@ them.
 
 A change of partitions restarts nothing that keeps running. Partitions that join while the
 stage's Spark query runs get a Spark query of their own, started from their tasks'
-positions (it is made and started while their tasks start, from the positions known before
-the fence, and its batches wait until the tasks join: ``expect``; its first batches set aside
-what a task that resumes later has applied already, and for one that resumes earlier it is
-stopped and started again); the running one goes on with no pause (at most ``MAX_QUERIES`` per stage: later
+positions (its plan, a few DataFrame steps that Spark analyses, is made while their tasks
+start, from the positions committed before the fence: ``expect``; it is made again for a
+task that resumes elsewhere); the running one goes on with no pause (at most ``MAX_QUERIES`` per stage: later
 newcomers restart the newest, which holds only partitions that moved in lately, and a query
 that has not processed a batch yet is restarted rather than joined by another). A partition
 that leaves gets no more batches at once: its query still fetches it until its next start,
@@ -91,9 +90,7 @@ class StageStream:
         self._expected: dict[int, tuple[Task[Any], int | None]] = {}
         """Tasks still starting, by partition, with the position each is expected to resume at."""
         self._preparing: asyncio.Task[QueryRunner | None] | None = None
-        """The Spark query the expected tasks will get, being made and started (``expect``)."""
-        self._dropping: set[asyncio.Task[None]] = set()
-        """Queries made for tasks that will not join them, being stopped (``_drop``)."""
+        """The plan of the Spark query the expected tasks will get, being made (``expect``)."""
 
     def join(self, tasks: dict[int, Task[Any]]) -> asyncio.Future[str]:
         """Run these started tasks (soon, in a Spark query of their own if one already runs).
@@ -139,8 +136,8 @@ class StageStream:
         for partition, task in tasks.items():
             if self.members.get(partition) is not task:
                 self._expected[partition] = (task, positions[partition])
-        if self._preparing is not None:  # its query would lack these: a later one replaces it
-            self._drop(self._preparing)
+        if self._preparing is not None:  # its plan would lack these: a later one replaces it
+            self._preparing.cancel()
         self._preparing = asyncio.create_task(self._prepare(), name=f"prepare-{self.stage.query.query_id}")
 
     def unexpect(self, tasks: dict[int, Task[Any]]) -> None:
@@ -148,47 +145,30 @@ class StageStream:
         for partition, task in tasks.items():
             if self._expected.get(partition, (None,))[0] is task:
                 del self._expected[partition]
-                self._changed.set()  # a query started for them that none joins is stopped (``_step``)
 
     async def _prepare(self) -> QueryRunner | None:
-        """A runner over the expected tasks, its Spark query started from their expected
-        positions and held (``QueryRunner.hold``): Spark starts it and plans its first batch
-        while the tasks start, and the join admits it. After the same wait as a join's (the
-        tasks of a worker's partitions start at about the same time). Cancelled, it stops the
-        query it started."""
+        """A runner over the expected tasks with its query's plan made, after the same wait as
+        a join's (the tasks of a worker's partitions start at about the same time)."""
         await asyncio.sleep(SETTLE_S)
         expected = dict(self._expected)
         if not expected or not self.takes_newcomers():
             return None
-        positions = {p: position for p, (_, position) in expected.items()}
         try:
             runner = await self._runner({p: task for p, (task, _) in expected.items()})
-            await asyncio.to_thread(runner.prepare, positions)
+            await asyncio.to_thread(runner.prepare, {p: position for p, (_, position) in expected.items()})
         except Exception:  # the query's start makes its plan again, and says what fails
             log.info("a Spark query's plan could not be made ahead", exc_info=True, extra=self._context)
-            return None
-        runner.hold()
-        try:
-            await run_to_end(asyncio.to_thread(runner.start, positions))
-        except asyncio.CancelledError:
-            await run_to_end(self._retire(runner))
-            raise
-        except Exception:  # the join starts a query as without this, and says what fails
-            log.info("a Spark query could not be started ahead", exc_info=True, extra=self._context)
-            await self._retire(runner)
             return None
         return runner
 
     async def _prepared(self, tasks: dict[int, Task[Any]]) -> QueryRunner | None:
-        """The runner ``expect`` started for exactly ``tasks`` (which joined) from their positions
-        now or before them (its first batches set aside what their tasks have applied already),
-        waited for if it is still starting; None when there is none such (one started for others,
-        or after where a task resumes, is stopped)."""
+        """The runner ``expect`` made ready for exactly ``tasks`` (which joined) from their
+        positions now, waited for if its plan is still being made; None when there is none such."""
         job, self._preparing = self._preparing, None
         if job is None:
             return None
-        if self._expected:  # others are still starting: the query being made is for them too
-            self._drop(job)
+        if self._expected:  # others are still starting: the plan being made is for them too
+            job.cancel()
             return None
         try:
             runner = await job
@@ -196,25 +176,9 @@ class StageStream:
             if (current := asyncio.current_task()) is not None and current.cancelling():
                 raise
             return None
-        if runner is None:
+        if runner is None or runner.tasks != tasks or runner.prepared() != runner.positions():
             return None
-        if runner.tasks == tasks and (skip := runner.skips()) is not None:
-            runner.skip = skip
-            return runner
-        await self._retire(runner)
-        return None
-
-    def _drop(self, job: asyncio.Task[QueryRunner | None]) -> None:
-        """A query ``_prepare`` makes or made that no join will take: stopped (in the background)."""
-        dropping = asyncio.create_task(self._discard(job))
-        self._dropping.add(dropping)
-        dropping.add_done_callback(self._dropping.discard)
-
-    async def _discard(self, job: asyncio.Task[QueryRunner | None]) -> None:
-        job.cancel()  # still starting: it stops what it started itself
-        await asyncio.wait({job})
-        if not job.cancelled() and job.exception() is None and (runner := job.result()) is not None:
-            await self._retire(runner)
+        return runner
 
     async def _runner(self, tasks: dict[int, Task[Any]]) -> QueryRunner:
         """A runner of the stage's Spark query over ``tasks`` (not started)."""
@@ -233,9 +197,8 @@ class StageStream:
 
     async def _close(self) -> None:
         if self._preparing is not None:
-            self._drop(self._preparing)
+            self._preparing.cancel()
             self._preparing = None
-        await asyncio.gather(*self._dropping)
         job, self._job = self._job, None
         if job is not None:
             job.cancel()
@@ -259,9 +222,6 @@ class StageStream:
             await asyncio.sleep(SETTLE_S)
             self._changed.clear()
             await self._reconcile()
-            if self._preparing is not None and not self._expected:  # its tasks will not join
-                self._drop(self._preparing)
-                self._preparing = None
             return
         for runner in list(self.runners):
             if not runner.running:
@@ -337,19 +297,16 @@ class StageStream:
                 self._fail_tasks(pending, f"{type(error).__name__}: {error}")
                 return
         self.runners.append(query)
-        ahead = query.running
-        if ahead:
-            query.admit()
-        else:
-            try:  # not cut short by a cancel: ``close`` must find the query to stop it
-                await run_to_end(asyncio.to_thread(query.start, query.positions()))
-            except Exception as error:
-                log.warning("a Spark query did not start", exc_info=True, extra=self._context)
-                await self._fail(query, f"{type(error).__name__}: {error}")
-                return
+        ahead = query.prepared() is not None
+        try:  # not cut short by a cancel: ``close`` must find the query to stop it
+            await run_to_end(asyncio.to_thread(query.start, query.positions()))
+        except Exception as error:
+            log.warning("a Spark query did not start", exc_info=True, extra=self._context)
+            await self._fail(query, f"{type(error).__name__}: {error}")
+            return
         if len(self.runners) > 1:
             log.info("partitions joined in a Spark query of their own", extra={
-                **self._context, "runner": query.name, "partitions": sorted(pending), "started_ahead": ahead})
+                **self._context, "runner": query.name, "partitions": sorted(pending), "plan_made_ahead": ahead})
 
     async def _retire(self, runner: QueryRunner) -> None:
         """Stop ``runner``'s query (bounded) and forget its parked input. Its tasks are gone

@@ -353,36 +353,6 @@ def test_a_partition_whose_task_left_the_query_is_set_aside(spark: SparkSession,
         assert 1 in whole and kept == {p: piece for p, piece in whole.items() if p != 1}, statement
 
 
-def test_records_before_where_a_task_resumes_are_set_aside_until_a_batch_reads_past_it(
-        spark: SparkSession, reduction: str, tmp_path: Path) -> None:
-    """A query started before where its task resumes (``QueryRunner.skips``): partition 0's
-    records before the skip reduce as if they were not in the batch; the other partitions'
-    are untouched. A batch that reached past the position ends the skip."""
-    offsets = sorted(o for _, _, p, o in RECORDS if p == 0)
-    resume = offsets[len(offsets) // 2]
-    behind = [r for r in RECORDS if r[2] == 0 and r[3] < resume]
-    assert behind, "the batch has records before the position"
-    for statement in (AGGREGATE, PROJECT):
-        runner = runner_of(spark, statement, tmp_path)
-        first = next(iter(runner.tasks.values()))
-        aggs = first.aggregates if isinstance(first, AggregationTask) else []
-        try:
-            runner.skip = {0: resume}
-            got = runner._reduce(_as_batch(spark, RECORDS))
-            assert runner.skip == {}, "the batch read past the position"
-            runner.skip = {0: resume}
-            without = runner._reduce(_as_batch(spark, [r for r in RECORDS if r not in behind]))
-            runner.skip = {}
-            whole = runner._reduce(_as_batch(spark, RECORDS))
-        finally:
-            runner.loop.close()
-        assert {p: observe(s, aggs) for p, s in got.items()} == {p: observe(s, aggs) for p, s in without.items()}
-        assert observe(got[0], aggs) != observe(whole[0], aggs), statement
-        assert got[0].first_offset >= resume and got[0].last_offset == whole[0].last_offset, statement
-        assert {p: observe(s, aggs) for p, s in got.items() if p != 0} == \
-            {p: observe(s, aggs) for p, s in whole.items() if p != 0}, statement
-
-
 def test_a_batch_of_more_partitions_than_cores_runs_in_as_many_tasks_as_cores(
         spark: SparkSession, reduction: str, batch: DataFrame, tmp_path: Path) -> None:
     """A Kafka partition is a Spark task, and each task has a fixed cost: a batch of three

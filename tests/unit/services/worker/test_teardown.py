@@ -196,25 +196,11 @@ class FakeRunner(QueryRunner):
         self.prepared_at: dict[int, int | None] | None = None
         self.made_ahead = False
         """Whether ``start`` took the plan ``prepare`` made (for the same positions)."""
-        self.held_at_start = False
-        """Whether it started held (``hold``): its batches waited for ``admit``."""
-        self.was_admitted = False
-        self.processed: list[Any] = []
-        """The batches ``_on_batch`` went on with (Spark's batch thread calls it)."""
         self.world.runners.append(self)
 
     @property
     def running(self) -> bool:
         return self.started and not self.stopped
-
-    @property
-    def admitted(self) -> bool:
-        """Whether a batch would go on now (not held)."""
-        return self._admitted.is_set()
-
-    def admit(self) -> None:
-        self.was_admitted = True
-        super().admit()
 
     def prepare(self, positions: dict[int, int | None]) -> None:
         self.prepared_at = dict(positions)
@@ -225,8 +211,7 @@ class FakeRunner(QueryRunner):
     def start(self, positions: dict[int, int | None]) -> None:
         self.made_ahead, self.prepared_at = self.prepared_at == positions, None
         self.started, self.stopped = True, False
-        self.positions_at_start = self.origin = dict(positions)
-        self.held_at_start = not self.admitted
+        self.positions_at_start = positions
         self.starts += 1
         self.last_batch_at = time.monotonic()
 
@@ -236,9 +221,6 @@ class FakeRunner(QueryRunner):
 
     def read_through(self) -> dict[int, int] | None:
         return self.read
-
-    def _process(self, batch: Any) -> None:
-        self.processed.append(batch)
 
     def failure(self) -> str | None:
         return self.reason
@@ -648,7 +630,7 @@ async def running(supervisors: list[QuerySupervisor], world: World, partitions: 
     """Start the supervisors; the one Spark query, once it runs over exactly ``partitions``."""
     for supervisor in supervisors:
         supervisor.start()
-    assert not await until(lambda: bool(world.runners) and world.runners[-1].running and world.runners[-1].admitted
+    assert not await until(lambda: bool(world.runners) and world.runners[-1].running
                            and set(world.runners[-1].tasks) == partitions, world.steps)
     return world.runners[-1]
 
@@ -712,8 +694,7 @@ async def test_a_partition_that_moves_in_gets_a_spark_query_of_its_own_and_the_r
         await first._commit({0: batch()[0]})
         second = await running([one], world, {1})
         assert second is not first and second.positions_at_start == {1: None}
-        assert second.made_ahead and second.held_at_start and second.starts == 1, \
-            "its query was started while its task started, and held until the task joined"
+        assert second.made_ahead, "its plan was made while its task started"
         assert first.running and first.starts == 1 and set(first.tasks) == {0}
         await second._commit({1: batch()[1]})
         assert zero.tasks[0].next_input_offset == one.tasks[1].next_input_offset == COMMITTED_TO
@@ -727,11 +708,11 @@ async def test_a_partition_that_moves_in_gets_a_spark_query_of_its_own_and_the_r
     assert all(r.stopped for r in world.runners)
 
 
-async def test_a_partition_that_resumes_elsewhere_than_expected_gets_its_query_started_again(
+async def test_a_partition_that_resumes_elsewhere_than_expected_gets_its_plan_made_again(
         world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The query started while its task started is from the position read before the fence;
-    the older owner committed more meanwhile (here: the first read says 7, the fenced one none),
-    so it is stopped, never admitted, and a query starts from where the task resumes."""
+    """The plan made while its task started is for the position read before the fence; the
+    older owner committed more meanwhile (here: the first read says 7, the fenced one none), so
+    the query starts from where the task resumes, with a plan made for it, never the other."""
     async def expected(_: Any) -> int:
         return 7
     monkeypatch.setattr(task_module.Task, "expected_input_offset", expected)
@@ -740,116 +721,13 @@ async def test_a_partition_that_resumes_elsewhere_than_expected_gets_its_query_s
         first = await running([zero], world, {0})
         first.batches = 1
         second = await running([one], world, {1})
-        made = [r for r in world.runners if r.positions_at_start == {1: 7}]
-        assert made and all(r.stopped and not r.was_admitted for r in made), \
-            "the query started from offset 7 was held and stopped: no batch of it went on"
-        assert second.positions_at_start == {1: None} and not second.made_ahead and not second.held_at_start
+        made = [r for r in world.runners if r.prepared_at == {1: 7}]
+        assert made and not any(r.started for r in made), "the plan for offset 7 was made and left unused"
+        assert second.positions_at_start == {1: None} and not second.made_ahead
         assert first.running and first.starts == 1
     finally:
         await asyncio.gather(zero.stop(), one.stop())
     assert all(r.stopped for r in world.runners if r.started)
-
-
-async def test_a_query_started_before_where_its_task_resumes_sets_aside_what_the_task_applied(
-        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Read before the fence, partition 1 was to resume at 2; the older owner committed up to 5
-    meanwhile. The query started from 2 is kept: its batches set aside partition 1's records
-    before 5 until one reads past it."""
-    async def expected(_: Any) -> int:
-        return 2
-
-    async def committed(_settings: Any, _group: str, partitions: list[TopicPartition]
-                        ) -> dict[TopicPartition, tuple[int, str]]:
-        await world.steps.point("committed_positions")
-        return {tp: (5, "") for tp in partitions if tp.partition == 1}
-    monkeypatch.setattr(task_module.Task, "expected_input_offset", expected)
-    monkeypatch.setattr(task_module, "committed_positions", committed)
-    zero, one = supervisors_of(tmp_path, world, [{0}, {1}])
-    try:
-        first = await running([zero], world, {0})
-        first.batches = 1
-        second = await running([one], world, {1})
-        assert second.held_at_start and second.was_admitted and second.positions_at_start == {1: 2}
-        assert one.tasks[1].next_input_offset == 5 and second.skip == {1: 5}
-        assert len(world.runners) == 2 and first.running and first.starts == 1
-    finally:
-        await asyncio.gather(zero.stop(), one.stop())
-    assert all(r.stopped for r in world.runners)
-
-
-def fence_of_partition_one(monkeypatch: pytest.MonkeyPatch, fails: bool = False) -> asyncio.Event:
-    """Partition 1's producer start (the fence) waits for the event it returns (then fails, if
-    ``fails``); the others' go on."""
-    released = asyncio.Event()
-    start = StepProducer.start
-
-    async def held(self: StepProducer) -> None:
-        if self.transactional_id.endswith("-1"):
-            await released.wait()
-            if fails:
-                raise RuntimeError("the fence failed")
-        await start(self)
-    monkeypatch.setattr(StepProducer, "start", held)
-    return released
-
-
-async def test_a_query_started_while_its_tasks_start_gives_them_no_batch_before_they_join(
-        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Partition 1 moves in: its Spark query starts while its task is still fencing, held, and
-    is admitted only once the task has started and joined."""
-    released = fence_of_partition_one(monkeypatch)
-    zero, one = supervisors_of(tmp_path, world, [{0}, {1}])
-    try:
-        first = await running([zero], world, {0})
-        first.batches = 1
-        one.start()
-        assert not await until(lambda: len(world.runners) == 2 and world.runners[1].running, world.steps)
-        ahead = world.runners[1]
-        spark_batch = threading.Thread(target=ahead._on_batch, args=("batch 0", 0))  # as Spark's batch thread
-        spark_batch.start()
-        await asyncio.sleep(0.05)
-        assert not ahead.admitted and not ahead.was_admitted, "held while its task fences"
-        assert spark_batch.is_alive() and ahead.processed == [], "its first batch waits"
-        assert one.tasks[1].producer is not None and not one.tasks[1].producer.started
-        released.set()
-        assert await running([], world, {1}) is ahead and ahead.was_admitted and ahead.starts == 1
-        await asyncio.to_thread(spark_batch.join, 5)
-        assert ahead.processed == ["batch 0"]
-        await ahead._commit({1: batch()[1]})
-        assert one.tasks[1].next_input_offset == COMMITTED_TO and one.failures == 0
-    finally:
-        released.set()
-        await asyncio.gather(zero.stop(), one.stop())
-    assert all(r.stopped for r in world.runners)
-
-
-async def test_a_query_started_for_tasks_that_fail_to_start_is_stopped_unadmitted(
-        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    released = fence_of_partition_one(monkeypatch, fails=True)
-    zero, one = supervisors_of(tmp_path, world, [{0}, {1}])
-    try:
-        first = await running([zero], world, {0})
-        first.batches = 1
-        one.start()
-        assert not await until(lambda: len(world.runners) == 2 and world.runners[1].running, world.steps)
-        ahead = world.runners[1]
-        raised: list[BaseException] = []
-
-        def spark_batch_thread() -> None:
-            try:
-                ahead._on_batch("batch 0", 0)  # type: ignore[arg-type]
-            except BaseException as error:
-                raised.append(error)
-        spark_batch = threading.Thread(target=spark_batch_thread)
-        spark_batch.start()
-        released.set()
-        assert not await until(lambda: one.failures > 0 and ahead.stopped, world.steps)
-        await asyncio.to_thread(spark_batch.join, 5)
-        assert not spark_batch.is_alive() and ahead.processed == [] and len(raised) == 1, "the held batch was cut short"
-        assert not ahead.was_admitted and first.running and first.starts == 1 and zero.failures == 0
-    finally:
-        await asyncio.gather(zero.stop(), one.stop())
-    assert all(r.stopped for r in world.runners)
 
 
 async def test_a_query_that_has_processed_nothing_starts_again_with_a_newcomer(
