@@ -222,9 +222,21 @@ async def test_a_beat_stream_is_renewed_without_a_gap_or_a_warning(
         def beat(self, endpoint: str, worker_id: str, lags: list[StoreLag]) -> None:
             beats.append(time.monotonic())
 
+    ended: list[float] = []
+
+    class Ending(RouterInternalServicer):
+        """Notes, as each stream ends, how long its deadline still had to run: the worker ends
+        its beats well before it (a deadline that expires while a beat is written ends the
+        call with INTERNAL at times, which the heartbeat loop logs as a failed heartbeat)."""
+
+        async def StreamWorkerStatus(self, requests: Any, context: Any) -> Any:
+            response = await super().StreamWorkerStatus(requests, context)
+            ended.append(context.time_remaining())
+            return response
+
     methods = Methods()
     server = grpc.aio.server(interceptors=[methods])
-    router_internal_pb2_grpc.add_RouterInternalServiceServicer_to_server(RouterInternalServicer(Hosts()), server)
+    router_internal_pb2_grpc.add_RouterInternalServiceServicer_to_server(Ending(Hosts()), server)
     endpoint = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
     await server.start()
     settings = SimpleNamespace(worker_id="w1", heartbeat_interval_ms=20)
@@ -239,6 +251,8 @@ async def test_a_beat_stream_is_renewed_without_a_gap_or_a_warning(
         loop.cancel()
         await channels.close()
         await server.stop(None)
-    assert methods.called.count("/millpond.router.v1.RouterInternalService/StreamWorkerStatus") >= 4
+    streams = methods.called.count("/millpond.router.v1.RouterInternalService/StreamWorkerStatus")
+    assert streams >= 4 and len(ended) == streams
+    assert min(ended) > 1.0, "every stream's beats end well before its deadline"
     assert max(b - a for a, b in itertools.pairwise(beats)) < 1.0  # renewals, 0.2 s apart, leave no gap
     assert not [r for r in caplog.records if r.name == membership.__name__]
