@@ -11,8 +11,9 @@ them.
 A change of partitions restarts nothing that keeps running. Partitions that join while the
 stage's Spark query runs get a Spark query of their own, started from their tasks'
 positions (its plan, a few DataFrame steps that Spark analyses, is made while their tasks
-start, from the positions committed before the fence: ``expect``; it is made again for a
-task that resumes elsewhere); the running one goes on with no pause (at most ``MAX_QUERIES`` per stage: later
+start, from the positions known before the fence: a promoted standby's applied position, else
+the group's committed offset: ``expect``; it is made again for a task that resumes
+elsewhere); the running one goes on with no pause (at most ``MAX_QUERIES`` per stage: later
 newcomers restart the newest, which holds only partitions that moved in lately, and a query
 that has not processed a batch yet is restarted rather than joined by another). A partition
 that leaves gets no more batches at once: its query still fetches it until its next start,
