@@ -9,12 +9,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from millpond.services.worker.input_watch import InputWatch
 from millpond.services.worker.spark import LazySession
 from millpond.services.worker.standby import StandbyReplica
+from millpond.services.worker.state.store import close_handed
 from millpond.services.worker.streams import StageStreams
 from millpond.services.worker.supervisor import QuerySupervisor
 from millpond.services.worker.task import (
@@ -126,8 +127,9 @@ class TaskAssignment:
                 self._dirty.set()
 
     async def _reconcile(self) -> None:
-        # A store is open in one place at a time: a standby being promoted closes before its
-        # active task opens the store, and a demoted active closes before its standby does.
+        # A store is open in one place at a time: a standby being promoted stops before its
+        # active task starts (and hands its open store over), and a demoted active closes
+        # before its standby opens the store.
         # One assignment throughout: a newer one that arrives meanwhile sets _dirty again.
         wanted, wanted_standbys = self.wanted, self.wanted_standbys
         standbys = self._standbys_to_run(wanted, wanted_standbys)
@@ -137,8 +139,11 @@ class TaskAssignment:
         gone = sorted((set(self.standbys) - standbys) | changed)
         for key in gone:
             self._standby_plans.pop(key, None)
+        # A copy of a partition this worker now runs the active of leaves its store open for
+        # the active task (``StandbyReplica.promote``).
         await _stop_all([*(self.standbys.pop(key) for key in gone),
-                         *(copy for key in gone for copy in self.companions.pop(key, []))])
+                         *(copy for key in gone for copy in self.companions.pop(key, []))],
+                        promoted={key for key in gone if key[1] in wanted.get(key[0], set())})
         await self._reconcile_actives(wanted)
         if any(supervisor.settling() for supervisor in self.supervisors.values()):
             # Partitions that moved in come first: until their first batch is committed, new
@@ -221,11 +226,15 @@ class TaskAssignment:
                          *(copy for copies in self.companions.values() for copy in copies)])
         await self.streams.stop()
         await self.inputs.stop()
+        close_handed()
 
 
-async def _stop_all(running: Sequence[QuerySupervisor | StandbyReplica]) -> None:
-    """Stop supervisors or replicas concurrently; each bounds its own stop and logs an overrun."""
-    results = await asyncio.gather(*(r.stop() for r in running), return_exceptions=True)
+async def _stop_all(running: Sequence[QuerySupervisor | StandbyReplica],
+                    promoted: Collection[tuple[str, int]] = ()) -> None:
+    """Stop supervisors or replicas concurrently; each bounds its own stop and logs an overrun.
+    Replicas of a ``promoted`` (query id, partition) hand their stores over as they stop."""
+    results = await asyncio.gather(*(r.promote() if isinstance(r, StandbyReplica) and (r.query_id, r.partition) in promoted
+                                     else r.stop() for r in running), return_exceptions=True)
     for error in results:
         if isinstance(error, BaseException):
             log.error("stopping failed", exc_info=error)

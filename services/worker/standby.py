@@ -23,7 +23,7 @@ from aiokafka import TopicPartition
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_jitter
 
 from millpond.services.worker.state.changelog import ChangelogReader
-from millpond.services.worker.state.store import WRITTEN_MS, PartitionStore, open_kept
+from millpond.services.worker.state.store import WRITTEN_MS, PartitionStore, hand_over, open_kept, open_store
 from millpond.services.worker.state.table_topic import TableTopicReader
 from millpond.services.worker.task import store_path
 from millpond.shared.catalog.names import changelog_topic
@@ -78,6 +78,8 @@ class StandbyReplica:
         """Whether the copy has once reached the changelog's end as it was when replay started;
         before that it may lack whole keys and must not answer reads."""
         self._job: asyncio.Task[None] | None = None
+        self._hand_over = False
+        """Whether the replay, once stopped, leaves its store open for the active task (``promote``)."""
 
     def lag(self) -> StoreLag | None:
         """How far the copy is behind, for the lag reports; None until it knows the end (a copy
@@ -100,6 +102,13 @@ class StandbyReplica:
         return await cancel_and_wait(job, STOP_TIMEOUT_S if timeout_s is None else timeout_s, "standby replica",
                                      {"query": self.query_id, "partition": self.partition})
 
+    async def promote(self) -> bool:
+        """Stop replaying, as ``stop``, and leave the store open for the active task that this
+        worker starts for the partition (``state.store.hand_over``): it resumes from the copy's
+        position without closing and reopening it, which is on a promotion's critical path."""
+        self._hand_over = True
+        return await self.stop()
+
     async def _run(self) -> None:
         retrying = AsyncRetrying(retry=retry_if_exception_type(Exception), wait=wait_exponential_jitter(multiplier=0.2, max=10),
                                  before_sleep=lambda state: log.warning("standby replay failed; retrying", extra={
@@ -112,7 +121,7 @@ class StandbyReplica:
 
     async def _replay(self) -> None:
         path = store_path(self.settings, self.store_name, self.partition)
-        store = self.store = (PartitionStore(path) if self.max_age_ms is None
+        store = self.store = (open_store(path) if self.max_age_ms is None
                               else open_kept(path, self.max_age_ms, now_ms())[0])
         marked = 0
         reader: ChangelogReader | TableTopicReader = (
@@ -145,5 +154,10 @@ class StandbyReplica:
                     store.write({}, {WRITTEN_MS: marked})
         finally:
             self.store, self.caught_up, self.end = None, False, None
-            store.close()
+            # Every write is one atomic batch between awaits: a cancelled replay leaves the
+            # store at a consistent position, safe to hand over.
+            if self._hand_over:
+                hand_over(store)
+            else:
+                store.close()
             await reader.stop()

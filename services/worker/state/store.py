@@ -189,10 +189,36 @@ class PartitionStore:
             db.close()
 
 
+_handed: dict[Path, PartitionStore] = {}
+"""Stores left open for the next opener of their path (``hand_over``)."""
+
+
+def hand_over(store: PartitionStore) -> None:
+    """Leave ``store`` open for the next ``open_store`` of its path, instead of closing it for
+    that opener to reopen: a promoted standby's copy, which its active task opens next. A store
+    is open in one place at a time; one nobody claims is closed by ``close_handed``."""
+    earlier = _handed.pop(store.path, None)
+    if earlier is not None and earlier is not store:
+        earlier.close()
+    _handed[store.path] = store
+
+
+def open_store(path: Path) -> PartitionStore:
+    """The store at ``path``: the one handed over for it (``hand_over``), else opened now."""
+    store = _handed.pop(path, None)
+    return PartitionStore(path) if store is None else store
+
+
+def close_handed() -> None:
+    """Close every store handed over and not claimed since (the worker is stopping)."""
+    while _handed:
+        _handed.popitem()[1].close()
+
+
 def open_kept(path: Path, max_age_ms: int, now: int) -> tuple[PartitionStore, bool]:
     """The store at ``path``, emptied first when it was last brought up to date (``WRITTEN_MS``)
     more than ``max_age_ms`` before ``now``; whether it was."""
-    store = PartitionStore(path)
+    store = open_store(path)
     written = store.position(WRITTEN_MS)
     if written is None or now - written <= max_age_ms:
         return store, False

@@ -16,10 +16,18 @@ from typing import Any
 
 import pytest
 
-from millpond.services.worker.assignment import TaskAssignment
+from millpond.services.worker.assignment import TaskAssignment, _stop_all
 from millpond.services.worker.standby import StandbyReplica
 from millpond.services.worker.state import table_topic
-from millpond.services.worker.state.store import CHANGELOG_OFFSET, INPUT_OFFSET, WRITTEN_MS, PartitionStore
+from millpond.services.worker.state.store import (
+    CHANGELOG_OFFSET,
+    INPUT_OFFSET,
+    WRITTEN_MS,
+    PartitionStore,
+    StoreClosed,
+    close_handed,
+    open_store,
+)
 from millpond.services.worker.task import store_path, table_rows
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.sources import Column, DataSource
@@ -39,9 +47,9 @@ async def until(condition: Callable[[], bool], what: str) -> None:
     raise AssertionError(f"timed out waiting until {what}")
 
 
-def replica(tmp_path: Path) -> StandbyReplica:
+def replica(tmp_path: Path, partition: int = 0) -> StandbyReplica:
     settings = WorkerSettings(worker_id="w", state_dir=tmp_path)
-    return StandbyReplica(settings, QUERY, 0, lambda key, state: [key, *state])
+    return StandbyReplica(settings, QUERY, partition, lambda key, state: [key, *state])
 
 
 def stored(tmp_path: Path) -> tuple[dict[bytes, list[Any]], int | None, int | None]:
@@ -226,3 +234,42 @@ def test_a_table_aggregations_standby_keeps_a_copy_of_its_regroup_store_beside_i
         f"_millpond-svc-{owners}-regroup-changelog", 1, f"{owners}-regroup")
     assert tasks._companions(owners, 2) == []  # the table has two partitions, the result three
     assert tasks._companions(per_page, 0) == []
+
+
+async def test_a_promoted_standby_hands_its_open_store_to_the_active_task(changelog: Changelog, tmp_path: Path) -> None:
+    """The copies of a partition this worker now runs the active of leave their stores open,
+    at their replayed position, for the task that opens the same path next; the others close
+    theirs, and a store nobody claims is closed when the worker stops."""
+    changelog.commit_batch({b"s1": [[1]], b"s2": [[3]]}, reaches=10)  # offsets 0, 1; marker 2
+    promoted, kept = replica(tmp_path, 0), replica(tmp_path, 1)
+    for copy in (promoted, kept):
+        copy.start()
+    await until(lambda: promoted.caught_up and kept.caught_up, "both copies caught up")
+    held, closed = promoted.store, kept.store
+    assert held is not None and closed is not None
+    await _stop_all([promoted, kept], promoted={(QUERY, 0)})
+    assert promoted.store is None and kept.store is None
+    settings = WorkerSettings(worker_id="w", state_dir=tmp_path)
+    task_store = open_store(store_path(settings, QUERY, 0))
+    try:
+        assert task_store is held  # not closed and reopened
+        assert dict(task_store.items()) == {b"s1": [[1]], b"s2": [[3]]} and task_store.position(CHANGELOG_OFFSET) == 2
+    finally:
+        task_store.close()
+    with pytest.raises(StoreClosed):
+        closed.get(b"s1")  # stopped, not promoted: released
+    other = open_store(store_path(settings, QUERY, 1))
+    assert other is not closed and dict(other.items()) == {b"s1": [[1]], b"s2": [[3]]}
+    other.close()
+
+    again = replica(tmp_path, 0)
+    again.start()
+    await until(lambda: again.caught_up, "a new copy caught up")
+    left = again.store
+    await again.promote()  # and no task claims it
+    close_handed()
+    assert left is not None
+    with pytest.raises(StoreClosed):
+        left.get(b"s1")
+    reopened = open_store(store_path(settings, QUERY, 0))  # the lock was released
+    reopened.close()
