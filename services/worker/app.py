@@ -34,6 +34,10 @@ from millpond.shared.rpc.tls import ChannelFactory
 from millpond.shared.sql.guard import StatementParser
 from millpond.worker.v1 import worker_pb2, worker_pb2_grpc
 
+STOP_BEFORE_LEAVE_S = 1.0
+"""How long a stopping worker waits for its Spark queries to stop before it leaves the cluster
+(well inside the coordinator's worker_max_silence_ms, which would declare it dead)."""
+
 log = logging.getLogger(__name__)
 
 
@@ -90,13 +94,20 @@ class Worker:
         log.info("worker ready", extra={"endpoint": self.server.endpoint, "worker": self.settings.worker_id})
         await stop.wait()
         log.info("worker stopping")
+        # As a Kafka Streams app closes its tasks before its consumer leaves the group: its
+        # Spark queries stop first (a batch's Spark job is interrupted, a commit under way
+        # ends), so the positions its partitions' new owners resume from are final when they
+        # are assigned: their standby copies have replayed the last commit by then, and the
+        # plan each makes ahead for its Spark query is for the right offsets (a copy one commit
+        # behind made it for nothing). Bounded: past it, the worker leaves anyway, and those
+        # commits are fenced. Its stores go on answering pulls until the server stops.
+        stopping = asyncio.create_task(self.processing.run(self.tasks.stop_processing()))
+        await asyncio.wait({stopping}, timeout=STOP_BEFORE_LEAVE_S)
         # No beat may follow the leave, or it would rejoin the worker.
         await asyncio.gather(*beats, return_exceptions=True)
+        log.info("leaving the cluster", extra={"queries_stopped": stopping.done()})
         await self.membership.leave()
-        # Its partitions are other workers' now: stop processing them at once (its Spark
-        # queries took the CPU their new owners need, and their commits would only be fenced),
-        # while its stores go on answering pulls until the server stops.
-        await self.processing.run(self.tasks.stop_processing())
+        await stopping
         self.servicer.end_lookup_streams()
         await self.server.stop()
         for loop in loops:

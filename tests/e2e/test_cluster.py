@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -184,6 +185,14 @@ def first_starts(log: Path, query_id: str) -> dict[tuple[str, int], int]:
         if entry.get("msg") in ("standby started", "task started") and entry.get("query") == query_id:
             out.setdefault((entry["msg"], entry["partition"]), n)
     return out
+
+
+def log_entries(log: Path, message: str) -> list[dict[str, Any]]:
+    """The fields of each entry of ``log`` with ``message``, less the ones every entry has."""
+    common = {"ts", "level", "service", "logger", "msg"}
+    return [{k: v for k, v in entry.items() if k not in common}
+            for entry in (json.loads(line) for line in log.read_text().splitlines() if line.startswith("{"))
+            if entry.get("msg") == message]
 
 
 def task_starts(cluster: LocalCluster, query_id: str) -> Counter[tuple[str, int]]:
@@ -369,6 +378,9 @@ def test_failover_scale_out_scale_in_and_coordinator_failover(ha_cluster: LocalC
           f"longest gap {load.longest_gap_s:.2f}s; longest commit stall of the unmoved partitions "
           f"{max((commits.longest_stall_s.get(p, 0.0) for _, p in kept), default=0.0):.2f}s")
     assert leaver not in roles(cluster_status(cluster), query_id)
+    # As a Kafka Streams app closes: the leaver's Spark queries stopped (their last commits
+    # made) before it left, so its partitions' new owners resumed from final positions.
+    assert log_entries(cluster.child(leaver).log, "leaving the cluster") == [{"queries_stopped": True}]
     assert not load.failures and load.ok > 0
     assert_unmoved_kept_running(starts, task_starts(cluster, query_id), kept)
     check_table(table_rows(cluster, table), expected)
