@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from millpond.services.worker.input_watch import InputWatch
@@ -140,10 +140,9 @@ class TaskAssignment:
         for key in gone:
             self._standby_plans.pop(key, None)
         # A copy of a partition this worker now runs the active of leaves its store open for
-        # the active task (``StandbyReplica.promote``).
-        await _stop_all([*(self.standbys.pop(key) for key in gone),
-                         *(copy for key in gone for copy in self.companions.pop(key, []))],
-                        promoted={key for key in gone if key[1] in wanted.get(key[0], set())})
+        # the active task.
+        await _stop_all([copy.stop(hand_over=key[1] in wanted.get(key[0], set()))
+                         for key in gone for copy in (self.standbys.pop(key), *self.companions.pop(key, []))])
         await self._reconcile_actives(wanted)
         if any(supervisor.settling() for supervisor in self.supervisors.values()):
             # Partitions that moved in come first: until their first batch is committed, new
@@ -209,7 +208,7 @@ class TaskAssignment:
                 stopping.append(self.supervisors.pop(key))
             if want and query is not None:
                 starting.append((query, partition))
-        await _stop_all(stopping)
+        await _stop_all([supervisor.stop() for supervisor in stopping])
         for query, partition in starting:
             supervisor = QuerySupervisor(self.settings, self.metastore, query, {partition}, self.streams)
             self.supervisors[query.query_id, partition] = supervisor
@@ -222,19 +221,18 @@ class TaskAssignment:
 
     async def stop(self) -> None:
         """Stop every task and standby copy, all at once, each bounded (errors logged: the worker is going)."""
-        await _stop_all([*self.supervisors.values(), *self.standbys.values(),
-                         *(copy for copies in self.companions.values() for copy in copies)])
+        replicas = [*self.standbys.values(), *(copy for copies in self.companions.values() for copy in copies)]
+        await _stop_all([*(supervisor.stop() for supervisor in self.supervisors.values()),
+                         *(replica.stop() for replica in replicas)])
         await self.streams.stop()
         await self.inputs.stop()
         close_handed()
 
 
-async def _stop_all(running: Sequence[QuerySupervisor | StandbyReplica],
-                    promoted: Collection[tuple[str, int]] = ()) -> None:
-    """Stop supervisors or replicas concurrently; each bounds its own stop and logs an overrun.
-    Replicas of a ``promoted`` (query id, partition) hand their stores over as they stop."""
-    results = await asyncio.gather(*(r.promote() if isinstance(r, StandbyReplica) and (r.query_id, r.partition) in promoted
-                                     else r.stop() for r in running), return_exceptions=True)
+async def _stop_all(stops: Sequence[Awaitable[Any]]) -> None:
+    """Await the stops of supervisors or replicas concurrently; each bounds its own stop and
+    logs an overrun."""
+    results = await asyncio.gather(*stops, return_exceptions=True)
     for error in results:
         if isinstance(error, BaseException):
             log.error("stopping failed", exc_info=error)

@@ -79,7 +79,7 @@ class StandbyReplica:
         before that it may lack whole keys and must not answer reads."""
         self._job: asyncio.Task[None] | None = None
         self._hand_over = False
-        """Whether the replay, once stopped, leaves its store open for the active task (``promote``)."""
+        """Whether the replay, once stopped, leaves its store open for the active task (``stop``)."""
 
     def lag(self) -> StoreLag | None:
         """How far the copy is behind, for the lag reports; None until it knows the end (a copy
@@ -93,21 +93,18 @@ class StandbyReplica:
         """Replay in the background until ``stop``."""
         self._job = asyncio.create_task(self._run(), name=f"standby-{self.query_id}-{self.partition}")
 
-    async def stop(self, timeout_s: float | None = None) -> bool:
+    async def stop(self, timeout_s: float | None = None, hand_over: bool = False) -> bool:
         """Stop replaying and release the store (so an active task can open it); False (logged)
-        when that overran ``timeout_s`` (``STOP_TIMEOUT_S``): it then completes in the background."""
+        when that overran ``timeout_s`` (``STOP_TIMEOUT_S``): it then completes in the background.
+        ``hand_over``: the store is left open for the active task that this worker starts for
+        the partition (``state.store.hand_over``), which resumes from the copy's position without
+        closing and reopening it, on a promotion's critical path."""
+        self._hand_over = hand_over
         job, self._job = self._job, None
         if job is None:
             return True
         return await cancel_and_wait(job, STOP_TIMEOUT_S if timeout_s is None else timeout_s, "standby replica",
                                      {"query": self.query_id, "partition": self.partition})
-
-    async def promote(self) -> bool:
-        """Stop replaying, as ``stop``, and leave the store open for the active task that this
-        worker starts for the partition (``state.store.hand_over``): it resumes from the copy's
-        position without closing and reopening it, which is on a promotion's critical path."""
-        self._hand_over = True
-        return await self.stop()
 
     async def _run(self) -> None:
         retrying = AsyncRetrying(retry=retry_if_exception_type(Exception), wait=wait_exponential_jitter(multiplier=0.2, max=10),

@@ -197,9 +197,6 @@ def hand_over(store: PartitionStore) -> None:
     """Leave ``store`` open for the next ``open_store`` of its path, instead of closing it for
     that opener to reopen: a promoted standby's copy, which its active task opens next. A store
     is open in one place at a time; one nobody claims is closed by ``close_handed``."""
-    earlier = _handed.pop(store.path, None)
-    if earlier is not None and earlier is not store:
-        earlier.close()
     _handed[store.path] = store
 
 

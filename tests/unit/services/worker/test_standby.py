@@ -247,7 +247,7 @@ async def test_a_promoted_standby_hands_its_open_store_to_the_active_task(change
     await until(lambda: promoted.caught_up and kept.caught_up, "both copies caught up")
     held, closed = promoted.store, kept.store
     assert held is not None and closed is not None
-    await _stop_all([promoted, kept], promoted={(QUERY, 0)})
+    await _stop_all([promoted.stop(hand_over=True), kept.stop()])
     assert promoted.store is None and kept.store is None
     settings = WorkerSettings(worker_id="w", state_dir=tmp_path)
     task_store = open_store(store_path(settings, QUERY, 0))
@@ -266,7 +266,7 @@ async def test_a_promoted_standby_hands_its_open_store_to_the_active_task(change
     again.start()
     await until(lambda: again.caught_up, "a new copy caught up")
     left = again.store
-    await again.promote()  # and no task claims it
+    await again.stop(hand_over=True)  # and no task claims it
     close_handed()
     assert left is not None
     with pytest.raises(StoreClosed):
