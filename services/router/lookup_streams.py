@@ -272,7 +272,8 @@ class LookupStreams:
                 raise UnavailableError("the router is stopping")
             stream = self._streams[endpoint] = LookupStream(endpoint, lambda: self._stub(endpoint).LookupStream())
         started = time.monotonic()
-        if time.monotonic() >= stream.unimplemented_until:
+        # A lookup that may wait goes alone (the stream answers its lookups at once, in order).
+        if request.wait_ms <= 0 and time.monotonic() >= stream.unimplemented_until:
             try:
                 return await stream.lookup(request, within_s)
             except _Unimplemented:

@@ -131,6 +131,9 @@ class Route:
     """One line per copy that does not, with the reason."""
     min_input_offset: int = 0
     """The position the consistency token requires (0: none)."""
+    wait_ms: int = 0
+    """How long a key lookup's copy may wait to reach ``min_input_offset`` (0: it answers at
+    once): set when the only copy to ask is the active and no report says it got there yet."""
 
 
 Router = Callable[[int], Route]
@@ -160,10 +163,11 @@ async def _first_answer(table: DataSource, partition: int, route: Route, call: C
         + ("; ".join(reasons) if reasons else "no copy is assigned"))
 
 
-def lookup_request(plan: PullPlan, replica: Replica, min_input_offset: int) -> worker_pb2.LookupRequest:
-    """What a key lookup asks of ``replica``."""
+def lookup_request(plan: PullPlan, replica: Replica, way: Route) -> worker_pb2.LookupRequest:
+    """What a key lookup asks of ``replica``, one of ``way``'s candidates."""
     return worker_pb2.LookupRequest(table=plan.table.name, partition=plan.partition, key=plan.key_bytes,
-                                    allow_standby=replica.standby, min_input_offset=min_input_offset)
+                                    allow_standby=replica.standby, min_input_offset=way.min_input_offset,
+                                    wait_ms=way.wait_ms)
 
 
 def lookup_result(plan: PullPlan, text: str, found: LookupAnswer) -> PullResult:
@@ -202,7 +206,7 @@ async def execute_pull(plan: PullPlan, text: str, route: Router, lookup: Lookup,
     if plan.partition is not None and table.window is None:
         way = route(plan.partition)
         return lookup_result(plan, text, await _first_answer(table, plan.partition, way, lambda r: lookup(
-            r.endpoint, lookup_request(plan, r, way.min_input_offset))))
+            r.endpoint, lookup_request(plan, r, way))))
 
     # The workers filter, project and cut the rows themselves (the statement travels with the
     # scan) and stream them a page at a time; the router counts the rows it holds as they come

@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 PULL_RETRY_S = 0.1
+TOKEN_ANSWER_S = 0.1
+"""What a key lookup waiting for its token keeps of its time to say why it could not wait longer."""
 WATCH_RETRY_S = 0.5
 """Pause before following a coordinator again whose assignment stream ended or failed."""
 PLAN_CACHE_SIZE = 1024
@@ -147,13 +149,16 @@ class PullRouter:
         failed: dict[int, str] = {}
         """The partition whose own copy could not answer the short path, with why: not asked again at once."""
         if local is not None and plan.partition is not None and plan.table.window is None and plan.limit != 0:
-            answered = await self._local_lookup(local, stmt.text, plan, bounds, positions, failed)
+            answered = await self._local_lookup(local, stmt.text, plan, bounds, positions, failed,
+                                                self._lookup_wait(deadline))
             if answered is not None:
                 return answered.outcome, consistency.of_partitions(plan.input_topic, answered.positions.items())
 
         def remaining(cap: float | None = None) -> float:
             left = deadline - time.monotonic()
             return max(left if cap is None else min(left, cap), 0.001)
+
+        looks_up = plan.partition is not None and plan.table.window is None
 
         # A lookup that takes longer than pull_host_timeout_ms goes to the next copy; a scan's
         # time grows with the table, so it has the whole deadline.
@@ -173,7 +178,7 @@ class PullRouter:
             return remote_pages(self._worker(endpoint), request, plan, remaining())
 
         def route(partition: int) -> Route:
-            way = self._route(plan, partition, bounds, positions)
+            way = self._route(plan, partition, bounds, positions, self._lookup_wait(deadline) if looks_up else 0.0)
             reason = failed.pop(partition, None)
             if reason is not None and way.candidates and local is not None and way.candidates[0].endpoint == local.endpoint:
                 return Route(way.candidates[1:], [*way.excluded, reason], way.min_input_offset)
@@ -192,29 +197,45 @@ class PullRouter:
             with contextlib.suppress(grpc.aio.AioRpcError):
                 await self.refresh_assignment()
 
-    def _route(self, plan: PullPlan, partition: int, bounds: PullBounds, positions: consistency.Positions) -> Route:
-        """Whom to ask for ``partition`` of the plan's table under ``bounds`` and the token's ``positions``."""
+    def _lookup_wait(self, deadline: float) -> float:
+        """How long a key lookup's copy may wait for the token: within the request's deadline
+        and the time a worker has to answer a lookup, less what it keeps to answer."""
+        left = min(deadline - time.monotonic(), self.settings.pull_host_timeout_ms / 1000)
+        return max(left - TOKEN_ANSWER_S, 0.0)
+
+    def _route(self, plan: PullPlan, partition: int, bounds: PullBounds, positions: consistency.Positions,
+               wait_s: float = 0.0) -> Route:
+        """Whom to ask for ``partition`` of the plan's table under ``bounds`` and the token's
+        ``positions``. When no copy is known to have reached the token and ``wait_s`` allows,
+        the active is asked to wait for it that long: the reports trail the commits by up to a
+        heartbeat, and a write just made is usually in the batch being committed (asking again
+        until a report shows it took a batch cycle and up to two retry pauses more)."""
         query_id = plan.table.query_id
         assert query_id is not None
         needed = positions.get((plan.input_topic, partition), 0)
         copies = self.replicas.get(query_id, {}).get(partition, [])
         chosen, excluded = self.hosts.choose(query_id, partition, copies, bounds, needed)
+        if not chosen and needed > 0 and wait_s > 0:
+            active = [r for r in self.hosts.choose(query_id, partition, copies, bounds)[0] if not r.standby]
+            if active:
+                return Route(active, excluded, needed, int(wait_s * 1000))
         return Route(chosen, excluded, needed)
 
     async def _local_lookup(self, local: LocalWorker, text: str, plan: PullPlan, bounds: PullBounds,
-                            positions: consistency.Positions, failed: dict[int, str]) -> PullResult | None:
+                            positions: consistency.Positions, failed: dict[int, str],
+                            wait_s: float) -> PullResult | None:
         """A key lookup answered in-process when the first copy its route names is this
         worker's: the usual case of co-located routing, without the general path's steps.
         None when it is not, or when that copy cannot answer (why, in ``failed``): the
         general path then asks the other copies in turn and says why none could."""
         assert plan.partition is not None
-        way = self._route(plan, plan.partition, bounds, positions)
+        way = self._route(plan, plan.partition, bounds, positions, wait_s)
         if not way.candidates or way.candidates[0].endpoint != local.endpoint:
             return None
         own = way.candidates[0]
         LOCAL_HOPS.inc()
         try:
-            found = await local.lookup(lookup_request(plan, own, way.min_input_offset))
+            found = await local.lookup(lookup_request(plan, own, way))
         except UnavailableError as err:
             failed[plan.partition] = f"{own.endpoint} ({'standby' if own.standby else 'active'}): {err.message}"
             return None

@@ -28,6 +28,8 @@ ANSWERS_BYTES = 1 << 20
 """A LookupStream message holds answers up to about this size; more go on in the next."""
 STAGE_WAIT_S = 30.0
 """The longest a StagePositions call waits for its tasks (less when its deadline is sooner)."""
+TOKEN_WAIT_S = 30.0
+"""The longest a Lookup waits for its copy to reach a consistency token (less when it asks less)."""
 STAGE_ANSWER_S = 0.1
 """What a StagePositions call keeps of its deadline to answer why it could not wait longer."""
 _INTERNAL = code_number(grpc.StatusCode.INTERNAL)
@@ -38,6 +40,10 @@ class Tables(Protocol):
 
     def local_table(self, table: str, partition: int, allow_standby: bool, min_input_offset: int = 0) -> LocalCopy:
         """The copy of a table partition here that may answer, or UnavailableError."""
+
+    async def reached_table(self, table: str, partition: int, allow_standby: bool, min_input_offset: int,
+                            wait_s: float) -> LocalCopy:
+        """``local_table``, waiting up to ``wait_s`` for a copy behind ``min_input_offset``."""
 
     async def select(self, table: str, statement: str, query_id: str = "") -> SelectPlan:
         """The plan of a pull query of ``table`` shipped with a scan (StatementError when it is not one)."""
@@ -67,7 +73,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
 
     @grpc_errors
     async def Lookup(self, request: worker_pb2.LookupRequest, context: grpc.aio.ServicerContext) -> worker_pb2.LookupResponse:
-        return self.lookup_now(request)
+        return self.lookup_now(request, await self._reached(request) if request.wait_ms > 0 else None)
 
     @grpc_stream_errors
     async def LookupStream(self, requests: AsyncIterator[worker_pb2.LookupStreamRequest],
@@ -140,22 +146,28 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
 
     async def lookup(self, request: worker_pb2.LookupRequest) -> LookupAnswer:
         """One key of a local copy, in-process (the values as ``Lookup`` sends them, without
-        building its message); UnavailableError when no copy here may answer."""
-        row, input_offset = self._row(request)
+        building its message, and waiting as it does); UnavailableError when no copy here may answer."""
+        row, input_offset = self._row(request, await self._reached(request) if request.wait_ms > 0 else None)
         return LookupAnswer(None if row is None else [as_sent(v) for v in row], input_offset)
 
-    def lookup_now(self, request: worker_pb2.LookupRequest) -> worker_pb2.LookupResponse:
-        """``Lookup``'s answer, which never waits."""
-        row, input_offset = self._row(request)
+    def lookup_now(self, request: worker_pb2.LookupRequest, copy: LocalCopy | None = None) -> worker_pb2.LookupResponse:
+        """``Lookup``'s answer from ``copy`` (or the copy here now: no wait)."""
+        row, input_offset = self._row(request, copy)
         if row is None:
             return worker_pb2.LookupResponse(found=False, input_offset=input_offset)
         return worker_pb2.LookupResponse(found=True, row=row_to_proto(row), input_offset=input_offset)
 
-    def _row(self, request: worker_pb2.LookupRequest) -> tuple[list[Any] | None, int]:
-        """The requested key's row in a local copy (None: no state, or a row the table's
-        HAVING drops) and the copy's input position; UnavailableError as ``lookup``."""
-        copy = self.tables.local_table(request.table, request.partition, request.allow_standby,
-                                       request.min_input_offset)
+    async def _reached(self, request: worker_pb2.LookupRequest) -> LocalCopy:
+        return await self.tables.reached_table(request.table, request.partition, request.allow_standby,
+                                               request.min_input_offset, min(request.wait_ms / 1000, TOKEN_WAIT_S))
+
+    def _row(self, request: worker_pb2.LookupRequest, copy: LocalCopy | None = None) -> tuple[list[Any] | None, int]:
+        """The requested key's row in a local copy (``copy``, or the one ``local_table`` finds;
+        None: no state, or a row the table's HAVING drops) and the copy's input position;
+        UnavailableError as ``lookup``."""
+        if copy is None:
+            copy = self.tables.local_table(request.table, request.partition, request.allow_standby,
+                                           request.min_input_offset)
         state = copy.store.get(request.key)
         return None if state is None else copy.row(request.key, state), copy.input_offset
 

@@ -34,11 +34,18 @@ class LocalCopy:
 
 STAGE_POLL_S = 0.01
 """How often ``stage_positions`` looks again at a task that has not committed far enough."""
+TOKEN_POLL_S = 0.005
+"""How often a key lookup waiting for a consistency token looks at its copy's position (an
+attribute read: a wait costs a batch cycle's worth of these, and answers within this of the commit)."""
 SELECT_CACHE_SIZE = 256
 """Pull-query plans a worker keeps for the scans that repeat them."""
 SCAN_PAGE_ROWS = 500
 """Rows a scan reads (and its caller converts) between two turns of the serving loop: a few
 milliseconds, so heartbeats and lookups keep going through a large scan."""
+
+
+class BehindToken(UnavailableError):
+    """The copy here has not processed its input up to the consistency token's position."""
 
 
 @dataclass(frozen=True)
@@ -142,10 +149,24 @@ class LocalTables:
                 f"partition {partition} of {table} is not {'active or standby' if allow_standby else 'active'} "
                 f"on worker {self.worker_id}")
         if min_input_offset > 0 and copy.input_offset < min_input_offset:
-            raise UnavailableError(
+            raise BehindToken(
                 f"partition {partition} of {table} on worker {self.worker_id} has processed its input "
                 f"up to offset {copy.input_offset}; the consistency token needs {min_input_offset}")
         return copy
+
+    async def reached_table(self, table: str, partition: int, allow_standby: bool, min_input_offset: int,
+                            wait_s: float) -> LocalCopy:
+        """``local_table``, waiting up to ``wait_s`` for a copy here that is behind the token
+        to process its input up to ``min_input_offset`` (read-your-writes: the write is
+        usually in the batch being committed). A copy that is not here is refused at once."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                return self.local_table(table, partition, allow_standby, min_input_offset)
+            except BehindToken:
+                if time.monotonic() + TOKEN_POLL_S > deadline:
+                    raise
+            await asyncio.sleep(TOKEN_POLL_S)  # the tasks commit on the processing loop
 
     async def select(self, table: str, statement: str, query_id: str = "") -> SelectPlan:
         """The plan of a pull query of ``table`` that a router shipped with a scan, planned

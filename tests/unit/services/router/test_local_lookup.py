@@ -23,6 +23,7 @@ from millpond.shared.rpc.tls import ChannelFactory
 from millpond.shared.session import ENABLE_STANDBY_READS
 from millpond.shared.sql import ast
 from millpond.shared.sql.parser import parse_statement
+from millpond.shared.task_status import StoreLag
 from millpond.worker.v1 import worker_pb2
 
 HERE, ELSEWHERE = "here:1", "elsewhere:1"
@@ -48,9 +49,12 @@ class Local:
 
 
 def pull(local: Local, copies: list[Replica], properties: dict[str, str] | None = None,
-         general: bool = True) -> tuple[Any, list[str]]:
+         general: bool = True, token: int = 0, reported: dict[str, int] | None = None,
+         requests: list[worker_pb2.LookupRequest] | None = None) -> tuple[Any, list[str]]:
     """``SELECT * FROM counts WHERE sensor = 's1'`` through a router whose worker is ``local``;
-    the outcome with its positions, and the remote endpoints asked."""
+    the outcome with its positions, and the remote endpoints asked (their requests appended to
+    ``requests``). With a ``token`` (the key's partition's position it needs) the workers
+    ``reported`` have processed their input up to the offsets given."""
     meta = Metastore()
     meta.apply(parse_statement("CREATE STREAM readings (sensor VARCHAR KEY, reading INT) "
                                "WITH (kafka_topic='readings', partitions=2, value_format='json')"), 0)
@@ -67,17 +71,23 @@ def pull(local: Local, copies: list[Replica], properties: dict[str, str] | None 
         router = PullRouter(settings, meta, None, channels, Coordinators(settings, channels),  # type: ignore[arg-type]
                             HostTable(1.0), local)
         router.replicas = {plan.table.query_id: {plan.partition: copies}}
+        for endpoint, offset in (reported or {}).items():
+            router.hosts.beat(endpoint, endpoint, [StoreLag(plan.table.query_id, plan.partition, True, offset, offset,
+                                                            input_offset=offset)])
+        positions = {("readings", plan.partition): token} if token else {}
 
         async def lookup(endpoint: str, request: worker_pb2.LookupRequest, _: float) -> worker_pb2.LookupResponse:
             remote.append(endpoint)
-            return worker_pb2.LookupResponse(found=False, input_offset=7)
+            if requests is not None:
+                requests.append(request)
+            return worker_pb2.LookupResponse(found=False, input_offset=max(7, request.min_input_offset))
 
         router.lookups.lookup = lookup  # type: ignore[method-assign]
         try:
             if general:
-                return await router.pull(stmt, plan, properties or {}, {}, time.monotonic() + 0.5)
+                return await router.pull(stmt, plan, properties or {}, positions, time.monotonic() + 0.5)
             with mock.patch.object(pull_routing, "execute_pull", side_effect=AssertionError("the general path ran")):
-                return await router.pull(stmt, plan, properties or {}, {}, time.monotonic() + 0.5)
+                return await router.pull(stmt, plan, properties or {}, positions, time.monotonic() + 0.5)
         finally:
             await channels.close()
 
@@ -114,3 +124,30 @@ def test_a_copy_elsewhere_is_asked_over_the_lookup_streams() -> None:
     local = Local()
     (outcome, _), remote = pull(local, [Replica(ELSEWHERE, False), Replica(HERE, True)])
     assert remote == [ELSEWHERE] and local.asked == [] and outcome.rows == []
+
+
+def test_a_token_no_report_shows_reached_asks_the_active_to_wait_for_it() -> None:
+    """The reports trail the commits: a token newer than every copy's last report is asked of
+    the active, which may wait for it (within the worker's time to answer, less what it keeps
+    to say why not), instead of no copy until a report shows it; a standby reported past the
+    token is asked at once, without a wait; the in-process copy waits as the remote one."""
+    requests: list[worker_pb2.LookupRequest] = []
+    (_, positions), remote = pull(Local(), [Replica(ELSEWHERE, False), Replica(HERE, True)], token=50,
+                                  reported={ELSEWHERE: 40, HERE: 30}, requests=requests)
+    assert remote == [ELSEWHERE] and positions == {("readings", requests[0].partition): 50}
+    (asked,) = requests
+    assert asked.min_input_offset == 50 and 0 < asked.wait_ms <= 500 - 1000 * pull_routing.TOKEN_ANSWER_S
+
+    requests.clear()
+    pull(Local(), [Replica(ELSEWHERE, False), Replica("standby:1", True)], {ENABLE_STANDBY_READS: "true"},
+         token=50, reported={ELSEWHERE: 40, "standby:1": 55}, requests=requests)
+    assert [(r.allow_standby, r.wait_ms) for r in requests] == [(True, 0)]
+
+    local = Local()
+    pull(local, [Replica(HERE, False)], general=False, token=50, reported={HERE: 40})
+    (asked,) = local.asked
+    assert asked.min_input_offset == 50 and asked.wait_ms > 0
+
+    requests.clear()
+    pull(Local(), [Replica(ELSEWHERE, False)], token=50, reported={ELSEWHERE: 60}, requests=requests)
+    assert [r.wait_ms for r in requests] == [0], "a copy reported past the token answers at once"

@@ -360,3 +360,41 @@ def test_closing_fails_what_waits_and_refuses_what_comes() -> None:
             await streams.lookup(endpoint, request("k1"), 5)
 
     asyncio.run(with_worker(None, [stream_handler(silent)], body))
+
+
+class WaitingTables(Tables):
+    """Tables whose copies reach any token they are given time to wait for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waited: list[tuple[int, float]] = []
+
+    async def reached_table(self, table: str, partition: int, allow_standby: bool, min_input_offset: int,
+                            wait_s: float) -> LocalCopy:
+        self.waited.append((min_input_offset, wait_s))
+        copy = self.local_table(table, partition, allow_standby)
+        return LocalCopy(copy.store, copy.row, max(copy.input_offset, min_input_offset))
+
+
+def test_a_lookup_that_may_wait_for_its_token_goes_alone_as_a_unary_lookup() -> None:
+    """A stream answers its lookups in order, at once: one that may wait is not held up
+    behind, nor holds up, the others; the worker's Lookup waits for it."""
+    tables = WaitingTables()
+    servicer = WorkerServicer(tables, 100)  # type: ignore[arg-type]
+    streamed: list[int] = []
+    answers = servicer.answers
+
+    def counted(batch: worker_pb2.LookupStreamRequest) -> Any:
+        streamed.append(len(batch.lookups))
+        return answers(batch)
+
+    servicer.answers = counted  # type: ignore[method-assign]
+
+    async def body(streams: LookupStreams, endpoint: str) -> None:
+        plain = await streams.lookup(endpoint, request("k1"), 5)
+        waited = await streams.lookup(endpoint, worker_pb2.LookupRequest(
+            table="T", partition=0, key=b"k2", min_input_offset=70, wait_ms=800), 5)
+        assert values(plain) == ["k1", 1] and values(waited) == ["k2", 2] and waited.input_offset == 70
+
+    asyncio.run(with_worker(servicer, None, body))
+    assert streamed == [1] and tables.waited == [(70, 0.8)]

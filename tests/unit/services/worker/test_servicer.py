@@ -18,12 +18,15 @@ from millpond.services.worker import serving
 from millpond.services.worker.servicer import WorkerServicer
 from millpond.services.worker.serving import LocalCopy, LocalTables
 from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore, encode_state
+from millpond.services.worker.task import AggregationTask
 from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import UnavailableError
 from millpond.shared.kafka.serde import as_sent, from_proto
 from millpond.shared.sql.guard import ParseLimits, StatementParser
 from millpond.shared.sql.parser import parse_statement
 from millpond.shared.sql.planner import SelectPlan
+from millpond.shared.task_status import RUNNING
 from millpond.worker.v1 import worker_pb2
 
 
@@ -289,6 +292,57 @@ async def test_stage_positions_refuse_a_task_not_here_not_running_or_not_there_i
     supervisor.failed, task.state = False, "STARTING"
     with pytest.raises(UnavailableError, match="is not running"):
         await tables.stage_positions("Q", "side-1", {0: 1}, timeout_s=1)
+
+
+def _lookup_tables(root: Path, position: int) -> tuple[LocalTables, AggregationTask]:
+    """Partition 0 of T active here, its store holding k1 (counted 3), its input processed up to ``position``."""
+    meta = metastore()
+    table = meta.source("T")
+    assert table.query_id is not None
+    query = meta.queries[table.query_id]
+    task = AggregationTask(WorkerSettings(worker_id="w", state_dir=root), query, meta.sources[query.source], table, 0)
+    task.store = PartitionStore(root / "store")
+    task.store.write({b"k1": encode_state([[3]])}, {INPUT_OFFSET: position})
+    task.state, task.next_input_offset = RUNNING, position
+    assignment = type("Assignment", (), {"supervisors": {(table.query_id, 0): _Supervisor((0, task))},  # type: ignore[arg-type]
+                                         "standbys": {}})()
+    return LocalTables("w", meta, assignment, StatementParser(ParseLimits())), task  # type: ignore[arg-type]
+
+
+async def test_a_lookup_waits_for_its_copy_to_reach_the_token_and_a_copy_not_here_is_refused_at_once(
+        tmp_path: Path) -> None:
+    tables, task = _lookup_tables(tmp_path, 5)
+    servicer = WorkerServicer(tables, max_scan_rows=10)
+    context: Any = Context()
+    try:
+        async def commit_later() -> None:
+            await asyncio.sleep(0.05)
+            task.next_input_offset = 8  # a commit: the store first, then the position
+
+        committing = asyncio.create_task(commit_later())
+        answer = await servicer.Lookup(worker_pb2.LookupRequest(table="T", partition=0, key=b"k1", min_input_offset=8,
+                                                                wait_ms=5_000), context)
+        await committing
+        assert answer.found and answer.input_offset == 8
+
+        # Without a wait (as a LookupStream's lookups), or once the wait is over, it refuses and says why.
+        for wait_ms in (0, 50):
+            with pytest.raises(Aborted) as info:
+                await servicer.Lookup(worker_pb2.LookupRequest(table="T", partition=0, key=b"k1", min_input_offset=9,
+                                                               wait_ms=wait_ms), context)
+            assert info.value.code == grpc.StatusCode.UNAVAILABLE
+            assert "up to offset 8; the consistency token needs 9" in info.value.details
+
+        # A copy that is not here will not come by waiting: refused at once, whatever the wait.
+        refused = servicer.Lookup(worker_pb2.LookupRequest(table="T", partition=1, key=b"k1", min_input_offset=1,
+                                                           wait_ms=30_000), context)
+        with pytest.raises(Aborted) as info:
+            await asyncio.wait_for(refused, 5)
+        assert "partition 1 of T is not active" in info.value.details
+    finally:
+        assert task.store is not None
+        task.store.close()
+        tables.parser.close()
 
 
 @pytest.mark.parametrize("row", [

@@ -56,18 +56,20 @@ class SetStandbyReplayResponse(_message.Message):
     def __init__(self, changelog_offset: _Optional[int] = ...) -> None: ...
 
 class LookupRequest(_message.Message):
-    __slots__ = ("table", "partition", "key", "allow_standby", "min_input_offset")
+    __slots__ = ("table", "partition", "key", "allow_standby", "min_input_offset", "wait_ms")
     TABLE_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
     ALLOW_STANDBY_FIELD_NUMBER: _ClassVar[int]
     MIN_INPUT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     table: str
     partition: int
     key: bytes
     allow_standby: bool
     min_input_offset: int
-    def __init__(self, table: _Optional[str] = ..., partition: _Optional[int] = ..., key: _Optional[bytes] = ..., allow_standby: _Optional[bool] = ..., min_input_offset: _Optional[int] = ...) -> None: ...
+    wait_ms: int
+    def __init__(self, table: _Optional[str] = ..., partition: _Optional[int] = ..., key: _Optional[bytes] = ..., allow_standby: _Optional[bool] = ..., min_input_offset: _Optional[int] = ..., wait_ms: _Optional[int] = ...) -> None: ...
 
 class LookupResponse(_message.Message):
     __slots__ = ("found", "row", "input_offset")
