@@ -2,11 +2,15 @@
 p99, while a steady 10,000 events per second flow into the same stream; against the raw
 Kafka produce-to-consume latency of a record on the same broker in the same run.
 
-Each probe INSERTs a reading for its own key through the router, then pulls that key
-(without a consistency token, every 5 ms) until the table has it. The probes start once
-the query has caught up with the load; the figures over them all are the headline, and
-``after_first_30_s`` gives those of the probes that started 30 s or more after the first
-(a cluster's JVMs, the broker's included, are still compiling their code in those seconds).
+Each probe INSERTs a reading for its own key through the router, then pulls that key. The
+headline (``insert_to_visible_ms``) is read-your-writes as a client has it: one pull carrying
+the INSERT's consistency token, which the router answers once a copy has processed the
+INSERT. A second series (``polled_without_token_ms``, its probes taking turns with the
+first's) pulls without the token every 5 ms until the table has the row: when the row is
+there, whoever asks. The probes start once the query has caught up with the load;
+``after_first_30_s`` gives the token series' figures over the probes that started 30 s or
+more after the first (a cluster's JVMs, the broker's included, are still compiling their
+code in those seconds).
 
 ``python -m bench.freshness [--events-per-s 10000 --probes 300]``
 """
@@ -64,36 +68,51 @@ async def kafka_latency(bootstrap: str, probes: int) -> list[float]:
         await consumer.stop()
 
 
-def probe(router: str, probes: int, rng: random.Random) -> tuple[list[float], list[float], list[float]]:
-    """Per probe, milliseconds from the INSERT's call to its row visible in a pull, and to
-    the INSERT's own answer (the part of the first spent before any query could see it), and
-    when it started (seconds after the first)."""
+def probe(router: str, probes: int, rng: random.Random) -> dict[bool, tuple[list[float], list[float], list[float]]]:
+    """By whether the pull carried the INSERT's token: per probe, milliseconds from the
+    INSERT's call to its row in a pull's answer (one pull with the token, or pulls without one
+    every 5 ms until the row is there), and to the INSERT's own answer (the part of the first
+    spent before any query could see it), and when it started (seconds after the first). The
+    two kinds take turns, so both see the same cluster."""
     client = RouterClient(router, timeout=30)
-    out, inserted, starts = [], [], []
+    out: dict[bool, tuple[list[float], list[float], list[float]]] = {True: ([], [], []), False: ([], [], [])}
     first = time.perf_counter()
     try:
-        for i in range(probes):
+        for i in range(2 * probes):
+            token = i % 2 == 0
+            visible, inserted, starts = out[token]
             key = f"fresh-{i:05d}"
             reading = rng.randrange(1, 100)
             started = time.perf_counter()
             starts.append(started - first)
+            client.token = ""  # the token of this probe's INSERT alone
             client.execute(f"INSERT INTO readings (sensor, area, reading) VALUES ('{key}', 'probe', {reading});")
             inserted.append((time.perf_counter() - started) * 1000)
-            client.token = ""  # measure visibility, not the router's wait for the token
-            while True:
-                try:
-                    (outcome,) = client.execute(f"SELECT avg_reading FROM avg_readings WHERE sensor = '{key}';")
-                    client.token = ""
-                    if outcome.rows:
-                        break
-                except grpc.RpcError:
-                    pass
-                time.sleep(0.005)
-            out.append((time.perf_counter() - started) * 1000)
+            if token:
+                (outcome,) = client.execute(f"SELECT avg_reading FROM avg_readings WHERE sensor = '{key}';")
+                if not outcome.rows:
+                    raise AssertionError(f"a pull with the token of {key}'s INSERT did not see it")
+            else:
+                poll(client, key)
+            visible.append((time.perf_counter() - started) * 1000)
             time.sleep(0.05)
     finally:
         client.close()
-    return out, inserted, starts
+    return out
+
+
+def poll(client: RouterClient, key: str) -> None:
+    """Pull ``key`` without a token every 5 ms until the table has its row."""
+    client.token = ""
+    while True:
+        try:
+            (outcome,) = client.execute(f"SELECT avg_reading FROM avg_readings WHERE sensor = '{key}';")
+            client.token = ""
+            if outcome.rows:
+                return
+        except grpc.RpcError:
+            pass
+        time.sleep(0.005)
 
 
 def main() -> None:
@@ -115,7 +134,8 @@ def main() -> None:
         # probe only once the table's query runs and has processed what was produced so far
         wait_caught_up(local, query_id, asyncio.run(end_offsets(local.bootstrap, "readings", partitions)), timeout_s=600)
         produced_before, started = stats.produced, time.monotonic()
-        visible, inserted, starts = probe(local.router, args.probes, random.Random(2))
+        probes = probe(local.router, args.probes, random.Random(2))
+        (visible, inserted, starts), (polled, _, _) = probes[True], probes[False]
         achieved = (stats.produced - produced_before) / (time.monotonic() - started)
         loop.call_soon_threadsafe(stop.set)
         background.join(30)
@@ -127,6 +147,8 @@ def main() -> None:
         "insert_to_visible_ms": {"p50": percentile(visible, 0.5), "p99": percentile(visible, 0.99),
                                  "mean": round(statistics.fmean(visible), 2)},
         "insert_answered_ms": {"p50": percentile(inserted, 0.5), "p99": percentile(inserted, 0.99)},
+        "polled_without_token_ms": {"p50": percentile(polled, 0.5), "p99": percentile(polled, 0.99),
+                                    "mean": round(statistics.fmean(polled), 2)},
         "after_first_30_s": {"probes": len(later), "p50": percentile(later, 0.5) if later else None,
                              "p99": percentile(later, 0.99) if later else None},
         "baseline_kafka_produce_to_consume_ms": {"p50": percentile(raw, 0.5), "p99": percentile(raw, 0.99)},
