@@ -13,7 +13,8 @@ is an ``UnavailableError`` (the next copy is asked, as after a failed unary call
 if it comes later, is dropped. A stream whose oldest message has waited longer than a
 lookup's timeout is given up and the next lookup opens another. A worker of an earlier
 version (no ``LookupStream``: UNIMPLEMENTED before any message) is asked with the unary
-``Lookup``.
+``Lookup``, as is a lookup that may wait for its consistency token (``wait_ms``): the stream
+answers its lookups at once, in order.
 """
 
 from __future__ import annotations
@@ -266,10 +267,10 @@ class LookupStreams:
     async def lookup(self, endpoint: str, request: worker_pb2.LookupRequest, within_s: float) -> worker_pb2.LookupResponse:
         """Worker ``endpoint``'s answer to ``request`` within ``within_s`` seconds (see
         ``LookupStream.lookup``)."""
+        if self.closed:
+            raise UnavailableError("the router is stopping")
         stream = self._streams.get(endpoint)
         if stream is None:
-            if self.closed:
-                raise UnavailableError("the router is stopping")
             stream = self._streams[endpoint] = LookupStream(endpoint, lambda: self._stub(endpoint).LookupStream())
         started = time.monotonic()
         # A lookup that may wait goes alone (the stream answers its lookups at once, in order).

@@ -72,6 +72,12 @@ class PullPlan:
     """A key lookup whose table row is its result as it is (``row_as_is``): nothing to filter
     or project in the row its copy finds for the key (``lookup_result``)."""
 
+    @property
+    def looks_up(self) -> bool:
+        """Whether the pull is a key lookup (one partition's copy asked for the key's row); a
+        windowed table's key lookup is a scan of the key's rows."""
+        return self.partition is not None and self.table.window is None
+
 
 def row_as_is(table: DataSource, items: tuple[ast.SelectItem, ...], where: ast.Expr | None, key: Any) -> bool:
     """Whether a key lookup's table row is its result as it is: ``SELECT *`` with a WHERE that
@@ -133,7 +139,7 @@ class Route:
     """The position the consistency token requires (0: none)."""
     wait_ms: int = 0
     """How long a key lookup's copy may wait to reach ``min_input_offset`` (0: it answers at
-    once): set when the only copy to ask is the active and no report says it got there yet."""
+    once): set when no copy qualifies but for its reported position and the active is asked."""
 
 
 Router = Callable[[int], Route]
@@ -203,7 +209,8 @@ async def execute_pull(plan: PullPlan, text: str, route: Router, lookup: Lookup,
         return result  # the columns and no row; no worker is asked, so no position is read
     held = _Held(max_rows)
 
-    if plan.partition is not None and table.window is None:
+    if plan.looks_up:
+        assert plan.partition is not None
         way = route(plan.partition)
         return lookup_result(plan, text, await _first_answer(table, plan.partition, way, lambda r: lookup(
             r.endpoint, lookup_request(plan, r, way))))

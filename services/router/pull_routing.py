@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Mapping
@@ -148,7 +149,7 @@ class PullRouter:
         local = self.local
         failed: dict[int, str] = {}
         """The partition whose own copy could not answer the short path, with why: not asked again at once."""
-        if local is not None and plan.partition is not None and plan.table.window is None and plan.limit != 0:
+        if local is not None and plan.looks_up and plan.limit != 0:
             answered = await self._local_lookup(local, stmt.text, plan, bounds, positions, failed,
                                                 self._lookup_wait(deadline))
             if answered is not None:
@@ -157,8 +158,6 @@ class PullRouter:
         def remaining(cap: float | None = None) -> float:
             left = deadline - time.monotonic()
             return max(left if cap is None else min(left, cap), 0.001)
-
-        looks_up = plan.partition is not None and plan.table.window is None
 
         # A lookup that takes longer than pull_host_timeout_ms goes to the next copy; a scan's
         # time grows with the table, so it has the whole deadline.
@@ -178,10 +177,10 @@ class PullRouter:
             return remote_pages(self._worker(endpoint), request, plan, remaining())
 
         def route(partition: int) -> Route:
-            way = self._route(plan, partition, bounds, positions, self._lookup_wait(deadline) if looks_up else 0.0)
+            way = self._route(plan, partition, bounds, positions, self._lookup_wait(deadline) if plan.looks_up else 0.0)
             reason = failed.pop(partition, None)
             if reason is not None and way.candidates and local is not None and way.candidates[0].endpoint == local.endpoint:
-                return Route(way.candidates[1:], [*way.excluded, reason], way.min_input_offset)
+                return dataclasses.replace(way, candidates=way.candidates[1:], excluded=[*way.excluded, reason])
             return way
 
         # While tasks move, or while copies catch up with the token, no copy may qualify for a
@@ -206,19 +205,22 @@ class PullRouter:
     def _route(self, plan: PullPlan, partition: int, bounds: PullBounds, positions: consistency.Positions,
                wait_s: float = 0.0) -> Route:
         """Whom to ask for ``partition`` of the plan's table under ``bounds`` and the token's
-        ``positions``. When no copy is known to have reached the token and ``wait_s`` allows,
-        the active is asked to wait for it that long: the reports trail the commits by up to a
-        heartbeat, and a write just made is usually in the batch being committed (asking again
-        until a report shows it took a batch cycle and up to two retry pauses more)."""
+        ``positions``. When no copy qualifies but for its reported position (behind the token)
+        and ``wait_s`` allows, the active is asked to wait for it that long: the reports trail
+        the commits by up to a heartbeat, and a write just made is usually in the batch being
+        committed (asking again until a report shows it took a batch cycle and up to two retry
+        pauses more). A copy with no report is asked as it is, without a wait."""
         query_id = plan.table.query_id
         assert query_id is not None
         needed = positions.get((plan.input_topic, partition), 0)
         copies = self.replicas.get(query_id, {}).get(partition, [])
         chosen, excluded = self.hosts.choose(query_id, partition, copies, bounds, needed)
-        if not chosen and needed > 0 and wait_s > 0:
+        wait_ms = int(wait_s * 1000)
+        if not chosen and needed > 0 and wait_ms > 0:
             active = [r for r in self.hosts.choose(query_id, partition, copies, bounds)[0] if not r.standby]
-            if active:
-                return Route(active, excluded, needed, int(wait_s * 1000))
+            if active:  # (its own line among the excluded goes: it is asked, and says why if it fails)
+                own = f"{active[0].endpoint} (active): "
+                return Route(active, [line for line in excluded if not line.startswith(own)], needed, wait_ms)
         return Route(chosen, excluded, needed)
 
     async def _local_lookup(self, local: LocalWorker, text: str, plan: PullPlan, bounds: PullBounds,

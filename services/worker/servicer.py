@@ -28,10 +28,9 @@ ANSWERS_BYTES = 1 << 20
 """A LookupStream message holds answers up to about this size; more go on in the next."""
 STAGE_WAIT_S = 30.0
 """The longest a StagePositions call waits for its tasks (less when its deadline is sooner)."""
-TOKEN_WAIT_S = 30.0
-"""The longest a Lookup waits for its copy to reach a consistency token (less when it asks less)."""
 STAGE_ANSWER_S = 0.1
-"""What a StagePositions call keeps of its deadline to answer why it could not wait longer."""
+"""What a StagePositions or a waiting Lookup call keeps of its deadline to answer why it
+could not wait longer."""
 _INTERNAL = code_number(grpc.StatusCode.INTERNAL)
 
 
@@ -73,7 +72,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
 
     @grpc_errors
     async def Lookup(self, request: worker_pb2.LookupRequest, context: grpc.aio.ServicerContext) -> worker_pb2.LookupResponse:
-        return self.lookup_now(request, await self._reached(request) if request.wait_ms > 0 else None)
+        return self.lookup_now(request, await self._reached(request, context.time_remaining()))
 
     @grpc_stream_errors
     async def LookupStream(self, requests: AsyncIterator[worker_pb2.LookupStreamRequest],
@@ -147,7 +146,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
     async def lookup(self, request: worker_pb2.LookupRequest) -> LookupAnswer:
         """One key of a local copy, in-process (the values as ``Lookup`` sends them, without
         building its message, and waiting as it does); UnavailableError when no copy here may answer."""
-        row, input_offset = self._row(request, await self._reached(request) if request.wait_ms > 0 else None)
+        row, input_offset = self._row(request, await self._reached(request))
         return LookupAnswer(None if row is None else [as_sent(v) for v in row], input_offset)
 
     def lookup_now(self, request: worker_pb2.LookupRequest, copy: LocalCopy | None = None) -> worker_pb2.LookupResponse:
@@ -157,9 +156,15 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             return worker_pb2.LookupResponse(found=False, input_offset=input_offset)
         return worker_pb2.LookupResponse(found=True, row=row_to_proto(row), input_offset=input_offset)
 
-    async def _reached(self, request: worker_pb2.LookupRequest) -> LocalCopy:
+    async def _reached(self, request: worker_pb2.LookupRequest, remaining_s: float | None = None) -> LocalCopy | None:
+        """The copy a lookup that may wait (``wait_ms``) waited for, done a little before the
+        call's deadline (``remaining_s``) so its caller gets the reason; None for one that may not."""
+        if request.wait_ms <= 0:
+            return None
+        wait_s = request.wait_ms / 1000 if remaining_s is None else min(request.wait_ms / 1000,
+                                                                          remaining_s - STAGE_ANSWER_S)
         return await self.tables.reached_table(request.table, request.partition, request.allow_standby,
-                                               request.min_input_offset, min(request.wait_ms / 1000, TOKEN_WAIT_S))
+                                               request.min_input_offset, wait_s)
 
     def _row(self, request: worker_pb2.LookupRequest, copy: LocalCopy | None = None) -> tuple[list[Any] | None, int]:
         """The requested key's row in a local copy (``copy``, or the one ``local_table`` finds;

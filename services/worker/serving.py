@@ -35,8 +35,11 @@ class LocalCopy:
 STAGE_POLL_S = 0.01
 """How often ``stage_positions`` looks again at a task that has not committed far enough."""
 TOKEN_POLL_S = 0.005
-"""How often a key lookup waiting for a consistency token looks at its copy's position (an
-attribute read: a wait costs a batch cycle's worth of these, and answers within this of the commit)."""
+"""How often a key lookup waiting for a consistency token looks for its copy again (a few
+dictionary reads and its position: a wait costs a batch cycle's worth of these, and answers
+within this of the commit)."""
+TOKEN_WAIT_S = 30.0
+"""The longest a key lookup waits for its copy to reach a consistency token (less when it asks less)."""
 SELECT_CACHE_SIZE = 256
 """Pull-query plans a worker keeps for the scans that repeat them."""
 SCAN_PAGE_ROWS = 500
@@ -159,13 +162,16 @@ class LocalTables:
         """``local_table``, waiting up to ``wait_s`` for a copy here that is behind the token
         to process its input up to ``min_input_offset`` (read-your-writes: the write is
         usually in the batch being committed). A copy that is not here is refused at once."""
-        deadline = time.monotonic() + wait_s
+        started = time.monotonic()
+        deadline = started + min(wait_s, TOKEN_WAIT_S)
         while True:
             try:
                 return self.local_table(table, partition, allow_standby, min_input_offset)
-            except BehindToken:
+            except BehindToken as behind:
                 if time.monotonic() + TOKEN_POLL_S > deadline:
-                    raise
+                    waited = round((time.monotonic() - started) * 1000)
+                    raise BehindToken(f"{behind.message} (after waiting {waited} ms for it; ask again, or with "
+                                      f"a longer deadline)") from None
             await asyncio.sleep(TOKEN_POLL_S)  # the tasks commit on the processing loop
 
     async def select(self, table: str, statement: str, query_id: str = "") -> SelectPlan:

@@ -50,11 +50,13 @@ class Local:
 
 def pull(local: Local, copies: list[Replica], properties: dict[str, str] | None = None,
          general: bool = True, token: int = 0, reported: dict[str, int] | None = None,
-         requests: list[worker_pb2.LookupRequest] | None = None) -> tuple[Any, list[str]]:
+         requests: list[worker_pb2.LookupRequest] | None = None, host_timeout_ms: int = 1000,
+         dead: tuple[str, ...] = ()) -> tuple[Any, list[str]]:
     """``SELECT * FROM counts WHERE sensor = 's1'`` through a router whose worker is ``local``;
     the outcome with its positions, and the remote endpoints asked (their requests appended to
     ``requests``). With a ``token`` (the key's partition's position it needs) the workers
-    ``reported`` have processed their input up to the offsets given."""
+    ``reported`` have processed their input up to the offsets given; those ``dead`` last beat
+    long ago."""
     meta = Metastore()
     meta.apply(parse_statement("CREATE STREAM readings (sensor VARCHAR KEY, reading INT) "
                                "WITH (kafka_topic='readings', partitions=2, value_format='json')"), 0)
@@ -64,9 +66,10 @@ def pull(local: Local, copies: list[Replica], properties: dict[str, str] | None 
     plan = plan_pull(stmt, meta, "svc")
     assert plan.partition is not None and plan.table.query_id is not None and plan.row_as_is
     remote: list[str] = []
+    deadline_s = 5.0 if host_timeout_ms < 1000 else 0.5
 
     async def run() -> Any:
-        settings = RouterSettings(coordinator="127.0.0.1:1")
+        settings = RouterSettings(coordinator="127.0.0.1:1", pull_host_timeout_ms=host_timeout_ms)
         channels = ChannelFactory(None)
         router = PullRouter(settings, meta, None, channels, Coordinators(settings, channels),  # type: ignore[arg-type]
                             HostTable(1.0), local)
@@ -74,6 +77,9 @@ def pull(local: Local, copies: list[Replica], properties: dict[str, str] | None 
         for endpoint, offset in (reported or {}).items():
             router.hosts.beat(endpoint, endpoint, [StoreLag(plan.table.query_id, plan.partition, True, offset, offset,
                                                             input_offset=offset)])
+        for endpoint in dead:
+            router.hosts.beat(endpoint, endpoint, [])
+            router.hosts.hosts[endpoint].last_beat -= 10  # its last beat 10 s ago
         positions = {("readings", plan.partition): token} if token else {}
 
         async def lookup(endpoint: str, request: worker_pb2.LookupRequest, _: float) -> worker_pb2.LookupResponse:
@@ -85,9 +91,9 @@ def pull(local: Local, copies: list[Replica], properties: dict[str, str] | None 
         router.lookups.lookup = lookup  # type: ignore[method-assign]
         try:
             if general:
-                return await router.pull(stmt, plan, properties or {}, positions, time.monotonic() + 0.5)
+                return await router.pull(stmt, plan, properties or {}, positions, time.monotonic() + deadline_s)
             with mock.patch.object(pull_routing, "execute_pull", side_effect=AssertionError("the general path ran")):
-                return await router.pull(stmt, plan, properties or {}, positions, time.monotonic() + 0.5)
+                return await router.pull(stmt, plan, properties or {}, positions, time.monotonic() + deadline_s)
         finally:
             await channels.close()
 
@@ -151,3 +157,16 @@ def test_a_token_no_report_shows_reached_asks_the_active_to_wait_for_it() -> Non
     requests.clear()
     pull(Local(), [Replica(ELSEWHERE, False)], token=50, reported={ELSEWHERE: 60}, requests=requests)
     assert [r.wait_ms for r in requests] == [0], "a copy reported past the token answers at once"
+
+
+def test_a_token_lookups_wait_stays_within_the_host_timeout_and_a_dead_active_is_not_waited_for() -> None:
+    requests: list[worker_pb2.LookupRequest] = []
+    pull(Local(), [Replica(ELSEWHERE, False)], token=50, reported={ELSEWHERE: 40}, requests=requests,
+         host_timeout_ms=300)  # and a deadline of 5 s
+    (asked,) = requests
+    assert 0 < asked.wait_ms <= 300 - 1000 * pull_routing.TOKEN_ANSWER_S
+
+    requests.clear()
+    with pytest.raises(UnavailableError) as info:
+        pull(Local(), [Replica(ELSEWHERE, False)], token=50, requests=requests, dead=(ELSEWHERE,))
+    assert requests == [] and "elsewhere:1 (active): dead: no heartbeat" in info.value.message

@@ -377,8 +377,8 @@ class WaitingTables(Tables):
 
 
 def test_a_lookup_that_may_wait_for_its_token_goes_alone_as_a_unary_lookup() -> None:
-    """A stream answers its lookups in order, at once: one that may wait is not held up
-    behind, nor holds up, the others; the worker's Lookup waits for it."""
+    """A stream answers its lookups in order, at once, so a lookup that may wait goes as a
+    unary Lookup of its own (which waits for it), not over the stream."""
     tables = WaitingTables()
     servicer = WorkerServicer(tables, 100)  # type: ignore[arg-type]
     streamed: list[int] = []

@@ -37,8 +37,14 @@ class Aborted(Exception):
 
 
 class Context:
+    def __init__(self, remaining_s: float | None = None):
+        self.remaining_s = remaining_s
+
     async def abort(self, code: grpc.StatusCode, details: str) -> None:
         raise Aborted(code, details)
+
+    def time_remaining(self) -> float | None:
+        return self.remaining_s
 
 
 def metastore() -> Metastore:
@@ -332,6 +338,13 @@ async def test_a_lookup_waits_for_its_copy_to_reach_the_token_and_a_copy_not_her
                                                                wait_ms=wait_ms), context)
             assert info.value.code == grpc.StatusCode.UNAVAILABLE
             assert "up to offset 8; the consistency token needs 9" in info.value.details
+            assert ("after waiting" in info.value.details) == (wait_ms > 0)
+
+        # A wait ends a little before the call's deadline, so the caller gets the reason.
+        with pytest.raises(Aborted) as info:
+            await asyncio.wait_for(servicer.Lookup(worker_pb2.LookupRequest(
+                table="T", partition=0, key=b"k1", min_input_offset=9, wait_ms=30_000), Context(remaining_s=0.2)), 5)
+        assert "the consistency token needs 9 (after waiting" in info.value.details
 
         # A copy that is not here will not come by waiting: refused at once, whatever the wait.
         refused = servicer.Lookup(worker_pb2.LookupRequest(table="T", partition=1, key=b"k1", min_input_offset=1,
