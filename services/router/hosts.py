@@ -35,6 +35,10 @@ class HostView:
     worker_id: str
     last_beat: float
     lags: dict[tuple[str, int], StoreLag] = field(default_factory=dict)
+    answered: dict[tuple[str, int], int] = field(default_factory=dict)
+    """Per (query, partition), the newest input position a copy here answered a pull at
+    since the report (which trails the commits by up to a heartbeat); the next report
+    replaces it."""
 
 
 class HostTable:
@@ -52,6 +56,14 @@ class HostTable:
     def beat(self, endpoint: str, worker_id: str, lags: list[StoreLag]) -> None:
         """A worker's heartbeat and lag report."""
         self.hosts[endpoint] = HostView(worker_id, self.clock(), {(lag.query_id, lag.partition): lag for lag in lags})
+
+    def answered(self, endpoint: str, query_id: str, partition: int, input_offset: int) -> None:
+        """The worker's copy of the partition answered a pull at ``input_offset``: until its
+        next report, ``choose`` knows the copy is at least there (a session's next pull, whose
+        token is that answer's, then needs no wait)."""
+        view = self.hosts.get(endpoint)
+        if view is not None and input_offset > view.answered.get((query_id, partition), -1):
+            view.answered[(query_id, partition)] = input_offset
 
     def dead(self, endpoint: str) -> bool:
         """True when the worker stopped beating; False while alive or never heard from."""
@@ -88,7 +100,8 @@ class HostTable:
                 staleness = _staleness_ms(report, int((now - view.last_beat) * 1000), wall_ms)
                 if staleness > bounds.max_staleness_ms:
                     reason = f"staleness {staleness} ms over the bound of {bounds.max_staleness_ms} ms"
-            if reason is None and report is not None and 0 <= report.input_offset < min_input_offset:
+            if reason is None and report is not None and 0 <= report.input_offset < min_input_offset \
+                    and view is not None and view.answered.get((query_id, partition), -1) < min_input_offset:
                 reason = (f"at input offset {report.input_offset}, the consistency token needs {min_input_offset}")
             if reason is None:
                 chosen.append(replica)

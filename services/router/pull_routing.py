@@ -164,10 +164,13 @@ class PullRouter:
         async def lookup(endpoint: str, request: worker_pb2.LookupRequest) -> LookupAnswer:
             if local is not None and endpoint == local.endpoint:
                 LOCAL_HOPS.inc()
-                return await local.lookup(request)
-            REMOTE_HOPS.inc()
-            return lookup_answer(await self.lookups.lookup(
-                endpoint, request, remaining(self.settings.pull_host_timeout_ms / 1000)))
+                answer = await local.lookup(request)
+            else:
+                REMOTE_HOPS.inc()
+                answer = lookup_answer(await self.lookups.lookup(
+                    endpoint, request, remaining(self.settings.pull_host_timeout_ms / 1000)))
+            self.hosts.answered(endpoint, query_id, request.partition, answer.input_offset)
+            return answer
 
         def scan(endpoint: str, request: worker_pb2.ScanPagesRequest) -> AsyncGenerator[worker_pb2.ScanPagesResponse, None]:
             if local is not None and endpoint == local.endpoint:
@@ -241,6 +244,8 @@ class PullRouter:
         except UnavailableError as err:
             failed[plan.partition] = f"{own.endpoint} ({'standby' if own.standby else 'active'}): {err.message}"
             return None
+        assert plan.table.query_id is not None
+        self.hosts.answered(own.endpoint, plan.table.query_id, plan.partition, found.input_offset)
         return lookup_result(plan, text, found)
 
     async def _carry(self, query_id: str, plan: PullPlan, positions: consistency.Positions,

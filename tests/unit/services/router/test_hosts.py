@@ -82,3 +82,20 @@ def test_a_copy_behind_the_consistency_token_is_excluded() -> None:
     chosen, excluded = hosts.choose("Q", 0, [ACTIVE, NEAR, FAR, SILENT], OPEN, min_input_offset=60)
     assert chosen == [ACTIVE, NEAR, SILENT]  # the silent host is asked; the worker checks itself
     assert excluded == ["c:1 (standby): at input offset 20, the consistency token needs 60"]
+
+
+def test_a_position_a_copy_answered_at_counts_until_its_next_report() -> None:
+    """The reports trail the commits: a copy that answered a pull at a newer position than it
+    reported qualifies for a token up to it; its next report replaces what it answered."""
+    clock = Clock()
+    hosts = table(clock)
+    assert hosts.choose("Q", 0, [NEAR], OPEN, min_input_offset=65)[0] == []  # b reported 60
+    hosts.answered("b:1", "Q", 0, 66)
+    hosts.answered("b:1", "Q", 0, 64)  # an older answer that came late changes nothing
+    hosts.answered("x:1", "Q", 0, 99)  # nor one from a worker never heard from
+    assert hosts.choose("Q", 0, [NEAR], OPEN, min_input_offset=66) == ([NEAR], [])
+    assert hosts.choose("Q", 0, [NEAR], OPEN, min_input_offset=67)[0] == []
+    assert hosts.choose("Q", 1, [NEAR], OPEN, min_input_offset=66) == ([NEAR], [])  # no report: asked
+    hosts.beat("b:1", "b", [StoreLag("Q", 0, False, 40, 50, clock.wall_ms, input_offset=61)])
+    chosen, excluded = hosts.choose("Q", 0, [NEAR], OPEN, min_input_offset=66)
+    assert chosen == [] and excluded == ["b:1 (standby): at input offset 61, the consistency token needs 66"]

@@ -51,12 +51,12 @@ class Local:
 def pull(local: Local, copies: list[Replica], properties: dict[str, str] | None = None,
          general: bool = True, token: int = 0, reported: dict[str, int] | None = None,
          requests: list[worker_pb2.LookupRequest] | None = None, host_timeout_ms: int = 1000,
-         dead: tuple[str, ...] = ()) -> tuple[Any, list[str]]:
+         dead: tuple[str, ...] = (), times: int = 1) -> tuple[Any, list[str]]:
     """``SELECT * FROM counts WHERE sensor = 's1'`` through a router whose worker is ``local``;
     the outcome with its positions, and the remote endpoints asked (their requests appended to
     ``requests``). With a ``token`` (the key's partition's position it needs) the workers
     ``reported`` have processed their input up to the offsets given; those ``dead`` last beat
-    long ago."""
+    long ago. The pull is made ``times`` in a row, by one router (the last one's outcome)."""
     meta = Metastore()
     meta.apply(parse_statement("CREATE STREAM readings (sensor VARCHAR KEY, reading INT) "
                                "WITH (kafka_topic='readings', partitions=2, value_format='json')"), 0)
@@ -91,6 +91,8 @@ def pull(local: Local, copies: list[Replica], properties: dict[str, str] | None 
         router.lookups.lookup = lookup  # type: ignore[method-assign]
         try:
             if general:
+                for _ in range(times - 1):
+                    await router.pull(stmt, plan, properties or {}, positions, time.monotonic() + deadline_s)
                 return await router.pull(stmt, plan, properties or {}, positions, time.monotonic() + deadline_s)
             with mock.patch.object(pull_routing, "execute_pull", side_effect=AssertionError("the general path ran")):
                 return await router.pull(stmt, plan, properties or {}, positions, time.monotonic() + deadline_s)
@@ -170,3 +172,11 @@ def test_a_token_lookups_wait_stays_within_the_host_timeout_and_a_dead_active_is
     with pytest.raises(UnavailableError) as info:
         pull(Local(), [Replica(ELSEWHERE, False)], token=50, requests=requests, dead=(ELSEWHERE,))
     assert requests == [] and "elsewhere:1 (active): dead: no heartbeat" in info.value.message
+
+
+def test_a_pull_whose_token_a_copy_has_answered_at_needs_no_wait() -> None:
+    """A session's next pull carries its last answer's position, newer than the copy's last
+    report: the router remembers the answer, and asks the copy at once (over the stream)."""
+    requests: list[worker_pb2.LookupRequest] = []
+    pull(Local(), [Replica(ELSEWHERE, False)], token=50, reported={ELSEWHERE: 40}, requests=requests, times=2)
+    assert [(r.min_input_offset, r.wait_ms > 0) for r in requests] == [(50, True), (50, False)]
