@@ -331,6 +331,18 @@ async def test_a_lookup_waits_for_its_copy_to_reach_the_token_and_a_copy_not_her
         await committing
         assert answer.found and answer.input_offset == 8
 
+        # The router in the worker asks in-process, and the lookup waits the same way.
+        async def commit_again() -> None:
+            await asyncio.sleep(0.05)
+            task.next_input_offset = 9
+
+        committing = asyncio.create_task(commit_again())
+        found = await servicer.lookup(worker_pb2.LookupRequest(table="T", partition=0, key=b"k1", min_input_offset=9,
+                                                               wait_ms=5_000))
+        await committing
+        assert found.input_offset == 9 and found.row is not None
+        task.next_input_offset = 8
+
         # Without a wait (as a LookupStream's lookups), or once the wait is over, it refuses and says why.
         for wait_ms in (0, 50):
             with pytest.raises(Aborted) as info:
