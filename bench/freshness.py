@@ -103,11 +103,10 @@ def probe(router: str, probes: int, rng: random.Random) -> dict[bool, tuple[list
 
 def poll(client: RouterClient, key: str) -> None:
     """Pull ``key`` without a token every 5 ms until the table has its row."""
-    client.token = ""
     while True:
+        client.token = ""
         try:
             (outcome,) = client.execute(f"SELECT avg_reading FROM avg_readings WHERE sensor = '{key}';")
-            client.token = ""
             if outcome.rows:
                 return
         except grpc.RpcError:

@@ -72,7 +72,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
 
     @grpc_errors
     async def Lookup(self, request: worker_pb2.LookupRequest, context: grpc.aio.ServicerContext) -> worker_pb2.LookupResponse:
-        return self.lookup_now(request, await self._reached(request, context.time_remaining()))
+        return self.lookup_now(request, await self._reached(request, context))
 
     @grpc_stream_errors
     async def LookupStream(self, requests: AsyncIterator[worker_pb2.LookupStreamRequest],
@@ -156,11 +156,13 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             return worker_pb2.LookupResponse(found=False, input_offset=input_offset)
         return worker_pb2.LookupResponse(found=True, row=row_to_proto(row), input_offset=input_offset)
 
-    async def _reached(self, request: worker_pb2.LookupRequest, remaining_s: float | None = None) -> LocalCopy | None:
+    async def _reached(self, request: worker_pb2.LookupRequest,
+                       context: grpc.aio.ServicerContext | None = None) -> LocalCopy | None:
         """The copy a lookup that may wait (``wait_ms``) waited for, done a little before the
-        call's deadline (``remaining_s``) so its caller gets the reason; None for one that may not."""
+        call's deadline (``context``'s) so its caller gets the reason; None for one that may not."""
         if request.wait_ms <= 0:
             return None
+        remaining_s = context.time_remaining() if context is not None else None
         wait_s = request.wait_ms / 1000 if remaining_s is None else min(request.wait_ms / 1000,
                                                                           remaining_s - STAGE_ANSWER_S)
         return await self.tables.reached_table(request.table, request.partition, request.allow_standby,

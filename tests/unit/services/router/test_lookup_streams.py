@@ -99,11 +99,8 @@ def stream_handler(handle: Callable[[AsyncIterator[worker_pb2.LookupStreamReques
         response_serializer=worker_pb2.LookupStreamResponse.SerializeToString)})
 
 
-@pytest.mark.parametrize("answers_bytes", [worker_servicer.ANSWERS_BYTES, 200])
-def test_concurrent_lookups_share_messages_and_each_gets_its_own_answer(answers_bytes: int,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(worker_servicer, "ANSWERS_BYTES", answers_bytes)  # 200: answers split across messages
-    servicer = WorkerServicer(Tables(), 100)  # type: ignore[arg-type]
+def counted_batches(servicer: WorkerServicer) -> list[int]:
+    """How many lookups each LookupStream message to ``servicer`` carried, as they come."""
     batches: list[int] = []
     answers = servicer.answers
 
@@ -112,6 +109,15 @@ def test_concurrent_lookups_share_messages_and_each_gets_its_own_answer(answers_
         return answers(batch)
 
     servicer.answers = counted  # type: ignore[method-assign]
+    return batches
+
+
+@pytest.mark.parametrize("answers_bytes", [worker_servicer.ANSWERS_BYTES, 200])
+def test_concurrent_lookups_share_messages_and_each_gets_its_own_answer(answers_bytes: int,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(worker_servicer, "ANSWERS_BYTES", answers_bytes)  # 200: answers split across messages
+    servicer = WorkerServicer(Tables(), 100)  # type: ignore[arg-type]
+    batches = counted_batches(servicer)
 
     async def body(streams: LookupStreams, endpoint: str) -> None:
         found = await asyncio.gather(*(streams.lookup(endpoint, request(f"k{i}", i % 4), 5) for i in range(500)))
@@ -381,14 +387,7 @@ def test_a_lookup_that_may_wait_for_its_token_goes_alone_as_a_unary_lookup() -> 
     unary Lookup of its own (which waits for it), not over the stream."""
     tables = WaitingTables()
     servicer = WorkerServicer(tables, 100)  # type: ignore[arg-type]
-    streamed: list[int] = []
-    answers = servicer.answers
-
-    def counted(batch: worker_pb2.LookupStreamRequest) -> Any:
-        streamed.append(len(batch.lookups))
-        return answers(batch)
-
-    servicer.answers = counted  # type: ignore[method-assign]
+    streamed = counted_batches(servicer)
 
     async def body(streams: LookupStreams, endpoint: str) -> None:
         plain = await streams.lookup(endpoint, request("k1"), 5)
