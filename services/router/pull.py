@@ -138,8 +138,8 @@ class Route:
     min_input_offset: int = 0
     """The position the consistency token requires (0: none)."""
     wait_ms: int = 0
-    """How long a key lookup's copy may wait to reach ``min_input_offset`` (0: it answers at
-    once): set when no copy qualifies but for its reported position and the active is asked."""
+    """How long the copy asked may wait to reach ``min_input_offset`` (0: it answers at once):
+    set when no copy qualifies but for its reported position and the active is asked."""
 
 
 Router = Callable[[int], Route]
@@ -231,7 +231,7 @@ async def execute_pull(plan: PullPlan, text: str, route: Router, lookup: Lookup,
         request = worker_pb2.ScanPagesRequest(
             table=table.name, partitions=partitions, limit=limit, allow_standby=replica.standby,
             min_input_offsets={p: routes[p].min_input_offset for p in partitions}, statement=text,
-            query_id=table.query_id)
+            query_id=table.query_id, wait_ms=max(routes[p].wait_ms for p in partitions))
         try:
             async with contextlib.aclosing(scan(replica.endpoint, request)) as stream:
                 async for page in stream:

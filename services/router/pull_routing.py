@@ -47,7 +47,7 @@ T = TypeVar("T")
 
 PULL_RETRY_S = 0.1
 TOKEN_ANSWER_S = 0.1
-"""What a key lookup waiting for its token keeps of its time to say why it could not wait longer."""
+"""What a copy waiting for its token keeps of its time to say why it could not wait longer."""
 WATCH_RETRY_S = 0.5
 """Pause before following a coordinator again whose assignment stream ended or failed."""
 PLAN_CACHE_SIZE = 1024
@@ -151,7 +151,7 @@ class PullRouter:
         """The partition whose own copy could not answer the short path, with why: not asked again at once."""
         if local is not None and plan.looks_up and plan.limit != 0:
             answered = await self._local_lookup(local, stmt.text, plan, bounds, positions, failed,
-                                                self._lookup_wait(deadline))
+                                                self._token_wait(deadline))
             if answered is not None:
                 return answered.outcome, consistency.of_partitions(plan.input_topic, answered.positions.items())
 
@@ -180,7 +180,7 @@ class PullRouter:
             return remote_pages(self._worker(endpoint), request, plan, remaining())
 
         def route(partition: int) -> Route:
-            way = self._route(plan, partition, bounds, positions, self._lookup_wait(deadline) if plan.looks_up else 0.0)
+            way = self._route(plan, partition, bounds, positions, self._token_wait(deadline))
             reason = failed.pop(partition, None)
             if reason is not None and way.candidates and local is not None and way.candidates[0].endpoint == local.endpoint:
                 return dataclasses.replace(way, candidates=way.candidates[1:], excluded=[*way.excluded, reason])
@@ -199,9 +199,9 @@ class PullRouter:
             with contextlib.suppress(grpc.aio.AioRpcError):
                 await self.refresh_assignment()
 
-    def _lookup_wait(self, deadline: float) -> float:
-        """How long a key lookup's copy may wait for the token: within the request's deadline
-        and the time a worker has to answer a lookup, less what it keeps to answer."""
+    def _token_wait(self, deadline: float) -> float:
+        """How long a copy may wait for the token: within the request's deadline and the time a
+        worker has to answer a lookup, less what it keeps to answer."""
         left = min(deadline - time.monotonic(), self.settings.pull_host_timeout_ms / 1000)
         return max(left - TOKEN_ANSWER_S, 0.0)
 

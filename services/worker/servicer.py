@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
 from typing import Any, Protocol
 
@@ -29,9 +30,16 @@ ANSWERS_BYTES = 1 << 20
 STAGE_WAIT_S = 30.0
 """The longest a StagePositions call waits for its tasks (less when its deadline is sooner)."""
 STAGE_ANSWER_S = 0.1
-"""What a StagePositions or a waiting Lookup call keeps of its deadline to answer why it
-could not wait longer."""
+"""What a StagePositions call, or a lookup or scan waiting for its token, keeps of its
+deadline to answer why it could not wait longer."""
 _INTERNAL = code_number(grpc.StatusCode.INTERNAL)
+
+
+def _token_wait_s(wait_ms: int, context: grpc.aio.ServicerContext | None) -> float:
+    """How long a call that may wait ``wait_ms`` for its token waits: until a little before the
+    call's deadline (``context``'s) at most, so its caller gets the reason."""
+    remaining_s = context.time_remaining() if context is not None else None
+    return wait_ms / 1000 if remaining_s is None else min(wait_ms / 1000, remaining_s - STAGE_ANSWER_S)
 
 
 class Tables(Protocol):
@@ -126,7 +134,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
     @grpc_stream_errors
     async def ScanPages(self, request: worker_pb2.ScanPagesRequest,
                         context: grpc.aio.ServicerContext) -> AsyncIterator[worker_pb2.ScanPagesResponse]:
-        async for page in self.scan(request):
+        async for page in self.scan(request, context):
             yield page
 
     @grpc_errors
@@ -158,15 +166,21 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
 
     async def _reached(self, request: worker_pb2.LookupRequest,
                        context: grpc.aio.ServicerContext | None = None) -> LocalCopy | None:
-        """The copy a lookup that may wait (``wait_ms``) waited for, done a little before the
-        call's deadline (``context``'s) so its caller gets the reason; None for one that may not."""
+        """The copy a lookup that may wait (``wait_ms``) waited for; None for one that may not."""
         if request.wait_ms <= 0:
             return None
-        remaining_s = context.time_remaining() if context is not None else None
-        wait_s = request.wait_ms / 1000 if remaining_s is None else min(request.wait_ms / 1000,
-                                                                          remaining_s - STAGE_ANSWER_S)
         return await self.tables.reached_table(request.table, request.partition, request.allow_standby,
-                                               request.min_input_offset, wait_s)
+                                               request.min_input_offset, _token_wait_s(request.wait_ms, context))
+
+    async def _scan_reached(self, request: worker_pb2.ScanPagesRequest,
+                            context: grpc.aio.ServicerContext | None = None) -> None:
+        """Wait, as a lookup does, for each copy a scan that may wait (``wait_ms``) reads to
+        reach its partition's token position, all within the one wait."""
+        deadline = time.monotonic() + _token_wait_s(request.wait_ms, context)
+        for partition in request.partitions:
+            if (offset := request.min_input_offsets.get(partition, 0)) > 0:
+                await self.tables.reached_table(request.table, partition, request.allow_standby, offset,
+                                                deadline - time.monotonic())
 
     def _row(self, request: worker_pb2.LookupRequest, copy: LocalCopy | None = None) -> tuple[list[Any] | None, int]:
         """The requested key's row in a local copy (``copy``, or the one ``local_table`` finds;
@@ -178,13 +192,17 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         state = copy.store.get(request.key)
         return None if state is None else copy.row(request.key, state), copy.input_offset
 
-    async def scan(self, request: worker_pb2.ScanPagesRequest) -> AsyncGenerator[worker_pb2.ScanPagesResponse, None]:
+    async def scan(self, request: worker_pb2.ScanPagesRequest, context: grpc.aio.ServicerContext | None = None
+                   ) -> AsyncGenerator[worker_pb2.ScanPagesResponse, None]:
         """The result rows of local copies of the requested partitions under the request's
-        statement, a page per message; UnavailableError as ``lookup``. A page is read when the
+        statement, a page per message, once their copies reached the token (waiting as
+        ``lookup`` does); UnavailableError as ``lookup``. A page is read when the
         caller asks for the next message: in-process at once, over gRPC as soon as its
         transport takes the last (HTTP/2 flow control bounds what is in flight), so a caller
         that stops reading stops the scan once its window is full."""
         plan = await self.tables.select(request.table, request.statement, request.query_id) if request.statement else None
+        if request.wait_ms > 0:
+            await self._scan_reached(request, context)
 
         def copy_of(partition: int) -> LocalCopy:
             return self.tables.local_table(request.table, partition, request.allow_standby,

@@ -168,8 +168,13 @@ def test_pull_bounds_tokens_push_queries_and_status_through_a_failover(router_cl
         (outcome,) = client.execute(f"SELECT sensor, n, total FROM {table} WHERE sensor = '{probe}';")
         assert outcome.rows == [[probe, i, i * (i + 1) // 2]], f"insert {i} not visible: {outcome.rows}"
         assert outcome.consistency_token
-    expected.count[probe], expected.total[probe] = 10, 55
-    expected.low[probe], expected.high[probe] = 1, 10
+    # A scan's copies wait for the token as a lookup's does.
+    for i in range(11, 14):
+        client.execute(f"INSERT INTO {stream} (sensor, area, reading) VALUES ('{probe}', 'a', {i});")
+        (outcome,) = client.execute(f"SELECT sensor, n FROM {table} WHERE sensor = '{probe}' OR sensor = 'none';")
+        assert outcome.rows == [[probe, i]], f"insert {i} not visible to a scan: {outcome.rows}"
+    expected.count[probe], expected.total[probe] = 13, 91
+    expected.low[probe], expected.high[probe] = 1, 13
 
     # Hold back the standby of one partition, then freeze that partition's active.
     active, standby = layout(cluster, query_id)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 from unittest import mock
 
@@ -37,6 +38,7 @@ class Local:
     def __init__(self, down: bool = False):
         self.down = down
         self.asked: list[worker_pb2.LookupRequest] = []
+        self.scanned: list[worker_pb2.ScanPagesRequest] = []
 
     async def lookup(self, request: worker_pb2.LookupRequest) -> LookupAnswer:
         self.asked.append(request)
@@ -44,27 +46,33 @@ class Local:
             raise UnavailableError("partition 0 of COUNTS is not active on worker here")
         return LookupAnswer(["s1", 2], 41)
 
-    def scan(self, request: Any) -> Any:
-        raise AssertionError("a key lookup scans nothing")
+    async def scan(self, request: worker_pb2.ScanPagesRequest) -> AsyncIterator[worker_pb2.ScanPagesResponse]:
+        """No row, each partition at its token's position (or 7)."""
+        self.scanned.append(request)
+        for p in request.partitions:
+            yield worker_pb2.ScanPagesResponse(input_offsets={p: max(7, request.min_input_offsets.get(p, 0))})
 
 
 def pull(local: Local, copies: list[Replica], properties: dict[str, str] | None = None,
          general: bool = True, token: int = 0, reported: dict[str, int] | None = None,
          requests: list[worker_pb2.LookupRequest] | None = None, host_timeout_ms: int = 1000,
-         dead: tuple[str, ...] = (), times: int = 1) -> tuple[Any, list[str]]:
-    """``SELECT * FROM counts WHERE sensor = 's1'`` through a router whose worker is ``local``;
-    the outcome with its positions, and the remote endpoints asked (their requests appended to
-    ``requests``). With a ``token`` (the key's partition's position it needs) the workers
-    ``reported`` have processed their input up to the offsets given; those ``dead`` last beat
-    long ago. The pull is made ``times`` in a row, by one router (the last one's outcome)."""
+         dead: tuple[str, ...] = (), times: int = 1,
+         sql: str = "SELECT * FROM counts WHERE sensor = 's1'") -> tuple[Any, list[str]]:
+    """``sql`` (a key lookup unless told) through a router whose worker is ``local``; the
+    outcome with its positions, and the remote endpoints asked (their requests appended to
+    ``requests``). Every partition read has the ``copies``. With a ``token`` (the position it
+    needs of each partition read) the workers ``reported`` have processed their input up to the
+    offsets given; those ``dead`` last beat long ago. The pull is made ``times`` in a row, by
+    one router (the last one's outcome)."""
     meta = Metastore()
     meta.apply(parse_statement("CREATE STREAM readings (sensor VARCHAR KEY, reading INT) "
                                "WITH (kafka_topic='readings', partitions=2, value_format='json')"), 0)
     meta.apply(parse_statement("CREATE TABLE counts AS SELECT sensor, COUNT(*) AS n FROM readings GROUP BY sensor"), 1)
-    stmt = parse_statement("SELECT * FROM counts WHERE sensor = 's1'")
+    stmt = parse_statement(sql)
     assert isinstance(stmt, ast.Query)
     plan = plan_pull(stmt, meta, "svc")
-    assert plan.partition is not None and plan.table.query_id is not None and plan.row_as_is
+    assert plan.table.query_id is not None
+    partitions = range(plan.table.partitions) if plan.partition is None else [plan.partition]
     remote: list[str] = []
     deadline_s = 5.0 if host_timeout_ms < 1000 else 0.5
 
@@ -73,14 +81,14 @@ def pull(local: Local, copies: list[Replica], properties: dict[str, str] | None 
         channels = ChannelFactory(None)
         router = PullRouter(settings, meta, None, channels, Coordinators(settings, channels),  # type: ignore[arg-type]
                             HostTable(1.0), local)
-        router.replicas = {plan.table.query_id: {plan.partition: copies}}
+        router.replicas = {plan.table.query_id: {p: copies for p in partitions}}
         for endpoint, offset in (reported or {}).items():
-            router.hosts.beat(endpoint, endpoint, [StoreLag(plan.table.query_id, plan.partition, True, offset, offset,
-                                                            input_offset=offset)])
+            router.hosts.beat(endpoint, endpoint, [StoreLag(plan.table.query_id, p, True, offset, offset,
+                                                            input_offset=offset) for p in partitions])
         for endpoint in dead:
             router.hosts.beat(endpoint, endpoint, [])
             router.hosts.hosts[endpoint].last_beat -= 10  # its last beat 10 s ago
-        positions = {("readings", plan.partition): token} if token else {}
+        positions = {("readings", p): token for p in partitions} if token else {}
 
         async def lookup(endpoint: str, request: worker_pb2.LookupRequest, _: float) -> worker_pb2.LookupResponse:
             remote.append(endpoint)
@@ -172,6 +180,22 @@ def test_a_token_lookups_wait_stays_within_the_host_timeout_and_a_dead_active_is
     with pytest.raises(UnavailableError) as info:
         pull(Local(), [Replica(ELSEWHERE, False)], token=50, requests=requests, dead=(ELSEWHERE,))
     assert requests == [] and "elsewhere:1 (active): dead: no heartbeat" in info.value.message
+
+
+def test_a_token_scan_asks_the_active_to_wait_for_the_partitions_no_report_shows_reached() -> None:
+    """A scan waits as a key lookup does: one call per host, its wait the longest any of its
+    partitions' routes allows; a scan of copies reported past the token waits for nothing."""
+    local = Local()
+    (_, positions), remote = pull(local, [Replica(HERE, False)], token=50, reported={HERE: 40},
+                                  sql="SELECT * FROM counts")
+    (asked,) = local.scanned
+    assert remote == [] and dict(asked.min_input_offsets) == {0: 50, 1: 50}
+    assert 0 < asked.wait_ms <= 500 - 1000 * pull_routing.TOKEN_ANSWER_S
+    assert positions == {("readings", 0): 50, ("readings", 1): 50}
+
+    local = Local()
+    pull(local, [Replica(HERE, False)], token=50, reported={HERE: 60}, sql="SELECT * FROM counts")
+    assert [r.wait_ms for r in local.scanned] == [0]
 
 
 def test_a_pull_whose_token_a_copy_has_answered_at_needs_no_wait() -> None:

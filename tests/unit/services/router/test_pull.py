@@ -140,6 +140,15 @@ def test_scan_merges_one_copy_per_partition_and_fails_over_per_partition() -> No
     assert {(r.statement, r.query_id) for _, r in workers.calls} == {(sql, "CTAS_COUNTS_0")}  # the workers filter and project
 
 
+def test_a_scan_call_may_wait_for_its_token_as_long_as_the_longest_wait_of_its_partitions_routes() -> None:
+    workers = Workers(down=set())
+    pull("SELECT * FROM counts", workers, {0: Route([A], [], 50, wait_ms=400), 1: Route([A], [], 30)})
+    assert [(e, dict(r.min_input_offsets), r.wait_ms) for e, r in workers.calls] == [("a:1", {0: 50, 1: 30}, 400)]
+    workers.calls.clear()
+    pull("SELECT * FROM counts", workers, {0: Route([A], [], 50, wait_ms=400), 1: Route([B], [], 30)})
+    assert sorted((e, r.wait_ms) for e, r in workers.calls) == [("a:1", 400), ("b:1", 0)]
+
+
 def test_a_host_failing_mid_scan_has_its_rows_dropped_and_its_partitions_asked_elsewhere() -> None:
     workers = Workers(down=set(), failing={"a:1"})
     result = pull("SELECT * FROM counts", workers, {0: Route([A, B], []), 1: Route([A, C], [])})

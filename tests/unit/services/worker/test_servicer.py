@@ -370,6 +370,39 @@ async def test_a_lookup_waits_for_its_copy_to_reach_the_token_and_a_copy_not_her
         tables.parser.close()
 
 
+async def test_a_scan_waits_for_its_copies_to_reach_the_token_as_a_lookup_does(tmp_path: Path) -> None:
+    tables, task = _lookup_tables(tmp_path, 5)
+    servicer = WorkerServicer(tables, max_scan_rows=10)
+
+    async def scanned(wait_ms: int, context: Any = None) -> list[worker_pb2.ScanPagesResponse]:
+        request = worker_pb2.ScanPagesRequest(table="T", partitions=[0], min_input_offsets={0: 8}, wait_ms=wait_ms)
+        pages = servicer.ScanPages(request, context) if context is not None else servicer.scan(request)
+        return [page async for page in pages]
+
+    try:
+        async def commit_later() -> None:
+            await asyncio.sleep(0.05)
+            task.next_input_offset = 8
+
+        for call in (lambda: scanned(5_000, Context()), lambda: scanned(5_000)):  # over gRPC, then in-process
+            task.next_input_offset = 5
+            committing = asyncio.create_task(commit_later())
+            (page,) = await call()
+            await committing
+            assert page.row_count == 1 and dict(page.input_offsets) == {0: 8}
+
+        task.next_input_offset = 5
+        for wait_ms, context in ((0, Context()), (30_000, Context(remaining_s=0.2))):
+            with pytest.raises(Aborted) as info:
+                await asyncio.wait_for(scanned(wait_ms, context), 5)
+            assert "up to offset 5; the consistency token needs 8" in info.value.details
+            assert ("after waiting" in info.value.details) == (wait_ms > 0)
+    finally:
+        assert task.store is not None
+        task.store.close()
+        tables.parser.close()
+
+
 @pytest.mark.parametrize("row", [
     ["k1", 7], ["k2", None], ["k3", 2.5], ["k4", {"a": [1, b"\x00"]}], ["k5", True], ["k6", b"\xff"],
 ])

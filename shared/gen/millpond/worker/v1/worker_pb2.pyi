@@ -129,7 +129,7 @@ class ScanRequest(_message.Message):
     def __init__(self, table: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ..., limit: _Optional[int] = ..., allow_standby: _Optional[bool] = ..., min_input_offsets: _Optional[_Mapping[int, int]] = ...) -> None: ...
 
 class ScanPagesRequest(_message.Message):
-    __slots__ = ("table", "partitions", "limit", "allow_standby", "min_input_offsets", "statement", "query_id")
+    __slots__ = ("table", "partitions", "limit", "allow_standby", "min_input_offsets", "statement", "query_id", "wait_ms")
     class MinInputOffsetsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -144,6 +144,7 @@ class ScanPagesRequest(_message.Message):
     MIN_INPUT_OFFSETS_FIELD_NUMBER: _ClassVar[int]
     STATEMENT_FIELD_NUMBER: _ClassVar[int]
     QUERY_ID_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     table: str
     partitions: _containers.RepeatedScalarFieldContainer[int]
     limit: int
@@ -151,7 +152,8 @@ class ScanPagesRequest(_message.Message):
     min_input_offsets: _containers.ScalarMap[int, int]
     statement: str
     query_id: str
-    def __init__(self, table: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ..., limit: _Optional[int] = ..., allow_standby: _Optional[bool] = ..., min_input_offsets: _Optional[_Mapping[int, int]] = ..., statement: _Optional[str] = ..., query_id: _Optional[str] = ...) -> None: ...
+    wait_ms: int
+    def __init__(self, table: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ..., limit: _Optional[int] = ..., allow_standby: _Optional[bool] = ..., min_input_offsets: _Optional[_Mapping[int, int]] = ..., statement: _Optional[str] = ..., query_id: _Optional[str] = ..., wait_ms: _Optional[int] = ...) -> None: ...
 
 class ScanResponse(_message.Message):
     __slots__ = ("rows", "input_offsets")
