@@ -7,7 +7,10 @@ headline (``insert_to_visible_ms``) is read-your-writes as a client has it: one 
 the INSERT's consistency token, which the router answers once a copy has processed the
 INSERT. A second series (``polled_without_token_ms``, its probes taking turns with the
 first's) pulls without the token every 5 ms until the table has the row: when the row is
-there, whoever asks. The probes start once the query has caught up with the load;
+there, whoever asks. A third (``scan_with_token_ms``) makes its one pull with the token a
+scan (``WHERE sensor = '<key>' OR sensor = 'none'``), which asks every partition's copy,
+the INSERT's waiting for it as a key lookup's does. The probes start once the query has
+caught up with the load;
 ``after_first_30_s`` gives the token series' figures over the probes that started 30 s or
 more after the first (a cluster's JVMs, the broker's included, are still compiling their
 code in those seconds).
@@ -68,19 +71,23 @@ async def kafka_latency(bootstrap: str, probes: int) -> list[float]:
         await consumer.stop()
 
 
-def probe(router: str, probes: int, rng: random.Random) -> dict[bool, tuple[list[float], list[float], list[float]]]:
-    """By whether the pull carried the INSERT's token: per probe, milliseconds from the
-    INSERT's call to its row in a pull's answer (one pull with the token, or pulls without one
-    every 5 ms until the row is there), and to the INSERT's own answer (the part of the first
-    spent before any query could see it), and when it started (seconds after the first). The
-    two kinds take turns, so both see the same cluster."""
+KINDS = ("token", "polled", "scan")
+"""The probes' pulls, taking turns: a key lookup with the INSERT's token, key lookups
+without a token until the row is there, a scan with the token."""
+
+
+def probe(router: str, probes: int, rng: random.Random) -> dict[str, tuple[list[float], list[float], list[float]]]:
+    """By kind of pull (``KINDS``): per probe, milliseconds from the INSERT's call to its row
+    in a pull's answer, and to the INSERT's own answer (the part of the first spent before any
+    query could see it), and when it started (seconds after the first). The kinds take turns,
+    so all see the same cluster."""
     client = RouterClient(router, timeout=30)
-    out: dict[bool, tuple[list[float], list[float], list[float]]] = {True: ([], [], []), False: ([], [], [])}
+    out: dict[str, tuple[list[float], list[float], list[float]]] = {kind: ([], [], []) for kind in KINDS}
     first = time.perf_counter()
     try:
-        for i in range(2 * probes):
-            token = i % 2 == 0
-            visible, inserted, starts = out[token]
+        for i in range(len(KINDS) * probes):
+            kind = KINDS[i % len(KINDS)]
+            visible, inserted, starts = out[kind]
             key = f"fresh-{i:05d}"
             reading = rng.randrange(1, 100)
             started = time.perf_counter()
@@ -88,12 +95,13 @@ def probe(router: str, probes: int, rng: random.Random) -> dict[bool, tuple[list
             client.token = ""  # the token of this probe's INSERT alone
             client.execute(f"INSERT INTO readings (sensor, area, reading) VALUES ('{key}', 'probe', {reading});")
             inserted.append((time.perf_counter() - started) * 1000)
-            if token:
-                (outcome,) = client.execute(f"SELECT avg_reading FROM avg_readings WHERE sensor = '{key}';")
-                if not outcome.rows:
-                    raise AssertionError(f"a pull with the token of {key}'s INSERT did not see it")
-            else:
+            if kind == "polled":
                 poll(client, key)
+            else:
+                where = f"sensor = '{key}'" + (" OR sensor = 'none'" if kind == "scan" else "")
+                (outcome,) = client.execute(f"SELECT avg_reading FROM avg_readings WHERE {where};")
+                if not outcome.rows:
+                    raise AssertionError(f"a pull ({kind}) with the token of {key}'s INSERT did not see it")
             visible.append((time.perf_counter() - started) * 1000)
             time.sleep(0.05)
     finally:
@@ -134,7 +142,7 @@ def main() -> None:
         wait_caught_up(local, query_id, asyncio.run(end_offsets(local.bootstrap, "readings", partitions)), timeout_s=600)
         produced_before, started = stats.produced, time.monotonic()
         probes = probe(local.router, args.probes, random.Random(2))
-        (visible, inserted, starts), (polled, _, _) = probes[True], probes[False]
+        (visible, inserted, starts), (polled, _, _), (scanned, _, _) = (probes[kind] for kind in KINDS)
         achieved = (stats.produced - produced_before) / (time.monotonic() - started)
         loop.call_soon_threadsafe(stop.set)
         background.join(30)
@@ -148,6 +156,8 @@ def main() -> None:
         "insert_answered_ms": {"p50": percentile(inserted, 0.5), "p99": percentile(inserted, 0.99)},
         "polled_without_token_ms": {"p50": percentile(polled, 0.5), "p99": percentile(polled, 0.99),
                                     "mean": round(statistics.fmean(polled), 2)},
+        "scan_with_token_ms": {"p50": percentile(scanned, 0.5), "p99": percentile(scanned, 0.99),
+                               "mean": round(statistics.fmean(scanned), 2)},
         "after_first_30_s": {"probes": len(later), "p50": percentile(later, 0.5) if later else None,
                              "p99": percentile(later, 0.99) if later else None},
         "baseline_kafka_produce_to_consume_ms": {"p50": percentile(raw, 0.5), "p99": percentile(raw, 0.99)},

@@ -112,7 +112,7 @@ def test_the_other_benchmarks_run_and_report_their_baselines(tmp_path: Path) -> 
     for level in results["pull_queries"]["colocated"]["levels"]:  # the same asked of the owning worker
         assert level["count"] > 0 and level["errors"] == 0
     assert results["restore"]["restored_records"] >= 5_000 and results["restore"]["restore_records_per_s"]
-    assert results["freshness"]["insert_to_visible_ms"]["p50"] > 0
+    assert results["freshness"]["insert_to_visible_ms"]["p50"] > 0 and results["freshness"]["scan_with_token_ms"]["p50"] > 0
     assert results["pull_queries"]["path"]["layers"]["router_pull"]["p50_us"] > 0
     (size,) = results["micro_batch"]["sizes"]
     assert size["batch_records"] == 1000 and size["reduce_ms"] > 0 and size["kafka_read_ms"] > 0
