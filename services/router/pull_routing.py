@@ -175,9 +175,9 @@ class PullRouter:
         def scan(endpoint: str, request: worker_pb2.ScanPagesRequest) -> AsyncGenerator[worker_pb2.ScanPagesResponse, None]:
             if local is not None and endpoint == local.endpoint:
                 LOCAL_HOPS.inc()
-                return local.scan(request)
+                return self._noted(endpoint, query_id, local.scan(request))
             REMOTE_HOPS.inc()
-            return remote_pages(self._worker(endpoint), request, plan, remaining())
+            return self._noted(endpoint, query_id, remote_pages(self._worker(endpoint), request, plan, remaining()))
 
         def route(partition: int) -> Route:
             way = self._route(plan, partition, bounds, positions, self._token_wait(deadline))
@@ -198,6 +198,16 @@ class PullRouter:
             await asyncio.sleep(PULL_RETRY_S)
             with contextlib.suppress(grpc.aio.AioRpcError):
                 await self.refresh_assignment()
+
+    async def _noted(self, endpoint: str, query_id: str, pages: AsyncGenerator[worker_pb2.ScanPagesResponse, None]
+                     ) -> AsyncGenerator[worker_pb2.ScanPagesResponse, None]:
+        """``pages``, each partition's position in them remembered as one its copy answered at
+        (``HostTable.answered``), as a key lookup's is."""
+        async with contextlib.aclosing(pages):
+            async for page in pages:
+                for partition, offset in page.input_offsets.items():
+                    self.hosts.answered(endpoint, query_id, partition, offset)
+                yield page
 
     def _token_wait(self, deadline: float) -> float:
         """How long a copy may wait for the token: within the request's deadline and the time a

@@ -197,6 +197,11 @@ def test_a_token_scan_asks_the_active_to_wait_for_the_partitions_no_report_shows
     pull(local, [Replica(HERE, False)], token=50, reported={HERE: 60}, sql="SELECT * FROM counts")
     assert [r.wait_ms for r in local.scanned] == [0]
 
+    # The positions a scan was answered at count as a lookup's do, until the copy's next report.
+    local = Local()
+    pull(local, [Replica(HERE, False)], token=50, reported={HERE: 40}, sql="SELECT * FROM counts", times=2)
+    assert [r.wait_ms > 0 for r in local.scanned] == [True, False]
+
 
 def test_a_pull_whose_token_a_copy_has_answered_at_needs_no_wait() -> None:
     """A session's next pull carries its last answer's position, newer than the copy's last
