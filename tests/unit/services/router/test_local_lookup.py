@@ -1,6 +1,8 @@
 """Co-located routing's key lookups: a pull whose first qualified copy is the router's own
 worker's is answered in-process, one ask and nothing else; when that copy cannot answer,
-the general path asks the next copies; a copy elsewhere is asked over the lookup streams."""
+the general path asks the next copies; a copy elsewhere is asked over the lookup streams.
+With a consistency token no copy is reported to have reached, the active is asked to wait
+for it, by a key lookup and by a scan alike."""
 
 from __future__ import annotations
 

@@ -384,7 +384,7 @@ async def test_a_scan_waits_for_its_copies_to_reach_the_token_as_a_lookup_does(t
             await asyncio.sleep(0.05)
             task.next_input_offset = 8
 
-        for call in (lambda: scanned(5_000, Context()), lambda: scanned(5_000)):  # over gRPC, then in-process
+        for call in (lambda: scanned(5_000, Context()), lambda: scanned(5_000)):  # the ScanPages call, then in-process
             task.next_input_offset = 5
             committing = asyncio.create_task(commit_later())
             (page,) = await call()
