@@ -10,10 +10,9 @@ first's) pulls without the token every 5 ms until the table has the row: when th
 there, whoever asks. A third (``scan_with_token_ms``) makes its one pull with the token a
 scan (``WHERE sensor = '<key>' OR sensor = 'none'``), which asks every partition's copy,
 the INSERT's waiting for it as a key lookup's does. The probes start once the query has
-caught up with the load;
-``after_first_30_s`` gives the token series' figures over the probes that started 30 s or
-more after the first (a cluster's JVMs, the broker's included, are still compiling their
-code in those seconds).
+caught up with the load; ``after_first_30_s`` gives the token series' figures over the
+probes that started 30 s or more after the first (a cluster's JVMs, the broker's included,
+are still compiling their code in those seconds).
 
 ``python -m bench.freshness [--events-per-s 10000 --probes 300]``
 """

@@ -35,11 +35,11 @@ class LocalCopy:
 STAGE_POLL_S = 0.01
 """How often ``stage_positions`` looks again at a task that has not committed far enough."""
 TOKEN_POLL_S = 0.005
-"""How often a key lookup waiting for a consistency token looks for its copy again (a few
-dictionary reads and its position: a wait costs a batch cycle's worth of these, and answers
-within this of the commit)."""
+"""How often a key lookup or scan waiting for a consistency token looks for its copy again (a
+few dictionary reads and its position: a wait costs a batch cycle's worth of these, and
+answers within this of the commit)."""
 TOKEN_WAIT_S = 30.0
-"""The longest a key lookup waits for its copy to reach a consistency token (less when it asks less)."""
+"""The longest a key lookup or scan waits for a copy to reach a consistency token (less when it asks less)."""
 SELECT_CACHE_SIZE = 256
 """Pull-query plans a worker keeps for the scans that repeat them."""
 SCAN_PAGE_ROWS = 500
