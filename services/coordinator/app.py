@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import logging
 
-from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
 from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
@@ -29,6 +28,7 @@ from millpond.shared.config import CoordinatorSettings
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.admin import ensure_command_topic, ensure_topic, internal_replicas
 from millpond.shared.kafka.command_log import CommandReader, CommandWriter
+from millpond.shared.kafka.inserts import RowInserter
 from millpond.shared.rpc.metastore import SERVICE_NAME as METASTORE_SERVICE
 from millpond.shared.rpc.metastore import metastore_registrar
 from millpond.shared.rpc.server import RpcServer, message_limits, shutdown_event
@@ -48,13 +48,13 @@ class Coordinator:
         self.writer = CommandWriter(kafka, settings.command_topic,
                                     transactional_id=names.command_transactional_id(settings.service_id))
         self.admin = AIOKafkaAdminClient(**kafka.client_args())
-        self.producer = AIOKafkaProducer(**kafka.client_args(), enable_idempotence=True, acks="all")
+        self.inserts = RowInserter(kafka)
         self.offsets = kafka.end_offsets_consumer()
         self.cluster = Cluster(
             settings.worker_session_timeout_ms / 1000,
             AssignorConfig(settings.num_standby_replicas, settings.acceptable_recovery_lag, settings.max_warmup_replicas))
         self.executor = StatementExecutor(settings, self.metastore, self.reader, self.writer, self.admin,
-                                          self.producer, self.offsets, self.cluster.task_reports)
+                                          self.inserts, self.offsets, self.cluster.task_reports)
         self.rebalancer = Rebalancer(self.cluster, self.metastore, settings.service_id)
         self.reader.listeners.append(self.rebalancer.reassign)
         servicer = CoordinatorServicer(self.executor, self.rebalancer, self.cluster, lambda: self.coordinator_id,
@@ -97,7 +97,7 @@ class Coordinator:
         replicas = self.executor.replicas = await internal_replicas(self.admin, self.settings.internal_topic_replicas)
         await ensure_command_topic(self.admin, self.settings.command_topic, replicas)
         await ensure_topic(self.admin, self.settings.processing_log_topic, 1, replicas=replicas)
-        await self.producer.start()
+        await self.inserts.start()
         await self.offsets.start()
         await self.reader.start()
         await ensure_topic(self.admin, self.settings.leader_topic, 1, replicas=replicas)
@@ -129,6 +129,6 @@ class Coordinator:
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.failure_detector.close()
         self.executor.parser.close()
-        for closer in (self.reader.stop, self.offsets.stop, self.producer.stop, self.admin.close):
+        for closer in (self.reader.stop, self.offsets.stop, self.inserts.stop, self.admin.close):
             with contextlib.suppress(Exception):
                 await closer()

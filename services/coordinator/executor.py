@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import InvalidProducerEpoch, InvalidTxnState, KafkaError, ProducerFenced
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt, wait_random_exponential
@@ -25,15 +24,15 @@ from millpond.shared.catalog.upgrades import check_upgrades
 from millpond.shared.config import CoordinatorSettings
 from millpond.shared.errors import StatementError, UnavailableError
 from millpond.shared.kafka.admin import delete_topics, ensure_topic, topic_partitions
-from millpond.shared.kafka.command_log import EXECUTED_REQUESTS_KEPT, Command, CommandReader, CommandWriter
-from millpond.shared.kafka.connection import started
+from millpond.shared.kafka.command_log import Command, CommandReader, CommandWriter
+from millpond.shared.kafka.inserts import RowInserter
 from millpond.shared.results import Outcome
 from millpond.shared.security import authorize_statement, authorize_text
 from millpond.shared.session import AUTO_OFFSET_RESET, check_properties, effective
 from millpond.shared.sql import ast
 from millpond.shared.sql.guard import StatementParser, check_length
 from millpond.shared.sql.joins import started_sources
-from millpond.shared.sql.planner import check_topic_name, encode_insert
+from millpond.shared.sql.planner import check_topic_name
 from millpond.shared.task_status import TaskReport
 from millpond.shared.teardown import run_to_end
 
@@ -51,10 +50,6 @@ class AppendFailed(KafkaError):
 
 RETRIED = (*FENCED, AppendFailed)
 APPEND_ATTEMPTS = 6
-REQUEST_ID_HEADER = "millpond.request.id"
-"""Header of an INSERTed record: the request that inserted it (a resend finds it by this)."""
-INSERT_LOOKBACK = 10_000
-"""How many of a partition's last records a resent INSERT looks through for its first attempt."""
 
 
 @dataclass
@@ -66,7 +61,7 @@ class StatementExecutor:
     reader: CommandReader
     writer: CommandWriter
     admin: AIOKafkaAdminClient
-    producer: AIOKafkaProducer
+    inserts: RowInserter
     offsets: AIOKafkaConsumer
     """A read_committed consumer used only to look up end offsets."""
     task_reports: Callable[[], Mapping[str, list[TaskReport]]] = field(default=lambda: {})
@@ -80,8 +75,6 @@ class StatementExecutor:
         """How often an append was fenced by another coordinator and retried."""
         self.replicas = 1
         """Replication factor of the internal topics it creates (the coordinator sets it at start)."""
-        self._inserted: OrderedDict[str, tuple[int, int]] = OrderedDict()
-        """The (partition, offset) of each row this coordinator inserted for a named request."""
 
     @property
     def defaults(self) -> dict[str, str]:
@@ -242,41 +235,7 @@ class StatementExecutor:
 
     async def _insert(self, stmt: ast.InsertValues, request_id: str, attempt: int) -> Outcome:
         await self.reader.catch_up()
-        source = self.metastore.insert_target(stmt.target)
-        record = encode_insert(stmt, source)
-        done = self._inserted.get(request_id) if request_id else None
-        if done is None and request_id and attempt > 0:
-            done = await self._find_insert(source.topic, record.partition, request_id)
-        if done is not None:
-            log.info("row already inserted for this request", extra={"request_id": request_id})
-            return Outcome(stmt.text, f"Inserted into {source.name}", partition=done[0], offset=done[1])
-        headers = [(REQUEST_ID_HEADER, request_id.encode())] if request_id else None
-        meta = await self.producer.send_and_wait(source.topic, record.value, key=record.key, partition=record.partition,
-                                                 headers=headers, timestamp_ms=record.timestamp)
-        if request_id:
-            self._inserted[request_id] = (meta.partition, meta.offset)
-            while len(self._inserted) > EXECUTED_REQUESTS_KEPT:
-                self._inserted.popitem(last=False)
-        return Outcome(stmt.text, f"Inserted into {source.name}", partition=meta.partition, offset=meta.offset)
-
-    async def _find_insert(self, topic: str, partition: int | None, request_id: str) -> tuple[int, int] | None:
-        """Where a row with ``request_id`` in its headers is, among the last ``INSERT_LOOKBACK``
-        records of its partition (of every partition for a keyless row): a resend whose first
-        attempt, at another coordinator, produced it and then failed to answer."""
-        async with started(AIOKafkaConsumer(**self.settings.kafka.client_args(), enable_auto_commit=False)) as consumer:
-            found = await topic_partitions(self.admin, topic) or 0
-            tps = [TopicPartition(topic, p) for p in ([partition] if partition is not None else range(found))]
-            consumer.assign(tps)
-            ends = await consumer.end_offsets(tps)
-            for tp in tps:
-                consumer.seek(tp, max(ends[tp] - INSERT_LOOKBACK, 0))
-            wanted = request_id.encode()
-            while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
-                for tp, records in (await consumer.getmany(*tps, timeout_ms=1000)).items():
-                    for r in records:
-                        if r.offset < ends[tp] and (REQUEST_ID_HEADER, wanted) in list(r.headers or ()):
-                            return tp.partition, r.offset
-        return None
+        return await self.inserts.insert(stmt, self.metastore.insert_target(stmt.target), request_id, attempt)
 
     async def _show(self, stmt: ast.Show, properties: Mapping[str, str]) -> Outcome:
         if stmt.what != "TOPICS":

@@ -1,6 +1,6 @@
 """Wires the router: metastore replay, assignment refresh, channels to the other services.
 
-The parts: ``statements`` (Execute: session statements, pull queries, DDL and INSERT
+The parts: ``statements`` (Execute: session statements, pull queries and INSERTs here, DDL
 forwarded to a coordinator), ``pulls`` (pull-query routing and the assignment it routes
 by), ``pushes`` (push queries), ``status`` (the cluster status), ``hosts`` (the workers'
 beats) and the servicers over them; this module builds them, starts them and stops them.
@@ -26,6 +26,7 @@ from millpond.shared import heap, metrics
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import RouterSettings
 from millpond.shared.kafka.command_log import CommandReader
+from millpond.shared.kafka.inserts import RowInserter
 from millpond.shared.rpc.metastore import SERVICE_NAME as METASTORE_SERVICE
 from millpond.shared.rpc.metastore import metastore_registrar
 from millpond.shared.rpc.server import RpcServer, message_limits, shutdown_event
@@ -48,7 +49,10 @@ class RouterParts:
         self.pulls = PullRouter(settings, metastore, reader, channels, self.coordinators, self.hosts, local)
         self.parser = StatementParser(settings.parse_limits, settings.parse_cache_bytes)
         """Shared by Execute and StreamQuery, with their cache of parses."""
-        self.statements = Statements(settings, metastore, reader, self.coordinators, self.pulls, self.parser)
+        self.inserts = RowInserter(settings.kafka)
+        """Produces the rows clients INSERT, here rather than at a coordinator."""
+        self.statements = Statements(settings, metastore, reader, self.coordinators, self.pulls, self.parser,
+                                     self.inserts)
         self.pushes = PushQueries(settings, metastore, reader, self.parser)
         self.status = ClusterStatus(self.coordinators, self.hosts, lambda: len(self.pushes.pushes),
                                     settings.request_timeout_ms / 1000)
@@ -61,8 +65,13 @@ class RouterParts:
         self.service_names = [router_pb2.DESCRIPTOR.services_by_name["RouterService"].full_name,
                               router_internal_pb2.DESCRIPTOR.services_by_name["RouterInternalService"].full_name]
 
-    def close(self) -> None:
-        """Once the server stopped: end the parser's threads."""
+    async def start(self) -> None:
+        """Before the server serves: the INSERT producer's connection."""
+        await self.inserts.start()
+
+    async def stop(self) -> None:
+        """Once the server stopped: the INSERT producer, the parser's threads."""
+        await self.inserts.stop()
         self.parser.close()
 
 
@@ -84,6 +93,7 @@ class Router:
         stop = shutdown_event()
         await self.reader.start()
         await self.reader.catch_up()
+        await self.parts.start()
         await self.server.start()
         metrics.serve(self.settings.host, self.settings.metrics_port)
         loops = [asyncio.create_task(self.reader.run(stop)), asyncio.create_task(self.parts.pulls.run(stop))]
@@ -99,4 +109,4 @@ class Router:
         await self.parts.pulls.lookups.close()  # no request waits on them once the server has stopped
         await self.channels.close()
         await self.reader.stop()
-        self.parts.close()
+        await self.parts.stop()

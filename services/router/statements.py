@@ -1,11 +1,15 @@
 """The router's statement path: parse a request, apply its session statements, answer pull
-queries here and forward everything else (DDL, INSERT) to a coordinator."""
+queries and produce INSERTed rows here, and forward everything else (DDL, SHOW, DESCRIBE,
+EXPLAIN) to a coordinator."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import logging
 import time
 import uuid
+from typing import Any
 
 import grpc
 from prometheus_client import Counter, Histogram
@@ -21,6 +25,7 @@ from millpond.shared.catalog.sources import DataSource
 from millpond.shared.config import RouterSettings
 from millpond.shared.errors import ErrorKind, MillpondError, StatementError
 from millpond.shared.kafka.command_log import CommandReader
+from millpond.shared.kafka.inserts import RowInserter
 from millpond.shared.results import Outcome
 from millpond.shared.rpc.converters import outcome_from_proto
 from millpond.shared.rpc.status import raise_for_rpc, status_code
@@ -28,6 +33,8 @@ from millpond.shared.security import authorize_statement, authorize_text
 from millpond.shared.session import apply_session_statement, check_properties
 from millpond.shared.sql import ast
 from millpond.shared.sql.guard import StatementParser, check_length
+
+log = logging.getLogger(__name__)
 
 DEADLINE_MARGIN_S = 0.05
 
@@ -46,11 +53,23 @@ def _merged(positions: consistency.Positions, token: str,
     return (positions, token) if merged == positions else (merged, consistency.encode(merged))
 
 
+def _out_of_time() -> MillpondError:
+    return MillpondError("the request ran out of time before this statement was run; send fewer statements per "
+                         "request or give it a longer deadline", kind=ErrorKind.DEADLINE)
+
+
+def _log_failure(job: asyncio.Future[Any]) -> None:
+    """An INSERT that went on after its request's deadline: its error, logged, as nobody waits for it."""
+    if not job.cancelled() and job.exception() is not None:
+        log.warning("an INSERT that outlasted its request failed", exc_info=job.exception())
+
+
 class Statements:
     """Runs the statements of ``Execute`` requests."""
 
     def __init__(self, settings: RouterSettings, metastore: Metastore, reader: CommandReader,
-                 coordinators: Coordinators, pulls: PullRouter, parser: StatementParser):
+                 coordinators: Coordinators, pulls: PullRouter, parser: StatementParser,
+                 inserts: RowInserter | None = None):
         self.settings = settings
         self.parser = parser
         """Parses within the limits (a long text off the event loop), with a cache bounded by bytes."""
@@ -58,6 +77,8 @@ class Statements:
         self.reader = reader
         self.coordinators = coordinators
         self.pulls = pulls
+        self.inserts = inserts
+        """Produces INSERTed rows here (None: a coordinator does)."""
         self.lookups = LookupTemplates(parser)
         """Key lookups by shape: another key asked with a known statement is not parsed again."""
 
@@ -67,13 +88,14 @@ class Statements:
 
     async def execute(self, sql: str, properties: dict[str, str], token: str = "",
                       time_remaining: float | None = None, request_id: str = "") -> list[Outcome]:
-        """Run each statement in order: pull queries here, everything else at the coordinator.
+        """Run each statement in order: pull queries and INSERTs here, everything else at the
+        coordinator.
 
         SET and UNSET change the properties of the statements after them in this request.
         Pull queries and INSERTs carry the consistency token to send next: the request's
-        token merged with the positions they reflect. The statements the coordinator runs
-        are named ``<request id>/<n>`` (a new id when the client gave none), so a resend of
-        the request, by the client or by this router to another coordinator, runs none twice.
+        token merged with the positions they reflect. The other statements are named
+        ``<request id>/<n>`` (a new id when the client gave none), so a resend of the
+        request, by the client or by this router to another coordinator, runs none twice.
         """
         # A client's id may be a resend of a call that already ran at some coordinator; an id
         # made here is new, and only this router's own resends of it can find it done.
@@ -102,7 +124,7 @@ class Statements:
             return [outcome]
         statements = await self.parser.parse(sql)
         if not request_id and not all(isinstance(stmt, ast.Query) for stmt in statements):
-            request_id = uuid.uuid4().hex  # pull queries alone are never forwarded: they need none
+            request_id = uuid.uuid4().hex  # pull queries alone change nothing: they need none
         for index, stmt in enumerate(statements):
             try:
                 authorize_statement(principal, stmt)
@@ -135,7 +157,33 @@ class Statements:
             return Outcome(stmt.text, changed), None
         if isinstance(stmt, ast.Query):
             return await self._pull(stmt, None, properties, positions, deadline, learn)
+        if isinstance(stmt, ast.InsertValues) and self.inserts is not None:
+            return await self._insert(stmt, deadline, request_id, named)
         return await self._forward(stmt, properties, deadline, request_id, named)
+
+    async def _insert(self, stmt: ast.InsertValues, deadline: float, request_id: str,
+                      named: bool) -> tuple[Outcome, consistency.Positions]:
+        """Produce an INSERT's row here, as a coordinator would but without the hop, by the
+        request's ``deadline``. Once started it runs to its end even when the deadline or the
+        client goes first: a resend with the request id then finds the row instead of adding
+        another. A client's id may name a row inserted before (``named``): looked for."""
+        if deadline - time.monotonic() <= 0:
+            raise _out_of_time()
+        job = asyncio.ensure_future(self._produce(stmt, request_id, attempt=int(named)))
+        done, _ = await asyncio.wait({job}, timeout=deadline - time.monotonic())
+        if not done:
+            job.add_done_callback(_log_failure)
+            raise MillpondError("Kafka did not acknowledge the row within the request's time left; it may still be "
+                                "inserted: before you retry, send the same request_id again (a row already inserted "
+                                "is answered, not inserted again)", kind=ErrorKind.DEADLINE)
+        outcome, topic = job.result()
+        return outcome, {(topic, outcome.partition): outcome.offset + 1}
+
+    async def _produce(self, stmt: ast.InsertValues, request_id: str, attempt: int) -> tuple[Outcome, str]:
+        assert self.inserts is not None
+        await self.reader.catch_up()  # the target as the latest DDL left it, a session's own included
+        source = self.metastore.insert_target(stmt.target)
+        return await self.inserts.insert(stmt, source, request_id, attempt), source.topic
 
     async def _pull(self, stmt: ast.Query, plan: PullPlan | None, properties: dict[str, str],
                     positions: consistency.Positions, deadline: float,
@@ -177,9 +225,7 @@ class Statements:
         for n, i in enumerate(order):
             left = deadline - time.monotonic()
             if left <= 0:
-                raise MillpondError("the request ran out of time before this statement was sent to a coordinator; "
-                                    "send fewer statements per request or give it a longer deadline",
-                                    kind=ErrorKind.DEADLINE)
+                raise _out_of_time()
             request = coordinator_pb2.ExecuteStatementRequest(sql=stmt.text, properties=properties,
                                                               request_id=request_id, attempt=n + named)
             try:

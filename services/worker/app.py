@@ -78,6 +78,8 @@ class Worker:
         self.processing.start()
         await self.reader.start()
         await self.reader.catch_up()
+        if self.router is not None:
+            await self.router.start()
         await self.server.start()
         metrics.serve(self.settings.host, self.settings.metrics_port)
         await self.server.set_serving()  # before the first beat, so a health probe finds it serving
@@ -122,7 +124,7 @@ class Worker:
         await self.reader.stop()
         self.tables.parser.close()
         if self.router is not None:
-            self.router.close()
+            await self.router.stop()
 
     async def _start_spark(self) -> None:
         await self.spark.warm_up()

@@ -2,9 +2,10 @@
 with one standby per table partition.
 
 One story, in order: push queries stream every change while events flow; INSERT tokens
-give read-your-writes; a standby is held back (its replay paused) and the active of its
-partition frozen (SIGSTOP), so the router's own failure detector has it dead while the
-coordinator still assigns it — the lag bound, the staleness bound, standby reads off and a
+give read-your-writes, the router producing the rows itself (a frozen coordinator stops
+none); a standby is held back (its replay paused) and the active of its partition frozen
+(SIGSTOP), so the router's own failure detector has it dead while the coordinator still
+assigns it — the lag bound, the staleness bound, standby reads off and a
 consistency token each exclude the copies they must, with the documented UNAVAILABLE
 message, and `millpond status` shows the frozen worker dead; then the frozen worker is
 SIGKILLed under pull load with standby reads on (zero failures) and the token from before
@@ -173,8 +174,18 @@ def test_pull_bounds_tokens_push_queries_and_status_through_a_failover(router_cl
         client.execute(f"INSERT INTO {stream} (sensor, area, reading) VALUES ('{probe}', 'a', {i});")
         (outcome,) = client.execute(f"SELECT sensor, n FROM {table} WHERE sensor = '{probe}' OR sensor = 'none';")
         assert outcome.rows == [[probe, i]], f"insert {i} not visible to a scan: {outcome.rows}"
-    expected.count[probe], expected.total[probe] = 13, 91
-    expected.low[probe], expected.high[probe] = 1, 13
+    # The router produces an INSERT's row itself: with the coordinator frozen, the row lands
+    # and its token still gives read-your-writes.
+    coordinator = cluster.child("coordinator").process.pid
+    os.killpg(coordinator, signal.SIGSTOP)
+    try:
+        client.execute(f"INSERT INTO {stream} (sensor, area, reading) VALUES ('{probe}', 'a', 14);")
+        (outcome,) = client.execute(f"SELECT sensor, n, total FROM {table} WHERE sensor = '{probe}';")
+    finally:
+        os.killpg(coordinator, signal.SIGCONT)
+    assert outcome.rows == [[probe, 14, 105]], f"the INSERT made with the coordinator frozen: {outcome.rows}"
+    expected.count[probe], expected.total[probe] = 14, 105
+    expected.low[probe], expected.high[probe] = 1, 14
 
     # Hold back the standby of one partition, then freeze that partition's active.
     active, standby = layout(cluster, query_id)

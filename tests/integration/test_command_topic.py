@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import ProducerFenced
@@ -24,6 +24,7 @@ from millpond.shared.errors import AlreadyExistsError, SetupError
 from millpond.shared.kafka.admin import delete_topics, ensure_command_topic, ensure_topic, internal_replicas
 from millpond.shared.kafka.command_log import Command, CommandReader, CommandWriter
 from millpond.shared.kafka.connection import KafkaConnection
+from millpond.shared.kafka.inserts import RowInserter
 
 pytestmark = pytest.mark.kafka
 _ids = itertools.count()
@@ -36,18 +37,18 @@ async def coordinator_core(bootstrap: str, service_id: str) -> AsyncIterator[Sta
     metastore = Metastore()
     reader = CommandReader(settings.kafka, settings.command_topic, metastore)
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True)
+    inserts = RowInserter(settings.kafka)
     offsets = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
     await admin.start()
     await ensure_topic(admin, settings.command_topic, 1)
-    for client in (producer, offsets, reader):
+    for client in (inserts, offsets, reader):
         await client.start()
     try:
         yield StatementExecutor(settings, metastore, reader,
                                 CommandWriter(settings.kafka, settings.command_topic, names.command_transactional_id(service_id)),
-                                admin, producer, offsets)
+                                admin, inserts, offsets)
     finally:
-        for closer in (reader.stop, offsets.stop, producer.stop, admin.close):
+        for closer in (reader.stop, offsets.stop, inserts.stop, admin.close):
             await closer()
 
 

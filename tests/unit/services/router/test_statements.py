@@ -1,6 +1,7 @@
 """The router's statement path: text too long or nested too deep is refused before it is
 parsed, and so is a caller who may not run what the text starts with; statements forwarded to
-a (fake) coordinator share the request's deadline and keep their request id on resends."""
+a (fake) coordinator share the request's deadline and keep their request id on resends; an
+INSERT's row is produced here (to a fake producer), once per request id."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from millpond.shared import consistency, security
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import RouterSettings
 from millpond.shared.errors import ErrorKind, MillpondError, StatementError
+from millpond.shared.kafka.inserts import REQUEST_ID_HEADER, RowInserter
 from millpond.shared.results import Outcome
 from millpond.shared.rpc.converters import outcome_to_proto
 from millpond.shared.security import PermissionDeniedError, Principal
@@ -223,3 +225,82 @@ async def test_another_key_of_a_known_lookup_carries_the_token_as_any_pull() -> 
     (moved,) = await statements.execute("SELECT * FROM t WHERE k = 'c';", {}, token)
     assert consistency.decode(moved.consistency_token) == {("s", 0): 7, ("s", 1): 9}
     assert pulls.planned == 1  # neither was planned again
+
+
+class _Producer:
+    """Takes each row after ``delay_s``, at the next offset of its partition."""
+
+    def __init__(self, delay_s: float = 0.0):
+        self.delay_s = delay_s
+        self.sent: list[dict[str, Any]] = []
+
+    async def send_and_wait(self, topic: str, value: bytes, **options: Any) -> Any:
+        await asyncio.sleep(self.delay_s)
+        self.sent.append({"topic": topic, "value": value, **options})
+        return SimpleNamespace(partition=options["partition"], offset=41 + len(self.sent))
+
+
+class _NoCoordinator:
+    async def ExecuteStatement(self, request: Any, **options: Any) -> Any:
+        raise AssertionError(f"sent to a coordinator: {request.sql}")
+
+
+class _Reader:
+    async def catch_up(self) -> None:
+        pass
+
+
+class _Inserter(RowInserter):
+    """Finds no earlier row in the topic (there is no Kafka here), noting who looked."""
+
+    def __init__(self, producer: _Producer):
+        super().__init__(RouterSettings().kafka, cast(Any, producer))
+        self.looked_for: list[str] = []
+
+    async def _find(self, source: Any, partition: int | None, request_id: str) -> tuple[int, int] | None:
+        self.looked_for.append(request_id)
+        return None
+
+
+def _inserting(producer: _Producer) -> Statements:
+    """A router whose INSERTs go to ``producer``, over a metastore with the readings stream."""
+    settings = RouterSettings()
+    metastore = Metastore()
+    metastore.apply(parse_statement("CREATE STREAM readings (sensor VARCHAR KEY, reading INT) "
+                                    "WITH (kafka_topic='readings', partitions=4, value_format='json')"), 0)
+    inserts = _Inserter(producer)
+    coordinators = SimpleNamespace(leader=0, stubs=[_NoCoordinator()])
+    return Statements(settings, metastore, cast(Any, _Reader()), cast(Any, coordinators), cast(Any, None),
+                      StatementParser(settings.parse_limits), inserts)
+
+
+async def test_an_insert_is_produced_by_the_router_with_its_request_id_and_a_token_for_its_row() -> None:
+    producer = _Producer()
+    statements = _inserting(producer)
+    (outcome,) = await statements.execute("INSERT INTO readings (sensor, reading) VALUES ('s-1', 7);", {})
+    (sent,) = producer.sent
+    assert sent["topic"] == "readings" and sent["key"] == b"s-1" and sent["value"] == b'{"READING":7}'
+    request_id = dict(sent["headers"])[REQUEST_ID_HEADER].decode()
+    assert request_id.endswith("/0") and len(request_id) > 2  # made here: the request's first statement
+    assert consistency.decode(outcome.consistency_token) == {("readings", sent["partition"]): 43}
+    assert outcome.message == "Inserted into READINGS"
+
+
+async def test_an_insert_past_the_requests_deadline_still_lands_once_and_its_resend_is_answered_with_it() -> None:
+    producer = _Producer(delay_s=0.3)
+    statements = _inserting(producer)
+    insert = "INSERT INTO readings (sensor, reading) VALUES ('s-2', 1);"
+    with pytest.raises(MillpondError) as raised:
+        await statements.execute(insert, {}, time_remaining=0.15, request_id="client-9")
+    assert raised.value.kind is ErrorKind.DEADLINE and "send the same request_id again" in raised.value.message
+    assert producer.sent == []
+    await asyncio.sleep(0.4)  # the row goes on to Kafka after the request gave up on it
+    assert len(producer.sent) == 1
+    (again,) = await statements.execute(insert, {}, request_id="client-9")
+    assert len(producer.sent) == 1  # answered with the row, not produced again
+    # A client's id may name a row inserted elsewhere: the first call looked; the resend
+    # found the row in the router's memory.
+    assert cast(_Inserter, statements.inserts).looked_for == ["client-9/0"]
+    assert consistency.decode(again.consistency_token) == {("readings", producer.sent[0]["partition"]): 43}
+    await statements.execute(insert, {})  # another request
+    assert len(producer.sent) == 2

@@ -1,0 +1,94 @@
+"""INSERT ... VALUES: a row produced to its source's topic, once per request id.
+
+The router produces the rows its clients INSERT, as a ksqlDB server does, with no hop to a
+coordinator; a coordinator does the same for a client that calls it directly. Either way a
+request id names the row across resends: the row carries it in a header, and a resend
+(``attempt`` > 0) whose first attempt may have run elsewhere looks for it in the topic's
+last records before producing again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError
+
+from millpond.shared.catalog.sources import DataSource
+from millpond.shared.errors import UnavailableError
+from millpond.shared.kafka.command_log import EXECUTED_REQUESTS_KEPT
+from millpond.shared.kafka.connection import KafkaConnection, started
+from millpond.shared.results import Outcome
+from millpond.shared.sql import ast
+from millpond.shared.sql.planner import encode_insert
+
+log = logging.getLogger(__name__)
+
+REQUEST_ID_HEADER = "millpond.request.id"
+"""Header of an INSERTed record: the request that inserted it (a resend finds it by this)."""
+INSERT_LOOKBACK = 10_000
+"""How many of a partition's last records a resent INSERT looks through for its first attempt."""
+
+
+class RowInserter:
+    """Produces INSERTed rows (idempotent, every replica acknowledging) and remembers where
+    each named request's row went."""
+
+    def __init__(self, kafka: KafkaConnection, producer: AIOKafkaProducer | None = None):
+        self.kafka = kafka
+        self.producer = producer or AIOKafkaProducer(**kafka.client_args(), enable_idempotence=True, acks="all")
+        self._inserted: OrderedDict[str, tuple[int, int]] = OrderedDict()
+        """The (partition, offset) of each row inserted here for a named request."""
+
+    async def start(self) -> None:
+        await self.producer.start()
+
+    async def stop(self) -> None:
+        await self.producer.stop()
+
+    async def insert(self, stmt: ast.InsertValues, source: DataSource, request_id: str = "",
+                     attempt: int = 0) -> Outcome:
+        """Produce ``stmt``'s row to ``source`` (from ``Metastore.insert_target``, read up to
+        date); its outcome carries the row's partition and offset. A request id inserted
+        before, here or (on a resend) by anyone within ``INSERT_LOOKBACK`` records, is
+        answered with that row instead."""
+        record = encode_insert(stmt, source)
+        done = self._inserted.get(request_id) if request_id else None
+        if done is None and request_id and attempt > 0:
+            done = await self._find(source, record.partition, request_id)
+        if done is not None:
+            log.info("row already inserted for this request", extra={"request_id": request_id})
+            return Outcome(stmt.text, f"Inserted into {source.name}", partition=done[0], offset=done[1])
+        headers = [(REQUEST_ID_HEADER, request_id.encode())] if request_id else None
+        try:
+            meta = await self.producer.send_and_wait(source.topic, record.value, key=record.key,
+                                                     partition=record.partition, headers=headers,
+                                                     timestamp_ms=record.timestamp)
+        except KafkaError as err:
+            raise UnavailableError(f"Kafka did not take the row for {source.topic} ({err}); it may still be written: "
+                                   "resend the request with the same request_id") from err
+        if request_id:
+            self._inserted[request_id] = (meta.partition, meta.offset)
+            while len(self._inserted) > EXECUTED_REQUESTS_KEPT:
+                self._inserted.popitem(last=False)
+        return Outcome(stmt.text, f"Inserted into {source.name}", partition=meta.partition, offset=meta.offset)
+
+    async def _find(self, source: DataSource, partition: int | None, request_id: str) -> tuple[int, int] | None:
+        """Where a row with ``request_id`` in its headers is, among the last ``INSERT_LOOKBACK``
+        records of its partition (of every partition for a keyless row): a resend whose first
+        attempt, elsewhere, produced it and then failed to answer."""
+        async with started(AIOKafkaConsumer(**self.kafka.client_args(), enable_auto_commit=False)) as consumer:
+            found = range(source.partitions) if partition is None else [partition]
+            tps = [TopicPartition(source.topic, p) for p in found]
+            consumer.assign(tps)
+            ends = await consumer.end_offsets(tps)
+            for tp in tps:
+                consumer.seek(tp, max(ends[tp] - INSERT_LOOKBACK, 0))
+            wanted = request_id.encode()
+            while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
+                for tp, records in (await consumer.getmany(*tps, timeout_ms=1000)).items():
+                    for r in records:
+                        if r.offset < ends[tp] and (REQUEST_ID_HEADER, wanted) in list(r.headers or ()):
+                            return tp.partition, r.offset
+        return None
