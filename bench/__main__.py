@@ -20,8 +20,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-BENCHMARKS = ("aggregation", "scaling", "pull_queries", "scans", "failover", "restore", "freshness", "micro_batch", "idle", "fuzz",
-              "soak")
+BENCHMARKS = ("aggregation", "scaling", "pull_queries", "scans", "failover", "restore", "freshness", "inserts",
+              "micro_batch", "idle", "fuzz", "soak")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 

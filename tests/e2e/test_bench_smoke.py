@@ -105,7 +105,7 @@ def test_the_aggregation_benchmark_reports_its_baselines_and_plots(tmp_path: Pat
 @pytest.mark.slow
 def test_the_other_benchmarks_run_and_report_their_baselines(tmp_path: Path) -> None:
     # failover is the harness above under a kill, and scaling is the aggregation twice.
-    results = benchmarks(tmp_path, "pull_queries,scans,restore,freshness,micro_batch")
+    results = benchmarks(tmp_path, "pull_queries,scans,restore,freshness,inserts,micro_batch")
     assert [level["concurrency"] for level in results["pull_queries"]["levels"]] == [1, 16, 64]
     for level in results["pull_queries"]["levels"]:  # ghz's counts: every lookup answered OK
         assert level["count"] > 0 and level["errors"] == 0 and level["baseline_health_check"]["qps"] > 0
@@ -114,6 +114,8 @@ def test_the_other_benchmarks_run_and_report_their_baselines(tmp_path: Path) -> 
     assert results["restore"]["restored_records"] >= 5_000 and results["restore"]["restore_records_per_s"]
     assert results["freshness"]["insert_to_visible_ms"]["p50"] > 0 and results["freshness"]["scan_with_token_ms"]["p50"] > 0
     assert results["pull_queries"]["path"]["layers"]["router_pull"]["p50_us"] > 0
+    for level in results["inserts"]["levels"]:  # every INSERT answered, and its row in the topic
+        assert level["count"] > 0 and level["errors"] == 0 and level["answered"] <= level["rows_in_topic"]
     (size,) = results["micro_batch"]["sizes"]
     assert size["batch_records"] == 1000 and size["reduce_ms"] > 0 and size["kafka_read_ms"] > 0
     router = results["pull_queries"]["profile"]["router"]
