@@ -21,7 +21,7 @@ from millpond.services.worker.membership import MembershipAgent
 from millpond.services.worker.processing import ProcessingLoop
 from millpond.services.worker.query_runner import checkpoint_root
 from millpond.services.worker.servicer import WorkerServicer
-from millpond.services.worker.serving import LocalTables
+from millpond.services.worker.serving import LocalTables, Progress
 from millpond.services.worker.spark import LazySession
 from millpond.shared import heap, metrics
 from millpond.shared.catalog.metastore import Metastore
@@ -54,8 +54,10 @@ class Worker:
         self.spark = LazySession(settings)
         self.processing = ProcessingLoop()
         """Where the tasks (and Spark's callbacks into them) run, off the loop that serves."""
-        self.tasks = TaskAssignment(settings, self.metastore, self.spark)
-        self.tables = LocalTables(settings.worker_id, self.metastore, self.tasks, StatementParser(settings.parse_limits))
+        progress = Progress()  # the tasks' commits and standby replays wake the pulls waiting for their copies
+        self.tasks = TaskAssignment(settings, self.metastore, self.spark, progress.moved)
+        self.tables = LocalTables(settings.worker_id, self.metastore, self.tasks, StatementParser(settings.parse_limits),
+                                  progress)
         self.servicer = servicer = WorkerServicer(self.tables, settings.max_scan_rows)
         self.router = RouterParts(router_settings(settings), self.metastore, self.reader, self.channels,
                                   _InProcess(servicer, lambda: self.server.endpoint)) if settings.serve_router else None

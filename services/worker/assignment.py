@@ -41,10 +41,14 @@ class TaskAssignment:
     """Runs a query supervisor per assigned query and a standby replica per assigned copy,
     starting and stopping them whenever the assignment or the metastore changes."""
 
-    def __init__(self, settings: WorkerSettings, metastore: Metastore, spark: LazySession):
+    def __init__(self, settings: WorkerSettings, metastore: Metastore, spark: LazySession,
+                 moved: Callable[[], None] | None = None):
         self.settings = settings
         self.metastore = metastore
         self.spark = spark
+        self.moved = moved
+        """Told each time a copy here moves on: a task's commit, a standby's applied transaction
+        (``serving.Progress.moved``)."""
         self.generation = 0
         self.wanted: dict[str, set[int]] = {}
         self.wanted_standbys: set[tuple[str, int]] = set()
@@ -59,7 +63,7 @@ class TaskAssignment:
         """The plan each standby copy was started for."""
         self.inputs = InputWatch(settings.kafka, settings.idle_poll_ms / 1000)
         """The end offsets of the parked streams' inputs (``StageStream``)."""
-        self.streams = StageStreams(settings, lambda: self.spark.get(), self.inputs)
+        self.streams = StageStreams(settings, lambda: self.spark.get(), self.inputs, moved)
         """One Spark query per stage of each query this worker runs, over all its partitions."""
         self._dirty = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -152,7 +156,8 @@ class TaskAssignment:
         for key in sorted(standbys - set(self.standbys)):
             final = self._final_stage(key[0])
             replica = StandbyReplica(self.settings, *key, table_rows(final.sink) if final.replayed
-                                     else group_rows(final.query, final.sink), final.source if final.replayed else None)
+                                     else group_rows(final.query, final.sink), final.source if final.replayed else None,
+                                     moved=self.moved)
             companions = self._companions(*key)
             self.standbys[key], self._standby_plans[key] = replica, self.metastore.queries[key[0]].plan
             self.companions[key] = companions

@@ -69,7 +69,8 @@ class QueryRunner:
 
     def __init__(self, spark: SparkSession, settings: WorkerSettings, query: PersistentQuery,
                  source: DataSource, sink: DataSource, tasks: dict[int, Task[Any]], loop: asyncio.AbstractEventLoop,
-                 stage: str = "", name: str = "", on_task_failed: Callable[[int, str], None] | None = None):
+                 stage: str = "", name: str = "", on_task_failed: Callable[[int, str], None] | None = None,
+                 on_committed: Callable[[], None] | None = None):
         self.spark = spark
         self.name = name or "-".join(filter(None, (query.query_id, stage, settings.worker_id)))
         """The Spark query's name: unique among this process's running queries."""
@@ -81,6 +82,8 @@ class QueryRunner:
         """The tasks batches are committed to, by partition (changed only on the loop)."""
         self.on_task_failed = on_task_failed
         """Told (on the loop) of a task whose commit failed; the task gets no more batches."""
+        self.on_committed = on_committed
+        """Told (on the loop) once a batch's tasks committed: their copies moved on."""
         self.kind = WORKER_KINDS[query.plan.kind]
         self.loop = loop
         self.stream: StreamingQuery | None = None
@@ -350,6 +353,8 @@ class QueryRunner:
                 labels = (self.query.query_id, str(partition))
                 metrics.RECORDS_PROCESSED.labels(*labels).inc(piece.count - len(piece.bad))
                 metrics.RECORDS_FAILED.labels(*labels).inc(len(piece.bad))
+        if self.on_committed is not None:
+            self.on_committed()
 
 
 

@@ -4,8 +4,9 @@ switch: what the worker's servicer serves."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,12 +33,9 @@ class LocalCopy:
     """The next input offset the copy has not processed (-1: unknown)."""
 
 
-STAGE_POLL_S = 0.01
-"""How often ``stage_positions`` looks again at a task that has not committed far enough."""
-TOKEN_POLL_S = 0.005
-"""How often a key lookup or scan waiting for a consistency token looks for its copy again (a
-few dictionary reads and its position: a wait costs a batch cycle's worth of these, and
-answers within this of the commit)."""
+RECHECK_S = 0.05
+"""How often a wait for a copy to move on (``Progress``) looks again without being woken: a
+copy can move on without a commit or replay telling it (a task's restore ending)."""
 TOKEN_WAIT_S = 30.0
 """The longest a key lookup or scan waits for a copy to reach a consistency token (less when it asks less)."""
 SELECT_CACHE_SIZE = 256
@@ -45,6 +43,54 @@ SELECT_CACHE_SIZE = 256
 SCAN_PAGE_ROWS = 500
 """Rows a scan reads (and its caller converts) between two turns of the serving loop: a few
 milliseconds, so heartbeats and lookups keep going through a large scan."""
+
+
+class Progress:
+    """Wakes what waits on the serving loop for a copy here to move on: a key lookup or scan
+    for its consistency token, a stage's positions. The processing loop's commits and standby
+    replays tell it (``moved``, from their thread); a waiter that is woken looks again at
+    once, so it answers as soon as the copy reached what it waits for, not at a poll's next
+    turn, and a copy that moves with nobody waiting crosses no thread."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._next: asyncio.Event | None = None
+        self.waiting = 0
+        """How many wait now (changed on the serving loop only)."""
+
+    def moved(self) -> None:
+        """A copy here moved on (called from any thread)."""
+        if self.waiting and self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the serving loop closed: nobody waits
+                self._loop.call_soon_threadsafe(self._wake)
+
+    def _wake(self) -> None:
+        woken, self._next = self._next, None
+        if woken is not None:
+            woken.set()
+
+    @contextlib.contextmanager
+    def waiter(self) -> Iterator[None]:
+        """Counted as waiting for the block: ``moved`` wakes ``next_move``'s events meanwhile."""
+        self.waiting += 1
+        try:
+            yield
+        finally:
+            self.waiting -= 1
+
+    def next_move(self) -> asyncio.Event:
+        """An event set at the next ``moved`` after this call (inside ``waiter``). Take it
+        before looking at the copy: a move between the look and the wait then ends the wait."""
+        if self._next is None:
+            self._loop = asyncio.get_running_loop()
+            self._next = asyncio.Event()
+        return self._next
+
+    @staticmethod
+    async def wait(move: asyncio.Event, timeout_s: float) -> None:
+        """Until ``move`` is set or ``timeout_s`` passed."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(move.wait(), max(timeout_s, 0.0))
 
 
 class BehindToken(UnavailableError):
@@ -124,10 +170,13 @@ async def scan(table: str, copy_of: Callable[[int], LocalCopy], partitions: Iter
 class LocalTables:
     """Finds the copy of a table partition on this worker that may answer a pull query."""
 
-    def __init__(self, worker_id: str, metastore: Metastore, tasks: TaskAssignment, parser: StatementParser):
+    def __init__(self, worker_id: str, metastore: Metastore, tasks: TaskAssignment, parser: StatementParser,
+                 progress: Progress | None = None):
         self.worker_id = worker_id
         self.metastore = metastore
         self.tasks = tasks
+        self.progress = progress or Progress()
+        """Wakes the waits for a copy to move on (the tasks' commits tell it)."""
         self.parser = parser
         """Parses the statements scans carry, off the serving loop and within the parse limits."""
         self._selects: dict[tuple[str, int], SelectPlan] = {}
@@ -164,15 +213,18 @@ class LocalTables:
         usually in the batch being committed). A copy that is not here is refused at once."""
         started = time.monotonic()
         deadline = started + min(wait_s, TOKEN_WAIT_S)
-        while True:
-            try:
-                return self.local_table(table, partition, allow_standby, min_input_offset)
-            except BehindToken as behind:
-                if time.monotonic() + TOKEN_POLL_S > deadline:
-                    waited = round((time.monotonic() - started) * 1000)
-                    raise BehindToken(f"{behind.message} (after waiting {waited} ms for it; ask again, or with "
-                                      f"a longer deadline)") from None
-            await asyncio.sleep(TOKEN_POLL_S)  # the tasks commit on the processing loop
+        with self.progress.waiter():
+            while True:
+                move = self.progress.next_move()
+                try:
+                    return self.local_table(table, partition, allow_standby, min_input_offset)
+                except BehindToken as behind:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        waited = round((time.monotonic() - started) * 1000)
+                        raise BehindToken(f"{behind.message} (after waiting {waited} ms for it; ask again, or with "
+                                          f"a longer deadline)") from None
+                await self.progress.wait(move, min(left, RECHECK_S))  # the tasks commit on the processing loop
 
     async def select(self, table: str, statement: str, query_id: str = "") -> SelectPlan:
         """The plan of a pull query of ``table`` that a router shipped with a scan, planned
@@ -205,26 +257,34 @@ class LocalTables:
         deadline = time.monotonic() + timeout_s
         ends: dict[int, int] = {}
         topic = ""
-        for partition, offset in sorted(input_offsets.items()):
-            while True:
-                supervisor = self.tasks.supervisors.get((query_id, partition))
-                task = supervisor.stage_task(stage, partition) if supervisor is not None else None
-                if task is None or supervisor is None or supervisor.failed or task.state not in (RUNNING, RESTORING):
-                    raise UnavailableError(f"partition {partition} of stage {stage!r} of query {query_id} is not "
-                                           f"running on worker {self.worker_id}")
-                # Read once each: the task commits on the processing loop.
-                position, written = task.next_input_offset, task.output_ends
-                if position is not None and position >= offset:
-                    break
-                if time.monotonic() >= deadline:
-                    raise UnavailableError(
-                        f"partition {partition} of stage {stage!r} of query {query_id} on worker {self.worker_id} "
-                        f"has committed its input up to offset {position}; the consistency token needs {offset}")
-                await asyncio.sleep(STAGE_POLL_S)
-            topic = task.sink.topic
-            for out, end in written.items():
-                ends[out] = max(ends.get(out, 0), end)
+        with self.progress.waiter():
+            for partition, offset in sorted(input_offsets.items()):
+                topic = await self._stage_position(query_id, stage, partition, offset, deadline, ends)
         return topic, ends
+
+    async def _stage_position(self, query_id: str, stage: str, partition: int, offset: int, deadline: float,
+                              ends: dict[int, int]) -> str:
+        """``stage_positions`` of one partition: its output ends merged into ``ends``; the topic."""
+        while True:
+            move = self.progress.next_move()
+            supervisor = self.tasks.supervisors.get((query_id, partition))
+            task = supervisor.stage_task(stage, partition) if supervisor is not None else None
+            if task is None or supervisor is None or supervisor.failed or task.state not in (RUNNING, RESTORING):
+                raise UnavailableError(f"partition {partition} of stage {stage!r} of query {query_id} is not "
+                                       f"running on worker {self.worker_id}")
+            # Read once each: the task commits on the processing loop.
+            position, written = task.next_input_offset, task.output_ends
+            if position is not None and position >= offset:
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise UnavailableError(
+                    f"partition {partition} of stage {stage!r} of query {query_id} on worker {self.worker_id} "
+                    f"has committed its input up to offset {position}; the consistency token needs {offset}")
+            await self.progress.wait(move, min(left, RECHECK_S))
+        for out, end in written.items():
+            ends[out] = max(ends.get(out, 0), end)
+        return task.sink.topic
 
     def set_standby_replay(self, query_id: str, partition: int, paused: bool) -> int:
         """Pause or resume a standby copy's replay; its changelog position."""

@@ -45,7 +45,8 @@ class StandbyReplica:
 
     def __init__(self, settings: WorkerSettings, query_id: str, partition: int,
                  row: Callable[[bytes, list[Any]], list[Any] | None], table: DataSource | None = None,
-                 changelog: str | None = None, store: str | None = None, max_age_ms: int | None = None):
+                 changelog: str | None = None, store: str | None = None, max_age_ms: int | None = None,
+                 moved: Callable[[], None] | None = None):
         self.settings = settings
         self.query_id = query_id
         self.partition = partition
@@ -67,6 +68,8 @@ class StandbyReplica:
         self.input_offset = -1
         """The next input offset the copy reflects: the changelog header of the last transaction
         it applied every record of (-1: unknown)."""
+        self.moved = moved
+        """Told each time the copy's input offset moves on (a transaction applied)."""
         self.resumed = asyncio.Event()
         """Cleared while an operator paused the replay."""
         self.resumed.set()
@@ -140,7 +143,10 @@ class StandbyReplica:
                 if await reader.fetch(POLL_MS):
                     self.last_applied_ms = now_ms()
                 # Past commit markers after an empty fetch; the input offset of complete transactions only.
+                moved = reader.input_offset != self.input_offset
                 self.position, self.input_offset = reader.position, reader.input_offset
+                if moved and self.moved is not None:
+                    self.moved()
                 stable = reader.last_stable_offset()
                 if stable is not None:
                     self.end = stable

@@ -74,10 +74,12 @@ class StageStream:
     """The Spark queries of one stage of one query on this worker, over the joined tasks."""
 
     def __init__(self, settings: WorkerSettings, stage: Stage, spark: Callable[[], Awaitable[SparkSession]],
-                 inputs: InputWatch | None):
+                 inputs: InputWatch | None, committed: Callable[[], None] | None = None):
         self.settings = settings
         self.stage = stage
         self.inputs = inputs
+        self.committed = committed
+        """Told each time its Spark queries' tasks committed a batch (``QueryRunner.on_committed``)."""
         self._spark = spark
         self.members: dict[int, Task[Any]] = {}
         """The joined tasks by partition; each is in one runner's ``tasks`` once it started."""
@@ -189,7 +191,7 @@ class StageStream:
             asyncio.get_running_loop(), self.stage.name,
             name="-".join(filter(None, (self.stage.query.query_id, self.stage.name, self.settings.worker_id,
                                         str(next(_names))))),
-            on_task_failed=self._remove)
+            on_task_failed=self._remove, on_committed=self.committed)
 
     async def close(self) -> None:
         """Stop the Spark queries and the stream's job (the tasks are their supervisors'): to
@@ -432,11 +434,13 @@ class StageStreams:
     """This worker's stage streams, made on the first join and closed after the last leave."""
 
     def __init__(self, settings: WorkerSettings, spark: Callable[[], Awaitable[SparkSession]],
-                 inputs: InputWatch | None = None):
+                 inputs: InputWatch | None = None, committed: Callable[[], None] | None = None):
         self.settings = settings
         self.spark = spark
         self.inputs = inputs
         """Where a parked stream learns that its input moved; None: streams never park."""
+        self.committed = committed
+        """Told each time a stream's tasks committed a batch."""
         self._streams: dict[tuple[str, str], StageStream] = {}
         self._stopped = False
         """Set by ``stop``: no stream is made any more."""
@@ -454,7 +458,7 @@ class StageStreams:
                                     f"{sorted(stream.members)} on this worker")
             stream = None
         if stream is None:
-            stream = self._streams[key] = StageStream(self.settings, stage, self.spark, self.inputs)
+            stream = self._streams[key] = StageStream(self.settings, stage, self.spark, self.inputs, self.committed)
         return stream, stream.join(tasks)
 
     async def leave(self, stream: StageStream, tasks: dict[int, Task[Any]]) -> None:

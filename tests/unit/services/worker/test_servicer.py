@@ -7,6 +7,8 @@ WHERE, SELECT list and LIMIT, planned against the worker's metastore."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -368,6 +370,54 @@ async def test_a_lookup_waits_for_its_copy_to_reach_the_token_and_a_copy_not_her
         assert task.store is not None
         task.store.close()
         tables.parser.close()
+
+
+async def test_a_commit_on_another_thread_wakes_a_waiting_lookup_without_its_recheck(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The processing loop's commit tells ``Progress`` from its thread: the lookup waiting for
+    the token looks again then, not at its next recheck (made longer than the test's bound)."""
+    monkeypatch.setattr(serving, "RECHECK_S", 60.0)
+    tables, task = _lookup_tables(tmp_path, 5)
+    servicer = WorkerServicer(tables, max_scan_rows=10)
+
+    def commit() -> None:  # as QueryRunner._commit does on the processing loop's thread
+        time.sleep(0.05)
+        task.next_input_offset = 8
+        tables.progress.moved()
+
+    try:
+        committer = threading.Thread(target=commit)
+        committer.start()
+        found = await asyncio.wait_for(servicer.lookup(worker_pb2.LookupRequest(
+            table="T", partition=0, key=b"k1", min_input_offset=8, wait_ms=30_000)), 10)
+        committer.join()
+        assert found.input_offset == 8 and found.row is not None
+        assert tables.progress.waiting == 0
+        # With nobody waiting, a move wakes nothing (it crosses no thread).
+        with tables.progress.waiter():
+            move = tables.progress.next_move()
+        tables.progress.moved()
+        await asyncio.sleep(0.01)  # a wake it had scheduled would have run
+        assert not move.is_set()
+    finally:
+        assert task.store is not None
+        task.store.close()
+        tables.parser.close()
+
+
+async def test_a_move_between_the_look_and_the_wait_still_wakes_the_waiter() -> None:
+    """``next_move`` is taken before the look: a move that lands after the look but before the
+    wait starts sets that event, so the wait ends at once."""
+    progress = serving.Progress()
+    with progress.waiter():
+        move = progress.next_move()
+        # ... the look finds the copy behind; then, before the wait, another thread's commit:
+        mover = threading.Thread(target=progress.moved)
+        mover.start()
+        mover.join()
+        await asyncio.wait_for(progress.wait(move, 60.0), 10)
+        assert move.is_set()
+        assert progress.next_move() is not move  # the next wait waits for the next move
 
 
 async def test_a_scan_waits_for_its_copies_to_reach_the_token_as_a_lookup_does(tmp_path: Path) -> None:
