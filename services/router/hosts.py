@@ -65,6 +65,16 @@ class HostTable:
         if view is not None and input_offset > view.answered.get((query_id, partition), -1):
             view.answered[(query_id, partition)] = input_offset
 
+    def reached(self, endpoint: str, query_id: str, partition: int, input_offset: int) -> bool:
+        """Whether the worker's copy of the partition is known to have processed its input up
+        to ``input_offset``: by its last report, or by an answer since."""
+        view = self.hosts.get(endpoint)
+        if view is None:
+            return False
+        report = view.lags.get((query_id, partition))
+        return ((report is not None and report.input_offset >= input_offset)
+                or view.answered.get((query_id, partition), -1) >= input_offset)
+
     def dead(self, endpoint: str) -> bool:
         """True when the worker stopped beating; False while alive or never heard from."""
         view = self.hosts.get(endpoint)

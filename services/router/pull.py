@@ -139,7 +139,7 @@ class Route:
     """The position the consistency token requires (0: none)."""
     wait_ms: int = 0
     """How long the copy asked may wait to reach ``min_input_offset`` (0: it answers at once):
-    set when no copy qualifies but for its reported position and the active is asked."""
+    set when the active is asked and no report shows it there (``PullRouter._route``)."""
 
 
 Router = Callable[[int], Route]

@@ -222,13 +222,18 @@ class PullRouter:
         and ``wait_s`` allows, the active is asked to wait for it that long: the reports trail
         the commits by up to a heartbeat, and a write just made is usually in the batch being
         committed (asking again until a report shows it took a batch cycle and up to two retry
-        pauses more). A copy with no report is asked as it is, without a wait."""
+        pauses more). So is an active asked first whose position no report shows yet (a
+        partition that just moved, a worker that reports elsewhere); a standby asked first is
+        asked as it is, without a wait, so that the next copy's turn comes at once."""
         query_id = plan.table.query_id
         assert query_id is not None
         needed = positions.get((plan.input_topic, partition), 0)
         copies = self.replicas.get(query_id, {}).get(partition, [])
         chosen, excluded = self.hosts.choose(query_id, partition, copies, bounds, needed)
         wait_ms = int(wait_s * 1000)
+        if chosen and needed > 0 and wait_ms > 0 and not chosen[0].standby \
+                and not self.hosts.reached(chosen[0].endpoint, query_id, partition, needed):
+            return Route(chosen, excluded, needed, wait_ms)
         if not chosen and needed > 0 and wait_ms > 0:
             active = [r for r in self.hosts.choose(query_id, partition, copies, bounds)[0] if not r.standby]
             if active:  # (its own line among the excluded goes: it is asked, and says why if it fails)

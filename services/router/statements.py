@@ -93,9 +93,10 @@ class Statements:
 
         SET and UNSET change the properties of the statements after them in this request.
         Pull queries and INSERTs carry the consistency token to send next: the request's
-        token merged with the positions they reflect. The other statements are named
-        ``<request id>/<n>`` (a new id when the client gave none), so a resend of the
-        request, by the client or by this router to another coordinator, runs none twice.
+        token merged with the positions they reflect. The statements that change something
+        are named ``<request id>/<n>`` (a new id when the client gave none; an INSERT's row
+        carries it in a header), so a resend of the request, by the client or by this router
+        to another coordinator, runs none twice.
         """
         # A client's id may be a resend of a call that already ran at some coordinator; an id
         # made here is new, and only this router's own resends of it can find it done.
@@ -170,9 +171,12 @@ class Statements:
         if deadline - time.monotonic() <= 0:
             raise _out_of_time()
         job = asyncio.ensure_future(self._produce(stmt, request_id, attempt=int(named)))
-        done, _ = await asyncio.wait({job}, timeout=deadline - time.monotonic())
+        try:
+            done, _ = await asyncio.wait({job}, timeout=deadline - time.monotonic())
+        finally:
+            if not job.done():  # the deadline passed or the client went: it goes on alone
+                job.add_done_callback(_log_failure)
         if not done:
-            job.add_done_callback(_log_failure)
             raise MillpondError("Kafka did not acknowledge the row within the request's time left; it may still be "
                                 "inserted: before you retry, send the same request_id again (a row already inserted "
                                 "is answered, not inserted again)", kind=ErrorKind.DEADLINE)

@@ -171,6 +171,30 @@ def test_a_token_no_report_shows_reached_asks_the_active_to_wait_for_it() -> Non
     assert [r.wait_ms for r in requests] == [0], "a copy reported past the token answers at once"
 
 
+def test_a_token_asks_an_active_no_report_shows_yet_to_wait_and_a_standby_first_as_it_is() -> None:
+    """Just after a partition moved (or from a worker that reports elsewhere) no report shows
+    where the active is: it is asked to wait for the token too, not refused and asked again
+    a retry pause later; a standby asked first is asked without a wait, so that its refusal
+    leaves the next copy its turn at once."""
+    requests: list[worker_pb2.LookupRequest] = []
+    pull(Local(), [Replica(ELSEWHERE, False)], token=50, requests=requests)  # never heard from
+    (asked,) = requests
+    assert asked.min_input_offset == 50 and 0 < asked.wait_ms <= 500 - 1000 * pull_routing.TOKEN_ANSWER_S
+
+    requests.clear()
+    pull(Local(), [Replica(ELSEWHERE, False)], token=50, reported={ELSEWHERE: -1}, requests=requests)
+    assert [r.wait_ms > 0 for r in requests] == [True]  # a report without a position
+
+    local = Local()
+    pull(local, [Replica(HERE, False)], general=False, token=50)
+    assert [r.wait_ms > 0 for r in local.asked] == [True]  # in-process too
+
+    requests.clear()
+    pull(Local(), [Replica("standby:1", True), Replica(ELSEWHERE, False)], {ENABLE_STANDBY_READS: "true"},
+         token=50, dead=(ELSEWHERE,), requests=requests)
+    assert [(r.allow_standby, r.wait_ms) for r in requests] == [(True, 0)]
+
+
 def test_a_token_lookups_wait_stays_within_the_host_timeout_and_a_dead_active_is_not_waited_for() -> None:
     requests: list[worker_pb2.LookupRequest] = []
     pull(Local(), [Replica(ELSEWHERE, False)], token=50, reported={ELSEWHERE: 40}, requests=requests,
