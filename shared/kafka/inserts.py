@@ -33,7 +33,8 @@ INSERT_LOOKBACK = 10_000
 
 class RowInserter:
     """Produces INSERTed rows (idempotent, every replica acknowledging) and remembers where
-    each named request's row went."""
+    each named request's row went. ``producer``: one of the caller's (a test's), instead of
+    one made from ``kafka``."""
 
     def __init__(self, kafka: KafkaConnection, producer: AIOKafkaProducer | None = None):
         self.kafka = kafka
