@@ -174,8 +174,13 @@ def warm_up_topic(spark: SparkSession, settings: WorkerSettings, records: int,
     topic = prefix + uuid.uuid4().hex[:12]
     loop.run_until_complete(_replace_topics(settings.kafka, prefix, topic))
     try:
+        # A producer of its own (Spark caches its Kafka producers by their settings): the cached
+        # one of an earlier warm-up still asks for the topics that warm-up deleted, and once
+        # re-sent a new topic's first batch from sequence 0 after 62 were in (the broker's
+        # OutOfOrderSequenceException for 120 s, then the write failed).
         (made_up_records(spark, records).select("partition", "key", "value").write.format("kafka")
-         .options(**settings.kafka.spark_options()).option("topic", topic).save())
+         .options(**settings.kafka.spark_options()).option("kafka.client.id", f"{topic}-writer")
+         .option("topic", topic).save())
         yield topic
     finally:
         loop.run_until_complete(_replace_topics(settings.kafka, prefix, None))
