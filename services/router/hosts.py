@@ -110,8 +110,8 @@ class HostTable:
                 staleness = _staleness_ms(report, int((now - view.last_beat) * 1000), wall_ms)
                 if staleness > bounds.max_staleness_ms:
                     reason = f"staleness {staleness} ms over the bound of {bounds.max_staleness_ms} ms"
-            if reason is None and report is not None and 0 <= report.input_offset < min_input_offset \
-                    and view is not None and view.answered.get((query_id, partition), -1) < min_input_offset:
+            if reason is None and report is not None and report.input_offset >= 0 \
+                    and not self.reached(replica.endpoint, query_id, partition, min_input_offset):
                 reason = (f"at input offset {report.input_offset}, the consistency token needs {min_input_offset}")
             if reason is None:
                 chosen.append(replica)
