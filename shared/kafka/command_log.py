@@ -65,6 +65,12 @@ class Command:
         return cls(body["statement"], body.get("properties", {}), resolved, body.get("request_id", ""))
 
 
+def _retrieved(ask: asyncio.Task[int]) -> None:
+    """A shared request's failure, retrieved (its callers may all have gone)."""
+    if not ask.cancelled():
+        ask.exception()
+
+
 class CommandReader:
     """Replays the command topic into a metastore, in order, read_committed."""
 
@@ -98,6 +104,10 @@ class CommandReader:
         self.executed: OrderedDict[str, str] = OrderedDict()
         """The outcome message of each command that named its request id, by that id (the
         latest ``EXECUTED_REQUESTS_KEPT``): what a resent statement is answered with."""
+        self._asking: asyncio.Task[int] | None = None
+        """The end-offset request out now (``end_offset``)."""
+        self._next_ask: asyncio.Task[int] | None = None
+        """The one to send once it is answered, shared by whoever came meanwhile."""
         self._lock = asyncio.Lock()
         self.read_to = 0
         """The consumer's position after the last poll: every command before it is applied."""
@@ -131,12 +141,37 @@ class CommandReader:
 
     async def stop(self) -> None:
         """Disconnect every client, even when the caller is cancelled meanwhile."""
+        for ask in (self._next_ask, self._asking):
+            if ask is not None:
+                ask.cancel()
         await run_to_end(asyncio.gather(self.consumer.stop(), self._ends.stop(), self.admin.close()))
+
+    async def end_offset(self) -> int:
+        """The command topic's end offset, from a request sent after this call began (so it
+        counts every command committed before). Callers that come while a request is out share
+        the next one, sent once it is answered: a router taking many INSERTs at once asks
+        Kafka once per round trip, not once per INSERT."""
+        ask = self._next_ask
+        if ask is None:
+            if self._asking is None or self._asking.done():
+                ask = self._asking = asyncio.ensure_future(self._ask_end())
+            else:
+                ask = self._next_ask = asyncio.ensure_future(self._ask_end(after=self._asking))
+            ask.add_done_callback(_retrieved)
+        return await asyncio.shield(ask)  # a caller that goes does not cancel the others' request
+
+    async def _ask_end(self, after: asyncio.Task[int] | None = None) -> int:
+        """Ask for the end offset, once ``after`` (the request out) was answered."""
+        if after is not None:
+            await asyncio.wait({after})
+            self._asking, self._next_ask = self._next_ask, None  # this one is out now; later callers wait for the next
+        end: int = (await self._ends.end_offsets([self.partition]))[self.partition]
+        return end
 
     async def catch_up(self, position: int | None = None, timeout_s: float = 30.0) -> None:
         """Apply every committed command up to ``position`` (default: the current end)."""
         if position is None:
-            position = (await self._ends.end_offsets([self.partition]))[self.partition]
+            position = await self.end_offset()
         if self.read_to >= position:
             return  # already read: no waiting for the lock, which a follower's idle poll holds up to 200 ms
         deadline = time.monotonic() + timeout_s
