@@ -107,7 +107,8 @@ class CommandReader:
         self._asking: asyncio.Task[int] | None = None
         """The end-offset request out now (``end_offset``)."""
         self._next_ask: asyncio.Task[int] | None = None
-        """The one to send once it is answered, shared by whoever came meanwhile."""
+        """The one not sent yet (it goes once ``_asking`` is answered), shared by whoever comes
+        meanwhile."""
         self._lock = asyncio.Lock()
         self.read_to = 0
         """The consumer's position after the last poll: every command before it is applied."""
@@ -151,20 +152,17 @@ class CommandReader:
         counts every command committed before). Callers that come while a request is out share
         the next one, sent once it is answered: a router taking many INSERTs at once asks
         Kafka once per round trip, not once per INSERT."""
-        ask = self._next_ask
+        ask = self._next_ask  # not sent yet: it leaves after this caller came
         if ask is None:
-            if self._asking is None or self._asking.done():
-                ask = self._asking = asyncio.ensure_future(self._ask_end())
-            else:
-                ask = self._next_ask = asyncio.ensure_future(self._ask_end(after=self._asking))
+            ask = self._next_ask = asyncio.ensure_future(self._ask_end(after=self._asking))
             ask.add_done_callback(_retrieved)
         return await asyncio.shield(ask)  # a caller that goes does not cancel the others' request
 
-    async def _ask_end(self, after: asyncio.Task[int] | None = None) -> int:
-        """Ask for the end offset, once ``after`` (the request out) was answered."""
-        if after is not None:
+    async def _ask_end(self, after: asyncio.Task[int] | None) -> int:
+        """Ask for the end offset, once ``after`` (the request out, if any) was answered."""
+        if after is not None and not after.done():
             await asyncio.wait({after})
-            self._asking, self._next_ask = self._next_ask, None  # this one is out now; later callers wait for the next
+        self._asking, self._next_ask = self._next_ask, None  # out now: later callers wait for the next
         end: int = (await self._ends.end_offsets([self.partition]))[self.partition]
         return end
 
