@@ -425,6 +425,9 @@ class _Producer:
         future.set_result(RecordMetadata(topic, partition, TopicPartition(topic, partition), offset, -1, -1, -1))
         return future
 
+    async def flush(self) -> None:
+        return None
+
     async def send_offsets_to_transaction(self, *_: Any) -> None:
         return None
 

@@ -157,6 +157,9 @@ class FakeProducer:
         future.set_result(Metadata(offset))
         return future
 
+    async def flush(self) -> None:
+        self.log.append("flush")
+
     async def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, int], group: str) -> None:
         if self.fail_at == "offsets":
             raise KafkaError("fenced")
@@ -197,8 +200,9 @@ def steps(log: list[Any]) -> list[str]:
 
 
 def assert_committed_in_order(log: list[Any], store_write: bool) -> None:
-    """begin, the sends, the input offsets, commit, and (for a store) one write batch last."""
-    tail = ["offsets", "commit", "store.write"] if store_write else ["offsets", "commit"]
+    """begin, the sends, their delivery, the input offsets, commit, and (for a store) one
+    write batch last."""
+    tail = ["flush", "offsets", "commit", "store.write"] if store_write else ["flush", "offsets", "commit"]
     names = steps(log)
     assert names[0] == "begin"
     assert names[-len(tail):] == tail

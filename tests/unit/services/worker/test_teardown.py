@@ -151,6 +151,9 @@ class StepProducer:
         self.offset += 1
         return future
 
+    async def flush(self) -> None:
+        await self.world.steps.point("flush", self)
+
     async def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, int], group: str) -> None:
         await self.world.steps.point("offsets", self)
 
@@ -335,8 +338,8 @@ async def test_a_supervisor_cancelled_at_any_await_leaves_nothing_open(
     clean = supervisor_of(tmp_path / "clean", world)  # one whole run, nothing held: the steps to hold at
     await live(clean, world)
     names = list(world.steps.names)
-    assert {"producer.start", "consumer.stop", "committed_positions", "spark", "begin", "send", "offsets", "commit",
-            "producer.stop"} <= set(names)
+    assert {"producer.start", "consumer.stop", "committed_positions", "spark", "begin", "send", "flush", "offsets",
+            "commit", "producer.stop"} <= set(names)
     assert all("commit" in p.log for p in world.producers)
 
     for k, name in enumerate(names, start=1):
@@ -380,7 +383,7 @@ def hanging_commit_task(world: World, tmp_path: Path, step: str) -> AggregationT
     return task
 
 
-@pytest.mark.parametrize("step", ["send", "offsets", "commit"])
+@pytest.mark.parametrize("step", ["send", "flush", "offsets", "commit"])
 async def test_a_commit_that_hangs_is_aborted_by_the_bounded_stop(
         step: str, world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Hung in its transaction: aborted at once. Hung committing: let finish for the grace,
