@@ -2,6 +2,17 @@
 
 from __future__ import annotations
 
+import os
+
+# Before gRPC is imported: with its fork support on, a fork that runs Python in the child (as
+# PySpark's launch of its JVM does, with a preexec_fn) runs gRPC's at-fork handlers there,
+# and while the server is busy those crashed the child before it could exec (SIGSEGV or
+# SIGABRT): "Java gateway process exited before sending its port number", then a retry
+# about 2 s later, in 3 of 12 worker starts of bench.freshness. The worker's children are
+# all exec'd at once, so none uses gRPC. 100 such forks beside a busy grpc.aio server: 15
+# crashed with it on, none with it off.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 import asyncio
 
 from millpond.services.worker.app import Worker
