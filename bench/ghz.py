@@ -3,13 +3,15 @@ before the router does, so QPS measured with one says more about the client than
 
 ``ghz_binary()`` installs it once with ``go install`` (through the Go module proxy) into the
 cache; ``load()`` runs it against one method for a while at a concurrency and reads its JSON
-report. Methods are described to it by a protoset made from the generated modules.
+report, with the CPU time ghz used (on a small machine it shares the cores with the servers).
+Methods are described to it by a protoset made from the generated modules.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import subprocess
 import tempfile
@@ -76,10 +78,19 @@ def load(target: str, method: str, service: FileDescriptor, data: list[dict[str,
         command = [str(ghz_binary()), "--insecure", "--protoset", str(protos), "--call", method, "-D", str(data_file),
                    "-c", str(concurrency), "-z", f"{seconds}s", "--connections", "1", "--timeout", "10s",
                    "--format", "json", target]
+        before = children_cpu_seconds()
         result = subprocess.run(command, capture_output=True, text=True, check=False, timeout=seconds + 120)
+        used = children_cpu_seconds() - before
     if result.returncode != 0 or not result.stdout.strip():
         raise RuntimeError(f"ghz against {method} failed ({result.returncode}): {result.stderr.strip()[-2000:]}")
-    return summary(json.loads(result.stdout), concurrency)
+    return {**summary(json.loads(result.stdout), concurrency), "ghz_cpu_s": round(used, 3)}
+
+
+def children_cpu_seconds() -> float:
+    """CPU seconds (user and system) of this process's ended and reaped children so far: around
+    one ghz run, what ghz used (the cluster's processes end only when it stops)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def summary(report: dict[str, Any], concurrency: int) -> dict[str, Any]:

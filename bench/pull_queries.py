@@ -127,14 +127,18 @@ def batches(metrics_url: str) -> tuple[float, float]:
 
 def loaded(pids: dict[str, int], run: Callable[[], dict[str, Any]], metrics_url: str | None = None) -> dict[str, Any]:
     """``run``'s ghz summary with each process's CPU per answered call in microseconds
-    (``cpu_us_per_call``): a cost that a busier or quieter machine changes less than QPS;
-    with the router's ``metrics_url``, the lookups its messages to the workers carried on average."""
+    (``cpu_us_per_call``, ghz's own among them, and their ``total``): a cost that a busier or
+    quieter machine changes less than QPS; with the router's ``metrics_url``, the lookups its
+    messages to the workers carried on average."""
     before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     messages_before = batches(metrics_url) if metrics_url else (0.0, 0.0)
     summary = run()
     calls = max(summary["count"] - summary["errors"] - summary["cut_at_end"], 1)
-    summary["cpu_us_per_call"] = {name: round((cpu_seconds(pid) - before[name]) / calls * 1e6, 1)
-                                  for name, pid in pids.items()}
+    used = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
+    if "ghz_cpu_s" in summary:
+        used["ghz"] = summary.pop("ghz_cpu_s")
+    summary["cpu_us_per_call"] = {name: round(seconds / calls * 1e6, 1)
+                                  for name, seconds in {**used, "total": sum(used.values())}.items()}
     if metrics_url:
         messages, lookups = (after - earlier for after, earlier in zip(batches(metrics_url), messages_before, strict=True))
         summary["lookups_per_message"] = round(lookups / messages, 2) if messages else None
@@ -155,7 +159,10 @@ def measure_statements(router: str, statements: list[str], seconds: float, pids:
                                         concurrency, seconds))
         levels.append({**pulls, "baseline_health_check": baseline,
                        "ratio_qps_to_health_check": ratio(pulls["qps"], baseline["qps"]),
-                       "ratio_p99_to_health_check": ratio(pulls["p99_ms"], baseline["p99_ms"])})
+                       "ratio_p99_to_health_check": ratio(pulls["p99_ms"], baseline["p99_ms"]),
+                       # With every core busy, QPS follows the CPU a call costs all the processes.
+                       "ratio_cpu_per_call_to_health_check": ratio(pulls["cpu_us_per_call"]["total"],
+                                                                   baseline["cpu_us_per_call"]["total"])})
     return levels
 
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from bench.ghz import summary
+import subprocess
+import sys
+
+from bench.ghz import children_cpu_seconds, summary
+from bench.pull_queries import loaded
 
 REPORT = {
     "count": 5000, "total": 10_000_000_000, "average": 3_100_000, "fastest": 900_000, "slowest": 41_000_000,
@@ -33,3 +37,18 @@ def test_no_more_calls_are_cut_at_the_end_than_there_are_workers() -> None:
 def test_a_report_without_latencies_reads_as_zero() -> None:
     got = summary({"count": 0, "rps": 0.0, "statusCodeDistribution": None, "latencyDistribution": None}, 1)
     assert got["p99_ms"] == 0.0 and got["errors"] == 0 and got["qps"] == 0.0
+
+
+def test_the_cpu_of_a_child_that_ended_is_counted() -> None:
+    """ghz's CPU is read as that of the children reaped around its run."""
+    before = children_cpu_seconds()
+    subprocess.run([sys.executable, "-c", "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass"],
+                   check=True, timeout=60)
+    assert children_cpu_seconds() - before >= 0.25
+
+
+def test_the_load_generators_cpu_is_a_share_of_each_call_and_of_the_total() -> None:
+    """With every core busy, QPS follows the CPU a call costs all the processes, ghz's included."""
+    got = loaded({}, lambda: {**summary(REPORT, concurrency=16), "ghz_cpu_s": 0.5})
+    assert got["cpu_us_per_call"] == {"ghz": 100.2, "total": 100.2}  # 0.5 s over the 4,990 calls answered
+    assert "ghz_cpu_s" not in got
