@@ -160,7 +160,7 @@ def measure_statements(router: str, statements: list[str], seconds: float, pids:
         levels.append({**pulls, "baseline_health_check": baseline,
                        "ratio_qps_to_health_check": ratio(pulls["qps"], baseline["qps"]),
                        "ratio_p99_to_health_check": ratio(pulls["p99_ms"], baseline["p99_ms"]),
-                       # With every core busy, QPS follows the CPU a call costs all the processes.
+                       # With every core busy, QPS follows the CPU a call costs the processes measured, ghz included.
                        "ratio_cpu_per_call_to_health_check": ratio(pulls["cpu_us_per_call"]["total"],
                                                                    baseline["cpu_us_per_call"]["total"])})
     return levels

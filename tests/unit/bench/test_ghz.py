@@ -48,7 +48,7 @@ def test_the_cpu_of_a_child_that_ended_is_counted() -> None:
 
 
 def test_the_load_generators_cpu_is_a_share_of_each_call_and_of_the_total() -> None:
-    """With every core busy, QPS follows the CPU a call costs all the processes, ghz's included."""
+    """With every core busy, QPS follows the CPU a call costs the processes measured, ghz included."""
     got = loaded({}, lambda: {**summary(REPORT, concurrency=16), "ghz_cpu_s": 0.5})
     assert got["cpu_us_per_call"] == {"ghz": 100.2, "total": 100.2}  # 0.5 s over the 4,990 calls answered
     assert "ghz_cpu_s" not in got
