@@ -134,9 +134,7 @@ def loaded(pids: dict[str, int], run: Callable[[], dict[str, Any]], metrics_url:
     messages_before = batches(metrics_url) if metrics_url else (0.0, 0.0)
     summary = run()
     calls = max(summary["count"] - summary["errors"] - summary["cut_at_end"], 1)
-    used = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
-    if "ghz_cpu_s" in summary:
-        used["ghz"] = summary.pop("ghz_cpu_s")
+    used = {**{name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}, "ghz": summary.pop("ghz_cpu_s")}
     summary["cpu_us_per_call"] = {name: round(seconds / calls * 1e6, 1)
                                   for name, seconds in {**used, "total": sum(used.values())}.items()}
     if metrics_url:
