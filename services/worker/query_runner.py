@@ -70,10 +70,14 @@ class QueryRunner:
     def __init__(self, spark: SparkSession, settings: WorkerSettings, query: PersistentQuery,
                  source: DataSource, sink: DataSource, tasks: dict[int, Task[Any]], loop: asyncio.AbstractEventLoop,
                  stage: str = "", name: str = "", on_task_failed: Callable[[int, str], None] | None = None,
-                 on_committed: Callable[[], None] | None = None):
+                 on_committed: Callable[[], None] | None = None, pool: str | None = None):
         self.spark = spark
         self.name = name or "-".join(filter(None, (query.query_id, stage, settings.worker_id)))
         """The Spark query's name: unique among this process's running queries."""
+        self.pool = pool
+        """The Spark scheduler pool its micro-batches' jobs run in (None: the default pool). With
+        the session's FAIR scheduling, queries in pools of their own share the cores task by
+        task: a query's batch does not queue behind every task of another's."""
         self.settings = settings
         self.query = query
         self.source = source
@@ -175,6 +179,8 @@ class QueryRunner:
         self._stopping = False
         self.last_batch_at = time.monotonic()
         self.assigned = frozenset(positions)
+        # The streaming query's thread takes the local properties of the thread that starts it.
+        self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", self.pool)  # type: ignore[arg-type]
         self.stream = (
             self._reduction.frame.writeStream.foreachBatch(self._on_batch)
             .trigger(processingTime=f"{self.settings.trigger_interval_ms} milliseconds")

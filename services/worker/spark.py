@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 _VERSION = re.compile(r"-\d[\w.]*\.jar$")
 QUERY_END_LOGGERS = ("org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution",  # Spark 4
                      "org.apache.spark.sql.execution.streaming.MicroBatchExecution")  # Spark 3
+FAIR_POOLS_LOGGER = "org.apache.spark.scheduler.FairSchedulableBuilder"
 
 
 EXTENSION_JAR = "millpond-spark.jar"
@@ -88,6 +89,11 @@ def create_session(settings: WorkerSettings) -> SparkSession:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
         .config("spark.sql.session.timeZone", "UTC")
+        # A worker's Spark queries (a stage's, and one for partitions that moved in) each have a
+        # scheduler pool (``QueryRunner.pool``): FAIR scheduling shares the cores between them a
+        # task at a time, where FIFO ran a query's batch only after every task of the jobs
+        # submitted before it, such as a new query's slow first batch.
+        .config("spark.scheduler.mode", "FAIR")
         # Adaptive execution re-plans each micro-batch's shuffle after its map stage: for
         # batches this small that costs more than it saves (about 0.1 s a batch, measured).
         .config("spark.sql.adaptive.enabled", "false")
@@ -129,6 +135,8 @@ def create_session(settings: WorkerSettings) -> SparkSession:
     log4j = session.sparkContext._jvm.org.apache.logging.log4j  # type: ignore[union-attr]
     for name in QUERY_END_LOGGERS:
         log4j.core.config.Configurator.setLevel(name, log4j.Level.FATAL)
+    # It warns of every pool it makes on first use, as the queries' pools are made (``QueryRunner.pool``).
+    log4j.core.config.Configurator.setLevel(FAIR_POOLS_LOGGER, log4j.Level.ERROR)
     return session
 
 

@@ -186,12 +186,16 @@ class StageStream:
     async def _runner(self, tasks: dict[int, Task[Any]]) -> QueryRunner:
         """A runner of the stage's Spark query over ``tasks`` (not started)."""
         spark = await self._spark()
+        # A pool per query running at once (bounded: not one per query ever started).
+        used = {runner.pool for runner in self.runners}
+        pool = next(name for n in itertools.count()
+                    if (name := "-".join(filter(None, (self.stage.query.query_id, self.stage.name, str(n))))) not in used)
         return QueryRunner(
             spark, self.settings, self.stage.query, self.stage.source, self.stage.sink, tasks,
             asyncio.get_running_loop(), self.stage.name,
             name="-".join(filter(None, (self.stage.query.query_id, self.stage.name, self.settings.worker_id,
                                         str(next(_names))))),
-            on_task_failed=self._remove, on_committed=self.committed)
+            on_task_failed=self._remove, on_committed=self.committed, pool=pool)
 
     async def close(self) -> None:
         """Stop the Spark queries and the stream's job (the tasks are their supervisors'): to

@@ -4,6 +4,7 @@ local file system."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from millpond.services.worker import spark as spark_module
+from millpond.services.worker.jit import STREAM, TABLE, reduction_runner
+from millpond.services.worker.reducers import Reduction
 from millpond.services.worker.spark import LOCAL_FILE_SYSTEM, parallelism
 from millpond.shared.config import WorkerSettings
 
@@ -109,3 +112,48 @@ def test_from_json_reads_every_value_as_sparks_own_parser_factory_does(spark: Sp
     rows = frame.select("i", F.from_json(F.col("value").cast("string"), schema, {
         "columnNameOfCorruptRecord": "_corrupt", "mode": "PERMISSIVE"}).alias("v")).orderBy("i").collect()
     assert [None if row.v is None else tuple(row.v) for row in rows] == [want for _, want in DECODED]
+
+
+def test_a_runners_batches_run_in_its_own_scheduler_pool_shared_fairly(spark: SparkSession, tmp_path: Path) -> None:
+    # Two queries of a worker (a stage's and one of partitions that moved in) take turns task
+    # by task instead of one's batch waiting for every task of the other's.
+    assert spark.sparkContext._jsc.sc().getSchedulingMode().toString() == "FAIR"  # type: ignore[union-attr]
+    loop = asyncio.new_event_loop()
+    seen: dict[str, list[str | None]] = {}
+    got = threading.Event()
+
+    def reducer(pool: str) -> Any:
+        def reduce(batch: Any, tasks: Any) -> dict[int, Any]:
+            if batch.count():  # a job, in the pool of the thread that runs the batch
+                seen.setdefault(pool, []).append(spark.sparkContext.getLocalProperty("spark.scheduler.pool"))
+                got.set()
+            return {}  # nothing to commit
+        return reduce
+
+    runners = []
+    try:
+        for pool in ("q-stage-0", "q-stage-1"):
+            runner = reduction_runner(spark, WorkerSettings(state_dir=tmp_path), (STREAM, TABLE), loop)
+            runner.name, runner.pool = f"pool-test-{pool}", pool
+            rows = spark.readStream.format("rate").option("rowsPerSecond", 50).load()
+            runner._prepared = ({0: None}, Reduction(rows, reducer(pool)))
+            runners.append(runner)
+            # Started from another thread than the test's, as the stream starts them (a thread's
+            # local properties stay with it).
+            started = threading.Thread(target=runner.start, args=({0: None},))
+            started.start()
+            started.join(timeout=60)
+            got.clear()
+            while pool not in seen and got.wait(timeout=60):
+                got.clear()
+        got.clear()
+        assert got.wait(timeout=60)  # the first one's batches went on beside the second's
+    finally:
+        for runner in runners:
+            runner.stop()
+        loop.close()
+    assert set(seen) == {"q-stage-0", "q-stage-1"}
+    assert all(pools == [pool] * len(pools) for pool, pools in seen.items()), seen
+    pools = spark.sparkContext._jsc.sc().getPoolForName  # type: ignore[union-attr]
+    assert pools("q-stage-0").isDefined() and pools("q-stage-1").isDefined()
+    assert spark.sparkContext.getLocalProperty("spark.scheduler.pool") is None  # the test's thread: the default

@@ -699,6 +699,7 @@ async def test_a_partition_that_moves_in_gets_a_spark_query_of_its_own_and_the_r
         assert second is not first and second.positions_at_start == {1: None}
         assert second.made_ahead, "its plan was made while its task started"
         assert first.running and first.starts == 1 and set(first.tasks) == {0}
+        assert first.pool and second.pool and first.pool != second.pool, "each runs in a scheduler pool of its own"
         await second._commit({1: batch()[1]})
         assert zero.tasks[0].next_input_offset == one.tasks[1].next_input_offset == COMMITTED_TO
         assert zero.failures == 0 and one.failures == 0
