@@ -114,9 +114,9 @@ def test_from_json_reads_every_value_as_sparks_own_parser_factory_does(spark: Sp
     assert [None if row.v is None else tuple(row.v) for row in rows] == [want for _, want in DECODED]
 
 
-def test_a_runners_batches_run_in_its_own_scheduler_pool_shared_fairly(spark: SparkSession, tmp_path: Path) -> None:
-    # Two queries of a worker (a stage's and one of partitions that moved in) take turns task
-    # by task instead of one's batch waiting for every task of the other's.
+def test_each_runners_batches_run_in_a_pool_of_its_own_under_fair_scheduling(spark: SparkSession, tmp_path: Path) -> None:
+    # So two queries of a worker (a stage's and one of partitions that moved in) share the cores
+    # task by task, where FIFO had one's batch wait for every task of the other's jobs before it.
     assert spark.sparkContext._jsc.sc().getSchedulingMode().toString() == "FAIR"  # type: ignore[union-attr]
     loop = asyncio.new_event_loop()
     seen: dict[str, list[str | None]] = {}
