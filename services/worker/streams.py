@@ -187,9 +187,9 @@ class StageStream:
         """A runner of the stage's Spark query over ``tasks`` (not started)."""
         spark = await self._spark()
         # A pool per query running at once (bounded: not one per query ever started).
+        stage = "-".join(filter(None, (self.stage.query.query_id, self.stage.name)))
         used = {runner.pool for runner in self.runners}
-        pool = next(name for n in itertools.count()
-                    if (name := "-".join(filter(None, (self.stage.query.query_id, self.stage.name, str(n))))) not in used)
+        pool = next(f"{stage}-{n}" for n in itertools.count() if f"{stage}-{n}" not in used)
         return QueryRunner(
             spark, self.settings, self.stage.query, self.stage.source, self.stage.sink, tasks,
             asyncio.get_running_loop(), self.stage.name,
