@@ -193,8 +193,7 @@ class StageStream:
         return QueryRunner(
             spark, self.settings, self.stage.query, self.stage.source, self.stage.sink, tasks,
             asyncio.get_running_loop(), self.stage.name,
-            name="-".join(filter(None, (self.stage.query.query_id, self.stage.name, self.settings.worker_id,
-                                        str(next(_names))))),
+            name="-".join(filter(None, (stage, self.settings.worker_id, str(next(_names))))),
             on_task_failed=self._remove, on_committed=self.committed, pool=pool)
 
     async def close(self) -> None:
