@@ -164,24 +164,29 @@ class StageStream:
             return None
         return runner
 
-    async def _prepared(self, tasks: dict[int, Task[Any]]) -> QueryRunner | None:
+    async def _prepared(self, tasks: dict[int, Task[Any]]) -> tuple[QueryRunner | None, str]:
         """The runner ``expect`` made ready for exactly ``tasks`` (which joined) from their
-        positions now, waited for if its plan is still being made; None when there is none such."""
+        positions now, waited for if its plan is still being made; else None, and why not (for
+        the log: a plan made at the start costs the partitions' first batch its time)."""
         job, self._preparing = self._preparing, None
         if job is None:
-            return None
+            return None, "none was being made"
         if self._expected:  # others are still starting: the plan being made is for them too
             job.cancel()
-            return None
+            return None, "other partitions were still starting"
         try:
             runner = await job
         except asyncio.CancelledError:
             if (current := asyncio.current_task()) is not None and current.cancelling():
                 raise
-            return None
-        if runner is None or runner.tasks != tasks or runner.prepared() != runner.positions():
-            return None
-        return runner
+            return None, "its making was cancelled"
+        if runner is None:
+            return None, "none was made"
+        if runner.tasks != tasks:
+            return None, f"it was made for partitions {sorted(runner.tasks)}"
+        if runner.prepared() != runner.positions():
+            return None, f"it was made from offsets {runner.prepared()}, not {runner.positions()}"
+        return runner, ""
 
     async def _runner(self, tasks: dict[int, Task[Any]]) -> QueryRunner:
         """A runner of the stage's Spark query over ``tasks`` (not started)."""
@@ -294,7 +299,7 @@ class StageStream:
                 pending.update(self._settled(tasks))
             if not pending:
                 return
-        query = await self._prepared(pending)
+        query, not_ahead = await self._prepared(pending)
         if query is None:
             try:
                 query = await self._runner(pending)
@@ -303,7 +308,6 @@ class StageStream:
                 self._fail_tasks(pending, f"{type(error).__name__}: {error}")
                 return
         self.runners.append(query)
-        ahead = query.prepared() is not None
         try:  # not cut short by a cancel: ``close`` must find the query to stop it
             await run_to_end(asyncio.to_thread(query.start, query.positions()))
         except Exception as error:
@@ -312,7 +316,8 @@ class StageStream:
             return
         if len(self.runners) > 1:
             log.info("partitions joined in a Spark query of their own", extra={
-                **self._context, "runner": query.name, "partitions": sorted(pending), "plan_made_ahead": ahead})
+                **self._context, "runner": query.name, "partitions": sorted(pending), "plan_made_ahead": not not_ahead,
+                **({"plan_not_made_ahead": not_ahead} if not_ahead else {})})
 
     async def _retire(self, runner: QueryRunner) -> None:
         """Stop ``runner``'s query (bounded) and forget its parked input. Its tasks are gone

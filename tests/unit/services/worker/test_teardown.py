@@ -685,11 +685,17 @@ async def test_a_leaving_worker_stops_its_spark_queries_first_and_its_stores_sti
     assert all(p.stopped for p in world.producers) and not any(p.in_transaction for p in world.producers)
 
 
+def joined_logs(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    """The log records of partitions that joined in a Spark query of their own."""
+    return [r for r in caplog.records if r.getMessage() == "partitions joined in a Spark query of their own"]
+
+
 async def test_a_partition_that_moves_in_gets_a_spark_query_of_its_own_and_the_running_one_goes_on(
-        world: World, tmp_path: Path) -> None:
+        world: World, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """Partition 0's query has processed batches; partition 1 moves in (a failover, a scale-in):
     it runs in a second query from its own position and partition 0 sees no stop. A query that
     has processed nothing yet is started again with the newcomer instead."""
+    caplog.set_level(logging.INFO, logger=streams_module.__name__)
     zero, one = supervisors_of(tmp_path, world, [{0}, {1}])
     try:
         first = await running([zero], world, {0})
@@ -698,6 +704,9 @@ async def test_a_partition_that_moves_in_gets_a_spark_query_of_its_own_and_the_r
         second = await running([one], world, {1})
         assert second is not first and second.positions_at_start == {1: None}
         assert second.made_ahead, "its plan was made while its task started"
+        assert not await until(lambda: bool(joined_logs(caplog)), world.steps)
+        (joined,) = joined_logs(caplog)
+        assert joined.plan_made_ahead is True and not hasattr(joined, "plan_not_made_ahead")
         assert first.running and first.starts == 1 and set(first.tasks) == {0}
         assert first.pool and second.pool and first.pool != second.pool, "each runs in a scheduler pool of its own"
         await second._commit({1: batch()[1]})
@@ -713,10 +722,13 @@ async def test_a_partition_that_moves_in_gets_a_spark_query_of_its_own_and_the_r
 
 
 async def test_a_partition_that_resumes_elsewhere_than_expected_gets_its_plan_made_again(
-        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """The plan made while its task started is for the position read before the fence; the
     older owner committed more meanwhile (here: the first read says 7, the fenced one none), so
-    the query starts from where the task resumes, with a plan made for it, never the other."""
+    the query starts from where the task resumes, with a plan made for it, never the other; the
+    log says why the plan made ahead was not used."""
+    caplog.set_level(logging.INFO, logger=streams_module.__name__)
+
     async def expected(_: Any) -> int:
         return 7
     monkeypatch.setattr(task_module.Task, "expected_input_offset", expected)
@@ -729,6 +741,10 @@ async def test_a_partition_that_resumes_elsewhere_than_expected_gets_its_plan_ma
         assert made and not any(r.started for r in made), "the plan for offset 7 was made and left unused"
         assert second.positions_at_start == {1: None} and not second.made_ahead
         assert first.running and first.starts == 1
+        assert not await until(lambda: bool(joined_logs(caplog)), world.steps)
+        (joined,) = joined_logs(caplog)
+        assert joined.plan_made_ahead is False
+        assert joined.plan_not_made_ahead == "it was made from offsets {1: 7}, not {1: None}"
     finally:
         await asyncio.gather(zero.stop(), one.stop())
     assert all(r.stopped for r in world.runners if r.started)
