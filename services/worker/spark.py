@@ -80,7 +80,16 @@ def create_session(settings: WorkerSettings) -> SparkSession:
         # The driver runs the queries itself (local mode) on a core or two: the serial
         # collector keeps the heap smaller and takes no threads from them. bench.aggregation:
         # peak RSS per worker 869-887 MiB against 1,221-1,264 with G1, throughput the same
-        # within the runs' noise.
+        # within the runs' noise. Tried besides, not kept: the first metaspace threshold at
+        # 256 MB (-XX:MetaspaceSize) took away the five full collections a worker's metaspace
+        # costs in its first minutes (to 160-170 MB; 30-570 ms each) but not full collections:
+        # the old generation then filled and took one of 340-400 ms later (bench.freshness p99
+        # 556 ms against 423 the run before). C1 alone (-XX:TieredStopAtLevel=1, as the tests
+        # run) made batches of 500 events/s a third shorter but the per-record code of big
+        # ones half as fast (bench.aggregation 0.77x Kafka Streams). C2's thresholds 10x, or
+        # C2 kept off Spark's planner packages (a CompilerDirectivesFile), changed nothing
+        # beyond the runs' spread: C2 compiled other methods instead, 92 against 97-105 s of
+        # its time per JVM in bench.failover's first three minutes.
         .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC")
         .config("spark.ui.enabled", "false")
         # Spark draws a stage that runs over half a second as a progress bar on stderr, the
