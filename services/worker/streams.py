@@ -181,7 +181,7 @@ class StageStream:
                 raise
             return None, "its making was cancelled"
         if runner is None:
-            return None, "none was made"
+            return None, "none was made (no newcomer was expected by then, or its making failed)"
         if runner.tasks != tasks:
             return None, f"it was made for partitions {sorted(runner.tasks)}"
         if runner.prepared() != runner.positions():
@@ -299,7 +299,7 @@ class StageStream:
                 pending.update(self._settled(tasks))
             if not pending:
                 return
-        query, not_ahead = await self._prepared(pending)
+        query, why_not_ahead = await self._prepared(pending)
         if query is None:
             try:
                 query = await self._runner(pending)
@@ -308,6 +308,7 @@ class StageStream:
                 self._fail_tasks(pending, f"{type(error).__name__}: {error}")
                 return
         self.runners.append(query)
+        ahead = query.prepared() is not None
         try:  # not cut short by a cancel: ``close`` must find the query to stop it
             await run_to_end(asyncio.to_thread(query.start, query.positions()))
         except Exception as error:
@@ -316,8 +317,8 @@ class StageStream:
             return
         if len(self.runners) > 1:
             log.info("partitions joined in a Spark query of their own", extra={
-                **self._context, "runner": query.name, "partitions": sorted(pending), "plan_made_ahead": not not_ahead,
-                **({"plan_not_made_ahead": not_ahead} if not_ahead else {})})
+                **self._context, "runner": query.name, "partitions": sorted(pending), "plan_made_ahead": ahead,
+                **({} if ahead else {"plan_not_made_ahead": why_not_ahead})})
 
     async def _retire(self, runner: QueryRunner) -> None:
         """Stop ``runner``'s query (bounded) and forget its parked input. Its tasks are gone
