@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -157,3 +158,36 @@ def test_each_runners_batches_run_in_a_pool_of_its_own_under_fair_scheduling(spa
     pools = spark.sparkContext._jsc.sc().getPoolForName  # type: ignore[union-attr]
     assert pools("q-stage-0").isDefined() and pools("q-stage-1").isDefined()
     assert spark.sparkContext.getLocalProperty("spark.scheduler.pool") is None  # the test's thread: the default
+
+
+def test_a_runners_batches_come_with_the_workers_session_and_a_failing_one_fails_the_query(
+        spark: SparkSession, tmp_path: Path) -> None:
+    # Each batch's DataFrame is given the worker's own session object (no SparkSession made per
+    # batch, see query_runner._BatchFunction), and reads through it; an error in the batch's
+    # code still reaches the JVM, which stops the query with it.
+    loop = asyncio.new_event_loop()
+    sessions: list[Any] = []
+    counted = threading.Event()
+
+    def reduce(batch: Any, tasks: Any) -> dict[int, Any]:
+        if batch.count():  # a Spark job through the batch's own Dataset
+            sessions.append(batch.sparkSession)
+            if len(sessions) == 2:
+                counted.set()
+                raise RuntimeError("the batch's code failed")
+        return {}
+
+    runner = reduction_runner(spark, WorkerSettings(state_dir=tmp_path), (STREAM, TABLE), loop)
+    runner.name = "session-test"
+    runner._prepared = ({0: None}, Reduction(spark.readStream.format("rate").option("rowsPerSecond", 50).load(), reduce))
+    try:
+        runner.start({0: None})
+        assert counted.wait(timeout=60)
+        deadline = time.monotonic() + 60
+        while (failure := runner.failure()) is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        runner.stop()
+        loop.close()
+    assert all(session is spark for session in sessions), sessions
+    assert failure == "RuntimeError: the batch's code failed"
