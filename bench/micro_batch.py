@@ -35,7 +35,7 @@ from pyspark.sql import functions as F
 from bench.common import arguments, emit, produce_readings
 from millpond.deploy.local.kafka_broker import EmbeddedKafka
 from millpond.services.worker.jit import reduction_runner
-from millpond.services.worker.query_runner import SOURCE_OPTIONS, QueryRunner
+from millpond.services.worker.query_runner import SOURCE_OPTIONS, QueryRunner, for_each_batch
 from millpond.services.worker.spark import create_session
 from millpond.shared.config import WorkerSettings
 
@@ -94,7 +94,7 @@ def measure(spark: Any, runner: QueryRunner, bootstrap: str, size: int, batches:
 def run(frame: DataFrame, on_batch: Any, steps: list[Any], batches: int, checkpoint: Path) -> list[dict[str, Any]]:
     """Run a streaming query of ``frame`` through ``on_batch`` until ``steps`` has ``batches``
     (10 minutes at most); the phases of each trigger with input."""
-    stream = (frame.writeStream.foreachBatch(on_batch).trigger(processingTime="100 milliseconds")
+    stream = (for_each_batch(frame.writeStream, frame.sparkSession, on_batch).trigger(processingTime="100 milliseconds")
               .option("checkpointLocation", str(checkpoint)).start())
     deadline = time.monotonic() + 600
     try:

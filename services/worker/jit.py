@@ -32,7 +32,7 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient
 from pyspark.sql import DataFrame, SparkSession
 
-from millpond.services.worker.query_runner import SOURCE_OPTIONS, QueryRunner, checkpoint_root
+from millpond.services.worker.query_runner import SOURCE_OPTIONS, QueryRunner, checkpoint_root, for_each_batch
 from millpond.services.worker.task import AggregationTask, Task
 from millpond.shared.catalog import names
 from millpond.shared.catalog.metastore import Metastore
@@ -147,7 +147,7 @@ def _reduce_triggers(spark: SparkSession, settings: WorkerSettings, runner: Quer
             spark.readStream.format("kafka").options(**settings.kafka.spark_options())
             .option("assign", json.dumps({topic: list(range(PARTITIONS))})).option("startingOffsets", "earliest")
             .options(**SOURCE_OPTIONS).option("maxOffsetsPerTrigger", str(records)).load())
-        query = reduction.frame.writeStream.foreachBatch(on_batch).option("checkpointLocation", checkpoint).start()
+        query = for_each_batch(reduction.frame.writeStream, spark, on_batch).option("checkpointLocation", checkpoint).start()
         try:
             deadline = time.monotonic() + timeout_s
             while not done.wait(0.2) and query.isActive and time.monotonic() < deadline:

@@ -67,7 +67,7 @@ class _BatchFunction(ForeachBatchFunction):
     calls into the JVM, 0.8 ms on an idle session, each a wait for the worker's interpreter
     lock and the JVM's threads on a busy one. Under bench.failover's scaling load the call into
     Python around a batch's own work (Spark's addBatch less the batch's timed job and commit)
-    took 46 ms at the median, 146 at p90; 33 and 120 without them (one run each). The batch's
+    took 46 ms at the median, 146 at p90; 33 and 120 with this class (one run each). The batch's
     Dataset keeps the query's session in the JVM; Python reads only the SQL conf through the
     one it is given, which the query's copies."""
 
