@@ -1007,8 +1007,9 @@ def test_a_batch_asks_the_jvm_little_beyond_its_job(spark: SparkSession, batch: 
     its columns are made once, not per batch, and PySpark's notes of each Column function's
     Python call site (for its error messages, five calls each) are off in the worker's
     session. A later batch (foreachBatch gives each in a Python session object of its own)
-    makes 84 calls here: 106 when the columns were kept per session object, so made anew
-    every batch, 135 when they were made per batch, about twice that with the notes too."""
+    makes 69 calls here: 85 through PySpark's own ``toArrow``, 106 when the columns were kept
+    per session object, so made anew every batch, 135 when they were made per batch, about
+    twice that with the notes too."""
     runner = runner_of(spark, AGGREGATE, tmp_path)
     client = spark.sparkContext._gateway._gateway_client  # type: ignore[union-attr]
     calls = 0
@@ -1033,3 +1034,56 @@ def test_a_batch_asks_the_jvm_little_beyond_its_job(spark: SparkSession, batch: 
         runner.stop()
         runner.loop.close()
     assert calls < 100
+
+
+def test_a_later_batch_asks_the_jvm_for_its_job_and_little_else(spark: SparkSession, batch: DataFrame,
+                                                                  tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A streaming query's batch comes as its reduction's frame (made once, with the query):
+    reducing it costs its one job's calls into the JVM and few others. Here 8 for the GROUP
+    BY (its job, the three items of the Java array that says where its Arrow batches are, two
+    calls each, its end) and 7 for the projection; 22 for the GROUP BY through PySpark's
+    ``toArrow``, which also asks two settings and the schema and sets the job's call site."""
+    client = spark.sparkContext._gateway._gateway_client  # type: ignore[union-attr]
+    send = client.send_command
+    calls: list[str] = []  # each call's method name, or its kind of command
+
+    def counted(command: str, *args: Any, **kwargs: Any) -> Any:
+        if not command.startswith(proto.MEMORY_COMMAND_NAME + proto.MEMORY_DEL_SUBCOMMAND_NAME):
+            calls.append(command.split("\n")[2] if command.startswith("c\n") else command[:2])
+        return send(command, *args, **kwargs)
+    for statement in (AGGREGATE, PROJECT):
+        runner = runner_of(spark, statement, tmp_path)
+        try:
+            reduction = runner.reduction(batch)
+            runner._reduced(reduction.frame, reduction)  # the first batch
+            calls.clear()
+            monkeypatch.setattr(client, "send_command", counted)
+            runner._reduced(reduction.frame, reduction)
+            monkeypatch.setattr(client, "send_command", send)
+        finally:
+            runner.stop()
+            runner.loop.close()
+        assert len(calls) <= 10, (statement, calls)
+
+
+def test_a_batchs_arrow_table_is_what_pysparks_to_arrow_gives(spark: SparkSession) -> None:
+    """``reducers.arrow_table`` is ``toArrow`` with fewer calls into the JVM: the same columns,
+    types and rows for every type a reduction's frame carries, an empty batch included, and a
+    failing job raises as ``toArrow`` raises it."""
+    frame = spark.sql(
+        "SELECT CAST(id AS INT) AS i, id AS l, id / 3 AS d, CAST(id AS DECIMAL(10, 2)) AS m, CAST(id AS STRING) AS s, "
+        "CAST(CAST(id AS STRING) AS BINARY) AS b, TIMESTAMP_MILLIS(id * 1000) AS t, DATE_FROM_UNIX_DATE(id) AS dt, "
+        "id % 2 = 0 AS z, ARRAY(id, NULL) AS a, MAP(CAST(id AS STRING), id) AS mp, "
+        "NAMED_STRUCT('x', id, 'y', CAST(NULL AS STRING)) AS st, IF(id % 3 = 0, NULL, id) AS n "
+        "FROM RANGE(0, 200, 1, 3)")
+    for each in (frame, frame.where("l < 0")):
+        ours, theirs = reducers.arrow_table(each), each.toArrow()
+        assert ours.schema == theirs.schema
+        assert ours.equals(theirs)
+    assert reducers.arrow_table(frame).num_rows == 200
+    failing = spark.sql("SELECT ASSERT_TRUE(id < 5, 'record past the fifth') AS x FROM RANGE(10)")
+    with pytest.raises(Exception, match="record past the fifth") as ours_error:
+        reducers.arrow_table(failing)
+    with pytest.raises(Exception, match="record past the fifth") as their_error:
+        failing.toArrow()
+    assert type(ours_error.value) is type(their_error.value)
