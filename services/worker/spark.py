@@ -89,7 +89,11 @@ def create_session(settings: WorkerSettings) -> SparkSession:
         # ones half as fast (bench.aggregation 0.77x Kafka Streams). C2's thresholds 10x, or
         # C2 kept off Spark's planner packages (a CompilerDirectivesFile), changed nothing
         # beyond the runs' spread: C2 compiled other methods instead, 92 against 97-105 s of
-        # its time per JVM in bench.failover's first three minutes.
+        # its time per JVM in bench.failover's first three minutes. The JIT's threads at the
+        # lowest priority (-XX:ThreadPriorityPolicy=1 -XX:CompilerThreadPriority=19: they compile
+        # only when the cores are otherwise idle) left the code slow for longer: bench.failover's
+        # scaling case served 97-124 pulls/s against 152-181 and its SIGTERM stop took 1.99-2.94
+        # s against 1.30-1.56 (two alternated pairs).
         .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC")
         .config("spark.ui.enabled", "false")
         # Spark draws a stage that runs over half a second as a progress bar on stderr, the
