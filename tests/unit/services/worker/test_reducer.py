@@ -20,6 +20,7 @@ of the slice types touches only those two functions.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime
 import functools
@@ -28,7 +29,7 @@ import random
 import re
 import struct
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -1001,8 +1002,27 @@ def test_a_standby_decodes_a_joined_timestamp_as_the_active_tasks_spark_does(spa
     assert len(active) < len(times) - 20
 
 
-def test_a_batch_asks_the_jvm_little_beyond_its_job(spark: SparkSession, batch: DataFrame, tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+@contextlib.contextmanager
+def jvm_calls(spark: SparkSession) -> Iterator[list[str]]:
+    """The calls into Spark's JVM made inside the block: each one's method name, or its kind of
+    command. Not py4j's notices of Python objects freed (sent when the collector gets to them):
+    housekeeping of whatever ran before, not the block's own asks."""
+    client = spark.sparkContext._gateway._gateway_client  # type: ignore[union-attr]
+    send = client.send_command
+    calls: list[str] = []
+
+    def counted(command: str, *args: Any, **kwargs: Any) -> Any:
+        if not command.startswith(proto.MEMORY_COMMAND_NAME + proto.MEMORY_DEL_SUBCOMMAND_NAME):
+            calls.append(command.split("\n")[2] if command.startswith("c\n") else command[:2])
+        return send(command, *args, **kwargs)
+    client.send_command = counted
+    try:
+        yield calls
+    finally:
+        client.send_command = send
+
+
+def test_a_batch_asks_the_jvm_little_beyond_its_job(spark: SparkSession, batch: DataFrame, tmp_path: Path) -> None:
     """Each call into Spark's JVM is a round trip, and every batch plans its reduction anew:
     its columns are made once, not per batch, and PySpark's notes of each Column function's
     Python call site (for its error messages, five calls each) are off in the worker's
@@ -1011,55 +1031,35 @@ def test_a_batch_asks_the_jvm_little_beyond_its_job(spark: SparkSession, batch: 
     per session object, so made anew every batch, 135 when they were made per batch, about
     twice that with the notes too."""
     runner = runner_of(spark, AGGREGATE, tmp_path)
-    client = spark.sparkContext._gateway._gateway_client  # type: ignore[union-attr]
-    calls = 0
-    send = client.send_command
 
-    def counted(command: str, *args: Any, **kwargs: Any) -> Any:
-        nonlocal calls
-        # Not py4j's notices of Python objects freed (sent when the collector gets to them):
-        # housekeeping of whatever ran before, not the batch's own asks.
-        if not command.startswith(proto.MEMORY_COMMAND_NAME + proto.MEMORY_DEL_SUBCOMMAND_NAME):
-            calls += 1
-        return send(command, *args, **kwargs)
     def given(frame: DataFrame) -> DataFrame:
         """``frame`` as foreachBatch gives a batch: in a Python session object of its own."""
         return DataFrame(frame._jdf, SparkSession(spark.sparkContext, frame._jdf.sparkSession()))
     try:
         runner._reduce(given(batch))  # the first batch makes the columns
         later = given(batch)
-        monkeypatch.setattr(client, "send_command", counted)
-        runner._reduce(later)
+        with jvm_calls(spark) as calls:
+            runner._reduce(later)
     finally:
         runner.stop()
         runner.loop.close()
-    assert calls < 100
+    assert len(calls) < 100
 
 
 def test_a_later_batch_asks_the_jvm_for_its_job_and_little_else(spark: SparkSession, batch: DataFrame,
-                                                                  tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                  tmp_path: Path) -> None:
     """A streaming query's batch comes as its reduction's frame (made once, with the query):
     reducing it costs its one job's calls into the JVM and few others. Here 8 for the GROUP
     BY (its job, the three items of the Java array that says where its Arrow batches are, two
     calls each, its end) and 7 for the projection; 22 for the GROUP BY through PySpark's
     ``toArrow``, which also asks two settings and the schema and sets the job's call site."""
-    client = spark.sparkContext._gateway._gateway_client  # type: ignore[union-attr]
-    send = client.send_command
-    calls: list[str] = []  # each call's method name, or its kind of command
-
-    def counted(command: str, *args: Any, **kwargs: Any) -> Any:
-        if not command.startswith(proto.MEMORY_COMMAND_NAME + proto.MEMORY_DEL_SUBCOMMAND_NAME):
-            calls.append(command.split("\n")[2] if command.startswith("c\n") else command[:2])
-        return send(command, *args, **kwargs)
     for statement in (AGGREGATE, PROJECT):
         runner = runner_of(spark, statement, tmp_path)
         try:
             reduction = runner.reduction(batch)
             runner._reduced(reduction.frame, reduction)  # the first batch
-            calls.clear()
-            monkeypatch.setattr(client, "send_command", counted)
-            runner._reduced(reduction.frame, reduction)
-            monkeypatch.setattr(client, "send_command", send)
+            with jvm_calls(spark) as calls:
+                runner._reduced(reduction.frame, reduction)
         finally:
             runner.stop()
             runner.loop.close()
