@@ -35,7 +35,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from millpond.services.worker.state.store import INPUT_OFFSET, encode_state, open_store
+from millpond.services.worker.state.store import INPUT_OFFSET, encode_state, opened
 from millpond.services.worker.task import BadRecord, BatchSlice, Task, store_path
 from millpond.shared.catalog.queries import JoinedTable, PersistentQuery
 from millpond.shared.catalog.sources import DataSource
@@ -281,7 +281,7 @@ class JoinTask(Task[JoinSlice]):
         committed stream offset was joined against (see the module)."""
         # A join stage before a GROUP BY's (which keeps the query's store) keeps its own.
         owner = f"{self.query.query_id}-{self.stage}" if self.stage else self.query.query_id
-        self.store = open_store(store_path(self.settings, owner, self.partition))
+        self.store = await opened(store_path(self.settings, owner, self.partition))
         self.consumer = AIOKafkaConsumer(**self.settings.kafka.client_args(), isolation_level="read_committed",
                                          enable_auto_commit=False, fetch_max_wait_ms=25,
                                          auto_offset_reset="earliest")

@@ -46,7 +46,7 @@ from millpond.services.worker.state.store import (
     STREAM_TIME_HEADER,
     PartitionStore,
     encode_state,
-    open_store,
+    opened,
     partition_dir,
 )
 from millpond.services.worker.state.table_topic import TableTopicReader
@@ -613,7 +613,7 @@ class AggregationTask(StoreTask[AggregateSlice]):
 
     async def start(self) -> None:
         """Open the store, fence any older owner, and restore the store from the changelog."""
-        self.store = open_store(self.store_path)
+        self.store = await opened(self.store_path)
         reader = self._changelog_reader()
         try:
             # Fencing aborts the old owner's open transaction, so the changelog end read after
@@ -928,7 +928,7 @@ class TableTask(StoreTask[MaterializeSlice]):
         """Open the store and fence any older owner; resume after the store's own position,
         brought up to the topic's end here where that takes no Spark batch (``_catch_up``),
         else RESTORING while the query replays what the topic held when it started."""
-        self.store = open_store(self.store_path)
+        self.store = await opened(self.store_path)
         await self._open_producer()
         reader = TableTopicReader(self.settings.kafka, self.source, self.partition, self.store,
                                   fetch_max_wait_ms=CATCH_UP_WAIT_MS)

@@ -21,6 +21,7 @@ from typing import Any
 from rocksdict import Options, Rdict, WriteBatch
 
 from millpond.shared.errors import UnavailableError
+from millpond.shared.teardown import opened_in_thread
 
 _STATES = json.JSONDecoder()
 """Decodes a stored state (its JSON text, ASCII: ``json.loads`` less its checks of the
@@ -204,6 +205,11 @@ def open_store(path: Path) -> PartitionStore:
     """The store at ``path``: the one handed over for it (``hand_over``), else opened now."""
     store = _handed.pop(path, None)
     return PartitionStore(path) if store is None else store
+
+
+async def opened(path: Path) -> PartitionStore:
+    """``open_store`` in a thread, the loop going on meanwhile (``opened_in_thread``)."""
+    return await opened_in_thread(lambda: open_store(path), PartitionStore.close)
 
 
 def close_handed() -> None:

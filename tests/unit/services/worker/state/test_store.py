@@ -1,8 +1,10 @@
 """The partition store read from the serving thread while the processing thread closes it:
-a read then says the store is gone (UNAVAILABLE, ask again), never an internal error."""
+a read then says the store is gone (UNAVAILABLE, ask again), never an internal error. A store
+opened off the loop whose opener is cancelled is closed by the time the cancel is seen."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from millpond.services.worker.state.store import (
     decode_path_segment,
     encode_state,
     open_kept,
+    opened,
     partition_dir,
     path_segment,
 )
@@ -123,3 +126,16 @@ def test_a_kept_store_older_than_its_topic_keeps_tombstones_starts_empty(tmp_pat
     fresh, dropped = open_kept(path, max_age_ms=500, now=1_600)
     assert dropped and fresh.get(b"k") is None and fresh.position(INPUT_OFFSET) is None
     fresh.close()
+
+
+async def test_a_store_whose_opener_is_cancelled_is_closed_once_the_cancel_is_seen(tmp_path: Path) -> None:
+    for _ in range(20):  # the cancel lands at various points of the open
+        job = asyncio.create_task(opened(tmp_path / "store"))
+        await asyncio.sleep(0)
+        job.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await job
+        PartitionStore(tmp_path / "store").close()  # free: RocksDB's lock is not held
+    store = await opened(tmp_path / "store")
+    assert store.position(INPUT_OFFSET) is None
+    store.close()
