@@ -18,6 +18,7 @@ import operator
 import shutil
 import tempfile
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,8 @@ from millpond.shared.sql import ast
 
 log = logging.getLogger(__name__)
 COMMIT_TIMEOUT_S = 120
+_READ_COLUMNS: weakref.WeakKeyDictionary[SparkSession, dict[tuple[Any, ...], list[Column]]] = weakref.WeakKeyDictionary()
+"""Per session, the read columns (``QueryRunner._read_columns``) by the shape of the source they read."""
 SOURCE_OPTIONS = {
     "kafka.isolation.level": "read_committed",
     "failOnDataLoss": "false",
@@ -328,19 +331,29 @@ class QueryRunner:
         return reduction.reduce(batch, tasks)
 
     def _read_columns(self) -> list[Column]:
-        """The columns every batch is read into: made once, as each Column function is a call
-        into the JVM (a Column is an expression, not bound to a DataFrame)."""
+        """The columns every batch is read into: made once per session for a source of this
+        shape and shared by every Spark query that reads one, as each Column function is a call
+        into the JVM (a Column is an expression, not bound to a DataFrame). A partition that
+        moves in gets a Spark query of its own, whose plan is made on the critical path of the
+        move: these columns were 39 of its 112 calls into the JVM, and on a busy worker each call
+        waits for the interpreter lock (a move's plan took 0.4-0.65 s there, 43 ms idle)."""
         if self._columns is None:
-            columns = [
-                F.col("partition").alias("_partition"), F.col("offset").alias("_offset"), F.col("key").alias("_key"),
-                F.col("value").cast("string").alias("_raw"), self._decode(F.col("value").cast("string")).alias("_v"),
-                F.col("value").alias("_value"),  # the bytes as they are (a join side copies them)
-                F.unix_millis(F.col("timestamp")).alias("_rowtime"),
-            ]
-            if self.key_schema is not None:  # a JSON key of several columns, parsed once for them all
-                columns.append(F.from_json(F.col("key").cast("string"), self.key_schema).alias("_keys"))
-            self._columns = columns
+            made = _READ_COLUMNS.setdefault(self.spark, {})
+            shape = (self.source.value_format, self.source.value_delimiter, self.value_schema.json(),
+                     tuple(sorted(self.timestamps)), None if self.key_schema is None else self.key_schema.json())
+            self._columns = made.get(shape) or made.setdefault(shape, self._make_read_columns())
         return self._columns
+
+    def _make_read_columns(self) -> list[Column]:
+        columns = [
+            F.col("partition").alias("_partition"), F.col("offset").alias("_offset"), F.col("key").alias("_key"),
+            F.col("value").cast("string").alias("_raw"), self._decode(F.col("value").cast("string")).alias("_v"),
+            F.col("value").alias("_value"),  # the bytes as they are (a join side copies them)
+            F.unix_millis(F.col("timestamp")).alias("_rowtime"),
+        ]
+        if self.key_schema is not None:  # a JSON key of several columns, parsed once for them all
+            columns.append(F.from_json(F.col("key").cast("string"), self.key_schema).alias("_keys"))
+        return columns
 
     def _decode(self, text: Column) -> Column:
         """The record value parsed into the declared columns, PERMISSIVE: a record that does

@@ -219,10 +219,10 @@ def batch(spark: SparkSession) -> DataFrame:
     return spark.createDataFrame([(k, v, "r", p, o, None, 0) for k, v, p, o in RECORDS], KAFKA_ROW)
 
 
-def runner_of(spark: SparkSession, statement: str, tmp_path: Path) -> QueryRunner:
+def runner_of(spark: SparkSession, statement: str, tmp_path: Path, source_statement: str = SOURCE) -> QueryRunner:
     """A runner of ``statement``'s query, its tasks made but not started (no Kafka: batches are given)."""
     meta = Metastore()
-    meta.apply(parse_statement(SOURCE), 0)
+    meta.apply(parse_statement(source_statement), 0)
     meta.apply(parse_statement(statement), 1)
     (query,) = meta.queries.values()
     source, sink = meta.sources[query.source], meta.sources[query.sink]
@@ -1064,6 +1064,26 @@ def test_a_later_batch_asks_the_jvm_for_its_job_and_little_else(spark: SparkSess
             runner.stop()
             runner.loop.close()
         assert len(calls) <= 10, (statement, calls)
+
+
+def test_the_spark_queries_of_one_source_share_its_read_columns(spark: SparkSession, tmp_path: Path) -> None:
+    """A partition that moves in gets a Spark query of its own, planned while it moves: the
+    columns its records are read into are the ones made for the first query over a source of
+    the same shape, with no call into the JVM; a source of another shape gets columns of its own."""
+    runners = [runner_of(spark, AGGREGATE, tmp_path), runner_of(spark, PROJECT, tmp_path),
+               runner_of(spark, PROJECT, tmp_path, SOURCE.replace("reading INT", "reading DOUBLE"))]
+    try:
+        columns = runners[0]._read_columns()
+        with jvm_calls(spark) as calls:
+            assert runners[1]._read_columns() is columns
+        assert calls == []
+        other = runners[2]._read_columns()
+        assert other is not columns
+        decoded = [str(c) for c in other if "from_json" in str(c)]
+        assert decoded and all("DoubleType" in c or "double" in c.lower() for c in decoded), decoded
+    finally:
+        for runner in runners:
+            runner.loop.close()
 
 
 def test_a_batchs_arrow_table_is_what_pysparks_to_arrow_gives(spark: SparkSession) -> None:
