@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 COMMIT_TIMEOUT_S = 120
 _READ_COLUMNS: weakref.WeakKeyDictionary[SparkSession, dict[tuple[Any, ...], list[Column]]] = weakref.WeakKeyDictionary()
 """Per session, the read columns (``QueryRunner._read_columns``) by the shape of the source they read."""
+READ_SHAPES_KEPT = 256
+"""Source shapes whose read columns a session keeps (all of them are made again past it)."""
 SOURCE_OPTIONS = {
     "kafka.isolation.level": "read_committed",
     "failOnDataLoss": "false",
@@ -336,11 +338,14 @@ class QueryRunner:
         into the JVM (a Column is an expression, not bound to a DataFrame). A partition that
         moves in gets a Spark query of its own, whose plan is made on the critical path of the
         move: these columns were 39 of its 112 calls into the JVM, and on a busy worker each call
-        waits for the interpreter lock (a move's plan took 0.4-0.65 s there, 43 ms idle)."""
+        waits for the interpreter lock (py-spy on two kills' survivors: the plan took 0.37-0.65 s
+        there; 43 ms on an idle session)."""
         if self._columns is None:
             made = _READ_COLUMNS.setdefault(self.spark, {})
             shape = (self.source.value_format, self.source.value_delimiter, self.value_schema.json(),
                      tuple(sorted(self.timestamps)), None if self.key_schema is None else self.key_schema.json())
+            if shape not in made and len(made) >= READ_SHAPES_KEPT:  # shapes of sources dropped long ago go
+                made.clear()
             self._columns = made.get(shape) or made.setdefault(shape, self._make_read_columns())
         return self._columns
 

@@ -50,7 +50,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from millpond.services.worker import reducers
+from millpond.services.worker import query_runner, reducers
 from millpond.services.worker.converters import row_to_proto
 from millpond.services.worker.kinds import new_task
 from millpond.services.worker.query_runner import QueryRunner
@@ -1082,6 +1082,26 @@ def test_the_spark_queries_of_one_source_share_its_read_columns(spark: SparkSess
         decoded = [str(c) for c in other if "from_json" in str(c)]
         assert decoded and all("DoubleType" in c or "double" in c.lower() for c in decoded), decoded
     finally:
+        for runner in runners:
+            runner.loop.close()
+
+
+def test_a_session_keeps_the_read_columns_of_a_bounded_number_of_source_shapes(
+        spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sources created and dropped over a worker's life leave no columns behind past the bound."""
+    monkeypatch.setattr(query_runner, "READ_SHAPES_KEPT", 2)
+    query_runner._READ_COLUMNS.pop(spark, None)
+    shapes = [SOURCE.replace("reading INT", f"reading {kind}") for kind in ("INT", "DOUBLE", "BIGINT")]
+    runners = [runner_of(spark, PROJECT, tmp_path, shape) for shape in (*shapes, shapes[0])]
+    try:
+        first = runners[0]._read_columns()
+        assert runners[1]._read_columns() is not first
+        assert len(query_runner._READ_COLUMNS[spark]) == 2
+        runners[2]._read_columns()  # a third shape: the two kept go
+        assert len(query_runner._READ_COLUMNS[spark]) == 1
+        assert runners[3]._read_columns() is not first  # made again
+    finally:
+        query_runner._READ_COLUMNS.pop(spark, None)
         for runner in runners:
             runner.loop.close()
 
