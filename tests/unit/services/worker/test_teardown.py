@@ -58,6 +58,8 @@ STATEMENTS = [
     "CREATE TABLE s (id VARCHAR PRIMARY KEY, name VARCHAR, size INT) WITH (kafka_topic='s', partitions=2, value_format='json')",
 ]
 QUERY = "CTAS_T_0"
+TOGETHER_S = 0.2
+"""How long a stream waits for its members to join when the tests start several at once."""
 RESTORED_TO = 3
 """The input offset the changelog's one transaction reaches (the stores' position after restore)."""
 COMMITTED_TO = 6
@@ -630,11 +632,19 @@ async def test_a_parked_query_starts_again_alone_while_another_of_its_stage_runs
 
 
 async def running(supervisors: list[QuerySupervisor], world: World, partitions: set[int]) -> FakeRunner:
-    """Start the supervisors; the one Spark query, once it runs over exactly ``partitions``."""
-    for supervisor in supervisors:
-        supervisor.start()
-    assert not await until(lambda: bool(world.runners) and world.runners[-1].running
-                           and set(world.runners[-1].tasks) == partitions, world.steps)
+    """Start the supervisors; the one Spark query, once it runs over exactly ``partitions``.
+    Several start together: their tasks open their stores in threads, so one may join its
+    stream some milliseconds after another, and the stream waits ``TOGETHER_S`` for them (the
+    tests' own wait is 1 ms), as a worker's waits for its partitions' tasks."""
+    settle = streams_module.SETTLE_S
+    streams_module.SETTLE_S = TOGETHER_S if len(supervisors) > 1 else settle
+    try:
+        for supervisor in supervisors:
+            supervisor.start()
+        assert not await until(lambda: bool(world.runners) and world.runners[-1].running
+                               and set(world.runners[-1].tasks) == partitions, world.steps)
+    finally:
+        streams_module.SETTLE_S = settle
     return world.runners[-1]
 
 
