@@ -35,16 +35,21 @@ def keep(job: asyncio.Future[Any]) -> None:
         job.add_done_callback(_lingering.discard)
 
 
-async def run_to_end(aw: Awaitable[T]) -> T:
-    """Await ``aw`` to its end, even if the caller is cancelled meanwhile; the cancel is raised after."""
-    job = asyncio.ensure_future(aw)
+async def _outlast(job: asyncio.Future[Any]) -> bool:
+    """Wait for ``job`` to end, whatever cancels come meanwhile; whether one came."""
     cancelled = False
     while not job.done():
         try:
             await asyncio.wait({job})  # unlike shield, never raises the job's error while we wait
         except asyncio.CancelledError:
             cancelled = True
-    if cancelled:
+    return cancelled
+
+
+async def run_to_end(aw: Awaitable[T]) -> T:
+    """Await ``aw`` to its end, even if the caller is cancelled meanwhile; the cancel is raised after."""
+    job = asyncio.ensure_future(aw)
+    if await _outlast(job):
         if not job.cancelled() and job.exception() is not None:
             log.warning("work run to its end after its caller was cancelled failed", exc_info=job.exception())
         raise asyncio.CancelledError
@@ -126,11 +131,7 @@ async def opened_in_thread(open_: Callable[[], T], close: Callable[[T], object])
     try:
         return await asyncio.shield(job)
     except asyncio.CancelledError:
-        while not job.done():
-            try:
-                await asyncio.wait({job})
-            except asyncio.CancelledError:
-                pass
+        await _outlast(job)
         if not job.cancelled() and job.exception() is None:
             close(job.result())
         raise

@@ -23,14 +23,14 @@ from aiokafka import TopicPartition
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_jitter
 
 from millpond.services.worker.state.changelog import ChangelogReader
-from millpond.services.worker.state.store import WRITTEN_MS, PartitionStore, hand_over, open_kept, opened
+from millpond.services.worker.state.store import WRITTEN_MS, PartitionStore, hand_over, opened
 from millpond.services.worker.state.table_topic import TableTopicReader
 from millpond.services.worker.task import store_path
 from millpond.shared.catalog.names import changelog_topic
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.config import WorkerSettings
 from millpond.shared.task_status import StoreLag, now_ms
-from millpond.shared.teardown import cancel_and_wait, opened_in_thread
+from millpond.shared.teardown import cancel_and_wait
 
 log = logging.getLogger(__name__)
 POLL_MS = 100
@@ -121,9 +121,7 @@ class StandbyReplica:
 
     async def _replay(self) -> None:
         path = store_path(self.settings, self.store_name, self.partition)
-        max_age_ms = self.max_age_ms
-        store = self.store = (await opened(path) if max_age_ms is None else
-                              await opened_in_thread(lambda: open_kept(path, max_age_ms, now_ms())[0], PartitionStore.close))
+        store = self.store = await opened(path, self.max_age_ms, now_ms())
         marked = 0
         reader: ChangelogReader | TableTopicReader = (
             ChangelogReader(self.settings.kafka, self.changelog, store, fetch_max_wait_ms=POLL_MS) if self.table is None

@@ -207,9 +207,12 @@ def open_store(path: Path) -> PartitionStore:
     return PartitionStore(path) if store is None else store
 
 
-async def opened(path: Path) -> PartitionStore:
-    """``open_store`` in a thread, the loop going on meanwhile (``opened_in_thread``)."""
-    return await opened_in_thread(lambda: open_store(path), PartitionStore.close)
+async def opened(path: Path, max_age_ms: int | None = None, now: int = 0) -> PartitionStore:
+    """``open_store`` in a thread, the loop going on meanwhile (``opened_in_thread``); with
+    ``max_age_ms``, ``open_kept``'s store instead."""
+    def open_() -> PartitionStore:
+        return open_store(path) if max_age_ms is None else open_kept(path, max_age_ms, now)[0]
+    return await opened_in_thread(open_, PartitionStore.close)
 
 
 def close_handed() -> None:
