@@ -1,7 +1,9 @@
-"""The worker process's gRPC setting that lets it fork its Spark JVM while it serves."""
+"""The worker process's own settings: gRPC's that lets it fork its Spark JVM while it serves, and
+the interpreter's switch interval."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -52,3 +54,25 @@ def test_the_worker_forks_children_that_live_while_its_grpc_server_is_busy() -> 
                           timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split("\n")[0] == f"[0] {FORKS}", done.stdout
+
+
+_SWITCH_INTERVAL_AT_SERVE = textwrap.dedent("""
+    import sys
+    import millpond.services.worker.__main__ as entry
+
+    async def serve(settings):
+        print(sys.getswitchinterval())
+
+    entry.serve = serve
+    entry.main()
+""")
+
+
+def test_the_worker_sets_the_interpreters_switch_interval_before_it_serves() -> None:
+    """A thread waiting for the interpreter lock (each call into Spark's JVM, when its answer
+    comes) gets it after the worker's interval, not Python's 5 ms."""
+    env = {**os.environ, "MILLPOND_GIL_SWITCH_INTERVAL_MS": "0.7"}
+    done = subprocess.run([sys.executable, "-c", _SWITCH_INTERVAL_AT_SERVE], capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert float(done.stdout.strip()) == 0.0007, done.stdout
