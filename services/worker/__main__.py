@@ -29,10 +29,11 @@ def main() -> None:
     # it back from whichever thread holds it (a batch's reduce, the processing loop), which gives
     # it up only after the switch interval. A new runner's prepare (73 calls) beside a thread
     # spinning in Python, idle session: 484 ms at the median at Python's 5 ms, 180 at 1 ms, 88
-    # at 0.5 ms. bench.failover's kill with standby reads, three alternated pairs: the moved
-    # partition's query started 0.12-0.34 s after its task against 0.09-0.94 s, its processing
-    # back 0.83-1.15 s after detection against 0.91-1.78 s; bench.freshness the same within
-    # the noise (p99 514 / 567 ms against 470 / 559).
+    # at 0.5 ms. Under bench.failover's kill (standby reads, five alternated pairs) the moved
+    # partition's query started a median 0.23 s after its task against 0.19, its processing
+    # back 1.14 s after detection against 1.15: no difference the noise lets through there, nor
+    # in bench.freshness (p99 514 / 567 ms against 470 / 559); bench.idle 2.47-2.63% of a core
+    # per worker against 2.67-3.03 (two pairs each).
     sys.setswitchinterval(settings.gil_switch_interval_ms / 1000)
     asyncio.run(serve(settings))
 
