@@ -254,8 +254,8 @@ class WorkerSettings(CoordinatorClientSettings):
     gil_switch_interval_ms: float = Field(
         0.5, gt=0, description="How long a thread of the worker's Python holds the interpreter lock while another waits for "
         "it (sys.setswitchinterval; Python's default is 5). Every call into Spark's JVM takes the lock back when its answer "
-        "comes: behind a busy batch thread each waits out the interval, and a partition that moves in makes about a "
-        "hundred such calls.",
+        "comes: behind a thread busy in Python each waits out the interval (a moved partition's plan makes 73 such "
+        "calls).",
     )
     idle_poll_ms: int = Field(
         100, description="How often a query with no new input asks Kafka for some (Spark's "

@@ -337,16 +337,18 @@ class QueryRunner:
         shape and shared by every Spark query that reads one, as each Column function is a call
         into the JVM (a Column is an expression, not bound to a DataFrame). A partition that
         moves in gets a Spark query of its own, whose plan is made on the critical path of the
-        move: these columns were 39 of its 112 calls into the JVM, and on a busy worker each call
-        waits for the interpreter lock (py-spy on two kills' survivors: the plan took 0.37-0.65 s
-        there; 43 ms on an idle session)."""
+        move: these columns were 39 of its 112 calls into the JVM (the plan took 0.37-0.65 s on
+        two kills' survivors, both cores busy; 43 ms on an idle session)."""
         if self._columns is None:
             made = _READ_COLUMNS.setdefault(self.spark, {})
             shape = (self.source.value_format, self.source.value_delimiter, self.value_schema.json(),
                      tuple(sorted(self.timestamps)), None if self.key_schema is None else self.key_schema.json())
             if shape not in made and len(made) >= READ_SHAPES_KEPT:  # shapes of sources dropped long ago go
                 made.clear()
-            self._columns = made.get(shape) or made.setdefault(shape, self._make_read_columns())
+            columns = made.get(shape)
+            if columns is None:
+                columns = made[shape] = self._make_read_columns()
+            self._columns = columns
         return self._columns
 
     def _make_read_columns(self) -> list[Column]:
