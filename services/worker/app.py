@@ -56,6 +56,7 @@ class Worker:
         """Where the tasks (and Spark's callbacks into them) run, off the loop that serves."""
         progress = Progress()  # the tasks' commits and standby replays wake the pulls waiting for their copies
         self.tasks = TaskAssignment(settings, self.metastore, self.spark, progress.moved)
+        self.spark.hold = self.tasks.restored_at_start  # the first assignment's restores go first
         self.tables = LocalTables(settings.worker_id, self.metastore, self.tasks, StatementParser(settings.parse_limits),
                                   progress)
         self.servicer = servicer = WorkerServicer(self.tables, settings.max_scan_rows)
@@ -92,8 +93,9 @@ class Worker:
             loops.append(asyncio.create_task(self.router.pulls.run(stop)))
         if self.settings.metrics_port is not None:
             loops.append(asyncio.create_task(gauges.refresh_loop(self.settings.kafka, self.tasks, stop)))
-        # Start Spark now, not when a task first arrives: a promoted standby must not wait
-        # the seconds a Spark session takes to start.
+        # Start Spark now, not when a task first needs it: a promoted standby must not wait
+        # the seconds a Spark session takes to start. (It starts once the first assignment's
+        # active tasks have restored their stores: ``TaskAssignment.restored_at_start``.)
         loops.append(asyncio.create_task(self.processing.run(self._start_spark())))
         log.info("worker ready", extra={"endpoint": self.server.endpoint, "worker": self.settings.worker_id})
         await stop.wait()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -35,6 +36,10 @@ from millpond.shared.errors import NotFoundError
 from millpond.shared.task_status import StoreLag, TaskReport
 
 log = logging.getLogger(__name__)
+
+RESTORES_FIRST_MAX_S = 30.0
+"""The longest ``restored_at_start`` holds a worker's Spark session back from starting."""
+RESTORES_FIRST_POLL_S = 0.05
 
 
 class TaskAssignment:
@@ -68,6 +73,9 @@ class TaskAssignment:
         self._dirty = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         """The loop ``run`` runs on, once it does."""
+        self.received = False
+        """Whether an assignment has come (``take``)."""
+        self._made_at = time.monotonic()
 
     def _soon(self, callback: Callable[[], object]) -> None:
         """Run ``callback`` on the loop the tasks run on (called from any thread)."""
@@ -86,10 +94,32 @@ class TaskAssignment:
         self.generation = generation
         self.wanted = wanted
         self.wanted_standbys = standbys
+        self.received = True
         log.info("assignment received", extra={"generation": self.generation,
                                                "tasks": {q: sorted(p) for q, p in self.wanted.items()},
                                                "standbys": sorted(standbys)})
         self._soon(self._dirty.set)
+
+    async def restored_at_start(self) -> None:
+        """Return once the first assignment has come and every active task it gave this worker
+        has started (its store restored from the changelog), or ``RESTORES_FIRST_MAX_S`` after
+        the worker began. The worker's Spark session starts then (``LazySession.hold``): a
+        restore is one thread of Python, and a JVM starting beside it took the cores from it (a
+        worker restoring 1M keys read its changelog at 0.47-0.55x a raw aiokafka read; the same
+        restore alone in a process, 1.01-1.04x; beside a Spark session starting in that process,
+        0.66x). Its tasks could not run before their restore ends anyway; a worker with no store
+        to restore (a standby, a task whose store is current) starts Spark as soon as the
+        assignment is taken."""
+        while time.monotonic() - self._made_at < RESTORES_FIRST_MAX_S:
+            if self.received and self._actives_started():
+                return
+            await asyncio.sleep(RESTORES_FIRST_POLL_S)
+
+    def _actives_started(self) -> bool:
+        """Whether every wanted active task of a known query has a supervisor whose tasks started."""
+        wanted = [(q, p) for q, partitions in self.wanted.items() if q in self.metastore.queries for p in partitions]
+        supervisors = [self.supervisors.get(key) for key in wanted]
+        return all(s is not None and not s.starting() for s in supervisors)
 
     def pause_standby(self, query_id: str, partition: int, paused: bool) -> int:
         """Pause or resume a standby copy's replay; its changelog position."""

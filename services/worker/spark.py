@@ -7,6 +7,7 @@ import logging
 import os
 import re
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pyspark
@@ -163,17 +164,22 @@ def _start_failed(state: RetryCallState) -> None:
 class LazySession:
     """This process's Spark session, started on first use (or early, by ``warm_up``)."""
 
-    def __init__(self, settings: WorkerSettings):
+    def __init__(self, settings: WorkerSettings, hold: Callable[[], Awaitable[None]] | None = None):
         self.settings = settings
+        self.hold = hold
+        """Awaited before the session starts (``TaskAssignment.restored_at_start``)."""
         self.session: SparkSession | None = None
         """Set as soon as it has started, so ``stop`` reaches it while its JIT warms up."""
         self._warmed = False
         self._lock = asyncio.Lock()
 
     async def get(self) -> SparkSession:
-        """The session, started (and its JIT warmed up: ``warm_up_jit``) now if it was not yet."""
+        """The session, started (and its JIT warmed up: ``warm_up_jit``) now if it was not yet,
+        once ``hold`` has returned."""
         async with self._lock:
             if self.session is None:
+                if self.hold is not None:
+                    await self.hold()
                 self.session = await asyncio.to_thread(create_session, self.settings)
             if not self._warmed:
                 try:

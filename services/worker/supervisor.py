@@ -72,11 +72,18 @@ class QuerySupervisor:
         self._job: asyncio.Task[None] | None = None
         self.started_at = time.monotonic()
         """When ``start`` ran (the monotonic clock)."""
+        self.tasks_started = False
+        """Whether this run's tasks have all started: fenced, restored, their positions read."""
 
     def start(self) -> None:
         """Run in the background until ``stop``."""
         self.started_at = time.monotonic()
         self._job = asyncio.create_task(self._run(), name=f"supervise-{self.query.query_id}")
+
+    def starting(self) -> bool:
+        """Whether this run's tasks are still starting (a store restoring from its changelog, or
+        no run begun yet); not while it waits to restart after a failure."""
+        return not self.failed and not self.tasks_started
 
     def settling(self) -> bool:
         """Whether its partitions moved in less than ``SETTLE_LIMIT_S`` ago and not all of their
@@ -137,6 +144,7 @@ class QuerySupervisor:
 
     async def _run_once(self) -> None:
         self.failed = False  # restarting: the tasks report their own state again
+        self.tasks_started = False
         query = self.query
         plan_stages = stages(query, self.metastore.source(query.source), self.metastore.source(query.sink),
                              self.settings.service_id)
@@ -152,6 +160,7 @@ class QuerySupervisor:
             finally:
                 await cancel_and_wait(expecting, TASK_STOP_TIMEOUT_S, "expect the tasks",
                                       {"query": self.query.query_id, "partitions": sorted(self.partitions)})
+            self.tasks_started = True
             ended = []
             for stage, tasks in zip(plan_stages, self._stage_tasks, strict=True):
                 if tasks:

@@ -46,6 +46,22 @@ async def test_warm_up_tries_again_until_the_session_starts(monkeypatch: pytest.
     assert lazy.ready and len(attempts) == 2
 
 
+async def test_the_session_starts_once_its_hold_returns(monkeypatch: pytest.MonkeyPatch) -> None:
+    held, created = asyncio.Event(), []
+
+    async def hold() -> None:
+        await held.wait()
+
+    monkeypatch.setattr(spark_module, "create_session", lambda settings: created.append(1) or "session")
+    lazy = spark_module.LazySession(WorkerSettings(spark_warm_up_batches=0, spark_warm_up_triggers=0), hold)
+    getting = asyncio.create_task(lazy.get())
+    await asyncio.sleep(0.1)
+    assert not created and not getting.done()
+    held.set()
+    assert await asyncio.wait_for(getting, 5) == "session"
+    assert await lazy.get() == "session" and created == [1]  # started once: the hold is not asked again
+
+
 @pytest.mark.parametrize("mode", [0o640, 0o755, 0o600, 0o444, 0o1644])
 def test_the_sessions_local_file_system_sets_permissions_itself(spark: SparkSession, tmp_path: Path, mode: int) -> None:
     # Hadoop's own forks /bin/chmod per file; the extension's sets the same bits by a system call.

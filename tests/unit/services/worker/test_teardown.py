@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 import pytest
 from aiokafka import TopicPartition
 
+from millpond.services.worker import assignment as assignment_module
 from millpond.services.worker import streams as streams_module
 from millpond.services.worker import supervisor as supervisor_module
 from millpond.services.worker import task as task_module
@@ -487,6 +488,63 @@ async def test_a_supervisor_that_never_stops_holds_up_neither_the_others_nor_the
         release.set()
         await asyncio.sleep(0.01)
         await tasks.stop()
+
+
+async def test_a_supervisor_is_starting_until_its_tasks_have_restored_their_stores(world: World, tmp_path: Path) -> None:
+    supervisor = supervisor_of(tmp_path, world)
+    supervisor.start()
+    try:
+        assert supervisor.starting()
+        await until(lambda: not supervisor.starting(), world.steps)
+        assert supervisor.tasks and all(isinstance(task, AggregationTask) and task.restored and task.restored_records > 0
+                                        for task in supervisor.tasks.values()), [vars(t) for t in supervisor.tasks.values()]
+    finally:
+        await supervisor.stop()
+
+
+async def test_the_spark_session_waits_for_the_first_assignments_restores(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restore is one thread of Python: the worker's Spark session, whose JVM would take the
+    cores from it, starts once the first assignment's active tasks have started (restored)."""
+    restored = asyncio.Event()
+
+    async def run(self: QuerySupervisor) -> None:  # the tasks' start ends when the test says so
+        if self.query.query_id == QUERY:
+            await restored.wait()
+        self.tasks_started = True
+        await asyncio.Event().wait()
+    monkeypatch.setattr(QuerySupervisor, "_run", run)
+    tasks = TaskAssignment(WorkerSettings(worker_id="w", state_dir=tmp_path), metastore(), None)  # type: ignore[arg-type]
+    waiting = asyncio.create_task(tasks.restored_at_start())
+    try:
+        await asyncio.sleep(0.2)
+        assert not waiting.done(), "no assignment yet"
+        tasks.take(1, {QUERY: {0, 1}, "CSAS_HOT_1": {0}, "NO_SUCH_QUERY": {0}}, set())
+        await asyncio.sleep(0.2)
+        assert not waiting.done(), "its tasks not made yet"
+        await tasks._reconcile()
+        await asyncio.sleep(0.2)
+        assert not waiting.done(), "restoring"
+        tasks.supervisors[QUERY, 1].failed = True  # one waiting to retry holds nothing back
+        await asyncio.sleep(0.2)
+        assert not waiting.done(), "restoring"
+        restored.set()
+        await asyncio.wait_for(waiting, 2)
+    finally:
+        waiting.cancel()
+        await tasks.stop()
+
+
+async def test_a_worker_with_nothing_to_restore_starts_spark_at_its_first_assignment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(assignment_module, "RESTORES_FIRST_MAX_S", 0.5)
+    tasks = TaskAssignment(WorkerSettings(worker_id="w", state_dir=tmp_path), metastore(), None)  # type: ignore[arg-type]
+    tasks.take(1, {}, {(QUERY, 0)})  # a standby copy only
+    await asyncio.wait_for(tasks.restored_at_start(), 0.2)
+    never = TaskAssignment(WorkerSettings(worker_id="w", state_dir=tmp_path), metastore(), None)  # type: ignore[arg-type]
+    started = time.monotonic()
+    await asyncio.wait_for(never.restored_at_start(), 2)  # no assignment comes: only bounded
+    assert time.monotonic() - started > 0.3
 
 
 async def test_new_standby_copies_wait_for_the_first_batch_of_the_partitions_that_moved_in(
