@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 RESTORES_FIRST_MAX_S = 30.0
 """The longest ``restored_at_start`` holds a worker's Spark session back from starting."""
 RESTORES_FIRST_POLL_S = 0.05
+"""How often ``restored_at_start`` looks again."""
 
 
 class TaskAssignment:
@@ -76,6 +77,7 @@ class TaskAssignment:
         self.received = False
         """Whether an assignment has come (``take``)."""
         self._made_at = time.monotonic()
+        """When the worker began, for ``RESTORES_FIRST_MAX_S``."""
 
     def _soon(self, callback: Callable[[], object]) -> None:
         """Run ``callback`` on the loop the tasks run on (called from any thread)."""
@@ -104,12 +106,12 @@ class TaskAssignment:
         """Return once the first assignment has come and every active task it gave this worker
         has started (its store restored from the changelog), or ``RESTORES_FIRST_MAX_S`` after
         the worker began. The worker's Spark session starts then (``LazySession.hold``): a
-        restore is one thread of Python, and a JVM starting beside it took the cores from it (a
-        worker restoring 1M keys read its changelog at 0.47-0.55x a raw aiokafka read; the same
-        restore alone in a process, 1.01-1.04x; beside a Spark session starting in that process,
-        0.66x). Its tasks could not run before their restore ends anyway; a worker with no store
-        to restore (a standby, a task whose store is current) starts Spark as soon as the
-        assignment is taken."""
+        restore is one thread of Python, and a JVM starting beside it took the cores from it. A
+        worker restoring 1M keys read its changelog at 0.47-0.56x a raw aiokafka read, and at
+        0.79-0.84x held so; the same restore alone in a process ran at 1.01-1.04x, and at 0.66x
+        beside a Spark session starting in that process. Its tasks could not run before their
+        restore ends anyway; a worker with no store to restore (a standby, a task whose store is
+        current) starts Spark as soon as the assignment is taken."""
         while time.monotonic() - self._made_at < RESTORES_FIRST_MAX_S:
             if self.received and self._actives_started():
                 return
