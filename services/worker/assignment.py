@@ -108,7 +108,7 @@ class TaskAssignment:
         the worker began. The worker's Spark session starts then (``LazySession.hold``): a
         restore is one thread of Python, and a JVM starting beside it took the cores from it. A
         worker restoring 1M keys read its changelog at 0.47-0.56x a raw aiokafka read, and at
-        0.79-0.84x held so; the same restore alone in a process ran at 1.01-1.04x, and at 0.66x
+        0.79-0.84x held so; the same restore alone in a process ran at 1.01-1.07x, and at 0.66x
         beside a Spark session starting in that process. Its tasks could not run before their
         restore ends anyway; a worker with no store to restore (a standby, a task whose store is
         current) starts Spark as soon as the assignment is taken."""
