@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 
 RESTORES_FIRST_MAX_S = 30.0
 """The longest ``restored_at_start`` holds a worker's Spark session back from starting."""
+FIRST_ASSIGNMENT_WAIT_S = 0.5
+"""How long ``restored_at_start`` waits for a first assignment: the coordinator sends one in
+answer to the worker's first heartbeat when it has tasks for it, and none while no query runs."""
 RESTORES_FIRST_POLL_S = 0.05
 """How often ``restored_at_start`` looks again."""
 
@@ -76,8 +79,6 @@ class TaskAssignment:
         """The loop ``run`` runs on, once it does."""
         self.received = False
         """Whether an assignment has come (``take``)."""
-        self._made_at = time.monotonic()
-        """When the worker began, for ``RESTORES_FIRST_MAX_S``."""
 
     def _soon(self, callback: Callable[[], object]) -> None:
         """Run ``callback`` on the loop the tasks run on (called from any thread)."""
@@ -103,17 +104,21 @@ class TaskAssignment:
         self._soon(self._dirty.set)
 
     async def restored_at_start(self) -> None:
-        """Return once the first assignment has come and every active task it gave this worker
-        has started (its store restored from the changelog), or ``RESTORES_FIRST_MAX_S`` after
-        the worker began. The worker's Spark session starts then (``LazySession.hold``): a
-        restore is one thread of Python, and a JVM starting beside it took the cores from it. A
-        worker restoring 1M keys read its changelog at 0.47-0.56x a raw aiokafka read, and at
-        0.79-0.84x held so; the same restore alone in a process ran at 1.01-1.07x, and at 0.66x
-        beside a Spark session starting in that process. Its tasks could not run before their
-        restore ends anyway; a worker with no store to restore (a standby, a task whose store is
-        current) starts Spark as soon as the assignment is taken."""
-        while time.monotonic() - self._made_at < RESTORES_FIRST_MAX_S:
-            if self.received and self._actives_started():
+        """Return once every active task of the first assignment has started (its store
+        restored from the changelog), ``RESTORES_FIRST_MAX_S`` at most; at once when it has
+        none, and after ``FIRST_ASSIGNMENT_WAIT_S`` when no assignment has come by then. The
+        worker's Spark session starts then (``LazySession.hold``): a restore is one thread of
+        Python, and a JVM starting beside it took the cores from it. A worker restoring 1M keys
+        read its changelog at 0.47-0.56x a raw aiokafka read, and at 0.79-0.84x held so; the
+        same restore alone in a process ran at 1.01-1.07x, and at 0.66x beside a Spark session
+        starting in that process. Its tasks could not run before their restore ends anyway."""
+        began = time.monotonic()
+        while True:
+            waited = time.monotonic() - began
+            if self.received:
+                if self._actives_started() or waited >= RESTORES_FIRST_MAX_S:
+                    return
+            elif waited >= FIRST_ASSIGNMENT_WAIT_S:
                 return
             await asyncio.sleep(RESTORES_FIRST_POLL_S)
 

@@ -514,6 +514,7 @@ async def test_the_spark_session_waits_for_the_first_assignments_restores(
         self.tasks_started = True
         await asyncio.Event().wait()
     monkeypatch.setattr(QuerySupervisor, "_run", run)
+    monkeypatch.setattr(assignment_module, "FIRST_ASSIGNMENT_WAIT_S", 5.0)
     tasks = TaskAssignment(WorkerSettings(worker_id="w", state_dir=tmp_path), metastore(), None)  # type: ignore[arg-type]
     waiting = asyncio.create_task(tasks.restored_at_start())
     try:
@@ -535,16 +536,26 @@ async def test_the_spark_session_waits_for_the_first_assignments_restores(
         await tasks.stop()
 
 
-async def test_a_worker_with_nothing_to_restore_starts_spark_at_its_first_assignment(
+async def test_a_worker_with_nothing_to_restore_starts_spark_at_once_and_every_wait_is_bounded(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(assignment_module, "RESTORES_FIRST_MAX_S", 0.5)
-    tasks = TaskAssignment(WorkerSettings(worker_id="w", state_dir=tmp_path), metastore(), None)  # type: ignore[arg-type]
-    tasks.take(1, {}, {(QUERY, 0)})  # a standby copy only
-    await asyncio.wait_for(tasks.restored_at_start(), 0.2)
-    never = TaskAssignment(WorkerSettings(worker_id="w", state_dir=tmp_path), metastore(), None)  # type: ignore[arg-type]
-    started = time.monotonic()
-    await asyncio.wait_for(never.restored_at_start(), 2)  # no assignment comes: only bounded
-    assert time.monotonic() - started > 0.3
+    monkeypatch.setattr(assignment_module, "FIRST_ASSIGNMENT_WAIT_S", 0.3)
+    monkeypatch.setattr(assignment_module, "RESTORES_FIRST_MAX_S", 0.6)
+
+    def assignment() -> TaskAssignment:
+        return TaskAssignment(WorkerSettings(worker_id="w", state_dir=tmp_path), metastore(), None)  # type: ignore[arg-type]
+
+    async def held(tasks: TaskAssignment) -> float:
+        started = time.monotonic()
+        await asyncio.wait_for(tasks.restored_at_start(), 2)
+        return time.monotonic() - started
+
+    standby = assignment()
+    standby.take(1, {}, {(QUERY, 0)})  # a standby copy only
+    assert await held(standby) < 0.2
+    assert 0.25 < await held(assignment()) < 0.55  # no assignment comes (no query runs yet)
+    never = assignment()
+    never.take(1, {QUERY: {0}}, set())  # its task is never made (no reconcile)
+    assert await held(never) >= 0.55
 
 
 async def test_new_standby_copies_wait_for_the_first_batch_of_the_partitions_that_moved_in(
