@@ -40,8 +40,9 @@ log = logging.getLogger(__name__)
 RESTORES_FIRST_MAX_S = 30.0
 """The longest ``restored_at_start`` holds a worker's Spark session back from starting."""
 FIRST_ASSIGNMENT_WAIT_S = 0.5
-"""How long ``restored_at_start`` waits for a first assignment: the coordinator sends one in
-answer to the worker's first heartbeat when it has tasks for it, and none while no query runs."""
+"""How long ``restored_at_start`` waits for a first assignment: a joining worker's first
+heartbeat changes the assignment, so the answer carries one (0.01-0.03 s after the worker was
+ready, in the e2e tests' logs); a worker that hears none is cut off from its coordinator."""
 RESTORES_FIRST_POLL_S = 0.05
 """How often ``restored_at_start`` looks again."""
 
