@@ -78,8 +78,6 @@ class TaskAssignment:
         self._dirty = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         """The loop ``run`` runs on, once it does."""
-        self.received = False
-        """Whether an assignment has come (``take``)."""
 
     def _soon(self, callback: Callable[[], object]) -> None:
         """Run ``callback`` on the loop the tasks run on (called from any thread)."""
@@ -98,7 +96,6 @@ class TaskAssignment:
         self.generation = generation
         self.wanted = wanted
         self.wanted_standbys = standbys
-        self.received = True
         log.info("assignment received", extra={"generation": self.generation,
                                                "tasks": {q: sorted(p) for q, p in self.wanted.items()},
                                                "standbys": sorted(standbys)})
@@ -116,7 +113,7 @@ class TaskAssignment:
         began = time.monotonic()
         while True:
             waited = time.monotonic() - began
-            if self.received:
+            if self.generation > 0:  # an assignment has come (only a leader assigns, its generations above 0)
                 if self._actives_started() or waited >= RESTORES_FIRST_MAX_S:
                     return
             elif waited >= FIRST_ASSIGNMENT_WAIT_S:
