@@ -2,15 +2,17 @@
 
 A Spark driver loads and verifies some ten thousand classes before its first job; a JVM
 given an archive of them maps them instead, which starts a session in about 60% of the time
-(3.5 s against 5.8 s measured on 2 cores). The archive is made once, by a JVM that starts a
-session, runs a job and exits with ``-XX:ArchiveClassesAtExit``, and kept in the cache under
-a name that changes with the Java runtime and the driver's class path: pyspark's jars (by
-version and by where pyspark is installed) and the spark jar bundle (the Kafka connector and
-Millpond's extension), so a change of any of them makes a new one. A JVM given an archive
-that does not match its own class path ignores it (``-Xshare:auto``, the default) and starts
-as it would without: an archive made by one checkout's virtualenv was never mapped by the
-JVMs of a clone elsewhere (its session started in 5.4 s, against 3.1 s mapped), so the
-path is part of the name.
+and CPU (measured on 2 cores: with the workers' own options 2.7-2.9 s against 4.3-4.7 s, and
+4.3-4.6 s of the JVM's CPU against 7.0-7.5; with the tests' 3.5 s against 5.8 s). The archive
+is made once, by a JVM that starts a session, runs a job and exits with
+``-XX:ArchiveClassesAtExit``, and kept in the cache under a name that changes with the Java
+runtime and its options and with the driver's class path: pyspark's jars (by version and by
+where pyspark is installed) and the spark jar bundle (the Kafka connector and Millpond's
+extension), so a change of any of them makes a new one. A JVM given an archive that does not
+match its own class path ignores it (``-Xshare:auto``, the default) and starts as it would
+without: an archive made by one checkout's virtualenv was never mapped by the JVMs of a
+clone elsewhere, so the path is part of the name. A local cluster's workers
+(``LocalCluster``) and the tests' start with one.
 """
 
 from __future__ import annotations
@@ -20,18 +22,24 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyspark
 
 from millpond.deploy.jars import cache_root, installed_jars
+from millpond.shared.errors import SetupError
 
 ARCHIVE_TIMEOUT_S = 300
+UNUSED_DAYS = 7
+"""An archive no JVM was started with for this long is removed when another is made (each is
+some 150 MB, and a new one is made for every new class path: a clone, a rebuilt jar bundle)."""
 
 # Runs in a child process: a session as the worker starts it, one job, then the JVM is asked to
 # exit (EOF on its stdin) and waited for while it writes the archive.
 _MAKE = """
 import sys
+import time
 from pyspark import SparkContext
 from millpond.services.worker.spark import create_session
 from millpond.shared.config import WorkerSettings
@@ -50,35 +58,53 @@ def _java_version() -> str:
     return done.stderr
 
 
-def archive_name(java_version: str, pyspark_home: Path, jars: list[Path]) -> str:
-    """The archive's file name for a Java runtime and a driver class path: pyspark's (its
-    version and installed place) and ``jars`` (whose folder's name is a digest of them)."""
-    key = json.dumps([java_version, pyspark.__version__, str(pyspark_home), sorted(str(j) for j in jars)])
+def archive_name(java_version: str, java_options: str, pyspark_home: Path, jars: list[Path]) -> str:
+    """The archive's file name for a Java runtime started with ``java_options`` and a driver
+    class path: pyspark's (its version and installed place) and ``jars`` (whose folder's name
+    is a digest of them)."""
+    key = json.dumps([java_version, java_options, pyspark.__version__, str(pyspark_home), sorted(str(j) for j in jars)])
     return f"spark-{hashlib.sha256(key.encode()).hexdigest()[:12]}.jsa"
 
 
-def archive_path(cache: Path | None = None) -> Path:
-    """Where the archive for this Java runtime, pyspark and connector jars lives."""
+def archive_path(java_options: str, cache: Path | None = None) -> Path:
+    """Where the archive for this Java runtime and its options, pyspark and the connector jars lives."""
     pyspark_home = Path(pyspark.__file__).resolve().parent
-    return (cache or cache_root()) / "cds" / archive_name(_java_version(), pyspark_home, installed_jars("spark", cache))
+    jars = installed_jars("spark", cache)
+    return (cache or cache_root()) / "cds" / archive_name(_java_version(), java_options, pyspark_home, jars)
 
 
 def spark_class_archive(java_options: str, cache: Path | None = None) -> Path:
     """The Spark driver's class-data archive for JVMs started with ``java_options``, made now
     (some 15 s) unless the cache has it."""
-    path = archive_path(cache)
+    path = archive_path(java_options, cache)
     if path.exists():
+        os.utime(path)  # its last use
         return path
+    _remove_unused(path.parent)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(f".{os.getpid()}.partial")
     conf = {"spark.driver.extraJavaOptions": f"{java_options} -XX:ArchiveClassesAtExit={partial}"}
     env = {**os.environ, "MILLPOND_SPARK_CONF": json.dumps(conf), "PYSPARK_PYTHON": sys.executable}
     try:
-        subprocess.run([sys.executable, "-c", _MAKE, str(ARCHIVE_TIMEOUT_S)], env=env, capture_output=True,
-                       timeout=ARCHIVE_TIMEOUT_S + 60, check=True)
-        if not partial.exists():
-            raise RuntimeError(f"the JVM wrote no class-data archive at {partial}")
+        made = subprocess.run([sys.executable, "-c", _MAKE, str(ARCHIVE_TIMEOUT_S)], env=env, capture_output=True,
+                              text=True, timeout=ARCHIVE_TIMEOUT_S + 60)
+        if made.returncode != 0 or not partial.exists():
+            raise SetupError(f"the Spark JVM wrote no class-data archive at {partial} (exit {made.returncode}): "
+                             f"{made.stderr[-2000:]}")
         partial.replace(path)  # whole or not at all, whoever else makes it meanwhile
     finally:
         partial.unlink(missing_ok=True)
     return path
+
+
+def _remove_unused(folder: Path) -> None:
+    for old in folder.glob("spark-*.jsa"):
+        if time.time() - old.stat().st_mtime > UNUSED_DAYS * 86400:
+            old.unlink(missing_ok=True)
+
+
+def spark_conf_with_archive(java_options: str, cache: Path | None = None) -> dict[str, str]:
+    """The Spark setting that starts a driver JVM with ``java_options`` and the class-data
+    archive made for them (made now unless the cache has it)."""
+    archive = spark_class_archive(java_options, cache)
+    return {"spark.driver.extraJavaOptions": f"{java_options} -XX:SharedArchiveFile={archive}"}

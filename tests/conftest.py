@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from millpond.deploy.class_archive import spark_class_archive
+from millpond.deploy.class_archive import spark_conf_with_archive
 from millpond.deploy.local.kafka_broker import EmbeddedKafka
 
 # The tests start some twenty Spark JVMs, several at once on two cores, and each runs little
@@ -27,9 +27,7 @@ def quick_spark_jvms() -> None:
     os.environ.setdefault("MILLPOND_SPARK_WARM_UP_BATCHES", "0")
     os.environ.setdefault("MILLPOND_SPARK_WARM_UP_TRIGGERS", "0")
     if "MILLPOND_SPARK_CONF" not in os.environ:
-        archive = spark_class_archive(TEST_JAVA_OPTIONS)
-        os.environ["MILLPOND_SPARK_CONF"] = json.dumps(
-            {"spark.driver.extraJavaOptions": f"{TEST_JAVA_OPTIONS} -XX:SharedArchiveFile={archive}"})
+        os.environ["MILLPOND_SPARK_CONF"] = json.dumps(spark_conf_with_archive(TEST_JAVA_OPTIONS))
 
 
 @pytest.fixture(scope="session")

@@ -32,6 +32,26 @@ EXTENSION_JAR = "millpond-spark.jar"
 LOCAL_FILE_SYSTEM = "io.millpond.spark.NioLocalFileSystem"
 """Hadoop's local file system without a forked chmod per file created (the extension's)."""
 
+# The driver runs the queries itself (local mode) on a core or two: the serial
+# collector keeps the heap smaller and takes no threads from them. bench.aggregation:
+# peak RSS per worker 869-887 MiB against 1,221-1,264 with G1, throughput the same
+# within the runs' noise. Tried besides, not kept: the first metaspace threshold at
+# 256 MB (-XX:MetaspaceSize) took away the five full collections a worker's metaspace
+# costs in its first minutes (to 160-170 MB; 30-570 ms each) but not full collections:
+# the old generation then filled and took one of 340-400 ms later (bench.freshness p99
+# 556 ms against 423 the run before). C1 alone (-XX:TieredStopAtLevel=1, as the tests
+# run) made batches of 500 events/s a third shorter but the per-record code of big
+# ones half as fast (bench.aggregation 0.77x Kafka Streams). C2's thresholds 10x, or
+# C2 kept off Spark's planner packages (a CompilerDirectivesFile), changed nothing
+# beyond the runs' spread: C2 compiled other methods instead, 92 against 97-105 s of
+# its time per JVM in bench.failover's first three minutes. The JIT's threads at the
+# lowest priority (-XX:ThreadPriorityPolicy=1 -XX:CompilerThreadPriority=19: they compile
+# only when the cores are otherwise idle) left the code slow for longer: bench.failover's
+# scaling case served 97-124 pulls/s against 152-181 and its SIGTERM stop took 1.99-2.94
+# s against 1.30-1.56 (two alternated pairs).
+JAVA_OPTIONS = "-XX:+UseSerialGC"
+"""The driver JVM's options (an operator's ``spark.driver.extraJavaOptions`` replaces them)."""
+
 
 def connector_jars(cache: Path | None = None) -> list[str]:
     """The Kafka connector's jars that pyspark does not already ship (a SetupError naming
@@ -78,24 +98,7 @@ def create_session(settings: WorkerSettings) -> SparkSession:
         builder.appName(f"millpond-{settings.worker_id}")
         .config("spark.jars", ",".join(connector_jars(settings.jar_cache)))
         .config("spark.driver.memory", settings.spark_driver_memory)
-        # The driver runs the queries itself (local mode) on a core or two: the serial
-        # collector keeps the heap smaller and takes no threads from them. bench.aggregation:
-        # peak RSS per worker 869-887 MiB against 1,221-1,264 with G1, throughput the same
-        # within the runs' noise. Tried besides, not kept: the first metaspace threshold at
-        # 256 MB (-XX:MetaspaceSize) took away the five full collections a worker's metaspace
-        # costs in its first minutes (to 160-170 MB; 30-570 ms each) but not full collections:
-        # the old generation then filled and took one of 340-400 ms later (bench.freshness p99
-        # 556 ms against 423 the run before). C1 alone (-XX:TieredStopAtLevel=1, as the tests
-        # run) made batches of 500 events/s a third shorter but the per-record code of big
-        # ones half as fast (bench.aggregation 0.77x Kafka Streams). C2's thresholds 10x, or
-        # C2 kept off Spark's planner packages (a CompilerDirectivesFile), changed nothing
-        # beyond the runs' spread: C2 compiled other methods instead, 92 against 97-105 s of
-        # its time per JVM in bench.failover's first three minutes. The JIT's threads at the
-        # lowest priority (-XX:ThreadPriorityPolicy=1 -XX:CompilerThreadPriority=19: they compile
-        # only when the cores are otherwise idle) left the code slow for longer: bench.failover's
-        # scaling case served 97-124 pulls/s against 152-181 and its SIGTERM stop took 1.99-2.94
-        # s against 1.30-1.56 (two alternated pairs).
-        .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC")
+        .config("spark.driver.extraJavaOptions", JAVA_OPTIONS)
         .config("spark.ui.enabled", "false")
         # Spark draws a stage that runs over half a second as a progress bar on stderr, the
         # worker's log: the bar's text ran into the JSON line logged next, which readers of

@@ -1,6 +1,7 @@
-"""The tests' Spark JVMs map the class-data archive the tests make into the cache: a session
-started with it and ``-Xshare:on`` (under which a JVM that cannot map its archive exits
-instead of starting without) starts."""
+"""The Spark JVMs map the class-data archive made for them into the cache: a session started
+with it and ``-Xshare:on`` (under which a JVM that cannot map its archive exits instead of
+starting without) starts. Both archives: the tests' JVMs', and the one a local cluster's
+workers start with (``LocalCluster``; the tests give theirs their own options)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ import os
 import subprocess
 import sys
 
-from millpond.deploy.class_archive import spark_class_archive
+import pytest
+
+from millpond.deploy.class_archive import spark_conf_with_archive
+from millpond.services.worker.spark import JAVA_OPTIONS
 from tests.conftest import TEST_JAVA_OPTIONS
 
 _START = """
@@ -19,9 +23,10 @@ create_session(WorkerSettings(spark_master="local[1]")).stop()
 """
 
 
-def test_a_spark_session_maps_the_class_archive() -> None:
-    archive = spark_class_archive(TEST_JAVA_OPTIONS)
-    conf = {"spark.driver.extraJavaOptions": f"{TEST_JAVA_OPTIONS} -Xshare:on -XX:SharedArchiveFile={archive}"}
+@pytest.mark.parametrize("java_options", [TEST_JAVA_OPTIONS, JAVA_OPTIONS], ids=["tests", "workers"])
+def test_a_spark_session_maps_its_class_archive(java_options: str) -> None:
+    conf = spark_conf_with_archive(java_options)
+    conf["spark.driver.extraJavaOptions"] += " -Xshare:on"
     env = {**os.environ, "MILLPOND_SPARK_CONF": json.dumps(conf), "PYSPARK_PYTHON": sys.executable}
     started = subprocess.run([sys.executable, "-c", _START], env=env, capture_output=True, text=True, timeout=180)
     assert started.returncode == 0, started.stderr[-3000:]

@@ -1,7 +1,10 @@
-"""A child whose port was taken between ``free_port`` and its bind starts again on another."""
+"""A child whose port was taken between ``free_port`` and its bind starts again on another.
+A local cluster's workers start their Spark JVMs with the class-data archive of the workers'
+own Java options, unless the Spark configuration is given or the master is not local."""
 
 from __future__ import annotations
 
+import json
 import socket
 import textwrap
 from collections.abc import Iterator
@@ -9,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from millpond.deploy import class_archive
 from millpond.deploy.local import launcher
 from millpond.deploy.local.launcher import LocalCluster
+from millpond.services.worker.spark import JAVA_OPTIONS
 from millpond.shared.errors import SetupError
 from millpond.shared.net import free_port
 
@@ -71,3 +76,24 @@ def test_a_child_whose_ports_stay_taken_fails_after_its_starts(
         assert child.log.read_bytes().count(b"Address already in use") == launcher.PORT_TAKEN_STARTS
     finally:
         local.stop()
+
+
+def test_workers_map_a_class_archive_unless_spark_is_configured_or_not_local(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[str] = []
+
+    def conf_with_archive(java_options: str) -> dict[str, str]:
+        made.append(java_options)
+        return {"spark.driver.extraJavaOptions": f"{java_options} -XX:SharedArchiveFile=/cache/cds/a.jsa"}
+
+    monkeypatch.setattr(class_archive, "spark_conf_with_archive", conf_with_archive)
+    monkeypatch.delenv("MILLPOND_SPARK_CONF", raising=False)
+    local = LocalCluster(data_dir=tmp_path, kafka="127.0.0.1:9")
+    assert json.loads(local._class_archive_env()["MILLPOND_SPARK_CONF"]) == {
+        "spark.driver.extraJavaOptions": f"{JAVA_OPTIONS} -XX:SharedArchiveFile=/cache/cds/a.jsa"}
+    assert LocalCluster(data_dir=tmp_path, kafka="127.0.0.1:9", spark_master="spark://h:7077")._class_archive_env() == {}
+    assert LocalCluster(data_dir=tmp_path, kafka="127.0.0.1:9",
+                        worker_env={"MILLPOND_SPARK_CONF": "{}"})._class_archive_env() == {}
+    monkeypatch.setenv("MILLPOND_SPARK_CONF", "{}")
+    assert local._class_archive_env() == {}
+    assert made == [JAVA_OPTIONS]
