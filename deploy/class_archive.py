@@ -17,6 +17,7 @@ clone elsewhere, so the path is part of the name. A local cluster's workers
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -39,7 +40,6 @@ some 150 MB, and a new one is made for every new class path: a clone, a rebuilt 
 # exit (EOF on its stdin) and waited for while it writes the archive.
 _MAKE = """
 import sys
-import time
 from pyspark import SparkContext
 from millpond.services.worker.spark import create_session
 from millpond.shared.config import WorkerSettings
@@ -78,7 +78,8 @@ def spark_class_archive(java_options: str, cache: Path | None = None) -> Path:
     (some 15 s) unless the cache has it."""
     path = archive_path(java_options, cache)
     if path.exists():
-        os.utime(path)  # its last use
+        with contextlib.suppress(OSError):  # its last use (another user's cache may not let us say so)
+            os.utime(path)
         return path
     _remove_unused(path.parent)
     path.parent.mkdir(parents=True, exist_ok=True)
