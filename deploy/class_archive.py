@@ -6,12 +6,13 @@ and CPU (measured on 2 cores: with the workers' own options 2.7-2.9 s against 4.
 4.3-4.6 s of the JVM's CPU against 7.0-7.5; with the tests' 3.5 s against 5.8 s). The archive
 is made once, by a JVM that starts a session, runs a job and exits with
 ``-XX:ArchiveClassesAtExit``, and kept in the cache under a name that changes with the Java
-runtime and its options and with the driver's class path: pyspark's jars (by version and by
-where pyspark is installed) and the spark jar bundle (the Kafka connector and Millpond's
-extension), so a change of any of them makes a new one. A JVM given an archive that does not
-match its own class path ignores it (``-Xshare:auto``, the default) and starts as it would
-without: an archive made by one checkout's virtualenv was never mapped by the JVMs of a
-clone elsewhere, so the path is part of the name. A local cluster's workers
+runtime and its options and with the driver's class path: pyspark's jars and the spark jar
+bundle (the Kafka connector and Millpond's extension), each jar by its path, size and
+modification time, as the JVM checks them, so a change of any of them makes a new one. A JVM
+given an archive that does not match its own class path ignores it (``-Xshare:auto``, the
+default) and starts as it would without: an archive made by one checkout's virtualenv was
+never mapped by the JVMs of a clone elsewhere, nor by those of a virtualenv made again at the
+same place. A local cluster's workers
 (``LocalCluster``) and the tests' start with one.
 """
 
@@ -58,19 +59,22 @@ def _java_version() -> str:
     return done.stderr
 
 
-def archive_name(java_version: str, java_options: str, pyspark_home: Path, jars: list[Path]) -> str:
+def archive_name(java_version: str, java_options: str, jars: list[Path]) -> str:
     """The archive's file name for a Java runtime started with ``java_options`` and a driver
-    class path: pyspark's (its version and installed place) and ``jars`` (whose folder's name
-    is a digest of them)."""
-    key = json.dumps([java_version, java_options, pyspark.__version__, str(pyspark_home), sorted(str(j) for j in jars)])
+    class path of ``jars``, each as the JVM checks it before it maps an archive made with it:
+    its path, size and modification time (a virtualenv made again at the same place installs
+    pyspark's jars anew, and its JVMs then refuse the archive made before)."""
+    stats = sorted(f"{jar} {st.st_size} {st.st_mtime_ns}" for jar in jars for st in [jar.stat()])
+    key = json.dumps([java_version, java_options, stats])
     return f"spark-{hashlib.sha256(key.encode()).hexdigest()[:12]}.jsa"
 
 
 def archive_path(java_options: str, cache: Path | None = None) -> Path:
-    """Where the archive for this Java runtime and its options, pyspark and the connector jars lives."""
-    pyspark_home = Path(pyspark.__file__).resolve().parent
-    jars = installed_jars("spark", cache)
-    return (cache or cache_root()) / "cds" / archive_name(_java_version(), java_options, pyspark_home, jars)
+    """Where the archive for this Java runtime and its options, pyspark's jars and the spark
+    jar bundle lives."""
+    pyspark_jars = sorted((Path(pyspark.__file__).resolve().parent / "jars").glob("*.jar"))
+    jars = pyspark_jars + installed_jars("spark", cache)
+    return (cache or cache_root()) / "cds" / archive_name(_java_version(), java_options, jars)
 
 
 def spark_class_archive(java_options: str, cache: Path | None = None) -> Path:

@@ -1,11 +1,13 @@
 """The Spark driver's class-data archive is named after everything a JVM checks before it maps
-one: its Java runtime and options, and its class path: pyspark's jars (where pyspark is
-installed, too) and the spark jar bundle. A clone's virtualenv elsewhere makes an archive of
-its own, not one whose class path its JVMs reject. One unused for a week is removed."""
+one: its Java runtime and options, and every jar of its class path (pyspark's and the spark
+jar bundle's) by path, size and modification time. A clone's virtualenv elsewhere, or one made
+again at the same place, makes an archive of its own, not one its JVMs reject. One unused for a
+week is removed."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -13,25 +15,39 @@ from millpond.deploy.class_archive import UNUSED_DAYS, _remove_unused, archive_n
 
 JAVA = 'openjdk version "17.0.13" 2024-10-15'
 OPTIONS = "-XX:+UseSerialGC"
-HOME = Path("/work/main/.venv/lib/python3.11/site-packages/pyspark")
-JARS = [Path("/root/.cache/millpond/jars/spark-1a2b/kafka-clients.jar"), Path("/root/.cache/millpond/jars/spark-1a2b/ext.jar")]
 
 
-def test_the_same_runtime_and_class_path_name_the_same_archive() -> None:
-    assert archive_name(JAVA, OPTIONS, HOME, JARS) == archive_name(JAVA, OPTIONS, HOME, list(reversed(JARS)))
-    assert archive_name(JAVA, OPTIONS, HOME, JARS).startswith("spark-") and archive_name(JAVA, OPTIONS, HOME, JARS).endswith(".jsa")
+def jars(folder: Path) -> list[Path]:
+    folder.mkdir(parents=True)
+    made = [folder / "spark-core.jar", folder / "kafka-clients.jar"]
+    for jar in made:
+        jar.write_bytes(b"PK jar")
+        os.utime(jar, ns=(1_700_000_000_000_000_000, 1_700_000_000_000_000_000))
+    return made
 
 
-def test_pyspark_installed_elsewhere_names_another_archive() -> None:
-    clone = Path("/tmp/fresh/.venv/lib/python3.11/site-packages/pyspark")
-    assert archive_name(JAVA, OPTIONS, clone, JARS) != archive_name(JAVA, OPTIONS, HOME, JARS)
+def test_the_same_runtime_and_class_path_name_the_same_archive(tmp_path: Path) -> None:
+    class_path = jars(tmp_path / "venv")
+    assert archive_name(JAVA, OPTIONS, class_path) == archive_name(JAVA, OPTIONS, list(reversed(class_path)))
+    assert archive_name(JAVA, OPTIONS, class_path).startswith("spark-") and archive_name(JAVA, OPTIONS, class_path).endswith(".jsa")
 
 
-def test_another_jar_bundle_java_runtime_or_java_options_names_another_archive() -> None:
-    rebuilt = [Path(str(j).replace("spark-1a2b", "spark-9f8e")) for j in JARS]
-    assert archive_name(JAVA, OPTIONS, HOME, rebuilt) != archive_name(JAVA, OPTIONS, HOME, JARS)
-    assert archive_name('openjdk version "17.0.14"', OPTIONS, HOME, JARS) != archive_name(JAVA, OPTIONS, HOME, JARS)
-    assert archive_name(JAVA, "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC", HOME, JARS) != archive_name(JAVA, OPTIONS, HOME, JARS)
+def test_jars_installed_elsewhere_or_again_name_another_archive(tmp_path: Path) -> None:
+    class_path = jars(tmp_path / "venv")
+    first = archive_name(JAVA, OPTIONS, class_path)
+    assert archive_name(JAVA, OPTIONS, jars(tmp_path / "clone")) != first  # the same jars, elsewhere
+    shutil.rmtree(tmp_path / "venv")
+    assert archive_name(JAVA, OPTIONS, jars(tmp_path / "venv")) == first  # the very same files
+    os.utime(class_path[0])  # installed again: now
+    assert archive_name(JAVA, OPTIONS, class_path) != first
+
+
+def test_another_jar_java_runtime_or_java_options_names_another_archive(tmp_path: Path) -> None:
+    class_path = jars(tmp_path / "venv")
+    first = archive_name(JAVA, OPTIONS, class_path)
+    assert archive_name(JAVA, OPTIONS, class_path[:1]) != first
+    assert archive_name('openjdk version "17.0.14"', OPTIONS, class_path) != first
+    assert archive_name(JAVA, "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC", class_path) != first
 
 
 def test_an_archive_unused_for_a_week_is_removed_when_another_is_made(tmp_path: Path) -> None:
