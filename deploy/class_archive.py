@@ -24,7 +24,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyspark
@@ -33,9 +32,10 @@ from millpond.deploy.jars import cache_root, installed_jars
 from millpond.shared.errors import SetupError
 
 ARCHIVE_TIMEOUT_S = 300
-UNUSED_DAYS = 7
-"""An archive no JVM was started with for this long is removed when another is made (each is
-some 150 MB, and a new one is made for every new class path: a clone, a rebuilt jar bundle)."""
+KEPT = 4
+"""The archives the cache keeps, the most recently used, the one being made among them: each
+is some 150 MB, and a new one is made for every new class path (a clone, a virtualenv made
+again, a rebuilt jar bundle)."""
 
 # Runs in a child process: a session as the worker starts it, one job, then the JVM is asked to
 # exit (EOF on its stdin) and waited for while it writes the archive.
@@ -82,7 +82,7 @@ def spark_class_archive(java_options: str, cache: Path | None = None) -> Path:
     (some 15 s) unless the cache has it."""
     path = archive_path(java_options, cache)
     if path.exists():
-        with contextlib.suppress(OSError):  # its last use (another user's cache may not let us say so)
+        with contextlib.suppress(OSError):  # its last use, for ``_remove_unused`` (another user's cache may refuse it)
             os.utime(path)
         return path
     _remove_unused(path.parent)
@@ -103,9 +103,10 @@ def spark_class_archive(java_options: str, cache: Path | None = None) -> Path:
 
 
 def _remove_unused(folder: Path) -> None:
-    for old in folder.glob("spark-*.jsa"):
-        if time.time() - old.stat().st_mtime > UNUSED_DAYS * 86400:
-            old.unlink(missing_ok=True)
+    """Keep the ``KEPT - 1`` archives used last, so that with the one being made there are ``KEPT``."""
+    archives = sorted(folder.glob("spark-*.jsa"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in archives[KEPT - 1:]:
+        old.unlink(missing_ok=True)
 
 
 def spark_conf_with_archive(java_options: str, cache: Path | None = None) -> dict[str, str]:

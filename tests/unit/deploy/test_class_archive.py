@@ -1,8 +1,8 @@
 """The Spark driver's class-data archive is named after everything a JVM checks before it maps
 one: its Java runtime and options, and every jar of its class path (pyspark's and the spark
 jar bundle's) by path, size and modification time. A clone's virtualenv elsewhere, or one made
-again at the same place, makes an archive of its own, not one its JVMs reject. One unused for a
-week is removed."""
+again at the same place, makes an archive of its own, not one its JVMs reject. The cache keeps
+the few used last."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import shutil
 import time
 from pathlib import Path
 
-from millpond.deploy.class_archive import UNUSED_DAYS, _remove_unused, archive_name
+from millpond.deploy.class_archive import KEPT, _remove_unused, archive_name
 
 JAVA = 'openjdk version "17.0.13" 2024-10-15'
 OPTIONS = "-XX:+UseSerialGC"
@@ -50,14 +50,14 @@ def test_another_jar_java_runtime_or_java_options_names_another_archive(tmp_path
     assert archive_name(JAVA, "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC", class_path) != first
 
 
-def test_an_archive_unused_for_a_week_is_removed_when_another_is_made(tmp_path: Path) -> None:
+def test_making_an_archive_keeps_only_the_ones_used_last(tmp_path: Path) -> None:
     folder = tmp_path / "cds"
     folder.mkdir()
-    old, recent, other = folder / "spark-0001.jsa", folder / "spark-0002.jsa", folder / "notes.txt"
-    for path in (old, recent, other):
-        path.write_text("x")
-    week_ago = time.time() - (UNUSED_DAYS * 86400 + 60)
-    os.utime(old, (week_ago, week_ago))
-    os.utime(other, (week_ago, week_ago))
+    now = time.time()
+    for age in range(KEPT + 2):
+        archive = folder / f"spark-{age:04}.jsa"
+        archive.write_text("x")
+        os.utime(archive, (now - age * 3600, now - age * 3600))
+    (folder / "notes.txt").write_text("x")
     _remove_unused(folder)
-    assert sorted(p.name for p in folder.iterdir()) == ["notes.txt", "spark-0002.jsa"]
+    assert sorted(p.name for p in folder.iterdir()) == ["notes.txt"] + [f"spark-{age:04}.jsa" for age in range(KEPT - 1)]
