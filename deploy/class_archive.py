@@ -12,8 +12,7 @@ modification time, as the JVM checks them, so a change of any of them makes a ne
 given an archive that does not match its own class path ignores it (``-Xshare:auto``, the
 default) and starts as it would without: an archive made by one checkout's virtualenv was
 never mapped by the JVMs of a clone elsewhere, nor by those of a virtualenv made again at the
-same place. A local cluster's workers
-(``LocalCluster``) and the tests' start with one.
+same place. A local cluster's workers (``LocalCluster``) and the tests' start with one.
 """
 
 from __future__ import annotations
@@ -104,8 +103,11 @@ def spark_class_archive(java_options: str, cache: Path | None = None) -> Path:
 
 def _remove_unused(folder: Path) -> None:
     """Keep the ``KEPT - 1`` archives used last, so that with the one being made there are ``KEPT``."""
-    archives = sorted(folder.glob("spark-*.jsa"), key=lambda p: p.stat().st_mtime, reverse=True)
-    for old in archives[KEPT - 1:]:
+    used = {}
+    for archive in folder.glob("spark-*.jsa"):
+        with contextlib.suppress(FileNotFoundError):  # another process's make may remove it meanwhile
+            used[archive] = archive.stat().st_mtime
+    for old in sorted(used, key=used.__getitem__, reverse=True)[KEPT - 1:]:
         old.unlink(missing_ok=True)
 
 
