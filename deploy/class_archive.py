@@ -78,7 +78,7 @@ def archive_path(java_options: str, cache: Path | None = None) -> Path:
 
 def spark_class_archive(java_options: str, cache: Path | None = None) -> Path:
     """The Spark driver's class-data archive for JVMs started with ``java_options``, made now
-    (some 15 s) unless the cache has it."""
+    (some 20-30 s on 2 cores) unless the cache has it."""
     path = archive_path(java_options, cache)
     if path.exists():
         with contextlib.suppress(OSError):  # its last use, for ``_remove_unused`` (another user's cache may refuse it)

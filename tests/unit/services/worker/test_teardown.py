@@ -552,7 +552,7 @@ async def test_a_worker_with_nothing_to_restore_starts_spark_at_once_and_every_w
     standby = assignment()
     standby.take(1, {}, {(QUERY, 0)})  # a standby copy only
     assert await held(standby) < 0.2
-    assert 0.25 < await held(assignment()) < 0.55  # no assignment comes (no query runs yet)
+    assert 0.25 < await held(assignment()) < 0.55  # no assignment comes (cut off from its coordinator)
     never = assignment()
     never.take(1, {QUERY: {0}}, set())  # its task is never made (no reconcile)
     assert await held(never) >= 0.55
