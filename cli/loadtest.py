@@ -277,18 +277,37 @@ async def actives(config: Config, query_id: str, timeout_s: float = 30.0) -> dic
 
 @dataclass
 class CommitWatch:
-    """When each partition of the table's topic received committed records (``commits_seen``)."""
+    """When each partition of the table's topic received committed records, and when its
+    worker produced each transaction's first one (``commits_seen``)."""
 
     seen: dict[int, list[float]] = field(default_factory=dict)
+    produced: dict[int, list[float]] = field(default_factory=dict)
+    """Each transaction's first record's timestamp (its producer's clock, this machine's; a
+    monotonic time here): the worker's own output cadence, without this process's delays."""
     started: float = field(default_factory=time.monotonic)
     ended: float | None = None
     error: str | None = None
+    next_offset: dict[int, int] = field(default_factory=dict)
+    wall_to_monotonic: float = field(default_factory=lambda: time.monotonic() - time.time())
+
+    def fetched(self, partition: int, now: float, records: list[Any]) -> None:
+        """Note a fetch's records of ``partition`` (``ConsumerRecord``s in offset order), seen at
+        ``now``: a transaction's records are those whose offsets follow on one another (its
+        commit marker takes an offset a read_committed consumer skips)."""
+        if not records:
+            return
+        self.seen.setdefault(partition, []).append(now)
+        for record in records:
+            if self.next_offset.get(partition) != record.offset:
+                self.produced.setdefault(partition, []).append(record.timestamp / 1000 + self.wall_to_monotonic)
+            self.next_offset[partition] = record.offset + 1
 
 
 async def commits_seen(config: Config, stop: asyncio.Event, watch: CommitWatch) -> None:
     """Until ``stop``, when each partition of the table's topic received committed records:
-    one time per fetch of a read_committed consumer from the end that brought some. A Kafka
-    error ends the watch (said in the report), not the run."""
+    one time per fetch of a read_committed consumer from the end that brought some; and when
+    each transaction's records were produced (``CommitWatch.fetched``). A Kafka error ends the
+    watch (said in the report), not the run."""
     topic = config.table.upper()  # a CREATE TABLE AS's topic is its name
     consumer = AIOKafkaConsumer(bootstrap_servers=config.kafka, isolation_level="read_committed",
                                 enable_auto_commit=False, fetch_max_wait_ms=20)
@@ -302,8 +321,7 @@ async def commits_seen(config: Config, stop: asyncio.Event, watch: CommitWatch) 
                 fetched = await consumer.getmany(timeout_ms=100)
                 now = time.monotonic()
                 for tp, records in fetched.items():
-                    if records:
-                        watch.seen.setdefault(tp.partition, []).append(now)
+                    watch.fetched(tp.partition, now, records)
     except KafkaError as error:
         watch.error = repr(error)
     finally:
@@ -316,7 +334,8 @@ def unmoved_report(partitions: list[int] | None, at: float, until: float, watch:
     commit reaching the table's topic, from its last commit before the fault (or the start of
     the watch) to ``until`` (or the end of the watch), a partition that stalled included; as
     its baseline, the longest and the median time between its commits in the ``before_s``
-    before the fault (from ``since`` on: not into an earlier fault's watch)."""
+    before the fault (from ``since`` on: not into an earlier fault's watch). The same again
+    by when the worker produced each transaction (``output_`` keys)."""
     report: dict[str, Any] = {"unmoved_partitions": partitions}
     end = min(until, watch.ended if watch.ended is not None else until)
     if end < until:
@@ -324,18 +343,20 @@ def unmoved_report(partitions: list[int] | None, at: float, until: float, watch:
     if watch.error is not None:
         report["commit_watch_error"] = watch.error
     baseline_from = max(at - before_s, since, watch.started)
-    during, earlier, intervals = [], [], []
-    for p in partitions or []:
-        times = watch.seen.get(p, [])
-        last = max((t for t in times if t < at), default=watch.started)
-        during.append(_longest_gap([*(t for t in times if at <= t <= end), end], last) or 0.0)
-        before = [t for t in times if baseline_from <= t < at]
-        if len(before) > 1:
-            earlier.append(_longest_gap(before[1:], before[0]) or 0.0)
-            intervals += [b - a for a, b in itertools.pairwise(before)]
-    return {**report, "unmoved_longest_commit_gap_s": round(max(during), 3) if during else None,
-            "unmoved_longest_commit_gap_before_s": round(max(earlier), 3) if earlier else None,
-            "commit_interval_before_p50_s": round(statistics.median(intervals), 3) if intervals else None}
+    for name, seen in (("commit", watch.seen), ("output", watch.produced)):
+        during, earlier, intervals = [], [], []
+        for p in partitions or []:
+            times = seen.get(p, [])
+            last = max((t for t in times if t < at), default=watch.started)
+            during.append(_longest_gap([*(t for t in times if at <= t <= end), end], last) or 0.0)
+            before = [t for t in times if baseline_from <= t < at]
+            if len(before) > 1:
+                earlier.append(_longest_gap(before[1:], before[0]) or 0.0)
+                intervals += [b - a for a, b in itertools.pairwise(before)]
+        report |= {f"unmoved_longest_{name}_gap_s": round(max(during), 3) if during else None,
+                   f"unmoved_longest_{name}_gap_before_s": round(max(earlier), 3) if earlier else None,
+                   f"{name}_interval_before_p50_s": round(statistics.median(intervals), 3) if intervals else None}
+    return report
 
 
 async def query_id_of(config: Config) -> str:

@@ -6,6 +6,7 @@ import random
 from collections import Counter
 
 import pytest
+from aiokafka import ConsumerRecord
 
 from millpond.cli.loadtest import CommitWatch, Fault, Stats, fault_report, key_chooser, percentiles, unmoved_report
 from millpond.shared.errors import MillpondError
@@ -49,10 +50,14 @@ def test_the_unmoved_partitions_longest_time_without_a_commit_spans_the_fault() 
     the end of the watch (later ones and the moved partitions' do not count); the baseline
     is the same over the ten seconds before."""
     watch = CommitWatch({0: [1.0, 1.2, 1.4, 1.6, 2.5, 2.7, 9.0], 1: [1.1, 1.3, 1.5, 1.7, 1.9, 2.1, 2.3, 2.5, 2.7, 2.9],
-                         2: [1.0, 5.0]}, started=0.9, ended=20.0)
+                         2: [1.0, 5.0]},
+                        produced={0: [0.95, 1.1, 1.3, 1.5, 2.0, 2.6], 1: [1.0, 1.4, 1.8, 2.2, 2.6, 2.95]},
+                        started=0.9, ended=20.0)
     report = unmoved_report([0, 1], 1.65, 3.0, watch)
     assert report == {"unmoved_partitions": [0, 1], "unmoved_longest_commit_gap_s": 0.9,
-                      "unmoved_longest_commit_gap_before_s": 0.2, "commit_interval_before_p50_s": 0.2}
+                      "unmoved_longest_commit_gap_before_s": 0.2, "commit_interval_before_p50_s": 0.2,
+                      "unmoved_longest_output_gap_s": 0.6, "unmoved_longest_output_gap_before_s": 0.4,
+                      "output_interval_before_p50_s": 0.2}
     assert unmoved_report([], 1.65, 3.0, watch)["unmoved_longest_commit_gap_s"] is None
     assert unmoved_report(None, 1.65, 3.0, watch)["unmoved_partitions"] is None
 
@@ -67,3 +72,19 @@ def test_a_partition_that_stops_committing_counts_until_the_watch_ends() -> None
     assert report["unmoved_watch_cut_short_s"] == 8.0
     assert report["unmoved_longest_commit_gap_before_s"] == 0.2 and report["commit_interval_before_p50_s"] == 0.2
     assert unmoved_report([1], 1.65, 2.0, CommitWatch({}, started=0.9, ended=12.0))["unmoved_longest_commit_gap_s"] == 1.1
+
+
+def test_a_transaction_counts_once_when_its_worker_produced_its_first_record() -> None:
+    """Offsets that follow on one another are one transaction, across fetches; a skipped
+    offset (the commit marker) starts the next one; each at its record's timestamp."""
+    watch = CommitWatch(wall_to_monotonic=-1000.0)
+    watch.fetched(3, 5.0, [record(10, 1_001_000), record(11, 1_001_010)])
+    watch.fetched(3, 5.2, [record(12, 1_001_020), record(14, 1_001_300), record(15, 1_001_310)])
+    watch.fetched(3, 5.3, [])
+    watch.fetched(3, 5.9, [record(17, 1_001_700)])
+    assert watch.seen == {3: [5.0, 5.2, 5.9]}
+    assert watch.produced == {3: pytest.approx([1.0, 1.3, 1.7])}
+
+
+def record(offset: int, timestamp_ms: int) -> ConsumerRecord[bytes, bytes]:
+    return ConsumerRecord("T", 3, offset, timestamp_ms, 0, b"k", b"v", None, 1, 1, [])
