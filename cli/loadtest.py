@@ -8,8 +8,8 @@ target rate or concurrency, over a uniform or Zipf-skewed key distribution. Late
 into an HDR histogram; the summary is one JSON object: achieved rates, percentiles (p50,
 p99, p99.9, max), errors by status, and per fault how long until pulls answered again,
 until the moved partitions had processed the input that existed at the fault, and the
-longest time a partition that did not move went without a commit reaching the table's topic
-(against the same before the fault: a batch's time).
+longest time a partition that did not move went without a commit reaching the table's topic,
+and without its worker producing a transaction (against the same before the fault: a batch's time).
 """
 
 from __future__ import annotations
@@ -283,7 +283,9 @@ class CommitWatch:
     seen: dict[int, list[float]] = field(default_factory=dict)
     produced: dict[int, list[float]] = field(default_factory=dict)
     """Each transaction's first record's timestamp (its producer's clock, this machine's; a
-    monotonic time here): the worker's own output cadence, without this process's delays."""
+    monotonic time here): the worker's own output cadence, without this process's delays. (The
+    loadtest's table is a GROUP BY, whose records take the time they are sent; a windowed
+    table's or a join's would carry their input's times instead.)"""
     started: float = field(default_factory=time.monotonic)
     ended: float | None = None
     error: str | None = None
