@@ -336,8 +336,10 @@ def unmoved_report(partitions: list[int] | None, at: float, until: float, watch:
     commit reaching the table's topic, from its last commit before the fault (or the start of
     the watch) to ``until`` (or the end of the watch), a partition that stalled included; as
     its baseline, the longest and the median time between its commits in the ``before_s``
-    before the fault (from ``since`` on: not into an earlier fault's watch). The same again
-    by when the worker produced each transaction (``output_`` keys)."""
+    before the fault (from ``since`` on: not into an earlier fault's watch), and the median and
+    90th percentile of the times between its commits before and after the fault (so a longest
+    gap can be told from a slower cadence). The same again by when the worker produced each
+    transaction (``output_`` keys)."""
     report: dict[str, Any] = {"unmoved_partitions": partitions}
     end = min(until, watch.ended if watch.ended is not None else until)
     if end < until:
@@ -346,19 +348,33 @@ def unmoved_report(partitions: list[int] | None, at: float, until: float, watch:
         report["commit_watch_error"] = watch.error
     baseline_from = max(at - before_s, since, watch.started)
     for name, seen in (("commit", watch.seen), ("output", watch.produced)):
-        during, earlier, intervals = [], [], []
+        during, earlier, intervals, intervals_after = [], [], [], []
         for p in partitions or []:
             times = seen.get(p, [])
             last = max((t for t in times if t < at), default=watch.started)
-            during.append(_longest_gap([*(t for t in times if at <= t <= end), end], last) or 0.0)
+            after = [t for t in times if at <= t <= end]
+            during.append(_longest_gap([*after, end], last) or 0.0)
+            intervals_after += [b - a for a, b in itertools.pairwise([last, *after])]
             before = [t for t in times if baseline_from <= t < at]
             if len(before) > 1:
                 earlier.append(_longest_gap(before[1:], before[0]) or 0.0)
                 intervals += [b - a for a, b in itertools.pairwise(before)]
         report |= {f"unmoved_longest_{name}_gap_s": round(max(during), 3) if during else None,
                    f"unmoved_longest_{name}_gap_before_s": round(max(earlier), 3) if earlier else None,
-                   f"{name}_interval_before_p50_s": round(statistics.median(intervals), 3) if intervals else None}
+                   f"{name}_interval_before_p50_s": _quantile(intervals, 0.5),
+                   f"{name}_interval_before_p90_s": _quantile(intervals, 0.9),
+                   f"{name}_interval_after_p50_s": _quantile(intervals_after, 0.5),
+                   f"{name}_interval_after_p90_s": _quantile(intervals_after, 0.9)}
     return report
+
+
+def _quantile(values: list[float], q: float) -> float | None:
+    """The ``q`` quantile of ``values`` (the median of two middle ones), rounded; None if none."""
+    if not values:
+        return None
+    if q == 0.5 or len(values) < 2:
+        return round(statistics.median(values), 3)
+    return round(statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1], 3)
 
 
 async def query_id_of(config: Config) -> str:

@@ -56,8 +56,11 @@ def test_the_unmoved_partitions_longest_time_without_a_commit_spans_the_fault() 
     report = unmoved_report([0, 1], 1.65, 3.0, watch)
     assert report == {"unmoved_partitions": [0, 1], "unmoved_longest_commit_gap_s": 0.9,
                       "unmoved_longest_commit_gap_before_s": 0.2, "commit_interval_before_p50_s": 0.2,
+                      "commit_interval_before_p90_s": 0.2, "commit_interval_after_p50_s": 0.2,
+                      "commit_interval_after_p90_s": 0.34,  # partition 0's 0.9 among eight of 0.2
                       "unmoved_longest_output_gap_s": 0.6, "unmoved_longest_output_gap_before_s": 0.4,
-                      "output_interval_before_p50_s": 0.2}
+                      "output_interval_before_p50_s": 0.2, "output_interval_before_p90_s": 0.34,
+                      "output_interval_after_p50_s": 0.4, "output_interval_after_p90_s": 0.55}
     assert unmoved_report([], 1.65, 3.0, watch)["unmoved_longest_commit_gap_s"] is None
     assert unmoved_report(None, 1.65, 3.0, watch)["unmoved_partitions"] is None
 
