@@ -369,11 +369,9 @@ def unmoved_report(partitions: list[int] | None, at: float, until: float, watch:
 
 
 def _quantile(values: list[float], q: float) -> float | None:
-    """The ``q`` quantile of ``values`` (the median of two middle ones), rounded; None if none."""
-    if not values:
-        return None
-    if q == 0.5 or len(values) < 2:
-        return round(statistics.median(values), 3)
+    """The ``q`` quantile of ``values``, interpolated (at 0.5 the median), rounded; None if none."""
+    if len(values) < 2:
+        return round(values[0], 3) if values else None
     return round(statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1], 3)
 
 
