@@ -830,6 +830,7 @@ async def test_a_stream_stream_join_then_a_table_on_another_expression(join_clus
     assert await asyncio.to_thread(pull_until, cluster, f"SELECT * FROM {per_owner};", counted) == counted
 
 
+@pytest.mark.slow  # its six stages' start-ups (20-25 s) would take make test past its 15 minutes; make test-all runs it
 async def test_three_streams_joined_as_ksqldbs_orders_payments_and_shipments(join_cluster: LocalCluster) -> None:
     """ksqlDB's n-way example: orders JOINed WITHIN an hour with their payments, then LEFT
     JOINed WITHIN 2 minutes with their shipments (keyed by another column: re-keyed by the
@@ -968,6 +969,7 @@ async def test_group_by_over_tables_joined_with_tables(join_cluster: LocalCluste
                                    want) == want
 
 
+@pytest.mark.slow  # its seven stages' start-ups would take make test past its 15 minutes; make test-all runs it
 async def test_tables_joined_on_several_keys_follow_every_table(join_cluster: LocalCluster) -> None:
     """Pages joined to their owner's team (a foreign key), then to that team's boss (another
     foreign key, a column of the owners): a join stage per key, LEFT joins, against the three
