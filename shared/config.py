@@ -259,7 +259,7 @@ class WorkerSettings(CoordinatorClientSettings):
     )
     idle_poll_ms: int = Field(
         100, description="How often a query with no new input asks Kafka for some (Spark's "
-        "spark.sql.streaming.pollingDelay). A parked query's input is fetched instead, and wakes it as records come.",
+        "spark.sql.streaming.pollingDelay), and how often a parked one's input is checked.",
     )
     park_after_idle_ms: int = Field(
         15000, description="A query stage with no input for this long stops its Spark query (its tables stay open "

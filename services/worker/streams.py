@@ -409,7 +409,7 @@ class StageStream:
             await self._fail(runner, unclean)
             return
         runner.parked_at = {p: o for p, o in read.items() if p in runner.tasks}
-        self.inputs.watch({TopicPartition(self.stage.source.topic, p): offset for p, offset in runner.parked_at.items()})
+        self.inputs.watch(self._inputs(runner.parked_at))
         log.info("query parked", extra={"query": runner.name, "partitions": sorted(runner.parked_at),
                                         "read_through": runner.parked_at})
 

@@ -621,8 +621,8 @@ class FakeWatch:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.fetched.wait(), timeout_s)
 
-    def watch(self, positions: dict[TopicPartition, int]) -> None:
-        self.watched += positions
+    def watch(self, partitions: list[TopicPartition]) -> None:
+        self.watched += partitions
 
     def unwatch(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
