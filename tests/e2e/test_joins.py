@@ -478,6 +478,7 @@ async def test_streams_joined_on_other_columns_are_rekeyed_by_them(join_cluster:
         assert key is not None and partition == partition_for(split_rekeyed(key[1:])[0], PARTITIONS)
 
 
+@pytest.mark.slow  # 51-84 s, the longest of the suite, which took 13:38-14:10 of its 15 minutes on 2026-12-01; make test-all runs it
 async def test_a_sigkilled_worker_loses_no_joined_record_and_repeats_none(join_cluster: LocalCluster) -> None:
     sid = join_cluster.service_id
     stream, sensors, enriched = f"jk_{sid}", f"jks_{sid}", f"jk_enriched_{sid}"
