@@ -4,7 +4,8 @@ A query stage that had no input for a while stops its Spark query (``QuerySuperv
 Spark would otherwise ask Kafka for new offsets every ``idle_poll_ms`` per query, which
 costs an idle worker a good share of a core. While parked, this watcher asks instead, for
 every parked partition of the worker at once (one ListOffsets request, read_committed: the
-same last stable offsets Spark reads up to), and the stage starts again when one moved.
+same last stable offsets Spark reads up to, every ``parked_poll_ms``), and the stage starts
+again when one moved.
 """
 
 from __future__ import annotations

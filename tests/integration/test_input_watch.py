@@ -1,0 +1,56 @@
+"""The parked queries' input watch against the real broker: it sees committed input move, and
+only committed input (a parked query that started for an open transaction's records would
+find nothing to read: Spark reads read_committed)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from millpond.deploy.local.kafka_broker import EmbeddedKafka
+from millpond.services.worker.input_watch import InputWatch
+from millpond.shared.kafka.admin import ensure_topic
+from millpond.shared.kafka.connection import KafkaConnection
+
+pytestmark = pytest.mark.kafka
+
+POLL_S = 0.05
+
+
+async def test_the_watch_wakes_its_waiters_when_a_committed_end_moves_and_only_then(kafka: EmbeddedKafka) -> None:
+    kafka_connection = KafkaConnection(kafka.bootstrap_servers)
+    topic = "input-watch-events"
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap_servers)
+    await admin.start()
+    try:
+        await ensure_topic(admin, topic, 2)
+    finally:
+        await admin.close()
+    quiet, busy = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    producer = AIOKafkaProducer(**kafka_connection.transactional_args("input-watch-test"))
+    await producer.start()
+    watch = InputWatch(kafka_connection, POLL_S)
+    try:
+        watch.watch([quiet, busy])
+        await asyncio.wait_for(watch.moved(30), 30)  # the first fetch: every end is new
+        assert watch.ends == {quiet: 0, busy: 0}
+
+        await producer.begin_transaction()
+        await producer.send_and_wait(topic, b"v", key=b"k", partition=busy.partition)
+        await watch.moved(20 * POLL_S)  # an open transaction's records hold the stable offset
+        assert watch.ends == {quiet: 0, busy: 0}, "records of an open transaction woke a parked query"
+
+        waiting = asyncio.ensure_future(watch.moved(30))
+        await asyncio.sleep(0)
+        await producer.commit_transaction()
+        await asyncio.wait_for(waiting, 30)
+        assert watch.ends[quiet] == 0 and watch.ends[busy] == 2, "the record and its commit marker"
+
+        watch.unwatch([busy])
+        assert watch.ends == {quiet: 0}
+    finally:
+        await watch.stop()
+        await producer.stop()
