@@ -148,8 +148,9 @@ class CoordinatorSettings(CommonSettings):
         "UNAVAILABLE.")
 
     worker_session_timeout_ms: int = Field(
-        200, description="A worker with no heartbeat for this long is a suspect: the coordinator checks its health "
-        "endpoint and removes it from the assignment unless it answers (workers beat every 100 ms by default).",
+        200, description="A worker with no heartbeat for this long is a suspect, as is one whose heartbeat stream "
+        "broke (its process died): the coordinator checks its health endpoint and removes it from the assignment "
+        "unless it answers (workers beat every 100 ms by default).",
     )
     worker_probe_timeout_ms: int = Field(
         1000, description="How long a suspect worker's health check may take. A killed worker refuses at once and is "
@@ -271,7 +272,11 @@ class WorkerSettings(CoordinatorClientSettings):
         "and serve) until its input moves, so idle queries cost almost nothing; the first record after a parked "
         "spell waits for the query to start again (about a second). 0: never park.",
     )
-    heartbeat_interval_ms: int = Field(100, description="How often to heartbeat the coordinators and routers.")
+    heartbeat_interval_ms: int = Field(
+        100, description="How often to heartbeat the coordinators and routers, on a stream to each (a worker that dies "
+        "is seen at once by its stream breaking, and the coordinator sends a new assignment on it as soon as it is "
+        "made): how late a hung worker is suspected and how old its reported lags can be.",
+    )
     max_offsets_per_trigger: int = Field(
         0, description="Most input records one micro-batch reads over all its partitions; 0: no limit."
     )
@@ -310,8 +315,8 @@ class RouterSettings(CoordinatorClientSettings):
     )
     request_timeout_ms: int = Field(10000, description="Deadline for calls to other services.")
     host_dead_after_ms: int = Field(
-        500, description="A worker whose heartbeats to this router stopped for this long is asked last for pull "
-        "queries (workers beat every 100 ms).",
+        500, description="A worker whose heartbeats to this router stopped for this long, or whose heartbeat stream "
+        "broke, is asked last for pull queries (workers beat every 100 ms).",
     )
     enable_standby_reads: bool = Field(
         False, description="Let pull queries be answered by a standby copy when the active cannot answer "

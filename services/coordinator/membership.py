@@ -1,6 +1,7 @@
 """Which workers are alive, judged by heartbeats against an injected clock.
 
-A worker whose heartbeats stop for ``session_timeout`` seconds becomes a *suspect*; the
+A worker whose heartbeats stop for ``session_timeout`` seconds becomes a *suspect*, and so
+does one whose beat stream broke (its process died: the kernel closed its connection); the
 coordinator then asks the worker's own gRPC health endpoint, and counts an answer as a beat
 (``vouch``), before it declares it dead. A killed process refuses the connection at once, so
 detection costs about the window; a worker whose beats were only delayed (a busy machine)
@@ -22,6 +23,8 @@ class Member:
     endpoint: str
     last_heartbeat: float
     """When its last heartbeat arrived (the membership's clock)."""
+    disconnected: bool = False
+    """Its beat stream broke since its last heartbeat: a suspect however recent that beat."""
 
 
 class Membership:
@@ -39,9 +42,17 @@ class Membership:
         return member is None or member.endpoint != endpoint
 
     def suspects(self) -> list[Member]:
-        """Members whose heartbeats stopped for longer than the session timeout."""
+        """Members whose heartbeats stopped for longer than the session timeout, or whose beat
+        stream broke."""
         now = self.clock()
-        return [m for m in self.members.values() if now - m.last_heartbeat > self.session_timeout]
+        return [m for m in self.members.values() if m.disconnected or now - m.last_heartbeat > self.session_timeout]
+
+    def disconnected(self, worker_id: str) -> None:
+        """The worker's beat stream broke (not ended by the worker): probe it now rather than
+        after the session timeout."""
+        member = self.members.get(worker_id)
+        if member is not None:
+            member.disconnected = True
 
     def remove(self, worker_id: str) -> bool:
         """Drop a member (it left, or it was confirmed dead); True if it was one."""
@@ -51,4 +62,4 @@ class Membership:
         """A suspect answered its health check: count that as a heartbeat."""
         member = self.members.get(worker_id)
         if member is not None:
-            member.last_heartbeat = self.clock()
+            member.last_heartbeat, member.disconnected = self.clock(), False

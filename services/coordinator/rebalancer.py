@@ -56,6 +56,10 @@ class Rebalancer:
             log.info("worker joined", extra={"worker": worker_id, "endpoint": endpoint})
             self.reassign()
 
+    def disconnected(self, worker_id: str) -> None:
+        """A worker's beat stream broke: the failure detector probes it at once."""
+        self.cluster.membership.disconnected(worker_id)
+
     def leave(self, worker_id: str) -> None:
         """A worker is shutting down: hand its tasks over now (to caught-up standbys first)."""
         if self.cluster.remove(worker_id):

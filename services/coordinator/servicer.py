@@ -6,8 +6,9 @@ service's wiring: convert the request, call the domain, convert the answer back.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import grpc
 
@@ -47,6 +48,9 @@ class Members(Protocol):
     def leave(self, worker_id: str) -> None:
         """A worker is shutting down."""
 
+    def disconnected(self, worker_id: str) -> None:
+        """A worker's beat stream broke: it may be dead."""
+
 
 class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     """Implements ``millpond.coordinator.v1.CoordinatorService``."""
@@ -84,10 +88,40 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     ) -> AsyncIterator[coordinator_pb2.HeartbeatsResponse]:
         # Each beat is taken as a unary Heartbeat is; only an answer that carries an
         # assignment is sent, so an idle worker's stream is one small message an interval.
-        async for request in requests:
-            answer = self._beat(request.beat)
-            if answer.HasField("assignment"):
-                yield coordinator_pb2.HeartbeatsResponse(answer=answer)
+        # A new assignment is sent as soon as it is made, not at the worker's next beat; a
+        # stream that ends without the worker's last beat broke (its process died: gRPC shows
+        # that as the end of the requests as often as a cancellation) and makes it a suspect.
+        beats = aiter(requests)
+        beat: asyncio.Future[Any] = asyncio.ensure_future(anext(beats))
+        worker_id, known, ended = "", -1, False
+        try:
+            while True:
+                change: asyncio.Future[Any] = asyncio.ensure_future(self.changes.next().wait())
+                try:
+                    await asyncio.wait({beat, change}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    change.cancel()
+                if beat.done():
+                    try:
+                        request = beat.result()
+                    except StopAsyncIteration:
+                        return
+                    beat = asyncio.ensure_future(anext(beats))
+                    worker_id, ended = request.beat.worker_id, request.last
+                    # (A beat sent before the worker took the last assignment sent here.)
+                    request.beat.known_generation = known = max(request.beat.known_generation, known)
+                    answer = self._beat(request.beat)
+                elif worker_id and self.cluster.leading and self.cluster.generation != known:
+                    answer = self._with_assignment(coordinator_pb2.HeartbeatResponse(), known)
+                else:
+                    continue
+                if answer.HasField("assignment"):
+                    known = answer.generation
+                    yield coordinator_pb2.HeartbeatsResponse(answer=answer)
+        finally:
+            beat.cancel()
+            if worker_id and not ended:
+                self.members.disconnected(worker_id)
 
     def _beat(self, request: coordinator_pb2.HeartbeatRequest) -> coordinator_pb2.HeartbeatResponse:
         reports = [task_report_from_proto(request.worker_id, t) for t in request.tasks]

@@ -39,6 +39,8 @@ class HostView:
     """Per (query, partition), the newest input position a copy here answered a pull at
     since the report (which trails the commits by up to a heartbeat); the next report
     replaces it."""
+    disconnected: bool = False
+    """Its beat stream broke since this report: dead until its next beat."""
 
 
 class HostTable:
@@ -56,6 +58,13 @@ class HostTable:
     def beat(self, endpoint: str, worker_id: str, lags: list[StoreLag]) -> None:
         """A worker's heartbeat and lag report."""
         self.hosts[endpoint] = HostView(worker_id, self.clock(), {(lag.query_id, lag.partition): lag for lag in lags})
+
+    def disconnected(self, endpoint: str) -> None:
+        """The worker's beat stream broke: its process died (the kernel closed its connection)
+        or the connection did. Dead until it beats again, not after ``dead_after``."""
+        view = self.hosts.get(endpoint)
+        if view is not None:
+            view.disconnected = True
 
     def answered(self, endpoint: str, query_id: str, partition: int, input_offset: int) -> None:
         """The worker's copy of the partition answered a pull at ``input_offset``: until its
@@ -78,7 +87,7 @@ class HostTable:
     def dead(self, endpoint: str) -> bool:
         """True when the worker stopped beating; False while alive or never heard from."""
         view = self.hosts.get(endpoint)
-        return view is not None and self.clock() - view.last_beat > self.dead_after
+        return view is not None and (view.disconnected or self.clock() - view.last_beat > self.dead_after)
 
     def lag(self, endpoint: str, query_id: str, partition: int) -> int | None:
         """The reported lag of the worker's copy of the partition, or None when unknown."""
@@ -102,6 +111,8 @@ class HostTable:
             reason = None
             if replica.standby and not bounds.standby_reads:
                 reason = "standby, and standby reads are off (ksql.query.pull.enable.standby.reads)"
+            elif view is not None and view.disconnected:
+                reason = "dead: its heartbeat stream broke"
             elif view is not None and now - view.last_beat > self.dead_after:
                 reason = f"dead: no heartbeat for {now - view.last_beat:.2f} s"
             elif report is not None and bounds.max_offset_lag is not None and report.lag > bounds.max_offset_lag:

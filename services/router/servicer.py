@@ -51,6 +51,9 @@ class Beats(Protocol):
     def beat(self, endpoint: str, worker_id: str, lags: list[StoreLag]) -> None:
         """A worker's heartbeat and lag report."""
 
+    def disconnected(self, endpoint: str) -> None:
+        """The worker's beat stream broke (its process died, or the connection did)."""
+
 
 def client_of(context: grpc.aio.ServicerContext) -> str:
     """Who is calling, for per-client limits: the authenticated principal, or without
@@ -119,8 +122,14 @@ class RouterInternalServicer(router_internal_pb2_grpc.RouterInternalServiceServi
     @grpc_errors
     async def StreamWorkerStatus(self, requests: AsyncIterator[router_internal_pb2.StreamWorkerStatusRequest],
                                  context: grpc.aio.ServicerContext) -> router_internal_pb2.StreamWorkerStatusResponse:
-        async for request in requests:
-            self._take(request.status)
+        endpoint, ended = "", False
+        try:
+            async for request in requests:
+                endpoint, ended = request.status.endpoint, request.last
+                self._take(request.status)
+        finally:
+            if endpoint and not ended:  # broken, not ended by the worker: dead until it reports again
+                self.beats.disconnected(endpoint)
         return router_internal_pb2.StreamWorkerStatusResponse()
 
     def _take(self, status: router_internal_pb2.ReportWorkerStatusRequest) -> None:

@@ -9,7 +9,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import grpc
 
@@ -36,7 +36,13 @@ STOP_GRACE_S = 2.0
 """Once the worker stops, how long a beat stream's peer has to take the last beats and end
 the call (what a unary beat's deadline was), before the call is cancelled."""
 
-M = TypeVar("M")
+class Beat(Protocol):
+    """A message on a beat stream."""
+
+    last: bool
+
+
+B = TypeVar("B", bound=Beat)
 
 
 async def _pause(stop: asyncio.Event, seconds: float) -> None:
@@ -158,15 +164,18 @@ class MembershipAgent:
             worker_id=self.settings.worker_id, endpoint=self.endpoint(),
             lags=[store_lag_to_common(lag) for lag in self.tasks.store_lags()])
 
-    async def _every_beat(self, stop: asyncio.Event, beat: Callable[[], M]) -> AsyncIterator[M]:
+    async def _every_beat(self, stop: asyncio.Event, beat: Callable[[], B]) -> AsyncIterator[B]:
         """A beat now and every heartbeat interval until ``stop``, each made when it is sent;
-        the stream's last comes ``STREAM_RENEW_S`` after its first (the next stream's first
-        follows it by an interval)."""
+        the stream's last, marked so (its peer tells an end from a break by it), comes at
+        ``stop`` or ``STREAM_RENEW_S`` after its first (the next stream's first follows it by
+        an interval)."""
         interval = self.settings.heartbeat_interval_ms / 1000
         renew_at = time.monotonic() + STREAM_RENEW_S
-        while not stop.is_set():
-            yield beat()
-            if time.monotonic() >= renew_at:
+        while True:
+            message = beat()
+            message.last = stop.is_set() or time.monotonic() >= renew_at
+            yield message
+            if message.last:
                 return
             await _pause(stop, interval)
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -20,6 +22,7 @@ from millpond.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 from millpond.router.v1 import router_internal_pb2, router_internal_pb2_grpc
 from millpond.services.coordinator.assignor import AssignorConfig, QueryTasks
 from millpond.services.coordinator.cluster import Cluster
+from millpond.services.coordinator.rebalancer import Changes
 from millpond.services.coordinator.servicer import CoordinatorServicer
 from millpond.services.router.hosts import HostTable
 from millpond.services.router.servicer import RouterInternalServicer
@@ -90,6 +93,9 @@ class ClusterMembers:
 
     def leave(self, worker_id: str) -> None:
         self.cluster.remove(worker_id)
+
+    def disconnected(self, worker_id: str) -> None:
+        self.cluster.membership.disconnected(worker_id)
 
 
 class Methods(grpc.aio.ServerInterceptor):
@@ -180,6 +186,101 @@ async def test_beats_reach_the_coordinator_and_the_router_and_the_assignment_com
             tries = [i for i, called in enumerate(methods.called) if called == stream]
             assert 1 <= len(tries) <= 2 and methods.called.count(unary) >= 5
             assert tries[-1] < methods.called.index(unary)
+
+
+async def test_a_new_assignment_goes_out_at_once_and_a_broken_beat_stream_makes_a_suspect() -> None:
+    """Beats a minute apart: only the first beat of each stream comes in the test's time, so
+    the second assignment can only reach the worker pushed on its stream. A worker's beats
+    that end (it stops) leave it a member in good standing; a stream that breaks (here the
+    call cancelled; a killed worker's kernel closes its connection) makes it a suspect of
+    the coordinator and dead to the router at once, not after their timeouts."""
+    cluster = Cluster(60.0, AssignorConfig(num_standby_replicas=0))
+    cluster.lead(1)
+    members, hosts, changes = ClusterMembers(cluster), HostTable(60.0), Changes()
+    coordinator = CoordinatorServicer(None, members, cluster, lambda: "c1", changes=changes)  # type: ignore[arg-type]
+    server = grpc.aio.server()
+    coordinator_pb2_grpc.add_CoordinatorServiceServicer_to_server(coordinator, server)
+    router_internal_pb2_grpc.add_RouterInternalServiceServicer_to_server(RouterInternalServicer(hosts), server)
+    endpoint = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    await server.start()
+    settings = SimpleNamespace(worker_id="w1", heartbeat_interval_ms=60_000, coordinators=[endpoint])
+    tasks, channels, stop = FakeTasks(), ChannelFactory(None), asyncio.Event()
+    agent = MembershipAgent(settings, channels, tasks, lambda: "w1:1")  # type: ignore[arg-type]
+    loops = [asyncio.create_task(agent.heartbeat_loop(stop, endpoint)),
+             asyncio.create_task(agent.report_loop(stop, endpoint))]
+    try:
+        await eventually(lambda: len(tasks.taken) == 1 and "w1:1" in hosts.hosts)
+        cluster.reassign([QueryTasks("Q", 2)])
+        changes.fire()
+        await eventually(lambda: len(tasks.taken) == 2)
+        assert tasks.taken[1] == (cluster.generation, {"Q": {0, 1}}, set())
+        assert members.beats == 1, "pushed, not the answer to a beat"
+        assert cluster.membership.suspects() == [] and not hosts.dead("w1:1")
+
+        for loop in loops:  # the streams break
+            loop.cancel()
+        await eventually(lambda: [m.worker_id for m in cluster.membership.suspects()] == ["w1"])
+        await eventually(lambda: hosts.dead("w1:1"))
+        cluster.membership.vouch("w1")  # it answered its health check
+        assert cluster.membership.suspects() == []
+
+        loops = [asyncio.create_task(agent.heartbeat_loop(stop, endpoint)),
+                 asyncio.create_task(agent.report_loop(stop, endpoint))]
+        await eventually(lambda: members.beats == 2 and not hosts.dead("w1:1"))
+        stop.set()  # the streams end
+        await asyncio.wait_for(asyncio.gather(*loops), 5)
+        await asyncio.sleep(0.2)
+        assert cluster.membership.suspects() == [] and not hosts.dead("w1:1")
+    finally:
+        stop.set()
+        for loop in loops:
+            loop.cancel()
+        await channels.close()
+        await server.stop(None)
+
+
+WORKER = """
+import asyncio, sys
+from types import SimpleNamespace
+from millpond.services.worker.membership import MembershipAgent
+from millpond.shared.rpc.tls import ChannelFactory
+from tests.unit.services.worker.test_membership import FakeTasks
+
+async def beat(endpoint):
+    settings = SimpleNamespace(worker_id="w1", heartbeat_interval_ms=60_000, coordinators=[endpoint])
+    agent = MembershipAgent(settings, ChannelFactory(None), FakeTasks(), lambda: "w1:1")
+    stop = asyncio.Event()
+    await asyncio.gather(agent.heartbeat_loop(stop, endpoint), agent.report_loop(stop, endpoint))
+
+asyncio.run(beat(sys.argv[1]))
+"""
+
+
+async def test_a_killed_worker_is_a_suspect_and_dead_to_the_router_at_once() -> None:
+    """A worker process SIGKILLed (beats a minute apart, timeouts of a minute): its kernel
+    closes its connections, which gRPC may show the servers as the plain end of the beats;
+    without the worker's last beat, that is a break."""
+    cluster = Cluster(60.0, AssignorConfig(num_standby_replicas=0))
+    cluster.lead(1)
+    members, hosts = ClusterMembers(cluster), HostTable(60.0)
+    server = grpc.aio.server()
+    coordinator_pb2_grpc.add_CoordinatorServiceServicer_to_server(
+        CoordinatorServicer(None, members, cluster, lambda: "c1"), server)  # type: ignore[arg-type]
+    router_internal_pb2_grpc.add_RouterInternalServiceServicer_to_server(RouterInternalServicer(hosts), server)
+    endpoint = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    await server.start()
+    worker = await asyncio.create_subprocess_exec(sys.executable, "-c", WORKER, endpoint, cwd=Path(__file__).parents[4])
+    try:
+        await eventually(lambda: members.beats == 1 and "w1:1" in hosts.hosts, within=60)
+        assert cluster.membership.suspects() == [] and not hosts.dead("w1:1")
+        worker.kill()
+        await asyncio.wait_for(worker.wait(), 10)
+        await eventually(lambda: [m.worker_id for m in cluster.membership.suspects()] == ["w1"] and hosts.dead("w1:1"))
+    finally:
+        if worker.returncode is None:
+            worker.kill()
+            await asyncio.wait_for(worker.wait(), 10)
+        await server.stop(None)
 
 
 async def test_a_stopping_worker_does_not_wait_for_a_peer_that_never_ends_its_stream(

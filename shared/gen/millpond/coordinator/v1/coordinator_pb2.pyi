@@ -102,10 +102,12 @@ class HeartbeatRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., endpoint: _Optional[str] = ..., known_generation: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., lags: _Optional[_Iterable[_Union[StoreLag, _Mapping]]] = ...) -> None: ...
 
 class HeartbeatsRequest(_message.Message):
-    __slots__ = ("beat",)
+    __slots__ = ("beat", "last")
     BEAT_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
     beat: HeartbeatRequest
-    def __init__(self, beat: _Optional[_Union[HeartbeatRequest, _Mapping]] = ...) -> None: ...
+    last: bool
+    def __init__(self, beat: _Optional[_Union[HeartbeatRequest, _Mapping]] = ..., last: _Optional[bool] = ...) -> None: ...
 
 class HeartbeatsResponse(_message.Message):
     __slots__ = ("answer",)

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from millpond.common.v1 import status_pb2 as millpond_dot_common_dot_v1_dot_status__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(millpond/router/v1/router_internal.proto\x12\x12millpond.router.v1\x1a\x1fmillpond/common/v1/status.proto\"l\n\x19ReportWorkerStatusRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x02 \x01(\t\x12*\n\x04lags\x18\x03 \x03(\x0b\x32\x1c.millpond.common.v1.StoreLag\"\x1c\n\x1aReportWorkerStatusResponse\"Z\n\x19StreamWorkerStatusRequest\x12=\n\x06status\x18\x01 \x01(\x0b\x32-.millpond.router.v1.ReportWorkerStatusRequest\"\x1c\n\x1aStreamWorkerStatusResponse2\x83\x02\n\x15RouterInternalService\x12s\n\x12ReportWorkerStatus\x12-.millpond.router.v1.ReportWorkerStatusRequest\x1a..millpond.router.v1.ReportWorkerStatusResponse\x12u\n\x12StreamWorkerStatus\x12-.millpond.router.v1.StreamWorkerStatusRequest\x1a..millpond.router.v1.StreamWorkerStatusResponse(\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(millpond/router/v1/router_internal.proto\x12\x12millpond.router.v1\x1a\x1fmillpond/common/v1/status.proto\"l\n\x19ReportWorkerStatusRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x02 \x01(\t\x12*\n\x04lags\x18\x03 \x03(\x0b\x32\x1c.millpond.common.v1.StoreLag\"\x1c\n\x1aReportWorkerStatusResponse\"h\n\x19StreamWorkerStatusRequest\x12=\n\x06status\x18\x01 \x01(\x0b\x32-.millpond.router.v1.ReportWorkerStatusRequest\x12\x0c\n\x04last\x18\x02 \x01(\x08\"\x1c\n\x1aStreamWorkerStatusResponse2\x83\x02\n\x15RouterInternalService\x12s\n\x12ReportWorkerStatus\x12-.millpond.router.v1.ReportWorkerStatusRequest\x1a..millpond.router.v1.ReportWorkerStatusResponse\x12u\n\x12StreamWorkerStatus\x12-.millpond.router.v1.StreamWorkerStatusRequest\x1a..millpond.router.v1.StreamWorkerStatusResponse(\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,9 +37,9 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REPORTWORKERSTATUSRESPONSE']._serialized_start=207
   _globals['_REPORTWORKERSTATUSRESPONSE']._serialized_end=235
   _globals['_STREAMWORKERSTATUSREQUEST']._serialized_start=237
-  _globals['_STREAMWORKERSTATUSREQUEST']._serialized_end=327
-  _globals['_STREAMWORKERSTATUSRESPONSE']._serialized_start=329
-  _globals['_STREAMWORKERSTATUSRESPONSE']._serialized_end=357
-  _globals['_ROUTERINTERNALSERVICE']._serialized_start=360
-  _globals['_ROUTERINTERNALSERVICE']._serialized_end=619
+  _globals['_STREAMWORKERSTATUSREQUEST']._serialized_end=341
+  _globals['_STREAMWORKERSTATUSRESPONSE']._serialized_start=343
+  _globals['_STREAMWORKERSTATUSRESPONSE']._serialized_end=371
+  _globals['_ROUTERINTERNALSERVICE']._serialized_start=374
+  _globals['_ROUTERINTERNALSERVICE']._serialized_end=633
 # @@protoc_insertion_point(module_scope)

@@ -22,10 +22,12 @@ class ReportWorkerStatusResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class StreamWorkerStatusRequest(_message.Message):
-    __slots__ = ("status",)
+    __slots__ = ("status", "last")
     STATUS_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
     status: ReportWorkerStatusRequest
-    def __init__(self, status: _Optional[_Union[ReportWorkerStatusRequest, _Mapping]] = ...) -> None: ...
+    last: bool
+    def __init__(self, status: _Optional[_Union[ReportWorkerStatusRequest, _Mapping]] = ..., last: _Optional[bool] = ...) -> None: ...
 
 class StreamWorkerStatusResponse(_message.Message):
     __slots__ = ()
