@@ -34,12 +34,6 @@ from millpond.shared.teardown import cancel_and_wait
 
 log = logging.getLogger(__name__)
 POLL_MS = 100
-"""How often a paused copy asks its changelog's end (for an honest lag)."""
-FETCH_WAIT_MS = 500
-"""How long a copy's fetch waits at the broker while nothing new is committed. The broker
-answers as soon as a transaction commits, so a copy applies it as soon as at 100; but at
-100 each copy of an idle worker fetched ten times a second (a turn of its loop and an
-aiokafka fetch each time)."""
 MARK_EVERY_MS = 60_000
 """How often a caught-up copy of a store that ages (``max_age_ms``) marks itself up to date."""
 STOP_TIMEOUT_S = 15.0
@@ -130,9 +124,8 @@ class StandbyReplica:
         store = self.store = await opened(path, self.max_age_ms, now_ms())
         marked = 0
         reader: ChangelogReader | TableTopicReader = (
-            ChangelogReader(self.settings.kafka, self.changelog, store, fetch_max_wait_ms=FETCH_WAIT_MS)
-            if self.table is None
-            else TableTopicReader(self.settings.kafka, self.table, self.partition, store, fetch_max_wait_ms=FETCH_WAIT_MS))
+            ChangelogReader(self.settings.kafka, self.changelog, store, fetch_max_wait_ms=POLL_MS) if self.table is None
+            else TableTopicReader(self.settings.kafka, self.table, self.partition, store, fetch_max_wait_ms=POLL_MS))
         try:
             await reader.start()
             self.position, self.input_offset = reader.position, reader.input_offset
@@ -146,7 +139,7 @@ class StandbyReplica:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self.resumed.wait(), POLL_MS / 1000)
                     continue
-                if await reader.fetch(FETCH_WAIT_MS):
+                if await reader.fetch(POLL_MS):
                     self.last_applied_ms = now_ms()
                 # Past commit markers after an empty fetch; the input offset of complete transactions only.
                 moved = reader.input_offset != self.input_offset
