@@ -31,6 +31,9 @@ class InputWatch:
         self.ends: dict[TopicPartition, int] = {}
         """The last end offset fetched per watched partition."""
         self._watched: Counter[TopicPartition] = Counter()
+        self.moves = 0
+        """How many fetches found an end that moved: a waiter that read it before it looked at
+        ``ends`` is not left waiting by a move in between (``moved``'s ``since``)."""
         self._moved = asyncio.Event()
         """Set (and then replaced) when a fetch finds an end that moved: wakes ``moved``'s waiters."""
         self._job: asyncio.Task[None] | None = None
@@ -62,15 +65,19 @@ class InputWatch:
                             if tp in self._watched}
                     if any(self.ends.get(tp) != end for tp, end in ends.items()):
                         self.ends.update(ends)
+                        self.moves += 1
                         self._moved.set()
                         self._moved = asyncio.Event()
                 except Exception as error:  # Kafka unreachable for a moment: the next round asks again
                     log.warning("fetching the end offsets of parked inputs failed", extra={"error": repr(error)})
             await asyncio.sleep(self.interval_s)
 
-    async def moved(self, timeout_s: float) -> None:
-        """Wait until a fetch finds a watched end moved (or ``timeout_s`` passed): a parked
-        stage sleeps here instead of polling ``ends``."""
+    async def moved(self, since: int, timeout_s: float) -> None:
+        """Wait until a fetch finds a watched end moved (or ``timeout_s`` passed), at once if
+        one did since ``moves`` was ``since``: a parked stage sleeps here instead of polling
+        ``ends``, and reads ``moves`` before it looks at them."""
+        if self.moves != since:
+            return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._moved.wait(), timeout_s)
 

@@ -36,6 +36,7 @@ STOP_GRACE_S = 2.0
 """Once the worker stops, how long a beat stream's peer has to take the last beats and end
 the call (what a unary beat's deadline was), before the call is cancelled."""
 
+
 class Beat(Protocol):
     """A message on a beat stream."""
 

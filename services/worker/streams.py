@@ -86,6 +86,8 @@ class StageStream:
         self._ended: dict[int, asyncio.Future[str]] = {}
         """Per member, the future its supervisor awaits: set with why the stream cannot run it."""
         self._changed = asyncio.Event()
+        self._moves_seen = 0
+        """The input watch's ``moves`` when the current step began."""
         self.runners: list[QueryRunner] = []
         """The stage's Spark queries on this worker, the oldest first; each runs its own tasks."""
         self._job: asyncio.Task[None] | None = None
@@ -219,6 +221,8 @@ class StageStream:
 
     async def _run(self) -> None:
         while True:
+            # Read before the step looks at the parked inputs' ends: a move after it wakes the wait.
+            self._moves_seen = self.inputs.moves if self.inputs is not None else 0
             try:
                 await self._step()
             except Exception as error:  # e.g. Spark's JVM gone: the members' supervisors must learn it
@@ -258,7 +262,7 @@ class StageStream:
         if any(runner.running for runner in self.runners):
             other: asyncio.Future[Any] = asyncio.ensure_future(asyncio.sleep(WATCH_INTERVAL_S))
         elif self.runners and self.inputs is not None:
-            other = asyncio.ensure_future(self.inputs.moved(PARKED_WATCH_INTERVAL_S))
+            other = asyncio.ensure_future(self.inputs.moved(self._moves_seen, PARKED_WATCH_INTERVAL_S))
         else:
             other = asyncio.get_running_loop().create_future()
         try:

@@ -474,6 +474,7 @@ def scan_partition(endpoint: str, table: str, partition: int) -> list[tuple[obje
                       for page in pages for row in rows_pb2.StatementResult.FromString(page.rows).rows)
 
 
+@pytest.mark.slow  # 45 s; make test's fresh-clone CI took 14:17 of its 15 minutes on 2026-12-01; make test-all runs it
 async def test_windowed_tables_are_exact_across_a_sigkill_and_standbys_serve_their_windows(
         agg_cluster: LocalCluster) -> None:
     """Tumbling windows per sensor (late records dropped, windows expiring), hopping windows per

@@ -35,19 +35,22 @@ async def test_the_watch_wakes_its_waiters_when_a_committed_end_moves_and_only_t
     watch = InputWatch(kafka_connection, POLL_S)
     try:
         watch.watch([quiet, busy])
-        await asyncio.wait_for(watch.moved(30), 30)  # the first fetch: every end is new
+        await asyncio.wait_for(watch.moved(watch.moves, 30), 30)  # the first fetch: every end is new
         assert watch.ends == {quiet: 0, busy: 0}
 
         await producer.begin_transaction()
         await producer.send_and_wait(topic, b"v", key=b"k", partition=busy.partition)
-        await watch.moved(20 * POLL_S)  # an open transaction's records hold the stable offset
+        await watch.moved(watch.moves, 20 * POLL_S)  # an open transaction's records hold the stable offset
         assert watch.ends == {quiet: 0, busy: 0}, "records of an open transaction woke a parked query"
 
-        waiting = asyncio.ensure_future(watch.moved(30))
+        looked = watch.moves
+        waiting = asyncio.ensure_future(watch.moved(looked, 30))
         await asyncio.sleep(0)
         await producer.commit_transaction()
         await asyncio.wait_for(waiting, 30)
         assert watch.ends[quiet] == 0 and watch.ends[busy] == 2, "the record and its commit marker"
+        # A stage that looked at the ends before that move, and waits only now, is not left waiting.
+        await asyncio.wait_for(watch.moved(looked, 600), 10)
 
         watch.unwatch([busy])
         assert watch.ends == {quiet: 0}

@@ -609,15 +609,19 @@ class FakeWatch:
     def __init__(self) -> None:
         self.ends: dict[TopicPartition, int] = {}
         self.watched: list[TopicPartition] = []
+        self.moves = 0
         self.fetched = asyncio.Event()
 
     def fetch(self, ends: dict[TopicPartition, int]) -> None:
         """A fetch of the watched ends found these: the parked wake up."""
         self.ends.update(ends)
+        self.moves += 1
         self.fetched.set()
         self.fetched = asyncio.Event()
 
-    async def moved(self, timeout_s: float) -> None:
+    async def moved(self, since: int, timeout_s: float) -> None:
+        if self.moves != since:
+            return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.fetched.wait(), timeout_s)
 
