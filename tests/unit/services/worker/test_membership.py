@@ -126,6 +126,29 @@ def unary_only(coordinator: CoordinatorServicer, router: RouterInternalServicer)
     ]
 
 
+def beating(endpoint: str, interval_ms: int) -> tuple[MembershipAgent, FakeTasks, ChannelFactory, asyncio.Event]:
+    """A worker's membership agent (worker w1 at w1:1) whose coordinator is ``endpoint``, its
+    tasks, its channels and its stop."""
+    settings = SimpleNamespace(worker_id="w1", heartbeat_interval_ms=interval_ms, coordinators=[endpoint])
+    tasks, channels = FakeTasks(), ChannelFactory(None)
+    return MembershipAgent(settings, channels, tasks, lambda: "w1:1"), tasks, channels, asyncio.Event()  # type: ignore[arg-type]
+
+
+def beat_loops(agent: MembershipAgent, stop: asyncio.Event, endpoint: str) -> list[asyncio.Task[None]]:
+    """The agent's beats to a coordinator and a router both served at ``endpoint``."""
+    return [asyncio.create_task(agent.heartbeat_loop(stop, endpoint)), asyncio.create_task(agent.report_loop(stop, endpoint))]
+
+
+async def shut(stop: asyncio.Event, loops: list[asyncio.Task[None]], channels: ChannelFactory,
+               server: grpc.aio.Server) -> None:
+    """Stop the beats (cancelled if they did not end), close the channels and the server."""
+    stop.set()
+    for loop in loops:
+        loop.cancel()
+    await channels.close()
+    await server.stop(None)
+
+
 async def eventually(condition: Callable[[], bool], within: float = 10.0) -> None:
     deadline = time.monotonic() + within
     while not condition():
@@ -150,11 +173,8 @@ async def test_beats_reach_the_coordinator_and_the_router_and_the_assignment_com
         server.add_generic_rpc_handlers(unary_only(coordinator, router))
     endpoint = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
     await server.start()
-    settings = SimpleNamespace(worker_id="w1", heartbeat_interval_ms=20, coordinators=[endpoint])
-    tasks, channels, stop = FakeTasks(), ChannelFactory(None), asyncio.Event()
-    agent = MembershipAgent(settings, channels, tasks, lambda: "w1:1")  # type: ignore[arg-type]
-    loops = [asyncio.create_task(agent.heartbeat_loop(stop, endpoint)),
-             asyncio.create_task(agent.report_loop(stop, endpoint))]
+    agent, tasks, channels, stop = beating(endpoint, interval_ms=20)
+    loops = beat_loops(agent, stop, endpoint)
     try:
         await eventually(lambda: tasks.taken != [] and members.beats >= 5 and "w1:1" in hosts.hosts)
         assert tasks.taken == [(cluster.generation, {"Q": {0}}, set())]
@@ -166,11 +186,7 @@ async def test_beats_reach_the_coordinator_and_the_router_and_the_assignment_com
         await agent.leave()
         assert members.beats == beats and not cluster.views["w1"].alive  # no beat after the leave
     finally:
-        stop.set()
-        for loop in loops:
-            loop.cancel()
-        await channels.close()
-        await server.stop(None)
+        await shut(stop, loops, channels, server)
     streams = {"/millpond.coordinator.v1.CoordinatorService/Heartbeats",
                "/millpond.router.v1.RouterInternalService/StreamWorkerStatus"}
     if peers == "current":  # one stream each, however many beats
@@ -203,11 +219,8 @@ async def test_a_new_assignment_goes_out_at_once_and_a_broken_beat_stream_makes_
     router_internal_pb2_grpc.add_RouterInternalServiceServicer_to_server(RouterInternalServicer(hosts), server)
     endpoint = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
     await server.start()
-    settings = SimpleNamespace(worker_id="w1", heartbeat_interval_ms=60_000, coordinators=[endpoint])
-    tasks, channels, stop = FakeTasks(), ChannelFactory(None), asyncio.Event()
-    agent = MembershipAgent(settings, channels, tasks, lambda: "w1:1")  # type: ignore[arg-type]
-    loops = [asyncio.create_task(agent.heartbeat_loop(stop, endpoint)),
-             asyncio.create_task(agent.report_loop(stop, endpoint))]
+    agent, tasks, channels, stop = beating(endpoint, interval_ms=60_000)
+    loops = beat_loops(agent, stop, endpoint)
     try:
         await eventually(lambda: len(tasks.taken) == 1 and "w1:1" in hosts.hosts)
         cluster.reassign([QueryTasks("Q", 2)])
@@ -224,19 +237,14 @@ async def test_a_new_assignment_goes_out_at_once_and_a_broken_beat_stream_makes_
         cluster.membership.vouch("w1")  # it answered its health check
         assert cluster.membership.suspects() == []
 
-        loops = [asyncio.create_task(agent.heartbeat_loop(stop, endpoint)),
-                 asyncio.create_task(agent.report_loop(stop, endpoint))]
+        loops = beat_loops(agent, stop, endpoint)
         await eventually(lambda: members.beats == 2 and not hosts.dead("w1:1"))
         stop.set()  # the streams end
         await asyncio.wait_for(asyncio.gather(*loops), 5)
         await asyncio.sleep(0.2)
         assert cluster.membership.suspects() == [] and not hosts.dead("w1:1")
     finally:
-        stop.set()
-        for loop in loops:
-            loop.cancel()
-        await channels.close()
-        await server.stop(None)
+        await shut(stop, loops, channels, server)
 
 
 WORKER = """
