@@ -93,14 +93,13 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         # that as the end of the requests as often as a cancellation) and makes it a suspect.
         beats = aiter(requests)
         beat: asyncio.Future[Any] = asyncio.ensure_future(anext(beats))
+        change: asyncio.Future[Any] = asyncio.ensure_future(self.changes.next().wait())
         worker_id, known, ended = "", -1, False
         try:
             while True:
-                change: asyncio.Future[Any] = asyncio.ensure_future(self.changes.next().wait())
-                try:
-                    await asyncio.wait({beat, change}, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    change.cancel()
+                await asyncio.wait({beat, change}, return_when=asyncio.FIRST_COMPLETED)
+                if change.done():  # the next change's event, taken before the assignment is looked at
+                    change = asyncio.ensure_future(self.changes.next().wait())
                 if beat.done():
                     try:
                         request = beat.result()
@@ -120,6 +119,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
                     yield coordinator_pb2.HeartbeatsResponse(answer=answer)
         finally:
             beat.cancel()
+            change.cancel()
             if worker_id and not ended:
                 self.members.disconnected(worker_id)
 
