@@ -30,6 +30,8 @@ import json
 import logging
 import struct
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,18 +131,32 @@ class TableSide:
         # An empty fetch may still move past transaction markers.
         self.fetched_to = max(self.fetched_to, last, await consumer.position(self.input))
 
+    @contextmanager
+    def fetching(self, consumer: AIOKafkaConsumer) -> Iterator[None]:
+        """The partition fetched while the body runs, paused otherwise: a consumer fetches its
+        unpaused partitions in the background without end, one request every ``fetch_max_wait_ms``
+        while they are quiet (40 a second for a task waiting on its stream's next batch)."""
+        consumer.resume(self.input)
+        try:
+            yield
+        finally:
+            consumer.pause(self.input)
+
     async def catch_up(self, consumer: AIOKafkaConsumer, end: int) -> None:
         """Fetch up to ``end`` (the partition's last stable offset when the batch began);
         TableBehind when a fetch moves nothing for ``CATCH_UP_TIMEOUT_S``."""
+        if self.fetched_to >= end:
+            return
         deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
-        while self.fetched_to < end:
-            if time.monotonic() > deadline:
-                raise TableBehind(f"the table {self.table.name}'s partition {self.input.partition} was read to "
-                                  f"{self.fetched_to} of {end} and moved no further in {CATCH_UP_TIMEOUT_S} s")
-            before = self.fetched_to
-            await self.fetch(consumer)
-            if self.fetched_to > before:
-                deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
+        with self.fetching(consumer):
+            while self.fetched_to < end:
+                if time.monotonic() > deadline:
+                    raise TableBehind(f"the table {self.table.name}'s partition {self.input.partition} was read to "
+                                      f"{self.fetched_to} of {end} and moved no further in {CATCH_UP_TIMEOUT_S} s")
+                before = self.fetched_to
+                await self.fetch(consumer)
+                if self.fetched_to > before:
+                    deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
 
     def apply(self, record: TableRecord, overlay: dict[bytes, list[Any] | None], bad: list[BadRecord]) -> None:
         """One table record into ``overlay`` (a NULL value deletes its key's row; a value that
@@ -288,6 +304,7 @@ class JoinTask(Task[JoinSlice]):
         self._table_ends = self.settings.kafka.end_offsets_consumer()
         await gather_or_cancel(self._open_producer(), self.consumer.start(), self._table_ends.start())
         self.consumer.assign([side.input for side in self.sides])
+        self.consumer.pause(*(side.input for side in self.sides))  # fetched only to catch up (TableSide.fetching)
         # Fenced: the committed position is final.
         committed = (await committed_positions(self.settings.kafka, self.group, [self.input])).get(self.input)
         stored = self.store.position(INPUT_OFFSET)
@@ -301,8 +318,9 @@ class JoinTask(Task[JoinSlice]):
             self.records_to_restore = sum(max(t - s.table_offset, 0) for s, t in zip(self.sides, targets, strict=True))
             overlay: dict[bytes, list[Any] | None] = {}
             for side, target in zip(self.sides, targets, strict=True):
-                while side.fetched_to < target:
-                    await side.fetch(self.consumer)
+                with side.fetching(self.consumer):
+                    while side.fetched_to < target:
+                        await side.fetch(self.consumer)
                 applied = [r for r in side.pending if r.offset < target]
                 side.pending = side.pending[len(applied):]
                 for record in applied:

@@ -659,3 +659,56 @@ async def test_a_join_asks_its_tables_end_offsets_on_a_consumer_that_does_not_fe
     for offset in (0, 1):  # batch after batch
         assert await task.commit(JoinSlice(offset, offset, count=1, records=[(offset, b'"s1"', 1000, ["s1", "a", 5])]))
     assert task._table_ends.asked == 2 and steps(log).count("commit") == 2
+
+
+@dataclass(frozen=True)
+class _TableRecord:
+    offset: int
+    timestamp: int
+    key: bytes
+    value: bytes
+
+
+class _TableConsumer:
+    """A join's table consumer that fails a fetch of a paused partition, as the real one
+    returns nothing for it: the task must resume what it reads."""
+
+    def __init__(self, tp: TopicPartition, records: list[_TableRecord]):
+        self.tp, self.records = tp, records
+        self.paused = {tp}  # as ``start`` leaves it
+        self.fetched = 0
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        self.paused -= set(partitions)
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        self.paused |= set(partitions)
+
+    async def getmany(self, tp: TopicPartition, timeout_ms: int, max_records: int) -> dict[TopicPartition, list[_TableRecord]]:
+        assert tp not in self.paused, "a paused partition fetched"
+        records, self.records = self.records, []
+        self.fetched += len(records)
+        return {tp: records} if records else {}
+
+    async def position(self, tp: TopicPartition) -> int:
+        return 1 + max((r.offset for r in self.records), default=self.fetched - 1)
+
+
+async def test_a_joins_table_partition_is_fetched_only_while_a_batch_catches_up(tmp_path: Path) -> None:
+    """Between batches the table partition is paused: a consumer keeps fetching its unpaused
+    partitions in the background, one request per fetch wait while the table is quiet."""
+    log: list[Any] = []
+    meta = Metastore()
+    for offset, statement in enumerate(STATEMENTS):
+        meta.apply(parse_statement(statement), offset)
+    query_id = next(q.query_id for q in meta.queries.values() if q.sink == "NAMED")
+    task = make_task(JoinTask, query_id, tmp_path, log)
+    (side,) = task.sides
+    table = _TableConsumer(side.input, [_TableRecord(0, 500, b'"s1"', b'{"NAME": "first", "SIZE": 1}')])
+    task.consumer, task._table_ends = table, _Ends({side.input: 1})
+    assert await task.commit(JoinSlice(0, 0, count=1, records=[(0, b'"s1"', 1000, ["s1", "a", 5])]))
+    assert table.fetched == 1 and table.paused == {side.input}
+    assert await task.commit(JoinSlice(1, 1, count=1, records=[(1, b'"s1"', 2000, ["s1", "a", 6])]))  # no fetch: caught up
+    sent = [json.loads(e.value) for e in log if isinstance(e, Sent) and e.topic == task.sink.topic]
+    assert [(row["READING"], row["NAME"]) for row in sent] == [(5, "first"), (6, "first")]
+    task.store.close()
