@@ -64,6 +64,9 @@ FETCH_MS = 50
 CATCH_UP_TIMEOUT_S = 60.0
 """How long a batch waits for the table's partition to be read up to its end."""
 CONSUMER_STOP_TIMEOUT_S = 10.0
+TABLE_IDLE_WAKE_MS = 2000
+"""The table consumer's ``consumer_timeout_ms``: paused between batches, it has nothing to do
+(a resume wakes it at once)."""
 
 
 def committed_table_offsets(metadata: str) -> list[int] | None:
@@ -300,7 +303,7 @@ class JoinTask(Task[JoinSlice]):
         self.store = await opened(store_path(self.settings, owner, self.partition))
         self.consumer = AIOKafkaConsumer(**self.settings.kafka.client_args(), isolation_level="read_committed",
                                          enable_auto_commit=False, fetch_max_wait_ms=25,
-                                         auto_offset_reset="earliest")
+                                         consumer_timeout_ms=TABLE_IDLE_WAKE_MS, auto_offset_reset="earliest")
         self._table_ends = self.settings.kafka.end_offsets_consumer()
         await gather_or_cancel(self._open_producer(), self.consumer.start(), self._table_ends.start())
         self.consumer.assign([side.input for side in self.sides])

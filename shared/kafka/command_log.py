@@ -25,7 +25,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.queries import Resolved
 from millpond.shared.errors import SetupError, UnavailableError
-from millpond.shared.kafka.connection import KafkaConnection, started
+from millpond.shared.kafka.connection import KafkaConnection, idle_wake_ms, started
 from millpond.shared.sql.parser import parse_statement
 from millpond.shared.teardown import run_to_end
 
@@ -90,6 +90,7 @@ class CommandReader:
             # worker) takes the default: new commands still arrive at once, and an idle
             # node makes 2 fetches a second instead of 40.
             fetch_max_wait_ms=fetch_max_wait_ms,
+            consumer_timeout_ms=idle_wake_ms(fetch_max_wait_ms),
         )
         self._ends = kafka.end_offsets_consumer()
         """Asks the topic's end offset for ``catch_up`` (on the reading consumer, every

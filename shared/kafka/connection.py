@@ -16,6 +16,8 @@ from aiokafka.helpers import create_ssl_context
 from millpond.shared.teardown import run_to_end
 
 TRANSACTION_RETRY_BACKOFF_MS = 20
+IDLE_WAKE_MIN_MS = 200
+"""aiokafka's default ``consumer_timeout_ms``."""
 """How long a transactional producer waits before it retries a retriable error (aiokafka's
 default is 100 ms, never backed off further). Right after a transaction commits, the
 transaction coordinator is still writing its markers: the next transaction's first produce
@@ -95,6 +97,15 @@ class KafkaConnection:
                             "kafka.ssl.keystore.key": Path(self.ssl_key_file).read_text()}
         return options
 
+
+
+def idle_wake_ms(fetch_max_wait_ms: int) -> int:
+    """``consumer_timeout_ms`` for a consumer that stays assigned: how often aiokafka's
+    background fetch routine wakes when nothing happened. Its default (200) woke every
+    long-lived consumer of a worker five times a second; each event the routine acts on (a
+    fetch answered, records taken, a partition resumed or unassigned) wakes it anyway, so it
+    need not wake more often than its fetches return."""
+    return max(IDLE_WAKE_MIN_MS, fetch_max_wait_ms)
 
 class Client(Protocol):
     """An aiokafka producer or consumer."""

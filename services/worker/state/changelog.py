@@ -36,7 +36,7 @@ from millpond.services.worker.state.store import (
     PartitionStore,
     changelog_input_offset,
 )
-from millpond.shared.kafka.connection import KafkaConnection
+from millpond.shared.kafka.connection import KafkaConnection, idle_wake_ms
 from millpond.shared.teardown import bounded, run_to_end
 
 MAX_RECORDS = 10_000
@@ -111,7 +111,7 @@ class ChangelogReader:
         # offset left; aiokafka's default ("latest") would skip the whole log.
         self.consumer = AIOKafkaConsumer(**kafka.client_args(), isolation_level="read_committed",
                                          enable_auto_commit=False, fetch_max_wait_ms=fetch_max_wait_ms,
-                                         auto_offset_reset="earliest")
+                                         consumer_timeout_ms=idle_wake_ms(fetch_max_wait_ms), auto_offset_reset="earliest")
         self.progress = ChangelogProgress()
         self._stable = -1
         """The highest last stable offset seen (fetches and end offsets)."""

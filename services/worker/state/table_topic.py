@@ -33,7 +33,7 @@ from millpond.services.worker.state.changelog import CONSUMER_STOP_TIMEOUT_S, MA
 from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore, encode_state
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.errors import MillpondError
-from millpond.shared.kafka.connection import KafkaConnection
+from millpond.shared.kafka.connection import KafkaConnection, idle_wake_ms
 from millpond.shared.kafka.serde import (
     base64_bytes,
     coerce,
@@ -126,7 +126,7 @@ class TableTopicReader:
         # "earliest": a copy's position below the topic's first offset (retention) starts there.
         self.consumer = AIOKafkaConsumer(**kafka.client_args(), isolation_level="read_committed",
                                          enable_auto_commit=False, fetch_max_wait_ms=fetch_max_wait_ms,
-                                         auto_offset_reset="earliest")
+                                         consumer_timeout_ms=idle_wake_ms(fetch_max_wait_ms), auto_offset_reset="earliest")
         self.offset = 0
 
     @property
