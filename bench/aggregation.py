@@ -80,9 +80,9 @@ STREAM_JOINED = ("CREATE STREAM reading_alerts AS SELECT r.sensor, r.reading, a.
 
 
 async def produce_sensors(bootstrap: str, rows: int, timestamp_ms: int | None, topic: str = "sensors",
-                          column: str = "SITE", every: int = 1, shift: int = 0) -> None:
+                          column: str = "SITE", every: int = 1, shift: int = 0, partitions: int = PARTITIONS) -> None:
     """A table's rows (each sensor's ``column``: ``<column>-<(k + shift) % 97>``), for every
-    ``every``-th sensor, stamped ``timestamp_ms`` (None: now)."""
+    ``every``-th sensor, stamped ``timestamp_ms`` (None: now), in a topic of ``partitions``."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=512 * 1024, acks=1)
     await producer.start()
     try:
@@ -90,7 +90,7 @@ async def produce_sensors(bootstrap: str, rows: int, timestamp_ms: int | None, t
         for k in range(0, rows, every):
             name = key_name(k).encode()
             pending.append(await producer.send(topic, json.dumps({column: f"{column.lower()}-{(k + shift) % 97}"}).encode(),
-                                               key=name, partition=partition_for(name, PARTITIONS),
+                                               key=name, partition=partition_for(name, partitions),
                                                timestamp_ms=timestamp_ms))
         await asyncio.gather(*pending)
     finally:
