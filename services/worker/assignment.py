@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -133,7 +134,7 @@ class TaskAssignment:
             raise NotFoundError(f"worker {self.settings.worker_id} keeps no standby of partition {partition} "
                                 f"of query {query_id}")
         for copy in (replica, *self.companions.get((query_id, partition), [])):
-            self._soon(copy.resumed.clear if paused else copy.resumed.set)
+            self._soon(functools.partial(copy.pause, paused))
         return replica.position
 
     def active_tasks(self) -> list[Task[Any]]:

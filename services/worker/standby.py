@@ -90,6 +90,8 @@ class StandbyReplica:
         """Whether the copy has once reached the changelog's end as it was when replay started;
         before that it may lack whole keys and must not answer reads."""
         self._job: asyncio.Task[None] | None = None
+        self._fetch: asyncio.Future[int] | None = None
+        """The replay's fetch while it waits (``pause`` cancels it)."""
         self._hand_over = False
         """Whether the replay, once stopped, leaves its store open for the active task (``stop``)."""
 
@@ -100,6 +102,16 @@ class StandbyReplica:
             return None
         return StoreLag(self.query_id, self.partition, False, self.position, max(self.end, self.position),
                         self.last_applied_ms, self.input_offset)
+
+    def pause(self, paused: bool) -> None:
+        """Pause or resume the replay. A pause stops a fetch that waits at the broker (up to
+        ``FETCH_WAIT_MS``) at once: nothing committed after it is applied."""
+        if not paused:
+            self.resumed.set()
+            return
+        self.resumed.clear()
+        if self._fetch is not None:
+            self._fetch.cancel()
 
     def start(self) -> None:
         """Replay in the background until ``stop``."""
@@ -149,7 +161,18 @@ class StandbyReplica:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self.resumed.wait(), POLL_MS / 1000)
                     continue
-                if await reader.fetch(FETCH_WAIT_MS):
+                # A fetch applies what it got in one write batch after its last await: cancelled, it applied nothing.
+                self._fetch = asyncio.ensure_future(reader.fetch(FETCH_WAIT_MS))
+                try:
+                    applied = await self._fetch
+                except asyncio.CancelledError:
+                    task = asyncio.current_task()
+                    if self.resumed.is_set() or (task is not None and task.cancelling()):
+                        raise  # stopped, not paused
+                    continue
+                finally:
+                    self._fetch = None
+                if applied:
                     self.last_applied_ms = now_ms()
                 # Past commit markers after an empty fetch; the input offset of complete transactions only.
                 moved = reader.input_offset != self.input_offset

@@ -16,8 +16,6 @@ from aiokafka.helpers import create_ssl_context
 from millpond.shared.teardown import run_to_end
 
 TRANSACTION_RETRY_BACKOFF_MS = 20
-IDLE_WAKE_MIN_MS = 200
-"""aiokafka's default ``consumer_timeout_ms``."""
 """How long a transactional producer waits before it retries a retriable error (aiokafka's
 default is 100 ms, never backed off further). Right after a transaction commits, the
 transaction coordinator is still writing its markers: the next transaction's first produce
@@ -26,6 +24,8 @@ verification reports as NOT_ENOUGH_REPLICAS) and the InitProducerId of a new own
 while the old owner's open transaction aborts. Back-to-back transactions on an idle broker:
 p99 per commit 113-148 ms with 100 ms, 37-56 ms with 20 ms (20-48 ms with 10 ms, but a
 broker down would then see a hundred retries a second from each task, each logged)."""
+IDLE_WAKE_MIN_MS = 200
+"""aiokafka's default ``consumer_timeout_ms``."""
 
 _JAAS_MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
@@ -98,7 +98,6 @@ class KafkaConnection:
         return options
 
 
-
 def idle_wake_ms(fetch_max_wait_ms: int) -> int:
     """``consumer_timeout_ms`` for a consumer that stays assigned: how often aiokafka's
     background fetch routine wakes when nothing happened. Its default (200) woke every
@@ -106,6 +105,7 @@ def idle_wake_ms(fetch_max_wait_ms: int) -> int:
     fetch answered, records taken, a partition resumed or unassigned) wakes it anyway, so it
     need not wake more often than its fetches return."""
     return max(IDLE_WAKE_MIN_MS, fetch_max_wait_ms)
+
 
 class Client(Protocol):
     """An aiokafka producer or consumer."""

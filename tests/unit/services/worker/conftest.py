@@ -22,6 +22,7 @@ def changelog(monkeypatch: pytest.MonkeyPatch) -> Iterator[Changelog]:
     monkeypatch.setattr(FakeConsumer, "seeks", [])
     monkeypatch.setattr(FakeConsumer, "chunks", [])
     monkeypatch.setattr(FakeConsumer, "observe", None)
+    monkeypatch.setattr(FakeConsumer, "waits", False)
     monkeypatch.setattr(changelog_module, "AIOKafkaConsumer", FakeConsumer)
     yield log
 

@@ -58,6 +58,9 @@ class FakeConsumer:
     """Sizes of the next fetches, consumed in order (of every consumer), before ``chunk``."""
     observe: ClassVar[Callable[[], None] | None] = None
     """Called as each fetch begins: what the caller reports after the fetch before."""
+    waits: ClassVar[bool] = False
+    """Whether a fetch with nothing to return waits for records up to its ``timeout_ms``, as
+    the broker holds it (else it returns after 5 ms)."""
 
     def __init__(self, **_: Any):
         self.next = 0
@@ -86,10 +89,13 @@ class FakeConsumer:
         if FakeConsumer.observe is not None:
             FakeConsumer.observe()
         size = self.chunks.pop(0) if self.chunks else self.chunk
-        records = [r for r in self.changelog.records if r.offset >= self.next][:size]
-        if not records:
-            await asyncio.sleep(0.005)  # a real fetch waits up to timeout_ms for data
-            return {}
+        waited = 0.0
+        while not (records := [r for r in self.changelog.records if r.offset >= self.next][:size]):
+            if not self.waits or waited >= timeout_ms / 1000:
+                await asyncio.sleep(0.005)
+                return {}
+            await asyncio.sleep(0.001)
+            waited += 0.001
         self.next = records[-1].offset + 1
         return {tp: records}
 

@@ -102,7 +102,7 @@ async def test_a_restarted_standby_resumes_where_its_store_is(changelog: Changel
 async def test_a_paused_standby_applies_nothing_but_reports_its_lag(changelog: Changelog, tmp_path: Path) -> None:
     changelog.commit_batch({b"s1": [[1]], b"s2": [[1]], b"s3": [[1]]}, reaches=10)
     copy = replica(tmp_path)
-    copy.resumed.clear()
+    copy.pause(True)
     copy.start()
     try:
         await until(lambda: copy.lag() is not None, "the copy knows the end")
@@ -112,10 +112,30 @@ async def test_a_paused_standby_applies_nothing_but_reports_its_lag(changelog: C
         assert lag is not None and (lag.current_offset, lag.lag, lag.input_offset) == (0, 6, -1)
         assert not copy.caught_up and copy.store is not None and dict(copy.store.items()) == {}
 
-        copy.resumed.set()
+        copy.pause(False)
         await until(lambda: (lag := copy.lag()) is not None and lag.lag == 0, "the resumed copy caught up")
         assert copy.caught_up
         assert dict(copy.store.items()) == {b"s1": [[1]], b"s2": [[1]], b"s3": [[1]], b"s4": [[1]]}
+    finally:
+        await copy.stop()
+
+
+async def test_a_standby_paused_while_its_fetch_waits_at_the_broker_applies_nothing_after_the_pause(
+        changelog: Changelog, tmp_path: Path) -> None:
+    """A caught-up copy's fetch waits up to FETCH_WAIT_MS for the next commit; a pause stops
+    it, so a transaction committed after the pause waits for the resume."""
+    FakeConsumer.waits = True
+    changelog.commit_batch({b"s1": [[1]]}, reaches=10)
+    copy = replica(tmp_path)
+    copy.start()
+    try:
+        await until(lambda: copy.caught_up and copy._fetch is not None, "the copy caught up and waits")
+        copy.pause(True)
+        changelog.commit_batch({b"s2": [[1]]}, reaches=11)
+        await until(lambda: (lag := copy.lag()) is not None and lag.end_offset == 4, "the paused copy saw the new end")
+        assert copy.store is not None and dict(copy.store.items()) == {b"s1": [[1]]}
+        copy.pause(False)
+        await until(lambda: copy.store is not None and b"s2" in dict(copy.store.items()), "the resumed copy applied it")
     finally:
         await copy.stop()
 
