@@ -623,6 +623,16 @@ def test_commit_metadata_of_either_form_gives_a_stream_table_joins_table_offsets
     assert committed_table_offsets('{"ends":[3]}') is None
 
 
+def join_task(tmp_path: Path, log: list[Any]) -> JoinTask:
+    """The task of the stream-table join (``NAMED``), on partition 0."""
+    meta = Metastore()
+    for offset, statement in enumerate(STATEMENTS):
+        meta.apply(parse_statement(statement), offset)
+    query_id = next(q.query_id for q in meta.queries.values() if q.sink == "NAMED")
+    task: JoinTask = make_task(JoinTask, query_id, tmp_path, log)
+    return task
+
+
 class _Fetching:
     """A join's table consumer, always with a fetch in flight: asking it the end offsets
     would wait behind that fetch."""
@@ -645,14 +655,10 @@ class _Ends:
 
 async def test_a_join_asks_its_tables_end_offsets_on_a_consumer_that_does_not_fetch(tmp_path: Path) -> None:
     """Each commit reads the tables up to their ends first; the ends come from a consumer
-    of their own (the table consumer keeps a fetch in flight, which the broker holds while
-    the table is quiet: every commit waited for it)."""
+    of their own (the table consumer may have a fetch in flight, which the broker holds while
+    the table is quiet: a commit would wait for it)."""
     log: list[Any] = []
-    meta = Metastore()
-    for offset, statement in enumerate(STATEMENTS):
-        meta.apply(parse_statement(statement), offset)
-    query_id = next(q.query_id for q in meta.queries.values() if q.sink == "NAMED")
-    task = make_task(JoinTask, query_id, tmp_path, log)
+    task = join_task(tmp_path, log)
     (side,) = task.sides
     side.fetched_to = 3  # the table read up to its end already
     task.consumer, task._table_ends = _Fetching(), _Ends({side.input: 3})
@@ -698,11 +704,7 @@ async def test_a_joins_table_partition_is_fetched_only_while_a_batch_catches_up(
     """Between batches the table partition is paused: a consumer keeps fetching its unpaused
     partitions in the background, one request per fetch wait while the table is quiet."""
     log: list[Any] = []
-    meta = Metastore()
-    for offset, statement in enumerate(STATEMENTS):
-        meta.apply(parse_statement(statement), offset)
-    query_id = next(q.query_id for q in meta.queries.values() if q.sink == "NAMED")
-    task = make_task(JoinTask, query_id, tmp_path, log)
+    task = join_task(tmp_path, log)
     (side,) = task.sides
     table = _TableConsumer(side.input, [_TableRecord(0, 500, b'"s1"', b'{"NAME": "first", "SIZE": 1}')])
     task.consumer, task._table_ends = table, _Ends({side.input: 1})
