@@ -74,7 +74,7 @@ def service_costs(local: LocalCluster, seconds: float) -> dict[str, dict[str, fl
 
 
 def measure(workers: int, seconds: float, settle_s: float, env: dict[str, str] | None = None,
-            profile_seconds: float = 0, joins: int = 0, standbys: int = 0) -> dict[str, Any]:
+            profile_seconds: float = 0, joins: int = 0, standbys: int = 1) -> dict[str, Any]:
     env = env or {}
     profile: dict[str, Any] = {}
     with cluster(workers=workers, standbys=standbys, worker_env=dict(env)) as local:
