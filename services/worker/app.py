@@ -47,8 +47,7 @@ class Worker:
     def __init__(self, settings: WorkerSettings):
         self.settings = settings
         self.metastore = Metastore()
-        # Following only (catch_up once, at start): idle fetches wait the default 500 ms.
-        self.reader = CommandReader(settings.kafka, settings.command_topic, self.metastore, fetch_max_wait_ms=500)
+        self.reader = CommandReader(settings.kafka, settings.command_topic, self.metastore)
         self.channels = ChannelFactory(settings.tls, message_limits(settings.max_message_bytes))
         """Channels to the coordinators and routers (mutual TLS when configured)."""
         self.spark = LazySession(settings)

@@ -251,7 +251,9 @@ async def test_a_reader_already_at_the_end_catches_up_without_waiting_for_its_po
             assert "CAUGHT" in reader.metastore.sources
             await coordinator.execute("CREATE STREAM CAUGHT_TOO (A INT) WITH (kafka_topic='caught_too', "
                                       "partitions=1, value_format='JSON')", {})
-            await reader.catch_up()  # something new: read under the lock
+            # Something new: read under the lock, from a fetch the broker answers when the
+            # commit moves the last stable offset, not after its 30 s wait.
+            await asyncio.wait_for(reader.catch_up(), 10)
             assert "CAUGHT_TOO" in reader.metastore.sources
         finally:
             await reader.stop()
