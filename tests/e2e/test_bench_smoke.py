@@ -121,8 +121,8 @@ def test_the_other_benchmarks_run_and_report_their_baselines(tmp_path: Path) -> 
     assert size["batch_records"] == 1000 and size["reduce_ms"] > 0 and size["kafka_read_ms"] > 0
     waits = [run["fetch_max_wait_ms"] for run in results["command_log"]["runs"]]  # every statement applied, or it exits
     assert waits == [25, 500, 25, 500] and all(run["catch_up_ms_median"] > 0 for run in results["command_log"]["runs"])
+    # Each stream stayed open throughout (or the benchmark exits); CPU ticks over a smoke run's 2 s may be none.
     assert [run["mode"] for run in results["beats"]["runs"]] == ["quiet", "beats", "pings"]
-    assert results["beats"]["beats_client_cpu_core_fraction"] > 0  # (each stream stayed open throughout, or it exits)
     router = results["pull_queries"]["profile"]["router"]
     assert router["samples"] > 0 and any("services/router/" in f for f in router["inclusive_pct_millpond_functions"])
     scans = results["scans"]  # every row of the table through the router, and a filtered and a limited scan
