@@ -15,7 +15,6 @@ figure the heartbeats are, and what a longer interval or a transport ping would 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import statistics
 import subprocess
 import sys
@@ -27,6 +26,7 @@ import psutil
 
 from bench.common import arguments, emit, ratio
 from millpond.coordinator.v1 import coordinator_pb2
+from millpond.shared.events import wait_at_most
 from millpond.shared.net import free_port
 
 METHOD = "/bench.Beats/Beats"
@@ -85,8 +85,7 @@ async def measure(mode: str, port: int, server: psutil.Process, interval_ms: int
     async def beats() -> Any:
         while mode == "beats" and not stop.is_set():
             yield message
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), interval_ms / 1000)
+            await wait_at_most(stop, interval_ms / 1000)  # as a worker's beat loop pauses
         await stop.wait()  # quiet: the stream stays open, and nothing wakes this side
 
     try:

@@ -5,7 +5,6 @@ late keeps its tasks."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 
@@ -15,6 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from millpond.services.coordinator.cluster import Cluster
 from millpond.services.coordinator.membership import Member
 from millpond.shared import metrics
+from millpond.shared.events import wait_at_most
 from millpond.shared.rpc.tls import ChannelFactory
 
 log = logging.getLogger(__name__)
@@ -77,8 +77,7 @@ class FailureDetector:
             metrics.HEARTBEAT_AGE.clear()
             for member in membership.members.values():
                 metrics.HEARTBEAT_AGE.labels(member.worker_id).set(now - member.last_heartbeat)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), 0.05)
+            await wait_at_most(stop, 0.05)
 
     async def close(self) -> None:
         """Close the probe channels."""

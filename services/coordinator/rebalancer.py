@@ -4,13 +4,13 @@ the metastore changes, and periodically so that warm-ups that caught up take the
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from millpond.services.coordinator.assignor import QueryTasks
 from millpond.services.coordinator.cluster import Cluster
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.topology import stages
+from millpond.shared.events import wait_at_most
 from millpond.shared.task_status import StoreLag, TaskReport
 
 log = logging.getLogger(__name__)
@@ -102,6 +102,5 @@ class Rebalancer:
         """Re-run the assignor with fresh lags every ``interval`` seconds, so warm-ups that
         caught up take their actives."""
         while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), interval)
+            await wait_at_most(stop, interval)
             self.reassign()

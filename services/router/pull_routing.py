@@ -35,6 +35,7 @@ from millpond.shared import consistency, metrics
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import RouterSettings
 from millpond.shared.errors import NotFoundError, UnavailableError
+from millpond.shared.events import wait_at_most
 from millpond.shared.kafka.command_log import CommandReader
 from millpond.shared.results import Outcome
 from millpond.shared.rpc.tls import ChannelFactory
@@ -374,8 +375,7 @@ class PullRouter:
             except grpc.aio.AioRpcError as err:
                 log.debug("assignment stream ended", extra={"coordinator": self.coordinators.endpoints[index],
                                                             "code": str(err.code())})
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), WATCH_RETRY_S)
+            await wait_at_most(stop, WATCH_RETRY_S)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Follow every coordinator's assignment stream until ``stop``; meanwhile refresh the
@@ -390,8 +390,7 @@ class PullRouter:
                     await self.refresh_assignment()
                 except grpc.aio.AioRpcError as err:
                     log.warning("assignment refresh failed", extra={"code": str(err.code())})
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self.settings.assignment_poll_interval_ms / 1000)
+                await wait_at_most(stop, self.settings.assignment_poll_interval_ms / 1000)
         finally:
             for follower in followers:
                 follower.cancel()

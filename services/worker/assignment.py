@@ -7,7 +7,6 @@ thread) and reads its reports and lags (snapshots, safe from any thread)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import time
@@ -34,6 +33,7 @@ from millpond.shared.catalog.queries import PersistentQuery, QueryPlan
 from millpond.shared.catalog.topology import REGROUP_STAGE, Stage, stages
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import NotFoundError
+from millpond.shared.events import wait_at_most
 from millpond.shared.task_status import StoreLag, TaskReport
 
 log = logging.getLogger(__name__)
@@ -154,8 +154,7 @@ class TaskAssignment:
         """Reconcile whenever something changed (and at least every second) until ``stop``."""
         self._loop = asyncio.get_running_loop()
         while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._dirty.wait(), 1.0)
+            await wait_at_most(self._dirty, 1.0)
             if stop.is_set():
                 break
             self._dirty.clear()

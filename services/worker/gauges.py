@@ -4,13 +4,13 @@ next offset it will process), restore progress and every table copy's lag."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from aiokafka import AIOKafkaConsumer
 
 from millpond.services.worker.assignment import TaskAssignment
 from millpond.shared import metrics
+from millpond.shared.events import wait_at_most
 from millpond.shared.kafka.connection import KafkaConnection
 
 log = logging.getLogger(__name__)
@@ -26,8 +26,7 @@ async def refresh_loop(kafka: KafkaConnection, tasks: TaskAssignment, stop: asyn
                 await _refresh(consumer, tasks)
             except Exception as error:  # a metric must never take the worker down
                 log.debug("metrics refresh failed", extra={"error": repr(error)})
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), 1.0)
+            await wait_at_most(stop, 1.0)
     finally:
         await consumer.stop()
 

@@ -5,7 +5,6 @@ leave on shutdown."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -18,6 +17,7 @@ from millpond.router.v1 import router_internal_pb2, router_internal_pb2_grpc
 from millpond.services.worker.assignment import TaskAssignment
 from millpond.services.worker.converters import assigned_to
 from millpond.shared.config import WorkerSettings
+from millpond.shared.events import wait_at_most
 from millpond.shared.rpc.converters import store_lag_to_common, store_lag_to_proto, task_report_to_proto
 from millpond.shared.rpc.tls import ChannelFactory
 from millpond.shared.task_status import StoreLag
@@ -44,12 +44,6 @@ class Beat(Protocol):
 
 
 B = TypeVar("B", bound=Beat)
-
-
-async def _pause(stop: asyncio.Event, seconds: float) -> None:
-    """Wait ``seconds``, or less if ``stop`` is set."""
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)
 
 
 def offered_lags(lags: list[StoreLag], spark_ready: bool) -> list[StoreLag]:
@@ -124,7 +118,7 @@ class MembershipAgent:
                     continue
                 if not (streams and err.code() == grpc.StatusCode.DEADLINE_EXCEEDED):  # not a renewal
                     log.warning("heartbeat failed", extra={"coordinator": coordinator, "code": str(err.code())})
-            await _pause(stop, self.settings.heartbeat_interval_ms / 1000)
+            await wait_at_most(stop, self.settings.heartbeat_interval_ms / 1000)
 
     def _heartbeat(self) -> coordinator_pb2.HeartbeatRequest:
         tasks = self.tasks
@@ -158,7 +152,7 @@ class MembershipAgent:
                     continue
                 if not (streams and err.code() == grpc.StatusCode.DEADLINE_EXCEEDED):  # not a renewal
                     log.debug("lag report failed", extra={"router": router, "code": str(err.code())})
-            await _pause(stop, self.settings.heartbeat_interval_ms / 1000)
+            await wait_at_most(stop, self.settings.heartbeat_interval_ms / 1000)
 
     def _status(self) -> router_internal_pb2.ReportWorkerStatusRequest:
         return router_internal_pb2.ReportWorkerStatusRequest(
@@ -178,7 +172,7 @@ class MembershipAgent:
             yield message
             if message.last:
                 return
-            await _pause(stop, interval)
+            await wait_at_most(stop, interval)
 
     async def leave(self) -> None:
         """Tell the coordinators this worker is going, so its tasks move now (to caught-up

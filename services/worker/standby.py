@@ -14,7 +14,6 @@ of a transaction it applied completely (``state/changelog.py``; the restore read
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +28,7 @@ from millpond.services.worker.task import store_path
 from millpond.shared.catalog.names import changelog_topic
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.config import WorkerSettings
+from millpond.shared.events import wait_at_most
 from millpond.shared.task_status import StoreLag, now_ms
 from millpond.shared.teardown import cancel_and_wait
 
@@ -158,8 +158,7 @@ class StandbyReplica:
             while True:
                 if not self.resumed.is_set():  # paused: apply nothing, but keep the lag honest
                     self.end = await reader.end_offset()
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self.resumed.wait(), POLL_MS / 1000)
+                    await wait_at_most(self.resumed, POLL_MS / 1000)
                     continue
                 # A fetch applies what it got in one write batch after its last await: cancelled, it applied nothing.
                 self._fetch = asyncio.ensure_future(reader.fetch(FETCH_WAIT_MS))
