@@ -12,14 +12,17 @@ changelog on the other worker. ``--joins 1``: a fourth query, the
 readings LEFT JOINed with a table of 100 sensors (a stream-table join, whose tasks hold a
 consumer of the table's partitions). With ``--profile-seconds N``, after the measurement,
 py-spy samples worker-1 for N seconds (bench/profile): where an idle worker's Python CPU goes.
+``--slices N`` also reports each of N consecutive parts of ``--seconds``: the first minutes
+after the queries caught up still carry the Spark JVM's compiler threads finishing their work.
 
-``python -m bench.idle [--workers 2 --seconds 30 --standbys 1 --joins 0 --profile-seconds 0]``
+``python -m bench.idle [--workers 2 --seconds 30 --standbys 1 --joins 0 --slices 1 --profile-seconds 0]``
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from itertools import pairwise
 from typing import Any
 
 import psutil
@@ -59,22 +62,34 @@ def _rss_mib(tree: list[psutil.Process]) -> float:
     return round(total / 2**20, 1)
 
 
-def service_costs(local: LocalCluster, seconds: float) -> dict[str, dict[str, float]]:
+def service_costs(local: LocalCluster, seconds: float, slices: int = 1) -> tuple[dict[str, dict[str, float]], list[dict[str, Any]]]:
     """Per service (each worker, the coordinator, the router): the share of one core its
-    process tree used over ``seconds`` (and of it, a worker's Spark JVM's share), and its RSS."""
+    process tree used over ``seconds`` (and of it, a worker's Spark JVM's share), and its RSS;
+    and the same shares in each of ``slices`` consecutive equal parts of ``seconds`` (how the
+    cost moves while the services settle)."""
     trees = {c.name: _tree(c.process.pid) for c in local.children if c.process is not None}
     jvms = {name: [p for p in tree if "java" in p.name()] for name, tree in trees.items()}
-    before = {name: (_cpu_seconds(tree), _cpu_seconds(jvms[name])) for name, tree in trees.items()}
-    started = time.monotonic()
-    time.sleep(seconds)
-    elapsed = time.monotonic() - started
-    return {name: {"cpu_core_fraction": round((_cpu_seconds(tree) - before[name][0]) / elapsed, 4),
-                   "jvm_cpu_core_fraction": round((_cpu_seconds(jvms[name]) - before[name][1]) / elapsed, 4),
-                   "rss_mib": _rss_mib(tree)} for name, tree in trees.items()}
+
+    def used() -> dict[str, tuple[float, float]]:
+        return {name: (_cpu_seconds(tree), _cpu_seconds(jvms[name])) for name, tree in trees.items()}
+
+    def shares(before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]],
+               elapsed: float) -> dict[str, dict[str, float]]:
+        return {name: {"cpu_core_fraction": round((after[name][0] - before[name][0]) / elapsed, 4),
+                       "jvm_cpu_core_fraction": round((after[name][1] - before[name][1]) / elapsed, 4)} for name in trees}
+
+    marks = [(time.monotonic(), used())]
+    for _ in range(slices):
+        time.sleep(seconds / slices)
+        marks.append((time.monotonic(), used()))
+    parts = [{"from_s": round(start - marks[0][0], 1), **shares(before, after, end - start)}
+             for (start, before), (end, after) in pairwise(marks)]
+    whole = shares(marks[0][1], marks[-1][1], marks[-1][0] - marks[0][0])
+    return {name: {**cost, "rss_mib": _rss_mib(trees[name])} for name, cost in whole.items()}, parts
 
 
 def measure(workers: int, seconds: float, settle_s: float, env: dict[str, str] | None = None,
-            profile_seconds: float = 0, joins: int = 0, standbys: int = 1) -> dict[str, Any]:
+            profile_seconds: float = 0, joins: int = 0, standbys: int = 1, slices: int = 1) -> dict[str, Any]:
     env = env or {}
     profile: dict[str, Any] = {}
     with cluster(workers=workers, standbys=standbys, worker_env=dict(env)) as local:
@@ -94,7 +109,7 @@ def measure(workers: int, seconds: float, settle_s: float, env: dict[str, str] |
             queries.append(str(outcome.message).rsplit(" ", 1)[-1])
         wait_caught_up(local, queries[0], ends)
         time.sleep(settle_s)  # the other queries catch up too, then park (after park_after_idle_ms)
-        idle = service_costs(local, seconds)
+        idle, parts = service_costs(local, seconds, slices)
         if profile_seconds:
             with sampled({"worker-1": local.child("worker-1").process.pid}, profile_seconds) as profile:
                 time.sleep(profile_seconds)
@@ -103,16 +118,17 @@ def measure(workers: int, seconds: float, settle_s: float, env: dict[str, str] |
     return {"workers": workers, "standbys": standbys, "queries": len(queries), "seconds": seconds, "idle": idle,
             "max_cpu_core_fraction": worst, "max_rss_mib": max(v["rss_mib"] for v in workers_idle.values()),
             "cluster_cpu_core_fraction": round(sum(v["cpu_core_fraction"] for v in idle.values()), 4),
-            "target_cpu_core_fraction": 0.03, "target_rss_mib": 1536, **({"profile": profile} if profile else {})}
+            "target_cpu_core_fraction": 0.03, "target_rss_mib": 1536, **({"slices": parts} if slices > 1 else {}),
+            **({"profile": profile} if profile else {})}
 
 
 def main() -> None:
-    args = arguments(__doc__, workers=2, seconds=30.0, settle=25.0, joins=0, standbys=1, profile_seconds=0.0)
+    args = arguments(__doc__, workers=2, seconds=30.0, settle=25.0, joins=0, standbys=1, slices=1, profile_seconds=0.0)
     if args.smoke:
         args.workers, args.seconds, args.settle = 1, 3.0, 2.0
     emit({"benchmark": "idle", "smoke": args.smoke,
           **measure(args.workers, args.seconds, args.settle, profile_seconds=args.profile_seconds, joins=args.joins,
-                     standbys=args.standbys)})
+                     standbys=args.standbys, slices=args.slices)})
 
 
 if __name__ == "__main__":
