@@ -3,7 +3,7 @@ transaction committed, and the CPU its idle polling costs, at the product's fetc
 (``COMMAND_FETCH_WAIT_MS``) against a 25 ms wait in the same run (what the coordinator and
 the router used before: a commit answering a held fetch at once is what lets the wait grow).
 
-Each reader follows the topic as a node does (a background loop of ``poll``); a writer
+Each reader follows the topic as a node does (``CommandReader.run``); a writer
 appends one statement per transaction every ``--gap-s``, and the reader's ``catch_up`` past
 it is timed from the commit, as a coordinator's is before it answers the statement (a commit
 returns before its markers are written, so the end offset asked at once may not count it
@@ -46,16 +46,12 @@ async def measure(bootstrap: str, run: int, wait_ms: int, statements: int, gap_s
     finally:
         await admin.close()
     kafka = KafkaConnection(bootstrap)
-    reader = CommandReader(kafka, topic, Metastore(), fetch_max_wait_ms=wait_ms)
+    # The streams' topics are never created: a node with every topic there lists them every 10 s.
+    reader = CommandReader(kafka, topic, Metastore(), fetch_max_wait_ms=wait_ms, errors_recheck_s=10.0)
     writer = CommandWriter(kafka, topic, f"bench-{run}")
     await reader.start()
     stop = asyncio.Event()
-
-    async def follow() -> None:
-        while not stop.is_set():
-            await reader.poll(200)
-
-    follower = asyncio.create_task(follow())
+    follower = asyncio.create_task(reader.run(stop))
     took_ms = []
     try:
         for i in range(statements):
@@ -85,7 +81,7 @@ async def measure(bootstrap: str, run: int, wait_ms: int, statements: int, gap_s
 def main() -> None:
     args = arguments(__doc__, statements=20, gap_s=0.7, idle_s=20.0)
     statements, idle_s = (3, 2.0) if args.smoke else (args.statements, args.idle_s)
-    # The streams' topics are never created: the reader's "in error" warnings are expected here.
+    # (The reader's "in error" warnings about those topics are expected here.)
     logging.getLogger("millpond.shared.kafka.command_log").setLevel(logging.ERROR)
     work = Path(tempfile.mkdtemp(prefix="millpond-bench-"))
     broker = EmbeddedKafka(work / "kafka")

@@ -12,8 +12,8 @@ changelog on the other worker. ``--joins 1``: a fourth query, the
 readings LEFT JOINed with a table of 100 sensors (a stream-table join, whose tasks hold a
 consumer of the table's partitions). With ``--profile-seconds N``, after the measurement,
 py-spy samples worker-1 for N seconds (bench/profile): where an idle worker's Python CPU goes.
-``--slices N`` also reports each of N consecutive parts of ``--seconds``: the first minutes
-after the queries caught up still carry the Spark JVM's compiler threads finishing their work.
+``--slices N`` also reports each of N consecutive parts of ``--seconds``: whether the services
+were still settling when the window began.
 
 ``python -m bench.idle [--workers 2 --seconds 30 --standbys 1 --joins 0 --slices 1 --profile-seconds 0]``
 """

@@ -34,9 +34,9 @@ COMMAND_FETCH_WAIT_MS = 500
 """How long the broker holds a reader's fetch when no committed command is new. A commit
 answers a held fetch at once, its records and its marker together (read_committed fetches
 stop at the last stable offset, which a commit moves past its marker), so ``catch_up`` after
-a statement waits for no fetch to time out (bench.command_log: a median 5.5 ms from the
-commit, 6-8 ms at a 25 ms wait), and an idle node makes 2 fetches a second instead of the
-40 a 25 ms wait made (0.45% of a core against 3.5%)."""
+a statement waits for no fetch to time out (bench.command_log: a median 4.6-5.6 ms from the
+commit, 4.1-8.3 ms at a 25 ms wait), and an idle node makes 2 fetches a second instead of
+the 40 a 25 ms wait made (0.35-0.45% of a core against 2.8-3.5%)."""
 
 EXECUTED_REQUESTS_KEPT = 100_000
 """Request ids a node remembers the outcome of (a resend comes within seconds)."""
