@@ -60,6 +60,28 @@ def test_actives_are_always_offered() -> None:
     assert offered_lags(lags, spark_ready=False) == lags[:1] and offered_lags(lags, spark_ready=True) == lags
 
 
+
+def test_a_beat_is_made_anew_only_when_what_it_says_changed() -> None:
+    reports, lags = (TaskReport("Q", 0, RUNNING, worker_id="w1"),), (StoreLag("Q", 0, True, 7, 9),)
+    beat = membership.coordinator_beat("w1", "w1:1", 3, reports, lags)
+    # Equal content read again (other objects): the same message, not converted again.
+    assert membership.coordinator_beat("w1", "w1:1", 3, (TaskReport("Q", 0, RUNNING, worker_id="w1"),),
+                                       (StoreLag("Q", 0, True, 7, 9),)) is beat
+    assert (beat.known_generation, beat.tasks[0].worker_id, beat.lags[0].lag) == (3, "w1", 2)
+    moved = membership.coordinator_beat("w1", "w1:1", 3, reports, (StoreLag("Q", 0, True, 9, 9),))
+    assert moved is not beat and (moved.lags[0].current_offset, moved.lags[0].lag) == (9, 0)
+    assert membership.coordinator_beat("w1", "w1:1", 4, reports, lags).known_generation == 4
+    assert membership.coordinator_beat("w1", "w1:2", 4, reports, lags).endpoint == "w1:2"
+    assert membership.coordinator_beat("w1", "w1:2", 4, (), lags).tasks == []
+    report = membership.router_report("w1", "w1:1", lags)
+    assert membership.router_report("w1", "w1:1", (StoreLag("Q", 0, True, 7, 9),)) is report
+    assert membership.router_report("w1", "w1:1", (StoreLag("Q", 0, False, 7, 9),)).lags[0].active is False
+    # A stream sends each beat in a wrapper of its own: marking the last one leaves the kept message as it is.
+    last = coordinator_pb2.HeartbeatsRequest(beat=membership.coordinator_beat("w1", "w1:1", 3, reports, lags), last=True)
+    last.beat.known_generation = 99
+    assert membership.coordinator_beat("w1", "w1:1", 3, reports, lags).known_generation == 3
+
+
 class FakeTasks:
     """What the membership agent reads and feeds: a worker's tasks."""
 
