@@ -262,10 +262,12 @@ class WorkerSettings(CoordinatorClientSettings):
         100, description="How often a running query with no new input asks Kafka for some (Spark's "
         "spark.sql.streaming.pollingDelay).",
     )
-    parked_poll_ms: int = Field(
-        500, gt=0, description="How often the worker asks Kafka for the end offsets of its parked queries' inputs (one "
-        "request for all of them): a parked query's first new record waits up to this long, on top of its query's "
-        "start. At 100 the asking took an idle worker's processing loop about 0.95% of a core; at 500, 0.2%.",
+    parked_fetch_wait_ms: int = Field(
+        10000, gt=0, description="How long the fetch that follows the parked queries' inputs (one consumer for all of "
+        "them) waits at the broker while nothing is committed to them. The broker answers it as soon as something is, "
+        "so a parked query hears of new input within a round trip of its commit whatever this is (and then starts "
+        "again, about a second); this sets how often an idle worker asks. Asking every 500 ms instead (end offsets, "
+        "the watch before it) took an idle worker's processing loop about 0.2% of a core.",
     )
     park_after_idle_ms: int = Field(
         15000, description="A query stage with no input for this long stops its Spark query (its tables stay open "

@@ -72,7 +72,7 @@ class TaskAssignment:
         regroup store): started and stopped with it, their lag not reported."""
         self._standby_plans: dict[tuple[str, int], QueryPlan] = {}
         """The plan each standby copy was started for."""
-        self.inputs = InputWatch(settings.kafka, settings.parked_poll_ms / 1000)
+        self.inputs = InputWatch(settings.kafka, settings.parked_fetch_wait_ms)
         """The end offsets of the parked streams' inputs (``StageStream``)."""
         self.streams = StageStreams(settings, lambda: self.spark.get(), self.inputs, moved)
         """One Spark query per stage of each query this worker runs, over all its partitions."""
