@@ -43,9 +43,9 @@ commit, as at 100 ms), so a copy is as fresh as at 100; but at 100 each copy of 
 worker fetched ten times a second (a turn of its loop and an aiokafka fetch each time):
 bench.idle with one standby per partition: the busier worker at 5.6-6.0% of a core at 100,
 3.9-4.4% at 500, 3.2-4.4% at 2,000 (3.3-3.7% with the consumers' idle wakes, ``idle_wake_ms``).
-At 10,000, with the parked inputs' watch on a held fetch too (``InputWatch``), an idle
-worker's processing loop took 0.18-0.22% of a core against 0.55-0.58% (two alternated pairs,
-per thread)."""
+At 10,000, with the parked inputs followed on a held fetch too (``InputWatch``, the same
+session), an idle worker's processing loop took 0.13-0.17% of a core against 0.48-0.52%
+before both (per thread over 60 s, two alternated pairs of bench.idle's cluster)."""
 MARK_EVERY_MS = 60_000
 """How often a caught-up copy of a store that ages (``max_age_ms``) marks itself up to date."""
 STOP_TIMEOUT_S = 15.0

@@ -60,7 +60,6 @@ def test_actives_are_always_offered() -> None:
     assert offered_lags(lags, spark_ready=False) == lags[:1] and offered_lags(lags, spark_ready=True) == lags
 
 
-
 def test_a_beat_is_made_anew_only_when_what_it_says_changed() -> None:
     reports, lags = (TaskReport("Q", 0, RUNNING, worker_id="w1"),), (StoreLag("Q", 0, True, 7, 9),)
     beat = membership.coordinator_beat("w1", "w1:1", 3, reports, lags)
