@@ -35,17 +35,14 @@ from millpond.shared.teardown import cancel_and_wait
 log = logging.getLogger(__name__)
 POLL_MS = 100
 """How often a paused copy asks its changelog's end (for an honest lag)."""
-FETCH_WAIT_MS = 10_000
+FETCH_WAIT_MS = 2000
 """How long a copy's fetch waits at the broker while nothing new is committed. The broker
 answers as soon as a transaction commits, its marker with its records (a read_committed
 consumer waiting 2 s had its position past each of 8 commits' markers 0-24 ms after the
 commit, as at 100 ms), so a copy is as fresh as at 100; but at 100 each copy of an idle
 worker fetched ten times a second (a turn of its loop and an aiokafka fetch each time):
 bench.idle with one standby per partition: the busier worker at 5.6-6.0% of a core at 100,
-3.9-4.4% at 500, 3.2-4.4% at 2,000 (3.3-3.7% with the consumers' idle wakes, ``idle_wake_ms``).
-At 10,000, with the parked inputs followed on a held fetch too (``InputWatch``, the same
-session), an idle worker's processing loop took 0.13-0.17% of a core against 0.48-0.52%
-before both (per thread over 60 s, two alternated pairs of bench.idle's cluster)."""
+3.9-4.4% at 500, 3.2-4.4% at 2,000 (3.3-3.7% with the consumers' idle wakes, ``idle_wake_ms``)."""
 MARK_EVERY_MS = 60_000
 """How often a caught-up copy of a store that ages (``max_age_ms``) marks itself up to date."""
 STOP_TIMEOUT_S = 15.0
