@@ -48,8 +48,9 @@ class InputWatch:
 
     def watch(self, partitions: list[TopicPartition]) -> None:
         """Follow these partitions' ends from now on (until ``unwatch``)."""
+        if any(tp not in self._watched for tp in partitions):  # a partition watched already keeps its consumer
+            self._changed.set()
         self._watched.update(partitions)
-        self._changed.set()
         if self._job is None:
             self._job = asyncio.create_task(self._run(), name="input-watch")
 
@@ -60,7 +61,7 @@ class InputWatch:
             if self._watched[tp] <= 0:
                 del self._watched[tp]
                 self.ends.pop(tp, None)
-        self._changed.set()
+                self._changed.set()
 
     async def _run(self) -> None:
         while True:
