@@ -21,7 +21,7 @@ from typing import Any
 from aiokafka import TopicPartition
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_jitter
 
-from millpond.services.worker.state.changelog import ChangelogReader
+from millpond.services.worker.state.changelog import CONSUMER_STOP_TIMEOUT_S, ChangelogReader
 from millpond.services.worker.state.store import WRITTEN_MS, PartitionStore, hand_over, opened
 from millpond.services.worker.state.table_topic import TableTopicReader
 from millpond.services.worker.task import store_path
@@ -30,19 +30,23 @@ from millpond.shared.catalog.sources import DataSource
 from millpond.shared.config import WorkerSettings
 from millpond.shared.events import wait_at_most
 from millpond.shared.task_status import StoreLag, now_ms
-from millpond.shared.teardown import cancel_and_wait
+from millpond.shared.teardown import bounded, cancel_and_wait, gather_or_cancel, run_to_end
 
 log = logging.getLogger(__name__)
 POLL_MS = 100
 """How often a paused copy asks its changelog's end (for an honest lag)."""
-FETCH_WAIT_MS = 2000
+FETCH_WAIT_MS = 10_000
 """How long a copy's fetch waits at the broker while nothing new is committed. The broker
 answers as soon as a transaction commits, its marker with its records (a read_committed
 consumer waiting 2 s had its position past each of 8 commits' markers 0-24 ms after the
 commit, as at 100 ms), so a copy is as fresh as at 100; but at 100 each copy of an idle
 worker fetched ten times a second (a turn of its loop and an aiokafka fetch each time):
 bench.idle with one standby per partition: the busier worker at 5.6-6.0% of a core at 100,
-3.9-4.4% at 500, 3.2-4.4% at 2,000 (3.3-3.7% with the consumers' idle wakes, ``idle_wake_ms``)."""
+3.9-4.4% at 500, 3.2-4.4% at 2,000 (3.3-3.7% with the consumers' idle wakes, ``idle_wake_ms``).
+At 10,000, with the parked inputs' watch on a held fetch too (``InputWatch``), an idle
+worker's processing loop took 0.18-0.22% of a core against 0.55-0.58% (two alternated pairs,
+per thread). The copy asks its end on a consumer of its own (``_replay``): on the fetching
+one, the question would wait behind the held fetch."""
 MARK_EVERY_MS = 60_000
 """How often a caught-up copy of a store that ages (``max_age_ms``) marks itself up to date."""
 STOP_TIMEOUT_S = 15.0
@@ -148,16 +152,27 @@ class StandbyReplica:
             ChangelogReader(self.settings.kafka, self.changelog, store, fetch_max_wait_ms=FETCH_WAIT_MS)
             if self.table is None
             else TableTopicReader(self.settings.kafka, self.table, self.partition, store, fetch_max_wait_ms=FETCH_WAIT_MS))
+        # The end is asked on a consumer that never fetches: on the reader's, the question
+        # would wait behind its fetch, which the broker holds up to FETCH_WAIT_MS while nothing
+        # is committed (a paused copy's lag up to that stale, a new copy's start that late).
+        ends = self.settings.kafka.end_offsets_consumer()
+        replayed = self.changelog if self.table is None else TopicPartition(self.table.topic, self.partition)
+
+        async def end_offset() -> int:
+            end: int = (await ends.end_offsets([replayed]))[replayed]
+            return end
+
         try:
-            await reader.start()
+            await gather_or_cancel(reader.start(), ends.start())
             self.position, self.input_offset = reader.position, reader.input_offset
-            self.end = start_end = await reader.end_offset()
+            self.end = start_end = await end_offset()
+            self.caught_up = self.position >= start_end  # a copy at the end need not wait for a fetch
             log.info("standby started", extra={"query": self.query_id, "partition": self.partition,
                                                "changelog": self.changelog.topic,
                                                "position": self.position, "end": self.end})
             while True:
                 if not self.resumed.is_set():  # paused: apply nothing, but keep the lag honest
-                    self.end = await reader.end_offset()
+                    self.end = await end_offset()
                     await wait_at_most(self.resumed, POLL_MS / 1000)
                     continue
                 # A fetch applies what it got in one write batch after its last await: cancelled, it applied nothing.
@@ -194,4 +209,6 @@ class StandbyReplica:
                 hand_over(store)
             else:
                 store.close()
-            await reader.stop()
+            await run_to_end(asyncio.gather(reader.stop(), bounded(
+                ends.stop(), CONSUMER_STOP_TIMEOUT_S, "stop the standby's end offsets consumer",
+                {"query": self.query_id, "partition": self.partition})))

@@ -146,15 +146,17 @@ class ChangelogReader:
 
     async def fetch(self, timeout_ms: int) -> int:
         """Fetch once and apply what came, data and positions in one write batch; how many
-        records were applied. An empty fetch moves the position past commit markers."""
+        records were applied. The position then moves past the commit markers fetched."""
         batches = await self.consumer.getmany(self.changelog, timeout_ms=timeout_ms, max_records=MAX_RECORDS)
         records = batches.get(self.changelog, [])
         progress = self.progress
         if records:
             progress.fetched(records)
             self.store.apply_changelog(records, progress.input_offset, progress.pending)
-        else:
-            progress.offset = max(progress.offset, await self.consumer.position(self.changelog))
+        # Past the commit markers read with the records (the consumer skips them as it takes a
+        # fetch's answer), or alone: else a transaction's end would wait for the next fetch, which
+        # the broker holds until something new is committed.
+        progress.offset = max(progress.offset, await self.consumer.position(self.changelog))
         self._stable = max(self._stable, self.last_stable_offset() or -1)
         if self._stable >= 0 and progress.offset >= self._stable and progress.drained():
             assert progress.input_offset is not None

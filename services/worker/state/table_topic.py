@@ -158,7 +158,7 @@ class TableTopicReader:
 
     async def fetch(self, timeout_ms: int, bad: BadSink | None = None) -> int:
         """Fetch once and apply what came, rows and position in one write batch; how many
-        records were fetched. An empty fetch moves the position past commit markers. ``bad``
+        records were fetched. The position then moves past the commit markers fetched. ``bad``
         is told of each record left out (offset, reason, the record's text) with the reason
         the active task's query gives it."""
         batches = await self.consumer.getmany(self.input, timeout_ms=timeout_ms, max_records=MAX_RECORDS)
@@ -180,10 +180,15 @@ class TableTopicReader:
             else:
                 rows[key] = encode_state(values)
                 deleted.discard(key)
-        position = int(records[-1].offset) + 1 if records else await self.consumer.position(self.input)
-        if position > self.offset or rows or deleted:
-            self.offset = max(self.offset, position)
+        if records:  # in one write batch after the last await: a cancelled fetch applied nothing
+            self.offset = max(self.offset, int(records[-1].offset) + 1)
             self.store.write(rows, {INPUT_OFFSET: self.offset}, deleted)
+        # Past the commit markers read with the records (the consumer skips them as it takes a
+        # fetch's answer), or alone: else they would wait for the next fetch, held at the broker.
+        position = await self.consumer.position(self.input)
+        if position > self.offset:
+            self.offset = position
+            self.store.write({}, {INPUT_OFFSET: position})
         return len(records)
 
     async def past_markers(self, end: int, timeout_s: float) -> bool:

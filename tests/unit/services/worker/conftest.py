@@ -11,19 +11,23 @@ from pyspark.sql import SparkSession
 from millpond.services.worker.spark import create_session
 from millpond.services.worker.state import changelog as changelog_module
 from millpond.shared.config import WorkerSettings
+from millpond.shared.kafka import connection as connection_module
 from tests.unit.services.worker.fake_changelog import Changelog, FakeConsumer
 
 
 @pytest.fixture
 def changelog(monkeypatch: pytest.MonkeyPatch) -> Iterator[Changelog]:
-    """The changelog every reader in the test reads (``FakeConsumer`` patched in)."""
+    """The changelog every reader in the test reads, and the end offsets consumers ask
+    (``FakeConsumer`` patched in)."""
     log = Changelog()
     monkeypatch.setattr(FakeConsumer, "changelog", log)
     monkeypatch.setattr(FakeConsumer, "seeks", [])
     monkeypatch.setattr(FakeConsumer, "chunks", [])
     monkeypatch.setattr(FakeConsumer, "observe", None)
     monkeypatch.setattr(FakeConsumer, "waits", False)
+    monkeypatch.setattr(FakeConsumer, "markers_apart", False)
     monkeypatch.setattr(changelog_module, "AIOKafkaConsumer", FakeConsumer)
+    monkeypatch.setattr(connection_module, "AIOKafkaConsumer", FakeConsumer)  # end offsets asked apart
     yield log
 
 

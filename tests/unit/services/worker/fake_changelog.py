@@ -59,17 +59,31 @@ class FakeConsumer:
     observe: ClassVar[Callable[[], None] | None] = None
     """Called as each fetch begins: what the caller reports after the fetch before."""
     waits: ClassVar[bool] = False
-    """Whether a fetch with nothing to return waits for records up to its ``timeout_ms``, as
-    the broker holds it (else it returns after 5 ms)."""
+    """Whether fetches wait at the broker, as aiokafka's do: a fetch is sent in the background
+    from the seek on (and again as each answer is taken), and the broker holds it until
+    something lies past the position or ``fetch_max_wait_ms`` passed. Else a fetch with nothing
+    to return returns after 5 ms."""
 
-    def __init__(self, **_: Any):
+    markers_apart: ClassVar[bool] = False
+    """Whether a fetch's answer ends before the commit marker after its last record (a byte
+    limit cut it there), so the position passes the marker only with the next fetch; else the
+    marker comes in the same answer and the position passes it with the records."""
+
+    def __init__(self, fetch_max_wait_ms: int = 500, **_: Any):
         self.next = 0
+        self.before_marker = False
+        """Whether the last answer ended before a marker (``markers_apart``)."""
+        self.fetch_max_wait_ms = fetch_max_wait_ms
+        self.held: asyncio.Future[None] | None = None
+        """(``waits``) The fetch out at the broker. One connection's requests are answered in
+        order: any other request of this consumer waits for it."""
 
     async def start(self) -> None:
         pass
 
     async def stop(self) -> None:
-        pass
+        if self.held is not None:
+            self.held.cancel()
 
     def assign(self, partitions: list[TopicPartition]) -> None:
         pass
@@ -77,8 +91,20 @@ class FakeConsumer:
     def seek(self, tp: TopicPartition, offset: int) -> None:
         self.seeks.append(offset)
         self.next = offset
+        if self.waits:
+            self.held = asyncio.ensure_future(self._fetched())
+
+    async def _fetched(self) -> None:
+        """The broker's answer to a fetch: once records or commit markers lie past the position
+        (a commit's marker comes with its records), or the fetch's wait ran out."""
+        waited = 0.0
+        while self.next >= self.changelog.end and waited < self.fetch_max_wait_ms / 1000:
+            await asyncio.sleep(0.001)
+            waited += 0.001
 
     async def end_offsets(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        if self.held is not None and not self.held.done():
+            await asyncio.wait({self.held})
         return {tp: self.changelog.end for tp in partitions}
 
     def last_stable_offset(self, tp: TopicPartition) -> int:
@@ -89,18 +115,29 @@ class FakeConsumer:
         if FakeConsumer.observe is not None:
             FakeConsumer.observe()
         size = self.chunks.pop(0) if self.chunks else self.chunk
-        waited = 0.0
-        while not (records := [r for r in self.changelog.records if r.offset >= self.next][:size]):
-            if not self.waits or waited >= timeout_ms / 1000:
-                await asyncio.sleep(0.005)
+        if self.waits:
+            self.held = self.held or asyncio.ensure_future(self._fetched())
+            await asyncio.wait({self.held}, timeout=timeout_ms / 1000)  # cancelled, the fetch stays out
+            if not self.held.done():
                 return {}
-            await asyncio.sleep(0.001)
-            waited += 0.001
+            self.held = asyncio.ensure_future(self._fetched())  # the next goes out as this answer is taken
+        records = [r for r in self.changelog.records if r.offset >= self.next][:size]
+        if not records:
+            self.before_marker = False
+            if self.waits and not any(r.offset >= self.next for r in self.changelog.records):
+                self.next = max(self.next, self.changelog.end)  # past the markers
+            elif not self.waits:
+                await asyncio.sleep(0.005)
+            return {}
         self.next = records[-1].offset + 1
+        self.before_marker = self.markers_apart
+        if not self.before_marker and not any(r.offset >= self.next for r in self.changelog.records):
+            self.next = max(self.next, self.changelog.end)  # the markers came in the answer: the next fetch starts past them
         return {tp: records}
 
     async def position(self, tp: TopicPartition) -> int:
-        """Past the markers once no record is left (as the consumer skips control records)."""
-        if any(r.offset >= self.next for r in self.changelog.records):
+        """Past the markers once no record is left (as the consumer skips control records), unless
+        the last answer ended before them."""
+        if self.before_marker or any(r.offset >= self.next for r in self.changelog.records):
             return self.next
         return max(self.next, self.changelog.end)

@@ -140,10 +140,42 @@ async def test_a_standby_paused_while_its_fetch_waits_at_the_broker_applies_noth
         await copy.stop()
 
 
+async def test_a_standby_passes_the_commit_marker_that_came_with_its_records(changelog: Changelog, tmp_path: Path) -> None:
+    """The marker after a transaction's last records comes in the same answer: the copy's
+    transaction is complete at once, not after its next fetch, which waits at the broker up
+    to FETCH_WAIT_MS (10 s) while nothing is committed."""
+    FakeConsumer.waits = True
+    changelog.commit_batch({b"s1": [[1]]}, reaches=10)
+    copy = replica(tmp_path)
+    copy.start()
+    try:
+        await until(lambda: copy.caught_up and copy.input_offset == 10, "the copy caught up, its transaction complete")
+        assert copy._fetch is not None and not copy._fetch.done()  # the next fetch waits at the broker
+        assert (lag := copy.lag()) is not None and (lag.current_offset, lag.lag) == (2, 0)
+    finally:
+        await copy.stop()
+
+
+async def test_a_standby_of_an_empty_changelog_knows_its_end_while_its_fetch_waits(
+        changelog: Changelog, tmp_path: Path) -> None:
+    """A copy's fetch goes out as it starts, and with nothing to read the broker holds it up
+    to FETCH_WAIT_MS; a question on the same connection would be answered only after it. The
+    copy asks its end beside it, so its lag is reported at once."""
+    FakeConsumer.waits = True
+    copy = replica(tmp_path)
+    copy.start()
+    try:
+        await until(lambda: (lag := copy.lag()) is not None and lag.lag == 0 and copy.caught_up, "the copy knows the end")
+        assert copy._fetch is not None and not copy._fetch.done()
+    finally:
+        await copy.stop()
+
+
 async def test_a_standby_reports_an_input_offset_only_once_its_whole_transaction_is_applied(
         changelog: Changelog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     changelog.commit_batch({b"s1": [[1]], b"s2": [[1]], b"s3": [[1]]}, reaches=10)  # offsets 0-2, marker 3
     changelog.commit_batch({b"s1": [[2]], b"s2": [[2]], b"s4": [[1]]}, reaches=20)  # offsets 4-6, marker 7
+    monkeypatch.setattr(FakeConsumer, "markers_apart", True)  # each answer ends before a marker
     copy = replica(tmp_path)
     seen: list[tuple[int, int | None]] = []  # what the copy reports and stores, as each fetch begins
     monkeypatch.setattr(FakeConsumer, "observe", lambda: seen.append(
