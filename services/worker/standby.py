@@ -154,7 +154,8 @@ class StandbyReplica:
             else TableTopicReader(self.settings.kafka, self.table, self.partition, store, fetch_max_wait_ms=FETCH_WAIT_MS))
         # The end is asked on a consumer that never fetches: on the reader's, the question
         # would wait behind its fetch, which the broker holds up to FETCH_WAIT_MS while nothing
-        # is committed (a paused copy's lag up to that stale, a new copy's start that late).
+        # is committed (a copy of an empty changelog, or of a table's topic at its end, had no
+        # lag to report for that long).
         ends = self.settings.kafka.end_offsets_consumer()
         replayed = self.changelog if self.table is None else TopicPartition(self.table.topic, self.partition)
 
