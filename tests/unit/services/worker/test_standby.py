@@ -198,8 +198,10 @@ async def test_a_standby_of_a_materialized_table_replays_the_tables_topic(
     """A table materialized from its topic (a declared table, a join's result) has no changelog
     of its own: its copy applies the topic as the active task does (each key's latest value,
     tombstones delete, values that do not decode left out, a key of several columns stored in
-    its canonical form) and reports the next topic offset as its input offset."""
+    its canonical form) and reports the next topic offset as its input offset, past the commit
+    marker that came with the last records (its next fetch waits at the broker)."""
     monkeypatch.setattr(table_topic, "AIOKafkaConsumer", FakeConsumer)
+    FakeConsumer.waits = True
     varchar, int_ = SqlType("VARCHAR"), SqlType("INT")
     table = DataSource("TABLE", "T", (Column("ID", varchar, key=True), Column("AREA", int_, key=True),
                                       Column("SITE", varchar), Column("N", int_), Column("W", SqlType("DOUBLE"))),
