@@ -122,22 +122,22 @@ class FakeConsumer:
                 return {}
             self.held = asyncio.ensure_future(self._fetched())  # the next goes out as this answer is taken
         records = [r for r in self.changelog.records if r.offset >= self.next][:size]
-        if not records:
+        if records:
+            self.next = records[-1].offset + 1
+            self.before_marker = self.markers_apart
+        else:
             self.before_marker = False
-            if self.waits and not any(r.offset >= self.next for r in self.changelog.records):
-                self.next = max(self.next, self.changelog.end)  # past the markers
-            elif not self.waits:
+            if not self.waits:
                 await asyncio.sleep(0.005)
-            return {}
-        self.next = records[-1].offset + 1
-        self.before_marker = self.markers_apart
-        if not self.before_marker and not any(r.offset >= self.next for r in self.changelog.records):
-            self.next = max(self.next, self.changelog.end)  # the markers came in the answer: the next fetch starts past them
-        return {tp: records}
+        self._past_markers()  # the next fetch starts past the markers that came in this answer
+        return {tp: records} if records else {}
 
     async def position(self, tp: TopicPartition) -> int:
+        self._past_markers()
+        return self.next
+
+    def _past_markers(self) -> None:
         """Past the markers once no record is left (as the consumer skips control records), unless
         the last answer ended before them."""
-        if self.before_marker or any(r.offset >= self.next for r in self.changelog.records):
-            return self.next
-        return max(self.next, self.changelog.end)
+        if not self.before_marker and not any(r.offset >= self.next for r in self.changelog.records):
+            self.next = max(self.next, self.changelog.end)
