@@ -207,3 +207,45 @@ def test_a_runners_batches_come_with_the_workers_session_and_a_failing_one_fails
         loop.close()
     assert all(session is spark for session in sessions), sessions
     assert failure == "RuntimeError: the batch's code failed"
+
+
+def test_a_query_started_held_runs_its_batches_once_released_and_stops_while_held(
+        spark: SparkSession, tmp_path: Path) -> None:
+    # The stream starts a moved-in partition's Spark query while its task still fences and
+    # restores: Spark starts and triggers its first batch meanwhile, but no batch may reach the
+    # reduction (which reads the tasks) before the join releases it. One whose tasks never join
+    # is stopped while its batch waits, and stops cleanly.
+    loop = asyncio.new_event_loop()
+    reduced = {name: threading.Event() for name in ("released", "stopped")}
+
+    def reducer(name: str) -> Any:
+        def reduce(batch: Any, tasks: Any) -> dict[int, Any]:
+            reduced[name].set()
+            return {}
+        return reduce
+
+    runners = {}
+    try:
+        for name in reduced:
+            runner = runners[name] = reduction_runner(spark, WorkerSettings(state_dir=tmp_path), (STREAM, TABLE), loop)
+            runner.name = f"held-test-{name}"
+            rows = spark.readStream.format("rate").option("rowsPerSecond", 50).load()
+            runner._prepared = ({0: None}, Reduction(rows, reducer(name)))
+            runner.start({0: None}, held=True)
+            deadline = time.monotonic() + 60
+            while not (runner.stream is not None and runner.stream.status["isTriggerActive"]) \
+                    and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert runner.stream is not None and runner.stream.status["isTriggerActive"], "its first batch was triggered"
+        time.sleep(1.0)  # a released batch would have reached the reduction by now many times over
+        assert not any(event.is_set() for event in reduced.values())
+        runners["stopped"].stop()
+        runners["released"].release()
+        assert reduced["released"].wait(timeout=60)
+        assert runners["released"].failure() is None and runners["released"].batches == 0  # nothing to commit
+        assert runners["stopped"].stream is None and not reduced["stopped"].is_set()
+        assert not any(q.name == "held-test-stopped" for q in spark.streams.active)
+    finally:
+        for runner in runners.values():
+            runner.stop()
+        loop.close()
