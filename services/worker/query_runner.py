@@ -17,7 +17,6 @@ import logging
 import operator
 import shutil
 import tempfile
-import threading
 import time
 import weakref
 from collections.abc import Callable
@@ -41,15 +40,11 @@ from millpond.shared import metrics
 from millpond.shared.catalog.queries import PersistentQuery
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.config import WorkerSettings
-from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.serde import EARLIEST_TIMESTAMP, ISO_TIMESTAMP_TEXT, LATEST_TIMESTAMP, MILLIS_TEXT
 from millpond.shared.sql import ast
 
 log = logging.getLogger(__name__)
 COMMIT_TIMEOUT_S = 120
-HELD_TIMEOUT_S = 120
-"""How long the first batch of a query started held (``QueryRunner.start``) waits for ``release``
-or ``stop``; past it the batch fails, and with it the query."""
 _READ_COLUMNS: weakref.WeakKeyDictionary[SparkSession, dict[tuple[Any, ...], list[Column]]] = weakref.WeakKeyDictionary()
 """Per session, the read columns (``QueryRunner._read_columns``) by the shape of the source they read."""
 READ_SHAPES_KEPT = 256
@@ -69,11 +64,6 @@ SOURCE_OPTIONS = {
     "kafka.max.partition.fetch.bytes": str(8 << 20),
 }
 """The Kafka source's options besides the connection, partitions and offsets."""
-
-
-class BatchNotReleased(MillpondError):
-    """A batch of a query started held was not let go on: the query stopped first, or nothing
-    released it within ``HELD_TIMEOUT_S``."""
 
 
 class _BatchFunction(ForeachBatchFunction):
@@ -169,11 +159,6 @@ class QueryRunner:
         self._prepared: tuple[dict[int, int | None], Reduction[Any]] | None = None
         """The positions ``prepare`` made a plan for, and that plan's reduction: the next
         ``start`` from the same positions takes it."""
-        self.started_from: dict[int, int | None] | None = None
-        """The positions the streaming query last started from."""
-        self._released = threading.Event()
-        """Clear while a query started held may not process its batches (``release``)."""
-        self._released.set()
 
     @functools.cached_property
     def cores(self) -> int | None:
@@ -217,17 +202,10 @@ class QueryRunner:
         """The positions ``prepare`` made a plan for (None: none made)."""
         return None if self._prepared is None else self._prepared[0]
 
-    def start(self, positions: dict[int, int | None], held: bool = False) -> None:
+    def start(self, positions: dict[int, int | None]) -> None:
         """Start the streaming query over ``positions``' partitions, each from its offset
         (again after a ``stop``, with a new checkpoint: the tasks hold the positions), with the
-        plan ``prepare`` made for them, or one made now. ``held``: its batches wait for
-        ``release`` before they touch the tasks (started while the tasks still fence and
-        restore, so Spark's start and its first trigger are done by the time they join).
-        Blocking."""
-        if held:
-            self._released.clear()
-        else:
-            self._released.set()
+        plan ``prepare`` made for them, or one made now. Blocking."""
         if self.prepared() != positions:
             self.prepare(positions)
         assert self._prepared is not None
@@ -239,7 +217,6 @@ class QueryRunner:
         self._stopping = False
         self.last_batch_at = time.monotonic()
         self.assigned = frozenset(positions)
-        self.started_from = dict(positions)
         # The streaming query's thread takes the local properties of the thread that starts it.
         self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", self.pool)  # type: ignore[arg-type]
         self.stream = (
@@ -251,11 +228,6 @@ class QueryRunner:
         )
         log.info("query started", extra={"query": self.name, "partitions": sorted(positions),
                                          "starting": {str(p): o for p, o in sorted(positions.items())}})
-
-    def release(self) -> None:
-        """Let a query started held process its batches: its tasks have joined, at the
-        positions it started from."""
-        self._released.set()
 
     def failure(self) -> str | None:
         """Why the streaming query stopped by itself, or None while it runs. Blocking."""
@@ -271,7 +243,6 @@ class QueryRunner:
         """Stop the streaming query (waits for a running batch). Blocking."""
         if self.stream is not None:
             self._stopping = True
-            self._released.set()  # a held batch ends (``BatchNotReleased``): the stop waits for it
             self.stream.stop()
             self.stream = None
         if self.checkpoint:
@@ -301,9 +272,6 @@ class QueryRunner:
             raise
 
     def _process(self, batch: DataFrame) -> None:
-        if not self._released.wait(HELD_TIMEOUT_S) or self._stopping:
-            raise BatchNotReleased(f"Spark query {self.name} started held was not released "
-                                   f"{'before its stop' if self._stopping else f'within {HELD_TIMEOUT_S} s'}")
         started = time.monotonic()
         assert self._reduction is not None
         slices = self._reduced(batch, self._reduction)

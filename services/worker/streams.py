@@ -10,15 +10,12 @@ them.
 
 A change of partitions restarts nothing that keeps running. Partitions that join while the
 stage's Spark query runs get a Spark query of their own, started from their tasks'
-positions. Its plan, a few DataFrame steps that Spark analyses, is made while their tasks
-start, from the positions known before the fence (a promoted standby's applied position, else
-the group's committed offset: ``expect``), and the Spark query is started with it then too,
-held: Spark's start and its first trigger run while the tasks fence and restore, and its
-batches wait for the join to release them. A task that resumes elsewhere than expected gets
-a query started anew, and the one started ahead is stopped unreleased. The running one goes
-on with no pause (at most ``MAX_QUERIES`` per stage: later newcomers restart the newest,
-which holds only partitions that moved in lately, and a query that has not processed a batch
-yet is restarted rather than joined by another). A partition
+positions (its plan, a few DataFrame steps that Spark analyses, is made while their tasks
+start, from the positions known before the fence: a promoted standby's applied position, else
+the group's committed offset: ``expect``; it is made again for a task that resumes
+elsewhere); the running one goes on with no pause (at most ``MAX_QUERIES`` per stage: later
+newcomers restart the newest, which holds only partitions that moved in lately, and a query
+that has not processed a batch yet is restarted rather than joined by another). A partition
 that leaves gets no more batches at once: its query still fetches it until its next start,
 but sets its records aside before decoding them. A query left with no partitions stops. The
 queries of a stage become one again the next time they start together: after a parked spell.
@@ -98,10 +95,7 @@ class StageStream:
         self._expected: dict[int, tuple[Task[Any], int | None]] = {}
         """Tasks still starting, by partition, with the position each is expected to resume at."""
         self._preparing: asyncio.Task[QueryRunner | None] | None = None
-        """The Spark query the expected tasks will get, its plan being made and the query
-        started held (``expect``)."""
-        self._letting_go: set[asyncio.Task[None]] = set()
-        """Queries started ahead for nothing, being stopped (``_let_go``); ``close`` waits for them."""
+        """The plan of the Spark query the expected tasks will get, being made (``expect``)."""
 
     def join(self, tasks: dict[int, Task[Any]]) -> asyncio.Future[str]:
         """Run these started tasks (soon, in a Spark query of their own if one already runs).
@@ -141,78 +135,36 @@ class StageStream:
 
     def expect(self, tasks: dict[int, Task[Any]], positions: dict[int, int | None]) -> None:
         """These tasks are starting, each expected to resume at its position: when they would
-        get a Spark query of their own, its plan is made now and the query started held, while
-        they start (fencing, restore), for the ``join`` that follows to release it at once if
-        their positions are as expected (else a query is started for where they are, as
-        without this)."""
+        get a Spark query of their own, its plan is made now, while they start (fencing,
+        restore), for the ``join`` that follows to start it at once if their positions are as
+        expected (else the query's plan is made again then, as without this)."""
         for partition, task in tasks.items():
             if self.members.get(partition) is not task:
                 self._expected[partition] = (task, positions[partition])
-        self._prepare_again()
-
-    def _prepare_again(self) -> None:
-        """Make the expected tasks' query anew (one being made lacks some, or has tasks that
-        will not join)."""
-        if self._preparing is not None:
-            self._let_go(self._preparing)
+        if self._preparing is not None:  # its plan would lack these: a later one replaces it
+            self._preparing.cancel()
         self._preparing = asyncio.create_task(self._prepare(), name=f"prepare-{self.stage.query.query_id}")
 
     def unexpect(self, tasks: dict[int, Task[Any]]) -> None:
-        """These tasks are not expected any more: they joined (the query made for them is
-        ``_prepared`` for the join), or they will not (``drop``)."""
+        """These tasks are not expected any more (they joined, or will not)."""
         for partition, task in tasks.items():
             if self._expected.get(partition, (None,))[0] is task:
                 del self._expected[partition]
 
-    def drop(self, tasks: dict[int, Task[Any]]) -> None:
-        """These tasks will not join after all, if they have not (their start failed, their
-        supervisor stopped): a query made with them for them is let go (stopped unreleased),
-        and the others expected get one made anew."""
-        if any(self._expected.get(p, (None,))[0] is task for p, task in tasks.items()):
-            self.unexpect(tasks)
-            if self._expected:
-                self._prepare_again()
-            elif self._preparing is not None:
-                self._let_go(self._preparing)
-                self._preparing = None
-
     async def _prepare(self) -> QueryRunner | None:
-        """A runner over the expected tasks with its query's plan made and the query started
-        held, after the same wait as a join's (the tasks of a worker's partitions start at
-        about the same time). Cancelled, it stops the query it started."""
+        """A runner over the expected tasks with its query's plan made, after the same wait as
+        a join's (the tasks of a worker's partitions start at about the same time)."""
         await asyncio.sleep(SETTLE_S)
         expected = dict(self._expected)
         if not expected or not self.takes_newcomers():
             return None
-        positions = {p: position for p, (_, position) in expected.items()}
         try:
             runner = await self._runner({p: task for p, (task, _) in expected.items()})
-            await asyncio.to_thread(runner.prepare, positions)
+            await asyncio.to_thread(runner.prepare, {p: position for p, (_, position) in expected.items()})
         except Exception:  # the query's start makes its plan again, and says what fails
             log.info("a Spark query's plan could not be made ahead", exc_info=True, extra=self._context)
             return None
-        try:
-            await run_to_end(asyncio.to_thread(runner.start, positions, True))
-        except asyncio.CancelledError:
-            await self._stop_query(runner)
-            raise
-        except Exception:  # the join starts one (and a failure then is the members')
-            log.info("a Spark query could not be started ahead", exc_info=True, extra=self._context)
-            return None
         return runner
-
-    def _let_go(self, job: asyncio.Task[QueryRunner | None]) -> None:
-        """Give up the query ``job`` makes: cancelled, or, made, stopped unreleased (its held
-        batches touch no task), in the background; ``close`` waits for it."""
-        job.cancel()
-        going = asyncio.create_task(self._stop_unused(job), name=f"let-go-{self.stage.query.query_id}")
-        self._letting_go.add(going)
-        going.add_done_callback(self._letting_go.discard)
-
-    async def _stop_unused(self, job: asyncio.Task[QueryRunner | None]) -> None:
-        await asyncio.wait({job})  # a cancelled one stops what it started itself
-        if not job.cancelled() and job.exception() is None and (runner := job.result()) is not None:
-            await self._stop_query(runner)
 
     async def _prepared(self, tasks: dict[int, Task[Any]]) -> tuple[QueryRunner | None, str]:
         """The runner ``expect`` made ready for exactly ``tasks`` (which joined) from their
@@ -221,23 +173,21 @@ class StageStream:
         job, self._preparing = self._preparing, None
         if job is None:
             return None, "none was being made"
-        if self._expected:  # others are still starting: the query being made is for them too
-            self._let_go(job)
+        if self._expected:  # others are still starting: the plan being made is for them too
+            job.cancel()
             return None, "other partitions were still starting"
         try:
-            await asyncio.wait({job})
+            runner = await job
         except asyncio.CancelledError:
-            self._let_go(job)
-            raise
-        runner = None if job.cancelled() else job.result()
+            if (current := asyncio.current_task()) is not None and current.cancelling():
+                raise
+            return None, "its making was cancelled"
         if runner is None:
             return None, "none was made (no newcomer was expected by then, or its making failed)"
-        made = runner.started_from if runner.running else runner.prepared()
-        why = (f"it was made for partitions {sorted(runner.tasks)}" if runner.tasks != tasks
-               else f"it was made from offsets {made}, not {runner.positions()}" if made != runner.positions() else "")
-        if why:
-            self._let_go(job)
-            return None, why
+        if runner.tasks != tasks:
+            return None, f"it was made for partitions {sorted(runner.tasks)}"
+        if runner.prepared() != runner.positions():
+            return None, f"it was made from offsets {runner.prepared()}, not {runner.positions()}"
         return runner, ""
 
     async def _runner(self, tasks: dict[int, Task[Any]]) -> QueryRunner:
@@ -260,7 +210,7 @@ class StageStream:
 
     async def _close(self) -> None:
         if self._preparing is not None:
-            self._let_go(self._preparing)
+            self._preparing.cancel()
             self._preparing = None
         job, self._job = self._job, None
         if job is not None:
@@ -268,8 +218,6 @@ class StageStream:
             await asyncio.wait({job})
         runners, self.runners = self.runners, []
         await asyncio.gather(*(self._retire(runner) for runner in runners))
-        if self._letting_go:
-            await asyncio.wait(set(self._letting_go))
 
     async def _run(self) -> None:
         while True:
@@ -327,14 +275,6 @@ class StageStream:
         """Queries left with no member stop; members no query runs yet start in a query of
         their own (or join the parked ones, which start together when the input moves). No
         query that keeps a member is stopped."""
-        try:
-            await self._run_members()
-        finally:
-            if self._preparing is not None and not self._expected:  # made for tasks that went otherwise
-                self._let_go(self._preparing)
-                self._preparing = None
-
-    async def _run_members(self) -> None:
         for runner in list(self.runners):
             for partition in [p for p, task in runner.tasks.items() if self.members.get(p) is not task]:
                 del runner.tasks[partition]
@@ -372,21 +312,17 @@ class StageStream:
                 self._fail_tasks(pending, f"{type(error).__name__}: {error}")
                 return
         self.runners.append(query)
-        started_ahead = query.running
-        ahead = started_ahead or query.prepared() is not None
-        if started_ahead:  # at the positions its tasks joined at (``_prepared``)
-            query.release()
-        else:
-            try:  # not cut short by a cancel: ``close`` must find the query to stop it
-                await run_to_end(asyncio.to_thread(query.start, query.positions()))
-            except Exception as error:
-                log.warning("a Spark query did not start", exc_info=True, extra=self._context)
-                await self._fail(query, f"{type(error).__name__}: {error}")
-                return
+        ahead = query.prepared() is not None
+        try:  # not cut short by a cancel: ``close`` must find the query to stop it
+            await run_to_end(asyncio.to_thread(query.start, query.positions()))
+        except Exception as error:
+            log.warning("a Spark query did not start", exc_info=True, extra=self._context)
+            await self._fail(query, f"{type(error).__name__}: {error}")
+            return
         if len(self.runners) > 1:
             log.info("partitions joined in a Spark query of their own", extra={
                 **self._context, "runner": query.name, "partitions": sorted(pending), "plan_made_ahead": ahead,
-                "started_ahead": started_ahead, **({} if ahead else {"plan_not_made_ahead": why_not_ahead})})
+                **({} if ahead else {"plan_not_made_ahead": why_not_ahead})})
 
     async def _retire(self, runner: QueryRunner) -> None:
         """Stop ``runner``'s query (bounded) and forget its parked input. Its tasks are gone

@@ -203,7 +203,7 @@ class QuerySupervisor:
     async def _close(self) -> None:
         expected, self._expected = self._expected, []
         for stream, tasks in expected:
-            stream.drop(tasks)
+            stream.unexpect(tasks)
         joined, self._joined = self._joined, []
         query_id = self.query.query_id
         await asyncio.gather(*(bounded(self.streams.leave(stream, tasks), LEAVE_TIMEOUT_S, "leave the stage's stream",

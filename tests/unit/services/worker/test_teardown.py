@@ -214,18 +214,12 @@ class FakeRunner(QueryRunner):
     def prepared(self) -> dict[int, int | None] | None:
         return self.prepared_at
 
-    def start(self, positions: dict[int, int | None], held: bool = False) -> None:
+    def start(self, positions: dict[int, int | None]) -> None:
         self.made_ahead, self.prepared_at = self.prepared_at == positions, None
         self.started, self.stopped = True, False
-        self.positions_at_start = self.started_from = positions
-        self.held = held
-        """Whether it started held: its batches wait for ``release``."""
-        self.released = not held
+        self.positions_at_start = positions
         self.starts += 1
         self.last_batch_at = time.monotonic()
-
-    def release(self) -> None:
-        self.released = True
 
     def stop(self) -> None:
         self.stopped = True
@@ -810,55 +804,6 @@ async def test_a_partition_that_moves_in_gets_a_spark_query_of_its_own_and_the_r
     assert all(r.stopped for r in world.runners)
 
 
-async def test_a_partition_that_moves_in_has_its_spark_query_started_held_while_its_task_fences(
-        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    """While partition 1's task fences the older owner, its Spark query is already started,
-    held (Spark's start and first trigger are off the failover's path); the join releases it.
-    A partition whose task never joins (its supervisor stopped mid-fence) has its query stopped
-    unreleased: no batch of it reaches a task."""
-    caplog.set_level(logging.INFO, logger=streams_module.__name__)
-    fenced = asyncio.Event()
-    start = StepProducer.start
-
-    async def fencing(producer: StepProducer) -> None:
-        if not producer.transactional_id.endswith(f"{QUERY}-1"):
-            return await start(producer)
-        await fenced.wait()
-        return await start(producer)
-    monkeypatch.setattr(StepProducer, "start", fencing)
-    zero, one, again = supervisors_of(tmp_path, world, [{0}, {1}, {1}])
-    try:
-        first = await running([zero], world, {0})
-        first.batches = 1
-        one.start()
-        assert not await until(lambda: len(world.runners) > 1 and world.runners[-1].running, world.steps)
-        held = world.runners[-1]
-        assert held.held and not held.released and held.positions_at_start == {1: None}
-        assert not one.tasks_started, "started while the task still fences"
-        fenced.set()
-        assert not await until(lambda: held.released, world.steps)
-        assert one.tasks_started and held.tasks == one.tasks and held.starts == 1
-        assert not await until(lambda: bool(joined_logs(caplog)), world.steps)
-        (joined,) = joined_logs(caplog)
-        assert joined.started_ahead is True and joined.plan_made_ahead is True
-        await held._commit({1: batch()[1]})
-        assert one.tasks[1].next_input_offset == COMMITTED_TO and one.failures == 0
-        await one.stop()
-
-        fenced.clear()
-        again.start()
-        assert not await until(lambda: world.runners[-1] is not held and world.runners[-1].running, world.steps)
-        unjoined = world.runners[-1]
-        assert unjoined.held and not again.tasks_started
-        await again.stop()
-        assert unjoined.stopped and not unjoined.released, "stopped without its batches ever reaching the task"
-        assert first.running and first.starts == 1 and zero.failures == 0
-    finally:
-        fenced.set()
-        await asyncio.gather(zero.stop(), one.stop(), again.stop())
-    assert all(r.stopped for r in world.runners if r.started)
-
-
 async def test_a_partition_that_resumes_elsewhere_than_expected_gets_its_plan_made_again(
         world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """The plan made while its task started is for the position read before the fence; the
@@ -874,13 +819,9 @@ async def test_a_partition_that_resumes_elsewhere_than_expected_gets_its_plan_ma
     try:
         first = await running([zero], world, {0})
         first.batches = 1
-        one.start()
-        assert not await until(lambda: any(r.running and r.started_from == {1: None} for r in world.runners), world.steps)
-        second = next(r for r in world.runners if r.started_from == {1: None})
-        made = [r for r in world.runners if r.started_from == {1: 7}]
-        assert not await until(lambda: all(r.stopped for r in made), world.steps)
-        assert made and all(r.held and not r.released for r in made), \
-            "the query started ahead from offset 7 was stopped unreleased"
+        second = await running([one], world, {1})
+        made = [r for r in world.runners if r.prepared_at == {1: 7}]
+        assert made and not any(r.started for r in made), "the plan for offset 7 was made and left unused"
         assert second.positions_at_start == {1: None} and not second.made_ahead
         assert first.running and first.starts == 1
         assert not await until(lambda: bool(joined_logs(caplog)), world.steps)
