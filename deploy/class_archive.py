@@ -10,9 +10,12 @@ runtime and its options and with the driver's class path: pyspark's jars and the
 bundle (the Kafka connector and Millpond's extension), each jar by its path, size and
 modification time, as the JVM checks them, so a change of any of them makes a new one. A JVM
 given an archive that does not match its own class path ignores it (``-Xshare:auto``, the
-default) and starts as it would without: an archive made by one checkout's virtualenv was
-never mapped by the JVMs of a clone elsewhere, nor by those of a virtualenv made again at the
-same place. A local cluster's workers (``LocalCluster``) and the tests' start with one.
+default) and starts as it would without. So that one archive serves every checkout, the JVMs
+run from a Spark home in the cache (``spark_home``): pyspark's package linked there once per
+pyspark version, its jars then at the same path with the same times for a clone elsewhere and
+a virtualenv made again (each of which made an archive of its own before: 20-30 s of every
+fresh clone's first cluster). A local cluster's workers (``LocalCluster``) and the tests' start
+with one.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -68,11 +72,45 @@ def archive_name(java_version: str, java_options: str, jars: list[Path]) -> str:
     return f"spark-{hashlib.sha256(key.encode()).hexdigest()[:12]}.jsa"
 
 
+def spark_home(cache: Path | None = None, package: Path | None = None) -> Path:
+    """The Spark home the JVMs run from: the environment's ``SPARK_HOME``, else a copy of
+    pyspark's ``package`` (installed pyspark's by default) in the cache, made once, by hard
+    links where the file system allows, and named by pyspark's version and its jars' names and
+    sizes: the same for every virtualenv with that pyspark, so their JVMs' class path, and the
+    archive made for it, is too."""
+    if "SPARK_HOME" in os.environ:
+        return Path(os.environ["SPARK_HOME"])
+    package = package or Path(pyspark.__file__).resolve().parent
+    jars = sorted((package / "jars").glob("*.jar"))
+    key = json.dumps([pyspark.__version__, [(jar.name, jar.stat().st_size) for jar in jars]])
+    home = (cache or cache_root()) / "spark-home" / f"{pyspark.__version__}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    if home.is_dir():
+        return home
+    home.parent.mkdir(parents=True, exist_ok=True)
+    partial = home.with_name(f"{home.name}.{os.getpid()}.partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        shutil.copytree(package, partial, copy_function=_link_or_copy, ignore=shutil.ignore_patterns("__pycache__"))
+        with contextlib.suppress(OSError):  # whole or not at all: another process made it meanwhile
+            partial.rename(home)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return home
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    """A hard link (the same file: its size and time too), or, across file systems, a copy
+    with its time."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
 def archive_path(java_options: str, cache: Path | None = None) -> Path:
-    """Where the archive for this Java runtime and its options, pyspark's jars and the spark
-    jar bundle lives."""
-    pyspark_jars = sorted((Path(pyspark.__file__).resolve().parent / "jars").glob("*.jar"))
-    jars = pyspark_jars + installed_jars("spark", cache)
+    """Where the archive for this Java runtime and its options, the Spark home's jars and the
+    spark jar bundle lives."""
+    jars = sorted((spark_home(cache) / "jars").glob("*.jar")) + installed_jars("spark", cache)
     return (cache or cache_root()) / "cds" / archive_name(_java_version(), java_options, jars)
 
 
@@ -88,7 +126,8 @@ def spark_class_archive(java_options: str, cache: Path | None = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(f".{os.getpid()}.partial")
     conf = {"spark.driver.extraJavaOptions": f"{java_options} -XX:ArchiveClassesAtExit={partial}"}
-    env = {**os.environ, "MILLPOND_SPARK_CONF": json.dumps(conf), "PYSPARK_PYTHON": sys.executable}
+    env = {**os.environ, "MILLPOND_SPARK_CONF": json.dumps(conf), "PYSPARK_PYTHON": sys.executable,
+           "SPARK_HOME": str(spark_home(cache))}
     try:
         made = subprocess.run([sys.executable, "-c", _MAKE, str(ARCHIVE_TIMEOUT_S)], env=env, capture_output=True,
                               text=True, timeout=ARCHIVE_TIMEOUT_S + 60)
@@ -111,8 +150,16 @@ def _remove_unused(folder: Path) -> None:
         old.unlink(missing_ok=True)
 
 
+def spark_env_with_archive(java_options: str, cache: Path | None = None) -> dict[str, str]:
+    """The environment a process whose Spark JVMs map the archive runs with: the Spark home
+    the archive was made for, and the Spark setting that maps it (``MILLPOND_SPARK_CONF``)."""
+    conf = spark_conf_with_archive(java_options, cache)
+    return {"SPARK_HOME": str(spark_home(cache)), "MILLPOND_SPARK_CONF": json.dumps(conf)}
+
+
 def spark_conf_with_archive(java_options: str, cache: Path | None = None) -> dict[str, str]:
     """The Spark setting that starts a driver JVM with ``java_options`` and the class-data
-    archive made for them (made now unless the cache has it)."""
+    archive made for them (made now unless the cache has it), which it maps when it runs from
+    ``spark_home`` (``spark_env_with_archive`` gives both)."""
     archive = spark_class_archive(java_options, cache)
     return {"spark.driver.extraJavaOptions": f"{java_options} -XX:SharedArchiveFile={archive}"}

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from millpond.deploy.class_archive import spark_conf_with_archive
+from millpond.deploy.class_archive import spark_env_with_archive
 from millpond.deploy.local.kafka_broker import EmbeddedKafka
 
 # The tests start some twenty Spark JVMs, several at once on two cores, and each runs little
@@ -27,7 +26,7 @@ def quick_spark_jvms() -> None:
     os.environ.setdefault("MILLPOND_SPARK_WARM_UP_BATCHES", "0")
     os.environ.setdefault("MILLPOND_SPARK_WARM_UP_TRIGGERS", "0")
     if "MILLPOND_SPARK_CONF" not in os.environ:
-        os.environ["MILLPOND_SPARK_CONF"] = json.dumps(spark_conf_with_archive(TEST_JAVA_OPTIONS))
+        os.environ.update(spark_env_with_archive(TEST_JAVA_OPTIONS))
 
 
 @pytest.fixture(scope="session")

@@ -162,9 +162,9 @@ class LocalCluster:
                 or not self.spark_master.startswith("local"):
             return {}
         # Both import pyspark: only a cluster with workers to start needs them.
-        from millpond.deploy.class_archive import spark_conf_with_archive
+        from millpond.deploy.class_archive import spark_env_with_archive
         from millpond.services.worker.spark import JAVA_OPTIONS
-        return {"MILLPOND_SPARK_CONF": json.dumps(spark_conf_with_archive(JAVA_OPTIONS))}
+        return spark_env_with_archive(JAVA_OPTIONS)
 
     @property
     def bootstrap(self) -> str:

@@ -82,14 +82,17 @@ def test_workers_map_a_class_archive_unless_spark_is_configured_or_not_local(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     made: list[str] = []
 
-    def conf_with_archive(java_options: str) -> dict[str, str]:
+    def env_with_archive(java_options: str) -> dict[str, str]:
         made.append(java_options)
-        return {"spark.driver.extraJavaOptions": f"{java_options} -XX:SharedArchiveFile=/cache/cds/a.jsa"}
+        conf = {"spark.driver.extraJavaOptions": f"{java_options} -XX:SharedArchiveFile=/cache/cds/a.jsa"}
+        return {"SPARK_HOME": "/cache/spark-home/4.2.0-a", "MILLPOND_SPARK_CONF": json.dumps(conf)}
 
-    monkeypatch.setattr(class_archive, "spark_conf_with_archive", conf_with_archive)
+    monkeypatch.setattr(class_archive, "spark_env_with_archive", env_with_archive)
     monkeypatch.delenv("MILLPOND_SPARK_CONF", raising=False)
     local = LocalCluster(data_dir=tmp_path, kafka="127.0.0.1:9")
-    assert json.loads(local._class_archive_env()["MILLPOND_SPARK_CONF"]) == {
+    env = local._class_archive_env()
+    assert env["SPARK_HOME"] == "/cache/spark-home/4.2.0-a"
+    assert json.loads(env["MILLPOND_SPARK_CONF"]) == {
         "spark.driver.extraJavaOptions": f"{JAVA_OPTIONS} -XX:SharedArchiveFile=/cache/cds/a.jsa"}
     assert LocalCluster(data_dir=tmp_path, kafka="127.0.0.1:9", spark_master="spark://h:7077")._class_archive_env() == {}
     assert LocalCluster(data_dir=tmp_path, kafka="127.0.0.1:9",
