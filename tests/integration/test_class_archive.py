@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 
-from millpond.deploy.class_archive import spark_conf_with_archive
+from millpond.deploy.class_archive import spark_env_with_archive
 from tests.conftest import TEST_JAVA_OPTIONS
 
 _START = """
@@ -22,9 +22,10 @@ create_session(WorkerSettings(spark_master="local[1]")).stop()
 
 
 def test_a_spark_session_maps_its_class_archive() -> None:
-    conf = spark_conf_with_archive(TEST_JAVA_OPTIONS)
+    made = spark_env_with_archive(TEST_JAVA_OPTIONS)  # with the Spark home it was made for
+    conf = json.loads(made["MILLPOND_SPARK_CONF"])
     conf["spark.driver.extraJavaOptions"] += " -Xshare:on"
-    env = {**os.environ, "MILLPOND_SPARK_CONF": json.dumps(conf), "PYSPARK_PYTHON": sys.executable}
+    env = {**os.environ, **made, "MILLPOND_SPARK_CONF": json.dumps(conf), "PYSPARK_PYTHON": sys.executable}
     started = subprocess.run([sys.executable, "-c", _START], env=env, capture_output=True, text=True, timeout=180)
     assert started.returncode == 0, started.stderr[-3000:]
     assert "Unable to use shared archive" not in started.stderr
