@@ -66,6 +66,9 @@ class TaskAssignment:
         """(query id, partition) this worker keeps a standby or warm-up copy of."""
         self.supervisors: dict[tuple[str, int], QuerySupervisor] = {}
         """(query id, partition) -> the supervisor running that partition's tasks."""
+        self._stopping: dict[tuple[str, int], asyncio.Task[None]] = {}
+        """(query id, partition) -> the stop of a supervisor no longer wanted, under way: the
+        query's new tasks and the partition's standby copy wait for it; nothing else does."""
         self.standbys: dict[tuple[str, int], StandbyReplica] = {}
         self.companions: dict[tuple[str, int], list[StandbyReplica]] = {}
         """Copies of a standby's query's other stores kept beside it (a table aggregation's
@@ -189,6 +192,8 @@ class TaskAssignment:
             # processing loop's time from it. The reconcile a second later starts them.
             return
         for key in sorted(standbys - set(self.standbys)):
+            if key in self._stopping:
+                continue  # its active task still has the store open; started once it closed
             final = self._final_stage(key[0])
             replica = StandbyReplica(self.settings, *key, table_rows(final.sink) if final.replayed
                                      else group_rows(final.query, final.sink), final.source if final.replayed else None,
@@ -230,10 +235,11 @@ class TaskAssignment:
     async def _reconcile_actives(self, wanted: dict[str, set[int]]) -> None:
         # One supervisor per (query, partition): a partition gained or lost starts or stops only
         # its own tasks, and the others go on (a gained one gets a Spark query of its own, and
-        # the stage's running one leaves a lost one out: ``streams.py``). Every stop first,
-        # at once and each bounded (one stuck task never holds up the others), then every
-        # start: a restarted partition's new run opens what its old one closed.
-        stopping: list[QuerySupervisor] = []
+        # the stage's running one leaves a lost one out: ``streams.py``). Stops run in the
+        # background, each bounded: a query whose tasks are stopping here starts again once they
+        # have (a restarted partition's new run opens what its old one closed), and no other
+        # query's start, nor the next assignment, waits for them (a Spark query whose input
+        # topic was deleted under it took its 30 s bound to stop, and held up every start).
         starting: list[tuple[PersistentQuery, int]] = []
         for key in sorted(set(self.supervisors) | {(q, p) for q, partitions in wanted.items() for p in partitions}):
             query_id, partition = key
@@ -245,14 +251,26 @@ class TaskAssignment:
             if current is not None and want and query is not None and current.query.plan == query.plan:
                 continue  # unchanged (CREATE OR REPLACE changes the plan and restarts the query)
             if current is not None:
-                stopping.append(self.supervisors.pop(key))
+                self._stop_in_background(key, self.supervisors.pop(key))
             if want and query is not None:
                 starting.append((query, partition))
-        await _stop_all([supervisor.stop() for supervisor in stopping])
         for query, partition in starting:
+            if any(stopping_query == query.query_id for stopping_query, _ in self._stopping):
+                continue  # started by the reconcile that follows its tasks' stop
             supervisor = QuerySupervisor(self.settings, self.metastore, query, {partition}, self.streams)
             self.supervisors[query.query_id, partition] = supervisor
             supervisor.start()
+
+    def _stop_in_background(self, key: tuple[str, int], supervisor: QuerySupervisor) -> None:
+        """Stop ``supervisor`` (bounded, errors logged), and reconcile again once it stopped."""
+        stopping = asyncio.create_task(_stop_all([supervisor.stop()]), name=f"stop-{key[0]}-{key[1]}")
+        self._stopping[key] = stopping
+
+        def stopped(_: asyncio.Task[None]) -> None:
+            if self._stopping.get(key) is stopping:
+                del self._stopping[key]
+            self._dirty.set()
+        stopping.add_done_callback(stopped)
 
     async def stop_processing(self) -> None:
         """Stop every Spark query now, and start none after; the tasks' stores stay open and
@@ -263,7 +281,7 @@ class TaskAssignment:
         """Stop every task and standby copy, all at once, each bounded (errors logged: the worker is going)."""
         replicas = [*self.standbys.values(), *(copy for copies in self.companions.values() for copy in copies)]
         await _stop_all([*(supervisor.stop() for supervisor in self.supervisors.values()),
-                         *(replica.stop() for replica in replicas)])
+                         *(replica.stop() for replica in replicas), *self._stopping.values()])
         await self.streams.stop()
         await self.inputs.stop()
         close_handed()
