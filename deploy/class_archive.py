@@ -12,8 +12,8 @@ modification time, as the JVM checks them, so a change of any of them makes a ne
 given an archive that does not match its own class path ignores it (``-Xshare:auto``, the
 default) and starts as it would without. So that one archive serves every checkout, the JVMs
 run from a Spark home in the cache (``spark_home``): pyspark's package linked there once per
-pyspark version, its jars then at the same path with the same times for a clone elsewhere and
-a virtualenv made again (each of which made an archive of its own before: 20-30 s of every
+pyspark build (its version and jars), its jars then at the same path with the same times for a
+clone elsewhere and a virtualenv made again (each of which made an archive of its own before: 20-30 s of every
 fresh clone's first cluster). A local cluster's workers (``LocalCluster``) and the tests' start
 with one.
 """
