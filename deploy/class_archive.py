@@ -151,15 +151,9 @@ def _remove_unused(folder: Path) -> None:
 
 
 def spark_env_with_archive(java_options: str, cache: Path | None = None) -> dict[str, str]:
-    """The environment a process whose Spark JVMs map the archive runs with: the Spark home
+    """The environment of a process whose Spark driver JVMs start with ``java_options`` and
+    map the class-data archive made for them (made now unless the cache has it): the Spark home
     the archive was made for, and the Spark setting that maps it (``MILLPOND_SPARK_CONF``)."""
-    conf = spark_conf_with_archive(java_options, cache)
-    return {"SPARK_HOME": str(spark_home(cache)), "MILLPOND_SPARK_CONF": json.dumps(conf)}
-
-
-def spark_conf_with_archive(java_options: str, cache: Path | None = None) -> dict[str, str]:
-    """The Spark setting that starts a driver JVM with ``java_options`` and the class-data
-    archive made for them (made now unless the cache has it), which it maps when it runs from
-    ``spark_home`` (``spark_env_with_archive`` gives both)."""
     archive = spark_class_archive(java_options, cache)
-    return {"spark.driver.extraJavaOptions": f"{java_options} -XX:SharedArchiveFile={archive}"}
+    conf = {"spark.driver.extraJavaOptions": f"{java_options} -XX:SharedArchiveFile={archive}"}
+    return {"SPARK_HOME": str(spark_home(cache)), "MILLPOND_SPARK_CONF": json.dumps(conf)}
