@@ -10,6 +10,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 STARTING, RESTORING, RUNNING, FAILED = "STARTING", "RESTORING", "RUNNING", "FAILED"
+STOPPING = "STOPPING"
+"""No longer assigned to its worker, and still stopping (the query's internal topics stay until it stopped)."""
 
 
 @dataclass(frozen=True)

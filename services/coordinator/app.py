@@ -54,7 +54,7 @@ class Coordinator:
             settings.worker_session_timeout_ms / 1000,
             AssignorConfig(settings.num_standby_replicas, settings.acceptable_recovery_lag, settings.max_warmup_replicas))
         self.executor = StatementExecutor(settings, self.metastore, self.reader, self.writer, self.admin,
-                                          self.inserts, self.offsets, self.cluster.task_reports)
+                                          self.inserts, self.offsets, self.cluster.task_reports, self.cluster.runs)
         self.rebalancer = Rebalancer(self.cluster, self.metastore, settings.service_id)
         self.reader.listeners.append(self.rebalancer.reassign)
         servicer = CoordinatorServicer(self.executor, self.rebalancer, self.cluster, lambda: self.coordinator_id,
@@ -129,6 +129,8 @@ class Coordinator:
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.failure_detector.close()
         self.executor.parser.close()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.executor.cleanup.close(), 10)
         for closer in (self.reader.stop, self.offsets.stop, self.inserts.stop, self.admin.close):
             with contextlib.suppress(Exception):
                 await closer()

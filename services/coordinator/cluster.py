@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from millpond.services.coordinator.assignor import Assignment, AssignorConfig, QueryTasks, Task, WorkerTasks, assign
 from millpond.services.coordinator.membership import Membership
-from millpond.shared.task_status import StoreLag, TaskReport, now_ms
+from millpond.shared.task_status import STOPPING, StoreLag, TaskReport, now_ms
 
 EPOCH_SHIFT = 32
 
@@ -101,7 +101,7 @@ class Cluster:
             view = self.views.get(worker_id)
             if view is None:
                 continue
-            active = tuple(sorted({Task(r.query_id, r.partition) for r in view.reports}))
+            active = tuple(sorted({Task(r.query_id, r.partition) for r in view.reports if r.state != STOPPING}))
             standby = tuple(sorted({Task(lag.query_id, lag.partition) for lag in view.lags if not lag.active}))
             workers[worker_id] = WorkerTasks(active, standby)
         return Assignment(workers=workers)
@@ -121,6 +121,11 @@ class Cluster:
         self.assignment = new
         self._changes += 1
         return True
+
+    def runs(self, query_id: str) -> bool:
+        """Whether a live worker reports a task (running or still stopping) or a store copy of the query."""
+        return any(any(r.query_id == query_id for r in view.reports) or any(lag.query_id == query_id for lag in view.lags)
+                   for worker_id, view in self.views.items() if worker_id in self.membership.members)
 
     def task_reports(self) -> dict[str, list[TaskReport]]:
         """The live workers' reports of the actives they are assigned, by query id."""

@@ -16,6 +16,7 @@ from aiokafka.errors import InvalidProducerEpoch, InvalidTxnState, KafkaError, P
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from millpond.services.coordinator import views
+from millpond.services.coordinator.topic_cleanup import QueryTopicCleanup
 from millpond.shared import security
 from millpond.shared.catalog.metastore import DDL, Change, Metastore, check_column_names
 from millpond.shared.catalog.queries import Resolved
@@ -66,6 +67,8 @@ class StatementExecutor:
     """A read_committed consumer used only to look up end offsets."""
     task_reports: Callable[[], Mapping[str, list[TaskReport]]] = field(default=lambda: {})
     """What the workers last reported about each query's tasks, by query id."""
+    query_runs: Callable[[str], bool] = field(default=lambda _: False)
+    """Whether a live worker still reports a task or store copy of the query (``Cluster.runs``)."""
 
     def __post_init__(self) -> None:
         self._lock = asyncio.Lock()
@@ -75,6 +78,8 @@ class StatementExecutor:
         """How often an append was fenced by another coordinator and retried."""
         self.replicas = 1
         """Replication factor of the internal topics it creates (the coordinator sets it at start)."""
+        self.cleanup = QueryTopicCleanup(lambda topics: delete_topics(self.admin, topics), self.query_runs)
+        """A terminated query's internal topics, deleted once its workers stopped it."""
 
     @property
     def defaults(self) -> dict[str, str]:
@@ -227,11 +232,10 @@ class StatementExecutor:
                                    replicas=self.replicas, configs=dict(topic.configs))
 
     async def _delete_topics(self, change: Change) -> None:
-        topics = list(change.delete_topics)
+        if change.delete_topics:
+            await delete_topics(self.admin, list(change.delete_topics))
         for query in change.drop_queries:
-            topics += [topic.name for topic in internal_topics(self.settings.service_id, query)]
-        if topics:
-            await delete_topics(self.admin, topics)
+            self.cleanup.after_stopped(query.query_id, [t.name for t in internal_topics(self.settings.service_id, query)])
 
     async def _insert(self, stmt: ast.InsertValues, request_id: str, attempt: int) -> Outcome:
         await self.reader.catch_up()

@@ -11,6 +11,7 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from millpond.services.worker.input_watch import InputWatch
@@ -34,7 +35,7 @@ from millpond.shared.catalog.topology import REGROUP_STAGE, Stage, stages
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import NotFoundError
 from millpond.shared.events import wait_at_most
-from millpond.shared.task_status import StoreLag, TaskReport
+from millpond.shared.task_status import STOPPING, StoreLag, TaskReport
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +67,11 @@ class TaskAssignment:
         """(query id, partition) this worker keeps a standby or warm-up copy of."""
         self.supervisors: dict[tuple[str, int], QuerySupervisor] = {}
         """(query id, partition) -> the supervisor running that partition's tasks."""
-        self._stopping: dict[tuple[str, int], asyncio.Task[None]] = {}
-        """(query id, partition) -> the stop of a supervisor no longer wanted, under way: the
-        query's new tasks and the partition's standby copy wait for it; nothing else does."""
+        self._stopping: dict[tuple[str, int], tuple[asyncio.Task[None], QuerySupervisor]] = {}
+        """(query id, partition) -> the stop of a supervisor no longer wanted, under way, and the
+        supervisor: the query's new tasks and the partition's standby copy wait for it; nothing
+        else does. Its tasks are reported STOPPING meanwhile (a terminated query's internal
+        topics are deleted once no worker reports it)."""
         self.standbys: dict[tuple[str, int], StandbyReplica] = {}
         self.companions: dict[tuple[str, int], list[StandbyReplica]] = {}
         """Copies of a standby's query's other stores kept beside it (a table aggregation's
@@ -145,8 +148,9 @@ class TaskAssignment:
         return [t for s in list(self.supervisors.values()) for t in list(s.tasks.values())]
 
     def task_reports(self) -> list[TaskReport]:
-        """The state of every task this worker runs."""
-        return [r for s in list(self.supervisors.values()) for r in s.reports()]
+        """The state of every task this worker runs, and STOPPING for each still stopping."""
+        stopping = [replace(r, state=STOPPING) for _, s in list(self._stopping.values()) for r in s.reports()]
+        return [r for s in list(self.supervisors.values()) for r in s.reports()] + stopping
 
     def store_lags(self) -> list[StoreLag]:
         """How far each local table copy, active or standby, is behind its changelog."""
@@ -264,11 +268,16 @@ class TaskAssignment:
     def _stop_in_background(self, key: tuple[str, int], supervisor: QuerySupervisor) -> None:
         """Stop ``supervisor`` (bounded, errors logged), and reconcile again once it stopped."""
         stopping = asyncio.create_task(_stop_all([supervisor.stop()]), name=f"stop-{key[0]}-{key[1]}")
-        self._stopping[key] = stopping
+        self._stopping[key] = stopping, supervisor
+
+        began = time.monotonic()
 
         def stopped(_: asyncio.Task[None]) -> None:
-            if self._stopping.get(key) is stopping:
+            current = self._stopping.get(key)
+            if current is not None and current[0] is stopping:
                 del self._stopping[key]
+            log.info("task stopped", extra={"query": key[0], "partition": key[1],
+                                            "stop_s": round(time.monotonic() - began, 3)})
             self._dirty.set()
         stopping.add_done_callback(stopped)
 
@@ -281,7 +290,7 @@ class TaskAssignment:
         """Stop every task and standby copy, all at once, each bounded (errors logged: the worker is going)."""
         replicas = [*self.standbys.values(), *(copy for copies in self.companions.values() for copy in copies)]
         await _stop_all([*(supervisor.stop() for supervisor in self.supervisors.values()),
-                         *(replica.stop() for replica in replicas), *self._stopping.values()])
+                         *(replica.stop() for replica in replicas), *(stop for stop, _ in self._stopping.values())])
         await self.streams.stop()
         await self.inputs.stop()
         close_handed()

@@ -10,13 +10,14 @@ from millpond.common.v1 import rows_pb2, status_pb2
 from millpond.coordinator.v1 import coordinator_pb2
 from millpond.shared.kafka.serde import add_values, from_proto
 from millpond.shared.results import Outcome
-from millpond.shared.task_status import FAILED, RESTORING, RUNNING, STARTING, StoreLag, TaskReport
+from millpond.shared.task_status import FAILED, RESTORING, RUNNING, STARTING, STOPPING, StoreLag, TaskReport
 
 _TASK_STATE_TO_PROTO = {
     STARTING: coordinator_pb2.TASK_STATE_STARTING,
     RESTORING: coordinator_pb2.TASK_STATE_RESTORING,
     RUNNING: coordinator_pb2.TASK_STATE_RUNNING,
     FAILED: coordinator_pb2.TASK_STATE_FAILED,
+    STOPPING: coordinator_pb2.TASK_STATE_STOPPING,
 }
 _TASK_STATE_FROM_PROTO = {v: k for k, v in _TASK_STATE_TO_PROTO.items()}
 

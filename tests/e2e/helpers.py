@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -70,6 +72,11 @@ def own_queries(cluster: LocalCluster) -> Iterator[None]:
         for row in run(cluster, "SHOW QUERIES;"):
             if str(row[0]) not in before:
                 run(cluster, f"TERMINATE {row[0]};")
+
+
+def log_entries(log: Path) -> Iterator[dict[str, Any]]:
+    """The JSON entries of a service's log, in order (other output, such as the JVM's, left out)."""
+    return (json.loads(line) for line in log.read_text().splitlines() if line.startswith("{"))
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout: float = 240) -> None:

@@ -7,7 +7,6 @@ and the leading coordinator is killed; after each step the table is exact key by
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import random
 import threading
@@ -16,7 +15,6 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
@@ -30,6 +28,7 @@ from millpond.deploy.local.launcher import LocalCluster
 from millpond.shared.net import free_port
 from millpond.shared.rpc.converters import task_report_from_proto
 from millpond.shared.task_status import RUNNING, TaskReport
+from tests.e2e.helpers import log_entries
 from tests.e2e.workload import (
     PARTITIONS,
     Expected,
@@ -173,11 +172,6 @@ class PullLoad:
                     self.failures[f"{err.code()}: {err.details()}"] += 1
         finally:
             client.close()
-
-
-def log_entries(log: Path) -> Iterator[dict[str, Any]]:
-    """The JSON entries of a service's log, in order (other output, such as the JVM's, left out)."""
-    return (json.loads(line) for line in log.read_text().splitlines() if line.startswith("{"))
 
 
 def first_starts(log: Path, query_id: str) -> dict[tuple[str, int], int]:

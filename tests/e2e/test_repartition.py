@@ -24,12 +24,12 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from millpond.cli.client import RouterClient
 from millpond.deploy.local.launcher import LocalCluster
-from millpond.shared.catalog.names import processing_log_topic, repartition_topic
+from millpond.shared.catalog.names import changelog_topic, processing_log_topic, repartition_topic
 from millpond.shared.kafka.admin import topic_partitions
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.kafka.serde import deserialize_key, serialize_key
 from millpond.shared.sql.ast import SqlType
-from tests.e2e.helpers import collect, own_queries, pull_until, read_all, reads_own_writes, run, wait_for
+from tests.e2e.helpers import collect, log_entries, own_queries, pull_until, read_all, reads_own_writes, run, wait_for
 from tests.e2e.workload import produce
 
 PARTITIONS = 4
@@ -112,6 +112,26 @@ async def test_group_by_another_column_repartitions_exactly(cluster: LocalCluste
     await asyncio.to_thread(reads_own_writes, cluster, [
         (f"INSERT INTO {stream} (sensor, area, reading) VALUES ('s-new', 'area-new', {i});",
          f"SELECT n, total FROM {by_area} WHERE area = 'area-new';", [[i, i * (i + 1) // 2]]) for i in range(1, 6)])
+
+    # TERMINATE: the query's repartition and changelog topics go once no worker runs it, not from
+    # under a batch still committing to them (a worker's Spark query then took its whole 30 s
+    # bound to stop, and held up the next queries' starts).
+    internal = [repartition_topic(cluster.service_id, area_query), changelog_topic(cluster.service_id, area_query)]
+    run(cluster, f"TERMINATE {area_query};")
+    admin = AIOKafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    await admin.start()
+    try:
+        async with asyncio.timeout(60):
+            while [t for t in internal if await topic_partitions(admin, t) is not None]:  # noqa: ASYNC110 (the broker's)
+                await asyncio.sleep(0.2)
+    finally:
+        await admin.close()
+    deleted = [e["ts"] for child in cluster.children if child.name.startswith("coordinator")
+               for e in log_entries(child.log) if e.get("msg") == "deleted a terminated query's topics"
+               and e.get("query") == area_query]
+    stopped = [e["ts"] for child in cluster.children if child.name.startswith("worker")
+               for e in log_entries(child.log) if e.get("msg") == "task stopped" and e.get("query") == area_query]
+    assert len(deleted) == 1 and stopped and max(stopped) <= deleted[0], (deleted, stopped)
 
 
 async def test_a_table_projected_from_a_table_is_materialized(cluster: LocalCluster) -> None:

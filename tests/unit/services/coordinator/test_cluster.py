@@ -9,7 +9,7 @@ from millpond.router.v1 import router_pb2
 from millpond.services.coordinator.assignor import AssignorConfig, QueryTasks, Task
 from millpond.services.coordinator.cluster import EPOCH_SHIFT, Cluster
 from millpond.services.coordinator.converters import host_statuses
-from millpond.shared.task_status import RUNNING, StoreLag, TaskReport
+from millpond.shared.task_status import RUNNING, STOPPING, StoreLag, TaskReport
 
 
 class Clock:
@@ -98,6 +98,26 @@ def test_task_reports_only_count_the_assigned_active() -> None:
     cluster.reassign([QueryTasks("Q", 2)])
     beat(cluster, "w2", active=[0])  # a stale report from a worker that lost the task
     assert {(r.worker_id, r.partition) for r in cluster.task_reports()["Q"]} == {("w1", 0), ("w1", 1)}
+
+
+def test_a_query_runs_while_a_live_worker_reports_a_task_still_stopping_or_a_copy_of_it() -> None:
+    """What a terminated query's topics wait for (``topic_cleanup``); a stopping task is not
+    one a new leader keeps where it is."""
+    clock = Clock()
+    cluster = make(clock)
+    beat(cluster, "w1", active=[0])
+    beat(cluster, "w2", standby=[0])
+    assert cluster.runs("Q") and not cluster.runs("OTHER")
+    cluster.beat("w1", "w1:1", [TaskReport("Q", 0, STOPPING, worker_id="w1")], [])
+    cluster.lead(1)
+    assert cluster.assignment.tasks_of("w1").active == ()  # stopping: not what w1 runs
+    beat(cluster, "w2")
+    assert cluster.runs("Q")  # w1's task is still stopping
+    beat(cluster, "w1")
+    assert not cluster.runs("Q")
+    beat(cluster, "w1", active=[0])
+    cluster.remove("w1")  # a worker that left or died runs nothing
+    assert not cluster.runs("Q")
 
 
 def test_departed_workers_are_forgotten_after_the_retention() -> None:

@@ -49,7 +49,7 @@ from millpond.services.worker.task import AggregateSlice, AggregationTask, store
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import WorkerSettings
 from millpond.shared.sql.parser import parse_statement
-from millpond.shared.task_status import RUNNING
+from millpond.shared.task_status import RUNNING, STARTING, STOPPING
 from tests.unit.services.worker.fake_changelog import Changelog, FakeConsumer
 
 STATEMENTS = [
@@ -491,6 +491,9 @@ async def test_a_supervisor_that_never_stops_holds_up_neither_the_others_nor_the
             while len(stopped) < 2:  # noqa: ASYNC110 (the background stops append)
                 await asyncio.sleep(0.01)
         assert stopped == ["CSAS_HOT_1", "CSAS_HOT_1"]  # one supervisor per partition
+        # Reported STOPPING until stopped: the coordinator keeps a terminated query's topics till then.
+        assert sorted((r.query_id, r.partition, r.state) for r in tasks.task_reports() if r.query_id != "CST_S_2") == [
+            (QUERY, 0, STOPPING), (QUERY, 1, STOPPING)]
         # Its query wanted here again (and a copy of its other partition): both wait for its stop.
         tasks.take(3, {"CST_S_2": {0, 1}, QUERY: {0}}, {(QUERY, 1)})
         async with asyncio.timeout(2):
@@ -503,6 +506,7 @@ async def test_a_supervisor_that_never_stops_holds_up_neither_the_others_nor_the
             await tasks._dirty.wait()  # the stops' end asks for another reconcile
             await tasks._reconcile()
         assert set(tasks.supervisors) == {("CST_S_2", 0), ("CST_S_2", 1), (QUERY, 0)}
+        assert [(r.partition, r.state) for r in tasks.task_reports() if r.query_id == QUERY] == [(0, STARTING)]
         assert set(tasks.standbys) == {(QUERY, 1)}
     finally:
         release.set()

@@ -16,11 +16,11 @@ from millpond.shared.rpc.converters import (
     task_report_from_proto,
     task_report_to_proto,
 )
-from millpond.shared.task_status import FAILED, RESTORING, RUNNING, STARTING, StoreLag, TaskReport
+from millpond.shared.task_status import FAILED, RESTORING, RUNNING, STARTING, STOPPING, StoreLag, TaskReport
 
 
 def test_task_reports_round_trip_in_every_state() -> None:
-    for state in (STARTING, RESTORING, RUNNING, FAILED):
+    for state in (STARTING, RESTORING, RUNNING, FAILED, STOPPING):
         report = TaskReport("Q", 3, state, "w1", "boom", 2, 10, 40, 7, 5)
         assert task_report_from_proto("w1", task_report_to_proto(report)) == report
 

@@ -15,6 +15,7 @@ class TaskState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TASK_STATE_RESTORING: _ClassVar[TaskState]
     TASK_STATE_RUNNING: _ClassVar[TaskState]
     TASK_STATE_FAILED: _ClassVar[TaskState]
+    TASK_STATE_STOPPING: _ClassVar[TaskState]
 
 class ElectionState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -27,6 +28,7 @@ TASK_STATE_STARTING: TaskState
 TASK_STATE_RESTORING: TaskState
 TASK_STATE_RUNNING: TaskState
 TASK_STATE_FAILED: TaskState
+TASK_STATE_STOPPING: TaskState
 ELECTION_STATE_UNSPECIFIED: ElectionState
 ELECTION_STATE_FOLLOWING: ElectionState
 ELECTION_STATE_ELECTING: ElectionState

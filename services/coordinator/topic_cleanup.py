@@ -1,0 +1,82 @@
+"""Deletes a terminated query's internal topics once no worker runs the query.
+
+A TERMINATE is appended before any worker has heard of it; deleting the query's
+repartition and changelog topics then pulls them from under a batch still committing to
+them (in a fresh-clone CI, that worker's Spark query then took its whole 30 s bound to
+stop). So the topics go once no live worker reports a task of the query (running or still
+stopping) or a store copy of it, or after ``wait_s`` whatever the reports say: a worker's
+stop is bounded by less, and a worker cut off from the coordinator does not keep them
+forever. A coordinator that stops deletes what is still waiting at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+log = logging.getLogger(__name__)
+
+WAIT_S = 45.0
+"""The longest a terminated query's topics wait for its workers (their stops are bounded at 30 s)."""
+POLL_S = 0.1
+"""How often the workers' reports are looked at again (they beat every 100 ms)."""
+
+
+class QueryTopicCleanup:
+    """The terminated queries' internal topics waiting for their workers to stop."""
+
+    def __init__(self, delete: Callable[[list[str]], Awaitable[None]], runs: Callable[[str], bool],
+                 wait_s: float = WAIT_S, poll_s: float = POLL_S):
+        self.delete = delete
+        self.runs = runs
+        """Whether a live worker still reports the query (``Cluster.runs``)."""
+        self.wait_s = wait_s
+        self.poll_s = poll_s
+        self._waiting: dict[str, tuple[list[str], asyncio.Task[None]]] = {}
+
+    @property
+    def waiting(self) -> dict[str, list[str]]:
+        """Query id -> its topics not deleted yet."""
+        return {query_id: topics for query_id, (topics, _) in self._waiting.items()}
+
+    def after_stopped(self, query_id: str, topics: list[str]) -> None:
+        """Delete ``topics`` once no worker runs ``query_id``."""
+        if not topics:
+            return
+        task = asyncio.create_task(self._delete_when_stopped(query_id, topics), name=f"delete-topics-{query_id}")
+        self._waiting[query_id] = topics, task
+        task.add_done_callback(lambda done: self._forget(query_id, done))
+
+    def _forget(self, query_id: str, done: asyncio.Task[None]) -> None:
+        current = self._waiting.get(query_id)
+        if current is not None and current[1] is done:
+            del self._waiting[query_id]
+
+    async def _delete_when_stopped(self, query_id: str, topics: list[str]) -> None:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        while self.runs(query_id):
+            if loop.time() - started >= self.wait_s:
+                log.warning("a terminated query's workers still report it; deleting its topics all the same",
+                            extra={"query": query_id, "waited_s": self.wait_s, "topics": topics})
+                break
+            await asyncio.sleep(self.poll_s)
+        await self._delete(query_id, topics)
+
+    async def _delete(self, query_id: str, topics: list[str]) -> None:
+        try:
+            await self.delete(topics)
+        except Exception:
+            log.exception("could not delete a terminated query's topics", extra={"query": query_id, "topics": topics})
+        else:
+            log.info("deleted a terminated query's topics", extra={"query": query_id, "topics": topics})
+
+    async def close(self) -> None:
+        """Delete every waiting query's topics now (the coordinator is stopping)."""
+        waiting, self._waiting = self._waiting, {}
+        for _, task in waiting.values():
+            task.cancel()
+        await asyncio.gather(*(task for _, task in waiting.values()), return_exceptions=True)
+        for query_id, (topics, _) in waiting.items():
+            await self._delete(query_id, topics)

@@ -1,0 +1,75 @@
+"""A terminated query's internal topics go once no worker reports the query, after a bound
+whatever the reports say, and at once when the coordinator stops."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import pytest
+
+from millpond.services.coordinator.topic_cleanup import QueryTopicCleanup
+
+
+class Topics:
+    """The broker's topics, as a delete sees them."""
+
+    def __init__(self, *names: str, fail: bool = False) -> None:
+        self.present = set(names)
+        self.fail = fail
+
+    async def delete(self, names: list[str]) -> None:
+        if self.fail:
+            raise OSError("broker gone")
+        self.present -= set(names)
+
+
+async def eventually(check: Callable[[], bool], within_s: float = 2.0) -> None:
+    async with asyncio.timeout(within_s):
+        while not check():  # noqa: ASYNC110 (the cleanup's background tasks change what it checks)
+            await asyncio.sleep(0.01)
+
+
+async def test_the_topics_stay_while_a_worker_reports_the_query_and_go_once_none_does() -> None:
+    topics = Topics("q1-repartition", "q1-changelog", "q2-changelog")
+    running = {"Q1", "Q2"}
+    cleanup = QueryTopicCleanup(topics.delete, lambda query_id: query_id in running, poll_s=0.01)
+    cleanup.after_stopped("Q1", ["q1-repartition", "q1-changelog"])
+    cleanup.after_stopped("Q2", ["q2-changelog"])
+    await asyncio.sleep(0.2)
+    assert topics.present == {"q1-repartition", "q1-changelog", "q2-changelog"}
+    assert set(cleanup.waiting) == {"Q1", "Q2"}
+    running.discard("Q2")
+    await eventually(lambda: topics.present == {"q1-repartition", "q1-changelog"})
+    running.discard("Q1")
+    await eventually(lambda: not topics.present and not cleanup.waiting)
+
+
+async def test_after_the_bound_the_topics_go_whatever_the_reports_say(caplog: pytest.LogCaptureFixture) -> None:
+    topics = Topics("q1-changelog")
+    cleanup = QueryTopicCleanup(topics.delete, lambda _: True, wait_s=0.2, poll_s=0.01)
+    with caplog.at_level(logging.WARNING):
+        cleanup.after_stopped("Q1", ["q1-changelog"])
+        await asyncio.sleep(0.1)
+        assert topics.present == {"q1-changelog"}
+        await eventually(lambda: not topics.present)
+    assert "still report it" in caplog.text
+
+
+async def test_a_stopping_coordinator_deletes_what_waits_at_once() -> None:
+    topics = Topics("q1-changelog")
+    cleanup = QueryTopicCleanup(topics.delete, lambda _: True, poll_s=0.01)
+    cleanup.after_stopped("Q1", ["q1-changelog"])
+    await asyncio.sleep(0.05)
+    async with asyncio.timeout(1):  # not the 45 s the query's workers get
+        await cleanup.close()
+    assert not topics.present and not cleanup.waiting
+
+
+async def test_a_failed_delete_is_logged_and_forgotten(caplog: pytest.LogCaptureFixture) -> None:
+    cleanup = QueryTopicCleanup(Topics("q1-changelog", fail=True).delete, lambda _: False, poll_s=0.01)
+    with caplog.at_level(logging.ERROR):
+        cleanup.after_stopped("Q1", ["q1-changelog"])
+        await eventually(lambda: not cleanup.waiting)
+    assert "could not delete a terminated query's topics" in caplog.text
