@@ -112,6 +112,10 @@ class Coordinator:
             self.reader.run(stop), self.failure_detector.run(stop),
             self.rebalancer.run(stop, self.settings.rebalance_check_interval_ms / 1000), self.leadership.run(stop))]
         await self._declare_processing_log()
+        try:
+            await self.executor.delete_left_topics()
+        except Exception:  # they wait for the next start
+            log.exception("could not look for terminated queries' topics left behind")
         await self.server.set_serving()
         heap.freeze_startup_objects()
         log.info("coordinator ready", extra={"endpoint": self.server.endpoint,

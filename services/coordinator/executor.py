@@ -16,7 +16,7 @@ from aiokafka.errors import InvalidProducerEpoch, InvalidTxnState, KafkaError, P
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from millpond.services.coordinator import views
-from millpond.services.coordinator.topic_cleanup import QueryTopicCleanup
+from millpond.services.coordinator.topic_cleanup import REPORTS_GRACE_S, QueryTopicCleanup
 from millpond.shared import security
 from millpond.shared.catalog.metastore import DDL, Change, Metastore, check_column_names
 from millpond.shared.catalog.queries import Resolved
@@ -236,6 +236,18 @@ class StatementExecutor:
             await delete_topics(self.admin, list(change.delete_topics))
         for query in change.drop_queries:
             self.cleanup.after_stopped(query.query_id, [t.name for t in internal_topics(self.settings.service_id, query)])
+
+    async def delete_left_topics(self, reports_grace_s: float = REPORTS_GRACE_S) -> None:
+        """Delete, as a TERMINATE does, the internal topics of terminated queries that are still
+        there: the coordinator that ran the TERMINATE stopped before it could (or a delete
+        failed). Called once the command topic is read; the workers' reports are waited for."""
+        present = set(await self.admin.list_topics())
+        for query in self.metastore.terminated.values():
+            left = [t.name for t in internal_topics(self.settings.service_id, query) if t.name in present]
+            if left:
+                log.info("a terminated query's topics were left; deleting them once no worker runs it",
+                         extra={"query": query.query_id, "topics": left})
+                self.cleanup.after_stopped(query.query_id, left, not_before_s=reports_grace_s)
 
     async def _insert(self, stmt: ast.InsertValues, request_id: str, attempt: int) -> Outcome:
         await self.reader.catch_up()

@@ -6,7 +6,8 @@ them (in a fresh-clone CI, that worker's Spark query then took its whole 30 s bo
 stop). So the topics go once no live worker reports a task of the query (running or still
 stopping) or a store copy of it, or after ``wait_s`` whatever the reports say: a worker's
 stop is bounded by less, and a worker cut off from the coordinator does not keep them
-forever. A coordinator that stops deletes what is still waiting at once.
+forever. A coordinator that stops deletes what is still waiting at once; one that starts
+deletes what a coordinator gone before it left (``StatementExecutor.delete_left_topics``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ WAIT_S = 45.0
 """The longest a terminated query's topics wait for its workers (their stops are bounded at 30 s)."""
 POLL_S = 0.1
 """How often the workers' reports are looked at again (they beat every 100 ms)."""
+REPORTS_GRACE_S = 5.0
+"""How long a coordinator that starts hears its workers' reports before it deletes a terminated
+query's topics that were left (the workers beat every coordinator every 100 ms)."""
 
 
 class QueryTopicCleanup:
@@ -40,11 +44,13 @@ class QueryTopicCleanup:
         """Query id -> its topics not deleted yet."""
         return {query_id: topics for query_id, (topics, _) in self._waiting.items()}
 
-    def after_stopped(self, query_id: str, topics: list[str]) -> None:
-        """Delete ``topics`` once no worker runs ``query_id``."""
-        if not topics:
+    def after_stopped(self, query_id: str, topics: list[str], not_before_s: float = 0.0) -> None:
+        """Delete ``topics`` once no worker runs ``query_id``, looking first after ``not_before_s``
+        (a coordinator that just started has not heard from every worker yet)."""
+        if not topics or query_id in self._waiting:
             return
-        task = asyncio.create_task(self._delete_when_stopped(query_id, topics), name=f"delete-topics-{query_id}")
+        task = asyncio.create_task(self._delete_when_stopped(query_id, topics, not_before_s),
+                                   name=f"delete-topics-{query_id}")
         self._waiting[query_id] = topics, task
         task.add_done_callback(lambda done: self._forget(query_id, done))
 
@@ -53,9 +59,10 @@ class QueryTopicCleanup:
         if current is not None and current[1] is done:
             del self._waiting[query_id]
 
-    async def _delete_when_stopped(self, query_id: str, topics: list[str]) -> None:
+    async def _delete_when_stopped(self, query_id: str, topics: list[str], not_before_s: float) -> None:
         loop = asyncio.get_running_loop()
         started = loop.time()
+        await asyncio.sleep(not_before_s)
         while self.runs(query_id):
             if loop.time() - started >= self.wait_s:
                 log.warning("a terminated query's workers still report it; deleting its topics all the same",

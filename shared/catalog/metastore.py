@@ -98,6 +98,9 @@ class Metastore:
     """Commands that could not be applied on replay, by offset, with the reason."""
     errors: dict[str, str] = field(default_factory=dict)
     """Sources and queries this node found broken (by name or query id), with the reason."""
+    terminated: dict[str, PersistentQuery] = field(default_factory=dict)
+    """The queries terminated (or dropped with their result), by id: a coordinator that starts
+    deletes what internal topics of theirs are left (``StatementExecutor.delete_left_topics``)."""
 
     # ---- lookups
     def source(self, name: str) -> DataSource:
@@ -165,6 +168,7 @@ class Metastore:
         for query in change.drop_queries:
             self.queries.pop(query.query_id, None)
             self.errors.pop(query.query_id, None)
+            self.terminated[query.query_id] = query
         for source in change.add_sources:
             self.sources[source.name] = source
         for query in change.add_queries:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -19,9 +19,10 @@ from millpond.deploy.local.kafka_broker import EmbeddedKafka
 from millpond.services.coordinator.executor import StatementExecutor
 from millpond.shared.catalog import names
 from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.catalog.topology import internal_topics
 from millpond.shared.config import CoordinatorSettings
 from millpond.shared.errors import AlreadyExistsError, SetupError
-from millpond.shared.kafka.admin import delete_topics, ensure_command_topic, ensure_topic, internal_replicas
+from millpond.shared.kafka.admin import delete_topics, ensure_command_topic, ensure_topic, internal_replicas, topic_partitions
 from millpond.shared.kafka.command_log import Command, CommandReader, CommandWriter
 from millpond.shared.kafka.connection import KafkaConnection
 from millpond.shared.kafka.inserts import RowInserter
@@ -31,8 +32,10 @@ _ids = itertools.count()
 
 
 @asynccontextmanager
-async def coordinator_core(bootstrap: str, service_id: str) -> AsyncIterator[StatementExecutor]:
-    """What a coordinator needs to execute statements: its own metastore, reader and clients."""
+async def coordinator_core(bootstrap: str, service_id: str,
+                           query_runs: Callable[[str], bool] = lambda _: False) -> AsyncIterator[StatementExecutor]:
+    """What a coordinator needs to execute statements: its own metastore, reader and clients
+    (``query_runs``: whether its workers report a query, as ``Cluster.runs``)."""
     settings = CoordinatorSettings(service_id=service_id, kafka_bootstrap_servers=bootstrap)
     metastore = Metastore()
     reader = CommandReader(settings.kafka, settings.command_topic, metastore)
@@ -46,7 +49,7 @@ async def coordinator_core(bootstrap: str, service_id: str) -> AsyncIterator[Sta
     try:
         yield StatementExecutor(settings, metastore, reader,
                                 CommandWriter(settings.kafka, settings.command_topic, names.command_transactional_id(service_id)),
-                                admin, inserts, offsets)
+                                admin, inserts, offsets, query_runs=query_runs)
     finally:
         for closer in (reader.stop, offsets.stop, inserts.stop, admin.close):
             await closer()
@@ -355,3 +358,33 @@ async def test_a_resent_statement_runs_once_whichever_coordinator_gets_it(kafka:
     finally:
         await consumer.stop()
     assert [r.offset for r in records] == sorted({row.offset, other.offset})  # req-4 once, req-5 once
+
+
+async def test_a_terminated_querys_topics_left_by_a_coordinator_are_deleted_by_the_next_once_no_worker_runs_it(
+        kafka: EmbeddedKafka) -> None:
+    """A TERMINATE deletes the query's internal topics once its workers stopped it; a coordinator
+    that stops before then (here: one that appended the command and went) leaves them, and the
+    next coordinator to start deletes them, once none of its workers reports the query."""
+    service_id = f"left{next(_ids)}"
+    async with coordinator_core(kafka.bootstrap_servers, service_id) as first:
+        await first.execute(f"CREATE STREAM s (k VARCHAR KEY, v INT) WITH (kafka_topic='{service_id}-s', partitions=2, "
+                            "value_format='json');", {})
+        await first.execute("CREATE TABLE t AS SELECT v, COUNT(*) AS n FROM s GROUP BY v;", {})
+        (query,) = first.metastore.queries.values()
+        topics = sorted(t.name for t in internal_topics(service_id, query))
+        assert len(topics) == 2  # re-keyed: a repartition and a changelog topic
+        async with first.writer.transaction() as txn:
+            await txn.append(Command(f"TERMINATE {query.query_id};"))
+    running = {query.query_id}
+    async with coordinator_core(kafka.bootstrap_servers, service_id, lambda q: q in running) as second:
+        await second.reader.catch_up()
+        assert query.query_id not in second.metastore.queries and query.query_id in second.metastore.terminated
+        await second.delete_left_topics(reports_grace_s=0.2)
+        await asyncio.sleep(1.0)
+        assert [await topic_partitions(second.admin, t) for t in topics] == [2, 2]  # a worker still runs it
+        running.clear()
+        async with asyncio.timeout(10):
+            while [t for t in topics if await topic_partitions(second.admin, t) is not None]:  # noqa: ASYNC110 (the broker's)
+                await asyncio.sleep(0.1)
+        await second.delete_left_topics(reports_grace_s=0.0)  # nothing left: nothing waits
+        assert not second.cleanup.waiting
