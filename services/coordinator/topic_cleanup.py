@@ -22,6 +22,10 @@ WAIT_S = 45.0
 """The longest a terminated query's topics wait for its workers (their stops are bounded at 30 s)."""
 POLL_S = 0.1
 """How often the workers' reports are looked at again (they beat every 100 ms)."""
+REPORTS_IN_FLIGHT_S = 0.5
+"""How long after a TERMINATE the reports are first looked at: a worker that started the query
+just before reports it in its next beat, up to 100 ms later, and is told to stop it in the answer
+to a beat after the leader reassigned."""
 REPORTS_GRACE_S = 5.0
 """How long a coordinator that starts hears its workers' reports before it deletes a terminated
 query's topics that were left (the workers beat every coordinator every 100 ms)."""
@@ -44,7 +48,7 @@ class QueryTopicCleanup:
         """Query id -> its topics not deleted yet."""
         return {query_id: topics for query_id, (topics, _) in self._waiting.items()}
 
-    def after_stopped(self, query_id: str, topics: list[str], not_before_s: float = 0.0) -> None:
+    def after_stopped(self, query_id: str, topics: list[str], not_before_s: float = REPORTS_IN_FLIGHT_S) -> None:
         """Delete ``topics`` once no worker runs ``query_id``, looking first after ``not_before_s``
         (a coordinator that just started has not heard from every worker yet)."""
         if not topics or query_id in self._waiting:

@@ -73,3 +73,13 @@ async def test_a_failed_delete_is_logged_and_forgotten(caplog: pytest.LogCapture
         cleanup.after_stopped("Q1", ["q1-changelog"])
         await eventually(lambda: not cleanup.waiting)
     assert "could not delete a terminated query's topics" in caplog.text
+
+
+async def test_the_reports_are_first_looked_at_after_a_beat_or_so() -> None:
+    """A worker that started the query just before the TERMINATE reports it in its next beat."""
+    topics = Topics("q1-changelog")
+    cleanup = QueryTopicCleanup(topics.delete, lambda _: False, poll_s=0.01)
+    cleanup.after_stopped("Q1", ["q1-changelog"], not_before_s=0.3)
+    await asyncio.sleep(0.15)
+    assert topics.present == {"q1-changelog"}
+    await eventually(lambda: not topics.present)
