@@ -73,4 +73,5 @@ def now_ms() -> int:
 def summarize(reports: Iterable[TaskReport]) -> str:
     """Task states counted, as ksqlDB's ``RUNNING:2`` (empty when nothing reported)."""
     counts = Counter(r.state for r in reports)
-    return ", ".join(f"{state}:{counts[state]}" for state in (RUNNING, RESTORING, STARTING, FAILED) if counts[state])
+    return ", ".join(f"{state}:{counts[state]}" for state in (RUNNING, RESTORING, STARTING, FAILED, STOPPING)
+                     if counts[state])
