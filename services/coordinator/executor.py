@@ -16,7 +16,7 @@ from aiokafka.errors import InvalidProducerEpoch, InvalidTxnState, KafkaError, P
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from millpond.services.coordinator import views
-from millpond.services.coordinator.topic_cleanup import REPORTS_GRACE_S, QueryTopicCleanup
+from millpond.services.coordinator.topic_cleanup import DROP_WAIT_S, REPORTS_GRACE_S, QueryTopicCleanup
 from millpond.shared import security
 from millpond.shared.catalog.metastore import DDL, Change, Metastore, check_column_names
 from millpond.shared.catalog.queries import Resolved
@@ -232,10 +232,17 @@ class StatementExecutor:
                                    replicas=self.replicas, configs=dict(topic.configs))
 
     async def _delete_topics(self, change: Change) -> None:
-        if change.delete_topics:
-            await delete_topics(self.admin, list(change.delete_topics))
         for query in change.drop_queries:
             self.cleanup.after_stopped(query.query_id, [t.name for t in internal_topics(self.settings.service_id, query)])
+        if change.delete_topics:
+            # DROP ... DELETE TOPIC: the source's topic goes before the statement is answered (a
+            # CREATE right after it may name the same topic), once the query that wrote or read
+            # it is stopped, as its internal topics do.
+            dropped = [query.query_id for query in change.drop_queries]
+            if dropped and not await self.cleanup.stopped(dropped, DROP_WAIT_S):
+                log.warning("a dropped source's query still runs; deleting its topic all the same",
+                            extra={"queries": dropped, "topics": change.delete_topics})
+            await delete_topics(self.admin, list(change.delete_topics))
 
     async def delete_left_topics(self, reports_grace_s: float = REPORTS_GRACE_S) -> None:
         """Delete, as a TERMINATE does, the internal topics of terminated queries that are still

@@ -26,6 +26,10 @@ REPORTS_IN_FLIGHT_S = 0.5
 """How long after a TERMINATE the reports are first looked at: a worker that started the query
 just before reports it in its next beat, up to 100 ms later, and is told to stop it in the answer
 to a beat after the leader reassigned."""
+DROP_WAIT_S = 20.0
+"""The longest a DROP ... DELETE TOPIC waits for its query's workers before it deletes the
+topic all the same (it deletes the topic before it answers: a CREATE right after it may name
+the same topic; a statement has 60 s in all)."""
 REPORTS_GRACE_S = 5.0
 """How long a coordinator that starts hears its workers' reports before it deletes a terminated
 query's topics that were left (the workers beat every coordinator every 100 ms)."""
@@ -63,16 +67,21 @@ class QueryTopicCleanup:
         if current is not None and current[1] is done:
             del self._waiting[query_id]
 
-    async def _delete_when_stopped(self, query_id: str, topics: list[str], not_before_s: float) -> None:
+    async def stopped(self, query_ids: list[str], wait_s: float, not_before_s: float = REPORTS_IN_FLIGHT_S) -> bool:
+        """Whether, within ``wait_s``, no worker runs any of ``query_ids`` (looking first after ``not_before_s``)."""
         loop = asyncio.get_running_loop()
-        started = loop.time()
+        deadline = loop.time() + wait_s
         await asyncio.sleep(not_before_s)
-        while self.runs(query_id):
-            if loop.time() - started >= self.wait_s:
-                log.warning("a terminated query's workers still report it; deleting its topics all the same",
-                            extra={"query": query_id, "waited_s": self.wait_s, "topics": topics})
-                break
+        while any(self.runs(query_id) for query_id in query_ids):
+            if loop.time() >= deadline:
+                return False
             await asyncio.sleep(self.poll_s)
+        return True
+
+    async def _delete_when_stopped(self, query_id: str, topics: list[str], not_before_s: float) -> None:
+        if not await self.stopped([query_id], self.wait_s, not_before_s):
+            log.warning("a terminated query's workers still report it; deleting its topics all the same",
+                        extra={"query": query_id, "waited_s": self.wait_s, "topics": topics})
         await self._delete(query_id, topics)
 
     async def _delete(self, query_id: str, topics: list[str]) -> None:

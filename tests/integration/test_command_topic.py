@@ -388,3 +388,25 @@ async def test_a_terminated_querys_topics_left_by_a_coordinator_are_deleted_by_t
                 await asyncio.sleep(0.1)
         await second.delete_left_topics(reports_grace_s=0.0)  # nothing left: nothing waits
         assert not second.cleanup.waiting
+
+
+async def test_drop_delete_topic_deletes_the_topic_once_the_query_writing_it_stopped_and_before_it_answers(
+        kafka: EmbeddedKafka) -> None:
+    """Not from under a batch still committing to it, and not after the answer: a CREATE right
+    after the DROP may name the same topic."""
+    service_id = f"drop{next(_ids)}"
+    running: set[str] = set()
+    async with coordinator_core(kafka.bootstrap_servers, service_id, lambda q: q in running) as core:
+        await core.execute(f"CREATE STREAM s (k VARCHAR KEY, v INT) WITH (kafka_topic='{service_id}-s', partitions=2, "
+                           "value_format='json');", {})
+        await core.execute(f"CREATE TABLE t WITH (kafka_topic='{service_id}-t') AS SELECT k, COUNT(*) AS n FROM s GROUP BY k;",
+                           {})
+        (query,) = core.metastore.queries.values()
+        running.add(query.query_id)  # a worker still runs it
+        dropping = asyncio.create_task(core.execute("DROP TABLE t DELETE TOPIC;", {}))
+        await asyncio.sleep(1.5)
+        assert not dropping.done() and await topic_partitions(core.admin, f"{service_id}-t") == 2
+        running.clear()
+        await asyncio.wait_for(dropping, 10)
+        assert await topic_partitions(core.admin, f"{service_id}-t") is None
+        assert await topic_partitions(core.admin, f"{service_id}-s") == 2
