@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 STARTING, RESTORING, RUNNING, FAILED = "STARTING", "RESTORING", "RUNNING", "FAILED"
 STOPPING = "STOPPING"
-"""No longer assigned to its worker, and still stopping (the query's internal topics stay until it stopped)."""
+"""Still stopping: no longer assigned to its worker, or restarting there (a CREATE OR REPLACE)
+before its new run starts. A terminated query's topics stay until no worker reports it."""
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, sto
 from millpond.services.coordinator import views
 from millpond.services.coordinator.topic_cleanup import DROP_WAIT_S, REPORTS_GRACE_S, QueryTopicCleanup
 from millpond.shared import security
-from millpond.shared.catalog.metastore import DDL, Change, Metastore, check_column_names
-from millpond.shared.catalog.queries import Resolved
+from millpond.shared.catalog.metastore import DDL, Change, Metastore, check_column_names, uses
+from millpond.shared.catalog.queries import PersistentQuery, Resolved
 from millpond.shared.catalog.topology import internal_topics
 from millpond.shared.catalog.upgrades import check_upgrades
 from millpond.shared.config import CoordinatorSettings
@@ -215,6 +215,7 @@ class StatementExecutor:
         for source in change.add_sources:
             if source.name in replaced:
                 continue
+            await self.cleanup.settled(source.topic)  # a DROP ... DELETE TOPIC of it just before
             existing = await topic_partitions(self.admin, source.topic)
             if existing is None:
                 if isinstance(stmt, ast.CreateSource) and "partitions" not in stmt.properties:
@@ -231,18 +232,20 @@ class StatementExecutor:
                 await ensure_topic(self.admin, topic.name, topic.partitions or sink.partitions, compacted=topic.compacted,
                                    replicas=self.replicas, configs=dict(topic.configs))
 
+    def _internal_topics(self, query: PersistentQuery) -> list[str]:
+        return [topic.name for topic in internal_topics(self.settings.service_id, query)]
+
     async def _delete_topics(self, change: Change) -> None:
+        """Delete what the change drops, each once the queries that used it have stopped
+        (``topic_cleanup``): a terminated query's internal topics, and with DROP ... DELETE
+        TOPIC the source's topic (the query that wrote it, and any terminated one that read or
+        wrote it, may still be stopping; a statement that names the topic again waits for it)."""
         for query in change.drop_queries:
-            self.cleanup.after_stopped(query.query_id, [t.name for t in internal_topics(self.settings.service_id, query)])
+            self.cleanup.after_stopped(query.query_id, self._internal_topics(query))
         if change.delete_topics:
-            # DROP ... DELETE TOPIC: the source's topic goes before the statement is answered (a
-            # CREATE right after it may name the same topic), once the query that wrote or read
-            # it is stopped, as its internal topics do.
-            dropped = [query.query_id for query in change.drop_queries]
-            if dropped and not await self.cleanup.stopped(dropped, DROP_WAIT_S):
-                log.warning("a dropped source's query still runs; deleting its topic all the same",
-                            extra={"queries": dropped, "topics": change.delete_topics})
-            await delete_topics(self.admin, list(change.delete_topics))
+            used = [q.query_id for q in [*change.drop_queries, *self.metastore.terminated.values()]
+                    if any(uses(q, name) for name in change.drop_sources)]
+            self.cleanup.delete_after(used, list(change.delete_topics), DROP_WAIT_S)
 
     async def delete_left_topics(self, reports_grace_s: float = REPORTS_GRACE_S) -> None:
         """Delete, as a TERMINATE does, the internal topics of terminated queries that are still
@@ -250,7 +253,7 @@ class StatementExecutor:
         failed). Called once the command topic is read; the workers' reports are waited for."""
         present = set(await self.admin.list_topics())
         for query in self.metastore.terminated.values():
-            left = [t.name for t in internal_topics(self.settings.service_id, query) if t.name in present]
+            left = [name for name in self._internal_topics(query) if name in present]
             if left:
                 log.info("a terminated query's topics were left; deleting them once no worker runs it",
                          extra={"query": query.query_id, "topics": left})

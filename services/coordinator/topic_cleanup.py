@@ -1,13 +1,18 @@
-"""Deletes a terminated query's internal topics once no worker runs the query.
+"""Deletes topics that queries used once no worker runs those queries any more.
 
-A TERMINATE is appended before any worker has heard of it; deleting the query's
-repartition and changelog topics then pulls them from under a batch still committing to
-them (in a fresh-clone CI, that worker's Spark query then took its whole 30 s bound to
-stop). So the topics go once no live worker reports a task of the query (running or still
-stopping) or a store copy of it, or after ``wait_s`` whatever the reports say: a worker's
-stop is bounded by less, and a worker cut off from the coordinator does not keep them
-forever. A coordinator that stops deletes what is still waiting at once; one that starts
-deletes what a coordinator gone before it left (``StatementExecutor.delete_left_topics``).
+A TERMINATE (or a DROP ... DELETE TOPIC) is appended before any worker has heard of it;
+deleting the query's repartition and changelog topics, or the dropped source's, then pulls
+them from under a batch still committing to them (in a fresh-clone CI, that worker's Spark
+query then took its whole 30 s bound to stop). So each topic goes, in the background, once no
+live worker reports a task (running, stopping, or assigned and not started yet) or a store
+copy of the queries that used it, or after a bound whatever the reports say: a worker's stop
+is bounded by less, and a worker cut off from the coordinator does not keep them forever.
+
+A statement that names a topic still waiting (a CREATE right after a DROP ... DELETE TOPIC)
+waits for it to go first (``settled``). A coordinator that stops leaves a terminated query's
+internal topics to the next one to start (``StatementExecutor.delete_left_topics``): the
+workers may still be stopping the query; a dropped source's topic, which no start looks for,
+it deletes at once.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
 
@@ -27,16 +33,23 @@ REPORTS_IN_FLIGHT_S = 0.5
 just before reports it in its next beat, up to 100 ms later, and is told to stop it in the answer
 to a beat after the leader reassigned."""
 DROP_WAIT_S = 20.0
-"""The longest a DROP ... DELETE TOPIC waits for its query's workers before it deletes the
-topic all the same (it deletes the topic before it answers: a CREATE right after it may name
-the same topic; a statement has 60 s in all)."""
+"""The longest a dropped source's topic waits for the queries that used it."""
 REPORTS_GRACE_S = 5.0
 """How long a coordinator that starts hears its workers' reports before it deletes a terminated
 query's topics that were left (the workers beat every coordinator every 100 ms)."""
 
 
+@dataclass
+class _Deletion:
+    queries: list[str]
+    topics: list[str]
+    swept_at_start: bool
+    """Whether a coordinator that starts looks for these topics (a terminated query's internal ones)."""
+    task: asyncio.Task[None] | None = None
+
+
 class QueryTopicCleanup:
-    """The terminated queries' internal topics waiting for their workers to stop."""
+    """The topics waiting for the queries that used them to stop."""
 
     def __init__(self, delete: Callable[[list[str]], Awaitable[None]], runs: Callable[[str], bool],
                  wait_s: float = WAIT_S, poll_s: float = POLL_S):
@@ -45,27 +58,37 @@ class QueryTopicCleanup:
         """Whether a live worker still reports the query (``Cluster.runs``)."""
         self.wait_s = wait_s
         self.poll_s = poll_s
-        self._waiting: dict[str, tuple[list[str], asyncio.Task[None]]] = {}
+        self._waiting: dict[str, _Deletion] = {}
+        """Each topic waiting -> its deletion."""
 
     @property
-    def waiting(self) -> dict[str, list[str]]:
-        """Query id -> its topics not deleted yet."""
-        return {query_id: topics for query_id, (topics, _) in self._waiting.items()}
+    def waiting(self) -> set[str]:
+        """The topics not deleted yet."""
+        return set(self._waiting)
 
     def after_stopped(self, query_id: str, topics: list[str], not_before_s: float = REPORTS_IN_FLIGHT_S) -> None:
-        """Delete ``topics`` once no worker runs ``query_id``, looking first after ``not_before_s``
-        (a coordinator that just started has not heard from every worker yet)."""
-        if not topics or query_id in self._waiting:
-            return
-        task = asyncio.create_task(self._delete_when_stopped(query_id, topics, not_before_s),
-                                   name=f"delete-topics-{query_id}")
-        self._waiting[query_id] = topics, task
-        task.add_done_callback(lambda done: self._forget(query_id, done))
+        """Delete a terminated query's internal ``topics`` once no worker runs it, looking first
+        after ``not_before_s`` (a coordinator that just started has not heard from every worker yet)."""
+        self.delete_after([query_id], topics, self.wait_s, not_before_s, swept_at_start=True)
 
-    def _forget(self, query_id: str, done: asyncio.Task[None]) -> None:
-        current = self._waiting.get(query_id)
-        if current is not None and current[1] is done:
-            del self._waiting[query_id]
+    def delete_after(self, query_ids: list[str], topics: list[str], wait_s: float,
+                     not_before_s: float = REPORTS_IN_FLIGHT_S, swept_at_start: bool = False) -> None:
+        """Delete ``topics`` once no worker runs any of ``query_ids`` (none: at once), or after
+        ``wait_s`` all the same; a topic already waiting keeps its first deletion."""
+        topics = [t for t in topics if t not in self._waiting]
+        if not topics:
+            return
+        deletion = _Deletion(list(query_ids), topics, swept_at_start)
+        deletion.task = asyncio.create_task(self._delete_when_stopped(deletion, wait_s, not_before_s if query_ids else 0.0),
+                                            name=f"delete-{topics[0]}")
+        for topic in topics:
+            self._waiting[topic] = deletion
+        deletion.task.add_done_callback(lambda _: self._forget(deletion))
+
+    def _forget(self, deletion: _Deletion) -> None:
+        for topic in deletion.topics:
+            if self._waiting.get(topic) is deletion:
+                del self._waiting[topic]
 
     async def stopped(self, query_ids: list[str], wait_s: float, not_before_s: float = REPORTS_IN_FLIGHT_S) -> bool:
         """Whether, within ``wait_s``, no worker runs any of ``query_ids`` (looking first after ``not_before_s``)."""
@@ -78,25 +101,36 @@ class QueryTopicCleanup:
             await asyncio.sleep(self.poll_s)
         return True
 
-    async def _delete_when_stopped(self, query_id: str, topics: list[str], not_before_s: float) -> None:
-        if not await self.stopped([query_id], self.wait_s, not_before_s):
-            log.warning("a terminated query's workers still report it; deleting its topics all the same",
-                        extra={"query": query_id, "waited_s": self.wait_s, "topics": topics})
-        await self._delete(query_id, topics)
+    async def settled(self, topic: str) -> None:
+        """Once ``topic`` is not waiting to be deleted (each deletion is bounded)."""
+        deletion = self._waiting.get(topic)
+        if deletion is not None and deletion.task is not None:
+            await asyncio.wait([deletion.task])
 
-    async def _delete(self, query_id: str, topics: list[str]) -> None:
+    async def _delete_when_stopped(self, deletion: _Deletion, wait_s: float, not_before_s: float) -> None:
+        if not await self.stopped(deletion.queries, wait_s, not_before_s):
+            log.warning("the queries that used these topics still run; deleting them all the same",
+                        extra={"queries": deletion.queries, "waited_s": wait_s, "topics": deletion.topics})
+        await self._delete(deletion)
+
+    async def _delete(self, deletion: _Deletion) -> None:
         try:
-            await self.delete(topics)
+            await self.delete(deletion.topics)
         except Exception:
-            log.exception("could not delete a terminated query's topics", extra={"query": query_id, "topics": topics})
+            log.exception("could not delete topics of stopped queries",
+                          extra={"queries": deletion.queries, "topics": deletion.topics})
         else:
-            log.info("deleted a terminated query's topics", extra={"query": query_id, "topics": topics})
+            log.info("deleted topics of stopped queries", extra={"queries": deletion.queries, "topics": deletion.topics})
 
     async def close(self) -> None:
-        """Delete every waiting query's topics now (the coordinator is stopping)."""
-        waiting, self._waiting = self._waiting, {}
-        for _, task in waiting.values():
+        """Stop waiting (the coordinator is stopping): a terminated query's internal topics are
+        left to the next coordinator to start, a dropped source's topic is deleted now."""
+        deletions = list({id(d): d for d in self._waiting.values()}.values())
+        self._waiting = {}
+        tasks = [d.task for d in deletions if d.task is not None]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*(task for _, task in waiting.values()), return_exceptions=True)
-        for query_id, (topics, _) in waiting.items():
-            await self._delete(query_id, topics)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for deletion in deletions:
+            if not deletion.swept_at_start:
+                await self._delete(deletion)

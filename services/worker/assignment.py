@@ -35,7 +35,7 @@ from millpond.shared.catalog.topology import REGROUP_STAGE, Stage, stages
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import NotFoundError
 from millpond.shared.events import wait_at_most
-from millpond.shared.task_status import STOPPING, StoreLag, TaskReport
+from millpond.shared.task_status import STARTING, STOPPING, StoreLag, TaskReport
 
 log = logging.getLogger(__name__)
 
@@ -148,9 +148,15 @@ class TaskAssignment:
         return [t for s in list(self.supervisors.values()) for t in list(s.tasks.values())]
 
     def task_reports(self) -> list[TaskReport]:
-        """The state of every task this worker runs, and STOPPING for each still stopping."""
+        """The state of every task this worker runs; STOPPING for each still stopping, and
+        STARTING for each assigned whose query's statement has not been replayed here yet (the
+        coordinator deletes a terminated query's topics once no worker reports it)."""
         stopping = [replace(r, state=STOPPING) for _, s in list(self._stopping.values()) for r in s.reports()]
-        return [r for s in list(self.supervisors.values()) for r in s.reports()] + stopping
+        held = set(self.supervisors) | set(self._stopping)
+        unknown = [TaskReport(query_id, p, STARTING, worker_id=self.settings.worker_id)
+                   for query_id, partitions in list(self.wanted.items()) if query_id not in self.metastore.queries
+                   for p in sorted(partitions) if (query_id, p) not in held]
+        return [r for s in list(self.supervisors.values()) for r in s.reports()] + stopping + unknown
 
     def store_lags(self) -> list[StoreLag]:
         """How far each local table copy, active or standby, is behind its changelog."""

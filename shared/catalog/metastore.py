@@ -86,6 +86,16 @@ def check_column_names(change: Change) -> None:
                     "match column names regardless of case: rename one (or give it an alias with AS)")
 
 
+def reads(query: PersistentQuery, name: str) -> bool:
+    """Whether ``query`` reads the source called ``name`` (as its input or a joined one)."""
+    return query.source == name or (query.plan.join is not None and any(t.table.name == name for t in query.plan.join.tables))
+
+
+def uses(query: PersistentQuery, name: str) -> bool:
+    """Whether ``query`` reads or writes the source called ``name``."""
+    return query.sink == name or reads(query, name)
+
+
 @dataclass
 class Metastore:
     """Streams, tables and queries, and the offset of the last command applied."""
@@ -130,9 +140,7 @@ class Metastore:
 
     def readers(self, name: str) -> list[str]:
         """Ids of the queries that read ``name``."""
-        return sorted(q.query_id for q in self.queries.values()
-                      if q.source == name or (q.plan.join is not None
-                                              and any(t.table.name == name for t in q.plan.join.tables)))
+        return sorted(q.query_id for q in self.queries.values() if reads(q, name))
 
     def writers(self, name: str) -> list[str]:
         """Ids of the queries that write ``name``."""

@@ -127,8 +127,8 @@ async def test_group_by_another_column_repartitions_exactly(cluster: LocalCluste
     finally:
         await admin.close()
     deleted = [e["ts"] for child in cluster.children if child.name.startswith("coordinator")
-               for e in log_entries(child.log) if e.get("msg") == "deleted a terminated query's topics"
-               and e.get("query") == area_query]
+               for e in log_entries(child.log) if e.get("msg") == "deleted topics of stopped queries"
+               and e.get("queries") == [area_query]]
     stopped = [e["ts"] for child in cluster.children if child.name.startswith("worker")
                for e in log_entries(child.log) if e.get("msg") == "task stopped" and e.get("query") == area_query]
     assert len(deleted) == 1 and stopped and max(stopped) <= deleted[0], (deleted, stopped)

@@ -16,6 +16,8 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import ProducerFenced
 
 from millpond.deploy.local.kafka_broker import EmbeddedKafka
+from millpond.services.coordinator.assignor import AssignorConfig
+from millpond.services.coordinator.cluster import Cluster
 from millpond.services.coordinator.executor import StatementExecutor
 from millpond.shared.catalog import names
 from millpond.shared.catalog.metastore import Metastore
@@ -26,6 +28,7 @@ from millpond.shared.kafka.admin import delete_topics, ensure_command_topic, ens
 from millpond.shared.kafka.command_log import Command, CommandReader, CommandWriter
 from millpond.shared.kafka.connection import KafkaConnection
 from millpond.shared.kafka.inserts import RowInserter
+from millpond.shared.task_status import RUNNING, TaskReport
 
 pytestmark = pytest.mark.kafka
 _ids = itertools.count()
@@ -35,7 +38,7 @@ _ids = itertools.count()
 async def coordinator_core(bootstrap: str, service_id: str,
                            query_runs: Callable[[str], bool] = lambda _: False) -> AsyncIterator[StatementExecutor]:
     """What a coordinator needs to execute statements: its own metastore, reader and clients
-    (``query_runs``: whether its workers report a query, as ``Cluster.runs``)."""
+    (``query_runs``: whether its workers report a query: a ``Cluster``'s, fed their heartbeats)."""
     settings = CoordinatorSettings(service_id=service_id, kafka_bootstrap_servers=bootstrap)
     metastore = Metastore()
     reader = CommandReader(settings.kafka, settings.command_topic, metastore)
@@ -46,11 +49,13 @@ async def coordinator_core(bootstrap: str, service_id: str,
     await ensure_topic(admin, settings.command_topic, 1)
     for client in (inserts, offsets, reader):
         await client.start()
+    executor = StatementExecutor(settings, metastore, reader,
+                                 CommandWriter(settings.kafka, settings.command_topic, names.command_transactional_id(service_id)),
+                                 admin, inserts, offsets, query_runs=query_runs)
     try:
-        yield StatementExecutor(settings, metastore, reader,
-                                CommandWriter(settings.kafka, settings.command_topic, names.command_transactional_id(service_id)),
-                                admin, inserts, offsets, query_runs=query_runs)
+        yield executor
     finally:
+        await executor.cleanup.close()
         for closer in (reader.stop, offsets.stop, inserts.stop, admin.close):
             await closer()
 
@@ -360,6 +365,18 @@ async def test_a_resent_statement_runs_once_whichever_coordinator_gets_it(kafka:
     assert [r.offset for r in records] == sorted({row.offset, other.offset})  # req-4 once, req-5 once
 
 
+def worker_reports(cluster: Cluster, query_id: str | None) -> None:
+    """A worker's heartbeat to the coordinator's cluster view: running a task of ``query_id`` (None: nothing)."""
+    reports = [] if query_id is None else [TaskReport(query_id, 0, RUNNING, worker_id="w1")]
+    cluster.beat("w1", "127.0.0.1:1", reports, [])
+
+
+async def until_deleted(admin: AIOKafkaAdminClient, topics: list[str], within_s: float = 10) -> None:
+    async with asyncio.timeout(within_s):
+        while [t for t in topics if await topic_partitions(admin, t) is not None]:  # noqa: ASYNC110 (the broker's)
+            await asyncio.sleep(0.1)
+
+
 async def test_a_terminated_querys_topics_left_by_a_coordinator_are_deleted_by_the_next_once_no_worker_runs_it(
         kafka: EmbeddedKafka) -> None:
     """A TERMINATE deletes the query's internal topics once its workers stopped it; a coordinator
@@ -375,38 +392,43 @@ async def test_a_terminated_querys_topics_left_by_a_coordinator_are_deleted_by_t
         assert len(topics) == 2  # re-keyed: a repartition and a changelog topic
         async with first.writer.transaction() as txn:
             await txn.append(Command(f"TERMINATE {query.query_id};"))
-    running = {query.query_id}
-    async with coordinator_core(kafka.bootstrap_servers, service_id, lambda q: q in running) as second:
+    cluster = Cluster(10, AssignorConfig())
+    worker_reports(cluster, query.query_id)  # a worker still runs it
+    async with coordinator_core(kafka.bootstrap_servers, service_id, cluster.runs) as second:
         await second.reader.catch_up()
         assert query.query_id not in second.metastore.queries and query.query_id in second.metastore.terminated
         await second.delete_left_topics(reports_grace_s=0.2)
         await asyncio.sleep(1.0)
-        assert [await topic_partitions(second.admin, t) for t in topics] == [2, 2]  # a worker still runs it
-        running.clear()
-        async with asyncio.timeout(10):
-            while [t for t in topics if await topic_partitions(second.admin, t) is not None]:  # noqa: ASYNC110 (the broker's)
-                await asyncio.sleep(0.1)
-        await second.delete_left_topics(reports_grace_s=0.0)  # nothing left: nothing waits
-        assert not second.cleanup.waiting
+        assert [await topic_partitions(second.admin, t) for t in topics] == [2, 2]
+        assert second.cleanup.waiting == set(topics)
+        worker_reports(cluster, None)
+        await until_deleted(second.admin, topics)
 
 
-async def test_drop_delete_topic_deletes_the_topic_once_the_query_writing_it_stopped_and_before_it_answers(
+async def test_drop_delete_topic_after_terminate_deletes_the_topic_once_the_query_stopped_and_a_create_waits(
         kafka: EmbeddedKafka) -> None:
-    """Not from under a batch still committing to it, and not after the answer: a CREATE right
-    after the DROP may name the same topic."""
+    """ksqlDB's TERMINATE, then DROP TABLE ... DELETE TOPIC: the table's topic is not deleted
+    from under the terminated query's batches still committing to it, and a CREATE naming the
+    same topic right after waits for the delete rather than take the old topic (and lose it)."""
     service_id = f"drop{next(_ids)}"
-    running: set[str] = set()
-    async with coordinator_core(kafka.bootstrap_servers, service_id, lambda q: q in running) as core:
+    cluster = Cluster(10, AssignorConfig())
+    async with coordinator_core(kafka.bootstrap_servers, service_id, cluster.runs) as core:
         await core.execute(f"CREATE STREAM s (k VARCHAR KEY, v INT) WITH (kafka_topic='{service_id}-s', partitions=2, "
                            "value_format='json');", {})
         await core.execute(f"CREATE TABLE t WITH (kafka_topic='{service_id}-t') AS SELECT k, COUNT(*) AS n FROM s GROUP BY k;",
                            {})
         (query,) = core.metastore.queries.values()
-        running.add(query.query_id)  # a worker still runs it
-        dropping = asyncio.create_task(core.execute("DROP TABLE t DELETE TOPIC;", {}))
-        await asyncio.sleep(1.5)
-        assert not dropping.done() and await topic_partitions(core.admin, f"{service_id}-t") == 2
-        running.clear()
-        await asyncio.wait_for(dropping, 10)
-        assert await topic_partitions(core.admin, f"{service_id}-t") is None
+        worker_reports(cluster, query.query_id)  # a worker runs it, and is slow to stop it
+        await core.execute(f"TERMINATE {query.query_id};", {})
+        await core.execute("DROP TABLE t DELETE TOPIC;", {})
+        await asyncio.sleep(1.0)
+        assert await topic_partitions(core.admin, f"{service_id}-t") == 2
+        creating = asyncio.create_task(core.execute(
+            f"CREATE STREAM t2 (k VARCHAR KEY, n BIGINT) WITH (kafka_topic='{service_id}-t', partitions=3, value_format='json');",
+            {}))
+        await asyncio.sleep(0.5)
+        assert not creating.done()  # waits for the dropped topic to go
+        worker_reports(cluster, None)
+        await asyncio.wait_for(creating, 10)
+        assert await topic_partitions(core.admin, f"{service_id}-t") == 3  # made anew, not the old one kept
         assert await topic_partitions(core.admin, f"{service_id}-s") == 2

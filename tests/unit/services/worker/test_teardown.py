@@ -453,6 +453,20 @@ async def test_one_task_whose_producer_never_stops_holds_up_no_other(
         release.set()
 
 
+async def test_assigned_tasks_of_a_query_not_replayed_yet_are_reported_starting(tmp_path: Path) -> None:
+    """So the coordinator keeps a query's topics while a worker told to run it has not yet read
+    its statement (a TERMINATE right after the CREATE)."""
+    class NoSpark:
+        async def get(self) -> Any:
+            raise AssertionError("not used")
+    tasks = TaskAssignment(WorkerSettings(worker_id="w", state_dir=tmp_path), metastore(), NoSpark())  # type: ignore[arg-type]
+    tasks.take(1, {"CTAS_NOT_YET_9": {1, 0}, QUERY: {0}}, set())
+    assert sorted((r.query_id, r.partition, r.state, r.worker_id) for r in tasks.task_reports()) == [
+        ("CTAS_NOT_YET_9", 0, STARTING, "w"), ("CTAS_NOT_YET_9", 1, STARTING, "w")]  # QUERY is known: its supervisor reports it
+    tasks.take(2, {QUERY: {0}}, set())
+    assert tasks.task_reports() == []
+
+
 async def test_a_supervisor_that_never_stops_holds_up_neither_the_others_nor_the_reconcile(
         changelog: Changelog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Stops run in the background: a stuck one (a Spark query whose input topic was deleted
