@@ -79,7 +79,7 @@ class StatementExecutor:
         self.replicas = 1
         """Replication factor of the internal topics it creates (the coordinator sets it at start)."""
         self.cleanup = QueryTopicCleanup(lambda topics: delete_topics(self.admin, topics), self.query_runs)
-        """A terminated query's internal topics, deleted once its workers stopped it."""
+        """Topics a TERMINATE or a DROP ... DELETE TOPIC let go, deleted once the queries that used them stopped."""
 
     @property
     def defaults(self) -> dict[str, str]:
