@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import random
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol, TypeVar
@@ -116,6 +117,8 @@ class MembershipAgent:
         """What is reported, and what takes a new assignment."""
         self.endpoint = endpoint
         """host:port of this worker's gRPC server (known once it listens)."""
+        self._phase = random.random()
+        """Where in each heartbeat interval this worker's beats go (``_until_next_beat``)."""
 
     async def heartbeat_loop(self, stop: asyncio.Event, coordinator: str) -> None:
         """Beat one coordinator: every coordinator tracks the members, so a follower that
@@ -190,7 +193,15 @@ class MembershipAgent:
             yield message
             if message.last:
                 return
-            await wait_at_most(stop, interval)
+            await wait_at_most(stop, self._until_next_beat(interval))
+
+    def _until_next_beat(self, interval: float) -> float:
+        """Seconds to this worker's next beat: every stream of it beats on one grid of the
+        interval (its phase the worker's own, so that workers' beats do not all come at
+        once), so one wake of the loop sends to every peer. Two streams each pausing an
+        interval after its own beat woke the loop twice: 1.7% of a core for two streams at
+        100 ms against 1.1% on one grid (one client process, two servers, 30 s, twice each)."""
+        return interval - (time.monotonic() - self._phase) % interval
 
     async def leave(self) -> None:
         """Tell the coordinators this worker is going, so its tasks move now (to caught-up

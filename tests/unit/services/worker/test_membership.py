@@ -268,6 +268,51 @@ async def test_a_new_assignment_goes_out_at_once_and_a_broken_beat_stream_makes_
         await shut(stop, loops, channels, server)
 
 
+async def test_a_workers_beats_to_every_peer_go_out_together_on_one_grid() -> None:
+    """The router's stream starts a third of an interval after the coordinator's; from the
+    second beat on, the two streams' beats reach their servers at the same moments, an interval
+    apart (one wake of the worker's loop sends both)."""
+    arrivals: dict[str, list[float]] = {"coordinator": [], "router": []}
+
+    async def beats(requests: Any, context: grpc.aio.ServicerContext) -> Any:
+        async for _ in requests:
+            arrivals["coordinator"].append(time.monotonic())
+        return
+        yield  # a stream-stream handler that answers nothing
+
+    async def reports(requests: Any, context: grpc.aio.ServicerContext) -> Any:
+        async for _ in requests:
+            arrivals["router"].append(time.monotonic())
+        return router_internal_pb2.StreamWorkerStatusResponse()
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers([
+        grpc.method_handlers_generic_handler("millpond.coordinator.v1.CoordinatorService", {
+            "Heartbeats": grpc.stream_stream_rpc_method_handler(
+                beats, coordinator_pb2.HeartbeatsRequest.FromString,
+                coordinator_pb2.HeartbeatsResponse.SerializeToString)}),
+        grpc.method_handlers_generic_handler("millpond.router.v1.RouterInternalService", {
+            "StreamWorkerStatus": grpc.stream_unary_rpc_method_handler(
+                reports, router_internal_pb2.StreamWorkerStatusRequest.FromString,
+                router_internal_pb2.StreamWorkerStatusResponse.SerializeToString)})])
+    endpoint = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    await server.start()
+    interval = 0.15
+    agent, _, channels, stop = beating(endpoint, interval_ms=int(interval * 1000))
+    loops = [asyncio.create_task(agent.heartbeat_loop(stop, endpoint))]
+    try:
+        await eventually(lambda: len(arrivals["coordinator"]) >= 1)
+        await asyncio.sleep(interval / 3)
+        loops.append(asyncio.create_task(agent.report_loop(stop, endpoint)))
+        await eventually(lambda: len(arrivals["router"]) >= 6)
+    finally:
+        await shut(stop, loops, channels, server)
+    router = arrivals["router"][1:6]
+    for at in router:  # the coordinator's beat nearest each of the router's
+        nearest = min(arrivals["coordinator"], key=lambda c: abs(c - at))
+        assert abs(nearest - at) < interval / 6, f"beats {abs(nearest - at) * 1000:.0f} ms apart"
+    assert interval * 0.7 < (router[-1] - router[0]) / (len(router) - 1) < interval * 1.3, "an interval apart"
+
+
 WORKER = """
 import asyncio, sys
 from types import SimpleNamespace
