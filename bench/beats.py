@@ -8,6 +8,11 @@ without Python: the cheaper liveness signal, if it were one).
 A worker keeps one such stream to every coordinator and one to every router, so its idle
 CPU has this floor per peer; the figures tell how much of ``bench.idle``'s per-worker
 figure the heartbeats are, and what a longer interval or a transport ping would save.
+Two more modes beat two servers from the one client, as a worker beats a coordinator and a
+router: ``pair_apart``, each stream pausing an interval after its own beat, the second's
+beats half an interval after the first's (a worker's streams before the fifty-third session,
+at the worst offset); ``pair_grid``, both pausing until the next tick of one grid (a worker's
+now): the servers' figure is their mean.
 
 ``python -m bench.beats [--seconds 30 --interval-ms 100]``
 """
@@ -30,7 +35,7 @@ from millpond.shared.events import wait_at_most
 from millpond.shared.net import free_port
 
 METHOD = "/bench.Beats/Beats"
-MODES = ("quiet", "beats", "pings")
+MODES = ("quiet", "beats", "pings", "pair_apart", "pair_grid")
 
 
 def beat() -> coordinator_pb2.HeartbeatsRequest:
@@ -64,48 +69,62 @@ def cpu(process: psutil.Process) -> float:
     return float(sum(process.cpu_times()[:2]))
 
 
-def measured(mode: str, interval_ms: int, seconds: float) -> dict[str, Any]:
-    """A server of its own for ``mode``, and this process as its client for ``seconds``."""
-    port = free_port()
+def measured(mode: str, interval_ms: int, seconds: float, settle_s: float = 3.0) -> dict[str, Any]:
+    """A server of its own for each stream of ``mode``, and this process as their client for ``seconds``."""
+    ports = [free_port() for _ in range(2 if mode.startswith("pair") else 1)]
     ping_ms = interval_ms if mode == "pings" else 0
-    server = subprocess.Popen([sys.executable, "-m", "bench.beats", "--serve", str(port), "--ping-ms", str(ping_ms)])
+    servers = [subprocess.Popen([sys.executable, "-m", "bench.beats", "--serve", str(port), "--ping-ms", str(ping_ms)])
+               for port in ports]
     try:
-        return asyncio.run(measure(mode, port, psutil.Process(server.pid), interval_ms, seconds))
+        return asyncio.run(measure(mode, ports, [psutil.Process(s.pid) for s in servers], interval_ms, seconds, settle_s))
     finally:
-        server.kill()
-        server.wait(10)
+        for server in servers:
+            server.kill()
+            server.wait(10)
 
 
-async def measure(mode: str, port: int, server: psutil.Process, interval_ms: int, seconds: float) -> dict[str, Any]:
-    """This process as a client of ``server`` for ``seconds``."""
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.http2.max_pings_without_data", 0)])
+async def measure(mode: str, ports: list[int], servers: list[psutil.Process], interval_ms: int,
+                  seconds: float, settle_s: float) -> dict[str, Any]:
+    """This process as a client of ``servers`` (a stream to each) for ``seconds``."""
+    channels = [grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.http2.max_pings_without_data", 0)])
+                for port in ports]
     stop = asyncio.Event()
     message = beat()
+    interval = interval_ms / 1000
 
-    async def beats() -> Any:
-        while mode == "beats" and not stop.is_set():
+    async def beats(index: int) -> Any:
+        if mode == "pair_apart":
+            await asyncio.sleep(index * interval / 2)
+        while mode in ("beats", "pair_apart", "pair_grid") and not stop.is_set():
             yield message
-            await wait_at_most(stop, interval_ms / 1000)  # as a worker's beat loop pauses
+            # As a worker's beat loop pauses: on one grid (now), or an interval after its beat (before).
+            await wait_at_most(stop, interval - time.monotonic() % interval if mode == "pair_grid" else interval)
         await stop.wait()  # quiet: the stream stays open, and nothing wakes this side
 
     try:
-        await asyncio.wait_for(channel.channel_ready(), 30)
-        call = channel.stream_stream(METHOD, request_serializer=coordinator_pb2.HeartbeatsRequest.SerializeToString)(beats())
-        answers = asyncio.ensure_future(call.read())
-        await asyncio.sleep(3)  # the stream set up, the server's imports done
+        for channel in channels:
+            await asyncio.wait_for(channel.channel_ready(), 30)
+        calls = [channel.stream_stream(METHOD, request_serializer=coordinator_pb2.HeartbeatsRequest.SerializeToString)(
+            beats(index)) for index, channel in enumerate(channels)]
+        answers = [asyncio.ensure_future(call.read()) for call in calls]
+        await asyncio.sleep(settle_s)  # the streams set up, the servers' imports done
         client = psutil.Process()
-        at, client_at, server_at = time.monotonic(), cpu(client), cpu(server)
+        at, client_at, servers_at = time.monotonic(), cpu(client), [cpu(server) for server in servers]
         await asyncio.sleep(seconds)
         span = time.monotonic() - at
-        if answers.done():  # the stream must have stayed open throughout (the server took every beat)
-            raise SystemExit(f"the {mode} stream ended early: {answers.exception()!r}")
+        for answer in answers:  # the streams must have stayed open throughout (the servers took every beat)
+            if answer.done():
+                raise SystemExit(f"a {mode} stream ended early: {answer.exception()!r}")
+        server_cpu = statistics.mean(cpu(server) - before for server, before in zip(servers, servers_at, strict=True))
         result = {"mode": mode, "client_cpu_core_fraction": round((cpu(client) - client_at) / span, 4),
-                  "server_cpu_core_fraction": round((cpu(server) - server_at) / span, 4)}
+                  "server_cpu_core_fraction": round(server_cpu / span, 4)}
         stop.set()
-        answers.cancel()
-        call.cancel()
+        for answer, call in zip(answers, calls, strict=True):
+            answer.cancel()
+            call.cancel()
     finally:
-        await channel.close()
+        for channel in channels:
+            await channel.close()
     return result
 
 
@@ -114,8 +133,8 @@ def main() -> None:
     if args.serve:
         asyncio.run(serve(args.serve, args.ping_ms))
         return
-    seconds, rounds = (2.0, 1) if args.smoke else (args.seconds, args.rounds)
-    runs = [measured(mode, args.interval_ms, seconds) for _ in range(rounds) for mode in MODES]
+    seconds, rounds, settle_s = (2.0, 1, 0.5) if args.smoke else (args.seconds, args.rounds, 3.0)
+    runs = [measured(mode, args.interval_ms, seconds, settle_s) for _ in range(rounds) for mode in MODES]
 
     def median(mode: str, side: str) -> float:
         return round(float(statistics.median(r[f"{side}_cpu_core_fraction"] for r in runs if r["mode"] == mode)), 5)
@@ -128,7 +147,10 @@ def main() -> None:
           "pings_vs_beats_client": ratio(median("pings", "client") - median("quiet", "client"),
                                          median("beats", "client") - median("quiet", "client")),
           "pings_vs_beats_server": ratio(median("pings", "server") - median("quiet", "server"),
-                                         median("beats", "server") - median("quiet", "server"))})
+                                         median("beats", "server") - median("quiet", "server")),
+          # Two streams on one grid against two apart (a worker's beats to a coordinator and a router):
+          "pair_grid_vs_apart_client": ratio(median("pair_grid", "client"), median("pair_apart", "client")),
+          "pair_grid_vs_apart_server": ratio(median("pair_grid", "server"), median("pair_apart", "server"))})
 
 
 if __name__ == "__main__":

@@ -122,7 +122,7 @@ def test_the_other_benchmarks_run_and_report_their_baselines(tmp_path: Path) -> 
     waits = [run["fetch_max_wait_ms"] for run in results["command_log"]["runs"]]  # every statement applied, or it exits
     assert waits == [25, 500, 25, 500] and all(run["catch_up_ms_median"] > 0 for run in results["command_log"]["runs"])
     # Each stream stayed open throughout (or the benchmark exits); CPU ticks over a smoke run's 2 s may be none.
-    assert [run["mode"] for run in results["beats"]["runs"]] == ["quiet", "beats", "pings"]
+    assert [run["mode"] for run in results["beats"]["runs"]] == ["quiet", "beats", "pings", "pair_apart", "pair_grid"]
     router = results["pull_queries"]["profile"]["router"]
     assert router["samples"] > 0 and any("services/router/" in f for f in router["inclusive_pct_millpond_functions"])
     scans = results["scans"]  # every row of the table through the router, and a filtered and a limited scan
