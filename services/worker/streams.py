@@ -93,10 +93,9 @@ class StageStream:
         self._job: asyncio.Task[None] | None = None
         self._context = {"query": stage.query.query_id, "stage": stage.name}
         self._expected: dict[int, tuple[Task[Any], int | None]] = {}
-        """Tasks still starting, by partition, with the position each is expected to resume at."""
-        self._planned: dict[int, tuple[Task[Any], int | None]] = {}
-        """The tasks the plan being made is for: those expected since the last plan was taken,
-        joined or not (one whose restore ends within ``SETTLE_S`` joins before the plan is made)."""
+        """The tasks expected since the last plan was taken, by partition, with the position each
+        is expected to resume at: still starting, or joined (one whose restore ends within
+        ``SETTLE_S`` joins before the plan is made, and the plan is for it all the same)."""
         self._preparing: asyncio.Task[QueryRunner | None] | None = None
         """The plan of the Spark query the expected tasks will get, being made (``expect``)."""
 
@@ -105,8 +104,6 @@ class StageStream:
         The future is set with a reason once the stream cannot run them any more."""
         ended: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         for partition, task in tasks.items():
-            if self._expected.get(partition, (None,))[0] is task:
-                del self._expected[partition]  # still planned for: the plan being made is its own
             self.members[partition] = task
             self._ended[partition] = ended
             for runner in self.runners:  # an earlier task of the partition gets no more batches
@@ -144,7 +141,7 @@ class StageStream:
         expected (else the query's plan is made again then, as without this)."""
         for partition, task in tasks.items():
             if self.members.get(partition) is not task:
-                self._expected[partition] = self._planned[partition] = (task, positions[partition])
+                self._expected[partition] = (task, positions[partition])
         if self._preparing is not None:  # its plan would lack these: a later one replaces it
             self._preparing.cancel()
         self._preparing = asyncio.create_task(self._prepare(), name=f"prepare-{self.stage.query.query_id}")
@@ -152,17 +149,20 @@ class StageStream:
     def unexpect(self, tasks: dict[int, Task[Any]]) -> None:
         """These tasks will not join (their supervisor stops)."""
         for partition, task in tasks.items():
-            for waiting in (self._expected, self._planned):
-                if waiting.get(partition, (None,))[0] is task:
-                    del waiting[partition]
+            if self._expected.get(partition, (None,))[0] is task:
+                del self._expected[partition]
+
+    def _starting(self) -> bool:
+        """Whether an expected task has not joined yet."""
+        return any(self.members.get(p) is not task for p, (task, _) in self._expected.items())
 
     async def _prepare(self) -> QueryRunner | None:
         """A runner over the expected tasks with its query's plan made, after the same wait as
         a join's (the tasks of a worker's partitions start at about the same time)."""
         await asyncio.sleep(SETTLE_S)
         running = {p for runner in self.runners for p in runner.tasks}
-        expected = {p: (task, position) for p, (task, position) in self._planned.items()
-                    if self._expected.get(p, (None,))[0] is task or (self.members.get(p) is task and p not in running)}
+        expected = {p: (task, position) for p, (task, position) in self._expected.items()
+                    if self.members.get(p) is not task or p not in running}
         if not expected or not self.takes_newcomers():
             return None
         try:
@@ -179,10 +179,10 @@ class StageStream:
         the log: a plan made at the start costs the partitions' first batch its time)."""
         job, self._preparing = self._preparing, None
         for partition in tasks:
-            self._planned.pop(partition, None)
+            self._expected.pop(partition, None)
         if job is None:
             return None, "none was being made"
-        if self._expected:  # others are still starting: the plan being made is for them too
+        if self._starting():  # others are still starting: the plan being made is for them too
             job.cancel()
             return None, "other partitions were still starting"
         try:
@@ -221,7 +221,7 @@ class StageStream:
         if self._preparing is not None:
             self._preparing.cancel()
             self._preparing = None
-        self._planned.clear()
+        self._expected.clear()
         job, self._job = self._job, None
         if job is not None:
             job.cancel()
