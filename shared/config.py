@@ -238,7 +238,7 @@ class WorkerSettings(CoordinatorClientSettings):
         250, description="Micro-batches of 1,000 made-up JSON records a streaming query reads over the Kafka "
         "source (from a topic of its own, deleted after) and reduces after spark_warm_up_batches, so the JVM has "
         "compiled the per-batch path too (the streaming engine's trigger, planning, scheduling, the Kafka "
-        "reads): about 0.06 s each alone, 0.15 s on two cores shared with a busy cluster. 0: none (a query's "
+        "reads): about 0.06 s each alone, 0.15 s on two cores shared with a busy cluster; as many as 60 s allow. 0: none (a query's "
         "batches then take about a minute of input to reach their warm speed).",
     )
     spark_cores: int = Field(

@@ -48,8 +48,11 @@ BATCH_RECORDS = 50_000
 what a warm one takes (1.03 s, 0.37, 0.28, 0.28, 0.26, then 0.22-0.31)."""
 TRIGGER_RECORDS = 1_000
 """Records in each micro-batch of the streaming part: a batch of bench.freshness's size."""
-TRIGGERS_TIMEOUT_S = 300
-"""The longest the streaming part may take (250 triggers took about 50 s beside bench.freshness's load)."""
+TRIGGERS_TIMEOUT_S = 60
+"""The longest the streaming part may take: 250 triggers took about 50 s beside bench.freshness's
+load, but more than 190 s on a worker added to bench.failover's cluster, whose pulls keep both
+cores busy. A worker offers no copy to take over until its warm-up has ended, so beyond this
+it takes over with the part of the per-batch path its triggers so far compiled."""
 WARM_UP_RETENTION_MS = 600_000
 """How long a warm-up topic keeps its records: one a crash left behind holds none for long."""
 PARTITIONS = 4
@@ -88,8 +91,9 @@ def warm_up_jit(spark: SparkSession, settings: WorkerSettings, *, batch_records:
     """Reduce ``settings.spark_warm_up_batches`` batches of ``batch_records`` made-up records
     on ``spark`` (a local master's: its own JVM runs the batches), then
     ``settings.spark_warm_up_triggers`` micro-batches of ``trigger_records`` that a streaming
-    query reads from Kafka (a topic of its own, deleted after), within ``triggers_timeout_s``; the
-    records reduced. Blocking: on an idle 1-core session, cold, 29 s at 5 batches and 250 triggers."""
+    query reads from Kafka (a topic of its own, deleted after), or as many of those as
+    ``triggers_timeout_s`` allows; the records reduced. Blocking: on an idle 1-core session,
+    cold, 29 s at 5 batches and 250 triggers."""
     batches, triggers = settings.spark_warm_up_batches, settings.spark_warm_up_triggers
     if (batches <= 0 and triggers <= 0) or not settings.spark_local:
         # On a cluster master the batches run in the executors' JVMs, not this one; and
@@ -122,7 +126,7 @@ def _reduce_triggers(spark: SparkSession, settings: WorkerSettings, runner: Quer
                      records: int, loop: asyncio.AbstractEventLoop, timeout_s: float) -> int:
     """Reduce ``triggers`` micro-batches of ``records`` made-up records each, read by a
     streaming query over the Kafka source from a topic of the warm-up's own; the records
-    reduced. A stop of the session ends it."""
+    reduced. A stop of the session ends it, and so does ``timeout_s``."""
     if triggers <= 0:
         return 0
     reduced: list[int] = []
@@ -157,9 +161,10 @@ def _reduce_triggers(spark: SparkSession, settings: WorkerSettings, runner: Quer
                 query.stop()
         if not done.is_set():
             error = query.exception()
-            raise error if error is not None else TimeoutError(
-                f"the warm-up's streaming query ran {len(reduced)} of its {triggers} micro-batches in "
-                f"{timeout_s:g} s")
+            if error is not None:
+                raise error
+            log.info("Spark's warm-up reached its time limit", extra={"triggers": len(reduced), "of": triggers,
+                                                                      "seconds": timeout_s})
     return sum(reduced)
 
 
