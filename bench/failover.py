@@ -3,12 +3,15 @@ continuously and events flow: with 0 and with 1 standby replica (standby reads o
 with 1 standby and standby reads off (ksqlDB's default: only actives answer), quiet and with
 a CPU hog busy on every core for the whole run. Then scaling under the same load, 1 standby,
 reads off: a worker added at ``--kill-at``, and a worker stopped with SIGTERM (a graceful
-leave) half-way between that and the end. Each run gives failed pulls, the longest
-gap between successful answers, how long until the coordinator and the router saw the
-worker dead, until the moved partitions had processed all the input that existed at the
-kill, and the longest time a partition that did not move went without a commit reaching the
-table's topic. Baseline: the same load before the kill (the longest gap between answers, and
-between an unmoved partition's commits, in the seconds before it).
+leave) once partitions had moved to the added worker (when its warm-up copies caught up: its
+start and Spark warm-up take a minute or more here) and half of ``--seconds`` minus
+``--kill-at`` after that; the load runs on until both are over. Each run gives failed pulls,
+the longest gap between successful answers, how long until the coordinator and the router saw
+the worker dead (the add: until partitions moved to it), until the moved partitions had
+processed all input that existed at the kill (at the move), and the longest time a partition
+that did not move went without a commit reaching the table's topic. Baseline: the same load
+before the kill (the longest gap between answers, and between an unmoved partition's commits,
+in the seconds before it).
 
 ``python -m bench.failover [--seconds 40 --kill-at 15]``
 """
@@ -28,10 +31,11 @@ RUNS = ((0, True, False, False), (1, True, False, False), (1, False, False, Fals
 
 
 def faults(scaling: bool, seconds: float, kill_at: float) -> list[loadtest.Fault]:
-    """A SIGKILL of worker-1; or, scaling, a worker added and later worker-1 stopped with SIGTERM."""
+    """A SIGKILL of worker-1; or, scaling, a worker added and, once partitions have moved to it
+    and processed the input that existed then, worker-1 stopped with SIGTERM."""
     if not scaling:
         return [loadtest.Fault(kill_at, "kill", "worker-1")]
-    return [loadtest.Fault(kill_at, "add"), loadtest.Fault(round((kill_at + seconds) / 2, 1), "stop", "worker-1")]
+    return [loadtest.Fault(kill_at, "add"), loadtest.Fault(round((seconds - kill_at) / 2, 1), "stop", "worker-1", True)]
 
 
 def run(standbys: int, standby_reads: bool, hog: bool, scaling: bool, seconds: float, kill_at: float,

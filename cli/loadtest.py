@@ -45,6 +45,8 @@ from millpond.shared.rpc.tls import ClientCredentials
 
 AREAS = ("wheel", "engine", "cabin", "brakes")
 WARM_UP_TIMEOUT_S = 300.0
+TAKE_OVER_TIMEOUT_S = 300.0
+"""How long an added worker has to start, warm up and take over a partition."""
 UNMOVED_AFTER_S = 3.0
 """How long after the moved partitions recovered the unmoved ones' commits are watched."""
 
@@ -58,15 +60,28 @@ class Fault:
     """``kill`` (SIGKILL), ``stop`` (SIGTERM, a graceful leave), ``restart`` or ``add`` (a new worker)."""
     target: str = ""
     """The worker (``worker-2``); empty for ``add``."""
+    after_previous: bool = False
+    """``at_s`` counts from when the fault before it had finished (its moved partitions had
+    processed all input that existed at it), not from the start."""
 
     @classmethod
     def parse(cls, text: str) -> Fault:
-        """``kill:worker-1@10``, ``stop:worker-2@20``, ``restart:worker-1@30``, ``add@15``."""
+        """``kill:worker-1@10``, ``stop:worker-2@20``, ``restart:worker-1@30``, ``add@15``;
+        ``stop:worker-1@+10``: 10 s after the fault before it finished."""
         what, _, at = text.partition("@")
         action, _, target = what.partition(":")
-        if action not in ("kill", "stop", "restart", "add") or not at or (action != "add") != bool(target):
-            raise MillpondError(f"fault {text!r}: write kill:WORKER@SECONDS, stop:WORKER@S, restart:WORKER@S or add@S")
-        return cls(float(at), action, target)
+        after = at.startswith("+")
+        try:
+            seconds = float(at[1:] if after else at)
+        except ValueError:
+            seconds = -1.0
+        if action not in ("kill", "stop", "restart", "add") or not seconds >= 0 or (action != "add") != bool(target):
+            raise MillpondError(f"fault {text!r}: write kill:WORKER@SECONDS, stop:WORKER@S, restart:WORKER@S or add@S "
+                                "(@+S: S seconds after the fault before it finished)")
+        return cls(seconds, action, target, after)
+
+    def __str__(self) -> str:
+        return f"{self.action}{':' + self.target if self.target else ''}@{'+' if self.after_previous else ''}{self.at_s}"
 
 
 PRODUCE_TICK_S = 0.005
@@ -275,6 +290,21 @@ async def actives(config: Config, query_id: str, timeout_s: float = 30.0) -> dic
     return None
 
 
+async def taken_over(config: Config, query_id: str, worker: str, at: float,
+                     timeout_s: float = TAKE_OVER_TIMEOUT_S) -> float | None:
+    """When ``worker`` took over an active task of the query: the last cluster status answer
+    that showed it holding none, before the first that showed one (so a recovery timed from it
+    is not made shorter by the polls' interval); None: not within ``timeout_s`` of ``at``."""
+    before = at
+    while time.monotonic() < at + timeout_s:
+        now = await actives(config, query_id, timeout_s=max(at + timeout_s - time.monotonic(), 0.1))
+        if now is not None and worker in now.values():
+            return before
+        before = time.monotonic()
+        await asyncio.sleep(0.05)
+    return None
+
+
 @dataclass
 class CommitWatch:
     """When each partition of the table's topic received committed records, and when its
@@ -441,7 +471,7 @@ def fault_report(fault: Fault, at: float, stats: Stats, back: float | None) -> d
     (and, as its baseline, the longest gap before the fault), and the recovery time."""
     after = [t for t in stats.failures if t >= at]
     before = [t for t in stats.successes if t < at]
-    return {"fault": f"{fault.action}:{fault.target}@{fault.at_s}" if fault.target else f"{fault.action}@{fault.at_s}",
+    return {"fault": str(fault),
             "failed_pulls_after": len(after),
             "pulls_back_s": round(max(after) - at, 3) if after else 0.0,
             "longest_pull_gap_s": _longest_gap([t for t in stats.successes if t >= at], before[-1] if before else at),
@@ -471,8 +501,23 @@ async def run(config: Config, cluster: LocalCluster | None = None, console: Cons
     commits = CommitWatch()
     jobs.append(asyncio.create_task(commits_seen(config, stop, commits)))
 
-    async def inject(fault: Fault) -> dict[str, Any]:
-        await asyncio.sleep(max(fault.at_s - stats.elapsed(), 0))
+    finished = [asyncio.Event() for _ in config.faults]
+    finished_at: list[float] = [0.0] * len(config.faults)
+
+    async def inject(index: int, fault: Fault) -> dict[str, Any]:
+        try:
+            return await injected(index, fault)
+        finally:  # a fault that failed does not hold up the one after it
+            if not finished[index].is_set():
+                finished_at[index] = time.monotonic()
+                finished[index].set()
+
+    async def injected(index: int, fault: Fault) -> dict[str, Any]:
+        if fault.after_previous and index > 0:
+            await finished[index - 1].wait()
+            await asyncio.sleep(max(finished_at[index - 1] + fault.at_s - time.monotonic(), 0))
+        else:
+            await asyncio.sleep(max(fault.at_s - stats.elapsed(), 0))
         ends = await input_ends(config)
         owners = await actives(config, query_id)
         at = time.monotonic()
@@ -480,6 +525,7 @@ async def run(config: Config, cluster: LocalCluster | None = None, console: Cons
         # Watched from the fault on: a stopping worker leaves at once but takes seconds to exit.
         watch = detection(config, fault.target, at) if fault.action in ("kill", "stop") else None
         detected = asyncio.create_task(watch) if watch is not None else None
+        moved: dict[str, Any] = {}
         if fault.action == "kill":
             await asyncio.to_thread(cluster.kill, fault.target)
         elif fault.action == "stop":
@@ -487,18 +533,30 @@ async def run(config: Config, cluster: LocalCluster | None = None, console: Cons
         elif fault.action == "restart":
             await asyncio.to_thread(cluster.restart, fault.target)
         else:
-            await asyncio.to_thread(cluster.add_worker, False)
+            added = (await asyncio.to_thread(cluster.add_worker, False)).name
+            # Partitions move to the new worker once its warm-up copies caught up (KIP-441): what
+            # is measured from then on is that handoff, not the new worker's start.
+            took_over = await taken_over(config, query_id, added, at)
+            moved = {"added_worker": added, "took_over_s": None if took_over is None else round(took_over - at, 3)}
+            if took_over is not None:
+                ends, at = await input_ends(config), took_over
         back = await recovery(config, query_id, at, ends, stats)
+        finished_at[index] = time.monotonic()
+        finished[index].set()
         now = await actives(config, query_id)
         unmoved = None if owners is None or now is None else sorted(
             p for p, worker in owners.items() if now.get(p) == worker and worker != fault.target)
-        return {**fault_report(fault, at, stats, back), **(await detected if detected is not None else {}),
-                "_unmoved": (unmoved, at, at + (back if back is not None else 10.0) + UNMOVED_AFTER_S)}
+        if moved and now is not None:
+            moved["moved_partitions"] = sorted(p for p, worker in now.items() if worker == moved["added_worker"])
+        until = at + (back if back is not None else 10.0) + UNMOVED_AFTER_S
+        await asyncio.sleep(max(until - time.monotonic(), 0))  # the load runs on while the unmoved are watched
+        return {**fault_report(fault, at, stats, back), **moved, **(await detected if detected is not None else {}),
+                "_unmoved": (unmoved, at, until)}
 
-    reports = [asyncio.create_task(inject(f)) for f in config.faults]
+    reports = [asyncio.create_task(inject(i, f)) for i, f in enumerate(config.faults)]
     last_produced, last_ok, last_t = 0, 0, time.monotonic()
     with Live(console=console or Console(stderr=True), refresh_per_second=2, transient=True) as live:
-        while stats.elapsed() < config.duration_s:
+        while stats.elapsed() < config.duration_s or not all(r.done() for r in reports):
             await asyncio.sleep(1.0)
             now = time.monotonic()
             span = now - last_t

@@ -307,7 +307,8 @@ def loadtest(
     distribution: Annotated[str, typer.Option(help="Key distribution of the pulls: uniform or zipf.")] = "uniform",
     standby_reads: Annotated[bool, typer.Option(help="Let standbys answer pulls.")] = True,
     fault: Annotated[list[str] | None, typer.Option(help=(
-        "With --local: kill:worker-1@10 (SIGKILL at 10 s), stop:worker-2@20, restart:worker-1@30, add@15."))] = None,
+        "With --local: kill:worker-1@10 (SIGKILL at 10 s), stop:worker-2@20, restart:worker-1@30, add@15; "
+        "stop:worker-1@+10: 10 s after the fault before it finished (an add: once partitions moved to the new worker)."))] = None,
 ) -> None:
     """Drive a cluster with events and pull queries (and faults); print a JSON summary."""
     import asyncio

@@ -16,7 +16,10 @@ def test_faults_parse_from_the_command_line() -> None:
     assert Fault.parse("kill:worker-1@10") == Fault(10.0, "kill", "worker-1")
     assert Fault.parse("stop:worker-2@2.5") == Fault(2.5, "stop", "worker-2")
     assert Fault.parse("add@15") == Fault(15.0, "add", "")
-    for bad in ("kill@10", "add:worker-1@3", "explode:worker-1@1", "kill:worker-1"):
+    assert Fault.parse("stop:worker-1@+10") == Fault(10.0, "stop", "worker-1", after_previous=True)
+    for text in ("kill:worker-1@10.0", "add@15.0", "stop:worker-1@+10.0"):
+        assert str(Fault.parse(text)) == text
+    for bad in ("kill@10", "add:worker-1@3", "explode:worker-1@1", "kill:worker-1", "kill:worker-1@-1", "add@+", "add@soon"):
         with pytest.raises(MillpondError, match="write kill:WORKER@SECONDS"):
             Fault.parse(bad)
 
