@@ -80,6 +80,11 @@ class Fault:
                                 "(@+S: S seconds after the fault before it finished)")
         return cls(seconds, action, target, after)
 
+    def due(self, started: float, previous_finished: float) -> float:
+        """When it is due: ``at_s`` after ``started`` (the load's start), or, following the
+        fault before it, after ``previous_finished`` (when that one finished)."""
+        return (previous_finished if self.after_previous else started) + self.at_s
+
     def __str__(self) -> str:
         return f"{self.action}{':' + self.target if self.target else ''}@{'+' if self.after_previous else ''}{self.at_s}"
 
@@ -515,9 +520,8 @@ async def run(config: Config, cluster: LocalCluster | None = None, console: Cons
     async def injected(index: int, fault: Fault) -> dict[str, Any]:
         if fault.after_previous and index > 0:
             await finished[index - 1].wait()
-            await asyncio.sleep(max(finished_at[index - 1] + fault.at_s - time.monotonic(), 0))
-        else:
-            await asyncio.sleep(max(fault.at_s - stats.elapsed(), 0))
+        due = fault.due(stats.started, finished_at[index - 1] if index > 0 else stats.started)
+        await asyncio.sleep(max(due - time.monotonic(), 0))
         ends = await input_ends(config)
         owners = await actives(config, query_id)
         at = time.monotonic()

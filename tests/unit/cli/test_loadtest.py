@@ -24,6 +24,12 @@ def test_faults_parse_from_the_command_line() -> None:
             Fault.parse(bad)
 
 
+def test_a_fault_that_follows_the_one_before_it_is_due_after_that_one_finished() -> None:
+    started, previous_finished = 100.0, 250.0
+    assert Fault.parse("stop:worker-1@+12.5").due(started, previous_finished) == 262.5
+    assert Fault.parse("stop:worker-1@12.5").due(started, previous_finished) == 112.5
+
+
 def test_zipf_keys_are_skewed_and_uniform_keys_are_not() -> None:
     zipf_key, uniform_key = key_chooser(100, "zipf", random.Random(1)), key_chooser(100, "uniform", random.Random(1))
     zipf = Counter(zipf_key() for _ in range(20_000))
