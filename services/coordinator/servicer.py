@@ -18,12 +18,7 @@ from millpond.services.coordinator.converters import assignment_to_proto, host_s
 from millpond.services.coordinator.leadership import ElectionStatus
 from millpond.services.coordinator.rebalancer import Changes
 from millpond.shared.results import Outcome
-from millpond.shared.rpc.converters import (
-    outcome_to_proto,
-    store_lag_from_proto,
-    task_report_from_proto,
-    task_report_to_proto,
-)
+from millpond.shared.rpc.converters import heartbeat_reports, outcome_to_proto, store_lag_from_proto, task_report_to_proto
 from millpond.shared.rpc.status import grpc_errors, grpc_stream_errors
 from millpond.shared.task_status import StoreLag, TaskReport
 
@@ -124,7 +119,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
                 self.members.disconnected(worker_id)
 
     def _beat(self, request: coordinator_pb2.HeartbeatRequest) -> coordinator_pb2.HeartbeatResponse:
-        reports = [task_report_from_proto(request.worker_id, t) for t in request.tasks]
+        reports = heartbeat_reports(request)
         self.members.heartbeat(request.worker_id, request.endpoint, reports,
                                [store_lag_from_proto(lag) for lag in request.lags])
         return self._with_assignment(coordinator_pb2.HeartbeatResponse(), request.known_generation)

@@ -20,7 +20,7 @@ from millpond.services.worker.assignment import TaskAssignment
 from millpond.services.worker.converters import assigned_to
 from millpond.shared.config import WorkerSettings
 from millpond.shared.events import wait_at_most
-from millpond.shared.rpc.converters import store_lag_to_common, store_lag_to_proto, task_report_to_proto
+from millpond.shared.rpc.converters import heartbeat_tasks, store_lag_to_common, store_lag_to_proto
 from millpond.shared.rpc.tls import ChannelFactory
 from millpond.shared.task_status import StoreLag, TaskReport
 
@@ -68,7 +68,7 @@ def coordinator_beat(worker_id: str, endpoint: str, generation: int, reports: tu
     call with the same content (a stream sends a copy in its own wrapper)."""
     return coordinator_pb2.HeartbeatRequest(
         worker_id=worker_id, endpoint=endpoint, known_generation=generation,
-        tasks=[task_report_to_proto(r) for r in reports], lags=[store_lag_to_proto(lag) for lag in lags])
+        **heartbeat_tasks(reports), lags=[store_lag_to_proto(lag) for lag in lags])
 
 
 @functools.lru_cache(maxsize=1)

@@ -5,6 +5,7 @@ task reports, store lags and statement outcomes. The domain modules (``task_stat
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 from millpond.common.v1 import rows_pb2, status_pb2
 from millpond.coordinator.v1 import coordinator_pb2
@@ -40,6 +41,19 @@ def task_report_from_proto(worker_id: str, status: coordinator_pb2.TaskStatus) -
         restored_records=status.restored_records, records_to_restore=status.records_to_restore,
         input_offset=status.input_offset, start_input_offset=status.start_input_offset,
     )
+
+
+def heartbeat_tasks(reports: tuple[TaskReport, ...] | list[TaskReport]) -> dict[str, list[coordinator_pb2.TaskStatus]]:
+    """A heartbeat's task fields: ``tasks`` and, apart, ``stopping_tasks`` (see the message)."""
+    return {"tasks": [task_report_to_proto(r) for r in reports if r.state != STOPPING],
+            "stopping_tasks": [task_report_to_proto(r) for r in reports if r.state == STOPPING]}
+
+
+def heartbeat_reports(beat: coordinator_pb2.HeartbeatRequest) -> list[TaskReport]:
+    """The task reports of a heartbeat: its ``tasks``, and its ``stopping_tasks`` as STOPPING
+    (a worker of the version before that field reported those in ``tasks``)."""
+    return ([task_report_from_proto(beat.worker_id, t) for t in beat.tasks]
+            + [replace(task_report_from_proto(beat.worker_id, t), state=STOPPING) for t in beat.stopping_tasks])
 
 
 def store_lag_to_proto(lag: StoreLag) -> coordinator_pb2.StoreLag:

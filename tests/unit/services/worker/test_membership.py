@@ -29,7 +29,7 @@ from millpond.services.router.servicer import RouterInternalServicer
 from millpond.services.worker import membership
 from millpond.services.worker.membership import MembershipAgent, offered_lags
 from millpond.shared.rpc.tls import ChannelFactory
-from millpond.shared.task_status import RUNNING, StoreLag, TaskReport
+from millpond.shared.task_status import RUNNING, STOPPING, StoreLag, TaskReport
 
 
 def beat(cluster: Cluster, worker: str, active: list[int], caught_up: list[int], spark_ready: bool = True) -> None:
@@ -72,6 +72,8 @@ def test_a_beat_is_made_anew_only_when_what_it_says_changed() -> None:
     assert membership.coordinator_beat("w1", "w1:1", 4, reports, lags).known_generation == 4
     assert membership.coordinator_beat("w1", "w1:2", 4, reports, lags).endpoint == "w1:2"
     assert membership.coordinator_beat("w1", "w1:2", 4, (), lags).tasks == []
+    stopping = membership.coordinator_beat("w1", "w1:1", 3, (*reports, TaskReport("Q", 1, STOPPING, worker_id="w1")), lags)
+    assert [t.task.partition for t in stopping.tasks] == [0] and [t.task.partition for t in stopping.stopping_tasks] == [1]
     report = membership.router_report("w1", "w1:1", lags)
     assert membership.router_report("w1", "w1:1", (StoreLag("Q", 0, True, 7, 9),)) is report
     assert membership.router_report("w1", "w1:1", (StoreLag("Q", 0, False, 7, 9),)).lags[0].active is False

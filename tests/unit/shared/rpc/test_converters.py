@@ -8,6 +8,8 @@ from millpond.coordinator.v1 import coordinator_pb2
 from millpond.shared.kafka.serde import add_values, from_proto, to_proto
 from millpond.shared.results import Outcome
 from millpond.shared.rpc.converters import (
+    heartbeat_reports,
+    heartbeat_tasks,
     outcome_from_proto,
     outcome_to_proto,
     store_lag_from_proto,
@@ -23,6 +25,20 @@ def test_task_reports_round_trip_in_every_state() -> None:
     for state in (STARTING, RESTORING, RUNNING, FAILED, STOPPING):
         report = TaskReport("Q", 3, state, "w1", "boom", 2, 10, 40, 7, 5)
         assert task_report_from_proto("w1", task_report_to_proto(report)) == report
+
+
+def test_a_heartbeat_carries_stopping_tasks_apart_where_an_earlier_coordinator_does_not_read_them() -> None:
+    running, stopping = TaskReport("Q", 0, RUNNING, "w1", input_offset=7), TaskReport("Q", 1, STOPPING, "w1", input_offset=9)
+    beat = coordinator_pb2.HeartbeatRequest(worker_id="w1", **heartbeat_tasks((running, stopping)))
+    # What a coordinator that knows no stopping_tasks reads: the running task alone.
+    assert [(t.task.partition, t.state) for t in beat.tasks] == [(0, coordinator_pb2.TASK_STATE_RUNNING)]
+    assert heartbeat_reports(beat) == [running, stopping]
+    # A worker of the version before the field sent its stopping tasks among the others.
+    before = coordinator_pb2.HeartbeatRequest(worker_id="w1", tasks=[task_report_to_proto(stopping)])
+    assert heartbeat_reports(before) == [stopping]
+    # Whatever state a stopping task carries, it is stopping.
+    odd = coordinator_pb2.HeartbeatRequest(worker_id="w1", stopping_tasks=[task_report_to_proto(running)])
+    assert [r.state for r in heartbeat_reports(odd)] == [STOPPING]
 
 
 def test_store_lags_round_trip_through_both_messages_which_share_a_wire_format() -> None:

@@ -90,18 +90,20 @@ class Assignment(_message.Message):
     def __init__(self, generation: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerAssignment, _Mapping]]] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("worker_id", "endpoint", "known_generation", "tasks", "lags")
+    __slots__ = ("worker_id", "endpoint", "known_generation", "tasks", "lags", "stopping_tasks")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     KNOWN_GENERATION_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
     LAGS_FIELD_NUMBER: _ClassVar[int]
+    STOPPING_TASKS_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     endpoint: str
     known_generation: int
     tasks: _containers.RepeatedCompositeFieldContainer[TaskStatus]
     lags: _containers.RepeatedCompositeFieldContainer[StoreLag]
-    def __init__(self, worker_id: _Optional[str] = ..., endpoint: _Optional[str] = ..., known_generation: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., lags: _Optional[_Iterable[_Union[StoreLag, _Mapping]]] = ...) -> None: ...
+    stopping_tasks: _containers.RepeatedCompositeFieldContainer[TaskStatus]
+    def __init__(self, worker_id: _Optional[str] = ..., endpoint: _Optional[str] = ..., known_generation: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., lags: _Optional[_Iterable[_Union[StoreLag, _Mapping]]] = ..., stopping_tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ...) -> None: ...
 
 class HeartbeatsRequest(_message.Message):
     __slots__ = ("beat", "last")
