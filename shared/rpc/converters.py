@@ -5,6 +5,7 @@ task reports, store lags and statement outcomes. The domain modules (``task_stat
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import replace
 
 from millpond.common.v1 import rows_pb2, status_pb2
@@ -43,7 +44,7 @@ def task_report_from_proto(worker_id: str, status: coordinator_pb2.TaskStatus) -
     )
 
 
-def heartbeat_tasks(reports: tuple[TaskReport, ...] | list[TaskReport]) -> dict[str, list[coordinator_pb2.TaskStatus]]:
+def heartbeat_tasks(reports: Sequence[TaskReport]) -> dict[str, list[coordinator_pb2.TaskStatus]]:
     """A heartbeat's task fields: ``tasks`` and, apart, ``stopping_tasks`` (see the message)."""
     return {"tasks": [task_report_to_proto(r) for r in reports if r.state != STOPPING],
             "stopping_tasks": [task_report_to_proto(r) for r in reports if r.state == STOPPING]}
