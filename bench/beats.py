@@ -31,7 +31,7 @@ import psutil
 
 from bench.common import arguments, emit, ratio
 from millpond.coordinator.v1 import coordinator_pb2
-from millpond.shared.events import wait_at_most
+from millpond.shared.events import until_next_tick, wait_at_most
 from millpond.shared.net import free_port
 
 METHOD = "/bench.Beats/Beats"
@@ -98,7 +98,7 @@ async def measure(mode: str, ports: list[int], servers: list[psutil.Process], in
         while mode in ("beats", "pair_apart", "pair_grid") and not stop.is_set():
             yield message
             # As a worker's beat loop pauses: on one grid (now), or an interval after its beat (before).
-            await wait_at_most(stop, interval - time.monotonic() % interval if mode == "pair_grid" else interval)
+            await wait_at_most(stop, until_next_tick(interval) if mode == "pair_grid" else interval)
         await stop.wait()  # quiet: the stream stays open, and nothing wakes this side
 
     try:

@@ -506,22 +506,23 @@ async def run(config: Config, cluster: LocalCluster | None = None, console: Cons
     commits = CommitWatch()
     jobs.append(asyncio.create_task(commits_seen(config, stop, commits)))
 
-    finished = [asyncio.Event() for _ in config.faults]
-    finished_at: list[float] = [0.0] * len(config.faults)
+    loop = asyncio.get_running_loop()
+    finished: list[asyncio.Future[float]] = [loop.create_future() for _ in config.faults]
+    """When each fault finished (its moved partitions processed the input that existed at it)."""
+
+    def finish(index: int) -> None:
+        if not finished[index].done():
+            finished[index].set_result(time.monotonic())
 
     async def inject(index: int, fault: Fault) -> dict[str, Any]:
         try:
             return await injected(index, fault)
         finally:  # a fault that failed does not hold up the one after it
-            if not finished[index].is_set():
-                finished_at[index] = time.monotonic()
-                finished[index].set()
+            finish(index)
 
     async def injected(index: int, fault: Fault) -> dict[str, Any]:
-        if fault.after_previous and index > 0:
-            await finished[index - 1].wait()
-        due = fault.due(stats.started, finished_at[index - 1] if index > 0 else stats.started)
-        await asyncio.sleep(max(due - time.monotonic(), 0))
+        previous = await finished[index - 1] if fault.after_previous and index > 0 else stats.started
+        await asyncio.sleep(max(fault.due(stats.started, previous) - time.monotonic(), 0))
         ends = await input_ends(config)
         owners = await actives(config, query_id)
         at = time.monotonic()
@@ -545,8 +546,7 @@ async def run(config: Config, cluster: LocalCluster | None = None, console: Cons
             if took_over is not None:
                 ends, at = await input_ends(config), took_over
         back = await recovery(config, query_id, at, ends, stats)
-        finished_at[index] = time.monotonic()
-        finished[index].set()
+        finish(index)
         now = await actives(config, query_id)
         unmoved = None if owners is None or now is None else sorted(
             p for p, worker in owners.items() if now.get(p) == worker and worker != fault.target)

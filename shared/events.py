@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 
 
 async def wait_at_most(event: asyncio.Event, seconds: float) -> bool:
@@ -23,3 +24,9 @@ async def wait_at_most(event: asyncio.Event, seconds: float) -> bool:
         async with asyncio.timeout(max(seconds, 0.0)):
             await event.wait()
     return event.is_set()
+
+
+def until_next_tick(interval: float, phase: float = 0.0) -> float:
+    """Seconds to the next tick of a grid of ``interval`` seconds on the monotonic clock,
+    shifted by ``phase``: loops that pause this long wake at the same moments."""
+    return interval - (time.monotonic() - phase) % interval

@@ -19,7 +19,7 @@ from millpond.router.v1 import router_internal_pb2, router_internal_pb2_grpc
 from millpond.services.worker.assignment import TaskAssignment
 from millpond.services.worker.converters import assigned_to
 from millpond.shared.config import WorkerSettings
-from millpond.shared.events import wait_at_most
+from millpond.shared.events import until_next_tick, wait_at_most
 from millpond.shared.rpc.converters import heartbeat_tasks, store_lag_to_common, store_lag_to_proto
 from millpond.shared.rpc.tls import ChannelFactory
 from millpond.shared.task_status import StoreLag, TaskReport
@@ -118,7 +118,11 @@ class MembershipAgent:
         self.endpoint = endpoint
         """host:port of this worker's gRPC server (known once it listens)."""
         self._phase = random.random()
-        """Where in each heartbeat interval this worker's beats go (``_until_next_beat``)."""
+        """Where in each heartbeat interval this worker's beats go: every stream of it beats on
+        one grid of the interval (its phase the worker's own, so that workers' beats do not all
+        come at once), so one wake of the loop sends to every peer. Two streams each pausing an
+        interval after its own beat woke the loop twice: 1.72% of a core for two streams at
+        100 ms half an interval apart against 1.02% on one grid (``bench.beats``)."""
 
     async def heartbeat_loop(self, stop: asyncio.Event, coordinator: str) -> None:
         """Beat one coordinator: every coordinator tracks the members, so a follower that
@@ -193,16 +197,7 @@ class MembershipAgent:
             yield message
             if message.last:
                 return
-            await wait_at_most(stop, self._until_next_beat(interval))
-
-    def _until_next_beat(self, interval: float) -> float:
-        """Seconds to this worker's next beat: every stream of it beats on one grid of the
-        interval (its phase the worker's own, so that workers' beats do not all come at
-        once), so one wake of the loop sends to every peer. Two streams each pausing an
-        interval after its own beat woke the loop twice: 1.72% of a core for two streams at
-        100 ms half an interval apart against 1.02% on one grid (``bench.beats``)."""
-        return interval - (time.monotonic() - self._phase) % interval
-
+            await wait_at_most(stop, until_next_tick(interval, self._phase))
     async def leave(self) -> None:
         """Tell the coordinators this worker is going, so its tasks move now (to caught-up
         standbys) rather than after its heartbeats time out."""

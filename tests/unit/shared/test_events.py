@@ -1,12 +1,14 @@
-"""``wait_at_most``: whether the event came within the time, and a cancel never swallowed."""
+"""``wait_at_most``: whether the event came within the time, and a cancel never swallowed;
+``until_next_tick``: a pause that ends on a grid."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
-from millpond.shared.events import wait_at_most
+from millpond.shared.events import until_next_tick, wait_at_most
 
 
 async def test_an_event_already_set_is_reported_without_waiting() -> None:
@@ -32,3 +34,14 @@ async def test_a_cancel_of_the_waiting_caller_is_raised_not_taken_for_the_time_b
     waiter.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiter
+
+
+def test_loops_that_pause_until_the_next_tick_wake_at_the_same_moments() -> None:
+    interval, phase = 0.1, 0.037
+    for _ in range(50):
+        now = time.monotonic()
+        wait = until_next_tick(interval, phase)
+        assert 0 < wait <= interval
+        # The tick it waits for is on the grid: a whole number of intervals after the phase.
+        ticks = (now + wait - phase) / interval
+        assert abs(ticks - round(ticks)) < 0.02  # within 2 ms of a tick (the two clock reads differ a little)
