@@ -47,8 +47,10 @@ AREAS = ("wheel", "engine", "cabin", "brakes")
 WARM_UP_TIMEOUT_S = 300.0
 TAKE_OVER_TIMEOUT_S = 300.0
 """How long an added worker has to start, warm up and take over a partition."""
-UNMOVED_AFTER_S = 3.0
-"""How long after the moved partitions recovered the unmoved ones' commits are watched."""
+WATCH_AFTER_S = 6.0
+"""How long after the moved partitions recovered every partition's commits are watched: past
+a second move of one that moved (the coordinator keeps a moved active on its new worker for
+``moved_active_settle_ms``, 3 s, before the balance may move it on)."""
 
 
 @dataclass(frozen=True)
@@ -365,41 +367,51 @@ async def commits_seen(config: Config, stop: asyncio.Event, watch: CommitWatch) 
         watch.ended = time.monotonic()
 
 
-def unmoved_report(partitions: list[int] | None, at: float, until: float, watch: CommitWatch,
-                   since: float = 0.0, before_s: float = 10.0) -> dict[str, Any]:
+def commit_gaps_report(unmoved: list[int] | None, moved: list[int] | None, at: float, until: float,
+                       watch: CommitWatch, since: float = 0.0, before_s: float = 10.0) -> dict[str, Any]:
     """For the partitions whose active did not move: the longest time one went without a
     commit reaching the table's topic, from its last commit before the fault (or the start of
     the watch) to ``until`` (or the end of the watch), a partition that stalled included; as
     its baseline, the longest and the median time between its commits in the ``before_s``
     before the fault (from ``since`` on: not into an earlier fault's watch), and the median and
     90th percentile of the times between its commits before and after the fault (so a longest
-    gap can be told from a slower cadence). The same again by when the worker produced each
-    transaction (``output_`` keys)."""
-    report: dict[str, Any] = {"unmoved_partitions": partitions}
+    gap can be told from a slower cadence). For the partitions that moved, the longest time one
+    went without a commit the same way: the whole pause the move cost them, a second move
+    within the watch included. The same again by when the worker produced each transaction
+    (``output_`` keys)."""
+    report: dict[str, Any] = {"unmoved_partitions": unmoved, "moved_partitions": moved}
     end = min(until, watch.ended if watch.ended is not None else until)
     if end < until:
         report["unmoved_watch_cut_short_s"] = round(until - end, 3)
     if watch.error is not None:
         report["commit_watch_error"] = watch.error
     baseline_from = max(at - before_s, since, watch.started)
+
+    def longest(times: list[float]) -> tuple[float, float, list[float]]:
+        """A partition's longest gap across the fault, its last commit before it, its commits after."""
+        last = max((t for t in times if t < at), default=watch.started)
+        after = [t for t in times if at <= t <= end]
+        return _longest_gap([*after, end], last) or 0.0, last, after
+
     for name, seen in (("commit", watch.seen), ("output", watch.produced)):
         during, earlier, intervals, intervals_after = [], [], [], []
-        for p in partitions or []:
+        for p in unmoved or []:
             times = seen.get(p, [])
-            last = max((t for t in times if t < at), default=watch.started)
-            after = [t for t in times if at <= t <= end]
-            during.append(_longest_gap([*after, end], last) or 0.0)
+            gap, last, after = longest(times)
+            during.append(gap)
             intervals_after += [b - a for a, b in itertools.pairwise([last, *after])]
             before = [t for t in times if baseline_from <= t < at]
             if len(before) > 1:
                 earlier.append(_longest_gap(before[1:], before[0]) or 0.0)
                 intervals += [b - a for a, b in itertools.pairwise(before)]
+        moved_gaps = [longest(seen.get(p, []))[0] for p in moved or []]
         report |= {f"unmoved_longest_{name}_gap_s": round(max(during), 3) if during else None,
                    f"unmoved_longest_{name}_gap_before_s": round(max(earlier), 3) if earlier else None,
                    f"{name}_interval_before_p50_s": _quantile(intervals, 0.5),
                    f"{name}_interval_before_p90_s": _quantile(intervals, 0.9),
                    f"{name}_interval_after_p50_s": _quantile(intervals_after, 0.5),
-                   f"{name}_interval_after_p90_s": _quantile(intervals_after, 0.9)}
+                   f"{name}_interval_after_p90_s": _quantile(intervals_after, 0.9),
+                   f"moved_longest_{name}_gap_s": round(max(moved_gaps), 3) if moved_gaps else None}
     return report
 
 
@@ -548,14 +560,14 @@ async def run(config: Config, cluster: LocalCluster | None = None, console: Cons
         back = await recovery(config, query_id, at, ends, stats)
         finish(index)
         now = await actives(config, query_id)
-        unmoved = None if owners is None or now is None else sorted(
-            p for p, worker in owners.items() if now.get(p) == worker and worker != fault.target)
-        if moved and now is not None:
-            moved["moved_partitions"] = sorted(p for p, worker in now.items() if worker == moved["added_worker"])
-        until = at + (back if back is not None else 10.0) + UNMOVED_AFTER_S
-        await asyncio.sleep(max(until - time.monotonic(), 0))  # the load runs on while the unmoved are watched
+        unmoved = moved_away = None
+        if owners is not None and now is not None:
+            unmoved = sorted(p for p, worker in owners.items() if now.get(p) == worker and worker != fault.target)
+            moved_away = sorted(p for p, worker in owners.items() if now.get(p) != worker or worker == fault.target)
+        until = at + (back if back is not None else 10.0) + WATCH_AFTER_S
+        await asyncio.sleep(max(until - time.monotonic(), 0))  # the load runs on while the commits are watched
         return {**fault_report(fault, at, stats, back), **moved, **(await detected if detected is not None else {}),
-                "_unmoved": (unmoved, at, until)}
+                "_watched": (unmoved, moved_away, at, until)}
 
     reports = [asyncio.create_task(inject(i, f)) for i, f in enumerate(config.faults)]
     last_produced, last_ok, last_t = 0, 0, time.monotonic()
@@ -576,9 +588,9 @@ async def run(config: Config, cluster: LocalCluster | None = None, console: Cons
     await asyncio.gather(*jobs)
     faults = [await r for r in reports]
     since = 0.0
-    for report in sorted(faults, key=lambda r: r["_unmoved"][1]):  # in the order they happened
-        unmoved, at, until = report.pop("_unmoved")
-        report.update(unmoved_report(unmoved, at, until, commits, since))
+    for report in sorted(faults, key=lambda r: r["_watched"][2]):  # in the order they happened
+        unmoved, moved_away, at, until = report.pop("_watched")
+        report.update(commit_gaps_report(unmoved, moved_away, at, until, commits, since))
         since = until
     elapsed = stats.elapsed()
     return {

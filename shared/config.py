@@ -169,6 +169,11 @@ class CoordinatorSettings(CommonSettings):
         "records of the end; until then the worker gets a warm-up replica (KIP-441).",
     )
     max_warmup_replicas: int = Field(2, description="Most warm-up replicas the cluster builds at once.")
+    moved_active_settle_ms: int = Field(
+        3000, ge=0, description="How long a task's active that moved (a failover, a handoff) stays on its new worker "
+        "before the balance may move it on to a warm-up that caught up meanwhile, so its first batches are processed "
+        "rather than cut short (Kafka Streams waits for its next probing rebalance).",
+    )
     coordinator_id: str = Field(
         "", description="This coordinator's id among the cluster's coordinators (empty: host:port of its server).",
     )

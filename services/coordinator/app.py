@@ -52,7 +52,8 @@ class Coordinator:
         self.offsets = kafka.end_offsets_consumer()
         self.cluster = Cluster(
             settings.worker_session_timeout_ms / 1000,
-            AssignorConfig(settings.num_standby_replicas, settings.acceptable_recovery_lag, settings.max_warmup_replicas))
+            AssignorConfig(settings.num_standby_replicas, settings.acceptable_recovery_lag, settings.max_warmup_replicas),
+            settle_s=settings.moved_active_settle_ms / 1000)
         self.executor = StatementExecutor(settings, self.metastore, self.reader, self.writer, self.admin,
                                           self.inserts, self.offsets, self.cluster.task_reports, self.cluster.runs)
         self.rebalancer = Rebalancer(self.cluster, self.metastore, settings.service_id)

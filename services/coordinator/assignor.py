@@ -15,8 +15,11 @@ It works in two steps:
    stays on its current worker (or, if that worker is gone, goes to the member with the
    smallest lag, for availability) and the target gets a *warm-up* replica instead, at most
    ``max_warmup_replicas`` per call. Once the target reports a lag within the bound, a later
-   call moves the active there. ``Assignment.pending`` lists the held-back tasks, so the
-   actual assignment may be unbalanced while warm-ups run; the target never is.
+   call moves the active there; not while the active is *settling* (it moved lately, and its
+   new worker may not have processed a batch of it yet: a failover's promoted standby is not
+   interrupted by the balance's move, as Kafka Streams waits for its next probing rebalance).
+   ``Assignment.pending`` lists the held-back tasks, so the actual assignment may be unbalanced
+   while warm-ups run; the target never is.
 
 Stateful tasks then get ``num_standby_replicas`` standbys each (fewer with too few workers),
 never beside their active and never two on one worker, preferring the smallest lag, then the
@@ -32,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -151,6 +154,8 @@ class _Inputs:
     prev_plan: Counter[tuple[str, str]]
     """Per (worker, query), the live tasks the previous call targeted at the worker."""
     prev_replicas: dict[Task, set[str]]
+    settling: frozenset[Task]
+    """Stateful actives that moved lately: each stays on its live owner for now."""
 
     def lag(self, worker: str, task: Task) -> float:
         """The worker's lag for the task; 0 for stateless tasks, which restore nothing."""
@@ -192,16 +197,18 @@ def assign(
     previous: Assignment | None = None,
     lags: Lags | None = None,
     config: AssignorConfig | None = None,
+    settling: Collection[Task] = (),
 ) -> Assignment:
     """Assign every task's active, standbys and warm-ups to ``members``.
 
     ``previous`` makes the result sticky and ``lags`` (as reported by the workers; running
-    actives report 0) decides where state can move without a long restore.
+    actives report 0) decides where state can move without a long restore. A ``settling``
+    active (one that moved lately) stays on its live owner, its target warmed up meanwhile.
     """
     queries = sorted(tasks, key=lambda q: q.query_id)
     if len({q.query_id for q in queries}) != len(queries) or any(q.partitions < 0 for q in queries):
         raise MillpondError("every query must appear once with a non-negative partition count", kind=ErrorKind.INVALID)
-    inputs = _normalize(sorted(set(members)), queries, previous, lags or {}, config or AssignorConfig())
+    inputs = _normalize(sorted(set(members)), queries, previous, lags or {}, config or AssignorConfig(), settling)
     if not inputs.members:
         return Assignment()
     board = _target(inputs, queries)
@@ -212,7 +219,7 @@ def assign(
 
 
 def _normalize(members: list[str], queries: list[QueryTasks], previous: Assignment | None, lags: Lags,
-               config: AssignorConfig) -> _Inputs:
+               config: AssignorConfig, settling: Collection[Task]) -> _Inputs:
     alive = set(members)
     current = {t for q in queries for t in q.tasks()}  # a dropped query's old tasks count for nothing
     prev = previous or Assignment()
@@ -220,16 +227,18 @@ def _normalize(members: list[str], queries: list[QueryTasks], previous: Assignme
     for worker, held in prev.workers.items():
         for task in (*held.standby, *held.warmup):
             replicas.setdefault(task, set()).add(worker)
+    stateful = frozenset(t for q in queries if q.stateful for t in q.tasks()
+                         if q.stateful_partitions is None or t.partition < q.stateful_partitions)
     return _Inputs(
         members=tuple(members),
-        stateful=frozenset(t for q in queries if q.stateful for t in q.tasks()
-                           if q.stateful_partitions is None or t.partition < q.stateful_partitions),
+        stateful=stateful,
         lags=lags,
         config=config,
         prev_owner={t: w for w, held in prev.workers.items() if w in alive for t in held.active if t in current},
         prev_pending=prev.pending,
         prev_plan=Counter((w, t.query_id) for t in current if (w := prev.target_of(t)) in alive),
         prev_replicas=replicas,
+        settling=frozenset(settling) & stateful,
     )
 
 
@@ -357,12 +366,13 @@ def _move_cost(board: _Board, inputs: _Inputs, task: Task, dst: str) -> tuple[ob
 
 
 def _hold_back(board: _Board, inputs: _Inputs) -> tuple[dict[Task, str], dict[Task, str]]:
-    """Actual actives and the held-back tasks (task -> target) for targets not caught up."""
+    """Actual actives and the held-back tasks (task -> target) for targets not caught up, and
+    for settling actives whose owner is live."""
     actual: dict[Task, str] = {}
     pending: dict[Task, str] = {}
     for task, target in sorted(board.owner.items()):
         source = target
-        if not inputs.caught_up(target, task):
+        if not inputs.caught_up(target, task) or (task in inputs.settling and task in inputs.prev_owner):
             # Keep a live owner; else promote the member that restores least (availability
             # first), ties going to the target and then to the least-loaded member.
             owner = inputs.prev_owner.get(task)

@@ -45,9 +45,15 @@ class Cluster:
 
     def __init__(self, session_timeout: float, config: AssignorConfig,
                  clock: Callable[[], float] = time.monotonic, wall_ms: Callable[[], int] = now_ms,
-                 departed_retention_ms: int = 600_000):
+                 departed_retention_ms: int = 600_000, settle_s: float = 0.0):
         self.membership = Membership(session_timeout, clock)
         self.config = config
+        self.clock = clock
+        self.settle_s = settle_s
+        """How long an active that moved stays on its new worker before the balance may move it
+        again (the assignor's ``settling``)."""
+        self._moved_at: dict[Task, float] = {}
+        """When each task's active last moved to another worker (within ``settle_s``)."""
         self.wall_ms = wall_ms
         self.departed_retention_ms = departed_retention_ms
         self.views: dict[str, WorkerView] = {}
@@ -115,9 +121,13 @@ class Cluster:
         """Recompute the assignment (leader only); True when it changed."""
         if not self.leading:
             return False
-        new = assign(self.membership.members, queries, self.assignment, self.lags(), self.config)
+        now = self.clock()
+        self._moved_at = {t: at for t, at in self._moved_at.items() if now - at < self.settle_s}
+        new = assign(self.membership.members, queries, self.assignment, self.lags(), self.config, self._moved_at)
         if new == self.assignment:
             return False
+        for worker, held in new.workers.items():
+            self._moved_at.update((t, now) for t in held.active if self.assignment.active_of(t) not in (None, worker))
         self.assignment = new
         self._changes += 1
         return True

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 from aiokafka import ConsumerRecord
 
-from millpond.cli.loadtest import CommitWatch, Fault, Stats, fault_report, key_chooser, percentiles, unmoved_report
+from millpond.cli.loadtest import CommitWatch, Fault, Stats, commit_gaps_report, fault_report, key_chooser, percentiles
 from millpond.shared.errors import MillpondError
 
 
@@ -57,21 +57,23 @@ def test_a_fault_report_counts_errors_and_gaps_around_the_fault() -> None:
 def test_the_unmoved_partitions_longest_time_without_a_commit_spans_the_fault() -> None:
     """From each unmoved partition's last commit before the fault to its commits after, up to
     the end of the watch (later ones and the moved partitions' do not count); the baseline
-    is the same over the ten seconds before."""
+    is the same over the ten seconds before. A moved partition's longest gap is its own figure."""
     watch = CommitWatch({0: [1.0, 1.2, 1.4, 1.6, 2.5, 2.7, 9.0], 1: [1.1, 1.3, 1.5, 1.7, 1.9, 2.1, 2.3, 2.5, 2.7, 2.9],
                          2: [1.0, 5.0]},
                         produced={0: [0.95, 1.1, 1.3, 1.5, 2.0, 2.6], 1: [1.0, 1.4, 1.8, 2.2, 2.6, 2.95]},
                         started=0.9, ended=20.0)
-    report = unmoved_report([0, 1], 1.65, 3.0, watch)
-    assert report == {"unmoved_partitions": [0, 1], "unmoved_longest_commit_gap_s": 0.9,
+    report = commit_gaps_report([0, 1], [2], 1.65, 3.0, watch)
+    assert report == {"unmoved_partitions": [0, 1], "moved_partitions": [2], "unmoved_longest_commit_gap_s": 0.9,
                       "unmoved_longest_commit_gap_before_s": 0.2, "commit_interval_before_p50_s": 0.2,
                       "commit_interval_before_p90_s": 0.2, "commit_interval_after_p50_s": 0.2,
                       "commit_interval_after_p90_s": 0.34,  # partition 0's 0.9 among eight of 0.2
+                      "moved_longest_commit_gap_s": 2.0,  # partition 2: from its 1.0 to the window's end
+                      "moved_longest_output_gap_s": 2.1,  # no output seen: from the watch's start
                       "unmoved_longest_output_gap_s": 0.6, "unmoved_longest_output_gap_before_s": 0.4,
                       "output_interval_before_p50_s": 0.2, "output_interval_before_p90_s": 0.34,
                       "output_interval_after_p50_s": 0.4, "output_interval_after_p90_s": 0.55}
-    assert unmoved_report([], 1.65, 3.0, watch)["unmoved_longest_commit_gap_s"] is None
-    assert unmoved_report(None, 1.65, 3.0, watch)["unmoved_partitions"] is None
+    assert commit_gaps_report([], None, 1.65, 3.0, watch)["unmoved_longest_commit_gap_s"] is None
+    assert commit_gaps_report(None, None, 1.65, 3.0, watch)["moved_longest_commit_gap_s"] is None
 
 
 def test_a_partition_that_stops_committing_counts_until_the_watch_ends() -> None:
@@ -79,11 +81,11 @@ def test_a_partition_that_stops_committing_counts_until_the_watch_ends() -> None
     before the window's end says by how much; the baseline starts after an earlier fault's window."""
     watch = CommitWatch({0: [1.0, 1.2, 1.4, 1.6], 1: [1.1, 1.3, 1.5, 1.7, 1.9, 2.1, 2.3, 2.5, 2.7, 2.9]},
                         started=0.9, ended=12.0)
-    report = unmoved_report([0, 1], 1.65, 20.0, watch, since=1.25)
+    report = commit_gaps_report([0, 1], [], 1.65, 20.0, watch, since=1.25)
     assert report["unmoved_longest_commit_gap_s"] == 10.4  # partition 0: from 1.6 to the watch's end
     assert report["unmoved_watch_cut_short_s"] == 8.0
     assert report["unmoved_longest_commit_gap_before_s"] == 0.2 and report["commit_interval_before_p50_s"] == 0.2
-    assert unmoved_report([1], 1.65, 2.0, CommitWatch({}, started=0.9, ended=12.0))["unmoved_longest_commit_gap_s"] == 1.1
+    assert commit_gaps_report([1], [], 1.65, 2.0, CommitWatch({}, started=0.9, ended=12.0))["unmoved_longest_commit_gap_s"] == 1.1
 
 
 def test_a_transaction_counts_once_when_its_worker_produced_its_first_record() -> None:

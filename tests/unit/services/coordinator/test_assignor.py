@@ -219,6 +219,40 @@ def test_kip441_example_moves_after_the_warm_up() -> None:
     assert c.active_of(warm) == "c" and not c.pending and c.tasks_of("c").warmup == ()
 
 
+def test_a_settling_active_stays_until_it_settled_and_a_dead_owner_still_fails_over() -> None:
+    queries = [QueryTasks("Q", 4)]
+    config = AssignorConfig(num_standby_replicas=0, max_warmup_replicas=1)
+    a, lags = stable(["a", "b"], queries, config)
+    b = assign(["a", "b", "c"], queries, a, lags, config)
+    (warm,) = b.tasks_of("c").warmup
+    caught_up = {**lags, ("c", warm): 0}
+    # The warm-up caught up, but the active moved lately: it stays, the warm-up goes on.
+    assert assign(["a", "b", "c"], queries, b, caught_up, config, settling=[warm]) == b
+    assert assign(["a", "b", "c"], queries, b, caught_up, config).active_of(warm) == "c"  # settled: it moves
+    # A settling active whose owner is gone goes to the caught-up target at once.
+    owner = b.active_of(warm)
+    assert owner is not None
+    survivors = [w for w in ("a", "b", "c") if w != owner]
+    assert assign(survivors, queries, b, caught_up, config, settling=[warm]).active_of(warm) == "c"
+
+
+@FAST
+@given(member_ids, query_sets, configs, st.data())
+def test_settling_moves_no_live_active_and_keeps_the_target(members: list[str], queries: list[QueryTasks],
+                                                          config: AssignorConfig, data: st.DataObject) -> None:
+    a, lags = stable(members, queries, config)
+    grown = [*members, "new"]
+    b = assign(grown, queries, a, lags, config)
+    lags = {**lags, **caught_up_lags(b)}  # every warm-up caught up
+    settling = data.draw(st.sets(st.sampled_from(all_tasks(queries)))) if all_tasks(queries) else set()
+    c = assign(grown, queries, b, lags, config, settling=settling)
+    stateful = {t for q in queries if q.stateful for t in q.tasks()}
+    for task in all_tasks(queries):
+        assert c.target_of(task) == assign(grown, queries, b, lags, config).target_of(task)
+        if task in settling and task in stateful:
+            assert c.active_of(task) == b.active_of(task)
+
+
 def test_promotion_prefers_the_standby_with_the_smallest_lag() -> None:
     q = QueryTasks("Q", 1)
     task = Task("Q", 0)

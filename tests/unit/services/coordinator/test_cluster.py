@@ -90,6 +90,31 @@ def test_silent_workers_are_suspects_and_removal_moves_their_tasks() -> None:
     assert status["w1"].alive and len(status["w1"].active_tasks) == 4
 
 
+def test_an_active_that_moved_settles_before_the_balance_moves_it_on() -> None:
+    clock = Clock()
+    cluster = Cluster(0.2, AssignorConfig(num_standby_replicas=1), clock=clock, settle_s=3.0)
+    queries = [QueryTasks("Q", 2)]
+    for worker in ("w1", "w2"):
+        beat(cluster, worker)
+    cluster.lead(1)
+    cluster.reassign(queries)
+    (moving,) = cluster.assignment.tasks_of("w1").active
+    beat(cluster, "w1", [moving.partition])
+    beat(cluster, "w2", [p for p in range(2) if p != moving.partition], [moving.partition])
+    beat(cluster, "w3")  # a new worker: the balance wants one active there
+    cluster.remove("w1")
+    cluster.reassign(queries)
+    assert cluster.assignment.active_of(moving) == "w2"  # the standby holder, caught up
+    assert cluster.assignment.pending == {moving: "w3"}
+    beat(cluster, "w3", standby=[moving.partition])  # its warm-up caught up
+    clock.now += 2.9
+    cluster.reassign(queries)
+    assert cluster.assignment.active_of(moving) == "w2"  # still settling
+    clock.now += 0.2
+    assert cluster.reassign(queries)
+    assert cluster.assignment.active_of(moving) == "w3" and not cluster.assignment.pending
+
+
 def test_task_reports_only_count_the_assigned_active() -> None:
     clock = Clock()
     cluster = make(clock)
