@@ -78,7 +78,7 @@ class StatementExecutor:
         """How often an append was fenced by another coordinator and retried."""
         self.replicas = 1
         """Replication factor of the internal topics it creates (the coordinator sets it at start)."""
-        self.cleanup = QueryTopicCleanup(lambda topics: delete_topics(self.admin, topics), self.query_runs)
+        self.cleanup = QueryTopicCleanup(self._delete_unused, self.query_runs)
         """Topics a TERMINATE or a DROP ... DELETE TOPIC let go, deleted once the queries that used them stopped."""
 
     @property
@@ -242,15 +242,28 @@ class StatementExecutor:
         wrote it, may still be stopping; a statement that names the topic again waits for it)."""
         for query in change.drop_queries:
             self.cleanup.after_stopped(query.query_id, self._internal_topics(query))
-        if change.delete_topics:
-            used = [q.query_id for q in [*change.drop_queries, *self.metastore.terminated.values()]
-                    if any(uses(q, name) for name in change.drop_sources)]
-            self.cleanup.delete_after(used, list(change.delete_topics), DROP_WAIT_S)
+        for topic in change.delete_topics:
+            source = self.metastore.dropped_topics.get(topic)
+            if source is not None:  # (None: a CREATE at another coordinator took the topic again since)
+                self.cleanup.delete_after(self._users(source), [topic], DROP_WAIT_S)
+
+    def _users(self, source: str) -> list[str]:
+        """The terminated queries that read or wrote ``source`` (a dropped one's own among them)."""
+        return [q.query_id for q in self.metastore.terminated.values() if uses(q, source)]
+
+    async def _delete_unused(self, topics: list[str]) -> None:
+        """Delete ``topics`` but those a source took again meanwhile (a CREATE at another
+        coordinator: this one's own wait for the delete, ``QueryTopicCleanup.settled``)."""
+        await self.reader.catch_up()
+        taken = {source.topic for source in self.metastore.sources.values()}
+        if unused := [topic for topic in topics if topic not in taken]:
+            await delete_topics(self.admin, unused)
 
     async def delete_left_topics(self, reports_grace_s: float = REPORTS_GRACE_S) -> None:
-        """Delete, as a TERMINATE does, the internal topics of terminated queries that are still
-        there: the coordinator that ran the TERMINATE stopped before it could (or a delete
-        failed). Called once the command topic is read; the workers' reports are waited for."""
+        """Delete, as a TERMINATE or a DROP ... DELETE TOPIC does, the internal topics of
+        terminated queries and the dropped sources' topics that are still there: the
+        coordinator that ran the statement stopped before it could (or a delete failed). Called
+        once the command topic is read; the workers' reports are waited for."""
         present = set(await self.admin.list_topics())
         for query in self.metastore.terminated.values():
             left = [name for name in self._internal_topics(query) if name in present]
@@ -258,6 +271,11 @@ class StatementExecutor:
                 log.info("a terminated query's topics were left; deleting them once no worker runs it",
                          extra={"query": query.query_id, "topics": left})
                 self.cleanup.after_stopped(query.query_id, left, not_before_s=reports_grace_s)
+        for topic, source in self.metastore.dropped_topics.items():
+            if topic in present:
+                log.info("a dropped source's topic was left; deleting it once no worker runs the queries that used it",
+                         extra={"source": source, "topic": topic})
+                self.cleanup.delete_after(self._users(source), [topic], DROP_WAIT_S, not_before_s=reports_grace_s)
 
     async def _insert(self, stmt: ast.InsertValues, request_id: str, attempt: int) -> Outcome:
         await self.reader.catch_up()

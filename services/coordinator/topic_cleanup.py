@@ -9,10 +9,10 @@ copy of the queries that used it, or after a bound whatever the reports say: a w
 is bounded by less, and a worker cut off from the coordinator does not keep them forever.
 
 A statement that names a topic still waiting (a CREATE right after a DROP ... DELETE TOPIC)
-waits for it to go first (``settled``). A coordinator that stops leaves a terminated query's
-internal topics to the next one to start (``StatementExecutor.delete_left_topics``): the
-workers may still be stopping the query; a dropped source's topic, which no start looks for,
-it deletes at once.
+waits for it to go first (``settled``). A coordinator that stops, or crashes, leaves the topics
+still waiting to the next one to start (``StatementExecutor.delete_left_topics``, from the
+metastore's terminated queries and dropped topics): the workers may still be stopping the
+queries that used them.
 """
 
 from __future__ import annotations
@@ -43,8 +43,6 @@ query's topics that were left (the workers beat every coordinator every 100 ms).
 class _Deletion:
     queries: list[str]
     topics: list[str]
-    swept_at_start: bool
-    """Whether a coordinator that starts looks for these topics (a terminated query's internal ones)."""
     task: asyncio.Task[None] | None = None
 
 
@@ -69,16 +67,16 @@ class QueryTopicCleanup:
     def after_stopped(self, query_id: str, topics: list[str], not_before_s: float = REPORTS_IN_FLIGHT_S) -> None:
         """Delete a terminated query's internal ``topics`` once no worker runs it, looking first
         after ``not_before_s`` (a coordinator that just started has not heard from every worker yet)."""
-        self.delete_after([query_id], topics, self.wait_s, not_before_s, swept_at_start=True)
+        self.delete_after([query_id], topics, self.wait_s, not_before_s)
 
     def delete_after(self, query_ids: list[str], topics: list[str], wait_s: float,
-                     not_before_s: float = REPORTS_IN_FLIGHT_S, swept_at_start: bool = False) -> None:
+                     not_before_s: float = REPORTS_IN_FLIGHT_S) -> None:
         """Delete ``topics`` once no worker runs any of ``query_ids`` (none: at once), or after
         ``wait_s`` all the same; a topic already waiting keeps its first deletion."""
         topics = [t for t in topics if t not in self._waiting]
         if not topics:
             return
-        deletion = _Deletion(list(query_ids), topics, swept_at_start)
+        deletion = _Deletion(list(query_ids), topics)
         deletion.task = asyncio.create_task(self._delete_when_stopped(deletion, wait_s, not_before_s if query_ids else 0.0),
                                             name=f"delete-{topics[0]}")
         for topic in topics:
@@ -123,14 +121,10 @@ class QueryTopicCleanup:
             log.info("deleted topics of stopped queries", extra={"queries": deletion.queries, "topics": deletion.topics})
 
     async def close(self) -> None:
-        """Stop waiting (the coordinator is stopping): a terminated query's internal topics are
-        left to the next coordinator to start, a dropped source's topic is deleted now."""
-        deletions = list({id(d): d for d in self._waiting.values()}.values())
+        """Stop waiting (the coordinator is stopping): the topics still waiting are left to the
+        next coordinator to start, as a crash leaves them."""
+        tasks = {d.task for d in self._waiting.values() if d.task is not None}
         self._waiting = {}
-        tasks = [d.task for d in deletions if d.task is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for deletion in deletions:
-            if not deletion.swept_at_start:
-                await self._delete(deletion)

@@ -111,6 +111,9 @@ class Metastore:
     terminated: dict[str, PersistentQuery] = field(default_factory=dict)
     """The queries terminated (or dropped with their result), by id: a coordinator that starts
     deletes what internal topics of theirs are left (``StatementExecutor.delete_left_topics``)."""
+    dropped_topics: dict[str, str] = field(default_factory=dict)
+    """The topics of sources dropped with DELETE TOPIC, each with the source's name, until a
+    later CREATE takes the topic again: a coordinator that starts deletes those still there."""
 
     # ---- lookups
     def source(self, name: str) -> DataSource:
@@ -177,8 +180,11 @@ class Metastore:
             self.queries.pop(query.query_id, None)
             self.errors.pop(query.query_id, None)
             self.terminated[query.query_id] = query
+        for topic in change.delete_topics:
+            self.dropped_topics[topic] = change.drop_sources[0]
         for source in change.add_sources:
             self.sources[source.name] = source
+            self.dropped_topics.pop(source.topic, None)
         for query in change.add_queries:
             self.queries[query.query_id] = query
         if change.counts_query:

@@ -405,6 +405,42 @@ async def test_a_terminated_querys_topics_left_by_a_coordinator_are_deleted_by_t
         await until_deleted(second.admin, topics)
 
 
+async def test_a_dropped_sources_topic_left_by_a_coordinator_is_deleted_by_the_next_unless_a_source_took_it_again(
+        kafka: EmbeddedKafka) -> None:
+    """A DROP ... DELETE TOPIC whose coordinator went before the delete (here: one that appended
+    the commands and went) leaves the topics; the next coordinator to start deletes them, a
+    topic the dropped source's query wrote once no worker reports that query. One that a
+    CREATE at another coordinator took again meanwhile is kept."""
+    service_id = f"leftdrop{next(_ids)}"
+    table, stream = f"{service_id}-t", f"{service_id}-u"
+    async with coordinator_core(kafka.bootstrap_servers, service_id) as first:
+        await first.execute(f"CREATE STREAM s (k VARCHAR KEY, v INT) WITH (kafka_topic='{service_id}-s', partitions=2, "
+                            "value_format='json');", {})
+        await first.execute(f"CREATE STREAM u (k VARCHAR KEY, v INT) WITH (kafka_topic='{stream}', partitions=1, "
+                            "value_format='json');", {})
+        await first.execute(f"CREATE TABLE t WITH (kafka_topic='{table}') AS SELECT k, COUNT(*) AS n FROM s GROUP BY k;", {})
+        (query,) = first.metastore.queries.values()
+        async with first.writer.transaction() as txn:
+            await txn.append(Command("DROP TABLE t DELETE TOPIC;"))
+            await txn.append(Command("DROP STREAM u DELETE TOPIC;"))
+    cluster = Cluster(10, AssignorConfig())
+    worker_reports(cluster, query.query_id)  # a worker still runs the query that wrote t
+    async with coordinator_core(kafka.bootstrap_servers, service_id, cluster.runs) as second:
+        await second.reader.catch_up()
+        assert second.metastore.dropped_topics == {table: "T", stream: "U"}
+        await second.delete_left_topics(reports_grace_s=0.2)
+        await until_deleted(second.admin, [stream])  # no query used it
+        await asyncio.sleep(1.0)
+        assert await topic_partitions(second.admin, table) == 2 and table in second.cleanup.waiting
+        async with second.writer.transaction() as txn:  # as another coordinator's CREATE would
+            await txn.append(Command(f"CREATE STREAM t2 (k VARCHAR KEY, n BIGINT) WITH (kafka_topic='{table}', "
+                                     "partitions=2, value_format='json');"))
+        worker_reports(cluster, None)
+        async with asyncio.timeout(10):
+            await second.cleanup.settled(table)
+        assert await topic_partitions(second.admin, table) == 2 and second.metastore.source("T2").topic == table
+
+
 async def test_drop_delete_topic_after_terminate_deletes_the_topic_once_the_query_stopped_and_a_create_waits(
         kafka: EmbeddedKafka) -> None:
     """ksqlDB's TERMINATE, then DROP TABLE ... DELETE TOPIC: the table's topic is not deleted

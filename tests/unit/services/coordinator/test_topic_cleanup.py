@@ -1,6 +1,6 @@
 """Topics go once no worker reports the queries that used them, after a bound whatever the
 reports say; a statement naming a topic still waiting waits for it; a coordinator that stops
-leaves a terminated query's internal topics to the next one and deletes a dropped source's."""
+leaves the topics still waiting to the next one to start."""
 
 from __future__ import annotations
 
@@ -85,8 +85,7 @@ async def test_a_topic_no_query_used_goes_at_once_and_one_named_again_is_waited_
     await cleanup.settled("t")  # nothing waiting: at once
 
 
-async def test_a_stopping_coordinator_leaves_internal_topics_to_the_next_and_deletes_a_dropped_sources(
-        ) -> None:
+async def test_a_stopping_coordinator_leaves_the_topics_still_waiting_to_the_next_to_start() -> None:
     topics = Topics("q1-changelog", "dropped")
     cleanup = QueryTopicCleanup(topics.delete, lambda _: True, poll_s=0.01)
     cleanup.after_stopped("Q1", ["q1-changelog"])
@@ -94,7 +93,7 @@ async def test_a_stopping_coordinator_leaves_internal_topics_to_the_next_and_del
     await asyncio.sleep(0.05)
     async with asyncio.timeout(1):  # not the 20-45 s the query's workers get
         await cleanup.close()
-    assert topics.present == {"q1-changelog"} and not cleanup.waiting
+    assert topics.present == {"q1-changelog", "dropped"} and not cleanup.waiting
 
 
 async def test_a_failed_delete_is_logged_and_forgotten(caplog: pytest.LogCaptureFixture) -> None:

@@ -95,6 +95,18 @@ def test_drop_terminates_the_writing_query_and_terminate_keeps_the_result() -> N
     assert set(meta.sources) == {"AVG_READINGS"}
 
 
+def test_a_topic_dropped_with_delete_topic_is_kept_for_a_starting_coordinator_until_a_create_takes_it() -> None:
+    meta = Metastore()
+    meta.apply(parse_statement(STREAM), 0)
+    meta.apply(parse_statement(CTAS), 1)
+    meta.apply(parse_statement("DROP TABLE avg_readings"), 2)  # the topic stays: nothing to delete
+    assert meta.dropped_topics == {} and "CTAS_AVG_READINGS_0" in meta.terminated
+    meta.apply(parse_statement("DROP STREAM readings DELETE TOPIC"), 3)
+    assert meta.dropped_topics == {"readings": "READINGS"}
+    meta.apply(parse_statement(STREAM.replace("readings (", "again (")), 4)  # the same topic, taken again
+    assert meta.dropped_topics == {}
+
+
 def test_latest_queries_start_where_the_coordinator_resolved() -> None:
     meta = Metastore()
     meta.apply(parse_statement(STREAM), 0)
