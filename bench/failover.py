@@ -8,7 +8,10 @@ start and Spark warm-up take a minute or more here) and half of ``--seconds`` mi
 ``--kill-at`` after that; the load runs on until both are over. Each run gives failed pulls,
 the longest gap between successful answers, how long until the coordinator and the router saw
 the worker dead (the add: until partitions moved to it), until the moved partitions had
-processed all input that existed at the kill (at the move), and the longest time a partition
+processed all input that existed at the kill (at the move), until their new owners first
+committed output of their own (the later of the two is ``processing_again_s``: a new owner
+that holds the position its old owner's last batch reached has not yet processed anything),
+and the longest time a partition
 that did not move went without a commit reaching the table's topic. Baseline: the same load
 before the kill (the longest gap between answers, and between an unmoved partition's commits,
 in the seconds before it).

@@ -323,6 +323,9 @@ class CommitWatch:
     monotonic time here): the worker's own output cadence, without this process's delays. (The
     loadtest's table is a GROUP BY, whose records take the time they are sent; a windowed
     table's or a join's would carry their input's times instead.)"""
+    transactions: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
+    """Each transaction's first record's timestamp (as ``produced``) with when it was seen
+    committed (``first_commit_after``)."""
     started: float = field(default_factory=time.monotonic)
     ended: float | None = None
     error: str | None = None
@@ -338,8 +341,21 @@ class CommitWatch:
         self.seen.setdefault(partition, []).append(now)
         for record in records:
             if self.next_offset.get(partition) != record.offset:
-                self.produced.setdefault(partition, []).append(record.timestamp / 1000 + self.wall_to_monotonic)
+                produced = record.timestamp / 1000 + self.wall_to_monotonic
+                self.produced.setdefault(partition, []).append(produced)
+                self.transactions.setdefault(partition, []).append((produced, now))
             self.next_offset[partition] = record.offset + 1
+
+    def first_commit_after(self, partitions: list[int], gone_at: float, at: float) -> float | None:
+        """Seconds from ``at`` until each of ``partitions`` had a transaction committed that
+        was produced after ``gone_at`` (when its old owner could produce no more): its new
+        owner processing again, not only holding a position its old owner committed. None when
+        one had none in the watch."""
+        firsts = [min((seen for produced, seen in self.transactions.get(p, []) if produced > gone_at), default=None)
+                  for p in partitions]
+        if not firsts or None in firsts:
+            return None
+        return round(max(t for t in firsts if t is not None) - at, 3)
 
 
 async def commits_seen(config: Config, stop: asyncio.Event, watch: CommitWatch) -> None:
@@ -413,6 +429,21 @@ def commit_gaps_report(unmoved: list[int] | None, moved: list[int] | None, at: f
                    f"{name}_interval_after_p90_s": _quantile(intervals_after, 0.9),
                    f"moved_longest_{name}_gap_s": round(max(moved_gaps), 3) if moved_gaps else None}
     return report
+
+
+def processing_again(back: float | None, moved: list[int] | None, gone_at: float | None, at: float,
+                     watch: CommitWatch) -> dict[str, float | None]:
+    """When the moved partitions' new owners first committed output of their own
+    (``moved_first_commit_s``), and so when the moved partitions were processing again
+    (``processing_again_s``): the later of that and ``processing_back_s`` (the input that
+    existed at the fault processed). ``processing_back_s`` alone is met as soon as the new
+    owners hold the position their old owner committed, which its last batch may have taken
+    past that input before it went. An add's old owner may commit once more after the move,
+    which its output does not tell apart from the new owner's: there ``processing_back_s``."""
+    if not moved or gone_at is None:  # nothing moved, an add, or a leave not seen: ``processing_back_s``
+        return {"moved_first_commit_s": None, "processing_again_s": back}
+    first = watch.first_commit_after(moved, gone_at, at)
+    return {"moved_first_commit_s": first, "processing_again_s": None if back is None or first is None else max(back, first)}
 
 
 def _quantile(values: list[float], q: float) -> float | None:
@@ -557,6 +588,7 @@ async def run(config: Config, cluster: LocalCluster | None = None, console: Cons
             moved = {"added_worker": added, "took_over_s": None if took_over is None else round(took_over - at, 3)}
             if took_over is not None:
                 ends, at = await input_ends(config), took_over
+        gone_at: float | None = time.monotonic()  # a killed worker produces nothing after this
         back = await recovery(config, query_id, at, ends, stats)
         finish(index)
         now = await actives(config, query_id)
@@ -566,8 +598,13 @@ async def run(config: Config, cluster: LocalCluster | None = None, console: Cons
             moved_away = sorted(p for p, worker in owners.items() if now.get(p) != worker or worker == fault.target)
         until = at + (back if back is not None else 10.0) + WATCH_AFTER_S
         await asyncio.sleep(max(until - time.monotonic(), 0))  # the load runs on while the commits are watched
-        return {**fault_report(fault, at, stats, back), **moved, **(await detected if detected is not None else {}),
-                "_watched": (unmoved, moved_away, at, until)}
+        seen = await detected if detected is not None else {}
+        if fault.action == "stop":  # it leaves once its Spark queries stopped: nothing of it is produced after
+            left = seen.get("coordinator_detected_s")
+            gone_at = None if left is None else at + left
+        elif fault.action == "add":  # the old owner's last batch may commit after the move: not told apart here
+            gone_at = None
+        return {**fault_report(fault, at, stats, back), **moved, **seen, "_watched": (unmoved, moved_away, at, until, gone_at)}
 
     reports = [asyncio.create_task(inject(i, f)) for i, f in enumerate(config.faults)]
     last_produced, last_ok, last_t = 0, 0, time.monotonic()
@@ -589,8 +626,9 @@ async def run(config: Config, cluster: LocalCluster | None = None, console: Cons
     faults = [await r for r in reports]
     since = 0.0
     for report in sorted(faults, key=lambda r: r["_watched"][2]):  # in the order they happened
-        unmoved, moved_away, at, until = report.pop("_watched")
+        unmoved, moved_away, at, until, gone_at = report.pop("_watched")
         report.update(commit_gaps_report(unmoved, moved_away, at, until, commits, since))
+        report.update(processing_again(report["processing_back_s"], moved_away, gone_at, at, commits))
         since = until
     elapsed = stats.elapsed()
     return {

@@ -8,7 +8,16 @@ from collections import Counter
 import pytest
 from aiokafka import ConsumerRecord
 
-from millpond.cli.loadtest import CommitWatch, Fault, Stats, commit_gaps_report, fault_report, key_chooser, percentiles
+from millpond.cli.loadtest import (
+    CommitWatch,
+    Fault,
+    Stats,
+    commit_gaps_report,
+    fault_report,
+    key_chooser,
+    percentiles,
+    processing_again,
+)
 from millpond.shared.errors import MillpondError
 
 
@@ -98,6 +107,19 @@ def test_a_transaction_counts_once_when_its_worker_produced_its_first_record() -
     watch.fetched(3, 5.9, [record(17, 1_001_700)])
     assert watch.seen == {3: [5.0, 5.2, 5.9]}
     assert watch.produced == {3: pytest.approx([1.0, 1.3, 1.7])}
+    assert watch.transactions == {3: [(pytest.approx(1.0), 5.0), (pytest.approx(1.3), 5.2), (pytest.approx(1.7), 5.9)]}
+
+
+def test_moved_partitions_process_again_once_their_new_owners_commit_output_of_their_own() -> None:
+    """A killed worker's last transaction, seen committed after the fault, is not the new
+    owner's: the moved partitions process again at the new owners' first commit, or once the
+    input that existed at the fault is processed if that is later."""
+    watch = CommitWatch(transactions={2: [(1.5, 1.6), (1.95, 2.1), (3.1, 3.25), (3.5, 3.6)], 4: [(2.3, 2.4)]})
+    assert processing_again(0.3, [2, 4], 2.0, 1.9, watch) == {"moved_first_commit_s": 1.35, "processing_again_s": 1.35}
+    assert processing_again(1.6, [2, 4], 2.0, 1.9, watch)["processing_again_s"] == 1.6
+    assert processing_again(0.3, [2, 5], 2.0, 1.9, watch) == {"moved_first_commit_s": None, "processing_again_s": None}
+    assert processing_again(0.3, [2], None, 1.9, watch) == {"moved_first_commit_s": None, "processing_again_s": 0.3}
+    assert processing_again(0.3, [], 2.0, 1.9, watch)["processing_again_s"] == 0.3
 
 
 def record(offset: int, timestamp_ms: int) -> ConsumerRecord[bytes, bytes]:
