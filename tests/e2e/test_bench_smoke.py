@@ -62,6 +62,8 @@ def test_loadtest_survives_a_killed_worker_with_standby_reads(tmp_path: Path) ->
     assert fault["fault"] == "kill:worker-1@6.0"
     assert fault["coordinator_detected_s"] is not None and fault["router_detected_s"] is not None
     assert fault["processing_back_s"] is not None, "the moved partitions never caught up"
+    assert fault["moved_partitions"] and fault["moved_first_commit_s"] is not None, "their new owners never committed"
+    assert fault["processing_again_s"] == max(fault["processing_back_s"], fault["moved_first_commit_s"])
     # One standby and standby reads on: the kill costs no pull query.
     assert fault["failed_pulls_after"] == 0 and summary["errors"] == {}, summary
 
