@@ -574,12 +574,18 @@ async def run(config: Config, cluster: LocalCluster | None = None, console: Cons
         watch = detection(config, fault.target, at) if fault.action in ("kill", "stop") else None
         detected = asyncio.create_task(watch) if watch is not None else None
         moved: dict[str, Any] = {}
+        # When the moved partitions' old owner could produce no more (``processing_again``): after a
+        # kill, once it is dead; after a stop, once it left (below); after an add, not known here
+        # (the old owner's last batch may commit after the move).
+        gone_at: float | None = None
         if fault.action == "kill":
             await asyncio.to_thread(cluster.kill, fault.target)
+            gone_at = time.monotonic()
         elif fault.action == "stop":
             await asyncio.to_thread(cluster.terminate, fault.target)
         elif fault.action == "restart":
             await asyncio.to_thread(cluster.restart, fault.target)
+            gone_at = time.monotonic()
         else:
             added = (await asyncio.to_thread(cluster.add_worker, False)).name
             # Partitions move to the new worker once its warm-up copies caught up (KIP-441): what
@@ -588,7 +594,6 @@ async def run(config: Config, cluster: LocalCluster | None = None, console: Cons
             moved = {"added_worker": added, "took_over_s": None if took_over is None else round(took_over - at, 3)}
             if took_over is not None:
                 ends, at = await input_ends(config), took_over
-        gone_at: float | None = time.monotonic()  # a killed worker produces nothing after this
         back = await recovery(config, query_id, at, ends, stats)
         finish(index)
         now = await actives(config, query_id)
@@ -599,11 +604,8 @@ async def run(config: Config, cluster: LocalCluster | None = None, console: Cons
         until = at + (back if back is not None else 10.0) + WATCH_AFTER_S
         await asyncio.sleep(max(until - time.monotonic(), 0))  # the load runs on while the commits are watched
         seen = await detected if detected is not None else {}
-        if fault.action == "stop":  # it leaves once its Spark queries stopped: nothing of it is produced after
-            left = seen.get("coordinator_detected_s")
-            gone_at = None if left is None else at + left
-        elif fault.action == "add":  # the old owner's last batch may commit after the move: not told apart here
-            gone_at = None
+        if fault.action == "stop" and (left := seen.get("coordinator_detected_s")) is not None:
+            gone_at = at + left  # it leaves once its Spark queries stopped
         return {**fault_report(fault, at, stats, back), **moved, **seen, "_watched": (unmoved, moved_away, at, until, gone_at)}
 
     reports = [asyncio.create_task(inject(i, f)) for i, f in enumerate(config.faults)]
