@@ -18,6 +18,7 @@ import operator
 import shutil
 import tempfile
 import time
+import uuid
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -40,6 +41,7 @@ from millpond.shared import metrics
 from millpond.shared.catalog.queries import PersistentQuery
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.config import WorkerSettings
+from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.serde import EARLIEST_TIMESTAMP, ISO_TIMESTAMP_TEXT, LATEST_TIMESTAMP, MILLIS_TEXT
 from millpond.shared.sql import ast
 
@@ -47,6 +49,9 @@ log = logging.getLogger(__name__)
 COMMIT_TIMEOUT_S = 120
 _READ_COLUMNS: weakref.WeakKeyDictionary[SparkSession, dict[tuple[Any, ...], list[Column]]] = weakref.WeakKeyDictionary()
 """Per session, the read columns (``QueryRunner._read_columns``) by the shape of the source they read."""
+_OFFSET_LOG_CONF: weakref.WeakKeyDictionary[SparkSession, dict[str, str] | None] = weakref.WeakKeyDictionary()
+"""Per session, the SQL settings a streaming query's offset log records (``offset_log_conf``);
+None once the session cannot have a query resume from a checkpoint written here."""
 READ_SHAPES_KEPT = 256
 """Source shapes whose read columns a session keeps (all of them are made again past it)."""
 SOURCE_OPTIONS = {
@@ -93,6 +98,46 @@ def for_each_batch(writer: DataStreamWriter, session: SparkSession,
     helper.callForeachBatch(writer._jwrite, _BatchFunction(session, func))
     ensure_callback_server_started(gateway)  # type: ignore[no-untyped-call]
     return writer
+
+
+def offset_log_conf(spark: SparkSession) -> dict[str, str] | None:
+    """The SQL settings Spark records with each batch in a streaming query's offset log (and
+    sets again when a query resumes from it), as this session has them: the part of a
+    checkpoint that ``QueryRunner.start`` writes besides the positions. None when this Spark
+    cannot say (an internal class of Spark 4.2: another version may have moved it), or when a
+    query of the session did not resume from what was written (``QueryRunner._on_batch``):
+    then every query starts from the positions in its plan, which a plan made for other
+    positions cannot do."""
+    if spark not in _OFFSET_LOG_CONF:
+        try:
+            jvm = spark.sparkContext._jvm
+            assert jvm is not None
+            metadata = jvm.org.apache.spark.sql.execution.streaming.checkpointing.OffsetSeqMetadata.apply(
+                0, 0, spark._jsparkSession.conf())
+            conf = {key: value if value is not None else spark.conf.get(key, None)
+                    for key, value in json.loads(metadata.json())["conf"].items()}
+            # A setting the session leaves unset (with no default) is left out, as Spark's own log does.
+            _OFFSET_LOG_CONF[spark] = {key: value for key, value in conf.items() if value is not None}
+        except Exception:  # only the plans' reuse is lost
+            log.warning("Spark's offset log settings could not be read: each query's plan is made for its "
+                        "start's positions", exc_info=True)
+            _OFFSET_LOG_CONF[spark] = None
+    return _OFFSET_LOG_CONF[spark]
+
+
+def write_resume_point(checkpoint: Path, topic: str, positions: dict[int, int], conf: dict[str, str]) -> None:
+    """A streaming query's checkpoint that says its batch 0 read ``topic`` up to ``positions``
+    and was committed: a query started on it begins at batch 1, from those offsets, whatever
+    offsets its Kafka source was defined with (Spark reads a source's starting offsets only when
+    its checkpoint has none). The format is Spark's: its metadata file, and its offset and
+    commit logs, version 1."""
+    metadata = {"batchWatermarkMs": 0, "batchTimestampMs": int(time.time() * 1000), "conf": conf}
+    offsets = {topic: {str(p): o for p, o in sorted(positions.items())}}
+    (checkpoint / "metadata").write_text(json.dumps({"id": str(uuid.uuid4())}))  # the query's id, which Spark requires
+    (checkpoint / "offsets").mkdir(parents=True, exist_ok=True)
+    (checkpoint / "commits").mkdir(exist_ok=True)
+    (checkpoint / "offsets" / "0").write_text(f"v1\n{json.dumps(metadata)}\n{json.dumps(offsets)}")
+    (checkpoint / "commits" / "0").write_text(f"v1\n{json.dumps({'nextBatchWatermarkMs': 0})}")
 
 
 def checkpoint_root(settings: WorkerSettings) -> Path:
@@ -157,8 +202,11 @@ class QueryRunner:
         self._reduction: Reduction[Any] | None = None
         """How the running streaming query's batches are reduced (made by ``start``)."""
         self._prepared: tuple[dict[int, int | None], Reduction[Any]] | None = None
-        """The positions ``prepare`` made a plan for, and that plan's reduction: the next
-        ``start`` from the same positions takes it."""
+        """The positions ``prepare`` made a plan for, and that plan's reduction: each later
+        ``start`` that it ``fits`` takes it (a parked query's resume too)."""
+        self.resumed_at: dict[int, int] | None = None
+        """The positions the running query's checkpoint was written with (``start``), or None
+        when it starts from the positions in its plan."""
 
     @functools.cached_property
     def cores(self) -> int | None:
@@ -202,17 +250,39 @@ class QueryRunner:
         """The positions ``prepare`` made a plan for (None: none made)."""
         return None if self._prepared is None else self._prepared[0]
 
+    def fits(self, positions: dict[int, int | None]) -> bool:
+        """Whether the plan ``prepare`` made can start the query from ``positions``: one made
+        from them, or, when the query resumes from a checkpoint written with them (every
+        position known, ``offset_log_conf``), one made for the same partitions from any."""
+        made = self.prepared()
+        if made is None:
+            return False
+        return made == positions or (made.keys() == positions.keys() and self._resumable(made)
+                                     and self._resumable(positions))
+
+    def _resumable(self, positions: dict[int, int | None]) -> bool:
+        return None not in positions.values() and offset_log_conf(self.spark) is not None
+
     def start(self, positions: dict[int, int | None]) -> None:
         """Start the streaming query over ``positions``' partitions, each from its offset
         (again after a ``stop``, with a new checkpoint: the tasks hold the positions), with the
-        plan ``prepare`` made for them, or one made now. Blocking."""
-        if self.prepared() != positions:
+        plan ``prepare`` made if it ``fits``, or one made now. When every position is known, the
+        query resumes from a checkpoint written with them (``write_resume_point``), so the plan
+        fits every later start over the same partitions: one made ahead from positions that
+        moved since (an older owner committed more before it was fenced), a parked query's
+        resume. Blocking."""
+        if not self.fits(positions):
             self.prepare(positions)
         assert self._prepared is not None
-        self._reduction, self._prepared = self._prepared[1], None
+        self._reduction = self._prepared[1]
         root = checkpoint_root(self.settings)
         root.mkdir(parents=True, exist_ok=True)
         self.checkpoint = tempfile.mkdtemp(prefix=f"{path_segment(self.name)}-", dir=root)
+        known = {p: o for p, o in positions.items() if o is not None}
+        conf = offset_log_conf(self.spark) if len(known) == len(positions) else None
+        self.resumed_at = known if conf is not None else None
+        if conf is not None:
+            write_resume_point(Path(self.checkpoint), self.source.topic, known, conf)
         self.error = None
         self._stopping = False
         self.last_batch_at = time.monotonic()
@@ -260,6 +330,15 @@ class QueryRunner:
         return {int(p): int(o) for p, o in (offsets or {}).get(self.source.topic, {}).items()}
 
     def _on_batch(self, batch: DataFrame, batch_id: int) -> None:
+        if batch_id == 0 and self.resumed_at is not None:
+            # Spark did not take the checkpoint written for it: it read from the positions its
+            # plan was made with, which need not be the tasks'. Nothing is committed; the query
+            # fails and starts again, and the session's queries start from their plans' positions.
+            _OFFSET_LOG_CONF[self.spark] = None
+            self.error = MillpondError(f"Spark began query {self.name} afresh instead of from the positions "
+                                       f"{self.resumed_at} written to its checkpoint")
+            log.error("a query did not resume from its checkpoint", extra={"query": self.name})
+            raise self.error
         try:
             self._process(batch)
         except BaseException as error:

@@ -12,8 +12,9 @@ A change of partitions restarts nothing that keeps running. Partitions that join
 stage's Spark query runs get a Spark query of their own, started from their tasks'
 positions (its plan, a few DataFrame steps that Spark analyses, is made while their tasks
 start, from the positions known before the fence: a promoted standby's applied position, else
-the group's committed offset: ``expect``; it is made again for a task that resumes
-elsewhere); the running one goes on with no pause (at most ``MAX_QUERIES`` per stage: later
+the group's committed offset: ``expect``; a query resumes from a checkpoint written with its
+tasks' positions, so the plan serves a task that resumes elsewhere too, and is made again only
+where a position is unknown: ``QueryRunner.start``); the running one goes on with no pause (at most ``MAX_QUERIES`` per stage: later
 newcomers restart the newest, which holds only partitions that moved in lately, and a query
 that has not processed a batch yet is restarted rather than joined by another). A partition
 that leaves gets no more batches at once: its query still fetches it until its next start,
@@ -137,8 +138,8 @@ class StageStream:
     def expect(self, tasks: dict[int, Task[Any]], positions: dict[int, int | None]) -> None:
         """These tasks are starting, each expected to resume at its position: when they would
         get a Spark query of their own, its plan is made now, while they start (fencing,
-        restore), for the ``join`` that follows to start it at once if their positions are as
-        expected (else the query's plan is made again then, as without this)."""
+        restore), for the ``join`` that follows to start it at once if the plan ``fits`` where
+        they resume (else the query's plan is made again then, as without this)."""
         for partition, task in tasks.items():
             if self.members.get(partition) is not task:
                 self._expected[partition] = (task, positions[partition])
@@ -195,7 +196,7 @@ class StageStream:
             return None, "none was made (no newcomer was expected by then, or its making failed)"
         if runner.tasks != tasks:
             return None, f"it was made for partitions {sorted(runner.tasks)}"
-        if runner.prepared() != runner.positions():
+        if not runner.fits(runner.positions()):
             return None, f"it was made from offsets {runner.prepared()}, not {runner.positions()}"
         return runner, ""
 

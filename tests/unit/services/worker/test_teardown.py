@@ -214,8 +214,13 @@ class FakeRunner(QueryRunner):
     def prepared(self) -> dict[int, int | None] | None:
         return self.prepared_at
 
+    def fits(self, positions: dict[int, int | None]) -> bool:
+        """As a plan that starts from its own positions only (a session that cannot resume a
+        query from a checkpoint written for it)."""
+        return self.prepared_at == positions
+
     def start(self, positions: dict[int, int | None]) -> None:
-        self.made_ahead, self.prepared_at = self.prepared_at == positions, None
+        self.made_ahead, self.prepared_at = self.fits(positions), None
         self.started, self.stopped = True, False
         self.positions_at_start = positions
         self.starts += 1
@@ -890,6 +895,33 @@ async def test_a_partition_that_resumes_elsewhere_than_expected_gets_its_plan_ma
         (joined,) = joined_logs(caplog)
         assert joined.plan_made_ahead is False
         assert joined.plan_not_made_ahead == "it was made from offsets {1: 7}, not {1: None}"
+    finally:
+        await asyncio.gather(zero.stop(), one.stop())
+    assert all(r.stopped for r in world.runners if r.started)
+
+
+async def test_a_plan_that_fits_other_positions_is_taken_where_the_task_resumes_elsewhere(
+        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """As above, but the plan made ahead fits any positions of the same partitions (the query
+    resumes from a checkpoint written with them): the query starts with it, from where the
+    task resumes."""
+    caplog.set_level(logging.INFO, logger=streams_module.__name__)
+
+    async def expected(_: Any) -> int:
+        return 7
+    monkeypatch.setattr(task_module.Task, "expected_input_offset", expected)
+    monkeypatch.setattr(FakeRunner, "fits", lambda self, positions: self.prepared_at is not None
+                        and self.prepared_at.keys() == positions.keys())
+    zero, one = supervisors_of(tmp_path, world, [{0}, {1}])
+    try:
+        first = await running([zero], world, {0})
+        first.batches = 1
+        second = await running([one], world, {1})
+        assert second.made_ahead and second.positions_at_start == {1: None}, "the plan made from offset 7, started from None"
+        assert not [r for r in world.runners if r.prepared_at == {1: 7} and not r.started], "no plan left unused"
+        assert not await until(lambda: bool(joined_logs(caplog)), world.steps)
+        (joined,) = joined_logs(caplog)
+        assert joined.plan_made_ahead is True
     finally:
         await asyncio.gather(zero.stop(), one.stop())
     assert all(r.stopped for r in world.runners if r.started)
