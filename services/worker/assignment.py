@@ -196,6 +196,7 @@ class TaskAssignment:
         await _stop_all([copy.stop(hand_over=key[1] in wanted.get(key[0], set()))
                          for key in gone for copy in (self.standbys.pop(key), *self.companions.pop(key, []))])
         await self._reconcile_actives(wanted)
+        self._ready_plans()
         if any(supervisor.settling() for supervisor in self.supervisors.values()):
             # Partitions that moved in come first: until their first batch is committed, new
             # copies (a store to open, a changelog to replay from the start) would take the
@@ -213,6 +214,27 @@ class TaskAssignment:
             self.companions[key] = companions
             for copy in (replica, *companions):
                 copy.start()
+
+    def _ready_plans(self) -> None:
+        """Have the Spark plan made, per stage of each query this worker keeps copies of but
+        runs no task of, for the query those copies' partitions would get if they moved here
+        (``StageStreams.ready``): a move here (a warm-up copy's, above all: the worker added
+        to a cluster runs none of the query yet) then starts it without making it. A partition
+        whose tasks are starting counts as a copy still, until they join. Only once the Spark
+        session is up and warm (this starts none)."""
+        if not self.spark.ready:
+            return
+        keys = {*self.standbys, *(key for key, supervisor in self.supervisors.items() if supervisor.starting())}
+        copies: dict[tuple[str, str], tuple[Stage, frozenset[int]]] = {}
+        for query_id in {query_id for query_id, _ in keys}:
+            query = self.metastore.queries.get(query_id)
+            if query is None:
+                continue
+            partitions = {p for q, p in keys if q == query_id}
+            for stage in stages(query, self.metastore.source(query.source), self.metastore.source(query.sink),
+                                self.settings.service_id):
+                copies[query_id, stage.name] = stage, frozenset(p for p in partitions if p < stage.partitions)
+        self.streams.ready(copies)
 
     def _companions(self, query_id: str, partition: int) -> list[StandbyReplica]:
         """Copies of the query's regroup store (a table aggregation's) for a standby of ``partition``."""

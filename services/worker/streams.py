@@ -43,7 +43,8 @@ from aiokafka import TopicPartition
 from pyspark.sql import SparkSession
 
 from millpond.services.worker.input_watch import InputWatch
-from millpond.services.worker.query_runner import QueryRunner
+from millpond.services.worker.kinds import new_task
+from millpond.services.worker.query_runner import QueryRunner, offset_log_conf
 from millpond.services.worker.task import Task
 from millpond.shared.catalog.topology import Stage
 from millpond.shared.config import WorkerSettings
@@ -99,6 +100,11 @@ class StageStream:
         ``SETTLE_S`` joins before the plan is made, and the plan is for it all the same)."""
         self._preparing: asyncio.Task[QueryRunner | None] | None = None
         """The plan of the Spark query the expected tasks will get, being made (``expect``)."""
+        self._ready: asyncio.Task[QueryRunner | None] | None = None
+        """The plan of the stage's first Spark query here, made from this worker's copies of the
+        query's tables before any of their partitions moved here (``ready``)."""
+        self._ready_for: frozenset[int] = frozenset()
+        """The partitions ``_ready`` is made for."""
 
     def join(self, tasks: dict[int, Task[Any]]) -> asyncio.Future[str]:
         """Run these started tasks (soon, in a Spark query of their own if one already runs).
@@ -147,6 +153,67 @@ class StageStream:
             self._preparing.cancel()
         self._preparing = asyncio.create_task(self._prepare(), name=f"prepare-{self.stage.query.query_id}")
 
+    def ready(self, partitions: frozenset[int]) -> None:
+        """This worker keeps copies of ``partitions`` (standby, or warm-up ahead of a move) and
+        runs none of the stage: make the plan of the Spark query they would get if they all
+        moved here, so that a move finds it made. A plan is made from no task's position (the
+        query resumes from a checkpoint written with them: ``QueryRunner.fits``); only a session
+        that can do that makes one. Empty: no such plan is kept. Once tasks joined, or the stage
+        runs here, nothing changes: a plan kept is their query's (``_from_copies``)."""
+        if self.members or self.runners or partitions == self._ready_for:
+            return
+        self._drop_ready()
+        self._ready_for = partitions
+        if partitions:
+            self._ready = asyncio.create_task(self._make_ready(partitions), name=f"ready-{self.stage.query.query_id}")
+
+    def idle(self) -> bool:
+        """Whether the stream runs, expects and keeps ready nothing (it may be dropped)."""
+        return not (self.members or self.runners or self._expected or self._ready_for or self._job)
+
+    def _drop_ready(self) -> None:
+        if self._ready is not None:
+            self._ready.cancel()
+        self._ready, self._ready_for = None, frozenset()
+
+    async def _make_ready(self, partitions: frozenset[int]) -> QueryRunner | None:
+        try:
+            runner = await self._runner({p: new_task(self.settings, self.stage, p) for p in sorted(partitions)})
+
+            def make() -> bool:
+                if offset_log_conf(runner.spark) is None:
+                    return False  # a plan from made-up positions would fit no start
+                runner.prepare(dict.fromkeys(sorted(partitions), 0))
+                return True
+            if await asyncio.to_thread(make):
+                return runner
+        except Exception:  # only a head start lost: the first query makes its plan
+            log.info("a Spark query's plan could not be made from this worker's copies", exc_info=True,
+                     extra=self._context)
+        return None
+
+    async def _from_copies(self, tasks: dict[int, Task[Any]]) -> tuple[QueryRunner | None, str]:
+        """The stage's first query here with the plan ``ready`` made, when it was made for exactly
+        ``tasks``' partitions (waited for if still being made); else None, and why not."""
+        job, made_for = self._ready, self._ready_for
+        if job is None:
+            return None, "none was being made"
+        if made_for != tasks.keys() or self.runners:
+            return None, f"the plan made from this worker's copies is for partitions {sorted(made_for)}"
+        self._ready, self._ready_for = None, frozenset()
+        try:
+            runner = await job
+        except asyncio.CancelledError:
+            if (current := asyncio.current_task()) is not None and current.cancelling():
+                raise
+            return None, "its making was cancelled"
+        if runner is None:
+            return None, "none could be made from this worker's copies"
+        runner.tasks = dict(tasks)
+        if not runner.fits(runner.positions()):
+            return None, f"it was made from offsets {runner.prepared()}, not {runner.positions()}"
+        return runner, ""
+
     def unexpect(self, tasks: dict[int, Task[Any]]) -> None:
         """These tasks will not join (their supervisor stops)."""
         for partition, task in tasks.items():
@@ -182,7 +249,7 @@ class StageStream:
         for partition in tasks:
             self._expected.pop(partition, None)
         if job is None:
-            return None, "none was being made"
+            return await self._from_copies(tasks)
         if self._starting():  # others are still starting: the plan being made is for them too
             job.cancel()
             return None, "other partitions were still starting"
@@ -219,6 +286,7 @@ class StageStream:
         await run_to_end(self._close())
 
     async def _close(self) -> None:
+        self._drop_ready()
         if self._preparing is not None:
             self._preparing.cancel()
             self._preparing = None
@@ -323,6 +391,7 @@ class StageStream:
                 self._fail_tasks(pending, f"{type(error).__name__}: {error}")
                 return
         self.runners.append(query)
+        self._drop_ready()  # the stage runs here now: newcomers' plans are made as they start
         ahead = query.prepared() is not None
         try:  # not cut short by a cancel: ``close`` must find the query to stop it
             await run_to_end(asyncio.to_thread(query.start, query.positions()))
@@ -330,10 +399,11 @@ class StageStream:
             log.warning("a Spark query did not start", exc_info=True, extra=self._context)
             await self._fail(query, f"{type(error).__name__}: {error}")
             return
-        if len(self.runners) > 1:
-            log.info("partitions joined in a Spark query of their own", extra={
-                **self._context, "runner": query.name, "partitions": sorted(pending), "plan_made_ahead": ahead,
-                **({} if ahead else {"plan_not_made_ahead": why_not_ahead})})
+        if len(self.runners) > 1 or ahead:
+            log.info("partitions joined in a Spark query of their own" if len(self.runners) > 1
+                     else "the stage's Spark query started with its plan made ahead",
+                     extra={**self._context, "runner": query.name, "partitions": sorted(pending), "plan_made_ahead": ahead,
+                            **({} if ahead else {"plan_not_made_ahead": why_not_ahead})})
 
     async def _retire(self, runner: QueryRunner) -> None:
         """Stop ``runner``'s query (bounded) and forget its parked input. Its tasks are gone
@@ -480,10 +550,28 @@ class StageStreams:
             if stream.members:
                 raise MillpondError(f"an older plan of query {stage.query.query_id} still runs partitions "
                                     f"{sorted(stream.members)} on this worker")
+            stream._drop_ready()
             stream = None
         if stream is None:
             stream = self._streams[key] = StageStream(self.settings, stage, self.spark, self.inputs, self.committed)
         return stream, stream.join(tasks)
+
+    def ready(self, copies: dict[tuple[str, str], tuple[Stage, frozenset[int]]]) -> None:
+        """Per (query id, stage name), the stage and the partitions this worker keeps copies of
+        or is starting tasks of: ``StageStream.ready`` on each stage's stream (made now if it has
+        none); a stream left with nothing to run, expect or keep ready is dropped."""
+        if self._stopped:
+            return
+        for key, stream in list(self._streams.items()):
+            if key not in copies or stream.stage.query.plan != copies[key][0].query.plan:
+                stream.ready(frozenset())
+                if stream.idle():
+                    del self._streams[key]
+        for key, (stage, partitions) in copies.items():
+            if key not in self._streams and partitions:
+                self._streams[key] = StageStream(self.settings, stage, self.spark, self.inputs, self.committed)
+            if (kept := self._streams.get(key)) is not None and kept.stage.query.plan == stage.query.plan:
+                kept.ready(partitions)
 
     async def leave(self, stream: StageStream, tasks: dict[int, Task[Any]]) -> None:
         """``StageStream.leave``; the last one out closes the stream (awaited)."""

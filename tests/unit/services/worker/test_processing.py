@@ -16,6 +16,7 @@ from millpond.services.worker.assignment import TaskAssignment
 from millpond.services.worker.processing import ProcessingLoop
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import WorkerSettings
+from tests.unit.services.worker.fake_spark import COLD_SPARK
 
 
 @pytest.fixture
@@ -80,7 +81,7 @@ async def test_an_assignment_taken_on_the_serving_loop_wakes_the_reconcile(proce
                                                                           tmp_path: Path) -> None:
     """``take`` and ``changed`` are called from the serving loop; the reconcile loop waits on
     the processing loop and must wake at once, not at its one-second poll."""
-    tasks = TaskAssignment(WorkerSettings(worker_id="w", state_dir=tmp_path), Metastore(), None)  # type: ignore[arg-type]
+    tasks = TaskAssignment(WorkerSettings(worker_id="w", state_dir=tmp_path), Metastore(), COLD_SPARK)  # type: ignore[arg-type]
     woken = threading.Event()
     reconcile = tasks._reconcile
 

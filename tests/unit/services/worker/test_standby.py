@@ -35,6 +35,7 @@ from millpond.shared.config import WorkerSettings
 from millpond.shared.sql.ast import SqlType
 from millpond.shared.sql.parser import parse_statement
 from tests.unit.services.worker.fake_changelog import Changelog, FakeConsumer, Record
+from tests.unit.services.worker.fake_spark import COLD_SPARK
 
 QUERY = "CTAS_T_0"
 
@@ -282,7 +283,7 @@ def test_a_table_aggregations_standby_keeps_a_copy_of_its_regroup_store_beside_i
     owners = next(q for q in meta.queries.values() if q.sink == "OWNERS").query_id
     per_page = next(q for q in meta.queries.values() if q.sink == "PER_PAGE").query_id
     settings = WorkerSettings(worker_id="w", state_dir=tmp_path, service_id="svc")
-    tasks = TaskAssignment(settings, meta, None)  # type: ignore[arg-type]
+    tasks = TaskAssignment(settings, meta, COLD_SPARK)  # type: ignore[arg-type]
     (copy,) = tasks._companions(owners, 1)
     assert (copy.changelog.topic, copy.changelog.partition, copy.store_name) == (
         f"_millpond-svc-{owners}-regroup-changelog", 1, f"{owners}-regroup")

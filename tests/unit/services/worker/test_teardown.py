@@ -47,10 +47,12 @@ from millpond.services.worker.streams import StageStreams
 from millpond.services.worker.supervisor import QuerySupervisor
 from millpond.services.worker.task import AggregateSlice, AggregationTask, store_path
 from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.catalog.topology import Stage, stages
 from millpond.shared.config import WorkerSettings
 from millpond.shared.sql.parser import parse_statement
 from millpond.shared.task_status import RUNNING, STARTING, STOPPING
 from tests.unit.services.worker.fake_changelog import Changelog, FakeConsumer
+from tests.unit.services.worker.fake_spark import COLD_SPARK
 
 STATEMENTS = [
     "CREATE STREAM r (sensor VARCHAR KEY, area VARCHAR, reading INT) WITH (kafka_topic='r', partitions=2, value_format='json')",
@@ -462,6 +464,8 @@ async def test_assigned_tasks_of_a_query_not_replayed_yet_are_reported_starting(
     """So the coordinator keeps a query's topics while a worker told to run it has not yet read
     its statement (a TERMINATE right after the CREATE)."""
     class NoSpark:
+        ready = False
+
         async def get(self) -> Any:
             raise AssertionError("not used")
     tasks = TaskAssignment(WorkerSettings(worker_id="w", state_dir=tmp_path), metastore(), NoSpark())  # type: ignore[arg-type]
@@ -496,6 +500,8 @@ async def test_a_supervisor_that_never_stops_holds_up_neither_the_others_nor_the
     monkeypatch.setattr(supervisor_module, "SETTLE_LIMIT_S", 0.0)  # new copies need not wait for moved partitions
 
     class NoSpark:
+        ready = False
+
         async def get(self) -> Any:
             raise AssertionError("not used")
     tasks = TaskAssignment(WorkerSettings(worker_id="w", state_dir=tmp_path), metastore(), NoSpark())  # type: ignore[arg-type]
@@ -558,7 +564,7 @@ async def test_the_spark_session_waits_for_the_first_assignments_restores(
         await asyncio.Event().wait()
     monkeypatch.setattr(QuerySupervisor, "_run", run)
     monkeypatch.setattr(assignment_module, "FIRST_ASSIGNMENT_WAIT_S", 5.0)
-    tasks = TaskAssignment(WorkerSettings(worker_id="w", state_dir=tmp_path), metastore(), None)  # type: ignore[arg-type]
+    tasks = TaskAssignment(WorkerSettings(worker_id="w", state_dir=tmp_path), metastore(), COLD_SPARK)  # type: ignore[arg-type]
     waiting = asyncio.create_task(tasks.restored_at_start())
     try:
         await asyncio.sleep(0.2)
@@ -585,7 +591,7 @@ async def test_a_worker_with_nothing_to_restore_starts_spark_at_once_and_every_w
     monkeypatch.setattr(assignment_module, "RESTORES_FIRST_MAX_S", 0.6)
 
     def assignment() -> TaskAssignment:
-        return TaskAssignment(WorkerSettings(worker_id="w", state_dir=tmp_path), metastore(), None)  # type: ignore[arg-type]
+        return TaskAssignment(WorkerSettings(worker_id="w", state_dir=tmp_path), metastore(), COLD_SPARK)  # type: ignore[arg-type]
 
     async def held(tasks: TaskAssignment) -> float:
         started = time.monotonic()
@@ -618,7 +624,7 @@ async def test_new_standby_copies_wait_for_the_first_batch_of_the_partitions_tha
     monkeypatch.setattr(StandbyReplica, "stop", stop)
 
     async def assigned() -> TaskAssignment:
-        tasks = TaskAssignment(WorkerSettings(worker_id="w", state_dir=tmp_path), metastore(), None)  # type: ignore[arg-type]
+        tasks = TaskAssignment(WorkerSettings(worker_id="w", state_dir=tmp_path), metastore(), COLD_SPARK)  # type: ignore[arg-type]
         tasks.take(1, {QUERY: {0}}, {(QUERY, 1)})
         await tasks._reconcile()
         await asyncio.sleep(0)
@@ -925,6 +931,84 @@ async def test_a_plan_that_fits_other_positions_is_taken_where_the_task_resumes_
     finally:
         await asyncio.gather(zero.stop(), one.stop())
     assert all(r.stopped for r in world.runners if r.started)
+
+
+def only_stage(supervisor: QuerySupervisor) -> Stage:
+    query = supervisor.query
+    meta = supervisor.metastore
+    (stage,) = stages(query, meta.source(query.source), meta.source(query.sink), supervisor.settings.service_id)
+    return stage
+
+
+async def test_a_partition_moving_to_a_worker_that_runs_none_of_its_stage_takes_the_plan_made_from_its_copy(
+        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The worker keeps a copy of partition 1 only (a warm-up copy on a worker just added):
+    the plan of the query partition 1 would get is made then, from no position, and the move
+    starts the stage's first query here with it, from where the task resumes."""
+    caplog.set_level(logging.INFO, logger=streams_module.__name__)
+    monkeypatch.setattr(streams_module, "offset_log_conf", lambda _: {})  # a session that resumes queries
+    monkeypatch.setattr(FakeRunner, "fits", lambda self, positions: self.prepared_at is not None
+                        and self.prepared_at.keys() == positions.keys())
+    (one,) = supervisors_of(tmp_path, world, [{1}])
+    stage = only_stage(one)
+    try:
+        one.streams.ready({(QUERY, stage.name): (stage, frozenset({1}))})
+        assert not await until(lambda: bool(world.runners) and world.runners[0].prepared_at is not None, world.steps)
+        ready = world.runners[0]
+        assert ready.prepared_at == {1: 0} and not ready.started, "made from no task's position, not started"
+        runner = await running([one], world, {1})
+        assert runner is ready and runner.made_ahead and runner.positions_at_start == {1: None}
+        assert len(world.runners) == 1, "no other plan made"
+        assert runner.tasks == one.tasks, "it runs the task that joined, not the stand-ins it was made with"
+        assert not await until(lambda: any("plan made ahead" in r.getMessage() for r in caplog.records), world.steps)
+        one.streams.ready({})
+        assert runner.running, "a stage that runs keeps its query whatever the copies"
+    finally:
+        await one.stop()
+    assert all(r.stopped for r in world.runners if r.started)
+
+
+async def test_a_plan_made_from_other_copies_than_the_partitions_that_move_is_not_taken(
+        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(streams_module, "offset_log_conf", lambda _: {})
+    monkeypatch.setattr(FakeRunner, "fits", lambda self, positions: self.prepared_at is not None
+                        and self.prepared_at.keys() == positions.keys())
+    (one,) = supervisors_of(tmp_path, world, [{1}])
+    stage = only_stage(one)
+    streams = one.streams
+    try:
+        streams.ready({(QUERY, stage.name): (stage, frozenset({0, 1}))})
+        assert not await until(lambda: bool(world.runners) and world.runners[0].prepared_at is not None, world.steps)
+        runner = await running([one], world, {1})
+        assert runner is not world.runners[0] and not runner.made_ahead
+    finally:
+        await one.stop()
+    # Copies of a query the worker no longer runs or keeps: its stream goes, with its plan.
+    streams.ready({(QUERY, stage.name): (stage, frozenset({0}))})
+    assert streams._streams
+    streams.ready({})
+    assert not streams._streams
+
+
+async def test_a_workers_copies_and_starting_partitions_are_those_the_plans_are_made_for(tmp_path: Path) -> None:
+    """Made once the Spark session is warm; a partition whose tasks start still counts (its copy
+    was just handed over), one that runs does not matter (the stage's stream runs it)."""
+    tasks = TaskAssignment(WorkerSettings(worker_id="w", state_dir=tmp_path), metastore(), COLD_SPARK)  # type: ignore[arg-type]
+    asked: list[dict[tuple[str, str], tuple[Stage, frozenset[int]]]] = []
+    tasks.streams.ready = asked.append  # type: ignore[method-assign]
+    tasks.standbys[QUERY, 1] = None  # type: ignore[assignment]
+    tasks._ready_plans()
+    assert asked == [], "a cold session makes no plan"
+    tasks.spark = SimpleNamespace(ready=True)  # type: ignore[assignment]
+    starting = QuerySupervisor(tasks.settings, tasks.metastore, tasks.metastore.queries[QUERY], {0}, tasks.streams)
+    tasks.supervisors[QUERY, 0] = starting
+    tasks._ready_plans()
+    (copies,) = asked
+    ((key, (stage, partitions)),) = copies.items()
+    assert key == (QUERY, stage.name) and stage.query.query_id == QUERY and partitions == {0, 1}
+    starting.tasks_started = True
+    tasks._ready_plans()
+    assert asked[-1][key][1] == {1}
 
 
 async def test_a_query_that_has_processed_nothing_starts_again_with_a_newcomer(
