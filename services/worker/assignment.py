@@ -82,6 +82,8 @@ class TaskAssignment:
         """The end offsets of the parked streams' inputs (``StageStream``)."""
         self.streams = StageStreams(settings, lambda: self.spark.get(), self.inputs, moved)
         """One Spark query per stage of each query this worker runs, over all its partitions."""
+        self._planned = False
+        """Whether ``_ready_plans`` has run since the Spark session was ready."""
         self._dirty = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         """The loop ``run`` runs on, once it does."""
@@ -224,6 +226,7 @@ class TaskAssignment:
         session is up and warm (this starts none)."""
         if not self.spark.ready:
             return
+        self._planned = True
         keys = {*self.standbys, *(key for key, supervisor in self.supervisors.items() if supervisor.starting())}
         copies: dict[tuple[str, str], tuple[Stage, frozenset[int]]] = {}
         for query_id in {query_id for query_id, _ in keys}:
@@ -235,6 +238,14 @@ class TaskAssignment:
                                 self.settings.service_id):
                 copies[query_id, stage.name] = stage, frozenset(p for p in partitions if p < stage.partitions)
         self.streams.ready(copies)
+
+    def takes_over(self) -> bool:
+        """Whether this worker's copies may be offered to take over (``membership.offered_lags``):
+        once its Spark session is up and warm, and the plans of the queries its copies would get
+        are made (``_ready_plans``; so a move here makes none: bench.failover's added worker was
+        moved to 0.2-0.6 s after its warm-up ended, while that plan was being made). Safe from
+        any thread."""
+        return self.spark.ready and self._planned and self.streams.ready_made()
 
     def _companions(self, query_id: str, partition: int) -> list[StandbyReplica]:
         """Copies of the query's regroup store (a table aggregation's) for a standby of ``partition``."""

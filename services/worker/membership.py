@@ -50,7 +50,8 @@ B = TypeVar("B", bound=Beat)
 
 def offered_lags(lags: list[StoreLag], spark_ready: bool) -> list[StoreLag]:
     """The store lags the coordinator's assignor weighs. While the worker's Spark session
-    starts (tens of seconds on a busy machine) its standby and warm-up copies are left out:
+    starts (tens of seconds on a busy machine), and until the plans its copies' queries would
+    get are made (``TaskAssignment.takes_over``), its standby and warm-up copies are left out:
     none then counts as caught up, so no active moves here before it could run; the
     assignor keeps it where it runs and warms this copy up (as a Kafka Streams instance
     warms up before it takes a task over)."""
@@ -152,7 +153,7 @@ class MembershipAgent:
     def _heartbeat(self) -> coordinator_pb2.HeartbeatRequest:
         tasks = self.tasks
         return coordinator_beat(self.settings.worker_id, self.endpoint(), tasks.generation, tuple(tasks.task_reports()),
-                                tuple(offered_lags(tasks.store_lags(), tasks.spark.ready)))
+                                tuple(offered_lags(tasks.store_lags(), tasks.takes_over())))
 
     def _take(self, response: coordinator_pb2.HeartbeatResponse) -> None:
         # A newer leader's generations are larger: an older leader cannot undo its orders.

@@ -12,11 +12,14 @@ A change of partitions restarts nothing that keeps running. Partitions that join
 stage's Spark query runs get a Spark query of their own, started from their tasks'
 positions (its plan, a few DataFrame steps that Spark analyses, is made while their tasks
 start, from the positions known before the fence: a promoted standby's applied position, else
-the group's committed offset: ``expect``; a query resumes from a checkpoint written with its
-tasks' positions, so the plan serves a task that resumes elsewhere too, and is made again only
-where a position is unknown: ``QueryRunner.start``); the running one goes on with no pause (at most ``MAX_QUERIES`` per stage: later
-newcomers restart the newest, which holds only partitions that moved in lately, and a query
-that has not processed a batch yet is restarted rather than joined by another). A partition
+the group's committed offset: ``expect``). A query resumes from a checkpoint written with its
+tasks' positions (``QueryRunner.start``), so a plan serves a task that resumes elsewhere too;
+one is made again only where a position is unknown. A worker that runs none of a stage has the
+plan of the query its copies' partitions would get made before any of them moves here
+(``ready``: a worker just added, whose warm-up copy is about to take over). The stage's running
+query goes on with no pause (at most ``MAX_QUERIES`` per stage: later newcomers restart the
+newest, which holds only partitions that moved in lately, and a query that has not processed
+a batch yet is restarted rather than joined by another). A partition
 that leaves gets no more batches at once: its query still fetches it until its next start,
 but sets its records aside before decoding them. A query left with no partitions stops. The
 queries of a stage become one again the next time they start together: after a parked spell.
@@ -65,6 +68,9 @@ LEAVE_TIMEOUT_S = 2 * RUNNER_STOP_TIMEOUT_S + 10.0
 """How long a supervisor waits for its leave: the last one out waits for the stream's job
 (which may be stopping a Spark query) and then for the queries' stop."""
 
+READY_PLAN_WAIT_S = 10.0
+"""The longest a plan made from a worker's copies holds their offer to take over
+(``StageStreams.ready_made``): one that takes longer is made on the move, as without it."""
 MAX_QUERIES = 2
 """Most Spark queries a running stage keeps on a worker: the one it started with and one for
 the partitions that moved in since (a later newcomer restarts that second one)."""
@@ -105,6 +111,8 @@ class StageStream:
         query's tables before any of their partitions moved here (``ready``)."""
         self._ready_for: frozenset[int] = frozenset()
         """The partitions ``_ready`` is made for."""
+        self._ready_since = 0.0
+        """When ``_ready`` began (the monotonic clock)."""
 
     def join(self, tasks: dict[int, Task[Any]]) -> asyncio.Future[str]:
         """Run these started tasks (soon, in a Spark query of their own if one already runs).
@@ -166,6 +174,13 @@ class StageStream:
         self._ready_for = partitions
         if partitions:
             self._ready = asyncio.create_task(self._make_ready(partitions), name=f"ready-{self.stage.query.query_id}")
+            self._ready_since = time.monotonic()
+
+    def ready_made(self) -> bool:
+        """Whether the plan ``ready`` makes is made (or failed, or has taken ``READY_PLAN_WAIT_S``
+        already); safe from any thread."""
+        job = self._ready
+        return job is None or job.done() or time.monotonic() - self._ready_since >= READY_PLAN_WAIT_S
 
     def idle(self) -> bool:
         """Whether the stream runs, expects and keeps ready nothing (it may be dropped)."""
@@ -563,7 +578,7 @@ class StageStreams:
         if self._stopped:
             return
         for key, stream in list(self._streams.items()):
-            if key not in copies or stream.stage.query.plan != copies[key][0].query.plan:
+            if key not in copies or not copies[key][1] or stream.stage.query.plan != copies[key][0].query.plan:
                 stream.ready(frozenset())
                 if stream.idle():
                     del self._streams[key]
@@ -572,6 +587,10 @@ class StageStreams:
                 self._streams[key] = StageStream(self.settings, stage, self.spark, self.inputs, self.committed)
             if (kept := self._streams.get(key)) is not None and kept.stage.query.plan == stage.query.plan:
                 kept.ready(partitions)
+
+    def ready_made(self) -> bool:
+        """Whether every plan ``ready`` makes is made (``StageStream.ready_made``); safe from any thread."""
+        return all(stream.ready_made() for stream in list(self._streams.values()))
 
     async def leave(self, stream: StageStream, tasks: dict[int, Task[Any]]) -> None:
         """``StageStream.leave``; the last one out closes the stream (awaited)."""

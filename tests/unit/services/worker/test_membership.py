@@ -91,6 +91,9 @@ class FakeTasks:
         self.taken: list[tuple[int, dict[str, set[int]], set[tuple[str, int]]]] = []
         self.spark = SimpleNamespace(ready=True)
 
+    def takes_over(self) -> bool:
+        return bool(self.spark.ready)
+
     def task_reports(self) -> list[TaskReport]:
         return [TaskReport("Q", 0, RUNNING, worker_id="w1")] if self.generation else []
 

@@ -1011,6 +1011,41 @@ async def test_a_workers_copies_and_starting_partitions_are_those_the_plans_are_
     assert asked[-1][key][1] == {1}
 
 
+async def test_a_workers_copies_are_offered_to_take_over_once_their_plan_is_made(
+        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not while the Spark session warms up, nor before the plan from the copies is made (a move
+    would wait for it), nor after a plan that takes too long: then as without it."""
+    monkeypatch.setattr(streams_module, "offset_log_conf", lambda _: {})
+    tasks = TaskAssignment(WorkerSettings(worker_id="w", state_dir=tmp_path), metastore(), COLD_SPARK)  # type: ignore[arg-type]
+    making = asyncio.Event()
+
+    async def spark() -> Any:
+        await making.wait()
+        return object()
+    tasks.streams.spark = spark
+    tasks.standbys[QUERY, 1] = None  # type: ignore[assignment]
+    tasks._ready_plans()
+    assert not tasks.takes_over(), "the session is not warm"
+    tasks.spark = SimpleNamespace(ready=True)  # type: ignore[assignment]
+    assert not tasks.takes_over(), "no plan asked for yet"
+    tasks._ready_plans()
+    await asyncio.sleep(0.01)
+    assert not tasks.takes_over(), "the plan is being made"
+    making.set()
+    assert not await until(lambda: bool(world.runners) and world.runners[0].prepared_at is not None, world.steps)
+    await asyncio.sleep(0.01)
+    assert tasks.takes_over()
+    # Copies of another partition: a plan being made for them holds the offer, at most so long.
+    making.clear()
+    tasks.standbys[QUERY, 0] = None  # type: ignore[assignment]
+    tasks._ready_plans()
+    await asyncio.sleep(0.01)
+    assert not tasks.takes_over()
+    monkeypatch.setattr(streams_module, "READY_PLAN_WAIT_S", 0.0)
+    assert tasks.takes_over()
+    await tasks.streams.stop()
+
+
 async def test_a_query_that_has_processed_nothing_starts_again_with_a_newcomer(
         world: World, tmp_path: Path) -> None:
     zero, one = supervisors_of(tmp_path, world, [{0}, {1}])
