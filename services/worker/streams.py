@@ -216,18 +216,7 @@ class StageStream:
         if made_for != tasks.keys() or self.runners:
             return None, f"the plan made from this worker's copies is for partitions {sorted(made_for)}"
         self._ready, self._ready_for = None, frozenset()
-        try:
-            runner = await job
-        except asyncio.CancelledError:
-            if (current := asyncio.current_task()) is not None and current.cancelling():
-                raise
-            return None, "its making was cancelled"
-        if runner is None:
-            return None, "none could be made from this worker's copies"
-        runner.tasks = dict(tasks)
-        if not runner.fits(runner.positions()):
-            return None, f"it was made from offsets {runner.prepared()}, not {runner.positions()}"
-        return runner, ""
+        return await _made(job, tasks, "none could be made from this worker's copies")
 
     def unexpect(self, tasks: dict[int, Task[Any]]) -> None:
         """These tasks will not join (their supervisor stops)."""
@@ -268,19 +257,8 @@ class StageStream:
         if self._starting():  # others are still starting: the plan being made is for them too
             job.cancel()
             return None, "other partitions were still starting"
-        try:
-            runner = await job
-        except asyncio.CancelledError:
-            if (current := asyncio.current_task()) is not None and current.cancelling():
-                raise
-            return None, "its making was cancelled"
-        if runner is None:
-            return None, "none was made (no newcomer was expected by then, or its making failed)"
-        if runner.tasks != tasks:
-            return None, f"it was made for partitions {sorted(runner.tasks)}"
-        if not runner.fits(runner.positions()):
-            return None, f"it was made from offsets {runner.prepared()}, not {runner.positions()}"
-        return runner, ""
+        return await _made(job, tasks, "none was made (no newcomer was expected by then, or its making failed)",
+                           same_tasks=True)
 
     async def _runner(self, tasks: dict[int, Task[Any]]) -> QueryRunner:
         """A runner of the stage's Spark query over ``tasks`` (not started)."""
@@ -537,6 +515,27 @@ class StageStream:
 
     def _inputs(self, read: dict[int, int]) -> list[TopicPartition]:
         return [TopicPartition(self.stage.source.topic, p) for p in sorted(read)]
+
+
+async def _made(job: asyncio.Task[QueryRunner | None], tasks: dict[int, Task[Any]], none: str,
+                same_tasks: bool = False) -> tuple[QueryRunner | None, str]:
+    """The runner ``job`` made ahead, to run ``tasks`` from their positions; else None, and why
+    not (``none`` when it made none). ``same_tasks``: it must have been made for those very
+    tasks; else it takes them (it was made with stand-ins)."""
+    try:
+        runner = await job
+    except asyncio.CancelledError:
+        if (current := asyncio.current_task()) is not None and current.cancelling():
+            raise
+        return None, "its making was cancelled"
+    if runner is None:
+        return None, none
+    if same_tasks and runner.tasks != tasks:
+        return None, f"it was made for partitions {sorted(runner.tasks)}"
+    runner.tasks = dict(tasks)
+    if not runner.fits(runner.positions()):
+        return None, f"it was made from offsets {runner.prepared()}, not {runner.positions()}"
+    return runner, ""
 
 
 class StageStreams:
