@@ -14,11 +14,13 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from millpond.services.worker import query_runner
 from millpond.services.worker import spark as spark_module
 from millpond.services.worker.jit import STREAM, TABLE, reduction_runner
 from millpond.services.worker.reducers import Reduction
 from millpond.services.worker.spark import LOCAL_FILE_SYSTEM, parallelism
 from millpond.shared.config import WorkerSettings
+from millpond.shared.errors import MillpondError
 
 
 def test_spark_cores_sets_local_threads_or_the_cluster_core_cap() -> None:
@@ -207,3 +209,32 @@ def test_a_runners_batches_come_with_the_workers_session_and_a_failing_one_fails
         loop.close()
     assert all(session is spark for session in sessions), sessions
     assert failure == "RuntimeError: the batch's code failed"
+
+
+def test_a_query_spark_began_afresh_commits_nothing_and_later_plans_hold_their_positions(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """A query started from a checkpoint written with its tasks' positions whose first batch is
+    batch 0: Spark read from the positions its plan was made with, not the tasks'. The batch
+    fails before anything is reduced or committed, and the session's plans fit their own
+    positions only from then on."""
+    loop = asyncio.new_event_loop()
+    try:
+        runner = reduction_runner(spark, WorkerSettings(state_dir=tmp_path), (STREAM, TABLE), loop)
+        runner.name = "afresh-test"
+        assert query_runner.offset_log_conf(spark) is not None
+        runner._prepared = ({0: 10}, Reduction(spark.range(1), lambda *_: {}))
+        assert runner.fits({0: 30})
+        reduced: list[Any] = []
+        runner._reduced = lambda *args: reduced.append(args) or {}  # type: ignore[method-assign]
+        runner.resumed_at, runner._reduction = {0: 30}, runner._prepared[1]  # as ``start`` leaves them
+        runner._on_batch(spark.range(3), 1)  # a resumed query's first batch: reduced
+        assert len(reduced) == 1
+        with pytest.raises(MillpondError, match=r"afresh instead of from the positions \{0: 30\}"):
+            runner._on_batch(spark.range(3), 0)
+        assert len(reduced) == 1, "nothing reduced, nothing committed"
+        assert runner.failure is not None and isinstance(runner.error, MillpondError)
+        assert query_runner.offset_log_conf(spark) is None
+        assert not runner.fits({0: 30}) and runner.fits({0: 10})
+    finally:
+        query_runner._OFFSET_LOG_CONF.pop(spark, None)  # the next test's session resumes again
+        loop.close()
