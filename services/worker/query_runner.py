@@ -17,6 +17,7 @@ import logging
 import operator
 import shutil
 import tempfile
+import threading
 import time
 import uuid
 import weakref
@@ -52,6 +53,12 @@ _READ_COLUMNS: weakref.WeakKeyDictionary[SparkSession, dict[tuple[Any, ...], lis
 _OFFSET_LOG_CONF: weakref.WeakKeyDictionary[SparkSession, dict[str, str] | None] = weakref.WeakKeyDictionary()
 """Per session, the SQL settings a streaming query's offset log records (``offset_log_conf``);
 None once the session cannot have a query resume from a checkpoint written here."""
+STAND_BY_HOLD_S = 30.0
+"""How long a query standing by (``QueryRunner.stand_by``) holds its first batch for the tasks
+that take over; past it the query ends (a later start makes a new one, with the same plan)."""
+STAND_BY_WARM_RECORDS = 20_000
+"""Most records a query standing by reduces, and sets aside, to compile its code: a larger
+first batch (a backlog) is only held."""
 READ_SHAPES_KEPT = 256
 """Source shapes whose read columns a session keeps (all of them are made again past it)."""
 SOURCE_OPTIONS = {
@@ -140,6 +147,24 @@ def write_resume_point(checkpoint: Path, topic: str, positions: dict[int, int], 
     (checkpoint / "commits" / "0").write_text(f"v1\n{json.dumps({'nextBatchWatermarkMs': 0})}")
 
 
+def batch_ends(checkpoint: Path, batch_id: int, topic: str) -> dict[int, int]:
+    """Per partition of ``topic``, where batch ``batch_id`` of the query checkpointed at
+    ``checkpoint`` ends: its entry in the offset log (written before the batch runs)."""
+    lines = (checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
+    offsets = json.loads(lines[2]) if len(lines) > 2 else {}
+    return {int(p): int(o) for p, o in offsets.get(topic, {}).items()}
+
+
+def past(positions: dict[int, int]) -> Column:
+    """Whether a record of the source (``_partition``, ``_offset``) is at or past its
+    partition's position; false for the other partitions. The positions are one map literal,
+    which the generated code refers to rather than holds, so other positions run the same
+    compiled code."""
+    where = F.create_map(*(F.lit(value).cast(kind) for p, o in sorted(positions.items())
+                           for value, kind in ((p, "int"), (o, "bigint"))))
+    return F.coalesce(F.col("_offset") >= F.try_element_at(where, F.col("_partition")), F.lit(False))
+
+
 def checkpoint_root(settings: WorkerSettings) -> Path:
     """Where this worker's streaming queries keep their Spark checkpoints: in its own part of
     the state directory, not the system's temporary one, so the checkpoints of a worker killed
@@ -195,6 +220,8 @@ class QueryRunner:
         """A JSON key of several columns: the struct it parses to."""
         self.batches = 0
         """Batches with input committed since the query was made."""
+        self.started_at: float | None = None
+        """When the running streaming query was started, until its first batch with input committed."""
         self.assigned: frozenset[int] = frozenset()
         """The partitions the Spark query reads since its last start (its tasks' may be fewer)."""
         self._columns: list[Column] | None = None
@@ -207,6 +234,17 @@ class QueryRunner:
         self.resumed_at: dict[int, int] | None = None
         """The positions the running query's checkpoint was written with (``start``), or None
         when it starts from the positions in its plan."""
+        self._hold: threading.Event | None = None
+        """While the query stands by (``stand_by``): what its first batch waits on, set by the
+        take-over (or a stop); cleared once that batch is past it."""
+        self._taken_over = False
+        """Whether tasks took the query standing by over (``start``)."""
+        self._from: dict[int, int] | None = None
+        """After a take-over, each task's position until the query has read past them all: a
+        batch's records before it are set aside (``_past_positions``)."""
+        self.warmed = threading.Event()
+        """Set once a query standing by has its first batch reduced and set aside (or too large
+        to), and holds it."""
 
     @functools.cached_property
     def cores(self) -> int | None:
@@ -270,7 +308,17 @@ class QueryRunner:
         query resumes from a checkpoint written with them (``write_resume_point``), so the plan
         fits every later start over the same partitions: one made ahead from positions that
         moved since (an older owner committed more before it was fenced), a parked query's
-        resume. Blocking."""
+        resume. A query standing by (``stand_by``) takes the tasks over instead, when none of them
+        resumes before where it began. Blocking."""
+        if self._hold is not None:
+            if self._take_over(positions):
+                return
+            self.stop()  # a task resumes before it: a query of their own, from their positions
+        if self.stream is not None:
+            self.stop()  # one that ended by itself (a stand-by no task took over)
+        self._launch(positions)
+
+    def _launch(self, positions: dict[int, int | None]) -> None:
         if not self.fits(positions):
             self.prepare(positions)
         assert self._prepared is not None
@@ -285,7 +333,8 @@ class QueryRunner:
             write_resume_point(Path(self.checkpoint), self.source.topic, known, conf)
         self.error = None
         self._stopping = False
-        self.last_batch_at = time.monotonic()
+        self._from = None
+        self.last_batch_at = self.started_at = time.monotonic()
         self.assigned = frozenset(positions)
         # The streaming query's thread takes the local properties of the thread that starts it.
         self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", self.pool)  # type: ignore[arg-type]
@@ -299,6 +348,72 @@ class QueryRunner:
         log.info("query started", extra={"query": self.name, "partitions": sorted(positions),
                                          "starting": {str(p): o for p, o in sorted(positions.items())}})
 
+    def stand_by(self, positions: dict[int, int]) -> None:
+        """Start the streaming query from a checkpoint written with ``positions`` for tasks that
+        are not here yet (its tasks are stand-ins, of a worker's copies about to take over): its
+        first batch is reduced and its result set aside, so the plan's code is generated and
+        compiled and the source's consumers are made before a move, not in its first batch; then
+        that batch is held until ``start`` hands it the tasks that take over, or a stop, or
+        ``STAND_BY_HOLD_S``. The positions must be where those tasks cannot resume before (the
+        group's committed offsets: the older owner commits past them, never back). Blocking."""
+        if offset_log_conf(self.spark) is None:
+            raise MillpondError("this Spark session cannot start a query from a checkpoint written for it")
+        self.warmed.clear()
+        self._taken_over = False
+        self._hold = threading.Event()
+        try:
+            self._launch(dict(positions))
+        except BaseException:
+            self._hold = None
+            raise
+        log.info("query standing by", extra={"query": self.name, "starting": {str(p): o for p, o in sorted(positions.items())}})
+
+    def _take_over(self, positions: dict[int, int | None]) -> bool:
+        """Hand the query standing by its tasks, which resume at ``positions``: whether it took
+        them (it runs, and none resumes before where it began)."""
+        hold, stream, began = self._hold, self.stream, self.resumed_at
+        if hold is None or stream is None or not stream.isActive or began is None or positions.keys() != began.keys():
+            return False
+        if any(o is None or o < began[p] for p, o in positions.items()):
+            return False
+        self.last_batch_at = self.started_at = time.monotonic()
+        self._from = {p: o for p, o in positions.items() if o is not None}
+        self._taken_over = True
+        hold.set()
+        log.info("query took over", extra={"query": self.name, "starting": {str(p): o for p, o in sorted(positions.items())},
+                                           "stood_by_from": {str(p): o for p, o in sorted(began.items())}})
+        return True
+
+    def _held(self, batch: DataFrame, batch_id: int, hold: threading.Event) -> None:
+        """A query standing by's first batch: reduced with the stand-ins, as it is and as the
+        take-over's first batches are (``_past_positions``), the result set aside; then held
+        until the take-over (raises if there was none)."""
+        if not hold.is_set():
+            assert self._reduction is not None
+            ends = batch_ends(Path(self.checkpoint), batch_id, self.source.topic)
+            began = self.resumed_at or {}
+            if sum(ends.get(p, o) - o for p, o in began.items()) <= STAND_BY_WARM_RECORDS:
+                self._reduced(batch, self._reduction)
+                self._reduced(batch.where(past(began)), self._reduction)
+            self.warmed.set()
+            hold.wait(STAND_BY_HOLD_S)
+        if self._stopping or not self._taken_over:
+            self.error = MillpondError(f"no tasks took query {self.name} over within {STAND_BY_HOLD_S:g} s of its "
+                                       "standing by")
+            raise self.error
+
+    def _past_positions(self, batch: DataFrame, batch_id: int, positions: dict[int, int]) -> DataFrame | None:
+        """A batch after a take-over, while it may hold records from before the tasks'
+        ``positions`` (the query stood by from earlier ones): its records from each task's
+        position on (None: it has none). Once the query has read past every position, later
+        batches are taken as they are."""
+        ends = batch_ends(Path(self.checkpoint), batch_id, self.source.topic)
+        if all(ends.get(p, 0) >= o for p, o in positions.items()):
+            self._from = None
+        if all(ends.get(p, 0) <= o for p, o in positions.items()):
+            return None
+        return batch.where(past(positions))
+
     def failure(self) -> str | None:
         """Why the streaming query stopped by itself, or None while it runs. Blocking."""
         stream = self.stream  # ``stop`` may clear it meanwhile, from another thread
@@ -311,6 +426,10 @@ class QueryRunner:
 
     def stop(self) -> None:
         """Stop the streaming query (waits for a running batch). Blocking."""
+        if (hold := self._hold) is not None:
+            self._hold = None
+            self._stopping = True
+            hold.set()  # a first batch held for a take-over ends
         if self.stream is not None:
             self._stopping = True
             self.stream.stop()
@@ -339,11 +458,25 @@ class QueryRunner:
                                        f"{self.resumed_at} written to its checkpoint")
             log.error("a query did not resume from its checkpoint", extra={"query": self.name})
             raise self.error
+        hold = self._hold
         try:
+            if hold is not None:
+                try:
+                    self._held(batch, batch_id, hold)
+                finally:
+                    self._hold = None
+            if (positions := self._from) is not None:
+                kept = self._past_positions(batch, batch_id, positions)
+                if kept is None:
+                    return
+                batch = kept
             self._process(batch)
         except BaseException as error:
             if self._stopping:  # ``stop`` interrupts a batch's Spark job: nothing was committed
                 log.info("batch cut short by the query's stop", extra={"query": self.name, "batch": batch_id})
+                raise
+            if hold is not None and not self._taken_over:
+                log.info("query stood by with no take-over", extra={"query": self.name, "seconds": STAND_BY_HOLD_S})
                 raise
             # The JVM fails the query with it, and the supervisor restarts the query.
             log.warning("batch failed", exc_info=True, extra={"query": self.name, "batch": batch_id})
@@ -366,9 +499,15 @@ class QueryRunner:
         finished = self.last_batch_at = time.monotonic()
         self.batches += 1
         metrics.BATCH_SECONDS.labels(self.query.query_id).observe(finished - started)
-        log.debug("batch committed", extra={"query": self.name, "records": sum(s.count for s in slices.values()),
-                                            "spark_ms": round((reduced - started) * 1000),
-                                            "commit_ms": round((finished - reduced) * 1000)})
+        timings = {"query": self.name, "records": sum(s.count for s in slices.values()),
+                   "spark_ms": round((reduced - started) * 1000), "commit_ms": round((finished - reduced) * 1000)}
+        if self.started_at is not None:
+            # A handoff's: how long its new query took to reach its first batch, and that batch.
+            log.info("first batch committed", extra={**timings, "since_start_ms": round((finished - self.started_at) * 1000),
+                                                     "batch_after_start_ms": round((started - self.started_at) * 1000)})
+            self.started_at = None
+        else:
+            log.debug("batch committed", extra=timings)
 
     def reduction(self, frame: DataFrame) -> Reduction[Any]:
         """How the query reduces ``frame``, the Kafka source's records (streaming, or a

@@ -16,7 +16,9 @@ the group's committed offset: ``expect``). A query resumes from a checkpoint wri
 tasks' positions (``QueryRunner.start``), so a plan serves a task that resumes elsewhere too;
 one is made again only where a position is unknown. A worker that runs none of a stage has the
 plan of the query its copies' partitions would get made before any of them moves here
-(``ready``: a worker just added, whose warm-up copy is about to take over). The stage's running
+(``ready``: a worker just added, whose warm-up copy is about to take over), and that query
+started, standing by from the group's committed positions with its first batch reduced and
+held (``QueryRunner.stand_by``): the move's tasks take it over as it runs. The stage's running
 query goes on with no pause (at most ``MAX_QUERIES`` per stage: later newcomers restart the
 newest, which holds only partitions that moved in lately, and a query that has not processed
 a batch yet is restarted rather than joined by another). A partition
@@ -71,6 +73,9 @@ LEAVE_TIMEOUT_S = 2 * RUNNER_STOP_TIMEOUT_S + 10.0
 READY_PLAN_WAIT_S = 10.0
 """The longest a plan made from a worker's copies holds their offer to take over
 (``StageStreams.ready_made``): one that takes longer is made on the move, as without it."""
+STAND_BY_WARM_WAIT_S = 8.0
+"""The longest a plan made from a worker's copies waits for its query standing by to have its
+first batch reduced (within ``READY_PLAN_WAIT_S``)."""
 MAX_QUERIES = 2
 """Most Spark queries a running stage keeps on a worker: the one it started with and one for
 the partitions that moved in since (a later newcomer restarts that second one)."""
@@ -113,6 +118,8 @@ class StageStream:
         """The partitions ``_ready`` is made for."""
         self._ready_since = 0.0
         """When ``_ready`` began (the monotonic clock)."""
+        self._dropping: set[asyncio.Task[str | None]] = set()
+        """Stops of queries standing by that ``_drop_ready`` dropped (``_close`` awaits them)."""
 
     def join(self, tasks: dict[int, Task[Any]]) -> asyncio.Future[str]:
         """Run these started tasks (soon, in a Spark query of their own if one already runs).
@@ -187,11 +194,23 @@ class StageStream:
         return not (self.members or self.runners or self._expected or self._ready_for or self._job)
 
     def _drop_ready(self) -> None:
-        if self._ready is not None:
-            self._ready.cancel()
-        self._ready, self._ready_for = None, frozenset()
+        job, self._ready, self._ready_for = self._ready, None, frozenset()
+        if job is None:
+            return
+        job.cancel()  # a query standing by that it started meanwhile is stopped by it
+        if job.done() and not job.cancelled() and job.exception() is None and (runner := job.result()) is not None \
+                and runner.running:
+            stopping = asyncio.create_task(self._stop_query(runner), name=f"drop-ready-{runner.name}")
+            self._dropping.add(stopping)
+            stopping.add_done_callback(self._dropping.discard)
 
     async def _make_ready(self, partitions: frozenset[int]) -> QueryRunner | None:
+        """A runner for the copies' partitions with its plan made and, from the positions their
+        tasks cannot resume before, its query standing by (``QueryRunner.stand_by``) with its
+        first batch's code compiled (a move's first batch on a worker just added took 1.2 s of
+        Spark, both cores busy: 0.5 s to start the query and plan that batch, 0.8 s to reduce
+        it cold), or only its plan when its partitions' positions are not known."""
+        runner: QueryRunner | None = None
         try:
             runner = await self._runner({p: new_task(self.settings, self.stage, p) for p in sorted(partitions)})
 
@@ -200,11 +219,23 @@ class StageStream:
                     return False  # a plan from made-up positions would fit no start
                 runner.prepare(dict.fromkeys(sorted(partitions), 0))
                 return True
-            if await asyncio.to_thread(make):
-                return runner
+            if not await asyncio.to_thread(make):
+                return None
+            positions = {p: await task.expected_input_offset() for p, task in runner.tasks.items()}
+            known = {p: o for p, o in positions.items() if o is not None}
+            if len(known) == len(positions):
+                await run_to_end(asyncio.to_thread(runner.stand_by, known))
+                await asyncio.to_thread(runner.warmed.wait, STAND_BY_WARM_WAIT_S)
+            return runner
+        except asyncio.CancelledError:
+            if runner is not None and runner.running:
+                await run_to_end(self._stop_query(runner))
+            raise
         except Exception:  # only a head start lost: the first query makes its plan
             log.info("a Spark query's plan could not be made from this worker's copies", exc_info=True,
                      extra=self._context)
+            if runner is not None and runner.running:
+                await run_to_end(self._stop_query(runner))
         return None
 
     async def _from_copies(self, tasks: dict[int, Task[Any]]) -> tuple[QueryRunner | None, str]:
@@ -280,6 +311,8 @@ class StageStream:
 
     async def _close(self) -> None:
         self._drop_ready()
+        if self._dropping:
+            await asyncio.wait(set(self._dropping))
         if self._preparing is not None:
             self._preparing.cancel()
             self._preparing = None
@@ -534,6 +567,8 @@ async def _made(job: asyncio.Task[QueryRunner | None], tasks: dict[int, Task[Any
         return None, f"it was made for partitions {sorted(runner.tasks)}"
     runner.tasks = dict(tasks)
     if not runner.fits(runner.positions()):
+        if runner.running:  # standing by
+            await run_to_end(asyncio.to_thread(runner.stop))
         return None, f"it was made from offsets {runner.prepared()}, not {runner.positions()}"
     return runner, ""
 

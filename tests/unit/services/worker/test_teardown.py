@@ -202,6 +202,7 @@ class FakeRunner(QueryRunner):
         self.read: dict[int, int] | None = None
         """What ``read_through`` says (None: no progress yet, so the query never parks)."""
         self.prepared_at: dict[int, int | None] | None = None
+        self.stood_by: dict[int, int] | None = None
         self.made_ahead = False
         """Whether ``start`` took the plan ``prepare`` made (for the same positions)."""
         self.world.runners.append(self)
@@ -227,6 +228,12 @@ class FakeRunner(QueryRunner):
         self.positions_at_start = positions
         self.starts += 1
         self.last_batch_at = time.monotonic()
+
+    def stand_by(self, positions: dict[int, int]) -> None:
+        """As a query standing by whose first batch was reduced and is held (``start`` takes over)."""
+        self.stood_by = dict(positions)
+        self.started, self.stopped = True, False
+        self.warmed.set()
 
     def stop(self) -> None:
         self.stopped = True
@@ -966,6 +973,41 @@ async def test_a_partition_moving_to_a_worker_that_runs_none_of_its_stage_takes_
     finally:
         await one.stop()
     assert all(r.stopped for r in world.runners if r.started)
+
+
+async def test_the_query_of_a_workers_copies_stands_by_from_the_groups_positions_and_stops_once_dropped(
+        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the group's committed offsets are known, the query the copies would get is started
+    from them ahead of the move (its first batch held); the move's tasks take it over, and one
+    that no move took is stopped when the copies go."""
+    monkeypatch.setattr(streams_module, "offset_log_conf", lambda _: {})
+    monkeypatch.setattr(FakeRunner, "fits", lambda self, positions: self.prepared_at is not None
+                        and self.prepared_at.keys() == positions.keys())
+
+    async def committed_positions(_kafka: Any, _group: str, inputs: list[TopicPartition]) -> dict[TopicPartition, tuple[int, str]]:
+        return {tp: (40, "") for tp in inputs}
+    monkeypatch.setattr(task_module, "committed_positions", committed_positions)
+    (one,) = supervisors_of(tmp_path, world, [{1}])
+    stage = only_stage(one)
+    streams = one.streams
+    try:
+        streams.ready({(QUERY, stage.name): (stage, frozenset({1}))})
+        assert not await until(lambda: bool(world.runners) and world.runners[0].stood_by is not None, world.steps)
+        standing = world.runners[0]
+        assert standing.stood_by == {1: 40} and standing.running and not standing.starts
+        assert not await until(streams.ready_made, world.steps), "its copies are offered once it stands by"
+        runner = await running([one], world, {1})
+        assert not await until(lambda: runner.starts > 0, world.steps)
+        assert runner is standing and runner.starts == 1 and runner.positions_at_start == {1: 40}
+        assert runner.tasks == one.tasks and len(world.runners) == 1
+    finally:
+        await one.stop()
+    # Copies of another partition: their query stands by, and stops once they are gone.
+    streams.ready({(QUERY, stage.name): (stage, frozenset({0}))})
+    assert not await until(lambda: world.runners[-1].stood_by == {0: 40}, world.steps)
+    dropped = world.runners[-1]
+    streams.ready({})
+    assert not await until(lambda: dropped.stopped, world.steps), "no query stands by for copies that are gone"
 
 
 async def test_a_plan_made_from_other_copies_than_the_partitions_that_move_is_not_taken(
