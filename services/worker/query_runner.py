@@ -437,6 +437,12 @@ class QueryRunner:
         if self.checkpoint:
             shutil.rmtree(self.checkpoint, ignore_errors=True)
 
+    def progressed(self) -> bool:
+        """Whether the streaming query has reported a trigger's progress (a batch held for a
+        take-over reports none until it ends). Blocking."""
+        stream = self.stream
+        return stream is not None and stream.lastProgress is not None
+
     def read_through(self) -> dict[int, int] | None:
         """Per partition, the offset the query has read its input up to (the Kafka source's end
         offset in Spark's last progress: past transaction markers, as the last stable offset

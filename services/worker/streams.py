@@ -75,7 +75,8 @@ READY_PLAN_WAIT_S = 10.0
 (``StageStreams.ready_made``): one that takes longer is made on the move, as without it."""
 STAND_BY_WARM_WAIT_S = 8.0
 """The longest a plan made from a worker's copies waits for its query standing by to have its
-first batch reduced (within ``READY_PLAN_WAIT_S``)."""
+first batch reduced (within ``READY_PLAN_WAIT_S``); past it, or once the query reported a
+trigger with no input, the query stops and only the plan is kept."""
 MAX_QUERIES = 2
 """Most Spark queries a running stage keeps on a worker: the one it started with and one for
 the partitions that moved in since (a later newcomer restarts that second one)."""
@@ -225,7 +226,10 @@ class StageStream:
             known = {p: o for p, o in positions.items() if o is not None}
             if len(known) == len(positions):
                 await run_to_end(asyncio.to_thread(runner.stand_by, known))
-                await asyncio.to_thread(runner.warmed.wait, STAND_BY_WARM_WAIT_S)
+                if not await self._stood_by(runner):
+                    # No input to hold (or not in time): a query polling an idle input would
+                    # cost what parking saves. The plan stays; a move starts the query with it.
+                    await run_to_end(self._stop_query(runner))
             return runner
         except asyncio.CancelledError:
             if runner is not None and runner.running:
@@ -237,6 +241,19 @@ class StageStream:
             if runner is not None and runner.running:
                 await run_to_end(self._stop_query(runner))
         return None
+
+    @staticmethod
+    async def _stood_by(runner: QueryRunner) -> bool:
+        """Whether ``runner``'s query standing by has its first batch reduced and held, within
+        ``STAND_BY_WARM_WAIT_S``; false at once when it reported a trigger with no input first."""
+        deadline = time.monotonic() + STAND_BY_WARM_WAIT_S
+        while time.monotonic() < deadline:
+            if runner.warmed.is_set():
+                return True
+            if await asyncio.to_thread(runner.progressed):
+                return runner.warmed.is_set()
+            await asyncio.sleep(0.05)
+        return False
 
     async def _from_copies(self, tasks: dict[int, Task[Any]]) -> tuple[QueryRunner | None, str]:
         """The stage's first query here with the plan ``ready`` made, when it was made for exactly

@@ -199,7 +199,7 @@ def test_a_query_standing_by_takes_its_tasks_over_from_where_each_resumes(standi
     standing.stand_by({0: 10, 1: 20})
     assert standing.warmed.wait(60), "its first batch was reduced, and is held"
     stream = standing.stream
-    assert stream is not None and stream.isActive and not stream.recentProgress, "no batch has ended"
+    assert stream is not None and stream.isActive and not standing.progressed(), "no batch has ended"
     # The tasks that take over resume inside that batch (partition 0) and where it began (1).
     tasks = take_over(standing, {0: ends[0] - 50, 1: 20})
     assert standing.stream is stream, "the query standing by took them over: none was started"

@@ -1010,6 +1010,37 @@ async def test_the_query_of_a_workers_copies_stands_by_from_the_groups_positions
     assert not await until(lambda: dropped.stopped, world.steps), "no query stands by for copies that are gone"
 
 
+async def test_a_query_standing_by_over_an_idle_input_stops_and_its_plan_is_kept(
+        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stand-by that reports a trigger with no input holds nothing: it stops (an idle query
+    would poll its input for nothing), the copies are offered at once, and the move starts a
+    query with the plan."""
+    monkeypatch.setattr(streams_module, "offset_log_conf", lambda _: {})
+    monkeypatch.setattr(FakeRunner, "fits", lambda self, positions: self.prepared_at is not None
+                        and self.prepared_at.keys() == positions.keys())
+    monkeypatch.setattr(FakeRunner, "progressed", lambda self: self.running)
+
+    def stand_by(self: FakeRunner, positions: dict[int, int]) -> None:
+        self.stood_by, self.started, self.stopped = dict(positions), True, False  # no batch: not warmed
+    monkeypatch.setattr(FakeRunner, "stand_by", stand_by)
+
+    async def committed_positions(_kafka: Any, _group: str, inputs: list[TopicPartition]) -> dict[TopicPartition, tuple[int, str]]:
+        return {tp: (40, "") for tp in inputs}
+    monkeypatch.setattr(task_module, "committed_positions", committed_positions)
+    (one,) = supervisors_of(tmp_path, world, [{1}])
+    stage = only_stage(one)
+    try:
+        one.streams.ready({(QUERY, stage.name): (stage, frozenset({1}))})
+        assert not await until(lambda: bool(world.runners) and world.runners[0].stopped, world.steps)
+        standing = world.runners[0]
+        assert standing.stood_by == {1: 40} and standing.prepared_at == {1: 0}
+        assert one.streams.ready_made(), "offered at once, not after the stand-by's wait"
+        runner = await running([one], world, {1})
+        assert runner is standing and runner.made_ahead and runner.positions_at_start == {1: 40}
+    finally:
+        await one.stop()
+
+
 async def test_a_plan_made_from_other_copies_than_the_partitions_that_move_is_not_taken(
         world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(streams_module, "offset_log_conf", lambda _: {})
