@@ -107,14 +107,18 @@ def running_reports(status: coordinator_pb2.GetClusterStatusResponse, query_id: 
 
 def settled_actives(cluster: LocalCluster, query_id: str) -> set[tuple[str, int]]:
     """The (worker, partition) actives of ``query_id`` once no move is under way: no warm-up
-    copy anywhere (the coordinator moves a partition only to a caught-up warm-up) and each
-    partition RUNNING on the worker it is assigned to. Taken before a move is planned, a
-    hand-off already in flight would count as a restart of a partition that did not move."""
+    copy anywhere (the coordinator moves a partition only to a caught-up warm-up), the actives
+    balanced (a move held back until its target's standby copy catches up, or while the
+    partition settles after a move, leaves them unbalanced: the assignor's target never is),
+    and each partition RUNNING on the worker it is assigned to. Taken before a move is planned,
+    a hand-off already in flight would count as a restart of a partition that did not move."""
     deadline = time.monotonic() + TIMEOUT_S
     while time.monotonic() < deadline:
         status = cluster_status(cluster)
         layout = roles(status, query_id)
-        if not any(r["warmup"] for r in layout.values()) and set(running_reports(status, query_id)) == set(range(PARTITIONS)):
+        counts = [len(r["active"]) for r in layout.values()]
+        if not any(r["warmup"] for r in layout.values()) and max(counts) - min(counts) <= 1 \
+                and set(running_reports(status, query_id)) == set(range(PARTITIONS)):
             return {(w, p) for w, r in layout.items() for p in r["active"]}
         time.sleep(0.2)
     raise AssertionError(f"{query_id} never settled: {roles(cluster_status(cluster), query_id)}")
