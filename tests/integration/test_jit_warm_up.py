@@ -40,15 +40,21 @@ def settings(kafka: EmbeddedKafka, state_dir: Path, batches: int = 0, triggers: 
                           spark_warm_up_triggers=triggers)
 
 
-async def warm_up_topics(kafka: EmbeddedKafka, create: str | None = None) -> list[str]:
-    """The worker's warm-up topics the broker lists (after making ``create``, if given)."""
+async def warm_up_topics(kafka: EmbeddedKafka, create: str | None = None, timeout_s: float = 30) -> list[str]:
+    """The worker's warm-up topics the broker lists (after making ``create``, if given, once it
+    is listed: a new topic reaches the metadata a moment after its creation is accepted)."""
     prefix = names.warm_up_topic_prefix("millpond", "jit-test")
     admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap_servers)
     await admin.start()
     try:
         if create is not None:
             await admin.create_topics([NewTopic(prefix + create, 1, 1)])
-        return [name for name in await admin.list_topics() if name.startswith(prefix)]
+        deadline = time.monotonic() + timeout_s
+        while True:
+            listed = [name for name in await admin.list_topics() if name.startswith(prefix)]
+            if create is None or prefix + create in listed or time.monotonic() > deadline:
+                return listed
+            await asyncio.sleep(0.2)
     finally:
         await admin.close()
 
