@@ -206,8 +206,10 @@ def test_a_query_standing_by_takes_its_tasks_over_from_where_each_resumes(standi
     committed_through(tasks, ends)
     assert processed(tasks[0]) == (ends[0] - 50, 50), "each record from the task's position on, once"
     assert processed(tasks[1]) == (20, ends[1] - 20)
-    progress = stream.recentProgress
-    assert progress and progress[0]["batchId"] == 1, "the held batch, then on"
+    deadline = time.monotonic() + 30  # a batch's progress is reported once its callback has returned
+    while not stream.recentProgress and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert stream.recentProgress[0]["batchId"] == 1, "the held batch, then on"
 
 
 def test_tasks_that_resume_past_the_held_batch_get_none_of_it(standing: QueryRunner, kafka: EmbeddedKafka) -> None:

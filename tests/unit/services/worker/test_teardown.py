@@ -1034,7 +1034,8 @@ async def test_a_query_standing_by_over_an_idle_input_stops_and_its_plan_is_kept
         assert not await until(lambda: bool(world.runners) and world.runners[0].stopped, world.steps)
         standing = world.runners[0]
         assert standing.stood_by == {1: 40} and standing.prepared_at == {1: 0}
-        assert one.streams.ready_made(), "offered at once, not after the stand-by's wait"
+        assert not await until(one.streams.ready_made, world.steps, timeout_s=2.0), \
+            "offered at once, not after the stand-by's wait (8 s)"
         runner = await running([one], world, {1})
         assert runner is standing and runner.made_ahead and runner.positions_at_start == {1: 40}
     finally:
