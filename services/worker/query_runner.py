@@ -147,12 +147,18 @@ def write_resume_point(checkpoint: Path, topic: str, positions: dict[int, int], 
     (checkpoint / "commits" / "0").write_text(f"v1\n{json.dumps({'nextBatchWatermarkMs': 0})}")
 
 
+def source_offsets(offsets: str | dict[str, Any] | None, topic: str) -> dict[int, int]:
+    """Per partition of ``topic``, a Kafka source's offsets as Spark gives them (JSON text, as in
+    its offset log, or parsed, as in its progress; None: none yet)."""
+    read = json.loads(offsets) if isinstance(offsets, str) else offsets
+    return {int(p): int(o) for p, o in (read or {}).get(topic, {}).items()}
+
+
 def batch_ends(checkpoint: Path, batch_id: int, topic: str) -> dict[int, int]:
     """Per partition of ``topic``, where batch ``batch_id`` of the query checkpointed at
     ``checkpoint`` ends: its entry in the offset log (written before the batch runs)."""
     lines = (checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
-    offsets = json.loads(lines[2]) if len(lines) > 2 else {}
-    return {int(p): int(o) for p, o in offsets.get(topic, {}).items()}
+    return source_offsets(lines[2] if len(lines) > 2 else None, topic)
 
 
 def past(positions: dict[int, int]) -> Column:
@@ -450,9 +456,7 @@ class QueryRunner:
         progress = self.stream.lastProgress if self.stream is not None else None
         if not progress or not progress["sources"]:
             return None
-        end = progress["sources"][0]["endOffset"]
-        offsets = json.loads(end) if isinstance(end, str) else end
-        return {int(p): int(o) for p, o in (offsets or {}).get(self.source.topic, {}).items()}
+        return source_offsets(progress["sources"][0]["endOffset"], self.source.topic)
 
     def _on_batch(self, batch: DataFrame, batch_id: int) -> None:
         if batch_id == 0 and self.resumed_at is not None:

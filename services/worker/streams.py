@@ -212,6 +212,7 @@ class StageStream:
         Spark, both cores busy: 0.5 s to start the query and plan that batch, 0.8 s to reduce
         it cold), or only its plan when its partitions' positions are not known."""
         runner: QueryRunner | None = None
+        held = False
         try:
             runner = await self._runner({p: new_task(self.settings, self.stage, p) for p in sorted(partitions)})
 
@@ -226,21 +227,18 @@ class StageStream:
             known = {p: o for p, o in positions.items() if o is not None}
             if len(known) == len(positions):
                 await run_to_end(asyncio.to_thread(runner.stand_by, known))
-                if not await self._stood_by(runner):
-                    # No input to hold (or not in time): a query polling an idle input would
-                    # cost what parking saves. The plan stays; a move starts the query with it.
-                    await run_to_end(self._stop_query(runner))
+                held = await self._stood_by(runner)
             return runner
-        except asyncio.CancelledError:
-            if runner is not None and runner.running:
-                await run_to_end(self._stop_query(runner))
-            raise
         except Exception:  # only a head start lost: the first query makes its plan
             log.info("a Spark query's plan could not be made from this worker's copies", exc_info=True,
                      extra=self._context)
-            if runner is not None and runner.running:
+            return None
+        finally:
+            # A query standing by that holds no batch (no input: polling an idle input would cost
+            # what parking saves; or not in time), or whose making failed or was cancelled, stops.
+            # The plan stays: a move starts the query with it.
+            if not held and runner is not None and runner.running:
                 await run_to_end(self._stop_query(runner))
-        return None
 
     @staticmethod
     async def _stood_by(runner: QueryRunner) -> bool:

@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 
 from millpond.deploy.local.kafka_broker import EmbeddedKafka
 from millpond.services.worker.jit import reduction_runner
-from millpond.services.worker.query_runner import QueryRunner, offset_log_conf
+from millpond.services.worker.query_runner import QueryRunner, offset_log_conf, source_offsets
 from millpond.services.worker.spark import create_session
 from millpond.shared.config import WorkerSettings
 
@@ -101,9 +101,8 @@ def first_batch_from(runner: QueryRunner, positions: dict[int, int | None],
 
 
 def offsets(reported: Any) -> dict[int, int]:
-    """A Kafka source's offsets in Spark's progress (JSON text or parsed; None before any)."""
-    read = json.loads(reported) if isinstance(reported, str) else reported
-    return {int(p): o for p, o in (read or {}).get(TOPIC, {}).items()}
+    """The test topic's offsets in Spark's progress or logs (``source_offsets``)."""
+    return source_offsets(reported, TOPIC)
 
 
 @pytest.fixture

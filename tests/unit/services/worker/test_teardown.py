@@ -913,6 +913,22 @@ async def test_a_partition_that_resumes_elsewhere_than_expected_gets_its_plan_ma
     assert all(r.stopped for r in world.runners if r.started)
 
 
+def resumable_plans(monkeypatch: pytest.MonkeyPatch, session_too: bool = True) -> None:
+    """As a session whose queries resume from a checkpoint written for them (``session_too``),
+    where a plan fits any positions of the partitions it was made for."""
+    if session_too:
+        monkeypatch.setattr(streams_module, "offset_log_conf", lambda _: {})
+    monkeypatch.setattr(FakeRunner, "fits", lambda self, positions: self.prepared_at is not None
+                        and self.prepared_at.keys() == positions.keys())
+
+
+def committed_at(monkeypatch: pytest.MonkeyPatch, offset: int) -> None:
+    """The group has committed ``offset`` on every input partition."""
+    async def committed_positions(_kafka: Any, _group: str, inputs: list[TopicPartition]) -> dict[TopicPartition, tuple[int, str]]:
+        return {tp: (offset, "") for tp in inputs}
+    monkeypatch.setattr(task_module, "committed_positions", committed_positions)
+
+
 async def test_a_plan_that_fits_other_positions_is_taken_where_the_task_resumes_elsewhere(
         world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """As above, but the plan made ahead fits any positions of the same partitions (the query
@@ -923,8 +939,7 @@ async def test_a_plan_that_fits_other_positions_is_taken_where_the_task_resumes_
     async def expected(_: Any) -> int:
         return 7
     monkeypatch.setattr(task_module.Task, "expected_input_offset", expected)
-    monkeypatch.setattr(FakeRunner, "fits", lambda self, positions: self.prepared_at is not None
-                        and self.prepared_at.keys() == positions.keys())
+    resumable_plans(monkeypatch, session_too=False)
     zero, one = supervisors_of(tmp_path, world, [{0}, {1}])
     try:
         first = await running([zero], world, {0})
@@ -953,9 +968,7 @@ async def test_a_partition_moving_to_a_worker_that_runs_none_of_its_stage_takes_
     the plan of the query partition 1 would get is made then, from no position, and the move
     starts the stage's first query here with it, from where the task resumes."""
     caplog.set_level(logging.INFO, logger=streams_module.__name__)
-    monkeypatch.setattr(streams_module, "offset_log_conf", lambda _: {})  # a session that resumes queries
-    monkeypatch.setattr(FakeRunner, "fits", lambda self, positions: self.prepared_at is not None
-                        and self.prepared_at.keys() == positions.keys())
+    resumable_plans(monkeypatch)
     (one,) = supervisors_of(tmp_path, world, [{1}])
     stage = only_stage(one)
     try:
@@ -980,13 +993,8 @@ async def test_the_query_of_a_workers_copies_stands_by_from_the_groups_positions
     """Where the group's committed offsets are known, the query the copies would get is started
     from them ahead of the move (its first batch held); the move's tasks take it over, and one
     that no move took is stopped when the copies go."""
-    monkeypatch.setattr(streams_module, "offset_log_conf", lambda _: {})
-    monkeypatch.setattr(FakeRunner, "fits", lambda self, positions: self.prepared_at is not None
-                        and self.prepared_at.keys() == positions.keys())
-
-    async def committed_positions(_kafka: Any, _group: str, inputs: list[TopicPartition]) -> dict[TopicPartition, tuple[int, str]]:
-        return {tp: (40, "") for tp in inputs}
-    monkeypatch.setattr(task_module, "committed_positions", committed_positions)
+    resumable_plans(monkeypatch)
+    committed_at(monkeypatch, 40)
     (one,) = supervisors_of(tmp_path, world, [{1}])
     stage = only_stage(one)
     streams = one.streams
@@ -1015,18 +1023,13 @@ async def test_a_query_standing_by_over_an_idle_input_stops_and_its_plan_is_kept
     """A stand-by that reports a trigger with no input holds nothing: it stops (an idle query
     would poll its input for nothing), the copies are offered at once, and the move starts a
     query with the plan."""
-    monkeypatch.setattr(streams_module, "offset_log_conf", lambda _: {})
-    monkeypatch.setattr(FakeRunner, "fits", lambda self, positions: self.prepared_at is not None
-                        and self.prepared_at.keys() == positions.keys())
+    resumable_plans(monkeypatch)
     monkeypatch.setattr(FakeRunner, "progressed", lambda self: self.running)
 
     def stand_by(self: FakeRunner, positions: dict[int, int]) -> None:
         self.stood_by, self.started, self.stopped = dict(positions), True, False  # no batch: not warmed
     monkeypatch.setattr(FakeRunner, "stand_by", stand_by)
-
-    async def committed_positions(_kafka: Any, _group: str, inputs: list[TopicPartition]) -> dict[TopicPartition, tuple[int, str]]:
-        return {tp: (40, "") for tp in inputs}
-    monkeypatch.setattr(task_module, "committed_positions", committed_positions)
+    committed_at(monkeypatch, 40)
     (one,) = supervisors_of(tmp_path, world, [{1}])
     stage = only_stage(one)
     try:
@@ -1044,9 +1047,7 @@ async def test_a_query_standing_by_over_an_idle_input_stops_and_its_plan_is_kept
 
 async def test_a_plan_made_from_other_copies_than_the_partitions_that_move_is_not_taken(
         world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(streams_module, "offset_log_conf", lambda _: {})
-    monkeypatch.setattr(FakeRunner, "fits", lambda self, positions: self.prepared_at is not None
-                        and self.prepared_at.keys() == positions.keys())
+    resumable_plans(monkeypatch)
     (one,) = supervisors_of(tmp_path, world, [{1}])
     stage = only_stage(one)
     streams = one.streams
