@@ -245,9 +245,13 @@ class QueryRunner:
         take-over (or a stop); cleared once that batch is past it."""
         self._taken_over = False
         """Whether tasks took the query standing by over (``start``)."""
+        self._warm = True
+        """Whether the query standing by reduces its first batch before holding it (``stand_by``)."""
         self._from: dict[int, int] | None = None
         """After a take-over, each task's position until the query has read past them all: a
         batch's records before it are set aside (``_past_positions``)."""
+        self.plan_ms: int | None = None
+        """How long the last plan ``prepare`` made took (for the logs of a handoff)."""
         self.warmed = threading.Event()
         """Set once a query standing by has its first batch reduced and set aside (or too large
         to), and holds it."""
@@ -276,6 +280,7 @@ class QueryRunner:
         steps, each a call into the JVM that Spark analyses (70-140 ms on an idle session; 0.15-1.3 s
         on a worker whose other query's batches run meanwhile, measured when a worker stopped
         right after one was added, 4 workers on 2 cores)."""
+        began = time.monotonic()
         topic = self.source.topic
         partitions = sorted(positions)
         starting = {str(p): (-2 if positions[p] is None else positions[p]) for p in partitions}
@@ -289,6 +294,7 @@ class QueryRunner:
         if self.settings.max_offsets_per_trigger:
             reader = reader.option("maxOffsetsPerTrigger", str(self.settings.max_offsets_per_trigger))
         self._prepared = (dict(positions), self.reduction(reader.load()))
+        self.plan_ms = round((time.monotonic() - began) * 1000)
 
     def prepared(self) -> dict[int, int | None] | None:
         """The positions ``prepare`` made a plan for (None: none made)."""
@@ -354,17 +360,19 @@ class QueryRunner:
         log.info("query started", extra={"query": self.name, "partitions": sorted(positions),
                                          "starting": {str(p): o for p, o in sorted(positions.items())}})
 
-    def stand_by(self, positions: dict[int, int]) -> None:
+    def stand_by(self, positions: dict[int, int], warm: bool = True) -> None:
         """Start the streaming query from a checkpoint written with ``positions`` for tasks that
         are not here yet (its tasks are stand-ins, of a worker's copies about to take over): its
         first batch is reduced and its result set aside, so the plan's code is generated and
         compiled and the source's consumers are made before a move, not in its first batch; then
         that batch is held until ``start`` hands it the tasks that take over, or a stop, or
         ``STAND_BY_HOLD_S``. The positions must be where those tasks cannot resume before (the
-        group's committed offsets: the older owner commits past them, never back). Blocking."""
+        group's committed offsets: the older owner commits past them, never back). Not ``warm``:
+        the first batch is only held (the session runs the stage's code already). Blocking."""
         if offset_log_conf(self.spark) is None:
             raise MillpondError("this Spark session cannot start a query from a checkpoint written for it")
         self.warmed.clear()
+        self._warm = warm
         self._taken_over = False
         self._hold = threading.Event()
         try:
@@ -398,7 +406,7 @@ class QueryRunner:
             assert self._reduction is not None
             ends = batch_ends(Path(self.checkpoint), batch_id, self.source.topic)
             began = self.resumed_at or {}
-            if sum(ends.get(p, o) - o for p, o in began.items()) <= STAND_BY_WARM_RECORDS:
+            if self._warm and sum(ends.get(p, o) - o for p, o in began.items()) <= STAND_BY_WARM_RECORDS:
                 self._reduced(batch, self._reduction)
                 self._reduced(batch.where(past(began)), self._reduction)
             self.warmed.set()
