@@ -214,6 +214,19 @@ def test_a_query_standing_by_takes_its_tasks_over_from_where_each_resumes(standi
     assert stream.recentProgress[0]["batchId"] == 1, "the held batch, then on"
 
 
+def test_tasks_that_resume_where_it_began_get_its_batches_as_they_are(standing: QueryRunner,
+                                                                       kafka: EmbeddedKafka) -> None:
+    """A kill's new owner resumes where the group's offsets were when its query stood by: no
+    record is set aside (the batches are not filtered), and each is processed once."""
+    ends = asyncio.run(append(kafka.bootstrap_servers, 0))
+    standing.stand_by({0: 10, 1: 20}, False)
+    assert standing.warmed.wait(60), "its first batch is held"
+    tasks = take_over(standing, {0: 10, 1: 20})
+    assert standing._from is None, "no filter"
+    committed_through(tasks, ends)
+    assert processed(tasks[0]) == (10, ends[0] - 10) and processed(tasks[1]) == (20, ends[1] - 20)
+
+
 def test_tasks_that_resume_past_the_held_batch_get_none_of_it(standing: QueryRunner, kafka: EmbeddedKafka) -> None:
     standing.stand_by({0: 10, 1: 20})
     assert standing.warmed.wait(60)
