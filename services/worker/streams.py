@@ -78,11 +78,11 @@ STAND_BY_WARM_WAIT_S = 8.0
 first batch reduced (within ``READY_PLAN_WAIT_S``); past it, or once the query reported a
 trigger with no input, the query stops and only the plan is kept."""
 MAX_QUERIES = 2
-"""Most Spark queries a running stage keeps on a worker: the one it started with and one for
-the partitions that moved in since (a later newcomer restarts that second one)."""
 SPARE_PLANS = 8
 """Most partitions a stage that runs here keeps a plan made for, each alone, of those it does not
 run (``StageStream._make_spares``)."""
+"""Most Spark queries a running stage keeps on a worker: the one it started with and one for
+the partitions that moved in since (a later newcomer restarts that second one)."""
 
 _names = itertools.count()
 
@@ -342,8 +342,8 @@ class StageStream:
         return runner
 
     def _spare_partitions(self) -> list[int]:
-        """The partitions to keep spare plans for: those of the stage's input that it neither runs
-        nor expects here, the copies' first."""
+        """The partitions to keep spare plans for: those of the stage's input it runs and expects
+        none of here, the copies' first."""
         taken = self.members.keys() | self._expected.keys()
         spare = sorted((p for p in range(self.stage.partitions) if p not in taken), key=lambda p: (p not in self._copies, p))
         return spare[:SPARE_PLANS]
