@@ -78,9 +78,6 @@ STAND_BY_WARM_WAIT_S = 8.0
 first batch reduced (within ``READY_PLAN_WAIT_S``); past it, or once the query reported a
 trigger with no input, the query stops and only the plan is kept."""
 MAX_QUERIES = 2
-SPARE_PLANS = 8
-"""Most partitions a stage that runs here keeps a plan made for, each alone, of those it does not
-run (``StageStream._make_spares``)."""
 """Most Spark queries a running stage keeps on a worker: the one it started with and one for
 the partitions that moved in since (a later newcomer restarts that second one)."""
 
@@ -122,16 +119,6 @@ class StageStream:
         """The partitions ``_ready`` is made for."""
         self._ready_since = 0.0
         """When ``_ready`` began (the monotonic clock)."""
-        self._spares: dict[int, QueryRunner] = {}
-        """Per partition of the stage's input that it does not run here (at most ``SPARE_PLANS``,
-        those this worker keeps copies of first), a runner with the plan of the Spark query the
-        partition would get if it moved here alone, made from no position once the stage's query
-        here has committed a batch (``_make_spares``): a kill's or a leave's moved partition finds
-        its plan made (0.2-0.6 s of a failover with no standby, on a busy worker, was making it)."""
-        self._sparing: asyncio.Task[None] | None = None
-        """The job making ``_spares``."""
-        self._copies: frozenset[int] = frozenset()
-        """The partitions this worker keeps copies of (``ready``): spare plans are made for them first."""
         self._dropping: set[asyncio.Future[Any]] = set()
         """Plans dropped while being made, and stops of the queries standing by that dropped ones
         had started (``_discard``; ``_close`` awaits them)."""
@@ -190,7 +177,6 @@ class StageStream:
         query resumes from a checkpoint written with them: ``QueryRunner.fits``); only a session
         that can do that makes one. Empty: no such plan is kept. Once tasks joined, or the stage
         runs here, nothing changes: a plan kept is their query's (``_from_copies``)."""
-        self._copies = partitions
         if self.members or self.runners or partitions == self._ready_for:
             return
         self._drop_ready()
@@ -309,10 +295,9 @@ class StageStream:
         positions: asyncio.Task[dict[int, int | None] | None] | None = None
         made = False
         try:
-            if (runner := self._spare(expected)) is None:
-                runner = await self._runner(expected)
+            runner = await self._runner(expected)
             positions = asyncio.create_task(self._expected_positions(expected))
-            if runner.prepared() is not None or await asyncio.to_thread(_plan_for_any_positions, runner):
+            if await asyncio.to_thread(_plan_for_any_positions, runner):
                 if (known := _known(read := await positions)) is not None:
                     await run_to_end(asyncio.to_thread(runner.stand_by, known, False))
                 elif read is not None:  # one never committed: a plan from there fits that start
@@ -333,50 +318,6 @@ class StageStream:
         log.info("a Spark query's plan made ahead", extra={**self._context, "partitions": sorted(expected),
                                                           "plan_ms": runner.plan_ms, "standing_by": runner.running})
         return runner
-
-    def _spare(self, tasks: dict[int, Task[Any]]) -> QueryRunner | None:
-        """The spare plan's runner for ``tasks``' one partition, now theirs; None: none is made."""
-        if len(tasks) != 1 or (runner := self._spares.pop(next(iter(tasks)), None)) is None:
-            return None
-        runner.tasks, runner.pool = dict(tasks), self._free_pool()
-        return runner
-
-    def _spare_partitions(self) -> list[int]:
-        """The partitions to keep spare plans for: those of the stage's input it runs and expects
-        none of here, the copies' first."""
-        taken = self.members.keys() | self._expected.keys()
-        spare = sorted((p for p in range(self.stage.partitions) if p not in taken), key=lambda p: (p not in self._copies, p))
-        return spare[:SPARE_PLANS]
-
-    async def _make_spares(self, partitions: list[int]) -> None:
-        """Make the spare plans of ``partitions`` that have none, one after another (each 70-140 ms
-        of the session's driver, idle), and forget the others."""
-        for partition in [p for p in self._spares if p not in partitions]:
-            del self._spares[partition]
-        for partition in partitions:
-            if partition in self._spares:
-                continue
-            runner = await self._runner({partition: new_task(self.settings, self.stage, partition)})
-            if not await asyncio.to_thread(_plan_for_any_positions, runner):
-                return  # a plan from made-up positions would fit no start
-            self._spares[partition] = runner
-
-    def _spare_plans(self) -> None:
-        """Start making the spare plans if they are not those ``_spare_partitions`` names, once a
-        query of the stage here has committed a batch, while no partition is moving in."""
-        if self._sparing is not None and not self._sparing.done():
-            return
-        if self._sparing is not None and not self._sparing.cancelled() and self._sparing.exception() is not None:
-            return  # not again: the first moved partition makes its plan, as without them
-        wanted = self._spare_partitions()
-        if self._expected or not any(runner.batches for runner in self.runners) or sorted(self._spares) == sorted(wanted):
-            return
-        self._sparing = asyncio.create_task(self._make_spares(wanted), name=f"spares-{self.stage.query.query_id}")
-        self._sparing.add_done_callback(self._spares_made)
-
-    def _spares_made(self, job: asyncio.Task[None]) -> None:
-        if not job.cancelled() and (error := job.exception()) is not None:
-            log.info("spare plans could not be made", exc_info=error, extra=self._context)
 
     async def _expected_positions(self, tasks: dict[int, Task[Any]]) -> dict[int, int | None] | None:
         """Where each of ``tasks`` is expected to resume (``Task.expected_input_offset``); None
@@ -403,18 +344,13 @@ class StageStream:
         return await _made(job, tasks, "none was made (no newcomer was expected by then, or its making failed)",
                            same_tasks=True)
 
-    def _free_pool(self) -> str:
-        """A Spark scheduler pool no running query of the stage uses: a pool per query running
-        at once (bounded: not one per query ever started)."""
-        stage = "-".join(filter(None, (self.stage.query.query_id, self.stage.name)))
-        used = {runner.pool for runner in self.runners}
-        return next(f"{stage}-{n}" for n in itertools.count() if f"{stage}-{n}" not in used)
-
     async def _runner(self, tasks: dict[int, Task[Any]]) -> QueryRunner:
         """A runner of the stage's Spark query over ``tasks`` (not started)."""
         spark = await self._spark()
+        # A pool per query running at once (bounded: not one per query ever started).
         stage = "-".join(filter(None, (self.stage.query.query_id, self.stage.name)))
-        pool = self._free_pool()
+        used = {runner.pool for runner in self.runners}
+        pool = next(f"{stage}-{n}" for n in itertools.count() if f"{stage}-{n}" not in used)
         return QueryRunner(
             spark, self.settings, self.stage.query, self.stage.source, self.stage.sink, tasks,
             asyncio.get_running_loop(), self.stage.name,
@@ -431,9 +367,6 @@ class StageStream:
         self._discard(self._preparing)
         self._preparing = None
         self._expected.clear()
-        if self._sparing is not None:
-            self._sparing.cancel()
-        self._spares.clear()
         if self._dropping:
             await asyncio.wait(set(self._dropping))
         job, self._job = self._job, None
@@ -472,7 +405,6 @@ class StageStream:
             else:
                 await self._rebuilt(runner)
                 await self._park(runner)
-        self._spare_plans()
         parked = [runner for runner in self.runners if runner.parked_at is not None]
         if parked and len(parked) == len(self.runners):
             await self._resume(parked)

@@ -986,31 +986,6 @@ async def test_a_moved_in_partitions_query_stands_by_from_where_it_is_expected_a
     assert all(r.stopped for r in world.runners if r.started)
 
 
-async def test_a_stage_that_runs_keeps_a_plan_made_for_a_partition_it_does_not_run_and_a_move_takes_it(
-        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Once the stage's query here has committed a batch, the plan of the query partition 1
-    would get alone is made, from no position; partition 1's move takes it (no plan is made on
-    the move), and that query stands by while the task starts."""
-    resumable_plans(monkeypatch)
-    committed_at(monkeypatch, 40)
-    zero, one = supervisors_of(tmp_path, world, [{0}, {1}])
-    try:
-        first = await running([zero], world, {0})
-        assert len(world.runners) == 1, "none before the stage's query committed a batch"
-        first.batches = 1
-        assert not await until(lambda: len(world.runners) == 2 and world.runners[1].prepared_at == {1: 0}, world.steps)
-        spare = world.runners[1]
-        assert not spare.started and set(spare.tasks) == {1}
-        second = await running([one], world, {1})
-        assert second is spare and second.stood_by == {1: 40}
-        assert not await until(lambda: second.starts > 0, world.steps)
-        assert second.made_ahead and second.tasks == one.tasks and len(world.runners) == 2, "no other plan made"
-        assert second.pool != first.pool and first.running and first.starts == 1
-    finally:
-        await asyncio.gather(zero.stop(), one.stop())
-    assert all(r.stopped for r in world.runners if r.started)
-
-
 async def test_a_query_standing_by_for_tasks_that_do_not_join_is_stopped(
         world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Their supervisor stops before they joined (``unexpect``), or the stage's stream closes:
