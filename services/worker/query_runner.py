@@ -245,8 +245,6 @@ class QueryRunner:
         take-over (or a stop); cleared once that batch is past it."""
         self._taken_over = False
         """Whether tasks took the query standing by over (``start``)."""
-        self._warm = True
-        """Whether the query standing by reduces its first batch before holding it (``stand_by``)."""
         self._from: dict[int, int] | None = None
         """After a take-over, each task's position until the query has read past them all: a
         batch's records before it are set aside (``_past_positions``)."""
@@ -360,19 +358,17 @@ class QueryRunner:
         log.info("query started", extra={"query": self.name, "partitions": sorted(positions),
                                          "starting": {str(p): o for p, o in sorted(positions.items())}})
 
-    def stand_by(self, positions: dict[int, int], warm: bool = True) -> None:
+    def stand_by(self, positions: dict[int, int]) -> None:
         """Start the streaming query from a checkpoint written with ``positions`` for tasks that
         are not here yet (its tasks are stand-ins, of a worker's copies about to take over): its
         first batch is reduced and its result set aside, so the plan's code is generated and
         compiled and the source's consumers are made before a move, not in its first batch; then
         that batch is held until ``start`` hands it the tasks that take over, or a stop, or
         ``STAND_BY_HOLD_S``. The positions must be where those tasks cannot resume before (the
-        group's committed offsets: the older owner commits past them, never back). Not ``warm``:
-        the first batch is only held (the session runs the stage's code already). Blocking."""
+        group's committed offsets: the older owner commits past them, never back). Blocking."""
         if offset_log_conf(self.spark) is None:
             raise MillpondError("this Spark session cannot start a query from a checkpoint written for it")
         self.warmed.clear()
-        self._warm = warm
         self._taken_over = False
         self._hold = threading.Event()
         try:
@@ -410,7 +406,7 @@ class QueryRunner:
             assert self._reduction is not None
             ends = batch_ends(Path(self.checkpoint), batch_id, self.source.topic)
             began = self.resumed_at or {}
-            if self._warm and sum(ends.get(p, o) - o for p, o in began.items()) <= STAND_BY_WARM_RECORDS:
+            if sum(ends.get(p, o) - o for p, o in began.items()) <= STAND_BY_WARM_RECORDS:
                 self._reduced(batch, self._reduction)
                 self._reduced(batch.where(past(began)), self._reduction)
             self.warmed.set()

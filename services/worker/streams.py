@@ -106,10 +106,10 @@ class StageStream:
         """The stage's Spark queries on this worker, the oldest first; each runs its own tasks."""
         self._job: asyncio.Task[None] | None = None
         self._context = {"query": stage.query.query_id, "stage": stage.name}
-        self._expected: dict[int, Task[Any]] = {}
-        """The tasks expected since the last plan was taken, by partition: still starting, or
-        joined (one whose restore ends within ``SETTLE_S`` joins before the plan is made, and the
-        plan is for it all the same)."""
+        self._expected: dict[int, tuple[Task[Any], int | None]] = {}
+        """The tasks expected since the last plan was taken, by partition, with the position each
+        is expected to resume at: still starting, or joined (one whose restore ends within
+        ``SETTLE_S`` joins before the plan is made, and the plan is for it all the same)."""
         self._preparing: asyncio.Task[QueryRunner | None] | None = None
         """The plan of the Spark query the expected tasks will get, being made (``expect``)."""
         self._ready: asyncio.Task[QueryRunner | None] | None = None
@@ -119,9 +119,8 @@ class StageStream:
         """The partitions ``_ready`` is made for."""
         self._ready_since = 0.0
         """When ``_ready`` began (the monotonic clock)."""
-        self._dropping: set[asyncio.Future[Any]] = set()
-        """Plans dropped while being made, and stops of the queries standing by that dropped ones
-        had started (``_discard``; ``_close`` awaits them)."""
+        self._dropping: set[asyncio.Task[str | None]] = set()
+        """Stops of queries standing by that ``_drop_ready`` dropped (``_close`` awaits them)."""
 
     def join(self, tasks: dict[int, Task[Any]]) -> asyncio.Future[str]:
         """Run these started tasks (soon, in a Spark query of their own if one already runs).
@@ -158,16 +157,16 @@ class StageStream:
         getting one of their own: it has processed nothing yet, or there is no room for another."""
         return newest.batches == 0 or len(self.runners) >= MAX_QUERIES
 
-    def expect(self, tasks: dict[int, Task[Any]]) -> None:
-        """These tasks are starting: when they would get a Spark query of their own, its plan is
-        made now, while they start (fencing, restore), and the query stands by from where they
-        are expected to resume (``_prepare``), for the ``join`` that follows to take it over as
-        it runs, or to start it at once if the plan ``fits`` where they resume (else the query's
-        plan is made again then, as without this)."""
+    def expect(self, tasks: dict[int, Task[Any]], positions: dict[int, int | None]) -> None:
+        """These tasks are starting, each expected to resume at its position: when they would
+        get a Spark query of their own, its plan is made now, while they start (fencing,
+        restore), for the ``join`` that follows to start it at once if the plan ``fits`` where
+        they resume (else the query's plan is made again then, as without this)."""
         for partition, task in tasks.items():
             if self.members.get(partition) is not task:
-                self._expected[partition] = task
-        self._discard(self._preparing)  # its plan would lack these: a later one replaces it
+                self._expected[partition] = (task, positions[partition])
+        if self._preparing is not None:  # its plan would lack these: a later one replaces it
+            self._preparing.cancel()
         self._preparing = asyncio.create_task(self._prepare(), name=f"prepare-{self.stage.query.query_id}")
 
     def ready(self, partitions: frozenset[int]) -> None:
@@ -197,20 +196,12 @@ class StageStream:
 
     def _drop_ready(self) -> None:
         job, self._ready, self._ready_for = self._ready, None, frozenset()
-        self._discard(job)
-
-    def _discard(self, job: asyncio.Task[QueryRunner | None] | None) -> None:
-        """Drop a plan made ahead (``_ready``, ``_preparing``): cancelled while being made (which
-        stops a query it started meanwhile), or, made, its query standing by stopped."""
         if job is None:
             return
-        if not job.done():
-            job.cancel()
-            self._dropping.add(job)
-            job.add_done_callback(self._dropping.discard)
-        elif not job.cancelled() and job.exception() is None and (runner := job.result()) is not None \
+        job.cancel()  # a query standing by that it started meanwhile is stopped by it
+        if job.done() and not job.cancelled() and job.exception() is None and (runner := job.result()) is not None \
                 and runner.running:
-            stopping = asyncio.create_task(self._stop_query(runner), name=f"drop-{runner.name}")
+            stopping = asyncio.create_task(self._stop_query(runner), name=f"drop-ready-{runner.name}")
             self._dropping.add(stopping)
             stopping.add_done_callback(self._dropping.discard)
 
@@ -224,9 +215,17 @@ class StageStream:
         held = False
         try:
             runner = await self._runner({p: new_task(self.settings, self.stage, p) for p in sorted(partitions)})
-            if not await asyncio.to_thread(_plan_for_any_positions, runner):
-                return None  # a plan from made-up positions would fit no start
-            if (known := _known(await self._expected_positions(runner.tasks))) is not None:
+
+            def make() -> bool:
+                if offset_log_conf(runner.spark) is None:
+                    return False  # a plan from made-up positions would fit no start
+                runner.prepare(dict.fromkeys(sorted(partitions), 0))
+                return True
+            if not await asyncio.to_thread(make):
+                return None
+            positions = {p: await task.expected_input_offset() for p, task in runner.tasks.items()}
+            known = {p: o for p, o in positions.items() if o is not None}
+            if len(known) == len(positions):
                 await run_to_end(asyncio.to_thread(runner.stand_by, known))
                 held = await self._stood_by(runner)
             return runner
@@ -268,66 +267,31 @@ class StageStream:
     def unexpect(self, tasks: dict[int, Task[Any]]) -> None:
         """These tasks will not join (their supervisor stops)."""
         for partition, task in tasks.items():
-            if self._expected.get(partition) is task:
+            if self._expected.get(partition, (None,))[0] is task:
                 del self._expected[partition]
-        if not self._expected:  # nothing will take what is being made
-            self._discard(self._preparing)
-            self._preparing = None
 
     def _starting(self) -> bool:
         """Whether an expected task has not joined yet."""
-        return any(self.members.get(p) is not task for p, task in self._expected.items())
+        return any(self.members.get(p) is not task for p, (task, _) in self._expected.items())
 
     async def _prepare(self) -> QueryRunner | None:
         """A runner over the expected tasks with its query's plan made, after the same wait as
-        a join's (the tasks of a worker's partitions start at about the same time), and, where
-        the session resumes queries from checkpoints written for them, its query standing by
-        from where the tasks are expected to resume (``QueryRunner.stand_by``, its first batch
-        held but not reduced: the stage's code is compiled here already), for the join to take
-        it over as it runs. The plan is then made from no position while the positions are read
-        (asking the group, 0.2-0.4 s of a failover with no standby before the plan began)."""
+        a join's (the tasks of a worker's partitions start at about the same time)."""
         await asyncio.sleep(SETTLE_S)
         running = {p for runner in self.runners for p in runner.tasks}
-        expected = {p: task for p, task in self._expected.items() if self.members.get(p) is not task or p not in running}
+        expected = {p: (task, position) for p, (task, position) in self._expected.items()
+                    if self.members.get(p) is not task or p not in running}
         if not expected or not self.takes_newcomers():
             return None
-        runner: QueryRunner | None = None
-        positions: asyncio.Task[dict[int, int | None] | None] | None = None
-        made = False
         try:
-            runner = await self._runner(expected)
-            positions = asyncio.create_task(self._expected_positions(expected))
-            if await asyncio.to_thread(_plan_for_any_positions, runner):
-                if (known := _known(read := await positions)) is not None:
-                    await run_to_end(asyncio.to_thread(runner.stand_by, known, False))
-                elif read is not None:  # one never committed: a plan from there fits that start
-                    await asyncio.to_thread(runner.prepare, read)
-            elif (read := await positions) is not None:
-                await asyncio.to_thread(runner.prepare, read)
-            else:
-                return None
-            made = True
+            runner = await self._runner({p: task for p, (task, _) in expected.items()})
+            await asyncio.to_thread(runner.prepare, {p: position for p, (_, position) in expected.items()})
         except Exception:  # the query's start makes its plan again, and says what fails
             log.info("a Spark query's plan could not be made ahead", exc_info=True, extra=self._context)
             return None
-        finally:
-            if positions is not None:
-                positions.cancel()
-            if not made and runner is not None and runner.running:
-                await run_to_end(self._stop_query(runner))
         log.info("a Spark query's plan made ahead", extra={**self._context, "partitions": sorted(expected),
-                                                          "plan_ms": runner.plan_ms, "standing_by": runner.running})
+                                                          "plan_ms": runner.plan_ms})
         return runner
-
-    async def _expected_positions(self, tasks: dict[int, Task[Any]]) -> dict[int, int | None] | None:
-        """Where each of ``tasks`` is expected to resume (``Task.expected_input_offset``); None
-        when that could not be read (only a head start is lost)."""
-        try:
-            offsets = await asyncio.gather(*(task.expected_input_offset() for task in tasks.values()))
-        except Exception:
-            log.info("the tasks' positions could not be read ahead", exc_info=True, extra=self._context)
-            return None
-        return dict(zip(tasks, offsets, strict=True))
 
     async def _prepared(self, tasks: dict[int, Task[Any]]) -> tuple[QueryRunner | None, str]:
         """The runner ``expect`` made ready for exactly ``tasks`` (which joined) from their
@@ -339,7 +303,7 @@ class StageStream:
         if job is None:
             return await self._from_copies(tasks)
         if self._starting():  # others are still starting: the plan being made is for them too
-            self._discard(job)
+            job.cancel()
             return None, "other partitions were still starting"
         return await _made(job, tasks, "none was made (no newcomer was expected by then, or its making failed)",
                            same_tasks=True)
@@ -364,11 +328,12 @@ class StageStream:
 
     async def _close(self) -> None:
         self._drop_ready()
-        self._discard(self._preparing)
-        self._preparing = None
-        self._expected.clear()
         if self._dropping:
             await asyncio.wait(set(self._dropping))
+        if self._preparing is not None:
+            self._preparing.cancel()
+            self._preparing = None
+        self._expected.clear()
         job, self._job = self._job, None
         if job is not None:
             job.cancel()
@@ -619,32 +584,13 @@ async def _made(job: asyncio.Task[QueryRunner | None], tasks: dict[int, Task[Any
     if runner is None:
         return None, none
     if same_tasks and runner.tasks != tasks:
-        why = f"it was made for partitions {sorted(runner.tasks)}"
-    else:
-        runner.tasks = dict(tasks)
-        if runner.fits(runner.positions()):
-            return runner, ""
-        why = f"it was made from offsets {runner.prepared()}, not {runner.positions()}"
-    if runner.running:  # standing by
-        await run_to_end(asyncio.to_thread(runner.stop))
-    return None, why
-
-
-def _plan_for_any_positions(runner: QueryRunner) -> bool:
-    """Make ``runner``'s plan from no task's position, where the session resumes queries from
-    checkpoints written for them (a plan then fits any start of its partitions:
-    ``QueryRunner.fits``); False: it cannot, and none was made. Blocking."""
-    if offset_log_conf(runner.spark) is None:
-        return False
-    runner.prepare(dict.fromkeys(sorted(runner.tasks), 0))
-    return True
-
-
-def _known(positions: dict[int, int | None] | None) -> dict[int, int] | None:
-    """``positions`` when every one is known, else None (a query cannot stand by from them)."""
-    if positions is None or None in positions.values():
-        return None
-    return {p: o for p, o in positions.items() if o is not None}
+        return None, f"it was made for partitions {sorted(runner.tasks)}"
+    runner.tasks = dict(tasks)
+    if not runner.fits(runner.positions()):
+        if runner.running:  # standing by
+            await run_to_end(asyncio.to_thread(runner.stop))
+        return None, f"it was made from offsets {runner.prepared()}, not {runner.positions()}"
+    return runner, ""
 
 
 class StageStreams:
@@ -709,13 +655,18 @@ class StageStreams:
                 del self._streams[key]
             await stream.close()
 
-    def expect(self, stage: Stage, tasks: dict[int, Task[Any]]) -> StageStream | None:
+    def expect(self, stage: Stage, tasks: dict[int, Task[Any]],
+               positions: dict[int, int | None]) -> StageStream | None:
         """``StageStream.expect`` on the stage's stream, when it has one that would run these
         tasks in a Spark query of their own (the stream, to ``unexpect``); else None."""
         stream = self._taking(stage)
         if stream is not None:
-            stream.expect(tasks)
+            stream.expect(tasks, positions)
         return stream
+
+    def takes_newcomers(self, stage: Stage) -> bool:
+        """Whether the stage's stream would run tasks that join now in a Spark query of their own."""
+        return self._taking(stage) is not None
 
     def _taking(self, stage: Stage) -> StageStream | None:
         stream = self._streams.get((stage.query.query_id, stage.name))

@@ -178,12 +178,20 @@ class QuerySupervisor:
             await self._teardown()
 
     async def _expect(self, plan_stages: list[Stage]) -> None:
-        """While the tasks start: tell each stage's stream to expect them, when it would start a
-        Spark query of their own (a worker's partitions that move in while its query runs), so
-        that the query's plan is made, and the query stands by, meanwhile."""
-        await asyncio.sleep(0)  # the tasks' starts open their stores first: their positions are read from them
+        """While the tasks start: tell each stage's stream where they are expected to resume,
+        when it would start a Spark query of their own (a worker's partitions that move in
+        while its query runs), so that the query's plan is made meanwhile."""
+        await asyncio.sleep(0)  # the tasks' starts open their stores first: their positions are read here
         for stage, tasks in zip(plan_stages, self._stage_tasks, strict=True):
-            if tasks and (stream := self.streams.expect(stage, tasks)) is not None:
+            if not tasks or not self.streams.takes_newcomers(stage):
+                continue
+            try:
+                offsets = await asyncio.gather(*(task.expected_input_offset() for task in tasks.values()))
+            except Exception:  # only a head start lost: the join makes the plan
+                log.info("the tasks' positions could not be read ahead", exc_info=True,
+                         extra={"query": self.query.query_id, "stage": stage.name})
+                continue
+            if (stream := self.streams.expect(stage, tasks, dict(zip(tasks, offsets, strict=True)))) is not None:
                 self._expected.append((stream, tasks))
 
     async def _teardown(self) -> None:

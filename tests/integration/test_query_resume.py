@@ -192,14 +192,11 @@ def processed(task: Recording) -> tuple[int, int]:
     return task.slices[0][0], sum(count for *_, count in task.slices)
 
 
-@pytest.mark.parametrize("warm", [True, False], ids=["warmed", "only-held"])
-def test_a_query_standing_by_takes_its_tasks_over_from_where_each_resumes(standing: QueryRunner, kafka: EmbeddedKafka,
-                                                                           warm: bool) -> None:
-    """Warmed: its first batch is reduced before it is held (a worker's first query of the
-    stage); else only held (beside a query of the stage that runs)."""
+def test_a_query_standing_by_takes_its_tasks_over_from_where_each_resumes(standing: QueryRunner,
+                                                                           kafka: EmbeddedKafka) -> None:
     ends = asyncio.run(append(kafka.bootstrap_servers, 0))
-    standing.stand_by({0: 10, 1: 20}, warm)
-    assert standing.warmed.wait(60), "its first batch is held"
+    standing.stand_by({0: 10, 1: 20})
+    assert standing.warmed.wait(60), "its first batch was reduced, and is held"
     stream = standing.stream
     assert stream is not None and stream.isActive and not standing.progressed(), "no batch has ended"
     # The tasks that take over resume inside that batch (partition 0) and where it began (1).
@@ -219,8 +216,8 @@ def test_tasks_that_resume_where_it_began_get_its_batches_as_they_are(standing: 
     """A kill's new owner resumes where the group's offsets were when its query stood by: no
     record is set aside (the batches are not filtered), and each is processed once."""
     ends = asyncio.run(append(kafka.bootstrap_servers, 0))
-    standing.stand_by({0: 10, 1: 20}, False)
-    assert standing.warmed.wait(60), "its first batch is held"
+    standing.stand_by({0: 10, 1: 20})
+    assert standing.warmed.wait(60), "its first batch was reduced, and is held"
     tasks = take_over(standing, {0: 10, 1: 20})
     assert standing._from is None, "no filter"
     committed_through(tasks, ends)

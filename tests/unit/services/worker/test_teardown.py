@@ -39,7 +39,6 @@ from millpond.services.worker import streams as streams_module
 from millpond.services.worker import supervisor as supervisor_module
 from millpond.services.worker import task as task_module
 from millpond.services.worker.assignment import TaskAssignment
-from millpond.services.worker.kinds import new_task
 from millpond.services.worker.query_runner import QueryRunner
 from millpond.services.worker.standby import StandbyReplica
 from millpond.services.worker.state import changelog as changelog_module
@@ -204,7 +203,6 @@ class FakeRunner(QueryRunner):
         """What ``read_through`` says (None: no progress yet, so the query never parks)."""
         self.prepared_at: dict[int, int | None] | None = None
         self.stood_by: dict[int, int] | None = None
-        self.stood_by_warm: bool | None = None
         self.made_ahead = False
         """Whether ``start`` took the plan ``prepare`` made (for the same positions)."""
         self.world.runners.append(self)
@@ -231,11 +229,9 @@ class FakeRunner(QueryRunner):
         self.starts += 1
         self.last_batch_at = time.monotonic()
 
-    def stand_by(self, positions: dict[int, int], warm: bool = True) -> None:
-        """As a query standing by whose first batch was reduced (``warm``) and is held (``start``
-        takes over)."""
+    def stand_by(self, positions: dict[int, int]) -> None:
+        """As a query standing by whose first batch was reduced and is held (``start`` takes over)."""
         self.stood_by = dict(positions)
-        self.stood_by_warm = warm
         self.started, self.stopped = True, False
         self.warmed.set()
 
@@ -259,8 +255,6 @@ def world(changelog: Changelog, monkeypatch: pytest.MonkeyPatch) -> World:
     monkeypatch.setattr(task_module, "AIOKafkaProducer", StepProducer)
     monkeypatch.setattr(changelog_module, "AIOKafkaConsumer", StepConsumer)
     monkeypatch.setattr(streams_module, "QueryRunner", FakeRunner)
-    # As a session that cannot resume a query from a checkpoint written for it (``resumable_plans``: one that can).
-    monkeypatch.setattr(streams_module, "offset_log_conf", lambda _: None)
 
     async def committed_positions(*_: Any) -> dict[TopicPartition, tuple[int, str]]:
         await made.steps.point("committed_positions")
@@ -743,7 +737,7 @@ async def test_the_queries_of_a_stage_park_and_start_again_as_one(tmp_path: Path
         assert zero.failures == 0 and one.failures == 0
     finally:
         await asyncio.gather(zero.stop(), one.stop())
-    assert all(r.stopped for r in world.runners if r.started)
+    assert all(r.stopped for r in world.runners)
 
 
 async def test_a_parked_query_starts_again_alone_while_another_of_its_stage_runs(
@@ -763,7 +757,7 @@ async def test_a_parked_query_starts_again_alone_while_another_of_its_stage_runs
         assert first.running and first.starts == 1 and set(first.tasks) == {0}
     finally:
         await asyncio.gather(zero.stop(), one.stop())
-    assert all(r.stopped for r in world.runners if r.started)
+    assert all(r.stopped for r in world.runners)
 
 
 async def running(supervisors: list[QuerySupervisor], world: World, partitions: set[int]) -> FakeRunner:
@@ -801,7 +795,7 @@ async def test_a_workers_partitions_share_one_spark_query_and_one_leaving_stops_
         assert zero.failures == 0
     finally:
         await zero.stop()
-    assert all(r.stopped for r in world.runners if r.started)
+    assert all(r.stopped for r in world.runners)
 
 
 async def test_a_leaving_worker_stops_its_spark_queries_first_and_its_stores_still_answer(
@@ -836,19 +830,18 @@ def joined_logs(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
 
 
 async def test_a_partition_that_moves_in_gets_a_spark_query_of_its_own_and_the_running_one_goes_on(
-        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+        world: World, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """Partition 0's query has processed batches; partition 1 moves in (a failover, a scale-in):
     it runs in a second query from its own position and partition 0 sees no stop. A query that
     has processed nothing yet is started again with the newcomer instead."""
     caplog.set_level(logging.INFO, logger=streams_module.__name__)
-    committed_at(monkeypatch, RESTORED_TO)  # where its store's copy is too
     zero, one = supervisors_of(tmp_path, world, [{0}, {1}])
     try:
         first = await running([zero], world, {0})
         first.batches = 1
         await first._commit({0: batch()[0]})
         second = await running([one], world, {1})
-        assert second is not first and second.positions_at_start == {1: RESTORED_TO}
+        assert second is not first and second.positions_at_start == {1: None}
         assert second.made_ahead, "its plan was made while its task started"
         assert not await until(lambda: bool(joined_logs(caplog)), world.steps)
         (joined,) = joined_logs(caplog)
@@ -864,7 +857,7 @@ async def test_a_partition_that_moves_in_gets_a_spark_query_of_its_own_and_the_r
     assert not await until(lambda: second.stopped, world.steps), "the held step was reached"
     assert second.stopped and not first.stopped, "the second query stops with its last partition"
     await zero.stop()
-    assert all(r.stopped for r in world.runners if r.started)
+    assert all(r.stopped for r in world.runners)
 
 
 async def test_a_partition_whose_task_starts_at_once_still_gets_the_plan_made_ahead(
@@ -874,14 +867,13 @@ async def test_a_partition_whose_task_starts_at_once_still_gets_the_plan_made_ah
     from the position expected, and the query starts with it (it was made at the join instead,
     from the start: 0.2-0.7 s of the failover in bench.failover's kills with no standby)."""
     caplog.set_level(logging.INFO, logger=streams_module.__name__)
-    committed_at(monkeypatch, RESTORED_TO)  # where its store's copy is too
     zero, one = supervisors_of(tmp_path, world, [{0}, {1}])
     try:
         first = await running([zero], world, {0})
         first.batches = 1
         monkeypatch.setattr(streams_module, "SETTLE_S", 0.05)  # longer than the fake task's whole start
         second = await running([one], world, {1})
-        assert second is not first and second.positions_at_start == {1: RESTORED_TO}
+        assert second is not first and second.positions_at_start == {1: None}
         assert second.made_ahead, "its plan was made while its task started"
         assert not await until(lambda: bool(joined_logs(caplog)), world.steps)
         (joined,) = joined_logs(caplog)
@@ -963,57 +955,6 @@ async def test_a_plan_that_fits_other_positions_is_taken_where_the_task_resumes_
     assert all(r.stopped for r in world.runners if r.started)
 
 
-async def test_a_moved_in_partitions_query_stands_by_from_where_it_is_expected_and_its_join_takes_it_over(
-        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Beside a running query, in a session that resumes queries from checkpoints: the query a
-    moved-in partition gets is started while its task starts, from the group's committed
-    position, its first batch held but not reduced (the stage's code runs here already), and
-    the join takes that query over instead of starting one."""
-    resumable_plans(monkeypatch)
-    committed_at(monkeypatch, 40)
-    zero, one = supervisors_of(tmp_path, world, [{0}, {1}])
-    try:
-        first = await running([zero], world, {0})
-        first.batches = 1
-        second = await running([one], world, {1})
-        assert second.stood_by == {1: 40} and second.stood_by_warm is False
-        assert not await until(lambda: second.starts > 0, world.steps)
-        assert second.made_ahead and second.starts == 1 and second.positions_at_start == {1: 40}
-        assert second.tasks == one.tasks and len(world.runners) == 2
-        assert first.running and first.starts == 1
-    finally:
-        await asyncio.gather(zero.stop(), one.stop())
-    assert all(r.stopped for r in world.runners if r.started)
-
-
-async def test_a_query_standing_by_for_tasks_that_do_not_join_is_stopped(
-        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Their supervisor stops before they joined (``unexpect``), or the stage's stream closes:
-    the query started for them stops, and none is left running."""
-    resumable_plans(monkeypatch)
-    committed_at(monkeypatch, 40)
-    (zero,) = supervisors_of(tmp_path, world, [{0}])
-    stage = only_stage(zero)
-    try:
-        first = await running([zero], world, {0})
-        first.batches = 1
-        stream = zero.streams._streams[QUERY, stage.name]
-        for closing in (False, True):
-            task = new_task(zero.settings, stage, 1)
-            stream.expect({1: task})
-            assert not await until(lambda: world.runners[-1] is not first and world.runners[-1].running, world.steps)
-            standing = world.runners[-1]
-            assert standing.stood_by == {1: 40} and not standing.starts
-            if closing:
-                await zero.stop()
-            else:
-                stream.unexpect({1: task})
-            assert not await until(lambda r=standing: r.stopped, world.steps), "no query stands by for tasks that left"
-    finally:
-        await zero.stop()
-    assert all(r.stopped for r in world.runners if r.started)
-
-
 def only_stage(supervisor: QuerySupervisor) -> Stage:
     query = supervisor.query
     meta = supervisor.metastore
@@ -1085,7 +1026,7 @@ async def test_a_query_standing_by_over_an_idle_input_stops_and_its_plan_is_kept
     resumable_plans(monkeypatch)
     monkeypatch.setattr(FakeRunner, "progressed", lambda self: self.running)
 
-    def stand_by(self: FakeRunner, positions: dict[int, int], warm: bool = True) -> None:
+    def stand_by(self: FakeRunner, positions: dict[int, int]) -> None:
         self.stood_by, self.started, self.stopped = dict(positions), True, False  # no batch: not warmed
     monkeypatch.setattr(FakeRunner, "stand_by", stand_by)
     committed_at(monkeypatch, 40)
@@ -1190,7 +1131,7 @@ async def test_a_query_that_has_processed_nothing_starts_again_with_a_newcomer(
         assert zero.failures == 0 and one.failures == 0
     finally:
         await asyncio.gather(zero.stop(), one.stop())
-    assert all(r.stopped for r in world.runners if r.started)
+    assert all(r.stopped for r in world.runners)
 
 
 async def test_a_task_whose_commit_fails_leaves_the_query_alone(
@@ -1247,7 +1188,7 @@ async def test_a_stream_whose_spark_query_cannot_be_asked_fails_its_members(
         assert "the JVM is gone" in zero.reason and "the JVM is gone" in one.reason
     finally:
         await asyncio.gather(zero.stop(), one.stop())
-    assert all(r.stopped for r in world.runners if r.started)
+    assert all(r.stopped for r in world.runners)
 
 
 async def test_a_stream_asks_its_spark_query_off_the_loop(
@@ -1283,7 +1224,7 @@ async def test_a_restart_fails_a_partition_whose_last_commit_did_not_end_cleanly
         assert not await until(lambda: any(r.running and set(r.tasks) == {1} for r in world.runners), world.steps)
     finally:
         await asyncio.gather(zero.stop(), one.stop())
-    assert all(r.stopped for r in world.runners if r.started)
+    assert all(r.stopped for r in world.runners)
 
 
 async def test_a_task_refuses_a_batch_across_its_position_or_during_a_commit(world: World, tmp_path: Path) -> None:
