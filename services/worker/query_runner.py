@@ -390,7 +390,7 @@ class QueryRunner:
         # Records before a position are set aside only where it is past where the query began:
         # the filter's plan is another generated code, compiled in the batch that first runs it
         # (0.4-0.6 s of Spark on a busy worker; a kill's new owner resumes where it began).
-        later = {p: o for p, o in positions.items() if o is not None and o > began[p]}
+        later = any(o is not None and o > began[p] for p, o in positions.items())
         self._from = {p: o for p, o in positions.items() if o is not None} if later else None
         self._taken_over = True
         hold.set()
