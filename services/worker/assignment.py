@@ -35,6 +35,7 @@ from millpond.shared.catalog.topology import REGROUP_STAGE, Stage, stages
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import NotFoundError
 from millpond.shared.events import wait_at_most
+from millpond.shared.kafka.admin import GROUP_OFFSETS, GroupOffsets
 from millpond.shared.task_status import STARTING, STOPPING, StoreLag, TaskReport
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,9 @@ class TaskAssignment:
         """The end offsets of the parked streams' inputs (``StageStream``)."""
         self.streams = StageStreams(settings, lambda: self.spark.get(), self.inputs, moved)
         """One Spark query per stage of each query this worker runs, over all its partitions."""
+        self.group_offsets = GroupOffsets(settings.kafka)
+        """Where the tasks started here read their groups' committed positions (``run`` sets it
+        in ``GROUP_OFFSETS`` for them): one admin client kept open, instead of one a read."""
         self._planned = False
         """Whether ``_ready_plans`` has run since the Spark session was ready."""
         self._dirty = asyncio.Event()
@@ -168,6 +172,7 @@ class TaskAssignment:
     async def run(self, stop: asyncio.Event) -> None:
         """Reconcile whenever something changed (and at least every second) until ``stop``."""
         self._loop = asyncio.get_running_loop()
+        GROUP_OFFSETS.set(self.group_offsets)  # for the supervisors and streams' jobs started from here
         while not stop.is_set():
             await wait_at_most(self._dirty, 1.0)
             if stop.is_set():
@@ -332,6 +337,7 @@ class TaskAssignment:
                          *(replica.stop() for replica in replicas), *(stop for stop, _ in self._stopping.values())])
         await self.streams.stop()
         await self.inputs.stop()
+        await self.group_offsets.close()
         close_handed()
 
 

@@ -36,7 +36,14 @@ from millpond.shared.catalog.queries import PersistentQuery
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.catalog.topology import stages
 from millpond.shared.config import WorkerSettings
-from millpond.shared.kafka.admin import committed_offsets, committed_positions, end_offsets, ensure_topic
+from millpond.shared.kafka.admin import (
+    GROUP_OFFSETS,
+    GroupOffsets,
+    committed_offsets,
+    committed_positions,
+    end_offsets,
+    ensure_topic,
+)
 from millpond.shared.kafka.connection import KafkaConnection
 from millpond.shared.sql.parser import parse_statement
 from millpond.shared.task_status import RESTORING, RUNNING, STARTING, now_ms
@@ -320,6 +327,40 @@ async def test_a_stage_feeding_another_commits_how_far_its_output_reached(kafka:
     finally:
         await successor.stop()
     assert (await committed_positions(kafka_connection, group, [tp]))[tp] == (5, "")  # a result stage's: none
+
+
+async def test_tasks_read_their_positions_through_the_group_offsets_set_for_them(kafka: EmbeddedKafka,
+                                                                                   tmp_path: Path) -> None:
+    """As a worker's do: each task that starts reads where to resume (ahead of its fence, then
+    after it) through the one admin client of the ``GroupOffsets`` in its context."""
+    meta, service_id = await _setup(kafka, "CREATE TABLE totals AS SELECT k, COUNT(*) AS n FROM events GROUP BY k")
+    query = next(iter(meta.queries.values()))
+    source, sink = meta.source("EVENTS"), meta.source("TOTALS")
+    reader = GroupOffsets(KafkaConnection(kafka.bootstrap_servers))
+    token = GROUP_OFFSETS.set(reader)
+    try:
+        first = AggregationTask(_settings(kafka, service_id, "first", tmp_path), query, source, sink, 0)
+        assert await first.expected_input_offset() is None
+        client = reader._admin
+        assert client is not None
+        await first.start()
+        try:
+            assert first.start_input_offset is None
+            assert await first.commit(AggregateSlice(0, 4, partials=[(b"k1", [[5]])]))
+        finally:
+            await first.stop()
+        second = AggregationTask(_settings(kafka, service_id, "second", tmp_path), query, source, sink, 0)
+        assert await second.expected_input_offset() == 5
+        await second.start()
+        try:
+            assert second.start_input_offset == 5 and second.store is not None and second.store.get(b"k1") == [[5]]
+        finally:
+            await second.stop()
+        assert reader._admin is client  # one client for the four reads
+    finally:
+        GROUP_OFFSETS.reset(token)
+        await reader.close()
+    assert reader._admin is None
 
 
 async def test_a_regroup_task_restores_what_it_counted_from_its_changelog(kafka: EmbeddedKafka, tmp_path: Path) -> None:
