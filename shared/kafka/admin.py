@@ -53,9 +53,9 @@ class GroupOffsets:
     A task reads its group's committed position as it starts, and once before its fence so that
     its Spark query's plan is made meanwhile: both on a moved partition's way back to
     processing. An admin client opened for each read first connects and asks the cluster's
-    metadata, then finds the group's coordinator and connects to it: about 0.17 s of a handoff
-    on this machine's busy cores, where the read itself is one round trip. The worker opens one
-    and sets it in ``GROUP_OFFSETS`` for the tasks it runs. A lost connection is mended by the
+    metadata, then finds the group's coordinator and connects to it: 5.8-6.9 ms a read against
+    1.3-1.4 ms through a client kept open, on an idle broker. The worker opens one and sets it
+    in ``GROUP_OFFSETS`` for the tasks it runs. A lost connection is mended by the
     client; a read that fails otherwise drops it, and the next read opens another."""
 
     def __init__(self, kafka: KafkaConnection):
