@@ -302,9 +302,14 @@ class TaskAssignment:
                 self._stop_in_background(key, self.supervisors.pop(key))
             if want and query is not None:
                 starting.append((query, partition))
+        starting = [(query, partition) for query, partition in starting
+                    # started by the reconcile that follows its tasks' stop
+                    if not any(stopping_query == query.query_id for stopping_query, _ in self._stopping)]
+        together: dict[str, list[int]] = {}
         for query, partition in starting:
-            if any(stopping_query == query.query_id for stopping_query, _ in self._stopping):
-                continue  # started by the reconcile that follows its tasks' stop
+            together.setdefault(query.query_id, []).append(partition)
+        self.streams.started_together(together)
+        for query, partition in starting:
             supervisor = QuerySupervisor(self.settings, self.metastore, query, {partition}, self.streams)
             self.supervisors[query.query_id, partition] = supervisor
             supervisor.start()

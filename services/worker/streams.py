@@ -38,10 +38,11 @@ query of the stage is parked, they start again as one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from aiokafka import TopicPartition
@@ -63,7 +64,8 @@ PARKED_WATCH_INTERVAL_S = 5.0
 """How long a parked stream sleeps unless its worker's input moved or its members changed."""
 SETTLE_S = 0.05
 """How long a change of members waits for others before it is acted on (the supervisors of
-a worker's partitions start at about the same time)."""
+a worker's partitions start at about the same time); not once every partition whose task
+started with them has come (``StageStreams.started_together``)."""
 RUNNER_STOP_TIMEOUT_S = 30.0
 """How long a stop waits for a Spark query to end (it waits for its running batch)."""
 LEAVE_TIMEOUT_S = 2 * RUNNER_STOP_TIMEOUT_S + 10.0
@@ -88,18 +90,24 @@ class StageStream:
     """The Spark queries of one stage of one query on this worker, over the joined tasks."""
 
     def __init__(self, settings: WorkerSettings, stage: Stage, spark: Callable[[], Awaitable[SparkSession]],
-                 inputs: InputWatch | None, committed: Callable[[], None] | None = None):
+                 inputs: InputWatch | None, committed: Callable[[], None] | None = None,
+                 together: Mapping[str, frozenset[int]] | None = None):
         self.settings = settings
         self.stage = stage
         self.inputs = inputs
         self.committed = committed
         """Told each time its Spark queries' tasks committed a batch (``QueryRunner.on_committed``)."""
+        self._together = together if together is not None else {}
+        """Per query id, the partitions whose tasks the worker started together last
+        (``StageStreams.started_together``): what a change of members waits for (``_settle``)."""
         self._spark = spark
         self.members: dict[int, Task[Any]] = {}
         """The joined tasks by partition; each is in one runner's ``tasks`` once it started."""
         self._ended: dict[int, asyncio.Future[str]] = {}
         """Per member, the future its supervisor awaits: set with why the stream cannot run it."""
         self._changed = asyncio.Event()
+        self._came = asyncio.Event()
+        """Set when tasks join or are expected (what ``_settle`` waits for)."""
         self._moves_seen = 0
         """The input watch's ``moves`` when the current step began."""
         self.runners: list[QueryRunner] = []
@@ -133,6 +141,7 @@ class StageStream:
                 if runner.tasks.get(partition) not in (None, task):
                     del runner.tasks[partition]
         self._changed.set()
+        self._came.set()
         if self._job is None:
             self._job = asyncio.create_task(self._run(), name=f"stream-{self.stage.query.query_id}-{self.stage.name}")
         return ended
@@ -165,6 +174,7 @@ class StageStream:
         for partition, task in tasks.items():
             if self.members.get(partition) is not task:
                 self._expected[partition] = (task, positions[partition])
+        self._came.set()
         if self._preparing is not None:  # its plan would lack these: a later one replaces it
             self._preparing.cancel()
         self._preparing = asyncio.create_task(self._prepare(), name=f"prepare-{self.stage.query.query_id}")
@@ -274,10 +284,26 @@ class StageStream:
         """Whether an expected task has not joined yet."""
         return any(self.members.get(p) is not task for p, (task, _) in self._expected.items())
 
+    async def _settle(self, come: Callable[[], Iterable[int]]) -> None:
+        """Wait up to ``SETTLE_S`` for the partitions whose tasks start with those that have
+        ``come``: until every one the worker started together with them has come (at once for
+        a partition that moves in alone, as in a kill's failover). Not knowing which started
+        together, the whole ``SETTLE_S``."""
+        deadline = asyncio.get_running_loop().time() + SETTLE_S
+        while True:
+            together = {p for p in self._together.get(self.stage.query.query_id, ()) if p < self.stage.partitions}
+            remaining = deadline - asyncio.get_running_loop().time()
+            if (together and together <= set(come())) or remaining <= 0:
+                return
+            self._came.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await self._came.wait()
+
     async def _prepare(self) -> QueryRunner | None:
         """A runner over the expected tasks with its query's plan made, after the same wait as
         a join's (the tasks of a worker's partitions start at about the same time)."""
-        await asyncio.sleep(SETTLE_S)
+        await self._settle(lambda: {*self._expected, *self.members})
         running = {p for runner in self.runners for p in runner.tasks}
         expected = {p: (task, position) for p, (task, position) in self._expected.items()
                     if self.members.get(p) is not task or p not in running}
@@ -356,7 +382,7 @@ class StageStream:
         """Act on a change of members; else look at each running query (failed? idle? how
         far has it read?) and, when all are parked, at their input."""
         if self._changed.is_set():
-            await asyncio.sleep(SETTLE_S)
+            await self._settle(lambda: self.members)
             self._changed.clear()
             await self._reconcile()
             return
@@ -605,6 +631,8 @@ class StageStreams:
         self.committed = committed
         """Told each time a stream's tasks committed a batch."""
         self._streams: dict[tuple[str, str], StageStream] = {}
+        self._together: dict[str, frozenset[int]] = {}
+        """Per query id, the partitions whose tasks were last started together (``started_together``)."""
         self._stopped = False
         """Set by ``stop``: no stream is made any more."""
 
@@ -622,8 +650,18 @@ class StageStreams:
             stream._drop_ready()
             stream = None
         if stream is None:
-            stream = self._streams[key] = StageStream(self.settings, stage, self.spark, self.inputs, self.committed)
+            stream = self._streams[key] = StageStream(self.settings, stage, self.spark, self.inputs, self.committed, self._together)
         return stream, stream.join(tasks)
+
+    def started_together(self, starting: Mapping[str, Iterable[int]]) -> None:
+        """Per query id, the partitions whose tasks start now, together (one reconcile of the
+        worker's assignment): the query's stage streams act on them once all have come, without
+        waiting ``SETTLE_S`` for more. What other queries with no stream here started before is
+        forgotten (they wait the whole ``SETTLE_S`` again, as without this)."""
+        kept = {query for query, _ in self._streams} | starting.keys()
+        for query in [q for q in self._together if q not in kept]:
+            del self._together[query]
+        self._together.update({query: frozenset(partitions) for query, partitions in starting.items()})
 
     def ready(self, copies: dict[tuple[str, str], tuple[Stage, frozenset[int]]]) -> None:
         """Per (query id, stage name), the stage and the partitions this worker keeps copies of
@@ -638,7 +676,7 @@ class StageStreams:
                     del self._streams[key]
         for key, (stage, partitions) in copies.items():
             if key not in self._streams and partitions:
-                self._streams[key] = StageStream(self.settings, stage, self.spark, self.inputs, self.committed)
+                self._streams[key] = StageStream(self.settings, stage, self.spark, self.inputs, self.committed, self._together)
             if (kept := self._streams.get(key)) is not None and kept.stage.query.plan == stage.query.plan:
                 kept.ready(partitions)
 

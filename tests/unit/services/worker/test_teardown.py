@@ -515,11 +515,14 @@ async def test_a_supervisor_that_never_stops_holds_up_neither_the_others_nor_the
     tasks.take(1, {QUERY: {0, 1}, "CSAS_HOT_1": {0, 1}}, set())
     await tasks._reconcile()
     await asyncio.sleep(0)
+    # The streams learn which partitions' tasks each reconcile starts together (``StageStream._settle``).
+    assert tasks.streams._together == {QUERY: {0, 1}, "CSAS_HOT_1": {0, 1}}
     try:
         tasks.take(2, {"CST_S_2": {0, 1}}, set())
         async with asyncio.timeout(2):  # not the 60 s the stuck stop may take
             await tasks._reconcile()
             assert set(tasks.supervisors) == {("CST_S_2", 0), ("CST_S_2", 1)}
+            assert tasks.streams._together == {"CST_S_2": {0, 1}}, "those of queries with no stream here forgotten"
             while len(stopped) < 2:  # noqa: ASYNC110 (the background stops append)
                 await asyncio.sleep(0.01)
         assert stopped == ["CSAS_HOT_1", "CSAS_HOT_1"]  # one supervisor per partition
@@ -530,6 +533,7 @@ async def test_a_supervisor_that_never_stops_holds_up_neither_the_others_nor_the
         tasks.take(3, {"CST_S_2": {0, 1}, QUERY: {0}}, {(QUERY, 1)})
         async with asyncio.timeout(2):
             await tasks._reconcile()
+        assert QUERY not in tasks.streams._together, "a task that waits for its stop has not started"
         assert set(tasks.supervisors) == {("CST_S_2", 0), ("CST_S_2", 1)} and not tasks.standbys
         release.set()
         async with asyncio.timeout(5):
@@ -1240,3 +1244,42 @@ async def test_a_task_refuses_a_batch_across_its_position_or_during_a_commit(wor
     async with asyncio.timeout(5):
         await task.stop()
     assert applying.done()
+
+
+async def test_a_partition_that_moves_in_alone_is_acted_on_without_the_settle(
+        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker's reconcile says which partitions' tasks it starts together: one that moves
+    in alone (a kill's failover moves one to each survivor) gets its plan made and its query
+    started without the settle's wait for others (a minute here, past the test's wait)."""
+    zero, one = supervisors_of(tmp_path, world, [{0}, {1}])
+    try:
+        first = await running([zero], world, {0})
+        first.batches = 1
+        monkeypatch.setattr(streams_module, "SETTLE_S", 60.0)
+        one.streams.started_together({QUERY: [1]})
+        second = await running([one], world, {1})
+        assert second is not first and second.made_ahead, "its plan was made while its task started"
+        assert first.running and first.starts == 1
+    finally:
+        await asyncio.gather(zero.stop(), one.stop())
+    assert all(r.stopped for r in world.runners if r.started)
+
+
+async def test_partitions_started_together_wait_for_each_other_and_no_longer(
+        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Partitions whose tasks start together get one Spark query once all have joined, at once
+    then, not a settle later; one that joined first waits for the others (the settle, a minute
+    here, has not passed)."""
+    zero, one = supervisors_of(tmp_path, world, [{0}, {1}])
+    monkeypatch.setattr(streams_module, "SETTLE_S", 60.0)
+    zero.streams.started_together({QUERY: [0, 1]})
+    try:
+        zero.start()
+        assert not await until(lambda: zero.tasks_started, world.steps)
+        await asyncio.sleep(0.1)
+        assert not world.runners, "no query for partition 0 alone while partition 1 starts"
+        runner = await running([one], world, {0, 1})
+        assert len(world.runners) == 1 and runner.starts == 1
+    finally:
+        await asyncio.gather(zero.stop(), one.stop())
+    assert all(r.stopped for r in world.runners if r.started)
