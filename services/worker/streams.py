@@ -286,14 +286,17 @@ class StageStream:
 
     async def _settle(self, come: Callable[[], Iterable[int]]) -> None:
         """Wait up to ``SETTLE_S`` for the partitions whose tasks start with those that have
-        ``come``: until every one the worker started together with them has come (at once for
-        a partition that moves in alone, as in a kill's failover). Not knowing which started
-        together, the whole ``SETTLE_S``."""
+        ``come`` (and that no Spark query runs yet): until every one the worker started together
+        with them has come (at once for a partition that moves in alone, as in a kill's
+        failover). Not knowing which started together (a newcomer the last reconcile did not
+        start, as a supervisor's restart), the whole ``SETTLE_S``."""
         deadline = asyncio.get_running_loop().time() + SETTLE_S
         while True:
             together = {p for p in self._together.get(self.stage.query.query_id, ()) if p < self.stage.partitions}
+            came = set(come())
+            newcomers = came - {p for runner in self.runners for p in runner.tasks}
             remaining = deadline - asyncio.get_running_loop().time()
-            if (together and together <= set(come())) or remaining <= 0:
+            if (together and newcomers <= together <= came) or remaining <= 0:
                 return
             self._came.clear()
             with contextlib.suppress(TimeoutError):

@@ -1283,3 +1283,21 @@ async def test_partitions_started_together_wait_for_each_other_and_no_longer(
     finally:
         await asyncio.gather(zero.stop(), one.stop())
     assert all(r.stopped for r in world.runners if r.started)
+
+
+async def test_a_newcomer_the_last_reconcile_did_not_start_waits_the_settle(
+        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the worker last started together is no reason to act at once on a partition it did
+    not start with them (a supervisor that restarts on its own): that one waits the settle."""
+    zero, one = supervisors_of(tmp_path, world, [{0}, {1}])
+    monkeypatch.setattr(streams_module, "SETTLE_S", 60.0)
+    zero.streams.started_together({QUERY: [0]})
+    try:
+        await running([zero], world, {0})
+        one.start()
+        assert not await until(lambda: one.tasks_started, world.steps)
+        await asyncio.sleep(0.1)
+        assert len(world.runners) == 1 and set(world.runners[0].tasks) == {0}, "partition 1 waits the settle"
+    finally:
+        await asyncio.gather(zero.stop(), one.stop())
+    assert all(r.stopped for r in world.runners if r.started)
