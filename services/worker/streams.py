@@ -284,6 +284,10 @@ class StageStream:
         """Whether an expected task has not joined yet."""
         return any(self.members.get(p) is not task for p, (task, _) in self._expected.items())
 
+    def _running(self) -> set[int]:
+        """The partitions the stage's Spark queries here run."""
+        return {p for runner in self.runners for p in runner.tasks}
+
     async def _settle(self, come: Callable[[], Iterable[int]]) -> None:
         """Wait up to ``SETTLE_S`` for the partitions whose tasks start with those that have
         ``come`` (and that no Spark query runs yet): until every one the worker started together
@@ -294,7 +298,7 @@ class StageStream:
         while True:
             together = {p for p in self._together.get(self.stage.query.query_id, ()) if p < self.stage.partitions}
             came = set(come())
-            newcomers = came - {p for runner in self.runners for p in runner.tasks}
+            newcomers = came - self._running()
             remaining = deadline - asyncio.get_running_loop().time()
             if (together and newcomers <= together <= came) or remaining <= 0:
                 return
@@ -307,7 +311,7 @@ class StageStream:
         """A runner over the expected tasks with its query's plan made, after the same wait as
         a join's (the tasks of a worker's partitions start at about the same time)."""
         await self._settle(lambda: {*self._expected, *self.members})
-        running = {p for runner in self.runners for p in runner.tasks}
+        running = self._running()
         expected = {p: (task, position) for p, (task, position) in self._expected.items()
                     if self.members.get(p) is not task or p not in running}
         if not expected or not self.takes_newcomers():
@@ -432,7 +436,7 @@ class StageStream:
             if not runner.tasks:
                 self.runners.remove(runner)
                 await self._retire(runner)
-        running = {p for runner in self.runners for p in runner.tasks}
+        running = self._running()
         pending = self._settled({p: task for p, task in self.members.items() if p not in running})
         if not pending:
             return
