@@ -148,15 +148,20 @@ class StandbyReplica:
         path = store_path(self.settings, self.store_name, self.partition)
         store = self.store = await opened(path, self.max_age_ms, now_ms())
         marked = 0
-        reader: ChangelogReader | TableTopicReader = (
-            ChangelogReader(self.settings.kafka, self.changelog, store, fetch_max_wait_ms=FETCH_WAIT_MS)
-            if self.table is None
-            else TableTopicReader(self.settings.kafka, self.table, self.partition, store, fetch_max_wait_ms=FETCH_WAIT_MS))
-        # The end is asked on a consumer that never fetches: on the reader's, the question
-        # would wait behind its fetch, which the broker holds up to FETCH_WAIT_MS while nothing
-        # is committed (a copy of an empty changelog, or of a table's topic at its end, had no
-        # lag to report for that long).
-        ends = self.settings.kafka.end_offsets_consumer()
+        try:
+            reader: ChangelogReader | TableTopicReader = (
+                ChangelogReader(self.settings.kafka, self.changelog, store, fetch_max_wait_ms=FETCH_WAIT_MS)
+                if self.table is None
+                else TableTopicReader(self.settings.kafka, self.table, self.partition, store, fetch_max_wait_ms=FETCH_WAIT_MS))
+            # The end is asked on a consumer that never fetches: on the reader's, the question
+            # would wait behind its fetch, which the broker holds up to FETCH_WAIT_MS while nothing
+            # is committed (a copy of an empty changelog, or of a table's topic at its end, had no
+            # lag to report for that long).
+            ends = self.settings.kafka.end_offsets_consumer()
+        except BaseException:  # e.g. an unreadable TLS file: the retry must find the store's lock free
+            self.store = None
+            store.close()
+            raise
         replayed = self.changelog if self.table is None else TopicPartition(self.table.topic, self.partition)
 
         async def end_offset() -> int:

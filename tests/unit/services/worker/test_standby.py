@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from millpond.services.worker import standby
 from millpond.services.worker.assignment import TaskAssignment, _stop_all
 from millpond.services.worker.standby import StandbyReplica
 from millpond.services.worker.state import table_topic
@@ -98,6 +99,29 @@ async def test_a_restarted_standby_resumes_where_its_store_is(changelog: Changel
         await second.stop()
     assert FakeConsumer.seeks == [0, 2]  # the second read only what the first had not applied
     assert stored(tmp_path) == ({b"s1": [[5]], b"s2": [[1]]}, 4, 30)
+
+
+async def test_a_standby_whose_reader_cannot_be_built_releases_its_store_for_the_retry(
+        changelog: Changelog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    changelog.commit_batch({b"s1": [[1]]}, reaches=10)
+    built = standby.ChangelogReader
+    failures = []
+
+    def reader_once_unbuildable(*args: Any, **kwargs: Any) -> Any:
+        if not failures:
+            failures.append(1)
+            raise OSError("the TLS CA file cannot be read")  # as client_args() raises for a missing file
+        return built(*args, **kwargs)
+
+    monkeypatch.setattr(standby, "ChangelogReader", reader_once_unbuildable)
+    copy = replica(tmp_path)
+    copy.start()
+    try:  # held open, the store's RocksDB lock would fail every retry's open
+        await until(lambda: copy.caught_up, "the copy caught up after its retry")
+    finally:
+        await copy.stop()
+    assert failures == [1]
+    assert stored(tmp_path) == ({b"s1": [[1]]}, 1, 10)
 
 
 async def test_a_paused_standby_applies_nothing_but_reports_its_lag(changelog: Changelog, tmp_path: Path) -> None:
