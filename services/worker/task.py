@@ -755,7 +755,7 @@ class EventTimeTask(AggregationTask):
         """Restore as any aggregation, then take the stream time the store reached."""
         await super().start()
         assert self.store is not None
-        self.stream_time = self.store.position(STREAM_TIME) or -1
+        self.stream_time = self.store.stream_time()
 
 
 class WindowedAggregationTask(EventTimeTask):

@@ -149,6 +149,12 @@ class PartitionStore:
         raw = self._meta.get(name)
         return None if raw is None else int(raw)
 
+    def stream_time(self) -> int:
+        """The latest event time the states reflect (``STREAM_TIME``), -1 when none is stored;
+        0 is a time (events at the epoch), not none."""
+        stored = self.position(STREAM_TIME)
+        return -1 if stored is None else stored
+
     def write(self, states: Mapping[bytes, bytes], positions: Mapping[bytes, int],
               deleted: Iterable[bytes] = ()) -> None:
         """Atomically write encoded states, deletions and positions."""
@@ -175,7 +181,7 @@ class PartitionStore:
         positions = {CHANGELOG_OFFSET: position}
         stream_time = max((t for r in records if (t := header_int(r, STREAM_TIME_HEADER)) is not None), default=None)
         if stream_time is not None:
-            positions[STREAM_TIME] = max(stream_time, self.position(STREAM_TIME) or -1)
+            positions[STREAM_TIME] = max(stream_time, self.stream_time())
         if input_offset is not None:
             positions[INPUT_OFFSET] = input_offset
         if pending_input_offset is not None:

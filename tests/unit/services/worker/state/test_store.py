@@ -112,6 +112,21 @@ def test_a_changelog_tombstone_deletes_its_window_and_the_stream_time_header_onl
         store.close()
 
 
+def test_a_stream_time_at_the_epoch_is_a_time_not_none(tmp_path: Path) -> None:
+    """Events stamped 0 (and before the epoch) are events: a copy that reached stream time 0
+    keeps it, and a restarted or promoted task closes windows by it, not by -1."""
+    store = PartitionStore(tmp_path / "copy")
+    try:
+        assert store.stream_time() == -1
+        header = ((STREAM_TIME_HEADER, b"0"),)
+        store.apply_changelog([Record(0, b"a", encode_state([1]), header)], 1, None)
+        assert (store.position(STREAM_TIME), store.stream_time()) == (0, 0)
+        store.apply_changelog([Record(1, b"b", encode_state([2]), ((STREAM_TIME_HEADER, b"-5"),))], 2, None)
+        assert store.stream_time() == 0  # an older transaction's header never moves it back
+    finally:
+        store.close()
+
+
 def test_a_kept_store_older_than_its_topic_keeps_tombstones_starts_empty(tmp_path: Path) -> None:
     """``open_kept``: a store last brought up to date within the age keeps its rows and
     positions; an older one (it may have missed a delete the topic no longer holds) opens
