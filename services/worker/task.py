@@ -968,13 +968,23 @@ class TableTask(StoreTask[MaterializeSlice]):
         bad: list[BadRecord] = []
         applied = 0
         deadline = time.monotonic() + CATCH_UP_S
-        while reader.position < end and time.monotonic() < deadline:
-            applied += await reader.fetch(CATCH_UP_WAIT_MS, lambda *record: bad.append(BadRecord(*record)))
-        if applied:
-            self.last_applied_ms = now_ms()
-            async with self._transaction():
-                await self._send_bad(bad)
-                await self._commit_input(reader.position)
+        assert self.store is not None
+        stored = self.store.position(INPUT_OFFSET)
+        try:
+            while reader.position < end and time.monotonic() < deadline:
+                applied += await reader.fetch(CATCH_UP_WAIT_MS, lambda *record: bad.append(BadRecord(*record)))
+            if applied:
+                self.last_applied_ms = now_ms()
+                async with self._transaction():
+                    await self._send_bad(bad)
+                    await self._commit_input(reader.position)
+        except BaseException:
+            # Not committed (cancelled, fenced, a broker error): the store's position goes back
+            # to where it was, so the next start applies the same records again (each key's
+            # last one wins: the same rows) and logs the ones left out, which this one never did.
+            if stored is not None and self.store.position(INPUT_OFFSET) != stored:
+                self.store.write({}, {INPUT_OFFSET: stored})
+            raise
 
     def rebuilding(self) -> bool:
         """Whether the store still lacks part of what the topic held when the task started."""

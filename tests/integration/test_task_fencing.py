@@ -281,6 +281,50 @@ async def test_a_kept_table_store_catches_up_at_start_where_python_reads_as_spar
     assert await committed_offsets(KafkaConnection(kafka.bootstrap_servers), group, [tp]) == {tp: 9}
 
 
+async def test_a_catch_up_that_does_not_commit_leaves_the_store_where_it_was(kafka: EmbeddedKafka, tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``ReplayedTableTask`` whose catch-up applied its tail but whose transaction then
+    failed (fenced, a broker error, a cancel) has not logged the record it left out: its store's
+    position goes back, so the next start applies the tail again and logs that record, once."""
+    service_id, query, source = await _source_table(kafka)
+    settings = _settings(kafka, service_id, "w1", tmp_path)
+    await _write_table(kafka, service_id, source.topic, [("k0", 0)])  # offset 0, marker 1
+    first = TableTask(settings, query, source, source, 0)
+    await first.start()
+    try:
+        assert await first.commit(MaterializeSlice(0, 0, count=1, latest=[(b"k0", [0])]))
+    finally:
+        await first.stop()
+    await _write_table(kafka, service_id, source.topic, [("k1", 1), ("k2", b"{not json")])  # offsets 2-3, marker 4
+
+    async def broker_error(self: ReplayedTableTask, offset: int) -> None:
+        raise KafkaError("the broker went away")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(ReplayedTableTask, "_commit_input", broker_error)
+        failing = ReplayedTableTask(settings, query, source, source, 0)
+        try:
+            with pytest.raises(KafkaError):
+                await failing.start()
+        finally:
+            await failing.stop()
+    store = PartitionStore(store_path(settings, query.query_id, 0))
+    try:
+        assert store.position(INPUT_OFFSET) == 1  # not past the tail it applied but never committed
+    finally:
+        store.close()
+
+    replayed = ReplayedTableTask(settings, query, source, source, 0)
+    await replayed.start()
+    try:
+        assert replayed.next_input_offset == 5 and replayed.store is not None
+        assert {k: replayed.store.get(f"k{k}".encode()) for k in range(3)} == {0: [0], 1: [1], 2: None}
+    finally:
+        await replayed.stop()
+    logged = await _committed(kafka.bootstrap_servers, processing_log_topic(service_id))
+    assert [(entry["SOURCE_OFFSET"], entry["RECORD"]) for _, entry in logged] == [(3, "{not json")]
+
+
 async def test_a_stage_feeding_another_commits_how_far_its_output_reached(kafka: EmbeddedKafka, tmp_path: Path) -> None:
     """A stage whose sink the next stage reads keeps, with each committed input offset, the
     offset after its last record per sink partition (what a consistency token is carried
