@@ -21,7 +21,8 @@ def _one_of(*values: str) -> Callable[[str], str | None]:
 
 
 def _count(value: str) -> str | None:
-    return None if value.isdigit() else "takes a whole number of 0 or more"
+    # isdigit alone takes "²" and other digits int() refuses; 18 digits fit any BIGINT.
+    return None if value.isascii() and value.isdigit() and len(value) <= 18 else "takes a whole number of 0 or more"
 
 
 PROPERTIES: dict[str, Callable[[str], str | None]] = {

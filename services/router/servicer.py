@@ -16,10 +16,9 @@ from millpond.router.v1 import router_internal_pb2, router_internal_pb2_grpc, ro
 from millpond.services.router.converters import push_message
 from millpond.services.router.push import PushHeader
 from millpond.shared import security
-from millpond.shared.errors import MillpondError
 from millpond.shared.results import Outcome
 from millpond.shared.rpc.converters import outcome_to_proto, store_lag_from_proto
-from millpond.shared.rpc.status import grpc_errors, status_code
+from millpond.shared.rpc.status import grpc_errors, grpc_stream_errors
 from millpond.shared.task_status import StoreLag
 
 
@@ -84,15 +83,13 @@ class RouterServicer(router_pb2_grpc.RouterServiceServicer):
             outcome_to_proto(outcome, response.results.add())
         return response
 
+    @grpc_stream_errors
     async def StreamQuery(self, request: router_pb2.StreamQueryRequest,
                           context: grpc.aio.ServicerContext) -> AsyncIterator[router_pb2.StreamQueryResponse]:
         # A client that goes away cancels this generator at its next write: the push query's
         # reader stops in its finally.
-        try:
-            async for item in self.pushes.stream(request.sql, dict(request.properties), client_of(context)):
-                yield push_message(item)
-        except MillpondError as err:
-            await context.abort(status_code(err.kind), err.message)
+        async for item in self.pushes.stream(request.sql, dict(request.properties), client_of(context)):
+            yield push_message(item)
 
     @grpc_errors
     async def GetClusterStatus(self, request: router_pb2.GetClusterStatusRequest,

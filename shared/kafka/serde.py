@@ -145,13 +145,15 @@ def coerce(value: Any, type_: SqlType, column: str) -> Any:
     ok = {
         "VARCHAR": isinstance(value, str),
         "INT": isinstance(value, int) and not isinstance(value, bool) and -(2**31) <= value < 2**31,
-        "BIGINT": isinstance(value, int) and not isinstance(value, bool),
+        "BIGINT": isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63,
         "DOUBLE": isinstance(value, int | float) and not isinstance(value, bool),
         "DECIMAL": isinstance(value, int | float) and not isinstance(value, bool),
         "BOOLEAN": isinstance(value, bool),
     }.get(base, True)
     if not ok:
         given = {bool: "BOOLEAN", int: "an integer", float: "DOUBLE", str: "VARCHAR"}.get(type(value), type(value).__name__)
+        if type(value) is int and base in ("INT", "BIGINT"):
+            given = f"out of {base}'s range"
         raise StatementError(f"column {column} is {type_} but the value {value!r} is {given}")
     return float(value) if base == "DOUBLE" else value
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import ROUND_HALF_UP, Decimal, localcontext
 from typing import Any
 
 from millpond.shared.sql.ast import SqlType
@@ -114,17 +114,36 @@ def _substring(s: str, pos: int, length: int | None = None) -> str:
 
 def _round(x: Any, digits: int = 0) -> Any:
     # Half away from zero, as Java's and Spark's ROUND (Python's round is half to even).
-    rounded = Decimal(str(x)).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP)
+    if isinstance(x, float) and not math.isfinite(x):
+        return x
+    digits = max(min(digits, 400), -400)  # past a DOUBLE's or a BIGINT's digits either way, nothing changes more
+    with localcontext(prec=1000):  # exact for any DOUBLE's or BIGINT's digits
+        rounded = Decimal(str(x)).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP)
     return int(rounded) if isinstance(x, int) else float(rounded)
 
 
-def _pad(s: str, length: int, pad: str, left: bool) -> str:
+MAX_PADDED_CHARS = 1 << 20
+"""The longest text LPAD and RPAD make (a longer one is NULL): a Kafka record holds at most
+1 MB by default, and a length of 2^31 - 1 once built a 21 GB string on the router's loop."""
+
+
+def _pad(s: str, length: int, pad: str, left: bool) -> str | None:
     if length <= len(s):
-        return s[:length]
+        return s[:max(length, 0)]
     if not pad:
         return s
-    fill = (pad * length)[:length - len(s)]
+    if length > MAX_PADDED_CHARS:
+        return None
+    missing = length - len(s)
+    fill = (pad * (missing // len(pad) + 1))[:missing]
     return fill + s if left else s + fill
+
+
+def _exp(x: Any) -> float:
+    try:
+        return math.exp(x)
+    except OverflowError:  # Spark's exp gives Infinity
+        return math.inf
 
 
 def _first(types: list[SqlType]) -> SqlType:
@@ -161,7 +180,7 @@ FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
     ScalarFunction("CEIL", ("numeric",), result=_floor_type, spark="ceil", python=_strict(math.ceil)),
     ScalarFunction("SQRT", ("numeric",), result=lambda _: DOUBLE, spark="sqrt",
                    python=_strict(lambda x: math.sqrt(x) if x >= 0 else math.nan)),
-    ScalarFunction("EXP", ("numeric",), result=lambda _: DOUBLE, spark="exp", python=_strict(math.exp)),
+    ScalarFunction("EXP", ("numeric",), result=lambda _: DOUBLE, spark="exp", python=_strict(_exp)),
     ScalarFunction("LN", ("numeric",), result=lambda _: DOUBLE, spark="ln",
                    python=_strict(lambda x: math.log(x) if x > 0 else None)),
     ScalarFunction("SIGN", ("numeric",), result=lambda _: DOUBLE, spark="sign",

@@ -6,6 +6,7 @@ Syntax errors become ``StatementError`` with the line, the column and what was e
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from functools import cache
@@ -23,6 +24,16 @@ from millpond.shared.sql import ast
 def _parser() -> Lark:
     grammar = resources.files("millpond.shared.sql").joinpath("millpond.lark").read_text()
     return Lark(grammar, start="script", parser="lalr", propagate_positions=True)
+
+
+def _whole(token: Token) -> int:
+    """A whole number's digits as an int; more digits than any BIGINT has is the statement's
+    error (Python refuses over 4,300 of them, with an error of its own)."""
+    text = str(token)
+    if len(text.lstrip("0")) > 19:
+        raise StatementError(f"the number {text[:20]}... has more digits than a BIGINT holds (at most {2**63 - 1})",
+                             line=token.line, column=token.column)
+    return int(text)
 
 
 def _identifier(token: Token | str) -> str:
@@ -74,11 +85,17 @@ class _ToAst(Transformer[Token, Any]):
         return ast.Literal(_unquote(token), _VARCHAR)
 
     def integer(self, token: Token) -> ast.Literal:
-        value = int(token)
+        value = _whole(token)
+        if value > 2**63:  # 2^63 itself only negated: BIGINT's least
+            raise StatementError(f"the integer {token} is out of BIGINT's range (at most {2**63 - 1})",
+                                 line=token.line, column=token.column)
         return ast.Literal(value, ast.SqlType("INT" if value < 2**31 else "BIGINT"))
 
     def number(self, token: Token) -> ast.Literal:
-        return ast.Literal(float(token), ast.SqlType("DOUBLE"))
+        value = float(token)
+        if not math.isfinite(value):
+            raise StatementError(f"the number {token} is out of DOUBLE's range", line=token.line, column=token.column)
+        return ast.Literal(value, ast.SqlType("DOUBLE"))
 
     def true(self, _: Token) -> ast.Literal:
         return ast.Literal(True, ast.SqlType("BOOLEAN"))
@@ -97,7 +114,7 @@ class _ToAst(Transformer[Token, Any]):
         return inner
 
     def decimal_type(self, precision: Token, scale: Token) -> ast.SqlType:
-        return ast.SqlType("DECIMAL", (int(precision), int(scale)))
+        return ast.SqlType("DECIMAL", (_whole(precision), _whole(scale)))
 
     def array_type(self, element: ast.SqlType) -> ast.SqlType:
         return ast.SqlType("ARRAY", (element,))
@@ -262,7 +279,7 @@ class _ToAst(Transformer[Token, Any]):
 
     def duration(self, count: Token, unit: Token) -> int:
         name = str(unit).upper().rstrip("S")
-        return int(count) * _UNIT_MS[name]
+        return _whole(count) * _UNIT_MS[name]
 
     def tumbling(self, size: int, *options: tuple[str, int]) -> tuple[str, Any]:
         return ("window", _window("TUMBLING", size, None, options))
@@ -306,7 +323,7 @@ class _ToAst(Transformer[Token, Any]):
         return ("join", ast.Join(kind, source, rest[-1], alias, within))
 
     def limit(self, token: Token) -> tuple[str, Any]:
-        return ("limit", int(token))
+        return ("limit", _whole(token))
 
     # ---- statements
     def query(self, items: tuple[ast.SelectItem, ...], source: str, *clauses: tuple[str, Any]) -> ast.Query:

@@ -13,6 +13,7 @@ from millpond.router.v1 import router_internal_pb2, router_internal_pb2_grpc, ro
 from millpond.services.router.hosts import HostTable
 from millpond.services.router.push import PushHeader
 from millpond.services.router.servicer import RouterInternalServicer, RouterServicer
+from millpond.shared.errors import StatementError
 from millpond.shared.results import Outcome
 from millpond.shared.rpc.converters import store_lag_to_common, store_lag_to_proto
 from millpond.shared.task_status import StoreLag
@@ -64,3 +65,37 @@ async def test_the_servicers_serve_the_parts_they_are_given() -> None:
     assert stream[0].header.query_id == "PUSH_1" and [c.name for c in stream[0].header.columns] == ["ID"]
     assert stream[1].row.values[0].string_value == "a"
     assert status.push_queries == 3
+
+
+class FailingPushes:
+    def __init__(self, error: Exception):
+        self.error = error
+
+    async def stream(self, sql: str, properties: dict[str, str], client: str) -> AsyncIterator[PushHeader | list[Any]]:
+        yield PushHeader("PUSH_1", [("ID", "VARCHAR")])
+        raise self.error
+
+
+async def test_a_push_query_that_fails_mid_stream_ends_with_a_status_not_its_exception_text() -> None:
+    """A statement's error keeps its status and message; anything else is INTERNAL with no
+    detail of the exception (gRPC's own fallback sends UNKNOWN and the raw text)."""
+    outcomes = {}
+    for name, error in (("bad", StatementError("LIKE takes text")), ("bug", OverflowError("math range error"))):
+        server = grpc.aio.server()
+        router_pb2_grpc.add_RouterServiceServicer_to_server(
+            RouterServicer(FakeStatements(), FailingPushes(error), FakeStatus(), HostTable(1.0)), server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                public = router_pb2_grpc.RouterServiceStub(channel)
+                received = []
+                try:
+                    async for message in public.StreamQuery(router_pb2.StreamQueryRequest(sql="S"), timeout=5):
+                        received.append(message)
+                except grpc.aio.AioRpcError as err:
+                    outcomes[name] = (len(received), err.code(), err.details())
+        finally:
+            await server.stop(None)
+    assert outcomes == {"bad": (1, grpc.StatusCode.INVALID_ARGUMENT, "LIKE takes text"),
+                        "bug": (1, grpc.StatusCode.INTERNAL, "internal error; see the service log")}

@@ -1,0 +1,110 @@
+"""What a client's statement can make the router (and a worker's Python evaluation) do is
+bounded, and what does not fit is a statement error saying so, never an internal one: LIKE
+in time linear in its pattern, padding up to a cap, a function that overflows gives what
+Spark gives outside ANSI mode, numbers beyond BIGINT or DOUBLE are refused where they are
+written, as are session values that are not plain digits."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from millpond.shared.errors import StatementError
+from millpond.shared.kafka.serde import coerce
+from millpond.shared.session import MAX_OFFSET_LAG, check_property
+from millpond.shared.sql import ast
+from millpond.shared.sql.expressions import evaluate
+from millpond.shared.sql.functions import MAX_PADDED_CHARS
+from millpond.shared.sql.parser import parse_statement
+
+
+def value_of(expression: str) -> Any:
+    """``expression`` (of literals) as the router evaluates it."""
+    query = parse_statement(f"SELECT {expression} AS X FROM T WHERE K = 'k';")
+    assert isinstance(query, ast.Query)
+    return evaluate(query.items[0].expr, {})
+
+
+def like(value: str, pattern: str) -> Any:
+    return evaluate(ast.Binary("LIKE", ast.Literal(value, ast.SqlType("VARCHAR")),
+                               ast.Literal(pattern, ast.SqlType("VARCHAR"))), {})
+
+
+def like_by_regex(value: str, pattern: str) -> bool:
+    """LIKE as one backtracking regex: right, but exponential in the pattern's ``%``s."""
+    regex = "".join(".*" if c == "%" else "." if c == "_" else re.escape(c) for c in pattern)
+    return re.fullmatch(regex, value, re.DOTALL) is not None
+
+
+@given(st.text("ab%_.\n", max_size=10), st.text("ab%_.\n", max_size=8))
+def test_like_matches_as_the_regex_reading_of_its_pattern(value: str, pattern: str) -> None:
+    assert like(value, pattern) is like_by_regex(value, pattern)
+
+
+def test_like_with_many_wildcards_answers_at_once() -> None:
+    # As one regex this backtracks for minutes (10 %s took 12 s): here each piece is found once.
+    assert like("a" * 36, "%" * 30 + "b") is False
+    assert like("a" * 36 + "b", "%a%" * 30 + "b") is True
+    assert like("ab" * 5_000, "%_%" * 1_000 + "c%") is False
+
+
+def test_padding_is_exact_up_to_its_cap_and_null_beyond() -> None:
+    assert value_of("LPAD('ab', 7, 'xyz')") == "xyzxyab"
+    assert value_of("RPAD('ab', 7, 'xyz')") == "abxyzxy"
+    assert value_of("LPAD('abc', 2, 'x')") == "ab"
+    assert value_of("LPAD('abc', -1, 'x')") == ""
+    assert len(value_of(f"LPAD('a', {MAX_PADDED_CHARS}, 'xyz')")) == MAX_PADDED_CHARS
+    assert value_of("LPAD('a', 2147483647, 'xxxxxxxxxx')") is None  # not 21 GB on the router's loop
+
+
+def test_functions_that_overflow_give_sparks_value_not_an_error() -> None:
+    assert value_of("EXP(1000)") == math.inf
+    assert value_of("FLOOR(EXP(1000))") is None
+    assert value_of("ROUND(1.5, 100000)") == 1.5
+    assert value_of("ROUND(2.5)") == 3.0 and value_of("ROUND(-2.5)") == -3.0
+    assert value_of("ROUND(15, -1)") == 20 and value_of("ROUND(123456, -100000)") == 0
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    ("SELECT * FROM T WHERE K = 9223372036854775809;", "out of BIGINT's range"),
+    ("SELECT * FROM T LIMIT " + "9" * 5_000 + ";", "more digits than a BIGINT holds"),
+    ("SELECT * FROM T WHERE D > 1e999;", "out of DOUBLE's range"),
+    ("CREATE TABLE W AS SELECT K, COUNT(*) AS N FROM S WINDOW TUMBLING (SIZE " + "1" * 30 + " SECONDS) GROUP BY K;",
+     "more digits than a BIGINT holds"),
+])
+def test_numbers_beyond_their_types_are_statement_errors_where_they_are_written(text: str, fragment: str) -> None:
+    with pytest.raises(StatementError) as info:
+        parse_statement(text)
+    assert fragment in info.value.message and info.value.line == 1
+
+
+def test_bigints_least_value_is_written_as_a_negated_literal() -> None:
+    assert value_of("-9223372036854775808") == -(2**63)
+
+
+@pytest.mark.parametrize(("value", "type_", "ok"), [
+    (2**63 - 1, "BIGINT", True), (-(2**63), "BIGINT", True), (2**63, "BIGINT", False), (-(2**63) - 1, "BIGINT", False),
+    (2**31 - 1, "INT", True), (2**31, "INT", False),
+])
+def test_a_key_or_value_outside_its_integer_type_is_refused_saying_so(value: int, type_: str, ok: bool) -> None:
+    if ok:
+        assert coerce(value, ast.SqlType(type_), "K") == value
+    else:
+        with pytest.raises(StatementError, match=f"out of {type_}'s range"):
+            coerce(value, ast.SqlType(type_), "K")
+
+
+@pytest.mark.parametrize("value", ["²", "١٢", "9" * 19, "-1", "1.5", ""])
+def test_a_count_property_takes_plain_digits_only(value: str) -> None:
+    with pytest.raises(StatementError, match="takes a whole number"):
+        check_property(MAX_OFFSET_LAG, value)
+
+
+def test_a_count_property_takes_up_to_eighteen_digits() -> None:
+    check_property(MAX_OFFSET_LAG, "0")
+    check_property(MAX_OFFSET_LAG, "9" * 18)
