@@ -18,6 +18,7 @@ from millpond.services.router.pull import PullPlan, plan_pull
 from millpond.services.router.statements import Statements
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import RouterSettings
+from millpond.shared.errors import StatementError
 from millpond.shared.results import Outcome
 from millpond.shared.sql import ast
 from millpond.shared.sql.guard import ParseLimits, StatementParser
@@ -87,6 +88,20 @@ async def test_integer_keys(learned: str, asked: str) -> None:
     templates = LookupTemplates(StatementParser(ParseLimits()))
     await templates.learn(*planned(meta, learned), meta.command_offset)
     assert templates.match(asked, meta.command_offset) == planned(meta, asked)
+
+
+@pytest.mark.parametrize(("asked", "fragment"), [
+    ("SELECT * FROM by_id WHERE id = 9223372036854775808", "out of BIGINT's range"),
+    ("SELECT * FROM by_id WHERE id = " + "9" * 30, "more digits than a BIGINT holds"),
+])
+async def test_a_key_beyond_bigint_made_of_a_template_is_the_statements_error(asked: str, fragment: str) -> None:
+    meta = metastore()
+    templates = LookupTemplates(StatementParser(ParseLimits()))
+    await templates.learn(*planned(meta, "SELECT * FROM by_id WHERE id = 5"), meta.command_offset)
+    with pytest.raises(StatementError, match=fragment):
+        templates.match(asked, meta.command_offset)
+    with pytest.raises(StatementError, match=fragment):  # as the parse and plan of the same text say
+        planned(meta, asked)
 
 
 class _CountingParser(StatementParser):
