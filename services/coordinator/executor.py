@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import InvalidProducerEpoch, InvalidTxnState, KafkaError, ProducerFenced
+from aiokafka.errors import KafkaError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from millpond.services.coordinator import views
@@ -26,6 +26,7 @@ from millpond.shared.config import CoordinatorSettings
 from millpond.shared.errors import StatementError, UnavailableError
 from millpond.shared.kafka.admin import delete_topics, ensure_topic, topic_partitions
 from millpond.shared.kafka.command_log import Command, CommandReader, CommandWriter
+from millpond.shared.kafka.connection import FENCED
 from millpond.shared.kafka.inserts import RowInserter
 from millpond.shared.results import Outcome
 from millpond.shared.security import authorize_statement, authorize_text
@@ -38,9 +39,6 @@ from millpond.shared.task_status import TaskReport
 from millpond.shared.teardown import run_to_end
 
 log = logging.getLogger(__name__)
-
-FENCED = (ProducerFenced, InvalidProducerEpoch, InvalidTxnState)
-"""What a writer sees when another coordinator with the same id took the command topic."""
 
 
 class AppendFailed(KafkaError):

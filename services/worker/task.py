@@ -58,6 +58,7 @@ from millpond.shared.catalog.topology import JOINED_TOMBSTONES_MS
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.admin import committed_positions
+from millpond.shared.kafka.connection import FENCED
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.kafka.serde import (
     bytes_decoder,
@@ -212,6 +213,9 @@ class Task(ABC, Generic[SliceT]):
         self._committing = False
         """Whether the transaction's records are all sent and it is committing (``stop`` lets it finish)."""
         self._stopping = False
+        self.fenced = False
+        """Whether a transaction failed because another producer took this task's transactional
+        id: the partition's new owner, most likely, before this worker heard it moved."""
         self.output_ends: dict[int, int] = {}
         """For a stage that feeds another (``stage`` not empty): per partition of its sink, the
         offset after the last record it wrote there in transactions up to ``next_input_offset``
@@ -298,6 +302,9 @@ class Task(ABC, Generic[SliceT]):
             async with self.producer.transaction():
                 yield
                 self._committing = True
+        except FENCED:
+            self.fenced = True  # another worker owns the partition now (the supervisor waits to hear)
+            raise
             if self._ends is not None:
                 self.output_ends = self._ends
         finally:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from aiokafka import AIOKafkaConsumer
+from aiokafka.errors import InvalidProducerEpoch, InvalidTxnState, ProducerFenced
 from aiokafka.helpers import create_ssl_context
 
 from millpond.shared.teardown import run_to_end
@@ -24,6 +25,9 @@ verification reports as NOT_ENOUGH_REPLICAS) and the InitProducerId of a new own
 while the old owner's open transaction aborts. Back-to-back transactions on an idle broker:
 p99 per commit 113-148 ms with 100 ms, 37-56 ms with 20 ms (20-48 ms with 10 ms, but a
 broker down would then see a hundred retries a second from each task, each logged)."""
+FENCED = (ProducerFenced, InvalidProducerEpoch, InvalidTxnState)
+"""What a transactional producer sees once another producer with its transactional id started
+(the new owner of its partition, or of the command topic)."""
 IDLE_WAKE_MIN_MS = 200
 """aiokafka's default ``consumer_timeout_ms``."""
 

@@ -125,8 +125,10 @@ async def test_a_task_given_away_cannot_commit_and_its_successor_restores_from_t
         assert new.state == RESTORING and new.readable
         assert new.store is not None and new.store.get(b"k1") == [[5]]
 
+        assert not old.fenced
         with pytest.raises(KafkaError):
             await old.commit(AggregateSlice(5, 9, partials=[(b"k1", [[5]])]))
+        assert old.fenced  # the broker's refusal is one the supervisor waits on before a restart
         assert old.store is not None and old.store.position(INPUT_OFFSET) == 5 and old.store.get(b"k1") == [[5]]
 
         assert await new.commit(AggregateSlice(5, 9, partials=[(b"k1", [[5]])]))

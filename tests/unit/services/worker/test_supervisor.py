@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+from aiokafka.errors import KafkaError, ProducerFenced
 from pyspark.sql import SparkSession
 
+from millpond.services.worker import supervisor as supervisor_module
 from millpond.services.worker.kinds import new_task
 from millpond.services.worker.streams import StageStreams
 from millpond.services.worker.supervisor import QuerySupervisor
@@ -65,3 +68,46 @@ def test_a_joined_tables_result_task_catches_up_as_its_copies_replay(tmp_path: P
     assert tasks(joined) == [("side-0", JoinSideTask), ("side-1", JoinSideTask), ("join", TableJoinTask),
                              ("", ReplayedTableTask)]
     assert tasks(next(q for q in meta.queries if q.startswith("CST_A"))) == [("", TableTask)]
+
+
+class _FailingTask:
+    """A task whose start fails: as a fenced producer's (``fenced``) or otherwise."""
+
+    def __init__(self, partition: int, fenced: bool):
+        self.partition, self.stage, self.fenced_at_start = partition, "", fenced
+        self.fenced = False
+
+    async def start(self) -> None:
+        self.fenced = self.fenced_at_start
+        raise ProducerFenced() if self.fenced_at_start else KafkaError("the broker went away")
+
+    async def stop(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("fenced", [True, False])
+async def test_a_fenced_task_waits_for_its_reassignment_before_it_restarts(
+        fenced: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Restarted at once, a task fenced by its partition's new owner would fence that owner
+    back; it waits ``FENCED_RETRY_S`` (the assignment that moved it stops it meanwhile). Other
+    failures restart on the usual backoff."""
+    meta = Metastore()
+    meta.apply(parse_statement("CREATE STREAM r (sensor VARCHAR KEY, area VARCHAR, reading INT) "
+                               "WITH (kafka_topic='r', partitions=1, value_format='json')"), 0)
+    meta.apply(parse_statement("CREATE TABLE by_area AS SELECT area, COUNT(*) AS n FROM r GROUP BY area"), 1)
+    settings = WorkerSettings(worker_id="w", state_dir=tmp_path, task_retry_initial_ms=10, task_retry_max_ms=20)
+    monkeypatch.setattr(supervisor_module, "new_task", lambda _settings, _stage, partition: _FailingTask(partition, fenced))
+    monkeypatch.setattr(supervisor_module, "FENCED_RETRY_S", 60.0)
+
+    async def no_spark() -> SparkSession:
+        raise AssertionError("the tasks fail before they need Spark")
+
+    supervisor = QuerySupervisor(settings, meta, meta.queries["CTAS_BY_AREA_0"], {0}, StageStreams(settings, no_spark))
+    supervisor.start()
+    try:
+        await asyncio.sleep(0.5)
+        failures = supervisor.failures
+    finally:
+        stopped = await supervisor.stop(timeout_s=5)  # the reassignment's stop ends the wait at once
+    assert stopped
+    assert failures == 1 if fenced else failures >= 3

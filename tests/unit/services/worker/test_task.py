@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 from aiokafka import TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.errors import InvalidProducerEpoch, KafkaError, ProducerFenced
 from aiokafka.structs import OffsetAndMetadata
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -306,6 +306,24 @@ async def test_a_failed_transaction_leaves_the_store_and_the_position_as_they_we
     assert task.store.get(b"s2") is None
     assert (task.store.position(INPUT_OFFSET), task.store.position(CHANGELOG_OFFSET)) == (6, 1)
     assert task.next_input_offset == 6
+    task.store.close()
+
+
+@pytest.mark.parametrize(("error", "fenced"), [(ProducerFenced(), True), (InvalidProducerEpoch(), True),
+                                               (KafkaError("the broker went away"), False)])
+async def test_a_transaction_that_another_producer_fenced_marks_its_task_fenced(
+        error: Exception, fenced: bool, tmp_path: Path) -> None:
+    """What the supervisor waits on before it restarts the task (``FENCED_RETRY_S``)."""
+    log: list[Any] = []
+    task = make_task(AggregationTask, "CTAS_T_0", tmp_path, log)
+
+    async def refused(*args: Any, **kwargs: Any) -> Any:
+        raise error
+
+    task.producer.send_offsets_to_transaction = refused
+    with pytest.raises(type(error)):
+        await task.commit(aggregate_slice(5, [(b"s1", [[2], [20], [20, 2]])]))
+    assert task.fenced is fenced
     task.store.close()
 
 
