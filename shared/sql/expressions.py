@@ -94,33 +94,54 @@ def to_spark(expr: ast.Expr, scope: Scope) -> str:
 
 
 def _like(value: Any, pattern: Any) -> bool | None:
-    """``value LIKE pattern`` (``%``: any text, ``_``: one character) in time linear in the
-    pattern's pieces: the pieces between ``%`` have fixed lengths, so the leftmost place of each
-    is the best for the rest. (One regex of ``.*`` for each ``%`` backtracks exponentially: ten
-    ``%`` before a missing letter took 12 s on the router's loop.)"""
+    """``value LIKE pattern`` as Spark reads it (``%``: any text, ``_``: one character, ``\\``
+    before ``%``, ``_`` or itself: that character), in time linear in the pattern's pieces: the
+    pieces between ``%`` have fixed lengths, so the leftmost place of each is the best for the
+    rest. (One regex of ``.*`` for each ``%`` backtracks exponentially: ten ``%`` before a
+    missing letter took 12 s on the router's loop.)"""
     if value is None or pattern is None:
         return None
-    first, *rest = pattern.split("%")
+    first, *rest = _like_pieces(pattern)
     if not rest:
-        return _like_piece(first).fullmatch(value) is not None
-    *middle, last = rest
-    head = _like_piece(first).match(value)
+        return first[0].fullmatch(value) is not None
+    *middle, (last, last_length) = rest
+    head = first[0].match(value)
     if head is None:
         return False
     at = head.end()
-    for piece in middle:
-        found = _like_piece(piece).search(value, at)
+    for piece, _ in middle:
+        found = piece.search(value, at)
         if found is None:
             return False
         at = found.end()
-    tail = len(value) - len(last)  # a piece matches as many characters as it has
-    return tail >= at and _like_piece(last).fullmatch(value, tail) is not None
+    tail = len(value) - last_length
+    return tail >= at and last.fullmatch(value, tail) is not None
 
 
 @functools.lru_cache(maxsize=256)
-def _like_piece(piece: str) -> re.Pattern[str]:
-    """A piece of a LIKE pattern between ``%``s as a regex (of the piece's length)."""
-    return re.compile("".join("." if c == "_" else re.escape(c) for c in piece), re.DOTALL)
+def _like_pieces(pattern: str) -> list[tuple[re.Pattern[str], int]]:
+    """A LIKE pattern's pieces between its ``%``s, each a regex and the length it matches."""
+    pieces: list[tuple[re.Pattern[str], int]] = []
+    regex: list[str] = []
+    length = 0
+    chars = iter(pattern)
+    for c in chars:
+        if c == "%":
+            pieces.append((re.compile("".join(regex), re.DOTALL), length))
+            regex, length = [], 0
+            continue
+        if c == "\\":
+            c = next(chars, "")
+            if c not in ("%", "_", "\\"):
+                before = repr(c) if c else "its end"
+                raise StatementError(f"the LIKE pattern {pattern!r} has a \\ before {before}: "
+                                     "\\ escapes only %, _ and \\ (write \\\\ for a backslash)")
+            regex.append(re.escape(c))
+        else:
+            regex.append("." if c == "_" else re.escape(c))
+        length += 1
+    pieces.append((re.compile("".join(regex), re.DOTALL), length))
+    return pieces
 
 
 def _divide(a: Any, b: Any) -> Any:

@@ -1,0 +1,71 @@
+"""The router's Python evaluation (pulls, pushes) and a worker's (HAVING, joins) answer as
+the Spark SQL that persistent queries compile the same expression to: LIKE with its wildcards
+and escapes, padding, and functions that overflow."""
+
+from __future__ import annotations
+
+import random
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from millpond.shared.errors import StatementError
+from millpond.shared.sql import ast
+from millpond.shared.sql.expressions import evaluate, to_spark
+from millpond.shared.sql.parser import parse_statement
+from millpond.shared.sql.types import Scope
+
+NO_COLUMNS = Scope("T", {})
+
+
+def expression(text: str) -> ast.Expr:
+    query = parse_statement(f"SELECT {text} AS X FROM T;")
+    assert isinstance(query, ast.Query)
+    return query.items[0].expr
+
+
+def as_spark(spark: SparkSession, exprs: list[ast.Expr]) -> list[Any]:
+    """Each expression's value in one Spark query."""
+    row = spark.sql("SELECT " + ", ".join(f"{to_spark(e, NO_COLUMNS)} AS c{i}" for i, e in enumerate(exprs))).collect()[0]
+    return list(row)
+
+
+def like(value: str, pattern: str) -> ast.Expr:
+    return ast.Binary("LIKE", ast.Literal(value, ast.SqlType("VARCHAR")), ast.Literal(pattern, ast.SqlType("VARCHAR")))
+
+
+LIKE_CASES = [("a%b", "a\\%b"), ("axb", "a\\%b"), ("a_b", "a\\_b"), ("axb", "a\\_b"), ("a\\b", "a\\\\b"),
+              ("a\\b", "a_b"), ("", "%"), ("", "_"), ("ab", "%%b"), ("a\nb", "a_b"), ("a\nb", "a%"),
+              ("abcabc", "%bc%bc"), ("abc", "%bc%bc"), ("x" * 30, "%" * 10 + "y")]
+
+
+def test_like_answers_as_sparks_like(spark: SparkSession) -> None:
+    draw = random.Random(7)
+    pairs = [*LIKE_CASES, *((_text(draw, "ab%_\\", 6), _text(draw, "ab%_", 5)) for _ in range(500))]
+    # Spark's LIKE of a pattern column: every pair in one job.
+    rows = spark.createDataFrame(pairs, "v STRING, p STRING").selectExpr("v LIKE p").collect()
+    assert [evaluate(like(value, pattern), {}) for value, pattern in pairs] == [row[0] for row in rows]
+
+
+def _text(draw: random.Random, alphabet: str, most: int) -> str:
+    return "".join(draw.choice(alphabet) for _ in range(draw.randint(0, most)))
+
+
+@pytest.mark.parametrize("pattern", ["a\\", "a\\x", "\\a%"])
+def test_a_like_pattern_that_spark_refuses_is_refused(spark: SparkSession, pattern: str) -> None:
+    with pytest.raises(StatementError, match="escapes only"):
+        evaluate(like("a", pattern), {})
+    with pytest.raises(Exception, match=r"(?i)escape"):
+        as_spark(spark, [like("a", pattern)])
+
+
+def test_padding_and_overflowing_functions_answer_as_spark(spark: SparkSession) -> None:
+    texts = ["LPAD('ab', 7, 'xyz')", "RPAD('ab', 7, 'xyz')", "LPAD('abc', 2, 'x')", "LPAD('abc', -1, 'x')",
+             "LPAD('ab', 5, '')", "EXP(1000)", "ROUND(1.5, 100000)", "ROUND(2.5)", "ROUND(-2.5)", "ROUND(15, -1)",
+             "ROUND(1234.5678, 2)"]
+    exprs = [expression(text) for text in texts]
+    # Spark reads 1.5 as a DECIMAL, Python as a DOUBLE: compared as numbers.
+    spark_values = [float(v) if isinstance(v, Decimal) else v for v in as_spark(spark, exprs)]
+    assert dict(zip(texts, (evaluate(e, {}) for e in exprs), strict=True)) == dict(zip(texts, spark_values, strict=True))
