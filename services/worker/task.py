@@ -302,11 +302,11 @@ class Task(ABC, Generic[SliceT]):
             async with self.producer.transaction():
                 yield
                 self._committing = True
+            if self._ends is not None:
+                self.output_ends = self._ends
         except FENCED:
             self.fenced = True  # another worker owns the partition now (the supervisor waits to hear)
             raise
-            if self._ends is not None:
-                self.output_ends = self._ends
         finally:
             sent, self._sent = self._sent, []
             # After a commit every send is resolved: awaiting nothing here leaves no await (no
