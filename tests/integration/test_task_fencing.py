@@ -3,17 +3,20 @@ cannot commit (the zombie case), and the new owner restores from the changelog o
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import gc
 import itertools
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import KafkaError
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 
 from millpond.deploy.local.kafka_broker import EmbeddedKafka
 from millpond.services.worker.regrouping import RegroupTask
@@ -283,11 +286,30 @@ async def test_a_kept_table_store_catches_up_at_start_where_python_reads_as_spar
     assert await committed_offsets(KafkaConnection(kafka.bootstrap_servers), group, [tp]) == {tp: 9}
 
 
-async def test_a_catch_up_that_does_not_commit_leaves_the_store_where_it_was(kafka: EmbeddedKafka, tmp_path: Path,
-                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+async def _set_topic_config(kafka: EmbeddedKafka, topic: str, configs: dict[str, str]) -> None:
+    """Set ``topic``'s configs (replacing those set before) and wait until the broker reports them."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap_servers)
+    await admin.start()
+    try:
+        (altered,) = await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic, configs)])
+        assert not any(resource[0] for resource in altered.resources), altered
+        deadline = time.monotonic() + 30
+        while True:
+            (response,) = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+            current = {entry[0]: entry[1] for resource in response.resources for entry in resource[4]}
+            if all(current.get(name) == value for name, value in configs.items()):
+                return
+            assert time.monotonic() < deadline, f"the broker still reports {current} for {topic}"
+            await asyncio.sleep(0.1)
+    finally:
+        await admin.close()
+
+
+async def test_a_catch_up_that_does_not_commit_leaves_the_store_where_it_was(kafka: EmbeddedKafka, tmp_path: Path) -> None:
     """A ``ReplayedTableTask`` whose catch-up applied its tail but whose transaction then
-    failed (fenced, a broker error, a cancel) has not logged the record it left out: its store's
-    position goes back, so the next start applies the tail again and logs that record, once."""
+    failed (here the broker refuses its processing-log record: the topic's max.message.bytes
+    is below it) has not logged the record it left out: its store's position goes back, so the
+    next start, once the topic takes the record, applies the tail again and logs it, once."""
     service_id, query, source = await _source_table(kafka)
     settings = _settings(kafka, service_id, "w1", tmp_path)
     await _write_table(kafka, service_id, source.topic, [("k0", 0)])  # offset 0, marker 1
@@ -299,23 +321,23 @@ async def test_a_catch_up_that_does_not_commit_leaves_the_store_where_it_was(kaf
         await first.stop()
     await _write_table(kafka, service_id, source.topic, [("k1", 1), ("k2", b"{not json")])  # offsets 2-3, marker 4
 
-    async def broker_error(self: ReplayedTableTask, offset: int) -> None:
-        raise KafkaError("the broker went away")
-
-    with monkeypatch.context() as patched:
-        patched.setattr(ReplayedTableTask, "_commit_input", broker_error)
-        failing = ReplayedTableTask(settings, query, source, source, 0)
-        try:
-            with pytest.raises(KafkaError):
-                await failing.start()
-        finally:
-            await failing.stop()
+    # Room for the transaction's abort marker (a control batch of about 80 bytes: one refused,
+    # the transaction would hang open) but not for its processing-log entry.
+    log_topic = processing_log_topic(service_id)
+    await _set_topic_config(kafka, log_topic, {"max.message.bytes": "200"})
+    failing = ReplayedTableTask(settings, query, source, source, 0)
+    try:
+        with pytest.raises(MessageSizeTooLargeError):
+            await failing.start()
+    finally:
+        await failing.stop()
     store = PartitionStore(store_path(settings, query.query_id, 0))
     try:
         assert store.position(INPUT_OFFSET) == 1  # not past the tail it applied but never committed
     finally:
         store.close()
 
+    await _set_topic_config(kafka, log_topic, {"max.message.bytes": "1048588"})  # the broker's default
     replayed = ReplayedTableTask(settings, query, source, source, 0)
     await replayed.start()
     try:
@@ -323,7 +345,7 @@ async def test_a_catch_up_that_does_not_commit_leaves_the_store_where_it_was(kaf
         assert {k: replayed.store.get(f"k{k}".encode()) for k in range(3)} == {0: [0], 1: [1], 2: None}
     finally:
         await replayed.stop()
-    logged = await _committed(kafka.bootstrap_servers, processing_log_topic(service_id))
+    logged = await _committed(kafka.bootstrap_servers, log_topic)
     assert [(entry["SOURCE_OFFSET"], entry["RECORD"]) for _, entry in logged] == [(3, "{not json")]
 
 
