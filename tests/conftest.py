@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 
 import pytest
 
@@ -17,6 +19,18 @@ from millpond.deploy.local.kafka_broker import EmbeddedKafka
 # sooner still. Every worker the tests start (and every benchmark's smoke run) inherits this;
 # an operator's MILLPOND_SPARK_CONF wins.
 TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    signal.signal(signal.SIGTERM, _interrupted)
+
+
+def _interrupted(signum: int, frame: FrameType | None) -> None:
+    """A SIGTERM (``timeout``'s, a CI job's cancel) ends the run as Ctrl-C does: pytest then
+    tears the session's fixtures down, the Kafka broker (a session of its own, which no signal
+    to pytest's group reaches) and Spark included. Python's default would exit at once and
+    leave them running."""
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 @pytest.fixture(scope="session", autouse=True)
