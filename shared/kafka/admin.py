@@ -17,6 +17,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError, for_code
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
 
+from millpond.shared.errors import StatementError, UnavailableError
 from millpond.shared.kafka.connection import KafkaConnection, started
 from millpond.shared.teardown import run_to_end
 
@@ -201,11 +202,22 @@ async def ensure_topic(
         return False
     configs = {**({"cleanup.policy": "compact"} if compacted else {}), **(configs or {})}
     try:
-        await admin.create_topics(
+        response = await admin.create_topics(
             [NewTopic(name, num_partitions=partitions, replication_factor=replicas, topic_configs=configs)]
         )
     except TopicAlreadyExistsError:
         return False
+    # aiokafka returns the broker's answer as it is: a topic it refused carries an error code.
+    for topic, code, *message in response.topic_errors:
+        if code == TopicAlreadyExistsError.errno:  # made meanwhile (another coordinator, a worker)
+            return False
+        if code:
+            error = for_code(code)
+            said = f": {message[0]}" if message and message[0] else ""
+            text = (f"Kafka refused to create topic {topic!r} ({partitions} partitions, replication factor {replicas}"
+                    f"{', ' + ', '.join(f'{k}={v}' for k, v in configs.items()) if configs else ''}): "
+                    f"{error.__name__}{said}")
+            raise UnavailableError(text + "; retry") if error.retriable else StatementError(text)
     log.info("created topic", extra={"topic": name, "partitions": partitions, "replicas": replicas, "configs": configs})
     return True
 
@@ -226,7 +238,13 @@ async def delete_topics(admin: AIOKafkaAdminClient, names: list[str]) -> None:
     if not present:
         return
     try:
-        await admin.delete_topics(present)
+        response = await admin.delete_topics(present)
     except UnknownTopicOrPartitionError:
-        pass
-    log.info("deleted topics", extra={"topics": present})
+        return
+    # As for create_topics: a topic the broker did not delete carries an error code.
+    refused = {topic: for_code(code).__name__ for topic, code, *_ in response.topic_error_codes
+               if code and code != UnknownTopicOrPartitionError.errno}
+    if refused:
+        log.error("Kafka refused to delete topics", extra={"refused": refused})
+    if deleted := [n for n in present if n not in refused]:
+        log.info("deleted topics", extra={"topics": deleted})

@@ -23,7 +23,7 @@ from millpond.shared.catalog import names
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.topology import internal_topics
 from millpond.shared.config import CoordinatorSettings
-from millpond.shared.errors import AlreadyExistsError, SetupError
+from millpond.shared.errors import AlreadyExistsError, SetupError, StatementError
 from millpond.shared.kafka.admin import delete_topics, ensure_command_topic, ensure_topic, internal_replicas, topic_partitions
 from millpond.shared.kafka.command_log import Command, CommandReader, CommandWriter
 from millpond.shared.kafka.connection import KafkaConnection
@@ -468,3 +468,19 @@ async def test_drop_delete_topic_after_terminate_deletes_the_topic_once_the_quer
         await asyncio.wait_for(creating, 10)
         assert await topic_partitions(core.admin, f"{service_id}-t") == 3  # made anew, not the old one kept
         assert await topic_partitions(core.admin, f"{service_id}-s") == 2
+
+
+async def test_a_topic_kafka_refuses_to_create_fails_the_statement_and_nothing_is_recorded(kafka: EmbeddedKafka) -> None:
+    """The broker's refusal (a replication factor beyond its one broker) is the statement's
+    error, saying what Kafka said; no stream is created over a topic that does not exist."""
+    service_id = f"refused{next(_ids)}"
+    async with coordinator_core(kafka.bootstrap_servers, service_id) as core:
+        with pytest.raises(StatementError, match=r"Kafka refused to create topic .*replication factor 4.*"
+                                                 r"InvalidReplicationFactorError"):
+            await core.execute(f"CREATE STREAM s (k VARCHAR KEY, v INT) WITH (kafka_topic='{service_id}-s', partitions=1, "
+                               "replicas=4, value_format='json');", {})
+        assert core.metastore.sources == {} and await topic_partitions(core.admin, f"{service_id}-s") is None
+        # The same stream with a replication factor the cluster has is created.
+        await core.execute(f"CREATE STREAM s (k VARCHAR KEY, v INT) WITH (kafka_topic='{service_id}-s', partitions=1, "
+                           "value_format='json');", {})
+        assert "S" in core.metastore.sources and await topic_partitions(core.admin, f"{service_id}-s") == 1
