@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from millpond.shared.catalog.names import NOT_IN_TOPICS
+from millpond.shared.catalog.names import NOT_IN_TOPICS, check_not_internal
 from millpond.shared.catalog.queries import PersistentQuery, Resolved
 from millpond.shared.catalog.sources import Column, DataSource
 from millpond.shared.catalog.topology import TABLE_JOINS
@@ -136,6 +136,7 @@ class Metastore:
         """The source ``INSERT INTO name VALUES`` writes to: not one a query computes (a
         table's own materializing query, which reads the topic, does not count)."""
         source = self.source(name)
+        check_not_internal(source.topic, "written")
         writer = self.queries.get(source.query_id or "")
         if writer is not None and writer.kind != "CST":
             raise StatementError(f"{source.name} is written by query {writer.query_id}; INSERT into its source instead")
@@ -326,6 +327,7 @@ class Metastore:
         if stmt.name in (j.name for j in joined):
             raise StatementError(f"{stmt.name} cannot read from itself")
         sink, plan = plan_persistent(stmt.kind, stmt.name, stmt.query, source, properties, query_id, joined=joined)
+        check_not_internal(sink.topic, "written")
         self._check_partitions(start_offsets, source, joined)
         if old_query is not None and existing is not None:
             if old_query.source != source.name:
@@ -344,6 +346,7 @@ class Metastore:
         target = self.source(stmt.target)
         if target.kind != "STREAM":
             raise StatementError(f"INSERT INTO ... SELECT writes a STREAM; {target.name} is a {target.kind}")
+        check_not_internal(target.topic, "written")
         source = self.source(stmt.query.source)
         if source.name == target.name:
             raise StatementError(f"INSERT INTO {target.name} cannot read from {target.name} itself")
@@ -383,6 +386,7 @@ class Metastore:
         if own is not None:
             change.drop_queries.append(self.queries[own])
         if stmt.delete_topic:
+            check_not_internal(found.topic, "deleted (leave out DELETE TOPIC)")
             sharing = sorted(s.name for s in self.sources.values() if s.topic == found.topic and s.name != found.name)
             if sharing:
                 raise StatementError(f"topic {found.topic} is also the topic of {', '.join(sharing)}; "

@@ -10,12 +10,27 @@ from __future__ import annotations
 
 import re
 
+from millpond.shared.errors import StatementError
+
 NOT_IN_TOPICS = re.compile(r"[^a-zA-Z0-9._-]")
 """What Kafka does not allow in a topic's name."""
 
 
+INTERNAL_PREFIX = "_millpond-"
+"""How every internal topic's name begins, whichever cluster made it."""
+
+
 def _prefix(service_id: str) -> str:
-    return f"_millpond-{service_id}-"
+    return f"{INTERNAL_PREFIX}{service_id}-"
+
+
+def check_not_internal(topic: str, what: str) -> None:
+    """Refuse ``what`` (a write or a delete) of an internal topic: a stream declared over one
+    (to read the processing log, or to debug) may read it, never change it; a record written
+    to the command topic would be replayed as a statement, a deleted one loses the metastore."""
+    if topic.startswith(INTERNAL_PREFIX):
+        raise StatementError(f"{topic} is one of Millpond's internal topics (their names begin with "
+                             f"{INTERNAL_PREFIX!r}): they can be read, not {what}")
 
 
 def command_topic(service_id: str) -> str:

@@ -141,3 +141,28 @@ def test_query_ids_name_topics_kafka_allows() -> None:
     query_id = message.rsplit(" ", 1)[-1]
     assert query_id == f"CTAS_x_y_z{'w' * 95}_0" and meta.source(odd).query_id == query_id
     assert meta.apply(parse_statement(CTAS), 2) == "Created query with ID CTAS_AVG_READINGS_1"  # as before
+
+
+def test_an_internal_topic_can_be_read_but_not_written_or_deleted() -> None:
+    """A stream over an internal topic (the processing log's, the command topic to debug)
+    reads it; INSERT, a query's sink and DROP ... DELETE TOPIC on it are refused: a record in
+    the command topic would be replayed as a statement, and a deleted one loses the metastore."""
+    meta = Metastore()
+    meta.apply(parse_statement("CREATE STREAM dbg (statement VARCHAR) WITH (kafka_topic='_millpond-svc-command_topic', "
+                               "value_format='json');"), 0)
+    meta.apply(parse_statement("CREATE STREAM s (k VARCHAR KEY, v INT) WITH (kafka_topic='s', partitions=1, "
+                               "value_format='json');"), 1)
+    meta.apply(parse_statement("CREATE STREAM copy AS SELECT * FROM dbg;"), 2)  # reading it is fine
+    with pytest.raises(StatementError, match=r"_millpond-svc-command_topic is one of Millpond's internal topics.*not written"):
+        meta.insert_target("DBG")
+    with pytest.raises(StatementError, match=r"internal topics.*not written"):
+        meta.apply(parse_statement("INSERT INTO dbg SELECT k AS statement FROM s;"), 3)
+    with pytest.raises(StatementError, match=r"internal topics.*not written"):
+        meta.apply(parse_statement("CREATE STREAM out WITH (kafka_topic='_millpond-other-x-changelog') AS SELECT * FROM s;"), 3)
+    assert meta.insert_target("S").topic == "s"
+    meta.apply(parse_statement("TERMINATE ALL;"), 3)
+    meta.apply(parse_statement("DROP STREAM copy;"), 4)
+    with pytest.raises(StatementError, match=r"internal topics.*not deleted \(leave out DELETE TOPIC\)"):
+        meta.apply(parse_statement("DROP STREAM dbg DELETE TOPIC;"), 5)
+    meta.apply(parse_statement("DROP STREAM dbg;"), 5)  # dropped without its topic
+    assert "DBG" not in meta.sources
