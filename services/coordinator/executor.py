@@ -159,7 +159,12 @@ class StatementExecutor:
                 # Reading to the end inside the transaction means we validate against every
                 # statement committed before ours; a fenced writer cannot commit at all.
                 await self.reader.catch_up()
-                if request_id and (message := self.reader.executed.get(request_id)) is not None:
+                if request_id and (done := self.reader.executed.get(request_id)) is not None:
+                    statement, message = done
+                    if statement != stmt.text:  # an id used again, not a resend: this statement would be lost
+                        shown = statement if len(statement) <= 80 else statement[:80] + "..."
+                        raise StatementError(f"request id {request_id.rpartition('/')[0] or request_id} was already used "
+                                             f"for another statement ({shown}); give each request its own id")
                     log.info("statement already executed for this request", extra={"request_id": request_id})
                     return Outcome(stmt.text, message)
                 resolved = await self._resolve(stmt, properties)

@@ -106,9 +106,10 @@ class CommandReader:
         """How often ``run`` lists the topics again: while some source is in error (its topic
         may only now be listed), and while none is (one may be deleted outside Millpond)."""
         self._checked_at = 0.0
-        self.executed: OrderedDict[str, str] = OrderedDict()
-        """The outcome message of each command that named its request id, by that id (the
-        latest ``EXECUTED_REQUESTS_KEPT``): what a resent statement is answered with."""
+        self.executed: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        """The statement and outcome message of each command that named its request id, by
+        that id (the latest ``EXECUTED_REQUESTS_KEPT``): what a resent statement is answered
+        with, and what tells a resend from an id used again for another statement."""
         self._asking: asyncio.Task[int] | None = None
         """The end-offset request out now (``end_offset``)."""
         self._next_ask: asyncio.Task[int] | None = None
@@ -242,7 +243,7 @@ class CommandReader:
                                            command.resolved)
             log.info("applied command", extra={"offset": offset, "result": message})
             if command.request_id:
-                self.executed[command.request_id] = message
+                self.executed[command.request_id] = (command.statement, message)
                 while len(self.executed) > EXECUTED_REQUESTS_KEPT:
                     self.executed.popitem(last=False)
         except Exception as err:  # never skip: the command keeps its place, with its error

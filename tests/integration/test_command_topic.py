@@ -484,3 +484,25 @@ async def test_a_topic_kafka_refuses_to_create_fails_the_statement_and_nothing_i
         await core.execute(f"CREATE STREAM s (k VARCHAR KEY, v INT) WITH (kafka_topic='{service_id}-s', partitions=1, "
                            "value_format='json');", {})
         assert "S" in core.metastore.sources and await topic_partitions(core.admin, f"{service_id}-s") == 1
+
+
+async def test_a_resent_statement_is_answered_once_and_a_request_id_used_again_for_another_is_refused(
+        kafka: EmbeddedKafka) -> None:
+    """A statement resent with its request id is answered from the command topic, not applied
+    twice; the same id with another statement (a client reusing ids) is refused, not answered
+    with the first one's outcome while nothing is applied."""
+    service_id = f"resend{next(_ids)}"
+    create = (f"CREATE STREAM a (k VARCHAR KEY, v INT) WITH (kafka_topic='{service_id}-a', partitions=1, "
+              "value_format='json');")
+    async with coordinator_core(kafka.bootstrap_servers, service_id) as core:
+        first = await core.execute(create, {}, request_id="r1/0")
+        offset = core.metastore.command_offset
+        again = await core.execute(create, {}, request_id="r1/0", attempt=1)
+        assert (first.message, again.message) == ("Stream created", "Stream created")
+        assert core.metastore.command_offset == offset  # nothing appended for the resend
+        with pytest.raises(StatementError, match=r"request id r1 was already used for another statement "
+                                                 r"\(CREATE STREAM a .*\); give each request its own id"):
+            await core.execute("DROP STREAM a;", {}, request_id="r1/0")
+        assert "A" in core.metastore.sources and core.metastore.command_offset == offset
+        await core.execute("DROP STREAM a;", {}, request_id="r2/0")
+        assert "A" not in core.metastore.sources
