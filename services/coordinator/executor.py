@@ -75,7 +75,8 @@ class StatementExecutor:
         self.fenced_retries = 0
         """How often an append was fenced by another coordinator and retried."""
         self.replicas = 1
-        """Replication factor of the internal topics it creates (the coordinator sets it at start)."""
+        """Replication factor of the internal topics it creates, and of the others unless REPLICAS
+        says (the coordinator sets it at start)."""
         self.cleanup = QueryTopicCleanup(self._delete_unused, self.query_runs)
         """Topics a TERMINATE or a DROP ... DELETE TOPIC let go, deleted once the queries that used them stopped."""
 
@@ -214,7 +215,9 @@ class StatementExecutor:
 
     async def _create_topics(self, stmt: ast.Statement, change: Change) -> None:
         replaced = {s.name for s in change.add_sources if s.name in self.metastore.sources}
-        replicas = int(getattr(stmt, "properties", {}).get("replicas", 1))
+        # Without REPLICAS, a topic made here is replicated as the internal topics are (a result
+        # table's sink is what its copies and joins rebuild from), not left with one copy.
+        replicas = int(getattr(stmt, "properties", {}).get("replicas", self.replicas))
         for source in change.add_sources:
             if source.name in replaced:
                 continue

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 from typing import Any, cast
 
 import grpc
@@ -193,3 +194,49 @@ async def test_columns_whose_names_differ_only_in_case_are_refused_before_they_a
     assert status_code(err.value.kind) is grpc.StatusCode.INVALID_ARGUMENT
     metastore.apply(parse_statement(sql), 1)  # as replay finds a statement accepted before
     assert len(metastore.sources) == 2
+
+
+class RecordingAdmin:
+    """The admin calls a CREATE makes: no topic exists; each one created is recorded."""
+
+    def __init__(self) -> None:
+        self.created: dict[str, int] = {}
+
+    async def list_topics(self) -> list[str]:
+        return list(self.created)
+
+    async def describe_topics(self, names: list[str]) -> list[dict[str, Any]]:
+        return [{"topic": name, "error_code": 3, "partitions": []} for name in names]
+
+    async def create_topics(self, topics: list[Any]) -> Any:
+        self.created |= {topic.name: topic.replication_factor for topic in topics}
+        return SimpleNamespace(topic_errors=[(topic.name, 0, None) for topic in topics])
+
+
+class AcceptingTransaction:
+    async def append(self, command: Any) -> int:
+        return 1
+
+
+class AcceptingWriter:
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AcceptingTransaction]:
+        yield AcceptingTransaction()
+
+
+@pytest.mark.parametrize("with_replicas, replicas", [("", 3), (", replicas=2", 2)])
+async def test_a_topic_made_for_a_statement_has_the_internal_topics_replication_unless_replicas_says(
+        with_replicas: str, replicas: int) -> None:
+    metastore = Metastore()
+    metastore.apply(parse_statement("CREATE STREAM s (k VARCHAR KEY, v INT) WITH (kafka_topic='s', partitions=1, "
+                                    "value_format='json')"), 0)
+    admin = RecordingAdmin()
+    executor = StatementExecutor(CoordinatorSettings(), metastore, cast(Any, FakeReader()), cast(Any, AcceptingWriter()),
+                                 cast(Any, admin), cast(Any, None), cast(Any, FakeOffsets()))
+    executor.replicas = 3  # as a coordinator finds on a cluster of three brokers or more
+    await executor.execute(f"CREATE TABLE t WITH (kafka_topic='t'{with_replicas}) AS SELECT k, COUNT(*) AS n FROM s "
+                           "GROUP BY k;", {})
+    await executor.execute(f"CREATE STREAM u (k VARCHAR KEY) WITH (kafka_topic='u', partitions=1{with_replicas}, "
+                           "value_format='json');", {})
+    assert admin.created["t"] == admin.created["u"] == replicas
+    assert {n for n, r in admin.created.items() if r == 3} >= {n for n in admin.created if n.startswith("_millpond-")}
