@@ -139,7 +139,7 @@ class PushQuery:
                     key, row[WINDOW_START], row[WINDOW_END] = window_bounds(key, source.window)
                 row.update(zip((c.name for c in keys), key_decoder(keys)(key), strict=True))
             row.setdefault("ROWTIME", record.timestamp)  # the pseudo-column, unless a column took the name
-        except (ValueError, TypeError, AttributeError, UnicodeDecodeError, struct.error) as err:
+        except (ValueError, TypeError, AttributeError, UnicodeDecodeError, struct.error, RecursionError) as err:
             self.skipped += 1
             log.debug("push query skipped a record", extra={"query": self.query_id, "offset": record.offset,
                                                             "reason": str(err)})

@@ -116,3 +116,18 @@ def test_a_push_query_gives_a_timestamp_as_a_pull_does() -> None:
                         "SELECT * FROM times EMIT CHANGES", [json.dumps(v).encode() for v in values])
     assert rows == [["k0", "2023-11-14T22:13:20.123000", 1], ["k1", "2026-01-02T02:04:05", 2], ["k2", None, 3], None]
     assert push.skipped == 1
+
+
+def test_a_key_nested_too_deep_to_decode_is_skipped_and_the_push_goes_on() -> None:
+    """A key of several columns is a JSON object; one nested 100,000 deep (json's RecursionError)
+    is a record that does not decode, as the worker finds it, not the end of the push stream."""
+    meta = Metastore()
+    meta.apply(parse_statement("CREATE STREAM pairs (a VARCHAR KEY, b INT KEY, n INT) "
+                               "WITH (kafka_topic='pairs', partitions=1, value_format='json')"), 0)
+    stmt = parse_statement("SELECT * FROM pairs EMIT CHANGES")
+    assert isinstance(stmt, ast.Query)
+    push = PushQuery(plan_select(stmt, meta.source("PAIRS")), RouterSettings().kafka, from_beginning=True)
+    keys = [b"[" * 100_000 + b"]" * 100_000, b'{"A":"x","B":2}']
+    records = [SimpleNamespace(key=key, value=b'{"N":1}', offset=i, timestamp=i) for i, key in enumerate(keys)]
+    assert [push._row(push.plan.source, record) for record in records] == [None, ["x", 2, 1]]
+    assert push.skipped == 1
