@@ -4,11 +4,13 @@ The router produces the rows its clients INSERT, as a ksqlDB server does, with n
 coordinator; a coordinator does the same for a client that calls it directly. Either way a
 request id names the row across resends: the row carries it in a header, and a resend
 (``attempt`` > 0) whose first attempt may have run elsewhere looks for it in the topic's
-last records before producing again.
+last records before producing again. A resend that comes while its first attempt is still
+being sent here waits for that attempt's answer rather than producing a second row.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import OrderedDict
 
@@ -41,6 +43,8 @@ class RowInserter:
         self.producer = producer or AIOKafkaProducer(**kafka.client_args(), enable_idempotence=True, acks="all")
         self._inserted: OrderedDict[str, tuple[int, int]] = OrderedDict()
         """The (partition, offset) of each row inserted here for a named request."""
+        self._sending: dict[str, asyncio.Future[Outcome]] = {}
+        """The insert under way here for each named request: a resend is answered by it."""
 
     async def start(self) -> None:
         await self.producer.start()
@@ -54,6 +58,22 @@ class RowInserter:
         date); its outcome carries the row's partition and offset. A request id inserted
         before, here or (on a resend) by anyone within ``INSERT_LOOKBACK`` records, is
         answered with that row instead."""
+        if not request_id:
+            return await self._insert(stmt, source, "", 0)
+        job = self._sending.get(request_id)
+        if job is None or job.done():
+            job = asyncio.ensure_future(self._insert(stmt, source, request_id, attempt))
+            self._sending[request_id] = job
+            job.add_done_callback(lambda ended: self._forget(request_id, ended))
+        else:  # sent once and not yet acknowledged: producing again would write the row twice
+            log.info("row for this request being inserted: answered with it", extra={"request_id": request_id})
+        return await asyncio.shield(job)
+
+    def _forget(self, request_id: str, job: asyncio.Future[Outcome]) -> None:
+        if self._sending.get(request_id) is job:
+            del self._sending[request_id]
+
+    async def _insert(self, stmt: ast.InsertValues, source: DataSource, request_id: str, attempt: int) -> Outcome:
         record = encode_insert(stmt, source)
         done = self._inserted.get(request_id) if request_id else None
         if done is None and request_id and attempt > 0:

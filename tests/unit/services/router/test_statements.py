@@ -304,3 +304,17 @@ async def test_an_insert_past_the_requests_deadline_still_lands_once_and_its_res
     assert consistency.decode(again.consistency_token) == {("readings", producer.sent[0]["partition"]): 43}
     await statements.execute(insert, {})  # another request
     assert len(producer.sent) == 2
+
+
+async def test_a_resend_while_the_first_insert_is_still_being_sent_is_answered_by_it_not_produced_again() -> None:
+    producer = _Producer(delay_s=0.3)
+    statements = _inserting(producer)
+    insert = "INSERT INTO readings (sensor, reading) VALUES ('s-3', 1);"
+    with pytest.raises(MillpondError) as raised:
+        await statements.execute(insert, {}, time_remaining=0.15, request_id="client-7")
+    assert raised.value.kind is ErrorKind.DEADLINE and producer.sent == []
+    # The first send is not acknowledged yet, so the topic shows no row: the resend waits for it.
+    (again,) = await statements.execute(insert, {}, request_id="client-7")
+    assert len(producer.sent) == 1
+    assert consistency.decode(again.consistency_token) == {("readings", producer.sent[0]["partition"]): 43}
+    assert cast(_Inserter, statements.inserts).looked_for == ["client-7/0"]
