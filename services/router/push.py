@@ -2,9 +2,11 @@
 
 The router reads the source's topic itself (every partition, read_committed, no consumer
 group: several routers and several clients each get their own reader), decodes each
-record, applies the WHERE and the SELECT list, and hands rows to the gRPC stream. Over a
-stream a row is an event; over a table it is a change of a row (the table's topic carries
-every update), in offset order per partition, so in order per key.
+record as the persistent queries and the stores read it (``values.value_reader``: a push
+and a pull over the same records give the same values), applies the WHERE and the SELECT
+list, and hands rows to the gRPC stream. Over a stream a row is an event; over a table it
+is a change of a row (the table's topic carries every update), in offset order per
+partition, so in order per key.
 
 Memory stays bounded for a slow client: rows are fetched a bounded batch at a time and the
 next fetch waits until the stream has taken the previous rows (gRPC flow control makes
@@ -16,7 +18,7 @@ from __future__ import annotations
 import itertools
 import logging
 import struct
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,15 +26,12 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from millpond.shared.catalog.sources import WINDOW_END, WINDOW_START, DataSource
 from millpond.shared.kafka.connection import KafkaConnection
-from millpond.shared.kafka.serde import bytes_decoder, deserialize_value, key_decoder, timestamp_text, window_bounds
+from millpond.shared.kafka.serde import bytes_decoder, key_decoder, window_bounds
+from millpond.shared.kafka.values import value_reader
 from millpond.shared.sql.planner import SelectPlan
 
 log = logging.getLogger(__name__)
 _ids = itertools.count(1)
-
-
-def _utf8(text: str) -> bytes:
-    return text.encode()
 
 
 @dataclass(frozen=True)
@@ -62,15 +61,12 @@ class PushQuery:
         """Records that did not decode (the persistent queries' processing log reports those)."""
         self._consumer: AIOKafkaConsumer | None = None
         source = self.plan.source
-        bytes_columns: list[tuple[str, Callable[[Any], Any]]] = [
-            (c.name, decode) for c in source.value_columns if (decode := bytes_decoder(c.type)) is not None
-        ] if source.value_format == "JSON" else [(c.name, _utf8) for c in source.value_columns if c.type.base == "BYTES"]
-        self._converted = bytes_columns + [
-            (c.name, timestamp_text) for c in source.value_columns if c.type.base == "TIMESTAMP"]
-        """The value columns a record holds otherwise than the persistent queries and pulls
-        have them, with what converts them: BYTES (JSON's base64 text decoded; a DELIMITED
-        field's text as its UTF-8 bytes, as Spark's CSV reader gives it) and TIMESTAMP
-        (epoch milliseconds or ISO text, as the ISO text of the UTC time: ``timestamp_text``)."""
+        self._values = value_reader(source)
+        self._names = [c.name for c in source.value_columns]
+        self._bytes = [(i, decode) for i, c in enumerate(source.value_columns)
+                       if (decode := bytes_decoder(c.type)) is not None]
+        """The value columns holding BYTES, with what gives them back from the base64 text a
+        store keeps (``values.stored``), as a pull gives them."""
 
     async def start(self) -> None:
         """Open the reader at the beginning or the end of every partition. Once this returns,
@@ -126,11 +122,13 @@ class PushQuery:
             return None
         keys = source.key_columns
         try:
-            row = deserialize_value([(c.name, c.type) for c in source.value_columns], record.value,
-                                    source.value_format, source.value_delimiter)
-            for name, decode in self._converted:
-                if row[name] is not None:
-                    row[name] = decode(row[name])
+            values = self._values(record.value)
+            if values is None:
+                raise ValueError("value does not decode as the source's columns and types")
+            for i, decode in self._bytes:
+                if values[i] is not None:
+                    values[i] = decode(values[i])
+            row = dict(zip(self._names, values, strict=True))
             if keys:
                 if record.key is None:
                     raise ValueError("record has no key")

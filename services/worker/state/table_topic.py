@@ -7,7 +7,7 @@ value, a tombstone deleting the key, a multi-column key stored in its canonical 
 value that does not decode left out (the active task logs it). Both decode each record in
 Python, the same way (``TableRecords``: ``reducers.materialize_reduction`` for the active task),
 so a copy holds what the active task held whatever the columns' types; for what Millpond
-writes, that is what Spark's reading of it stores for any other table (``stored``). The
+writes, that is what Spark's reading of it stores for any other table (``values.stored``). The
 next topic offset is the copy's input offset, written in the same write batch as the rows,
 so a promoted copy's active task resumes exactly there, after applying the tail the copy had
 not reached yet the same way (``ReplayedTableTask``). ``TableTopicReader`` has
@@ -16,12 +16,6 @@ not reached yet the same way (``ReplayedTableTask``). ``TableTopicReader`` has
 
 from __future__ import annotations
 
-import base64
-import datetime
-import decimal
-import json
-import math
-import re
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -34,15 +28,8 @@ from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore, e
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.connection import KafkaConnection, idle_wake_ms
-from millpond.shared.kafka.serde import (
-    base64_bytes,
-    coerce,
-    deserialize_value,
-    encode_key,
-    key_decoder,
-    timestamp_text,
-)
-from millpond.shared.sql.ast import SqlType
+from millpond.shared.kafka.serde import encode_key, key_decoder
+from millpond.shared.kafka.values import value_reader
 from millpond.shared.teardown import bounded, run_to_end
 
 BadSink = Callable[[int, str, str | None], None]
@@ -61,7 +48,7 @@ class LeftOut(NamedTuple):
 class TableRecords:
     """How a table's topic record becomes a row of its store, in Python: the key as the store
     keeps it (a key of several columns in its canonical form; None: no usable key) and the
-    value columns as the store keeps them (``stored``; None: the value does not decode). A
+    value columns as the store keeps them (``values.stored``; None: the value does not decode). A
     joined table's active task and its standby copies both apply records this way
     (``reducers.materialize_reduction``, ``TableTopicReader``), so a promoted copy holds what the
     active held, whatever the columns' types."""
@@ -71,6 +58,7 @@ class TableRecords:
         self.columns = [(c.name, c.type) for c in table.value_columns]
         keys = table.key_columns
         self._canonical = None if len(keys) < 2 else (key_decoder(keys), keys)
+        self._values = value_reader(table)
 
     def read(self, key: bytes | None, value: bytes | None) -> tuple[bytes, list[Any] | None] | LeftOut | None:
         """What one record does to the store: (key, values) to write, values None deleting the
@@ -97,20 +85,7 @@ class TableRecords:
             return None
 
     def row(self, value: bytes) -> list[Any] | None:
-        try:
-            if self.table.value_format == "JSON":  # fields by name whatever their case, as Spark's reader
-                parsed = json.loads(value)
-                if not isinstance(parsed, dict):
-                    return None
-                fields = {str(k).upper(): v for k, v in parsed.items()}
-                return [stored(fields.get(name.upper()), type_) for name, type_ in self.columns]
-            decoded = deserialize_value(self.columns, value, self.table.value_format, self.table.value_delimiter)
-            # A DELIMITED BYTES field's text is its bytes: base64, as JSON's.
-            return [stored(base64.b64encode(decoded[name].encode()).decode()
-                           if type_.base == "BYTES" and isinstance(decoded[name], str) else decoded[name], type_)
-                    for name, type_ in self.columns]
-        except (ValueError, TypeError, ArithmeticError, MillpondError, RecursionError):
-            return None
+        return self._values(value)
 
 
 class TableTopicReader:
@@ -215,87 +190,3 @@ class TableTopicReader:
         caller is cancelled meanwhile, and bounded."""
         await run_to_end(bounded(self.consumer.stop(), CONSUMER_STOP_TIMEOUT_S, "stop the table topic consumer",
                                  {"topic": f"{self.input.topic}-{self.input.partition}"}))
-
-
-_SPARK_DATE = re.compile(r"\s*([0-9]{4})(?:-([0-9]{1,2})(?:-([0-9]{1,2})(?:[ T].*)?)?)?\s*", re.DOTALL)
-"""The date texts Spark's JSON reader takes (its ``stringToDate``: a year, then optionally a
-month and a day of one or two digits, then anything after a space or a T)."""
-_TIME = re.compile(r"[0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]{1,6})?)?")
-"""The TIME texts a store keeps (ISO 8601, as Spark's values are written): Python's
-``fromisoformat`` alone reads more forms."""
-_DOUBLE_WORDS = {"NaN": math.nan, "Infinity": math.inf, "+Infinity": math.inf, "-Infinity": -math.inf,
-                 "INF": math.inf, "+INF": math.inf, "-INF": -math.inf}
-"""The texts Spark's JSON reader takes for a DOUBLE that is not a number."""
-_LONG = 2**63
-_INT = 2**31
-
-
-def stored(value: Any, type_: SqlType) -> Any:
-    """A value read from a table's JSON as the table's stores keep it, at any depth: what they
-    keep of Spark's JSON reading of it (``reducers.stored``), where Spark reads it, and a
-    ValueError (or TypeError, ArithmeticError) where Spark sets the record aside. An INT or
-    BIGINT is an integer in its range (not 5.0); a DOUBLE any number (5 is 5.0), or Spark's
-    words for the others (``_DOUBLE_WORDS``); a DECIMAL the exact reading of the number's text
-    (the shortest text of the float), or of a text, rounded half up to the scale, then a
-    float, refused past its precision; a VARCHAR text, or a number's,
-    a boolean's or a nested value's JSON; a TIMESTAMP the ISO text of its UTC time
-    (``timestamp_text``); a DATE read as Spark reads one (``_SPARK_DATE``) and a TIME, each as
-    ISO text; BYTES base64 text; a STRUCT its declared fields, in order (a missing one NULL);
-    ARRAY and MAP items alike."""
-    if value is None:
-        return None
-    base = type_.base
-    if base == "ARRAY":
-        if not isinstance(value, list):
-            raise ValueError(f"{value!r} is not an ARRAY")
-        return [stored(item, type_.params[0]) for item in value]
-    if base == "MAP":
-        if not isinstance(value, dict):
-            raise ValueError(f"{value!r} is not a MAP")
-        return {key: stored(item, type_.params[1]) for key, item in value.items()}
-    if base == "STRUCT":
-        if not isinstance(value, dict):
-            raise ValueError(f"{value!r} is not a STRUCT")
-        return {name: stored(value.get(name), field) for name, field in type_.params}
-    if base == "VARCHAR":
-        if isinstance(value, str):
-            return value
-        # Spark keeps a number's or an object's JSON as text (its characters as they are)
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    if base in ("INT", "BIGINT"):
-        bound = _INT if base == "INT" else _LONG
-        if not isinstance(value, int) or isinstance(value, bool) or not -bound <= value < bound:
-            raise ValueError(f"{value!r} is not a {base}")
-        return value
-    if base == "TIMESTAMP":
-        return timestamp_text(value)
-    if base == "DATE":
-        read = _SPARK_DATE.fullmatch(value) if isinstance(value, str) else None
-        if read is None:
-            raise ValueError(f"{value!r} is not a DATE")
-        return datetime.date(int(read[1]), int(read[2] or 1), int(read[3] or 1)).isoformat()
-    if base == "TIME":
-        if not isinstance(value, str) or not _TIME.fullmatch(value):
-            raise ValueError(f"{value!r} is not an ISO 8601 TIME")
-        return datetime.time.fromisoformat(value).isoformat()
-    if base == "BYTES":
-        return base64.b64encode(base64_bytes(value)).decode()
-    if base == "DOUBLE" and isinstance(value, str) and value in _DOUBLE_WORDS:
-        return _DOUBLE_WORDS[value]
-    if base == "DECIMAL" and isinstance(value, str):  # Spark reads a decimal's text too
-        value = decimal.Decimal(value.strip())
-    else:
-        value = coerce(value, type_, "value")  # BOOLEAN, DOUBLE and DECIMAL: the JSON type checked
-    if base != "DECIMAL":
-        return value
-    precision, scale = type_.params
-    with decimal.localcontext() as context:
-        context.prec = max(precision + 2, 28)  # quantize must not run out of digits
-        exact = value if isinstance(value, decimal.Decimal) else decimal.Decimal(
-            repr(value) if isinstance(value, float) else str(value))
-        if not exact.is_finite():
-            raise ValueError(f"{value} is not a DECIMAL")
-        rounded = exact.quantize(decimal.Decimal(1).scaleb(-scale), rounding=decimal.ROUND_HALF_UP)
-    if rounded.adjusted() + 1 > precision - scale:
-        raise ValueError(f"{value} does not fit DECIMAL({precision}, {scale})")
-    return float(rounded)

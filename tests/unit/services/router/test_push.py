@@ -131,3 +131,18 @@ def test_a_key_nested_too_deep_to_decode_is_skipped_and_the_push_goes_on() -> No
     records = [SimpleNamespace(key=key, value=b'{"N":1}', offset=i, timestamp=i) for i, key in enumerate(keys)]
     assert [push._row(push.plan.source, record) for record in records] == [None, ["x", 2, 1]]
     assert push.skipped == 1
+
+
+def test_a_push_query_reads_values_as_the_tables_and_pulls_over_them_do() -> None:
+    """A push decodes a value as Spark reads it for the persistent queries and a store keeps
+    it (``values.stored``): a number for a VARCHAR is its text, Spark's words for a DOUBLE
+    that is not a number are read, 5.0 is not an INT, a DECIMAL is rounded half up to its
+    scale and refused past its precision, a DATE is the ISO text of the day Spark reads."""
+    values = [{"C": 5, "D": "NaN", "I": 5, "M": 1.005, "T": "2026-1-2"}, {"C": "x", "I": 5.0},
+              {"C": "y", "M": 12345.6}, {"C": {"a": 1}, "D": "-Infinity"}]
+    rows, push = pushed("CREATE STREAM kinds (k VARCHAR KEY, c VARCHAR, d DOUBLE, i INT, m DECIMAL(4, 2), t DATE) "
+                        "WITH (kafka_topic='kinds', partitions=1, value_format='json')",
+                        "SELECT * FROM kinds EMIT CHANGES", [json.dumps(v).encode() for v in values])
+    assert str(rows[0]) == str(["k0", "5", float("nan"), 5, 1.01, "2026-01-02"])
+    assert rows[1:] == [None, None, ["k3", '{"a":1}', float("-inf"), None, None, None]]
+    assert push.skipped == 2

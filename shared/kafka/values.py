@@ -1,0 +1,133 @@
+"""Record values as the persistent queries read them, decoded in Python.
+
+Spark reads a source's values for the persistent queries (``from_json``, ``from_csv``); a
+few paths read the same records in Python instead: a table's standby copies and its active
+task when it is materialized from a topic, and push queries at the router. They decode each
+value here (``value_reader``), as Spark reads it and the stores keep it (``stored``), so a
+push query's rows agree with the tables and pulls over the same records.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import json
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+from millpond.shared.catalog.sources import DataSource
+from millpond.shared.errors import MillpondError
+from millpond.shared.kafka.serde import base64_bytes, coerce, deserialize_value, timestamp_text
+from millpond.shared.sql.ast import SqlType
+
+
+def value_reader(source: DataSource) -> Callable[[bytes], list[Any] | None]:
+    """How a record value of ``source`` becomes its value columns, in order, as a store keeps
+    them (``stored``); None when the value does not decode (Spark sets such a record aside)."""
+    columns = [(c.name, c.type) for c in source.value_columns]
+    value_format, delimiter = source.value_format, source.value_delimiter
+
+    def read(value: bytes) -> list[Any] | None:
+        try:
+            if value_format == "JSON":  # fields by name whatever their case, as Spark's reader
+                parsed = json.loads(value)
+                if not isinstance(parsed, dict):
+                    return None
+                fields = {str(k).upper(): v for k, v in parsed.items()}
+                return [stored(fields.get(name.upper()), type_) for name, type_ in columns]
+            decoded = deserialize_value(columns, value, value_format, delimiter)
+            # A DELIMITED BYTES field's text is its bytes: base64, as JSON's.
+            return [stored(base64.b64encode(decoded[name].encode()).decode()
+                           if type_.base == "BYTES" and isinstance(decoded[name], str) else decoded[name], type_)
+                    for name, type_ in columns]
+        except (ValueError, TypeError, ArithmeticError, MillpondError, RecursionError):
+            return None
+
+    return read
+
+
+_SPARK_DATE = re.compile(r"\s*([0-9]{4})(?:-([0-9]{1,2})(?:-([0-9]{1,2})(?:[ T].*)?)?)?\s*", re.DOTALL)
+"""The date texts Spark's JSON reader takes (its ``stringToDate``: a year, then optionally a
+month and a day of one or two digits, then anything after a space or a T)."""
+_TIME = re.compile(r"[0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]{1,6})?)?")
+"""The TIME texts a store keeps (ISO 8601, as Spark's values are written): Python's
+``fromisoformat`` alone reads more forms."""
+_DOUBLE_WORDS = {"NaN": math.nan, "Infinity": math.inf, "+Infinity": math.inf, "-Infinity": -math.inf,
+                 "INF": math.inf, "+INF": math.inf, "-INF": -math.inf}
+"""The texts Spark's JSON reader takes for a DOUBLE that is not a number."""
+_LONG = 2**63
+_INT = 2**31
+
+
+def stored(value: Any, type_: SqlType) -> Any:
+    """A value read from a table's JSON as the table's stores keep it, at any depth: what they
+    keep of Spark's JSON reading of it (``reducers.stored``), where Spark reads it, and a
+    ValueError (or TypeError, ArithmeticError) where Spark sets the record aside. An INT or
+    BIGINT is an integer in its range (not 5.0); a DOUBLE any number (5 is 5.0), or Spark's
+    words for the others (``_DOUBLE_WORDS``); a DECIMAL the exact reading of the number's text
+    (the shortest text of the float), or of a text, rounded half up to the scale, then a
+    float, refused past its precision; a VARCHAR text, or a number's,
+    a boolean's or a nested value's JSON; a TIMESTAMP the ISO text of its UTC time
+    (``timestamp_text``); a DATE read as Spark reads one (``_SPARK_DATE``) and a TIME, each as
+    ISO text; BYTES base64 text; a STRUCT its declared fields, in order (a missing one NULL);
+    ARRAY and MAP items alike."""
+    if value is None:
+        return None
+    base = type_.base
+    if base == "ARRAY":
+        if not isinstance(value, list):
+            raise ValueError(f"{value!r} is not an ARRAY")
+        return [stored(item, type_.params[0]) for item in value]
+    if base == "MAP":
+        if not isinstance(value, dict):
+            raise ValueError(f"{value!r} is not a MAP")
+        return {key: stored(item, type_.params[1]) for key, item in value.items()}
+    if base == "STRUCT":
+        if not isinstance(value, dict):
+            raise ValueError(f"{value!r} is not a STRUCT")
+        return {name: stored(value.get(name), field) for name, field in type_.params}
+    if base == "VARCHAR":
+        if isinstance(value, str):
+            return value
+        # Spark keeps a number's or an object's JSON as text (its characters as they are)
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    if base in ("INT", "BIGINT"):
+        bound = _INT if base == "INT" else _LONG
+        if not isinstance(value, int) or isinstance(value, bool) or not -bound <= value < bound:
+            raise ValueError(f"{value!r} is not a {base}")
+        return value
+    if base == "TIMESTAMP":
+        return timestamp_text(value)
+    if base == "DATE":
+        read = _SPARK_DATE.fullmatch(value) if isinstance(value, str) else None
+        if read is None:
+            raise ValueError(f"{value!r} is not a DATE")
+        return datetime.date(int(read[1]), int(read[2] or 1), int(read[3] or 1)).isoformat()
+    if base == "TIME":
+        if not isinstance(value, str) or not _TIME.fullmatch(value):
+            raise ValueError(f"{value!r} is not an ISO 8601 TIME")
+        return datetime.time.fromisoformat(value).isoformat()
+    if base == "BYTES":
+        return base64.b64encode(base64_bytes(value)).decode()
+    if base == "DOUBLE" and isinstance(value, str) and value in _DOUBLE_WORDS:
+        return _DOUBLE_WORDS[value]
+    if base == "DECIMAL" and isinstance(value, str):  # Spark reads a decimal's text too
+        value = decimal.Decimal(value.strip())
+    else:
+        value = coerce(value, type_, "value")  # BOOLEAN, DOUBLE and DECIMAL: the JSON type checked
+    if base != "DECIMAL":
+        return value
+    precision, scale = type_.params
+    with decimal.localcontext() as context:
+        context.prec = max(precision + 2, 28)  # quantize must not run out of digits
+        exact = value if isinstance(value, decimal.Decimal) else decimal.Decimal(
+            repr(value) if isinstance(value, float) else str(value))
+        if not exact.is_finite():
+            raise ValueError(f"{value} is not a DECIMAL")
+        rounded = exact.quantize(decimal.Decimal(1).scaleb(-scale), rounding=decimal.ROUND_HALF_UP)
+    if rounded.adjusted() + 1 > precision - scale:
+        raise ValueError(f"{value} does not fit DECIMAL({precision}, {scale})")
+    return float(rounded)
