@@ -63,7 +63,8 @@ class LookupTemplate:
         assert key_col is not None
         key = coerce(literal.value, key_col.type, key_col.name)
         key_bytes = serialize_key(key, key_col.type)
-        return query, replace(self.plan, key=key, key_bytes=key_bytes, where=where,
+        # The plan's WHERE is the statement's typed (``with_widths``), the key's literal the same node.
+        return query, replace(self.plan, key=key, key_bytes=key_bytes, where=replace_node(self.plan.where, self.key, literal),
                               partition=partition_for(key_bytes, self.plan.table.partitions),
                               row_as_is=row_as_is(self.plan.table, self.plan.items, where, key))
 

@@ -106,10 +106,10 @@ def plan_pull(query: ast.Query, metastore: Metastore, service_id: str) -> PullPl
     input_topic = chain[-1].source.topic
     upstream = tuple((stage.name, stage.source.topic, stage.sink.topic) for stage in chain[:-1])
     if pinned is None:
-        return PullPlan(table, None, columns, query.items, query.where, query.limit, input_topic, upstream=upstream)
+        return PullPlan(table, None, columns, selected.items, selected.where, query.limit, input_topic, upstream=upstream)
     values, key_bytes = pinned
     key = values[0] if len(values) == 1 else values
-    return PullPlan(table, key, columns, query.items, query.where, query.limit, input_topic, key_bytes,
+    return PullPlan(table, key, columns, selected.items, selected.where, query.limit, input_topic, key_bytes,
                     partition_for(key_bytes, table.partitions), upstream,
                     row_as_is(table, query.items, query.where, key))
 

@@ -78,6 +78,9 @@ class Binary(Expr):
     op: str
     left: Expr
     right: Expr
+    bits: int = field(default=0, compare=False, repr=False)
+    """For arithmetic of INT or BIGINT once typed (``types.with_widths``): the width its
+    result wraps at, as Spark's does outside ANSI mode; 0 otherwise."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,8 @@ class Unary(Expr):
 
     op: str
     operand: Expr
+    bits: int = field(default=0, compare=False, repr=False)
+    """As ``Binary.bits``, for ``-x``."""
 
 
 @dataclass(frozen=True)

@@ -169,6 +169,15 @@ def _subscript(container: Any, index: Any) -> Any:
     return None
 
 
+def _wrapped(number: Any, bits: int) -> Any:
+    """An integer result of ``bits`` wide arithmetic, wrapped as Java's (and Spark's, outside
+    ANSI mode) is: 2^63 as a BIGINT is -2^63."""
+    if type(number) is not int:
+        return number
+    half = 1 << (bits - 1)
+    return (number + half) % (1 << bits) - half
+
+
 _BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
     "/": _divide, "%": _remainder, "=": lambda a, b: a == b, "!=": lambda a, b: a != b,
@@ -206,12 +215,13 @@ def evaluate(expr: ast.Expr, row: Mapping[str, Any]) -> Any:
         right = evaluate(expr.right, row)
         if left is None or right is None:
             return None
-        return _BINARY[expr.op](left, right)
+        result = _BINARY[expr.op](left, right)
+        return _wrapped(result, expr.bits) if expr.bits else result
     if isinstance(expr, ast.Unary):
         value = evaluate(expr.operand, row)
         if value is None:
             return None
-        return (not value) if expr.op == "NOT" else -value
+        return (not value) if expr.op == "NOT" else _wrapped(-value, expr.bits) if expr.bits else -value
     if isinstance(expr, ast.IsNull):
         return (evaluate(expr.operand, row) is None) != expr.negated
     if isinstance(expr, ast.Between):

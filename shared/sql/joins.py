@@ -26,7 +26,7 @@ from millpond.shared.errors import NotFoundError, StatementError
 from millpond.shared.sql import ast
 from millpond.shared.sql.ast import SqlType, to_sql
 from millpond.shared.sql.expressions import output_name, quote_identifier, to_spark
-from millpond.shared.sql.types import Scope, check, check_condition
+from millpond.shared.sql.types import Scope, check, check_condition, with_widths
 
 ROWTIME = "ROWTIME"
 STREAM_TABLE_TYPES = ("INNER", "LEFT")
@@ -262,7 +262,9 @@ def resolve_join(query: ast.Query, stream: DataSource, tables: tuple[DataSource,
         raise StatementError(f"key missing from projection: a join's result is keyed by its {key_of}; "
                              f"select {shown(keys[0])} (for example SELECT {shown(keys[0])}, ...)")
     stream_scope = Scope(stream.name, stream_columns)
-    return ResolvedJoin(stream_prefix, prefixes, scope, tuple(items), where, stream_key,
+    # Evaluated in Python by the join tasks: integer arithmetic wraps as Spark's (``with_widths``).
+    return ResolvedJoin(stream_prefix, prefixes, scope, with_widths(tuple(items), scope), with_widths(where, scope),
+                        stream_key,
                         to_spark(_unjoined(stream_key, stream_prefix), stream_scope), tuple(table_keys), key_item,
                         tuple(conditions), owners, foreign_key, partial(_map_columns, rename=name_of), tuple(step_keys),
                         tuple(steps), tuple(foreign_keys))
@@ -312,7 +314,8 @@ def join_aggregation(query: ast.Query, stream: DataSource, tables: tuple[DataSou
     # reads those rows, whose ROWTIME is the joined row's: the stream record's over tables,
     # where the stream's own time is then read. Where streams are joined, the row's time is
     # the latest of its records', and the stream's own time travels as a column of the rows.
-    keys = tuple((str(item.alias), item.expr) for item in items if item.expr is not None and item.expr in groups)
+    keys = with_widths(tuple((str(item.alias), item.expr) for item in items if item.expr is not None and item.expr in groups),
+                       resolved.scope)
     stream_time = ast.ColumnRef(joined(resolved.stream_prefix, ROWTIME))
     own_time = bool(streams) and ROWTIME not in stream.schema
 

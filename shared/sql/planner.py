@@ -29,7 +29,7 @@ from millpond.shared.sql import aggregates, ast
 from millpond.shared.sql.ast import SqlType, to_sql
 from millpond.shared.sql.expressions import evaluate, output_name, quote_identifier, spark_literal, to_spark
 from millpond.shared.sql.joins import join_aggregation, plan_join, pre_aggregation
-from millpond.shared.sql.types import Scope, check, check_condition
+from millpond.shared.sql.types import Scope, check, check_condition, with_widths
 
 SOURCE_PROPERTIES = ("kafka_topic", "partitions", "replicas", "value_format", "key_format", "timestamp", "timestamp_format",
                      "value_delimiter")
@@ -165,7 +165,7 @@ def plan_select(query: ast.Query, source: DataSource) -> SelectPlan:
     columns = tuple((name, check(expr, scope)) for name, expr in _expand(query, source, source.row_columns))
     if query.where is not None:
         check_condition(query.where, scope, "WHERE")
-    return SelectPlan(source, columns, query.items, query.where, query.limit)
+    return SelectPlan(source, columns, with_widths(query.items, scope), with_widths(query.where, scope), query.limit)
 
 
 def check_properties(properties: dict[str, Any], allowed: tuple[str, ...], statement: str) -> None:

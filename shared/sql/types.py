@@ -7,7 +7,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass, replace
+from typing import Any, TypeVar, cast
 
 from millpond.shared.errors import NotFoundError, StatementError
 from millpond.shared.sql import aggregates, ast, functions
@@ -204,3 +205,31 @@ def check_condition(expr: ast.Expr, scope: Scope, clause: str) -> None:
     type_ = check(expr, scope)
     if type_.base not in ("BOOLEAN", "NULL"):
         raise _clash(f"{clause} must be BOOLEAN", (expr, type_))
+
+
+WRAP_BITS = {"INT": 32, "BIGINT": 64}
+"""The width INT and BIGINT arithmetic wraps at (Spark's, outside ANSI mode)."""
+_ARITHMETIC = frozenset({"+", "-", "*", "/", "%"})
+
+T = TypeVar("T")
+
+
+def with_widths(tree: T, scope: Scope) -> T:
+    """``tree`` (an expression, a SELECT item, or a tuple of them), already checked in
+    ``scope``, with each INT or BIGINT arithmetic marked with the width its result wraps at
+    (``Binary.bits``), so Python's evaluation of it wraps as Spark's does: ``v * 3`` of a BIGINT
+    near 2^63 is the same wrapped number at a pull, a push and a persistent query. Subtrees
+    without such arithmetic are kept, the very objects (a lookup template finds its key's
+    literal in either)."""
+    if isinstance(tree, tuple):
+        items = tuple(with_widths(item, scope) for item in tree)
+        return tree if all(a is b for a, b in zip(items, tree, strict=True)) else cast(T, items)
+    if not is_dataclass(tree) or isinstance(tree, (type, SqlType)):
+        return tree
+    changed = {f.name: value for f in fields(tree)
+               if (value := with_widths(getattr(tree, f.name), scope)) is not getattr(tree, f.name)}
+    if (isinstance(tree, ast.Binary) and tree.op in _ARITHMETIC) or (isinstance(tree, ast.Unary) and tree.op == "-"):
+        bits = WRAP_BITS.get(check(cast(ast.Expr, tree), scope).base, 0)
+        if bits != tree.bits:
+            changed["bits"] = bits
+    return cast(T, replace(cast(Any, tree), **changed)) if changed else tree

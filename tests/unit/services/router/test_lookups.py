@@ -6,6 +6,7 @@ a key literal that is not one literal of the text) is parsed as before."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 import pytest
@@ -53,7 +54,18 @@ STRING_SHAPES = [
     "SELECT sensor, n FROM counts WHERE n > 3 AND sensor = {k} LIMIT 5",
     "select n as \"it's '?'\" from counts -- 'a comment' 12\n where {k} = sensor",
     "  SELECT * FROM counts WHERE sensor = {k} ;  ",
+    "SELECT sensor, -n * 3 AS m FROM counts WHERE n * 1000000000000 > 0 AND sensor = {k}",
 ]
+
+
+def widths(tree: Any) -> list[int]:
+    """The ``bits`` of every arithmetic in ``tree``, in order (what its evaluation wraps at)."""
+    if isinstance(tree, tuple | list):
+        return [bits for item in tree for bits in widths(item)]
+    if not dataclasses.is_dataclass(tree) or isinstance(tree, type):
+        return []
+    own = [tree.bits] if isinstance(tree, ast.Binary | ast.Unary) else []
+    return own + [bits for f in dataclasses.fields(tree) for bits in widths(getattr(tree, f.name))]
 
 
 @settings(max_examples=150, deadline=None)
@@ -77,6 +89,8 @@ def test_another_key_of_a_known_shape_is_what_its_parse_and_plan_give(shape: str
     expected_query, expected_plan = planned(meta, asked_sql)
     assert query == expected_query and query.text == expected_query.text
     assert plan == expected_plan and plan.partition == expected_plan.partition and plan.key == second
+    # Typed as the plan's own (``with_widths``): its arithmetic wraps as Spark's.
+    assert widths((plan.items, plan.where)) == widths((expected_plan.items, expected_plan.where))
 
 
 @pytest.mark.parametrize("learned,asked", [

@@ -146,3 +146,14 @@ def test_a_push_query_reads_values_as_the_tables_and_pulls_over_them_do() -> Non
     assert str(rows[0]) == str(["k0", "5", float("nan"), 5, 1.01, "2026-01-02"])
     assert rows[1:] == [None, None, ["k3", '{"a":1}', float("-inf"), None, None, None]]
     assert push.skipped == 2
+
+
+def test_a_bigint_expression_that_overflows_is_pushed_wrapped_as_spark_computes_it() -> None:
+    """``v * 3`` of a BIGINT near 2^63 wraps (Spark's arithmetic outside ANSI mode), rather than
+    giving a number no BIGINT holds, which failed the stream with INTERNAL as it was sent."""
+    rows, push = pushed("CREATE STREAM big (k VARCHAR KEY, v BIGINT) "
+                        "WITH (kafka_topic='big', partitions=1, value_format='json')",
+                        "SELECT k, v * 3 AS t, -v - 2 AS u FROM big WHERE v + 1 < 0 EMIT CHANGES",
+                        [json.dumps({"V": 2**63 - 1}).encode(), json.dumps({"V": 5}).encode()])
+    assert rows == [["k0", 2**63 - 3, 2**63 - 1], None]
+    assert push.skipped == 0

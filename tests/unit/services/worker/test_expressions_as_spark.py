@@ -15,7 +15,7 @@ from millpond.shared.errors import StatementError
 from millpond.shared.sql import ast
 from millpond.shared.sql.expressions import evaluate, to_spark
 from millpond.shared.sql.parser import parse_statement
-from millpond.shared.sql.types import Scope
+from millpond.shared.sql.types import Scope, with_widths
 
 NO_COLUMNS = Scope("T", {})
 
@@ -69,3 +69,18 @@ def test_padding_and_overflowing_functions_answer_as_spark(spark: SparkSession) 
     # Spark reads 1.5 as a DECIMAL, Python as a DOUBLE: compared as numbers.
     spark_values = [float(v) if isinstance(v, Decimal) else v for v in as_spark(spark, exprs)]
     assert dict(zip(texts, (evaluate(e, {}) for e in exprs), strict=True)) == dict(zip(texts, spark_values, strict=True))
+
+
+def test_integer_arithmetic_that_overflows_wraps_as_sparks(spark: SparkSession) -> None:
+    """INT and BIGINT arithmetic past their range wraps in Spark outside ANSI mode; typed
+    (``with_widths``, as every plan Python evaluates is), Python's does the same, so a pull or
+    a push of ``v * 3`` gives the persistent query's value, not a number no BIGINT holds."""
+    columns = Scope("T", {"I": ast.SqlType("INT"), "B": ast.SqlType("BIGINT")})
+    row = {"I": 2**31 - 1, "B": 2**63 - 1}
+    texts = ["i * 1000000", "i + 1", "-(i + 1)", "b * 3", "b + b", "b - (-b) - 1", "-(b + 1)", "i * 2 + b",
+             "(b + 1) / -1", "i * 3 % 7", "i + 1.5"]
+    exprs = [with_widths(expression(text), columns) for text in texts]
+    spark_row = spark.createDataFrame([(row["I"], row["B"])], "I INT, B BIGINT").selectExpr(
+        *(to_spark(e, columns) for e in exprs)).collect()[0]
+    assert dict(zip(texts, (evaluate(e, row) for e in exprs), strict=True)) == dict(zip(texts, spark_row, strict=True))
+    assert evaluate(exprs[3], row) == 2**63 - 3  # not 3 * (2^63 - 1)
