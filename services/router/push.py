@@ -72,9 +72,13 @@ class PushQuery:
         """Open the reader at the beginning or the end of every partition. Once this returns,
         every record written afterwards will be streamed."""
         source = self.plan.source
+        # A reader whose next record retention has deleted goes on where ``auto.offset.reset``
+        # says, as a ksqlDB push query's consumer does: from the first record kept (earliest),
+        # not from the end, which would skip every record kept since.
         self._consumer = consumer = AIOKafkaConsumer(
             **self.kafka.client_args(), isolation_level="read_committed", enable_auto_commit=False,
-            fetch_max_wait_ms=100, max_partition_fetch_bytes=256 * 1024)
+            fetch_max_wait_ms=100, max_partition_fetch_bytes=256 * 1024,
+            auto_offset_reset="earliest" if self.from_beginning else "latest")
         await consumer.start()
         try:
             partitions = [TopicPartition(source.topic, p) for p in range(source.partitions)]
