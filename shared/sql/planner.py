@@ -20,11 +20,13 @@ from millpond.shared.kafka.serde import (
     KEY_FORMATS,
     KEY_TYPES,
     VALUE_FORMATS,
+    base64_bytes,
     coerce,
     encode_key,
     serialize_value,
     timestamp_text,
 )
+from millpond.shared.kafka.values import stored
 from millpond.shared.sql import aggregates, ast
 from millpond.shared.sql.ast import SqlType, to_sql
 from millpond.shared.sql.expressions import evaluate, output_name, quote_identifier, spark_literal, to_spark
@@ -641,6 +643,45 @@ class EncodedRecord:
     """The record's timestamp when the INSERT sets ROWTIME; None: the producer's clock."""
 
 
+def _inserted(value: Any, type_: SqlType, name: str, source: DataSource) -> Any:
+    """A VALUES value checked against its column's type and given as the record will hold it,
+    so a row INSERT acknowledges is one the persistent queries read, not one they set aside:
+    BYTES as base64 text (as JSON holds them) decoded to the bytes (a KAFKA key holds them as
+    they are, a DELIMITED field as their UTF-8 text), a DATE or TIME as ISO text, a DECIMAL
+    rounded half up to its scale and within its precision; an ARRAY, MAP or STRUCT only NULL,
+    as the dialect has no constructor for one."""
+    if value is None:
+        return None
+    base = type_.base
+    if base in ("ARRAY", "MAP", "STRUCT"):
+        raise StatementError(f"column {name} is {type_}: INSERT ... VALUES can give it only NULL (there is no {base} "
+                             f"constructor); produce the record to the topic {source.topic} instead")
+    if base == "BYTES":
+        try:
+            data = base64_bytes(value) if isinstance(value, str) else None
+        except ValueError:
+            data = None
+        if data is None:
+            raise StatementError(f"column {name} is BYTES: give its value as base64 text (such as 'AAEC' for the "
+                                 f"bytes 00 01 02), not {value!r}")
+        if source.value_format == "DELIMITED" and not any(c.name == name for c in source.key_columns):
+            try:
+                return data.decode()
+            except UnicodeDecodeError:
+                raise StatementError(f"column {name} is BYTES of a DELIMITED value, which holds them as UTF-8 text: "
+                                     f"the bytes of {value!r} are not UTF-8") from None
+        return data
+    if base in ("DATE", "TIME", "DECIMAL"):
+        example = {"DATE": "'2026-01-02'", "TIME": "'03:04:05.678'", "DECIMAL": "a number"}[base]
+        if (base == "DECIMAL") == isinstance(value, str):
+            raise StatementError(f"column {name} is {type_}: give {example}, not {value!r}")
+        try:
+            return stored(coerce(value, type_, name), type_)
+        except (ValueError, ArithmeticError) as error:
+            raise StatementError(f"column {name} is {type_} but {value!r} is not one: {error}") from None
+    return coerce(value, type_, name)
+
+
 VALUES_SCOPE = Scope("the VALUES of an INSERT (literals and expressions of them)", {})
 
 
@@ -662,7 +703,7 @@ def encode_insert(stmt: ast.InsertValues, source: DataSource) -> EncodedRecord:
             value = evaluate(expr, {})
         except (ArithmeticError, TypeError, ValueError) as error:
             raise StatementError(f"the value for {name}, {to_sql(expr)}, cannot be computed: {error}") from error
-        row[name] = coerce(value, schema[name], name)
+        row[name] = _inserted(value, schema[name], name, source)
         if schema[name].base == "TIMESTAMP" and value is not None:
             try:  # as every query reads it: else the record would only reach the processing log
                 timestamp_text(value)
