@@ -135,7 +135,7 @@ class Coordinator:
         await self.failure_detector.close()
         self.executor.parser.close()
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.executor.cleanup.close(), 10)
+            await asyncio.wait_for(self.executor.close(), 10)
         for closer in (self.reader.stop, self.offsets.stop, self.inserts.stop, self.admin.close):
             with contextlib.suppress(Exception):
                 await closer()

@@ -79,6 +79,8 @@ class StatementExecutor:
         says (the coordinator sets it at start)."""
         self.cleanup = QueryTopicCleanup(self._delete_unused, self.query_runs)
         """Topics a TERMINATE or a DROP ... DELETE TOPIC let go, deleted once the queries that used them stopped."""
+        self._notes: set[asyncio.Task[None]] = set()
+        """Notes being appended that dropped sources' topics were deleted (``_note_deleted``)."""
 
     @property
     def defaults(self) -> dict[str, str]:
@@ -167,6 +169,9 @@ class StatementExecutor:
                         raise StatementError(f"request id {request_id.rpartition('/')[0] or request_id} was already used "
                                              f"for another statement ({shown}); give each request its own id")
                     log.info("statement already executed for this request", extra={"request_id": request_id})
+                    if isinstance(stmt, ast.Drop | ast.Terminate):
+                        # Its coordinator may have gone before deleting what it let go.
+                        await self.delete_left_topics()
                     return Outcome(stmt.text, message)
                 resolved = await self._resolve(stmt, properties)
                 change = self.metastore.plan(stmt, properties, resolved)
@@ -263,7 +268,37 @@ class StatementExecutor:
         await self.reader.catch_up()
         taken = {source.topic for source in self.metastore.sources.values()}
         if unused := [topic for topic in topics if topic not in taken]:
-            await delete_topics(self.admin, unused)
+            gone = await delete_topics(self.admin, unused)
+            if dropped := [topic for topic in gone if topic in self.metastore.dropped_topics]:
+                # Its own task, after this statement's turn: a statement waiting for this
+                # delete (``settled``) holds the turn.
+                note = asyncio.create_task(self._note_deleted(dropped), name=f"note-deleted-{dropped[0]}")
+                self._notes.add(note)
+                note.add_done_callback(self._notes.discard)
+
+    async def _note_deleted(self, topics: list[str]) -> None:
+        """Append that dropped sources' ``topics`` were deleted, so a coordinator that starts
+        does not delete them again: one made anew outside Millpond under the same name since is
+        someone else's. Not appended (a Kafka error, this coordinator stopping), they are
+        looked for again at the next start, as before."""
+        try:
+            async with self._lock, self.writer.transaction() as txn:
+                await self.reader.catch_up()
+                if left := tuple(topic for topic in topics if topic in self.metastore.dropped_topics):
+                    offset = await txn.append(Command("", deleted_topics=left))
+                else:
+                    return
+            await self.reader.catch_up(offset + 1)
+        except (KafkaError, UnavailableError) as err:
+            log.warning("could not note that dropped sources' topics were deleted; a coordinator that starts "
+                        "deletes them again if they are there", extra={"topics": topics, "error": str(err)})
+
+    async def close(self) -> None:
+        """Stop the topic deletes and notes under way (the next coordinator to start finds them)."""
+        await self.cleanup.close()
+        for note in list(self._notes):
+            note.cancel()
+        await asyncio.gather(*self._notes, return_exceptions=True)
 
     async def delete_left_topics(self, reports_grace_s: float = REPORTS_GRACE_S) -> None:
         """Delete, as a TERMINATE or a DROP ... DELETE TOPIC does, the internal topics of

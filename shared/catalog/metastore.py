@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -112,8 +112,9 @@ class Metastore:
     """The queries terminated (or dropped with their result), by id: a coordinator that starts
     deletes what internal topics of theirs are left (``StatementExecutor.delete_left_topics``)."""
     dropped_topics: dict[str, str] = field(default_factory=dict)
-    """The topics of sources dropped with DELETE TOPIC, each with the source's name, until a
-    later CREATE takes the topic again: a coordinator that starts deletes those still there."""
+    """The topics of sources dropped with DELETE TOPIC, each with the source's name, until
+    their delete is noted in the command topic (``forget_dropped``) or a later CREATE takes the
+    topic again: a coordinator that starts deletes those still there."""
 
     # ---- lookups
     def source(self, name: str) -> DataSource:
@@ -169,6 +170,13 @@ class Metastore:
     def validate(self, stmt: ast.Statement, properties: Mapping[str, str] | None = None) -> str:
         """Raise if ``stmt`` cannot be applied now; changes nothing. Returns its message."""
         return self.plan(stmt, properties).message
+
+    def forget_dropped(self, topics: Sequence[str], offset: int) -> None:
+        """Apply the note at command-topic ``offset`` that ``topics`` of dropped sources were
+        deleted: no coordinator that starts looks for them again."""
+        for topic in topics:
+            self.dropped_topics.pop(topic, None)
+        self.command_offset = offset
 
     def apply(self, stmt: ast.Statement, offset: int, properties: Mapping[str, str] | None = None,
               resolved: Resolved | None = None) -> str:

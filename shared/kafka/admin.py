@@ -231,16 +231,17 @@ async def topic_partitions(admin: AIOKafkaAdminClient, name: str) -> int | None:
     return None
 
 
-async def delete_topics(admin: AIOKafkaAdminClient, names: list[str]) -> None:
-    """Delete topics; ones already gone are fine."""
+async def delete_topics(admin: AIOKafkaAdminClient, names: list[str]) -> list[str]:
+    """Delete topics; ones already gone are fine. Returns those gone now (all but the ones
+    Kafka refused to delete, which are logged)."""
     existing = set(await admin.list_topics())
     present = [n for n in names if n in existing]
     if not present:
-        return
+        return list(names)
     try:
         response = await admin.delete_topics(present)
     except UnknownTopicOrPartitionError:
-        return
+        return list(names)
     # As for create_topics: a topic the broker did not delete carries an error code.
     refused = {topic: for_code(code).__name__ for topic, code, *_ in response.topic_error_codes
                if code and code != UnknownTopicOrPartitionError.errno}
@@ -248,3 +249,4 @@ async def delete_topics(admin: AIOKafkaAdminClient, names: list[str]) -> None:
         log.error("Kafka refused to delete topics", extra={"refused": refused})
     if deleted := [n for n in present if n not in refused]:
         log.info("deleted topics", extra={"topics": deleted})
+    return [n for n in names if n not in refused]

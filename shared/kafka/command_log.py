@@ -52,9 +52,15 @@ class Command:
     resolved: Resolved = field(default_factory=Resolved)
     request_id: str = ""
     """The client request that executed it (empty: none named), so a resend is recognised."""
+    deleted_topics: tuple[str, ...] = ()
+    """A note instead of a statement (``statement`` empty): these topics of dropped sources
+    were deleted, so no coordinator that starts deletes them again (a topic made anew since,
+    outside Millpond, under the same name is someone's else)."""
 
     def encode(self) -> bytes:
         """The record value."""
+        if self.deleted_topics:
+            return json.dumps({"deleted_topics": list(self.deleted_topics)}).encode()
         body: dict[str, Any] = {"statement": self.statement, "properties": self.properties}
         if self.request_id:
             body["request_id"] = self.request_id
@@ -70,6 +76,8 @@ class Command:
         body: dict[str, Any] = json.loads(data)
         offsets = body.get("start_offsets")
         resolved = Resolved(tuple(offsets) if offsets is not None else None, body.get("partitions"))
+        if "deleted_topics" in body:
+            return cls("", deleted_topics=tuple(str(t) for t in body["deleted_topics"]))
         return cls(body["statement"], body.get("properties", {}), resolved, body.get("request_id", ""))
 
 
@@ -239,6 +247,10 @@ class CommandReader:
             return
         try:
             command = Command.decode(value or b"{}")
+            if command.deleted_topics:
+                self.metastore.forget_dropped(command.deleted_topics, offset)
+                log.info("applied command", extra={"offset": offset, "deleted_topics": list(command.deleted_topics)})
+                return
             message = self.metastore.apply(parse_statement(command.statement), offset, command.properties,
                                            command.resolved)
             log.info("applied command", extra={"offset": offset, "result": message})

@@ -55,7 +55,7 @@ async def coordinator_core(bootstrap: str, service_id: str,
     try:
         yield executor
     finally:
-        await executor.cleanup.close()
+        await executor.close()
         for closer in (reader.stop, offsets.stop, inserts.stop, admin.close):
             await closer()
 
@@ -439,6 +439,51 @@ async def test_a_dropped_sources_topic_left_by_a_coordinator_is_deleted_by_the_n
         async with asyncio.timeout(10):
             await second.cleanup.settled(table)
         assert await topic_partitions(second.admin, table) == 2 and second.metastore.source("T2").topic == table
+
+
+async def test_a_dropped_sources_topic_once_deleted_is_not_deleted_again_when_made_anew_outside_millpond(
+        kafka: EmbeddedKafka) -> None:
+    """The delete of a dropped source's topic is noted in the command topic: a coordinator that
+    starts later finds nothing of it left to delete, and a topic someone made anew under the
+    name since (outside Millpond: no CREATE took it) is theirs, kept at every start."""
+    service_id = f"noted{next(_ids)}"
+    topic = f"{service_id}-u"
+    async with coordinator_core(kafka.bootstrap_servers, service_id) as first:
+        await first.execute(f"CREATE STREAM u (k VARCHAR KEY, v INT) WITH (kafka_topic='{topic}', partitions=1, "
+                            "value_format='json');", {})
+        await first.execute("DROP STREAM u DELETE TOPIC;", {})
+        await until_deleted(first.admin, [topic])
+        async with asyncio.timeout(10):
+            while first.metastore.dropped_topics:  # noqa: ASYNC110 (the note is appended in the background)
+                await asyncio.sleep(0.05)
+        (*_, (_, note)) = await committed_commands(kafka.bootstrap_servers, first.settings.command_topic)
+        assert note.deleted_topics == (topic,) and note.statement == ""
+        await ensure_topic(first.admin, topic, 3)  # someone else's topic, under the same name
+    async with coordinator_core(kafka.bootstrap_servers, service_id) as second:
+        await second.reader.catch_up()
+        assert second.metastore.dropped_topics == {} and not second.metastore.failed_commands
+        await second.delete_left_topics(reports_grace_s=0.2)
+        await asyncio.sleep(1.0)
+        assert await topic_partitions(second.admin, topic) == 3 and second.cleanup.waiting == set()
+
+
+async def test_a_drop_resent_to_another_coordinator_deletes_what_the_first_left(kafka: EmbeddedKafka) -> None:
+    """A DROP ... DELETE TOPIC whose coordinator appended it and went before deleting the topic,
+    resent with its request id to another coordinator, is answered as it was, and that
+    coordinator deletes the topic (it waited for the next coordinator to start)."""
+    service_id = f"resent{next(_ids)}"
+    topic = f"{service_id}-u"
+    drop = "DROP STREAM u DELETE TOPIC;"
+    async with coordinator_core(kafka.bootstrap_servers, service_id) as first:
+        await first.execute(f"CREATE STREAM u (k VARCHAR KEY, v INT) WITH (kafka_topic='{topic}', partitions=1, "
+                            "value_format='json');", {})
+        async with first.writer.transaction() as txn:  # appended; the coordinator goes before the delete
+            await txn.append(Command(drop.rstrip(";"), request_id="client-1/0"))  # as the parser names it
+    async with coordinator_core(kafka.bootstrap_servers, service_id) as second:
+        outcome = await second.execute(drop, {}, request_id="client-1/0", attempt=1)
+        assert outcome.message == f"Source U (topic: {topic}) was dropped."
+        assert len(await committed_commands(kafka.bootstrap_servers, second.settings.command_topic)) == 2  # not again
+        await until_deleted(second.admin, [topic], within_s=20)
 
 
 async def test_drop_delete_topic_after_terminate_deletes_the_topic_once_the_query_stopped_and_a_create_waits(
