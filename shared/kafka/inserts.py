@@ -18,12 +18,12 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from millpond.shared.catalog.sources import DataSource
-from millpond.shared.errors import UnavailableError
+from millpond.shared.errors import StatementError, UnavailableError
 from millpond.shared.kafka.command_log import EXECUTED_REQUESTS_KEPT
 from millpond.shared.kafka.connection import KafkaConnection, started
 from millpond.shared.results import Outcome
 from millpond.shared.sql import ast
-from millpond.shared.sql.planner import encode_insert
+from millpond.shared.sql.planner import EncodedRecord, encode_insert
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +41,11 @@ class RowInserter:
     def __init__(self, kafka: KafkaConnection, producer: AIOKafkaProducer | None = None):
         self.kafka = kafka
         self.producer = producer or AIOKafkaProducer(**kafka.client_args(), enable_idempotence=True, acks="all")
-        self._inserted: OrderedDict[str, tuple[int, int]] = OrderedDict()
-        """The (partition, offset) of each row inserted here for a named request."""
-        self._sending: dict[str, asyncio.Future[Outcome]] = {}
-        """The insert under way here for each named request: a resend is answered by it."""
+        self._inserted: OrderedDict[str, tuple[str, int, int]] = OrderedDict()
+        """The statement and the (partition, offset) of each row inserted here for a named request."""
+        self._sending: dict[str, tuple[str, asyncio.Future[Outcome]]] = {}
+        """The statement and the insert under way here for each named request: a resend is
+        answered by it."""
 
     async def start(self) -> None:
         await self.producer.start()
@@ -57,27 +58,40 @@ class RowInserter:
         """Produce ``stmt``'s row to ``source`` (from ``Metastore.insert_target``, read up to
         date); its outcome carries the row's partition and offset. A request id inserted
         before, here or (on a resend) by anyone within ``INSERT_LOOKBACK`` records, is
-        answered with that row instead."""
+        answered with that row instead; used before for another row, it is refused (the row
+        would be acknowledged and never written)."""
         if not request_id:
             return await self._insert(stmt, source, "", 0)
-        job = self._sending.get(request_id)
-        if job is None or job.done():
+        sending = self._sending.get(request_id)
+        job: asyncio.Future[Outcome]
+        if sending is None or sending[1].done():
             job = asyncio.ensure_future(self._insert(stmt, source, request_id, attempt))
-            self._sending[request_id] = job
+            self._sending[request_id] = (stmt.text, job)
             job.add_done_callback(lambda ended: self._forget(request_id, ended))
         else:  # sent once and not yet acknowledged: producing again would write the row twice
+            statement, job = sending
+            _check_same(request_id, statement, stmt.text)
             log.info("row for this request being inserted: answered with it", extra={"request_id": request_id})
         return await asyncio.shield(job)
 
     def _forget(self, request_id: str, job: asyncio.Future[Outcome]) -> None:
-        if self._sending.get(request_id) is job:
+        sending = self._sending.get(request_id)
+        if sending is not None and sending[1] is job:
             del self._sending[request_id]
 
     async def _insert(self, stmt: ast.InsertValues, source: DataSource, request_id: str, attempt: int) -> Outcome:
         record = encode_insert(stmt, source)
-        done = self._inserted.get(request_id) if request_id else None
+        done: tuple[int, int] | None = None
+        if request_id and (inserted := self._inserted.get(request_id)) is not None:
+            statement, *position = inserted
+            _check_same(request_id, statement, stmt.text)
+            done = (position[0], position[1])
         if done is None and request_id and attempt > 0:
-            done = await self._find(source, record.partition, request_id)
+            try:
+                done = await self._find(source, record, request_id)
+            except KafkaError as err:
+                raise UnavailableError(f"could not look in {source.topic} for the row of request {request_id} ({err}); "
+                                       "resend the request with the same request_id") from err
         if done is not None:
             log.info("row already inserted for this request", extra={"request_id": request_id})
             return Outcome(stmt.text, f"Inserted into {source.name}", partition=done[0], offset=done[1])
@@ -90,15 +104,17 @@ class RowInserter:
             raise UnavailableError(f"Kafka did not take the row for {source.topic} ({err}); it may still be written: "
                                    "resend the request with the same request_id") from err
         if request_id:
-            self._inserted[request_id] = (meta.partition, meta.offset)
+            self._inserted[request_id] = (stmt.text, meta.partition, meta.offset)
             while len(self._inserted) > EXECUTED_REQUESTS_KEPT:
                 self._inserted.popitem(last=False)
         return Outcome(stmt.text, f"Inserted into {source.name}", partition=meta.partition, offset=meta.offset)
 
-    async def _find(self, source: DataSource, partition: int | None, request_id: str) -> tuple[int, int] | None:
+    async def _find(self, source: DataSource, record: EncodedRecord, request_id: str) -> tuple[int, int] | None:
         """Where a row with ``request_id`` in its headers is, among the last ``INSERT_LOOKBACK``
         records of its partition (of every partition for a keyless row): a resend whose first
-        attempt, elsewhere, produced it and then failed to answer."""
+        attempt, elsewhere, produced it and then failed to answer. A row of that id with another
+        key or value is another statement's: the id was used again, and this one is refused."""
+        partition = record.partition
         async with started(AIOKafkaConsumer(**self.kafka.client_args(), enable_auto_commit=False)) as consumer:
             found = range(source.partitions) if partition is None else [partition]
             tps = [TopicPartition(source.topic, p) for p in found]
@@ -111,5 +127,19 @@ class RowInserter:
                 for tp, records in (await consumer.getmany(*tps, timeout_ms=1000)).items():
                     for r in records:
                         if r.offset < ends[tp] and (REQUEST_ID_HEADER, wanted) in list(r.headers or ()):
+                            if (r.key, r.value) != (record.key, record.value):
+                                raise _reused(request_id, "another row")
                             return tp.partition, r.offset
         return None
+
+
+def _reused(request_id: str, statement: str) -> StatementError:
+    shown = statement if len(statement) <= 80 else statement[:80] + "..."
+    return StatementError(f"request id {request_id.rpartition('/')[0] or request_id} was already used for another "
+                          f"statement ({shown}); give each request its own id")
+
+
+def _check_same(request_id: str, statement: str, text: str) -> None:
+    """Refuse an INSERT under a request id another statement was inserted with."""
+    if statement != text:
+        raise _reused(request_id, statement)

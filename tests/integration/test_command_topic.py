@@ -350,6 +350,10 @@ async def test_a_resent_statement_runs_once_whichever_coordinator_gets_it(kafka:
         again = await second.execute(insert, {}, "req-4/0", attempt=1)
         assert (again.partition, again.offset) == (row.partition, row.offset)
         assert (await first.execute(insert, {}, "req-4/0")).offset == row.offset  # its own memory
+        # The id used again for another row: refused, not answered with req-4's row (and never written).
+        for coordinator in (first, second):  # its memory; the topic's record under that id
+            with pytest.raises(StatementError, match="already used for another statement"):
+                await coordinator.execute("INSERT INTO EVENTS (K, V) VALUES ('a', 2)", {}, "req-4/0", attempt=1)
         other = await second.execute(insert, {}, "req-5/0")
         assert other.offset != row.offset
 

@@ -257,7 +257,7 @@ class _Inserter(RowInserter):
         super().__init__(RouterSettings().kafka, cast(Any, producer))
         self.looked_for: list[str] = []
 
-    async def _find(self, source: Any, partition: int | None, request_id: str) -> tuple[int, int] | None:
+    async def _find(self, source: Any, record: Any, request_id: str) -> tuple[int, int] | None:
         self.looked_for.append(request_id)
         return None
 
@@ -318,3 +318,19 @@ async def test_a_resend_while_the_first_insert_is_still_being_sent_is_answered_b
     assert len(producer.sent) == 1
     assert consistency.decode(again.consistency_token) == {("readings", producer.sent[0]["partition"]): 43}
     assert cast(_Inserter, statements.inserts).looked_for == ["client-7/0"]
+
+
+async def test_a_request_id_used_again_for_another_insert_is_refused_not_answered_with_the_first_row() -> None:
+    producer = _Producer(delay_s=0.3)
+    statements = _inserting(producer)
+    first = "INSERT INTO readings (sensor, reading) VALUES ('s-4', 1);"
+    pending = asyncio.ensure_future(statements.execute(first, {}, request_id="client-5"))
+    await asyncio.sleep(0.1)
+    for value in (2, 3):
+        with pytest.raises(StatementError, match="already used for another statement"):  # while in flight
+            await statements.execute(f"INSERT INTO readings (sensor, reading) VALUES ('s-4', {value});", {},
+                                     request_id="client-5")
+    await pending
+    with pytest.raises(StatementError, match="already used for another statement"):  # once inserted
+        await statements.execute("INSERT INTO readings (sensor, reading) VALUES ('s-4', 2);", {}, request_id="client-5")
+    assert len(producer.sent) == 1
