@@ -38,6 +38,19 @@ DEFAULTS: dict[str, str] = {AUTO_OFFSET_RESET: "latest"}
 pull-query bounds default to the router's settings.)"""
 
 
+MAX_REQUEST_ID_CHARS = 128
+"""The longest request id a client may give (a UUID has 36 characters): each statement's id
+(``<id>/<n>``) is kept in memory and in an INSERT's record header."""
+STATEMENT_ID_CHARS = MAX_REQUEST_ID_CHARS + 8
+"""The longest id of one statement of a request, as the router forwards it (``<id>/<n>``)."""
+
+
+def check_request_id(request_id: str, most: int = MAX_REQUEST_ID_CHARS) -> None:
+    """Refuse a request id too long to keep."""
+    if len(request_id) > most:
+        raise StatementError(f"request_id has {len(request_id)} characters; give one of at most {most} (a UUID is 36)")
+
+
 def check_name(name: str) -> None:
     """Raise with the accepted names when ``name`` is not a property."""
     if name not in PROPERTIES:

@@ -30,7 +30,7 @@ from millpond.shared.kafka.connection import FENCED
 from millpond.shared.kafka.inserts import RowInserter
 from millpond.shared.results import Outcome
 from millpond.shared.security import authorize_statement, authorize_text
-from millpond.shared.session import AUTO_OFFSET_RESET, check_properties, effective
+from millpond.shared.session import AUTO_OFFSET_RESET, STATEMENT_ID_CHARS, check_properties, check_request_id, effective
 from millpond.shared.sql import ast
 from millpond.shared.sql.guard import StatementParser, check_length
 from millpond.shared.sql.joins import started_sources
@@ -100,6 +100,7 @@ class StatementExecutor:
         # The cheap refusals come before the costly parse: too long, or a caller who could
         # not run a statement starting this way.
         check_length(sql, self.parser.limits)
+        check_request_id(request_id, STATEMENT_ID_CHARS)
         authorize_text(principal, sql)
         stmt = await self.parser.parse_one(sql)
         authorize_statement(principal, stmt)

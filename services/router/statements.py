@@ -30,7 +30,7 @@ from millpond.shared.results import Outcome
 from millpond.shared.rpc.converters import outcome_from_proto
 from millpond.shared.rpc.status import raise_for_rpc, status_code
 from millpond.shared.security import authorize_statement, authorize_text
-from millpond.shared.session import apply_session_statement, check_properties
+from millpond.shared.session import apply_session_statement, check_properties, check_request_id
 from millpond.shared.sql import ast
 from millpond.shared.sql.guard import StatementParser, check_length
 
@@ -101,6 +101,7 @@ class Statements:
         # A client's id may be a resend of a call that already ran at some coordinator; an id
         # made here is new, and only this router's own resends of it can find it done.
         named = bool(request_id)
+        check_request_id(request_id)
         principal = security.CURRENT.get()
         check_length(sql, self.parser.limits)
         authorize_text(principal, sql)  # the first statement's; each one is checked below

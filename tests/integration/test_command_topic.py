@@ -337,6 +337,8 @@ async def test_a_resent_statement_runs_once_whichever_coordinator_gets_it(kafka:
         assert (await second.execute(create, {}, "req-1/0", attempt=1)).message == made.message
         with pytest.raises(AlreadyExistsError):  # another request: a real second CREATE
             await second.execute(create, {}, "req-2/0")
+        with pytest.raises(StatementError, match="request_id has 200 characters"):  # too long to keep
+            await second.execute(create, {}, "r" * 200)
 
         await first.execute("CREATE STREAM SINK (K VARCHAR KEY, V INT) WITH (kafka_topic='sink-" + service_id + "', "
                             "partitions=2, value_format='JSON')", {})

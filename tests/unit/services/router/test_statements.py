@@ -334,3 +334,14 @@ async def test_a_request_id_used_again_for_another_insert_is_refused_not_answere
     with pytest.raises(StatementError, match="already used for another statement"):  # once inserted
         await statements.execute("INSERT INTO readings (sensor, reading) VALUES ('s-4', 2);", {}, request_id="client-5")
     assert len(producer.sent) == 1
+
+
+async def test_a_request_id_too_long_to_keep_is_refused_before_anything_runs() -> None:
+    producer = _Producer()
+    statements = _inserting(producer)
+    insert = "INSERT INTO readings (sensor, reading) VALUES ('s-6', 1);"
+    with pytest.raises(StatementError, match="request_id has 129 characters; give one of at most 128"):
+        await statements.execute(insert * 3, {}, request_id="r" * 129)
+    assert producer.sent == []
+    await statements.execute(insert, {}, request_id="r" * 128)
+    assert len(producer.sent) == 1
