@@ -23,8 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
 
 from millpond.shared.catalog.sources import WINDOW_END, WINDOW_START, DataSource
+from millpond.shared.errors import UnavailableError
 from millpond.shared.kafka.connection import KafkaConnection
 from millpond.shared.kafka.serde import bytes_decoder, key_decoder, window_bounds
 from millpond.shared.kafka.values import value_reader
@@ -79,8 +81,8 @@ class PushQuery:
             **self.kafka.client_args(), isolation_level="read_committed", enable_auto_commit=False,
             fetch_max_wait_ms=100, max_partition_fetch_bytes=256 * 1024,
             auto_offset_reset="earliest" if self.from_beginning else "latest")
-        await consumer.start()
         try:
+            await consumer.start()
             partitions = [TopicPartition(source.topic, p) for p in range(source.partitions)]
             consumer.assign(partitions)
             if self.from_beginning:
@@ -89,8 +91,11 @@ class PushQuery:
                 await consumer.seek_to_end(*partitions)
             for tp in partitions:  # resolve the start now, not at the first fetch
                 await consumer.position(tp)
-        except BaseException:
+        except BaseException as err:
             await self.stop()
+            if isinstance(err, KafkaError):
+                raise UnavailableError(f"could not read {source.topic} from Kafka ({err}); is Kafka reachable? "
+                                       "Run the push query again") from err
             raise
         log.info("push query started", extra={"query": self.query_id, "source": source.name})
 
@@ -108,7 +113,11 @@ class PushQuery:
         if self.plan.limit == 0:
             return
         while True:
-            batches = await self._consumer.getmany(timeout_ms=1000, max_records=self.fetch_records)
+            try:
+                batches = await self._consumer.getmany(timeout_ms=1000, max_records=self.fetch_records)
+            except KafkaError as err:
+                raise UnavailableError(f"the push query could not go on reading {self.plan.source.topic} from Kafka "
+                                       f"({err}); run it again") from err
             for records in batches.values():
                 for record in records:
                     row = self._row(self.plan.source, record)

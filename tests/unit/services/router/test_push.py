@@ -14,6 +14,7 @@ from millpond.services.router.push import PushHeader, PushQuery
 from millpond.services.router.streaming import PushQueries
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import RouterSettings
+from millpond.shared.errors import UnavailableError
 from millpond.shared.sql import ast
 from millpond.shared.sql.guard import ParseLimits, StatementParser
 from millpond.shared.sql.parser import parse_statement
@@ -157,3 +158,14 @@ def test_a_bigint_expression_that_overflows_is_pushed_wrapped_as_spark_computes_
                         [json.dumps({"V": 2**63 - 1}).encode(), json.dumps({"V": 5}).encode()])
     assert rows == [["k0", 2**63 - 3, 2**63 - 1], None]
     assert push.skipped == 0
+
+
+def test_a_push_query_that_cannot_reach_kafka_is_unavailable_not_internal() -> None:
+    """Nothing listens at the bootstrap address: the client is told UNAVAILABLE with the reason."""
+    stmt = parse_statement("SELECT * FROM readings EMIT CHANGES")
+    assert isinstance(stmt, ast.Query)
+    push = PushQuery(plan_select(stmt, metastore().source("READINGS")),
+                     RouterSettings(kafka_bootstrap_servers="127.0.0.1:1").kafka, from_beginning=True)
+    with pytest.raises(UnavailableError, match="could not read readings from Kafka"):
+        asyncio.run(asyncio.wait_for(push.start(), 60))
+    assert push._consumer is None
