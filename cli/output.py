@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from millpond.shared.results import Outcome
 
@@ -34,8 +35,11 @@ def print_outcome(outcome: Outcome, output: str, console: Console) -> None:
         return
     if outcome.message:
         console.print(outcome.message, markup=False, highlight=False)
-    table = Table(*[name for name, _ in outcome.columns])
+    # Text, not markup: a value holding "[/]" or "[link=...]" is shown as it is.
+    table = Table()
+    for name, _ in outcome.columns:
+        table.add_column(Text(name))
     for row in outcome.rows:
-        table.add_row(*["null" if v is None else str(v) for v in row])
+        table.add_row(*[Text("null" if v is None else str(v)) for v in row])
     console.print(table)
     console.print(f"{len(outcome.rows)} row(s)", style="dim")

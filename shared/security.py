@@ -216,7 +216,8 @@ def parse_tokens(text: str, where: str = "tokens file") -> list[_Entry]:
         if (token is None) == (digest is None):
             raise ValueError(f"{where}: principals.{name} needs exactly one of token and token_sha256")
         permissions = body.get("permissions", [])
-        if not isinstance(permissions, list) or not set(permissions) <= known:
+        if not isinstance(permissions, list) or not all(isinstance(p, str) for p in permissions) \
+                or not set(permissions) <= known:
             raise ValueError(f"{where}: principals.{name}.permissions must be a list drawn from {sorted(known)}")
         entries.append(_Entry(name, _sha256(str(token)) if token is not None else str(digest).lower(),
                               frozenset(Permission(p) for p in permissions)))

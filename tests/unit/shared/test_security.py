@@ -78,6 +78,7 @@ def test_the_tokens_file_is_read_again_when_it_changes(book: TokenBook) -> None:
     ("[principals.a]\npermissions = []", "exactly one of token and token_sha256"),
     ('[principals.a]\ntoken = "t"\ntoken_sha256 = "ab"', "exactly one"),
     ('[principals.a]\ntoken = "t"\npermissions = ["root"]', "must be a list drawn from"),
+    ('[principals.a]\ntoken = "t"\npermissions = [["read"]]', "must be a list drawn from"),  # was a TypeError
 ])
 def test_a_bad_tokens_file_says_what_to_fix(text: str, says: str) -> None:
     with pytest.raises(ValueError, match=says):
