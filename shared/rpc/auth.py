@@ -21,7 +21,7 @@ from typing import Any
 import grpc
 
 from millpond.shared.errors import MillpondError
-from millpond.shared.rpc.status import status_code
+from millpond.shared.rpc.status import status_code, status_details
 from millpond.shared.security import CURRENT, Permission, PermissionDeniedError, Principal, TokenBook
 
 
@@ -178,5 +178,5 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         try:
             return self.authenticator.principal(method, common_name, authorization)
         except MillpondError as err:
-            await context.abort(status_code(err.kind), err.message)
+            await context.abort(status_code(err.kind), status_details(err.message))
             raise AssertionError("unreachable") from None

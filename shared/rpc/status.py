@@ -31,6 +31,19 @@ Handler = Callable[..., Awaitable[T]]
 StreamHandler = Callable[..., AsyncIterator[T]]
 
 
+MAX_DETAILS_CHARS = 1000
+"""The most of an error message a status carries: messages may quote the client's input (a
+property name, a statement), and gRPC clients refuse trailers over 16 KiB (RESOURCE_EXHAUSTED
+instead of the status), which percent-encoded non-ASCII text reaches from about 1,400 characters."""
+
+
+def status_details(message: str) -> str:
+    """``message`` as a status carries it: cut at ``MAX_DETAILS_CHARS``, saying how much was left out."""
+    if len(message) <= MAX_DETAILS_CHARS:
+        return message
+    return f"{message[:MAX_DETAILS_CHARS]}... ({len(message) - MAX_DETAILS_CHARS} more characters)"
+
+
 def status_code(kind: ErrorKind) -> grpc.StatusCode:
     """The gRPC status code for a domain error kind."""
     return _CODES[kind]
@@ -44,9 +57,9 @@ async def _abort(context: grpc.aio.ServicerContext, error: Exception, method: Ca
     if isinstance(error, grpc.aio.AbortError):
         raise error
     if isinstance(error, MillpondError):
-        await context.abort(_CODES[error.kind], error.message)
+        await context.abort(_CODES[error.kind], status_details(error.message))
     if isinstance(error, grpc.aio.AioRpcError):
-        await context.abort(error.code(), error.details() or "")
+        await context.abort(error.code(), status_details(error.details() or ""))
     log.error("unexpected error in %s", method.__qualname__, exc_info=error)
     await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the service log")
     raise AssertionError("unreachable")
