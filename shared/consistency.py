@@ -62,6 +62,11 @@ _token = functools.lru_cache(maxsize=4096)(_make_token)
 position moves a batch at a time), and making one is most of what a token costs a lookup."""
 
 
+MAX_TOPIC_CHARS = 249
+"""Kafka's longest topic name: a token naming a longer one was not issued here (and one made
+up with a megabyte-long name, merged into each result's token, would be kept made by ``_token``)."""
+
+
 def decode(token: str) -> Positions:
     """The positions of a token (empty text: none); StatementError when it is not a token."""
     if not token:
@@ -76,6 +81,8 @@ def decode(token: str) -> Positions:
         raise StatementError(f"consistency_token is not a token this cluster issued; {problem}") from None
     if not vector.positions:
         raise StatementError(f"consistency_token holds no positions; {problem}")
+    if any(len(p.topic) > MAX_TOPIC_CHARS for p in vector.positions):  # no such topic: a made-up token
+        raise StatementError(f"consistency_token names a topic longer than Kafka allows; {problem}")
     return merge(*({(p.topic, p.partition): p.offset} for p in vector.positions))
 
 

@@ -44,3 +44,12 @@ def test_a_token_of_many_positions_is_made_each_time_not_kept() -> None:
     kept = consistency._token.cache_info()
     assert consistency.decode(consistency.encode(positions)) == positions
     assert consistency._token.cache_info() == kept  # neither asked nor kept
+
+
+def test_a_token_naming_a_topic_longer_than_kafka_allows_is_refused() -> None:
+    """A made-up token with a megabyte-long topic would be merged into every result's token and
+    kept made; a real topic's name has at most 249 characters."""
+    longest = consistency.encode({("t" * 249, 0): 1})
+    assert consistency.decode(longest) == {("t" * 249, 0): 1}
+    with pytest.raises(StatementError, match="longer than Kafka allows"):
+        consistency.decode(consistency.encode({("t" * 1_000_000, 0): 1}))
