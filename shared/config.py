@@ -348,9 +348,11 @@ class RouterSettings(CoordinatorClientSettings):
         "streams at once; one more is refused with RESOURCE_EXHAUSTED.",
     )
     parse_cache_bytes: int = Field(
-        4 * 1024 * 1024, description="Bound on the statement texts (UTF-8 bytes) whose parses the router keeps for "
-        "requests that repeat them; the least recently used go first. 0: keep none (nor the key lookups made of a "
-        "known lookup's template, which are kept by text too, up to 1,024 texts of at most 512 characters).",
+        64 * 1024 * 1024, description="Bound on the memory of the parses the router keeps for requests that repeat "
+        "them, counted as 128 bytes per byte of statement text (a syntax tree takes 27-118 times its text): 64 MiB "
+        "holds 512 KiB of text, some 8,000 lookups; the least recently used go first. 0: keep none (nor the key "
+        "lookups made of a known lookup's template, which are kept by text too, up to 1,024 texts of at most 512 "
+        "characters).",
     )
     max_rows_per_response: int = Field(
         10000, ge=1, description="Most rows one pull query may return (1 or more); a pull query that would return more is refused "

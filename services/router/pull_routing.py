@@ -41,6 +41,7 @@ from millpond.shared.results import Outcome
 from millpond.shared.rpc.tls import ChannelFactory
 from millpond.shared.session import ENABLE_STANDBY_READS, MAX_OFFSET_LAG, MAX_STALENESS_MS
 from millpond.shared.sql import ast
+from millpond.shared.sql.guard import CACHED_PLAN_CHARS
 from millpond.worker.v1 import worker_pb2, worker_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -115,9 +116,10 @@ class PullRouter:
                 await self.reader.catch_up()  # a table created a moment ago via the coordinator
                 plan = plan_pull(stmt, self.metastore, self.settings.service_id)
                 cache_key = (stmt.text, self.metastore.command_offset)
-            if len(self._plans) >= PLAN_CACHE_SIZE:
-                self._plans.clear()
-            self._plans[cache_key] = plan
+            if len(stmt.text) <= CACHED_PLAN_CHARS:
+                if len(self._plans) >= PLAN_CACHE_SIZE:
+                    self._plans.clear()
+                self._plans[cache_key] = plan
         return plan
 
     def bounds(self, properties: Mapping[str, str]) -> PullBounds:

@@ -17,7 +17,7 @@ from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.errors import LimitError, NotFoundError, StatementError, UnavailableError
 from millpond.shared.kafka.serde import window_key_bytes
 from millpond.shared.sql import ast
-from millpond.shared.sql.guard import StatementParser
+from millpond.shared.sql.guard import CACHED_PLAN_CHARS, StatementParser
 from millpond.shared.sql.planner import SelectPlan, key_prefix, plan_select
 from millpond.shared.task_status import RESTORING, RUNNING
 
@@ -243,9 +243,10 @@ class LocalTables:
                 raise StatementError(f"a scan of {table} carries a statement that is not a pull query of it: "
                                      f"{statement!r}")
             plan = plan_select(query, self.metastore.source(table))
-            if len(self._selects) >= SELECT_CACHE_SIZE:
-                self._selects.clear()
-            self._selects[cache_key] = plan
+            if len(statement) <= CACHED_PLAN_CHARS:
+                if len(self._selects) >= SELECT_CACHE_SIZE:
+                    self._selects.clear()
+                self._selects[cache_key] = plan
         return plan
 
     async def stage_positions(self, query_id: str, stage: str, input_offsets: Mapping[int, int],

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import tracemalloc
 
 import pytest
 from hypothesis import given
@@ -15,13 +16,14 @@ from millpond.shared.errors import ErrorKind, StatementError
 from millpond.shared.sql import ast
 from millpond.shared.sql.guard import (
     INLINE_PARSE_CHARS,
+    TREE_BYTES_PER_TEXT_BYTE,
     ParseCache,
     ParseLimits,
     StatementParser,
     check_text,
     too_deep_at,
 )
-from millpond.shared.sql.parser import parse_statement
+from millpond.shared.sql.parser import parse_script, parse_statement
 
 NESTED_64K = "SELECT " + "(" * 32000 + "1" + ")" * 32000 + " FROM T;"
 """64K characters of nested parentheses: about a second of Lark on this machine, unguarded."""
@@ -118,7 +120,8 @@ async def test_a_parse_past_its_budget_stops_with_a_clear_error() -> None:
 
 
 async def test_parses_are_cached_within_the_byte_bound() -> None:
-    parser = StatementParser(ParseLimits(), cache_bytes=100)
+    bound = 100 * TREE_BYTES_PER_TEXT_BYTE
+    parser = StatementParser(ParseLimits(), cache_bytes=bound)
     try:
         first = await parser.parse("SHOW STREAMS;")
         assert await parser.parse("SHOW STREAMS;") is first
@@ -126,17 +129,32 @@ async def test_parses_are_cached_within_the_byte_bound() -> None:
             await parser.parse(f"SELECT * FROM TABLE_NUMBER_{n};")
     finally:
         parser.close()
-    assert parser.cache is not None and 0 < parser.cache.bytes <= 100
+    assert parser.cache is not None and 0 < parser.cache.bytes <= bound
     assert parser.cache.get("SHOW STREAMS;") is None  # the least recently used went first
 
 
 @given(st.lists(st.text(max_size=40), max_size=60), st.integers(1, 200))
-def test_the_cache_never_holds_more_bytes_than_its_bound(texts: list[str], bound: int) -> None:
+def test_the_cache_never_holds_more_bytes_than_its_bound(texts: list[str], text_bound: int) -> None:
+    bound = text_bound * TREE_BYTES_PER_TEXT_BYTE
     cache = ParseCache(bound)
     for text in texts:
         cache.put(text, ())
         assert cache.bytes <= bound
     held = [t for t in dict.fromkeys(texts) if cache.get(t) is not None]
-    assert cache.bytes == sum(len(t.encode()) for t in held) and len(cache) == len(held)
-    if texts and len(texts[-1].encode()) <= bound:
+    assert cache.bytes == sum(len(t.encode()) * TREE_BYTES_PER_TEXT_BYTE for t in held) and len(cache) == len(held)
+    if texts and len(texts[-1].encode()) * TREE_BYTES_PER_TEXT_BYTE <= bound:
         assert cache.get(texts[-1]) == ()
+
+
+def test_the_bound_counts_the_syntax_trees_not_the_text() -> None:
+    """A parse's trees take 27-118 times its text: the bound holds that much less text."""
+    text = "SELECT * FROM t WHERE n IN (" + ",".join(str(i) for i in range(3000)) + ");"
+    statements = tuple(parse_script(text))
+    tracemalloc.start()
+    copies = [tuple(parse_script(text)) for _ in range(3)]
+    held, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert len(copies) == 3 and held / 3 <= len(text.encode()) * TREE_BYTES_PER_TEXT_BYTE
+    cache = ParseCache(len(text.encode()) * TREE_BYTES_PER_TEXT_BYTE - 1)
+    cache.put(text, statements)
+    assert len(cache) == 0
