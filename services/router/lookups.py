@@ -22,10 +22,10 @@ from typing import TypeVar
 from millpond.services.router.pull import PullPlan, row_as_is
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.partitioner import partition_for
-from millpond.shared.kafka.serde import coerce, serialize_key
+from millpond.shared.kafka.serde import serialize_key
 from millpond.shared.sql import ast
 from millpond.shared.sql.guard import StatementParser
-from millpond.shared.sql.planner import key_equality
+from millpond.shared.sql.planner import key_equality, key_literal
 from millpond.shared.sql.shapes import Shape, replace_node, shape_of
 
 K = TypeVar("K")
@@ -54,14 +54,17 @@ class LookupTemplate:
     command_offset: int
     """The metastore version the plan holds for."""
 
-    def instance(self, shape: Shape, text: str) -> tuple[ast.Query, PullPlan]:
-        """The statement and plan of ``text``, of this template's shape."""
+    def instance(self, shape: Shape, text: str) -> tuple[ast.Query, PullPlan] | None:
+        """The statement and plan of ``text``, of this template's shape; None when its key is
+        one no row has (5.5 for an INT key): not a lookup, its plan a scan."""
         literal = shape.value(self.key_index)
-        where = replace_node(self.query.where, self.key, literal)
-        query = replace(self.query, where=where, text=text)
         key_col = self.plan.table.key_column
         assert key_col is not None
-        key = coerce(literal.value, key_col.type, key_col.name)
+        key = key_literal(literal.value, key_col)
+        if key is None:
+            return None
+        where = replace_node(self.query.where, self.key, literal)
+        query = replace(self.query, where=where, text=text)
         key_bytes = serialize_key(key, key_col.type)
         # The plan's WHERE is the statement's typed (``with_widths``), the key's literal the same node.
         return query, replace(self.plan, key=key, key_bytes=key_bytes, where=replace_node(self.plan.where, self.key, literal),
@@ -130,8 +133,11 @@ class LookupTemplates:
                 a == b for i, (a, b) in enumerate(zip(shape.literals, template.shape.literals, strict=True))
                 if i != template.key_index):
             return None
+        made_now = template.instance(shape, text)
+        if made_now is None:
+            return None
         self._templates.move_to_end(shape.key)
-        query, plan = template.instance(shape, text)
+        query, plan = made_now
         if len(request) <= MAX_INSTANCE_CHARS and self.parser.cache is not None:
             _put(self._instances, request, _Instance(command_offset, shape.key, query, plan), self.size)
         return query, plan
@@ -166,8 +172,8 @@ class LookupTemplates:
         literals[template.key_index] = probe
         text = template.shape.text(tuple(literals))
         try:
-            expected, _ = template.instance(shape_of(text), text)
+            made = template.instance(shape_of(text), text)
             parsed = await self.parser.parse_one(text)
         except MillpondError:
             return False  # a probe that does not parse or plan proves nothing
-        return parsed == expected
+        return made is not None and parsed == made[0]

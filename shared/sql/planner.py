@@ -103,11 +103,26 @@ def pinned_key(where: ast.Expr | None, source: DataSource) -> tuple[list[Any], b
     literals = [key_equality(where, c.name) for c in keys]
     if not keys or any(literal is None for literal in literals):
         return None
-    values = [coerce(literal.value, c.type, c.name) for literal, c in zip(literals, keys, strict=True)
-              if literal is not None]
-    if any(value is None for value in values):  # KEY = NULL holds for no row: a scan finds none
+    values = [key_literal(literal.value, c) for literal, c in zip(literals, keys, strict=True) if literal is not None]
+    if any(value is None for value in values):  # KEY = NULL, or = 5.5 of an INT key: no row, as a scan finds
         return None
     return values, encode_key(values, keys)
+
+
+def key_literal(value: Any, column: Column) -> Any:
+    """A key's literal as its column's type, as a lookup serializes it; None when no key of the
+    type equals it (NULL, 5.5 or 3000000000 for an INT key: the WHERE holds for no row). An
+    integral number of another type is the key's (5.0 for an INT key is 5), as ``=`` compares."""
+    if value is None:
+        return None
+    base = column.type.base
+    if base in ("INT", "BIGINT") and isinstance(value, float):
+        if not value.is_integer():
+            return None
+        value = int(value)
+    if base == "INT" and type(value) is int and -(2**63) <= value < 2**63 and not -(2**31) <= value < 2**31:
+        return None  # a BIGINT no INT equals (a number past BIGINT is no literal at all: refused)
+    return coerce(value, column.type, column.name)
 
 
 def key_prefix(plan: SelectPlan) -> bytes | None:

@@ -232,3 +232,20 @@ async def test_the_router_parses_and_plans_one_lookup_per_shape() -> None:
         assert outcome.rows == [[f"sensor-{n}"]] and outcome.statement == f"SELECT * FROM counts WHERE sensor = 'sensor-{n}'"
     assert pulls.planned == 1
     assert parser.cache is not None and len(parser.cache) == 2  # the first text and its proof
+
+
+async def test_a_key_no_row_can_have_made_of_a_template_is_planned_as_its_text_is() -> None:
+    """3000000000 for an INT key: no key equals it, so the text is a scan (finding nothing), not
+    a lookup of a key it is not, nor an error: the template gives it to the parser."""
+    meta = metastore()
+    meta.apply(parse_statement("CREATE STREAM ints (k INT KEY, v INT) WITH (kafka_topic='ints', partitions=3, "
+                               "value_format='json')"), meta.command_offset + 1)
+    meta.apply(parse_statement("CREATE TABLE by_k AS SELECT k, COUNT(*) AS n FROM ints GROUP BY k"), meta.command_offset + 1)
+    templates = LookupTemplates(StatementParser(ParseLimits()))
+    await templates.learn(*planned(meta, "SELECT * FROM by_k WHERE k = 5"), meta.command_offset)
+    assert len(templates) == 1
+    assert templates.match("SELECT * FROM by_k WHERE k = 3000000000", meta.command_offset) is None
+    _, plan = planned(meta, "SELECT * FROM by_k WHERE k = 3000000000")
+    assert plan.partition is None and plan.key is None
+    made = templates.match("SELECT * FROM by_k WHERE k = 7", meta.command_offset)
+    assert made is not None and made[1].key == 7

@@ -263,3 +263,19 @@ async def test_a_long_statement_is_planned_each_time_not_kept_planned() -> None:
     assert await router.plan(short) is await router.plan(short)
     assert await router.plan(long) is not await router.plan(long)
     assert len(router._plans) == 1
+
+
+
+@pytest.mark.parametrize("where, key", [("k = 5.0", 5), ("k = 5", 5), ("k = 5.5", None), ("k = 3000000000", None),
+                                        ("k = NULL", None)])
+def test_a_key_literal_of_another_numeric_type_is_looked_up_as_equality_reads_it(where: str, key: int | None) -> None:
+    """An INT key compared with 5.0 is the key 5 (``=`` compares numbers); with 5.5 or a BIGINT
+    past INT, no key equals it: a scan, which finds no row, rather than an error."""
+    meta = Metastore()
+    meta.apply(parse_statement("CREATE STREAM ints (k INT KEY, v INT) WITH (kafka_topic='ints', partitions=3, "
+                               "value_format='json')"), 0)
+    meta.apply(parse_statement("CREATE TABLE by_k AS SELECT k, COUNT(*) AS n FROM ints GROUP BY k"), 1)
+    stmt = parse_statement(f"SELECT * FROM by_k WHERE {where}")
+    assert isinstance(stmt, ast.Query)
+    plan = plan_pull(stmt, meta, "svc")
+    assert plan.key == key and (plan.partition is None) == (key is None)
