@@ -10,8 +10,9 @@ Each lookup has an id (growing along the stream) so its answer finds it, however
 splits the answers; one whose caller stopped waiting before it was sent is not sent. A
 lookup that is not answered within its timeout, or whose stream fails (whatever the status),
 is an ``UnavailableError`` (the next copy is asked, as after a failed unary call); its answer,
-if it comes later, is dropped. A stream whose oldest message has waited longer than a
-lookup's timeout is given up and the next lookup opens another. A worker of an earlier
+if it comes later, is dropped. A stream whose oldest message has waited longer than the
+router's host timeout is given up and the next lookup opens another (a lookup whose client
+has less time left fails alone). A worker of an earlier
 version (no ``LookupStream``: UNIMPLEMENTED before any message) is asked with the unary
 ``Lookup``, as is a lookup that may wait for its consistency token (``wait_ms``): the stream
 answers its lookups at once, in order.
@@ -82,13 +83,16 @@ class _Session:
         """The worker has sent the stream's headers (it serves it)."""
         self.runner: asyncio.Task[None] | None = None
 
-    def stuck(self, lookup_id: int, within_s: float) -> bool:
+    def stuck(self, lookup_id: int, within_s: float, stuck_after_s: float) -> bool:
         """Whether the stream has failed lookup ``lookup_id``, which waited ``within_s`` in
-        vain: its own message, or the oldest, unanswered as long (or no headers as long)."""
+        vain: its oldest unanswered message (or, before the worker sent the stream's headers,
+        the stream itself) has waited ``stuck_after_s``, or the lookup had that long and its
+        own message is unanswered. A lookup given less time fails alone."""
         now = time.monotonic()
         if self.unanswered:
-            return lookup_id <= self.unanswered[0][0] or now - self.unanswered[0][1] >= within_s
-        return not self.serving and now - self.opened_at >= within_s
+            return now - self.unanswered[0][1] >= stuck_after_s or (
+                within_s >= stuck_after_s and lookup_id <= self.unanswered[0][0])
+        return not self.serving and now - self.opened_at >= stuck_after_s
 
 
 class LookupStream:
@@ -105,9 +109,13 @@ class LookupStream:
         """Until when the worker is asked with unary calls (it answered UNIMPLEMENTED)."""
         self.closed = False
 
-    async def lookup(self, request: worker_pb2.LookupRequest, within_s: float) -> worker_pb2.LookupResponse:
+    async def lookup(self, request: worker_pb2.LookupRequest, within_s: float,
+                     stuck_after_s: float | None = None) -> worker_pb2.LookupResponse:
         """The worker's answer to ``request`` within ``within_s`` seconds; UnavailableError
-        when it does not come (or the worker cannot answer), the worker's error otherwise."""
+        when it does not come (or the worker cannot answer), the worker's error otherwise. The
+        stream is given up when it is stuck ``stuck_after_s`` (default ``within_s``), not when
+        one caller's time is short: a client whose deadline leaves 5 ms failed every other
+        client's lookups on the stream."""
         if self.closed:
             raise UnavailableError(f"the lookup stream to {self.endpoint} is closed: the router is stopping")
         session = self._session
@@ -124,7 +132,7 @@ class LookupStream:
                 response: worker_pb2.LookupResponse = await answer
                 return response
         except TimeoutError:
-            if session.stuck(lookup_id, within_s):
+            if session.stuck(lookup_id, within_s, within_s if stuck_after_s is None else stuck_after_s):
                 self._give_up(session)  # the next lookup opens another stream
             raise UnavailableError(f"no answer from {self.endpoint} within {round(within_s * 1000)} ms") from None
         finally:
@@ -264,7 +272,8 @@ class LookupStreams:
     def _stub(self, endpoint: str) -> worker_pb2_grpc.WorkerServiceStub:
         return self.channels.stub(endpoint, worker_pb2_grpc.WorkerServiceStub)
 
-    async def lookup(self, endpoint: str, request: worker_pb2.LookupRequest, within_s: float) -> worker_pb2.LookupResponse:
+    async def lookup(self, endpoint: str, request: worker_pb2.LookupRequest, within_s: float,
+                     stuck_after_s: float | None = None) -> worker_pb2.LookupResponse:
         """Worker ``endpoint``'s answer to ``request`` within ``within_s`` seconds (see
         ``LookupStream.lookup``)."""
         if self.closed:
@@ -276,7 +285,7 @@ class LookupStreams:
         # A lookup that may wait goes alone (the stream answers its lookups at once, in order).
         if request.wait_ms <= 0 and time.monotonic() >= stream.unimplemented_until:
             try:
-                return await stream.lookup(request, within_s)
+                return await stream.lookup(request, within_s, stuck_after_s)
             except _Unimplemented:
                 pass
         try:

@@ -170,8 +170,8 @@ class PullRouter:
                 answer = await local.lookup(request)
             else:
                 REMOTE_HOPS.inc()
-                answer = lookup_answer(await self.lookups.lookup(
-                    endpoint, request, remaining(self.settings.pull_host_timeout_ms / 1000)))
+                host_timeout_s = self.settings.pull_host_timeout_ms / 1000
+                answer = lookup_answer(await self.lookups.lookup(endpoint, request, remaining(host_timeout_s), host_timeout_s))
             self.hosts.answered(endpoint, query_id, request.partition, answer.input_offset)
             return answer
 

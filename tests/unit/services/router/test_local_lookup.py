@@ -92,7 +92,7 @@ def pull(local: Local, copies: list[Replica], properties: dict[str, str] | None 
             router.hosts.hosts[endpoint].last_beat -= 10  # its last beat 10 s ago
         positions = {("readings", p): token for p in partitions} if token else {}
 
-        async def lookup(endpoint: str, request: worker_pb2.LookupRequest, _: float) -> worker_pb2.LookupResponse:
+        async def lookup(endpoint: str, request: worker_pb2.LookupRequest, *_: float) -> worker_pb2.LookupResponse:
             remote.append(endpoint)
             if requests is not None:
                 requests.append(request)

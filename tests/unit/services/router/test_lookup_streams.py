@@ -164,6 +164,33 @@ def test_a_late_answer_finds_no_one_and_the_next_lookup_gets_its_own() -> None:
     asyncio.run(with_worker(None, [stream_handler(slow_first)], body))
 
 
+def test_a_lookup_with_little_time_left_fails_alone_and_the_stream_serves_the_others() -> None:
+    """One client's short deadline is not the stream's: its lookup fails as UnavailableError,
+    the others on the same stream are answered, and the stream is not opened again."""
+    calls = 0
+
+    async def answers_in_30_ms(batches: AsyncIterator[worker_pb2.LookupStreamRequest], context: Any) -> AsyncIterator[Any]:
+        nonlocal calls
+        calls += 1
+        await context.send_initial_metadata(())
+        async for batch in batches:
+            await asyncio.sleep(0.03)
+            yield worker_pb2.LookupStreamResponse(ids=batch.ids, answers=[
+                worker_pb2.LookupAnswer(response=worker_pb2.LookupResponse(found=True, input_offset=int(r.key[1:])))
+                for r in batch.lookups])
+
+    async def body(streams: LookupStreams, endpoint: str) -> None:
+        assert (await streams.lookup(endpoint, request("k0"), 1.0, 1.0)).input_offset == 0  # the stream is open
+        patient = [asyncio.ensure_future(streams.lookup(endpoint, request(f"k{i}"), 1.0, 1.0)) for i in (1, 2)]
+        await asyncio.sleep(0)
+        with pytest.raises(UnavailableError, match="within 5 ms"):
+            await streams.lookup(endpoint, request("k3"), 0.005, 1.0)
+        assert [r.input_offset for r in await asyncio.gather(*patient)] == [1, 2]
+        assert calls == 1
+
+    asyncio.run(with_worker(None, [stream_handler(answers_in_30_ms)], body))
+
+
 def test_a_failed_stream_fails_what_it_carried_and_the_next_lookup_opens_another() -> None:
     calls = 0
 
