@@ -299,9 +299,13 @@ def result_row(plan: PullPlan, row: rows_pb2.Row) -> list[Any] | None:
 
 def selected_row(plan: PullPlan, values: list[Any]) -> list[Any] | None:
     """The result row for a table row's values (in the table's column order), or None when
-    the WHERE drops it."""
-    return select_row(plan.items, plan.where, plan.table,
-                      dict(zip((c.name for c in plan.table.row_columns), values, strict=True)))
+    the WHERE drops it. A row of another version of the table (a copy whose worker has not
+    replayed a CREATE OR REPLACE that added columns at the end, or has and the router not
+    yet) has those columns NULL, or left out."""
+    names = [c.name for c in plan.table.row_columns]
+    if len(values) != len(names):
+        values = [*values[:len(names)], *[None] * (len(names) - len(values))]
+    return select_row(plan.items, plan.where, plan.table, dict(zip(names, values, strict=True)))
 
 
 def legacy_page(plan: PullPlan, response: worker_pb2.ScanResponse, limit: int) -> worker_pb2.ScanPagesResponse:

@@ -467,15 +467,21 @@ def table_rows(table: DataSource) -> Callable[[bytes, list[Any]], list[Any]]:
     the key columns where they are, values elsewhere (its active task's and standby copies')."""
     decode, columns = key_decoder(table.key_columns), table.columns
     decoders = [None if c.key else bytes_decoder(c.type) for c in columns]
+    width = sum(not c.key for c in columns)
+
+    def fitted(state: list[Any]) -> list[Any]:
+        """A row stored before a CREATE OR REPLACE added columns at the end has them NULL."""
+        return state if len(state) == width else [*state[:width], *[None] * (width - len(state))]
+
     if not any(decoders):
         def row(key: bytes, state: list[Any]) -> list[Any]:
-            keys, values = iter(decode(key)), iter(state)
+            keys, values = iter(decode(key)), iter(fitted(state))
             return [next(keys) if c.key else next(values) for c in columns]
 
         return row
 
     def with_bytes(key: bytes, state: list[Any]) -> list[Any]:  # stored as base64 text (``reducers.stored``)
-        keys, values = iter(decode(key)), iter(state)
+        keys, values = iter(decode(key)), iter(fitted(state))
         out = []
         for c, bytes_of in zip(columns, decoders, strict=True):
             value = next(keys) if c.key else next(values)

@@ -1127,3 +1127,18 @@ def test_a_batchs_arrow_table_is_what_pysparks_to_arrow_gives(spark: SparkSessio
     with pytest.raises(Exception, match="record past the fifth") as their_error:
         failing.toArrow()
     assert type(ours_error.value) is type(their_error.value)
+
+
+def test_a_row_stored_before_columns_were_added_has_them_null() -> None:
+    """CREATE OR REPLACE may add columns at the end of a projection's table: a row stored
+    before has them NULL when pulled (it stopped the pull with StopIteration), also with BYTES."""
+    meta = Metastore()
+    meta.apply(parse_statement("CREATE TABLE wide (id VARCHAR PRIMARY KEY, n INT, b BYTES, m INT) "
+                               "WITH (kafka_topic='wide', partitions=1, value_format='json')"), 0)
+    row = table_rows(meta.source("WIDE"))
+    assert row(b"a", [1]) == ["a", 1, None, None]
+    assert row(b"a", [1, "AAE=", 2]) == ["a", 1, b"\x00\x01", 2]
+    assert row(b"a", [1, "AAE=", 2, "more"]) == ["a", 1, b"\x00\x01", 2]
+    meta.apply(parse_statement("CREATE TABLE narrow (id VARCHAR PRIMARY KEY, n INT, m INT) "
+                               "WITH (kafka_topic='narrow', partitions=1, value_format='json')"), 1)
+    assert table_rows(meta.source("NARROW"))(b"a", [1]) == ["a", 1, None]
