@@ -23,7 +23,7 @@ from millpond.shared import consistency, metrics, security
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.config import RouterSettings
-from millpond.shared.errors import ErrorKind, MillpondError, StatementError
+from millpond.shared.errors import ErrorKind, LimitError, MillpondError, StatementError
 from millpond.shared.kafka.command_log import CommandReader
 from millpond.shared.kafka.inserts import RowInserter
 from millpond.shared.results import Outcome
@@ -56,6 +56,12 @@ def _merged(positions: consistency.Positions, token: str,
 def _out_of_time() -> MillpondError:
     return MillpondError("the request ran out of time before this statement was run; send fewer statements per "
                          "request or give it a longer deadline", kind=ErrorKind.DEADLINE)
+
+
+def _result_bytes(outcome: Outcome) -> int:
+    """About the bytes ``outcome`` takes in a response: its encoded pages, and its other rows'
+    text (a lookup's one row, a SHOW's few)."""
+    return sum(map(len, outcome.encoded_rows)) + sum(len(repr(row)) for row in outcome.rows)
 
 
 def _log_failure(job: asyncio.Future[Any]) -> None:
@@ -127,13 +133,21 @@ class Statements:
         statements = await self.parser.parse(sql)
         if not request_id and not all(isinstance(stmt, ast.Query) for stmt in statements):
             request_id = uuid.uuid4().hex  # pull queries alone change nothing: they need none
+        held = 0
+        """The bytes of the results so far, against the most one response may carry."""
         for index, stmt in enumerate(statements):
             try:
-                authorize_statement(principal, stmt)
-                outcome, seen = await self._execute_one(stmt, session, positions, deadline, f"{request_id}/{index}",
-                                                        named, learn=not parsed_before)
-            except grpc.aio.AioRpcError as err:
-                raise raise_for_rpc(err) from None
+                try:
+                    authorize_statement(principal, stmt)
+                    outcome, seen = await self._execute_one(stmt, session, positions, deadline, f"{request_id}/{index}",
+                                                            named, learn=not parsed_before)
+                except grpc.aio.AioRpcError as err:  # a coordinator's refusal: prefixed as any other
+                    raise raise_for_rpc(err) from None
+                held += _result_bytes(outcome)
+                if held > self.settings.max_message_bytes:
+                    raise LimitError(f"the results pass {self.settings.max_message_bytes} bytes, the most one "
+                                     "response may carry (max_message_bytes): send these statements in separate "
+                                     "requests, or add LIMITs")
             except MillpondError as err:
                 if len(outcomes):
                     err.message = f"statement {len(outcomes) + 1} failed (earlier ones were applied): {err.message}"

@@ -345,3 +345,49 @@ async def test_a_request_id_too_long_to_keep_is_refused_before_anything_runs() -
     assert producer.sent == []
     await statements.execute(insert, {}, request_id="r" * 128)
     assert len(producer.sent) == 1
+
+
+class _BigPulls(_Pulls):
+    """Each pull answers 1 MiB of encoded rows."""
+
+    async def pull(self, stmt: Any, plan: Any, properties: Any, positions: Any, deadline: float) -> Any:
+        self.seen[("s", len(self.seen))] = 1  # (counted in seen: how many pulls ran)
+        return Outcome(stmt.text, status="", encoded_rows=[b"x" * (1 << 20)]), {}
+
+
+async def test_the_results_of_one_request_are_bounded_by_what_one_response_may_carry() -> None:
+    """Each pull may return up to max_rows_per_response rows, but a request of many of them
+    is refused once its results pass max_message_bytes (4 MiB), saying what to do, rather than
+    holding them all and failing to send them."""
+    settings = RouterSettings()
+    meta = Metastore()
+    meta.apply(parse_statement("CREATE STREAM s (k VARCHAR KEY, v INT) WITH (kafka_topic='s', partitions=2, "
+                               "value_format='json')"), 0)
+    meta.apply(parse_statement("CREATE TABLE t AS SELECT k, COUNT(*) AS n FROM s GROUP BY k"), 1)
+    pulls = _BigPulls({})
+    statements = Statements(settings, meta, cast(Any, None), cast(Any, None), cast(Any, pulls),
+                            StatementParser(settings.parse_limits, settings.parse_cache_bytes))
+    assert len(await statements.execute("SELECT * FROM t; SELECT * FROM t;", {})) == 2
+    with pytest.raises(MillpondError) as raised:
+        await statements.execute("SELECT * FROM t;" * 100, {})
+    assert raised.value.kind is ErrorKind.RESOURCE_EXHAUSTED
+    assert raised.value.message.startswith("statement 5 failed (earlier ones were applied): the results pass "
+                                           f"{settings.max_message_bytes} bytes")
+    assert len(pulls.seen) == 2 + 5  # it stopped there
+
+
+async def test_a_coordinators_refusal_of_a_later_statement_says_which_failed() -> None:
+    class Refusing:
+        async def ExecuteStatement(self, request: Any, **options: Any) -> Any:
+            if request.sql.startswith("DROP"):
+                raise grpc.aio.AioRpcError(grpc.StatusCode.INVALID_ARGUMENT, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                                           "NOPE does not exist")
+            return coordinator_pb2.ExecuteStatementResponse(result=outcome_to_proto(Outcome(request.sql, "done")))
+
+    settings = RouterSettings()
+    statements = Statements(settings, Metastore(), cast(Any, _Reader()),
+                            cast(Any, SimpleNamespace(leader=0, stubs=[Refusing()])), cast(Any, None),
+                            StatementParser(settings.parse_limits))
+    with pytest.raises(MillpondError) as raised:
+        await statements.execute("TERMINATE ALL; DROP STREAM nope;", {})
+    assert raised.value.message == "statement 2 failed (earlier ones were applied): NOPE does not exist"
