@@ -58,6 +58,15 @@ def _out_of_time() -> MillpondError:
                          "request or give it a longer deadline", kind=ErrorKind.DEADLINE)
 
 
+def _before_retry(named: bool, why: str) -> str:
+    """What a client whose statement may have been applied does before it retries: resend
+    with its request id, or, having given none (the router's own is not sent back), look first."""
+    if named:
+        return f"before you retry, send the same request_id again ({why})"
+    return ("look before you retry (the request had no request_id; give each request one, and a resend with it is "
+            f"safe: {why})")
+
+
 def _result_bytes(outcome: Outcome) -> int:
     """About the bytes ``outcome`` takes in a response: its encoded pages, and its other rows'
     text (a lookup's one row, a SHOW's few)."""
@@ -193,8 +202,8 @@ class Statements:
                 job.add_done_callback(_log_failure)
         if not done:
             raise MillpondError("Kafka did not acknowledge the row within the request's time left; it may still be "
-                                "inserted: before you retry, send the same request_id again (a row already inserted "
-                                "is answered, not inserted again)", kind=ErrorKind.DEADLINE)
+                                f"inserted: {_before_retry(named, 'a row already inserted is answered, not inserted again')}",
+                                kind=ErrorKind.DEADLINE)
         outcome, topic = job.result()
         return outcome, {(topic, outcome.partition): outcome.offset + 1}
 
@@ -256,10 +265,9 @@ class Statements:
                 return outcome, None
             except grpc.aio.AioRpcError as err:
                 if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED and time.monotonic() >= deadline:
+                    advice = _before_retry(named, "a statement already applied is answered, not run again")
                     raise MillpondError(f"the coordinator did not answer within the request's time left ({left:.1f} s); "
-                                        "the statement may still be applied: before you retry, send the same "
-                                        "request_id again (a statement already applied is answered, not run again)",
-                                        kind=ErrorKind.DEADLINE) from None
+                                        f"the statement may still be applied: {advice}", kind=ErrorKind.DEADLINE) from None
                 if err.code() != grpc.StatusCode.UNAVAILABLE or n == len(order) - 1:
                     raise
         raise AssertionError("unreachable")

@@ -140,7 +140,13 @@ async def test_a_request_that_outlasts_its_deadline_ends_with_deadline_exceeded(
     error: Any = raised.value
     assert error.kind is ErrorKind.DEADLINE, error.message
     assert "did not answer within the request's time left" in error.message and "before you retry" in error.message
+    # The router's own request id is not sent back: the client is told to look, and to name its requests.
+    assert "look before you retry (the request had no request_id" in error.message
+    assert "send the same request_id" not in error.message
     assert time.monotonic() - started < 0.5
+    with pytest.raises(MillpondError) as named:
+        await statements(SlowCoordinator(5.0)).execute("SHOW STREAMS;", {}, time_remaining=0.5, request_id="mine")
+    assert "before you retry, send the same request_id again" in named.value.message
 
 
 async def test_a_statement_is_not_sent_once_the_request_is_out_of_time() -> None:
