@@ -43,6 +43,10 @@ SELECT_CACHE_SIZE = 256
 SCAN_PAGE_ROWS = 500
 """Rows a scan reads (and its caller converts) between two turns of the serving loop: a few
 milliseconds, so heartbeats and lookups keep going through a large scan."""
+SLICE_S = 0.005
+"""The longest a scan evaluates its WHERE and SELECT list before the serving loop turns, within
+a page too: a costly one (an IN list of 3,000 items took a second a page) must not stop the
+heartbeats (a worker silent for 500 ms is taken for dead by the routers)."""
 
 
 class Progress:
@@ -139,6 +143,7 @@ async def scan(table: str, copy_of: Callable[[int], LocalCopy], partitions: Iter
         prefix, width = found + b"\x00", len(found) + window_key_bytes(plan.source.window)
     most = limit if 0 < limit <= max_rows else max_rows + 1
     read = kept = 0
+    due = time.monotonic() + SLICE_S
     for partition in partitions:
         if kept >= most:
             return
@@ -155,13 +160,20 @@ async def scan(table: str, copy_of: Callable[[int], LocalCopy], partitions: Iter
                     f"a scan of {table} reads more than {max_rows} rows on one worker, the most a scan may "
                     "(the workers' max_scan_rows): add a LIMIT (without a WHERE it bounds the scan), look up "
                     "one key with WHERE <key column> = ..., or raise max_scan_rows")
-            rows = [row for key, state in items if (width is None or len(key) == width)
-                    and (row := copy.row(key, state)) is not None]
-            if select is not None:
-                rows = [r for r in map(select, rows) if r is not None][:most - kept]
+            rows = []
+            for key, state in items:
+                if (width is None or len(key) == width) and (row := copy.row(key, state)) is not None \
+                        and (select is None or (row := select(row)) is not None):
+                    rows.append(row)
+                    if len(rows) >= most - kept:
+                        break
+                if time.monotonic() >= due:  # a costly WHERE or SELECT: the loop serves others meanwhile
+                    await asyncio.sleep(0)
+                    due = time.monotonic() + SLICE_S
             kept += len(rows)
             yield ScanPage(partition, copy.input_offset, rows)
             await asyncio.sleep(0)
+            due = time.monotonic() + SLICE_S
             if len(items) < wanted or kept >= most:
                 break
             after = items[-1][0]

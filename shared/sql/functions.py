@@ -123,8 +123,24 @@ def _round(x: Any, digits: int = 0) -> Any:
 
 
 MAX_PADDED_CHARS = 1 << 20
-"""The longest text LPAD and RPAD make (a longer one is NULL): a Kafka record holds at most
-1 MB by default, and a length of 2^31 - 1 once built a 21 GB string on the router's loop."""
+"""The longest text LPAD, RPAD, CONCAT (and ``||``) and REPLACE make in Python (a longer one is
+NULL): a Kafka record holds at most 1 MB by default, and a length of 2^31 - 1 once built a
+21 GB string on the router's loop; REPLACE of each character of a long text by a 60 KB one
+would build 60 GB."""
+TEXT_BUILDERS = frozenset({"LPAD", "RPAD", "CONCAT", "REPLACE"})
+"""The functions that may build a text of ``MAX_PADDED_CHARS`` from short arguments."""
+
+
+def _concat(*parts: str) -> str | None:
+    return None if sum(map(len, parts)) > MAX_PADDED_CHARS else "".join(parts)
+
+
+def _replace(s: str, old: str, new: str) -> str | None:
+    if not old:
+        return s
+    if len(new) > len(old) and len(s) + s.count(old) * (len(new) - len(old)) > MAX_PADDED_CHARS:
+        return None
+    return s.replace(old, new)
 
 
 def _pad(s: str, length: int, pad: str, left: bool) -> str | None:
@@ -162,11 +178,11 @@ FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
     ScalarFunction("RTRIM", ("string",), spark="rtrim", python=_strict(str.rstrip)),
     ScalarFunction("LEN", ("string",), result=lambda _: INT, spark="char_length", python=_strict(len)),
     ScalarFunction("CONCAT", ("string",), variadic="string", spark="concat",
-                   python=_strict(lambda *a: "".join(a))),
+                   python=_strict(_concat)),
     ScalarFunction("SUBSTRING", ("string", "integer"), optional=("integer",), spark="substring",
                    python=_strict(_substring)),
     ScalarFunction("REPLACE", ("string", "string", "string"), spark="replace",
-                   python=_strict(lambda s, old, new: s.replace(old, new) if old else s)),
+                   python=_strict(_replace)),
     ScalarFunction("INSTR", ("string", "string"), result=lambda _: INT, spark="instr",
                    python=_strict(lambda s, sub: s.find(sub) + 1)),
     ScalarFunction("LPAD", ("string", "integer", "string"), spark="lpad",

@@ -6,9 +6,9 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Any, cast
 
 from millpond.shared.catalog.plans import PlanKind
 from millpond.shared.catalog.queries import AggregateCall, OutputColumn, QueryPlan
@@ -30,6 +30,7 @@ from millpond.shared.kafka.values import stored
 from millpond.shared.sql import aggregates, ast
 from millpond.shared.sql.ast import SqlType, to_sql
 from millpond.shared.sql.expressions import evaluate, output_name, quote_identifier, spark_literal, to_spark
+from millpond.shared.sql.functions import TEXT_BUILDERS
 from millpond.shared.sql.joins import join_aggregation, plan_join, pre_aggregation
 from millpond.shared.sql.types import Scope, check, check_condition, with_widths
 
@@ -182,7 +183,36 @@ def plan_select(query: ast.Query, source: DataSource) -> SelectPlan:
     columns = tuple((name, check(expr, scope)) for name, expr in _expand(query, source, source.row_columns))
     if query.where is not None:
         check_condition(query.where, scope, "WHERE")
+    _check_text_builders(query)
     return SelectPlan(source, columns, with_widths(query.items, scope), with_widths(query.where, scope), query.limit)
+
+
+MAX_TEXT_BUILDERS = 64
+"""The most calls of ``functions.TEXT_BUILDERS`` a pull or push query may make per row: each may
+build ``MAX_PADDED_CHARS`` (1 MiB) on the serving loop, and 2,800 of them in a 64 KB text took
+1.6 s and 2.8 GB a row."""
+
+
+def _nodes(tree: Any) -> Iterator[Any]:
+    """Every node of ``tree`` (expressions, SELECT items, tuples of them), depth first."""
+    if isinstance(tree, tuple):
+        for item in tree:
+            yield from _nodes(item)
+    elif isinstance(tree, ast.Expr | ast.SelectItem):
+        yield tree
+        for f in fields(cast(Any, tree)):
+            if f.name != "type":
+                yield from _nodes(getattr(tree, f.name))
+
+
+def _check_text_builders(query: ast.Query) -> None:
+    """Refuse a pull or push query whose expressions may build more text per row than the
+    serving loops afford."""
+    calls = sum(1 for node in _nodes((query.items, query.where)) if isinstance(node, ast.Call) and node.name in TEXT_BUILDERS)
+    if calls > MAX_TEXT_BUILDERS:
+        raise StatementError(f"the query calls LPAD, RPAD, CONCAT (or ||) and REPLACE {calls} times; a pull or push "
+                             f"query may call them at most {MAX_TEXT_BUILDERS} times (each may build 1 MiB of text "
+                             "per row): compute such columns in a persistent query and read its result")
 
 
 def check_properties(properties: dict[str, Any], allowed: tuple[str, ...], statement: str) -> None:

@@ -159,6 +159,27 @@ def test_the_loop_keeps_running_through_a_large_scan(tmp_path: Path) -> None:
     tables.close()
 
 
+def test_the_loop_turns_within_a_page_once_its_where_has_taken_its_slice(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A costly WHERE (an IN list of 3,000 items took a second a page) lets the serving loop turn
+    within the page once it has run ``SLICE_S``: here none, so after every row."""
+    monkeypatch.setattr(serving, "SLICE_S", 0.0)
+    tables = Tables(tmp_path, {0: 400})
+    statement = "SELECT n FROM t WHERE n IN (" + ", ".join(str(i) for i in range(0, 3000, 2)) + ")"
+
+    async def scan_while_ticking() -> tuple[int, int]:
+        ticks = 0
+        job = asyncio.ensure_future(scan(tables, max_rows=1000, partitions=(0,), statement=statement))
+        while not job.done():
+            ticks += 1
+            await asyncio.sleep(0)
+        return ticks, len((await job).rows)
+
+    ticks, rows = asyncio.run(scan_while_ticking())
+    assert rows == 200 and ticks >= 400  # one page of 400 rows: a turn per row evaluated
+    tables.close()
+
+
 def test_a_store_that_closes_mid_scan_can_reopen_and_the_scan_says_ask_again(tmp_path: Path) -> None:
     tables = Tables(tmp_path, {0: 3000})
 

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.errors import StatementError
 from millpond.shared.kafka.serde import coerce
 from millpond.shared.session import MAX_OFFSET_LAG, check_property
@@ -21,6 +22,7 @@ from millpond.shared.sql import ast
 from millpond.shared.sql.expressions import evaluate
 from millpond.shared.sql.functions import MAX_PADDED_CHARS
 from millpond.shared.sql.parser import parse_statement
+from millpond.shared.sql.planner import MAX_TEXT_BUILDERS, plan_select
 
 
 def value_of(expression: str) -> Any:
@@ -60,6 +62,33 @@ def test_padding_is_exact_up_to_its_cap_and_null_beyond() -> None:
     assert value_of("LPAD('abc', -1, 'x')") == ""
     assert len(value_of(f"LPAD('a', {MAX_PADDED_CHARS}, 'xyz')")) == MAX_PADDED_CHARS
     assert value_of("LPAD('a', 2147483647, 'xxxxxxxxxx')") is None  # not 21 GB on the router's loop
+
+
+def test_concatenation_and_replace_are_exact_up_to_the_cap_and_null_beyond() -> None:
+    """REPLACE of each character of a long text by a long one, or CONCAT of long texts, would
+    build gigabytes on the serving loop: past the padding cap they are NULL, as padding is."""
+    half = f"LPAD('', {MAX_PADDED_CHARS // 2}, 'a')"
+    assert value_of(f"CONCAT({half}, {half})") == "a" * MAX_PADDED_CHARS
+    assert value_of(f"{half} || {half} || 'b'") is None
+    assert value_of(f"REPLACE({half}, 'a', 'bb')") == "bb" * (MAX_PADDED_CHARS // 2)
+    assert value_of(f"REPLACE({half}, 'a', 'bbb')") is None
+    assert value_of("REPLACE('abcabc', 'bc', '')") == "aa" and value_of("REPLACE('abc', '', 'x')") == "abc"
+
+
+def test_a_pull_or_push_query_may_build_text_a_bounded_number_of_times_per_row() -> None:
+    meta = Metastore()
+    meta.apply(parse_statement("CREATE STREAM s (k VARCHAR KEY, v VARCHAR) WITH (kafka_topic='s', partitions=1, "
+                               "value_format='json')"), 0)
+    calls = ", ".join(["LPAD(v, 10, v)"] * (MAX_TEXT_BUILDERS // 2))
+    within = parse_statement(f"SELECT CONCAT({calls}) AS c FROM s WHERE v || 'x' = 'y' EMIT CHANGES")
+    assert isinstance(within, ast.Query)
+    plan_select(within, meta.source("S"))  # 32 pads, a CONCAT and a ||: 34
+    beyond = parse_statement("SELECT * FROM s WHERE LEN(v) IN (" + ", ".join(["LEN(LPAD(v, 1048576, v))"] * 65)
+                             + ") EMIT CHANGES")
+    assert isinstance(beyond, ast.Query)
+    with pytest.raises(StatementError, match=re.escape("calls LPAD, RPAD, CONCAT (or ||) and REPLACE 65 times; a pull "
+                                                       "or push query may call them at most 64 times")):
+        plan_select(beyond, meta.source("S"))
 
 
 def test_functions_that_overflow_give_sparks_value_not_an_error() -> None:
