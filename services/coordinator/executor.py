@@ -19,12 +19,13 @@ from millpond.services.coordinator import views
 from millpond.services.coordinator.topic_cleanup import DROP_WAIT_S, REPORTS_GRACE_S, QueryTopicCleanup
 from millpond.shared import security
 from millpond.shared.catalog.metastore import DDL, Change, Metastore, check_column_names, uses
+from millpond.shared.catalog.names import consumer_group
 from millpond.shared.catalog.queries import PersistentQuery, Resolved
 from millpond.shared.catalog.topology import internal_topics
 from millpond.shared.catalog.upgrades import check_upgrades
 from millpond.shared.config import CoordinatorSettings
 from millpond.shared.errors import StatementError, UnavailableError
-from millpond.shared.kafka.admin import delete_topics, ensure_topic, topic_partitions
+from millpond.shared.kafka.admin import delete_groups, delete_topics, ensure_topic, topic_partitions
 from millpond.shared.kafka.command_log import Command, CommandReader, CommandWriter
 from millpond.shared.kafka.connection import FENCED
 from millpond.shared.kafka.inserts import RowInserter
@@ -244,6 +245,10 @@ class StatementExecutor:
                 await ensure_topic(self.admin, topic.name, topic.partitions or sink.partitions, compacted=topic.compacted,
                                    replicas=self.replicas, configs=dict(topic.configs))
 
+    def _group(self, query: PersistentQuery) -> str:
+        """The consumer group a query's tasks commit their input offsets to."""
+        return consumer_group(self.settings.service_id, query.query_id)
+
     def _internal_topics(self, query: PersistentQuery) -> list[str]:
         return [topic.name for topic in internal_topics(self.settings.service_id, query)]
 
@@ -253,7 +258,7 @@ class StatementExecutor:
         TOPIC the source's topic (the query that wrote it, and any terminated one that read or
         wrote it, may still be stopping; a statement that names the topic again waits for it)."""
         for query in change.drop_queries:
-            self.cleanup.after_stopped(query.query_id, self._internal_topics(query))
+            self.cleanup.after_stopped(query.query_id, self._internal_topics(query), groups=[self._group(query)])
         for topic in change.delete_topics:
             source = self.metastore.dropped_topics.get(topic)
             if source is not None:  # (None: a CREATE at another coordinator took the topic again since)
@@ -263,9 +268,12 @@ class StatementExecutor:
         """The terminated queries that read or wrote ``source`` (a dropped one's own among them)."""
         return [q.query_id for q in self.metastore.terminated.values() if uses(q, source)]
 
-    async def _delete_unused(self, topics: list[str]) -> None:
+    async def _delete_unused(self, topics: list[str], groups: list[str]) -> None:
         """Delete ``topics`` but those a source took again meanwhile (a CREATE at another
-        coordinator: this one's own wait for the delete, ``QueryTopicCleanup.settled``)."""
+        coordinator: this one's own wait for the delete, ``QueryTopicCleanup.settled``), and
+        terminated queries' consumer ``groups`` (their committed offsets)."""
+        if groups:
+            await delete_groups(self.admin, groups)
         await self.reader.catch_up()
         taken = {source.topic for source in self.metastore.sources.values()}
         if unused := [topic for topic in topics if topic not in taken]:
@@ -307,12 +315,14 @@ class StatementExecutor:
         coordinator that ran the statement stopped before it could (or a delete failed). Called
         once the command topic is read; the workers' reports are waited for."""
         present = set(await self.admin.list_topics())
+        groups = {group for group, *_ in await self.admin.list_consumer_groups()}
         for query in self.metastore.terminated.values():
             left = [name for name in self._internal_topics(query) if name in present]
-            if left:
-                log.info("a terminated query's topics were left; deleting them once no worker runs it",
-                         extra={"query": query.query_id, "topics": left})
-                self.cleanup.after_stopped(query.query_id, left, not_before_s=reports_grace_s)
+            group = [name for name in [self._group(query)] if name in groups]
+            if left or group:
+                log.info("a terminated query's topics or consumer group were left; deleting them once no worker runs it",
+                         extra={"query": query.query_id, "topics": left, "groups": group})
+                self.cleanup.after_stopped(query.query_id, left, not_before_s=reports_grace_s, groups=group)
         for topic, source in self.metastore.dropped_topics.items():
             if topic in present:
                 log.info("a dropped source's topic was left; deleting it once no worker runs the queries that used it",

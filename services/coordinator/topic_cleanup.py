@@ -43,50 +43,65 @@ query's topics that were left (the workers beat every coordinator every 100 ms).
 class _Deletion:
     queries: list[str]
     topics: list[str]
+    groups: list[str]
     task: asyncio.Task[None] | None = None
 
 
 class QueryTopicCleanup:
     """The topics waiting for the queries that used them to stop."""
 
-    def __init__(self, delete: Callable[[list[str]], Awaitable[None]], runs: Callable[[str], bool],
+    def __init__(self, delete: Callable[[list[str], list[str]], Awaitable[None]], runs: Callable[[str], bool],
                  wait_s: float = WAIT_S, poll_s: float = POLL_S):
         self.delete = delete
+        """Deletes topics and consumer groups."""
         self.runs = runs
         """Whether a live worker still reports the query (``Cluster.runs``)."""
         self.wait_s = wait_s
         self.poll_s = poll_s
         self._waiting: dict[str, _Deletion] = {}
         """Each topic waiting -> its deletion."""
+        self._waiting_groups: set[str] = set()
+        """The consumer groups waiting."""
+        self._tasks: set[asyncio.Task[None]] = set()
+        """The deletions under way."""
 
     @property
     def waiting(self) -> set[str]:
         """The topics not deleted yet."""
         return set(self._waiting)
 
-    def after_stopped(self, query_id: str, topics: list[str], not_before_s: float = REPORTS_IN_FLIGHT_S) -> None:
-        """Delete a terminated query's internal ``topics`` once no worker runs it, looking first
-        after ``not_before_s`` (a coordinator that just started has not heard from every worker yet)."""
-        self.delete_after([query_id], topics, self.wait_s, not_before_s)
+    def after_stopped(self, query_id: str, topics: list[str], not_before_s: float = REPORTS_IN_FLIGHT_S,
+                      groups: list[str] | None = None) -> None:
+        """Delete a terminated query's internal ``topics`` and consumer ``groups`` once no worker
+        runs it, looking first after ``not_before_s`` (a coordinator that just started has not
+        heard from every worker yet)."""
+        self.delete_after([query_id], topics, self.wait_s, not_before_s, groups)
 
     def delete_after(self, query_ids: list[str], topics: list[str], wait_s: float,
-                     not_before_s: float = REPORTS_IN_FLIGHT_S) -> None:
-        """Delete ``topics`` once no worker runs any of ``query_ids`` (none: at once), or after
-        ``wait_s`` all the same; a topic already waiting keeps its first deletion."""
+                     not_before_s: float = REPORTS_IN_FLIGHT_S, groups: list[str] | None = None) -> None:
+        """Delete ``topics`` (and consumer ``groups``) once no worker runs any of ``query_ids``
+        (none: at once), or after ``wait_s`` all the same; a topic or group already waiting
+        keeps its first deletion."""
         topics = [t for t in topics if t not in self._waiting]
-        if not topics:
+        groups = [g for g in groups or () if g not in self._waiting_groups]
+        if not topics and not groups:
             return
-        deletion = _Deletion(list(query_ids), topics)
+        deletion = _Deletion(list(query_ids), topics, groups)
         deletion.task = asyncio.create_task(self._delete_when_stopped(deletion, wait_s, not_before_s if query_ids else 0.0),
-                                            name=f"delete-{topics[0]}")
+                                            name=f"delete-{(topics or groups)[0]}")
         for topic in topics:
             self._waiting[topic] = deletion
+        self._waiting_groups.update(groups)
+        self._tasks.add(deletion.task)
         deletion.task.add_done_callback(lambda _: self._forget(deletion))
 
     def _forget(self, deletion: _Deletion) -> None:
         for topic in deletion.topics:
             if self._waiting.get(topic) is deletion:
                 del self._waiting[topic]
+        self._waiting_groups.difference_update(deletion.groups)
+        if deletion.task is not None:
+            self._tasks.discard(deletion.task)
 
     async def stopped(self, query_ids: list[str], wait_s: float, not_before_s: float = REPORTS_IN_FLIGHT_S) -> bool:
         """Whether, within ``wait_s``, no worker runs any of ``query_ids`` (looking first after ``not_before_s``)."""
@@ -113,18 +128,19 @@ class QueryTopicCleanup:
 
     async def _delete(self, deletion: _Deletion) -> None:
         try:
-            await self.delete(deletion.topics)
+            await self.delete(deletion.topics, deletion.groups)
         except Exception:
             log.exception("could not delete topics of stopped queries",
-                          extra={"queries": deletion.queries, "topics": deletion.topics})
+                          extra={"queries": deletion.queries, "topics": deletion.topics, "groups": deletion.groups})
         else:
-            log.info("deleted topics of stopped queries", extra={"queries": deletion.queries, "topics": deletion.topics})
+            log.info("deleted topics of stopped queries",
+                     extra={"queries": deletion.queries, "topics": deletion.topics, "groups": deletion.groups})
 
     async def close(self) -> None:
         """Stop waiting (the coordinator is stopping): the topics still waiting are left to the
         next coordinator to start, as a crash leaves them."""
-        tasks = {d.task for d in self._waiting.values() if d.task is not None}
-        self._waiting = {}
+        tasks, self._tasks = self._tasks, set()
+        self._waiting, self._waiting_groups = {}, set()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

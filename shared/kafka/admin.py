@@ -14,7 +14,8 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError, for_code
+from aiokafka.errors import GroupIdNotFound, KafkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError, for_code
+from aiokafka.protocol.admin import DeleteGroupsRequest
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from millpond.shared.errors import StatementError, UnavailableError
@@ -250,3 +251,24 @@ async def delete_topics(admin: AIOKafkaAdminClient, names: list[str]) -> list[st
     if deleted := [n for n in present if n not in refused]:
         log.info("deleted topics", extra={"topics": deleted})
     return [n for n in names if n not in refused]
+
+
+async def delete_groups(admin: AIOKafkaAdminClient, groups: list[str]) -> list[str]:
+    """Delete consumer groups (their committed offsets), as ksqlDB's cleanup does for a
+    terminated query's; ones already gone are fine. Returns those gone now (a refusal, such as
+    a group that still has members, is logged). aiokafka's admin has no call for it, so the
+    DeleteGroups request of its protocol goes to each group's coordinator as its own
+    describe_consumer_groups sends requests."""
+    gone: list[str] = []
+    for group in groups:
+        node = await admin.find_coordinator(group)
+        response = await admin._send_request(DeleteGroupsRequest([group]), node)
+        codes = {name: code for name, code in response.results}
+        code = codes.get(group, 0)
+        if code in (0, GroupIdNotFound.errno):
+            gone.append(group)
+        else:
+            log.error("Kafka refused to delete a consumer group", extra={"group": group, "error": for_code(code).__name__})
+    if gone:
+        log.info("deleted consumer groups", extra={"groups": gone})
+    return gone

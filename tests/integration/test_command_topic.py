@@ -411,6 +411,41 @@ async def test_a_terminated_querys_topics_left_by_a_coordinator_are_deleted_by_t
         await until_deleted(second.admin, topics)
 
 
+async def consumer_groups(admin: AIOKafkaAdminClient) -> set[str]:
+    return {group for group, *_ in await admin.list_consumer_groups()}
+
+
+async def test_a_terminated_querys_consumer_group_is_deleted_once_no_worker_runs_it(kafka: EmbeddedKafka) -> None:
+    """The offsets a query's tasks committed to its consumer group go with its topics, as
+    ksqlDB's cleanup deletes a terminated query's group (they stayed until Kafka's offset
+    retention, seven days)."""
+    service_id = f"groups{next(_ids)}"
+    cluster = Cluster(10, AssignorConfig())
+    async with coordinator_core(kafka.bootstrap_servers, service_id, cluster.runs) as core:
+        await core.execute(f"CREATE STREAM s (k VARCHAR KEY, v INT) WITH (kafka_topic='{service_id}-s', partitions=1, "
+                           "value_format='json');", {})
+        await core.execute(f"CREATE TABLE t WITH (kafka_topic='{service_id}-t') AS SELECT k, COUNT(*) AS n FROM s "
+                           "GROUP BY k;", {})
+        (query,) = core.metastore.queries.values()
+        group = names.consumer_group(service_id, query.query_id)
+        committer = AIOKafkaConsumer(bootstrap_servers=kafka.bootstrap_servers, group_id=group, enable_auto_commit=False)
+        await committer.start()
+        try:  # as the query's tasks commit their input offsets
+            committer.assign([TopicPartition(f"{service_id}-s", 0)])
+            await committer.commit({TopicPartition(f"{service_id}-s", 0): 1})
+        finally:
+            await committer.stop()
+        assert group in await consumer_groups(core.admin)
+        worker_reports(cluster, query.query_id)  # a worker still runs it
+        await core.execute(f"TERMINATE {query.query_id};", {})
+        await asyncio.sleep(1.0)
+        assert group in await consumer_groups(core.admin)
+        worker_reports(cluster, None)
+        async with asyncio.timeout(10):
+            while group in await consumer_groups(core.admin):  # noqa: ASYNC110 (the broker's)
+                await asyncio.sleep(0.1)
+
+
 async def test_a_dropped_sources_topic_left_by_a_coordinator_is_deleted_by_the_next_unless_a_source_took_it_again(
         kafka: EmbeddedKafka) -> None:
     """A DROP ... DELETE TOPIC whose coordinator went before the delete (here: one that appended

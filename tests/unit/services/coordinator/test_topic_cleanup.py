@@ -20,10 +20,10 @@ class Topics:
         self.present = set(names)
         self.fail = fail
 
-    async def delete(self, names: list[str]) -> None:
+    async def delete(self, names: list[str], groups: list[str]) -> None:
         if self.fail:
             raise OSError("broker gone")
-        self.present -= set(names)
+        self.present -= {*names, *groups}
 
 
 async def eventually(check: Callable[[], bool], within_s: float = 2.0) -> None:
@@ -102,3 +102,19 @@ async def test_a_failed_delete_is_logged_and_forgotten(caplog: pytest.LogCapture
         cleanup.after_stopped("Q1", ["q1-changelog"])
         await eventually(lambda: not cleanup.waiting)
     assert "could not delete topics of stopped queries" in caplog.text
+
+
+async def test_a_terminated_querys_consumer_group_goes_with_its_topics_or_alone() -> None:
+    """Its committed offsets are deleted once no worker runs it, as ksqlDB's cleanup does; a
+    query whose topics are gone already may leave its group alone to delete."""
+    topics = Topics("q1-changelog", "group-q1", "group-q2")
+    running = {"Q1", "Q2"}
+    cleanup = QueryTopicCleanup(topics.delete, lambda query_id: query_id in running, poll_s=0.01)
+    cleanup.after_stopped("Q1", ["q1-changelog"], not_before_s=0.0, groups=["group-q1"])
+    cleanup.after_stopped("Q2", [], not_before_s=0.0, groups=["group-q2"])
+    cleanup.after_stopped("Q2", [], not_before_s=0.0, groups=["group-q2"])  # already waiting
+    await asyncio.sleep(0.1)
+    assert topics.present == {"q1-changelog", "group-q1", "group-q2"}
+    running.clear()
+    await eventually(lambda: not topics.present)
+    await cleanup.close()
