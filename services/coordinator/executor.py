@@ -24,7 +24,7 @@ from millpond.shared.catalog.queries import PersistentQuery, Resolved
 from millpond.shared.catalog.topology import internal_topics
 from millpond.shared.catalog.upgrades import check_upgrades
 from millpond.shared.config import CoordinatorSettings
-from millpond.shared.errors import StatementError, UnavailableError
+from millpond.shared.errors import MillpondError, StatementError, UnavailableError
 from millpond.shared.kafka.admin import delete_groups, delete_topics, ensure_topic, topic_partitions
 from millpond.shared.kafka.command_log import Command, CommandReader, CommandWriter
 from millpond.shared.kafka.connection import FENCED
@@ -140,6 +140,8 @@ class StatementExecutor:
 
     async def _distribute(self, stmt: ast.Statement, properties: dict[str, str], request_id: str) -> Outcome:
         """Validate and append a DDL statement; retried when another coordinator fences us."""
+        attempted: set[str] = set()
+        """Internal topics made for earlier attempts (a fenced attempt's query id may not be the retry's)."""
         try:
             async for attempt in AsyncRetrying(
                 retry=retry_if_exception_type(RETRIED), stop=stop_after_attempt(APPEND_ATTEMPTS),
@@ -147,7 +149,7 @@ class StatementExecutor:
                 before_sleep=self._on_fenced,
             ):
                 with attempt:
-                    return await self._append(stmt, properties, request_id)
+                    return await self._append(stmt, properties, request_id, attempted)
         except RETRIED as err:
             raise UnavailableError(f"another coordinator with service id {self.settings.service_id} kept "
                                    f"taking over the command topic ({type(err).__name__}); retry the statement") from err
@@ -157,7 +159,8 @@ class StatementExecutor:
         self.fenced_retries += 1
         log.warning("fenced by another coordinator; validating again", extra={"attempt": state.attempt_number})
 
-    async def _append(self, stmt: ast.Statement, properties: dict[str, str], request_id: str) -> Outcome:
+    async def _append(self, stmt: ast.Statement, properties: dict[str, str], request_id: str,
+                      attempted: set[str]) -> Outcome:
         appended = False
         try:
             async with self.writer.transaction() as txn:
@@ -175,13 +178,19 @@ class StatementExecutor:
                         # Its coordinator may have gone before deleting what it let go.
                         await self.delete_left_topics()
                     return Outcome(stmt.text, message)
-                resolved = await self._resolve(stmt, properties)
-                change = self.metastore.plan(stmt, properties, resolved)
-                # Here, not in plan: replay keeps what was accepted.
-                check_upgrades(self.metastore.queries, change)
-                check_column_names(change)
+                try:
+                    resolved = await self._resolve(stmt, properties)
+                    change = self.metastore.plan(stmt, properties, resolved)
+                    # Here, not in plan: replay keeps what was accepted.
+                    check_upgrades(self.metastore.queries, change)
+                    check_column_names(change)
+                except MillpondError:  # (what fenced an attempt may make the statement invalid now)
+                    await self._delete_attempted(attempted, None)
+                    raise
+                await self._delete_attempted(attempted, change)
                 if change.noop:
                     return Outcome(stmt.text, change.message)
+                attempted.update(name for query in change.add_queries for name in self._internal_topics(query))
                 await self._create_topics(stmt, change)
                 try:
                     offset = await txn.append(Command(stmt.text, properties, resolved, request_id))
@@ -244,6 +253,20 @@ class StatementExecutor:
             for topic in internal_topics(self.settings.service_id, query):
                 await ensure_topic(self.admin, topic.name, topic.partitions or sink.partitions, compacted=topic.compacted,
                                    replicas=self.replicas, configs=dict(topic.configs))
+
+    async def _delete_attempted(self, attempted: set[str], change: Change | None) -> None:
+        """Delete the internal topics an earlier, fenced attempt of this statement made that
+        neither this attempt nor any query uses (the coordinator that fenced it took the query
+        id: the retry's query has another). Safe here: this attempt's transaction fences any
+        other coordinator's append, whose retry makes its topics again."""
+        if not attempted:
+            return
+        used = {name for query in (*self.metastore.queries.values(), *(change.add_queries if change else ()))
+                for name in self._internal_topics(query)}
+        if left := sorted(attempted - used):
+            log.info("deleting the topics of a fenced attempt", extra={"topics": left})
+            await delete_topics(self.admin, left)
+        attempted.clear()
 
     def _group(self, query: PersistentQuery) -> str:
         """The consumer group a query's tasks commit their input offsets to."""

@@ -131,6 +131,52 @@ async def test_racing_coordinators_never_both_append_conflicting_statements(kafk
         assert a.metastore.command_offset == b.metastore.command_offset
 
 
+async def test_the_topics_a_fenced_attempt_made_for_another_query_id_are_deleted(kafka: EmbeddedKafka) -> None:
+    """A's CTAS makes its query's internal topics, then stalls; B's CTAS meanwhile fences it and
+    takes that query number. A's retry plans its query under the next id and makes its topics:
+    the first attempt's, which no query uses, are deleted (they were left for good); as they are
+    when the retry is refused."""
+    service_id = f"fenced{next(_ids)}"
+    bootstrap = kafka.bootstrap_servers
+    async with coordinator_core(bootstrap, service_id) as a, coordinator_core(bootstrap, service_id) as b:
+        await a.execute(f"CREATE STREAM s (k VARCHAR KEY, v INT) WITH (kafka_topic='{service_id}-s', partitions=1, "
+                        "value_format='json');", {})
+        made: list[list[str]] = []
+        original = a._create_topics
+
+        async def stall_after(stmt: Any, change: Any) -> None:
+            await original(stmt, change)
+            made.append(sorted(t.name for q in change.add_queries for t in internal_topics(service_id, q)))
+            if len(made) == 1:
+                await asyncio.sleep(1.0)
+
+        a._create_topics = stall_after  # type: ignore[method-assign]
+        for table, other in (("t", "u"), ("w", "w")):  # the retry succeeds; then one the winner makes invalid
+            made.clear()
+            first = asyncio.create_task(a.execute(
+                f"CREATE TABLE {table} WITH (kafka_topic='{service_id}-{table}') AS SELECT v, COUNT(*) AS n FROM s "
+                "GROUP BY v;", {}))
+            await asyncio.sleep(0.5)
+            if table != other:  # another query, which takes the query number A planned with
+                await b.execute(f"CREATE TABLE {other} WITH (kafka_topic='{service_id}-{other}') AS SELECT v, SUM(v) "
+                                "AS n FROM s GROUP BY v;", {})
+            else:  # a table of the same name and no query: A's CTAS is refused
+                await b.execute(f"CREATE TABLE {other} (v INT PRIMARY KEY, n BIGINT) WITH (kafka_topic='{service_id}-"
+                                f"{other}', partitions=1, value_format='json');", {})
+            if table == other:
+                with pytest.raises(AlreadyExistsError):
+                    await first
+            else:
+                await first
+            assert made[0] and [await topic_partitions(a.admin, name) for name in made[0]] == [None] * len(made[0])
+            kept = [name for query in a.metastore.queries.values() for name in
+                    (t.name for t in internal_topics(service_id, query))]
+            assert None not in [await topic_partitions(a.admin, name) for name in kept]
+            if table != other:
+                assert made[1] and set(made[1]) <= set(kept) and not set(made[0]) & set(kept)
+        assert a.fenced_retries >= 2
+
+
 async def test_a_fenced_writer_cannot_commit(kafka: EmbeddedKafka) -> None:
     """Starting a writer with the same transactional id aborts the older one's transaction."""
     service_id = f"fence{next(_ids)}"
