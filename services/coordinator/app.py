@@ -21,6 +21,7 @@ from millpond.services.coordinator.failure_detector import FailureDetector
 from millpond.services.coordinator.leadership import ElectionStatus, Leadership
 from millpond.services.coordinator.rebalancer import Rebalancer
 from millpond.services.coordinator.servicer import CoordinatorServicer
+from millpond.services.coordinator.topic_cleanup import REPORTS_GRACE_S
 from millpond.shared import heap, metrics
 from millpond.shared.catalog import names
 from millpond.shared.catalog.metastore import Metastore
@@ -53,7 +54,7 @@ class Coordinator:
         self.cluster = Cluster(
             settings.worker_session_timeout_ms / 1000,
             AssignorConfig(settings.num_standby_replicas, settings.acceptable_recovery_lag, settings.max_warmup_replicas),
-            settle_s=settings.moved_active_settle_ms / 1000)
+            settle_s=settings.moved_active_settle_ms / 1000, adopt_s=REPORTS_GRACE_S)
         self.executor = StatementExecutor(settings, self.metastore, self.reader, self.writer, self.admin,
                                           self.inserts, self.offsets, self.cluster.task_reports, self.cluster.runs)
         self.rebalancer = Rebalancer(self.cluster, self.metastore, settings.service_id)

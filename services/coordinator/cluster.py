@@ -45,7 +45,7 @@ class Cluster:
 
     def __init__(self, session_timeout: float, config: AssignorConfig,
                  clock: Callable[[], float] = time.monotonic, wall_ms: Callable[[], int] = now_ms,
-                 departed_retention_ms: int = 600_000, settle_s: float = 0.0):
+                 departed_retention_ms: int = 600_000, settle_s: float = 0.0, adopt_s: float = 0.0):
         self.membership = Membership(session_timeout, clock)
         self.config = config
         self.clock = clock
@@ -61,6 +61,12 @@ class Cluster:
         self.epoch = 0
         """The leader epoch while this coordinator leads; 0 while it follows."""
         self._changes = 0
+        self._adopt_until = clock() + adopt_s
+        """Until when a leader keeps tasks where the workers report them rather than assign
+        the ones nobody reports (``reassign``): a coordinator that has just started has not heard
+        from every worker yet, and one that has not reconnected still runs its tasks."""
+        self._elected_queries: set[str] | None = None
+        """The queries there were when this coordinator took the lead (None: not looked yet)."""
 
     @property
     def leading(self) -> bool:
@@ -93,6 +99,7 @@ class Cluster:
         running, so the first assignment keeps tasks where they are."""
         self.epoch, self._changes = epoch, 0
         self.assignment = self.observed()
+        self._elected_queries = None
 
     def follow(self) -> None:
         """Stop assigning (another coordinator leads)."""
@@ -122,8 +129,16 @@ class Cluster:
         if not self.leading:
             return False
         now = self.clock()
+        if self._elected_queries is None:
+            self._elected_queries = {q.query_id for q in queries}
         self._moved_at = {t: at for t, at in self._moved_at.items() if now - at < self.settle_s}
-        new = assign(self.membership.members, queries, self.assignment, self.lags(), self.config, self._moved_at)
+        if now < self._adopt_until and self._unreported(queries):
+            # Just started: a task of a query from before that no member reports may run on a
+            # worker not reconnected yet; assigned elsewhere now, two workers would run it.
+            new = self.observed()
+        else:
+            self._adopt_until = 0.0
+            new = assign(self.membership.members, queries, self.assignment, self.lags(), self.config, self._moved_at)
         if new == self.assignment:
             return False
         for worker, held in new.workers.items():
@@ -131,6 +146,12 @@ class Cluster:
         self.assignment = new
         self._changes += 1
         return True
+
+    def _unreported(self, queries: list[QueryTasks]) -> bool:
+        """Whether a task of a query there was at the election has no member reporting it active."""
+        observed = self.observed()
+        return any(observed.active_of(task) is None for q in queries
+                   if self._elected_queries is not None and q.query_id in self._elected_queries for task in q.tasks())
 
     def runs(self, query_id: str) -> bool:
         """Whether a live worker reports a task (running or still stopping) or a store copy of the query."""

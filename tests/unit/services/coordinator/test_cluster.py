@@ -176,3 +176,41 @@ def test_status_rows_show_each_worker() -> None:
     assert lag_outcome(response).rows == [["w1", "Q", 0, "active", 10, 10, 0, -1],
                                           ["w1", "Q", 1, "standby", 5, 10, 5, -1]]
     assert outcome.message == f"leader c1, generation {cluster.generation}"
+
+
+def test_a_leader_just_started_keeps_tasks_where_reported_until_every_earlier_task_is_or_its_grace_ends() -> None:
+    """A coordinator that has just started hears w1 first; w2 still runs tasks 2 and 3 under
+    the previous leader. They are not given to w1 meanwhile (two workers would run them): w2's
+    come back with its first beat, and the assignor runs as usual once every task of the
+    queries there were at the election is reported, or after the grace (a worker that never
+    comes back)."""
+    clock = Clock()
+    cluster = Cluster(0.2, AssignorConfig(num_standby_replicas=0), clock=clock, wall_ms=lambda: int(clock.now * 1000),
+                      adopt_s=5.0)
+    queries = [QueryTasks("Q", 4)]
+    beat(cluster, "w1", active=[0, 1])
+    cluster.lead(1)
+    cluster.reassign(queries)
+    assert cluster.assignment.workers["w1"].active == (Task("Q", 0), Task("Q", 1))
+    assert cluster.assignment.active_of(Task("Q", 2)) is None  # not given to w1: w2 may run it
+    clock.now += 1.0
+    beat(cluster, "w2", active=[2, 3])
+    cluster.reassign(queries)
+    assert {w: t.active for w, t in cluster.assignment.workers.items()} == {
+        "w1": (Task("Q", 0), Task("Q", 1)), "w2": (Task("Q", 2), Task("Q", 3))}
+    # A query created after the election is assigned at once (every earlier task is reported).
+    cluster.reassign([*queries, QueryTasks("R", 2)])
+    assert cluster.assignment.active_of(Task("R", 0)) is not None
+
+    # Another start: w2 never comes back; its tasks go to w1 once the grace is over.
+    clock.now = 200.0
+    other = Cluster(0.2, AssignorConfig(num_standby_replicas=0), clock=clock, wall_ms=lambda: int(clock.now * 1000),
+                    adopt_s=5.0)
+    beat(other, "w1", active=[0, 1])
+    other.lead(2)
+    other.reassign(queries)
+    assert other.assignment.active_of(Task("Q", 3)) is None
+    clock.now += 5.0
+    beat(other, "w1", active=[0, 1])
+    other.reassign(queries)
+    assert other.assignment.workers["w1"].active == tuple(Task("Q", p) for p in range(4))
