@@ -20,6 +20,12 @@ from millpond.shared.rpc.tls import ChannelFactory
 log = logging.getLogger(__name__)
 
 
+ANSWERED_LIMIT_FACTOR = 10
+"""A worker whose health endpoint answers but that sends no heartbeat for this many hard limits
+(30 s by default) is dead: whatever answers there now (a process that took its address, one
+whose beats cannot reach this coordinator) is not running its tasks for the cluster."""
+
+
 class FailureDetector:
     """Probes silent workers' health endpoints and removes the dead ones from the cluster."""
 
@@ -31,6 +37,8 @@ class FailureDetector:
         """Seconds a health check may take."""
         self.hard_limit = hard_limit
         """Seconds of silence after which a worker that does not answer is dead."""
+        self.answered_limit = ANSWERED_LIMIT_FACTOR * hard_limit
+        """Seconds without a heartbeat after which a worker is dead even if its endpoint answers."""
         self.on_dead = on_dead
         """Called once after removing one or more dead workers (reassigns their tasks)."""
         self._probes: dict[str, grpc.aio.Channel] = {}
@@ -60,8 +68,15 @@ class FailureDetector:
                 verdicts = await asyncio.gather(*(self._alive(m) for m in suspects))
                 dead = []
                 for member, alive in zip(suspects, verdicts, strict=True):
-                    silence = membership.clock() - member.last_heartbeat
+                    if membership.members.get(member.worker_id) is not member:
+                        continue  # it beat (or left) during the probe: judged on that
+                    now = membership.clock()
+                    silence = now - member.last_heartbeat
                     metrics.VERDICTS.labels({True: "answered", False: "refused", None: "silent"}[alive]).inc()
+                    if alive and now - member.last_beat > self.answered_limit:
+                        # Something answers at its endpoint, but it has not beaten for long: maybe
+                        # another process there now. Its tasks move (its commits would be fenced).
+                        alive = False
                     if alive:
                         membership.vouch(member.worker_id)
                     elif (alive is False or silence > self.hard_limit) and self.cluster.remove(member.worker_id):
@@ -72,6 +87,9 @@ class FailureDetector:
                 if dead:
                     log.warning("workers dead", extra={"workers": dead})
                     self.on_dead()
+            endpoints = {m.endpoint for m in membership.members.values()}
+            for endpoint in [e for e in self._probes if e not in endpoints]:  # left, or moved to another endpoint
+                await self._probes.pop(endpoint).close()
             now = membership.clock()
             metrics.MEMBERS.set(len(membership.members))
             metrics.HEARTBEAT_AGE.clear()

@@ -22,7 +22,9 @@ class Member:
     worker_id: str
     endpoint: str
     last_heartbeat: float
-    """When its last heartbeat arrived (the membership's clock)."""
+    """When its last heartbeat arrived, or its health check answered for it (the membership's clock)."""
+    last_beat: float = 0.0
+    """When its last heartbeat itself arrived."""
     disconnected: bool = False
     """Its beat stream broke since its last heartbeat: a suspect however recent that beat."""
 
@@ -38,7 +40,8 @@ class Membership:
     def beat(self, worker_id: str, endpoint: str) -> bool:
         """Record a heartbeat; True when this changes membership (a new member or endpoint)."""
         member = self.members.get(worker_id)
-        self.members[worker_id] = Member(worker_id, endpoint, self.clock())
+        now = self.clock()
+        self.members[worker_id] = Member(worker_id, endpoint, now, now)
         return member is None or member.endpoint != endpoint
 
     def suspects(self) -> list[Member]:
