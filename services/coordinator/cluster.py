@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from millpond.services.coordinator.assignor import Assignment, AssignorConfig, QueryTasks, Task, WorkerTasks, assign
 from millpond.services.coordinator.membership import Membership
+from millpond.shared.errors import AlreadyExistsError
 from millpond.shared.task_status import STOPPING, StoreLag, TaskReport, now_ms
 
 EPOCH_SHIFT = 32
@@ -79,9 +80,21 @@ class Cluster:
         return (self.epoch << EPOCH_SHIFT) | self._changes if self.leading else 0
 
     def beat(self, worker_id: str, endpoint: str, reports: list[TaskReport], lags: list[StoreLag]) -> bool:
-        """A heartbeat; True when it makes a new member (or moves one to a new endpoint)."""
+        """A heartbeat; True when it makes a new member (or moves one to a new endpoint: the
+        generation moves, so routers learn where it is). AlreadyExistsError for a beat from
+        another endpoint than a member's that is still beating: two processes with one worker id
+        would both run its tasks."""
+        known = self.membership.members.get(worker_id)
+        if known is not None and known.endpoint != endpoint and not known.disconnected \
+                and self.clock() - known.last_beat <= self.membership.session_timeout:
+            raise AlreadyExistsError(f"worker id {worker_id} is a member at {known.endpoint}, which beats; this worker "
+                                     f"at {endpoint} has the same worker_id: give each worker its own "
+                                     "(MILLPOND_WORKER_ID)")
         self.views[worker_id] = WorkerView(endpoint, self.wall_ms(), reports, lags)
-        return self.membership.beat(worker_id, endpoint)
+        changed = self.membership.beat(worker_id, endpoint)
+        if changed and known is not None and self.leading:
+            self._changes += 1
+        return changed
 
     def remove(self, worker_id: str) -> bool:
         """The worker left or is dead; True if it was a member."""

@@ -101,10 +101,10 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
                     except StopAsyncIteration:
                         return
                     beat = asyncio.ensure_future(anext(beats))
-                    worker_id, ended = request.beat.worker_id, request.last
                     # (A beat sent before the worker took the last assignment sent here.)
                     request.beat.known_generation = known = max(request.beat.known_generation, known)
-                    answer = self._beat(request.beat)
+                    answer = self._beat(request.beat)  # (refused: another process has the id, not this stream's)
+                    worker_id, ended = request.beat.worker_id, request.last
                 elif worker_id and self.cluster.leading and self.cluster.generation != known:
                     answer = self._with_assignment(coordinator_pb2.HeartbeatResponse(), known)
                 else:

@@ -147,7 +147,8 @@ class MembershipAgent:
                     streams = False
                     continue
                 if not (streams and err.code() == grpc.StatusCode.DEADLINE_EXCEEDED):  # not a renewal
-                    log.warning("heartbeat failed", extra={"coordinator": coordinator, "code": str(err.code())})
+                    log.warning("heartbeat failed", extra={"coordinator": coordinator, "code": str(err.code()),
+                                                           "error": err.details()})
             await wait_at_most(stop, self.settings.heartbeat_interval_ms / 1000)
 
     def _heartbeat(self) -> coordinator_pb2.HeartbeatRequest:

@@ -3,12 +3,15 @@ failure verdicts against an injected clock, and what cluster status shows."""
 
 from __future__ import annotations
 
+import pytest
+
 from millpond.cli.status import lag_outcome, status_outcome
 from millpond.coordinator.v1 import coordinator_pb2
 from millpond.router.v1 import router_pb2
 from millpond.services.coordinator.assignor import AssignorConfig, QueryTasks, Task
 from millpond.services.coordinator.cluster import EPOCH_SHIFT, Cluster
 from millpond.services.coordinator.converters import host_statuses
+from millpond.shared.errors import AlreadyExistsError
 from millpond.shared.task_status import RUNNING, STOPPING, StoreLag, TaskReport
 
 
@@ -214,3 +217,21 @@ def test_a_leader_just_started_keeps_tasks_where_reported_until_every_earlier_ta
     beat(other, "w1", active=[0, 1])
     other.reassign(queries)
     assert other.assignment.workers["w1"].active == tuple(Task("Q", p) for p in range(4))
+
+
+def test_a_second_process_with_a_members_id_is_refused_and_a_moved_worker_moves_the_generation() -> None:
+    """Two processes beating with one worker id would both run its tasks: the second is refused
+    while the member beats. A worker that restarted at another endpoint (its old one silent or
+    its stream broken) is taken there, and the generation moves so routers learn it."""
+    clock = Clock()
+    cluster = make(clock)
+    cluster.lead(1)
+    beat(cluster, "w1", active=[0])
+    cluster.reassign([QueryTasks("Q", 1)])
+    before = cluster.generation
+    with pytest.raises(AlreadyExistsError, match="worker id w1 is a member at w1:1, which beats; this worker at other:2"):
+        cluster.beat("w1", "other:2", [], [])
+    assert cluster.membership.members["w1"].endpoint == "w1:1" and cluster.generation == before
+    cluster.membership.disconnected("w1")  # its process died: the stream broke
+    assert cluster.beat("w1", "other:2", [], [])
+    assert cluster.membership.members["w1"].endpoint == "other:2" and cluster.generation > before
