@@ -187,9 +187,9 @@ class StandbyReplica:
                     applied = await self._fetch
                 except asyncio.CancelledError:
                     task = asyncio.current_task()
-                    if self.resumed.is_set() or (task is not None and task.cancelling()):
+                    if task is not None and task.cancelling():
                         raise  # stopped, not paused
-                    continue
+                    continue  # a pause cancelled the fetch (and a resume may have come since)
                 finally:
                     self._fetch = None
                 if applied:

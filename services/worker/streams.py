@@ -619,9 +619,8 @@ async def _made(job: asyncio.Task[QueryRunner | None], tasks: dict[int, Task[Any
     if same_tasks and runner.tasks != tasks:
         return None, f"it was made for partitions {sorted(runner.tasks)}"
     runner.tasks = dict(tasks)
-    if not runner.fits(runner.positions()):
-        if runner.running:  # standing by
-            await run_to_end(asyncio.to_thread(runner.stop))
+    if not runner.fits(runner.positions()):  # (a task resumed elsewhere than expected: its store is ahead)
+        await run_to_end(asyncio.to_thread(runner.stop))  # standing by, or only its plan made: let go
         return None, f"it was made from offsets {runner.prepared()}, not {runner.positions()}"
     return runner, ""
 

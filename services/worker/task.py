@@ -633,9 +633,20 @@ class AggregationTask(StoreTask[AggregateSlice]):
             # it is final; the changelog consumer connects meanwhile. Once fenced, the committed
             # input position is final too: it is read while the store restores.
             await gather_or_cancel(self._open_producer(), reader.start())
-            _, self.next_input_offset = await gather_or_cancel(self._restore(reader), self._starting_offset())
+            _, resume = await gather_or_cancel(self._restore(reader), self._starting_offset())
         finally:
             await reader.stop()
+        # The store has applied its input up to where its changelog's transactions committed it,
+        # which is where the group's committed offset is, unless Kafka expired that offset (a
+        # partition without input for offsets.retention.minutes): then resuming from the start
+        # would merge the retained input a second time.
+        applied = self.store.position(INPUT_OFFSET)
+        if applied is not None and (resume is None or resume < applied):
+            log.warning("the committed input offset is behind the restored store (expired?); resuming where the store is",
+                        extra={"query": self.query.query_id, "partition": self.partition, "committed": resume,
+                               "store": applied})
+            resume = applied
+        self.next_input_offset = resume
         self.start_input_offset = self.next_input_offset
         self.restored = True
         log.info("task started", extra={"query": self.query.query_id, "partition": self.partition,

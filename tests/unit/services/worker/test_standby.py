@@ -165,6 +165,25 @@ async def test_a_standby_paused_while_its_fetch_waits_at_the_broker_applies_noth
         await copy.stop()
 
 
+async def test_a_standby_paused_and_resumed_at_once_goes_on_replaying(changelog: Changelog, tmp_path: Path) -> None:
+    """A pause cancels the fetch waiting at the broker; a resume that comes before the copy sees
+    that cancellation is not a stop: the copy goes on (it ended silently, its store closed,
+    out of the lag reports until its assignment changed)."""
+    FakeConsumer.waits = True
+    changelog.commit_batch({b"s1": [[1]]}, reaches=10)
+    copy = replica(tmp_path)
+    copy.start()
+    try:
+        await until(lambda: copy.caught_up and copy._fetch is not None, "the copy caught up and waits")
+        copy.pause(True)
+        copy.pause(False)
+        changelog.commit_batch({b"s2": [[1]]}, reaches=11)
+        await until(lambda: copy.store is not None and b"s2" in dict(copy.store.items()), "the copy applied the next")
+        assert copy._job is not None and not copy._job.done() and copy.lag() is not None
+    finally:
+        await copy.stop()
+
+
 async def test_a_standby_passes_the_commit_marker_that_came_with_its_records(changelog: Changelog, tmp_path: Path) -> None:
     """The marker after a transaction's last records comes in the same answer: the copy's
     transaction is complete at once, not after its next fetch, which waits at the broker up

@@ -42,7 +42,7 @@ from millpond.services.worker.assignment import TaskAssignment
 from millpond.services.worker.query_runner import QueryRunner
 from millpond.services.worker.standby import StandbyReplica
 from millpond.services.worker.state import changelog as changelog_module
-from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore
+from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore, encode_state
 from millpond.services.worker.streams import StageStreams
 from millpond.services.worker.supervisor import QuerySupervisor
 from millpond.services.worker.task import AggregateSlice, AggregationTask, store_path
@@ -256,9 +256,9 @@ def world(changelog: Changelog, monkeypatch: pytest.MonkeyPatch) -> World:
     monkeypatch.setattr(changelog_module, "AIOKafkaConsumer", StepConsumer)
     monkeypatch.setattr(streams_module, "QueryRunner", FakeRunner)
 
-    async def committed_positions(*_: Any) -> dict[TopicPartition, tuple[int, str]]:
+    async def committed_positions(_kafka: Any, _group: str, inputs: list[TopicPartition]) -> dict[TopicPartition, tuple[int, str]]:
         await made.steps.point("committed_positions")
-        return {}
+        return {tp: (RESTORED_TO, "") for tp in inputs}  # the position the changelog's transaction committed
     monkeypatch.setattr(task_module, "committed_positions", committed_positions)
     monkeypatch.setattr(streams_module, "WATCH_INTERVAL_S", 0.005)
     monkeypatch.setattr(streams_module, "SETTLE_S", 0.001)
@@ -786,7 +786,7 @@ async def test_a_workers_partitions_share_one_spark_query_and_one_leaving_stops_
     zero, one = supervisors_of(tmp_path, world, [{0}, {1}])
     try:
         runner = await running([zero, one], world, {0, 1})
-        assert len(world.runners) == 1 and runner.positions_at_start == {0: None, 1: None}
+        assert len(world.runners) == 1 and runner.positions_at_start == {0: RESTORED_TO, 1: RESTORED_TO}
         await runner._commit(dict(batch()))
         assert [p.log for p in world.producers] == [["commit"], ["commit"]]
         kept = zero.tasks[0]
@@ -845,7 +845,7 @@ async def test_a_partition_that_moves_in_gets_a_spark_query_of_its_own_and_the_r
         first.batches = 1
         await first._commit({0: batch()[0]})
         second = await running([one], world, {1})
-        assert second is not first and second.positions_at_start == {1: None}
+        assert second is not first and second.positions_at_start == {1: RESTORED_TO}
         assert second.made_ahead, "its plan was made while its task started"
         assert not await until(lambda: bool(joined_logs(caplog)), world.steps)
         (joined,) = joined_logs(caplog)
@@ -877,7 +877,7 @@ async def test_a_partition_whose_task_starts_at_once_still_gets_the_plan_made_ah
         first.batches = 1
         monkeypatch.setattr(streams_module, "SETTLE_S", 0.05)  # longer than the fake task's whole start
         second = await running([one], world, {1})
-        assert second is not first and second.positions_at_start == {1: None}
+        assert second is not first and second.positions_at_start == {1: RESTORED_TO}
         assert second.made_ahead, "its plan was made while its task started"
         assert not await until(lambda: bool(joined_logs(caplog)), world.steps)
         (joined,) = joined_logs(caplog)
@@ -906,12 +906,12 @@ async def test_a_partition_that_resumes_elsewhere_than_expected_gets_its_plan_ma
         second = await running([one], world, {1})
         made = [r for r in world.runners if r.prepared_at == {1: 7}]
         assert made and not any(r.started for r in made), "the plan for offset 7 was made and left unused"
-        assert second.positions_at_start == {1: None} and not second.made_ahead
+        assert second.positions_at_start == {1: RESTORED_TO} and not second.made_ahead
         assert first.running and first.starts == 1
         assert not await until(lambda: bool(joined_logs(caplog)), world.steps)
         (joined,) = joined_logs(caplog)
         assert joined.plan_made_ahead is False
-        assert joined.plan_not_made_ahead == "it was made from offsets {1: 7}, not {1: None}"
+        assert joined.plan_not_made_ahead == f"it was made from offsets {{1: 7}}, not {{1: {RESTORED_TO}}}"
     finally:
         await asyncio.gather(zero.stop(), one.stop())
     assert all(r.stopped for r in world.runners if r.started)
@@ -926,10 +926,10 @@ def resumable_plans(monkeypatch: pytest.MonkeyPatch, session_too: bool = True) -
                         and self.prepared_at.keys() == positions.keys())
 
 
-def committed_at(monkeypatch: pytest.MonkeyPatch, offset: int) -> None:
-    """The group has committed ``offset`` on every input partition."""
+def committed_at(monkeypatch: pytest.MonkeyPatch, offset: int | None) -> None:
+    """The group has committed ``offset`` on every input partition (None: nothing)."""
     async def committed_positions(_kafka: Any, _group: str, inputs: list[TopicPartition]) -> dict[TopicPartition, tuple[int, str]]:
-        return {tp: (offset, "") for tp in inputs}
+        return {} if offset is None else {tp: (offset, "") for tp in inputs}
     monkeypatch.setattr(task_module, "committed_positions", committed_positions)
 
 
@@ -949,7 +949,7 @@ async def test_a_plan_that_fits_other_positions_is_taken_where_the_task_resumes_
         first = await running([zero], world, {0})
         first.batches = 1
         second = await running([one], world, {1})
-        assert second.made_ahead and second.positions_at_start == {1: None}, "the plan made from offset 7, started from None"
+        assert second.made_ahead and second.positions_at_start == {1: RESTORED_TO}, "the plan made from offset 7"
         assert not [r for r in world.runners if r.prepared_at == {1: 7} and not r.started], "no plan left unused"
         assert not await until(lambda: bool(joined_logs(caplog)), world.steps)
         (joined,) = joined_logs(caplog)
@@ -973,6 +973,7 @@ async def test_a_partition_moving_to_a_worker_that_runs_none_of_its_stage_takes_
     starts the stage's first query here with it, from where the task resumes."""
     caplog.set_level(logging.INFO, logger=streams_module.__name__)
     resumable_plans(monkeypatch)
+    committed_at(monkeypatch, None)  # the group has none (expired): the task resumes where its store is
     (one,) = supervisors_of(tmp_path, world, [{1}])
     stage = only_stage(one)
     try:
@@ -981,7 +982,7 @@ async def test_a_partition_moving_to_a_worker_that_runs_none_of_its_stage_takes_
         ready = world.runners[0]
         assert ready.prepared_at == {1: 0} and not ready.started, "made from no task's position, not started"
         runner = await running([one], world, {1})
-        assert runner is ready and runner.made_ahead and runner.positions_at_start == {1: None}
+        assert runner is ready and runner.made_ahead and runner.positions_at_start == {1: RESTORED_TO}
         assert len(world.runners) == 1, "no other plan made"
         assert runner.tasks == one.tasks, "it runs the task that joined, not the stand-ins it was made with"
         assert not await until(lambda: any("plan made ahead" in r.getMessage() for r in caplog.records), world.steps)
@@ -1301,3 +1302,43 @@ async def test_a_newcomer_the_last_reconcile_did_not_start_waits_the_settle(
     finally:
         await asyncio.gather(zero.stop(), one.stop())
     assert all(r.stopped for r in world.runners if r.started)
+
+
+@pytest.mark.parametrize("committed, resumes", [(None, 5000), ((3000, ""), 5000), ((5000, ""), 5000)])
+async def test_an_aggregation_resumes_where_its_restored_store_is_when_its_committed_offset_is_behind_or_gone(
+        committed: tuple[int, str] | None, resumes: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kafka expires a group's committed offsets offsets.retention.minutes after the last commit
+    (a partition without input for seven days): the store restored from the changelog still has
+    its input applied up to 5000, and resuming from the start would merge it all again."""
+    meta = metastore()
+    query = meta.queries[QUERY]
+    task = AggregationTask(WorkerSettings(worker_id="w", state_dir=tmp_path), query, meta.sources[query.source],
+                           meta.sources[query.sink], 0)
+
+    class Reader:
+        async def start(self) -> None:
+            pass
+
+        async def stop(self) -> None:
+            pass
+
+    async def nothing(*_: Any) -> None:
+        pass
+
+    async def restore(reader: Any) -> None:
+        assert task.store is not None
+        task.store.write({b"k0": encode_state([[7]])}, {INPUT_OFFSET: 5000})  # as the changelog's transactions left it
+
+    async def group_offset() -> tuple[int, str] | None:
+        return committed
+
+    monkeypatch.setattr(task, "_open_producer", nothing)
+    monkeypatch.setattr(task, "_changelog_reader", lambda: Reader())
+    monkeypatch.setattr(task, "_restore", restore)
+    monkeypatch.setattr(task, "_committed", group_offset)
+    await task.start()
+    try:
+        assert task.next_input_offset == task.start_input_offset == resumes
+    finally:
+        assert task.store is not None
+        task.store.close()
