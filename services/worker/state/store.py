@@ -229,10 +229,15 @@ def close_handed() -> None:
 
 def open_kept(path: Path, max_age_ms: int, now: int) -> tuple[PartitionStore, bool]:
     """The store at ``path``, emptied first when it was last brought up to date (``WRITTEN_MS``)
-    more than ``max_age_ms`` before ``now``; whether it was."""
+    more than ``max_age_ms`` before ``now``, or never while it holds positions (a copy stopped
+    before it caught up: how old its position is is unknown, and the tombstones after it may
+    be gone); whether it was."""
     store = open_store(path)
     written = store.position(WRITTEN_MS)
-    if written is None or now - written <= max_age_ms:
+    if written is None:
+        if store.position(INPUT_OFFSET) is None and not store.position(CHANGELOG_OFFSET):
+            return store, False  # a new store: nothing to have missed
+    elif now - written <= max_age_ms:
         return store, False
     store.close()
     shutil.rmtree(path)

@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from millpond.services.worker.state.store import (
+    CHANGELOG_OFFSET,
     INPUT_OFFSET,
     STREAM_TIME,
     STREAM_TIME_HEADER,
@@ -141,6 +142,16 @@ def test_a_kept_store_older_than_its_topic_keeps_tombstones_starts_empty(tmp_pat
     fresh, dropped = open_kept(path, max_age_ms=500, now=1_600)
     assert dropped and fresh.get(b"k") is None and fresh.position(INPUT_OFFSET) is None
     fresh.close()
+    # Never brought up to date (a copy stopped before it caught up): how old is unknown.
+    store = PartitionStore(path)
+    store.write({b"k": encode_state([1])}, {CHANGELOG_OFFSET: 5000})
+    store.close()
+    behind, dropped = open_kept(path, max_age_ms=500, now=1_600)
+    assert dropped and behind.get(b"k") is None and behind.position(CHANGELOG_OFFSET) is None
+    behind.close()
+    new, dropped = open_kept(tmp_path / "new", max_age_ms=500, now=1_600)  # nothing in it: kept as it is
+    assert not dropped
+    new.close()
 
 
 async def test_a_store_whose_opener_is_cancelled_is_closed_once_the_cancel_is_seen(tmp_path: Path) -> None:
