@@ -43,6 +43,10 @@ class HostView:
     """Its beat stream broke since this report: dead until its next beat."""
 
 
+FORGET_AFTER_S = 600.0
+"""How long a silent worker stays in the host table (its copies long since assigned elsewhere)."""
+
+
 class HostTable:
     """Heartbeats and lags per worker endpoint."""
 
@@ -54,10 +58,17 @@ class HostTable:
         self.wall_clock_ms = wall_clock_ms
         """Milliseconds since the epoch, to compare with the reports' last-applied times."""
         self.hosts: dict[str, HostView] = {}
+        self._pruned_at = clock()
 
     def beat(self, endpoint: str, worker_id: str, lags: list[StoreLag]) -> None:
-        """A worker's heartbeat and lag report."""
-        self.hosts[endpoint] = HostView(worker_id, self.clock(), {(lag.query_id, lag.partition): lag for lag in lags})
+        """A worker's heartbeat and lag report; workers silent for ``FORGET_AFTER_S`` are
+        forgotten (gone for good, or beating from another endpoint: the table only grew)."""
+        now = self.clock()
+        self.hosts[endpoint] = HostView(worker_id, now, {(lag.query_id, lag.partition): lag for lag in lags})
+        if now - self._pruned_at >= FORGET_AFTER_S / 10:
+            self._pruned_at = now
+            for gone in [e for e, view in self.hosts.items() if now - view.last_beat > FORGET_AFTER_S]:
+                del self.hosts[gone]
 
     def disconnected(self, endpoint: str) -> None:
         """The worker's beat stream broke: its process died (the kernel closed its connection)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from millpond.services.router.hosts import HostTable, PullBounds
+from millpond.services.router.hosts import FORGET_AFTER_S, HostTable, PullBounds
 from millpond.services.router.pull import Replica
 from millpond.shared.task_status import StoreLag
 
@@ -99,3 +99,15 @@ def test_a_position_a_copy_answered_at_counts_until_its_next_report() -> None:
     hosts.beat("b:1", "b", [StoreLag("Q", 0, False, 40, 50, clock.wall_ms, input_offset=61)])
     chosen, excluded = hosts.choose("Q", 0, [NEAR], OPEN, min_input_offset=66)
     assert chosen == [] and excluded == ["b:1 (standby): at input offset 61, the consistency token needs 66"]
+
+
+def test_a_worker_silent_for_ten_minutes_is_forgotten_at_a_later_beat() -> None:
+    """Workers gone for good (or beating from another endpoint now) left the table growing."""
+    clock = Clock()
+    hosts = table(clock)
+    clock.now += FORGET_AFTER_S / 2
+    hosts.beat("a:1", "a", [])
+    assert set(hosts.hosts) == {"a:1", "b:1", "c:1"}  # silent, but not that long: still known (dead)
+    clock.now += FORGET_AFTER_S / 2 + 1
+    hosts.beat("a:1", "a", [])
+    assert set(hosts.hosts) == {"a:1"}
