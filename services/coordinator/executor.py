@@ -26,7 +26,7 @@ from millpond.shared.catalog.upgrades import check_upgrades
 from millpond.shared.config import CoordinatorSettings
 from millpond.shared.errors import MillpondError, StatementError, UnavailableError
 from millpond.shared.kafka.admin import delete_groups, delete_topics, ensure_topic, topic_partitions
-from millpond.shared.kafka.command_log import Command, CommandReader, CommandWriter
+from millpond.shared.kafka.command_log import Command, CommandReader, CommandWriter, request_reused
 from millpond.shared.kafka.connection import FENCED
 from millpond.shared.kafka.inserts import RowInserter
 from millpond.shared.results import Outcome
@@ -170,9 +170,7 @@ class StatementExecutor:
                 if request_id and (done := self.reader.executed.get(request_id)) is not None:
                     statement, message = done
                     if statement != stmt.text:  # an id used again, not a resend: this statement would be lost
-                        shown = statement if len(statement) <= 80 else statement[:80] + "..."
-                        raise StatementError(f"request id {request_id.rpartition('/')[0] or request_id} was already used "
-                                             f"for another statement ({shown}); give each request its own id")
+                        raise request_reused(request_id, statement)
                     log.info("statement already executed for this request", extra={"request_id": request_id})
                     if isinstance(stmt, ast.Drop | ast.Terminate):
                         # Its coordinator may have gone before deleting what it let go.

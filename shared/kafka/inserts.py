@@ -18,8 +18,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from millpond.shared.catalog.sources import DataSource
-from millpond.shared.errors import StatementError, UnavailableError
-from millpond.shared.kafka.command_log import EXECUTED_REQUESTS_KEPT
+from millpond.shared.errors import UnavailableError
+from millpond.shared.kafka.command_log import EXECUTED_REQUESTS_KEPT, request_reused
 from millpond.shared.kafka.connection import KafkaConnection, started
 from millpond.shared.results import Outcome
 from millpond.shared.sql import ast
@@ -70,7 +70,8 @@ class RowInserter:
             job.add_done_callback(lambda ended: self._forget(request_id, ended))
         else:  # sent once and not yet acknowledged: producing again would write the row twice
             statement, job = sending
-            _check_same(request_id, statement, stmt.text)
+            if statement != stmt.text:
+                raise request_reused(request_id, statement)
             log.info("row for this request being inserted: answered with it", extra={"request_id": request_id})
         return await asyncio.shield(job)
 
@@ -83,9 +84,10 @@ class RowInserter:
         record = encode_insert(stmt, source)
         done: tuple[int, int] | None = None
         if request_id and (inserted := self._inserted.get(request_id)) is not None:
-            statement, *position = inserted
-            _check_same(request_id, statement, stmt.text)
-            done = (position[0], position[1])
+            statement, partition, offset = inserted
+            if statement != stmt.text:
+                raise request_reused(request_id, statement)
+            done = (partition, offset)
         if done is None and request_id and attempt > 0:
             try:
                 done = await self._find(source, record, request_id)
@@ -128,18 +130,7 @@ class RowInserter:
                     for r in records:
                         if r.offset < ends[tp] and (REQUEST_ID_HEADER, wanted) in list(r.headers or ()):
                             if (r.key, r.value) != (record.key, record.value):
-                                raise _reused(request_id, "another row")
+                                raise request_reused(request_id, "another row")
                             return tp.partition, r.offset
         return None
 
-
-def _reused(request_id: str, statement: str) -> StatementError:
-    shown = statement if len(statement) <= 80 else statement[:80] + "..."
-    return StatementError(f"request id {request_id.rpartition('/')[0] or request_id} was already used for another "
-                          f"statement ({shown}); give each request its own id")
-
-
-def _check_same(request_id: str, statement: str, text: str) -> None:
-    """Refuse an INSERT under a request id another statement was inserted with."""
-    if statement != text:
-        raise _reused(request_id, statement)

@@ -6,9 +6,9 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, fields, replace
-from typing import Any, cast
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
 
 from millpond.shared.catalog.plans import PlanKind
 from millpond.shared.catalog.queries import AggregateCall, OutputColumn, QueryPlan
@@ -193,22 +193,16 @@ build ``MAX_PADDED_CHARS`` (1 MiB) on the serving loop, and 2,800 of them in a 6
 1.6 s and 2.8 GB a row."""
 
 
-def _nodes(tree: Any) -> Iterator[Any]:
-    """Every node of ``tree`` (expressions, SELECT items, tuples of them), depth first."""
-    if isinstance(tree, tuple):
-        for item in tree:
-            yield from _nodes(item)
-    elif isinstance(tree, ast.Expr | ast.SelectItem):
-        yield tree
-        for f in fields(cast(Any, tree)):
-            if f.name != "type":
-                yield from _nodes(getattr(tree, f.name))
-
-
 def _check_text_builders(query: ast.Query) -> None:
     """Refuse a pull or push query whose expressions may build more text per row than the
     serving loops afford."""
-    calls = sum(1 for node in _nodes((query.items, query.where)) if isinstance(node, ast.Call) and node.name in TEXT_BUILDERS)
+    calls = 0
+
+    def note(node: ast.Expr) -> None:
+        nonlocal calls
+        calls += isinstance(node, ast.Call) and node.name in TEXT_BUILDERS
+
+    ast.replace_nodes((*(item.expr for item in query.items), query.where), note)
     if calls > MAX_TEXT_BUILDERS:
         raise StatementError(f"the query calls LPAD, RPAD, CONCAT (or ||) and REPLACE {calls} times; a pull or push "
                              f"query may call them at most {MAX_TEXT_BUILDERS} times (each may build 1 MiB of text "

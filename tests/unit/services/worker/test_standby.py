@@ -10,7 +10,8 @@ Only ``FakeConsumer`` (``fake_changelog.py``) knows how the replica reads Kafka.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -145,43 +146,44 @@ async def test_a_paused_standby_applies_nothing_but_reports_its_lag(changelog: C
         await copy.stop()
 
 
-async def test_a_standby_paused_while_its_fetch_waits_at_the_broker_applies_nothing_after_the_pause(
-        changelog: Changelog, tmp_path: Path) -> None:
-    """A caught-up copy's fetch waits up to FETCH_WAIT_MS for the next commit; a pause stops
-    it, so a transaction committed after the pause waits for the resume."""
+@asynccontextmanager
+async def waiting_copy(changelog: Changelog, tmp_path: Path) -> AsyncIterator[StandbyReplica]:
+    """A copy caught up with one committed transaction, its next fetch waiting at the broker;
+    stopped at the end."""
     FakeConsumer.waits = True
     changelog.commit_batch({b"s1": [[1]]}, reaches=10)
     copy = replica(tmp_path)
     copy.start()
     try:
         await until(lambda: copy.caught_up and copy._fetch is not None, "the copy caught up and waits")
+        yield copy
+    finally:
+        await copy.stop()
+
+
+async def test_a_standby_paused_while_its_fetch_waits_at_the_broker_applies_nothing_after_the_pause(
+        changelog: Changelog, tmp_path: Path) -> None:
+    """A caught-up copy's fetch waits up to FETCH_WAIT_MS for the next commit; a pause stops
+    it, so a transaction committed after the pause waits for the resume."""
+    async with waiting_copy(changelog, tmp_path) as copy:
         copy.pause(True)
         changelog.commit_batch({b"s2": [[1]]}, reaches=11)
         await until(lambda: (lag := copy.lag()) is not None and lag.end_offset == 4, "the paused copy saw the new end")
         assert copy.store is not None and dict(copy.store.items()) == {b"s1": [[1]]}
         copy.pause(False)
         await until(lambda: copy.store is not None and b"s2" in dict(copy.store.items()), "the resumed copy applied it")
-    finally:
-        await copy.stop()
 
 
 async def test_a_standby_paused_and_resumed_at_once_goes_on_replaying(changelog: Changelog, tmp_path: Path) -> None:
     """A pause cancels the fetch waiting at the broker; a resume that comes before the copy sees
     that cancellation is not a stop: the copy goes on (it ended silently, its store closed,
     out of the lag reports until its assignment changed)."""
-    FakeConsumer.waits = True
-    changelog.commit_batch({b"s1": [[1]]}, reaches=10)
-    copy = replica(tmp_path)
-    copy.start()
-    try:
-        await until(lambda: copy.caught_up and copy._fetch is not None, "the copy caught up and waits")
+    async with waiting_copy(changelog, tmp_path) as copy:
         copy.pause(True)
         copy.pause(False)
         changelog.commit_batch({b"s2": [[1]]}, reaches=11)
         await until(lambda: copy.store is not None and b"s2" in dict(copy.store.items()), "the copy applied the next")
         assert copy._job is not None and not copy._job.done() and copy.lag() is not None
-    finally:
-        await copy.stop()
 
 
 async def test_a_standby_passes_the_commit_marker_that_came_with_its_records(changelog: Changelog, tmp_path: Path) -> None:
