@@ -46,7 +46,8 @@ from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.admin import committed_positions
 from millpond.shared.kafka.partitioner import partition_for
-from millpond.shared.kafka.serde import deserialize_key, deserialize_value, serialize_key, serialize_value
+from millpond.shared.kafka.serde import deserialize_key, serialize_key, serialize_value
+from millpond.shared.kafka.values import stored_bytes, value_decoder
 from millpond.shared.sql import ast
 from millpond.shared.sql.expressions import evaluate
 from millpond.shared.sql.joins import ROWTIME, ResolvedJoin, join_aggregation, joined, resolve_join
@@ -117,7 +118,9 @@ class TableSide:
         assert key is not None
         self.key = (joined(joined_table.prefix, key.name), key.type)
         self.values = [(joined(joined_table.prefix, c.name), c.name, c.type) for c in self.table.value_columns]
-        self.decoded = [(c.name, c.type) for c in self.table.value_columns]
+        self.decode = value_decoder(self.table)
+        """A value as the table's stores keep it (``values.stored``): as a pull of the table reads it."""
+        self.with_bytes = stored_bytes([c.type for c in self.table.value_columns])
         self.position_name = TABLE_OFFSET + str(index).encode()
         self.table_offset = 0
         """The next table offset the store reflects."""
@@ -170,18 +173,17 @@ class TableSide:
             overlay[self.prefix + record.key] = None
             return
         try:
-            row = deserialize_value(self.decoded, record.value,
-                                    self.table.value_format, self.table.value_delimiter)
+            overlay[self.prefix + record.key] = self.decode(record.value)
         except ValueError as error:
-            bad.append(BadRecord(record.offset, f"table value is not {self.table.value_format} of the declared "
-                                 f"columns and types: {error}", record.value.decode(errors="replace")))
-            return
-        overlay[self.prefix + record.key] = [row[n] for _, n, _ in self.values]
+            bad.append(BadRecord(record.offset, f"the table {self.table.name}'s {error}",
+                                 record.value.decode(errors="replace")))
 
     def into(self, row: dict[str, Any], key: bytes, table_row: list[Any] | None) -> None:
         """The table's columns of the joined row (NULLs when the table has no row for the key)."""
         name, type_ = self.key
         row[name] = None if table_row is None else deserialize_key(key, type_)
+        if table_row is not None and self.with_bytes is not None:
+            table_row = self.with_bytes(table_row)
         for (column, _, _), value in zip(self.values, table_row or [None] * len(self.values), strict=True):
             row[column] = value
 

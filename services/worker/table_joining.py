@@ -39,7 +39,8 @@ from millpond.shared.catalog.topology import JOIN_SIDE_STAGE, chained_rows, chai
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.partitioner import partition_for
-from millpond.shared.kafka.serde import deserialize_key, deserialize_value, serialize_key
+from millpond.shared.kafka.serde import base64_bytes, deserialize_key, serialize_key
+from millpond.shared.kafka.values import stored_bytes, value_decoder
 from millpond.shared.sql.ast import SqlType
 from millpond.shared.sql.joins import joined
 from millpond.shared.task_status import RESTORING, now_ms
@@ -139,8 +140,14 @@ class Side:
     """Its key column's type (a foreign-key join's sides have different keys)."""
     names: tuple[str, ...]
     """Its value columns' names in the joined row."""
-    decoded: list[tuple[str, Any]]
-    """Its value columns as the side's records decode them (made once: each record reads it)."""
+    decode: Callable[[bytes], list[Any]] = field(init=False)
+    """Its records' values as its stores keep them (``values.stored``): as a pull of it reads them."""
+    with_bytes: Callable[[list[Any]], list[Any]] | None = field(init=False)
+    """Its stored values as the joined row has them (``values.stored_bytes``)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "decode", value_decoder(self.table))
+        object.__setattr__(self, "with_bytes", stored_bytes([c.type for c in self.table.value_columns]))
 
 
 class GatheredJoinTask(Task[KeyedSlice]):
@@ -160,16 +167,14 @@ class GatheredJoinTask(Task[KeyedSlice]):
             rows = (chained_rows(query.query_id, spec, spec.step - 1, settings.service_id, source.partitions)
                     if spec.stream.kind == "TABLE" else chained_stream(query.query_id, spec, spec.step,
                                                                         settings.service_id))
-            columns = [(c.name, c.type) for c in rows.value_columns]
-            self.sides.append(Side(rows, "FROM", None, None, tuple(name for name, _ in columns), columns))
+            self.sides.append(Side(rows, "FROM", None, None, tuple(c.name for c in rows.value_columns)))
         else:
             joining.insert(0, (spec.stream, "FROM", spec.stream_prefix))
         for side, type_, prefix in joining:
             key = side.key_column
             self.sides.append(Side(side, type_, None if key is None else joined(prefix, key.name),
                                    None if key is None else key.type,
-                                   tuple(joined(prefix, c.name) for c in side.value_columns),
-                                   [(c.name, c.type) for c in side.value_columns]))
+                                   tuple(joined(prefix, c.name) for c in side.value_columns)))
         result_key = next(c for c in query.plan.columns if c.key)
         self.key_type = result_key.type
         """The result's key type: the join key's."""
@@ -226,13 +231,11 @@ class GatheredJoinTask(Task[KeyedSlice]):
                                      value.decode(errors="replace")))
             return None
         try:
-            row = deserialize_value(side.decoded, value, side.table.value_format, side.table.value_delimiter)
+            return key_value, side.decode(value)
         except ValueError as error:
             if bad is not None:
-                bad.append(BadRecord(offset, f"{side.table.name}'s value is not {side.table.value_format} of its "
-                                             f"declared columns and types: {error}", value.decode(errors="replace")))
+                bad.append(BadRecord(offset, f"{side.table.name}'s {error}", value.decode(errors="replace")))
             return None
-        return key_value, [row[name] for name, _ in side.decoded]
 
     def _value(self, keys: list[Any], rows: list[list[Any] | None], offset: int, bad: list[BadRecord],
                extra: dict[str, Any] | None = None) -> bytes | None:
@@ -246,6 +249,8 @@ class GatheredJoinTask(Task[KeyedSlice]):
         for side, key, row in zip(self.sides, keys, rows, strict=True):
             if side.key is not None:
                 joined_row[side.key] = None if row is None else key
+            if row is not None and side.with_bytes is not None:
+                row = side.with_bytes(row)
             for name, value in zip(side.names, row or [None] * len(side.names), strict=True):
                 joined_row[name] = value
         return joined_row
@@ -361,7 +366,7 @@ class ForeignKeyJoinTask(TableJoinTask):
         foreign_key = spec.stage_tables()[0].foreign_key
         assert foreign_key is not None
         left = self.sides[0]
-        self.foreign = [name for name, _ in left.decoded].index(foreign_key)
+        self.foreign = [c.name for c in left.table.value_columns].index(foreign_key)
         assert self.sides[1].key_type is not None
         self.foreign_type = self.sides[1].key_type
         self.by_foreign: dict[bytes, dict[bytes, bool]] = {}
@@ -370,6 +375,8 @@ class ForeignKeyJoinTask(TableJoinTask):
     def _foreign(self, row: list[Any] | None) -> bytes | None:
         """A left row's foreign key as the right table's key bytes (None: no row, or NULL)."""
         value = None if row is None else row[self.foreign]
+        if value is not None and self.foreign_type.base == "BYTES":  # stored as base64 text
+            value = base64_bytes(value)
         return None if value is None else serialize_key(value, self.foreign_type)
 
     def _apply(self, key: bytes, value: bytes | None, overlay: dict[bytes, list[Any] | None],

@@ -20,33 +20,75 @@ from typing import Any
 
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.errors import MillpondError
-from millpond.shared.kafka.serde import base64_bytes, coerce, deserialize_value, timestamp_text
+from millpond.shared.kafka.serde import base64_bytes, bytes_decoder, coerce, deserialize_value, timestamp_text
 from millpond.shared.sql.ast import SqlType
 
 
 def value_reader(source: DataSource) -> Callable[[bytes], list[Any] | None]:
     """How a record value of ``source`` becomes its value columns, in order, as a store keeps
     them (``stored``); None when the value does not decode (Spark sets such a record aside)."""
-    columns = [(c.name, c.type) for c in source.value_columns]
-    value_format, delimiter = source.value_format, source.value_delimiter
+    decode = value_decoder(source)
 
     def read(value: bytes) -> list[Any] | None:
         try:
-            if value_format == "JSON":  # fields by name whatever their case, as Spark's reader
-                parsed = json.loads(value)
-                if not isinstance(parsed, dict):
-                    return None
-                fields = {str(k).upper(): v for k, v in parsed.items()}
-                return [stored(fields.get(name.upper()), type_) for name, type_ in columns]
-            decoded = deserialize_value(columns, value, value_format, delimiter)
-            # A DELIMITED BYTES field's text is its bytes: base64, as JSON's.
-            return [stored(base64.b64encode(decoded[name].encode()).decode()
-                           if type_.base == "BYTES" and isinstance(decoded[name], str) else decoded[name], type_)
-                    for name, type_ in columns]
-        except (ValueError, TypeError, ArithmeticError, MillpondError, RecursionError):
+            return decode(value)
+        except ValueError:
             return None
 
     return read
+
+
+def value_decoder(source: DataSource) -> Callable[[bytes], list[Any]]:
+    """``value_reader``'s decoding, with a ValueError that says what does not fit (for the
+    processing log) where that gives None."""
+    columns = [(c.name, c.type) for c in source.value_columns]
+    value_format, delimiter = source.value_format, source.value_delimiter
+
+    def fields_of(value: bytes) -> list[Any]:
+        if value_format == "JSON":  # fields by name whatever their case, as Spark's reader
+            parsed = json.loads(value)
+            if not isinstance(parsed, dict):
+                raise ValueError(f"a JSON {type(parsed).__name__}, not an object")
+            fields = {str(k).upper(): v for k, v in parsed.items()}
+            return [fields.get(name.upper()) for name, _ in columns]
+        decoded = deserialize_value(columns, value, value_format, delimiter)
+        # A DELIMITED BYTES field's text is its bytes: base64, as JSON's.
+        return [base64.b64encode(decoded[name].encode()).decode()
+                if type_.base == "BYTES" and isinstance(decoded[name], str) else decoded[name]
+                for name, type_ in columns]
+
+    def decode(value: bytes) -> list[Any]:
+        try:
+            fields = fields_of(value)
+        except (ValueError, TypeError, ArithmeticError, MillpondError) as error:
+            raise ValueError(f"value is not {value_format}: {error}") from None
+        except RecursionError:
+            raise ValueError(f"value is {value_format} nested too deeply to decode") from None
+        try:
+            return [stored(field, type_) for field, (_, type_) in zip(fields, columns, strict=True)]
+        except (ValueError, TypeError, ArithmeticError, MillpondError, RecursionError):
+            for field, (name, type_) in zip(fields, columns, strict=True):  # which column, for the message
+                try:
+                    stored(field, type_)
+                except (ValueError, TypeError, ArithmeticError, MillpondError, RecursionError) as error:
+                    raise ValueError(f"column {name} is {type_}: {_shown(str(error))}") from None
+            raise
+
+    return decode
+
+
+def _shown(value: str) -> str:
+    return value if len(value) <= 200 else f"{value[:197]}..."
+
+
+def stored_bytes(types: list[SqlType]) -> Callable[[list[Any]], list[Any]] | None:
+    """What turns values as a store keeps them (``stored``) into a row's values as the
+    persistent queries' Spark rows give them: BYTES as bytes wherever they are; None when
+    ``types`` hold no BYTES (the stored values are the row's)."""
+    decoders = [bytes_decoder(t) for t in types]
+    if not any(decoders):
+        return None
+    return lambda values: [v if d is None or v is None else d(v) for d, v in zip(decoders, values, strict=True)]
 
 
 _SPARK_DATE = re.compile(r"\s*([0-9]{4})(?:-([0-9]{1,2})(?:-([0-9]{1,2})(?:[ T].*)?)?)?\s*", re.DOTALL)

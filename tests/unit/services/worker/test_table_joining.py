@@ -8,6 +8,7 @@ same records in the same order."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import random
@@ -19,7 +20,7 @@ import pytest
 from aiokafka import TopicPartition
 from aiokafka.structs import RecordMetadata
 
-from millpond.services.worker.joining import JoinTask
+from millpond.services.worker.joining import JoinTask, TableRecord
 from millpond.services.worker.state.store import PartitionStore
 from millpond.services.worker.stream_joining import StreamJoinTask
 from millpond.services.worker.table_joining import ForeignKeyJoinTask, JoinSideTask, KeyedSlice, TableJoinTask, rekeyed
@@ -401,7 +402,7 @@ def test_a_foreign_key_the_right_key_cannot_hold_changes_nothing_and_is_logged(t
     assert task._apply(b"\0k", b'{"B_ID": 5}', overlay, (bad, 0)) == [b"k"]
     assert task._apply(b"\0k", b'{"B_ID": 99999999999999999999}', overlay, (bad, 1)) == []
     # Beyond BIGINT, the value does not decode (as Spark's JSON reader finds it corrupt): logged before the key is made.
-    assert [(b.offset, b.reason.split(":")[0]) for b in bad] == [(1, "A's value is not JSON of its declared columns and types")]
+    assert [(b.offset, b.reason.split(":")[0]) for b in bad] == [(1, "A's column B_ID is BIGINT")]
     assert task._apply(b"\1" + struct.pack(">q", 5), b'{"Y": 2}', overlay, (bad, 2)) == [b"k"]  # still names 5
     assert task._apply(b"\1" + struct.pack(">q", 6), b"{oops", overlay, (bad, 3)) == []
     assert len(bad) == 1  # a right record is logged by partition 0's task only
@@ -623,3 +624,68 @@ def test_a_chain_stage_before_the_last_keeps_its_rows_in_its_partition(tmp_path:
         assert asyncio.run(task.commit(KeyedSlice(0, 1, count=2, records=records)))
         sent = [(p, k) for topic, k, p in task.producer.sent if topic == stage.sink.topic]  # type: ignore[attr-defined]
         assert sent and {p for p, _ in sent} == {expected}, (name, sent)
+
+
+ODD_TABLE = ("CREATE TABLE t (k VARCHAR PRIMARY KEY, v VARCHAR, n INT, d DATE, ts TIMESTAMP, dec DECIMAL(3, 2), "
+             "f DOUBLE, b BYTES) WITH (kafka_topic='t', partitions=1, value_format='{}')")
+ODD_VALUES = [
+    # (the value as written, in JSON and DELIMITED; the table's columns as a pull of it reads them)
+    ({"V": 5, "N": 7, "D": "2026-1-2", "TS": 1_700_000_000_000, "DEC": 1.235, "F": "NaN", "B": "AAEC"},
+     '5,7,2026-1-2,1700000000000,1.235,NaN,abc',
+     {"V": "5", "N": 7, "D": "2026-01-02", "TS": "2023-11-14T22:13:20", "DEC": 1.24, "F": "nan"}),
+]
+
+
+@pytest.mark.parametrize("value_format", ["JSON", "DELIMITED"])
+def test_every_join_reads_a_tables_values_as_a_pull_of_the_table_does(tmp_path: Path, value_format: str) -> None:
+    """A number for a VARCHAR, a DATE Spark reads loosely, epoch milliseconds for a TIMESTAMP,
+    a DECIMAL past its scale, DOUBLE's NaN and BYTES (base64 in JSON, their text in DELIMITED):
+    a stream-table join, a table-table join and a foreign-key join give the table's columns
+    as its stores keep them (``values.stored``); an INT given as 5.0, which Spark sets aside,
+    changes nothing and goes to the processing log."""
+    written, delimited, want = ODD_VALUES[0]
+    raw = (json.dumps(written) if value_format == "JSON" else delimited).encode()
+    want = {**want, "B": [0, 1, 2] if value_format == "JSON" else list(b"abc")}
+
+    def table_columns(value: bytes, prefix: str) -> dict[str, Any]:
+        row = json.loads(value, parse_constant=lambda c: c.lower())
+        got = {name[len(prefix):]: row[name] for name in row if name.startswith(prefix) and name != f"{prefix}K"}
+        got["B"] = list(base64.b64decode(got["B"]))
+        return got
+
+    meta, query = _planned("LT", STREAMS[0], ODD_TABLE.format(value_format),
+                           "CREATE STREAM lt AS SELECT * FROM l JOIN t ON l.k = t.k")
+    stream_table = JoinTask(WorkerSettings(worker_id="w", state_dir=tmp_path), query, meta.source("L"),
+                            meta.source("LT"), 0)
+    overlay: dict[bytes, list[Any] | None] = {}
+    bad: list[BadRecord] = []
+    side = stream_table.sides[0]
+    side.apply(TableRecord(0, 0, b"a", raw), overlay, bad)
+    side.apply(TableRecord(1, 0, b"c", raw.replace(b"7", b"7.0")), overlay, bad)
+    assert [b.offset for b in bad] == [1] and "column N is INT" in bad[0].reason and b"\0c" not in overlay
+    out = stream_table.output(stream_table._joined_row(b"a", 0, ["a", 1], [overlay[b"\0a"]]), 0, bad)
+    assert out is not None and table_columns(out, "T_") == want
+
+    meta, query = _planned("UT", "CREATE TABLE u (k VARCHAR PRIMARY KEY, x INT) WITH (kafka_topic='u', partitions=1, "
+                           "value_format='json')", ODD_TABLE.format(value_format),
+                           "CREATE TABLE ut AS SELECT * FROM u JOIN t ON u.k = t.k")
+    table_table = TableJoinTask(WorkerSettings(worker_id="w", state_dir=tmp_path / "tt"), query, meta.source("U"),
+                                meta.source("UT"), 0, "join")
+    table_table.store = PartitionStore(tmp_path / "tt-store")
+    overlay, bad = {}, []
+    table_table._apply(b"\0a", b'{"X": 1}', overlay, (bad, 0))
+    table_table._apply(b"\1a", raw, overlay, (bad, 1))
+    out = table_table._result(b"a", overlay, 1, bad)
+    assert not bad and out is not None and table_columns(out, "T_") == want
+
+    meta, query = _planned("FT", ODD_TABLE.format(value_format), "CREATE TABLE s (id VARCHAR PRIMARY KEY, y INT) "
+                           "WITH (kafka_topic='s', partitions=1, value_format='json')",
+                           "CREATE TABLE ft WITH (value_format='json') AS SELECT * FROM t JOIN s ON t.v = s.id")
+    foreign = ForeignKeyJoinTask(WorkerSettings(worker_id="w", state_dir=tmp_path / "fk"), query, meta.source("T"),
+                                 meta.source("FT"), 0, "join")
+    foreign.store = PartitionStore(tmp_path / "fk-store")
+    overlay, bad = {}, []
+    foreign._apply(b"\1" + b"5", b'{"Y": 9}', overlay, (bad, 0))  # the row the number 5 names, as text
+    assert foreign._apply(b"\0a", raw, overlay, (bad, 1)) == [b"a"]
+    out = foreign._result(b"a", overlay, 1, bad)
+    assert not bad and out is not None and table_columns(out, "T_") == want and json.loads(out)["S_Y"] == 9
