@@ -18,7 +18,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, sto
 from millpond.services.coordinator import views
 from millpond.services.coordinator.topic_cleanup import DROP_WAIT_S, REPORTS_GRACE_S, QueryTopicCleanup
 from millpond.shared import security
-from millpond.shared.catalog.metastore import DDL, Change, Metastore, check_column_names, uses
+from millpond.shared.catalog.metastore import DDL, Change, Metastore, check_sources, uses
 from millpond.shared.catalog.names import consumer_group
 from millpond.shared.catalog.queries import PersistentQuery, Resolved
 from millpond.shared.catalog.topology import internal_topics
@@ -181,7 +181,7 @@ class StatementExecutor:
                     change = self.metastore.plan(stmt, properties, resolved)
                     # Here, not in plan: replay keeps what was accepted.
                     check_upgrades(self.metastore.queries, change)
-                    check_column_names(change)
+                    check_sources(change)
                 except MillpondError:  # (what fenced an attempt may make the statement invalid now)
                     await self._delete_attempted(attempted, None)
                     raise

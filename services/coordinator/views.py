@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from millpond.shared.catalog.metastore import Metastore, check_column_names
+from millpond.shared.catalog.metastore import Metastore, check_sources
 from millpond.shared.catalog.plans import PlanKind
 from millpond.shared.catalog.queries import JoinWindow, PersistentQuery, QueryPlan
 from millpond.shared.catalog.sources import DataSource
@@ -204,7 +204,7 @@ def explain(metastore: Metastore, stmt: ast.Explain, properties: Mapping[str, st
     assert inner is not None
     change = metastore.plan(inner, properties)
     check_upgrades(metastore.queries, change)  # EXPLAIN refuses what running it would
-    check_column_names(change)
+    check_sources(change)
     if not change.add_queries:
         return Outcome(stmt.text, change.message)
     query = change.add_queries[0]

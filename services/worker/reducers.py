@@ -284,7 +284,11 @@ def project_reduction(parsed: DataFrame, query: PersistentQuery, source: DataSou
                     piece.records.append((bytes(row[2]), None))
                     piece.timestamps.append(row[6])
                 continue
-            value = serialize_value(names, [values[i] for i in value_indexes], sink.value_format, sink.value_delimiter)
+            try:
+                value = serialize_value(names, [values[i] for i in value_indexes], sink.value_format, sink.value_delimiter)
+            except ValueError as error:
+                piece.bad.append(BadRecord(row[1], f"the row cannot be written as {sink.value_format}: {error}", None))
+                continue
             piece.records.append((key, value))
             piece.timestamps.append(row[6])
         return slices

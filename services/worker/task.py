@@ -709,7 +709,7 @@ class AggregationTask(StoreTask[AggregateSlice]):
                     changelog_futures.append(await self._send(self.changelog.topic, encode_state(state), key,
                                                               self.partition, headers))
             for key, state in emitted.items():
-                await self._send(self.sink.topic, self._sink_value(key, state), key, self.partition)
+                await self._send_row(key, state, batch.bad, batch.last_offset)
             for key in expired:
                 changelog_futures.append(await self._send(self.changelog.topic, None, key, self.partition, headers))
             await self._send_bad(batch.bad)
@@ -725,6 +725,16 @@ class AggregationTask(StoreTask[AggregateSlice]):
             self.last_applied_ms = now_ms()
         self._applied(batch, states)
         return True
+
+    async def _send_row(self, key: bytes, state: list[Any], bad: list[BadRecord], offset: int) -> None:
+        """The sink record of ``state``'s row; a row the sink's format cannot hold goes to
+        ``bad`` instead (as ksqlDB logs a serialization error and goes on)."""
+        try:
+            value = self._sink_value(key, state)
+        except ValueError as error:
+            bad.append(BadRecord(offset, f"the row cannot be written as {self.sink.value_format}: {error}", None))
+            return
+        await self._send(self.sink.topic, value, key, self.partition)
 
     def _sink_value(self, key: bytes, state: list[Any]) -> bytes | None:
         """The sink record's value of a state: the row's value columns (they come last); None
@@ -1136,7 +1146,7 @@ class SessionAggregationTask(EventTimeTask):
                 value = encode_state(kept[session]) if session in kept else None
                 changelog_futures.append(await self._send(self.changelog.topic, value, session, self.partition, headers))
                 if latest is not None:  # a session's new state
-                    await self._send(self.sink.topic, self._sink_value(session, latest), session, self.partition)
+                    await self._send_row(session, latest, batch.bad, batch.last_offset)
                 elif session in pending:  # merged into another: gone downstream too
                     await self._send(self.sink.topic, None, session, self.partition)
             await self._send_bad(batch.bad)

@@ -67,13 +67,23 @@ class Change:
 PSEUDO_COLUMNS = ("ROWTIME", "WINDOWSTART", "WINDOWEND")
 
 
-def check_column_names(change: Change) -> None:
-    """Refuse a stream or table whose column names differ only in case (``"a"`` and ``A``), also
-    from a pseudo-column's (``"rowtime"``):
-    Spark, which runs the persistent queries, resolves column names regardless of case (as
-    JSON field names are read), so every query reading it failed. Checked when a statement is
-    accepted, not on replay, which keeps what was accepted."""
+def check_sources(change: Change) -> None:
+    """Refuse a stream or table that Millpond's persistent queries could not read or write.
+    Checked when a statement is accepted, not on replay, which keeps what was accepted.
+
+    - Column names that differ only in case (``"a"`` and ``A``), also from a pseudo-column's
+      (``"rowtime"``): Spark, which runs the persistent queries, resolves column names
+      regardless of case (as JSON field names are read), so every query reading it failed.
+    - An ARRAY, MAP or STRUCT value column of a DELIMITED value, as ksqlDB refuses it: a
+      DELIMITED field is text (Spark's CSV reader takes none of them)."""
     for source in change.add_sources:
+        if source.value_format == "DELIMITED":
+            nested = [c for c in source.value_columns if c.type.base in ("ARRAY", "MAP", "STRUCT")]
+            if nested:
+                raise StatementError(
+                    f"{source.name}'s value is DELIMITED, whose fields cannot hold {nested[0].type.base} (the column "
+                    f"{quote_identifier(nested[0].name)}); DELIMITED holds only VARCHAR, numbers, BOOLEAN, dates and "
+                    "times and BYTES: use VALUE_FORMAT='JSON'")
         seen: dict[str, str] = {name.lower(): name for name in PSEUDO_COLUMNS}
         for column in source.columns:
             if column.name in PSEUDO_COLUMNS:  # a windowed table's own, or refused as reserved already

@@ -124,15 +124,28 @@ def _base64(value: Any) -> str:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
+def _delimited_bytes(value: bytes | bytearray, column: str) -> str:
+    """BYTES in a DELIMITED field: their UTF-8 text, as a DELIMITED value is read (its field's
+    text is the bytes); ValueError for bytes that are not UTF-8."""
+    try:
+        return bytes(value).decode()
+    except UnicodeDecodeError:
+        raise ValueError(f"column {column} holds bytes that are not UTF-8 text, which is all a DELIMITED field "
+                         "holds: write the result as JSON (BYTES as base64)") from None
+
+
 def serialize_value(columns: Sequence[str], values: Sequence[Any], value_format: str, delimiter: str = ",") -> bytes:
     """Serialize value columns: JSON objects keyed by column name, or DELIMITED lines (CSV
-    with ``delimiter``; NULL is an empty field, as ksqlDB writes it)."""
+    with ``delimiter``; NULL is an empty field, as ksqlDB writes it; BYTES their UTF-8 text).
+    ValueError for a value the format cannot hold (non-UTF-8 BYTES in DELIMITED)."""
     if value_format == "JSON":
         return json.dumps(dict(zip(columns, values, strict=True)), separators=(",", ":"), default=_base64).encode()
     if value_format == "DELIMITED":
         out = io.StringIO()
         csv.writer(out, delimiter=delimiter, lineterminator="").writerow(
-            ["" if v is None else ("true" if v is True else "false" if v is False else v) for v in values])
+            ["" if v is None else ("true" if v is True else "false" if v is False else
+                                   _delimited_bytes(v, name) if isinstance(v, bytes | bytearray) else v)
+             for name, v in zip(columns, values, strict=True)])
         return out.getvalue().encode()
     raise StatementError(f"unknown value format {value_format!r}; use one of {VALUE_FORMATS}")
 

@@ -666,6 +666,21 @@ def test_bytes_aggregate_as_base64_text_and_come_back_as_bytes(spark: SparkSessi
         "a", b"\xff", b"\x00\x01", [b"\x00\x01", None, b"\xff"]]
 
 
+def test_bytes_written_to_a_delimited_value_are_their_text_or_logged(spark: SparkSession, tmp_path: Path) -> None:
+    """A DELIMITED field holds BYTES as their UTF-8 text (as it is read): a projection writes
+    them so (it wrote Python's repr, b'...'); bytes that are not UTF-8 go to the processing
+    log, and the batch goes on."""
+    statements = (
+        "CREATE STREAM blobs (id VARCHAR KEY, data BYTES) WITH (kafka_topic='blobs', partitions=1, value_format='json')",
+        "CREATE STREAM blob_text WITH (value_format='delimited') AS SELECT * FROM blobs")
+    (piece,) = stage_slices(spark, tmp_path, statements, "BLOB_TEXT", 0, [
+        (b"a", b'{"DATA": "YSxi"}', 0, 0), (b"b", b'{"DATA": "/w=="}', 0, 1), (b"c", b'{"DATA": null}', 0, 2)]).values()
+    assert piece.records == [(b"a", b'"a,b"'), (b"c", b'""')]  # (a lone empty field is quoted: NULL)
+    assert [(b.offset, b.reason) for b in piece.bad] == [
+        (1, "the row cannot be written as DELIMITED: column DATA holds bytes that are not UTF-8 text, which is all a "
+            "DELIMITED field holds: write the result as JSON (BYTES as base64)")]
+
+
 def test_by_offset_aggregates_skip_nulls_and_keep_n_values_of_any_type(spark: SparkSession, tmp_path: Path) -> None:
     """LATEST_BY_OFFSET and EARLIEST_BY_OFFSET as ksqlDB's, through Spark to the row, records
     met out of offset order: a NULL skipped unless told not to (all NULL: NULL), and N values

@@ -239,6 +239,30 @@ async def test_an_aggregation_commits_kafka_first_then_state_and_positions_in_on
     task.store.close()
 
 
+async def test_an_aggregate_row_its_sink_format_cannot_hold_is_logged_and_its_state_kept(tmp_path: Path) -> None:
+    """A DELIMITED field holds BYTES only as UTF-8 text: a row whose bytes are not is not
+    written to the sink (it wrote Python's repr of them), but to the processing log, in the
+    same transaction; the state and the changelog go on as for any row."""
+    meta = Metastore()
+    for offset, statement in enumerate([
+            "CREATE STREAM blobs (id VARCHAR KEY, data BYTES) WITH (kafka_topic='blobs', partitions=1, value_format='json')",
+            "CREATE TABLE last_blob WITH (value_format='delimited') AS SELECT id, LATEST_BY_OFFSET(data) AS last "
+            "FROM blobs GROUP BY id"]):
+        meta.apply(parse_statement(statement), offset)
+    (query,) = meta.queries.values()
+    log: list[Any] = []
+    task = AggregationTask(WorkerSettings(worker_id="w", state_dir=tmp_path), query, meta.sources["BLOBS"],
+                           meta.sources["LAST_BLOB"], 0)
+    task.producer, task.store = FakeProducer(log), RecordingStore(tmp_path / "store", log)
+    assert await task.commit(aggregate_slice(3, [(b"a", [["YSxi", 1]]), (b"b", [["/w==", 3]])]))
+    sent = [e for e in log if isinstance(e, Sent)]
+    assert [(s.key, s.value) for s in sent if s.topic == task.sink.topic] == [(b"a", b'"a,b"')]
+    (bad,) = [json.loads(s.value or b"") for s in sent if s.topic == task.settings.processing_log_topic]
+    assert bad["SOURCE_OFFSET"] == 3 and "column LAST holds bytes that are not UTF-8" in bad["REASON"]
+    assert task.store.get(b"b") == [["/w==", 3]] and len([s for s in sent if s.topic == task.changelog.topic]) == 2
+    task.store.close()
+
+
 async def test_a_task_expects_to_resume_where_its_store_is_without_asking_kafka(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A promoted standby's store has applied the committed changelog: its input position is

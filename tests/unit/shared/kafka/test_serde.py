@@ -73,3 +73,14 @@ def test_a_timestamp_that_the_queries_set_aside_does_not_read(value: object) -> 
     with pytest.raises(ValueError):
         timestamp_text(value)
 
+
+
+def test_delimited_bytes_are_written_as_the_text_they_are_read_as() -> None:
+    """A DELIMITED field's text is its BYTES (``values.value_reader``): written back as that
+    text, not Python's repr of the bytes; bytes that are not UTF-8 no field can hold."""
+    columns = [("B", SqlType("BYTES")), ("N", SqlType("INT"))]
+    data = serialize_value(["B", "N"], [bytearray(b"a,\xc3\xa9"), 1], "DELIMITED")
+    assert data == '"a,é",1'.encode()
+    assert deserialize_value(columns, data, "DELIMITED")["B"] == "a,é"
+    with pytest.raises(ValueError, match="column B holds bytes that are not UTF-8"):
+        serialize_value(["B", "N"], [b"\xff", 1], "DELIMITED")

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from millpond.services.coordinator import views
-from millpond.shared.catalog.metastore import DDL, Metastore, check_column_names
+from millpond.shared.catalog.metastore import DDL, Metastore, check_sources
 from millpond.shared.catalog.upgrades import check_upgrades
 from millpond.shared.errors import MillpondError
 from millpond.shared.results import Outcome
@@ -36,7 +36,7 @@ def _run(stmt: ast.Statement, metastore: Metastore, offset: int) -> list[str]:
     if isinstance(stmt, DDL):
         change = metastore.plan(stmt)
         check_upgrades(metastore.queries, change)  # as the coordinator does before appending
-        check_column_names(change)
+        check_sources(change)
         return [f"=> {metastore.apply(stmt, offset)}"]
     if isinstance(stmt, ast.InsertValues):
         record = encode_insert(stmt, metastore.insert_target(stmt.target))

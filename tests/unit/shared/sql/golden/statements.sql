@@ -46,6 +46,8 @@ CREATE STREAM badprop (a INT) WITH (kafka_topic='badprop', value_format='json', 
 CREATE STREAM twice (a INT, a INT) WITH (kafka_topic='twice', value_format='json');
 CREATE STREAM cased ("a" INT, A INT) WITH (kafka_topic='cased', value_format='json');
 CREATE STREAM cased ("rowtime" BIGINT, a INT) WITH (kafka_topic='cased', value_format='json');
+CREATE STREAM nested (k VARCHAR KEY, tags ARRAY<VARCHAR>) WITH (kafka_topic='nested', value_format='delimited');
+CREATE TABLE nested_copy WITH (value_format='delimited') AS SELECT id, address FROM users;
 CREATE STREAM mapkey (m MAP<VARCHAR, INT> KEY) WITH (kafka_topic='mapkey', value_format='json');
 CREATE TABLE ghosts AS SELECT id, COUNT(*) FROM ghost GROUP BY id;
 CREATE TABLE t1 AS SELECT sensor, SUM(area) AS s FROM readings GROUP BY sensor;
