@@ -966,15 +966,11 @@ class TableTask(StoreTask[MaterializeSlice]):
         await self._open_producer()
         reader = TableTopicReader(self.settings.kafka, self.source, self.partition, self.store,
                                   fetch_max_wait_ms=CATCH_UP_WAIT_MS)
-        stored = self.store.position(INPUT_OFFSET)
         try:
-            await reader.start()
+            await reader.start()  # (a store behind the topic's retention starts empty)
+            stored = self.store.position(INPUT_OFFSET)
             first = (await reader.consumer.beginning_offsets([self.input]))[self.input]
             self.input_end = await reader.end_offset()
-            if stored is not None and stored < first:
-                log.warning("the topic's retention deleted records the store never applied", extra={
-                    "query": self.query.query_id, "partition": self.partition, "store_offset": stored,
-                    "first_offset": first})
             if stored is not None and stored < self.input_end:
                 await self._catch_up(reader, self.input_end)
         finally:

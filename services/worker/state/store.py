@@ -90,11 +90,23 @@ class PartitionStore:
 
     def __init__(self, path: Path):
         self.path = path
-        path.mkdir(parents=True, exist_ok=True)
-        self._db: Rdict | None = Rdict(str(path), options=_options(),
-                                       column_families={"meta": Options(raw_mode=True)})
-        self._meta: Rdict | None = self._db.get_column_family("meta")
-        self._meta_handle: Any = self._db.get_column_family_handle("meta")
+        self._db: Rdict | None = None
+        self._meta: Rdict | None = None
+        self._meta_handle: Any = None
+        self._open()
+
+    def _open(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        db = Rdict(str(self.path), options=_options(), column_families={"meta": Options(raw_mode=True)})
+        self._meta, self._meta_handle = db.get_column_family("meta"), db.get_column_family_handle("meta")
+        self._db = db
+
+    def wipe(self) -> None:
+        """Empty the store, states and positions, as a new one at its path: closed, its files
+        deleted, opened again (a read meanwhile gets StoreClosed). Blocking."""
+        self.close()
+        shutil.rmtree(self.path)
+        self._open()
 
     @property
     def db(self) -> Rdict:

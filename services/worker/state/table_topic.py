@@ -16,6 +16,8 @@ not reached yet the same way (``ReplayedTableTask``). ``TableTopicReader`` has
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -31,6 +33,8 @@ from millpond.shared.kafka.connection import KafkaConnection, idle_wake_ms
 from millpond.shared.kafka.serde import encode_key, key_decoder
 from millpond.shared.kafka.values import value_reader
 from millpond.shared.teardown import bounded, run_to_end
+
+log = logging.getLogger(__name__)
 
 BadSink = Callable[[int, str, str | None], None]
 """Told of a record left out: its offset, why, and its text."""
@@ -103,6 +107,8 @@ class TableTopicReader:
                                          enable_auto_commit=False, fetch_max_wait_ms=fetch_max_wait_ms,
                                          consumer_timeout_ms=idle_wake_ms(fetch_max_wait_ms), auto_offset_reset="earliest")
         self.offset = 0
+        self.first = 0
+        """The topic's first offset when ``start`` asked it (it asks only for a store with a position)."""
 
     @property
     def position(self) -> int:
@@ -115,10 +121,23 @@ class TableTopicReader:
         return self.offset
 
     async def start(self) -> None:
-        """Connect, and seek to where the store is."""
+        """Connect, and seek to where the store is. A store whose position is below the topic's
+        first offset never applied records that retention (or DeleteRecords) removed since,
+        the tombstones of rows it holds among them: it is emptied, to be built again from the
+        first offset as a new copy is (Kafka Streams wipes a store whose offset is out of
+        range likewise)."""
         await self.consumer.start()
         self.consumer.assign([self.input])
-        self.offset = self.store.position(INPUT_OFFSET) or 0
+        stored = self.store.position(INPUT_OFFSET)
+        if stored is not None:
+            self.first = (await self.consumer.beginning_offsets([self.input]))[self.input]
+            if stored < self.first:
+                log.warning("the topic's retention removed records the store never applied: it is built again from "
+                            "the topic", extra={"topic": self.input.topic, "partition": self.input.partition,
+                                                "store_offset": stored, "first_offset": self.first})
+                await asyncio.to_thread(self.store.wipe)
+                stored = None
+        self.offset = stored or 0
         self.consumer.seek(self.input, self.offset)
 
     async def end_offset(self) -> int:

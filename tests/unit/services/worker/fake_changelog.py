@@ -107,6 +107,12 @@ class FakeConsumer:
             await asyncio.wait({self.held})
         return {tp: self.changelog.end for tp in partitions}
 
+    async def beginning_offsets(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        if self.held is not None and not self.held.done():
+            await asyncio.wait({self.held})
+        return {tp: self.changelog.records[0].offset if self.changelog.records else self.changelog.end
+                for tp in partitions}
+
     def last_stable_offset(self, tp: TopicPartition) -> int:
         return self.changelog.end
 

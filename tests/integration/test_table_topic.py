@@ -1,0 +1,77 @@
+"""A table's store kept past its topic's retention: its position is below the topic's first
+offset, so records it never applied are gone (the tombstones of rows it holds among them).
+The reader that brings it up to date (the active task's and the standby copies') builds it
+again from the topic, as a new copy is built, instead of going on from the first record
+kept on top of rows deleted since."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
+
+from millpond.deploy.local.kafka_broker import EmbeddedKafka
+from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore
+from millpond.services.worker.state.table_topic import TableTopicReader
+from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.kafka.admin import ensure_topic
+from millpond.shared.kafka.connection import KafkaConnection
+from millpond.shared.sql.parser import parse_statement
+
+pytestmark = pytest.mark.kafka
+
+TOPIC = "table-topic-retention"
+
+
+async def _read_to_end(reader: TableTopicReader, end: int) -> None:
+    for _ in range(200):
+        if reader.position >= end:
+            return
+        await reader.fetch(100)
+    raise AssertionError(f"the reader stayed at {reader.position} of {end}")
+
+
+async def test_a_store_behind_the_topics_retention_is_built_again_from_the_topic(kafka: EmbeddedKafka,
+                                                                                  tmp_path: Path) -> None:
+    connection = KafkaConnection(kafka.bootstrap_servers)
+    meta = Metastore()
+    meta.apply(parse_statement(f"CREATE TABLE kept (k VARCHAR PRIMARY KEY, v INT) "
+                               f"WITH (kafka_topic='{TOPIC}', partitions=1, value_format='json')"), 0)
+    table = meta.source("KEPT")
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap_servers)
+    await admin.start()
+    producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap_servers)
+    await producer.start()
+    store = PartitionStore(tmp_path / "store")
+    try:
+        await ensure_topic(admin, TOPIC, 1)
+        for key, value in ((b"a", 1), (b"b", 2)):
+            await producer.send_and_wait(TOPIC, json.dumps({"V": value}).encode(), key=key, partition=0)
+        reader = TableTopicReader(connection, table, 0, store, fetch_max_wait_ms=100)
+        await reader.start()
+        try:
+            await _read_to_end(reader, 2)
+        finally:
+            await reader.stop()
+        assert dict(store.items()) == {b"a": [1], b"b": [2]}
+        # While the store is kept (its worker away), a is deleted and c added; retention then
+        # removes everything before c, the tombstone of a among it.
+        await producer.send_and_wait(TOPIC, None, key=b"a", partition=0)
+        await producer.send_and_wait(TOPIC, json.dumps({"V": 3}).encode(), key=b"c", partition=0)
+        await admin.delete_records({TopicPartition(TOPIC, 0): RecordsToDelete(3)})
+        reader = TableTopicReader(connection, table, 0, store, fetch_max_wait_ms=100)
+        await reader.start()
+        try:
+            await _read_to_end(reader, 4)
+        finally:
+            await reader.stop()
+        # What a new copy of the table holds: the rows of the records kept.
+        assert dict(store.items()) == {b"c": [3]}
+        assert store.position(INPUT_OFFSET) == 4
+    finally:
+        store.close()
+        await producer.stop()
+        await admin.close()
