@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
@@ -44,6 +45,21 @@ async def _outlast(job: asyncio.Future[Any]) -> bool:
         except asyncio.CancelledError:
             cancelled = True
     return cancelled
+
+
+async def outlast_for(job: asyncio.Future[Any], timeout_s: float) -> None:
+    """Wait up to ``timeout_s`` for ``job`` to end, whatever cancels come meanwhile (the caller
+    is being cancelled already), then cancel it if it has not; its outcome is not raised."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not job.done() and (left := deadline - asyncio.get_running_loop().time()) > 0:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait({job}, timeout=left)
+    if not job.done():
+        job.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait({job})
+    if not job.cancelled():
+        job.exception()  # retrieved: a start that failed after its caller went is nobody's to report
 
 
 async def run_to_end(aw: Awaitable[T]) -> T:

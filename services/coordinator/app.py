@@ -29,6 +29,7 @@ from millpond.shared.config import CoordinatorSettings
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.admin import ensure_command_topic, ensure_topic, internal_replicas
 from millpond.shared.kafka.command_log import CommandReader, CommandWriter
+from millpond.shared.kafka.connection import start_client
 from millpond.shared.kafka.inserts import RowInserter
 from millpond.shared.rpc.metastore import SERVICE_NAME as METASTORE_SERVICE
 from millpond.shared.rpc.metastore import metastore_registrar
@@ -95,7 +96,7 @@ class Coordinator:
     async def run(self) -> None:
         """Serve until SIGTERM or SIGINT."""
         stop = shutdown_event()
-        await self.admin.start()
+        await start_client(self.admin)
         replicas = self.executor.replicas = await internal_replicas(self.admin, self.settings.internal_topic_replicas)
         await ensure_command_topic(self.admin, self.settings.command_topic, replicas)
         await ensure_topic(self.admin, self.settings.processing_log_topic, 1, replicas=replicas)

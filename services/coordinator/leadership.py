@@ -35,7 +35,7 @@ from aiokafka.structs import RecordMetadata
 from tenacity import AsyncRetrying, RetryCallState, stop_never, wait_exponential_jitter
 from tenacity.wait import wait_base
 
-from millpond.shared.kafka.connection import KafkaConnection
+from millpond.shared.kafka.connection import KafkaConnection, start_client
 from millpond.shared.task_status import now_ms
 
 log = logging.getLogger(__name__)
@@ -103,10 +103,10 @@ class Leadership:
             partition_assignment_strategy=(StickyPartitionAssignor,))
         producer = AIOKafkaProducer(**self.kafka.client_args(), enable_idempotence=True, acks="all")
         listener = _Listener(self, producer)
-        await producer.start()
+        await start_client(producer)
         try:
             consumer.subscribe(topics=[self.partition.topic], listener=listener)
-            await consumer.start()
+            await start_client(consumer)
             try:
                 while not stop.is_set():
                     # Polling keeps the membership alive (aiokafka leaves the group of a consumer

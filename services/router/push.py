@@ -27,7 +27,7 @@ from aiokafka.errors import KafkaError
 
 from millpond.shared.catalog.sources import WINDOW_END, WINDOW_START, DataSource
 from millpond.shared.errors import UnavailableError
-from millpond.shared.kafka.connection import KafkaConnection
+from millpond.shared.kafka.connection import KafkaConnection, start_client
 from millpond.shared.kafka.serde import bytes_decoder, key_decoder, window_bounds
 from millpond.shared.kafka.values import value_reader
 from millpond.shared.sql.planner import SelectPlan
@@ -82,7 +82,7 @@ class PushQuery:
             fetch_max_wait_ms=100, max_partition_fetch_bytes=256 * 1024,
             auto_offset_reset="earliest" if self.from_beginning else "latest")
         try:
-            await consumer.start()
+            await start_client(consumer)
             partitions = [TopicPartition(source.topic, p) for p in range(source.partitions)]
             consumer.assign(partitions)
             if self.from_beginning:

@@ -11,7 +11,7 @@ from aiokafka import AIOKafkaConsumer
 from millpond.services.worker.assignment import TaskAssignment
 from millpond.shared import metrics
 from millpond.shared.events import wait_at_most
-from millpond.shared.kafka.connection import KafkaConnection
+from millpond.shared.kafka.connection import KafkaConnection, start_client
 
 log = logging.getLogger(__name__)
 
@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 async def refresh_loop(kafka: KafkaConnection, tasks: TaskAssignment, stop: asyncio.Event) -> None:
     """Refresh the gauges every second until ``stop``."""
     consumer = kafka.end_offsets_consumer()
-    await consumer.start()
+    await start_client(consumer)
     try:
         while not stop.is_set():
             try:

@@ -38,7 +38,7 @@ from millpond.shared.catalog import names
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import WorkerSettings
 from millpond.shared.kafka.admin import delete_topics, ensure_topic
-from millpond.shared.kafka.connection import KafkaConnection
+from millpond.shared.kafka.connection import KafkaConnection, start_client
 from millpond.shared.sql.parser import parse_statement
 
 log = logging.getLogger(__name__)
@@ -195,7 +195,7 @@ async def _replace_topics(kafka: KafkaConnection, prefix: str, topic: str | None
     """Delete the topics whose names start with ``prefix``, then create ``topic`` (unless None)."""
     admin = AIOKafkaAdminClient(**kafka.client_args())
     try:
-        await admin.start()
+        await start_client(admin)
         await delete_topics(admin, [name for name in await admin.list_topics() if name.startswith(prefix)])
         if topic is not None:
             # A crash's topic keeps no records for long (the topic itself stays until next start).

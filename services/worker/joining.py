@@ -45,6 +45,7 @@ from millpond.shared.catalog.topology import REPARTITION_KEY, ROWTIME_COLUMN, jo
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.admin import committed_positions
+from millpond.shared.kafka.connection import start_client
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.kafka.serde import deserialize_key, serialize_key, serialize_value
 from millpond.shared.kafka.values import stored_bytes, value_decoder
@@ -307,7 +308,7 @@ class JoinTask(Task[JoinSlice]):
                                          enable_auto_commit=False, fetch_max_wait_ms=25,
                                          consumer_timeout_ms=TABLE_IDLE_WAKE_MS, auto_offset_reset="earliest")
         self._table_ends = self.settings.kafka.end_offsets_consumer()
-        await gather_or_cancel(self._open_producer(), self.consumer.start(), self._table_ends.start())
+        await gather_or_cancel(self._open_producer(), start_client(self.consumer), start_client(self._table_ends))
         self.consumer.assign([side.input for side in self.sides])
         self.consumer.pause(*(side.input for side in self.sides))  # fetched only to catch up (TableSide.fetching)
         # Fenced: the committed position is final.

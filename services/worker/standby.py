@@ -29,6 +29,7 @@ from millpond.shared.catalog.names import changelog_topic
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.config import WorkerSettings
 from millpond.shared.events import wait_at_most
+from millpond.shared.kafka.connection import start_client
 from millpond.shared.task_status import StoreLag, now_ms
 from millpond.shared.teardown import bounded, cancel_and_wait, gather_or_cancel, run_to_end
 
@@ -169,7 +170,7 @@ class StandbyReplica:
             return end
 
         try:
-            await gather_or_cancel(reader.start(), ends.start())
+            await gather_or_cancel(reader.start(), start_client(ends))
             self.position, self.input_offset = reader.position, reader.input_offset
             self.end = start_end = await end_offset()
             self.caught_up = self.position >= start_end  # a copy at the end need not wait for a fetch

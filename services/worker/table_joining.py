@@ -38,6 +38,7 @@ from millpond.shared.catalog.sources import DataSource
 from millpond.shared.catalog.topology import JOIN_SIDE_STAGE, chained_rows, chained_stream
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError
+from millpond.shared.kafka.connection import start_client
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.kafka.serde import base64_bytes, deserialize_key, serialize_key
 from millpond.shared.kafka.values import stored_bytes, value_decoder
@@ -188,7 +189,7 @@ class GatheredJoinTask(Task[KeyedSlice]):
         consumer = AIOKafkaConsumer(**self.settings.kafka.client_args(), isolation_level="read_committed",
                                     enable_auto_commit=False, fetch_max_wait_ms=25, auto_offset_reset="earliest")
         try:
-            await consumer.start()
+            await start_client(consumer)
             consumer.assign([self.input])
             if start is None:
                 await consumer.seek_to_beginning(self.input)

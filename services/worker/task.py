@@ -58,7 +58,7 @@ from millpond.shared.catalog.topology import JOINED_TOMBSTONES_MS
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.admin import committed_positions
-from millpond.shared.kafka.connection import FENCED
+from millpond.shared.kafka.connection import FENCED, start_client
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.kafka.serde import (
     bytes_decoder,
@@ -250,7 +250,7 @@ class Task(ABC, Generic[SliceT]):
         self.producer = AIOKafkaProducer(**self.settings.kafka.transactional_args(task_transactional_id(
             self.settings.service_id, self.query.query_id, self.partition, self.stage)))
         # init_transactions fences the previous owner and aborts its open transaction.
-        await self.producer.start()
+        await start_client(self.producer)
 
     async def start(self) -> None:
         """Fence any older owner and find where to read from."""

@@ -19,7 +19,7 @@ from aiokafka.protocol.admin import DeleteGroupsRequest
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from millpond.shared.errors import StatementError, UnavailableError
-from millpond.shared.kafka.connection import KafkaConnection, started
+from millpond.shared.kafka.connection import KafkaConnection, start_client, started
 from millpond.shared.teardown import run_to_end
 
 log = logging.getLogger(__name__)
@@ -124,7 +124,7 @@ async def _started_admin(kafka: KafkaConnection) -> AIOKafkaAdminClient:
     """An admin client, connected (closed again if it could not connect)."""
     admin = AIOKafkaAdminClient(**kafka.client_args())
     try:
-        await admin.start()
+        await start_client(admin)
     except BaseException:
         await run_to_end(admin.close())
         raise

@@ -25,7 +25,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.queries import Resolved
 from millpond.shared.errors import SetupError, StatementError, UnavailableError
-from millpond.shared.kafka.connection import KafkaConnection, idle_wake_ms, started
+from millpond.shared.kafka.connection import KafkaConnection, idle_wake_ms, start_client, started
 from millpond.shared.sql.parser import parse_statement
 from millpond.shared.teardown import run_to_end
 
@@ -143,9 +143,9 @@ class CommandReader:
         would build a different metastore than the other nodes', so the node must not serve.
         """
         try:
-            await self.admin.start()
-            await self.consumer.start()
-            await self._ends.start()
+            await start_client(self.admin)
+            await start_client(self.consumer)
+            await start_client(self._ends)
         except BaseException:
             await self.stop()  # a client started (or half started) is not left open
             raise

@@ -3,6 +3,7 @@ security settings (SSL, SASL), as aiokafka arguments and as Spark Kafka source o
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,7 +15,7 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import InvalidProducerEpoch, InvalidTxnState, ProducerFenced
 from aiokafka.helpers import create_ssl_context
 
-from millpond.shared.teardown import run_to_end
+from millpond.shared.teardown import outlast_for, run_to_end
 
 TRANSACTION_RETRY_BACKOFF_MS = 20
 """How long a transactional producer waits before it retries a retriable error (aiokafka's
@@ -122,13 +123,32 @@ class Client(Protocol):
 C = TypeVar("C", bound=Client)
 
 
+START_AFTER_CANCEL_S = 1.0
+"""How long a client's start goes on once its caller is cancelled (it takes about 5 ms on a
+healthy broker): aiokafka's bootstrap closes the connection it opened only when it ends, so
+one cancelled there left it open for the garbage collector. Past this, it is cancelled."""
+
+
 @asynccontextmanager
 async def started(client: C) -> AsyncIterator[C]:
     """``client`` started, and stopped when the block ends however it ends: a start that fails
     or is cancelled included (aiokafka leaves a half-started client's connections open, and
-    logs them unclosed), and a cancel does not cut the stop short."""
+    logs them unclosed; a cancelled start is let end first: ``start_client``), and a cancel
+    does not cut the stop short."""
     try:
-        await client.start()
+        await start_client(client)
         yield client
     finally:
         await run_to_end(client.stop())
+
+
+async def start_client(client: Client) -> None:
+    """``client.start()``; a caller cancelled meanwhile lets it end first, for
+    ``START_AFTER_CANCEL_S`` at most, so that the stop its owner runs next finds no connection
+    the start still held (aiokafka's clients, its admin client too)."""
+    starting = asyncio.ensure_future(client.start())
+    try:
+        await asyncio.shield(starting)
+    except asyncio.CancelledError:
+        await outlast_for(starting, START_AFTER_CANCEL_S)
+        raise

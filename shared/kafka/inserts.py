@@ -20,7 +20,7 @@ from aiokafka.errors import KafkaError
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.errors import UnavailableError
 from millpond.shared.kafka.command_log import EXECUTED_REQUESTS_KEPT, request_reused
-from millpond.shared.kafka.connection import KafkaConnection, started
+from millpond.shared.kafka.connection import KafkaConnection, start_client, started
 from millpond.shared.results import Outcome
 from millpond.shared.sql import ast
 from millpond.shared.sql.planner import EncodedRecord, encode_insert
@@ -48,7 +48,7 @@ class RowInserter:
         answered by it."""
 
     async def start(self) -> None:
-        await self.producer.start()
+        await start_client(self.producer)
 
     async def stop(self) -> None:
         await self.producer.stop()

@@ -36,7 +36,7 @@ from millpond.services.worker.state.store import (
     PartitionStore,
     changelog_input_offset,
 )
-from millpond.shared.kafka.connection import KafkaConnection, idle_wake_ms
+from millpond.shared.kafka.connection import KafkaConnection, idle_wake_ms, start_client
 from millpond.shared.teardown import bounded, run_to_end
 
 MAX_RECORDS = 10_000
@@ -128,7 +128,7 @@ class ChangelogReader:
 
     async def start(self) -> None:
         """Connect, and seek to where the store is."""
-        await self.consumer.start()
+        await start_client(self.consumer)
         self.consumer.assign([self.changelog])
         self.progress = ChangelogProgress.of(self.store)
         self.consumer.seek(self.changelog, self.progress.offset)

@@ -29,7 +29,7 @@ from millpond.services.worker.state.changelog import CONSUMER_STOP_TIMEOUT_S, MA
 from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore, encode_state
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.errors import MillpondError
-from millpond.shared.kafka.connection import KafkaConnection, idle_wake_ms
+from millpond.shared.kafka.connection import KafkaConnection, idle_wake_ms, start_client
 from millpond.shared.kafka.serde import encode_key, key_decoder
 from millpond.shared.kafka.values import value_reader
 from millpond.shared.teardown import bounded, run_to_end
@@ -126,7 +126,7 @@ class TableTopicReader:
         the tombstones of rows it holds among them: it is emptied, to be built again from the
         first offset as a new copy is (Kafka Streams wipes a store whose offset is out of
         range likewise)."""
-        await self.consumer.start()
+        await start_client(self.consumer)
         self.consumer.assign([self.input])
         stored = self.store.position(INPUT_OFFSET)
         if stored is not None:
