@@ -69,6 +69,9 @@ class Call(Expr):
     name: str
     args: tuple[Expr, ...] = ()
     star: bool = False
+    bits: int = field(default=0, compare=False, repr=False)
+    """As ``Binary.bits``, for a call whose integer result may leave its type (``ABS`` of the
+    least INT or BIGINT)."""
 
 
 @dataclass(frozen=True)

@@ -247,7 +247,8 @@ def evaluate(expr: ast.Expr, row: Mapping[str, Any]) -> Any:
             raise StatementError(f"function {expr.name} is not supported here")
         args = [evaluate(a, row) for a in expr.args]
         try:
-            return fn.python(*args)
+            result = fn.python(*args)
+            return _wrapped(result, expr.bits) if expr.bits and result is not None else result
         except (ArithmeticError, ValueError):  # FLOOR of Infinity, ROUND to 10^5 places: NULL, as Spark outside ANSI mode
             return None
     raise StatementError(f"unsupported expression {expr!r}")

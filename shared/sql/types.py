@@ -214,6 +214,11 @@ _ARITHMETIC = frozenset({"+", "-", "*", "/", "%"})
 T = TypeVar("T")
 
 
+_WRAPPING_CALLS = frozenset({"ABS"})
+"""Functions whose INT or BIGINT result may not fit its type: ABS of the least value (Spark's
+wraps to that value again)."""
+
+
 def with_widths(tree: T, scope: Scope) -> T:
     """``tree`` (an expression, a SELECT item, or a tuple of them), already checked in
     ``scope``, with each INT or BIGINT arithmetic marked with the width its result wraps at
@@ -228,7 +233,8 @@ def with_widths(tree: T, scope: Scope) -> T:
         return tree
     changed = {f.name: value for f in fields(tree)
                if (value := with_widths(getattr(tree, f.name), scope)) is not getattr(tree, f.name)}
-    if (isinstance(tree, ast.Binary) and tree.op in _ARITHMETIC) or (isinstance(tree, ast.Unary) and tree.op == "-"):
+    if (isinstance(tree, ast.Binary) and tree.op in _ARITHMETIC) or (isinstance(tree, ast.Unary) and tree.op == "-") \
+            or (isinstance(tree, ast.Call) and tree.name in _WRAPPING_CALLS):
         bits = WRAP_BITS.get(check(cast(ast.Expr, tree), scope).base, 0)
         if bits != tree.bits:
             changed["bits"] = bits

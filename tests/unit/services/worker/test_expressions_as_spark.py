@@ -78,9 +78,10 @@ def test_integer_arithmetic_that_overflows_wraps_as_sparks(spark: SparkSession) 
     columns = Scope("T", {"I": ast.SqlType("INT"), "B": ast.SqlType("BIGINT")})
     row = {"I": 2**31 - 1, "B": 2**63 - 1}
     texts = ["i * 1000000", "i + 1", "-(i + 1)", "b * 3", "b + b", "b - (-b) - 1", "-(b + 1)", "i * 2 + b",
-             "(b + 1) / -1", "i * 3 % 7", "i + 1.5"]
+             "(b + 1) / -1", "i * 3 % 7", "i + 1.5", "ABS(i + 1)", "ABS(b + 1)", "ABS(-i)", "ABS(i + 1) + 0.5"]
     exprs = [with_widths(expression(text), columns) for text in texts]
     spark_row = spark.createDataFrame([(row["I"], row["B"])], "I INT, B BIGINT").selectExpr(
         *(to_spark(e, columns) for e in exprs)).collect()[0]
     assert dict(zip(texts, (evaluate(e, row) for e in exprs), strict=True)) == dict(zip(texts, spark_row, strict=True))
     assert evaluate(exprs[3], row) == 2**63 - 3  # not 3 * (2^63 - 1)
+    assert evaluate(exprs[12], row) == -(2**63)  # ABS of the least BIGINT is itself, as Java's Math.abs
