@@ -969,7 +969,8 @@ class TableTask(StoreTask[MaterializeSlice]):
         try:
             await reader.start()  # (a store behind the topic's retention starts empty)
             stored = self.store.position(INPUT_OFFSET)
-            first = (await reader.consumer.beginning_offsets([self.input]))[self.input]
+            first = reader.first if reader.first is not None else (
+                await reader.consumer.beginning_offsets([self.input]))[self.input]
             self.input_end = await reader.end_offset()
             if stored is not None and stored < self.input_end:
                 await self._catch_up(reader, self.input_end)

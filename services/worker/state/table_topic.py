@@ -107,7 +107,7 @@ class TableTopicReader:
                                          enable_auto_commit=False, fetch_max_wait_ms=fetch_max_wait_ms,
                                          consumer_timeout_ms=idle_wake_ms(fetch_max_wait_ms), auto_offset_reset="earliest")
         self.offset = 0
-        self.first = 0
+        self.first: int | None = None
         """The topic's first offset when ``start`` asked it (it asks only for a store with a position)."""
 
     @property
@@ -130,11 +130,11 @@ class TableTopicReader:
         self.consumer.assign([self.input])
         stored = self.store.position(INPUT_OFFSET)
         if stored is not None:
-            self.first = (await self.consumer.beginning_offsets([self.input]))[self.input]
-            if stored < self.first:
+            self.first = first = (await self.consumer.beginning_offsets([self.input]))[self.input]
+            if stored < first:
                 log.warning("the topic's retention removed records the store never applied: it is built again from "
                             "the topic", extra={"topic": self.input.topic, "partition": self.input.partition,
-                                                "store_offset": stored, "first_offset": self.first})
+                                                "store_offset": stored, "first_offset": first})
                 await asyncio.to_thread(self.store.wipe)
                 stored = None
         self.offset = stored or 0
