@@ -56,8 +56,7 @@ async def outlast_for(job: asyncio.Future[Any], timeout_s: float) -> None:
             await asyncio.wait({job}, timeout=left)
     if not job.done():
         job.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait({job})
+        await _outlast(job)
     if not job.cancelled():
         job.exception()  # retrieved: a start that failed after its caller went is nobody's to report
 

@@ -101,7 +101,7 @@ class Coordinator:
         await ensure_command_topic(self.admin, self.settings.command_topic, replicas)
         await ensure_topic(self.admin, self.settings.processing_log_topic, 1, replicas=replicas)
         await self.inserts.start()
-        await self.offsets.start()
+        await start_client(self.offsets)
         await self.reader.start()
         await ensure_topic(self.admin, self.settings.leader_topic, 1, replicas=replicas)
         await self.reader.catch_up()

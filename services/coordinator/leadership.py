@@ -103,11 +103,11 @@ class Leadership:
             partition_assignment_strategy=(StickyPartitionAssignor,))
         producer = AIOKafkaProducer(**self.kafka.client_args(), enable_idempotence=True, acks="all")
         listener = _Listener(self, producer)
-        await start_client(producer)
         try:
+            await start_client(producer)
             consumer.subscribe(topics=[self.partition.topic], listener=listener)
-            await start_client(consumer)
             try:
+                await start_client(consumer)
                 while not stop.is_set():
                     # Polling keeps the membership alive (aiokafka leaves the group of a consumer
                     # that stops polling); the records themselves are only epochs.

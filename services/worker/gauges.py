@@ -19,8 +19,8 @@ log = logging.getLogger(__name__)
 async def refresh_loop(kafka: KafkaConnection, tasks: TaskAssignment, stop: asyncio.Event) -> None:
     """Refresh the gauges every second until ``stop``."""
     consumer = kafka.end_offsets_consumer()
-    await start_client(consumer)
     try:
+        await start_client(consumer)
         while not stop.is_set():
             try:
                 await _refresh(consumer, tasks)

@@ -14,6 +14,7 @@ from aiokafka import AIOKafkaProducer
 
 from millpond.deploy.local.kafka_broker import EmbeddedKafka
 from millpond.shared.kafka.connection import started
+from millpond.shared.teardown import outlast_for
 
 pytestmark = pytest.mark.kafka
 
@@ -34,3 +35,32 @@ async def test_a_start_cancelled_at_any_point_leaves_no_connection_open(kafka: E
             del job
             gc.collect()
     assert [str(w.message) for w in caught if "Unclosed" in str(w.message)] == []
+
+
+async def test_a_start_let_end_after_a_cancel_is_cancelled_past_its_bound_whatever_cancels_come() -> None:
+    """``outlast_for`` waits for the job, cancels it past its bound, and waits for it to unwind
+    even when more cancels come meanwhile: the caller's cancel is what it raises, never an
+    InvalidStateError from a job read before it ended."""
+    async def slow_to_unwind() -> None:
+        try:
+            await asyncio.sleep(10)
+        finally:
+            await asyncio.shield(asyncio.sleep(0.3))
+
+    job = asyncio.ensure_future(slow_to_unwind())
+
+    async def caller() -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            await outlast_for(job, 0.2)
+            raise
+
+    waiting = asyncio.create_task(caller())
+    await asyncio.sleep(0.05)
+    waiting.cancel()
+    await asyncio.sleep(0.3)  # past the bound: the job is cancelled and unwinding
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert job.done()
