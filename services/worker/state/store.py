@@ -10,9 +10,11 @@ at a consistent position.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import shutil
+import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import islice, takewhile
 from pathlib import Path
@@ -21,7 +23,7 @@ from typing import Any
 from rocksdict import Options, Rdict, WriteBatch
 
 from millpond.shared.errors import UnavailableError
-from millpond.shared.teardown import opened_in_thread
+from millpond.shared.teardown import opened_in_thread, run_to_end
 
 _STATES = json.JSONDecoder()
 """Decodes a stored state (its JSON text, ASCII: ``json.loads`` less its checks of the
@@ -103,9 +105,10 @@ class PartitionStore:
 
     def wipe(self) -> None:
         """Empty the store, states and positions, as a new one at its path: closed, its files
-        deleted, opened again (a read meanwhile gets StoreClosed). Blocking."""
+        deleted, opened again (a read meanwhile gets StoreClosed). Blocking: ``wiped`` runs it
+        off the loop."""
         self.close()
-        shutil.rmtree(self.path)
+        remove_store_files(self.path)
         self._open()
 
     @property
@@ -252,8 +255,22 @@ def open_kept(path: Path, max_age_ms: int, now: int) -> tuple[PartitionStore, bo
     elif now - written <= max_age_ms:
         return store, False
     store.close()
-    shutil.rmtree(path)
+    remove_store_files(path)
     return PartitionStore(path), True
+
+
+def remove_store_files(path: Path) -> None:
+    """Delete a closed store's directory: moved aside first (one rename), so that a crash
+    while its files go leaves no half-deleted store at ``path`` for the next open to fail on."""
+    aside = path.with_name(f"{path.name}.removed-{uuid.uuid4().hex}")
+    path.rename(aside)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+async def wiped(store: PartitionStore) -> None:
+    """``store.wipe()`` in a thread; a caller cancelled meanwhile waits for it to end (else the
+    caller's close would race the thread's reopen, leaving the store open and its path locked)."""
+    await run_to_end(asyncio.to_thread(store.wipe))
 
 
 def changelog_input_offset(record: Any) -> int | None:

@@ -16,7 +16,6 @@ not reached yet the same way (``ReplayedTableTask``). ``TableTopicReader`` has
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -26,7 +25,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from millpond.services.worker import reasons
 from millpond.services.worker.state.changelog import CONSUMER_STOP_TIMEOUT_S, MAX_RECORDS
-from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore, encode_state
+from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore, encode_state, wiped
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.connection import KafkaConnection, idle_wake_ms, start_client
@@ -135,7 +134,7 @@ class TableTopicReader:
                 log.warning("the topic's retention removed records the store never applied: it is built again from "
                             "the topic", extra={"topic": self.input.topic, "partition": self.input.partition,
                                                 "store_offset": stored, "first_offset": first})
-                await asyncio.to_thread(self.store.wipe)
+                await wiped(self.store)
                 stored = None
         self.offset = stored or 0
         self.consumer.seek(self.input, self.offset)

@@ -5,13 +5,17 @@ opened off the loop whose opener is cancelled is closed by the time the cancel i
 from __future__ import annotations
 
 import asyncio
+import shutil
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from millpond.services.worker.state import store as store_module
 from millpond.services.worker.state.store import (
     CHANGELOG_OFFSET,
     INPUT_OFFSET,
@@ -26,6 +30,7 @@ from millpond.services.worker.state.store import (
     opened,
     partition_dir,
     path_segment,
+    wiped,
 )
 from millpond.services.worker.task import store_path
 from millpond.shared.config import WorkerSettings
@@ -165,3 +170,29 @@ async def test_a_store_whose_opener_is_cancelled_is_closed_once_the_cancel_is_se
     store = await opened(tmp_path / "store")
     assert store.position(INPUT_OFFSET) is None
     store.close()
+
+
+async def test_a_wipe_whose_caller_is_cancelled_ends_before_the_caller_closes_the_store(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wipe runs in a thread: a caller cancelled meanwhile waits for it, so its own close
+    comes after the wipe's reopen (else the thread reopened the store after that close, and
+    nothing closed it: every later open of the path failed on RocksDB's lock)."""
+    store = PartitionStore(tmp_path / "s")
+    store.write({b"k": b"[1]"}, {INPUT_OFFSET: 5})
+    remove = shutil.rmtree
+
+    def slow_rmtree(path: Any, *args: Any, **kwargs: Any) -> None:
+        time.sleep(0.2)
+        remove(path, *args, **kwargs)
+
+    monkeypatch.setattr(store_module.shutil, "rmtree", slow_rmtree)
+    job = asyncio.create_task(wiped(store))
+    await asyncio.sleep(0.05)
+    job.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await job
+    store.close()  # the owner's teardown
+    again = PartitionStore(tmp_path / "s")  # free: the wipe's reopen was closed with it
+    assert again.position(INPUT_OFFSET) is None and again.get(b"k") is None
+    again.close()
+    assert [p.name for p in await asyncio.to_thread(lambda: list(tmp_path.iterdir()))] == ["s"]  # old files gone
