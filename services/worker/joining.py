@@ -30,14 +30,14 @@ import json
 import logging
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from millpond.services.worker.state.store import INPUT_OFFSET, encode_state, opened
+from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore, encode_state, opened, wiped
 from millpond.services.worker.task import BadRecord, BatchSlice, Task, store_path
 from millpond.shared.catalog.queries import JoinedTable, PersistentQuery
 from millpond.shared.catalog.sources import DataSource
@@ -80,6 +80,21 @@ def committed_table_offsets(metadata: str) -> list[int] | None:
         return None
     found = parsed.get(TABLE_OFFSETS) if isinstance(parsed, dict) else parsed
     return [int(o) for o in found] if isinstance(found, list) else None
+
+
+VALUES_STORED = b"values_stored"
+"""Set in a join's store once its rows hold values as ``values.stored`` has them (BYTES as
+base64 text); a store written before it (a DELIMITED table's BYTES as their own text) is
+built again (``rebuilt_if_old``)."""
+
+
+async def rebuilt_if_old(store: PartitionStore, positions: Iterable[bytes]) -> None:
+    """Empty a join's ``store`` that holds any of ``positions`` but not ``VALUES_STORED``: its
+    task then builds it again from the topics, as on a worker without it."""
+    if store.position(VALUES_STORED) is None and any(store.position(name) is not None for name in positions):
+        log.warning("a join store written before its values were kept as the table's own stores keep them is built "
+                    "again", extra={"store": str(store.path)})
+        await wiped(store)
 
 
 class TableBehind(MillpondError):
@@ -304,6 +319,7 @@ class JoinTask(Task[JoinSlice]):
         # A join stage before a GROUP BY's (which keeps the query's store) keeps its own.
         owner = f"{self.query.query_id}-{self.stage}" if self.stage else self.query.query_id
         self.store = await opened(store_path(self.settings, owner, self.partition))
+        await rebuilt_if_old(self.store, [INPUT_OFFSET, *(side.position_name for side in self.sides)])
         self.consumer = AIOKafkaConsumer(**self.settings.kafka.client_args(), isolation_level="read_committed",
                                          enable_auto_commit=False, fetch_max_wait_ms=25,
                                          consumer_timeout_ms=TABLE_IDLE_WAKE_MS, auto_offset_reset="earliest")
@@ -403,7 +419,7 @@ class JoinTask(Task[JoinSlice]):
         assert self.store is not None
         rows = {key: encode_state(row) for key, row in overlay.items() if row is not None}
         deleted = [key for key, row in overlay.items() if row is None]
-        positions = {INPUT_OFFSET: input_offset,
+        positions = {INPUT_OFFSET: input_offset, VALUES_STORED: 1,
                      **{side.position_name: offset for side, offset in zip(self.sides, table_offsets, strict=True)}}
         self.store.write(rows, positions, deleted)
         for side, offset in zip(self.sides, table_offsets, strict=True):

@@ -30,7 +30,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 
-from millpond.services.worker.joining import JoinedValue
+from millpond.services.worker.joining import VALUES_STORED, JoinedValue, rebuilt_if_old
 from millpond.services.worker.state.store import INPUT_OFFSET, WRITTEN_MS, encode_state, open_kept
 from millpond.services.worker.task import KEPT_STORE_MAX_AGE_MS, BadRecord, BatchSlice, Task, store_path
 from millpond.shared.catalog.queries import PersistentQuery
@@ -267,6 +267,7 @@ class TableJoinTask(GatheredJoinTask):
         if dropped:  # it could have missed a delete the joined topic no longer holds
             log.warning("join store older than the joined topic keeps tombstones; rebuilding it from the start",
                         extra={"query": self.query.query_id, "partition": self.partition})
+        await rebuilt_if_old(self.store, [INPUT_OFFSET])
         await self._open_producer()
         committed = await self._committed_input_offset()  # fenced: it is final
         stored = self.store.position(INPUT_OFFSET)
@@ -348,7 +349,7 @@ class TableJoinTask(GatheredJoinTask):
         """The sides' rows and the input offset, in one RocksDB write batch."""
         assert self.store is not None
         rows = {key: encode_state(row) for key, row in overlay.items() if row is not None}
-        self.store.write(rows, {INPUT_OFFSET: input_offset, WRITTEN_MS: now_ms()},
+        self.store.write(rows, {INPUT_OFFSET: input_offset, WRITTEN_MS: now_ms(), VALUES_STORED: 1},
                          [key for key, row in overlay.items() if row is None])
 
 

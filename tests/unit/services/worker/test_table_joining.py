@@ -20,8 +20,8 @@ import pytest
 from aiokafka import TopicPartition
 from aiokafka.structs import RecordMetadata
 
-from millpond.services.worker.joining import JoinTask, TableRecord
-from millpond.services.worker.state.store import PartitionStore
+from millpond.services.worker.joining import VALUES_STORED, JoinTask, TableRecord, rebuilt_if_old
+from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore
 from millpond.services.worker.stream_joining import StreamJoinTask
 from millpond.services.worker.table_joining import ForeignKeyJoinTask, JoinSideTask, KeyedSlice, TableJoinTask, rekeyed
 from millpond.services.worker.task import BadRecord
@@ -689,3 +689,24 @@ def test_every_join_reads_a_tables_values_as_a_pull_of_the_table_does(tmp_path: 
     assert foreign._apply(b"\0a", raw, overlay, (bad, 1)) == [b"a"]
     out = foreign._result(b"a", overlay, 1, bad)
     assert not bad and out is not None and table_columns(out, "T_") == want and json.loads(out)["S_Y"] == 9
+
+
+async def test_a_join_store_written_before_values_were_kept_as_stored_is_built_again(tmp_path: Path) -> None:
+    """Stores written before the join tasks kept values as the table's stores do held a
+    DELIMITED table's BYTES as their own text, which the joined row now reads as base64 (a
+    crash at every batch joining such a row): such a store is emptied, for its task to build it
+    again from the topics; one written since, or a new one, is kept."""
+    old = PartitionStore(tmp_path / "old")
+    old.write({b"\0k": b'["abc"]'}, {INPUT_OFFSET: 4})
+    await rebuilt_if_old(old, [INPUT_OFFSET])
+    assert (old.get(b"\0k"), old.position(INPUT_OFFSET)) == (None, None)
+    new = PartitionStore(tmp_path / "new")
+    new.write({b"\0k": b'["YWJj"]'}, {INPUT_OFFSET: 4, VALUES_STORED: 1})
+    await rebuilt_if_old(new, [INPUT_OFFSET])
+    assert new.get(b"\0k") == ["YWJj"]
+    task = _task(tmp_path)  # a table-table join writes the mark with its rows
+    assert task.store is not None
+    task._write({b"\1k": ["x"]}, 3)
+    assert task.store.position(VALUES_STORED) == 1
+    for store in (old, new, task.store):
+        store.close()
