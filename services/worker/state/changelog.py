@@ -23,6 +23,7 @@ and the changelog offset, so a copy restarted mid-transaction resumes with both.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,9 +36,12 @@ from millpond.services.worker.state.store import (
     PENDING_INPUT_OFFSET,
     PartitionStore,
     changelog_input_offset,
+    wiped,
 )
 from millpond.shared.kafka.connection import KafkaConnection, idle_wake_ms, start_client
 from millpond.shared.teardown import bounded, run_to_end
+
+log = logging.getLogger(__name__)
 
 MAX_RECORDS = 10_000
 """Records per fetch at most."""
@@ -127,10 +131,22 @@ class ChangelogReader:
         return -1 if self.progress.input_offset is None else self.progress.input_offset
 
     async def start(self) -> None:
-        """Connect, and seek to where the store is."""
+        """Connect, and seek to where the store is. A store whose position is below the
+        changelog's first offset (a windowed changelog's retention removed records it never
+        applied, the tombstones of windows it holds among them) is emptied, to be restored
+        from the first offset as a new copy is (as ``TableTopicReader.start``)."""
         await start_client(self.consumer)
         self.consumer.assign([self.changelog])
         self.progress = ChangelogProgress.of(self.store)
+        if self.progress.offset > 0:
+            first = (await self.consumer.beginning_offsets([self.changelog]))[self.changelog]
+            if self.progress.offset < first:
+                log.warning("the changelog's retention removed records the store never applied: it is restored "
+                            "again from the changelog", extra={"changelog": self.changelog.topic,
+                                                               "partition": self.changelog.partition,
+                                                               "store_offset": self.progress.offset, "first_offset": first})
+                await wiped(self.store)
+                self.progress = ChangelogProgress.of(self.store)
         self.consumer.seek(self.changelog, self.progress.offset)
 
     async def end_offset(self) -> int:

@@ -17,7 +17,13 @@ from hypothesis import strategies as st
 
 from millpond.services.worker.state import changelog as changelog_module
 from millpond.services.worker.state.changelog import ChangelogProgress, ChangelogReader
-from millpond.services.worker.state.store import CHANGELOG_OFFSET, INPUT_OFFSET, PENDING_INPUT_OFFSET, PartitionStore
+from millpond.services.worker.state.store import (
+    CHANGELOG_OFFSET,
+    INPUT_OFFSET,
+    PENDING_INPUT_OFFSET,
+    PartitionStore,
+    encode_state,
+)
 from millpond.shared.kafka.connection import KafkaConnection
 from tests.unit.services.worker.fake_changelog import Changelog, FakeConsumer, Record
 
@@ -161,4 +167,22 @@ async def _replay(tmp: Path, changelog: Changelog, fetches: int, restart_at: int
     await copy.stop()
     assert copy.position == changelog.end
     assert copy.input_offset == store.position(INPUT_OFFSET) == max(last_offset)
+    store.close()
+
+
+async def test_a_store_behind_the_changelogs_first_offset_is_restored_again_from_it(changelog: Changelog,
+                                                                                     tmp_path: Path) -> None:
+    """A windowed changelog's retention removes old records: a copy kept (its worker away)
+    while the tombstones of windows it holds went with them would go on serving those windows.
+    Its position below the first offset, it is emptied and restored from there."""
+    store = PartitionStore(tmp_path / "s")
+    store.write({b"gone": encode_state([1])}, {CHANGELOG_OFFSET: 3, INPUT_OFFSET: 7})
+    changelog.end = 10  # offsets 0-9 deleted since (the tombstone of "gone" among them)
+    changelog.commit_batch({b"kept": [2]}, reaches=20)
+    copy = reader(store)
+    await copy.start()
+    await copy.fetch(100)
+    assert dict(store.items()) == {b"kept": [2]}
+    assert (copy.position, copy.input_offset) == (12, 20)
+    await copy.stop()
     store.close()
