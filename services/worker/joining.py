@@ -327,6 +327,7 @@ class JoinTask(Task[JoinSlice]):
         await gather_or_cancel(self._open_producer(), start_client(self.consumer), start_client(self._table_ends))
         self.consumer.assign([side.input for side in self.sides])
         self.consumer.pause(*(side.input for side in self.sides))  # fetched only to catch up (TableSide.fetching)
+        await self._past_retention()
         # Fenced: the committed position is final.
         committed = (await committed_positions(self.settings.kafka, self.group, [self.input])).get(self.input)
         stored = self.store.position(INPUT_OFFSET)
@@ -356,6 +357,20 @@ class JoinTask(Task[JoinSlice]):
         log.info("task started", extra={"query": self.query.query_id, "partition": self.partition,
                                         "input_offset": self.next_input_offset,
                                         "table_offsets": [s.table_offset for s in self.sides]})
+
+    async def _past_retention(self) -> None:
+        """Empty a store whose position in a table's topic is below that topic's first offset
+        (retention removed records it never applied, the tombstones of rows it holds among
+        them): the start then builds it again from the topics, as on a worker without it."""
+        assert self.store is not None and self.consumer is not None
+        stored = {side.input: position for side in self.sides if (position := self.store.position(side.position_name))}
+        if not stored:
+            return
+        firsts = await self.consumer.beginning_offsets(list(stored))
+        if behind := [f"{tp.topic}-{tp.partition}" for tp, position in stored.items() if position < firsts[tp]]:
+            log.warning("a table's retention removed records the join store never applied: it is built again from the "
+                        "topics", extra={"query": self.query.query_id, "partition": self.partition, "tables": behind})
+            await wiped(self.store)
 
     def _joined_row(self, key: bytes, time_ms: int, values: list[Any],
                     table_rows: list[list[Any] | None]) -> dict[str, Any]:
