@@ -124,6 +124,11 @@ def _base64(value: Any) -> str:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
+_JAVA_DOUBLES = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+"""A DELIMITED DOUBLE that is not a number, as Java writes it and Spark's CSV reader (Java's
+``parseDouble``) reads it: Python's ``nan`` and ``inf`` are neither."""
+
+
 def _delimited_bytes(value: bytes | bytearray, column: str) -> str:
     """BYTES in a DELIMITED field: their UTF-8 text, as a DELIMITED value is read (its field's
     text is the bytes); ValueError for bytes that are not UTF-8."""
@@ -144,7 +149,8 @@ def serialize_value(columns: Sequence[str], values: Sequence[Any], value_format:
         out = io.StringIO()
         csv.writer(out, delimiter=delimiter, lineterminator="").writerow(
             ["" if v is None else ("true" if v is True else "false" if v is False else
-                                   _delimited_bytes(v, name) if isinstance(v, bytes | bytearray) else v)
+                                   _delimited_bytes(v, name) if isinstance(v, bytes | bytearray) else
+                                   _JAVA_DOUBLES.get(repr(v), v) if isinstance(v, float) else v)
              for name, v in zip(columns, values, strict=True)])
         return out.getvalue().encode()
     raise StatementError(f"unknown value format {value_format!r}; use one of {VALUE_FORMATS}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from millpond.shared.kafka.serde import deserialize_value, serialize_value, timestamp_text
@@ -84,3 +86,13 @@ def test_delimited_bytes_are_written_as_the_text_they_are_read_as() -> None:
     assert deserialize_value(columns, data, "DELIMITED")["B"] == "a,é"
     with pytest.raises(ValueError, match="column B holds bytes that are not UTF-8"):
         serialize_value(["B", "N"], [b"\xff", 1], "DELIMITED")
+
+
+def test_delimited_doubles_that_are_not_numbers_are_written_as_java_reads_them() -> None:
+    """NaN and the infinities as Java writes them (Spark's CSV reader parses a DOUBLE with
+    Java's ``parseDouble``, which refuses Python's ``nan`` and ``inf``); read back alike."""
+    columns = [("A", SqlType("DOUBLE")), ("B", SqlType("DOUBLE")), ("C", SqlType("DOUBLE")), ("D", SqlType("DOUBLE"))]
+    data = serialize_value(["A", "B", "C", "D"], [math.nan, math.inf, -math.inf, 1.5], "DELIMITED")
+    assert data == b"NaN,Infinity,-Infinity,1.5"
+    read = deserialize_value(columns, data, "DELIMITED")
+    assert math.isnan(read["A"]) and (read["B"], read["C"], read["D"]) == (math.inf, -math.inf, 1.5)
