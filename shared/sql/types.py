@@ -214,9 +214,10 @@ _ARITHMETIC = frozenset({"+", "-", "*", "/", "%"})
 T = TypeVar("T")
 
 
-_WRAPPING_CALLS = frozenset({"ABS"})
+_WRAPPING_CALLS = frozenset({"ABS", "ROUND"})
 """Functions whose INT or BIGINT result may not fit its type: ABS of the least value (Spark's
-wraps to that value again)."""
+wraps to that value again), ROUND to a negative scale near the greatest or least (Spark's
+``toInt`` or ``toLong`` of the rounded decimal wraps)."""
 
 
 def with_widths(tree: T, scope: Scope) -> T:

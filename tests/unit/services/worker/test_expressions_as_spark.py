@@ -78,7 +78,8 @@ def test_integer_arithmetic_that_overflows_wraps_as_sparks(spark: SparkSession) 
     columns = Scope("T", {"I": ast.SqlType("INT"), "B": ast.SqlType("BIGINT")})
     row = {"I": 2**31 - 1, "B": 2**63 - 1}
     texts = ["i * 1000000", "i + 1", "-(i + 1)", "b * 3", "b + b", "b - (-b) - 1", "-(b + 1)", "i * 2 + b",
-             "(b + 1) / -1", "i * 3 % 7", "i + 1.5", "ABS(i + 1)", "ABS(b + 1)", "ABS(-i)", "ABS(i + 1) + 0.5"]
+             "(b + 1) / -1", "i * 3 % 7", "i + 1.5", "ABS(i + 1)", "ABS(b + 1)", "ABS(-i)", "ABS(i + 1) + 0.5",
+             "ROUND(b, -1)", "ROUND(i, -1)", "ROUND(-b - 1, -2)", "ROUND(i, -9)"]
     exprs = [with_widths(expression(text), columns) for text in texts]
     spark_row = spark.createDataFrame([(row["I"], row["B"])], "I INT, B BIGINT").selectExpr(
         *(to_spark(e, columns) for e in exprs)).collect()[0]
