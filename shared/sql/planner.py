@@ -480,9 +480,9 @@ def window_spec(window: ast.Window, source: DataSource, emit_final: bool = False
         if ms > MAX_DURATION_MS:
             raise StatementError(f"the WINDOW {window.kind} {name} is {ms} ms; at most {MAX_DURATION_MS} ms "
                                  "(100 years)")
-    if window.size_ms // advance > MAX_WINDOWS_PER_RECORD:
-        raise StatementError(f"WINDOW HOPPING (SIZE {window.size_ms} ms, ADVANCE BY {advance} ms) puts each record in "
-                             f"{window.size_ms // advance} windows; at most {MAX_WINDOWS_PER_RECORD}: advance by more")
+    if (windows := -(-window.size_ms // advance)) > MAX_WINDOWS_PER_RECORD:  # up to ceil(size / advance) each
+        raise StatementError(f"WINDOW HOPPING (SIZE {window.size_ms} ms, ADVANCE BY {advance} ms) puts a record in up "
+                             f"to {windows} windows; at most {MAX_WINDOWS_PER_RECORD}: advance by more")
     if retention < least:
         raise StatementError(f"RETENTION ({retention} ms) must be at least the window SIZE plus its GRACE PERIOD "
                              f"({least} ms): a window must stay until it closes")
