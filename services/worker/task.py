@@ -72,6 +72,7 @@ from millpond.shared.sql import aggregates
 from millpond.shared.sql.expressions import evaluate
 from millpond.shared.sql.parser import statement_query
 from millpond.shared.sql.planner import having_over_result
+from millpond.shared.sql.types import Scope, with_widths
 from millpond.shared.task_status import RESTORING, RUNNING, STARTING, StoreLag, TaskReport, now_ms
 from millpond.shared.teardown import bounded, gather_or_cancel, run_to_end
 
@@ -499,6 +500,8 @@ def group_rows(query: PersistentQuery, sink: DataSource) -> RowFn:
     if having is None:
         return row
     names = [c.name for c in sink.row_columns]
+    # Its INT and BIGINT arithmetic wraps as Spark's (``types.with_widths``), over the result's columns.
+    having = with_widths(having, Scope(sink.name, {c.name: c.type for c in sink.row_columns}))
 
     def kept(key: bytes, state: list[Any]) -> list[Any] | None:
         values = row(key, state)

@@ -56,6 +56,7 @@ from millpond.services.worker.task import (
     WindowedAggregationTask,
     WindowSlice,
     aggregate_rows,
+    group_rows,
 )
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import WorkerSettings
@@ -465,6 +466,24 @@ def test_a_group_by_row_is_its_decoded_key_and_each_finalized_aggregate() -> Non
     assert aggregate_rows(meta.source("BY_NAME"), [total])("né".encode(), [[5]]) == ["né", 5]
     with pytest.raises(ValueError):  # a state that does not match the aggregates is an error, not a short row
         by_id(b"\x00\x00\x00\x01", [[3]])
+
+
+def test_a_having_over_integers_wraps_as_javas_arithmetic() -> None:
+    """HAVING runs in Python over the result's row: its INT arithmetic wraps at 32 bits, as
+    Spark's and ksqlDB's Java does (2^30 + 1 doubled is negative), and ABS of the least INT is
+    itself; unwrapped, both rows passed."""
+    meta = Metastore()
+    for offset, statement in enumerate((
+            "CREATE STREAM r (id INT KEY, v INT) WITH (kafka_topic='r', partitions=1, value_format='json')",
+            "CREATE TABLE doubled AS SELECT id, SUM(v) AS s FROM r GROUP BY id HAVING SUM(v) * 2 > 0",
+            "CREATE TABLE least AS SELECT id, MIN(v) AS m FROM r GROUP BY id HAVING ABS(MIN(v)) >= 0")):
+        meta.apply(parse_statement(statement), offset)
+    doubled, least = (next(q for q in meta.queries.values() if q.sink == name) for name in ("DOUBLED", "LEAST"))
+    key = (1).to_bytes(4, "big")
+    assert group_rows(doubled, meta.source("DOUBLED"))(key, [[2**30 + 1]]) is None
+    assert group_rows(doubled, meta.source("DOUBLED"))(key, [[2**30 - 1]]) == [1, 2**30 - 1]
+    assert group_rows(least, meta.source("LEAST"))(key, [[-(2**31)]]) is None
+    assert group_rows(least, meta.source("LEAST"))(key, [[-5]]) == [1, -5]
 
 
 def test_a_row_keyed_by_several_columns_decodes_each_from_its_json_key() -> None:
