@@ -738,8 +738,8 @@ def encode_insert(stmt: ast.InsertValues, source: DataSource) -> EncodedRecord:
         if name in row:
             raise StatementError(f"INSERT names the column {name} twice")
         check(expr, VALUES_SCOPE)  # ill-typed values ('a' - 1) are refused, not computed
-        try:
-            value = evaluate(expr, {})
+        try:  # (INT and BIGINT arithmetic wrapping as Java's, as ksqlDB computes it)
+            value = evaluate(with_widths(expr, VALUES_SCOPE), {})
         except (ArithmeticError, TypeError, ValueError) as error:
             raise StatementError(f"the value for {name}, {to_sql(expr)}, cannot be computed: {error}") from error
         row[name] = _inserted(value, schema[name], name, source)
