@@ -606,7 +606,9 @@ class QueryRunner:
         milliseconds, as ksqlDB's JSON has it (Spark's reader would take seconds)."""
         options = {"columnNameOfCorruptRecord": CORRUPT, "mode": "PERMISSIVE"}
         if self.source.value_format == "DELIMITED":
-            parsed = F.from_csv(text, self.read_schema.toDDL(), {**options, "sep": self.source.value_delimiter})
+            # RFC 4180 quoting, as ksqlDB and Millpond's writer quote (Spark's default escape is \).
+            parsed = F.from_csv(text, self.read_schema.toDDL(), {**options, "sep": self.source.value_delimiter,
+                                                                  "escape": '"'})
         else:
             parsed = F.from_json(text, self.read_schema, options)
         if not self.checked_times:

@@ -147,12 +147,14 @@ def serialize_value(columns: Sequence[str], values: Sequence[Any], value_format:
         return json.dumps(dict(zip(columns, values, strict=True)), separators=(",", ":"), default=_base64).encode()
     if value_format == "DELIMITED":
         out = io.StringIO()
-        csv.writer(out, delimiter=delimiter, lineterminator="").writerow(
+        # The line terminator's characters are what makes the writer quote a field holding a
+        # line break (RFC 4180, as ksqlDB writes it); the record holds no terminator.
+        csv.writer(out, delimiter=delimiter, lineterminator="\r\n").writerow(
             ["" if v is None else ("true" if v is True else "false" if v is False else
                                    _delimited_bytes(v, name) if isinstance(v, bytes | bytearray) else
                                    _JAVA_DOUBLES.get(repr(v), v) if isinstance(v, float) else v)
              for name, v in zip(columns, values, strict=True)])
-        return out.getvalue().encode()
+        return out.getvalue().removesuffix("\r\n").encode()
     raise StatementError(f"unknown value format {value_format!r}; use one of {VALUE_FORMATS}")
 
 

@@ -70,7 +70,7 @@ from millpond.services.worker.task import (
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.topology import stages
 from millpond.shared.config import WorkerSettings as Settings
-from millpond.shared.kafka.serde import from_proto, serialize_key
+from millpond.shared.kafka.serde import from_proto, serialize_key, serialize_value
 from millpond.shared.sql import aggregates
 from millpond.shared.sql.ast import SqlType
 from millpond.shared.sql.parser import parse_statement
@@ -679,6 +679,23 @@ def test_bytes_written_to_a_delimited_value_are_their_text_or_logged(spark: Spar
     assert [(b.offset, b.reason) for b in piece.bad] == [
         (1, "the row cannot be written as DELIMITED: column DATA holds bytes that are not UTF-8 text, which is all a "
             "DELIMITED field holds: write the result as JSON (BYTES as base64)")]
+
+
+def test_delimited_values_are_read_with_rfc_4180_quoting_as_python_writes_them(spark: SparkSession,
+                                                                               tmp_path: Path) -> None:
+    """Quotes doubled inside a quoted field, line breaks quoted, a backslash as it is: the
+    persistent query reads what Millpond's writer (and ksqlDB's) writes, as the push and the
+    stores read it (Spark's default escape is a backslash: it kept '"a""b"' whole)."""
+    statements = (
+        "CREATE STREAM lines (id VARCHAR KEY, s VARCHAR, n INT) WITH (kafka_topic='lines', partitions=1, "
+        "value_format='delimited')",
+        "CREATE STREAM lines_json WITH (value_format='json') AS SELECT * FROM lines")
+    texts = ['say "hi"', "line1\nline2", "a\\b", "a,b"]
+    written = [serialize_value(["S", "N"], [text, i], "DELIMITED") for i, text in enumerate(texts)]
+    (piece,) = stage_slices(spark, tmp_path, statements, "LINES_JSON", 0,
+                            [(b"k", value, 0, offset) for offset, value in enumerate(written)]).values()
+    assert [json.loads(value) for _, value in piece.records] == [{"S": t, "N": i} for i, t in enumerate(texts)]
+    assert not piece.bad
 
 
 def test_by_offset_aggregates_skip_nulls_and_keep_n_values_of_any_type(spark: SparkSession, tmp_path: Path) -> None:

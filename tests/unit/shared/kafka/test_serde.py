@@ -96,3 +96,14 @@ def test_delimited_doubles_that_are_not_numbers_are_written_as_java_reads_them()
     assert data == b"NaN,Infinity,-Infinity,1.5"
     read = deserialize_value(columns, data, "DELIMITED")
     assert math.isnan(read["A"]) and (read["B"], read["C"], read["D"]) == (math.inf, -math.inf, 1.5)
+
+
+def test_delimited_text_with_line_breaks_and_quotes_is_quoted_as_rfc_4180() -> None:
+    """A field holding a line break is quoted (it was written bare, and no reader took the
+    record back), a quote doubled; Python reads it back, and so does Spark with the reader's
+    escape set to the quote (``QueryRunner._decode``; checked with ``from_csv``)."""
+    columns = [("S", SqlType("VARCHAR")), ("N", SqlType("INT"))]
+    for text in ("line1\nline2", "a\r\nb", 'say "hi"', "a,b"):
+        data = serialize_value(["S", "N"], [text, 1], "DELIMITED")
+        assert data.startswith(b'"') and deserialize_value(columns, data, "DELIMITED") == {"S": text, "N": 1}
+    assert serialize_value(["S", "N"], ["plain", 2], "DELIMITED") == b"plain,2"
