@@ -15,10 +15,16 @@ import logging
 from collections import OrderedDict
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.errors import (
+    InvalidTimestampError,
+    KafkaError,
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+    RecordTooLargeError,
+)
 
 from millpond.shared.catalog.sources import DataSource
-from millpond.shared.errors import UnavailableError
+from millpond.shared.errors import StatementError, UnavailableError
 from millpond.shared.kafka.command_log import EXECUTED_REQUESTS_KEPT, request_reused
 from millpond.shared.kafka.connection import KafkaConnection, start_client, started
 from millpond.shared.results import Outcome
@@ -26,6 +32,8 @@ from millpond.shared.sql import ast
 from millpond.shared.sql.planner import EncodedRecord, encode_insert
 
 log = logging.getLogger(__name__)
+REFUSED = (InvalidTimestampError, MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError)
+"""Kafka's answers that say a record was not written and never will be as it is."""
 
 REQUEST_ID_HEADER = "millpond.request.id"
 """Header of an INSERTed record: the request that inserted it (a resend finds it by this)."""
@@ -102,6 +110,10 @@ class RowInserter:
             meta = await self.producer.send_and_wait(source.topic, record.value, key=record.key,
                                                      partition=record.partition, headers=headers,
                                                      timestamp_ms=record.timestamp)
+        except REFUSED as err:  # the broker (or the client, for its size) refused the record: never written
+            raise StatementError(f"Kafka refused the row for {source.topic}, which is not written: {err} (a ROWTIME "
+                                 "past the broker's log.message.timestamp.after.max.ms, or a row past its "
+                                 "max.request.size)") from err
         except KafkaError as err:
             raise UnavailableError(f"Kafka did not take the row for {source.topic} ({err}); it may still be written: "
                                    "resend the request with the same request_id") from err

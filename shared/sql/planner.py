@@ -19,6 +19,7 @@ from millpond.shared.kafka.serde import (
     JSON_KEY_TYPES,
     KEY_FORMATS,
     KEY_TYPES,
+    LATEST_TIMESTAMP,
     VALUE_FORMATS,
     base64_bytes,
     coerce,
@@ -724,6 +725,11 @@ def _inserted(value: Any, type_: SqlType, name: str, source: DataSource) -> Any:
 VALUES_SCOPE = Scope("the VALUES of an INSERT (literals and expressions of them)", {})
 
 
+LATEST_ROWTIME_MS = 253_402_300_799_999
+"""The latest ROWTIME an INSERT gives a record: ``LATEST_TIMESTAMP`` in epoch milliseconds, as
+every reader holds it (Spark's Kafka source fails every batch on a record timestamp near 2^63)."""
+
+
 def encode_insert(stmt: ast.InsertValues, source: DataSource) -> EncodedRecord:
     """Check an INSERT ... VALUES against its target (from ``Metastore.insert_target``) and
     serialize the row per its formats."""
@@ -758,6 +764,7 @@ def encode_insert(stmt: ast.InsertValues, source: DataSource) -> EncodedRecord:
     value = serialize_value([c.name for c in values], [row.get(c.name) for c in values],
                             source.value_format, source.value_delimiter)
     timestamp = row.get(ROWTIME) if ROWTIME not in source.schema else None
-    if timestamp is not None and timestamp < 0:
-        raise StatementError(f"ROWTIME must be 0 or more (epoch milliseconds); got {timestamp}")
+    if timestamp is not None and not 0 <= timestamp <= LATEST_ROWTIME_MS:
+        raise StatementError(f"ROWTIME must be epoch milliseconds from 0 to {LATEST_ROWTIME_MS} "
+                             f"({LATEST_TIMESTAMP.isoformat(timespec='milliseconds')}); got {timestamp}")
     return EncodedRecord(key, value, partition_for(key, source.partitions) if key is not None else None, timestamp)

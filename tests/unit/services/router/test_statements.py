@@ -13,6 +13,7 @@ from typing import Any, cast
 
 import grpc
 import pytest
+from aiokafka.errors import InvalidTimestampError, MessageSizeTooLargeError
 
 from millpond.common.v1 import rows_pb2
 from millpond.coordinator.v1 import coordinator_pb2
@@ -397,3 +398,24 @@ async def test_a_coordinators_refusal_of_a_later_statement_says_which_failed() -
     with pytest.raises(MillpondError) as raised:
         await statements.execute("TERMINATE ALL; DROP STREAM nope;", {})
     assert raised.value.message == "statement 2 failed (earlier ones were applied): NOPE does not exist"
+
+
+class _Refusing(_Producer):
+    """Refuses every row as the broker refuses a timestamp past its bound (or the client a
+    record past max.request.size)."""
+
+    def __init__(self, error: Exception):
+        super().__init__()
+        self.error = error
+
+    async def send_and_wait(self, topic: str, value: bytes, **options: Any) -> Any:
+        raise self.error
+
+
+@pytest.mark.parametrize("error", [InvalidTimestampError(), MessageSizeTooLargeError()])
+async def test_an_insert_kafka_refuses_is_not_written_and_not_to_be_resent(error: Exception) -> None:
+    """A refusal is final: INVALID_ARGUMENT saying the row is not written (it was UNAVAILABLE,
+    "it may still be written: resend", and every resend failed alike)."""
+    statements = _inserting(_Refusing(error))
+    with pytest.raises(StatementError, match="which is not written"):
+        await statements.execute("INSERT INTO readings (sensor, reading) VALUES ('s-1', 7);", {})

@@ -146,6 +146,7 @@ SELECT sensor, ROWTIME FROM avg_readings;
 INSERT INTO readings (ROWTIME, sensor, reading, ts) VALUES (1795000000000, 's9', 4, 1795000000000);
 INSERT INTO readings (ROWTIME, sensor, reading) VALUES (-1, 's9', 4);
 INSERT INTO readings (sensor, reading) VALUES ('s9', 2147483647 + 1);
+INSERT INTO readings (ROWTIME, sensor, reading) VALUES (253402300800000, 's9', 4);
 INSERT INTO readings (sensor, reading) VALUES ('s9', ABS(CAST(-2147483648 AS INT)));
 SELECT sensor, COUNT(*) FROM readings WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY sensor;
 SELECT * FROM per_minute EMIT FINAL;
