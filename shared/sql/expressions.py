@@ -169,6 +169,15 @@ def _subscript(container: Any, index: Any) -> Any:
     return None
 
 
+def _saturated(number: Any, bits: int) -> int:
+    """A number as Java's cast of a double to a ``bits`` wide integer has it: NaN is 0, and
+    past the range, its nearest bound."""
+    if isinstance(number, float) and math.isnan(number):
+        return 0
+    half = 1 << (bits - 1)
+    return -half if number < -half else half - 1 if number >= half else int(number)
+
+
 def _wrapped(number: Any, bits: int) -> Any:
     """An integer result of ``bits`` wide arithmetic, wrapped as Java's (and Spark's, outside
     ANSI mode) is: 2^63 as a BIGINT is -2^63."""
@@ -248,7 +257,9 @@ def evaluate(expr: ast.Expr, row: Mapping[str, Any]) -> Any:
         args = [evaluate(a, row) for a in expr.args]
         try:
             result = fn.python(*args)
-            return _wrapped(result, expr.bits) if expr.bits and result is not None else result
+            if not expr.bits or result is None:
+                return result
+            return _saturated(result, expr.bits) if expr.name in functions.SATURATING else _wrapped(result, expr.bits)
         except (ArithmeticError, ValueError):  # FLOOR of Infinity, ROUND to 10^5 places: NULL, as Spark outside ANSI mode
             return None
     raise StatementError(f"unsupported expression {expr!r}")

@@ -166,6 +166,17 @@ def _first(types: list[SqlType]) -> SqlType:
     return types[0]
 
 
+def _whole(fn: Callable[[Any], int]) -> Callable[[Any], Any]:
+    """FLOOR or CEIL; NaN and the infinities as they are, for the BIGINT they become to take
+    them as Java's ``(long)`` cast does (``expressions.evaluate``: 0, the greatest, the least)."""
+    return lambda x: x if isinstance(x, float) and not math.isfinite(x) else fn(x)
+
+
+SATURATING = frozenset({"FLOOR", "CEIL"})
+"""Functions whose INT or BIGINT result past its range is the nearest bound (Java's ``(long)``
+of a double, as Spark's FLOOR and CEIL of a DOUBLE), not wrapped."""
+
+
 def _floor_type(types: list[SqlType]) -> SqlType:
     return types[0] if types[0].base in ("DECIMAL", "INT", "BIGINT") else BIGINT
 
@@ -192,8 +203,8 @@ FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
     ScalarFunction("ABS", ("numeric",), result=_first, spark="abs", python=_strict(abs)),
     ScalarFunction("ROUND", ("numeric",), optional=("integer",), result=_first, spark="round",
                    python=_strict(_round)),
-    ScalarFunction("FLOOR", ("numeric",), result=_floor_type, spark="floor", python=_strict(math.floor)),
-    ScalarFunction("CEIL", ("numeric",), result=_floor_type, spark="ceil", python=_strict(math.ceil)),
+    ScalarFunction("FLOOR", ("numeric",), result=_floor_type, spark="floor", python=_strict(_whole(math.floor))),
+    ScalarFunction("CEIL", ("numeric",), result=_floor_type, spark="ceil", python=_strict(_whole(math.ceil))),
     ScalarFunction("SQRT", ("numeric",), result=lambda _: DOUBLE, spark="sqrt",
                    python=_strict(lambda x: math.sqrt(x) if x >= 0 else math.nan)),
     ScalarFunction("EXP", ("numeric",), result=lambda _: DOUBLE, spark="exp", python=_strict(_exp)),
@@ -201,9 +212,9 @@ FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
                    python=_strict(lambda x: math.log(x) if x > 0 else None)),
     ScalarFunction("SIGN", ("numeric",), result=lambda _: DOUBLE, spark="sign",
                    python=_strict(lambda x: float((x > 0) - (x < 0)))),
-    ScalarFunction("GREATEST", ("any",), variadic="any", result=lambda t: common_type(t), spark="greatest",
+    ScalarFunction("GREATEST", ("orderable",), variadic="orderable", result=lambda t: common_type(t), spark="greatest",
                    python=lambda *a: max((x for x in a if x is not None), default=None)),
-    ScalarFunction("LEAST", ("any",), variadic="any", result=lambda t: common_type(t), spark="least",
+    ScalarFunction("LEAST", ("orderable",), variadic="orderable", result=lambda t: common_type(t), spark="least",
                    python=lambda *a: min((x for x in a if x is not None), default=None)),
     ScalarFunction("COALESCE", ("any",), variadic="any", result=lambda t: common_type(t), spark="coalesce",
                    python=lambda *a: next((x for x in a if x is not None), None)),

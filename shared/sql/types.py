@@ -214,10 +214,11 @@ _ARITHMETIC = frozenset({"+", "-", "*", "/", "%"})
 T = TypeVar("T")
 
 
-_WRAPPING_CALLS = frozenset({"ABS", "ROUND"})
+_WRAPPING_CALLS = frozenset({"ABS", "ROUND", "FLOOR", "CEIL"})
 """Functions whose INT or BIGINT result may not fit its type: ABS of the least value (Spark's
 wraps to that value again), ROUND to a negative scale near the greatest or least (Spark's
-``toInt`` or ``toLong`` of the rounded decimal wraps)."""
+``toInt`` or ``toLong`` of the rounded decimal wraps), FLOOR and CEIL of a DOUBLE past BIGINT
+(Spark's ``(long)`` cast saturates: ``functions.SATURATING``)."""
 
 
 def with_widths(tree: T, scope: Scope) -> T:

@@ -4,6 +4,7 @@ and escapes, padding, and functions that overflow."""
 
 from __future__ import annotations
 
+import math
 import random
 from decimal import Decimal
 from typing import Any
@@ -86,3 +87,15 @@ def test_integer_arithmetic_that_overflows_wraps_as_sparks(spark: SparkSession) 
     assert dict(zip(texts, (evaluate(e, row) for e in exprs), strict=True)) == dict(zip(texts, spark_row, strict=True))
     assert evaluate(exprs[3], row) == 2**63 - 3  # not 3 * (2^63 - 1)
     assert evaluate(exprs[12], row) == -(2**63)  # ABS of the least BIGINT is itself, as Java's Math.abs
+
+
+@pytest.mark.parametrize("d", [1e19, -1e19, math.nan, math.inf, -math.inf, 2.5, -2.5])
+def test_floor_and_ceil_of_a_double_past_bigint_are_its_nearest_bound_as_sparks(spark: SparkSession, d: float) -> None:
+    """FLOOR and CEIL of a DOUBLE are BIGINT: Spark's ``(long)`` cast of the result saturates
+    (NaN is 0); Python's unbounded int ended a push stream in protobuf, and NaN and the
+    infinities gave NULL."""
+    columns = Scope("T", {"D": ast.SqlType("DOUBLE")})
+    texts = ["FLOOR(d)", "CEIL(d)"]
+    exprs = [with_widths(expression(text), columns) for text in texts]
+    spark_row = spark.createDataFrame([(d,)], "D DOUBLE").selectExpr(*(to_spark(e, columns) for e in exprs)).collect()[0]
+    assert [evaluate(e, {"D": d}) for e in exprs] == list(spark_row)
