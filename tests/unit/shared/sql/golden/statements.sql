@@ -554,3 +554,7 @@ CREATE TABLE user_names AS SELECT name, HISTOGRAM(name) AS names, COUNT(*) AS n 
 -- STDDEV_SAMP: the sample standard deviation (ksqlDB's, as fixed in its issue 8345), over streams and tables.
 CREATE TABLE view_spread AS SELECT viewer, STDDEV_SAMP(ms) AS spread FROM views4 GROUP BY viewer;
 CREATE TABLE view_spread_2 AS SELECT viewer, STDDEV_SAMP(page) AS spread FROM views4 GROUP BY viewer;
+-- GREATEST and LEAST order their arguments: a MAP, STRUCT or ARRAY is refused (it crashed a push stream).
+SELECT id, GREATEST(age, 3), LEAST(name, 'm') FROM users WHERE id = 'u1';
+SELECT id, GREATEST(attrs, attrs) FROM users WHERE id = 'u1';
+SELECT id, LEAST(address, address) FROM users WHERE id = 'u1';
