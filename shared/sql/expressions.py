@@ -276,9 +276,13 @@ def _cast(value: Any, type_: ast.SqlType) -> Any:
                 return "true" if value else "false"
             return str(value)
         if base in ("INT", "BIGINT"):
-            number = int(float(value)) if isinstance(value, str) else int(value)
-            bits = 31 if base == "INT" else 63
-            return number if -(2**bits) <= number < 2**bits else None
+            bits = 32 if base == "INT" else 64
+            if isinstance(value, str):  # text past the range is NULL
+                number = int(float(value))
+                return number if -(2 ** (bits - 1)) <= number < 2 ** (bits - 1) else None
+            if isinstance(value, float):  # Java's (int) or (long) of a double: truncated, saturated, NaN 0
+                return _saturated(value if math.isnan(value) or math.isinf(value) else math.trunc(value), bits)
+            return _wrapped(int(value), bits)  # a narrower integer: its low bits, as Java's
         if base in ("DOUBLE", "DECIMAL"):
             return float(value)
         if base == "BOOLEAN":

@@ -99,3 +99,17 @@ def test_floor_and_ceil_of_a_double_past_bigint_are_its_nearest_bound_as_sparks(
     exprs = [with_widths(expression(text), columns) for text in texts]
     spark_row = spark.createDataFrame([(d,)], "D DOUBLE").selectExpr(*(to_spark(e, columns) for e in exprs)).collect()[0]
     assert [evaluate(e, {"D": d}) for e in exprs] == list(spark_row)
+
+
+@pytest.mark.parametrize("d", [1e19, -1e19, math.nan, math.inf, 3.7, -3.7, 2.0**31 + 0.5])
+def test_casts_to_int_and_bigint_wrap_or_saturate_as_sparks(spark: SparkSession, d: float) -> None:
+    """Outside ANSI mode Spark casts a wider integer to INT by its low 32 bits (Java's), and a
+    DOUBLE by truncating and saturating (NaN is 0); Python gave NULL for both past the range."""
+    columns = Scope("T", {"I": ast.SqlType("INT"), "B": ast.SqlType("BIGINT"), "D": ast.SqlType("DOUBLE")})
+    row = {"I": 2**31 - 1, "B": 2**63 - 1, "D": d}
+    texts = ["CAST(b AS INT)", "CAST(b - 5000000000 AS INT)", "CAST(d AS INT)", "CAST(d AS BIGINT)",
+             "CAST(i AS BIGINT)", "CAST('12' AS INT)"]
+    exprs = [with_widths(expression(text), columns) for text in texts]
+    spark_row = spark.createDataFrame([(row["I"], row["B"], d)], "I INT, B BIGINT, D DOUBLE").selectExpr(
+        *(to_spark(e, columns) for e in exprs)).collect()[0]
+    assert dict(zip(texts, (evaluate(e, row) for e in exprs), strict=True)) == dict(zip(texts, spark_row, strict=True))
