@@ -37,6 +37,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from millpond.services.worker.state.changelog import wiped_if_behind
 from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore, encode_state, opened, wiped
 from millpond.services.worker.task import BadRecord, BatchSlice, Task, store_path
 from millpond.shared.catalog.queries import JoinedTable, PersistentQuery
@@ -359,18 +360,11 @@ class JoinTask(Task[JoinSlice]):
                                         "table_offsets": [s.table_offset for s in self.sides]})
 
     async def _past_retention(self) -> None:
-        """Empty a store whose position in a table's topic is below that topic's first offset
-        (retention removed records it never applied, the tombstones of rows it holds among
-        them): the start then builds it again from the topics, as on a worker without it."""
+        """A store behind a table topic's retention is emptied (``wiped_if_behind``): the start
+        then builds it again from the topics, as on a worker without it."""
         assert self.store is not None and self.consumer is not None
-        stored = {side.input: position for side in self.sides if (position := self.store.position(side.position_name))}
-        if not stored:
-            return
-        firsts = await self.consumer.beginning_offsets(list(stored))
-        if behind := [f"{tp.topic}-{tp.partition}" for tp, position in stored.items() if position < firsts[tp]]:
-            log.warning("a table's retention removed records the join store never applied: it is built again from the "
-                        "topics", extra={"query": self.query.query_id, "partition": self.partition, "tables": behind})
-            await wiped(self.store)
+        if stored := {side.input: p for side in self.sides if (p := self.store.position(side.position_name))}:
+            await wiped_if_behind(self.store, self.consumer, stored)
 
     def _joined_row(self, key: bytes, time_ms: int, values: list[Any],
                     table_rows: list[list[Any] | None]) -> dict[str, Any]:

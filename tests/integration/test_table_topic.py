@@ -17,6 +17,7 @@ from millpond.deploy.local.kafka_broker import EmbeddedKafka
 from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore
 from millpond.services.worker.state.table_topic import TableTopicReader
 from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.catalog.sources import DataSource
 from millpond.shared.kafka.admin import ensure_topic
 from millpond.shared.kafka.connection import KafkaConnection
 from millpond.shared.sql.parser import parse_statement
@@ -26,12 +27,18 @@ pytestmark = pytest.mark.kafka
 TOPIC = "table-topic-retention"
 
 
-async def _read_to_end(reader: TableTopicReader, end: int) -> None:
-    for _ in range(200):
-        if reader.position >= end:
-            return
-        await reader.fetch(100)
-    raise AssertionError(f"the reader stayed at {reader.position} of {end}")
+async def _brought_to(connection: KafkaConnection, table: DataSource, store: PartitionStore, end: int) -> None:
+    """``store`` brought up to ``end`` of the table's topic by a reader started as a task's or a copy's is."""
+    reader = TableTopicReader(connection, table, 0, store, fetch_max_wait_ms=100)
+    await reader.start()
+    try:
+        for _ in range(200):
+            if reader.position >= end:
+                return
+            await reader.fetch(100)
+        raise AssertionError(f"the reader stayed at {reader.position} of {end}")
+    finally:
+        await reader.stop()
 
 
 async def test_a_store_behind_the_topics_retention_is_built_again_from_the_topic(kafka: EmbeddedKafka,
@@ -50,24 +57,14 @@ async def test_a_store_behind_the_topics_retention_is_built_again_from_the_topic
         await ensure_topic(admin, TOPIC, 1)
         for key, value in ((b"a", 1), (b"b", 2)):
             await producer.send_and_wait(TOPIC, json.dumps({"V": value}).encode(), key=key, partition=0)
-        reader = TableTopicReader(connection, table, 0, store, fetch_max_wait_ms=100)
-        await reader.start()
-        try:
-            await _read_to_end(reader, 2)
-        finally:
-            await reader.stop()
+        await _brought_to(connection, table, store, 2)
         assert dict(store.items()) == {b"a": [1], b"b": [2]}
         # While the store is kept (its worker away), a is deleted and c added; retention then
         # removes everything before c, the tombstone of a among it.
         await producer.send_and_wait(TOPIC, None, key=b"a", partition=0)
         await producer.send_and_wait(TOPIC, json.dumps({"V": 3}).encode(), key=b"c", partition=0)
         await admin.delete_records({TopicPartition(TOPIC, 0): RecordsToDelete(3)})
-        reader = TableTopicReader(connection, table, 0, store, fetch_max_wait_ms=100)
-        await reader.start()
-        try:
-            await _read_to_end(reader, 4)
-        finally:
-            await reader.stop()
+        await _brought_to(connection, table, store, 4)
         # What a new copy of the table holds: the rows of the records kept.
         assert dict(store.items()) == {b"c": [3]}
         assert store.position(INPUT_OFFSET) == 4

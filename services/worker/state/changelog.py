@@ -24,7 +24,7 @@ and the changelog offset, so a copy restarted mid-transaction resumes with both.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,6 +101,22 @@ class ChangelogProgress:
         return True
 
 
+async def wiped_if_behind(store: PartitionStore, consumer: AIOKafkaConsumer,
+                          positions: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+    """The first offsets of the partitions ``store`` holds ``positions`` in (the next offset it
+    applies of each); the store is emptied (``wiped``) when one of them is below its partition's
+    first offset: retention (or DeleteRecords) removed records it never applied, the tombstones
+    of what it holds among them, so it is built again from the first offsets as a new copy is
+    (Kafka Streams wipes a store whose offset is out of range likewise)."""
+    firsts: dict[TopicPartition, int] = await consumer.beginning_offsets(list(positions))
+    if behind := {f"{tp.topic}-{tp.partition}": offset for tp, offset in positions.items() if offset < firsts[tp]}:
+        log.warning("retention removed records the store never applied: it is built again from the first offsets",
+                    extra={"store": str(store.path), "store_offsets": behind,
+                           "first_offsets": {f"{tp.topic}-{tp.partition}": o for tp, o in firsts.items()}})
+        await wiped(store)
+    return firsts
+
+
 class ChangelogReader:
     """Applies one changelog partition to a store through a ``read_committed`` consumer, from
     the store's changelog position on. ``start``, then ``fetch`` as often as the caller wants
@@ -131,22 +147,15 @@ class ChangelogReader:
         return -1 if self.progress.input_offset is None else self.progress.input_offset
 
     async def start(self) -> None:
-        """Connect, and seek to where the store is. A store whose position is below the
-        changelog's first offset (a windowed changelog's retention removed records it never
-        applied, the tombstones of windows it holds among them) is emptied, to be restored
-        from the first offset as a new copy is (as ``TableTopicReader.start``)."""
+        """Connect, and seek to where the store is; a store behind the changelog's retention (a
+        windowed changelog's removes old records) is restored again from its first offset
+        (``wiped_if_behind``)."""
         await start_client(self.consumer)
         self.consumer.assign([self.changelog])
         self.progress = ChangelogProgress.of(self.store)
         if self.progress.offset > 0:
-            first = (await self.consumer.beginning_offsets([self.changelog]))[self.changelog]
-            if self.progress.offset < first:
-                log.warning("the changelog's retention removed records the store never applied: it is restored "
-                            "again from the changelog", extra={"changelog": self.changelog.topic,
-                                                               "partition": self.changelog.partition,
-                                                               "store_offset": self.progress.offset, "first_offset": first})
-                await wiped(self.store)
-                self.progress = ChangelogProgress.of(self.store)
+            await wiped_if_behind(self.store, self.consumer, {self.changelog: self.progress.offset})
+            self.progress = ChangelogProgress.of(self.store)
         self.consumer.seek(self.changelog, self.progress.offset)
 
     async def end_offset(self) -> int:

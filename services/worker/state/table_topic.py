@@ -16,7 +16,6 @@ not reached yet the same way (``ReplayedTableTask``). ``TableTopicReader`` has
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -24,16 +23,14 @@ from typing import Any, NamedTuple
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from millpond.services.worker import reasons
-from millpond.services.worker.state.changelog import CONSUMER_STOP_TIMEOUT_S, MAX_RECORDS
-from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore, encode_state, wiped
+from millpond.services.worker.state.changelog import CONSUMER_STOP_TIMEOUT_S, MAX_RECORDS, wiped_if_behind
+from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore, encode_state
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.connection import KafkaConnection, idle_wake_ms, start_client
 from millpond.shared.kafka.serde import encode_key, key_decoder
 from millpond.shared.kafka.values import value_reader
 from millpond.shared.teardown import bounded, run_to_end
-
-log = logging.getLogger(__name__)
 
 BadSink = Callable[[int, str, str | None], None]
 """Told of a record left out: its offset, why, and its text."""
@@ -120,23 +117,13 @@ class TableTopicReader:
         return self.offset
 
     async def start(self) -> None:
-        """Connect, and seek to where the store is. A store whose position is below the topic's
-        first offset never applied records that retention (or DeleteRecords) removed since,
-        the tombstones of rows it holds among them: it is emptied, to be built again from the
-        first offset as a new copy is (Kafka Streams wipes a store whose offset is out of
-        range likewise)."""
+        """Connect, and seek to where the store is; a store behind the topic's retention is
+        built again from its first offset (``wiped_if_behind``)."""
         await start_client(self.consumer)
         self.consumer.assign([self.input])
-        stored = self.store.position(INPUT_OFFSET)
-        if stored is not None:
-            self.first = first = (await self.consumer.beginning_offsets([self.input]))[self.input]
-            if stored < first:
-                log.warning("the topic's retention removed records the store never applied: it is built again from "
-                            "the topic", extra={"topic": self.input.topic, "partition": self.input.partition,
-                                                "store_offset": stored, "first_offset": first})
-                await wiped(self.store)
-                stored = None
-        self.offset = stored or 0
+        if (stored := self.store.position(INPUT_OFFSET)) is not None:
+            self.first = (await wiped_if_behind(self.store, self.consumer, {self.input: stored}))[self.input]
+        self.offset = self.store.position(INPUT_OFFSET) or 0
         self.consumer.seek(self.input, self.offset)
 
     async def end_offset(self) -> int:
