@@ -465,13 +465,30 @@ def timed_readings(rng: random.Random, start: int, count: int) -> list[tuple[str
     return out
 
 
-def scan_partition(endpoint: str, table: str, partition: int) -> list[tuple[object, ...]]:
-    """One worker's rows of one partition of ``table``, from its active or its standby copy."""
+def scan_partition(endpoint: str, table: str, partition: int) -> list[tuple[object, ...]] | None:
+    """One worker's rows of one partition of ``table``, from its active or its standby copy;
+    None while the worker holds no copy of it (UNAVAILABLE: not placed there yet)."""
     request = worker_pb2.ScanPagesRequest(table=table, partitions=[partition], allow_standby=True)
     with grpc.insecure_channel(endpoint) as channel:
-        pages = worker_pb2_grpc.WorkerServiceStub(channel).ScanPages(request, timeout=30)
-        return sorted(tuple(from_proto(v) for v in row.values)
-                      for page in pages for row in rows_pb2.StatementResult.FromString(page.rows).rows)
+        try:
+            pages = worker_pb2_grpc.WorkerServiceStub(channel).ScanPages(request, timeout=30)
+            return sorted(tuple(from_proto(v) for v in row.values)
+                          for page in pages for row in rows_pb2.StatementResult.FromString(page.rows).rows)
+        except grpc.RpcError as error:
+            if error.code() != grpc.StatusCode.UNAVAILABLE:  # type: ignore[attr-defined]
+                raise
+            return None
+
+
+async def scan_until(endpoint: str, table: str, partition: int, want: list[tuple[object, ...]],
+                     timeout_s: float = 60) -> list[tuple[object, ...]] | None:
+    """``scan_partition`` until it gives ``want`` or the time is up: the last rows it gave."""
+    deadline = time.monotonic() + timeout_s
+    rows = await asyncio.to_thread(scan_partition, endpoint, table, partition)
+    while rows != want and time.monotonic() < deadline:
+        await asyncio.sleep(0.5)
+        rows = await asyncio.to_thread(scan_partition, endpoint, table, partition)
+    return rows
 
 
 @pytest.mark.slow  # 45 s; make test's fresh-clone CI took 14:17 of its 15 minutes on 2026-12-01; make test-all runs it
@@ -543,12 +560,7 @@ async def test_windowed_tables_are_exact_across_a_sigkill_and_standbys_serve_the
     for partition in range(PARTITIONS):
         mine = [row for row in want_sensor if partition_for(str(row[0]).encode(), PARTITIONS) == partition]
         for endpoint in workers:
-            deadline = time.monotonic() + 60
-            rows = await asyncio.to_thread(scan_partition, endpoint, per_sensor.upper(), partition)
-            while rows != mine and time.monotonic() < deadline:
-                await asyncio.sleep(0.5)
-                rows = await asyncio.to_thread(scan_partition, endpoint, per_sensor.upper(), partition)
-            assert rows == mine, (endpoint, partition)
+            assert await scan_until(endpoint, per_sensor.upper(), partition, mine) == mine, (endpoint, partition)
 
 
 async def test_rowtime_set_by_insert_windows_the_records_and_survives_a_repartition(agg_cluster: LocalCluster) -> None:

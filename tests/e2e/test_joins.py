@@ -44,7 +44,7 @@ from millpond.shared.catalog.names import joined_topic, processing_log_topic
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.net import free_port
 from tests.e2e.helpers import pull_until, read_all, read_records, reads_own_writes, run
-from tests.e2e.test_aggregation import produce_timed, scan_partition, sorted_lists, wait_progressing
+from tests.e2e.test_aggregation import produce_timed, scan_until, sorted_lists, wait_progressing
 from tests.e2e.workload import PARTITIONS
 from tests.stream_join_reference import expected_stream_join
 
@@ -562,11 +562,7 @@ async def test_a_sigkilled_worker_loses_no_joined_record_and_repeats_none(join_c
     for partition in range(PARTITIONS):
         mine = sorted(tuple(row) for key, row in want_cities.items() if partition_for(key.encode(), PARTITIONS) == partition)
         for worker in ("worker-1", "worker-2"):
-            endpoint, deadline = join_cluster.child(worker).endpoint, time.monotonic() + 60
-            rows = await asyncio.to_thread(scan_partition, endpoint, with_cities.upper(), partition)
-            while rows != mine and time.monotonic() < deadline:
-                await asyncio.sleep(0.5)
-                rows = await asyncio.to_thread(scan_partition, endpoint, with_cities.upper(), partition)
+            rows = await scan_until(join_cluster.child(worker).endpoint, with_cities.upper(), partition, mine)
             assert rows == mine, (worker, partition)
 
     # A GROUP BY over the cities table across the SIGKILL: each changed row out of its old
