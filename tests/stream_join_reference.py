@@ -1,8 +1,10 @@
 """A stream-stream join's expected output, by brute force over the records in the order the
 join reads them (the rule of ``millpond.services.worker.stream_joining``, written again
-another way): pairs of records of the two sides with the same key within the window, both
-on time; and, for an outer side, each on-time record that nothing joined, once stream time
-passed its window's close."""
+another way): each record joins the earlier records of the other side with its key within
+the window that are still kept when it comes (at most the retention behind stream time then,
+and on time when they came); an outer side's record that nothing joined when it came is
+emitted alone at once if its window had closed (or, ``eager``, always), else when stream time
+first passes its window's close plus the grace, unless something joined it before that."""
 
 from __future__ import annotations
 
@@ -15,27 +17,39 @@ Joined = tuple[str, Any, Any, int]
 
 
 def expected_stream_join(records: list[tuple[int, str, Any, int]], before: int, after: int, grace: int,
-                         kind: str, behind: int = 0) -> list[Joined]:
-    """The join's results, sorted. ``behind``: how much later than the grace period a left
-    record is late (the rows a stream-stream stage before wrote)."""
-    stream_time: int | None = None
-    on_time: list[tuple[int, str, Any, int]] = []
-    for side, key, value, time in records:
-        stream_time = time if stream_time is None else max(stream_time, time)
-        if time >= stream_time - grace - (behind if side == 0 else 0):
-            on_time.append((side, key, value, time))
+                         kind: str, behind: int = 0, eager: bool = False) -> list[Joined]:
+    """The join's results, sorted. ``behind``: how far behind their stream time the rows of a
+    stream-stream stage before (the left side) may come."""
+    retention = before + after + grace + behind
+    times = []  # stream time once each record is read
+    for _, _, _, time in records:
+        times.append(time if not times else max(times[-1], time))
     out: list[Joined] = []
-    matched: set[int] = set()
-    lefts = [(i, r) for i, r in enumerate(on_time) if r[0] == 0]
-    rights = [(i, r) for i, r in enumerate(on_time) if r[0] == 1]
-    for i, (_, key, left, lt) in lefts:
-        for j, (_, other, right, rt) in rights:
-            if other == key and lt - before <= rt <= lt + after:
-                out.append((key, left, right, max(lt, rt)))
-                matched |= {i, j}
+    joined_by: dict[int, list[int]] = {i: [] for i in range(len(records))}  # the later records that joined each
+    joined_when_read: set[int] = set()
+    for j, (side, key, value, time) in enumerate(records):
+        for i in range(j):
+            other_side, other_key, other, other_time = records[i]
+            if other_side == side or other_key != key:
+                continue
+            left_time, right_time = (time, other_time) if side == 0 else (other_time, time)
+            if not left_time - before <= right_time <= left_time + after:
+                continue
+            if other_time < times[i] - retention or other_time < times[j] - retention:
+                continue  # never kept, or let go by the time record j came
+            out.append((key, value, other, max(time, other_time)) if side == 0 else (key, other, value, max(time, other_time)))
+            joined_by[i].append(j)
+            joined_when_read.add(j)
     outer = {"INNER": (), "LEFT": (0,), "RIGHT": (1,), "FULL": (0, 1)}[kind]
-    for i, (side, key, value, time) in enumerate(on_time):
-        reach = after if side == 0 else before + behind
-        if side in outer and i not in matched and stream_time is not None and time + reach + grace < stream_time:
+    for i, (side, key, value, time) in enumerate(records):
+        if side not in outer or i in joined_when_read:
+            continue
+        closes = time + (after if side == 0 else before + behind)
+        if eager or closes < times[i]:
+            alone = True
+        else:
+            passed = [c for c in range(i, len(records)) if times[c] > closes + grace]
+            alone = bool(passed) and not any(j < passed[0] for j in joined_by[i])
+        if alone:
             out.append((key, value, None, time) if side == 0 else (key, None, value, time))
     return sorted(out, key=repr)

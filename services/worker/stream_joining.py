@@ -5,34 +5,35 @@ JoinWindows)``.
 Both streams reach the task through the query's joined topic (``table_joining``: each
 stream's stage copies partition ``p`` into partition ``p``, keyed by the side's place and
 the key, stamped with the record's event time). The task reads it in offset order, with one
-stream time per partition: the largest event time so far, over both sides. Each record:
+stream time per partition: the largest event time so far, over both sides. It keeps each
+side's records until stream time is more than the retention past them (the window's whole
+span, before plus after, and the grace period: Kafka Streams' join stores). Each record:
 
-- is **late**, and dropped (counted, not logged), when its time is more than the grace
-  period behind stream time;
-- else joins every buffered record of the other side with the same key whose time is
-  within the window (a left record at ``t`` takes right records from ``t - before`` to
-  ``t + after``; a right record at ``t``, left records from ``t - after`` to ``t +
-  before``), each result stamped with the later of the two times, and is buffered itself.
+- joins every kept record of the other side with the same key whose time is within the
+  window (a left record at ``t`` takes right records from ``t - before`` to ``t + after``; a
+  right record at ``t``, left records from ``t - after`` to ``t + before``), each result
+  stamped with the later of the two times;
+- is kept itself, unless it is already more than the retention behind stream time: then it
+  is **late** (counted, not logged), and joins only what is kept.
 
-A record of an outer side (LEFT: the left; RIGHT: the right; FULL: both) that has joined
-nothing is emitted with NULLs for the other side once its window closes, that is once stream
-time passes its time plus the window's reach past it plus the grace period (the same bound
-after which no record that is not late can join it), and not at all if something joined
-it by then. A buffered record is let go at that same point.
+A record of an outer side (LEFT: the left; RIGHT: the right; FULL: both) that joins nothing
+when it comes is emitted with NULLs for the other side once its window closes, that is once
+stream time passes its time plus the window's reach past it plus the grace period, and not
+at all if a record joined it by then; at once if its window had closed when it came (as
+Kafka Streams emits it). Without GRACE PERIOD (``JoinWindow.eager``) it is emitted at once,
+as ksqlDB's legacy joins do, and a later record can join it all the same.
 
 A stream joined after another JOIN joins, as its left side, the rows the stages before it
-wrote, by their time. A stream-stream stage before it writes a row up to its window's reach
-and grace behind its own stream time (an outer row only once its window closed), so those
-rows are late here only that much later, and the right side's records are kept that much
-longer for them (on an outer side, emitted alone only that much later); a row that comes
-after its window here closed joins what is kept and, on an outer side, is emitted at once
-(as Kafka Streams emits such a record).
+wrote, by their time. A stream-stream stage before it writes a row up to its retention behind
+its own stream time (``JoinSpec.behind``), so here both sides' records are kept that much
+longer, and the right side's unmatched records wait that much longer for the rows that can
+still join them.
 
 State: the buffers, the records awaiting their window's close and the stream time, in
 memory. A batch's results and input offset go in one Kafka transaction; a task that starts
 (after a crash, or on a new worker) replays the joined topic up to its committed offset
-without output, which rebuilds exactly that state. The joined topic keeps the window's
-reach and grace plus a day.
+without output, which rebuilds exactly that state. The joined topic keeps the retention plus a
+day, and at least a week.
 """
 
 from __future__ import annotations
@@ -132,21 +133,19 @@ class StreamJoinTask(GatheredJoinTask):
         self.broken = False
         self.rekeyed = (query.plan.key_expression is not None, right.rekey is not None)
         """Which sides are joined on another column than their key (their records' keys: ``rekeyed``)."""
-        self.behind = sum(max(t.within.before_ms, t.within.after_ms) + t.within.grace_ms
-                          for t in spec.tables if t.step < spec.step and t.within is not None)
-        """How far behind its stream time a stream-stream stage before this one may write a row:
-        an outer row once its window and grace passed, a pair up to its grace. The rows so far
-        (the left side) are late only that much later, and the right side's records are kept
-        that much longer for them; 0 for a query's first stage."""
-
-    def kept(self, side: int) -> int:
-        """How long past its time a record of ``side`` may still be joined: its window's reach,
-        the grace period, and for the right side how far behind the left side's rows may come."""
-        return self.reach(side) + self.grace + (self.behind if side == 1 else 0)
+        self.behind = spec.behind()
+        """How far behind its stream time a stream-stream stage before this one may write a row
+        (0 for a query's first stage): every record is kept that much longer, and the right
+        side's unmatched records wait that much longer for the rows so far (the left side)."""
+        self.retention = window.retention_ms + self.behind
+        """How far behind stream time a record is still kept."""
+        self.eager = window.eager
 
     def reach(self, side: int) -> int:
-        """How far past a record of ``side`` its window reaches (the other side's later records)."""
-        return self.after if side == 0 else self.before
+        """How far past a record of ``side`` its window reaches: the other side's later
+        records it joins, and for the right side how far behind them the left side's rows
+        may come."""
+        return self.after if side == 0 else self.before + self.behind
 
     async def start(self) -> None:
         """Fence any older owner and rebuild the state up to the committed offset."""
@@ -168,7 +167,8 @@ class StreamJoinTask(GatheredJoinTask):
     def _process(self, key: bytes, value: bytes | None, timestamp: int, offset: int,
                  results: list[tuple[bytes, bytes, int]] | None, bad: list[BadRecord]) -> bool:
         """One joined-topic record; its results (key, value, timestamp) and those of the
-        windows it closes go to ``results`` (None while replaying). False when it is late."""
+        windows it closes go to ``results`` (None while replaying). False when it is late
+        (too far behind stream time to be kept)."""
         side = key[0] if key else 2
         if side > 1 or value is None:  # a tombstone joins nothing, as in Kafka Streams
             return True
@@ -179,23 +179,29 @@ class StreamJoinTask(GatheredJoinTask):
         own_key, row = decoded
         state = self.join_state
         state.stream_time = timestamp if state.stream_time is None else max(state.stream_time, timestamp)
-        if timestamp < state.stream_time - self.grace - (self.behind if side == 0 else 0):
-            return False
+        kept_from = state.stream_time - self.retention
         this = Buffered(timestamp, offset, row, own_key)
         low, high = (timestamp - self.before, timestamp + self.after) if side == 0 else (
             timestamp - self.after, timestamp + self.before)
         others = state.buffers.get((1 - side, k))
-        for other in others.within(low, high) if others is not None else ():
+        for other in others.within(max(low, kept_from), high) if others is not None else ():
             other.joined = this.joined = True
             if results is not None:
                 pair = (this, other) if side == 0 else (other, this)
                 self._emit(results, k, pair[0], pair[1], max(timestamp, other.time), offset, bad)
-        state.buffers.setdefault((side, k), Buffer()).add(this)
+        on_time = timestamp >= kept_from
+        if on_time:
+            state.buffers.setdefault((side, k), Buffer()).add(this)
         if side in self.outer and not this.joined:
-            state.arrivals += 1
-            heapq.heappush(state.closing, (timestamp + self.kept(side), state.arrivals, side, k, this))
+            closes = timestamp + self.reach(side)
+            if self.eager or closes < state.stream_time:
+                if results is not None:
+                    self._emit_alone(results, k, side, this, offset, bad)
+            else:
+                state.arrivals += 1
+                heapq.heappush(state.closing, (closes + self.grace, state.arrivals, side, k, this))
         self._close_windows(results, offset, bad)
-        return True
+        return on_time
 
     def _close_windows(self, results: list[tuple[bytes, bytes, int]] | None, offset: int, bad: list[BadRecord]) -> None:
         """Emit the outer sides' unmatched records whose window closed by stream time."""
@@ -204,8 +210,12 @@ class StreamJoinTask(GatheredJoinTask):
         while state.closing and state.closing[0][0] < state.stream_time:
             _, _, side, k, record = heapq.heappop(state.closing)
             if not record.joined and results is not None:
-                self._emit(results, k, record if side == 0 else None, record if side == 1 else None,
-                           record.time, offset, bad)
+                self._emit_alone(results, k, side, record, offset, bad)
+
+    def _emit_alone(self, results: list[tuple[bytes, bytes, int]], key: bytes, side: int, record: Buffered,
+                    offset: int, bad: list[BadRecord]) -> None:
+        """An outer side's record with NULLs for the other side, at its own time."""
+        self._emit(results, key, record if side == 0 else None, record if side == 1 else None, record.time, offset, bad)
 
     def _emit(self, results: list[tuple[bytes, bytes, int]], key: bytes, left: Buffered | None,
               right: Buffered | None, timestamp: int, offset: int, bad: list[BadRecord]) -> None:
@@ -222,12 +232,12 @@ class StreamJoinTask(GatheredJoinTask):
             results.append((key, value, timestamp))
 
     def _expire(self) -> None:
-        """Let go of every buffered record no later record that is not late can join."""
+        """Let go of every buffered record past the retention (no later record joins it)."""
         state = self.join_state
         if state.stream_time is None:
             return
         for (side, k), buffer in list(state.buffers.items()):
-            buffer.expire(state.stream_time - self.kept(side))
+            buffer.expire(state.stream_time - self.retention)
             if not buffer.times:
                 del state.buffers[(side, k)]
 

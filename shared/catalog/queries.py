@@ -71,12 +71,24 @@ class JoinedTable:
 @dataclass(frozen=True)
 class JoinWindow:
     """A stream-stream join's ``WITHIN``: a right record joins a left one ``before_ms``
-    before it to ``after_ms`` after it; records later than ``grace_ms`` behind stream time
-    are dropped, and an outer join's unmatched record is emitted once its window closes."""
+    before it to ``after_ms`` after it. Each record is kept (to be joined by later ones)
+    until stream time is more than ``retention_ms`` past it, and an outer join's unmatched
+    record is emitted once its window and ``grace_ms`` have passed (Kafka Streams'
+    ``JoinWindows.ofTimeDifferenceAndGrace``)."""
 
     before_ms: int
     after_ms: int
     grace_ms: int
+    eager: bool = False
+    """No GRACE PERIOD was given: an outer side's record that joins nothing when it comes is
+    emitted with NULLs at once, and joins later records all the same (ksqlDB's legacy
+    ``JoinWindows.of``, its grace 24 hours)."""
+
+    @property
+    def retention_ms(self) -> int:
+        """How far behind stream time a record is still kept: the window's whole span and the
+        grace period (Kafka Streams' join store retention)."""
+        return self.before_ms + self.after_ms + self.grace_ms
 
 
 @dataclass(frozen=True)
@@ -101,6 +113,13 @@ class JoinSpec:
         """The tables join stage ``step`` joins (None: the stage this plan runs, ``self.step``)."""
         step = self.step if step is None else step
         return [t for t in self.tables if t.step == step]
+
+    def behind(self, step: int | None = None) -> int:
+        """How far behind their stream time the stream-stream stages before join stage
+        ``step`` may write a row, summed: each writes a pair when its later record comes, up
+        to its retention behind, and an outer row once its window and grace passed."""
+        step = self.step if step is None else step
+        return sum(t.within.retention_ms for t in self.tables if t.step < step and t.within is not None)
 
 
 @dataclass(frozen=True)

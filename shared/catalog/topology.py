@@ -228,7 +228,7 @@ def _streams_topic(service_id: str, query_id: str, join: JoinSpec, step: int, pa
     # Retention runs on the records' event times: at least a week, so a backlog of older
     # records is read (and a rebuild finds the window's records) unless it is older than
     # that; the broker must not stamp them with its own time.
-    keep = max(max(within.before_ms, within.after_ms) + within.grace_ms + WINDOWED_EXTRA_MS, JOINED_TOMBSTONES_MS)
+    keep = max(within.retention_ms + join.behind(step) + WINDOWED_EXTRA_MS, JOINED_TOMBSTONES_MS)
     return InternalTopic(streams_topic(service_id, query_id, step), compacted=False,
                          configs=(("retention.ms", str(keep)), ("message.timestamp.type", "CreateTime")),
                          partitions=partitions)

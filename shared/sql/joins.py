@@ -506,5 +506,6 @@ def _rekey(side: DataSource, prefix: str, on: str) -> str | None:
 def _window(within: ast.Within | None) -> JoinWindow | None:
     if within is None:
         return None
-    grace = DEFAULT_JOIN_GRACE_MS if within.grace_ms is None else within.grace_ms
-    return JoinWindow(within.before_ms, within.after_ms, grace)
+    if within.grace_ms is None:
+        return JoinWindow(within.before_ms, within.after_ms, DEFAULT_JOIN_GRACE_MS, eager=True)
+    return JoinWindow(within.before_ms, within.after_ms, within.grace_ms)

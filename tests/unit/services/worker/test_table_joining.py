@@ -260,20 +260,55 @@ def test_streams_joined_on_other_columns_match_the_reference_and_keep_their_own_
     assert len(want) > 20 and sorted(got, key=repr) == want
 
 
+def _joined(results: list[tuple[bytes, bytes, int]]) -> list[tuple[bytes, dict[str, Any], int]]:
+    return [(k, json.loads(v), t) for k, v, t in results]
+
+
 def test_an_unmatched_record_is_emitted_once_stream_time_passes_its_window_and_grace(tmp_path: Path) -> None:
     task = _stream_task(tmp_path, "LEFT", "(3 SECONDS, 5 SECONDS) GRACE PERIOD 2 SECONDS")
     results: list[tuple[bytes, bytes, int]] = []
     task._process(b"\x00a", b'{"X": 1}', 0, 0, results, [])
     task._process(b"\x01b", b'{"Y": 2}', 7_000, 1, results, [])  # 0 + 5 s after + 2 s grace: still open
     assert results == []
-    assert task._process(b"\x01a", b'{"Y": 3}', 5_000, 2, results, [])  # 2 s behind (on time), in a's window
+    assert task._process(b"\x01a", b'{"Y": 3}', 5_000, 2, results, [])  # 2 s behind, in a's window
     assert task._process(b"\x00c", b'{"X": 4}', 7_001, 3, results, [])  # a's window closes, but a has joined
-    assert not task._process(b"\x01a", b'{"Y": 5}', 5_000, 4, results, [])  # 2,001 ms behind: late
-    assert [(k, json.loads(v), t) for k, v, t in results] == [(b"a", {"X": 1, "Y": 3}, 5_000)]
     task._process(b"\x01b", b'{"Y": 6}', 14_001, 5, results, [])  # 7,001 + 5 s + 2 s: c's window still open
-    assert len(results) == 1
+    assert _joined(results) == [(b"a", {"X": 1, "Y": 3}, 5_000)]
     task._process(b"\x01b", b'{"Y": 7}', 14_002, 6, results, [])  # closed: c alone
-    assert [(k, json.loads(v), t) for k, v, t in results[1:]] == [(b"c", {"X": 4, "Y": None}, 7_001)]
+    assert _joined(results[1:]) == [(b"c", {"X": 4, "Y": None}, 7_001)]
+    task._process(b"\x00d", b'{"X": 8}', 8_000, 7, results, [])  # its window closed before it came: alone at once
+    assert _joined(results[2:]) == [(b"d", {"X": 8, "Y": None}, 8_000)]
+
+
+def test_a_record_behind_stream_time_by_more_than_the_grace_joins_what_is_kept(tmp_path: Path) -> None:
+    """Records are kept for the window's span plus the grace (10 s here), as Kafka Streams'
+    join stores keep them: a record more than the grace behind stream time still joins, and
+    one past the retention is late (not kept) but joins what is kept all the same."""
+    task = _stream_task(tmp_path, "INNER", "(3 SECONDS, 5 SECONDS) GRACE PERIOD 2 SECONDS")
+    assert task.retention == 10_000
+    results: list[tuple[bytes, bytes, int]] = []
+    assert task._process(b"\x00a", b'{"X": 1}', 1_000, 0, results, [])
+    assert task._process(b"\x00c", b'{"X": 2}', 5_000, 1, results, [])
+    assert task._process(b"\x00q", b'{"X": 0}', 9_000, 2, results, [])
+    assert task._process(b"\x01a", b'{"Y": 3}', 4_000, 3, results, [])  # 5 s behind stream time, in a's window
+    assert _joined(results) == [(b"a", {"X": 1, "Y": 3}, 4_000)]
+    assert task._process(b"\x00z", b'{"X": 0}', 14_000, 4, results, [])  # records before 4 s are let go
+    assert task._process(b"\x01a", b'{"Y": 4}', 5_000, 5, results, [])  # in a's window, but a is let go
+    assert not task._process(b"\x01c", b'{"Y": 5}', 3_999, 6, results, [])  # late: joins c, is not kept ...
+    assert not task._process(b"\x00c", b'{"X": 6}', 3_500, 7, results, [])  # ... so this one finds nothing
+    assert _joined(results[1:]) == [(b"c", {"X": 2, "Y": 5}, 5_000)]
+
+
+def test_without_a_grace_period_an_unmatched_record_is_emitted_at_once(tmp_path: Path) -> None:
+    """ksqlDB's legacy stream-stream join (no GRACE PERIOD): a LEFT join's left record that
+    joins nothing when it comes is emitted with NULLs then, and a later right record joins it."""
+    task = _stream_task(tmp_path, "LEFT", "5 SECONDS")
+    assert task.eager and task.retention == 10_000 + 24 * 3_600_000
+    results: list[tuple[bytes, bytes, int]] = []
+    task._process(b"\x00a", b'{"X": 1}', 1_000, 0, results, [])
+    task._process(b"\x01b", b'{"Y": 2}', 1_000, 1, results, [])  # a right record alone is not emitted
+    task._process(b"\x01a", b'{"Y": 3}', 3_000, 2, results, [])
+    assert _joined(results) == [(b"a", {"X": 1, "Y": None}, 1_000), (b"a", {"X": 1, "Y": 3}, 3_000)]
 
 
 @pytest.mark.parametrize("kind", ["INNER", "LEFT", "FULL OUTER"])
@@ -296,7 +331,7 @@ def test_a_stream_joined_after_a_stream_join_matches_the_reference_over_its_rows
     settings = WorkerSettings(worker_id="w", state_dir=tmp_path)
     first, second = (StreamJoinTask(settings, steps[n].query, steps[n].source, steps[n].sink, 0, n)
                      for n in ("join-0", ""))
-    assert (first.behind, second.behind) == (0, 2_000 + 1_000)
+    assert (first.behind, second.behind) == (0, 2 * 2_000 + 1_000)
     rng = random.Random(seed)
     now, lefts = 0, {}
     # The first stage's rows, each with the stage's stream time when it wrote it: when it reaches the next stage.
@@ -331,7 +366,7 @@ def test_a_stream_joined_after_a_stream_join_matches_the_reference_over_its_rows
         assert out["LT"] == (None if out["X"] is None else lefts[out["X"]])
         got.append((result_key.decode(), None if out["X"] is None else (out["X"], out["Y"]), out["Z"], result_time))
     want = expected_stream_join([record for record, _, _ in arrivals], 1_000, 3_000, 500, kind.split()[0],
-                                behind=3_000)
+                                behind=5_000)
     assert len(want) > 10 and sorted(got, key=repr) == sorted(want, key=repr)
     # Without the allowance the first stage's outer rows would be late here.
     assert any(right is None or left[1] is None for _, left, right, _ in want if left is not None) or kind == "INNER"
