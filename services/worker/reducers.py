@@ -125,13 +125,17 @@ def aggregate_reduction(parsed: DataFrame, query: PersistentQuery, source: DataS
         if arrow is not None:
             return arrow_aggregate(frame, arguments, arrow, source)
     columns, shape = partial_columns(query.plan, signed)
+    latest = F.max(F.expr(f"IF(_kind = {GOOD}, ROWTIME, NULL)")).alias("_time")  # after the partials
 
     def reduce(batch: DataFrame, tasks: Mapping[int, Any]) -> dict[int, AggregateSlice]:
-        rows = grouped(batch, columns).collect()
+        rows = grouped(batch, [*columns, latest]).collect()
         slices = spans(rows, AggregateSlice, source)
         for row in rows:
             if row["_kind"] == GOOD:
-                slices[row["_partition"]].partials.append((bytes(row["_group"]), states(row, len(_FIXED), shape)))
+                piece, group = slices[row["_partition"]], bytes(row["_group"])
+                piece.partials.append((group, states(row, len(_FIXED), shape)))
+                if row["_time"] is not None:
+                    piece.times[group] = row["_time"]
         return slices
     return Reduction(frame, reduce)
 
@@ -184,8 +188,8 @@ def arrow_aggregate(frame: DataFrame, arguments: list[Any], forms: list[tuple[st
     (partition, key)'s partials, and the bad records are read out of it."""
     selected = frame.select(
         "_partition", "_offset", "_kind", F.expr(f"IF(_kind = {GOOD}, _key_bytes, NULL)").alias("_group"),
-        F.expr(f"IF(_kind IN ({_BAD}), _raw, NULL)").alias("_bad_raw"), *arguments)
-    wanted = [(f"a{i}", form) for i, each in enumerate(forms) for form in each]
+        F.expr(f"IF(_kind IN ({_BAD}), _raw, NULL)").alias("_bad_raw"), F.col("ROWTIME").alias("_time"), *arguments)
+    wanted = [(f"a{i}", form) for i, each in enumerate(forms) for form in each] + [("_time", "max")]
 
     def reduce(batch: DataFrame, tasks: Mapping[int, Any]) -> dict[int, AggregateSlice]:
         table = arrow_table(batch)
@@ -204,7 +208,10 @@ def arrow_aggregate(frame: DataFrame, arguments: list[Any], forms: list[tuple[st
                                                                use_threads=False).aggregate(wanted)
         for row in partials.to_pylist():
             state = [plain([row[f"a{i}_{form}"] for form in each]) for i, each in enumerate(forms)]
-            slices[row["_partition"]].partials.append((bytes(row["_group"]), state))
+            piece, group = slices[row["_partition"]], bytes(row["_group"])
+            piece.partials.append((group, state))
+            if row["_time_max"] is not None:
+                piece.times[group] = row["_time_max"]
         return slices
     return Reduction(selected, reduce)
 
@@ -598,6 +605,7 @@ def windowed_reduction(parsed: DataFrame, query: PersistentQuery, source: DataSo
                 piece.stream_time = max(piece.stream_time, row["_latest"])
             if row["_kind"] == GOOD:
                 piece.partials.append((bytes(row["_group"]), states(row, len(_WINDOWED_FIXED), shape)))
+                piece.times[bytes(row["_group"])] = row["_latest"]
             elif row["_kind"] == LATE:
                 start = row["_ws"]
                 piece.late.append(BadRecord(row["_bad_offset"], (
@@ -668,13 +676,15 @@ def arrow_windowed(frame: DataFrame, arguments: list[Any], forms: list[tuple[str
                 raws[int(at)].as_py() if raws[int(at)].is_valid else None))
         kept = record[~late]
         windows = pa.table({"_partition": pa.array(partition[kept]), "_group": table["_group"].take(pa.array(kept)),
-                            "_ws": pa.array(start[~late]),
+                            "_ws": pa.array(start[~late]), "_ts": pa.array(ts[kept]),
                             **{f"a{i}": table[f"a{i}"].take(pa.array(kept)) for i in range(len(forms))}})
-        wanted = [(f"a{i}", form) for i, each in enumerate(forms) for form in each]
+        wanted = [(f"a{i}", form) for i, each in enumerate(forms) for form in each] + [("_ts", "max")]
         partials = windows.group_by(["_partition", "_group", "_ws"], use_threads=False).aggregate(wanted)
         for row in partials.to_pylist():
             state = [plain([row[f"a{i}_{form}"] for form in each]) for i, each in enumerate(forms)]
-            slices[row["_partition"]].partials.append((windowed_key(bytes(row["_group"]), row["_ws"]), state))
+            piece, key = slices[row["_partition"]], windowed_key(bytes(row["_group"]), row["_ws"])
+            piece.partials.append((key, state))
+            piece.times[key] = row["_ts_max"]
         return slices
     return Reduction(selected, reduce)
 

@@ -131,6 +131,9 @@ class AggregateSlice(BatchSlice):
 
     partials: list[tuple[bytes, list[list[Any]]]] = field(default_factory=list)
     """Per key, one partial state per aggregate, to merge into the stored state."""
+    times: dict[bytes, int] = field(default_factory=dict)
+    """Per key, the latest time of the batch's records (ROWTIME; a windowed aggregation's event
+    time): the stored state keeps the latest of all, which stamps the key's sink records."""
 
 
 @dataclass
@@ -529,10 +532,11 @@ def aggregate_rows(sink: DataSource, aggs: list[aggregates.Aggregate],
                if bound is None]
     finals = [agg.finalize if (to_bytes := bytes_decoder(t)) is None else _with_bytes(agg.finalize, to_bytes)
               for agg, t in zip(aggs, results, strict=True)]
+    n = len(finals)  # a state's partials; its time may follow them (``AggregationTask._merge``)
     if window is not None and any(bounds):
         def bounded_row(key: bytes, state: list[Any]) -> list[Any]:
             inner, start, end = window_bounds(key, window)
-            finalized = (final(s) for final, s in zip(finals, state, strict=True))
+            finalized = (final(s) for final, s in zip(finals, state[:n], strict=True))
             values = [start if b == WINDOW_START else end if b == WINDOW_END else next(finalized) for b in bounds]
             return [*decode(inner), start, end, *values]
 
@@ -540,12 +544,12 @@ def aggregate_rows(sink: DataSource, aggs: list[aggregates.Aggregate],
     if window is not None:
         def windowed_row(key: bytes, state: list[Any]) -> list[Any]:
             inner, start, end = window_bounds(key, window)
-            return [*decode(inner), start, end, *[final(s) for final, s in zip(finals, state, strict=True)]]
+            return [*decode(inner), start, end, *[final(s) for final, s in zip(finals, state[:n], strict=True)]]
 
         return windowed_row
 
     def row(key: bytes, state: list[Any]) -> list[Any]:
-        return [*decode(key), *[final(s) for final, s in zip(finals, state, strict=True)]]
+        return [*decode(key), *[final(s) for final, s in zip(finals, state[:n], strict=True)]]
 
     return row
 
@@ -681,12 +685,25 @@ class AggregationTask(StoreTask[AggregateSlice]):
                                             "restored": self.restored_records,
                                             "seconds": round(time.monotonic() - started, 3)})
 
-    def _merge(self, key: bytes, partial: list[list[Any]]) -> list[list[Any]]:
+    def _merge(self, key: bytes, partial: list[list[Any]], time_ms: int | None) -> list[Any]:
+        """The key's stored state with the batch's partial merged in, and after the partials the
+        latest time of every record merged into it (the stored one's and ``time_ms``, the
+        batch's latest for the key), as Kafka Streams stamps an aggregation's results; a state
+        stored before states kept it, merged with a batch that does not say it, has none."""
         assert self.store is not None
         old = self.store.get(key)
+        count = len(self._mergers)
         if old is None:
-            return [merge(None, n) for merge, n in zip(self._mergers, partial, strict=True)]
-        return [merge(o, n) for merge, o, n in zip(self._mergers, old, partial, strict=True)]
+            state: list[Any] = [merge(None, n) for merge, n in zip(self._mergers, partial, strict=True)]
+        else:
+            state = [merge(o, n) for merge, o, n in zip(self._mergers, old[:count], partial, strict=True)]
+        times = [t for t in (time_ms, old[count] if old is not None and len(old) > count else None) if t is not None]
+        return [*state, max(times)] if times else state
+
+    def row_time(self, key: bytes, state: list[Any]) -> int | None:
+        """The timestamp of the sink record of ``state``'s row: the latest time of its records
+        (None: not known, the producer stamps it)."""
+        return state[len(self._mergers)] if len(state) > len(self._mergers) else None
 
     def row(self, key: bytes, state: list[Any]) -> list[Any] | None:
         """A table row (key column first, then the aggregates) from a stored state; None when
@@ -698,7 +715,7 @@ class AggregationTask(StoreTask[AggregateSlice]):
         assert self.store is not None and self.producer is not None
         if self.applied(batch):
             return False
-        states = {key: self._merge(key, partial) for key, partial in batch.partials}
+        states = {key: self._merge(key, partial, batch.times.get(key)) for key, partial in batch.partials}
         expired = self._expired(batch, states)
         gone = set(expired)
         emitted = self._emitted(batch, states)
@@ -737,7 +754,7 @@ class AggregationTask(StoreTask[AggregateSlice]):
         except ValueError as error:
             bad.append(BadRecord(offset, f"the row cannot be written as {self.sink.value_format}: {error}", None))
             return
-        await self._send(self.sink.topic, value, key, self.partition)
+        await self._send(self.sink.topic, value, key, self.partition, timestamp_ms=self.row_time(key, state))
 
     def _sink_value(self, key: bytes, state: list[Any]) -> bytes | None:
         """The sink record's value of a state: the row's value columns (they come last); None
@@ -1116,6 +1133,8 @@ class SessionAggregationTask(EventTimeTask):
         gap, grace = self.window.size_ms, self.window.grace_ms
         stream_time = self.stream_time
         pending: dict[bytes, list[Any] | None] = {}
+        merged_at: dict[bytes, int] = {}
+        """Per session merged into another, the time of the record that merged it (its tombstone's)."""
         late: list[BadRecord] = []
         for offset, key, ts, own in batch.records:
             stream_time = max(stream_time, ts)
@@ -1132,6 +1151,7 @@ class SessionAggregationTask(EventTimeTask):
                 assert old is not None
                 state = old if state is None else self._merged(state, old)
                 pending[session] = None
+                merged_at[session] = ts
             pending[session_key(key, start, end)] = own if state is None else self._merged(state, own)
         # Sessions past the retention: the stored ones and this batch's own (emitted, then let go).
         retired = set(self._expired_sessions(stream_time, pending))
@@ -1148,7 +1168,7 @@ class SessionAggregationTask(EventTimeTask):
                 if latest is not None:  # a session's new state
                     await self._send_row(session, latest, batch.bad, batch.last_offset)
                 elif session in pending:  # merged into another: gone downstream too
-                    await self._send(self.sink.topic, None, session, self.partition)
+                    await self._send(self.sink.topic, None, session, self.partition, timestamp_ms=merged_at[session])
             await self._send_bad(batch.bad)
             await self._send_bad(late)
             await self._commit_input(batch.last_offset + 1)
@@ -1167,6 +1187,11 @@ class SessionAggregationTask(EventTimeTask):
         if late:
             metrics.RECORDS_LATE.labels(self.query.query_id, str(self.partition)).inc(len(late))
         return True
+
+    def row_time(self, key: bytes, state: list[Any]) -> int | None:
+        """A session's row is stamped with the session's end, its latest record's time (as
+        Kafka Streams' session aggregation stamps it)."""
+        return window_bounds(key, self.window)[2]
 
     def _merged(self, earlier: list[list[Any]], later: list[list[Any]]) -> list[list[Any]]:
         return [agg.merge(o, n) for agg, o, n in zip(self.aggregates, earlier, later, strict=True)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import threading
@@ -140,3 +141,16 @@ async def read_records(bootstrap: str, topic: str) -> list[tuple[int, int, bytes
         return out
     finally:
         await consumer.stop()
+
+
+async def sink_until(bootstrap: str, topic: str, count: int,
+                     timeout_s: float = 240) -> list[tuple[int, int, Any, Any, int]]:
+    """The sink's records (with their timestamps) once it holds ``count`` (and a little
+    longer: extra ones would show)."""
+    deadline = time.monotonic() + timeout_s
+    records = await read_records(bootstrap, topic)
+    while len(records) < count and time.monotonic() < deadline:
+        await asyncio.sleep(0.5)
+        records = await read_records(bootstrap, topic)
+    await asyncio.sleep(1)
+    return await read_records(bootstrap, topic)

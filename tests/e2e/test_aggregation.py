@@ -39,7 +39,7 @@ from millpond.shared.net import free_port
 from millpond.shared.rpc.converters import task_report_from_proto
 from millpond.shared.task_status import RUNNING, TaskReport
 from millpond.worker.v1 import worker_pb2, worker_pb2_grpc
-from tests.e2e.helpers import pull_until, read_all, reads_own_writes, run
+from tests.e2e.helpers import pull_until, read_all, read_records, reads_own_writes, run, sink_until
 from tests.e2e.workload import (
     PARTITIONS,
     Expected,
@@ -588,6 +588,24 @@ async def test_rowtime_set_by_insert_windows_the_records_and_survives_a_repartit
     assert await asyncio.to_thread(rows_until, agg_cluster, f"SELECT * FROM {per_minute};", want_windows) == want_windows
     want_areas: list[tuple[object, ...]] = [("a", 3, base + 61_000), ("b", 2, base + 125_000)]
     assert await asyncio.to_thread(rows_until, agg_cluster, f"SELECT * FROM {by_area};", want_areas) == want_areas
+    # Each row's sink record is stamped with the latest ROWTIME of its records, as Kafka Streams
+    # stamps an aggregation's results, not with the time it was written.
+    for table in (per_minute, by_area):
+        stamps = [(json.loads(value)["LATEST"], timestamp)
+                  for *_, value, timestamp in await read_records(agg_cluster.bootstrap, table.upper()) if value]
+        assert stamps and all(latest == timestamp for latest, timestamp in stamps), (table, stamps)
+    # So a stream joined with the table sees its rows as of each record's time, history too:
+    # an order from 25 minutes ago joins area a's row (stamped 29 minutes ago, not now).
+    orders, enriched = f"rt_orders_{agg_cluster.service_id}", f"rt_enriched_{agg_cluster.service_id}"
+    run(agg_cluster, f"""
+        SET 'auto.offset.reset'='earliest';
+        CREATE STREAM {orders} (area VARCHAR KEY, qty INT)
+          WITH (kafka_topic='{orders}', partitions={PARTITIONS}, value_format='json');
+        CREATE STREAM {enriched} AS SELECT o.area, o.qty, t.n FROM {orders} o JOIN {by_area} t ON o.area = t.area;
+        INSERT INTO {orders} (ROWTIME, area, qty) VALUES ({base + 5 * MINUTE}, 'a', 7);""")
+    joined = await sink_until(agg_cluster.bootstrap, enriched.upper(), 1, 120)
+    assert [(key, json.loads(value or b"{}"), timestamp) for _, _, key, value, timestamp in joined] == [
+        (b"a", {"QTY": 7, "N": 3}, base + 5 * MINUTE)]
 
 
 async def test_having_keeps_only_the_groups_that_pass_it_in_pulls_and_the_sink(agg_cluster: LocalCluster) -> None:

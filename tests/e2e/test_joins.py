@@ -43,7 +43,7 @@ from millpond.services.worker.table_joining import split_rekeyed
 from millpond.shared.catalog.names import joined_topic, processing_log_topic
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.net import free_port
-from tests.e2e.helpers import pull_until, read_all, read_records, reads_own_writes, run
+from tests.e2e.helpers import pull_until, read_all, read_records, reads_own_writes, run, sink_until
 from tests.e2e.test_aggregation import produce_timed, scan_until, sorted_lists, wait_progressing
 from tests.e2e.workload import PARTITIONS
 from tests.stream_join_reference import expected_stream_join
@@ -110,19 +110,6 @@ def join_reference(table: list[TableRecord], stream: list[tuple[str, Any, int]],
                 continue
             out.append((key, payload, value, ts))
     return sorted(out)
-
-
-async def sink_until(bootstrap: str, topic: str, count: int,
-                     timeout_s: float = 240) -> list[tuple[int, int, Any, Any, int]]:
-    """The sink's records (with their timestamps) once it holds ``count`` (and a little
-    longer: extra ones would show)."""
-    deadline = time.monotonic() + timeout_s
-    records = await read_records(bootstrap, topic)
-    while len(records) < count and time.monotonic() < deadline:
-        await asyncio.sleep(0.5)
-        records = await read_records(bootstrap, topic)
-    await asyncio.sleep(1)
-    return await read_records(bootstrap, topic)
 
 
 def table_history(rng: random.Random, first: int, keys: list[str], updates: int, deleted: float,

@@ -275,6 +275,24 @@ def test_an_aggregate_batch_reduces_to_what_python_computes(spark: SparkSession,
         assert got[partition].records == []
 
 
+def test_each_keys_partial_comes_with_the_latest_time_of_its_records(spark: SparkSession, reduction: str,
+                                                                      tmp_path: Path) -> None:
+    """The time that stamps a GROUP BY row (Kafka Streams': the latest timestamp of its records):
+    per key, the latest of the batch's records it counts, not of bad or skipped ones."""
+    epoch = datetime.datetime.fromtimestamp(0, datetime.UTC)
+    stamped = [(k, v, "r", p, o, epoch + datetime.timedelta(milliseconds=1_000 * (o % 7) + 5), 0)
+               for k, v, p, o in HAND_MADE]
+    runner = runner_of(spark, AGGREGATE, tmp_path)
+    try:
+        slices = runner._reduce(spark.createDataFrame(stamped, KAFKA_ROW))
+    finally:
+        runner.stop()
+        runner.loop.close()
+    # s3: offsets 8 and 11 counted (9 is a tombstone, at 2 s: not counted).
+    assert {p: piece.times for p, piece in slices.items()} == {
+        0: {b"s1": 1_005}, 1: {b"s3": 4_005, b"s4": 3_005}, 2: {b"s5": 2_005}}
+
+
 def test_a_projection_batch_keeps_what_the_where_passes_in_input_order(spark: SparkSession, batch: DataFrame,
                                                                         tmp_path: Path) -> None:
     got = reduce(spark, PROJECT, batch, tmp_path)

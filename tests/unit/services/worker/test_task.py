@@ -115,6 +115,8 @@ class Sent:
     value: bytes | None
     partition: int | None
     headers: tuple[tuple[str, bytes], ...]
+    timestamp: int | None = None
+    """The record's timestamp as the task set it (None: the producer stamps it)."""
 
 
 @dataclass(frozen=True)
@@ -153,7 +155,7 @@ class FakeProducer:
             raise KafkaError("fenced")
         offset = self.offsets[(topic, partition)]
         self.offsets[(topic, partition)] += 1
-        self.log.append(Sent(topic, key, value, partition, tuple(headers or ())))
+        self.log.append(Sent(topic, key, value, partition, tuple(headers or ()), timestamp_ms))
         future: asyncio.Future[Metadata] = asyncio.get_running_loop().create_future()
         future.set_result(Metadata(offset))
         return future
@@ -296,6 +298,27 @@ async def test_the_next_batch_merges_into_the_stored_state(tmp_path: Path) -> No
     assert [(s.value, s.headers) for s in changelog] == [(encode_state([[3], [25], [25, 3]]), ((INPUT_OFFSET_HEADER, b"10"),))]
     assert task.store.get(b"s1") == [[3], [25], [25, 3]]
     assert (task.store.position(INPUT_OFFSET), task.store.position(CHANGELOG_OFFSET)) == (10, 2)
+    task.store.close()
+
+
+async def test_an_aggregations_rows_are_stamped_with_the_latest_time_of_their_records(tmp_path: Path) -> None:
+    """As Kafka Streams stamps an aggregation's result: the latest timestamp of every record
+    merged into the row, kept with its state across batches (an older batch does not set it
+    back); a state stored without one takes the batch's."""
+    log: list[Any] = []
+    task = make_task(AggregationTask, "CTAS_T_0", tmp_path, log)
+    task.store.write({b"old": encode_state([[1], [5], [5, 1]])}, {INPUT_OFFSET: 0})  # as stored before states kept it
+    first = aggregate_slice(5, [(b"s1", [[2], [20], [20, 2]]), (b"old", [[1], [1], [1, 1]])])
+    first.times.update({b"s1": 9_000, b"old": 3_000})
+    assert await task.commit(first)
+    second = aggregate_slice(9, [(b"s1", [[1], [5], [5, 1]])])
+    second.times[b"s1"] = 4_000  # out of order: the row keeps 9,000
+    assert await task.commit(second)
+    stamped = [(e.key, e.timestamp) for e in log if isinstance(e, Sent) and e.topic == task.sink.topic]
+    assert stamped == [(b"s1", 9_000), (b"old", 3_000), (b"s1", 9_000)]
+    assert task.store.get(b"s1") == [[3], [25], [25, 3], 9_000]
+    assert task.store.get(b"old") == [[2], [6], [6, 2], 3_000]
+    assert task.row(b"s1", task.store.get(b"s1")) == ["s1", 3, 25, 25 / 3]
     task.store.close()
 
 
@@ -592,9 +615,10 @@ async def test_sessions_merge_when_a_record_bridges_them_and_the_merged_away_one
     # 40 is within 10 ms of both of a's sessions: they merge with it into [30, 50].
     assert await task.commit(SessionSlice(3, 3, count=1, records=[(3, b"a", 40, [[1], [4]])]))
     assert session_rows(task) == {("a", 30, 50): [3, 12], ("b", 45, 45): [1, 1]}
-    sink = {e.key: e.value for e in log if isinstance(e, Sent) and e.topic == task.sink.topic}
-    assert sink == {session_key(b"a", 30, 30): None, session_key(b"a", 50, 50): None,
-                    session_key(b"a", 30, 50): b'{"N":3,"TOTAL":12}'}
+    sink = {e.key: (e.value, e.timestamp) for e in log if isinstance(e, Sent) and e.topic == task.sink.topic}
+    # Stamped as Kafka Streams stamps them: a session with its end, the ones merged away with the record's time.
+    assert sink == {session_key(b"a", 30, 30): (None, 40), session_key(b"a", 50, 50): (None, 40),
+                    session_key(b"a", 30, 50): (b'{"N":3,"TOTAL":12}', 50)}
     changelog = {e.key: e.value for e in log if isinstance(e, Sent) and e.topic == task.changelog.topic}
     assert changelog[session_key(b"a", 30, 30)] is None and changelog[session_key(b"a", 30, 50)] is not None
     task.store.close()

@@ -73,10 +73,15 @@ def _event_time(record: Record, by_column: bool) -> int | None:
     return ts if isinstance(ts, int) and ts >= 0 else None
 
 
-def reference(records: list[Record], window: WindowSpec, by_column: bool
-              ) -> tuple[dict[tuple[int, bytes, int], tuple[int, int | None]], set[tuple[int, int, int]]]:
+Window = tuple[int, bytes, int]
+"""(partition, key, window start)."""
+
+
+def reference(records: list[Record], window: WindowSpec, by_column: bool,
+              latest: dict[Window, int] | None = None) -> tuple[dict[Window, tuple[int, int | None]], set[tuple[int, int, int]]]:
     """Per (partition, key, window start): (COUNT(*), SUM(reading)); and every late
-    (partition, offset, window start)."""
+    (partition, offset, window start). ``latest``, when given, gets each window's latest event
+    time of the records it counts (what stamps its rows)."""
     totals: dict[tuple[int, bytes, int], list[Any]] = {}
     late: set[tuple[int, int, int]] = set()
     stream: dict[int, int] = defaultdict(lambda: -1)
@@ -94,6 +99,8 @@ def reference(records: list[Record], window: WindowSpec, by_column: bool
                 continue
             count, total = totals.setdefault((partition, key, start), [0, None])
             totals[(partition, key, start)] = [count + 1, total if reading is None else (total or 0) + reading]
+            if latest is not None:
+                latest[(partition, key, start)] = max(latest.get((partition, key, start), ts), ts)
     return {k: (v[0], v[1]) for k, v in totals.items()}, late
 
 
@@ -125,9 +132,11 @@ def as_batch(spark: SparkSession, records: list[Record]) -> DataFrame:
 
 
 def run_batches(spark: SparkSession, source: str, window: str, batches: list[list[Record]], tmp_path: Path,
-                ) -> tuple[dict[tuple[int, bytes, int], tuple[int, int | None]], set[tuple[int, int, int]], WindowSpec]:
+                latest: dict[Window, int] | None = None,
+                ) -> tuple[dict[Window, tuple[int, int | None]], set[tuple[int, int, int]], WindowSpec]:
     """Reduce ``batches`` one after another, each against the stream time the ones before
-    left (as the tasks' commits set it), merging the partials as a task does."""
+    left (as the tasks' commits set it), merging the partials as a task does; ``latest``, when
+    given, gets each window's latest time the slices said, merged as a task merges them."""
     states: dict[tuple[int, bytes, int], list[list[Any]]] = {}
     late: set[tuple[int, int, int]] = set()
     table = f"CREATE TABLE w AS SELECT sensor, COUNT(*) AS n, SUM(reading) AS total FROM r {window} GROUP BY sensor"
@@ -143,6 +152,9 @@ def run_batches(spark: SparkSession, source: str, window: str, batches: list[lis
                     old = states.get((partition, key, start))
                     states[(partition, key, start)] = partial if old is None else [
                         agg.merge(o, n) for agg, o, n in zip(task.aggregates, old, partial, strict=True)]
+                    if latest is not None:
+                        time = piece.times[windowed]
+                        latest[(partition, key, start)] = max(latest.get((partition, key, start), time), time)
                 for record in piece.late:
                     start = int(record.reason.split("[")[1].split(",")[0])
                     late.add((partition, record.offset, start))
@@ -178,11 +190,14 @@ HAND_MADE: list[Record] = [
 @pytest.mark.parametrize("cut", [[], [3], [4, 7], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]])
 def test_tumbling_windows_close_at_stream_time_plus_grace_wherever_batches_are_cut(
         spark: SparkSession, tmp_path: Path, cut: list[int]) -> None:
-    got, late, window = run_batches(spark, BY_COLUMN, WINDOWS["TUMBLING"], _split(HAND_MADE, cut), tmp_path)
+    times: dict[Window, int] = {}
+    got, late, window = run_batches(spark, BY_COLUMN, WINDOWS["TUMBLING"], _split(HAND_MADE, cut), tmp_path, times)
     assert got == {(0, b"s1", 0): (2, 5), (0, b"s1", 60000): (2, 10), (0, b"s2", 120000): (1, 256),
                    (1, b"s3", 0): (1, 1)}
     assert late == {(0, 5, 0), (0, 6, 0)}
     assert (got, late) == reference(HAND_MADE, window, by_column=True)
+    # The latest event time each window counted (its late records' not among them).
+    assert times == {(0, b"s1", 0): 50000, (0, b"s1", 60000): 85000, (0, b"s2", 120000): 125000, (1, b"s3", 0): 30000}
 
 
 def test_a_window_closes_exactly_when_stream_time_reaches_its_end_plus_grace(spark: SparkSession, tmp_path: Path) -> None:
@@ -238,9 +253,12 @@ def test_random_out_of_order_records_give_the_reference_windows(
         offsets[partition] += gap
         records.append((key, value, partition, offsets[partition], rowtime))
     records.sort(key=lambda r: (r[3], r[2]))
+    times: dict[Window, int] = {}
+    want_times: dict[Window, int] = {}
     got, late, window = run_batches(spark, BY_COLUMN if by_column else BY_ROWTIME, WINDOWS[kind],
-                                    _split(records, cuts), tmp_path)
-    assert (got, late) == reference(records, window, by_column)
+                                    _split(records, cuts), tmp_path, times)
+    assert (got, late) == reference(records, window, by_column, want_times)
+    assert times == want_times  # each window's rows are stamped with its latest event time
 
 
 def test_window_starts_are_kafka_streams_windows_for() -> None:
@@ -295,6 +313,7 @@ def test_every_aggregate_works_per_window(spark: SparkSession, tmp_path: Path, c
     records: list[Record] = [(b"k", json.dumps({"READING": r, "TS": t}).encode(), 0, i, 0)
                              for i, (r, t) in enumerate(readings)]
     states: dict[bytes, list[Any]] = {}
+    times: dict[int, int] = {}
     table = (f"CREATE TABLE w AS SELECT sensor, {ALL_AGGREGATES} FROM r "
              "WINDOW HOPPING (SIZE 30 SECONDS, ADVANCE BY 15 SECONDS) GROUP BY sensor")
     with reducer(spark, [BY_COLUMN, table], tmp_path) as (runner, tasks):
@@ -306,6 +325,8 @@ def test_every_aggregate_works_per_window(spark: SparkSession, tmp_path: Path, c
                 old = states.get(key)
                 states[key] = partial if old is None else [
                     agg.merge(o, n) for agg, o, n in zip(task.aggregates, old, partial, strict=True)]
+                start = split_windowed_key(key)[1]
+                times[start] = max(times.get(start, 0), piece.times[key])
             task.stream_time = piece.stream_time
     # The sample deviation (last) to 9 places: Spark's partial and the merges round otherwise than Python's stdev.
     got = {tuple(row[1:3]): [*row[3:-1], round(row[-1], 9)] for row in (task.row(k, s) for k, s in states.items())}
@@ -322,6 +343,8 @@ def test_every_aggregate_works_per_window(spark: SparkSession, tmp_path: Path, c
             list(dict.fromkeys(held)), sorted(values, reverse=True)[:2], sorted(set(values), reverse=True)[:2],
             dict(Counter(str(v) for v in values)), round(statistics.stdev(values), 9) if len(values) > 1 else 0.0]
     assert got == want
+    # Reduced by Spark (these aggregates have no Arrow forms), each window's latest event time too.
+    assert times == {start: max(t for _, t in readings if start <= t < start + 30_000) for start, _ in want}
 
 
 def test_event_time_from_text_in_the_timestamp_format(spark: SparkSession, tmp_path: Path) -> None:
