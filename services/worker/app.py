@@ -23,6 +23,7 @@ from millpond.services.worker.query_runner import checkpoint_root
 from millpond.services.worker.servicer import WorkerServicer
 from millpond.services.worker.serving import LocalTables, Progress
 from millpond.services.worker.spark import LazySession
+from millpond.services.worker.state.store import sweep_removed
 from millpond.shared import heap, metrics
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import CoordinatorClientSettings, RouterSettings, WorkerSettings
@@ -77,6 +78,8 @@ class Worker:
         stop = shutdown_event()
         # A query's checkpoint only lives while its query runs (tasks hold the positions).
         shutil.rmtree(checkpoint_root(self.settings), ignore_errors=True)
+        if swept := sweep_removed(self.settings.state_dir, self.settings.worker_id):
+            log.info("deleted stores left aside by an earlier run", extra={"stores": swept})
         self.processing.start()
         await self.reader.start()
         await self.reader.catch_up()

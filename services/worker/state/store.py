@@ -259,12 +259,26 @@ def open_kept(path: Path, max_age_ms: int, now: int) -> tuple[PartitionStore, bo
     return PartitionStore(path), True
 
 
+REMOVED = ".removed-"
+"""What a store directory moved aside for deletion has after its name (``remove_store_files``)."""
+
+
 def remove_store_files(path: Path) -> None:
     """Delete a closed store's directory: moved aside first (one rename), so that a crash
-    while its files go leaves no half-deleted store at ``path`` for the next open to fail on."""
-    aside = path.with_name(f"{path.name}.removed-{uuid.uuid4().hex}")
+    while its files go leaves no half-deleted store at ``path`` for the next open to fail on
+    (what it leaves aside, ``sweep_removed`` deletes at the worker's next start)."""
+    aside = path.with_name(f"{path.name}{REMOVED}{uuid.uuid4().hex}")
     path.rename(aside)
     shutil.rmtree(aside, ignore_errors=True)
+
+
+def sweep_removed(state_dir: Path, worker_id: str) -> int:
+    """Delete the worker's store directories that a removal moved aside and a crash (or a
+    failed delete) left there; how many. Run before any of the worker's stores opens."""
+    leftovers = [p for p in (state_dir / path_segment(worker_id)).glob(f"*/*{REMOVED}*") if p.is_dir()]
+    for aside in leftovers:
+        shutil.rmtree(aside, ignore_errors=True)
+    return len(leftovers)
 
 
 async def wiped(store: PartitionStore) -> None:

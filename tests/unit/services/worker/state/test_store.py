@@ -30,6 +30,8 @@ from millpond.services.worker.state.store import (
     opened,
     partition_dir,
     path_segment,
+    remove_store_files,
+    sweep_removed,
     wiped,
 )
 from millpond.services.worker.task import store_path
@@ -196,3 +198,23 @@ async def test_a_wipe_whose_caller_is_cancelled_ends_before_the_caller_closes_th
     assert again.position(INPUT_OFFSET) is None and again.get(b"k") is None
     again.close()
     assert [p.name for p in await asyncio.to_thread(lambda: list(tmp_path.iterdir()))] == ["s"]  # old files gone
+
+
+def test_stores_a_crash_left_aside_are_swept_and_nothing_else(tmp_path: Path) -> None:
+    """``remove_store_files`` moves a store aside before deleting it; one a crash left there is
+    deleted at the worker's next start (``sweep_removed``), the live stores beside it kept."""
+    live = partition_dir(tmp_path, "w-1", "CTAS_T_0", 0)
+    PartitionStore(live).close()
+    doomed = partition_dir(tmp_path, "w-1", "CTAS_T_0", 1)
+    PartitionStore(doomed).close()
+    remove_store_files(doomed)
+    assert not doomed.exists() and not list(doomed.parent.glob("1.removed-*"))
+    crashed = live.with_name("2.removed-0123abcd")  # as a crash mid-delete leaves it
+    (crashed / "db").mkdir(parents=True)
+    (crashed / "db" / "000001.sst").write_bytes(b"x")
+    other = partition_dir(tmp_path, "w-2", "CTAS_T_0", 3).with_name("3.removed-ff")  # another worker's
+    other.mkdir(parents=True)
+    assert sweep_removed(tmp_path, "w-1") == 1
+    assert not crashed.exists() and other.exists()
+    reopened = PartitionStore(live)
+    reopened.close()
