@@ -26,11 +26,12 @@ topic the same way.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import logging
 import struct
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -120,6 +121,48 @@ class TableRecord:
     value: bytes | None
 
 
+def event_time_reader(table: DataSource, decode: Callable[[bytes], list[Any]]) -> Callable[[Any], int] | None:
+    """How a table record's time is read when the table declares a TIMESTAMP column (a BIGINT of
+    epoch milliseconds, or a TIMESTAMP), as ksqlDB's timestamp extractor reads it; a record whose
+    column is NULL, negative or does not decode keeps its own timestamp (its row is applied all
+    the same, as the table's store applies it). None without such a column, or for a VARCHAR one
+    read with TIMESTAMP_FORMAT (Java's patterns, which only Spark parses here): the record's
+    timestamp orders it."""
+    column = table.timestamp
+    if column is None or table.timestamp_format is not None:
+        return None
+    keys = [c.name for c in table.key_columns]
+    type_ = table.schema[column]
+    at = None if column in keys else [c.name for c in table.value_columns].index(column)
+    if at is None and len(keys) > 1:
+        return None
+
+    def time_of(record: Any) -> int:
+        try:
+            if at is None:
+                found = None if record.key is None else deserialize_key(record.key, type_)
+            else:
+                found = None if record.value is None else decode(record.value)[at]
+                if isinstance(found, str):  # a TIMESTAMP, as the stores keep it
+                    found = _epoch_ms(found)
+        except (ValueError, TypeError, struct.error):
+            found = None
+        return found if isinstance(found, int) and found >= 0 else int(record.timestamp)
+
+    return time_of
+
+
+def _epoch_ms(text: str) -> int:
+    """A TIMESTAMP as the table's stores keep it (ISO text of its UTC time) in epoch milliseconds."""
+    moment = datetime.datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return (moment - _EPOCH) // datetime.timedelta(milliseconds=1)
+
+
+_EPOCH = datetime.datetime.fromtimestamp(0, datetime.UTC)
+
+
 class TableSide:
     """One joined table's partition as a task reads it: its records fetched and not yet
     applied, and its positions. Its rows live in the task's store under the key prefixed by
@@ -138,6 +181,8 @@ class TableSide:
         self.decode = value_decoder(self.table)
         """A value as the table's stores keep it (``values.stored``): as a pull of the table reads it."""
         self.with_bytes = stored_bytes([c.type for c in self.table.value_columns])
+        self.time_of = event_time_reader(self.table, self.decode)
+        """A record's time, which orders it among the stream's (None: the record's timestamp)."""
         self.position_name = TABLE_OFFSET + str(index).encode()
         self.table_offset = 0
         """The next table offset the store reflects."""
@@ -149,7 +194,9 @@ class TableSide:
     async def fetch(self, consumer: AIOKafkaConsumer) -> None:
         batches = await consumer.getmany(self.input, timeout_ms=FETCH_MS, max_records=10_000)
         records = batches.get(self.input, [])
-        self.pending += [TableRecord(r.offset, r.timestamp, r.key, r.value) for r in records]
+        time_of = self.time_of
+        self.pending += [TableRecord(r.offset, r.timestamp if time_of is None else time_of(r), r.key, r.value)
+                         for r in records]
         last = records[-1].offset + 1 if records else 0
         # An empty fetch may still move past transaction markers.
         self.fetched_to = max(self.fetched_to, last, await consumer.position(self.input))

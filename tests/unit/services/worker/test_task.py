@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from millpond.services.worker import task as task_module
-from millpond.services.worker.joining import JoinSlice, JoinTask, committed_table_offsets
+from millpond.services.worker.joining import JoinSlice, JoinTask, committed_table_offsets, event_time_reader
 from millpond.services.worker.state.store import (
     CHANGELOG_OFFSET,
     INPUT_OFFSET,
@@ -62,6 +62,7 @@ from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.serde import encode_key, session_key, windowed_key
+from millpond.shared.kafka.values import value_decoder
 from millpond.shared.sql import aggregates
 from millpond.shared.sql.parser import parse_statement
 from tests.unit.services.worker.fake_changelog import Changelog, FakeConsumer
@@ -84,6 +85,11 @@ STATEMENTS = [
     "WINDOW TUMBLING (SIZE 10 MILLISECONDS, RETENTION 30 MILLISECONDS, GRACE PERIOD 5 MILLISECONDS) GROUP BY sensor "
     "EMIT FINAL",
     "CREATE STREAM named AS SELECT r.sensor, r.reading, s.name FROM r LEFT JOIN s ON r.sensor = s.id",
+    "CREATE TABLE st (id VARCHAR PRIMARY KEY, name VARCHAR, at BIGINT) "
+    "WITH (kafka_topic='st', partitions=2, value_format='json', timestamp='at')",
+    "CREATE STREAM named_at AS SELECT r.sensor, r.reading, st.name FROM r LEFT JOIN st ON r.sensor = st.id",
+    "CREATE TABLE sts (id VARCHAR PRIMARY KEY, at TIMESTAMP) WITH (kafka_topic='sts', partitions=2, value_format='json', "
+    "timestamp='at')",
 ]
 NO_KEY = BadRecord(4, "record has no key", '{"AREA": "a", "READING": 1}')
 
@@ -710,12 +716,12 @@ def test_commit_metadata_of_either_form_gives_a_stream_table_joins_table_offsets
     assert committed_table_offsets('{"ends":[3]}') is None
 
 
-def join_task(tmp_path: Path, log: list[Any]) -> JoinTask:
-    """The task of the stream-table join (``NAMED``), on partition 0."""
+def join_task(tmp_path: Path, log: list[Any], sink: str = "NAMED") -> JoinTask:
+    """The task of the stream-table join into ``sink``, on partition 0."""
     meta = Metastore()
     for offset, statement in enumerate(STATEMENTS):
         meta.apply(parse_statement(statement), offset)
-    query_id = next(q.query_id for q in meta.queries.values() if q.sink == "NAMED")
+    query_id = next(q.query_id for q in meta.queries.values() if q.sink == sink)
     task: JoinTask = make_task(JoinTask, query_id, tmp_path, log)
     return task
 
@@ -801,6 +807,40 @@ async def test_a_joins_table_partition_is_fetched_only_while_a_batch_catches_up(
     sent = [json.loads(e.value) for e in log if isinstance(e, Sent) and e.topic == task.sink.topic]
     assert [(row["READING"], row["NAME"]) for row in sent] == [(5, "first"), (6, "first")]
     task.store.close()
+
+
+async def test_a_tables_timestamp_column_orders_its_records_among_the_streams(tmp_path: Path) -> None:
+    """A table declared WITH (TIMESTAMP='at'): its records are applied by that column's time, as
+    ksqlDB's timestamp extractor gives it, not by the record's own (which is earlier here); one
+    whose column is NULL keeps the record's."""
+    log: list[Any] = []
+    task = join_task(tmp_path, log, "NAMED_AT")
+    (side,) = task.sides
+    table = _TableConsumer(side.input, [_TableRecord(0, 500, b"s1", b'{"NAME": "later", "AT": 5000}'),
+                                        _TableRecord(1, 600, b"s2", b'{"NAME": "untimed", "AT": null}')])
+    task.consumer, task._table_ends = table, _Ends({side.input: 2})
+    first = [(0, b"s1", 1000, ["s1", "a", 5]), (1, b"s2", 1000, ["s2", "a", 6])]
+    assert await task.commit(JoinSlice(0, 1, count=2, records=first))
+    assert await task.commit(JoinSlice(2, 2, count=1, records=[(2, b"s1", 6000, ["s1", "a", 7])]))
+    sent = [json.loads(e.value) for e in log if isinstance(e, Sent) and e.topic == task.sink.topic]
+    # s1's row is at 5 s: the record at 1 s comes before it. s2's (NULL time) at its record's 600 ms.
+    # (The second is applied only once s1's is: a table partition's records apply in offset order.)
+    assert [(row["READING"], row["NAME"]) for row in sent] == [(5, None), (6, None), (7, "later")]
+    task.store.close()
+
+
+def test_a_tables_timestamp_column_is_read_as_its_stores_keep_it() -> None:
+    meta = Metastore()
+    for offset, statement in enumerate(STATEMENTS):
+        meta.apply(parse_statement(statement), offset)
+    table = meta.source("STS")
+    time_of = event_time_reader(table, value_decoder(table))
+    assert time_of is not None
+    assert time_of(_TableRecord(0, 1, b"k", b'{"AT": 1500}')) == 1500
+    assert time_of(_TableRecord(0, 1, b"k", b'{"AT": "2026-12-06T00:00:01.250Z"}')) == 1796515201250
+    assert time_of(_TableRecord(0, 7, b"k", b'{"AT": "not a time"}')) == 7  # set aside by the table: its own time
+    assert time_of(_TableRecord(0, 8, b"k", b'{"AT": null}')) == 8
+    assert event_time_reader(meta.source("S"), value_decoder(meta.source("S"))) is None
 
 
 class _Beginnings:
