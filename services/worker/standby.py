@@ -24,7 +24,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_ji
 from millpond.services.worker.state.changelog import CONSUMER_STOP_TIMEOUT_S, ChangelogReader
 from millpond.services.worker.state.store import WRITTEN_MS, PartitionStore, hand_over, opened
 from millpond.services.worker.state.table_topic import TableTopicReader
-from millpond.services.worker.task import store_path
+from millpond.services.worker.task import store_path, table_store_max_age
 from millpond.shared.catalog.names import changelog_topic
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.config import WorkerSettings
@@ -147,6 +147,8 @@ class StandbyReplica:
 
     async def _replay(self) -> None:
         path = store_path(self.settings, self.store_name, self.partition)
+        if self.table is not None:  # a table's topic: its tombstones may expire (``table_store_max_age``)
+            self.max_age_ms = await table_store_max_age(self.settings.kafka, self.table)
         store = self.store = await opened(path, self.max_age_ms, now_ms())
         marked = 0
         try:

@@ -44,6 +44,7 @@ from millpond.services.worker.state.store import (
     INPUT_OFFSET_HEADER,
     STREAM_TIME,
     STREAM_TIME_HEADER,
+    WRITTEN_MS,
     PartitionStore,
     encode_state,
     opened,
@@ -57,8 +58,8 @@ from millpond.shared.catalog.sources import WINDOW_END, WINDOW_START, DataSource
 from millpond.shared.catalog.topology import JOINED_TOMBSTONES_MS
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError
-from millpond.shared.kafka.admin import committed_positions
-from millpond.shared.kafka.connection import FENCED, start_client
+from millpond.shared.kafka.admin import committed_positions, tombstones_kept_ms
+from millpond.shared.kafka.connection import FENCED, KafkaConnection, start_client
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.kafka.serde import (
     bytes_decoder,
@@ -956,6 +957,16 @@ PAST_MARKERS_S = 2.0
 end at most."""
 
 
+async def table_store_max_age(kafka: KafkaConnection, table: DataSource) -> int | None:
+    """How old a kept store of ``table`` (its task's, or a copy's) may be and still resume from
+    its position: a compacted topic's cleaner removes a tombstone ``delete.retention.ms`` after it
+    could (a tenth less, for the clocks and the cleaner's pace), and a store last brought up to
+    date (``WRITTEN_MS``) longer ago may have missed one, keeping a deleted row; such a store is
+    built again from the topic (``state.store.open_kept``). None: the topic is not compacted."""
+    kept = await tombstones_kept_ms(kafka, table.topic)
+    return None if kept is None else kept - kept // 10
+
+
 class TableTask(StoreTask[MaterializeSlice]):
     """Materializes one partition of a table declared over a topic: the latest row per key
     (a NULL value deletes the key). The topic is its own changelog, as Kafka Streams does
@@ -982,7 +993,7 @@ class TableTask(StoreTask[MaterializeSlice]):
         """Open the store and fence any older owner; resume after the store's own position,
         brought up to the topic's end here where that takes no Spark batch (``_catch_up``),
         else RESTORING while the query replays what the topic held when it started."""
-        self.store = await opened(self.store_path)
+        self.store = await opened(self.store_path, await table_store_max_age(self.settings.kafka, self.source), now_ms())
         await self._open_producer()
         reader = TableTopicReader(self.settings.kafka, self.source, self.partition, self.store,
                                   fetch_max_wait_ms=CATCH_UP_WAIT_MS)
@@ -1029,6 +1040,7 @@ class TableTask(StoreTask[MaterializeSlice]):
                 async with self._transaction():
                     await self._send_bad(bad)
                     await self._commit_input(reader.position)
+                self.store.write({}, {WRITTEN_MS: now_ms()})
         except BaseException:
             # Not committed (cancelled, fenced, a broker error): the store's position goes back
             # to where it was, so the next start applies the same records again (each key's
@@ -1075,7 +1087,7 @@ class TableTask(StoreTask[MaterializeSlice]):
             await self._commit_input(batch.last_offset + 1)
         rows = {key: encode_state(values) for key, values in batch.latest if values is not None}
         deleted = [key for key, values in batch.latest if values is None]
-        self.store.write(rows, {INPUT_OFFSET: batch.last_offset + 1}, deleted)
+        self.store.write(rows, {INPUT_OFFSET: batch.last_offset + 1, WRITTEN_MS: now_ms()}, deleted)
         self.next_input_offset = batch.last_offset + 1
         self.last_applied_ms = now_ms()
         if self.state == RESTORING:

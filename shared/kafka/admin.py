@@ -106,6 +106,16 @@ class GroupOffsets:
                     await run_to_end(shared.close())
                 raise
 
+    async def topic_configs(self, topic: str, timeout_s: float = 30.0) -> dict[str, str]:
+        """``topic``'s configuration as the broker applies it (its own settings and the defaults)."""
+        async for attempt in AsyncRetrying(retry=retry_if_exception(_retriable), stop=stop_after_delay(timeout_s),
+                                           wait=wait_exponential(multiplier=0.1, max=2), reraise=True):
+            with attempt:
+                async with self._lease() as admin:
+                    (response,) = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+                    _raise_for_errors(response.resources)
+        return {entry[0]: entry[1] for resource in response.resources for entry in resource[4] if entry[1] is not None}
+
     async def close(self) -> None:
         """Close the client; a read after it uses a client of its own."""
         async with self._opening:
@@ -113,6 +123,26 @@ class GroupOffsets:
             admin, self._admin = self._admin, None
         if admin is not None:
             await run_to_end(admin.close())
+
+
+async def tombstones_kept_ms(kafka: KafkaConnection, topic: str) -> int | None:
+    """How long ``topic``'s log cleaner keeps a tombstone once it could go (``delete.retention.ms``)
+    when the topic is compacted; None when it is not (its tombstones go only with the records
+    before them, by retention: a store's position below the first offset shows that,
+    ``changelog.wiped_if_behind``). Asked as ``committed_positions`` asks."""
+    reader = GROUP_OFFSETS.get()
+    if reader is not None and reader.kafka == kafka:
+        configs = await reader.topic_configs(topic)
+    else:
+        async with GroupOffsets(kafka) as own:
+            configs = await own.topic_configs(topic)
+    if "compact" not in configs.get("cleanup.policy", "delete"):
+        return None
+    return int(configs.get("delete.retention.ms", DEFAULT_TOMBSTONES_KEPT_MS))
+
+
+DEFAULT_TOMBSTONES_KEPT_MS = 24 * 3_600_000
+"""The broker's default ``delete.retention.ms`` (``log.cleaner.delete.retention.ms``): a day."""
 
 
 GROUP_OFFSETS: ContextVar[GroupOffsets | None] = ContextVar("GROUP_OFFSETS", default=None)

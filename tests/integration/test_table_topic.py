@@ -16,6 +16,7 @@ from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 from millpond.deploy.local.kafka_broker import EmbeddedKafka
 from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore
 from millpond.services.worker.state.table_topic import TableTopicReader
+from millpond.services.worker.task import table_store_max_age
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.kafka.admin import ensure_topic
@@ -72,3 +73,23 @@ async def test_a_store_behind_the_topics_retention_is_built_again_from_the_topic
         store.close()
         await producer.stop()
         await admin.close()
+
+
+async def test_a_tables_store_may_be_as_old_as_its_compacted_topic_keeps_tombstones(kafka: EmbeddedKafka) -> None:
+    """``table_store_max_age`` reads the topic's own ``delete.retention.ms`` (a tenth less), the
+    broker's default where the topic sets none, and none for a topic that is not compacted (its
+    tombstones go with retention, which the reader's first-offset check covers)."""
+    connection = KafkaConnection(kafka.bootstrap_servers)
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap_servers)
+    await admin.start()
+    try:
+        await ensure_topic(admin, f"{TOPIC}-kept", 1, compacted=True, configs={"delete.retention.ms": "600000"})
+        await ensure_topic(admin, f"{TOPIC}-default", 1, compacted=True)
+        await ensure_topic(admin, f"{TOPIC}-deleted", 1)
+    finally:
+        await admin.close()
+    ages = []
+    for name in ("kept", "default", "deleted"):
+        table = DataSource("TABLE", name.upper(), (), f"{TOPIC}-{name}", 1)
+        ages.append(await table_store_max_age(connection, table))
+    assert ages == [540_000, 86_400_000 - 8_640_000, None]

@@ -10,6 +10,8 @@ Only ``FakeConsumer`` (``fake_changelog.py``) knows how the replica reads Kafka.
 from __future__ import annotations
 
 import asyncio
+import shutil
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -239,6 +241,50 @@ async def test_a_standby_reports_an_input_offset_only_once_its_whole_transaction
     assert stored(tmp_path) == ({b"s1": [[2]], b"s2": [[2]], b"s3": [[1]], b"s4": [[1]]}, 7, 20)
 
 
+async def _kept_a_day(kafka: Any, table: DataSource) -> int:
+    """``table_store_max_age`` of a compacted topic whose tombstones are kept a day."""
+    return 86_400_000 - 8_640_000
+
+
+async def test_a_table_copy_kept_past_its_topics_tombstones_is_built_again(
+        changelog: Changelog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy of a table replays its compacted topic; while it was away longer than the topic
+    keeps a tombstone, the cleaner removed a row's records and their tombstone: resumed from its
+    position it would keep the deleted row for good. Last brought up to date too long ago, it is
+    built again from the topic."""
+    monkeypatch.setattr(table_topic, "AIOKafkaConsumer", FakeConsumer)
+    monkeypatch.setattr(standby, "table_store_max_age", _kept_a_day)
+    FakeConsumer.waits = True
+    table = DataSource("TABLE", "T", (Column("ID", SqlType("VARCHAR"), key=True), Column("N", SqlType("INT"))), "t", 1)
+    changelog.records = [Record(0, b"a", b'{"N": 1}', ()), Record(1, b"b", b'{"N": 2}', ())]  # type: ignore[arg-type]
+    changelog.end = 2
+    settings = WorkerSettings(worker_id="w", state_dir=tmp_path)
+    for age_ms, kept in ((3_600_000, {b"a", b"b"}), (86_400_000, {b"b"})):
+        copy = StandbyReplica(settings, QUERY, 0, table_rows(table), table)
+        copy.start()
+        try:
+            await until(lambda: copy.caught_up, "the copy caught up")  # noqa: B023
+            assert copy.store is not None and set(dict(copy.store.items())) == {b"a", b"b"}
+        finally:
+            await copy.stop()
+        # Away ``age_ms``, while a's record, then its tombstone, were written and cleaned away.
+        store = PartitionStore(store_path(settings, QUERY, 0))
+        store.write({}, {WRITTEN_MS: int(time.time() * 1000) - age_ms})
+        store.close()
+        changelog.records = [Record(1, b"b", b'{"N": 2}', ())]  # type: ignore[arg-type]
+        changelog.end = 4
+        again = StandbyReplica(settings, QUERY, 0, table_rows(table), table)
+        again.start()
+        try:
+            await until(lambda: (lag := again.lag()) is not None and lag.current_offset == 4, "the copy resumed")  # noqa: B023
+            assert again.store is not None and set(dict(again.store.items())) == kept, age_ms
+        finally:
+            await again.stop()
+        changelog.records = [Record(0, b"a", b'{"N": 1}', ()), Record(1, b"b", b'{"N": 2}', ())]  # type: ignore[arg-type]
+        changelog.end = 2
+        shutil.rmtree(store_path(settings, QUERY, 0))
+
+
 async def test_a_standby_of_a_materialized_table_replays_the_tables_topic(
         changelog: Changelog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A table materialized from its topic (a declared table, a join's result) has no changelog
@@ -247,6 +293,7 @@ async def test_a_standby_of_a_materialized_table_replays_the_tables_topic(
     its canonical form) and reports the next topic offset as its input offset, past the commit
     marker that came with the last records (its next fetch waits at the broker)."""
     monkeypatch.setattr(table_topic, "AIOKafkaConsumer", FakeConsumer)
+    monkeypatch.setattr(standby, "table_store_max_age", _kept_a_day)
     FakeConsumer.waits = True
     varchar, int_ = SqlType("VARCHAR"), SqlType("INT")
     table = DataSource("TABLE", "T", (Column("ID", varchar, key=True), Column("AREA", int_, key=True),
