@@ -1,8 +1,8 @@
 """A stream-stream join's expected output, by brute force over the records in the order the
 join reads them (the rule of ``millpond.services.worker.stream_joining``, written again
 another way): each record joins the earlier records of the other side with its key within
-the window that are still kept when it comes (at most the retention behind stream time then,
-and on time when they came); an outer side's record that nothing joined when it came is
+the window that are still kept when it comes (at most the retention behind their side's
+largest time then, and when they came); an outer side's record that nothing joined when it came is
 emitted alone at once if its window had closed (or, ``eager``, always), else when stream time
 first passes its window's close plus the grace, unless something joined it before that."""
 
@@ -22,8 +22,12 @@ def expected_stream_join(records: list[tuple[int, str, Any, int]], before: int, 
     stream-stream stage before (the left side) may come."""
     retention = before + after + grace + behind
     times = []  # stream time once each record is read
-    for _, _, _, time in records:
+    side_times: list[list[int | None]] = []  # each side's largest time once each record is read
+    for side, _, _, time in records:
         times.append(time if not times else max(times[-1], time))
+        latest = list(side_times[-1]) if side_times else [None, None]
+        latest[side] = time if latest[side] is None else max(time, latest[side])  # type: ignore[type-var]
+        side_times.append(latest)
     out: list[Joined] = []
     joined_by: dict[int, list[int]] = {i: [] for i in range(len(records))}  # the later records that joined each
     joined_when_read: set[int] = set()
@@ -35,7 +39,8 @@ def expected_stream_join(records: list[tuple[int, str, Any, int]], before: int, 
             left_time, right_time = (time, other_time) if side == 0 else (other_time, time)
             if not left_time - before <= right_time <= left_time + after:
                 continue
-            if other_time < times[i] - retention or other_time < times[j] - retention:
+            kept_until = side_times[j][other_side]  # its side's largest time when record j came
+            if other_time < side_times[i][other_side] - retention or other_time < kept_until - retention:  # type: ignore[operator]
                 continue  # never kept, or let go by the time record j came
             out.append((key, value, other, max(time, other_time)) if side == 0 else (key, other, value, max(time, other_time)))
             joined_by[i].append(j)

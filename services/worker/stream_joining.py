@@ -6,15 +6,23 @@ Both streams reach the task through the query's joined topic (``table_joining``:
 stream's stage copies partition ``p`` into partition ``p``, keyed by the side's place and
 the key, stamped with the record's event time). The task reads it in offset order, with one
 stream time per partition: the largest event time so far, over both sides. It keeps each
-side's records until stream time is more than the retention past them (the window's whole
-span, before plus after, and the grace period: Kafka Streams' join stores). Each record:
+side's records until that side's largest event time is more than the retention past them
+(the window's whole span, before plus after, and the grace period), as Kafka Streams' join
+store of each side keeps them. Each record:
 
 - joins every kept record of the other side with the same key whose time is within the
   window (a left record at ``t`` takes right records from ``t - before`` to ``t + after``; a
   right record at ``t``, left records from ``t - after`` to ``t + before``), each result
   stamped with the later of the two times;
-- is kept itself, unless it is already more than the retention behind stream time: then it
-  is **late** (counted, not logged), and joins only what is kept.
+- is kept itself, unless it is already more than the retention behind its side's largest
+  time: then it is **late** (counted, not logged), and joins only what is kept.
+
+Where this differs from Kafka Streams (checked record for record against its
+``TopologyTestDriver``): a record exactly the retention behind is still kept (Kafka Streams
+lets it go a millisecond earlier, so at WITHIN 0 with no grace it joins nothing); and Kafka
+Streams may emit a waiting outer record later than its window's close (its check of whether
+any could close uses the arriving record's side's window, and the oldest waiting time it
+keeps can be stale), so there a record that comes meanwhile can join it instead.
 
 A record of an outer side (LEFT: the left; RIGHT: the right; FULL: both) that joins nothing
 when it comes is emitted with NULLs for the other side once its window closes, that is once
@@ -106,6 +114,9 @@ class JoinState:
     """One partition's buffers, records awaiting their window's close, and stream time."""
 
     stream_time: int | None = None
+    side_times: list[int | None] = field(default_factory=lambda: [None, None])
+    """Per side, the largest event time of its records so far: what its records' retention is
+    measured against (Kafka Streams' window store of each side keeps its own)."""
     buffers: dict[tuple[int, bytes], Buffer] = field(default_factory=dict)
     """Per (side, key), the side's records."""
     closing: list[tuple[int, int, int, bytes, Buffered]] = field(default_factory=list)
@@ -179,17 +190,20 @@ class StreamJoinTask(GatheredJoinTask):
         own_key, row = decoded
         state = self.join_state
         state.stream_time = timestamp if state.stream_time is None else max(state.stream_time, timestamp)
-        kept_from = state.stream_time - self.retention
+        own_time = state.side_times[side]
+        own_time = state.side_times[side] = timestamp if own_time is None else max(own_time, timestamp)
+        other_time = state.side_times[1 - side]
         this = Buffered(timestamp, offset, row, own_key)
         low, high = (timestamp - self.before, timestamp + self.after) if side == 0 else (
             timestamp - self.after, timestamp + self.before)
         others = state.buffers.get((1 - side, k))
-        for other in others.within(max(low, kept_from), high) if others is not None else ():
-            other.joined = this.joined = True
-            if results is not None:
-                pair = (this, other) if side == 0 else (other, this)
-                self._emit(results, k, pair[0], pair[1], max(timestamp, other.time), offset, bad)
-        on_time = timestamp >= kept_from
+        if others is not None and other_time is not None:
+            for other in others.within(max(low, other_time - self.retention), high):
+                other.joined = this.joined = True
+                if results is not None:
+                    pair = (this, other) if side == 0 else (other, this)
+                    self._emit(results, k, pair[0], pair[1], max(timestamp, other.time), offset, bad)
+        on_time = timestamp >= own_time - self.retention
         if on_time:
             state.buffers.setdefault((side, k), Buffer()).add(this)
         if side in self.outer and not this.joined:
@@ -234,10 +248,10 @@ class StreamJoinTask(GatheredJoinTask):
     def _expire(self) -> None:
         """Let go of every buffered record past the retention (no later record joins it)."""
         state = self.join_state
-        if state.stream_time is None:
-            return
         for (side, k), buffer in list(state.buffers.items()):
-            buffer.expire(state.stream_time - self.retention)
+            side_time = state.side_times[side]
+            assert side_time is not None  # it has a record
+            buffer.expire(side_time - self.retention)
             if not buffer.times:
                 del state.buffers[(side, k)]
 

@@ -281,9 +281,10 @@ def test_an_unmatched_record_is_emitted_once_stream_time_passes_its_window_and_g
 
 
 def test_a_record_behind_stream_time_by_more_than_the_grace_joins_what_is_kept(tmp_path: Path) -> None:
-    """Records are kept for the window's span plus the grace (10 s here), as Kafka Streams'
-    join stores keep them: a record more than the grace behind stream time still joins, and
-    one past the retention is late (not kept) but joins what is kept all the same."""
+    """Records are kept for the window's span plus the grace (10 s here) behind their side's
+    largest time, as Kafka Streams' join store of each side keeps them: a record more than the
+    grace behind stream time still joins, and one past the retention is late (not kept) but
+    joins what is kept all the same."""
     task = _stream_task(tmp_path, "INNER", "(3 SECONDS, 5 SECONDS) GRACE PERIOD 2 SECONDS")
     assert task.retention == 10_000
     results: list[tuple[bytes, bytes, int]] = []
@@ -292,11 +293,13 @@ def test_a_record_behind_stream_time_by_more_than_the_grace_joins_what_is_kept(t
     assert task._process(b"\x00q", b'{"X": 0}', 9_000, 2, results, [])
     assert task._process(b"\x01a", b'{"Y": 3}', 4_000, 3, results, [])  # 5 s behind stream time, in a's window
     assert _joined(results) == [(b"a", {"X": 1, "Y": 3}, 4_000)]
-    assert task._process(b"\x00z", b'{"X": 0}', 14_000, 4, results, [])  # records before 4 s are let go
+    assert task._process(b"\x00z", b'{"X": 0}', 14_000, 4, results, [])  # left records before 4 s are let go
     assert task._process(b"\x01a", b'{"Y": 4}', 5_000, 5, results, [])  # in a's window, but a is let go
-    assert not task._process(b"\x01c", b'{"Y": 5}', 3_999, 6, results, [])  # late: joins c, is not kept ...
-    assert not task._process(b"\x00c", b'{"X": 6}', 3_500, 7, results, [])  # ... so this one finds nothing
-    assert _joined(results[1:]) == [(b"c", {"X": 2, "Y": 5}, 5_000)]
+    assert task._process(b"\x01c", b'{"Y": 5}', 3_999, 6, results, [])  # kept: the right side is at 5 s
+    assert task._process(b"\x01y", b'{"Y": 0}', 14_000, 7, results, [])  # now at 14 s
+    assert not task._process(b"\x01c", b'{"Y": 6}', 3_999, 8, results, [])  # late: joins c, is not kept ...
+    assert not task._process(b"\x00c", b'{"X": 7}', 3_500, 9, results, [])  # ... nor is the first now: nothing
+    assert _joined(results[1:]) == [(b"c", {"X": 2, "Y": 5}, 5_000), (b"c", {"X": 2, "Y": 6}, 5_000)]
 
 
 def test_without_a_grace_period_an_unmatched_record_is_emitted_at_once(tmp_path: Path) -> None:
