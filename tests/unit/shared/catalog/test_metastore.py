@@ -1,6 +1,6 @@
 import pytest
 
-from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.catalog.metastore import Metastore, _definition
 from millpond.shared.catalog.queries import Resolved
 from millpond.shared.errors import AlreadyExistsError, NotFoundError, StatementError
 from millpond.shared.sql.parser import parse_statement
@@ -31,6 +31,19 @@ def test_replaying_the_same_statements_gives_the_same_digest() -> None:
         meta.apply(parse_statement(CTAS), 2)
     assert a.digest() == b.digest()
     assert a.digest() != Metastore().digest()
+
+
+def test_a_stream_join_with_a_grace_period_hashes_as_before_the_legacy_flag_existed() -> None:
+    """``JoinWindow.eager`` (no GRACE PERIOD) came later: a join that gives a grace period leaves
+    it out of the digest, so nodes of either version agree on it; one without says it."""
+    for grace, listed in ((" GRACE PERIOD 1 SECOND", False), ("", True)):
+        meta = Metastore()
+        meta.apply(parse_statement(STREAM), 0)
+        meta.apply(parse_statement(STREAM.replace("readings", "alerts")), 1)
+        meta.apply(parse_statement("CREATE STREAM joined AS SELECT r.sensor, r.reading, a.area FROM readings r "
+                                   f"JOIN alerts a WITHIN 1 MINUTE{grace} ON r.sensor = a.sensor"), 2)
+        (query,) = meta.queries.values()
+        assert ("'eager'" in str(_definition(query))) == listed, grace
 
 
 def test_errors_name_what_is_wrong() -> None:
