@@ -241,7 +241,12 @@ class StatementExecutor:
                 if isinstance(stmt, ast.CreateSource) and "partitions" not in stmt.properties:
                     raise StatementError(f"topic {source.topic} does not exist; add PARTITIONS=n to the "
                                          "WITH clause to create it")
-                await ensure_topic(self.admin, source.topic, source.partitions, replicas=replicas)
+                # A table's topic is compacted, as ksqlDB makes it: its latest row per key stays (a
+                # result's rows are stamped with their records' times, which a time retention
+                # would delete at once in a backfill of old data), tombstones delete. A windowed
+                # table's rows go by time, as its windows do.
+                await ensure_topic(self.admin, source.topic, source.partitions, replicas=replicas,
+                                   compacted=source.kind == "TABLE" and source.window is None)
             elif existing != source.partitions:
                 raise StatementError(f"topic {source.topic} has {existing} partitions but {source.name} needs "
                                      f"{source.partitions}; set PARTITIONS={existing} or use another KAFKA_TOPIC")

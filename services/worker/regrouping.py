@@ -20,6 +20,7 @@ counted. A store kept longer than the changelog keeps a tombstone restores from 
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import time
 from typing import Any
@@ -39,6 +40,7 @@ from millpond.services.worker.task import KEPT_STORE_MAX_AGE_MS, RESTORE_FETCH_M
 from millpond.shared.catalog.names import regroup_changelog_topic
 from millpond.shared.catalog.queries import PersistentQuery
 from millpond.shared.catalog.sources import DataSource
+from millpond.shared.catalog.topology import ROWTIME_COLUMN
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.partitioner import partition_for
@@ -52,11 +54,18 @@ ADDED = f'{{"{SIGN_COLUMN}":1'.encode()
 RETRACTED = f'{{"{SIGN_COLUMN}":-1'.encode()
 
 
-def retracted(value: bytes) -> bytes:
-    """An added regrouped value as its retraction: the same columns, ``_SIGN`` -1."""
+def retracted(value: bytes, time_ms: int | None = None) -> bytes:
+    """An added regrouped value as its retraction: the same columns, ``_SIGN`` -1, and with
+    ``time_ms`` the time of the change that takes the row out of its group (what its group's
+    new result is stamped with, as Kafka Streams' table aggregation stamps a subtraction)."""
     if not value.startswith(ADDED):
         raise MillpondError(f"a regrouped value does not begin with {ADDED.decode()}: {value[:40]!r}")
-    return RETRACTED + value[len(ADDED):]
+    out = RETRACTED + value[len(ADDED):]
+    if time_ms is None:
+        return out
+    fields = json.loads(out)
+    fields[ROWTIME_COLUMN] = time_ms
+    return json.dumps(fields, separators=(",", ":")).encode()
 
 
 class RegroupTask(Task[RegroupSlice]):
@@ -100,8 +109,11 @@ class RegroupTask(Task[RegroupSlice]):
         if self.applied(batch):
             return False
         latest: dict[bytes, tuple[bytes | None, bytes | None]] = {}
-        for (_, table_key), (group, value) in zip(batch.inputs, batch.records, strict=True):
+        times: dict[bytes, int | None] = {}
+        for (_, table_key), (group, value), time_ms in zip(batch.inputs, batch.records,
+                                                           batch.timestamps or [None] * len(batch.records), strict=True):
             latest[table_key] = (group, value)  # each key's last record in the batch decides
+            times[table_key] = time_ms
         states: dict[bytes, list[Any] | None] = {}
         regrouped: list[tuple[bytes, bytes]] = []
         for table_key, (group, value) in latest.items():
@@ -110,7 +122,7 @@ class RegroupTask(Task[RegroupSlice]):
             if before == after:
                 continue
             if before is not None:
-                regrouped.append((base64.b64decode(before[0]), retracted(before[1].encode())))
+                regrouped.append((base64.b64decode(before[0]), retracted(before[1].encode(), times[table_key])))
             if after is not None:
                 assert group is not None and value is not None
                 regrouped.append((group, value))

@@ -33,6 +33,8 @@ from millpond.deploy.local.kafka_broker import EmbeddedKafka
 from millpond.deploy.local.launcher import LocalCluster
 from millpond.services.worker.state.store import path_segment
 from millpond.shared.catalog.names import changelog_topic, processing_log_topic
+from millpond.shared.kafka.admin import GroupOffsets
+from millpond.shared.kafka.connection import KafkaConnection
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.kafka.serde import from_proto
 from millpond.shared.net import free_port
@@ -594,6 +596,12 @@ async def test_rowtime_set_by_insert_windows_the_records_and_survives_a_repartit
         stamps = [(json.loads(value)["LATEST"], timestamp)
                   for *_, value, timestamp in await read_records(agg_cluster.bootstrap, table.upper()) if value]
         assert stamps and all(latest == timestamp for latest, timestamp in stamps), (table, stamps)
+    # A table's topic is compacted, as ksqlDB makes it (time retention would delete rows stamped
+    # with old times at once); a windowed table's and a stream's are not.
+    async with GroupOffsets(KafkaConnection(agg_cluster.bootstrap)) as admin:
+        policies = [(await admin.topic_configs(name.upper()))["cleanup.policy"] for name in (by_area, per_minute)]
+        policies.append((await admin.topic_configs(stream))["cleanup.policy"])
+    assert policies == ["compact", "delete", "delete"]
     # So a stream joined with the table sees its rows as of each record's time, history too:
     # an order from 25 minutes ago joins area a's row (stamped 29 minutes ago, not now).
     orders, enriched = f"rt_orders_{agg_cluster.service_id}", f"rt_enriched_{agg_cluster.service_id}"
@@ -746,3 +754,19 @@ async def test_group_by_over_a_table_moves_each_changed_row_between_groups(agg_c
     want = {"o-rw2": ["o-rw2", 1, 7, 7.0, ["p-rw"], {"p-rw": 1}]}  # (another partition: the tokens above did not wait)
     assert await asyncio.to_thread(pull_until, agg_cluster, f"SELECT * FROM {per_owner} WHERE owner = 'o-rw2';",
                                    want) == want
+    # A row that leaves its group stamps the group's new result (here its tombstone: HAVING) with
+    # the time of the change, as Kafka Streams' table aggregation does, not its old row's time.
+    base = int(time.time() * 1000) - 20 * MINUTE
+    run(agg_cluster, f"INSERT INTO {pages} (ROWTIME, page, owner, weight) VALUES ({base}, 'p-t', 'o-t', 5);")
+    assert await asyncio.to_thread(pull_until, agg_cluster, f"SELECT * FROM {per_owner} WHERE owner = 'o-t';",
+                                   {"o-t": ["o-t", 1, 5, 5.0, ["p-t"], {"p-t": 1}]}) == {
+        "o-t": ["o-t", 1, 5, 5.0, ["p-t"], {"p-t": 1}]}
+    run(agg_cluster, f"INSERT INTO {pages} (ROWTIME, page, owner, weight) VALUES ({base + 5_000}, 'p-t', 'o-t2', 5);")
+    deadline = time.monotonic() + 60
+    while True:
+        stamps = [(key, value is None, timestamp) for *_, key, value, timestamp
+                  in await read_records(agg_cluster.bootstrap, per_owner.upper()) if key in (b"o-t", b"o-t2")]
+        if len(stamps) >= 3 or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.5)
+    assert sorted(stamps) == [(b"o-t", False, base), (b"o-t", True, base + 5_000), (b"o-t2", False, base + 5_000)]
