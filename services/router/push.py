@@ -148,7 +148,10 @@ class PushQuery:
                 key = record.key
                 if source.window is not None:  # the windowed key: the key, then the window's bounds
                     key, row[WINDOW_START], row[WINDOW_END] = window_bounds(key, source.window)
-                row.update(zip((c.name for c in keys), key_decoder(keys)(key), strict=True))
+                decoded = key_decoder(keys)(key)
+                if len(keys) > 1 and None in decoded:  # as the persistent queries' readers: no key
+                    raise ValueError("a key of several columns lacks one of them")
+                row.update(zip((c.name for c in keys), decoded, strict=True))
             row.setdefault("ROWTIME", record.timestamp)  # the pseudo-column, unless a column took the name
         except (ValueError, TypeError, AttributeError, UnicodeDecodeError, struct.error, RecursionError) as err:
             self.skipped += 1

@@ -13,7 +13,17 @@ def bad_value(source: DataSource) -> str:
 
 
 def bad_key(source: DataSource) -> str:
-    """A record without a key, or (a key of several columns) one that is not their JSON object."""
+    """A record without a key, or one its KEY column's type cannot hold (a number's bytes not
+    its Java serializer's width), or (a key of several columns) one that is not their JSON object."""
     keys = source.key_columns
-    return "record has no key" if len(keys) < 2 else \
-        f"key is not a JSON object of {', '.join(c.name for c in keys)}, none of them NULL"
+    if len(keys) > 1:
+        return f"key is not a JSON object of {', '.join(c.name for c in keys)}, none of them NULL"
+    width = KEY_WIDTHS.get(keys[0].type.base) if keys else None
+    if width is None:
+        return "record has no key"
+    return f"record has no key, or one that is not a KAFKA-format {keys[0].type.base} ({width} bytes)"
+
+
+KEY_WIDTHS = {"INT": 4, "BIGINT": 8, "DOUBLE": 8}
+"""The bytes of a KAFKA-format key of these types, as Java's serializers write them: a key of
+another length does not deserialize (ksqlDB logs it and drops the record)."""

@@ -56,7 +56,7 @@ from millpond.services.worker.kinds import new_task
 from millpond.services.worker.query_runner import QueryRunner
 from millpond.services.worker.reducers import Reduction
 from millpond.services.worker.state.store import encode_state
-from millpond.services.worker.state.table_topic import TableRecords
+from millpond.services.worker.state.table_topic import LeftOut, TableRecords
 from millpond.services.worker.table_joining import rekeyed, split_rekeyed
 from millpond.services.worker.task import (
     AggregationTask,
@@ -831,6 +831,31 @@ def declared_table_slice(spark: SparkSession, tmp_path: Path, columns: str,
     for _, state in piece.latest:
         assert state is None or json.loads(encode_state(state)) == state
     return table, piece
+
+
+def test_a_number_key_of_another_width_goes_to_the_processing_log_on_every_reader(spark: SparkSession,
+                                                                                  tmp_path: Path) -> None:
+    """A KAFKA-format INT key is 4 bytes (Java's IntegerSerializer): a record whose key is not
+    does not deserialize, and goes to the processing log (as ksqlDB logs it), from the active
+    task's Spark reducer and from a copy's Python reader alike; it was stored under its raw
+    bytes, which no pull could decode (a scan of the table failed on it)."""
+    records = [(serialize_key(7, SqlType("INT")), b'{"V": 1}'), (b"\x00\x07", b'{"V": 2}'),
+               (serialize_key(8, SqlType("BIGINT")), b'{"V": 3}')]
+    table, piece = declared_table_slice(spark, tmp_path, "id INT PRIMARY KEY, v INT", records)
+    assert [(key, state) for key, state in piece.latest] == [(serialize_key(7, SqlType("INT")), [1])]
+    reason = "record has no key, or one that is not a KAFKA-format INT (4 bytes)"
+    assert [(b.offset, b.reason) for b in piece.bad] == [(1, reason), (2, reason)]
+    copy = TableRecords(table)
+    assert [copy.read(key, value) for key, value in records] == [
+        (serialize_key(7, SqlType("INT")), [1]), LeftOut(reason, "\x00\x07"), LeftOut(reason, records[2][0].decode())]
+
+
+def test_a_varchar_key_that_is_not_utf8_reads_as_java_reads_it(spark: SparkSession, tmp_path: Path) -> None:
+    """Java's StringDeserializer and Spark's cast read bytes that are not UTF-8 with U+FFFD:
+    the row is kept, and its pulled key reads so too (it failed the scan)."""
+    table, key, state = declared_table_row(spark, tmp_path, "id VARCHAR PRIMARY KEY, v INT", b'{"V": 5}')
+    row = table_rows(table)
+    assert row(b"a\xffb", state) == ["a\ufffdb", 5] and row(key, state) == ["k", 5]
 
 
 def declared_table_row(spark: SparkSession, tmp_path: Path, columns: str, value: bytes) -> tuple[Any, bytes, Any]:
