@@ -22,7 +22,7 @@ from aiokafka import TopicPartition
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_jitter
 
 from millpond.services.worker.state.changelog import CONSUMER_STOP_TIMEOUT_S, ChangelogReader
-from millpond.services.worker.state.store import WRITTEN_MS, PartitionStore, hand_over, opened
+from millpond.services.worker.state.store import MARKED_END, WRITTEN_MS, PartitionStore, hand_over, opened
 from millpond.services.worker.state.table_topic import TableTopicReader
 from millpond.services.worker.task import store_path, table_store_max_age
 from millpond.shared.catalog.names import changelog_topic
@@ -149,13 +149,15 @@ class StandbyReplica:
         path = store_path(self.settings, self.store_name, self.partition)
         if self.table is not None:  # a table's topic: its tombstones may expire (``table_store_max_age``)
             self.max_age_ms = await table_store_max_age(self.settings.kafka, self.table)
-        store = self.store = await opened(path, self.max_age_ms, now_ms())
+        # A table copy's age is the reader's to judge: kept as it is where the topic has nothing past it.
+        store = self.store = await opened(path, self.max_age_ms if self.table is None else None, now_ms())
         marked = 0
         try:
             reader: ChangelogReader | TableTopicReader = (
                 ChangelogReader(self.settings.kafka, self.changelog, store, fetch_max_wait_ms=FETCH_WAIT_MS)
                 if self.table is None
-                else TableTopicReader(self.settings.kafka, self.table, self.partition, store, fetch_max_wait_ms=FETCH_WAIT_MS))
+                else TableTopicReader(self.settings.kafka, self.table, self.partition, store, fetch_max_wait_ms=FETCH_WAIT_MS,
+                                      max_age_ms=self.max_age_ms))
             # The end is asked on a consumer that never fetches: on the reader's, the question
             # would wait behind its fetch, which the broker holds up to FETCH_WAIT_MS while nothing
             # is committed (a copy of an empty changelog, or of a table's topic at its end, had no
@@ -209,7 +211,7 @@ class StandbyReplica:
                 if (self.max_age_ms is not None and stable is not None and self.position >= stable
                         and now_ms() - marked >= MARK_EVERY_MS):  # up to date now: not a store left behind
                     marked = now_ms()
-                    store.write({}, {WRITTEN_MS: marked})
+                    store.write({}, {WRITTEN_MS: marked, MARKED_END: stable})
         finally:
             self.store, self.caught_up, self.end = None, False, None
             # Every write is one atomic batch between awaits: a cancelled replay leaves the

@@ -573,6 +573,8 @@ class StageStream:
             await self._fail(runner, unclean)
             return
         runner.parked_at = {p: o for p, o in read.items() if p in runner.tasks}
+        for partition, offset in runner.parked_at.items():
+            runner.tasks[partition].read_through(offset)  # idle: read through to the input's end
         self.inputs.watch(self._inputs(runner.parked_at))
         log.info("query parked", extra={"query": runner.name, "partitions": sorted(runner.parked_at),
                                         "read_through": runner.parked_at})

@@ -47,6 +47,7 @@ from millpond.services.worker.state.store import (
     WRITTEN_MS,
     PartitionStore,
     encode_state,
+    mark_up_to_date,
     opened,
     partition_dir,
 )
@@ -962,7 +963,8 @@ async def table_store_max_age(kafka: KafkaConnection, table: DataSource) -> int 
     its position: a compacted topic's cleaner removes a tombstone ``delete.retention.ms`` after it
     could (a tenth less, for the clocks and the cleaner's pace), and a store last brought up to
     date (``WRITTEN_MS``) longer ago may have missed one, keeping a deleted row; such a store is
-    built again from the topic (``state.store.open_kept``). None: the topic is not compacted."""
+    built again from the topic unless the topic has no record past its position
+    (``TableTopicReader``). None: the topic is not compacted."""
     kept = await tombstones_kept_ms(kafka, table.topic)
     return None if kept is None else kept - kept // 10
 
@@ -993,18 +995,21 @@ class TableTask(StoreTask[MaterializeSlice]):
         """Open the store and fence any older owner; resume after the store's own position,
         brought up to the topic's end here where that takes no Spark batch (``_catch_up``),
         else RESTORING while the query replays what the topic held when it started."""
-        self.store = await opened(self.store_path, await table_store_max_age(self.settings.kafka, self.source), now_ms())
+        self.store = await opened(self.store_path)
+        max_age = await table_store_max_age(self.settings.kafka, self.source)
         await self._open_producer()
         reader = TableTopicReader(self.settings.kafka, self.source, self.partition, self.store,
-                                  fetch_max_wait_ms=CATCH_UP_WAIT_MS)
+                                  fetch_max_wait_ms=CATCH_UP_WAIT_MS, max_age_ms=max_age)
         try:
-            await reader.start()  # (a store behind the topic's retention starts empty)
+            await reader.start()  # (a store behind the topic's retention, or its tombstones', starts empty)
             stored = self.store.position(INPUT_OFFSET)
             first = reader.first if reader.first is not None else (
                 await reader.consumer.beginning_offsets([self.input]))[self.input]
             self.input_end = await reader.end_offset()
             if stored is not None and stored < self.input_end:
                 await self._catch_up(reader, self.input_end)
+            if stored is not None and (self.store.position(INPUT_OFFSET) or 0) >= self.input_end:
+                mark_up_to_date(self.store, self.input_end)
         finally:
             await reader.stop()
         self.next_input_offset = self.start_input_offset = self.store.position(INPUT_OFFSET)
@@ -1055,7 +1060,11 @@ class TableTask(StoreTask[MaterializeSlice]):
 
     def read_through(self, offset: int) -> None:
         """The query has read (and committed) its input up to ``offset``: past transaction
-        markers, which committed record offsets alone never reach. Ends the rebuild there."""
+        markers, which committed record offsets alone never reach. Ends the rebuild there; the
+        store reflects the topic up to there (``MARKED_END``: a quiet table's store, however
+        old, need not be built again)."""
+        if self.store is not None and self.next_input_offset is not None and offset >= self.next_input_offset:
+            mark_up_to_date(self.store, offset)
         if self.state == RESTORING and self.input_end is not None and offset >= self.input_end:
             self.state = RUNNING
             self.restored_records = self.records_to_restore

@@ -7,6 +7,7 @@ kept on top of rows deleted since."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 
 from millpond.deploy.local.kafka_broker import EmbeddedKafka
-from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore
+from millpond.services.worker.state.store import INPUT_OFFSET, WRITTEN_MS, PartitionStore, encode_state, mark_up_to_date
 from millpond.services.worker.state.table_topic import TableTopicReader
 from millpond.services.worker.task import table_store_max_age
 from millpond.shared.catalog.metastore import Metastore
@@ -93,3 +94,50 @@ async def test_a_tables_store_may_be_as_old_as_its_compacted_topic_keeps_tombsto
         table = DataSource("TABLE", name.upper(), (), f"{TOPIC}-{name}", 1)
         ages.append(await table_store_max_age(connection, table))
     assert ages == [540_000, 86_400_000 - 8_640_000, None]
+
+
+async def test_a_store_older_than_the_topics_tombstones_is_kept_only_while_the_topic_is_quiet(
+        kafka: EmbeddedKafka, tmp_path: Path) -> None:
+    """A store last brought up to date longer ago than ``max_age_ms``: kept (and marked up to
+    date now) while its topic's end is where the store last reflected it; built again from the
+    topic once records were appended since, which the cleaner may have removed with a tombstone."""
+    topic = f"{TOPIC}-quiet"
+    connection = KafkaConnection(kafka.bootstrap_servers)
+    meta = Metastore()
+    meta.apply(parse_statement(f"CREATE TABLE quiet (k VARCHAR PRIMARY KEY, v INT) "
+                               f"WITH (kafka_topic='{topic}', partitions=1, value_format='json')"), 0)
+    table = meta.source("QUIET")
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap_servers)
+    await admin.start()
+    producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap_servers)
+    await producer.start()
+    store = PartitionStore(tmp_path / "store")
+    try:
+        await ensure_topic(admin, topic, 1, compacted=True)
+        for key, value in ((b"a", 1), (b"b", 2)):
+            await producer.send_and_wait(topic, json.dumps({"V": value}).encode(), key=key, partition=0)
+        await _brought_to(connection, table, store, 2)
+        mark_up_to_date(store, 2)
+        store.write({b"ghost": encode_state([9])}, {WRITTEN_MS: int(time.time() * 1000) - 3_600_000})
+        # Quiet since: kept as it is (a row only the store has stays: nothing was read again).
+        reader = TableTopicReader(connection, table, 0, store, fetch_max_wait_ms=100, max_age_ms=60_000)
+        await reader.start()
+        await reader.stop()
+        assert b"ghost" in dict(store.items()) and store.position(WRITTEN_MS) > time.time() * 1000 - 60_000
+        store.write({}, {WRITTEN_MS: int(time.time() * 1000) - 3_600_000})
+        await producer.send_and_wait(topic, json.dumps({"V": 3}).encode(), key=b"c", partition=0)
+        reader = TableTopicReader(connection, table, 0, store, fetch_max_wait_ms=100, max_age_ms=60_000)
+        await reader.start()
+        try:
+            assert reader.position == 0 and dict(store.items()) == {}  # built again from the topic
+            for _ in range(100):
+                if reader.position >= 3:
+                    break
+                await reader.fetch(100)
+        finally:
+            await reader.stop()
+        assert dict(store.items()) == {b"a": [1], b"b": [2], b"c": [3]}
+    finally:
+        store.close()
+        await producer.stop()
+        await admin.close()

@@ -23,6 +23,7 @@ from typing import Any
 from rocksdict import Options, Rdict, WriteBatch
 
 from millpond.shared.errors import UnavailableError
+from millpond.shared.task_status import now_ms
 from millpond.shared.teardown import opened_in_thread, run_to_end
 
 _STATES = json.JSONDecoder()
@@ -38,6 +39,10 @@ INPUT_OFFSET_HEADER = "millpond.input.offset"
 WRITTEN_MS = b"written_ms"
 """When a store that a compacted topic's tombstones keep right was last brought up to date
 (epoch ms): older than the topic keeps a tombstone, it may have missed a delete."""
+MARKED_END = b"marked_end"
+"""With ``WRITTEN_MS``, for a table's store: the end offset of its topic it was known to reflect
+then (read through to it). A topic whose end has not moved since has had nothing appended: the
+store missed nothing, however long ago that was."""
 STREAM_TIME = b"stream_time"
 """A windowed store's stream time: the latest event time its partition has seen (ms)."""
 STREAM_TIME_HEADER = "millpond.stream.time"
@@ -248,15 +253,27 @@ def open_kept(path: Path, max_age_ms: int, now: int) -> tuple[PartitionStore, bo
     before it caught up: how old its position is is unknown, and the tombstones after it may
     be gone); whether it was."""
     store = open_store(path)
-    written = store.position(WRITTEN_MS)
-    if written is None:
-        if store.position(INPUT_OFFSET) is None and not store.position(CHANGELOG_OFFSET):
-            return store, False  # a new store: nothing to have missed
-    elif now - written <= max_age_ms:
+    if not stale(store, max_age_ms, now):
         return store, False
     store.close()
     remove_store_files(path)
     return PartitionStore(path), True
+
+
+def mark_up_to_date(store: PartitionStore, end: int) -> None:
+    """``store`` reflects its topic up to ``end``, the topic's end now: the time (``WRITTEN_MS``)
+    and that end (``MARKED_END``)."""
+    store.write({}, {WRITTEN_MS: now_ms(), MARKED_END: end})
+
+
+def stale(store: PartitionStore, max_age_ms: int, now: int) -> bool:
+    """Whether ``store`` was last brought up to date (``WRITTEN_MS``) more than ``max_age_ms``
+    before ``now``, or never while it holds positions (how old they are is unknown); a new store
+    is not: it has nothing to have missed."""
+    written = store.position(WRITTEN_MS)
+    if written is None:
+        return store.position(INPUT_OFFSET) is not None or bool(store.position(CHANGELOG_OFFSET))
+    return now - written > max_age_ms
 
 
 REMOVED = ".removed-"

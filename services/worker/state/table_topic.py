@@ -16,6 +16,7 @@ not reached yet the same way (``ReplayedTableTask``). ``TableTopicReader`` has
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -24,16 +25,26 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from millpond.services.worker import reasons
 from millpond.services.worker.state.changelog import CONSUMER_STOP_TIMEOUT_S, MAX_RECORDS, wiped_if_behind
-from millpond.services.worker.state.store import INPUT_OFFSET, PartitionStore, encode_state
+from millpond.services.worker.state.store import (
+    INPUT_OFFSET,
+    MARKED_END,
+    PartitionStore,
+    encode_state,
+    mark_up_to_date,
+    stale,
+    wiped,
+)
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.connection import KafkaConnection, idle_wake_ms, start_client
 from millpond.shared.kafka.serde import encode_key, key_decoder
 from millpond.shared.kafka.values import value_reader
+from millpond.shared.task_status import now_ms
 from millpond.shared.teardown import bounded, run_to_end
 
 BadSink = Callable[[int, str, str | None], None]
 """Told of a record left out: its offset, why, and its text."""
+log = logging.getLogger(__name__)
 PROBE_MS = 25
 """How long ``past_markers`` waits for one fetch."""
 
@@ -58,6 +69,8 @@ class TableRecords:
         self.columns = [(c.name, c.type) for c in table.value_columns]
         keys = table.key_columns
         self._canonical = None if len(keys) < 2 else (key_decoder(keys), keys)
+        self._width = reasons.KEY_WIDTHS.get(keys[0].type.base) if len(keys) == 1 else None
+        """A KAFKA-format number key's width: a key of another length is no key (``reasons.bad_key``)."""
         self._values = value_reader(table)
 
     def read(self, key: bytes | None, value: bytes | None) -> tuple[bytes, list[Any] | None] | LeftOut | None:
@@ -76,7 +89,9 @@ class TableRecords:
         return stored_key, values
 
     def key(self, key: bytes | None) -> bytes | None:
-        if key is None or self._canonical is None:
+        if key is None or (self._width is not None and len(key) != self._width):
+            return None
+        if self._canonical is None:
             return key
         decode, keys = self._canonical
         try:
@@ -93,9 +108,12 @@ class TableTopicReader:
     consumer, from the store's input offset on: ``start``, ``fetch`` as often as wanted, ``stop``."""
 
     def __init__(self, kafka: KafkaConnection, table: DataSource, partition: int, store: PartitionStore,
-                 fetch_max_wait_ms: int):
+                 fetch_max_wait_ms: int, max_age_ms: int | None = None):
         self.input = TopicPartition(table.topic, partition)
         self.store = store
+        self.max_age_ms = max_age_ms
+        """How long ago the store may have been last brought up to date and still go on from its
+        position when the topic has records past it (``task.table_store_max_age``; None: any)."""
         self.table = table
         self.records = TableRecords(table)
         # "earliest": a copy's position below the topic's first offset (retention) starts there.
@@ -123,8 +141,32 @@ class TableTopicReader:
         self.consumer.assign([self.input])
         if (stored := self.store.position(INPUT_OFFSET)) is not None:
             self.first = (await wiped_if_behind(self.store, self.consumer, {self.input: stored}))[self.input]
+        # Asked before the seek: after it, a fetch is out at the broker, and a question waits behind it.
+        if self.max_age_ms is not None and stale(self.store, self.max_age_ms, now_ms()):
+            await self._wiped_if_missed()
         self.offset = self.store.position(INPUT_OFFSET) or 0
         self.consumer.seek(self.input, self.offset)
+
+    async def _wiped_if_missed(self) -> None:
+        """The store was last brought up to date longer ago than the topic keeps a tombstone: if
+        the topic's end moved since (``MARKED_END``), the cleaner may have removed the tombstone
+        of a row it holds (with every record after it: none may be left to show it), so it is
+        emptied and built again from the topic; if not (a quiet table), nothing was appended, it
+        missed nothing and is up to date now."""
+        end = await self.end_offset()
+        if self.store.position(MARKED_END) == end:
+            self.mark_up_to_date(end)
+            return
+        log.warning("the store was brought up to date longer ago than its topic keeps tombstones, and the topic has "
+                    "had records appended since: it is built again from the topic", extra={
+                        "store": str(self.store.path), "topic": f"{self.input.topic}-{self.input.partition}",
+                        "store_offset": self.store.position(INPUT_OFFSET), "end_offset": end,
+                        "max_age_ms": self.max_age_ms})
+        await wiped(self.store)
+
+    def mark_up_to_date(self, end: int) -> None:
+        """The store reflects the topic up to ``end``, its end now (``WRITTEN_MS``, ``MARKED_END``)."""
+        mark_up_to_date(self.store, end)
 
     async def end_offset(self) -> int:
         """The topic's end now (its last stable offset, as the consumer reads committed)."""

@@ -26,6 +26,7 @@ from millpond.services.worker.state import table_topic
 from millpond.services.worker.state.store import (
     CHANGELOG_OFFSET,
     INPUT_OFFSET,
+    MARKED_END,
     WRITTEN_MS,
     PartitionStore,
     StoreClosed,
@@ -249,17 +250,18 @@ async def _kept_a_day(kafka: Any, table: DataSource) -> int:
 async def test_a_table_copy_kept_past_its_topics_tombstones_is_built_again(
         changelog: Changelog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A copy of a table replays its compacted topic; while it was away longer than the topic
-    keeps a tombstone, the cleaner removed a row's records and their tombstone: resumed from its
-    position it would keep the deleted row for good. Last brought up to date too long ago, it is
-    built again from the topic."""
+    keeps a tombstone, the cleaner removed a row's records and their tombstone (every record
+    after its position, here): resumed from its position it would keep the deleted row for good.
+    Last brought up to date too long ago, and the topic's end moved since, it is built again
+    from the topic; away as long with the end where it was (a quiet table), it is kept."""
     monkeypatch.setattr(table_topic, "AIOKafkaConsumer", FakeConsumer)
     monkeypatch.setattr(standby, "table_store_max_age", _kept_a_day)
     FakeConsumer.waits = True
     table = DataSource("TABLE", "T", (Column("ID", SqlType("VARCHAR"), key=True), Column("N", SqlType("INT"))), "t", 1)
-    changelog.records = [Record(0, b"a", b'{"N": 1}', ()), Record(1, b"b", b'{"N": 2}', ())]  # type: ignore[arg-type]
-    changelog.end = 2
     settings = WorkerSettings(worker_id="w", state_dir=tmp_path)
-    for age_ms, kept in ((3_600_000, {b"a", b"b"}), (86_400_000, {b"b"})):
+    for age_ms, end, kept in ((3_600_000, 4, {b"a", b"b"}), (86_400_000, 4, {b"b"}), (86_400_000, 2, {b"a", b"b"})):
+        changelog.records = [Record(0, b"a", b'{"N": 1}', ()), Record(1, b"b", b'{"N": 2}', ())]  # type: ignore[arg-type]
+        changelog.end = 2
         copy = StandbyReplica(settings, QUERY, 0, table_rows(table), table)
         copy.start()
         try:
@@ -267,21 +269,20 @@ async def test_a_table_copy_kept_past_its_topics_tombstones_is_built_again(
             assert copy.store is not None and set(dict(copy.store.items())) == {b"a", b"b"}
         finally:
             await copy.stop()
-        # Away ``age_ms``, while a's record, then its tombstone, were written and cleaned away.
+        # Away ``age_ms``; with the end at 4, a's record, then its tombstone, were written and cleaned away.
         store = PartitionStore(store_path(settings, QUERY, 0))
+        assert store.position(MARKED_END) == 2
         store.write({}, {WRITTEN_MS: int(time.time() * 1000) - age_ms})
         store.close()
         changelog.records = [Record(1, b"b", b'{"N": 2}', ())]  # type: ignore[arg-type]
-        changelog.end = 4
+        changelog.end = end
         again = StandbyReplica(settings, QUERY, 0, table_rows(table), table)
         again.start()
         try:
-            await until(lambda: (lag := again.lag()) is not None and lag.current_offset == 4, "the copy resumed")  # noqa: B023
-            assert again.store is not None and set(dict(again.store.items())) == kept, age_ms
+            await until(lambda: (lag := again.lag()) is not None and lag.current_offset == end, "the copy resumed")  # noqa: B023
+            assert again.store is not None and set(dict(again.store.items())) == kept, (age_ms, end)
         finally:
             await again.stop()
-        changelog.records = [Record(0, b"a", b'{"N": 1}', ()), Record(1, b"b", b'{"N": 2}', ())]  # type: ignore[arg-type]
-        changelog.end = 2
         shutil.rmtree(store_path(settings, QUERY, 0))
 
 
