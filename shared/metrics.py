@@ -19,8 +19,9 @@ RECORDS_PROCESSED = Counter("millpond_records_processed_total",
 RECORDS_FAILED = Counter("millpond_records_failed_total",
                          "Input records a task could not process (sent to the processing log).", ["query", "partition"])
 RECORDS_LATE = Counter("millpond_records_late_total",
-                       "Records a windowed aggregation dropped for a window closed by its grace period "
-                       "(each also in the processing log), one per record and window.", ["query", "partition"])
+                       "Late records: a windowed aggregation's dropped for a window closed by its grace period "
+                       "(each also in the processing log, one per record and window), and a stream-stream join's "
+                       "past its retention when they came (not kept, though they join what is).", ["query", "partition"])
 BATCH_SECONDS = Histogram("millpond_microbatch_seconds", "Time to process and commit one Spark micro-batch.",
                           ["query"], buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30))
 CONSUMER_LAG = Gauge("millpond_task_consumer_lag",

@@ -40,8 +40,8 @@ still join them.
 State: the buffers, the records awaiting their window's close and the stream time, in
 memory. A batch's results and input offset go in one Kafka transaction; a task that starts
 (after a crash, or on a new worker) replays the joined topic up to its committed offset
-without output, which rebuilds exactly that state. The joined topic keeps the retention plus a
-day, and at least a week.
+without output, which rebuilds exactly that state. The joined topic keeps the retention (and
+``behind``) plus a day, and at least a week.
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ class StreamJoinTask(GatheredJoinTask):
         (0 for a query's first stage): every record is kept that much longer, and the right
         side's unmatched records wait that much longer for the rows so far (the left side)."""
         self.retention = window.retention_ms + self.behind
-        """How far behind stream time a record is still kept."""
+        """How far behind its side's largest time a record is still kept."""
         self.eager = window.eager
 
     def reach(self, side: int) -> int:
@@ -179,7 +179,7 @@ class StreamJoinTask(GatheredJoinTask):
                  results: list[tuple[bytes, bytes, int]] | None, bad: list[BadRecord]) -> bool:
         """One joined-topic record; its results (key, value, timestamp) and those of the
         windows it closes go to ``results`` (None while replaying). False when it is late
-        (too far behind stream time to be kept)."""
+        (too far behind its side's largest time to be kept)."""
         side = key[0] if key else 2
         if side > 1 or value is None:  # a tombstone joins nothing, as in Kafka Streams
             return True

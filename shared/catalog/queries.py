@@ -72,7 +72,7 @@ class JoinedTable:
 class JoinWindow:
     """A stream-stream join's ``WITHIN``: a right record joins a left one ``before_ms``
     before it to ``after_ms`` after it. Each record is kept (to be joined by later ones)
-    until stream time is more than ``retention_ms`` past it, and an outer join's unmatched
+    until its side's largest time is more than ``retention_ms`` past it, and an outer join's unmatched
     record is emitted once its window and ``grace_ms`` have passed (Kafka Streams'
     ``JoinWindows.ofTimeDifferenceAndGrace``)."""
 
@@ -86,7 +86,7 @@ class JoinWindow:
 
     @property
     def retention_ms(self) -> int:
-        """How far behind stream time a record is still kept: the window's whole span and the
+        """How far behind its side's largest time a record is still kept: the window's whole span and the
         grace period (Kafka Streams' join store retention)."""
         return self.before_ms + self.after_ms + self.grace_ms
 
