@@ -51,7 +51,7 @@ from millpond.services.worker.task import (
 from millpond.shared.catalog.plans import PlanKind
 from millpond.shared.catalog.queries import PersistentQuery, QueryPlan
 from millpond.shared.catalog.sources import Column, DataSource, WindowSpec
-from millpond.shared.catalog.topology import ROWTIME_COLUMN, join_input
+from millpond.shared.catalog.topology import CHANGED_COLUMN, ROWTIME_COLUMN, join_input
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.serde import (
     composite_key_type,
@@ -125,7 +125,9 @@ def aggregate_reduction(parsed: DataFrame, query: PersistentQuery, source: DataS
         if arrow is not None:
             return arrow_aggregate(frame, arguments, arrow, source)
     columns, shape = partial_columns(query.plan, signed)
-    latest = F.max(F.expr(f"IF(_kind = {GOOD}, ROWTIME, NULL)")).alias("_time")  # after the partials
+    # When the records changed the group (a table aggregation's retraction: when its row left).
+    changed = f"coalesce({quote_identifier(CHANGED_COLUMN)}, ROWTIME)" if CHANGED_COLUMN in source.schema else "ROWTIME"
+    latest = F.max(F.expr(f"IF(_kind = {GOOD}, {changed}, NULL)")).alias("_time")  # after the partials
 
     def reduce(batch: DataFrame, tasks: Mapping[int, Any]) -> dict[int, AggregateSlice]:
         rows = grouped(batch, [*columns, latest]).collect()

@@ -40,7 +40,7 @@ from millpond.services.worker.task import KEPT_STORE_MAX_AGE_MS, RESTORE_FETCH_M
 from millpond.shared.catalog.names import regroup_changelog_topic
 from millpond.shared.catalog.queries import PersistentQuery
 from millpond.shared.catalog.sources import DataSource
-from millpond.shared.catalog.topology import ROWTIME_COLUMN
+from millpond.shared.catalog.topology import CHANGED_COLUMN
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.partitioner import partition_for
@@ -64,7 +64,7 @@ def retracted(value: bytes, time_ms: int | None = None) -> bytes:
     if time_ms is None:
         return out
     fields = json.loads(out)
-    fields[ROWTIME_COLUMN] = time_ms
+    fields[CHANGED_COLUMN] = time_ms  # its own ROWTIME stays: aggregates over it take back what they added
     return json.dumps(fields, separators=(",", ":")).encode()
 
 

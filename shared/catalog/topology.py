@@ -95,6 +95,11 @@ WINDOWED_EXTRA_MS = 24 * 3_600_000
 """How much longer than its windows a windowed changelog keeps records (Kafka Streams' default)."""
 ROWTIME_COLUMN = "_INPUT_ROWTIME"
 """The column of a repartition topic's records that carries the input record's timestamp."""
+CHANGED_COLUMN = "_CHANGED_ROWTIME"
+"""In a table aggregation's regrouped rows: when the change that adds or retracts the row
+happened (an added row's own time; a retraction's, the change that takes its row out, while
+``ROWTIME_COLUMN`` keeps the row's own for the aggregates to take back): what the group's new
+result is stamped with, as Kafka Streams' table aggregation stamps it."""
 JOIN_KEY_COLUMN = "_JOIN_KEY"
 """The key column of joined table rows another stage reads (``chained_rows``: a GROUP BY's, or
 the rows a chain of table joins joined so far): the join key."""
@@ -535,8 +540,8 @@ def _repartitioned_aggregate(query: PersistentQuery, source: DataSource, sink: D
     # (the task writes a retraction as the row it added, with -1 there: REGROUP).
     regroup = plan.regrouped is not None
     if regroup:
-        carried = (Column(SIGN_COLUMN, SqlType("INT")), *carried)
-        carried_expressions = ("1", *carried_expressions)
+        carried = (Column(SIGN_COLUMN, SqlType("INT")), *carried, Column(CHANGED_COLUMN, SqlType("BIGINT")))
+        carried_expressions = ("1", *carried_expressions, "_rowtime")
     if plan.window is not None and plan.event_time is None:
         plan = replace(plan, event_time=quote_identifier(ROWTIME_COLUMN))
     # A join's stage 2 reads partition p of it with partition p of each table: it has the

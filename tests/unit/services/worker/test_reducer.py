@@ -55,6 +55,7 @@ from millpond.services.worker.converters import row_to_proto
 from millpond.services.worker.kinds import new_task
 from millpond.services.worker.query_runner import QueryRunner
 from millpond.services.worker.reducers import Reduction
+from millpond.services.worker.regrouping import retracted
 from millpond.services.worker.state.store import encode_state
 from millpond.services.worker.state.table_topic import LeftOut, TableRecords
 from millpond.services.worker.table_joining import rekeyed, split_rekeyed
@@ -613,7 +614,8 @@ def test_a_tables_changed_rows_regroup_by_their_new_group_or_leave_it(spark: Spa
     first, second = slices[0], slices[1]
     assert first.inputs == [(0, b"p1"), (1, b"p2"), (2, b"p3"), (3, b"p1")]
     assert [(key, None if value is None else json.loads(value)) for key, value in first.records] == [
-        (b"a", {"_SIGN": 1, "PAGE": "p1", "OWNER": "a", "WEIGHT": 5, "_INPUT_ROWTIME": 1767312000000}),
+        (b"a", {"_SIGN": 1, "PAGE": "p1", "OWNER": "a", "WEIGHT": 5, "_INPUT_ROWTIME": 1767312000000,
+                "_CHANGED_ROWTIME": 1767312000000}),
         (b"p2", None), (b"p3", None), (b"p1", None)]
     assert all(value is None or value.startswith(b'{"_SIGN":1,') for _, value in first.records)
     assert sorted((b.offset, "NULL" in b.reason) for b in first.bad) == [(1, True), (4, False)]
@@ -638,6 +640,22 @@ def test_regrouped_rows_add_to_or_subtract_from_their_group(spark: SparkSession,
               for piece in slices.values() for key, partial in piece.partials}
     assert totals == {b"a": [2, 7, 7.0], b"b": [0, 0, None], b"c": [-1, -3, 3.0], b"d": [1, least, float(least)],
                       b"e": [-1, None, None]}  # COUNT(*) counts a row whose WEIGHT is NULL
+
+
+def test_a_retraction_takes_back_its_rows_own_rowtime_and_stamps_the_group_with_its_change(spark: SparkSession,
+                                                                                            tmp_path: Path) -> None:
+    """A row added to a group at 1 s leaves it at 5 s: its retraction (``regrouping.retracted``)
+    keeps the row's own ROWTIME, so SUM(ROWTIME) takes back exactly what it added, and says when
+    it left, which stamps the group's new result (Kafka Streams' table aggregation)."""
+    statements = (TABLE_AGGREGATION[0], "CREATE TABLE stamps AS SELECT owner, COUNT(*) AS n, SUM(ROWTIME) AS s "
+                                        "FROM pages GROUP BY owner")
+    added = json.dumps({"_SIGN": 1, "PAGE": "p", "OWNER": "x", "WEIGHT": 1, "_INPUT_ROWTIME": 1_000,
+                        "_CHANGED_ROWTIME": 1_000}, separators=(",", ":")).encode()
+    slices = stage_slices(spark, tmp_path, statements, "STAMPS", 1, [
+        (b"x", added, 0, 0), (b"x", retracted(added, 5_000), 0, 1)])
+    ((key, partial),) = slices[0].partials
+    assert key == b"x" and [aggregates.require(n).finalize(p) for n, p in zip(("COUNT", "SUM"), partial, strict=True)] == [0, 0]
+    assert slices[0].times == {b"x": 5_000}
 
 
 def test_a_tables_collected_lists_take_back_retracted_rows_in_input_order(spark: SparkSession,

@@ -208,7 +208,8 @@ def test_a_tables_aggregation_regroups_its_rows_then_aggregates_them() -> None:
              s.query.start_offsets, s.has_standbys) for s in staged] == [
         ("regroup", PlanKind.REGROUP, "pages", repartition, 3, 2, None, False),
         ("", PlanKind.AGGREGATE, repartition, "OWNERS", 2, 2, None, True)]
-    assert [c.name for c in staged[0].sink.value_columns] == ["_SIGN", "PAGE", "OWNER", "WEIGHT", "_INPUT_ROWTIME"]
+    assert [c.name for c in staged[0].sink.value_columns] == ["_SIGN", "PAGE", "OWNER", "WEIGHT", "_INPUT_ROWTIME",
+                                                                   "_CHANGED_ROWTIME"]
     assert staged[0].query.plan.columns[1].expression == "1" and staged[0].query.plan.key_expression == "`OWNER`"
     assert [(t.name, t.compacted, t.partitions) for t in internal_topics("svc", query)] == [
         ("_millpond-svc-" + query.query_id + "-changelog", True, None),
