@@ -14,10 +14,13 @@ def bad_value(source: DataSource) -> str:
 
 def bad_key(source: DataSource) -> str:
     """A record without a key, or one its KEY column's type cannot hold (a number's bytes not
-    its Java serializer's width), or (a key of several columns) one that is not their JSON object."""
+    its Java serializer's width, a VARCHAR's not UTF-8: stores keep a key's bytes, and pulls read
+    them back as the column), or (a key of several columns) one that is not their JSON object."""
     keys = source.key_columns
     if len(keys) > 1:
         return f"key is not a JSON object of {', '.join(c.name for c in keys)}, none of them NULL"
+    if keys and keys[0].type.base == "VARCHAR":
+        return "record has no key, or one that is not UTF-8 text"
     width = KEY_WIDTHS.get(keys[0].type.base) if keys else None
     if width is None:
         return "record has no key"

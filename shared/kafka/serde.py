@@ -49,7 +49,7 @@ def key_decoder(columns: Sequence[Column]) -> Callable[[bytes], list[Any]]:
     if len(columns) == 1:
         type_ = columns[0].type
         if type_.base == "VARCHAR":
-            return lambda data: [data.decode(errors="replace")]
+            return lambda data: [data.decode()]
         return lambda data: [deserialize_key(data, type_)]
     names = [c.name for c in columns]
 
@@ -102,11 +102,11 @@ def _key_field(value: Any, type_: SqlType, name: str) -> Any:
 
 
 def deserialize_key(data: bytes, type_: SqlType) -> Any:
-    """Inverse of ``serialize_key``. A VARCHAR's bytes that are not UTF-8 read with U+FFFD for
-    each bad sequence, as Java's ``StringDeserializer`` and Spark's cast read them."""
+    """Inverse of ``serialize_key`` (UnicodeDecodeError for a VARCHAR's bytes that are not
+    UTF-8: the readers set such a record aside, ``reasons.bad_key``)."""
     base = type_.base
     if base == "VARCHAR":
-        return data.decode(errors="replace")
+        return data.decode()
     if base == "INT":
         return struct.unpack(">i", data)[0]
     if base == "BIGINT":

@@ -71,6 +71,8 @@ class TableRecords:
         self._canonical = None if len(keys) < 2 else (key_decoder(keys), keys)
         self._width = reasons.KEY_WIDTHS.get(keys[0].type.base) if len(keys) == 1 else None
         """A KAFKA-format number key's width: a key of another length is no key (``reasons.bad_key``)."""
+        self._text = len(keys) == 1 and keys[0].type.base == "VARCHAR"
+        """A VARCHAR key: bytes that are not UTF-8 are no key either."""
         self._values = value_reader(table)
 
     def read(self, key: bytes | None, value: bytes | None) -> tuple[bytes, list[Any] | None] | LeftOut | None:
@@ -91,6 +93,11 @@ class TableRecords:
     def key(self, key: bytes | None) -> bytes | None:
         if key is None or (self._width is not None and len(key) != self._width):
             return None
+        if self._text:
+            try:
+                key.decode()
+            except UnicodeDecodeError:
+                return None
         if self._canonical is None:
             return key
         decode, keys = self._canonical

@@ -791,7 +791,7 @@ def test_a_stream_join_side_copies_records_as_they_are_with_their_event_time(spa
         0: [(4, b"a", b'{"TS": 1000, "X": 1}', 1000), (6, b"b", None, None)],
         1: [(3, b"c", b'{"TS": 7, "X": 4, "EXTRA": true}', 7)]}
     assert {p: [(b.offset, b.reason.split(":")[0]) for b in s.bad] for p, s in slices.items()} == {
-        0: [(5, "record has no event time")], 1: [(2, "record has no key")]}
+        0: [(5, "record has no event time")], 1: [(2, "record has no key, or one that is not UTF-8 text")]}
 
 
 def test_a_stream_joined_on_another_column_is_rekeyed_by_it_as_its_side_copies_it(spark: SparkSession,
@@ -812,7 +812,7 @@ def test_a_stream_joined_on_another_column_is_rekeyed_by_it_as_its_side_copies_i
     assert split_rekeyed(slices[0].records[0][1]) == (struct.pack(">i", 7), b"a")
     assert slices[0].records[0][3] == 1_700_000_000_000  # the record's time: q has no TIMESTAMP
     assert {p: [(b.offset, b.reason.split(" of ")[0]) for b in s.bad] for p, s in slices.items()} == {
-        0: [(5, "record has no key")], 1: [(3, "value is not JSON")]}
+        0: [(5, "record has no key, or one that is not UTF-8 text")], 1: [(3, "value is not JSON")]}
 
 
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -868,12 +868,17 @@ def test_a_number_key_of_another_width_goes_to_the_processing_log_on_every_reade
         (serialize_key(7, SqlType("INT")), [1]), LeftOut(reason, "\x00\x07"), LeftOut(reason, records[2][0].decode())]
 
 
-def test_a_varchar_key_that_is_not_utf8_reads_as_java_reads_it(spark: SparkSession, tmp_path: Path) -> None:
-    """Java's StringDeserializer and Spark's cast read bytes that are not UTF-8 with U+FFFD:
-    the row is kept, and its pulled key reads so too (it failed the scan)."""
-    table, key, state = declared_table_row(spark, tmp_path, "id VARCHAR PRIMARY KEY, v INT", b'{"V": 5}')
-    row = table_rows(table)
-    assert row(b"a\xffb", state) == ["a\ufffdb", 5] and row(key, state) == ["k", 5]
+def test_a_varchar_key_that_is_not_utf8_goes_to_the_processing_log_on_every_reader(spark: SparkSession,
+                                                                                   tmp_path: Path) -> None:
+    """A store keeps a key's bytes and a pull reads them back as the column: bytes that are not
+    UTF-8 text cannot be a VARCHAR key (two of them would read as one string, and no pull could
+    name either), so the record goes to the processing log, from Spark and a copy's reader alike."""
+    records = [(b"a\xffb", b'{"V": 1}'), (b"ok", b'{"V": 2}')]
+    table, piece = declared_table_slice(spark, tmp_path, "id VARCHAR PRIMARY KEY, v INT", records)
+    reason = "record has no key, or one that is not UTF-8 text"
+    assert piece.latest == [(b"ok", [2])] and [(b.offset, b.reason) for b in piece.bad] == [(0, reason)]
+    assert [TableRecords(table).read(key, value) for key, value in records] == [LeftOut(reason, "a\ufffdb"),
+                                                                                 (b"ok", [2])]
 
 
 def declared_table_row(spark: SparkSession, tmp_path: Path, columns: str, value: bytes) -> tuple[Any, bytes, Any]:
@@ -1015,7 +1020,7 @@ def test_a_joined_tables_active_task_decodes_its_topic_as_its_copies_do(spark: S
     assert copy[b"k1"] == ["2026-11-27", {"N": 1, "AT": "2026-11-27T01:02:03"}]
     assert copy[b"k2"] == ["2026-01-02", None] and b"k5" not in copy
     assert [(b.offset, b.reason.split(":")[0]) for b in piece.bad] == [
-        (5, "value is not JSON of the declared columns and types"), (6, "record has no key"),
+        (5, "value is not JSON of the declared columns and types"), (6, "record has no key, or one that is not UTF-8 text"),
         (7, "value is not JSON of the declared columns and types")]
 
 

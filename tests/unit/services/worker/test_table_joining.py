@@ -99,11 +99,10 @@ def test_a_value_that_does_not_decode_changes_nothing_and_is_logged(tmp_path: Pa
     task._apply(b"\x01k", b"site", overlay, (bad, 0))
     task._apply(b"\x02k", json.dumps({"Z": 4}).encode(), overlay, (bad, 1))
     task._apply(b"\x02k", b"{not json", overlay, (bad, 2))
-    # A key that is not UTF-8 text reads as Java's StringDeserializer (and Spark) read it: applied.
-    task._apply(b"\x02\xff\xfe", b'{"Z": 5}', overlay, (bad, 3))
-    assert [(b.offset, b.value) for b in bad] == [(2, "{not json")]
-    assert "C's value is not JSON" in bad[0].reason
-    assert overlay.get(b"\x02\xff\xfe") is not None
+    task._apply(b"\x02\xff\xfe", b'{"Z": 5}', overlay, (bad, 3))  # a key that is not UTF-8 text
+    assert [(b.offset, b.value) for b in bad] == [(2, "{not json"), (3, '{"Z": 5}')]
+    assert "C's value is not JSON" in bad[0].reason and "C's key is not KAFKA VARCHAR" in bad[1].reason
+    assert b"\x02\xff\xfe" not in overlay
     result = task._result(b"k", overlay, 2, bad)
     assert result is not None and json.loads(result) == {"X": None, "Y": "site", "Z": 4, "TOTAL": None}
 

@@ -220,7 +220,7 @@ def test_the_reducer_reports_bad_records_and_the_stream_time_it_reached(spark: S
     first, second = slices[0], slices[1]
     assert isinstance(first, WindowSlice) and isinstance(second, WindowSlice)
     assert (first.reduced_at, first.stream_time, first.count, first.last_offset) == (-1, 125000, 9, 9)
-    assert [(b.offset, b.reason.split(":")[0]) for b in first.bad] == [(7, "record has no key"),
+    assert [(b.offset, b.reason.split(":")[0]) for b in first.bad] == [(7, "record has no key, or one that is not UTF-8 text"),
                                                                        (8, "record has no event time")]
     assert [b.offset for b in first.late] == [5, 6]
     assert "closed at stream time 85000" in first.late[0].reason
