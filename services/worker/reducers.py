@@ -501,10 +501,13 @@ def classify(parsed: DataFrame, source: DataSource, tombstones: bool, where: str
     bad_value = f"_raw IS NOT NULL AND {CORRUPT} IS NOT NULL"
     keys = source.key_columns
     no_key = "_key_bytes IS NULL AND _raw IS NOT NULL" if keys else "false"
-    if len(keys) == 1 and keys[0].type.base in reasons.KEY_WIDTHS:  # bytes of another width: NULL, no key
-        no_key = f"_raw IS NOT NULL AND {quote_identifier(keys[0].name)} IS NULL"
+    # A key its type cannot hold: a number's bytes of another width (its column NULL), a VARCHAR's
+    # not UTF-8. A table's tombstone with such a key deletes nothing: logged, as a copy's reader does.
+    counted = "(_raw IS NOT NULL OR _key_bytes IS NOT NULL)" if tombstones else "_raw IS NOT NULL"
+    if len(keys) == 1 and keys[0].type.base in reasons.KEY_WIDTHS:
+        no_key = f"{counted} AND {quote_identifier(keys[0].name)} IS NULL"
     elif len(keys) == 1 and keys[0].type.base == "VARCHAR":
-        no_key = "_raw IS NOT NULL AND NOT coalesce(is_valid_utf8(_key_bytes), false)"
+        no_key = f"{counted} AND NOT coalesce(is_valid_utf8(_key_bytes), false)"
     if len(keys) > 1:  # a JSON key that does not parse, or lacks a column, is no key either
         no_key = "_raw IS NOT NULL AND (_key_bytes IS NULL OR " + " OR ".join(
             f"{quote_identifier(c.name)} IS NULL" for c in keys) + ")"

@@ -857,15 +857,17 @@ def test_a_number_key_of_another_width_goes_to_the_processing_log_on_every_reade
     does not deserialize, and goes to the processing log (as ksqlDB logs it), from the active
     task's Spark reducer and from a copy's Python reader alike; it was stored under its raw
     bytes, which no pull could decode (a scan of the table failed on it)."""
-    records = [(serialize_key(7, SqlType("INT")), b'{"V": 1}'), (b"\x00\x07", b'{"V": 2}'),
-               (serialize_key(8, SqlType("BIGINT")), b'{"V": 3}')]
-    table, piece = declared_table_slice(spark, tmp_path, "id INT PRIMARY KEY, v INT", records)
+    records: list[tuple[bytes, bytes | None]] = [
+        (serialize_key(7, SqlType("INT")), b'{"V": 1}'), (b"\x00\x07", b'{"V": 2}'),
+        (serialize_key(8, SqlType("BIGINT")), b'{"V": 3}'), (b"\x00\x07", None)]  # a tombstone of such a key too
+    table, piece = declared_table_slice(spark, tmp_path, "id INT PRIMARY KEY, v INT", records)  # type: ignore[arg-type]
     assert [(key, state) for key, state in piece.latest] == [(serialize_key(7, SqlType("INT")), [1])]
     reason = "record has no key, or one that is not a KAFKA-format INT (4 bytes)"
-    assert [(b.offset, b.reason) for b in piece.bad] == [(1, reason), (2, reason)]
+    assert [(b.offset, b.reason) for b in piece.bad] == [(1, reason), (2, reason), (3, reason)]
     copy = TableRecords(table)
     assert [copy.read(key, value) for key, value in records] == [
-        (serialize_key(7, SqlType("INT")), [1]), LeftOut(reason, "\x00\x07"), LeftOut(reason, records[2][0].decode())]
+        (serialize_key(7, SqlType("INT")), [1]), LeftOut(reason, "\x00\x07"), LeftOut(reason, records[2][0].decode()),
+        LeftOut(reason, "\x00\x07")]
 
 
 def test_a_varchar_key_that_is_not_utf8_goes_to_the_processing_log_on_every_reader(spark: SparkSession,
