@@ -353,10 +353,13 @@ async def test_readings_per_minute_in_tumbling_windows_are_exact_with_late_recor
     rng = random.Random(21)
     records: list[tuple[str, int, int]] = []
     clock = 0
+    # Two hours ago: results are stamped with their records' times, and a sink topic's time
+    # retention (a week) would delete records from 1970 whenever its check came by.
+    base = (int(time.time() * 1000) - 120 * MINUTE) // MINUTE * MINUTE
     for _ in range(120):
         clock += rng.randrange(0, 12_000)
         ts = clock - rng.choice([0, 0, 0, rng.randrange(1, 25_000), rng.randrange(40_000, 120_000)])
-        records.append((f"sensor-{rng.randrange(4)}", rng.randrange(0, 100), max(ts, 0)))
+        records.append((f"sensor-{rng.randrange(4)}", rng.randrange(0, 100), base + max(ts, 0)))
     windows, late, stream_time, every_window = windows_reference(records, size, grace, retention)
     assert late and len(windows) > 10, "the input has no late record, or too few windows, to prove anything"
     accepted_out_of_order = [r for i, r in enumerate(records) if any(r[2] < o[2] for o in records[:i])
@@ -413,7 +416,7 @@ async def test_readings_per_minute_in_tumbling_windows_are_exact_with_late_recor
         latest[key] = value
     gone = {(k[:-8].decode(), int.from_bytes(k[-8:], "big")) for k, v in latest.items() if v is None}
     assert gone == expired
-    assert max(stream_time.values()) > retention
+    assert max(stream_time.values()) > base + retention
 
     # EMIT FINAL: one sink record per window, once stream time closed it (end plus grace), with
     # its final count; none for a window still open.
