@@ -158,6 +158,8 @@ def _remainder(a: Any, b: Any) -> Any:
         return None
     if isinstance(a, int) and isinstance(b, int):
         return a - b * _divide(a, b)  # the sign follows the dividend, as in Java
+    if math.isinf(a):
+        return math.nan  # as Java and Spark (fmod raises)
     return math.fmod(a, b)
 
 
@@ -233,16 +235,19 @@ def evaluate(expr: ast.Expr, row: Mapping[str, Any]) -> Any:
         return (not value) if expr.op == "NOT" else _wrapped(-value, expr.bits) if expr.bits else -value
     if isinstance(expr, ast.IsNull):
         return (evaluate(expr.operand, row) is None) != expr.negated
-    if isinstance(expr, ast.Between):
+    if isinstance(expr, ast.Between):  # Spark's: low <= v AND v <= high, three-valued, then NOT
         v, lo, hi = (evaluate(e, row) for e in (expr.operand, expr.low, expr.high))
-        if v is None or lo is None or hi is None:
-            return None
-        return (lo <= v <= hi) != expr.negated
-    if isinstance(expr, ast.InList):
+        above = None if v is None or lo is None else lo <= v
+        below = None if v is None or hi is None else v <= hi
+        within = False if above is False or below is False else None if above is None or below is None else True
+        return within if within is None else within != expr.negated
+    if isinstance(expr, ast.InList):  # SQL's: no match with a NULL item is NULL, not false
         v = evaluate(expr.operand, row)
         if v is None:
             return None
-        return (v in [evaluate(i, row) for i in expr.items]) != expr.negated
+        items = [evaluate(i, row) for i in expr.items]
+        found = True if any(i is not None and i == v for i in items) else None if None in items else False
+        return found if found is None else found != expr.negated
     if isinstance(expr, ast.Case):
         for cond, value in expr.whens:
             if evaluate(cond, row) is True:
@@ -265,6 +270,12 @@ def evaluate(expr: ast.Expr, row: Mapping[str, Any]) -> Any:
     raise StatementError(f"unsupported expression {expr!r}")
 
 
+_INTEGER_TEXT = re.compile(r"([+-]?[0-9]*)(?:\.[0-9]*)?")
+"""Text Spark's CAST reads as an integer (``UTF8String.toLong``): digits, a fraction it drops."""
+_BOOLEAN_TEXT = {**dict.fromkeys(("t", "true", "y", "yes", "1"), True), **dict.fromkeys(("f", "false", "n", "no", "0"), False)}
+"""Text Spark's CAST reads as a BOOLEAN (``StringUtils.isTrueString`` and ``isFalseString``)."""
+
+
 def _cast(value: Any, type_: ast.SqlType) -> Any:
     """CAST as Spark does it outside ANSI mode: a value that does not convert becomes NULL."""
     if value is None:
@@ -277,8 +288,12 @@ def _cast(value: Any, type_: ast.SqlType) -> Any:
             return str(value)
         if base in ("INT", "BIGINT"):
             bits = 32 if base == "INT" else 64
-            if isinstance(value, str):  # text past the range is NULL
-                number = int(float(value))
+            if isinstance(value, str):  # Spark's reading: digits (a fraction truncated), else or past the range NULL
+                text = value.strip()
+                read = _INTEGER_TEXT.fullmatch(text)
+                if read is None or not any(c.isdigit() for c in text):
+                    return None
+                number = int(read[1]) if read[1].lstrip("+-") else 0  # ".5": no whole digits, 0
                 return number if -(2 ** (bits - 1)) <= number < 2 ** (bits - 1) else None
             if isinstance(value, float):  # Java's (int) or (long) of a double: truncated, saturated, NaN 0
                 return _saturated(value if math.isnan(value) or math.isinf(value) else math.trunc(value), bits)
@@ -287,7 +302,7 @@ def _cast(value: Any, type_: ast.SqlType) -> Any:
             return float(value)
         if base == "BOOLEAN":
             if isinstance(value, str):
-                return {"true": True, "false": False}.get(value.strip().lower())
+                return _BOOLEAN_TEXT.get(value.strip().lower())
             return bool(value)
     except (TypeError, ValueError, OverflowError):
         return None

@@ -108,8 +108,12 @@ def _strict(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _substring(s: str, pos: int, length: int | None = None) -> str:
-    start = pos - 1 if pos > 0 else max(len(s) + pos, 0)
-    return s[start:] if length is None else s[start:start + max(length, 0)]
+    """Spark's ``substringSQL``: position 1 (or 0) is the first character, a negative one counts
+    from the end; the length counts from there, before the start is clamped to the text."""
+    start = pos - 1 if pos > 0 else len(s) + pos if pos < 0 else 0
+    end = start + (2**31 - 1 if length is None else length)
+    start = max(start, 0)
+    return s[start:end] if start < end else ""
 
 
 def _round(x: Any, digits: int = 0) -> Any:
@@ -184,9 +188,10 @@ def _floor_type(types: list[SqlType]) -> SqlType:
 FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
     ScalarFunction("UCASE", ("string",), spark="upper", python=_strict(str.upper)),
     ScalarFunction("LCASE", ("string",), spark="lower", python=_strict(str.lower)),
-    ScalarFunction("TRIM", ("string",), spark="trim", python=_strict(str.strip)),
-    ScalarFunction("LTRIM", ("string",), spark="ltrim", python=_strict(str.lstrip)),
-    ScalarFunction("RTRIM", ("string",), spark="rtrim", python=_strict(str.rstrip)),
+    # Spark's trims take off spaces (U+0020) only, not tabs, line breaks or other white space.
+    ScalarFunction("TRIM", ("string",), spark="trim", python=_strict(lambda s: s.strip(" "))),
+    ScalarFunction("LTRIM", ("string",), spark="ltrim", python=_strict(lambda s: s.lstrip(" "))),
+    ScalarFunction("RTRIM", ("string",), spark="rtrim", python=_strict(lambda s: s.rstrip(" "))),
     ScalarFunction("LEN", ("string",), result=lambda _: INT, spark="char_length", python=_strict(len)),
     ScalarFunction("CONCAT", ("string",), variadic="string", spark="concat",
                    python=_strict(_concat)),

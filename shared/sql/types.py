@@ -71,6 +71,9 @@ def check(expr: ast.Expr, scope: Scope, *, aggregates_allowed: bool = False) -> 
         return check(e, scope, aggregates_allowed=False)
 
     if isinstance(expr, ast.Literal):
+        if isinstance(expr.value, int) and not isinstance(expr.value, bool) and expr.value >= 2**63:
+            # 2^63 parses only to be negated (BIGINT's least): left so, or negated twice, it is no BIGINT
+            raise StatementError(f"the integer {expr.value} is out of BIGINT's range (at most {2**63 - 1})")
         return expr.type
     if isinstance(expr, ast.ColumnRef):
         return scope.column(expr)

@@ -113,3 +113,25 @@ def test_casts_to_int_and_bigint_wrap_or_saturate_as_sparks(spark: SparkSession,
     spark_row = spark.createDataFrame([(row["I"], row["B"], d)], "I INT, B BIGINT, D DOUBLE").selectExpr(
         *(to_spark(e, columns) for e in exprs)).collect()[0]
     assert dict(zip(texts, (evaluate(e, row) for e in exprs), strict=True)) == dict(zip(texts, spark_row, strict=True))
+
+
+def test_strings_casts_and_null_logic_answer_as_spark(spark: SparkSession) -> None:
+    """SUBSTRING's positions 0 and before the start, TRIM of spaces only, text read as an integer
+    (digits, a fraction dropped; exponents and underscores NULL) or a BOOLEAN (Spark's words), IN
+    and BETWEEN with a NULL (three-valued, as Spark), and % of an infinity (NaN, where Python's
+    fmod raised and a pull failed with INTERNAL)."""
+    texts = ["SUBSTRING('abc', 0, 2)", "SUBSTRING('abc', 0)", "SUBSTRING('abc', -5, 3)", "SUBSTRING('abc', -5, 2)",
+             "SUBSTRING('abc', 2)", "SUBSTRING('abc', -1)", "SUBSTRING('abc', 4)", "SUBSTRING('abc', 2, -1)",
+             "TRIM('\t x\n ')", "LTRIM('  x ')", "RTRIM(' x  ')",
+             "CAST('9007199254740993' AS BIGINT)", "CAST('9223372036854775807' AS BIGINT)", "CAST(' 12.9 ' AS INT)",
+             "CAST('1e3' AS INT)", "CAST('1_000' AS INT)", "CAST('+7' AS INT)", "CAST('5.' AS INT)",
+             "CAST('2147483648' AS INT)", "CAST('abc' AS INT)",
+             "CAST('yes' AS BOOLEAN)", "CAST(' T ' AS BOOLEAN)", "CAST('1' AS BOOLEAN)", "CAST('no' AS BOOLEAN)",
+             "CAST('0' AS BOOLEAN)", "CAST('maybe' AS BOOLEAN)",
+             "2 IN (1, NULL)", "2 NOT IN (1, NULL)", "1 IN (1, NULL)", "1 NOT IN (1, NULL)",
+             "2 BETWEEN NULL AND 1", "2 NOT BETWEEN NULL AND 1", "0 BETWEEN NULL AND 1", "0 NOT BETWEEN 1 AND NULL",
+             "CAST('Infinity' AS DOUBLE) % 2.0"]
+    exprs = [with_widths(expression(text), NO_COLUMNS) for text in texts]
+    python = [evaluate(e, {}) for e in exprs]
+    spark_values = as_spark(spark, exprs)
+    assert str(dict(zip(texts, python, strict=True))) == str(dict(zip(texts, spark_values, strict=True)))

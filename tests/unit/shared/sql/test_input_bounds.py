@@ -117,6 +117,19 @@ def test_bigints_least_value_is_written_as_a_negated_literal() -> None:
     assert value_of("-9223372036854775808") == -(2**63)
 
 
+@pytest.mark.parametrize("text", ["9223372036854775808", "-(-9223372036854775808)", "1 + 9223372036854775808"])
+def test_two_to_the_63_not_negated_once_is_a_statement_error(text: str) -> None:
+    """2^63 parses only to be negated: left so, or negated twice, typing refuses it (a pull of it
+    failed with INTERNAL when its value reached protobuf)."""
+    meta = Metastore()
+    meta.apply(parse_statement("CREATE TABLE t (id INT PRIMARY KEY, v INT) WITH (kafka_topic='t', partitions=1, "
+                               "value_format='json')"), 0)
+    query = parse_statement(f"SELECT {text} AS x FROM t WHERE id = 5;")
+    assert isinstance(query, ast.Query)
+    with pytest.raises(StatementError, match="out of BIGINT's range"):
+        plan_select(query, meta.source("T"))
+
+
 @pytest.mark.parametrize(("value", "type_", "ok"), [
     (2**63 - 1, "BIGINT", True), (-(2**63), "BIGINT", True), (2**63, "BIGINT", False), (-(2**63) - 1, "BIGINT", False),
     (2**31 - 1, "INT", True), (2**31, "INT", False),
