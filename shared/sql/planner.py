@@ -119,7 +119,7 @@ def key_literal(value: Any, column: Column) -> Any:
         return None
     base = column.type.base
     if base in ("INT", "BIGINT") and isinstance(value, float):
-        if not value.is_integer():
+        if not value.is_integer() or not -(2**63) <= value < 2**63:  # 1e19: no BIGINT equals it either
             return None
         value = int(value)
     if base == "INT" and type(value) is int and -(2**63) <= value < 2**63 and not -(2**31) <= value < 2**31:
