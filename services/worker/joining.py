@@ -119,9 +119,12 @@ class TableRecord:
     timestamp: int
     key: bytes | None
     value: bytes | None
+    row: list[Any] | None = None
+    """Its value decoded, where fetching it took that (its time is in it); None: not yet, or it
+    does not decode (``TableSide.apply`` says why)."""
 
 
-def event_time_reader(table: DataSource, decode: Callable[[bytes], list[Any]]) -> Callable[[Any], int] | None:
+def event_time_reader(table: DataSource, decode: Callable[[bytes], list[Any]]) -> Callable[..., int] | None:
     """How a table record's time is read when the table declares a TIMESTAMP column (a BIGINT of
     epoch milliseconds, or a TIMESTAMP), as ksqlDB's timestamp extractor reads it; a record whose
     column is NULL, negative or does not decode keeps its own timestamp (its row is applied all
@@ -137,12 +140,15 @@ def event_time_reader(table: DataSource, decode: Callable[[bytes], list[Any]]) -
     if at is None and len(keys) > 1:
         return None
 
-    def time_of(record: Any) -> int:
+    def time_of(record: Any, values: list[Any] | None = None) -> int:
+        """``record``'s time; ``values``: its value decoded already, if it was."""
         try:
             if at is None:
                 found = None if record.key is None else deserialize_key(record.key, type_)
             else:
-                found = None if record.value is None else decode(record.value)[at]
+                if values is None and record.value is not None:
+                    values = decode(record.value)
+                found = None if values is None else values[at]
                 if isinstance(found, str):  # a TIMESTAMP, as the stores keep it
                     found = _epoch_ms(found)
         except (ValueError, TypeError, struct.error):
@@ -195,8 +201,12 @@ class TableSide:
         batches = await consumer.getmany(self.input, timeout_ms=FETCH_MS, max_records=10_000)
         records = batches.get(self.input, [])
         time_of = self.time_of
-        self.pending += [TableRecord(r.offset, r.timestamp if time_of is None else time_of(r), r.key, r.value)
-                         for r in records]
+        if time_of is None:
+            self.pending += [TableRecord(r.offset, r.timestamp, r.key, r.value) for r in records]
+        else:  # its time may be in its value: decoded once, here, for ``apply`` too
+            for r in records:
+                row = self._decoded(r.value)
+                self.pending.append(TableRecord(r.offset, time_of(r, row), r.key, r.value, row))
         last = records[-1].offset + 1 if records else 0
         # An empty fetch may still move past transaction markers.
         self.fetched_to = max(self.fetched_to, last, await consumer.position(self.input))
@@ -228,6 +238,13 @@ class TableSide:
                 if self.fetched_to > before:
                     deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
 
+    def _decoded(self, value: bytes | None) -> list[Any] | None:
+        """``value`` decoded; None for a tombstone, or one that does not decode."""
+        try:
+            return None if value is None else self.decode(value)
+        except ValueError:
+            return None
+
     def apply(self, record: TableRecord, overlay: dict[bytes, list[Any] | None], bad: list[BadRecord]) -> None:
         """One table record into ``overlay`` (a NULL value deletes its key's row; a value that
         does not decode changes nothing and goes to the processing log)."""
@@ -237,7 +254,7 @@ class TableSide:
             overlay[self.prefix + record.key] = None
             return
         try:
-            overlay[self.prefix + record.key] = self.decode(record.value)
+            overlay[self.prefix + record.key] = record.row if record.row is not None else self.decode(record.value)
         except ValueError as error:
             bad.append(BadRecord(record.offset, f"the table {self.table.name}'s {error}",
                                  record.value.decode(errors="replace")))

@@ -42,11 +42,20 @@ async def committed_positions(kafka: KafkaConnection, group: str, partitions: li
     """The offsets ``group`` committed for ``partitions`` with each commit's metadata (absent:
     none committed), as ``committed_offsets``; asked through the ``GroupOffsets`` set in this
     context for ``kafka`` (``GROUP_OFFSETS``), else through an admin client of the call's own."""
-    reader = GROUP_OFFSETS.get()
-    if reader is not None and reader.kafka == kafka:
+    async with _admin_reader(kafka) as reader:
         return await reader.positions(group, partitions, timeout_s)
+
+
+@asynccontextmanager
+async def _admin_reader(kafka: KafkaConnection) -> AsyncIterator[GroupOffsets]:
+    """The ``GroupOffsets`` set in this context for ``kafka`` (``GROUP_OFFSETS``), else one of the
+    call's own, closed after it."""
+    shared = GROUP_OFFSETS.get()
+    if shared is not None and shared.kafka == kafka:
+        yield shared
+        return
     async with GroupOffsets(kafka) as own:
-        return await own.positions(group, partitions, timeout_s)
+        yield own
 
 
 class GroupOffsets:
@@ -130,12 +139,8 @@ async def tombstones_kept_ms(kafka: KafkaConnection, topic: str) -> int | None:
     when the topic is compacted; None when it is not (its tombstones go only with the records
     before them, by retention: a store's position below the first offset shows that,
     ``changelog.wiped_if_behind``). Asked as ``committed_positions`` asks."""
-    reader = GROUP_OFFSETS.get()
-    if reader is not None and reader.kafka == kafka:
+    async with _admin_reader(kafka) as reader:
         configs = await reader.topic_configs(topic)
-    else:
-        async with GroupOffsets(kafka) as own:
-            configs = await own.topic_configs(topic)
     if "compact" not in configs.get("cleanup.policy", "delete"):
         return None
     return int(configs.get("delete.retention.ms", DEFAULT_TOMBSTONES_KEPT_MS))

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -43,12 +46,23 @@ async def _brought_to(connection: KafkaConnection, table: DataSource, store: Par
         await reader.stop()
 
 
-async def test_a_store_behind_the_topics_retention_is_built_again_from_the_topic(kafka: EmbeddedKafka,
-                                                                                  tmp_path: Path) -> None:
+@dataclass
+class Kept:
+    """A one-partition table of rows a and b, and a store brought up to date with its topic."""
+
+    connection: KafkaConnection
+    table: DataSource
+    admin: AIOKafkaAdminClient
+    producer: AIOKafkaProducer
+    store: PartitionStore
+
+
+@asynccontextmanager
+async def kept_table(kafka: EmbeddedKafka, tmp_path: Path, topic: str, compacted: bool) -> AsyncIterator[Kept]:
     connection = KafkaConnection(kafka.bootstrap_servers)
     meta = Metastore()
     meta.apply(parse_statement(f"CREATE TABLE kept (k VARCHAR PRIMARY KEY, v INT) "
-                               f"WITH (kafka_topic='{TOPIC}', partitions=1, value_format='json')"), 0)
+                               f"WITH (kafka_topic='{topic}', partitions=1, value_format='json')"), 0)
     table = meta.source("KEPT")
     admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap_servers)
     await admin.start()
@@ -56,10 +70,22 @@ async def test_a_store_behind_the_topics_retention_is_built_again_from_the_topic
     await producer.start()
     store = PartitionStore(tmp_path / "store")
     try:
-        await ensure_topic(admin, TOPIC, 1)
+        await ensure_topic(admin, topic, 1, compacted=compacted)
         for key, value in ((b"a", 1), (b"b", 2)):
-            await producer.send_and_wait(TOPIC, json.dumps({"V": value}).encode(), key=key, partition=0)
+            await producer.send_and_wait(topic, json.dumps({"V": value}).encode(), key=key, partition=0)
         await _brought_to(connection, table, store, 2)
+        yield Kept(connection, table, admin, producer, store)
+    finally:
+        store.close()
+        await producer.stop()
+        await admin.close()
+
+
+async def test_a_store_behind_the_topics_retention_is_built_again_from_the_topic(kafka: EmbeddedKafka,
+                                                                                  tmp_path: Path) -> None:
+    async with kept_table(kafka, tmp_path, TOPIC, compacted=False) as kept:
+        connection, table, admin, producer, store = (kept.connection, kept.table, kept.admin, kept.producer,
+                                                     kept.store)
         assert dict(store.items()) == {b"a": [1], b"b": [2]}
         # While the store is kept (its worker away), a is deleted and c added; retention then
         # removes everything before c, the tombstone of a among it.
@@ -70,10 +96,6 @@ async def test_a_store_behind_the_topics_retention_is_built_again_from_the_topic
         # What a new copy of the table holds: the rows of the records kept.
         assert dict(store.items()) == {b"c": [3]}
         assert store.position(INPUT_OFFSET) == 4
-    finally:
-        store.close()
-        await producer.stop()
-        await admin.close()
 
 
 async def test_a_tables_store_may_be_as_old_as_its_compacted_topic_keeps_tombstones(kafka: EmbeddedKafka) -> None:
@@ -102,21 +124,8 @@ async def test_a_store_older_than_the_topics_tombstones_is_kept_only_while_the_t
     date now) while its topic's end is where the store last reflected it; built again from the
     topic once records were appended since, which the cleaner may have removed with a tombstone."""
     topic = f"{TOPIC}-quiet"
-    connection = KafkaConnection(kafka.bootstrap_servers)
-    meta = Metastore()
-    meta.apply(parse_statement(f"CREATE TABLE quiet (k VARCHAR PRIMARY KEY, v INT) "
-                               f"WITH (kafka_topic='{topic}', partitions=1, value_format='json')"), 0)
-    table = meta.source("QUIET")
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap_servers)
-    await admin.start()
-    producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap_servers)
-    await producer.start()
-    store = PartitionStore(tmp_path / "store")
-    try:
-        await ensure_topic(admin, topic, 1, compacted=True)
-        for key, value in ((b"a", 1), (b"b", 2)):
-            await producer.send_and_wait(topic, json.dumps({"V": value}).encode(), key=key, partition=0)
-        await _brought_to(connection, table, store, 2)
+    async with kept_table(kafka, tmp_path, topic, compacted=True) as kept:
+        connection, table, producer, store = kept.connection, kept.table, kept.producer, kept.store
         mark_up_to_date(store, 2)
         store.write({b"ghost": encode_state([9])}, {WRITTEN_MS: int(time.time() * 1000) - 3_600_000})
         # Quiet since: kept as it is (a row only the store has stays: nothing was read again).
@@ -137,7 +146,3 @@ async def test_a_store_older_than_the_topics_tombstones_is_kept_only_while_the_t
         finally:
             await reader.stop()
         assert dict(store.items()) == {b"a": [1], b"b": [2], b"c": [3]}
-    finally:
-        store.close()
-        await producer.stop()
-        await admin.close()

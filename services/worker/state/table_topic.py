@@ -42,9 +42,10 @@ from millpond.shared.kafka.values import value_reader
 from millpond.shared.task_status import now_ms
 from millpond.shared.teardown import bounded, run_to_end
 
+log = logging.getLogger(__name__)
+
 BadSink = Callable[[int, str, str | None], None]
 """Told of a record left out: its offset, why, and its text."""
-log = logging.getLogger(__name__)
 PROBE_MS = 25
 """How long ``past_markers`` waits for one fetch."""
 
@@ -162,7 +163,7 @@ class TableTopicReader:
         missed nothing and is up to date now."""
         end = await self.end_offset()
         if self.store.position(MARKED_END) == end:
-            self.mark_up_to_date(end)
+            mark_up_to_date(self.store, end)
             return
         log.warning("the store was brought up to date longer ago than its topic keeps tombstones, and the topic has "
                     "had records appended since: it is built again from the topic", extra={
@@ -170,10 +171,6 @@ class TableTopicReader:
                         "store_offset": self.store.position(INPUT_OFFSET), "end_offset": end,
                         "max_age_ms": self.max_age_ms})
         await wiped(self.store)
-
-    def mark_up_to_date(self, end: int) -> None:
-        """The store reflects the topic up to ``end``, its end now (``WRITTEN_MS``, ``MARKED_END``)."""
-        mark_up_to_date(self.store, end)
 
     async def end_offset(self) -> int:
         """The topic's end now (its last stable offset, as the consumer reads committed)."""
