@@ -88,8 +88,9 @@ class Worker:
         await self.server.start()
         metrics.serve(self.settings.host, self.settings.metrics_port)
         await self.server.set_serving()  # before the first beat, so a health probe finds it serving
-        beats = [asyncio.create_task(self.membership.heartbeat_loop(stop, c)) for c in self.settings.coordinators]
-        beats += [asyncio.create_task(self.membership.report_loop(stop, r)) for r in self.settings.router_endpoints]
+        leaving = asyncio.Event()  # set once it handed over and stopped processing: the beats end then
+        beats = [asyncio.create_task(self.membership.heartbeat_loop(leaving, c)) for c in self.settings.coordinators]
+        beats += [asyncio.create_task(self.membership.report_loop(leaving, r)) for r in self.settings.router_endpoints]
         loops = [asyncio.create_task(c) for c in (self.reader.run(stop), self.processing.run(self.tasks.run(stop)))]
         if self.router is not None:
             loops.append(asyncio.create_task(self.router.pulls.run(stop)))
@@ -102,6 +103,11 @@ class Worker:
         log.info("worker ready", extra={"endpoint": self.server.endpoint, "worker": self.settings.worker_id})
         await stop.wait()
         log.info("worker stopping")
+        self.tasks.stopping = True  # it prepares no take-over of another leaving worker's tasks
+        # Its partitions' new owners have the Spark queries they will get standing by before it
+        # stops processing (bounded; it beats and processes meanwhile): once moved, they process
+        # within a batch instead of after a query's start.
+        await self.membership.hand_over()
         # As a Kafka Streams app closes its tasks before its consumer leaves the group: its
         # Spark queries stop first (a batch's Spark job is interrupted, a commit under way
         # ends), so the positions its partitions' new owners resume from are final when they
@@ -112,6 +118,7 @@ class Worker:
         stopping = asyncio.create_task(self.processing.run(self.tasks.stop_processing()))
         await asyncio.wait({stopping}, timeout=STOP_BEFORE_LEAVE_S)
         # No beat may follow the leave, or it would rejoin the worker.
+        leaving.set()
         await asyncio.gather(*beats, return_exceptions=True)
         log.info("leaving the cluster", extra={"queries_stopped": stopping.done()})
         await self.membership.leave()

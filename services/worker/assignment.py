@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from millpond.services.worker.input_watch import InputWatch
+from millpond.services.worker.query_runner import STAND_BY_HOLD_S
 from millpond.services.worker.spark import LazySession
 from millpond.services.worker.standby import StandbyReplica
 from millpond.services.worker.state.store import close_handed
@@ -48,6 +49,9 @@ heartbeat changes the assignment, so the answer carries one (0.01-0.03 s after t
 ready, in the e2e tests' logs); a worker that hears none is cut off from its coordinator."""
 RESTORES_FIRST_POLL_S = 0.05
 """How often ``restored_at_start`` looks again."""
+INCOMING_FOR_S = STAND_BY_HOLD_S
+"""How long a take-over a leaving worker announced (``prepare_take_over``) is prepared for: as
+long as a query standing by holds its first batch."""
 
 
 class TaskAssignment:
@@ -88,6 +92,13 @@ class TaskAssignment:
         in ``GROUP_OFFSETS`` for them): one admin client kept open, instead of one a read."""
         self._planned = False
         """Whether ``_ready_plans`` has run since the Spark session was ready."""
+        self._incoming: dict[tuple[str, int], float] = {}
+        """(query id, partition) of copies here a leaving worker is about to hand over
+        (``prepare_take_over``), with when that stops being prepared for (the monotonic clock)."""
+        self._incoming_seen: frozenset[tuple[str, int]] = frozenset()
+        """Those of ``_incoming`` that ``_ready_plans`` has handed to the stage streams."""
+        self.stopping = False
+        """Set when the worker begins to stop: it prepares no take-over (``take_over_state``)."""
         self._dirty = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         """The loop ``run`` runs on, once it does."""
@@ -148,6 +159,35 @@ class TaskAssignment:
         for copy in (replica, *self.companions.get((query_id, partition), [])):
             self._soon(functools.partial(copy.pause, paused))
         return replica.position
+
+    def prepare_take_over(self, keys: Sequence[tuple[str, int]]) -> None:
+        """A leaving worker is about to hand over these (query id, partition), whose copies this
+        worker keeps: have the Spark queries they would get here standing by (``StageStream.ready``'s
+        ``incoming``) for ``INCOMING_FOR_S``. Safe from any thread; ``take_over_state`` tells how
+        far it got."""
+        until = time.monotonic() + INCOMING_FOR_S
+
+        def note() -> None:
+            self._incoming.update(dict.fromkeys(keys, until))
+            self._incoming_seen = self._incoming_seen - set(keys)
+            self._dirty.set()
+        self._soon(note)
+
+    def take_over_state(self, keys: Sequence[tuple[str, int]]) -> list[tuple[str, int]] | None:
+        """Those of ``keys`` (``prepare_take_over``) each of whose stage streams here has a query
+        standing by for it; None while one is still being made. Safe from any thread."""
+        if self.stopping or self.streams.stopped:
+            return []
+        if not set(keys) <= self._incoming_seen:
+            return None
+        standing = []
+        for query_id, partition in keys:
+            states = [ok for partitions, ok in self.streams.standing_by(query_id) if partition in partitions]
+            if None in states:
+                return None
+            if states and all(states):
+                standing.append((query_id, partition))
+        return standing
 
     def active_tasks(self) -> list[Task[Any]]:
         """Every task of the result stages this worker runs (a snapshot, safe from any thread)."""
@@ -228,21 +268,30 @@ class TaskAssignment:
         (``StageStreams.ready``): a move here (a warm-up copy's, above all: the worker added
         to a cluster runs none of the query yet) then starts it without making it. A partition
         whose tasks are starting counts as a copy still, until they join. Only once the Spark
-        session is up and warm (this starts none)."""
+        session is up and warm (this starts none). The copies a leaving worker is about to hand
+        over (``prepare_take_over``) get theirs made too where the stage runs here."""
+        now = time.monotonic()
+        self._incoming = {key: until for key, until in self._incoming.items() if until > now}
+        seen = frozenset(self._incoming)
         if not self.spark.ready:
+            self._incoming_seen = seen  # none can be made: the leaving worker is not kept waiting
             return
         self._planned = True
         keys = {*self.standbys, *(key for key, supervisor in self.supervisors.items() if supervisor.starting())}
         copies: dict[tuple[str, str], tuple[Stage, frozenset[int]]] = {}
+        incoming: dict[tuple[str, str], frozenset[int]] = {}
         for query_id in {query_id for query_id, _ in keys}:
             query = self.metastore.queries.get(query_id)
             if query is None:
                 continue
             partitions = {p for q, p in keys if q == query_id}
+            coming = {p for q, p in self._incoming if q == query_id and p in partitions}
             for stage in stages(query, self.metastore.source(query.source), self.metastore.source(query.sink),
                                 self.settings.service_id):
                 copies[query_id, stage.name] = stage, frozenset(p for p in partitions if p < stage.partitions)
-        self.streams.ready(copies)
+                incoming[query_id, stage.name] = frozenset(p for p in coming if p < stage.partitions)
+        self.streams.ready(copies, incoming)
+        self._incoming_seen = seen
 
     def takes_over(self) -> bool:
         """Whether this worker's copies may be offered to take over (``membership.offered_lags``):

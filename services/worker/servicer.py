@@ -9,12 +9,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import grpc
 
-from millpond.common.v1 import rows_pb2
+from millpond.common.v1 import rows_pb2, status_pb2
 from millpond.services.router.pull import LookupAnswer
 from millpond.services.worker.converters import row_to_proto
 from millpond.services.worker.serving import LocalCopy, scan
@@ -29,6 +29,9 @@ ANSWERS_BYTES = 1 << 20
 """A LookupStream message holds answers up to about this size; more go on in the next."""
 STAGE_WAIT_S = 30.0
 """The longest a StagePositions call waits for its tasks (less when its deadline is sooner)."""
+TAKE_OVER_WAIT_S = 10.0
+"""The longest a PrepareTakeOver call waits for the queries it asks for (less when its deadline
+is sooner)."""
 STAGE_ANSWER_S = 0.1
 """What a StagePositions call, or a lookup or scan waiting for its token, keeps of its
 deadline to answer why it could not wait longer."""
@@ -62,6 +65,9 @@ class Tables(Protocol):
                               timeout_s: float) -> tuple[str, dict[int, int]]:
         """The topic a stage writes and how far its tasks here had written to it once they
         committed ``input_offsets`` (UnavailableError when they are not here or not in time)."""
+
+    async def prepare_take_over(self, keys: Sequence[tuple[str, int]], wait_s: float) -> list[tuple[str, int]]:
+        """Have the Spark queries of these (query id, partition) standing by; those that do, within ``wait_s``."""
 
 
 class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
@@ -222,6 +228,22 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
                                context: grpc.aio.ServicerContext) -> worker_pb2.SetStandbyReplayResponse:
         position = self.tables.set_standby_replay(request.query_id, request.partition, request.paused)
         return worker_pb2.SetStandbyReplayResponse(changelog_offset=position)
+
+    @grpc_errors
+    async def PrepareTakeOver(self, request: worker_pb2.PrepareTakeOverRequest,
+                              context: grpc.aio.ServicerContext) -> worker_pb2.PrepareTakeOverResponse:
+        if not request.tasks or any(not t.query_id for t in request.tasks):
+            raise StatementError("PrepareTakeOver needs the tasks (query_id and partition) about to move here")
+        remaining = context.time_remaining()
+        wait = TAKE_OVER_WAIT_S if remaining is None else min(max(remaining - STAGE_ANSWER_S, 0.0), TAKE_OVER_WAIT_S)
+        keys = [(t.query_id, t.partition) for t in request.tasks]
+        began = time.monotonic()
+        standing = await self.tables.prepare_take_over(keys, wait)
+        log.info("take-over prepared", extra={"from_worker": request.from_worker_id, "tasks": sorted(keys),
+                                              "standing_by": sorted(standing),
+                                              "seconds": round(time.monotonic() - began, 3)})
+        return worker_pb2.PrepareTakeOverResponse(
+            standing_by=[status_pb2.TaskId(query_id=q, partition=p) for q, p in standing])
 
     @grpc_errors
     async def StagePositions(self, request: worker_pb2.StagePositionsRequest,

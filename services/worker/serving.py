@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +36,8 @@ class LocalCopy:
 RECHECK_S = 0.05
 """How often a wait for a copy to move on (``Progress``) looks again without being woken: a
 copy can move on without a commit or replay telling it (a task's restore ending)."""
+TAKE_OVER_POLL_S = 0.05
+"""How often a PrepareTakeOver call looks whether the queries it asked for stand by."""
 TOKEN_WAIT_S = 30.0
 """The longest a key lookup or scan waits for a copy to reach a consistency token (less when it asks less)."""
 SELECT_CACHE_SIZE = 256
@@ -302,3 +304,14 @@ class LocalTables:
     def set_standby_replay(self, query_id: str, partition: int, paused: bool) -> int:
         """Pause or resume a standby copy's replay; its changelog position."""
         return self.tasks.pause_standby(query_id, partition, paused)
+
+    async def prepare_take_over(self, keys: Sequence[tuple[str, int]], wait_s: float) -> list[tuple[str, int]]:
+        """Have the Spark queries of these (query id, partition), which a leaving worker is about
+        to hand over, standing by here (``TaskAssignment.prepare_take_over``): those each of whose
+        stages has one, once every one was made or ``wait_s`` passed."""
+        self.tasks.prepare_take_over(keys)
+        deadline = time.monotonic() + wait_s
+        # Polled: the state changes on the processing loop's thread, which no event of this loop follows.
+        while (standing := self.tasks.take_over_state(keys)) is None and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(TAKE_OVER_POLL_S)
+        return standing or []

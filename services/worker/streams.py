@@ -18,7 +18,9 @@ one is made again only where a position is unknown. A worker that runs none of a
 plan of the query its copies' partitions would get made before any of them moves here
 (``ready``: a worker just added, whose warm-up copy is about to take over), and that query
 started, standing by from the group's committed positions with its first batch reduced and
-held (``QueryRunner.stand_by``): the move's tasks take it over as it runs. The stage's running
+held (``QueryRunner.stand_by``): the move's tasks take it over as it runs. A worker that runs
+the stage stands a query by the same way, beside its running one, for the partitions a leaving
+worker is about to hand it (``ready``'s ``incoming``: ``PrepareTakeOver``). The stage's running
 query goes on with no pause (at most ``MAX_QUERIES`` per stage: later newcomers restart the
 newest, which holds only partitions that moved in lately, and a query that has not processed
 a batch yet is restarted rather than joined by another). A partition
@@ -127,6 +129,9 @@ class StageStream:
         """The partitions ``_ready`` is made for."""
         self._ready_since = 0.0
         """When ``_ready`` began (the monotonic clock)."""
+        self._take_over = False
+        """Whether ``_ready`` is made for partitions a leaving worker is about to hand over
+        (``ready``'s ``incoming``), beside the stage's running queries here."""
         self._dropping: set[asyncio.Task[str | None]] = set()
         """Stops of queries standing by that ``_drop_ready`` dropped (``_close`` awaits them)."""
 
@@ -179,26 +184,48 @@ class StageStream:
             self._preparing.cancel()
         self._preparing = asyncio.create_task(self._prepare(), name=f"prepare-{self.stage.query.query_id}")
 
-    def ready(self, partitions: frozenset[int]) -> None:
+    def ready(self, partitions: frozenset[int], incoming: frozenset[int] = frozenset()) -> None:
         """This worker keeps copies of ``partitions`` (standby, or warm-up ahead of a move) and
         runs none of the stage: make the plan of the Spark query they would get if they all
         moved here, so that a move finds it made. A plan is made from no task's position (the
         query resumes from a checkpoint written with them: ``QueryRunner.fits``); only a session
         that can do that makes one. Empty: no such plan is kept. Once tasks joined, or the stage
-        runs here, nothing changes: a plan kept is their query's (``_from_copies``)."""
-        if self.members or self.runners or partitions == self._ready_for:
+        runs here, nothing changes: a plan kept is their query's (``_from_copies``).
+
+        ``incoming``: those of the copies a leaving worker is about to hand over
+        (``PrepareTakeOver``): the plan and the query standing by are made for them alone, and
+        also while the stage runs here, where they would get a Spark query of their own (when
+        the stage ``takes_newcomers``); once none is incoming, such a query is dropped."""
+        running = bool(self.members or self.runners)
+        wanted = frozenset(incoming - self._running()) if incoming else frozenset() if running else partitions
+        if running and wanted and not self.takes_newcomers():
+            wanted = frozenset()
+        take_over = bool(incoming) and bool(wanted)  # (a stand-by made from the copies long ago has ended)
+        if (running and not wanted and not self._take_over) or (wanted, take_over) == (self._ready_for, self._take_over):
             return
         self._drop_ready()
-        self._ready_for = partitions
-        if partitions:
-            self._ready = asyncio.create_task(self._make_ready(partitions), name=f"ready-{self.stage.query.query_id}")
+        self._ready_for, self._take_over = wanted, take_over
+        if wanted:
+            self._ready = asyncio.create_task(self._make_ready(wanted), name=f"ready-{self.stage.query.query_id}")
             self._ready_since = time.monotonic()
 
     def ready_made(self) -> bool:
         """Whether the plan ``ready`` makes is made (or failed, or has taken ``READY_PLAN_WAIT_S``
         already); safe from any thread."""
         job = self._ready
-        return job is None or job.done() or time.monotonic() - self._ready_since >= READY_PLAN_WAIT_S
+        return job is None or self._take_over or job.done() or time.monotonic() - self._ready_since >= READY_PLAN_WAIT_S
+
+    def standing_by(self) -> tuple[frozenset[int], bool | None]:
+        """The partitions a take-over's query is made for (``ready``'s ``incoming``; empty:
+        none), and whether it stands by with its first batch held (None: still being made).
+        Safe from any thread."""
+        job = self._ready
+        if not self._take_over or job is None:
+            return frozenset(), False
+        if not job.done():
+            return self._ready_for, None
+        runner = None if job.cancelled() or job.exception() is not None else job.result()
+        return self._ready_for, runner is not None and runner.running and runner.warmed.is_set()
 
     def idle(self) -> bool:
         """Whether the stream runs, expects and keeps ready nothing (it may be dropped)."""
@@ -206,6 +233,7 @@ class StageStream:
 
     def _drop_ready(self) -> None:
         job, self._ready, self._ready_for = self._ready, None, frozenset()
+        self._take_over = False
         if job is None:
             return
         job.cancel()  # a query standing by that it started meanwhile is stopped by it
@@ -269,9 +297,9 @@ class StageStream:
         job, made_for = self._ready, self._ready_for
         if job is None:
             return None, "none was being made"
-        if made_for != tasks.keys() or self.runners:
+        if made_for != tasks.keys() or (self.runners and not self._take_over):
             return None, f"the plan made from this worker's copies is for partitions {sorted(made_for)}"
-        self._ready, self._ready_for = None, frozenset()
+        self._ready, self._ready_for, self._take_over = None, frozenset(), False
         return await _made(job, tasks, "none could be made from this worker's copies")
 
     def unexpect(self, tasks: dict[int, Task[Any]]) -> None:
@@ -314,7 +342,7 @@ class StageStream:
         running = self._running()
         expected = {p: (task, position) for p, (task, position) in self._expected.items()
                     if self.members.get(p) is not task or p not in running}
-        if not expected or not self.takes_newcomers():
+        if not expected or not self.takes_newcomers() or self._takes_over(expected.keys()):
             return None
         try:
             runner = await self._runner({p: task for p, (task, _) in expected.items()})
@@ -333,13 +361,19 @@ class StageStream:
         job, self._preparing = self._preparing, None
         for partition in tasks:
             self._expected.pop(partition, None)
-        if job is None:
+        if job is None or self._takes_over(tasks.keys()):
+            if job is not None:
+                job.cancel()
             return await self._from_copies(tasks)
         if self._starting():  # others are still starting: the plan being made is for them too
             job.cancel()
             return None, "other partitions were still starting"
         return await _made(job, tasks, "none was made (no newcomer was expected by then, or its making failed)",
                            same_tasks=True)
+
+    def _takes_over(self, partitions: Iterable[int]) -> bool:
+        """Whether a query made for a take-over (``ready``'s ``incoming``) is for exactly these partitions."""
+        return self._take_over and self._ready_for == frozenset(partitions)
 
     async def _runner(self, tasks: dict[int, Task[Any]]) -> QueryRunner:
         """A runner of the stage's Spark query over ``tasks`` (not started)."""
@@ -671,12 +705,15 @@ class StageStreams:
             del self._together[query]
         self._together.update({query: frozenset(partitions) for query, partitions in starting.items()})
 
-    def ready(self, copies: dict[tuple[str, str], tuple[Stage, frozenset[int]]]) -> None:
+    def ready(self, copies: dict[tuple[str, str], tuple[Stage, frozenset[int]]],
+              incoming: Mapping[tuple[str, str], frozenset[int]] | None = None) -> None:
         """Per (query id, stage name), the stage and the partitions this worker keeps copies of
-        or is starting tasks of: ``StageStream.ready`` on each stage's stream (made now if it has
-        none); a stream left with nothing to run, expect or keep ready is dropped."""
+        or is starting tasks of, and those of them a leaving worker is about to hand over
+        (``incoming``): ``StageStream.ready`` on each stage's stream (made now if it has none);
+        a stream left with nothing to run, expect or keep ready is dropped."""
         if self._stopped:
             return
+        incoming = incoming or {}
         for key, stream in list(self._streams.items()):
             if key not in copies or not copies[key][1] or stream.stage.query.plan != copies[key][0].query.plan:
                 stream.ready(frozenset())
@@ -686,7 +723,16 @@ class StageStreams:
             if key not in self._streams and partitions:
                 self._streams[key] = StageStream(self.settings, stage, self.spark, self.inputs, self.committed, self._together)
             if (kept := self._streams.get(key)) is not None and kept.stage.query.plan == stage.query.plan:
-                kept.ready(partitions)
+                kept.ready(partitions, incoming.get(key, frozenset()))
+
+    def standing_by(self, query_id: str) -> list[tuple[frozenset[int], bool | None]]:
+        """``StageStream.standing_by`` of each stage stream of the query here; safe from any thread."""
+        return [stream.standing_by() for (query, _), stream in list(self._streams.items()) if query == query_id]
+
+    @property
+    def stopped(self) -> bool:
+        """Whether ``stop`` has begun (no stream is made any more)."""
+        return self._stopped
 
     def ready_made(self) -> bool:
         """Whether every plan ``ready`` makes is made (``StageStream.ready_made``); safe from any thread."""

@@ -372,6 +372,11 @@ def test_failover_scale_out_scale_in_and_coordinator_failover(ha_cluster: LocalC
     # made) before it left, so its partitions' new owners resumed from final positions.
     assert [e.get("queries_stopped") for e in log_entries(cluster.child(leaver).log)
             if e.get("msg") == "leaving the cluster"] == [True]
+    # Before that, it asked the workers keeping standby copies of its actives to have their
+    # Spark queries standing by (each table partition has a copy elsewhere).
+    (handed,) = [e for e in log_entries(cluster.child(leaver).log) if e.get("msg") == "handed over"]
+    leaving = {(query_id, p) for w, p in settled if w == leaver}
+    assert leaving and leaving <= {tuple(key) for key in handed["asked"]}, handed
     assert not load.failures and load.ok > 0
     assert_unmoved_kept_running(starts, task_starts(cluster, query_id), kept)
     check_table(table_rows(cluster, table), expected)

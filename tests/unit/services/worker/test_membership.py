@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import sys
 import time
 from collections.abc import Callable
@@ -28,8 +29,10 @@ from millpond.services.router.hosts import HostTable
 from millpond.services.router.servicer import RouterInternalServicer
 from millpond.services.worker import membership
 from millpond.services.worker.membership import MembershipAgent, offered_lags
+from millpond.services.worker.servicer import WorkerServicer
 from millpond.shared.rpc.tls import ChannelFactory
 from millpond.shared.task_status import RUNNING, STOPPING, StoreLag, TaskReport
+from millpond.worker.v1 import worker_pb2_grpc
 
 
 def beat(cluster: Cluster, worker: str, active: list[int], caught_up: list[int], spark_ready: bool = True) -> None:
@@ -436,3 +439,50 @@ async def test_a_beat_stream_is_renewed_without_a_gap_or_a_warning(
     assert min(ended) > 1.0, "every stream's beats end well before its deadline"
     assert max(b - a for a, b in itertools.pairwise(beats)) < 1.0  # renewals, 0.2 s apart, leave no gap
     assert not [r for r in caplog.records if r.name == membership.__name__]
+
+
+class TakingOver:
+    """A worker's tables that stand a query by for partition 0 of each task asked (``PrepareTakeOver``)."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[list[tuple[str, int]], float]] = []
+
+    async def prepare_take_over(self, keys: list[tuple[str, int]], wait_s: float) -> list[tuple[str, int]]:
+        self.asked.append((sorted(keys), wait_s))
+        return [key for key in keys if key[1] == 0]
+
+
+async def test_a_leaving_worker_asks_each_worker_keeping_a_copy_of_its_actives_to_stand_by(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Over gRPC, bounded: the worker keeping standby copies of its active tasks is asked for
+    those (not for its copies of other workers' tasks), one that cannot be reached holds
+    nothing up, and the leave's log says which stand by."""
+    caplog.set_level(logging.INFO, logger=membership.__name__)
+    tables = TakingOver()
+    server = grpc.aio.server()
+    worker_pb2_grpc.add_WorkerServiceServicer_to_server(WorkerServicer(tables, 100), server)  # type: ignore[arg-type]
+    endpoint = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    await server.start()
+    agent, _, channels, _ = beating("127.0.0.1:1", interval_ms=20)
+
+    def ids(*keys: tuple[str, int]) -> list[coordinator_pb2.TaskId]:
+        return [coordinator_pb2.TaskId(query_id=q, partition=p) for q, p in keys]
+    try:
+        await agent.hand_over()  # no assignment yet: nothing to ask
+        assert tables.asked == []
+        agent.assignment = coordinator_pb2.Assignment(generation=3, workers=[
+            coordinator_pb2.WorkerAssignment(worker_id="w1", endpoint="w1:1", active_tasks=ids(("Q", 0), ("Q", 1), ("R", 0)),
+                                             standby_tasks=ids(("Q", 2))),
+            coordinator_pb2.WorkerAssignment(worker_id="w2", endpoint=endpoint, active_tasks=ids(("Q", 2)),
+                                             standby_tasks=ids(("Q", 1), ("Q", 0), ("R", 5))),
+            coordinator_pb2.WorkerAssignment(worker_id="w3", endpoint="127.0.0.1:1", standby_tasks=ids(("R", 0)))])
+        began = time.monotonic()
+        await agent.hand_over()
+        assert time.monotonic() - began < membership.HAND_OVER_MAX_S
+        ((keys, wait_s),) = tables.asked
+        assert keys == [("Q", 0), ("Q", 1)] and 0 < wait_s <= membership.HAND_OVER_MAX_S
+        (handed,) = [r for r in caplog.records if r.getMessage() == "handed over"]
+        assert handed.standing_by == [("Q", 0)] and handed.asked == [("Q", 0), ("Q", 1), ("R", 0)]
+    finally:
+        await channels.close()
+        await server.stop(None)

@@ -1050,6 +1050,64 @@ async def test_a_query_standing_by_over_an_idle_input_stops_and_its_plan_is_kept
         await one.stop()
 
 
+async def test_a_partition_a_leaving_worker_hands_over_has_a_query_standing_by_beside_the_running_one(
+        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The stage runs here (partition 0) and the worker keeps a copy of partition 1: nothing is
+    made for the copy until a leaving worker announces it hands partition 1 over; then a query
+    for it stands by from the group's positions beside the running one, without holding the
+    copies' offer, and the move's task takes it over (no plan made at the move, the running
+    query untouched). Once no partition is incoming, one standing by is dropped."""
+    caplog.set_level(logging.INFO, logger=streams_module.__name__)
+    resumable_plans(monkeypatch)
+    committed_at(monkeypatch, 40)
+    zero, one = supervisors_of(tmp_path, world, [{0}, {1}])
+    stage = only_stage(zero)
+    streams = zero.streams
+    key = (QUERY, stage.name)
+    try:
+        first = await running([zero], world, {0})
+        first.batches = 1
+        streams.ready({key: (stage, frozenset({1}))})
+        await asyncio.sleep(0.01)
+        assert world.runners == [first], "a stage that runs makes nothing for its copies"
+        assert streams.standing_by(QUERY) == [(frozenset(), False)]
+        streams.ready({key: (stage, frozenset({1}))}, {key: frozenset({1})})
+        assert not await until(lambda: len(world.runners) == 2 and world.runners[1].stood_by is not None, world.steps)
+        standing = world.runners[1]
+        assert standing.stood_by == {1: 40} and standing.running and not standing.starts
+        assert not await until(lambda: streams.standing_by(QUERY) == [(frozenset({1}), True)], world.steps)
+        assert streams.ready_made(), "a take-over's query holds no copy's offer"
+        streams.ready({key: (stage, frozenset({1}))}, {key: frozenset({1})})
+        assert len(world.runners) == 2, "asked again: the same one"
+        one.start()
+        assert not await until(lambda: standing.starts > 0, world.steps)
+        assert standing.positions_at_start == {1: 40} and standing.tasks == one.tasks
+        assert len(world.runners) == 2, "no other plan made: neither while its task started nor at the move"
+        assert first.running and first.starts == 1 and set(first.tasks) == {0}, "the running query goes on"
+        assert not await until(lambda: bool(joined_logs(caplog)), world.steps)
+        (joined,) = joined_logs(caplog)
+        assert joined.plan_made_ahead is True and joined.runner == standing.name
+        streams.ready({key: (stage, frozenset())}, {key: frozenset({1})})
+        assert len(world.runners) == 2, "a partition that runs here gets none however long it is incoming"
+    finally:
+        await asyncio.gather(zero.stop(), one.stop())
+    # Announced, then not moved here: the query standing by stops once the partition is not incoming.
+    zero, = supervisors_of(tmp_path, world, [{0}])
+    streams = zero.streams
+    try:
+        first = await running([zero], world, {0})
+        first.batches = 1
+        streams.ready({key: (stage, frozenset({1}))}, {key: frozenset({1})})
+        assert not await until(lambda: world.runners[-1].stood_by == {1: 40}, world.steps)
+        dropped = world.runners[-1]
+        streams.ready({key: (stage, frozenset({1}))})
+        assert not await until(lambda: dropped.stopped, world.steps)
+        assert streams.standing_by(QUERY) == [(frozenset(), False)] and first.running
+    finally:
+        await zero.stop()
+    assert all(r.stopped for r in world.runners if r.started)
+
+
 async def test_a_plan_made_from_other_copies_than_the_partitions_that_move_is_not_taken(
         world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     resumable_plans(monkeypatch)
@@ -1075,7 +1133,7 @@ async def test_a_workers_copies_and_starting_partitions_are_those_the_plans_are_
     was just handed over), one that runs does not matter (the stage's stream runs it)."""
     tasks = TaskAssignment(WorkerSettings(worker_id="w", state_dir=tmp_path), metastore(), COLD_SPARK)  # type: ignore[arg-type]
     asked: list[dict[tuple[str, str], tuple[Stage, frozenset[int]]]] = []
-    tasks.streams.ready = asked.append  # type: ignore[method-assign]
+    tasks.streams.ready = lambda copies, incoming=None: asked.append(copies)  # type: ignore[method-assign]
     tasks.standbys[QUERY, 1] = None  # type: ignore[assignment]
     tasks._ready_plans()
     assert asked == [], "a cold session makes no plan"
@@ -1089,6 +1147,44 @@ async def test_a_workers_copies_and_starting_partitions_are_those_the_plans_are_
     starting.tasks_started = True
     tasks._ready_plans()
     assert asked[-1][key][1] == {1}
+
+
+async def test_a_take_over_is_prepared_for_the_copies_asked_and_answered_once_their_queries_stand_by(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``prepare_take_over`` (a leaving worker's PrepareTakeOver): the copies asked for reach the
+    stage streams as incoming at the next reconcile, and only those kept here; the answer waits
+    until then and while a query is being made; it lists those standing by, and none once the
+    worker stops; an announcement lapses after ``INCOMING_FOR_S``."""
+    tasks = TaskAssignment(WorkerSettings(worker_id="w", state_dir=tmp_path), metastore(), COLD_SPARK)  # type: ignore[arg-type]
+    incoming: list[dict[tuple[str, str], frozenset[int]] | None] = []
+    tasks.streams.ready = lambda copies, coming=None: incoming.append(coming)  # type: ignore[method-assign]
+    states: dict[str, list[tuple[frozenset[int], bool | None]]] = {}
+    tasks.streams.standing_by = lambda query_id: states.get(query_id, [])  # type: ignore[method-assign]
+    tasks.standbys[QUERY, 1] = None  # type: ignore[assignment]
+    asked = [(QUERY, 1), (QUERY, 0)]  # no copy of partition 0 here
+    tasks.prepare_take_over(asked)
+    assert tasks.take_over_state(asked) is None, "not handed to the streams yet"
+    tasks._ready_plans()
+    assert incoming == [], "a cold session: none is made"
+    assert tasks.take_over_state(asked) == [], "nor waited for"
+    tasks.spark = SimpleNamespace(ready=True)  # type: ignore[assignment]
+    tasks.prepare_take_over(asked)
+    assert tasks.take_over_state(asked) is None
+    tasks._ready_plans()
+    ((stage_key, partitions),) = incoming[-1].items()  # type: ignore[union-attr]
+    assert stage_key[0] == QUERY and partitions == {1}
+    states[QUERY] = [(frozenset({1}), None)]
+    assert tasks.take_over_state(asked) is None, "being made"
+    states[QUERY] = [(frozenset({1}), False)]
+    assert tasks.take_over_state(asked) == [], "made, but not standing by"
+    states[QUERY] = [(frozenset({1}), True)]
+    assert tasks.take_over_state(asked) == [(QUERY, 1)]
+    tasks.stopping = True
+    assert tasks.take_over_state(asked) == []
+    monkeypatch.setattr(assignment_module, "INCOMING_FOR_S", 0.0)
+    tasks.prepare_take_over(asked)
+    tasks._ready_plans()
+    assert incoming[-1] == {stage_key: frozenset()}, "lapsed"
 
 
 async def test_a_workers_copies_are_offered_to_take_over_once_their_plan_is_made(

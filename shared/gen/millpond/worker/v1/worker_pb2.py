@@ -23,9 +23,10 @@ _sym_db = _symbol_database.Default()
 
 
 from millpond.common.v1 import rows_pb2 as millpond_dot_common_dot_v1_dot_rows__pb2
+from millpond.common.v1 import status_pb2 as millpond_dot_common_dot_v1_dot_status__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fmillpond/worker/v1/worker.proto\x12\x12millpond.worker.v1\x1a\x1dmillpond/common/v1/rows.proto\"\xc1\x01\n\x15StagePositionsRequest\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\r\n\x05stage\x18\x02 \x01(\t\x12R\n\rinput_offsets\x18\x03 \x03(\x0b\x32;.millpond.worker.v1.StagePositionsRequest.InputOffsetsEntry\x1a\x33\n\x11InputOffsetsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xbb\x01\n\x16StagePositionsResponse\x12\x14\n\x0coutput_topic\x18\x01 \x01(\t\x12U\n\x0eoutput_offsets\x18\x02 \x03(\x0b\x32=.millpond.worker.v1.StagePositionsResponse.OutputOffsetsEntry\x1a\x34\n\x12OutputOffsetsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"N\n\x17SetStandbyReplayRequest\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0e\n\x06paused\x18\x03 \x01(\x08\"4\n\x18SetStandbyReplayResponse\x12\x18\n\x10\x63hangelog_offset\x18\x01 \x01(\x03\"\x80\x01\n\rLookupRequest\x12\r\n\x05table\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0b\n\x03key\x18\x03 \x01(\x0c\x12\x15\n\rallow_standby\x18\x04 \x01(\x08\x12\x18\n\x10min_input_offset\x18\x05 \x01(\x03\x12\x0f\n\x07wait_ms\x18\x06 \x01(\x05\"[\n\x0eLookupResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12$\n\x03row\x18\x02 \x01(\x0b\x32\x17.millpond.common.v1.Row\x12\x14\n\x0cinput_offset\x18\x03 \x01(\x03\"V\n\x13LookupStreamRequest\x12\x0b\n\x03ids\x18\x01 \x03(\x04\x12\x32\n\x07lookups\x18\x02 \x03(\x0b\x32!.millpond.worker.v1.LookupRequest\"V\n\x14LookupStreamResponse\x12\x0b\n\x03ids\x18\x01 \x03(\x04\x12\x31\n\x07\x61nswers\x18\x02 \x03(\x0b\x32 .millpond.worker.v1.LookupAnswer\"c\n\x0cLookupAnswer\x12\x34\n\x08response\x18\x01 \x01(\x0b\x32\".millpond.worker.v1.LookupResponse\x12\x0c\n\x04\x63ode\x18\x02 \x01(\x05\x12\x0f\n\x07message\x18\x03 \x01(\t\"\xdf\x01\n\x0bScanRequest\x12\r\n\x05table\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\x05\x12\r\n\x05limit\x18\x03 \x01(\x05\x12\x15\n\rallow_standby\x18\x04 \x01(\x08\x12O\n\x11min_input_offsets\x18\x05 \x03(\x0b\x32\x34.millpond.worker.v1.ScanRequest.MinInputOffsetsEntry\x1a\x36\n\x14MinInputOffsetsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\x9f\x02\n\x10ScanPagesRequest\x12\r\n\x05table\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\x05\x12\r\n\x05limit\x18\x03 \x01(\x05\x12\x15\n\rallow_standby\x18\x04 \x01(\x08\x12T\n\x11min_input_offsets\x18\x05 \x03(\x0b\x32\x39.millpond.worker.v1.ScanPagesRequest.MinInputOffsetsEntry\x12\x11\n\tstatement\x18\x06 \x01(\t\x12\x10\n\x08query_id\x18\x07 \x01(\t\x12\x0f\n\x07wait_ms\x18\x08 \x01(\x05\x1a\x36\n\x14MinInputOffsetsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xb5\x01\n\x0cScanResponse\x12%\n\x04rows\x18\x01 \x03(\x0b\x32\x17.millpond.common.v1.Row\x12I\n\rinput_offsets\x18\x02 \x03(\x0b\x32\x32.millpond.worker.v1.ScanResponse.InputOffsetsEntry\x1a\x33\n\x11InputOffsetsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xb9\x01\n\x11ScanPagesResponse\x12\x0c\n\x04rows\x18\x01 \x01(\x0c\x12\x11\n\trow_count\x18\x02 \x01(\x05\x12N\n\rinput_offsets\x18\x03 \x03(\x0b\x32\x37.millpond.worker.v1.ScanPagesResponse.InputOffsetsEntry\x1a\x33\n\x11InputOffsetsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x32\xc6\x04\n\rWorkerService\x12O\n\x06Lookup\x12!.millpond.worker.v1.LookupRequest\x1a\".millpond.worker.v1.LookupResponse\x12\x65\n\x0cLookupStream\x12\'.millpond.worker.v1.LookupStreamRequest\x1a(.millpond.worker.v1.LookupStreamResponse(\x01\x30\x01\x12I\n\x04Scan\x12\x1f.millpond.worker.v1.ScanRequest\x1a .millpond.worker.v1.ScanResponse\x12Z\n\tScanPages\x12$.millpond.worker.v1.ScanPagesRequest\x1a%.millpond.worker.v1.ScanPagesResponse0\x01\x12m\n\x10SetStandbyReplay\x12+.millpond.worker.v1.SetStandbyReplayRequest\x1a,.millpond.worker.v1.SetStandbyReplayResponse\x12g\n\x0eStagePositions\x12).millpond.worker.v1.StagePositionsRequest\x1a*.millpond.worker.v1.StagePositionsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fmillpond/worker/v1/worker.proto\x12\x12millpond.worker.v1\x1a\x1dmillpond/common/v1/rows.proto\x1a\x1fmillpond/common/v1/status.proto\"[\n\x16PrepareTakeOverRequest\x12)\n\x05tasks\x18\x01 \x03(\x0b\x32\x1a.millpond.common.v1.TaskId\x12\x16\n\x0e\x66rom_worker_id\x18\x02 \x01(\t\"J\n\x17PrepareTakeOverResponse\x12/\n\x0bstanding_by\x18\x01 \x03(\x0b\x32\x1a.millpond.common.v1.TaskId\"\xc1\x01\n\x15StagePositionsRequest\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\r\n\x05stage\x18\x02 \x01(\t\x12R\n\rinput_offsets\x18\x03 \x03(\x0b\x32;.millpond.worker.v1.StagePositionsRequest.InputOffsetsEntry\x1a\x33\n\x11InputOffsetsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xbb\x01\n\x16StagePositionsResponse\x12\x14\n\x0coutput_topic\x18\x01 \x01(\t\x12U\n\x0eoutput_offsets\x18\x02 \x03(\x0b\x32=.millpond.worker.v1.StagePositionsResponse.OutputOffsetsEntry\x1a\x34\n\x12OutputOffsetsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"N\n\x17SetStandbyReplayRequest\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0e\n\x06paused\x18\x03 \x01(\x08\"4\n\x18SetStandbyReplayResponse\x12\x18\n\x10\x63hangelog_offset\x18\x01 \x01(\x03\"\x80\x01\n\rLookupRequest\x12\r\n\x05table\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0b\n\x03key\x18\x03 \x01(\x0c\x12\x15\n\rallow_standby\x18\x04 \x01(\x08\x12\x18\n\x10min_input_offset\x18\x05 \x01(\x03\x12\x0f\n\x07wait_ms\x18\x06 \x01(\x05\"[\n\x0eLookupResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12$\n\x03row\x18\x02 \x01(\x0b\x32\x17.millpond.common.v1.Row\x12\x14\n\x0cinput_offset\x18\x03 \x01(\x03\"V\n\x13LookupStreamRequest\x12\x0b\n\x03ids\x18\x01 \x03(\x04\x12\x32\n\x07lookups\x18\x02 \x03(\x0b\x32!.millpond.worker.v1.LookupRequest\"V\n\x14LookupStreamResponse\x12\x0b\n\x03ids\x18\x01 \x03(\x04\x12\x31\n\x07\x61nswers\x18\x02 \x03(\x0b\x32 .millpond.worker.v1.LookupAnswer\"c\n\x0cLookupAnswer\x12\x34\n\x08response\x18\x01 \x01(\x0b\x32\".millpond.worker.v1.LookupResponse\x12\x0c\n\x04\x63ode\x18\x02 \x01(\x05\x12\x0f\n\x07message\x18\x03 \x01(\t\"\xdf\x01\n\x0bScanRequest\x12\r\n\x05table\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\x05\x12\r\n\x05limit\x18\x03 \x01(\x05\x12\x15\n\rallow_standby\x18\x04 \x01(\x08\x12O\n\x11min_input_offsets\x18\x05 \x03(\x0b\x32\x34.millpond.worker.v1.ScanRequest.MinInputOffsetsEntry\x1a\x36\n\x14MinInputOffsetsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\x9f\x02\n\x10ScanPagesRequest\x12\r\n\x05table\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\x05\x12\r\n\x05limit\x18\x03 \x01(\x05\x12\x15\n\rallow_standby\x18\x04 \x01(\x08\x12T\n\x11min_input_offsets\x18\x05 \x03(\x0b\x32\x39.millpond.worker.v1.ScanPagesRequest.MinInputOffsetsEntry\x12\x11\n\tstatement\x18\x06 \x01(\t\x12\x10\n\x08query_id\x18\x07 \x01(\t\x12\x0f\n\x07wait_ms\x18\x08 \x01(\x05\x1a\x36\n\x14MinInputOffsetsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xb5\x01\n\x0cScanResponse\x12%\n\x04rows\x18\x01 \x03(\x0b\x32\x17.millpond.common.v1.Row\x12I\n\rinput_offsets\x18\x02 \x03(\x0b\x32\x32.millpond.worker.v1.ScanResponse.InputOffsetsEntry\x1a\x33\n\x11InputOffsetsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xb9\x01\n\x11ScanPagesResponse\x12\x0c\n\x04rows\x18\x01 \x01(\x0c\x12\x11\n\trow_count\x18\x02 \x01(\x05\x12N\n\rinput_offsets\x18\x03 \x03(\x0b\x32\x37.millpond.worker.v1.ScanPagesResponse.InputOffsetsEntry\x1a\x33\n\x11InputOffsetsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x32\xb2\x05\n\rWorkerService\x12O\n\x06Lookup\x12!.millpond.worker.v1.LookupRequest\x1a\".millpond.worker.v1.LookupResponse\x12\x65\n\x0cLookupStream\x12\'.millpond.worker.v1.LookupStreamRequest\x1a(.millpond.worker.v1.LookupStreamResponse(\x01\x30\x01\x12I\n\x04Scan\x12\x1f.millpond.worker.v1.ScanRequest\x1a .millpond.worker.v1.ScanResponse\x12Z\n\tScanPages\x12$.millpond.worker.v1.ScanPagesRequest\x1a%.millpond.worker.v1.ScanPagesResponse0\x01\x12m\n\x10SetStandbyReplay\x12+.millpond.worker.v1.SetStandbyReplayRequest\x1a,.millpond.worker.v1.SetStandbyReplayResponse\x12g\n\x0eStagePositions\x12).millpond.worker.v1.StagePositionsRequest\x1a*.millpond.worker.v1.StagePositionsResponse\x12j\n\x0fPrepareTakeOver\x12*.millpond.worker.v1.PrepareTakeOverRequest\x1a+.millpond.worker.v1.PrepareTakeOverResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -44,44 +45,48 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SCANRESPONSE_INPUTOFFSETSENTRY']._serialized_options = b'8\001'
   _globals['_SCANPAGESRESPONSE_INPUTOFFSETSENTRY']._loaded_options = None
   _globals['_SCANPAGESRESPONSE_INPUTOFFSETSENTRY']._serialized_options = b'8\001'
-  _globals['_STAGEPOSITIONSREQUEST']._serialized_start=87
-  _globals['_STAGEPOSITIONSREQUEST']._serialized_end=280
-  _globals['_STAGEPOSITIONSREQUEST_INPUTOFFSETSENTRY']._serialized_start=229
-  _globals['_STAGEPOSITIONSREQUEST_INPUTOFFSETSENTRY']._serialized_end=280
-  _globals['_STAGEPOSITIONSRESPONSE']._serialized_start=283
-  _globals['_STAGEPOSITIONSRESPONSE']._serialized_end=470
-  _globals['_STAGEPOSITIONSRESPONSE_OUTPUTOFFSETSENTRY']._serialized_start=418
-  _globals['_STAGEPOSITIONSRESPONSE_OUTPUTOFFSETSENTRY']._serialized_end=470
-  _globals['_SETSTANDBYREPLAYREQUEST']._serialized_start=472
-  _globals['_SETSTANDBYREPLAYREQUEST']._serialized_end=550
-  _globals['_SETSTANDBYREPLAYRESPONSE']._serialized_start=552
-  _globals['_SETSTANDBYREPLAYRESPONSE']._serialized_end=604
-  _globals['_LOOKUPREQUEST']._serialized_start=607
-  _globals['_LOOKUPREQUEST']._serialized_end=735
-  _globals['_LOOKUPRESPONSE']._serialized_start=737
-  _globals['_LOOKUPRESPONSE']._serialized_end=828
-  _globals['_LOOKUPSTREAMREQUEST']._serialized_start=830
-  _globals['_LOOKUPSTREAMREQUEST']._serialized_end=916
-  _globals['_LOOKUPSTREAMRESPONSE']._serialized_start=918
-  _globals['_LOOKUPSTREAMRESPONSE']._serialized_end=1004
-  _globals['_LOOKUPANSWER']._serialized_start=1006
-  _globals['_LOOKUPANSWER']._serialized_end=1105
-  _globals['_SCANREQUEST']._serialized_start=1108
-  _globals['_SCANREQUEST']._serialized_end=1331
-  _globals['_SCANREQUEST_MININPUTOFFSETSENTRY']._serialized_start=1277
-  _globals['_SCANREQUEST_MININPUTOFFSETSENTRY']._serialized_end=1331
-  _globals['_SCANPAGESREQUEST']._serialized_start=1334
-  _globals['_SCANPAGESREQUEST']._serialized_end=1621
-  _globals['_SCANPAGESREQUEST_MININPUTOFFSETSENTRY']._serialized_start=1277
-  _globals['_SCANPAGESREQUEST_MININPUTOFFSETSENTRY']._serialized_end=1331
-  _globals['_SCANRESPONSE']._serialized_start=1624
-  _globals['_SCANRESPONSE']._serialized_end=1805
-  _globals['_SCANRESPONSE_INPUTOFFSETSENTRY']._serialized_start=229
-  _globals['_SCANRESPONSE_INPUTOFFSETSENTRY']._serialized_end=280
-  _globals['_SCANPAGESRESPONSE']._serialized_start=1808
-  _globals['_SCANPAGESRESPONSE']._serialized_end=1993
-  _globals['_SCANPAGESRESPONSE_INPUTOFFSETSENTRY']._serialized_start=229
-  _globals['_SCANPAGESRESPONSE_INPUTOFFSETSENTRY']._serialized_end=280
-  _globals['_WORKERSERVICE']._serialized_start=1996
-  _globals['_WORKERSERVICE']._serialized_end=2578
+  _globals['_PREPARETAKEOVERREQUEST']._serialized_start=119
+  _globals['_PREPARETAKEOVERREQUEST']._serialized_end=210
+  _globals['_PREPARETAKEOVERRESPONSE']._serialized_start=212
+  _globals['_PREPARETAKEOVERRESPONSE']._serialized_end=286
+  _globals['_STAGEPOSITIONSREQUEST']._serialized_start=289
+  _globals['_STAGEPOSITIONSREQUEST']._serialized_end=482
+  _globals['_STAGEPOSITIONSREQUEST_INPUTOFFSETSENTRY']._serialized_start=431
+  _globals['_STAGEPOSITIONSREQUEST_INPUTOFFSETSENTRY']._serialized_end=482
+  _globals['_STAGEPOSITIONSRESPONSE']._serialized_start=485
+  _globals['_STAGEPOSITIONSRESPONSE']._serialized_end=672
+  _globals['_STAGEPOSITIONSRESPONSE_OUTPUTOFFSETSENTRY']._serialized_start=620
+  _globals['_STAGEPOSITIONSRESPONSE_OUTPUTOFFSETSENTRY']._serialized_end=672
+  _globals['_SETSTANDBYREPLAYREQUEST']._serialized_start=674
+  _globals['_SETSTANDBYREPLAYREQUEST']._serialized_end=752
+  _globals['_SETSTANDBYREPLAYRESPONSE']._serialized_start=754
+  _globals['_SETSTANDBYREPLAYRESPONSE']._serialized_end=806
+  _globals['_LOOKUPREQUEST']._serialized_start=809
+  _globals['_LOOKUPREQUEST']._serialized_end=937
+  _globals['_LOOKUPRESPONSE']._serialized_start=939
+  _globals['_LOOKUPRESPONSE']._serialized_end=1030
+  _globals['_LOOKUPSTREAMREQUEST']._serialized_start=1032
+  _globals['_LOOKUPSTREAMREQUEST']._serialized_end=1118
+  _globals['_LOOKUPSTREAMRESPONSE']._serialized_start=1120
+  _globals['_LOOKUPSTREAMRESPONSE']._serialized_end=1206
+  _globals['_LOOKUPANSWER']._serialized_start=1208
+  _globals['_LOOKUPANSWER']._serialized_end=1307
+  _globals['_SCANREQUEST']._serialized_start=1310
+  _globals['_SCANREQUEST']._serialized_end=1533
+  _globals['_SCANREQUEST_MININPUTOFFSETSENTRY']._serialized_start=1479
+  _globals['_SCANREQUEST_MININPUTOFFSETSENTRY']._serialized_end=1533
+  _globals['_SCANPAGESREQUEST']._serialized_start=1536
+  _globals['_SCANPAGESREQUEST']._serialized_end=1823
+  _globals['_SCANPAGESREQUEST_MININPUTOFFSETSENTRY']._serialized_start=1479
+  _globals['_SCANPAGESREQUEST_MININPUTOFFSETSENTRY']._serialized_end=1533
+  _globals['_SCANRESPONSE']._serialized_start=1826
+  _globals['_SCANRESPONSE']._serialized_end=2007
+  _globals['_SCANRESPONSE_INPUTOFFSETSENTRY']._serialized_start=431
+  _globals['_SCANRESPONSE_INPUTOFFSETSENTRY']._serialized_end=482
+  _globals['_SCANPAGESRESPONSE']._serialized_start=2010
+  _globals['_SCANPAGESRESPONSE']._serialized_end=2195
+  _globals['_SCANPAGESRESPONSE_INPUTOFFSETSENTRY']._serialized_start=431
+  _globals['_SCANPAGESRESPONSE_INPUTOFFSETSENTRY']._serialized_end=482
+  _globals['_WORKERSERVICE']._serialized_start=2198
+  _globals['_WORKERSERVICE']._serialized_end=2888
 # @@protoc_insertion_point(module_scope)

@@ -1,4 +1,5 @@
 from millpond.common.v1 import rows_pb2 as _rows_pb2
+from millpond.common.v1 import status_pb2 as _status_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -6,6 +7,20 @@ from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class PrepareTakeOverRequest(_message.Message):
+    __slots__ = ("tasks", "from_worker_id")
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    FROM_WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    tasks: _containers.RepeatedCompositeFieldContainer[_status_pb2.TaskId]
+    from_worker_id: str
+    def __init__(self, tasks: _Optional[_Iterable[_Union[_status_pb2.TaskId, _Mapping]]] = ..., from_worker_id: _Optional[str] = ...) -> None: ...
+
+class PrepareTakeOverResponse(_message.Message):
+    __slots__ = ("standing_by",)
+    STANDING_BY_FIELD_NUMBER: _ClassVar[int]
+    standing_by: _containers.RepeatedCompositeFieldContainer[_status_pb2.TaskId]
+    def __init__(self, standing_by: _Optional[_Iterable[_Union[_status_pb2.TaskId, _Mapping]]] = ...) -> None: ...
 
 class StagePositionsRequest(_message.Message):
     __slots__ = ("query_id", "stage", "input_offsets")

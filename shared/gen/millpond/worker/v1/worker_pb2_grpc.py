@@ -65,6 +65,11 @@ class WorkerServiceStub:
                 request_serializer=millpond_dot_worker_dot_v1_dot_worker__pb2.StagePositionsRequest.SerializeToString,
                 response_deserializer=millpond_dot_worker_dot_v1_dot_worker__pb2.StagePositionsResponse.FromString,
                 _registered_method=True)
+        self.PrepareTakeOver = channel.unary_unary(
+                '/millpond.worker.v1.WorkerService/PrepareTakeOver',
+                request_serializer=millpond_dot_worker_dot_v1_dot_worker__pb2.PrepareTakeOverRequest.SerializeToString,
+                response_deserializer=millpond_dot_worker_dot_v1_dot_worker__pb2.PrepareTakeOverResponse.FromString,
+                _registered_method=True)
 
 
 class WorkerServiceServicer:
@@ -124,6 +129,18 @@ class WorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PrepareTakeOver(self, request, context):
+        """Asked by a worker that is leaving the cluster (SIGTERM) of each worker that keeps a standby
+        copy of one of its active tasks, before it stops processing: have the Spark query those
+        tasks would get here started and standing by (its plan made, its first batch reduced and
+        held), so that when the leave moves them here they process within one batch. Returns once
+        every stage's query stands by, or could not (the tasks then start as after a kill), or the
+        call's deadline is near. A worker that is stopping itself answers at once with none.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -156,6 +173,11 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.StagePositions,
                     request_deserializer=millpond_dot_worker_dot_v1_dot_worker__pb2.StagePositionsRequest.FromString,
                     response_serializer=millpond_dot_worker_dot_v1_dot_worker__pb2.StagePositionsResponse.SerializeToString,
+            ),
+            'PrepareTakeOver': grpc.unary_unary_rpc_method_handler(
+                    servicer.PrepareTakeOver,
+                    request_deserializer=millpond_dot_worker_dot_v1_dot_worker__pb2.PrepareTakeOverRequest.FromString,
+                    response_serializer=millpond_dot_worker_dot_v1_dot_worker__pb2.PrepareTakeOverResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -321,6 +343,33 @@ class WorkerService:
             '/millpond.worker.v1.WorkerService/StagePositions',
             millpond_dot_worker_dot_v1_dot_worker__pb2.StagePositionsRequest.SerializeToString,
             millpond_dot_worker_dot_v1_dot_worker__pb2.StagePositionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PrepareTakeOver(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/millpond.worker.v1.WorkerService/PrepareTakeOver',
+            millpond_dot_worker_dot_v1_dot_worker__pb2.PrepareTakeOverRequest.SerializeToString,
+            millpond_dot_worker_dot_v1_dot_worker__pb2.PrepareTakeOverResponse.FromString,
             options,
             channel_credentials,
             insecure,
