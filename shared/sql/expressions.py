@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 import re
 from collections.abc import Callable, Mapping
+from decimal import Decimal
 from typing import Any
 
 from millpond.shared.errors import StatementError
 from millpond.shared.sql import aggregates, ast, functions
-from millpond.shared.sql.functions import INTEGRAL
+from millpond.shared.sql.functions import INTEGRAL, is_nan, spark_ranked
 from millpond.shared.sql.types import Scope, check
 
 
@@ -189,12 +191,24 @@ def _wrapped(number: Any, bits: int) -> Any:
     return (number + half) % (1 << bits) - half
 
 
+def _spark_compare(op: Callable[[Any, Any], bool]) -> Callable[[Any, Any], bool]:
+    """``op`` of two values as Spark's comparison answers it: a NaN equal to itself and above
+    every number (``SQLOrderingUtil.compareDoubles``), where Python's NaN is neither."""
+    def compare(a: Any, b: Any) -> bool:
+        if is_nan(a) or is_nan(b):
+            return op(spark_ranked(a), spark_ranked(b))
+        return op(a, b)
+    return compare
+
+
+_EQUAL = _spark_compare(operator.eq)
 _BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
-    "/": _divide, "%": _remainder, "=": lambda a, b: a == b, "!=": lambda a, b: a != b,
-    "<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
-    ">=": lambda a, b: a >= b, "LIKE": _like,
+    "/": _divide, "%": _remainder, "=": _EQUAL, "!=": _spark_compare(operator.ne),
+    "<": _spark_compare(operator.lt), "<=": _spark_compare(operator.le), ">": _spark_compare(operator.gt),
+    ">=": _spark_compare(operator.ge), "LIKE": _like,
 }
+_AT_MOST = _BINARY["<="]
 
 
 def evaluate(expr: ast.Expr, row: Mapping[str, Any]) -> Any:
@@ -237,8 +251,8 @@ def evaluate(expr: ast.Expr, row: Mapping[str, Any]) -> Any:
         return (evaluate(expr.operand, row) is None) != expr.negated
     if isinstance(expr, ast.Between):  # Spark's: low <= v AND v <= high, three-valued, then NOT
         v, lo, hi = (evaluate(e, row) for e in (expr.operand, expr.low, expr.high))
-        above = None if v is None or lo is None else lo <= v
-        below = None if v is None or hi is None else v <= hi
+        above = None if v is None or lo is None else _AT_MOST(lo, v)
+        below = None if v is None or hi is None else _AT_MOST(v, hi)
         within = False if above is False or below is False else None if above is None or below is None else True
         return within if within is None else within != expr.negated
     if isinstance(expr, ast.InList):  # SQL's: no match with a NULL item is NULL, not false
@@ -246,7 +260,7 @@ def evaluate(expr: ast.Expr, row: Mapping[str, Any]) -> Any:
         if v is None:
             return None
         items = [evaluate(i, row) for i in expr.items]
-        found = True if any(i is not None and i == v for i in items) else None if None in items else False
+        found = True if any(i is not None and _EQUAL(i, v) for i in items) else None if None in items else False
         return found if found is None else found != expr.negated
     if isinstance(expr, ast.Case):
         for cond, value in expr.whens:
@@ -276,6 +290,28 @@ _BOOLEAN_TEXT = {**dict.fromkeys(("t", "true", "y", "yes", "1"), True), **dict.f
 """Text Spark's CAST reads as a BOOLEAN (``StringUtils.isTrueString`` and ``isFalseString``)."""
 
 
+def java_double_text(number: float) -> str:
+    """A DOUBLE as text, as Spark's CAST writes it (Java's ``Double.toString``): plain from 10^-3
+    up to 10^7 (``100.0``, ``0.001``), else ``1.0E20`` and ``1.5E-4``; ``NaN``, ``Infinity``.
+    Python's shortest digits, which Java 17's also are but for rare values of 17 digits."""
+    if math.isnan(number):
+        return "NaN"
+    if math.isinf(number):
+        return "Infinity" if number > 0 else "-Infinity"
+    if number == 0:
+        return "-0.0" if math.copysign(1.0, number) < 0 else "0.0"
+    sign, digits, exponent = Decimal(repr(number)).normalize().as_tuple()
+    assert isinstance(exponent, int)
+    text = "".join(map(str, digits))
+    point = len(text) + exponent  # digits before the decimal point, in plain notation
+    if 1e-3 <= abs(number) < 1e7:
+        whole, fraction = (text[:point], text[point:]) if point > 0 else ("0", "0" * -point + text)
+        plain = f"{whole.ljust(point, '0') if point > 0 else whole}.{fraction or '0'}"
+    else:
+        plain = f"{text[0]}.{text[1:] or '0'}E{point - 1}"
+    return ("-" if sign else "") + plain
+
+
 def _cast(value: Any, type_: ast.SqlType) -> Any:
     """CAST as Spark does it outside ANSI mode: a value that does not convert becomes NULL."""
     if value is None:
@@ -285,7 +321,7 @@ def _cast(value: Any, type_: ast.SqlType) -> Any:
         if base == "VARCHAR":
             if isinstance(value, bool):
                 return "true" if value else "false"
-            return str(value)
+            return java_double_text(value) if isinstance(value, float) else str(value)
         if base in ("INT", "BIGINT"):
             bits = 32 if base == "INT" else 64
             if isinstance(value, str):  # Spark's reading: digits (a fraction truncated), else or past the range NULL

@@ -102,6 +102,17 @@ class ScalarFunction:
         return self.variadic
 
 
+def is_nan(value: Any) -> bool:
+    """Whether a value is a DOUBLE's NaN."""
+    return isinstance(value, float) and math.isnan(value)
+
+
+def spark_ranked(value: Any) -> tuple[bool, Any]:
+    """A value as Spark orders it against another of its type: NaN above every number and equal
+    to itself (``SQLOrderingUtil.compareDoubles``), where Python's NaN compares as Java's does."""
+    return (True, 0.0) if is_nan(value) else (False, value)
+
+
 def _strict(fn: Callable[..., Any]) -> Callable[..., Any]:
     """SQL semantics: any NULL argument gives NULL."""
     return lambda *args: None if any(a is None for a in args) else fn(*args)
@@ -218,9 +229,9 @@ FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
     ScalarFunction("SIGN", ("numeric",), result=lambda _: DOUBLE, spark="sign",
                    python=_strict(lambda x: float((x > 0) - (x < 0)))),
     ScalarFunction("GREATEST", ("orderable",), variadic="orderable", result=lambda t: common_type(t), spark="greatest",
-                   python=lambda *a: max((x for x in a if x is not None), default=None)),
+                   python=lambda *a: max((x for x in a if x is not None), key=spark_ranked, default=None)),
     ScalarFunction("LEAST", ("orderable",), variadic="orderable", result=lambda t: common_type(t), spark="least",
-                   python=lambda *a: min((x for x in a if x is not None), default=None)),
+                   python=lambda *a: min((x for x in a if x is not None), key=spark_ranked, default=None)),
     ScalarFunction("COALESCE", ("any",), variadic="any", result=lambda t: common_type(t), spark="coalesce",
                    python=lambda *a: next((x for x in a if x is not None), None)),
     ScalarFunction("IFNULL", ("any", "any"), result=lambda t: common_type(t), spark="ifnull",

@@ -135,3 +135,34 @@ def test_strings_casts_and_null_logic_answer_as_spark(spark: SparkSession) -> No
     python = [evaluate(e, {}) for e in exprs]
     spark_values = as_spark(spark, exprs)
     assert str(dict(zip(texts, python, strict=True))) == str(dict(zip(texts, spark_values, strict=True)))
+
+
+def test_nan_compares_as_in_spark(spark: SparkSession) -> None:
+    """Spark's NaN is equal to itself and above every number, in comparisons, IN, BETWEEN,
+    GREATEST and LEAST; Python's (as Java's) is neither, so a pull's or a push's WHERE kept
+    other rows than the persistent query's filter over the same values."""
+    columns = Scope("T", {"D": ast.SqlType("DOUBLE"), "E": ast.SqlType("DOUBLE")})
+    texts = ["d = d", "d != d", "d > e", "d < e", "d >= e", "e <= d", "d = e", "d > CAST('Infinity' AS DOUBLE)",
+             "d IN (1.0, d)", "d NOT IN (e)", "e IN (d)", "d BETWEEN e AND d", "e BETWEEN d AND d",
+             "GREATEST(e, d)", "GREATEST(d, e)", "LEAST(d, e)", "LEAST(e, d)", "CASE WHEN d > 1e300 THEN 'big' END",
+             "e < e", "e = 1.0"]
+    exprs = [with_widths(expression(text), columns) for text in texts]
+    spark_row = spark.createDataFrame([(math.nan, 1.0)], "D DOUBLE, E DOUBLE").selectExpr(
+        *(to_spark(e, columns) for e in exprs)).collect()[0]
+    python = [evaluate(e, {"D": math.nan, "E": 1.0}) for e in exprs]
+    assert str(dict(zip(texts, python, strict=True))) == str(dict(zip(texts, spark_row, strict=True)))
+
+
+def test_a_double_as_text_is_written_as_sparks_cast(spark: SparkSession) -> None:
+    """CAST of a DOUBLE to VARCHAR writes Java's ``Double.toString`` in Spark (``1.0E20``,
+    ``1.5E-4``, ``100.0``); Python wrote its own (``1e+20``, ``0.00015``, ``100.0``), so a pull's
+    or a push's text of a number was not the persistent query's."""
+    draw = random.Random(11)
+    values = [100.0, 0.001, 1e7, 9999999.0, 1e20, 1.5e-4, 0.0009, -2.5, 0.1, 1e22, 12345678.9, 1234567.0, -0.0,
+              0.0, 1.7976931348623157e308, 2.0**-1022, math.nan, math.inf, -math.inf, 123.456, 1e-3 - 1e-19,
+              *(draw.uniform(-1, 1) * 10 ** draw.randint(-12, 12) for _ in range(300)),
+              *(float(draw.randint(-10**9, 10**9)) for _ in range(50))]
+    columns = Scope("T", {"D": ast.SqlType("DOUBLE")})
+    cast = with_widths(expression("CAST(d AS VARCHAR)"), columns)
+    rows = spark.createDataFrame([(v,) for v in values], "D DOUBLE").selectExpr(to_spark(cast, columns)).collect()
+    assert {repr(v): evaluate(cast, {"D": v}) for v in values} == {repr(v): row[0] for v, row in zip(values, rows, strict=True)}
