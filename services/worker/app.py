@@ -91,7 +91,9 @@ class Worker:
         leaving = asyncio.Event()  # set once it handed over and stopped processing: the beats end then
         beats = [asyncio.create_task(self.membership.heartbeat_loop(leaving, c)) for c in self.settings.coordinators]
         beats += [asyncio.create_task(self.membership.report_loop(leaving, r)) for r in self.settings.router_endpoints]
-        loops = [asyncio.create_task(c) for c in (self.reader.run(stop), self.processing.run(self.tasks.run(stop)))]
+        # The tasks follow the assignment until the worker leaves: while it hands over, the
+        # coordinator may still move one of them.
+        loops = [asyncio.create_task(c) for c in (self.reader.run(stop), self.processing.run(self.tasks.run(leaving)))]
         if self.router is not None:
             loops.append(asyncio.create_task(self.router.pulls.run(stop)))
         if self.settings.metrics_port is not None:

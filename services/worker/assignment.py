@@ -92,11 +92,18 @@ class TaskAssignment:
         in ``GROUP_OFFSETS`` for them): one admin client kept open, instead of one a read."""
         self._planned = False
         """Whether ``_ready_plans`` has run since the Spark session was ready."""
-        self._incoming: dict[tuple[str, int], float] = {}
+        self._incoming: dict[tuple[str, int], tuple[float, str]] = {}
         """(query id, partition) of copies here a leaving worker is about to hand over
-        (``prepare_take_over``), with when that stops being prepared for (the monotonic clock)."""
-        self._incoming_seen: frozenset[tuple[str, int]] = frozenset()
-        """Those of ``_incoming`` that ``_ready_plans`` has handed to the stage streams."""
+        (``prepare_take_over``), with when that stops being prepared for (the monotonic clock)
+        and that worker: once an assignment no longer has it, only those that moved here stay."""
+        self._announced = 0
+        """How many take-overs were announced here (``prepare_take_over``, on the serving loop)."""
+        self._noted = 0
+        """How many of them the processing loop has noted in ``_incoming``."""
+        self._handed = 0
+        """``_noted`` when ``_ready_plans`` last handed the incoming copies to the stage streams."""
+        self.workers: frozenset[str] | None = None
+        """The workers of the newest assignment (None: not known)."""
         self.stopping = False
         """Set when the worker begins to stop: it prepares no take-over (``take_over_state``)."""
         self._dirty = asyncio.Event()
@@ -115,11 +122,14 @@ class TaskAssignment:
         """Something the tasks depend on changed (the metastore): reconcile again."""
         self._soon(self._dirty.set)
 
-    def take(self, generation: int, wanted: dict[str, set[int]], standbys: set[tuple[str, int]]) -> None:
-        """A new assignment: these actives (query id -> partitions) and standby copies."""
+    def take(self, generation: int, wanted: dict[str, set[int]], standbys: set[tuple[str, int]],
+             workers: frozenset[str] | None = None) -> None:
+        """A new assignment: these actives (query id -> partitions) and standby copies, and
+        every worker it has."""
         self.generation = generation
         self.wanted = wanted
         self.wanted_standbys = standbys
+        self.workers = workers
         log.info("assignment received", extra={"generation": self.generation,
                                                "tasks": {q: sorted(p) for q, p in self.wanted.items()},
                                                "standbys": sorted(standbys)})
@@ -160,25 +170,29 @@ class TaskAssignment:
             self._soon(functools.partial(copy.pause, paused))
         return replica.position
 
-    def prepare_take_over(self, keys: Sequence[tuple[str, int]]) -> None:
-        """A leaving worker is about to hand over these (query id, partition), whose copies this
-        worker keeps: have the Spark queries they would get here standing by (``StageStream.ready``'s
-        ``incoming``) for ``INCOMING_FOR_S``. Safe from any thread; ``take_over_state`` tells how
-        far it got."""
+    def prepare_take_over(self, keys: Sequence[tuple[str, int]], worker_id: str) -> int:
+        """Worker ``worker_id`` is leaving and about to hand over these (query id, partition),
+        whose copies this worker keeps: have the Spark queries they would get here standing by
+        (``StageStream.ready``'s ``incoming``) for ``INCOMING_FOR_S`` at most. Called on the
+        serving loop; the announcement's number, for ``take_over_state``."""
+        self._announced += 1
+        announced = self._announced
         until = time.monotonic() + INCOMING_FOR_S
 
         def note() -> None:
-            self._incoming.update(dict.fromkeys(keys, until))
-            self._incoming_seen = self._incoming_seen - set(keys)
+            self._incoming.update(dict.fromkeys(keys, (until, worker_id)))
+            self._noted = max(self._noted, announced)
             self._dirty.set()
         self._soon(note)
+        return announced
 
-    def take_over_state(self, keys: Sequence[tuple[str, int]]) -> list[tuple[str, int]] | None:
-        """Those of ``keys`` (``prepare_take_over``) each of whose stage streams here has a query
-        standing by for it; None while one is still being made. Safe from any thread."""
+    def take_over_state(self, keys: Sequence[tuple[str, int]], announced: int) -> list[tuple[str, int]] | None:
+        """Those of ``keys`` (announcement number ``announced``: ``prepare_take_over``) each of
+        whose stage streams here has a query standing by for it; None until the announcement
+        reached the streams, and while one is still being made. Safe from any thread."""
         if self.stopping or self.streams.stopped:
             return []
-        if not set(keys) <= self._incoming_seen:
+        if self._handed < announced:
             return None
         standing = []
         for query_id, partition in keys:
@@ -270,11 +284,12 @@ class TaskAssignment:
         whose tasks are starting counts as a copy still, until they join. Only once the Spark
         session is up and warm (this starts none). The copies a leaving worker is about to hand
         over (``prepare_take_over``) get theirs made too where the stage runs here."""
-        now = time.monotonic()
-        self._incoming = {key: until for key, until in self._incoming.items() if until > now}
-        seen = frozenset(self._incoming)
+        noted, now, workers = self._noted, time.monotonic(), self.workers
+        self._incoming = {key: (until, by) for key, (until, by) in self._incoming.items()
+                          if until > now and not self.stopping and (workers is None or by in workers
+                                                                    or key[1] in self.wanted.get(key[0], ()))}
         if not self.spark.ready:
-            self._incoming_seen = seen  # none can be made: the leaving worker is not kept waiting
+            self._handed = noted  # none can be made: the leaving worker is not kept waiting
             return
         self._planned = True
         keys = {*self.standbys, *(key for key, supervisor in self.supervisors.items() if supervisor.starting())}
@@ -291,7 +306,7 @@ class TaskAssignment:
                 copies[query_id, stage.name] = stage, frozenset(p for p in partitions if p < stage.partitions)
                 incoming[query_id, stage.name] = frozenset(p for p in coming if p < stage.partitions)
         self.streams.ready(copies, incoming)
-        self._incoming_seen = seen
+        self._handed = noted
 
     def takes_over(self) -> bool:
         """Whether this worker's copies may be offered to take over (``membership.offered_lags``):

@@ -170,7 +170,8 @@ class MembershipAgent:
         tasks = self.tasks
         if response.HasField("assignment") and response.generation > tasks.generation:
             self.assignment = response.assignment
-            tasks.take(response.assignment.generation, *assigned_to(self.settings.worker_id, response.assignment))
+            tasks.take(response.assignment.generation, *assigned_to(self.settings.worker_id, response.assignment),
+                       workers=frozenset(w.worker_id for w in response.assignment.workers))
 
     async def report_loop(self, stop: asyncio.Event, router: str) -> None:
         """Beat one router with this worker's lags, for its failure detector and lag-aware
@@ -210,6 +211,7 @@ class MembershipAgent:
             if message.last:
                 return
             await wait_at_most(stop, until_next_tick(interval, self._phase))
+
     async def hand_over(self) -> None:
         """Before this worker stops processing to leave: ask each worker that keeps a standby copy
         of one of its active tasks to have the Spark queries those tasks would get there standing
@@ -221,7 +223,12 @@ class MembershipAgent:
         if not asks:
             return
         began = time.monotonic()
-        answers = await asyncio.gather(*(self._ask_take_over(endpoint, keys) for endpoint, keys in asks.items()))
+        try:
+            async with asyncio.timeout(HAND_OVER_MAX_S + 1):  # each call has its deadline; this bounds the rest
+                answers = await asyncio.gather(*(self._ask_take_over(endpoint, keys) for endpoint, keys in asks.items()))
+        except Exception:  # a head start lost, never the leave
+            log.warning("handing over failed; the tasks start on their new owners as after a kill", exc_info=True)
+            return
         log.info("handed over", extra={"seconds": round(time.monotonic() - began, 3),
                                        "standing_by": sorted(key for standing in answers for key in standing),
                                        "asked": sorted(key for keys in asks.values() for key in keys)})

@@ -66,8 +66,10 @@ class Tables(Protocol):
         """The topic a stage writes and how far its tasks here had written to it once they
         committed ``input_offsets`` (UnavailableError when they are not here or not in time)."""
 
-    async def prepare_take_over(self, keys: Sequence[tuple[str, int]], wait_s: float) -> list[tuple[str, int]]:
-        """Have the Spark queries of these (query id, partition) standing by; those that do, within ``wait_s``."""
+    async def prepare_take_over(self, keys: Sequence[tuple[str, int]], worker_id: str,
+                                wait_s: float) -> list[tuple[str, int]]:
+        """Have the Spark queries of these (query id, partition), which ``worker_id`` hands over
+        as it leaves, standing by; those that do, within ``wait_s``."""
 
 
 class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
@@ -232,13 +234,14 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
     @grpc_errors
     async def PrepareTakeOver(self, request: worker_pb2.PrepareTakeOverRequest,
                               context: grpc.aio.ServicerContext) -> worker_pb2.PrepareTakeOverResponse:
-        if not request.tasks or any(not t.query_id for t in request.tasks):
-            raise StatementError("PrepareTakeOver needs the tasks (query_id and partition) about to move here")
+        if not request.tasks or any(not t.query_id for t in request.tasks) or not request.from_worker_id:
+            raise StatementError("PrepareTakeOver needs the tasks (query_id and partition) about to move here and "
+                                 "the from_worker_id of the worker that hands them over")
         remaining = context.time_remaining()
         wait = TAKE_OVER_WAIT_S if remaining is None else min(max(remaining - STAGE_ANSWER_S, 0.0), TAKE_OVER_WAIT_S)
         keys = [(t.query_id, t.partition) for t in request.tasks]
         began = time.monotonic()
-        standing = await self.tables.prepare_take_over(keys, wait)
+        standing = await self.tables.prepare_take_over(keys, request.from_worker_id, wait)
         log.info("take-over prepared", extra={"from_worker": request.from_worker_id, "tasks": sorted(keys),
                                               "standing_by": sorted(standing),
                                               "seconds": round(time.monotonic() - began, 3)})

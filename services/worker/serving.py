@@ -305,13 +305,15 @@ class LocalTables:
         """Pause or resume a standby copy's replay; its changelog position."""
         return self.tasks.pause_standby(query_id, partition, paused)
 
-    async def prepare_take_over(self, keys: Sequence[tuple[str, int]], wait_s: float) -> list[tuple[str, int]]:
-        """Have the Spark queries of these (query id, partition), which a leaving worker is about
-        to hand over, standing by here (``TaskAssignment.prepare_take_over``): those each of whose
-        stages has one, once every one was made or ``wait_s`` passed."""
-        self.tasks.prepare_take_over(keys)
+    async def prepare_take_over(self, keys: Sequence[tuple[str, int]], worker_id: str,
+                                wait_s: float) -> list[tuple[str, int]]:
+        """Have the Spark queries of these (query id, partition), which worker ``worker_id``
+        is about to hand over as it leaves, standing by here (``TaskAssignment.prepare_take_over``):
+        those each of whose stages has one, once every one was made or ``wait_s`` passed."""
+        announced = self.tasks.prepare_take_over(keys, worker_id)
         deadline = time.monotonic() + wait_s
         # Polled: the state changes on the processing loop's thread, which no event of this loop follows.
-        while (standing := self.tasks.take_over_state(keys)) is None and time.monotonic() < deadline:  # noqa: ASYNC110
+        while (standing := self.tasks.take_over_state(keys, announced)) is None and \
+                time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(TAKE_OVER_POLL_S)
         return standing or []

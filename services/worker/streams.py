@@ -132,8 +132,9 @@ class StageStream:
         self._take_over = False
         """Whether ``_ready`` is made for partitions a leaving worker is about to hand over
         (``ready``'s ``incoming``), beside the stage's running queries here."""
-        self._dropping: set[asyncio.Task[str | None]] = set()
-        """Stops of queries standing by that ``_drop_ready`` dropped (``_close`` awaits them)."""
+        self._dropping: set[asyncio.Task[Any]] = set()
+        """Stops of queries standing by that ``_drop_ready`` dropped, or their making cancelled
+        (whose end stops the query it started): ``_close`` awaits them."""
 
     def join(self, tasks: dict[int, Task[Any]]) -> asyncio.Future[str]:
         """Run these started tasks (soon, in a Spark query of their own if one already runs).
@@ -193,15 +194,23 @@ class StageStream:
         runs here, nothing changes: a plan kept is their query's (``_from_copies``).
 
         ``incoming``: those of the copies a leaving worker is about to hand over
-        (``PrepareTakeOver``): the plan and the query standing by are made for them alone, and
-        also while the stage runs here, where they would get a Spark query of their own (when
-        the stage ``takes_newcomers``); once none is incoming, such a query is dropped."""
+        (``PrepareTakeOver``) while the stage runs here, where they would get a Spark query of
+        their own (when the stage ``takes_newcomers``): its plan is made for them alone and the
+        query stands by beside the running one, until their tasks join and take it over; once
+        none is incoming and none has joined, it is dropped. (Where the stage does not run, the
+        plan made for all the copies serves.)"""
         running = bool(self.members or self.runners)
-        wanted = frozenset(incoming - self._running()) if incoming else frozenset() if running else partitions
-        if running and wanted and not self.takes_newcomers():
-            wanted = frozenset()
-        take_over = bool(incoming) and bool(wanted)  # (a stand-by made from the copies long ago has ended)
-        if (running and not wanted and not self._take_over) or (wanted, take_over) == (self._ready_for, self._take_over):
+        if not running:
+            wanted, take_over = partitions, False
+        else:
+            came = (self.members.keys() | self._expected.keys()) - self._running()
+            if self._take_over and self._ready_for <= came:
+                return  # their tasks have come: the join's ``_prepared`` takes it
+            wanted = frozenset(incoming - self._running()) if self.takes_newcomers() else frozenset()
+            take_over = bool(wanted)
+            if not wanted and not self._take_over:
+                return
+        if (wanted, take_over) == (self._ready_for, self._take_over):
             return
         self._drop_ready()
         self._ready_for, self._take_over = wanted, take_over
@@ -237,11 +246,13 @@ class StageStream:
         if job is None:
             return
         job.cancel()  # a query standing by that it started meanwhile is stopped by it
-        if job.done() and not job.cancelled() and job.exception() is None and (runner := job.result()) is not None \
-                and runner.running:
+        stopping: asyncio.Task[Any] = job
+        if job.done():
+            if job.cancelled() or job.exception() is not None or (runner := job.result()) is None or not runner.running:
+                return
             stopping = asyncio.create_task(self._stop_query(runner), name=f"drop-ready-{runner.name}")
-            self._dropping.add(stopping)
-            stopping.add_done_callback(self._dropping.discard)
+        self._dropping.add(stopping)
+        stopping.add_done_callback(self._dropping.discard)
 
     async def _make_ready(self, partitions: frozenset[int]) -> QueryRunner | None:
         """A runner for the copies' partitions with its plan made and, from the positions their
@@ -395,8 +406,6 @@ class StageStream:
 
     async def _close(self) -> None:
         self._drop_ready()
-        if self._dropping:
-            await asyncio.wait(set(self._dropping))
         if self._preparing is not None:
             self._preparing.cancel()
             self._preparing = None
@@ -406,7 +415,10 @@ class StageStream:
             job.cancel()
             await asyncio.wait({job})
         runners, self.runners = self.runners, []
-        await asyncio.gather(*(self._retire(runner) for runner in runners))
+        # Queries standing by stop beside the running ones, not before them (a worker that
+        # leaves has a bounded while to stop its running queries).
+        dropping = asyncio.wait(set(self._dropping)) if self._dropping else asyncio.sleep(0)
+        await asyncio.gather(dropping, *(self._retire(runner) for runner in runners))
 
     async def _run(self) -> None:
         while True:

@@ -103,9 +103,11 @@ class FakeTasks:
     def store_lags(self) -> list[StoreLag]:
         return [StoreLag("Q", 0, True, 7, 9)]
 
-    def take(self, generation: int, wanted: dict[str, set[int]], standbys: set[tuple[str, int]]) -> None:
+    def take(self, generation: int, wanted: dict[str, set[int]], standbys: set[tuple[str, int]],
+             workers: frozenset[str] | None = None) -> None:
         self.generation = generation
         self.taken.append((generation, wanted, standbys))
+        self.workers = workers
 
 
 class ClusterMembers:
@@ -207,6 +209,7 @@ async def test_beats_reach_the_coordinator_and_the_router_and_the_assignment_com
     try:
         await eventually(lambda: tasks.taken != [] and members.beats >= 5 and "w1:1" in hosts.hosts)
         assert tasks.taken == [(cluster.generation, {"Q": {0}}, set())]
+        assert tasks.workers == {"w1"}, "with the assignment, every worker it has"
         assert cluster.task_reports()["Q"][0].worker_id == "w1"  # its later beats report the task
         assert list(hosts.hosts["w1:1"].lags.values()) == tasks.store_lags()
         stop.set()
@@ -445,10 +448,10 @@ class TakingOver:
     """A worker's tables that stand a query by for partition 0 of each task asked (``PrepareTakeOver``)."""
 
     def __init__(self) -> None:
-        self.asked: list[tuple[list[tuple[str, int]], float]] = []
+        self.asked: list[tuple[list[tuple[str, int]], str, float]] = []
 
-    async def prepare_take_over(self, keys: list[tuple[str, int]], wait_s: float) -> list[tuple[str, int]]:
-        self.asked.append((sorted(keys), wait_s))
+    async def prepare_take_over(self, keys: list[tuple[str, int]], worker_id: str, wait_s: float) -> list[tuple[str, int]]:
+        self.asked.append((sorted(keys), worker_id, wait_s))
         return [key for key in keys if key[1] == 0]
 
 
@@ -479,8 +482,8 @@ async def test_a_leaving_worker_asks_each_worker_keeping_a_copy_of_its_actives_t
         began = time.monotonic()
         await agent.hand_over()
         assert time.monotonic() - began < membership.HAND_OVER_MAX_S
-        ((keys, wait_s),) = tables.asked
-        assert keys == [("Q", 0), ("Q", 1)] and 0 < wait_s <= membership.HAND_OVER_MAX_S
+        ((keys, worker_id, wait_s),) = tables.asked
+        assert keys == [("Q", 0), ("Q", 1)] and worker_id == "w1" and 0 < wait_s <= membership.HAND_OVER_MAX_S
         (handed,) = [r for r in caplog.records if r.getMessage() == "handed over"]
         assert handed.standing_by == [("Q", 0)] and handed.asked == [("Q", 0), ("Q", 1), ("R", 0)]
     finally:

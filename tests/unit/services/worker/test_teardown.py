@@ -1056,7 +1056,8 @@ async def test_a_partition_a_leaving_worker_hands_over_has_a_query_standing_by_b
     made for the copy until a leaving worker announces it hands partition 1 over; then a query
     for it stands by from the group's positions beside the running one, without holding the
     copies' offer, and the move's task takes it over (no plan made at the move, the running
-    query untouched). Once no partition is incoming, one standing by is dropped."""
+    query untouched), even when the announcement is gone by the time the task joins. Once no
+    partition is incoming and none came, one standing by is dropped."""
     caplog.set_level(logging.INFO, logger=streams_module.__name__)
     resumable_plans(monkeypatch)
     committed_at(monkeypatch, 40)
@@ -1068,7 +1069,7 @@ async def test_a_partition_a_leaving_worker_hands_over_has_a_query_standing_by_b
         first = await running([zero], world, {0})
         first.batches = 1
         streams.ready({key: (stage, frozenset({1}))})
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
         assert world.runners == [first], "a stage that runs makes nothing for its copies"
         assert streams.standing_by(QUERY) == [(frozenset(), False)]
         streams.ready({key: (stage, frozenset({1}))}, {key: frozenset({1})})
@@ -1078,20 +1079,30 @@ async def test_a_partition_a_leaving_worker_hands_over_has_a_query_standing_by_b
         assert not await until(lambda: streams.standing_by(QUERY) == [(frozenset({1}), True)], world.steps)
         assert streams.ready_made(), "a take-over's query holds no copy's offer"
         streams.ready({key: (stage, frozenset({1}))}, {key: frozenset({1})})
-        assert len(world.runners) == 2, "asked again: the same one"
+        await asyncio.sleep(0.05)
+        assert len(world.runners) == 2 and not standing.stopped, "asked again: the same one"
+        # The task joins; before the stream acts on it, a reconcile hands it no incoming (its
+        # copy gone, its task started): the query standing by is kept for it all the same.
+        monkeypatch.setattr(streams_module, "SETTLE_S", 0.3)
         one.start()
+        stream = streams._streams[key]
+        assert not await until(lambda: 1 in stream.members, world.steps)
+        streams.ready({key: (stage, frozenset())})
         assert not await until(lambda: standing.starts > 0, world.steps)
         assert standing.positions_at_start == {1: 40} and standing.tasks == one.tasks
+        await asyncio.sleep(0.05)
         assert len(world.runners) == 2, "no other plan made: neither while its task started nor at the move"
         assert first.running and first.starts == 1 and set(first.tasks) == {0}, "the running query goes on"
         assert not await until(lambda: bool(joined_logs(caplog)), world.steps)
         (joined,) = joined_logs(caplog)
         assert joined.plan_made_ahead is True and joined.runner == standing.name
         streams.ready({key: (stage, frozenset())}, {key: frozenset({1})})
+        await asyncio.sleep(0.05)
         assert len(world.runners) == 2, "a partition that runs here gets none however long it is incoming"
     finally:
         await asyncio.gather(zero.stop(), one.stop())
     # Announced, then not moved here: the query standing by stops once the partition is not incoming.
+    monkeypatch.setattr(streams_module, "SETTLE_S", 0.001)
     zero, = supervisors_of(tmp_path, world, [{0}])
     streams = zero.streams
     try:
@@ -1105,6 +1116,29 @@ async def test_a_partition_a_leaving_worker_hands_over_has_a_query_standing_by_b
         assert streams.standing_by(QUERY) == [(frozenset(), False)] and first.running
     finally:
         await zero.stop()
+    assert all(r.stopped for r in world.runners if r.started)
+
+
+async def test_where_the_stage_does_not_run_an_announcement_keeps_the_plan_made_for_all_the_copies(
+        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker running none of the stage (one just added) has the plan made for all its
+    copies, and its copies' offer waits for it: an announcement of some of them changes neither."""
+    resumable_plans(monkeypatch)
+    committed_at(monkeypatch, 40)
+    (one,) = supervisors_of(tmp_path, world, [{1}])
+    stage = only_stage(one)
+    streams = one.streams
+    key = (QUERY, stage.name)
+    try:
+        streams.ready({key: (stage, frozenset({0, 1}))})
+        assert not await until(lambda: bool(world.runners) and world.runners[0].stood_by is not None, world.steps)
+        streams.ready({key: (stage, frozenset({0, 1}))}, {key: frozenset({1})})
+        await asyncio.sleep(0.05)
+        assert len(world.runners) == 1 and world.runners[0].stood_by == {0: 40, 1: 40} and world.runners[0].running
+        assert streams.standing_by(QUERY) == [(frozenset(), False)]
+    finally:
+        await one.stop()
+        await streams.stop()
     assert all(r.stopped for r in world.runners if r.started)
 
 
@@ -1153,8 +1187,10 @@ async def test_a_take_over_is_prepared_for_the_copies_asked_and_answered_once_th
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``prepare_take_over`` (a leaving worker's PrepareTakeOver): the copies asked for reach the
     stage streams as incoming at the next reconcile, and only those kept here; the answer waits
-    until then and while a query is being made; it lists those standing by, and none once the
-    worker stops; an announcement lapses after ``INCOMING_FOR_S``."""
+    until then (an earlier announcement's state does not answer it) and while a query is being
+    made; it lists those standing by, and none once the worker stops. An announcement lapses
+    after ``INCOMING_FOR_S``, and once an assignment without the leaving worker came, but for
+    the copies that moved here."""
     tasks = TaskAssignment(WorkerSettings(worker_id="w", state_dir=tmp_path), metastore(), COLD_SPARK)  # type: ignore[arg-type]
     incoming: list[dict[tuple[str, str], frozenset[int]] | None] = []
     tasks.streams.ready = lambda copies, coming=None: incoming.append(coming)  # type: ignore[method-assign]
@@ -1162,29 +1198,40 @@ async def test_a_take_over_is_prepared_for_the_copies_asked_and_answered_once_th
     tasks.streams.standing_by = lambda query_id: states.get(query_id, [])  # type: ignore[method-assign]
     tasks.standbys[QUERY, 1] = None  # type: ignore[assignment]
     asked = [(QUERY, 1), (QUERY, 0)]  # no copy of partition 0 here
-    tasks.prepare_take_over(asked)
-    assert tasks.take_over_state(asked) is None, "not handed to the streams yet"
+    first = tasks.prepare_take_over(asked, "w9")
+    assert tasks.take_over_state(asked, first) is None, "not handed to the streams yet"
     tasks._ready_plans()
     assert incoming == [], "a cold session: none is made"
-    assert tasks.take_over_state(asked) == [], "nor waited for"
+    assert tasks.take_over_state(asked, first) == [], "nor waited for"
     tasks.spark = SimpleNamespace(ready=True)  # type: ignore[assignment]
-    tasks.prepare_take_over(asked)
-    assert tasks.take_over_state(asked) is None
+    second = tasks.prepare_take_over(asked, "w9")
+    assert tasks.take_over_state(asked, second) is None, "the first one's answer is not this one's"
     tasks._ready_plans()
     ((stage_key, partitions),) = incoming[-1].items()  # type: ignore[union-attr]
     assert stage_key[0] == QUERY and partitions == {1}
     states[QUERY] = [(frozenset({1}), None)]
-    assert tasks.take_over_state(asked) is None, "being made"
+    assert tasks.take_over_state(asked, second) is None, "being made"
     states[QUERY] = [(frozenset({1}), False)]
-    assert tasks.take_over_state(asked) == [], "made, but not standing by"
+    assert tasks.take_over_state(asked, second) == [], "made, but not standing by"
     states[QUERY] = [(frozenset({1}), True)]
-    assert tasks.take_over_state(asked) == [(QUERY, 1)]
-    tasks.stopping = True
-    assert tasks.take_over_state(asked) == []
+    assert tasks.take_over_state(asked, second) == [(QUERY, 1)]
+    # The leaving worker gone from the assignment: a copy that did not move here is not incoming.
+    tasks.take(2, {}, {(QUERY, 1)}, workers=frozenset({"w"}))
+    tasks._ready_plans()
+    assert incoming[-1] == {stage_key: frozenset()}
+    tasks.prepare_take_over(asked, "w9")
+    tasks.take(3, {QUERY: {1}}, set(), workers=frozenset({"w"}))
+    starting = QuerySupervisor(tasks.settings, tasks.metastore, tasks.metastore.queries[QUERY], {1}, tasks.streams)
+    tasks.supervisors[QUERY, 1] = starting
+    del tasks.standbys[QUERY, 1]
+    tasks._ready_plans()
+    assert incoming[-1] == {stage_key: frozenset({1})}, "one that moved here stays incoming while its task starts"
     monkeypatch.setattr(assignment_module, "INCOMING_FOR_S", 0.0)
-    tasks.prepare_take_over(asked)
+    tasks.prepare_take_over(asked, "w9")
     tasks._ready_plans()
     assert incoming[-1] == {stage_key: frozenset()}, "lapsed"
+    tasks.stopping = True
+    assert tasks.take_over_state(asked, tasks.prepare_take_over(asked, "w9")) == []
 
 
 async def test_a_workers_copies_are_offered_to_take_over_once_their_plan_is_made(
