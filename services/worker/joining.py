@@ -50,6 +50,7 @@ from millpond.shared.kafka.admin import committed_positions
 from millpond.shared.kafka.connection import start_client
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.kafka.serde import deserialize_key, serialize_key, serialize_value
+from millpond.shared.kafka.time_patterns import pattern_reader
 from millpond.shared.kafka.values import stored_bytes, value_decoder
 from millpond.shared.sql import ast
 from millpond.shared.sql.expressions import evaluate
@@ -126,13 +127,16 @@ class TableRecord:
 
 def event_time_reader(table: DataSource, decode: Callable[[bytes], list[Any]]) -> Callable[..., int] | None:
     """How a table record's time is read when the table declares a TIMESTAMP column (a BIGINT of
-    epoch milliseconds, or a TIMESTAMP), as ksqlDB's timestamp extractor reads it; a record whose
-    column is NULL, negative or does not decode keeps its own timestamp (its row is applied all
-    the same, as the table's store applies it). None without such a column, or for a VARCHAR one
-    read with TIMESTAMP_FORMAT (Java's patterns, which only Spark parses here): the record's
-    timestamp orders it."""
+    epoch milliseconds, a TIMESTAMP, or a VARCHAR read with TIMESTAMP_FORMAT as Spark reads the
+    stream side's: ``time_patterns``), as ksqlDB's timestamp extractor reads it; a record whose
+    column is NULL, negative or does not read keeps its own timestamp (its row is applied all
+    the same, as the table's store applies it). None without such a column, or for a pattern
+    with a letter ``time_patterns`` does not read: the record's timestamp orders it."""
     column = table.timestamp
-    if column is None or table.timestamp_format is not None:
+    if column is None:
+        return None
+    text_time = None if table.timestamp_format is None else pattern_reader(table.timestamp_format)
+    if table.timestamp_format is not None and text_time is None:
         return None
     keys = [c.name for c in table.key_columns]
     type_ = table.schema[column]
@@ -149,8 +153,8 @@ def event_time_reader(table: DataSource, decode: Callable[[bytes], list[Any]]) -
                 if values is None and record.value is not None:
                     values = decode(record.value)
                 found = None if values is None else values[at]
-                if isinstance(found, str):  # a TIMESTAMP, as the stores keep it
-                    found = _epoch_ms(found)
+                if isinstance(found, str):  # text read with the table's pattern, or a TIMESTAMP as the stores keep it
+                    found = text_time(found) if text_time is not None else _epoch_ms(found)
         except (ValueError, TypeError, struct.error):
             found = None
         return found if isinstance(found, int) and found >= 0 else int(record.timestamp)

@@ -848,6 +848,26 @@ def test_a_tables_timestamp_column_is_read_as_its_stores_keep_it() -> None:
     assert event_time_reader(meta.source("S"), value_decoder(meta.source("S"))) is None
 
 
+def test_a_tables_text_timestamp_column_is_read_with_its_pattern_as_spark_reads_the_streams() -> None:
+    """A VARCHAR TIMESTAMP column with TIMESTAMP_FORMAT orders the table's records as the stream
+    side's is read (``time_patterns``); text that does not read keeps the record's own time, and
+    a pattern with a letter Python does not read leaves every record its own."""
+    meta = Metastore()
+    for offset, statement in enumerate([
+            "CREATE TABLE tf (id VARCHAR PRIMARY KEY, at VARCHAR) WITH (kafka_topic='tf', partitions=2, "
+            "value_format='json', timestamp='at', timestamp_format='yyyy-MM-dd HH:mm:ss.SSSXXX')",
+            "CREATE TABLE te (id VARCHAR PRIMARY KEY, at VARCHAR) WITH (kafka_topic='te', partitions=2, "
+            "value_format='json', timestamp='at', timestamp_format='yyyy-MM-dd HH:mm:ss z')"]):
+        meta.apply(parse_statement(statement), offset)
+    table = meta.source("TF")
+    time_of = event_time_reader(table, value_decoder(table))
+    assert time_of is not None
+    assert time_of(_TableRecord(0, 1, b"k", b'{"AT": "2026-12-06 01:00:01.250+01:00"}')) == 1796515201250
+    assert time_of(_TableRecord(0, 7, b"k", b'{"AT": "2026-12-06T00:00:01Z"}')) == 7
+    assert time_of(_TableRecord(0, 8, b"k", b'{"AT": null}')) == 8
+    assert event_time_reader(meta.source("TE"), value_decoder(meta.source("TE"))) is None
+
+
 class _Beginnings:
     """A join's table consumer that knows its tables' first offsets."""
 

@@ -1,0 +1,113 @@
+"""Text read as a time with a TIMESTAMP_FORMAT pattern, in Python, as Spark's
+``try_to_timestamp(text, pattern)`` reads it for the persistent queries: where Python reads a
+source's records itself (a stream-table join's table side), its TIMESTAMP column's text gives the
+same time the queries see.
+
+Spark's datetime patterns are java.time's DateTimeFormatter letters, parsed case-insensitively
+and strictly in the session's time zone (UTC here). This reads the letters a timestamp's text
+commonly uses; a pattern with any other (a day-of-week name, a zone name, a week-based year,
+...) has no reader here (``pattern_reader`` is None), and the caller does without:
+
+- ``yyyy`` (four digits) and ``yy`` (two, 2000-2099); ``MM`` and ``M`` (one or two digits),
+  ``MMM`` and ``MMMM`` (English names); ``dd`` and ``d``; ``HH`` and ``H``; ``hh`` and ``h``
+  (1-12) with ``a`` (AM or PM); ``mm``, ``m``, ``ss``, ``s``; ``S`` up to nine times, a
+  fraction of at most as many digits (Spark's parser takes fewer too);
+- offsets: ``X`` (``Z`` or +hh, +hhmm), ``XX`` (``Z`` or +hhmm), ``XXX`` (``Z`` or +hh:mm),
+  ``x``, ``xx``, ``xxx`` (the same without ``Z``), ``Z`` to ``ZZZ`` (+hhmm);
+- text in single quotes (``''`` a quote) and any other character as itself.
+
+Fields a pattern lacks take Spark's defaults: 1970, January, the 1st, midnight.
+"""
+
+from __future__ import annotations
+
+import calendar
+import datetime
+import functools
+import re
+from collections.abc import Callable
+
+_EPOCH = datetime.datetime(1970, 1, 1)
+_MONTHS = {name.lower(): n for n, name in enumerate(calendar.month_name) if name}
+_MONTHS_SHORT = {name.lower(): n for n, name in enumerate(calendar.month_abbr) if name}
+_OFFSET = {("X", 1): r"Z|[+-]\d{2}(?:\d{2})?", ("X", 2): r"Z|[+-]\d{4}", ("X", 3): r"Z|[+-]\d{2}:\d{2}",
+           ("x", 1): r"[+-]\d{2}(?:\d{2})?", ("x", 2): r"[+-]\d{4}", ("x", 3): r"[+-]\d{2}:\d{2}",
+           ("Z", 1): r"[+-]\d{4}", ("Z", 2): r"[+-]\d{4}", ("Z", 3): r"[+-]\d{4}"}
+_NUMBERS = {"M": "month", "d": "day", "H": "hour", "h": "clock", "m": "minute", "s": "second"}
+_TOKENS = re.compile(r"'(?:[^']|'')*'|''|([A-Za-z])\1*|.", re.DOTALL)
+
+
+def _field(letter: str, count: int) -> tuple[str, str] | None:
+    """The named group and regular expression of a run of one pattern letter; None when unread."""
+    if letter == "y" and count in (2, 4):
+        return "year", rf"\d{{{count}}}"
+    if letter == "M" and count == 3:
+        return "month_name", "|".join(_MONTHS_SHORT)
+    if letter == "M" and count == 4:
+        return "month_name", "|".join(_MONTHS)
+    if letter in _NUMBERS and count <= 2:
+        return _NUMBERS[letter], r"\d{1,2}" if count == 1 else r"\d{2}"
+    if letter == "S" and count <= 9:
+        return "fraction", rf"\d{{1,{count}}}"
+    if letter == "a" and count == 1:
+        return "half", "am|pm"
+    if (letter, count) in _OFFSET:
+        return "offset", _OFFSET[letter, count]
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def pattern_reader(pattern: str) -> Callable[[str], int | None] | None:
+    """A reader of text written in ``pattern`` to epoch milliseconds (its offset, else UTC),
+    None for text that does not read as a time there, as Spark's ``try_to_timestamp``; None
+    when the pattern uses a letter (or a letter twice) this does not read."""
+    parts: list[str] = []
+    seen: set[str] = set()
+    for token in _TOKENS.finditer(pattern):
+        text = token.group()
+        if token.group(1) is not None:
+            field = _field(text[0], len(text))
+            if field is None or field[0] in seen:
+                return None
+            seen.add(field[0])
+            parts.append(f"(?P<{field[0]}>{field[1]})")
+        elif text.startswith("'"):
+            parts.append(re.escape("'" if text == "''" else text[1:-1].replace("''", "'")))
+        else:
+            parts.append(re.escape(text))
+    if ("clock" in seen) != ("half" in seen) or ("hour" in seen and "half" in seen):
+        return None  # an hour of the half day needs its AM or PM, and the reverse
+    matcher = re.compile("".join(parts), re.IGNORECASE)
+
+    def read(text: str) -> int | None:
+        found = matcher.fullmatch(text)
+        if found is None:
+            return None
+        fields = found.groupdict()
+        try:
+            year = int(fields["year"]) if fields.get("year") else 1970
+            if fields.get("year") and len(fields["year"]) == 2:
+                year += 2000
+            name = (fields.get("month_name") or "").lower()
+            month = _MONTHS.get(name) or _MONTHS_SHORT.get(name) or int(fields.get("month") or 1)
+            hour = int(fields.get("hour") or 0)
+            if fields.get("clock"):
+                clock = int(fields["clock"])
+                if not 1 <= clock <= 12:
+                    return None
+                hour = clock % 12 + (12 if fields["half"].lower() == "pm" else 0)
+            fraction = fields.get("fraction") or ""
+            moment = datetime.datetime(year, month, int(fields.get("day") or 1), hour, int(fields.get("minute") or 0),
+                                       int(fields.get("second") or 0), int(fraction.ljust(9, "0")[:6] or 0))
+        except ValueError:  # a month, day or hour that does not exist
+            return None
+        offset = fields.get("offset")
+        if offset and offset.upper() != "Z":
+            digits = offset[1:].replace(":", "").ljust(4, "0")
+            hours, minutes = int(digits[:2]), int(digits[2:])
+            if hours > 18 or minutes > 59:
+                return None
+            moment -= (1 if offset[0] == "+" else -1) * datetime.timedelta(hours=hours, minutes=minutes)
+        return (moment - _EPOCH) // datetime.timedelta(milliseconds=1)
+
+    return read
