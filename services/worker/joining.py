@@ -155,7 +155,7 @@ def event_time_reader(table: DataSource, decode: Callable[[bytes], list[Any]]) -
                 found = None if values is None else values[at]
                 if isinstance(found, str):  # text read with the table's pattern, or a TIMESTAMP as the stores keep it
                     found = text_time(found) if text_time is not None else _epoch_ms(found)
-        except (ValueError, TypeError, struct.error):
+        except (ValueError, TypeError, ArithmeticError, struct.error):
             found = None
         return found if isinstance(found, int) and found >= 0 else int(record.timestamp)
 

@@ -21,18 +21,24 @@ Fields a pattern lacks take Spark's defaults: 1970, January, the 1st, midnight.
 
 from __future__ import annotations
 
-import calendar
 import datetime
 import functools
 import re
 from collections.abc import Callable
 
 _EPOCH = datetime.datetime(1970, 1, 1)
-_MONTHS = {name.lower(): n for n, name in enumerate(calendar.month_name) if name}
-_MONTHS_SHORT = {name.lower(): n for n, name in enumerate(calendar.month_abbr) if name}
-_OFFSET = {("X", 1): r"Z|[+-]\d{2}(?:\d{2})?", ("X", 2): r"Z|[+-]\d{4}", ("X", 3): r"Z|[+-]\d{2}:\d{2}",
-           ("x", 1): r"[+-]\d{2}(?:\d{2})?", ("x", 2): r"[+-]\d{4}", ("x", 3): r"[+-]\d{2}:\d{2}",
-           ("Z", 1): r"[+-]\d{4}", ("Z", 2): r"[+-]\d{4}", ("Z", 3): r"[+-]\d{4}"}
+_MONTHS = {name: n for n, name in enumerate(("january", "february", "march", "april", "may", "june", "july",
+                                              "august", "september", "october", "november", "december"), 1)}
+"""English month names (the session's locale), whatever this process's locale is."""
+_MONTHS_SHORT = {name[:3]: n for name, n in _MONTHS.items()}
+_OFFSET = {("X", 1): r"Z|[+-][0-9]{2}(?:[0-9]{2})?", ("X", 2): r"Z|[+-][0-9]{4}",
+           ("X", 3): r"Z|[+-][0-9]{2}:[0-9]{2}",
+           # +00 is x's text of no offset, and java.time takes it first: "+0030" does not read.
+           ("x", 1): r"\+00(?![0-9])|\+(?!00)[0-9]{2}(?:[0-9]{2})?|-[0-9]{2}(?:[0-9]{2})?",
+           ("x", 2): r"[+-][0-9]{4}", ("x", 3): r"[+-][0-9]{2}:[0-9]{2}",
+           ("Z", 1): r"[+-][0-9]{4}", ("Z", 2): r"[+-][0-9]{4}", ("Z", 3): r"[+-][0-9]{4}"}
+_OPTIONAL = frozenset("[]{}#")
+"""Pattern characters of optional sections and reserved ones, which this does not read."""
 _NUMBERS = {"M": "month", "d": "day", "H": "hour", "h": "clock", "m": "minute", "s": "second"}
 _TOKENS = re.compile(r"'(?:[^']|'')*'|''|([A-Za-z])\1*|.", re.DOTALL)
 
@@ -40,15 +46,15 @@ _TOKENS = re.compile(r"'(?:[^']|'')*'|''|([A-Za-z])\1*|.", re.DOTALL)
 def _field(letter: str, count: int) -> tuple[str, str] | None:
     """The named group and regular expression of a run of one pattern letter; None when unread."""
     if letter == "y" and count in (2, 4):
-        return "year", rf"\d{{{count}}}"
+        return "year", rf"[0-9]{{{count}}}"
     if letter == "M" and count == 3:
         return "month_name", "|".join(_MONTHS_SHORT)
     if letter == "M" and count == 4:
         return "month_name", "|".join(_MONTHS)
     if letter in _NUMBERS and count <= 2:
-        return _NUMBERS[letter], r"\d{1,2}" if count == 1 else r"\d{2}"
+        return _NUMBERS[letter], r"[0-9]{1,2}" if count == 1 else r"[0-9]{2}"
     if letter == "S" and count <= 9:
-        return "fraction", rf"\d{{1,{count}}}"
+        return "fraction", rf"[0-9]{{1,{count}}}"
     if letter == "a" and count == 1:
         return "half", "am|pm"
     if (letter, count) in _OFFSET:
@@ -73,6 +79,8 @@ def pattern_reader(pattern: str) -> Callable[[str], int | None] | None:
             parts.append(f"(?P<{field[0]}>{field[1]})")
         elif text.startswith("'"):
             parts.append(re.escape("'" if text == "''" else text[1:-1].replace("''", "'")))
+        elif text in _OPTIONAL:
+            return None
         else:
             parts.append(re.escape(text))
     if ("clock" in seen) != ("half" in seen) or ("hour" in seen and "half" in seen):
@@ -105,9 +113,13 @@ def pattern_reader(pattern: str) -> Callable[[str], int | None] | None:
         if offset and offset.upper() != "Z":
             digits = offset[1:].replace(":", "").ljust(4, "0")
             hours, minutes = int(digits[:2]), int(digits[2:])
-            if hours > 18 or minutes > 59:
+            shift = datetime.timedelta(hours=hours, minutes=minutes)
+            if minutes > 59 or shift > datetime.timedelta(hours=18):  # java.time's bounds of an offset
                 return None
-            moment -= (1 if offset[0] == "+" else -1) * datetime.timedelta(hours=hours, minutes=minutes)
+            try:
+                moment -= shift if offset[0] == "+" else -shift
+            except OverflowError:  # past year 1 or 9999 in UTC
+                return None
         return (moment - _EPOCH) // datetime.timedelta(milliseconds=1)
 
     return read

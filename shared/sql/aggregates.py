@@ -17,6 +17,7 @@ from typing import Any
 from millpond.shared.errors import StatementError
 from millpond.shared.sql import ast
 from millpond.shared.sql.ast import SqlType
+from millpond.shared.sql.functions import spark_ranked
 
 State = list[Any]
 OFFSET = "`_offset`"
@@ -32,6 +33,17 @@ def _add(a: Any, b: Any) -> Any:
     if b is None:
         return a
     return a + b
+
+
+def _least(a: Any, b: Any) -> Any:
+    """The smaller as Spark's MIN orders values (NaN above every number)."""
+    return min(a, b, key=spark_ranked)
+
+
+def _greatest(a: Any, b: Any) -> Any:
+    """The larger as Spark's MAX orders values (NaN above every number): a batch's NaN stays
+    the maximum whichever batch it came in."""
+    return max(a, b, key=spark_ranked)
 
 
 def _pick(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
@@ -356,9 +368,9 @@ AGGREGATES: dict[str, Aggregate] = {
                   lambda o, n: [_add(o[0], n[0]), _add(o[1], n[1])],
                   lambda s: (s[0] / s[1]) if s[1] else None, lambda _t: _DOUBLE, "numeric",
                   arrow=("sum", "count"), undo=lambda x: [_signed_sum(x), _signed_count(x)]),
-        Aggregate("MIN", lambda x: [f"min({x})"], lambda o, n: [_pick(min)(o[0], n[0])],
+        Aggregate("MIN", lambda x: [f"min({x})"], lambda o, n: [_pick(_least)(o[0], n[0])],
                   lambda s: s[0], lambda t: t, "orderable", arrow=("min",)),
-        Aggregate("MAX", lambda x: [f"max({x})"], lambda o, n: [_pick(max)(o[0], n[0])],
+        Aggregate("MAX", lambda x: [f"max({x})"], lambda o, n: [_pick(_greatest)(o[0], n[0])],
                   lambda s: s[0], lambda t: t, "orderable", arrow=("max",)),
         _by_offset("LATEST_BY_OFFSET", newer=True),
         _by_offset("EARLIEST_BY_OFFSET", newer=False),

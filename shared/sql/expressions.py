@@ -268,7 +268,10 @@ def evaluate(expr: ast.Expr, row: Mapping[str, Any]) -> Any:
                 return evaluate(value, row)
         return evaluate(expr.otherwise, row) if expr.otherwise is not None else None
     if isinstance(expr, ast.Cast):
-        return _cast(evaluate(expr.operand, row), expr.type)
+        value = evaluate(expr.operand, row)
+        if expr.type.base == "VARCHAR" and isinstance(value, float) and _decimal_literal(expr.operand):
+            return repr(value)  # Spark reads it as a DECIMAL: the digits as written (``spark_literal``)
+        return _cast(value, expr.type)
     if isinstance(expr, ast.Call):
         fn = functions.lookup(expr.name)
         if fn is None:
@@ -288,6 +291,15 @@ _INTEGER_TEXT = re.compile(r"([+-]?[0-9]*)(?:\.[0-9]*)?")
 """Text Spark's CAST reads as an integer (``UTF8String.toLong``): digits, a fraction it drops."""
 _BOOLEAN_TEXT = {**dict.fromkeys(("t", "true", "y", "yes", "1"), True), **dict.fromkeys(("f", "false", "n", "no", "0"), False)}
 """Text Spark's CAST reads as a BOOLEAN (``StringUtils.isTrueString`` and ``isFalseString``)."""
+
+
+def _decimal_literal(expr: ast.Expr) -> bool:
+    """Whether Spark reads ``expr`` as a DECIMAL literal: a number written with a point and no
+    exponent, as ``spark_literal`` writes a finite float whose text has none (negated or not)."""
+    if isinstance(expr, ast.Unary) and expr.op == "-":
+        expr = expr.operand
+    return isinstance(expr, ast.Literal) and isinstance(expr.value, float) and math.isfinite(expr.value) \
+        and "e" not in repr(expr.value)
 
 
 def java_double_text(number: float) -> str:

@@ -225,9 +225,9 @@ FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
                    python=_strict(lambda x: math.sqrt(x) if x >= 0 else math.nan)),
     ScalarFunction("EXP", ("numeric",), result=lambda _: DOUBLE, spark="exp", python=_strict(_exp)),
     ScalarFunction("LN", ("numeric",), result=lambda _: DOUBLE, spark="ln",
-                   python=_strict(lambda x: math.log(x) if x > 0 else None)),
+                   python=_strict(lambda x: None if x <= 0 else math.log(x))),  # NaN is not <= 0: NaN, as Spark
     ScalarFunction("SIGN", ("numeric",), result=lambda _: DOUBLE, spark="sign",
-                   python=_strict(lambda x: float((x > 0) - (x < 0)))),
+                   python=_strict(lambda x: float(x) if is_nan(x) or x == 0 else float((x > 0) - (x < 0)))),  # NaN, -0.0 as Spark
     ScalarFunction("GREATEST", ("orderable",), variadic="orderable", result=lambda t: common_type(t), spark="greatest",
                    python=lambda *a: max((x for x in a if x is not None), key=spark_ranked, default=None)),
     ScalarFunction("LEAST", ("orderable",), variadic="orderable", result=lambda t: common_type(t), spark="least",

@@ -141,15 +141,16 @@ def test_nan_compares_as_in_spark(spark: SparkSession) -> None:
     """Spark's NaN is equal to itself and above every number, in comparisons, IN, BETWEEN,
     GREATEST and LEAST; Python's (as Java's) is neither, so a pull's or a push's WHERE kept
     other rows than the persistent query's filter over the same values."""
-    columns = Scope("T", {"D": ast.SqlType("DOUBLE"), "E": ast.SqlType("DOUBLE")})
+    columns = Scope("T", {"D": ast.SqlType("DOUBLE"), "E": ast.SqlType("DOUBLE"), "Z": ast.SqlType("DOUBLE")})
     texts = ["d = d", "d != d", "d > e", "d < e", "d >= e", "e <= d", "d = e", "d > CAST('Infinity' AS DOUBLE)",
              "d IN (1.0, d)", "d NOT IN (e)", "e IN (d)", "d BETWEEN e AND d", "e BETWEEN d AND d",
              "GREATEST(e, d)", "GREATEST(d, e)", "LEAST(d, e)", "LEAST(e, d)", "CASE WHEN d > 1e300 THEN 'big' END",
-             "e < e", "e = 1.0"]
+             "e < e", "e = 1.0", "LN(d)", "SIGN(d)", "SIGN(z)", "CAST(SIGN(z) AS VARCHAR)", "z = 0.0", "z < 0.0",
+             "CAST(z AS VARCHAR)"]
     exprs = [with_widths(expression(text), columns) for text in texts]
-    spark_row = spark.createDataFrame([(math.nan, 1.0)], "D DOUBLE, E DOUBLE").selectExpr(
+    spark_row = spark.createDataFrame([(math.nan, 1.0, -0.0)], "D DOUBLE, E DOUBLE, Z DOUBLE").selectExpr(
         *(to_spark(e, columns) for e in exprs)).collect()[0]
-    python = [evaluate(e, {"D": math.nan, "E": 1.0}) for e in exprs]
+    python = [evaluate(e, {"D": math.nan, "E": 1.0, "Z": -0.0}) for e in exprs]
     assert str(dict(zip(texts, python, strict=True))) == str(dict(zip(texts, spark_row, strict=True)))
 
 
@@ -166,3 +167,12 @@ def test_a_double_as_text_is_written_as_sparks_cast(spark: SparkSession) -> None
     cast = with_widths(expression("CAST(d AS VARCHAR)"), columns)
     rows = spark.createDataFrame([(v,) for v in values], "D DOUBLE").selectExpr(to_spark(cast, columns)).collect()
     assert {repr(v): evaluate(cast, {"D": v}) for v in values} == {repr(v): row[0] for v, row in zip(values, rows, strict=True)}
+
+
+def test_a_number_literal_as_text_is_written_as_spark_reads_it(spark: SparkSession) -> None:
+    """Spark reads a literal written with a point and no exponent as a DECIMAL (its digits as
+    written), one with an exponent as a DOUBLE (Java's text)."""
+    texts = ["CAST(0.0001 AS VARCHAR)", "CAST(10000000.0 AS VARCHAR)", "CAST(-0.0001 AS VARCHAR)", "CAST(1e20 AS VARCHAR)",
+             "CAST(1.5 AS VARCHAR)", "CAST(1e-4 AS VARCHAR)", "CAST(-(2.5) AS VARCHAR)", "CAST(1E300 AS VARCHAR)"]
+    exprs = [with_widths(expression(text), NO_COLUMNS) for text in texts]
+    assert dict(zip(texts, (evaluate(e, {}) for e in exprs), strict=True)) == dict(zip(texts, as_spark(spark, exprs), strict=True))

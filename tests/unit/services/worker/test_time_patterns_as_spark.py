@@ -29,6 +29,12 @@ PATTERNS = {
     "yyyy-MM-dd HH:mm:ss.SSSSSS": ["2026-01-02 03:04:05.123456", "2026-01-02 03:04:05.1234"],
     "yyyy-MM-dd'T'HH:mm:ssX": ["2026-01-02T03:04:05Z", "2026-01-02T03:04:05+01", "2026-01-02T03:04:05+0130"],
     "'at' HH:mm 'on' yyyy-MM-dd": ["at 03:04 on 2026-01-02", "AT 03:04 ON 2026-01-02"],
+    "yyyy-MM-dd HH:mmx": ["2026-01-02 03:04+01", "2026-01-02 03:04+0130", "2026-01-02 03:04+0030", "2026-01-02 03:04Z"],
+    "yyyy-MM-dd HH:mmxx": ["2026-01-02 03:04+0130", "2026-01-02 03:04+01:30", "2026-01-02 03:04+1830"],
+    "yyyy-MM-dd HH:mmxxx": ["2026-01-02 03:04+01:30", "2026-01-02 03:04+18:00", "2026-01-02 03:04-18:01"],
+    "yyyy-MM-dd HH:mmXX": ["2026-01-02 03:04Z", "2026-01-02 03:04+0130", "2026-01-02 03:04+01"],
+    "yyyy-MM-dd HH:mmZZ": ["2026-01-02 03:04+0130", "2026-01-02 03:04-0000"],
+    "yyyy-MM-dd 'x'": ["20260-01-02 x", "\uff12\uff10\uff12\uff16-01-02 x", "2026-01-02 X"],
 }
 
 
@@ -50,3 +56,12 @@ def test_patterns_read_text_as_sparks_try_to_timestamp(spark: SparkSession) -> N
                                      "G yyyy", "yyyy-MM-dd kk:mm", "yyyy-MM-dd HH:mm O"])
 def test_a_pattern_with_a_letter_not_read_here_has_no_reader(pattern: str) -> None:
     assert pattern_reader(pattern) is None
+
+
+def test_text_past_the_years_python_holds_reads_as_no_time() -> None:
+    """An offset that takes the time past year 1 or 9999 in UTC: no time (the record keeps its
+    own), not an error that would fail the join task on every retry."""
+    read = pattern_reader("yyyy-MM-dd HH:mmXXX")
+    assert read is not None
+    assert read("0001-01-01 00:00+01:00") is None and read("9999-12-31 23:59-01:00") is None
+    assert pattern_reader("yyyy-MM-dd[ HH:mm:ss]") is None, "optional sections are not read here"

@@ -258,3 +258,13 @@ def test_stddev_samp_merges_batches_and_takes_back_a_tables_rows(values: list[fl
     state = fold(state, [*moments([]), *moments([values[i] for i in out])])
     assert state[0] == len(left)
     assert math.isclose(agg.finalize(state), deviation(left), rel_tol=1e-6, abs_tol=1e-3)
+
+
+@pytest.mark.parametrize("order", [(1.0, math.nan), (math.nan, 1.0)])
+def test_min_and_max_of_batches_order_nan_as_spark_whichever_batch_it_came_in(order: tuple[float, float]) -> None:
+    """Spark's MAX of a batch with a NaN is NaN, its MIN the least number; merged in Python, a
+    batch's NaN was kept or lost by the order the batches came in (``max(1.0, nan)`` is 1.0)."""
+    first, second = order
+    assert math.isnan(AGGREGATES["MAX"].merge([first], [second])[0])
+    assert AGGREGATES["MIN"].merge([first], [second]) == [1.0]
+    assert AGGREGATES["MAX"].merge([None], [2.0]) == [2.0] and AGGREGATES["MIN"].merge([3], [None]) == [3]
