@@ -17,6 +17,7 @@ from millpond.common.v1 import rows_pb2
 from millpond.shared.catalog.sources import Column, WindowSpec
 from millpond.shared.errors import StatementError
 from millpond.shared.sql.ast import SqlType
+from millpond.shared.sql.expressions import java_double_text
 
 KEY_FORMATS = ("KAFKA", "JSON")
 """KAFKA: one key column, as Kafka's Java serializers write it; JSON: a key of several
@@ -125,11 +126,6 @@ def _base64(value: Any) -> str:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-_JAVA_DOUBLES = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
-"""A DELIMITED DOUBLE that is not a number, as Java writes it and Spark's CSV reader (Java's
-``parseDouble``) reads it: Python's ``nan`` and ``inf`` are neither."""
-
-
 def _delimited_bytes(value: bytes | bytearray, column: str) -> str:
     """BYTES in a DELIMITED field: their UTF-8 text, as a DELIMITED value is read (its field's
     text is the bytes); ValueError for bytes that are not UTF-8."""
@@ -142,7 +138,8 @@ def _delimited_bytes(value: bytes | bytearray, column: str) -> str:
 
 def serialize_value(columns: Sequence[str], values: Sequence[Any], value_format: str, delimiter: str = ",") -> bytes:
     """Serialize value columns: JSON objects keyed by column name, or DELIMITED lines (CSV
-    with ``delimiter``; NULL is an empty field, as ksqlDB writes it; BYTES their UTF-8 text).
+    with ``delimiter``; NULL is an empty field, as ksqlDB writes it; BYTES their UTF-8 text; a
+    DOUBLE Java's text, as ksqlDB writes it and Spark's CSV reader reads it: ``1.0E20``, ``NaN``).
     ValueError for a value the format cannot hold (non-UTF-8 BYTES in DELIMITED)."""
     if value_format == "JSON":
         return json.dumps(dict(zip(columns, values, strict=True)), separators=(",", ":"), default=_base64).encode()
@@ -153,7 +150,7 @@ def serialize_value(columns: Sequence[str], values: Sequence[Any], value_format:
         csv.writer(out, delimiter=delimiter, lineterminator="\r\n").writerow(
             ["" if v is None else ("true" if v is True else "false" if v is False else
                                    _delimited_bytes(v, name) if isinstance(v, bytes | bytearray) else
-                                   _JAVA_DOUBLES.get(repr(v), v) if isinstance(v, float) else v)
+                                   java_double_text(v) if isinstance(v, float) else v)
              for name, v in zip(columns, values, strict=True)])
         return out.getvalue().removesuffix("\r\n").encode()
     raise StatementError(f"unknown value format {value_format!r}; use one of {VALUE_FORMATS}")

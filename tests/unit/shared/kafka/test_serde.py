@@ -88,14 +88,16 @@ def test_delimited_bytes_are_written_as_the_text_they_are_read_as() -> None:
         serialize_value(["B", "N"], [b"\xff", 1], "DELIMITED")
 
 
-def test_delimited_doubles_that_are_not_numbers_are_written_as_java_reads_them() -> None:
-    """NaN and the infinities as Java writes them (Spark's CSV reader parses a DOUBLE with
-    Java's ``parseDouble``, which refuses Python's ``nan`` and ``inf``); read back alike."""
-    columns = [("A", SqlType("DOUBLE")), ("B", SqlType("DOUBLE")), ("C", SqlType("DOUBLE")), ("D", SqlType("DOUBLE"))]
-    data = serialize_value(["A", "B", "C", "D"], [math.nan, math.inf, -math.inf, 1.5], "DELIMITED")
-    assert data == b"NaN,Infinity,-Infinity,1.5"
-    read = deserialize_value(columns, data, "DELIMITED")
-    assert math.isnan(read["A"]) and (read["B"], read["C"], read["D"]) == (math.inf, -math.inf, 1.5)
+def test_delimited_doubles_are_written_as_java_writes_them() -> None:
+    """NaN, the infinities and every number as Java writes them (ksqlDB's DELIMITED writer;
+    Spark's CSV reader parses a DOUBLE with Java's ``parseDouble``, which refuses Python's
+    ``nan`` and ``inf``); read back alike."""
+    names = ["A", "B", "C", "D", "E", "F"]
+    values = [math.nan, math.inf, -math.inf, 1.5, 1e20, 1.5e-5]
+    data = serialize_value(names, values, "DELIMITED")
+    assert data == b"NaN,Infinity,-Infinity,1.5,1.0E20,1.5E-5"
+    read = deserialize_value([(name, SqlType("DOUBLE")) for name in names], data, "DELIMITED")
+    assert math.isnan(read["A"]) and [read[n] for n in names[1:]] == values[1:]
 
 
 def test_delimited_text_with_line_breaks_and_quotes_is_quoted_as_rfc_4180() -> None:
