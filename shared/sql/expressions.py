@@ -14,7 +14,7 @@ from typing import Any
 
 from millpond.shared.errors import StatementError
 from millpond.shared.sql import aggregates, ast, functions
-from millpond.shared.sql.functions import INTEGRAL, is_nan, spark_ranked
+from millpond.shared.sql.functions import INTEGRAL, spark_ranked
 from millpond.shared.sql.types import Scope, check
 
 
@@ -195,7 +195,8 @@ def _spark_compare(op: Callable[[Any, Any], bool]) -> Callable[[Any, Any], bool]
     """``op`` of two values as Spark's comparison answers it: a NaN equal to itself and above
     every number (``SQLOrderingUtil.compareDoubles``), where Python's NaN is neither."""
     def compare(a: Any, b: Any) -> bool:
-        if is_nan(a) or is_nan(b):
+        # Inline (a pull's WHERE compares every row): only a float NaN is unequal to itself.
+        if (a.__class__ is float and a != a) or (b.__class__ is float and b != b):
             return op(spark_ranked(a), spark_ranked(b))
         return op(a, b)
     return compare
