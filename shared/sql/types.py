@@ -228,8 +228,9 @@ def with_widths(tree: T, scope: Scope) -> T:
     """``tree`` (an expression, a SELECT item, or a tuple of them), already checked in
     ``scope``, with each INT or BIGINT arithmetic marked with the width its result wraps at
     (``Binary.bits``), so Python's evaluation of it wraps as Spark's does: ``v * 3`` of a BIGINT
-    near 2^63 is the same wrapped number at a pull, a push and a persistent query. Subtrees
-    without such arithmetic are kept, the very objects (a lookup template finds its key's
+    near 2^63 is the same wrapped number at a pull, a push and a persistent query; and with each
+    INT or BIGINT a CASE or GREATEST-like call may pick cast to the DOUBLE it gives (``_widened``).
+    Subtrees without either are kept, the very objects (a lookup template finds its key's
     literal in either)."""
     if isinstance(tree, tuple):
         items = tuple(with_widths(item, scope) for item in tree)
@@ -243,4 +244,35 @@ def with_widths(tree: T, scope: Scope) -> T:
         bits = WRAP_BITS.get(check(cast(ast.Expr, tree), scope).base, 0)
         if bits != tree.bits:
             changed["bits"] = bits
+    if isinstance(tree, ast.Case) or (isinstance(tree, ast.Call) and tree.name in _COMMON_TYPE_CALLS):
+        changed.update(_widened(replace(tree, **changed) if changed else tree, scope))
     return cast(T, replace(cast(Any, tree), **changed)) if changed else tree
+
+
+_COMMON_TYPE_CALLS = frozenset({"GREATEST", "LEAST", "COALESCE", "IFNULL"})
+"""Functions whose result is one of their arguments, in the type they all widen to."""
+
+
+def _widened(tree: ast.Case | ast.Call, scope: Scope) -> dict[str, Any]:
+    """The fields of a CASE or a ``_COMMON_TYPE_CALLS`` call whose result is a DOUBLE (or a
+    DECIMAL) with each INT or BIGINT result operand cast to it, as Spark's analyzer does: a
+    CASE that picks an INT branch, or GREATEST(i, 2.5) that picks ``i``, gives 3.0, not 3 (a
+    pull's row would carry an int where its column says DOUBLE). Empty when none needs it."""
+    result = check(tree, scope)
+    if result.base not in ("DOUBLE", "DECIMAL"):
+        return {}
+
+    def widen(operand: ast.Expr) -> ast.Expr:
+        return ast.Cast(operand, result) if check(operand, scope).base in functions.INTEGRAL else operand
+
+    if isinstance(tree, ast.Call):
+        args = tuple(widen(a) for a in tree.args)
+        return {"args": args} if any(a is not b for a, b in zip(args, tree.args, strict=True)) else {}
+    whens = tuple((condition, widen(value)) for condition, value in tree.whens)
+    otherwise = widen(tree.otherwise) if tree.otherwise is not None else None
+    changed: dict[str, Any] = {}
+    if any(a[1] is not b[1] for a, b in zip(whens, tree.whens, strict=True)):
+        changed["whens"] = whens
+    if otherwise is not tree.otherwise:
+        changed["otherwise"] = otherwise
+    return changed

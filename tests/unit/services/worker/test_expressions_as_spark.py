@@ -176,3 +176,25 @@ def test_a_number_literal_as_text_is_written_as_spark_reads_it(spark: SparkSessi
              "CAST(1.5 AS VARCHAR)", "CAST(1e-4 AS VARCHAR)", "CAST(-(2.5) AS VARCHAR)", "CAST(1E300 AS VARCHAR)"]
     exprs = [with_widths(expression(text), NO_COLUMNS) for text in texts]
     assert dict(zip(texts, (evaluate(e, {}) for e in exprs), strict=True)) == dict(zip(texts, as_spark(spark, exprs), strict=True))
+
+
+def test_a_case_or_greatest_that_picks_an_integer_gives_the_double_it_is_typed_as_spark(spark: SparkSession) -> None:
+    """A CASE, GREATEST, LEAST, COALESCE or IFNULL over an INT or BIGINT and a DOUBLE is a
+    DOUBLE; Spark's analyzer casts the integer, so the picked 3 is 3.0. Python's gave the int 3:
+    a pull's row sent it as an integer in a DOUBLE column, and its text was ``3``, not ``3.0``."""
+    columns = Scope("T", {"I": ast.SqlType("INT"), "B": ast.SqlType("BIGINT"), "D": ast.SqlType("DOUBLE")})
+    row = {"I": 3, "B": 5, "D": 2.5}
+    texts = ["GREATEST(i, d)", "LEAST(b, d, i)", "COALESCE(i, d)", "IFNULL(b, d)", "CASE WHEN i > 0 THEN i ELSE d END",
+             "CASE WHEN i < 0 THEN d WHEN i > 0 THEN b END", "CASE WHEN i > 0 THEN b ELSE i END",
+             "CAST(GREATEST(i, d) AS VARCHAR)", "CAST(CASE WHEN i > 0 THEN i ELSE d END AS VARCHAR)",
+             "CAST(COALESCE(b, d) AS VARCHAR)", "GREATEST(i, b)"]
+    exprs = [with_widths(expression(text), columns) for text in texts]
+    spark_row = spark.createDataFrame([(row["I"], row["B"], row["D"])], "I INT, B BIGINT, D DOUBLE").selectExpr(
+        *(to_spark(e, columns) for e in exprs)).collect()[0]
+    python = [evaluate(e, row) for e in exprs]
+    assert dict(zip(texts, python, strict=True)) == dict(zip(texts, spark_row, strict=True))
+    assert [type(v) for v in python] == [type(v) for v in spark_row]  # 3.0 == 3 in Python: the types too
+    assert python[0] == 3.0 and python[7] == "3.0"
+    # A literal DOUBLE beside an INT: Spark reads 2.5 as a DECIMAL, the result a DECIMAL; Python's a float of it.
+    greatest = with_widths(expression("GREATEST(i, 2.5)"), columns)
+    assert type(evaluate(greatest, row)) is float and evaluate(greatest, row) == 3.0
