@@ -22,6 +22,7 @@ from millpond.shared.catalog.sources import DataSource
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.serde import base64_bytes, bytes_decoder, coerce, deserialize_value, timestamp_text
 from millpond.shared.sql.ast import SqlType
+from millpond.shared.sql.functions import fitted_decimal
 
 
 def value_reader(source: DataSource) -> Callable[[bytes], list[Any] | None]:
@@ -163,13 +164,8 @@ def stored(value: Any, type_: SqlType) -> Any:
     if base != "DECIMAL":
         return value
     precision, scale = type_.params
-    with decimal.localcontext() as context:
-        context.prec = max(precision + 2, 28)  # quantize must not run out of digits
-        exact = value if isinstance(value, decimal.Decimal) else decimal.Decimal(
-            repr(value) if isinstance(value, float) else str(value))
-        if not exact.is_finite():
-            raise ValueError(f"{value} is not a DECIMAL")
-        rounded = exact.quantize(decimal.Decimal(1).scaleb(-scale), rounding=decimal.ROUND_HALF_UP)
-    if rounded.adjusted() + 1 > precision - scale:
-        raise ValueError(f"{value} does not fit DECIMAL({precision}, {scale})")
+    rounded = fitted_decimal(value, precision, scale)
+    if rounded is None:
+        finite = value.is_finite() if isinstance(value, decimal.Decimal) else math.isfinite(value)
+        raise ValueError(f"{value} does not fit DECIMAL({precision}, {scale})" if finite else f"{value} is not a DECIMAL")
     return float(rounded)

@@ -17,7 +17,7 @@ from typing import Any
 from millpond.shared.errors import StatementError
 from millpond.shared.sql import ast
 from millpond.shared.sql.ast import SqlType
-from millpond.shared.sql.functions import spark_ranked
+from millpond.shared.sql.functions import MAX_DECIMAL_DIGITS, spark_ranked
 
 State = list[Any]
 OFFSET = "`_offset`"
@@ -357,13 +357,22 @@ class Aggregate:
 _DOUBLE = SqlType("DOUBLE")
 _BIGINT = SqlType("BIGINT")
 
+
+def _sum_type(type_: SqlType) -> SqlType:
+    """SUM's type: its argument's, but for a DECIMAL ten more whole digits, as Spark's (a sum of
+    DECIMAL(5, 2) values past 999.99 fits its type, and a table reading the sink reads it)."""
+    if type_.base != "DECIMAL":
+        return type_
+    precision, scale = type_.params
+    return SqlType("DECIMAL", (min(precision + 10, MAX_DECIMAL_DIGITS), scale))
+
 AGGREGATES: dict[str, Aggregate] = {
     a.name: a
     for a in [
         Aggregate("COUNT", lambda x: [f"count({x})"], lambda o, n: [_add(o[0], n[0])],
                   lambda s: s[0] or 0, lambda _t: _BIGINT, arrow=("count",), undo=lambda x: [_signed_count(x)]),
         Aggregate("SUM", lambda x: [f"sum({x})"], lambda o, n: [_add(o[0], n[0])],
-                  lambda s: s[0], lambda t: t, "numeric", arrow=("sum",), undo=lambda x: [_signed_sum(x)]),
+                  lambda s: s[0], _sum_type, "numeric", arrow=("sum",), undo=lambda x: [_signed_sum(x)]),
         Aggregate("AVG", lambda x: [f"sum({x})", f"count({x})"],
                   lambda o, n: [_add(o[0], n[0]), _add(o[1], n[1])],
                   lambda s: (s[0] / s[1]) if s[1] else None, lambda _t: _DOUBLE, "numeric",

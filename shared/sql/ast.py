@@ -72,6 +72,8 @@ class Call(Expr):
     bits: int = field(default=0, compare=False, repr=False)
     """As ``Binary.bits``, for a call whose integer result may leave its type (``ABS`` of the
     least INT or BIGINT)."""
+    decimal: tuple[int, int] | tuple[()] = field(default=(), compare=False, repr=False)
+    """As ``Binary.decimal``, for FLOOR, CEIL and ROUND of a DECIMAL."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,9 @@ class Binary(Expr):
     bits: int = field(default=0, compare=False, repr=False)
     """For arithmetic of INT or BIGINT once typed (``types.with_widths``): the width its
     result wraps at, as Spark's does outside ANSI mode; 0 otherwise."""
+    decimal: tuple[int, int] | tuple[()] = field(default=(), compare=False, repr=False)
+    """For arithmetic whose result is a DECIMAL, once typed: its (precision, scale), which
+    Python's result is rounded to (NULL past the precision), as Spark's is; () otherwise."""
 
 
 @dataclass(frozen=True)
@@ -129,6 +134,9 @@ class Cast(Expr):
 
     operand: Expr
     type: SqlType
+    scale: int = field(default=-1, compare=False, repr=False)
+    """For a DECIMAL operand cast to VARCHAR, once typed: its scale, the digits its text has
+    after the point (``1.50``); -1 otherwise."""
 
 
 @dataclass(frozen=True)

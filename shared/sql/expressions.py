@@ -9,7 +9,7 @@ import math
 import operator
 import re
 from collections.abc import Callable, Mapping
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from typing import Any
 
 from millpond.shared.errors import StatementError
@@ -241,6 +241,8 @@ def evaluate(expr: ast.Expr, row: Mapping[str, Any]) -> Any:
         right = evaluate(expr.right, row)
         if left is None or right is None:
             return None
+        if expr.decimal:
+            return _decimal_arithmetic(expr.op, left, right, expr.decimal)
         result = _BINARY[expr.op](left, right)
         return _wrapped(result, expr.bits) if expr.bits else result
     if isinstance(expr, ast.Unary):
@@ -272,6 +274,9 @@ def evaluate(expr: ast.Expr, row: Mapping[str, Any]) -> Any:
         value = evaluate(expr.operand, row)
         if expr.type.base == "VARCHAR" and isinstance(value, float) and _decimal_literal(expr.operand):
             return repr(value)  # Spark reads it as a DECIMAL: the digits as written (``spark_literal``)
+        if expr.scale >= 0 and value is not None:  # a DECIMAL's text: its scale's digits, as Java's BigDecimal writes it
+            exact = functions.fitted_decimal(value, functions.MAX_DECIMAL_DIGITS + expr.scale, expr.scale)
+            return None if exact is None else str(exact.copy_abs() if exact.is_zero() else exact)
         return _cast(value, expr.type)
     if isinstance(expr, ast.Call):
         fn = functions.lookup(expr.name)
@@ -280,6 +285,8 @@ def evaluate(expr: ast.Expr, row: Mapping[str, Any]) -> Any:
         args = [evaluate(a, row) for a in expr.args]
         try:
             result = fn.python(*args)
+            if expr.decimal:
+                return _decimal(result, expr.decimal)
             if not expr.bits or result is None:
                 return result
             return _saturated(result, expr.bits) if expr.name in functions.SATURATING else _wrapped(result, expr.bits)
@@ -290,6 +297,8 @@ def evaluate(expr: ast.Expr, row: Mapping[str, Any]) -> Any:
 
 _INTEGER_TEXT = re.compile(r"([+-]?[0-9]*)(?:\.[0-9]*)?")
 """Text Spark's CAST reads as an integer (``UTF8String.toLong``): digits, a fraction it drops."""
+_DECIMAL_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+"""Text Spark's CAST reads as a DECIMAL (``java.math.BigDecimal``'s, in ASCII digits)."""
 _BOOLEAN_TEXT = {**dict.fromkeys(("t", "true", "y", "yes", "1"), True), **dict.fromkeys(("f", "false", "n", "no", "0"), False)}
 """Text Spark's CAST reads as a BOOLEAN (``StringUtils.isTrueString`` and ``isFalseString``)."""
 
@@ -325,6 +334,30 @@ def java_double_text(number: float) -> str:
     return ("-" if sign else "") + plain
 
 
+def _decimal(number: Any, type_: tuple[int, int]) -> float | None:
+    """A DECIMAL result as Spark's: rounded half up to its scale, NULL past its precision; kept
+    as a float, as a table's stores keep a DECIMAL (``values.stored``)."""
+    if number is None:
+        return None
+    exact = functions.fitted_decimal(number, *type_)
+    return None if exact is None else float(exact)
+
+
+_DECIMAL_OPERATIONS: dict[str, Callable[[Decimal, Decimal], Decimal]] = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "%": operator.mod}
+
+
+def _decimal_arithmetic(op: str, left: Any, right: Any, type_: tuple[int, int]) -> float | None:
+    """DECIMAL arithmetic as Spark's: on the operands' exact values (a float's shortest digits),
+    rounded half up to the result's scale (``_decimal``); by zero NULL. The sign of a remainder
+    is the dividend's, as Java's BigDecimal's."""
+    with localcontext(prec=80):
+        a, b = (Decimal(repr(v)) if isinstance(v, float) else Decimal(v) for v in (left, right))
+        if op in ("/", "%") and b.is_zero():
+            return None
+        return _decimal(_DECIMAL_OPERATIONS[op](a, b), type_)
+
+
 def _cast(value: Any, type_: ast.SqlType) -> Any:
     """CAST as Spark does it outside ANSI mode: a value that does not convert becomes NULL."""
     if value is None:
@@ -347,13 +380,19 @@ def _cast(value: Any, type_: ast.SqlType) -> Any:
             if isinstance(value, float):  # Java's (int) or (long) of a double: truncated, saturated, NaN 0
                 return _saturated(value if math.isnan(value) or math.isinf(value) else math.trunc(value), bits)
             return _wrapped(int(value), bits)  # a narrower integer: its low bits, as Java's
-        if base in ("DOUBLE", "DECIMAL"):
+        if base == "DECIMAL":
+            if isinstance(value, str):  # Spark's reading of text (Java's BigDecimal): the number, else NULL
+                if _DECIMAL_TEXT.fullmatch(value.strip()) is None:
+                    return None
+                value = Decimal(value.strip())
+            return _decimal(value, type_.params)
+        if base == "DOUBLE":
             return float(value)
         if base == "BOOLEAN":
             if isinstance(value, str):
                 return _BOOLEAN_TEXT.get(value.strip().lower())
             return bool(value)
-    except (TypeError, ValueError, OverflowError):
+    except (TypeError, ValueError, ArithmeticError):
         return None
     return value
 

@@ -62,7 +62,10 @@ def common_type(types: Sequence[SqlType]) -> SqlType | None:
     if all(t == known[0] for t in known):
         return known[0]
     if all(t.base in NUMERIC for t in known):
-        for base in ("DOUBLE", "DECIMAL", "BIGINT", "INT"):
+        if any(t.base == "DECIMAL" for t in known) and not any(t.base == "DOUBLE" for t in known):
+            return wider_decimal([t.params if t.base == "DECIMAL" else ((10, 0) if t.base == "INT" else (20, 0))
+                                  for t in known])
+        for base in ("DOUBLE", "BIGINT", "INT"):
             widest = next((t for t in known if t.base == base), None)
             if widest is not None:
                 return widest
@@ -111,6 +114,41 @@ def spark_ranked(value: Any) -> tuple[bool, Any]:
     """A value as Spark orders it against another of its type: NaN above every number and equal
     to itself (``SQLOrderingUtil.compareDoubles``), where Python's NaN compares as Java's does."""
     return (True, 0.0) if is_nan(value) else (False, value)
+
+
+MAX_DECIMAL_DIGITS = 38
+"""A DECIMAL's largest precision, Spark's (``DecimalType.MAX_PRECISION``)."""
+
+
+def decimal_type(precision: int, scale: int) -> SqlType:
+    """DECIMAL(precision, scale) as Spark's arithmetic bounds it (``adjustPrecisionScale``, with
+    precision loss allowed, its default): past 38 digits the whole digits are kept and the
+    scale cut to what is left, but to no fewer than 6 (nor more than it was)."""
+    if precision <= MAX_DECIMAL_DIGITS:
+        return SqlType("DECIMAL", (precision, scale))
+    whole = precision - scale
+    return SqlType("DECIMAL", (MAX_DECIMAL_DIGITS, max(MAX_DECIMAL_DIGITS - whole, min(scale, 6))))
+
+
+def wider_decimal(types: Sequence[tuple[int, int]]) -> SqlType:
+    """The DECIMAL that each (precision, scale) widens to for a CASE, COALESCE or GREATEST:
+    the most whole digits and the largest scale, each bounded by 38 (Spark's
+    ``widerDecimalType``)."""
+    scale = max(s for _, s in types)
+    whole = max(p - s for p, s in types)
+    return SqlType("DECIMAL", (min(whole + scale, MAX_DECIMAL_DIGITS), min(scale, MAX_DECIMAL_DIGITS)))
+
+
+def fitted_decimal(number: Any, precision: int, scale: int) -> Decimal | None:
+    """``number`` (an int, a float read by its shortest digits, a Decimal) rounded half up to
+    ``scale`` digits, as Spark makes a value a DECIMAL(precision, scale); None when it has more
+    whole digits than the type holds, or is not finite (Spark's NULL outside ANSI mode)."""
+    with localcontext(prec=max(precision + 2, 80)):  # quantize must not run out of digits
+        exact = number if isinstance(number, Decimal) else Decimal(repr(number) if isinstance(number, float) else number)
+        if not exact.is_finite():
+            return None
+        rounded = exact.quantize(Decimal(1).scaleb(-scale), rounding=ROUND_HALF_UP)
+    return None if rounded.adjusted() + 1 > precision - scale else rounded
 
 
 def _strict(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -193,7 +231,21 @@ of a double, as Spark's FLOOR and CEIL of a DOUBLE), not wrapped."""
 
 
 def _floor_type(types: list[SqlType]) -> SqlType:
+    if types[0].base == "DECIMAL" and types[0].params[1] > 0:  # one more whole digit: FLOOR(-9.5) is -10
+        precision, scale = types[0].params
+        return SqlType("DECIMAL", (min(precision - scale + 1, MAX_DECIMAL_DIGITS), 0))
     return types[0] if types[0].base in ("DECIMAL", "INT", "BIGINT") else BIGINT
+
+
+def rounded_decimal(type_: SqlType, digits: int) -> SqlType:
+    """The DECIMAL that ROUND of a ``type_`` to ``digits`` places gives, as Spark's: one more whole
+    digit (ROUND(9.95, 1) is 10.0), the scale at most ``digits``."""
+    precision, scale = type_.params
+    whole = precision - scale + 1
+    if digits < 0:
+        return SqlType("DECIMAL", (min(max(whole, 1 - digits), MAX_DECIMAL_DIGITS), 0))
+    kept = min(scale, digits)
+    return SqlType("DECIMAL", (min(whole + kept, MAX_DECIMAL_DIGITS), kept))
 
 
 FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (

@@ -13,7 +13,7 @@ from typing import Any, TypeVar, cast
 from millpond.shared.errors import NotFoundError, StatementError
 from millpond.shared.sql import aggregates, ast, functions
 from millpond.shared.sql.ast import SqlType, to_sql
-from millpond.shared.sql.functions import INTEGRAL, NUMERIC, common_type
+from millpond.shared.sql.functions import INTEGRAL, NUMERIC, common_type, decimal_type
 
 BOOLEAN = SqlType("BOOLEAN")
 PRIMITIVE = frozenset({"BOOLEAN", "INT", "BIGINT", "DOUBLE", "DECIMAL", "VARCHAR", "BYTES", "TIMESTAMP", "DATE", "TIME"})
@@ -65,6 +65,35 @@ def comparable(a: SqlType, b: SqlType) -> bool:
     return a.base == b.base and a.base in PRIMITIVE
 
 
+def as_decimal(expr: ast.Expr, type_: SqlType, other: SqlType) -> tuple[int, int]:
+    """The (precision, scale) Spark takes an operand of DECIMAL arithmetic as: a DECIMAL's own,
+    an integer literal's digits (``DecimalType.fromLiteral``: 2 is DECIMAL(1, 0)), an INT's 10
+    or a BIGINT's 20 whole digits, a NULL's the other operand's."""
+    if type_.base == "DECIMAL":
+        return type_.params
+    if type_.base == "NULL":
+        return as_decimal(expr, other, other)
+    if isinstance(expr, ast.Literal) and isinstance(expr.value, int):
+        return len(str(abs(expr.value))), 0
+    return (10, 0) if type_.base == "INT" else (20, 0)
+
+
+def decimal_arithmetic(op: str, left: tuple[int, int], right: tuple[int, int]) -> SqlType:
+    """The DECIMAL that ``left op right`` gives, as Spark's ``DecimalPrecision`` types it: exact
+    where 38 digits hold it (``functions.decimal_type``)."""
+    (p1, s1), (p2, s2) = left, right
+    if op in ("+", "-"):
+        scale = max(s1, s2)
+        return decimal_type(max(p1 - s1, p2 - s2) + scale + 1, scale)
+    if op == "*":
+        return decimal_type(p1 + p2 + 1, s1 + s2)
+    if op == "/":
+        scale = max(6, s1 + p2 + 1)
+        return decimal_type(p1 - s1 + s2 + scale, scale)
+    scale = max(s1, s2)  # %
+    return decimal_type(min(p1 - s1, p2 - s2) + scale, scale)
+
+
 def check(expr: ast.Expr, scope: Scope, *, aggregates_allowed: bool = False) -> SqlType:
     """The type of ``expr`` in ``scope``; raises if it is ill-typed or names unknown things."""
     def sub(e: ast.Expr) -> SqlType:
@@ -107,6 +136,8 @@ def check(expr: ast.Expr, scope: Scope, *, aggregates_allowed: bool = False) -> 
         if expr.op in ("+", "-", "*", "/", "%"):
             for e, t in ((expr.left, left), (expr.right, right)):
                 _require(e, t, NUMERIC, f"arithmetic {expr.op}")
+            if "DECIMAL" in (left.base, right.base) and "DOUBLE" not in (left.base, right.base):
+                return decimal_arithmetic(expr.op, as_decimal(expr.left, left, right), as_decimal(expr.right, right, left))
             widest = common_type([left, right])
             return widest if widest is not None and widest.base != "NULL" else SqlType("INT")
         if expr.op == "LIKE":
@@ -198,6 +229,10 @@ def _check_call(call: ast.Call, scope: Scope, aggregates_allowed: bool) -> SqlTy
         if kind is not None and not functions.accepts(kind, type_):
             raise _clash(f"argument {index + 1} of {call.name} must be {kind}", (arg, type_))
     result = fn.result(types)
+    if fn.name == "ROUND" and types[0].base == "DECIMAL":  # its type depends on the places, a literal in Spark
+        places = call.args[1] if len(call.args) > 1 else ast.Literal(0, SqlType("INT"))
+        if isinstance(places, ast.Literal) and isinstance(places.value, int):
+            result = functions.rounded_decimal(types[0], places.value)
     if result is None:
         raise _clash(f"the arguments of {call.name} have different types", *zip(call.args, types, strict=True))
     return result
@@ -217,7 +252,7 @@ _ARITHMETIC = frozenset({"+", "-", "*", "/", "%"})
 T = TypeVar("T")
 
 
-_WRAPPING_CALLS = frozenset({"ABS", "ROUND", "FLOOR", "CEIL"})
+_WRAPPING_CALLS = frozenset({"ABS", "ROUND", "FLOOR", "CEIL"})  # their DECIMAL results are rounded to the type too
 """Functions whose INT or BIGINT result may not fit its type: ABS of the least value (Spark's
 wraps to that value again), ROUND to a negative scale near the greatest or least (Spark's
 ``toInt`` or ``toLong`` of the rounded decimal wraps), FLOOR and CEIL of a DOUBLE past BIGINT
@@ -241,9 +276,18 @@ def with_widths(tree: T, scope: Scope) -> T:
                if (value := with_widths(getattr(tree, f.name), scope)) is not getattr(tree, f.name)}
     if (isinstance(tree, ast.Binary) and tree.op in _ARITHMETIC) or (isinstance(tree, ast.Unary) and tree.op == "-") \
             or (isinstance(tree, ast.Call) and tree.name in _WRAPPING_CALLS):
-        bits = WRAP_BITS.get(check(cast(ast.Expr, tree), scope).base, 0)
+        typed = check(cast(ast.Expr, tree), scope)
+        bits = WRAP_BITS.get(typed.base, 0)
         if bits != tree.bits:
             changed["bits"] = bits
+        decimal = typed.params if typed.base == "DECIMAL" else ()  # negating a DECIMAL is exact
+        if not isinstance(tree, ast.Unary) and decimal != tree.decimal:
+            changed["decimal"] = decimal
+    if isinstance(tree, ast.Cast) and tree.type.base == "VARCHAR":
+        operand = check(tree.operand, scope)
+        scale = operand.params[1] if operand.base == "DECIMAL" else -1
+        if scale != tree.scale:
+            changed["scale"] = scale
     if isinstance(tree, ast.Case) or (isinstance(tree, ast.Call) and tree.name in _COMMON_TYPE_CALLS):
         changed.update(_widened(replace(tree, **changed) if changed else tree, scope))
     return cast(T, replace(cast(Any, tree), **changed)) if changed else tree

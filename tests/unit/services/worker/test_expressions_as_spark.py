@@ -13,10 +13,10 @@ import pytest
 from pyspark.sql import SparkSession
 
 from millpond.shared.errors import StatementError
-from millpond.shared.sql import ast
+from millpond.shared.sql import aggregates, ast
 from millpond.shared.sql.expressions import evaluate, to_spark
 from millpond.shared.sql.parser import parse_statement
-from millpond.shared.sql.types import Scope, with_widths
+from millpond.shared.sql.types import Scope, check, with_widths
 
 NO_COLUMNS = Scope("T", {})
 
@@ -198,3 +198,56 @@ def test_a_case_or_greatest_that_picks_an_integer_gives_the_double_it_is_typed_a
     # A literal DOUBLE beside an INT: Spark reads 2.5 as a DECIMAL, the result a DECIMAL; Python's a float of it.
     greatest = with_widths(expression("GREATEST(i, 2.5)"), columns)
     assert type(evaluate(greatest, row)) is float and evaluate(greatest, row) == 3.0
+
+
+DECIMALS = Scope("T", {"A": ast.SqlType("DECIMAL", (5, 2)), "B": ast.SqlType("DECIMAL", (5, 2)),
+                       "T": ast.SqlType("DECIMAL", (10, 8)), "W": ast.SqlType("DECIMAL", (38, 10)), "I": ast.SqlType("INT"),
+                       "L": ast.SqlType("BIGINT"), "D": ast.SqlType("DOUBLE")})
+DECIMAL_ROW = {"A": 1.5, "B": 999.99, "T": 1e-8, "W": 123.0, "I": 2, "L": 3, "D": 2.5}
+
+
+def _decimal_frame(spark: SparkSession) -> Any:
+    return spark.createDataFrame([tuple(Decimal(repr(v)) if isinstance(v, float) and k != "D" else v
+                                        for k, v in DECIMAL_ROW.items())],
+                                 "A DECIMAL(5,2), B DECIMAL(5,2), T DECIMAL(10,8), W DECIMAL(38,10), I INT, L BIGINT, D DOUBLE")
+
+
+def test_decimal_arithmetic_is_typed_as_sparks(spark: SparkSession) -> None:
+    """A DECIMAL expression's precision and scale are Spark's (``DecimalPrecision``: a product
+    has both operands' digits, a quotient at least 6 places, past 38 digits the whole digits
+    kept; an integer literal its own digits, an INT 10). They were the first DECIMAL operand's,
+    so ``b * 2`` of a DECIMAL(5, 2) 999.99 did not fit its declared type: a table reading the
+    sink set it aside, where Spark's own result fit."""
+    texts = ["a * a", "a + b", "a - b", "a / b", "b % a", "a * i", "a + l", "a * d", "-a", "b * 2", "a / 3", "a * -5",
+             "a + NULL", "w * w", "w / a", "w + w", "a / w", "w % a", "GREATEST(a, i)", "GREATEST(a, 2)", "COALESCE(a, l)",
+             "CASE WHEN i > 0 THEN a ELSE 7 END", "IFNULL(t, a)", "LEAST(a, t, w)", "ABS(a)", "ROUND(a)", "ROUND(a, 1)",
+             "ROUND(a, -1)", "ROUND(a, 5)", "FLOOR(a)", "CEIL(t)", "FLOOR(w)", "(a + i) * (b - 2)"]
+    exprs = [with_widths(expression(text), DECIMALS) for text in texts]
+    schema = _decimal_frame(spark).selectExpr(*(to_spark(e, DECIMALS) for e in exprs)).schema
+    ours = {text: str(check(e, DECIMALS)).replace(" ", "").lower() for text, e in zip(texts, exprs, strict=True)}
+    assert ours == {text: f.dataType.simpleString() for text, f in zip(texts, schema.fields, strict=True)}
+    summed = _decimal_frame(spark).selectExpr("sum(a)").schema.fields[0].dataType.simpleString()
+    assert str(aggregates.require("SUM").result_type(DECIMALS.schema["A"])).replace(" ", "").lower() == summed
+
+
+def test_decimal_values_and_their_text_are_sparks(spark: SparkSession) -> None:
+    """Python's DECIMAL arithmetic is exact and rounded half up to its type's scale, NULL past
+    its precision; a CAST to DECIMAL rounds and checks as well, and a DECIMAL's text has its
+    scale's digits (``1.50``, ``1E-8``, as Java's BigDecimal). Python's were a float's: 1.5,
+    ``0.30000000000000004``, a CAST that kept 1.555 in a DECIMAL(5, 2)."""
+    texts = ["a * a", "a / b", "b % a", "a / 3", "w / a", "b * 2", "CAST(a AS VARCHAR)", "CAST(a * a AS VARCHAR)",
+             "CAST(t AS VARCHAR)", "CAST(t * t AS VARCHAR)", "CAST(a / b AS VARCHAR)", "CAST(w AS VARCHAR)", "CAST(b * b AS VARCHAR)",
+             "CAST(a - a AS VARCHAR)", "CAST(FLOOR(a) AS VARCHAR)", "CAST(ROUND(b, 1) AS VARCHAR)", "CAST(GREATEST(a, i) AS VARCHAR)",
+             "CAST(a / 3 AS VARCHAR)", "CAST('1.555' AS DECIMAL(5, 2))", "CAST('abc' AS DECIMAL(5, 2))",
+             "CAST('1_0' AS DECIMAL(5, 2))",
+             "CAST(1000 AS DECIMAL(5, 2))", "CAST(d AS DECIMAL(5, 2))", "CAST(CAST(-0.001 AS DECIMAL(5, 2)) AS VARCHAR)",
+             "CAST(' 2.5e1 ' AS DECIMAL(5, 2))", "CAST(TRUE AS DECIMAL(5, 2))", "b * b * b * b * b * b * b * b", "a / (a - a)",
+             "CAST(CAST(0.1 AS DECIMAL(3, 1)) * 3 AS VARCHAR)", "FLOOR(a)"]
+    exprs = [with_widths(expression(text), DECIMALS) for text in texts]
+    spark_row = _decimal_frame(spark).selectExpr(*(to_spark(e, DECIMALS) for e in exprs)).collect()[0]
+    python = [evaluate(e, DECIMAL_ROW) for e in exprs]
+    # A DECIMAL is a float in Python, as a table's stores keep it.
+    expected = [float(v) if isinstance(v, Decimal) else v for v in spark_row]
+    assert dict(zip(texts, python, strict=True)) == dict(zip(texts, expected, strict=True))
+    assert [type(v) for v in python] == [type(v) for v in expected]
+    assert python[6] == "1.50" and python[8] == "1E-8" and python[28] == "0.3"
