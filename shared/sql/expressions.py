@@ -34,6 +34,17 @@ def spark_literal(value: Any) -> str:
     return f"'{escaped}'"
 
 
+def _typed_literal(literal: ast.Literal) -> str:
+    """A number literal as Spark SQL that Spark reads as the type Millpond gave it: a DECIMAL
+    in plain digits to its scale (``0.0000001``, not ``1e-07``, a DOUBLE to Spark), a DOUBLE
+    with Spark's ``D`` (``2.5D``; ``2.5`` would be a DECIMAL)."""
+    if isinstance(literal.value, float):
+        if literal.type.base == "DECIMAL":
+            return format(Decimal(repr(literal.value)).quantize(Decimal(1).scaleb(-literal.type.params[1])), "f")
+        return f"{literal.value!r}D"
+    return spark_literal(literal.value)
+
+
 _SPARK_TYPES = {"VARCHAR": "STRING", "INT": "INT", "BIGINT": "BIGINT", "DOUBLE": "DOUBLE",
                 "BOOLEAN": "BOOLEAN", "BYTES": "BINARY", "TIMESTAMP": "TIMESTAMP", "DATE": "DATE"}
 
@@ -57,7 +68,7 @@ def to_spark(expr: ast.Expr, scope: Scope) -> str:
         return to_spark(e, scope)
 
     if isinstance(expr, ast.Literal):
-        return spark_literal(expr.value)
+        return _typed_literal(expr)
     if isinstance(expr, ast.ColumnRef):
         return quote_identifier(expr.name)
     if isinstance(expr, ast.Subscript):
@@ -272,8 +283,6 @@ def evaluate(expr: ast.Expr, row: Mapping[str, Any]) -> Any:
         return evaluate(expr.otherwise, row) if expr.otherwise is not None else None
     if isinstance(expr, ast.Cast):
         value = evaluate(expr.operand, row)
-        if expr.type.base == "VARCHAR" and isinstance(value, float) and _decimal_literal(expr.operand):
-            return repr(value)  # Spark reads it as a DECIMAL: the digits as written (``spark_literal``)
         if expr.scale >= 0 and value is not None:  # a DECIMAL's text: its scale's digits, as Java's BigDecimal writes it
             exact = functions.fitted_decimal(value, functions.MAX_DECIMAL_DIGITS + expr.scale, expr.scale)
             return None if exact is None else str(exact.copy_abs() if exact.is_zero() else exact)
@@ -301,15 +310,6 @@ _DECIMAL_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+
 """Text Spark's CAST reads as a DECIMAL (``java.math.BigDecimal``'s, in ASCII digits)."""
 _BOOLEAN_TEXT = {**dict.fromkeys(("t", "true", "y", "yes", "1"), True), **dict.fromkeys(("f", "false", "n", "no", "0"), False)}
 """Text Spark's CAST reads as a BOOLEAN (``StringUtils.isTrueString`` and ``isFalseString``)."""
-
-
-def _decimal_literal(expr: ast.Expr) -> bool:
-    """Whether Spark reads ``expr`` as a DECIMAL literal: a number written with a point and no
-    exponent, as ``spark_literal`` writes a finite float whose text has none (negated or not)."""
-    if isinstance(expr, ast.Unary) and expr.op == "-":
-        expr = expr.operand
-    return isinstance(expr, ast.Literal) and isinstance(expr.value, float) and math.isfinite(expr.value) \
-        and "e" not in repr(expr.value)
 
 
 def java_double_text(number: float) -> str:

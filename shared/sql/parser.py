@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+from decimal import Decimal
 from collections.abc import Sequence
 from functools import cache
 from importlib import resources
@@ -18,6 +19,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from millpond.shared.errors import StatementError
 from millpond.shared.sql import ast
+from millpond.shared.sql.functions import MAX_DECIMAL_DIGITS
 
 
 @cache
@@ -92,10 +94,23 @@ class _ToAst(Transformer[Token, Any]):
         return ast.Literal(value, ast.SqlType("INT" if value < 2**31 else "BIGINT"))
 
     def number(self, token: Token) -> ast.Literal:
+        """A number with an exponent is a DOUBLE; one with a point and none a DECIMAL of its digits
+        (``1.50`` is DECIMAL(3, 2), ``0.001`` DECIMAL(3, 3)), as Spark and ksqlDB read it. Either
+        is a float in Python, as a table's stores keep a DECIMAL."""
         value = float(token)
         if not math.isfinite(value):
             raise StatementError(f"the number {token} is out of DOUBLE's range", line=token.line, column=token.column)
-        return ast.Literal(value, ast.SqlType("DOUBLE"))
+        if "e" in token.lower():
+            return ast.Literal(value, ast.SqlType("DOUBLE"))
+        _, digits, exponent = Decimal(str(token)).as_tuple()
+        assert isinstance(exponent, int)
+        scale = max(-exponent, 0)
+        precision = max(len(digits), scale)
+        if precision > MAX_DECIMAL_DIGITS:
+            raise StatementError(f"the number {token} has {precision} digits; a DECIMAL holds at most {MAX_DECIMAL_DIGITS} "
+                                 f"(write it with an exponent, {value:.17g}, for a DOUBLE)".replace("e+", "E"),
+                                 line=token.line, column=token.column)
+        return ast.Literal(value, ast.SqlType("DECIMAL", (precision, scale)))
 
     def true(self, _: Token) -> ast.Literal:
         return ast.Literal(True, ast.SqlType("BOOLEAN"))
@@ -181,6 +196,8 @@ class _ToAst(Transformer[Token, Any]):
 
     def neg(self, operand: ast.Expr) -> ast.Expr:
         if isinstance(operand, ast.Literal) and isinstance(operand.value, int | float):
+            if operand.type.base == "BIGINT" and operand.value == 2**31:  # Spark's -2147483648: INT's least
+                return ast.Literal(-operand.value, ast.SqlType("INT"))
             return ast.Literal(-operand.value, operand.type)
         return ast.Unary("-", operand)
 
