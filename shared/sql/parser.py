@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 import time
-from decimal import Decimal
 from collections.abc import Sequence
+from decimal import Decimal
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -196,8 +196,8 @@ class _ToAst(Transformer[Token, Any]):
 
     def neg(self, operand: ast.Expr) -> ast.Expr:
         if isinstance(operand, ast.Literal) and isinstance(operand.value, int | float):
-            if operand.type.base == "BIGINT" and operand.value == 2**31:  # Spark's -2147483648: INT's least
-                return ast.Literal(-operand.value, ast.SqlType("INT"))
+            if operand.type.base in ("INT", "BIGINT"):  # as Spark types the integer it reads: -2147483648 is an INT
+                return ast.Literal(-operand.value, ast.SqlType("INT" if -(2**31) <= -operand.value < 2**31 else "BIGINT"))
             return ast.Literal(-operand.value, operand.type)
         return ast.Unary("-", operand)
 
