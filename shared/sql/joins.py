@@ -26,7 +26,7 @@ from millpond.shared.errors import NotFoundError, StatementError
 from millpond.shared.sql import ast
 from millpond.shared.sql.ast import SqlType, to_sql
 from millpond.shared.sql.expressions import output_name, quote_identifier, to_spark
-from millpond.shared.sql.types import Scope, check, check_condition, with_widths
+from millpond.shared.sql.types import Scope, check, check_condition, key_typed, with_widths
 
 ROWTIME = "ROWTIME"
 STREAM_TABLE_TYPES = ("INNER", "LEFT")
@@ -462,8 +462,9 @@ def plan_join(
                              f"partitions ({left.partitions}); remove PARTITIONS={partitions}")
     columns = []
     for index, (out, expr) in enumerate(resolved.items):
-        columns.append(OutputColumn(out, check(expr, resolved.scope), resolved.shown(expr),
-                                    key=index == resolved.key_item))
+        type_ = check(expr, resolved.scope)  # evaluated in Python: a DECIMAL key's value is its DOUBLE's already
+        columns.append(OutputColumn(out, key_typed(type_, "")[0] if index == resolved.key_item else type_,
+                                    resolved.shown(expr), key=index == resolved.key_item))
     keyed_by_stream_key = (left.key_column is not None
                            and resolved.stream_key == ast.ColumnRef(joined(resolved.stream_prefix,
                                                                            left.key_column.name)))

@@ -33,7 +33,7 @@ from millpond.shared.sql.ast import SqlType, to_sql
 from millpond.shared.sql.expressions import evaluate, output_name, quote_identifier, spark_literal, to_spark
 from millpond.shared.sql.functions import TEXT_BUILDERS
 from millpond.shared.sql.joins import join_aggregation, plan_join, pre_aggregation
-from millpond.shared.sql.types import Scope, check, check_condition, with_widths
+from millpond.shared.sql.types import Scope, check, check_condition, key_typed, with_widths
 
 SOURCE_PROPERTIES = ("kafka_topic", "partitions", "replicas", "value_format", "key_format", "timestamp", "timestamp_format",
                      "value_delimiter")
@@ -538,7 +538,7 @@ def _aggregation(
                 raise StatementError(f"the GROUP BY expression {to_sql(expr)} is selected twice (as {keys[expr]} and "
                                      f"{out}): a key column is selected once")
             keys[expr] = out
-            columns.append(OutputColumn(out, group_types[expr], to_spark(expr, scope), key=True))
+            columns.append(OutputColumn(out, *key_typed(group_types[expr], to_spark(expr, scope)), key=True))
             continue
         if query.window is not None and isinstance(expr, ast.ColumnRef) and expr.name in WINDOW_BOUNDS \
                 and expr.name not in source.schema:
@@ -577,7 +577,8 @@ def _aggregation(
                              "has no rows left: select one (SELECT ..., COUNT(*) AS rows)")
     ordered = _key_first(columns)
     if len(groups) == 1:
-        return ordered, None if _source_key_ref(groups[0], source) else to_spark(groups[0], scope), tuple(calls)
+        moved = not _source_key_ref(groups[0], source)
+        return ordered, key_typed(group_types[groups[0]], to_spark(groups[0], scope))[1] if moved else None, tuple(calls)
     for column in ordered:
         if column.key:
             check_key_type(column.name, column.type, "JSON")
@@ -654,7 +655,8 @@ def _projection(
         # The same expression selected twice: the first one is the key.
         key = expr in key_exprs and expr not in chosen
         chosen.add(expr)
-        columns.append(OutputColumn(out, type_, to_spark(expr, scope), key=key))
+        spark = to_spark(expr, scope)
+        columns.append(OutputColumn(out, *key_typed(type_, spark), key=True) if key else OutputColumn(out, type_, spark))
     missing = next((e for e in key_exprs if e not in chosen), None)
     if missing is not None:
         raise _missing_key(name, "partitioning expression" if partition_by is not None else "key column", missing)
@@ -668,7 +670,8 @@ def _projection(
                                  f"({', '.join(c.name for c in source.key_columns)}): a table's rows keep their key")
         return ordered, None if same else _struct_key(ordered)
     moved = partition_by is not None and not _source_key_ref(partition_by, source)
-    return ordered, (to_spark(partition_by, scope) if moved and partition_by is not None else None)
+    return ordered, (key_typed(check(partition_by, scope), to_spark(partition_by, scope))[1]
+                     if moved and partition_by is not None else None)
 
 
 @dataclass(frozen=True)

@@ -238,6 +238,16 @@ def _check_call(call: ast.Call, scope: Scope, aggregates_allowed: bool) -> SqlTy
     return result
 
 
+def key_typed(type_: SqlType, spark: str) -> tuple[SqlType, str]:
+    """A key column computed by an expression of ``type_`` (whose Spark SQL is ``spark``): its
+    type and Spark SQL. A DECIMAL's key is a DOUBLE, cast so in Spark: neither key format holds a
+    DECIMAL here (KAFKA's Java serializers have none, as in ksqlDB), and a key such as
+    ``amount * 1.5`` was a DOUBLE before a literal with a point was a DECIMAL."""
+    if type_.base == "DECIMAL":
+        return SqlType("DOUBLE"), f"CAST({spark} AS DOUBLE)"
+    return type_, spark
+
+
 def check_condition(expr: ast.Expr, scope: Scope, clause: str) -> None:
     """A WHERE (or similar) clause must be BOOLEAN."""
     type_ = check(expr, scope)
@@ -252,21 +262,24 @@ _ARITHMETIC = frozenset({"+", "-", "*", "/", "%"})
 T = TypeVar("T")
 
 
-_WRAPPING_CALLS = frozenset({"ABS", "ROUND", "FLOOR", "CEIL"})  # their DECIMAL results are rounded to the type too
+_WRAPPING_CALLS = frozenset({"ABS", "ROUND", "FLOOR", "CEIL"})
 """Functions whose INT or BIGINT result may not fit its type: ABS of the least value (Spark's
 wraps to that value again), ROUND to a negative scale near the greatest or least (Spark's
 ``toInt`` or ``toLong`` of the rounded decimal wraps), FLOOR and CEIL of a DOUBLE past BIGINT
-(Spark's ``(long)`` cast saturates: ``functions.SATURATING``)."""
+(Spark's ``(long)`` cast saturates: ``functions.SATURATING``). Their DECIMAL results are
+rounded to their type (``Call.decimal``)."""
 
 
 def with_widths(tree: T, scope: Scope) -> T:
     """``tree`` (an expression, a SELECT item, or a tuple of them), already checked in
     ``scope``, with each INT or BIGINT arithmetic marked with the width its result wraps at
     (``Binary.bits``), so Python's evaluation of it wraps as Spark's does: ``v * 3`` of a BIGINT
-    near 2^63 is the same wrapped number at a pull, a push and a persistent query; and with each
-    INT or BIGINT a CASE or GREATEST-like call may pick cast to the DOUBLE it gives (``_widened``).
-    Subtrees without either are kept, the very objects (a lookup template finds its key's
-    literal in either)."""
+    near 2^63 is the same wrapped number at a pull, a push and a persistent query. Likewise each
+    arithmetic (or FLOOR, CEIL, ROUND) whose result is a DECIMAL is marked with its precision
+    and scale (``Binary.decimal``), each CAST of a DECIMAL to VARCHAR with the scale its text
+    has (``Cast.scale``), and each INT or BIGINT that a CASE or a GREATEST-like call may pick is
+    cast to the DOUBLE or DECIMAL it gives (``_widened``). Subtrees without any of these are
+    kept, the very objects (a lookup template finds its key's literal in either)."""
     if isinstance(tree, tuple):
         items = tuple(with_widths(item, scope) for item in tree)
         return tree if all(a is b for a, b in zip(items, tree, strict=True)) else cast(T, items)

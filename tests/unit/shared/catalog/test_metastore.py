@@ -71,6 +71,27 @@ def test_grouping_by_another_column_plans_a_repartition() -> None:
     assert [(c.name, c.key) for c in meta.source("BY_AREA").columns] == [("AREA", True), ("N", False)]
 
 
+def test_a_key_of_a_decimal_expression_is_a_double_and_its_values_keep_their_decimal_types() -> None:
+    """A literal with a point is a DECIMAL, so ``reading * 1.5`` is a DECIMAL(13, 1); no key format
+    holds a DECIMAL, so a key computed by one is a DOUBLE (cast in Spark), as it was before such
+    literals were DECIMALs: the statement is not refused. Its value columns keep Spark's types."""
+    meta = Metastore()
+    meta.apply(parse_statement(STREAM), 0)
+    meta.apply(parse_statement("CREATE TABLE by_scaled AS SELECT reading * 1.5 AS scaled, SUM(reading * 1.5) AS total, "
+                               "COUNT(*) AS n FROM readings GROUP BY reading * 1.5"), 1)
+    meta.apply(parse_statement("CREATE TABLE pairs AS SELECT sensor, reading * 1.5 AS scaled, COUNT(*) AS n "
+                               "FROM readings GROUP BY sensor, reading * 1.5"), 2)
+    meta.apply(parse_statement("CREATE STREAM moved AS SELECT reading * 1.5 AS scaled, reading / 4.0 AS part "
+                               "FROM readings PARTITION BY reading * 1.5"), 3)
+    assert [(c.name, str(c.type), c.key) for c in meta.source("BY_SCALED").columns] == [
+        ("SCALED", "DOUBLE", True), ("TOTAL", "DECIMAL(23, 1)", False), ("N", "BIGINT", False)]
+    assert meta.queries["CTAS_BY_SCALED_0"].plan.key_expression == "CAST((`READING` * 1.5) AS DOUBLE)"
+    assert [(c.name, str(c.type)) for c in meta.source("PAIRS").columns if c.key] == [("SENSOR", "VARCHAR"), ("SCALED", "DOUBLE")]
+    assert [(c.name, str(c.type), c.key) for c in meta.source("MOVED").columns] == [
+        ("SCALED", "DOUBLE", True), ("PART", "DECIMAL(17, 6)", False)]
+    assert meta.queries["CSAS_MOVED_2"].plan.key_expression == "CAST((`READING` * 1.5) AS DOUBLE)"
+
+
 def test_a_deleted_topic_marks_the_source_and_its_queries_without_changing_the_digest() -> None:
     meta = Metastore()
     meta.apply(parse_statement(STREAM), 0)
