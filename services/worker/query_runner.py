@@ -610,7 +610,12 @@ class QueryRunner:
             parsed = F.from_csv(text, self.read_schema.toDDL(), {**options, "sep": self.source.value_delimiter,
                                                                   "escape": '"'})
         else:
-            parsed = F.from_json(text, self.read_schema, options)
+            # Fields named in another case, as ksqlDB reads them (Spark's reader matches the case).
+            # One from_json of the text chosen: the columns below each take a field of it, and
+            # Spark evaluates a repeated expression once only where no condition is around it.
+            names = [f.name for f in self.read_schema.fields if f.name != CORRUPT and f.name == f.name.upper()]
+            found = F.when(by_other_case(text, names), fields_by_name(text, names)).otherwise(text) if names else text
+            parsed = F.from_json(found, self.read_schema, options)
         if not self.checked_times:
             return parsed
         # A time that does not read, or that Python cannot hold, is NULL and makes the record
@@ -719,6 +724,49 @@ def outside_python(value: Column, data_type: T.DataType) -> Column:
         return functools.reduce(operator.or_, [outside_python(value.getField(f.name), f.dataType)
                                                for f in data_type.fields if has_times(f.dataType)])
     return F.coalesce(~inside, F.lit(False))
+
+
+def _key_pattern(key: str, case: str) -> str:
+    """A Java regular expression of the JSON key ``key`` (as written in JSON, quotes escaped)
+    and its colon (the spaces and colon a group): as ``written``, in ``any`` case, or in any
+    ``other`` case than written."""
+    quoted = r"\Q" + key[1:-1].replace(r"\E", r"\E\\E\Q") + r"\E"  # Java's Pattern.quote: a name is any text
+    written = {"written": quoted, "any": f"(?iu:{quoted})", "other": f'(?!{quoted}")(?iu:{quoted})'}[case]
+    return rf'(?<!\\)"{written}"(\s*:)'
+
+
+def by_other_case(text: Column, names: list[str]) -> Column:
+    """Whether a JSON value may name one of the columns ``names`` in another case than the
+    column's (``{"reading": 5}`` for READING), which Spark's JSON reader does not match: not
+    when it holds each name as written (the common case, a cheap search; a name written only
+    inside a nested object counts too), else when a key equal to one but for its case is there
+    (a regular expression, about half a JSON parse)."""
+    written = [json.dumps(name, ensure_ascii=False) for name in names]  # as a JSON key writes it, quotes escaped
+    exact = functools.reduce(operator.and_, [text.contains(key) for key in written])
+    return ~exact & text.rlike("|".join(f"(?:{_key_pattern(key, 'other')})" for key in written))
+
+
+def fields_by_name(text: Column, names: list[str]) -> Column:
+    """A JSON object of ``names`` whose fields are the ones ksqlDB's reader finds for them in
+    the object ``text`` (``serde.json_fields``): by the column's name as written, else the last
+    key that upper-cased is the name (``reading`` for READING; ``names`` are upper-case ones, as
+    no key upper-cased is a name with a lower-case letter). Only top-level keys count, so a
+    MAP's keys stay as written. Each value is written again as Spark's reader gives a VARCHAR
+    its JSON (numbers as Java writes them), a text quoted, so the reader then reads it as it
+    reads any value. Text that is not a JSON object stays as it is, for the reader to set aside."""
+    values = F.from_json(text, "MAP<STRING, VARIANT>")
+    texts = F.from_json(text, "MAP<STRING, STRING>")  # each value's JSON (a text's, unquoted)
+
+    def field(name: str) -> Column:
+        key = F.coalesce(F.when(F.map_contains_key(values, F.lit(name)), F.lit(name)),
+                         F.element_at(F.filter(F.map_keys(values), lambda k: F.upper(k) == F.lit(name)), -1))
+        value = values[key]
+        written = F.when(F.schema_of_variant(value) == F.lit("STRING"), F.to_json(value)).otherwise(texts[key])
+        return F.when(key.isNotNull(), F.concat(F.lit(json.dumps(name, ensure_ascii=False) + ":"),
+                                                 F.coalesce(written, F.lit("null"))))
+
+    rebuilt = F.concat(F.lit("{"), F.concat_ws(",", *[field(name) for name in names]), F.lit("}"))
+    return F.when(values.isNull(), text).otherwise(rebuilt)
 
 
 def _any_outside(items: Column, item_type: T.DataType) -> Column:

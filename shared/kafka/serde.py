@@ -8,6 +8,7 @@ import csv
 import datetime
 import io
 import json
+import math
 import re
 import struct
 from collections.abc import Callable, Iterable, Sequence
@@ -174,7 +175,12 @@ def coerce(value: Any, type_: SqlType, column: str) -> Any:
         if type(value) is int and base in ("INT", "BIGINT"):
             given = f"out of {base}'s range"
         raise StatementError(f"column {column} is {type_} but the value {value!r} is {given}")
-    return float(value) if base == "DOUBLE" else value
+    if base == "DOUBLE":
+        try:
+            return float(value)
+        except OverflowError:  # an integer past a DOUBLE's range: an infinity, as Java's (and Spark's) reading of it
+            return math.inf if value > 0 else -math.inf
+    return value
 
 
 def bytes_decoder(type_: SqlType) -> Callable[[Any], Any] | None:
@@ -344,21 +350,59 @@ def _from_text(text: str, type_: SqlType, column: str) -> Any:
         return None
     base = type_.base
     try:
-        if base in ("INT", "BIGINT"):
+        if base in ("INT", "BIGINT"):  # Java's parseInt and parseLong: a sign and digits, no spaces
+            if _INTEGER_FIELD.fullmatch(text) is None:
+                raise ValueError(text)
             return _typed(int(text), type_, column)
-        if base in ("DOUBLE", "DECIMAL"):
-            return float(text)
-        if base == "BOOLEAN":
-            return {"true": True, "false": False}[text.strip().lower()]
+        if base == "DOUBLE":
+            return _java_double(text)
+        if base == "DECIMAL":  # Java's BigDecimal of the text without its grouping commas (Spark's, in Locale.US)
+            if _DECIMAL_FIELD.fullmatch(text.replace(",", "")) is None:
+                raise ValueError(text)
+            return float(text.replace(",", ""))
+        if base == "BOOLEAN":  # Scala's toBoolean: either word, in any case, no spaces
+            return {"true": True, "false": False}[text.lower()]
     except (KeyError, ValueError):
         raise ValueError(f"column {column} is {type_} but the field is {text!r}") from None
     return text
 
 
+_INTEGER_FIELD = re.compile(r"[+-]?[0-9]+")
+_DECIMAL_FIELD = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_DOUBLE_FIELD = re.compile(r"[+-]?(?:NaN|Infinity|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[fFdD]?)")
+_HEX_DOUBLE_FIELD = re.compile(r"[+-]?0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)[pP][+-]?[0-9]+[fFdD]?")
+_CSV_DOUBLE_WORDS = {"NaN": math.nan, "Inf": math.inf, "-Inf": -math.inf}
+"""Spark's CSV reader's words for a DOUBLE that is not a number (its ``nanValue``, ``positiveInf``
+and ``negativeInf``), before Java's reading."""
+
+
+def _java_double(text: str) -> float:
+    """A DELIMITED DOUBLE field as Spark's CSV reader reads it: its words (``_CSV_DOUBLE_WORDS``),
+    else Java's ``Double.parseDouble``: spaces around, a sign, ``NaN``, ``Infinity``, decimal or
+    hexadecimal digits (``0x1p3``), a type letter after (``1.5d``); ValueError for other text."""
+    if text in _CSV_DOUBLE_WORDS:
+        return _CSV_DOUBLE_WORDS[text]
+    number = text.strip("".join(map(chr, range(33))))  # Java's trim: every character up to the space
+    if _DOUBLE_FIELD.fullmatch(number):
+        return float(number.rstrip("fFdD"))
+    if _HEX_DOUBLE_FIELD.fullmatch(number):
+        return float.fromhex(number.rstrip("fFdD"))
+    raise ValueError(text)
+
+
+def json_fields(fields: dict[str, Any]) -> Callable[[str], Any]:
+    """How ksqlDB's JSON reader finds a column's field in an object: by the column's name as
+    written, else by a key that upper-cased is the name (``reading`` for READING; the last of
+    several), so a quoted lower-case column ``"id"`` takes ``id`` alone. The persistent queries'
+    Spark reading finds the same (``query_runner.fields_by_name``)."""
+    upper = {str(key).upper(): value for key, value in fields.items()}
+    return lambda name: fields[name] if name in fields else upper.get(name)
+
+
 def deserialize_value(columns: Sequence[tuple[str, SqlType]], data: bytes, value_format: str,
                       delimiter: str = ",") -> dict[str, Any]:
     """Decode a record value into its value columns (as Spark reads it for the persistent
-    queries: JSON fields matched by name regardless of case, missing ones NULL; DELIMITED
+    queries: JSON fields by name, as ``json_fields`` finds them, missing ones NULL; DELIMITED
     fields by position). ValueError says what does not fit."""
     if value_format == "JSON":
         try:
@@ -369,8 +413,8 @@ def deserialize_value(columns: Sequence[tuple[str, SqlType]], data: bytes, value
             raise ValueError("value is JSON nested too deeply to decode") from None
         if not isinstance(parsed, dict):
             raise ValueError(f"value is JSON {type(parsed).__name__}, not an object")
-        fields = {str(k).upper(): v for k, v in parsed.items()}
-        return {name: _typed(fields.get(name.upper()), type_, name) for name, type_ in columns}
+        field = json_fields(parsed)
+        return {name: _typed(field(name), type_, name) for name, type_ in columns}
     if value_format == "DELIMITED":
         try:
             texts = next(csv.reader([data.decode()], delimiter=delimiter))

@@ -20,8 +20,9 @@ from typing import Any
 
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.errors import MillpondError
-from millpond.shared.kafka.serde import base64_bytes, bytes_decoder, coerce, deserialize_value, timestamp_text
+from millpond.shared.kafka.serde import base64_bytes, bytes_decoder, coerce, deserialize_value, json_fields, timestamp_text
 from millpond.shared.sql.ast import SqlType
+from millpond.shared.sql.expressions import java_double_text
 from millpond.shared.sql.functions import fitted_decimal
 
 
@@ -46,12 +47,12 @@ def value_decoder(source: DataSource) -> Callable[[bytes], list[Any]]:
     value_format, delimiter = source.value_format, source.value_delimiter
 
     def fields_of(value: bytes) -> list[Any]:
-        if value_format == "JSON":  # fields by name whatever their case, as Spark's reader
+        if value_format == "JSON":  # fields by name as ksqlDB's reader, and the persistent queries', find them
             parsed = json.loads(value)
             if not isinstance(parsed, dict):
                 raise ValueError(f"a JSON {type(parsed).__name__}, not an object")
-            fields = {str(k).upper(): v for k, v in parsed.items()}
-            return [fields.get(name.upper()) for name, _ in columns]
+            field = json_fields(parsed)
+            return [field(name) for name, _ in columns]
         decoded = deserialize_value(columns, value, value_format, delimiter)
         # A DELIMITED BYTES field's text is its bytes: base64, as JSON's.
         return [base64.b64encode(decoded[name].encode()).decode()
@@ -92,9 +93,11 @@ def stored_bytes(types: list[SqlType]) -> Callable[[list[Any]], list[Any]] | Non
     return lambda values: [v if d is None or v is None else d(v) for d, v in zip(decoders, values, strict=True)]
 
 
-_SPARK_DATE = re.compile(r"\s*([0-9]{4})(?:-([0-9]{1,2})(?:-([0-9]{1,2})(?:[ T].*)?)?)?\s*", re.DOTALL)
-"""The date texts Spark's JSON reader takes (its ``stringToDate``: a year, then optionally a
-month and a day of one or two digits, then anything after a space or a T)."""
+_SPARK_DATE = re.compile(r"\s*\+?([0-9]{4})(?:-([0-9]{1,2})(?:-([0-9]{1,2})(?:[ T].*)?)?)?\s*", re.DOTALL)
+"""The date texts Spark's JSON reader takes (its ``stringToDate``: a year, + before it or not,
+then optionally a month and a day of one or two digits, then anything after a space or a T)."""
+_DECIMAL_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+"""The text Spark's JSON reader takes for a DECIMAL (``java.math.BigDecimal``'s, in ASCII digits)."""
 _TIME = re.compile(r"[0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]{1,6})?)?")
 """The TIME texts a store keeps (ISO 8601, as Spark's values are written): Python's
 ``fromisoformat`` alone reads more forms."""
@@ -103,6 +106,19 @@ _DOUBLE_WORDS = {"NaN": math.nan, "Infinity": math.inf, "+Infinity": math.inf, "
 """The texts Spark's JSON reader takes for a DOUBLE that is not a number."""
 _LONG = 2**63
 _INT = 2**31
+
+
+def spark_json_text(value: Any) -> str:
+    """A JSON value that is not text as Spark's reader keeps it in a VARCHAR: its JSON as Jackson
+    writes it again, compact, with a number with a point or an exponent written as Java writes
+    the DOUBLE it reads (``1.5e-07`` is ``1.5E-7``, ``1e+20`` is ``1.0E20``), at any depth."""
+    if isinstance(value, float):
+        return java_double_text(value)
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{json.dumps(str(k), ensure_ascii=False)}:{spark_json_text(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(spark_json_text(item) for item in value) + "]"
+    return json.dumps(value, ensure_ascii=False)
 
 
 def stored(value: Any, type_: SqlType) -> Any:
@@ -135,8 +151,7 @@ def stored(value: Any, type_: SqlType) -> Any:
     if base == "VARCHAR":
         if isinstance(value, str):
             return value
-        # Spark keeps a number's or an object's JSON as text (its characters as they are)
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+        return spark_json_text(value)
     if base in ("INT", "BIGINT"):
         bound = _INT if base == "INT" else _LONG
         if not isinstance(value, int) or isinstance(value, bool) or not -bound <= value < bound:
@@ -157,8 +172,10 @@ def stored(value: Any, type_: SqlType) -> Any:
         return base64.b64encode(base64_bytes(value)).decode()
     if base == "DOUBLE" and isinstance(value, str) and value in _DOUBLE_WORDS:
         return _DOUBLE_WORDS[value]
-    if base == "DECIMAL" and isinstance(value, str):  # Spark reads a decimal's text too
-        value = decimal.Decimal(value.strip())
+    if base == "DECIMAL" and isinstance(value, str):  # Spark reads a decimal's text too, as Java's BigDecimal: no spaces
+        if _DECIMAL_TEXT.fullmatch(value) is None:
+            raise ValueError(f"{value!r} is not a DECIMAL")
+        value = decimal.Decimal(value)
     else:
         value = coerce(value, type_, "value")  # BOOLEAN, DOUBLE and DECIMAL: the JSON type checked
     if base != "DECIMAL":

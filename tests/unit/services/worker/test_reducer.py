@@ -829,11 +829,12 @@ def test_numeric_keys_decode_in_spark_to_the_values_java_serialized(
 
 
 def declared_table_slice(spark: SparkSession, tmp_path: Path, columns: str,
-                         records: list[tuple[bytes, bytes]]) -> tuple[Any, Any]:
-    """Table T (``columns``, JSON, one partition) and the slice its reducer makes of
-    ``records`` (key, value) at offsets 0, 1, ...; every stored state checked to be JSON."""
+                         records: list[tuple[bytes, bytes]], value_format: str = "json") -> tuple[Any, Any]:
+    """Table T (``columns``, JSON or ``value_format``, one partition) and the slice its reducer
+    makes of ``records`` (key, value) at offsets 0, 1, ...; every stored state checked to be JSON."""
     meta = Metastore()
-    meta.apply(parse_statement(f"CREATE TABLE t ({columns}) WITH (kafka_topic='t', partitions=1, value_format='json')"), 0)
+    meta.apply(parse_statement(f"CREATE TABLE t ({columns}) WITH (kafka_topic='t', partitions=1, "
+                               f"value_format='{value_format}')"), 0)
     (query,) = meta.queries.values()
     table = meta.source("T")
     settings = Settings(worker_id="reducer-test", spark_master="local[1]", state_dir=tmp_path)
@@ -846,8 +847,8 @@ def declared_table_slice(spark: SparkSession, tmp_path: Path, columns: str,
     finally:
         runner.stop()
         loop.close()
-    for _, state in piece.latest:
-        assert state is None or json.loads(encode_state(state)) == state
+    for _, state in piece.latest:  # (its text read back and written again: NaN is not equal to itself)
+        assert state is None or encode_state(json.loads(encode_state(state))) == encode_state(state)
     return table, piece
 
 
@@ -1046,6 +1047,100 @@ def test_python_reads_what_sparks_json_reader_reads_and_refuses_what_it_refuses(
     active = {key: json.loads(encode_state(state)) for key, state in piece.latest}
     assert copy_rows(table, records) == active
     assert 0 < len(piece.bad) < len(values) - 10
+
+
+def test_json_fields_are_found_whatever_their_case_as_ksqldb_finds_them(spark: SparkSession, tmp_path: Path) -> None:
+    """ksqlDB's JSON reader finds a column's field by its name as written, else by a key that
+    upper-cased is the name (``reading`` for READING), so producers that write lower-case or
+    camel-case keys fill the columns. Spark's reader matches the case: such records' columns
+    were NULL in every persistent query, where a push query (Python) read them. A quoted
+    lower-case column takes its key as written only; the keys of a MAP stay as written."""
+    columns = 'id VARCHAR PRIMARY KEY, c0 INT, s VARCHAR, "lo" INT, t TIMESTAMP, m MAP<VARCHAR, INT>, sensorid BIGINT'
+    values: list[dict[str, Any]] = [
+        {"c0": 5}, {"C0": 5}, {"c0": 5, "C0": 6}, {"C0": 6, "c0": 5}, {"s": "x"}, {"c0": "abc"}, {"S": [1.5e-7, {"a": 1e20}]},
+        {"lo": 1}, {"LO": 1}, {"Lo": 2, "lo": 3}, {"t": 1700000000000}, {"s": 'a"b', "c0": 7}, {"sensorId": 9, "m": {"c0": 1, "S": 2}},
+        {"Sensorid": 1, "sensorID": 2}, {"c0": 3.0}, {"s": 1.5, "c0": "7"}, {"c0": 1, "C0 ": 2}, {"s": 12345678.5}]
+    records = [(f"k{i}".encode(), json.dumps(v).encode()) for i, v in enumerate(values)]
+    records += [(b"raw", b'{"c0": 1, "s": "\\u0041"}'), (b"bad", b"not json"), (b"cut", b'{"c0": 1,')]
+    table, piece = declared_table_slice(spark, tmp_path, columns, records)
+    active = {key: json.loads(encode_state(state)) for key, state in piece.latest}
+    assert copy_rows(table, records) == active
+    assert active[b"k0"][0] == 5 and active[b"k2"][0] == 6 and active[b"k3"][0] == 6 and active[b"k4"][1] == "x"
+    assert active[b"k8"][2] is None and active[b"k9"][2] == 3 and active[b"k7"][2] == 1
+    assert active[b"k12"][4:] == [{"c0": 1, "S": 2}, 9] and active[b"k13"][5] == 2 and active[b"raw"][:2] == [1, "A"]
+    assert active[b"k6"][1] == '[1.5E-7,{"a":1.0E20}]' and active[b"k17"][1] == "1.23456785E7" and active[b"k16"][0] == 1
+    assert {b"k5", b"k14", b"k15", b"bad", b"cut"}.isdisjoint(active)  # refused as a field of the column's case would be
+
+
+JSON_VALUES: dict[str, list[Any]] = {
+    "INT": [0, 1, -1, 2**31 - 1, -2**31, 2**31, 5.0, 5.5, -0.0, 1e10, "7", " 7", True, None, [], {}, 12345678901234567890],
+    "BIGINT": [2**63 - 1, -2**63, 2**63, 3.0, "12", 1.5, False, None, -0.0, 1e19, 10**30],
+    "DOUBLE": [1.5, 0, -0.0, 1e308, "NaN", "Infinity", "-INF", "1.5", "abc", True, None, 10**400, 5, "1e5", " 2.5"],
+    "DECIMAL(6, 2)": [1.255, 9999.99, 9999.995, 10000, "12.345", "1e2", " 3.5 ", "abc", 0.001, -0.005, True, None, 1e-7, 10**20,
+                      "NaN", 5, "+1.5", ".5", "5.", "1_0"],
+    "VARCHAR": ["a", "", 5, 5.0, 1e20, True, None, {"a": 1}, [1, "x"], "é\u2028", 0.1, -0.0, 10**25, 1.0e-7, 123456789.123],
+    "BOOLEAN": [True, False, "true", "false", "TRUE", 1, 0, "yes", None, "t"],
+    "DATE": ["2026-01-02", "2026-1-2", "2026", "2026-02-30", 20000, "26-01-02", "2026-01-02T10:00", " 2026-01-02", None, "0001-01-01",
+             "9999-12-31", "+2026-01-02", "-2026-01-02"],
+    "ARRAY<INT>": [[1, 2], [], [None], [1.5], ["1"], 5, None, [2**31], [[1]]],
+    "MAP<VARCHAR, DOUBLE>": [{"a": 1}, {}, {"a": None}, {"a": "x"}, {"a": "NaN"}, [], None, {"": 1e308}, {"C0": 1}],
+    "STRUCT<A INT, B VARCHAR>": [{"A": 1, "B": "x"}, {"a": 1}, {"A": "1"}, {}, None, {"B": 5}, {"A": 1.5}, [], {"A": 1, "C": 2}],
+}
+"""Values of each type, and of others, that a producer's JSON may hold for a column of it."""
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_random_json_values_are_read_by_python_as_by_spark(spark: SparkSession, tmp_path: Path, seed: int) -> None:
+    """Each value of ``JSON_VALUES`` alone, then random objects of them (some columns missing,
+    some keys in lower case): a standby copy's or a push query's Python reading keeps and sets
+    aside what the active task's Spark reading does, each column as Spark read it."""
+    draw = random.Random(seed)
+    names = {f"C{i}": type_ for i, type_ in enumerate(JSON_VALUES)}
+    values: list[dict[str, Any]] = [{name: value} for name, type_ in names.items() for value in JSON_VALUES[type_]]
+    values += [{(name if draw.random() < 0.8 else name.lower()): draw.choice(JSON_VALUES[type_])
+                for name, type_ in names.items() if draw.random() < 0.7} for _ in range(300)]
+    records = [(f"k{i}".encode(), json.dumps(v).encode()) for i, v in enumerate(values)]
+    columns = "id VARCHAR PRIMARY KEY, " + ", ".join(f"{name} {type_}" for name, type_ in names.items())
+    table, piece = declared_table_slice(spark, tmp_path, columns, records)
+    active = {key: json.loads(encode_state(state)) for key, state in piece.latest}
+    copy = copy_rows(table, records)
+    shown = {k: json.dumps(v) for k, v in active.items()}  # NaN equal to NaN
+    assert {k: (v, shown.get(k)) for k, v in copy.items() if shown.get(k) != json.dumps(v)} == {}
+    assert copy.keys() == active.keys() and 50 < len(active) < len(values) - 100
+
+
+DELIMITED_FIELDS = {
+    "INT": ["1", "-1", "2147483648", "1.5", " 7", "7 ", "", "x", "+3", "0x10", "1e2", '"5"', "007", "1_0"],
+    "BIGINT": ["9223372036854775807", "9223372036854775808", "-5", "", "1.0", " 2"],
+    "DOUBLE": ["1.5", "NaN", "Infinity", "-Infinity", "Inf", "-Inf", "1e5", "", "abc", " 2.5 ", "1.5d", "0x1p3", ".5", "5.", "+1",
+               "inf", "1_0", "+NaN"],
+    "DECIMAL(6, 2)": ["1.255", "9999.995", "12.3", "", "1e2", "abc", " 3.5", "+1.5", '"1,000.5"', "1_0"],
+    "VARCHAR": ["a", "", '"a,b"', '"he said ""hi"""', " x ", '""', "é", '"a\nb"'],
+    "BOOLEAN": ["true", "false", "TRUE", "1", "", "yes", " true"],
+}
+"""Fields of each type, and other text, that a producer's DELIMITED line may hold for a column of it."""
+
+
+def test_random_delimited_values_are_read_by_python_as_by_spark(spark: SparkSession, tmp_path: Path) -> None:
+    """As for JSON: each field of ``DELIMITED_FIELDS`` beside good ones, then random lines of
+    them (a field short or one too many). Python read ``" 7"`` as an INT, ``1.5d`` not as a
+    DOUBLE, ``inf`` as one, where Spark's CSV reader (Java's parsing) does the opposite."""
+    draw = random.Random(3)
+    names = {f"C{i}": type_ for i, type_ in enumerate(DELIMITED_FIELDS)}
+    good = {type_: fields[0] for type_, fields in DELIMITED_FIELDS.items()}
+    lines = [",".join(field if other == name else good[other_type] for other, other_type in names.items())
+             for name, type_ in names.items() for field in DELIMITED_FIELDS[type_]]
+    for _ in range(200):
+        fields = [draw.choice(DELIMITED_FIELDS[type_]) for type_ in names.values()]
+        lines.append(",".join(fields[:-1] if draw.random() < 0.1 else [*fields, "extra"] if draw.random() < 0.1 else fields))
+    records = [(f"k{i}".encode(), line.encode()) for i, line in enumerate(lines)]
+    columns = "id VARCHAR PRIMARY KEY, " + ", ".join(f"{name} {type_}" for name, type_ in names.items())
+    table, piece = declared_table_slice(spark, tmp_path, columns, records, "delimited")
+    active = {key: json.loads(encode_state(state)) for key, state in piece.latest}
+    copy = copy_rows(table, records)
+    shown = {k: json.dumps(v) for k, v in active.items()}  # NaN equal to NaN
+    assert {k: (v, shown.get(k)) for k, v in copy.items() if shown.get(k) != json.dumps(v)} == {}
+    assert copy.keys() == active.keys() and 20 < len(active) < len(lines) - 50
 
 
 def test_a_standby_decodes_a_joined_decimal_as_the_active_tasks_spark_does(spark: SparkSession, tmp_path: Path) -> None:
