@@ -613,8 +613,9 @@ class QueryRunner:
             # Fields named in another case, as ksqlDB reads them (Spark's reader matches the case).
             # One from_json of the text chosen: the columns below each take a field of it, and
             # Spark evaluates a repeated expression once only where no condition is around it.
-            names = [f.name for f in self.read_schema.fields if f.name != CORRUPT and f.name == f.name.upper()]
-            found = F.when(by_other_case(text, names), fields_by_name(text, names)).otherwise(text) if names else text
+            names = [f.name for f in self.read_schema.fields if f.name != CORRUPT]
+            folded = [name for name in names if name == name.upper()]  # no key upper-cased has a lower-case letter
+            found = F.when(by_other_case(text, folded), fields_by_name(text, names)).otherwise(text) if folded else text
             parsed = F.from_json(found, self.read_schema, options)
         if not self.checked_times:
             return parsed
@@ -749,17 +750,18 @@ def by_other_case(text: Column, names: list[str]) -> Column:
 def fields_by_name(text: Column, names: list[str]) -> Column:
     """A JSON object of ``names`` whose fields are the ones ksqlDB's reader finds for them in
     the object ``text`` (``serde.json_fields``): by the column's name as written, else the last
-    key that upper-cased is the name (``reading`` for READING; ``names`` are upper-case ones, as
-    no key upper-cased is a name with a lower-case letter). Only top-level keys count, so a
-    MAP's keys stay as written. Each value is written again as Spark's reader gives a VARCHAR
+    key that upper-cased is the name (``reading`` for READING; a name with a lower-case letter,
+    a quoted column's, is found as written only). Only top-level keys count, so a MAP's keys
+    stay as written. Each value is written again as Spark's reader gives a VARCHAR
     its JSON (numbers as Java writes them), a text quoted, so the reader then reads it as it
     reads any value. Text that is not a JSON object stays as it is, for the reader to set aside."""
     values = F.from_json(text, "MAP<STRING, VARIANT>")
     texts = F.from_json(text, "MAP<STRING, STRING>")  # each value's JSON (a text's, unquoted)
 
     def field(name: str) -> Column:
-        key = F.coalesce(F.when(F.map_contains_key(values, F.lit(name)), F.lit(name)),
-                         F.element_at(F.filter(F.map_keys(values), lambda k: F.upper(k) == F.lit(name)), -1))
+        key = F.when(F.map_contains_key(values, F.lit(name)), F.lit(name))
+        if name == name.upper():
+            key = F.coalesce(key, F.element_at(F.filter(F.map_keys(values), lambda k: F.upper(k) == F.lit(name)), -1))
         value = values[key]
         written = F.when(F.schema_of_variant(value) == F.lit("STRING"), F.to_json(value)).otherwise(texts[key])
         return F.when(key.isNotNull(), F.concat(F.lit(json.dumps(name, ensure_ascii=False) + ":"),
