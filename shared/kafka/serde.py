@@ -19,6 +19,7 @@ from millpond.shared.catalog.sources import Column, WindowSpec
 from millpond.shared.errors import StatementError
 from millpond.shared.sql.ast import SqlType
 from millpond.shared.sql.expressions import java_double_text
+from millpond.shared.sql.functions import DECIMAL_TEXT
 
 KEY_FORMATS = ("KAFKA", "JSON")
 """KAFKA: one key column, as Kafka's Java serializers write it; JSON: a key of several
@@ -357,7 +358,7 @@ def _from_text(text: str, type_: SqlType, column: str) -> Any:
         if base == "DOUBLE":
             return _java_double(text)
         if base == "DECIMAL":  # Java's BigDecimal of the text without its grouping commas (Spark's, in Locale.US)
-            if _DECIMAL_FIELD.fullmatch(text.replace(",", "")) is None:
+            if DECIMAL_TEXT.fullmatch(text.replace(",", "")) is None:
                 raise ValueError(text)
             return float(text.replace(",", ""))
         if base == "BOOLEAN":  # Scala's toBoolean: either word, in any case, no spaces
@@ -368,7 +369,6 @@ def _from_text(text: str, type_: SqlType, column: str) -> Any:
 
 
 _INTEGER_FIELD = re.compile(r"[+-]?[0-9]+")
-_DECIMAL_FIELD = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _DOUBLE_FIELD = re.compile(r"[+-]?(?:NaN|Infinity|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[fFdD]?)")
 _HEX_DOUBLE_FIELD = re.compile(r"[+-]?0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)[pP][+-]?[0-9]+[fFdD]?")
 _CSV_DOUBLE_WORDS = {"NaN": math.nan, "Inf": math.inf, "-Inf": -math.inf}
@@ -395,8 +395,16 @@ def json_fields(fields: dict[str, Any]) -> Callable[[str], Any]:
     written, else by a key that upper-cased is the name (``reading`` for READING; the last of
     several), so a quoted lower-case column ``"id"`` takes ``id`` alone. The persistent queries'
     Spark reading finds the same (``query_runner.fields_by_name``)."""
-    upper = {str(key).upper(): value for key, value in fields.items()}
-    return lambda name: fields[name] if name in fields else upper.get(name)
+    upper: dict[str, Any] = {}  # made at the first name not found as written (a record's keys usually are)
+
+    def field(name: str) -> Any:
+        if name in fields:
+            return fields[name]
+        if not upper:
+            upper.update((str(key).upper(), value) for key, value in fields.items())
+        return upper.get(name)
+
+    return field
 
 
 def deserialize_value(columns: Sequence[tuple[str, SqlType]], data: bytes, value_format: str,

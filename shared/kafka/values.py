@@ -23,7 +23,7 @@ from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.serde import base64_bytes, bytes_decoder, coerce, deserialize_value, json_fields, timestamp_text
 from millpond.shared.sql.ast import SqlType
 from millpond.shared.sql.expressions import java_double_text
-from millpond.shared.sql.functions import fitted_decimal
+from millpond.shared.sql.functions import DECIMAL_TEXT, fitted_decimal
 
 
 def value_reader(source: DataSource) -> Callable[[bytes], list[Any] | None]:
@@ -96,8 +96,6 @@ def stored_bytes(types: list[SqlType]) -> Callable[[list[Any]], list[Any]] | Non
 _SPARK_DATE = re.compile(r"\s*\+?([0-9]{4})(?:-([0-9]{1,2})(?:-([0-9]{1,2})(?:[ T].*)?)?)?\s*", re.DOTALL)
 """The date texts Spark's JSON reader takes (its ``stringToDate``: a year, + before it or not,
 then optionally a month and a day of one or two digits, then anything after a space or a T)."""
-_DECIMAL_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-"""The text Spark's JSON reader takes for a DECIMAL (``java.math.BigDecimal``'s, in ASCII digits)."""
 _TIME = re.compile(r"[0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]{1,6})?)?")
 """The TIME texts a store keeps (ISO 8601, as Spark's values are written): Python's
 ``fromisoformat`` alone reads more forms."""
@@ -173,7 +171,7 @@ def stored(value: Any, type_: SqlType) -> Any:
     if base == "DOUBLE" and isinstance(value, str) and value in _DOUBLE_WORDS:
         return _DOUBLE_WORDS[value]
     if base == "DECIMAL" and isinstance(value, str):  # Spark reads a decimal's text too, as Java's BigDecimal: no spaces
-        if _DECIMAL_TEXT.fullmatch(value) is None:
+        if DECIMAL_TEXT.fullmatch(value) is None:
             raise ValueError(f"{value!r} is not a DECIMAL")
         value = decimal.Decimal(value)
     else:

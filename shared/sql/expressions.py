@@ -306,8 +306,6 @@ def evaluate(expr: ast.Expr, row: Mapping[str, Any]) -> Any:
 
 _INTEGER_TEXT = re.compile(r"([+-]?[0-9]*)(?:\.[0-9]*)?")
 """Text Spark's CAST reads as an integer (``UTF8String.toLong``): digits, a fraction it drops."""
-_DECIMAL_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-"""Text Spark's CAST reads as a DECIMAL (``java.math.BigDecimal``'s, in ASCII digits)."""
 _BOOLEAN_TEXT = {**dict.fromkeys(("t", "true", "y", "yes", "1"), True), **dict.fromkeys(("f", "false", "n", "no", "0"), False)}
 """Text Spark's CAST reads as a BOOLEAN (``StringUtils.isTrueString`` and ``isFalseString``)."""
 
@@ -382,7 +380,7 @@ def _cast(value: Any, type_: ast.SqlType) -> Any:
             return _wrapped(int(value), bits)  # a narrower integer: its low bits, as Java's
         if base == "DECIMAL":
             if isinstance(value, str):  # Spark's reading of text (Java's BigDecimal): the number, else NULL
-                if _DECIMAL_TEXT.fullmatch(value.strip()) is None:
+                if functions.DECIMAL_TEXT.fullmatch(value.strip()) is None:
                     return None
                 value = Decimal(value.strip())
             return _decimal(value, type_.params)

@@ -8,6 +8,7 @@ evaluator all read this table, so they cannot disagree on which functions exist.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, localcontext
@@ -63,8 +64,7 @@ def common_type(types: Sequence[SqlType]) -> SqlType | None:
         return known[0]
     if all(t.base in NUMERIC for t in known):
         if any(t.base == "DECIMAL" for t in known) and not any(t.base == "DOUBLE" for t in known):
-            return wider_decimal([t.params if t.base == "DECIMAL" else ((10, 0) if t.base == "INT" else (20, 0))
-                                  for t in known])
+            return wider_decimal([t.params if t.base == "DECIMAL" else INTEGRAL_DECIMALS[t.base] for t in known])
         for base in ("DOUBLE", "BIGINT", "INT"):
             widest = next((t for t in known if t.base == base), None)
             if widest is not None:
@@ -137,6 +137,13 @@ def wider_decimal(types: Sequence[tuple[int, int]]) -> SqlType:
     scale = max(s for _, s in types)
     whole = max(p - s for p, s in types)
     return SqlType("DECIMAL", (min(whole + scale, MAX_DECIMAL_DIGITS), min(scale, MAX_DECIMAL_DIGITS)))
+
+
+DECIMAL_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+"""The text Java's ``BigDecimal`` reads, in ASCII digits: Spark's CAST (after a trim), JSON and
+CSV readers take a DECIMAL's text so (Python's ``Decimal`` also takes ``1_0``, ``NaN`` and spaces)."""
+INTEGRAL_DECIMALS = {"INT": (10, 0), "BIGINT": (20, 0)}
+"""The (precision, scale) of the DECIMAL an INT or BIGINT column widens to beside one, Spark's."""
 
 
 def fitted_decimal(number: Any, precision: int, scale: int) -> Decimal | None:

@@ -75,7 +75,7 @@ def as_decimal(expr: ast.Expr, type_: SqlType, other: SqlType) -> tuple[int, int
         return as_decimal(expr, other, other)
     if isinstance(expr, ast.Literal) and isinstance(expr.value, int):
         return len(str(abs(expr.value))), 0
-    return (10, 0) if type_.base == "INT" else (20, 0)
+    return functions.INTEGRAL_DECIMALS[type_.base]
 
 
 def decimal_arithmetic(op: str, left: tuple[int, int], right: tuple[int, int]) -> SqlType:
