@@ -48,7 +48,9 @@ from millpond.shared.sql import ast
 
 log = logging.getLogger(__name__)
 COMMIT_TIMEOUT_S = 120
-_READ_COLUMNS: weakref.WeakKeyDictionary[SparkSession, dict[tuple[Any, ...], list[Column]]] = weakref.WeakKeyDictionary()
+PERMISSIVE = {"columnNameOfCorruptRecord": CORRUPT, "mode": "PERMISSIVE"}
+"""How a record value is read: one that does not fit gets the corrupt-record column set instead of failing."""
+_READ_COLUMNS: weakref.WeakKeyDictionary[SparkSession, dict[tuple[Any, ...], list[list[Column]]]] = weakref.WeakKeyDictionary()
 """Per session, the read columns (``QueryRunner._read_columns``) by the shape of the source they read."""
 _OFFSET_LOG_CONF: weakref.WeakKeyDictionary[SparkSession, dict[str, str] | None] = weakref.WeakKeyDictionary()
 """Per session, the SQL settings a streaming query's offset log records (``offset_log_conf``);
@@ -230,7 +232,7 @@ class QueryRunner:
         """When the running streaming query was started, until its first batch with input committed."""
         self.assigned: frozenset[int] = frozenset()
         """The partitions the Spark query reads since its last start (its tasks' may be fewer)."""
-        self._columns: list[Column] | None = None
+        self._columns: list[list[Column]] | None = None
         """``_read_columns``, once made."""
         self._reduction: Reduction[Any] | None = None
         """How the running streaming query's batches are reduced (made by ``start``)."""
@@ -547,8 +549,13 @@ class QueryRunner:
             # instead of generating its own (3 classes, 80-110 ms, then run cold in its first
             # batch).
             frame = frame.coalesce(self.cores)
-        parsed = frame.select(*self._read_columns())
-        return self.kind.reduction(parsed, self.query, self.source, self.sink, dict(self.tasks))
+        return self.kind.reduction(self.read(frame), self.query, self.source, self.sink, dict(self.tasks))
+
+    def read(self, frame: DataFrame) -> DataFrame:
+        """Records of the source (Kafka's columns) as the columns every batch is read into:
+        the partition, offset and key, the value's text and bytes, its columns parsed (``_v``),
+        its time, and a JSON key's columns (``_keys``)."""
+        return functools.reduce(lambda read, stage: read.select(*stage), self._read_columns(), frame)
 
     def _reduce(self, frame: DataFrame) -> dict[int, BatchSlice]:
         """A DataFrame of the source's records as one slice per input partition (its
@@ -568,7 +575,7 @@ class QueryRunner:
             batch = batch.where(F.col("_partition").isin(kept))
         return reduction.reduce(batch, tasks)
 
-    def _read_columns(self) -> list[Column]:
+    def _read_columns(self) -> list[list[Column]]:
         """The columns every batch is read into: made once per session for a source of this
         shape and shared by every Spark query that reads one, as each Column function is a call
         into the JVM (a Column is an expression, not bound to a DataFrame). A partition that
@@ -587,40 +594,48 @@ class QueryRunner:
             self._columns = columns
         return self._columns
 
-    def _make_read_columns(self) -> list[Column]:
-        columns = [
-            F.col("partition").alias("_partition"), F.col("offset").alias("_offset"), F.col("key").alias("_key"),
-            F.col("value").cast("string").alias("_raw"), self._decode(F.col("value").cast("string")).alias("_v"),
-            F.col("value").alias("_value"),  # the bytes as they are (a join side copies them)
-            F.unix_millis(F.col("timestamp")).alias("_rowtime"),
-        ]
+    def _make_read_columns(self) -> list[list[Column]]:
+        """``_read_columns``: the stages of columns a batch is selected into, one after the
+        other. Each later stage refers to the one before by name, so an expression it uses twice
+        (a parse) is evaluated once, in the stage before (Spark collapses no projection that
+        would repeat an expensive expression)."""
+        text = F.col("value").cast("string")
+        columns = {
+            "_partition": F.col("partition"), "_offset": F.col("offset"), "_key": F.col("key"), "_raw": text,
+            "_v": self._parsed(text),
+            "_value": F.col("value"),  # the bytes as they are (a join side copies them)
+            "_rowtime": F.unix_millis(F.col("timestamp")),
+        }
+        found: dict[str, Column] = {}  # what a field named in another case changes (``found_in_any_case``)
         if self.key_schema is not None:  # a JSON key of several columns, parsed once for them all
-            columns.append(F.from_json(F.col("key").cast("string"), self.key_schema).alias("_keys"))
-        return columns
+            columns["_keys"] = F.from_json(F.col("key").cast("string"), self.key_schema)
+            if folded_names(self.key_schema):
+                found["_keys"] = found_in_any_case(F.col("_keys"), F.col("_key").cast("string"), self.key_schema)
+        if self.source.value_format != "DELIMITED" and folded_names(self.read_schema):
+            found["_v"] = found_in_any_case(F.col("_v"), F.col("_raw"), self.read_schema, PERMISSIVE)
+        stages = [columns, found] if found else [columns]
+        if self.checked_times:
+            stages.append({"_v": self._times_checked(F.col("_v"), F.col("_raw"))})
+        names = list(columns)
+        return [[(stage[name] if name in stage else F.col(name)).alias(name) for name in names] for stage in stages]
 
-    def _decode(self, text: Column) -> Column:
+    def _parsed(self, text: Column) -> Column:
         """The record value parsed into the declared columns, PERMISSIVE: a record that does
         not fit gets the corrupt-record column set instead of failing. The schema goes to
         Spark as a type object, never pasted into SQL text (column names are user input).
-        A TIMESTAMP column is read as text first (``timestamp_of``): a number is epoch
-        milliseconds, as ksqlDB's JSON has it (Spark's reader would take seconds)."""
-        options = {"columnNameOfCorruptRecord": CORRUPT, "mode": "PERMISSIVE"}
+        A TIMESTAMP column is read as text first (``_times_checked``): a number is epoch
+        milliseconds, as ksqlDB's JSON has it (Spark's reader would take seconds). JSON fields
+        are matched by their case here (``found_in_any_case`` finds the others)."""
         if self.source.value_format == "DELIMITED":
             # RFC 4180 quoting, as ksqlDB and Millpond's writer quote (Spark's default escape is \).
-            parsed = F.from_csv(text, self.read_schema.toDDL(), {**options, "sep": self.source.value_delimiter,
-                                                                  "escape": '"'})
-        else:
-            # Fields named in another case, as ksqlDB reads them (Spark's reader matches the case).
-            # One from_json of the text chosen: the columns below each take a field of it, and
-            # Spark evaluates a repeated expression once only where no condition is around it.
-            names = [f.name for f in self.read_schema.fields if f.name != CORRUPT]
-            folded = [name for name in names if name == name.upper()]  # no key upper-cased has a lower-case letter
-            found = F.when(by_other_case(text, folded), fields_by_name(text, names)).otherwise(text) if folded else text
-            parsed = F.from_json(found, self.read_schema, options)
-        if not self.checked_times:
-            return parsed
-        # A time that does not read, or that Python cannot hold, is NULL and makes the record
-        # corrupt; its other columns stay as read, as Spark's reader leaves a record's readable ones.
+            return F.from_csv(text, self.read_schema.toDDL(), {**PERMISSIVE, "sep": self.source.value_delimiter,
+                                                                "escape": '"'})
+        return F.from_json(text, self.read_schema, PERMISSIVE)
+
+    def _times_checked(self, parsed: Column, text: Column) -> Column:
+        """``parsed`` with its TIMESTAMP columns read from their text (``timestamp_of``). A time
+        that does not read, or that Python cannot hold, is NULL and makes the record corrupt;
+        its other columns stay as read, as Spark's reader leaves a record's readable ones."""
         fields, unreadable = [], []
         for field in self.value_schema.fields[:-1]:
             value = parsed.getField(field.name)
@@ -727,48 +742,129 @@ def outside_python(value: Column, data_type: T.DataType) -> Column:
     return F.coalesce(~inside, F.lit(False))
 
 
-def _key_pattern(key: str, case: str) -> str:
-    """A Java regular expression of the JSON key ``key`` (as written in JSON, quotes escaped)
-    and its colon (the spaces and colon a group): as ``written``, in ``any`` case, or in any
-    ``other`` case than written."""
+def folded_names(data_type: T.DataType) -> set[str]:
+    """The names of ``data_type``'s STRUCT fields, at any depth, that a JSON key in another case
+    may hold (``found_in_any_case``): those without a lower-case letter, as an unquoted name is."""
+    if isinstance(data_type, T.ArrayType):
+        return folded_names(data_type.elementType)
+    if isinstance(data_type, T.MapType):
+        return folded_names(data_type.valueType)
+    if isinstance(data_type, T.StructType):
+        return {f.name for f in data_type.fields if f.name == f.name.upper()}.union(
+            *(folded_names(f.dataType) for f in data_type.fields))
+    return set()
+
+
+def found_in_any_case(parsed: Column, text: Column, schema: T.StructType, options: dict[str, str] | None = None) -> Column:
+    """``parsed`` (``text`` read into ``schema`` with ``options``, fields by their keys' case),
+    or where a key names a field in another case, ``text`` read again as ksqlDB's
+    reader finds fields: by the name as written, else by a key that upper-cased is the name
+    (``serde.json_fields``), in nested STRUCTs too (``{"reading": 5}`` fills READING). Spark's
+    JSON reader matches the case alone. Only a record where such a field came out NULL is
+    searched for such a key (``_other_case_key``, about half a JSON parse), and only one that
+    has one is read again; a record that names every field as written costs a few NULL checks."""
+    fields = T.StructType([f for f in schema.fields if f.name != CORRUPT])
+    pattern = "|".join(_other_case_key(json.dumps(name, ensure_ascii=False)) for name in sorted(folded_names(fields)))
+    missing = _folded_field_missing(parsed, fields)
+    again = F.from_json(_as_found(None, text, fields), schema, options)
+    return F.when(missing & text.rlike(pattern), again).otherwise(parsed)
+
+
+def _other_case_key(key: str) -> str:
+    """A Java regular expression of the JSON key ``key`` (as JSON writes it, quotes and all) in
+    any other case than written, and the colon after it."""
     quoted = r"\Q" + key[1:-1].replace(r"\E", r"\E\\E\Q") + r"\E"  # Java's Pattern.quote: a name is any text
-    written = {"written": quoted, "any": f"(?iu:{quoted})", "other": f'(?!{quoted}")(?iu:{quoted})'}[case]
-    return rf'(?<!\\)"{written}"(\s*:)'
+    return rf'(?:(?<!\\)"(?!{quoted}")(?iu:{quoted})"\s*:)'
 
 
-def by_other_case(text: Column, names: list[str]) -> Column:
-    """Whether a JSON value may name one of the columns ``names`` in another case than the
-    column's (``{"reading": 5}`` for READING), which Spark's JSON reader does not match: not
-    when it holds each name as written (the common case, a cheap search; a name written only
-    inside a nested object counts too), else when a key equal to one but for its case is there
-    (a regular expression, about half a JSON parse)."""
-    written = [json.dumps(name, ensure_ascii=False) for name in names]  # as a JSON key writes it, quotes escaped
-    exact = functools.reduce(operator.and_, [text.contains(key) for key in written])
-    return ~exact & text.rlike("|".join(f"(?:{_key_pattern(key, 'other')})" for key in written))
+def _folded_field_missing(value: Column, data_type: T.DataType) -> Column:
+    """Whether a field of ``folded_names`` is NULL in ``value`` at any depth (its key may be in
+    another case); never NULL."""
+    if isinstance(data_type, T.StructType):
+        parts = [value.getField(f.name).isNull() for f in data_type.fields if f.name == f.name.upper()]
+        parts += [_folded_field_missing(value.getField(f.name), f.dataType) for f in data_type.fields
+                  if folded_names(f.dataType)]
+        return F.coalesce(functools.reduce(operator.or_, parts), F.lit(False)) if parts else F.lit(False)
+    if isinstance(data_type, T.ArrayType | T.MapType):
+        items = value if isinstance(data_type, T.ArrayType) else F.map_values(value)
+        item_type = data_type.elementType if isinstance(data_type, T.ArrayType) else data_type.valueType
+
+        def missing(item: Column) -> Column:  # one parameter: Spark's lambda takes as many as it has
+            return _folded_field_missing(item, item_type)
+
+        return F.coalesce(F.exists(items, missing), F.lit(False))
+    return F.lit(False)
 
 
-def fields_by_name(text: Column, names: list[str]) -> Column:
-    """A JSON object of ``names`` whose fields are the ones ksqlDB's reader finds for them in
-    the object ``text`` (``serde.json_fields``): by the column's name as written, else the last
-    key that upper-cased is the name (``reading`` for READING; a name with a lower-case letter,
-    a quoted column's, is found as written only). Only top-level keys count, so a MAP's keys
-    stay as written. Each value is written again as Spark's reader gives a VARCHAR
-    its JSON (numbers as Java writes them), a text quoted, so the reader then reads it as it
-    reads any value. Text that is not a JSON object stays as it is, for the reader to set aside."""
-    values = F.from_json(text, "MAP<STRING, VARIANT>")
-    texts = F.from_json(text, "MAP<STRING, STRING>")  # each value's JSON (a text's, unquoted)
+def _as_found(value: Column | None, text: Column, data_type: T.DataType) -> Column:
+    """The JSON of a value (``value`` its VARIANT, ``text`` its JSON as Spark's reader gives a
+    VARCHAR it, a text unquoted; each an expression cheap to repeat; a record's text alone, as
+    ``value`` None) with each STRUCT's fields,
+    at any depth, under their names as ``found_in_any_case`` finds them: only those, in their
+    order. Each other value is written as the reader gave it, so the reader then reads it as it
+    reads any value; a MAP's keys stay as written. A value that is not an object (or an array)
+    where its type has one stays as it is, for the reader to set aside."""
+    if value is None:  # a record: an object, or text to leave as it is
+        written = text
+    else:
+        written = F.coalesce(F.when(F.schema_of_variant(value) == F.lit("STRING"), F.to_json(value)).otherwise(text),
+                             F.lit("null"))
+    if not folded_names(data_type):
+        return written
+    if isinstance(data_type, T.ArrayType):
+        assert value is not None  # a record is an object
+        element = data_type.elementType
 
-    def field(name: str) -> Column:
-        key = F.when(F.map_contains_key(values, F.lit(name)), F.lit(name))
-        if name == name.upper():
-            key = F.coalesce(key, F.element_at(F.filter(F.map_keys(values), lambda k: F.upper(k) == F.lit(name)), -1))
-        value = values[key]
-        written = F.when(F.schema_of_variant(value) == F.lit("STRING"), F.to_json(value)).otherwise(texts[key])
-        return F.when(key.isNotNull(), F.concat(F.lit(json.dumps(name, ensure_ascii=False) + ":"),
-                                                 F.coalesce(written, F.lit("null"))))
+        def items(read: Column) -> Column:
+            rebuilt = F.zip_with(read["v"], read["t"], lambda v, t: _as_found(v, t, element))
+            return F.when(read["v"].isNull(), written).otherwise(F.concat(F.lit("["), F.array_join(rebuilt, ","), F.lit("]")))
 
-    rebuilt = F.concat(F.lit("{"), F.concat_ws(",", *[field(name) for name in names]), F.lit("}"))
-    return F.when(values.isNull(), text).otherwise(rebuilt)
+        return _once(F.struct(F.try_variant_get(value, "$", "ARRAY<VARIANT>").alias("v"),
+                              F.from_json(text, "ARRAY<STRING>").alias("t")), items)
+    if isinstance(data_type, T.MapType):
+        item_type = data_type.valueType
+
+        def entries(read: Column) -> Column:
+            def entry(key: Column) -> Column:
+                quoted = F.regexp_extract(F.to_json(F.array(key)), r"^\[(.*)\]$", 1)
+                return F.concat(quoted, F.lit(":"), _as_found(read["v"][key], read["t"][key], item_type))
+
+            rebuilt = F.array_join(F.transform(F.map_keys(read["t"]), entry), ",")
+            return F.when(read["v"].isNull(), written).otherwise(F.concat(F.lit("{"), rebuilt, F.lit("}")))
+
+        return _once(_object_read(value, text), entries)
+    assert isinstance(data_type, T.StructType)
+    names = [f.name for f in data_type.fields]
+
+    def fields(read: Column) -> Column:
+        def key(name: str) -> Column:
+            key = F.when(F.map_contains_key(read["v"], F.lit(name)), F.lit(name))
+            if name == name.upper():  # else the last key that upper-cased is the name
+                key = F.coalesce(key, F.element_at(F.filter(F.map_keys(read["v"]), lambda k: F.upper(k) == F.lit(name)), -1))
+            return key
+
+        def rebuilt(keys: Column) -> Column:
+            found = [F.when(keys[i].isNotNull(), F.concat(F.lit(json.dumps(f.name, ensure_ascii=False) + ":"),
+                                                           _as_found(read["v"][keys[i]], read["t"][keys[i]], f.dataType)))
+                     for i, f in enumerate(data_type.fields)]
+            return F.concat(F.lit("{"), F.concat_ws(",", *found), F.lit("}"))
+
+        return F.when(read["v"].isNull(), written).otherwise(_once(F.array(*[key(name) for name in names]), rebuilt))
+
+    return _once(_object_read(value, text), fields)
+
+
+def _object_read(value: Column | None, text: Column) -> Column:
+    """An object's fields: ``v`` as VARIANTs (NULL for a value that is no object), ``t`` as
+    the text Spark's reader gives a VARCHAR."""
+    fields = F.from_json(text, "MAP<STRING, VARIANT>") if value is None else F.try_variant_get(value, "$", "MAP<STRING, VARIANT>")
+    return F.struct(fields.alias("v"), F.from_json(text, "MAP<STRING, STRING>").alias("t"))
+
+
+def _once(value: Column, body: Callable[[Column], Column]) -> Column:
+    """``body`` of ``value``, which it may use many times, evaluated once: Spark evaluates an
+    expression again at each use in a condition's branch (a JSON parse, here)."""
+    return F.element_at(F.transform(F.array(value), body), 1)
 
 
 def _any_outside(items: Column, item_type: T.DataType) -> Column:

@@ -60,7 +60,8 @@ def key_decoder(columns: Sequence[Column]) -> Callable[[bytes], list[Any]]:
         fields = json.loads(data)
         if not isinstance(fields, dict):
             raise ValueError(f"a key of the columns {', '.join(names)} is not a JSON object")
-        return [_typed(fields.get(c.name), c.type, c.name) for c in columns]
+        field = json_fields(fields)  # in any case, as a value's columns are found
+        return [_typed(field(c.name), c.type, c.name) for c in columns]
 
     return decode
 

@@ -129,7 +129,8 @@ def stored(value: Any, type_: SqlType) -> Any:
     float, refused past its precision; a VARCHAR text, or a number's,
     a boolean's or a nested value's JSON; a TIMESTAMP the ISO text of its UTC time
     (``timestamp_text``); a DATE read as Spark reads one (``_SPARK_DATE``) and a TIME, each as
-    ISO text; BYTES base64 text; a STRUCT its declared fields, in order (a missing one NULL);
+    ISO text; BYTES base64 text; a STRUCT its declared fields, in order, each found as a
+    column is (``serde.json_fields``; a missing one NULL);
     ARRAY and MAP items alike."""
     if value is None:
         return None
@@ -145,7 +146,8 @@ def stored(value: Any, type_: SqlType) -> Any:
     if base == "STRUCT":
         if not isinstance(value, dict):
             raise ValueError(f"{value!r} is not a STRUCT")
-        return {name: stored(value.get(name), field) for name, field in type_.params}
+        field_of = json_fields(value)  # in any case, as ksqlDB's reader finds a nested field too
+        return {name: stored(field_of(name), field) for name, field in type_.params}
     if base == "VARCHAR":
         if isinstance(value, str):
             return value

@@ -69,9 +69,10 @@ from millpond.services.worker.task import (
     table_rows,
 )
 from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.catalog.sources import Column
 from millpond.shared.catalog.topology import stages
 from millpond.shared.config import WorkerSettings as Settings
-from millpond.shared.kafka.serde import from_proto, serialize_key, serialize_value
+from millpond.shared.kafka.serde import from_proto, key_decoder, serialize_key, serialize_value
 from millpond.shared.sql import aggregates
 from millpond.shared.sql.ast import SqlType
 from millpond.shared.sql.parser import parse_statement
@@ -760,7 +761,9 @@ def test_by_offset_aggregates_skip_nulls_and_keep_n_values_of_any_type(spark: Sp
 
 def test_a_tables_json_key_regroups_as_one_row_however_it_is_spelled(spark: SparkSession, tmp_path: Path) -> None:
     """A table keyed by several columns: the regroup stage keys its store by the key as the
-    table's own store writes it, so a row written with spaces and without is one row."""
+    table's own store writes it, so a row written with spaces and without is one row, and one
+    whose key's fields are in another case (found as a value's columns are, as ksqlDB finds
+    them); the copies' Python reading of the key finds them alike."""
     slices = stage_slices(spark, tmp_path, (
         "CREATE TABLE sales (region VARCHAR PRIMARY KEY, shop INT PRIMARY KEY, amount INT) "
         "WITH (kafka_topic='sales', partitions=1, value_format='json', key_format='json')",
@@ -768,10 +771,13 @@ def test_a_tables_json_key_regroups_as_one_row_however_it_is_spelled(spark: Spar
         (b'{"REGION": "eu", "SHOP": 1}', b'{"AMOUNT": 5}', 0, 0),
         (b'{"REGION":"eu","SHOP":1}', b'{"AMOUNT": 6}', 0, 1),
         (b'{"SHOP":1,"REGION":"eu"}', None, 0, 2),
-        (b'{"REGION": 3}', b'{"AMOUNT": 7}', 0, 3)])
+        (b'{"REGION": 3}', b'{"AMOUNT": 7}', 0, 3),
+        (b'{"region": "eu", "Shop": 1}', b'{"AMOUNT": 8}', 0, 4)])
     piece = slices[0]
-    assert [key for _, key in piece.inputs] == [b'{"REGION":"eu","SHOP":1}'] * 3
+    assert [key for _, key in piece.inputs] == [b'{"REGION":"eu","SHOP":1}'] * 4
     assert [b.offset for b in piece.bad] == [3]
+    keys = [Column("REGION", SqlType("VARCHAR"), key=True), Column("shop", SqlType("INT"), key=True)]
+    assert key_decoder(keys)(b'{"region": "eu", "SHOP": 1, "Shop": 2}') == ["eu", None]  # a quoted name as written only
 
 
 def test_a_stream_join_side_copies_records_as_they_are_with_their_event_time(spark: SparkSession,
@@ -1074,6 +1080,35 @@ def test_json_fields_are_found_whatever_their_case_as_ksqldb_finds_them(spark: S
     assert {b"k5", b"k14", b"k15", b"bad", b"cut"}.isdisjoint(active)  # refused as a field of the column's case would be
 
 
+def test_nested_struct_fields_are_found_whatever_their_case_and_wherever_a_name_is_written(spark: SparkSession,
+                                                                                          tmp_path: Path) -> None:
+    """ksqlDB's reader finds a nested STRUCT's fields as it finds columns, in an ARRAY's items
+    and a MAP's values too, so ``{"loc": {"lat": 1.5}}`` fills LOC's LAT; both readers matched
+    their case alone. And a record is read again wherever a field came out NULL and a key names
+    it in another case: it was read again only when some column's name was written nowhere in
+    it, so ``{"b": 2, "M": {"B": ...}}`` left B NULL in the persistent queries alone."""
+    columns = ('id VARCHAR PRIMARY KEY, a INT, b INT, loc STRUCT<lat DOUBLE, "lon" DOUBLE, at STRUCT<z INT>>, '
+               'ls ARRAY<STRUCT<w DOUBLE>>, m MAP<VARCHAR, STRUCT<q INT>>, v VARCHAR')
+    values: list[dict[str, Any]] = [
+        {"A": 1, "b": 2, "M": {"B": {"Q": 3}}, "LOC": None, "LS": None, "V": None},
+        {"loc": {"lat": 1.5, "lon": 2.5, "Lon": 3, "AT": {"z": 4}}},
+        {"ls": [{"w": 1}, None, {"W": 2, "w": 3}], "m": {"k2": {"q": 1}, "K1": {"Q": 2, "q": 3}}},
+        {"a": 1, "v": {"b": 1, "A": [1e-7]}},
+        {"loc": {"lat": "x"}},
+        {"LOC": {"LAT": 1, "lat": 2}},
+        {"a": 1, "ls": [{"W": 1}, {"w": []}]},
+    ]
+    records = [(f"k{i}".encode(), json.dumps(v).encode()) for i, v in enumerate(values)]
+    table, piece = declared_table_slice(spark, tmp_path, columns, records)
+    active = {key: json.loads(encode_state(state)) for key, state in piece.latest}
+    assert copy_rows(table, records) == active
+    assert active[b"k0"] == [1, 2, None, None, {"B": {"Q": 3}}, None]
+    assert active[b"k1"][2] == {"LAT": 1.5, "lon": 2.5, "AT": {"Z": 4}}
+    assert active[b"k2"][3:5] == [[{"W": 1.0}, None, {"W": 2.0}], {"k2": {"Q": 1}, "K1": {"Q": 2}}]
+    assert active[b"k3"] == [1, None, None, None, None, '{"b":1,"A":[1.0E-7]}'] and active[b"k5"][2]["LAT"] == 1.0
+    assert {b"k4", b"k6"}.isdisjoint(active)  # refused, as a field in its own case would be
+
+
 JSON_VALUES: dict[str, list[Any]] = {
     "INT": [0, 1, -1, 2**31 - 1, -2**31, 2**31, 5.0, 5.5, -0.0, 1e10, "7", " 7", True, None, [], {}, 12345678901234567890],
     "BIGINT": [2**63 - 1, -2**63, 2**63, 3.0, "12", 1.5, False, None, -0.0, 1e19, 10**30],
@@ -1087,6 +1122,9 @@ JSON_VALUES: dict[str, list[Any]] = {
     "ARRAY<INT>": [[1, 2], [], [None], [1.5], ["1"], 5, None, [2**31], [[1]]],
     "MAP<VARCHAR, DOUBLE>": [{"a": 1}, {}, {"a": None}, {"a": "x"}, {"a": "NaN"}, [], None, {"": 1e308}, {"C0": 1}],
     "STRUCT<A INT, B VARCHAR>": [{"A": 1, "B": "x"}, {"a": 1}, {"A": "1"}, {}, None, {"B": 5}, {"A": 1.5}, [], {"A": 1, "C": 2}],
+    "ARRAY<STRUCT<X INT>>": [[{"X": 1}], [{"x": 2}], [None], [{"x": "a"}], [{}], {"X": 1}, None, [{"X": 1, "x": 2}], [5]],
+    "MAP<VARCHAR, STRUCT<Y DOUBLE, \"z\" INT>>": [{"k": {"y": 1}}, {"k": {"Y": "NaN"}}, {"k": None}, {"k": 5}, {}, None,
+                                                 {"k": {"Z": 1, "z": 2}}, {"C0": {"y": "x"}}],
 }
 """Values of each type, and of others, that a producer's JSON may hold for a column of it."""
 
