@@ -764,10 +764,17 @@ def found_in_any_case(parsed: Column, text: Column, schema: T.StructType, option
     searched for such a key (``_other_case_key``, about half a JSON parse), and only one that
     has one is read again; a record that names every field as written costs a few NULL checks."""
     fields = T.StructType([f for f in schema.fields if f.name != CORRUPT])
-    pattern = "|".join(_other_case_key(json.dumps(name, ensure_ascii=False)) for name in sorted(folded_names(fields)))
+    pattern = "|".join([_ESCAPED_KEY, *(_other_case_key(json.dumps(name, ensure_ascii=False))
+                                        for name in sorted(folded_names(fields)))])
     missing = _folded_field_missing(parsed, fields)
     again = F.from_json(_as_found(None, text, fields), schema, options)
     return F.when(missing & text.rlike(pattern), again).otherwise(parsed)
+
+
+_ESCAPED_KEY = r'(?:(?<!\\)"(?:[^"\\]|\\.)*\\u[0-9A-Fa-f]{4}(?:[^"\\]|\\.)*"\s*:)'
+"""A Java regular expression of a JSON key written with a ``\\u`` escape, and the colon after
+it: it may name a field in another case (``"\\u0072eading"``), which no pattern of the names
+finds."""
 
 
 def _other_case_key(key: str) -> str:

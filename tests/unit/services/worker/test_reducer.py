@@ -1068,7 +1068,8 @@ def test_json_fields_are_found_whatever_their_case_as_ksqldb_finds_them(spark: S
         {"Sensorid": 1, "sensorID": 2}, {"c0": 3.0}, {"s": 1.5, "c0": "7"}, {"c0": 1, "C0 ": 2}, {"s": 12345678.5},
         {"c0": 4, "lo": 8, "LO": 9}]
     records = [(f"k{i}".encode(), json.dumps(v).encode()) for i, v in enumerate(values)]
-    records += [(b"raw", b'{"c0": 1, "s": "\\u0041"}'), (b"bad", b"not json"), (b"cut", b'{"c0": 1,')]
+    records += [(b"raw", b'{"c0": 1, "s": "\\u0041"}'), (b"bad", b"not json"), (b"cut", b'{"c0": 1,'),
+                (b"escaped", b'{"\\u0063\\u0030": 2, "\\u0053": "y", "\\"q": 1}')]
     table, piece = declared_table_slice(spark, tmp_path, columns, records)
     active = {key: json.loads(encode_state(state)) for key, state in piece.latest}
     assert copy_rows(table, records) == active
@@ -1077,6 +1078,7 @@ def test_json_fields_are_found_whatever_their_case_as_ksqldb_finds_them(spark: S
     assert active[b"k12"][4:] == [{"c0": 1, "S": 2}, 9] and active[b"k13"][5] == 2 and active[b"raw"][:2] == [1, "A"]
     assert active[b"k6"][1] == '[1.5E-7,{"a":1.0E20}]' and active[b"k17"][1] == "1.23456785E7" and active[b"k16"][0] == 1
     assert active[b"k18"][0] == 4 and active[b"k18"][2] == 8  # a quoted column's field kept beside one found by its case
+    assert active[b"escaped"][:2] == [2, "y"]  # keys written with escapes: "c0", and "S" as written
     assert {b"k5", b"k14", b"k15", b"bad", b"cut"}.isdisjoint(active)  # refused as a field of the column's case would be
 
 
