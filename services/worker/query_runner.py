@@ -761,14 +761,56 @@ def found_in_any_case(parsed: Column, text: Column, schema: T.StructType, option
     reader finds fields: by the name as written, else by a key that upper-cased is the name
     (``serde.json_fields``), in nested STRUCTs too (``{"reading": 5}`` fills READING). Spark's
     JSON reader matches the case alone. Only a record where such a field came out NULL is
-    searched for such a key (``_other_case_key``, about half a JSON parse), and only one that
-    has one is read again; a record that names every field as written costs a few NULL checks."""
+    searched for such a key (``_key_in_other_case``, about half a JSON parse); a record that
+    names every field as written costs a few NULL checks. One whose keys for the names are
+    all in lower case, as many producers write them, is read again by their lower-case names
+    (one more parse); any other has its keys found as above (``_as_found``: three parses)."""
     fields = T.StructType([f for f in schema.fields if f.name != CORRUPT])
-    pattern = "|".join([_ESCAPED_KEY, *(_other_case_key(json.dumps(name, ensure_ascii=False))
-                                        for name in sorted(folded_names(fields)))])
-    missing = _folded_field_missing(parsed, fields)
+    names = sorted(folded_names(fields))
     again = F.from_json(_as_found(None, text, fields), schema, options)
-    return F.when(missing & text.rlike(pattern), again).otherwise(parsed)
+    lower = _lower_cased(schema)
+    if lower is not None:
+        lower_read = _once(F.from_json(text, lower, options), lambda read: _renamed(read, lower, schema))
+        again = F.when(_key_in_other_case(text, names, str.lower), again).otherwise(lower_read)
+    found = _folded_field_missing(parsed, fields) & _key_in_other_case(text, names, lambda name: name)
+    return F.when(found, again).otherwise(parsed)
+
+
+def _lower_cased(data_type: T.DataType) -> Any:
+    """``data_type`` with each name of ``folded_names`` in lower case, at any depth; None
+    where two fields of a STRUCT would then have one name (a quoted lower-case name beside
+    an unquoted one)."""
+    if isinstance(data_type, T.ArrayType):
+        element = _lower_cased(data_type.elementType)
+        return None if element is None else T.ArrayType(element)
+    if isinstance(data_type, T.MapType):
+        value = _lower_cased(data_type.valueType)
+        return None if value is None else T.MapType(data_type.keyType, value)
+    if not isinstance(data_type, T.StructType):
+        return data_type
+    fields = [(f.name.lower() if f.name == f.name.upper() else f.name, _lower_cased(f.dataType)) for f in data_type.fields]
+    if any(t is None for _, t in fields) or len({name for name, _ in fields}) < len(fields):
+        return None
+    return T.StructType([T.StructField(name, t) for name, t in fields])
+
+
+def _renamed(value: Column, data_type: T.DataType, renamed: T.DataType) -> Column:
+    """``value`` of ``data_type`` with its STRUCTs' fields named as ``renamed``'s, at any depth
+    (Spark casts no STRUCT that holds a TIME); ``value`` is an expression cheap to repeat."""
+    if data_type == renamed:
+        return value
+    if isinstance(data_type, T.ArrayType):
+        assert isinstance(renamed, T.ArrayType)
+        element, renamed_element = data_type.elementType, renamed.elementType
+        return F.transform(value, lambda item: _renamed(item, element, renamed_element))
+    if isinstance(data_type, T.MapType):
+        assert isinstance(renamed, T.MapType)
+        item_type, renamed_item = data_type.valueType, renamed.valueType
+        return F.transform_values(value, lambda _, item: _renamed(item, item_type, renamed_item))
+    assert isinstance(data_type, T.StructType) and isinstance(renamed, T.StructType)
+    fields = [_renamed(value.getField(f.name), f.dataType, r.dataType).alias(r.name)
+              for f, r in zip(data_type.fields, renamed.fields, strict=True)]
+    return F.when(value.isNotNull(), F.struct(*fields))
 
 
 _ESCAPED_KEY = r'(?:(?<!\\)"(?:[^"\\]|\\.)*\\u[0-9A-Fa-f]{4}(?:[^"\\]|\\.)*"\s*:)'
@@ -777,11 +819,15 @@ it: it may name a field in another case (``"\\u0072eading"``), which no pattern 
 finds."""
 
 
-def _other_case_key(key: str) -> str:
-    """A Java regular expression of the JSON key ``key`` (as JSON writes it, quotes and all) in
-    any other case than written, and the colon after it."""
-    quoted = r"\Q" + key[1:-1].replace(r"\E", r"\E\\E\Q") + r"\E"  # Java's Pattern.quote: a name is any text
-    return rf'(?:(?<!\\)"(?!{quoted}")(?iu:{quoted})"\s*:)'
+def _key_in_other_case(text: Column, names: list[str], case: Callable[[str], str]) -> Column:
+    """Whether the JSON ``text`` has a key that names one of ``names`` in any other case than
+    ``case`` writes the name, or a key written with an escape (``_ESCAPED_KEY``, searched for
+    only in text with one: it costs three times the names' search)."""
+    def quoted(name: str) -> str:  # as JSON writes it, then as Java's Pattern.quote (a name is any text)
+        return r"\Q" + json.dumps(name, ensure_ascii=False)[1:-1].replace(r"\E", r"\E\\E\Q") + r"\E"
+
+    keys = "|".join(rf'(?:(?<!\\)"(?!{quoted(case(name))}")(?iu:{quoted(name)})"\s*:)' for name in names)
+    return text.rlike(keys) | (text.contains("\\u") & text.rlike(_ESCAPED_KEY))
 
 
 def _folded_field_missing(value: Column, data_type: T.DataType) -> Column:

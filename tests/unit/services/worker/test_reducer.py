@@ -1099,6 +1099,7 @@ def test_nested_struct_fields_are_found_whatever_their_case_and_wherever_a_name_
         {"loc": {"lat": "x"}},
         {"LOC": {"LAT": 1, "lat": 2}},
         {"a": 1, "ls": [{"W": 1}, {"w": []}]},
+        {"a": 1, "b": 2, "loc": {"lat": 1, "lon": 2, "at": {"z": 3}}, "ls": [{"w": 1}], "m": {"K": {"q": 5}}, "v": "x"},
     ]
     records = [(f"k{i}".encode(), json.dumps(v).encode()) for i, v in enumerate(values)]
     table, piece = declared_table_slice(spark, tmp_path, columns, records)
@@ -1109,6 +1110,9 @@ def test_nested_struct_fields_are_found_whatever_their_case_and_wherever_a_name_
     assert active[b"k2"][3:5] == [[{"W": 1.0}, None, {"W": 2.0}], {"k2": {"Q": 1}, "K1": {"Q": 2}}]
     assert active[b"k3"] == [1, None, None, None, None, '{"b":1,"A":[1.0E-7]}'] and active[b"k5"][2]["LAT"] == 1.0
     assert {b"k4", b"k6"}.isdisjoint(active)  # refused, as a field in its own case would be
+    # Every key in lower case: read again by the names in lower case (not where a quoted name is one).
+    assert active[b"k7"] == [1, 2, {"LAT": 1.0, "lon": 2.0, "AT": {"Z": 3}}, [{"W": 1.0}], {"K": {"Q": 5}}, "x"]
+    assert query_runner._lower_cased(StructType([StructField("lo", IntegerType()), StructField("LO", IntegerType())])) is None
 
 
 JSON_VALUES: dict[str, list[Any]] = {
@@ -1133,14 +1137,18 @@ JSON_VALUES: dict[str, list[Any]] = {
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_random_json_values_are_read_by_python_as_by_spark(spark: SparkSession, tmp_path: Path, seed: int) -> None:
-    """Each value of ``JSON_VALUES`` alone, then random objects of them (some columns missing,
-    some keys in lower case): a standby copy's or a push query's Python reading keeps and sets
+    """Each value of ``JSON_VALUES`` alone (its key as written, then in lower case), then random
+    objects of them (some columns missing, some keys in lower case, or all): a standby copy's or
+    a push query's Python reading keeps and sets
     aside what the active task's Spark reading does, each column as Spark read it."""
     draw = random.Random(seed)
     names = {f"C{i}": type_ for i, type_ in enumerate(JSON_VALUES)}
-    values: list[dict[str, Any]] = [{name: value} for name, type_ in names.items() for value in JSON_VALUES[type_]]
-    values += [{(name if draw.random() < 0.8 else name.lower()): draw.choice(JSON_VALUES[type_])
-                for name, type_ in names.items() if draw.random() < 0.7} for _ in range(300)]
+    values: list[dict[str, Any]] = [{spelled(name): value} for name, type_ in names.items() for value in JSON_VALUES[type_]
+                                    for spelled in (str.upper, str.lower)]
+    for _ in range(300):  # a third with every key in lower case (read again by their lower-case names)
+        lower = draw.random() < 1 / 3
+        values.append({(name if draw.random() < 0.8 and not lower else name.lower()): draw.choice(JSON_VALUES[type_])
+                       for name, type_ in names.items() if draw.random() < 0.7})
     records = [(f"k{i}".encode(), json.dumps(v).encode()) for i, v in enumerate(values)]
     columns = "id VARCHAR PRIMARY KEY, " + ", ".join(f"{name} {type_}" for name, type_ in names.items())
     table, piece = declared_table_slice(spark, tmp_path, columns, records)
