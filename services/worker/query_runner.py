@@ -769,14 +769,14 @@ def found_in_any_case(parsed: Column, text: Column, schema: T.StructType, option
     names = sorted(folded_names(fields))
     again = F.from_json(_as_found(None, text, fields), schema, options)
     lower = _lower_cased(schema)
-    if lower is not None:
+    if isinstance(lower, T.StructType):  # None where a quoted name is another's in lower case
         lower_read = _once(F.from_json(text, lower, options), lambda read: _renamed(read, lower, schema))
         again = F.when(_key_in_other_case(text, names, str.lower), again).otherwise(lower_read)
     found = _folded_field_missing(parsed, fields) & _key_in_other_case(text, names, lambda name: name)
     return F.when(found, again).otherwise(parsed)
 
 
-def _lower_cased(data_type: T.DataType) -> Any:
+def _lower_cased(data_type: T.DataType) -> T.DataType | None:
     """``data_type`` with each name of ``folded_names`` in lower case, at any depth; None
     where two fields of a STRUCT would then have one name (a quoted lower-case name beside
     an unquoted one)."""
@@ -789,9 +789,8 @@ def _lower_cased(data_type: T.DataType) -> Any:
     if not isinstance(data_type, T.StructType):
         return data_type
     fields = [(f.name.lower() if f.name == f.name.upper() else f.name, _lower_cased(f.dataType)) for f in data_type.fields]
-    if any(t is None for _, t in fields) or len({name for name, _ in fields}) < len(fields):
-        return None
-    return T.StructType([T.StructField(name, t) for name, t in fields])
+    typed = [T.StructField(name, t) for name, t in fields if t is not None]
+    return T.StructType(typed) if len(typed) == len({name for name, _ in fields}) == len(fields) else None
 
 
 def _renamed(value: Column, data_type: T.DataType, renamed: T.DataType) -> Column:
