@@ -742,15 +742,22 @@ def outside_python(value: Column, data_type: T.DataType) -> Column:
     return F.coalesce(~inside, F.lit(False))
 
 
+def _folds(name: str) -> bool:
+    """Whether a JSON key in another case may hold the field ``name``: one without a lower-case
+    letter, as an unquoted name is (no key upper-cased has one, so a quoted lower-case name is
+    found as written only)."""
+    return name == name.upper()
+
+
 def folded_names(data_type: T.DataType) -> set[str]:
     """The names of ``data_type``'s STRUCT fields, at any depth, that a JSON key in another case
-    may hold (``found_in_any_case``): those without a lower-case letter, as an unquoted name is."""
+    may hold (``found_in_any_case``, ``_folds``)."""
     if isinstance(data_type, T.ArrayType):
         return folded_names(data_type.elementType)
     if isinstance(data_type, T.MapType):
         return folded_names(data_type.valueType)
     if isinstance(data_type, T.StructType):
-        return {f.name for f in data_type.fields if f.name == f.name.upper()}.union(
+        return {f.name for f in data_type.fields if _folds(f.name)}.union(
             *(folded_names(f.dataType) for f in data_type.fields))
     return set()
 
@@ -788,7 +795,7 @@ def _lower_cased(data_type: T.DataType) -> T.DataType | None:
         return None if value is None else T.MapType(data_type.keyType, value)
     if not isinstance(data_type, T.StructType):
         return data_type
-    fields = [(f.name.lower() if f.name == f.name.upper() else f.name, _lower_cased(f.dataType)) for f in data_type.fields]
+    fields = [(f.name.lower() if _folds(f.name) else f.name, _lower_cased(f.dataType)) for f in data_type.fields]
     typed = [T.StructField(name, t) for name, t in fields if t is not None]
     return T.StructType(typed) if len(typed) == len({name for name, _ in fields}) == len(fields) else None
 
@@ -833,7 +840,7 @@ def _folded_field_missing(value: Column, data_type: T.DataType) -> Column:
     """Whether a field of ``folded_names`` is NULL in ``value`` at any depth (its key may be in
     another case); never NULL."""
     if isinstance(data_type, T.StructType):
-        parts = [value.getField(f.name).isNull() for f in data_type.fields if f.name == f.name.upper()]
+        parts = [value.getField(f.name).isNull() for f in data_type.fields if _folds(f.name)]
         parts += [_folded_field_missing(value.getField(f.name), f.dataType) for f in data_type.fields
                   if folded_names(f.dataType)]
         return F.coalesce(functools.reduce(operator.or_, parts), F.lit(False)) if parts else F.lit(False)
@@ -891,7 +898,7 @@ def _as_found(value: Column | None, text: Column, data_type: T.DataType) -> Colu
     def fields(read: Column) -> Column:
         def key(name: str) -> Column:
             key = F.when(F.map_contains_key(read["v"], F.lit(name)), F.lit(name))
-            if name == name.upper():  # else the last key that upper-cased is the name
+            if _folds(name):  # else the last key that upper-cased is the name
                 key = F.coalesce(key, F.element_at(F.filter(F.map_keys(read["v"]), lambda k: F.upper(k) == F.lit(name)), -1))
             return key
 
