@@ -311,7 +311,7 @@ class Metastore:
             stmt.kind, stmt.name, columns, str(props["kafka_topic"]), int(props.get("partitions", partitions or 1)),
             key_format, str(props["value_format"]).upper(),
             value_delimiter=str(props.get("value_delimiter", ",")), timestamp=check_timestamp(props, columns),
-            timestamp_format=props.get("timestamp_format"),
+            timestamp_format=props.get("timestamp_format"), spellings=stmt.spellings,
         )
 
     def _query_id(self, prefix: str, name: str = "") -> str:
@@ -447,12 +447,18 @@ _UNSET_NEWER_NESTED: dict[str, Any] = {"within": None, "foreign_key": None, "rek
 """The same inside tuples (a join's tables), where the older fields always stayed in."""
 
 
+_NOT_HASHED = frozenset({"spellings"})
+"""Fields that change how fast a record is read, not what is read: nodes that differ in them
+still agree (a source's spellings came later, and most sources have some)."""
+
+
 def _definition(value: Any) -> Any:
     """A source's or query's fields for the digest (nested plans too), without unset newer fields."""
     def strip(node: Any, nested: bool = False) -> Any:
         if isinstance(node, dict):
             unset = _UNSET_NEWER_NESTED if nested else _UNSET_NEWER
-            return {k: strip(v, nested) for k, v in node.items() if not (k in unset and v == unset[k])}
+            return {k: strip(v, nested) for k, v in node.items()
+                    if k not in _NOT_HASHED and not (k in unset and v == unset[k])}
         if isinstance(node, list | tuple):
             return type(node)(strip(v, True) for v in node)
         return node

@@ -79,6 +79,10 @@ class DataSource:
     """For a windowed table: its windows (its rows are keyed by key and window start)."""
     timestamp_format: str | None = None
     """How the TIMESTAMP column's text is read (WITH (timestamp_format=...)), if it is text."""
+    spellings: tuple[tuple[str, str], ...] = ()
+    """A declared source's unquoted names, at any depth, as its CREATE statement writes them
+    where not in upper case (``ast.CreateSource.spellings``): a JSON record is parsed by them
+    first, as its producers likely write the keys."""
 
     @property
     def key_columns(self) -> tuple[Column, ...]:

@@ -241,6 +241,10 @@ class CreateSource(Statement):
     properties: dict[str, Any]
     or_replace: bool = False
     if_not_exists: bool = False
+    spellings: tuple[tuple[str, str], ...] = ()
+    """How the statement writes each unquoted column and STRUCT field name that it does not
+    write in upper case (the first time it writes it): (the name, its text), ``("SENSORID",
+    "sensorId")``. Producers usually write a JSON key as the statement does."""
 
 
 @dataclass(frozen=True)

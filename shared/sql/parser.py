@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 from collections.abc import Sequence
 from decimal import Decimal
 from functools import cache
@@ -466,10 +467,23 @@ def parse_script(text: str, *, deadline: float | None = None) -> list[ast.Statem
                 raise err.orig_exc from None
             raise
         snippet = text[child.meta.start_pos:child.meta.end_pos].strip()
+        if isinstance(node, ast.CreateSource):
+            node = replace(node, spellings=_spellings(child))
         if isinstance(node, ast.Explain) and node.statement is not None:
             _with_text(node.statement, snippet.split(None, 1)[1])
         statements.append(_with_text(node, snippet))
     return statements
+
+
+def _spellings(tree: Tree[Token]) -> tuple[tuple[str, str], ...]:
+    """``ast.CreateSource.spellings`` of a CREATE statement's tree (names in the order written)."""
+    written: dict[str, str] = {}
+    for node in tree.iter_subtrees_topdown():
+        if node.data in ("column_def", "struct_field"):
+            token = node.children[0]
+            if isinstance(token, Token) and token.type == "IDENTIFIER":
+                written.setdefault(_identifier(token), str(token))
+    return tuple((name, text) for name, text in written.items() if text != name)
 
 
 MAX_DEPTH = 200

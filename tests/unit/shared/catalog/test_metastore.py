@@ -46,6 +46,20 @@ def test_a_stream_join_with_a_grace_period_hashes_as_before_the_legacy_flag_exis
         assert ("'eager'" in str(_definition(query))) == listed, grace
 
 
+def test_a_sources_spellings_are_kept_out_of_the_digest() -> None:
+    """``DataSource.spellings`` came later and only changes how fast records are read: nodes of
+    either version agree on a source's digest whatever its statement's spelling."""
+    digests = []
+    for columns in ("ID INT, sensorId VARCHAR", "ID INT, SENSORID VARCHAR"):
+        meta = Metastore()
+        meta.apply(parse_statement(f"CREATE STREAM s ({columns}) WITH (kafka_topic='s', value_format='json')"), 0)
+        digests.append(meta.digest())
+    assert meta.source("S").spellings == () and digests[0] == digests[1]
+    meta = Metastore()
+    meta.apply(parse_statement("CREATE STREAM s (ID INT, sensorId VARCHAR) WITH (kafka_topic='s', value_format='json')"), 0)
+    assert meta.source("S").spellings == (("SENSORID", "sensorId"),)
+
+
 def test_errors_name_what_is_wrong() -> None:
     meta = Metastore()
     with pytest.raises(NotFoundError, match="READINGS does not exist"):

@@ -23,6 +23,19 @@ def test_quoted_identifiers_keep_their_case() -> None:
     assert stmt.items[0].expr == ast.ColumnRef("MixedCase")
 
 
+def test_a_create_statement_keeps_how_it_wrote_each_unquoted_name_not_in_upper_case() -> None:
+    """Producers usually write a JSON key as the CREATE statement writes the column (a
+    persistent query parses records by those spellings first): columns and STRUCT fields at
+    any depth, the first of several spellings, none for a name written in upper case or quoted."""
+    stmt = parse_statement("CREATE STREAM s (sensorId VARCHAR KEY, READING INT, `q` INT, "
+                           "loc STRUCT<Lat DOUBLE, inner STRUCT<x INT>>, ID INT, ls ARRAY<STRUCT<id INT, x INT>>) "
+                           "WITH (kafka_topic='t', value_format='json')")
+    assert isinstance(stmt, ast.CreateSource)
+    assert stmt.spellings == (("SENSORID", "sensorId"), ("LOC", "loc"), ("LAT", "Lat"), ("INNER", "inner"),
+                              ("X", "x"), ("LS", "ls"))
+    assert [c.name for c in stmt.columns] == ["SENSORID", "READING", "q", "LOC", "ID", "LS"]
+
+
 def test_ctas_with_group_by_and_emit_changes() -> None:
     stmt = parse_statement("CREATE TABLE avg_readings AS SELECT sensor, AVG(reading) AS avg_reading "
                            "FROM readings GROUP BY sensor EMIT CHANGES;")
