@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import replace
 from collections.abc import Sequence
+from dataclasses import replace
 from decimal import Decimal
 from functools import cache
 from importlib import resources
@@ -477,12 +477,10 @@ def parse_script(text: str, *, deadline: float | None = None) -> list[ast.Statem
 
 def _spellings(tree: Tree[Token]) -> tuple[tuple[str, str], ...]:
     """``ast.CreateSource.spellings`` of a CREATE statement's tree (names in the order written)."""
+    names = [node.children[0] for node in tree.iter_subtrees() if node.data in ("column_def", "struct_field")]
     written: dict[str, str] = {}
-    for node in tree.iter_subtrees_topdown():
-        if node.data in ("column_def", "struct_field"):
-            token = node.children[0]
-            if isinstance(token, Token) and token.type == "IDENTIFIER":
-                written.setdefault(_identifier(token), str(token))
+    for token in sorted((n for n in names if isinstance(n, Token) and n.type == "IDENTIFIER"), key=lambda n: n.start_pos or 0):
+        written.setdefault(_identifier(token), str(token))
     return tuple((name, text) for name, text in written.items() if text != name)
 
 

@@ -50,7 +50,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from millpond.services.worker import query_runner, reducers
+from millpond.services.worker import json_reading, query_runner, reducers
 from millpond.services.worker.converters import row_to_proto
 from millpond.services.worker.kinds import new_task
 from millpond.services.worker.query_runner import QueryRunner
@@ -1112,7 +1112,7 @@ def test_nested_struct_fields_are_found_whatever_their_case_and_wherever_a_name_
     assert {b"k4", b"k6"}.isdisjoint(active)  # refused, as a field in its own case would be
     # Every key in lower case: read again by the names in lower case (not where a quoted name is one).
     assert active[b"k7"] == [1, 2, {"LAT": 1.0, "lon": 2.0, "AT": {"Z": 3}}, [{"W": 1.0}], {"K": {"Q": 5}}, "x"]
-    assert query_runner._lower_cased(StructType([StructField("lo", IntegerType()), StructField("LO", IntegerType())])) is None
+    assert json_reading._lower_cased(StructType([StructField("lo", IntegerType()), StructField("LO", IntegerType())])) is None
 
 
 JSON_VALUES: dict[str, list[Any]] = {

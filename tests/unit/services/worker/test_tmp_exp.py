@@ -1,4 +1,6 @@
-from pyspark.sql import functions as F, types as T
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
 
 def test_exp(spark):
     df = spark.createDataFrame([('{"READING": 1, "reading": 2, "t": "10:11:12"}',), ('{"reading": 3}',)], "text string")
