@@ -1,6 +1,6 @@
 """How a persistent query finds a JSON record's fields in Spark as ksqlDB's reader finds them:
 by the name as written, else by a key that upper-cased is the name, at any depth
-(``found_in_any_case``). Spark's JSON reader matches a key's case alone; Python's readers find
+(``JsonReading``). Spark's JSON reader matches a key's case alone; Python's readers find
 fields as ksqlDB does (``millpond.shared.kafka.serde.json_fields``).
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
@@ -27,7 +27,7 @@ def _folds(name: str) -> bool:
 
 def folded_names(data_type: T.DataType) -> set[str]:
     """The names of ``data_type``'s STRUCT fields, at any depth, that a JSON key in another case
-    may hold (``found_in_any_case``, ``_folds``)."""
+    may hold (``_folds``)."""
     if isinstance(data_type, T.ArrayType):
         return folded_names(data_type.elementType)
     if isinstance(data_type, T.MapType):
@@ -38,42 +38,182 @@ def folded_names(data_type: T.DataType) -> set[str]:
     return set()
 
 
-def found_in_any_case(parsed: Column, text: Column, schema: T.StructType, options: dict[str, str] | None = None) -> Column:
-    """``parsed`` (``text`` read into ``schema`` with ``options``, fields by their keys' case),
-    or where a key names a field in another case, ``text`` read again as ksqlDB's
-    reader finds fields: by the name as written, else by a key that upper-cased is the name
+class JsonReading:
+    """How a JSON record (its text) is read into ``schema`` with ``options`` as ksqlDB's reader
+    finds fields: by the name as written, else by a key that upper-cased is the name
     (``serde.json_fields``), in nested STRUCTs too (``{"reading": 5}`` fills READING). Spark's
-    JSON reader matches the case alone. Only a record where such a field came out NULL is
-    searched for such a key (``_key_in_other_case``, about half a JSON parse); a record that
-    names every field as written costs a few NULL checks. One whose keys for the names are
-    all in lower case, as many producers write them, is read again by their lower-case names
-    (one more parse); any other has its keys found as above (``_as_found``: three parses)."""
-    fields = T.StructType([f for f in schema.fields if f.name != CORRUPT])
-    names = sorted(folded_names(fields))
-    again = F.from_json(_as_found(None, text, fields), schema, options)
-    lower = _lower_cased(schema)
-    if isinstance(lower, T.StructType):  # None where a quoted name is another's in lower case
-        lower_read = _once(F.from_json(text, lower, options), lambda read: _renamed(read, lower, schema))
-        again = F.when(_key_in_other_case(text, names, str.lower), again).otherwise(lower_read)
-    found = _folded_field_missing(parsed, fields) & _key_in_other_case(text, names, lambda name: name)
-    return F.when(found, again).otherwise(parsed)
+    JSON reader matches the case alone, so a record is parsed by the names spelled several
+    ways at once (``spellings``: as declared, as the CREATE statement wrote them, in lower
+    case), and takes the first spelling its keys keep to:
+
+    - as declared, where no field is NULL (a few NULL checks);
+    - a spelling no key departs from (``_key_in_other_case``, about half a parse each);
+    - else each key found one by one (``_as_found``: three parses more).
+
+    Two stages (``parsed``, then ``found`` of its column): Spark evaluates a parse again at
+    each use in a later expression of the same projection."""
+
+    def __init__(self, schema: T.StructType, options: dict[str, str] | None = None,
+                 written: Mapping[str, str] | None = None):
+        self.schema = schema
+        self.options = options or {}
+        self.fields = T.StructType([f for f in schema.fields if f.name != CORRUPT])
+        self.names = sorted(folded_names(self.fields))
+        self.spellings = _spellings(schema, written or {}) if self.names else [(schema, _as_declared)]
+        """Each schema a record is parsed into (one shape, names spelled otherwise), with how it
+        spells a name of ``names``: the first as declared."""
+        types = [spelled for spelled, _ in self.spellings]
+        stated = any(_spelled(schema, lambda name: (written or {}).get(name, name)) == spelled for spelled in types[1:])
+        self.merged = _merged(types) if stated and not _holds_time(schema) else None
+        """Where the CREATE statement spells a name otherwise than declared (as producers then
+        likely write it): the type a record is parsed into to read it in every spelling at once
+        (a STRUCT's fields once per spelling of their names; a fifth more than a parse of the
+        names once), and the same with each field named apart by its place (a cast to it lets
+        each be picked: a name in two cases is ambiguous to Spark, which casts no TIME: a schema
+        with one parses each spelling apart). Elsewhere a record is parsed as declared first,
+        and again by another spelling only where its keys keep to none of those before."""
+
+    def parsed(self, text: Column) -> Column:
+        """The first stage: ``text`` parsed (into ``merged``, or as declared)."""
+        if self.merged is None:
+            return F.from_json(text, self.schema, self.options)
+        merged, apart = self.merged
+        assert isinstance(merged, T.StructType)
+        return F.from_json(text, merged, self.options).cast(apart)
+
+    def found(self, parsed: Column, text: Column) -> Column | None:
+        """The second stage, of ``parsed``'s column: the record read as ksqlDB reads it; None
+        where no name may be found in another case (``parsed`` is the record)."""
+        if not self.names:
+            return None
+        if self.merged is None:
+            return self._first_kept(parsed, text, [self._parsed_apart(text, i) for i in range(1, len(self.spellings))])
+        types = [spelled for spelled, _ in self.spellings]
+        read = [_picked(parsed, types, i, self.schema) for i in range(len(types))]
+        fields = _picked(parsed, types, 0, self.schema, bare=True)  # its fields taken straight from ``parsed``
+        kept = self._first_kept(read[0], text, read[1:], fields)
+        if CORRUPT not in self.schema.fieldNames():
+            return kept
+        # A key of one spelling that does not read as its type sets the corrupt column, though
+        # a spelling that takes another key may read the record: such records are parsed again
+        # one spelling at a time.
+        apart = _once(F.from_json(text, self.schema, self.options), lambda declared: self._first_kept(
+            declared, text, [self._parsed_apart(text, i) for i in range(1, len(types))]))
+        return F.when(fields.getField(CORRUPT).isNull(), kept).otherwise(apart)
+
+    def _first_kept(self, declared: Column, text: Column, others: list[Column], fields: Column | None = None) -> Column:
+        """The record as the first spelling its keys keep to reads it (``declared`` and ``others``
+        each as it reads it, in the order of ``spellings``; each cheap to repeat; ``fields``, a
+        struct of the fields as declared reads them, where not ``declared``)."""
+        read = F.when(~_folded_field_missing(declared if fields is None else fields, self.fields), declared)
+        for (_, spell), other in zip(self.spellings[1:], others, strict=True):
+            read = read.when(~_key_in_other_case(text, self.names, spell), other)
+        read = read.when(~_key_in_other_case(text, self.names, _as_declared), declared)
+        return read.otherwise(F.from_json(_as_found(None, text, self.fields), self.schema, self.options))
+
+    def _parsed_apart(self, text: Column, index: int) -> Column:
+        """``text`` read into the spelling at ``index`` alone, named as declared."""
+        spelled = self.spellings[index][0]
+        return _once(F.from_json(text, spelled, self.options), lambda read: _renamed(read, spelled, self.schema))
 
 
-def _lower_cased(data_type: T.DataType) -> T.DataType | None:
-    """``data_type`` with each name of ``folded_names`` in lower case, at any depth; None
-    where two fields of a STRUCT would then have one name (a quoted lower-case name beside
-    an unquoted one)."""
+def _as_declared(name: str) -> str:
+    return name
+
+
+def _spellings(schema: T.StructType, written: Mapping[str, str]) -> list[tuple[T.StructType, Callable[[str], str]]]:
+    """``JsonReading.spellings``: as declared, as ``written`` (a CREATE statement's spellings,
+    ``DataSource.spellings``), in lower case; each once, and none where two fields of a STRUCT
+    would then have one name (a quoted name beside an unquoted one spelled as it)."""
+    kept: list[tuple[T.StructType, Callable[[str], str]]] = [(schema, _as_declared)]
+    for spell in (lambda name: written.get(name, name), str.lower):
+        spelled = _spelled(schema, spell)
+        if isinstance(spelled, T.StructType) and all(spelled != other for other, _ in kept):
+            kept.append((spelled, spell))
+    return kept
+
+
+def _spelled(data_type: T.DataType, spell: Callable[[str], str]) -> T.DataType | None:
+    """``data_type`` with each name of ``folded_names`` as ``spell`` writes it, at any depth;
+    None where two fields of a STRUCT would then have one name."""
     if isinstance(data_type, T.ArrayType):
-        element = _lower_cased(data_type.elementType)
+        element = _spelled(data_type.elementType, spell)
         return None if element is None else T.ArrayType(element)
     if isinstance(data_type, T.MapType):
-        value = _lower_cased(data_type.valueType)
+        value = _spelled(data_type.valueType, spell)
         return None if value is None else T.MapType(data_type.keyType, value)
     if not isinstance(data_type, T.StructType):
         return data_type
-    fields = [(f.name.lower() if _folds(f.name) else f.name, _lower_cased(f.dataType)) for f in data_type.fields]
+    fields = [(spell(f.name) if _folds(f.name) else f.name, _spelled(f.dataType, spell)) for f in data_type.fields]
     typed = [T.StructField(name, t) for name, t in fields if t is not None]
     return T.StructType(typed) if len(typed) == len({name for name, _ in fields}) == len(fields) else None
+
+
+def _holds_time(data_type: T.DataType) -> bool:
+    if isinstance(data_type, T.ArrayType):
+        return _holds_time(data_type.elementType)
+    if isinstance(data_type, T.MapType):
+        return _holds_time(data_type.keyType) or _holds_time(data_type.valueType)
+    if isinstance(data_type, T.StructType):
+        return any(_holds_time(f.dataType) for f in data_type.fields)
+    return isinstance(data_type, T.TimeType)
+
+
+def _merged(types: Sequence[T.DataType]) -> tuple[T.DataType, T.DataType]:
+    """``JsonReading.merged`` of ``types`` (one shape, names spelled otherwise): each STRUCT's
+    field once per spelling of its name (``_variants``), and the same named by place."""
+    first = types[0]
+    if all(t == first for t in types):
+        return first, first
+    if isinstance(first, T.ArrayType):
+        merged, apart = _merged([t.elementType for t in types if isinstance(t, T.ArrayType)])
+        return T.ArrayType(merged), T.ArrayType(apart)
+    if isinstance(first, T.MapType):
+        merged, apart = _merged([t.valueType for t in types if isinstance(t, T.MapType)])
+        return T.MapType(first.keyType, merged), T.MapType(first.keyType, apart)
+    assert isinstance(first, T.StructType)
+    merged_fields, apart_fields = [], []
+    for place in range(len(first.fields)):
+        for variant, (name, spelled) in enumerate(_variants(types, place)):
+            merged, apart = _merged(spelled)
+            merged_fields.append(T.StructField(name, merged))
+            apart_fields.append(T.StructField(f"{place}.{variant}", apart))
+    return T.StructType(merged_fields), T.StructType(apart_fields)
+
+
+def _variants(types: Sequence[T.DataType], place: int) -> list[tuple[str, list[T.DataType]]]:
+    """The names the field at ``place`` of STRUCTs ``types`` has, each once, with the types of
+    the field under that name."""
+    variants: dict[str, list[T.DataType]] = {}
+    for struct in types:
+        assert isinstance(struct, T.StructType)
+        field = struct.fields[place]
+        variants.setdefault(field.name, []).append(field.dataType)
+    return list(variants.items())
+
+
+def _picked(value: Column, types: Sequence[T.DataType], index: int, declared: T.DataType, bare: bool = False) -> Column:
+    """``value`` (read into ``_merged(types)``'s type named by place; cheap to repeat) as the
+    spelling ``types[index]`` reads it, its fields named as ``declared``'s; ``bare``: a STRUCT
+    at the top even for a NULL ``value`` (Spark takes a field of it straight from ``value``)."""
+    if all(t == types[0] for t in types):
+        return value
+    if isinstance(declared, T.ArrayType):
+        elements = [t.elementType for t in types if isinstance(t, T.ArrayType)]
+        return F.transform(value, lambda item: _picked(item, elements, index, declared.elementType))
+    if isinstance(declared, T.MapType):
+        values = [t.valueType for t in types if isinstance(t, T.MapType)]
+        return F.transform_values(value, lambda _, item: _picked(item, values, index, declared.valueType))
+    assert isinstance(declared, T.StructType)
+    names = [[f.name for f in t.fields] for t in types if isinstance(t, T.StructType)]
+    fields = []
+    for place, field in enumerate(declared.fields):
+        variants = _variants(types, place)
+        name = names[index][place]
+        variant = [n for n, _ in variants].index(name)
+        within = [spelled[place] for spelled in names[:index]].count(name)  # its index among those so named
+        fields.append(_picked(value.getField(f"{place}.{variant}"), variants[variant][1], within, field.dataType).alias(field.name))
+    return F.struct(*fields) if bare else F.when(value.isNotNull(), F.struct(*fields))
 
 
 def _renamed(value: Column, data_type: T.DataType, renamed: T.DataType) -> Column:
@@ -102,14 +242,19 @@ finds."""
 
 
 def _key_in_other_case(text: Column, names: list[str], case: Callable[[str], str]) -> Column:
-    """Whether the JSON ``text`` has a key that names one of ``names`` in any other case than
-    ``case`` writes the name, or a key written with an escape (``_ESCAPED_KEY``, searched for
-    only in text with one: it costs three times the names' search)."""
-    def quoted(name: str) -> str:  # as JSON writes it, then as Java's Pattern.quote (a name is any text)
-        return r"\Q" + json.dumps(name, ensure_ascii=False)[1:-1].replace(r"\E", r"\E\\E\Q") + r"\E"
-
-    keys = "|".join(rf'(?:(?<!\\)"(?!{quoted(case(name))}")(?iu:{quoted(name)})"\s*:)' for name in names)
-    return text.rlike(keys) | (text.contains("\\u") & text.rlike(_ESCAPED_KEY))
+    """Whether the JSON ``text`` may have a key that names one of ``names`` in another case than
+    ``case`` writes the name (as ksqlDB's reader takes it: a key that upper-cased is the name),
+    or has a key written with an escape (``_ESCAPED_KEY``, searched for only in text with one).
+    The names as ``case`` writes them, quoted, are taken out of the text, and what is left is
+    upper-cased and searched for a name quoted (a string that names one is taken for a key: the
+    record is read key by key, as it then would be). A third of the cost of a regular expression
+    of the keys in any other case: its look-arounds at each character cost a parse's time."""
+    rest = text
+    for name in names:
+        rest = F.replace(rest, F.lit(json.dumps(case(name), ensure_ascii=False)), F.lit('""'))
+    upper = F.upper(rest)
+    found = functools.reduce(operator.or_, [upper.contains(json.dumps(name, ensure_ascii=False).upper()) for name in names])
+    return found | (text.contains("\\u") & text.rlike(_ESCAPED_KEY))
 
 
 def _folded_field_missing(value: Column, data_type: T.DataType) -> Column:
@@ -135,7 +280,7 @@ def _as_found(value: Column | None, text: Column, data_type: T.DataType) -> Colu
     """The JSON of a value (``value`` its VARIANT, ``text`` its JSON as Spark's reader gives a
     VARCHAR it, a text unquoted; each an expression cheap to repeat; a record's text alone, as
     ``value`` None) with each STRUCT's fields,
-    at any depth, under their names as ``found_in_any_case`` finds them: only those, in their
+    at any depth, under their names as ``JsonReading`` finds them: only those, in their
     order. Each other value is written as the reader gave it, so the reader then reads it as it
     reads any value; a MAP's keys stay as written. A value that is not an object (or an array)
     where its type has one stays as it is, for the reader to set aside."""

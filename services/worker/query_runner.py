@@ -34,7 +34,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 from pyspark.sql.utils import ForeachBatchFunction
 
-from millpond.services.worker.json_reading import folded_names, found_in_any_case
+from millpond.services.worker.json_reading import JsonReading
 from millpond.services.worker.kinds import WORKER_KINDS
 from millpond.services.worker.reducers import CORRUPT, Reduction
 from millpond.services.worker.state.store import path_segment
@@ -223,6 +223,9 @@ class QueryRunner:
         """Whether a value column holds a TIMESTAMP or a DATE somewhere, which ``_decode`` checks."""
         self.read_schema = T.StructType([
             T.StructField(f.name, T.StringType()) if f.name in self.timestamps else f for f in self.value_schema.fields])
+        self.json = None if source.value_format == "DELIMITED" else \
+            JsonReading(self.read_schema, PERMISSIVE, dict(source.spellings))
+        """How a JSON value is read (None for DELIMITED values)."""
         keys = source.key_columns
         self.key_schema = T.StructType([T.StructField(c.name, spark_data_type(c.type)) for c in keys]) \
             if len(keys) > 1 else None
@@ -586,7 +589,8 @@ class QueryRunner:
         if self._columns is None:
             made = _READ_COLUMNS.setdefault(self.spark, {})
             shape = (self.source.value_format, self.source.value_delimiter, self.value_schema.json(),
-                     tuple(sorted(self.timestamps)), None if self.key_schema is None else self.key_schema.json())
+                     tuple(sorted(self.timestamps)), None if self.key_schema is None else self.key_schema.json(),
+                     self.source.spellings)
             if shape not in made and len(made) >= READ_SHAPES_KEPT:  # shapes of sources dropped long ago go
                 made.clear()
             columns = made.get(shape)
@@ -607,13 +611,14 @@ class QueryRunner:
             "_value": F.col("value"),  # the bytes as they are (a join side copies them)
             "_rowtime": F.unix_millis(F.col("timestamp")),
         }
-        found: dict[str, Column] = {}  # what a field named in another case changes (``found_in_any_case``)
+        found: dict[str, Column] = {}  # the parses read as ksqlDB finds fields (``JsonReading``)
         if self.key_schema is not None:  # a JSON key of several columns, parsed once for them all
-            columns["_keys"] = F.from_json(F.col("key").cast("string"), self.key_schema)
-            if folded_names(self.key_schema):
-                found["_keys"] = found_in_any_case(F.col("_keys"), F.col("_key").cast("string"), self.key_schema)
-        if self.source.value_format != "DELIMITED" and folded_names(self.read_schema):
-            found["_v"] = found_in_any_case(F.col("_v"), F.col("_raw"), self.read_schema, PERMISSIVE)
+            keys = JsonReading(self.key_schema, written=dict(self.source.spellings))
+            columns["_keys"] = keys.parsed(F.col("key").cast("string"))
+            if (found_keys := keys.found(F.col("_keys"), F.col("_key").cast("string"))) is not None:
+                found["_keys"] = found_keys
+        if self.json is not None and (found_value := self.json.found(F.col("_v"), F.col("_raw"))) is not None:
+            found["_v"] = found_value
         stages = [columns, found] if found else [columns]
         if self.checked_times:
             stages.append({"_v": self._times_checked(F.col("_v"), F.col("_raw"))})
@@ -626,12 +631,12 @@ class QueryRunner:
         Spark as a type object, never pasted into SQL text (column names are user input).
         A TIMESTAMP column is read as text first (``_times_checked``): a number is epoch
         milliseconds, as ksqlDB's JSON has it (Spark's reader would take seconds). JSON fields
-        are matched by their case here (``found_in_any_case`` finds the others)."""
-        if self.source.value_format == "DELIMITED":
+        are read in every spelling of their names at once (``JsonReading``: the next stage picks one)."""
+        if self.json is None:
             # RFC 4180 quoting, as ksqlDB and Millpond's writer quote (Spark's default escape is \).
             return F.from_csv(text, self.read_schema.toDDL(), {**PERMISSIVE, "sep": self.source.value_delimiter,
                                                                 "escape": '"'})
-        return F.from_json(text, self.read_schema, PERMISSIVE)
+        return self.json.parsed(text)
 
     def _times_checked(self, parsed: Column, text: Column) -> Column:
         """``parsed`` with its TIMESTAMP columns read from their text (``timestamp_of``). A time

@@ -395,7 +395,7 @@ def json_fields(fields: dict[str, Any]) -> Callable[[str], Any]:
     """How ksqlDB's JSON reader finds a column's field in an object: by the column's name as
     written, else by a key that upper-cased is the name (``reading`` for READING; the last of
     several), so a quoted lower-case column ``"id"`` takes ``id`` alone. The persistent queries'
-    Spark reading finds the same (``json_reading.found_in_any_case``)."""
+    Spark reading finds the same (``json_reading.JsonReading``)."""
     upper: dict[str, Any] = {}  # made at the first name not found as written (a record's keys usually are)
 
     def field(name: str) -> Any:

@@ -48,6 +48,7 @@ from pyspark.sql.types import (
     StructField,
     StructType,
     TimestampType,
+    TimeType,
 )
 
 from millpond.services.worker import json_reading, query_runner, reducers
@@ -1112,7 +1113,42 @@ def test_nested_struct_fields_are_found_whatever_their_case_and_wherever_a_name_
     assert {b"k4", b"k6"}.isdisjoint(active)  # refused, as a field in its own case would be
     # Every key in lower case: read again by the names in lower case (not where a quoted name is one).
     assert active[b"k7"] == [1, 2, {"LAT": 1.0, "lon": 2.0, "AT": {"Z": 3}}, [{"W": 1.0}], {"K": {"Q": 5}}, "x"]
-    assert json_reading._lower_cased(StructType([StructField("lo", IntegerType()), StructField("LO", IntegerType())])) is None
+    assert json_reading._spelled(StructType([StructField("lo", IntegerType()), StructField("LO", IntegerType())]), str.lower) is None
+
+
+def test_records_are_parsed_by_the_names_as_the_create_statement_writes_them_and_read_as_ksqldb_reads_them(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """Producers usually write a key as the CREATE statement writes its column (``sensorId``),
+    where ksqlDB stores the name in upper case: a record is parsed by the names in every
+    spelling at once and takes the first its keys keep to, so a record spelled as the statement
+    costs one parse and a search for a key in another case, where it took three parses more.
+    Each record still reads as ksqlDB's reader reads it: a key as declared wins over one in
+    another case, and one whose value does not read as its type when another key was taken is
+    no bad record. A schema with a TIME (which Spark casts nowhere) parses each spelling apart."""
+    values: list[dict[str, Any]] = [
+        {"sensorId": 1, "siteName": "a", "loc": {"latDeg": 1.5}},
+        {"SENSORID": 2, "SITENAME": "b", "LOC": {"LATDEG": 2.5}},
+        {"sensorid": 3, "sitename": "c", "loc": {"latdeg": 3.5}},
+        {"SENSORID": 4, "sensorId": "abc", "SITENAME": "d", "LOC": {"LATDEG": 1}},
+        {"sensorId": 5, "SensorId": 6, "siteName": "e", "loc": None},
+        {"sensorId": 7, "siteName": "f", "loc": {"LatDeg": 2}},
+        {"sensorId": "x", "siteName": "g"},
+        {"sensorId": 8, "sensorid": "y"},
+    ]
+    records = [(f"k{i}".encode(), json.dumps(v).encode()) for i, v in enumerate(values)]
+    for columns in ("id VARCHAR PRIMARY KEY, sensorId INT, siteName VARCHAR, loc STRUCT<latDeg DOUBLE>",
+                    "id VARCHAR PRIMARY KEY, sensorId INT, siteName VARCHAR, loc STRUCT<latDeg DOUBLE>, tm TIME"):
+        table, piece = declared_table_slice(spark, tmp_path, columns, records)
+        active = {key: json.loads(encode_state(state))[:3] for key, state in piece.latest}
+        assert copy_rows(table, records).keys() == active.keys()
+        assert {key: row[:3] for key, row in copy_rows(table, records).items()} == active
+        assert active == {b"k0": [1, "a", {"LATDEG": 1.5}], b"k1": [2, "b", {"LATDEG": 2.5}], b"k2": [3, "c", {"LATDEG": 3.5}],
+                          b"k3": [4, "d", {"LATDEG": 1.0}], b"k4": [6, "e", None], b"k5": [7, "f", {"LATDEG": 2.0}]}
+    declared = [StructField("SENSORID", IntegerType()), StructField("_corrupt", StringType())]
+    merged = json_reading.JsonReading(StructType(declared), written={"SENSORID": "sensorId"}).merged
+    assert merged is not None and [f.name for f in merged[0].fields] == ["SENSORID", "sensorId", "sensorid", "_corrupt"]
+    with_time = StructType([*declared, StructField("TM", TimeType())])
+    assert json_reading.JsonReading(with_time, written={"SENSORID": "sensorId"}).merged is None
 
 
 JSON_VALUES: dict[str, list[Any]] = {
@@ -1135,20 +1171,29 @@ JSON_VALUES: dict[str, list[Any]] = {
 """Values of each type, and of others, that a producer's JSON may hold for a column of it."""
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_random_json_values_are_read_by_python_as_by_spark(spark: SparkSession, tmp_path: Path, seed: int) -> None:
-    """Each value of ``JSON_VALUES`` alone (its key as written, then in lower case), then random
-    objects of them (some columns missing, some keys in lower case, or all): a standby copy's or
-    a push query's Python reading keeps and sets
-    aside what the active task's Spark reading does, each column as Spark read it."""
+@pytest.mark.parametrize(("seed", "written"), [(1, "Col{}"), (2, "col{}"), (3, "COL{}")])
+def test_random_json_values_are_read_by_python_as_by_spark(spark: SparkSession, tmp_path: Path, seed: int,
+                                                          written: str) -> None:
+    """Each value of ``JSON_VALUES`` alone (its key as declared, as the CREATE statement writes
+    it, in lower case), then random objects of them (some columns missing, the keys all spelled
+    one of those ways or each its own, some twice in two spellings): a standby copy's or a push
+    query's Python reading keeps and sets aside what the active task's Spark reading does, each
+    column as Spark read it, whichever spelling the statement gave the names."""
     draw = random.Random(seed)
-    names = {f"C{i}": type_ for i, type_ in enumerate(JSON_VALUES)}
+    names = {written.format(i): type_ for i, type_ in enumerate(JSON_VALUES)}
+    ways: list[Callable[[str], str]] = [str.upper, str.lower, lambda name: name, lambda name: name[0] + name[1:].upper()]
     values: list[dict[str, Any]] = [{spelled(name): value} for name, type_ in names.items() for value in JSON_VALUES[type_]
-                                    for spelled in (str.upper, str.lower)]
-    for _ in range(300):  # a third with every key in lower case (read again by their lower-case names)
-        lower = draw.random() < 1 / 3
-        values.append({(name if draw.random() < 0.8 and not lower else name.lower()): draw.choice(JSON_VALUES[type_])
-                       for name, type_ in names.items() if draw.random() < 0.7})
+                                    for spelled in ways[:3]]
+    for _ in range(300):  # most in one spelling (parsed in every spelling at once), some each key its own
+        way = draw.choice([*ways[:3], None])
+        present = 1.0 if draw.random() < 0.25 else 0.7  # every column (no field NULL) in a quarter
+        value: dict[str, Any] = {}
+        for name, type_ in names.items():
+            if draw.random() < present:
+                value[(way or draw.choice(ways))(name)] = draw.choice(JSON_VALUES[type_])
+            if draw.random() < 0.04:  # the same field again in another spelling
+                value[draw.choice(ways)(name)] = draw.choice(JSON_VALUES[type_])
+        values.append(value)
     records = [(f"k{i}".encode(), json.dumps(v).encode()) for i, v in enumerate(values)]
     columns = "id VARCHAR PRIMARY KEY, " + ", ".join(f"{name} {type_}" for name, type_ in names.items())
     table, piece = declared_table_slice(spark, tmp_path, columns, records)
