@@ -7,8 +7,9 @@ by a key that upper-cased is the name; Spark's JSON reader matches the case alon
 write keys in their own spelling, usually as the CREATE statement writes the columns. For a
 stream declared in lower case (``sensor VARCHAR KEY, area VARCHAR, reading INT``, as the
 readings example) and one in camel case (``sensorId VARCHAR KEY, areaName VARCHAR,
-readingValue INT``), records spelled four ways are read by production code
-(``QueryRunner.read``, every column of each record forced):
+readingValue INT``), and a wider camel-case one (nine INT columns: its records' keys are listed to
+search them), records spelled four ways are read by production code (``QueryRunner.read``,
+every column of each record forced):
 
 - ``as_stored``: the names as ksqlDB stores them (``AREA``; Millpond's INSERT and sinks);
 - ``as_statement``: as the CREATE statement writes them;
@@ -43,8 +44,10 @@ from millpond.shared.config import WorkerSettings
 STATEMENTS = {
     "lower": ("sensor", "area", "reading"),
     "camel": ("sensorId", "areaName", "readingValue"),
+    "camel_wide": ("sensorId", "areaName", *(f"reading{i}Value" for i in range(9))),
 }
-"""Each stream's columns as its CREATE statement writes them: a key, a VARCHAR, an INT."""
+"""Each stream's columns as its CREATE statement writes them: a key, a VARCHAR, then INTs (with
+ten value columns a record's keys are listed to search them, ``json_reading.KEYS_LISTED_FROM``)."""
 
 SPELLINGS: dict[str, Callable[[str, int], str]] = {
     "as_stored": lambda name, _: name.upper(),
@@ -57,10 +60,12 @@ SPELLINGS: dict[str, Callable[[str, int], str]] = {
 def records(spark: SparkSession, count: int, written: tuple[str, ...], spelling: str) -> DataFrame:
     """``count`` rows shaped as the Kafka source's, values spelled as ``spelling`` says (the
     mixed ones three ways, by row), cached."""
-    _, area, reading = written
+    _, area, *readings = written
     spell = SPELLINGS[spelling]
     rows = [F.to_json(F.create_map(F.lit(spell(area, row)), F.concat(F.lit("area-"), (F.col("id") % 97).cast("string")),
-                                   F.lit(spell(reading, row)), (F.col("id") % 1000).cast("string"))) for row in range(3)]
+                                   *(part for i, reading in enumerate(readings)
+                                     for part in (F.lit(spell(reading, row)), ((F.col("id") + i) % 1000).cast("string")))))
+            for row in range(3)]
     # A MAP<STRING, STRING> writes the INT as text: the number goes back in unquoted.
     text = F.regexp_replace(F.element_at(F.array(*rows), (F.col("id") % 3 + 1).cast("int")), r'"(\d+)"', "$1")
     frame = spark.range(count, numPartitions=1).select(
@@ -85,8 +90,8 @@ def timed(frame: DataFrame, columns: list[Column], repeats: int) -> float:
 
 def measure(spark: SparkSession, settings: WorkerSettings, statement: str, written: tuple[str, ...], count: int,
             repeats: int) -> list[dict[str, Any]]:
-    key, area, reading = written
-    stream = (f"CREATE STREAM readings ({key} VARCHAR KEY, {area} VARCHAR, {reading} INT) "
+    key, area, *readings = written
+    stream = (f"CREATE STREAM readings ({key} VARCHAR KEY, {area} VARCHAR, {', '.join(f'{r} INT' for r in readings)}) "
               "WITH (kafka_topic='readings', partitions=1, value_format='JSON');")
     table = f"CREATE TABLE per_area AS SELECT {area}, COUNT(*) AS n FROM readings GROUP BY {area};"
     runner = reduction_runner(spark, settings, (stream, table), asyncio.new_event_loop())

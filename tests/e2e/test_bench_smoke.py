@@ -122,7 +122,7 @@ def test_the_other_benchmarks_run_and_report_their_baselines(tmp_path: Path) -> 
     (size,) = results["micro_batch"]["sizes"]
     assert size["batch_records"] == 1000 and size["reduce_ms"] > 0 and size["kafka_read_ms"] > 0
     reads = results["json_read"]["reads"]  # both statements' records in each spelling, every record read
-    assert len(reads) == 8 and all(read["records_unread"] == 0 and read["read_to_plain"] > 0 for read in reads)
+    assert len(reads) == 12 and all(read["records_unread"] == 0 and read["read_to_plain"] > 0 for read in reads)
     waits = [run["fetch_max_wait_ms"] for run in results["command_log"]["runs"]]  # every statement applied, or it exits
     assert waits == [25, 500, 25, 500] and all(run["catch_up_ms_median"] > 0 for run in results["command_log"]["runs"])
     # Each stream stayed open throughout (or the benchmark exits); CPU ticks over a smoke run's 2 s may be none.
