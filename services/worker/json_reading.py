@@ -55,18 +55,19 @@ class JsonReading:
 
     def __init__(self, schema: T.StructType, options: dict[str, str] | None = None,
                  written: Mapping[str, str] | None = None):
+        written = written or {}
         self.schema = schema
         self.options = options or {}
         self.fields = T.StructType([f for f in schema.fields if f.name != CORRUPT])
         self.names = sorted(folded_names(self.fields))
         self.flat = not any(folded_names(f.dataType) for f in self.fields)
         """Whether every name of ``names`` is a column's (none a nested STRUCT's field)."""
-        self.spellings = _spellings(schema, written or {}) if self.names else [(schema, _as_declared)]
+        self.spellings = _spellings(schema, written) if self.names else [(schema, _as_declared)]
         """Each schema a record is parsed into (one shape, names spelled otherwise), with how it
         spells a name of ``names``: the first as declared."""
-        types = [spelled for spelled, _ in self.spellings]
-        stated = any(_spelled(schema, lambda name: (written or {}).get(name, name)) == spelled for spelled in types[1:])
-        self.merged = _merged(types) if stated and not _holds_time(schema) else None
+        stated = _spelled(schema, lambda name: written.get(name, name))
+        merging = isinstance(stated, T.StructType) and stated != schema and not holds(schema, (T.TimeType,))
+        self.merged = _merged([spelled for spelled, _ in self.spellings]) if merging else None
         """Where the CREATE statement spells a name otherwise than declared (as producers then
         likely write it): the type a record is parsed into to read it in every spelling at once
         (a STRUCT's fields once per spelling of their names; a fifth more than a parse of the
@@ -151,14 +152,18 @@ def _spelled(data_type: T.DataType, spell: Callable[[str], str]) -> T.DataType |
     return T.StructType(typed) if len(typed) == len({name for name, _ in fields}) == len(fields) else None
 
 
-def _holds_time(data_type: T.DataType) -> bool:
+def holds(data_type: T.DataType, kinds: tuple[type[T.DataType], ...]) -> bool:
+    """Whether values of ``data_type`` hold one of ``kinds`` at any depth (an element, a key,
+    a value, a field)."""
+    if isinstance(data_type, kinds):
+        return True
     if isinstance(data_type, T.ArrayType):
-        return _holds_time(data_type.elementType)
+        return holds(data_type.elementType, kinds)
     if isinstance(data_type, T.MapType):
-        return _holds_time(data_type.keyType) or _holds_time(data_type.valueType)
+        return holds(data_type.keyType, kinds) or holds(data_type.valueType, kinds)
     if isinstance(data_type, T.StructType):
-        return any(_holds_time(f.dataType) for f in data_type.fields)
-    return isinstance(data_type, T.TimeType)
+        return any(holds(f.dataType, kinds) for f in data_type.fields)
+    return False
 
 
 def _merged(types: Sequence[T.DataType]) -> tuple[T.DataType, T.DataType]:

@@ -34,7 +34,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 from pyspark.sql.utils import ForeachBatchFunction
 
-from millpond.services.worker.json_reading import JsonReading
+from millpond.services.worker.json_reading import JsonReading, holds
 from millpond.services.worker.kinds import WORKER_KINDS
 from millpond.services.worker.reducers import CORRUPT, Reduction
 from millpond.services.worker.state.store import path_segment
@@ -716,15 +716,7 @@ def _bound(day: str, type_name: str) -> Column:
 
 def has_times(data_type: T.DataType) -> bool:
     """Whether values of ``data_type`` hold a timestamp or a date, at any depth."""
-    if isinstance(data_type, T.TimestampType | T.DateType):
-        return True
-    if isinstance(data_type, T.ArrayType):
-        return has_times(data_type.elementType)
-    if isinstance(data_type, T.MapType):
-        return has_times(data_type.keyType) or has_times(data_type.valueType)
-    if isinstance(data_type, T.StructType):
-        return any(has_times(f.dataType) for f in data_type.fields)
-    return False
+    return holds(data_type, (T.TimestampType, T.DateType))
 
 
 def outside_python(value: Column, data_type: T.DataType) -> Column:
