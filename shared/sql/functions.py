@@ -183,11 +183,11 @@ def _round(x: Any, digits: int = 0) -> Any:
 
 
 MAX_PADDED_CHARS = 1 << 20
-"""The longest text LPAD, RPAD, CONCAT (and ``||``) and REPLACE make in Python (a longer one is
+"""The longest text LPAD, RPAD, CONCAT (and ``||``), CONCAT_WS and REPLACE make in Python (a longer one is
 NULL): a Kafka record holds at most 1 MB by default, and a length of 2^31 - 1 once built a
 21 GB string on the router's loop; REPLACE of each character of a long text by a 60 KB one
 would build 60 GB."""
-TEXT_BUILDERS = frozenset({"LPAD", "RPAD", "CONCAT", "REPLACE"})
+TEXT_BUILDERS = frozenset({"LPAD", "RPAD", "CONCAT", "CONCAT_WS", "REPLACE"})
 """The functions that may build a text of ``MAX_PADDED_CHARS`` from short arguments."""
 
 
@@ -220,6 +220,79 @@ def _exp(x: Any) -> float:
         return math.exp(x)
     except OverflowError:  # Spark's exp gives Infinity
         return math.inf
+
+
+def _concat_ws(separator: str | None, *parts: str | None) -> str | None:
+    """Spark's ``concat_ws`` (ksqlDB's CONCAT_WS): NULL for a NULL separator, NULL parts
+    passed over (all of them NULL: an empty text); bounded as CONCAT is."""
+    if separator is None:
+        return None
+    kept = [p for p in parts if p is not None]
+    if sum(map(len, kept)) + len(separator) * max(len(kept) - 1, 0) > MAX_PADDED_CHARS:
+        return None
+    return separator.join(kept)
+
+
+def _initcap(s: str) -> str:
+    """Spark's ``initcap`` (ksqlDB's INITCAP): the first character of each word (after a space,
+    U+0020, only: not a tab or a line break) in title case, by full case mapping (``ß`` becomes
+    ``Ss``, ``ǆ`` ``ǅ``, ``İ`` stays), the rest in lower case as the word's (a final ``Σ`` is
+    ``ς``)."""
+    return " ".join(word[:1].title() + word.lower()[len(word[:1].lower()):] for word in s.split(" "))
+
+
+def _double(fn: Callable[[float], float], overflow: Callable[[float], float] = lambda _: math.inf) -> Callable[[Any], float]:
+    """A function of a DOUBLE as Java's ``Math`` answers it where Python's raises: NaN outside
+    its domain (``ACOS(2)``, ``SIN`` of Infinity), ``overflow(x)`` past a DOUBLE's range."""
+    def answer(x: Any) -> float:
+        x = float(x)
+        try:
+            return fn(x)
+        except ValueError:
+            return math.nan
+        except OverflowError:
+            return overflow(x)
+    return answer
+
+
+def _odd_integer(y: float) -> bool:
+    return math.isfinite(y) and y == math.floor(y) and math.fmod(y, 2) != 0
+
+
+def _power(x: Any, y: Any) -> float:
+    """Java's ``Math.pow`` (Spark's POWER), where C's differs: any power of NaN but the 0th and
+    a NaN power are NaN, so is 1 or -1 to an infinite power; 0 to a negative power is Infinity
+    (-Infinity for -0.0 to an odd one), NaN for a negative number to a fraction; past a DOUBLE's
+    range, Infinity signed as the power's would be."""
+    x, y = float(x), float(y)
+    if y == 0:
+        return 1.0
+    if math.isnan(x) or math.isnan(y) or (abs(x) == 1 and math.isinf(y)):
+        return math.nan
+    try:
+        return math.pow(x, y)
+    except (ValueError, ZeroDivisionError):
+        if x != 0:
+            return math.nan
+        return -math.inf if math.copysign(1, x) < 0 and _odd_integer(y) else math.inf
+    except OverflowError:
+        return -math.inf if x < 0 and _odd_integer(y) else math.inf
+
+
+def _cot(x: float) -> float:
+    """Spark's COT: 1 / TAN (Infinity signed as the tangent of a zero)."""
+    tangent = math.tan(x)
+    return math.copysign(math.inf, tangent) if tangent == 0 else 1 / tangent
+
+
+OF_A_DOUBLE: dict[str, Callable[[Any], float]] = {
+    "SIN": _double(math.sin), "COS": _double(math.cos), "TAN": _double(math.tan), "COT": _double(_cot),
+    "ASIN": _double(math.asin), "ACOS": _double(math.acos), "ATAN": _double(math.atan),
+    "SINH": _double(math.sinh, lambda x: math.copysign(math.inf, x)), "COSH": _double(math.cosh), "TANH": _double(math.tanh),
+    "DEGREES": _double(math.degrees), "RADIANS": _double(math.radians), "CBRT": _double(math.cbrt),
+}
+"""ksqlDB's functions of one DOUBLE that Spark has under the same name in lower case, each as
+Java's ``Math`` answers it (Spark's; its last bit may differ from the C library's)."""
 
 
 def _first(types: list[SqlType]) -> SqlType:
@@ -265,6 +338,8 @@ FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
     ScalarFunction("LEN", ("string",), result=lambda _: INT, spark="char_length", python=_strict(len)),
     ScalarFunction("CONCAT", ("string",), variadic="string", spark="concat",
                    python=_strict(_concat)),
+    ScalarFunction("CONCAT_WS", ("string", "string"), variadic="string", spark="concat_ws", python=_concat_ws),
+    ScalarFunction("INITCAP", ("string",), spark="initcap", python=_strict(_initcap)),
     ScalarFunction("SUBSTRING", ("string", "integer"), optional=("integer",), spark="substring",
                    python=_strict(_substring)),
     ScalarFunction("REPLACE", ("string", "string", "string"), spark="replace",
@@ -287,6 +362,13 @@ FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
                    python=_strict(lambda x: None if x <= 0 else math.log(x))),  # NaN is not <= 0: NaN, as Spark
     ScalarFunction("SIGN", ("numeric",), result=lambda _: DOUBLE, spark="sign",
                    python=_strict(lambda x: float(x) if is_nan(x) or x == 0 else float((x > 0) - (x < 0)))),  # NaN, -0.0 as Spark
+    *(ScalarFunction(name, ("numeric",), result=lambda _: DOUBLE, spark=name.lower(), python=_strict(fn))
+      for name, fn in OF_A_DOUBLE.items()),
+    # Spark adds 0.0 to each argument: ATAN2(-0.0, -0.0) is ATAN2(0.0, 0.0), 0.0 (Java's alone gives -pi).
+    ScalarFunction("ATAN2", ("numeric", "numeric"), result=lambda _: DOUBLE, spark="atan2",
+                   python=_strict(lambda y, x: math.atan2(float(y) + 0.0, float(x) + 0.0))),
+    ScalarFunction("POWER", ("numeric", "numeric"), result=lambda _: DOUBLE, spark="power", python=_strict(_power)),
+    ScalarFunction("PI", (), result=lambda _: DOUBLE, spark="pi", python=lambda: math.pi),
     ScalarFunction("GREATEST", ("orderable",), variadic="orderable", result=lambda t: common_type(t), spark="greatest",
                    python=lambda *a: max((x for x in a if x is not None), key=spark_ranked, default=None)),
     ScalarFunction("LEAST", ("orderable",), variadic="orderable", result=lambda t: common_type(t), spark="least",

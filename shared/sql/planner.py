@@ -205,7 +205,7 @@ def _check_text_builders(query: ast.Query) -> None:
 
     ast.replace_nodes((*(item.expr for item in query.items), query.where), note)
     if calls > MAX_TEXT_BUILDERS:
-        raise StatementError(f"the query calls LPAD, RPAD, CONCAT (or ||) and REPLACE {calls} times; a pull or push "
+        raise StatementError(f"the query calls LPAD, RPAD, CONCAT (or ||), CONCAT_WS and REPLACE {calls} times; a pull or push "
                              f"query may call them at most {MAX_TEXT_BUILDERS} times (each may build 1 MiB of text "
                              "per row): compute such columns in a persistent query and read its result")
 

@@ -1,6 +1,6 @@
-"""Stateless persistent queries on the real cluster: CSAS with a filter, functions and
-arithmetic, and a CSAS that re-keys through PARTITION BY into a topic of another size.
-Results are read back from the sink topics (read_committed) and compared record by record
+"""Stateless persistent queries on the real cluster: CSAS with a filter, functions (ksqlDB's
+INITCAP, CONCAT_WS and POWER among them) and arithmetic, and a CSAS that re-keys through
+PARTITION BY into a topic of another size. Results are read back from the sink topics (read_committed) and compared record by record
 with values computed here; a malformed input record goes to the processing log."""
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ async def test_projections_filters_and_partition_by_write_exactly_the_right_reco
         await producer.stop()
     queries = f"""
         SET 'auto.offset.reset'='earliest';
-        CREATE STREAM long_{name} AS SELECT userid, UCASE(pageid) AS page, seconds * 2 AS doubled
+        CREATE STREAM long_{name} AS SELECT userid, UCASE(pageid) AS page, seconds * 2 AS doubled,
+          INITCAP(CONCAT_WS(' ', pageid, userid)) AS title, POWER(seconds, 2) AS squared
           FROM {name} WHERE seconds > 5;
         CREATE STREAM by_page_{name} WITH (partitions=2, value_format='delimited') AS
           SELECT pageid, userid, seconds FROM {name} PARTITION BY pageid;
@@ -71,7 +72,8 @@ async def test_projections_filters_and_partition_by_write_exactly_the_right_reco
     await asyncio.to_thread(subprocess.run, [*MILLPOND, "sql", "--server", cluster.router, "-e", queries],
                             check=True, capture_output=True, timeout=120)
 
-    long_expected = Counter((u.encode(), json.dumps({"PAGE": p.upper(), "DOUBLED": s * 2}, separators=(",", ":")).encode())
+    long_expected = Counter((u.encode(), json.dumps({"PAGE": p.upper(), "DOUBLED": s * 2, "TITLE": f"{p.title()} {u.title()}",
+                                                     "SQUARED": float(s * s)}, separators=(",", ":")).encode())
                             for u, p, s in ROWS if s > 5)
     long_records = await read_topic(cluster.bootstrap, f"LONG_{name.upper()}", sum(long_expected.values()))
     assert Counter((k, v) for _, k, v in long_records) == long_expected

@@ -17,6 +17,7 @@ from millpond.shared.sql import aggregates, ast
 from millpond.shared.sql.expressions import evaluate, to_spark
 from millpond.shared.sql.parser import parse_statement
 from millpond.shared.sql.types import Scope, check, with_widths
+from tests.unit.services.worker.test_expressions_fuzzed_as_spark import same
 
 NO_COLUMNS = Scope("T", {})
 
@@ -70,6 +71,34 @@ def test_padding_and_overflowing_functions_answer_as_spark(spark: SparkSession) 
     # Spark reads 1.5 as a DECIMAL, Python as a DOUBLE: compared as numbers.
     spark_values = [float(v) if isinstance(v, Decimal) else v for v in as_spark(spark, exprs)]
     assert dict(zip(texts, (evaluate(e, {}) for e in exprs), strict=True)) == dict(zip(texts, spark_values, strict=True))
+
+
+def test_trigonometry_powers_and_text_functions_answer_as_sparks(spark: SparkSession) -> None:
+    """ksqlDB's SIN ... CBRT, ATAN2, POWER, PI, INITCAP and CONCAT_WS at the edges where Python's
+    math or text differs from Java's and Spark's: a domain error or an overflow raises in Python
+    (NaN or Infinity in Java), POWER of NaN, of 1 to an infinite power, of a zero to a negative
+    one, ATAN2 of negative zeros, COT of a zero, INITCAP's words (after spaces only), full case
+    mapping of their first characters (not lowered first: ``İ`` stays) and final sigma, CONCAT_WS's NULLs."""
+    texts = ["SIN(CAST('Infinity' AS DOUBLE))", "ACOS(2)", "ASIN(-1.5E0)", "COSH(1000)", "SINH(-1000)", "SINH(1000)",
+             "COT(0.0E0)", "COT(-0.0E0)", "COT(CAST('Infinity' AS DOUBLE))", "TAN(-0.0E0)", "TANH(-0.0E0)", "COS(1E300)",
+             "ATAN(CAST('-Infinity' AS DOUBLE))", "CBRT(-8)", "CBRT(-0.0E0)", "CBRT(CAST(27 AS DECIMAL(6, 2)))",
+             "DEGREES(1E308)", "DEGREES(1)", "RADIANS(-0.0E0)", "RADIANS(180)", "PI()", "COT(1.25)", "SIN(1.0E-300)",
+             "ATAN2(0.0E0, -0.0E0)", "ATAN2(-0.0E0, -0.0E0)", "ATAN2(-1, -0.0E0)", "ATAN2(CAST('Infinity' AS DOUBLE), 1)",
+             "POWER(1, CAST('NaN' AS DOUBLE))", "POWER(-1, CAST('Infinity' AS DOUBLE))", "POWER(CAST('NaN' AS DOUBLE), 0)",
+             "POWER(0.0E0, -1)", "POWER(-0.0E0, -1)", "POWER(-0.0E0, -2)", "POWER(-0.0E0, -3.0E0)", "POWER(-8, 1.0E0 / 3)",
+             "POWER(10, 400)", "POWER(-10, 401)", "POWER(-10, 400)", "POWER(0.0E0, CAST('-Infinity' AS DOUBLE))",
+             "POWER(-2, CAST('Infinity' AS DOUBLE))", "POWER(0.5E0, CAST('-Infinity' AS DOUBLE))",
+             "POWER(CAST('-Infinity' AS DOUBLE), -3)", "POWER(CAST('-Infinity' AS DOUBLE), 3)", "POWER(-1.0E-300, 3)",
+             "POWER(2, 3)", "POWER(9223372036854775807, 2)", "POWER(CAST(2 AS DECIMAL(6, 2)), 0.5)",
+             "INITCAP('hELLO wORLD  x-y z_a')", "INITCAP('  a\tb\nc')", "INITCAP('ǆemal ßtraße ﬁsh ΣΑΣ ΑΣ İx xİ İİ ẞx ǅA ﬀi')",
+             "INITCAP('')", "INITCAP('1abc Ábc ')", "CONCAT_WS(', ', 'a', NULL, 'b')", "CONCAT_WS(NULL, 'a')",
+             "CONCAT_WS(',', NULL)", "CONCAT_WS('', 'a', 'b')", "CONCAT_WS('-', '', NULL, '')"]
+    exprs = [with_widths(expression(text), NO_COLUMNS) for text in texts]
+    python = [evaluate(e, {}) for e in exprs]
+    differing = {text: (ours, theirs) for text, ours, theirs in zip(texts, python, as_spark(spark, exprs), strict=True)
+                 if not same(ours, theirs)}
+    assert differing == {}
+    assert python[texts.index("POWER(1, CAST('NaN' AS DOUBLE))")] != python[texts.index("POWER(1, CAST('NaN' AS DOUBLE))")]
 
 
 def test_integer_arithmetic_that_overflows_wraps_as_sparks(spark: SparkSession) -> None:

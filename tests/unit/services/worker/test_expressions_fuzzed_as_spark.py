@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 
 from millpond.shared.sql import ast
 from millpond.shared.sql.expressions import evaluate, to_spark
+from millpond.shared.sql.functions import OF_A_DOUBLE
 from millpond.shared.sql.parser import parse_statement
 from millpond.shared.sql.types import Scope, check, with_widths
 
@@ -34,9 +35,9 @@ ROWS = [
 LEAVES = {
     "INT": ["I", "J", "0", "1", "-1", "7", "2147483647", "-2147483648"],
     "BIGINT": ["B", "9223372036854775807", "10000000000", "-5000000000"],
-    "DOUBLE": ["D", "E", "2.5E0", "-1.0E0", "0.0E0", "1.0E300", "3.0E-5"],
+    "DOUBLE": ["D", "E", "2.5E0", "-1.0E0", "0.0E0", "1.0E300", "3.0E-5", "PI()"],
     "DECIMAL": ["M", "1.5", "0.01", "-2.25", "100.0", "0.0000001", "CAST(7 AS DECIMAL(6, 2))"],
-    "VARCHAR": ["S", "T", "'ab'", "''", "' x '", "'%'", "'12'", "'true'", "'3.7'"],
+    "VARCHAR": ["S", "T", "'ab'", "''", "' x '", "'%'", "'12'", "'true'", "'3.7'", "'hELLO wORLD'"],
     "BOOLEAN": ["F", "TRUE", "FALSE"],
 }
 NUMBERS = ["INT", "BIGINT", "DOUBLE", "DECIMAL"]
@@ -82,6 +83,7 @@ def _forms(draw: Callable[..., str]) -> dict[str, list[Form]]:
         "DOUBLE": [
             lambda x: f"({x('DOUBLE')} {draw(*ARITHMETIC)} {x('NUMBER')})",
             lambda x: f"{draw('SQRT', 'EXP', 'LN', 'SIGN')}({x('NUMBER')})",
+            lambda x: f"{draw(*OF_A_DOUBLE)}({x('NUMBER')})", lambda x: f"{draw('POWER', 'ATAN2')}({x('NUMBER')}, {x('NUMBER')})",
             lambda x: f"ROUND({x('DOUBLE')}, {draw('-1', '0', '2')})", lambda x: f"ABS({x('DOUBLE')})",
             lambda x: f"CAST({x(draw('INT', 'BIGINT', 'DECIMAL', 'VARCHAR'))} AS DOUBLE)", lambda x: f"(- {x('DOUBLE')})",
             lambda x: f"{draw('GREATEST', 'LEAST', 'COALESCE')}({x('DOUBLE')}, {x('NUMBER')})",
@@ -95,7 +97,8 @@ def _forms(draw: Callable[..., str]) -> dict[str, list[Form]]:
             lambda x: f"{draw('GREATEST', 'LEAST', 'COALESCE')}({x('DECIMAL')}, {x(draw('DECIMAL', 'INT', 'BIGINT'))})",
         ],
         "VARCHAR": [
-            lambda x: f"{draw('UCASE', 'LCASE', 'TRIM', 'LTRIM', 'RTRIM')}({x('VARCHAR')})",
+            lambda x: f"{draw('UCASE', 'LCASE', 'TRIM', 'LTRIM', 'RTRIM', 'INITCAP')}({x('VARCHAR')})",
+            lambda x: f"CONCAT_WS({x('VARCHAR')}, {x('VARCHAR')}, {x('VARCHAR')})",
             lambda x: f"CONCAT({x('VARCHAR')}, {x('VARCHAR')})", lambda x: f"({x('VARCHAR')} || {x('VARCHAR')})",
             lambda x: f"SUBSTRING({x('VARCHAR')}, {x('INT')})", lambda x: f"SUBSTRING({x('VARCHAR')}, {x('INT')}, {x('INT')})",
             lambda x: f"REPLACE({x('VARCHAR')}, {x('VARCHAR')}, {x('VARCHAR')})",

@@ -66,7 +66,7 @@ def test_padding_is_exact_up_to_its_cap_and_null_beyond() -> None:
 
 
 def test_concatenation_and_replace_are_exact_up_to_the_cap_and_null_beyond() -> None:
-    """REPLACE of each character of a long text by a long one, or CONCAT of long texts, would
+    """REPLACE of each character of a long text by a long one, or CONCAT (CONCAT_WS) of long texts, would
     build gigabytes on the serving loop: past the padding cap they are NULL, as padding is."""
     half = f"LPAD('', {MAX_PADDED_CHARS // 2}, 'a')"
     assert value_of(f"CONCAT({half}, {half})") == "a" * MAX_PADDED_CHARS
@@ -74,6 +74,9 @@ def test_concatenation_and_replace_are_exact_up_to_the_cap_and_null_beyond() -> 
     assert value_of(f"REPLACE({half}, 'a', 'bb')") == "bb" * (MAX_PADDED_CHARS // 2)
     assert value_of(f"REPLACE({half}, 'a', 'bbb')") is None
     assert value_of("REPLACE('abcabc', 'bc', '')") == "aa" and value_of("REPLACE('abc', '', 'x')") == "abc"
+    assert value_of(f"CONCAT_WS('', {half}, {half})") == "a" * MAX_PADDED_CHARS
+    assert value_of(f"CONCAT_WS('b', {half}, {half})") is None  # one separator past the cap
+    assert value_of(f"CONCAT_WS({half}, 'x', NULL, {half})") is None
 
 
 def test_a_pull_or_push_query_may_build_text_a_bounded_number_of_times_per_row() -> None:
@@ -87,7 +90,7 @@ def test_a_pull_or_push_query_may_build_text_a_bounded_number_of_times_per_row()
     beyond = parse_statement("SELECT * FROM s WHERE LEN(v) IN (" + ", ".join(["LEN(LPAD(v, 1048576, v))"] * 65)
                              + ") EMIT CHANGES")
     assert isinstance(beyond, ast.Query)
-    with pytest.raises(StatementError, match=re.escape("calls LPAD, RPAD, CONCAT (or ||) and REPLACE 65 times; a pull "
+    with pytest.raises(StatementError, match=re.escape("calls LPAD, RPAD, CONCAT (or ||), CONCAT_WS and REPLACE 65 times; a pull "
                                                        "or push query may call them at most 64 times")):
         plan_select(beyond, meta.source("S"))
 
