@@ -135,8 +135,9 @@ class Cast(Expr):
     operand: Expr
     type: SqlType
     scale: int = field(default=-1, compare=False, repr=False)
-    """For a DECIMAL operand cast to VARCHAR, once typed: its scale, the digits its text has
-    after the point (``1.50``); -1 otherwise."""
+    """For a DECIMAL operand cast to VARCHAR, INT or BIGINT, once typed: its scale (the digits
+    its text has after the point, ``1.50``; an integer takes the whole part's low bits, where a
+    DOUBLE's saturates); -1 otherwise."""
 
 
 @dataclass(frozen=True)

@@ -283,6 +283,10 @@ def evaluate(expr: ast.Expr, row: Mapping[str, Any]) -> Any:
         return evaluate(expr.otherwise, row) if expr.otherwise is not None else None
     if isinstance(expr, ast.Cast):
         value = evaluate(expr.operand, row)
+        if expr.scale >= 0 and value is not None and expr.type.base in functions.INTEGRAL:
+            # A DECIMAL's whole part, its low bits, as Spark's ``Decimal.toInt`` and ``toLong`` (a
+            # DOUBLE's saturates): 10^12 as an INT is -727379968.
+            return _wrapped(math.trunc(value), 32 if expr.type.base == "INT" else 64)
         if expr.scale >= 0 and value is not None:  # a DECIMAL's text: its scale's digits, as Java's BigDecimal writes it
             exact = functions.fitted_decimal(value, functions.MAX_DECIMAL_DIGITS + expr.scale, expr.scale)
             return None if exact is None else str(exact.copy_abs() if exact.is_zero() else exact)
@@ -292,6 +296,8 @@ def evaluate(expr: ast.Expr, row: Mapping[str, Any]) -> Any:
         if fn is None:
             raise StatementError(f"function {expr.name} is not supported here")
         args = [evaluate(a, row) for a in expr.args]
+        if expr.name in functions.TAKES_INT:  # a BIGINT argument cast to Spark's INT parameter: its low bits
+            args = [_wrapped(a, 32) if isinstance(a, int) and fn.kind_at(i) == "integer" else a for i, a in enumerate(args)]
         try:
             result = fn.python(*args)
             if expr.decimal:

@@ -382,6 +382,11 @@ FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
 )}
 
 
+TAKES_INT = frozenset(f.name for f in FUNCTIONS.values() if "integer" in (*f.params, *f.optional, f.variadic))
+"""Functions with an ``integer`` parameter, which Spark takes as an INT: a BIGINT argument is
+cast to it, keeping its low 32 bits (``SUBSTRING(s, 4294967298)`` starts at 2)."""
+
+
 def lookup(name: str) -> ScalarFunction | None:
     """The scalar function called ``name``, if there is one."""
     return FUNCTIONS.get(name)

@@ -276,8 +276,9 @@ def with_widths(tree: T, scope: Scope) -> T:
     (``Binary.bits``), so Python's evaluation of it wraps as Spark's does: ``v * 3`` of a BIGINT
     near 2^63 is the same wrapped number at a pull, a push and a persistent query. Likewise each
     arithmetic (or FLOOR, CEIL, ROUND) whose result is a DECIMAL is marked with its precision
-    and scale (``Binary.decimal``), each CAST of a DECIMAL to VARCHAR with the scale its text
-    has (``Cast.scale``), and each INT or BIGINT that a CASE or a GREATEST-like call may pick is
+    and scale (``Binary.decimal``), each CAST of a DECIMAL to VARCHAR, INT or BIGINT with its
+    scale (``Cast.scale``: the digits its text has; an integer takes its whole part's low bits),
+    and each INT or BIGINT that a CASE or a GREATEST-like call may pick is
     cast to the DOUBLE or DECIMAL it gives (``_widened``). Subtrees without any of these are
     kept, the very objects (a lookup template finds its key's literal in either)."""
     if isinstance(tree, tuple):
@@ -296,7 +297,7 @@ def with_widths(tree: T, scope: Scope) -> T:
         decimal = typed.params if typed.base == "DECIMAL" else ()  # negating a DECIMAL is exact
         if not isinstance(tree, ast.Unary) and decimal != tree.decimal:
             changed["decimal"] = decimal
-    if isinstance(tree, ast.Cast) and tree.type.base == "VARCHAR":
+    if isinstance(tree, ast.Cast) and tree.type.base in ("VARCHAR", "INT", "BIGINT"):
         operand = check(tree.operand, scope)
         scale = operand.params[1] if operand.base == "DECIMAL" else -1
         if scale != tree.scale:

@@ -144,6 +144,22 @@ def test_casts_to_int_and_bigint_wrap_or_saturate_as_sparks(spark: SparkSession,
     assert dict(zip(texts, (evaluate(e, row) for e in exprs), strict=True)) == dict(zip(texts, spark_row, strict=True))
 
 
+def test_bigints_for_int_parameters_and_decimals_cast_to_integers_keep_their_low_bits_as_sparks(spark: SparkSession) -> None:
+    """Spark takes SUBSTRING's, LPAD's, RPAD's and ROUND's places as an INT, casting a BIGINT
+    to its low 32 bits, and a DECIMAL cast to INT or BIGINT is its whole part's low bits (a
+    DOUBLE's saturates). Python took the BIGINT whole and saturated the DECIMAL as a DOUBLE, so
+    ``SUBSTRING(s, - -2147483648)`` or ``CAST(GREATEST(7.00, b) AS INT)`` at a pull was not the
+    persistent query's value (both found by random expressions of other seeds)."""
+    texts = ["SUBSTRING('abcdef', 4294967298, 4294967298)", "SUBSTRING('abcdef', 2, 4294967295)", "SUBSTRING('abc', - -2147483648)",
+             "LPAD('ab', 4294967299, 'x')", "RPAD('ab', -4294967293, 'x')", "ROUND(1234, 4294967295)", "ROUND(2.5E0, 4294967297)",
+             "CAST(CAST('1e20' AS DECIMAL(38, 0)) AS BIGINT)", "CAST(CAST('1e20' AS DECIMAL(38, 0)) AS INT)",
+             "CAST(CAST(-2.7 AS DECIMAL(6, 2)) AS INT)", "CAST(CAST('4294967296.5' AS DECIMAL(20, 2)) AS INT)",
+             "CAST(CAST('-4294967297.9' AS DECIMAL(20, 2)) AS INT)", "CAST(CAST('9223372036854775808' AS DECIMAL(20, 0)) AS BIGINT)",
+             "CAST(CAST('2147483648' AS DECIMAL(12, 2)) AS INT)", "CAST(GREATEST(CAST(7 AS DECIMAL(6, 2)), 1000000000000) AS INT)"]
+    exprs = [with_widths(expression(text), NO_COLUMNS) for text in texts]
+    assert dict(zip(texts, (evaluate(e, {}) for e in exprs), strict=True)) == dict(zip(texts, as_spark(spark, exprs), strict=True))
+
+
 def test_strings_casts_and_null_logic_answer_as_spark(spark: SparkSession) -> None:
     """SUBSTRING's positions 0 and before the start, TRIM of spaces only, text read as an integer
     (digits, a fraction dropped; exponents and underscores NULL) or a BOOLEAN (Spark's words), IN
