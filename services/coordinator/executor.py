@@ -35,7 +35,7 @@ from millpond.shared.session import AUTO_OFFSET_RESET, STATEMENT_ID_CHARS, check
 from millpond.shared.sql import ast
 from millpond.shared.sql.guard import StatementParser, check_length
 from millpond.shared.sql.joins import started_sources
-from millpond.shared.sql.planner import check_topic_name
+from millpond.shared.sql.planner import check_round_places, check_topic_name
 from millpond.shared.task_status import TaskReport
 from millpond.shared.teardown import run_to_end
 
@@ -182,6 +182,8 @@ class StatementExecutor:
                     # Here, not in plan: replay keeps what was accepted.
                     check_upgrades(self.metastore.queries, change)
                     check_sources(change)
+                    if change.add_queries:
+                        check_round_places(stmt)
                 except MillpondError:  # (what fenced an attempt may make the statement invalid now)
                     await self._delete_attempted(attempted, None)
                     raise

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import Any
 
 from millpond.shared.catalog.plans import PlanKind
@@ -208,6 +208,35 @@ def _check_text_builders(query: ast.Query) -> None:
         raise StatementError(f"the query calls LPAD, RPAD, CONCAT (or ||), CONCAT_WS and REPLACE {calls} times; a pull or push "
                              f"query may call them at most {MAX_TEXT_BUILDERS} times (each may build 1 MiB of text "
                              "per row): compute such columns in a persistent query and read its result")
+
+
+MAX_ROUND_PLACES = 1000
+"""The most places a persistent query's ROUND takes either way: Spark's fails every batch for
+about a billion (``BigInteger would overflow supported range``, ``Underflow``), and beyond a
+DOUBLE's or a DECIMAL's digits more places change nothing (``ROUND(d, -400)`` is 0 already)."""
+
+
+def check_round_places(statement: Any) -> None:
+    """Refuse a ROUND in ``statement`` (a persistent query's, checked when it is accepted) whose
+    places Spark cannot take: Spark rounds every row to one scale fixed when the query starts,
+    so its analyzer refuses places that are not a constant (``ROUND(d, i)``, which a pull
+    evaluates), and its batches fail past about a billion places."""
+    if isinstance(statement, tuple):
+        for item in statement:
+            check_round_places(item)
+        return
+    if not is_dataclass(statement) or isinstance(statement, type):
+        return
+    if isinstance(statement, ast.Call) and statement.name == "ROUND" and len(statement.args) > 1:
+        places = statement.args[1]
+        value = places.value if isinstance(places, ast.Literal) else None
+        if not isinstance(value, int) or isinstance(value, bool) or abs(value) > MAX_ROUND_PLACES:
+            raise StatementError(
+                f"ROUND's places in a persistent query must be a whole number from -{MAX_ROUND_PLACES} to "
+                f"{MAX_ROUND_PLACES} written as it is (ROUND(x, 2)), not {ast.to_sql(places)}: Spark rounds every row "
+                "to one scale, fixed when the query starts (a pull query may round by a column)")
+    for item in fields(statement):
+        check_round_places(getattr(statement, item.name))
 
 
 def check_properties(properties: dict[str, Any], allowed: tuple[str, ...], statement: str) -> None:

@@ -196,6 +196,34 @@ async def test_columns_whose_names_differ_only_in_case_are_refused_before_they_a
     assert len(metastore.sources) == 2
 
 
+@pytest.mark.parametrize("sql, places", [
+    ("CREATE STREAM t AS SELECT sensor, ROUND(reading, places) AS r FROM readings EMIT CHANGES", "PLACES"),
+    ("CREATE TABLE t AS SELECT sensor, COUNT(*) AS n FROM readings WHERE ROUND(reading, 2147483647) > 0 GROUP BY sensor "
+     "EMIT CHANGES", "2147483647"),
+    ("CREATE STREAM t AS SELECT sensor FROM readings WHERE ROUND(reading, 1 + 1) > 0 EMIT CHANGES", "(1 + 1)"),
+    ("CREATE STREAM t AS SELECT sensor, ROUND(reading, -1001) AS r FROM readings EMIT CHANGES", "-1001"),
+])
+async def test_a_persistent_query_rounding_by_places_spark_cannot_take_is_refused_before_it_is_appended(
+        sql: str, places: str) -> None:
+    """Spark's analyzer refuses ROUND by a column (the scale is fixed when the query starts),
+    and its batches fail past about a billion places: such a query was accepted, then failed
+    on its worker. Refused when the statement is run; a replayed one stays, and a pull query
+    may still round by a column (Python evaluates it)."""
+    metastore = Metastore()
+    metastore.apply(parse_statement("CREATE STREAM readings (sensor VARCHAR KEY, reading DOUBLE, places INT) "
+                                    "WITH (kafka_topic='readings', partitions=1, value_format='json')"), 0)
+    unused = cast(Any, None)
+    executor = StatementExecutor(CoordinatorSettings(), metastore, cast(Any, FakeReader()), cast(Any, FakeWriter()),
+                                 unused, unused, cast(Any, FakeOffsets()))
+    with pytest.raises(StatementError) as err:
+        await executor.execute(sql, {})
+    assert f"ROUND's places in a persistent query must be a whole number from -1000 to 1000 written as it is (ROUND(x, 2)), " \
+           f"not {places}" in err.value.message
+    assert status_code(err.value.kind) is grpc.StatusCode.INVALID_ARGUMENT
+    metastore.apply(parse_statement(sql), 1)  # as replay finds a statement accepted before
+    assert len(metastore.queries) == 1
+
+
 class RecordingAdmin:
     """The admin calls a CREATE makes: no topic exists; each one created is recorded."""
 
