@@ -73,7 +73,7 @@ from millpond.shared.kafka.serde import (
 from millpond.shared.sql import aggregates
 from millpond.shared.sql.expressions import evaluate
 from millpond.shared.sql.parser import statement_query
-from millpond.shared.sql.planner import having_over_result
+from millpond.shared.sql.planner import aggregates_over_result, having_over_result
 from millpond.shared.sql.types import Scope, with_widths
 from millpond.shared.task_status import RESTORING, RUNNING, STARTING, StoreLag, TaskReport, now_ms
 from millpond.shared.teardown import bounded, gather_or_cancel, run_to_end
@@ -500,7 +500,10 @@ def table_rows(table: DataSource) -> Callable[[bytes, list[Any]], list[Any]]:
 def group_rows(query: PersistentQuery, sink: DataSource) -> RowFn:
     """A GROUP BY table's rows (``aggregate_rows``), without those its HAVING drops (a HAVING
     that cannot be computed for a row drops it)."""
-    row = aggregate_rows(sink, [aggregates.of(a.function, a.literals) for a in query.plan.aggregates], query.plan.columns)
+    aggs = [aggregates.of(a.function, a.literals) for a in query.plan.aggregates]
+    held = {a.column for a in query.plan.aggregates}
+    computed = any(not c.key and c.name not in held and c.expression not in (WINDOW_START, WINDOW_END) for c in query.plan.columns)
+    row = computed_rows(query, sink, aggs) if computed else aggregate_rows(sink, aggs, query.plan.columns)
     having = having_over_result(statement_query(query.statement)) if query.plan.having is not None else None
     if having is None:
         return row
@@ -552,6 +555,50 @@ def aggregate_rows(sink: DataSource, aggs: list[aggregates.Aggregate],
 
     def row(key: bytes, state: list[Any]) -> list[Any]:
         return [*decode(key), *[final(s) for final, s in zip(finals, state[:n], strict=True)]]
+
+    return row
+
+
+def computed_rows(query: PersistentQuery, sink: DataSource,
+                  aggs: list[aggregates.Aggregate]) -> Callable[[bytes, list[Any]], list[Any]]:
+    """A GROUP BY table's row (as ``aggregate_rows``) where value columns compute over its
+    aggregates (``ROUND(AVG(x), 2)``, ``SUM(x) / COUNT(*)``: ``aggregates_over_result``, from
+    the statement): each aggregate's value by its column's name (or the name it is held apart
+    under), then each such expression over them, its INT and BIGINT arithmetic wrapping as
+    Spark's; one that cannot be computed is NULL."""
+    plan = query.plan
+    types = {c.name: c.type for c in sink.row_columns} | {a.column: a.result for a in plan.aggregates if a.result is not None}
+    scope = Scope(sink.name, types)
+    over = {name: with_widths(expr, scope) for name, expr in aggregates_over_result(statement_query(query.statement))[0].items()}
+    finals = [(a.column, agg.finalize if (to_bytes := bytes_decoder(types[a.column])) is None else _with_bytes(agg.finalize, to_bytes))
+              for a, agg in zip(plan.aggregates, aggs, strict=True)]
+    n = len(finals)  # a state's partials; its time may follow them (``AggregationTask._merge``)
+    decode, keys, window = key_decoder(sink.key_columns), [c.name for c in sink.key_columns], sink.window
+    head = [*keys, *((WINDOW_START, WINDOW_END) if window is not None else ())]
+    # Each value column: a window's bound, an aggregate, or an expression over them, by name.
+    values = [(c.name, c.expression if c.expression in (WINDOW_START, WINDOW_END) else c.name, over.get(c.name))
+              for c in plan.columns if not c.key]
+
+    def computed(expr: Any, known: dict[str, Any]) -> Any:
+        try:
+            return evaluate(expr, known)
+        except (ArithmeticError, TypeError, ValueError):
+            return None
+
+    def row(key: bytes, state: list[Any]) -> list[Any]:
+        if window is not None:
+            inner, start, end = window_bounds(key, window)
+            known = dict(zip(keys, decode(inner), strict=True))
+            known[WINDOW_START], known[WINDOW_END] = start, end
+        else:
+            known = dict(zip(keys, decode(key), strict=True))
+        for (name, final), partial in zip(finals, state[:n], strict=True):
+            known[name] = final(partial)
+        out = [known[name] for name in head]
+        for name, source, expr in values:
+            known[name] = value = known[source] if expr is None else computed(expr, known)
+            out.append(value)
+        return out
 
     return row
 

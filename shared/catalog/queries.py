@@ -34,6 +34,10 @@ class AggregateCall:
     literals: tuple[int | bool, ...] = ()
     """The literal arguments after the column (``LATEST_BY_OFFSET(x, 3, false)``: 3 and False),
     which ``aggregates.of`` makes the aggregate with."""
+    result: SqlType | None = None
+    """The type of an aggregate no column selects as it is, held apart for the expressions over
+    it (``ROUND(AVG(x), 2)``: ``planner.aggregates_over_result``); None for a selected one (its
+    column's type)."""
 
     def shown(self) -> str:
         """The call as SQL, for EXPLAIN and messages."""

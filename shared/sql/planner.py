@@ -422,6 +422,11 @@ def _joined_aggregation(
     if kind != "TABLE":
         verb = "CREATE TABLE AS SELECT"
         raise StatementError(f"invalid result type: the SELECT produces a TABLE; use {verb} instead")
+    derived = next(iter(aggregates_over_result(query)[0]), None)
+    if derived is not None:
+        raise StatementError(f"a GROUP BY over a join selects its aggregates and GROUP BY expressions as they are, not "
+                             f"yet an expression over them ({derived}): select the aggregates, and compute {derived} "
+                             "from the table in a query of its own (CREATE TABLE ... AS SELECT ... FROM it)")
     aggregation = join_aggregation(query, source, joined)
     tables = source.kind == "TABLE"  # tables joined with tables: their joined rows are regrouped
     _, _, join = plan_join(source.kind, name, pre_aggregation(query), source, joined, source.partitions)
@@ -561,7 +566,13 @@ def _aggregation(
     columns: list[OutputColumn] = []
     calls: list[AggregateCall] = []
     keys: dict[ast.Expr, str] = {}
+    derived, hidden = aggregates_over_result(query)
     for out, expr in _expand(query, source):
+        if out in derived:
+            _check_over_aggregates(out, expr, groups, query.window is not None and not any(
+                bound in source.schema for bound in WINDOW_BOUNDS))
+            columns.append(OutputColumn(out, SqlType("NULL"), ""))  # typed below, over the result
+            continue
         if expr in group_types:
             if expr in keys:
                 raise StatementError(f"the GROUP BY expression {to_sql(expr)} is selected twice (as {keys[expr]} and "
@@ -578,22 +589,20 @@ def _aggregation(
             columns.append(OutputColumn(out, SqlType("BIGINT"), expr.name))
             continue
         if not isinstance(expr, ast.Call) or aggregates.lookup(expr.name) is None:
-            shown = to_sql(expr) if out == to_sql(expr) else f"{out} ({to_sql(expr)})"
-            grouping = ", ".join(to_sql(g) for g in groups)
-            raise StatementError(f"{shown} is neither an aggregate nor {'the' if len(groups) == 1 else 'a'} GROUP BY "
-                                 f"expression {grouping}; aggregate it or group by it")
-        result = check(expr, scope, aggregates_allowed=True)
-        if source.kind == "TABLE" and aggregates.require(expr.name).undo is None:
-            undone = ", ".join(a.name for a in aggregates.AGGREGATES.values() if a.undo is not None)
-            raise StatementError(f"{expr.name.upper()} cannot aggregate the TABLE {source.name}: a table's row that "
-                                 f"changes or is deleted is taken back out of its group, which {expr.name.upper()} "
-                                 f"cannot do; on a table use {undone}, or aggregate the stream it comes from")
-        argument = "1" if expr.star else to_spark(expr.args[0], scope)
-        aggregate = aggregates.require(expr.name)
-        literals = aggregate.literals(aggregate.name, expr.args[1:]) if aggregate.literals is not None else ()
-        call = AggregateCall(out, expr.name, argument, literals)
+            raise _not_grouped(out, expr, groups)
+        result, call = _aggregate_call(out, expr, source, scope)
         columns.append(OutputColumn(out, result, call.shown()))
         calls.append(call)
+    for expr, held in hidden.items():
+        assert isinstance(expr, ast.Call)
+        result, call = _aggregate_call(held, expr, source, scope)
+        calls.append(replace(call, result=result))
+    if derived:
+        over = Scope("the result of the GROUP BY", {**{c.name: c.type for c in columns if c.expression},
+                                                   **{c.column: c.result for c in calls if c.result is not None},
+                                                   **dict.fromkeys(WINDOW_BOUNDS, SqlType("BIGINT"))})
+        columns = [replace(c, type=check(derived[c.name], over), expression=to_sql(derived[c.name]))
+                   if c.name in derived else c for c in columns]
     missing = next((g for g in groups if g not in keys), None)
     if missing is not None:
         raise _missing_key(name, "grouping expression", missing)
@@ -614,6 +623,47 @@ def _aggregation(
     return ordered, _struct_key(ordered), tuple(calls)
 
 
+def _not_grouped(out: str, expr: ast.Expr, groups: Sequence[ast.Expr]) -> StatementError:
+    shown = to_sql(expr) if out == to_sql(expr) else f"{out} ({to_sql(expr)})"
+    grouping = ", ".join(to_sql(g) for g in groups)
+    return StatementError(f"{shown} is neither an aggregate nor {'the' if len(groups) == 1 else 'a'} GROUP BY "
+                          f"expression {grouping}, nor an expression over them; aggregate it or group by it")
+
+
+def _check_over_aggregates(out: str, expr: ast.Expr, groups: Sequence[ast.Expr], bounds: bool) -> None:
+    """Refuse an expression over aggregates that reads a column outside them and the GROUP BY
+    expressions (a window's bounds aside, ``bounds``): the result row has no such column."""
+    stray: list[ast.Expr] = []
+
+    def note(node: ast.Expr) -> ast.Expr | None:
+        if _is_aggregate(node) or node in groups or (bounds and isinstance(node, ast.ColumnRef) and node.name in WINDOW_BOUNDS):
+            return node
+        if isinstance(node, ast.ColumnRef):
+            stray.append(node)
+            return node
+        return None
+
+    ast.replace_nodes(expr, note)
+    if stray:
+        raise StatementError(f"{out} ({to_sql(expr)}) reads {to_sql(stray[0])} outside its aggregates, and "
+                             f"{to_sql(stray[0])} is not {'the' if len(groups) == 1 else 'a'} GROUP BY expression "
+                             f"({', '.join(to_sql(g) for g in groups)}): aggregate it or group by it")
+
+
+def _aggregate_call(out: str, expr: ast.Call, source: DataSource, scope: Scope) -> tuple[SqlType, AggregateCall]:
+    """An aggregate call's result type, and the call as a plan keeps it (in column ``out``)."""
+    result = check(expr, scope, aggregates_allowed=True)
+    if source.kind == "TABLE" and aggregates.require(expr.name).undo is None:
+        undone = ", ".join(a.name for a in aggregates.AGGREGATES.values() if a.undo is not None)
+        raise StatementError(f"{expr.name.upper()} cannot aggregate the TABLE {source.name}: a table's row that "
+                             f"changes or is deleted is taken back out of its group, which {expr.name.upper()} "
+                             f"cannot do; on a table use {undone}, or aggregate the stream it comes from")
+    argument = "1" if expr.star else to_spark(expr.args[0], scope)
+    aggregate = aggregates.require(expr.name)
+    literals = aggregate.literals(aggregate.name, expr.args[1:]) if aggregate.literals is not None else ()
+    return result, AggregateCall(out, expr.name, argument, literals)
+
+
 def _struct_key(columns: Sequence[OutputColumn]) -> str:
     """Spark SQL of a key of several columns as one value: a ``named_struct`` of them, in
     order (its JSON is the key), NULL when any is NULL."""
@@ -621,6 +671,56 @@ def _struct_key(columns: Sequence[OutputColumn]) -> str:
     null = " OR ".join(f"{e} IS NULL" for _, e in parts)
     fields = ", ".join(f"{spark_literal(n)}, {e}" for n, e in parts)
     return f"IF({null}, NULL, named_struct({fields}))"
+
+
+def _is_aggregate(node: ast.Expr) -> bool:
+    return isinstance(node, ast.Call) and aggregates.lookup(node.name) is not None
+
+
+def aggregates_over_result(query: ast.Query) -> tuple[dict[str, ast.Expr], dict[ast.Expr, str]]:
+    """A GROUP BY query's value columns that compute over its aggregates (``SUM(x) / COUNT(*)``,
+    ``ROUND(AVG(x), 2)``), by name, each as an expression over the result row: its aggregate
+    calls and GROUP BY expressions replaced by the columns that hold them. And each aggregate
+    call no column selects as it is, with the name of the column held apart for it
+    (``KSQL_AGG_VARIABLE_<n>``, as ksqlDB names them; not in the table). What the planner
+    checks and the workers evaluate on every row of the table, from the statement."""
+    selected = {item.expr: output_name(item, i) for i, item in enumerate(query.items) if item.expr is not None}
+    taken = set(selected.values())
+    hidden: dict[ast.Expr, str] = {}
+
+    def swap(node: ast.Expr) -> ast.Expr | None:
+        if _is_aggregate(node):
+            if node in selected:
+                return ast.ColumnRef(selected[node])
+            if node not in hidden:
+                number = len(hidden)
+                while f"KSQL_AGG_VARIABLE_{number}" in taken:
+                    number += 1
+                hidden[node] = f"KSQL_AGG_VARIABLE_{number}"
+                taken.add(hidden[node])
+            return ast.ColumnRef(hidden[node])
+        if node in query.group_by and node in selected:
+            return ast.ColumnRef(selected[node])
+        return None
+
+    derived: dict[str, ast.Expr] = {}
+    for index, item in enumerate(query.items):
+        expr = item.expr
+        if expr is not None and expr not in query.group_by and not _is_aggregate(expr) and _holds_aggregate(expr):
+            derived[output_name(item, index)] = ast.replace_nodes(expr, swap)
+    return derived, hidden
+
+
+def _holds_aggregate(expr: ast.Expr) -> bool:
+    found = False
+
+    def note(node: ast.Expr) -> ast.Expr | None:
+        nonlocal found
+        found = found or _is_aggregate(node)
+        return node if found else None
+
+    ast.replace_nodes(expr, note)
+    return found
 
 
 def having_over_result(query: ast.Query) -> ast.Expr | None:

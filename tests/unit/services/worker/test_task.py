@@ -502,6 +502,34 @@ def test_a_group_by_row_is_its_decoded_key_and_each_finalized_aggregate() -> Non
         by_id(b"\x00\x00\x00\x01", [[3]])
 
 
+def test_a_group_by_row_computes_its_expressions_over_aggregates_including_those_no_column_selects() -> None:
+    """``SUM(v) / COUNT(*)``, ``ROUND(AVG(v), 2)`` and the like are evaluated over the row's
+    aggregates (those no column selects kept apart in the state, ``KSQL_AGG_VARIABLE_<n>``) and
+    its GROUP BY columns, their INT arithmetic wrapping as Spark's; a windowed row's bounds are
+    there too, and a HAVING sees the computed columns."""
+    meta = Metastore()
+    for offset, statement in enumerate((
+            "CREATE STREAM r (id INT KEY, name VARCHAR, v INT) WITH (kafka_topic='r', partitions=1, value_format='json')",
+            "CREATE TABLE t AS SELECT id, COUNT(*) AS n, SUM(v) / COUNT(*) AS mean, ROUND(AVG(v), 2) AS avg2, "
+            "COUNT(*) * 2 + id AS odd, CONCAT(CAST(id AS VARCHAR), ':', CAST(MAX(v) AS VARCHAR)) AS tag, "
+            "MAX(v) * 2 AS doubled FROM r GROUP BY id HAVING COUNT(*) > 1",
+            "CREATE TABLE w AS SELECT id, WINDOWSTART AS ws, MAX(v) - MIN(v) AS spread, (WINDOWEND - WINDOWSTART) / COUNT(*) AS per "
+            "FROM r WINDOW TUMBLING (SIZE 10 SECONDS) GROUP BY id")):
+        meta.apply(parse_statement(statement), offset)
+    t, w = (next(q for q in meta.queries.values() if q.sink == name) for name in ("T", "W"))
+    assert [a.column for a in t.plan.aggregates] == ["N", "KSQL_AGG_VARIABLE_0", "KSQL_AGG_VARIABLE_1", "KSQL_AGG_VARIABLE_2"]
+    assert [c.name for c in meta.source("T").columns] == ["ID", "N", "MEAN", "AVG2", "ODD", "TAG", "DOUBLED"]
+    row = group_rows(t, meta.source("T"))
+    key = (7).to_bytes(4, "big")
+    # COUNT 3, SUM 10, AVG (10, 3), MAX 2^30 + 1: the mean truncates, MAX * 2 wraps at 32 bits.
+    assert row(key, [[3], [10], [10.0, 3], [2**30 + 1]]) == [7, 3, 3, 3.33, 13, f"7:{2**30 + 1}", -(2**31) + 2]
+    assert row(key, [[1], [10], [10.0, 1], [10]]) is None  # HAVING COUNT(*) > 1
+    assert row(key, [[2], [None], [0.0, 0], [None]]) == [7, 2, None, None, 11, None, None]
+    windowed = group_rows(w, meta.source("W"))
+    start = 1_700_000_000_000
+    assert windowed(key + start.to_bytes(8, "big"), [[9], [4], [4]]) == [7, start, start + 10_000, start, 5, 2_500]
+
+
 def test_a_having_over_integers_wraps_as_javas_arithmetic() -> None:
     """HAVING runs in Python over the result's row: its INT arithmetic wraps at 32 bits, as
     Spark's and ksqlDB's Java does (2^30 + 1 doubled is negative), and ABS of the least INT is

@@ -163,6 +163,15 @@ CREATE TABLE h3 AS SELECT sensor, reading FROM readings HAVING reading > 1;
 CREATE TABLE h4 AS SELECT sensor, COUNT(*) AS n FROM readings GROUP BY sensor HAVING COUNT(*);
 SELECT * FROM avg_readings HAVING n > 1;
 
+-- Expressions over aggregates: evaluated over the result row; aggregates no column selects are held apart.
+EXPLAIN CREATE TABLE means AS SELECT sensor, COUNT(*) AS n, SUM(reading) / COUNT(*) AS mean, ROUND(AVG(reading), 2) AS avg2,
+  CONCAT(sensor, ':', CAST(MAX(reading) AS VARCHAR)) AS tag FROM readings GROUP BY sensor HAVING COUNT(*) > 1;
+CREATE TABLE means AS SELECT sensor, COUNT(*) AS n, SUM(reading) / COUNT(*) AS mean, ROUND(AVG(reading), 2) AS avg2
+  FROM readings GROUP BY sensor;
+DESCRIBE means;
+CREATE TABLE m1 AS SELECT sensor, reading + COUNT(*) AS x FROM readings GROUP BY sensor;
+EXPLAIN CREATE TABLE m2 AS SELECT sensor, COUNT(*) AS KSQL_AGG_VARIABLE_0, MAX(reading) - MIN(reading) AS spread FROM readings GROUP BY sensor;
+
 -- Stream-table joins: each reading with its sensor's row as of the reading.
 CREATE TABLE sensors (id VARCHAR PRIMARY KEY, site VARCHAR, area VARCHAR)
   WITH (kafka_topic='sensors', partitions=4, value_format='json');
@@ -204,6 +213,7 @@ CREATE STREAM j16 AS SELECT r.sensor, x.site FROM readings r JOIN sensors s ON r
 CREATE STREAM j17 AS SELECT r.sensor, s.nope FROM readings r JOIN sensors s ON r.sensor = s.id;
 CREATE STREAM j18 AS SELECT r.sensor FROM readings r JOIN per_minute p ON r.sensor = p.sensor;
 CREATE STREAM j19 AS SELECT r.sensor, COUNT(*) AS n FROM readings r JOIN sensors s ON r.sensor = s.id GROUP BY r.sensor;
+CREATE TABLE j20 AS SELECT r.sensor, COUNT(*) * 2 AS n2 FROM readings r JOIN sensors s ON r.sensor = s.id GROUP BY r.sensor;
 CREATE STREAM j20 AS SELECT c.pageid FROM clicks c JOIN sensors s ON c.pageid = s.id;
 CREATE STREAM j21 AS SELECT r.sensor, s.site AS sensor FROM readings r JOIN sensors s ON r.sensor = s.id;
 CREATE STREAM j22 AS SELECT r.sensor, r.reading / 0 AS broken FROM readings r LEFT JOIN sensors s ON r.sensor = s.id;
