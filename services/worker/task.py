@@ -502,8 +502,10 @@ def group_rows(query: PersistentQuery, sink: DataSource) -> RowFn:
     that cannot be computed for a row drops it)."""
     aggs = [aggregates.of(a.function, a.literals) for a in query.plan.aggregates]
     held = {a.column for a in query.plan.aggregates}
-    computed = any(not c.key and c.name not in held and c.expression not in (WINDOW_START, WINDOW_END) for c in query.plan.columns)
-    row = computed_rows(query, sink, aggs) if computed else aggregate_rows(sink, aggs, query.plan.columns)
+    if any(a.result is not None for a in query.plan.aggregates) or any(
+            not c.key and c.name not in held and c.expression not in (WINDOW_START, WINDOW_END) for c in query.plan.columns):
+        return computed_rows(query, sink, aggs)
+    row = aggregate_rows(sink, aggs, query.plan.columns)
     having = having_over_result(statement_query(query.statement)) if query.plan.having is not None else None
     if having is None:
         return row
@@ -559,17 +561,19 @@ def aggregate_rows(sink: DataSource, aggs: list[aggregates.Aggregate],
     return row
 
 
-def computed_rows(query: PersistentQuery, sink: DataSource,
-                  aggs: list[aggregates.Aggregate]) -> Callable[[bytes, list[Any]], list[Any]]:
-    """A GROUP BY table's row (as ``aggregate_rows``) where value columns compute over its
-    aggregates (``ROUND(AVG(x), 2)``, ``SUM(x) / COUNT(*)``: ``aggregates_over_result``, from
-    the statement): each aggregate's value by its column's name (or the name it is held apart
-    under), then each such expression over them, its INT and BIGINT arithmetic wrapping as
-    Spark's; one that cannot be computed is NULL."""
+def computed_rows(query: PersistentQuery, sink: DataSource, aggs: list[aggregates.Aggregate]) -> RowFn:
+    """A GROUP BY table's row (as ``group_rows``) where value columns compute over its
+    aggregates (``ROUND(AVG(x), 2)``, ``SUM(x) / COUNT(*)``), or some aggregate is held apart
+    for them or for HAVING (``aggregates_over_result``, from the statement): each aggregate's
+    value by its column's name (or the name it is held apart under), then each such expression
+    over them, its INT and BIGINT arithmetic wrapping as Spark's (one that cannot be computed
+    is NULL), then HAVING over all of them (None: a row it drops, or cannot compute)."""
     plan = query.plan
     types = {c.name: c.type for c in sink.row_columns} | {a.column: a.result for a in plan.aggregates if a.result is not None}
     scope = Scope(sink.name, types)
-    over = {name: with_widths(expr, scope) for name, expr in aggregates_over_result(statement_query(query.statement))[0].items()}
+    derived, _, having_over = aggregates_over_result(statement_query(query.statement))
+    over = {name: with_widths(expr, scope) for name, expr in derived.items()}
+    having = None if plan.having is None or having_over is None else with_widths(having_over, scope)
     finals = [(a.column, agg.finalize if (to_bytes := bytes_decoder(types[a.column])) is None else _with_bytes(agg.finalize, to_bytes))
               for a, agg in zip(plan.aggregates, aggs, strict=True)]
     n = len(finals)  # a state's partials; its time may follow them (``AggregationTask._merge``)
@@ -585,7 +589,7 @@ def computed_rows(query: PersistentQuery, sink: DataSource,
         except (ArithmeticError, TypeError, ValueError):
             return None
 
-    def row(key: bytes, state: list[Any]) -> list[Any]:
+    def row(key: bytes, state: list[Any]) -> list[Any] | None:
         if window is not None:
             inner, start, end = window_bounds(key, window)
             known = dict(zip(keys, decode(inner), strict=True))
@@ -598,7 +602,7 @@ def computed_rows(query: PersistentQuery, sink: DataSource,
         for name, source, expr in values:
             known[name] = value = known[source] if expr is None else computed(expr, known)
             out.append(value)
-        return out
+        return out if having is None or computed(having, known) is True else None
 
     return row
 

@@ -391,7 +391,7 @@ def plan_persistent(
     window = window_spec(query.window, source, query.emit_final) if query.window is not None else None
     if query.group_by:
         columns, key_expr, calls = _aggregation(name, query, source, scope)
-        having = _check_having(query, columns)
+        having = _check_having(query, columns, calls)
         plan_kind = (PlanKind.AGGREGATE if window is None else PlanKind.SESSION_AGGREGATE
                      if window.kind == "SESSION" else PlanKind.WINDOWED_AGGREGATE)
     else:
@@ -422,11 +422,16 @@ def _joined_aggregation(
     if kind != "TABLE":
         verb = "CREATE TABLE AS SELECT"
         raise StatementError(f"invalid result type: the SELECT produces a TABLE; use {verb} instead")
-    derived = next(iter(aggregates_over_result(query)[0]), None)
+    over, hidden, _ = aggregates_over_result(query)
+    derived = next(iter(over), None)
     if derived is not None:
         raise StatementError(f"a GROUP BY over a join selects its aggregates and GROUP BY expressions as they are, not "
                              f"yet an expression over them ({derived}): select the aggregates, and compute {derived} "
                              "from the table in a query of its own (CREATE TABLE ... AS SELECT ... FROM it)")
+    unselected = next(iter(hidden), None)
+    if unselected is not None:
+        raise StatementError(f"HAVING uses {to_sql(unselected)}, which the SELECT list does not compute; a GROUP BY over "
+                             f"a join uses only those: select it too (SELECT ..., {to_sql(unselected)} AS ...)")
     aggregation = join_aggregation(query, source, joined)
     tables = source.kind == "TABLE"  # tables joined with tables: their joined rows are regrouped
     _, _, join = plan_join(source.kind, name, pre_aggregation(query), source, joined, source.partitions)
@@ -436,7 +441,7 @@ def _joined_aggregation(
         window = (window_spec(query.window, aggregation.source, query.emit_final) if query.window is not None
                   else None)
         columns, key_expression, calls = _aggregation(name, aggregation.query, aggregation.source, scope)
-        having = _check_having(aggregation.query, columns)
+        having = _check_having(aggregation.query, columns, calls)
     except (StatementError, NotFoundError) as error:  # its columns as the statement names them (side.column)
         owners = {**aggregation.resolved.owners, ROWTIME: f"{aggregation.resolved.stream_prefix}.ROWTIME",
                   aggregation.source.name: f"({' JOIN '.join(s.name for s in (source, *joined))})"}
@@ -566,7 +571,7 @@ def _aggregation(
     columns: list[OutputColumn] = []
     calls: list[AggregateCall] = []
     keys: dict[ast.Expr, str] = {}
-    derived, hidden = aggregates_over_result(query)
+    derived, hidden, _ = aggregates_over_result(query)
     for out, expr in _expand(query, source):
         if out in derived:
             _check_over_aggregates(out, expr, groups, query.window is not None and not any(
@@ -677,13 +682,14 @@ def _is_aggregate(node: ast.Expr) -> bool:
     return isinstance(node, ast.Call) and aggregates.lookup(node.name) is not None
 
 
-def aggregates_over_result(query: ast.Query) -> tuple[dict[str, ast.Expr], dict[ast.Expr, str]]:
+def aggregates_over_result(query: ast.Query) -> tuple[dict[str, ast.Expr], dict[ast.Expr, str], ast.Expr | None]:
     """A GROUP BY query's value columns that compute over its aggregates (``SUM(x) / COUNT(*)``,
     ``ROUND(AVG(x), 2)``), by name, each as an expression over the result row: its aggregate
-    calls and GROUP BY expressions replaced by the columns that hold them. And each aggregate
-    call no column selects as it is, with the name of the column held apart for it
-    (``KSQL_AGG_VARIABLE_<n>``, as ksqlDB names them; not in the table). What the planner
-    checks and the workers evaluate on every row of the table, from the statement."""
+    calls and GROUP BY expressions replaced by the columns that hold them. Each aggregate call
+    no column selects as it is (in those, or in HAVING), with the name of the column held apart
+    for it (``KSQL_AGG_VARIABLE_<n>``, as ksqlDB names them; not in the table). And its HAVING
+    over the result row the same way. What the planner checks and the workers evaluate on every
+    row of the table, from the statement."""
     selected = {item.expr: output_name(item, i) for i, item in enumerate(query.items) if item.expr is not None}
     taken = set(selected.values())
     hidden: dict[ast.Expr, str] = {}
@@ -708,7 +714,8 @@ def aggregates_over_result(query: ast.Query) -> tuple[dict[str, ast.Expr], dict[
         expr = item.expr
         if expr is not None and expr not in query.group_by and not _is_aggregate(expr) and _holds_aggregate(expr):
             derived[output_name(item, index)] = ast.replace_nodes(expr, swap)
-    return derived, hidden
+    having = None if query.having is None else ast.replace_nodes(query.having, swap)
+    return derived, hidden, having
 
 
 def _holds_aggregate(expr: ast.Expr) -> bool:
@@ -724,41 +731,19 @@ def _holds_aggregate(expr: ast.Expr) -> bool:
 
 
 def having_over_result(query: ast.Query) -> ast.Expr | None:
-    """A GROUP BY query's HAVING over its result row: each aggregate call and the GROUP BY
-    expression replaced by the result column that selects it (by name). What the planner
-    checks and what the workers evaluate on every row of the table, from the statement."""
-    if query.having is None:
-        return None
-    selected = {item.expr: output_name(item, i) for i, item in enumerate(query.items) if item.expr is not None}
-
-    def swap(node: ast.Expr) -> ast.Expr | None:
-        is_aggregate = isinstance(node, ast.Call) and aggregates.lookup(node.name) is not None
-        if (is_aggregate or node in query.group_by) and node in selected:
-            return ast.ColumnRef(selected[node])
-        return None
-
-    result: ast.Expr = ast.replace_nodes(query.having, swap)
-    return result
+    """A GROUP BY query's HAVING over its result row (``aggregates_over_result``): each
+    aggregate call and the GROUP BY expression replaced by the column that holds it."""
+    return aggregates_over_result(query)[2]
 
 
-def _check_having(query: ast.Query, columns: tuple[OutputColumn, ...]) -> str | None:
-    """HAVING checked over the result's columns: SQL text of it for EXPLAIN (None without one)."""
+def _check_having(query: ast.Query, columns: tuple[OutputColumn, ...], calls: Sequence[AggregateCall]) -> str | None:
+    """HAVING checked over the result's columns (and the aggregates held apart, ``calls``): SQL
+    text of it for EXPLAIN (None without one)."""
     having = having_over_result(query)
     if having is None:
         return None
-    missing: list[ast.Expr] = []
-
-    def note(node: ast.Expr) -> ast.Expr | None:
-        if isinstance(node, ast.Call) and aggregates.lookup(node.name) is not None:
-            missing.append(node)
-            return node
-        return None
-
-    ast.replace_nodes(having, note)
-    if missing:
-        raise StatementError(f"HAVING uses {to_sql(missing[0])}, which the SELECT list does not compute; select it "
-                             f"too (SELECT ..., {to_sql(missing[0])} AS ...)")
-    scope = Scope("the result of the GROUP BY", {c.name: c.type for c in columns})
+    scope = Scope("the result of the GROUP BY", {c.name: c.type for c in columns}
+                  | {c.column: c.result for c in calls if c.result is not None})
     try:
         check_condition(having, scope, "HAVING")
     except NotFoundError as error:

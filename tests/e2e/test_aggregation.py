@@ -671,8 +671,8 @@ async def test_having_keeps_only_the_groups_that_pass_it_in_pulls_and_the_sink(a
 
 async def test_expressions_over_aggregates_are_in_pulls_and_the_sink(agg_cluster: LocalCluster) -> None:
     """``SUM(x) / COUNT(*)``, ``ROUND(AVG(x), 2)`` and an expression over the GROUP BY column and
-    an aggregate no column selects (held apart in the state): pulls (a scan, a key lookup) and
-    the sink carry them, updated with each record, as ksqlDB's."""
+    an aggregate no column selects (held apart in the state), and a HAVING over another: pulls
+    (a scan, a key lookup) and the sink carry them, updated with each record, as ksqlDB's."""
     stream, table = f"ex_{agg_cluster.service_id}", f"ex_means_{agg_cluster.service_id}"
     run(agg_cluster, f"""
         SET 'auto.offset.reset'='earliest';
@@ -680,17 +680,19 @@ async def test_expressions_over_aggregates_are_in_pulls_and_the_sink(agg_cluster
           WITH (kafka_topic='{stream}', partitions={PARTITIONS}, value_format='json');
         CREATE TABLE {table} AS SELECT sensor, COUNT(*) AS n, SUM(reading) / COUNT(*) AS mean,
           ROUND(AVG(reading), 2) AS avg2, CONCAT(sensor, ':', CAST(MAX(reading) AS VARCHAR)) AS tag
-          FROM {stream} GROUP BY sensor;""")
+          FROM {stream} GROUP BY sensor HAVING MIN(reading) > 5;""")
     run(agg_cluster, "".join(f"INSERT INTO {stream} (sensor, reading) VALUES ('{s}', {r});"
-                             for s, r in (("a", 10), ("a", 20), ("b", 7), ("a", 25))))
+                             for s, r in (("a", 10), ("a", 20), ("b", 7), ("c", 1), ("a", 25))))
     want = {"a": ["a", 3, 18, 18.33, "a:25"], "b": ["b", 1, 7, 7.0, "b:7"]}
     assert await asyncio.to_thread(pull_until, agg_cluster, f"SELECT * FROM {table};", want) == want
     assert run(agg_cluster, f"SELECT mean, tag FROM {table} WHERE sensor = 'a';") == [[18, "a:25"]]
+    assert run(agg_cluster, f"SELECT * FROM {table} WHERE sensor = 'c';") == []  # HAVING MIN(reading) > 5
     last = {}
     for _, _, key, value in sorted(await read_all(agg_cluster.bootstrap, table.upper())):
-        assert key is not None and value is not None
-        last[key.decode()] = json.loads(value)
-    assert last == {"a": {"N": 3, "MEAN": 18, "AVG2": 18.33, "TAG": "a:25"}, "b": {"N": 1, "MEAN": 7, "AVG2": 7.0, "TAG": "b:7"}}
+        assert key is not None
+        last[key.decode()] = None if value is None else json.loads(value)
+    assert {k: v for k, v in last.items() if v is not None} == {"a": {"N": 3, "MEAN": 18, "AVG2": 18.33, "TAG": "a:25"},
+                                                                "b": {"N": 1, "MEAN": 7, "AVG2": 7.0, "TAG": "b:7"}}
 
 
 def sql_text(value: str | None) -> str:

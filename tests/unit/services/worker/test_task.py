@@ -530,6 +530,24 @@ def test_a_group_by_row_computes_its_expressions_over_aggregates_including_those
     assert windowed(key + start.to_bytes(8, "big"), [[9], [4], [4]]) == [7, start, start + 10_000, start, 5, 2_500]
 
 
+def test_a_having_over_aggregates_no_column_selects_keeps_them_apart_in_the_state() -> None:
+    """``HAVING COUNT(*) > 1`` where the SELECT list has no COUNT(*) (ksqlDB takes it): the
+    count is kept in the state beside the selected aggregates, not in the table; the row
+    passes by it."""
+    meta = Metastore()
+    for offset, statement in enumerate((
+            "CREATE STREAM r (id INT KEY, v INT) WITH (kafka_topic='r', partitions=1, value_format='json')",
+            "CREATE TABLE t AS SELECT id, MAX(v) AS top FROM r GROUP BY id HAVING COUNT(*) > 1 AND MIN(v) >= 0")):
+        meta.apply(parse_statement(statement), offset)
+    query = next(q for q in meta.queries.values() if q.sink == "T")
+    assert [(a.column, a.function) for a in query.plan.aggregates] == [
+        ("TOP", "MAX"), ("KSQL_AGG_VARIABLE_0", "COUNT"), ("KSQL_AGG_VARIABLE_1", "MIN")]
+    assert [c.name for c in meta.source("T").columns] == ["ID", "TOP"]
+    row, key = group_rows(query, meta.source("T")), (3).to_bytes(4, "big")
+    assert row(key, [[9], [2], [1]]) == [3, 9]
+    assert row(key, [[9], [1], [1]]) is None and row(key, [[9], [2], [-1]]) is None
+
+
 def test_a_having_over_integers_wraps_as_javas_arithmetic() -> None:
     """HAVING runs in Python over the result's row: its INT arithmetic wraps at 32 bits, as
     Spark's and ksqlDB's Java does (2^30 + 1 doubled is negative), and ABS of the least INT is

@@ -157,6 +157,7 @@ EXPLAIN CREATE TABLE busy AS SELECT sensor, COUNT(*) AS n, AVG(reading) AS avg_r
 CREATE TABLE busy_areas AS SELECT area, COUNT(*) AS n FROM readings GROUP BY area HAVING area <> 'test' AND COUNT(*) > 1;
 CREATE TABLE busy_minutes AS SELECT sensor, COUNT(*) AS n FROM readings WINDOW TUMBLING (SIZE 1 MINUTE)
   GROUP BY sensor HAVING COUNT(*) >= 2;
+EXPLAIN CREATE TABLE h0 AS SELECT sensor, COUNT(*) AS n FROM readings GROUP BY sensor HAVING SUM(reading) > 1;
 CREATE TABLE h1 AS SELECT sensor, COUNT(*) AS n FROM readings GROUP BY sensor HAVING SUM(reading) > 1;
 CREATE TABLE h2 AS SELECT sensor, COUNT(*) AS n FROM readings GROUP BY sensor HAVING reading > 1;
 CREATE TABLE h3 AS SELECT sensor, reading FROM readings HAVING reading > 1;
@@ -214,6 +215,8 @@ CREATE STREAM j17 AS SELECT r.sensor, s.nope FROM readings r JOIN sensors s ON r
 CREATE STREAM j18 AS SELECT r.sensor FROM readings r JOIN per_minute p ON r.sensor = p.sensor;
 CREATE STREAM j19 AS SELECT r.sensor, COUNT(*) AS n FROM readings r JOIN sensors s ON r.sensor = s.id GROUP BY r.sensor;
 CREATE TABLE j20 AS SELECT r.sensor, COUNT(*) * 2 AS n2 FROM readings r JOIN sensors s ON r.sensor = s.id GROUP BY r.sensor;
+CREATE TABLE j21 AS SELECT r.sensor, COUNT(*) AS n FROM readings r JOIN sensors s ON r.sensor = s.id GROUP BY r.sensor
+  HAVING MAX(r.reading) > 1;
 CREATE STREAM j20 AS SELECT c.pageid FROM clicks c JOIN sensors s ON c.pageid = s.id;
 CREATE STREAM j21 AS SELECT r.sensor, s.site AS sensor FROM readings r JOIN sensors s ON r.sensor = s.id;
 CREATE STREAM j22 AS SELECT r.sensor, r.reading / 0 AS broken FROM readings r LEFT JOIN sensors s ON r.sensor = s.id;
