@@ -422,17 +422,13 @@ def _joined_aggregation(
     if kind != "TABLE":
         verb = "CREATE TABLE AS SELECT"
         raise StatementError(f"invalid result type: the SELECT produces a TABLE; use {verb} instead")
-    over, hidden, _ = aggregates_over_result(query)
-    derived = next(iter(over), None)
-    if derived is not None:
-        raise StatementError(f"a GROUP BY over a join selects its aggregates and GROUP BY expressions as they are, not "
-                             f"yet an expression over them ({derived}): select the aggregates, and compute {derived} "
-                             "from the table in a query of its own (CREATE TABLE ... AS SELECT ... FROM it)")
-    unselected = next(iter(hidden), None)
-    if unselected is not None:
-        raise StatementError(f"HAVING uses {to_sql(unselected)}, which the SELECT list does not compute; a GROUP BY over "
-                             f"a join uses only those: select it too (SELECT ..., {to_sql(unselected)} AS ...)")
     aggregation = join_aggregation(query, source, joined)
+    # The aggregates held apart are named by the statement (the workers') and planned over the
+    # joined row: the same where each is written one way (``s.x`` and ``x`` are one column).
+    held, planned = (list(aggregates_over_result(q)[1].values()) for q in (query, aggregation.query))
+    if held != planned:
+        raise StatementError("an aggregate the SELECT list does not compute as it is names a column two ways (with "
+                             "and without its source's name): write it one way, or select it (SELECT ..., SUM(x) AS ...)")
     tables = source.kind == "TABLE"  # tables joined with tables: their joined rows are regrouped
     _, _, join = plan_join(source.kind, name, pre_aggregation(query), source, joined, source.partitions)
     columns_in = (*aggregation.source.columns, *_rowtime(aggregation.source))

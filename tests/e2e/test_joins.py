@@ -586,8 +586,9 @@ async def produce_events(bootstrap: str, topic: str, records: list[tuple[str, st
 
 async def test_group_by_over_a_stream_table_join(join_cluster: LocalCluster) -> None:
     """GROUP BY over a join, one query: the stream re-keyed by its join column, joined with the
-    table, each joined row keyed by the GROUP BY into the joined topic and aggregated there;
-    windowed and by two columns too, a LEFT join's NULL grouping value logged."""
+    table, each joined row keyed by the GROUP BY into the joined topic and aggregated there,
+    with expressions over its aggregates and a HAVING; windowed and by two columns too, a LEFT
+    join's NULL grouping value logged."""
     cluster = join_cluster
     events, sensors = f"ev_{cluster.service_id}", f"sensors_ga_{cluster.service_id}"
     run(cluster, f"""
@@ -610,8 +611,9 @@ async def test_group_by_over_a_stream_table_join(join_cluster: LocalCluster) -> 
     run(cluster, f"""
         SET 'auto.offset.reset'='earliest';
         CREATE TABLE per_site_{events} AS SELECT s.site, COUNT(*) AS n, SUM(e.reading * s.weight) AS total,
-          MAX(e.ROWTIME) AS latest FROM {events} e JOIN {sensors} s ON e.sensor = s.id WHERE e.reading >= 0
-          GROUP BY s.site;
+          MAX(e.ROWTIME) AS latest, SUM(e.reading * s.weight) / COUNT(*) AS mean,
+          MAX(e.reading) - MIN(e.reading) AS spread FROM {events} e JOIN {sensors} s ON e.sensor = s.id
+          WHERE e.reading >= 0 GROUP BY s.site HAVING MIN(s.weight) > 0;
         CREATE TABLE per_minute_{events} AS SELECT s.site, e.sensor, COUNT(*) AS n FROM {events} e
           LEFT JOIN {sensors} s ON e.sensor = s.id WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY s.site, e.sensor;
     """)
@@ -628,11 +630,12 @@ async def test_group_by_over_a_stream_table_join(join_cluster: LocalCluster) -> 
         if sensor in sites:
             site, weight = sites[sensor]
             if reading >= 0:  # the stream record's time is its ROWTIME (its TIMESTAMP column's)
-                n, total, latest = per_site.get(site, [0, 0, 0])
-                per_site[site] = [n + 1, total + reading * weight, max(latest, ts)]
+                n, total, latest, low, high = per_site.get(site, [0, 0, 0, reading, reading])
+                per_site[site] = [n + 1, total + reading * weight, max(latest, ts), min(low, reading), max(high, reading)]
             start = ts - ts % MINUTE
             windows[(site, sensor, start)] = windows.get((site, sensor, start), 0) + 1
-    want = {site: [site, n, total, latest] for site, (n, total, latest) in per_site.items()}
+    # Expressions over aggregates (one held apart, MIN) and a HAVING over another (every weight is over 0).
+    want = {site: [site, n, total, latest, total // n, high - low] for site, (n, total, latest, low, high) in per_site.items()}
     assert await asyncio.to_thread(pull_until, cluster, f"SELECT * FROM per_site_{events};", want) == want
     want_windows = {k: [k[0], k[1], k[2], k[2] + MINUTE, n] for k, n in windows.items()}
     got = await asyncio.to_thread(pull_until, cluster, f"SELECT * FROM per_minute_{events};", want_windows,

@@ -214,9 +214,10 @@ CREATE STREAM j16 AS SELECT r.sensor, x.site FROM readings r JOIN sensors s ON r
 CREATE STREAM j17 AS SELECT r.sensor, s.nope FROM readings r JOIN sensors s ON r.sensor = s.id;
 CREATE STREAM j18 AS SELECT r.sensor FROM readings r JOIN per_minute p ON r.sensor = p.sensor;
 CREATE STREAM j19 AS SELECT r.sensor, COUNT(*) AS n FROM readings r JOIN sensors s ON r.sensor = s.id GROUP BY r.sensor;
-CREATE TABLE j20 AS SELECT r.sensor, COUNT(*) * 2 AS n2 FROM readings r JOIN sensors s ON r.sensor = s.id GROUP BY r.sensor;
-CREATE TABLE j21 AS SELECT r.sensor, COUNT(*) AS n FROM readings r JOIN sensors s ON r.sensor = s.id GROUP BY r.sensor
-  HAVING MAX(r.reading) > 1;
+EXPLAIN CREATE TABLE jg1 AS SELECT r.sensor, COUNT(*) * 2 AS n2, MAX(r.reading) - MIN(r.reading) AS spread FROM readings r
+  JOIN sensors s ON r.sensor = s.id GROUP BY r.sensor HAVING MAX(r.reading) > 1;
+CREATE TABLE jg2 AS SELECT r.sensor, MAX(r.reading) - MAX(reading) AS x FROM readings r JOIN sensors s ON r.sensor = s.id
+  GROUP BY r.sensor;
 CREATE STREAM j20 AS SELECT c.pageid FROM clicks c JOIN sensors s ON c.pageid = s.id;
 CREATE STREAM j21 AS SELECT r.sensor, s.site AS sensor FROM readings r JOIN sensors s ON r.sensor = s.id;
 CREATE STREAM j22 AS SELECT r.sensor, r.reading / 0 AS broken FROM readings r LEFT JOIN sensors s ON r.sensor = s.id;
