@@ -102,6 +102,8 @@ def to_spark(expr: ast.Expr, scope: Scope) -> str:
         fn = functions.lookup(expr.name)
         if fn is None:
             raise StatementError(f"unknown function {expr.name}")
+        if fn.spark_of is not None:
+            return fn.spark_of([sub(a) for a in expr.args])
         return f"{fn.spark}({', '.join(sub(a) for a in expr.args)})"
     raise StatementError(f"unsupported expression {ast.to_sql(expr)}")
 

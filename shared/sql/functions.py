@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, localcontext
@@ -89,6 +90,9 @@ class ScalarFunction:
     """The Spark SQL function that computes it."""
     python: Callable[..., Any] = lambda *_: None
     """The same function in Python."""
+    spark_of: Callable[[list[str]], str] | None = None
+    """The Spark SQL of a call from its arguments' Spark SQL, where it is not ``spark`` of the
+    same arguments."""
 
     def arity(self) -> str:
         """The accepted argument counts, for error messages."""
@@ -279,6 +283,49 @@ def _power(x: Any, y: Any) -> float:
         return -math.inf if x < 0 and _odd_integer(y) else math.inf
 
 
+def _split(s: str, delimiter: str) -> list[str]:
+    """ksqlDB's SPLIT: the parts of ``s`` between each ``delimiter`` (taken as it is, not as a
+    pattern), empty ones kept; an empty delimiter splits ``s`` into its characters."""
+    return (list(s) or [""]) if delimiter == "" else s.split(delimiter)
+
+
+def _split_in_spark(args: list[str]) -> str:
+    """SPLIT in Spark SQL: Spark's ``split`` takes a Java pattern, so the delimiter is quoted
+    (``\\Q...\\E``, each ``\\E`` in it closed and opened again, as ``Pattern.quote``); -1
+    keeps the empty parts at the end."""
+    text, delimiter = args
+    quoted = f"concat('\\\\Q', replace({delimiter}, '\\\\E', '\\\\E\\\\\\\\E\\\\Q'), '\\\\E')"
+    return f"(CASE WHEN {delimiter} = '' THEN split({text}, '', -1) ELSE split({text}, {quoted}, -1) END)"
+
+
+MASKS = ("X", "x", "n", "-")
+"""MASK's replacements of an upper-case letter, a lower-case one, a digit and any other
+character, by default (ksqlDB's)."""
+
+
+def _mask(s: str | None, upper: str | None = "X", lower: str | None = "x", digit: str | None = "n",
+          other: str | None = "-") -> str | None:
+    """ksqlDB's MASK as Spark's ``mask``: each UTF-16 unit of ``s`` replaced by its class's
+    character (Unicode's Lu, Ll, Nd, else other; a character beyond the BMP is two others), or
+    kept where that is NULL."""
+    if s is None:
+        return None
+    out = []
+    for c in s:
+        if ord(c) > 0xFFFF:
+            out.append(c if other is None else other * 2)
+            continue
+        kind = unicodedata.category(c)
+        by = upper if kind == "Lu" else lower if kind == "Ll" else digit if kind == "Nd" else other
+        out.append(c if by is None else by)
+    return "".join(out)
+
+
+def _mask_in_spark(args: list[str]) -> str:
+    defaults = [f"'{m}'" for m in MASKS[len(args) - 1:]]
+    return f"mask({', '.join([*args, *defaults])})"
+
+
 def _cot(x: float) -> float:
     """Spark's COT: 1 / TAN (Infinity signed as the tangent of a zero)."""
     tangent = math.tan(x)
@@ -340,6 +387,9 @@ FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
                    python=_strict(_concat)),
     ScalarFunction("CONCAT_WS", ("string", "string"), variadic="string", spark="concat_ws", python=_concat_ws),
     ScalarFunction("INITCAP", ("string",), spark="initcap", python=_strict(_initcap)),
+    ScalarFunction("SPLIT", ("string", "string"), result=lambda _: SqlType("ARRAY", (VARCHAR,)),
+                   spark_of=_split_in_spark, python=_strict(_split)),
+    ScalarFunction("MASK", ("string",), optional=("string",) * 4, spark_of=_mask_in_spark, python=_mask),
     ScalarFunction("SUBSTRING", ("string", "integer"), optional=("integer",), spark="substring",
                    python=_strict(_substring)),
     ScalarFunction("REPLACE", ("string", "string", "string"), spark="replace",

@@ -228,6 +228,12 @@ def _check_call(call: ast.Call, scope: Scope, aggregates_allowed: bool) -> SqlTy
         kind = fn.kind_at(index)
         if kind is not None and not functions.accepts(kind, type_):
             raise _clash(f"argument {index + 1} of {call.name} must be {kind}", (arg, type_))
+    if fn.name == "MASK":  # Spark's mask takes one UTF-16 unit each, fixed when the query starts
+        odd = next((a for a in call.args[1:] if not (isinstance(a, ast.Literal) and (
+            a.value is None or (isinstance(a.value, str) and len(a.value.encode("utf-16-le")) == 2)))), None)
+        if odd is not None:
+            raise StatementError(f"MASK's replacement characters must each be one character written as it is ('X') or "
+                                 f"NULL (that class kept), not {to_sql(odd)}")
     result = fn.result(types)
     if fn.name == "ROUND" and types[0].base == "DECIMAL":  # its type depends on the places, a literal in Spark
         places = call.args[1] if len(call.args) > 1 else ast.Literal(0, SqlType("INT"))

@@ -1,7 +1,8 @@
 """Stateless persistent queries on the real cluster: CSAS with a filter, functions (ksqlDB's
-INITCAP, CONCAT_WS and POWER among them) and arithmetic, and a CSAS that re-keys through
-PARTITION BY into a topic of another size. Results are read back from the sink topics (read_committed) and compared record by record
-with values computed here; a malformed input record goes to the processing log."""
+INITCAP, CONCAT_WS, POWER, SPLIT and MASK among them) and arithmetic, and a CSAS that
+re-keys through PARTITION BY into a topic of another size. Results are read back from the
+sink topics (read_committed) and compared record by record with values computed here; a
+malformed input record goes to the processing log."""
 
 from __future__ import annotations
 
@@ -64,8 +65,8 @@ async def test_projections_filters_and_partition_by_write_exactly_the_right_reco
     queries = f"""
         SET 'auto.offset.reset'='earliest';
         CREATE STREAM long_{name} AS SELECT userid, UCASE(pageid) AS page, seconds * 2 AS doubled,
-          INITCAP(CONCAT_WS(' ', pageid, userid)) AS title, POWER(seconds, 2) AS squared
-          FROM {name} WHERE seconds > 5;
+          INITCAP(CONCAT_WS(' ', pageid, userid)) AS title, POWER(seconds, 2) AS squared, SPLIT(pageid, 'o') AS parts,
+          MASK(userid) AS masked FROM {name} WHERE seconds > 5;
         CREATE STREAM by_page_{name} WITH (partitions=2, value_format='delimited') AS
           SELECT pageid, userid, seconds FROM {name} PARTITION BY pageid;
     """
@@ -73,7 +74,8 @@ async def test_projections_filters_and_partition_by_write_exactly_the_right_reco
                             check=True, capture_output=True, timeout=120)
 
     long_expected = Counter((u.encode(), json.dumps({"PAGE": p.upper(), "DOUBLED": s * 2, "TITLE": f"{p.title()} {u.title()}",
-                                                     "SQUARED": float(s * s)}, separators=(",", ":")).encode())
+                                                     "SQUARED": float(s * s), "PARTS": p.split("o"),
+                                                     "MASKED": "x" + "n" * (len(u) - 1)}, separators=(",", ":")).encode())
                             for u, p, s in ROWS if s > 5)
     long_records = await read_topic(cluster.bootstrap, f"LONG_{name.upper()}", sum(long_expected.values()))
     assert Counter((k, v) for _, k, v in long_records) == long_expected

@@ -101,6 +101,35 @@ def test_trigonometry_powers_and_text_functions_answer_as_sparks(spark: SparkSes
     assert python[texts.index("POWER(1, CAST('NaN' AS DOUBLE))")] != python[texts.index("POWER(1, CAST('NaN' AS DOUBLE))")]
 
 
+def test_split_and_mask_answer_as_sparks(spark: SparkSession) -> None:
+    """SPLIT takes its delimiter as it is (Spark's ``split`` a pattern: quoted, ``\\E`` inside
+    too), keeps empty parts, and an empty delimiter splits into characters (one beyond the BMP
+    whole); MASK replaces each UTF-16 unit by its class (Lu, Ll, Nd, other: ``²`` and ``Ⓐ`` are
+    other, a character beyond the BMP two), keeping a class whose replacement is NULL. Random
+    texts and delimiters as columns, beside literal edge cases."""
+    draw = random.Random(5)
+    alphabet = "ab,.*\\E|Q$^ À²٣ǅⒶß😀\U0001d400"  # the last: MATHEMATICAL BOLD CAPITAL A (Lu, beyond the BMP)
+    pairs = [("a,,b,", ","), ("", ","), ("", ""), ("a😀b", ""), ("a.b.c", "."), ("a\\Eb\\E", "\\E"), ("x|y", "|"),
+             ("My Test $123", ","), *((_text(draw, alphabet, 8), _text(draw, alphabet[:8], 2)) for _ in range(300))]
+    columns = Scope("T", {"S": ast.SqlType("VARCHAR"), "D": ast.SqlType("VARCHAR")})
+    texts = ["SPLIT(s, d)", "MASK(s)", "MASK(s, '*', NULL, '1', NULL)", "MASK(s, NULL, NULL, NULL, '.')", "MASK(s, '#')",
+             "ARRAY_LENGTH(SPLIT(s, d))"]
+    exprs = [with_widths(expression(text), columns) for text in texts]
+    rows = spark.createDataFrame(pairs, "S STRING, D STRING").selectExpr(*(to_spark(e, columns) for e in exprs)).collect()
+    differing = [(pair, text, evaluate(e, {"S": pair[0], "D": pair[1]}), row[i])
+                 for pair, row in zip(pairs, rows, strict=True) for i, (text, e) in enumerate(zip(texts, exprs, strict=True))
+                 if evaluate(e, {"S": pair[0], "D": pair[1]}) != row[i]]
+    assert differing == []
+    assert evaluate(exprs[0], {"S": "a,,b,", "D": ","}) == ["a", "", "b", ""]
+    assert evaluate(exprs[1], {"S": "My Test $123", "D": ""}) == "Xx-Xxxx--nnn"
+
+
+@pytest.mark.parametrize("text", ["MASK(s, 'XY')", "MASK(s, s)", "MASK(s, '😀')"])
+def test_a_mask_by_other_than_one_character_written_as_it_is_is_refused(text: str) -> None:
+    with pytest.raises(StatementError, match="MASK's replacement characters must each be one character"):
+        check(expression(text), Scope("T", {"S": ast.SqlType("VARCHAR")}))
+
+
 def test_integer_arithmetic_that_overflows_wraps_as_sparks(spark: SparkSession) -> None:
     """INT and BIGINT arithmetic past their range wraps in Spark outside ANSI mode; typed
     (``with_widths``, as every plan Python evaluates is), Python's does the same, so a pull or
