@@ -326,6 +326,48 @@ def _mask_in_spark(args: list[str]) -> str:
     return f"mask({', '.join([*args, *defaults])})"
 
 
+def _element(types: list[SqlType]) -> SqlType:
+    """The element type of the first argument, an ARRAY (NULL for a NULL literal)."""
+    return types[0].params[0] if types[0].base == "ARRAY" else SqlType("NULL")
+
+
+def _same_elements(types: list[SqlType]) -> bool:
+    """Whether the second argument mixes with the ARRAY's elements (Spark's ``array_contains``
+    and ``array_remove`` compare them)."""
+    return common_type([_element(types), types[1]]) is not None
+
+
+def _sorted(items: list[Any], descending: bool = False) -> list[Any]:
+    """Spark's order of an array's items: NaN above every number, -0.0 equal to 0.0, NULLs last
+    either way (``array_sort``, ``sort_array(a, false)``)."""
+    values = sorted((x for x in items if x is not None), key=spark_ranked, reverse=descending)
+    return values + [None] * (len(items) - len(values))
+
+
+def _contains(items: list[Any] | None, value: Any) -> bool | None:
+    """Spark's ``array_contains``: NULL for a NULL value, or where no item matches and one is NULL."""
+    if items is None or value is None:
+        return None
+    if any(x is not None and spark_ranked(x) == spark_ranked(value) for x in items):
+        return True
+    return None if None in items else False
+
+
+def _distinct(items: list[Any]) -> list[Any]:
+    """Spark's ``array_distinct``: each item once (NaN once, NULL once, -0.0 as 0.0), in the order
+    first seen."""
+    kept: list[Any] = []
+    for x in (x + 0.0 if isinstance(x, float) else x for x in items):
+        if not any((x is None and k is None) or (x is not None and k is not None and spark_ranked(x) == spark_ranked(k))
+                   for k in kept):
+            kept.append(x)
+    return kept
+
+
+def _array_sort_in_spark(args: list[str]) -> str:
+    return f"sort_array({args[0]}, false)" if len(args) > 1 and args[1].strip("'").upper() == "DESC" else f"array_sort({args[0]})"
+
+
 def _cot(x: float) -> float:
     """Spark's COT: 1 / TAN (Infinity signed as the tangent of a zero)."""
     tangent = math.tan(x)
@@ -427,6 +469,18 @@ FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
                    python=lambda *a: next((x for x in a if x is not None), None)),
     ScalarFunction("IFNULL", ("any", "any"), result=lambda t: common_type(t), spark="ifnull",
                    python=lambda x, y: y if x is None else x),
+    ScalarFunction("ARRAY_CONTAINS", ("array", "any"), result=lambda t: SqlType("BOOLEAN") if _same_elements(t) else None,
+                   spark="array_contains", python=_contains),
+    ScalarFunction("ARRAY_REMOVE", ("array", "any"), result=lambda t: t[0] if _same_elements(t) else None,
+                   spark="array_remove", python=_strict(lambda items, value: [
+                       x for x in items if x is None or spark_ranked(x) != spark_ranked(value)])),
+    ScalarFunction("ARRAY_DISTINCT", ("array",), result=_first, spark="array_distinct", python=_strict(_distinct)),
+    ScalarFunction("ARRAY_SORT", ("array",), optional=("string",), result=_first, spark_of=_array_sort_in_spark,
+                   python=_strict(lambda items, direction="ASC": _sorted(items, direction.upper() == "DESC"))),
+    ScalarFunction("ARRAY_MAX", ("array",), result=_element, spark="array_max",
+                   python=_strict(lambda items: max((x for x in items if x is not None), key=spark_ranked, default=None))),
+    ScalarFunction("ARRAY_MIN", ("array",), result=_element, spark="array_min",
+                   python=_strict(lambda items: min((x for x in items if x is not None), key=spark_ranked, default=None))),
     ScalarFunction("ARRAY_LENGTH", ("array",), result=lambda _: INT, spark="array_size",
                    python=_strict(len)),
 )}

@@ -234,6 +234,9 @@ def _check_call(call: ast.Call, scope: Scope, aggregates_allowed: bool) -> SqlTy
         if odd is not None:
             raise StatementError(f"MASK's replacement characters must each be one character written as it is ('X') or "
                                  f"NULL (that class kept), not {to_sql(odd)}")
+    if fn.name == "ARRAY_SORT" and len(call.args) > 1 and not (
+            isinstance(call.args[1], ast.Literal) and str(call.args[1].value).upper() in ("ASC", "DESC")):
+        raise StatementError(f"ARRAY_SORT's order must be 'ASC' or 'DESC' written as it is, not {to_sql(call.args[1])}")
     result = fn.result(types)
     if fn.name == "ROUND" and types[0].base == "DECIMAL":  # its type depends on the places, a literal in Spark
         places = call.args[1] if len(call.args) > 1 else ast.Literal(0, SqlType("INT"))

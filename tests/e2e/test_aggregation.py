@@ -679,11 +679,11 @@ async def test_expressions_over_aggregates_are_in_pulls_and_the_sink(agg_cluster
         CREATE STREAM {stream} (sensor VARCHAR KEY, reading INT)
           WITH (kafka_topic='{stream}', partitions={PARTITIONS}, value_format='json');
         CREATE TABLE {table} AS SELECT sensor, COUNT(*) AS n, SUM(reading) / COUNT(*) AS mean,
-          ROUND(AVG(reading), 2) AS avg2, CONCAT(sensor, ':', CAST(MAX(reading) AS VARCHAR)) AS tag
-          FROM {stream} GROUP BY sensor HAVING MIN(reading) > 5;""")
+          ROUND(AVG(reading), 2) AS avg2, CONCAT(sensor, ':', CAST(MAX(reading) AS VARCHAR)) AS tag,
+          ARRAY_SORT(COLLECT_LIST(reading), 'DESC') AS down FROM {stream} GROUP BY sensor HAVING MIN(reading) > 5;""")
     run(agg_cluster, "".join(f"INSERT INTO {stream} (sensor, reading) VALUES ('{s}', {r});"
                              for s, r in (("a", 10), ("a", 20), ("b", 7), ("c", 1), ("a", 25))))
-    want = {"a": ["a", 3, 18, 18.33, "a:25"], "b": ["b", 1, 7, 7.0, "b:7"]}
+    want = {"a": ["a", 3, 18, 18.33, "a:25", [25, 20, 10]], "b": ["b", 1, 7, 7.0, "b:7", [7]]}
     assert await asyncio.to_thread(pull_until, agg_cluster, f"SELECT * FROM {table};", want) == want
     assert run(agg_cluster, f"SELECT mean, tag FROM {table} WHERE sensor = 'a';") == [[18, "a:25"]]
     assert run(agg_cluster, f"SELECT * FROM {table} WHERE sensor = 'c';") == []  # HAVING MIN(reading) > 5
@@ -691,8 +691,9 @@ async def test_expressions_over_aggregates_are_in_pulls_and_the_sink(agg_cluster
     for _, _, key, value in sorted(await read_all(agg_cluster.bootstrap, table.upper())):
         assert key is not None
         last[key.decode()] = None if value is None else json.loads(value)
-    assert {k: v for k, v in last.items() if v is not None} == {"a": {"N": 3, "MEAN": 18, "AVG2": 18.33, "TAG": "a:25"},
-                                                                "b": {"N": 1, "MEAN": 7, "AVG2": 7.0, "TAG": "b:7"}}
+    assert {k: v for k, v in last.items() if v is not None} == {
+        "a": {"N": 3, "MEAN": 18, "AVG2": 18.33, "TAG": "a:25", "DOWN": [25, 20, 10]},
+        "b": {"N": 1, "MEAN": 7, "AVG2": 7.0, "TAG": "b:7", "DOWN": [7]}}
 
 
 def sql_text(value: str | None) -> str:

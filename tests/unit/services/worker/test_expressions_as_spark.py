@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from decimal import Decimal
 from typing import Any
 
@@ -122,6 +123,50 @@ def test_split_and_mask_answer_as_sparks(spark: SparkSession) -> None:
     assert differing == []
     assert evaluate(exprs[0], {"S": "a,,b,", "D": ","}) == ["a", "", "b", ""]
     assert evaluate(exprs[1], {"S": "My Test $123", "D": ""}) == "Xx-Xxxx--nnn"
+
+
+def _exactly(value: Any) -> Any:
+    """``value`` with each DOUBLE as its text (NaN equal to NaN, -0.0 apart from 0.0)."""
+    if isinstance(value, list):
+        return [_exactly(v) for v in value]
+    return repr(value) if isinstance(value, float) else value
+
+
+def test_array_functions_answer_as_sparks(spark: SparkSession) -> None:
+    """ARRAY_CONTAINS, ARRAY_REMOVE, ARRAY_DISTINCT, ARRAY_SORT, ARRAY_MAX and ARRAY_MIN over
+    random arrays with NULLs, NaN, -0.0 and the infinities, as Spark's: NaN equal to itself and
+    above every number, -0.0 equal to 0.0, NULLs last in a sort either way, a NULL item making a
+    failed ARRAY_CONTAINS NULL."""
+    draw = random.Random(9)
+    doubles = [None, math.nan, -0.0, 0.0, 1.5, -2.0, math.inf, -math.inf, 3.0]
+    ints, texts = [None, 0, 1, -1, 7, 2**31 - 1], [None, "", "a", "b", "ab", "B", "é"]
+    rows = [([draw.choice(ints) for _ in range(draw.randint(0, 5))], [draw.choice(doubles) for _ in range(draw.randint(0, 5))],
+             [draw.choice(texts) for _ in range(draw.randint(0, 5))], draw.choice(ints), draw.choice(doubles), draw.choice(texts))
+            for _ in range(200)]
+    rows += [(None, None, None, 1, 1.0, "a")]
+    columns = Scope("T", {"A": ast.SqlType("ARRAY", (ast.SqlType("INT"),)), "D": ast.SqlType("ARRAY", (ast.SqlType("DOUBLE"),)),
+                          "S": ast.SqlType("ARRAY", (ast.SqlType("VARCHAR"),)), "I": ast.SqlType("INT"),
+                          "X": ast.SqlType("DOUBLE"), "T": ast.SqlType("VARCHAR")})
+    exprs_text = [f"{f}({a})" for f in ("ARRAY_DISTINCT", "ARRAY_SORT", "ARRAY_MAX", "ARRAY_MIN") for a in "ads"]
+    exprs_text += [f"{f}({a}, {v})" for f in ("ARRAY_CONTAINS", "ARRAY_REMOVE") for a, v in (("a", "i"), ("d", "x"), ("s", "t"))]
+    exprs_text += ["ARRAY_SORT(d, 'DESC')", "ARRAY_SORT(s, 'desc')", "ARRAY_SORT(a, 'ASC')", "ARRAY_CONTAINS(a, x)",
+                   "ARRAY_LENGTH(ARRAY_DISTINCT(SPLIT(t, '')))"]
+    exprs = [with_widths(expression(text), columns) for text in exprs_text]
+    frame = spark.createDataFrame(rows, "A ARRAY<INT>, D ARRAY<DOUBLE>, S ARRAY<STRING>, I INT, X DOUBLE, T STRING")
+    spark_rows = frame.selectExpr(*(to_spark(e, columns) for e in exprs)).collect()
+    differing = [(row, text, ours, theirs) for row, spark_row in zip(rows, spark_rows, strict=True)
+                 for text, e, theirs in zip(exprs_text, exprs, spark_row, strict=True)
+                 if _exactly(ours := evaluate(e, dict(zip("ADSIXT", row, strict=True)))) != _exactly(theirs)]
+    assert differing == []
+    assert [str(check(e, columns)) for e in exprs[6:9]] == ["INT", "DOUBLE", "VARCHAR"]  # ARRAY_MAX: the element type
+
+
+@pytest.mark.parametrize("text, message", [("ARRAY_CONTAINS(a, 'x')", "the arguments of ARRAY_CONTAINS have different types"),
+                                           ("ARRAY_SORT(a, 'UP')", "ARRAY_SORT's order must be 'ASC' or 'DESC'"),
+                                           ("ARRAY_SORT(a, t)", "ARRAY_SORT's order must be 'ASC' or 'DESC'")])
+def test_array_functions_refuse_what_spark_cannot_take(text: str, message: str) -> None:
+    with pytest.raises(StatementError, match=re.escape(message)):
+        check(expression(text), Scope("T", {"A": ast.SqlType("ARRAY", (ast.SqlType("INT"),)), "T": ast.SqlType("VARCHAR")}))
 
 
 @pytest.mark.parametrize("text", ["MASK(s, 'XY')", "MASK(s, s)", "MASK(s, '😀')"])
