@@ -355,13 +355,51 @@ def _contains(items: list[Any] | None, value: Any) -> bool | None:
 
 def _distinct(items: list[Any]) -> list[Any]:
     """Spark's ``array_distinct``: each item once (NaN once, NULL once, -0.0 as 0.0), in the order
-    first seen."""
+    first seen; in time linear in the items (a pull's array may hold a megabyte of them)."""
+    seen: set[Any] = set()
     kept: list[Any] = []
     for x in (x + 0.0 if isinstance(x, float) else x for x in items):
-        if not any((x is None and k is None) or (x is not None and k is not None and spark_ranked(x) == spark_ranked(k))
-                   for k in kept):
+        key = _hashed(x)
+        if key not in seen:
+            seen.add(key)
             kept.append(x)
     return kept
+
+
+def _hashed(value: Any) -> Any:
+    """``value`` as a set's key, equal where Spark's values are: NaN one value, lists and
+    structs by their items."""
+    if isinstance(value, float):
+        return ("NaN",) if math.isnan(value) else value + 0.0
+    if isinstance(value, list):
+        return tuple(_hashed(v) for v in value)
+    if isinstance(value, dict):
+        return tuple((k, _hashed(v)) for k, v in value.items())
+    return value
+
+
+ARRAY_FUNCTIONS = frozenset({"ARRAY_CONTAINS", "ARRAY_REMOVE", "ARRAY_DISTINCT", "ARRAY_SORT", "ARRAY_MAX", "ARRAY_MIN"})
+_ORDERING = frozenset({"ARRAY_SORT", "ARRAY_MAX", "ARRAY_MIN"})
+_TAKEN_INTO = {"INT": ("BIGINT", "DOUBLE"), "BIGINT": ("DOUBLE",)}
+"""The element types a value of each type is taken into as it is (Spark's tightest common type)."""
+
+
+def array_call_error(name: str, types: list[SqlType]) -> str | None:
+    """Why Spark cannot take ``name`` (one of ``ARRAY_FUNCTIONS``) of arguments of ``types``, or None."""
+    if types[0].base != "ARRAY":
+        return f"{name} takes an ARRAY; a bare NULL has no element type (CAST it)"
+    element = types[0].params[0]
+    if holds(element, frozenset({"MAP"})):
+        return f"{name} cannot compare the items of an ARRAY of {element}: Spark compares no MAP"
+    if name in _ORDERING and element.base not in KINDS["orderable"]:  # type: ignore[operator]
+        return f"{name} orders the items of an ARRAY of BOOLEAN, a number, VARCHAR, DATE, TIME or TIMESTAMP, not {element}"
+    if len(types) > 1 and name in ("ARRAY_CONTAINS", "ARRAY_REMOVE"):
+        value = types[1]
+        if value.base == "NULL":
+            return f"{name} looks for a value of the ARRAY's type ({element}); a bare NULL has none (CAST it)"
+        if name == "ARRAY_REMOVE" and value != element and element.base not in _TAKEN_INTO.get(value.base, ()):
+            return f"ARRAY_REMOVE takes out values of the ARRAY's type ({element}), not {value}"
+    return None
 
 
 def _array_sort_in_spark(args: list[str]) -> str:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, is_dataclass, replace
-from typing import Any
+from dataclasses import astuple, dataclass, fields, is_dataclass, replace
+from typing import Any, cast
 
 from millpond.shared.catalog.plans import PlanKind
 from millpond.shared.catalog.queries import AggregateCall, OutputColumn, QueryPlan
@@ -570,6 +570,9 @@ def _aggregation(
     derived, hidden, _ = aggregates_over_result(query)
     for out, expr in _expand(query, source):
         if out in derived:
+            if query.window is not None and out in WINDOW_BOUNDS:
+                raise StatementError(f"{out} is a reserved column name of windowed tables; give {to_sql(expr)} another "
+                                     "alias (SELECT ... AS ...)")
             _check_over_aggregates(out, expr, groups, query.window is not None and not any(
                 bound in source.schema for bound in WINDOW_BOUNDS))
             columns.append(OutputColumn(out, SqlType("NULL"), ""))  # typed below, over the result
@@ -686,32 +689,39 @@ def aggregates_over_result(query: ast.Query) -> tuple[dict[str, ast.Expr], dict[
     for it (``KSQL_AGG_VARIABLE_<n>``, as ksqlDB names them; not in the table). And its HAVING
     over the result row the same way. What the planner checks and the workers evaluate on every
     row of the table, from the statement."""
-    selected = {item.expr: output_name(item, i) for i, item in enumerate(query.items) if item.expr is not None}
-    taken = set(selected.values())
-    hidden: dict[ast.Expr, str] = {}
+    # Over a join an expression is known by every field, a column's qualifier too: SUM(o.amount)
+    # is not SUM(p.amount). Over one source ``r.x`` is ``x``, as it always was.
+    def same(expr: ast.Expr) -> Any:
+        return astuple(cast(Any, expr)) if query.joins else expr
+
+    selected = {same(item.expr): output_name(item, i) for i, item in enumerate(query.items) if item.expr is not None}
+    taken = {output_name(item, i) for i, item in enumerate(query.items)}
+    groups = {same(g) for g in query.group_by}
+    hidden: dict[Any, tuple[ast.Expr, str]] = {}
 
     def swap(node: ast.Expr) -> ast.Expr | None:
+        key = same(node)
         if _is_aggregate(node):
-            if node in selected:
-                return ast.ColumnRef(selected[node])
-            if node not in hidden:
+            if key in selected:
+                return ast.ColumnRef(selected[key])
+            if key not in hidden:
                 number = len(hidden)
                 while f"KSQL_AGG_VARIABLE_{number}" in taken:
                     number += 1
-                hidden[node] = f"KSQL_AGG_VARIABLE_{number}"
-                taken.add(hidden[node])
-            return ast.ColumnRef(hidden[node])
-        if node in query.group_by and node in selected:
-            return ast.ColumnRef(selected[node])
+                hidden[key] = node, f"KSQL_AGG_VARIABLE_{number}"
+                taken.add(hidden[key][1])
+            return ast.ColumnRef(hidden[key][1])
+        if key in groups and key in selected:
+            return ast.ColumnRef(selected[key])
         return None
 
     derived: dict[str, ast.Expr] = {}
     for index, item in enumerate(query.items):
         expr = item.expr
-        if expr is not None and expr not in query.group_by and not _is_aggregate(expr) and _holds_aggregate(expr):
+        if expr is not None and same(expr) not in groups and not _is_aggregate(expr) and _holds_aggregate(expr):
             derived[output_name(item, index)] = ast.replace_nodes(expr, swap)
     having = None if query.having is None else ast.replace_nodes(query.having, swap)
-    return derived, hidden, having
+    return derived, dict(hidden.values()), having
 
 
 def _holds_aggregate(expr: ast.Expr) -> bool:

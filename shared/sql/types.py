@@ -234,6 +234,8 @@ def _check_call(call: ast.Call, scope: Scope, aggregates_allowed: bool) -> SqlTy
         if odd is not None:
             raise StatementError(f"MASK's replacement characters must each be one character written as it is ('X') or "
                                  f"NULL (that class kept), not {to_sql(odd)}")
+    if fn.name in functions.ARRAY_FUNCTIONS and (error := functions.array_call_error(fn.name, types)) is not None:
+        raise StatementError(error)
     if fn.name == "ARRAY_SORT" and len(call.args) > 1 and not (
             isinstance(call.args[1], ast.Literal) and str(call.args[1].value).upper() in ("ASC", "DESC")):
         raise StatementError(f"ARRAY_SORT's order must be 'ASC' or 'DESC' written as it is, not {to_sql(call.args[1])}")

@@ -161,12 +161,25 @@ def test_array_functions_answer_as_sparks(spark: SparkSession) -> None:
     assert [str(check(e, columns)) for e in exprs[6:9]] == ["INT", "DOUBLE", "VARCHAR"]  # ARRAY_MAX: the element type
 
 
-@pytest.mark.parametrize("text, message", [("ARRAY_CONTAINS(a, 'x')", "the arguments of ARRAY_CONTAINS have different types"),
-                                           ("ARRAY_SORT(a, 'UP')", "ARRAY_SORT's order must be 'ASC' or 'DESC'"),
-                                           ("ARRAY_SORT(a, t)", "ARRAY_SORT's order must be 'ASC' or 'DESC'")])
+@pytest.mark.parametrize("text, message", [
+    ("ARRAY_CONTAINS(a, 'x')", "the arguments of ARRAY_CONTAINS have different types"),
+    ("ARRAY_SORT(a, 'UP')", "ARRAY_SORT's order must be 'ASC' or 'DESC'"),
+    ("ARRAY_SORT(a, t)", "ARRAY_SORT's order must be 'ASC' or 'DESC'"),
+    ("ARRAY_CONTAINS(a, NULL)", "ARRAY_CONTAINS looks for a value of the ARRAY's type (INT); a bare NULL has none"),
+    ("ARRAY_MAX(NULL)", "ARRAY_MAX takes an ARRAY; a bare NULL has no element type"),
+    ("ARRAY_DISTINCT(m)", "ARRAY_DISTINCT cannot compare the items of an ARRAY of MAP<VARCHAR, INT>: Spark compares no MAP"),
+    ("ARRAY_SORT(n)", "ARRAY_SORT orders the items of an ARRAY of BOOLEAN, a number, VARCHAR, DATE, TIME or TIMESTAMP, "
+                      "not ARRAY<INT>"),
+    ("ARRAY_REMOVE(a, 1.5)", "ARRAY_REMOVE takes out values of the ARRAY's type (INT), not DECIMAL(2, 1)"),
+])
 def test_array_functions_refuse_what_spark_cannot_take(text: str, message: str) -> None:
+    """Each of these Spark's analyzer refuses (or types otherwise): a persistent query would be
+    accepted, then fail on its worker."""
+    int_array = ast.SqlType("ARRAY", (ast.SqlType("INT"),))
+    scope = Scope("T", {"A": int_array, "T": ast.SqlType("VARCHAR"), "N": ast.SqlType("ARRAY", (int_array,)),
+                        "M": ast.SqlType("ARRAY", (ast.SqlType("MAP", (ast.SqlType("VARCHAR"), ast.SqlType("INT"))),))})
     with pytest.raises(StatementError, match=re.escape(message)):
-        check(expression(text), Scope("T", {"A": ast.SqlType("ARRAY", (ast.SqlType("INT"),)), "T": ast.SqlType("VARCHAR")}))
+        check(expression(text), scope)
 
 
 @pytest.mark.parametrize("text", ["MASK(s, 'XY')", "MASK(s, s)", "MASK(s, '😀')"])

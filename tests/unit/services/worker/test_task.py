@@ -548,6 +548,32 @@ def test_a_having_over_aggregates_no_column_selects_keeps_them_apart_in_the_stat
     assert row(key, [[9], [1], [1]]) is None and row(key, [[9], [2], [-1]]) is None
 
 
+def test_expressions_over_aggregates_tell_the_sides_of_a_join_apart_and_keep_the_names_the_result_uses() -> None:
+    """Over a join, SUM(o.amount) and SUM(p.amount) are two aggregates (the worker reads the
+    statement, where a column's qualifier once did not count: the difference was 0), and a HAVING
+    over one is not the other's; a name the SELECT list gives (twice-selected aggregates too) is
+    never the name an aggregate held apart takes."""
+    meta = Metastore()
+    for offset, statement in enumerate((
+            "CREATE STREAM orders (id VARCHAR KEY, pid VARCHAR, amount INT) WITH (kafka_topic='o', partitions=2, "
+            "value_format='json')",
+            "CREATE TABLE products (pid VARCHAR PRIMARY KEY, amount INT) WITH (kafka_topic='p', partitions=2, "
+            "value_format='json')",
+            "CREATE TABLE t AS SELECT o.pid, SUM(o.amount) AS a, SUM(p.amount) AS b, SUM(o.amount) - SUM(p.amount) AS diff "
+            "FROM orders o JOIN products p ON o.pid = p.pid GROUP BY o.pid HAVING MAX(o.amount) > 1",
+            "CREATE STREAM r (id INT KEY, v INT) WITH (kafka_topic='r', partitions=1, value_format='json')",
+            "CREATE TABLE u AS SELECT id, SUM(v) AS KSQL_AGG_VARIABLE_0, SUM(v) AS s2, MAX(v) + 1 AS x FROM r GROUP BY id")):
+        meta.apply(parse_statement(statement), offset)
+    t, u = (next(q for q in meta.queries.values() if q.sink == name) for name in ("T", "U"))
+    assert [(a.column, a.argument) for a in t.plan.aggregates] == [("A", "`O_AMOUNT`"), ("B", "`P_AMOUNT`"),
+                                                                   ("KSQL_AGG_VARIABLE_0", "`O_AMOUNT`")]
+    row = group_rows(t, meta.source("T"))
+    assert row(b"k", [[10], [3], [4]]) == ["k", 10, 3, 7]
+    assert row(b"k", [[10], [3], [1]]) is None  # MAX(o.amount) is 1
+    assert [a.column for a in u.plan.aggregates] == ["KSQL_AGG_VARIABLE_0", "S2", "KSQL_AGG_VARIABLE_1"]
+    assert group_rows(u, meta.source("U"))((1).to_bytes(4, "big"), [[10], [10], [3]]) == [1, 10, 10, 4]
+
+
 def test_a_having_over_integers_wraps_as_javas_arithmetic() -> None:
     """HAVING runs in Python over the result's row: its INT arithmetic wraps at 32 bits, as
     Spark's and ksqlDB's Java does (2^30 + 1 doubled is negative), and ABS of the least INT is
