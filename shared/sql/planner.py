@@ -227,6 +227,21 @@ def check_round_places(statement: Any) -> None:
         return
     if not is_dataclass(statement) or isinstance(statement, type):
         return
+    if isinstance(statement, ast.Query) and statement.group_by:
+        # Spark computes the WHERE, the GROUP BY and the aggregates' arguments; Python the
+        # expressions over the aggregates and HAVING (``aggregates_over_result``).
+        aggregated: list[ast.Expr] = []
+
+        def note(node: ast.Expr) -> ast.Expr | None:
+            if _is_aggregate(node):
+                aggregated.append(node)
+                return node
+            return None
+
+        for item in statement.items:
+            ast.replace_nodes(item.expr, note)
+        check_round_places((statement.where, statement.group_by, tuple(aggregated), statement.joins))
+        return
     if isinstance(statement, ast.Call) and statement.name == "ROUND" and len(statement.args) > 1:
         places = statement.args[1]
         value = places.value if isinstance(places, ast.Literal) else None

@@ -24,6 +24,7 @@ from millpond.shared.rpc.status import status_code
 from millpond.shared.security import Permission, PermissionDeniedError, Principal
 from millpond.shared.sql import ast
 from millpond.shared.sql.parser import parse_statement
+from millpond.shared.sql.planner import check_round_places
 
 NESTED_64K = "SELECT " + "(" * 32000 + "1" + ")" * 32000 + " FROM T;"
 
@@ -202,6 +203,7 @@ async def test_columns_whose_names_differ_only_in_case_are_refused_before_they_a
      "EMIT CHANGES", "2147483647"),
     ("CREATE STREAM t AS SELECT sensor FROM readings WHERE ROUND(reading, 1 + 1) > 0 EMIT CHANGES", "(1 + 1)"),
     ("CREATE STREAM t AS SELECT sensor, ROUND(reading, -1001) AS r FROM readings EMIT CHANGES", "-1001"),
+    ("CREATE TABLE t AS SELECT sensor, MAX(ROUND(reading, places)) AS m FROM readings GROUP BY sensor EMIT CHANGES", "PLACES"),
 ])
 async def test_a_persistent_query_rounding_by_places_spark_cannot_take_is_refused_before_it_is_appended(
         sql: str, places: str) -> None:
@@ -222,6 +224,14 @@ async def test_a_persistent_query_rounding_by_places_spark_cannot_take_is_refuse
     assert status_code(err.value.kind) is grpc.StatusCode.INVALID_ARGUMENT
     metastore.apply(parse_statement(sql), 1)  # as replay finds a statement accepted before
     assert len(metastore.queries) == 1
+
+
+def test_a_round_python_evaluates_over_aggregates_may_take_places_from_a_column() -> None:
+    """Over a GROUP BY, the expressions over aggregates and HAVING are evaluated in Python (the
+    workers' rows), not by Spark: ROUND there takes any places, as a pull's does."""
+    check_round_places(parse_statement(
+        "CREATE TABLE t AS SELECT sensor, ROUND(AVG(reading), CAST(MAX(places) AS INT)) AS r FROM readings "
+        "GROUP BY sensor HAVING ROUND(SUM(reading), 1 + 1) > 0 EMIT CHANGES"))
 
 
 class RecordingAdmin:
