@@ -70,8 +70,9 @@ from millpond.shared.kafka.serde import (
     split_windowed_key,
     window_bounds,
 )
-from millpond.shared.sql import aggregates
+from millpond.shared.sql import aggregates, ast
 from millpond.shared.sql.expressions import evaluate
+from millpond.shared.sql.joins import join_aggregation
 from millpond.shared.sql.parser import statement_query
 from millpond.shared.sql.planner import aggregates_over_result, having_over_result
 from millpond.shared.sql.types import Scope, with_widths
@@ -506,7 +507,7 @@ def group_rows(query: PersistentQuery, sink: DataSource) -> RowFn:
             not c.key and c.name not in held and c.expression not in (WINDOW_START, WINDOW_END) for c in query.plan.columns):
         return computed_rows(query, sink, aggs)
     row = aggregate_rows(sink, aggs, query.plan.columns)
-    having = having_over_result(statement_query(query.statement)) if query.plan.having is not None else None
+    having = having_over_result(aggregation_query(query)) if query.plan.having is not None else None
     if having is None:
         return row
     names = [c.name for c in sink.row_columns]
@@ -561,6 +562,16 @@ def aggregate_rows(sink: DataSource, aggs: list[aggregates.Aggregate],
     return row
 
 
+def aggregation_query(query: PersistentQuery) -> ast.Query:
+    """The SELECT a GROUP BY query's aggregation computes, as its planner planned it: the
+    statement's, or over a join the one over the joined row (``join_aggregation``: each column
+    known by its side, ``O_AMOUNT``, as the plan's aggregates read it)."""
+    statement, spec = statement_query(query.statement), query.plan.join
+    if spec is None:
+        return statement
+    return join_aggregation(statement, spec.stream, tuple(t.table for t in spec.tables)).query
+
+
 def computed_rows(query: PersistentQuery, sink: DataSource, aggs: list[aggregates.Aggregate]) -> RowFn:
     """A GROUP BY table's row (as ``group_rows``) where value columns compute over its
     aggregates (``ROUND(AVG(x), 2)``, ``SUM(x) / COUNT(*)``), or some aggregate is held apart
@@ -571,7 +582,7 @@ def computed_rows(query: PersistentQuery, sink: DataSource, aggs: list[aggregate
     plan = query.plan
     types = {c.name: c.type for c in sink.row_columns} | {a.column: a.result for a in plan.aggregates if a.result is not None}
     scope = Scope(sink.name, types)
-    derived, _, having_over = aggregates_over_result(statement_query(query.statement))
+    derived, _, having_over = aggregates_over_result(aggregation_query(query))
     over = {name: with_widths(expr, scope) for name, expr in derived.items()}
     having = None if plan.having is None or having_over is None else with_widths(having_over, scope)
     finals = [(a.column, agg.finalize if (to_bytes := bytes_decoder(types[a.column])) is None else _with_bytes(agg.finalize, to_bytes))

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import astuple, dataclass, fields, is_dataclass, replace
-from typing import Any, cast
+from dataclasses import dataclass, fields, is_dataclass, replace
+from typing import Any
 
 from millpond.shared.catalog.plans import PlanKind
 from millpond.shared.catalog.queries import AggregateCall, OutputColumn, QueryPlan
@@ -438,12 +438,6 @@ def _joined_aggregation(
         verb = "CREATE TABLE AS SELECT"
         raise StatementError(f"invalid result type: the SELECT produces a TABLE; use {verb} instead")
     aggregation = join_aggregation(query, source, joined)
-    # The aggregates held apart are named by the statement (the workers') and planned over the
-    # joined row: the same where each is written one way (``s.x`` and ``x`` are one column).
-    held, planned = (list(aggregates_over_result(q)[1].values()) for q in (query, aggregation.query))
-    if held != planned:
-        raise StatementError("an aggregate the SELECT list does not compute as it is names a column two ways (with "
-                             "and without its source's name): write it one way, or select it (SELECT ..., SUM(x) AS ...)")
     tables = source.kind == "TABLE"  # tables joined with tables: their joined rows are regrouped
     _, _, join = plan_join(source.kind, name, pre_aggregation(query), source, joined, source.partitions)
     columns_in = (*aggregation.source.columns, *_rowtime(aggregation.source))
@@ -703,19 +697,16 @@ def aggregates_over_result(query: ast.Query) -> tuple[dict[str, ast.Expr], dict[
     no column selects as it is (in those, or in HAVING), with the name of the column held apart
     for it (``KSQL_AGG_VARIABLE_<n>``, as ksqlDB names them; not in the table). And its HAVING
     over the result row the same way. What the planner checks and the workers evaluate on every
-    row of the table, from the statement."""
-    # Over a join an expression is known by every field, a column's qualifier too: SUM(o.amount)
-    # is not SUM(p.amount). Over one source ``r.x`` is ``x``, as it always was.
-    def same(expr: ast.Expr) -> Any:
-        return astuple(cast(Any, expr)) if query.joins else expr
-
-    selected = {same(item.expr): output_name(item, i) for i, item in enumerate(query.items) if item.expr is not None}
+    row of the table, from the statement (over a join, from ``join_aggregation``'s query over
+    the joined row, where each column is known by its side: ``SUM(o.amount)`` is not
+    ``SUM(p.amount)``)."""
+    selected = {item.expr: output_name(item, i) for i, item in enumerate(query.items) if item.expr is not None}
     taken = {output_name(item, i) for i, item in enumerate(query.items)}
-    groups = {same(g) for g in query.group_by}
-    hidden: dict[Any, tuple[ast.Expr, str]] = {}
+    groups = set(query.group_by)
+    hidden: dict[ast.Expr, tuple[ast.Expr, str]] = {}
 
     def swap(node: ast.Expr) -> ast.Expr | None:
-        key = same(node)
+        key = node
         if _is_aggregate(node):
             if key in selected:
                 return ast.ColumnRef(selected[key])
@@ -733,7 +724,7 @@ def aggregates_over_result(query: ast.Query) -> tuple[dict[str, ast.Expr], dict[
     derived: dict[str, ast.Expr] = {}
     for index, item in enumerate(query.items):
         expr = item.expr
-        if expr is not None and same(expr) not in groups and not _is_aggregate(expr) and _holds_aggregate(expr):
+        if expr is not None and expr not in groups and not _is_aggregate(expr) and _holds_aggregate(expr):
             derived[output_name(item, index)] = ast.replace_nodes(expr, swap)
     having = None if query.having is None else ast.replace_nodes(query.having, swap)
     return derived, dict(hidden.values()), having

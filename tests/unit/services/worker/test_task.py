@@ -549,10 +549,11 @@ def test_a_having_over_aggregates_no_column_selects_keeps_them_apart_in_the_stat
 
 
 def test_expressions_over_aggregates_tell_the_sides_of_a_join_apart_and_keep_the_names_the_result_uses() -> None:
-    """Over a join, SUM(o.amount) and SUM(p.amount) are two aggregates (the worker reads the
-    statement, where a column's qualifier once did not count: the difference was 0), and a HAVING
-    over one is not the other's; a name the SELECT list gives (twice-selected aggregates too) is
-    never the name an aggregate held apart takes."""
+    """Over a join, SUM(o.amount) and SUM(p.amount) are two aggregates (the worker read the
+    statement, where a column's qualifier does not count: the difference was 0; it reads the
+    aggregation over the joined row, as the planner does), and a HAVING over one is not the
+    other's; a name the SELECT list gives (twice-selected aggregates too) is never the name an
+    aggregate held apart takes."""
     meta = Metastore()
     for offset, statement in enumerate((
             "CREATE STREAM orders (id VARCHAR KEY, pid VARCHAR, amount INT) WITH (kafka_topic='o', partitions=2, "
