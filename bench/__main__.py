@@ -21,7 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 BENCHMARKS = ("aggregation", "scaling", "pull_queries", "scans", "failover", "restore", "freshness", "inserts",
-              "micro_batch", "json_read", "idle", "command_log", "beats", "fuzz", "soak")
+              "micro_batch", "json_read", "group_rows", "idle", "command_log", "beats", "fuzz", "soak")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 

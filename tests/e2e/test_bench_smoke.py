@@ -108,7 +108,8 @@ def test_the_aggregation_benchmark_reports_its_baselines_and_plots(tmp_path: Pat
 @pytest.mark.slow
 def test_the_other_benchmarks_run_and_report_their_baselines(tmp_path: Path) -> None:
     # failover is the harness above under a kill, and scaling is the aggregation twice.
-    results = benchmarks(tmp_path, "pull_queries,scans,restore,freshness,inserts,micro_batch,json_read,command_log,beats")
+    results = benchmarks(tmp_path, "pull_queries,scans,restore,freshness,inserts,micro_batch,json_read,group_rows,command_log,"
+                                   "beats")
     assert [level["concurrency"] for level in results["pull_queries"]["levels"]] == [1, 16, 64]
     for level in results["pull_queries"]["levels"]:  # ghz's counts: every lookup answered OK
         assert level["count"] > 0 and level["errors"] == 0 and level["baseline_health_check"]["qps"] > 0
@@ -123,6 +124,9 @@ def test_the_other_benchmarks_run_and_report_their_baselines(tmp_path: Path) -> 
     assert size["batch_records"] == 1000 and size["reduce_ms"] > 0 and size["kafka_read_ms"] > 0
     reads = results["json_read"]["reads"]  # both statements' records in each spelling, every record read
     assert len(reads) == 12 and all(read["records_unread"] == 0 and read["read_to_plain"] > 0 for read in reads)
+    tables = results["group_rows"]["tables"]  # each table's rows made by the production row maker, every one kept
+    assert [t["table"] for t in tables] == ["plain", "mean", "doubled", "rounded", "four", "having"]
+    assert all(t["rows_made"] == t["rows"] and t["cost_to_plain"] > 0 for t in tables)
     waits = [run["fetch_max_wait_ms"] for run in results["command_log"]["runs"]]  # every statement applied, or it exits
     assert waits == [25, 500, 25, 500] and all(run["catch_up_ms_median"] > 0 for run in results["command_log"]["runs"])
     # Each stream stayed open throughout (or the benchmark exits); CPU ticks over a smoke run's 2 s may be none.
