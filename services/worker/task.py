@@ -538,8 +538,7 @@ def aggregate_rows(sink: DataSource, aggs: list[aggregates.Aggregate],
     # by the type of the aggregate's column (the sink's value columns but the window bounds).
     results = [c.type for c, bound in zip(sink.value_columns, bounds or [None] * len(sink.value_columns), strict=True)
                if bound is None]
-    finals = [agg.finalize if (to_bytes := bytes_decoder(t)) is None else _with_bytes(agg.finalize, to_bytes)
-              for agg, t in zip(aggs, results, strict=True)]
+    finals = [_final(agg, t) for agg, t in zip(aggs, results, strict=True)]
     n = len(finals)  # a state's partials; its time may follow them (``AggregationTask._merge``)
     if window is not None and any(bounds):
         def bounded_row(key: bytes, state: list[Any]) -> list[Any]:
@@ -585,8 +584,7 @@ def computed_rows(query: PersistentQuery, sink: DataSource, aggs: list[aggregate
     derived, _, having_over = aggregates_over_result(aggregation_query(query))
     over = {name: with_widths(expr, scope) for name, expr in derived.items()}
     having = None if plan.having is None or having_over is None else with_widths(having_over, scope)
-    finals = [(a.column, agg.finalize if (to_bytes := bytes_decoder(types[a.column])) is None else _with_bytes(agg.finalize, to_bytes))
-              for a, agg in zip(plan.aggregates, aggs, strict=True)]
+    finals = [(a.column, _final(agg, types[a.column])) for a, agg in zip(plan.aggregates, aggs, strict=True)]
     n = len(finals)  # a state's partials; its time may follow them (``AggregationTask._merge``)
     decode, keys, window = key_decoder(sink.key_columns), [c.name for c in sink.key_columns], sink.window
     head = [*keys, *((WINDOW_START, WINDOW_END) if window is not None else ())]
@@ -616,6 +614,12 @@ def computed_rows(query: PersistentQuery, sink: DataSource, aggs: list[aggregate
         return out if having is None or computed(having, known) is True else None
 
     return row
+
+
+def _final(agg: aggregates.Aggregate, type_: Any) -> Callable[[list[Any]], Any]:
+    """``agg``'s finalizer of a state into a value of ``type_`` (BYTES back from base64 text)."""
+    to_bytes = bytes_decoder(type_)
+    return agg.finalize if to_bytes is None else _with_bytes(agg.finalize, to_bytes)
 
 
 def _with_bytes(finalize: Callable[[list[Any]], Any], to_bytes: Callable[[Any], Any]) -> Callable[[list[Any]], Any]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, localcontext
 from typing import Any
 
-from millpond.shared.sql.ast import SqlType
+from millpond.shared.sql.ast import Literal, SqlType, to_sql
 
 INT, BIGINT, DOUBLE, VARCHAR = SqlType("INT"), SqlType("BIGINT"), SqlType("DOUBLE"), SqlType("VARCHAR")
 NUMERIC = frozenset({"INT", "BIGINT", "DECIMAL", "DOUBLE"})
@@ -93,6 +93,9 @@ class ScalarFunction:
     spark_of: Callable[[list[str]], str] | None = None
     """The Spark SQL of a call from its arguments' Spark SQL, where it is not ``spark`` of the
     same arguments."""
+    refuses: Callable[[tuple[Any, ...], list[SqlType]], str | None] | None = None
+    """Why Spark's analyzer would refuse a call of these arguments (their syntax trees) and types
+    (a persistent query then fails on its worker), or None: checked when the call is typed."""
 
     def arity(self) -> str:
         """The accepted argument counts, for error messages."""
@@ -378,14 +381,18 @@ def _hashed(value: Any) -> Any:
     return value
 
 
-ARRAY_FUNCTIONS = frozenset({"ARRAY_CONTAINS", "ARRAY_REMOVE", "ARRAY_DISTINCT", "ARRAY_SORT", "ARRAY_MAX", "ARRAY_MIN"})
 _ORDERING = frozenset({"ARRAY_SORT", "ARRAY_MAX", "ARRAY_MIN"})
 _TAKEN_INTO = {"INT": ("BIGINT", "DOUBLE"), "BIGINT": ("DOUBLE",)}
 """The element types a value of each type is taken into as it is (Spark's tightest common type)."""
 
 
+def _array_refusal(name: str) -> Callable[[tuple[Any, ...], list[SqlType]], str | None]:
+    """``ScalarFunction.refuses`` of the ARRAY function ``name``."""
+    return lambda args, types: array_call_error(name, types)
+
+
 def array_call_error(name: str, types: list[SqlType]) -> str | None:
-    """Why Spark cannot take ``name`` (one of ``ARRAY_FUNCTIONS``) of arguments of ``types``, or None."""
+    """Why Spark cannot take the ARRAY function ``name`` of arguments of ``types``, or None."""
     if types[0].base != "ARRAY":
         return f"{name} takes an ARRAY; a bare NULL has no element type (CAST it)"
     element = types[0].params[0]
@@ -400,6 +407,22 @@ def array_call_error(name: str, types: list[SqlType]) -> str | None:
         if name == "ARRAY_REMOVE" and value != element and element.base not in _TAKEN_INTO.get(value.base, ()):
             return f"ARRAY_REMOVE takes out values of the ARRAY's type ({element}), not {value}"
     return None
+
+
+def _sort_refusal(args: tuple[Any, ...], types: list[SqlType]) -> str | None:
+    if len(args) > 1 and not (isinstance(args[1], Literal) and str(args[1].value).upper() in ("ASC", "DESC")):
+        return f"ARRAY_SORT's order must be 'ASC' or 'DESC' written as it is, not {to_sql(args[1])}"
+    return array_call_error("ARRAY_SORT", types)
+
+
+def _mask_refusal(args: tuple[Any, ...], types: list[SqlType]) -> str | None:
+    """Spark's ``mask`` takes one UTF-16 unit each, fixed when the query starts."""
+    odd = next((a for a in args[1:] if not (isinstance(a, Literal) and (
+        a.value is None or (isinstance(a.value, str) and len(a.value.encode("utf-16-le")) == 2)))), None)
+    if odd is None:
+        return None
+    return (f"MASK's replacement characters must each be one character written as it is ('X') or NULL (that class "
+            f"kept), not {to_sql(odd)}")
 
 
 def _array_sort_in_spark(args: list[str]) -> str:
@@ -469,7 +492,8 @@ FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
     ScalarFunction("INITCAP", ("string",), spark="initcap", python=_strict(_initcap)),
     ScalarFunction("SPLIT", ("string", "string"), result=lambda _: SqlType("ARRAY", (VARCHAR,)),
                    spark_of=_split_in_spark, python=_strict(_split)),
-    ScalarFunction("MASK", ("string",), optional=("string",) * 4, spark_of=_mask_in_spark, python=_mask),
+    ScalarFunction("MASK", ("string",), optional=("string",) * 4, spark_of=_mask_in_spark, python=_mask,
+                   refuses=_mask_refusal),
     ScalarFunction("SUBSTRING", ("string", "integer"), optional=("integer",), spark="substring",
                    python=_strict(_substring)),
     ScalarFunction("REPLACE", ("string", "string", "string"), spark="replace",
@@ -508,17 +532,22 @@ FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
     ScalarFunction("IFNULL", ("any", "any"), result=lambda t: common_type(t), spark="ifnull",
                    python=lambda x, y: y if x is None else x),
     ScalarFunction("ARRAY_CONTAINS", ("array", "any"), result=lambda t: SqlType("BOOLEAN") if _same_elements(t) else None,
-                   spark="array_contains", python=_contains),
+                   spark="array_contains", python=_contains, refuses=_array_refusal("ARRAY_CONTAINS")),
     ScalarFunction("ARRAY_REMOVE", ("array", "any"), result=lambda t: t[0] if _same_elements(t) else None,
                    spark="array_remove", python=_strict(lambda items, value: [
-                       x for x in items if x is None or spark_ranked(x) != spark_ranked(value)])),
-    ScalarFunction("ARRAY_DISTINCT", ("array",), result=_first, spark="array_distinct", python=_strict(_distinct)),
+                       x for x in items if x is None or spark_ranked(x) != spark_ranked(value)]),
+                   refuses=_array_refusal("ARRAY_REMOVE")),
+    ScalarFunction("ARRAY_DISTINCT", ("array",), result=_first, spark="array_distinct", python=_strict(_distinct),
+                   refuses=_array_refusal("ARRAY_DISTINCT")),
     ScalarFunction("ARRAY_SORT", ("array",), optional=("string",), result=_first, spark_of=_array_sort_in_spark,
-                   python=_strict(lambda items, direction="ASC": _sorted(items, direction.upper() == "DESC"))),
+                   python=_strict(lambda items, direction="ASC": _sorted(items, direction.upper() == "DESC")),
+                   refuses=_sort_refusal),
     ScalarFunction("ARRAY_MAX", ("array",), result=_element, spark="array_max",
-                   python=_strict(lambda items: max((x for x in items if x is not None), key=spark_ranked, default=None))),
+                   python=_strict(lambda items: max((x for x in items if x is not None), key=spark_ranked, default=None)),
+                   refuses=_array_refusal("ARRAY_MAX")),
     ScalarFunction("ARRAY_MIN", ("array",), result=_element, spark="array_min",
-                   python=_strict(lambda items: min((x for x in items if x is not None), key=spark_ranked, default=None))),
+                   python=_strict(lambda items: min((x for x in items if x is not None), key=spark_ranked, default=None)),
+                   refuses=_array_refusal("ARRAY_MIN")),
     ScalarFunction("ARRAY_LENGTH", ("array",), result=lambda _: INT, spark="array_size",
                    python=_strict(len)),
 )}

@@ -703,22 +703,21 @@ def aggregates_over_result(query: ast.Query) -> tuple[dict[str, ast.Expr], dict[
     selected = {item.expr: output_name(item, i) for i, item in enumerate(query.items) if item.expr is not None}
     taken = {output_name(item, i) for i, item in enumerate(query.items)}
     groups = set(query.group_by)
-    hidden: dict[ast.Expr, tuple[ast.Expr, str]] = {}
+    hidden: dict[ast.Expr, str] = {}
 
     def swap(node: ast.Expr) -> ast.Expr | None:
-        key = node
         if _is_aggregate(node):
-            if key in selected:
-                return ast.ColumnRef(selected[key])
-            if key not in hidden:
+            if node in selected:
+                return ast.ColumnRef(selected[node])
+            if node not in hidden:
                 number = len(hidden)
                 while f"KSQL_AGG_VARIABLE_{number}" in taken:
                     number += 1
-                hidden[key] = node, f"KSQL_AGG_VARIABLE_{number}"
-                taken.add(hidden[key][1])
-            return ast.ColumnRef(hidden[key][1])
-        if key in groups and key in selected:
-            return ast.ColumnRef(selected[key])
+                hidden[node] = f"KSQL_AGG_VARIABLE_{number}"
+                taken.add(hidden[node])
+            return ast.ColumnRef(hidden[node])
+        if node in groups and node in selected:
+            return ast.ColumnRef(selected[node])
         return None
 
     derived: dict[str, ast.Expr] = {}
@@ -727,7 +726,7 @@ def aggregates_over_result(query: ast.Query) -> tuple[dict[str, ast.Expr], dict[
         if expr is not None and expr not in groups and not _is_aggregate(expr) and _holds_aggregate(expr):
             derived[output_name(item, index)] = ast.replace_nodes(expr, swap)
     having = None if query.having is None else ast.replace_nodes(query.having, swap)
-    return derived, dict(hidden.values()), having
+    return derived, hidden, having
 
 
 def _holds_aggregate(expr: ast.Expr) -> bool:

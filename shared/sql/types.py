@@ -228,17 +228,8 @@ def _check_call(call: ast.Call, scope: Scope, aggregates_allowed: bool) -> SqlTy
         kind = fn.kind_at(index)
         if kind is not None and not functions.accepts(kind, type_):
             raise _clash(f"argument {index + 1} of {call.name} must be {kind}", (arg, type_))
-    if fn.name == "MASK":  # Spark's mask takes one UTF-16 unit each, fixed when the query starts
-        odd = next((a for a in call.args[1:] if not (isinstance(a, ast.Literal) and (
-            a.value is None or (isinstance(a.value, str) and len(a.value.encode("utf-16-le")) == 2)))), None)
-        if odd is not None:
-            raise StatementError(f"MASK's replacement characters must each be one character written as it is ('X') or "
-                                 f"NULL (that class kept), not {to_sql(odd)}")
-    if fn.name in functions.ARRAY_FUNCTIONS and (error := functions.array_call_error(fn.name, types)) is not None:
+    if fn.refuses is not None and (error := fn.refuses(call.args, types)) is not None:
         raise StatementError(error)
-    if fn.name == "ARRAY_SORT" and len(call.args) > 1 and not (
-            isinstance(call.args[1], ast.Literal) and str(call.args[1].value).upper() in ("ASC", "DESC")):
-        raise StatementError(f"ARRAY_SORT's order must be 'ASC' or 'DESC' written as it is, not {to_sql(call.args[1])}")
     result = fn.result(types)
     if fn.name == "ROUND" and types[0].base == "DECIMAL":  # its type depends on the places, a literal in Spark
         places = call.args[1] if len(call.args) > 1 else ast.Literal(0, SqlType("INT"))

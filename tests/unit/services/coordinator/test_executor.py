@@ -183,18 +183,25 @@ async def test_columns_whose_names_differ_only_in_case_are_refused_before_they_a
                                                                                            columns: str) -> None:
     """Spark resolves column names regardless of case: a stream or table with "a" and A failed
     every query over it. Refused when the statement is run; a replayed one stays."""
+    metastore, error = await _refused_when_run(sql, "reading INT")
+    assert f"would have the columns {columns}, whose names differ only in case" in error.message
+    assert status_code(error.kind) is grpc.StatusCode.INVALID_ARGUMENT
+    metastore.apply(parse_statement(sql), 1)  # as replay finds a statement accepted before
+    assert len(metastore.sources) == 2
+
+
+async def _refused_when_run(sql: str, columns: str) -> tuple[Metastore, StatementError]:
+    """The StatementError running ``sql`` gives, over a stream ``readings (sensor VARCHAR KEY,
+    <columns>)``, and the metastore it ran on (unchanged)."""
     metastore = Metastore()
-    metastore.apply(parse_statement("CREATE STREAM readings (sensor VARCHAR KEY, reading INT) "
+    metastore.apply(parse_statement(f"CREATE STREAM readings (sensor VARCHAR KEY, {columns}) "
                                     "WITH (kafka_topic='readings', partitions=1, value_format='json')"), 0)
     unused = cast(Any, None)
     executor = StatementExecutor(CoordinatorSettings(), metastore, cast(Any, FakeReader()), cast(Any, FakeWriter()),
                                  unused, unused, cast(Any, FakeOffsets()))
     with pytest.raises(StatementError) as err:
         await executor.execute(sql, {})
-    assert f"would have the columns {columns}, whose names differ only in case" in err.value.message
-    assert status_code(err.value.kind) is grpc.StatusCode.INVALID_ARGUMENT
-    metastore.apply(parse_statement(sql), 1)  # as replay finds a statement accepted before
-    assert len(metastore.sources) == 2
+    return metastore, err.value
 
 
 @pytest.mark.parametrize("sql, places", [
@@ -211,17 +218,10 @@ async def test_a_persistent_query_rounding_by_places_spark_cannot_take_is_refuse
     and its batches fail past about a billion places: such a query was accepted, then failed
     on its worker. Refused when the statement is run; a replayed one stays, and a pull query
     may still round by a column (Python evaluates it)."""
-    metastore = Metastore()
-    metastore.apply(parse_statement("CREATE STREAM readings (sensor VARCHAR KEY, reading DOUBLE, places INT) "
-                                    "WITH (kafka_topic='readings', partitions=1, value_format='json')"), 0)
-    unused = cast(Any, None)
-    executor = StatementExecutor(CoordinatorSettings(), metastore, cast(Any, FakeReader()), cast(Any, FakeWriter()),
-                                 unused, unused, cast(Any, FakeOffsets()))
-    with pytest.raises(StatementError) as err:
-        await executor.execute(sql, {})
+    metastore, error = await _refused_when_run(sql, "reading DOUBLE, places INT")
     assert f"ROUND's places in a persistent query must be a whole number from -1000 to 1000 written as it is (ROUND(x, 2)), " \
-           f"not {places}" in err.value.message
-    assert status_code(err.value.kind) is grpc.StatusCode.INVALID_ARGUMENT
+           f"not {places}" in error.message
+    assert status_code(error.kind) is grpc.StatusCode.INVALID_ARGUMENT
     metastore.apply(parse_statement(sql), 1)  # as replay finds a statement accepted before
     assert len(metastore.queries) == 1
 
