@@ -44,7 +44,8 @@ from millpond.shared.catalog.queries import PersistentQuery
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError
-from millpond.shared.kafka.serde import EARLIEST_TIMESTAMP, ISO_TIMESTAMP_TEXT, LATEST_TIMESTAMP, MILLIS_TEXT
+from millpond.shared.kafka.serde import ISO_TIMESTAMP_TEXT, MILLIS_TEXT
+from millpond.shared.kafka.time_patterns import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from millpond.shared.sql import ast
 
 log = logging.getLogger(__name__)

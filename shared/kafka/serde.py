@@ -17,6 +17,7 @@ from typing import Any
 from millpond.common.v1 import rows_pb2
 from millpond.shared.catalog.sources import Column, WindowSpec
 from millpond.shared.errors import StatementError
+from millpond.shared.kafka.time_patterns import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from millpond.shared.sql.ast import SqlType
 from millpond.shared.sql.expressions import java_double_text
 from millpond.shared.sql.functions import DECIMAL_TEXT
@@ -230,10 +231,6 @@ standby copies (``timestamp_text``) read the same instants."""
 _MILLIS = re.compile(MILLIS_TEXT)
 _ISO_TIMESTAMP = re.compile(ISO_TIMESTAMP_TEXT)
 _EPOCH = datetime.datetime(1970, 1, 1)
-EARLIEST_TIMESTAMP = datetime.datetime(1, 1, 2)
-"""The earliest TIMESTAMP Millpond holds: PySpark cannot give a time of the first day of year 1
-as a datetime (its conversion goes through a day before it)."""
-LATEST_TIMESTAMP = datetime.datetime(9999, 12, 31, 23, 59, 59, 999999)
 
 
 def timestamp_text(value: Any) -> str:

@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, localcontext
 from typing import Any
 
+from millpond.shared.sql import times
 from millpond.shared.sql.ast import Literal, SqlType, to_sql
 
 INT, BIGINT, DOUBLE, VARCHAR = SqlType("INT"), SqlType("BIGINT"), SqlType("DOUBLE"), SqlType("VARCHAR")
+TIMESTAMP = SqlType("TIMESTAMP")
 NUMERIC = frozenset({"INT", "BIGINT", "DECIMAL", "DOUBLE"})
 INTEGRAL = frozenset({"INT", "BIGINT"})
 
@@ -27,6 +29,8 @@ KINDS: dict[str, frozenset[str] | None] = {
     "numeric": NUMERIC,
     "integer": INTEGRAL,
     "array": frozenset({"ARRAY"}),
+    "bigint": INTEGRAL,
+    "timestamp": frozenset({"TIMESTAMP"}),
     "any": None,
     "orderable": frozenset({"BOOLEAN", "INT", "BIGINT", "DOUBLE", "DECIMAL", "VARCHAR", "TIMESTAMP", "DATE", "TIME"}),
     "listable": None,
@@ -550,6 +554,20 @@ FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
                    refuses=_array_refusal("ARRAY_MIN")),
     ScalarFunction("ARRAY_LENGTH", ("array",), result=lambda _: INT, spark="array_size",
                    python=_strict(len)),
+    ScalarFunction("TIMESTAMPTOSTRING", ("bigint", "string"), optional=("string",), spark_of=times.timestamp_to_string_in_spark,
+                   python=_strict(times.timestamp_to_string), refuses=times.refusal("TIMESTAMPTOSTRING", 1, writes=True)),
+    ScalarFunction("FORMAT_TIMESTAMP", ("timestamp", "string"), optional=("string",), spark_of=times.format_timestamp_in_spark,
+                   python=_strict(times.format_timestamp), refuses=times.refusal("FORMAT_TIMESTAMP", 1, writes=True)),
+    ScalarFunction("STRINGTOTIMESTAMP", ("string", "string"), optional=("string",), result=lambda _: BIGINT,
+                   spark_of=times.string_to_timestamp_in_spark, python=_strict(times.string_to_timestamp),
+                   refuses=times.refusal("STRINGTOTIMESTAMP", 1, writes=False)),
+    ScalarFunction("PARSE_TIMESTAMP", ("string", "string"), optional=("string",), result=lambda _: TIMESTAMP,
+                   spark_of=times.parse_timestamp_in_spark, python=_strict(times.parse_timestamp),
+                   refuses=times.refusal("PARSE_TIMESTAMP", 1, writes=False)),
+    ScalarFunction("FROM_UNIXTIME", ("bigint",), result=lambda _: TIMESTAMP, spark_of=times.from_unixtime_in_spark,
+                   python=_strict(times.from_unixtime)),
+    ScalarFunction("UNIX_TIMESTAMP", ("timestamp",), result=lambda _: BIGINT, spark="unix_millis",
+                   python=_strict(times.unix_timestamp)),
 )}
 
 

@@ -19,7 +19,6 @@ from millpond.shared.kafka.serde import (
     JSON_KEY_TYPES,
     KEY_FORMATS,
     KEY_TYPES,
-    LATEST_TIMESTAMP,
     VALUE_FORMATS,
     base64_bytes,
     coerce,
@@ -27,6 +26,7 @@ from millpond.shared.kafka.serde import (
     serialize_value,
     timestamp_text,
 )
+from millpond.shared.kafka.time_patterns import LATEST_TIMESTAMP
 from millpond.shared.kafka.values import stored
 from millpond.shared.sql import aggregates, ast
 from millpond.shared.sql.ast import SqlType, to_sql

@@ -686,6 +686,10 @@ async def test_expressions_over_aggregates_are_in_pulls_and_the_sink(agg_cluster
     want = {"a": ["a", 3, 18, 18.33, "a:25", [25, 20, 10]], "b": ["b", 1, 7, 7.0, "b:7", [7]]}
     assert await asyncio.to_thread(pull_until, agg_cluster, f"SELECT * FROM {table};", want) == want
     assert run(agg_cluster, f"SELECT mean, tag FROM {table} WHERE sensor = 'a';") == [[18, "a:25"]]
+    # The time functions in a pull (Python's), as the Spark SQL of a persistent query gives them.
+    assert run(agg_cluster, f"SELECT TIMESTAMPTOSTRING(n * 86400000 - 3600000, 'yyyy-MM-dd HH:mm EEEE', 'Asia/Tokyo'), "
+                            "UNIX_TIMESTAMP(PARSE_TIMESTAMP('2024-03-10 02:30', 'yyyy-MM-dd HH:mm', 'America/Los_Angeles')) "
+                            f"FROM {table} WHERE sensor = 'a';") == [["1970-01-04 08:00 Sunday", 1710066600000]]
     assert run(agg_cluster, f"SELECT * FROM {table} WHERE sensor = 'c';") == []  # HAVING MIN(reading) > 5
     last = {}
     for _, _, key, value in sorted(await read_all(agg_cluster.bootstrap, table.upper())):

@@ -1,5 +1,5 @@
 """Stateless persistent queries on the real cluster: CSAS with a filter, functions (ksqlDB's
-INITCAP, CONCAT_WS, POWER, SPLIT and MASK among them) and arithmetic, and a CSAS that
+INITCAP, CONCAT_WS, POWER, SPLIT, MASK and time functions among them) and arithmetic, and a CSAS that
 re-keys through PARTITION BY into a topic of another size. Results are read back from the
 sink topics (read_committed) and compared record by record with values computed here; a
 malformed input record goes to the processing log."""
@@ -7,6 +7,7 @@ malformed input record goes to the processing log."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import subprocess
 import sys
@@ -22,6 +23,10 @@ from millpond.shared.kafka.partitioner import partition_for
 
 MILLPOND = [sys.executable, "-m", "millpond.cli.main"]
 ROWS = [(f"u{i % 10}", ["home", "about", "cart"][i % 3], i % 13) for i in range(60)]
+ROWTIMES = [1700000000123 + i * 25_200_017 for i in range(60)]
+"""Each row's ROWTIME: seven hours apart and a bit, so the dates, hours and milliseconds vary."""
+_EPOCH = datetime.datetime(1970, 1, 1)
+_KOLKATA = datetime.timedelta(hours=5, minutes=30)  # Asia/Kolkata's offset since 1945
 
 
 async def read_topic(bootstrap: str, topic: str, expect: int, wait_s: float = 240) -> list[tuple[int, bytes, bytes]]:
@@ -46,7 +51,8 @@ async def read_topic(bootstrap: str, topic: str, expect: int, wait_s: float = 24
 async def test_projections_filters_and_partition_by_write_exactly_the_right_records(
         cluster: LocalCluster, tmp_path: Path) -> None:
     name = f"clicks_{cluster.service_id}"
-    inserts = "\n".join(f"INSERT INTO {name} (userid, pageid, seconds) VALUES ('{u}', '{p}', {s});" for u, p, s in ROWS)
+    inserts = "\n".join(f"INSERT INTO {name} (ROWTIME, userid, pageid, seconds) VALUES ({t}, '{u}', '{p}', {s});"
+                        for (u, p, s), t in zip(ROWS, ROWTIMES, strict=True))
     script = tmp_path / "stateless.sql"
     script.write_text(f"""
         SET 'auto.offset.reset'='earliest';
@@ -66,17 +72,26 @@ async def test_projections_filters_and_partition_by_write_exactly_the_right_reco
         SET 'auto.offset.reset'='earliest';
         CREATE STREAM long_{name} AS SELECT userid, UCASE(pageid) AS page, seconds * 2 AS doubled,
           INITCAP(CONCAT_WS(' ', pageid, userid)) AS title, POWER(seconds, 2) AS squared, SPLIT(pageid, 'o') AS parts,
-          MASK(userid) AS masked FROM {name} WHERE seconds > 5;
+          MASK(userid) AS masked, TIMESTAMPTOSTRING(ROWTIME, 'yyyy-MM-dd HH:mm:ss.SSS EEE', 'Asia/Kolkata') AS local_time,
+          FROM_UNIXTIME(ROWTIME) AS at,
+          STRINGTOTIMESTAMP(TIMESTAMPTOSTRING(ROWTIME, 'dd/MM/yyyy HH:mm'), 'dd/MM/yyyy HH:mm') AS minute
+          FROM {name} WHERE seconds > 5;
         CREATE STREAM by_page_{name} WITH (partitions=2, value_format='delimited') AS
           SELECT pageid, userid, seconds FROM {name} PARTITION BY pageid;
     """
     await asyncio.to_thread(subprocess.run, [*MILLPOND, "sql", "--server", cluster.router, "-e", queries],
                             check=True, capture_output=True, timeout=120)
 
+    def at(millis: int) -> datetime.datetime:
+        return _EPOCH + datetime.timedelta(milliseconds=millis)
+
     long_expected = Counter((u.encode(), json.dumps({"PAGE": p.upper(), "DOUBLED": s * 2, "TITLE": f"{p.title()} {u.title()}",
                                                      "SQUARED": float(s * s), "PARTS": p.split("o"),
-                                                     "MASKED": "x" + "n" * (len(u) - 1)}, separators=(",", ":")).encode())
-                            for u, p, s in ROWS if s > 5)
+                                                     "MASKED": "x" + "n" * (len(u) - 1),
+                                                     "LOCAL_TIME": (at(t) + _KOLKATA).strftime(f"%Y-%m-%d %H:%M:%S.{t % 1000:03d} %a"),
+                                                     "AT": at(t).isoformat(), "MINUTE": t - t % 60_000},
+                                                    separators=(",", ":")).encode())
+                            for (u, p, s), t in zip(ROWS, ROWTIMES, strict=True) if s > 5)
     long_records = await read_topic(cluster.bootstrap, f"LONG_{name.upper()}", sum(long_expected.values()))
     assert Counter((k, v) for _, k, v in long_records) == long_expected
     # The key is unchanged, so each result stays in its input's partition.

@@ -60,6 +60,8 @@ class Expressions:
 
 
 ARITHMETIC = ("+", "-", "*", "/", "%")
+TIME_PATTERNS = ("'yyyy-MM-dd HH:mm:ss.SSS'", "'yyyy-MM-dd'", "'d/M/yy h:mm a'", "'yyyyMMddHHmmss'")
+TIME_ZONES = (", 'America/New_York'", ", '+05:30'", ", 'UTC'")
 Form = Callable[[Callable[[str], str]], str]
 """An expression's text around its operands' (``x(type)`` gives one of that type, "NUMBER" any number)."""
 
@@ -79,6 +81,8 @@ def _forms(draw: Callable[..., str]) -> dict[str, list[Form]]:
             lambda x: f"{draw('FLOOR', 'CEIL')}({x('DOUBLE')})", lambda x: f"ABS({x('BIGINT')})",
             lambda x: f"CAST({x(draw('INT', 'DOUBLE', 'DECIMAL', 'VARCHAR'))} AS BIGINT)",
             lambda x: f"CASE WHEN {x('BOOLEAN')} THEN {x('BIGINT')} ELSE {x('INT')} END",
+            lambda x: f"STRINGTOTIMESTAMP({x('VARCHAR')}, {draw(*TIME_PATTERNS)}{draw('', *TIME_ZONES)})",
+            lambda x: f"UNIX_TIMESTAMP(FROM_UNIXTIME({x(draw('INT', 'BIGINT'))}))",
         ],
         "DOUBLE": [
             lambda x: f"({x('DOUBLE')} {draw(*ARITHMETIC)} {x('NUMBER')})",
@@ -105,6 +109,7 @@ def _forms(draw: Callable[..., str]) -> dict[str, list[Form]]:
             lambda x: f"{draw('LPAD', 'RPAD')}({x('VARCHAR')}, {draw('0', '3', '5', '-1')}, {x('VARCHAR')})",
             lambda x: f"CAST({x(draw('INT', 'BIGINT', 'DOUBLE', 'DECIMAL', 'BOOLEAN'))} AS VARCHAR)",
             lambda x: f"CASE WHEN {x('BOOLEAN')} THEN {x('VARCHAR')} END", lambda x: f"COALESCE({x('VARCHAR')}, {x('VARCHAR')})",
+            lambda x: f"TIMESTAMPTOSTRING({x(draw('INT', 'BIGINT'))}, {draw(*TIME_PATTERNS)}{draw('', *TIME_ZONES)})",
         ],
         "BOOLEAN": [
             lambda x: f"({x('NUMBER')} {draw('=', '!=', '<', '<=', '>', '>=')} {x('NUMBER')})",

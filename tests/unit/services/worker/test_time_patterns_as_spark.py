@@ -1,15 +1,23 @@
 """A TIMESTAMP_FORMAT pattern read in Python (``time_patterns``: a stream-table join's table
 side) gives the time Spark's ``try_to_timestamp`` gives the persistent queries, or none where
-Spark's gives NULL."""
+Spark's gives NULL; the time functions (``times``: pulls, pushes) write and read times in UTC and
+in time zones as the Spark SQL of the persistent queries does."""
 
 from __future__ import annotations
 
+import datetime
 import random
+import re
 
 import pytest
 from pyspark.sql import SparkSession
 
+from millpond.shared.errors import StatementError
 from millpond.shared.kafka.time_patterns import pattern_reader
+from millpond.shared.sql import ast, times
+from millpond.shared.sql.expressions import evaluate, to_spark
+from millpond.shared.sql.types import Scope, check, with_widths
+from tests.unit.services.worker.test_expressions_as_spark import expression
 
 PATTERNS = {
     "yyyy-MM-dd HH:mm:ss": ["2026-01-02 03:04:05", "2026-1-02 03:04:05", "2026-02-30 00:00:00", "2026-01-02 24:00:00",
@@ -65,3 +73,114 @@ def test_text_past_the_years_python_holds_reads_as_no_time() -> None:
     assert read is not None
     assert read("0001-01-01 00:00+01:00") is None and read("9999-12-31 23:59-01:00") is None
     assert pattern_reader("yyyy-MM-dd[ HH:mm:ss]") is None, "optional sections are not read here"
+
+
+TIMES = Scope("T", {"M": ast.SqlType("BIGINT"), "T": ast.SqlType("TIMESTAMP"), "S": ast.SqlType("VARCHAR")})
+WRITTEN = ["yyyy-MM-dd HH:mm:ss.SSS", "y yy yyy yyyy", "M MM MMM MMMM L LL LLL LLLL", "d dd D DD DDD", "Q QQ QQQ QQQQ q qq",
+           "E EE EEE EEEE", "h hh a K KK k kk H HH", "m mm s ss", "S SS SSS SSSS SSSSS SSSSSS SSSSSSS SSSSSSSS SSSSSSSSS",
+           "yyyy-MM-dd'T'HH:mm:ss 'o''clock' '' -/,.:_", "dd/MMM/yyyy:HH:mm:ss",
+           "X XX XXX x xx xxx Z ZZ ZZZ ZZZZ ZZZZZ", "z zz zzz zzzz VV O OOOO"]
+ZONES = [None, "UTC", "America/Los_Angeles", "Asia/Kolkata", "Australia/Lord_Howe", "+05:45", "-03", "Asia/Tokyo", "GMT"]
+"""UTC; zones with summer time (Lord Howe's by half an hour), without, offsets."""
+
+
+def _calls(function: str, argument: str, patterns: list[str]) -> list[str]:
+    return [f"{function}({argument}, '{p.replace(chr(39), chr(39) * 2)}'" + (f", '{zone}')" if zone else ")")
+            for p in patterns for zone in ZONES if zone is None or not re.search("[XxZzVO]", p.replace("'", ""))]
+
+
+def _differing(spark: SparkSession, texts: list[str], rows: list[dict[str, object]]) -> list[tuple[object, ...]]:
+    """Each call's value in Python and in Spark over ``rows``, where they differ."""
+    exprs = [with_widths(expression(text), TIMES) for text in texts]
+    frame = spark.createDataFrame([(r["M"], r["T"] and datetime.datetime.fromisoformat(str(r["T"])), r["S"]) for r in rows],
+                                  "M BIGINT, T TIMESTAMP, S STRING")
+    spark_rows = frame.selectExpr(*(to_spark(e, TIMES) for e in exprs)).collect()
+    return [(row, text, ours, theirs) for row, spark_row in zip(rows, spark_rows, strict=True)
+            for text, e, theirs in zip(texts, exprs, spark_row, strict=True)
+            if (ours := evaluate(e, row)) != (theirs.isoformat() if isinstance(theirs, datetime.datetime) else theirs)]
+
+
+def test_times_are_written_as_sparks_date_format(spark: SparkSession) -> None:
+    """TIMESTAMPTOSTRING and FORMAT_TIMESTAMP over random times of years 1 to 9999 and the ends
+    of what they write (a millisecond past, NULL; in a zone a day in from each end), every letter
+    they take, in UTC and in zones: as Spark's ``date_format`` (of ``from_utc_timestamp``)."""
+    draw = random.Random(11)
+    low, high = (times._millis(t) for t in times.FORMATTED)
+    zoned_low, zoned_high = (times._millis(t) for t in times.IN_A_ZONE)
+    millis = [0, -1, 1700000000123, low, high, low - 1, high + 1, zoned_low, zoned_high, zoned_low - 1, zoned_high + 1,
+              2**63 - 1, -(2**63), *(draw.randint(low, high) for _ in range(40)),
+              *(draw.randint(-(2**41), 2**41) for _ in range(40))]
+    earliest, latest = (times._millis(t) * 1000 for t in (times.EARLIEST_TIMESTAMP, times.LATEST_TIMESTAMP))
+    stamps = [times._EPOCH + datetime.timedelta(microseconds=draw.randint(earliest, latest)) for _ in range(len(millis) - 3)]
+    stamps += [times.EARLIEST_TIMESTAMP, times.LATEST_TIMESTAMP, None]
+    rows: list[dict[str, object]] = [{"M": m, "T": t and t.isoformat(), "S": None} for m, t in zip(millis, stamps, strict=True)]
+    texts = _calls("TIMESTAMPTOSTRING", "m", WRITTEN) + _calls("FORMAT_TIMESTAMP", "t", WRITTEN)
+    assert _differing(spark, texts, rows) == []
+    assert evaluate(expression("TIMESTAMPTOSTRING(1700000000123, 'yyyy-MM-dd HH:mm:ss.SSS', 'America/Los_Angeles')"), {}) \
+        == "2023-11-14 14:13:20.123"
+
+
+def test_text_is_read_as_times_as_sparks_try_to_timestamp(spark: SparkSession) -> None:
+    """STRINGTOTIMESTAMP and PARSE_TIMESTAMP, in UTC, by the text's offset and in zones, where a
+    change of offset skips or repeats a wall time too (Los Angeles' and Lord Howe's summer time);
+    UNIX_TIMESTAMP and FROM_UNIXTIME at the ends of the times Millpond holds."""
+    draw = random.Random(13)
+    texts_read = ["2024-03-10 02:30:00.123456", "2024-11-03 01:30:00", "2024-04-07 01:45:00", "2024-10-06 02:15:00",
+                  "0001-01-01 00:00:00", "0001-01-02 05:00:00", "9999-12-31 23:59:59.999999", "2024-02-30 00:00:00", "x", "",
+                  *(f"{draw.randint(1, 9999):04d}-{draw.randint(1, 12):02d}-{draw.randint(1, 28):02d} "
+                    f"{draw.randint(0, 23):02d}:{draw.randint(0, 59):02d}:{draw.randint(0, 59):02d}."
+                    f"{draw.randint(0, 999999):06d}" for _ in range(40))]
+    rows: list[dict[str, object]] = [{"M": None, "T": None, "S": text} for text in texts_read]
+    rows += [{"M": m, "T": None, "S": t} for m, t in [
+        (times._millis(times.EARLIEST_TIMESTAMP), "2026-01-02 03:04+0130"), (times._millis(times.EARLIEST_TIMESTAMP) - 1, None),
+        (times._millis(times.LATEST_TIMESTAMP), "2026-01-02 03:04Z"), (times._millis(times.LATEST_TIMESTAMP) + 1, None),
+        (2**63 - 1, None), (-(2**63), None)]]
+    read = ["yyyy-MM-dd HH:mm:ss.SSSSSS", "yyyy-MM-dd HH:mm:ss"]
+    texts = _calls("STRINGTOTIMESTAMP", "s", read) + _calls("PARSE_TIMESTAMP", "s", read)
+    texts += ["STRINGTOTIMESTAMP(s, 'yyyy-MM-dd HH:mmXX')", "PARSE_TIMESTAMP(s, 'yyyy-MM-dd HH:mmXX')", "FROM_UNIXTIME(m)",
+              "UNIX_TIMESTAMP(FROM_UNIXTIME(m))", "UNIX_TIMESTAMP(PARSE_TIMESTAMP(s, 'yyyy-MM-dd HH:mm:ss.SSSSSS', 'Asia/Tokyo'))"]
+    assert _differing(spark, texts, rows) == []
+    gap = expression("STRINGTOTIMESTAMP('2024-03-10 02:30', 'yyyy-MM-dd HH:mm', 'America/Los_Angeles')")
+    assert evaluate(gap, {}) == 1710066600000, "a skipped wall time moves on by the change (10:30 UTC)"
+
+
+def test_every_time_zone_python_knows_is_the_jvms(spark: SparkSession) -> None:
+    """Every region of the pinned tz database (``tzdata``, which pulls read) is one Spark knows,
+    with the same offsets from year 1 to 9999: a region Spark does not know would fail a
+    persistent query's every batch, and one whose history differs would give pulls other times."""
+    instants = [datetime.datetime(*moment) for moment in [(1, 1, 2), (1850, 6, 1, 12), (1900, 1, 1), (1945, 8, 1), (1970, 1, 1),
+                                                           (2024, 3, 10, 10), (2024, 11, 3, 8), (2024, 7, 1), (2038, 1, 19, 3),
+                                                           (2100, 7, 1), (9999, 12, 30)]]
+    zones = sorted(times._regions())
+    assert len(zones) > 500
+    frame = spark.createDataFrame([(t,) for t in instants], "T TIMESTAMP")
+    texts = [f"FORMAT_TIMESTAMP(t, 'yyyy-MM-dd HH:mm:ss', '{zone}')" for zone in zones]
+    exprs = [with_widths(expression(text), TIMES) for text in texts]
+    spark_rows = frame.selectExpr(*(to_spark(e, TIMES) for e in exprs)).collect()
+    differing = [(zone, t, ours, theirs) for t, spark_row in zip(instants, spark_rows, strict=True)
+                 for zone, e, theirs in zip(zones, exprs, spark_row, strict=True)
+                 if (ours := evaluate(e, {"T": t.isoformat()})) != theirs]
+    assert differing == []
+
+
+@pytest.mark.parametrize("text, message", [
+    ("TIMESTAMPTOSTRING(m, s)", "TIMESTAMPTOSTRING's pattern must be text written as it is"),
+    ("FORMAT_TIMESTAMP(t, NULL)", "FORMAT_TIMESTAMP's pattern must be text written as it is"),
+    ("TIMESTAMPTOSTRING(m, 'yyyy-ww')", "TIMESTAMPTOSTRING cannot write the pattern 'yyyy-ww'"),
+    ("TIMESTAMPTOSTRING(m, 'yyyyy')", "cannot write the pattern 'yyyyy'"),
+    ("FORMAT_TIMESTAMP(t, 'yyyy[-MM]')", "cannot write the pattern 'yyyy[-MM]'"),
+    ("STRINGTOTIMESTAMP(s, 'yyyy-MM-dd EEE')", "STRINGTOTIMESTAMP cannot read the pattern 'yyyy-MM-dd EEE'"),
+    ("PARSE_TIMESTAMP(s, 'yyyy', 'america/los_angeles')", "PARSE_TIMESTAMP's time zone must be written as it is"),
+    ("PARSE_TIMESTAMP(s, 'yyyy', s)", "PARSE_TIMESTAMP's time zone must be written as it is"),
+    ("TIMESTAMPTOSTRING(m, 'yyyy', 'PST')", "TIMESTAMPTOSTRING's time zone must be written as it is"),
+    ("TIMESTAMPTOSTRING(m, 'yyyy', '+19:00')", "TIMESTAMPTOSTRING's time zone must be written as it is"),
+    ("TIMESTAMPTOSTRING(m, 'HH:mm XXX', 'Asia/Tokyo')", "with a time zone cannot use the offset and zone letters"),
+    ("STRINGTOTIMESTAMP(s, 'HH:mmZ', '+01:00')", "with a time zone cannot use the offset and zone letters"),
+    ("TIMESTAMPTOSTRING(t, 'yyyy')", "argument 1 of TIMESTAMPTOSTRING must be bigint"),
+    ("FORMAT_TIMESTAMP(m, 'yyyy')", "argument 1 of FORMAT_TIMESTAMP must be timestamp"),
+    ("UNIX_TIMESTAMP()", "UNIX_TIMESTAMP takes 1 argument(s), got 0"),
+])
+def test_a_time_function_refuses_what_python_would_not_compute_as_spark(text: str, message: str) -> None:
+    with pytest.raises(StatementError, match=re.escape(message)):
+        check(expression(text), TIMES)
+    assert times.zone_of("Europe/Zagreb") is not None and times.zone_of("+18:00") is not None

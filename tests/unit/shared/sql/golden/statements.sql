@@ -575,3 +575,13 @@ CREATE TABLE means AS SELECT sensor, COUNT(*) AS n, SUM(reading) / COUNT(*) AS m
   FROM gauges GROUP BY sensor;
 DESCRIBE means;
 CREATE TABLE w_means AS SELECT sensor, COUNT(*) * 2 AS windowstart FROM gauges WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY sensor;
+
+-- ksqlDB's time functions: patterns and zones written as they are, refused where Python would not write or read as Spark.
+EXPLAIN CREATE STREAM gauge_times AS SELECT sensor, TIMESTAMPTOSTRING(ROWTIME, 'yyyy-MM-dd HH:mm', 'Europe/Paris') AS at,
+  FROM_UNIXTIME(ROWTIME) AS ts, STRINGTOTIMESTAMP('2024-01-02', 'yyyy-MM-dd') AS day FROM gauges;
+CREATE STREAM gauge_times AS SELECT sensor, TIMESTAMPTOSTRING(ROWTIME, 'yyyy-MM-dd HH:mm', 'Europe/Paris') AS at,
+  FROM_UNIXTIME(ROWTIME) AS ts, PARSE_TIMESTAMP('2024-01-02', 'yyyy-MM-dd') AS day FROM gauges;
+DESCRIBE gauge_times;
+CREATE STREAM gauge_times_2 AS SELECT sensor, TIMESTAMPTOSTRING(ROWTIME, 'YYYY-ww') AS week FROM gauges;
+CREATE STREAM gauge_times_3 AS SELECT sensor, TIMESTAMPTOSTRING(ROWTIME, 'HH:mm', 'Mars/Olympus') AS at FROM gauges;
+CREATE STREAM gauge_times_4 AS SELECT sensor, FORMAT_TIMESTAMP(ROWTIME, 'HH:mm') AS at FROM gauges;

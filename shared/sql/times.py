@@ -1,0 +1,243 @@
+"""ksqlDB's time functions: epoch milliseconds and TIMESTAMPs written as text and read from it
+with java.time's pattern letters, in UTC or a time zone, as Spark computes them for the persistent
+queries and as Python does for pulls (``time_patterns`` writes and reads the letters as Spark's
+``date_format`` and ``try_to_timestamp``).
+
+A TIMESTAMP is Python's ISO text of its UTC time here, as a table's stores keep it. A pattern and
+a zone are written as they are (Spark's functions take any text, but Python must know before the
+query runs that it writes and reads them as Spark does).
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import re
+import zoneinfo
+from collections.abc import Callable
+from importlib import resources
+from typing import Any
+
+from millpond.shared.kafka.time_patterns import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    ZONE_LETTERS,
+    moment_reader,
+    pattern_letters,
+    pattern_writer,
+)
+from millpond.shared.sql.ast import Literal, to_sql
+
+_EPOCH = datetime.datetime(1970, 1, 1)
+_MILLI = datetime.timedelta(milliseconds=1)
+_MICRO = datetime.timedelta(microseconds=1)
+_DAY = datetime.timedelta(days=1)
+FORMATTED = (datetime.datetime(1, 1, 1), datetime.datetime(9999, 12, 31, 23, 59, 59, 999999))
+"""The times written as text in UTC (Python's datetime's); in a zone, a day less at each end, so
+that the zone's time stays a datetime. Outside, the text is NULL."""
+IN_A_ZONE = (FORMATTED[0] + _DAY, FORMATTED[1] - _DAY)
+_OFFSET = re.compile(r"([+-])([0-9]{2})(?::([0-9]{2}))?")
+
+
+def _millis(moment: datetime.datetime) -> int:
+    return (moment - _EPOCH) // _MILLI
+
+
+@functools.cache
+def _regions() -> frozenset[str]:
+    """The tz database's regions (``Area/City``) in the pinned ``tzdata``."""
+    return frozenset(name for name in resources.files("tzdata").joinpath("zones").read_text().split() if "/" in name)
+
+
+def _region(name: str) -> datetime.tzinfo:
+    """A region's rules as ``tzdata`` has them: the JVM's tz database is built the same way (its
+    links made one zone, no history before 1970 kept apart), where the system's may not be."""
+    with resources.files("tzdata.zoneinfo").joinpath(*name.split("/")).open("rb") as rules:
+        return zoneinfo.ZoneInfo.from_file(rules, key=name)
+
+
+@functools.lru_cache(maxsize=256)
+def zone_of(name: str) -> datetime.tzinfo | None:
+    """A time zone as Spark reads its name (java.time's ``ZoneId``): ``UTC``, ``GMT`` or ``Z``, an
+    offset (``+01``, ``-05:30``), or a region (``America/Los_Angeles``, by the tz database);
+    None for a name this does not read the same way."""
+    if name in ("UTC", "GMT", "Z"):
+        return datetime.UTC
+    offset = _OFFSET.fullmatch(name)
+    if offset is not None:
+        shift = datetime.timedelta(hours=int(offset[2]), minutes=int(offset[3] or 0))
+        if shift > datetime.timedelta(hours=18) or int(offset[3] or 0) > 59:
+            return None
+        return datetime.timezone(shift if offset[1] == "+" else -shift)
+    return _region(name) if name in _regions() else None
+
+
+def _in_zone(moment: datetime.datetime, zone: str | None) -> datetime.datetime | None:
+    """A UTC time as the wall clock of ``zone`` shows it (Spark's ``from_utc_timestamp``)."""
+    low, high = FORMATTED if zone is None else IN_A_ZONE
+    if not low <= moment <= high:
+        return None
+    if zone is None:
+        return moment
+    tz = zone_of(zone)
+    assert tz is not None, zone  # the call was refused otherwise
+    return moment.replace(tzinfo=datetime.UTC).astimezone(tz).replace(tzinfo=None)
+
+
+def _written(moment: datetime.datetime | None, pattern: str, zone: str | None) -> str | None:
+    local = None if moment is None else _in_zone(moment, zone)
+    writer = pattern_writer(pattern)
+    assert writer is not None, pattern
+    return None if local is None else writer(local)
+
+
+def timestamp_to_string(millis: int, pattern: str, zone: str | None = None) -> str | None:
+    """TIMESTAMPTOSTRING: epoch milliseconds as text."""
+    try:
+        moment = _EPOCH + millis * _MILLI
+    except OverflowError:
+        moment = None
+    return _written(moment, pattern, zone)
+
+
+def format_timestamp(timestamp: str, pattern: str, zone: str | None = None) -> str | None:
+    """FORMAT_TIMESTAMP: a TIMESTAMP (its ISO text) as text."""
+    return _written(datetime.datetime.fromisoformat(timestamp), pattern, zone)
+
+
+def _read(text: str, pattern: str, zone: str | None) -> int | None:
+    """Text read as a time in ``pattern``, in microseconds from the epoch: its offset's, else the
+    zone's (java.time's: a wall time a change of offset skips moves on by the change, one it
+    repeats takes the earlier offset; Python's first ``fold`` gives the same instants), else UTC."""
+    reader = moment_reader(pattern)
+    assert reader is not None, pattern
+    moment = reader(text)
+    if moment is None:
+        return None
+    micros = (moment - _EPOCH) // _MICRO
+    if zone is not None:
+        tz = zone_of(zone)
+        assert tz is not None, zone
+        offset = tz.utcoffset(moment)
+        micros -= 0 if offset is None else offset // _MICRO
+    return micros
+
+
+def string_to_timestamp(text: str, pattern: str, zone: str | None = None) -> int | None:
+    """STRINGTOTIMESTAMP: text as epoch milliseconds (Spark's ``unix_millis``: floored)."""
+    micros = _read(text, pattern, zone)
+    return None if micros is None else micros // 1000
+
+
+def _timestamp(micros: int | None) -> str | None:
+    """A TIMESTAMP's ISO text, NULL outside the times Millpond holds (as the Spark SQL is guarded)."""
+    if micros is None:
+        return None
+    try:
+        moment = _EPOCH + micros * _MICRO
+    except OverflowError:
+        return None
+    return moment.isoformat() if EARLIEST_TIMESTAMP <= moment <= LATEST_TIMESTAMP else None
+
+
+def parse_timestamp(text: str, pattern: str, zone: str | None = None) -> str | None:
+    """PARSE_TIMESTAMP: text as a TIMESTAMP."""
+    return _timestamp(_read(text, pattern, zone))
+
+
+def from_unixtime(millis: int) -> str | None:
+    """FROM_UNIXTIME: epoch milliseconds as a TIMESTAMP."""
+    return _timestamp(millis * 1000)
+
+
+def unix_timestamp(timestamp: str) -> int:
+    """UNIX_TIMESTAMP: a TIMESTAMP's epoch milliseconds."""
+    return _millis(datetime.datetime.fromisoformat(timestamp))
+
+
+def _spark_time(moment: datetime.datetime) -> str:
+    return f"TIMESTAMP'{moment.isoformat(' ')}'"
+
+
+def _guarded(value: str, low: str, high: str, then: str) -> str:
+    return f"CASE WHEN {value} BETWEEN {low} AND {high} THEN {then} END"
+
+
+def _millis_span(span: tuple[datetime.datetime, datetime.datetime]) -> tuple[str, str]:
+    low, high = span
+    return str(_millis(low)), str(_millis(high))
+
+
+def _time_of_millis(millis: str, span: tuple[datetime.datetime, datetime.datetime]) -> str:
+    """Spark SQL of epoch milliseconds as a timestamp, NULL outside ``span`` (beyond a long's
+    microseconds ``timestamp_millis`` fails the batch, whatever the ANSI mode)."""
+    return _guarded(millis, *_millis_span(span), f"timestamp_millis({millis})")
+
+
+def _format_in_spark(time: str, args: list[str]) -> str:
+    """``date_format`` of a timestamp (within ``IN_A_ZONE`` when a zone is given) in UTC or the zone."""
+    local = time if len(args) < 3 else f"from_utc_timestamp({time}, {args[2]})"
+    return f"date_format({local}, {args[1]})"
+
+
+def timestamp_to_string_in_spark(args: list[str]) -> str:
+    return _format_in_spark(_time_of_millis(args[0], FORMATTED if len(args) < 3 else IN_A_ZONE), args)
+
+
+def format_timestamp_in_spark(args: list[str]) -> str:
+    low, high = map(_spark_time, IN_A_ZONE)
+    time = args[0] if len(args) < 3 else _guarded(args[0], low, high, args[0])
+    return _format_in_spark(time, args)
+
+
+def _read_in_spark(args: list[str]) -> str:
+    read = f"try_to_timestamp({args[0]}, {args[1]})"
+    return read if len(args) < 3 else f"to_utc_timestamp({read}, {args[2]})"
+
+
+def string_to_timestamp_in_spark(args: list[str]) -> str:
+    return f"unix_millis({_read_in_spark(args)})"
+
+
+def parse_timestamp_in_spark(args: list[str]) -> str:
+    read = _read_in_spark(args)
+    return _guarded(read, _spark_time(EARLIEST_TIMESTAMP), _spark_time(LATEST_TIMESTAMP), read)
+
+
+def from_unixtime_in_spark(args: list[str]) -> str:
+    return _time_of_millis(args[0], (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP))
+
+
+def _written_as_it_is(arg: Any) -> str | None:
+    return arg.value if isinstance(arg, Literal) and isinstance(arg.value, str) else None
+
+
+WRITTEN_LETTERS = ("y M L d D Q q E a H h K k m s S, once or twice (y, M, L, Q and E up to four times, D three, "
+                   "S nine), and the offset and zone letters X x Z z V O, which write UTC")
+READ_LETTERS = ("yyyy yy M MM MMM MMMM d dd H HH h hh (with a) m mm s ss, S up to nine times, "
+                "and offsets X XX XXX x xx xxx Z ZZ ZZZ")
+
+
+def refusal(name: str, pattern_at: int, writes: bool) -> Callable[[tuple[Any, ...], list[Any]], str | None]:
+    """Why a call of the time function ``name`` is refused: its pattern (argument ``pattern_at``)
+    or its zone (the one after) not written as it is, a pattern with a letter Python does not
+    write (or read) as Spark, or a zone with a pattern of offset letters (Spark's zone functions
+    move the wall clock, not the offset such a pattern writes or reads)."""
+    def refuses(args: tuple[Any, ...], _types: list[Any]) -> str | None:
+        pattern = _written_as_it_is(args[pattern_at])
+        if pattern is None:
+            return f"{name}'s pattern must be text written as it is ('yyyy-MM-dd HH:mm:ss'), not {to_sql(args[pattern_at])}"
+        if (pattern_writer if writes else moment_reader)(pattern) is None:
+            letters = WRITTEN_LETTERS if writes else READ_LETTERS
+            return (f"{name} cannot {'write' if writes else 'read'} the pattern {pattern!r}: use the letters {letters}, "
+                    "other characters and text in single quotes ('T')")
+        if len(args) <= pattern_at + 1:
+            return None
+        zone = _written_as_it_is(args[pattern_at + 1])
+        if zone is None or zone_of(zone) is None:
+            return (f"{name}'s time zone must be written as it is: UTC, an offset ('+01:00') or a region of the tz "
+                    f"database ('America/Los_Angeles', as spelled there), not {to_sql(args[pattern_at + 1])}")
+        if pattern_letters(pattern) & ZONE_LETTERS:
+            return f"{name} with a time zone cannot use the offset and zone letters (X x Z z V O) in its pattern {pattern!r}"
+        return None
+    return refuses
