@@ -14,7 +14,7 @@ from typing import Any
 
 from millpond.shared.errors import StatementError
 from millpond.shared.sql import aggregates, ast, functions
-from millpond.shared.sql.functions import INTEGRAL, spark_ranked
+from millpond.shared.sql.functions import INTEGRAL, java_double_text, spark_ranked
 from millpond.shared.sql.types import Scope, check
 
 
@@ -316,28 +316,6 @@ _INTEGER_TEXT = re.compile(r"([+-]?[0-9]*)(?:\.[0-9]*)?")
 """Text Spark's CAST reads as an integer (``UTF8String.toLong``): digits, a fraction it drops."""
 _BOOLEAN_TEXT = {**dict.fromkeys(("t", "true", "y", "yes", "1"), True), **dict.fromkeys(("f", "false", "n", "no", "0"), False)}
 """Text Spark's CAST reads as a BOOLEAN (``StringUtils.isTrueString`` and ``isFalseString``)."""
-
-
-def java_double_text(number: float) -> str:
-    """A DOUBLE as text, as Spark's CAST writes it (Java's ``Double.toString``): plain from 10^-3
-    up to 10^7 (``100.0``, ``0.001``), else ``1.0E20`` and ``1.5E-4``; ``NaN``, ``Infinity``.
-    Python's shortest digits, which Java 17's also are but for rare values of 17 digits."""
-    if math.isnan(number):
-        return "NaN"
-    if math.isinf(number):
-        return "Infinity" if number > 0 else "-Infinity"
-    if number == 0:
-        return "-0.0" if math.copysign(1.0, number) < 0 else "0.0"
-    sign, digits, exponent = Decimal(repr(number)).normalize().as_tuple()
-    assert isinstance(exponent, int)
-    text = "".join(map(str, digits))
-    point = len(text) + exponent  # digits before the decimal point, in plain notation
-    if 1e-3 <= abs(number) < 1e7:
-        whole, fraction = (text[:point], text[point:]) if point > 0 else ("0", "0" * -point + text)
-        plain = f"{whole.ljust(point, '0') if point > 0 else whole}.{fraction or '0'}"
-    else:
-        plain = f"{text[0]}.{text[1:] or '0'}E{point - 1}"
-    return ("-" if sign else "") + plain
 
 
 def _decimal(number: Any, type_: tuple[int, int]) -> float | None:

@@ -19,7 +19,7 @@ from millpond.shared.sql import times
 from millpond.shared.sql.ast import Literal, SqlType, to_sql
 
 INT, BIGINT, DOUBLE, VARCHAR = SqlType("INT"), SqlType("BIGINT"), SqlType("DOUBLE"), SqlType("VARCHAR")
-TIMESTAMP = SqlType("TIMESTAMP")
+TIMESTAMP, DATE = SqlType("TIMESTAMP"), SqlType("DATE")
 NUMERIC = frozenset({"INT", "BIGINT", "DECIMAL", "DOUBLE"})
 INTEGRAL = frozenset({"INT", "BIGINT"})
 
@@ -31,6 +31,7 @@ KINDS: dict[str, frozenset[str] | None] = {
     "array": frozenset({"ARRAY"}),
     "bigint": INTEGRAL,
     "timestamp": frozenset({"TIMESTAMP"}),
+    "date": frozenset({"DATE"}),
     "any": None,
     "orderable": frozenset({"BOOLEAN", "INT", "BIGINT", "DOUBLE", "DECIMAL", "VARCHAR", "TIMESTAMP", "DATE", "TIME"}),
     "listable": None,
@@ -169,6 +170,28 @@ def fitted_decimal(number: Any, precision: int, scale: int) -> Decimal | None:
     return None if rounded.adjusted() + 1 > precision - scale else rounded
 
 
+def java_double_text(number: float) -> str:
+    """A DOUBLE as text, as Spark's CAST writes it (Java's ``Double.toString``): plain from 10^-3
+    up to 10^7 (``100.0``, ``0.001``), else ``1.0E20`` and ``1.5E-4``; ``NaN``, ``Infinity``.
+    Python's shortest digits, which Java 17's also are but for rare values of 17 digits."""
+    if math.isnan(number):
+        return "NaN"
+    if math.isinf(number):
+        return "Infinity" if number > 0 else "-Infinity"
+    if number == 0:
+        return "-0.0" if math.copysign(1.0, number) < 0 else "0.0"
+    sign, digits, exponent = Decimal(repr(number)).normalize().as_tuple()
+    assert isinstance(exponent, int)
+    text = "".join(map(str, digits))
+    point = len(text) + exponent  # digits before the decimal point, in plain notation
+    if 1e-3 <= abs(number) < 1e7:
+        whole, fraction = (text[:point], text[point:]) if point > 0 else ("0", "0" * -point + text)
+        plain = f"{whole.ljust(point, '0') if point > 0 else whole}.{fraction or '0'}"
+    else:
+        plain = f"{text[0]}.{text[1:] or '0'}E{point - 1}"
+    return ("-" if sign else "") + plain
+
+
 def _strict(fn: Callable[..., Any]) -> Callable[..., Any]:
     """SQL semantics: any NULL argument gives NULL."""
     return lambda *args: None if any(a is None for a in args) else fn(*args)
@@ -198,7 +221,7 @@ MAX_PADDED_CHARS = 1 << 20
 NULL): a Kafka record holds at most 1 MB by default, and a length of 2^31 - 1 once built a
 21 GB string on the router's loop; REPLACE of each character of a long text by a 60 KB one
 would build 60 GB."""
-TEXT_BUILDERS = frozenset({"LPAD", "RPAD", "CONCAT", "CONCAT_WS", "REPLACE"})
+TEXT_BUILDERS = frozenset({"LPAD", "RPAD", "CONCAT", "CONCAT_WS", "REPLACE", "ARRAY_JOIN"})
 """The functions that may build a text of ``MAX_PADDED_CHARS`` from short arguments."""
 
 
@@ -242,6 +265,43 @@ def _concat_ws(separator: str | None, *parts: str | None) -> str | None:
     if sum(map(len, kept)) + len(separator) * max(len(kept) - 1, 0) > MAX_PADDED_CHARS:
         return None
     return separator.join(kept)
+
+
+JOINED = frozenset({"VARCHAR", "INT", "BIGINT", "BOOLEAN", "DOUBLE"})
+"""The items ARRAY_JOIN writes as Spark's CAST to text does in Python too."""
+
+
+def _item_text(item: Any) -> str:
+    """An item of an ARRAY as ARRAY_JOIN writes it: Spark's CAST to text, NULL as ``null`` (ksqlDB's)."""
+    if item is None:
+        return "null"
+    if isinstance(item, bool):
+        return "true" if item else "false"
+    return java_double_text(item) if isinstance(item, float) else str(item)
+
+
+def _array_join(items: list[Any] | None, delimiter: str | None = ",") -> str | None:
+    """ksqlDB's ARRAY_JOIN: the items as text between delimiters (a NULL one: none), NULL items
+    ``null``; bounded as CONCAT is."""
+    if items is None:
+        return None
+    texts = [_item_text(item) for item in items]
+    between = delimiter or ""
+    if sum(map(len, texts)) + len(between) * max(len(texts) - 1, 0) > MAX_PADDED_CHARS:
+        return None
+    return between.join(texts)
+
+
+def _array_join_in_spark(args: list[str]) -> str:
+    delimiter = f"coalesce({args[1]}, '')" if len(args) > 1 else "','"
+    return f"array_join(CAST({args[0]} AS ARRAY<STRING>), {delimiter}, 'null')"
+
+
+def _join_refusal(args: tuple[Any, ...], types: list[SqlType]) -> str | None:
+    array = types[0]
+    if array.base == "NULL" or (array.base == "ARRAY" and array.params[0].base in JOINED):
+        return None
+    return f"ARRAY_JOIN joins an ARRAY of {', '.join(sorted(JOINED))}, not {array}"
 
 
 def _initcap(s: str) -> str:
@@ -419,14 +479,52 @@ def _sort_refusal(args: tuple[Any, ...], types: list[SqlType]) -> str | None:
     return array_call_error("ARRAY_SORT", types)
 
 
-def _mask_refusal(args: tuple[Any, ...], types: list[SqlType]) -> str | None:
-    """Spark's ``mask`` takes one UTF-16 unit each, fixed when the query starts."""
-    odd = next((a for a in args[1:] if not (isinstance(a, Literal) and (
-        a.value is None or (isinstance(a.value, str) and len(a.value.encode("utf-16-le")) == 2)))), None)
-    if odd is None:
-        return None
-    return (f"MASK's replacement characters must each be one character written as it is ('X') or NULL (that class "
-            f"kept), not {to_sql(odd)}")
+def _mask_refusal(name: str, first: int) -> Callable[[tuple[Any, ...], list[SqlType]], str | None]:
+    """Spark's ``mask`` takes one UTF-16 unit each, fixed when the query starts (the replacements
+    are the arguments from ``first``)."""
+    def refuses(args: tuple[Any, ...], types: list[SqlType]) -> str | None:
+        odd = next((a for a in args[first:] if not (isinstance(a, Literal) and (
+            a.value is None or (isinstance(a.value, str) and len(a.value.encode("utf-16-le")) == 2)))), None)
+        if odd is None:
+            return None
+        return (f"{name}'s replacement characters must each be one character written as it is ('X') or NULL (that "
+                f"class kept), not {to_sql(odd)}")
+    return refuses
+
+
+_MASKED_ENDS: dict[str, tuple[bool, bool]] = {"MASK_LEFT": (True, True), "MASK_RIGHT": (False, True),
+                                              "MASK_KEEP_LEFT": (True, False), "MASK_KEEP_RIGHT": (False, False)}
+"""ksqlDB's masks of one end of a text: (whether the ``n`` characters are its left ones, whether
+they are the masked ones)."""
+
+
+def _mask_end(name: str) -> Callable[..., str | None]:
+    """MASK_LEFT and its kin: ``n`` characters (code points, as Spark's ``left`` and ``right``) at
+    one end masked, or all but them."""
+    left, masked = _MASKED_ENDS[name]
+
+    def mask_end(s: str | None, n: int | None, *replacements: str | None) -> str | None:
+        if s is None or n is None:
+            return None
+        cut = min(max(n, 0), len(s)) if left else len(s) - min(max(n, 0), len(s))
+        head, tail = s[:cut], s[cut:]
+        if masked == left:
+            return _mask(head, *replacements) + tail  # type: ignore[operator]
+        return head + _mask(tail, *replacements)  # type: ignore[operator]
+    return mask_end
+
+
+def _mask_end_in_spark(name: str) -> Callable[[list[str]], str]:
+    left, masked = _MASKED_ENDS[name]
+
+    def in_spark(args: list[str]) -> str:
+        s, n, replacements = args[0], f"CAST({args[1]} AS INT)", args[2:]  # a BIGINT as Spark takes it: its low bits
+        rest = f"char_length({s}) - greatest({n}, 0)"
+        head, tail = (f"left({s}, {n})", f"right({s}, {rest})") if left else (f"left({s}, {rest})", f"right({s}, {n})")
+        if masked == left:
+            return f"concat({_mask_in_spark([head, *replacements])}, {tail})"
+        return f"concat({head}, {_mask_in_spark([tail, *replacements])})"
+    return in_spark
 
 
 def _array_sort_in_spark(args: list[str]) -> str:
@@ -497,7 +595,9 @@ FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
     ScalarFunction("SPLIT", ("string", "string"), result=lambda _: SqlType("ARRAY", (VARCHAR,)),
                    spark_of=_split_in_spark, python=_strict(_split)),
     ScalarFunction("MASK", ("string",), optional=("string",) * 4, spark_of=_mask_in_spark, python=_mask,
-                   refuses=_mask_refusal),
+                   refuses=_mask_refusal("MASK", 1)),
+    *(ScalarFunction(name, ("string", "integer"), optional=("string",) * 4, spark_of=_mask_end_in_spark(name),
+                     python=_mask_end(name), refuses=_mask_refusal(name, 2)) for name in _MASKED_ENDS),
     ScalarFunction("SUBSTRING", ("string", "integer"), optional=("integer",), spark="substring",
                    python=_strict(_substring)),
     ScalarFunction("REPLACE", ("string", "string", "string"), spark="replace",
@@ -554,6 +654,8 @@ FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
                    refuses=_array_refusal("ARRAY_MIN")),
     ScalarFunction("ARRAY_LENGTH", ("array",), result=lambda _: INT, spark="array_size",
                    python=_strict(len)),
+    ScalarFunction("ARRAY_JOIN", ("array",), optional=("string",), spark_of=_array_join_in_spark, python=_array_join,
+                   refuses=_join_refusal),
     ScalarFunction("TIMESTAMPTOSTRING", ("bigint", "string"), optional=("string",), spark_of=times.timestamp_to_string_in_spark,
                    python=_strict(times.timestamp_to_string), refuses=times.refusal("TIMESTAMPTOSTRING", 1, writes=True)),
     ScalarFunction("FORMAT_TIMESTAMP", ("timestamp", "string"), optional=("string",), spark_of=times.format_timestamp_in_spark,
@@ -568,6 +670,13 @@ FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
                    python=_strict(times.from_unixtime)),
     ScalarFunction("UNIX_TIMESTAMP", ("timestamp",), result=lambda _: BIGINT, spark="unix_millis",
                    python=_strict(times.unix_timestamp)),
+    ScalarFunction("FORMAT_DATE", ("date", "string"), spark="date_format", python=_strict(times.format_date),
+                   refuses=times.refusal("FORMAT_DATE", 1, writes=True, dates=True)),
+    ScalarFunction("PARSE_DATE", ("string", "string"), result=lambda _: DATE, spark_of=times.parse_date_in_spark,
+                   python=_strict(times.parse_date), refuses=times.refusal("PARSE_DATE", 1, writes=False, dates=True)),
+    ScalarFunction("FROM_DAYS", ("bigint",), result=lambda _: DATE, spark_of=times.from_days_in_spark,
+                   python=_strict(times.from_days)),
+    ScalarFunction("UNIX_DATE", ("date",), result=lambda _: INT, spark="unix_date", python=_strict(times.unix_date)),
 )}
 
 

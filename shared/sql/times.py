@@ -1,9 +1,10 @@
-"""ksqlDB's time functions: epoch milliseconds and TIMESTAMPs written as text and read from it
+"""ksqlDB's time functions: epoch milliseconds, TIMESTAMPs and DATEs written as text and read from it
 with java.time's pattern letters, in UTC or a time zone, as Spark computes them for the persistent
 queries and as Python does for pulls (``time_patterns`` writes and reads the letters as Spark's
 ``date_format`` and ``try_to_timestamp``).
 
-A TIMESTAMP is Python's ISO text of its UTC time here, as a table's stores keep it. A pattern and
+A TIMESTAMP is Python's ISO text of its UTC time here, and a DATE its ISO text, as a table's stores
+keep them. A pattern and
 a zone are written as they are (Spark's functions take any text, but Python must know before the
 query runs that it writes and reads them as Spark does).
 """
@@ -155,6 +156,42 @@ def unix_timestamp(timestamp: str) -> int:
     return _millis(datetime.datetime.fromisoformat(timestamp))
 
 
+_EPOCH_DAY = datetime.date(1970, 1, 1)
+FIRST_DAY, LAST_DAY = (datetime.date(1, 1, 1) - _EPOCH_DAY).days, (datetime.date(9999, 12, 31) - _EPOCH_DAY).days
+"""The days from the epoch a DATE may be (Python's date's years); outside, NULL."""
+
+
+def format_date(date: str, pattern: str) -> str | None:
+    """FORMAT_DATE: a DATE (its ISO text) as text."""
+    return _written(datetime.datetime.fromisoformat(date), pattern, None)
+
+
+def parse_date(text: str, pattern: str) -> str | None:
+    """PARSE_DATE: text as a DATE."""
+    reader = moment_reader(pattern)
+    assert reader is not None, pattern
+    moment = reader(text)
+    return None if moment is None else moment.date().isoformat()
+
+
+def from_days(days: int) -> str | None:
+    """FROM_DAYS: days from the epoch as a DATE."""
+    return (_EPOCH_DAY + datetime.timedelta(days=days)).isoformat() if FIRST_DAY <= days <= LAST_DAY else None
+
+
+def unix_date(date: str) -> int:
+    """UNIX_DATE: a DATE's days from the epoch."""
+    return (datetime.date.fromisoformat(date) - _EPOCH_DAY).days
+
+
+def from_days_in_spark(args: list[str]) -> str:
+    return _guarded(args[0], str(FIRST_DAY), str(LAST_DAY), f"date_from_unix_date(CAST({args[0]} AS INT))")
+
+
+def parse_date_in_spark(args: list[str]) -> str:
+    return f"CAST(try_to_timestamp({args[0]}, {args[1]}) AS DATE)"
+
+
 def _spark_time(moment: datetime.datetime) -> str:
     return f"TIMESTAMP'{moment.isoformat(' ')}'"
 
@@ -218,15 +255,22 @@ READ_LETTERS = ("yyyy yy M MM MMM MMMM d dd H HH h hh (with a) m mm s ss, S up t
                 "and offsets X XX XXX x xx xxx Z ZZ ZZZ")
 
 
-def refusal(name: str, pattern_at: int, writes: bool) -> Callable[[tuple[Any, ...], list[Any]], str | None]:
+TIME_OF_DAY_LETTERS = frozenset("aHhKkmsS") | ZONE_LETTERS
+
+
+def refusal(name: str, pattern_at: int, writes: bool, dates: bool = False) -> Callable[[tuple[Any, ...], list[Any]], str | None]:
     """Why a call of the time function ``name`` is refused: its pattern (argument ``pattern_at``)
     or its zone (the one after) not written as it is, a pattern with a letter Python does not
     write (or read) as Spark, or a zone with a pattern of offset letters (Spark's zone functions
-    move the wall clock, not the offset such a pattern writes or reads)."""
+    move the wall clock, not the offset such a pattern writes or reads); for ``dates``, a letter
+    of the time of day (a DATE has none: java.time refuses it, as ksqlDB's do)."""
     def refuses(args: tuple[Any, ...], _types: list[Any]) -> str | None:
         pattern = _written_as_it_is(args[pattern_at])
         if pattern is None:
             return f"{name}'s pattern must be text written as it is ('yyyy-MM-dd HH:mm:ss'), not {to_sql(args[pattern_at])}"
+        if dates and pattern_letters(pattern) & TIME_OF_DAY_LETTERS:
+            used = "".join(sorted(pattern_letters(pattern) & TIME_OF_DAY_LETTERS))
+            return f"{name}'s pattern {pattern!r} has letters of a time of day or a zone ({used}), which a DATE has not"
         if (pattern_writer if writes else moment_reader)(pattern) is None:
             letters = WRITTEN_LETTERS if writes else READ_LETTERS
             return (f"{name} cannot {'write' if writes else 'read'} the pattern {pattern!r}: use the letters {letters}, "

@@ -1,5 +1,5 @@
 """Stateless persistent queries on the real cluster: CSAS with a filter, functions (ksqlDB's
-INITCAP, CONCAT_WS, POWER, SPLIT, MASK and time functions among them) and arithmetic, and a CSAS that
+INITCAP, CONCAT_WS, POWER, SPLIT, MASK, MASK_LEFT, ARRAY_JOIN and time functions among them) and arithmetic, and a CSAS that
 re-keys through PARTITION BY into a topic of another size. Results are read back from the
 sink topics (read_committed) and compared record by record with values computed here; a
 malformed input record goes to the processing log."""
@@ -74,7 +74,9 @@ async def test_projections_filters_and_partition_by_write_exactly_the_right_reco
           INITCAP(CONCAT_WS(' ', pageid, userid)) AS title, POWER(seconds, 2) AS squared, SPLIT(pageid, 'o') AS parts,
           MASK(userid) AS masked, TIMESTAMPTOSTRING(ROWTIME, 'yyyy-MM-dd HH:mm:ss.SSS EEE', 'Asia/Kolkata') AS local_time,
           FROM_UNIXTIME(ROWTIME) AS at,
-          STRINGTOTIMESTAMP(TIMESTAMPTOSTRING(ROWTIME, 'dd/MM/yyyy HH:mm'), 'dd/MM/yyyy HH:mm') AS minute
+          STRINGTOTIMESTAMP(TIMESTAMPTOSTRING(ROWTIME, 'dd/MM/yyyy HH:mm'), 'dd/MM/yyyy HH:mm') AS minute,
+          FORMAT_DATE(FROM_DAYS(seconds * 400), 'dd MMM yyyy') AS day, ARRAY_JOIN(SPLIT(pageid, 'o'), '+') AS joined,
+          MASK_LEFT(userid, 1) AS hidden
           FROM {name} WHERE seconds > 5;
         CREATE STREAM by_page_{name} WITH (partitions=2, value_format='delimited') AS
           SELECT pageid, userid, seconds FROM {name} PARTITION BY pageid;
@@ -89,7 +91,9 @@ async def test_projections_filters_and_partition_by_write_exactly_the_right_reco
                                                      "SQUARED": float(s * s), "PARTS": p.split("o"),
                                                      "MASKED": "x" + "n" * (len(u) - 1),
                                                      "LOCAL_TIME": (at(t) + _KOLKATA).strftime(f"%Y-%m-%d %H:%M:%S.{t % 1000:03d} %a"),
-                                                     "AT": at(t).isoformat(), "MINUTE": t - t % 60_000},
+                                                     "AT": at(t).isoformat(), "MINUTE": t - t % 60_000,
+                                                     "DAY": (_EPOCH + datetime.timedelta(days=s * 400)).strftime("%d %b %Y"),
+                                                     "JOINED": "+".join(p.split("o")), "HIDDEN": "x" + u[1:]},
                                                     separators=(",", ":")).encode())
                             for (u, p, s), t in zip(ROWS, ROWTIMES, strict=True) if s > 5)
     long_records = await read_topic(cluster.bootstrap, f"LONG_{name.upper()}", sum(long_expected.values()))

@@ -114,7 +114,9 @@ def test_split_and_mask_answer_as_sparks(spark: SparkSession) -> None:
              ("My Test $123", ","), *((_text(draw, alphabet, 8), _text(draw, alphabet[:8], 2)) for _ in range(300))]
     columns = Scope("T", {"S": ast.SqlType("VARCHAR"), "D": ast.SqlType("VARCHAR")})
     texts = ["SPLIT(s, d)", "MASK(s)", "MASK(s, '*', NULL, '1', NULL)", "MASK(s, NULL, NULL, NULL, '.')", "MASK(s, '#')",
-             "ARRAY_LENGTH(SPLIT(s, d))"]
+             "ARRAY_LENGTH(SPLIT(s, d))", "MASK_LEFT(s, LEN(d) * 2 - 2)", "MASK_RIGHT(s, LEN(d) - 1, '*', NULL, '1', NULL)",
+             "MASK_KEEP_LEFT(s, LEN(d) - 1)", "MASK_KEEP_RIGHT(s, 3, NULL, NULL, NULL, '.')", "MASK_LEFT(s, 4294967298)",
+             "MASK_KEEP_RIGHT(s, -2147483648)", "MASK_RIGHT(s, 2147483647)"]
     exprs = [with_widths(expression(text), columns) for text in texts]
     rows = spark.createDataFrame(pairs, "S STRING, D STRING").selectExpr(*(to_spark(e, columns) for e in exprs)).collect()
     differing = [(pair, text, evaluate(e, {"S": pair[0], "D": pair[1]}), row[i])
@@ -150,7 +152,8 @@ def test_array_functions_answer_as_sparks(spark: SparkSession) -> None:
     exprs_text = [f"{f}({a})" for f in ("ARRAY_DISTINCT", "ARRAY_SORT", "ARRAY_MAX", "ARRAY_MIN") for a in "ads"]
     exprs_text += [f"{f}({a}, {v})" for f in ("ARRAY_CONTAINS", "ARRAY_REMOVE") for a, v in (("a", "i"), ("d", "x"), ("s", "t"))]
     exprs_text += ["ARRAY_SORT(d, 'DESC')", "ARRAY_SORT(s, 'desc')", "ARRAY_SORT(a, 'ASC')", "ARRAY_CONTAINS(a, x)",
-                   "ARRAY_LENGTH(ARRAY_DISTINCT(SPLIT(t, '')))"]
+                   "ARRAY_LENGTH(ARRAY_DISTINCT(SPLIT(t, '')))", "ARRAY_JOIN(a)", "ARRAY_JOIN(d, t)", "ARRAY_JOIN(s, NULL)",
+                   "ARRAY_JOIN(s, '')", "ARRAY_JOIN(ARRAY_SORT(d), ' | ')"]
     exprs = [with_widths(expression(text), columns) for text in exprs_text]
     frame = spark.createDataFrame(rows, "A ARRAY<INT>, D ARRAY<DOUBLE>, S ARRAY<STRING>, I INT, X DOUBLE, T STRING")
     spark_rows = frame.selectExpr(*(to_spark(e, columns) for e in exprs)).collect()
@@ -171,6 +174,10 @@ def test_array_functions_answer_as_sparks(spark: SparkSession) -> None:
     ("ARRAY_SORT(n)", "ARRAY_SORT orders the items of an ARRAY of BOOLEAN, a number, VARCHAR, DATE, TIME or TIMESTAMP, "
                       "not ARRAY<INT>"),
     ("ARRAY_REMOVE(a, 1.5)", "ARRAY_REMOVE takes out values of the ARRAY's type (INT), not DECIMAL(2, 1)"),
+    ("ARRAY_JOIN(n)", "ARRAY_JOIN joins an ARRAY of BIGINT, BOOLEAN, DOUBLE, INT, VARCHAR, not ARRAY<ARRAY<INT>>"),
+    ("ARRAY_JOIN(a, 1)", "argument 2 of ARRAY_JOIN must be string"),
+    ("MASK_LEFT(t, 2, 'XY')", "MASK_LEFT's replacement characters must each be one character"),
+    ("MASK_KEEP_RIGHT(t, t)", "argument 2 of MASK_KEEP_RIGHT must be integer"),
 ])
 def test_array_functions_refuse_what_spark_cannot_take(text: str, message: str) -> None:
     """Each of these Spark's analyzer refuses (or types otherwise): a persistent query would be

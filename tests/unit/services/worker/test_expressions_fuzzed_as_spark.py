@@ -62,6 +62,7 @@ class Expressions:
 ARITHMETIC = ("+", "-", "*", "/", "%")
 TIME_PATTERNS = ("'yyyy-MM-dd HH:mm:ss.SSS'", "'yyyy-MM-dd'", "'d/M/yy h:mm a'", "'yyyyMMddHHmmss'")
 TIME_ZONES = (", 'America/New_York'", ", '+05:30'", ", 'UTC'")
+MASKED_ENDS = ("MASK_LEFT", "MASK_RIGHT", "MASK_KEEP_LEFT", "MASK_KEEP_RIGHT")
 Form = Callable[[Callable[[str], str]], str]
 """An expression's text around its operands' (``x(type)`` gives one of that type, "NUMBER" any number)."""
 
@@ -110,6 +111,8 @@ def _forms(draw: Callable[..., str]) -> dict[str, list[Form]]:
             lambda x: f"CAST({x(draw('INT', 'BIGINT', 'DOUBLE', 'DECIMAL', 'BOOLEAN'))} AS VARCHAR)",
             lambda x: f"CASE WHEN {x('BOOLEAN')} THEN {x('VARCHAR')} END", lambda x: f"COALESCE({x('VARCHAR')}, {x('VARCHAR')})",
             lambda x: f"TIMESTAMPTOSTRING({x(draw('INT', 'BIGINT'))}, {draw(*TIME_PATTERNS)}{draw('', *TIME_ZONES)})",
+            lambda x: f"{draw(*MASKED_ENDS)}({x('VARCHAR')}, {x(draw('INT', 'BIGINT'))})",
+            lambda x: f"ARRAY_JOIN(SPLIT({x('VARCHAR')}, {x('VARCHAR')}), {x('VARCHAR')})",
         ],
         "BOOLEAN": [
             lambda x: f"({x('NUMBER')} {draw('=', '!=', '<', '<=', '>', '>=')} {x('NUMBER')})",

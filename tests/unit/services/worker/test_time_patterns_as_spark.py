@@ -75,7 +75,8 @@ def test_text_past_the_years_python_holds_reads_as_no_time() -> None:
     assert pattern_reader("yyyy-MM-dd[ HH:mm:ss]") is None, "optional sections are not read here"
 
 
-TIMES = Scope("T", {"M": ast.SqlType("BIGINT"), "T": ast.SqlType("TIMESTAMP"), "S": ast.SqlType("VARCHAR")})
+TIMES = Scope("T", {"M": ast.SqlType("BIGINT"), "T": ast.SqlType("TIMESTAMP"), "S": ast.SqlType("VARCHAR"),
+                    "D": ast.SqlType("DATE")})
 WRITTEN = ["yyyy-MM-dd HH:mm:ss.SSS", "y yy yyy yyyy", "M MM MMM MMMM L LL LLL LLLL", "d dd D DD DDD", "Q QQ QQQ QQQQ q qq",
            "E EE EEE EEEE", "h hh a K KK k kk H HH", "m mm s ss", "S SS SSS SSSS SSSSS SSSSSS SSSSSSS SSSSSSSS SSSSSSSSS",
            "yyyy-MM-dd'T'HH:mm:ss 'o''clock' '' -/,.:_", "dd/MMM/yyyy:HH:mm:ss",
@@ -92,12 +93,14 @@ def _calls(function: str, argument: str, patterns: list[str]) -> list[str]:
 def _differing(spark: SparkSession, texts: list[str], rows: list[dict[str, object]]) -> list[tuple[object, ...]]:
     """Each call's value in Python and in Spark over ``rows``, where they differ."""
     exprs = [with_widths(expression(text), TIMES) for text in texts]
-    frame = spark.createDataFrame([(r["M"], r["T"] and datetime.datetime.fromisoformat(str(r["T"])), r["S"]) for r in rows],
-                                  "M BIGINT, T TIMESTAMP, S STRING")
+    rows = [{"D": None, **row} for row in rows]
+    frame = spark.createDataFrame([(r["M"], r["T"] and datetime.datetime.fromisoformat(str(r["T"])), r["S"],
+                                    r["D"] and datetime.date.fromisoformat(str(r["D"]))) for r in rows],
+                                  "M BIGINT, T TIMESTAMP, S STRING, D DATE")
     spark_rows = frame.selectExpr(*(to_spark(e, TIMES) for e in exprs)).collect()
     return [(row, text, ours, theirs) for row, spark_row in zip(rows, spark_rows, strict=True)
             for text, e, theirs in zip(texts, exprs, spark_row, strict=True)
-            if (ours := evaluate(e, row)) != (theirs.isoformat() if isinstance(theirs, datetime.datetime) else theirs)]
+            if (ours := evaluate(e, row)) != (theirs.isoformat() if isinstance(theirs, datetime.date) else theirs)]
 
 
 def test_times_are_written_as_sparks_date_format(spark: SparkSession) -> None:
@@ -144,6 +147,25 @@ def test_text_is_read_as_times_as_sparks_try_to_timestamp(spark: SparkSession) -
     assert evaluate(gap, {}) == 1710066600000, "a skipped wall time moves on by the change (10:30 UTC)"
 
 
+def test_dates_are_written_and_read_as_sparks(spark: SparkSession) -> None:
+    """FORMAT_DATE and PARSE_DATE over random dates of years 1 to 9999 with the date letters,
+    FROM_DAYS and UNIX_DATE at the ends of what a DATE may be (a day past: NULL, not a failed batch)."""
+    draw = random.Random(17)
+    days = [times.FIRST_DAY, times.LAST_DAY, times.FIRST_DAY - 1, times.LAST_DAY + 1, 0, -1, 2**31, -(2**31) - 1, 2**63 - 1,
+            *(draw.randint(times.FIRST_DAY, times.LAST_DAY) for _ in range(40))]
+    dates = [datetime.date(1970, 1, 1) + datetime.timedelta(days=draw.randint(times.FIRST_DAY, times.LAST_DAY))
+             for _ in range(len(days) - 3)] + [datetime.date(1, 1, 1), datetime.date(9999, 12, 31), None]
+    texts_read = ["2024-02-29", "2023-02-29", "0001-01-01", "9999-12-31", "x", *(d.isoformat() for d in dates if d)]
+    rows: list[dict[str, object]] = [{"M": m, "T": None, "S": s, "D": d and d.isoformat()}
+                                     for m, d, s in zip(days, dates, texts_read + [None] * len(days), strict=False)]
+    written = ["yyyy-MM-dd", "y yy yyy yyyy", "M MM MMM MMMM L LL LLL LLLL", "d dd D DD DDD", "Q QQ QQQ QQQQ q qq",
+               "E EE EEE EEEE", "dd/MMM/yyyy 'day' D"]
+    texts = [f"FORMAT_DATE(d, '{p.replace(chr(39), chr(39) * 2)}')" for p in written]
+    texts += ["PARSE_DATE(s, 'yyyy-MM-dd')", "PARSE_DATE(s, 'yyyy-MM-dd''x''')", "FROM_DAYS(m)", "UNIX_DATE(d)",
+              "UNIX_DATE(FROM_DAYS(m))", "FORMAT_DATE(PARSE_DATE(s, 'yyyy-MM-dd'), 'dd MMMM yyyy')"]
+    assert _differing(spark, texts, rows) == []
+
+
 def test_every_time_zone_python_knows_is_the_jvms(spark: SparkSession) -> None:
     """Every region of the pinned tz database (``tzdata``, which pulls read) is one Spark knows,
     with the same offsets from year 1 to 9999: a region Spark does not know would fail a
@@ -179,6 +201,10 @@ def test_every_time_zone_python_knows_is_the_jvms(spark: SparkSession) -> None:
     ("TIMESTAMPTOSTRING(t, 'yyyy')", "argument 1 of TIMESTAMPTOSTRING must be bigint"),
     ("FORMAT_TIMESTAMP(m, 'yyyy')", "argument 1 of FORMAT_TIMESTAMP must be timestamp"),
     ("UNIX_TIMESTAMP()", "UNIX_TIMESTAMP takes 1 argument(s), got 0"),
+    ("FORMAT_DATE(d, 'yyyy-MM-dd HH:mm')", "FORMAT_DATE's pattern 'yyyy-MM-dd HH:mm' has letters of a time of day or a zone (Hm)"),
+    ("PARSE_DATE(s, 'yyyy-MM-ddXXX')", "PARSE_DATE's pattern 'yyyy-MM-ddXXX' has letters of a time of day or a zone (X)"),
+    ("FORMAT_DATE(t, 'yyyy')", "argument 1 of FORMAT_DATE must be date"),
+    ("FROM_DAYS(s)", "argument 1 of FROM_DAYS must be bigint"),
 ])
 def test_a_time_function_refuses_what_python_would_not_compute_as_spark(text: str, message: str) -> None:
     with pytest.raises(StatementError, match=re.escape(message)):
