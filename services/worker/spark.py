@@ -123,6 +123,9 @@ def create_session(settings: WorkerSettings) -> SparkSession:
         .config("spark.python.sql.dataFrameDebugging.enabled", "false")
         # ksqlDB semantics: a bad cast or a division by zero gives NULL, not a failed batch.
         .config("spark.sql.ansi.enabled", "false")
+        # Spark substitutes ${name} in the SQL text it parses, string literals included, by its
+        # configuration: a query's '${y}' (a REGEXP_REPLACE's group, any text) became ''.
+        .config("spark.sql.variable.substitute", "false")
         # Every trigger writes two small files to the query's checkpoint (offsets, commits).
         # Through Hadoop's FileContext (Spark's default) each took 46 ms on the local file
         # system, tmpfs included; through the FileSystem API 10-12 ms, a quarter of an idle

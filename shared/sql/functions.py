@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, localcontext
 from typing import Any
 
-from millpond.shared.sql import times
+from millpond.shared.sql import regexes, times
 from millpond.shared.sql.ast import Literal, SqlType, to_sql
 
 INT, BIGINT, DOUBLE, VARCHAR = SqlType("INT"), SqlType("BIGINT"), SqlType("DOUBLE"), SqlType("VARCHAR")
@@ -221,7 +221,7 @@ MAX_PADDED_CHARS = 1 << 20
 NULL): a Kafka record holds at most 1 MB by default, and a length of 2^31 - 1 once built a
 21 GB string on the router's loop; REPLACE of each character of a long text by a 60 KB one
 would build 60 GB."""
-TEXT_BUILDERS = frozenset({"LPAD", "RPAD", "CONCAT", "CONCAT_WS", "REPLACE", "ARRAY_JOIN"})
+TEXT_BUILDERS = frozenset({"LPAD", "RPAD", "CONCAT", "CONCAT_WS", "REPLACE", "REGEXP_REPLACE", "ARRAY_JOIN"})
 """The functions that may build a text of ``MAX_PADDED_CHARS`` from short arguments."""
 
 
@@ -598,6 +598,18 @@ FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
                    refuses=_mask_refusal("MASK", 1)),
     *(ScalarFunction(name, ("string", "integer"), optional=("string",) * 4, spark_of=_mask_end_in_spark(name),
                      python=_mask_end(name), refuses=_mask_refusal(name, 2)) for name in _MASKED_ENDS),
+    ScalarFunction("REGEXP_EXTRACT", ("string", "string"), optional=("integer",),
+                   spark_of=regexes.extract_in_spark,
+                   python=_strict(regexes.regexp_extract), refuses=regexes.extract_refusal("REGEXP_EXTRACT")),
+    ScalarFunction("REGEXP_EXTRACT_ALL", ("string", "string"), optional=("integer",), result=lambda _: SqlType("ARRAY", (VARCHAR,)),
+                   spark_of=regexes.extract_all_in_spark,
+                   python=_strict(regexes.regexp_extract_all), refuses=regexes.extract_refusal("REGEXP_EXTRACT_ALL")),
+    ScalarFunction("REGEXP_REPLACE", ("string", "string", "string"), spark="regexp_replace",
+                   python=_strict(lambda s, p, r: regexes.regexp_replace(s, p, r, MAX_PADDED_CHARS)),
+                   refuses=regexes.replace_refusal),
+    ScalarFunction("REGEXP_SPLIT_TO_ARRAY", ("string", "string"), result=lambda _: SqlType("ARRAY", (VARCHAR,)),
+                   spark_of=lambda a: f"split({a[0]}, {a[1]}, -1)", python=_strict(regexes.regexp_split),
+                   refuses=regexes.split_refusal),
     ScalarFunction("SUBSTRING", ("string", "integer"), optional=("integer",), spark="substring",
                    python=_strict(_substring)),
     ScalarFunction("REPLACE", ("string", "string", "string"), spark="replace",

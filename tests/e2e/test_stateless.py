@@ -1,5 +1,5 @@
 """Stateless persistent queries on the real cluster: CSAS with a filter, functions (ksqlDB's
-INITCAP, CONCAT_WS, POWER, SPLIT, MASK, MASK_LEFT, ARRAY_JOIN and time functions among them) and arithmetic, and a CSAS that
+INITCAP, CONCAT_WS, POWER, SPLIT, MASK, MASK_LEFT, ARRAY_JOIN, REGEXP and time functions among them) and arithmetic, and a CSAS that
 re-keys through PARTITION BY into a topic of another size. Results are read back from the
 sink topics (read_committed) and compared record by record with values computed here; a
 malformed input record goes to the processing log."""
@@ -76,7 +76,8 @@ async def test_projections_filters_and_partition_by_write_exactly_the_right_reco
           FROM_UNIXTIME(ROWTIME) AS at,
           STRINGTOTIMESTAMP(TIMESTAMPTOSTRING(ROWTIME, 'dd/MM/yyyy HH:mm'), 'dd/MM/yyyy HH:mm') AS minute,
           FORMAT_DATE(FROM_DAYS(seconds * 400), 'dd MMM yyyy') AS day, ARRAY_JOIN(SPLIT(pageid, 'o'), '+') AS joined,
-          MASK_LEFT(userid, 1) AS hidden
+          MASK_LEFT(userid, 1) AS hidden, REGEXP_EXTRACT('u([0-9]+)', userid, 1) AS num,
+          REGEXP_REPLACE(pageid, '(?<first>[a-z])', '${{first}}.') AS dotted, REGEXP_EXTRACT_ALL('[aeiou]', pageid) AS vowels
           FROM {name} WHERE seconds > 5;
         CREATE STREAM by_page_{name} WITH (partitions=2, value_format='delimited') AS
           SELECT pageid, userid, seconds FROM {name} PARTITION BY pageid;
@@ -93,7 +94,8 @@ async def test_projections_filters_and_partition_by_write_exactly_the_right_reco
                                                      "LOCAL_TIME": (at(t) + _KOLKATA).strftime(f"%Y-%m-%d %H:%M:%S.{t % 1000:03d} %a"),
                                                      "AT": at(t).isoformat(), "MINUTE": t - t % 60_000,
                                                      "DAY": (_EPOCH + datetime.timedelta(days=s * 400)).strftime("%d %b %Y"),
-                                                     "JOINED": "+".join(p.split("o")), "HIDDEN": "x" + u[1:]},
+                                                     "JOINED": "+".join(p.split("o")), "HIDDEN": "x" + u[1:], "NUM": u[1:],
+                                                     "DOTTED": "".join(c + "." for c in p), "VOWELS": [c for c in p if c in "aeiou"]},
                                                     separators=(",", ":")).encode())
                             for (u, p, s), t in zip(ROWS, ROWTIMES, strict=True) if s > 5)
     long_records = await read_topic(cluster.bootstrap, f"LONG_{name.upper()}", sum(long_expected.values()))

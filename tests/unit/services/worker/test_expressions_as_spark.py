@@ -17,6 +17,7 @@ from millpond.shared.errors import StatementError
 from millpond.shared.sql import aggregates, ast
 from millpond.shared.sql.expressions import evaluate, to_spark
 from millpond.shared.sql.parser import parse_statement
+from millpond.shared.sql.regexes import PatternTimeout, java_pattern
 from millpond.shared.sql.types import Scope, check, with_widths
 from tests.unit.services.worker.test_expressions_fuzzed_as_spark import same
 
@@ -187,6 +188,75 @@ def test_array_functions_refuse_what_spark_cannot_take(text: str, message: str) 
                         "M": ast.SqlType("ARRAY", (ast.SqlType("MAP", (ast.SqlType("VARCHAR"), ast.SqlType("INT"))),))})
     with pytest.raises(StatementError, match=re.escape(message)):
         check(expression(text), scope)
+
+
+JAVA_PATTERNS = ["a.b", "a$", "^a", "\\d+", "\\w+", "\\s+", "\\S\\W", "(?i)ab", "(?i:a)B", "[^a-z\\d]+", "x*", "(?s)a.b",
+                 "(?s:a.)b.", "(a)|(b)", "(?<y>\\d)(?<z>\\d)?", "\\Qa.b\\E", "[\\Q]\\E-]", "a{2}", "a{1,}b?", "a{1,2}+",
+                 "(?>ab|a)b", "(?=b).", "(?<!a)b", "\\x41|\\u00e9|\\x{1F600}", "\\0101|\\e|\\cA", "\\Z", "b\\z", "$", "", ".",
+                 "é+", "[é-ü]", "\\t|\\n|\\r|\\f|\\a", "(a)\\1", "(?<n>a)\\k<n>", "a*?", "[]a]", "\\.\\*\\$\\^\\{\\}", "#| ",
+                 "[$.]", "(?s).$", "(?i)[A-C]+É"]
+"""Java patterns of every construct Millpond reads, with Java's meaning where Python's differs."""
+
+
+def test_regular_expressions_answer_as_sparks(spark: SparkSession) -> None:
+    """REGEXP_EXTRACT (NULL without a match, as ksqlDB's), REGEXP_EXTRACT_ALL, REGEXP_REPLACE (Java's
+    ``$n`` and ``${name}``) and REGEXP_SPLIT_TO_ARRAY (Java's split: no empty first part from a
+    zero-width match at the start) over random texts with Java's five line terminators, non-ASCII
+    letters and a character beyond the BMP, as Spark's over Java's patterns."""
+    draw = random.Random(19)
+    texts = ["a\r\n", "a\n", "a\r", "ab\n\n", "", "aa", "ab", "AB", "2024", *(_text(draw, "abAB01 é\n\r\u0085\u2028.\t$😀x{}É#", 8)
+                                                                        for _ in range(200))]
+    columns = Scope("T", {"S": ast.SqlType("VARCHAR")})
+    calls = []
+    for pattern in JAVA_PATTERNS:
+        p = "'" + pattern.replace("'", "''") + "'"
+        groups = java_pattern(pattern).regex.groups
+        calls += [f"REGEXP_EXTRACT({p}, s)", f"REGEXP_EXTRACT_ALL({p}, s)", f"REGEXP_REPLACE(s, {p}, '<$0>')",
+                  f"REGEXP_SPLIT_TO_ARRAY(s, {p})", *([f"REGEXP_EXTRACT({p}, s, {groups})", f"REGEXP_EXTRACT_ALL({p}, s, 1)",
+                                                       f"REGEXP_REPLACE(s, {p}, '[${groups}1\\$\\\\]')"] if groups else [])]
+    calls += ["REGEXP_REPLACE(s, '(?<y>\\d)(?<z>\\d)?', '${z}${y}')"]
+    exprs = [with_widths(expression(text), columns) for text in calls]
+    rows = spark.createDataFrame([(t,) for t in texts], "S STRING").selectExpr(*(to_spark(e, columns) for e in exprs)).collect()
+    differing = [(text, call, ours, theirs) for text, row in zip(texts, rows, strict=True)
+                 for call, e, theirs in zip(calls, exprs, row, strict=True) if (ours := evaluate(e, {"S": text})) != theirs]
+    assert differing == []
+    assert evaluate(expression("REGEXP_EXTRACT('x', 'abc')"), {}) is None
+
+
+@pytest.mark.parametrize("pattern, message", [
+    ("\\bx", "\\b is not an escape Millpond reads as Java does"), ("[a[b]]", "a class inside a class"),
+    ("[a&&b]", "&& inside a class"), ("(?m)^a", "the flags 'm' are not read here"), ("a{,2}", "a { starts a repetition"),
+    ("\\p{L}", "\\p is not an escape"), ("(?<n_1>a)", "a named group is (?<name>...)"), ("a)", "a ) closes no group"),
+    ("(a", "a ( is not closed"), ("\\1(a)", "the back reference"), ("a(?i)b", "read at its start only"),
+    ("\\ud83d", "is a surrogate"), ("(?<=a+)b", "look-behind requires fixed-width pattern"),
+])
+def test_a_pattern_python_would_not_read_as_java_is_refused(pattern: str, message: str) -> None:
+    p = "'" + pattern + "'"
+    with pytest.raises(StatementError, match=re.escape(message)):
+        check(expression(f"REGEXP_EXTRACT({p}, s)"), Scope("T", {"S": ast.SqlType("VARCHAR")}))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("REGEXP_REPLACE(s, '(a)', '$2')", "$2 names no group of the pattern (it has 1)"),
+    ("REGEXP_REPLACE(s, 'a', 'x$')", "a $ is a group"), ("REGEXP_REPLACE(s, 'a', 'x\\')", "lone backslash"),
+    ("REGEXP_REPLACE(s, '(a)', '${b}')", "${name} must name a group"), ("REGEXP_REPLACE(s, 'a', s)", "written as it is"),
+    ("REGEXP_EXTRACT('(a)', s, 2)", "group must be a number from 0 (the whole match) to 1"),
+    ("REGEXP_EXTRACT_ALL('a', s, -1)", "group must be a number from 0"), ("REGEXP_SPLIT_TO_ARRAY(s, s)", "written as it is"),
+])
+def test_a_replacement_or_group_spark_would_fail_on_is_refused(text: str, message: str) -> None:
+    with pytest.raises(StatementError, match=re.escape(message)):
+        check(expression(text), Scope("T", {"S": ast.SqlType("VARCHAR")}))
+
+
+def test_a_pattern_that_backtracks_without_end_fails_the_pull_and_is_no_value_elsewhere() -> None:
+    """``(a|aa)+c`` over 60 characters would take Python (and Java) for ever: the call stops at
+    its time limit; a pull gets the error (INVALID_ARGUMENT), a join's or a table's computation
+    a ValueError (the processing log, or NULL) instead of a failed task."""
+    call = with_widths(expression("REGEXP_EXTRACT('(a|aa)+c', s)"), Scope("T", {"S": ast.SqlType("VARCHAR")}))
+    with pytest.raises(PatternTimeout, match=re.escape("took over 0.5 s on a text of 61 characters")) as stopped:
+        evaluate(call, {"S": "a" * 60 + "!"})
+    assert isinstance(stopped.value, StatementError) and isinstance(stopped.value, ValueError)
+    assert evaluate(call, {"S": "aac"}) == "aac"
 
 
 @pytest.mark.parametrize("text", ["MASK(s, 'XY')", "MASK(s, s)", "MASK(s, '😀')"])

@@ -63,6 +63,7 @@ ARITHMETIC = ("+", "-", "*", "/", "%")
 TIME_PATTERNS = ("'yyyy-MM-dd HH:mm:ss.SSS'", "'yyyy-MM-dd'", "'d/M/yy h:mm a'", "'yyyyMMddHHmmss'")
 TIME_ZONES = (", 'America/New_York'", ", '+05:30'", ", 'UTC'")
 MASKED_ENDS = ("MASK_LEFT", "MASK_RIGHT", "MASK_KEEP_LEFT", "MASK_KEEP_RIGHT")
+JAVA_PATTERNS = ("'a.'", "'[0-9]+$'", "'(?i)x*'", "'\\s|\\W'", "''")
 Form = Callable[[Callable[[str], str]], str]
 """An expression's text around its operands' (``x(type)`` gives one of that type, "NUMBER" any number)."""
 
@@ -113,6 +114,9 @@ def _forms(draw: Callable[..., str]) -> dict[str, list[Form]]:
             lambda x: f"TIMESTAMPTOSTRING({x(draw('INT', 'BIGINT'))}, {draw(*TIME_PATTERNS)}{draw('', *TIME_ZONES)})",
             lambda x: f"{draw(*MASKED_ENDS)}({x('VARCHAR')}, {x(draw('INT', 'BIGINT'))})",
             lambda x: f"ARRAY_JOIN(SPLIT({x('VARCHAR')}, {x('VARCHAR')}), {x('VARCHAR')})",
+            lambda x: f"REGEXP_REPLACE({x('VARCHAR')}, {draw(*JAVA_PATTERNS)}, '<$0>')",
+            lambda x: f"COALESCE(REGEXP_EXTRACT({draw(*JAVA_PATTERNS)}, {x('VARCHAR')}), '-')",
+            lambda x: f"ARRAY_JOIN(REGEXP_SPLIT_TO_ARRAY({x('VARCHAR')}, {draw(*JAVA_PATTERNS)}), '|')",
         ],
         "BOOLEAN": [
             lambda x: f"({x('NUMBER')} {draw('=', '!=', '<', '<=', '>', '>=')} {x('NUMBER')})",

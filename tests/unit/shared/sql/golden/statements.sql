@@ -585,3 +585,8 @@ DESCRIBE gauge_times;
 CREATE STREAM gauge_times_2 AS SELECT sensor, TIMESTAMPTOSTRING(ROWTIME, 'YYYY-ww') AS week FROM gauges;
 CREATE STREAM gauge_times_3 AS SELECT sensor, TIMESTAMPTOSTRING(ROWTIME, 'HH:mm', 'Mars/Olympus') AS at FROM gauges;
 CREATE STREAM gauge_times_4 AS SELECT sensor, FORMAT_TIMESTAMP(ROWTIME, 'HH:mm') AS at FROM gauges;
+-- ksqlDB's REGEXP functions over Java's patterns, refused where Python would not read them as Java.
+EXPLAIN CREATE STREAM gauge_codes AS SELECT sensor, REGEXP_EXTRACT('([a-z]+)-(?<n>[0-9]+)', sensor, 2) AS n,
+  REGEXP_REPLACE(sensor, '(?<n>[0-9]+)', '#${n}') AS tagged, REGEXP_SPLIT_TO_ARRAY(sensor, '-') AS parts FROM gauges;
+CREATE STREAM gauge_codes_2 AS SELECT sensor, REGEXP_EXTRACT('\bx', sensor) AS n FROM gauges;
+CREATE STREAM gauge_codes_3 AS SELECT sensor, REGEXP_REPLACE(sensor, '(a)', '$2') AS n FROM gauges;

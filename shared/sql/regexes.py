@@ -1,0 +1,433 @@
+"""ksqlDB's regular expression functions (REGEXP_EXTRACT, REGEXP_EXTRACT_ALL, REGEXP_REPLACE,
+REGEXP_SPLIT_TO_ARRAY) over Java's patterns, as Spark runs them for the persistent queries and
+Python does for pulls.
+
+A pattern (and a replacement) is written as it is, and Python reads it as java.util.regex does
+or the call is refused when the statement is run: ``java_pattern`` rewrites the constructs whose
+meaning differs (``.`` and ``$`` stop at Java's five line terminators, ``\\z``, ``\\Z``, ``\\Q..\\E``,
+``(?<name>``, ``\\k<name>``, escapes Python lacks) and refuses those it cannot give Java's meaning
+(``\\b``, ``\\p{..}``, nested classes and ``&&``, ``(?m)``, ``(?x)``, ...). Python matches with
+``re.ASCII``: ``\\d``, ``\\w``, ``\\s`` and case-insensitive matching are ASCII's, as Java's default.
+
+Python's ``re`` checks a pattern (it takes what Java takes, or less: a look-behind of fixed
+width); the ``regex`` module, which reads the same syntax the same way, matches it, within
+``MATCH_TIMEOUT_S`` a call: a pattern that backtracks without end (``(a|aa)+c``) stops with an
+error for the pull that asked (``PatternTimeout``) instead of holding the service.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import regex
+
+from millpond.shared.errors import StatementError
+from millpond.shared.sql.ast import Literal, to_sql
+
+_TERMINATORS = "\\n\\r\\x85\\u2028\\u2029"
+_ANY = f"[^{_TERMINATORS}]"
+"""Java's ``.`` without DOTALL: any character but a line terminator."""
+_END = r"(?:(?=\r\n\Z|[\r\x85\u2028\u2029]\Z|\Z)|(?<!\r)(?=\n\Z))"
+"""Java's ``$`` and ``\\Z`` without MULTILINE: the end, or before a last line terminator (not
+between the ``\\r`` and ``\\n`` of a last ``\\r\\n``)."""
+_KEPT_ESCAPES = frozenset("dDsSwWtnrfaA")
+"""Escapes Python (with ``re.ASCII``) reads as Java does."""
+_BOUNDARY = "Java's word boundary counts every Unicode letter and digit: write (?<!\\w)(?=\\w) or (?<=\\w)(?!\\w)"
+_REFUSED_ESCAPES = {"b": _BOUNDARY, "B": _BOUNDARY, "p": "write the class in [...]", "P": "write the class in [^...]"}
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9]*")
+_QUANTIFIER = re.compile(r"\{[0-9]+(?:,[0-9]*)?\}")
+_FLAGS = re.compile(r"\(\?([a-zA-Z]*)(?:-([a-zA-Z]*))?([:)])")
+
+
+MATCH_TIMEOUT_S = 0.5
+"""The longest one call of a REGEXP function may take in Python."""
+
+
+class PatternError(ValueError):
+    """Why a Java pattern has no Python reading here."""
+
+
+class PatternTimeout(StatementError, ValueError):
+    """A REGEXP call over ``MATCH_TIMEOUT_S``: the pull that asked fails with it (``evaluate``
+    passes it on); where a value is computed for a table or a join, it cannot be (a ValueError)."""
+
+
+@dataclass(frozen=True)
+class JavaPattern:
+    """A Java pattern as Python reads it, and its capturing groups."""
+
+    regex: regex.Pattern[str]
+    names: dict[str, int]
+    text: str
+
+
+def _escaped_char(p: str, i: int, in_class: bool) -> tuple[str, int]:
+    """The Python text of the escape at ``p[i]`` (after its backslash) that stands for one
+    character or an ASCII class, and the index after it."""
+    if i >= len(p):
+        raise PatternError("it ends with a lone backslash")
+    c = p[i]
+    if c in _KEPT_ESCAPES and not (in_class and c == "A"):
+        return "\\" + c, i + 1
+    if c == "e":
+        return "\\x1b", i + 1
+    if c == "0":  # Java's octal: \0n, \0nn, \0mnn (m at most 3)
+        digits = re.match(r"[0-3][0-7]{2}|[0-7]{1,2}", p[i + 1:])
+        if digits is None:
+            raise PatternError("\\0 needs an octal number after it")
+        return re.escape(chr(int(digits.group(), 8))), i + 1 + len(digits.group())
+    if c == "x":
+        braced = re.match(r"\{([0-9a-fA-F]{1,6})\}|([0-9a-fA-F]{2})", p[i + 1:])
+        if braced is None:
+            raise PatternError("\\x needs two hexadecimal digits or {digits}")
+        return _code_point(int(braced.group(1) or braced.group(2), 16)), i + 1 + len(braced.group())
+    if c == "u":
+        digits = re.match(r"[0-9a-fA-F]{4}", p[i + 1:])
+        if digits is None:
+            raise PatternError("\\u needs four hexadecimal digits")
+        return _code_point(int(digits.group(), 16)), i + 5
+    if c == "c":
+        if i + 1 >= len(p):
+            raise PatternError("\\c needs a character after it")
+        return re.escape(chr(ord(p[i + 1]) ^ 64)), i + 2
+    if c.isascii() and c.isalnum():
+        raise PatternError(f"\\{c} is not an escape Millpond reads as Java does"
+                           + (f" ({_REFUSED_ESCAPES[c]})" if c in _REFUSED_ESCAPES else ""))
+    return re.escape(c), i + 1
+
+
+def _code_point(value: int) -> str:
+    if 0xD800 <= value <= 0xDFFF or value > 0x10FFFF:
+        raise PatternError(f"the code point {value:#x} is a surrogate or past Unicode: write the character itself")
+    return re.escape(chr(value))
+
+
+def _quoted(p: str, i: int) -> tuple[str, int]:
+    """``\\Q...\\E`` from ``p[i]`` (after the ``Q``): its text as it is."""
+    end = p.find("\\E", i)
+    text = p[i:] if end < 0 else p[i:end]
+    return "".join(re.escape(c) for c in text), len(p) if end < 0 else end + 2
+
+
+def _class(p: str, i: int) -> tuple[str, int]:
+    """A character class from ``p[i]`` (after its ``[``) as Python's, and the index after it."""
+    out = ["["]
+    if p.startswith("^", i):
+        out.append("^")
+        i += 1
+    first = True
+    while True:
+        if i >= len(p):
+            raise PatternError("a character class is not closed with ]")
+        c = p[i]
+        if c == "]" and not first:
+            return "".join(out) + "]", i + 1
+        if c == "[":
+            raise PatternError("a class inside a class (Java's union) is not read here: escape the [ as \\[")
+        if p.startswith(("&&", "--", "~~", "||"), i):
+            raise PatternError(f"{p[i:i + 2]} inside a class (Java's intersection, or a set operation to Python) is not "
+                               "read here: escape the characters")
+        if c == "\\":
+            if p.startswith("Q", i + 1):
+                text, i = _quoted(p, i + 2)
+                out.append(text)
+            else:
+                text, i = _escaped_char(p, i + 1, in_class=True)
+                out.append(text)
+        else:
+            out.append(re.escape(c) if c in "]\\" else c)
+            i += 1
+        first = False
+
+
+def _group(p: str, i: int, dotall: bool, groups: list[str | None]) -> tuple[str, int, bool]:
+    """A group's opening from ``p[i]`` (its ``(``): its Python text, the index after it, and
+    whether ``.`` matches every character inside it."""
+    if not p.startswith("(?", i):
+        groups.append(None)
+        return "(", i + 1, dotall
+    for opening in ("(?:", "(?=", "(?!", "(?<=", "(?<!", "(?>"):
+        if p.startswith(opening, i):
+            return opening, i + len(opening), dotall
+    if p.startswith("(?<", i):
+        name = _NAME.match(p, i + 3)
+        if name is None or not p.startswith(">", name.end()):
+            raise PatternError("a named group is (?<name>...), its name a letter and letters or digits")
+        if name.group() in groups:
+            raise PatternError(f"the group name {name.group()} is used twice")
+        groups.append(name.group())
+        return f"(?P<{name.group()}>", name.end() + 1, dotall
+    flags = _FLAGS.match(p, i)
+    if flags is None:
+        raise PatternError(f"the group {p[i:i + 4]!r}... is not read here")
+    on, off, end = flags.group(1), flags.group(2) or "", flags.group(3)
+    if set(on + off) - set("is"):
+        raise PatternError(f"the flags {on + off!r} are not read here: only i (ASCII case) and s (. matches every character)")
+    if end == ")":
+        if i != 0:
+            raise PatternError("flags for the rest of a pattern, (?i) or (?s), are read at its start only: "
+                               "write (?i:...) around a part")
+        return (f"(?{on.replace('s', '')})" if "i" in on else ""), flags.end(), "s" in on
+    inner = dotall if "s" not in on + off else "s" in on
+    case = on.replace("s", "") + ("-" + off.replace("s", "") if "i" in off else "")
+    return f"(?{case}:", flags.end(), inner
+
+
+@functools.lru_cache(maxsize=256)
+def java_pattern(pattern: str) -> JavaPattern:
+    """``pattern`` (java.util.regex's syntax) as a Python regex with Java's meaning; PatternError
+    when it uses a construct this does not read as Java does, or Java would refuse it."""
+    out: list[str] = []
+    groups: list[str | None] = []
+    dotall = [False]
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            if pattern.startswith("Q", i + 1):
+                text, i = _quoted(pattern, i + 2)
+            elif pattern.startswith(("z", "Z"), i + 1):
+                text, i = ("\\Z" if pattern[i + 1] == "z" else _END), i + 2
+            elif pattern.startswith("k<", i + 1):
+                name = _NAME.match(pattern, i + 3)
+                if name is None or not pattern.startswith(">", name.end()) or name.group() not in groups:
+                    raise PatternError("\\k<name> must name a group opened before it")
+                text, i = f"(?P={name.group()})", name.end() + 1
+            elif i + 1 < len(pattern) and pattern[i + 1] in "123456789":
+                number = int(pattern[i + 1])
+                if number > len(groups) or (i + 2 < len(pattern) and pattern[i + 2].isdigit()):
+                    raise PatternError(f"the back reference \\{pattern[i + 1:i + 3]}... must be one digit naming a group "
+                                       "opened before it")
+                text, i = f"(?:\\{number})", i + 2
+            else:
+                text, i = _escaped_char(pattern, i + 1, in_class=False)
+        elif c == "[":
+            text, i = _class(pattern, i + 1)
+        elif c == ".":
+            text, i = ("(?s:.)" if dotall[-1] else _ANY), i + 1
+        elif c == "$":
+            text, i = _END, i + 1
+        elif c == "(":
+            text, i, inner = _group(pattern, i, dotall[-1], groups)
+            if text.startswith("(") and not (text.startswith("(?") and text.endswith(")")):
+                dotall.append(inner)
+            elif inner:  # (?s) at the start: the whole pattern
+                dotall[0] = True
+        elif c == ")":
+            if len(dotall) == 1:
+                raise PatternError("a ) closes no group")
+            dotall.pop()
+            text, i = ")", i + 1
+        elif c == "{":
+            quantifier = _QUANTIFIER.match(pattern, i)
+            if quantifier is None:
+                raise PatternError("a { starts a repetition {n}, {n,} or {n,m} (escape it as \\{ for the character)")
+            text, i = quantifier.group(), quantifier.end()
+        elif c in "*+?|^":
+            text, i = c, i + 1
+        else:
+            text, i = re.escape(c), i + 1
+        out.append(text)
+    if len(dotall) != 1:
+        raise PatternError("a ( is not closed")
+    try:
+        re.compile("".join(out), re.ASCII)
+    except re.error as error:
+        raise PatternError(str(error)) from None
+    return JavaPattern(regex.compile("".join(out), regex.ASCII | regex.V0),
+                       {name: n for n, name in enumerate(groups, 1) if name is not None}, pattern)
+
+
+def _pattern_refusal(name: str, value: Any) -> str | None:
+    if not (isinstance(value, Literal) and isinstance(value.value, str)):
+        return f"{name}'s pattern must be text written as it is ('[0-9]+'), not {to_sql(value)}"
+    try:
+        java_pattern(value.value)
+    except PatternError as error:
+        return f"{name} cannot read the pattern {value.value!r} as Java does: {error}"
+    return None
+
+
+def _group_refusal(name: str, pattern: str, group: Any) -> str | None:
+    count = java_pattern(pattern).regex.groups
+    if isinstance(group, Literal) and isinstance(group.value, int) and 0 <= group.value <= count:
+        return None
+    return f"{name}'s group must be a number from 0 (the whole match) to {count} written as it is, not {to_sql(group)}"
+
+
+def extract_refusal(name: str) -> Callable[[tuple[Any, ...], list[Any]], str | None]:
+    """REGEXP_EXTRACT(_ALL)'s pattern (its first argument) and group (its third) as Spark takes them:
+    a group past the pattern's fails the batch."""
+    def refuses(args: tuple[Any, ...], _types: list[Any]) -> str | None:
+        refused = _pattern_refusal(name, args[0])
+        if refused is None and len(args) > 2:
+            return _group_refusal(name, args[0].value, args[2])
+        return refused
+    return refuses
+
+
+def replacement_parts(replacement: str, pattern: JavaPattern) -> list[str | int]:
+    """A replacement as Java's ``appendReplacement`` reads it: text, and groups (``$1``, ``${name}``;
+    ``\\`` takes the next character as it is); PatternError where Java would fail the batch."""
+    parts: list[str | int] = []
+    i = 0
+    while i < len(replacement):
+        c = replacement[i]
+        if c == "\\":
+            if i + 1 >= len(replacement):
+                raise PatternError("it ends with a lone backslash (write \\\\ for one)")
+            parts.append(replacement[i + 1])
+            i += 2
+        elif c == "$":
+            if replacement.startswith("{", i + 1):
+                name = _NAME.match(replacement, i + 2)
+                if name is None or not replacement.startswith("}", name.end()) or name.group() not in pattern.names:
+                    raise PatternError("${name} must name a group of the pattern")
+                parts.append(pattern.names[name.group()])
+                i = name.end() + 1
+                continue
+            if i + 1 >= len(replacement) or not replacement[i + 1].isdigit() or not replacement[i + 1].isascii():
+                raise PatternError("a $ is a group, $1 or ${name} (write \\$ for the character)")
+            number, i = int(replacement[i + 1]), i + 2
+            # Java takes more digits while they still name a group: with one group, $11 is $1 then 1.
+            groups = pattern.regex.groups
+            while i < len(replacement) and replacement[i] in "0123456789" and number * 10 + int(replacement[i]) <= groups:
+                number, i = number * 10 + int(replacement[i]), i + 1
+            if number > pattern.regex.groups:
+                raise PatternError(f"${number} names no group of the pattern (it has {pattern.regex.groups})")
+            parts.append(number)
+        else:
+            parts.append(c)
+            i += 1
+    return parts
+
+
+def replace_refusal(args: tuple[Any, ...], _types: list[Any]) -> str | None:
+    refused = _pattern_refusal("REGEXP_REPLACE", args[1])
+    if refused is not None:
+        return refused
+    if not (isinstance(args[2], Literal) and isinstance(args[2].value, str)):
+        return f"REGEXP_REPLACE's replacement must be text written as it is ('[$1]'), not {to_sql(args[2])}"
+    try:
+        replacement_parts(args[2].value, java_pattern(args[1].value))
+    except PatternError as error:
+        return f"REGEXP_REPLACE cannot take the replacement {args[2].value!r}: {error}"
+    return None
+
+
+def split_refusal(args: tuple[Any, ...], _types: list[Any]) -> str | None:
+    return _pattern_refusal("REGEXP_SPLIT_TO_ARRAY", args[1])
+
+
+class _Budget:
+    """What is left of one call's ``MATCH_TIMEOUT_S``."""
+
+    def __init__(self, pattern: JavaPattern):
+        self.pattern = pattern
+        self.deadline = time.monotonic() + MATCH_TIMEOUT_S
+
+    def search(self, text: str, at: int, anchored: bool = False) -> regex.Match[str] | None:
+        try:
+            find = self.pattern.regex.match if anchored else self.pattern.regex.search
+            return find(text, at, timeout=max(self.deadline - time.monotonic(), 0.0))
+        except TimeoutError:
+            raise PatternTimeout(f"the pattern {self.pattern.text!r} took over {MATCH_TIMEOUT_S} s on a text of "
+                                 f"{len(text)} characters (it backtracks too much; Java's would too): simplify it") from None
+
+
+def java_matches(pattern: JavaPattern, text: str) -> Iterator[regex.Match[str]]:
+    """The matches Java's ``Matcher.find`` gives one after another (each in ``match.string``).
+
+    After an empty match the next search starts one UTF-16 unit on (Python's ``finditer`` first
+    tries a longer match where it was, so ``a*?`` over ``a`` gives it an ``a`` Java's never does).
+    Before a character beyond the BMP that is between its two halves: where the pattern matches
+    there (``x*`` does), the text goes on with that character as its two lone surrogates, as Java
+    then sees it, which Spark's text writes as ``?`` each (``java_text``)."""
+    budget = _Budget(pattern)
+    at = 0
+    while at <= len(text):
+        found = budget.search(text, at)
+        if found is None:
+            return
+        yield found
+        at = found.end()
+        if found.end() == found.start():
+            if at < len(text) and ord(text[at]) > 0xFFFF:
+                halves = text[at].encode("utf-16-be")
+                split = text[:at] + halves[:2].decode("utf-16-be", "surrogatepass") + \
+                    halves[2:].decode("utf-16-be", "surrogatepass") + text[at + 1:]
+                if budget.search(split, at + 1, anchored=True) is not None:  # else Java goes on after the character
+                    text = split
+            at += 1
+
+
+def java_text(text: str) -> str:
+    """Text as Spark gives a Java string back: a lone surrogate is ``?``."""
+    return text.encode("utf-8", "replace").decode() if any(0xD800 <= ord(c) <= 0xDFFF for c in text) else text
+
+
+def extract_in_spark(args: list[str]) -> str:
+    """REGEXP_EXTRACT as Spark SQL: NULL without a match (Spark's ``regexp_extract`` gives ''),
+    the whole match by default (Spark's takes group 1)."""
+    pattern, text, group = args[0], args[1], args[2] if len(args) > 2 else "0"
+    return f"CASE WHEN {text} RLIKE {pattern} THEN regexp_extract({text}, {pattern}, {group}) END"
+
+
+def extract_all_in_spark(args: list[str]) -> str:
+    return f"regexp_extract_all({args[1]}, {args[0]}, {args[2] if len(args) > 2 else 0})"
+
+
+def _found(match: regex.Match[str], group: int) -> str:
+    """A group's text, empty where it took no part (as Spark's ``regexp_extract``)."""
+    return match.group(group) or ""
+
+
+def regexp_extract(pattern: str, text: str, group: int = 0) -> str | None:
+    """REGEXP_EXTRACT: the group of the first match, NULL where none (ksqlDB's)."""
+    found = _Budget(java_pattern(pattern)).search(text, 0)
+    return None if found is None else _found(found, group)
+
+
+def regexp_extract_all(pattern: str, text: str, group: int = 0) -> list[str]:
+    """REGEXP_EXTRACT_ALL: the group of every match."""
+    return [java_text(_found(found, group)) for found in java_matches(java_pattern(pattern), text)]
+
+
+def regexp_replace(text: str, pattern: str, replacement: str, most: int) -> str | None:
+    """REGEXP_REPLACE: every match replaced (Java's replacement syntax); NULL past ``most`` characters."""
+    compiled = java_pattern(pattern)
+    parts = replacement_parts(replacement, compiled)
+    out: list[str] = []
+    size, at = 0, 0
+    for found in java_matches(compiled, text):
+        text = found.string
+        pieces = [text[at:found.start()], *(p if isinstance(p, str) else found.group(p) or "" for p in parts)]
+        size += sum(map(len, pieces))
+        if size > most:
+            return None
+        out += pieces
+        at = found.end()
+    if size + len(text) - at > most:
+        return None
+    return java_text("".join(out) + text[at:])
+
+
+def regexp_split(text: str, pattern: str) -> list[str]:
+    """REGEXP_SPLIT_TO_ARRAY as Spark's ``split(text, pattern, -1)``: Java's ``String.split``, which
+    drops the empty first part a zero-width match at the start makes and keeps the others; an
+    empty pattern splits into characters."""
+    if pattern == "":
+        return list(text) or [""]
+    parts, at = [], 0
+    for found in java_matches(java_pattern(pattern), text):
+        text = found.string
+        if found.end() == 0:
+            continue
+        parts.append(java_text(text[at:found.start()]))
+        at = found.end()
+    return [*parts, java_text(text[at:])]
