@@ -47,6 +47,13 @@ _NUMBERS = {"M": "month", "d": "day", "H": "hour", "h": "clock", "m": "minute", 
 _TOKENS = re.compile(r"'(?:[^']|'')*'|''|([A-Za-z])\1*|.", re.DOTALL)
 
 
+def _quoted_as_spark(token: str) -> bool:
+    """Whether Spark reads a quoted token of a pattern as java.time does: ``''`` alone (a quote)
+    or text in quotes without ``''`` inside (Spark finds the letters it rewrites by counting
+    quotes, so ``'It''s my'`` has a letter ``y`` outside to it), and a quote that is closed."""
+    return token == "''" or (len(token) > 1 and token.endswith("'") and "''" not in token[1:-1])
+
+
 def _field(letter: str, count: int) -> tuple[str, str] | None:
     """The named group and regular expression of a run of one pattern letter; None when unread."""
     if letter == "y" and count in (2, 4):
@@ -97,7 +104,9 @@ def moment_reader(pattern: str) -> Callable[[str], datetime.datetime | None] | N
             seen.add(field[0])
             parts.append(f"(?P<{field[0]}>{field[1]})")
         elif text.startswith("'"):
-            parts.append(re.escape("'" if text == "''" else text[1:-1].replace("''", "'")))
+            if not _quoted_as_spark(text):
+                return None
+            parts.append(re.escape("'" if text == "''" else text[1:-1]))
         elif text in _OPTIONAL:
             return None
         else:
@@ -221,7 +230,9 @@ def pattern_writer(pattern: str) -> Callable[[datetime.datetime], str] | None:
                 return None
             parts.append(written)
         elif text.startswith("'"):
-            parts.append("'" if text == "''" else text[1:-1].replace("''", "'"))
+            if not _quoted_as_spark(text):
+                return None
+            parts.append("'" if text == "''" else text[1:-1])
         elif text in _OPTIONAL:
             return None
         else:

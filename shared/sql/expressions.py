@@ -14,7 +14,8 @@ from typing import Any
 
 from millpond.shared.errors import StatementError
 from millpond.shared.sql import aggregates, ast, functions
-from millpond.shared.sql.functions import INTEGRAL, java_double_text, spark_ranked
+from millpond.shared.sql.functions import INTEGRAL, spark_ranked
+from millpond.shared.sql.java_text import java_double_text
 from millpond.shared.sql.types import Scope, check
 
 

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, localcontext
 from typing import Any
 
-from millpond.shared.sql import regexes, times
+from millpond.shared.sql import json_paths, regexes, times
 from millpond.shared.sql.ast import Literal, SqlType, to_sql
+from millpond.shared.sql.java_text import java_double_text
 
 INT, BIGINT, DOUBLE, VARCHAR = SqlType("INT"), SqlType("BIGINT"), SqlType("DOUBLE"), SqlType("VARCHAR")
 TIMESTAMP, DATE = SqlType("TIMESTAMP"), SqlType("DATE")
@@ -29,6 +30,7 @@ KINDS: dict[str, frozenset[str] | None] = {
     "numeric": NUMERIC,
     "integer": INTEGRAL,
     "array": frozenset({"ARRAY"}),
+    "map": frozenset({"MAP"}),
     "bigint": INTEGRAL,
     "timestamp": frozenset({"TIMESTAMP"}),
     "date": frozenset({"DATE"}),
@@ -170,28 +172,6 @@ def fitted_decimal(number: Any, precision: int, scale: int) -> Decimal | None:
     return None if rounded.adjusted() + 1 > precision - scale else rounded
 
 
-def java_double_text(number: float) -> str:
-    """A DOUBLE as text, as Spark's CAST writes it (Java's ``Double.toString``): plain from 10^-3
-    up to 10^7 (``100.0``, ``0.001``), else ``1.0E20`` and ``1.5E-4``; ``NaN``, ``Infinity``.
-    Python's shortest digits, which Java 17's also are but for rare values of 17 digits."""
-    if math.isnan(number):
-        return "NaN"
-    if math.isinf(number):
-        return "Infinity" if number > 0 else "-Infinity"
-    if number == 0:
-        return "-0.0" if math.copysign(1.0, number) < 0 else "0.0"
-    sign, digits, exponent = Decimal(repr(number)).normalize().as_tuple()
-    assert isinstance(exponent, int)
-    text = "".join(map(str, digits))
-    point = len(text) + exponent  # digits before the decimal point, in plain notation
-    if 1e-3 <= abs(number) < 1e7:
-        whole, fraction = (text[:point], text[point:]) if point > 0 else ("0", "0" * -point + text)
-        plain = f"{whole.ljust(point, '0') if point > 0 else whole}.{fraction or '0'}"
-    else:
-        plain = f"{text[0]}.{text[1:] or '0'}E{point - 1}"
-    return ("-" if sign else "") + plain
-
-
 def _strict(fn: Callable[..., Any]) -> Callable[..., Any]:
     """SQL semantics: any NULL argument gives NULL."""
     return lambda *args: None if any(a is None for a in args) else fn(*args)
@@ -221,7 +201,7 @@ MAX_PADDED_CHARS = 1 << 20
 NULL): a Kafka record holds at most 1 MB by default, and a length of 2^31 - 1 once built a
 21 GB string on the router's loop; REPLACE of each character of a long text by a 60 KB one
 would build 60 GB."""
-TEXT_BUILDERS = frozenset({"LPAD", "RPAD", "CONCAT", "CONCAT_WS", "REPLACE", "REGEXP_REPLACE", "ARRAY_JOIN"})
+TEXT_BUILDERS = frozenset({"LPAD", "RPAD", "CONCAT", "CONCAT_WS", "REPLACE", "REGEXP_REPLACE", "ARRAY_JOIN", "ARRAY_CONCAT"})
 """The functions that may build a text of ``MAX_PADDED_CHARS`` from short arguments."""
 
 
@@ -433,6 +413,61 @@ def _distinct(items: list[Any]) -> list[Any]:
     return kept
 
 
+def _kept(first: list[Any], second: list[Any], present: bool) -> list[Any]:
+    """The distinct items of ``first`` that are (or are not) in ``second``, in time linear in both."""
+    keys = {_hashed(x) for x in second}
+    return [x for x in _distinct(first) if (_hashed(x) in keys) == present]
+
+
+def _array_concat(first: list[Any] | None, second: list[Any] | None) -> list[Any] | None:
+    """ksqlDB's ARRAY_CONCAT: the items of both, NULL only when both are; past ``MAX_PADDED_CHARS``
+    items NULL in Python (nested, each call could double them)."""
+    if first is None or second is None:
+        return second if first is None else first
+    return None if len(first) + len(second) > MAX_PADDED_CHARS else first + second
+
+
+SETS: dict[str, Callable[[list[Any], list[Any]], list[Any]]] = {
+    "ARRAY_UNION": lambda a, b: _distinct(a + b),
+    "ARRAY_INTERSECT": lambda a, b: _kept(a, b, present=True),
+    "ARRAY_EXCEPT": lambda a, b: _kept(a, b, present=False),
+}
+"""Spark's ``array_union``, ``array_intersect`` and ``array_except``: distinct items (as
+``array_distinct``'s) in the order first seen."""
+
+
+def _two_arrays(name: str) -> Callable[[tuple[Any, ...], list[SqlType]], str | None]:
+    """Two ARRAYs of one element type, whose items Spark compares."""
+    def refuses(args: tuple[Any, ...], types: list[SqlType]) -> str | None:
+        arrays = [t for t in types if t.base != "NULL"]
+        if len(arrays) < len(types):  # Spark types no concat of an ARRAY with a NULL
+            return f"{name} takes two ARRAYs; a bare NULL has no element type"
+        if any(t != arrays[0] for t in arrays):
+            return f"{name} takes two ARRAYs of one type, not {types[0]} and {types[1]}"
+        return None if name == "ARRAY_CONCAT" else array_call_error(name, arrays)
+    return refuses
+
+
+def _array_concat_in_spark(args: list[str]) -> str:
+    first, second = args
+    return f"CASE WHEN {first} IS NULL THEN {second} WHEN {second} IS NULL THEN {first} ELSE concat({first}, {second}) END"
+
+
+def _map_refusal(name: str) -> Callable[[tuple[Any, ...], list[SqlType]], str | None]:
+    return lambda args, types: f"{name} takes a MAP; a bare NULL has no key type (CAST it)" if types[0].base != "MAP" else None
+
+
+def _json_path_refusal(args: tuple[Any, ...], types: list[SqlType]) -> str | None:
+    path = args[1]
+    if not (isinstance(path, Literal) and isinstance(path.value, str)):
+        return f"EXTRACTJSONFIELD's path must be text written as it is ('$.a.b[0]'), not {to_sql(path)}"
+    try:
+        json_paths.json_path(path.value)
+    except json_paths.PathError as error:
+        return f"EXTRACTJSONFIELD cannot follow the path {path.value!r}: {error}"
+    return None
+
+
 def _hashed(value: Any) -> Any:
     """``value`` as a set's key, equal where Spark's values are: NaN one value, lists and
     structs by their items."""
@@ -598,6 +633,8 @@ FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
                    refuses=_mask_refusal("MASK", 1)),
     *(ScalarFunction(name, ("string", "integer"), optional=("string",) * 4, spark_of=_mask_end_in_spark(name),
                      python=_mask_end(name), refuses=_mask_refusal(name, 2)) for name in _MASKED_ENDS),
+    ScalarFunction("EXTRACTJSONFIELD", ("string", "string"), spark="get_json_object",
+                   python=_strict(lambda text, path: json_paths.extract_json_field(text, path)), refuses=_json_path_refusal),
     ScalarFunction("REGEXP_EXTRACT", ("string", "string"), optional=("integer",),
                    spark_of=regexes.extract_in_spark,
                    python=_strict(regexes.regexp_extract), refuses=regexes.extract_refusal("REGEXP_EXTRACT")),
@@ -666,6 +703,14 @@ FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
                    refuses=_array_refusal("ARRAY_MIN")),
     ScalarFunction("ARRAY_LENGTH", ("array",), result=lambda _: INT, spark="array_size",
                    python=_strict(len)),
+    ScalarFunction("ARRAY_CONCAT", ("array", "array"), result=_first, spark_of=_array_concat_in_spark,
+                   python=_array_concat, refuses=_two_arrays("ARRAY_CONCAT")),
+    *(ScalarFunction(name, ("array", "array"), result=_first, spark=name.lower(), python=_strict(fn),
+                     refuses=_two_arrays(name)) for name, fn in SETS.items()),
+    ScalarFunction("MAP_KEYS", ("map",), result=lambda t: SqlType("ARRAY", (t[0].params[0],)), spark="map_keys",
+                   python=_strict(lambda m: list(m)), refuses=_map_refusal("MAP_KEYS")),
+    ScalarFunction("MAP_VALUES", ("map",), result=lambda t: SqlType("ARRAY", (t[0].params[1],)), spark="map_values",
+                   python=_strict(lambda m: list(m.values())), refuses=_map_refusal("MAP_VALUES")),
     ScalarFunction("ARRAY_JOIN", ("array",), optional=("string",), spark_of=_array_join_in_spark, python=_array_join,
                    refuses=_join_refusal),
     ScalarFunction("TIMESTAMPTOSTRING", ("bigint", "string"), optional=("string",), spark_of=times.timestamp_to_string_in_spark,

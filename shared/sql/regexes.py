@@ -40,10 +40,17 @@ _KEPT_ESCAPES = frozenset("dDsSwWtnrfaA")
 _BOUNDARY = "Java's word boundary counts every Unicode letter and digit: write (?<!\\w)(?=\\w) or (?<=\\w)(?!\\w)"
 _REFUSED_ESCAPES = {"b": _BOUNDARY, "B": _BOUNDARY, "p": "write the class in [...]", "P": "write the class in [^...]"}
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9]*")
+_ASTRAL = re.compile("[\U00010000-\U0010FFFF]")
+_SUPPLEMENTARY_ESCAPE = re.compile(r"\\x\{0*[1-9a-fA-F][0-9a-fA-F]{4,5}\}")
 _QUANTIFIER = re.compile(r"\{[0-9]+(?:,[0-9]*)?\}")
 _FLAGS = re.compile(r"\(\?([a-zA-Z]*)(?:-([a-zA-Z]*))?([:)])")
 
 
+MAX_REPEAT = 1000
+"""The largest count of a repetition ``{n,m}``: Python builds the pattern that large when it is
+read (``a{10000000}`` took 13 s and 2.7 GB)."""
+MAX_SIZE = 100_000
+"""The most items a pattern's nested repetitions may make (``(?:a{1000}){1000}`` is a million)."""
 MATCH_TIMEOUT_S = 0.5
 """The longest one call of a REGEXP function may take in Python."""
 
@@ -64,6 +71,9 @@ class JavaPattern:
     regex: regex.Pattern[str]
     names: dict[str, int]
     text: str
+    by_code_point: bool
+    """Whether the pattern has a character beyond the BMP: Java's search then goes from character
+    to character, not from UTF-16 unit to unit."""
 
 
 def _escaped_char(p: str, i: int, in_class: bool) -> tuple[str, int]:
@@ -92,8 +102,8 @@ def _escaped_char(p: str, i: int, in_class: bool) -> tuple[str, int]:
             raise PatternError("\\u needs four hexadecimal digits")
         return _code_point(int(digits.group(), 16)), i + 5
     if c == "c":
-        if i + 1 >= len(p):
-            raise PatternError("\\c needs a character after it")
+        if i + 1 >= len(p) or p[i + 1] == "\\":  # Java takes \Q...\E out first: \c\Q. is \c\. to it
+            raise PatternError("\\c needs a character after it, not a backslash")
         return re.escape(chr(ord(p[i + 1]) ^ 64)), i + 2
     if c.isascii() and c.isalnum():
         raise PatternError(f"\\{c} is not an escape Millpond reads as Java does"
@@ -166,6 +176,8 @@ def _group(p: str, i: int, dotall: bool, groups: list[str | None]) -> tuple[str,
     if flags is None:
         raise PatternError(f"the group {p[i:i + 4]!r}... is not read here")
     on, off, end = flags.group(1), flags.group(2) or "", flags.group(3)
+    if set(on) & set(off):
+        raise PatternError(f"the flags {flags.group()!r} turn one flag both on and off")
     if set(on + off) - set("is"):
         raise PatternError(f"the flags {on + off!r} are not read here: only i (ASCII case) and s (. matches every character)")
     if end == ")":
@@ -185,9 +197,13 @@ def java_pattern(pattern: str) -> JavaPattern:
     out: list[str] = []
     groups: list[str | None] = []
     dotall = [False]
+    behind = [False]  # inside a look-behind, where Java refuses a back reference (its length is unknown)
+    size = [[0, 0]]  # each open group's: the pattern's size built so far, and its last item's
     i = 0
     while i < len(pattern):
         c = pattern[i]
+        if c == "\\" and behind[-1] and (pattern.startswith("k<", i + 1) or pattern[i + 1:i + 2] in tuple("123456789")):
+            raise PatternError("a back reference inside a look-behind (Java needs the look-behind's longest length)")
         if c == "\\":
             if pattern.startswith("Q", i + 1):
                 text, i = _quoted(pattern, i + 2)
@@ -216,22 +232,38 @@ def java_pattern(pattern: str) -> JavaPattern:
             text, i, inner = _group(pattern, i, dotall[-1], groups)
             if text.startswith("(") and not (text.startswith("(?") and text.endswith(")")):
                 dotall.append(inner)
+                behind.append(behind[-1] or text in ("(?<=", "(?<!"))
+                size.append([0, 0])
             elif inner:  # (?s) at the start: the whole pattern
                 dotall[0] = True
         elif c == ")":
             if len(dotall) == 1:
                 raise PatternError("a ) closes no group")
             dotall.pop()
+            behind.pop()
+            inside = size.pop()[0]
+            size[-1] = [size[-1][0] + inside, inside]
             text, i = ")", i + 1
         elif c == "{":
             quantifier = _QUANTIFIER.match(pattern, i)
             if quantifier is None:
                 raise PatternError("a { starts a repetition {n}, {n,} or {n,m} (escape it as \\{ for the character)")
+            times = max(int(n) for n in re.findall("[0-9]+", quantifier.group()))
+            if times > MAX_REPEAT:
+                raise PatternError(f"a repetition counts at most {MAX_REPEAT} times (the pattern is built that large)")
+            size[-1][0] += size[-1][1] * (times - 1)
+            size[-1][1] *= times
             text, i = quantifier.group(), quantifier.end()
         elif c in "*+?|^":
             text, i = c, i + 1
         else:
             text, i = re.escape(c), i + 1
+        if c not in "(){*+?|^":
+            size[-1] = [size[-1][0] + 1, 1]
+            if size[-1][0] > MAX_SIZE:
+                raise PatternError(f"the pattern's repetitions make it over {MAX_SIZE} items large")
+        elif c == "{" and size[-1][0] > MAX_SIZE:
+            raise PatternError(f"the pattern's repetitions make it over {MAX_SIZE} items large")
         out.append(text)
     if len(dotall) != 1:
         raise PatternError("a ( is not closed")
@@ -240,7 +272,8 @@ def java_pattern(pattern: str) -> JavaPattern:
     except re.error as error:
         raise PatternError(str(error)) from None
     return JavaPattern(regex.compile("".join(out), regex.ASCII | regex.V0),
-                       {name: n for n, name in enumerate(groups, 1) if name is not None}, pattern)
+                       {name: n for n, name in enumerate(groups, 1) if name is not None}, pattern,
+                       any(ord(c) > 0xFFFF for c in pattern) or _SUPPLEMENTARY_ESCAPE.search(pattern) is not None)
 
 
 def _pattern_refusal(name: str, value: Any) -> str | None:
@@ -345,25 +378,39 @@ def java_matches(pattern: JavaPattern, text: str) -> Iterator[regex.Match[str]]:
 
     After an empty match the next search starts one UTF-16 unit on (Python's ``finditer`` first
     tries a longer match where it was, so ``a*?`` over ``a`` gives it an ``a`` Java's never does).
-    Before a character beyond the BMP that is between its two halves: where the pattern matches
-    there (``x*`` does), the text goes on with that character as its two lone surrogates, as Java
-    then sees it, which Spark's text writes as ``?`` each (``java_text``)."""
+    Before a character beyond the BMP that is between its two halves; and Java's search tries
+    there too, unless the pattern itself has such a character (``Pattern.StartS``). Where the
+    pattern matches there (``x*``, ``(?<!^).``), the text goes on with that character as its two
+    lone surrogates, as Java then sees it, which Spark's text writes as ``?`` each (``java_text``)."""
     budget = _Budget(pattern)
     at = 0
     while at <= len(text):
         found = budget.search(text, at)
+        if not pattern.by_code_point:
+            # Java tries every UTF-16 unit: between the halves of a character beyond the BMP too.
+            for astral in _ASTRAL.finditer(text, at, len(text) if found is None else found.start()):
+                split = _split(text, astral.start())
+                between = budget.search(split, astral.start() + 1, anchored=True)
+                if between is not None:
+                    text, found = split, between
+                    break
         if found is None:
             return
         yield found
         at = found.end()
         if found.end() == found.start():
             if at < len(text) and ord(text[at]) > 0xFFFF:
-                halves = text[at].encode("utf-16-be")
-                split = text[:at] + halves[:2].decode("utf-16-be", "surrogatepass") + \
-                    halves[2:].decode("utf-16-be", "surrogatepass") + text[at + 1:]
+                split = _split(text, at)
                 if budget.search(split, at + 1, anchored=True) is not None:  # else Java goes on after the character
                     text = split
             at += 1
+
+
+def _split(text: str, at: int) -> str:
+    """``text`` with its character at ``at`` (beyond the BMP) as its two UTF-16 halves."""
+    halves = text[at].encode("utf-16-be")
+    return text[:at] + halves[:2].decode("utf-16-be", "surrogatepass") + halves[2:].decode("utf-16-be", "surrogatepass") + \
+        text[at + 1:]
 
 
 def java_text(text: str) -> str:
@@ -389,8 +436,8 @@ def _found(match: regex.Match[str], group: int) -> str:
 
 def regexp_extract(pattern: str, text: str, group: int = 0) -> str | None:
     """REGEXP_EXTRACT: the group of the first match, NULL where none (ksqlDB's)."""
-    found = _Budget(java_pattern(pattern)).search(text, 0)
-    return None if found is None else _found(found, group)
+    found = next(java_matches(java_pattern(pattern), text), None)
+    return None if found is None else java_text(_found(found, group))
 
 
 def regexp_extract_all(pattern: str, text: str, group: int = 0) -> list[str]:

@@ -125,9 +125,11 @@ def _read(text: str, pattern: str, zone: str | None) -> int | None:
 
 
 def string_to_timestamp(text: str, pattern: str, zone: str | None = None) -> int | None:
-    """STRINGTOTIMESTAMP: text as epoch milliseconds (Spark's ``unix_millis``: floored)."""
+    """STRINGTOTIMESTAMP: text as epoch milliseconds (Spark's ``unix_millis``: floored), NULL
+    outside years 1 to 9999 in UTC (as the Spark SQL is guarded: Spark reads a year 0)."""
     micros = _read(text, pattern, zone)
-    return None if micros is None else micros // 1000
+    low, high = ((t - _EPOCH) // _MICRO for t in FORMATTED)
+    return None if micros is None or not low <= micros <= high else micros // 1000
 
 
 def _timestamp(micros: int | None) -> str | None:
@@ -189,7 +191,9 @@ def from_days_in_spark(args: list[str]) -> str:
 
 
 def parse_date_in_spark(args: list[str]) -> str:
-    return f"CAST(try_to_timestamp({args[0]}, {args[1]}) AS DATE)"
+    """A date Python's holds (Spark reads a year 0: ``'0000-06-01'``), else NULL."""
+    read = f"CAST(try_to_timestamp({args[0]}, {args[1]}) AS DATE)"
+    return _guarded(read, "DATE'0001-01-01'", "DATE'9999-12-31'", read)
 
 
 def _spark_time(moment: datetime.datetime) -> str:
@@ -233,7 +237,9 @@ def _read_in_spark(args: list[str]) -> str:
 
 
 def string_to_timestamp_in_spark(args: list[str]) -> str:
-    return f"unix_millis({_read_in_spark(args)})"
+    read = _read_in_spark(args)
+    low, high = map(_spark_time, FORMATTED)
+    return _guarded(read, low, high, f"unix_millis({read})")
 
 
 def parse_timestamp_in_spark(args: list[str]) -> str:
@@ -274,7 +280,7 @@ def refusal(name: str, pattern_at: int, writes: bool, dates: bool = False) -> Ca
         if (pattern_writer if writes else moment_reader)(pattern) is None:
             letters = WRITTEN_LETTERS if writes else READ_LETTERS
             return (f"{name} cannot {'write' if writes else 'read'} the pattern {pattern!r}: use the letters {letters}, "
-                    "other characters and text in single quotes ('T')")
+                    "other characters, and text in single quotes ('T'; '' alone for a quote, none inside)")
         if len(args) <= pattern_at + 1:
             return None
         zone = _written_as_it_is(args[pattern_at + 1])

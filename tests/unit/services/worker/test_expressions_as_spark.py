@@ -4,6 +4,7 @@ and escapes, padding, and functions that overflow."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import re
@@ -154,7 +155,11 @@ def test_array_functions_answer_as_sparks(spark: SparkSession) -> None:
     exprs_text += [f"{f}({a}, {v})" for f in ("ARRAY_CONTAINS", "ARRAY_REMOVE") for a, v in (("a", "i"), ("d", "x"), ("s", "t"))]
     exprs_text += ["ARRAY_SORT(d, 'DESC')", "ARRAY_SORT(s, 'desc')", "ARRAY_SORT(a, 'ASC')", "ARRAY_CONTAINS(a, x)",
                    "ARRAY_LENGTH(ARRAY_DISTINCT(SPLIT(t, '')))", "ARRAY_JOIN(a)", "ARRAY_JOIN(d, t)", "ARRAY_JOIN(s, NULL)",
-                   "ARRAY_JOIN(s, '')", "ARRAY_JOIN(ARRAY_SORT(d), ' | ')"]
+                   "ARRAY_JOIN(s, '')", "ARRAY_JOIN(ARRAY_SORT(d), ' | ')", "ARRAY_UNION(s, SPLIT(t, ''))",
+                   "ARRAY_UNION(d, ARRAY_REMOVE(d, x))", "ARRAY_INTERSECT(d, ARRAY_SORT(d, 'DESC'))",
+                   "ARRAY_INTERSECT(s, SPLIT(t, ''))",
+                   "ARRAY_EXCEPT(a, ARRAY_REMOVE(a, i))", "ARRAY_EXCEPT(d, ARRAY_REMOVE(d, x))", "ARRAY_CONCAT(a, ARRAY_REMOVE(a, i))",
+                   "ARRAY_CONCAT(s, SPLIT(t, ''))"]
     exprs = [with_widths(expression(text), columns) for text in exprs_text]
     frame = spark.createDataFrame(rows, "A ARRAY<INT>, D ARRAY<DOUBLE>, S ARRAY<STRING>, I INT, X DOUBLE, T STRING")
     spark_rows = frame.selectExpr(*(to_spark(e, columns) for e in exprs)).collect()
@@ -163,6 +168,19 @@ def test_array_functions_answer_as_sparks(spark: SparkSession) -> None:
                  if _exactly(ours := evaluate(e, dict(zip("ADSIXT", row, strict=True)))) != _exactly(theirs)]
     assert differing == []
     assert [str(check(e, columns)) for e in exprs[6:9]] == ["INT", "DOUBLE", "VARCHAR"]  # ARRAY_MAX: the element type
+
+
+def test_map_keys_and_values_answer_as_sparks(spark: SparkSession) -> None:
+    """In the order of the map's entries (a map read from JSON keeps its text's, in Spark and in Python)."""
+    maps = ['{"b": 2, "a": null, "c": 3}', "{}", None, '{"x": 1}']
+    columns = Scope("T", {"M": ast.SqlType("MAP", (ast.SqlType("VARCHAR"), ast.SqlType("INT")))})
+    texts = ["MAP_KEYS(m)", "MAP_VALUES(m)", "ARRAY_JOIN(MAP_VALUES(m), '/')"]
+    exprs = [with_widths(expression(text), columns) for text in texts]
+    frame = spark.createDataFrame([(m,) for m in maps], "J STRING").selectExpr("from_json(J, 'MAP<STRING, INT>') AS M")
+    rows = frame.selectExpr(*(to_spark(e, columns) for e in exprs)).collect()
+    python = [[evaluate(e, {"M": m and json.loads(m)}) for e in exprs] for m in maps]
+    assert python == [list(row) for row in rows]
+    assert python[0] == [["b", "a", "c"], [2, None, 3], "2/null/3"]
 
 
 @pytest.mark.parametrize("text, message", [
@@ -175,6 +193,11 @@ def test_array_functions_answer_as_sparks(spark: SparkSession) -> None:
     ("ARRAY_SORT(n)", "ARRAY_SORT orders the items of an ARRAY of BOOLEAN, a number, VARCHAR, DATE, TIME or TIMESTAMP, "
                       "not ARRAY<INT>"),
     ("ARRAY_REMOVE(a, 1.5)", "ARRAY_REMOVE takes out values of the ARRAY's type (INT), not DECIMAL(2, 1)"),
+    ("ARRAY_UNION(a, n)", "ARRAY_UNION takes two ARRAYs of one type, not ARRAY<INT> and ARRAY<ARRAY<INT>>"),
+    ("ARRAY_EXCEPT(NULL, NULL)", "ARRAY_EXCEPT takes two ARRAYs; a bare NULL has no element type"),
+    ("ARRAY_CONCAT(a, NULL)", "ARRAY_CONCAT takes two ARRAYs; a bare NULL has no element type"),
+    ("ARRAY_INTERSECT(m, m)", "ARRAY_INTERSECT cannot compare the items of an ARRAY of MAP<VARCHAR, INT>"),
+    ("MAP_KEYS(NULL)", "MAP_KEYS takes a MAP; a bare NULL has no key type"), ("MAP_VALUES(a)", "argument 1 of MAP_VALUES must be map"),
     ("ARRAY_JOIN(n)", "ARRAY_JOIN joins an ARRAY of BIGINT, BOOLEAN, DOUBLE, INT, VARCHAR, not ARRAY<ARRAY<INT>>"),
     ("ARRAY_JOIN(a, 1)", "argument 2 of ARRAY_JOIN must be string"),
     ("MASK_LEFT(t, 2, 'XY')", "MASK_LEFT's replacement characters must each be one character"),
@@ -194,7 +217,7 @@ JAVA_PATTERNS = ["a.b", "a$", "^a", "\\d+", "\\w+", "\\s+", "\\S\\W", "(?i)ab", 
                  "(?s:a.)b.", "(a)|(b)", "(?<y>\\d)(?<z>\\d)?", "\\Qa.b\\E", "[\\Q]\\E-]", "a{2}", "a{1,}b?", "a{1,2}+",
                  "(?>ab|a)b", "(?=b).", "(?<!a)b", "\\x41|\\u00e9|\\x{1F600}", "\\0101|\\e|\\cA", "\\Z", "b\\z", "$", "", ".",
                  "é+", "[é-ü]", "\\t|\\n|\\r|\\f|\\a", "(a)\\1", "(?<n>a)\\k<n>", "a*?", "[]a]", "\\.\\*\\$\\^\\{\\}", "#| ",
-                 "[$.]", "(?s).$", "(?i)[A-C]+É"]
+                 "[$.]", "(?s).$", "(?i)[A-C]+É", "(?<!^).", "(?<!a)\\W", "\\x{1F600}|(?<!^).", "😀|(?<!^).", "(?i:a)(?-i:a)"]
 """Java patterns of every construct Millpond reads, with Java's meaning where Python's differs."""
 
 
@@ -229,6 +252,9 @@ def test_regular_expressions_answer_as_sparks(spark: SparkSession) -> None:
     ("\\p{L}", "\\p is not an escape"), ("(?<n_1>a)", "a named group is (?<name>...)"), ("a)", "a ) closes no group"),
     ("(a", "a ( is not closed"), ("\\1(a)", "the back reference"), ("a(?i)b", "read at its start only"),
     ("\\ud83d", "is a surrogate"), ("(?<=a+)b", "look-behind requires fixed-width pattern"),
+    ("a{1001}", "a repetition counts at most 1000 times"), ("(?:a{1000}){1000}", "over 100000 items large"),
+    ("(?i-i)a", "turn one flag both on and off"), ("(a)b(?<=\\1b)", "a back reference inside a look-behind"),
+    ("\\c\\Q.", "\\c needs a character after it, not a backslash"),
 ])
 def test_a_pattern_python_would_not_read_as_java_is_refused(pattern: str, message: str) -> None:
     p = "'" + pattern + "'"
@@ -257,6 +283,59 @@ def test_a_pattern_that_backtracks_without_end_fails_the_pull_and_is_no_value_el
         evaluate(call, {"S": "a" * 60 + "!"})
     assert isinstance(stopped.value, StatementError) and isinstance(stopped.value, ValueError)
     assert evaluate(call, {"S": "aac"}) == "aac"
+
+
+def _json_value(draw: random.Random, depth: int = 0) -> str:
+    """Random JSON text in the forms Jackson reads and writes differently: single quotes, escapes,
+    control characters, numbers Java re-writes, duplicate names, nulls, white space."""
+    kind = draw.choice(["object", "array"] * (depth < 3) + ["string", "number", "literal"])
+    space = draw.choice(["", "", " ", "\n\t"])
+    if kind == "object":
+        names = [draw.choice(["a", "b", "a b", "é", "x"]) for _ in range(draw.randint(0, 3))]
+        quote = draw.choice(['"', '"', "'"])
+        fields = [f"{space}{quote}{n}{quote}{space}:{space}{_json_value(draw, depth + 1)}" for n in names]
+        return "{" + ",".join(fields) + space + "}"
+    if kind == "array":
+        return "[" + ",".join(space + _json_value(draw, depth + 1) for _ in range(draw.randint(0, 3))) + "]"
+    if kind == "string":
+        quote = draw.choice(['"', "'"])
+        body = "".join(draw.choice(["a", "é", "\\n", "\\u00e9", "\\ud83d\\ude00", "\\'", '\\"', "\t", "😀", "\\/", "\\\\", " "])
+                       for _ in range(draw.randint(0, 4)))
+        return quote + (body.replace("'", "\\'") if quote == "'" else body.replace('"', '\\"').replace('\\\\"', '\\"')) + quote
+    if kind == "number":
+        return draw.choice(["0", "-0", "12", "1.50", "1e2", "-2.5E-3", "123456789012345678901234", "1e400", "0.1", "-0.0",
+                            "01", "1.", "+1", ".5"])
+    return draw.choice(["true", "false", "null", "nul", "truex"])
+
+
+def test_extractjsonfield_answers_as_sparks_get_json_object(spark: SparkSession) -> None:
+    """EXTRACTJSONFIELD over random JSON (valid, and cut short or with a character put in) at
+    paths of names, quoted names and indexes: Python's reading follows Jackson's as Spark's
+    ``get_json_object`` does (what it reads, what it allows, how it writes a value again)."""
+    draw = random.Random(31)
+    texts = [_json_value(draw) for _ in range(300)]
+    texts += [t[:draw.randint(0, len(t))] for t in texts[:100]] + [
+        (lambda at: t[:at] + draw.choice(",:}]x\u00a0\x01") + t[at:])(draw.randint(0, len(t))) for t in texts[100:200]]
+    texts += ["", "  ", '{"a":1} junk', "123x", "123 x", '{"a":null,"a":3}', "[" * 1000 + "]" * 1000, "[" * 1001 + "]" * 1001,
+              '{"a":"\\ud83d"}', '{"a":["\\ud83d"]}', "{'a':'b'}", '{"a":1,}', "[1,]", "/*c*/1"]
+    paths = ["$", "$.a", "$.a.b", "$['a']", "$.a[0]", "$[0]", "$[1].a", "$.a[1]", "$['a b']", "$.é", "$.x[0][0]"]
+    columns = Scope("T", {"S": ast.SqlType("VARCHAR")})
+    calls = [f"EXTRACTJSONFIELD(s, '{p.replace(chr(39), chr(39) * 2)}')" for p in paths]
+    exprs = [with_widths(expression(call), columns) for call in calls]
+    rows = spark.createDataFrame([(t,) for t in texts], "S STRING").selectExpr(*(to_spark(e, columns) for e in exprs)).collect()
+    differing = [(text, call, ours, theirs) for text, row in zip(texts, rows, strict=True)
+                 for call, e, theirs in zip(calls, exprs, row, strict=True) if (ours := evaluate(e, {"S": text})) != theirs]
+    assert differing == []
+    assert evaluate(expression("""EXTRACTJSONFIELD('{"a": {"b": [1, 2.50, "x"]}}', '$.a')"""), {}) == '{"b":[1,2.5,"x"]}'
+
+
+@pytest.mark.parametrize("path, message", [
+    ("$.*", "is not a step"), ("$['*']", "Spark's wildcard"), ("$[*]", "is not a step"), ("$. a", "is not a step"),
+    ("a", "a path starts with $"), ("$..a", "is not a step"),
+])
+def test_a_json_path_millpond_does_not_follow_as_spark_is_refused(path: str, message: str) -> None:
+    with pytest.raises(StatementError, match=re.escape(message)):
+        check(expression(f"EXTRACTJSONFIELD(s, '{path.replace(chr(39), chr(39) * 2)}')"), Scope("T", {"S": ast.SqlType("VARCHAR")}))
 
 
 @pytest.mark.parametrize("text", ["MASK(s, 'XY')", "MASK(s, s)", "MASK(s, '😀')"])

@@ -79,7 +79,7 @@ TIMES = Scope("T", {"M": ast.SqlType("BIGINT"), "T": ast.SqlType("TIMESTAMP"), "
                     "D": ast.SqlType("DATE")})
 WRITTEN = ["yyyy-MM-dd HH:mm:ss.SSS", "y yy yyy yyyy", "M MM MMM MMMM L LL LLL LLLL", "d dd D DD DDD", "Q QQ QQQ QQQQ q qq",
            "E EE EEE EEEE", "h hh a K KK k kk H HH", "m mm s ss", "S SS SSS SSSS SSSSS SSSSSS SSSSSSS SSSSSSSS SSSSSSSSS",
-           "yyyy-MM-dd'T'HH:mm:ss 'o''clock' '' -/,.:_", "dd/MMM/yyyy:HH:mm:ss",
+           "yyyy-MM-dd'T'HH:mm:ss 'at' '' -/,.:_", "dd/MMM/yyyy:HH:mm:ss",
            "X XX XXX x xx xxx Z ZZ ZZZ ZZZZ ZZZZZ", "z zz zzz zzzz VV O OOOO"]
 ZONES = [None, "UTC", "America/Los_Angeles", "Asia/Kolkata", "Australia/Lord_Howe", "+05:45", "-03", "Asia/Tokyo", "GMT"]
 """UTC; zones with summer time (Lord Howe's by half an hour), without, offsets."""
@@ -129,7 +129,8 @@ def test_text_is_read_as_times_as_sparks_try_to_timestamp(spark: SparkSession) -
     UNIX_TIMESTAMP and FROM_UNIXTIME at the ends of the times Millpond holds."""
     draw = random.Random(13)
     texts_read = ["2024-03-10 02:30:00.123456", "2024-11-03 01:30:00", "2024-04-07 01:45:00", "2024-10-06 02:15:00",
-                  "0001-01-01 00:00:00", "0001-01-02 05:00:00", "9999-12-31 23:59:59.999999", "2024-02-30 00:00:00", "x", "",
+                  "0001-01-01 00:00:00", "0001-01-02 05:00:00", "0000-06-01 00:00:00",
+                  "0001-01-01 00:30:00", "9999-12-31 23:59:59.999999", "2024-02-30 00:00:00", "x", "",
                   *(f"{draw.randint(1, 9999):04d}-{draw.randint(1, 12):02d}-{draw.randint(1, 28):02d} "
                     f"{draw.randint(0, 23):02d}:{draw.randint(0, 59):02d}:{draw.randint(0, 59):02d}."
                     f"{draw.randint(0, 999999):06d}" for _ in range(40))]
@@ -155,7 +156,7 @@ def test_dates_are_written_and_read_as_sparks(spark: SparkSession) -> None:
             *(draw.randint(times.FIRST_DAY, times.LAST_DAY) for _ in range(40))]
     dates = [datetime.date(1970, 1, 1) + datetime.timedelta(days=draw.randint(times.FIRST_DAY, times.LAST_DAY))
              for _ in range(len(days) - 3)] + [datetime.date(1, 1, 1), datetime.date(9999, 12, 31), None]
-    texts_read = ["2024-02-29", "2023-02-29", "0001-01-01", "9999-12-31", "x", *(d.isoformat() for d in dates if d)]
+    texts_read = ["2024-02-29", "2023-02-29", "0001-01-01", "9999-12-31", "x", "0000-06-01", *(d.isoformat() for d in dates if d)]
     rows: list[dict[str, object]] = [{"M": m, "T": None, "S": s, "D": d and d.isoformat()}
                                      for m, d, s in zip(days, dates, texts_read + [None] * len(days), strict=False)]
     written = ["yyyy-MM-dd", "y yy yyy yyyy", "M MM MMM MMMM L LL LLL LLLL", "d dd D DD DDD", "Q QQ QQQ QQQQ q qq",
@@ -190,6 +191,9 @@ def test_every_time_zone_python_knows_is_the_jvms(spark: SparkSession) -> None:
     ("FORMAT_TIMESTAMP(t, NULL)", "FORMAT_TIMESTAMP's pattern must be text written as it is"),
     ("TIMESTAMPTOSTRING(m, 'yyyy-ww')", "TIMESTAMPTOSTRING cannot write the pattern 'yyyy-ww'"),
     ("TIMESTAMPTOSTRING(m, 'yyyyy')", "cannot write the pattern 'yyyyy'"),
+    ("TIMESTAMPTOSTRING(m, 'HH''')", "cannot write the pattern \"HH'\""),
+    ("FORMAT_TIMESTAMP(t, '''It''''s my'' yyyy')", "cannot write the pattern \"'It''s my' yyyy\""),
+    ("STRINGTOTIMESTAMP(s, '''at'''' ''HH')", "STRINGTOTIMESTAMP cannot read the pattern"),
     ("FORMAT_TIMESTAMP(t, 'yyyy[-MM]')", "cannot write the pattern 'yyyy[-MM]'"),
     ("STRINGTOTIMESTAMP(s, 'yyyy-MM-dd EEE')", "STRINGTOTIMESTAMP cannot read the pattern 'yyyy-MM-dd EEE'"),
     ("PARSE_TIMESTAMP(s, 'yyyy', 'america/los_angeles')", "PARSE_TIMESTAMP's time zone must be written as it is"),

@@ -1,0 +1,316 @@
+"""ksqlDB's EXTRACTJSONFIELD: a value of JSON text at a path, as Spark's ``get_json_object`` finds
+and writes it for the persistent queries, computed the same way in Python for pulls.
+
+Spark reads the text with Jackson, one token at a time, only as far as the path needs: the
+containers along it to their ends (a fault there gives NULL), nothing after the value the text
+starts with. Jackson's reading is JSON's with two allowances (single-quoted strings and names,
+control characters unescaped in them), and without others (comments, NaN, leading zeros or
+``+``, trailing commas). At the path, a string is its text as it is; any other value is written
+again as compact JSON by Jackson's generator (a number with a point or an exponent as the Java
+DOUBLE it reads as: ``1.50`` is ``1.5``, ``1e2`` is ``100.0``); a field whose value is null, or
+that is not there, is NULL (the first field of a name that is not null counts).
+
+Paths (written as they are): ``$``, then ``.name``, ``['name']`` and ``[n]``; Spark's
+wildcards (``*``), whose writing depends on how many values match, are refused.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import Any
+
+from millpond.shared.sql.java_text import java_double_text
+
+MAX_DEPTH = 1000
+"""Jackson's deepest nesting (``StreamReadConstraints``): deeper text does not read."""
+MAX_NUMBER_CHARS = 1000
+"""Jackson's longest number."""
+_PATH = re.compile(r"\.([^.\[\s*][^.\[]*)|\['([^'\s][^']*)'\]|\[([0-9]{1,18})\]")
+"""A step: ``.name`` (not starting with white space, which Spark drops, nor ``*``, its wildcard),
+``['name']``, ``[n]``."""
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+_STOPS = {'"': re.compile(r'["\\]'), "'": re.compile(r"['\\]")}
+"""Where a string's plain text stops: its closing quote or an escape."""
+_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "'": "'"}
+_WRITTEN = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\f": "\\f", "\n": "\\n", "\r": "\\r"}
+_IDENTIFIER_CATEGORIES = frozenset({"Lu", "Ll", "Lt", "Lm", "Lo", "Nl", "Nd", "Mn", "Mc", "Pc", "Sc", "Cf"})
+
+
+class PathError(ValueError):
+    """Why a path is not one Millpond follows."""
+
+
+class _Unreadable(Exception):
+    """Text Jackson would not read (or a value its generator would not write): NULL."""
+
+
+@functools.lru_cache(maxsize=256)
+def json_path(path: str) -> tuple[str | int, ...]:
+    """A path's steps: a field's name, or an array's index; PathError for what Spark reads
+    otherwise or not at all."""
+    if not path.startswith("$"):
+        raise PathError("a path starts with $")
+    steps: list[str | int] = []
+    at = 1
+    while at < len(path):
+        step = _PATH.match(path, at)
+        if step is None:
+            raise PathError(f"{path[at:]!r} is not a step: write .name, ['name'] or [n] (no wildcards, no space before a name)")
+        name = step.group(1) if step.group(1) is not None else step.group(2)
+        if name == "*":
+            raise PathError("['*'] is Spark's wildcard, which Millpond does not follow")
+        steps.append(int(step.group(3)) if name is None else name)
+        at = step.end()
+    return tuple(steps)
+
+
+def _java_identifier_part(c: str) -> bool:
+    """Java's ``Character.isJavaIdentifierPart``: Jackson's test of where a literal ends."""
+    code = ord(c)
+    return unicodedata.category(c) in _IDENTIFIER_CATEGORIES or code <= 8 or 0x0E <= code <= 0x1B or 0x7F <= code <= 0x9F
+
+
+@dataclass
+class _Reader:
+    """Jackson's reading of JSON text, token by token."""
+
+    text: str
+    at: int = 0
+    depth: int = 0
+
+    def _space(self) -> str | None:
+        """The next character that is not JSON's white space (None at the end)."""
+        text = self.text
+        while self.at < len(text):
+            c = text[self.at]
+            if c in " \n\r\t":
+                self.at += 1
+            elif c < " ":
+                raise _Unreadable("a control character outside a string")
+            else:
+                return c
+        return None
+
+    def value(self) -> Any:
+        """The next value's token: ``{`` or ``[`` (its container opened), else the value itself
+        as ("string", text), ("number", text), ("literal", text). ``_Unreadable`` otherwise."""
+        c = self._space()
+        if c is None:
+            raise _Unreadable("no value")
+        if c in "{[":
+            self.at += 1
+            self.depth += 1
+            if self.depth > MAX_DEPTH:
+                raise _Unreadable("nested too deep")
+            return c
+        if c in "\"'":
+            return "string", self._string(c)
+        if c == "-" or "0" <= c <= "9":
+            return "number", self._number()
+        for word in ("true", "false", "null"):
+            if self.text.startswith(word, self.at):
+                self.at += len(word)
+                after = self.text[self.at] if self.at < len(self.text) else None
+                if after is not None and after >= "0" and after not in "]}" and _java_identifier_part(after):
+                    raise _Unreadable("a word that is not a literal")
+                return "literal", word
+        raise _Unreadable(f"{c!r} starts no value")
+
+    def _string(self, quote: str) -> str:
+        text, out = self.text, []
+        self.at += 1
+        stop = _STOPS[quote]
+        while True:
+            found = stop.search(text, self.at)
+            if found is None:
+                raise _Unreadable("a string is not closed")
+            end = found.start()
+            out.append(text[self.at:end])
+            self.at = end + 1
+            if text[end] == quote:
+                return "".join(out)
+            escaped = text[self.at] if self.at < len(text) else ""
+            if escaped == "u":
+                digits = text[self.at + 1:self.at + 5]
+                if len(digits) != 4 or any(d not in "0123456789abcdefABCDEF" for d in digits):
+                    raise _Unreadable("a \\u escape needs four hexadecimal digits")
+                out.append(chr(int(digits, 16)))
+                self.at += 5
+            elif escaped in _ESCAPES:
+                out.append(_ESCAPES[escaped])
+                self.at += 1
+            else:
+                raise _Unreadable(f"\\{escaped} is no escape")
+
+    def _number(self) -> str:
+        found = _NUMBER.match(self.text, self.at)
+        if found is None:
+            raise _Unreadable("not a number")
+        after = self.text[found.end()] if found.end() < len(self.text) else ""
+        if after != "" and after.isascii() and (after.isdigit() or after in ".eE"):
+            raise _Unreadable("a number goes on wrongly (a leading zero, a point or exponent without digits)")
+        if found.end() - found.start() > MAX_NUMBER_CHARS:
+            raise _Unreadable("a number too long")
+        if self.depth == 0 and after != "" and after not in " \n\r\t":
+            raise _Unreadable("a root value runs into what follows it")
+        self.at = found.end()
+        return found.group()
+
+    def close_or_comma(self, closing: str) -> bool:
+        """After a container's item: True when it closes, False for a comma (another item)."""
+        c = self._space()
+        if c == closing:
+            self.at += 1
+            self.depth -= 1
+            return True
+        if c != ",":
+            raise _Unreadable("an item is followed by neither , nor its container's end")
+        self.at += 1
+        return False
+
+    def first_or_close(self, closing: str) -> bool:
+        """After a container opens: True when it closes at once."""
+        if self._space() == closing:
+            self.at += 1
+            self.depth -= 1
+            return True
+        return False
+
+    def name(self) -> str:
+        c = self._space()
+        if c is None or c not in "\"'":
+            raise _Unreadable("a field name is not a string")
+        name = self._string(c)
+        if self._space() != ":":
+            raise _Unreadable("a field name is not followed by :")
+        self.at += 1
+        return name
+
+    def skip(self, token: Any) -> None:
+        """Read past the rest of a value whose token was ``token``."""
+        self.written(token, _Discarded())
+
+    def written(self, token: Any, out: list[str] | None = None) -> str:
+        """The rest of the value whose token was ``token``, as Jackson's generator writes it (by
+        a stack, not recursion: Jackson reads 1,000 levels)."""
+        out = [] if out is None else out
+        closings: list[str] = []
+        while True:
+            if token in ("{", "["):
+                closing = "}" if token == "{" else "]"
+                out.append(token)
+                if self.first_or_close(closing):
+                    out.append(closing)
+                else:
+                    closings.append(closing)
+                    if closing == "}":
+                        out.append(_quoted(self.name()) + ":")
+                    token = self.value()
+                    continue
+            elif not isinstance(out, _Discarded):
+                kind, text = token
+                out.append(_quoted(text) if kind == "string" else _number_text(text) if kind == "number" else text)
+            while closings:  # after a value: the next item, or the end of containers
+                if not self.close_or_comma(closings[-1]):
+                    out.append(",")
+                    if closings[-1] == "}":
+                        out.append(_quoted(self.name()) + ":")
+                    break
+                out.append(closings.pop())
+            if not closings:
+                return "".join(out)
+            token = self.value()
+
+
+class _Discarded(list[str]):
+    """Output nobody reads: a skipped value's."""
+
+    def append(self, _: str) -> None:
+        pass
+
+
+def _number_text(text: str) -> str:
+    """A number as Jackson copies it: an integer's digits, else the DOUBLE it reads as (an
+    infinite one a string, as Jackson writes it)."""
+    if "." not in text and "e" not in text and "E" not in text:
+        return str(int(text))
+    number = float(text)
+    return f'"{java_double_text(number)}"' if math.isinf(number) else java_double_text(number)
+
+
+def _quoted(text: str) -> str:
+    """A string as Jackson's generator writes it: ``"`` and ``\\`` escaped, control characters
+    as their short escapes or ``\\u00XX``, and each UTF-16 half of a character beyond the BMP
+    (or a lone one) as ``\\uXXXX``."""
+    return '"' + "".join(_WRITTEN.get(c) or (f"\\u{ord(c):04X}" if c < " " or "\ud800" <= c <= "\udfff" else
+                                             "".join(f"\\u{h:04X}" for h in _halves(c)) if c > "\uffff" else c)
+                         for c in text) + '"'
+
+
+def _halves(c: str) -> tuple[int, int]:
+    code = ord(c) - 0x10000
+    return 0xD800 + (code >> 10), 0xDC00 + (code & 0x3FF)
+
+
+def _whole(text: str) -> str:
+    """Output as Spark gives it: a string with a lone surrogate half Jackson's generator cannot
+    write (its UTF-8), a pair of halves the character they make."""
+    if not any("\ud800" <= c <= "\udfff" for c in text):
+        return text
+    try:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16")
+    except UnicodeDecodeError:
+        raise _Unreadable("a lone surrogate") from None
+
+
+def _follow(reader: _Reader, token: Any, steps: tuple[str | int, ...]) -> str | None:
+    """Spark's ``evaluatePath`` (without wildcards): the value at ``steps`` from the value whose
+    token is ``token``, as written; None where there is none. Reads what Spark reads."""
+    if not steps:
+        if isinstance(token, tuple) and token[0] == "string":
+            return str(token[1])
+        return reader.written(token)
+    step, rest = steps[0], steps[1:]
+    if isinstance(step, str) and token == "{":
+        found: str | None = None
+        if not reader.first_or_close("}"):
+            while True:
+                name = reader.name()
+                value = reader.value()
+                if found is None and name == step and value != ("literal", "null"):
+                    found = _follow(reader, value, rest)
+                else:
+                    reader.skip(value)
+                if reader.close_or_comma("}"):
+                    break
+        return found
+    if isinstance(step, int) and token == "[":
+        found = None
+        if not reader.first_or_close("]"):
+            index = 0
+            while True:
+                value = reader.value()
+                if index == step:
+                    found = _follow(reader, value, rest)
+                else:
+                    reader.skip(value)
+                index += 1
+                if reader.close_or_comma("]"):
+                    break
+        return found
+    reader.skip(token)
+    return None
+
+
+def extract_json_field(text: str, path: str) -> str | None:
+    """EXTRACTJSONFIELD: the value at ``path`` of the JSON ``text``, as Spark's ``get_json_object``."""
+    reader = _Reader(text)
+    try:
+        found = _follow(reader, reader.value(), json_path(path))
+        return None if found is None else _whole(found)
+    except (_Unreadable, RecursionError):
+        return None
