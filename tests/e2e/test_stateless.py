@@ -1,5 +1,6 @@
 """Stateless persistent queries on the real cluster: CSAS with a filter, functions (ksqlDB's
-INITCAP, CONCAT_WS, POWER, SPLIT, MASK, MASK_LEFT, ARRAY_JOIN, REGEXP and time functions among them) and arithmetic, and a CSAS that
+INITCAP, CONCAT_WS, POWER, SPLIT, MASK, MASK_LEFT, ARRAY_JOIN, ARRAY_UNION, REGEXP,
+EXTRACTJSONFIELD and time functions among them) and arithmetic, and a CSAS that
 re-keys through PARTITION BY into a topic of another size. Results are read back from the
 sink topics (read_committed) and compared record by record with values computed here; a
 malformed input record goes to the processing log."""
@@ -77,7 +78,9 @@ async def test_projections_filters_and_partition_by_write_exactly_the_right_reco
           STRINGTOTIMESTAMP(TIMESTAMPTOSTRING(ROWTIME, 'dd/MM/yyyy HH:mm'), 'dd/MM/yyyy HH:mm') AS minute,
           FORMAT_DATE(FROM_DAYS(seconds * 400), 'dd MMM yyyy') AS day, ARRAY_JOIN(SPLIT(pageid, 'o'), '+') AS joined,
           MASK_LEFT(userid, 1) AS hidden, REGEXP_EXTRACT('u([0-9]+)', userid, 1) AS num,
-          REGEXP_REPLACE(pageid, '(?<first>[a-z])', '${{first}}.') AS dotted, REGEXP_EXTRACT_ALL('[aeiou]', pageid) AS vowels
+          REGEXP_REPLACE(pageid, '(?<first>[a-z])', '${{first}}.') AS dotted, REGEXP_EXTRACT_ALL('[aeiou]', pageid) AS vowels,
+          EXTRACTJSONFIELD(CONCAT('{{"p": {{"q": ["', pageid, '", 1.50]}}}}'), '$.p.q') AS extracted,
+          ARRAY_UNION(SPLIT(pageid, 'o'), SPLIT(userid, '')) AS united
           FROM {name} WHERE seconds > 5;
         CREATE STREAM by_page_{name} WITH (partitions=2, value_format='delimited') AS
           SELECT pageid, userid, seconds FROM {name} PARTITION BY pageid;
@@ -95,7 +98,9 @@ async def test_projections_filters_and_partition_by_write_exactly_the_right_reco
                                                      "AT": at(t).isoformat(), "MINUTE": t - t % 60_000,
                                                      "DAY": (_EPOCH + datetime.timedelta(days=s * 400)).strftime("%d %b %Y"),
                                                      "JOINED": "+".join(p.split("o")), "HIDDEN": "x" + u[1:], "NUM": u[1:],
-                                                     "DOTTED": "".join(c + "." for c in p), "VOWELS": [c for c in p if c in "aeiou"]},
+                                                     "DOTTED": "".join(c + "." for c in p), "VOWELS": [c for c in p if c in "aeiou"],
+                                                     "EXTRACTED": f'["{p}",1.5]',
+                                                     "UNITED": list(dict.fromkeys([*p.split("o"), *u]))},
                                                     separators=(",", ":")).encode())
                             for (u, p, s), t in zip(ROWS, ROWTIMES, strict=True) if s > 5)
     long_records = await read_topic(cluster.bootstrap, f"LONG_{name.upper()}", sum(long_expected.values()))
