@@ -21,6 +21,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 from millpond.shared.errors import StatementError
 from millpond.shared.sql import ast
 from millpond.shared.sql.functions import MAX_DECIMAL_DIGITS
+from millpond.shared.sql.times import UNIT_FIRST
 
 
 @cache
@@ -164,6 +165,9 @@ class _ToAst(Transformer[Token, Any]):
         return ast.Call(name, star=True)
 
     def call(self, name: str, *args: ast.Expr) -> ast.Call:
+        if name in UNIT_FIRST and args and isinstance(args[0], ast.ColumnRef) and args[0].qualifier is None:
+            # ksqlDB's TIMESTAMPADD(MINUTES, 5, ts): the unit is a word, not a column
+            args = (ast.Literal(args[0].name, ast.SqlType("VARCHAR")), *args[1:])
         return ast.Call(name, tuple(args))
 
     def cast(self, operand: ast.Expr, type_: ast.SqlType) -> ast.Cast:

@@ -291,3 +291,61 @@ def refusal(name: str, pattern_at: int, writes: bool, dates: bool = False) -> Ca
             return f"{name} with a time zone cannot use the offset and zone letters (X x Z z V O) in its pattern {pattern!r}"
         return None
     return refuses
+
+
+UNIT_MICROS = {name: micros for names, micros in (
+    (("MILLISECOND", "MILLISECONDS"), 1_000), (("SECOND", "SECONDS"), 1_000_000), (("MINUTE", "MINUTES"), 60_000_000),
+    (("HOUR", "HOURS"), 3_600_000_000), (("DAY", "DAYS"), 86_400_000_000)) for name in names}
+"""ksqlDB's time units (TIMESTAMPADD(MINUTES, 5, ts)), in microseconds: a duration, as ksqlDB adds it."""
+UNIT_FIRST = frozenset({"TIMESTAMPADD", "TIMESTAMPSUB", "DATEADD", "DATESUB"})
+"""Functions whose first argument is a unit written as a word (the parser makes it text)."""
+_SPAN_MICROS = (LATEST_TIMESTAMP - EARLIEST_TIMESTAMP) // _MICRO
+_SPAN_DAYS = LAST_DAY - FIRST_DAY
+
+
+def timestamp_add(unit: str, amount: int, timestamp: str, sign: int = 1) -> str | None:
+    """TIMESTAMPADD (TIMESTAMPSUB with ``sign`` -1): a TIMESTAMP moved by ``amount`` units; NULL
+    past the times Millpond holds."""
+    if abs(amount) > _SPAN_MICROS // UNIT_MICROS[unit.upper()]:
+        return None
+    return _timestamp((datetime.datetime.fromisoformat(timestamp) - _EPOCH) // _MICRO + sign * amount * UNIT_MICROS[unit.upper()])
+
+
+def date_add(unit: str, amount: int, date: str, sign: int = 1) -> str | None:
+    """DATEADD (DATESUB with ``sign`` -1): a DATE moved by ``amount`` days."""
+    return from_days(unix_date(date) + sign * amount) if abs(amount) <= _SPAN_DAYS else None
+
+
+def timestamp_add_in_spark(sign: int) -> Callable[[list[str]], str]:
+    def in_spark(args: list[str]) -> str:
+        unit, amount, timestamp = args
+        micros = UNIT_MICROS[_unit_of(unit)]
+        moved = f"timestamp_micros(unix_micros({timestamp}) + {'-' if sign < 0 else ''}CAST({amount} AS BIGINT) * {micros})"
+        low, high = _spark_time(EARLIEST_TIMESTAMP), _spark_time(LATEST_TIMESTAMP)
+        bound = _SPAN_MICROS // micros
+        return f"CASE WHEN {amount} BETWEEN -{bound} AND {bound} AND {moved} BETWEEN {low} AND {high} THEN {moved} END"
+    return in_spark
+
+
+def date_add_in_spark(sign: int) -> Callable[[list[str]], str]:
+    def in_spark(args: list[str]) -> str:
+        _, amount, date = args
+        days = f"(CAST(unix_date({date}) AS BIGINT) {'-' if sign < 0 else '+'} CAST({amount} AS BIGINT))"
+        return f"CASE WHEN {amount} BETWEEN -{_SPAN_DAYS} AND {_SPAN_DAYS} THEN {from_days_in_spark([days])} END"
+    return in_spark
+
+
+def _unit_of(spark_text: str) -> str:
+    """A unit's name from its Spark SQL literal (``'MINUTES'``)."""
+    return spark_text.strip("'").upper()
+
+
+def unit_refusal(name: str, dates: bool) -> Callable[[tuple[Any, ...], list[Any]], str | None]:
+    units = ("DAYS",) if dates else ("MILLISECONDS", "SECONDS", "MINUTES", "HOURS", "DAYS")
+
+    def refuses(args: tuple[Any, ...], _types: list[Any]) -> str | None:
+        unit = _written_as_it_is(args[0])
+        if unit is None or unit.upper() not in UNIT_MICROS or (dates and UNIT_MICROS[unit.upper()] != UNIT_MICROS["DAYS"]):
+            return f"{name}'s unit is one of {', '.join(units)} (or the singular), written as a word: {name}({units[-1]}, 1, ...)"
+        return None
+    return refuses

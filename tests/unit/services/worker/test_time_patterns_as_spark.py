@@ -118,6 +118,8 @@ def test_times_are_written_as_sparks_date_format(spark: SparkSession) -> None:
     stamps += [times.EARLIEST_TIMESTAMP, times.LATEST_TIMESTAMP, None]
     rows: list[dict[str, object]] = [{"M": m, "T": t and t.isoformat(), "S": None} for m, t in zip(millis, stamps, strict=True)]
     texts = _calls("TIMESTAMPTOSTRING", "m", WRITTEN) + _calls("FORMAT_TIMESTAMP", "t", WRITTEN)
+    texts += ["TIMESTAMPADD(MILLISECONDS, m, t)", "TIMESTAMPSUB(MILLISECOND, m, t)", "TIMESTAMPADD(DAYS, m / 86400000, t)",
+              "TIMESTAMPSUB(HOURS, m / 3600000, t)", "TIMESTAMPADD(minutes, 5, t)", "TIMESTAMPADD(SECONDS, -2, t)"]
     assert _differing(spark, texts, rows) == []
     assert evaluate(expression("TIMESTAMPTOSTRING(1700000000123, 'yyyy-MM-dd HH:mm:ss.SSS', 'America/Los_Angeles')"), {}) \
         == "2023-11-14 14:13:20.123"
@@ -163,7 +165,8 @@ def test_dates_are_written_and_read_as_sparks(spark: SparkSession) -> None:
                "E EE EEE EEEE", "dd/MMM/yyyy 'day' D"]
     texts = [f"FORMAT_DATE(d, '{p.replace(chr(39), chr(39) * 2)}')" for p in written]
     texts += ["PARSE_DATE(s, 'yyyy-MM-dd')", "PARSE_DATE(s, 'yyyy-MM-dd''x''')", "FROM_DAYS(m)", "UNIX_DATE(d)",
-              "UNIX_DATE(FROM_DAYS(m))", "FORMAT_DATE(PARSE_DATE(s, 'yyyy-MM-dd'), 'dd MMMM yyyy')"]
+              "UNIX_DATE(FROM_DAYS(m))", "FORMAT_DATE(PARSE_DATE(s, 'yyyy-MM-dd'), 'dd MMMM yyyy')", "DATEADD(DAYS, m, d)",
+              "DATESUB(DAY, m, d)", "DATEADD(DAYS, 30, d)", "DATESUB(DAYS, -1, d)"]
     assert _differing(spark, texts, rows) == []
 
 
@@ -209,6 +212,10 @@ def test_every_time_zone_python_knows_is_the_jvms(spark: SparkSession) -> None:
     ("PARSE_DATE(s, 'yyyy-MM-ddXXX')", "PARSE_DATE's pattern 'yyyy-MM-ddXXX' has letters of a time of day or a zone (X)"),
     ("FORMAT_DATE(t, 'yyyy')", "argument 1 of FORMAT_DATE must be date"),
     ("FROM_DAYS(s)", "argument 1 of FROM_DAYS must be bigint"),
+    ("DATEADD(HOURS, 1, d)", "DATEADD's unit is one of DAYS (or the singular)"),
+    ("TIMESTAMPADD(WEEKS, 1, t)", "TIMESTAMPADD's unit is one of MILLISECONDS, SECONDS, MINUTES, HOURS, DAYS"),
+    ("TIMESTAMPSUB(s, 1, t)", "TIMESTAMPSUB's unit is one of"),
+    ("TIMESTAMPADD(DAYS, s, t)", "argument 2 of TIMESTAMPADD must be bigint"),
 ])
 def test_a_time_function_refuses_what_python_would_not_compute_as_spark(text: str, message: str) -> None:
     with pytest.raises(StatementError, match=re.escape(message)):

@@ -590,3 +590,7 @@ EXPLAIN CREATE STREAM gauge_codes AS SELECT sensor, REGEXP_EXTRACT('([a-z]+)-(?<
   REGEXP_REPLACE(sensor, '(?<n>[0-9]+)', '#${n}') AS tagged, REGEXP_SPLIT_TO_ARRAY(sensor, '-') AS parts FROM gauges;
 CREATE STREAM gauge_codes_2 AS SELECT sensor, REGEXP_EXTRACT('\bx', sensor) AS n FROM gauges;
 CREATE STREAM gauge_codes_3 AS SELECT sensor, REGEXP_REPLACE(sensor, '(a)', '$2') AS n FROM gauges;
+-- TIMESTAMPADD and DATEADD: the unit is a word (not a column), the amount moves the time by a duration.
+EXPLAIN CREATE STREAM gauge_later AS SELECT sensor, TIMESTAMPADD(MINUTES, reading, FROM_UNIXTIME(ROWTIME)) AS later,
+  DATESUB(DAYS, 1, FROM_DAYS(reading)) AS before FROM gauges;
+CREATE STREAM gauge_later_2 AS SELECT sensor, TIMESTAMPADD(WEEKS, 1, FROM_UNIXTIME(ROWTIME)) AS later FROM gauges;
