@@ -80,7 +80,7 @@ async def test_projections_filters_and_partition_by_write_exactly_the_right_reco
           MASK_LEFT(userid, 1) AS hidden, REGEXP_EXTRACT('u([0-9]+)', userid, 1) AS num,
           REGEXP_REPLACE(pageid, '(?<first>[a-z])', '${{first}}.') AS dotted, REGEXP_EXTRACT_ALL('[aeiou]', pageid) AS vowels,
           EXTRACTJSONFIELD(CONCAT('{{"p": {{"q": ["', pageid, '", 1.50]}}}}'), '$.p.q') AS extracted,
-          ARRAY_UNION(SPLIT(pageid, 'o'), SPLIT(userid, '')) AS united
+          ARRAY_UNION(SPLIT(pageid, 'o'), SPLIT(userid, '')) AS united, TIMESTAMPADD(HOURS, seconds, FROM_UNIXTIME(ROWTIME)) AS later
           FROM {name} WHERE seconds > 5;
         CREATE STREAM by_page_{name} WITH (partitions=2, value_format='delimited') AS
           SELECT pageid, userid, seconds FROM {name} PARTITION BY pageid;
@@ -100,7 +100,8 @@ async def test_projections_filters_and_partition_by_write_exactly_the_right_reco
                                                      "JOINED": "+".join(p.split("o")), "HIDDEN": "x" + u[1:], "NUM": u[1:],
                                                      "DOTTED": "".join(c + "." for c in p), "VOWELS": [c for c in p if c in "aeiou"],
                                                      "EXTRACTED": f'["{p}",1.5]',
-                                                     "UNITED": list(dict.fromkeys([*p.split("o"), *u]))},
+                                                     "UNITED": list(dict.fromkeys([*p.split("o"), *u])),
+                                                     "LATER": (at(t) + datetime.timedelta(hours=s)).isoformat()},
                                                     separators=(",", ":")).encode())
                             for (u, p, s), t in zip(ROWS, ROWTIMES, strict=True) if s > 5)
     long_records = await read_topic(cluster.bootstrap, f"LONG_{name.upper()}", sum(long_expected.values()))
