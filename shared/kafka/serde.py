@@ -19,8 +19,8 @@ from millpond.shared.catalog.sources import Column, WindowSpec
 from millpond.shared.errors import StatementError
 from millpond.shared.kafka.time_patterns import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from millpond.shared.sql.ast import SqlType
-from millpond.shared.sql.functions import DECIMAL_TEXT
 from millpond.shared.sql.java_text import java_double_text
+from millpond.shared.sql.kinds import DECIMAL_TEXT
 
 KEY_FORMATS = ("KAFKA", "JSON")
 """KAFKA: one key column, as Kafka's Java serializers write it; JSON: a key of several

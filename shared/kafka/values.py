@@ -22,8 +22,8 @@ from millpond.shared.catalog.sources import DataSource
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.serde import base64_bytes, bytes_decoder, coerce, deserialize_value, json_fields, timestamp_text
 from millpond.shared.sql.ast import SqlType
-from millpond.shared.sql.functions import DECIMAL_TEXT, fitted_decimal
 from millpond.shared.sql.java_text import java_double_text
+from millpond.shared.sql.kinds import DECIMAL_TEXT, fitted_decimal
 
 
 def value_reader(source: DataSource) -> Callable[[bytes], list[Any] | None]:

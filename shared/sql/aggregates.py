@@ -17,7 +17,7 @@ from typing import Any
 from millpond.shared.errors import StatementError
 from millpond.shared.sql import ast
 from millpond.shared.sql.ast import SqlType
-from millpond.shared.sql.functions import MAX_DECIMAL_DIGITS, spark_ranked
+from millpond.shared.sql.kinds import MAX_DECIMAL_DIGITS, spark_ranked
 
 State = list[Any]
 OFFSET = "`_offset`"
@@ -327,7 +327,7 @@ class Aggregate:
     finalize: Callable[[State], Any]
     result_type: Callable[[SqlType], SqlType]
     param: str = "any"
-    """The kind of argument it takes (see ``millpond.shared.sql.functions.KINDS``)."""
+    """The kind of argument it takes (see ``millpond.shared.sql.kinds.KINDS``)."""
     arrow: tuple[str, ...] = ()
     """The same partials as Arrow hash aggregations of the argument's values (``count``
     counts the non-NULL ones, ``sum`` is NULL without one, as Spark's); empty: Spark only."""

@@ -13,9 +13,9 @@ from decimal import Decimal, localcontext
 from typing import Any
 
 from millpond.shared.errors import StatementError
-from millpond.shared.sql import aggregates, ast, functions
-from millpond.shared.sql.functions import INTEGRAL, spark_ranked
+from millpond.shared.sql import aggregates, ast, functions, kinds
 from millpond.shared.sql.java_text import java_double_text
+from millpond.shared.sql.kinds import INTEGRAL, spark_ranked
 from millpond.shared.sql.types import Scope, check
 
 
@@ -286,12 +286,12 @@ def evaluate(expr: ast.Expr, row: Mapping[str, Any]) -> Any:
         return evaluate(expr.otherwise, row) if expr.otherwise is not None else None
     if isinstance(expr, ast.Cast):
         value = evaluate(expr.operand, row)
-        if expr.scale >= 0 and value is not None and expr.type.base in functions.INTEGRAL:
+        if expr.scale >= 0 and value is not None and expr.type.base in kinds.INTEGRAL:
             # A DECIMAL's whole part, its low bits, as Spark's ``Decimal.toInt`` and ``toLong`` (a
             # DOUBLE's saturates): 10^12 as an INT is -727379968.
             return _wrapped(math.trunc(value), 32 if expr.type.base == "INT" else 64)
         if expr.scale >= 0 and value is not None:  # a DECIMAL's text: its scale's digits, as Java's BigDecimal writes it
-            exact = functions.fitted_decimal(value, functions.MAX_DECIMAL_DIGITS + expr.scale, expr.scale)
+            exact = kinds.fitted_decimal(value, kinds.MAX_DECIMAL_DIGITS + expr.scale, expr.scale)
             return None if exact is None else str(exact.copy_abs() if exact.is_zero() else exact)
         return _cast(value, expr.type)
     if isinstance(expr, ast.Call):
@@ -326,7 +326,7 @@ def _decimal(number: Any, type_: tuple[int, int]) -> float | None:
     as a float, as a table's stores keep a DECIMAL (``values.stored``)."""
     if number is None:
         return None
-    exact = functions.fitted_decimal(number, *type_)
+    exact = kinds.fitted_decimal(number, *type_)
     return None if exact is None else float(exact)
 
 
@@ -369,7 +369,7 @@ def _cast(value: Any, type_: ast.SqlType) -> Any:
             return _wrapped(int(value), bits)  # a narrower integer: its low bits, as Java's
         if base == "DECIMAL":
             if isinstance(value, str):  # Spark's reading of text (Java's BigDecimal): the number, else NULL
-                if functions.DECIMAL_TEXT.fullmatch(value.strip()) is None:
+                if kinds.DECIMAL_TEXT.fullmatch(value.strip()) is None:
                     return None
                 value = Decimal(value.strip())
             return _decimal(value, type_.params)

@@ -2,82 +2,32 @@
 implementation (for pull queries and for checking Spark's results in tests).
 
 Each function is declared once here; the type checker, the Spark compiler and the Python
-evaluator all read this table, so they cannot disagree on which functions exist.
+evaluator all read this table, so they cannot disagree on which functions exist. The Python
+forms of a family of functions live beside it (``arrays``, ``times``, ``regexes``,
+``json_paths``), what values are to Spark in ``kinds``.
 """
 
 from __future__ import annotations
 
 import math
-import re
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, localcontext
 from typing import Any
 
-from millpond.shared.sql import json_paths, regexes, times
+from millpond.shared.sql import arrays, json_paths, regexes, times
 from millpond.shared.sql.ast import Literal, SqlType, to_sql
-from millpond.shared.sql.java_text import java_double_text
+from millpond.shared.sql.kinds import (
+    MAX_DECIMAL_DIGITS,
+    MAX_PADDED_CHARS,
+    common_type,
+    is_nan,
+    spark_ranked,
+)
 
 INT, BIGINT, DOUBLE, VARCHAR = SqlType("INT"), SqlType("BIGINT"), SqlType("DOUBLE"), SqlType("VARCHAR")
 TIMESTAMP, DATE = SqlType("TIMESTAMP"), SqlType("DATE")
-NUMERIC = frozenset({"INT", "BIGINT", "DECIMAL", "DOUBLE"})
-INTEGRAL = frozenset({"INT", "BIGINT"})
-
-# What a parameter accepts: a kind name and the base types it admits (None: any type).
-KINDS: dict[str, frozenset[str] | None] = {
-    "string": frozenset({"VARCHAR"}),
-    "numeric": NUMERIC,
-    "integer": INTEGRAL,
-    "array": frozenset({"ARRAY"}),
-    "map": frozenset({"MAP"}),
-    "bigint": INTEGRAL,
-    "timestamp": frozenset({"TIMESTAMP"}),
-    "date": frozenset({"DATE"}),
-    "any": None,
-    "orderable": frozenset({"BOOLEAN", "INT", "BIGINT", "DOUBLE", "DECIMAL", "VARCHAR", "TIMESTAMP", "DATE", "TIME"}),
-    "listable": None,
-}
-KIND_NOTES = {"orderable": "BOOLEAN, a number, VARCHAR, DATE, TIME or TIMESTAMP"}
-"""What a kind admits, where its name does not say it."""
-HELD_APART: dict[str, frozenset[str]] = {"listable": frozenset({"MAP"})}
-"""Kinds of any type but these, at any depth: Spark orders no map, so COLLECT_LIST, which
-orders its values by offset in structs, takes none, nor COLLECT_SET, whose values Spark
-compares (``listable``)."""
-
-
-def holds(type_: SqlType, bases: frozenset[str]) -> bool:
-    """Whether ``type_`` is one of ``bases`` or has one inside (an element, a key, a field)."""
-    if type_.base in bases:
-        return True
-    if type_.base == "STRUCT":
-        return any(holds(t, bases) for _, t in type_.params)
-    return type_.base in ("ARRAY", "MAP") and any(holds(t, bases) for t in type_.params)
-
-
-def accepts(kind: str, type_: SqlType) -> bool:
-    """True if a parameter of ``kind`` takes an argument of ``type_`` (NULL fits anything)."""
-    allowed = KINDS[kind]
-    if kind in HELD_APART:
-        return not holds(type_, HELD_APART[kind])
-    return type_.base == "NULL" or allowed is None or type_.base in allowed
-
-
-def common_type(types: Sequence[SqlType]) -> SqlType | None:
-    """The type every one of ``types`` widens to, or None when they do not mix."""
-    known = [t for t in types if t.base != "NULL"]
-    if not known:
-        return SqlType("NULL")
-    if all(t == known[0] for t in known):
-        return known[0]
-    if all(t.base in NUMERIC for t in known):
-        if any(t.base == "DECIMAL" for t in known) and not any(t.base == "DOUBLE" for t in known):
-            return wider_decimal([t.params if t.base == "DECIMAL" else INTEGRAL_DECIMALS[t.base] for t in known])
-        for base in ("DOUBLE", "BIGINT", "INT"):
-            widest = next((t for t in known if t.base == base), None)
-            if widest is not None:
-                return widest
-    return None
 
 
 @dataclass(frozen=True)
@@ -119,59 +69,6 @@ class ScalarFunction:
         return self.variadic
 
 
-def is_nan(value: Any) -> bool:
-    """Whether a value is a DOUBLE's NaN."""
-    return isinstance(value, float) and math.isnan(value)
-
-
-def spark_ranked(value: Any) -> tuple[bool, Any]:
-    """A value as Spark orders it against another of its type: NaN above every number and equal
-    to itself (``SQLOrderingUtil.compareDoubles``), where Python's NaN compares as Java's does."""
-    return (True, 0.0) if is_nan(value) else (False, value)
-
-
-MAX_DECIMAL_DIGITS = 38
-"""A DECIMAL's largest precision, Spark's (``DecimalType.MAX_PRECISION``)."""
-
-
-def decimal_type(precision: int, scale: int) -> SqlType:
-    """DECIMAL(precision, scale) as Spark's arithmetic bounds it (``adjustPrecisionScale``, with
-    precision loss allowed, its default): past 38 digits the whole digits are kept and the
-    scale cut to what is left, but to no fewer than 6 (nor more than it was)."""
-    if precision <= MAX_DECIMAL_DIGITS:
-        return SqlType("DECIMAL", (precision, scale))
-    whole = precision - scale
-    return SqlType("DECIMAL", (MAX_DECIMAL_DIGITS, max(MAX_DECIMAL_DIGITS - whole, min(scale, 6))))
-
-
-def wider_decimal(types: Sequence[tuple[int, int]]) -> SqlType:
-    """The DECIMAL that each (precision, scale) widens to for a CASE, COALESCE or GREATEST:
-    the most whole digits and the largest scale, each bounded by 38 (Spark's
-    ``widerDecimalType``)."""
-    scale = max(s for _, s in types)
-    whole = max(p - s for p, s in types)
-    return SqlType("DECIMAL", (min(whole + scale, MAX_DECIMAL_DIGITS), min(scale, MAX_DECIMAL_DIGITS)))
-
-
-DECIMAL_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-"""The text Java's ``BigDecimal`` reads, in ASCII digits: Spark's CAST (after a trim), JSON and
-CSV readers take a DECIMAL's text so (Python's ``Decimal`` also takes ``1_0``, ``NaN`` and spaces)."""
-INTEGRAL_DECIMALS = {"INT": (10, 0), "BIGINT": (20, 0)}
-"""The (precision, scale) of the DECIMAL an INT or BIGINT column widens to beside one, Spark's."""
-
-
-def fitted_decimal(number: Any, precision: int, scale: int) -> Decimal | None:
-    """``number`` (an int, a float read by its shortest digits, a Decimal) rounded half up to
-    ``scale`` digits, as Spark makes a value a DECIMAL(precision, scale); None when it has more
-    whole digits than the type holds, or is not finite (Spark's NULL outside ANSI mode)."""
-    with localcontext(prec=max(precision + 2, 80)):  # quantize must not run out of digits
-        exact = number if isinstance(number, Decimal) else Decimal(repr(number) if isinstance(number, float) else number)
-        if not exact.is_finite():
-            return None
-        rounded = exact.quantize(Decimal(1).scaleb(-scale), rounding=ROUND_HALF_UP)
-    return None if rounded.adjusted() + 1 > precision - scale else rounded
-
-
 def _strict(fn: Callable[..., Any]) -> Callable[..., Any]:
     """SQL semantics: any NULL argument gives NULL."""
     return lambda *args: None if any(a is None for a in args) else fn(*args)
@@ -196,11 +93,6 @@ def _round(x: Any, digits: int = 0) -> Any:
     return int(rounded) if isinstance(x, int) else float(rounded)
 
 
-MAX_PADDED_CHARS = 1 << 20
-"""The longest text LPAD, RPAD, CONCAT (and ``||``), CONCAT_WS and REPLACE make in Python (a longer one is
-NULL): a Kafka record holds at most 1 MB by default, and a length of 2^31 - 1 once built a
-21 GB string on the router's loop; REPLACE of each character of a long text by a 60 KB one
-would build 60 GB."""
 TEXT_BUILDERS = frozenset({"LPAD", "RPAD", "CONCAT", "CONCAT_WS", "REPLACE", "REGEXP_REPLACE", "ARRAY_JOIN", "ARRAY_CONCAT"})
 """The functions that may build a text of ``MAX_PADDED_CHARS`` from short arguments."""
 
@@ -245,43 +137,6 @@ def _concat_ws(separator: str | None, *parts: str | None) -> str | None:
     if sum(map(len, kept)) + len(separator) * max(len(kept) - 1, 0) > MAX_PADDED_CHARS:
         return None
     return separator.join(kept)
-
-
-JOINED = frozenset({"VARCHAR", "INT", "BIGINT", "BOOLEAN", "DOUBLE"})
-"""The items ARRAY_JOIN writes as Spark's CAST to text does in Python too."""
-
-
-def _item_text(item: Any) -> str:
-    """An item of an ARRAY as ARRAY_JOIN writes it: Spark's CAST to text, NULL as ``null`` (ksqlDB's)."""
-    if item is None:
-        return "null"
-    if isinstance(item, bool):
-        return "true" if item else "false"
-    return java_double_text(item) if isinstance(item, float) else str(item)
-
-
-def _array_join(items: list[Any] | None, delimiter: str | None = ",") -> str | None:
-    """ksqlDB's ARRAY_JOIN: the items as text between delimiters (a NULL one: none), NULL items
-    ``null``; bounded as CONCAT is."""
-    if items is None:
-        return None
-    texts = [_item_text(item) for item in items]
-    between = delimiter or ""
-    if sum(map(len, texts)) + len(between) * max(len(texts) - 1, 0) > MAX_PADDED_CHARS:
-        return None
-    return between.join(texts)
-
-
-def _array_join_in_spark(args: list[str]) -> str:
-    delimiter = f"coalesce({args[1]}, '')" if len(args) > 1 else "','"
-    return f"array_join(CAST({args[0]} AS ARRAY<STRING>), {delimiter}, 'null')"
-
-
-def _join_refusal(args: tuple[Any, ...], types: list[SqlType]) -> str | None:
-    array = types[0]
-    if array.base == "NULL" or (array.base == "ARRAY" and array.params[0].base in JOINED):
-        return None
-    return f"ARRAY_JOIN joins an ARRAY of {', '.join(sorted(JOINED))}, not {array}"
 
 
 def _initcap(s: str) -> str:
@@ -373,90 +228,6 @@ def _mask_in_spark(args: list[str]) -> str:
     return f"mask({', '.join([*args, *defaults])})"
 
 
-def _element(types: list[SqlType]) -> SqlType:
-    """The element type of the first argument, an ARRAY (NULL for a NULL literal)."""
-    return types[0].params[0] if types[0].base == "ARRAY" else SqlType("NULL")
-
-
-def _same_elements(types: list[SqlType]) -> bool:
-    """Whether the second argument mixes with the ARRAY's elements (Spark's ``array_contains``
-    and ``array_remove`` compare them)."""
-    return common_type([_element(types), types[1]]) is not None
-
-
-def _sorted(items: list[Any], descending: bool = False) -> list[Any]:
-    """Spark's order of an array's items: NaN above every number, -0.0 equal to 0.0, NULLs last
-    either way (``array_sort``, ``sort_array(a, false)``)."""
-    values = sorted((x for x in items if x is not None), key=spark_ranked, reverse=descending)
-    return values + [None] * (len(items) - len(values))
-
-
-def _contains(items: list[Any] | None, value: Any) -> bool | None:
-    """Spark's ``array_contains``: NULL for a NULL value, or where no item matches and one is NULL."""
-    if items is None or value is None:
-        return None
-    if any(x is not None and spark_ranked(x) == spark_ranked(value) for x in items):
-        return True
-    return None if None in items else False
-
-
-def _distinct(items: list[Any]) -> list[Any]:
-    """Spark's ``array_distinct``: each item once (NaN once, NULL once, -0.0 as 0.0), in the order
-    first seen; in time linear in the items (a pull's array may hold a megabyte of them)."""
-    seen: set[Any] = set()
-    kept: list[Any] = []
-    for x in (x + 0.0 if isinstance(x, float) else x for x in items):
-        key = _hashed(x)
-        if key not in seen:
-            seen.add(key)
-            kept.append(x)
-    return kept
-
-
-def _kept(first: list[Any], second: list[Any], present: bool) -> list[Any]:
-    """The distinct items of ``first`` that are (or are not) in ``second``, in time linear in both."""
-    keys = {_hashed(x) for x in second}
-    return [x for x in _distinct(first) if (_hashed(x) in keys) == present]
-
-
-def _array_concat(first: list[Any] | None, second: list[Any] | None) -> list[Any] | None:
-    """ksqlDB's ARRAY_CONCAT: the items of both, NULL only when both are; past ``MAX_PADDED_CHARS``
-    items NULL in Python (nested, each call could double them)."""
-    if first is None or second is None:
-        return second if first is None else first
-    return None if len(first) + len(second) > MAX_PADDED_CHARS else first + second
-
-
-SETS: dict[str, Callable[[list[Any], list[Any]], list[Any]]] = {
-    "ARRAY_UNION": lambda a, b: _distinct(a + b),
-    "ARRAY_INTERSECT": lambda a, b: _kept(a, b, present=True),
-    "ARRAY_EXCEPT": lambda a, b: _kept(a, b, present=False),
-}
-"""Spark's ``array_union``, ``array_intersect`` and ``array_except``: distinct items (as
-``array_distinct``'s) in the order first seen."""
-
-
-def _two_arrays(name: str) -> Callable[[tuple[Any, ...], list[SqlType]], str | None]:
-    """Two ARRAYs of one element type, whose items Spark compares."""
-    def refuses(args: tuple[Any, ...], types: list[SqlType]) -> str | None:
-        arrays = [t for t in types if t.base != "NULL"]
-        if len(arrays) < len(types):  # Spark types no concat of an ARRAY with a NULL
-            return f"{name} takes two ARRAYs; a bare NULL has no element type"
-        if any(t != arrays[0] for t in arrays):
-            return f"{name} takes two ARRAYs of one type, not {types[0]} and {types[1]}"
-        return None if name == "ARRAY_CONCAT" else array_call_error(name, arrays)
-    return refuses
-
-
-def _array_concat_in_spark(args: list[str]) -> str:
-    first, second = args
-    return f"CASE WHEN {first} IS NULL THEN {second} WHEN {second} IS NULL THEN {first} ELSE concat({first}, {second}) END"
-
-
-def _map_refusal(name: str) -> Callable[[tuple[Any, ...], list[SqlType]], str | None]:
-    return lambda args, types: f"{name} takes a MAP; a bare NULL has no key type (CAST it)" if types[0].base != "MAP" else None
-
-
 def _json_path_refusal(args: tuple[Any, ...], types: list[SqlType]) -> str | None:
     path = args[1]
     if not (isinstance(path, Literal) and isinstance(path.value, str)):
@@ -466,52 +237,6 @@ def _json_path_refusal(args: tuple[Any, ...], types: list[SqlType]) -> str | Non
     except json_paths.PathError as error:
         return f"EXTRACTJSONFIELD cannot follow the path {path.value!r}: {error}"
     return None
-
-
-def _hashed(value: Any) -> Any:
-    """``value`` as a set's key, equal where Spark's values are: NaN one value, lists and
-    structs by their items."""
-    if isinstance(value, float):
-        return ("NaN",) if math.isnan(value) else value + 0.0
-    if isinstance(value, list):
-        return tuple(_hashed(v) for v in value)
-    if isinstance(value, dict):
-        return tuple((k, _hashed(v)) for k, v in value.items())
-    return value
-
-
-_ORDERING = frozenset({"ARRAY_SORT", "ARRAY_MAX", "ARRAY_MIN"})
-_TAKEN_INTO = {"INT": ("BIGINT", "DOUBLE"), "BIGINT": ("DOUBLE",)}
-"""The element types a value of each type is taken into as it is (Spark's tightest common type)."""
-
-
-def _array_refusal(name: str) -> Callable[[tuple[Any, ...], list[SqlType]], str | None]:
-    """``ScalarFunction.refuses`` of the ARRAY function ``name``."""
-    return lambda args, types: array_call_error(name, types)
-
-
-def array_call_error(name: str, types: list[SqlType]) -> str | None:
-    """Why Spark cannot take the ARRAY function ``name`` of arguments of ``types``, or None."""
-    if types[0].base != "ARRAY":
-        return f"{name} takes an ARRAY; a bare NULL has no element type (CAST it)"
-    element = types[0].params[0]
-    if holds(element, frozenset({"MAP"})):
-        return f"{name} cannot compare the items of an ARRAY of {element}: Spark compares no MAP"
-    if name in _ORDERING and element.base not in KINDS["orderable"]:  # type: ignore[operator]
-        return f"{name} orders the items of an ARRAY of BOOLEAN, a number, VARCHAR, DATE, TIME or TIMESTAMP, not {element}"
-    if len(types) > 1 and name in ("ARRAY_CONTAINS", "ARRAY_REMOVE"):
-        value = types[1]
-        if value.base == "NULL":
-            return f"{name} looks for a value of the ARRAY's type ({element}); a bare NULL has none (CAST it)"
-        if name == "ARRAY_REMOVE" and value != element and element.base not in _TAKEN_INTO.get(value.base, ()):
-            return f"ARRAY_REMOVE takes out values of the ARRAY's type ({element}), not {value}"
-    return None
-
-
-def _sort_refusal(args: tuple[Any, ...], types: list[SqlType]) -> str | None:
-    if len(args) > 1 and not (isinstance(args[1], Literal) and str(args[1].value).upper() in ("ASC", "DESC")):
-        return f"ARRAY_SORT's order must be 'ASC' or 'DESC' written as it is, not {to_sql(args[1])}"
-    return array_call_error("ARRAY_SORT", types)
 
 
 def _mask_refusal(name: str, first: int) -> Callable[[tuple[Any, ...], list[SqlType]], str | None]:
@@ -560,10 +285,6 @@ def _mask_end_in_spark(name: str) -> Callable[[list[str]], str]:
             return f"concat({_mask_in_spark([head, *replacements])}, {tail})"
         return f"concat({head}, {_mask_in_spark([tail, *replacements])})"
     return in_spark
-
-
-def _array_sort_in_spark(args: list[str]) -> str:
-    return f"sort_array({args[0]}, false)" if len(args) > 1 and args[1].strip("'").upper() == "DESC" else f"array_sort({args[0]})"
 
 
 def _cot(x: float) -> float:
@@ -684,35 +405,35 @@ FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
                    python=lambda *a: next((x for x in a if x is not None), None)),
     ScalarFunction("IFNULL", ("any", "any"), result=lambda t: common_type(t), spark="ifnull",
                    python=lambda x, y: y if x is None else x),
-    ScalarFunction("ARRAY_CONTAINS", ("array", "any"), result=lambda t: SqlType("BOOLEAN") if _same_elements(t) else None,
-                   spark="array_contains", python=_contains, refuses=_array_refusal("ARRAY_CONTAINS")),
-    ScalarFunction("ARRAY_REMOVE", ("array", "any"), result=lambda t: t[0] if _same_elements(t) else None,
+    ScalarFunction("ARRAY_CONTAINS", ("array", "any"), result=lambda t: SqlType("BOOLEAN") if arrays.same_elements(t) else None,
+                   spark="array_contains", python=arrays.contains, refuses=arrays.array_refusal("ARRAY_CONTAINS")),
+    ScalarFunction("ARRAY_REMOVE", ("array", "any"), result=lambda t: t[0] if arrays.same_elements(t) else None,
                    spark="array_remove", python=_strict(lambda items, value: [
                        x for x in items if x is None or spark_ranked(x) != spark_ranked(value)]),
-                   refuses=_array_refusal("ARRAY_REMOVE")),
-    ScalarFunction("ARRAY_DISTINCT", ("array",), result=_first, spark="array_distinct", python=_strict(_distinct),
-                   refuses=_array_refusal("ARRAY_DISTINCT")),
-    ScalarFunction("ARRAY_SORT", ("array",), optional=("string",), result=_first, spark_of=_array_sort_in_spark,
-                   python=_strict(lambda items, direction="ASC": _sorted(items, direction.upper() == "DESC")),
-                   refuses=_sort_refusal),
-    ScalarFunction("ARRAY_MAX", ("array",), result=_element, spark="array_max",
+                   refuses=arrays.array_refusal("ARRAY_REMOVE")),
+    ScalarFunction("ARRAY_DISTINCT", ("array",), result=_first, spark="array_distinct", python=_strict(arrays.distinct),
+                   refuses=arrays.array_refusal("ARRAY_DISTINCT")),
+    ScalarFunction("ARRAY_SORT", ("array",), optional=("string",), result=_first, spark_of=arrays.array_sort_in_spark,
+                   python=_strict(lambda items, direction="ASC": arrays.sorted_items(items, direction.upper() == "DESC")),
+                   refuses=arrays.sort_refusal),
+    ScalarFunction("ARRAY_MAX", ("array",), result=arrays.element, spark="array_max",
                    python=_strict(lambda items: max((x for x in items if x is not None), key=spark_ranked, default=None)),
-                   refuses=_array_refusal("ARRAY_MAX")),
-    ScalarFunction("ARRAY_MIN", ("array",), result=_element, spark="array_min",
+                   refuses=arrays.array_refusal("ARRAY_MAX")),
+    ScalarFunction("ARRAY_MIN", ("array",), result=arrays.element, spark="array_min",
                    python=_strict(lambda items: min((x for x in items if x is not None), key=spark_ranked, default=None)),
-                   refuses=_array_refusal("ARRAY_MIN")),
+                   refuses=arrays.array_refusal("ARRAY_MIN")),
     ScalarFunction("ARRAY_LENGTH", ("array",), result=lambda _: INT, spark="array_size",
                    python=_strict(len)),
-    ScalarFunction("ARRAY_CONCAT", ("array", "array"), result=_first, spark_of=_array_concat_in_spark,
-                   python=_array_concat, refuses=_two_arrays("ARRAY_CONCAT")),
+    ScalarFunction("ARRAY_CONCAT", ("array", "array"), result=_first, spark_of=arrays.array_concat_in_spark,
+                   python=arrays.array_concat, refuses=arrays.two_arrays("ARRAY_CONCAT")),
     *(ScalarFunction(name, ("array", "array"), result=_first, spark=name.lower(), python=_strict(fn),
-                     refuses=_two_arrays(name)) for name, fn in SETS.items()),
+                     refuses=arrays.two_arrays(name)) for name, fn in arrays.SETS.items()),
     ScalarFunction("MAP_KEYS", ("map",), result=lambda t: SqlType("ARRAY", (t[0].params[0],)), spark="map_keys",
-                   python=_strict(lambda m: list(m)), refuses=_map_refusal("MAP_KEYS")),
+                   python=_strict(lambda m: list(m)), refuses=arrays.map_refusal("MAP_KEYS")),
     ScalarFunction("MAP_VALUES", ("map",), result=lambda t: SqlType("ARRAY", (t[0].params[1],)), spark="map_values",
-                   python=_strict(lambda m: list(m.values())), refuses=_map_refusal("MAP_VALUES")),
-    ScalarFunction("ARRAY_JOIN", ("array",), optional=("string",), spark_of=_array_join_in_spark, python=_array_join,
-                   refuses=_join_refusal),
+                   python=_strict(lambda m: list(m.values())), refuses=arrays.map_refusal("MAP_VALUES")),
+    ScalarFunction("ARRAY_JOIN", ("array",), optional=("string",), spark_of=arrays.array_join_in_spark, python=arrays.array_join,
+                   refuses=arrays.join_refusal),
     ScalarFunction("TIMESTAMPTOSTRING", ("bigint", "string"), optional=("string",), spark_of=times.timestamp_to_string_in_spark,
                    python=_strict(times.timestamp_to_string), refuses=times.refusal("TIMESTAMPTOSTRING", 1, writes=True)),
     ScalarFunction("FORMAT_TIMESTAMP", ("timestamp", "string"), optional=("string",), spark_of=times.format_timestamp_in_spark,

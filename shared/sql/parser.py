@@ -20,7 +20,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from millpond.shared.errors import StatementError
 from millpond.shared.sql import ast
-from millpond.shared.sql.functions import MAX_DECIMAL_DIGITS
+from millpond.shared.sql.kinds import MAX_DECIMAL_DIGITS
 from millpond.shared.sql.times import UNIT_FIRST
 
 

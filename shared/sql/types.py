@@ -11,9 +11,9 @@ from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import Any, TypeVar, cast
 
 from millpond.shared.errors import NotFoundError, StatementError
-from millpond.shared.sql import aggregates, ast, functions
+from millpond.shared.sql import aggregates, ast, functions, kinds
 from millpond.shared.sql.ast import SqlType, to_sql
-from millpond.shared.sql.functions import INTEGRAL, NUMERIC, common_type, decimal_type
+from millpond.shared.sql.kinds import INTEGRAL, NUMERIC, common_type, decimal_type
 
 BOOLEAN = SqlType("BOOLEAN")
 PRIMITIVE = frozenset({"BOOLEAN", "INT", "BIGINT", "DOUBLE", "DECIMAL", "VARCHAR", "BYTES", "TIMESTAMP", "DATE", "TIME"})
@@ -75,12 +75,12 @@ def as_decimal(expr: ast.Expr, type_: SqlType, other: SqlType) -> tuple[int, int
         return as_decimal(expr, other, other)
     if isinstance(expr, ast.Literal) and isinstance(expr.value, int):
         return len(str(abs(expr.value))), 0
-    return functions.INTEGRAL_DECIMALS[type_.base]
+    return kinds.INTEGRAL_DECIMALS[type_.base]
 
 
 def decimal_arithmetic(op: str, left: tuple[int, int], right: tuple[int, int]) -> SqlType:
     """The DECIMAL that ``left op right`` gives, as Spark's ``DecimalPrecision`` types it: exact
-    where 38 digits hold it (``functions.decimal_type``)."""
+    where 38 digits hold it (``kinds.decimal_type``)."""
     (p1, s1), (p2, s2) = left, right
     if op in ("+", "-"):
         scale = max(s1, s2)
@@ -205,9 +205,9 @@ def _check_call(call: ast.Call, scope: Scope, aggregates_allowed: bool) -> SqlTy
         elif len(call.args) != 1:
             raise StatementError(f"{call.name} takes exactly one argument, got {len(call.args)}")
         argument = check(call.args[0], scope)
-        if not functions.accepts(agg.param, argument):
-            apart = functions.HELD_APART.get(agg.param)
-            note = f" ({functions.KIND_NOTES[agg.param]})" if agg.param in functions.KIND_NOTES else ""
+        if not kinds.accepts(agg.param, argument):
+            apart = kinds.HELD_APART.get(agg.param)
+            note = f" ({kinds.KIND_NOTES[agg.param]})" if agg.param in kinds.KIND_NOTES else ""
             what = f"{call.name} needs {'an' if agg.param[0] in 'aeiou' else 'a'} {agg.param} argument{note}" \
                 if apart is None else \
                 f"{call.name} cannot aggregate a {' or '.join(sorted(apart))} value, nor a value holding one"
@@ -226,7 +226,7 @@ def _check_call(call: ast.Call, scope: Scope, aggregates_allowed: bool) -> SqlTy
         raise StatementError(f"{call.name} takes {fn.arity()} argument(s), got {len(types)}")
     for index, (arg, type_) in enumerate(zip(call.args, types, strict=True)):
         kind = fn.kind_at(index)
-        if kind is not None and not functions.accepts(kind, type_):
+        if kind is not None and not kinds.accepts(kind, type_):
             raise _clash(f"argument {index + 1} of {call.name} must be {kind}", (arg, type_))
     if fn.refuses is not None and (error := fn.refuses(call.args, types)) is not None:
         raise StatementError(error)
@@ -323,7 +323,7 @@ def _widened(tree: ast.Case | ast.Call, scope: Scope) -> dict[str, Any]:
         return {}
 
     def widen(operand: ast.Expr) -> ast.Expr:
-        return ast.Cast(operand, result) if check(operand, scope).base in functions.INTEGRAL else operand
+        return ast.Cast(operand, result) if check(operand, scope).base in kinds.INTEGRAL else operand
 
     if isinstance(tree, ast.Call):
         args = tuple(widen(a) for a in tree.args)

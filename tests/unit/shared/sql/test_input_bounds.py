@@ -20,7 +20,7 @@ from millpond.shared.kafka.serde import coerce
 from millpond.shared.session import MAX_OFFSET_LAG, check_property
 from millpond.shared.sql import ast
 from millpond.shared.sql.expressions import evaluate
-from millpond.shared.sql.functions import MAX_PADDED_CHARS
+from millpond.shared.sql.kinds import MAX_PADDED_CHARS
 from millpond.shared.sql.parser import parse_statement
 from millpond.shared.sql.planner import MAX_TEXT_BUILDERS, plan_select
 from millpond.shared.sql.types import Scope, with_widths

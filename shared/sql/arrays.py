@@ -1,0 +1,184 @@
+"""The ARRAY and MAP functions' values in Python, as Spark's (NaN equal to itself and above every
+number, -0.0 equal to 0.0, NULLs last in a sort, items compared in linear time), their Spark SQL
+where it is not a call of the same arguments, and what Spark's analyzer refuses of them."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from millpond.shared.sql.ast import Literal, SqlType, to_sql
+from millpond.shared.sql.java_text import java_double_text
+from millpond.shared.sql.kinds import KINDS, MAX_PADDED_CHARS, common_type, holds, spark_ranked
+
+JOINED = frozenset({"VARCHAR", "INT", "BIGINT", "BOOLEAN", "DOUBLE"})
+"""The items ARRAY_JOIN writes as Spark's CAST to text does in Python too."""
+
+
+def _item_text(item: Any) -> str:
+    """An item of an ARRAY as ARRAY_JOIN writes it: Spark's CAST to text, NULL as ``null`` (ksqlDB's)."""
+    if item is None:
+        return "null"
+    if isinstance(item, bool):
+        return "true" if item else "false"
+    return java_double_text(item) if isinstance(item, float) else str(item)
+
+
+def array_join(items: list[Any] | None, delimiter: str | None = ",") -> str | None:
+    """ksqlDB's ARRAY_JOIN: the items as text between delimiters (a NULL one: none), NULL items
+    ``null``; bounded as CONCAT is."""
+    if items is None:
+        return None
+    texts = [_item_text(item) for item in items]
+    between = delimiter or ""
+    if sum(map(len, texts)) + len(between) * max(len(texts) - 1, 0) > MAX_PADDED_CHARS:
+        return None
+    return between.join(texts)
+
+
+def array_join_in_spark(args: list[str]) -> str:
+    delimiter = f"coalesce({args[1]}, '')" if len(args) > 1 else "','"
+    return f"array_join(CAST({args[0]} AS ARRAY<STRING>), {delimiter}, 'null')"
+
+
+def join_refusal(args: tuple[Any, ...], types: list[SqlType]) -> str | None:
+    array = types[0]
+    if array.base == "NULL" or (array.base == "ARRAY" and array.params[0].base in JOINED):
+        return None
+    return f"ARRAY_JOIN joins an ARRAY of {', '.join(sorted(JOINED))}, not {array}"
+
+
+def element(types: list[SqlType]) -> SqlType:
+    """The element type of the first argument, an ARRAY (NULL for a NULL literal)."""
+    return types[0].params[0] if types[0].base == "ARRAY" else SqlType("NULL")
+
+
+def same_elements(types: list[SqlType]) -> bool:
+    """Whether the second argument mixes with the ARRAY's elements (Spark's ``array_contains``
+    and ``array_remove`` compare them)."""
+    return common_type([element(types), types[1]]) is not None
+
+
+def sorted_items(items: list[Any], descending: bool = False) -> list[Any]:
+    """Spark's order of an array's items: NaN above every number, -0.0 equal to 0.0, NULLs last
+    either way (``array_sort``, ``sort_array(a, false)``)."""
+    values = sorted((x for x in items if x is not None), key=spark_ranked, reverse=descending)
+    return values + [None] * (len(items) - len(values))
+
+
+def contains(items: list[Any] | None, value: Any) -> bool | None:
+    """Spark's ``array_contains``: NULL for a NULL value, or where no item matches and one is NULL."""
+    if items is None or value is None:
+        return None
+    if any(x is not None and spark_ranked(x) == spark_ranked(value) for x in items):
+        return True
+    return None if None in items else False
+
+
+def distinct(items: list[Any]) -> list[Any]:
+    """Spark's ``array_distinct``: each item once (NaN once, NULL once, -0.0 as 0.0), in the order
+    first seen; in time linear in the items (a pull's array may hold a megabyte of them)."""
+    seen: set[Any] = set()
+    kept: list[Any] = []
+    for x in (x + 0.0 if isinstance(x, float) else x for x in items):
+        key = _hashed(x)
+        if key not in seen:
+            seen.add(key)
+            kept.append(x)
+    return kept
+
+
+def _kept(first: list[Any], second: list[Any], present: bool) -> list[Any]:
+    """The distinct items of ``first`` that are (or are not) in ``second``, in time linear in both."""
+    keys = {_hashed(x) for x in second}
+    return [x for x in distinct(first) if (_hashed(x) in keys) == present]
+
+
+def array_concat(first: list[Any] | None, second: list[Any] | None) -> list[Any] | None:
+    """ksqlDB's ARRAY_CONCAT: the items of both, NULL only when both are; past ``MAX_PADDED_CHARS``
+    items NULL in Python (nested, each call could double them)."""
+    if first is None or second is None:
+        return second if first is None else first
+    return None if len(first) + len(second) > MAX_PADDED_CHARS else first + second
+
+
+SETS: dict[str, Callable[[list[Any], list[Any]], list[Any]]] = {
+    "ARRAY_UNION": lambda a, b: distinct(a + b),
+    "ARRAY_INTERSECT": lambda a, b: _kept(a, b, present=True),
+    "ARRAY_EXCEPT": lambda a, b: _kept(a, b, present=False),
+}
+"""Spark's ``array_union``, ``array_intersect`` and ``array_except``: distinct items (as
+``array_distinct``'s) in the order first seen."""
+
+
+def two_arrays(name: str) -> Callable[[tuple[Any, ...], list[SqlType]], str | None]:
+    """Two ARRAYs of one element type, whose items Spark compares."""
+    def refuses(args: tuple[Any, ...], types: list[SqlType]) -> str | None:
+        arrays = [t for t in types if t.base != "NULL"]
+        if len(arrays) < len(types):  # Spark types no concat of an ARRAY with a NULL
+            return f"{name} takes two ARRAYs; a bare NULL has no element type"
+        if any(t != arrays[0] for t in arrays):
+            return f"{name} takes two ARRAYs of one type, not {types[0]} and {types[1]}"
+        return None if name == "ARRAY_CONCAT" else array_call_error(name, arrays)
+    return refuses
+
+
+def array_concat_in_spark(args: list[str]) -> str:
+    first, second = args
+    return f"CASE WHEN {first} IS NULL THEN {second} WHEN {second} IS NULL THEN {first} ELSE concat({first}, {second}) END"
+
+
+def map_refusal(name: str) -> Callable[[tuple[Any, ...], list[SqlType]], str | None]:
+    return lambda args, types: f"{name} takes a MAP; a bare NULL has no key type (CAST it)" if types[0].base != "MAP" else None
+
+
+def _hashed(value: Any) -> Any:
+    """``value`` as a set's key, equal where Spark's values are: NaN one value, lists and
+    structs by their items."""
+    if isinstance(value, float):
+        return ("NaN",) if math.isnan(value) else value + 0.0
+    if isinstance(value, list):
+        return tuple(_hashed(v) for v in value)
+    if isinstance(value, dict):
+        return tuple((k, _hashed(v)) for k, v in value.items())
+    return value
+
+
+_ORDERING = frozenset({"ARRAY_SORT", "ARRAY_MAX", "ARRAY_MIN"})
+
+_TAKEN_INTO = {"INT": ("BIGINT", "DOUBLE"), "BIGINT": ("DOUBLE",)}
+"""The element types a value of each type is taken into as it is (Spark's tightest common type)."""
+
+
+def array_refusal(name: str) -> Callable[[tuple[Any, ...], list[SqlType]], str | None]:
+    """``ScalarFunction.refuses`` of the ARRAY function ``name``."""
+    return lambda args, types: array_call_error(name, types)
+
+
+def array_call_error(name: str, types: list[SqlType]) -> str | None:
+    """Why Spark cannot take the ARRAY function ``name`` of arguments of ``types``, or None."""
+    if types[0].base != "ARRAY":
+        return f"{name} takes an ARRAY; a bare NULL has no element type (CAST it)"
+    element = types[0].params[0]
+    if holds(element, frozenset({"MAP"})):
+        return f"{name} cannot compare the items of an ARRAY of {element}: Spark compares no MAP"
+    if name in _ORDERING and element.base not in KINDS["orderable"]:  # type: ignore[operator]
+        return f"{name} orders the items of an ARRAY of BOOLEAN, a number, VARCHAR, DATE, TIME or TIMESTAMP, not {element}"
+    if len(types) > 1 and name in ("ARRAY_CONTAINS", "ARRAY_REMOVE"):
+        value = types[1]
+        if value.base == "NULL":
+            return f"{name} looks for a value of the ARRAY's type ({element}); a bare NULL has none (CAST it)"
+        if name == "ARRAY_REMOVE" and value != element and element.base not in _TAKEN_INTO.get(value.base, ()):
+            return f"ARRAY_REMOVE takes out values of the ARRAY's type ({element}), not {value}"
+    return None
+
+
+def sort_refusal(args: tuple[Any, ...], types: list[SqlType]) -> str | None:
+    if len(args) > 1 and not (isinstance(args[1], Literal) and str(args[1].value).upper() in ("ASC", "DESC")):
+        return f"ARRAY_SORT's order must be 'ASC' or 'DESC' written as it is, not {to_sql(args[1])}"
+    return array_call_error("ARRAY_SORT", types)
+
+
+def array_sort_in_spark(args: list[str]) -> str:
+    return f"sort_array({args[0]}, false)" if len(args) > 1 and args[1].strip("'").upper() == "DESC" else f"array_sort({args[0]})"
