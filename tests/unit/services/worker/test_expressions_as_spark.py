@@ -43,7 +43,7 @@ def like(value: str, pattern: str) -> ast.Expr:
 
 LIKE_CASES = [("a%b", "a\\%b"), ("axb", "a\\%b"), ("a_b", "a\\_b"), ("axb", "a\\_b"), ("a\\b", "a\\\\b"),
               ("a\\b", "a_b"), ("", "%"), ("", "_"), ("ab", "%%b"), ("a\nb", "a_b"), ("a\nb", "a%"),
-              ("abcabc", "%bc%bc"), ("abc", "%bc%bc"), ("x" * 30, "%" * 10 + "y")]
+              ("abcabc", "%bc%bc"), ("abc", "%bc%bc"), ("x" * 20, "%" * 10 + "y")]
 
 
 def test_like_answers_as_sparks_like(spark: SparkSession) -> None:
