@@ -358,6 +358,12 @@ def _sql_literal(value: Any) -> str:
     return repr(value)
 
 
+def literal_text(expr: Any) -> str | None:
+    """The text of a VARCHAR literal, or None for any other expression: what a function's
+    argument written as it is (a pattern, a zone, a path) holds."""
+    return expr.value if isinstance(expr, Literal) and isinstance(expr.value, str) else None
+
+
 def to_sql(expr: Expr) -> str:
     """An expression as ksqlDB SQL text (for messages and EXPLAIN)."""
     if isinstance(expr, Literal):

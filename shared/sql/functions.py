@@ -17,7 +17,7 @@ from decimal import ROUND_HALF_UP, Decimal, localcontext
 from typing import Any
 
 from millpond.shared.sql import arrays, json_paths, regexes, times
-from millpond.shared.sql.ast import Literal, SqlType, to_sql
+from millpond.shared.sql.ast import Literal, SqlType, literal_text, to_sql
 from millpond.shared.sql.kinds import (
     MAX_DECIMAL_DIGITS,
     MAX_PADDED_CHARS,
@@ -229,13 +229,13 @@ def _mask_in_spark(args: list[str]) -> str:
 
 
 def _json_path_refusal(args: tuple[Any, ...], types: list[SqlType]) -> str | None:
-    path = args[1]
-    if not (isinstance(path, Literal) and isinstance(path.value, str)):
-        return f"EXTRACTJSONFIELD's path must be text written as it is ('$.a.b[0]'), not {to_sql(path)}"
+    path = literal_text(args[1])
+    if path is None:
+        return f"EXTRACTJSONFIELD's path must be text written as it is ('$.a.b[0]'), not {to_sql(args[1])}"
     try:
-        json_paths.json_path(path.value)
+        json_paths.json_path(path)
     except json_paths.PathError as error:
-        return f"EXTRACTJSONFIELD cannot follow the path {path.value!r}: {error}"
+        return f"EXTRACTJSONFIELD cannot follow the path {path!r}: {error}"
     return None
 
 
@@ -355,7 +355,7 @@ FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
     *(ScalarFunction(name, ("string", "integer"), optional=("string",) * 4, spark_of=_mask_end_in_spark(name),
                      python=_mask_end(name), refuses=_mask_refusal(name, 2)) for name in _MASKED_ENDS),
     ScalarFunction("EXTRACTJSONFIELD", ("string", "string"), spark="get_json_object",
-                   python=_strict(lambda text, path: json_paths.extract_json_field(text, path)), refuses=_json_path_refusal),
+                   python=_strict(json_paths.extract_json_field), refuses=_json_path_refusal),
     ScalarFunction("REGEXP_EXTRACT", ("string", "string"), optional=("integer",),
                    spark_of=regexes.extract_in_spark,
                    python=_strict(regexes.regexp_extract), refuses=regexes.extract_refusal("REGEXP_EXTRACT")),

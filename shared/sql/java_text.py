@@ -6,6 +6,12 @@ import math
 from decimal import Decimal
 
 
+def utf16_halves(c: str) -> tuple[int, int]:
+    """The two UTF-16 units (surrogates) of a character beyond the BMP, as a Java string holds it."""
+    code = ord(c) - 0x10000
+    return 0xD800 + (code >> 10), 0xDC00 + (code & 0x3FF)
+
+
 def java_double_text(number: float) -> str:
     """A DOUBLE as text, as Spark's CAST writes it (Java's ``Double.toString``): plain from 10^-3
     up to 10^7 (``100.0``, ``0.001``), else ``1.0E20`` and ``1.5E-4``; ``NaN``, ``Infinity``.

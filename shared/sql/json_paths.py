@@ -23,7 +23,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
-from millpond.shared.sql.java_text import java_double_text
+from millpond.shared.sql.java_text import java_double_text, utf16_halves
 
 MAX_DEPTH = 1000
 """Jackson's deepest nesting (``StreamReadConstraints``): deeper text does not read."""
@@ -247,13 +247,8 @@ def _quoted(text: str) -> str:
     as their short escapes or ``\\u00XX``, and each UTF-16 half of a character beyond the BMP
     (or a lone one) as ``\\uXXXX``."""
     return '"' + "".join(_WRITTEN.get(c) or (f"\\u{ord(c):04X}" if c < " " or "\ud800" <= c <= "\udfff" else
-                                             "".join(f"\\u{h:04X}" for h in _halves(c)) if c > "\uffff" else c)
+                                             "".join(f"\\u{h:04X}" for h in utf16_halves(c)) if c > "\uffff" else c)
                          for c in text) + '"'
-
-
-def _halves(c: str) -> tuple[int, int]:
-    code = ord(c) - 0x10000
-    return 0xD800 + (code >> 10), 0xDC00 + (code & 0x3FF)
 
 
 def _whole(text: str) -> str:

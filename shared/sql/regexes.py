@@ -27,7 +27,8 @@ from typing import Any
 import regex
 
 from millpond.shared.errors import StatementError
-from millpond.shared.sql.ast import Literal, to_sql
+from millpond.shared.sql.ast import Literal, literal_text, to_sql
+from millpond.shared.sql.java_text import utf16_halves
 
 _TERMINATORS = "\\n\\r\\x85\\u2028\\u2029"
 _ANY = f"[^{_TERMINATORS}]"
@@ -277,12 +278,13 @@ def java_pattern(pattern: str) -> JavaPattern:
 
 
 def _pattern_refusal(name: str, value: Any) -> str | None:
-    if not (isinstance(value, Literal) and isinstance(value.value, str)):
+    pattern = literal_text(value)
+    if pattern is None:
         return f"{name}'s pattern must be text written as it is ('[0-9]+'), not {to_sql(value)}"
     try:
-        java_pattern(value.value)
+        java_pattern(pattern)
     except PatternError as error:
-        return f"{name} cannot read the pattern {value.value!r} as Java does: {error}"
+        return f"{name} cannot read the pattern {pattern!r} as Java does: {error}"
     return None
 
 
@@ -344,12 +346,13 @@ def replace_refusal(args: tuple[Any, ...], _types: list[Any]) -> str | None:
     refused = _pattern_refusal("REGEXP_REPLACE", args[1])
     if refused is not None:
         return refused
-    if not (isinstance(args[2], Literal) and isinstance(args[2].value, str)):
+    replacement = literal_text(args[2])
+    if replacement is None:
         return f"REGEXP_REPLACE's replacement must be text written as it is ('[$1]'), not {to_sql(args[2])}"
     try:
-        replacement_parts(args[2].value, java_pattern(args[1].value))
+        replacement_parts(replacement, java_pattern(args[1].value))
     except PatternError as error:
-        return f"REGEXP_REPLACE cannot take the replacement {args[2].value!r}: {error}"
+        return f"REGEXP_REPLACE cannot take the replacement {replacement!r}: {error}"
     return None
 
 
@@ -408,9 +411,7 @@ def java_matches(pattern: JavaPattern, text: str) -> Iterator[regex.Match[str]]:
 
 def _split(text: str, at: int) -> str:
     """``text`` with its character at ``at`` (beyond the BMP) as its two UTF-16 halves."""
-    halves = text[at].encode("utf-16-be")
-    return text[:at] + halves[:2].decode("utf-16-be", "surrogatepass") + halves[2:].decode("utf-16-be", "surrogatepass") + \
-        text[at + 1:]
+    return text[:at] + "".join(map(chr, utf16_halves(text[at]))) + text[at + 1:]
 
 
 def java_text(text: str) -> str:

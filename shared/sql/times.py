@@ -27,7 +27,7 @@ from millpond.shared.kafka.time_patterns import (
     pattern_letters,
     pattern_writer,
 )
-from millpond.shared.sql.ast import Literal, to_sql
+from millpond.shared.sql.ast import literal_text, to_sql
 
 _EPOCH = datetime.datetime(1970, 1, 1)
 _MILLI = datetime.timedelta(milliseconds=1)
@@ -37,6 +37,7 @@ FORMATTED = (datetime.datetime(1, 1, 1), datetime.datetime(9999, 12, 31, 23, 59,
 """The times written as text in UTC (Python's datetime's); in a zone, a day less at each end, so
 that the zone's time stays a datetime. Outside, the text is NULL."""
 IN_A_ZONE = (FORMATTED[0] + _DAY, FORMATTED[1] - _DAY)
+_FORMATTED_MICROS = tuple((t - _EPOCH) // _MICRO for t in FORMATTED)
 _OFFSET = re.compile(r"([+-])([0-9]{2})(?::([0-9]{2}))?")
 
 
@@ -128,7 +129,7 @@ def string_to_timestamp(text: str, pattern: str, zone: str | None = None) -> int
     """STRINGTOTIMESTAMP: text as epoch milliseconds (Spark's ``unix_millis``: floored), NULL
     outside years 1 to 9999 in UTC (as the Spark SQL is guarded: Spark reads a year 0)."""
     micros = _read(text, pattern, zone)
-    low, high = ((t - _EPOCH) // _MICRO for t in FORMATTED)
+    low, high = _FORMATTED_MICROS
     return None if micros is None or not low <= micros <= high else micros // 1000
 
 
@@ -251,10 +252,6 @@ def from_unixtime_in_spark(args: list[str]) -> str:
     return _time_of_millis(args[0], (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP))
 
 
-def _written_as_it_is(arg: Any) -> str | None:
-    return arg.value if isinstance(arg, Literal) and isinstance(arg.value, str) else None
-
-
 WRITTEN_LETTERS = ("y M L d D Q q E a H h K k m s S, once or twice (y, M, L, Q and E up to four times, D three, "
                    "S nine), and the offset and zone letters X x Z z V O, which write UTC")
 READ_LETTERS = ("yyyy yy M MM MMM MMMM d dd H HH h hh (with a) m mm s ss, S up to nine times, "
@@ -271,7 +268,7 @@ def refusal(name: str, pattern_at: int, writes: bool, dates: bool = False) -> Ca
     move the wall clock, not the offset such a pattern writes or reads); for ``dates``, a letter
     of the time of day (a DATE has none: java.time refuses it, as ksqlDB's do)."""
     def refuses(args: tuple[Any, ...], _types: list[Any]) -> str | None:
-        pattern = _written_as_it_is(args[pattern_at])
+        pattern = literal_text(args[pattern_at])
         if pattern is None:
             return f"{name}'s pattern must be text written as it is ('yyyy-MM-dd HH:mm:ss'), not {to_sql(args[pattern_at])}"
         if dates and pattern_letters(pattern) & TIME_OF_DAY_LETTERS:
@@ -283,7 +280,7 @@ def refusal(name: str, pattern_at: int, writes: bool, dates: bool = False) -> Ca
                     "other characters, and text in single quotes ('T'; '' alone for a quote, none inside)")
         if len(args) <= pattern_at + 1:
             return None
-        zone = _written_as_it_is(args[pattern_at + 1])
+        zone = literal_text(args[pattern_at + 1])
         if zone is None or zone_of(zone) is None:
             return (f"{name}'s time zone must be written as it is: UTC, an offset ('+01:00') or a region of the tz "
                     f"database ('America/Los_Angeles', as spelled there), not {to_sql(args[pattern_at + 1])}")
@@ -344,7 +341,7 @@ def unit_refusal(name: str, dates: bool) -> Callable[[tuple[Any, ...], list[Any]
     units = ("DAYS",) if dates else ("MILLISECONDS", "SECONDS", "MINUTES", "HOURS", "DAYS")
 
     def refuses(args: tuple[Any, ...], _types: list[Any]) -> str | None:
-        unit = _written_as_it_is(args[0])
+        unit = literal_text(args[0])
         if unit is None or unit.upper() not in UNIT_MICROS or (dates and UNIT_MICROS[unit.upper()] != UNIT_MICROS["DAYS"]):
             return f"{name}'s unit is one of {', '.join(units)} (or the singular), written as a word: {name}({units[-1]}, 1, ...)"
         return None
