@@ -33,6 +33,8 @@ TO_RESTORE = Gauge("millpond_restore_records_total_expected", "Changelog records
                    ["query", "partition"])
 STORE_LAG = Gauge("millpond_store_lag", "Changelog records a local table copy is behind.",
                   ["query", "partition", "role"])
+SPARK_DRIVER_RESTARTS = Counter("millpond_spark_driver_restarts_total",
+                                "Times a worker found its Spark driver dead and started a new one.")
 TASK_FAILURES = Counter("millpond_task_failures_total", "Times a query's tasks failed and were restarted.", ["query"])
 
 # ---- coordinator

@@ -98,9 +98,10 @@ class Worker:
             loops.append(asyncio.create_task(self.router.pulls.run(stop)))
         if self.settings.metrics_port is not None:
             loops.append(asyncio.create_task(gauges.refresh_loop(self.settings.kafka, self.tasks, stop)))
-        # Start Spark now, not when a task first needs it: a promoted standby must not wait
-        # the seconds a Spark session takes to start. (It starts once the first assignment's
-        # active tasks have restored their stores: ``TaskAssignment.restored_at_start``.)
+        # Start Spark now, not when a task first needs it (and again whenever its driver dies):
+        # a promoted standby must not wait the seconds a Spark session takes to start. (It
+        # starts once the first assignment's active tasks have restored their stores:
+        # ``TaskAssignment.restored_at_start``.)
         loops.append(asyncio.create_task(self.processing.run(self._start_spark())))
         log.info("worker ready", extra={"endpoint": self.server.endpoint, "worker": self.settings.worker_id})
         await stop.wait()
@@ -144,6 +145,7 @@ class Worker:
     async def _start_spark(self) -> None:
         await self.spark.warm_up()
         heap.freeze_startup_objects()  # the Spark session's Python side is long-lived too
+        await self.spark.watch()  # a driver that dies is replaced, not left failing every query
 
 
 def router_settings(settings: WorkerSettings) -> RouterSettings:

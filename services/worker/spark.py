@@ -6,16 +6,20 @@ import asyncio
 import logging
 import os
 import re
+import subprocess
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pyspark
+from pyspark.core.context import SparkContext
 from pyspark.sql import SparkSession
+from pyspark.sql.context import SQLContext
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
 
 from millpond.deploy.jars import installed_jars
 from millpond.services.worker.jit import warm_up_jit
+from millpond.shared import metrics
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import SetupError
 
@@ -160,6 +164,61 @@ def create_session(settings: WorkerSettings) -> SparkSession:
     return session
 
 
+DRIVER_WATCH_INTERVAL_S = 2.0
+"""How often a worker looks whether its Spark driver is still alive (``LazySession.watch``)."""
+DRIVER_EXIT_WAIT_S = 10.0
+"""How long a dead session's JVM is given to exit once its input closes (then it is killed)."""
+
+
+def driver_alive(session: SparkSession) -> bool:
+    """Whether ``session``'s driver can still run queries: its JVM (a local master's, which
+    this process started) has not exited, and its SparkContext has not stopped (Spark stops it
+    after an error it cannot go on from, e.g. a StackOverflowError or OutOfMemoryError in its
+    scheduler's loop). Blocking: one call into the JVM."""
+    context = session.sparkContext
+    process = getattr(context._gateway, "proc", None)
+    if process is not None and process.poll() is not None:
+        return False
+    try:
+        return not context._jsc.sc().isStopped()
+    except Exception:  # py4j's: the JVM does not answer (or the context was stopped here: no _jsc)
+        return False
+
+
+def discard(session: SparkSession) -> None:
+    """Let go of ``session``, whose driver died, so that ``create_session`` starts a new JVM:
+    PySpark keeps one gateway to its JVM per process and reuses it, dead or not, and a stopped
+    SparkContext cannot be started again. Blocking; the JVM is left no longer than
+    ``DRIVER_EXIT_WAIT_S``."""
+    gateway = session.sparkContext._gateway
+    try:
+        session.stop()
+    except Exception:  # its JVM is gone: what PySpark's stop leaves undone is done below
+        log.info("the dead Spark session's stop failed", exc_info=True)
+    with SparkContext._lock:
+        SparkContext._active_spark_context = None
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+    SparkSession._instantiatedSession = None
+    SparkSession._activeSession = None
+    SQLContext._instantiatedContext = None
+    if gateway is None:
+        return
+    process = getattr(gateway, "proc", None)
+    if process is not None and process.poll() is None:
+        process.stdin.close()  # PySpark's JVM exits when its input ends
+        try:
+            process.wait(DRIVER_EXIT_WAIT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(DRIVER_EXIT_WAIT_S)
+    try:
+        gateway.shutdown_callback_server()  # foreachBatch's calls into this process
+        gateway.close()
+    except Exception:
+        log.info("the dead Spark session's gateway did not close cleanly", exc_info=True)
+
+
 def _start_failed(state: RetryCallState) -> None:
     error = state.outcome.exception() if state.outcome is not None else None
     log.warning("Spark did not start; trying again", exc_info=error,
@@ -168,7 +227,11 @@ def _start_failed(state: RetryCallState) -> None:
 
 
 class LazySession:
-    """This process's Spark session, started on first use (or early, by ``warm_up``)."""
+    """This process's Spark session, started on first use (or early, by ``warm_up``), and
+    started again, a new driver JVM, when it is found dead (``driver_alive``): by ``get``, and
+    by ``watch`` when no query asks. A Kafka Streams app replaces a stream thread that died
+    (KIP-663); the worker's queries are its tasks', which start again from their committed
+    positions."""
 
     def __init__(self, settings: WorkerSettings, hold: Callable[[], Awaitable[None]] | None = None):
         self.settings = settings
@@ -176,17 +239,30 @@ class LazySession:
         """Awaited before the session starts (``TaskAssignment.restored_at_start``)."""
         self.session: SparkSession | None = None
         """Set as soon as it has started, so ``stop`` reaches it while its JIT warms up."""
+        self.replaced = 0
+        """Drivers found dead and started again."""
         self._warmed = False
         self._lock = asyncio.Lock()
 
     async def get(self) -> SparkSession:
         """The session, started (and its JIT warmed up: ``warm_up_jit``) now if it was not yet,
-        once ``hold`` has returned."""
+        once ``hold`` has returned; started again if its driver died (not warmed up again: the
+        tasks waiting for it are the worker's queries)."""
         async with self._lock:
+            if self.session is not None and not await asyncio.to_thread(driver_alive, self.session):
+                dead, self.session = self.session, None
+                self.replaced += 1
+                metrics.SPARK_DRIVER_RESTARTS.inc()
+                log.error("the Spark driver stopped; starting a new one: this worker's queries start again from "
+                          "their tasks' committed positions", extra={"restarts": self.replaced})
+                await asyncio.to_thread(discard, dead)
             if self.session is None:
                 if self.hold is not None:
                     await self.hold()
+                started = time.monotonic()
                 self.session = await asyncio.to_thread(create_session, self.settings)
+                if self.replaced:
+                    log.info("a new Spark driver started", extra={"seconds": round(time.monotonic() - started, 2)})
             if not self._warmed:
                 try:
                     # A stop meanwhile stops the session, which fails the warm-up's job at once.
@@ -203,8 +279,9 @@ class LazySession:
 
     @property
     def ready(self) -> bool:
-        """Whether the session has started and its JIT warm-up has ended (or failed)."""
-        return self._warmed
+        """Whether the session runs and its JIT warm-up has ended (or failed): not while a
+        dead driver is being replaced, nor after a start that failed."""
+        return self._warmed and self.session is not None
 
     async def warm_up(self) -> None:
         """Start the session now, not when a task first needs it, and again (backing off)
@@ -216,7 +293,22 @@ class LazySession:
             with attempt:
                 await self.get()
 
+    async def watch(self, interval_s: float = DRIVER_WATCH_INTERVAL_S) -> None:
+        """Every ``interval_s``, start the session again if its driver died (or its last start
+        failed), when no query asked for it meanwhile (none runs, or all wait for input): the
+        worker is offered its copies' partitions again once it runs. Until cancelled."""
+        while True:
+            await asyncio.sleep(interval_s)
+            if self._lock.locked():
+                continue  # a start under way
+            try:
+                if self.session is None or not await asyncio.to_thread(driver_alive, self.session):
+                    await self.get()
+            except Exception:
+                log.warning("Spark did not start; trying again", exc_info=True, extra={"retry_in_s": interval_s})
+
     async def stop(self) -> None:
-        """Stop the session if it started."""
+        """Stop the session if it started (a dead one's JVM is let go of, as ``discard`` does)."""
         if self.session is not None:
-            await asyncio.to_thread(self.session.stop)
+            session = self.session
+            await asyncio.to_thread(lambda: session.stop() if driver_alive(session) else discard(session))

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import psutil
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
@@ -73,6 +74,16 @@ def own_queries(cluster: LocalCluster) -> Iterator[None]:
         for row in run(cluster, "SHOW QUERIES;"):
             if str(row[0]) not in before:
                 run(cluster, f"TERMINATE {row[0]};")
+
+
+def kill_spark_driver(cluster: LocalCluster, name: str) -> int:
+    """SIGKILL the Spark driver JVM that worker ``name`` started (a JVM crash, the worker left
+    running); its pid."""
+    (jvm,) = [child for child in psutil.Process(cluster.child(name).process.pid).children()
+              if child.name() == "java"]
+    jvm.kill()
+    jvm.wait(10)
+    return int(jvm.pid)
 
 
 def log_entries(log: Path) -> Iterator[dict[str, Any]]:

@@ -41,7 +41,7 @@ from millpond.shared.net import free_port
 from millpond.shared.rpc.converters import task_report_from_proto
 from millpond.shared.task_status import RUNNING, TaskReport
 from millpond.worker.v1 import worker_pb2, worker_pb2_grpc
-from tests.e2e.helpers import pull_until, read_all, read_records, reads_own_writes, run, sink_until
+from tests.e2e.helpers import kill_spark_driver, log_entries, pull_until, read_all, read_records, reads_own_writes, run, sink_until
 from tests.e2e.workload import (
     PARTITIONS,
     Expected,
@@ -173,6 +173,19 @@ async def test_sigkilled_worker_loses_nothing_and_counts_nothing_twice(agg_clust
     run(agg_cluster, f"SET 'auto.offset.reset'='earliest'; CREATE TABLE {areas} AS SELECT area, COUNT(*) AS n, "
                      f"SUM(reading) AS total FROM {stream} GROUP BY area;")
 
+    # Worker-1's Spark driver dies under it (a JVM crash): the worker starts a new one, and
+    # its tasks go on from their committed positions there, none moved (it never stopped beating).
+    await wait_progressing(agg_cluster, query_id, "worker-1")
+    before = {r.partition: r for r in await asyncio.to_thread(task_reports, agg_cluster, query_id)
+              if r.worker_id == "worker-1"}
+    kill_spark_driver(agg_cluster, "worker-1")
+    await produce(agg_cluster.bootstrap, stream, readings(rng, 20_000, 3_000, expected))
+    await wait_restarted(agg_cluster, query_id, before)
+    worker = agg_cluster.child("worker-1")
+    assert worker.process.poll() is None
+    assert [e["restarts"] for e in log_entries(worker.log)
+            if e.get("msg", "").startswith("the Spark driver stopped; starting a new one")] == [1]
+
     # Two kills cover both ways a task comes back: a quick restart mid-stream, and staying
     # down until worker-2 restored the tasks from the changelog (then they move back).
     for kill in range(2):
@@ -226,6 +239,21 @@ async def wait_progressing(cluster: LocalCluster, query_id: str, worker: str, pa
             return
         await asyncio.sleep(0.1)
     raise AssertionError(f"{worker} did not make progress on {query_id}")
+
+
+async def wait_restarted(cluster: LocalCluster, query_id: str, before: dict[int, TaskReport]) -> None:
+    """Until the tasks ``before`` reports (worker-1's) have failed and run again there, and
+    each has committed a batch since."""
+    deadline = time.monotonic() + CATCH_UP_S
+    reports: list[TaskReport] = []
+    while time.monotonic() < deadline:
+        reports = [r for r in await asyncio.to_thread(task_reports, cluster, query_id) if r.partition in before]
+        if len(reports) == len(before) and all(
+                r.worker_id == "worker-1" and r.state == RUNNING and r.failures > before[r.partition].failures
+                and r.input_offset > r.start_input_offset for r in reports):
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"worker-1's tasks of {query_id} did not go on after its Spark driver died: {reports}")
 
 
 async def wait_no_tasks(cluster: LocalCluster, query_id: str) -> None:

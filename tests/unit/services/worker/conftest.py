@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
+from millpond.services.worker import spark as spark_module
 from millpond.services.worker.spark import create_session
 from millpond.services.worker.state import changelog as changelog_module
 from millpond.shared.config import WorkerSettings
@@ -38,3 +39,12 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     session = create_session(settings)
     yield session
     session.stop()
+
+
+@pytest.fixture
+def dead_drivers(monkeypatch: pytest.MonkeyPatch) -> set[object]:
+    """The made-up sessions whose driver a test says died (``spark.driver_alive``: any other is
+    alive), for tests of ``LazySession`` without Spark."""
+    dead: set[object] = set()
+    monkeypatch.setattr(spark_module, "driver_alive", lambda session: session not in dead)
+    return dead

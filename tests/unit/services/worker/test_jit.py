@@ -15,7 +15,7 @@ from millpond.shared.config import WorkerSettings
 
 
 async def test_the_session_is_handed_out_warmed_up_and_a_failed_warm_up_costs_only_speed(
-        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, dead_drivers: set[object]) -> None:
     # Not ready while it warms up: the worker then offers no copy to take an active over.
     seen: list[tuple[Any, bool]] = []
     monkeypatch.setattr(spark_module, "create_session", lambda settings: "session")
@@ -34,7 +34,8 @@ async def test_the_session_is_handed_out_warmed_up_and_a_failed_warm_up_costs_on
     assert lazy.ready and "warm-up failed" in caplog.text
 
 
-async def test_a_stop_while_the_jit_warms_up_stops_the_session(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_stop_while_the_jit_warms_up_stops_the_session(monkeypatch: pytest.MonkeyPatch,
+                                                                dead_drivers: set[object]) -> None:
     # Else the warm-up's thread would run on, and the process could not exit before it ends.
     stopped, warming = threading.Event(), threading.Event()
 

@@ -48,7 +48,7 @@ async def test_warm_up_tries_again_until_the_session_starts(monkeypatch: pytest.
     assert lazy.ready and len(attempts) == 2
 
 
-async def test_the_session_starts_once_its_hold_returns(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_session_starts_once_its_hold_returns(monkeypatch: pytest.MonkeyPatch, dead_drivers: set[object]) -> None:
     held, created = asyncio.Event(), []
 
     async def hold() -> None:
@@ -62,6 +62,56 @@ async def test_the_session_starts_once_its_hold_returns(monkeypatch: pytest.Monk
     held.set()
     assert await asyncio.wait_for(getting, 5) == "session"
     assert await lazy.get() == "session" and created == [1]  # started once: the hold is not asked again
+
+
+async def test_a_dead_driver_is_replaced_once_by_a_new_session_not_warmed_up_again(
+        monkeypatch: pytest.MonkeyPatch, dead_drivers: set[object]) -> None:
+    # The worker's queries wait for it: they start again from their tasks' committed positions.
+    created: list[str] = []
+    discarded: list[object] = []
+    warmed: list[object] = []
+    monkeypatch.setattr(spark_module, "create_session", lambda settings: created.append(f"s{len(created)}") or created[-1])
+    monkeypatch.setattr(spark_module, "discard", discarded.append)
+    monkeypatch.setattr(spark_module, "warm_up_jit", lambda session, settings: warmed.append(session))
+    lazy = spark_module.LazySession(WorkerSettings())
+    assert await lazy.get() == "s0" and await lazy.get() == "s0" and not discarded
+    dead_drivers.add("s0")
+    assert await asyncio.gather(lazy.get(), lazy.get()) == ["s1", "s1"]  # one new driver for both
+    assert created == ["s0", "s1"] and discarded == ["s0"] and warmed == ["s0"]
+    assert lazy.replaced == 1 and lazy.ready
+
+
+async def test_the_watch_replaces_a_dead_driver_that_no_query_asks_for_until_one_starts(
+        monkeypatch: pytest.MonkeyPatch, dead_drivers: set[object]) -> None:
+    # Until it runs again the worker offers only its actives' lags (``ready`` is false).
+    starts: list[str] = []
+    fourth, go_on = threading.Event(), threading.Event()
+
+    def create(settings: WorkerSettings) -> str:
+        starts.append(f"s{len(starts)}")
+        if len(starts) in (2, 3):
+            raise RuntimeError("[JAVA_GATEWAY_EXITED] Java gateway process exited before sending its port number.")
+        if len(starts) == 4:
+            fourth.set()
+            assert go_on.wait(10)
+        return starts[-1]
+
+    monkeypatch.setattr(spark_module, "create_session", create)
+    monkeypatch.setattr(spark_module, "discard", lambda session: None)
+    monkeypatch.setattr(spark_module, "warm_up_jit", lambda session, settings: None)
+    lazy = spark_module.LazySession(WorkerSettings())
+    await lazy.warm_up()
+    watching = asyncio.create_task(lazy.watch(interval_s=0.01))
+    try:
+        dead_drivers.add("s0")
+        assert await asyncio.to_thread(fourth.wait, 10)  # two failed starts, then one under way
+        assert not lazy.ready and lazy.session is None
+        go_on.set()
+        assert await asyncio.wait_for(lazy.get(), 10) == "s3"
+        assert lazy.ready and lazy.replaced == 1 and starts == ["s0", "s1", "s2", "s3"]
+    finally:
+        watching.cancel()
+        await asyncio.gather(watching, return_exceptions=True)
 
 
 @pytest.mark.parametrize("mode", [0o640, 0o755, 0o600, 0o444, 0o1644])
