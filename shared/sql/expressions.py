@@ -4,7 +4,6 @@ arrays are 1-based). Typing lives in ``millpond.shared.sql.types``."""
 
 from __future__ import annotations
 
-import functools
 import math
 import operator
 import re
@@ -13,7 +12,7 @@ from decimal import Decimal, localcontext
 from typing import Any
 
 from millpond.shared.errors import StatementError
-from millpond.shared.sql import aggregates, ast, functions, kinds
+from millpond.shared.sql import aggregates, ast, functions, kinds, likes
 from millpond.shared.sql.java_text import java_double_text
 from millpond.shared.sql.kinds import INTEGRAL, spark_ranked
 from millpond.shared.sql.types import Scope, check
@@ -78,6 +77,8 @@ def to_spark(expr: ast.Expr, scope: Scope) -> str:
     if isinstance(expr, ast.Dereference):
         return f"{sub(expr.operand)}.{quote_identifier(expr.field)}"
     if isinstance(expr, ast.Binary):
+        if expr.op == "LIKE":
+            return likes.in_spark(sub(expr.left), expr.right, sub(expr.right), spark_literal)
         if expr.op == "/" and all(check(e, scope).base in INTEGRAL for e in (expr.left, expr.right)):
             return f"CAST(({sub(expr.left)} DIV {sub(expr.right)}) AS {spark_type(check(expr, scope))})"
         return f"({sub(expr.left)} {expr.op} {sub(expr.right)})"
@@ -107,57 +108,6 @@ def to_spark(expr: ast.Expr, scope: Scope) -> str:
             return fn.spark_of([sub(a) for a in expr.args])
         return f"{fn.spark}({', '.join(sub(a) for a in expr.args)})"
     raise StatementError(f"unsupported expression {ast.to_sql(expr)}")
-
-
-def _like(value: Any, pattern: Any) -> bool | None:
-    """``value LIKE pattern`` as Spark reads it (``%``: any text, ``_``: one character, ``\\``
-    before ``%``, ``_`` or itself: that character), in time linear in the pattern's pieces: the
-    pieces between ``%`` have fixed lengths, so the leftmost place of each is the best for the
-    rest. (One regex of ``.*`` for each ``%`` backtracks exponentially: ten ``%`` before a
-    missing letter took 12 s on the router's loop.)"""
-    if value is None or pattern is None:
-        return None
-    first, *rest = _like_pieces(pattern)
-    if not rest:
-        return first[0].fullmatch(value) is not None
-    *middle, (last, last_length) = rest
-    head = first[0].match(value)
-    if head is None:
-        return False
-    at = head.end()
-    for piece, _ in middle:
-        found = piece.search(value, at)
-        if found is None:
-            return False
-        at = found.end()
-    tail = len(value) - last_length
-    return tail >= at and last.fullmatch(value, tail) is not None
-
-
-@functools.lru_cache(maxsize=256)
-def _like_pieces(pattern: str) -> list[tuple[re.Pattern[str], int]]:
-    """A LIKE pattern's pieces between its ``%``s, each a regex and the length it matches."""
-    pieces: list[tuple[re.Pattern[str], int]] = []
-    regex: list[str] = []
-    length = 0
-    chars = iter(pattern)
-    for c in chars:
-        if c == "%":
-            pieces.append((re.compile("".join(regex), re.DOTALL), length))
-            regex, length = [], 0
-            continue
-        if c == "\\":
-            c = next(chars, "")
-            if c not in ("%", "_", "\\"):
-                before = repr(c) if c else "its end"
-                raise StatementError(f"the LIKE pattern {pattern!r} has a \\ before {before}: "
-                                     "\\ escapes only %, _ and \\ (write \\\\ for a backslash)")
-            regex.append(re.escape(c))
-        else:
-            regex.append("." if c == "_" else re.escape(c))
-        length += 1
-    pieces.append((re.compile("".join(regex), re.DOTALL), length))
-    return pieces
 
 
 def _divide(a: Any, b: Any) -> Any:
@@ -221,7 +171,7 @@ _BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
     "/": _divide, "%": _remainder, "=": _EQUAL, "!=": _spark_compare(operator.ne),
     "<": _spark_compare(operator.lt), "<=": _spark_compare(operator.le), ">": _spark_compare(operator.gt),
-    ">=": _spark_compare(operator.ge), "LIKE": _like,
+    ">=": _spark_compare(operator.ge), "LIKE": likes.like,
 }
 _AT_MOST = _BINARY["<="]
 

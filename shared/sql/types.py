@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import Any, TypeVar, cast
 
 from millpond.shared.errors import NotFoundError, StatementError
-from millpond.shared.sql import aggregates, ast, functions, kinds
+from millpond.shared.sql import aggregates, ast, functions, kinds, likes
 from millpond.shared.sql.ast import SqlType, to_sql
 from millpond.shared.sql.kinds import INTEGRAL, NUMERIC, common_type, decimal_type
 
@@ -143,6 +143,8 @@ def check(expr: ast.Expr, scope: Scope, *, aggregates_allowed: bool = False) -> 
         if expr.op == "LIKE":
             for e, t in ((expr.left, left), (expr.right, right)):
                 _require(e, t, frozenset({"VARCHAR"}), "LIKE")
+            if (why := likes.refusal(expr.right)) is not None:
+                raise StatementError(why)
             return BOOLEAN
         if not comparable(left, right):
             raise _clash(f"cannot compare with {expr.op}", (expr.left, left), (expr.right, right))

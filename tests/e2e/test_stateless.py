@@ -1,6 +1,6 @@
 """Stateless persistent queries on the real cluster: CSAS with a filter, functions (ksqlDB's
 INITCAP, CONCAT_WS, POWER, SPLIT, MASK, MASK_LEFT, ARRAY_JOIN, ARRAY_UNION, REGEXP,
-EXTRACTJSONFIELD and time functions among them) and arithmetic, and a CSAS that
+EXTRACTJSONFIELD, time functions and LIKE among them) and arithmetic, and a CSAS that
 re-keys through PARTITION BY into a topic of another size. Results are read back from the
 sink topics (read_committed) and compared record by record with values computed here; a
 malformed input record goes to the processing log."""
@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
+import re
 import subprocess
 import sys
 import time
@@ -80,7 +81,9 @@ async def test_projections_filters_and_partition_by_write_exactly_the_right_reco
           MASK_LEFT(userid, 1) AS hidden, REGEXP_EXTRACT('u([0-9]+)', userid, 1) AS num,
           REGEXP_REPLACE(pageid, '(?<first>[a-z])', '${{first}}.') AS dotted, REGEXP_EXTRACT_ALL('[aeiou]', pageid) AS vowels,
           EXTRACTJSONFIELD(CONCAT('{{"p": {{"q": ["', pageid, '", 1.50]}}}}'), '$.p.q') AS extracted,
-          ARRAY_UNION(SPLIT(pageid, 'o'), SPLIT(userid, '')) AS united, TIMESTAMPADD(HOURS, seconds, FROM_UNIXTIME(ROWTIME)) AS later
+          ARRAY_UNION(SPLIT(pageid, 'o'), SPLIT(userid, '')) AS united, TIMESTAMPADD(HOURS, seconds, FROM_UNIXTIME(ROWTIME)) AS later,
+          pageid LIKE '%o%_e%' AS liked, pageid LIKE CONCAT('%', SUBSTRING(pageid, 3, 1), '%_') AS by_row,
+          userid LIKE CONCAT(pageid, '%\\') AS unreadable
           FROM {name} WHERE seconds > 5;
         CREATE STREAM by_page_{name} WITH (partitions=2, value_format='delimited') AS
           SELECT pageid, userid, seconds FROM {name} PARTITION BY pageid;
@@ -101,7 +104,9 @@ async def test_projections_filters_and_partition_by_write_exactly_the_right_reco
                                                      "DOTTED": "".join(c + "." for c in p), "VOWELS": [c for c in p if c in "aeiou"],
                                                      "EXTRACTED": f'["{p}",1.5]',
                                                      "UNITED": list(dict.fromkeys([*p.split("o"), *u])),
-                                                     "LATER": (at(t) + datetime.timedelta(hours=s)).isoformat()},
+                                                     "LATER": (at(t) + datetime.timedelta(hours=s)).isoformat(),
+                                                     "LIKED": re.fullmatch(".*o.+e.*", p) is not None, "BY_ROW": True,
+                                                     "UNREADABLE": None},
                                                     separators=(",", ":")).encode())
                             for (u, p, s), t in zip(ROWS, ROWTIMES, strict=True) if s > 5)
     long_records = await read_topic(cluster.bootstrap, f"LONG_{name.upper()}", sum(long_expected.values()))

@@ -123,7 +123,8 @@ def _forms(draw: Callable[..., str]) -> dict[str, list[Form]]:
             lambda x: f"({x('VARCHAR')} {draw('=', '!=', '<', '>=')} {x('VARCHAR')})",
             lambda x: f"({x('BOOLEAN')} {draw('AND', 'OR', '=', '<')} {x('BOOLEAN')})", lambda x: f"(NOT {x('BOOLEAN')})",
             lambda x: f"({x(draw('INT', 'VARCHAR', 'DOUBLE'))} IS {draw('', 'NOT ')}NULL)",
-            lambda x: f"({x('VARCHAR')} LIKE {draw(chr(39) + '%a%' + chr(39), chr(39) + 'a_' + chr(39), chr(39) + '_%' + chr(39))})",
+            lambda x: f"({x('VARCHAR')} LIKE {draw(*(chr(39) + p + chr(39) for p in ('%a%', 'a_', '_%', '%a%_b%')))})",
+            lambda x: f"({x('VARCHAR')} LIKE {x('VARCHAR')})",  # a pattern made row by row (NULL if Spark cannot read it)
             lambda x: f"({x('NUMBER')} {draw('', 'NOT ')}BETWEEN {x('NUMBER')} AND {x('NUMBER')})",
             lambda x: f"({x('NUMBER')} {draw('', 'NOT ')}IN ({x('NUMBER')}, {x('NUMBER')}))",
             lambda x: f"CAST({x(draw('VARCHAR', 'INT'))} AS BOOLEAN)",

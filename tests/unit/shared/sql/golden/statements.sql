@@ -594,3 +594,8 @@ CREATE STREAM gauge_codes_3 AS SELECT sensor, REGEXP_REPLACE(sensor, '(a)', '$2'
 EXPLAIN CREATE STREAM gauge_later AS SELECT sensor, TIMESTAMPADD(MINUTES, reading, FROM_UNIXTIME(ROWTIME)) AS later,
   DATESUB(DAYS, 1, FROM_DAYS(reading)) AS before FROM gauges;
 CREATE STREAM gauge_later_2 AS SELECT sensor, TIMESTAMPADD(WEEKS, 1, FROM_UNIXTIME(ROWTIME)) AS later FROM gauges;
+-- LIKE in linear time: a simple pattern stays Spark's LIKE, any other is one Java regex of atomic groups (a pattern
+-- column's made row by row, NULL where Spark could not read it); a pattern written as text Spark could not read is refused.
+EXPLAIN CREATE STREAM gauge_likes AS SELECT sensor, sensor LIKE 'g%' AS g, sensor LIKE '%a%b_%' AS ab,
+  sensor LIKE CAST(reading AS VARCHAR) AS by_column FROM gauges;
+CREATE STREAM gauge_likes_2 AS SELECT sensor FROM gauges WHERE sensor LIKE 'a\x%';
