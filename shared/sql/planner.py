@@ -578,10 +578,12 @@ def _aggregation(
     keys: dict[ast.Expr, str] = {}
     derived, hidden, _ = aggregates_over_result(query)
     for out, expr in _expand(query, source):
+        if query.window is not None and out in WINDOW_BOUNDS:  # a key, an aggregate or the bound itself
+            bound = isinstance(expr, ast.ColumnRef) and expr.name in WINDOW_BOUNDS
+            raise StatementError(f"{out} is a reserved column name of windowed tables; give "
+                                 + (f"it an alias (SELECT {out} AS {out[6:].lower()}_time, ...)" if bound
+                                    else f"{to_sql(expr)} another alias (SELECT ... AS ...)"))
         if out in derived:
-            if query.window is not None and out in WINDOW_BOUNDS:
-                raise StatementError(f"{out} is a reserved column name of windowed tables; give {to_sql(expr)} another "
-                                     "alias (SELECT ... AS ...)")
             _check_over_aggregates(out, expr, groups, query.window is not None and not any(
                 bound in source.schema for bound in WINDOW_BOUNDS))
             columns.append(OutputColumn(out, SqlType("NULL"), ""))  # typed below, over the result
@@ -596,9 +598,6 @@ def _aggregation(
         if query.window is not None and isinstance(expr, ast.ColumnRef) and expr.name in WINDOW_BOUNDS \
                 and expr.name not in source.schema:
             # A window bound as a value column of the result (its expression names the bound).
-            if out in WINDOW_BOUNDS:
-                raise StatementError(f"{out} is a reserved column name of windowed tables; give it an alias "
-                                     f"(SELECT {out} AS {out[6:].lower()}_time, ...)")
             columns.append(OutputColumn(out, SqlType("BIGINT"), expr.name))
             continue
         if not isinstance(expr, ast.Call) or aggregates.lookup(expr.name) is None:

@@ -599,3 +599,6 @@ CREATE STREAM gauge_later_2 AS SELECT sensor, TIMESTAMPADD(WEEKS, 1, FROM_UNIXTI
 EXPLAIN CREATE STREAM gauge_likes AS SELECT sensor, sensor LIKE 'g%' AS g, sensor LIKE '%a%b_%' AS ab,
   sensor LIKE CAST(reading AS VARCHAR) AS by_column FROM gauges;
 CREATE STREAM gauge_likes_2 AS SELECT sensor FROM gauges WHERE sensor LIKE 'a\x%';
+-- A windowed table's WINDOWSTART and WINDOWEND are its own: no other column of it takes their names.
+CREATE TABLE w_counts AS SELECT sensor, COUNT(*) AS windowstart FROM gauges WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY sensor;
+CREATE TABLE w_keys AS SELECT sensor AS windowend, COUNT(*) AS n FROM gauges WINDOW HOPPING (SIZE 2 MINUTES, ADVANCE BY 1 MINUTE) GROUP BY sensor;
