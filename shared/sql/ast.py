@@ -47,6 +47,21 @@ class ColumnRef(Expr):
 
 
 @dataclass(frozen=True)
+class LambdaVar(Expr):
+    """A lambda's parameter in its body (``x`` in ``x => x + 1``), by its case-normalized name."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Lambda(Expr):
+    """``x => body`` or ``(x, y) => body``: an argument of TRANSFORM, FILTER or REDUCE."""
+
+    params: tuple[str, ...]
+    body: Expr
+
+
+@dataclass(frozen=True)
 class Subscript(Expr):
     """``array[i]`` (1-based, as ksqlDB) or ``map[key]``."""
 
@@ -368,8 +383,11 @@ def to_sql(expr: Expr) -> str:
     """An expression as ksqlDB SQL text (for messages and EXPLAIN)."""
     if isinstance(expr, Literal):
         return _sql_literal(expr.value)
-    if isinstance(expr, ColumnRef):
+    if isinstance(expr, ColumnRef | LambdaVar):
         return expr.name
+    if isinstance(expr, Lambda):
+        params = expr.params[0] if len(expr.params) == 1 else f"({', '.join(expr.params)})"
+        return f"{params} => {to_sql(expr.body)}"
     if isinstance(expr, Subscript):
         return f"{to_sql(expr.operand)}[{to_sql(expr.index)}]"
     if isinstance(expr, Dereference):

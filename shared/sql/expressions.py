@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import operator
 import re
+from collections import ChainMap
 from collections.abc import Callable, Mapping
 from decimal import Decimal, localcontext
 from typing import Any
@@ -15,7 +16,7 @@ from millpond.shared.errors import StatementError
 from millpond.shared.sql import aggregates, ast, functions, kinds, likes
 from millpond.shared.sql.java_text import java_double_text
 from millpond.shared.sql.kinds import INTEGRAL, spark_ranked
-from millpond.shared.sql.types import Scope, check
+from millpond.shared.sql.types import LAMBDA_FUNCTIONS, Scope, check, lambda_call
 
 
 def quote_identifier(name: str) -> str:
@@ -98,6 +99,10 @@ def to_spark(expr: ast.Expr, scope: Scope) -> str:
         whens = " ".join(f"WHEN {sub(c)} THEN {sub(v)}" for c, v in expr.whens)
         other = f" ELSE {sub(expr.otherwise)}" if expr.otherwise is not None else ""
         return f"(CASE {whens}{other} END)"
+    if isinstance(expr, ast.LambdaVar):
+        return scope.variable(expr)[1]
+    if isinstance(expr, ast.Call) and expr.name in LAMBDA_FUNCTIONS:
+        return _lambda_in_spark(expr, scope)
     if isinstance(expr, ast.Call):
         if aggregates.lookup(expr.name):
             raise StatementError(f"aggregate {expr.name} is not allowed here")
@@ -108,6 +113,70 @@ def to_spark(expr: ast.Expr, scope: Scope) -> str:
             return fn.spark_of([sub(a) for a in expr.args])
         return f"{fn.spark}({', '.join(sub(a) for a in expr.args)})"
     raise StatementError(f"unsupported expression {ast.to_sql(expr)}")
+
+
+def _lambda_in_spark(call: ast.Call, scope: Scope) -> str:
+    """Spark SQL for TRANSFORM, FILTER and REDUCE (``lambda_call``): its higher-order functions,
+    REDUCE's a NULL initial state NULL and a NULL collection its initial state, as ksqlDB's."""
+    typed = lambda_call(call, scope)
+    *args, fn = call.args
+    assert isinstance(fn, ast.Lambda)
+    collection = to_spark(args[0], scope)
+    names = [f"`__lambda{len(scope.variables) + i}`" for i in range(len(fn.params))]
+    types = tuple(t for _, t, _ in typed.body.variables[len(scope.variables):])
+    is_map = check(args[0], scope).base == "MAP"
+    if call.name == "REDUCE" and is_map:  # over its entries: (s, e), the lambda's k and v e's fields
+        names = names[:2]
+        body = scope.with_variables(fn.params, types, (names[0], f"{names[1]}.key", f"{names[1]}.value"))
+        collection = f"map_entries({collection})"
+    else:
+        body = scope.with_variables(fn.params, types, tuple(names))
+    params = names[0] if len(names) == 1 else f"({', '.join(names)})"
+    value = to_spark(fn.body, body)
+    if call.name == "TRANSFORM":
+        return f"transform({collection}, {params} -> {value})"
+    if call.name == "FILTER":
+        return f"{'map_filter' if is_map else 'filter'}({collection}, {params} -> {value})"
+    assert typed.state is not None
+    initial, state = to_spark(args[1], scope), spark_type(typed.state)
+    if check(args[1], scope) != typed.state:  # (``with_widths`` has cast both already)
+        initial = f"CAST({initial} AS {state})"
+    if check(fn.body, body) != typed.state:
+        value = f"CAST({value} AS {state})"
+    return (f"(CASE WHEN {initial} IS NULL THEN NULL WHEN {to_spark(args[0], scope)} IS NULL THEN {initial} "
+            f"ELSE aggregate({collection}, {initial}, {params} -> {value}) END)")
+
+
+def _lambda_call(call: ast.Call, row: Mapping[str, Any]) -> Any:
+    """TRANSFORM, FILTER and REDUCE over one row, as ``_lambda_in_spark``'s Spark SQL: FILTER keeps
+    what its lambda gives TRUE for (not NULL)."""
+    *args, fn = call.args
+    assert isinstance(fn, ast.Lambda)
+    keys = [(LAMBDA_VARIABLE, name) for name in fn.params]
+
+    def apply(*values: Any) -> Any:
+        return evaluate(fn.body, ChainMap(dict(zip(keys, values, strict=True)), row))  # type: ignore[arg-type]
+
+    collection = evaluate(args[0], row)
+    if call.name == "REDUCE":
+        state = evaluate(args[1], row)
+        if state is None or collection is None:
+            return state
+        for item in collection.items() if isinstance(collection, dict) else collection:
+            state = apply(state, *item) if isinstance(collection, dict) else apply(state, item)
+        return state
+    if collection is None:
+        return None
+    if call.name == "TRANSFORM":
+        return [apply(item) for item in collection]
+    if isinstance(collection, dict):
+        return {k: v for k, v in collection.items() if apply(k, v) is True}
+    return [item for item in collection if apply(item) is True]
+
+
+LAMBDA_VARIABLE = "lambda"
+"""A lambda parameter's value in the row ``evaluate`` is given: under (LAMBDA_VARIABLE, name),
+where no column's name can be."""
 
 
 def _divide(a: Any, b: Any) -> Any:
@@ -244,6 +313,10 @@ def evaluate(expr: ast.Expr, row: Mapping[str, Any]) -> Any:
             exact = kinds.fitted_decimal(value, kinds.MAX_DECIMAL_DIGITS + expr.scale, expr.scale)
             return None if exact is None else str(exact.copy_abs() if exact.is_zero() else exact)
         return _cast(value, expr.type)
+    if isinstance(expr, ast.LambdaVar):
+        return row[(LAMBDA_VARIABLE, expr.name)]  # type: ignore[index]
+    if isinstance(expr, ast.Call) and expr.name in LAMBDA_FUNCTIONS:
+        return _lambda_call(expr, row)
     if isinstance(expr, ast.Call):
         fn = functions.lookup(expr.name)
         if fn is None:

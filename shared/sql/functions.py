@@ -90,7 +90,8 @@ def _round(x: Any, digits: int = 0) -> Any:
     digits = max(min(digits, 400), -400)  # past a DOUBLE's or a BIGINT's digits either way, nothing changes more
     with localcontext(prec=1000):  # exact for any DOUBLE's or BIGINT's digits
         rounded = Decimal(str(x)).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP)
-    return int(rounded) if isinstance(x, int) else float(rounded)
+    # + 0.0: Java's BigDecimal has no negative zero, so Spark's ROUND(-0.4) is 0.0, not -0.0.
+    return int(rounded) if isinstance(x, int) else float(rounded) + 0.0
 
 
 TEXT_BUILDERS = frozenset({"LPAD", "RPAD", "CONCAT", "CONCAT_WS", "REPLACE", "REGEXP_REPLACE", "ARRAY_JOIN", "ARRAY_CONCAT"})

@@ -47,6 +47,20 @@ def _identifier(token: Token | str) -> str:
     return text.upper()
 
 
+def _lambda(params: tuple[str, ...], body: ast.Expr) -> ast.Lambda:
+    """The lambda, its parameters in its body made ``LambdaVar``s (a lambda inside it that
+    names the same parameter has made its own already: its body sees its own)."""
+    twice = next((p for i, p in enumerate(params) if p in params[:i]), None)
+    if twice is not None:
+        raise StatementError(f"the lambda ({', '.join(params)}) => ... names {twice} twice; give each parameter its own name")
+
+    def bind(node: ast.Expr) -> ast.Expr | None:
+        if isinstance(node, ast.ColumnRef) and node.qualifier is None and node.name in params:
+            return ast.LambdaVar(node.name)
+        return None
+    return ast.Lambda(params, ast.replace_nodes(body, bind))
+
+
 def _unquote(token: Token | str) -> str:
     return str(token)[1:-1].replace("''", "'")
 
@@ -169,6 +183,13 @@ class _ToAst(Transformer[Token, Any]):
             # ksqlDB's TIMESTAMPADD(MINUTES, 5, ts): the unit is a word, not a column
             args = (ast.Literal(args[0].name, ast.SqlType("VARCHAR")), *args[1:])
         return ast.Call(name, tuple(args))
+
+    def lambda1(self, param: str, body: ast.Expr) -> ast.Lambda:
+        return _lambda((param,), body)
+
+    def lambdan(self, *parts: Any) -> ast.Lambda:
+        *params, body = parts
+        return _lambda(tuple(params), body)
 
     def cast(self, operand: ast.Expr, type_: ast.SqlType) -> ast.Cast:
         return ast.Cast(operand, type_)

@@ -28,6 +28,23 @@ class Scope:
     source: str
     schema: Mapping[str, SqlType]
     alias: str | None = None
+    variables: tuple[tuple[str, SqlType, str], ...] = ()
+    """The parameters of the lambdas an expression is inside, innermost last: name, type and
+    Spark SQL."""
+
+    def variable(self, ref: ast.LambdaVar) -> tuple[SqlType, str]:
+        """A lambda parameter's type and Spark SQL."""
+        for name, type_, spark in reversed(self.variables):
+            if name == ref.name:
+                return type_, spark
+        raise StatementError(f"{ref.name} is no parameter of a lambda around it")
+
+    def with_variables(self, names: tuple[str, ...], types: tuple[SqlType, ...],
+                       sparks: tuple[str, ...] | None = None) -> Scope:
+        """This scope inside a lambda of these parameters (Spark SQL: a name of their own each)."""
+        if sparks is None:
+            sparks = tuple(f"`__lambda{len(self.variables) + i}`" for i in range(len(names)))
+        return replace(self, variables=(*self.variables, *zip(names, types, sparks, strict=True)))
 
     def column(self, ref: ast.ColumnRef) -> SqlType:
         """The type of a column reference, checking its qualifier."""
@@ -106,6 +123,10 @@ def check(expr: ast.Expr, scope: Scope, *, aggregates_allowed: bool = False) -> 
         return expr.type
     if isinstance(expr, ast.ColumnRef):
         return scope.column(expr)
+    if isinstance(expr, ast.LambdaVar):
+        return scope.variable(expr)[0]
+    if isinstance(expr, ast.Lambda):
+        raise StatementError(f"a lambda ({to_sql(expr)}) is only an argument of TRANSFORM, FILTER or REDUCE")
     if isinstance(expr, ast.Subscript):
         container, index = sub(expr.operand), sub(expr.index)
         if container.base == "ARRAY":
@@ -191,7 +212,67 @@ def check(expr: ast.Expr, scope: Scope, *, aggregates_allowed: bool = False) -> 
     raise StatementError(f"unsupported expression {to_sql(expr)}")
 
 
+LAMBDA_FUNCTIONS = ("TRANSFORM", "FILTER", "REDUCE")
+"""ksqlDB's functions that take a lambda, their last argument."""
+_LAMBDA_PARAMS = {("TRANSFORM", "ARRAY"): ("x",), ("FILTER", "ARRAY"): ("x",), ("REDUCE", "ARRAY"): ("s", "x"),
+                  ("FILTER", "MAP"): ("k", "v"), ("REDUCE", "MAP"): ("s", "k", "v")}
+
+
+@dataclass(frozen=True)
+class LambdaCall:
+    """A TRANSFORM, FILTER or REDUCE call, typed."""
+
+    body: Scope
+    """The scope its lambda's body is checked in."""
+    result: SqlType
+    state: SqlType | None = None
+    """REDUCE's state: its initial value and each step's value are cast to it."""
+
+
+def lambda_call(call: ast.Call, scope: Scope) -> LambdaCall:
+    """Type a call of a ``LAMBDA_FUNCTIONS`` function: TRANSFORM(array, x => ...),
+    FILTER(array, x => ...), FILTER(map, (k, v) => ...), REDUCE(array, s0, (s, x) => ...),
+    REDUCE(map, s0, (s, k, v) => ...). REDUCE's state has the initial value's type widened to
+    what the lambda gives (0 and a BIGINT sum: BIGINT), as Spark's aggregate needs them the same."""
+    arity = 3 if call.name == "REDUCE" else 2
+    fn = call.args[-1] if call.args else None
+    if len(call.args) != arity or not isinstance(fn, ast.Lambda) or any(isinstance(a, ast.Lambda) for a in call.args[:-1]):
+        shape = "REDUCE(collection, initial state, (s, x) => ...)" if call.name == "REDUCE" \
+            else f"{call.name}(collection, x => ...)"
+        raise StatementError(f"{call.name} takes {arity} arguments, the last a lambda: {shape}")
+    collection = check(call.args[0], scope)
+    params = _LAMBDA_PARAMS.get((call.name, collection.base))
+    if params is None:
+        needs = "an ARRAY (TRANSFORM of a MAP is not supported)" if call.name == "TRANSFORM" else "an ARRAY or a MAP"
+        raise _clash(f"{call.name} needs {needs}", (call.args[0], collection))
+    if len(fn.params) != len(params):
+        raise StatementError(f"{call.name} of {'an ARRAY' if collection.base == 'ARRAY' else 'a MAP'} takes a lambda of "
+                             f"{len(params)} parameter(s), ({', '.join(params)}) => ...; not {to_sql(fn)}")
+    items = collection.params
+    if call.name != "REDUCE":
+        body = scope.with_variables(fn.params, items)
+        result = check(fn.body, body)
+        if call.name == "FILTER":
+            _require(fn.body, result, frozenset({"BOOLEAN"}), "FILTER's lambda")
+            return LambdaCall(body, collection)
+        return LambdaCall(body, SqlType("ARRAY", (result,)))
+    initial = check(call.args[1], scope)
+    if initial.base == "NULL":
+        raise StatementError(f"REDUCE's initial state {to_sql(call.args[1])} has no type: CAST it (CAST(NULL AS BIGINT))")
+    result = check(fn.body, scope.with_variables(fn.params, (initial, *items)))
+    state = common_type([initial, result])
+    if state is None or state.base == "NULL":
+        raise _clash("REDUCE's lambda gives another type than its state", (call.args[1], initial), (fn.body, result))
+    body = scope.with_variables(fn.params, (state, *items))
+    result = check(fn.body, body)
+    if result != state and (common_type([state, result]) is None or state.base not in CASTABLE):
+        raise _clash(f"REDUCE's lambda gives another type than its state ({state})", (fn.body, result))
+    return LambdaCall(body, state, state)
+
+
 def _check_call(call: ast.Call, scope: Scope, aggregates_allowed: bool) -> SqlType:
+    if call.name in LAMBDA_FUNCTIONS:
+        return lambda_call(call, scope).result
     agg = aggregates.lookup(call.name)
     if agg is not None:
         if not aggregates_allowed:
@@ -290,6 +371,8 @@ def with_widths(tree: T, scope: Scope) -> T:
         return tree if all(a is b for a, b in zip(items, tree, strict=True)) else cast(T, items)
     if not is_dataclass(tree) or isinstance(tree, (type, SqlType)):
         return tree
+    if isinstance(tree, ast.Call) and tree.name in LAMBDA_FUNCTIONS:
+        return cast(T, _lambda_widths(tree, scope))
     changed = {f.name: value for f in fields(tree)
                if (value := with_widths(getattr(tree, f.name), scope)) is not getattr(tree, f.name)}
     if (isinstance(tree, ast.Binary) and tree.op in _ARITHMETIC) or (isinstance(tree, ast.Unary) and tree.op == "-") \
@@ -309,6 +392,25 @@ def with_widths(tree: T, scope: Scope) -> T:
     if isinstance(tree, ast.Case) or (isinstance(tree, ast.Call) and tree.name in _COMMON_TYPE_CALLS):
         changed.update(_widened(replace(tree, **changed) if changed else tree, scope))
     return cast(T, replace(cast(Any, tree), **changed)) if changed else tree
+
+
+def _lambda_widths(call: ast.Call, scope: Scope) -> ast.Call:
+    """``with_widths`` of a lambda function's call: its lambda's body in the lambda's scope, and
+    REDUCE's initial value and lambda's value each cast to its state where they differ."""
+    typed = lambda_call(call, scope)
+    *args, fn = call.args
+    assert isinstance(fn, ast.Lambda)
+    args = [with_widths(a, scope) for a in args]
+    body = with_widths(fn.body, typed.body)
+    if typed.state is not None:
+        if check(args[1], scope) != typed.state:
+            args[1] = ast.Cast(args[1], typed.state)
+        if check(body, typed.body) != typed.state:
+            body = ast.Cast(body, typed.state)
+        args[1], body = with_widths(args[1], scope), with_widths(body, typed.body)  # the casts' own marks
+    if body is fn.body and all(a is b for a, b in zip(args, call.args, strict=False)):
+        return call
+    return replace(call, args=(*args, replace(fn, body=body)))
 
 
 _COMMON_TYPE_CALLS = frozenset({"GREATEST", "LEAST", "COALESCE", "IFNULL"})

@@ -721,6 +721,8 @@ async def test_expressions_over_aggregates_are_in_pulls_and_the_sink(agg_cluster
     assert run(agg_cluster, f"SELECT REGEXP_REPLACE(tag, '(\\w):(\\d+)', '$2@$1'), EXTRACTJSONFIELD(CONCAT('{{\"t\": [1, \"', "
                             f"tag, '\"]}}'), '$.t[1]'), ARRAY_EXCEPT(down, ARRAY_REMOVE(down, 20)) FROM {table} WHERE sensor = 'a';") \
         == [["25@a", "a:25", [20]]]
+    assert run(agg_cluster, f"SELECT TRANSFORM(down, x => x * 2), FILTER(down, x => x > n * 5), REDUCE(down, 0, (s, x) => s + x) "
+                            f"FROM {table} WHERE sensor = 'a';") == [[[50, 40, 20], [25, 20], 55]]
     with pytest.raises(grpc.RpcError) as slow:  # a pattern that backtracks without end stops the pull, not the service
         run(agg_cluster, f"SELECT REGEXP_EXTRACT('(a|aa)+c', LPAD(tag, 60, 'a')) FROM {table} WHERE sensor = 'a';")
     assert slow.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "backtracks too much" in str(slow.value.details())

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from millpond.shared.errors import StatementError
+from millpond.shared.errors import MillpondError, StatementError
 from millpond.shared.sql import aggregates, ast
 from millpond.shared.sql.expressions import evaluate, to_spark
 from millpond.shared.sql.parser import parse_statement
 from millpond.shared.sql.regexes import PatternTimeout, java_pattern
 from millpond.shared.sql.types import Scope, check, with_widths
-from tests.unit.services.worker.test_expressions_fuzzed_as_spark import same
+from tests.unit.services.worker.test_expressions_fuzzed_as_spark import same, spark_type_name
 
 NO_COLUMNS = Scope("T", {})
 
@@ -88,8 +88,9 @@ def test_a_like_pattern_that_spark_cannot_read_is_refused_or_null(spark: SparkSe
 def test_padding_and_overflowing_functions_answer_as_spark(spark: SparkSession) -> None:
     texts = ["LPAD('ab', 7, 'xyz')", "RPAD('ab', 7, 'xyz')", "LPAD('abc', 2, 'x')", "LPAD('abc', -1, 'x')",
              "LPAD('ab', 5, '')", "EXP(1000)", "ROUND(1.5, 100000)", "ROUND(2.5)", "ROUND(-2.5)", "ROUND(15, -1)",
-             "ROUND(1234.5678, 2)"]
-    exprs = [expression(text) for text in texts]
+             "ROUND(1234.5678, 2)", "CAST(ROUND(-3.75E0, -1) AS VARCHAR)", "CAST(ROUND(-0.0E0) AS VARCHAR)",
+             "CAST(ROUND(-0.4E0) AS VARCHAR)", "CAST(ROUND(-0.04, 1) AS VARCHAR)"]  # no negative zero: BigDecimal's
+    exprs = [with_widths(expression(text), NO_COLUMNS) for text in texts]
     # Spark reads 1.5 as a DECIMAL, Python as a DOUBLE: compared as numbers.
     spark_values = [float(v) if isinstance(v, Decimal) else v for v in as_spark(spark, exprs)]
     assert dict(zip(texts, (evaluate(e, {}) for e in exprs), strict=True)) == dict(zip(texts, spark_values, strict=True))
@@ -146,6 +147,69 @@ def test_split_and_mask_answer_as_sparks(spark: SparkSession) -> None:
     assert differing == []
     assert evaluate(exprs[0], {"S": "a,,b,", "D": ","}) == ["a", "", "b", ""]
     assert evaluate(exprs[1], {"S": "My Test $123", "D": ""}) == "Xx-Xxxx--nnn"
+
+
+def _alike(python: Any, spark: Any) -> bool:
+    """``same``, item by item through ARRAYs and MAPs (a MAP's entries in order)."""
+    if isinstance(python, list) and isinstance(spark, list):
+        return len(python) == len(spark) and all(_alike(a, b) for a, b in zip(python, spark, strict=True))
+    if isinstance(python, dict) and isinstance(spark, dict):
+        return list(python) == list(spark) and all(_alike(python[k], spark[k]) for k in python)
+    return same(python, spark)
+
+
+LAMBDAS = [
+    "TRANSFORM(a, x => x * 2147483647)", "TRANSFORM(a, x => x + n)", "TRANSFORM(a, x => CAST(x AS VARCHAR))",
+    "TRANSFORM(a, x => TRANSFORM(a, y => x - y))", "TRANSFORM(a, x => FILTER(a, x => x > 1))",
+    "TRANSFORM(a, x => x + REDUCE(a, 0, (s, y) => s + y))", "TRANSFORM(d, x => x / 0)",
+    "FILTER(a, x => x > 1)", "FILTER(a, x => x IS NULL)", "FILTER(a, x => x > NULL)", "FILTER(d, x => x <> x)",
+    "FILTER(m, (k, v) => v % 2 = 0 OR k = 'a')", "FILTER(m, (k, v) => v > n)",
+    "REDUCE(a, 0, (s, x) => s + x)", "REDUCE(a, n, (s, x) => s * 31 + x)", "REDUCE(d, 0, (s, x) => s + x)",
+    "REDUCE(a, 0.5, (s, x) => s + x)", "REDUCE(a, 1.25, (s, x) => s * x)", "REDUCE(a, '', (s, x) => CONCAT(s, CAST(x AS VARCHAR)))",
+    "REDUCE(m, '', (s, k, v) => CONCAT(s, k, '=', CAST(v AS VARCHAR), ';'))", "REDUCE(m, 0, (s, k, v) => s + v * LEN(k))",
+    "REDUCE(a, CAST(NULL AS INT), (s, x) => COALESCE(s, 0) + x)", "REDUCE(a, 0, (s, x) => NULL)",
+    "ARRAY_LENGTH(FILTER(a, x => x IS NOT NULL))", "REDUCE(FILTER(a, x => x > 0), 1, (s, x) => s * x)",
+]
+"""ksqlDB's lambda functions over ARRAYs and MAPs with NULLs, as Spark computes them."""
+
+
+def test_lambda_functions_answer_as_spark(spark: SparkSession) -> None:
+    # Each lambda's arithmetic wraps, widens and rounds as Spark's; REDUCE's state takes the
+    # type the lambda gives (0 and a BIGINT sum: BIGINT); a NULL initial state is NULL and a
+    # NULL collection the initial state (ksqlDB's); FILTER keeps what its lambda gives TRUE for.
+    draw = random.Random(13)
+    ints, doubles, keys = [None, 0, 1, -1, 3, 2**31 - 1, -(2**31)], [None, 0.5, -0.0, 2.25, math.nan], ["a", "b", "cc", "é"]
+    rows = [([draw.choice(ints) for _ in range(draw.randint(0, 4))], [draw.choice(doubles) for _ in range(draw.randint(0, 3))],
+             {k: draw.choice(ints) for k in draw.sample(keys, draw.randint(0, 3))}, draw.choice([None, 0, 7, 2**40]))
+            for _ in range(150)]
+    rows += [(None, None, None, 1), ([], [], {}, None)]
+    columns = Scope("T", {"A": ast.SqlType("ARRAY", (ast.SqlType("INT"),)), "D": ast.SqlType("ARRAY", (ast.SqlType("DOUBLE"),)),
+                          "M": ast.SqlType("MAP", (ast.SqlType("VARCHAR"), ast.SqlType("INT"))), "N": ast.SqlType("BIGINT")})
+    exprs = [with_widths(expression(text), columns) for text in LAMBDAS]
+    frame = spark.createDataFrame(rows, "A ARRAY<INT>, D ARRAY<DOUBLE>, M MAP<STRING, INT>, N BIGINT")
+    results = frame.selectExpr("A", "D", "M", "N", *(f"{to_spark(e, columns)} AS c{i}" for i, e in enumerate(exprs)))
+    assert [spark_type_name(f.dataType) for f in results.schema.fields[4:]] == [str(check(e, columns)) for e in exprs]
+    # Python reads each row as Spark holds it (a MAP's entries in Spark's order, which REDUCE follows).
+    differing = [(row[:4], text, python, row[4 + i]) for row in results.collect()
+                 for i, (text, e) in enumerate(zip(LAMBDAS, exprs, strict=True))
+                 if not _alike(python := evaluate(e, dict(zip("ADMN", row[:4], strict=True))), row[4 + i])]
+    assert differing == []
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    ("TRANSFORM(m, (k, v) => v)", "TRANSFORM needs an ARRAY (TRANSFORM of a MAP is not supported)"),
+    ("TRANSFORM(a, (x, y) => x)", "TRANSFORM of an ARRAY takes a lambda of 1 parameter(s), (x) => ...; not (X, Y) => X"),
+    ("FILTER(a, x => x + 1)", "FILTER's lambda needs BOOLEAN"), ("REDUCE(a, (s, x) => s)", "REDUCE takes 3 arguments"),
+    ("REDUCE(a, NULL, (s, x) => s)", "REDUCE's initial state NULL has no type"),
+    ("REDUCE(a, '', (s, x) => s + x)", "arithmetic + needs numbers"), ("ABS(x => x)", "is only an argument of TRANSFORM"),
+    ("TRANSFORM(a, x => y)", "column Y does not exist"), ("TRANSFORM(a, (x, x) => x)", "names X twice"),
+    ("REDUCE(a, 0, (s, x) => ARRAY_CONTAINS(a, x))", "REDUCE's lambda gives another type than its state"),
+])
+def test_a_lambda_function_that_cannot_be_typed_is_refused(text: str, error: str) -> None:
+    columns = Scope("T", {"A": ast.SqlType("ARRAY", (ast.SqlType("INT"),)),
+                          "M": ast.SqlType("MAP", (ast.SqlType("VARCHAR"), ast.SqlType("INT")))})
+    with pytest.raises(MillpondError, match=re.escape(error)):
+        check(expression(text), columns)
 
 
 def _exactly(value: Any) -> Any:

@@ -77,6 +77,7 @@ def _forms(draw: Callable[..., str]) -> dict[str, list[Form]]:
             lambda x: f"CASE WHEN {x('BOOLEAN')} THEN {x('INT')} ELSE {x('INT')} END",
             lambda x: f"{draw('GREATEST', 'LEAST', 'COALESCE', 'IFNULL')}({x('INT')}, {x('INT')})",
             lambda x: f"ROUND({x('INT')}, {draw('-1', '0', '2')})",
+            lambda x: f"REDUCE(SPLIT({x('VARCHAR')}, ''), {x('INT')}, (ls, lc) => ls * {x('INT')} + LEN(lc))",
         ],
         "BIGINT": [
             lambda x: f"({x('BIGINT')} {draw(*ARITHMETIC)} {x(draw('INT', 'BIGINT'))})",
@@ -114,6 +115,7 @@ def _forms(draw: Callable[..., str]) -> dict[str, list[Form]]:
             lambda x: f"TIMESTAMPTOSTRING({x(draw('INT', 'BIGINT'))}, {draw(*TIME_PATTERNS)}{draw('', *TIME_ZONES)})",
             lambda x: f"{draw(*MASKED_ENDS)}({x('VARCHAR')}, {x(draw('INT', 'BIGINT'))})",
             lambda x: f"ARRAY_JOIN(SPLIT({x('VARCHAR')}, {x('VARCHAR')}), {x('VARCHAR')})",
+            lambda x: f"ARRAY_JOIN(TRANSFORM(SPLIT({x('VARCHAR')}, 'a'), lp => CONCAT(lp, {x('VARCHAR')})), '|')",
             lambda x: f"REGEXP_REPLACE({x('VARCHAR')}, {draw(*JAVA_PATTERNS)}, '<$0>')",
             lambda x: f"COALESCE(REGEXP_EXTRACT({draw(*JAVA_PATTERNS)}, {x('VARCHAR')}), '-')",
             lambda x: f"ARRAY_JOIN(REGEXP_SPLIT_TO_ARRAY({x('VARCHAR')}, {draw(*JAVA_PATTERNS)}), '|')",
@@ -125,6 +127,7 @@ def _forms(draw: Callable[..., str]) -> dict[str, list[Form]]:
             lambda x: f"({x(draw('INT', 'VARCHAR', 'DOUBLE'))} IS {draw('', 'NOT ')}NULL)",
             lambda x: f"({x('VARCHAR')} LIKE {draw(*(chr(39) + p + chr(39) for p in ('%a%', 'a_', '_%', '%a%_b%')))})",
             lambda x: f"({x('VARCHAR')} LIKE {x('VARCHAR')})",  # a pattern made row by row (NULL if Spark cannot read it)
+            lambda x: f"(ARRAY_LENGTH(FILTER(SPLIT({x('VARCHAR')}, ','), lp => lp > {x('VARCHAR')})) > {x('INT')})",
             lambda x: f"({x('NUMBER')} {draw('', 'NOT ')}BETWEEN {x('NUMBER')} AND {x('NUMBER')})",
             lambda x: f"({x('NUMBER')} {draw('', 'NOT ')}IN ({x('NUMBER')}, {x('NUMBER')}))",
             lambda x: f"CAST({x(draw('VARCHAR', 'INT'))} AS BOOLEAN)",
