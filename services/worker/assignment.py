@@ -92,6 +92,9 @@ class TaskAssignment:
         in ``GROUP_OFFSETS`` for them): one admin client kept open, instead of one a read."""
         self._planned = False
         """Whether ``_ready_plans`` has run since the Spark session was ready."""
+        self._planned_on: object | None = None
+        """The Spark session ``_ready_plans`` last ran on (a new one, after its driver died,
+        makes the plans again: the old one's are of a JVM that is gone)."""
         self._incoming: dict[tuple[str, int], tuple[float, str]] = {}
         """(query id, partition) of copies here a leaving worker is about to hand over
         (``prepare_take_over``), with when that stops being prepared for (the monotonic clock)
@@ -291,7 +294,9 @@ class TaskAssignment:
         if not self.spark.ready:
             self._handed = noted  # none can be made: the leaving worker is not kept waiting
             return
-        self._planned = True
+        if self._planned_on is not None and self._planned_on is not self.spark.session:
+            self.streams.forget_ready()
+        self._planned, self._planned_on = True, self.spark.session
         keys = {*self.standbys, *(key for key, supervisor in self.supervisors.items() if supervisor.starting())}
         copies: dict[tuple[str, str], tuple[Stage, frozenset[int]]] = {}
         incoming: dict[tuple[str, str], frozenset[int]] = {}

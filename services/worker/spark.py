@@ -206,7 +206,8 @@ def discard(session: SparkSession) -> None:
         return
     process = getattr(gateway, "proc", None)
     if process is not None and process.poll() is None:
-        process.stdin.close()  # PySpark's JVM exits when its input ends
+        if process.stdin is not None:
+            process.stdin.close()  # PySpark's JVM exits when its input ends
         try:
             process.wait(DRIVER_EXIT_WAIT_S)
         except subprocess.TimeoutExpired:

@@ -218,6 +218,10 @@ class StageStream:
             self._ready = asyncio.create_task(self._make_ready(wanted), name=f"ready-{self.stage.query.query_id}")
             self._ready_since = time.monotonic()
 
+    def forget_ready(self) -> None:
+        """Drop the plan ``ready`` made (its session's driver died): the next ``ready`` makes it again."""
+        self._drop_ready()
+
     def ready_made(self) -> bool:
         """Whether the plan ``ready`` makes is made (or failed, or has taken ``READY_PLAN_WAIT_S``
         already); safe from any thread."""
@@ -745,6 +749,12 @@ class StageStreams:
     def stopped(self) -> bool:
         """Whether ``stop`` has begun (no stream is made any more)."""
         return self._stopped
+
+    def forget_ready(self) -> None:
+        """``StageStream.forget_ready`` on every stream (a new Spark driver: the plans made on the
+        old one are of a JVM that is gone)."""
+        for stream in self._streams.values():
+            stream.forget_ready()
 
     def ready_made(self) -> bool:
         """Whether every plan ``ready`` makes is made (``StageStream.ready_made``); safe from any thread."""

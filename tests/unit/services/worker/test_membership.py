@@ -92,7 +92,7 @@ class FakeTasks:
     def __init__(self) -> None:
         self.generation = 0
         self.taken: list[tuple[int, dict[str, set[int]], set[tuple[str, int]]]] = []
-        self.spark = SimpleNamespace(ready=True)
+        self.spark = SimpleNamespace(ready=True, session="spark")
 
     def takes_over(self) -> bool:
         return bool(self.spark.ready)

@@ -7,6 +7,7 @@ import asyncio
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -16,9 +17,11 @@ from pyspark.sql import types as T
 
 from millpond.services.worker import query_runner
 from millpond.services.worker import spark as spark_module
+from millpond.services.worker.assignment import TaskAssignment
 from millpond.services.worker.jit import STREAM, TABLE, reduction_runner
 from millpond.services.worker.reducers import Reduction
 from millpond.services.worker.spark import LOCAL_FILE_SYSTEM, parallelism
+from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError
 
@@ -112,6 +115,22 @@ async def test_the_watch_replaces_a_dead_driver_that_no_query_asks_for_until_one
     finally:
         watching.cancel()
         await asyncio.gather(watching, return_exceptions=True)
+
+
+def test_the_plans_made_ahead_are_made_again_on_a_new_driver(tmp_path: Path) -> None:
+    # A take-over that used a plan of the dead driver's session would fail once before it ran.
+    spark = SimpleNamespace(ready=True, session="s0")
+    tasks = TaskAssignment(WorkerSettings(worker_id="w", state_dir=tmp_path), Metastore(), spark)  # type: ignore[arg-type]
+    made, forgotten = [], []
+    tasks.streams.ready = lambda copies, incoming: made.append(spark.session)  # type: ignore[method-assign]
+    tasks.streams.forget_ready = lambda: forgotten.append(spark.session)  # type: ignore[method-assign]
+    tasks._ready_plans()
+    tasks._ready_plans()
+    assert made == ["s0", "s0"] and forgotten == []
+    spark.session = "s1"
+    tasks._ready_plans()
+    tasks._ready_plans()
+    assert made == ["s0", "s0", "s1", "s1"] and forgotten == ["s1"]  # once, before they are made again
 
 
 @pytest.mark.parametrize("mode", [0o640, 0o755, 0o600, 0o444, 0o1644])

@@ -1171,7 +1171,7 @@ async def test_a_workers_copies_and_starting_partitions_are_those_the_plans_are_
     tasks.standbys[QUERY, 1] = None  # type: ignore[assignment]
     tasks._ready_plans()
     assert asked == [], "a cold session makes no plan"
-    tasks.spark = SimpleNamespace(ready=True)  # type: ignore[assignment]
+    tasks.spark = SimpleNamespace(ready=True, session="spark")  # type: ignore[assignment]
     starting = QuerySupervisor(tasks.settings, tasks.metastore, tasks.metastore.queries[QUERY], {0}, tasks.streams)
     tasks.supervisors[QUERY, 0] = starting
     tasks._ready_plans()
@@ -1203,7 +1203,7 @@ async def test_a_take_over_is_prepared_for_the_copies_asked_and_answered_once_th
     tasks._ready_plans()
     assert incoming == [], "a cold session: none is made"
     assert tasks.take_over_state(asked, first) == [], "nor waited for"
-    tasks.spark = SimpleNamespace(ready=True)  # type: ignore[assignment]
+    tasks.spark = SimpleNamespace(ready=True, session="spark")  # type: ignore[assignment]
     second = tasks.prepare_take_over(asked, "w9")
     assert tasks.take_over_state(asked, second) is None, "the first one's answer is not this one's"
     tasks._ready_plans()
@@ -1249,7 +1249,7 @@ async def test_a_workers_copies_are_offered_to_take_over_once_their_plan_is_made
     tasks.standbys[QUERY, 1] = None  # type: ignore[assignment]
     tasks._ready_plans()
     assert not tasks.takes_over(), "the session is not warm"
-    tasks.spark = SimpleNamespace(ready=True)  # type: ignore[assignment]
+    tasks.spark = SimpleNamespace(ready=True, session="spark")  # type: ignore[assignment]
     assert not tasks.takes_over(), "no plan asked for yet"
     tasks._ready_plans()
     await asyncio.sleep(0.01)
