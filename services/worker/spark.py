@@ -127,6 +127,9 @@ def create_session(settings: WorkerSettings) -> SparkSession:
         .config("spark.python.sql.dataFrameDebugging.enabled", "false")
         # ksqlDB semantics: a bad cast or a division by zero gives NULL, not a failed batch.
         .config("spark.sql.ansi.enabled", "false")
+        # A MAP that TRANSFORM makes with a key twice keeps its last value (as Python's dict, and
+        # JSON's reading already), where Spark's default fails the batch, and so every retry.
+        .config("spark.sql.mapKeyDedupPolicy", "LAST_WIN")
         # Spark substitutes ${name} in the SQL text it parses, string literals included, by its
         # configuration: a query's '${y}' (a REGEXP_REPLACE's group, any text) became ''.
         .config("spark.sql.variable.substitute", "false")

@@ -10,7 +10,7 @@ import re
 from collections import ChainMap
 from collections.abc import Callable, Mapping
 from decimal import Decimal, localcontext
-from typing import Any
+from typing import Any, cast
 
 from millpond.shared.errors import StatementError
 from millpond.shared.sql import aggregates, ast, functions, kinds, likes
@@ -116,32 +116,44 @@ def to_spark(expr: ast.Expr, scope: Scope) -> str:
 
 
 def _lambda_in_spark(call: ast.Call, scope: Scope) -> str:
-    """Spark SQL for TRANSFORM, FILTER and REDUCE (``lambda_call``): its higher-order functions,
-    REDUCE's a NULL initial state NULL and a NULL collection its initial state, as ksqlDB's."""
+    """Spark SQL for TRANSFORM, FILTER and REDUCE (``lambda_call``): its higher-order functions;
+    over a MAP's entries (its ``map_entries``) for REDUCE and TRANSFORM, whose entries with a NULL
+    key are dropped (Spark's map_from_entries fails on one) and whose last value of a key made
+    twice is kept (the session's ``mapKeyDedupPolicy``); REDUCE's NULL initial state NULL and NULL
+    collection its initial state, as ksqlDB's."""
     typed = lambda_call(call, scope)
-    *args, fn = call.args
-    assert isinstance(fn, ast.Lambda)
+    count = len(typed.bodies)
+    args, fns = call.args[:-count], [cast(ast.Lambda, f) for f in call.args[-count:]]
     collection = to_spark(args[0], scope)
-    names = [f"`__lambda{len(scope.variables) + i}`" for i in range(len(fn.params))]
-    types = tuple(t for _, t, _ in typed.body.variables[len(scope.variables):])
+    own = len(scope.variables)
+    names = [f"`__lambda{own + i}`" for i in range(len(fns[0].params))]
+
+    def variables(body: Scope) -> tuple[ast.SqlType, ...]:
+        return tuple(t for _, t, _ in body.variables[own:])
+
     is_map = check(args[0], scope).base == "MAP"
-    if call.name == "REDUCE" and is_map:  # over its entries: (s, e), the lambda's k and v e's fields
-        names = names[:2]
-        body = scope.with_variables(fn.params, types, (names[0], f"{names[1]}.key", f"{names[1]}.value"))
+    if is_map and call.name != "FILTER":  # over its entries: k and v an entry's fields
+        entry = names[-2]
+        names = names[:-1]
+        bodies = [scope.with_variables(f.params, variables(body), (*names[:-1], f"{entry}.key", f"{entry}.value"))
+                  for f, body in zip(fns, typed.bodies, strict=True)]
         collection = f"map_entries({collection})"
     else:
-        body = scope.with_variables(fn.params, types, tuple(names))
+        bodies = [scope.with_variables(fns[0].params, variables(typed.bodies[0]), tuple(names))]
     params = names[0] if len(names) == 1 else f"({', '.join(names)})"
-    value = to_spark(fn.body, body)
+    values = [to_spark(f.body, body) for f, body in zip(fns, bodies, strict=True)]
+    if call.name == "TRANSFORM" and count == 2:
+        entries = f"transform({collection}, {params} -> struct({values[0]} AS key, {values[1]} AS value))"
+        return f"map_from_entries(filter({entries}, {params} -> {params}.key IS NOT NULL))"
     if call.name == "TRANSFORM":
-        return f"transform({collection}, {params} -> {value})"
+        return f"transform({collection}, {params} -> {values[0]})"
     if call.name == "FILTER":
-        return f"{'map_filter' if is_map else 'filter'}({collection}, {params} -> {value})"
+        return f"{'map_filter' if is_map else 'filter'}({collection}, {params} -> {values[0]})"
     assert typed.state is not None
-    initial, state = to_spark(args[1], scope), spark_type(typed.state)
+    initial, state, value = to_spark(args[1], scope), spark_type(typed.state), values[0]
     if check(args[1], scope) != typed.state:  # (``with_widths`` has cast both already)
         initial = f"CAST({initial} AS {state})"
-    if check(fn.body, body) != typed.state:
+    if check(fns[0].body, bodies[0]) != typed.state:
         value = f"CAST({value} AS {state})"
     return (f"(CASE WHEN {initial} IS NULL THEN NULL WHEN {to_spark(args[0], scope)} IS NULL THEN {initial} "
             f"ELSE aggregate({collection}, {initial}, {params} -> {value}) END)")
@@ -149,29 +161,36 @@ def _lambda_in_spark(call: ast.Call, scope: Scope) -> str:
 
 def _lambda_call(call: ast.Call, row: Mapping[str, Any]) -> Any:
     """TRANSFORM, FILTER and REDUCE over one row, as ``_lambda_in_spark``'s Spark SQL: FILTER keeps
-    what its lambda gives TRUE for (not NULL)."""
-    *args, fn = call.args
-    assert isinstance(fn, ast.Lambda)
-    keys = [(LAMBDA_VARIABLE, name) for name in fn.params]
+    what its lambda gives TRUE for (not NULL); TRANSFORM of a MAP drops a NULL key and keeps the
+    last value of a key made twice, where the key was first made."""
+    lambdas = [a for a in call.args if isinstance(a, ast.Lambda)]
 
-    def apply(*values: Any) -> Any:
-        return evaluate(fn.body, ChainMap(dict(zip(keys, values, strict=True)), row))  # type: ignore[arg-type]
+    def apply(fn: ast.Lambda, *values: Any) -> Any:
+        bound = {(LAMBDA_VARIABLE, name): value for name, value in zip(fn.params, values, strict=True)}
+        return evaluate(fn.body, ChainMap(bound, row))  # type: ignore[arg-type]
 
-    collection = evaluate(args[0], row)
+    fn = lambdas[-1]
+    collection = evaluate(call.args[0], row)
     if call.name == "REDUCE":
-        state = evaluate(args[1], row)
+        state = evaluate(call.args[1], row)
         if state is None or collection is None:
             return state
         for item in collection.items() if isinstance(collection, dict) else collection:
-            state = apply(state, *item) if isinstance(collection, dict) else apply(state, item)
+            state = apply(fn, state, *item) if isinstance(collection, dict) else apply(fn, state, item)
         return state
     if collection is None:
         return None
+    if call.name == "TRANSFORM" and isinstance(collection, dict):
+        made: dict[Any, Any] = {}
+        for k, v in collection.items():
+            if (key := apply(lambdas[0], k, v)) is not None:
+                made[key] = apply(fn, k, v)
+        return made
     if call.name == "TRANSFORM":
-        return [apply(item) for item in collection]
+        return [apply(fn, item) for item in collection]
     if isinstance(collection, dict):
-        return {k: v for k, v in collection.items() if apply(k, v) is True}
-    return [item for item in collection if apply(item) is True]
+        return {k: v for k, v in collection.items() if apply(fn, k, v) is True}
+    return [item for item in collection if apply(fn, item) is True]
 
 
 LAMBDA_VARIABLE = "lambda"

@@ -213,49 +213,64 @@ def check(expr: ast.Expr, scope: Scope, *, aggregates_allowed: bool = False) -> 
 
 
 LAMBDA_FUNCTIONS = ("TRANSFORM", "FILTER", "REDUCE")
-"""ksqlDB's functions that take a lambda, their last argument."""
+"""ksqlDB's functions that take lambdas, their last arguments."""
 _LAMBDA_PARAMS = {("TRANSFORM", "ARRAY"): ("x",), ("FILTER", "ARRAY"): ("x",), ("REDUCE", "ARRAY"): ("s", "x"),
-                  ("FILTER", "MAP"): ("k", "v"), ("REDUCE", "MAP"): ("s", "k", "v")}
+                  ("TRANSFORM", "MAP"): ("k", "v"), ("FILTER", "MAP"): ("k", "v"), ("REDUCE", "MAP"): ("s", "k", "v")}
+_SHAPES = {("TRANSFORM", "ARRAY"): "TRANSFORM(array, x => ...)",
+           ("TRANSFORM", "MAP"): "TRANSFORM(map, (k, v) => key, (k, v) => value)",
+           ("FILTER", "ARRAY"): "FILTER(array, x => ...)", ("FILTER", "MAP"): "FILTER(map, (k, v) => ...)",
+           ("REDUCE", "ARRAY"): "REDUCE(array, initial state, (s, x) => ...)",
+           ("REDUCE", "MAP"): "REDUCE(map, initial state, (s, k, v) => ...)"}
+MAP_KEY_TYPES = frozenset({"VARCHAR", "INT", "BIGINT", "BOOLEAN"})
+"""What a MAP that TRANSFORM makes may be keyed by (a key Python hashes as Spark compares it)."""
 
 
 @dataclass(frozen=True)
 class LambdaCall:
     """A TRANSFORM, FILTER or REDUCE call, typed."""
 
-    body: Scope
-    """The scope its lambda's body is checked in."""
+    bodies: tuple[Scope, ...]
+    """The scope each of its lambdas' bodies is checked in (TRANSFORM of a MAP has two)."""
     result: SqlType
     state: SqlType | None = None
     """REDUCE's state: its initial value and each step's value are cast to it."""
 
 
 def lambda_call(call: ast.Call, scope: Scope) -> LambdaCall:
-    """Type a call of a ``LAMBDA_FUNCTIONS`` function: TRANSFORM(array, x => ...),
-    FILTER(array, x => ...), FILTER(map, (k, v) => ...), REDUCE(array, s0, (s, x) => ...),
-    REDUCE(map, s0, (s, k, v) => ...). REDUCE's state has the initial value's type widened to
-    what the lambda gives (0 and a BIGINT sum: BIGINT), as Spark's aggregate needs them the same."""
-    arity = 3 if call.name == "REDUCE" else 2
-    fn = call.args[-1] if call.args else None
-    if len(call.args) != arity or not isinstance(fn, ast.Lambda) or any(isinstance(a, ast.Lambda) for a in call.args[:-1]):
-        shape = "REDUCE(collection, initial state, (s, x) => ...)" if call.name == "REDUCE" \
-            else f"{call.name}(collection, x => ...)"
-        raise StatementError(f"{call.name} takes {arity} arguments, the last a lambda: {shape}")
-    collection = check(call.args[0], scope)
-    params = _LAMBDA_PARAMS.get((call.name, collection.base))
-    if params is None:
-        needs = "an ARRAY (TRANSFORM of a MAP is not supported)" if call.name == "TRANSFORM" else "an ARRAY or a MAP"
-        raise _clash(f"{call.name} needs {needs}", (call.args[0], collection))
-    if len(fn.params) != len(params):
-        raise StatementError(f"{call.name} of {'an ARRAY' if collection.base == 'ARRAY' else 'a MAP'} takes a lambda of "
-                             f"{len(params)} parameter(s), ({', '.join(params)}) => ...; not {to_sql(fn)}")
+    """Type a call of a ``LAMBDA_FUNCTIONS`` function (``_SHAPES``). REDUCE's state has the
+    initial value's type widened to what the lambda gives (0 and a BIGINT sum: BIGINT), as
+    Spark's aggregate needs them the same; TRANSFORM of a MAP makes a MAP keyed by one of
+    ``MAP_KEY_TYPES``."""
+    collection = check(call.args[0], scope) if call.args and not isinstance(call.args[0], ast.Lambda) else None
+    base = collection.base if collection is not None and collection.base in ("ARRAY", "MAP") else "ARRAY"
+    params, shape = _LAMBDA_PARAMS[call.name, base], _SHAPES[call.name, base]
+    lambdas = 2 if (call.name, base) == ("TRANSFORM", "MAP") else 1
+    arity = 3 if call.name == "REDUCE" or lambdas == 2 else 2
+    fns = [a for a in call.args[-lambdas:] if isinstance(a, ast.Lambda)]
+    if len(call.args) != arity or len(fns) != lambdas or any(isinstance(a, ast.Lambda) for a in call.args[:-lambdas]):
+        raise StatementError(f"{call.name} takes {arity} arguments, the last {'two' if lambdas == 2 else 'one'} "
+                             f"{'lambdas' if lambdas == 2 else 'a lambda'}: {shape}")
+    assert collection is not None
+    if collection.base not in ("ARRAY", "MAP"):
+        raise _clash(f"{call.name} needs an ARRAY or a MAP", (call.args[0], collection))
+    for fn in fns:
+        if len(fn.params) != len(params):
+            raise StatementError(f"{call.name}'s lambda takes {len(params)} parameter(s) here, {shape}; not {to_sql(fn)}")
     items = collection.params
+    fn = fns[-1]
+    if lambdas == 2:
+        bodies = tuple(scope.with_variables(f.params, items) for f in fns)
+        key, value = (check(f.body, body) for f, body in zip(fns, bodies, strict=True))
+        if key.base not in MAP_KEY_TYPES:
+            raise _clash(f"the keys TRANSFORM makes must be {', '.join(sorted(MAP_KEY_TYPES))}", (fns[0].body, key))
+        return LambdaCall(bodies, SqlType("MAP", (key, value)))
     if call.name != "REDUCE":
         body = scope.with_variables(fn.params, items)
         result = check(fn.body, body)
         if call.name == "FILTER":
             _require(fn.body, result, frozenset({"BOOLEAN"}), "FILTER's lambda")
-            return LambdaCall(body, collection)
-        return LambdaCall(body, SqlType("ARRAY", (result,)))
+            return LambdaCall((body,), collection)
+        return LambdaCall((body,), SqlType("ARRAY", (result,)))
     initial = check(call.args[1], scope)
     if initial.base == "NULL":
         raise StatementError(f"REDUCE's initial state {to_sql(call.args[1])} has no type: CAST it (CAST(NULL AS BIGINT))")
@@ -267,7 +282,7 @@ def lambda_call(call: ast.Call, scope: Scope) -> LambdaCall:
     result = check(fn.body, body)
     if result != state and (common_type([state, result]) is None or state.base not in CASTABLE):
         raise _clash(f"REDUCE's lambda gives another type than its state ({state})", (fn.body, result))
-    return LambdaCall(body, state, state)
+    return LambdaCall((body,), state, state)
 
 
 def _check_call(call: ast.Call, scope: Scope, aggregates_allowed: bool) -> SqlType:
@@ -395,22 +410,21 @@ def with_widths(tree: T, scope: Scope) -> T:
 
 
 def _lambda_widths(call: ast.Call, scope: Scope) -> ast.Call:
-    """``with_widths`` of a lambda function's call: its lambda's body in the lambda's scope, and
+    """``with_widths`` of a lambda function's call: each lambda's body in its lambda's scope, and
     REDUCE's initial value and lambda's value each cast to its state where they differ."""
     typed = lambda_call(call, scope)
-    *args, fn = call.args
-    assert isinstance(fn, ast.Lambda)
-    args = [with_widths(a, scope) for a in args]
-    body = with_widths(fn.body, typed.body)
+    count = len(typed.bodies)
+    args = [with_widths(a, scope) for a in call.args[:-count]]
+    fns = [cast(ast.Lambda, f) for f in call.args[-count:]]
+    bodies = [with_widths(f.body, body) for f, body in zip(fns, typed.bodies, strict=True)]
     if typed.state is not None:
         if check(args[1], scope) != typed.state:
-            args[1] = ast.Cast(args[1], typed.state)
-        if check(body, typed.body) != typed.state:
-            body = ast.Cast(body, typed.state)
-        args[1], body = with_widths(args[1], scope), with_widths(body, typed.body)  # the casts' own marks
-    if body is fn.body and all(a is b for a, b in zip(args, call.args, strict=False)):
+            args[1] = with_widths(ast.Cast(args[1], typed.state), scope)
+        if check(bodies[0], typed.bodies[0]) != typed.state:
+            bodies[0] = with_widths(ast.Cast(bodies[0], typed.state), typed.bodies[0])
+    if all(a is b for a, b in zip([*args, *bodies], [*call.args[:-count], *(f.body for f in fns)], strict=True)):
         return call
-    return replace(call, args=(*args, replace(fn, body=body)))
+    return replace(call, args=(*args, *(replace(f, body=body) for f, body in zip(fns, bodies, strict=True))))
 
 
 _COMMON_TYPE_CALLS = frozenset({"GREATEST", "LEAST", "COALESCE", "IFNULL"})

@@ -150,11 +150,12 @@ def test_split_and_mask_answer_as_sparks(spark: SparkSession) -> None:
 
 
 def _alike(python: Any, spark: Any) -> bool:
-    """``same``, item by item through ARRAYs and MAPs (a MAP's entries in order)."""
+    """``same``, item by item through ARRAYs and MAPs (a MAP's entries in any order: PySpark
+    collects a MAP through a java.util.HashMap)."""
     if isinstance(python, list) and isinstance(spark, list):
         return len(python) == len(spark) and all(_alike(a, b) for a, b in zip(python, spark, strict=True))
     if isinstance(python, dict) and isinstance(spark, dict):
-        return list(python) == list(spark) and all(_alike(python[k], spark[k]) for k in python)
+        return python.keys() == spark.keys() and all(_alike(python[k], spark[k]) for k in python)
     return same(python, spark)
 
 
@@ -169,6 +170,9 @@ LAMBDAS = [
     "REDUCE(m, '', (s, k, v) => CONCAT(s, k, '=', CAST(v AS VARCHAR), ';'))", "REDUCE(m, 0, (s, k, v) => s + v * LEN(k))",
     "REDUCE(a, CAST(NULL AS INT), (s, x) => COALESCE(s, 0) + x)", "REDUCE(a, 0, (s, x) => NULL)",
     "ARRAY_LENGTH(FILTER(a, x => x IS NOT NULL))", "REDUCE(FILTER(a, x => x > 0), 1, (s, x) => s * x)",
+    "TRANSFORM(m, (k, v) => UCASE(k), (k, v) => v * 2)", "TRANSFORM(m, (k, v) => LEN(k) > 1, (k, v) => k)",
+    "TRANSFORM(m, (k, v) => v, (k, v) => CONCAT(k, '!'))", "TRANSFORM(m, (k, v) => CASE WHEN k = 'b' THEN k END, (k, v) => v)",
+    "TRANSFORM(m, (k, v) => k, (x, y) => TRANSFORM(a, z => z + y))",
 ]
 """ksqlDB's lambda functions over ARRAYs and MAPs with NULLs, as Spark computes them."""
 
@@ -189,7 +193,8 @@ def test_lambda_functions_answer_as_spark(spark: SparkSession) -> None:
     frame = spark.createDataFrame(rows, "A ARRAY<INT>, D ARRAY<DOUBLE>, M MAP<STRING, INT>, N BIGINT")
     results = frame.selectExpr("A", "D", "M", "N", *(f"{to_spark(e, columns)} AS c{i}" for i, e in enumerate(exprs)))
     assert [spark_type_name(f.dataType) for f in results.schema.fields[4:]] == [str(check(e, columns)) for e in exprs]
-    # Python reads each row as Spark holds it (a MAP's entries in Spark's order, which REDUCE follows).
+    # Python reads each row as Spark gives it back (a MAP's entries in the order Spark's REDUCE
+    # meets them: the order the same java.util.HashMap made both).
     differing = [(row[:4], text, python, row[4 + i]) for row in results.collect()
                  for i, (text, e) in enumerate(zip(LAMBDAS, exprs, strict=True))
                  if not _alike(python := evaluate(e, dict(zip("ADMN", row[:4], strict=True))), row[4 + i])]
@@ -197,8 +202,10 @@ def test_lambda_functions_answer_as_spark(spark: SparkSession) -> None:
 
 
 @pytest.mark.parametrize(("text", "error"), [
-    ("TRANSFORM(m, (k, v) => v)", "TRANSFORM needs an ARRAY (TRANSFORM of a MAP is not supported)"),
-    ("TRANSFORM(a, (x, y) => x)", "TRANSFORM of an ARRAY takes a lambda of 1 parameter(s), (x) => ...; not (X, Y) => X"),
+    ("TRANSFORM(m, (k, v) => v)", "TRANSFORM takes 3 arguments, the last two lambdas: TRANSFORM(map, (k, v) => key, (k, v)"),
+    ("TRANSFORM(a, (x, y) => x)", "TRANSFORM's lambda takes 1 parameter(s) here, TRANSFORM(array, x => ...); not (X, Y) => X"),
+    ("TRANSFORM(m, (k, v) => a, (k, v) => v)", "the keys TRANSFORM makes must be BIGINT, BOOLEAN, INT, VARCHAR"),
+    ("TRANSFORM(a, x => x, x => x)", "TRANSFORM takes 2 arguments"), ("FILTER(a)", "FILTER takes 2 arguments"),
     ("FILTER(a, x => x + 1)", "FILTER's lambda needs BOOLEAN"), ("REDUCE(a, (s, x) => s)", "REDUCE takes 3 arguments"),
     ("REDUCE(a, NULL, (s, x) => s)", "REDUCE's initial state NULL has no type"),
     ("REDUCE(a, '', (s, x) => s + x)", "arithmetic + needs numbers"), ("ABS(x => x)", "is only an argument of TRANSFORM"),

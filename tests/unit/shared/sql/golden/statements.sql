@@ -602,10 +602,12 @@ CREATE STREAM gauge_likes_2 AS SELECT sensor FROM gauges WHERE sensor LIKE 'a\x%
 -- A windowed table's WINDOWSTART and WINDOWEND are its own: no other column of it takes their names.
 CREATE TABLE w_counts AS SELECT sensor, COUNT(*) AS windowstart FROM gauges WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY sensor;
 CREATE TABLE w_keys AS SELECT sensor AS windowend, COUNT(*) AS n FROM gauges WINDOW HOPPING (SIZE 2 MINUTES, ADVANCE BY 1 MINUTE) GROUP BY sensor;
--- ksqlDB's lambda functions: TRANSFORM, FILTER and REDUCE over ARRAYs (FILTER and REDUCE over MAPs too), Spark's
--- higher-order functions; REDUCE's state takes the type its lambda gives.
+-- ksqlDB's lambda functions: TRANSFORM, FILTER and REDUCE over ARRAYs and MAPs, Spark's higher-order functions;
+-- REDUCE's state takes the type its lambda gives; TRANSFORM of a MAP takes two lambdas, and keys of a few types.
 EXPLAIN CREATE TABLE user_lambdas AS SELECT id, TRANSFORM(tags, t => UCASE(t)) AS upper_tags,
   FILTER(attrs, (k, v) => v > age) AS above, REDUCE(attrs, 0, (s, k, v) => s + v * balance) AS weighted FROM users;
 SELECT id, TRANSFORM(tags, t => CONCAT(t, '!')) AS loud, REDUCE(tags, '', (s, t) => s || t) AS joined FROM users WHERE id = 'u1';
 CREATE TABLE user_lambdas_2 AS SELECT id, TRANSFORM(attrs, (k, v) => v) AS vs FROM users;
+EXPLAIN CREATE TABLE user_lambdas_4 AS SELECT id, TRANSFORM(attrs, (k, v) => UCASE(k), (k, v) => v + age) AS shouted FROM users;
+CREATE TABLE user_lambdas_5 AS SELECT id, TRANSFORM(attrs, (k, v) => tags, (k, v) => v) AS by_tags FROM users;
 CREATE TABLE user_lambdas_3 AS SELECT id, UCASE(t => t) AS nope FROM users;
