@@ -447,8 +447,10 @@ FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
                    refuses=times.refusal("PARSE_TIMESTAMP", 1, writes=False)),
     ScalarFunction("FROM_UNIXTIME", ("bigint",), result=lambda _: TIMESTAMP, spark_of=times.from_unixtime_in_spark,
                    python=_strict(times.from_unixtime)),
-    ScalarFunction("UNIX_TIMESTAMP", ("timestamp",), result=lambda _: BIGINT, spark="unix_millis",
-                   python=_strict(times.unix_timestamp)),
+    # With no argument: now (ksqlDB's), in a persistent query the micro-batch's time, as Spark's current_timestamp.
+    ScalarFunction("UNIX_TIMESTAMP", (), optional=("timestamp",), result=lambda _: BIGINT,
+                   spark_of=lambda a: f"unix_millis({a[0] if a else 'current_timestamp()'})",
+                   python=lambda *a: times.unix_timestamp(a[0]) if a and a[0] is not None else None if a else times.now_millis()),
     *(ScalarFunction(name, ("string", "bigint", "timestamp"), result=lambda _: TIMESTAMP, spark_of=times.timestamp_add_in_spark(sign),
                      python=_strict(lambda u, n, t, sign=sign: times.timestamp_add(u, n, t, sign)),
                      refuses=times.unit_refusal(name, dates=False)) for name, sign in (("TIMESTAMPADD", 1), ("TIMESTAMPSUB", -1))),
@@ -461,7 +463,9 @@ FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
                    python=_strict(times.parse_date), refuses=times.refusal("PARSE_DATE", 1, writes=False, dates=True)),
     ScalarFunction("FROM_DAYS", ("bigint",), result=lambda _: DATE, spark_of=times.from_days_in_spark,
                    python=_strict(times.from_days)),
-    ScalarFunction("UNIX_DATE", ("date",), result=lambda _: INT, spark="unix_date", python=_strict(times.unix_date)),
+    ScalarFunction("UNIX_DATE", (), optional=("date",), result=lambda _: INT,
+                   spark_of=lambda a: f"unix_date({a[0] if a else 'current_date()'})",
+                   python=lambda *a: times.unix_date(a[0]) if a and a[0] is not None else None if a else times.today_days()),
 )}
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import functools
 import re
+import time
 import zoneinfo
 from collections.abc import Callable
 from importlib import resources
@@ -152,6 +153,16 @@ def parse_timestamp(text: str, pattern: str, zone: str | None = None) -> str | N
 def from_unixtime(millis: int) -> str | None:
     """FROM_UNIXTIME: epoch milliseconds as a TIMESTAMP."""
     return _timestamp(millis * 1000)
+
+
+def now_millis() -> int:
+    """UNIX_TIMESTAMP(): the epoch milliseconds now."""
+    return time.time_ns() // 1_000_000
+
+
+def today_days() -> int:
+    """UNIX_DATE(): today's days from the epoch (UTC, the sessions' time zone)."""
+    return now_millis() // 86_400_000
 
 
 def unix_timestamp(timestamp: str) -> int:

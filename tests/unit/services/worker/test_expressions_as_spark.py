@@ -8,6 +8,7 @@ import json
 import math
 import random
 import re
+import time
 from decimal import Decimal
 from typing import Any
 
@@ -147,6 +148,19 @@ def test_split_and_mask_answer_as_sparks(spark: SparkSession) -> None:
     assert differing == []
     assert evaluate(exprs[0], {"S": "a,,b,", "D": ","}) == ["a", "", "b", ""]
     assert evaluate(exprs[1], {"S": "My Test $123", "D": ""}) == "Xx-Xxxx--nnn"
+
+
+def test_unix_timestamp_and_unix_date_without_an_argument_are_now(spark: SparkSession) -> None:
+    # ksqlDB's: the time now; a persistent query's is its micro-batch's (Spark's current_timestamp).
+    exprs = [expression("UNIX_TIMESTAMP()"), expression("UNIX_DATE()")]
+    assert [str(check(e, NO_COLUMNS)) for e in exprs] == ["BIGINT", "INT"]
+    before = time.time_ns() // 1_000_000
+    pythons, sparks = [evaluate(e, {}) for e in exprs], as_spark(spark, exprs)
+    after = time.time_ns() // 1_000_000
+    assert before <= pythons[0] <= after and before <= sparks[0] <= after
+    assert before // 86_400_000 <= pythons[1] <= after // 86_400_000
+    assert before // 86_400_000 <= sparks[1] <= after // 86_400_000
+    assert evaluate(expression("UNIX_TIMESTAMP(FROM_UNIXTIME(1700000000123))"), {}) == 1700000000123
 
 
 def _alike(python: Any, spark: Any) -> bool:

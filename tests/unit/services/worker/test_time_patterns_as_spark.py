@@ -207,7 +207,7 @@ def test_every_time_zone_python_knows_is_the_jvms(spark: SparkSession) -> None:
     ("STRINGTOTIMESTAMP(s, 'HH:mmZ', '+01:00')", "with a time zone cannot use the offset and zone letters"),
     ("TIMESTAMPTOSTRING(t, 'yyyy')", "argument 1 of TIMESTAMPTOSTRING must be bigint"),
     ("FORMAT_TIMESTAMP(m, 'yyyy')", "argument 1 of FORMAT_TIMESTAMP must be timestamp"),
-    ("UNIX_TIMESTAMP()", "UNIX_TIMESTAMP takes 1 argument(s), got 0"),
+    ("UNIX_TIMESTAMP(FROM_UNIXTIME(1), 2)", "UNIX_TIMESTAMP takes 0 to 1 argument(s), got 2"),
     ("FORMAT_DATE(d, 'yyyy-MM-dd HH:mm')", "FORMAT_DATE's pattern 'yyyy-MM-dd HH:mm' has letters of a time of day or a zone (Hm)"),
     ("PARSE_DATE(s, 'yyyy-MM-ddXXX')", "PARSE_DATE's pattern 'yyyy-MM-ddXXX' has letters of a time of day or a zone (X)"),
     ("FORMAT_DATE(t, 'yyyy')", "argument 1 of FORMAT_DATE must be date"),

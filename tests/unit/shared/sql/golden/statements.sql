@@ -611,3 +611,5 @@ CREATE TABLE user_lambdas_2 AS SELECT id, TRANSFORM(attrs, (k, v) => v) AS vs FR
 EXPLAIN CREATE TABLE user_lambdas_4 AS SELECT id, TRANSFORM(attrs, (k, v) => UCASE(k), (k, v) => v + age) AS shouted FROM users;
 CREATE TABLE user_lambdas_5 AS SELECT id, TRANSFORM(attrs, (k, v) => tags, (k, v) => v) AS by_tags FROM users;
 CREATE TABLE user_lambdas_3 AS SELECT id, UCASE(t => t) AS nope FROM users;
+-- UNIX_TIMESTAMP() and UNIX_DATE() without an argument: now (a persistent query's micro-batch's time).
+EXPLAIN CREATE STREAM gauge_now AS SELECT sensor, UNIX_TIMESTAMP() - ROWTIME AS age_ms, UNIX_DATE() AS today FROM gauges;
