@@ -245,11 +245,19 @@ def _wrapped(number: Any, bits: int) -> Any:
 
 def _spark_compare(op: Callable[[Any, Any], bool]) -> Callable[[Any, Any], bool]:
     """``op`` of two values as Spark's comparison answers it: a NaN equal to itself and above
-    every number (``SQLOrderingUtil.compareDoubles``), where Python's NaN is neither."""
+    every number (``SQLOrderingUtil.compareDoubles``), where Python's NaN is neither; an INT or
+    BIGINT beside a DOUBLE compared as a DOUBLE (Spark's common type), where Python compares them
+    exactly (2^63 - 1 equals the DOUBLE 2^63 to Spark)."""
     def compare(a: Any, b: Any) -> bool:
         # Inline (a pull's WHERE compares every row): only a float NaN is unequal to itself.
-        if (a.__class__ is float and a != a) or (b.__class__ is float and b != b):
-            return op(spark_ranked(a), spark_ranked(b))
+        if a.__class__ is float:
+            if a != a or (b.__class__ is float and b != b):
+                return op(spark_ranked(a), spark_ranked(b))
+            return op(a, float(b)) if b.__class__ is int else op(a, b)
+        if b.__class__ is float:
+            if b != b:
+                return op(spark_ranked(a), spark_ranked(b))
+            return op(float(a), b) if a.__class__ is int else op(a, b)
         return op(a, b)
     return compare
 

@@ -150,6 +150,17 @@ def test_split_and_mask_answer_as_sparks(spark: SparkSession) -> None:
     assert evaluate(exprs[1], {"S": "My Test $123", "D": ""}) == "Xx-Xxxx--nnn"
 
 
+def test_a_bigint_beside_a_double_is_compared_as_a_double(spark: SparkSession) -> None:
+    # Spark's common type: 2^63 - 1 is the DOUBLE 2^63 there; Python compared them exactly (found
+    # by the random expression test's seed 11, an IN).
+    texts = ["9.223372036854776E18 = 9223372036854775807", "9223372036854775807 < 9.223372036854776E18",
+             "(-1.0E0 + POWER(9223372036854775807, 1)) NOT IN (9223372036854775807, 1)",
+             "9007199254740993 BETWEEN 9.007199254740992E15 AND 1.0E16", "CAST(9007199254740993 AS DOUBLE) > 9007199254740992",
+             "2.5E0 > 2", "0.0E0 = 0", "(0.0E0 / 0) = 1"]
+    exprs = [with_widths(expression(text), NO_COLUMNS) for text in texts]
+    assert [evaluate(e, {}) for e in exprs] == as_spark(spark, exprs) == [True, False, False, True, False, True, True, None]
+
+
 def test_unix_timestamp_and_unix_date_without_an_argument_are_now(spark: SparkSession) -> None:
     # ksqlDB's: the time now; a persistent query's is its micro-batch's (Spark's current_timestamp).
     exprs = [expression("UNIX_TIMESTAMP()"), expression("UNIX_DATE()")]
