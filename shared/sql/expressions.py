@@ -125,35 +125,23 @@ def _lambda_in_spark(call: ast.Call, scope: Scope) -> str:
     count = len(typed.bodies)
     args, fns = call.args[:-count], [cast(ast.Lambda, f) for f in call.args[-count:]]
     collection = to_spark(args[0], scope)
-    own = len(scope.variables)
-    names = [f"`__lambda{own + i}`" for i in range(len(fns[0].params))]
-
-    def variables(body: Scope) -> tuple[ast.SqlType, ...]:
-        return tuple(t for _, t, _ in body.variables[own:])
-
-    is_map = check(args[0], scope).base == "MAP"
-    if is_map and call.name != "FILTER":  # over its entries: k and v an entry's fields
-        entry = names[-2]
-        names = names[:-1]
-        bodies = [scope.with_variables(f.params, variables(body), (*names[:-1], f"{entry}.key", f"{entry}.value"))
-                  for f, body in zip(fns, typed.bodies, strict=True)]
+    names = typed.spark_params
+    if len(names) < len(fns[0].params):  # over the MAP's entries: k and v an entry's fields
         collection = f"map_entries({collection})"
-    else:
-        bodies = [scope.with_variables(fns[0].params, variables(typed.bodies[0]), tuple(names))]
     params = names[0] if len(names) == 1 else f"({', '.join(names)})"
-    values = [to_spark(f.body, body) for f, body in zip(fns, bodies, strict=True)]
+    values = [to_spark(f.body, body) for f, body in zip(fns, typed.bodies, strict=True)]
     if call.name == "TRANSFORM" and count == 2:
         entries = f"transform({collection}, {params} -> struct({values[0]} AS key, {values[1]} AS value))"
         return f"map_from_entries(filter({entries}, {params} -> {params}.key IS NOT NULL))"
     if call.name == "TRANSFORM":
         return f"transform({collection}, {params} -> {values[0]})"
     if call.name == "FILTER":
-        return f"{'map_filter' if is_map else 'filter'}({collection}, {params} -> {values[0]})"
+        return f"{'map_filter' if typed.result.base == 'MAP' else 'filter'}({collection}, {params} -> {values[0]})"
     assert typed.state is not None
     initial, state, value = to_spark(args[1], scope), spark_type(typed.state), values[0]
     if check(args[1], scope) != typed.state:  # (``with_widths`` has cast both already)
         initial = f"CAST({initial} AS {state})"
-    if check(fns[0].body, bodies[0]) != typed.state:
+    if check(fns[0].body, typed.bodies[0]) != typed.state:
         value = f"CAST({value} AS {state})"
     return (f"(CASE WHEN {initial} IS NULL THEN NULL WHEN {to_spark(args[0], scope)} IS NULL THEN {initial} "
             f"ELSE aggregate({collection}, {initial}, {params} -> {value}) END)")
@@ -250,14 +238,10 @@ def _spark_compare(op: Callable[[Any, Any], bool]) -> Callable[[Any, Any], bool]
     exactly (2^63 - 1 equals the DOUBLE 2^63 to Spark)."""
     def compare(a: Any, b: Any) -> bool:
         # Inline (a pull's WHERE compares every row): only a float NaN is unequal to itself.
-        if a.__class__ is float:
-            if a != a or (b.__class__ is float and b != b):
+        if a.__class__ is float or b.__class__ is float:
+            if a != a or b != b:
                 return op(spark_ranked(a), spark_ranked(b))
-            return op(a, float(b)) if b.__class__ is int else op(a, b)
-        if b.__class__ is float:
-            if b != b:
-                return op(spark_ranked(a), spark_ranked(b))
-            return op(float(a), b) if a.__class__ is int else op(a, b)
+            return op(float(a) if a.__class__ is int else a, float(b) if b.__class__ is int else b)
         return op(a, b)
     return compare
 

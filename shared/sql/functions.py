@@ -74,6 +74,12 @@ def _strict(fn: Callable[..., Any]) -> Callable[..., Any]:
     return lambda *args: None if any(a is None for a in args) else fn(*args)
 
 
+def _or_now(fn: Callable[[Any], Any], now: Callable[[], Any]) -> Callable[..., Any]:
+    """A function of one optional argument: ``fn`` of it (NULL for NULL), ``now()`` without one."""
+    strict = _strict(fn)
+    return lambda *args: strict(*args) if args else now()
+
+
 def _substring(s: str, pos: int, length: int | None = None) -> str:
     """Spark's ``substringSQL``: position 1 (or 0) is the first character, a negative one counts
     from the end; the length counts from there, before the start is clamped to the text."""
@@ -450,7 +456,7 @@ FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
     # With no argument: now (ksqlDB's), in a persistent query the micro-batch's time, as Spark's current_timestamp.
     ScalarFunction("UNIX_TIMESTAMP", (), optional=("timestamp",), result=lambda _: BIGINT,
                    spark_of=lambda a: f"unix_millis({a[0] if a else 'current_timestamp()'})",
-                   python=lambda *a: times.unix_timestamp(a[0]) if a and a[0] is not None else None if a else times.now_millis()),
+                   python=_or_now(times.unix_timestamp, times.now_millis)),
     *(ScalarFunction(name, ("string", "bigint", "timestamp"), result=lambda _: TIMESTAMP, spark_of=times.timestamp_add_in_spark(sign),
                      python=_strict(lambda u, n, t, sign=sign: times.timestamp_add(u, n, t, sign)),
                      refuses=times.unit_refusal(name, dates=False)) for name, sign in (("TIMESTAMPADD", 1), ("TIMESTAMPSUB", -1))),
@@ -465,7 +471,7 @@ FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
                    python=_strict(times.from_days)),
     ScalarFunction("UNIX_DATE", (), optional=("date",), result=lambda _: INT,
                    spark_of=lambda a: f"unix_date({a[0] if a else 'current_date()'})",
-                   python=lambda *a: times.unix_date(a[0]) if a and a[0] is not None else None if a else times.today_days()),
+                   python=_or_now(times.unix_date, times.today_days)),
 )}
 
 

@@ -96,10 +96,11 @@ def _pieces(pattern: str) -> list[tuple[re.Pattern[str], int]]:
 
 def refusal(pattern: ast.Expr) -> str | None:
     """Why a pattern written as text cannot be a LIKE's (Spark would fail every batch on it)."""
-    if not isinstance(pattern, ast.Literal) or not isinstance(pattern.value, str):
+    text = ast.literal_text(pattern)
+    if text is None:
         return None
     try:
-        _tokens(pattern.value)
+        _tokens(text)
     except LikePatternError as error:
         return str(error)
     return None
@@ -123,10 +124,10 @@ def in_spark(value: str, pattern: ast.Expr, pattern_sql: str, literal: Any) -> s
     """Spark SQL for ``value LIKE pattern`` (``pattern_sql`` its SQL; ``literal`` writes a
     text as a Spark SQL literal). A pattern column is made that regex row by row in Spark,
     NULL where it cannot be read."""
-    if isinstance(pattern, ast.Literal) and isinstance(pattern.value, str):
-        if _SIMPLE.fullmatch(pattern.value):
+    if (text := ast.literal_text(pattern)) is not None:
+        if _SIMPLE.fullmatch(text):
             return f"({value} LIKE {pattern_sql})"
-        return f"({value} RLIKE {literal(java_regex(pattern.value))})"
+        return f"({value} RLIKE {literal(java_regex(text))})"
     p = pattern_sql
     special = "".join(sorted(_JAVA_SPECIAL))
     regex = (f"array_join(transform(regexp_extract_all({p}, {literal(_TOKENS)}, 0), t -> CASE "

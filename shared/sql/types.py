@@ -39,11 +39,8 @@ class Scope:
                 return type_, spark
         raise StatementError(f"{ref.name} is no parameter of a lambda around it")
 
-    def with_variables(self, names: tuple[str, ...], types: tuple[SqlType, ...],
-                       sparks: tuple[str, ...] | None = None) -> Scope:
-        """This scope inside a lambda of these parameters (Spark SQL: a name of their own each)."""
-        if sparks is None:
-            sparks = tuple(f"`__lambda{len(self.variables) + i}`" for i in range(len(names)))
+    def with_variables(self, names: tuple[str, ...], types: tuple[SqlType, ...], sparks: tuple[str, ...]) -> Scope:
+        """This scope inside a lambda of these parameters, each with its Spark SQL."""
         return replace(self, variables=(*self.variables, *zip(names, types, sparks, strict=True)))
 
     def column(self, ref: ast.ColumnRef) -> SqlType:
@@ -232,6 +229,9 @@ class LambdaCall:
     bodies: tuple[Scope, ...]
     """The scope each of its lambdas' bodies is checked in (TRANSFORM of a MAP has two)."""
     result: SqlType
+    spark_params: tuple[str, ...]
+    """The parameters of its Spark lambdas: one per parameter, or over a MAP's entries (its
+    ``map_entries``, TRANSFORM's and REDUCE's) an entry for the two, k and v its fields."""
     state: SqlType | None = None
     """REDUCE's state: its initial value and each step's value are cast to it."""
 
@@ -258,31 +258,35 @@ def lambda_call(call: ast.Call, scope: Scope) -> LambdaCall:
             raise StatementError(f"{call.name}'s lambda takes {len(params)} parameter(s) here, {shape}; not {to_sql(fn)}")
     items = collection.params
     fn = fns[-1]
+    # Spark's names: a name of their own per nesting (a lambda inside sees its own and the outer's).
+    entries = collection.base == "MAP" and call.name != "FILTER"
+    names = tuple(f"`__lambda{len(scope.variables) + i}`" for i in range(len(params) - entries))
+    sparks = (*names[:-1], f"{names[-1]}.key", f"{names[-1]}.value") if entries else names
     if lambdas == 2:
-        bodies = tuple(scope.with_variables(f.params, items) for f in fns)
+        bodies = tuple(scope.with_variables(f.params, items, sparks) for f in fns)
         key, value = (check(f.body, body) for f, body in zip(fns, bodies, strict=True))
         if key.base not in MAP_KEY_TYPES:
             raise _clash(f"the keys TRANSFORM makes must be {', '.join(sorted(MAP_KEY_TYPES))}", (fns[0].body, key))
-        return LambdaCall(bodies, SqlType("MAP", (key, value)))
+        return LambdaCall(bodies, SqlType("MAP", (key, value)), names)
     if call.name != "REDUCE":
-        body = scope.with_variables(fn.params, items)
+        body = scope.with_variables(fn.params, items, sparks)
         result = check(fn.body, body)
         if call.name == "FILTER":
             _require(fn.body, result, frozenset({"BOOLEAN"}), "FILTER's lambda")
-            return LambdaCall((body,), collection)
-        return LambdaCall((body,), SqlType("ARRAY", (result,)))
+            return LambdaCall((body,), collection, names)
+        return LambdaCall((body,), SqlType("ARRAY", (result,)), names)
     initial = check(call.args[1], scope)
     if initial.base == "NULL":
         raise StatementError(f"REDUCE's initial state {to_sql(call.args[1])} has no type: CAST it (CAST(NULL AS BIGINT))")
-    result = check(fn.body, scope.with_variables(fn.params, (initial, *items)))
+    result = check(fn.body, scope.with_variables(fn.params, (initial, *items), sparks))
     state = common_type([initial, result])
     if state is None or state.base == "NULL":
         raise _clash("REDUCE's lambda gives another type than its state", (call.args[1], initial), (fn.body, result))
-    body = scope.with_variables(fn.params, (state, *items))
+    body = scope.with_variables(fn.params, (state, *items), sparks)
     result = check(fn.body, body)
     if result != state and (common_type([state, result]) is None or state.base not in CASTABLE):
         raise _clash(f"REDUCE's lambda gives another type than its state ({state})", (fn.body, result))
-    return LambdaCall((body,), state, state)
+    return LambdaCall((body,), state, names, state)
 
 
 def _check_call(call: ast.Call, scope: Scope, aggregates_allowed: bool) -> SqlType:
