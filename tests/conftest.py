@@ -18,7 +18,7 @@ from millpond.deploy.local.kafka_broker import EmbeddedKafka
 # defaults, which tune for long runs, and a class-data archive (made once into the cache)
 # sooner still. Every worker the tests start (and every benchmark's smoke run) inherits this;
 # an operator's MILLPOND_SPARK_CONF wins.
-TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:+ExitOnOutOfMemoryError"
 
 
 def pytest_configure(config: pytest.Config) -> None:

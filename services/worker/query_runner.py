@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from py4j.java_gateway import JavaObject
+from py4j.protocol import Py4JJavaError
+from pyspark.errors import PySparkException
 from pyspark.java_gateway import ensure_callback_server_started
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -38,7 +40,7 @@ from millpond.services.worker.json_reading import JsonReading, holds
 from millpond.services.worker.kinds import WORKER_KINDS
 from millpond.services.worker.reducers import CORRUPT, Reduction
 from millpond.services.worker.state.store import path_segment
-from millpond.services.worker.task import BatchSlice, Task
+from millpond.services.worker.task import BadRecord, BatchSlice, Task
 from millpond.shared import metrics
 from millpond.shared.catalog.queries import PersistentQuery
 from millpond.shared.catalog.sources import DataSource
@@ -80,6 +82,12 @@ SOURCE_OPTIONS = {
     "kafka.max.partition.fetch.bytes": str(8 << 20),
 }
 """The Kafka source's options besides the connection, partitions and offsets."""
+KAFKA_RECORD = T.StructType([
+    T.StructField("key", T.BinaryType()), T.StructField("value", T.BinaryType()), T.StructField("topic", T.StringType()),
+    T.StructField("partition", T.IntegerType()), T.StructField("offset", T.LongType()),
+    T.StructField("timestamp", T.TimestampType()), T.StructField("timestampType", T.IntegerType()),
+])
+"""The columns of the Kafka source's records."""
 
 
 class _BatchFunction(ForeachBatchFunction):
@@ -414,8 +422,12 @@ class QueryRunner:
             ends = batch_ends(Path(self.checkpoint), batch_id, self.source.topic)
             began = self.resumed_at or {}
             if sum(ends.get(p, o) - o for p, o in began.items()) <= STAND_BY_WARM_RECORDS:
-                self._reduced(batch, self._reduction)
-                self._reduced(batch.where(past(began)), self._reduction)
+                try:
+                    self._reduced(batch, self._reduction)
+                    self._reduced(batch.where(past(began)), self._reduction)
+                except Exception as error:  # the take-over's batch sets the record aside
+                    if not fails_on_a_record(error):
+                        raise
             self.warmed.set()
             hold.wait(STAND_BY_HOLD_S)
         if self._stopping or not self._taken_over:
@@ -495,7 +507,7 @@ class QueryRunner:
                 if kept is None:
                     return
                 batch = kept
-            self._process(batch)
+            self._process(batch, batch_id)
         except BaseException as error:
             if self._stopping:  # ``stop`` interrupts a batch's Spark job: nothing was committed
                 log.info("batch cut short by the query's stop", extra={"query": self.name, "batch": batch_id})
@@ -508,10 +520,88 @@ class QueryRunner:
             self.error = error
             raise
 
-    def _process(self, batch: DataFrame) -> None:
+    def _process(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         assert self._reduction is not None
-        slices = self._reduced(batch, self._reduction)
+        try:
+            slices = self._reduced(batch, self._reduction)
+        except Exception as error:
+            if not fails_on_a_record(error):
+                raise
+            log.warning("a record's processing overflowed Spark's stack; the batch is processed in parts to set it "
+                        "aside", extra={"query": self.name, "batch": batch_id})
+            self._in_parts(self._batch_spans(batch_id), error)
+            return
+        self._commit_now(slices, started)
+
+    def _batch_spans(self, batch_id: int) -> list[Span]:
+        """The offsets batch ``batch_id`` read of each of its tasks' partitions: from the task's
+        position (what it committed last) to the batch's end in the offset log."""
+        ends = batch_ends(Path(self.checkpoint), batch_id, self.source.topic)
+        tasks = dict(self.tasks)
+        return [(p, first, ends[p]) for p, task in sorted(tasks.items())
+                if p in ends and (first := task.next_input_offset or 0) < ends[p]]
+
+    def _in_parts(self, part: list[Span], failure: BaseException) -> None:
+        """Process ``part`` of a batch, whose reduction failed of ``failure`` on one of its
+        records (``fails_on_a_record``), in parts, each read again from Kafka and committed as
+        a batch of its own (the batch Spark gives holds its records computed: a part of it
+        would compute them all again), halving a part that fails again down to one offset, a
+        record that is set aside to the processing log (Kafka Streams' handler of a record it
+        cannot process). Each partition's parts are committed in offset order."""
+        if len(part) == 1 and part[0][2] - part[0][1] == 1:
+            self._commit_now(self._set_aside(part[0][0], part[0][1], failure), time.monotonic())
+            return
+        first, second = halves(part)
+        if (first_failure := self._try(first)) is not None:
+            self._in_parts(first, first_failure)
+        # When the first half went through, the record is in the second: it fails as a whole.
+        if (second_failure := failure if first_failure is None else self._try(second)) is not None:
+            self._in_parts(second, second_failure)
+
+    def _try(self, part: list[Span]) -> BaseException | None:
+        """Read ``part`` of a batch from Kafka, reduce and commit it; what failed on one of its
+        records if it did (and nothing is committed)."""
+        started = time.monotonic()
+        try:
+            reduction = self.reduction(self._read_spans(part))
+            slices = self._reduced(reduction.frame, reduction)
+        except Exception as error:
+            if not fails_on_a_record(error):
+                raise
+            return error
+        self._commit_now(slices, started)
+        return None
+
+    def _read_spans(self, part: list[Span]) -> DataFrame:
+        """The source's records in ``part``'s offsets, read from Kafka as a batch."""
+        topic = self.source.topic
+        return (self.spark.read.format("kafka")
+                .options(**self.settings.kafka.spark_options())
+                .option("assign", json.dumps({topic: [p for p, _, _ in part]}))
+                .option("startingOffsets", json.dumps({topic: {str(p): first for p, first, _ in part}}))
+                .option("endingOffsets", json.dumps({topic: {str(p): end for p, _, end in part}}))
+                .options(**SOURCE_OPTIONS)
+                .load())
+
+    def _set_aside(self, partition: int, offset: int, error: BaseException) -> dict[int, BatchSlice]:
+        """The slices of a batch of the record at ``offset`` of ``partition`` alone, whose
+        processing fails: reduced as a record with neither key nor value, which every kind's
+        reduction passes over computing nothing (a tombstone without a key), and set aside to
+        the processing log with what failed (its topic, partition and offset: the batch no
+        longer holds its bytes)."""
+        frame = self.spark.createDataFrame([(None, None, self.source.topic, partition, offset, None, 0)], KAFKA_RECORD)
+        reduction = self.reduction(frame)
+        slices = self._reduced(reduction.frame, reduction)
+        reason = f"processing the record failed in Spark: {record_failure(error)}"
+        if (piece := slices.get(partition)) is not None:  # None: its task left the query meanwhile
+            piece.bad.append(BadRecord(offset, reason, None))
+        log.warning("a record set aside", extra={"query": self.name, "partition": partition, "offset": offset,
+                                                 "reason": reason})
+        return slices
+
+    def _commit_now(self, slices: dict[int, BatchSlice], started: float) -> None:
+        """Commit a batch's ``slices`` (``_commit``, on the loop), reduced since ``started``."""
         if not slices:
             return
         reduced = time.monotonic()
@@ -696,6 +786,37 @@ own goes further; a time outside would fail the batch as it reaches the task). P
 timestamps in the process's time zone, which ``create_session`` sets to the session's, UTC."""
 EARLIEST_DATE, LATEST_DATE = "0001-01-01", "9999-12-31"
 """The span a DATE value may have: what Python's date holds."""
+
+
+STACK_OVERFLOW = "java.lang.StackOverflowError"
+Span = tuple[int, int, int]
+"""A partition's offsets from the first to the end (not included)."""
+
+
+def fails_on_a_record(error: BaseException) -> bool:
+    """Whether ``error``, a batch's Spark job's, is one a record makes, so that the batch fails
+    again however often it is run: a StackOverflowError in a task (java.util.regex recurses
+    once or more per character for a group repeated, e.g. ``(a|b)*``: 2,000 characters overflow
+    a thread's stack). The worker's session has the task, not the JVM, fail of it
+    (``spark.executor.killOnFatalError.depth``). Blocking: the text comes from the JVM."""
+    return isinstance(error, (Py4JJavaError, PySparkException)) and STACK_OVERFLOW in str(error)
+
+
+def record_failure(error: BaseException) -> str:
+    """What failed, in a line: the Java error's class and message."""
+    text = str(error)
+    at = text.find(STACK_OVERFLOW)
+    return text[at:].splitlines()[0].strip() if at >= 0 else text.splitlines()[0]
+
+
+def halves(part: list[Span]) -> tuple[list[Span], list[Span]]:
+    """``part`` cut in two (each partition's offsets before the other's): between its
+    partitions when it has several, else in the middle of its one partition's offsets."""
+    if len(part) > 1:
+        return part[:len(part) // 2], part[len(part) // 2:]
+    ((partition, first, end),) = part
+    middle = (first + end) // 2
+    return [(partition, first, middle)], [(partition, middle, end)]
 
 
 def timestamp_of(text: Column) -> Column:

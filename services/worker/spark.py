@@ -53,8 +53,10 @@ LOCAL_FILE_SYSTEM = "io.millpond.spark.NioLocalFileSystem"
 # only when the cores are otherwise idle) left the code slow for longer: bench.failover's
 # scaling case served 97-124 pulls/s against 152-181 and its SIGTERM stop took 1.99-2.94
 # s against 1.30-1.56 (two alternated pairs).
-JAVA_OPTIONS = "-XX:+UseSerialGC"
-"""The driver JVM's options (an operator's ``spark.driver.extraJavaOptions`` replaces them)."""
+JAVA_OPTIONS = "-XX:+UseSerialGC -XX:+ExitOnOutOfMemoryError"
+"""The driver JVM's options (an operator's ``spark.driver.extraJavaOptions`` replaces them). A JVM
+out of memory exits, so that the worker starts a new one: its tasks no longer end it of a fatal
+error themselves (``spark.executor.killOnFatalError.depth``)."""
 
 
 def connector_jars(cache: Path | None = None) -> list[str]:
@@ -130,6 +132,13 @@ def create_session(settings: WorkerSettings) -> SparkSession:
         # A MAP that TRANSFORM makes with a key twice keeps its last value (as Python's dict, and
         # JSON's reading already), where Spark's default fails the batch, and so every retry.
         .config("spark.sql.mapKeyDedupPolicy", "LAST_WIN")
+        # A task that fails of a StackOverflowError (java.util.regex recursing over a record's
+        # long value) fails its job, not the JVM: by default Spark's executor exits on any fatal
+        # error, in local mode the driver, and with it every query of the worker, again at each
+        # retry of the batch. The stack unwound, the JVM goes on safely; the batch's record is
+        # then set aside (``QueryRunner._in_parts``). An OutOfMemoryError still ends the JVM
+        # (JAVA_OPTIONS), and the worker starts a new one (``LazySession``).
+        .config("spark.executor.killOnFatalError.depth", "0")
         # Spark substitutes ${name} in the SQL text it parses, string literals included, by its
         # configuration: a query's '${y}' (a REGEXP_REPLACE's group, any text) became ''.
         .config("spark.sql.variable.substitute", "false")

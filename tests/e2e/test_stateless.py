@@ -3,7 +3,8 @@ INITCAP, CONCAT_WS, POWER, SPLIT, MASK, MASK_LEFT, ARRAY_JOIN, ARRAY_UNION, REGE
 EXTRACTJSONFIELD, time functions, LIKE and lambdas among them) and arithmetic, and a CSAS that
 re-keys through PARTITION BY into a topic of another size. Results are read back from the
 sink topics (read_committed) and compared record by record with values computed here; a
-malformed input record goes to the processing log."""
+malformed input record goes to the processing log, and so does one whose processing overflows
+Spark's stack (the batch's other records, and the worker's other queries, go on)."""
 
 from __future__ import annotations
 
@@ -78,6 +79,9 @@ async def test_projections_filters_and_partition_by_write_exactly_the_right_reco
     await producer.start()
     try:
         bad = await producer.send_and_wait(name, b"{not json", key=b"u1", partition=partition_for(b"u1", 4))
+        # java.util.regex overflows a Spark task's stack on it (SQUEEZED): set aside, the batch goes on.
+        overflowing = await producer.send_and_wait(name, json.dumps({"PAGEID": "ab" * 3000, "SECONDS": 9}).encode(),
+                                                   key=b"u2", partition=partition_for(b"u2", 4))
     finally:
         await producer.stop()
     queries = f"""
@@ -94,7 +98,8 @@ async def test_projections_filters_and_partition_by_write_exactly_the_right_reco
           ARRAY_UNION(SPLIT(pageid, 'o'), SPLIT(userid, '')) AS united, TIMESTAMPADD(HOURS, seconds, FROM_UNIXTIME(ROWTIME)) AS later,
           pageid LIKE '%o%_e%' AS liked, pageid LIKE CONCAT('%', SUBSTRING(pageid, 3, 1), '%_') AS by_row,
           userid LIKE CONCAT(pageid, '%\\') AS unreadable, TRANSFORM(SPLIT(pageid, 'o'), part => UCASE(part)) AS shouted,
-          FILTER(SPLIT(pageid, ''), c => c > 'm') AS late, REDUCE(SPLIT(pageid, ''), 0, (n, c) => n + LEN(c) * seconds) AS weighted
+          FILTER(SPLIT(pageid, ''), c => c > 'm') AS late, REDUCE(SPLIT(pageid, ''), 0, (n, c) => n + LEN(c) * seconds) AS weighted,
+          REGEXP_REPLACE(pageid, '(a|b)*', '') AS squeezed
           FROM {name} WHERE seconds > 5;
         CREATE STREAM by_page_{name} WITH (partitions=2, value_format='delimited') AS
           SELECT pageid, userid, seconds FROM {name} PARTITION BY pageid;
@@ -118,7 +123,8 @@ async def test_projections_filters_and_partition_by_write_exactly_the_right_reco
                                                      "LATER": (at(t) + datetime.timedelta(hours=s)).isoformat(),
                                                      "LIKED": re.fullmatch(".*o.+e.*", p) is not None, "BY_ROW": True,
                                                      "UNREADABLE": None, "SHOUTED": [part.upper() for part in p.split("o")],
-                                                     "LATE": [c for c in p if c > "m"], "WEIGHTED": len(p) * s},
+                                                     "LATE": [c for c in p if c > "m"], "WEIGHTED": len(p) * s,
+                                                     "SQUEEZED": re.sub("(a|b)*", "", p)},
                                                     separators=(",", ":")).encode())
                             for (u, p, s), t in zip(ROWS, ROWTIMES, strict=True) if s > 5)
     long_records = await read_topic(cluster.bootstrap, f"LONG_{name.upper()}", sum(long_expected.values()))
@@ -126,14 +132,17 @@ async def test_projections_filters_and_partition_by_write_exactly_the_right_reco
     # The key is unchanged, so each result stays in its input's partition.
     assert all(p == partition_for(k, 4) for p, k, _ in long_records)
 
-    by_page_expected = Counter((p.encode(), f"{u},{s}".encode()) for u, p, s in ROWS)
-    by_page = await read_topic(cluster.bootstrap, f"BY_PAGE_{name.upper()}", len(ROWS))
+    by_page_expected = Counter((p.encode(), f"{u},{s}".encode()) for u, p, s in [*ROWS, ("u2", "ab" * 3000, 9)])
+    by_page = await read_topic(cluster.bootstrap, f"BY_PAGE_{name.upper()}", len(ROWS) + 1)
     assert Counter((k, v) for _, k, v in by_page) == by_page_expected
     assert all(p == partition_for(k, 2) for p, k, _ in by_page)
 
-    logged = await read_topic(cluster.bootstrap, processing_log_topic(cluster.service_id), 2, wait_s=60)
+    logged = await read_topic(cluster.bootstrap, processing_log_topic(cluster.service_id), 3, wait_s=60)
     entries = [json.loads(v) for _, _, v in logged]
     mine = [e for e in entries if e["SOURCE_TOPIC"] == name and e["SOURCE_OFFSET"] == bad.offset]
     assert sorted(e["QUERY_ID"].rsplit("_", 1)[0] for e in mine) == [f"CSAS_BY_PAGE_{name.upper()}",
                                                                       f"CSAS_LONG_{name.upper()}"]
     assert all("not JSON" in e["REASON"] and e["RECORD"] == "{not json" for e in mine)
+    (overflowed,) = [e for e in entries if e["SOURCE_TOPIC"] == name and e["SOURCE_OFFSET"] == overflowing.offset]
+    assert overflowed["QUERY_ID"].startswith(f"CSAS_LONG_{name.upper()}") and overflowed["SOURCE_PARTITION"] == overflowing.partition
+    assert "java.lang.StackOverflowError" in overflowed["REASON"], overflowed

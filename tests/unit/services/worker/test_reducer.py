@@ -24,10 +24,12 @@ import contextlib
 import dataclasses
 import datetime
 import functools
+import itertools
 import json
 import random
 import re
 import struct
+import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -57,6 +59,7 @@ from millpond.services.worker.kinds import new_task
 from millpond.services.worker.query_runner import QueryRunner
 from millpond.services.worker.reducers import Reduction
 from millpond.services.worker.regrouping import retracted
+from millpond.services.worker.spark import driver_alive
 from millpond.services.worker.state.store import encode_state
 from millpond.services.worker.state.table_topic import LeftOut, TableRecords
 from millpond.services.worker.table_joining import rekeyed, split_rekeyed
@@ -374,6 +377,72 @@ def test_a_partition_whose_task_left_the_query_is_set_aside(spark: SparkSession,
             runner.loop.close()
         assert 1 in whole and kept == {p: piece for p, piece in whole.items() if p != 1}, statement
 
+
+OVERFLOWING = "ab" * 5000
+"""A value over which java.util.regex overflows a Spark task thread's stack matching ``(a|b)*``
+(it recurses once or more per character of a repeated group: 2,000 characters do)."""
+
+
+def test_a_record_whose_processing_overflows_sparks_stack_is_set_aside_and_the_batch_goes_on(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """A batch whose Spark job fails of a StackOverflowError, the same at every retry, is
+    processed in parts, each committed in its partition's offset order, down to the records
+    that fail alone: those go to the processing log with the error, every other record is
+    processed as it would have been, and the session goes on (its task, not its JVM, failed).
+    (A projection's, through Kafka: tests/e2e/test_stateless.py.)"""
+    def area(text: str) -> bytes:
+        return json.dumps({"AREA": text, "READING": 1}).encode()
+    records: list[Record] = [(b"s1", area("aab"), 0, 0), (b"s1", area(OVERFLOWING), 0, 1), (b"s2", area("bx"), 0, 2),
+                             (b"s1", area("ab"), 0, 3), (b"s3", area("ab"), 1, 6)]
+    runner = runner_of(spark, "CREATE TABLE counted AS SELECT sensor, COUNT(*) AS n FROM r "
+                              "WHERE REGEXP_REPLACE(area, '^(a|b)*$', '') = '' GROUP BY sensor", tmp_path)
+    committed = processed(runner, spark, records)
+    assert len(committed) > 1, "the batch was committed in parts"
+    aggs = runner.tasks[0].aggregates  # type: ignore[attr-defined]
+    for p, counts in {0: {b"s1": 2}, 1: {b"s3": 1}}.items():
+        pieces = [s[p] for s in committed if p in s]
+        offsets = [o for *_, q, o in records if q == p]
+        assert pieces[0].first_offset == offsets[0] and pieces[-1].last_offset == offsets[-1]
+        assert all(a.last_offset < b.first_offset for a, b in itertools.pairwise(pieces)), "in offset order"
+        assert sum(s.count for s in pieces) == len(offsets)
+        bad = [b for s in pieces for b in s.bad]
+        assert [b.offset for b in bad] == [o for _, v, q, o in records if q == p and v == area(OVERFLOWING)]
+        assert all("java.lang.StackOverflowError" in b.reason for b in bad), bad
+        totals: dict[bytes, int] = defaultdict(int)
+        for piece in pieces:
+            for key, (n,) in observe(piece, aggs).totals.items():
+                totals[key] += n
+        assert totals == counts, p
+    assert driver_alive(spark) and spark.range(3).count() == 3
+
+
+def processed(runner: QueryRunner, spark: SparkSession, records: list[Record]) -> list[dict[int, Any]]:
+    """The slices ``runner`` commits of ``records`` as a batch of its streaming query, in the
+    order it commits them (its loop runs meanwhile, committing nothing). A part of the batch is
+    read again from ``records`` (from Kafka in a worker)."""
+    committed: list[dict[int, Any]] = []
+
+    async def commit(slices: dict[int, Any]) -> None:
+        committed.append(slices)
+
+    def read_spans(part: list[query_runner.Span]) -> DataFrame:
+        return _as_batch(spark, [r for r in records if any(p == r[2] and first <= r[3] < end for p, first, end in part)])
+    runner._commit = commit  # type: ignore[method-assign]
+    runner._read_spans = read_spans  # type: ignore[method-assign]
+    offsets = defaultdict(list)
+    for *_, partition, offset in records:
+        offsets[partition].append(offset)
+    runner._batch_spans = lambda batch_id: [(p, min(o), max(o) + 1) for p, o in sorted(offsets.items())]  # type: ignore[method-assign]
+    runner._reduction = runner.reduction(_as_batch(spark, records))  # as ``start`` leaves it
+    loop = threading.Thread(target=runner.loop.run_forever, daemon=True)
+    loop.start()
+    try:
+        runner._process(runner._reduction.frame, 0)
+    finally:
+        runner.loop.call_soon_threadsafe(runner.loop.stop)
+        loop.join(10)
+        runner.loop.close()
+    return committed
 
 def test_a_batch_of_more_partitions_than_cores_runs_in_as_many_tasks_as_cores(
         spark: SparkSession, reduction: str, batch: DataFrame, tmp_path: Path) -> None:
