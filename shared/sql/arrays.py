@@ -182,3 +182,98 @@ def sort_refusal(args: tuple[Any, ...], types: list[SqlType]) -> str | None:
 
 def array_sort_in_spark(args: list[str]) -> str:
     return f"sort_array({args[0]}, false)" if len(args) > 1 and args[1].strip("'").upper() == "DESC" else f"array_sort({args[0]})"
+
+
+def entries(items: dict[Any, Any], ordered: bool) -> list[dict[str, Any]]:
+    """ksqlDB's ENTRIES: a MAP's entries as STRUCTs of K and V, in the order of their keys
+    when ``ordered`` (Spark's: NaN last), else in the map's."""
+    pairs = sorted(items.items(), key=lambda kv: spark_ranked(kv[0])) if ordered else items.items()
+    return [{"K": key, "V": value} for key, value in pairs]
+
+
+def entries_in_spark(args: list[str]) -> str:
+    """ENTRIES in Spark SQL: ``map_entries`` as STRUCTs of K and V, sorted by K (its keys are
+    unique) when asked; NULL when the order is."""
+    as_kv = f"transform(map_entries({args[0]}), __entry -> named_struct('K', __entry.key, 'V', __entry.value))"
+    by_key = f"array_sort({as_kv}, (__a, __b) -> CASE WHEN __a.K < __b.K THEN -1 WHEN __a.K > __b.K THEN 1 ELSE 0 END)"
+    return f"(CASE WHEN {args[1]} IS NULL THEN NULL WHEN {args[1]} THEN {by_key} ELSE {as_kv} END)"
+
+
+def entries_type(types: list[SqlType]) -> SqlType:
+    key, value = types[0].params if types[0].base == "MAP" else (SqlType("NULL"), SqlType("NULL"))
+    return SqlType("ARRAY", (SqlType("STRUCT", (("K", key), ("V", value))),))
+
+
+def entries_refusal(args: tuple[Any, ...], types: list[SqlType]) -> str | None:
+    if types[0].base != "MAP":
+        return "ENTRIES takes a MAP; a bare NULL has no key type (CAST it)"
+    if types[0].params[0].base not in KINDS["orderable"]:  # type: ignore[operator]
+        return f"ENTRIES orders a MAP's entries by keys of BOOLEAN, a number, VARCHAR, DATE, TIME or TIMESTAMP, not {types[0]}"
+    return None
+
+
+MAP_KEY_TYPES = frozenset({"VARCHAR", "INT", "BIGINT", "BOOLEAN"})
+"""What a MAP made of values may be keyed by (a key Python hashes as Spark compares it)."""
+
+
+def as_map(keys: list[Any], values: list[Any]) -> dict[Any, Any]:
+    """ksqlDB's AS_MAP: each key with the value at its position (NULL past the values' end); a
+    key given twice keeps its first place and its last value (Spark's map, with the session's
+    ``mapKeyDedupPolicy``, as Python's dict), a NULL key is left out (a Spark map has none)."""
+    return {key: values[i] if i < len(values) else None for i, key in enumerate(keys) if key is not None}
+
+
+def as_map_in_spark(args: list[str]) -> str:
+    """AS_MAP in Spark SQL: ``zip_with`` pads the values with NULLs to the keys' length (and
+    past it, cut off), the entries with a NULL key are dropped (``map_from_entries`` fails on one)."""
+    keys, values = args
+    zipped = f"zip_with({keys}, {values}, (__key, __value) -> named_struct('key', __key, 'value', __value))"
+    return f"map_from_entries(filter(slice({zipped}, 1, size({keys})), __entry -> __entry.key IS NOT NULL))"
+
+
+def as_map_type(types: list[SqlType]) -> SqlType:
+    return SqlType("MAP", (element(types), element(types[1:])))
+
+
+def as_map_refusal(args: tuple[Any, ...], types: list[SqlType]) -> str | None:
+    if any(t.base != "ARRAY" for t in types):
+        return "AS_MAP takes two ARRAYs, its keys and its values; a bare NULL has no element type (CAST it)"
+    if types[0].params[0].base not in MAP_KEY_TYPES:
+        return f"AS_MAP's keys must be {', '.join(sorted(MAP_KEY_TYPES))}, not {types[0].params[0]}"
+    return None
+
+
+def generate_series(start: int, end: int, step: int | None = None) -> list[int] | None:
+    """ksqlDB's GENERATE_SERIES: ``start``, then each ``step`` on up to ``end`` (included; by
+    default 1 or -1, towards it). NULL where ksqlDB fails (a step of 0, or away from ``end``)
+    and past ``MAX_PADDED_CHARS`` items (Spark would make any number, to the JVM's end)."""
+    if step is None:
+        step = 1 if end > start else -1
+    if step == 0 or (end > start and step < 0) or (end < start and step > 0):
+        return None
+    if abs(end - start) >= MAX_PADDED_CHARS * abs(step):
+        return None
+    return list(range(start, end + (1 if step > 0 else -1), step))
+
+
+def generate_series_in_spark(args: list[str]) -> str:
+    """GENERATE_SERIES in Spark SQL: ``sequence``, which fails the batch on a step of 0 or away
+    from the end, NULL there and past ``MAX_PADDED_CHARS`` items as in Python (a difference of
+    two BIGINTs in DECIMAL: it would wrap around as a BIGINT)."""
+    start, end = args[:2]
+    step = args[2] if len(args) > 2 else f"(CASE WHEN {end} > {start} THEN 1 ELSE -1 END)"
+    span = f"abs(CAST({end} AS DECIMAL(20,0)) - CAST({start} AS DECIMAL(20,0)))"
+    wrong = f"{step} = 0 OR ({end} > {start} AND {step} < 0) OR ({end} < {start} AND {step} > 0)"
+    return (f"(CASE WHEN {wrong} OR {span} >= {MAX_PADDED_CHARS} * abs(CAST({step} AS DECIMAL(20,0))) THEN NULL "
+            f"ELSE sequence({', '.join(args)}) END)")
+
+
+def series_type(types: list[SqlType]) -> SqlType:
+    """An ARRAY of the arguments' common type, INT or BIGINT (Spark's ``sequence`` widens them)."""
+    return SqlType("ARRAY", (common_type(types) or SqlType("BIGINT"),))
+
+
+def series_refusal(args: tuple[Any, ...], types: list[SqlType]) -> str | None:
+    if all(t.base == "NULL" for t in types[:2]):
+        return "GENERATE_SERIES needs a start or an end of a type, INT or BIGINT; both are a bare NULL (CAST one)"
+    return None

@@ -19,6 +19,7 @@ INTEGRAL = frozenset({"INT", "BIGINT"})
 # What a parameter accepts: a kind name and the base types it admits (None: any type).
 KINDS: dict[str, frozenset[str] | None] = {
     "string": frozenset({"VARCHAR"}),
+    "boolean": frozenset({"BOOLEAN"}),
     "numeric": NUMERIC,
     "integer": INTEGRAL,
     "array": frozenset({"ARRAY"}),

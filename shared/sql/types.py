@@ -12,6 +12,7 @@ from typing import Any, TypeVar, cast
 
 from millpond.shared.errors import NotFoundError, StatementError
 from millpond.shared.sql import aggregates, ast, functions, kinds, likes
+from millpond.shared.sql.arrays import MAP_KEY_TYPES
 from millpond.shared.sql.ast import SqlType, to_sql
 from millpond.shared.sql.kinds import INTEGRAL, NUMERIC, common_type, decimal_type
 
@@ -218,8 +219,6 @@ _SHAPES = {("TRANSFORM", "ARRAY"): "TRANSFORM(array, x => ...)",
            ("FILTER", "ARRAY"): "FILTER(array, x => ...)", ("FILTER", "MAP"): "FILTER(map, (k, v) => ...)",
            ("REDUCE", "ARRAY"): "REDUCE(array, initial state, (s, x) => ...)",
            ("REDUCE", "MAP"): "REDUCE(map, initial state, (s, k, v) => ...)"}
-MAP_KEY_TYPES = frozenset({"VARCHAR", "INT", "BIGINT", "BOOLEAN"})
-"""What a MAP that TRANSFORM makes may be keyed by (a key Python hashes as Spark compares it)."""
 
 
 @dataclass(frozen=True)

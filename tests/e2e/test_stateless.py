@@ -1,6 +1,6 @@
 """Stateless persistent queries on the real cluster: CSAS with a filter, functions (ksqlDB's
 INITCAP, CONCAT_WS, POWER, SPLIT, MASK, MASK_LEFT, ARRAY_JOIN, ARRAY_UNION, REGEXP,
-EXTRACTJSONFIELD, time functions, LIKE and lambdas among them) and arithmetic, and a CSAS that
+EXTRACTJSONFIELD, ENTRIES, AS_MAP, GENERATE_SERIES, time functions, LIKE and lambdas among them) and arithmetic, and a CSAS that
 re-keys through PARTITION BY into a topic of another size. Results are read back from the
 sink topics (read_committed) and compared record by record with values computed here; a
 malformed input record goes to the processing log, and so does one whose processing overflows
@@ -45,7 +45,7 @@ async def read_topic(bootstrap: str, topic: str, expect: int, wait_s: float = 24
             for batch in (await consumer.getmany(timeout_ms=1000)).values():
                 records += [(r.partition, r.key or b"", r.value or b"") for r in batch]
         # Anything beyond the expected count would be a duplicate: give it a moment to show.
-        for batch in (await consumer.getmany(timeout_ms=3000)).values():
+        for batch in (await consumer.getmany(timeout_ms=1000)).values():
             records += [(r.partition, r.key or b"", r.value or b"") for r in batch]
     finally:
         await consumer.stop()
@@ -57,13 +57,15 @@ async def test_projections_filters_and_partition_by_write_exactly_the_right_reco
     name = f"clicks_{cluster.service_id}"
     inserts = "\n".join(f"INSERT INTO {name} (ROWTIME, userid, pageid, seconds) VALUES ({t}, '{u}', '{p}', {s});"
                         for (u, p, s), t in zip(ROWS, ROWTIMES, strict=True))
-    # Its records are of 2023 (ROWTIMES): with the broker's retention of a week by record time, a
-    # retention check between the INSERTs and the queries' reads deleted them (the stream's topic
-    # is made here, kept for good, and the statement takes it as it is).
+    # Its records are of 2023 (ROWTIMES), and so are the results' (a result keeps its input's time):
+    # with the broker's retention of a week by record time, a retention check between the writes
+    # and the reads deleted them (seen of the input, and of a sink's first records). The topics are
+    # made here, kept for good, and the statements take them as they are.
     admin = AIOKafkaAdminClient(bootstrap_servers=cluster.bootstrap)
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(name, 4, 1, topic_configs={"retention.ms": "-1"})])
+        await admin.create_topics([NewTopic(topic, partitions, 1, topic_configs={"retention.ms": "-1"}) for topic, partitions
+                                   in ((name, 4), (f"LONG_{name.upper()}", 4), (f"BY_PAGE_{name.upper()}", 2))])
     finally:
         await admin.close()
     script = tmp_path / "stateless.sql"
@@ -99,7 +101,8 @@ async def test_projections_filters_and_partition_by_write_exactly_the_right_reco
           pageid LIKE '%o%_e%' AS liked, pageid LIKE CONCAT('%', SUBSTRING(pageid, 3, 1), '%_') AS by_row,
           userid LIKE CONCAT(pageid, '%\\') AS unreadable, TRANSFORM(SPLIT(pageid, 'o'), part => UCASE(part)) AS shouted,
           FILTER(SPLIT(pageid, ''), c => c > 'm') AS late, REDUCE(SPLIT(pageid, ''), 0, (n, c) => n + LEN(c) * seconds) AS weighted,
-          REGEXP_REPLACE(pageid, '(a|b)*', '') AS squeezed
+          REGEXP_REPLACE(pageid, '(a|b)*', '') AS squeezed,
+          ENTRIES(AS_MAP(SPLIT(pageid, ''), GENERATE_SERIES(1, seconds)), true) AS ranked
           FROM {name} WHERE seconds > 5;
         CREATE STREAM by_page_{name} WITH (partitions=2, value_format='delimited') AS
           SELECT pageid, userid, seconds FROM {name} PARTITION BY pageid;
@@ -124,7 +127,9 @@ async def test_projections_filters_and_partition_by_write_exactly_the_right_reco
                                                      "LIKED": re.fullmatch(".*o.+e.*", p) is not None, "BY_ROW": True,
                                                      "UNREADABLE": None, "SHOUTED": [part.upper() for part in p.split("o")],
                                                      "LATE": [c for c in p if c > "m"], "WEIGHTED": len(p) * s,
-                                                     "SQUEEZED": re.sub("(a|b)*", "", p)},
+                                                     "SQUEEZED": re.sub("(a|b)*", "", p),
+                                                     "RANKED": [{"K": c, "V": i + 1} for i, c in sorted(enumerate(p),
+                                                                                                          key=lambda ic: ic[1])]},
                                                     separators=(",", ":")).encode())
                             for (u, p, s), t in zip(ROWS, ROWTIMES, strict=True) if s > 5)
     long_records = await read_topic(cluster.bootstrap, f"LONG_{name.upper()}", sum(long_expected.values()))

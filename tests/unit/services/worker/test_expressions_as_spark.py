@@ -13,7 +13,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import Row, SparkSession
 
 from millpond.shared.errors import MillpondError, StatementError
 from millpond.shared.sql import aggregates, ast
@@ -226,6 +226,67 @@ def test_lambda_functions_answer_as_spark(spark: SparkSession) -> None:
     assert differing == []
 
 
+def _plain(value: Any) -> Any:
+    """A value Spark gave back as Python's evaluation gives it: a STRUCT's Row as a dict."""
+    if isinstance(value, Row):
+        return {k: _plain(v) for k, v in value.asDict().items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+MAPS_AND_SERIES = [
+    "ENTRIES(m, true)", "ENTRIES(m, false)", "ENTRIES(m, b)", "ENTRIES(q, true)", "ENTRIES(AS_MAP(s, a), true)",
+    "AS_MAP(s, a)", "AS_MAP(a, s)", "AS_MAP(s, SPLIT(t, ''))", "AS_MAP(SPLIT(t, ''), a)", "MAP_KEYS(AS_MAP(s, a))",
+    "GENERATE_SERIES(i, j)", "GENERATE_SERIES(i, j, k)", "GENERATE_SERIES(j, i, k)", "GENERATE_SERIES(l, l + k)",
+    "GENERATE_SERIES(i, l, -1)", "GENERATE_SERIES(2147483640, 2147483647, k)", "GENERATE_SERIES(i, i)",
+    "GENERATE_SERIES(-9223372036854775807 - 1, 9223372036854775807)", "GENERATE_SERIES(9223372036854775807, l, -9)",
+    "ARRAY_LENGTH(GENERATE_SERIES(i, i + 1048575))", "ARRAY_LENGTH(GENERATE_SERIES(i, i + 1048576))",
+    "ARRAY_LENGTH(GENERATE_SERIES(i, i - 2097151, -2))", "ARRAY_LENGTH(GENERATE_SERIES(i, i - 2097152, -2))",
+]
+"""ksqlDB's ENTRIES, AS_MAP and GENERATE_SERIES, with NULLs, duplicate and NULL keys, steps of 0,
+away from the end and past the INT and BIGINT bounds, and series of the most items or one more."""
+
+
+def test_entries_as_map_and_generate_series_answer_as_spark(spark: SparkSession) -> None:
+    # A step of 0 or away from the end is NULL (ksqlDB fails the record; Spark's sequence the
+    # batch), so is a series past 2^20 items; a key given twice keeps its first place and last
+    # value, a NULL key is left out, missing values are NULL.
+    draw = random.Random(21)
+    ints, texts = [None, 0, 1, -3, 5, 2**31 - 1, -(2**31)], [None, "a", "b", "a", "é", ""]
+    rows = [([draw.choice(ints) for _ in range(draw.randint(0, 4))], [draw.choice(texts) for _ in range(draw.randint(0, 4))],
+             {k: draw.choice(ints) for k in draw.sample(["b", "a", "cc", "é", ""], draw.randint(0, 4))},
+             {k: draw.choice([None, 0.5, -2.0]) for k in draw.sample([3, -1, 0, 2**31 - 1], draw.randint(0, 3))},
+             draw.choice([None, True, False]), draw.choice(texts), draw.choice([None, -2, 0, 1, 3, 40]),
+             draw.choice([None, -5, 0, 4, 37]), draw.choice([None, -3, -1, 0, 2, 7]), draw.choice([None, 0, 2**40, -(2**63)]))
+            for _ in range(120)]
+    rows += [(None, None, None, None, None, None, 1, 2, 1, 1)]
+    columns = Scope("T", {"A": ast.SqlType("ARRAY", (ast.SqlType("INT"),)), "S": ast.SqlType("ARRAY", (ast.SqlType("VARCHAR"),)),
+                          "M": ast.SqlType("MAP", (ast.SqlType("VARCHAR"), ast.SqlType("INT"))),
+                          "Q": ast.SqlType("MAP", (ast.SqlType("INT"), ast.SqlType("DOUBLE"))), "B": ast.SqlType("BOOLEAN"),
+                          "T": ast.SqlType("VARCHAR"), "I": ast.SqlType("INT"), "J": ast.SqlType("INT"), "K": ast.SqlType("INT"),
+                          "L": ast.SqlType("BIGINT")})
+    exprs = [with_widths(expression(text), columns) for text in MAPS_AND_SERIES]
+    frame = spark.createDataFrame(rows, "A ARRAY<INT>, S ARRAY<STRING>, M MAP<STRING, INT>, Q MAP<INT, DOUBLE>, B BOOLEAN, "
+                                        "T STRING, I INT, J INT, K INT, L BIGINT")
+    names = list(columns.schema)
+    results = frame.selectExpr(*names, *(f"{to_spark(e, columns)} AS c{i}" for i, e in enumerate(exprs)))
+    assert [spark_type_name(f.dataType).replace(":", " ") for f in results.schema.fields[len(names):]] == [
+        str(check(e, columns)) for e in exprs]
+    differing = [(row[:len(names)], text, python, row[len(names) + i]) for row in results.collect()
+                 for i, (text, e) in enumerate(zip(MAPS_AND_SERIES, exprs, strict=True))
+                 if not _alike(python := evaluate(e, dict(zip(names, row[:len(names)], strict=True))),
+                               _plain(row[len(names) + i]))]
+    assert differing == []
+    assert evaluate(expression("ARRAY_LENGTH(GENERATE_SERIES(0, 1048575))"), {}) == 1048576
+    assert evaluate(expression("GENERATE_SERIES(0, 1048576)"), {}) is None
+    assert evaluate(expression("ENTRIES(AS_MAP(SPLIT('b,a,b', ','), SPLIT('1,2,3', ',')), true)"), {}) == [
+        {"K": "a", "V": "2"}, {"K": "b", "V": "3"}]
+    assert str(check(expression("GENERATE_SERIES(1, 2147483648)"), NO_COLUMNS)) == "ARRAY<BIGINT>"
+
+
 @pytest.mark.parametrize(("text", "error"), [
     ("TRANSFORM(m, (k, v) => v)", "TRANSFORM takes 3 arguments, the last two lambdas: TRANSFORM(map, (k, v) => key, (k, v)"),
     ("TRANSFORM(a, (x, y) => x)", "TRANSFORM's lambda takes 1 parameter(s) here, TRANSFORM(array, x => ...); not (X, Y) => X"),
@@ -317,13 +378,23 @@ def test_map_keys_and_values_answer_as_sparks(spark: SparkSession) -> None:
     ("ARRAY_JOIN(a, 1)", "argument 2 of ARRAY_JOIN must be string"),
     ("MASK_LEFT(t, 2, 'XY')", "MASK_LEFT's replacement characters must each be one character"),
     ("MASK_KEEP_RIGHT(t, t)", "argument 2 of MASK_KEEP_RIGHT must be integer"),
+    ("ENTRIES(NULL, true)", "ENTRIES takes a MAP; a bare NULL has no key type"),
+    ("ENTRIES(AS_MAP(a, a), 1)", "argument 2 of ENTRIES must be boolean"),
+    ("ENTRIES(k, t = '')", "ENTRIES orders a MAP's entries by keys of BOOLEAN, a number, VARCHAR, DATE, TIME or TIMESTAMP, not "
+                           "MAP<ARRAY<INT>, INT>"),
+    ("AS_MAP(a, NULL)", "AS_MAP takes two ARRAYs, its keys and its values; a bare NULL has no element type"),
+    ("AS_MAP(n, a)", "AS_MAP's keys must be BIGINT, BOOLEAN, INT, VARCHAR, not ARRAY<INT>"),
+    ("AS_MAP(t, a)", "argument 1 of AS_MAP must be array"),
+    ("GENERATE_SERIES(1.5, 2)", "argument 1 of GENERATE_SERIES must be bigint"),
+    ("GENERATE_SERIES(NULL, NULL, 1)", "GENERATE_SERIES needs a start or an end of a type, INT or BIGINT; both are a bare NULL"),
 ])
 def test_array_functions_refuse_what_spark_cannot_take(text: str, message: str) -> None:
     """Each of these Spark's analyzer refuses (or types otherwise): a persistent query would be
     accepted, then fail on its worker."""
     int_array = ast.SqlType("ARRAY", (ast.SqlType("INT"),))
     scope = Scope("T", {"A": int_array, "T": ast.SqlType("VARCHAR"), "N": ast.SqlType("ARRAY", (int_array,)),
-                        "M": ast.SqlType("ARRAY", (ast.SqlType("MAP", (ast.SqlType("VARCHAR"), ast.SqlType("INT"))),))})
+                        "M": ast.SqlType("ARRAY", (ast.SqlType("MAP", (ast.SqlType("VARCHAR"), ast.SqlType("INT"))),)),
+                        "K": ast.SqlType("MAP", (int_array, ast.SqlType("INT")))})
     with pytest.raises(StatementError, match=re.escape(message)):
         check(expression(text), scope)
 
