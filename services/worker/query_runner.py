@@ -588,14 +588,14 @@ class QueryRunner:
         """The slices of a batch of the record at ``offset`` of ``partition`` alone, whose
         processing fails: reduced as a record with neither key nor value, which every kind's
         reduction passes over computing nothing (a tombstone without a key), and set aside to
-        the processing log with what failed (its topic, partition and offset: the batch no
-        longer holds its bytes)."""
+        the processing log with what failed and its value's text (read again from Kafka)."""
         frame = self.spark.createDataFrame([(None, None, self.source.topic, partition, offset, None, 0)], KAFKA_RECORD)
         reduction = self.reduction(frame)
         slices = self._reduced(reduction.frame, reduction)
         reason = f"processing the record failed in Spark: {record_failure(error)}"
         if (piece := slices.get(partition)) is not None:  # None: its task left the query meanwhile
-            piece.bad.append(BadRecord(offset, reason, None))
+            read = self._read_spans([(partition, offset, offset + 1)]).select(F.col("value").cast("string")).collect()
+            piece.bad.append(BadRecord(offset, reason, read[0][0] if read else None))
         log.warning("a record set aside", extra={"query": self.name, "partition": partition, "offset": offset,
                                                  "reason": reason})
         return slices

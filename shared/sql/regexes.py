@@ -6,7 +6,7 @@ A pattern (and a replacement) is written as it is, and Python reads it as java.u
 or the call is refused when the statement is run: ``java_pattern`` rewrites the constructs whose
 meaning differs (``.`` and ``$`` stop at Java's five line terminators, ``\\z``, ``\\Z``, ``\\Q..\\E``,
 ``(?<name>``, ``\\k<name>``, escapes Python lacks) and refuses those it cannot give Java's meaning
-(``\\b``, ``\\p{..}``, nested classes and ``&&``, ``(?m)``, ``(?x)``, ...). Python matches with
+(``\\b``, ``\\p{..}``, nested classes and ``&&``, ``(?x)``, ...). Python matches with
 ``re.ASCII``: ``\\d``, ``\\w``, ``\\s`` and case-insensitive matching are ASCII's, as Java's default.
 
 Python's ``re`` checks a pattern (it takes what Java takes, or less: a look-behind of fixed
@@ -36,6 +36,11 @@ _ANY = f"[^{_TERMINATORS}]"
 _END = r"(?:(?=\r\n\Z|[\r\x85\u2028\u2029]\Z|\Z)|(?<!\r)(?=\n\Z))"
 """Java's ``$`` and ``\\Z`` without MULTILINE: the end, or before a last line terminator (not
 between the ``\\r`` and ``\\n`` of a last ``\\r\\n``)."""
+_LINE_END = r"(?:\Z|(?=[\r\x85\u2028\u2029])|(?<!\r)(?=\n))"
+"""Java's ``$`` with MULTILINE: the end, or before any line terminator (not between a ``\\r\\n``'s two)."""
+_LINE_START = r"(?:(?!\Z)(?:\A|(?<=[\n\x85\u2028\u2029])|(?<=\r)(?!\n)))"
+"""Java's ``^`` with MULTILINE: the start, or after any line terminator (not between a ``\\r\\n``'s
+two), but never at the end (Java's, as Perl's: not even after a last line terminator)."""
 _KEPT_ESCAPES = frozenset("dDsSwWtnrfaA")
 """Escapes Python (with ``re.ASCII``) reads as Java does."""
 _BOUNDARY = "Java's word boundary counts every Unicode letter and digit: write (?<!\\w)(?=\\w) or (?<=\\w)(?!\\w)"
@@ -156,15 +161,16 @@ def _class(p: str, i: int) -> tuple[str, int]:
         first = False
 
 
-def _group(p: str, i: int, dotall: bool, groups: list[str | None]) -> tuple[str, int, bool]:
+def _group(p: str, i: int, modes: str, groups: list[str | None]) -> tuple[str, int, str]:
     """A group's opening from ``p[i]`` (its ``(``): its Python text, the index after it, and
-    whether ``.`` matches every character inside it."""
+    the modes inside it (``s``: ``.`` matches every character; ``m``: ``^`` and ``$`` match at
+    every line's start and end), ``modes`` those around it."""
     if not p.startswith("(?", i):
         groups.append(None)
-        return "(", i + 1, dotall
+        return "(", i + 1, modes
     for opening in ("(?:", "(?=", "(?!", "(?<=", "(?<!", "(?>"):
         if p.startswith(opening, i):
-            return opening, i + len(opening), dotall
+            return opening, i + len(opening), modes
     if p.startswith("(?<", i):
         name = _NAME.match(p, i + 3)
         if name is None or not p.startswith(">", name.end()):
@@ -172,22 +178,23 @@ def _group(p: str, i: int, dotall: bool, groups: list[str | None]) -> tuple[str,
         if name.group() in groups:
             raise PatternError(f"the group name {name.group()} is used twice")
         groups.append(name.group())
-        return f"(?P<{name.group()}>", name.end() + 1, dotall
+        return f"(?P<{name.group()}>", name.end() + 1, modes
     flags = _FLAGS.match(p, i)
     if flags is None:
         raise PatternError(f"the group {p[i:i + 4]!r}... is not read here")
     on, off, end = flags.group(1), flags.group(2) or "", flags.group(3)
     if set(on) & set(off):
         raise PatternError(f"the flags {flags.group()!r} turn one flag both on and off")
-    if set(on + off) - set("is"):
-        raise PatternError(f"the flags {on + off!r} are not read here: only i (ASCII case) and s (. matches every character)")
+    if set(on + off) - set("ism"):
+        raise PatternError(f"the flags {on + off!r} are not read here: only i (ASCII case), s (. matches every character) "
+                           "and m (^ and $ at each line)")
+    inner = "".join(m for m in "sm" if (m in modes or m in on) and m not in off)
     if end == ")":
         if i != 0:
-            raise PatternError("flags for the rest of a pattern, (?i) or (?s), are read at its start only: "
+            raise PatternError("flags for the rest of a pattern, (?i), (?s) or (?m), are read at its start only: "
                                "write (?i:...) around a part")
-        return (f"(?{on.replace('s', '')})" if "i" in on else ""), flags.end(), "s" in on
-    inner = dotall if "s" not in on + off else "s" in on
-    case = on.replace("s", "") + ("-" + off.replace("s", "") if "i" in off else "")
+        return ("(?i)" if "i" in on else ""), flags.end(), inner
+    case = ("i" if "i" in on else "") + ("-i" if "i" in off else "")
     return f"(?{case}:", flags.end(), inner
 
 
@@ -197,7 +204,7 @@ def java_pattern(pattern: str) -> JavaPattern:
     when it uses a construct this does not read as Java does, or Java would refuse it."""
     out: list[str] = []
     groups: list[str | None] = []
-    dotall = [False]
+    modes = [""]  # each open group's (``_group``)
     behind = [False]  # inside a look-behind, where Java refuses a back reference (its length is unknown)
     size = [[0, 0]]  # each open group's: the pattern's size built so far, and its last item's
     i = 0
@@ -226,21 +233,23 @@ def java_pattern(pattern: str) -> JavaPattern:
         elif c == "[":
             text, i = _class(pattern, i + 1)
         elif c == ".":
-            text, i = ("(?s:.)" if dotall[-1] else _ANY), i + 1
+            text, i = ("(?s:.)" if "s" in modes[-1] else _ANY), i + 1
         elif c == "$":
-            text, i = _END, i + 1
+            text, i = (_LINE_END if "m" in modes[-1] else _END), i + 1
+        elif c == "^" and "m" in modes[-1]:
+            text, i = _LINE_START, i + 1
         elif c == "(":
-            text, i, inner = _group(pattern, i, dotall[-1], groups)
+            text, i, inner = _group(pattern, i, modes[-1], groups)
             if text.startswith("(") and not (text.startswith("(?") and text.endswith(")")):
-                dotall.append(inner)
+                modes.append(inner)
                 behind.append(behind[-1] or text in ("(?<=", "(?<!"))
                 size.append([0, 0])
-            elif inner:  # (?s) at the start: the whole pattern
-                dotall[0] = True
+            else:  # (?s), (?m) at the start: the whole pattern
+                modes[0] = inner
         elif c == ")":
-            if len(dotall) == 1:
+            if len(modes) == 1:
                 raise PatternError("a ) closes no group")
-            dotall.pop()
+            modes.pop()
             behind.pop()
             inside = size.pop()[0]
             size[-1] = [size[-1][0] + inside, inside]
@@ -266,7 +275,7 @@ def java_pattern(pattern: str) -> JavaPattern:
         elif c == "{" and size[-1][0] > MAX_SIZE:
             raise PatternError(f"the pattern's repetitions make it over {MAX_SIZE} items large")
         out.append(text)
-    if len(dotall) != 1:
+    if len(modes) != 1:
         raise PatternError("a ( is not closed")
     try:
         re.compile("".join(out), re.ASCII)

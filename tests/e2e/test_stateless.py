@@ -82,8 +82,8 @@ async def test_projections_filters_and_partition_by_write_exactly_the_right_reco
     try:
         bad = await producer.send_and_wait(name, b"{not json", key=b"u1", partition=partition_for(b"u1", 4))
         # java.util.regex overflows a Spark task's stack on it (SQUEEZED): set aside, the batch goes on.
-        overflowing = await producer.send_and_wait(name, json.dumps({"PAGEID": "ab" * 3000, "SECONDS": 9}).encode(),
-                                                   key=b"u2", partition=partition_for(b"u2", 4))
+        overflowing_value = json.dumps({"PAGEID": "ab" * 3000, "SECONDS": 9})
+        overflowing = await producer.send_and_wait(name, overflowing_value.encode(), key=b"u2", partition=partition_for(b"u2", 4))
     finally:
         await producer.stop()
     queries = f"""
@@ -150,4 +150,4 @@ async def test_projections_filters_and_partition_by_write_exactly_the_right_reco
     assert all("not JSON" in e["REASON"] and e["RECORD"] == "{not json" for e in mine)
     (overflowed,) = [e for e in entries if e["SOURCE_TOPIC"] == name and e["SOURCE_OFFSET"] == overflowing.offset]
     assert overflowed["QUERY_ID"].startswith(f"CSAS_LONG_{name.upper()}") and overflowed["SOURCE_PARTITION"] == overflowing.partition
-    assert "java.lang.StackOverflowError" in overflowed["REASON"], overflowed
+    assert "java.lang.StackOverflowError" in overflowed["REASON"] and overflowed["RECORD"] == overflowing_value

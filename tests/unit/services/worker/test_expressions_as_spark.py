@@ -403,7 +403,9 @@ JAVA_PATTERNS = ["a.b", "a$", "^a", "\\d+", "\\w+", "\\s+", "\\S\\W", "(?i)ab", 
                  "(?s:a.)b.", "(a)|(b)", "(?<y>\\d)(?<z>\\d)?", "\\Qa.b\\E", "[\\Q]\\E-]", "a{2}", "a{1,}b?", "a{1,2}+",
                  "(?>ab|a)b", "(?=b).", "(?<!a)b", "\\x41|\\u00e9|\\x{1F600}", "\\0101|\\e|\\cA", "\\Z", "b\\z", "$", "", ".",
                  "é+", "[é-ü]", "\\t|\\n|\\r|\\f|\\a", "(a)\\1", "(?<n>a)\\k<n>", "a*?", "[]a]", "\\.\\*\\$\\^\\{\\}", "#| ",
-                 "[$.]", "(?s).$", "(?i)[A-C]+É", "(?<!^).", "(?<!a)\\W", "\\x{1F600}|(?<!^).", "😀|(?<!^).", "(?i:a)(?-i:a)"]
+                 "[$.]", "(?s).$", "(?i)[A-C]+É", "(?<!^).", "(?<!a)\\W", "\\x{1F600}|(?<!^).", "😀|(?<!^).", "(?i:a)(?-i:a)",
+                 "(?m)^.", "(?m).$", "(?m)^$", "(?m)^", "(?m)$", "(?m:a$)|^b", "(?ms)^.+$", "(?m)(?-m:^.)|b$", "(?im)^A",
+                 "(?m)b?^?"]
 """Java patterns of every construct Millpond reads, with Java's meaning where Python's differs."""
 
 
@@ -434,9 +436,9 @@ def test_regular_expressions_answer_as_sparks(spark: SparkSession) -> None:
 
 @pytest.mark.parametrize("pattern, message", [
     ("\\bx", "\\b is not an escape Millpond reads as Java does"), ("[a[b]]", "a class inside a class"),
-    ("[a&&b]", "&& inside a class"), ("(?m)^a", "the flags 'm' are not read here"), ("a{,2}", "a { starts a repetition"),
+    ("[a&&b]", "&& inside a class"), ("(?x)a", "the flags 'x' are not read here"), ("a{,2}", "a { starts a repetition"),
     ("\\p{L}", "\\p is not an escape"), ("(?<n_1>a)", "a named group is (?<name>...)"), ("a)", "a ) closes no group"),
-    ("(a", "a ( is not closed"), ("\\1(a)", "the back reference"), ("a(?i)b", "read at its start only"),
+    ("(a", "a ( is not closed"), ("\\1(a)", "the back reference"), ("a(?m)b", "read at its start only"),
     ("\\ud83d", "is a surrogate"), ("(?<=a+)b", "look-behind requires fixed-width pattern"),
     ("a{1001}", "a repetition counts at most 1000 times"), ("(?:a{1000}){1000}", "over 100000 items large"),
     ("(?i-i)a", "turn one flag both on and off"), ("(a)b(?<=\\1b)", "a back reference inside a look-behind"),

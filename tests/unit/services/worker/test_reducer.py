@@ -406,7 +406,8 @@ def test_a_record_whose_processing_overflows_sparks_stack_is_set_aside_and_the_b
         assert all(a.last_offset < b.first_offset for a, b in itertools.pairwise(pieces)), "in offset order"
         assert sum(s.count for s in pieces) == len(offsets)
         bad = [b for s in pieces for b in s.bad]
-        assert [b.offset for b in bad] == [o for _, v, q, o in records if q == p and v == area(OVERFLOWING)]
+        assert [(b.offset, b.value) for b in bad] == [(o, area(OVERFLOWING).decode()) for _, v, q, o in records
+                                                      if q == p and v == area(OVERFLOWING)]
         assert all("java.lang.StackOverflowError" in b.reason for b in bad), bad
         totals: dict[bytes, int] = defaultdict(int)
         for piece in pieces:
