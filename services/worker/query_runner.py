@@ -530,7 +530,7 @@ class QueryRunner:
                 raise
             log.warning("a record's processing overflowed Spark's stack; the batch is processed in parts to set it "
                         "aside", extra={"query": self.name, "batch": batch_id})
-            self._in_parts(self._batch_spans(batch_id), error)
+            self._in_parts(self._batch_spans(batch_id), None)
             return
         self._commit_now(slices, started)
 
@@ -542,22 +542,31 @@ class QueryRunner:
         return [(p, first, ends[p]) for p, task in sorted(tasks.items())
                 if p in ends and (first := task.next_input_offset or 0) < ends[p]]
 
-    def _in_parts(self, part: list[Span], failure: BaseException) -> None:
-        """Process ``part`` of a batch, whose reduction failed of ``failure`` on one of its
-        records (``fails_on_a_record``), in parts, each read again from Kafka and committed as
-        a batch of its own (the batch Spark gives holds its records computed: a part of it
-        would compute them all again), halving a part that fails again down to one offset, a
-        record that is set aside to the processing log (Kafka Streams' handler of a record it
-        cannot process). Each partition's parts are committed in offset order."""
+    def _in_parts(self, part: list[Span], failed: BaseException | None) -> None:
+        """Process ``part`` of a batch, whose reduction failed on one of its records
+        (``fails_on_a_record``), in parts, each read again from Kafka and committed as a batch
+        of its own (the batch Spark gives holds its records computed: a part of it would
+        compute them all again), halving a part that fails down to one offset, a record that
+        fails alone, which is set aside to the processing log (Kafka Streams' handler of a
+        record it cannot process). Each partition's parts are committed in offset order.
+        ``failed``: how ``part`` itself failed when it was run, None when it was not (a second
+        half whose first went through is split without a run; a record is run alone before it
+        is set aside, so that none is when the one that failed was elsewhere: of a partition
+        whose task has left the query, which the batch still computed)."""
+        if not part:
+            return
         if len(part) == 1 and part[0][2] - part[0][1] == 1:
-            self._commit_now(self._set_aside(part[0][0], part[0][1], failure), time.monotonic())
+            if failed is None and (failed := self._try(part)) is None:
+                return  # it went through: committed
+            self._commit_now(self._set_aside(part[0][0], part[0][1], failed), time.monotonic())
             return
         first, second = halves(part)
-        if (first_failure := self._try(first)) is not None:
-            self._in_parts(first, first_failure)
-        # When the first half went through, the record is in the second: it fails as a whole.
-        if (second_failure := failure if first_failure is None else self._try(second)) is not None:
-            self._in_parts(second, second_failure)
+        if (first_failed := self._try(first)) is None:
+            self._in_parts(second, None)  # the record is in the second half, if in this part at all
+            return
+        self._in_parts(first, first_failed)
+        if (second_failed := self._try(second)) is not None:
+            self._in_parts(second, second_failed)
 
     def _try(self, part: list[Span]) -> BaseException | None:
         """Read ``part`` of a batch from Kafka, reduce and commit it; what failed on one of its

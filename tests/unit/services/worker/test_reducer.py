@@ -416,11 +416,21 @@ def test_a_record_whose_processing_overflows_sparks_stack_is_set_aside_and_the_b
         assert totals == counts, p
     assert driver_alive(spark) and spark.range(3).count() == 3
 
+    # The record that failed the batch is of a partition whose task has left the query (the
+    # batch computed it all the same): no record of the others is set aside, each is run alone first.
+    records = [(b"s1", area("aab"), 0, 0), (b"s1", area("ab"), 0, 1), (b"s4", area(OVERFLOWING), 1, 0)]
+    runner = runner_of(spark, "CREATE TABLE counted AS SELECT sensor, COUNT(*) AS n FROM r "
+                              "WHERE REGEXP_REPLACE(area, '^(a|b)*$', '') = '' GROUP BY sensor", tmp_path)
+    committed = processed(runner, spark, records, spans=[(0, 0, 2)])
+    assert [(s[0].first_offset, s[0].last_offset, s[0].bad) for s in committed] == [(0, 0, []), (1, 1, [])]
 
-def processed(runner: QueryRunner, spark: SparkSession, records: list[Record]) -> list[dict[int, Any]]:
+
+def processed(runner: QueryRunner, spark: SparkSession, records: list[Record],
+              spans: list[query_runner.Span] | None = None) -> list[dict[int, Any]]:
     """The slices ``runner`` commits of ``records`` as a batch of its streaming query, in the
     order it commits them (its loop runs meanwhile, committing nothing). A part of the batch is
-    read again from ``records`` (from Kafka in a worker)."""
+    read again from ``records`` (from Kafka in a worker); the batch's ``spans`` are its tasks'
+    partitions' offsets, by default all of ``records``."""
     committed: list[dict[int, Any]] = []
 
     async def commit(slices: dict[int, Any]) -> None:
@@ -433,7 +443,8 @@ def processed(runner: QueryRunner, spark: SparkSession, records: list[Record]) -
     offsets = defaultdict(list)
     for *_, partition, offset in records:
         offsets[partition].append(offset)
-    runner._batch_spans = lambda batch_id: [(p, min(o), max(o) + 1) for p, o in sorted(offsets.items())]  # type: ignore[method-assign]
+    runner._batch_spans = lambda batch_id: (  # type: ignore[method-assign]
+        [(p, min(o), max(o) + 1) for p, o in sorted(offsets.items())] if spans is None else spans)
     runner._reduction = runner.reduction(_as_batch(spark, records))  # as ``start`` leaves it
     loop = threading.Thread(target=runner.loop.run_forever, daemon=True)
     loop.start()
