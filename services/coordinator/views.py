@@ -11,8 +11,9 @@ from millpond.shared.catalog.sources import DataSource
 from millpond.shared.catalog.upgrades import check_upgrades
 from millpond.shared.errors import StatementError
 from millpond.shared.results import Outcome
-from millpond.shared.sql import ast
+from millpond.shared.sql import aggregates, ast, functions
 from millpond.shared.sql.planner import SelectPlan, plan_select
+from millpond.shared.sql.types import LAMBDA_FUNCTIONS, LAMBDA_SHAPES
 from millpond.shared.task_status import TaskReport, summarize
 
 Reports = Mapping[str, list[TaskReport]]
@@ -22,13 +23,15 @@ _PROPERTY_VALUE = [("PROPERTY", "VARCHAR"), ("VALUE", "VARCHAR")]
 
 
 def show(metastore: Metastore, stmt: ast.Show, properties: Mapping[str, str], reports: Reports) -> Outcome:
-    """SHOW STREAMS | TABLES | QUERIES | PROPERTIES (TOPICS asks Kafka, so the executor does it)."""
+    """SHOW STREAMS | TABLES | QUERIES | PROPERTIES | FUNCTIONS (TOPICS asks Kafka, so the executor does it)."""
     if stmt.what in ("STREAMS", "TABLES"):
         return show_sources(metastore, stmt)
     if stmt.what == "QUERIES":
         return show_queries(metastore, stmt, reports)
     if stmt.what == "PROPERTIES":
         return show_properties(stmt, properties)
+    if stmt.what == "FUNCTIONS":
+        return show_functions(stmt)
     raise StatementError(f"SHOW {stmt.what} needs Kafka; the coordinator answers it")
 
 
@@ -63,6 +66,24 @@ def show_queries(metastore: Metastore, stmt: ast.Show, reports: Reports) -> Outc
 def show_properties(stmt: ast.Show, properties: Mapping[str, str]) -> Outcome:
     """SHOW PROPERTIES: the settings in effect for this request."""
     return Outcome(stmt.text, status="", columns=_PROPERTY_VALUE, rows=[[k, v] for k, v in sorted(properties.items())])
+
+
+def show_functions(stmt: ast.Show) -> Outcome:
+    """SHOW FUNCTIONS: every function a statement may call, its type (SCALAR, AGGREGATE, LAMBDA)
+    and how a call is written."""
+    rows = [[f.name, "SCALAR", f.signature()] for f in functions.FUNCTIONS.values()]
+    rows += [[a.name, "AGGREGATE", _aggregate_signature(a)] for a in aggregates.AGGREGATES.values()]
+    rows += [[name, "LAMBDA", " or ".join(shape for (f, _), shape in LAMBDA_SHAPES.items() if f == name)]
+             for name in LAMBDA_FUNCTIONS]
+    return Outcome(stmt.text, status="", columns=[("NAME", "VARCHAR"), ("TYPE", "VARCHAR"), ("SIGNATURE", "VARCHAR")],
+                   rows=sorted(rows))
+
+
+def _aggregate_signature(aggregate: aggregates.Aggregate) -> str:
+    argument = functions.KIND_SHOWN.get(aggregate.param, aggregate.param)
+    if aggregate.name == "COUNT":
+        argument = f"* or {argument}"
+    return f"{aggregate.name}({argument}{'' if aggregate.given is None else ', literals'})"
 
 
 def describe(metastore: Metastore, stmt: ast.Describe) -> Outcome:

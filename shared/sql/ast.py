@@ -294,7 +294,7 @@ class InsertSelect(Statement):
 
 @dataclass(frozen=True)
 class Show(Statement):
-    """``SHOW|LIST STREAMS|TABLES|QUERIES|TOPICS|PROPERTIES``."""
+    """``SHOW|LIST STREAMS|TABLES|QUERIES|TOPICS|PROPERTIES|FUNCTIONS``."""
 
     what: str
 

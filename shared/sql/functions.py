@@ -27,6 +27,10 @@ from millpond.shared.sql.kinds import (
 )
 
 INT, BIGINT, DOUBLE, VARCHAR = SqlType("INT"), SqlType("BIGINT"), SqlType("DOUBLE"), SqlType("VARCHAR")
+KIND_SHOWN = {"string": "VARCHAR", "boolean": "BOOLEAN", "numeric": "number", "integer": "INT or BIGINT",
+              "bigint": "INT or BIGINT", "array": "ARRAY", "map": "MAP", "timestamp": "TIMESTAMP", "date": "DATE",
+              "listable": "any but a MAP"}
+"""A parameter kind as SHOW FUNCTIONS writes it (``any`` and ``orderable`` as they are)."""
 TIMESTAMP, DATE = SqlType("TIMESTAMP"), SqlType("DATE")
 
 
@@ -60,6 +64,14 @@ class ScalarFunction:
         if self.variadic:
             return f"at least {low}"
         return str(low) if low == high else f"{low} to {high}"
+
+    def signature(self) -> str:
+        """How a call is written, each parameter by what it takes: ``ROUND(number[, INT or BIGINT])``."""
+        text = ", ".join([*(KIND_SHOWN.get(k, k) for k in self.params),
+                          *([f"{KIND_SHOWN.get(self.variadic, self.variadic)} ..."] if self.variadic else [])])
+        for kind in self.optional:
+            text += f"[, {KIND_SHOWN.get(kind, kind)}]" if text else f"[{KIND_SHOWN.get(kind, kind)}]"
+        return f"{self.name}({text})"
 
     def kind_at(self, index: int) -> str | None:
         """The parameter kind at ``index``, or None past the last parameter."""

@@ -214,7 +214,7 @@ LAMBDA_FUNCTIONS = ("TRANSFORM", "FILTER", "REDUCE")
 """ksqlDB's functions that take lambdas, their last arguments."""
 _LAMBDA_PARAMS = {("TRANSFORM", "ARRAY"): ("x",), ("FILTER", "ARRAY"): ("x",), ("REDUCE", "ARRAY"): ("s", "x"),
                   ("TRANSFORM", "MAP"): ("k", "v"), ("FILTER", "MAP"): ("k", "v"), ("REDUCE", "MAP"): ("s", "k", "v")}
-_SHAPES = {("TRANSFORM", "ARRAY"): "TRANSFORM(array, x => ...)",
+LAMBDA_SHAPES = {("TRANSFORM", "ARRAY"): "TRANSFORM(array, x => ...)",
            ("TRANSFORM", "MAP"): "TRANSFORM(map, (k, v) => key, (k, v) => value)",
            ("FILTER", "ARRAY"): "FILTER(array, x => ...)", ("FILTER", "MAP"): "FILTER(map, (k, v) => ...)",
            ("REDUCE", "ARRAY"): "REDUCE(array, initial state, (s, x) => ...)",
@@ -236,13 +236,13 @@ class LambdaCall:
 
 
 def lambda_call(call: ast.Call, scope: Scope) -> LambdaCall:
-    """Type a call of a ``LAMBDA_FUNCTIONS`` function (``_SHAPES``). REDUCE's state has the
+    """Type a call of a ``LAMBDA_FUNCTIONS`` function (``LAMBDA_SHAPES``). REDUCE's state has the
     initial value's type widened to what the lambda gives (0 and a BIGINT sum: BIGINT), as
     Spark's aggregate needs them the same; TRANSFORM of a MAP makes a MAP keyed by one of
     ``MAP_KEY_TYPES``."""
     collection = check(call.args[0], scope) if call.args and not isinstance(call.args[0], ast.Lambda) else None
     base = collection.base if collection is not None and collection.base in ("ARRAY", "MAP") else "ARRAY"
-    params, shape = _LAMBDA_PARAMS[call.name, base], _SHAPES[call.name, base]
+    params, shape = _LAMBDA_PARAMS[call.name, base], LAMBDA_SHAPES[call.name, base]
     lambdas = 2 if (call.name, base) == ("TRANSFORM", "MAP") else 1
     arity = 3 if call.name == "REDUCE" or lambdas == 2 else 2
     fns = [a for a in call.args[-lambdas:] if isinstance(a, ast.Lambda)]

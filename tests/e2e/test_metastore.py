@@ -1,4 +1,4 @@
-"""The metastore through a real cluster: SHOW / DESCRIBE / EXPLAIN through ``millpond sql``,
+"""The metastore through a real cluster: SHOW (FUNCTIONS too) / DESCRIBE / EXPLAIN through ``millpond sql``,
 every node's digest equal, and equal again after every service restarts and replays."""
 
 from __future__ import annotations
@@ -69,6 +69,10 @@ def test_show_describe_and_explain_through_the_cli(small_cluster: LocalCluster, 
     assert [s["NAME"] for s in streams] == ["BY_PAGE", "CLICKS", "LONG_VIEWS", "MILLPOND_PROCESSING_LOG", "PAGEVIEWS"]
     assert {s["NAME"]: s["VALUE_FORMAT"] for s in streams}["CLICKS"] == "DELIMITED"
     assert all(s["STATUS"] == "OK" for s in streams)
+    functions = rows(sql(small_cluster.router, "-e", "LIST FUNCTIONS;", "--output", "json"))
+    listed = {f["NAME"]: (f["TYPE"], f["SIGNATURE"]) for f in functions}
+    assert listed["ROUND"] == ("SCALAR", "ROUND(number[, INT or BIGINT])") and listed["COUNT"][0] == "AGGREGATE"
+    assert listed["REDUCE"][0] == "LAMBDA" and {"ENTRIES", "AS_MAP", "GENERATE_SERIES"} <= listed.keys()
     queries = rows(sql(small_cluster.router, "-e", "SHOW QUERIES;", "--output", "json"))
     assert [q["QUERY_ID"] for q in queries] == ["CSAS_BY_PAGE_2", "CSAS_LONG_VIEWS_1", "CTAS_TIME_ON_SITE_0"]
 

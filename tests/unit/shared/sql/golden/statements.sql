@@ -616,3 +616,5 @@ EXPLAIN CREATE STREAM gauge_now AS SELECT sensor, UNIX_TIMESTAMP() - ROWTIME AS 
 -- ENTRIES, AS_MAP and GENERATE_SERIES: NULL where ksqlDB fails the record (a step of 0 or away from the end) and Spark the batch.
 EXPLAIN CREATE TABLE user_entries AS SELECT id, ENTRIES(attrs, true) AS sorted, AS_MAP(tags, GENERATE_SERIES(1, age)) AS ranked, GENERATE_SERIES(age, 0, -2) AS down FROM users;
 CREATE TABLE user_entries_2 AS SELECT id, AS_MAP(GENERATE_SERIES(1, 3), GENERATE_SERIES(age, 0)) AS by_number, GENERATE_SERIES(1.5, 3) AS nope FROM users;
+-- SHOW FUNCTIONS: every function, its type and how a call is written.
+SHOW FUNCTIONS;
