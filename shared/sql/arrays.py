@@ -10,7 +10,7 @@ from typing import Any
 
 from millpond.shared.sql.ast import Literal, SqlType, to_sql
 from millpond.shared.sql.java_text import java_double_text
-from millpond.shared.sql.kinds import KINDS, MAX_PADDED_CHARS, common_type, holds, spark_ranked
+from millpond.shared.sql.kinds import KIND_NOTES, KINDS, MAX_PADDED_CHARS, common_type, holds, spark_ranked
 
 JOINED = frozenset({"VARCHAR", "INT", "BIGINT", "BOOLEAN", "DOUBLE"})
 """The items ARRAY_JOIN writes as Spark's CAST to text does in Python too."""
@@ -164,7 +164,7 @@ def array_call_error(name: str, types: list[SqlType]) -> str | None:
     if holds(element, frozenset({"MAP"})):
         return f"{name} cannot compare the items of an ARRAY of {element}: Spark compares no MAP"
     if name in _ORDERING and element.base not in KINDS["orderable"]:  # type: ignore[operator]
-        return f"{name} orders the items of an ARRAY of BOOLEAN, a number, VARCHAR, DATE, TIME or TIMESTAMP, not {element}"
+        return f"{name} orders the items of an ARRAY of {KIND_NOTES['orderable']}, not {element}"
     if len(types) > 1 and name in ("ARRAY_CONTAINS", "ARRAY_REMOVE"):
         value = types[1]
         if value.base == "NULL":
@@ -208,7 +208,7 @@ def entries_refusal(args: tuple[Any, ...], types: list[SqlType]) -> str | None:
     if types[0].base != "MAP":
         return "ENTRIES takes a MAP; a bare NULL has no key type (CAST it)"
     if types[0].params[0].base not in KINDS["orderable"]:  # type: ignore[operator]
-        return f"ENTRIES orders a MAP's entries by keys of BOOLEAN, a number, VARCHAR, DATE, TIME or TIMESTAMP, not {types[0]}"
+        return f"ENTRIES orders a MAP's entries by keys of {KIND_NOTES['orderable']}, not {types[0]}"
     return None
 
 

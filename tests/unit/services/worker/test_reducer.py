@@ -42,10 +42,8 @@ from hypothesis import strategies as st
 from py4j import protocol as proto
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import (
-    BinaryType,
     DoubleType,
     IntegerType,
-    LongType,
     StringType,
     StructField,
     StructType,
@@ -90,11 +88,7 @@ PROJECT = "CREATE STREAM hot AS SELECT sensor, area, reading * 2 AS doubled FROM
 
 T = TypeVar("T")
 
-KAFKA_ROW = StructType([
-    StructField("key", BinaryType()), StructField("value", BinaryType()), StructField("topic", StringType()),
-    StructField("partition", IntegerType()), StructField("offset", LongType()),
-    StructField("timestamp", TimestampType()), StructField("timestampType", IntegerType()),
-])
+KAFKA_ROW = query_runner.KAFKA_RECORD
 
 Record = tuple[bytes | None, bytes | None, int, int]
 """(key, value, partition, offset) of one input record, as the Kafka source gives it."""
