@@ -12,13 +12,14 @@ import pytest
 
 from millpond.deploy.class_archive import spark_env_with_archive
 from millpond.deploy.local.kafka_broker import EmbeddedKafka
+from millpond.services.worker.spark import JAVA_OPTIONS
 
 # The tests start some twenty Spark JVMs, several at once on two cores, and each runs little
 # input: the JIT's first tier alone and the serial collector start them sooner than the
 # defaults, which tune for long runs, and a class-data archive (made once into the cache)
-# sooner still. Every worker the tests start (and every benchmark's smoke run) inherits this;
+# sooner still; the workers' own options besides. Every worker the tests start (and every benchmark's smoke run) inherits this;
 # an operator's MILLPOND_SPARK_CONF wins.
-TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:+ExitOnOutOfMemoryError"
+TEST_JAVA_OPTIONS = f"-XX:TieredStopAtLevel=1 {JAVA_OPTIONS}"
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -36,6 +36,13 @@ EXTENSION_JAR = "millpond-spark.jar"
 LOCAL_FILE_SYSTEM = "io.millpond.spark.NioLocalFileSystem"
 """Hadoop's local file system without a forked chmod per file created (the extension's)."""
 
+STACK_TRACE_DEPTH = 128
+"""The frames a Java exception records, Java's 1,024 at most by default: a task that overflowed
+its stack (``QueryRunner._in_parts``) was logged in 2,050 lines, twice its frames (Spark's
+Executor and TaskSetManager each log it), and its error's text, read to tell the failure, was
+154 KB: now 260 lines and 24 KB. Other traces measured 22-59 frames (a Python UDF's error in
+a task, the driver's side of a failed job), and are kept whole."""
+
 # The driver runs the queries itself (local mode) on a core or two: the serial
 # collector keeps the heap smaller and takes no threads from them. bench.aggregation:
 # peak RSS per worker 869-887 MiB against 1,221-1,264 with G1, throughput the same
@@ -53,7 +60,7 @@ LOCAL_FILE_SYSTEM = "io.millpond.spark.NioLocalFileSystem"
 # only when the cores are otherwise idle) left the code slow for longer: bench.failover's
 # scaling case served 97-124 pulls/s against 152-181 and its SIGTERM stop took 1.99-2.94
 # s against 1.30-1.56 (two alternated pairs).
-JAVA_OPTIONS = "-XX:+UseSerialGC -XX:+ExitOnOutOfMemoryError"
+JAVA_OPTIONS = f"-XX:+UseSerialGC -XX:+ExitOnOutOfMemoryError -XX:MaxJavaStackTraceDepth={STACK_TRACE_DEPTH}"
 """The driver JVM's options (an operator's ``spark.driver.extraJavaOptions`` replaces them). A JVM
 out of memory exits, so that the worker starts a new one: its tasks no longer end it of a fatal
 error themselves (``spark.executor.killOnFatalError.depth``)."""

@@ -57,7 +57,7 @@ from millpond.services.worker.kinds import new_task
 from millpond.services.worker.query_runner import QueryRunner
 from millpond.services.worker.reducers import Reduction
 from millpond.services.worker.regrouping import retracted
-from millpond.services.worker.spark import driver_alive
+from millpond.services.worker.spark import STACK_TRACE_DEPTH, driver_alive
 from millpond.services.worker.state.store import encode_state
 from millpond.services.worker.state.table_topic import LeftOut, TableRecords
 from millpond.services.worker.table_joining import rekeyed, split_rekeyed
@@ -418,6 +418,17 @@ def test_a_record_whose_processing_overflows_sparks_stack_is_set_aside_and_the_b
     committed = processed(runner, spark, records, spans=[(0, 0, 2)])
     assert [(s[0].first_offset, s[0].last_offset, s[0].bad) for s in committed] == [(0, 0, []), (1, 1, [])]
 
+
+
+def test_an_overflowed_tasks_error_records_no_more_frames_than_the_workers_jvm_keeps(spark: SparkSession) -> None:
+    """A StackOverflowError records the JVM's frames at most (``STACK_TRACE_DEPTH``, where Java's
+    default is 1,024): Spark logs each failed task's twice, and the worker reads its text to tell
+    the failure (the tests' JVM options are the workers' with the JIT's first tier alone)."""
+    with pytest.raises(proto.Py4JJavaError) as caught:
+        spark.createDataFrame([(OVERFLOWING,)], "s string").selectExpr("regexp_replace(s, '(a|b)*', '')").collect()
+    assert query_runner.fails_on_a_record(caught.value)
+    traces = [len(run.splitlines()) for run in re.findall(r"(?:^\s+at .*\n)+", str(caught.value), re.MULTILINE)]
+    assert 0 < max(traces) <= STACK_TRACE_DEPTH, traces
 
 def processed(runner: QueryRunner, spark: SparkSession, records: list[Record],
               spans: list[query_runner.Span] | None = None) -> list[dict[int, Any]]:
