@@ -48,7 +48,7 @@ from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.serde import ISO_TIMESTAMP_TEXT, MILLIS_TEXT
 from millpond.shared.kafka.time_patterns import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from millpond.shared.sql import ast
+from millpond.shared.sql import ast, regexes
 
 log = logging.getLogger(__name__)
 COMMIT_TIMEOUT_S = 120
@@ -528,8 +528,8 @@ class QueryRunner:
         except Exception as error:
             if not fails_on_a_record(error):
                 raise
-            log.warning("a record's processing overflowed Spark's stack; the batch is processed in parts to set it "
-                        "aside", extra={"query": self.name, "batch": batch_id})
+            log.warning("a record's processing failed in Spark; the batch is processed in parts to set it aside",
+                        extra={"query": self.name, "batch": batch_id, "reason": record_failure(error)})
             self._in_parts(self._batch_spans(batch_id), None)
             return
         self._commit_now(slices, started)
@@ -802,19 +802,24 @@ Span = tuple[int, int, int]
 """A partition's offsets from the first to the end (not included)."""
 
 
+RECORD_FAILURES = (STACK_OVERFLOW, regexes.SPARK_TIMEOUT)
+
+
 def fails_on_a_record(error: BaseException) -> bool:
     """Whether ``error``, a batch's Spark job's, is one a record makes, so that the batch fails
     again however often it is run: a StackOverflowError in a task (java.util.regex recurses
     once or more per character for a group repeated, e.g. ``(a|b)*``: 2,000 characters overflow
-    a thread's stack). The worker's session has the task, not the JVM, fail of it
-    (``spark.executor.killOnFatalError.depth``). Blocking: the text comes from the JVM."""
-    return isinstance(error, (Py4JJavaError, PySparkException)) and STACK_OVERFLOW in str(error)
+    a thread's stack; the worker's session has the task, not the JVM, fail of it:
+    ``spark.executor.killOnFatalError.depth``), or a REGEXP call over its time
+    (``regexes.SPARK_TIMEOUT``: ``(a|aa)+c`` backtracks without end). Blocking: the text comes
+    from the JVM."""
+    return isinstance(error, (Py4JJavaError, PySparkException)) and any(f in str(error) for f in RECORD_FAILURES)
 
 
 def record_failure(error: BaseException) -> str:
     """What failed, in a line: the Java error's class and message."""
     text = str(error)
-    at = text.find(STACK_OVERFLOW)
+    at = min((at for f in RECORD_FAILURES if (at := text.find(f)) >= 0), default=-1)
     return text[at:].splitlines()[0].strip() if at >= 0 else text.splitlines()[0]
 
 

@@ -22,6 +22,7 @@ from millpond.services.worker.jit import warm_up_jit
 from millpond.shared import metrics
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import SetupError
+from millpond.shared.sql import regexes
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +110,7 @@ def create_session(settings: WorkerSettings) -> SparkSession:
         builder = builder.config(key, value)
     builder = (
         builder.appName(f"millpond-{settings.worker_id}")
-        .config("spark.jars", ",".join(connector_jars(settings.jar_cache)))
+        .config("spark.jars", ",".join(session_jars(settings)))
         .config("spark.driver.memory", settings.spark_driver_memory)
         .config("spark.driver.extraJavaOptions", JAVA_OPTIONS)
         .config("spark.ui.enabled", "false")
@@ -180,7 +181,17 @@ def create_session(settings: WorkerSettings) -> SparkSession:
         log4j.core.config.Configurator.setLevel(name, log4j.Level.FATAL)
     # It warns of every pool it makes on first use, as the queries' pools are made (``QueryRunner.pool``).
     log4j.core.config.Configurator.setLevel(FAIR_POOLS_LOGGER, log4j.Level.ERROR)
+    for name, (java_class, result) in regexes.SPARK_FUNCTIONS.items():  # the REGEXP functions the queries call
+        session.udf.registerJavaFunction(name, java_class, result)
     return session
+
+
+def session_jars(settings: WorkerSettings) -> list[str]:
+    """The jars a session adds: the Kafka connector's and, on a cluster, the extension's, whose
+    REGEXP functions (``regexes.SPARK_FUNCTIONS``) the executors run (a local master has it on
+    the driver's class path already, first)."""
+    jars = connector_jars(settings.jar_cache)
+    return jars if settings.spark_local else [*jars, extension_jar(settings.jar_cache)]
 
 
 DRIVER_WATCH_INTERVAL_S = 2.0

@@ -12,7 +12,8 @@ meaning differs (``.`` and ``$`` stop at Java's five line terminators, ``\\z``, 
 Python's ``re`` checks a pattern (it takes what Java takes, or less: a look-behind of fixed
 width); the ``regex`` module, which reads the same syntax the same way, matches it, within
 ``MATCH_TIMEOUT_S`` a call: a pattern that backtracks without end (``(a|aa)+c``) stops with an
-error for the pull that asked (``PatternTimeout``) instead of holding the service.
+error for the pull that asked (``PatternTimeout``) instead of holding the service. Spark's calls
+have the same time (``SPARK_FUNCTIONS``): over it a record is set aside.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ read (``a{10000000}`` took 13 s and 2.7 GB)."""
 MAX_SIZE = 100_000
 """The most items a pattern's nested repetitions may make (``(?:a{1000}){1000}`` is a million)."""
 MATCH_TIMEOUT_S = 0.5
-"""The longest one call of a REGEXP function may take in Python."""
+"""The longest one call of a REGEXP function may take, in Python and in Spark."""
 
 
 class PatternError(ValueError):
@@ -428,15 +429,39 @@ def java_text(text: str) -> str:
     return text.encode("utf-8", "replace").decode() if any(0xD800 <= ord(c) <= 0xDFFF for c in text) else text
 
 
+SPARK_FUNCTIONS = {
+    "millpond_regexp_extract": ("io.millpond.spark.Regexps$Extract", "string"),
+    "millpond_regexp_extract_all": ("io.millpond.spark.Regexps$ExtractAll", "array<string>"),
+    "millpond_regexp_replace": ("io.millpond.spark.Regexps$Replace", "string"),
+    "millpond_regexp_split": ("io.millpond.spark.Regexps$Split", "array<string>"),
+}
+"""The Spark functions the persistent queries' REGEXP calls are (name: Java class, result type),
+which the workers' sessions register: Spark's own regexp_extract, regexp_extract_all,
+regexp_replace and split as each computes it, with ``MATCH_TIMEOUT_S`` a call (their last
+argument, in milliseconds; java.util.regex has no limit of its own, nor stops for a task's
+interrupt), over which the call fails its task with a ``SPARK_TIMEOUT`` and the worker sets its
+record aside (the extension's io.millpond.spark.Regexps)."""
+SPARK_TIMEOUT = "io.millpond.spark.Regexps$PatternTimeout"
+_BUDGET_MS = round(MATCH_TIMEOUT_S * 1000)
+
+
 def extract_in_spark(args: list[str]) -> str:
     """REGEXP_EXTRACT as Spark SQL: NULL without a match (Spark's ``regexp_extract`` gives ''),
     the whole match by default (Spark's takes group 1)."""
-    pattern, text, group = args[0], args[1], args[2] if len(args) > 2 else "0"
-    return f"CASE WHEN {text} RLIKE {pattern} THEN regexp_extract({text}, {pattern}, {group}) END"
+    return f"millpond_regexp_extract({args[1]}, {args[0]}, {args[2] if len(args) > 2 else 0}, {_BUDGET_MS})"
 
 
 def extract_all_in_spark(args: list[str]) -> str:
-    return f"regexp_extract_all({args[1]}, {args[0]}, {args[2] if len(args) > 2 else 0})"
+    return f"millpond_regexp_extract_all({args[1]}, {args[0]}, {args[2] if len(args) > 2 else 0}, {_BUDGET_MS})"
+
+
+def replace_in_spark(args: list[str]) -> str:
+    return f"millpond_regexp_replace({args[0]}, {args[1]}, {args[2]}, {_BUDGET_MS})"
+
+
+def split_in_spark(args: list[str]) -> str:
+    """REGEXP_SPLIT_TO_ARRAY as Spark's ``split(text, pattern, -1)``."""
+    return f"millpond_regexp_split({args[0]}, {args[1]}, {_BUDGET_MS})"
 
 
 def _found(match: regex.Match[str], group: int) -> str:

@@ -3,8 +3,9 @@ INITCAP, CONCAT_WS, POWER, SPLIT, MASK, MASK_LEFT, ARRAY_JOIN, ARRAY_UNION, REGE
 EXTRACTJSONFIELD, ENTRIES, AS_MAP, GENERATE_SERIES, time functions, LIKE and lambdas among them) and arithmetic, and a CSAS that
 re-keys through PARTITION BY into a topic of another size. Results are read back from the
 sink topics (read_committed) and compared record by record with values computed here; a
-malformed input record goes to the processing log, and so does one whose processing overflows
-Spark's stack (the batch's other records, and the worker's other queries, go on)."""
+malformed input record goes to the processing log, and so do one whose processing overflows
+Spark's stack and one over which a REGEXP call backtracks past its time (the batch's other
+records, and the worker's other queries, go on)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -84,6 +86,9 @@ async def test_projections_filters_and_partition_by_write_exactly_the_right_reco
         # java.util.regex overflows a Spark task's stack on it (SQUEEZED): set aside, the batch goes on.
         overflowing_value = json.dumps({"PAGEID": "ab" * 3000, "SECONDS": 9})
         overflowing = await producer.send_and_wait(name, overflowing_value.encode(), key=b"u2", partition=partition_for(b"u2", 4))
+        # java.util.regex backtracks without end on it (NESTED): its call stops at its time, the record is set aside.
+        backtracking_value = json.dumps({"PAGEID": "a" * 40 + "!", "SECONDS": 9})
+        backtracking = await producer.send_and_wait(name, backtracking_value.encode(), key=b"u3", partition=partition_for(b"u3", 4))
     finally:
         await producer.stop()
     queries = f"""
@@ -101,7 +106,7 @@ async def test_projections_filters_and_partition_by_write_exactly_the_right_reco
           pageid LIKE '%o%_e%' AS liked, pageid LIKE CONCAT('%', SUBSTRING(pageid, 3, 1), '%_') AS by_row,
           userid LIKE CONCAT(pageid, '%\\') AS unreadable, TRANSFORM(SPLIT(pageid, 'o'), part => UCASE(part)) AS shouted,
           FILTER(SPLIT(pageid, ''), c => c > 'm') AS late, REDUCE(SPLIT(pageid, ''), 0, (n, c) => n + LEN(c) * seconds) AS weighted,
-          REGEXP_REPLACE(pageid, '(a|b)*', '') AS squeezed,
+          REGEXP_REPLACE(pageid, '(a|b)*', '') AS squeezed, REGEXP_EXTRACT('^((a+)+)+b*$', pageid) AS nested,
           ENTRIES(AS_MAP(SPLIT(pageid, ''), GENERATE_SERIES(1, seconds)), true) AS ranked
           FROM {name} WHERE seconds > 5;
         CREATE STREAM by_page_{name} WITH (partitions=2, value_format='delimited') AS
@@ -128,6 +133,7 @@ async def test_projections_filters_and_partition_by_write_exactly_the_right_reco
                                                      "UNREADABLE": None, "SHOUTED": [part.upper() for part in p.split("o")],
                                                      "LATE": [c for c in p if c > "m"], "WEIGHTED": len(p) * s,
                                                      "SQUEEZED": re.sub("(a|b)*", "", p),
+                                                     "NESTED": m.group() if (m := re.search("^((a+)+)+b*$", p)) else None,
                                                      "RANKED": [{"K": c, "V": i + 1} for i, c in sorted(enumerate(p),
                                                                                                           key=lambda ic: ic[1])]},
                                                     separators=(",", ":")).encode())
@@ -137,23 +143,30 @@ async def test_projections_filters_and_partition_by_write_exactly_the_right_reco
     # The key is unchanged, so each result stays in its input's partition.
     assert all(p == partition_for(k, 4) for p, k, _ in long_records)
 
-    by_page_expected = Counter((p.encode(), f"{u},{s}".encode()) for u, p, s in [*ROWS, ("u2", "ab" * 3000, 9)])
-    by_page = await read_topic(cluster.bootstrap, f"BY_PAGE_{name.upper()}", len(ROWS) + 1)
+    set_aside = [("u2", "ab" * 3000, 9), ("u3", "a" * 40 + "!", 9)]
+    by_page_expected = Counter((p.encode(), f"{u},{s}".encode()) for u, p, s in [*ROWS, *set_aside])
+    by_page = await read_topic(cluster.bootstrap, f"BY_PAGE_{name.upper()}", len(ROWS) + 2)
     assert Counter((k, v) for _, k, v in by_page) == by_page_expected
     assert all(p == partition_for(k, 2) for p, k, _ in by_page)
 
-    # The processing log is the whole cluster's: read it until this test's three entries are in (the
-    # overflowing record's comes with the last part of its batch, after the sink's other records).
+    # The processing log is the whole cluster's: read it until this test's four entries are in (a
+    # record set aside comes with the last part of its batch, after the sink's other records).
     deadline = time.monotonic() + 60
     while True:
         logged = await read_topic(cluster.bootstrap, processing_log_topic(cluster.service_id), 1, wait_s=10)
         entries = [json.loads(v) for _, _, v in logged]
-        if sum(e["SOURCE_TOPIC"] == name for e in entries) >= 3 or time.monotonic() > deadline:
+        if sum(e["SOURCE_TOPIC"] == name for e in entries) >= 4 or time.monotonic() > deadline:
             break
-    mine = [e for e in entries if e["SOURCE_TOPIC"] == name and e["SOURCE_OFFSET"] == bad.offset]
+    def at_record(sent: Any) -> list[dict[str, Any]]:
+        return [e for e in entries
+                if (e["SOURCE_TOPIC"], e["SOURCE_PARTITION"], e["SOURCE_OFFSET"]) == (name, sent.partition, sent.offset)]
+    mine = at_record(bad)
     assert sorted(e["QUERY_ID"].rsplit("_", 1)[0] for e in mine) == [f"CSAS_BY_PAGE_{name.upper()}",
                                                                       f"CSAS_LONG_{name.upper()}"]
     assert all("not JSON" in e["REASON"] and e["RECORD"] == "{not json" for e in mine)
-    (overflowed,) = [e for e in entries if e["SOURCE_TOPIC"] == name and e["SOURCE_OFFSET"] == overflowing.offset]
-    assert overflowed["QUERY_ID"].startswith(f"CSAS_LONG_{name.upper()}") and overflowed["SOURCE_PARTITION"] == overflowing.partition
+    (overflowed,) = at_record(overflowing)
+    assert overflowed["QUERY_ID"].startswith(f"CSAS_LONG_{name.upper()}")
     assert "java.lang.StackOverflowError" in overflowed["REASON"] and overflowed["RECORD"] == overflowing_value
+    (stopped,) = at_record(backtracking)
+    assert stopped["QUERY_ID"].startswith(f"CSAS_LONG_{name.upper()}") and stopped["RECORD"] == backtracking_value
+    assert "the pattern '^((a+)+)+b*$' took over 0.5 s on a text of 41 characters" in stopped["REASON"], stopped

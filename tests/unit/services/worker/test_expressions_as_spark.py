@@ -405,7 +405,7 @@ JAVA_PATTERNS = ["a.b", "a$", "^a", "\\d+", "\\w+", "\\s+", "\\S\\W", "(?i)ab", 
                  "é+", "[é-ü]", "\\t|\\n|\\r|\\f|\\a", "(a)\\1", "(?<n>a)\\k<n>", "a*?", "[]a]", "\\.\\*\\$\\^\\{\\}", "#| ",
                  "[$.]", "(?s).$", "(?i)[A-C]+É", "(?<!^).", "(?<!a)\\W", "\\x{1F600}|(?<!^).", "😀|(?<!^).", "(?i:a)(?-i:a)",
                  "(?m)^.", "(?m).$", "(?m)^$", "(?m)^", "(?m)$", "(?m:a$)|^b", "(?ms)^.+$", "(?m)(?-m:^.)|b$", "(?im)^A",
-                 "(?m)b?^?"]
+                 "(?m)b?^?", "a", "\\.", "\\-"]
 """Java patterns of every construct Millpond reads, with Java's meaning where Python's differs."""
 
 
@@ -432,6 +432,27 @@ def test_regular_expressions_answer_as_sparks(spark: SparkSession) -> None:
                  for call, e, theirs in zip(calls, exprs, row, strict=True) if (ours := evaluate(e, {"S": text})) != theirs]
     assert differing == []
     assert evaluate(expression("REGEXP_EXTRACT('x', 'abc')"), {}) is None
+
+
+def test_the_regexp_functions_with_a_time_are_sparks_own(spark: SparkSession) -> None:
+    """The persistent queries' REGEXP functions (``regexes.SPARK_FUNCTIONS``: each call within its
+    time) give what Spark's own regexp_extract (NULL without a match, as ksqlDB's),
+    regexp_extract_all, regexp_replace and split give, over every pattern above and random texts."""
+    draw = random.Random(23)
+    texts = ["", "a", "ab\n", "a\r\n", *(_text(draw, "abAB01 é\n\r\u0085.\t$😀-x", 8) for _ in range(40))]
+    ours_and_sparks = [
+        ("millpond_regexp_extract(s, p, 0, 500)", "CASE WHEN s RLIKE p THEN regexp_extract(s, p, 0) END"),
+        ("millpond_regexp_extract(s, p, 1, 500)", "CASE WHEN s RLIKE p THEN regexp_extract(s, p, 1) END"),
+        ("millpond_regexp_extract_all(s, p, 0, 500)", "regexp_extract_all(s, p, 0)"),
+        ("millpond_regexp_replace(s, p, '<$0>', 500)", "regexp_replace(s, p, '<$0>')"),
+        ("millpond_regexp_split(s, p, 500)", "split(s, p, -1)")]
+    for grouped in (False, True):  # group 1 only where the pattern has one
+        rows = [(t, p) for p in JAVA_PATTERNS if (java_pattern(p).regex.groups > 0) == grouped for t in [*texts, None]]
+        calls = [pair for pair in ours_and_sparks if grouped or ", 1, " not in pair[0]]
+        frame = spark.createDataFrame(rows, "s STRING, p STRING").selectExpr("s", "p", *(f"{a} = {b} OR {a} IS NULL AND {b} IS NULL"
+                                                                                         for a, b in calls))
+        differing = [(row[0], row[1], calls[i]) for row in frame.collect() for i, same in enumerate(row[2:]) if not same]
+        assert differing == []
 
 
 @pytest.mark.parametrize("pattern, message", [

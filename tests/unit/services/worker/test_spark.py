@@ -34,6 +34,15 @@ def test_spark_cores_sets_local_threads_or_the_cluster_core_cap() -> None:
         "spark://h:7077", {"spark.sql.shuffle.partitions": "4", "spark.cores.max": "4"})
 
 
+
+def test_a_cluster_session_sends_the_extension_jar_to_its_executors() -> None:
+    """The REGEXP functions the queries call are the extension's (``regexes.SPARK_FUNCTIONS``): a
+    cluster's executors get its jar with the connector's; a local master has it on the driver's
+    class path already."""
+    extension = spark_module.extension_jar()
+    local, cluster = (spark_module.session_jars(WorkerSettings(spark_master=m)) for m in ("local[1]", "spark://h:7077"))
+    assert extension not in local and cluster == [*local, extension]
+
 async def test_warm_up_tries_again_until_the_session_starts(monkeypatch: pytest.MonkeyPatch) -> None:
     # Until it starts the worker is offered no active, so no task would ever start it.
     attempts: list[int] = []
