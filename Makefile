@@ -45,14 +45,16 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy src/millpond bench
 	$(VENV)/bin/buf lint
 
-## protos: regenerate the Python stubs in shared/gen from protos/
+## protos: regenerate the Python stubs in shared/gen from protos/, and the JVM's character
+## classes java.util.regex's word boundary reads (shared/sql/java_unicode.py)
 protos: $(STAMP)
 	$(PY) -m millpond.deploy.local.protos
+	$(PY) -m millpond.deploy.java_unicode
 
-## protos-check: fail if the committed stubs differ from what protos/ generates, or if
-## the contracts break compatibility with the previous commit
+## protos-check: fail if the committed stubs (or classes) differ from what protos/ (or the JVM)
+## generates, or if the contracts break compatibility with the previous commit
 protos-check: protos
-	git diff --exit-code --stat -- shared/gen
+	git diff --exit-code --stat -- shared/gen shared/sql/java_unicode.py
 	@if git rev-parse -q --verify HEAD~1 >/dev/null && git cat-file -e HEAD~1:buf.yaml 2>/dev/null; then \
 		$(VENV)/bin/buf breaking --against '.git#ref=HEAD~1'; fi
 

@@ -5,11 +5,13 @@ Python does for pulls.
 A pattern (and a replacement) is written as it is, and Python reads it as java.util.regex does
 or the call is refused when the statement is run: ``java_pattern`` rewrites the constructs whose
 meaning differs (``.`` and ``$`` stop at Java's five line terminators, ``\\z``, ``\\Z``, ``\\Q..\\E``,
-``(?<name>``, ``\\k<name>``, escapes Python lacks) and refuses those it cannot give Java's meaning
-(``\\b``, ``\\p{..}``, nested classes and ``&&``, ``(?x)``, ...). Python matches with
-``re.ASCII``: ``\\d``, ``\\w``, ``\\s`` and case-insensitive matching are ASCII's, as Java's default.
+``(?<name>``, ``\\k<name>``, escapes Python lacks, ``\\b`` and ``\\B`` by the JVM's letters and digits)
+and refuses those it cannot give Java's meaning (``\\p{..}``, nested classes and ``&&``, ``(?x)``,
+...). Python matches with ``re.ASCII``: ``\\d``, ``\\w``, ``\\s`` and case-insensitive matching are
+ASCII's, as Java's default.
 
 Python's ``re`` checks a pattern (it takes what Java takes, or less: a look-behind of fixed
+width; an empty group stands in for a word boundary, whose reading looks behind by a varying
 width); the ``regex`` module, which reads the same syntax the same way, matches it, within
 ``MATCH_TIMEOUT_S`` a call: a pattern that backtracks without end (``(a|aa)+c``) stops with an
 error for the pull that asked (``PatternTimeout``) instead of holding the service. Spark's calls
@@ -28,6 +30,7 @@ from typing import Any
 import regex
 
 from millpond.shared.errors import StatementError
+from millpond.shared.sql import java_unicode
 from millpond.shared.sql.ast import Literal, literal_text, to_sql
 from millpond.shared.sql.java_text import utf16_halves
 
@@ -44,14 +47,54 @@ _LINE_START = r"(?:(?!\Z)(?:\A|(?<=[\n\x85\u2028\u2029])|(?<=\r)(?!\n)))"
 two), but never at the end (Java's, as Perl's: not even after a last line terminator)."""
 _KEPT_ESCAPES = frozenset("dDsSwWtnrfaA")
 """Escapes Python (with ``re.ASCII``) reads as Java does."""
-_BOUNDARY = "Java's word boundary counts every Unicode letter and digit: write (?<!\\w)(?=\\w) or (?<=\\w)(?!\\w)"
-_REFUSED_ESCAPES = {"b": _BOUNDARY, "B": _BOUNDARY, "p": "write the class in [...]", "P": "write the class in [^...]"}
+_REFUSED_ESCAPES = {"b": "Java refuses it inside a class", "B": "Java refuses it inside a class",
+                    "p": "write the class in [...]", "P": "write the class in [^...]"}
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9]*")
 _ASTRAL = re.compile("[\U00010000-\U0010FFFF]")
 _SUPPLEMENTARY_ESCAPE = re.compile(r"\\x\{0*[1-9a-fA-F][0-9a-fA-F]{4,5}\}")
 _QUANTIFIER = re.compile(r"\{[0-9]+(?:,[0-9]*)?\}")
 _FLAGS = re.compile(r"\(\?([a-zA-Z]*)(?:-([a-zA-Z]*))?([:)])")
 
+
+
+
+def _ranges(ranges: tuple[tuple[int, int], ...], bmp: bool = False) -> str:
+    """A class's ranges as the inside of a Python regex class (only the BMP's with ``bmp``)."""
+    def escaped(c: int) -> str:
+        return f"\\u{c:04X}" if c <= 0xFFFF else f"\\U{c:08X}"
+    return "".join(escaped(a) if a == b else f"{escaped(a)}-{escaped(b)}"
+                   for a, b in ((a, min(b, 0xFFFF) if bmp else b) for a, b in ranges if not bmp or a <= 0xFFFF))
+
+
+def _halves(ranges: tuple[tuple[int, int], ...]) -> str:
+    """The characters beyond the BMP in ``ranges`` as their two UTF-16 halves, an alternation: how
+    they stand in a text split between its halves (``java_matches``), where Java reads them whole."""
+    pairs = []
+    for first, last in ((max(a, 0x10000), b) for a, b in ranges if b > 0xFFFF):
+        for high in range(0xD800 + ((first - 0x10000) >> 10), 0xD800 + ((last - 0x10000) >> 10) + 1):
+            low_first = 0xDC00 + ((first - 0x10000) & 0x3FF) if high == 0xD800 + ((first - 0x10000) >> 10) else 0xDC00
+            low_last = 0xDC00 + ((last - 0x10000) & 0x3FF) if high == 0xD800 + ((last - 0x10000) >> 10) else 0xDFFF
+            pairs.append(f"\\u{high:04X}[\\u{low_first:04X}-\\u{low_last:04X}]")
+    return "|".join(pairs)
+
+
+def _boundary() -> tuple[str, str]:
+    """Java 17's ``\\b`` and ``\\B`` (``Pattern.Bound``, without UNICODE_CHARACTER_CLASS): a side of
+    a position is a word's when its character is a letter or digit of any script (the JVM's
+    Unicode: ``java_unicode``) or ``_``, or a non-spacing mark after one (through more marks). That
+    walk back goes a UTF-16 unit at a time: a mark or a letter beyond the BMP ends it, so such a
+    character is no base (and a mark beyond the BMP is one only where it is the character after
+    the position, read whole). A character beyond the BMP split in two halves still reads whole
+    on either side of the position (``_halves``)."""
+    word = f"[{_ranges(java_unicode.LETTER_OR_DIGIT)}_]|{_halves(java_unicode.LETTER_OR_DIGIT)}"
+    based = f"[{_ranges(java_unicode.LETTER_OR_DIGIT, bmp=True)}][{_ranges(java_unicode.NON_SPACING_MARK, bmp=True)}]"
+    mark = f"(?:[{_ranges(java_unicode.NON_SPACING_MARK)}]|{_halves(java_unicode.NON_SPACING_MARK)})"
+    before, after = f"{word}|{based}+", f"{word}|(?<={based}*){mark}"
+    left, not_left, right, not_right = f"(?<={before})", f"(?<!{before})", f"(?={after})", f"(?!{after})"
+    return f"(?:{left}{not_right}|{not_left}{right})", f"(?:{left}{right}|{not_left}{not_right})"
+
+
+_WORD_BOUNDARY, _NOT_WORD_BOUNDARY = _boundary()
 
 MAX_REPEAT = 1000
 """The largest count of a repetition ``{n,m}``: Python builds the pattern that large when it is
@@ -208,9 +251,11 @@ def java_pattern(pattern: str) -> JavaPattern:
     modes = [""]  # each open group's (``_group``)
     behind = [False]  # inside a look-behind, where Java refuses a back reference (its length is unknown)
     size = [[0, 0]]  # each open group's: the pattern's size built so far, and its last item's
+    checked: list[str] = []  # ``out`` as Python's re reads it (where the two differ, ``check``)
     i = 0
     while i < len(pattern):
         c = pattern[i]
+        check = None
         if c == "\\" and behind[-1] and (pattern.startswith("k<", i + 1) or pattern[i + 1:i + 2] in tuple("123456789")):
             raise PatternError("a back reference inside a look-behind (Java needs the look-behind's longest length)")
         if c == "\\":
@@ -218,6 +263,12 @@ def java_pattern(pattern: str) -> JavaPattern:
                 text, i = _quoted(pattern, i + 2)
             elif pattern.startswith(("z", "Z"), i + 1):
                 text, i = ("\\Z" if pattern[i + 1] == "z" else _END), i + 2
+            elif pattern.startswith(("b", "B"), i + 1):
+                if pattern.startswith("{", i + 2):
+                    raise PatternError("\\b{g}, a grapheme cluster's boundary, is not read here")
+                # Python's re, which checks the pattern, reads no look-behind of a varying width, nor a
+                # quantified \b (Java's \b? is a boundary or none): an empty group stands in for it.
+                text, check, i = _WORD_BOUNDARY if pattern[i + 1] == "b" else _NOT_WORD_BOUNDARY, "(?:)", i + 2
             elif pattern.startswith("k<", i + 1):
                 name = _NAME.match(pattern, i + 3)
                 if name is None or not pattern.startswith(">", name.end()) or name.group() not in groups:
@@ -276,10 +327,11 @@ def java_pattern(pattern: str) -> JavaPattern:
         elif c == "{" and size[-1][0] > MAX_SIZE:
             raise PatternError(f"the pattern's repetitions make it over {MAX_SIZE} items large")
         out.append(text)
+        checked.append(text if check is None else check)
     if len(modes) != 1:
         raise PatternError("a ( is not closed")
     try:
-        re.compile("".join(out), re.ASCII)
+        re.compile("".join(checked), re.ASCII)
     except re.error as error:
         raise PatternError(str(error)) from None
     return JavaPattern(regex.compile("".join(out), regex.ASCII | regex.V0),

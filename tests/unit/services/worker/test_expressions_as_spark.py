@@ -434,6 +434,32 @@ def test_regular_expressions_answer_as_sparks(spark: SparkSession) -> None:
     assert evaluate(expression("REGEXP_EXTRACT('x', 'abc')"), {}) is None
 
 
+BOUNDARY_PATTERNS = ["\\b", "\\B", "\\bab", "a\\b", "\\b\\w+\\b", "\\B.", "(?<=\\b).", "\\b?a", "x\\b|\\by", "\\b.\\B",
+                     "(?i)\\bA", "(?<!\\b)_", "[\\u0301]\\b", "\\b[\\u0301]", "\\b\\S"]
+"""Word boundaries, each side of a position a word's by Java 17's reading: a letter or digit of
+any script or ``_``, or a non-spacing mark after one."""
+
+
+def test_word_boundaries_answer_as_javas(spark: SparkSession) -> None:
+    """``\\b`` and ``\\B`` over letters and digits of other scripts, ``_``, non-spacing marks after
+    letters, after digits, after spaces and after each other, and characters beyond the BMP (a
+    letter, a mark, an emoji): Python's reading (the JVM's Unicode, ``java_unicode``) as Java's in Spark."""
+    draw = random.Random(29)
+    alphabet = "ab_1 é\u0301\u0300xÉ\u0663\u02b0\u4e00\U0001D400\U0001D167😀.-\u00b2\u2164"
+    texts = ["", "a", "_", "\u0301", "a\u0301b", " \u0301x", "\U0001D400\u0301 ", "a\U0001D167 ",
+             *(_text(draw, alphabet, 7) for _ in range(250))]
+    columns = Scope("T", {"S": ast.SqlType("VARCHAR")})
+    calls = []
+    for pattern in BOUNDARY_PATTERNS:
+        p = "'" + pattern + "'"
+        calls += [f"REGEXP_EXTRACT_ALL({p}, s)", f"REGEXP_REPLACE(s, {p}, '<$0>')", f"REGEXP_SPLIT_TO_ARRAY(s, {p})"]
+    exprs = [with_widths(expression(text), columns) for text in calls]
+    rows = spark.createDataFrame([(t,) for t in texts], "S STRING").selectExpr(*(to_spark(e, columns) for e in exprs)).collect()
+    differing = [(text, call, ours, theirs) for text, row in zip(texts, rows, strict=True)
+                 for call, e, theirs in zip(calls, exprs, row, strict=True) if (ours := evaluate(e, {"S": text})) != theirs]
+    assert differing == []
+
+
 def test_the_regexp_functions_with_a_time_are_sparks_own(spark: SparkSession) -> None:
     """The persistent queries' REGEXP functions (``regexes.SPARK_FUNCTIONS``: each call within its
     time) give what Spark's own regexp_extract (NULL without a match, as ksqlDB's),
@@ -456,7 +482,8 @@ def test_the_regexp_functions_with_a_time_are_sparks_own(spark: SparkSession) ->
 
 
 @pytest.mark.parametrize("pattern, message", [
-    ("\\bx", "\\b is not an escape Millpond reads as Java does"), ("[a[b]]", "a class inside a class"),
+    ("[\\b]", "\\b is not an escape Millpond reads as Java does (Java refuses it inside a class)"),
+    ("\\b{g}", "a grapheme cluster's boundary"), ("[a[b]]", "a class inside a class"),
     ("[a&&b]", "&& inside a class"), ("(?x)a", "the flags 'x' are not read here"), ("a{,2}", "a { starts a repetition"),
     ("\\p{L}", "\\p is not an escape"), ("(?<n_1>a)", "a named group is (?<name>...)"), ("a)", "a ) closes no group"),
     ("(a", "a ( is not closed"), ("\\1(a)", "the back reference"), ("a(?m)b", "read at its start only"),
