@@ -46,7 +46,7 @@ lint: $(STAMP)
 	$(VENV)/bin/buf lint
 
 ## protos: regenerate the Python stubs in shared/gen from protos/, and the JVM's character
-## classes java.util.regex's word boundary reads (shared/sql/java_unicode.py)
+## categories java.util.regex reads (shared/sql/java_unicode.py)
 protos: $(STAMP)
 	$(PY) -m millpond.deploy.local.protos
 	$(PY) -m millpond.deploy.java_unicode

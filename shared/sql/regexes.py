@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,8 +47,8 @@ _LINE_START = r"(?:(?!\Z)(?:\A|(?<=[\n\x85\u2028\u2029])|(?<=\r)(?!\n)))"
 two), but never at the end (Java's, as Perl's: not even after a last line terminator)."""
 _KEPT_ESCAPES = frozenset("dDsSwWtnrfaA")
 """Escapes Python (with ``re.ASCII``) reads as Java does."""
-_REFUSED_ESCAPES = {"b": "Java refuses it inside a class", "B": "Java refuses it inside a class",
-                    "p": "write the class in [...]", "P": "write the class in [^...]"}
+_NEGATED_ESCAPES = frozenset({"\\D", "\\S", "\\W"})
+_REFUSED_ESCAPES = {"b": "Java refuses it inside a class", "B": "Java refuses it inside a class"}
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9]*")
 _ASTRAL = re.compile("[\U00010000-\U0010FFFF]")
 _SUPPLEMENTARY_ESCAPE = re.compile(r"\\x\{0*[1-9a-fA-F][0-9a-fA-F]{4,5}\}")
@@ -78,6 +78,81 @@ def _halves(ranges: tuple[tuple[int, int], ...]) -> str:
     return "|".join(pairs)
 
 
+Ranges = tuple[tuple[int, int], ...]
+"""Code points, each range its first and last."""
+
+
+def _merged(ranges: Iterable[tuple[int, int]]) -> Ranges:
+    out: list[tuple[int, int]] = []
+    for first, last in sorted(ranges):
+        if out and first <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], last))
+        else:
+            out.append((first, last))
+    return tuple(out)
+
+
+def _complement(ranges: Ranges) -> Ranges:
+    out, at = [], 0
+    for first, last in ranges:
+        if first > at:
+            out.append((at, first - 1))
+        at = last + 1
+    return tuple(out + ([(at, 0x10FFFF)] if at <= 0x10FFFF else []))
+
+
+_GROUPS = {"L": ("Lu", "Ll", "Lt", "Lm", "Lo"), "M": ("Mn", "Me", "Mc"), "N": ("Nd", "Nl", "No"), "Z": ("Zs", "Zl", "Zp"),
+           "C": ("Cc", "Cf", "Co", "Cs", "Cn"), "P": ("Pd", "Ps", "Pe", "Pc", "Po", "Pi", "Pf"), "S": ("Sm", "Sc", "Sk", "So"),
+           "LC": ("Lu", "Ll", "Lt"), "LD": ("Lu", "Ll", "Lt", "Lm", "Lo", "Nd")}
+"""Java's categories of several general categories (``CharPredicates.forProperty``)."""
+_CATEGORIES = {**{name: _merged(r) for name, r in java_unicode.CATEGORIES.items()},
+               **{name: _merged(r for part in parts for r in java_unicode.CATEGORIES[part]) for name, parts in _GROUPS.items()}}
+_CASED = ("Lu", "Ll", "Lt")
+"""Java's categories that match all three under (?i)."""
+_ALPHA = ((0x41, 0x5A), (0x61, 0x7A))
+_POSIX: dict[str, Ranges] = {
+    "ASCII": ((0, 0x7F),), "Alnum": ((0x30, 0x39), *_ALPHA), "Alpha": _ALPHA, "Blank": ((0x9, 0x9), (0x20, 0x20)),
+    "Cntrl": ((0, 0x1F), (0x7F, 0x7F)), "Digit": ((0x30, 0x39),), "Graph": ((0x21, 0x7E),), "Lower": ((0x61, 0x7A),),
+    "Print": ((0x20, 0x7E),), "Punct": ((0x21, 0x2F), (0x3A, 0x40), (0x5B, 0x60), (0x7B, 0x7E)),
+    "Space": ((0x9, 0xD), (0x20, 0x20)), "Upper": ((0x41, 0x5A),), "XDigit": ((0x30, 0x39), (0x41, 0x46), (0x61, 0x66)),
+    "L1": ((0, 0xFF),), "all": ((0, 0x10FFFF),)}
+"""Java's POSIX classes (US-ASCII only, without UNICODE_CHARACTER_CLASS), Latin-1 and every character."""
+
+
+def _property(p: str, i: int, caseless: bool) -> tuple[Ranges, int, bool]:
+    """The characters of the ``\\p`` or ``\\P`` class at ``p[i]`` (its letter), as java.util.regex reads
+    it (``Pattern.family``: a general category by the JVM's Unicode, ``java_unicode``, or a POSIX
+    class, US-ASCII's), the index after it, and whether Java's search then goes from character to
+    character (``JavaPattern.by_code_point``: a category, or any ``\\P``). Under (?i) Lu, Ll and Lt
+    are each all three, and Lower and Upper are Alpha, as Java's."""
+    if p.startswith("{", i + 1):
+        end = p.find("}", i + 2)
+        if end < 0:
+            raise PatternError(f"\\{p[i]}{{ is not closed with }}")
+        name, after = p[i + 2:end], end + 1
+    elif i + 1 < len(p):
+        name, after = p[i + 1], i + 2
+    else:
+        raise PatternError(f"\\{p[i]} needs a class name after it")
+    key, _, value = name.partition("=")
+    if value and key in ("gc", "general_category"):
+        name = value
+    elif name.startswith("Is") and name[2:] in _CATEGORIES:
+        name = name[2:]
+    elif (name not in _CATEGORIES and name not in _POSIX) or value:
+        raise PatternError(f"\\{p[i]}{{{name}}} is not read here: a general category (\\p{{L}}, \\p{{Lu}}, \\p{{IsLu}}, "
+                           "\\p{gc=Lu}) or a POSIX class (\\p{Alpha}, \\p{Punct}) is, or write the class in [...]")
+    if caseless and name in _CASED:
+        name = "LC"
+    elif caseless and name in ("Lower", "Upper"):
+        name = "Alpha"
+    ranges = _CATEGORIES.get(name) or _POSIX.get(name)
+    if ranges is None:
+        raise PatternError(f"\\{p[i]}{{{name}}} names no general category or POSIX class Java has")
+    wide = p[i] == "P" or name not in _POSIX or name == "all"
+    return ranges if p[i] == "p" else _complement(ranges), after, wide
+
+
 def _boundary() -> tuple[str, str]:
     """Java 17's ``\\b`` and ``\\B`` (``Pattern.Bound``, without UNICODE_CHARACTER_CLASS): a side of
     a position is a word's when its character is a letter or digit of any script (the JVM's
@@ -86,9 +161,10 @@ def _boundary() -> tuple[str, str]:
     character is no base (and a mark beyond the BMP is one only where it is the character after
     the position, read whole). A character beyond the BMP split in two halves still reads whole
     on either side of the position (``_halves``)."""
-    word = f"[{_ranges(java_unicode.LETTER_OR_DIGIT)}_]|{_halves(java_unicode.LETTER_OR_DIGIT)}"
-    based = f"[{_ranges(java_unicode.LETTER_OR_DIGIT, bmp=True)}][{_ranges(java_unicode.NON_SPACING_MARK, bmp=True)}]"
-    mark = f"(?:[{_ranges(java_unicode.NON_SPACING_MARK)}]|{_halves(java_unicode.NON_SPACING_MARK)})"
+    letter_or_digit, mark_ = _CATEGORIES["LD"], _CATEGORIES["Mn"]  # Character.isLetterOrDigit, NON_SPACING_MARK
+    word = f"[{_ranges(letter_or_digit)}_]|{_halves(letter_or_digit)}"
+    based = f"[{_ranges(letter_or_digit, bmp=True)}][{_ranges(mark_, bmp=True)}]"
+    mark = f"(?:[{_ranges(mark_)}]|{_halves(mark_)})"
     before, after = f"{word}|{based}+", f"{word}|(?<={based}*){mark}"
     left, not_left, right, not_right = f"(?<={before})", f"(?<!{before})", f"(?={after})", f"(?!{after})"
     return f"(?:{left}{not_right}|{not_left}{right})", f"(?:{left}{right}|{not_left}{not_right})"
@@ -122,8 +198,12 @@ class JavaPattern:
     names: dict[str, int]
     text: str
     by_code_point: bool
-    """Whether the pattern has a character beyond the BMP: Java's search then goes from character
-    to character, not from UTF-16 unit to unit."""
+    """Whether Java's search goes from character to character, never between the halves of one
+    beyond the BMP (``Pattern.StartS``), rather than from UTF-16 unit to unit: when the pattern has
+    such a character, or a class that can match one whole: any negated class (``[^a]``, ``\\W``,
+    ``\\D``, ``\\S``, ``\\P{..}``), a general category (``\\p{L}``, not a POSIX class) or a range
+    under (?i); a character, ``.``, ``\\w``, ``\\p{Alpha}`` or ``[a-z]`` leave it trying every unit
+    (checked against Java 17, a pattern of each)."""
 
 
 def _escaped_char(p: str, i: int, in_class: bool) -> tuple[str, int]:
@@ -174,10 +254,12 @@ def _quoted(p: str, i: int) -> tuple[str, int]:
     return "".join(re.escape(c) for c in text), len(p) if end < 0 else end + 2
 
 
-def _class(p: str, i: int) -> tuple[str, int]:
-    """A character class from ``p[i]`` (after its ``[``) as Python's, and the index after it."""
+def _class(p: str, i: int, caseless: bool) -> tuple[str, int, bool]:
+    """A character class from ``p[i]`` (after its ``[``) as Python's, the index after it, and
+    whether Java's search then goes from character to character (``JavaPattern.by_code_point``)."""
     out = ["["]
-    if p.startswith("^", i):
+    wide = p.startswith("^", i)
+    if wide:
         out.append("^")
         i += 1
     first = True
@@ -186,7 +268,7 @@ def _class(p: str, i: int) -> tuple[str, int]:
             raise PatternError("a character class is not closed with ]")
         c = p[i]
         if c == "]" and not first:
-            return "".join(out) + "]", i + 1
+            return "".join(out) + "]", i + 1, wide
         if c == "[":
             raise PatternError("a class inside a class (Java's union) is not read here: escape the [ as \\[")
         if p.startswith(("&&", "--", "~~", "||"), i):
@@ -196,10 +278,16 @@ def _class(p: str, i: int) -> tuple[str, int]:
             if p.startswith("Q", i + 1):
                 text, i = _quoted(p, i + 2)
                 out.append(text)
+            elif p.startswith(("p", "P"), i + 1):
+                ranges, i, by_property = _property(p, i + 1, caseless)
+                out.append(_ranges(ranges))
+                wide = wide or by_property
             else:
                 text, i = _escaped_char(p, i + 1, in_class=True)
                 out.append(text)
+                wide = wide or text in _NEGATED_ESCAPES
         else:
+            wide = wide or (caseless and c == "-" and not first and not p.startswith("]", i + 1))  # a range, (?i)
             out.append(re.escape(c) if c in "]\\" else c)
             i += 1
         first = False
@@ -232,7 +320,7 @@ def _group(p: str, i: int, modes: str, groups: list[str | None]) -> tuple[str, i
     if set(on + off) - set("ism"):
         raise PatternError(f"the flags {on + off!r} are not read here: only i (ASCII case), s (. matches every character) "
                            "and m (^ and $ at each line)")
-    inner = "".join(m for m in "sm" if (m in modes or m in on) and m not in off)
+    inner = "".join(m for m in "ism" if (m in modes or m in on) and m not in off)
     if end == ")":
         if i != 0:
             raise PatternError("flags for the rest of a pattern, (?i), (?s) or (?m), are read at its start only: "
@@ -252,6 +340,7 @@ def java_pattern(pattern: str) -> JavaPattern:
     behind = [False]  # inside a look-behind, where Java refuses a back reference (its length is unknown)
     size = [[0, 0]]  # each open group's: the pattern's size built so far, and its last item's
     checked: list[str] = []  # ``out`` as Python's re reads it (where the two differ, ``check``)
+    wide = False  # a class that has Java's search go from character to character (``JavaPattern.by_code_point``)
     i = 0
     while i < len(pattern):
         c = pattern[i]
@@ -263,6 +352,9 @@ def java_pattern(pattern: str) -> JavaPattern:
                 text, i = _quoted(pattern, i + 2)
             elif pattern.startswith(("z", "Z"), i + 1):
                 text, i = ("\\Z" if pattern[i + 1] == "z" else _END), i + 2
+            elif pattern.startswith(("p", "P"), i + 1):
+                ranges, i, by_property = _property(pattern, i + 1, "i" in modes[-1])
+                text, wide = f"[{_ranges(ranges)}]", wide or by_property
             elif pattern.startswith(("b", "B"), i + 1):
                 if pattern.startswith("{", i + 2):
                     raise PatternError("\\b{g}, a grapheme cluster's boundary, is not read here")
@@ -282,8 +374,10 @@ def java_pattern(pattern: str) -> JavaPattern:
                 text, i = f"(?:\\{number})", i + 2
             else:
                 text, i = _escaped_char(pattern, i + 1, in_class=False)
+                wide = wide or text in _NEGATED_ESCAPES
         elif c == "[":
-            text, i = _class(pattern, i + 1)
+            text, i, by_class = _class(pattern, i + 1, "i" in modes[-1])
+            wide = wide or by_class
         elif c == ".":
             text, i = ("(?s:.)" if "s" in modes[-1] else _ANY), i + 1
         elif c == "$":
@@ -336,7 +430,7 @@ def java_pattern(pattern: str) -> JavaPattern:
         raise PatternError(str(error)) from None
     return JavaPattern(regex.compile("".join(out), regex.ASCII | regex.V0),
                        {name: n for n, name in enumerate(groups, 1) if name is not None}, pattern,
-                       any(ord(c) > 0xFFFF for c in pattern) or _SUPPLEMENTARY_ESCAPE.search(pattern) is not None)
+                       wide or any(ord(c) > 0xFFFF for c in pattern) or _SUPPLEMENTARY_ESCAPE.search(pattern) is not None)
 
 
 def _pattern_refusal(name: str, value: Any) -> str | None:

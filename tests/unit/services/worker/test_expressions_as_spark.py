@@ -460,6 +460,41 @@ def test_word_boundaries_answer_as_javas(spark: SparkSession) -> None:
     assert differing == []
 
 
+PROPERTY_PATTERNS = ["\\p{L}+", "\\P{L}", "\\pL", "\\PN", "\\p{Lu}", "(?i)\\p{Lu}", "(?i)\\P{Ll}", "\\p{IsLt}", "\\p{Lm}|\\p{Lo}",
+                     "\\p{gc=Nd}", "\\p{general_category=Mn}", "\\p{M}", "\\p{Mc}|\\p{Me}", "\\p{N}", "\\p{Nl}|\\p{No}", "\\p{Z}",
+                     "\\p{Zl}|\\p{Zp}", "\\p{C}", "\\p{Cn}", "\\p{Co}|\\p{Cf}", "\\p{Cc}", "\\p{P}", "\\p{Pd}\\p{Ps}?",
+                     "\\p{Pi}|\\p{Pf}",
+                     "\\p{Pe}|\\p{Pc}|\\p{Po}", "\\p{S}", "\\p{Sc}|\\p{Sk}", "\\p{Sm}|\\p{So}", "\\p{LC}", "\\p{LD}+", "\\p{L1}",
+                     "\\p{all}", "\\p{ASCII}", "\\p{Alnum}", "\\p{Alpha}", "\\p{Blank}", "\\p{Cntrl}", "\\p{Digit}", "\\p{Graph}",
+                     "(?i)\\p{Lower}", "\\p{Lower}", "\\p{Print}", "\\p{Punct}", "\\p{Space}", "\\p{Upper}", "(?i:\\p{Upper})",
+                     "\\p{XDigit}", "[\\p{L}\\d]", "[^\\p{L}]", "[\\P{L}a]", "[a-c\\p{Nd}]+", "\\p{gc=Alpha}", "(?i)[\\p{Lt}]",
+                     "(?i)[^\\P{Lu}]", "\\p{IsL}\\b",
+                     # Whether Java's search tries between the halves of a character beyond the BMP:
+                     *(f"(?=[{c}])x|(?<!^)." for c in ("^a", "\\W", "\\D", "\\S", "\\p{Nd}", "\\p{Alpha}", "\\P{Alpha}", "a-z",
+                                                       "\\w")),
+                     "(?i)(?=[a-z])x|(?<!^).", "(?=\\p{Punct}|\\p{all})x|(?<!^).", "(?=.)x|(?<!^)."]
+"""Java's ``\\p{..}`` classes Millpond reads: every general category and group of them, POSIX's;
+and classes that have Java's search go from character to character, or not."""
+
+
+def test_character_classes_answer_as_javas(spark: SparkSession) -> None:
+    """``\\p{..}`` and ``\\P{..}`` over characters of every general category (and characters Java
+    17's Unicode 13.0 has not assigned, which later ones have), in and out of classes and (?i):
+    Python's reading (the JVM's categories, ``java_unicode``) as Java's in Spark."""
+    draw = random.Random(31)
+    alphabet = ("Aaǅʰ中\u0301\u0903\u20dd1\u2163²\u0663 \u2028\u2029\u00a0\t\x01\x7f\x85\u200b\ue000\u0870\U0001E290-()_«»!+$^©"
+                "\U0001D400😀\U0001D167\U000E0001\u0378éÉ\u00b5\u01c5\u3000\U00010400")
+    texts = ["", *alphabet, *(_text(draw, alphabet, 6) for _ in range(150))]
+    columns = Scope("T", {"S": ast.SqlType("VARCHAR")})
+    calls = [call for pattern in PROPERTY_PATTERNS
+             for call in (f"REGEXP_EXTRACT_ALL('{pattern}', s)", f"REGEXP_REPLACE(s, '{pattern}', '<$0>')")]
+    exprs = [with_widths(expression(text), columns) for text in calls]
+    rows = spark.createDataFrame([(t,) for t in texts], "S STRING").selectExpr(*(to_spark(e, columns) for e in exprs)).collect()
+    differing = [(text, call, ours, theirs) for text, row in zip(texts, rows, strict=True)
+                 for call, e, theirs in zip(calls, exprs, row, strict=True) if (ours := evaluate(e, {"S": text})) != theirs]
+    assert differing == []
+
+
 def test_the_regexp_functions_with_a_time_are_sparks_own(spark: SparkSession) -> None:
     """The persistent queries' REGEXP functions (``regexes.SPARK_FUNCTIONS``: each call within its
     time) give what Spark's own regexp_extract (NULL without a match, as ksqlDB's),
@@ -485,7 +520,9 @@ def test_the_regexp_functions_with_a_time_are_sparks_own(spark: SparkSession) ->
     ("[\\b]", "\\b is not an escape Millpond reads as Java does (Java refuses it inside a class)"),
     ("\\b{g}", "a grapheme cluster's boundary"), ("[a[b]]", "a class inside a class"),
     ("[a&&b]", "&& inside a class"), ("(?x)a", "the flags 'x' are not read here"), ("a{,2}", "a { starts a repetition"),
-    ("\\p{L}", "\\p is not an escape"), ("(?<n_1>a)", "a named group is (?<name>...)"), ("a)", "a ) closes no group"),
+    ("\\p{IsLatin}", "\\p{IsLatin} is not read here: a general category"), ("\\p{InGreek}", "\\p{InGreek} is not read"),
+    ("\\p{javaLowerCase}", "is not read here"), ("\\p{lu}", "is not read here"), ("\\p{L", "\\p{ is not closed"),
+    ("(?<n_1>a)", "a named group is (?<name>...)"), ("a)", "a ) closes no group"),
     ("(a", "a ( is not closed"), ("\\1(a)", "the back reference"), ("a(?m)b", "read at its start only"),
     ("\\ud83d", "is a surrogate"), ("(?<=a+)b", "look-behind requires fixed-width pattern"),
     ("a{1001}", "a repetition counts at most 1000 times"), ("(?:a{1000}){1000}", "over 100000 items large"),
