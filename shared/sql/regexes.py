@@ -5,10 +5,11 @@ Python does for pulls.
 A pattern (and a replacement) is written as it is, and Python reads it as java.util.regex does
 or the call is refused when the statement is run: ``java_pattern`` rewrites the constructs whose
 meaning differs (``.`` and ``$`` stop at Java's five line terminators, ``\\z``, ``\\Z``, ``\\Q..\\E``,
-``(?<name>``, ``\\k<name>``, escapes Python lacks, ``\\b`` and ``\\B`` by the JVM's letters and digits)
-and refuses those it cannot give Java's meaning (``\\p{..}``, nested classes and ``&&``, ``(?x)``,
-...). Python matches with ``re.ASCII``: ``\\d``, ``\\w``, ``\\s`` and case-insensitive matching are
-ASCII's, as Java's default.
+``(?<name>``, ``\\k<name>``, escapes Python lacks, ``\\b`` and ``\\B`` by the JVM's letters and digits,
+``\\p{..}``'s categories and scripts by the JVM's Unicode, POSIX's classes) and refuses those it cannot
+give Java's meaning (a block's ``\\p{In..}``, nested classes and ``&&``, ``(?x)``, ...). Python
+matches with ``re.ASCII``: ``\\d``, ``\\w``, ``\\s`` and case-insensitive matching are ASCII's, as
+Java's default.
 
 Python's ``re`` checks a pattern (it takes what Java takes, or less: a look-behind of fixed
 width; an empty group stands in for a word boundary, whose reading looks behind by a varying
@@ -121,9 +122,9 @@ _POSIX: dict[str, Ranges] = {
 
 def _property(p: str, i: int, caseless: bool) -> tuple[Ranges, int, bool]:
     """The characters of the ``\\p`` or ``\\P`` class at ``p[i]`` (its letter), as java.util.regex reads
-    it (``Pattern.family``: a general category by the JVM's Unicode, ``java_unicode``, or a POSIX
-    class, US-ASCII's), the index after it, and whether Java's search then goes from character to
-    character (``JavaPattern.by_code_point``: a category, or any ``\\P``). Under (?i) Lu, Ll and Lt
+    it (``Pattern.family``: a general category or a script by the JVM's Unicode, ``java_unicode``,
+    or a POSIX class, US-ASCII's), the index after it, and whether Java's search then goes from
+    character to character (``JavaPattern.by_code_point``: a category, a script, or any ``\\P``). Under (?i) Lu, Ll and Lt
     are each all three, and Lower and Upper are Alpha, as Java's."""
     if p.startswith("{", i + 1):
         end = p.find("}", i + 2)
@@ -135,13 +136,24 @@ def _property(p: str, i: int, caseless: bool) -> tuple[Ranges, int, bool]:
     else:
         raise PatternError(f"\\{p[i]} needs a class name after it")
     key, _, value = name.partition("=")
+    script = None
     if value and key in ("gc", "general_category"):
         name = value
+    elif value and key in ("sc", "script"):
+        script = _script(value)
     elif name.startswith("Is") and name[2:] in _CATEGORIES:
         name = name[2:]
+    elif name.startswith("Is"):
+        script = _script(name[2:])
     elif (name not in _CATEGORIES and name not in _POSIX) or value:
+        script = ""
+    if script is not None:
+        if script in java_unicode.SCRIPTS:
+            letters = _merged(java_unicode.SCRIPTS[script])
+            return letters if p[i] == "p" else _complement(letters), after, True
         raise PatternError(f"\\{p[i]}{{{name}}} is not read here: a general category (\\p{{L}}, \\p{{Lu}}, \\p{{IsLu}}, "
-                           "\\p{gc=Lu}) or a POSIX class (\\p{Alpha}, \\p{Punct}) is, or write the class in [...]")
+                           "\\p{gc=Lu}), a script (\\p{IsLatin}, \\p{sc=Grek}) or a POSIX class (\\p{Alpha}, \\p{Punct}) is, "
+                           "or write the class in [...]")
     if caseless and name in _CASED:
         name = "LC"
     elif caseless and name in ("Lower", "Upper"):
@@ -151,6 +163,13 @@ def _property(p: str, i: int, caseless: bool) -> tuple[Ranges, int, bool]:
         raise PatternError(f"\\{p[i]}{{{name}}} names no general category or POSIX class Java has")
     wide = p[i] == "P" or name not in _POSIX or name == "all"
     return ranges if p[i] == "p" else _complement(ranges), after, wide
+
+
+def _script(name: str) -> str:
+    """The script ``name`` names as ``Character.UnicodeScript.forName`` reads it (any case, an alias
+    of four letters too), or '' for none."""
+    upper = name.upper()
+    return java_unicode.SCRIPT_ALIASES.get(upper, upper if upper in java_unicode.SCRIPTS else "")
 
 
 def _boundary() -> tuple[str, str]:

@@ -468,12 +468,14 @@ PROPERTY_PATTERNS = ["\\p{L}+", "\\P{L}", "\\pL", "\\PN", "\\p{Lu}", "(?i)\\p{Lu
                      "\\p{all}", "\\p{ASCII}", "\\p{Alnum}", "\\p{Alpha}", "\\p{Blank}", "\\p{Cntrl}", "\\p{Digit}", "\\p{Graph}",
                      "(?i)\\p{Lower}", "\\p{Lower}", "\\p{Print}", "\\p{Punct}", "\\p{Space}", "\\p{Upper}", "(?i:\\p{Upper})",
                      "\\p{XDigit}", "[\\p{L}\\d]", "[^\\p{L}]", "[\\P{L}a]", "[a-c\\p{Nd}]+", "\\p{gc=Alpha}", "(?i)[\\p{Lt}]",
-                     "(?i)[^\\P{Lu}]", "\\p{IsL}\\b",
+                     "(?i)[^\\P{Lu}]", "\\p{IsL}\\b", "\\p{IsLatin}+", "\\p{IsHan}", "\\p{script=Cyrillic}", "\\p{sc=Grek}",
+                     "\\p{IsCommon}", "\\P{IsLatin}", "[\\p{IsArabic}\\d]", "(?i)\\p{IsLatin}", "\\p{IsUnknown}", "\\p{Iszyyy}+",
+                     "\\p{IsInherited}",
                      # Whether Java's search tries between the halves of a character beyond the BMP:
                      *(f"(?=[{c}])x|(?<!^)." for c in ("^a", "\\W", "\\D", "\\S", "\\p{Nd}", "\\p{Alpha}", "\\P{Alpha}", "a-z",
                                                        "\\w")),
                      "(?i)(?=[a-z])x|(?<!^).", "(?=\\p{Punct}|\\p{all})x|(?<!^).", "(?=.)x|(?<!^)."]
-"""Java's ``\\p{..}`` classes Millpond reads: every general category and group of them, POSIX's;
+"""Java's ``\\p{..}`` classes Millpond reads: every general category and group of them, scripts, POSIX's;
 and classes that have Java's search go from character to character, or not."""
 
 
@@ -482,8 +484,8 @@ def test_character_classes_answer_as_javas(spark: SparkSession) -> None:
     17's Unicode 13.0 has not assigned, which later ones have), in and out of classes and (?i):
     Python's reading (the JVM's categories, ``java_unicode``) as Java's in Spark."""
     draw = random.Random(31)
-    alphabet = ("Aaǅʰ中\u0301\u0903\u20dd1\u2163²\u0663 \u2028\u2029\u00a0\t\x01\x7f\x85\u200b\ue000\u0870\U0001E290-()_«»!+$^©"
-                "\U0001D400😀\U0001D167\U000E0001\u0378éÉ\u00b5\u01c5\u3000\U00010400")
+    alphabet = ("Aa\u03b1\u0416\u0634ǅʰ中\u0301\u0903\u20dd1\u2163²\u0663 \u2028\u2029\u00a0\t\x01\x7f\x85\u200b\ue000"
+                "\u0870\U0001E290-()_«»!+$^©\U0001D400😀\U0001D167\U000E0001\u0378éÉ\u00b5\u01c5\u3000\U00010400")
     texts = ["", *alphabet, *(_text(draw, alphabet, 6) for _ in range(150))]
     columns = Scope("T", {"S": ast.SqlType("VARCHAR")})
     calls = [call for pattern in PROPERTY_PATTERNS
@@ -520,7 +522,8 @@ def test_the_regexp_functions_with_a_time_are_sparks_own(spark: SparkSession) ->
     ("[\\b]", "\\b is not an escape Millpond reads as Java does (Java refuses it inside a class)"),
     ("\\b{g}", "a grapheme cluster's boundary"), ("[a[b]]", "a class inside a class"),
     ("[a&&b]", "&& inside a class"), ("(?x)a", "the flags 'x' are not read here"), ("a{,2}", "a { starts a repetition"),
-    ("\\p{IsLatin}", "\\p{IsLatin} is not read here: a general category"), ("\\p{InGreek}", "\\p{InGreek} is not read"),
+    ("\\p{IsLatn1}", "\\p{IsLatn1} is not read here: a general category"), ("\\p{InGreek}", "\\p{InGreek} is not read"),
+    ("\\p{block=Greek}", "is not read here"), ("\\p{IsAlpha}", "is not read here"),
     ("\\p{javaLowerCase}", "is not read here"), ("\\p{lu}", "is not read here"), ("\\p{L", "\\p{ is not closed"),
     ("(?<n_1>a)", "a named group is (?<name>...)"), ("a)", "a ) closes no group"),
     ("(a", "a ( is not closed"), ("\\1(a)", "the back reference"), ("a(?m)b", "read at its start only"),
