@@ -49,12 +49,12 @@ class RouterClient:
 
     def run_script(self, text: str) -> Iterator[Outcome | PushStream]:
         """Run statements one at a time; SET and UNSET change this session only; a push
-        query yields its stream."""
+        query (or PRINT) yields its stream."""
         for stmt in parse_script(text):
             changed = apply_session_statement(self.properties, stmt)
             if changed is not None:
                 yield Outcome(stmt.text, f"{changed} for this session")
-            elif isinstance(stmt, ast.Query) and stmt.emit_changes:
+            elif (isinstance(stmt, ast.Query) and stmt.emit_changes) or isinstance(stmt, ast.PrintTopic):
                 yield self.stream(stmt.text)
             else:
                 yield from self.execute(stmt.text)

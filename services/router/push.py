@@ -1,4 +1,5 @@
-"""Push queries at the router: ``SELECT ... EMIT CHANGES`` streamed to the client.
+"""Push queries at the router: ``SELECT ... EMIT CHANGES`` streamed to the client (and PRINT's
+records of a topic, ``TopicPrint``).
 
 The router reads the source's topic itself (every partition, read_committed, no consumer
 group: several routers and several clients each get their own reader), decodes each
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import re
 import struct
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -26,10 +28,12 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from millpond.shared.catalog.sources import WINDOW_END, WINDOW_START, DataSource
-from millpond.shared.errors import UnavailableError
+from millpond.shared.errors import NotFoundError, StatementError, UnavailableError
+from millpond.shared.kafka.admin import started_admin, topic_partitions
 from millpond.shared.kafka.connection import KafkaConnection, start_client
 from millpond.shared.kafka.serde import bytes_decoder, key_decoder, window_bounds
 from millpond.shared.kafka.values import value_reader
+from millpond.shared.sql.ast import PrintTopic
 from millpond.shared.sql.planner import SelectPlan
 
 log = logging.getLogger(__name__)
@@ -159,3 +163,114 @@ class PushQuery:
                                                             "reason": str(err)})
             return None
         return self.plan.result(row)
+
+
+PRINT_COLUMNS = [("ROWTIME", "BIGINT"), ("PARTITION", "INT"), ("OFFSET", "BIGINT"), ("KEY", "VARCHAR"), ("VALUE", "VARCHAR")]
+"""PRINT's rows: each record's time (epoch ms), partition, offset, key and value."""
+
+
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def record_text(data: bytes | None) -> str | None:
+    """A record's key or value as PRINT shows it: its UTF-8 text, or ``0x`` and its bytes in hex
+    when it is not text (not UTF-8, or with control characters: a number in a binary format, say);
+    None for none (a tombstone's value)."""
+    if data is None:
+        return None
+    try:
+        text = data.decode()
+    except UnicodeDecodeError:
+        return "0x" + data.hex()
+    return "0x" + data.hex() if _CONTROL.search(text) else text
+
+
+@dataclass
+class TopicPrint:
+    """One running PRINT (ksqlDB's): a topic's records as they are, whatever wrote them (read_committed,
+    every partition, no consumer group), from its end or its beginning, every ``interval``-th
+    record, until the LIMIT or until the caller stops iterating."""
+
+    stmt: PrintTopic
+    kafka: KafkaConnection
+    fetch_records: int = 500
+    query_id: str = ""
+
+    def __post_init__(self) -> None:
+        self.query_id = self.query_id or f"PRINT_{next(_ids)}"
+        self.delivered = 0
+        self.topic = self.stmt.topic
+        self._consumer: AIOKafkaConsumer | None = None
+
+    async def start(self) -> None:
+        """Find the topic (a bare name: of any case) and open the reader at the beginning or the
+        end of every partition."""
+        try:
+            admin = await started_admin(self.kafka)
+            try:
+                self.topic = self._named(set(await admin.list_topics()))
+                count = await topic_partitions(admin, self.topic) or 0
+            finally:
+                await admin.close()
+            self._consumer = consumer = AIOKafkaConsumer(
+                **self.kafka.client_args(), isolation_level="read_committed", enable_auto_commit=False,
+                fetch_max_wait_ms=100, max_partition_fetch_bytes=256 * 1024,
+                auto_offset_reset="earliest" if self.stmt.from_beginning else "latest")
+            await start_client(consumer)
+            partitions = [TopicPartition(self.topic, p) for p in range(count)]
+            if not partitions:
+                raise NotFoundError(f"the topic {self.topic!r} was deleted meanwhile; SHOW TOPICS lists the topics")
+            consumer.assign(partitions)
+            if self.stmt.from_beginning:
+                await consumer.seek_to_beginning(*partitions)
+            else:
+                await consumer.seek_to_end(*partitions)
+            for tp in partitions:  # resolve the start now, not at the first fetch
+                await consumer.position(tp)
+        except BaseException as err:
+            await self.stop()
+            if isinstance(err, KafkaError):
+                raise UnavailableError(f"could not read {self.topic} from Kafka ({err}); is Kafka reachable? "
+                                       "Run PRINT again") from err
+            raise
+        log.info("print started", extra={"query": self.query_id, "topic": self.topic})
+
+    def _named(self, topics: set[str]) -> str:
+        """The topic the statement names: exactly the quoted name, else the one topic of that name in any case."""
+        if self.topic in topics:
+            return self.topic
+        alike = sorted(t for t in topics if t.lower() == self.topic.lower()) if not self.stmt.exact else []
+        if len(alike) == 1:
+            return alike[0]
+        if alike:
+            raise StatementError(f"{len(alike)} topics are named {self.topic} in some case ({', '.join(alike)}): "
+                                 "quote the one to print, PRINT 'name'")
+        raise NotFoundError(f"the topic {self.topic!r} does not exist; SHOW TOPICS lists the topics")
+
+    async def stop(self) -> None:
+        """Close the reader."""
+        if self._consumer is not None:
+            consumer, self._consumer = self._consumer, None
+            await consumer.stop()
+            log.info("print ended", extra={"query": self.query_id, "rows": self.delivered})
+
+    async def rows(self) -> AsyncIterator[list[Any]]:
+        """The records as rows (``PRINT_COLUMNS``), in each partition's offset order."""
+        assert self._consumer is not None, "start PRINT first"
+        limit, seen = self.stmt.limit, 0
+        if limit == 0:
+            return
+        while True:
+            try:
+                batches = await self._consumer.getmany(timeout_ms=1000, max_records=self.fetch_records)
+            except KafkaError as err:
+                raise UnavailableError(f"PRINT could not go on reading {self.topic} from Kafka ({err}); run it again") from err
+            for records in batches.values():
+                for record in records:
+                    seen += 1
+                    if (seen - 1) % self.stmt.interval:
+                        continue
+                    yield [record.timestamp, record.partition, record.offset, record_text(record.key), record_text(record.value)]
+                    self.delivered += 1
+                    if limit is not None and self.delivered >= limit:
+                        return

@@ -182,6 +182,9 @@ class Statements:
             return Outcome(stmt.text, changed), None
         if isinstance(stmt, ast.Query):
             return await self._pull(stmt, None, properties, positions, deadline, learn)
+        if isinstance(stmt, ast.PrintTopic):
+            raise StatementError("PRINT streams the topic's records: call RouterService/StreamQuery (millpond sql runs "
+                                 "it that way), not Execute")
         if isinstance(stmt, ast.InsertValues) and self.inserts is not None:
             return await self._insert(stmt, deadline, request_id, named)
         return await self._forward(stmt, properties, deadline, request_id, named)

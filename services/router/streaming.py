@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from millpond.services.router.push import PushHeader, PushQuery
+from millpond.services.router.push import PRINT_COLUMNS, PushHeader, PushQuery, TopicPrint
 from millpond.shared import metrics
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import RouterSettings
@@ -26,25 +26,28 @@ class PushQueries:
         self.parser = parser
         self.metastore = metastore
         self.reader = reader
-        self.pushes: dict[str, PushQuery] = {}
-        """The push queries this router streams now, by id."""
+        self.pushes: dict[str, PushQuery | TopicPrint] = {}
+        """The push queries (and PRINTs) this router streams now, by id."""
         self._clients: dict[str, str] = {}
         """Push query id -> the client streaming it."""
 
     async def stream(self, sql: str, properties: dict[str, str], client: str) -> AsyncIterator[PushHeader | list[Any]]:
-        """Run one push query for ``client`` (who asks, for the per-client limit): a header,
-        then its rows as they happen."""
+        """Run one push query, or one PRINT, for ``client`` (who asks, for the per-client limit): a
+        header, then its rows as they happen."""
         session = dict(properties)
         check_properties(session)
         statements = await self.parser.parse(sql)
-        if len(statements) != 1 or not isinstance(statements[0], ast.Query) or not statements[0].emit_changes:
-            raise StatementError("StreamQuery takes exactly one push query: SELECT ... FROM ... EMIT CHANGES")
+        if len(statements) != 1 or not (isinstance(statements[0], ast.PrintTopic) or (
+                isinstance(statements[0], ast.Query) and statements[0].emit_changes)):
+            raise StatementError("StreamQuery takes exactly one push query, SELECT ... FROM ... EMIT CHANGES, or one PRINT "
+                                 "'topic'")
         stmt = statements[0]
-        try:
-            source = self.metastore.source(stmt.source)
-        except NotFoundError:
-            await self.reader.catch_up()
-            source = self.metastore.source(stmt.source)
+        if not isinstance(stmt, ast.PrintTopic):
+            try:
+                source = self.metastore.source(stmt.source)
+            except NotFoundError:
+                await self.reader.catch_up()
+                source = self.metastore.source(stmt.source)
         if len(self.pushes) >= self.settings.max_push_queries:
             raise UnavailableError(f"this router already streams {len(self.pushes)} push queries (its limit, "
                                    "max_push_queries); try another router or later")
@@ -52,14 +55,19 @@ class PushQueries:
         if mine >= self.settings.max_push_queries_per_client:
             raise LimitError(f"{client} already runs {mine} push queries on this router, the most one client may "
                              "(max_push_queries_per_client); cancel one first")
-        push = PushQuery(plan_select(stmt, source), self.settings.kafka,
-                         from_beginning=effective(session).get(AUTO_OFFSET_RESET) == "earliest")
+        push: PushQuery | TopicPrint
+        if isinstance(stmt, ast.PrintTopic):
+            push = TopicPrint(stmt, self.settings.kafka)
+            header, limit = PushHeader(push.query_id, PRINT_COLUMNS), stmt.limit
+        else:
+            push = PushQuery(plan_select(stmt, source), self.settings.kafka,
+                             from_beginning=effective(session).get(AUTO_OFFSET_RESET) == "earliest")
+            header, limit = PushHeader(push.query_id, [(n, str(t)) for n, t in push.plan.columns]), push.plan.limit
         self.pushes[push.query_id] = push
         self._clients[push.query_id] = client
         metrics.PUSH_QUERIES.set(len(self.pushes))
         try:
-            header = PushHeader(push.query_id, [(n, str(t)) for n, t in push.plan.columns])
-            if push.plan.limit == 0:  # the header, then the end: no reader to open
+            if limit == 0:  # the header, then the end: no reader to open
                 yield header
                 return
             await push.start()

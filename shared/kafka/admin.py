@@ -97,10 +97,10 @@ class GroupOffsets:
         """The open client (opened now if none is), or once closed a client of the read's own."""
         async with self._opening:
             if self._admin is None and not self._closed:
-                self._admin = await _started_admin(self.kafka)
+                self._admin = await started_admin(self.kafka)
             shared = self._admin
         if shared is None:
-            own = await _started_admin(self.kafka)
+            own = await started_admin(self.kafka)
             try:
                 yield own
             finally:
@@ -155,7 +155,7 @@ GROUP_OFFSETS: ContextVar[GroupOffsets | None] = ContextVar("GROUP_OFFSETS", def
 admin client of each read's own)."""
 
 
-async def _started_admin(kafka: KafkaConnection) -> AIOKafkaAdminClient:
+async def started_admin(kafka: KafkaConnection) -> AIOKafkaAdminClient:
     """An admin client, connected (closed again if it could not connect)."""
     admin = AIOKafkaAdminClient(**kafka.client_args())
     try:

@@ -300,6 +300,19 @@ class Show(Statement):
 
 
 @dataclass(frozen=True)
+class PrintTopic(Statement):
+    """``PRINT 'topic' [FROM BEGINNING] [INTERVAL n] [LIMIT n]``: a topic's records as they are
+    (ksqlDB's), every ``interval``-th of them; ``exact`` unless the topic was named by a bare
+    identifier, which names a topic of any case."""
+
+    topic: str
+    exact: bool = True
+    from_beginning: bool = False
+    interval: int = 1
+    limit: int | None = None
+
+
+@dataclass(frozen=True)
 class Describe(Statement):
     """``DESCRIBE [EXTENDED] name``."""
 

@@ -395,6 +395,20 @@ class _ToAst(Transformer[Token, Any]):
     def show(self, what: Token) -> ast.Show:
         return ast.Show(what=str(what).upper())
 
+    def print_topic(self, topic: Token, from_beginning: bool, *clauses: tuple[str, Any]) -> ast.PrintTopic:
+        options = dict(clauses)
+        if options.get("interval", 1) < 1:
+            raise StatementError(f"PRINT's INTERVAL must be 1 or more (every n-th record), not {options['interval']}")
+        quoted = topic.type == "STRING"
+        return ast.PrintTopic(topic=_unquote(topic) if quoted else str(topic), exact=quoted, from_beginning=from_beginning,
+                              interval=options.get("interval", 1), limit=options.get("limit"))
+
+    def from_beginning(self, token: Token | None = None) -> bool:
+        return token is not None
+
+    def print_interval(self, token: Token) -> tuple[str, Any]:
+        return ("interval", _whole(token))
+
     def describe(self, extended: bool, name: str) -> ast.Describe:
         return ast.Describe(name=name, extended=extended)
 

@@ -96,6 +96,22 @@ def test_show_describe_and_explain_through_the_cli(small_cluster: LocalCluster, 
     typed = sql(small_cluster.router, "-e", "SELECT * FROM time_on_site WHERE total = 'x';", check=False)
     assert "INVALID_ARGUMENT" in typed.stderr and "TOTAL is INT" in typed.stderr
 
+    # PRINT (ksqlDB's): a topic's records as they are, each key and value as its text; a bare name
+    # finds the topic in any case; INTERVAL 2 shows every second record.
+    sql(small_cluster.router, "-e", "INSERT INTO pageviews (userid, pageid, seconds) VALUES ('bob', 'news', 3);"
+                                    "INSERT INTO pageviews (userid, pageid, seconds) VALUES ('carol', 'shop', 4);")
+    topic = f"pageviews-{small_cluster.service_id}"
+    printed = rows(sql(small_cluster.router, "-e", f"PRINT '{topic}' FROM BEGINNING LIMIT 3;", "--output", "json"))
+    assert sorted((r["KEY"], json.loads(str(r["VALUE"]))) for r in printed) == [
+        ("alice", {"PAGEID": "home", "SECONDS": 10}), ("bob", {"PAGEID": "news", "SECONDS": 3}),
+        ("carol", {"PAGEID": "shop", "SECONDS": 4})]
+    assert all(isinstance(r["ROWTIME"], int) and r["ROWTIME"] > 0 and r["PARTITION"] in (0, 1, 2) for r in printed)
+    sampled = rows(sql(small_cluster.router, "-e", f"PRINT {topic.upper()} FROM BEGINNING INTERVAL 2 LIMIT 2;",
+                       "--output", "json"))
+    assert len(sampled) == 2 and {r["KEY"] for r in sampled} < {"alice", "bob", "carol"}
+    nowhere = sql(small_cluster.router, "-e", "PRINT 'no-such-topic' LIMIT 1;", check=False)
+    assert nowhere.returncode == 1 and "NOT_FOUND" in nowhere.stderr and "'no-such-topic' does not exist" in nowhere.stderr
+
 
 def test_every_node_has_the_same_digest_before_and_after_a_full_restart(small_cluster: LocalCluster) -> None:
     before = digests(small_cluster)

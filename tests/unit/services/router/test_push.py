@@ -1,20 +1,22 @@
-"""Push queries at the router without a broker: ``LIMIT 0`` ends the stream at once, after
-the header, with no row and no reader opened; a LIMIT stops after its rows."""
+"""Push queries (and PRINT) at the router without a broker: ``LIMIT 0`` ends the stream at once,
+after the header, with no row and no reader opened; a LIMIT stops after its rows."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
+from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from millpond.services.router.push import PushHeader, PushQuery
+from millpond.services.router.push import PushHeader, PushQuery, TopicPrint, record_text
 from millpond.services.router.streaming import PushQueries
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import RouterSettings
-from millpond.shared.errors import UnavailableError
+from millpond.shared.errors import NotFoundError, StatementError, UnavailableError
 from millpond.shared.sql import ast
 from millpond.shared.sql.guard import ParseLimits, StatementParser
 from millpond.shared.sql.parser import parse_statement
@@ -32,7 +34,8 @@ class FakeConsumer:
     """Hands out the same records at every fetch."""
 
     async def getmany(self, timeout_ms: int, max_records: int) -> dict[int, list[Any]]:
-        records = [SimpleNamespace(key=b"s%d" % i, value=json.dumps({"READING": i}).encode(), offset=i, timestamp=1000 + i)
+        records = [SimpleNamespace(key=b"s%d" % i, value=json.dumps({"READING": i}).encode(), offset=i, timestamp=1000 + i,
+                                   partition=0)
                    for i in range(3)]
         return {0: records}
 
@@ -190,3 +193,46 @@ def test_a_push_query_that_cannot_reach_kafka_is_unavailable_not_internal() -> N
     with pytest.raises(UnavailableError, match="could not read readings from Kafka"):
         asyncio.run(asyncio.wait_for(push.start(), 60))
     assert push._consumer is None
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("PRINT 'my-topic'", ast.PrintTopic(topic="my-topic")),
+    ("print Page_Views.v1 from beginning interval 2 limit 5",
+     ast.PrintTopic(topic="Page_Views.v1", exact=False, from_beginning=True, interval=2, limit=5)),
+    ("PRINT 'it''s' SAMPLE 3", ast.PrintTopic(topic="it's", interval=3)),
+])
+def test_print_parses_its_topic_start_interval_and_limit(text: str, expected: ast.PrintTopic) -> None:
+    assert parse_statement(text) == ast.PrintTopic(text=text, **{f: getattr(expected, f) for f in
+                                                                ("topic", "exact", "from_beginning", "interval", "limit")})
+
+
+@pytest.mark.parametrize("text, fragment", [("PRINT 'x' INTERVAL 0", "INTERVAL must be 1 or more"),
+                                            ("PRINT", "expected one of"), ("PRINT 'x' LIMIT", "expected one of: INT")])
+def test_a_malformed_print_says_what_is_wrong(text: str, fragment: str) -> None:
+    with pytest.raises(StatementError, match=re.escape(fragment)):
+        parse_statement(text)
+
+
+def test_print_shows_every_interval_th_record_as_its_text_until_its_limit() -> None:
+    printing = TopicPrint(ast.PrintTopic(topic="readings", interval=2, limit=2), RouterSettings().kafka)
+    printing._consumer = FakeConsumer()  # type: ignore[assignment]
+    rows = asyncio.run(collected(printing.rows()))
+    assert rows == [[1000, 0, 0, "s0", '{"READING": 0}'], [1002, 0, 2, "s2", '{"READING": 2}']]
+    assert record_text(b"\x00\x00\x00\x07") == "0x00000007" and record_text(b"\xff") == "0xff" and record_text(None) is None
+    assert record_text("é\tx\n".encode()) == "é\tx\n"
+
+
+def test_print_finds_a_quoted_topic_exactly_and_a_bare_one_in_any_case() -> None:
+    def named(topic: str, exact: bool, topics: set[str]) -> str:
+        return TopicPrint(ast.PrintTopic(topic=topic, exact=exact), RouterSettings().kafka)._named(topics)
+
+    assert named("PAGEVIEWS", False, {"pageviews", "other"}) == "pageviews"
+    assert named("Views", False, {"Views", "views"}) == "Views"
+    with pytest.raises(NotFoundError, match="the topic 'PAGEVIEWS' does not exist; SHOW TOPICS lists"):
+        named("PAGEVIEWS", True, {"pageviews"})
+    with pytest.raises(StatementError, match=re.escape("2 topics are named VIEWS in some case (Views, views): quote")):
+        named("VIEWS", False, {"Views", "views"})
+
+
+async def collected(rows: AsyncIterator[list[Any]]) -> list[list[Any]]:
+    return [row async for row in rows]

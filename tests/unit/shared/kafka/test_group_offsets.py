@@ -57,7 +57,7 @@ class Admins:
 def opened(monkeypatch: pytest.MonkeyPatch) -> Admins:
     """The admin clients opened; each answers 7, then 8, ... unless given answers."""
     admins = Admins()
-    monkeypatch.setattr(admin_module, "_started_admin", admins.start)
+    monkeypatch.setattr(admin_module, "started_admin", admins.start)
     return admins
 
 
@@ -114,7 +114,7 @@ async def test_a_close_while_a_client_starts_leaves_none_open(monkeypatch: pytes
         made.append(FakeAdmin([7]))
         await release.wait()
         return made[-1]
-    monkeypatch.setattr(admin_module, "_started_admin", started_admin)
+    monkeypatch.setattr(admin_module, "started_admin", started_admin)
     reader = GroupOffsets(KAFKA)
     read = asyncio.create_task(reader.positions("g", [TP]))
     await asyncio.sleep(0.01)

@@ -79,8 +79,11 @@ class RouterServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def StreamQuery(self, request, context):
-        """Runs a push query (`SELECT ... EMIT CHANGES`): first a header with the columns, then one
-        message per row as changes happen, until the client cancels or the deadline passes.
+        """Runs a push query (`SELECT ... EMIT CHANGES`), or a PRINT of a topic's records (`PRINT
+        'topic' [FROM BEGINNING] [INTERVAL n] [LIMIT n]`: ROWTIME, PARTITION, OFFSET, KEY and VALUE,
+        each key and value as its UTF-8 text, or 0x and its bytes in hex where it is not text): first
+        a header with the columns, then one message per row as changes happen, until the LIMIT, the
+        client cancels or the deadline passes.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
