@@ -15,6 +15,7 @@ import pyspark
 from pyspark.core.context import SparkContext
 from pyspark.sql import SparkSession
 from pyspark.sql.context import SQLContext
+from pyspark.sql.types import ArrayType, StringType
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
 
 from millpond.deploy.jars import installed_jars
@@ -181,8 +182,11 @@ def create_session(settings: WorkerSettings) -> SparkSession:
         log4j.core.config.Configurator.setLevel(name, log4j.Level.FATAL)
     # It warns of every pool it makes on first use, as the queries' pools are made (``QueryRunner.pool``).
     log4j.core.config.Configurator.setLevel(FAIR_POOLS_LOGGER, log4j.Level.ERROR)
-    for name, (java_class, result) in regexes.SPARK_FUNCTIONS.items():  # the REGEXP functions the queries call
-        session.udf.registerJavaFunction(name, java_class, result)
+    # The REGEXP functions the queries call. Their result types as DataTypes: given as DDL text,
+    # each was parsed by Spark's SQL parser, 0.45 s of a new session's start (0.73 s against 0.28).
+    results = {"string": StringType(), "array<string>": ArrayType(StringType())}
+    for name, (java_class, result) in regexes.SPARK_FUNCTIONS.items():
+        session.udf.registerJavaFunction(name, java_class, results[result])
     return session
 
 

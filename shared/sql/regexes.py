@@ -106,8 +106,20 @@ _GROUPS = {"L": ("Lu", "Ll", "Lt", "Lm", "Lo"), "M": ("Mn", "Me", "Mc"), "N": ("
            "C": ("Cc", "Cf", "Co", "Cs", "Cn"), "P": ("Pd", "Ps", "Pe", "Pc", "Po", "Pi", "Pf"), "S": ("Sm", "Sc", "Sk", "So"),
            "LC": ("Lu", "Ll", "Lt"), "LD": ("Lu", "Ll", "Lt", "Lm", "Lo", "Nd")}
 """Java's categories of several general categories (``CharPredicates.forProperty``)."""
-_CATEGORIES = {**{name: _merged(r) for name, r in java_unicode.CATEGORIES.items()},
-               **{name: _merged(r for part in parts for r in java_unicode.CATEGORIES[part]) for name, parts in _GROUPS.items()}}
+
+
+def _ranges_of(text: str) -> Iterable[tuple[int, int]]:
+    """``java_unicode``'s text of a class: its ranges."""
+    return ((int(first, 16), int(last, 16)) for first, last in (r.split("-") for r in text.split()))
+
+
+@functools.lru_cache(maxsize=64)
+def _category(name: str) -> Ranges:
+    """A general category's characters by the JVM's Unicode, or a group of them (``_GROUPS``); () for none."""
+    parts = _GROUPS.get(name, (name,))
+    return _merged(r for part in parts for r in _ranges_of(java_unicode.CATEGORIES.get(part, "")))
+
+
 _CASED = ("Lu", "Ll", "Lt")
 """Java's categories that match all three under (?i)."""
 _ALPHA = ((0x41, 0x5A), (0x61, 0x7A))
@@ -141,15 +153,15 @@ def _property(p: str, i: int, caseless: bool) -> tuple[Ranges, int, bool]:
         name = value
     elif value and key in ("sc", "script"):
         script = _script(value)
-    elif name.startswith("Is") and name[2:] in _CATEGORIES:
+    elif name.startswith("Is") and _category(name[2:]):
         name = name[2:]
     elif name.startswith("Is"):
         script = _script(name[2:])
-    elif (name not in _CATEGORIES and name not in _POSIX) or value:
+    elif (not _category(name) and name not in _POSIX) or value:
         script = ""
     if script is not None:
         if script in java_unicode.SCRIPTS:
-            letters = _merged(java_unicode.SCRIPTS[script])
+            letters = _merged(_ranges_of(java_unicode.SCRIPTS[script]))
             return letters if p[i] == "p" else _complement(letters), after, True
         raise PatternError(f"\\{p[i]}{{{name}}} is not read here: a general category (\\p{{L}}, \\p{{Lu}}, \\p{{IsLu}}, "
                            "\\p{gc=Lu}), a script (\\p{IsLatin}, \\p{sc=Grek}) or a POSIX class (\\p{Alpha}, \\p{Punct}) is, "
@@ -158,8 +170,8 @@ def _property(p: str, i: int, caseless: bool) -> tuple[Ranges, int, bool]:
         name = "LC"
     elif caseless and name in ("Lower", "Upper"):
         name = "Alpha"
-    ranges = _CATEGORIES.get(name) or _POSIX.get(name)
-    if ranges is None:
+    ranges = _category(name) or _POSIX.get(name)
+    if not ranges:
         raise PatternError(f"\\{p[i]}{{{name}}} names no general category or POSIX class Java has")
     wide = p[i] == "P" or name not in _POSIX or name == "all"
     return ranges if p[i] == "p" else _complement(ranges), after, wide
@@ -172,7 +184,8 @@ def _script(name: str) -> str:
     return java_unicode.SCRIPT_ALIASES.get(upper, upper if upper in java_unicode.SCRIPTS else "")
 
 
-def _boundary() -> tuple[str, str]:
+@functools.cache
+def _boundaries() -> tuple[str, str]:
     """Java 17's ``\\b`` and ``\\B`` (``Pattern.Bound``, without UNICODE_CHARACTER_CLASS): a side of
     a position is a word's when its character is a letter or digit of any script (the JVM's
     Unicode: ``java_unicode``) or ``_``, or a non-spacing mark after one (through more marks). That
@@ -180,7 +193,7 @@ def _boundary() -> tuple[str, str]:
     character is no base (and a mark beyond the BMP is one only where it is the character after
     the position, read whole). A character beyond the BMP split in two halves still reads whole
     on either side of the position (``_halves``)."""
-    letter_or_digit, mark_ = _CATEGORIES["LD"], _CATEGORIES["Mn"]  # Character.isLetterOrDigit, NON_SPACING_MARK
+    letter_or_digit, mark_ = _category("LD"), _category("Mn")  # Character.isLetterOrDigit, NON_SPACING_MARK
     word = f"[{_ranges(letter_or_digit)}_]|{_halves(letter_or_digit)}"
     based = f"[{_ranges(letter_or_digit, bmp=True)}][{_ranges(mark_, bmp=True)}]"
     mark = f"(?:[{_ranges(mark_)}]|{_halves(mark_)})"
@@ -189,7 +202,6 @@ def _boundary() -> tuple[str, str]:
     return f"(?:{left}{not_right}|{not_left}{right})", f"(?:{left}{right}|{not_left}{not_right})"
 
 
-_WORD_BOUNDARY, _NOT_WORD_BOUNDARY = _boundary()
 
 MAX_REPEAT = 1000
 """The largest count of a repetition ``{n,m}``: Python builds the pattern that large when it is
@@ -379,7 +391,7 @@ def java_pattern(pattern: str) -> JavaPattern:
                     raise PatternError("\\b{g}, a grapheme cluster's boundary, is not read here")
                 # Python's re, which checks the pattern, reads no look-behind of a varying width, nor a
                 # quantified \b (Java's \b? is a boundary or none): an empty group stands in for it.
-                text, check, i = _WORD_BOUNDARY if pattern[i + 1] == "b" else _NOT_WORD_BOUNDARY, "(?:)", i + 2
+                text, check, i = _boundaries()[pattern[i + 1] == "B"], "(?:)", i + 2
             elif pattern.startswith("k<", i + 1):
                 name = _NAME.match(pattern, i + 3)
                 if name is None or not pattern.startswith(">", name.end()) or name.group() not in groups:
