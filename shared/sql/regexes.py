@@ -136,8 +136,8 @@ def _property(p: str, i: int, caseless: bool) -> tuple[Ranges, int, bool]:
     """The characters of the ``\\p`` or ``\\P`` class at ``p[i]`` (its letter), as java.util.regex reads
     it (``Pattern.family``: a general category or a script by the JVM's Unicode, ``java_unicode``,
     or a POSIX class, US-ASCII's), the index after it, and whether Java's search then goes from
-    character to character (``JavaPattern.by_code_point``: a category, a script, or any ``\\P``). Under (?i) Lu, Ll and Lt
-    are each all three, and Lower and Upper are Alpha, as Java's."""
+    character to character (``JavaPattern.by_code_point``: a category, a script, or any
+    ``\\P``). Under (?i) Lu, Ll and Lt are each all three, and Lower and Upper are Alpha, as Java's."""
     if p.startswith("{", i + 1):
         end = p.find("}", i + 2)
         if end < 0:
