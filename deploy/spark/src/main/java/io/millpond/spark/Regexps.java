@@ -13,8 +13,9 @@ import org.apache.spark.sql.api.java.UDF4;
  * and split compute them (java.util.regex over the text, the same calls), each call within a
  * time budget (its last argument, in milliseconds). java.util.regex has no limit of its own
  * and does not stop for a task's interrupt: a pattern that backtracks without end over one
- * record ({@code (a|aa)+c} over 60 characters) held its batch, and on a local[1] master the
- * worker's only Spark thread, for as long as it took. Over its budget a call throws a
+ * record ({@code ((a+)+)+b} over 40 characters: Java memoizes a greedy group's loop, not nested
+ * ones) held its batch, and on a local[1] master the worker's only Spark thread, for as long as
+ * it took. Over its budget a call throws a
  * {@link PatternTimeout}, which fails the task, and the worker sets the record aside
  * (QueryRunner._in_parts). The Python side stops a pull's call at the same budget.
  *
