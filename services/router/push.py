@@ -40,6 +40,48 @@ log = logging.getLogger(__name__)
 _ids = itertools.count(1)
 
 
+async def open_reader(kafka: KafkaConnection, topic: str, partitions: int, from_beginning: bool,
+                      reading: str) -> AIOKafkaConsumer:
+    """A reader of every partition of ``topic`` (read_committed, no consumer group: several
+    routers and several clients each get their own), at its beginning or its end, resolved now,
+    not at the first fetch: once this returns, every record written afterwards will be read.
+    UnavailableError, naming what was ``reading``, where Kafka cannot be reached."""
+    # A reader whose next record retention has deleted goes on where ``auto.offset.reset``
+    # says, as a ksqlDB push query's consumer does: from the first record kept (earliest),
+    # not from the end, which would skip every record kept since.
+    consumer = AIOKafkaConsumer(
+        **kafka.client_args(), isolation_level="read_committed", enable_auto_commit=False,
+        fetch_max_wait_ms=100, max_partition_fetch_bytes=256 * 1024,
+        auto_offset_reset="earliest" if from_beginning else "latest")
+    try:
+        await start_client(consumer)
+        assigned = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(assigned)
+        if from_beginning:
+            await consumer.seek_to_beginning(*assigned)
+        else:
+            await consumer.seek_to_end(*assigned)
+        for tp in assigned:
+            await consumer.position(tp)
+    except BaseException as err:
+        await consumer.stop()
+        if isinstance(err, KafkaError):
+            raise UnavailableError(f"could not read {topic} from Kafka ({err}); is Kafka reachable? "
+                                   f"Run {reading} again") from err
+        raise
+    return consumer
+
+
+async def fetched(consumer: AIOKafkaConsumer, most: int, topic: str, reading: str) -> dict[TopicPartition, list[Any]]:
+    """The next records ``consumer`` has (at most ``most``, within a second); UnavailableError,
+    naming what was ``reading``, where Kafka went away."""
+    try:
+        batches: dict[TopicPartition, list[Any]] = await consumer.getmany(timeout_ms=1000, max_records=most)
+    except KafkaError as err:
+        raise UnavailableError(f"{reading} could not go on reading {topic} from Kafka ({err}); run it again") from err
+    return batches
+
+
 @dataclass(frozen=True)
 class PushHeader:
     """The first item of a push query's stream: its id and result columns."""
@@ -78,29 +120,8 @@ class PushQuery:
         """Open the reader at the beginning or the end of every partition. Once this returns,
         every record written afterwards will be streamed."""
         source = self.plan.source
-        # A reader whose next record retention has deleted goes on where ``auto.offset.reset``
-        # says, as a ksqlDB push query's consumer does: from the first record kept (earliest),
-        # not from the end, which would skip every record kept since.
-        self._consumer = consumer = AIOKafkaConsumer(
-            **self.kafka.client_args(), isolation_level="read_committed", enable_auto_commit=False,
-            fetch_max_wait_ms=100, max_partition_fetch_bytes=256 * 1024,
-            auto_offset_reset="earliest" if self.from_beginning else "latest")
-        try:
-            await start_client(consumer)
-            partitions = [TopicPartition(source.topic, p) for p in range(source.partitions)]
-            consumer.assign(partitions)
-            if self.from_beginning:
-                await consumer.seek_to_beginning(*partitions)
-            else:
-                await consumer.seek_to_end(*partitions)
-            for tp in partitions:  # resolve the start now, not at the first fetch
-                await consumer.position(tp)
-        except BaseException as err:
-            await self.stop()
-            if isinstance(err, KafkaError):
-                raise UnavailableError(f"could not read {source.topic} from Kafka ({err}); is Kafka reachable? "
-                                       "Run the push query again") from err
-            raise
+        self._consumer = await open_reader(self.kafka, source.topic, source.partitions, self.from_beginning,
+                                           "the push query")
         log.info("push query started", extra={"query": self.query_id, "source": source.name})
 
     async def stop(self) -> None:
@@ -117,11 +138,7 @@ class PushQuery:
         if self.plan.limit == 0:
             return
         while True:
-            try:
-                batches = await self._consumer.getmany(timeout_ms=1000, max_records=self.fetch_records)
-            except KafkaError as err:
-                raise UnavailableError(f"the push query could not go on reading {self.plan.source.topic} from Kafka "
-                                       f"({err}); run it again") from err
+            batches = await fetched(self._consumer, self.fetch_records, self.plan.source.topic, "the push query")
             for records in batches.values():
                 for record in records:
                     row = self._row(self.plan.source, record)
@@ -212,27 +229,12 @@ class TopicPrint:
                 count = await topic_partitions(admin, self.topic) or 0
             finally:
                 await admin.close()
-            self._consumer = consumer = AIOKafkaConsumer(
-                **self.kafka.client_args(), isolation_level="read_committed", enable_auto_commit=False,
-                fetch_max_wait_ms=100, max_partition_fetch_bytes=256 * 1024,
-                auto_offset_reset="earliest" if self.stmt.from_beginning else "latest")
-            await start_client(consumer)
-            partitions = [TopicPartition(self.topic, p) for p in range(count)]
-            if not partitions:
-                raise NotFoundError(f"the topic {self.topic!r} was deleted meanwhile; SHOW TOPICS lists the topics")
-            consumer.assign(partitions)
-            if self.stmt.from_beginning:
-                await consumer.seek_to_beginning(*partitions)
-            else:
-                await consumer.seek_to_end(*partitions)
-            for tp in partitions:  # resolve the start now, not at the first fetch
-                await consumer.position(tp)
-        except BaseException as err:
-            await self.stop()
-            if isinstance(err, KafkaError):
-                raise UnavailableError(f"could not read {self.topic} from Kafka ({err}); is Kafka reachable? "
-                                       "Run PRINT again") from err
-            raise
+        except KafkaError as err:
+            raise UnavailableError(f"could not read {self.topic} from Kafka ({err}); is Kafka reachable? "
+                                   "Run PRINT again") from err
+        if not count:
+            raise NotFoundError(f"the topic {self.topic!r} was deleted meanwhile; SHOW TOPICS lists the topics")
+        self._consumer = await open_reader(self.kafka, self.topic, count, self.stmt.from_beginning, "PRINT")
         log.info("print started", extra={"query": self.query_id, "topic": self.topic})
 
     def _named(self, topics: set[str]) -> str:
@@ -261,10 +263,7 @@ class TopicPrint:
         if limit == 0:
             return
         while True:
-            try:
-                batches = await self._consumer.getmany(timeout_ms=1000, max_records=self.fetch_records)
-            except KafkaError as err:
-                raise UnavailableError(f"PRINT could not go on reading {self.topic} from Kafka ({err}); run it again") from err
+            batches = await fetched(self._consumer, self.fetch_records, self.topic, "PRINT")
             for records in batches.values():
                 for record in records:
                     seen += 1
