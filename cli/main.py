@@ -18,7 +18,7 @@ from google.protobuf.json_format import MessageToJson
 from rich.console import Console
 
 from millpond.cli.client import PushStream, RouterClient, metastore_digest
-from millpond.cli.output import print_outcome
+from millpond.cli.output import print_outcome, print_stream
 from millpond.cli.status import lag_outcome, leader_status, router_status, status_outcome
 from millpond.deploy import jars as jar_cache
 from millpond.deploy.local.launcher import LocalCluster
@@ -105,26 +105,9 @@ def up(
 def _run_statements(client: RouterClient, text: str, output: str) -> None:
     for outcome in client.run_script(text):
         if isinstance(outcome, PushStream):
-            _print_stream(outcome, output)
+            print_stream(outcome, output, out)
         else:
             print_outcome(outcome, output, out)
-
-
-def _print_stream(stream: PushStream, output: str) -> None:
-    """Print a push query's rows as they arrive, until its LIMIT or Ctrl-C."""
-    names = [name for name, _ in stream.columns]
-    if output == "table":
-        out.print(" | ".join(names), markup=False, highlight=False)
-    try:
-        for row in stream:
-            if output == "json":
-                out.print(json.dumps(dict(zip(names, row, strict=True)), default=str), markup=False,
-                          highlight=False, soft_wrap=True)
-            else:
-                out.print(" | ".join("null" if v is None else str(v) for v in row), markup=False, highlight=False)
-    except KeyboardInterrupt:
-        stream.cancel()
-        out.print("query cancelled", style="dim")
 
 
 def _shell(client: RouterClient, output: str) -> None:

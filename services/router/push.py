@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import re
 import struct
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
+from millpond.services.router.record_formats import PossibleFormats
 from millpond.shared.catalog.sources import WINDOW_END, WINDOW_START, DataSource
 from millpond.shared.errors import NotFoundError, StatementError, UnavailableError
 from millpond.shared.kafka.admin import started_admin, topic_partitions
@@ -182,24 +182,10 @@ class PushQuery:
         return self.plan.result(row)
 
 
-PRINT_COLUMNS = [("ROWTIME", "BIGINT"), ("PARTITION", "INT"), ("OFFSET", "BIGINT"), ("KEY", "VARCHAR"), ("VALUE", "VARCHAR")]
-"""PRINT's rows: each record's time (epoch ms), partition, offset, key and value."""
-
-
-_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-
-
-def record_text(data: bytes | None) -> str | None:
-    """A record's key or value as PRINT shows it: its UTF-8 text, or ``0x`` and its bytes in hex
-    when it is not text (not UTF-8, or with control characters: a number in a binary format, say);
-    None for none (a tombstone's value)."""
-    if data is None:
-        return None
-    try:
-        text = data.decode()
-    except UnicodeDecodeError:
-        return "0x" + data.hex()
-    return "0x" + data.hex() if _CONTROL.search(text) else text
+PRINT_COLUMNS = [("ROWTIME", "BIGINT"), ("PARTITION", "INT"), ("OFFSET", "BIGINT"), ("KEY", "VARCHAR"), ("VALUE", "VARCHAR"),
+                 ("KEY_FORMAT", "VARCHAR"), ("VALUE_FORMAT", "VARCHAR")]
+"""PRINT's rows: each record's time (epoch ms), partition, offset, key and value as their format
+shows them, and the formats that read every key and value so far (``record_formats``)."""
 
 
 @dataclass
@@ -218,6 +204,7 @@ class TopicPrint:
         self.delivered = 0
         self.topic = self.stmt.topic
         self._consumer: AIOKafkaConsumer | None = None
+        self.keys, self.values = PossibleFormats.of_keys(), PossibleFormats.of_values()
 
     async def start(self) -> None:
         """Find the topic (a bare name: of any case) and open the reader at the beginning or the
@@ -269,7 +256,8 @@ class TopicPrint:
                     seen += 1
                     if (seen - 1) % self.stmt.interval:
                         continue
-                    yield [record.timestamp, record.partition, record.offset, record_text(record.key), record_text(record.value)]
+                    key, value = self.keys.shown(record.key), self.values.shown(record.value)
+                    yield [record.timestamp, record.partition, record.offset, key, value, self.keys.names(), self.values.names()]
                     self.delivered += 1
                     if limit is not None and self.delivered >= limit:
                         return

@@ -96,7 +96,7 @@ def test_show_describe_and_explain_through_the_cli(small_cluster: LocalCluster, 
     typed = sql(small_cluster.router, "-e", "SELECT * FROM time_on_site WHERE total = 'x';", check=False)
     assert "INVALID_ARGUMENT" in typed.stderr and "TOTAL is INT" in typed.stderr
 
-    # PRINT (ksqlDB's): a topic's records as they are, each key and value as its text; a bare name
+    # PRINT (ksqlDB's): a topic's records as they are, each key and value in the formats that read them; a bare name
     # finds the topic in any case; INTERVAL 2 shows every second record.
     sql(small_cluster.router, "-e", "INSERT INTO pageviews (userid, pageid, seconds) VALUES ('bob', 'news', 3);"
                                     "INSERT INTO pageviews (userid, pageid, seconds) VALUES ('carol', 'shop', 4);")
@@ -106,6 +106,10 @@ def test_show_describe_and_explain_through_the_cli(small_cluster: LocalCluster, 
         ("alice", {"PAGEID": "home", "SECONDS": 10}), ("bob", {"PAGEID": "news", "SECONDS": 3}),
         ("carol", {"PAGEID": "shop", "SECONDS": 4})]
     assert all(isinstance(r["ROWTIME"], int) and r["ROWTIME"] > 0 and r["PARTITION"] in (0, 1, 2) for r in printed)
+    assert {(r["KEY_FORMAT"], r["VALUE_FORMAT"]) for r in printed} == {("KAFKA_STRING", "JSON or KAFKA_STRING")}
+    table = sql(small_cluster.router, "-e", f"PRINT '{topic}' FROM BEGINNING LIMIT 1;").stdout.splitlines()
+    assert table[:3] == ["ROWTIME | PARTITION | OFFSET | KEY | VALUE", "Key format: KAFKA_STRING",
+                         "Value format: JSON or KAFKA_STRING"], table
     sampled = rows(sql(small_cluster.router, "-e", f"PRINT {topic.upper()} FROM BEGINNING INTERVAL 2 LIMIT 2;",
                        "--output", "json"))
     assert len(sampled) == 2 and {r["KEY"] for r in sampled} < {"alice", "bob", "carol"}

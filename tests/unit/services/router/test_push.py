@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from millpond.services.router.push import PushHeader, PushQuery, TopicPrint, record_text
+from millpond.services.router.push import PushHeader, PushQuery, TopicPrint
 from millpond.services.router.streaming import PushQueries
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import RouterSettings
@@ -213,13 +213,12 @@ def test_a_malformed_print_says_what_is_wrong(text: str, fragment: str) -> None:
         parse_statement(text)
 
 
-def test_print_shows_every_interval_th_record_as_its_text_until_its_limit() -> None:
+def test_print_shows_every_interval_th_record_and_its_formats_until_its_limit() -> None:
     printing = TopicPrint(ast.PrintTopic(topic="readings", interval=2, limit=2), RouterSettings().kafka)
     printing._consumer = FakeConsumer()  # type: ignore[assignment]
     rows = asyncio.run(collected(printing.rows()))
-    assert rows == [[1000, 0, 0, "s0", '{"READING": 0}'], [1002, 0, 2, "s2", '{"READING": 2}']]
-    assert record_text(b"\x00\x00\x00\x07") == "0x00000007" and record_text(b"\xff") == "0xff" and record_text(None) is None
-    assert record_text("é\tx\n".encode()) == "é\tx\n"
+    assert rows == [[1000, 0, 0, "s0", '{"READING": 0}', "KAFKA_STRING", "JSON or KAFKA_STRING"],
+                    [1002, 0, 2, "s2", '{"READING": 2}', "KAFKA_STRING", "JSON or KAFKA_STRING"]]
 
 
 def test_print_finds_a_quoted_topic_exactly_and_a_bare_one_in_any_case() -> None:
