@@ -32,7 +32,7 @@ from millpond.shared.kafka.inserts import RowInserter
 from millpond.shared.results import Outcome
 from millpond.shared.security import authorize_statement, authorize_text
 from millpond.shared.session import AUTO_OFFSET_RESET, STATEMENT_ID_CHARS, check_properties, check_request_id, effective
-from millpond.shared.sql import ast
+from millpond.shared.sql import ast, custom_types
 from millpond.shared.sql.guard import StatementParser, check_length
 from millpond.shared.sql.joins import started_sources
 from millpond.shared.sql.planner import check_round_places, check_topic_name
@@ -122,6 +122,7 @@ class StatementExecutor:
         if isinstance(stmt, ast.InsertValues):
             return await self._insert(stmt, request_id, attempt)
         await self.reader.catch_up()
+        stmt = custom_types.resolved(stmt, self.metastore.types)
         if isinstance(stmt, ast.Show):
             return await self._show(stmt, properties)
         if isinstance(stmt, ast.Describe):
@@ -363,6 +364,7 @@ class StatementExecutor:
 
     async def _insert(self, stmt: ast.InsertValues, request_id: str, attempt: int) -> Outcome:
         await self.reader.catch_up()
+        stmt = custom_types.resolved(stmt, self.metastore.types)
         return await self.inserts.insert(stmt, self.metastore.insert_target(stmt.target), request_id, attempt)
 
     async def _show(self, stmt: ast.Show, properties: Mapping[str, str]) -> Outcome:

@@ -23,7 +23,7 @@ _PROPERTY_VALUE = [("PROPERTY", "VARCHAR"), ("VALUE", "VARCHAR")]
 
 
 def show(metastore: Metastore, stmt: ast.Show, properties: Mapping[str, str], reports: Reports) -> Outcome:
-    """SHOW STREAMS | TABLES | QUERIES | PROPERTIES | FUNCTIONS (TOPICS asks Kafka, so the executor does it)."""
+    """SHOW STREAMS | TABLES | QUERIES | PROPERTIES | FUNCTIONS | TYPES (TOPICS asks Kafka, so the executor does it)."""
     if stmt.what in ("STREAMS", "TABLES"):
         return show_sources(metastore, stmt)
     if stmt.what == "QUERIES":
@@ -32,6 +32,8 @@ def show(metastore: Metastore, stmt: ast.Show, properties: Mapping[str, str], re
         return show_properties(stmt, properties)
     if stmt.what == "FUNCTIONS":
         return show_functions(stmt)
+    if stmt.what == "TYPES":
+        return show_types(metastore, stmt)
     raise StatementError(f"SHOW {stmt.what} needs Kafka; the coordinator answers it")
 
 
@@ -77,6 +79,12 @@ def show_functions(stmt: ast.Show) -> Outcome:
              for name in LAMBDA_FUNCTIONS]
     return Outcome(stmt.text, status="", columns=[("NAME", "VARCHAR"), ("TYPE", "VARCHAR"), ("SIGNATURE", "VARCHAR")],
                    rows=sorted(rows))
+
+
+def show_types(metastore: Metastore, stmt: ast.Show) -> Outcome:
+    """SHOW TYPES: each custom type's name and the type it stands for."""
+    return Outcome(stmt.text, status="", columns=[("NAME", "VARCHAR"), ("SCHEMA", "VARCHAR")],
+                   rows=[[name, str(type_)] for name, type_ in sorted(metastore.types.items())])
 
 
 def _aggregate_signature(aggregate: aggregates.Aggregate) -> str:

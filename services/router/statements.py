@@ -31,7 +31,7 @@ from millpond.shared.rpc.converters import outcome_from_proto
 from millpond.shared.rpc.status import raise_for_rpc, status_code
 from millpond.shared.security import authorize_statement, authorize_text
 from millpond.shared.session import apply_session_statement, check_properties, check_request_id
-from millpond.shared.sql import ast
+from millpond.shared.sql import ast, custom_types
 from millpond.shared.sql.guard import StatementParser, check_length
 
 log = logging.getLogger(__name__)
@@ -180,13 +180,16 @@ class Statements:
         changed = apply_session_statement(properties, stmt)  # for the rest of this request
         if changed is not None:
             return Outcome(stmt.text, changed), None
+        if isinstance(stmt, ast.Query | ast.InsertValues) and custom_types.missing(stmt, self.metastore.types):
+            await self.reader.catch_up()  # a type made just before (in this request, say)
         if isinstance(stmt, ast.Query):
-            return await self._pull(stmt, None, properties, positions, deadline, learn)
+            return await self._pull(custom_types.resolved(stmt, self.metastore.types), None, properties, positions,
+                                    deadline, learn)
         if isinstance(stmt, ast.PrintTopic):
             raise StatementError("PRINT streams the topic's records: call RouterService/StreamQuery (millpond sql runs "
                                  "it that way), not Execute")
         if isinstance(stmt, ast.InsertValues) and self.inserts is not None:
-            return await self._insert(stmt, deadline, request_id, named)
+            return await self._insert(custom_types.resolved(stmt, self.metastore.types), deadline, request_id, named)
         return await self._forward(stmt, properties, deadline, request_id, named)
 
     async def _insert(self, stmt: ast.InsertValues, deadline: float, request_id: str,

@@ -9,10 +9,10 @@ from millpond.services.router.push import PRINT_COLUMNS, PushHeader, PushQuery, 
 from millpond.shared import metrics
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import RouterSettings
-from millpond.shared.errors import LimitError, NotFoundError, StatementError, UnavailableError
+from millpond.shared.errors import LimitError, StatementError, UnavailableError
 from millpond.shared.kafka.command_log import CommandReader
 from millpond.shared.session import AUTO_OFFSET_RESET, check_properties, effective
-from millpond.shared.sql import ast
+from millpond.shared.sql import ast, custom_types
 from millpond.shared.sql.guard import StatementParser
 from millpond.shared.sql.planner import plan_select
 
@@ -43,11 +43,10 @@ class PushQueries:
                                  "'topic'")
         stmt = statements[0]
         if not isinstance(stmt, ast.PrintTopic):
-            try:
-                source = self.metastore.source(stmt.source)
-            except NotFoundError:
-                await self.reader.catch_up()
-                source = self.metastore.source(stmt.source)
+            if stmt.source not in self.metastore.sources or custom_types.missing(stmt, self.metastore.types):
+                await self.reader.catch_up()  # made just before
+            source = self.metastore.source(stmt.source)
+            stmt = custom_types.resolved(stmt, self.metastore.types)
         if len(self.pushes) >= self.settings.max_push_queries:
             raise UnavailableError(f"this router already streams {len(self.pushes)} push queries (its limit, "
                                    "max_push_queries); try another router or later")

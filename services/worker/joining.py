@@ -284,7 +284,7 @@ class JoinedValue:
     def __init__(self, query: PersistentQuery, sink: DataSource):
         spec = query.plan.join
         assert spec is not None
-        statement, tables = statement_query(query.statement), tuple(t.table for t in spec.tables)
+        statement, tables = statement_query(query.statement, dict(query.types)), tuple(t.table for t in spec.tables)
         self.regroup: tuple[tuple[str, ast.Expr], ...] | None = None
         """The next stage's key columns over the joined row, which key each joined row (every
         column of it so far, and its time) in the next stage's topic; None for the result."""

@@ -16,7 +16,7 @@ from millpond.services.worker.task import RowFn, StoreTask
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.errors import LimitError, NotFoundError, StatementError, UnavailableError
 from millpond.shared.kafka.serde import window_key_bytes
-from millpond.shared.sql import ast
+from millpond.shared.sql import ast, custom_types
 from millpond.shared.sql.guard import CACHED_PLAN_CHARS, StatementParser
 from millpond.shared.sql.planner import SelectPlan, key_prefix, plan_select
 from millpond.shared.task_status import RESTORING, RUNNING
@@ -256,7 +256,10 @@ class LocalTables:
             if not isinstance(query, ast.Query) or self.metastore.source(query.source).name != table:
                 raise StatementError(f"a scan of {table} carries a statement that is not a pull query of it: "
                                      f"{statement!r}")
-            plan = plan_select(query, self.metastore.source(table))
+            if custom_types.missing(query, self.metastore.types):
+                raise UnavailableError(f"worker {self.worker_id} has not read every type of {', '.join(query.custom_types)} "
+                                       "yet: it is behind the command topic")
+            plan = plan_select(custom_types.resolved(query, self.metastore.types), self.metastore.source(table))
             if len(statement) <= CACHED_PLAN_CHARS:
                 if len(self._selects) >= SELECT_CACHE_SIZE:
                     self._selects.clear()

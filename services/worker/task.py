@@ -565,7 +565,7 @@ def aggregation_query(query: PersistentQuery) -> ast.Query:
     """The SELECT a GROUP BY query's aggregation computes, as its planner planned it: the
     statement's, or over a join the one over the joined row (``join_aggregation``: each column
     known by its side, ``O_AMOUNT``, as the plan's aggregates read it)."""
-    statement, spec = statement_query(query.statement), query.plan.join
+    statement, spec = statement_query(query.statement, dict(query.types)), query.plan.join
     if spec is None:
         return statement
     return join_aggregation(statement, spec.stream, tuple(t.table for t in spec.tables)).query

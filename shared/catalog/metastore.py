@@ -25,7 +25,7 @@ from millpond.shared.catalog.sources import Column, DataSource
 from millpond.shared.catalog.topology import TABLE_JOINS
 from millpond.shared.errors import AlreadyExistsError, NotFoundError, StatementError
 from millpond.shared.kafka.serde import VALUE_FORMATS
-from millpond.shared.sql import ast
+from millpond.shared.sql import ast, custom_types
 from millpond.shared.sql.expressions import quote_identifier
 from millpond.shared.sql.joins import started_sources
 from millpond.shared.sql.planner import (
@@ -40,7 +40,7 @@ from millpond.shared.sql.planner import (
 
 MAX_NAME_IN_ID = 100
 """Of a source's name, how much a query id keeps (its topics' names stay within Kafka's 249)."""
-DDL = (ast.CreateSource, ast.CreateAsSelect, ast.InsertSelect, ast.Drop, ast.Terminate)
+DDL = (ast.CreateSource, ast.CreateAsSelect, ast.InsertSelect, ast.Drop, ast.Terminate, ast.CreateType, ast.DropType)
 """Statements that change the metastore and so go through the command topic."""
 
 
@@ -57,11 +57,14 @@ class Change:
     """Topics the coordinator deletes once the statement is committed (DROP ... DELETE TOPIC)."""
     counts_query: bool = False
     """True when the statement takes a query number (so ids stay deterministic)."""
+    add_types: dict[str, ast.SqlType] = field(default_factory=dict)
+    drop_types: list[str] = field(default_factory=list)
 
     @property
     def noop(self) -> bool:
         """True when nothing changes (IF NOT EXISTS / IF EXISTS on a settled name)."""
-        return not (self.add_sources or self.add_queries or self.drop_sources or self.drop_queries)
+        return not (self.add_sources or self.add_queries or self.drop_sources or self.drop_queries or self.add_types
+                    or self.drop_types)
 
 
 PSEUDO_COLUMNS = ("ROWTIME", "WINDOWSTART", "WINDOWEND")
@@ -125,6 +128,8 @@ class Metastore:
     """The topics of sources dropped with DELETE TOPIC, each with the source's name, until
     their delete is noted in the command topic (``forget_dropped``) or a later CREATE takes the
     topic again: a coordinator that starts deletes those still there."""
+    types: dict[str, ast.SqlType] = field(default_factory=dict)
+    """The custom types (CREATE TYPE), by name, each written out."""
 
     # ---- lookups
     def source(self, name: str) -> DataSource:
@@ -174,6 +179,8 @@ class Metastore:
             "queries_created": self.queries_created,
             "failed_commands": {str(k): v for k, v in sorted(self.failed_commands.items())},
         }
+        if self.types:  # (a metastore without custom types hashes as before they existed)
+            body["types"] = {k: str(v) for k, v in sorted(self.types.items())}
         return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
 
     # ---- statements
@@ -206,6 +213,9 @@ class Metastore:
             self.dropped_topics.pop(source.topic, None)
         for query in change.add_queries:
             self.queries[query.query_id] = query
+        for name in change.drop_types:
+            self.types.pop(name, None)
+        self.types.update(change.add_types)
         if change.counts_query:
             self.queries_created += 1
         self.command_offset = offset
@@ -235,8 +245,26 @@ class Metastore:
         ``properties`` are the session's (they are checked by the caller); ``resolved``
         carries what the coordinator looked up in Kafka when it accepted the statement.
         """
-        resolved = resolved or Resolved()
+        # A custom type a statement names is written out as it is now; a query keeps it so.
+        named = tuple((name, self.types[name]) for name in stmt.custom_types if name in self.types)
+        change = self._plan(custom_types.resolved(stmt, self.types), resolved or Resolved())
+        if named:
+            change.add_queries = [replace(query, types=named) for query in change.add_queries]
+        return change
+
+    def _plan(self, stmt: ast.Statement, resolved: Resolved) -> Change:
         offsets = resolved.start_offsets
+        if isinstance(stmt, ast.CreateType):
+            type_ = custom_types.check_new_type(stmt, self.types)
+            if type_ is None:
+                return Change(f"Type {stmt.name} exists")
+            return Change(f"Created type {stmt.name} as {type_}", add_types={stmt.name: type_})
+        if isinstance(stmt, ast.DropType):
+            if stmt.name not in self.types:
+                if stmt.if_exists:
+                    return Change(f"Type {stmt.name} does not exist")
+                raise NotFoundError(f"type {stmt.name} does not exist; SHOW TYPES lists the types")
+            return Change(f"Dropped type {stmt.name}", drop_types=[stmt.name])
         if isinstance(stmt, ast.CreateSource):
             return self._create_source(stmt, resolved.partitions)
         if isinstance(stmt, ast.CreateAsSelect):
@@ -437,7 +465,7 @@ def _check_replacement(old: DataSource, new: DataSource) -> None:
 
 
 _UNSET_NEWER: dict[str, Any] = {"window": None, "event_time": None, "timestamp_format": None, "join": None,
-                                 "having": None, "step": 0, "regrouped": None}
+                                 "having": None, "step": 0, "regrouped": None, "types": ()}
 """Fields added after the first release, and their unset value: unset, they stay out of the
 digest, so a definition that does not use them hashes as it did before they existed."""
 

@@ -174,6 +174,9 @@ class PersistentQuery:
     start_offsets: tuple[int, ...] | None = None
     """Per input partition, where a query created with auto.offset.reset=latest starts;
     None starts from the earliest offset."""
+    types: tuple[tuple[str, SqlType], ...] = ()
+    """The custom types the statement names, as they were when the query was created: what the
+    statement means (``statement_query``) whatever becomes of the names."""
 
 
 @dataclass(frozen=True)

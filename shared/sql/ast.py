@@ -166,9 +166,12 @@ class Case(Expr):
 # ---- statements -------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Statement:
-    """Base of every statement; ``text`` is the statement as written."""
+    """Base of every statement; ``text`` is the statement as written; ``custom_types``: the names
+    of the custom types (CREATE TYPE) it names, until the metastore's types replace them
+    (``custom_types.resolved``)."""
 
     text: str = field(default="", kw_only=True, compare=False)
+    custom_types: tuple[str, ...] = field(default=(), kw_only=True, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -294,7 +297,7 @@ class InsertSelect(Statement):
 
 @dataclass(frozen=True)
 class Show(Statement):
-    """``SHOW|LIST STREAMS|TABLES|QUERIES|TOPICS|PROPERTIES|FUNCTIONS``."""
+    """``SHOW|LIST STREAMS|TABLES|QUERIES|TOPICS|PROPERTIES|FUNCTIONS|TYPES``."""
 
     what: str
 
@@ -318,6 +321,23 @@ class Describe(Statement):
 
     name: str
     extended: bool = False
+
+
+@dataclass(frozen=True)
+class CreateType(Statement):
+    """``CREATE TYPE [IF NOT EXISTS] name AS type`` (ksqlDB's): a name for a type."""
+
+    name: str
+    type: SqlType
+    if_not_exists: bool = False
+
+
+@dataclass(frozen=True)
+class DropType(Statement):
+    """``DROP TYPE [IF EXISTS] name``."""
+
+    name: str
+    if_exists: bool = False
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from decimal import Decimal
 from functools import cache
@@ -19,7 +19,7 @@ from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from millpond.shared.errors import StatementError
-from millpond.shared.sql import ast
+from millpond.shared.sql import ast, custom_types
 from millpond.shared.sql.kinds import MAX_DECIMAL_DIGITS
 from millpond.shared.sql.times import UNIT_FIRST
 
@@ -158,6 +158,9 @@ class _ToAst(Transformer[Token, Any]):
 
     def struct_type(self, *fields: tuple[str, ast.SqlType]) -> ast.SqlType:
         return ast.SqlType("STRUCT", tuple(fields))
+
+    def custom_type(self, name: str) -> ast.SqlType:
+        return ast.SqlType(name)  # the metastore's type of that name replaces it (custom_types.resolved)
 
     # ---- expressions
     def column(self, name: str) -> ast.ColumnRef:
@@ -412,6 +415,12 @@ class _ToAst(Transformer[Token, Any]):
     def describe(self, extended: bool, name: str) -> ast.Describe:
         return ast.Describe(name=name, extended=extended)
 
+    def create_type(self, if_not_exists: bool, name: str, type_: ast.SqlType) -> ast.CreateType:
+        return ast.CreateType(name=name, type=type_, if_not_exists=if_not_exists)
+
+    def drop_type(self, if_exists: bool, name: str) -> ast.DropType:
+        return ast.DropType(name=name, if_exists=if_exists)
+
     def drop(self, kind: str, if_exists: bool, name: str, delete_topic: bool) -> ast.Drop:
         return ast.Drop(kind=kind, name=name, if_exists=if_exists, delete_topic=delete_topic)
 
@@ -508,10 +517,18 @@ def parse_script(text: str, *, deadline: float | None = None) -> list[ast.Statem
         snippet = text[child.meta.start_pos:child.meta.end_pos].strip()
         if isinstance(node, ast.CreateSource):
             node = replace(node, spellings=_spellings(child))
+        if named := _custom_types(child):
+            node = replace(node, custom_types=named)
         if isinstance(node, ast.Explain) and node.statement is not None:
             _with_text(node.statement, snippet.split(None, 1)[1])
         statements.append(_with_text(node, snippet))
     return statements
+
+
+def _custom_types(tree: Tree[Token]) -> tuple[str, ...]:
+    """The names of the custom types a statement's tree names, in order, each once."""
+    names = (node.children[0] for node in tree.iter_subtrees() if node.data == "custom_type")
+    return tuple(dict.fromkeys(_identifier(n) for n in names if isinstance(n, Token)))
 
 
 def _spellings(tree: Tree[Token]) -> tuple[tuple[str, str], ...]:
@@ -553,9 +570,10 @@ def parse_statement(text: str) -> ast.Statement:
     return only_statement(parse_script(text))
 
 
-def statement_query(statement: str) -> ast.Query:
-    """The SELECT of a persistent query's statement (CREATE ... AS SELECT, INSERT INTO ... SELECT)."""
-    query = getattr(parse_statement(statement), "query", None)
+def statement_query(statement: str, types: Mapping[str, ast.SqlType] | None = None) -> ast.Query:
+    """The SELECT of a persistent query's statement (CREATE ... AS SELECT, INSERT INTO ... SELECT),
+    with the custom types it names as ``types`` defines them (``PersistentQuery.types``)."""
+    query = getattr(custom_types.resolved(parse_statement(statement), types or {}), "query", None)
     if not isinstance(query, ast.Query):
         raise StatementError(f"not a persistent query's statement: {statement!r}")
     return query

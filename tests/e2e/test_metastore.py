@@ -16,6 +16,7 @@ from millpond.cli.client import metastore_digest
 from millpond.deploy.local.kafka_broker import EmbeddedKafka
 from millpond.deploy.local.launcher import LocalCluster
 from millpond.shared.net import free_port
+from tests.e2e.helpers import pull_until
 
 MILLPOND = [sys.executable, "-m", "millpond.cli.main"]
 
@@ -115,6 +116,36 @@ def test_show_describe_and_explain_through_the_cli(small_cluster: LocalCluster, 
     assert len(sampled) == 2 and {r["KEY"] for r in sampled} < {"alice", "bob", "carol"}
     nowhere = sql(small_cluster.router, "-e", "PRINT 'no-such-topic' LIMIT 1;", check=False)
     assert nowhere.returncode == 1 and "NOT_FOUND" in nowhere.stderr and "'no-such-topic' does not exist" in nowhere.stderr
+
+
+def test_a_custom_type_is_written_out_as_it_is_when_a_statement_names_it(small_cluster: LocalCluster) -> None:
+    """ksqlDB's CREATE TYPE: a stream, a persistent query's CAST (computed over its aggregates on
+    the worker) and an INSERT keep the type as it was when they were run; a pull and a push
+    after the name was made anew read the new one. (The digest test next checks that every node
+    replays the types alike.)"""
+    topic = f"payments-{small_cluster.service_id}"
+    sql(small_cluster.router, "-e", "CREATE TYPE cents AS DECIMAL(12, 2); CREATE TYPE money AS STRUCT<amount cents, currency VARCHAR>;"
+        f"CREATE STREAM payments (id VARCHAR KEY, amount CENTS, paid MONEY) WITH (kafka_topic='{topic}', partitions=1, "
+        "value_format='json');"
+        "INSERT INTO payments (id, amount) VALUES ('p1', CAST(1.005 AS cents));"
+        "INSERT INTO payments (id, amount) VALUES ('p1', 2.5);"
+        "SET 'auto.offset.reset'='earliest';"
+        "CREATE TABLE paid AS SELECT id, CAST(SUM(amount) * 2 AS cents) AS twice, COUNT(*) AS n FROM payments GROUP BY id;"
+        "DROP TYPE cents; CREATE TYPE cents AS INT;")
+    listed = {r["NAME"]: r["SCHEMA"] for r in rows(sql(small_cluster.router, "-e", "SHOW TYPES;", "--output", "json"))}
+    assert listed == {"CENTS": "INT", "MONEY": "STRUCT<AMOUNT DECIMAL(12, 2), CURRENCY VARCHAR>"}
+    described = {r["PROPERTY"]: r["VALUE"] for r in rows(sql(small_cluster.router, "-e", "DESCRIBE EXTENDED payments;",
+                                                              "--output", "json"))}
+    assert described["SCHEMA"] == "ID VARCHAR KEY, AMOUNT DECIMAL(12, 2), PAID STRUCT<AMOUNT DECIMAL(12, 2), CURRENCY VARCHAR>"
+    # 1.005 was rounded to 1.01 as a DECIMAL(12, 2) when inserted; SUM * 2 is cast to that type too.
+    pulled = pull_until(small_cluster, "SELECT id, twice, n, CAST(n * 10 AS cents) AS c FROM paid WHERE id = 'p1';",
+                        {"p1": ["p1", 7.02, 2, 20]})
+    assert pulled == {"p1": ["p1", 7.02, 2, 20]}, pulled
+    pushed = rows(sql(small_cluster.router, "-e", "SET 'auto.offset.reset'='earliest';"
+                      "SELECT id, CAST(amount AS cents) AS whole FROM payments EMIT CHANGES LIMIT 2;", "--output", "json"))
+    assert [r["WHOLE"] for r in pushed if "WHOLE" in r] == [1, 2], pushed
+    missing = sql(small_cluster.router, "-e", "SELECT id, CAST(n AS dollars) FROM paid WHERE id = 'p1';", check=False)
+    assert "NOT_FOUND" in missing.stderr and "type DOLLARS does not exist" in missing.stderr
 
 
 def test_every_node_has_the_same_digest_before_and_after_a_full_restart(small_cluster: LocalCluster) -> None:

@@ -17,7 +17,7 @@ from millpond.shared.catalog.upgrades import check_upgrades
 from millpond.shared.errors import MillpondError
 from millpond.shared.results import Outcome
 from millpond.shared.session import check_name, check_property
-from millpond.shared.sql import ast
+from millpond.shared.sql import ast, custom_types
 from millpond.shared.sql.parser import parse_script
 from millpond.shared.sql.planner import encode_insert, plan_select
 
@@ -33,6 +33,8 @@ def _outcome(outcome: Outcome) -> list[str]:
 
 
 def _run(stmt: ast.Statement, metastore: Metastore, offset: int) -> list[str]:
+    if not isinstance(stmt, DDL):  # as the services do (the metastore does it for DDL)
+        stmt = custom_types.resolved(stmt, metastore.types)
     if isinstance(stmt, DDL):
         change = metastore.plan(stmt)
         check_upgrades(metastore.queries, change)  # as the coordinator does before appending

@@ -621,3 +621,25 @@ SHOW FUNCTIONS;
 -- \b and \p{..} in REGEXP patterns, read as Java 17 reads them; a block's class is refused.
 EXPLAIN CREATE STREAM gauge_words AS SELECT sensor, REGEXP_EXTRACT_ALL('\b\p{L}+\b', sensor) AS words, REGEXP_REPLACE(sensor, '[^\p{Alnum}]', '') AS kept, REGEXP_EXTRACT('\p{IsLatin}+', sensor) AS latin FROM gauges;
 CREATE STREAM gauge_words_2 AS SELECT sensor, REGEXP_EXTRACT('\p{InGreek}+', sensor) AS greek FROM gauges;
+-- ksqlDB's custom types: a statement naming one has it written out as it is then, so a stream keeps its columns when
+-- the type is dropped; a type may name another; SHOW TYPES lists them.
+CREATE TYPE address AS STRUCT<number INT, street VARCHAR, city VARCHAR>;
+CREATE TYPE IF NOT EXISTS address AS INT;
+CREATE TYPE address AS INT;
+CREATE TYPE `INT` AS BIGINT;
+CREATE TYPE person AS STRUCT<name VARCHAR, home ADDRESS, past ARRAY<address>>;
+CREATE STREAM people (id VARCHAR KEY, who PERSON, homes MAP<VARCHAR, address>) WITH (kafka_topic='people', partitions=1, value_format='json');
+CREATE STREAM nobody (id VARCHAR KEY, who NO_SUCH_TYPE) WITH (kafka_topic='nobody', partitions=1, value_format='json');
+CREATE TYPE cents AS DECIMAL(12, 2);
+EXPLAIN CREATE STREAM people_cities AS SELECT id, who->home->city AS city, CAST(ARRAY_LENGTH(who->past) AS cents) AS moves FROM people;
+CREATE STREAM people_cities AS SELECT id, who->home->city AS city, CAST(ARRAY_LENGTH(who->past) AS cents) AS moves FROM people;
+CREATE STREAM payments (id VARCHAR KEY, amount CENTS, tags ARRAY<cents>) WITH (kafka_topic='payments', partitions=1, value_format='json');
+INSERT INTO payments (id, amount) VALUES ('p1', CAST(12.345 AS cents));
+INSERT INTO payments (id, amount) VALUES ('p1', CAST(12.345 AS dollars));
+SHOW TYPES;
+DROP TYPE address;
+DROP TYPE address;
+DROP TYPE IF EXISTS address;
+DESCRIBE people;
+DESCRIBE people_cities;
+SHOW TYPES;
