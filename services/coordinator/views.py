@@ -9,9 +9,10 @@ from millpond.shared.catalog.plans import PlanKind
 from millpond.shared.catalog.queries import JoinWindow, PersistentQuery, QueryPlan
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.catalog.upgrades import check_upgrades
-from millpond.shared.errors import StatementError
+from millpond.shared.errors import NotFoundError, StatementError
 from millpond.shared.results import Outcome
 from millpond.shared.sql import aggregates, ast, functions
+from millpond.shared.sql.function_docs import OVERVIEWS
 from millpond.shared.sql.planner import SelectPlan, plan_select
 from millpond.shared.sql.types import LAMBDA_FUNCTIONS, LAMBDA_SHAPES
 from millpond.shared.task_status import TaskReport, summarize
@@ -70,15 +71,30 @@ def show_properties(stmt: ast.Show, properties: Mapping[str, str]) -> Outcome:
     return Outcome(stmt.text, status="", columns=_PROPERTY_VALUE, rows=[[k, v] for k, v in sorted(properties.items())])
 
 
-def show_functions(stmt: ast.Show) -> Outcome:
-    """SHOW FUNCTIONS: every function a statement may call, its type (SCALAR, AGGREGATE, LAMBDA)
-    and how a call is written."""
+def function_rows() -> list[list[str]]:
+    """Every function a statement may call: its name, its type (SCALAR, AGGREGATE, LAMBDA) and
+    how a call is written, by name."""
     rows = [[f.name, "SCALAR", f.signature()] for f in functions.FUNCTIONS.values()]
     rows += [[a.name, "AGGREGATE", _aggregate_signature(a)] for a in aggregates.AGGREGATES.values()]
     rows += [[name, "LAMBDA", " or ".join(shape for (f, _), shape in LAMBDA_SHAPES.items() if f == name)]
              for name in LAMBDA_FUNCTIONS]
+    return sorted(rows)
+
+
+def show_functions(stmt: ast.Show) -> Outcome:
+    """SHOW FUNCTIONS: ``function_rows``."""
     return Outcome(stmt.text, status="", columns=[("NAME", "VARCHAR"), ("TYPE", "VARCHAR"), ("SIGNATURE", "VARCHAR")],
-                   rows=sorted(rows))
+                   rows=function_rows())
+
+
+def describe_function(stmt: ast.DescribeFunction) -> Outcome:
+    """DESCRIBE FUNCTION name (ksqlDB's): its name, type, how a call is written and what it does."""
+    found = next((row for row in function_rows() if row[0] == stmt.name), None)
+    if found is None:
+        raise NotFoundError(f"function {stmt.name} does not exist; SHOW FUNCTIONS lists the functions")
+    name, kind, signature = found
+    rows = [["NAME", name], ["TYPE", kind], ["SIGNATURE", signature], ["OVERVIEW", OVERVIEWS[name]]]
+    return Outcome(stmt.text, status="", columns=_PROPERTY_VALUE, rows=rows)
 
 
 def show_types(metastore: Metastore, stmt: ast.Show) -> Outcome:
@@ -95,7 +111,10 @@ def _aggregate_signature(aggregate: aggregates.Aggregate) -> str:
 
 
 def describe(metastore: Metastore, stmt: ast.Describe) -> Outcome:
-    """DESCRIBE name: the columns, with a summary line; EXTENDED: every property as a row."""
+    """DESCRIBE name: the columns, with a summary line; EXTENDED: every property as a row;
+    DESCRIBE FUNCTION: ``describe_function``."""
+    if isinstance(stmt, ast.DescribeFunction):
+        return describe_function(stmt)
     source = metastore.source(stmt.name)
     if not stmt.extended:
         key = "KEY" if source.window is None else f"KEY (Window type: {source.window.kind})"

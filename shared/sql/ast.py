@@ -156,6 +156,27 @@ class Cast(Expr):
 
 
 @dataclass(frozen=True)
+class ArrayOf(Expr):
+    """ksqlDB's ``ARRAY[a, b, ...]``."""
+
+    items: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class MapOf(Expr):
+    """ksqlDB's ``MAP(k := v, ...)``."""
+
+    entries: tuple[tuple[Expr, Expr], ...]
+
+
+@dataclass(frozen=True)
+class StructOf(Expr):
+    """ksqlDB's ``STRUCT(name := v, ...)``."""
+
+    fields: tuple[tuple[str, Expr], ...]
+
+
+@dataclass(frozen=True)
 class Case(Expr):
     """``CASE WHEN c THEN v ... [ELSE e] END``."""
 
@@ -341,6 +362,11 @@ class DropType(Statement):
 
 
 @dataclass(frozen=True)
+class DescribeFunction(Describe):
+    """``DESCRIBE FUNCTION name`` (ksqlDB's): what a function does and how a call is written."""
+
+
+@dataclass(frozen=True)
 class Drop(Statement):
     """``DROP STREAM|TABLE [IF EXISTS] name [DELETE TOPIC]``."""
 
@@ -445,4 +471,10 @@ def to_sql(expr: Expr) -> str:
         whens = " ".join(f"WHEN {to_sql(c)} THEN {to_sql(v)}" for c, v in expr.whens)
         other = f" ELSE {to_sql(expr.otherwise)}" if expr.otherwise is not None else ""
         return f"CASE {whens}{other} END"
+    if isinstance(expr, ArrayOf):
+        return f"ARRAY[{', '.join(to_sql(i) for i in expr.items)}]"
+    if isinstance(expr, MapOf):
+        return f"MAP({', '.join(f'{to_sql(k)} := {to_sql(v)}' for k, v in expr.entries)})"
+    if isinstance(expr, StructOf):
+        return f"STRUCT({', '.join(f'{name} := {to_sql(v)}' for name, v in expr.fields)})"
     raise TypeError(f"not an expression: {expr!r}")

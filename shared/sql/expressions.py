@@ -99,6 +99,15 @@ def to_spark(expr: ast.Expr, scope: Scope) -> str:
         whens = " ".join(f"WHEN {sub(c)} THEN {sub(v)}" for c, v in expr.whens)
         other = f" ELSE {sub(expr.otherwise)}" if expr.otherwise is not None else ""
         return f"(CASE {whens}{other} END)"
+    if isinstance(expr, ast.ArrayOf):
+        return f"array({', '.join(sub(i) for i in expr.items)})"
+    if isinstance(expr, ast.MapOf):
+        # Spark's map() fails its batch on a NULL key: the entry is left out, as a Python dict
+        # of the entries leaves it (a key given twice keeps its last value, ``mapKeyDedupPolicy``).
+        entries = ", ".join(f"named_struct('k', {sub(k)}, 'v', {sub(v)})" for k, v in expr.entries)
+        return f"map_from_entries(filter(array({entries}), {_ENTRY} -> {_ENTRY}.k IS NOT NULL))"
+    if isinstance(expr, ast.StructOf):
+        return f"named_struct({', '.join(f'{spark_literal(name)}, {sub(v)}' for name, v in expr.fields)})"
     if isinstance(expr, ast.LambdaVar):
         return scope.variable(expr)[1]
     if isinstance(expr, ast.Call) and expr.name in LAMBDA_FUNCTIONS:
@@ -113,6 +122,10 @@ def to_spark(expr: ast.Expr, scope: Scope) -> str:
             return fn.spark_of([sub(a) for a in expr.args])
         return f"{fn.spark}({', '.join(sub(a) for a in expr.args)})"
     raise StatementError(f"unsupported expression {ast.to_sql(expr)}")
+
+
+_ENTRY = "millpond_entry"
+"""The lambda variable of a MAP(...)'s entries in Spark SQL (no column is read inside its lambda)."""
 
 
 def _lambda_in_spark(call: ast.Call, scope: Scope) -> str:
@@ -314,6 +327,13 @@ def evaluate(expr: ast.Expr, row: Mapping[str, Any]) -> Any:
             if evaluate(cond, row) is True:
                 return evaluate(value, row)
         return evaluate(expr.otherwise, row) if expr.otherwise is not None else None
+    if isinstance(expr, ast.ArrayOf):
+        return [evaluate(i, row) for i in expr.items]
+    if isinstance(expr, ast.MapOf):  # a NULL key's entry left out, a key given twice keeping its last value: as in Spark
+        entries = ((evaluate(k, row), v) for k, v in expr.entries)
+        return {key: evaluate(v, row) for key, v in entries if key is not None}
+    if isinstance(expr, ast.StructOf):
+        return {name: evaluate(v, row) for name, v in expr.fields}
     if isinstance(expr, ast.Cast):
         value = evaluate(expr.operand, row)
         if expr.scale >= 0 and value is not None and expr.type.base in kinds.INTEGRAL:

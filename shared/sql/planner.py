@@ -815,14 +815,25 @@ def _inserted(value: Any, type_: SqlType, name: str, source: DataSource) -> Any:
     so a row INSERT acknowledges is one the persistent queries read, not one they set aside:
     BYTES as base64 text (as JSON holds them) decoded to the bytes (a KAFKA key holds them as
     they are, a DELIMITED field as their UTF-8 text), a DATE or TIME as ISO text, a DECIMAL
-    rounded half up to its scale and within its precision; an ARRAY, MAP or STRUCT only NULL,
-    as the dialect has no constructor for one."""
+    rounded half up to its scale and within its precision; an ARRAY's items, a MAP's keys and
+    values and a STRUCT's fields (by name, those not given NULL) each so (``name`` says where)."""
     if value is None:
         return None
     base = type_.base
     if base in ("ARRAY", "MAP", "STRUCT"):
-        raise StatementError(f"column {name} is {type_}: INSERT ... VALUES can give it only NULL (there is no {base} "
-                             f"constructor); produce the record to the topic {source.topic} instead")
+        constructor = {"ARRAY": "ARRAY[...]", "MAP": "MAP(key := value, ...)", "STRUCT": "STRUCT(name := value, ...)"}
+        if not isinstance(value, list if base == "ARRAY" else dict):
+            raise StatementError(f"column {name} is {type_}: give it {constructor[base]}, not {value!r}")
+        if isinstance(value, list):
+            return [_inserted(item, type_.params[0], f"{name}[{i}]", source) for i, item in enumerate(value, 1)]
+        if base == "MAP":
+            return {_inserted(k, type_.params[0], f"a key of {name}", source):
+                    _inserted(v, type_.params[1], f"{name}[{k!r}]", source) for k, v in value.items()}
+        fields = dict(type_.params)
+        if unknown := [field for field in value if field not in fields]:
+            raise StatementError(f"column {name} is {type_}, which has no field {unknown[0]}")
+        return {field: _inserted(value.get(field), field_type, f"{name}->{field}", source)
+                for field, field_type in type_.params}
     if base == "BYTES":
         try:
             data = base64_bytes(value) if isinstance(value, str) else None

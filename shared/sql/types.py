@@ -207,7 +207,39 @@ def check(expr: ast.Expr, scope: Scope, *, aggregates_allowed: bool = False) -> 
         if result is None:
             raise _clash("the CASE branches have different types", *zip(branches, types, strict=True))
         return result
+    if isinstance(expr, ast.ArrayOf):
+        if not expr.items:
+            raise StatementError("ARRAY[] needs at least one item: the items give the ARRAY its type")
+        return SqlType("ARRAY", (_common(expr, "ARRAY[...]'s items", expr.items, scope),))
+    if isinstance(expr, ast.MapOf):
+        if not expr.entries:
+            raise StatementError("MAP() needs at least one entry: the entries give the MAP its type")
+        key = _common(expr, "MAP(...)'s keys", tuple(k for k, _ in expr.entries), scope)
+        if key.base not in MAP_KEY_TYPES:
+            raise StatementError(f"MAP(...)'s keys must be {', '.join(sorted(MAP_KEY_TYPES))}, not {key}: {to_sql(expr)}")
+        return SqlType("MAP", (key, _common(expr, "MAP(...)'s values", tuple(v for _, v in expr.entries), scope)))
+    if isinstance(expr, ast.StructOf):
+        names = [name for name, _ in expr.fields]
+        if not names:
+            raise StatementError("STRUCT() needs at least one field: STRUCT(name := value, ...)")
+        if len(set(names)) < len(names):
+            twice = next(n for n in names if names.count(n) > 1)
+            raise StatementError(f"STRUCT(...) names the field {twice} twice: {to_sql(expr)}")
+        return SqlType("STRUCT", tuple((name, _common(expr, f"STRUCT(...)'s field {name}", (value,), scope))
+                                       for name, value in expr.fields))
     raise StatementError(f"unsupported expression {to_sql(expr)}")
+
+
+def _common(whole: ast.Expr, what: str, parts: tuple[ast.Expr, ...], scope: Scope) -> SqlType:
+    """The type a constructor's ``parts`` widen to (an ARRAY's items, a MAP's keys or values, a
+    STRUCT's field), which must be one: not none, not of NULLs alone."""
+    types = [check(p, scope) for p in parts]
+    result = common_type(types)
+    if result is None:
+        raise _clash(f"{what} have different types", *zip(parts, types, strict=True))
+    if result.base == "NULL":
+        raise StatementError(f"{what}: NULL alone has no type; give it one, CAST(NULL AS INT) say, in {to_sql(whole)}")
+    return result
 
 
 LAMBDA_FUNCTIONS = ("TRANSFORM", "FILTER", "REDUCE")
@@ -409,6 +441,8 @@ def with_widths(tree: T, scope: Scope) -> T:
             changed["scale"] = scale
     if isinstance(tree, ast.Case) or (isinstance(tree, ast.Call) and tree.name in _COMMON_TYPE_CALLS):
         changed.update(_widened(replace(tree, **changed) if changed else tree, scope))
+    if isinstance(tree, ast.ArrayOf | ast.MapOf):
+        changed.update(_items_widened(replace(tree, **changed) if changed else tree, scope))
     return cast(T, replace(cast(Any, tree), **changed)) if changed else tree
 
 
@@ -432,6 +466,24 @@ def _lambda_widths(call: ast.Call, scope: Scope) -> ast.Call:
 
 _COMMON_TYPE_CALLS = frozenset({"GREATEST", "LEAST", "COALESCE", "IFNULL"})
 """Functions whose result is one of their arguments, in the type they all widen to."""
+
+
+def _items_widened(tree: ast.ArrayOf | ast.MapOf, scope: Scope) -> dict[str, Any]:
+    """The items of an ARRAY[...] (the keys and the values of a MAP(...)) each cast to the type
+    they widen to where theirs differs, as Spark's analyzer casts them: ARRAY[1, 2.5] is [1.0, 2.5]
+    in a pull's row as in Spark's. Empty when none needs it."""
+    typed = check(tree, scope)
+
+    def widen(item: ast.Expr, to: SqlType) -> ast.Expr:
+        own = check(item, scope)
+        return item if own == to or own.base == "NULL" else ast.Cast(item, to)
+
+    if isinstance(tree, ast.ArrayOf):
+        items = tuple(widen(i, typed.params[0]) for i in tree.items)
+        return {"items": items} if any(a is not b for a, b in zip(items, tree.items, strict=True)) else {}
+    entries = tuple((widen(k, typed.params[0]), widen(v, typed.params[1])) for k, v in tree.entries)
+    changed = any(a is not b for new, old in zip(entries, tree.entries, strict=True) for a, b in zip(new, old, strict=True))
+    return {"entries": entries} if changed else {}
 
 
 def _widened(tree: ast.Case | ast.Call, scope: Scope) -> dict[str, Any]:

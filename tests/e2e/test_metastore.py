@@ -74,6 +74,9 @@ def test_show_describe_and_explain_through_the_cli(small_cluster: LocalCluster, 
     listed = {f["NAME"]: (f["TYPE"], f["SIGNATURE"]) for f in functions}
     assert listed["ROUND"] == ("SCALAR", "ROUND(number[, INT or BIGINT])") and listed["COUNT"][0] == "AGGREGATE"
     assert listed["REDUCE"][0] == "LAMBDA" and {"ENTRIES", "AS_MAP", "GENERATE_SERIES"} <= listed.keys()
+    function = {r["PROPERTY"]: r["VALUE"] for r in rows(sql(small_cluster.router, "-e", "DESCRIBE FUNCTION topk;",
+                                                             "--output", "json"))}
+    assert function["TYPE"] == "AGGREGATE" and str(function["OVERVIEW"]).startswith("The k greatest values")
     queries = rows(sql(small_cluster.router, "-e", "SHOW QUERIES;", "--output", "json"))
     assert [q["QUERY_ID"] for q in queries] == ["CSAS_BY_PAGE_2", "CSAS_LONG_VIEWS_1", "CTAS_TIME_ON_SITE_0"]
 
@@ -146,6 +149,30 @@ def test_a_custom_type_is_written_out_as_it_is_when_a_statement_names_it(small_c
     assert [r["WHOLE"] for r in pushed if "WHOLE" in r] == [1, 2], pushed
     missing = sql(small_cluster.router, "-e", "SELECT id, CAST(n AS dollars) FROM paid WHERE id = 'p1';", check=False)
     assert "NOT_FOUND" in missing.stderr and "type DOLLARS does not exist" in missing.stderr
+
+
+def test_constructors_build_values_in_inserts_persistent_queries_pushes_and_pulls(small_cluster: LocalCluster) -> None:
+    """ARRAY[...], MAP(k := v) and STRUCT(f := v) in an INSERT (a DECIMAL field rounded to its
+    scale), in a persistent query's projection (Spark) and in a pull (Python)."""
+    topic = f"shapes-{small_cluster.service_id}"
+    sql(small_cluster.router, "-e",
+        "CREATE STREAM shapes_in (id VARCHAR KEY, n INT, s STRUCT<a DECIMAL(4, 1), tags ARRAY<VARCHAR>>, m MAP<VARCHAR, INT>) "
+        f"WITH (kafka_topic='{topic}', partitions=1, value_format='json');"
+        "INSERT INTO shapes_in (id, n, s, m) VALUES ('a', 1, STRUCT(a := 2.25, tags := ARRAY['x', 'y']), MAP('k' := 1, 'j' := 2));"
+        "INSERT INTO shapes_in (id, n) VALUES ('b', 2);"
+        "SET 'auto.offset.reset'='earliest';"
+        "CREATE STREAM shapes_out AS SELECT id, ARRAY[n, 1.5] AS pair, MAP(id := n, 'all' := 0) AS by_id, "
+        "STRUCT(first := s->tags[1], k := m['k'], a := s->a) AS picked FROM shapes_in;"
+        "CREATE TABLE shapes_last AS SELECT id, LATEST_BY_OFFSET(n) AS n FROM shapes_in GROUP BY id;")
+    pushed = rows(sql(small_cluster.router, "-e", "SET 'auto.offset.reset'='earliest';"
+                      "SELECT * FROM shapes_out EMIT CHANGES LIMIT 2;", "--output", "json"))
+    assert [[r["ID"], r["PAIR"], r["BY_ID"], r["PICKED"]] for r in pushed if "ID" in r] == [
+        ["a", [1.0, 1.5], {"a": 1, "all": 0}, {"FIRST": "x", "K": 1, "A": 2.3}],
+        ["b", [2.0, 1.5], {"b": 2, "all": 0}, {"FIRST": None, "K": None, "A": None}]], pushed
+    pulled = pull_until(small_cluster, "SELECT id, ARRAY[n, n * 2] AS twice, STRUCT(v := n)->v AS v, "
+                                       "MAP('n' := n) AS m FROM shapes_last WHERE id = 'a';",
+                        {"a": ["a", [1, 2], 1, {"n": 1}]})
+    assert pulled == {"a": ["a", [1, 2], 1, {"n": 1}]}, pulled
 
 
 def test_every_node_has_the_same_digest_before_and_after_a_full_restart(small_cluster: LocalCluster) -> None:

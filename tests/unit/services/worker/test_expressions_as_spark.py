@@ -815,3 +815,50 @@ def test_decimal_values_and_their_text_are_sparks(spark: SparkSession) -> None:
     assert dict(zip(texts, python, strict=True)) == dict(zip(texts, expected, strict=True))
     assert [type(v) for v in python] == [type(v) for v in expected]
     assert python[6] == "1.50" and python[8] == "1E-8" and python[28] == "0.3"
+
+
+CONSTRUCTORS = [
+    "ARRAY[i, l]", "ARRAY[i, d, NULL]", "ARRAY[i, m]", "ARRAY[m, 2.5]", "ARRAY[t, 'x', NULL]", "ARRAY[a, a]",
+    "ARRAY[STRUCT(x := i, y := t), STRUCT(x := 7, y := 'z')]", "ARRAY[i, 2][2]", "ARRAY_LENGTH(ARRAY[a, NULL])",
+    "MAP(t := i, 'k' := l)", "MAP(t := i, t := 5, 'k' := 6)", "MAP(i := d, 1 := 2)", "MAP('a' := ARRAY[i], 'b' := a)",
+    "MAP(b := t)", "MAP(t := m, 'z' := 1)['z']", "MAP_KEYS(MAP(l := t))",
+    "STRUCT(a := i, b := ARRAY[t], c := MAP(t := m))", "STRUCT(a := i, `Mixed` := d)->`Mixed`", "STRUCT(n := NULL + i)",
+]
+"""ksqlDB's ARRAY[...], MAP(k := v) and STRUCT(f := v): items of types that widen (INT, BIGINT,
+DOUBLE, DECIMAL), NULL items, NULL and repeated MAP keys, nested constructors, subscripts."""
+
+
+def test_array_map_and_struct_constructors_answer_as_spark(spark: SparkSession) -> None:
+    # A NULL MAP key's entry is left out (Spark's map() would fail the batch), a key given twice
+    # keeps its last value; items of several numeric types are cast to the type they widen to.
+    draw = random.Random(5)
+    rows = [(draw.choice([None, 0, -7, 2**31 - 1]), draw.choice([None, 3, -(2**63)]), draw.choice([None, 0.5, -1e300]),
+             draw.choice([None, 1.25, -999.99]), draw.choice([None, "a", "k", ""]), draw.choice([None, [], [1, None, 3]]),
+             draw.choice([None, True, False]))
+            for _ in range(60)]
+    columns = Scope("T", {"I": ast.SqlType("INT"), "L": ast.SqlType("BIGINT"), "D": ast.SqlType("DOUBLE"),
+                          "M": ast.SqlType("DECIMAL", (5, 2)), "T": ast.SqlType("VARCHAR"),
+                          "A": ast.SqlType("ARRAY", (ast.SqlType("INT"),)), "B": ast.SqlType("BOOLEAN")})
+    exprs = [with_widths(expression(text), columns) for text in CONSTRUCTORS]
+    frame = spark.createDataFrame([(*row[:3], None if row[3] is None else Decimal(repr(row[3])), *row[4:]) for row in rows],
+                                  "I INT, L BIGINT, D DOUBLE, M DECIMAL(5, 2), T STRING, A ARRAY<INT>, B BOOLEAN")
+    names = list(columns.schema)
+    results = frame.selectExpr(*(f"{to_spark(e, columns)} AS c{i}" for i, e in enumerate(exprs)))
+    assert [spark_type_name(f.dataType).replace(":", " ") for f in results.schema.fields] == [
+        str(check(e, columns)) for e in exprs]
+    differing = [(row, text, python, answer[i]) for row, answer in zip(rows, results.collect(), strict=True)
+                 for i, (text, e) in enumerate(zip(CONSTRUCTORS, exprs, strict=True))
+                 if not _alike(python := evaluate(e, dict(zip(names, row, strict=True))), _plain(answer[i]))]
+    assert differing == []
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    ("ARRAY[]", "ARRAY[] needs at least one item"), ("MAP()", "MAP() needs at least one entry"),
+    ("ARRAY[NULL, NULL]", "NULL alone has no type; give it one, CAST(NULL AS INT)"),
+    ("ARRAY[1, 'a']", "ARRAY[...]'s items have different types: 1 is INT, 'a' is VARCHAR"),
+    ("MAP(1.5 := 1)", "MAP(...)'s keys must be BIGINT, BOOLEAN, INT, VARCHAR, not DECIMAL(2, 1)"),
+    ("STRUCT(a := 1, a := 2)", "STRUCT(...) names the field A twice"), ("STRUCT()", "STRUCT() needs at least one field"),
+])
+def test_a_constructor_without_one_type_is_refused(text: str, error: str) -> None:
+    with pytest.raises(StatementError, match=re.escape(error)):
+        check(expression(text), NO_COLUMNS)

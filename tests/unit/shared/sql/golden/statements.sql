@@ -643,3 +643,18 @@ DROP TYPE IF EXISTS address;
 DESCRIBE people;
 DESCRIBE people_cities;
 SHOW TYPES;
+-- DESCRIBE FUNCTION (ksqlDB's): a function's type, how a call is written and what it does.
+DESCRIBE FUNCTION round;
+DESCRIBE FUNCTION latest_by_offset;
+DESCRIBE FUNCTION nope;
+-- ksqlDB's constructors ARRAY[...], MAP(key := value, ...) and STRUCT(name := value, ...): in queries and INSERT VALUES,
+-- the items widened to one type; an empty one, NULLs alone or types that do not mix are refused.
+EXPLAIN CREATE STREAM gauge_shapes AS SELECT sensor, ARRAY[reading, 2.5] AS pair, MAP(sensor := reading) AS by_sensor,
+  STRUCT(r := reading, tags := ARRAY['a', sensor]) AS shape FROM gauges;
+SELECT id, ARRAY[age, 1] AS ages, STRUCT(n := name, b := balance)->b AS b, MAP('age' := age)['age'] AS a FROM users WHERE id = 'u1';
+INSERT INTO people (id, who, homes) VALUES ('p2', STRUCT(name := 'Ann', past := ARRAY[STRUCT(city := 'Oslo')]), MAP('now' := STRUCT(number := 7)));
+INSERT INTO people (id, who) VALUES ('p3', STRUCT(name := 'Bob', age := 3));
+INSERT INTO people (id, homes) VALUES ('p3', ARRAY[1]);
+INSERT INTO payments (id, tags) VALUES ('p4', ARRAY[1.005, 2]);
+SELECT id, ARRAY[] AS none FROM users WHERE id = 'u1';
+SELECT id, MAP(balance := name) AS m FROM users WHERE id = 'u1';
