@@ -14,7 +14,7 @@ from millpond.shared.results import Outcome
 from millpond.shared.sql import aggregates, ast, functions
 from millpond.shared.sql.function_docs import OVERVIEWS
 from millpond.shared.sql.planner import SelectPlan, plan_select
-from millpond.shared.sql.types import LAMBDA_FUNCTIONS, LAMBDA_SHAPES
+from millpond.shared.sql.types import LAMBDA_FUNCTIONS, LAMBDA_SHAPES, TABLE_FUNCTIONS
 from millpond.shared.task_status import TaskReport, summarize
 
 Reports = Mapping[str, list[TaskReport]]
@@ -72,12 +72,13 @@ def show_properties(stmt: ast.Show, properties: Mapping[str, str]) -> Outcome:
 
 
 def function_rows() -> list[list[str]]:
-    """Every function a statement may call: its name, its type (SCALAR, AGGREGATE, LAMBDA) and
+    """Every function a statement may call: its name, its type (SCALAR, AGGREGATE, LAMBDA, TABLE) and
     how a call is written, by name."""
     rows = [[f.name, "SCALAR", f.signature()] for f in functions.FUNCTIONS.values()]
     rows += [[a.name, "AGGREGATE", _aggregate_signature(a)] for a in aggregates.AGGREGATES.values()]
     rows += [[name, "LAMBDA", " or ".join(shape for (f, _), shape in LAMBDA_SHAPES.items() if f == name)]
              for name in LAMBDA_FUNCTIONS]
+    rows += [[name, "TABLE", f"{name}(ARRAY)"] for name in TABLE_FUNCTIONS]
     return sorted(rows)
 
 
@@ -149,7 +150,8 @@ def plan_lines(plan: QueryPlan, source: DataSource, sink: DataSource) -> list[st
     steps.append(plan.kind.spec.explain.format(
         key=plan.key_column,
         aggregates=", ".join(f"{a.column} = {a.shown()}" for a in plan.aggregates),
-        columns=", ".join(f"{c.name} = {c.expression}" for c in plan.columns), join=join))
+        columns=", ".join(f"{c.name} = {f'EXPLODE({c.expression})' if c.exploded else c.expression}" for c in plan.columns),
+        join=join))
     if plan.kind is PlanKind.STREAM_TABLE_JOIN and plan.join is not None and any(
             t.within is not None for t in plan.join.tables):  # a stream joined after the tables
         steps[-1] += "; each later stream's records within its window, in memory, rebuilt from its stage's topic"

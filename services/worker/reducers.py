@@ -17,7 +17,7 @@ from __future__ import annotations
 import base64
 import datetime
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic
 
@@ -244,6 +244,7 @@ def project_reduction(parsed: DataFrame, query: PersistentQuery, source: DataSou
     slice_type: type[ProjectSlice] = RegroupSlice if regroup else ProjectSlice
     key_index = next((i for i, c in enumerate(plan.columns) if c.key), None)
     value_indexes = [i for i, c in enumerate(plan.columns) if not c.key]
+    exploded = [i for i, c in enumerate(plan.columns) if c.exploded]
     names = [plan.columns[i].name for i in value_indexes]
     key_type = plan.columns[key_index].type if key_index is not None else None
     if len(keys) > 1:
@@ -294,14 +295,31 @@ def project_reduction(parsed: DataFrame, query: PersistentQuery, source: DataSou
                     piece.timestamps.append(row[6])
                 continue
             try:
-                value = serialize_value(names, [values[i] for i in value_indexes], sink.value_format, sink.value_delimiter)
+                written = [serialize_value(names, [made[i] for i in value_indexes], sink.value_format, sink.value_delimiter)
+                           for made in exploded_rows(values, exploded)]
             except ValueError as error:
                 piece.bad.append(BadRecord(row[1], f"the row cannot be written as {sink.value_format}: {error}", None))
                 continue
-            piece.records.append((key, value))
-            piece.timestamps.append(row[6])
+            piece.records.extend((key, value) for value in written)
+            piece.timestamps.extend(row[6] for _ in written)
         return slices
     return Reduction(selected, reduce)
+
+
+def exploded_rows(values: list[Any], exploded: Sequence[int]) -> list[list[Any]]:
+    """The rows a record's values make: itself, or with table functions (``exploded``: the
+    indexes of EXPLODE's columns, each an ARRAY here) one row per item, the columns zipped and
+    the shorter ones NULL past their end, as ksqlDB's; none when every ARRAY is empty or NULL."""
+    if not exploded:
+        return [values]
+    lengths = [len(values[i] or ()) for i in exploded]
+    rows = []
+    for n in range(max(lengths)):
+        row = list(values)
+        for i, length in zip(exploded, lengths, strict=True):
+            row[i] = values[i][n] if n < length else None
+        rows.append(row)
+    return rows
 
 
 def join_reduction(parsed: DataFrame, query: PersistentQuery, source: DataSource, sink: DataSource,

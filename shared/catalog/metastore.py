@@ -471,7 +471,7 @@ digest, so a definition that does not use them hashes as it did before they exis
 
 
 _UNSET_NEWER_NESTED: dict[str, Any] = {"within": None, "foreign_key": None, "rekey": None, "step": 0,
-                                        "literals": (), "eager": False, "result": None}
+                                        "literals": (), "eager": False, "result": None, "exploded": False}
 """The same inside tuples (a join's tables), where the older fields always stayed in."""
 
 

@@ -22,6 +22,10 @@ class OutputColumn:
     type: SqlType
     expression: str
     key: bool = False
+    exploded: bool = False
+    """A table function's column (``EXPLODE(items)``): ``expression`` gives the ARRAY, and each
+    record is written once per item, this column holding the item (several such columns are
+    zipped, the shorter ones NULL past their end)."""
 
 
 @dataclass(frozen=True)

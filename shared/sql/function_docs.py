@@ -118,6 +118,9 @@ OVERVIEWS: dict[str, str] = {
                         "asked).",
     "TOPK": "The k greatest values, greatest first, NULLs left out, as an ARRAY, per group.",
     "TOPKDISTINCT": "The k greatest distinct values, greatest first, as an ARRAY, per group.",
+    # ---- table functions
+    "EXPLODE": "A row of each item of the ARRAY (none for an empty or NULL one), the other columns repeated; "
+               "several EXPLODEs are zipped, the shorter ones NULL past their end.",
     # ---- lambdas
     "TRANSFORM": "Each item of an ARRAY, or each key and value of a MAP, as the lambda makes it.",
     "FILTER": "The items of an ARRAY, or the entries of a MAP, for which the lambda gives true.",

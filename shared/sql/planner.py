@@ -33,7 +33,7 @@ from millpond.shared.sql.ast import SqlType, to_sql
 from millpond.shared.sql.expressions import evaluate, output_name, quote_identifier, spark_literal, to_spark
 from millpond.shared.sql.functions import TEXT_BUILDERS
 from millpond.shared.sql.joins import join_aggregation, plan_join, pre_aggregation
-from millpond.shared.sql.types import Scope, check, check_condition, key_typed, with_widths
+from millpond.shared.sql.types import Scope, check, check_condition, exploded_item, key_typed, with_widths
 
 SOURCE_PROPERTIES = ("kafka_topic", "partitions", "replicas", "value_format", "key_format", "timestamp", "timestamp_format",
                      "value_delimiter")
@@ -775,6 +775,14 @@ def _projection(
     columns: list[OutputColumn] = []
     chosen: set[ast.Expr] = set()
     for out, expr in _expand(query, source):
+        item = exploded_item(expr, scope)
+        if item is not None:
+            if source.kind == "TABLE":
+                raise StatementError(f"EXPLODE makes several rows of one record: it reads a STREAM, and {source.name} "
+                                     "is a TABLE")
+            assert isinstance(expr, ast.Call)
+            columns.append(OutputColumn(out, item, to_spark(expr.args[0], scope), exploded=True))
+            continue
         type_ = check(expr, scope)
         # The same expression selected twice: the first one is the key.
         key = expr in key_exprs and expr not in chosen

@@ -125,6 +125,10 @@ def check(expr: ast.Expr, scope: Scope, *, aggregates_allowed: bool = False) -> 
         return scope.variable(expr)[0]
     if isinstance(expr, ast.Lambda):
         raise StatementError(f"a lambda ({to_sql(expr)}) is only an argument of TRANSFORM, FILTER or REDUCE")
+    if isinstance(expr, ast.Call) and expr.name in TABLE_FUNCTIONS:
+        raise StatementError(f"{expr.name} is a table function (it makes a row of each item): it is a whole item of "
+                             "the SELECT list of a CREATE STREAM ... AS SELECT (or INSERT INTO ... SELECT) over a stream, "
+                             f"not part of an expression, a condition or another query: {to_sql(expr)}")
     if isinstance(expr, ast.Subscript):
         container, index = sub(expr.operand), sub(expr.index)
         if container.base == "ARRAY":
@@ -240,6 +244,22 @@ def _common(whole: ast.Expr, what: str, parts: tuple[ast.Expr, ...], scope: Scop
     if result.base == "NULL":
         raise StatementError(f"{what}: NULL alone has no type; give it one, CAST(NULL AS INT) say, in {to_sql(whole)}")
     return result
+
+
+TABLE_FUNCTIONS = ("EXPLODE",)
+"""ksqlDB's table functions: each makes a row of each item of its ARRAY (``exploded_item``)."""
+
+
+def exploded_item(expr: ast.Expr, scope: Scope) -> SqlType | None:
+    """The item type of ``EXPLODE(items)`` (a SELECT item of its own), or None for any other expression."""
+    if not (isinstance(expr, ast.Call) and expr.name in TABLE_FUNCTIONS):
+        return None
+    if len(expr.args) != 1 or expr.star:
+        raise StatementError(f"{expr.name} takes one ARRAY: {to_sql(expr)}")
+    items = check(expr.args[0], scope)
+    if items.base != "ARRAY":
+        raise _clash(f"{expr.name} needs an ARRAY", (expr.args[0], items))
+    return items.params[0]  # type: ignore[no-any-return]
 
 
 LAMBDA_FUNCTIONS = ("TRANSFORM", "FILTER", "REDUCE")

@@ -153,7 +153,7 @@ def test_a_custom_type_is_written_out_as_it_is_when_a_statement_names_it(small_c
 
 def test_constructors_build_values_in_inserts_persistent_queries_pushes_and_pulls(small_cluster: LocalCluster) -> None:
     """ARRAY[...], MAP(k := v) and STRUCT(f := v) in an INSERT (a DECIMAL field rounded to its
-    scale), in a persistent query's projection (Spark) and in a pull (Python)."""
+    scale), in a persistent query's projection (Spark) and in a pull (Python); EXPLODE's rows."""
     topic = f"shapes-{small_cluster.service_id}"
     sql(small_cluster.router, "-e",
         "CREATE STREAM shapes_in (id VARCHAR KEY, n INT, s STRUCT<a DECIMAL(4, 1), tags ARRAY<VARCHAR>>, m MAP<VARCHAR, INT>) "
@@ -163,7 +163,8 @@ def test_constructors_build_values_in_inserts_persistent_queries_pushes_and_pull
         "SET 'auto.offset.reset'='earliest';"
         "CREATE STREAM shapes_out AS SELECT id, ARRAY[n, 1.5] AS pair, MAP(id := n, 'all' := 0) AS by_id, "
         "STRUCT(first := s->tags[1], k := m['k'], a := s->a) AS picked FROM shapes_in;"
-        "CREATE TABLE shapes_last AS SELECT id, LATEST_BY_OFFSET(n) AS n FROM shapes_in GROUP BY id;")
+        "CREATE TABLE shapes_last AS SELECT id, LATEST_BY_OFFSET(n) AS n FROM shapes_in GROUP BY id;"
+        "CREATE STREAM shapes_tags AS SELECT id, EXPLODE(s->tags) AS tag, EXPLODE(ARRAY[n, n * 10]) AS m FROM shapes_in;")
     pushed = rows(sql(small_cluster.router, "-e", "SET 'auto.offset.reset'='earliest';"
                       "SELECT * FROM shapes_out EMIT CHANGES LIMIT 2;", "--output", "json"))
     assert [[r["ID"], r["PAIR"], r["BY_ID"], r["PICKED"]] for r in pushed if "ID" in r] == [
@@ -173,6 +174,11 @@ def test_constructors_build_values_in_inserts_persistent_queries_pushes_and_pull
                                        "MAP('n' := n) AS m FROM shapes_last WHERE id = 'a';",
                         {"a": ["a", [1, 2], 1, {"n": 1}]})
     assert pulled == {"a": ["a", [1, 2], 1, {"n": 1}]}, pulled
+    # EXPLODE: a row of each item, two EXPLODEs zipped, the shorter one NULL past its end
+    exploded = rows(sql(small_cluster.router, "-e", "SET 'auto.offset.reset'='earliest';"
+                        "SELECT * FROM shapes_tags EMIT CHANGES LIMIT 4;", "--output", "json"))
+    assert [[r["ID"], r["TAG"], r["M"]] for r in exploded if "ID" in r] == [
+        ["a", "x", 1], ["a", "y", 10], ["b", None, 2], ["b", None, 20]], exploded
 
 
 def test_every_node_has_the_same_digest_before_and_after_a_full_restart(small_cluster: LocalCluster) -> None:

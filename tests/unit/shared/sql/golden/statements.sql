@@ -658,3 +658,12 @@ INSERT INTO people (id, homes) VALUES ('p3', ARRAY[1]);
 INSERT INTO payments (id, tags) VALUES ('p4', ARRAY[1.005, 2]);
 SELECT id, ARRAY[] AS none FROM users WHERE id = 'u1';
 SELECT id, MAP(balance := name) AS m FROM users WHERE id = 'u1';
+-- EXPLODE (ksqlDB's table function): a row of each item, the other columns repeated, several zipped; a whole SELECT item
+-- of a persistent query over a stream, nowhere else.
+EXPLAIN CREATE STREAM payment_tags AS SELECT id, EXPLODE(tags) AS tag, EXPLODE(ARRAY[1, 2, 3]) AS n, amount FROM payments;
+CREATE STREAM payment_tags AS SELECT id, EXPLODE(tags) AS tag FROM payments;
+CREATE TABLE user_tags AS SELECT id, EXPLODE(tags) AS tag FROM users;
+SELECT id, EXPLODE(tags) AS tag FROM users WHERE id = 'u1';
+CREATE STREAM payment_tags_2 AS SELECT id, EXPLODE(tags)[1] AS tag FROM payments;
+CREATE STREAM payment_tags_3 AS SELECT id, EXPLODE(amount) AS tag FROM payments;
+CREATE TABLE payment_tag_counts AS SELECT id, COUNT(EXPLODE(tags)) AS n FROM payments GROUP BY id;
