@@ -141,19 +141,17 @@ class PushQuery:
             batches = await fetched(self._consumer, self.fetch_records, self.plan.source.topic, "the push query")
             for records in batches.values():
                 for record in records:
-                    row = self._row(self.plan.source, record)
-                    if row is None:
-                        continue
-                    yield row
-                    self.delivered += 1
-                    if self.plan.limit is not None and self.delivered >= self.plan.limit:
-                        return
+                    for row in self._rows(self.plan.source, record):
+                        yield row
+                        self.delivered += 1
+                        if self.plan.limit is not None and self.delivered >= self.plan.limit:
+                            return
 
-    def _row(self, source: DataSource, record: Any) -> list[Any] | None:
-        """The result row of one record, or None when it is a tombstone, does not decode, or
-        does not pass the WHERE."""
+    def _rows(self, source: DataSource, record: Any) -> list[list[Any]]:
+        """The result rows of one record: one, none when it is a tombstone, does not decode, or
+        does not pass the WHERE, or one per item of its EXPLODEs."""
         if record.value is None:
-            return None
+            return []
         keys = source.key_columns
         try:
             values = self._values(record.value)
@@ -178,8 +176,8 @@ class PushQuery:
             self.skipped += 1
             log.debug("push query skipped a record", extra={"query": self.query_id, "offset": record.offset,
                                                             "reason": str(err)})
-            return None
-        return self.plan.result(row)
+            return []
+        return self.plan.results(row)
 
 
 PRINT_COLUMNS = [("ROWTIME", "BIGINT"), ("PARTITION", "INT"), ("OFFSET", "BIGINT"), ("KEY", "VARCHAR"), ("VALUE", "VARCHAR"),

@@ -17,7 +17,7 @@ from __future__ import annotations
 import base64
 import datetime
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic
 
@@ -63,6 +63,7 @@ from millpond.shared.kafka.serde import (
 )
 from millpond.shared.sql import aggregates
 from millpond.shared.sql.expressions import quote_identifier
+from millpond.shared.sql.planner import exploded_rows
 
 CORRUPT = "_corrupt"
 """The column a record value that does not decode is put in (PERMISSIVE parsing)."""
@@ -305,21 +306,6 @@ def project_reduction(parsed: DataFrame, query: PersistentQuery, source: DataSou
         return slices
     return Reduction(selected, reduce)
 
-
-def exploded_rows(values: list[Any], exploded: Sequence[int]) -> list[list[Any]]:
-    """The rows a record's values make: itself, or with table functions (``exploded``: the
-    indexes of EXPLODE's columns, each an ARRAY here) one row per item, the columns zipped and
-    the shorter ones NULL past their end, as ksqlDB's; none when every ARRAY is empty or NULL."""
-    if not exploded:
-        return [values]
-    lengths = [len(values[i] or ()) for i in exploded]
-    rows = []
-    for n in range(max(lengths)):
-        row = list(values)
-        for i, length in zip(exploded, lengths, strict=True):
-            row[i] = values[i][n] if n < length else None
-        rows.append(row)
-    return rows
 
 
 def join_reduction(parsed: DataFrame, query: PersistentQuery, source: DataSource, sink: DataSource,

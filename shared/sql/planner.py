@@ -33,7 +33,7 @@ from millpond.shared.sql.ast import SqlType, to_sql
 from millpond.shared.sql.expressions import evaluate, output_name, quote_identifier, spark_literal, to_spark
 from millpond.shared.sql.functions import TEXT_BUILDERS
 from millpond.shared.sql.joins import join_aggregation, plan_join, pre_aggregation
-from millpond.shared.sql.types import Scope, check, check_condition, exploded_item, key_typed, with_widths
+from millpond.shared.sql.types import TABLE_FUNCTIONS, Scope, check, check_condition, exploded_item, key_typed, with_widths
 
 SOURCE_PROPERTIES = ("kafka_topic", "partitions", "replicas", "value_format", "key_format", "timestamp", "timestamp_format",
                      "value_delimiter")
@@ -49,6 +49,8 @@ class SelectPlan:
     items: tuple[ast.SelectItem, ...]
     where: ast.Expr | None
     limit: int | None
+    exploded: tuple[int, ...] = ()
+    """The result columns that are a push query's EXPLODE (``exploded_rows``)."""
 
     def describe(self) -> list[str]:
         """The plan as EXPLAIN shows it."""
@@ -63,6 +65,12 @@ class SelectPlan:
         drops it."""
         return select_row(self.items, self.where, self.source, row)
 
+    def results(self, row: dict[str, Any]) -> list[list[Any]]:
+        """The result rows of one row of the source: one, none when the WHERE drops it, or with
+        EXPLODE one per item (``exploded_rows``)."""
+        result = self.result(row)
+        return [] if result is None else exploded_rows(result, self.exploded)
+
 
 def select_row(items: tuple[ast.SelectItem, ...], where: ast.Expr | None, source: DataSource,
                row: dict[str, Any]) -> list[Any] | None:
@@ -74,15 +82,33 @@ def select_row(items: tuple[ast.SelectItem, ...], where: ast.Expr | None, source
 
 
 def project(items: tuple[ast.SelectItem, ...], source: DataSource, row: dict[str, Any]) -> list[Any]:
-    """The SELECT list's values for one row of ``source`` (``*`` expands to its columns)."""
+    """The SELECT list's values for one row of ``source`` (``*`` expands to its columns; an
+    EXPLODE item to its ARRAY, which ``exploded_rows`` makes rows of)."""
     out: list[Any] = []
     for item in items:
         if item.is_star:
             out += [row[c.name] for c in source.row_columns]
         else:
             assert item.expr is not None
-            out.append(evaluate(item.expr, row))
+            table_call = isinstance(item.expr, ast.Call) and item.expr.name in TABLE_FUNCTIONS
+            out.append(evaluate(item.expr.args[0] if table_call else item.expr, row))  # type: ignore[attr-defined]
     return out
+
+
+def exploded_rows(values: list[Any], exploded: Sequence[int]) -> list[list[Any]]:
+    """The rows one row's values make: itself, or with table functions (``exploded``: the
+    indexes of EXPLODE's columns, each an ARRAY here) one row per item, the columns zipped and
+    the shorter ones NULL past their end, as ksqlDB's; none when every ARRAY is empty or NULL."""
+    if not exploded:
+        return [values]
+    lengths = [len(values[i] or ()) for i in exploded]
+    rows = []
+    for n in range(max(lengths)):
+        row = list(values)
+        for i, length in zip(exploded, lengths, strict=True):
+            row[i] = values[i][n] if n < length else None
+        rows.append(row)
+    return rows
 
 
 def key_equality(where: ast.Expr | None, key: str) -> ast.Literal | None:
@@ -181,11 +207,19 @@ def plan_select(query: ast.Query, source: DataSource) -> SelectPlan:
         raise StatementError("EMIT FINAL is not supported: use EMIT CHANGES for a push query")
     # A push query reads records, which carry their timestamp; a pull query reads stored rows.
     scope = _scope(query, source, (*source.row_columns, *(_rowtime(source) if query.emit_changes else ())))
-    columns = tuple((name, check(expr, scope)) for name, expr in _expand(query, source, source.row_columns))
+    columns: list[tuple[str, SqlType]] = []
+    exploded: list[int] = []
+    for name, expr in _expand(query, source, source.row_columns):
+        # A push query over a stream may EXPLODE (a record's rows); elsewhere ``check`` refuses it.
+        item = exploded_item(expr, scope) if query.emit_changes and source.kind == "STREAM" else None
+        if item is not None:
+            exploded.append(len(columns))
+        columns.append((name, item or check(expr, scope)))
     if query.where is not None:
         check_condition(query.where, scope, "WHERE")
     _check_text_builders(query)
-    return SelectPlan(source, columns, with_widths(query.items, scope), with_widths(query.where, scope), query.limit)
+    return SelectPlan(source, tuple(columns), with_widths(query.items, scope), with_widths(query.where, scope), query.limit,
+                      tuple(exploded))
 
 
 MAX_TEXT_BUILDERS = 64

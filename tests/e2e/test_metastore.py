@@ -179,6 +179,9 @@ def test_constructors_build_values_in_inserts_persistent_queries_pushes_and_pull
                         "SELECT * FROM shapes_tags EMIT CHANGES LIMIT 4;", "--output", "json"))
     assert [[r["ID"], r["TAG"], r["M"]] for r in exploded if "ID" in r] == [
         ["a", "x", 1], ["a", "y", 10], ["b", None, 2], ["b", None, 20]], exploded
+    tags = rows(sql(small_cluster.router, "-e", "SET 'auto.offset.reset'='earliest';"
+                    "SELECT id, EXPLODE(s->tags) AS tag FROM shapes_in EMIT CHANGES LIMIT 2;", "--output", "json"))
+    assert [[r["ID"], r["TAG"]] for r in tags if "ID" in r] == [["a", "x"], ["a", "y"]], tags
 
 
 def test_every_node_has_the_same_digest_before_and_after_a_full_restart(small_cluster: LocalCluster) -> None:

@@ -87,7 +87,38 @@ def pushed(ddl: str, sql: str, values: list[bytes]) -> tuple[list[list[Any] | No
     assert isinstance(stmt, ast.Query)
     push = PushQuery(plan_select(stmt, meta.source(stmt.source)), RouterSettings().kafka, from_beginning=True)
     records = [SimpleNamespace(key=b"k%d" % i, value=value, offset=i, timestamp=i) for i, value in enumerate(values)]
-    return [push._row(push.plan.source, record) for record in records], push
+    return [next(iter(push._rows(push.plan.source, record)), None) for record in records], push
+
+
+def test_a_push_querys_explode_makes_a_row_of_each_item() -> None:
+    """EXPLODE in a push query over a stream: each record a row per item, two EXPLODEs zipped
+    (the shorter NULL past its end), none for an empty or NULL ARRAY; a LIMIT counts rows."""
+    values = [{"A": [1, 2, 3], "B": ["x"]}, {"A": [], "B": None}, {"A": None, "B": ["y", "z"]}]
+    ddl = ("CREATE STREAM arrays (k VARCHAR KEY, a ARRAY<INT>, b ARRAY<VARCHAR>) "
+           "WITH (kafka_topic='arrays', partitions=1, value_format='json')")
+    _, push = pushed(ddl, "SELECT k, EXPLODE(a) AS a, EXPLODE(b) AS b FROM arrays EMIT CHANGES", [])
+    records = [SimpleNamespace(key=b"k%d" % i, value=json.dumps(v).encode(), offset=i, timestamp=i)
+               for i, v in enumerate(values)]
+    assert [push._rows(push.plan.source, r) for r in records] == [
+        [["k0", 1, "x"], ["k0", 2, None], ["k0", 3, None]], [], [["k2", None, "y"], ["k2", None, "z"]]]
+    assert push.plan.columns == (("K", ast.SqlType("VARCHAR")), ("A", ast.SqlType("INT")), ("B", ast.SqlType("VARCHAR")))
+    _, limited = pushed(ddl, "SELECT k, EXPLODE(a) AS a FROM arrays EMIT CHANGES LIMIT 2", [])
+    limited._consumer = ListConsumer(records)  # type: ignore[assignment]
+    assert asyncio.run(collected(limited.rows())) == [["k0", 1], ["k0", 2]]
+    with pytest.raises(StatementError, match="EXPLODE is a table function"):
+        pushed(ddl.replace("STREAM", "TABLE").replace("k VARCHAR KEY", "k VARCHAR PRIMARY KEY"),
+               "SELECT k, EXPLODE(a) AS a FROM arrays EMIT CHANGES", [])
+
+
+class ListConsumer:
+    """Hands out the given records at the first fetch, then none."""
+
+    def __init__(self, records: list[Any]):
+        self.records = records
+
+    async def getmany(self, timeout_ms: int, max_records: int) -> dict[int, list[Any]]:
+        records, self.records = self.records, []
+        return {0: records} if records else {}
 
 
 def test_a_push_query_gives_bytes_as_bytes_as_a_pull_does() -> None:
@@ -133,7 +164,7 @@ def test_a_key_nested_too_deep_to_decode_is_skipped_and_the_push_goes_on() -> No
     push = PushQuery(plan_select(stmt, meta.source("PAIRS")), RouterSettings().kafka, from_beginning=True)
     keys = [b"[" * 100_000 + b"]" * 100_000, b'{"A":"x","B":2}']
     records = [SimpleNamespace(key=key, value=b'{"N":1}', offset=i, timestamp=i) for i, key in enumerate(keys)]
-    assert [push._row(push.plan.source, record) for record in records] == [None, ["x", 2, 1]]
+    assert [push._rows(push.plan.source, record) for record in records] == [[], [["x", 2, 1]]]
     assert push.skipped == 1
 
 
@@ -155,7 +186,7 @@ def test_a_push_skips_the_keys_the_persistent_queries_set_aside_and_reads_the_ot
         assert isinstance(stmt, ast.Query)
         push = PushQuery(plan_select(stmt, meta.source(name)), RouterSettings().kafka, from_beginning=True)
         records = [SimpleNamespace(key=key, value=b'{"N":1}', offset=i, timestamp=i) for i, key in enumerate(keys)]
-        assert [push._row(push.plan.source, record) for record in records] == want, name
+        assert [push._rows(push.plan.source, record) for record in records] == [[] if w is None else [w] for w in want], name
 
 
 def test_a_push_query_reads_values_as_the_tables_and_pulls_over_them_do() -> None:

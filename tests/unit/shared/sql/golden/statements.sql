@@ -667,3 +667,4 @@ SELECT id, EXPLODE(tags) AS tag FROM users WHERE id = 'u1';
 CREATE STREAM payment_tags_2 AS SELECT id, EXPLODE(tags)[1] AS tag FROM payments;
 CREATE STREAM payment_tags_3 AS SELECT id, EXPLODE(amount) AS tag FROM payments;
 CREATE TABLE payment_tag_counts AS SELECT id, COUNT(EXPLODE(tags)) AS n FROM payments GROUP BY id;
+SELECT id, EXPLODE(tags) AS tag, amount FROM payments EMIT CHANGES;

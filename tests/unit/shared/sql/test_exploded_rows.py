@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from millpond.services.worker.reducers import exploded_rows
+from millpond.shared.sql.planner import exploded_rows
 
 
 def test_a_record_makes_a_row_of_each_item_and_explodes_are_zipped() -> None:
