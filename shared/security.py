@@ -108,7 +108,7 @@ def authorize_statement(principal: Principal, stmt: ast.Statement) -> None:
 _LEAST_BY_KEYWORD = {
     "SELECT": Permission.READ, "SHOW": Permission.READ, "LIST": Permission.READ, "DESCRIBE": Permission.READ,
     "EXPLAIN": Permission.READ, "INSERT": Permission.WRITE, "CREATE": Permission.ADMIN, "DROP": Permission.ADMIN,
-    "TERMINATE": Permission.ADMIN,
+    "TERMINATE": Permission.ADMIN, "ALTER": Permission.ADMIN,
 }
 """The least permission any statement starting with the keyword needs (INSERT ... VALUES
 needs write, INSERT ... SELECT admin)."""

@@ -40,7 +40,8 @@ from millpond.shared.sql.planner import (
 
 MAX_NAME_IN_ID = 100
 """Of a source's name, how much a query id keeps (its topics' names stay within Kafka's 249)."""
-DDL = (ast.CreateSource, ast.CreateAsSelect, ast.InsertSelect, ast.Drop, ast.Terminate, ast.CreateType, ast.DropType)
+DDL = (ast.CreateSource, ast.CreateAsSelect, ast.InsertSelect, ast.Drop, ast.Terminate, ast.CreateType, ast.DropType,
+       ast.AlterSource)
 """Statements that change the metastore and so go through the command topic."""
 
 
@@ -267,6 +268,8 @@ class Metastore:
             return Change(f"Dropped type {stmt.name}", drop_types=[stmt.name])
         if isinstance(stmt, ast.CreateSource):
             return self._create_source(stmt, resolved.partitions)
+        if isinstance(stmt, ast.AlterSource):
+            return self._alter_source(stmt)
         if isinstance(stmt, ast.CreateAsSelect):
             return self._create_as_select(stmt, offsets)
         if isinstance(stmt, ast.InsertSelect):
@@ -308,6 +311,32 @@ class Metastore:
             change.add_queries = [PersistentQuery(query_id, "CST", stmt.text, source.name, source.name,
                                                   plan_materialization(source), None)]
             change.counts_query = old is None
+        return change
+
+    def _alter_source(self, stmt: ast.AlterSource) -> Change:
+        """ALTER ... ADD COLUMN: the source with the columns at its end, as CREATE OR REPLACE would
+        declare it (a table's materialization stores them too, under its query's id)."""
+        found = self.source(stmt.name)
+        if found.kind != stmt.kind:
+            raise StatementError(f"{stmt.name} is a {found.kind}; use ALTER {found.kind}")
+        writer = self.queries.get(found.query_id or "")
+        if writer is not None and writer.kind != "CST":
+            raise StatementError(f"{stmt.name} is the result of query {writer.query_id} (CREATE ... AS SELECT): ALTER "
+                                 "adds columns to a stream or table that CREATE declared; CREATE OR REPLACE the query "
+                                 "to change its columns")
+        names = [c.name for c in found.columns] + [c.name for c in stmt.columns]
+        if twice := sorted({n for n in names if names.count(n) > 1}):
+            raise StatementError(f"{stmt.name} already has a column {twice[0]}, or ALTER adds it twice")
+        if reserved := sorted({c.name for c in stmt.columns} & set(PSEUDO_COLUMNS)):
+            raise StatementError(f"{', '.join(reserved)} is a pseudo-column name that ksqlDB reserves; "
+                                 "name the column otherwise")
+        spellings = dict(found.spellings) | dict(stmt.spellings)
+        source = replace(found, columns=(*found.columns, *(Column(c.name, c.type) for c in stmt.columns)),
+                         spellings=tuple(spellings.items()))
+        _check_replacement(found, source)
+        change = Change(f"{found.kind.title()} {found.name} altered", add_sources=[source])
+        if writer is not None:  # a table's CST: it stores the new columns too
+            change.add_queries = [replace(writer, plan=plan_materialization(source))]
         return change
 
     @staticmethod

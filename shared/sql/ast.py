@@ -288,6 +288,17 @@ class CreateSource(Statement):
 
 
 @dataclass(frozen=True)
+class AlterSource(Statement):
+    """``ALTER STREAM|TABLE name ADD [COLUMN] col TYPE, ...`` (ksqlDB's): value columns added at
+    the end of a source that CREATE declared; ``spellings`` as ``CreateSource``'s."""
+
+    kind: str
+    name: str
+    columns: tuple[ColumnDef, ...]
+    spellings: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
 class CreateAsSelect(Statement):
     """``CREATE STREAM|TABLE name [WITH (...)] AS SELECT ...``: a persistent query."""
 

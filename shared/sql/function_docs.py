@@ -18,6 +18,9 @@ OVERVIEWS: dict[str, str] = {
              "splits it into its characters.",
     "SUBSTRING": "The part of the text from a position (1 is the first character; negative counts from the end), "
                  "to its end or of the given length.",
+    "ELT": "The n-th of the texts after the first argument (from 1); NULL when there is no such text.",
+    "FIELD": "The place (from 1) of the first text among the others; 0 when it is not there or is NULL.",
+    "UUID": "A random UUID (version 4) as text, a new one each call.",
     "INSTR": "The position (from 1) of the first occurrence of the second text in the first; 0 when there is none.",
     "REPLACE": "The text with every occurrence of the second text replaced by the third.",
     "LPAD": "The text padded at its start with the padding text, repeated, to the given length (or cut to it).",

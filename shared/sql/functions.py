@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import unicodedata
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, localcontext
@@ -84,6 +85,13 @@ class ScalarFunction:
 def _strict(fn: Callable[..., Any]) -> Callable[..., Any]:
     """SQL semantics: any NULL argument gives NULL."""
     return lambda *args: None if any(a is None for a in args) else fn(*args)
+
+
+def _field_in_spark(args: list[str]) -> str:
+    """FIELD in Spark SQL: the place in an ARRAY of the others (each a STRING, so NULLs alone
+    type), 0 for none and for a NULL text, as ksqlDB's."""
+    texts = ", ".join(f"CAST({a} AS STRING)" for a in args[1:])
+    return f"CAST(coalesce(array_position(array({texts}), {args[0]}), 0) AS INT)"
 
 
 def _or_now(fn: Callable[[Any], Any], now: Callable[[], Any]) -> Callable[..., Any]:
@@ -391,6 +399,12 @@ FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
                    python=_strict(_substring)),
     ScalarFunction("REPLACE", ("string", "string", "string"), spark="replace",
                    python=_strict(_replace)),
+    # ksqlDB's ELT and FIELD: the n-th text (NULL out of range), and the place of the first among the others (0: none).
+    ScalarFunction("ELT", ("integer", "string"), variadic="string", spark="elt",
+                   python=lambda n, *texts: texts[n - 1] if n is not None and 1 <= n <= len(texts) else None),
+    ScalarFunction("FIELD", ("string", "string"), variadic="string", result=lambda _: INT, spark_of=_field_in_spark,
+                   python=lambda s, *texts: next((i for i, t in enumerate(texts, 1) if s is not None and t == s), 0)),
+    ScalarFunction("UUID", (), spark_of=lambda _: "uuid()", python=lambda: str(uuid.uuid4())),
     ScalarFunction("INSTR", ("string", "string"), result=lambda _: INT, spark="instr",
                    python=_strict(lambda s, sub: s.find(sub) + 1)),
     ScalarFunction("LPAD", ("string", "integer", "string"), spark="lpad",

@@ -433,6 +433,12 @@ class _ToAst(Transformer[Token, Any]):
     def describe(self, extended: bool, name: str) -> ast.Describe:
         return ast.Describe(name=name, extended=extended)
 
+    def add_column(self, name: str, type_: ast.SqlType) -> ast.ColumnDef:
+        return ast.ColumnDef(name, type_)
+
+    def alter_source(self, kind: str, name: str, *columns: ast.ColumnDef) -> ast.AlterSource:
+        return ast.AlterSource(kind=kind, name=name, columns=tuple(columns))
+
     def create_type(self, if_not_exists: bool, name: str, type_: ast.SqlType) -> ast.CreateType:
         return ast.CreateType(name=name, type=type_, if_not_exists=if_not_exists)
 
@@ -533,7 +539,7 @@ def parse_script(text: str, *, deadline: float | None = None) -> list[ast.Statem
                 raise err.orig_exc from None
             raise
         snippet = text[child.meta.start_pos:child.meta.end_pos].strip()
-        if isinstance(node, ast.CreateSource):
+        if isinstance(node, ast.CreateSource | ast.AlterSource):
             node = replace(node, spellings=_spellings(child))
         if named := _custom_types(child):
             node = replace(node, custom_types=named)
@@ -551,7 +557,7 @@ def _custom_types(tree: Tree[Token]) -> tuple[str, ...]:
 
 def _spellings(tree: Tree[Token]) -> tuple[tuple[str, str], ...]:
     """``ast.CreateSource.spellings`` of a CREATE statement's tree (names in the order written)."""
-    names = [node.children[0] for node in tree.iter_subtrees() if node.data in ("column_def", "struct_field")]
+    names = [node.children[0] for node in tree.iter_subtrees() if node.data in ("column_def", "add_column", "struct_field")]
     written: dict[str, str] = {}
     for token in sorted((n for n in names if isinstance(n, Token) and n.type == "IDENTIFIER"), key=lambda n: n.start_pos or 0):
         written.setdefault(_identifier(token), str(token))

@@ -184,6 +184,23 @@ def test_constructors_build_values_in_inserts_persistent_queries_pushes_and_pull
     assert [[r["ID"], r["TAG"]] for r in tags if "ID" in r] == [["a", "x"], ["a", "y"]], tags
 
 
+def test_alter_table_adds_a_column_its_materialization_stores_and_pulls_read(small_cluster: LocalCluster) -> None:
+    """ALTER TABLE ... ADD COLUMN on a table whose materialization runs: the rows before it pull
+    with NULL there, a row inserted after it with its value."""
+    topic = f"accounts-{small_cluster.service_id}"
+    sql(small_cluster.router, "-e", f"CREATE TABLE accounts (id VARCHAR PRIMARY KEY, n INT) WITH (kafka_topic='{topic}', "
+                                    "partitions=1, value_format='json');"
+                                    "INSERT INTO accounts (id, n) VALUES ('a', 1);")
+    assert pull_until(small_cluster, "SELECT * FROM accounts;", {"a": ["a", 1]}) == {"a": ["a", 1]}
+    altered = sql(small_cluster.router, "-e", "ALTER TABLE accounts ADD COLUMN note VARCHAR;"
+                                              "INSERT INTO accounts (id, n, note) VALUES ('b', 2, 'new');")
+    assert "Table ACCOUNTS altered" in altered.stdout, altered.stdout
+    want = {"a": ["a", 1, None], "b": ["b", 2, "new"]}
+    assert pull_until(small_cluster, "SELECT * FROM accounts;", want) == want
+    refused = sql(small_cluster.router, "-e", "ALTER TABLE accounts ADD COLUMN n BIGINT;", check=False)
+    assert "already has a column N" in refused.stderr, refused.stderr
+
+
 def test_every_node_has_the_same_digest_before_and_after_a_full_restart(small_cluster: LocalCluster) -> None:
     before = digests(small_cluster)
     assert len(before) == 3 and len(set(before.values())) == 1, before

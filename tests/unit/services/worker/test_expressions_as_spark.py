@@ -862,3 +862,26 @@ def test_array_map_and_struct_constructors_answer_as_spark(spark: SparkSession) 
 def test_a_constructor_without_one_type_is_refused(text: str, error: str) -> None:
     with pytest.raises(StatementError, match=re.escape(error)):
         check(expression(text), NO_COLUMNS)
+
+
+def test_elt_field_and_uuid_answer_as_sparks(spark: SparkSession) -> None:
+    """ksqlDB's ELT (NULL out of range, a BIGINT place taking its low 32 bits as Spark's INT
+    parameter), FIELD (0 for none and for NULL, NULLs among the texts never matching) and UUID."""
+    texts = ["ELT(i, a, b)", "ELT(l, a, b, 'c')", "ELT(1, NULL, a)", "FIELD(a, b, 'x', a)", "FIELD(a, NULL)",
+             "FIELD(NULL, a, b)", "FIELD(b, a, NULL, b)", "LEN(UUID())"]
+    draw = random.Random(3)
+    rows = [(draw.choice([None, -1, 0, 1, 2, 3]), draw.choice([None, 1, 2**32 + 2, -(2**32) + 1]),
+             draw.choice([None, "x", "y", ""]), draw.choice([None, "x", "z"])) for _ in range(60)]
+    columns = Scope("T", {"I": ast.SqlType("INT"), "L": ast.SqlType("BIGINT"), "A": ast.SqlType("VARCHAR"),
+                          "B": ast.SqlType("VARCHAR")})
+    exprs = [with_widths(expression(text), columns) for text in texts]
+    frame = spark.createDataFrame(rows, "I INT, L BIGINT, A STRING, B STRING")
+    results = frame.selectExpr(*(f"{to_spark(e, columns)} AS c{i}" for i, e in enumerate(exprs)))
+    assert [spark_type_name(f.dataType) for f in results.schema.fields] == [str(check(e, columns)) for e in exprs]
+    differing = [(row, text, python, answer[i]) for row, answer in zip(rows, results.collect(), strict=True)
+                 for i, (text, e) in enumerate(zip(texts, exprs, strict=True))
+                 if not same(python := evaluate(e, dict(zip(columns.schema, row, strict=True))), answer[i])]
+    assert differing == []
+    made = evaluate(expression("UUID()"), {})
+    assert re.fullmatch("[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", made)
+    assert made != evaluate(expression("UUID()"), {})

@@ -668,3 +668,16 @@ CREATE STREAM payment_tags_2 AS SELECT id, EXPLODE(tags)[1] AS tag FROM payments
 CREATE STREAM payment_tags_3 AS SELECT id, EXPLODE(amount) AS tag FROM payments;
 CREATE TABLE payment_tag_counts AS SELECT id, COUNT(EXPLODE(tags)) AS n FROM payments GROUP BY id;
 SELECT id, EXPLODE(tags) AS tag, amount FROM payments EMIT CHANGES;
+-- ALTER (ksqlDB's): value columns added at the end of a stream or table that CREATE declared; a table's materialization
+-- stores them too; a query's result, a column it has and a pseudo-column's name are refused.
+ALTER STREAM payments ADD COLUMN note VARCHAR, ADD paid_at TIMESTAMP;
+DESCRIBE payments;
+INSERT INTO payments (id, amount, note) VALUES ('p5', 1, 'late');
+CREATE TABLE wallets (id VARCHAR PRIMARY KEY, n INT) WITH (kafka_topic='wallets', partitions=1, value_format='json');
+ALTER TABLE wallets ADD COLUMN nickName VARCHAR;
+EXPLAIN CST_WALLETS_86;
+ALTER STREAM users ADD COLUMN x INT;
+ALTER STREAM payment_tags ADD COLUMN x INT;
+ALTER STREAM payments ADD COLUMN amount INT;
+ALTER STREAM payments ADD COLUMN rowtime BIGINT;
+ALTER STREAM nowhere ADD COLUMN x INT;
