@@ -9,8 +9,9 @@ bytes; ``SESSION(..)``: the key, the session's end and start; Kafka Streams' and
 windowed keys). Bytes no format reads are shown as ``0x`` and their hex.
 
 Unlike ksqlDB, text with control characters other than tab, newline and carriage return is
-no KAFKA_STRING (nor JSON), so a number in a binary format is not shown as garbled text; and
-there are no schema registry formats (Millpond has no registry).
+no KAFKA_STRING (nor JSON), so a number in a binary format is not shown as garbled text; a
+window's bounds must be times from 1970 to the year 9999, so a text key of 9 bytes or more is not
+read as a windowed one; and there are no schema registry formats (Millpond has no registry).
 """
 
 from __future__ import annotations
@@ -66,8 +67,22 @@ FORMATS: dict[str, Callable[[bytes], str]] = {
 """The formats tried, in the order of ksqlDB's: a record is shown in the first one still possible."""
 
 
+LATEST_WINDOW_MS = 253_402_300_799_999
+"""The last millisecond of year 9999: a window bound past it (or before 1970) is no time a
+window has, which rules out text's last 8 bytes (a number of 2e18 or more) as a window's start."""
+
+
 def _long(data: bytes) -> int:
     return int.from_bytes(data, "big", signed=True)
+
+
+def _bound(data: bytes) -> int:
+    """A window bound's 8 bytes as epoch ms, ValueError where no window has it (Kafka's windows
+    refuse a negative start; this also the years past 9999)."""
+    ms = _long(data)
+    if not 0 <= ms <= LATEST_WINDOW_MS:
+        raise ValueError(f"{ms} is no window bound")
+    return ms
 
 
 def _session(inner: Callable[[bytes], str]) -> Callable[[bytes], str]:
@@ -76,7 +91,9 @@ def _session(inner: Callable[[bytes], str]) -> Callable[[bytes], str]:
     def read(data: bytes) -> str:
         if len(data) < width:
             raise ValueError("too short for a session's key")
-        end, start = _long(data[-width:-WINDOW_START_BYTES]), _long(data[-WINDOW_START_BYTES:])
+        end, start = _bound(data[-width:-WINDOW_START_BYTES]), _bound(data[-WINDOW_START_BYTES:])
+        if end < start:
+            raise ValueError("a session ends before it starts")
         return f"[{inner(data[:-width])}@{start}/{end}]"
     return read
 
@@ -86,7 +103,7 @@ def _time_window(inner: Callable[[bytes], str]) -> Callable[[bytes], str]:
         if len(data) < WINDOW_START_BYTES:
             raise ValueError("too short for a windowed key")
         # a time window's end is not in its key
-        return f"[{inner(data[:-WINDOW_START_BYTES])}@{_long(data[-WINDOW_START_BYTES:])}/-]"
+        return f"[{inner(data[:-WINDOW_START_BYTES])}@{_bound(data[-WINDOW_START_BYTES:])}/-]"
     return read
 
 

@@ -249,8 +249,9 @@ class Metastore:
         # A custom type a statement names is written out as it is now; a query keeps it so.
         named = tuple((name, self.types[name]) for name in stmt.custom_types if name in self.types)
         change = self._plan(custom_types.resolved(stmt, self.types), resolved or Resolved())
-        if named:
-            change.add_queries = [replace(query, types=named) for query in change.add_queries]
+        if named:  # (not an ALTERed table's query: it keeps its own statement, and that statement's types)
+            change.add_queries = [replace(query, types=named) if query.statement == stmt.text else query
+                                  for query in change.add_queries]
         return change
 
     def _plan(self, stmt: ast.Statement, resolved: Resolved) -> Change:

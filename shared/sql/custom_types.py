@@ -12,7 +12,7 @@ from millpond.shared.errors import NotFoundError, StatementError
 from millpond.shared.sql import ast
 
 BUILT_IN = frozenset({"BOOLEAN", "INT", "BIGINT", "DOUBLE", "DECIMAL", "VARCHAR", "BYTES", "TIMESTAMP", "DATE", "TIME",
-                      "ARRAY", "MAP", "STRUCT", "INTEGER", "STRING"})
+                      "ARRAY", "MAP", "STRUCT", "INTEGER", "STRING", "NULL"})
 """Type names a custom type may not take."""
 
 S = TypeVar("S", bound=ast.Statement)

@@ -194,19 +194,19 @@ class _ToAst(Transformer[Token, Any]):
         *params, body = parts
         return _lambda(tuple(params), body)
 
-    def array_of(self, *items: ast.Expr) -> ast.ArrayOf:
+    def array_of(self, _open: Token, *items: ast.Expr) -> ast.ArrayOf:
         return ast.ArrayOf(tuple(items))
 
     def map_entry(self, key: ast.Expr, value: ast.Expr) -> tuple[ast.Expr, ast.Expr]:
         return (key, value)
 
-    def map_of(self, *entries: tuple[ast.Expr, ast.Expr]) -> ast.MapOf:
+    def map_of(self, _open: Token, *entries: tuple[ast.Expr, ast.Expr]) -> ast.MapOf:
         return ast.MapOf(tuple(entries))
 
     def struct_entry(self, name: str, value: ast.Expr) -> tuple[str, ast.Expr]:
         return (name, value)
 
-    def struct_of(self, *fields: tuple[str, ast.Expr]) -> ast.StructOf:
+    def struct_of(self, _open: Token, *fields: tuple[str, ast.Expr]) -> ast.StructOf:
         return ast.StructOf(tuple(fields))
 
     def cast(self, operand: ast.Expr, type_: ast.SqlType) -> ast.Cast:
@@ -427,7 +427,7 @@ class _ToAst(Transformer[Token, Any]):
     def print_interval(self, token: Token) -> tuple[str, Any]:
         return ("interval", _whole(token))
 
-    def describe_function(self, name: str) -> ast.DescribeFunction:
+    def describe_function(self, _keywords: Token, name: str) -> ast.DescribeFunction:
         return ast.DescribeFunction(name=name)
 
     def describe(self, extended: bool, name: str) -> ast.Describe:

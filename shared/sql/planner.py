@@ -902,6 +902,23 @@ def _inserted(value: Any, type_: SqlType, name: str, source: DataSource) -> Any:
     return coerce(value, type_, name)
 
 
+_COMPOSITE = frozenset({"ARRAY", "MAP", "STRUCT"})
+
+
+def _fits(given: SqlType, column: SqlType) -> bool:
+    """Whether a VALUES expression of type ``given`` has the shape of ``column``'s ARRAYs, MAPs
+    and STRUCTs (a STRUCT's fields those of the column's, or some of them); scalars are checked
+    by their values (``_inserted``)."""
+    if given.base == "NULL" or (given.base not in _COMPOSITE and column.base not in _COMPOSITE):
+        return True
+    if given.base != column.base:
+        return False
+    if given.base == "STRUCT":
+        fields = dict(column.params)
+        return all(field in fields and _fits(type_, fields[field]) for field, type_ in given.params)
+    return all(_fits(a, b) for a, b in zip(given.params, column.params, strict=True))
+
+
 VALUES_SCOPE = Scope("the VALUES of an INSERT (literals and expressions of them)", {})
 
 
@@ -923,7 +940,9 @@ def encode_insert(stmt: ast.InsertValues, source: DataSource) -> EncodedRecord:
             raise NotFoundError(f"{source.name} has no column {name}; its columns are {', '.join(schema)}")
         if name in row:
             raise StatementError(f"INSERT names the column {name} twice")
-        check(expr, VALUES_SCOPE)  # ill-typed values ('a' - 1) are refused, not computed
+        given = check(expr, VALUES_SCOPE)  # ill-typed values ('a' - 1) are refused, not computed
+        if not _fits(given, schema[name]):  # (a MAP and a STRUCT are both a dict in Python)
+            raise StatementError(f"column {name} is {schema[name]}, and {to_sql(expr)} is {given}")
         try:  # (INT and BIGINT arithmetic wrapping as Java's, as ksqlDB computes it)
             value = evaluate(with_widths(expr, VALUES_SCOPE), {})
         except (ArithmeticError, TypeError, ValueError) as error:

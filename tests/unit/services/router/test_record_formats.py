@@ -42,6 +42,10 @@ def test_a_windowed_tables_keys_show_their_key_and_window() -> None:
         ("[alice@60000/-]", "HOPPING(KAFKA_STRING) or TUMBLING(KAFKA_STRING)")]
     session = session_key(struct.pack(">i", 3), 1_000, 5_000)
     assert shown(PossibleFormats.of_keys(), session) == [("[3@1000/5000]", "SESSION(KAFKA_INT)")]
+    # text of 9 bytes or more is no windowed key: its last 8 bytes are no time a window has
+    assert shown(PossibleFormats.of_keys(), b"sensor-123") == [("sensor-123", "KAFKA_STRING")]
+    assert shown(PossibleFormats.of_keys(), session_key(b"k", 5_000, 1_000)) == [
+        ("0x" + session_key(b"k", 5_000, 1_000).hex(), UNRECOGNISED)]  # a session that ends before it starts
     # a value is never windowed
     assert shown(PossibleFormats.of_values(), tumbling) == [("0x" + tumbling.hex(), UNRECOGNISED)]
 

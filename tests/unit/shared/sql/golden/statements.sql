@@ -681,3 +681,11 @@ ALTER STREAM payment_tags ADD COLUMN x INT;
 ALTER STREAM payments ADD COLUMN amount INT;
 ALTER STREAM payments ADD COLUMN rowtime BIGINT;
 ALTER STREAM nowhere ADD COLUMN x INT;
+-- `map`, `array` and `struct` stay column names: a constructor is the word with its bracket (so `array[1]` is one, and
+-- the column is quoted to take its item); a MAP is no STRUCT's value.
+CREATE STREAM shapes (id VARCHAR KEY, map MAP<VARCHAR, INT>, array ARRAY<INT>, struct STRUCT<a INT>) WITH (kafka_topic='shapes', partitions=1, value_format='json');
+EXPLAIN CREATE STREAM shape_parts AS SELECT id, map['k'] AS k, array[1] AS made, `ARRAY`[1] AS first, struct->a AS a, map, MAP('x' := 1) AS m FROM shapes WHERE map IS NOT NULL;
+INSERT INTO shapes (id, map, struct) VALUES ('s1', MAP('k' := 1), STRUCT(a := 2));
+INSERT INTO shapes (id, map) VALUES ('s2', STRUCT(k := 1));
+INSERT INTO shapes (id, struct) VALUES ('s3', MAP('A' := 1));
+INSERT INTO shapes (id, struct) VALUES ('s4', STRUCT(b := 1));
