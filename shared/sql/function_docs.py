@@ -70,6 +70,8 @@ OVERVIEWS: dict[str, str] = {
     # ---- NULLs
     "COALESCE": "The first of the values that is not NULL.",
     "IFNULL": "The first value, or the second where the first is NULL.",
+    "NULLIF": "NULL where the two values are equal, else the first.",
+    "RANDOM": "A random DOUBLE from 0 (included) to 1 (excluded), a new one each call.",
     # ---- collections
     "ARRAY_LENGTH": "The number of items of the ARRAY.",
     "ARRAY_CONTAINS": "Whether the ARRAY has the value among its items.",

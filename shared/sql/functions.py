@@ -10,6 +10,7 @@ forms of a family of functions live beside it (``arrays``, ``times``, ``regexes`
 from __future__ import annotations
 
 import math
+import random
 import unicodedata
 import uuid
 from collections.abc import Callable
@@ -85,6 +86,18 @@ class ScalarFunction:
 def _strict(fn: Callable[..., Any]) -> Callable[..., Any]:
     """SQL semantics: any NULL argument gives NULL."""
     return lambda *args: None if any(a is None for a in args) else fn(*args)
+
+
+def _nullif(value: Any, other: Any) -> Any:
+    """ksqlDB's NULLIF as Spark's ``nullif``: NULL where the two are equal as Spark's ``=`` has
+    them (a NaN equal to itself, an integer beside a DOUBLE compared as a DOUBLE), else the first."""
+    if value is None or other is None:
+        return value
+    if isinstance(value, float) or isinstance(other, float):
+        equal = spark_ranked(float(value)) == spark_ranked(float(other))
+    else:
+        equal = value == other
+    return None if equal else value
 
 
 def _field_in_spark(args: list[str]) -> str:
@@ -438,6 +451,9 @@ FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
                    python=lambda *a: next((x for x in a if x is not None), None)),
     ScalarFunction("IFNULL", ("any", "any"), result=lambda t: common_type(t), spark="ifnull",
                    python=lambda x, y: y if x is None else x),
+    ScalarFunction("NULLIF", ("any", "any"), result=lambda t: t[0] if common_type(t) is not None else None, spark="nullif",
+                   python=_nullif),
+    ScalarFunction("RANDOM", (), result=lambda _: DOUBLE, spark_of=lambda _: "rand()", python=lambda: random.random()),
     ScalarFunction("ARRAY_CONTAINS", ("array", "any"), result=lambda t: SqlType("BOOLEAN") if arrays.same_elements(t) else None,
                    spark="array_contains", python=arrays.contains, refuses=arrays.array_refusal("ARRAY_CONTAINS")),
     ScalarFunction("ARRAY_REMOVE", ("array", "any"), result=lambda t: t[0] if arrays.same_elements(t) else None,

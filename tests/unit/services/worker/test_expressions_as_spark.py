@@ -864,18 +864,21 @@ def test_a_constructor_without_one_type_is_refused(text: str, error: str) -> Non
         check(expression(text), NO_COLUMNS)
 
 
-def test_elt_field_and_uuid_answer_as_sparks(spark: SparkSession) -> None:
+def test_elt_field_uuid_nullif_and_random_answer_as_sparks(spark: SparkSession) -> None:
     """ksqlDB's ELT (NULL out of range, a BIGINT place taking its low 32 bits as Spark's INT
-    parameter), FIELD (0 for none and for NULL, NULLs among the texts never matching) and UUID."""
+    parameter), FIELD (0 for none and for NULL, NULLs among the texts never matching), UUID,
+    NULLIF (NaN equal to NaN, an INT beside a DOUBLE compared as a DOUBLE) and RANDOM."""
     texts = ["ELT(i, a, b)", "ELT(l, a, b, 'c')", "ELT(1, NULL, a)", "FIELD(a, b, 'x', a)", "FIELD(a, NULL)",
-             "FIELD(NULL, a, b)", "FIELD(b, a, NULL, b)", "LEN(UUID())"]
+             "FIELD(NULL, a, b)", "FIELD(b, a, NULL, b)", "LEN(UUID())", "NULLIF(a, b)", "NULLIF(i, 1)", "NULLIF(d, i)",
+             "NULLIF(d, d)", "NULLIF(l, d)", "NULLIF(i, NULL)", "RANDOM() >= 0 AND RANDOM() < 1"]
     draw = random.Random(3)
     rows = [(draw.choice([None, -1, 0, 1, 2, 3]), draw.choice([None, 1, 2**32 + 2, -(2**32) + 1]),
-             draw.choice([None, "x", "y", ""]), draw.choice([None, "x", "z"])) for _ in range(60)]
+             draw.choice([None, "x", "y", ""]), draw.choice([None, "x", "z"]), draw.choice([None, 1.0, 2.5, math.nan]))
+            for _ in range(60)]
     columns = Scope("T", {"I": ast.SqlType("INT"), "L": ast.SqlType("BIGINT"), "A": ast.SqlType("VARCHAR"),
-                          "B": ast.SqlType("VARCHAR")})
+                          "B": ast.SqlType("VARCHAR"), "D": ast.SqlType("DOUBLE")})
     exprs = [with_widths(expression(text), columns) for text in texts]
-    frame = spark.createDataFrame(rows, "I INT, L BIGINT, A STRING, B STRING")
+    frame = spark.createDataFrame(rows, "I INT, L BIGINT, A STRING, B STRING, D DOUBLE")
     results = frame.selectExpr(*(f"{to_spark(e, columns)} AS c{i}" for i, e in enumerate(exprs)))
     assert [spark_type_name(f.dataType) for f in results.schema.fields] == [str(check(e, columns)) for e in exprs]
     differing = [(row, text, python, answer[i]) for row, answer in zip(rows, results.collect(), strict=True)
