@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from millpond.shared.kafka.serde import WINDOW_START_BYTES
 from millpond.shared.sql.java_text import java_double_text
+from millpond.shared.sql.planner import LATEST_ROWTIME_MS
 
 UNRECOGNISED = "UNRECOGNISED"
 """The format named when no format reads every record seen: each is shown as ``0x`` and its hex."""
@@ -67,20 +68,16 @@ FORMATS: dict[str, Callable[[bytes], str]] = {
 """The formats tried, in the order of ksqlDB's: a record is shown in the first one still possible."""
 
 
-LATEST_WINDOW_MS = 253_402_300_799_999
-"""The last millisecond of year 9999: a window bound past it (or before 1970) is no time a
-window has, which rules out text's last 8 bytes (a number of 2e18 or more) as a window's start."""
-
-
 def _long(data: bytes) -> int:
     return int.from_bytes(data, "big", signed=True)
 
 
 def _bound(data: bytes) -> int:
     """A window bound's 8 bytes as epoch ms, ValueError where no window has it (Kafka's windows
-    refuse a negative start; this also the years past 9999)."""
+    refuse a negative start; this also the years past 9999, which rules out text's last 8 bytes,
+    a number of 2e18 or more, as a window's start)."""
     ms = _long(data)
-    if not 0 <= ms <= LATEST_WINDOW_MS:
+    if not 0 <= ms <= LATEST_ROWTIME_MS:
         raise ValueError(f"{ms} is no window bound")
     return ms
 

@@ -71,6 +71,13 @@ class Change:
 PSEUDO_COLUMNS = ("ROWTIME", "WINDOWSTART", "WINDOWEND")
 
 
+def _refuse_pseudo_columns(names: Sequence[str]) -> None:
+    """StatementError when a declared column takes a pseudo-column's name."""
+    if reserved := sorted(set(names) & set(PSEUDO_COLUMNS)):
+        raise StatementError(f"{', '.join(reserved)} is a pseudo-column name that ksqlDB reserves; "
+                             "name the column otherwise")
+
+
 def check_sources(change: Change) -> None:
     """Refuse a stream or table that Millpond's persistent queries could not read or write.
     Checked when a statement is accepted, not on replay, which keeps what was accepted.
@@ -328,9 +335,7 @@ class Metastore:
         names = [c.name for c in found.columns] + [c.name for c in stmt.columns]
         if twice := sorted({n for n in names if names.count(n) > 1}):
             raise StatementError(f"{stmt.name} already has a column {twice[0]}, or ALTER adds it twice")
-        if reserved := sorted({c.name for c in stmt.columns} & set(PSEUDO_COLUMNS)):
-            raise StatementError(f"{', '.join(reserved)} is a pseudo-column name that ksqlDB reserves; "
-                                 "name the column otherwise")
+        _refuse_pseudo_columns([c.name for c in stmt.columns])
         spellings = dict(found.spellings) | dict(stmt.spellings)
         source = replace(found, columns=(*found.columns, *(Column(c.name, c.type) for c in stmt.columns)),
                          spellings=tuple(spellings.items()))
@@ -357,10 +362,7 @@ class Metastore:
         for key in keys:
             check_key_type(key.name, key.type, key_format)
         names = [c.name for c in stmt.columns]
-        reserved = sorted(set(names) & set(PSEUDO_COLUMNS))
-        if reserved:
-            raise StatementError(f"{', '.join(reserved)} is a pseudo-column name that ksqlDB reserves; "
-                                 "name the column otherwise")
+        _refuse_pseudo_columns(names)
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
             raise StatementError(f"{stmt.name} declares the column {', '.join(twice)} twice")

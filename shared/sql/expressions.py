@@ -15,7 +15,7 @@ from typing import Any, cast
 from millpond.shared.errors import StatementError
 from millpond.shared.sql import aggregates, ast, functions, kinds, likes
 from millpond.shared.sql.java_text import java_double_text
-from millpond.shared.sql.kinds import INTEGRAL, spark_ranked
+from millpond.shared.sql.kinds import INTEGRAL, spark_compare
 from millpond.shared.sql.types import LAMBDA_FUNCTIONS, Scope, check, lambda_call
 
 
@@ -244,27 +244,12 @@ def _wrapped(number: Any, bits: int) -> Any:
     return (number + half) % (1 << bits) - half
 
 
-def _spark_compare(op: Callable[[Any, Any], bool]) -> Callable[[Any, Any], bool]:
-    """``op`` of two values as Spark's comparison answers it: a NaN equal to itself and above
-    every number (``SQLOrderingUtil.compareDoubles``), where Python's NaN is neither; an INT or
-    BIGINT beside a DOUBLE compared as a DOUBLE (Spark's common type), where Python compares them
-    exactly (2^63 - 1 equals the DOUBLE 2^63 to Spark)."""
-    def compare(a: Any, b: Any) -> bool:
-        # Inline (a pull's WHERE compares every row): only a float NaN is unequal to itself.
-        if a.__class__ is float or b.__class__ is float:
-            if a != a or b != b:
-                return op(spark_ranked(a), spark_ranked(b))
-            return op(float(a) if a.__class__ is int else a, float(b) if b.__class__ is int else b)
-        return op(a, b)
-    return compare
-
-
-_EQUAL = _spark_compare(operator.eq)
+_EQUAL = spark_compare(operator.eq)
 _BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
-    "/": _divide, "%": _remainder, "=": _EQUAL, "!=": _spark_compare(operator.ne),
-    "<": _spark_compare(operator.lt), "<=": _spark_compare(operator.le), ">": _spark_compare(operator.gt),
-    ">=": _spark_compare(operator.ge), "LIKE": likes.like,
+    "/": _divide, "%": _remainder, "=": _EQUAL, "!=": spark_compare(operator.ne),
+    "<": spark_compare(operator.lt), "<=": spark_compare(operator.le), ">": spark_compare(operator.gt),
+    ">=": spark_compare(operator.ge), "LIKE": likes.like,
 }
 _AT_MOST = _BINARY["<="]
 

@@ -10,6 +10,7 @@ forms of a family of functions live beside it (``arrays``, ``times``, ``regexes`
 from __future__ import annotations
 
 import math
+import operator
 import random
 import unicodedata
 import uuid
@@ -25,6 +26,7 @@ from millpond.shared.sql.kinds import (
     MAX_PADDED_CHARS,
     common_type,
     is_nan,
+    spark_compare,
     spark_ranked,
 )
 
@@ -88,16 +90,13 @@ def _strict(fn: Callable[..., Any]) -> Callable[..., Any]:
     return lambda *args: None if any(a is None for a in args) else fn(*args)
 
 
+_SPARK_EQUAL = spark_compare(operator.eq)
+
+
 def _nullif(value: Any, other: Any) -> Any:
     """ksqlDB's NULLIF as Spark's ``nullif``: NULL where the two are equal as Spark's ``=`` has
-    them (a NaN equal to itself, an integer beside a DOUBLE compared as a DOUBLE), else the first."""
-    if value is None or other is None:
-        return value
-    if isinstance(value, float) or isinstance(other, float):
-        equal = spark_ranked(float(value)) == spark_ranked(float(other))
-    else:
-        equal = value == other
-    return None if equal else value
+    them (``spark_compare``), else the first."""
+    return value if value is None or other is None or not _SPARK_EQUAL(value, other) else None
 
 
 def _field_in_spark(args: list[str]) -> str:

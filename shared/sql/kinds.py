@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from decimal import ROUND_HALF_UP, Decimal, localcontext
 from typing import Any
 
@@ -84,6 +84,21 @@ def spark_ranked(value: Any) -> tuple[bool, Any]:
     """A value as Spark orders it against another of its type: NaN above every number and equal
     to itself (``SQLOrderingUtil.compareDoubles``), where Python's NaN compares as Java's does."""
     return (True, 0.0) if is_nan(value) else (False, value)
+
+
+def spark_compare(op: Callable[[Any, Any], bool]) -> Callable[[Any, Any], bool]:
+    """``op`` of two values as Spark's comparison answers it: a NaN equal to itself and above
+    every number (``SQLOrderingUtil.compareDoubles``), where Python's NaN is neither; an INT or
+    BIGINT beside a DOUBLE compared as a DOUBLE (Spark's common type), where Python compares them
+    exactly (2^63 - 1 equals the DOUBLE 2^63 to Spark)."""
+    def compare(a: Any, b: Any) -> bool:
+        # Inline (a pull's WHERE compares every row): only a float NaN is unequal to itself.
+        if a.__class__ is float or b.__class__ is float:
+            if a != a or b != b:
+                return op(spark_ranked(a), spark_ranked(b))
+            return op(float(a) if a.__class__ is int else a, float(b) if b.__class__ is int else b)
+        return op(a, b)
+    return compare
 
 
 MAX_DECIMAL_DIGITS = 38

@@ -862,11 +862,8 @@ def _inserted(value: Any, type_: SqlType, name: str, source: DataSource) -> Any:
     if value is None:
         return None
     base = type_.base
-    if base in ("ARRAY", "MAP", "STRUCT"):
-        constructor = {"ARRAY": "ARRAY[...]", "MAP": "MAP(key := value, ...)", "STRUCT": "STRUCT(name := value, ...)"}
-        if not isinstance(value, list if base == "ARRAY" else dict):
-            raise StatementError(f"column {name} is {type_}: give it {constructor[base]}, not {value!r}")
-        if isinstance(value, list):
+    if base in _COMPOSITE:  # of the column's shape (``_fits``)
+        if base == "ARRAY":
             return [_inserted(item, type_.params[0], f"{name}[{i}]", source) for i, item in enumerate(value, 1)]
         if base == "MAP":
             return {_inserted(k, type_.params[0], f"a key of {name}", source):
