@@ -16,6 +16,12 @@ OVERVIEWS: dict[str, str] = {
     "CONCAT_WS": "The texts after the first, joined by the first (the separator); NULL ones are left out.",
     "SPLIT": "The parts of the text between the occurrences of the delimiter, as an ARRAY; an empty delimiter "
              "splits it into its characters.",
+    "SPLIT_TO_MAP": "A MAP of the text's entries (between the first delimiter; empty ones left out) that have the "
+                    "second delimiter, each a key before it and a value after it.",
+    "CHR": "The character of a Unicode code point; NULL for none (and for a surrogate).",
+    "URL_ENCODE_PARAM": "The text encoded for a URL's query (application/x-www-form-urlencoded, UTF-8).",
+    "URL_DECODE_PARAM": "A URL query's encoded text decoded (+ a space, %XX bytes in UTF-8); NULL for a % without "
+                        "two hexadecimal digits.",
     "SUBSTRING": "The part of the text from a position (1 is the first character; negative counts from the end), "
                  "to its end or of the given length.",
     "ELT": "The n-th of the texts after the first argument (from 1); NULL when there is no such text.",
@@ -94,6 +100,8 @@ OVERVIEWS: dict[str, str] = {
     # ---- times
     "TIMESTAMPTOSTRING": "Epoch milliseconds as text in a java.time pattern, in UTC or the zone given.",
     "STRINGTOTIMESTAMP": "Text in a java.time pattern as epoch milliseconds, read in UTC or the zone given.",
+    "CONVERT_TZ": "A TIMESTAMP read as the wall time of one time zone, as another zone's wall clock shows that "
+                  "moment.",
     "FORMAT_TIMESTAMP": "A TIMESTAMP as text in a java.time pattern, in UTC or the zone given.",
     "PARSE_TIMESTAMP": "Text in a java.time pattern as a TIMESTAMP, read in UTC or the zone given.",
     "FROM_UNIXTIME": "Epoch milliseconds as a TIMESTAMP.",

@@ -291,14 +291,56 @@ def refusal(name: str, pattern_at: int, writes: bool, dates: bool = False) -> Ca
                     "other characters, and text in single quotes ('T'; '' alone for a quote, none inside)")
         if len(args) <= pattern_at + 1:
             return None
-        zone = literal_text(args[pattern_at + 1])
-        if zone is None or zone_of(zone) is None:
-            return (f"{name}'s time zone must be written as it is: UTC, an offset ('+01:00') or a region of the tz "
-                    f"database ('America/Los_Angeles', as spelled there), not {to_sql(args[pattern_at + 1])}")
+        unread = _zone_refusal(name, args[pattern_at + 1])
+        if unread is not None:
+            return unread
         if pattern_letters(pattern) & ZONE_LETTERS:
             return f"{name} with a time zone cannot use the offset and zone letters (X x Z z V O) in its pattern {pattern!r}"
         return None
     return refuses
+
+
+def _zone_refusal(name: str, arg: Any) -> str | None:
+    """Why the zone ``arg`` of a call of ``name`` is refused: not written as it is, or a name
+    Python does not read as Spark (``zone_of``)."""
+    zone = literal_text(arg)
+    if zone is None or zone_of(zone) is None:
+        return (f"{name}'s time zone must be written as it is: UTC, an offset ('+01:00') or a region of the tz "
+                f"database ('America/Los_Angeles', as spelled there), not {to_sql(arg)}")
+    return None
+
+
+def zones_refusal(name: str, zones_at: tuple[int, ...]) -> Callable[[tuple[Any, ...], list[Any]], str | None]:
+    """Why a call of ``name`` is refused: a zone (the arguments at ``zones_at``) it cannot read."""
+    def refuses(args: tuple[Any, ...], _types: list[Any]) -> str | None:
+        return next((why for at in zones_at if (why := _zone_refusal(name, args[at])) is not None), None)
+    return refuses
+
+
+_IN_A_ZONE_MICROS = tuple((t - _EPOCH) // _MICRO for t in IN_A_ZONE)
+
+
+def convert_tz(timestamp: str, source: str, target: str) -> str | None:
+    """CONVERT_TZ: the wall time ``timestamp`` of the zone ``source`` as the zone ``target``'s
+    wall clock shows that moment (Spark's ``to_utc_timestamp``, then ``from_utc_timestamp``: a
+    wall time a change of offset skips moves on by the change, one it repeats takes the earlier
+    offset, as ``_read``); NULL past the times Millpond holds."""
+    moment = datetime.datetime.fromisoformat(timestamp)
+    source_tz, target_tz = zone_of(source), zone_of(target)
+    assert source_tz is not None and target_tz is not None, (source, target)  # the call was refused otherwise
+    offset = source_tz.utcoffset(moment)
+    micros = (moment - _EPOCH) // _MICRO - (0 if offset is None else offset // _MICRO)
+    # The target's offset at that moment; one past a datetime's years is the last day's (no zone
+    # changes its offset at the new year).
+    low, high = _IN_A_ZONE_MICROS
+    at = (_EPOCH + min(max(micros, low), high) * _MICRO).replace(tzinfo=datetime.UTC).astimezone(target_tz)
+    shift = at.utcoffset()
+    return _timestamp(micros + (0 if shift is None else shift // _MICRO))
+
+
+def convert_tz_in_spark(args: list[str]) -> str:
+    moved = f"from_utc_timestamp(to_utc_timestamp({args[0]}, {args[1]}), {args[2]})"
+    return _guarded(moved, _spark_time(EARLIEST_TIMESTAMP), _spark_time(LATEST_TIMESTAMP), moved)
 
 
 UNIT_MICROS = {name: micros for names, micros in (

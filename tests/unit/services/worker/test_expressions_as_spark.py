@@ -888,3 +888,34 @@ def test_elt_field_uuid_nullif_and_random_answer_as_sparks(spark: SparkSession) 
     made = evaluate(expression("UUID()"), {})
     assert re.fullmatch("[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", made)
     assert made != evaluate(expression("UUID()"), {})
+
+
+def test_split_to_map_chr_and_url_params_answer_as_sparks(spark: SparkSession) -> None:
+    """ksqlDB's SPLIT_TO_MAP (empty entries and those without the pair delimiter left out, a key's
+    last value kept, a value up to the next pair delimiter, delimiters taken as they are, NULL for
+    an empty one or the two the same), CHR (NULL outside the code points and for a surrogate, a
+    BIGINT's low 32 bits), URL_ENCODE_PARAM and URL_DECODE_PARAM as Java's ``URLEncoder`` and
+    ``URLDecoder`` (a sign or a digit of another script in an escape, bytes that are no UTF-8, a
+    ``%`` without a byte: NULL)."""
+    texts = ["SPLIT_TO_MAP(a, b, c)", "CHR(i)", "CHR(l)", "URL_ENCODE_PARAM(a)", "URL_DECODE_PARAM(a)",
+             "URL_DECODE_PARAM(URL_ENCODE_PARAM(a))"]
+    draw = random.Random(7)
+    pieces = ["a", "=", ",", "", ".*", "\\E", "k", "é", "😀", "+", "%", "%41", "%c3%A9", "%+4", "%-1", "%-0", "%\uff14\uff11",
+              "%F0%9F", "%ZZ", " ", "~", "*", "/", "%C3", "%e2%82%ac"]
+    rows = [("".join(draw.choice(pieces) for _ in range(draw.randint(0, 8))), draw.choice([None, ",", "", "=", ".*", "\\E"]),
+             draw.choice([None, "=", "", ",", "+"]), draw.choice([None, 0, 65, 233, 0xD800, 0xDFFF, 0xE000, 0xFFFF, 0x10000,
+                                                                 0x1F600, 0x10FFFF, 0x110000, -1]),
+             draw.choice([None, 2**32 + 75, -(2**32) + 0x1F600, 2**40])) for _ in range(150)]
+    rows += [("a=1,,b=2=3,c,a=4,=5", ",", "=", 75, 75), (None, ",", "=", None, None)]
+    columns = Scope("T", {"A": ast.SqlType("VARCHAR"), "B": ast.SqlType("VARCHAR"), "C": ast.SqlType("VARCHAR"),
+                          "I": ast.SqlType("INT"), "L": ast.SqlType("BIGINT")})
+    exprs = [with_widths(expression(text), columns) for text in texts]
+    frame = spark.createDataFrame(rows, "A STRING, B STRING, C STRING, I INT, L BIGINT")
+    results = frame.selectExpr(*(f"{to_spark(e, columns)} AS c{i}" for i, e in enumerate(exprs)))
+    assert [spark_type_name(f.dataType) for f in results.schema.fields] == [str(check(e, columns)) for e in exprs]
+    differing = [(row, text, python, answer[i]) for row, answer in zip(rows, results.collect(), strict=True)
+                 for i, (text, e) in enumerate(zip(texts, exprs, strict=True))
+                 if not same(python := evaluate(e, dict(zip(columns.schema, row, strict=True))), answer[i])]
+    assert differing == []
+    assert evaluate(exprs[0], {"A": "a=1,,b=2=3,c,a=4,=5", "B": ",", "C": "="}) == {"a": "4", "b": "2", "": "5"}
+    assert evaluate(exprs[4], {"A": "%-1"}) is None and evaluate(exprs[4], {"A": "%+41"}) == "\x041"

@@ -170,6 +170,26 @@ def test_dates_are_written_and_read_as_sparks(spark: SparkSession) -> None:
     assert _differing(spark, texts, rows) == []
 
 
+def test_convert_tz_moves_wall_times_between_zones_as_spark(spark: SparkSession) -> None:
+    """CONVERT_TZ over random times and the wall times a change of offset skips or repeats (Los
+    Angeles' and Lord Howe's summer time), between regions, offsets and UTC, and at the ends of
+    the times Millpond holds (past them, NULL): as Spark's ``to_utc_timestamp`` then
+    ``from_utc_timestamp``."""
+    draw = random.Random(19)
+    earliest, latest = (times._millis(t) * 1000 for t in (times.EARLIEST_TIMESTAMP, times.LATEST_TIMESTAMP))
+    stamps = [times._EPOCH + datetime.timedelta(microseconds=draw.randint(earliest, latest)) for _ in range(30)]
+    stamps += [datetime.datetime(*moment) for moment in [(2024, 3, 10, 2, 30), (2024, 11, 3, 1, 30), (2024, 4, 7, 1, 45),
+                                                          (2024, 10, 6, 2, 15), (1900, 1, 1), (1, 1, 2), (1, 1, 2, 17),
+                                                          (9999, 12, 31, 23, 59, 59, 999999), (9999, 12, 31, 6)]]
+    rows: list[dict[str, object]] = [{"M": None, "T": t.isoformat(), "S": None} for t in stamps] + [{"M": None, "T": None, "S": None}]
+    pairs = [("America/Los_Angeles", "UTC"), ("UTC", "America/Los_Angeles"), ("Australia/Lord_Howe", "Asia/Kolkata"),
+             ("+05:45", "-03"), ("-18:00", "+18:00"), ("+18:00", "-18:00"), ("Asia/Tokyo", "Asia/Tokyo"), ("GMT", "Europe/Paris")]
+    texts = [f"CONVERT_TZ(t, '{source}', '{target}')" for source, target in pairs]
+    assert _differing(spark, texts, rows) == []
+    skipped = expression("CONVERT_TZ(FROM_UNIXTIME(1710037800000), 'America/Los_Angeles', 'UTC')")  # 02:30, skipped
+    assert evaluate(skipped, {}) == "2024-03-10T10:30:00", "a skipped wall time moves on by the change"
+
+
 def test_every_time_zone_python_knows_is_the_jvms(spark: SparkSession) -> None:
     """Every region of the pinned tz database (``tzdata``, which pulls read) is one Spark knows,
     with the same offsets from year 1 to 9999: a region Spark does not know would fail a
@@ -216,6 +236,9 @@ def test_every_time_zone_python_knows_is_the_jvms(spark: SparkSession) -> None:
     ("TIMESTAMPADD(WEEKS, 1, t)", "TIMESTAMPADD's unit is one of MILLISECONDS, SECONDS, MINUTES, HOURS, DAYS"),
     ("TIMESTAMPSUB(s, 1, t)", "TIMESTAMPSUB's unit is one of"),
     ("TIMESTAMPADD(DAYS, s, t)", "argument 2 of TIMESTAMPADD must be bigint"),
+    ("CONVERT_TZ(t, s, 'UTC')", "CONVERT_TZ's time zone must be written as it is"),
+    ("CONVERT_TZ(t, 'UTC', 'PST')", "CONVERT_TZ's time zone must be written as it is: UTC, an offset ('+01:00') or a region"),
+    ("CONVERT_TZ(m, 'UTC', 'UTC')", "argument 1 of CONVERT_TZ must be timestamp"),
 ])
 def test_a_time_function_refuses_what_python_would_not_compute_as_spark(text: str, message: str) -> None:
     with pytest.raises(StatementError, match=re.escape(message)):

@@ -689,3 +689,6 @@ INSERT INTO shapes (id, map, struct) VALUES ('s1', MAP('k' := 1), STRUCT(a := 2)
 INSERT INTO shapes (id, map) VALUES ('s2', STRUCT(k := 1));
 INSERT INTO shapes (id, struct) VALUES ('s3', MAP('A' := 1));
 INSERT INTO shapes (id, struct) VALUES ('s4', STRUCT(b := 1));
+EXPLAIN CREATE TABLE user_texts AS SELECT id, CONVERT_TZ(seen, 'UTC', 'Asia/Tokyo') AS seen_in_tokyo, SPLIT_TO_MAP(name, ';', '=') AS parts, CHR(age) AS c, URL_ENCODE_PARAM(name) AS q, URL_DECODE_PARAM(name) AS unq FROM users;
+SELECT CONVERT_TZ(seen, 'UTC', 'PST') AS t FROM users WHERE id = 'a';
+SELECT CHR(name) AS c FROM users WHERE id = 'a';
