@@ -89,6 +89,9 @@ class Call(Expr):
     least INT or BIGINT)."""
     decimal: tuple[int, int] | tuple[()] = field(default=(), compare=False, repr=False)
     """As ``Binary.decimal``, for FLOOR, CEIL and ROUND of a DECIMAL."""
+    arg_types: tuple[SqlType, ...] = field(default=(), compare=False, repr=False)
+    """The arguments' types, for a function whose Python form takes them (``ScalarFunction.typed``:
+    TO_JSON_STRING), once typed (``types.with_widths``)."""
 
 
 @dataclass(frozen=True)

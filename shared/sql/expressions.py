@@ -341,7 +341,7 @@ def evaluate(expr: ast.Expr, row: Mapping[str, Any]) -> Any:
         if expr.name in functions.TAKES_INT:  # a BIGINT argument cast to Spark's INT parameter: its low bits
             args = [_wrapped(a, 32) if isinstance(a, int) and fn.kind_at(i) == "integer" else a for i, a in enumerate(args)]
         try:
-            result = fn.python(*args)
+            result = fn.python(*args, *expr.arg_types) if fn.typed else fn.python(*args)
             if expr.decimal:
                 return _decimal(result, expr.decimal)
             if not expr.bits or result is None:

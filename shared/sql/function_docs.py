@@ -37,6 +37,12 @@ OVERVIEWS: dict[str, str] = {
     "MASK_RIGHT": "The text with its last n characters masked as MASK masks them.",
     "MASK_KEEP_LEFT": "The text masked as MASK masks it, but for its first n characters.",
     "MASK_KEEP_RIGHT": "The text masked as MASK masks it, but for its last n characters.",
+    "IS_JSON_STRING": "Whether the text starts with a JSON value (strings may be in single quotes); FALSE for NULL.",
+    "JSON_ARRAY_LENGTH": "The number of items of the JSON array the text starts with; NULL for any other value.",
+    "JSON_KEYS": "The field names of the JSON object the text starts with, in order, as an ARRAY; NULL for any "
+                 "other value.",
+    "TO_JSON_STRING": "Any value as JSON text (a STRUCT as an object of its fields, a MAP as an object, a TIMESTAMP "
+                      "as UTC text, BYTES in base64; NULL as null).",
     "EXTRACTJSONFIELD": "The value at a JSON path ('$.a.b[0]') of JSON text: a string's text, any other value as "
                         "compact JSON; NULL where there is none.",
     "REGEXP_EXTRACT": "The first match of a java.util.regex pattern in the text, or the group given of it; NULL "

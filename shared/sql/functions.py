@@ -25,6 +25,7 @@ from millpond.shared.sql.kinds import (
     MAX_DECIMAL_DIGITS,
     MAX_PADDED_CHARS,
     common_type,
+    holds,
     is_nan,
     spark_compare,
     spark_ranked,
@@ -61,6 +62,8 @@ class ScalarFunction:
     refuses: Callable[[tuple[Any, ...], list[SqlType]], str | None] | None = None
     """Why Spark's analyzer would refuse a call of these arguments (their syntax trees) and types
     (a persistent query then fails on its worker), or None: checked when the call is typed."""
+    typed: bool = False
+    """Its Python form takes the arguments' types after them (``Call.arg_types``)."""
 
     def arity(self) -> str:
         """The accepted argument counts, for error messages."""
@@ -494,6 +497,16 @@ FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
                      python=_mask_end(name), refuses=_mask_refusal(name, 2)) for name in _MASKED_ENDS),
     ScalarFunction("EXTRACTJSONFIELD", ("string", "string"), spark="get_json_object",
                    python=_strict(json_paths.extract_json_field), refuses=_json_path_refusal),
+    ScalarFunction("IS_JSON_STRING", ("string",), result=lambda _: SqlType("BOOLEAN"),
+                   spark_of=lambda a: f"(get_json_object({a[0]}, '$') IS NOT NULL)", python=json_paths.is_json),
+    ScalarFunction("JSON_ARRAY_LENGTH", ("string",), result=lambda _: INT, spark="json_array_length",
+                   python=_strict(json_paths.json_array_length)),
+    ScalarFunction("JSON_KEYS", ("string",), result=lambda _: SqlType("ARRAY", (VARCHAR,)), spark="json_object_keys",
+                   python=_strict(json_paths.json_object_keys)),
+    ScalarFunction("TO_JSON_STRING", ("any",), spark_of=json_paths.to_json_in_spark, python=json_paths.to_json_string,
+                   typed=True, refuses=lambda args, types: None if not holds(types[0], frozenset({"TIME"})) else (
+                       f"TO_JSON_STRING cannot write a TIME (Spark's to_json has none): CAST it to VARCHAR, as in "
+                       f"TO_JSON_STRING(CAST({to_sql(args[0])} AS VARCHAR))")),
     ScalarFunction("REGEXP_EXTRACT", ("string", "string"), optional=("integer",),
                    spark_of=regexes.extract_in_spark,
                    python=_strict(regexes.regexp_extract), refuses=regexes.extract_refusal("REGEXP_EXTRACT")),

@@ -454,6 +454,10 @@ def with_widths(tree: T, scope: Scope) -> T:
         decimal = typed.params if typed.base == "DECIMAL" else ()  # negating a DECIMAL is exact
         if not isinstance(tree, ast.Unary) and decimal != tree.decimal:
             changed["decimal"] = decimal
+    if isinstance(tree, ast.Call) and (fn := functions.lookup(tree.name)) is not None and fn.typed:
+        arg_types = tuple(check(a, scope) for a in tree.args)
+        if arg_types != tree.arg_types:
+            changed["arg_types"] = arg_types
     if isinstance(tree, ast.Cast) and tree.type.base in ("VARCHAR", "INT", "BIGINT"):
         operand = check(tree.operand, scope)
         scale = operand.params[1] if operand.base == "DECIMAL" else -1

@@ -4,6 +4,7 @@ and escapes, padding, and functions that overflow."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import random
@@ -584,16 +585,23 @@ def _json_value(draw: random.Random, depth: int = 0) -> str:
     return draw.choice(["true", "false", "null", "nul", "truex"])
 
 
+def _json_texts(draw: random.Random) -> list[str]:
+    """Random JSON, some cut short or with a character put in, and text at the edges of Jackson's
+    reading."""
+    texts = [_json_value(draw) for _ in range(300)]
+    texts += [t[:draw.randint(0, len(t))] for t in texts[:100]] + [
+        (lambda at: t[:at] + draw.choice(",:}]x\u00a0\x01") + t[at:])(draw.randint(0, len(t))) for t in texts[100:200]]
+    return [*texts, "", "  ", '{"a":1} junk', "123x", "123 x", '{"a":null,"a":3}', "[" * 1000 + "]" * 1000,
+                    "[" * 1001 + "]" * 1001, '{"a":"\\ud83d"}', '{"a":["\\ud83d"]}', "{'a':'b'}", '{"a":1,}', "[1,]",
+                    "/*c*/1", "null", '"x"', '{"\\ud83d\\ude00":1,"\\ud83d":2,"a":3,"a":4}', "[1,[2,3],{'a':[]}] x",
+                    '[1 2]', "[1,\x01]", '["\x01"]', "{a:1}", "[\"\\x\"]", "[]", "{}"]
+
+
 def test_extractjsonfield_answers_as_sparks_get_json_object(spark: SparkSession) -> None:
     """EXTRACTJSONFIELD over random JSON (valid, and cut short or with a character put in) at
     paths of names, quoted names and indexes: Python's reading follows Jackson's as Spark's
     ``get_json_object`` does (what it reads, what it allows, how it writes a value again)."""
-    draw = random.Random(31)
-    texts = [_json_value(draw) for _ in range(300)]
-    texts += [t[:draw.randint(0, len(t))] for t in texts[:100]] + [
-        (lambda at: t[:at] + draw.choice(",:}]x\u00a0\x01") + t[at:])(draw.randint(0, len(t))) for t in texts[100:200]]
-    texts += ["", "  ", '{"a":1} junk', "123x", "123 x", '{"a":null,"a":3}', "[" * 1000 + "]" * 1000, "[" * 1001 + "]" * 1001,
-              '{"a":"\\ud83d"}', '{"a":["\\ud83d"]}', "{'a':'b'}", '{"a":1,}', "[1,]", "/*c*/1"]
+    texts = _json_texts(random.Random(31))
     paths = ["$", "$.a", "$.a.b", "$['a']", "$.a[0]", "$[0]", "$[1].a", "$.a[1]", "$['a b']", "$.é", "$.x[0][0]"]
     columns = Scope("T", {"S": ast.SqlType("VARCHAR")})
     calls = [f"EXTRACTJSONFIELD(s, '{p.replace(chr(39), chr(39) * 2)}')" for p in paths]
@@ -603,6 +611,29 @@ def test_extractjsonfield_answers_as_sparks_get_json_object(spark: SparkSession)
                  for call, e, theirs in zip(calls, exprs, row, strict=True) if (ours := evaluate(e, {"S": text})) != theirs]
     assert differing == []
     assert evaluate(expression("""EXTRACTJSONFIELD('{"a": {"b": [1, 2.50, "x"]}}', '$.a')"""), {}) == '{"b":[1,2.5,"x"]}'
+
+
+def test_the_json_functions_read_text_as_spark(spark: SparkSession) -> None:
+    """IS_JSON_STRING, JSON_ARRAY_LENGTH and JSON_KEYS over the same random JSON: Python reads
+    the text as Jackson does for Spark's ``get_json_object``, ``json_array_length`` and
+    ``json_object_keys`` (an item or a field read to its end, what follows the value not read,
+    a name's lone UTF-16 half ``?``)."""
+    texts: list[str | None] = [*_json_texts(random.Random(37)), None]
+    columns = Scope("T", {"S": ast.SqlType("VARCHAR")})
+    calls = ["IS_JSON_STRING(s)", "JSON_ARRAY_LENGTH(s)", "JSON_KEYS(s)"]
+    exprs = [with_widths(expression(call), columns) for call in calls]
+    frame = spark.createDataFrame([(t,) for t in texts], "S STRING").selectExpr(*(to_spark(e, columns) for e in exprs))
+    assert [spark_type_name(f.dataType) for f in frame.schema.fields] == [str(check(e, columns)) for e in exprs]
+    differing = [(text, call, ours, theirs) for text, row in zip(texts, frame.collect(), strict=True)
+                 for call, e, theirs in zip(calls, exprs, row, strict=True) if (ours := evaluate(e, {"S": text})) != theirs]
+    assert differing == []
+    answers = {call: [evaluate(e, {"S": t}) for t in texts] for call, e in zip(calls, exprs, strict=True)}
+    assert answers["IS_JSON_STRING(s)"].count(True) > 100 and answers["IS_JSON_STRING(s)"].count(False) > 100
+    assert len({n for n in answers["JSON_ARRAY_LENGTH(s)"] if n is not None}) >= 4
+    assert evaluate(exprs[1], {"S": "[1,[2,3],{'a':[]}] x"}) == 3 and evaluate(exprs[1], {"S": "[1 2]"}) is None
+    assert sum(1 for keys in answers["JSON_KEYS(s)"] if keys) > 30
+    keys = evaluate(exprs[2], {"S": '{"\\ud83d\\ude00":1,"\\ud83d":2,"a":3,"a":4}'})
+    assert keys == ["\U0001f600", "?", "a", "a"]
 
 
 @pytest.mark.parametrize("path, message", [
@@ -919,3 +950,55 @@ def test_split_to_map_chr_and_url_params_answer_as_sparks(spark: SparkSession) -
     assert differing == []
     assert evaluate(exprs[0], {"A": "a=1,,b=2=3,c,a=4,=5", "B": ",", "C": "="}) == {"a": "4", "b": "2", "": "5"}
     assert evaluate(exprs[4], {"A": "%-1"}) is None and evaluate(exprs[4], {"A": "%+41"}) == "\x041"
+
+
+def test_to_json_string_writes_values_as_sparks_to_json(spark: SparkSession) -> None:
+    """TO_JSON_STRING of every type Millpond has, nested too, over random rows with NULLs: as Spark's
+    ``to_json`` writes it (a DOUBLE as Java's text, NaN and the infinities quoted, a DECIMAL's
+    digits to its scale and Java's ``1E-8``, a TIMESTAMP in milliseconds without a zone, BYTES in
+    base64, a STRUCT's NULL fields written, text escaped as Jackson escapes it)."""
+    draw = random.Random(41)
+    doubles = [None, 0.0, -0.0, 1.5, 1e10, 1e-5, 123456789.0, math.nan, math.inf, -math.inf, 2.0**70]
+    texts = [None, "", "x", 'a"b\\c', "\n\t\x01\x7f", "é😀", "/", "\u2028"]
+    stamps = [None, "2024-03-10T02:30:00.123456", "0001-01-02T00:00:00", "9999-12-31T23:59:59.999999", "1970-01-01T00:00:00"]
+    rows = [(draw.choice([None, 0, -1, 2**31 - 1]), draw.choice([None, 2**63 - 1, -(2**63)]), draw.choice(doubles),
+             draw.choice([None, 0.0, -0.0, 1.25, -99999999.99, 0.01]), draw.choice([None, 0.0, 1e-8, 0.00000123, -0.5]),
+             draw.choice(texts), draw.choice([None, True, False]), draw.choice(stamps),
+             draw.choice([None, "2024-02-29", "0001-01-01"]), draw.choice([None, b"", b"\x00\xffab"]),
+             draw.choice([None, [], [1, None, 3]]), draw.choice([None, {}, {"k": 1.5, "é": None}]),
+             draw.choice([None, {"A": None, "B": None}, {"A": 1, "B": ["x", None]}]))
+            for _ in range(80)]
+    schema = ("I INT, L BIGINT, D DOUBLE, M DECIMAL(10,2), N DECIMAL(12,10), S STRING, B BOOLEAN, T TIMESTAMP, "
+              "DT DATE, Y BINARY, A ARRAY<INT>, P MAP<STRING,DOUBLE>, R STRUCT<A:INT,B:ARRAY<STRING>>")
+    columns = Scope("T", {"I": ast.SqlType("INT"), "L": ast.SqlType("BIGINT"), "D": ast.SqlType("DOUBLE"),
+                          "M": ast.SqlType("DECIMAL", (10, 2)), "N": ast.SqlType("DECIMAL", (12, 10)),
+                          "S": ast.SqlType("VARCHAR"), "B": ast.SqlType("BOOLEAN"), "T": ast.SqlType("TIMESTAMP"),
+                          "DT": ast.SqlType("DATE"), "Y": ast.SqlType("BYTES"),
+                          "A": ast.SqlType("ARRAY", (ast.SqlType("INT"),)),
+                          "P": ast.SqlType("MAP", (ast.SqlType("VARCHAR"), ast.SqlType("DOUBLE"))),
+                          "R": ast.SqlType("STRUCT", (("A", ast.SqlType("INT")),
+                                                      ("B", ast.SqlType("ARRAY", (ast.SqlType("VARCHAR"),)))))})
+    calls = [f"TO_JSON_STRING({name})" for name in columns.schema] + [
+        "TO_JSON_STRING(NULL)", "TO_JSON_STRING(STRUCT(x := i, y := MAP(1 := d), z := ARRAY[t]))", "TO_JSON_STRING(MAP(TRUE := s))",
+        "TO_JSON_STRING(TRANSFORM(a, e => TO_JSON_STRING(e)))", "TO_JSON_STRING(1.5E0)", "TO_JSON_STRING(CAST(-0.0 AS DECIMAL(3, 1)))"]
+    exprs = [with_widths(expression(call), columns) for call in calls]
+    spark_rows = [[Decimal(repr(v)) if name in ("M", "N") and v is not None else
+                   datetime.datetime.fromisoformat(v) if name == "T" and v is not None else
+                   datetime.date.fromisoformat(v) if name == "DT" and v is not None else v
+                   for name, v in zip(columns.schema, row, strict=True)] for row in rows]
+    frame = spark.createDataFrame(spark_rows, schema).selectExpr("P", *(to_spark(e, columns) for e in exprs))
+    # A MAP's entries in the order Spark holds them, as Python reads them from what Spark wrote.
+    differing = [(row, call, ours, theirs) for row, (held, *answer) in zip(rows, frame.collect(), strict=True)
+                 for call, e, theirs in zip(calls, exprs, answer, strict=True)
+                 if (ours := evaluate(e, {**dict(zip(columns.schema, row, strict=True)), "P": held})) != theirs]
+    assert differing == []
+    assert evaluate(exprs[-4], {"S": "x"}) == '{"true":"x"}'
+    assert evaluate(exprs[-1], {}) == "0.0"
+    written = {call: e for call, e in zip(calls, exprs, strict=True)}
+    assert evaluate(written["TO_JSON_STRING(N)"], {"N": 1e-8}) == "1.00E-8"
+    assert evaluate(written["TO_JSON_STRING(D)"], {"D": math.nan}) == '"NaN"'
+    assert evaluate(written["TO_JSON_STRING(T)"], {"T": "2024-03-10T02:30:00.123456"}) == '"2024-03-10T02:30:00.123"'
+    assert evaluate(written["TO_JSON_STRING(R)"], {"R": {"A": None, "B": None}}) == '{"A":null,"B":null}'
+    assert evaluate(written["TO_JSON_STRING(S)"], {"S": None}) == "null"
+    with pytest.raises(StatementError, match=re.escape("TO_JSON_STRING cannot write a TIME (Spark's to_json has none)")):
+        check(expression("TO_JSON_STRING(ARRAY[c])"), Scope("T", {"C": ast.SqlType("TIME")}))

@@ -692,3 +692,4 @@ INSERT INTO shapes (id, struct) VALUES ('s4', STRUCT(b := 1));
 EXPLAIN CREATE TABLE user_texts AS SELECT id, CONVERT_TZ(seen, 'UTC', 'Asia/Tokyo') AS seen_in_tokyo, SPLIT_TO_MAP(name, ';', '=') AS parts, CHR(age) AS c, URL_ENCODE_PARAM(name) AS q, URL_DECODE_PARAM(name) AS unq FROM users;
 SELECT CONVERT_TZ(seen, 'UTC', 'PST') AS t FROM users WHERE id = 'a';
 SELECT CHR(name) AS c FROM users WHERE id = 'a';
+EXPLAIN CREATE TABLE user_json AS SELECT id, IS_JSON_STRING(name) AS is_json, JSON_ARRAY_LENGTH(name) AS n, JSON_KEYS(name) AS keys, TO_JSON_STRING(STRUCT(name := name, born := born, seen := seen, score := score)) AS doc FROM users;
