@@ -184,6 +184,37 @@ def test_constructors_build_values_in_inserts_persistent_queries_pushes_and_pull
     assert [[r["ID"], r["TAG"]] for r in tags if "ID" in r] == [["a", "x"], ["a", "y"]], tags
 
 
+JSON_AND_TEXT = ("JSON_KEYS(doc) AS keys, JSON_ARRAY_LENGTH(EXTRACTJSONFIELD(doc, '$.x')) AS n, IS_JSON_STRING(q) AS q_json, "
+                 "TO_JSON_STRING(STRUCT(keys := JSON_KEYS(doc), at := CONVERT_TZ(FROM_UNIXTIME(ms), 'America/Los_Angeles', "
+                 "'UTC'))) AS written, SPLIT_TO_MAP(q, ';', '=') AS parts, URL_ENCODE_PARAM(q) AS encoded, "
+                 "URL_DECODE_PARAM(URL_ENCODE_PARAM(q)) AS decoded, CHR(code) AS c")
+"""This session's functions, computed by Spark in a persistent query and by Python in a pull."""
+JSON_AND_TEXT_ROW = [["x", "y"], 3, False, '{"KEYS":["x","y"],"AT":"2024-03-10T10:30:00.000"}', {"k": "v", "w": "a b"},
+                     "k%3Dv%3Bw%3Da+b", "k=v;w=a b", "\U0001f600"]
+
+
+def test_json_text_and_time_zone_functions_answer_alike_in_a_persistent_query_and_a_pull(small_cluster: LocalCluster) -> None:
+    """JSON_KEYS, JSON_ARRAY_LENGTH, IS_JSON_STRING, TO_JSON_STRING, CONVERT_TZ (a wall time Los
+    Angeles skips), SPLIT_TO_MAP, URL_ENCODE_PARAM, URL_DECODE_PARAM and CHR: Spark's values in a
+    stream read by a push, Python's in a pull of the same record, the same."""
+    topic = f"events-{small_cluster.service_id}"
+    sql(small_cluster.router, "-e",
+        "CREATE STREAM events_in (id VARCHAR KEY, doc VARCHAR, q VARCHAR, ms BIGINT, code INT) "
+        f"WITH (kafka_topic='{topic}', partitions=1, value_format='json');"
+        """INSERT INTO events_in (id, doc, q, ms, code) VALUES ('a', '{"x": [1, 2, 3], "y": {"z": null}}', 'k=v;w=a b', """
+        "1710037800000, 128512);"
+        "SET 'auto.offset.reset'='earliest';"
+        f"CREATE STREAM events_out AS SELECT id, {JSON_AND_TEXT} FROM events_in;"
+        "CREATE TABLE events_last AS SELECT id, LATEST_BY_OFFSET(doc) AS doc, LATEST_BY_OFFSET(q) AS q, "
+        "LATEST_BY_OFFSET(ms) AS ms, LATEST_BY_OFFSET(code) AS code FROM events_in GROUP BY id;")
+    pushed = rows(sql(small_cluster.router, "-e", "SET 'auto.offset.reset'='earliest';"
+                      "SELECT * FROM events_out EMIT CHANGES LIMIT 1;", "--output", "json"))
+    assert [list(r.values()) for r in pushed if "ID" in r] == [["a", *JSON_AND_TEXT_ROW]], pushed
+    want = {"a": ["a", *JSON_AND_TEXT_ROW]}
+    pulled = pull_until(small_cluster, f"SELECT id, {JSON_AND_TEXT} FROM events_last WHERE id = 'a';", want)
+    assert pulled == want, pulled
+
+
 def test_alter_table_adds_a_column_its_materialization_stores_and_pulls_read(small_cluster: LocalCluster) -> None:
     """ALTER TABLE ... ADD COLUMN on a table whose materialization runs: the rows before it pull
     with NULL there, a row inserted after it with its value."""
