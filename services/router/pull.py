@@ -207,7 +207,7 @@ async def execute_pull(plan: PullPlan, text: str, route: Router, lookup: Lookup,
     result = PullResult(Outcome(text, status="", columns=plan.columns))
     if plan.limit == 0:
         return result  # the columns and no row; no worker is asked, so no position is read
-    held = _Held(max_rows)
+    held = HeldRows(max_rows)
 
     if plan.looks_up:
         assert plan.partition is not None
@@ -331,7 +331,7 @@ class ScanAnswer:
     positions: dict[int, int] = field(default_factory=dict)
 
 
-class _Held:
+class HeldRows:
     """The result rows a pull query's scans hold at the router, against the most it may return."""
 
     def __init__(self, max_rows: int | None):

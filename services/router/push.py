@@ -1,5 +1,6 @@
 """Push queries at the router: ``SELECT ... EMIT CHANGES`` streamed to the client (and PRINT's
-records of a topic, ``TopicPrint``).
+records of a topic, ``TopicPrint``), and pull queries over a stream, which read its records the
+same way up to where each partition ends when they start (``PushQuery.rows_to_end``).
 
 The router reads the source's topic itself (every partition, read_committed, no consumer
 group: several routers and several clients each get their own reader), decodes each
@@ -146,6 +147,39 @@ class PushQuery:
                         self.delivered += 1
                         if self.plan.limit is not None and self.delivered >= self.plan.limit:
                             return
+
+    async def rows_to_end(self) -> AsyncIterator[list[Any]]:
+        """The result rows of the records each partition holds now, then the end: a pull query over a
+        stream (ksqlDB's), read from the beginning to each partition's end as it was when this is
+        called (read_committed: its last stable offset; records written afterwards are not read), in
+        each partition's offset order, until the LIMIT."""
+        consumer = self._consumer
+        assert consumer is not None, "start the query first"
+        topic = self.plan.source.topic
+        assigned = sorted(consumer.assignment(), key=lambda tp: tp.partition)
+        try:
+            ends = await consumer.end_offsets(assigned)
+            left = {tp for tp in assigned if await consumer.position(tp) < ends[tp]}
+        except KafkaError as err:
+            raise UnavailableError(f"the pull query could not read {topic} from Kafka ({err}); run it again") from err
+        if self.plan.limit == 0:
+            return
+        consumer.pause(*(tp for tp in assigned if tp not in left))
+        while left:
+            batches = await fetched(consumer, self.fetch_records, topic, "the pull query")
+            for tp, records in batches.items():
+                for record in records:
+                    if record.offset >= ends[tp]:  # written after the scan began
+                        break
+                    for row in self._rows(self.plan.source, record):
+                        yield row
+                        self.delivered += 1
+                        if self.plan.limit is not None and self.delivered >= self.plan.limit:
+                            return
+            for tp in list(left):
+                if await consumer.position(tp) >= ends[tp]:
+                    left.discard(tp)
+                    consumer.pause(tp)
 
     def _rows(self, source: DataSource, record: Any) -> list[list[Any]]:
         """The result rows of one record: one, none when it is a tombstone, does not decode, or

@@ -17,8 +17,9 @@ from prometheus_client import Counter, Histogram
 from millpond.coordinator.v1 import coordinator_pb2
 from millpond.services.router.coordinators import Coordinators
 from millpond.services.router.lookups import LookupTemplates
-from millpond.services.router.pull import PullPlan
+from millpond.services.router.pull import HeldRows, PullPlan
 from millpond.services.router.pull_routing import PullRouter
+from millpond.services.router.push import PushQuery
 from millpond.shared import consistency, metrics, security
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.sources import DataSource
@@ -33,6 +34,7 @@ from millpond.shared.security import authorize_statement, authorize_text
 from millpond.shared.session import apply_session_statement, check_properties, check_request_id
 from millpond.shared.sql import ast, custom_types
 from millpond.shared.sql.guard import StatementParser, check_length
+from millpond.shared.sql.planner import plan_select
 
 log = logging.getLogger(__name__)
 
@@ -230,6 +232,11 @@ class Statements:
         started, result = time.monotonic(), "INTERNAL"
         try:
             version = self.metastore.command_offset
+            if plan is None and (self.metastore.sources.get(stmt.source) or
+                                 await self._caught_up_source(stmt.source)).kind == "STREAM":
+                scanned = await self._scan(stmt, deadline)
+                result = "OK"
+                return scanned
             if plan is None:
                 plan = await self.pulls.plan(stmt)
                 version = self.metastore.command_offset  # the plan's (planning may catch up)
@@ -245,6 +252,40 @@ class Statements:
             seconds, count = _pull_metrics(result)
             seconds.observe(time.monotonic() - started)
             count.inc()
+
+    async def _scan(self, stmt: ast.Query, deadline: float) -> tuple[Outcome, consistency.Positions]:
+        """A pull query over a stream (ksqlDB's): its records from the beginning of each partition to
+        where it ends now, read here as a push query reads them (no positions: every row an INSERT
+        acknowledged before is there, so the token moves not). The rows are bounded as a table's
+        scan's (``max_rows_per_response``) and by the response's size (``max_message_bytes``), the
+        read by ``deadline``."""
+        source = self.metastore.source(stmt.source)
+        scan = PushQuery(plan_select(stmt, source), self.settings.kafka, from_beginning=True,
+                         query_id=f"PULL_{uuid.uuid4().hex[:8]}")
+        outcome = Outcome(stmt.text, status="", columns=[(n, str(t)) for n, t in scan.plan.columns])
+        rows, held = HeldRows(self.settings.max_rows_per_response), 0
+
+        async def read() -> None:
+            nonlocal held
+            await scan.start()
+            async for row in scan.rows_to_end():
+                rows.add(1)
+                held += len(repr(row))
+                if held > self.settings.max_message_bytes:
+                    raise LimitError(f"the rows of {source.name} pass {self.settings.max_message_bytes} bytes, the most "
+                                     "one response may carry (max_message_bytes): add a LIMIT or a WHERE, or stream "
+                                     "them with a push query (EMIT CHANGES)")
+                outcome.rows.append(row)
+
+        try:
+            await asyncio.wait_for(read(), timeout=max(deadline - time.monotonic(), 0.0))
+        except TimeoutError:
+            raise MillpondError(f"{source.name}'s records could not all be read within the request's time: add a "
+                                "LIMIT, give the request a longer deadline, or stream them with a push query "
+                                "(EMIT CHANGES)", kind=ErrorKind.DEADLINE) from None
+        finally:
+            await scan.stop()
+        return outcome, {}  # (it read all an INSERT acknowledged before it: no position to carry)
 
     async def _forward(self, stmt: ast.Statement, properties: dict[str, str], deadline: float, request_id: str,
                        named: bool) -> tuple[Outcome, consistency.Positions | None]:

@@ -205,13 +205,15 @@ def plan_select(query: ast.Query, source: DataSource) -> SelectPlan:
                              "query its result")
     if query.emit_final:
         raise StatementError("EMIT FINAL is not supported: use EMIT CHANGES for a push query")
-    # A push query reads records, which carry their timestamp; a pull query reads stored rows.
-    scope = _scope(query, source, (*source.row_columns, *(_rowtime(source) if query.emit_changes else ())))
+    # A push query, and a pull query over a stream, read records, which carry their timestamp; a
+    # pull query over a table reads stored rows.
+    records = query.emit_changes or source.kind == "STREAM"
+    scope = _scope(query, source, (*source.row_columns, *(_rowtime(source) if records else ())))
     columns: list[tuple[str, SqlType]] = []
     exploded: list[int] = []
     for name, expr in _expand(query, source, source.row_columns):
-        # A push query over a stream may EXPLODE (a record's rows); elsewhere ``check`` refuses it.
-        item = exploded_item(expr, scope) if query.emit_changes and source.kind == "STREAM" else None
+        # A query over a stream's records may EXPLODE (a record's rows); elsewhere ``check`` refuses it.
+        item = exploded_item(expr, scope) if source.kind == "STREAM" else None
         if item is not None:
             exploded.append(len(columns))
         columns.append((name, item or check(expr, scope)))

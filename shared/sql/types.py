@@ -127,8 +127,9 @@ def check(expr: ast.Expr, scope: Scope, *, aggregates_allowed: bool = False) -> 
         raise StatementError(f"a lambda ({to_sql(expr)}) is only an argument of TRANSFORM, FILTER or REDUCE")
     if isinstance(expr, ast.Call) and expr.name in TABLE_FUNCTIONS:
         raise StatementError(f"{expr.name} is a table function (it makes a row of each item): it is a whole item of "
-                             "the SELECT list of a CREATE STREAM ... AS SELECT, an INSERT INTO ... SELECT or a push query "
-                             f"over a stream, not part of an expression, a condition, an aggregation or a pull: {to_sql(expr)}")
+                             "the SELECT list of a CREATE STREAM ... AS SELECT, an INSERT INTO ... SELECT or a push or pull "
+                             "query over a stream, not part of an expression, a condition, an aggregation or a pull over a "
+                             f"table: {to_sql(expr)}")
     if isinstance(expr, ast.Subscript):
         container, index = sub(expr.operand), sub(expr.index)
         if container.base == "ARRAY":

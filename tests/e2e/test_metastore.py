@@ -215,6 +215,28 @@ def test_json_text_and_time_zone_functions_answer_alike_in_a_persistent_query_an
     assert pulled == want, pulled
 
 
+def test_a_pull_over_a_stream_answers_with_the_records_it_holds_and_ends(small_cluster: LocalCluster) -> None:
+    """A pull query over a stream (ksqlDB's): through Execute, the rows of every record the stream
+    holds when it starts that pass its WHERE (ROWTIME too), up to its LIMIT, an EXPLODE's rows;
+    then it ends, as a pull does."""
+    topic = f"visits-{small_cluster.service_id}"
+    sql(small_cluster.router, "-e", f"CREATE STREAM visits (id VARCHAR KEY, n INT, tags ARRAY<VARCHAR>) "
+                                    f"WITH (kafka_topic='{topic}', partitions=2, value_format='json');"
+                                    "INSERT INTO visits (id, n, tags) VALUES ('a', 1, ARRAY['x']);"
+                                    "INSERT INTO visits (id, n, tags) VALUES ('b', 2, ARRAY['y', 'z']);"
+                                    "INSERT INTO visits (id, n) VALUES ('c', 3);")
+    pulled = rows(sql(small_cluster.router, "-e", "SELECT id, n * 10 AS n FROM visits WHERE n > 1 AND ROWTIME > 0;",
+                      "--output", "json"))
+    assert sorted([r["ID"], r["N"]] for r in pulled if "ID" in r) == [["b", 20], ["c", 30]], pulled
+    limited = rows(sql(small_cluster.router, "-e", "SELECT * FROM visits LIMIT 2;", "--output", "json"))
+    assert len([r for r in limited if "ID" in r]) == 2, limited
+    exploded = rows(sql(small_cluster.router, "-e", "SELECT id, EXPLODE(tags) AS tag FROM visits WHERE id = 'b';",
+                        "--output", "json"))
+    assert [[r["ID"], r["TAG"]] for r in exploded if "ID" in r] == [["b", "y"], ["b", "z"]], exploded
+    refused = sql(small_cluster.router, "-e", "SELECT id, COUNT(*) FROM visits GROUP BY id;", check=False)
+    assert "GROUP BY, HAVING, WINDOW and PARTITION BY need a persistent" in refused.stderr, refused.stderr
+
+
 def test_alter_table_adds_a_column_its_materialization_stores_and_pulls_read(small_cluster: LocalCluster) -> None:
     """ALTER TABLE ... ADD COLUMN on a table whose materialization runs: the rows before it pull
     with NULL there, a row inserted after it with its value."""
