@@ -22,3 +22,8 @@ class Outcome:
     """More rows, after ``rows``, already encoded: serialized ``millpond.common.v1.StatementResult``
     messages that set only their rows (a pull scan's pages, passed on as the workers streamed
     them rather than decoded and encoded again)."""
+
+
+def row_bytes(row: list[Any]) -> int:
+    """About the bytes a result row takes in a response (its text), against the most one may carry."""
+    return len(repr(row))

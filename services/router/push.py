@@ -17,10 +17,11 @@ the stream's writes wait for the client).
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import struct
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,8 @@ from millpond.shared.sql.planner import SelectPlan
 
 log = logging.getLogger(__name__)
 _ids = itertools.count(1)
+TOKEN_POLL_S = 0.05
+"""How often a pull over a stream asks again for the ends of partitions behind its consistency token."""
 
 
 async def open_reader(kafka: KafkaConnection, topic: str, partitions: int, from_beginning: bool,
@@ -136,50 +139,52 @@ class PushQuery:
     async def rows(self) -> AsyncIterator[list[Any]]:
         """The result rows as they happen, until the LIMIT or until the caller stops iterating."""
         assert self._consumer is not None, "start the push query first"
-        if self.plan.limit == 0:
-            return
-        while True:
-            batches = await fetched(self._consumer, self.fetch_records, self.plan.source.topic, "the push query")
-            for records in batches.values():
-                for record in records:
-                    for row in self._rows(self.plan.source, record):
-                        yield row
-                        self.delivered += 1
-                        if self.plan.limit is not None and self.delivered >= self.plan.limit:
-                            return
+        async for row in self._read(self._consumer, None, "the push query"):
+            yield row
 
-    async def rows_to_end(self) -> AsyncIterator[list[Any]]:
+    async def rows_to_end(self, at_least: Mapping[int, int]) -> AsyncIterator[list[Any]]:
         """The result rows of the records each partition holds now, then the end: a pull query over a
-        stream (ksqlDB's), read from the beginning to each partition's end as it was when this is
-        called (read_committed: its last stable offset; records written afterwards are not read), in
-        each partition's offset order, until the LIMIT."""
+        stream (ksqlDB's), read from the beginning to each partition's end as it is when this is
+        called (read_committed: its last stable offset, before another writer's open transaction;
+        records written afterwards are not read), once each partition's end has reached its
+        ``at_least`` offset (a consistency token's: waited for), in each partition's offset order,
+        until the LIMIT."""
         consumer = self._consumer
         assert consumer is not None, "start the query first"
         topic = self.plan.source.topic
         assigned = sorted(consumer.assignment(), key=lambda tp: tp.partition)
         try:
-            ends = await consumer.end_offsets(assigned)
-            left = {tp for tp in assigned if await consumer.position(tp) < ends[tp]}
+            while True:
+                ends: dict[TopicPartition, int] = await consumer.end_offsets(assigned)
+                if all(ends[tp] >= at_least.get(tp.partition, 0) for tp in assigned):
+                    break
+                await asyncio.sleep(TOKEN_POLL_S)
+            consumer.pause(*[tp for tp in assigned if await consumer.position(tp) >= ends[tp]])
         except KafkaError as err:
             raise UnavailableError(f"the pull query could not read {topic} from Kafka ({err}); run it again") from err
+        async for row in self._read(consumer, ends, "the pull query"):
+            yield row
+
+    async def _read(self, consumer: AIOKafkaConsumer, ends: dict[TopicPartition, int] | None,
+                    reading: str) -> AsyncIterator[list[Any]]:
+        """The result rows of the records ``consumer`` reads, until the LIMIT, and with ``ends``
+        until each partition's position has reached its end (``consumer`` pauses those it has)."""
         if self.plan.limit == 0:
             return
-        consumer.pause(*(tp for tp in assigned if tp not in left))
-        while left:
-            batches = await fetched(consumer, self.fetch_records, topic, "the pull query")
+        while ends is None or len(consumer.paused()) < len(ends):
+            batches = await fetched(consumer, self.fetch_records, self.plan.source.topic, reading)
             for tp, records in batches.items():
                 for record in records:
-                    if record.offset >= ends[tp]:  # written after the scan began
+                    if ends is not None and record.offset >= ends[tp]:  # written after the pull began
                         break
                     for row in self._rows(self.plan.source, record):
                         yield row
                         self.delivered += 1
                         if self.plan.limit is not None and self.delivered >= self.plan.limit:
                             return
-            for tp in list(left):
-                if await consumer.position(tp) >= ends[tp]:
-                    left.discard(tp)
-                    consumer.pause(tp)
+            if ends is not None:
+                consumer.pause(*[tp for tp, end in ends.items() if tp not in consumer.paused() and
+                                 await consumer.position(tp) >= end])
 
     def _rows(self, source: DataSource, record: Any) -> list[list[Any]]:
         """The result rows of one record: one, none when it is a tombstone, does not decode, or

@@ -17,9 +17,9 @@ from prometheus_client import Counter, Histogram
 from millpond.coordinator.v1 import coordinator_pb2
 from millpond.services.router.coordinators import Coordinators
 from millpond.services.router.lookups import LookupTemplates
-from millpond.services.router.pull import HeldRows, PullPlan
+from millpond.services.router.pull import PullPlan
 from millpond.services.router.pull_routing import PullRouter
-from millpond.services.router.push import PushQuery
+from millpond.services.router.stream_pulls import StreamPulls
 from millpond.shared import consistency, metrics, security
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.sources import DataSource
@@ -27,14 +27,13 @@ from millpond.shared.config import RouterSettings
 from millpond.shared.errors import ErrorKind, LimitError, MillpondError, StatementError
 from millpond.shared.kafka.command_log import CommandReader
 from millpond.shared.kafka.inserts import RowInserter
-from millpond.shared.results import Outcome
+from millpond.shared.results import Outcome, row_bytes
 from millpond.shared.rpc.converters import outcome_from_proto
 from millpond.shared.rpc.status import raise_for_rpc, status_code
 from millpond.shared.security import authorize_statement, authorize_text
 from millpond.shared.session import apply_session_statement, check_properties, check_request_id
 from millpond.shared.sql import ast, custom_types
 from millpond.shared.sql.guard import StatementParser, check_length
-from millpond.shared.sql.planner import plan_select
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +71,7 @@ def _before_retry(named: bool, why: str) -> str:
 def _result_bytes(outcome: Outcome) -> int:
     """About the bytes ``outcome`` takes in a response: its encoded pages, and its other rows'
     text (a lookup's one row, a SHOW's few)."""
-    return sum(map(len, outcome.encoded_rows)) + sum(len(repr(row)) for row in outcome.rows)
+    return sum(map(len, outcome.encoded_rows)) + sum(map(row_bytes, outcome.rows))
 
 
 def _log_failure(job: asyncio.Future[Any]) -> None:
@@ -97,6 +96,7 @@ class Statements:
         self.inserts = inserts
         """Produces INSERTed rows here (None: a coordinator does)."""
         self.lookups = LookupTemplates(parser)
+        self.stream_pulls = StreamPulls(settings)
         """Key lookups by shape: another key asked with a known statement is not parsed again."""
 
     @property
@@ -232,11 +232,14 @@ class Statements:
         started, result = time.monotonic(), "INTERNAL"
         try:
             version = self.metastore.command_offset
-            if plan is None and (self.metastore.sources.get(stmt.source) or
-                                 await self._caught_up_source(stmt.source)).kind == "STREAM":
-                scanned = await self._scan(stmt, deadline)
+            source = None if plan is not None else (self.metastore.sources.get(stmt.source) or
+                                                    await self._caught_up_source(stmt.source))
+            if source is not None and source.kind == "STREAM":
+                # (no positions: a pull over a stream reads where the token's are, and its own ends
+                # carried on would make a table of that stream wait for them)
+                scanned = await self.stream_pulls.answer(stmt, source, positions, deadline)
                 result = "OK"
-                return scanned
+                return scanned, {}
             if plan is None:
                 plan = await self.pulls.plan(stmt)
                 version = self.metastore.command_offset  # the plan's (planning may catch up)
@@ -252,40 +255,6 @@ class Statements:
             seconds, count = _pull_metrics(result)
             seconds.observe(time.monotonic() - started)
             count.inc()
-
-    async def _scan(self, stmt: ast.Query, deadline: float) -> tuple[Outcome, consistency.Positions]:
-        """A pull query over a stream (ksqlDB's): its records from the beginning of each partition to
-        where it ends now, read here as a push query reads them (no positions: every row an INSERT
-        acknowledged before is there, so the token moves not). The rows are bounded as a table's
-        scan's (``max_rows_per_response``) and by the response's size (``max_message_bytes``), the
-        read by ``deadline``."""
-        source = self.metastore.source(stmt.source)
-        scan = PushQuery(plan_select(stmt, source), self.settings.kafka, from_beginning=True,
-                         query_id=f"PULL_{uuid.uuid4().hex[:8]}")
-        outcome = Outcome(stmt.text, status="", columns=[(n, str(t)) for n, t in scan.plan.columns])
-        rows, held = HeldRows(self.settings.max_rows_per_response), 0
-
-        async def read() -> None:
-            nonlocal held
-            await scan.start()
-            async for row in scan.rows_to_end():
-                rows.add(1)
-                held += len(repr(row))
-                if held > self.settings.max_message_bytes:
-                    raise LimitError(f"the rows of {source.name} pass {self.settings.max_message_bytes} bytes, the most "
-                                     "one response may carry (max_message_bytes): add a LIMIT or a WHERE, or stream "
-                                     "them with a push query (EMIT CHANGES)")
-                outcome.rows.append(row)
-
-        try:
-            await asyncio.wait_for(read(), timeout=max(deadline - time.monotonic(), 0.0))
-        except TimeoutError:
-            raise MillpondError(f"{source.name}'s records could not all be read within the request's time: add a "
-                                "LIMIT, give the request a longer deadline, or stream them with a push query "
-                                "(EMIT CHANGES)", kind=ErrorKind.DEADLINE) from None
-        finally:
-            await scan.stop()
-        return outcome, {}  # (it read all an INSERT acknowledged before it: no position to carry)
 
     async def _forward(self, stmt: ast.Statement, properties: dict[str, str], deadline: float, request_id: str,
                        named: bool) -> tuple[Outcome, consistency.Positions | None]:

@@ -327,7 +327,7 @@ def evaluate(expr: ast.Expr, row: Mapping[str, Any]) -> Any:
             return _wrapped(math.trunc(value), 32 if expr.type.base == "INT" else 64)
         if expr.scale >= 0 and value is not None:  # a DECIMAL's text: its scale's digits, as Java's BigDecimal writes it
             exact = kinds.fitted_decimal(value, kinds.MAX_DECIMAL_DIGITS + expr.scale, expr.scale)
-            return None if exact is None else str(exact.copy_abs() if exact.is_zero() else exact)
+            return None if exact is None else kinds.java_decimal_text(exact)
         return _cast(value, expr.type)
     if isinstance(expr, ast.LambdaVar):
         return row[(LAMBDA_VARIABLE, expr.name)]  # type: ignore[index]
@@ -341,6 +341,8 @@ def evaluate(expr: ast.Expr, row: Mapping[str, Any]) -> Any:
         if expr.name in functions.TAKES_INT:  # a BIGINT argument cast to Spark's INT parameter: its low bits
             args = [_wrapped(a, 32) if isinstance(a, int) and fn.kind_at(i) == "integer" else a for i, a in enumerate(args)]
         try:
+            if fn.typed and len(expr.arg_types) != len(args):
+                raise AssertionError(f"{expr.name} was not typed (types.with_widths) before it was evaluated")
             result = fn.python(*args, *expr.arg_types) if fn.typed else fn.python(*args)
             if expr.decimal:
                 return _decimal(result, expr.decimal)

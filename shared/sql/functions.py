@@ -4,7 +4,7 @@ implementation (for pull queries and for checking Spark's results in tests).
 Each function is declared once here; the type checker, the Spark compiler and the Python
 evaluator all read this table, so they cannot disagree on which functions exist. The Python
 forms of a family of functions live beside it (``arrays``, ``times``, ``regexes``,
-``json_paths``), what values are to Spark in ``kinds``.
+``json_paths``, ``json_text``, ``texts``), what values are to Spark in ``kinds``.
 """
 
 from __future__ import annotations
@@ -19,13 +19,12 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, localcontext
 from typing import Any
 
-from millpond.shared.sql import arrays, json_paths, regexes, times
+from millpond.shared.sql import arrays, json_paths, json_text, regexes, texts, times
 from millpond.shared.sql.ast import Literal, SqlType, literal_text, to_sql
 from millpond.shared.sql.kinds import (
     MAX_DECIMAL_DIGITS,
     MAX_PADDED_CHARS,
     common_type,
-    holds,
     is_nan,
     spark_compare,
     spark_ranked,
@@ -227,115 +226,6 @@ def _power(x: Any, y: Any) -> float:
         return -math.inf if x < 0 and _odd_integer(y) else math.inf
 
 
-def _split(s: str, delimiter: str) -> list[str]:
-    """ksqlDB's SPLIT: the parts of ``s`` between each ``delimiter`` (taken as it is, not as a
-    pattern), empty ones kept; an empty delimiter splits ``s`` into its characters."""
-    return (list(s) or [""]) if delimiter == "" else s.split(delimiter)
-
-
-def _split_in_spark(args: list[str]) -> str:
-    """SPLIT in Spark SQL: Spark's ``split`` takes a Java pattern, so the delimiter is quoted
-    (``\\Q...\\E``, each ``\\E`` in it closed and opened again, as ``Pattern.quote``); -1
-    keeps the empty parts at the end."""
-    text, delimiter = args
-    quoted = f"concat('\\\\Q', replace({delimiter}, '\\\\E', '\\\\E\\\\\\\\E\\\\Q'), '\\\\E')"
-    return f"(CASE WHEN {delimiter} = '' THEN split({text}, '', -1) ELSE split({text}, {quoted}, -1) END)"
-
-
-def _split_to_map(s: str, entry: str, pair: str) -> dict[str, str] | None:
-    """ksqlDB's SPLIT_TO_MAP: the entries of ``s`` between each ``entry`` delimiter (empty ones
-    left out), those with a ``pair`` delimiter each a key (before its first one) and a value (to
-    the next one); a key given twice keeps its last value; NULL for an empty delimiter or the two
-    the same."""
-    if not entry or not pair or entry == pair:
-        return None
-    return {parts[0]: parts[1] for item in s.split(entry) if pair in item for parts in [item.split(pair)]}
-
-
-def _split_to_map_in_spark(args: list[str]) -> str:
-    text, entry, pair = args
-    entries = f"filter({_split_in_spark([text, entry])}, {_ITEM} -> {_ITEM} != '' AND instr({_ITEM}, {pair}) > 0)"
-    parts = _split_in_spark([_ITEM, pair])
-    made = f"map_from_entries(transform({entries}, {_ITEM} -> named_struct('k', {parts}[0], 'v', {parts}[1])))"
-    return f"(CASE WHEN {entry} != '' AND {pair} != '' AND {entry} != {pair} THEN {made} END)"
-
-
-_ITEM = "millpond_item"
-"""The lambda variable of a function's own higher-order Spark SQL (no column is read inside it)."""
-
-
-def _chr(code: int) -> str | None:
-    """ksqlDB's CHR: the character of a Unicode code point; NULL outside them, and (unlike
-    ksqlDB's, which gives half of a UTF-16 pair no text can hold) for a surrogate."""
-    return chr(code) if 0 <= code <= 0x10FFFF and not 0xD800 <= code <= 0xDFFF else None
-
-
-def _chr_in_spark(args: list[str]) -> str:
-    """CHR in Spark SQL: the code point's UTF-16 units (a pair beyond the BMP) in hexadecimal,
-    decoded."""
-    code = f"CAST({args[0]} AS INT)"
-    beyond = f"({code} - 65536)"
-    units = (f"CASE WHEN {code} < 65536 THEN lpad(hex({code}), 4, '0') "
-             f"ELSE concat(hex(55296 + shiftright({beyond}, 10)), hex(56320 + ({beyond} & 1023))) END")
-    return (f"(CASE WHEN {code} BETWEEN 0 AND 1114111 AND NOT {code} BETWEEN 55296 AND 57343 "
-            f"THEN decode(unhex({units}), 'UTF-16BE') END)")
-
-
-_URL_KEPT = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.*")
-
-
-def _url_encode(s: str) -> str:
-    """ksqlDB's URL_ENCODE_PARAM as Java's ``URLEncoder`` (Spark's ``url_encode``): letters,
-    digits and ``-_.*`` kept, a space ``+``, the rest its UTF-8 bytes as ``%XX``."""
-    return "".join(c if c in _URL_KEPT else "+" if c == " " else "".join(f"%{b:02X}" for b in c.encode())
-                   for c in s)
-
-
-def _java_hex_digit(c: str) -> int | None:
-    """Java's ``Character.digit(c, 16)``: a decimal digit of any script, or A-F in ASCII or
-    full width, in either case."""
-    if c in "abcdefABCDEF" or "\uff21" <= c <= "\uff26" or "\uff41" <= c <= "\uff46":
-        return (ord(c) - (0xFF21 if c >= "\uff21" else ord("A"))) % 32 + 10
-    return unicodedata.decimal(c, None)
-
-
-def _java_hex_byte(text: str) -> int | None:
-    """Java's ``Integer.parseInt`` of two characters in base 16 (a sign and one digit too), or
-    None where it raises or gives a negative number (``URLDecoder``'s faults)."""
-    sign, digits = (text[0], text[1:]) if text[0] in "+-" else ("+", text)
-    values = [_java_hex_digit(c) for c in digits]
-    if not values or None in values:
-        return None
-    value = sum(v * 16 ** i for i, v in enumerate(reversed(values)))
-    return value if sign == "+" or value == 0 else None
-
-
-def _url_decode(s: str) -> str | None:
-    """ksqlDB's URL_DECODE_PARAM as Java's ``URLDecoder`` (Spark's ``try_url_decode``): ``+`` a
-    space, each run of ``%XX`` the text of its bytes in UTF-8 (a fault each a replacement
-    character), the rest as it is; NULL for a ``%`` not followed by a byte (where ksqlDB's fails)."""
-    out, at = [], 0
-    while at < len(s):
-        if s[at] == "+":
-            out.append(" ")
-            at += 1
-        elif s[at] == "%":
-            run = bytearray()
-            while at + 2 < len(s) and s[at] == "%":
-                byte = _java_hex_byte(s[at + 1:at + 3])
-                if byte is None:
-                    return None
-                run.append(byte)
-                at += 3
-            if at < len(s) and s[at] == "%":
-                return None
-            out.append(run.decode("utf-8", "replace"))
-        else:
-            out.append(s[at])
-            at += 1
-    return "".join(out)
-
-
 MASKS = ("X", "x", "n", "-")
 """MASK's replacements of an upper-case letter, a lower-case one, a digit and any other
 character, by default (ksqlDB's)."""
@@ -485,12 +375,12 @@ FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
     ScalarFunction("CONCAT_WS", ("string", "string"), variadic="string", spark="concat_ws", python=_concat_ws),
     ScalarFunction("INITCAP", ("string",), spark="initcap", python=_strict(_initcap)),
     ScalarFunction("SPLIT", ("string", "string"), result=lambda _: SqlType("ARRAY", (VARCHAR,)),
-                   spark_of=_split_in_spark, python=_strict(_split)),
+                   spark_of=texts.split_in_spark, python=_strict(texts.split)),
     ScalarFunction("SPLIT_TO_MAP", ("string", "string", "string"), result=lambda _: SqlType("MAP", (VARCHAR, VARCHAR)),
-                   spark_of=_split_to_map_in_spark, python=_strict(_split_to_map)),
-    ScalarFunction("CHR", ("integer",), spark_of=_chr_in_spark, python=_strict(_chr)),
-    ScalarFunction("URL_ENCODE_PARAM", ("string",), spark="url_encode", python=_strict(_url_encode)),
-    ScalarFunction("URL_DECODE_PARAM", ("string",), spark="try_url_decode", python=_strict(_url_decode)),
+                   spark_of=texts.split_to_map_in_spark, python=_strict(texts.split_to_map)),
+    ScalarFunction("CHR", ("integer",), spark_of=texts.chr_in_spark, python=_strict(texts.code_point)),
+    ScalarFunction("URL_ENCODE_PARAM", ("string",), spark="url_encode", python=_strict(texts.url_encode)),
+    ScalarFunction("URL_DECODE_PARAM", ("string",), spark="try_url_decode", python=_strict(texts.url_decode)),
     ScalarFunction("MASK", ("string",), optional=("string",) * 4, spark_of=_mask_in_spark, python=_mask,
                    refuses=_mask_refusal("MASK", 1)),
     *(ScalarFunction(name, ("string", "integer"), optional=("string",) * 4, spark_of=_mask_end_in_spark(name),
@@ -503,10 +393,8 @@ FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
                    python=_strict(json_paths.json_array_length)),
     ScalarFunction("JSON_KEYS", ("string",), result=lambda _: SqlType("ARRAY", (VARCHAR,)), spark="json_object_keys",
                    python=_strict(json_paths.json_object_keys)),
-    ScalarFunction("TO_JSON_STRING", ("any",), spark_of=json_paths.to_json_in_spark, python=json_paths.to_json_string,
-                   typed=True, refuses=lambda args, types: None if not holds(types[0], frozenset({"TIME"})) else (
-                       f"TO_JSON_STRING cannot write a TIME (Spark's to_json has none): CAST it to VARCHAR, as in "
-                       f"TO_JSON_STRING(CAST({to_sql(args[0])} AS VARCHAR))")),
+    ScalarFunction("TO_JSON_STRING", ("any",), spark_of=json_text.to_json_in_spark, python=json_text.to_json_string,
+                   typed=True, refuses=json_text.refusal),
     ScalarFunction("REGEXP_EXTRACT", ("string", "string"), optional=("integer",),
                    spark_of=regexes.extract_in_spark,
                    python=_strict(regexes.regexp_extract), refuses=regexes.extract_refusal("REGEXP_EXTRACT")),

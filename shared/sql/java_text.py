@@ -32,3 +32,17 @@ def java_double_text(number: float) -> str:
     else:
         plain = f"{text[0]}.{text[1:] or '0'}E{point - 1}"
     return ("-" if sign else "") + plain
+
+
+def java_string(text: str) -> str:
+    """Text as a Java string that Spark holds again as UTF-8 has it: a pair of UTF-16 halves the
+    character they make, a lone half ``?`` (``String.getBytes``)."""
+    if not any("\ud800" <= c <= "\udfff" for c in text):
+        return text
+    joined = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+    return "".join("?" if "\ud800" <= c <= "\udfff" else c for c in joined)
+
+
+def utf16_units(text: str) -> str:
+    """Text as Java indexes it: each character beyond the BMP as its two UTF-16 halves."""
+    return "".join(c if c <= "\uffff" else "".join(map(chr, utf16_halves(c))) for c in text)

@@ -266,7 +266,8 @@ def resolve_join(query: ast.Query, stream: DataSource, tables: tuple[DataSource,
     return ResolvedJoin(stream_prefix, prefixes, scope, with_widths(tuple(items), scope), with_widths(where, scope),
                         stream_key,
                         to_spark(_unjoined(stream_key, stream_prefix), stream_scope), tuple(table_keys), key_item,
-                        tuple(conditions), owners, foreign_key, partial(_map_columns, rename=name_of), tuple(step_keys),
+                        tuple(conditions), owners, foreign_key, partial(_map_columns, rename=name_of),
+                        with_widths(tuple(step_keys), scope),
                         tuple(steps), tuple(foreign_keys))
 
 

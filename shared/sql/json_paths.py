@@ -17,8 +17,6 @@ wildcards (``*``), whose writing depends on how many values match, are refused.
 
 from __future__ import annotations
 
-import base64
-import datetime
 import functools
 import math
 import re
@@ -26,9 +24,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
-from millpond.shared.sql.ast import SqlType
-from millpond.shared.sql.java_text import java_double_text, utf16_halves
-from millpond.shared.sql.kinds import fitted_decimal
+from millpond.shared.sql.java_text import java_double_text, java_string, utf16_halves
 
 MAX_DEPTH = 1000
 """Jackson's deepest nesting (``StreamReadConstraints``): deeper text does not read."""
@@ -213,17 +209,17 @@ class _Reader:
                 else:
                     closings.append(closing)
                     if closing == "}":
-                        out.append(_quoted(self.name()) + ":")
+                        out.append(quoted(self.name()) + ":")
                     token = self.value()
                     continue
             elif not isinstance(out, _Discarded):
                 kind, text = token
-                out.append(_quoted(text) if kind == "string" else _number_text(text) if kind == "number" else text)
+                out.append(quoted(text) if kind == "string" else _number_text(text) if kind == "number" else text)
             while closings:  # after a value: the next item, or the end of containers
                 if not self.close_or_comma(closings[-1]):
                     out.append(",")
                     if closings[-1] == "}":
-                        out.append(_quoted(self.name()) + ":")
+                        out.append(quoted(self.name()) + ":")
                     break
                 out.append(closings.pop())
             if not closings:
@@ -247,7 +243,7 @@ def _number_text(text: str) -> str:
     return f'"{java_double_text(number)}"' if math.isinf(number) else java_double_text(number)
 
 
-def _quoted(text: str, halves: bool = True) -> str:
+def quoted(text: str, halves: bool = True) -> str:
     """A string as Jackson's generator writes it: ``"`` and ``\\`` escaped, control characters
     as their short escapes or ``\\u00XX``, and (writing UTF-8 bytes, ``halves``) each UTF-16
     half of a character beyond the BMP (or a lone one) as ``\\uXXXX``; writing characters, such
@@ -344,15 +340,6 @@ def json_array_length(text: str) -> int | None:
         return None
 
 
-def _java_utf8(name: str) -> str:
-    """A Java string as Spark's ``UTF8String.fromString`` keeps it: a pair of UTF-16 halves the
-    character they make, a lone half ``?``."""
-    if not any("\ud800" <= c <= "\udfff" for c in name):
-        return name
-    joined = name.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
-    return "".join("?" if "\ud800" <= c <= "\udfff" else c for c in joined)
-
-
 def json_object_keys(text: str) -> list[str] | None:
     """JSON_KEYS: the names of the object the text starts with, in order, each time it is given
     (Spark's ``json_object_keys``); NULL for other values and for text that does not read."""
@@ -363,7 +350,7 @@ def json_object_keys(text: str) -> list[str] | None:
         keys = []
         if not reader.first_or_close("}"):
             while True:
-                keys.append(_java_utf8(reader.name()))
+                keys.append(java_string(reader.name()))
                 reader.skip(reader.value())
                 if reader.close_or_comma("}"):
                     break
@@ -371,55 +358,3 @@ def json_object_keys(text: str) -> list[str] | None:
     except (_Unreadable, RecursionError):
         return None
 
-
-TO_JSON_OPTIONS = "map('ignoreNullFields', 'false', 'timestampFormat', 'yyyy-MM-dd\\'T\\'HH:mm:ss.SSS')"
-"""Spark's ``to_json`` options for TO_JSON_STRING: a STRUCT's NULL fields written (``null``, as
-ksqlDB's), a TIMESTAMP as ksqlDB writes it (UTC, milliseconds, no zone)."""
-
-
-def to_json_in_spark(args: list[str]) -> str:
-    """TO_JSON_STRING in Spark SQL: ``to_json`` writes a STRUCT, a MAP or an ARRAY, so the value is
-    written as an ARRAY's one item and taken out of its brackets."""
-    written = f"to_json(array({args[0]}), {TO_JSON_OPTIONS})"
-    return f"substring({written}, 2, char_length({written}) - 2)"
-
-
-def _written_key(key: Any) -> str:
-    """A MAP key as Spark writes it as a field name (its text; a BOOLEAN's in lower case)."""
-    return ("true" if key else "false") if isinstance(key, bool) else str(key)
-
-
-def to_json_string(value: Any, type_: SqlType) -> str:
-    """TO_JSON_STRING: a value of ``type_`` as Spark's ``to_json`` writes it (``TO_JSON_OPTIONS``):
-    numbers as Java writes them (a DOUBLE's ``1.0E10``; NaN and the infinities quoted; a DECIMAL's
-    digits to its scale, ``1E-8`` where Java's BigDecimal writes it so), a TIMESTAMP
-    ``"yyyy-MM-ddTHH:mm:ss.SSS"``, a DATE ``"yyyy-MM-dd"``, BYTES in base64, a STRUCT's fields in
-    their order, a MAP's entries as an object's, NULL ``null``."""
-    if value is None:
-        return "null"
-    base = type_.base
-    if base == "BOOLEAN":
-        return "true" if value else "false"
-    if base in ("INT", "BIGINT"):
-        return str(value)
-    if base == "DOUBLE":
-        text = java_double_text(float(value))
-        return f'"{text}"' if not math.isfinite(value) else text
-    if base == "DECIMAL":
-        exact = fitted_decimal(value, *type_.params)
-        return "null" if exact is None else str(exact.copy_abs() if exact.is_zero() else exact)
-    if base == "TIMESTAMP":
-        t = datetime.datetime.fromisoformat(value)
-        return (f'"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}.'
-                f'{t.microsecond // 1000:03d}"')
-    if base == "BYTES":
-        return f'"{base64.b64encode(value).decode()}"'
-    if base == "ARRAY":
-        return "[" + ",".join(to_json_string(item, type_.params[0]) for item in value) + "]"
-    if base == "MAP":
-        return "{" + ",".join(f"{_quoted(_written_key(k), halves=False)}:{to_json_string(v, type_.params[1])}"
-                              for k, v in value.items()) + "}"
-    if base == "STRUCT":
-        return "{" + ",".join(f"{_quoted(name, halves=False)}:{to_json_string(value.get(name), field)}"
-                              for name, field in type_.params) + "}"
-    return _quoted(str(value), halves=False)  # VARCHAR; a DATE's ISO text is Spark's yyyy-MM-dd

@@ -149,3 +149,16 @@ MAX_PADDED_CHARS = 1 << 20
 NULL): a Kafka record holds at most 1 MB by default, and a length of 2^31 - 1 once built a
 21 GB string on the router's loop; REPLACE of each character of a long text by a 60 KB one
 would build 60 GB."""
+
+
+def spark_once(value: str, body: Callable[[str], str], name: str = "millpond_value") -> str:
+    """Spark SQL of ``body`` of the Spark SQL ``value``, which it may read several times, with
+    ``value`` computed once (RANDOM's one value throughout): a lambda over a one-item ARRAY, its
+    variable ``name``, whose body reads no column (a column of that name would not be read)."""
+    return f"element_at(transform(array({value}), {name} -> {body(name)}), 1)"
+
+
+def java_decimal_text(exact: Decimal) -> str:
+    """A DECIMAL's text as Java's BigDecimal writes it (Spark's CAST and ``to_json``): its scale's
+    digits, ``1E-8`` where Java's writes it so, no negative zero."""
+    return str(exact.copy_abs() if exact.is_zero() else exact)

@@ -1,6 +1,7 @@
 """A pull query over a stream against the real broker: it reads each partition from its beginning
 to where it ended when the pull began (read_committed: an open transaction's records and every
-record written afterwards left out), an empty partition too, and ends there."""
+record written afterwards left out), an empty partition too, and ends there; a consistency token
+ahead of a partition's end is waited for."""
 
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ async def test_a_pull_over_a_stream_reads_each_partition_to_where_it_ended_when_
 
         scans.append(everything := scan(meta, "SELECT k, v FROM scanned WHERE v <> 3 AND ROWTIME > 0;", kafka))
         await everything.start()
-        rows = await asyncio.wait_for(_all(everything.rows_to_end(), written_after_the_start), 30)
+        rows = await asyncio.wait_for(_all(everything.rows_to_end({}), written_after_the_start), 30)
         assert sorted(rows, key=lambda r: r[1]) == [["k0", 0], ["k1", 1], ["k2", 2], ["k4", 4], ["k10", 10], ["k11", 11],
                                                     ["k12", 12]]
         assert [r[1] for r in rows if r[1] < 10] == [0, 1, 2, 4], "each partition in offset order"
@@ -75,7 +76,16 @@ async def test_a_pull_over_a_stream_reads_each_partition_to_where_it_ended_when_
 
         scans.append(limited := scan(meta, "SELECT v FROM scanned WHERE v >= 1 LIMIT 2;", kafka))
         await limited.start()
-        assert len(await asyncio.wait_for(_all(limited.rows_to_end()), 30)) == 2
+        assert len(await asyncio.wait_for(_all(limited.rows_to_end({})), 30)) == 2
+
+        # A consistency token ahead of a partition's end: the pull waits until the record is there.
+        scans.append(waiting := scan(meta, "SELECT v FROM scanned WHERE v >= 20;", kafka))
+        await waiting.start()
+        reading = asyncio.ensure_future(_all(waiting.rows_to_end({2: 1})))
+        await asyncio.sleep(0.5)
+        assert not reading.done(), "the pull read before its partition reached the token's offset"
+        await producer.send_and_wait(TOPIC, json.dumps({"V": 20}).encode(), key=b"k20", partition=2)
+        assert await asyncio.wait_for(reading, 30) == [[20]]
 
         await open_transaction.commit_transaction()
         # The commit's markers reach the partition just after the commit returns: a pull reads
@@ -84,11 +94,11 @@ async def test_a_pull_over_a_stream_reads_each_partition_to_where_it_ended_when_
         for _ in range(50):
             scans.append(again := scan(meta, "SELECT v FROM scanned;", kafka))
             await again.start()
-            values = sorted(r[0] for r in await asyncio.wait_for(_all(again.rows_to_end()), 30))
+            values = sorted(r[0] for r in await asyncio.wait_for(_all(again.rows_to_end({})), 30))
             if 99 in values:
                 break
             await asyncio.sleep(0.1)
-        assert values == [0, 1, 2, 3, 4, 5, 10, 11, 12, 99], "the committed transaction and the later record now"
+        assert values == [0, 1, 2, 3, 4, 5, 10, 11, 12, 20, 99], "the committed transaction and the later record now"
     finally:
         for each in scans:
             await each.stop()

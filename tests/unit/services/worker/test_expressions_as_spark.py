@@ -927,29 +927,39 @@ def test_split_to_map_chr_and_url_params_answer_as_sparks(spark: SparkSession) -
     an empty one or the two the same), CHR (NULL outside the code points and for a surrogate, a
     BIGINT's low 32 bits), URL_ENCODE_PARAM and URL_DECODE_PARAM as Java's ``URLEncoder`` and
     ``URLDecoder`` (a sign or a digit of another script in an escape, bytes that are no UTF-8, a
-    ``%`` without a byte: NULL)."""
-    texts = ["SPLIT_TO_MAP(a, b, c)", "CHR(i)", "CHR(l)", "URL_ENCODE_PARAM(a)", "URL_DECODE_PARAM(a)",
-             "URL_DECODE_PARAM(URL_ENCODE_PARAM(a))"]
+    ``%`` without a byte, a digit beyond the BMP, two UTF-16 units to Java: NULL). The columns are
+    named as the lambda variables of the Spark SQL (which reads no argument inside a lambda)."""
+    texts = ["SPLIT_TO_MAP(a, millpond_value, millpond_item)", "CHR(i)", "CHR(l)", "URL_ENCODE_PARAM(a)",
+             "URL_DECODE_PARAM(a)", "URL_DECODE_PARAM(URL_ENCODE_PARAM(a))", "TO_JSON_STRING(millpond_value)",
+             "CHR(LEN(millpond_item) + i)"]
     draw = random.Random(7)
     pieces = ["a", "=", ",", "", ".*", "\\E", "k", "é", "😀", "+", "%", "%41", "%c3%A9", "%+4", "%-1", "%-0", "%\uff14\uff11",
-              "%F0%9F", "%ZZ", " ", "~", "*", "/", "%C3", "%e2%82%ac"]
+              "%F0%9F", "%ZZ", " ", "~", "*", "/", "%C3", "%e2%82%ac", "\U0001d7cf", "%4"]
     rows = [("".join(draw.choice(pieces) for _ in range(draw.randint(0, 8))), draw.choice([None, ",", "", "=", ".*", "\\E"]),
              draw.choice([None, "=", "", ",", "+"]), draw.choice([None, 0, 65, 233, 0xD800, 0xDFFF, 0xE000, 0xFFFF, 0x10000,
                                                                  0x1F600, 0x10FFFF, 0x110000, -1]),
              draw.choice([None, 2**32 + 75, -(2**32) + 0x1F600, 2**40])) for _ in range(150)]
     rows += [("a=1,,b=2=3,c,a=4,=5", ",", "=", 75, 75), (None, ",", "=", None, None)]
-    columns = Scope("T", {"A": ast.SqlType("VARCHAR"), "B": ast.SqlType("VARCHAR"), "C": ast.SqlType("VARCHAR"),
-                          "I": ast.SqlType("INT"), "L": ast.SqlType("BIGINT")})
+    columns = Scope("T", {"A": ast.SqlType("VARCHAR"), "MILLPOND_VALUE": ast.SqlType("VARCHAR"),
+                          "MILLPOND_ITEM": ast.SqlType("VARCHAR"), "I": ast.SqlType("INT"), "L": ast.SqlType("BIGINT")})
     exprs = [with_widths(expression(text), columns) for text in texts]
-    frame = spark.createDataFrame(rows, "A STRING, B STRING, C STRING, I INT, L BIGINT")
+    frame = spark.createDataFrame(rows, "A STRING, MILLPOND_VALUE STRING, MILLPOND_ITEM STRING, I INT, L BIGINT")
     results = frame.selectExpr(*(f"{to_spark(e, columns)} AS c{i}" for i, e in enumerate(exprs)))
     assert [spark_type_name(f.dataType) for f in results.schema.fields] == [str(check(e, columns)) for e in exprs]
     differing = [(row, text, python, answer[i]) for row, answer in zip(rows, results.collect(), strict=True)
                  for i, (text, e) in enumerate(zip(texts, exprs, strict=True))
                  if not same(python := evaluate(e, dict(zip(columns.schema, row, strict=True))), answer[i])]
     assert differing == []
-    assert evaluate(exprs[0], {"A": "a=1,,b=2=3,c,a=4,=5", "B": ",", "C": "="}) == {"a": "4", "b": "2", "": "5"}
+    assert evaluate(exprs[0], {"A": "a=1,,b=2=3,c,a=4,=5", "MILLPOND_VALUE": ",", "MILLPOND_ITEM": "="}) == {
+        "a": "4", "b": "2", "": "5"}
     assert evaluate(exprs[4], {"A": "%-1"}) is None and evaluate(exprs[4], {"A": "%+41"}) == "\x041"
+    assert evaluate(exprs[4], {"A": "%4\U0001d7cf"}) is None, "a digit beyond the BMP is two UTF-16 units to Java"
+    # A lone UTF-16 half, which Spark's text holds as ``?``, is ``?`` here too.
+    assert evaluate(exprs[3], {"A": "a\ud83d"}) == "a%3F" and evaluate(exprs[6], {"MILLPOND_VALUE": "a\ud83d"}) == '"a?"'
+    # A value computed once, not once per place the Spark SQL reads it.
+    once = [with_widths(expression(text), NO_COLUMNS) for text in ("TO_JSON_STRING(RANDOM())", "CHR(CAST(RANDOM() * 50000 AS INT))")]
+    random_json, random_chr = as_spark(spark, once)
+    assert 0 <= float(random_json) < 1 and len(random_chr or "x") == 1
 
 
 def test_to_json_string_writes_values_as_sparks_to_json(spark: SparkSession) -> None:

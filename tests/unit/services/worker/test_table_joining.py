@@ -427,6 +427,24 @@ def test_a_stream_stage_before_the_last_writes_its_rows_keyed_by_the_next_expres
         (8, {**pair, "L_K": "b", "L_X": 8, "Q_K": None, "Q_Z": None, "_INPUT_ROWTIME": 4_000}, 4_000)]
 
 
+def test_a_stream_stage_keys_its_rows_by_a_next_expression_of_a_function_typed_in_python(tmp_path: Path) -> None:
+    """The next JOIN's expression is evaluated in Python typed as Spark types it: TO_JSON_STRING,
+    whose Python form takes its argument's type (``Call.arg_types``), keys each row (without
+    the type, every row failed and went to the processing log)."""
+    meta, query = _planned("LRT", *STREAMS,
+        "CREATE TABLE t (id VARCHAR PRIMARY KEY, w INT) WITH (kafka_topic='t', partitions=1, value_format='json')",
+        "CREATE STREAM lrt AS SELECT t.id, r.y, t.w FROM l JOIN r WITHIN 1 SECOND ON l.k = r.k "
+        "LEFT JOIN t ON TO_JSON_STRING(STRUCT(x := l.x)) = t.id")
+    stage = {s.name: s for s in stages(query, meta.source("L"), meta.source("LRT"), "svc")}["join-0"]
+    task = StreamJoinTask(WorkerSettings(worker_id="w", state_dir=tmp_path), stage.query, stage.source, stage.sink, 0,
+                          "join-0")
+    results: list[tuple[bytes, bytes, int]] = []
+    bad: list[Any] = []
+    task._process(b"\x00a", b'{"X": 7}', 1_000, 0, results, bad)
+    task._process(b"\x01a", b'{"Y": 2}', 1_200, 1, results, bad)
+    assert bad == [] and [deserialize_key(k, SqlType("VARCHAR")) for k, _, _ in results] == ['{"X":7}']
+
+
 def test_a_foreign_key_the_right_key_cannot_hold_changes_nothing_and_is_logged(tmp_path: Path) -> None:
     meta, query = _planned("AB",
         "CREATE TABLE a (id VARCHAR PRIMARY KEY, b_id BIGINT) WITH (kafka_topic='a', partitions=2, value_format='json')",
