@@ -120,7 +120,8 @@ def describe(metastore: Metastore, stmt: ast.Describe) -> Outcome:
     if not stmt.extended:
         key = "KEY" if source.window is None else f"KEY (Window type: {source.window.kind})"
         rows = [[c.name, str(c.type), key if c.key else ""] for c in source.columns]
-        summary = (f"Name: {source.name} | Type: {source.kind} | Topic: {source.topic} | "
+        kind = f"{source.kind} (SOURCE, read-only)" if source.read_only else source.kind
+        summary = (f"Name: {source.name} | Type: {kind} | Topic: {source.topic} | "
                    f"Status: {metastore.status(source.name)}")
         return Outcome(stmt.text, message=summary, status="",
                        columns=[("FIELD", "VARCHAR"), ("TYPE", "VARCHAR"), ("KEY", "VARCHAR")], rows=rows)

@@ -71,6 +71,13 @@ class Change:
 PSEUDO_COLUMNS = ("ROWTIME", "WINDOWSTART", "WINDOWEND")
 
 
+def _refuse_read_only(target: DataSource) -> None:
+    """INSERT writes no SOURCE stream or table (ksqlDB's ``Cannot insert into read-only``)."""
+    if target.read_only:
+        raise StatementError(f"cannot insert into read-only {target.kind.lower()} {target.name}: it was declared with "
+                             f"CREATE SOURCE {target.kind}, which only its topic's producers write")
+
+
 def _refuse_pseudo_columns(names: Sequence[str]) -> None:
     """StatementError when a declared column takes a pseudo-column's name."""
     if reserved := sorted(set(names) & set(PSEUDO_COLUMNS)):
@@ -160,6 +167,7 @@ class Metastore:
         """The source ``INSERT INTO name VALUES`` writes to: not one a query computes (a
         table's own materializing query, which reads the topic, does not count)."""
         source = self.source(name)
+        _refuse_read_only(source)
         check_not_internal(source.topic, "written")
         writer = self.queries.get(source.query_id or "")
         if writer is not None and writer.kind != "CST":
@@ -302,6 +310,9 @@ class Metastore:
 
     def _create_source(self, stmt: ast.CreateSource, partitions: int | None) -> Change:
         existing = self._existing(stmt.name, stmt.kind, stmt.if_not_exists, stmt.or_replace)
+        if stmt.or_replace and (stmt.read_only or (existing is not None and existing.read_only)):
+            raise StatementError(f"cannot replace {stmt.kind.lower()} {stmt.name}: CREATE OR REPLACE is not supported on "
+                                 f"SOURCE {stmt.kind.lower()}s (ksqlDB's rule); DROP it first, then CREATE it again")
         if existing is not None and stmt.if_not_exists:
             return Change(f"{stmt.kind.title()} {stmt.name} already exists")
         source = self._declared_source(stmt, partitions)
@@ -371,7 +382,7 @@ class Metastore:
             stmt.kind, stmt.name, columns, str(props["kafka_topic"]), int(props.get("partitions", partitions or 1)),
             key_format, str(props["value_format"]).upper(),
             value_delimiter=str(props.get("value_delimiter", ",")), timestamp=check_timestamp(props, columns),
-            timestamp_format=props.get("timestamp_format"), spellings=stmt.spellings,
+            timestamp_format=props.get("timestamp_format"), spellings=stmt.spellings, read_only=stmt.read_only,
         )
 
     def _query_id(self, prefix: str, name: str = "") -> str:
@@ -424,6 +435,7 @@ class Metastore:
         target = self.source(stmt.target)
         if target.kind != "STREAM":
             raise StatementError(f"INSERT INTO ... SELECT writes a STREAM; {target.name} is a {target.kind}")
+        _refuse_read_only(target)
         check_not_internal(target.topic, "written")
         source = self.source(stmt.query.source)
         if source.name == target.name:
@@ -497,7 +509,8 @@ def _check_replacement(old: DataSource, new: DataSource) -> None:
 
 
 _UNSET_NEWER: dict[str, Any] = {"window": None, "event_time": None, "timestamp_format": None, "join": None,
-                                 "having": None, "step": 0, "regrouped": None, "types": ()}
+                                 "having": None, "step": 0, "regrouped": None, "types": (),
+                                 "read_only": False}
 """Fields added after the first release, and their unset value: unset, they stay out of the
 digest, so a definition that does not use them hashes as it did before they existed."""
 

@@ -83,6 +83,8 @@ class DataSource:
     """A declared source's unquoted names, at any depth, as its CREATE statement writes them
     where not in upper case (``ast.CreateSource.spellings``): a JSON record is parsed by them
     first, as its producers likely write the keys."""
+    read_only: bool = False
+    """Declared with CREATE SOURCE (ksqlDB's): no INSERT writes it, only its topic's producers."""
 
     @property
     def key_columns(self) -> tuple[Column, ...]:

@@ -288,6 +288,8 @@ class CreateSource(Statement):
     """How the statement writes each unquoted column and STRUCT field name that it does not
     write in upper case (the first time it writes it): (the name, its text), ``("SENSORID",
     "sensorId")``. Producers usually write a JSON key as the statement does."""
+    read_only: bool = field(default=False, repr=False)
+    """``CREATE SOURCE STREAM|TABLE`` (ksqlDB's): no INSERT writes it, only its topic's producers."""
 
 
 @dataclass(frozen=True)

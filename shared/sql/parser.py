@@ -397,6 +397,10 @@ class _ToAst(Transformer[Token, Any]):
         return ast.CreateSource(kind=kind, name=name, columns=columns, properties=_lower_keys(props),
                                 or_replace=or_replace, if_not_exists=if_not_exists)
 
+    def create_read_only(self, *args: Any) -> ast.CreateSource:
+        """``CREATE SOURCE STREAM|TABLE``: read-only (ksqlDB's)."""
+        return replace(self.create_source(*args), read_only=True)
+
     def create_as_select(self, or_replace: bool, kind: str, if_not_exists: bool, name: str, *rest: Any) -> ast.CreateAsSelect:
         props = rest[0] if len(rest) == 2 else {}
         return ast.CreateAsSelect(kind=kind, name=name, properties=_lower_keys(props), query=rest[-1],

@@ -237,6 +237,27 @@ def test_a_pull_over_a_stream_answers_with_the_records_it_holds_and_ends(small_c
     assert "GROUP BY, HAVING, WINDOW and PARTITION BY need a persistent" in refused.stderr, refused.stderr
 
 
+def test_a_source_table_is_read_only_and_pulled_from_what_its_topic_holds(small_cluster: LocalCluster) -> None:
+    """CREATE SOURCE TABLE (ksqlDB's): its topic's records (written here through a stream over the
+    same topic) are materialized and pulled; INSERT into it is refused, and so is CREATE OR REPLACE."""
+    topic = f"rates-{small_cluster.service_id}"
+    sql(small_cluster.router, "-e", f"CREATE SOURCE TABLE rates (currency VARCHAR PRIMARY KEY, rate DOUBLE) "
+                                    f"WITH (kafka_topic='{topic}', partitions=1, value_format='json');"
+                                    f"CREATE STREAM rate_feed (currency VARCHAR KEY, rate DOUBLE) "
+                                    f"WITH (kafka_topic='{topic}', partitions=1, value_format='json');"
+                                    "INSERT INTO rate_feed (currency, rate) VALUES ('EUR', 1.1);"
+                                    "INSERT INTO rate_feed (currency, rate) VALUES ('EUR', 1.2);")
+    want = {"EUR": ["EUR", 1.2]}
+    assert pull_until(small_cluster, "SELECT * FROM rates;", want) == want
+    refused = sql(small_cluster.router, "-e", "INSERT INTO rates (currency, rate) VALUES ('USD', 1.0);", check=False)
+    assert "cannot insert into read-only table RATES" in " ".join(refused.stderr.split()), refused.stderr
+    replaced = sql(small_cluster.router, "-e", f"CREATE OR REPLACE TABLE rates (currency VARCHAR PRIMARY KEY, rate DOUBLE) "
+                                               f"WITH (kafka_topic='{topic}', partitions=1, value_format='json');", check=False)
+    assert "CREATE OR REPLACE is not supported on SOURCE tables" in " ".join(replaced.stderr.split()), replaced.stderr
+    described = sql(small_cluster.router, "-e", "DESCRIBE rates;")
+    assert "TABLE (SOURCE, read-only)" in described.stdout, described.stdout
+
+
 def test_alter_table_adds_a_column_its_materialization_stores_and_pulls_read(small_cluster: LocalCluster) -> None:
     """ALTER TABLE ... ADD COLUMN on a table whose materialization runs: the rows before it pull
     with NULL there, a row inserted after it with its value."""

@@ -16,6 +16,19 @@ def test_create_stream_upper_cases_identifiers_and_reads_properties() -> None:
     assert stmt.properties == {"kafka_topic": "readings", "partitions": 8, "value_format": "json"}
 
 
+def test_create_source_declares_a_read_only_stream_or_table_and_source_stays_a_name() -> None:
+    """``CREATE [OR REPLACE] SOURCE STREAM|TABLE`` (ksqlDB's) is read-only; SOURCE is a word only
+    there (a stream or a column may be named SOURCE); a query's result is never SOURCE."""
+    for kind in ("STREAM", "TABLE"):
+        stmt = parse_statement(f"CREATE SOURCE {kind} s (id INT {'KEY' if kind == 'STREAM' else 'PRIMARY KEY'}) "
+                               "WITH (kafka_topic='s', value_format='json')")
+        assert isinstance(stmt, ast.CreateSource) and stmt.read_only and stmt.kind == kind
+    plain = parse_statement("CREATE TABLE source (source INT PRIMARY KEY) WITH (kafka_topic='s', value_format='json')")
+    assert isinstance(plain, ast.CreateSource) and not plain.read_only and plain.name == "SOURCE"
+    with pytest.raises(StatementError, match="unexpected 'AS'"):
+        parse_statement("CREATE SOURCE TABLE t AS SELECT * FROM s")
+
+
 def test_quoted_identifiers_keep_their_case() -> None:
     stmt = parse_statement('SELECT `MixedCase` FROM "Tbl"')
     assert isinstance(stmt, ast.Query)

@@ -693,3 +693,13 @@ EXPLAIN CREATE TABLE user_texts AS SELECT id, CONVERT_TZ(seen, 'UTC', 'Asia/Toky
 SELECT CONVERT_TZ(seen, 'UTC', 'PST') AS t FROM users WHERE id = 'a';
 SELECT CHR(name) AS c FROM users WHERE id = 'a';
 EXPLAIN CREATE TABLE user_json AS SELECT id, IS_JSON_STRING(name) AS is_json, JSON_ARRAY_LENGTH(name) AS n, JSON_KEYS(name) AS keys, TO_JSON_STRING(STRUCT(name := name, born := born, seen := seen, score := score)) AS doc FROM users;
+-- CREATE SOURCE STREAM|TABLE (ksqlDB's): read-only; a SOURCE table is materialized for pulls as any declared table.
+CREATE SOURCE TABLE rates (currency VARCHAR PRIMARY KEY, rate DOUBLE) WITH (kafka_topic='rates', partitions=2, value_format='json');
+CREATE SOURCE STREAM trades (id VARCHAR KEY, currency VARCHAR, amount DOUBLE) WITH (kafka_topic='trades', partitions=2, value_format='json');
+DESCRIBE rates;
+INSERT INTO rates (currency, rate) VALUES ('EUR', 1.1);
+CREATE STREAM trades_copy AS SELECT * FROM trades;
+INSERT INTO trades SELECT * FROM trades_copy;
+CREATE OR REPLACE SOURCE TABLE rates (currency VARCHAR PRIMARY KEY, rate DOUBLE) WITH (kafka_topic='rates', partitions=2, value_format='json');
+CREATE OR REPLACE TABLE rates (currency VARCHAR PRIMARY KEY, rate DOUBLE) WITH (kafka_topic='rates', partitions=2, value_format='json');
+ALTER TABLE rates ADD COLUMN source VARCHAR;
