@@ -510,13 +510,14 @@ def _check_replacement(old: DataSource, new: DataSource) -> None:
 
 _UNSET_NEWER: dict[str, Any] = {"window": None, "event_time": None, "timestamp_format": None, "join": None,
                                  "having": None, "step": 0, "regrouped": None, "types": (),
-                                 "read_only": False}
+                                 "read_only": False, "arg_types": ()}
 """Fields added after the first release, and their unset value: unset, they stay out of the
 digest, so a definition that does not use them hashes as it did before they existed."""
 
 
 _UNSET_NEWER_NESTED: dict[str, Any] = {"within": None, "foreign_key": None, "rekey": None, "step": 0,
-                                        "literals": (), "eager": False, "result": None, "exploded": False}
+                                        "literals": (), "eager": False, "result": None, "exploded": False,
+                                        "read_only": False, "arg_types": ()}
 """The same inside tuples (a join's tables), where the older fields always stayed in."""
 
 

@@ -355,6 +355,21 @@ def test_joins_without_windows_hash_as_they_did_before_stream_stream_joins() -> 
     assert meta.digest() == "d2930da0bae29493dfcf9ccf240f4a240593654373d42d308ef1d49cbe54f8b7"
 
 
+def test_definitions_hash_as_they_did_before_typed_calls_and_source_tables() -> None:
+    """A call's argument types (``Call.arg_types``) and a source's ``read_only`` stay out of the
+    digest while unset: functions in projections, filters, a HAVING and a join's condition, and
+    declared sources, hash as before either existed, so nodes of both releases agree."""
+    meta = _metastore(
+        "CREATE STREAM s (k VARCHAR KEY, x VARCHAR, n INT, d DOUBLE) WITH (kafka_topic='s', partitions=2, value_format='json')",
+        "CREATE TABLE t (id VARCHAR PRIMARY KEY, v INT) WITH (kafka_topic='t', partitions=2, value_format='json')",
+        "CREATE STREAM f AS SELECT k, UCASE(x) AS u, ROUND(d, 2) AS r, SUBSTRING(x, 1, n) AS sub FROM s WHERE LEN(x) > 2",
+        "CREATE TABLE g AS SELECT k, COUNT(*) AS c, SUM(n) AS total FROM s WHERE ABS(n) > 1 GROUP BY k HAVING COUNT(*) > 1",
+        "CREATE STREAM j AS SELECT s.k, LCASE(s.x) AS lx, t.v FROM s LEFT JOIN t ON s.k = t.id WHERE t.v IS NOT NULL",
+        "CREATE TABLE tt AS SELECT id, ABS(v) AS av FROM t")
+    # The digest of the same statements by the code before either (commit 8cd3287).
+    assert meta.digest() == "0918181f36add69da41f6b710ec1b256fd0b98e424cd269cadbcd247bbe7947e"
+
+
 def test_a_stream_stream_join_stamps_event_time_in_its_sides_only() -> None:
     meta = _metastore(
         "CREATE STREAM a (k VARCHAR KEY, ts BIGINT, x INT) "
