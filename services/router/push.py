@@ -210,7 +210,10 @@ class PushQuery:
                 if len(keys) > 1 and None in decoded:  # as the persistent queries' readers: no key
                     raise ValueError("a key of several columns lacks one of them")
                 row.update(zip((c.name for c in keys), decoded, strict=True))
-            row.setdefault("ROWTIME", record.timestamp)  # the pseudo-column, unless a column took the name
+            # the pseudo-columns, unless a column took the name
+            row.setdefault("ROWTIME", record.timestamp)
+            row.setdefault("ROWPARTITION", record.partition)
+            row.setdefault("ROWOFFSET", record.offset)
         except (ValueError, TypeError, AttributeError, UnicodeDecodeError, struct.error, RecursionError) as err:
             self.skipped += 1
             log.debug("push query skipped a record", extra={"query": self.query_id, "offset": record.offset,

@@ -33,7 +33,16 @@ from millpond.shared.sql.ast import SqlType, to_sql
 from millpond.shared.sql.expressions import evaluate, output_name, quote_identifier, spark_literal, to_spark
 from millpond.shared.sql.functions import TEXT_BUILDERS
 from millpond.shared.sql.joins import join_aggregation, plan_join, pre_aggregation
-from millpond.shared.sql.types import TABLE_FUNCTIONS, Scope, check, check_condition, exploded_item, key_typed, with_widths
+from millpond.shared.sql.types import (
+    RECORD_PLACES,
+    TABLE_FUNCTIONS,
+    Scope,
+    check,
+    check_condition,
+    exploded_item,
+    key_typed,
+    with_widths,
+)
 
 SOURCE_PROPERTIES = ("kafka_topic", "partitions", "replicas", "value_format", "key_format", "timestamp", "timestamp_format",
                      "value_delimiter")
@@ -173,6 +182,12 @@ def _rowtime(source: DataSource) -> tuple[Column, ...]:
     return () if ROWTIME in source.schema else (Column(ROWTIME, SqlType("BIGINT")),)
 
 
+def _record_places(source: DataSource) -> tuple[Column, ...]:
+    """ROWPARTITION and ROWOFFSET (``RECORD_PLACES``), for the router's queries over ``source``'s
+    records (unless a column took the name)."""
+    return tuple(Column(name, type_) for name, type_ in RECORD_PLACES.items() if name not in source.schema)
+
+
 def _scope(query: ast.Query, source: DataSource, columns: tuple[Column, ...] | None = None) -> Scope:
     return Scope(source.name, {c.name: c.type for c in columns or source.columns}, query.alias)
 
@@ -208,7 +223,7 @@ def plan_select(query: ast.Query, source: DataSource) -> SelectPlan:
     # A push query, and a pull query over a stream, read records, which carry their timestamp; a
     # pull query over a table reads stored rows.
     records = query.emit_changes or source.kind == "STREAM"
-    scope = _scope(query, source, (*source.row_columns, *(_rowtime(source) if records else ())))
+    scope = _scope(query, source, (*source.row_columns, *((*_rowtime(source), *_record_places(source)) if records else ())))
     columns: list[tuple[str, SqlType]] = []
     exploded: list[int] = []
     for name, expr in _expand(query, source, source.row_columns):

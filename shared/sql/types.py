@@ -16,6 +16,10 @@ from millpond.shared.sql.arrays import MAP_KEY_TYPES
 from millpond.shared.sql.ast import SqlType, to_sql
 from millpond.shared.sql.kinds import INTEGRAL, NUMERIC, common_type, decimal_type
 
+RECORD_PLACES = {"ROWPARTITION": SqlType("INT"), "ROWOFFSET": SqlType("BIGINT")}
+"""ksqlDB's pseudo-columns of a record's partition and offset, which the queries the router answers
+from records read (push queries, pulls over a stream)."""
+
 BOOLEAN = SqlType("BOOLEAN")
 PRIMITIVE = frozenset({"BOOLEAN", "INT", "BIGINT", "DOUBLE", "DECIMAL", "VARCHAR", "BYTES", "TIMESTAMP", "DATE", "TIME"})
 # Casts Spark and the Python evaluator both do the same way.
@@ -52,6 +56,9 @@ class Scope:
         found = self.schema.get(ref.name)
         if found is None:
             columns = f"; its columns are {', '.join(self.schema)}" if self.schema else ""
+            if ref.name in RECORD_PLACES:
+                columns = (f": {' and '.join(RECORD_PLACES)}, a record's partition and offset, are read by push queries "
+                           "and by pull queries over a stream, not by persistent queries or pulls over a table")
             raise NotFoundError(f"column {ref.name} does not exist in {self.source}{columns}")
         return found
 

@@ -1,7 +1,7 @@
 """A pull query over a stream against the real broker: it reads each partition from its beginning
 to where it ended when the pull began (read_committed: an open transaction's records and every
 record written afterwards left out), an empty partition too, and ends there; a consistency token
-ahead of a partition's end is waited for."""
+ahead of a partition's end is waited for; ROWPARTITION and ROWOFFSET are each record's."""
 
 from __future__ import annotations
 
@@ -73,6 +73,10 @@ async def test_a_pull_over_a_stream_reads_each_partition_to_where_it_ended_when_
                                                     ["k12", 12]]
         assert [r[1] for r in rows if r[1] < 10] == [0, 1, 2, 4], "each partition in offset order"
         assert everything.skipped == 1
+
+        scans.append(placed := scan(meta, "SELECT v, ROWPARTITION, ROWOFFSET FROM scanned WHERE ROWOFFSET = 1;", kafka))
+        await placed.start()
+        assert sorted(await asyncio.wait_for(_all(placed.rows_to_end({})), 30)) == [[1, 0, 1], [11, 1, 1]]
 
         scans.append(limited := scan(meta, "SELECT v FROM scanned WHERE v >= 1 LIMIT 2;", kafka))
         await limited.start()

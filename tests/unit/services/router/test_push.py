@@ -86,7 +86,7 @@ def pushed(ddl: str, sql: str, values: list[bytes]) -> tuple[list[list[Any] | No
     stmt = parse_statement(sql)
     assert isinstance(stmt, ast.Query)
     push = PushQuery(plan_select(stmt, meta.source(stmt.source)), RouterSettings().kafka, from_beginning=True)
-    records = [SimpleNamespace(key=b"k%d" % i, value=value, offset=i, timestamp=i) for i, value in enumerate(values)]
+    records = [SimpleNamespace(partition=0, key=b"k%d" % i, value=value, offset=i, timestamp=i) for i, value in enumerate(values)]
     return [next(iter(push._rows(push.plan.source, record)), None) for record in records], push
 
 
@@ -97,7 +97,7 @@ def test_a_push_querys_explode_makes_a_row_of_each_item() -> None:
     ddl = ("CREATE STREAM arrays (k VARCHAR KEY, a ARRAY<INT>, b ARRAY<VARCHAR>) "
            "WITH (kafka_topic='arrays', partitions=1, value_format='json')")
     _, push = pushed(ddl, "SELECT k, EXPLODE(a) AS a, EXPLODE(b) AS b FROM arrays EMIT CHANGES", [])
-    records = [SimpleNamespace(key=b"k%d" % i, value=json.dumps(v).encode(), offset=i, timestamp=i)
+    records = [SimpleNamespace(partition=0, key=b"k%d" % i, value=json.dumps(v).encode(), offset=i, timestamp=i)
                for i, v in enumerate(values)]
     assert [push._rows(push.plan.source, r) for r in records] == [
         [["k0", 1, "x"], ["k0", 2, None], ["k0", 3, None]], [], [["k2", None, "y"], ["k2", None, "z"]]]
@@ -163,7 +163,7 @@ def test_a_key_nested_too_deep_to_decode_is_skipped_and_the_push_goes_on() -> No
     assert isinstance(stmt, ast.Query)
     push = PushQuery(plan_select(stmt, meta.source("PAIRS")), RouterSettings().kafka, from_beginning=True)
     keys = [b"[" * 100_000 + b"]" * 100_000, b'{"A":"x","B":2}']
-    records = [SimpleNamespace(key=key, value=b'{"N":1}', offset=i, timestamp=i) for i, key in enumerate(keys)]
+    records = [SimpleNamespace(partition=0, key=key, value=b'{"N":1}', offset=i, timestamp=i) for i, key in enumerate(keys)]
     assert [push._rows(push.plan.source, record) for record in records] == [[], [["x", 2, 1]]]
     assert push.skipped == 1
 
@@ -185,7 +185,7 @@ def test_a_push_skips_the_keys_the_persistent_queries_set_aside_and_reads_the_ot
         stmt = parse_statement(f"SELECT * FROM {name} EMIT CHANGES")
         assert isinstance(stmt, ast.Query)
         push = PushQuery(plan_select(stmt, meta.source(name)), RouterSettings().kafka, from_beginning=True)
-        records = [SimpleNamespace(key=key, value=b'{"N":1}', offset=i, timestamp=i) for i, key in enumerate(keys)]
+        records = [SimpleNamespace(partition=0, key=key, value=b'{"N":1}', offset=i, timestamp=i) for i, key in enumerate(keys)]
         assert [push._rows(push.plan.source, record) for record in records] == [[] if w is None else [w] for w in want], name
 
 

@@ -703,3 +703,8 @@ INSERT INTO trades SELECT * FROM trades_copy;
 CREATE OR REPLACE SOURCE TABLE rates (currency VARCHAR PRIMARY KEY, rate DOUBLE) WITH (kafka_topic='rates', partitions=2, value_format='json');
 CREATE OR REPLACE TABLE rates (currency VARCHAR PRIMARY KEY, rate DOUBLE) WITH (kafka_topic='rates', partitions=2, value_format='json');
 ALTER TABLE rates ADD COLUMN source VARCHAR;
+-- ROWPARTITION and ROWOFFSET (ksqlDB's): a record's partition and offset, in push queries and pulls over a stream.
+SELECT id, ROWPARTITION, ROWOFFSET FROM trades WHERE ROWOFFSET >= 0 EMIT CHANGES;
+SELECT id, ROWPARTITION AS p FROM trades WHERE ROWPARTITION = 1;
+CREATE STREAM trade_places AS SELECT id, ROWPARTITION AS p FROM trades;
+SELECT currency, ROWOFFSET FROM rates WHERE currency = 'EUR';
