@@ -21,6 +21,7 @@ import asyncio
 import itertools
 import logging
 import struct
+import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -142,22 +143,29 @@ class PushQuery:
         async for row in self._read(self._consumer, None, "the push query"):
             yield row
 
-    async def rows_to_end(self, at_least: Mapping[int, int]) -> AsyncIterator[list[Any]]:
+    async def rows_to_end(self, at_least: Mapping[int, int], wait_s: float = 0.0) -> AsyncIterator[list[Any]]:
         """The result rows of the records each partition holds now, then the end: a pull query over a
         stream (ksqlDB's), read from the beginning to each partition's end as it is when this is
         called (read_committed: its last stable offset, before another writer's open transaction;
         records written afterwards are not read), once each partition's end has reached its
-        ``at_least`` offset (a consistency token's: waited for), in each partition's offset order,
-        until the LIMIT."""
+        ``at_least`` offset (a consistency token's: waited for up to ``wait_s``, then
+        UnavailableError), in each partition's offset order, until the LIMIT."""
         consumer = self._consumer
         assert consumer is not None, "start the query first"
         topic = self.plan.source.topic
         assigned = sorted(consumer.assignment(), key=lambda tp: tp.partition)
+        waited_until = time.monotonic() + wait_s
         try:
             while True:
                 ends: dict[TopicPartition, int] = await consumer.end_offsets(assigned)
-                if all(ends[tp] >= at_least.get(tp.partition, 0) for tp in assigned):
+                behind = next((tp for tp in assigned if ends[tp] < at_least.get(tp.partition, 0)), None)
+                if behind is None:
                     break
+                if time.monotonic() >= waited_until:
+                    raise UnavailableError(
+                        f"partition {behind.partition} of {topic} ends at offset {ends[behind]}, before the consistency "
+                        f"token's {at_least[behind.partition]} (after waiting {wait_s:.1f} s): ask again, or, if the topic "
+                        "was made anew, without that token")
                 await asyncio.sleep(TOKEN_POLL_S)
             consumer.pause(*[tp for tp in assigned if await consumer.position(tp) >= ends[tp]])
         except KafkaError as err:

@@ -33,7 +33,7 @@ class StreamPulls:
                      deadline: float) -> Outcome:
         """The rows of ``stmt`` over the stream ``source``: its records up to each partition's end
         when the pull begins, once that end has reached the token's ``positions`` on its topic
-        (waited for: an INSERT acknowledged before is read). Its rows are bounded as a table's
+        (waited for, as long as a table pull's copy waits: an INSERT acknowledged before is read). Its rows are bounded as a table's
         scan's (``max_rows_per_response``) and by the response's size (``max_message_bytes``),
         the read by ``deadline``."""
         plan = plan_select(stmt, source)
@@ -45,12 +45,13 @@ class StreamPulls:
                                    "max_push_queries); try another router or later")
         scan = PushQuery(plan, self.settings.kafka, from_beginning=True, query_id=f"PULL_{next(_ids)}")
         at_least = {partition: offset for (topic, partition), offset in positions.items() if topic == source.topic}
+        wait_s = min(deadline - time.monotonic(), self.settings.pull_host_timeout_ms / 1000)  # as a table pull's copies
         rows, held = HeldRows(self.settings.max_rows_per_response), 0
 
         async def read() -> None:
             nonlocal held
             await scan.start()
-            async for row in scan.rows_to_end(at_least):
+            async for row in scan.rows_to_end(at_least, wait_s):
                 rows.add(1)
                 held += row_bytes(row)
                 if held > self.settings.max_message_bytes:

@@ -311,8 +311,9 @@ class Metastore:
     def _create_source(self, stmt: ast.CreateSource, partitions: int | None) -> Change:
         existing = self._existing(stmt.name, stmt.kind, stmt.if_not_exists, stmt.or_replace)
         if stmt.or_replace and (stmt.read_only or (existing is not None and existing.read_only)):
+            advice = "DROP it first, then CREATE it again" if existing is not None else "leave out OR REPLACE"
             raise StatementError(f"cannot replace {stmt.kind.lower()} {stmt.name}: CREATE OR REPLACE is not supported on "
-                                 f"SOURCE {stmt.kind.lower()}s (ksqlDB's rule); DROP it first, then CREATE it again")
+                                 f"SOURCE {stmt.kind.lower()}s (ksqlDB's rule); {advice}")
         if existing is not None and stmt.if_not_exists:
             return Change(f"{stmt.kind.title()} {stmt.name} already exists")
         source = self._declared_source(stmt, partitions)
@@ -402,6 +403,9 @@ class Metastore:
         if source.name == stmt.name:
             raise StatementError(f"{stmt.name} cannot read from itself")
         prefix = "CTAS" if stmt.kind == "TABLE" else "CSAS"
+        if existing is not None and existing.read_only:
+            raise StatementError(f"cannot replace {stmt.kind.lower()} {stmt.name}: it is a SOURCE {stmt.kind.lower()}, "
+                                 "declared over its topic and read-only, not a query's result")
         old_query = self.queries.get(existing.query_id) if existing is not None and existing.query_id else None
         if existing is not None and old_query is None:
             raise StatementError(f"{stmt.name} is not written by a running query; only a query's result can be "
@@ -485,7 +489,16 @@ class Metastore:
         return change
 
     def _terminate(self, stmt: ast.Terminate) -> Change:
-        queries = list(self.queries.values()) if stmt.query_id is None else [self.query(stmt.query_id)]
+        """TERMINATE: the queries stop, their results stay as plain sources. A SOURCE table's
+        materialization is the table's own (ksqlDB's ``linked to a source table``): refused by id,
+        left running by TERMINATE ALL."""
+        if stmt.query_id is None:
+            queries = [q for q in self.queries.values() if not self._materializes_source(q)]
+        else:
+            queries = [self.query(stmt.query_id)]
+            if self._materializes_source(queries[0]):
+                raise StatementError(f"cannot terminate query {stmt.query_id}: it materializes SOURCE table "
+                                     f"{queries[0].sink}, and goes when the table is dropped (DROP TABLE {queries[0].sink})")
         change = Change("All queries terminated" if stmt.query_id is None else f"Query {stmt.query_id} terminated",
                         drop_queries=queries)
         for query in queries:
@@ -494,6 +507,11 @@ class Metastore:
                 # The result stays, now a plain source nobody writes.
                 change.add_sources.append(replace(sink, query_id=None))
         return change
+
+    def _materializes_source(self, query: PersistentQuery) -> bool:
+        """Whether ``query`` is a SOURCE table's materialization."""
+        sink = self.sources.get(query.sink)
+        return query.kind == "CST" and sink is not None and sink.read_only
 
 
 def _check_replacement(old: DataSource, new: DataSource) -> None:

@@ -55,11 +55,11 @@ class Scope:
             raise NotFoundError(f"{ref.qualifier}.{ref.name}: the query reads {names}, not {ref.qualifier}")
         found = self.schema.get(ref.name)
         if found is None:
-            columns = f"; its columns are {', '.join(self.schema)}" if self.schema else ""
+            hint = f"; its columns are {', '.join(self.schema)}" if self.schema else ""
             if ref.name in RECORD_PLACES:
-                columns = (f": {' and '.join(RECORD_PLACES)}, a record's partition and offset, are read by push queries "
-                           "and by pull queries over a stream, not by persistent queries or pulls over a table")
-            raise NotFoundError(f"column {ref.name} does not exist in {self.source}{columns}")
+                hint = (f": {' and '.join(RECORD_PLACES)}, a record's partition and offset, are read by push queries "
+                        "and by pull queries over a stream, not by persistent queries or pulls over a table")
+            raise NotFoundError(f"column {ref.name} does not exist in {self.source}{hint}")
         return found
 
 

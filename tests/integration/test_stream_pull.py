@@ -16,6 +16,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from millpond.deploy.local.kafka_broker import EmbeddedKafka
 from millpond.services.router.push import PushQuery
 from millpond.shared.catalog.metastore import Metastore
+from millpond.shared.errors import UnavailableError
 from millpond.shared.kafka.admin import ensure_topic
 from millpond.shared.kafka.connection import KafkaConnection
 from millpond.shared.sql import ast
@@ -85,11 +86,17 @@ async def test_a_pull_over_a_stream_reads_each_partition_to_where_it_ended_when_
         # A consistency token ahead of a partition's end: the pull waits until the record is there.
         scans.append(waiting := scan(meta, "SELECT v FROM scanned WHERE v >= 20;", kafka))
         await waiting.start()
-        reading = asyncio.ensure_future(_all(waiting.rows_to_end({2: 1})))
+        reading = asyncio.ensure_future(_all(waiting.rows_to_end({2: 1}, wait_s=30)))
         await asyncio.sleep(0.5)
         assert not reading.done(), "the pull read before its partition reached the token's offset"
         await producer.send_and_wait(TOPIC, json.dumps({"V": 20}).encode(), key=b"k20", partition=2)
         assert await asyncio.wait_for(reading, 30) == [[20]]
+        # A token the partition never reaches (its topic made anew): UNAVAILABLE once the wait is over.
+        scans.append(stale := scan(meta, "SELECT v FROM scanned;", kafka))
+        await stale.start()
+        with pytest.raises(UnavailableError, match="partition 2 of stream-pull-scan ends at offset 1, before the "
+                                                   "consistency token's 100"):
+            await asyncio.wait_for(_all(stale.rows_to_end({2: 100}, wait_s=0.3)), 30)
 
         await open_transaction.commit_transaction()
         # The commit's markers reach the partition just after the commit returns: a pull reads

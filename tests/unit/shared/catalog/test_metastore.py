@@ -214,3 +214,22 @@ def test_an_internal_topic_can_be_read_but_not_written_or_deleted() -> None:
         meta.apply(parse_statement("DROP STREAM dbg DELETE TOPIC;"), 5)
     meta.apply(parse_statement("DROP STREAM dbg;"), 5)  # dropped without its topic
     assert "DBG" not in meta.sources
+
+
+def test_terminate_all_leaves_a_source_tables_materialization_and_terminate_by_id_refuses_it() -> None:
+    """A SOURCE table's CST query is the table's own (ksqlDB's "linked to a source table"):
+    TERMINATE ALL stops every other query and leaves it, TERMINATE of its id is refused; a
+    declared table's CST stops as before."""
+    meta = Metastore()
+    for offset, sql in enumerate([
+            "CREATE SOURCE TABLE rates (c VARCHAR PRIMARY KEY, r DOUBLE) WITH (kafka_topic='rates', value_format='json')",
+            "CREATE TABLE plain (c VARCHAR PRIMARY KEY, r DOUBLE) WITH (kafka_topic='plain', partitions=1, value_format='json')",
+            "CREATE TABLE copied AS SELECT c, r FROM rates"]):
+        meta.apply(parse_statement(sql), offset)
+    source_query = meta.source("RATES").query_id
+    assert source_query is not None
+    with pytest.raises(StatementError, match=f"cannot terminate query {source_query}: it materializes SOURCE table RATES"):
+        meta.apply(parse_statement(f"TERMINATE {source_query}"), 3)
+    meta.apply(parse_statement("TERMINATE ALL"), 4)
+    assert list(meta.queries) == [source_query]
+    assert meta.source("RATES").query_id == source_query and meta.source("PLAIN").query_id is None
