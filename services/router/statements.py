@@ -96,8 +96,8 @@ class Statements:
         self.inserts = inserts
         """Produces INSERTed rows here (None: a coordinator does)."""
         self.lookups = LookupTemplates(parser)
-        self.stream_pulls = StreamPulls(settings)
         """Key lookups by shape: another key asked with a known statement is not parsed again."""
+        self.stream_pulls = StreamPulls(settings)
 
     @property
     def _timeout(self) -> float:

@@ -33,9 +33,9 @@ class StreamPulls:
                      deadline: float) -> Outcome:
         """The rows of ``stmt`` over the stream ``source``: its records up to each partition's end
         when the pull begins, once that end has reached the token's ``positions`` on its topic
-        (waited for, as long as a table pull's copy waits: an INSERT acknowledged before is read). Its rows are bounded as a table's
-        scan's (``max_rows_per_response``) and by the response's size (``max_message_bytes``),
-        the read by ``deadline``."""
+        (waited for as long as a table pull's copy waits: an INSERT acknowledged before is read).
+        Its rows are bounded as a table's scan's (``max_rows_per_response``) and by the
+        response's size (``max_message_bytes``), the read by ``deadline``."""
         plan = plan_select(stmt, source)
         outcome = Outcome(stmt.text, status="", columns=[(n, str(t)) for n, t in plan.columns])
         if plan.limit == 0:

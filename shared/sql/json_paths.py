@@ -21,6 +21,7 @@ import functools
 import math
 import re
 import unicodedata
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -181,6 +182,16 @@ class _Reader:
             return True
         return False
 
+    def items(self, closing: str) -> Iterator[None]:
+        """After a container opens: once per item, each read by the caller before the next (a
+        field's name too, for an object), until the container closes."""
+        if self.first_or_close(closing):
+            return
+        while True:
+            yield
+            if self.close_or_comma(closing):
+                return
+
     def name(self) -> str:
         c = self._space()
         if c is None or c not in "\"'":
@@ -275,30 +286,22 @@ def _follow(reader: _Reader, token: Any, steps: tuple[str | int, ...]) -> str | 
     step, rest = steps[0], steps[1:]
     if isinstance(step, str) and token == "{":
         found: str | None = None
-        if not reader.first_or_close("}"):
-            while True:
-                name = reader.name()
-                value = reader.value()
-                if found is None and name == step and value != ("literal", "null"):
-                    found = _follow(reader, value, rest)
-                else:
-                    reader.skip(value)
-                if reader.close_or_comma("}"):
-                    break
+        for _ in reader.items("}"):
+            name = reader.name()
+            value = reader.value()
+            if found is None and name == step and value != ("literal", "null"):
+                found = _follow(reader, value, rest)
+            else:
+                reader.skip(value)
         return found
     if isinstance(step, int) and token == "[":
         found = None
-        if not reader.first_or_close("]"):
-            index = 0
-            while True:
-                value = reader.value()
-                if index == step:
-                    found = _follow(reader, value, rest)
-                else:
-                    reader.skip(value)
-                index += 1
-                if reader.close_or_comma("]"):
-                    break
+        for index, _ in enumerate(reader.items("]")):
+            value = reader.value()
+            if index == step:
+                found = _follow(reader, value, rest)
+            else:
+                reader.skip(value)
         return found
     reader.skip(token)
     return None
@@ -329,12 +332,9 @@ def json_array_length(text: str) -> int | None:
         if reader.value() != "[":
             return None
         count = 0
-        if not reader.first_or_close("]"):
-            while True:
-                reader.skip(reader.value())
-                count += 1
-                if reader.close_or_comma("]"):
-                    break
+        for _ in reader.items("]"):
+            reader.skip(reader.value())
+            count += 1
         return count
     except (_Unreadable, RecursionError):
         return None
@@ -348,12 +348,9 @@ def json_object_keys(text: str) -> list[str] | None:
         if reader.value() != "{":
             return None
         keys = []
-        if not reader.first_or_close("}"):
-            while True:
-                keys.append(java_string(reader.name()))
-                reader.skip(reader.value())
-                if reader.close_or_comma("}"):
-                    break
+        for _ in reader.items("}"):
+            keys.append(java_string(reader.name()))
+            reader.skip(reader.value())
         return keys
     except (_Unreadable, RecursionError):
         return None

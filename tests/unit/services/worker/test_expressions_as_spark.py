@@ -18,7 +18,7 @@ from pyspark.sql import Row, SparkSession
 
 from millpond.shared.errors import MillpondError, StatementError
 from millpond.shared.sql import aggregates, ast
-from millpond.shared.sql.expressions import evaluate, to_spark
+from millpond.shared.sql.expressions import evaluate, quote_identifier, spark_type, to_spark
 from millpond.shared.sql.parser import parse_statement
 from millpond.shared.sql.regexes import PatternTimeout, java_pattern
 from millpond.shared.sql.types import Scope, check, with_widths
@@ -895,6 +895,18 @@ def test_a_constructor_without_one_type_is_refused(text: str, error: str) -> Non
         check(expression(text), NO_COLUMNS)
 
 
+def differing_from_spark(spark: SparkSession, texts: list[str], exprs: list[ast.Expr], columns: Scope,
+                         rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Each expression over ``rows`` of ``columns`` in Python and in Spark (its type Spark's too,
+    asserted): (row, text, Python's, Spark's) where the values differ."""
+    schema = ", ".join(f"{quote_identifier(name)} {spark_type(type_)}" for name, type_ in columns.schema.items())
+    results = spark.createDataFrame(rows, schema).selectExpr(*(f"{to_spark(e, columns)} AS c{i}" for i, e in enumerate(exprs)))
+    assert [spark_type_name(f.dataType) for f in results.schema.fields] == [str(check(e, columns)) for e in exprs]
+    return [(row, text, python, answer[i]) for row, answer in zip(rows, results.collect(), strict=True)
+            for i, (text, e) in enumerate(zip(texts, exprs, strict=True))
+            if not same(python := evaluate(e, dict(zip(columns.schema, row, strict=True))), answer[i])]
+
+
 def test_elt_field_uuid_nullif_and_random_answer_as_sparks(spark: SparkSession) -> None:
     """ksqlDB's ELT (NULL out of range, a BIGINT place taking its low 32 bits as Spark's INT
     parameter), FIELD (0 for none and for NULL, NULLs among the texts never matching), UUID,
@@ -909,13 +921,7 @@ def test_elt_field_uuid_nullif_and_random_answer_as_sparks(spark: SparkSession) 
     columns = Scope("T", {"I": ast.SqlType("INT"), "L": ast.SqlType("BIGINT"), "A": ast.SqlType("VARCHAR"),
                           "B": ast.SqlType("VARCHAR"), "D": ast.SqlType("DOUBLE")})
     exprs = [with_widths(expression(text), columns) for text in texts]
-    frame = spark.createDataFrame(rows, "I INT, L BIGINT, A STRING, B STRING, D DOUBLE")
-    results = frame.selectExpr(*(f"{to_spark(e, columns)} AS c{i}" for i, e in enumerate(exprs)))
-    assert [spark_type_name(f.dataType) for f in results.schema.fields] == [str(check(e, columns)) for e in exprs]
-    differing = [(row, text, python, answer[i]) for row, answer in zip(rows, results.collect(), strict=True)
-                 for i, (text, e) in enumerate(zip(texts, exprs, strict=True))
-                 if not same(python := evaluate(e, dict(zip(columns.schema, row, strict=True))), answer[i])]
-    assert differing == []
+    assert differing_from_spark(spark, texts, exprs, columns, rows) == []
     made = evaluate(expression("UUID()"), {})
     assert re.fullmatch("[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", made)
     assert made != evaluate(expression("UUID()"), {})
@@ -943,13 +949,7 @@ def test_split_to_map_chr_and_url_params_answer_as_sparks(spark: SparkSession) -
     columns = Scope("T", {"A": ast.SqlType("VARCHAR"), "MILLPOND_VALUE": ast.SqlType("VARCHAR"),
                           "MILLPOND_ITEM": ast.SqlType("VARCHAR"), "I": ast.SqlType("INT"), "L": ast.SqlType("BIGINT")})
     exprs = [with_widths(expression(text), columns) for text in texts]
-    frame = spark.createDataFrame(rows, "A STRING, MILLPOND_VALUE STRING, MILLPOND_ITEM STRING, I INT, L BIGINT")
-    results = frame.selectExpr(*(f"{to_spark(e, columns)} AS c{i}" for i, e in enumerate(exprs)))
-    assert [spark_type_name(f.dataType) for f in results.schema.fields] == [str(check(e, columns)) for e in exprs]
-    differing = [(row, text, python, answer[i]) for row, answer in zip(rows, results.collect(), strict=True)
-                 for i, (text, e) in enumerate(zip(texts, exprs, strict=True))
-                 if not same(python := evaluate(e, dict(zip(columns.schema, row, strict=True))), answer[i])]
-    assert differing == []
+    assert differing_from_spark(spark, texts, exprs, columns, rows) == []
     assert evaluate(exprs[0], {"A": "a=1,,b=2=3,c,a=4,=5", "MILLPOND_VALUE": ",", "MILLPOND_ITEM": "="}) == {
         "a": "4", "b": "2", "": "5"}
     assert evaluate(exprs[4], {"A": "%-1"}) is None and evaluate(exprs[4], {"A": "%+41"}) == "\x041"
