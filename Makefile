@@ -32,13 +32,19 @@ run: install
 cluster: install
 	$(VENV)/bin/millpond up
 
+# The unit and integration tests run in two processes, one per core, each with its own broker
+# and Spark session (pytest-xdist; a module's tests stay in one process, with its fixtures); the
+# end-to-end tests run after them, alone: their clusters would contend for the cores.
+PYTEST_SPLIT = $(VENV)/bin/pytest -q --durations=15 -n 2 --dist loadscope --ignore=tests/e2e $(1) && \
+	$(VENV)/bin/pytest -q --durations=15 tests/e2e $(1)
+
 ## test: lint, contracts, and every test (unit, integration and end to end)
 test: install lint protos-check
-	$(VENV)/bin/pytest -q --durations=15
+	$(call PYTEST_SPLIT,)
 
 ## test-all: every test, including those marked slow (the harness under a kill, every benchmark's smoke run)
 test-all: install lint protos-check
-	$(VENV)/bin/pytest -q --durations=15 -m ""
+	$(call PYTEST_SPLIT,-m "")
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -171,7 +171,8 @@ async def test_the_topics_a_fenced_attempt_made_for_another_query_id_are_deleted
             assert made[0] and [await topic_partitions(a.admin, name) for name in made[0]] == [None] * len(made[0])
             kept = [name for query in a.metastore.queries.values() for name in
                     (t.name for t in internal_topics(service_id, query))]
-            assert None not in [await topic_partitions(a.admin, name) for name in kept]
+            for name in kept:
+                await shown(a.admin, name)
             if table != other:
                 assert made[1] and set(made[1]) <= set(kept) and not set(made[0]) & set(kept)
         assert a.fenced_retries >= 2
@@ -423,6 +424,15 @@ def worker_reports(cluster: Cluster, query_id: str | None) -> None:
     cluster.beat("w1", "127.0.0.1:1", reports, [])
 
 
+async def shown(admin: AIOKafkaAdminClient, topic: str, within_s: float = 10) -> int:
+    """``topic``'s partition count once the broker's metadata shows it (a topic the controller
+    has just made shows a moment later, longer on a busy machine); TimeoutError if it never does."""
+    async with asyncio.timeout(within_s):
+        while (count := await topic_partitions(admin, topic)) is None:  # noqa: ASYNC110 (the broker's)
+            await asyncio.sleep(0.05)
+    return count
+
+
 async def until_deleted(admin: AIOKafkaAdminClient, topics: list[str], within_s: float = 10) -> None:
     async with asyncio.timeout(within_s):
         while [t for t in topics if await topic_partitions(admin, t) is not None]:  # noqa: ASYNC110 (the broker's)
@@ -451,7 +461,7 @@ async def test_a_terminated_querys_topics_left_by_a_coordinator_are_deleted_by_t
         assert query.query_id not in second.metastore.queries and query.query_id in second.metastore.terminated
         await second.delete_left_topics(reports_grace_s=0.2)
         await asyncio.sleep(1.0)
-        assert [await topic_partitions(second.admin, t) for t in topics] == [2, 2]
+        assert [await shown(second.admin, t) for t in topics] == [2, 2]
         assert second.cleanup.waiting == set(topics)
         worker_reports(cluster, None)
         await until_deleted(second.admin, topics)
@@ -518,14 +528,14 @@ async def test_a_dropped_sources_topic_left_by_a_coordinator_is_deleted_by_the_n
         await second.delete_left_topics(reports_grace_s=0.2)
         await until_deleted(second.admin, [stream])  # no query used it
         await asyncio.sleep(1.0)
-        assert await topic_partitions(second.admin, table) == 2 and table in second.cleanup.waiting
+        assert await shown(second.admin, table) == 2 and table in second.cleanup.waiting
         async with second.writer.transaction() as txn:  # as another coordinator's CREATE would
             await txn.append(Command(f"CREATE STREAM t2 (k VARCHAR KEY, n BIGINT) WITH (kafka_topic='{table}', "
                                      "partitions=2, value_format='json');"))
         worker_reports(cluster, None)
         async with asyncio.timeout(10):
             await second.cleanup.settled(table)
-        assert await topic_partitions(second.admin, table) == 2 and second.metastore.source("T2").topic == table
+        assert await shown(second.admin, table) == 2 and second.metastore.source("T2").topic == table
 
 
 async def test_a_dropped_sources_topic_once_deleted_is_not_deleted_again_when_made_anew_outside_millpond(
@@ -551,7 +561,7 @@ async def test_a_dropped_sources_topic_once_deleted_is_not_deleted_again_when_ma
         assert second.metastore.dropped_topics == {} and not second.metastore.failed_commands
         await second.delete_left_topics(reports_grace_s=0.2)
         await asyncio.sleep(1.0)
-        assert await topic_partitions(second.admin, topic) == 3 and second.cleanup.waiting == set()
+        assert await shown(second.admin, topic) == 3 and second.cleanup.waiting == set()
 
 
 async def test_a_drop_resent_to_another_coordinator_deletes_what_the_first_left(kafka: EmbeddedKafka) -> None:
@@ -590,7 +600,7 @@ async def test_drop_delete_topic_after_terminate_deletes_the_topic_once_the_quer
         await core.execute(f"TERMINATE {query.query_id};", {})
         await core.execute("DROP TABLE t DELETE TOPIC;", {})
         await asyncio.sleep(1.0)
-        assert await topic_partitions(core.admin, f"{service_id}-t") == 2
+        assert await shown(core.admin, f"{service_id}-t") == 2
         creating = asyncio.create_task(core.execute(
             f"CREATE STREAM t2 (k VARCHAR KEY, n BIGINT) WITH (kafka_topic='{service_id}-t', partitions=3, value_format='json');",
             {}))
@@ -598,8 +608,8 @@ async def test_drop_delete_topic_after_terminate_deletes_the_topic_once_the_quer
         assert not creating.done()  # waits for the dropped topic to go
         worker_reports(cluster, None)
         await asyncio.wait_for(creating, 10)
-        assert await topic_partitions(core.admin, f"{service_id}-t") == 3  # made anew, not the old one kept
-        assert await topic_partitions(core.admin, f"{service_id}-s") == 2
+        assert await shown(core.admin, f"{service_id}-t") == 3  # made anew, not the old one kept
+        assert await shown(core.admin, f"{service_id}-s") == 2
 
 
 async def test_a_topic_kafka_refuses_to_create_fails_the_statement_and_nothing_is_recorded(kafka: EmbeddedKafka) -> None:
@@ -615,7 +625,7 @@ async def test_a_topic_kafka_refuses_to_create_fails_the_statement_and_nothing_i
         # The same stream with a replication factor the cluster has is created.
         await core.execute(f"CREATE STREAM s (k VARCHAR KEY, v INT) WITH (kafka_topic='{service_id}-s', partitions=1, "
                            "value_format='json');", {})
-        assert "S" in core.metastore.sources and await topic_partitions(core.admin, f"{service_id}-s") == 1
+        assert "S" in core.metastore.sources and await shown(core.admin, f"{service_id}-s") == 1
 
 
 async def test_a_resent_statement_is_answered_once_and_a_request_id_used_again_for_another_is_refused(
