@@ -118,6 +118,9 @@ def to_spark(expr: ast.Expr, scope: Scope) -> str:
         fn = functions.lookup(expr.name)
         if fn is None:
             raise StatementError(f"unknown function {expr.name}")
+        if fn.spark_of is not None and fn.typed:
+            types = expr.arg_types or tuple(check(a, scope) for a in expr.args)
+            return fn.spark_of([sub(a) for a in expr.args], list(types))
         if fn.spark_of is not None:
             return fn.spark_of([sub(a) for a in expr.args])
         return f"{fn.spark}({', '.join(sub(a) for a in expr.args)})"

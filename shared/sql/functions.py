@@ -4,7 +4,7 @@ implementation (for pull queries and for checking Spark's results in tests).
 Each function is declared once here; the type checker, the Spark compiler and the Python
 evaluator all read this table, so they cannot disagree on which functions exist. The Python
 forms of a family of functions live beside it (``arrays``, ``times``, ``regexes``,
-``json_paths``, ``json_text``, ``texts``), what values are to Spark in ``kinds``.
+``json_paths``, ``json_text``, ``json_variant``, ``texts``), what values are to Spark in ``kinds``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, localcontext
 from typing import Any
 
-from millpond.shared.sql import arrays, json_paths, json_text, regexes, texts, times
+from millpond.shared.sql import arrays, json_paths, json_text, json_variant, regexes, texts, times
 from millpond.shared.sql.ast import Literal, SqlType, literal_text, to_sql
 from millpond.shared.sql.kinds import (
     MAX_DECIMAL_DIGITS,
@@ -55,14 +55,15 @@ class ScalarFunction:
     """The Spark SQL function that computes it."""
     python: Callable[..., Any] = lambda *_: None
     """The same function in Python."""
-    spark_of: Callable[[list[str]], str] | None = None
-    """The Spark SQL of a call from its arguments' Spark SQL, where it is not ``spark`` of the
-    same arguments."""
+    spark_of: Callable[..., str] | None = None
+    """The Spark SQL of a call from its arguments' Spark SQL (and, ``typed``, their types), where
+    it is not ``spark`` of the same arguments."""
     refuses: Callable[[tuple[Any, ...], list[SqlType]], str | None] | None = None
     """Why Spark's analyzer would refuse a call of these arguments (their syntax trees) and types
     (a persistent query then fails on its worker), or None: checked when the call is typed."""
     typed: bool = False
-    """Its Python form takes the arguments' types after them (``Call.arg_types``)."""
+    """Its Python form takes the arguments' types after them (``Call.arg_types``), its
+    ``spark_of`` the list of them after the arguments' Spark SQL."""
 
     def arity(self) -> str:
         """The accepted argument counts, for error messages."""
@@ -393,6 +394,15 @@ FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
                    python=_strict(json_paths.json_array_length)),
     ScalarFunction("JSON_KEYS", ("string",), result=lambda _: SqlType("ARRAY", (VARCHAR,)), spark="json_object_keys",
                    python=_strict(json_paths.json_object_keys)),
+    ScalarFunction("JSON_ITEMS", ("string",), result=lambda _: SqlType("ARRAY", (VARCHAR,)),
+                   spark_of=json_variant.items_in_spark, python=_strict(json_variant.json_items)),
+    ScalarFunction("JSON_RECORDS", ("string",), result=lambda _: SqlType("MAP", (VARCHAR, VARCHAR)),
+                   spark_of=json_variant.records_in_spark, python=_strict(json_variant.json_records)),
+    ScalarFunction("JSON_CONCAT", ("string",), variadic="string", spark_of=json_variant.concat_in_spark,
+                   python=json_variant.json_concat),
+    ScalarFunction("JSON_ARRAY_CONTAINS", ("string", "any"), result=lambda _: SqlType("BOOLEAN"),
+                   spark_of=json_variant.contains_in_spark, python=json_variant.json_array_contains, typed=True,
+                   refuses=json_variant.contains_refusal),
     ScalarFunction("TO_JSON_STRING", ("any",), spark_of=json_text.to_json_in_spark, python=json_text.to_json_string,
                    typed=True, refuses=json_text.refusal),
     ScalarFunction("REGEXP_EXTRACT", ("string", "string"), optional=("integer",),

@@ -37,6 +37,8 @@ _PATH = re.compile(r"\.([^.\[\s*][^.\[]*)|\['([^'\s][^']*)'\]|\[([0-9]{1,18})\]"
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
 _STOPS = {'"': re.compile(r'["\\]'), "'": re.compile(r"['\\]")}
 """Where a string's plain text stops: its closing quote or an escape."""
+_CONTROL = re.compile("[\x00-\x1f]")
+"""A character JSON's strings must escape (``strict``: Jackson's default refuses it unescaped)."""
 _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "'": "'"}
 _WRITTEN = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\f": "\\f", "\n": "\\n", "\r": "\\r"}
 _IDENTIFIER_CATEGORIES = frozenset({"Lu", "Ll", "Lt", "Lm", "Lo", "Nl", "Nd", "Mn", "Mc", "Pc", "Sc", "Cf"})
@@ -46,7 +48,7 @@ class PathError(ValueError):
     """Why a path is not one Millpond follows."""
 
 
-class _Unreadable(Exception):
+class Unreadable(Exception):
     """Text Jackson would not read (or a value its generator would not write): NULL."""
 
 
@@ -77,10 +79,12 @@ def _java_identifier_part(c: str) -> bool:
 
 
 @dataclass
-class _Reader:
-    """Jackson's reading of JSON text, token by token."""
+class Reader:
+    """Jackson's reading of JSON text, token by token: with ``get_json_object``'s two allowances,
+    or (``strict``) without them, as Spark's ``parse_json`` reads (JSON's own strings only)."""
 
     text: str
+    strict: bool = False
     at: int = 0
     depth: int = 0
 
@@ -92,24 +96,24 @@ class _Reader:
             if c in " \n\r\t":
                 self.at += 1
             elif c < " ":
-                raise _Unreadable("a control character outside a string")
+                raise Unreadable("a control character outside a string")
             else:
                 return c
         return None
 
     def value(self) -> Any:
         """The next value's token: ``{`` or ``[`` (its container opened), else the value itself
-        as ("string", text), ("number", text), ("literal", text). ``_Unreadable`` otherwise."""
+        as ("string", text), ("number", text), ("literal", text). ``Unreadable`` otherwise."""
         c = self._space()
         if c is None:
-            raise _Unreadable("no value")
+            raise Unreadable("no value")
         if c in "{[":
             self.at += 1
             self.depth += 1
             if self.depth > MAX_DEPTH:
-                raise _Unreadable("nested too deep")
+                raise Unreadable("nested too deep")
             return c
-        if c in "\"'":
+        if c == '"' or (c == "'" and not self.strict):
             return "string", self._string(c)
         if c == "-" or "0" <= c <= "9":
             return "number", self._number()
@@ -118,9 +122,9 @@ class _Reader:
                 self.at += len(word)
                 after = self.text[self.at] if self.at < len(self.text) else None
                 if after is not None and after >= "0" and after not in "]}" and _java_identifier_part(after):
-                    raise _Unreadable("a word that is not a literal")
+                    raise Unreadable("a word that is not a literal")
                 return "literal", word
-        raise _Unreadable(f"{c!r} starts no value")
+        raise Unreadable(f"{c!r} starts no value")
 
     def _string(self, quote: str) -> str:
         text, out = self.text, []
@@ -129,8 +133,10 @@ class _Reader:
         while True:
             found = stop.search(text, self.at)
             if found is None:
-                raise _Unreadable("a string is not closed")
+                raise Unreadable("a string is not closed")
             end = found.start()
+            if self.strict and _CONTROL.search(text, self.at, end):
+                raise Unreadable("a control character in a string")
             out.append(text[self.at:end])
             self.at = end + 1
             if text[end] == quote:
@@ -139,26 +145,26 @@ class _Reader:
             if escaped == "u":
                 digits = text[self.at + 1:self.at + 5]
                 if len(digits) != 4 or any(d not in "0123456789abcdefABCDEF" for d in digits):
-                    raise _Unreadable("a \\u escape needs four hexadecimal digits")
+                    raise Unreadable("a \\u escape needs four hexadecimal digits")
                 out.append(chr(int(digits, 16)))
                 self.at += 5
-            elif escaped in _ESCAPES:
+            elif escaped in _ESCAPES and not (self.strict and escaped == "'"):
                 out.append(_ESCAPES[escaped])
                 self.at += 1
             else:
-                raise _Unreadable(f"\\{escaped} is no escape")
+                raise Unreadable(f"\\{escaped} is no escape")
 
     def _number(self) -> str:
         found = _NUMBER.match(self.text, self.at)
         if found is None:
-            raise _Unreadable("not a number")
+            raise Unreadable("not a number")
         after = self.text[found.end()] if found.end() < len(self.text) else ""
         if after != "" and after.isascii() and (after.isdigit() or after in ".eE"):
-            raise _Unreadable("a number goes on wrongly (a leading zero, a point or exponent without digits)")
+            raise Unreadable("a number goes on wrongly (a leading zero, a point or exponent without digits)")
         if found.end() - found.start() > MAX_NUMBER_CHARS:
-            raise _Unreadable("a number too long")
+            raise Unreadable("a number too long")
         if self.depth == 0 and after != "" and after not in " \n\r\t":
-            raise _Unreadable("a root value runs into what follows it")
+            raise Unreadable("a root value runs into what follows it")
         self.at = found.end()
         return found.group()
 
@@ -170,7 +176,7 @@ class _Reader:
             self.depth -= 1
             return True
         if c != ",":
-            raise _Unreadable("an item is followed by neither , nor its container's end")
+            raise Unreadable("an item is followed by neither , nor its container's end")
         self.at += 1
         return False
 
@@ -194,11 +200,11 @@ class _Reader:
 
     def name(self) -> str:
         c = self._space()
-        if c is None or c not in "\"'":
-            raise _Unreadable("a field name is not a string")
+        if c != '"' and (self.strict or c != "'"):
+            raise Unreadable("a field name is not a string")
         name = self._string(c)
         if self._space() != ":":
-            raise _Unreadable("a field name is not followed by :")
+            raise Unreadable("a field name is not followed by :")
         self.at += 1
         return name
 
@@ -265,7 +271,7 @@ def quoted(text: str, halves: bool = True) -> str:
                          for c in text) + '"'
 
 
-def _whole(text: str) -> str:
+def whole(text: str) -> str:
     """Output as Spark gives it: a string with a lone surrogate half Jackson's generator cannot
     write (its UTF-8), a pair of halves the character they make."""
     if not any("\ud800" <= c <= "\udfff" for c in text):
@@ -273,10 +279,10 @@ def _whole(text: str) -> str:
     try:
         return text.encode("utf-16", "surrogatepass").decode("utf-16")
     except UnicodeDecodeError:
-        raise _Unreadable("a lone surrogate") from None
+        raise Unreadable("a lone surrogate") from None
 
 
-def _follow(reader: _Reader, token: Any, steps: tuple[str | int, ...]) -> str | None:
+def _follow(reader: Reader, token: Any, steps: tuple[str | int, ...]) -> str | None:
     """Spark's ``evaluatePath`` (without wildcards): the value at ``steps`` from the value whose
     token is ``token``, as written; None where there is none. Reads what Spark reads."""
     if not steps:
@@ -309,11 +315,11 @@ def _follow(reader: _Reader, token: Any, steps: tuple[str | int, ...]) -> str | 
 
 def extract_json_field(text: str, path: str) -> str | None:
     """EXTRACTJSONFIELD: the value at ``path`` of the JSON ``text``, as Spark's ``get_json_object``."""
-    reader = _Reader(text)
+    reader = Reader(text)
     try:
         found = _follow(reader, reader.value(), json_path(path))
-        return None if found is None else _whole(found)
-    except (_Unreadable, RecursionError):
+        return None if found is None else whole(found)
+    except (Unreadable, RecursionError):
         return None
 
 
@@ -327,7 +333,7 @@ def json_array_length(text: str) -> int | None:
     """JSON_ARRAY_LENGTH: the number of items of the array the text starts with (Spark's
     ``json_array_length``: each item read to its end, nothing after the array); NULL for other
     values and for text that does not read."""
-    reader = _Reader(text)
+    reader = Reader(text)
     try:
         if reader.value() != "[":
             return None
@@ -336,14 +342,14 @@ def json_array_length(text: str) -> int | None:
             reader.skip(reader.value())
             count += 1
         return count
-    except (_Unreadable, RecursionError):
+    except (Unreadable, RecursionError):
         return None
 
 
 def json_object_keys(text: str) -> list[str] | None:
     """JSON_KEYS: the names of the object the text starts with, in order, each time it is given
     (Spark's ``json_object_keys``); NULL for other values and for text that does not read."""
-    reader = _Reader(text)
+    reader = Reader(text)
     try:
         if reader.value() != "{":
             return None
@@ -352,6 +358,6 @@ def json_object_keys(text: str) -> list[str] | None:
             keys.append(java_string(reader.name()))
             reader.skip(reader.value())
         return keys
-    except (_Unreadable, RecursionError):
+    except (Unreadable, RecursionError):
         return None
 

@@ -19,7 +19,7 @@ TO_JSON_OPTIONS = "map('ignoreNullFields', 'false', 'timestampFormat', 'yyyy-MM-
 ksqlDB's), a TIMESTAMP as ksqlDB writes it (UTC, milliseconds, no zone)."""
 
 
-def to_json_in_spark(args: list[str]) -> str:
+def to_json_in_spark(args: list[str], _: list[SqlType]) -> str:
     """TO_JSON_STRING in Spark SQL: ``to_json`` writes a STRUCT, a MAP or an ARRAY, so the value is
     written as an ARRAY's one item and taken out of its brackets (the text computed once)."""
     return spark_once(f"to_json(array({args[0]}), {TO_JSON_OPTIONS})",

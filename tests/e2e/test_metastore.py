@@ -187,21 +187,27 @@ def test_constructors_build_values_in_inserts_persistent_queries_pushes_and_pull
 JSON_AND_TEXT = ("JSON_KEYS(doc) AS keys, JSON_ARRAY_LENGTH(EXTRACTJSONFIELD(doc, '$.x')) AS n, IS_JSON_STRING(q) AS q_json, "
                  "TO_JSON_STRING(STRUCT(keys := JSON_KEYS(doc), at := CONVERT_TZ(FROM_UNIXTIME(ms), 'America/Los_Angeles', "
                  "'UTC'))) AS written, SPLIT_TO_MAP(q, ';', '=') AS parts, URL_ENCODE_PARAM(q) AS encoded, "
-                 "URL_DECODE_PARAM(URL_ENCODE_PARAM(q)) AS decoded, CHR(code) AS c")
-"""This session's functions, computed by Spark in a persistent query and by Python in a pull."""
-JSON_AND_TEXT_ROW = [["x", "y"], 3, False, '{"KEYS":["x","y"],"AT":"2024-03-10T10:30:00.000"}', {"k": "v", "w": "a b"},
-                     "k%3Dv%3Bw%3Da+b", "k=v;w=a b", "\U0001f600"]
+                 "URL_DECODE_PARAM(URL_ENCODE_PARAM(q)) AS decoded, CHR(code) AS c, "
+                 "JSON_ITEMS(EXTRACTJSONFIELD(doc, '$.x')) AS items, JSON_RECORDS(doc) AS records, "
+                 "JSON_ARRAY_CONTAINS(EXTRACTJSONFIELD(doc, '$.x'), code - 128511) AS has, "
+                 """JSON_CONCAT(doc, '{"w": 1}') AS joined""")
+"""Functions whose Spark and Python forms differ most, computed by Spark in a persistent query and
+by Python in a pull."""
+JSON_AND_TEXT_ROW = [["y", "x"], 3, False, '{"KEYS":["y","x"],"AT":"2024-03-10T10:30:00.000"}', {"k": "v", "w": "a b"},
+                     "k%3Dv%3Bw%3Da+b", "k=v;w=a b", "\U0001f600", ["1", "2.5", '"3"'],
+                     {"x": '[1,2.5,"3"]', "y": '{"z":null}'}, True, '{"w":1,"x":[1,2.5,"3"],"y":{"z":null}}']
 
 
 def test_json_text_and_time_zone_functions_answer_alike_in_a_persistent_query_and_a_pull(small_cluster: LocalCluster) -> None:
     """JSON_KEYS, JSON_ARRAY_LENGTH, IS_JSON_STRING, TO_JSON_STRING, CONVERT_TZ (a wall time Los
-    Angeles skips), SPLIT_TO_MAP, URL_ENCODE_PARAM, URL_DECODE_PARAM and CHR: Spark's values in a
-    stream read by a push, Python's in a pull of the same record, the same."""
+    Angeles skips), SPLIT_TO_MAP, URL_ENCODE_PARAM, URL_DECODE_PARAM, CHR, JSON_ITEMS, JSON_RECORDS,
+    JSON_ARRAY_CONTAINS and JSON_CONCAT: Spark's values in a stream read by a push, Python's in a pull of the
+    same record, the same."""
     topic = f"events-{small_cluster.service_id}"
     sql(small_cluster.router, "-e",
         "CREATE STREAM events_in (id VARCHAR KEY, doc VARCHAR, q VARCHAR, ms BIGINT, code INT) "
         f"WITH (kafka_topic='{topic}', partitions=1, value_format='json');"
-        """INSERT INTO events_in (id, doc, q, ms, code) VALUES ('a', '{"x": [1, 2, 3], "y": {"z": null}}', 'k=v;w=a b', """
+        """INSERT INTO events_in (id, doc, q, ms, code) VALUES ('a', '{"y": {"z": null}, "x": [1, 2.50, "3"]}', 'k=v;w=a b', """
         "1710037800000, 128512);"
         "SET 'auto.offset.reset'='earliest';"
         f"CREATE STREAM events_out AS SELECT id, {JSON_AND_TEXT} FROM events_in;"

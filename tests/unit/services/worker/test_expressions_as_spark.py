@@ -636,6 +636,85 @@ def test_the_json_functions_read_text_as_spark(spark: SparkSession) -> None:
     assert keys == ["\U0001f600", "?", "a", "a"]
 
 
+_VARIANT_EDGES = ["1", '"a"', '{"b":2, "a":1}', "[1,2]", "null", "true", "1.50", "1e2", "1E20", "-0.0", "-0", "0.1",
+                  "123456789012345678901234", "1" * 44, "1e400", "-1e400", "2.5E-3", "100000000000000000000.0", "1.0",
+                  "10.00", "0.0000001", "1e-400", "1." + "0" * 41, "0." + "0" * 41 + "1",
+                  "1" + "0" * 41 + ".0", "9" * 39, "0." + "9" * 38,
+                  "9223372036854775807", "9223372036854775808", "-9223372036854775808", "-9223372036854775809",
+                  '"\\u00e9\\n\\"/\\t\\u0001\\u007f\\u2028\\u001f"', '"\\ud83d"', '"\\ud83d\\ude00"',
+                  '{"\\ue000":1,"😀":2,"é":3,"a":4,"B":5,"":6}', "1 x", "{}", "[]", '"\\u0000"', "'a'", '"\\\'"',
+                  '{"a":1,"a":2}', '["\\ud83d"]', '"\x01"', "[1,]", "01", "NaN", "/*c*/1"]
+"""JSON values where Spark's VARIANT reads or writes its own way: numbers it holds as BIGINT,
+DECIMAL or DOUBLE, strings it escapes, names it orders, text it refuses."""
+
+
+def _strict_json(draw: random.Random, depth: int = 0) -> str:
+    """Random JSON as ``parse_json`` reads it, its items from a few values so that many are equal."""
+    kind = draw.choice(["object", "array"] * (depth < 3) + ["scalar"] * 3)
+    space = draw.choice(["", "", " ", "\n"])
+    if kind == "object":
+        names = draw.sample(["a", "b", "é", "😀", "\ue000", "A"], draw.randint(0, 4))
+        return "{" + ",".join(f'{space}"{n}"{space}:{_strict_json(draw, depth + 1)}' for n in names) + "}"
+    if kind == "array":
+        return "[" + ",".join(space + _strict_json(draw, depth + 1) for _ in range(draw.randint(0, 4))) + "]"
+    return draw.choice(_SCALARS)
+
+
+_SCALARS = ['"a"', '"😀"', '""', '"1"', "1", "0", "-1", "1.0", "1.5", "1.50", "15e-1", "1e0", "true", "false", "null",
+            "9223372036854775807", "1e20", "100000000000000000000", "-0.0"]
+
+
+def test_json_items_records_concat_and_array_contains_read_json_as_sparks_variant(spark: SparkSession) -> None:
+    """JSON_ITEMS, JSON_RECORDS, JSON_CONCAT and JSON_ARRAY_CONTAINS over JSON at VARIANT's edges,
+    random JSON and broken text, looking for values of every type they take: Python reads and
+    writes the text as Spark's ``parse_json`` and ``to_json`` of a VARIANT do (an item found, and
+    texts joined, as Spark finds and joins them)."""
+    draw = random.Random(43)
+    texts: list[str | None] = [*(f"[{t}]" for t in _VARIANT_EDGES), *_VARIANT_EDGES,
+                               *(f'{{"k":{t}, "j": 1}}' for t in _VARIANT_EDGES), "[" * 1000 + "]" * 1000,
+                               "[" * 1001 + "]" * 1001, *(_strict_json(draw) for _ in range(300)), *_json_texts(draw)[:200],
+                               *("[" + ",".join(draw.choices(_SCALARS, k=draw.randint(1, 8))) + "]" for _ in range(300)),
+                               None]
+    columns = Scope("T", {"S": ast.SqlType("VARCHAR"), "V": ast.SqlType("VARCHAR"), "I": ast.SqlType("BIGINT"),
+                          "N": ast.SqlType("INT"), "D": ast.SqlType("DOUBLE"), "B": ast.SqlType("BOOLEAN")})
+    calls = ["JSON_ITEMS(s)", "JSON_RECORDS(s)", "JSON_ARRAY_CONTAINS(s, v)", "JSON_ARRAY_CONTAINS(s, i)",
+             "JSON_ARRAY_CONTAINS(s, n)", "JSON_ARRAY_CONTAINS(s, d)", "JSON_ARRAY_CONTAINS(s, b)",
+             "JSON_ARRAY_CONTAINS(s, NULL)", "JSON_ARRAY_CONTAINS(s, CAST(NULL AS DOUBLE))", "JSON_ITEMS(s)[1]",
+             "JSON_CONCAT(s)", "JSON_CONCAT(s, v)", "JSON_CONCAT(s, '{\"a\": 1.50, \"z\": [1e2]}', s)", "JSON_CONCAT(s, '[]')",
+             "JSON_CONCAT(JSON_RECORDS(s)['k'], s, '{}')"]
+    exprs = [with_widths(expression(call), columns) for call in calls]
+    rows = [(text, draw.choice(["a", "😀", "", "1", None]), draw.choice([1, 0, -1, 2**63 - 1, None]),
+             draw.choice([1, 0, None]), draw.choice([1.5, 1.0, 0.0, -0.0, 1e20, math.inf, math.nan, None]),
+             draw.choice([True, False, None])) for text in texts]
+    assert differing_from_spark(spark, calls, exprs, columns, rows) == []
+    answers = {call: [evaluate(e, dict(zip(columns.schema, row, strict=True))) for row in rows]
+               for call, e in zip(calls, exprs, strict=True)}
+    assert sum(1 for items in answers["JSON_ITEMS(s)"] if items) > 80
+    assert sum(1 for records in answers["JSON_RECORDS(s)"] if records) > 50
+    assert sum(1 for joined in answers["JSON_CONCAT(s, '{\"a\": 1.50, \"z\": [1e2]}', s)"] if joined and joined[0] == "{") > 30
+    assert sum(1 for joined in answers["JSON_CONCAT(s, '[]')"] if joined) > 300
+    assert all(answers[call].count(True) > 10 for call in calls[2:7]), {c: answers[c].count(True) for c in calls[2:7]}
+    assert evaluate(expression("""JSON_ITEMS('[1.50, "a", {"b": 1, "a": [1e2, 1.0]}] x')"""), {}) == [
+        "1.5", '"a"', '{"a":[100.0,1],"b":1}']
+    assert evaluate(expression("""JSON_RECORDS('{"z": 10.00, "a": null}')"""), {}) == {"a": "null", "z": "10"}
+    contains = [with_widths(expression(f"JSON_ARRAY_CONTAINS('[1, 2.5, \"x\", null, true]', {v})"), NO_COLUMNS)
+                for v in ("1", "2.5E0", "'x'", "NULL", "true", "CAST(1 AS DOUBLE)", "'1'")]
+    assert [evaluate(e, {}) for e in contains] == [True, True, True, True, True, False, False]
+    assert evaluate(expression("""JSON_CONCAT('{"b": 1, "a": 2}', '{"a": 3.50}')"""), {}) == '{"a":3.5,"b":1}'
+    assert evaluate(expression("""JSON_CONCAT('[1]', '2', '{}', 'null')"""), {}) == "[1,2,{},null]"
+    assert evaluate(expression("""JSON_CONCAT('[1]', 'oops')"""), {}) is None
+
+
+@pytest.mark.parametrize("call, message", [
+    ("JSON_ARRAY_CONTAINS(s, 1.5)", "1.5 is DECIMAL(2, 1): CAST it AS DOUBLE, as in JSON_ARRAY_CONTAINS(S, CAST(1.5 AS DOUBLE))"),
+    ("JSON_ARRAY_CONTAINS(s, ARRAY[1])", "looks for a VARCHAR, BOOLEAN, INT, BIGINT or DOUBLE value in the JSON array; "
+                                         "ARRAY[1] is ARRAY<INT>"),
+])
+def test_json_array_contains_refuses_a_value_json_does_not_hold(call: str, message: str) -> None:
+    with pytest.raises(StatementError, match=re.escape(message)):
+        check(expression(call), Scope("T", {"S": ast.SqlType("VARCHAR")}))
+
+
 @pytest.mark.parametrize("path, message", [
     ("$.*", "is not a step"), ("$['*']", "Spark's wildcard"), ("$[*]", "is not a step"), ("$. a", "is not a step"),
     ("a", "a path starts with $"), ("$..a", "is not a step"),
