@@ -223,6 +223,7 @@ async def execute_pull(plan: PullPlan, text: str, route: Router, lookup: Lookup,
     # A windowed table holds a key's windows as rows of their own: its key lookup is a scan of
     # the key's partition (the worker reads only that key's rows).
     routes = {p: route(p) for p in (range(table.partitions) if plan.partition is None else [plan.partition])}
+    columns = [f"{name} {type_}" for name, type_ in plan.columns]
 
     async def pages(replica: Replica, partitions: list[int], limit: int) -> ScanAnswer:
         """Every page of one worker's scan of ``partitions``; its rows are held (and counted)
@@ -231,7 +232,7 @@ async def execute_pull(plan: PullPlan, text: str, route: Router, lookup: Lookup,
         request = worker_pb2.ScanPagesRequest(
             table=table.name, partitions=partitions, limit=limit, allow_standby=replica.standby,
             min_input_offsets={p: routes[p].min_input_offset for p in partitions}, statement=text,
-            query_id=table.query_id, wait_ms=max(routes[p].wait_ms for p in partitions))
+            query_id=table.query_id, wait_ms=max(routes[p].wait_ms for p in partitions), columns=columns)
         try:
             async with contextlib.aclosing(scan(replica.endpoint, request)) as stream:
                 async for page in stream:

@@ -55,7 +55,7 @@ class Tables(Protocol):
                             wait_s: float) -> LocalCopy:
         """``local_table``, waiting up to ``wait_s`` for a copy behind ``min_input_offset``."""
 
-    async def select(self, table: str, statement: str, query_id: str = "") -> SelectPlan:
+    async def select(self, table: str, statement: str, query_id: str = "", columns: tuple[str, ...] = ()) -> SelectPlan:
         """The plan of a pull query of ``table`` shipped with a scan (StatementError when it is not one)."""
 
     def set_standby_replay(self, query_id: str, partition: int, paused: bool) -> int:
@@ -208,7 +208,8 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         caller asks for the next message: in-process at once, over gRPC as soon as its
         transport takes the last (HTTP/2 flow control bounds what is in flight), so a caller
         that stops reading stops the scan once its window is full."""
-        plan = await self.tables.select(request.table, request.statement, request.query_id) if request.statement else None
+        plan = (await self.tables.select(request.table, request.statement, request.query_id, tuple(request.columns))
+                if request.statement else None)
         if request.wait_ms > 0:
             await self._scan_reached(request, context)
 

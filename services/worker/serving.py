@@ -240,11 +240,13 @@ class LocalTables:
                                           f"a longer deadline)") from None
                 await self.progress.wait(move, min(left, RECHECK_S))  # the tasks commit on the processing loop
 
-    async def select(self, table: str, statement: str, query_id: str = "") -> SelectPlan:
+    async def select(self, table: str, statement: str, query_id: str = "", columns: tuple[str, ...] = ()) -> SelectPlan:
         """The plan of a pull query of ``table`` that a router shipped with a scan, planned
         against this worker's metastore (cached per text and metastore version); when the
         router says which query materializes the table (``query_id``) and this worker knows
-        another, UnavailableError: one of them has not yet read the table's new definition."""
+        another, or which columns its plan gives (``columns``, each ``NAME TYPE``) and this
+        worker's gives others, UnavailableError: one of them has not yet read the table's (or a
+        custom type's) new definition."""
         known = self.metastore.source(table).query_id
         if query_id and known != query_id:
             raise UnavailableError(f"{table} is materialized by query {known} on worker {self.worker_id}, not by "
@@ -264,6 +266,10 @@ class LocalTables:
                 if len(self._selects) >= SELECT_CACHE_SIZE:
                     self._selects.clear()
                 self._selects[cache_key] = plan
+        if columns and (mine := tuple(f"{name} {type_}" for name, type_ in plan.columns)) != columns:
+            raise UnavailableError(f"worker {self.worker_id} plans {statement!r} with the columns {', '.join(mine)}, "
+                                   f"not {', '.join(columns)} as the router planned it; one of them is behind the "
+                                   "command topic")
         return plan
 
     async def stage_positions(self, query_id: str, stage: str, input_offsets: Mapping[int, int],

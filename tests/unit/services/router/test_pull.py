@@ -142,6 +142,7 @@ def test_scan_merges_one_copy_per_partition_and_fails_over_per_partition() -> No
     assert sorted(rows_of(result.outcome)) == [["s0", 1], ["s1", 2], ["s2", 3]] and result.positions == {0: 10, 1: 11}
     assert sorted(e for e, _ in workers.calls) == ["a:1", "b:1", "c:1"]
     assert {(r.statement, r.query_id) for _, r in workers.calls} == {(sql, "CTAS_COUNTS_0")}  # the workers filter and project
+    assert {tuple(r.columns) for _, r in workers.calls} == {("SENSOR VARCHAR", "N BIGINT")}  # as the router planned them
 
 
 def test_a_scan_call_may_wait_for_its_token_as_long_as_the_longest_wait_of_its_partitions_routes() -> None:

@@ -83,8 +83,8 @@ class Tables:
             raise UnavailableError(f"partition {partition} is not here")
         return LocalCopy(store, lambda key, state: [key.decode(), state[0]], 100 + partition)
 
-    async def select(self, table: str, statement: str, query_id: str = "") -> SelectPlan:
-        return await self.plans.select(table, statement, query_id)
+    async def select(self, table: str, statement: str, query_id: str = "", columns: tuple[str, ...] = ()) -> SelectPlan:
+        return await self.plans.select(table, statement, query_id, columns)
 
     def set_standby_replay(self, query_id: str, partition: int, paused: bool) -> int:
         raise AssertionError("a scan never pauses a standby's replay")
@@ -109,16 +109,16 @@ class Scanned:
 
 
 def pages(tables: Tables, max_rows: int, limit: int = 0, partitions: tuple[int, ...] = (0, 1),
-          statement: str = "", query_id: str = "") -> Any:
+          statement: str = "", query_id: str = "", columns: tuple[str, ...] = ()) -> Any:
     servicer = WorkerServicer(tables, max_scan_rows=max_rows)
     request = worker_pb2.ScanPagesRequest(table="T", partitions=partitions, limit=limit, statement=statement,
-                                          query_id=query_id)
+                                          query_id=query_id, columns=columns)
     return servicer.ScanPages(request, Context())  # type: ignore[arg-type]
 
 
 async def scan(tables: Tables, max_rows: int, limit: int = 0, partitions: tuple[int, ...] = (0, 1),
-               statement: str = "", query_id: str = "") -> Scanned:
-    return Scanned([page async for page in pages(tables, max_rows, limit, partitions, statement, query_id)])
+               statement: str = "", query_id: str = "", columns: tuple[str, ...] = ()) -> Scanned:
+    return Scanned([page async for page in pages(tables, max_rows, limit, partitions, statement, query_id, columns)])
 
 
 def test_a_scan_over_more_rows_than_the_cap_is_refused_having_read_one_more(tmp_path: Path) -> None:
@@ -263,6 +263,23 @@ def test_a_scan_planned_for_another_query_of_the_same_table_name_is_refused(tmp_
     with pytest.raises(Aborted) as info:  # the router planned the statement against a newer T
         asyncio.run(scan(tables, max_rows=10, partitions=(0,), statement="SELECT * FROM t", query_id="CTAS_T_9"))
     assert info.value.code == grpc.StatusCode.UNAVAILABLE and f"materialized by query {known}" in info.value.details
+    tables.close()
+
+
+def test_a_scan_planned_with_other_columns_is_refused(tmp_path: Path) -> None:
+    """A router that planned the statement with another definition of a custom type it names (one
+    of them has not yet read the type made anew) gets UNAVAILABLE, not rows of other types than
+    its header's."""
+    tables = Tables(tmp_path, {0: 3})
+    tables.plans.metastore.apply(parse_statement("CREATE TYPE cents AS INT"), 2)
+    statement = "SELECT k, CAST(n AS cents) AS c FROM t"
+    mine = asyncio.run(scan(tables, max_rows=10, partitions=(0,), statement=statement, columns=("K VARCHAR", "C INT")))
+    assert len(mine.rows) == 3
+    with pytest.raises(Aborted) as info:  # the router's CENTS is DECIMAL(12, 2)
+        asyncio.run(scan(tables, max_rows=10, partitions=(0,), statement=statement,
+                         columns=("K VARCHAR", "C DECIMAL(12, 2)")))
+    assert info.value.code == grpc.StatusCode.UNAVAILABLE
+    assert "with the columns K VARCHAR, C INT, not K VARCHAR, C DECIMAL(12, 2) as the router planned it" in info.value.details
     tables.close()
 
 

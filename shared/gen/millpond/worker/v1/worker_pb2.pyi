@@ -144,7 +144,7 @@ class ScanRequest(_message.Message):
     def __init__(self, table: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ..., limit: _Optional[int] = ..., allow_standby: _Optional[bool] = ..., min_input_offsets: _Optional[_Mapping[int, int]] = ...) -> None: ...
 
 class ScanPagesRequest(_message.Message):
-    __slots__ = ("table", "partitions", "limit", "allow_standby", "min_input_offsets", "statement", "query_id", "wait_ms")
+    __slots__ = ("table", "partitions", "limit", "allow_standby", "min_input_offsets", "statement", "query_id", "wait_ms", "columns")
     class MinInputOffsetsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -160,6 +160,7 @@ class ScanPagesRequest(_message.Message):
     STATEMENT_FIELD_NUMBER: _ClassVar[int]
     QUERY_ID_FIELD_NUMBER: _ClassVar[int]
     WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
     table: str
     partitions: _containers.RepeatedScalarFieldContainer[int]
     limit: int
@@ -168,7 +169,8 @@ class ScanPagesRequest(_message.Message):
     statement: str
     query_id: str
     wait_ms: int
-    def __init__(self, table: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ..., limit: _Optional[int] = ..., allow_standby: _Optional[bool] = ..., min_input_offsets: _Optional[_Mapping[int, int]] = ..., statement: _Optional[str] = ..., query_id: _Optional[str] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+    columns: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, table: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ..., limit: _Optional[int] = ..., allow_standby: _Optional[bool] = ..., min_input_offsets: _Optional[_Mapping[int, int]] = ..., statement: _Optional[str] = ..., query_id: _Optional[str] = ..., wait_ms: _Optional[int] = ..., columns: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ScanResponse(_message.Message):
     __slots__ = ("rows", "input_offsets")
