@@ -232,6 +232,42 @@ def _add_unseen(old: State, new: State) -> State:
     return [values]
 
 
+def _attr_partial(x: str) -> str:
+    """Spark SQL of ATTR's partial over a stream's batch: two of its distinct values (NULL too),
+    each an entry of count 1 (more do not matter: two already make ATTR NULL, and a stream takes
+    none back)."""
+    return f"transform(slice(array_distinct(collect_list(named_struct('v', {x}))), 1, 2), e -> named_struct('v', e.v, 'n', 1))"
+
+
+def _attr_merge(old: State, new: State) -> State:
+    """ATTR's merge over a stream: the entries of ``new`` whose value ``old`` lacks (found as
+    Java's ``equals`` finds them), up to two."""
+    entries = list(old[0] or [])
+    for entry in new[0] or []:
+        if len(entries) < 2 and not any(_same(entry["v"], held["v"]) for held in entries):
+            entries.append(entry)
+    return [entries]
+
+
+def _attr_undo(old: State | None, new: State) -> State:
+    """ATTR's state after a table batch (``_in_offset_order``'s events): each value's count of
+    rows, added or taken back (never below 0), as ksqlDB's."""
+    entries = [dict(entry) for entry in old[0] or []] if old is not None else []
+    for event in new[0] or []:
+        held = next((entry for entry in entries if _same(entry["v"], event["v"])), None)
+        if held is not None:
+            held["n"] = max(0, held["n"] + event["s"])
+        elif event["s"] > 0:
+            entries.append({"v": event["v"], "n": event["s"]})
+    return [[entry for entry in entries if entry["n"] > 0]]
+
+
+def _attr(state: State) -> Any:
+    """ATTR's value: the group's one value (NULL among them), or NULL when it has several."""
+    entries = [entry for entry in state[0] or [] if entry["n"] > 0]
+    return entries[0]["v"] if len(entries) == 1 else None
+
+
 HISTOGRAM_LIMIT = 1000
 """Most distinct values a HISTOGRAM counts, as ksqlDB's: a value first seen past them is not counted."""
 
@@ -394,6 +430,8 @@ AGGREGATES: dict[str, Aggregate] = {
                   undo=lambda x: [_signed_histogram(x)], undo_merge=_count_into),
         _top("TOPK", distinct=False),
         _top("TOPKDISTINCT", distinct=True),
+        Aggregate("ATTR", lambda x: [_attr_partial(x)], _attr_merge, _attr, lambda t: t, "listable",
+                  undo=lambda x: [_in_offset_order(x)], undo_merge=_attr_undo),
         Aggregate("COLLECT_SET", lambda x: [_distinct_in_order(x)], _add_unseen, lambda s: s[0] or [],
                   lambda t: SqlType("ARRAY", (t,)), "listable"),
         Aggregate("COLLECT_LIST",

@@ -342,7 +342,8 @@ def evaluate(expr: ast.Expr, row: Mapping[str, Any]) -> Any:
             raise StatementError(f"function {expr.name} is not supported here")
         args = [evaluate(a, row) for a in expr.args]
         if expr.name in functions.TAKES_INT:  # a BIGINT argument cast to Spark's INT parameter: its low bits
-            args = [_wrapped(a, 32) if isinstance(a, int) and fn.kind_at(i) == "integer" else a for i, a in enumerate(args)]
+            args = [_wrapped(a, 32) if isinstance(a, int) and fn.kind_at(i) in ("integer", "code") else a
+                    for i, a in enumerate(args)]
         try:
             if fn.typed and len(expr.arg_types) != len(args):
                 raise AssertionError(f"{expr.name} was not typed (types.with_widths) before it was evaluated")

@@ -18,7 +18,8 @@ OVERVIEWS: dict[str, str] = {
              "splits it into its characters.",
     "SPLIT_TO_MAP": "A MAP of the text's entries (between the first delimiter; empty ones left out) that have the "
                     "second delimiter, each a key before it and a value after it.",
-    "CHR": "The character of a Unicode code point; NULL for none (and for a surrogate).",
+    "CHR": "The character of a Unicode code point, or of its UTF-16 escapes ('\\u004b', a pair for one beyond "
+           "the BMP); NULL for none (and for a surrogate alone).",
     "URL_ENCODE_PARAM": "The text encoded for a URL's query (application/x-www-form-urlencoded, UTF-8).",
     "URL_DECODE_PARAM": "A URL query's encoded text decoded (+ a space, %XX bytes in UTF-8); NULL for a % without "
                         "two hexadecimal digits.",
@@ -137,6 +138,8 @@ OVERVIEWS: dict[str, str] = {
     "COUNT_DISTINCT": "The number of distinct values that are not NULL, per group.",
     "STDDEV_SAMP": "The sample standard deviation of the values, a DOUBLE, per group.",
     "COLLECT_LIST": "The values in the order read, as an ARRAY, per group.",
+    "ATTR": "The group's one value, or NULL when its rows hold several (ksqlDB's: for a column expected to be the "
+            "same in every row of a group).",
     "COLLECT_SET": "The distinct values in the order first read, as an ARRAY, per group.",
     "HISTOGRAM": "How many times each text occurs, as a MAP, per group.",
     "EARLIEST_BY_OFFSET": "The value of the group's first record, or of its first n, by offset (NULLs left out "

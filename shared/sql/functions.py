@@ -32,6 +32,7 @@ from millpond.shared.sql.kinds import (
 
 INT, BIGINT, DOUBLE, VARCHAR = SqlType("INT"), SqlType("BIGINT"), SqlType("DOUBLE"), SqlType("VARCHAR")
 KIND_SHOWN = {"string": "VARCHAR", "boolean": "BOOLEAN", "numeric": "number", "integer": "INT or BIGINT",
+              "code": "INT, BIGINT or VARCHAR",
               "bigint": "INT or BIGINT", "array": "ARRAY", "map": "MAP", "timestamp": "TIMESTAMP", "date": "DATE",
               "listable": "any but a MAP"}
 """A parameter kind as SHOW FUNCTIONS writes it (``any`` and ``orderable`` as they are)."""
@@ -379,7 +380,7 @@ FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
                    spark_of=texts.split_in_spark, python=_strict(texts.split)),
     ScalarFunction("SPLIT_TO_MAP", ("string", "string", "string"), result=lambda _: SqlType("MAP", (VARCHAR, VARCHAR)),
                    spark_of=texts.split_to_map_in_spark, python=_strict(texts.split_to_map)),
-    ScalarFunction("CHR", ("integer",), spark_of=texts.chr_in_spark, python=_strict(texts.code_point)),
+    ScalarFunction("CHR", ("code",), spark_of=texts.chr_in_spark, python=texts.character, typed=True),
     ScalarFunction("URL_ENCODE_PARAM", ("string",), spark="url_encode", python=_strict(texts.url_encode)),
     ScalarFunction("URL_DECODE_PARAM", ("string",), spark="try_url_decode", python=_strict(texts.url_decode)),
     ScalarFunction("MASK", ("string",), optional=("string",) * 4, spark_of=_mask_in_spark, python=_mask,
@@ -536,9 +537,9 @@ FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
 )}
 
 
-TAKES_INT = frozenset(f.name for f in FUNCTIONS.values() if "integer" in (*f.params, *f.optional, f.variadic))
-"""Functions with an ``integer`` parameter, which Spark takes as an INT: a BIGINT argument is
-cast to it, keeping its low 32 bits (``SUBSTRING(s, 4294967298)`` starts at 2)."""
+TAKES_INT = frozenset(f.name for f in FUNCTIONS.values() if {"integer", "code"} & {*f.params, *f.optional, f.variadic})
+"""Functions with an ``integer`` (or ``code``) parameter, which Spark takes as an INT: a BIGINT
+argument is cast to it, keeping its low 32 bits (``SUBSTRING(s, 4294967298)`` starts at 2)."""
 
 
 def lookup(name: str) -> ScalarFunction | None:

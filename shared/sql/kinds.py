@@ -22,6 +22,7 @@ KINDS: dict[str, frozenset[str] | None] = {
     "boolean": frozenset({"BOOLEAN"}),
     "numeric": NUMERIC,
     "integer": INTEGRAL,
+    "code": frozenset({"INT", "BIGINT", "VARCHAR"}),
     "array": frozenset({"ARRAY"}),
     "map": frozenset({"MAP"}),
     "bigint": INTEGRAL,
@@ -32,7 +33,7 @@ KINDS: dict[str, frozenset[str] | None] = {
     "listable": None,
 }
 
-KIND_NOTES = {"orderable": "BOOLEAN, a number, VARCHAR, DATE, TIME or TIMESTAMP"}
+KIND_NOTES = {"orderable": "BOOLEAN, a number, VARCHAR, DATE, TIME or TIMESTAMP", "code": "INT, BIGINT or VARCHAR"}
 """What a kind admits, where its name does not say it."""
 
 HELD_APART: dict[str, frozenset[str]] = {"listable": frozenset({"MAP"})}

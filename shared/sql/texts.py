@@ -8,8 +8,11 @@ writes as ``?`` (``java_text``); these follow it.
 
 from __future__ import annotations
 
+import re
 import unicodedata
+from typing import Any
 
+from millpond.shared.sql.ast import SqlType
 from millpond.shared.sql.java_text import java_string, utf16_units
 from millpond.shared.sql.kinds import spark_once
 
@@ -61,16 +64,41 @@ def code_point(code: int) -> str | None:
     return chr(code) if 0 <= code <= 0x10FFFF and not 0xD800 <= code <= 0xDFFF else None
 
 
-def chr_in_spark(args: list[str]) -> str:
-    """CHR in Spark SQL: the code point's UTF-16 units (a pair beyond the BMP) in hexadecimal,
-    decoded; the argument computed once."""
-    def character(code: str) -> str:
+_UTF16_ESCAPES = r"(?:\\u(?:(?![dD][89a-fA-F])[0-9a-fA-F]{4}|[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}))+"
+"""CHR's text form: ``\\uXXXX`` escapes, each a character of the BMP or two a pair of UTF-16 halves
+(Java's regex and Python's alike)."""
+
+
+def escaped_character(text: str) -> str | None:
+    """ksqlDB's CHR of text: the characters its ``\\uXXXX`` escapes make; NULL for any other text
+    (ksqlDB's unescapes Java's other escapes after the first too) and for a lone UTF-16 half."""
+    if re.fullmatch(_UTF16_ESCAPES, text) is None:
+        return None
+    return bytes.fromhex(text.replace("\\u", "")).decode("utf-16-be")
+
+
+def character(value: Any, type_: SqlType) -> str | None:
+    """CHR: of a code point (``code_point``) or of its escapes as text (``escaped_character``)."""
+    if value is None:
+        return None
+    return escaped_character(value) if type_.base == "VARCHAR" else code_point(value)
+
+
+def chr_in_spark(args: list[str], types: list[SqlType]) -> str:
+    """CHR in Spark SQL: text's escapes as hexadecimal UTF-16, decoded; a code point's UTF-16 units
+    (a pair beyond the BMP) in hexadecimal, decoded; the argument computed once."""
+    if types[0].base == "VARCHAR":
+        pattern = "'^" + _UTF16_ESCAPES.replace("\\", "\\\\") + "$'"
+        return spark_once(args[0], lambda text: f"CASE WHEN {text} RLIKE {pattern} THEN "
+                                                f"decode(unhex(replace({text}, '\\\\u', '')), 'UTF-16BE') END")
+
+    def made(code: str) -> str:
         beyond = f"({code} - 65536)"
         units = (f"CASE WHEN {code} < 65536 THEN lpad(hex({code}), 4, '0') "
                  f"ELSE concat(hex(55296 + shiftright({beyond}, 10)), hex(56320 + ({beyond} & 1023))) END")
         return (f"CASE WHEN {code} BETWEEN 0 AND 1114111 AND NOT {code} BETWEEN 55296 AND 57343 "
                 f"THEN decode(unhex({units}), 'UTF-16BE') END")
-    return spark_once(f"CAST({args[0]} AS INT)", character)
+    return spark_once(f"CAST({args[0]} AS INT)", made)
 
 
 _URL_KEPT = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.*")

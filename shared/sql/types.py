@@ -388,7 +388,7 @@ def _check_call(call: ast.Call, scope: Scope, aggregates_allowed: bool) -> SqlTy
     for index, (arg, type_) in enumerate(zip(call.args, types, strict=True)):
         kind = fn.kind_at(index)
         if kind is not None and not kinds.accepts(kind, type_):
-            raise _clash(f"argument {index + 1} of {call.name} must be {kind}", (arg, type_))
+            raise _clash(f"argument {index + 1} of {call.name} must be {kinds.KIND_NOTES.get(kind, kind)}", (arg, type_))
     if fn.refuses is not None and (error := fn.refuses(call.args, types)) is not None:
         raise StatementError(error)
     result = fn.result(types)

@@ -1010,13 +1010,14 @@ def test_split_to_map_chr_and_url_params_answer_as_sparks(spark: SparkSession) -
     """ksqlDB's SPLIT_TO_MAP (empty entries and those without the pair delimiter left out, a key's
     last value kept, a value up to the next pair delimiter, delimiters taken as they are, NULL for
     an empty one or the two the same), CHR (NULL outside the code points and for a surrogate, a
-    BIGINT's low 32 bits), URL_ENCODE_PARAM and URL_DECODE_PARAM as Java's ``URLEncoder`` and
+    BIGINT's low 32 bits; of text, its ``\\uXXXX`` escapes, a pair of halves one character, any
+    other text NULL), URL_ENCODE_PARAM and URL_DECODE_PARAM as Java's ``URLEncoder`` and
     ``URLDecoder`` (a sign or a digit of another script in an escape, bytes that are no UTF-8, a
     ``%`` without a byte, a digit beyond the BMP, two UTF-16 units to Java: NULL). The columns are
     named as the lambda variables of the Spark SQL (which reads no argument inside a lambda)."""
     texts = ["SPLIT_TO_MAP(a, millpond_value, millpond_item)", "CHR(i)", "CHR(l)", "URL_ENCODE_PARAM(a)",
              "URL_DECODE_PARAM(a)", "URL_DECODE_PARAM(URL_ENCODE_PARAM(a))", "TO_JSON_STRING(millpond_value)",
-             "CHR(LEN(millpond_item) + i)"]
+             "CHR(LEN(millpond_item) + i)", "CHR(a)", "CHR(millpond_value)"]
     draw = random.Random(7)
     pieces = ["a", "=", ",", "", ".*", "\\E", "k", "é", "😀", "+", "%", "%41", "%c3%A9", "%+4", "%-1", "%-0", "%\uff14\uff11",
               "%F0%9F", "%ZZ", " ", "~", "*", "/", "%C3", "%e2%82%ac", "\U0001d7cf", "%4"]
@@ -1025,6 +1026,10 @@ def test_split_to_map_chr_and_url_params_answer_as_sparks(spark: SparkSession) -
                                                                  0x1F600, 0x10FFFF, 0x110000, -1]),
              draw.choice([None, 2**32 + 75, -(2**32) + 0x1F600, 2**40])) for _ in range(150)]
     rows += [("a=1,,b=2=3,c,a=4,=5", ",", "=", 75, 75), (None, ",", "=", None, None)]
+    escapes = ["\\u004b", "\\u004B\\u00e9", "\\ud83d\\ude00", "\\uD83D\\uDE00x", "\\ud83d", "\\ude00\\ud83d", "\\u004",
+               "\\u004bx", "x\\u004b", "\\uuuu004b", "\\U004b", "\\u00zz", "", "\\u0000", "\\uffff\\uE000", "\\u004b\n",
+               "\\n", "\\u12345"]
+    rows += [(text, draw.choice(escapes), None, None, None) for text in escapes]
     columns = Scope("T", {"A": ast.SqlType("VARCHAR"), "MILLPOND_VALUE": ast.SqlType("VARCHAR"),
                           "MILLPOND_ITEM": ast.SqlType("VARCHAR"), "I": ast.SqlType("INT"), "L": ast.SqlType("BIGINT")})
     exprs = [with_widths(expression(text), columns) for text in texts]
@@ -1033,6 +1038,7 @@ def test_split_to_map_chr_and_url_params_answer_as_sparks(spark: SparkSession) -
         "a": "4", "b": "2", "": "5"}
     assert evaluate(exprs[4], {"A": "%-1"}) is None and evaluate(exprs[4], {"A": "%+41"}) == "\x041"
     assert evaluate(exprs[4], {"A": "%4\U0001d7cf"}) is None, "a digit beyond the BMP is two UTF-16 units to Java"
+    assert [evaluate(exprs[8], {"A": text}) for text in escapes[:6]] == ["K", "Ké", "\U0001f600", None, None, None]
     # A lone UTF-16 half, which Spark's text holds as ``?``, is ``?`` here too.
     assert evaluate(exprs[3], {"A": "a\ud83d"}) == "a%3F" and evaluate(exprs[6], {"MILLPOND_VALUE": "a\ud83d"}) == '"a?"'
     # A value computed once, not once per place the Spark SQL reads it.

@@ -300,7 +300,8 @@ ALL_AGGREGATES = ("COUNT(*) AS n, COUNT(reading) AS c, SUM(reading) AS s, AVG(re
                   "COUNT_DISTINCT(reading) AS d, COLLECT_LIST(reading) AS l, LATEST_BY_OFFSET(reading, false) AS any, "
                   "LATEST_BY_OFFSET(reading, 2) AS last2, EARLIEST_BY_OFFSET(reading, 2, false) AS first2, "
                   "COLLECT_SET(reading) AS distinct_readings, TOPK(reading, 2) AS top2, TOPKDISTINCT(reading, 2) AS "
-                  "topd2, HISTOGRAM(CAST(reading AS VARCHAR)) AS hist, STDDEV_SAMP(reading) AS sd")
+                  "topd2, HISTOGRAM(CAST(reading AS VARCHAR)) AS hist, ATTR(reading) AS only, ATTR(sensor) AS one, "
+                  "STDDEV_SAMP(reading) AS sd")
 
 
 @pytest.mark.parametrize("cuts", [[], [2], [1, 3, 5]])
@@ -341,7 +342,8 @@ def test_every_aggregate_works_per_window(spark: SparkSession, tmp_path: Path, c
             min(values, default=None), max(values, default=None), values[-1] if values else None,
             values[0] if values else None, len(set(values)), held, held[-1], values[-2:], held[:2],
             list(dict.fromkeys(held)), sorted(values, reverse=True)[:2], sorted(set(values), reverse=True)[:2],
-            dict(Counter(str(v) for v in values)), round(statistics.stdev(values), 9) if len(values) > 1 else 0.0]
+            dict(Counter(str(v) for v in values)), held[0] if len(set(held)) == 1 else None, "k",
+            round(statistics.stdev(values), 9) if len(values) > 1 else 0.0]
     assert got == want
     # Reduced by Spark (these aggregates have no Arrow forms), each window's latest event time too.
     assert times == {start: max(t for _, t in readings if start <= t < start + 30_000) for start, _ in want}

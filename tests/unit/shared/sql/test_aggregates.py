@@ -28,6 +28,7 @@ def partial(name: str, values: list[tuple[int, int]]) -> list[Any]:
         "COUNT_DISTINCT": lambda: [sorted(set(vs))],
         "COLLECT_LIST": lambda: [[v for _, v in sorted(values)]],
         "COLLECT_SET": lambda: [list(dict.fromkeys(v for _, v in sorted(values)))],
+        "ATTR": lambda: [[{"v": v, "n": 1} for v in list(dict.fromkeys(vs))[:2]]],
         "HISTOGRAM": lambda: [dict(Counter(vs))],
         "STDDEV_SAMP": lambda: [len(vs), statistics.fmean(vs) if vs else None,
                                 sum((v - statistics.fmean(vs)) ** 2 for v in vs) if vs else None],
@@ -268,3 +269,26 @@ def test_min_and_max_of_batches_order_nan_as_spark_whichever_batch_it_came_in(or
     assert math.isnan(AGGREGATES["MAX"].merge([first], [second])[0])
     assert AGGREGATES["MIN"].merge([first], [second]) == [1.0]
     assert AGGREGATES["MAX"].merge([None], [2.0]) == [2.0] and AGGREGATES["MIN"].merge([3], [None]) == [3]
+
+
+def test_attr_is_the_one_value_of_a_group_and_counts_rows_taken_back() -> None:
+    """ATTR (ksqlDB's): a stream's groups NULL for good once two values are seen (NULL is one);
+    a table's count each value's rows, so that a value all of whose rows left is no longer one."""
+    attr = AGGREGATES["ATTR"]
+    stream = attr.merger(signed=False)
+    state = stream(None, [[{"v": "a", "n": 1}]])
+    assert attr.finalize(state) == "a"
+    assert attr.finalize(stream(state, [[{"v": "a", "n": 1}]])) == "a"
+    assert attr.finalize(stream(state, [[{"v": None, "n": 1}]])) is None
+    nan = stream(None, [[{"v": math.nan, "n": 1}]])
+    assert math.isnan(attr.finalize(stream(nan, [[{"v": math.nan, "n": 1}]])))  # as Java's equals finds NaN
+    assert attr.finalize(stream(stream(None, [[{"v": 0.0, "n": 1}]]), [[{"v": -0.0, "n": 1}]])) is None
+    table = attr.merger(signed=True)
+    state = table(None, events((1, "a"), (1, "b"), (1, "a")))
+    assert attr.finalize(state) is None
+    state = table(state, events((-1, "b")))
+    assert attr.finalize(state) == "a"
+    state = table(state, events((-1, "a"), (-1, "a"), (-1, "a"), (1, "c")))  # never below 0
+    assert attr.finalize(state) == "c" and state == [[{"v": "c", "n": 1}]]
+    assert attr.finalize(table(state, events((-1, "c")))) is None
+    assert json.loads(json.dumps(state)) == state  # stored as JSON

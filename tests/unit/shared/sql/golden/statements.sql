@@ -711,3 +711,9 @@ SELECT currency, ROWOFFSET FROM rates WHERE currency = 'EUR';
 TERMINATE CST_RATES_87;
 CREATE OR REPLACE TABLE rates AS SELECT currency, LATEST_BY_OFFSET(amount) AS rate FROM trades GROUP BY currency;
 CREATE OR REPLACE SOURCE STREAM fresh_trades (id VARCHAR KEY) WITH (kafka_topic='trades', partitions=2, value_format='json');
+-- JSON_ITEMS, JSON_RECORDS, JSON_CONCAT and JSON_ARRAY_CONTAINS read JSON as Spark's VARIANT; CHR of escapes; ATTR.
+EXPLAIN CREATE TABLE user_variants AS SELECT id, JSON_ITEMS(name) AS items, JSON_RECORDS(name) AS records, JSON_CONCAT(name, '[1]', name) AS joined, JSON_ARRAY_CONTAINS(name, age) AS has, CHR(name) AS c FROM users;
+SELECT JSON_ARRAY_CONTAINS(name, balance) AS has FROM users WHERE id = 'a';
+SELECT CHR(age > 1) AS c FROM users WHERE id = 'a';
+EXPLAIN CREATE TABLE currency_of_trade AS SELECT id, ATTR(currency) AS currency, COUNT(*) AS n FROM trades GROUP BY id;
+EXPLAIN CREATE TABLE name_of_age AS SELECT age, ATTR(name) AS name FROM users GROUP BY age;
