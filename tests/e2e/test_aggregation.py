@@ -744,18 +744,21 @@ def sql_text(value: str | None) -> str:
 def owners_of(changes: list[tuple[str, dict[str, Any] | None]]) -> dict[str, list[Any]]:
     """Pages per owner of the table the ``changes`` leave (a None value deletes the page): those
     with an owner and a weight of 0 or more, with the weights' sum and average, and the pages
-    sorted (a table's COLLECT_LIST keeps no order ksqlDB promises: ``sorted_lists``)."""
+    sorted (a table's COLLECT_LIST keeps no order ksqlDB promises: ``sorted_lists``); the weight of
+    them all when it is one (ATTR), else None."""
     table: dict[str, dict[str, Any] | None] = {}
     for page, value in changes:
         table[page] = value
     groups: dict[str, list[Any]] = {}
     for page, value in table.items():
         if value is not None and value["OWNER"] is not None and value["WEIGHT"] >= 0:
-            counted = groups.setdefault(value["OWNER"], [0, 0, []])
+            counted = groups.setdefault(value["OWNER"], [0, 0, [], set()])
             counted[0] += 1
             counted[1] += value["WEIGHT"]
             counted[2].append(page)
-    return {owner: [owner, n, total, total / n, sorted(listed)] for owner, (n, total, listed) in groups.items()}
+            counted[3].add(value["WEIGHT"])
+    return {owner: [owner, n, total, total / n, next(iter(weights)) if len(weights) == 1 else None, sorted(listed)]
+            for owner, (n, total, listed, weights) in groups.items()}
 
 
 def sorted_lists(row: list[Any]) -> list[Any]:
@@ -770,7 +773,8 @@ async def test_group_by_over_a_table_moves_each_changed_row_between_groups(agg_c
     the table's rows after each of two phases; the rows the table held before the query count
     though it starts at the latest offsets (a table is read whole). Read-your-writes through
     the regrouping and the aggregation, a row moved out of a group included. COLLECT_LIST takes
-    a changed row's old value back out of its list, HISTOGRAM its count (ksqlDB's undo)."""
+    a changed row's old value back out of its list, HISTOGRAM its count, ATTR its value (ksqlDB's
+    undo)."""
     sid = agg_cluster.service_id
     pages, per_owner = f"tg_pages_{sid}", f"tg_owners_{sid}"
     run(agg_cluster, f"""
@@ -795,7 +799,7 @@ async def test_group_by_over_a_table_moves_each_changed_row_between_groups(agg_c
     run(agg_cluster, f"""
         SET 'auto.offset.reset'='latest';
         CREATE TABLE {per_owner} AS SELECT owner, COUNT(*) AS pages, SUM(weight) AS weight, AVG(weight) AS mean,
-          COLLECT_LIST(page) AS listed, HISTOGRAM(page) AS seen FROM {pages} WHERE weight >= 0 GROUP BY owner
+          ATTR(weight) AS only, COLLECT_LIST(page) AS listed, HISTOGRAM(page) AS seen FROM {pages} WHERE weight >= 0 GROUP BY owner
           HAVING COUNT(*) > 0;""")
 
     def shown(row: list[Any]) -> list[Any]:
@@ -816,13 +820,13 @@ async def test_group_by_over_a_table_moves_each_changed_row_between_groups(agg_c
     pull = f"SELECT * FROM {per_owner} WHERE owner = 'o-rw';"
     await asyncio.to_thread(reads_own_writes, agg_cluster, [
         (f"INSERT INTO {pages} (page, owner, weight) VALUES ('p-rw', 'o-rw', 5);", pull,
-         [["o-rw", 1, 5, 5.0, ["p-rw"], {"p-rw": 1}]]),
+         [["o-rw", 1, 5, 5.0, 5, ["p-rw"], {"p-rw": 1}]]),
         (f"INSERT INTO {pages} (page, owner, weight) VALUES ('p-rw2', 'o-rw', 8);", pull,
-         [["o-rw", 2, 13, 6.5, ["p-rw", "p-rw2"], {"p-rw": 1, "p-rw2": 1}]]),
+         [["o-rw", 2, 13, 6.5, None, ["p-rw", "p-rw2"], {"p-rw": 1, "p-rw2": 1}]]),
         (f"INSERT INTO {pages} (page, owner, weight) VALUES ('p-rw', 'o-rw2', 7);", pull,
-         [["o-rw", 1, 8, 8.0, ["p-rw2"], {"p-rw2": 1}]]),
+         [["o-rw", 1, 8, 8.0, 8, ["p-rw2"], {"p-rw2": 1}]]),
         (f"INSERT INTO {pages} (page, owner, weight) VALUES ('p-rw2', 'o-rw', -1);", pull, [])])
-    want = {"o-rw2": ["o-rw2", 1, 7, 7.0, ["p-rw"], {"p-rw": 1}]}  # (another partition: the tokens above did not wait)
+    want = {"o-rw2": ["o-rw2", 1, 7, 7.0, 7, ["p-rw"], {"p-rw": 1}]}  # (another partition: the tokens above did not wait)
     assert await asyncio.to_thread(pull_until, agg_cluster, f"SELECT * FROM {per_owner} WHERE owner = 'o-rw2';",
                                    want) == want
     # A row that leaves its group stamps the group's new result (here its tombstone: HAVING) with
@@ -830,8 +834,8 @@ async def test_group_by_over_a_table_moves_each_changed_row_between_groups(agg_c
     base = int(time.time() * 1000) - 20 * MINUTE
     run(agg_cluster, f"INSERT INTO {pages} (ROWTIME, page, owner, weight) VALUES ({base}, 'p-t', 'o-t', 5);")
     assert await asyncio.to_thread(pull_until, agg_cluster, f"SELECT * FROM {per_owner} WHERE owner = 'o-t';",
-                                   {"o-t": ["o-t", 1, 5, 5.0, ["p-t"], {"p-t": 1}]}) == {
-        "o-t": ["o-t", 1, 5, 5.0, ["p-t"], {"p-t": 1}]}
+                                   {"o-t": ["o-t", 1, 5, 5.0, 5, ["p-t"], {"p-t": 1}]}) == {
+        "o-t": ["o-t", 1, 5, 5.0, 5, ["p-t"], {"p-t": 1}]}
     run(agg_cluster, f"INSERT INTO {pages} (ROWTIME, page, owner, weight) VALUES ({base + 5_000}, 'p-t', 'o-t2', 5);")
     deadline = time.monotonic() + 60
     while True:
