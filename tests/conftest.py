@@ -13,6 +13,10 @@ import pytest
 from millpond.deploy.class_archive import spark_env_with_archive
 from millpond.deploy.local.kafka_broker import EmbeddedKafka
 from millpond.services.worker.spark import JAVA_OPTIONS
+from millpond.shared import net
+
+if "PYTEST_XDIST_WORKER" in os.environ:  # make test's processes: each picks ports of its own share
+    net.OWN_PORTS = (int(os.environ["PYTEST_XDIST_WORKER_COUNT"]), int(os.environ["PYTEST_XDIST_WORKER"].removeprefix("gw")))
 
 # The tests start some twenty Spark JVMs, several at once on two cores, and each runs little
 # input: the JIT's first tier alone and the serial collector start them sooner than the
