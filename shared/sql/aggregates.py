@@ -239,22 +239,34 @@ def _attr_partial(x: str) -> str:
     return f"transform(slice(array_distinct(collect_list(named_struct('v', {x}))), 1, 2), e -> named_struct('v', e.v, 'n', 1))"
 
 
+def _spark_same(a: Any, b: Any) -> bool:
+    """Equal values as Spark's ``array_distinct`` finds them, which ATTR's batches use: a DOUBLE
+    NaN equal to NaN and -0.0 to 0.0, in an array's elements and a struct's fields too."""
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_spark_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_spark_same(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
 def _attr_merge(old: State, new: State) -> State:
     """ATTR's merge over a stream: the entries of ``new`` whose value ``old`` lacks (found as
-    Java's ``equals`` finds them), up to two."""
+    Spark's batches find them, ``_spark_same``), up to two."""
     entries = list(old[0] or [])
     for entry in new[0] or []:
-        if len(entries) < 2 and not any(_same(entry["v"], held["v"]) for held in entries):
+        if len(entries) < 2 and not any(_spark_same(entry["v"], held["v"]) for held in entries):
             entries.append(entry)
     return [entries]
 
 
 def _attr_undo(old: State | None, new: State) -> State:
     """ATTR's state after a table batch (``_in_offset_order``'s events): each value's count of
-    rows, added or taken back (never below 0), as ksqlDB's."""
+    rows, added or taken back (never below 0), as ksqlDB's; values found as a stream's are."""
     entries = [dict(entry) for entry in old[0] or []] if old is not None else []
     for event in new[0] or []:
-        held = next((entry for entry in entries if _same(entry["v"], event["v"])), None)
+        held = next((entry for entry in entries if _spark_same(entry["v"], event["v"])), None)
         if held is not None:
             held["n"] = max(0, held["n"] + event["s"])
         elif event["s"] > 0:

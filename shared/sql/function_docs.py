@@ -48,8 +48,8 @@ OVERVIEWS: dict[str, str] = {
     "JSON_CONCAT": "JSON texts joined: objects' fields merged (a later text's value kept), else arrays' items one "
                    "after the other (any other value as one item); NULL if a text is NULL or not JSON.",
     "JSON_ARRAY_CONTAINS": "Whether a JSON array has an item equal to the value (a string to a VARCHAR, an integer to an "
-                           "INT or BIGINT, a number with a point or exponent to a DOUBLE, true or false to a BOOLEAN, "
-                           "null to NULL); FALSE for text that is not a JSON array.",
+                           "INT or BIGINT, a number with a point or exponent (or an integer beyond BIGINT) to a "
+                           "DOUBLE, true or false to a BOOLEAN, null to NULL); FALSE for text that is not a JSON array.",
     "TO_JSON_STRING": "Any value as JSON text (a STRUCT as an object of its fields, a MAP as an object, a TIMESTAMP "
                       "as UTC text, BYTES in base64; NULL as null).",
     "EXTRACTJSONFIELD": "The value at a JSON path ('$.a.b[0]') of JSON text: a string's text, any other value as "

@@ -83,7 +83,7 @@ def contains_in_spark(args: list[str], types: list[SqlType]) -> str:
         else:
             kind, read = _KIND_OF[types[1].base]
             same = (f"coalesce({kind.format(f'schema_of_variant({_ITEM})')} AND "
-                    f"variant_get({_ITEM}, '$', '{read}') = {pair}.v, false)")
+                    f"try_variant_get({_ITEM}, '$', '{read}') = {pair}.v, false)")
             found = f"CASE WHEN {pair}.v IS NULL THEN {nulls} ELSE exists({items}, {_ITEM} -> {same}) END"
         return f"CASE WHEN {pair}.t IS NOT NULL THEN coalesce({found}, false) END"
     return spark_once(f"named_struct('t', {args[0]}, 'v', {args[1]})", contains, name="millpond_pair")
@@ -245,8 +245,8 @@ def json_concat(*texts: str | None) -> str | None:
 def json_array_contains(text: str | None, wanted: Any, _: SqlType, wanted_type: SqlType) -> bool | None:
     """JSON_ARRAY_CONTAINS: whether the JSON array has an item equal to ``wanted`` (of JSON's kind
     for its type: a string for a VARCHAR, an integer for an INT or a BIGINT, a number with a point
-    or an exponent for a DOUBLE, true or false for a BOOLEAN, null for a NULL); FALSE for text that
-    is not a JSON array, NULL for NULL text."""
+    or an exponent, or an integer beyond a BIGINT, for a DOUBLE, true or false for a BOOLEAN, null
+    for a NULL); FALSE for text that is not a JSON array, NULL for NULL text."""
     if text is None:
         return None
     value = _parsed(text)

@@ -280,9 +280,12 @@ def test_attr_is_the_one_value_of_a_group_and_counts_rows_taken_back() -> None:
     assert attr.finalize(state) == "a"
     assert attr.finalize(stream(state, [[{"v": "a", "n": 1}]])) == "a"
     assert attr.finalize(stream(state, [[{"v": None, "n": 1}]])) is None
+    # Values compared as Spark's array_distinct compares them in a batch: NaN equal to NaN, -0.0 to 0.0.
     nan = stream(None, [[{"v": math.nan, "n": 1}]])
-    assert math.isnan(attr.finalize(stream(nan, [[{"v": math.nan, "n": 1}]])))  # as Java's equals finds NaN
-    assert attr.finalize(stream(stream(None, [[{"v": 0.0, "n": 1}]]), [[{"v": -0.0, "n": 1}]])) is None
+    assert math.isnan(attr.finalize(stream(nan, [[{"v": math.nan, "n": 1}]])))
+    assert attr.finalize(stream(stream(None, [[{"v": 0.0, "n": 1}]]), [[{"v": -0.0, "n": 1}]])) == 0.0
+    assert attr.finalize(stream(stream(None, [[{"v": 1.0, "n": 1}]]), [[{"v": -1.0, "n": 1}]])) is None
+    assert attr.finalize(stream(stream(None, [[{"v": [0.0], "n": 1}]]), [[{"v": [-0.0], "n": 1}]])) == [0.0]
     table = attr.merger(signed=True)
     state = table(None, events((1, "a"), (1, "b"), (1, "a")))
     assert attr.finalize(state) is None
