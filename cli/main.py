@@ -20,9 +20,6 @@ from rich.console import Console
 from millpond.cli.client import PushStream, RouterClient, metastore_digest
 from millpond.cli.output import print_outcome, print_stream
 from millpond.cli.status import lag_outcome, leader_status, router_status, status_outcome
-from millpond.deploy import jars as jar_cache
-from millpond.deploy.local.launcher import LocalCluster
-from millpond.shared.config import endpoints
 from millpond.shared.errors import MillpondError, SetupError
 from millpond.shared.net import free_port
 from millpond.shared.results import Outcome
@@ -78,6 +75,8 @@ def up(
         "Mutual TLS everywhere (a throwaway CA under DATA_DIR/tls) and bearer tokens for clients."))] = False,
 ) -> None:
     """Start a local cluster in the foreground; Ctrl-C or SIGTERM stops all of it."""
+    from millpond.deploy.local.launcher import LocalCluster  # (the commands that talk to a cluster start faster)
+
     cluster = LocalCluster(data_dir=data_dir, workers=workers, kafka=kafka, router_port=port,
                            spark_master=spark_master, service_id=service_id, coordinators=coordinators,
                            secure=secure)
@@ -180,6 +179,8 @@ def demo(
     data_dir: Annotated[Path, typer.Option(help="Where the demo cluster keeps its data.")] = Path(".millpond/demo"),
 ) -> None:
     """Start a fresh local cluster, run seed 000's readings example, print the table, stop."""
+    from millpond.deploy.local.launcher import LocalCluster
+
     shutil.rmtree(data_dir, ignore_errors=True)
     cluster = LocalCluster(data_dir=data_dir, workers=workers, router_port=port)
     try:
@@ -209,6 +210,8 @@ def jars() -> None:
     """Fetch the Kafka broker, the Spark Kafka connector and the Kafka tools from Maven Central,
     and build Millpond's Spark extension (a JDK's javac), into the jar cache (MILLPOND_CACHE or
     ~/.cache/millpond); workers only look them up."""
+    from millpond.deploy import jars as jar_cache
+
     try:
         for bundle in jar_cache.BUNDLES:
             found = jar_cache.ensure_jars(bundle)
@@ -252,6 +255,8 @@ def status(
     every table copy's changelog offset, end offset and lag."""
     try:
         if coordinator is not None:
+            from millpond.shared.config import endpoints
+
             cluster, router_hosts, message = leader_status(endpoints(coordinator), credentials=_credentials), [], None
         else:
             answer = router_status(server, credentials=_credentials)
@@ -297,8 +302,9 @@ def loadtest(
     import asyncio
 
     from millpond.cli import loadtest as harness
+    from millpond.deploy.local.launcher import LocalCluster
 
-    cluster = None
+    cluster: LocalCluster | None = None
     try:
         faults = [harness.Fault.parse(f) for f in fault or []]
         if local:
