@@ -143,20 +143,23 @@ async def test_the_topics_a_fenced_attempt_made_for_another_query_id_are_deleted
                         "value_format='json');", {})
         made: list[list[str]] = []
         original = a._create_topics
+        stalled = asyncio.Event()
 
         async def stall_after(stmt: Any, change: Any) -> None:
             await original(stmt, change)
             made.append(sorted(t.name for q in change.add_queries for t in internal_topics(service_id, q)))
-            if len(made) == 1:
-                await asyncio.sleep(1.0)
+            if len(made) == 1:  # B starts once A stalls here, however slow the machine (B's fence ends the stall)
+                stalled.set()
+                await asyncio.sleep(2.0)
 
         a._create_topics = stall_after  # type: ignore[method-assign]
         for table, other in (("t", "u"), ("w", "w")):  # the retry succeeds; then one the winner makes invalid
             made.clear()
+            stalled.clear()
             first = asyncio.create_task(a.execute(
                 f"CREATE TABLE {table} WITH (kafka_topic='{service_id}-{table}') AS SELECT v, COUNT(*) AS n FROM s "
                 "GROUP BY v;", {}))
-            await asyncio.sleep(0.5)
+            await asyncio.wait_for(stalled.wait(), 60)
             if table != other:  # another query, which takes the query number A planned with
                 await b.execute(f"CREATE TABLE {other} WITH (kafka_topic='{service_id}-{other}') AS SELECT v, SUM(v) "
                                 "AS n FROM s GROUP BY v;", {})
