@@ -25,7 +25,7 @@ from millpond.shared.catalog.topology import internal_topics
 from millpond.shared.catalog.upgrades import check_upgrades
 from millpond.shared.config import CoordinatorSettings
 from millpond.shared.errors import MillpondError, StatementError, UnavailableError
-from millpond.shared.kafka.admin import delete_groups, delete_topics, ensure_topic, topic_partitions
+from millpond.shared.kafka.admin import delete_groups, delete_topics, ensure_topic, topic_partitions, until_gone
 from millpond.shared.kafka.command_log import Command, CommandReader, CommandWriter, request_reused
 from millpond.shared.kafka.connection import FENCED
 from millpond.shared.kafka.inserts import RowInserter
@@ -238,7 +238,8 @@ class StatementExecutor:
         for source in change.add_sources:
             if source.name in replaced:
                 continue
-            await self.cleanup.settled(source.topic)  # a DROP ... DELETE TOPIC of it just before
+            if await self.cleanup.settled(source.topic):  # a DROP ... DELETE TOPIC of it just before
+                await until_gone(self.admin, source.topic)  # (the broker's metadata shows it a moment longer)
             existing = await topic_partitions(self.admin, source.topic)
             if existing is None:
                 if isinstance(stmt, ast.CreateSource) and "partitions" not in stmt.properties:

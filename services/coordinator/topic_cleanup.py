@@ -114,11 +114,13 @@ class QueryTopicCleanup:
             await asyncio.sleep(self.poll_s)
         return True
 
-    async def settled(self, topic: str) -> None:
-        """Once ``topic`` is not waiting to be deleted (each deletion is bounded)."""
+    async def settled(self, topic: str) -> bool:
+        """Once ``topic`` is not waiting to be deleted (each deletion is bounded); whether it was."""
         deletion = self._waiting.get(topic)
         if deletion is not None and deletion.task is not None:
             await asyncio.wait([deletion.task])
+            return True
+        return False
 
     async def _delete_when_stopped(self, deletion: _Deletion, wait_s: float, not_before_s: float) -> None:
         if not await self.stopped(deletion.queries, wait_s, not_before_s):

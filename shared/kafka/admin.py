@@ -267,6 +267,18 @@ async def topic_partitions(admin: AIOKafkaAdminClient, name: str) -> int | None:
     return None
 
 
+async def until_gone(admin: AIOKafkaAdminClient, name: str, within_s: float = 10.0) -> bool:
+    """Whether ``name`` is gone from the broker's metadata within ``within_s``: a topic just
+    deleted shows there a moment longer (longer on a busy broker)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    while await topic_partitions(admin, name) is not None:
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(0.1)
+    return True
+
+
 async def delete_topics(admin: AIOKafkaAdminClient, names: list[str]) -> list[str]:
     """Delete topics; ones already gone are fine. Returns those gone now (all but the ones
     Kafka refused to delete, which are logged)."""

@@ -207,7 +207,10 @@ async def test_beats_reach_the_coordinator_and_the_router_and_the_assignment_com
     agent, tasks, channels, stop = beating(endpoint, interval_ms=20)
     loops = beat_loops(agent, stop, endpoint)
     try:
-        await eventually(lambda: tasks.taken != [] and members.beats >= 5 and "w1:1" in hosts.hosts)
+        unary = ["/millpond.coordinator.v1.CoordinatorService/Heartbeat",
+                 "/millpond.router.v1.RouterInternalService/ReportWorkerStatus"]
+        await eventually(lambda: tasks.taken != [] and members.beats >= 5 and "w1:1" in hosts.hosts and (
+            peers == "current" or all(methods.called.count(method) >= 5 for method in unary)))  # (each loop's own pace)
         assert tasks.taken == [(cluster.generation, {"Q": {0}}, set())]
         assert tasks.workers == {"w1"}, "with the assignment, every worker it has"
         assert cluster.task_reports()["Q"][0].worker_id == "w1"  # its later beats report the task
