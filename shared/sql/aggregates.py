@@ -180,16 +180,26 @@ def _in_offset_order(x: str) -> str:
            "e -> named_struct('s', e.s, 'v', e.v))"
 
 
-def _same(a: Any, b: Any) -> bool:
-    """Equal values as Java's ``equals`` finds them, which ksqlDB's lists use: a DOUBLE NaN equal
-    to NaN and -0.0 not to 0.0, in an array's elements and a struct's fields too."""
-    if isinstance(a, float) and isinstance(b, float):
-        return (a == b and math.copysign(1, a) == math.copysign(1, b)) or (math.isnan(a) and math.isnan(b))
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    return bool(a == b)
+def _equal_by(same_double: Callable[[float, float], bool]) -> Callable[[Any, Any], bool]:
+    """Equality of values whose DOUBLEs (in an array's elements and a struct's fields too) are
+    compared by ``same_double``."""
+    def equal(a: Any, b: Any) -> bool:
+        if isinstance(a, float) and isinstance(b, float):
+            return same_double(a, b)
+        if isinstance(a, list) and isinstance(b, list):
+            return len(a) == len(b) and all(equal(x, y) for x, y in zip(a, b, strict=True))
+        if isinstance(a, dict) and isinstance(b, dict):
+            return a.keys() == b.keys() and all(equal(a[k], b[k]) for k in a)
+        return bool(a == b)
+    return equal
+
+
+_same = _equal_by(lambda a, b: (a == b and math.copysign(1, a) == math.copysign(1, b)) or (math.isnan(a) and math.isnan(b)))
+"""Equal values as Java's ``equals`` finds them, which ksqlDB's lists use: NaN equal to NaN and
+-0.0 not to 0.0."""
+_spark_same = _equal_by(lambda a, b: a == b or (math.isnan(a) and math.isnan(b)))
+"""Equal values as Spark's ``array_distinct`` finds them, which ATTR's batches use: NaN equal to
+NaN and -0.0 to 0.0."""
 
 
 def _undo_list(old: State | None, new: State) -> State:
@@ -237,18 +247,6 @@ def _attr_partial(x: str) -> str:
     each an entry of count 1 (more do not matter: two already make ATTR NULL, and a stream takes
     none back)."""
     return f"transform(slice(array_distinct(collect_list(named_struct('v', {x}))), 1, 2), e -> named_struct('v', e.v, 'n', 1))"
-
-
-def _spark_same(a: Any, b: Any) -> bool:
-    """Equal values as Spark's ``array_distinct`` finds them, which ATTR's batches use: a DOUBLE
-    NaN equal to NaN and -0.0 to 0.0, in an array's elements and a struct's fields too."""
-    if isinstance(a, float) and isinstance(b, float):
-        return a == b or (math.isnan(a) and math.isnan(b))
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_spark_same(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_spark_same(a[k], b[k]) for k in a)
-    return bool(a == b)
 
 
 def _attr_merge(old: State, new: State) -> State:

@@ -35,6 +35,7 @@ _LONG = 2**63
 _ITEM = "millpond_item"
 """The lambda variable of an array's items in Spark SQL."""
 
+
 def items_in_spark(args: list[str]) -> str:
     """JSON_ITEMS in Spark SQL: the VARIANT's items, each written as JSON."""
     return f"transform(try_variant_get(try_parse_json({args[0]}), '$', 'array<variant>'), {_ITEM} -> to_json({_ITEM}))"

@@ -24,7 +24,14 @@ from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.topology import internal_topics
 from millpond.shared.config import CoordinatorSettings
 from millpond.shared.errors import AlreadyExistsError, SetupError, StatementError
-from millpond.shared.kafka.admin import delete_topics, ensure_command_topic, ensure_topic, internal_replicas, topic_partitions
+from millpond.shared.kafka.admin import (
+    delete_topics,
+    ensure_command_topic,
+    ensure_topic,
+    internal_replicas,
+    topic_partitions,
+    until_gone,
+)
 from millpond.shared.kafka.command_log import Command, CommandReader, CommandWriter
 from millpond.shared.kafka.connection import KafkaConnection
 from millpond.shared.kafka.inserts import RowInserter
@@ -437,9 +444,8 @@ async def shown(admin: AIOKafkaAdminClient, topic: str, within_s: float = 10) ->
 
 
 async def until_deleted(admin: AIOKafkaAdminClient, topics: list[str], within_s: float = 10) -> None:
-    async with asyncio.timeout(within_s):
-        while [t for t in topics if await topic_partitions(admin, t) is not None]:  # noqa: ASYNC110 (the broker's)
-            await asyncio.sleep(0.1)
+    for topic in topics:
+        assert await until_gone(admin, topic, within_s), f"{topic} is not deleted"
 
 
 async def test_a_terminated_querys_topics_left_by_a_coordinator_are_deleted_by_the_next_once_no_worker_runs_it(
