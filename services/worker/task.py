@@ -60,7 +60,7 @@ from millpond.shared.catalog.topology import JOINED_TOMBSTONES_MS
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.admin import committed_positions, tombstones_kept_ms
-from millpond.shared.kafka.connection import FENCED, KafkaConnection, start_client
+from millpond.shared.kafka.connection import FENCED, KafkaConnection, start_client, stop_client
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.kafka.serde import (
     bytes_decoder,
@@ -431,7 +431,7 @@ class Task(ABC, Generic[SliceT]):
             if job is not None and not job.done():
                 await self._end_commit(job, context)
             if self.producer is not None:
-                await bounded(self.producer.stop(), PRODUCER_STOP_TIMEOUT_S, "stop the producer", context)
+                await bounded(stop_client(self.producer), PRODUCER_STOP_TIMEOUT_S, "stop the producer", context)
             if job is not None and not job.done():
                 # What it waits for will never come from a stopped producer.
                 job.cancel()

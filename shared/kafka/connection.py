@@ -4,8 +4,9 @@ security settings (SSL, SASL), as aiokafka arguments and as Spark Kafka source o
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,7 +140,36 @@ async def started(client: C) -> AsyncIterator[C]:
         await start_client(client)
         yield client
     finally:
-        await run_to_end(client.stop())
+        await run_to_end(stop_client(client))
+
+
+async def stop_client(client: Client) -> None:
+    """``client.stop()``; a producer's failures are then taken as seen. aiokafka sets a fenced
+    producer's error (ProducerFenced, say) on its transaction's waiter and on each failed batch's
+    drain waiter, futures no caller awaits once the send or the transaction has failed with it;
+    asyncio would log each as "Future exception was never retrieved" when collected, and the
+    traceback it formats runs ``ast.parse`` inside the garbage collector: on Python 3.11 that
+    breaks whatever ``ast.parse`` the collection interrupted ("AST constructor recursion depth
+    mismatch": CPython's AST state is not re-entrant), pytest's reports and assertion rewriting
+    included."""
+    try:
+        await client.stop()
+    finally:
+        for waiter in _failure_waiters(client):
+            if waiter.done() and not waiter.cancelled():
+                waiter.exception()
+
+
+def _failure_waiters(client: Client) -> Iterator[asyncio.Future[Any]]:
+    """The futures aiokafka's producer fails and leaves unawaited (its own attributes: none on a
+    consumer)."""
+    manager = getattr(client, "_txn_manager", None)  # None unless transactional
+    if manager is not None:
+        yield manager.wait_for_transaction_end()
+    accumulator = getattr(client, "_message_accumulator", None)
+    if accumulator is not None:
+        for batch in itertools.chain(*accumulator._batches.values(), accumulator._pending_batches):
+            yield batch._drain_waiter
 
 
 async def start_client(client: Client) -> None:
