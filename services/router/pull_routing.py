@@ -12,6 +12,7 @@ from collections.abc import AsyncGenerator, Awaitable, Mapping
 from typing import Protocol, TypeVar
 
 import grpc
+from aiokafka.errors import KafkaError
 
 from millpond.coordinator.v1 import coordinator_pb2
 from millpond.services.router.converters import replicas_from_assignment
@@ -57,6 +58,11 @@ LOCAL_HOPS, REMOTE_HOPS = metrics.PULL_HOPS.labels("local"), metrics.PULL_HOPS.l
 """The hop counters, labelled once (``labels`` costs a lock and a lookup per call)."""
 STAGE_CACHE_SIZE = 4096
 """StagePositions answers a router keeps (``PullRouter._stage_positions``)."""
+
+
+class PlanOutdated(UnavailableError):
+    """No copy answered a pull's plan, and the metastore it was made from has moved on since:
+    plan the statement again, as written (a custom type in it may be defined anew)."""
 
 
 class LocalWorker(Protocol):
@@ -190,17 +196,30 @@ class PullRouter:
             return way
 
         # While tasks move, or while copies catch up with the token, no copy may qualify for a
-        # moment: ask again with the newest assignment until the deadline.
+        # moment: ask again with the newest assignment until the deadline. A copy may also
+        # refuse a plan this router made from a metastore older than its own (a custom type
+        # defined anew, say): the statement is then planned again once this one has caught up.
+        version = self.metastore.command_offset
         while True:
             try:
                 result = await execute_pull(plan, stmt.text, route, lookup, scan, self.settings.max_rows_per_response)
                 return result.outcome, consistency.of_partitions(plan.input_topic, result.positions.items())
-            except UnavailableError:
+            except UnavailableError as err:
                 if time.monotonic() + PULL_RETRY_S > deadline:
                     raise
+                if await self._metastore_moved(version, deadline):
+                    raise PlanOutdated(err.message) from err
             await asyncio.sleep(PULL_RETRY_S)
             with contextlib.suppress(grpc.aio.AioRpcError):
                 await self.refresh_assignment()
+
+    async def _metastore_moved(self, since: int, deadline: float) -> bool:
+        """Whether the metastore is past version ``since`` once it has read the command topic
+        to its end (as far as ``deadline`` allows)."""
+        if self.reader is not None:
+            with contextlib.suppress(UnavailableError, KafkaError, TimeoutError):
+                await asyncio.wait_for(self.reader.catch_up(), max(deadline - time.monotonic(), 0.001))
+        return self.metastore.command_offset != since
 
     async def _noted(self, endpoint: str, query_id: str, pages: AsyncGenerator[worker_pb2.ScanPagesResponse, None]
                      ) -> AsyncGenerator[worker_pb2.ScanPagesResponse, None]:

@@ -18,7 +18,7 @@ from millpond.coordinator.v1 import coordinator_pb2
 from millpond.services.router.coordinators import Coordinators
 from millpond.services.router.lookups import LookupTemplates
 from millpond.services.router.pull import PullPlan
-from millpond.services.router.pull_routing import PullRouter
+from millpond.services.router.pull_routing import PlanOutdated, PullRouter
 from millpond.services.router.stream_pulls import StreamPulls
 from millpond.shared import consistency, metrics, security
 from millpond.shared.catalog.metastore import Metastore
@@ -240,10 +240,17 @@ class Statements:
                 scanned = await self.stream_pulls.answer(stmt, source, positions, deadline)
                 result = "OK"
                 return scanned, {}
-            if plan is None:
-                plan = await self.pulls.plan(stmt)
-                version = self.metastore.command_offset  # the plan's (planning may catch up)
-            answer = await self.pulls.pull(stmt, plan, properties, positions, deadline)
+            while True:
+                if plan is None:
+                    plan = await self.pulls.plan(stmt)
+                    version = self.metastore.command_offset  # the plan's (planning may catch up)
+                try:
+                    answer = await self.pulls.pull(stmt, plan, properties, positions, deadline)
+                    break
+                except PlanOutdated:  # (the copies have a newer metastore: this router has it now too)
+                    written = await self.parser.parse_one(stmt.text)
+                    assert isinstance(written, ast.Query)
+                    stmt, plan = custom_types.resolved(written, self.metastore.types), None
             result = "OK"
             if learn:
                 await self.lookups.learn(stmt, plan, version)
