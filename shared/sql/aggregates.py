@@ -198,8 +198,8 @@ _same = _equal_by(lambda a, b: (a == b and math.copysign(1, a) == math.copysign(
 """Equal values as Java's ``equals`` finds them, which ksqlDB's lists use: NaN equal to NaN and
 -0.0 not to 0.0."""
 _spark_same = _equal_by(lambda a, b: a == b or (math.isnan(a) and math.isnan(b)))
-"""Equal values as Spark's ``array_distinct`` finds them, which ATTR's batches use: NaN equal to
-NaN and -0.0 to 0.0."""
+"""Equal values as Spark's ``array_distinct`` finds them, which ATTR's and COLLECT_SET's batches
+use: NaN equal to NaN and -0.0 to 0.0."""
 
 
 def _undo_list(old: State | None, new: State) -> State:
@@ -232,12 +232,13 @@ def _distinct_in_order(x: str) -> str:
 
 def _add_unseen(old: State, new: State) -> State:
     """COLLECT_SET's merge: the values of ``new`` not in ``old`` appended, in their order
-    (found as Java's ``equals`` finds them, ``_same``)."""
+    (found as Spark's ``array_distinct`` finds them in a batch, ``_spark_same``: otherwise 0.0
+    and -0.0 would be one value or two as the batches were cut)."""
     values = list(old[0] or [])
     for value in new[0] or []:
         if len(values) >= COLLECT_SET_LIMIT:
             break
-        if not any(_same(value, held) for held in values):
+        if not any(_spark_same(value, held) for held in values):
             values.append(value)
     return [values]
 

@@ -26,6 +26,7 @@ import datetime
 import functools
 import itertools
 import json
+import math
 import random
 import re
 import struct
@@ -673,6 +674,19 @@ def stage_slices(spark: SparkSession, tmp_path: Path, statements: tuple[str, ...
                  stamp: datetime.datetime | None = None) -> dict[int, Any]:
     """The slices stage ``stage`` of the query into ``sink`` (``statements`` declare its sources,
     then create it) makes of ``records`` (key, value, partition, offset) stamped ``stamp``."""
+    return stage_batches(spark, tmp_path, statements, sink, stage, [records], stamp)[0]
+
+
+def split_batches(records: list[T], cuts: list[int]) -> list[list[T]]:
+    """``records`` (in offset order per partition) cut into consecutive batches at ``cuts``."""
+    bounds = sorted({0, len(records), *(c % (len(records) + 1) for c in cuts)})
+    return [records[a:b] for a, b in itertools.pairwise(bounds) if b > a]
+
+
+def stage_batches(spark: SparkSession, tmp_path: Path, statements: tuple[str, ...], sink: str, stage: int,
+                  batches: list[list[tuple[bytes | None, bytes | None, int, int]]],
+                  stamp: datetime.datetime | None = None) -> list[dict[int, Any]]:
+    """``stage_slices`` of each batch in turn, by one runner."""
     meta = Metastore()
     for offset, sql in enumerate(statements):
         meta.apply(parse_statement(sql), offset)
@@ -680,11 +694,12 @@ def stage_slices(spark: SparkSession, tmp_path: Path, statements: tuple[str, ...
     step = stages(query, meta.source(query.source), meta.source(sink), "svc")[stage]
     settings = Settings(worker_id="reducer-test", spark_master="local[1]", state_dir=tmp_path)
     tasks = {p: new_task(settings, step, p) for p in range(step.partitions)}
-    frame = spark.createDataFrame([(k, v, step.source.topic, p, o, stamp, 0) for k, v, p, o in records], KAFKA_ROW)
     loop = asyncio.new_event_loop()
     runner = QueryRunner(spark, settings, step.query, step.source, step.sink, dict(tasks), loop)
     try:
-        return runner._reduce(frame)
+        return [runner._reduce(spark.createDataFrame([(k, v, step.source.topic, p, o, stamp, 0)
+                                                      for k, v, p, o in records], KAFKA_ROW))
+                for records in batches]
     finally:
         runner.stop()
         loop.close()
@@ -854,6 +869,25 @@ def test_by_offset_aggregates_skip_nulls_and_keep_n_values_of_any_type(spark: Sp
     rows = {key: group_rows(query, meta.source("MAP_ROWS"))(key, partial) for key, partial in slices[0].partials}
     assert rows == {b"k": ["k", 7, None, 5, [{"b": 2}, {"c": 3}], [{"c": 3}, None], [5, 7], [5, None]],
                     b"z": ["z", None, None, None, [], [None], [], [None]]}
+
+
+@pytest.mark.parametrize("cuts", [[], [2], [1, 2, 3, 4]])
+def test_collect_set_and_attr_of_zeros_do_not_depend_on_where_batches_are_cut(spark: SparkSession, tmp_path: Path,
+                                                                               cuts: list[int]) -> None:
+    """COLLECT_SET and ATTR find -0.0 and 0.0 one value, in a batch (Spark's ``array_distinct``,
+    which writes it 0.0) and across batches (their merges) alike."""
+    statements = ("CREATE STREAM zs (id VARCHAR KEY, x DOUBLE) WITH (kafka_topic='zs', partitions=1, value_format='json')",
+                  "CREATE TABLE z AS SELECT id, COLLECT_SET(x) AS xs, ATTR(x) AS one FROM zs GROUP BY id")
+    values = [-0.0, 1.5, 0.0, -0.0, 1.5]
+    records = [(b"k", json.dumps({"X": x}).encode(), 0, o) for o, x in enumerate(values)]
+    state: list[Any] | None = None
+    aggs = [aggregates.AGGREGATES["COLLECT_SET"], aggregates.AGGREGATES["ATTR"]]
+    for piece in stage_batches(spark, tmp_path, statements, "Z", 0, split_batches(records, cuts)):
+        ((_, partial),) = piece[0].partials
+        state = partial if state is None else [a.merge(o, n) for a, o, n in zip(aggs, state, partial, strict=True)]
+    assert state is not None
+    xs, one = (a.finalize(s) for a, s in zip(aggs, state, strict=True))
+    assert xs == [0.0, 1.5] and math.copysign(1, xs[0]) == 1 and one is None
 
 
 def test_a_tables_json_key_regroups_as_one_row_however_it_is_spelled(spark: SparkSession, tmp_path: Path) -> None:

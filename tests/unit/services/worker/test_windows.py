@@ -24,7 +24,6 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +40,7 @@ from millpond.shared.catalog.sources import WindowSpec
 from millpond.shared.config import WorkerSettings as Settings
 from millpond.shared.kafka.serde import split_windowed_key
 from millpond.shared.sql.parser import parse_statement
-from tests.unit.services.worker.test_reducer import KAFKA_ROW
+from tests.unit.services.worker.test_reducer import KAFKA_ROW, split_batches
 
 pytestmark = pytest.mark.spark
 
@@ -164,12 +163,6 @@ def run_batches(spark: SparkSession, source: str, window: str, batches: list[lis
     return {k: (v[0], v[1]) for k, v in finals.items()}, late, tasks[0].window
 
 
-def _split(records: list[Record], cuts: list[int]) -> list[list[Record]]:
-    """``records`` (in offset order per partition) cut into consecutive batches at ``cuts``."""
-    bounds = sorted({0, len(records), *(c % (len(records) + 1) for c in cuts)})
-    return [records[a:b] for a, b in pairwise(bounds) if b > a]
-
-
 HAND_MADE: list[Record] = [
     # partition 0, key s1: windows [0, 60s), [60s, 120s), ... (tumbling, grace 20 s)
     (b"s1", b'{"READING": 1, "TS": 10000}', 0, 0, 0),
@@ -191,7 +184,7 @@ HAND_MADE: list[Record] = [
 def test_tumbling_windows_close_at_stream_time_plus_grace_wherever_batches_are_cut(
         spark: SparkSession, tmp_path: Path, cut: list[int]) -> None:
     times: dict[Window, int] = {}
-    got, late, window = run_batches(spark, BY_COLUMN, WINDOWS["TUMBLING"], _split(HAND_MADE, cut), tmp_path, times)
+    got, late, window = run_batches(spark, BY_COLUMN, WINDOWS["TUMBLING"], split_batches(HAND_MADE, cut), tmp_path, times)
     assert got == {(0, b"s1", 0): (2, 5), (0, b"s1", 60000): (2, 10), (0, b"s2", 120000): (1, 256),
                    (1, b"s3", 0): (1, 1)}
     assert late == {(0, 5, 0), (0, 6, 0)}
@@ -256,7 +249,7 @@ def test_random_out_of_order_records_give_the_reference_windows(
     times: dict[Window, int] = {}
     want_times: dict[Window, int] = {}
     got, late, window = run_batches(spark, BY_COLUMN if by_column else BY_ROWTIME, WINDOWS[kind],
-                                    _split(records, cuts), tmp_path, times)
+                                    split_batches(records, cuts), tmp_path, times)
     assert (got, late) == reference(records, window, by_column, want_times)
     assert times == want_times  # each window's rows are stamped with its latest event time
 
@@ -319,7 +312,7 @@ def test_every_aggregate_works_per_window(spark: SparkSession, tmp_path: Path, c
              "WINDOW HOPPING (SIZE 30 SECONDS, ADVANCE BY 15 SECONDS) GROUP BY sensor")
     with reducer(spark, [BY_COLUMN, table], tmp_path) as (runner, tasks):
         task = tasks[0]
-        for batch in _split(records, cuts):
+        for batch in split_batches(records, cuts):
             piece = runner._reduce(as_batch(spark, batch))[0]
             assert isinstance(piece, WindowSlice)
             for key, partial in piece.partials:
