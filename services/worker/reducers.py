@@ -51,7 +51,7 @@ from millpond.services.worker.task import (
 from millpond.shared.catalog.plans import PlanKind
 from millpond.shared.catalog.queries import PersistentQuery, QueryPlan
 from millpond.shared.catalog.sources import Column, DataSource, WindowSpec
-from millpond.shared.catalog.topology import CHANGED_COLUMN, ROWTIME_COLUMN, join_input
+from millpond.shared.catalog.topology import CHANGED_COLUMN, PLACE_COLUMNS, ROWTIME_COLUMN, join_input
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.serde import (
     composite_key_type,
@@ -497,11 +497,15 @@ def classify(parsed: DataFrame, source: DataSource, tombstones: bool, where: str
     ``_offset``, ``_key_bytes`` and ``_raw``) and ``_kind`` saying what each is to the query.
     A tombstone is GOOD only when ``tombstones`` (it deletes its key's row); a record
     ``where`` drops is SKIPPED."""
-    # ROWTIME: the record's timestamp; behind a repartition, the input record's, carried in a column.
-    rowtime = [] if "ROWTIME" in source.schema else [
-        f"{quote_identifier(ROWTIME_COLUMN) if ROWTIME_COLUMN in source.schema else '_rowtime'} AS ROWTIME"]
+    # ROWTIME: the record's timestamp, ROWPARTITION and ROWOFFSET its partition and offset;
+    # behind a repartition, the input record's, carried in columns (a source's column of the
+    # name is the column).
+    own = {"ROWTIME": "_rowtime", "ROWPARTITION": "CAST(_partition AS INT)", "ROWOFFSET": "CAST(`_offset` AS BIGINT)"}
+    carried = {"ROWTIME": ROWTIME_COLUMN, **PLACE_COLUMNS}
+    pseudo = [f"{quote_identifier(carried[name]) if carried[name] in source.schema else expr} AS {name}"
+              for name, expr in own.items() if name not in source.schema]
     flat = parsed.selectExpr("_partition", "`_offset`", "_rowtime", "_key AS `_key_bytes`", *_key_exprs(source), "_raw", "_v.*",
-                             "_v IS NULL AS `_no_value`", *rowtime)
+                             "_v IS NULL AS `_no_value`", *pseudo)
     bad_value = f"_raw IS NOT NULL AND {CORRUPT} IS NOT NULL"
     keys = source.key_columns
     no_key = "_key_bytes IS NULL AND _raw IS NOT NULL" if keys else "false"

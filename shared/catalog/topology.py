@@ -82,6 +82,7 @@ from millpond.shared.sql.ast import SqlType
 from millpond.shared.sql.expressions import quote_identifier
 from millpond.shared.sql.joins import joined, started_sources
 from millpond.shared.sql.planner import event_time, plan_materialization
+from millpond.shared.sql.types import RECORD_PLACES
 
 AGGREGATES = (PlanKind.AGGREGATE, PlanKind.WINDOWED_AGGREGATE, PlanKind.SESSION_AGGREGATE)
 """The GROUP BY kinds (a plan of one with a join aggregates the joined rows)."""
@@ -95,6 +96,9 @@ WINDOWED_EXTRA_MS = 24 * 3_600_000
 """How much longer than its windows a windowed changelog keeps records (Kafka Streams' default)."""
 ROWTIME_COLUMN = "_INPUT_ROWTIME"
 """The column of a repartition topic's records that carries the input record's timestamp."""
+PLACE_COLUMNS = {"ROWPARTITION": "_INPUT_ROWPARTITION", "ROWOFFSET": "_INPUT_ROWOFFSET"}
+"""The columns of a repartition topic's records that carry the input record's partition and
+offset (``RECORD_PLACES``), when the query reads them."""
 CHANGED_COLUMN = "_CHANGED_ROWTIME"
 """In a table aggregation's regrouped rows: when the change that adds or retracts the row
 happened (an added row's own time; a retraction's, the change that takes its row out, while
@@ -518,6 +522,15 @@ def _chained_join(query: PersistentQuery, source: DataSource, sink: DataSource, 
     return result
 
 
+def _places_read(plan: QueryPlan, source: DataSource) -> tuple[str, ...]:
+    """Which of ROWPARTITION and ROWOFFSET the aggregates, the result's columns or the HAVING
+    of ``plan`` read of ``source``'s records (its Spark SQL names them; a column of the source
+    that took the name is the column)."""
+    spark = " ".join((*(c.expression for c in plan.columns), *(a.argument for a in plan.aggregates),
+                      plan.having or "", plan.event_time or ""))
+    return tuple(name for name in RECORD_PLACES if name not in source.schema and quote_identifier(name) in spark)
+
+
 def _repartitioned_aggregate(query: PersistentQuery, source: DataSource, sink: DataSource,
                              service_id: str) -> list[Stage]:
     plan = query.plan
@@ -535,6 +548,10 @@ def _repartitioned_aggregate(query: PersistentQuery, source: DataSource, sink: D
     # delete them before the second stage reads them.
     carried += (Column(ROWTIME_COLUMN, SqlType("BIGINT")),)
     carried_expressions += ("_rowtime",)
+    # So do its partition and offset, when the aggregation reads them (ROWPARTITION, ROWOFFSET).
+    places = _places_read(plan, source)
+    carried += tuple(Column(PLACE_COLUMNS[name], RECORD_PLACES[name]) for name in places)
+    carried_expressions += tuple(quote_identifier(name) for name in places)
     # A table's rows change: its first stage regroups each changed row, retracted from the
     # group it was counted in and added to its new one, which the first value column says
     # (the task writes a retraction as the row it added, with -1 there: REGROUP).

@@ -26,7 +26,15 @@ from millpond.shared.errors import NotFoundError, StatementError
 from millpond.shared.sql import ast
 from millpond.shared.sql.ast import SqlType, to_sql
 from millpond.shared.sql.expressions import output_name, quote_identifier, to_spark
-from millpond.shared.sql.types import Scope, check, check_condition, key_typed, with_widths
+from millpond.shared.sql.types import (
+    RECORD_PLACES,
+    RECORD_PLACES_READ,
+    Scope,
+    check,
+    check_condition,
+    key_typed,
+    with_widths,
+)
 
 ROWTIME = "ROWTIME"
 STREAM_TABLE_TYPES = ("INNER", "LEFT")
@@ -165,8 +173,9 @@ def resolve_join(query: ast.Query, stream: DataSource, tables: tuple[DataSource,
                 raise NotFoundError(f"{ref.qualifier}.{ref.name}: the query joins "
                                     f"{', '.join(s[0] for s in sides)}, not {ref.qualifier}")
             if ref.name not in side[2]:
-                raise NotFoundError(f"column {ref.qualifier}.{ref.name} does not exist; {side[1]}'s columns are "
-                                    f"{', '.join(c for c in side[2] if c != ROWTIME)}")
+                raise NotFoundError(f"column {ref.qualifier}.{ref.name} does not exist; " + (
+                    RECORD_PLACES_READ if ref.name in RECORD_PLACES
+                    else f"{side[1]}'s columns are {', '.join(c for c in side[2] if c != ROWTIME)}"))
             return ast.ColumnRef(joined(side[0], ref.name))
         found = [s for s in sides if ref.name in s[2]]
         if ref.name == ROWTIME:
@@ -175,7 +184,8 @@ def resolve_join(query: ast.Query, stream: DataSource, tables: tuple[DataSource,
             raise StatementError(f"column {ref.name} is ambiguous: {' and '.join(s[0] for s in found)} have it; "
                                  f"qualify it ({' or '.join(f'{s[0]}.{ref.name}' for s in found)})")
         if not found:
-            raise NotFoundError(f"column {ref.name} does not exist in {' or '.join(s[1] for s in sides)}")
+            raise NotFoundError(f"column {ref.name} does not exist in {' or '.join(s[1] for s in sides)}"
+                                + (f": {RECORD_PLACES_READ}" if ref.name in RECORD_PLACES else ""))
         return ast.ColumnRef(joined(found[0][0], ref.name))
 
     conditions: list[ast.Expr] = []

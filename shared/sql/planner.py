@@ -183,8 +183,8 @@ def _rowtime(source: DataSource) -> tuple[Column, ...]:
 
 
 def _record_places(source: DataSource) -> tuple[Column, ...]:
-    """ROWPARTITION and ROWOFFSET (``RECORD_PLACES``), for the router's queries over ``source``'s
-    records (unless a column took the name)."""
+    """ROWPARTITION and ROWOFFSET (``RECORD_PLACES``), for queries over ``source``'s records
+    (unless a column took the name)."""
     return tuple(Column(name, type_) for name, type_ in RECORD_PLACES.items() if name not in source.schema)
 
 
@@ -448,7 +448,9 @@ def plan_persistent(
         raise StatementError(f"invalid result type: the SELECT produces a {result_kind}; use {verb} instead")
     if kind is None and source.kind != "STREAM":
         raise StatementError("INSERT INTO ... SELECT reads a STREAM")
-    scope = _scope(query, source, (*source.columns, *_rowtime(source)))
+    # A stream's records have their partition and offset too; a table's rows are read as rows.
+    places = _record_places(source) if source.kind == "STREAM" else ()
+    scope = _scope(query, source, (*source.columns, *_rowtime(source), *places))
     where = None
     if query.where is not None:
         check_condition(query.where, scope, "WHERE")

@@ -17,6 +17,9 @@ from millpond.shared.sql.ast import SqlType, to_sql
 from millpond.shared.sql.kinds import INTEGRAL, NUMERIC, common_type, decimal_type
 
 RECORD_PLACES = {"ROWPARTITION": SqlType("INT"), "ROWOFFSET": SqlType("BIGINT")}
+RECORD_PLACES_READ = (f"{' and '.join(RECORD_PLACES)}, a record's partition and offset, are read by push queries, pull "
+                      "queries over a stream and persistent queries over a stream, not over a table or a join")
+"""Where ROWPARTITION and ROWOFFSET may be read, for a message about one read elsewhere."""
 """ksqlDB's pseudo-columns of a record's partition and offset, which the queries the router answers
 from records read (push queries, pulls over a stream)."""
 
@@ -57,8 +60,7 @@ class Scope:
         if found is None:
             hint = f"; its columns are {', '.join(self.schema)}" if self.schema else ""
             if ref.name in RECORD_PLACES:
-                hint = (f": {' and '.join(RECORD_PLACES)}, a record's partition and offset, are read by push queries "
-                        "and by pull queries over a stream, not by persistent queries or pulls over a table")
+                hint = f": {RECORD_PLACES_READ}"
             raise NotFoundError(f"column {ref.name} does not exist in {self.source}{hint}")
         return found
 

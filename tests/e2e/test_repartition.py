@@ -52,6 +52,7 @@ async def test_group_by_another_column_repartitions_exactly(cluster: LocalCluste
     area_sensors: dict[str, set[str]] = defaultdict(set)
     per_sensor: dict[str, int] = defaultdict(int)
     events: list[tuple[bytes | None, bytes]] = []
+    counted: list[tuple[int, str]] = []  # (event, area) of the events each area counts
     for i in range(30_000):
         sensor, area, reading = f"s{rng.randrange(400):03d}", f"area-{rng.randrange(25):02d}", rng.randrange(-100, 1000)
         if i % 1500 == 0:  # no grouping key: the record goes to the processing log
@@ -66,19 +67,29 @@ async def test_group_by_another_column_repartitions_exactly(cluster: LocalCluste
         if reading >= 0:
             areas[area].append(reading)
             area_sensors[area].add(sensor)
-    await produce(cluster.bootstrap, stream, events)
+            counted.append((len(events) - 1, area))
+    places = await produce(cluster.bootstrap, stream, events)
+    # ROWPARTITION and ROWOFFSET behind the repartition: the input records' (carried), not the repartition topic's.
+    offset_sums: dict[str, int] = defaultdict(int)
+    top_partitions: dict[str, int] = defaultdict(int)
+    for event, area in counted:
+        partition, offset = places[event]
+        offset_sums[area] += offset
+        top_partitions[area] = max(top_partitions[area], partition)
 
     outcome = run(cluster, f"""
         SET 'auto.offset.reset'='earliest';
         CREATE TABLE {by_area} WITH (partitions=3) AS SELECT area, COUNT(*) AS n, SUM(reading) AS total,
-          MIN(reading) AS lo, MAX(reading) AS hi, COUNT_DISTINCT(sensor) AS sensors
-          FROM {stream} WHERE reading >= 0 GROUP BY area;
+          MIN(reading) AS lo, MAX(reading) AS hi, COUNT_DISTINCT(sensor) AS sensors, SUM(ROWOFFSET) AS offsets,
+          MAX(ROWPARTITION) AS top_partition
+          FROM {stream} WHERE reading >= 0 AND ROWOFFSET >= 0 GROUP BY area;
         CREATE TABLE {by_sensor} WITH (partitions=2) AS SELECT sensor, COUNT(*) AS n FROM {stream} GROUP BY sensor;
         SHOW QUERIES;
     """)
     area_query = next(str(q[0]) for q in outcome if str(q[0]).startswith(f"CTAS_{by_area.upper()}_"))
 
-    want_areas = {a: [a, len(r), sum(r), min(r), max(r), len(area_sensors[a])] for a, r in areas.items()}
+    want_areas = {a: [a, len(r), sum(r), min(r), max(r), len(area_sensors[a]), offset_sums[a], top_partitions[a]]
+                  for a, r in areas.items()}
     got = await asyncio.to_thread(pull_until, cluster, f"SELECT * FROM {by_area};", want_areas)
     assert got == want_areas
     want_sensors = {s: [s, n] for s, n in per_sensor.items()}

@@ -110,7 +110,8 @@ async def test_projections_filters_and_partition_by_write_exactly_the_right_reco
           ENTRIES(AS_MAP(SPLIT(pageid, ''), GENERATE_SERIES(1, seconds)), true) AS ranked
           FROM {name} WHERE seconds > 5;
         CREATE STREAM by_page_{name} WITH (partitions=2, value_format='delimited') AS
-          SELECT pageid, userid, seconds FROM {name} PARTITION BY pageid;
+          SELECT pageid, userid, seconds, ROWPARTITION AS from_partition, ROWOFFSET AS from_offset FROM {name}
+          PARTITION BY pageid;
     """
     await asyncio.to_thread(subprocess.run, [*MILLPOND, "sql", "--server", cluster.router, "-e", queries],
                             check=True, capture_output=True, timeout=120)
@@ -143,8 +144,18 @@ async def test_projections_filters_and_partition_by_write_exactly_the_right_reco
     # The key is unchanged, so each result stays in its input's partition.
     assert all(p == partition_for(k, 4) for p, k, _ in long_records)
 
+    # Each input record's partition and offset (ROWPARTITION, ROWOFFSET): the rows were inserted
+    # in order, one at a time, then the three records above.
+    places: list[tuple[int, int]] = []
+    written: Counter[int] = Counter()
+    for u, _, _ in ROWS:
+        partition = partition_for(u.encode(), 4)
+        places.append((partition, written[partition]))
+        written[partition] += 1
     set_aside = [("u2", "ab" * 3000, 9), ("u3", "a" * 40 + "!", 9)]
-    by_page_expected = Counter((p.encode(), f"{u},{s}".encode()) for u, p, s in [*ROWS, *set_aside])
+    places += [(overflowing.partition, overflowing.offset), (backtracking.partition, backtracking.offset)]
+    by_page_expected = Counter((p.encode(), f"{u},{s},{partition},{offset}".encode())
+                               for (u, p, s), (partition, offset) in zip([*ROWS, *set_aside], places, strict=True))
     by_page = await read_topic(cluster.bootstrap, f"BY_PAGE_{name.upper()}", len(ROWS) + 2)
     assert Counter((k, v) for _, k, v in by_page) == by_page_expected
     assert all(p == partition_for(k, 2) for p, k, _ in by_page)

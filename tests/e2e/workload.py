@@ -36,15 +36,16 @@ class Expected:
         self.high[sensor] = max(self.high.get(sensor, reading), reading)
 
 
-async def produce(bootstrap: str, topic: str, events: list[tuple[bytes | None, bytes]]) -> None:
-    """Send (key, value) records, partitioned by murmur2 of the key as the Java client."""
+async def produce(bootstrap: str, topic: str, events: list[tuple[bytes | None, bytes]]) -> list[tuple[int, int]]:
+    """Send (key, value) records, partitioned by murmur2 of the key as the Java client; each
+    one's partition and offset."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=256 * 1024)
     await producer.start()
     try:
         futures = [await producer.send(topic, value, key=key, partition=partition_for(key, PARTITIONS) if key else 0)
                    for key, value in events]
         await producer.flush()
-        await asyncio.gather(*futures)
+        return [(meta.partition, meta.offset) for meta in await asyncio.gather(*futures)]
     finally:
         await producer.stop()
 

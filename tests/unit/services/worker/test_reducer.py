@@ -890,6 +890,32 @@ def test_collect_set_and_attr_of_zeros_do_not_depend_on_where_batches_are_cut(sp
     assert xs == [0.0, 1.5] and math.copysign(1, xs[0]) == 1 and one is None
 
 
+PLACED_SOURCE = ("CREATE STREAM zs (id VARCHAR KEY, area VARCHAR) WITH (kafka_topic='zs', partitions=2, "
+                 "value_format='json')")
+
+
+def test_rowpartition_and_rowoffset_are_each_records_and_behind_a_repartition_the_input_records(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """A projection reads its input record's partition and offset; a GROUP BY's repartition
+    stage writes them beside the record (the WHERE reads them there too), and the aggregation
+    stage reads those, not the repartition topic's own."""
+    records = [(b"a", b'{"AREA": "x"}', 1, 40), (b"b", b'{"AREA": "x"}', 1, 41), (b"c", b'{"AREA": "y"}', 0, 7)]
+    projected = stage_slices(spark, tmp_path, (PLACED_SOURCE, "CREATE STREAM placed AS SELECT id, ROWPARTITION AS p, "
+                                               "ROWOFFSET AS o FROM zs WHERE ROWOFFSET > 7"), "PLACED", 0, records)
+    assert [(k, json.loads(v)) for k, v in projected[1].records] == [(b"a", {"P": 1, "O": 40}), (b"b", {"P": 1, "O": 41})]
+    assert not projected[0].records
+
+    statements = (PLACED_SOURCE, "CREATE TABLE lasts AS SELECT area, MAX(ROWOFFSET) AS last, MAX(ROWPARTITION) AS p "
+                                 "FROM zs WHERE ROWOFFSET < 41 GROUP BY area")
+    rekeyed = stage_slices(spark, tmp_path, statements, "LASTS", 0, records)
+    written = sorted((json.loads(v) for piece in rekeyed.values() for _, v in piece.records), key=lambda w: w["AREA"])
+    assert [(w["AREA"], w["_INPUT_ROWPARTITION"], w["_INPUT_ROWOFFSET"]) for w in written] == [("x", 1, 40), ("y", 0, 7)]
+    # The aggregation stage reads the repartition topic: what it carried, at offsets of its own.
+    (aggregated,) = stage_slices(spark, tmp_path, statements, "LASTS", 1, [
+        (w["AREA"].encode(), json.dumps(w).encode(), 0, offset) for offset, w in enumerate(written)]).values()
+    assert sorted(aggregated.partials) == [(b"x", [[40], [1]]), (b"y", [[7], [0]])]
+
+
 def test_a_tables_json_key_regroups_as_one_row_however_it_is_spelled(spark: SparkSession, tmp_path: Path) -> None:
     """A table keyed by several columns: the regroup stage keys its store by the key as the
     table's own store writes it, so a row written with spaces and without is one row, and one

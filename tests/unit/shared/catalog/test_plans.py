@@ -604,3 +604,21 @@ def test_a_group_by_over_a_stream_stream_join_gathers_at_the_streams_partitions(
         ("join", PlanKind.STREAM_STREAM_JOIN, joined, grouped, 3), ("", PlanKind.AGGREGATE, grouped, "PER_SITE", 1)]
     assert [(t.name, t.partitions) for t in internal_topics("svc", query)] == [
         (f"_millpond-svc-{query.query_id}-changelog", None), (grouped, None), (joined, 3)]
+
+
+def test_a_repartition_carries_the_input_records_partition_and_offset_when_the_aggregation_reads_them() -> None:
+    """ROWPARTITION and ROWOFFSET read by a GROUP BY's aggregates (stage 2) travel in the
+    repartition topic's records, as ROWTIME does; one the WHERE alone reads (stage 1) does not,
+    nor does either when no expression reads it."""
+    meta = _metastore(STREAM,
+                      "CREATE TABLE lasts AS SELECT area, MAX(ROWOFFSET) AS last FROM readings WHERE ROWPARTITION = 0 "
+                      "GROUP BY area",
+                      "CREATE TABLE plain AS SELECT area, COUNT(*) AS n FROM readings WHERE ROWOFFSET > 5 GROUP BY area")
+
+    def carried(sink: str) -> list[tuple[str, str]]:
+        q = next(q for q in meta.queries.values() if q.sink == sink)
+        rekey, _ = stages(q, meta.source(q.source), meta.source(q.sink), "svc")
+        return [(c.name, c.expression) for c in rekey.query.plan.columns if c.name.startswith("_INPUT")]
+
+    assert carried("LASTS") == [("_INPUT_ROWTIME", "_rowtime"), ("_INPUT_ROWOFFSET", "`ROWOFFSET`")]
+    assert carried("PLAIN") == [("_INPUT_ROWTIME", "_rowtime")]

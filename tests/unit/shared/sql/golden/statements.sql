@@ -717,3 +717,9 @@ SELECT JSON_ARRAY_CONTAINS(name, balance) AS has FROM users WHERE id = 'a';
 SELECT CHR(age > 1) AS c FROM users WHERE id = 'a';
 EXPLAIN CREATE TABLE currency_of_trade AS SELECT id, ATTR(currency) AS currency, COUNT(*) AS n FROM trades GROUP BY id;
 EXPLAIN CREATE TABLE name_of_age AS SELECT age, ATTR(name) AS name FROM users GROUP BY age;
+-- ROWPARTITION and ROWOFFSET in persistent queries over a stream (behind a repartition, the input record's); not over a table.
+EXPLAIN CREATE TABLE trade_offsets AS SELECT currency, MAX(ROWOFFSET) AS last_offset, COLLECT_SET(ROWPARTITION) AS parts FROM trades WHERE ROWOFFSET >= 0 GROUP BY currency;
+EXPLAIN CREATE STREAM trades_by_partition AS SELECT ROWPARTITION, id, ROWOFFSET AS o FROM trades PARTITION BY ROWPARTITION;
+CREATE TABLE rate_places AS SELECT currency, ROWOFFSET AS o FROM rates;
+CREATE STREAM trade_rates AS SELECT t.id, ROWOFFSET AS o FROM trades t JOIN rates r ON t.currency = r.currency;
+CREATE STREAM trade_rates AS SELECT t.id, t.ROWPARTITION AS p FROM trades t JOIN rates r ON t.currency = r.currency;
