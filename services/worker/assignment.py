@@ -49,6 +49,8 @@ heartbeat changes the assignment, so the answer carries one (0.01-0.03 s after t
 ready, in the e2e tests' logs); a worker that hears none is cut off from its coordinator."""
 RESTORES_FIRST_POLL_S = 0.05
 """How often ``restored_at_start`` looks again."""
+RECONCILE_EVERY_S = 1.0
+"""The longest the reconcile loop waits without a change (a change wakes it at once)."""
 INCOMING_FOR_S = STAND_BY_HOLD_S
 """How long a take-over a leaving worker announced (``prepare_take_over``) is prepared for: as
 long as a query standing by holds its first batch."""
@@ -227,11 +229,11 @@ class TaskAssignment:
         return [lag for lag in [*active, *(r.lag() for r in list(self.standbys.values()))] if lag is not None]
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Reconcile whenever something changed (and at least every second) until ``stop``."""
+        """Reconcile whenever something changed (and at least every ``RECONCILE_EVERY_S``) until ``stop``."""
         self._loop = asyncio.get_running_loop()
         GROUP_OFFSETS.set(self.group_offsets)  # for the supervisors and streams' jobs started from here
         while not stop.is_set():
-            await wait_at_most(self._dirty, 1.0)
+            await wait_at_most(self._dirty, RECONCILE_EVERY_S)
             if stop.is_set():
                 break
             self._dirty.clear()

@@ -598,24 +598,25 @@ async def test_the_spark_session_waits_for_the_first_assignments_restores(
 
 async def test_a_worker_with_nothing_to_restore_starts_spark_at_once_and_every_wait_is_bounded(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(assignment_module, "FIRST_ASSIGNMENT_WAIT_S", 0.3)
-    monkeypatch.setattr(assignment_module, "RESTORES_FIRST_MAX_S", 0.6)
+    # Waits far apart, so that which one ended a hold shows whatever the machine's load.
+    monkeypatch.setattr(assignment_module, "FIRST_ASSIGNMENT_WAIT_S", 1.0)
+    monkeypatch.setattr(assignment_module, "RESTORES_FIRST_MAX_S", 3.0)
 
     def assignment() -> TaskAssignment:
         return TaskAssignment(WorkerSettings(worker_id="w", state_dir=tmp_path), metastore(), COLD_SPARK)  # type: ignore[arg-type]
 
     async def held(tasks: TaskAssignment) -> float:
         started = time.monotonic()
-        await asyncio.wait_for(tasks.restored_at_start(), 2)
+        await asyncio.wait_for(tasks.restored_at_start(), 5)
         return time.monotonic() - started
 
     standby = assignment()
     standby.take(1, {}, {(QUERY, 0)})  # a standby copy only
-    assert await held(standby) < 0.2
-    assert 0.25 < await held(assignment()) < 0.55  # no assignment comes (cut off from its coordinator)
+    assert await held(standby) < 0.9
+    assert 0.95 < await held(assignment()) < 2.9  # no assignment comes (cut off from its coordinator)
     never = assignment()
     never.take(1, {QUERY: {0}}, set())  # its task is never made (no reconcile)
-    assert await held(never) >= 0.55
+    assert await held(never) >= 2.9
 
 
 async def test_new_standby_copies_wait_for_the_first_batch_of_the_partitions_that_moved_in(
