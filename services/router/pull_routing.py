@@ -207,8 +207,10 @@ class PullRouter:
             except UnavailableError as err:
                 if time.monotonic() + PULL_RETRY_S > deadline:
                     raise
-                if await self._metastore_moved(version, deadline):
+                if await self._metastore_moved(version, deadline - PULL_RETRY_S):
                     raise PlanOutdated(err.message) from err
+                if time.monotonic() + PULL_RETRY_S > deadline:
+                    raise
             await asyncio.sleep(PULL_RETRY_S)
             with contextlib.suppress(grpc.aio.AioRpcError):
                 await self.refresh_assignment()

@@ -502,8 +502,9 @@ def classify(parsed: DataFrame, source: DataSource, tombstones: bool, where: str
     # name is the column).
     own = {"ROWTIME": "_rowtime", "ROWPARTITION": "CAST(_partition AS INT)", "ROWOFFSET": "CAST(`_offset` AS BIGINT)"}
     carried = {"ROWTIME": ROWTIME_COLUMN, **PLACE_COLUMNS}
+    taken = {name.upper() for name in source.schema}  # (Spark matches names regardless of case)
     pseudo = [f"{quote_identifier(carried[name]) if carried[name] in source.schema else expr} AS {name}"
-              for name, expr in own.items() if name not in source.schema]
+              for name, expr in own.items() if name not in taken]
     flat = parsed.selectExpr("_partition", "`_offset`", "_rowtime", "_key AS `_key_bytes`", *_key_exprs(source), "_raw", "_v.*",
                              "_v IS NULL AS `_no_value`", *pseudo)
     bad_value = f"_raw IS NOT NULL AND {CORRUPT} IS NOT NULL"

@@ -37,6 +37,7 @@ from millpond.shared.sql.planner import (
     plan_materialization,
     plan_persistent,
 )
+from millpond.shared.sql.types import RECORD_PLACES
 
 MAX_NAME_IN_ID = 100
 """Of a source's name, how much a query id keeps (its topics' names stay within Kafka's 249)."""
@@ -106,6 +107,11 @@ def check_sources(change: Change) -> None:
         for column in source.columns:
             if column.name in PSEUDO_COLUMNS:  # a windowed table's own, or refused as reserved already
                 continue
+            if column.name.upper() in RECORD_PLACES:  # (its queries read the record's; one declared before keeps it)
+                raise StatementError(
+                    f"{source.name} would have a column {quote_identifier(column.name)}: {column.name.upper()} is a "
+                    "pseudo-column name that ksqlDB reserves (each record's partition or offset); name the column "
+                    f"otherwise (in a SELECT list, {column.name.upper()} AS another name)")
             other = seen.setdefault(column.name.lower(), column.name)
             if other != column.name:
                 raise StatementError(

@@ -81,7 +81,7 @@ from millpond.shared.sql.aggregates import SIGN_COLUMN
 from millpond.shared.sql.ast import SqlType
 from millpond.shared.sql.expressions import quote_identifier
 from millpond.shared.sql.joins import joined, started_sources
-from millpond.shared.sql.planner import event_time, plan_materialization
+from millpond.shared.sql.planner import event_time, plan_materialization, record_places
 from millpond.shared.sql.types import RECORD_PLACES
 
 AGGREGATES = (PlanKind.AGGREGATE, PlanKind.WINDOWED_AGGREGATE, PlanKind.SESSION_AGGREGATE)
@@ -528,7 +528,7 @@ def _places_read(plan: QueryPlan, source: DataSource) -> tuple[str, ...]:
     that took the name is the column)."""
     spark = " ".join((*(c.expression for c in plan.columns), *(a.argument for a in plan.aggregates),
                       plan.having or "", plan.event_time or ""))
-    return tuple(name for name in RECORD_PLACES if name not in source.schema and quote_identifier(name) in spark)
+    return tuple(c.name for c in record_places(source) if quote_identifier(c.name) in spark)
 
 
 def _repartitioned_aggregate(query: PersistentQuery, source: DataSource, sink: DataSource,

@@ -215,10 +215,13 @@ class CommandReader:
         records = batches.get(self.partition, [])
         for record in records:
             self._apply(record.offset, record.value)
-        self.read_to = await self.consumer.position(self.partition)
-        if records:
-            await self.refresh_errors()
-            self._notify()
+        try:
+            self.read_to = await self.consumer.position(self.partition)
+            if records:
+                await self.refresh_errors()
+        finally:  # the listeners hear of what was applied however the poll ends (a caller's cancel)
+            if records:
+                self._notify()
         return len(records)
 
     def _notify(self) -> None:

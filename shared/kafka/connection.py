@@ -163,9 +163,10 @@ async def stop_client(client: Client) -> None:
 def _failure_waiters(client: Client) -> Iterator[asyncio.Future[Any]]:
     """The futures aiokafka's producer fails and leaves unawaited (its own attributes: none on a
     consumer)."""
-    manager = getattr(client, "_txn_manager", None)  # None unless transactional
-    if manager is not None:
-        yield manager.wait_for_transaction_end()
+    manager = getattr(client, "_txn_manager", None)  # an idempotent producer's (a transactional one's too)
+    waiter = manager.wait_for_transaction_end() if manager is not None else None
+    if waiter is not None:  # (None until a first transaction began)
+        yield waiter
     accumulator = getattr(client, "_message_accumulator", None)
     if accumulator is not None:
         for batch in itertools.chain(*accumulator._batches.values(), accumulator._pending_batches):

@@ -182,10 +182,11 @@ def _rowtime(source: DataSource) -> tuple[Column, ...]:
     return () if ROWTIME in source.schema else (Column(ROWTIME, SqlType("BIGINT")),)
 
 
-def _record_places(source: DataSource) -> tuple[Column, ...]:
+def record_places(source: DataSource) -> tuple[Column, ...]:
     """ROWPARTITION and ROWOFFSET (``RECORD_PLACES``), for queries over ``source``'s records
-    (unless a column took the name)."""
-    return tuple(Column(name, type_) for name, type_ in RECORD_PLACES.items() if name not in source.schema)
+    (unless a column took the name, in any case: Spark matches names regardless of case)."""
+    taken = {name.upper() for name in source.schema}
+    return tuple(Column(name, type_) for name, type_ in RECORD_PLACES.items() if name not in taken)
 
 
 def _scope(query: ast.Query, source: DataSource, columns: tuple[Column, ...] | None = None) -> Scope:
@@ -223,7 +224,7 @@ def plan_select(query: ast.Query, source: DataSource) -> SelectPlan:
     # A push query, and a pull query over a stream, read records, which carry their timestamp; a
     # pull query over a table reads stored rows.
     records = query.emit_changes or source.kind == "STREAM"
-    scope = _scope(query, source, (*source.row_columns, *((*_rowtime(source), *_record_places(source)) if records else ())))
+    scope = _scope(query, source, (*source.row_columns, *((*_rowtime(source), *record_places(source)) if records else ())))
     columns: list[tuple[str, SqlType]] = []
     exploded: list[int] = []
     for name, expr in _expand(query, source, source.row_columns):
@@ -449,7 +450,7 @@ def plan_persistent(
     if kind is None and source.kind != "STREAM":
         raise StatementError("INSERT INTO ... SELECT reads a STREAM")
     # A stream's records have their partition and offset too; a table's rows are read as rows.
-    places = _record_places(source) if source.kind == "STREAM" else ()
+    places = record_places(source) if source.kind == "STREAM" else ()
     scope = _scope(query, source, (*source.columns, *_rowtime(source), *places))
     where = None
     if query.where is not None:

@@ -17,11 +17,11 @@ from millpond.shared.sql.ast import SqlType, to_sql
 from millpond.shared.sql.kinds import INTEGRAL, NUMERIC, common_type, decimal_type
 
 RECORD_PLACES = {"ROWPARTITION": SqlType("INT"), "ROWOFFSET": SqlType("BIGINT")}
+"""ksqlDB's pseudo-columns of a record's partition and offset, which the queries that read
+records read (push queries, pulls over a stream, persistent queries over a stream)."""
 RECORD_PLACES_READ = (f"{' and '.join(RECORD_PLACES)}, a record's partition and offset, are read by push queries, pull "
                       "queries over a stream and persistent queries over a stream, not over a table or a join")
 """Where ROWPARTITION and ROWOFFSET may be read, for a message about one read elsewhere."""
-"""ksqlDB's pseudo-columns of a record's partition and offset, which the queries the router answers
-from records read (push queries, pulls over a stream)."""
 
 BOOLEAN = SqlType("BOOLEAN")
 PRIMITIVE = frozenset({"BOOLEAN", "INT", "BIGINT", "DOUBLE", "DECIMAL", "VARCHAR", "BYTES", "TIMESTAMP", "DATE", "TIME"})

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from aiokafka import TopicPartition
 
 from millpond.shared.catalog.metastore import Metastore
-from millpond.shared.kafka.command_log import CommandReader
+from millpond.shared.kafka.command_log import Command, CommandReader
 from millpond.shared.kafka.connection import KafkaConnection
 
 
@@ -100,3 +102,49 @@ async def test_a_failed_request_fails_each_of_its_callers(reader: tuple[CommandR
     calls = [asyncio.ensure_future(command_reader.end_offset()) for _ in range(3)]
     results = await asyncio.gather(*calls, return_exceptions=True)
     assert all(isinstance(result, ConnectionError) for result in results)
+
+
+class OneCommand:
+    """The command topic's consumer: one CREATE STREAM at offset 0, then nothing."""
+
+    def __init__(self) -> None:
+        self.given = False
+
+    async def getmany(self, partition: TopicPartition, timeout_ms: int) -> dict[TopicPartition, list[Any]]:
+        if self.given:
+            return {}
+        self.given = True
+        value = Command("CREATE STREAM s (a INT) WITH (kafka_topic='s', partitions=1, value_format='json')").encode()
+        return {partition: [SimpleNamespace(offset=0, value=value)]}
+
+    async def position(self, partition: TopicPartition) -> int:
+        return 1 if self.given else 0
+
+    async def stop(self) -> None:
+        pass
+
+
+class SlowAdmin:
+    """Lists the topics only when released (never, here)."""
+
+    async def list_topics(self) -> list[str]:
+        await asyncio.Event().wait()
+        return []
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_a_poll_cancelled_after_it_applied_commands_still_tells_the_listeners(
+        reader: tuple[CommandReader, FakeEnds]) -> None:
+    """What a poll applied is heard of (a worker's tasks reconcile on it) even when its caller
+    is cancelled meanwhile, while it checks the topics (a router's bounded catch-up)."""
+    command_reader, _ = reader
+    await command_reader.consumer.stop()
+    await command_reader.admin.close()
+    command_reader.consumer, command_reader.admin = OneCommand(), SlowAdmin()  # type: ignore[assignment]
+    heard: list[int] = []
+    command_reader.listeners.append(lambda: heard.append(command_reader.metastore.command_offset))
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(command_reader.poll(timeout_ms=10), 0.2)
+    assert "S" in command_reader.metastore.sources and heard == [0]

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from millpond.shared.kafka.connection import started
+from millpond.shared.kafka.connection import started, stop_client
 
 
 class FakeClient:
@@ -55,3 +56,12 @@ async def test_a_cancel_does_not_cut_the_stop_short() -> None:
     with pytest.raises(asyncio.CancelledError):
         await job
     assert client.stopped
+
+
+@pytest.mark.parametrize("options", [{}, {"enable_idempotence": True}, {"transactional_id": "t"}])
+async def test_a_producer_that_never_began_a_transaction_stops_cleanly(options: dict[str, object]) -> None:
+    """``stop_client`` takes a stopped producer's failed futures as seen; an idempotent or
+    transactional producer whose first transaction never began has none (nor a waiter yet)."""
+    producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:1", **options)  # never started: no broker is asked
+    await stop_client(producer)
+    await stop_client(AIOKafkaConsumer(bootstrap_servers="127.0.0.1:1"))

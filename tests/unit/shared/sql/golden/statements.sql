@@ -723,3 +723,5 @@ EXPLAIN CREATE STREAM trades_by_partition AS SELECT ROWPARTITION, id, ROWOFFSET 
 CREATE TABLE rate_places AS SELECT currency, ROWOFFSET AS o FROM rates;
 CREATE STREAM trade_rates AS SELECT t.id, ROWOFFSET AS o FROM trades t JOIN rates r ON t.currency = r.currency;
 CREATE STREAM trade_rates AS SELECT t.id, t.ROWPARTITION AS p FROM trades t JOIN rates r ON t.currency = r.currency;
+EXPLAIN CREATE STREAM trades_by_partition AS SELECT ROWPARTITION AS p, id, ROWOFFSET AS o FROM trades PARTITION BY ROWPARTITION;
+CREATE STREAM placed_oddly (id VARCHAR KEY, `rowoffset` INT) WITH (kafka_topic='placed_oddly', partitions=1, value_format='json');
