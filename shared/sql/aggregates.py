@@ -351,6 +351,68 @@ def _sample_deviation(state: State) -> float:
     return 0.0 if not count or count < 2 else math.sqrt(max(m2 or 0.0, 0.0) / (count - 1))
 
 
+PAIR_FIELDS = ("x", "y")
+"""The fields of the one argument a two-column aggregate's plan holds (``CORRELATION(a, b)``:
+``named_struct('x', a, 'y', b)``, ``pair_argument``)."""
+
+
+def pair_argument(first: str, second: str) -> str:
+    """Spark SQL of a two-column aggregate's argument: both columns in one struct."""
+    return f"named_struct('{PAIR_FIELDS[0]}', {first}, '{PAIR_FIELDS[1]}', {second})"
+
+
+def _co_moments(pair: str, where: str = "") -> list[str]:
+    """Spark SQL of the count, the two means, the two sums of squared deviations from them and
+    the sum of the products of the deviations (n, mean x, mean y, M2 x, M2 y, C) of the pairs of
+    ``pair`` (``pair_argument``) that hold two values (and that ``where`` keeps), as doubles."""
+    both = f"({pair}).x IS NOT NULL AND ({pair}).y IS NOT NULL" + (f" AND {where}" if where else "")
+    x, y = (f"IF({both}, CAST(({pair}).{f} AS DOUBLE), NULL)" for f in PAIR_FIELDS)
+    return [f"count({x})", f"avg({x})", f"avg({y})", f"var_pop({x}) * count({x})", f"var_pop({y}) * count({y})",
+            f"covar_pop({x}, {y}) * count({x})"]
+
+
+def _with_co_moments(old: State, new: State, sign: int = 1) -> State:
+    """Two sets of pairs' [n, mean x, mean y, M2 x, M2 y, C] as one (Chan et al.'s parallel form
+    for co-moments), or with ``sign`` -1 the second taken out of the first."""
+    n1, n2 = old[0] or 0, new[0] or 0
+    if not n2:
+        return list(old) if n1 else [0, None, None, None, None, None]
+    mx1, my1, mx2, my2 = old[1] or 0.0, old[2] or 0.0, new[1], new[2]
+    m2x1, m2y1, c1, m2x2, m2y2, c2 = (v or 0.0 for v in (old[3], old[4], old[5], new[3], new[4], new[5]))
+    if sign > 0:
+        n = n1 + n2
+        dx, dy = mx2 - mx1, my2 - my1
+        scale = n1 * n2 / n
+        return [n, mx1 + dx * n2 / n, my1 + dy * n2 / n, m2x1 + m2x2 + dx * dx * scale, m2y1 + m2y2 + dy * dy * scale,
+                c1 + c2 + dx * dy * scale]
+    n = n1 - n2
+    if n <= 0:
+        return [0, None, None, None, None, None]
+    mx, my = (mx1 * n1 - mx2 * n2) / n, (my1 * n1 - my2 * n2) / n
+    dx, dy = mx2 - mx, my2 - my
+    scale = n * n2 / n1
+    return [n, mx, my, max(m2x1 - m2x2 - dx * dx * scale, 0.0), max(m2y1 - m2y2 - dy * dy * scale, 0.0),
+            c1 - c2 - dx * dy * scale]
+
+
+def _undo_co_moments(old: State | None, new: State) -> State:
+    """CORRELATION's state after a table batch: the pairs added (``new``'s first six), then those
+    retracted (its last six) taken out."""
+    state = old if old is not None else [0, None, None, None, None, None]
+    return _with_co_moments(_with_co_moments(state, new[:6]), new[6:], sign=-1)
+
+
+def _correlation(state: State) -> float:
+    """The Pearson correlation coefficient of a co-moments state: NaN with fewer than two pairs
+    or a column whose values are all one (ksqlDB's 0 / 0), else C / sqrt(M2 x * M2 y), within
+    [-1, 1]."""
+    count, _, _, m2x, m2y, c = state
+    denominator = math.sqrt(max(m2x or 0.0, 0.0) * max(m2y or 0.0, 0.0)) if count else 0.0
+    if not denominator:
+        return math.nan
+    return max(-1.0, min(1.0, (c or 0.0) / denominator))
+
+
 def _signed_count(x: str) -> str:
     """Spark SQL of a batch's count of non-NULL ``x``, retracted rows counted negative."""
     return f"sum(IF(({x}) IS NULL, 0, {_SIGN}))"
@@ -385,6 +447,8 @@ class Aggregate:
     undo_merge: Callable[[State | None, State], State] | None = None
     """How a partial of ``undo``'s forms changes a state (None: the group has none yet), when
     it is not a state itself; None: ``merge`` merges it, and a group's first is its state."""
+    columns: int = 1
+    """How many columns it aggregates; two: its partials read ``pair_argument``'s struct."""
     given: Callable[[tuple[int | bool, ...]], Aggregate] | None = None
     """The aggregate with the literal arguments a call gives after its column (``literals``
     checks them); None: it takes none."""
@@ -436,6 +500,9 @@ AGGREGATES: dict[str, Aggregate] = {
         Aggregate("STDDEV_SAMP", _moments, _with_moments, _sample_deviation, lambda _t: _DOUBLE, "numeric",
                   undo=lambda x: [*_moments(x, f"{_SIGN} > 0"), *_moments(x, f"{_SIGN} < 0")],
                   undo_merge=_undo_moments),
+        Aggregate("CORRELATION", _co_moments, _with_co_moments, _correlation, lambda _t: _DOUBLE, "numeric",
+                  undo=lambda x: [*_co_moments(x, f"{_SIGN} > 0"), *_co_moments(x, f"{_SIGN} < 0")],
+                  undo_merge=_undo_co_moments, columns=2),
         Aggregate("HISTOGRAM", lambda x: [_histogram(x)], _count_into, lambda s: s[0] or {},
                   lambda _t: SqlType("MAP", (SqlType("VARCHAR"), _BIGINT)), "string",
                   undo=lambda x: [_signed_histogram(x)], undo_merge=_count_into),

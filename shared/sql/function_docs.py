@@ -137,6 +137,8 @@ OVERVIEWS: dict[str, str] = {
     "MAX": "The greatest value, per group.",
     "COUNT_DISTINCT": "The number of distinct values that are not NULL, per group.",
     "STDDEV_SAMP": "The sample standard deviation of the values, a DOUBLE, per group.",
+    "CORRELATION": "CORRELATION(x, y): the Pearson correlation coefficient of the pairs of x and y that hold two "
+                   "values, a DOUBLE, per group; NaN below two pairs or when either column holds one value only.",
     "COLLECT_LIST": "The values in the order read, as an ARRAY, per group.",
     "ATTR": "The group's one value, or NULL when its rows hold several (ksqlDB's: for a column expected to be the "
             "same in every row of a group).",

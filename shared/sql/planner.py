@@ -724,8 +724,9 @@ def _aggregate_call(out: str, expr: ast.Call, source: DataSource, scope: Scope) 
         raise StatementError(f"{expr.name.upper()} cannot aggregate the TABLE {source.name}: a table's row that "
                              f"changes or is deleted is taken back out of its group, which {expr.name.upper()} "
                              f"cannot do; on a table use {undone}, or aggregate the stream it comes from")
-    argument = "1" if expr.star else to_spark(expr.args[0], scope)
     aggregate = aggregates.require(expr.name)
+    argument = "1" if expr.star else to_spark(expr.args[0], scope) if aggregate.columns == 1 else \
+        aggregates.pair_argument(*(to_spark(arg, scope) for arg in expr.args))
     literals = aggregate.literals(aggregate.name, expr.args[1:]) if aggregate.literals is not None else ()
     return result, AggregateCall(out, expr.name, argument, literals)
 

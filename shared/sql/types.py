@@ -365,17 +365,21 @@ def _check_call(call: ast.Call, scope: Scope, aggregates_allowed: bool) -> SqlTy
             raise StatementError(f"{call.name} needs a column to aggregate: {call.name}(x)")
         if agg.literals is not None:  # literal arguments after the column
             agg = aggregates.of(agg.name, agg.literals(agg.name, call.args[1:]))
-        elif len(call.args) != 1:
-            raise StatementError(f"{call.name} takes exactly one argument, got {len(call.args)}")
-        argument = check(call.args[0], scope)
-        if not kinds.accepts(agg.param, argument):
-            apart = kinds.HELD_APART.get(agg.param)
-            note = f" ({kinds.KIND_NOTES[agg.param]})" if agg.param in kinds.KIND_NOTES else ""
-            what = f"{call.name} needs {'an' if agg.param[0] in 'aeiou' else 'a'} {agg.param} argument{note}" \
-                if apart is None else \
-                f"{call.name} cannot aggregate a {' or '.join(sorted(apart))} value, nor a value holding one"
-            raise _clash(what, (call.args[0], argument))
-        return agg.result_type(argument)
+        elif len(call.args) != agg.columns:
+            columns = "one argument" if agg.columns == 1 else f"{agg.columns} arguments, each a column or expression"
+            raise StatementError(f"{call.name} takes exactly {columns}, got {len(call.args)}")
+        arguments = [check(arg, scope) for arg in call.args[:agg.columns]]
+        for arg, argument in zip(call.args, arguments, strict=False):
+            if not kinds.accepts(agg.param, argument):
+                apart = kinds.HELD_APART.get(agg.param)
+                note = f" ({kinds.KIND_NOTES[agg.param]})" if agg.param in kinds.KIND_NOTES else ""
+                article = "an " if agg.param[0] in "aeiou" else "a "
+                needs = f"{article}{agg.param} argument" if agg.columns == 1 else f"{agg.param} arguments"
+                what = f"{call.name} needs {needs}{note}" \
+                    if apart is None else \
+                    f"{call.name} cannot aggregate a {' or '.join(sorted(apart))} value, nor a value holding one"
+                raise _clash(what, (arg, argument))
+        return agg.result_type(arguments[0])
     fn = functions.lookup(call.name)
     if fn is None:
         known = ", ".join(sorted([*functions.FUNCTIONS, *aggregates.AGGREGATES]))

@@ -783,17 +783,20 @@ def test_a_tables_collected_lists_take_back_retracted_rows_in_input_order(spark:
     slices = stage_slices(spark, tmp_path, (
         TABLE_AGGREGATION[0],
         "CREATE TABLE owner_pages AS SELECT owner, COLLECT_LIST(page) AS pages, COLLECT_LIST(weight) AS weights, "
-        "HISTOGRAM(page) AS counted, STDDEV_SAMP(weight) AS spread FROM pages GROUP BY owner"), "OWNER_PAGES", 1, [
+        "HISTOGRAM(page) AS counted, STDDEV_SAMP(weight) AS spread, CORRELATION(weight, weight * 2) AS paired "
+        "FROM pages GROUP BY owner"), "OWNER_PAGES", 1, [
         (b"a", row(1, "p2", None), 0, 3), (b"a", row(1, "p1", 5), 0, 0), (b"a", row(-1, "p1", 5), 0, 2),
         (b"a", row(1, "p1", 6), 0, 1), (b"b", row(-1, "p9", 1), 1, 0)])
     lists = [aggregates.require("COLLECT_LIST").merger(signed=True)] * 2 + [
-        aggregates.require(name).merger(signed=True) for name in ("HISTOGRAM", "STDDEV_SAMP")]
+        aggregates.require(name).merger(signed=True) for name in ("HISTOGRAM", "STDDEV_SAMP", "CORRELATION")]
     folded = {key: [fold(None, state) for fold, state in zip(lists, partial, strict=True)]
               for piece in slices.values() for key, partial in piece.partials}
     # p1 added (5), p1 added again (6), the first p1 (5) taken back as its last occurrence, p2 added;
-    # the weights' moments: 5 and 6 added, 5 taken back, 6 left (b's 1 was never added here).
-    assert folded == {b"a": [[["p1", "p2"]], [[6, None]], [{"p1": 1, "p2": 1}], [1, 6.0, 0.0]],
-                      b"b": [[[]], [[]], [{}], [0, None, None]]}
+    # the weights' moments: 5 and 6 added, 5 taken back, 6 left (b's 1 was never added here); so
+    # the pairs' co-moments ((5, 10) and (6, 12), then (5, 10) out; p2's pair holds no weight).
+    assert folded == {b"a": [[["p1", "p2"]], [[6, None]], [{"p1": 1, "p2": 1}], [1, 6.0, 0.0],
+                             [1, 6.0, 12.0, 0.0, 0.0, 0.0]],
+                      b"b": [[[]], [[]], [{}], [0, None, None], [0, None, None, None, None, None]]}
 
 
 def test_bytes_aggregate_as_base64_text_and_come_back_as_bytes(spark: SparkSession, tmp_path: Path) -> None:

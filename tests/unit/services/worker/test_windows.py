@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import random
 import statistics
 from collections import Counter, defaultdict
@@ -294,7 +295,7 @@ ALL_AGGREGATES = ("COUNT(*) AS n, COUNT(reading) AS c, SUM(reading) AS s, AVG(re
                   "LATEST_BY_OFFSET(reading, 2) AS last2, EARLIEST_BY_OFFSET(reading, 2, false) AS first2, "
                   "COLLECT_SET(reading) AS distinct_readings, TOPK(reading, 2) AS top2, TOPKDISTINCT(reading, 2) AS "
                   "topd2, HISTOGRAM(CAST(reading AS VARCHAR)) AS hist, ATTR(reading) AS only, ATTR(sensor) AS one, "
-                  "STDDEV_SAMP(reading) AS sd")
+                  "CORRELATION(reading, ts) AS corr, STDDEV_SAMP(reading) AS sd")
 
 
 @pytest.mark.parametrize("cuts", [[], [2], [1, 3, 5]])
@@ -322,20 +323,27 @@ def test_every_aggregate_works_per_window(spark: SparkSession, tmp_path: Path, c
                 start = split_windowed_key(key)[1]
                 times[start] = max(times.get(start, 0), piece.times[key])
             task.stream_time = piece.stream_time
-    # The sample deviation (last) to 9 places: Spark's partial and the merges round otherwise than Python's stdev.
-    got = {tuple(row[1:3]): [*row[3:-1], round(row[-1], 9)] for row in (task.row(k, s) for k, s in states.items())}
+    # The correlation and the sample deviation (last) to 9 places: Spark's partials and the merges
+    # round otherwise than Python's (NaN as text: no NaN equals another).
+    def near(value: float) -> float | str:
+        return "NaN" if math.isnan(value) else round(value, 9)
+
+    got = {tuple(row[1:3]): [*row[3:-2], near(row[-2]), near(row[-1])]
+           for row in (task.row(k, s) for k, s in states.items())}
     want = {}
     for start in range(0, 60_000, 15_000):
         held = [r for r, t in readings if start <= t < start + 30_000]
         if not held:
             continue
         values = [r for r in held if r is not None]
+        pairs = [t for r, t in readings if start <= t < start + 30_000 and r is not None]  # (each reading's TS)
         want[(start, start + 30_000)] = [
             len(held), len(values), sum(values) if values else None, sum(values) / len(values) if values else None,
             min(values, default=None), max(values, default=None), values[-1] if values else None,
             values[0] if values else None, len(set(values)), held, held[-1], values[-2:], held[:2],
             list(dict.fromkeys(held)), sorted(values, reverse=True)[:2], sorted(set(values), reverse=True)[:2],
             dict(Counter(str(v) for v in values)), held[0] if len(set(held)) == 1 else None, "k",
+            near(statistics.correlation(values, pairs)) if len(set(values)) > 1 and len(set(pairs)) > 1 else "NaN",
             round(statistics.stdev(values), 9) if len(values) > 1 else 0.0]
     assert got == want
     # Reduced by Spark (these aggregates have no Arrow forms), each window's latest event time too.

@@ -1,5 +1,6 @@
 import json
 import math
+import re
 import statistics
 from collections import Counter
 from typing import Any
@@ -8,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.errors import StatementError
 from millpond.shared.sql.aggregates import AGGREGATES, by_offset_literals, of, top_literals
 from millpond.shared.sql.ast import SqlType
@@ -32,6 +34,7 @@ def partial(name: str, values: list[tuple[int, int]]) -> list[Any]:
         "HISTOGRAM": lambda: [dict(Counter(vs))],
         "STDDEV_SAMP": lambda: [len(vs), statistics.fmean(vs) if vs else None,
                                 sum((v - statistics.fmean(vs)) ** 2 for v in vs) if vs else None],
+        "CORRELATION": lambda: co_moments([(float(v), float(v % 7)) for v in vs]),
         "TOPK": lambda: [sorted(vs, reverse=True)[:1]],
         "TOPKDISTINCT": lambda: [sorted(set(vs), reverse=True)[:1]],
     }[name]()
@@ -43,8 +46,9 @@ def test_merging_batch_partials_equals_one_big_batch(values: list[int], cut: int
     first, second = records[:cut], records[cut:]
     for name, agg in AGGREGATES.items():
         merged = agg.merge(partial(name, first), partial(name, second))
-        if name == "STDDEV_SAMP":  # floating point: merged in another order than computed at once
-            assert math.isclose(agg.finalize(merged), agg.finalize(partial(name, records)), abs_tol=1e-9), name
+        if name in ("STDDEV_SAMP", "CORRELATION"):  # floating point: merged in another order than computed at once
+            got, want = agg.finalize(merged), agg.finalize(partial(name, records))
+            assert math.isnan(got) if math.isnan(want) else math.isclose(got, want, abs_tol=1e-9), name
         else:
             assert agg.finalize(merged) == agg.finalize(partial(name, records)), name
 
@@ -260,6 +264,66 @@ def test_stddev_samp_merges_batches_and_takes_back_a_tables_rows(values: list[fl
     state = fold(state, [*moments([]), *moments([values[i] for i in out])])
     assert state[0] == len(left)
     assert math.isclose(agg.finalize(state), deviation(left), rel_tol=1e-6, abs_tol=1e-3)
+
+
+def co_moments(pairs: list[tuple[float | None, float | None]]) -> list[Any]:
+    """What Spark's CORRELATION partial gives for a batch: n, the means, M2 of each, C (of the
+    pairs holding two values)."""
+    both = [(x, y) for x, y in pairs if x is not None and y is not None]
+    if not both:
+        return [0, None, None, None, None, None]
+    mx, my = statistics.fmean(x for x, _ in both), statistics.fmean(y for _, y in both)
+    return [len(both), mx, my, sum((x - mx) ** 2 for x, _ in both), sum((y - my) ** 2 for _, y in both),
+            sum((x - mx) * (y - my) for x, y in both)]
+
+
+def pearson(pairs: list[tuple[float | None, float | None]]) -> float:
+    """ksqlDB's CORRELATION of ``pairs``, computed as it does (sums; 0 / 0 is NaN)."""
+    both = [(x, y) for x, y in pairs if x is not None and y is not None]
+    n = len(both)
+    sx, sy = sum(x for x, _ in both), sum(y for _, y in both)
+    numerator = n * sum(x * y for x, y in both) - sx * sy
+    denominator = math.sqrt((n * sum(x * x for x, _ in both) - sx * sx) * (n * sum(y * y for _, y in both) - sy * sy))
+    return numerator / denominator if denominator else math.nan
+
+
+@given(st.lists(st.tuples(st.integers(-50, 50).map(float) | st.none(), st.integers(-50, 50).map(float) | st.none()),
+                max_size=40),
+       st.lists(st.integers(0, 39), max_size=10), st.integers(0, 40))
+def test_correlation_merges_batches_and_takes_back_a_tables_rows(pairs: list[tuple[float | None, float | None]],
+                                                                 taken: list[int], cut: int) -> None:
+    """CORRELATION, ksqlDB's (Pearson's coefficient of the pairs holding two values; NaN below
+    two or for a column of one value): batches merged as one; over a table, rows retracted
+    leave the coefficient of those left."""
+    agg = AGGREGATES["CORRELATION"]
+
+    def same(got: float, want: float) -> bool:
+        return math.isnan(got) if math.isnan(want) else math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-6)
+
+    merged = agg.merge(co_moments(pairs[:cut]), co_moments(pairs[cut:]))
+    assert same(agg.finalize(merged), pearson(pairs)), (merged, pearson(pairs))
+    out = sorted({i for i in taken if i < len(pairs)})
+    left = [p for i, p in enumerate(pairs) if i not in out]
+    fold = agg.merger(signed=True)
+    state = fold(None, [*co_moments(pairs), *co_moments([])])
+    state = fold(state, [*co_moments([]), *co_moments([pairs[i] for i in out])])
+    assert state[0] == len([p for p in left if None not in p])
+    assert same(agg.finalize(state), pearson(left)), (state, pearson(left))
+
+
+def test_correlation_takes_two_numbers() -> None:
+    schema = "CREATE STREAM s (k VARCHAR KEY, a INT, b DOUBLE, c VARCHAR) WITH (kafka_topic='s', value_format='json')"
+    meta = Metastore()
+    meta.apply(parse_statement(schema), 0)
+    meta.apply(parse_statement("CREATE TABLE t AS SELECT k, CORRELATION(a, b * 2) AS r FROM s GROUP BY k"), 1)
+    (query,) = meta.queries.values()
+    (call,) = query.plan.aggregates
+    assert call.argument == "named_struct('x', `A`, 'y', (`B` * 2))" and meta.source("T").schema["R"] == SqlType("DOUBLE")
+    for select, message in [("CORRELATION(a)", "CORRELATION takes exactly 2 arguments, each a column or expression, got 1"),
+                            ("CORRELATION(a, c)", "CORRELATION needs numeric arguments"),
+                            ("CORRELATION(a, b, a)", "takes exactly 2 arguments")]:
+        with pytest.raises(StatementError, match=re.escape(message)):
+            meta.apply(parse_statement(f"CREATE TABLE u AS SELECT k, {select} AS r FROM s GROUP BY k"), 2)
 
 
 @pytest.mark.parametrize("order", [(1.0, math.nan), (math.nan, 1.0)])

@@ -725,3 +725,7 @@ CREATE STREAM trade_rates AS SELECT t.id, ROWOFFSET AS o FROM trades t JOIN rate
 CREATE STREAM trade_rates AS SELECT t.id, t.ROWPARTITION AS p FROM trades t JOIN rates r ON t.currency = r.currency;
 EXPLAIN CREATE STREAM trades_by_partition AS SELECT ROWPARTITION AS p, id, ROWOFFSET AS o FROM trades PARTITION BY ROWPARTITION;
 CREATE STREAM placed_oddly (id VARCHAR KEY, `rowoffset` INT) WITH (kafka_topic='placed_oddly', partitions=1, value_format='json');
+-- CORRELATION (ksqlDB's): two numeric columns, one DOUBLE; over a stream and over a table.
+EXPLAIN CREATE TABLE trade_correlation AS SELECT currency, CORRELATION(amount, ROWOFFSET) AS r FROM trades GROUP BY currency;
+CREATE TABLE trade_correlation AS SELECT currency, CORRELATION(amount) AS r FROM trades GROUP BY currency;
+CREATE TABLE trade_correlation AS SELECT currency, CORRELATION(amount, id) AS r FROM trades GROUP BY currency;
