@@ -449,9 +449,8 @@ def plan_persistent(
         raise StatementError(f"invalid result type: the SELECT produces a {result_kind}; use {verb} instead")
     if kind is None and source.kind != "STREAM":
         raise StatementError("INSERT INTO ... SELECT reads a STREAM")
-    # A stream's records have their partition and offset too; a table's rows are read as rows.
-    places = record_places(source) if source.kind == "STREAM" else ()
-    scope = _scope(query, source, (*source.columns, *_rowtime(source), *places))
+    # Its records' partition and offset too (a table's: the record that last wrote each row).
+    scope = _scope(query, source, (*source.columns, *_rowtime(source), *record_places(source)))
     where = None
     if query.where is not None:
         check_condition(query.where, scope, "WHERE")

@@ -18,9 +18,9 @@ from millpond.shared.sql.kinds import INTEGRAL, NUMERIC, common_type, decimal_ty
 
 RECORD_PLACES = {"ROWPARTITION": SqlType("INT"), "ROWOFFSET": SqlType("BIGINT")}
 """ksqlDB's pseudo-columns of a record's partition and offset, which the queries that read
-records read (push queries, pulls over a stream, persistent queries over a stream)."""
+records read (push queries, pulls over a stream, persistent queries but joins)."""
 RECORD_PLACES_READ = (f"{' and '.join(RECORD_PLACES)}, a record's partition and offset, are read by push queries, pull "
-                      "queries over a stream and persistent queries over a stream, not over a table or a join")
+                      "queries over a stream and persistent queries, not by a join or a pull query over a table")
 """Where ROWPARTITION and ROWOFFSET may be read, for a message about one read elsewhere."""
 
 BOOLEAN = SqlType("BOOLEAN")

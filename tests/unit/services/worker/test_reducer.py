@@ -735,6 +735,21 @@ def test_a_tables_changed_rows_regroup_by_their_new_group_or_leave_it(spark: Spa
     assert second.inputs == [(7, b"p5")] and second.records[0][0] == b"b"
 
 
+def test_a_tables_rows_carry_the_partition_and_offset_of_the_record_that_wrote_them(spark: SparkSession,
+                                                                                      tmp_path: Path) -> None:
+    """ROWPARTITION and ROWOFFSET over a table: a projection's rows have those of the record that
+    wrote each row; a GROUP BY's regroup stage carries them in each regrouped row (its
+    retraction, the stored row, takes back what that row added)."""
+    records = [(b"p1", b'{"OWNER": "a", "WEIGHT": 5}', 1, 40), (b"p2", b'{"OWNER": "b", "WEIGHT": 6}', 1, 41)]
+    projected = stage_slices(spark, tmp_path, (TABLE_AGGREGATION[0], "CREATE TABLE placed AS SELECT page, weight, "
+                                               "ROWPARTITION AS p, ROWOFFSET AS o FROM pages"), "PLACED", 0, records)
+    assert [(k, json.loads(v or b"null")) for k, v in projected[1].records] == [
+        (b"p1", {"WEIGHT": 5, "P": 1, "O": 40}), (b"p2", {"WEIGHT": 6, "P": 1, "O": 41})]
+    regrouped = stage_slices(spark, tmp_path, (TABLE_AGGREGATION[0], "CREATE TABLE offsets AS SELECT owner, "
+                                               "SUM(ROWOFFSET) AS o FROM pages GROUP BY owner"), "OFFSETS", 0, records)
+    assert [(k, json.loads(v or b"null")["_INPUT_ROWOFFSET"]) for k, v in regrouped[1].records] == [(b"a", 40), (b"b", 41)]
+
+
 def test_regrouped_rows_add_to_or_subtract_from_their_group(spark: SparkSession, tmp_path: Path) -> None:
     """A table aggregation's aggregate stage: a regrouped row adds to its group's COUNT, SUM
     and AVG, a retracted one (``_SIGN`` -1) takes its values back out."""
