@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, localcontext
 from typing import Any
 
-from millpond.shared.sql import arrays, json_paths, json_text, json_variant, regexes, texts, times
+from millpond.shared.sql import arrays, ast, json_paths, json_text, json_variant, regexes, texts, times
 from millpond.shared.sql.ast import Literal, SqlType, literal_text, to_sql
 from millpond.shared.sql.kinds import (
     MAX_DECIMAL_DIGITS,
@@ -351,6 +351,22 @@ def _floor_type(types: list[SqlType]) -> SqlType:
         precision, scale = types[0].params
         return SqlType("DECIMAL", (min(precision - scale + 1, MAX_DECIMAL_DIGITS), 0))
     return types[0] if types[0].base in ("DECIMAL", "INT", "BIGINT") else BIGINT
+
+
+def whole_constant(expr: ast.Expr) -> int | None:
+    """The value of ``expr`` when it is a whole number of literals alone (``2``, ``1 + 1``,
+    ``-(3 * 2)``), which Spark folds to a constant; None otherwise (a column, a call)."""
+    if isinstance(expr, ast.Literal):
+        return expr.value if isinstance(expr.value, int) and not isinstance(expr.value, bool) else None
+    if isinstance(expr, ast.Unary) and expr.op == "-":
+        inner = whole_constant(expr.operand)
+        return None if inner is None else -inner
+    if isinstance(expr, ast.Binary) and expr.op in ("+", "-", "*"):
+        left, right = whole_constant(expr.left), whole_constant(expr.right)
+        if left is None or right is None:
+            return None
+        return left + right if expr.op == "+" else left - right if expr.op == "-" else left * right
+    return None
 
 
 def rounded_decimal(type_: SqlType, digits: int) -> SqlType:

@@ -31,7 +31,7 @@ from millpond.shared.kafka.values import stored
 from millpond.shared.sql import aggregates, ast
 from millpond.shared.sql.ast import SqlType, to_sql
 from millpond.shared.sql.expressions import evaluate, output_name, quote_identifier, spark_literal, to_spark
-from millpond.shared.sql.functions import TEXT_BUILDERS
+from millpond.shared.sql.functions import TEXT_BUILDERS, whole_constant
 from millpond.shared.sql.joins import join_aggregation, plan_join, pre_aggregation
 from millpond.shared.sql.types import (
     RECORD_PLACES,
@@ -296,12 +296,13 @@ def check_round_places(statement: Any) -> None:
         return
     if isinstance(statement, ast.Call) and statement.name == "ROUND" and len(statement.args) > 1:
         places = statement.args[1]
-        value = places.value if isinstance(places, ast.Literal) else None
-        if not isinstance(value, int) or isinstance(value, bool) or abs(value) > MAX_ROUND_PLACES:
+        value = whole_constant(places)
+        if value is None or abs(value) > MAX_ROUND_PLACES:
             raise StatementError(
                 f"ROUND's places in a persistent query must be a whole number from -{MAX_ROUND_PLACES} to "
-                f"{MAX_ROUND_PLACES} written as it is (ROUND(x, 2)), not {ast.to_sql(places)}: Spark rounds every row "
-                "to one scale, fixed when the query starts (a pull query may round by a column)")
+                f"{MAX_ROUND_PLACES} written with literals (ROUND(x, 2), ROUND(x, 1 + 1)), not {ast.to_sql(places)}: "
+                "Spark rounds every row to one scale, fixed when the query starts (a pull query may round by a "
+                "column)")
     for item in fields(statement):
         check_round_places(getattr(statement, item.name))
 

@@ -399,9 +399,9 @@ def _check_call(call: ast.Call, scope: Scope, aggregates_allowed: bool) -> SqlTy
         raise StatementError(error)
     result = fn.result(types)
     if fn.name == "ROUND" and types[0].base == "DECIMAL":  # its type depends on the places, a literal in Spark
-        places = call.args[1] if len(call.args) > 1 else ast.Literal(0, SqlType("INT"))
-        if isinstance(places, ast.Literal) and isinstance(places.value, int):
-            result = functions.rounded_decimal(types[0], places.value)
+        places = functions.whole_constant(call.args[1]) if len(call.args) > 1 else 0
+        if places is not None:
+            result = functions.rounded_decimal(types[0], places)
     if result is None:
         raise _clash(f"the arguments of {call.name} have different types", *zip(call.args, types, strict=True))
     return result

@@ -208,7 +208,8 @@ async def _refused_when_run(sql: str, columns: str) -> tuple[Metastore, Statemen
     ("CREATE STREAM t AS SELECT sensor, ROUND(reading, places) AS r FROM readings EMIT CHANGES", "PLACES"),
     ("CREATE TABLE t AS SELECT sensor, COUNT(*) AS n FROM readings WHERE ROUND(reading, 2147483647) > 0 GROUP BY sensor "
      "EMIT CHANGES", "2147483647"),
-    ("CREATE STREAM t AS SELECT sensor FROM readings WHERE ROUND(reading, 1 + 1) > 0 EMIT CHANGES", "(1 + 1)"),
+    ("CREATE STREAM t AS SELECT sensor FROM readings WHERE ROUND(reading, 1 + places) > 0 EMIT CHANGES", "(1 + PLACES)"),
+    ("CREATE STREAM t AS SELECT sensor FROM readings WHERE ROUND(reading, 999 + 2) > 0 EMIT CHANGES", "(999 + 2)"),
     ("CREATE STREAM t AS SELECT sensor, ROUND(reading, -1001) AS r FROM readings EMIT CHANGES", "-1001"),
     ("CREATE TABLE t AS SELECT sensor, MAX(ROUND(reading, places)) AS m FROM readings GROUP BY sensor EMIT CHANGES", "PLACES"),
 ])
@@ -219,11 +220,16 @@ async def test_a_persistent_query_rounding_by_places_spark_cannot_take_is_refuse
     on its worker. Refused when the statement is run; a replayed one stays, and a pull query
     may still round by a column (Python evaluates it)."""
     metastore, error = await _refused_when_run(sql, "reading DOUBLE, places INT")
-    assert f"ROUND's places in a persistent query must be a whole number from -1000 to 1000 written as it is (ROUND(x, 2)), " \
-           f"not {places}" in error.message
+    assert "ROUND's places in a persistent query must be a whole number from -1000 to 1000 written with literals " \
+           f"(ROUND(x, 2), ROUND(x, 1 + 1)), not {places}" in error.message
     assert status_code(error.kind) is grpc.StatusCode.INVALID_ARGUMENT
     metastore.apply(parse_statement(sql), 1)  # as replay finds a statement accepted before
     assert len(metastore.queries) == 1
+
+
+def test_a_round_by_places_spark_folds_to_a_constant_is_taken() -> None:
+    check_round_places(parse_statement(
+        "CREATE STREAM t AS SELECT sensor, ROUND(reading, 1 + 1) AS r FROM readings WHERE ROUND(reading, -(2 * 3)) > 0"))
 
 
 def test_a_round_python_evaluates_over_aggregates_may_take_places_from_a_column() -> None:

@@ -895,7 +895,8 @@ def test_decimal_arithmetic_is_typed_as_sparks(spark: SparkSession) -> None:
     texts = ["a * a", "a + b", "a - b", "a / b", "b % a", "a * i", "a + l", "a * d", "-a", "b * 2", "a / 3", "a * -5",
              "a + NULL", "w * w", "w / a", "w + w", "a / w", "w % a", "GREATEST(a, i)", "GREATEST(a, 2)", "COALESCE(a, l)",
              "CASE WHEN i > 0 THEN a ELSE 7 END", "IFNULL(t, a)", "LEAST(a, t, w)", "ABS(a)", "ROUND(a)", "ROUND(a, 1)",
-             "ROUND(a, -1)", "ROUND(a, 5)", "FLOOR(a)", "CEIL(t)", "FLOOR(w)", "(a + i) * (b - 2)"]
+             "ROUND(a, -1)", "ROUND(a, 5)", "ROUND(a, 1 + 1)", "ROUND(a, -(1 * 2))", "FLOOR(a)", "CEIL(t)", "FLOOR(w)",
+             "(a + i) * (b - 2)"]
     exprs = [with_widths(expression(text), DECIMALS) for text in texts]
     schema = _decimal_frame(spark).selectExpr(*(to_spark(e, DECIMALS) for e in exprs)).schema
     ours = {text: str(check(e, DECIMALS)).replace(" ", "").lower() for text, e in zip(texts, exprs, strict=True)}

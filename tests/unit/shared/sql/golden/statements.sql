@@ -729,3 +729,5 @@ CREATE STREAM placed_oddly (id VARCHAR KEY, `rowoffset` INT) WITH (kafka_topic='
 EXPLAIN CREATE TABLE trade_correlation AS SELECT currency, CORRELATION(amount, ROWOFFSET) AS r FROM trades GROUP BY currency;
 CREATE TABLE trade_correlation AS SELECT currency, CORRELATION(amount) AS r FROM trades GROUP BY currency;
 CREATE TABLE trade_correlation AS SELECT currency, CORRELATION(amount, id) AS r FROM trades GROUP BY currency;
+-- ROUND's places in a persistent query: a whole number of literals, folded as Spark folds it.
+EXPLAIN CREATE STREAM rounded_trades AS SELECT id, ROUND(amount, 1 + 1) AS two, ROUND(amount, -(2 * 1)) AS hundreds FROM trades;
