@@ -277,3 +277,34 @@ def series_refusal(args: tuple[Any, ...], types: list[SqlType]) -> str | None:
     if all(t.base == "NULL" for t in types[:2]):
         return "GENERATE_SERIES needs a start or an end of a type, INT or BIGINT; both are a bare NULL (CAST one)"
     return None
+
+
+CUBE_MAX_ITEMS = 20
+"""The most items CUBE_EXPLODE takes, as ksqlDB's (2^20 rows already)."""
+CUBE_TOO_MANY = f"CUBE_EXPLODE takes at most {CUBE_MAX_ITEMS} items: its 2^N rows would exhaust memory"
+
+
+def cube(items: list[Any] | None) -> list[list[Any]]:
+    """ksqlDB's CUBE_EXPLODE rows of ``items``: every combination of them, each item there or
+    NULL, in the order of the bit masks that keep them (the first item the highest bit), a
+    combination that only differs by a NULL item's place made once; none for a NULL ARRAY."""
+    if items is None:
+        return []
+    if len(items) > CUBE_MAX_ITEMS:
+        raise ValueError(f"{CUBE_TOO_MANY} (it has {len(items)})")
+    n = len(items)
+    present = sum(1 << (n - 1 - i) for i, item in enumerate(items) if item is not None)
+    return [[item if mask >> (n - 1 - i) & 1 else None for i, item in enumerate(items)]
+            for mask in range(1 << n) if mask & present == mask]
+
+
+def cube_in_spark(items: str) -> str:
+    """Spark SQL of ``cube`` of the ARRAY ``items``: an ARRAY of its rows (a record with too many
+    items fails, so it is set aside to the processing log, as ksqlDB's query logs it)."""
+    n = f"size({items})"
+    # (lambda names of their own: one the ARRAY's expression reads, a column or a lambda's, is not hidden)
+    keeps = f"shiftright(__cube_mask, {n} - 1 - __cube_at) & 1 = 1"
+    rows = (f"transform(filter(sequence(0, shiftleft(1, {n}) - 1), __cube_mask -> size(filter({items}, "
+            f"(__cube_item, __cube_at) -> __cube_item IS NULL AND {keeps})) = 0), "
+            f"__cube_mask -> transform({items}, (__cube_item, __cube_at) -> IF({keeps}, __cube_item, NULL)))")
+    return f"IF({items} IS NULL, NULL, IF({n} > {CUBE_MAX_ITEMS}, raise_error('{CUBE_TOO_MANY}'), {rows}))"

@@ -151,6 +151,9 @@ OVERVIEWS: dict[str, str] = {
     "TOPK": "The k greatest values, greatest first, NULLs left out, as an ARRAY, per group.",
     "TOPKDISTINCT": "The k greatest distinct values, greatest first, as an ARRAY, per group.",
     # ---- table functions
+    "CUBE_EXPLODE": "A row of each combination of the ARRAY's items, each item there or NULL (2^N rows, a NULL item's "
+                    "combinations once; none for a NULL ARRAY; at most 20 items), as an ARRAY, the other columns "
+                    "repeated.",
     "EXPLODE": "A row of each item of the ARRAY (none for an empty or NULL one), the other columns repeated; "
                "several EXPLODEs are zipped, the shorter ones NULL past their end.",
     # ---- lambdas

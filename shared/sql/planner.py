@@ -28,7 +28,7 @@ from millpond.shared.kafka.serde import (
 )
 from millpond.shared.kafka.time_patterns import LATEST_TIMESTAMP
 from millpond.shared.kafka.values import stored
-from millpond.shared.sql import aggregates, ast
+from millpond.shared.sql import aggregates, arrays, ast
 from millpond.shared.sql.ast import SqlType, to_sql
 from millpond.shared.sql.expressions import evaluate, output_name, quote_identifier, spark_literal, to_spark
 from millpond.shared.sql.functions import TEXT_BUILDERS, whole_constant
@@ -99,8 +99,12 @@ def project(items: tuple[ast.SelectItem, ...], source: DataSource, row: dict[str
             out += [row[c.name] for c in source.row_columns]
         else:
             assert item.expr is not None
-            table_call = isinstance(item.expr, ast.Call) and item.expr.name in TABLE_FUNCTIONS
-            out.append(evaluate(item.expr.args[0] if table_call else item.expr, row))  # type: ignore[attr-defined]
+            expr = item.expr
+            if isinstance(expr, ast.Call) and expr.name in TABLE_FUNCTIONS:
+                array = evaluate(expr.args[0], row)
+                out.append(arrays.cube(array) if expr.name == "CUBE_EXPLODE" else array)
+            else:
+                out.append(evaluate(expr, row))
     return out
 
 
@@ -832,11 +836,13 @@ def _projection(
     for out, expr in _expand(query, source):
         item = exploded_item(expr, scope)
         if item is not None:
-            if source.kind == "TABLE":
-                raise StatementError(f"EXPLODE makes several rows of one record: it reads a STREAM, and {source.name} "
-                                     "is a TABLE")
             assert isinstance(expr, ast.Call)
-            columns.append(OutputColumn(out, item, to_spark(expr.args[0], scope), exploded=True))
+            if source.kind == "TABLE":
+                raise StatementError(f"{expr.name} makes several rows of one record: it reads a STREAM, and "
+                                     f"{source.name} is a TABLE")
+            items = to_spark(expr.args[0], scope)
+            columns.append(OutputColumn(out, item, arrays.cube_in_spark(items) if expr.name == "CUBE_EXPLODE" else items,
+                                        exploded=True))
             continue
         type_ = check(expr, scope)
         # The same expression selected twice: the first one is the key.

@@ -256,12 +256,14 @@ def _common(whole: ast.Expr, what: str, parts: tuple[ast.Expr, ...], scope: Scop
     return result
 
 
-TABLE_FUNCTIONS = ("EXPLODE",)
-"""ksqlDB's table functions: each makes a row of each item of its ARRAY (``exploded_item``)."""
+TABLE_FUNCTIONS = ("EXPLODE", "CUBE_EXPLODE")
+"""ksqlDB's table functions: each makes rows of its ARRAY (``exploded_item``): EXPLODE one of each
+item, CUBE_EXPLODE one of each combination of its items (``arrays.cube``)."""
 
 
 def exploded_item(expr: ast.Expr, scope: Scope) -> SqlType | None:
-    """The item type of ``EXPLODE(items)`` (a SELECT item of its own), or None for any other expression."""
+    """The type of each row's value of a table function (a SELECT item of its own: EXPLODE's
+    item, CUBE_EXPLODE's ARRAY), or None for any other expression."""
     if not (isinstance(expr, ast.Call) and expr.name in TABLE_FUNCTIONS):
         return None
     if len(expr.args) != 1 or expr.star:
@@ -269,7 +271,7 @@ def exploded_item(expr: ast.Expr, scope: Scope) -> SqlType | None:
     items = check(expr.args[0], scope)
     if items.base != "ARRAY":
         raise _clash(f"{expr.name} needs an ARRAY", (expr.args[0], items))
-    return items.params[0]  # type: ignore[no-any-return]
+    return items if expr.name == "CUBE_EXPLODE" else items.params[0]
 
 
 LAMBDA_FUNCTIONS = ("TRANSFORM", "FILTER", "REDUCE")

@@ -164,7 +164,8 @@ def test_constructors_build_values_in_inserts_persistent_queries_pushes_and_pull
         "CREATE STREAM shapes_out AS SELECT id, ARRAY[n, 1.5] AS pair, MAP(id := n, 'all' := 0) AS by_id, "
         "STRUCT(first := s->tags[1], k := m['k'], a := s->a) AS picked FROM shapes_in;"
         "CREATE TABLE shapes_last AS SELECT id, LATEST_BY_OFFSET(n) AS n FROM shapes_in GROUP BY id;"
-        "CREATE STREAM shapes_tags AS SELECT id, EXPLODE(s->tags) AS tag, EXPLODE(ARRAY[n, n * 10]) AS m FROM shapes_in;")
+        "CREATE STREAM shapes_tags AS SELECT id, EXPLODE(s->tags) AS tag, EXPLODE(ARRAY[n, n * 10]) AS m FROM shapes_in;"
+        "CREATE STREAM shapes_cube AS SELECT id, CUBE_EXPLODE(ARRAY[n, n * 10]) AS combo FROM shapes_in;")
     pushed = rows(sql(small_cluster.router, "-e", "SET 'auto.offset.reset'='earliest';"
                       "SELECT * FROM shapes_out EMIT CHANGES LIMIT 2;", "--output", "json"))
     assert [[r["ID"], r["PAIR"], r["BY_ID"], r["PICKED"]] for r in pushed if "ID" in r] == [
@@ -182,6 +183,17 @@ def test_constructors_build_values_in_inserts_persistent_queries_pushes_and_pull
     tags = rows(sql(small_cluster.router, "-e", "SET 'auto.offset.reset'='earliest';"
                     "SELECT id, EXPLODE(s->tags) AS tag FROM shapes_in EMIT CHANGES LIMIT 2;", "--output", "json"))
     assert [[r["ID"], r["TAG"]] for r in tags if "ID" in r] == [["a", "x"], ["a", "y"]], tags
+    # CUBE_EXPLODE: a row of each combination, by Spark in a persistent query and by Python in a push
+    cubed = rows(sql(small_cluster.router, "-e", "SET 'auto.offset.reset'='earliest';"
+                     "SELECT * FROM shapes_cube EMIT CHANGES LIMIT 8;", "--output", "json"))
+    assert [[r["ID"], r["COMBO"]] for r in cubed if "ID" in r] == [
+        [i, combo] for i, n in (("a", 1), ("b", 2)) for combo in ([None, None], [None, n * 10], [n, None], [n, n * 10])]
+    pushed_cube = rows(sql(small_cluster.router, "-e", "SET 'auto.offset.reset'='earliest';"
+                           "SELECT id, CUBE_EXPLODE(ARRAY[id, s->tags[2]]) AS combo FROM shapes_in EMIT CHANGES LIMIT 6;",
+                           "--output", "json"))
+    assert [[r["ID"], r["COMBO"]] for r in pushed_cube if "ID" in r] == [
+        ["a", [None, None]], ["a", [None, "y"]], ["a", ["a", None]], ["a", ["a", "y"]],
+        ["b", [None, None]], ["b", ["b", None]]], pushed_cube  # b's second item is NULL: its combinations once
 
 
 JSON_AND_TEXT = ("JSON_KEYS(doc) AS keys, JSON_ARRAY_LENGTH(EXTRACTJSONFIELD(doc, '$.x')) AS n, IS_JSON_STRING(q) AS q_json, "

@@ -731,3 +731,8 @@ CREATE TABLE trade_correlation AS SELECT currency, CORRELATION(amount) AS r FROM
 CREATE TABLE trade_correlation AS SELECT currency, CORRELATION(amount, id) AS r FROM trades GROUP BY currency;
 -- ROUND's places in a persistent query: a whole number of literals, folded as Spark folds it.
 EXPLAIN CREATE STREAM rounded_trades AS SELECT id, ROUND(amount, 1 + 1) AS two, ROUND(amount, -(2 * 1)) AS hundreds FROM trades;
+-- CUBE_EXPLODE (ksqlDB's table function): a row of each combination of the ARRAY's items.
+EXPLAIN CREATE STREAM trade_cubes AS SELECT id, CUBE_EXPLODE(ARRAY[currency, id]) AS combo FROM trades;
+SELECT id, CUBE_EXPLODE(ARRAY[amount, amount * 2]) AS combo FROM trades EMIT CHANGES;
+CREATE TABLE rate_cubes AS SELECT currency, CUBE_EXPLODE(ARRAY[currency]) AS combo FROM rates;
+SELECT id, CUBE_EXPLODE(amount) AS combo FROM trades EMIT CHANGES;
