@@ -108,6 +108,7 @@ def _aggregate_signature(aggregate: aggregates.Aggregate) -> str:
     argument = functions.KIND_SHOWN.get(aggregate.param, aggregate.param)
     if aggregate.name == "COUNT":
         argument = f"* or {argument}"
+    argument = ", ".join([argument] * aggregate.columns)
     return f"{aggregate.name}({argument}{'' if aggregate.given is None else ', literals'})"
 
 

@@ -361,6 +361,12 @@ def pair_argument(first: str, second: str) -> str:
     return f"named_struct('{PAIR_FIELDS[0]}', {first}, '{PAIR_FIELDS[1]}', {second})"
 
 
+SPREAD_NONE = 1e-13
+"""A column's sum of squared deviations at most this share of its sum of squares is no spread:
+what is left of none after rounding (Spark's means of one value differ in the last bit from
+batch to batch; a table's rows taken back leave a residue), where the ratio would be noise."""
+
+
 def _co_moments(pair: str, where: str = "") -> list[str]:
     """Spark SQL of the count, the two means, the two sums of squared deviations from them and
     the sum of the products of the deviations (n, mean x, mean y, M2 x, M2 y, C) of the pairs of
@@ -391,7 +397,11 @@ def _with_co_moments(old: State, new: State, sign: int = 1) -> State:
     mx, my = (mx1 * n1 - mx2 * n2) / n, (my1 * n1 - my2 * n2) / n
     dx, dy = mx2 - mx, my2 - my
     scale = n * n2 / n1
-    return [n, mx, my, max(m2x1 - m2x2 - dx * dx * scale, 0.0), max(m2y1 - m2y2 - dy * dy * scale, 0.0),
+
+    def left(before: float, after: float) -> float:  # what is left of a spread: none, below rounding's residue
+        return 0.0 if after <= SPREAD_NONE * before else after
+
+    return [n, mx, my, left(m2x1, m2x1 - m2x2 - dx * dx * scale), left(m2y1, m2y1 - m2y2 - dy * dy * scale),
             c1 - c2 - dx * dy * scale]
 
 
@@ -402,15 +412,22 @@ def _undo_co_moments(old: State | None, new: State) -> State:
     return _with_co_moments(_with_co_moments(state, new[:6]), new[6:], sign=-1)
 
 
+def _spread(count: int, mean: float | None, m2: float | None) -> float:
+    """A column's sum of squared deviations, 0.0 when it is rounding's residue (``SPREAD_NONE``)."""
+    m2, mean = m2 or 0.0, mean or 0.0
+    return 0.0 if m2 <= SPREAD_NONE * (m2 + count * mean * mean) else m2
+
+
 def _correlation(state: State) -> float:
-    """The Pearson correlation coefficient of a co-moments state: NaN with fewer than two pairs
-    or a column whose values are all one (ksqlDB's 0 / 0), else C / sqrt(M2 x * M2 y), within
-    [-1, 1]."""
-    count, _, _, m2x, m2y, c = state
-    denominator = math.sqrt(max(m2x or 0.0, 0.0) * max(m2y or 0.0, 0.0)) if count else 0.0
-    if not denominator:
+    """The Pearson correlation coefficient of a co-moments state: NaN with fewer than two pairs,
+    for a column whose values are all one (ksqlDB's 0 / 0) or a NaN or infinite value, else
+    C / sqrt(M2 x * M2 y), within [-1, 1]."""
+    count, mean_x, mean_y, m2x, m2y, c = state
+    if not count or count < 2:
         return math.nan
-    return max(-1.0, min(1.0, (c or 0.0) / denominator))
+    denominator = math.sqrt(_spread(count, mean_x, m2x) * _spread(count, mean_y, m2y))
+    ratio = (c or 0.0) / denominator if denominator else math.nan
+    return ratio if math.isnan(ratio) else max(-1.0, min(1.0, ratio))
 
 
 def _signed_count(x: str) -> str:
