@@ -232,22 +232,23 @@ class Statements:
         started, result = time.monotonic(), "INTERNAL"
         try:
             version = self.metastore.command_offset
-            source = None if plan is not None else (self.metastore.sources.get(stmt.source) or
-                                                    await self._caught_up_source(stmt.source))
-            if source is not None and source.kind == "STREAM":
-                # (no positions: a pull over a stream reads where the token's are, and its own ends
-                # carried on would make a table of that stream wait for them)
-                scanned = await self.stream_pulls.answer(stmt, source, positions, deadline)
-                result = "OK"
-                return scanned, {}
             while True:
+                source = None if plan is not None else (self.metastore.sources.get(stmt.source) or
+                                                        await self._caught_up_source(stmt.source))
+                if source is not None and source.kind == "STREAM":
+                    # (no positions: a pull over a stream reads where the token's are, and its own ends
+                    # carried on would make a table of that stream wait for them)
+                    scanned = await self.stream_pulls.answer(stmt, source, positions, deadline)
+                    result = "OK"
+                    return scanned, {}
                 if plan is None:
                     plan = await self.pulls.plan(stmt)
                     version = self.metastore.command_offset  # the plan's (planning may catch up)
                 try:
                     answer = await self.pulls.pull(stmt, plan, properties, positions, deadline)
                     break
-                except PlanOutdated:  # (the copies have a newer metastore: this router has it now too)
+                except PlanOutdated:  # the copies have a newer metastore, which this router has now too:
+                    # the statement as written, against it (its source may even be a stream now)
                     written = await self.parser.parse_one(stmt.text)
                     assert isinstance(written, ast.Query)
                     stmt, plan = custom_types.resolved(written, self.metastore.types), None

@@ -16,6 +16,7 @@ from millpond.services.router.statements import Statements
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import RouterSettings
 from millpond.shared.errors import UnavailableError
+from millpond.shared.results import Outcome
 from millpond.shared.rpc.tls import ChannelFactory
 from millpond.shared.sql.guard import StatementParser
 from millpond.shared.sql.parser import parse_statement
@@ -85,3 +86,37 @@ async def test_a_scan_refused_for_a_type_defined_anew_is_planned_again_once_the_
     assert outcome.columns == [("SENSOR", "VARCHAR"), ("A", "BIGINT")]
     assert worker.asked[0] == ("SENSOR VARCHAR", "A INT") and worker.asked[-1] == ("SENSOR VARCHAR", "A BIGINT")
     assert reader.catch_ups >= 1
+
+
+async def test_a_table_made_anew_as_a_stream_is_pulled_as_a_stream_once_the_router_has_read_it() -> None:
+    """The copies refuse the router's plan of a table that a newer metastore has as a stream
+    (dropped and declared again): planned again, the pull reads the stream's records."""
+    meta = Metastore()
+    for offset, text in enumerate([
+            "CREATE STREAM readings (sensor VARCHAR KEY, reading INT) WITH (kafka_topic='readings', partitions=2, "
+            "value_format='json')",
+            "CREATE TABLE counts AS SELECT sensor, COUNT(*) AS n FROM readings GROUP BY sensor"]):
+        meta.apply(parse_statement(text), offset)
+    (query_id,) = meta.queries
+    reader = Reader(meta, ["DROP TABLE counts", "CREATE STREAM counts (sensor VARCHAR KEY, n BIGINT) "
+                                                "WITH (kafka_topic='counts', partitions=2, value_format='json')"])
+    settings = RouterSettings(coordinator="127.0.0.1:1")
+    channels = ChannelFactory(None)
+    worker = Worker()
+    pulls = PullRouter(settings, meta, cast(Any, reader), channels, Coordinators(settings, channels), HostTable(1.0),
+                       worker)
+    pulls.replicas = {query_id: {p: [Replica(HERE, False)] for p in range(2)}}
+    statements = Statements(settings, meta, cast(Any, reader), cast(Any, None), pulls,
+                            StatementParser(settings.parse_limits, settings.parse_cache_bytes))
+    read: list[str] = []
+
+    async def answer(stmt: Any, source: Any, positions: Any, deadline: float) -> Any:
+        read.append(source.kind)
+        return Outcome(stmt.text, status="")
+
+    statements.stream_pulls.answer = answer  # type: ignore[method-assign]
+    try:
+        await statements.execute("SELECT sensor, n FROM counts;", {})
+    finally:
+        await channels.close()
+    assert read == ["STREAM"] and worker.asked  # asked with the table's plan first, then read as a stream
