@@ -11,7 +11,7 @@ from millpond.shared.catalog.sources import DataSource
 from millpond.shared.catalog.upgrades import check_upgrades
 from millpond.shared.errors import NotFoundError, StatementError
 from millpond.shared.results import Outcome
-from millpond.shared.sql import aggregates, ast, functions
+from millpond.shared.sql import aggregates, arrays, ast, functions
 from millpond.shared.sql.function_docs import OVERVIEWS
 from millpond.shared.sql.planner import SelectPlan, plan_select
 from millpond.shared.sql.types import LAMBDA_FUNCTIONS, LAMBDA_SHAPES, TABLE_FUNCTIONS
@@ -104,6 +104,12 @@ def show_types(metastore: Metastore, stmt: ast.Show) -> Outcome:
                    rows=[[name, str(type_)] for name, type_ in sorted(metastore.types.items())])
 
 
+def _exploded(spark: str) -> str:
+    """A table function's column as EXPLAIN shows it: the function over its ARRAY's Spark SQL."""
+    items = arrays.cubed_items(spark)
+    return f"EXPLODE({spark})" if items is None else f"CUBE_EXPLODE({items})"
+
+
 def _aggregate_signature(aggregate: aggregates.Aggregate) -> str:
     argument = functions.KIND_SHOWN.get(aggregate.param, aggregate.param)
     if aggregate.name == "COUNT":
@@ -152,7 +158,7 @@ def plan_lines(plan: QueryPlan, source: DataSource, sink: DataSource) -> list[st
     steps.append(plan.kind.spec.explain.format(
         key=plan.key_column,
         aggregates=", ".join(f"{a.column} = {a.shown()}" for a in plan.aggregates),
-        columns=", ".join(f"{c.name} = {f'EXPLODE({c.expression})' if c.exploded else c.expression}" for c in plan.columns),
+        columns=", ".join(f"{c.name} = {_exploded(c.expression) if c.exploded else c.expression}" for c in plan.columns),
         join=join))
     if plan.kind is PlanKind.STREAM_TABLE_JOIN and plan.join is not None and any(
             t.within is not None for t in plan.join.tables):  # a stream joined after the tables

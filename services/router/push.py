@@ -36,6 +36,7 @@ from millpond.shared.kafka.admin import started_admin, topic_partitions
 from millpond.shared.kafka.connection import KafkaConnection, start_client
 from millpond.shared.kafka.serde import bytes_decoder, key_decoder, window_bounds
 from millpond.shared.kafka.values import value_reader
+from millpond.shared.sql.arrays import RecordFailure
 from millpond.shared.sql.ast import PrintTopic
 from millpond.shared.sql.planner import SelectPlan
 
@@ -227,7 +228,13 @@ class PushQuery:
             log.debug("push query skipped a record", extra={"query": self.query_id, "offset": record.offset,
                                                             "reason": str(err)})
             return []
-        return self.plan.results(row)
+        try:
+            return self.plan.results(row)
+        except RecordFailure as err:  # (CUBE_EXPLODE of too many items: ksqlDB's query skips the record too)
+            self.skipped += 1
+            log.debug("push query skipped a record", extra={"query": self.query_id, "offset": record.offset,
+                                                            "reason": str(err)})
+            return []
 
 
 PRINT_COLUMNS = [("ROWTIME", "BIGINT"), ("PARTITION", "INT"), ("OFFSET", "BIGINT"), ("KEY", "VARCHAR"), ("VALUE", "VARCHAR"),

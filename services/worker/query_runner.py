@@ -48,7 +48,7 @@ from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.serde import ISO_TIMESTAMP_TEXT, MILLIS_TEXT
 from millpond.shared.kafka.time_patterns import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from millpond.shared.sql import ast, regexes
+from millpond.shared.sql import arrays, ast, regexes
 
 log = logging.getLogger(__name__)
 COMMIT_TIMEOUT_S = 120
@@ -802,7 +802,7 @@ Span = tuple[int, int, int]
 """A partition's offsets from the first to the end (not included)."""
 
 
-RECORD_FAILURES = (STACK_OVERFLOW, regexes.SPARK_TIMEOUT)
+RECORD_FAILURES = (STACK_OVERFLOW, regexes.SPARK_TIMEOUT, arrays.CUBE_TOO_MANY)
 
 
 def fails_on_a_record(error: BaseException) -> bool:
@@ -810,9 +810,9 @@ def fails_on_a_record(error: BaseException) -> bool:
     again however often it is run: a StackOverflowError in a task (java.util.regex recurses
     once or more per character for a group repeated, e.g. ``(a|b)*``: 2,000 characters overflow
     a thread's stack; the worker's session has the task, not the JVM, fail of it:
-    ``spark.executor.killOnFatalError.depth``), or a REGEXP call over its time
-    (``regexes.SPARK_TIMEOUT``: ``(a|aa)+c`` backtracks without end). Blocking: the text comes
-    from the JVM."""
+    ``spark.executor.killOnFatalError.depth``), a REGEXP call over its time
+    (``regexes.SPARK_TIMEOUT``: ``(a|aa)+c`` backtracks without end), or a CUBE_EXPLODE of too
+    many items (``arrays.CUBE_TOO_MANY``). Blocking: the text comes from the JVM."""
     return isinstance(error, (Py4JJavaError, PySparkException)) and any(f in str(error) for f in RECORD_FAILURES)
 
 

@@ -284,6 +284,10 @@ CUBE_MAX_ITEMS = 20
 CUBE_TOO_MANY = f"CUBE_EXPLODE takes at most {CUBE_MAX_ITEMS} items: its 2^N rows would exhaust memory"
 
 
+class RecordFailure(ValueError):
+    """A record a query's expression cannot make rows of (ksqlDB's query logs it and goes on)."""
+
+
 def cube(items: list[Any] | None) -> list[list[Any]]:
     """ksqlDB's CUBE_EXPLODE rows of ``items``: every combination of them, each item there or
     NULL, in the order of the bit masks that keep them (the first item the highest bit), a
@@ -291,20 +295,36 @@ def cube(items: list[Any] | None) -> list[list[Any]]:
     if items is None:
         return []
     if len(items) > CUBE_MAX_ITEMS:
-        raise ValueError(f"{CUBE_TOO_MANY} (it has {len(items)})")
+        raise RecordFailure(f"{CUBE_TOO_MANY} (it has {len(items)})")
     n = len(items)
     present = sum(1 << (n - 1 - i) for i, item in enumerate(items) if item is not None)
     return [[item if mask >> (n - 1 - i) & 1 else None for i, item in enumerate(items)]
             for mask in range(1 << n) if mask & present == mask]
 
 
+def _cube_rows() -> str:
+    """Spark SQL of ``cube`` of ``__cube_all``, the ARRAY evaluated once (its expression may be
+    costly or not deterministic); lambda names of their own, so that no column its expression
+    reads is hidden."""
+    n = "size(__cube_all)"
+    keeps = f"shiftright(__cube_mask, {n} - 1 - __cube_at) & 1 = 1"
+    rows = (f"transform(filter(sequence(0, shiftleft(1, {n}) - 1), __cube_mask -> size(filter(__cube_all, "
+            f"(__cube_item, __cube_at) -> __cube_item IS NULL AND {keeps})) = 0), "
+            f"__cube_mask -> transform(__cube_all, (__cube_item, __cube_at) -> IF({keeps}, __cube_item, NULL)))")
+    return f"IF(__cube_all IS NULL, NULL, IF({n} > {CUBE_MAX_ITEMS}, raise_error('{CUBE_TOO_MANY}'), {rows}))"
+
+
+_CUBE_OPEN, _CUBE_CLOSE = "element_at(transform(array(", f"), __cube_all -> {_cube_rows()}), 1)"
+
+
 def cube_in_spark(items: str) -> str:
     """Spark SQL of ``cube`` of the ARRAY ``items``: an ARRAY of its rows (a record with too many
-    items fails, so it is set aside to the processing log, as ksqlDB's query logs it)."""
-    n = f"size({items})"
-    # (lambda names of their own: one the ARRAY's expression reads, a column or a lambda's, is not hidden)
-    keeps = f"shiftright(__cube_mask, {n} - 1 - __cube_at) & 1 = 1"
-    rows = (f"transform(filter(sequence(0, shiftleft(1, {n}) - 1), __cube_mask -> size(filter({items}, "
-            f"(__cube_item, __cube_at) -> __cube_item IS NULL AND {keeps})) = 0), "
-            f"__cube_mask -> transform({items}, (__cube_item, __cube_at) -> IF({keeps}, __cube_item, NULL)))")
-    return f"IF({items} IS NULL, NULL, IF({n} > {CUBE_MAX_ITEMS}, raise_error('{CUBE_TOO_MANY}'), {rows}))"
+    items fails, and the query sets it aside to the processing log, as ksqlDB's logs it)."""
+    return f"{_CUBE_OPEN}{items}{_CUBE_CLOSE}"
+
+
+def cubed_items(spark: str) -> str | None:
+    """The ARRAY's Spark SQL of a ``cube_in_spark``, or None for any other expression."""
+    if spark.startswith(_CUBE_OPEN) and spark.endswith(_CUBE_CLOSE):
+        return spark[len(_CUBE_OPEN):len(spark) - len(_CUBE_CLOSE)]
+    return None

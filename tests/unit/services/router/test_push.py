@@ -110,6 +110,18 @@ def test_a_push_querys_explode_makes_a_row_of_each_item() -> None:
                "SELECT k, EXPLODE(a) AS a FROM arrays EMIT CHANGES", [])
 
 
+def test_a_push_querys_cube_explode_skips_a_record_of_too_many_items_and_goes_on() -> None:
+    """CUBE_EXPLODE in a push query: a row of each combination; a record of more than 20 items
+    is skipped (ksqlDB's query logs it), not the end of the push stream."""
+    ddl = "CREATE STREAM arrays (k VARCHAR KEY, a ARRAY<INT>) WITH (kafka_topic='arrays', partitions=1, value_format='json')"
+    _, push = pushed(ddl, "SELECT k, CUBE_EXPLODE(a) AS c FROM arrays EMIT CHANGES", [])
+    records = [SimpleNamespace(partition=0, key=b"k%d" % i, value=json.dumps({"A": a}).encode(), offset=i, timestamp=i)
+               for i, a in enumerate([[1, None], list(range(21)), [2]])]
+    assert [push._rows(push.plan.source, r) for r in records] == [
+        [["k0", [None, None]], ["k0", [1, None]]], [], [["k2", [None]], ["k2", [2]]]]
+    assert push.skipped == 1
+
+
 class ListConsumer:
     """Hands out the given records at the first fetch, then none."""
 

@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 from pyspark.sql import Row, SparkSession
 
+from millpond.services.worker import query_runner
 from millpond.shared.errors import MillpondError, StatementError
 from millpond.shared.sql import aggregates, ast
-from millpond.shared.sql.arrays import cube, cube_in_spark
+from millpond.shared.sql.arrays import cube, cube_in_spark, cubed_items
 from millpond.shared.sql.expressions import evaluate, quote_identifier, spark_type, to_spark
 from millpond.shared.sql.parser import parse_statement
 from millpond.shared.sql.regexes import PatternTimeout, java_pattern
@@ -1119,5 +1120,12 @@ def test_cube_explode_makes_the_rows_ksqldb_makes_in_spark_and_in_python(spark: 
     assert len(cube(list(range(20)))) == 2**20
     with pytest.raises(ValueError, match="at most 20 items"):
         cube(list(range(21)))
-    with pytest.raises(Exception, match="at most 20 items"):
+    with pytest.raises(Exception, match="at most 20 items") as caught:
         spark.createDataFrame([(list(range(21)),)], "a ARRAY<INT>").selectExpr(cube_in_spark("a")).collect()
+    # A record's own failure: the query sets it aside to the processing log and goes on.
+    assert query_runner.fails_on_a_record(caught.value)
+    assert query_runner.record_failure(caught.value).startswith("CUBE_EXPLODE takes at most 20 items")
+    # The ARRAY is evaluated once per record: every row of a combination has the same UUID.
+    (rows,) = spark.range(1).selectExpr(cube_in_spark("array(uuid(), uuid())")).collect()
+    assert len({r[1] for r in rows[0] if r[1] is not None}) == 1 and len({r[0] for r in rows[0] if r[0]}) == 1
+    assert cubed_items(cube_in_spark("array(`A`, 1)")) == "array(`A`, 1)" and cubed_items("array(1)") is None
