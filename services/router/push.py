@@ -224,17 +224,18 @@ class PushQuery:
             row.setdefault("ROWPARTITION", record.partition)
             row.setdefault("ROWOFFSET", record.offset)
         except (ValueError, TypeError, AttributeError, UnicodeDecodeError, struct.error, RecursionError) as err:
-            self.skipped += 1
-            log.debug("push query skipped a record", extra={"query": self.query_id, "offset": record.offset,
-                                                            "reason": str(err)})
-            return []
+            return self._skip(record, err)
         try:
             return self.plan.results(row)
         except RecordFailure as err:  # (CUBE_EXPLODE of too many items: ksqlDB's query skips the record too)
-            self.skipped += 1
-            log.debug("push query skipped a record", extra={"query": self.query_id, "offset": record.offset,
-                                                            "reason": str(err)})
-            return []
+            return self._skip(record, err)
+
+    def _skip(self, record: Any, err: Exception) -> list[list[Any]]:
+        """No rows of ``record``, which the push query skips, counted and logged."""
+        self.skipped += 1
+        log.debug("push query skipped a record", extra={"query": self.query_id, "offset": record.offset,
+                                                        "reason": str(err)})
+        return []
 
 
 PRINT_COLUMNS = [("ROWTIME", "BIGINT"), ("PARTITION", "INT"), ("OFFSET", "BIGINT"), ("KEY", "VARCHAR"), ("VALUE", "VARCHAR"),

@@ -371,7 +371,7 @@ def _co_moments(pair: str, where: str = "") -> list[str]:
     """Spark SQL of the count, the two means, the two sums of squared deviations from them and
     the sum of the products of the deviations (n, mean x, mean y, M2 x, M2 y, C) of the pairs of
     ``pair`` (``pair_argument``) that hold two values (and that ``where`` keeps), as doubles."""
-    both = f"({pair}).x IS NOT NULL AND ({pair}).y IS NOT NULL" + (f" AND {where}" if where else "")
+    both = " AND ".join([*(f"({pair}).{f} IS NOT NULL" for f in PAIR_FIELDS), *([where] if where else [])])
     x, y = (f"IF({both}, CAST(({pair}).{f} AS DOUBLE), NULL)" for f in PAIR_FIELDS)
     return [f"count({x})", f"avg({x})", f"avg({y})", f"var_pop({x}) * count({x})", f"var_pop({y}) * count({y})",
             f"covar_pop({x}, {y}) * count({x})"]
