@@ -38,7 +38,7 @@ from pyspark.sql.utils import ForeachBatchFunction
 
 from millpond.services.worker.json_reading import JsonReading, holds
 from millpond.services.worker.kinds import WORKER_KINDS
-from millpond.services.worker.reducers import CORRUPT, Reduction
+from millpond.services.worker.reducers import CORRUPT, WINDOW_KEY, Reduction
 from millpond.services.worker.state.store import path_segment
 from millpond.services.worker.task import BadRecord, BatchSlice, Task
 from millpond.shared import metrics
@@ -46,7 +46,7 @@ from millpond.shared.catalog.queries import PersistentQuery
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.config import WorkerSettings
 from millpond.shared.errors import MillpondError
-from millpond.shared.kafka.serde import ISO_TIMESTAMP_TEXT, MILLIS_TEXT
+from millpond.shared.kafka.serde import ISO_TIMESTAMP_TEXT, MILLIS_TEXT, window_key_bytes
 from millpond.shared.kafka.time_patterns import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from millpond.shared.sql import arrays, ast, regexes
 
@@ -690,7 +690,7 @@ class QueryRunner:
             made = _READ_COLUMNS.setdefault(self.spark, {})
             shape = (self.source.value_format, self.source.value_delimiter, self.value_schema.json(),
                      tuple(sorted(self.timestamps)), None if self.key_schema is None else self.key_schema.json(),
-                     self.source.spellings)
+                     self.source.spellings, self.source.window and window_key_bytes(self.source.window))
             if shape not in made and len(made) >= READ_SHAPES_KEPT:  # shapes of sources dropped long ago go
                 made.clear()
             columns = made.get(shape)
@@ -705,16 +705,23 @@ class QueryRunner:
         (a parse) is evaluated once, in the stage before (Spark collapses no projection that
         would repeat an expensive expression)."""
         text = F.col("value").cast("string")
+        key = F.col("key")
         columns = {
-            "_partition": F.col("partition"), "_offset": F.col("offset"), "_key": F.col("key"), "_raw": text,
+            "_partition": F.col("partition"), "_offset": F.col("offset"), "_key": key, "_raw": text,
             "_v": self._parsed(text),
             "_value": F.col("value"),  # the bytes as they are (a join side copies them)
             "_rowtime": F.unix_millis(F.col("timestamp")),
         }
+        if self.source.window is not None:
+            # A windowed table's record key is the key, then its window's bounds: ``_key`` is the
+            # key alone (NULL when too short to hold a window), ``_window_key`` the whole.
+            width = window_key_bytes(self.source.window)
+            key = columns["_key"] = F.expr(f"IF(length(key) >= {width}, substring(key, 1, length(key) - {width}), NULL)")
+            columns[WINDOW_KEY] = F.col("key")
         found: dict[str, Column] = {}  # the parses read as ksqlDB finds fields (``JsonReading``)
         if self.key_schema is not None:  # a JSON key of several columns, parsed once for them all
             keys = JsonReading(self.key_schema, written=dict(self.source.spellings))
-            columns["_keys"] = keys.parsed(F.col("key").cast("string"))
+            columns["_keys"] = keys.parsed(key.cast("string"))
             if (found_keys := keys.found(F.col("_keys"), F.col("_key").cast("string"))) is not None:
                 found["_keys"] = found_keys
         if self.json is not None and (found_value := self.json.found(F.col("_v"), F.col("_raw"))) is not None:

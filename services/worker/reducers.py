@@ -50,15 +50,17 @@ from millpond.services.worker.task import (
 )
 from millpond.shared.catalog.plans import PlanKind
 from millpond.shared.catalog.queries import PersistentQuery, QueryPlan
-from millpond.shared.catalog.sources import Column, DataSource, WindowSpec
+from millpond.shared.catalog.sources import WINDOW_END, WINDOW_START, Column, DataSource, WindowSpec
 from millpond.shared.catalog.topology import CHANGED_COLUMN, PLACE_COLUMNS, ROWTIME_COLUMN, join_input
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.serde import (
+    WINDOW_START_BYTES,
     composite_key_type,
     encode_key,
     key_decoder,
     serialize_key,
     serialize_value,
+    window_key_bytes,
     windowed_key,
 )
 from millpond.shared.sql import aggregates
@@ -67,6 +69,9 @@ from millpond.shared.sql.planner import exploded_rows
 
 CORRUPT = "_corrupt"
 """The column a record value that does not decode is put in (PERMISSIVE parsing)."""
+WINDOW_KEY = "_window_key"
+"""A windowed table's record key as it is (the key, then the window's bounds), beside ``_key``,
+the key alone."""
 
 GOOD, BAD_VALUE, NO_KEY, SKIPPED, NO_TIME, LATE = 0, 1, 2, 4, 8, 16
 """What a record is to its query (``_kind``): GOOD for one it uses; BAD_VALUE and NO_KEY
@@ -348,6 +353,7 @@ def materialize_reduction(parsed: DataFrame, query: PersistentQuery, source: Dat
                                              *value_columns(source.value_columns)], MaterializeSlice, source)
     keys = source.key_columns
     decode = key_decoder(keys) if len(keys) > 1 else None
+    window = window_key_bytes(source.window) if source.window is not None else 0  # the bytes after the key
 
     def reduce(batch: DataFrame, tasks: Mapping[int, Any]) -> dict[int, MaterializeSlice]:
         slices, good = read(batch)
@@ -356,7 +362,8 @@ def materialize_reduction(parsed: DataFrame, query: PersistentQuery, source: Dat
             key = bytes(key)
             if decode is not None:  # a JSON key stored as written here (compact, in column order): lookups find it
                 try:
-                    key = encode_key(decode(key), keys)
+                    key = (encode_key(decode(key[:-window]), keys) + key[-window:] if window
+                           else encode_key(decode(key), keys))
                 except (MillpondError, ValueError, TypeError, KeyError, ArithmeticError, RecursionError) as error:
                     piece.bad.append(BadRecord(offset, f"{reasons.bad_key(source)}: {error}",
                                                key.decode(errors="replace")))
@@ -393,7 +400,8 @@ def _replayed_latest(parsed: DataFrame, source: DataSource) -> Reduction[Materia
         for partition, piece in slices.items():
             piece.latest = list(latest[partition].items())
         return slices
-    return Reduction(parsed.select("_partition", "_offset", "_key", "_value"), reduce)
+    whole_key = F.col(WINDOW_KEY if source.window is not None else "_key").alias("_key")  # as the topic has it
+    return Reduction(parsed.select("_partition", "_offset", whole_key, "_value"), reduce)
 
 
 def keyed_reduction(parsed: DataFrame, query: PersistentQuery, source: DataSource, sink: DataSource,
@@ -505,20 +513,23 @@ def classify(parsed: DataFrame, source: DataSource, tombstones: bool, where: str
     taken = {name.upper() for name in source.schema}  # (Spark matches names regardless of case)
     pseudo = [f"{quote_identifier(carried[name]) if carried[name] in source.schema else expr} AS {name}"
               for name, expr in own.items() if name not in taken]
-    flat = parsed.selectExpr("_partition", "`_offset`", "_rowtime", "_key AS `_key_bytes`", *_key_exprs(source), "_raw", "_v.*",
-                             "_v IS NULL AS `_no_value`", *pseudo)
+    # A windowed table's records are keyed by the key and the window: its bounds are columns.
+    pseudo += [f"{expr} AS {name}" for name, expr in _window_bounds(source.window).items()]
+    whole_key = WINDOW_KEY if source.window is not None else "_key"  # what the record's key is written as
+    flat = parsed.selectExpr("_partition", "`_offset`", "_rowtime", f"{whole_key} AS `_key_bytes`", "_key",
+                             *_key_exprs(source), "_raw", "_v.*", "_v IS NULL AS `_no_value`", *pseudo)
     bad_value = f"_raw IS NOT NULL AND {CORRUPT} IS NOT NULL"
     keys = source.key_columns
-    no_key = "_key_bytes IS NULL AND _raw IS NOT NULL" if keys else "false"
+    no_key = "_key IS NULL AND _raw IS NOT NULL" if keys else "false"
     # A key its type cannot hold: a number's bytes of another width (its column NULL), a VARCHAR's
     # not UTF-8. A table's tombstone with such a key deletes nothing: logged, as a copy's reader does.
     counted = "(_raw IS NOT NULL OR _key_bytes IS NOT NULL)" if tombstones else "_raw IS NOT NULL"
     if len(keys) == 1 and keys[0].type.base in reasons.KEY_WIDTHS:
         no_key = f"{counted} AND {quote_identifier(keys[0].name)} IS NULL"
     elif len(keys) == 1 and keys[0].type.base == "VARCHAR":
-        no_key = f"{counted} AND NOT coalesce(is_valid_utf8(_key_bytes), false)"
+        no_key = f"{counted} AND NOT coalesce(is_valid_utf8(_key), false)"
     if len(keys) > 1:  # a JSON key that does not parse, or lacks a column, is no key either
-        no_key = "_raw IS NOT NULL AND (_key_bytes IS NULL OR " + " OR ".join(
+        no_key = "_raw IS NOT NULL AND (_key IS NULL OR " + " OR ".join(
             f"{quote_identifier(c.name)} IS NULL" for c in keys) + ")"
     # A tombstone deletes its key's row: one without a key deletes nothing.
     usable = "((_raw IS NULL AND _key_bytes IS NOT NULL) OR NOT _no_value)" if tombstones else "NOT _no_value"
@@ -775,8 +786,30 @@ def states(row: Any, skip: int, shape: list[int]) -> list[list[Any]]:
     return out
 
 
-_SIGNED_64 = "CAST(conv(hex(_key), 16, -10) AS BIGINT)"
-"""Eight big-endian key bytes as a signed BIGINT (``conv`` to a negative base reads them signed)."""
+def _signed_64(column: str) -> str:
+    """Spark SQL of eight big-endian bytes as a signed BIGINT (``conv`` to a negative base reads them signed)."""
+    return f"CAST(conv(hex({column}), 16, -10) AS BIGINT)"
+
+
+_SIGNED_64 = _signed_64("_key")
+"""The record key's eight bytes as a BIGINT."""
+
+
+def _window_bounds(window: WindowSpec | None) -> dict[str, str]:
+    """Spark SQL of WINDOWSTART and WINDOWEND from a windowed table's record key (``WINDOW_KEY``,
+    as ``serde.window_bounds`` reads it: a time window's start last, its end the start plus its
+    size; a session's end, then its start); none for a table without windows."""
+    if window is None:
+        return {}
+    width = WINDOW_START_BYTES
+    last = _signed_64(f"substring({WINDOW_KEY}, -{width}, {width})")
+    start = f"IF(length({WINDOW_KEY}) >= {window_key_bytes(window)}, {last}, NULL)"
+    if window.kind == "SESSION":
+        end = (f"IF(length({WINDOW_KEY}) >= {2 * width}, "
+               f"{_signed_64(f'substring({WINDOW_KEY}, -{2 * width}, {width})')}, NULL)")
+    else:
+        end = f"{start} + {window.size_ms}"
+    return {WINDOW_START: start, WINDOW_END: end}
 KEY_DECODERS = {
     "VARCHAR": "CAST(_key AS STRING)",
     # Java's IntegerSerializer: four big-endian bytes, two's complement.

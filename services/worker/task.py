@@ -471,7 +471,24 @@ GROUP BY row its HAVING drops)."""
 
 def table_rows(table: DataSource) -> Callable[[bytes, list[Any]], list[Any]]:
     """A materialized table's row from a stored key and values, in declared column order:
-    the key columns where they are, values elsewhere (its active task's and standby copies')."""
+    the key columns where they are, values elsewhere (its active task's and standby copies');
+    a windowed table's (keyed by the key and the window) with its window's bounds after the key."""
+    rows = _unwindowed_rows(table)
+    window = table.window
+    if window is None:
+        return rows
+    at = sum(c.key for c in table.columns)  # the key columns come first (``DataSource.row_columns``)
+
+    def windowed(key: bytes, state: list[Any]) -> list[Any]:
+        inner, start, end = window_bounds(key, window)
+        row = rows(inner, state)
+        return [*row[:at], start, end, *row[at:]]
+
+    return windowed
+
+
+def _unwindowed_rows(table: DataSource) -> Callable[[bytes, list[Any]], list[Any]]:
+    """``table_rows`` without the window's bounds: the row of a stored key (without its window) and values."""
     decode, columns = key_decoder(table.key_columns), table.columns
     decoders = [None if c.key else bytes_decoder(c.type) for c in columns]
     width = sum(not c.key for c in columns)
@@ -994,6 +1011,8 @@ class ProjectionTask(Task[ProjectSlice]):
         else murmur2 of the new key (as the Java client), or the producer's choice if keyless."""
         if not self.query.plan.repartition:
             return self.partition
+        if key is not None and self.sink.window is not None:  # a window's rows go where its key's do
+            key = window_bounds(key, self.sink.window)[0]
         return partition_for(key, self.sink.partitions) if key is not None else None
 
     async def commit(self, batch: ProjectSlice) -> bool:

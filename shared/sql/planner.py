@@ -425,9 +425,11 @@ def plan_persistent(
     if query.emit_final and query.window is None:
         raise StatementError("EMIT FINAL needs a windowed aggregation (WINDOW ... GROUP BY): it emits each window "
                              "once it closes; use EMIT CHANGES")
-    if source.window is not None:
-        raise StatementError(f"{source.name} is a windowed table; a persistent query over a windowed table is "
-                             "not supported: read the stream it aggregates instead")
+    if source.window is not None and (query.joins or query.group_by):
+        # As ksqlDB: a windowed table's rows are filtered and projected, window by window.
+        raise StatementError(f"{source.name} is a windowed table; {'joining' if query.joins else 'aggregating'} a "
+                             "windowed table is not supported: select from it (WHERE, projections), or read the "
+                             "stream it aggregates")
     for read in (source, *joined) if query.joins else ():
         if len(read.key_columns) > 1:
             raise StatementError(f"{read.name} has a key of several columns "
@@ -455,7 +457,8 @@ def plan_persistent(
     if kind is None and source.kind != "STREAM":
         raise StatementError("INSERT INTO ... SELECT reads a STREAM")
     # Its records' partition and offset too (a table's: the record that last wrote each row).
-    scope = _scope(query, source, (*source.columns, *_rowtime(source), *record_places(source)))
+    # A windowed table's rows have their window's bounds (WINDOWSTART, WINDOWEND) after the key.
+    scope = _scope(query, source, (*source.row_columns, *_rowtime(source), *record_places(source)))
     where = None
     if query.where is not None:
         check_condition(query.where, scope, "WHERE")
@@ -545,7 +548,9 @@ def _result(result_kind: str, name: str, columns: tuple[OutputColumn, ...], plan
         partitions=int(properties.get("partitions", source.partitions)),
         key_format=key_format, value_format=str(properties.get("value_format", source.value_format)).upper(),
         query_id=query_id, value_delimiter=str(properties.get("value_delimiter", source.value_delimiter)),
-        timestamp=check_timestamp(properties, sink_columns), window=plan.window,
+        timestamp=check_timestamp(properties, sink_columns),
+        # A windowed table's projection keeps its rows' windows: its keys are the source's.
+        window=plan.window if plan.window is not None or plan.kind is not PlanKind.PROJECT else source.window,
         timestamp_format=properties.get("timestamp_format"),
     )
     return sink, plan
@@ -637,10 +642,7 @@ def _aggregation(
     derived, hidden, _ = aggregates_over_result(query)
     for out, expr in _expand(query, source):
         if query.window is not None and out in WINDOW_BOUNDS:  # a key, an aggregate or the bound itself
-            bound = isinstance(expr, ast.ColumnRef) and expr.name in WINDOW_BOUNDS
-            raise StatementError(f"{out} is a reserved column name of windowed tables; give "
-                                 + (f"it an alias (SELECT {out} AS {out[6:].lower()}_time, ...)" if bound
-                                    else f"{to_sql(expr)} another alias (SELECT ... AS ...)"))
+            raise _window_bound_named(out, expr)
         if out in derived:
             _check_over_aggregates(out, expr, groups, query.window is not None and not any(
                 bound in source.schema for bound in WINDOW_BOUNDS))
@@ -821,6 +823,14 @@ def _check_having(query: ast.Query, columns: tuple[OutputColumn, ...], calls: Se
     return to_sql(having)
 
 
+def _window_bound_named(out: str, expr: ast.Expr) -> StatementError:
+    """The error for a windowed table's column named as a window's bound (WINDOWSTART, WINDOWEND)."""
+    bound = isinstance(expr, ast.ColumnRef) and expr.name in WINDOW_BOUNDS
+    return StatementError(f"{out} is a reserved column name of windowed tables; give "
+                          + (f"it an alias (SELECT {out} AS {out[6:].lower()}_time, ...)" if bound
+                             else f"{to_sql(expr)} another alias (SELECT ... AS ...)"))
+
+
 def _projection(
     name: str, query: ast.Query, source: DataSource, scope: Scope,
 ) -> tuple[tuple[OutputColumn, ...], str | None]:
@@ -834,6 +844,8 @@ def _projection(
     columns: list[OutputColumn] = []
     chosen: set[ast.Expr] = set()
     for out, expr in _expand(query, source):
+        if source.window is not None and out in WINDOW_BOUNDS:  # its rows have their own (``row_columns``)
+            raise _window_bound_named(out, expr)
         item = exploded_item(expr, scope)
         if item is not None:
             assert isinstance(expr, ast.Call)

@@ -377,6 +377,7 @@ async def test_readings_per_minute_in_tumbling_windows_are_exact_with_late_recor
     give exactly the reference's windows; the sink topic's keys are ksqlDB's windowed keys."""
     stream, table = f"wr_{agg_cluster.service_id}", f"wr_per_minute_{agg_cluster.service_id}"
     final, sessions = f"wr_final_{agg_cluster.service_id}", f"wr_sessions_{agg_cluster.service_id}"
+    busy, long_sessions = f"wr_busy_{agg_cluster.service_id}", f"wr_long_{agg_cluster.service_id}"
     size, grace, retention = MINUTE, 30_000, 5 * MINUTE
     rng = random.Random(21)
     records: list[tuple[str, int, int]] = []
@@ -405,6 +406,9 @@ async def test_readings_per_minute_in_tumbling_windows_are_exact_with_late_recor
           WINDOW SESSION (20 SECONDS, RETENTION 5 MINUTES, GRACE PERIOD 30 SECONDS) GROUP BY sensor;
         CREATE TABLE {final} AS SELECT sensor, WINDOWSTART AS ws, COUNT(*) AS n, WINDOWEND AS we FROM {stream}
           WINDOW TUMBLING (SIZE 1 MINUTE, RETENTION 5 MINUTES, GRACE PERIOD 30 SECONDS) GROUP BY sensor EMIT FINAL;
+        CREATE TABLE {busy} AS SELECT sensor, WINDOWSTART AS ws, n FROM {table} WHERE n >= 2;
+        CREATE TABLE {long_sessions} AS SELECT sensor, WINDOWEND - WINDOWSTART AS span, total FROM {sessions}
+          WHERE WINDOWEND > WINDOWSTART;
         {inserts}""")
     query_id = f"CTAS_{table.upper()}_"
     want: list[tuple[object, ...]] = sorted((s, w, w + size, sum(r) / len(r), len(r)) for (s, w), r in windows.items())
@@ -472,6 +476,27 @@ async def test_readings_per_minute_in_tumbling_windows_are_exact_with_late_recor
     assert rows_until(agg_cluster, f"SELECT * FROM {sessions};", want_sessions) == want_sessions
     assert windowed_rows(agg_cluster, f"SELECT * FROM {sessions} WHERE sensor = '{sensor}';") == [
         row for row in want_sessions if row[0] == sensor]
+
+    # Tables over those windowed tables: their rows filtered and projected, window by window,
+    # keyed by the same windowed keys. Their windows are the sinks' (a window the source's store
+    # let go stays); a window that stopped passing the WHERE, or a merged-away session, is gone.
+    want_busy = sorted((s, w, w + size, w, len(r)) for (s, w), r in every_window.items() if len(r) >= 2)
+    assert want_busy and len(want_busy) < len(every_window)
+    assert rows_until(agg_cluster, f"SELECT * FROM {busy};", want_busy) == want_busy
+    assert windowed_rows(agg_cluster, f"SELECT * FROM {busy} WHERE sensor = '{sensor}' AND WINDOWSTART >= {low};") == [
+        row for row in want_busy if row[0] == sensor and int(str(row[1])) >= low]
+    latest_sessions: dict[bytes, bytes | None] = {}
+    for _, _, key, value in sorted(await read_all(agg_cluster.bootstrap, sessions.upper())):
+        assert key is not None
+        latest_sessions[key] = value
+    want_long = sorted((k[:-16].decode(), start, end, end - start, json.loads(v)["TOTAL"])
+                       for k, v in latest_sessions.items() if v is not None
+                       for end, start in [(int.from_bytes(k[-16:-8], "big"), int.from_bytes(k[-8:], "big"))]
+                       if end > start)
+    assert want_long and len(want_long) < sum(v is not None for v in latest_sessions.values())
+    assert rows_until(agg_cluster, f"SELECT * FROM {long_sessions};", want_long) == want_long
+    sink_keys = {k for _, _, k, v in await read_all(agg_cluster.bootstrap, busy.upper()) if v is not None}
+    assert {(k[:-8].decode(), int.from_bytes(k[-8:], "big")) for k in sink_keys} == {(r[0], r[1]) for r in want_busy}
 
 
 async def produce_timed(bootstrap: str, topic: str, records: list[tuple[str, str, int, int]]) -> None:

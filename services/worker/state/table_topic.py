@@ -37,7 +37,7 @@ from millpond.services.worker.state.store import (
 from millpond.shared.catalog.sources import DataSource
 from millpond.shared.errors import MillpondError
 from millpond.shared.kafka.connection import KafkaConnection, idle_wake_ms, start_client
-from millpond.shared.kafka.serde import encode_key, key_decoder
+from millpond.shared.kafka.serde import encode_key, key_decoder, window_key_bytes
 from millpond.shared.kafka.values import value_reader
 from millpond.shared.task_status import now_ms
 from millpond.shared.teardown import bounded, run_to_end
@@ -74,6 +74,8 @@ class TableRecords:
         """A KAFKA-format number key's width: a key of another length is no key (``reasons.bad_key``)."""
         self._text = len(keys) == 1 and keys[0].type.base == "VARCHAR"
         """A VARCHAR key: bytes that are not UTF-8 are no key either."""
+        self._window = 0 if table.window is None else window_key_bytes(table.window)
+        """A windowed table's record key is the key, then this many bytes of its window's bounds."""
         self._values = value_reader(table)
 
     def read(self, key: bytes | None, value: bytes | None) -> tuple[bytes, list[Any] | None] | LeftOut | None:
@@ -92,6 +94,16 @@ class TableRecords:
         return stored_key, values
 
     def key(self, key: bytes | None) -> bytes | None:
+        """The key as the store keeps it, None for no usable key (a windowed table's: its window's
+        bounds after the key)."""
+        if self._window:
+            if key is None or len(key) < self._window:
+                return None
+            inner = self._inner_key(key[:-self._window])
+            return None if inner is None else inner + key[-self._window:]
+        return self._inner_key(key)
+
+    def _inner_key(self, key: bytes | None) -> bytes | None:
         if key is None or (self._width is not None and len(key) != self._width):
             return None
         if self._text:

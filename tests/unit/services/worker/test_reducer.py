@@ -75,7 +75,7 @@ from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.sources import Column
 from millpond.shared.catalog.topology import stages
 from millpond.shared.config import WorkerSettings as Settings
-from millpond.shared.kafka.serde import from_proto, key_decoder, serialize_key, serialize_value
+from millpond.shared.kafka.serde import from_proto, key_decoder, serialize_key, serialize_value, windowed_key
 from millpond.shared.sql import aggregates
 from millpond.shared.sql.ast import SqlType
 from millpond.shared.sql.parser import parse_statement
@@ -1608,3 +1608,70 @@ def test_a_row_stored_before_columns_were_added_has_them_null() -> None:
     meta.apply(parse_statement("CREATE TABLE narrow (id VARCHAR PRIMARY KEY, n INT, m INT) "
                                "WITH (kafka_topic='narrow', partitions=1, value_format='json')"), 1)
     assert table_rows(meta.source("NARROW"))(b"a", [1]) == ["a", 1, None]
+
+
+WINDOWED_SOURCES = (
+    "CREATE STREAM r (sensor VARCHAR KEY, area VARCHAR, reading INT) WITH (kafka_topic='r', partitions=2, "
+    "value_format='json')",
+    "CREATE TABLE per_minute AS SELECT sensor, COUNT(*) AS n, AVG(reading) AS mean FROM r "
+    "WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY sensor",
+    "CREATE TABLE visits AS SELECT sensor, area, COUNT(*) AS n FROM r WINDOW SESSION (5 MINUTES) GROUP BY sensor, area")
+
+
+def test_a_windowed_tables_rows_are_projected_window_by_window_and_materialized_with_their_windows(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """A persistent query over a windowed table: each record's window bounds are WINDOWSTART and
+    WINDOWEND (a time window's end its start plus its size), its key is written on as it came
+    (the key, then the window), a row the WHERE drops or deleted becomes a tombstone of that
+    window, and a key too short to hold a window goes to the processing log. The table's store
+    keeps rows by the windowed key, read back with their windows, from Spark and from a copy's
+    Python reader alike."""
+    statements = (*WINDOWED_SOURCES[:2], "CREATE TABLE busy AS SELECT sensor, WINDOWSTART AS ws, WINDOWEND AS we, "
+                  "n * 10 AS n10 FROM per_minute WHERE n > 1 AND WINDOWSTART >= 60000")
+    s1_first, s1_second, s2_second = windowed_key(b"s1", 60_000), windowed_key(b"s1", 120_000), windowed_key(b"s2", 120_000)
+    records: list[tuple[bytes | None, bytes | None, int, int]] = [
+        (s1_first, b'{"N": 2, "MEAN": 1.5}', 0, 0),
+        (windowed_key(b"s1", 0), b'{"N": 5, "MEAN": 1.5}', 0, 1),  # WINDOWSTART < 60000: dropped
+        (s1_second, b'{"N": 1, "MEAN": 1.5}', 0, 2),  # n > 1 fails
+        (s2_second, b'{"N": 3, "MEAN": 2.0}', 0, 3),
+        (b"s1", b'{"N": 3, "MEAN": 2.0}', 0, 4),  # no window
+        (s2_second, None, 0, 5)]
+    (projected,) = stage_slices(spark, tmp_path, statements, "BUSY", 0, records).values()
+    assert [(k, v if v is None else json.loads(v)) for k, v in projected.records] == [
+        (s1_first, {"WS": 60_000, "WE": 120_000, "N10": 20}), (windowed_key(b"s1", 0), None), (s1_second, None),
+        (s2_second, {"WS": 120_000, "WE": 180_000, "N10": 30}), (s2_second, None)]
+    assert [b.offset for b in projected.bad] == [4]
+
+    busy = [(k, v) for k, v in projected.records]
+    (materialized,) = stage_slices(spark, tmp_path, statements, "BUSY", 1, [
+        (k, v, 0, i) for i, (k, v) in enumerate([*busy, (b"s", b'{"WS": 1, "WE": 2, "N10": 3}')])]).values()
+    assert materialized.latest == [(s1_first, [60_000, 120_000, 20]), (windowed_key(b"s1", 0), None),
+                                   (s1_second, None), (s2_second, None)]
+    assert [b.offset for b in materialized.bad] == [5]
+    meta = Metastore()
+    for offset, sql in enumerate(statements):
+        meta.apply(parse_statement(sql), offset)
+    sink = meta.source("BUSY")
+    assert sink.window is not None and sink.window.kind == "TUMBLING"
+    assert table_rows(sink)(s1_first, [60_000, 120_000, 20]) == ["s1", 60_000, 120_000, 60_000, 120_000, 20]
+    copy = TableRecords(sink)
+    assert [copy.read(k, v) for k, v in busy[:1]] == [(s1_first, [60_000, 120_000, 20])]
+    assert isinstance(copy.read(b"s", b'{"WS": 1}'), LeftOut)
+
+
+def test_a_session_tables_rows_are_projected_with_their_sessions_bounds(spark: SparkSession, tmp_path: Path) -> None:
+    """Over a session table (its key of two columns, JSON, then the session's end and start):
+    WINDOWEND is the session's end, read from the key, and the rows keep their sessions' keys."""
+    statements = (WINDOWED_SOURCES[0], WINDOWED_SOURCES[2],
+                  "CREATE TABLE long_visits AS SELECT sensor, area, WINDOWEND - WINDOWSTART AS span, n FROM visits "
+                  "WHERE WINDOWEND - WINDOWSTART >= 1000")
+    key = b'{"SENSOR":"s1","AREA":"a"}'
+    long_visit = key + struct.pack(">qq", 9_000, 5_000)
+    short_visit = key + struct.pack(">qq", 5_500, 5_000)
+    (projected,) = stage_slices(spark, tmp_path, statements, "LONG_VISITS", 0, [
+        (long_visit, b'{"N": 4}', 0, 0), (short_visit, b'{"N": 2}', 0, 1)]).values()
+    assert [(k, v if v is None else json.loads(v)) for k, v in projected.records] == [
+        (long_visit, {"SPAN": 4_000, "N": 4}), (short_visit, None)]
+    (materialized,) = stage_slices(spark, tmp_path, statements, "LONG_VISITS", 1, [
+        (k, v, 0, i) for i, (k, v) in enumerate(projected.records)]).values()
+    assert materialized.latest == [(long_visit, [4_000, 4]), (short_visit, None)]

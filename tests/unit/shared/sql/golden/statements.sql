@@ -736,3 +736,16 @@ EXPLAIN CREATE STREAM trade_cubes AS SELECT id, CUBE_EXPLODE(ARRAY[currency, id]
 SELECT id, CUBE_EXPLODE(ARRAY[amount, amount * 2]) AS combo FROM trades EMIT CHANGES;
 CREATE TABLE rate_cubes AS SELECT currency, CUBE_EXPLODE(ARRAY[currency]) AS combo FROM rates;
 SELECT id, CUBE_EXPLODE(amount) AS combo FROM trades EMIT CHANGES;
+-- Persistent queries over a windowed table: its rows filtered and projected, window by window,
+-- into a windowed table of the same windows (WINDOWSTART and WINDOWEND readable); aggregating it,
+-- joining it, naming a column WINDOWSTART, or a stream result refused.
+CREATE TABLE minute_peaks AS SELECT sensor, WINDOWSTART AS ws, WINDOWEND - WINDOWSTART AS span, avg_reading * 2 AS twice
+  FROM per_minute WHERE n > 10 AND WINDOWSTART >= 60000;
+DESCRIBE minute_peaks;
+EXPLAIN SELECT * FROM minute_peaks WHERE sensor = 's1' AND WINDOWSTART >= 0;
+CREATE TABLE hops_copy AS SELECT * FROM area_hops;
+DESCRIBE hops_copy;
+CREATE TABLE peaks_again AS SELECT sensor, WINDOWSTART FROM per_minute;
+CREATE TABLE peak_counts AS SELECT sensor, COUNT(*) AS c FROM per_minute GROUP BY sensor;
+CREATE TABLE peaks_keyless AS SELECT avg_reading FROM per_minute;
+CREATE STREAM peak_stream AS SELECT * FROM per_minute;
