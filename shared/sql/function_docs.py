@@ -66,6 +66,9 @@ OVERVIEWS: dict[str, str] = {
              "rounds to tens, hundreds, ...).",
     "FLOOR": "The largest whole number not above the number.",
     "CEIL": "The smallest whole number not below the number.",
+    "GEO_DISTANCE": "The great-circle distance between two points given as latitude and longitude in degrees "
+                    "(haversine formula), in kilometres, or in miles with 'mi'; NULL for a latitude beyond "
+                    "+-90 or a longitude beyond +-180.",
     "SQRT": "The square root, a DOUBLE.",
     "CBRT": "The cube root, a DOUBLE.",
     "EXP": "e raised to the number, a DOUBLE.",

@@ -96,6 +96,67 @@ def _strict(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 _SPARK_EQUAL = spark_compare(operator.eq)
 
+EARTH_RADII = {**dict.fromkeys(("MI", "MILE", "MILES"), 3959.0),
+               **dict.fromkeys(("KM", "KILOMETER", "KILOMETERS", "KILOMETRE", "KILOMETRES"), 6371.0)}
+"""GEO_DISTANCE's units, as ksqlDB names them (in any case), and the Earth's radius in each."""
+_GEO_BOUNDS = (90, 180, 90, 180)
+"""The largest latitude, longitude, latitude and longitude GEO_DISTANCE takes (and their negatives)."""
+
+
+_JAVA_BLANKS = "".join(map(chr, range(33)))
+"""What Java's ``String.trim`` takes off: the characters up to the space."""
+
+
+def _units(units: str) -> str:
+    return units.strip(_JAVA_BLANKS).upper()
+
+
+def _earth_radius(units: str | None) -> float:
+    """The radius for GEO_DISTANCE's ``units`` (kilometres when none, or blank, as ksqlDB)."""
+    return EARTH_RADII[_units(units)] if units is not None and _units(units) else EARTH_RADII["KM"]
+
+
+def geo_distance(lat1: Any, lon1: Any, lat2: Any, lon2: Any, units: str | None = None) -> float | None:
+    """ksqlDB's GEO_DISTANCE: the great-circle distance between two points (latitude, longitude,
+    in degrees) by the haversine formula, computed as ksqlDB computes it; NULL for a latitude
+    beyond +-90 or a longitude beyond +-180 (ksqlDB's error, the row's column NULL)."""
+    points = [float(v) for v in (lat1, lon1, lat2, lon2)]
+    if any(abs(v) > bound for v, bound in zip(points, _GEO_BOUNDS, strict=True)):  # NaN is not beyond: NaN
+        return None
+    lat1, lon1, lat2, lon2 = points
+    a = (math.pow(math.sin(math.radians(lat2 - lat1) / 2), 2)
+         + math.pow(math.sin(math.radians(lon2 - lon1) / 2), 2) * math.cos(math.radians(lat1)) * math.cos(math.radians(lat2)))
+    try:
+        return 2 * math.asin(math.sqrt(a)) * _earth_radius(units)
+    except ValueError:  # a rounded just past 1: NaN, as Java's asin
+        return math.nan
+
+
+def geo_distance_in_spark(args: list[str]) -> str:
+    """Spark SQL of ``geo_distance``, each point's value evaluated once (an argument may be costly
+    or random), a NaN not beyond the bounds (Spark ranks NaN above every number)."""
+    names = ("lat1", "lon1", "lat2", "lon2")
+    point = ", ".join(f"'{name}', CAST({arg} AS DOUBLE)" for name, arg in zip(names, args, strict=False))
+    lat1, lon1, lat2, lon2 = (f"__geo.{name}" for name in names)
+    beyond = " OR ".join(f"(abs(__geo.{name}) > {bound} AND NOT isnan(__geo.{name}))"
+                         for name, bound in zip(names, _GEO_BOUNDS, strict=True))
+    radius = _earth_radius(args[4][1:-1] if len(args) > 4 else None)  # a literal without quotes or backslashes
+    a = (f"pow(sin(radians({lat2} - {lat1}) / 2), 2) + pow(sin(radians({lon2} - {lon1}) / 2), 2) "
+         f"* cos(radians({lat1})) * cos(radians({lat2}))")
+    return (f"element_at(transform(array(named_struct({point})), __geo -> "
+            f"CASE WHEN {beyond} THEN NULL ELSE 2 * asin(sqrt({a})) * {radius!r}D END), 1)")
+
+
+def _units_refusal(args: tuple[Any, ...], _types: list[SqlType]) -> str | None:
+    """GEO_DISTANCE's units are a text literal naming a unit ksqlDB knows."""
+    if len(args) < 5:
+        return None
+    units = literal_text(args[4])
+    if units is None or (_units(units) and _units(units) not in EARTH_RADII):
+        return ("GEO_DISTANCE's units are a text literal, one of "
+                f"{', '.join(repr(u.lower()) for u in EARTH_RADII)} (in any case): GEO_DISTANCE(lat1, lon1, lat2, lon2, 'km')")
+    return None
+
 
 def _nullif(value: Any, other: Any) -> Any:
     """ksqlDB's NULLIF as Spark's ``nullif``: NULL where the two are equal as Spark's ``=`` has
@@ -469,6 +530,9 @@ FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
                    python=_strict(lambda y, x: math.atan2(float(y) + 0.0, float(x) + 0.0))),
     ScalarFunction("POWER", ("numeric", "numeric"), result=lambda _: DOUBLE, spark="power", python=_strict(_power)),
     ScalarFunction("PI", (), result=lambda _: DOUBLE, spark="pi", python=lambda: math.pi),
+    ScalarFunction("GEO_DISTANCE", ("numeric", "numeric", "numeric", "numeric"), optional=("string",),
+                   result=lambda _: DOUBLE, spark_of=geo_distance_in_spark, refuses=_units_refusal,
+                   python=lambda *args: None if any(a is None for a in args[:4]) else geo_distance(*args)),
     ScalarFunction("GREATEST", ("orderable",), variadic="orderable", result=lambda t: common_type(t), spark="greatest",
                    python=lambda *a: max((x for x in a if x is not None), key=spark_ranked, default=None)),
     ScalarFunction("LEAST", ("orderable",), variadic="orderable", result=lambda t: common_type(t), spark="least",

@@ -202,18 +202,19 @@ JSON_AND_TEXT = ("JSON_KEYS(doc) AS keys, JSON_ARRAY_LENGTH(EXTRACTJSONFIELD(doc
                  "URL_DECODE_PARAM(URL_ENCODE_PARAM(q)) AS decoded, CHR(code) AS c, "
                  "JSON_ITEMS(EXTRACTJSONFIELD(doc, '$.x')) AS items, JSON_RECORDS(doc) AS records, "
                  "JSON_ARRAY_CONTAINS(EXTRACTJSONFIELD(doc, '$.x'), code - 128511) AS has, "
-                 """JSON_CONCAT(doc, '{"w": 1}') AS joined""")
+                 """JSON_CONCAT(doc, '{"w": 1}') AS joined, """
+                 "ROUND(GEO_DISTANCE(code / 10000.0, 0, 51.5257, -0.1122, 'mi'), 1) AS miles")
 """Functions whose Spark and Python forms differ most, computed by Spark in a persistent query and
 by Python in a pull."""
 JSON_AND_TEXT_ROW = [["y", "x"], 3, False, '{"KEYS":["y","x"],"AT":"2024-03-10T10:30:00.000"}', {"k": "v", "w": "a b"},
                      "k%3Dv%3Bw%3Da+b", "k=v;w=a b", "\U0001f600", ["1", "2.5", '"3"'],
-                     {"x": '[1,2.5,"3"]', "y": '{"z":null}'}, True, '{"w":1,"x":[1,2.5,"3"],"y":{"z":null}}']
+                     {"x": '[1,2.5,"3"]', "y": '{"z":null}'}, True, '{"w":1,"x":[1,2.5,"3"],"y":{"z":null}}', 2672.3]
 
 
 def test_json_text_and_time_zone_functions_answer_alike_in_a_persistent_query_and_a_pull(small_cluster: LocalCluster) -> None:
     """JSON_KEYS, JSON_ARRAY_LENGTH, IS_JSON_STRING, TO_JSON_STRING, CONVERT_TZ (a wall time Los
     Angeles skips), SPLIT_TO_MAP, URL_ENCODE_PARAM, URL_DECODE_PARAM, CHR, JSON_ITEMS, JSON_RECORDS,
-    JSON_ARRAY_CONTAINS and JSON_CONCAT: Spark's values in a stream read by a push, Python's in a pull of the
+    JSON_ARRAY_CONTAINS, JSON_CONCAT and GEO_DISTANCE: Spark's values in a stream read by a push, Python's in a pull of the
     same record, the same."""
     topic = f"events-{small_cluster.service_id}"
     sql(small_cluster.router, "-e",

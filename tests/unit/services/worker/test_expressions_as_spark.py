@@ -1129,3 +1129,38 @@ def test_cube_explode_makes_the_rows_ksqldb_makes_in_spark_and_in_python(spark: 
     (rows,) = spark.range(1).selectExpr(cube_in_spark("array(uuid(), uuid())")).collect()
     assert len({r[1] for r in rows[0] if r[1] is not None}) == 1 and len({r[0] for r in rows[0] if r[0]}) == 1
     assert cubed_items(cube_in_spark("array(`A`, 1)")) == "array(`A`, 1)" and cubed_items("array(1)") is None
+
+
+def test_geo_distance_answers_as_sparks_and_as_ksqldb(spark: SparkSession) -> None:
+    """GEO_DISTANCE (ksqlDB's haversine distance, kilometres or miles) over random points and
+    the edges, in Python and in Spark alike: NULL for a coordinate out of range, NaN for a NaN
+    one, a distance within two units in the last place (Java's ``Math.asin`` is fdlibm's, which
+    rounds about one result in twenty the other way from the C library's); and ksqlDB's own figures."""
+    draw = random.Random(44)
+    rows = [(draw.uniform(-90, 90), draw.uniform(-180, 180), draw.uniform(-90, 90), draw.uniform(-180, 180))
+            for _ in range(300)]
+    rows += [(0.0, 0.0, 0.0, 0.0), (90.0, 180.0, -90.0, -180.0), (0.0, 0.0, 0.0, 180.0), (45.0, 10.0, -45.0, -170.0),
+             (90.5, 0.0, 0.0, 0.0), (0.0, -180.5, 0.0, 0.0), (math.nan, 0.0, 0.0, 0.0), (math.inf, 0.0, 0.0, 0.0),
+             (None, 0.0, 0.0, 0.0), (-0.0, -0.0, 1e-300, 5e-324)]
+    columns = Scope("T", {name: ast.SqlType("DOUBLE") for name in ("A", "B", "C", "D")})
+    texts = ["GEO_DISTANCE(a, b, c, d)", "GEO_DISTANCE(a, b, c, d, ' Miles ')", "GEO_DISTANCE(a, b, c, d, '')",
+             "GEO_DISTANCE(CAST(a AS DECIMAL(10, 4)), b, 1, CAST(d AS INT), 'KM')"]
+    exprs = [with_widths(expression(text), columns) for text in texts]
+    frame = spark.createDataFrame(rows, "A DOUBLE, B DOUBLE, C DOUBLE, D DOUBLE")
+    spark_rows = frame.selectExpr(*(to_spark(e, columns) for e in exprs)).collect()
+    differing = [(row, text, ours, theirs) for row, spark_row in zip(rows, spark_rows, strict=True)
+                 for text, e, theirs in zip(texts, exprs, spark_row, strict=True)
+                 if _exactly(ours := evaluate(e, dict(zip("ABCD", row, strict=True)))) != _exactly(theirs)
+                 and not (isinstance(ours, float) and isinstance(theirs, float)
+                          and abs(ours - theirs) <= 2 * math.ulp(theirs))]
+    assert differing == []
+    answers = [evaluate(exprs[0], dict(zip("ABCD", row, strict=True))) for row in rows[-10:]]
+    assert answers[:4] == [0.0, 20015.086796020572, 20015.086796020572, 20015.086796020572]
+    assert answers[4:6] == [None, None] and math.isnan(answers[6]) and answers[7:9] == [None, None]
+    # ksqlDB's own test figures (to half a unit): Palo Alto to London, London to Cape Town, Cape Town to Sydney.
+    for points, km, miles in (("37.4439, -122.1663, 51.5257, -0.1122", 8634.6528, 5365.66),
+                              ("51.5257, -0.1122, -33.9323, 18.4197", 9673.4042, 6011.1453),
+                              ("-33.9323, 18.4197, -33.8666, 151.1", 11005.2330, 6838.7564)):
+        calls = [f"GEO_DISTANCE({points})", f"GEO_DISTANCE({points}, 'KM')", f"GEO_DISTANCE({points}, 'MI')"]
+        values = as_spark(spark, [with_widths(expression(call), NO_COLUMNS) for call in calls])
+        assert [abs(v - want) < 0.5 for v, want in zip(values, (km, km, miles), strict=True)] == [True] * 3, values

@@ -749,3 +749,11 @@ CREATE TABLE peaks_again AS SELECT sensor, WINDOWSTART FROM per_minute;
 CREATE TABLE peak_counts AS SELECT sensor, COUNT(*) AS c FROM per_minute GROUP BY sensor;
 CREATE TABLE peaks_keyless AS SELECT avg_reading FROM per_minute;
 CREATE STREAM peak_stream AS SELECT * FROM per_minute;
+-- GEO_DISTANCE (ksqlDB's quickstart): kilometres by default, miles by name; units a text literal.
+CREATE STREAM rider_locations (profile_id VARCHAR KEY, latitude DOUBLE, longitude DOUBLE)
+  WITH (kafka_topic='locations', value_format='json', partitions=1);
+CREATE STREAM riders_near AS SELECT profile_id, GEO_DISTANCE(latitude, longitude, 37.4133, -122.1162, 'MI') AS miles
+  FROM rider_locations WHERE GEO_DISTANCE(latitude, longitude, 37.4133, -122.1162) <= 5;
+SELECT * FROM rider_locations WHERE GEO_DISTANCE(latitude, longitude, 37.4133, -122.1162, 'furlongs') <= 5 EMIT CHANGES;
+SELECT * FROM rider_locations WHERE GEO_DISTANCE(latitude, longitude, 37.4133, -122.1162, profile_id) <= 5 EMIT CHANGES;
+SELECT GEO_DISTANCE(latitude, 'north', 1, 2) FROM rider_locations EMIT CHANGES;
