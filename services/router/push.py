@@ -34,7 +34,7 @@ from millpond.shared.catalog.sources import WINDOW_END, WINDOW_START, DataSource
 from millpond.shared.errors import NotFoundError, StatementError, UnavailableError
 from millpond.shared.kafka.admin import started_admin, topic_partitions
 from millpond.shared.kafka.connection import KafkaConnection, start_client
-from millpond.shared.kafka.serde import bytes_decoder, key_decoder, window_bounds
+from millpond.shared.kafka.serde import bytes_decoder, key_decoder, window_bounds, window_key_bytes
 from millpond.shared.kafka.values import value_reader
 from millpond.shared.sql.arrays import RecordFailure
 from millpond.shared.sql.ast import PrintTopic
@@ -214,6 +214,8 @@ class PushQuery:
                     raise ValueError("record has no key")
                 key = record.key
                 if source.window is not None:  # the windowed key: the key, then the window's bounds
+                    if len(key) < window_key_bytes(source.window):
+                        raise ValueError("record key is too short to hold a window")
                     key, row[WINDOW_START], row[WINDOW_END] = window_bounds(key, source.window)
                 decoded = key_decoder(keys)(key)
                 if len(keys) > 1 and None in decoded:  # as the persistent queries' readers: no key

@@ -72,6 +72,8 @@ CORRUPT = "_corrupt"
 WINDOW_KEY = "_window_key"
 """A windowed table's record key as it is (the key, then the window's bounds), beside ``_key``,
 the key alone."""
+KEY_ALONE = "_key_alone"
+"""A windowed table's key without its window, in a classified frame (beside ``_key_bytes``, the whole)."""
 
 GOOD, BAD_VALUE, NO_KEY, SKIPPED, NO_TIME, LATE = 0, 1, 2, 4, 8, 16
 """What a record is to its query (``_kind``): GOOD for one it uses; BAD_VALUE and NO_KEY
@@ -349,7 +351,9 @@ def materialize_reduction(parsed: DataFrame, query: PersistentQuery, source: Dat
     if any(getattr(task, "REPLAYS", False) for task in tasks.values()):
         return _replayed_latest(parsed, source)
     frame = classify(parsed, source, tombstones=True, where=None)
-    selected, read = in_offset_order(frame, [F.col("_key_bytes"), F.expr("_raw IS NULL"),
+    # A windowed table's records' times too: its store lets windows go by them (``TableTask._expired_windows``).
+    times = [F.col("_rowtime")] if source.window is not None else []
+    selected, read = in_offset_order(frame, [*times, F.col("_key_bytes"), F.expr("_raw IS NULL"),
                                              *value_columns(source.value_columns)], MaterializeSlice, source)
     keys = source.key_columns
     decode = key_decoder(keys) if len(keys) > 1 else None
@@ -358,7 +362,11 @@ def materialize_reduction(parsed: DataFrame, query: PersistentQuery, source: Dat
     def reduce(batch: DataFrame, tasks: Mapping[int, Any]) -> dict[int, MaterializeSlice]:
         slices, good = read(batch)
         latest: dict[int, dict[bytes, list[Any] | None]] = defaultdict(dict)  # by id() of the slice: a later record wins
-        for piece, offset, (key, deleted, *values) in good:
+        for piece, offset, record in good:
+            if times:
+                stamp, *record = record
+                piece.stream_time = max(piece.stream_time, -1 if stamp is None else stamp)
+            key, deleted, *values = record
             key = bytes(key)
             if decode is not None:  # a JSON key stored as written here (compact, in column order): lookups find it
                 try:
@@ -515,24 +523,30 @@ def classify(parsed: DataFrame, source: DataSource, tombstones: bool, where: str
               for name, expr in own.items() if name not in taken]
     # A windowed table's records are keyed by the key and the window: its bounds are columns.
     pseudo += [f"{expr} AS {name}" for name, expr in _window_bounds(source.window).items()]
-    whole_key = WINDOW_KEY if source.window is not None else "_key"  # what the record's key is written as
-    flat = parsed.selectExpr("_partition", "`_offset`", "_rowtime", f"{whole_key} AS `_key_bytes`", "_key",
-                             *_key_exprs(source), "_raw", "_v.*", "_v IS NULL AS `_no_value`", *pseudo)
+    # A windowed table's key without its window is checked as any key (``_key_alone``); the
+    # record's key is written on whole.
+    windowed = source.window is not None
+    whole_key, keyed = (WINDOW_KEY, f"`{KEY_ALONE}`") if windowed else ("_key", "_key_bytes")
+    flat = parsed.selectExpr("_partition", "`_offset`", "_rowtime", f"{whole_key} AS `_key_bytes`",
+                             *([f"_key AS {keyed}"] if windowed else []), *_key_exprs(source), "_raw", "_v.*",
+                             "_v IS NULL AS `_no_value`", *pseudo)
     bad_value = f"_raw IS NOT NULL AND {CORRUPT} IS NOT NULL"
     keys = source.key_columns
-    no_key = "_key IS NULL AND _raw IS NOT NULL" if keys else "false"
+    no_key = f"{keyed} IS NULL AND _raw IS NOT NULL" if keys else "false"
     # A key its type cannot hold: a number's bytes of another width (its column NULL), a VARCHAR's
     # not UTF-8. A table's tombstone with such a key deletes nothing: logged, as a copy's reader does.
     counted = "(_raw IS NOT NULL OR _key_bytes IS NOT NULL)" if tombstones else "_raw IS NOT NULL"
     if len(keys) == 1 and keys[0].type.base in reasons.KEY_WIDTHS:
         no_key = f"{counted} AND {quote_identifier(keys[0].name)} IS NULL"
     elif len(keys) == 1 and keys[0].type.base == "VARCHAR":
-        no_key = f"{counted} AND NOT coalesce(is_valid_utf8(_key), false)"
+        no_key = f"{counted} AND NOT coalesce(is_valid_utf8({keyed}), false)"
     if len(keys) > 1:  # a JSON key that does not parse, or lacks a column, is no key either
-        no_key = "_raw IS NOT NULL AND (_key IS NULL OR " + " OR ".join(
+        no_key = f"_raw IS NOT NULL AND ({keyed} IS NULL OR " + " OR ".join(
             f"{quote_identifier(c.name)} IS NULL" for c in keys) + ")"
+    if windowed and keys:  # a key too short to hold a window is none, a tombstone's too
+        no_key = f"({no_key}) OR ({counted} AND {keyed} IS NULL)"
     # A tombstone deletes its key's row: one without a key deletes nothing.
-    usable = "((_raw IS NULL AND _key_bytes IS NOT NULL) OR NOT _no_value)" if tombstones else "NOT _no_value"
+    usable = f"((_raw IS NULL AND {keyed} IS NOT NULL) OR NOT _no_value)" if tombstones else "NOT _no_value"
     if where:
         usable += f" AND (_raw IS NULL OR coalesce(({where}), false))"
     kind = (f"CASE WHEN ({bad_value}) OR ({no_key}) THEN "

@@ -28,7 +28,7 @@ import json
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -186,6 +186,9 @@ class MaterializeSlice(BatchSlice):
 
     latest: list[tuple[bytes, list[Any] | None]] = field(default_factory=list)
     """Each key's last value columns in the batch, None for a tombstone."""
+    stream_time: int = -1
+    """A windowed table's: the latest timestamp of the batch's records (-1: none), its windows'
+    latest event times (``TableTask._expired_windows``)."""
 
 
 SliceT = TypeVar("SliceT", bound=BatchSlice)
@@ -1075,6 +1078,9 @@ class TableTask(StoreTask[MaterializeSlice]):
         """Where the store's replay of the topic began (its position, or the topic's first offset)."""
         self.last_applied_ms = 0
         self._row = table_rows(sink)
+        self._oldest_window: int | None = None
+        """A windowed table's: the earliest time by which a stored window expires (``_NO_WINDOW``:
+        none); None until a scan of the store found it."""
 
     async def start(self) -> None:
         """Open the store and fence any older owner; resume after the store's own position,
@@ -1181,13 +1187,48 @@ class TableTask(StoreTask[MaterializeSlice]):
             await self._commit_input(batch.last_offset + 1)
         rows = {key: encode_state(values) for key, values in batch.latest if values is not None}
         deleted = [key for key, values in batch.latest if values is None]
-        self.store.write(rows, {INPUT_OFFSET: batch.last_offset + 1, WRITTEN_MS: now_ms()}, deleted)
+        positions = {INPUT_OFFSET: batch.last_offset + 1, WRITTEN_MS: now_ms()}
+        if self.sink.window is not None:
+            positions[STREAM_TIME] = stream_time = max(self.store.stream_time(), batch.stream_time)
+            expired = self._expired_windows(stream_time, rows)
+            deleted += expired
+            for key in expired:
+                rows.pop(key, None)
+        self.store.write(rows, positions, deleted)
         self.next_input_offset = batch.last_offset + 1
         self.last_applied_ms = now_ms()
         if self.state == RESTORING:
             self.restored_records = min(self.next_input_offset - self.input_start, self.records_to_restore)
             self.read_through(self.next_input_offset)
         return True
+
+
+    def _expired_windows(self, stream_time: int, rows: Mapping[bytes, bytes]) -> list[bytes]:
+        """A windowed table's windows (stored, or written by this batch) that its source let go
+        by ``stream_time``, its records' latest timestamp, which is the source's latest event
+        time: a time window whose start, or a session that ended, its retention or more before
+        it (as ``WindowedAggregationTask`` and ``SessionAggregationTask`` let theirs go)."""
+        assert self.store is not None and self.sink.window is not None
+        window = self.sink.window
+        cutoff = stream_time - window.retention_ms - (1 if window.kind == "SESSION" else 0)
+
+        def moment(key: bytes) -> int:
+            _, start, end = window_bounds(key, window)
+            return end if window.kind == "SESSION" else start
+
+        kept = [m for key in rows if (m := moment(key)) > cutoff]
+        expired = [key for key in rows if moment(key) <= cutoff]
+        if self._oldest_window is None or self._oldest_window <= cutoff:
+            oldest = None
+            for key, _ in self.store.items():
+                if (m := moment(key)) <= cutoff:
+                    if key not in rows:
+                        expired.append(key)
+                elif oldest is None or m < oldest:
+                    oldest = m
+            self._oldest_window = oldest if oldest is not None else _NO_WINDOW
+        self._oldest_window = min([self._oldest_window, *kept])
+        return expired
 
 
 class ReplayedTableTask(TableTask):

@@ -133,6 +133,28 @@ def map_refusal(name: str) -> Callable[[tuple[Any, ...], list[SqlType]], str | N
     return lambda args, types: f"{name} takes a MAP; a bare NULL has no key type (CAST it)" if types[0].base != "MAP" else None
 
 
+def map_union(first: dict[Any, Any] | None, second: dict[Any, Any] | None) -> dict[Any, Any] | None:
+    """ksqlDB's MAP_UNION: the entries of both MAPs, the second's value where both have a key (at
+    the first's place, as Spark's ``map_concat`` keeps the last value); a NULL MAP counts as none."""
+    if first is None or second is None:
+        return first if second is None else second
+    return {**first, **second}
+
+
+def map_union_in_spark(args: list[str]) -> str:
+    first, second = args
+    return f"CASE WHEN {first} IS NULL THEN {second} WHEN {second} IS NULL THEN {first} ELSE map_concat({first}, {second}) END"
+
+
+def map_union_refusal(args: tuple[Any, ...], types: list[SqlType]) -> str | None:
+    """MAP_UNION takes two MAPs of one type."""
+    if any(t.base != "MAP" for t in types):
+        return "MAP_UNION takes two MAPs; a bare NULL has no key type (CAST it)"
+    if types[0] != types[1]:
+        return f"MAP_UNION takes two MAPs of one type, not {types[0]} and {types[1]}"
+    return None
+
+
 def _hashed(value: Any) -> Any:
     """``value`` as a set's key, equal where Spark's values are: NaN one value, lists and
     structs by their items."""

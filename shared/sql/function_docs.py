@@ -110,6 +110,7 @@ OVERVIEWS: dict[str, str] = {
     "ARRAY_INTERSECT": "The distinct items of the first ARRAY that the second has, in the order first seen.",
     "ARRAY_EXCEPT": "The distinct items of the first ARRAY that the second lacks, in the order first seen.",
     "MAP_KEYS": "The MAP's keys, as an ARRAY.",
+    "MAP_UNION": "The entries of both MAPs, the second's value where both have a key; a NULL MAP counts as none.",
     "MAP_VALUES": "The MAP's values, as an ARRAY.",
     "ENTRIES": "The MAP's entries as an ARRAY of STRUCTs of K and V, sorted by key when the second argument is true.",
     "AS_MAP": "A MAP of each key of the first ARRAY to the value at its place in the second.",

@@ -571,6 +571,8 @@ FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
                    python=_strict(lambda m: list(m)), refuses=arrays.map_refusal("MAP_KEYS")),
     ScalarFunction("MAP_VALUES", ("map",), result=lambda t: SqlType("ARRAY", (t[0].params[1],)), spark="map_values",
                    python=_strict(lambda m: list(m.values())), refuses=arrays.map_refusal("MAP_VALUES")),
+    ScalarFunction("MAP_UNION", ("map", "map"), result=_first, spark_of=arrays.map_union_in_spark, python=arrays.map_union,
+                   refuses=arrays.map_union_refusal),
     ScalarFunction("ARRAY_JOIN", ("array",), optional=("string",), spark_of=arrays.array_join_in_spark, python=arrays.array_join,
                    refuses=arrays.join_refusal),
     ScalarFunction("ENTRIES", ("map", "boolean"), result=arrays.entries_type, spark_of=arrays.entries_in_spark,

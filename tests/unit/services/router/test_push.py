@@ -17,6 +17,7 @@ from millpond.services.router.streaming import PushQueries
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import RouterSettings
 from millpond.shared.errors import NotFoundError, StatementError, UnavailableError
+from millpond.shared.kafka.serde import windowed_key
 from millpond.shared.sql import ast
 from millpond.shared.sql.guard import ParseLimits, StatementParser
 from millpond.shared.sql.parser import parse_statement
@@ -119,6 +120,24 @@ def test_a_push_querys_cube_explode_skips_a_record_of_too_many_items_and_goes_on
                for i, a in enumerate([[1, None], list(range(21)), [2]])]
     assert [push._rows(push.plan.source, r) for r in records] == [
         [["k0", [None, None]], ["k0", [1, None]]], [], [["k2", [None]], ["k2", [2]]]]
+    assert push.skipped == 1
+
+
+def test_a_push_over_a_windowed_table_reads_each_records_window_and_skips_a_key_without_one() -> None:
+    """A windowed table's record key is the key, then its window: its bounds are WINDOWSTART and
+    WINDOWEND; a key too short to hold a window is skipped (the persistent queries' readers set
+    it aside), not read as a made-up window."""
+    meta = Metastore()
+    meta.apply(parse_statement("CREATE STREAM r (sensor VARCHAR KEY, reading INT) "
+                               "WITH (kafka_topic='r', partitions=1, value_format='json')"), 0)
+    meta.apply(parse_statement("CREATE TABLE per_minute AS SELECT sensor, COUNT(*) AS n FROM r "
+                               "WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY sensor"), 1)
+    stmt = parse_statement("SELECT * FROM per_minute EMIT CHANGES")
+    assert isinstance(stmt, ast.Query)
+    push = PushQuery(plan_select(stmt, meta.source("PER_MINUTE")), RouterSettings().kafka, from_beginning=True)
+    records = [SimpleNamespace(partition=0, key=key, value=b'{"N": 2}', offset=i, timestamp=i)
+               for i, key in enumerate([windowed_key(b"s1", 60_000), b"s1", windowed_key(b"", 0)])]
+    assert [push._rows(push.plan.source, r) for r in records] == [[["s1", 60_000, 120_000, 2]], [], [["", 0, 60_000, 2]]]
     assert push.skipped == 1
 
 

@@ -1164,3 +1164,36 @@ def test_geo_distance_answers_as_sparks_and_as_ksqldb(spark: SparkSession) -> No
         calls = [f"GEO_DISTANCE({points})", f"GEO_DISTANCE({points}, 'KM')", f"GEO_DISTANCE({points}, 'MI')"]
         values = as_spark(spark, [with_widths(expression(call), NO_COLUMNS) for call in calls])
         assert [abs(v - want) < 0.5 for v, want in zip(values, (km, km, miles), strict=True)] == [True] * 3, values
+
+
+def test_map_union_answers_as_sparks(spark: SparkSession) -> None:
+    """MAP_UNION (ksqlDB's) over random MAPs, in Python and Spark alike, entries in the same order:
+    the second's value where both have a key, at the first's place; a NULL MAP counts as none, two
+    give NULL; MAPs of another type refused."""
+    draw = random.Random(12)
+    keys, values = ["a", "b", "c", "d", ""], [None, 0, 1, -7, 2**31 - 1]
+
+    def a_map() -> dict[str, int | None] | None:
+        return None if draw.random() < 0.15 else {draw.choice(keys): draw.choice(values) for _ in range(draw.randint(0, 4))}
+
+    rows = [(a_map(), a_map()) for _ in range(200)] + [(None, None), ({}, None), ({"a": 1, "b": 2}, {"b": 3, "c": 4})]
+    columns = Scope("T", {name: ast.SqlType("MAP", (ast.SqlType("VARCHAR"), ast.SqlType("INT"))) for name in ("M", "N")})
+    # Their entries in order: PySpark gives a collected MAP's entries in an order of its own.
+    texts = [f"{part}({union})" for union in ("MAP_UNION(m, n)", "MAP_UNION(n, m)", "MAP_UNION(m, MAP('z' := 9))",
+                                              "MAP_UNION(m, m)") for part in ("MAP_KEYS", "MAP_VALUES")]
+    exprs = [with_widths(expression(text), columns) for text in texts]
+    # Read from JSON text, which keeps its entries' order in Spark as in Python.
+    frame = spark.createDataFrame([tuple(None if m is None else json.dumps(m) for m in row) for row in rows],
+                                  "J STRING, K STRING").selectExpr("from_json(J, 'MAP<STRING, INT>') AS M",
+                                                                   "from_json(K, 'MAP<STRING, INT>') AS N")
+    spark_rows = frame.selectExpr(*(to_spark(e, columns) for e in exprs)).collect()
+    differing = [(row, text, ours, theirs) for row, spark_row in zip(rows, spark_rows, strict=True)
+                 for text, e, theirs in zip(texts, exprs, spark_row, strict=True)
+                 if (ours := evaluate(e, dict(zip("MN", row, strict=True)))) != theirs]
+    assert differing == []
+    union = with_widths(expression("MAP_UNION(m, n)"), columns)
+    assert list(evaluate(union, {"M": {"a": 1, "b": 2}, "N": {"b": 3, "c": 4}}).items()) == [("a", 1), ("b", 3), ("c", 4)]
+    assert evaluate(union, {"M": None, "N": None}) is None
+    for text, error in (("MAP_UNION(m, MAP(1 := 2))", "two MAPs of one type"), ("MAP_UNION(NULL, m)", "a bare NULL")):
+        with pytest.raises(StatementError, match=error):
+            check(expression(text), columns)

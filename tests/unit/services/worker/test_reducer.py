@@ -1644,10 +1644,12 @@ def test_a_windowed_tables_rows_are_projected_window_by_window_and_materialized_
 
     busy = [(k, v) for k, v in projected.records]
     (materialized,) = stage_slices(spark, tmp_path, statements, "BUSY", 1, [
-        (k, v, 0, i) for i, (k, v) in enumerate([*busy, (b"s", b'{"WS": 1, "WE": 2, "N10": 3}')])]).values()
+        (k, v, 0, i) for i, (k, v) in enumerate([*busy, (b"s", b'{"WS": 1, "WE": 2, "N10": 3}'), (b"s", None)])],
+        datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC)).values()
     assert materialized.latest == [(s1_first, [60_000, 120_000, 20]), (windowed_key(b"s1", 0), None),
                                    (s1_second, None), (s2_second, None)]
-    assert [b.offset for b in materialized.bad] == [5]
+    assert [b.offset for b in materialized.bad] == [5, 6]  # a tombstone of a key without a window too
+    assert materialized.stream_time == 1767312000000  # its records' latest time: its windows go by it
     meta = Metastore()
     for offset, sql in enumerate(statements):
         meta.apply(parse_statement(sql), offset)
@@ -1675,3 +1677,11 @@ def test_a_session_tables_rows_are_projected_with_their_sessions_bounds(spark: S
     (materialized,) = stage_slices(spark, tmp_path, statements, "LONG_VISITS", 1, [
         (k, v, 0, i) for i, (k, v) in enumerate(projected.records)]).values()
     assert materialized.latest == [(long_visit, [4_000, 4]), (short_visit, None)]
+
+
+def test_a_column_named_like_the_readers_own_key_column_is_a_column(spark: SparkSession, tmp_path: Path) -> None:
+    """A value column ``_key`` (any case) is the record's field, not the reader's key: the reader's
+    own columns in a classified frame are not Spark's to confuse with it."""
+    _, piece = declared_table_slice(spark, tmp_path, "id VARCHAR PRIMARY KEY, `_KEY` VARCHAR",
+                                    [(b"a", b'{"_KEY": "x"}'), (b"b", None)])
+    assert piece.latest == [(b"a", ["x"]), (b"b", None)] and piece.bad == []

@@ -92,6 +92,8 @@ STATEMENTS = [
     "CREATE STREAM named_at AS SELECT r.sensor, r.reading, st.name FROM r LEFT JOIN st ON r.sensor = st.id",
     "CREATE TABLE sts (id VARCHAR PRIMARY KEY, at TIMESTAMP) WITH (kafka_topic='sts', partitions=2, value_format='json', "
     "timestamp='at')",
+    "CREATE TABLE wp AS SELECT sensor, n FROM w WHERE n > 1",
+    "CREATE TABLE sp AS SELECT sensor, n FROM ss",
 ]
 NO_KEY = BadRecord(4, "record has no key", '{"AREA": "a", "READING": 1}')
 
@@ -964,4 +966,48 @@ async def test_a_join_store_behind_its_tables_retention_is_built_again(tmp_path:
     task.consumer = _Beginnings({side.input: first})  # type: ignore[assignment]
     await task._past_retention()
     assert (task.store.get(side.prefix + b"s1") is not None, task.store.position(INPUT_OFFSET) is not None) == (kept, kept)
+    task.store.close()
+
+
+async def test_a_table_over_a_windowed_table_lets_its_windows_go_as_its_source_does(tmp_path: Path) -> None:
+    """A table projected from a windowed table keeps its windows as long as its source's store
+    does: a time window whose start, or a session that ended, its retention or more before the
+    latest record time the table has read (its source's stream time), leaves the store, a
+    stored one or one the batch writes; the stream time is kept with the rows and never goes back."""
+    log: list[Any] = []
+    meta = Metastore()
+    for offset, statement in enumerate(STATEMENTS):
+        meta.apply(parse_statement(statement), offset)
+    settings = WorkerSettings(worker_id="w", state_dir=tmp_path)
+    table = meta.sources["WP"]  # over W: TUMBLING windows of 10 ms kept 30 ms
+    task = TableTask(settings, meta.queries[str(table.query_id)], table, table, 0)
+    task.producer, task.store = FakeProducer(log, None), RecordingStore(tmp_path / "store", log)
+    task.store.write({windowed_key(b"a", 20): encode_state([2]), windowed_key(b"b", 75): encode_state([3])}, {INPUT_OFFSET: 0})
+    task.next_input_offset = 0
+    batch = table_slice(4, [(windowed_key(b"a", 60), [4]), (windowed_key(b"a", 70), [5]), (windowed_key(b"a", 90), [6]),
+                            (windowed_key(b"c", 20), None)])
+    batch.stream_time = 100
+    assert await task.commit(batch)
+    assert dict(task.store.items()) == {windowed_key(b"b", 75): [3], windowed_key(b"a", 90): [6]}
+    assert task.store.stream_time() == 100
+    assert task.row(windowed_key(b"a", 90), [6]) == ["a", 90, 100, 6]
+    later = table_slice(5, [(windowed_key(b"d", 71), [7])])
+    later.stream_time = 40  # an older window's update: stream time stays
+    assert await task.commit(later)
+    assert dict(task.store.items()) == {windowed_key(b"b", 75): [3], windowed_key(b"a", 90): [6], windowed_key(b"d", 71): [7]}
+    last = table_slice(6, [])
+    last.stream_time = 106
+    assert await task.commit(last)
+    assert dict(task.store.items()) == {windowed_key(b"a", 90): [6]} and task.store.stream_time() == 106
+    task.store.close()
+
+    sessions = meta.sources["SP"]  # over SS: sessions kept a day (the least retention) after they end
+    day = 86_400_000
+    task = TableTask(settings, meta.queries[str(sessions.query_id)], sessions, sessions, 1)
+    task.producer, task.store = FakeProducer(log, None), RecordingStore(tmp_path / "sessions", log)
+    task.next_input_offset = 0
+    batch = table_slice(1, [(session_key(b"a", 5, 10), [2]), (session_key(b"a", 20, 2 * day), [3])])
+    batch.stream_time = 2 * day + 10
+    assert await task.commit(batch)
+    assert dict(task.store.items()) == {session_key(b"a", 20, 2 * day): [3]}
     task.store.close()

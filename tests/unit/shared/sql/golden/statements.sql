@@ -757,3 +757,6 @@ CREATE STREAM riders_near AS SELECT profile_id, GEO_DISTANCE(latitude, longitude
 SELECT * FROM rider_locations WHERE GEO_DISTANCE(latitude, longitude, 37.4133, -122.1162, 'furlongs') <= 5 EMIT CHANGES;
 SELECT * FROM rider_locations WHERE GEO_DISTANCE(latitude, longitude, 37.4133, -122.1162, profile_id) <= 5 EMIT CHANGES;
 SELECT GEO_DISTANCE(latitude, 'north', 1, 2) FROM rider_locations EMIT CHANGES;
+-- MAP_UNION (ksqlDB's): two MAPs of one type.
+SELECT id, MAP_UNION(AS_MAP(ARRAY['a'], ARRAY[1]), AS_MAP(ARRAY['b'], ARRAY[2])) AS m FROM trades EMIT CHANGES;
+SELECT id, MAP_UNION(AS_MAP(ARRAY['a'], ARRAY[1]), AS_MAP(ARRAY[1], ARRAY[2])) AS m FROM trades EMIT CHANGES;
