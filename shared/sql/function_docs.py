@@ -132,6 +132,8 @@ OVERVIEWS: dict[str, str] = {
     "DATEADD": "The DATE moved forward by a number of DAYS.",
     "DATESUB": "The DATE moved back by a number of DAYS.",
     "FROM_DAYS": "Days from the epoch (1970-01-01) as a DATE.",
+    "DATETOSTRING": "Days from the epoch written with a Java date pattern (ksqlDB's older form of FORMAT_DATE).",
+    "STRINGTODATE": "Text read with a Java date pattern, as days from the epoch (ksqlDB's older form of PARSE_DATE).",
     "UNIX_DATE": "A DATE's days from the epoch (1970-01-01); without an argument today's, in UTC.",
     # ---- aggregates
     "COUNT": "The number of rows (COUNT(*)) or of values that are not NULL, per group.",

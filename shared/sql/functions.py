@@ -111,6 +111,18 @@ def _units(units: str) -> str:
     return units.strip(_JAVA_BLANKS).upper()
 
 
+def _date_to_string(days: int, pattern: str) -> str | None:
+    """ksqlDB's DATETOSTRING: FORMAT_DATE of FROM_DAYS."""
+    date = times.from_days(days)
+    return None if date is None else times.format_date(date, pattern)
+
+
+def _string_to_date(text: str, pattern: str) -> int | None:
+    """ksqlDB's STRINGTODATE: UNIX_DATE of PARSE_DATE."""
+    date = times.parse_date(text, pattern)
+    return None if date is None else times.unix_date(date)
+
+
 def _earth_radius(units: str | None) -> float:
     """The radius for GEO_DISTANCE's ``units`` (kilometres when none, or blank, as ksqlDB)."""
     return EARTH_RADII[_units(units)] if units is not None and _units(units) else EARTH_RADII["KM"]
@@ -611,6 +623,15 @@ FUNCTIONS: dict[str, ScalarFunction] = {f.name: f for f in (
                    refuses=times.refusal("FORMAT_DATE", 1, writes=True, dates=True)),
     ScalarFunction("PARSE_DATE", ("string", "string"), result=lambda _: DATE, spark_of=times.parse_date_in_spark,
                    python=_strict(times.parse_date), refuses=times.refusal("PARSE_DATE", 1, writes=False, dates=True)),
+    # ksqlDB's older forms over days from the epoch: FORMAT_DATE(FROM_DAYS(d), f), UNIX_DATE(PARSE_DATE(s, f)).
+    ScalarFunction("DATETOSTRING", ("bigint", "string"),
+                   spark_of=lambda a: f"date_format({times.from_days_in_spark(a[:1])}, {a[1]})",
+                   python=_strict(_date_to_string),
+                   refuses=times.refusal("DATETOSTRING", 1, writes=True, dates=True)),
+    ScalarFunction("STRINGTODATE", ("string", "string"), result=lambda _: INT,
+                   spark_of=lambda a: f"unix_date({times.parse_date_in_spark(a)})",
+                   python=_strict(_string_to_date),
+                   refuses=times.refusal("STRINGTODATE", 1, writes=False, dates=True)),
     ScalarFunction("FROM_DAYS", ("bigint",), result=lambda _: DATE, spark_of=times.from_days_in_spark,
                    python=_strict(times.from_days)),
     ScalarFunction("UNIX_DATE", (), optional=("date",), result=lambda _: INT,

@@ -166,8 +166,13 @@ def test_dates_are_written_and_read_as_sparks(spark: SparkSession) -> None:
     texts = [f"FORMAT_DATE(d, '{p.replace(chr(39), chr(39) * 2)}')" for p in written]
     texts += ["PARSE_DATE(s, 'yyyy-MM-dd')", "PARSE_DATE(s, 'yyyy-MM-dd''x''')", "FROM_DAYS(m)", "UNIX_DATE(d)",
               "UNIX_DATE(FROM_DAYS(m))", "FORMAT_DATE(PARSE_DATE(s, 'yyyy-MM-dd'), 'dd MMMM yyyy')", "DATEADD(DAYS, m, d)",
-              "DATESUB(DAY, m, d)", "DATEADD(DAYS, 30, d)", "DATESUB(DAYS, -1, d)"]
+              "DATESUB(DAY, m, d)", "DATEADD(DAYS, 30, d)", "DATESUB(DAYS, -1, d)", "DATETOSTRING(m, 'yyyy-MM-dd')",
+              "DATETOSTRING(m, 'dd MMM yyyy, EEEE')", "STRINGTODATE(s, 'yyyy-MM-dd')", "STRINGTODATE(s, 'yyyy-MM-dd''x''')"]
     assert _differing(spark, texts, rows) == []
+    # ksqlDB's older forms: days from the epoch, written and read.
+    assert evaluate(expression("DATETOSTRING(19782, 'yyyy-MM-dd')"), {}) == "2024-02-29"
+    assert evaluate(expression("STRINGTODATE('2024-02-29', 'yyyy-MM-dd')"), {}) == 19782
+    assert evaluate(expression("STRINGTODATE('2023-02-29', 'yyyy-MM-dd')"), {}) is None
 
 
 def test_convert_tz_moves_wall_times_between_zones_as_spark(spark: SparkSession) -> None:

@@ -760,3 +760,6 @@ SELECT GEO_DISTANCE(latitude, 'north', 1, 2) FROM rider_locations EMIT CHANGES;
 -- MAP_UNION (ksqlDB's): two MAPs of one type.
 SELECT id, MAP_UNION(AS_MAP(ARRAY['a'], ARRAY[1]), AS_MAP(ARRAY['b'], ARRAY[2])) AS m FROM trades EMIT CHANGES;
 SELECT id, MAP_UNION(AS_MAP(ARRAY['a'], ARRAY[1]), AS_MAP(ARRAY[1], ARRAY[2])) AS m FROM trades EMIT CHANGES;
+-- DATETOSTRING and STRINGTODATE (ksqlDB's older date functions, over days from the epoch).
+SELECT id, DATETOSTRING(19782, 'yyyy-MM-dd') AS d, STRINGTODATE('2024-02-29', 'yyyy-MM-dd') AS n FROM trades EMIT CHANGES;
+SELECT id, DATETOSTRING(19782, 'yyyy-MM-dd HH:mm') AS d FROM trades EMIT CHANGES;
