@@ -79,6 +79,7 @@ from millpond.shared.kafka.serde import from_proto, key_decoder, serialize_key, 
 from millpond.shared.sql import aggregates
 from millpond.shared.sql.ast import SqlType
 from millpond.shared.sql.parser import parse_statement
+from tests.metastores import applied
 
 pytestmark = pytest.mark.spark
 
@@ -687,9 +688,7 @@ def stage_batches(spark: SparkSession, tmp_path: Path, statements: tuple[str, ..
                   batches: list[list[tuple[bytes | None, bytes | None, int, int]]],
                   stamp: datetime.datetime | None = None) -> list[dict[int, Any]]:
     """``stage_slices`` of each batch in turn, by one runner."""
-    meta = Metastore()
-    for offset, sql in enumerate(statements):
-        meta.apply(parse_statement(sql), offset)
+    meta = applied(statements)
     query = next(q for q in meta.queries.values() if q.sink == sink)
     step = stages(query, meta.source(query.source), meta.source(sink), "svc")[stage]
     settings = Settings(worker_id="reducer-test", spark_master="local[1]", state_dir=tmp_path)
@@ -825,9 +824,7 @@ def test_bytes_aggregate_as_base64_text_and_come_back_as_bytes(spark: SparkSessi
         (b"a", b'{"DATA": "AAE="}', 0, 0), (b"a", b'{"DATA": null}', 0, 1), (b"a", b'{"DATA": "/w=="}', 0, 2)])
     ((key, partial),) = slices[0].partials
     json.loads(encode_state(partial))  # a state the store and the changelog can keep
-    meta = Metastore()
-    for offset, sql in enumerate(statements):
-        meta.apply(parse_statement(sql), offset)
+    meta = applied(statements)
     query = next(q for q in meta.queries.values() if q.sink == "BLOB_ROWS")
     assert group_rows(query, meta.source("BLOB_ROWS"))(key, partial) == [
         "a", b"\xff", b"\x00\x01", [b"\x00\x01", None, b"\xff"]]
@@ -880,9 +877,7 @@ def test_by_offset_aggregates_skip_nulls_and_keep_n_values_of_any_type(spark: Sp
     records = [(b"k", json.dumps({"ATTRS": a, "N": n}).encode(), 0, o) for o, (a, n) in enumerate(values)]
     records.append((b"z", b'{"N": null}', 0, 5))
     slices = stage_slices(spark, tmp_path, statements, "MAP_ROWS", 0, records[::-1])
-    meta = Metastore()
-    for offset, sql in enumerate(statements):
-        meta.apply(parse_statement(sql), offset)
+    meta = applied(statements)
     query = next(q for q in meta.queries.values() if q.sink == "MAP_ROWS")
     rows = {key: group_rows(query, meta.source("MAP_ROWS"))(key, partial) for key, partial in slices[0].partials}
     assert rows == {b"k": ["k", 7, None, 5, [{"b": 2}, {"c": 3}], [{"c": 3}, None], [5, 7], [5, None]],
@@ -1196,9 +1191,7 @@ def test_a_joined_tables_active_task_decodes_its_topic_as_its_copies_do(spark: S
     piece = slices[0]
     assert isinstance(piece, MaterializeSlice)
     assert (piece.count, piece.last_offset) == (8, 7)
-    meta = Metastore()
-    for offset, sql in enumerate(statements):
-        meta.apply(parse_statement(sql), offset)
+    meta = applied(statements)
     copy = copy_rows(meta.source("AB"), [(k, v) for k, v, _, _ in records if k is not None and v is not None])
     assert dict(piece.latest) == {b"k1": copy[b"k1"], b"k2": copy[b"k2"], b"k3": None, b"k4": copy[b"k4"]}
     assert copy[b"k1"] == ["2026-11-27", {"N": 1, "AT": "2026-11-27T01:02:03"}]
@@ -1650,9 +1643,7 @@ def test_a_windowed_tables_rows_are_projected_window_by_window_and_materialized_
                                    (s1_second, None), (s2_second, None)]
     assert [b.offset for b in materialized.bad] == [5, 6]  # a tombstone of a key without a window too
     assert materialized.stream_time == 1767312000000  # its records' latest time: its windows go by it
-    meta = Metastore()
-    for offset, sql in enumerate(statements):
-        meta.apply(parse_statement(sql), offset)
+    meta = applied(statements)
     sink = meta.source("BUSY")
     assert sink.window is not None and sink.window.kind == "TUMBLING"
     assert table_rows(sink)(s1_first, [60_000, 120_000, 20]) == ["s1", 60_000, 120_000, 60_000, 120_000, 20]

@@ -32,7 +32,7 @@ from millpond.shared.config import WorkerSettings
 from millpond.shared.kafka.partitioner import partition_for
 from millpond.shared.kafka.serde import deserialize_key, serialize_key
 from millpond.shared.sql.ast import SqlType
-from millpond.shared.sql.parser import parse_statement
+from tests.metastores import applied
 from tests.stream_join_reference import expected_stream_join
 
 TABLES = [
@@ -46,9 +46,7 @@ JOIN = ("CREATE TABLE abc AS SELECT b.id, a.x, b.y, c.z, a.x + c.z AS total FROM
 
 def _planned(sink: str, *statements: str) -> tuple[Metastore, PersistentQuery]:
     """A metastore that ran ``statements``, and the query that writes ``sink``."""
-    meta = Metastore()
-    for offset, sql in enumerate(statements):
-        meta.apply(parse_statement(sql), offset)
+    meta = applied(statements)
     return meta, next(q for q in meta.queries.values() if q.sink == sink)
 
 

@@ -67,6 +67,7 @@ from millpond.shared.kafka.serde import encode_key, session_key, windowed_key
 from millpond.shared.kafka.values import value_decoder
 from millpond.shared.sql import aggregates
 from millpond.shared.sql.parser import parse_statement
+from tests.metastores import applied
 from tests.unit.services.worker.fake_changelog import Changelog, FakeConsumer
 
 STATEMENTS = [
@@ -195,9 +196,7 @@ class RecordingStore(PartitionStore):
 def make_task(kind: type[Task], query_id: str, tmp_path: Path, log: list[Any], fail_at: str | None = None,
               partition: int = 0) -> Any:
     """A task of ``query_id`` on ``partition``, started by hand: fake producer, real store."""
-    meta = Metastore()
-    for offset, statement in enumerate(STATEMENTS):
-        meta.apply(parse_statement(statement), offset)
+    meta = applied(STATEMENTS)
     query = meta.queries[query_id]
     settings = WorkerSettings(worker_id="w", state_dir=tmp_path)
     task = kind(settings, query, meta.sources[query.source], meta.sources[query.sink], partition)
@@ -798,9 +797,7 @@ def test_commit_metadata_of_either_form_gives_a_stream_table_joins_table_offsets
 
 def join_task(tmp_path: Path, log: list[Any], sink: str = "NAMED") -> JoinTask:
     """The task of the stream-table join into ``sink``, on partition 0."""
-    meta = Metastore()
-    for offset, statement in enumerate(STATEMENTS):
-        meta.apply(parse_statement(statement), offset)
+    meta = applied(STATEMENTS)
     query_id = next(q.query_id for q in meta.queries.values() if q.sink == sink)
     task: JoinTask = make_task(JoinTask, query_id, tmp_path, log)
     return task
@@ -910,9 +907,7 @@ async def test_a_tables_timestamp_column_orders_its_records_among_the_streams(tm
 
 
 def test_a_tables_timestamp_column_is_read_as_its_stores_keep_it() -> None:
-    meta = Metastore()
-    for offset, statement in enumerate(STATEMENTS):
-        meta.apply(parse_statement(statement), offset)
+    meta = applied(STATEMENTS)
     table = meta.source("STS")
     time_of = event_time_reader(table, value_decoder(table))
     assert time_of is not None
@@ -975,9 +970,7 @@ async def test_a_table_over_a_windowed_table_lets_its_windows_go_as_its_source_d
     latest record time the table has read (its source's stream time), leaves the store, a
     stored one or one the batch writes; the stream time is kept with the rows and never goes back."""
     log: list[Any] = []
-    meta = Metastore()
-    for offset, statement in enumerate(STATEMENTS):
-        meta.apply(parse_statement(statement), offset)
+    meta = applied(STATEMENTS)
     settings = WorkerSettings(worker_id="w", state_dir=tmp_path)
     table = meta.sources["WP"]  # over W: TUMBLING windows of 10 ms kept 30 ms
     task = TableTask(settings, meta.queries[str(table.query_id)], table, table, 0)

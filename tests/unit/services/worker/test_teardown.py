@@ -49,8 +49,8 @@ from millpond.services.worker.task import AggregateSlice, AggregationTask, store
 from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.topology import Stage, stages
 from millpond.shared.config import WorkerSettings
-from millpond.shared.sql.parser import parse_statement
 from millpond.shared.task_status import RUNNING, STARTING, STOPPING
+from tests.metastores import applied
 from tests.unit.services.worker.fake_changelog import Changelog, FakeConsumer
 from tests.unit.services.worker.fake_spark import COLD_SPARK
 
@@ -269,10 +269,7 @@ def world(changelog: Changelog, monkeypatch: pytest.MonkeyPatch) -> World:
 
 
 def metastore() -> Metastore:
-    meta = Metastore()
-    for offset, statement in enumerate(STATEMENTS):
-        meta.apply(parse_statement(statement), offset)
-    return meta
+    return applied(STATEMENTS)
 
 
 def supervisor_of(tmp_path: Path, world: World, query_id: str = QUERY) -> QuerySupervisor:

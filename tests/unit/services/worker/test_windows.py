@@ -36,11 +36,10 @@ from pyspark.sql import DataFrame, SparkSession
 from millpond.services.worker.kinds import WORKER_KINDS
 from millpond.services.worker.query_runner import QueryRunner
 from millpond.services.worker.task import SessionAggregationTask, SessionSlice, WindowSlice
-from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.catalog.sources import WindowSpec
 from millpond.shared.config import WorkerSettings as Settings
 from millpond.shared.kafka.serde import split_windowed_key
-from millpond.shared.sql.parser import parse_statement
+from tests.metastores import applied
 from tests.unit.services.worker.test_reducer import KAFKA_ROW, split_batches
 
 pytestmark = pytest.mark.spark
@@ -109,9 +108,7 @@ def reducer(spark: SparkSession, statements: list[str], tmp_path: Path,
             ) -> Iterator[tuple[QueryRunner, dict[int, Any]]]:
     """The worker's reducer of the one query ``statements`` create (``QueryRunner._reduce``,
     no Kafka: batches are given), and its tasks by partition, of the plan kind's class."""
-    meta = Metastore()
-    for offset, statement in enumerate(statements):
-        meta.apply(parse_statement(statement), offset)
+    meta = applied(statements)
     (query,) = meta.queries.values()
     src, sink = meta.sources[query.source], meta.sources[query.sink]
     settings = Settings(worker_id="windows-test", spark_master="local[1]", state_dir=tmp_path)

@@ -29,6 +29,7 @@ from millpond.shared.catalog.queries import Resolved
 from millpond.shared.catalog.topology import InternalTopic, internal_topics, stages
 from millpond.shared.sql.ast import SqlType
 from millpond.shared.sql.parser import parse_statement
+from tests.metastores import applied
 
 STREAM = ("CREATE STREAM readings (sensor VARCHAR KEY, area VARCHAR, reading INT) "
           "WITH (kafka_topic='readings', partitions=4, value_format='json')")
@@ -49,19 +50,14 @@ QUERIES = {
 
 @pytest.fixture(scope="module")
 def meta() -> Metastore:
-    meta = Metastore()
-    for offset, statement in enumerate([STREAM, USERS, *QUERIES.values()]):
-        meta.apply(parse_statement(statement), offset)
+    meta = applied([STREAM, USERS, *QUERIES.values()])
     assert set(QUERIES) <= set(meta.queries)
     return meta
 
 
 def _metastore(*statements: str) -> Metastore:
     """A metastore that applied ``statements`` in order."""
-    meta = Metastore()
-    for offset, sql in enumerate(statements):
-        meta.apply(parse_statement(sql), offset)
-    return meta
+    return applied(statements)
 
 
 def test_every_kind_has_one_spec_and_one_worker_row() -> None:
@@ -141,9 +137,7 @@ def test_a_kind_hashes_into_the_digest_as_its_plain_string(meta: Metastore) -> N
 
 
 def test_definitions_without_windows_hash_as_they_did_before_windows_existed() -> None:
-    meta = Metastore()
-    for offset, statement in enumerate([STREAM, USERS, QUERIES["CTAS_BY_AREA_2"], QUERIES["CSAS_HOT_3"]]):
-        meta.apply(parse_statement(statement), offset)
+    meta = applied([STREAM, USERS, QUERIES["CTAS_BY_AREA_2"], QUERIES["CSAS_HOT_3"]])
     # The digest of the same four statements by the code before windows (commit ee770fe).
     assert meta.digest() == "be90dee48ff75e6988eaf2a350aeca2b45f1f379e5ff1e12076d9cb504fbd149"
 

@@ -13,6 +13,7 @@ from millpond.shared.catalog.plans import PlanKind
 from millpond.shared.catalog.upgrades import check_upgrade, check_upgrades
 from millpond.shared.errors import StatementError
 from millpond.shared.sql.parser import parse_statement
+from tests.metastores import applied
 
 STREAM = ("CREATE STREAM readings (sensor VARCHAR KEY, area VARCHAR, reading INT) "
           "WITH (kafka_topic='readings', partitions=4, value_format='json')")
@@ -22,10 +23,7 @@ REMEDY = "ksqlDB-style upgrades keep the aggregate list and GROUP BY; drop the t
 
 
 def _metastore() -> Metastore:
-    meta = Metastore()
-    for offset, sql in enumerate((STREAM, CTAS, CSAS)):
-        meta.apply(parse_statement(sql), offset)
-    return meta
+    return applied((STREAM, CTAS, CSAS))
 
 
 def _accept(meta: Metastore, sql: str) -> str:

@@ -5,26 +5,19 @@ from __future__ import annotations
 
 import pytest
 
-from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.errors import NotFoundError
 from millpond.shared.sql import ast, custom_types
 from millpond.shared.sql.parser import parse_statement, statement_query
+from tests.metastores import applied
 
 STREAM = ("CREATE STREAM pays (id VARCHAR KEY, amount DECIMAL(12, 2), tags ARRAY<VARCHAR>) "
           "WITH (kafka_topic='pays', partitions=2, value_format='json')")
 
 
-def applied(*statements: str) -> Metastore:
-    metastore = Metastore()
-    for offset, text in enumerate(statements):
-        metastore.apply(parse_statement(text), offset)
-    return metastore
-
-
 def test_a_query_keeps_the_types_its_statement_meant_when_the_name_is_made_anew() -> None:
-    metastore = applied("CREATE TYPE cents AS DECIMAL(12, 2)", STREAM,
-                        "CREATE TABLE paid AS SELECT id, CAST(SUM(amount) * 2 AS cents) AS twice FROM pays GROUP BY id",
-                        "DROP TYPE cents", "CREATE TYPE cents AS INT")
+    metastore = applied(["CREATE TYPE cents AS DECIMAL(12, 2)", STREAM,
+                         "CREATE TABLE paid AS SELECT id, CAST(SUM(amount) * 2 AS cents) AS twice FROM pays GROUP BY id",
+                         "DROP TYPE cents", "CREATE TYPE cents AS INT"])
     query = metastore.queries["CTAS_PAID_0"]
     assert query.types == (("CENTS", ast.SqlType("DECIMAL", (12, 2))),)
     cast = statement_query(query.statement, dict(query.types)).items[1].expr
@@ -47,6 +40,6 @@ def test_a_statement_without_custom_types_is_left_as_it_is_and_a_named_one_is_wr
 
 def test_types_count_in_the_digest_and_replay_alike() -> None:
     statements = ("CREATE TYPE cents AS DECIMAL(12, 2)", "CREATE TYPE pay AS STRUCT<amount cents>", "DROP TYPE cents")
-    first, second = applied(*statements), applied(*statements)
-    assert first.digest() == second.digest() != applied(*statements[:2]).digest()
+    first, second = applied(statements), applied(statements)
+    assert first.digest() == second.digest() != applied(statements[:2]).digest()
     assert first.types == {"PAY": ast.SqlType("STRUCT", (("AMOUNT", ast.SqlType("DECIMAL", (12, 2))),))}
