@@ -72,7 +72,7 @@ CORRUPT = "_corrupt"
 WINDOW_KEY = "_window_key"
 """A windowed table's record key as it is (the key, then the window's bounds), beside ``_key``,
 the key alone."""
-KEY_ALONE = "_key_alone"
+KEY_ALONE = "__millpond_key_alone"
 """A windowed table's key without its window, in a classified frame (beside ``_key_bytes``, the whole)."""
 
 GOOD, BAD_VALUE, NO_KEY, SKIPPED, NO_TIME, LATE = 0, 1, 2, 4, 8, 16

@@ -1014,8 +1014,6 @@ class ProjectionTask(Task[ProjectSlice]):
         else murmur2 of the new key (as the Java client), or the producer's choice if keyless."""
         if not self.query.plan.repartition:
             return self.partition
-        if key is not None and self.sink.window is not None:  # a window's rows go where its key's do
-            key = window_bounds(key, self.sink.window)[0]
         return partition_for(key, self.sink.partitions) if key is not None else None
 
     async def commit(self, batch: ProjectSlice) -> bool:

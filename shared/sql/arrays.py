@@ -124,9 +124,22 @@ def two_arrays(name: str) -> Callable[[tuple[Any, ...], list[SqlType]], str | No
     return refuses
 
 
+def evaluated_once(args: list[str], body: Callable[[list[str]], str]) -> str:
+    """Spark SQL of ``body`` over ``args`` where it reads an argument more than once: each
+    argument evaluated once (one may be costly, or random), and the text as long as the
+    arguments' once (a call nested in another's argument does not grow it threefold a level)."""
+    fields = [f"__once.a{i}" for i in range(len(args))]
+    values = ", ".join(f"'a{i}', {arg}" for i, arg in enumerate(args))
+    return f"element_at(transform(array(named_struct({values})), __once -> {body(fields)}), 1)"
+
+
+def _either_or_both(both: str) -> Callable[[list[str]], str]:
+    """The second where the first is NULL, the first where the second is, else ``both`` of them."""
+    return lambda a: f"CASE WHEN {a[0]} IS NULL THEN {a[1]} WHEN {a[1]} IS NULL THEN {a[0]} ELSE {both}({a[0]}, {a[1]}) END"
+
+
 def array_concat_in_spark(args: list[str]) -> str:
-    first, second = args
-    return f"CASE WHEN {first} IS NULL THEN {second} WHEN {second} IS NULL THEN {first} ELSE concat({first}, {second}) END"
+    return evaluated_once(args, _either_or_both("concat"))
 
 
 def map_refusal(name: str) -> Callable[[tuple[Any, ...], list[SqlType]], str | None]:
@@ -142,8 +155,7 @@ def map_union(first: dict[Any, Any] | None, second: dict[Any, Any] | None) -> di
 
 
 def map_union_in_spark(args: list[str]) -> str:
-    first, second = args
-    return f"CASE WHEN {first} IS NULL THEN {second} WHEN {second} IS NULL THEN {first} ELSE map_concat({first}, {second}) END"
+    return evaluated_once(args, _either_or_both("map_concat"))
 
 
 def map_union_refusal(args: tuple[Any, ...], types: list[SqlType]) -> str | None:

@@ -96,8 +96,8 @@ def _strict(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 _SPARK_EQUAL = spark_compare(operator.eq)
 
-EARTH_RADII = {**dict.fromkeys(("MI", "MILE", "MILES"), 3959.0),
-               **dict.fromkeys(("KM", "KILOMETER", "KILOMETERS", "KILOMETRE", "KILOMETRES"), 6371.0)}
+EARTH_RADII = {**dict.fromkeys(("mi", "mile", "miles"), 3959.0),
+               **dict.fromkeys(("km", "kilometer", "kilometers", "kilometre", "kilometres"), 6371.0)}
 """GEO_DISTANCE's units, as ksqlDB names them (in any case), and the Earth's radius in each."""
 _GEO_BOUNDS = (90, 180, 90, 180)
 """The largest latitude, longitude, latitude and longitude GEO_DISTANCE takes (and their negatives)."""
@@ -108,7 +108,8 @@ _JAVA_BLANKS = "".join(map(chr, range(33)))
 
 
 def _units(units: str) -> str:
-    return units.strip(_JAVA_BLANKS).upper()
+    """GEO_DISTANCE's units as ksqlDB compares them: trimmed, in lower case."""
+    return units.strip(_JAVA_BLANKS).lower()
 
 
 def _date_to_string(days: int, pattern: str) -> str | None:
@@ -125,7 +126,7 @@ def _string_to_date(text: str, pattern: str) -> int | None:
 
 def _earth_radius(units: str | None) -> float:
     """The radius for GEO_DISTANCE's ``units`` (kilometres when none, or blank, as ksqlDB)."""
-    return EARTH_RADII[_units(units)] if units is not None and _units(units) else EARTH_RADII["KM"]
+    return EARTH_RADII[_units(units)] if units is not None and _units(units) else EARTH_RADII["km"]
 
 
 def geo_distance(lat1: Any, lon1: Any, lat2: Any, lon2: Any, units: str | None = None) -> float | None:
@@ -147,26 +148,29 @@ def geo_distance(lat1: Any, lon1: Any, lat2: Any, lon2: Any, units: str | None =
 def geo_distance_in_spark(args: list[str]) -> str:
     """Spark SQL of ``geo_distance``, each point's value evaluated once (an argument may be costly
     or random), a NaN not beyond the bounds (Spark ranks NaN above every number)."""
-    names = ("lat1", "lon1", "lat2", "lon2")
-    point = ", ".join(f"'{name}', CAST({arg} AS DOUBLE)" for name, arg in zip(names, args, strict=False))
-    lat1, lon1, lat2, lon2 = (f"__geo.{name}" for name in names)
-    beyond = " OR ".join(f"(abs(__geo.{name}) > {bound} AND NOT isnan(__geo.{name}))"
-                         for name, bound in zip(names, _GEO_BOUNDS, strict=True))
-    radius = _earth_radius(args[4][1:-1] if len(args) > 4 else None)  # a literal without quotes or backslashes
-    a = (f"pow(sin(radians({lat2} - {lat1}) / 2), 2) + pow(sin(radians({lon2} - {lon1}) / 2), 2) "
-         f"* cos(radians({lat1})) * cos(radians({lat2}))")
-    return (f"element_at(transform(array(named_struct({point})), __geo -> "
-            f"CASE WHEN {beyond} THEN NULL ELSE 2 * asin(sqrt({a})) * {radius!r}D END), 1)")
+    # The units: a literal without quotes or backslashes (``_units_refusal``), or NULL.
+    radius = _earth_radius(None if len(args) < 5 or args[4] == "NULL" else args[4][1:-1])
+
+    def distance(points: list[str]) -> str:
+        lat1, lon1, lat2, lon2 = points
+        beyond = " OR ".join(f"(abs({v}) > {bound} AND NOT isnan({v}))" for v, bound in zip(points, _GEO_BOUNDS, strict=True))
+        a = (f"pow(sin(radians({lat2} - {lat1}) / 2), 2) + pow(sin(radians({lon2} - {lon1}) / 2), 2) "
+             f"* cos(radians({lat1})) * cos(radians({lat2}))")
+        return f"CASE WHEN {beyond} THEN NULL ELSE 2 * asin(sqrt({a})) * {radius!r}D END"
+
+    return arrays.evaluated_once([f"CAST({arg} AS DOUBLE)" for arg in args[:4]], distance)
 
 
 def _units_refusal(args: tuple[Any, ...], _types: list[SqlType]) -> str | None:
     """GEO_DISTANCE's units are a text literal naming a unit ksqlDB knows."""
     if len(args) < 5:
         return None
+    if isinstance(args[4], Literal) and args[4].value is None:  # kilometres, as ksqlDB's
+        return None
     units = literal_text(args[4])
     if units is None or (_units(units) and _units(units) not in EARTH_RADII):
         return ("GEO_DISTANCE's units are a text literal, one of "
-                f"{', '.join(repr(u.lower()) for u in EARTH_RADII)} (in any case): GEO_DISTANCE(lat1, lon1, lat2, lon2, 'km')")
+                f"{', '.join(repr(u) for u in EARTH_RADII)} (in any case): GEO_DISTANCE(lat1, lon1, lat2, lon2, 'km')")
     return None
 
 

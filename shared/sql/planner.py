@@ -464,6 +464,10 @@ def plan_persistent(
         check_condition(query.where, scope, "WHERE")
         where = to_spark(query.where, scope)
     partitions = target.partitions if target is not None else int(properties.get("partitions", source.partitions))
+    if source.window is not None and partitions != source.partitions:
+        # Its windows leave it by each partition's latest time, as they leave the source's partition.
+        raise StatementError(f"a table over the windowed table {source.name} keeps its {source.partitions} partitions: "
+                             f"leave PARTITIONS out (it has {partitions})")
     window = window_spec(query.window, source, query.emit_final) if query.window is not None else None
     if query.group_by:
         columns, key_expr, calls = _aggregation(name, query, source, scope)

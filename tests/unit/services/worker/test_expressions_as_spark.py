@@ -1157,6 +1157,16 @@ def test_geo_distance_answers_as_sparks_and_as_ksqldb(spark: SparkSession) -> No
     answers = [evaluate(exprs[0], dict(zip("ABCD", row, strict=True))) for row in rows[-10:]]
     assert answers[:4] == [0.0, 20015.086796020572, 20015.086796020572, 20015.086796020572]
     assert answers[4:6] == [None, None] and math.isnan(answers[6]) and answers[7:9] == [None, None]
+    # Units as ksqlDB reads them: NULL is kilometres, the case is Java's lower case (the Kelvin sign's is k).
+    same_units = [with_widths(expression(f"GEO_DISTANCE(a, b, c, d{units})"), columns)
+                  for units in ("", ", NULL", ", '\u212aM'", ", ' \t MILES'")]
+    point = dict(zip("ABCD", rows[0], strict=True))
+    assert [evaluate(e, point) for e in same_units[:3]] == [evaluate(same_units[0], point)] * 3
+    assert evaluate(same_units[3], point) == evaluate(exprs[1], point)
+    assert as_spark(spark, [with_widths(expression(f"GEO_DISTANCE(1, 2, 3, 4{units})"), NO_COLUMNS)
+                            for units in ("", ", NULL")]) == [evaluate(expression("GEO_DISTANCE(1, 2, 3, 4)"), {})] * 2
+    with pytest.raises(StatementError, match="GEO_DISTANCE's units are a text literal"):
+        check(expression("GEO_DISTANCE(a, b, c, d, 'm\u0131les')"), columns)
     # ksqlDB's own test figures (to half a unit): Palo Alto to London, London to Cape Town, Cape Town to Sydney.
     for points, km, miles in (("37.4439, -122.1663, 51.5257, -0.1122", 8634.6528, 5365.66),
                               ("51.5257, -0.1122, -33.9323, 18.4197", 9673.4042, 6011.1453),
@@ -1197,3 +1207,15 @@ def test_map_union_answers_as_sparks(spark: SparkSession) -> None:
     for text, error in (("MAP_UNION(m, MAP(1 := 2))", "two MAPs of one type"), ("MAP_UNION(NULL, m)", "a bare NULL")):
         with pytest.raises(StatementError, match=error):
             check(expression(text), columns)
+    # Each argument evaluated once: a random one is NULL or not for the whole call (three
+    # evaluations gave NULL where the test saw a MAP and the union then did not), and calls
+    # nested in arguments grow the Spark SQL by their own length, not threefold a level.
+    maybe = with_widths(expression("MAP_UNION(m, CASE WHEN RANDOM() < 0.5 THEN n END)"), columns)
+    both = spark.createDataFrame([('{"a": 1}', '{"b": 2}')] * 200, "J STRING, K STRING").selectExpr(
+        "from_json(J, 'MAP<STRING, INT>') AS M", "from_json(K, 'MAP<STRING, INT>') AS N")
+    assert {tuple(sorted(row[0])) for row in both.selectExpr(f"map_keys({to_spark(maybe, columns)})").collect()} == {
+        ("a",), ("a", "b")}
+    nested = "m"
+    for _ in range(8):
+        nested = f"MAP_UNION({nested}, n)"
+    assert len(to_spark(with_widths(expression(nested), columns), columns)) < 2_000

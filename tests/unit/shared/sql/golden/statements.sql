@@ -763,3 +763,5 @@ SELECT id, MAP_UNION(AS_MAP(ARRAY['a'], ARRAY[1]), AS_MAP(ARRAY[1], ARRAY[2])) A
 -- DATETOSTRING and STRINGTODATE (ksqlDB's older date functions, over days from the epoch).
 SELECT id, DATETOSTRING(19782, 'yyyy-MM-dd') AS d, STRINGTODATE('2024-02-29', 'yyyy-MM-dd') AS n FROM trades EMIT CHANGES;
 SELECT id, DATETOSTRING(19782, 'yyyy-MM-dd HH:mm') AS d FROM trades EMIT CHANGES;
+CREATE TABLE peaks_spread WITH (partitions=2) AS SELECT sensor, n FROM per_minute;
+SELECT * FROM rider_locations WHERE GEO_DISTANCE(latitude, longitude, 1, 2, NULL) < 5 EMIT CHANGES;
