@@ -22,7 +22,7 @@ import itertools
 import logging
 import struct
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -195,9 +195,9 @@ class PushQuery:
                 consumer.pause(*[tp for tp, end in ends.items() if tp not in consumer.paused() and
                                  await consumer.position(tp) >= end])
 
-    def _rows(self, source: DataSource, record: Any) -> list[list[Any]]:
-        """The result rows of one record: one, none when it is a tombstone, does not decode, or
-        does not pass the WHERE, or one per item of its EXPLODEs."""
+    def _rows(self, source: DataSource, record: Any) -> Iterable[list[Any]]:
+        """The result rows of one record, each made when it is read: one, none when it is a
+        tombstone, does not decode, or does not pass the WHERE, or one per item of its EXPLODEs."""
         if record.value is None:
             return []
         keys = source.key_columns

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import Any
 
@@ -74,11 +74,11 @@ class SelectPlan:
         drops it."""
         return select_row(self.items, self.where, self.source, row)
 
-    def results(self, row: dict[str, Any]) -> list[list[Any]]:
+    def results(self, row: dict[str, Any]) -> Iterator[list[Any]]:
         """The result rows of one row of the source: one, none when the WHERE drops it, or with
-        EXPLODE one per item (``exploded_rows``)."""
+        EXPLODE one per item (``exploded_rows``), each made when it is read."""
         result = self.result(row)
-        return [] if result is None else exploded_rows(result, self.exploded)
+        return iter(()) if result is None else exploded_rows(result, self.exploded)
 
 
 def select_row(items: tuple[ast.SelectItem, ...], where: ast.Expr | None, source: DataSource,
@@ -102,26 +102,26 @@ def project(items: tuple[ast.SelectItem, ...], source: DataSource, row: dict[str
             expr = item.expr
             if isinstance(expr, ast.Call) and expr.name in TABLE_FUNCTIONS:
                 array = evaluate(expr.args[0], row)
-                out.append(arrays.cube(array) if expr.name == "CUBE_EXPLODE" else array)
+                out.append(arrays.Cube(array) if expr.name == "CUBE_EXPLODE" else array)
             else:
                 out.append(evaluate(expr, row))
     return out
 
 
-def exploded_rows(values: list[Any], exploded: Sequence[int]) -> list[list[Any]]:
-    """The rows one row's values make: itself, or with table functions (``exploded``: the
-    indexes of EXPLODE's columns, each an ARRAY here) one row per item, the columns zipped and
-    the shorter ones NULL past their end, as ksqlDB's; none when every ARRAY is empty or NULL."""
+def exploded_rows(values: list[Any], exploded: Sequence[int]) -> Iterator[list[Any]]:
+    """The rows one row's values make, each when it is read: itself, or with table functions
+    (``exploded``: the indexes of EXPLODE's columns, each an ARRAY here) one row per item, the
+    columns zipped and the shorter ones NULL past their end, as ksqlDB's; none when every ARRAY
+    is empty or NULL."""
     if not exploded:
-        return [values]
+        yield values
+        return
     lengths = [len(values[i] or ()) for i in exploded]
-    rows = []
     for n in range(max(lengths)):
         row = list(values)
         for i, length in zip(exploded, lengths, strict=True):
             row[i] = values[i][n] if n < length else None
-        rows.append(row)
-    return rows
+        yield row
 
 
 def key_equality(where: ast.Expr | None, key: str) -> ast.Literal | None:

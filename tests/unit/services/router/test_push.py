@@ -18,7 +18,7 @@ from millpond.shared.catalog.metastore import Metastore
 from millpond.shared.config import RouterSettings
 from millpond.shared.errors import NotFoundError, StatementError, UnavailableError
 from millpond.shared.kafka.serde import windowed_key
-from millpond.shared.sql import ast
+from millpond.shared.sql import arrays, ast
 from millpond.shared.sql.guard import ParseLimits, StatementParser
 from millpond.shared.sql.parser import parse_statement
 from millpond.shared.sql.planner import plan_select
@@ -100,7 +100,7 @@ def test_a_push_querys_explode_makes_a_row_of_each_item() -> None:
     _, push = pushed(ddl, "SELECT k, EXPLODE(a) AS a, EXPLODE(b) AS b FROM arrays EMIT CHANGES", [])
     records = [SimpleNamespace(partition=0, key=b"k%d" % i, value=json.dumps(v).encode(), offset=i, timestamp=i)
                for i, v in enumerate(values)]
-    assert [push._rows(push.plan.source, r) for r in records] == [
+    assert [list(push._rows(push.plan.source, r)) for r in records] == [
         [["k0", 1, "x"], ["k0", 2, None], ["k0", 3, None]], [], [["k2", None, "y"], ["k2", None, "z"]]]
     assert push.plan.columns == (("K", ast.SqlType("VARCHAR")), ("A", ast.SqlType("INT")), ("B", ast.SqlType("VARCHAR")))
     _, limited = pushed(ddl, "SELECT k, EXPLODE(a) AS a FROM arrays EMIT CHANGES LIMIT 2", [])
@@ -111,16 +111,27 @@ def test_a_push_querys_explode_makes_a_row_of_each_item() -> None:
                "SELECT k, EXPLODE(a) AS a FROM arrays EMIT CHANGES", [])
 
 
-def test_a_push_querys_cube_explode_skips_a_record_of_too_many_items_and_goes_on() -> None:
+def test_a_push_querys_cube_explode_skips_a_record_of_too_many_items_and_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
     """CUBE_EXPLODE in a push query: a row of each combination; a record of more than 20 items
     is skipped (ksqlDB's query logs it), not the end of the push stream."""
     ddl = "CREATE STREAM arrays (k VARCHAR KEY, a ARRAY<INT>) WITH (kafka_topic='arrays', partitions=1, value_format='json')"
     _, push = pushed(ddl, "SELECT k, CUBE_EXPLODE(a) AS c FROM arrays EMIT CHANGES", [])
     records = [SimpleNamespace(partition=0, key=b"k%d" % i, value=json.dumps({"A": a}).encode(), offset=i, timestamp=i)
                for i, a in enumerate([[1, None], list(range(21)), [2]])]
-    assert [push._rows(push.plan.source, r) for r in records] == [
+    assert [list(push._rows(push.plan.source, r)) for r in records] == [
         [["k0", [None, None]], ["k0", [1, None]]], [], [["k2", [None]], ["k2", [2]]]]
     assert push.skipped == 1
+    # Of 20 items, 2^20 rows: made as they are read, so a LIMIT ends it after its rows (all of
+    # them at once took 3 s and a gigabyte on the loop that serves every query).
+    _, limited = pushed(ddl, "SELECT k, CUBE_EXPLODE(a) AS c FROM arrays EMIT CHANGES LIMIT 3", [])
+    twenty = SimpleNamespace(partition=0, key=b"k", value=json.dumps({"A": list(range(20))}).encode(), offset=0, timestamp=0)
+    limited._consumer = ListConsumer([twenty])  # type: ignore[assignment]
+    made: list[int] = []
+    row_at = arrays.Cube.__getitem__
+    monkeypatch.setattr(arrays.Cube, "__getitem__", lambda cube, at: made.append(at) or row_at(cube, at))
+    rows = asyncio.run(collected(limited.rows()))
+    assert [row[1][-2:] for row in rows] == [[None, None], [None, 19], [18, None]] and all(len(r[1]) == 20 for r in rows)
+    assert made == [0, 1, 2], "rows past the LIMIT were made"
 
 
 def test_a_push_over_a_windowed_table_reads_each_records_window_and_skips_a_key_without_one() -> None:
@@ -137,7 +148,7 @@ def test_a_push_over_a_windowed_table_reads_each_records_window_and_skips_a_key_
     push = PushQuery(plan_select(stmt, meta.source("PER_MINUTE")), RouterSettings().kafka, from_beginning=True)
     records = [SimpleNamespace(partition=0, key=key, value=b'{"N": 2}', offset=i, timestamp=i)
                for i, key in enumerate([windowed_key(b"s1", 60_000), b"s1", windowed_key(b"", 0)])]
-    assert [push._rows(push.plan.source, r) for r in records] == [[["s1", 60_000, 120_000, 2]], [], [["", 0, 60_000, 2]]]
+    assert [list(push._rows(push.plan.source, r)) for r in records] == [[["s1", 60_000, 120_000, 2]], [], [["", 0, 60_000, 2]]]
     assert push.skipped == 1
 
 
@@ -195,7 +206,7 @@ def test_a_key_nested_too_deep_to_decode_is_skipped_and_the_push_goes_on() -> No
     push = PushQuery(plan_select(stmt, meta.source("PAIRS")), RouterSettings().kafka, from_beginning=True)
     keys = [b"[" * 100_000 + b"]" * 100_000, b'{"A":"x","B":2}']
     records = [SimpleNamespace(partition=0, key=key, value=b'{"N":1}', offset=i, timestamp=i) for i, key in enumerate(keys)]
-    assert [push._rows(push.plan.source, record) for record in records] == [[], [["x", 2, 1]]]
+    assert [list(push._rows(push.plan.source, record)) for record in records] == [[], [["x", 2, 1]]]
     assert push.skipped == 1
 
 
@@ -217,7 +228,7 @@ def test_a_push_skips_the_keys_the_persistent_queries_set_aside_and_reads_the_ot
         assert isinstance(stmt, ast.Query)
         push = PushQuery(plan_select(stmt, meta.source(name)), RouterSettings().kafka, from_beginning=True)
         records = [SimpleNamespace(partition=0, key=key, value=b'{"N":1}', offset=i, timestamp=i) for i, key in enumerate(keys)]
-        assert [push._rows(push.plan.source, record) for record in records] == [[] if w is None else [w] for w in want], name
+        assert [list(push._rows(push.plan.source, record)) for record in records] == [[] if w is None else [w] for w in want], name
 
 
 def test_a_push_query_reads_values_as_the_tables_and_pulls_over_them_do() -> None:
