@@ -371,6 +371,7 @@ class StatementExecutor:
     async def _show(self, stmt: ast.Show, properties: Mapping[str, str]) -> Outcome:
         if stmt.what != "TOPICS":
             return views.show(self.metastore, stmt, effective(properties, self.defaults), self.task_reports())
-        names = sorted(t for t in await self.admin.list_topics() if not t.startswith("_"))
+        # Internal topics (Kafka's, Millpond's command topic, a query's changelog...) with ALL, as ksqlDB's.
+        names = sorted(t for t in await self.admin.list_topics() if stmt.internal or not t.startswith("_"))
         rows = [[name, await topic_partitions(self.admin, name)] for name in names]
         return Outcome(stmt.text, status="", columns=[("NAME", "VARCHAR"), ("PARTITIONS", "INT")], rows=rows)

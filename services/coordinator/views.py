@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from millpond.shared.catalog.metastore import Metastore, check_sources
 from millpond.shared.catalog.plans import PlanKind
@@ -39,11 +40,21 @@ def show(metastore: Metastore, stmt: ast.Show, properties: Mapping[str, str], re
 
 
 def show_sources(metastore: Metastore, stmt: ast.Show) -> Outcome:
-    """SHOW STREAMS / SHOW TABLES."""
+    """SHOW STREAMS / SHOW TABLES; EXTENDED (or ``DESCRIBE STREAMS``, ksqlDB's) with what
+    ``DESCRIBE EXTENDED`` says of each too: its columns, event time, windows and queries."""
     kind = stmt.what[:-1]
     columns = ["NAME", "TOPIC", "KEY_FORMAT", "VALUE_FORMAT", "PARTITIONS", "STATUS"]
-    rows = [[s.name, s.topic, s.key_format, s.value_format, s.partitions, metastore.status(s.name)]
-            for s in sorted(metastore.sources.values(), key=lambda s: s.name) if s.kind == kind]
+    if stmt.extended:
+        columns += ["SCHEMA", "TIMESTAMP", "WINDOW", "WRITTEN_BY", "READ_BY"]
+    rows = []
+    for s in sorted(metastore.sources.values(), key=lambda s: s.name):
+        if s.kind != kind:
+            continue
+        row: list[object] = [s.name, s.topic, s.key_format, s.value_format, s.partitions, metastore.status(s.name)]
+        if stmt.extended:
+            row += [s.schema_text(), s.timestamp or "", s.window.describe() if s.window is not None else "",
+                    ", ".join(metastore.writers(s.name)), ", ".join(metastore.readers(s.name))]
+        rows.append(row)
     return Outcome(stmt.text, status="", columns=[(c, "INT" if c == "PARTITIONS" else "VARCHAR") for c in columns],
                    rows=rows)
 
@@ -58,12 +69,27 @@ def _state(metastore: Metastore, query_id: str, reports: Reports) -> str:
 
 
 def show_queries(metastore: Metastore, stmt: ast.Show, reports: Reports) -> Outcome:
-    """SHOW QUERIES."""
-    columns = [("QUERY_ID", "VARCHAR"), ("TYPE", "VARCHAR"), ("STATE", "VARCHAR"), ("SOURCE", "VARCHAR"),
-               ("SINK", "VARCHAR"), ("SQL", "VARCHAR")]
-    rows = [[q.query_id, q.kind, _state(metastore, q.query_id, reports), q.source, q.sink, q.statement]
-            for q in sorted(metastore.queries.values(), key=lambda q: q.query_id)]
-    return Outcome(stmt.text, status="", columns=columns, rows=rows)
+    """SHOW QUERIES; EXTENDED: a row per task of each (input partition, stage), where it runs and
+    how far it is, as EXPLAIN shows one query's (a query no worker reports a task of: one row)."""
+    queries = sorted(metastore.queries.values(), key=lambda q: q.query_id)
+    if not stmt.extended:
+        columns = [("QUERY_ID", "VARCHAR"), ("TYPE", "VARCHAR"), ("STATE", "VARCHAR"), ("SOURCE", "VARCHAR"),
+                   ("SINK", "VARCHAR"), ("SQL", "VARCHAR")]
+        rows = [[q.query_id, q.kind, _state(metastore, q.query_id, reports), q.source, q.sink, q.statement]
+                for q in queries]
+        return Outcome(stmt.text, status="", columns=columns, rows=rows)
+    columns = [("QUERY_ID", "VARCHAR"), ("PARTITION", "INT"), ("WORKER", "VARCHAR"), ("STATE", "VARCHAR"),
+               ("INPUT_OFFSET", "BIGINT"), ("RESTORED", "VARCHAR"), ("FAILURES", "INT"), ("LAST_FAILURE", "VARCHAR")]
+    task_rows: list[list[Any]] = []
+    for q in queries:
+        tasks = sorted(reports.get(q.query_id, []), key=lambda r: (r.partition, r.worker_id))
+        if not tasks:
+            task_rows.append([q.query_id, None, "", _state(metastore, q.query_id, reports), None, "", 0, ""])
+        for task in tasks:
+            restored = f"{task.restored_records}/{task.records_to_restore}" if task.records_to_restore else ""
+            task_rows.append([q.query_id, task.partition, task.worker_id, task.state,
+                         task.input_offset if task.input_offset >= 0 else None, restored, task.failures, task.reason])
+    return Outcome(stmt.text, status="", columns=columns, rows=task_rows)
 
 
 def show_properties(stmt: ast.Show, properties: Mapping[str, str]) -> Outcome:

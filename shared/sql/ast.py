@@ -334,9 +334,14 @@ class InsertSelect(Statement):
 
 @dataclass(frozen=True)
 class Show(Statement):
-    """``SHOW|LIST STREAMS|TABLES|QUERIES|TOPICS|PROPERTIES|FUNCTIONS|TYPES``."""
+    """``SHOW|LIST [ALL] STREAMS|TABLES|QUERIES|TOPICS|PROPERTIES|FUNCTIONS|TYPES [EXTENDED]``
+    (``DESCRIBE STREAMS|TABLES [EXTENDED]`` too)."""
 
     what: str
+    extended: bool = False
+    """STREAMS, TABLES, QUERIES: more columns (QUERIES: a row per task)."""
+    internal: bool = False
+    """TOPICS (``SHOW ALL TOPICS``): the internal topics too."""
 
 
 @dataclass(frozen=True)

@@ -414,8 +414,19 @@ class _ToAst(Transformer[Token, Any]):
     def insert_select(self, target: str, query: ast.Query) -> ast.InsertSelect:
         return ast.InsertSelect(target=target, query=query)
 
-    def show(self, what: Token) -> ast.Show:
-        return ast.Show(what=str(what).upper())
+    def show(self, internal: bool, token: Token, extended: bool) -> ast.Show:
+        what = str(token).upper()
+        if internal and what != "TOPICS":
+            raise StatementError(f"ALL applies to TOPICS (SHOW ALL TOPICS lists the internal ones too), not to {what}")
+        if extended and what not in EXTENDED_SHOWS:
+            raise StatementError(f"EXTENDED applies to {', '.join(EXTENDED_SHOWS)}, not to {what}")
+        return ast.Show(what=what, extended=extended, internal=internal)
+
+    def show_all(self, *tokens: Token) -> bool:
+        return bool(tokens)
+
+    def describe_sources(self, what: Token, extended: bool) -> ast.Show:
+        return ast.Show(what=str(what).split()[-1].upper(), extended=True)
 
     def print_topic(self, topic: Token, from_beginning: bool, *clauses: tuple[str, Any]) -> ast.PrintTopic:
         options = dict(clauses)
@@ -466,6 +477,10 @@ class _ToAst(Transformer[Token, Any]):
 
     def unset_prop(self, name: Token) -> ast.UnsetProperty:
         return ast.UnsetProperty(name=_unquote(name))
+
+
+EXTENDED_SHOWS = ("STREAMS", "TABLES", "QUERIES")
+"""What ``SHOW ... EXTENDED`` lists with more columns."""
 
 
 def _lower_keys(props: dict[str, Any]) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from millpond.cli.client import metastore_digest
 from millpond.deploy.local.kafka_broker import EmbeddedKafka
 from millpond.deploy.local.launcher import LocalCluster
 from millpond.shared.net import free_port
-from tests.e2e.helpers import pull_until
+from tests.e2e.helpers import pull_until, run, wait_for
 
 MILLPOND = [sys.executable, "-m", "millpond.cli.main"]
 
@@ -79,6 +79,20 @@ def test_show_describe_and_explain_through_the_cli(small_cluster: LocalCluster, 
     assert function["TYPE"] == "AGGREGATE" and str(function["OVERVIEW"]).startswith("The k greatest values")
     queries = rows(sql(small_cluster.router, "-e", "SHOW QUERIES;", "--output", "json"))
     assert [q["QUERY_ID"] for q in queries] == ["CSAS_BY_PAGE_2", "CSAS_LONG_VIEWS_1", "CTAS_TIME_ON_SITE_0"]
+    # EXTENDED (ksqlDB's): each source with its columns and queries; each query's tasks, where they
+    # run; ALL TOPICS: the internal ones too (a query's changelog).
+    by_name = {str(r[0]): r for r in run(small_cluster, "DESCRIBE STREAMS;")}
+    assert by_name["PAGEVIEWS"][6] == "USERID VARCHAR KEY, PAGEID VARCHAR, SECONDS INT"
+    assert "CSAS_LONG_VIEWS_1" in str(by_name["PAGEVIEWS"][10]) and by_name["LONG_VIEWS"][9] == "CSAS_LONG_VIEWS_1"
+    tasks: list[list[object]] = []
+
+    def reported() -> bool:
+        tasks[:] = run(small_cluster, "SHOW QUERIES EXTENDED;")
+        return sorted(r[1] for r in tasks if r[0] == "CSAS_LONG_VIEWS_1" and r[2]) == [0, 1, 2]  # type: ignore[type-var]
+
+    wait_for("the tasks of CSAS_LONG_VIEWS_1 on a worker", reported, timeout=60)
+    assert {r[2] for r in tasks if r[2]} == {c.name for c in small_cluster.children if c.name.startswith("worker-")}
+    assert any(str(r[0]).endswith("CTAS_TIME_ON_SITE_0-changelog") for r in run(small_cluster, "LIST ALL TOPICS;"))
 
     described = rows(sql(small_cluster.router, "-e", "DESCRIBE EXTENDED time_on_site;", "--output", "json"))
     props = {r["PROPERTY"]: r["VALUE"] for r in described}

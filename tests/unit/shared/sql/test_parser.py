@@ -170,3 +170,18 @@ def test_a_query_may_name_several_joins_in_order() -> None:
 def test_malformed_joins_are_syntax_errors(text: str) -> None:
     with pytest.raises(StatementError):
         parse_statement(text)
+
+
+def test_show_extended_all_topics_and_describe_streams_are_ksqldbs() -> None:
+    """``SHOW|LIST ... EXTENDED`` (streams, tables, queries), ``SHOW ALL TOPICS`` (the internal
+    ones too) and ``DESCRIBE STREAMS|TABLES [EXTENDED]`` (every source: SHOW ... EXTENDED);
+    ALL or EXTENDED where they mean nothing are refused with what they apply to; a source named
+    STREAMS is described quoted."""
+    assert parse_statement("list tables extended") == ast.Show(text="list tables extended", what="TABLES", extended=True)
+    assert parse_statement("SHOW ALL TOPICS") == ast.Show(text="SHOW ALL TOPICS", what="TOPICS", internal=True)
+    assert parse_statement("DESCRIBE TABLES") == ast.Show(text="DESCRIBE TABLES", what="TABLES", extended=True)
+    assert parse_statement("DESCRIBE `STREAMS`") == ast.Describe(text="DESCRIBE `STREAMS`", name="STREAMS", extended=False)
+    for text, error in (("SHOW ALL STREAMS", "ALL applies to TOPICS"),
+                        ("SHOW FUNCTIONS EXTENDED", "EXTENDED applies to STREAMS, TABLES, QUERIES, not to FUNCTIONS")):
+        with pytest.raises(StatementError, match=error):
+            parse_statement(text)
