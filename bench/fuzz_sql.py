@@ -29,6 +29,7 @@ KEYWORDS = (
     "SELECT", "FROM", "WHERE", "GROUP", "BY", "PARTITION", "EMIT", "CHANGES", "LIMIT", "CREATE", "OR", "REPLACE",
     "STREAM", "TABLE", "IF", "NOT", "EXISTS", "AS", "WITH", "INSERT", "INTO", "VALUES", "DROP", "DELETE", "TOPIC",
     "TERMINATE", "ALL", "SHOW", "LIST", "DESCRIBE", "EXTENDED", "EXPLAIN", "SET", "UNSET", "KEY", "PRIMARY", "AND",
+    "TOPICS", "STREAMS", "TABLES", "QUERIES",
     "IS", "NULL", "BETWEEN", "LIKE", "IN", "CASE", "WHEN", "THEN", "ELSE", "END", "CAST", "TRUE", "FALSE", "INT",
     "BIGINT", "VARCHAR", "DOUBLE", "DECIMAL", "ARRAY", "MAP", "STRUCT", "BYTES", "DATE", "TIMESTAMP", "COUNT", "AVG",
     "SUM", "COLLECT_LIST", "UCASE", "SUBSTRING", "ROUND", "(", ")", ",", ";", "*", "=", "!=", "<>", "<", ">=", "+",

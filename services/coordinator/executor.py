@@ -25,7 +25,14 @@ from millpond.shared.catalog.topology import internal_topics
 from millpond.shared.catalog.upgrades import check_upgrades
 from millpond.shared.config import CoordinatorSettings
 from millpond.shared.errors import MillpondError, StatementError, UnavailableError
-from millpond.shared.kafka.admin import delete_groups, delete_topics, ensure_topic, topic_partitions, until_gone
+from millpond.shared.kafka.admin import (
+    delete_groups,
+    delete_topics,
+    ensure_topic,
+    partition_counts,
+    topic_partitions,
+    until_gone,
+)
 from millpond.shared.kafka.command_log import Command, CommandReader, CommandWriter, request_reused
 from millpond.shared.kafka.connection import FENCED
 from millpond.shared.kafka.inserts import RowInserter
@@ -373,5 +380,6 @@ class StatementExecutor:
             return views.show(self.metastore, stmt, effective(properties, self.defaults), self.task_reports())
         # Internal topics (Kafka's, Millpond's command topic, a query's changelog...) with ALL, as ksqlDB's.
         names = sorted(t for t in await self.admin.list_topics() if stmt.internal or not t.startswith("_"))
-        rows = [[name, await topic_partitions(self.admin, name)] for name in names]
+        counts = await partition_counts(self.admin, names)  # (one deleted meanwhile is left out)
+        rows = [[name, counts[name]] for name in names if name in counts]
         return Outcome(stmt.text, status="", columns=[("NAME", "VARCHAR"), ("PARTITIONS", "INT")], rows=rows)

@@ -16,7 +16,7 @@ from millpond.shared.sql import aggregates, arrays, ast, functions
 from millpond.shared.sql.function_docs import OVERVIEWS
 from millpond.shared.sql.planner import SelectPlan, plan_select
 from millpond.shared.sql.types import LAMBDA_FUNCTIONS, LAMBDA_SHAPES, TABLE_FUNCTIONS
-from millpond.shared.task_status import TaskReport, summarize
+from millpond.shared.task_status import RESTORING, TaskReport, summarize
 
 Reports = Mapping[str, list[TaskReport]]
 """What the workers last reported about each query's tasks, by query id."""
@@ -86,7 +86,7 @@ def show_queries(metastore: Metastore, stmt: ast.Show, reports: Reports) -> Outc
         if not tasks:
             task_rows.append([q.query_id, None, "", _state(metastore, q.query_id, reports), None, "", 0, ""])
         for task in tasks:
-            restored = f"{task.restored_records}/{task.records_to_restore}" if task.records_to_restore else ""
+            restored = f"{task.restored_records}/{task.records_to_restore}" if task.state == RESTORING else ""
             task_rows.append([q.query_id, task.partition, task.worker_id, task.state,
                          task.input_offset if task.input_offset >= 0 else None, restored, task.failures, task.reason])
     return Outcome(stmt.text, status="", columns=columns, rows=task_rows)
