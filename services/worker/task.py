@@ -1200,7 +1200,6 @@ class TableTask(StoreTask[MaterializeSlice]):
             self.read_through(self.next_input_offset)
         return True
 
-
     def _expired_windows(self, stream_time: int, rows: Mapping[bytes, bytes]) -> list[bytes]:
         """A windowed table's windows (stored, or written by this batch) that its source let go
         by ``stream_time``, its records' latest timestamp, which is the source's latest event
@@ -1214,8 +1213,9 @@ class TableTask(StoreTask[MaterializeSlice]):
             _, start, end = window_bounds(key, window)
             return end if window.kind == "SESSION" else start
 
-        kept = [m for key in rows if (m := moment(key)) > cutoff]
-        expired = [key for key in rows if moment(key) <= cutoff]
+        moments = {key: moment(key) for key in rows}
+        expired = [key for key, m in moments.items() if m <= cutoff]
+        kept = [m for m in moments.values() if m > cutoff]
         if self._oldest_window is None or self._oldest_window <= cutoff:
             oldest = None
             for key, _ in self.store.items():

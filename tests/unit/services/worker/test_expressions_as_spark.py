@@ -10,6 +10,7 @@ import math
 import random
 import re
 import time
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -315,6 +316,18 @@ def _exactly(value: Any) -> Any:
     return repr(value) if isinstance(value, float) else value
 
 
+def _differing(frame: Any, rows: list[Any], names: str, texts: list[str], columns: Scope,
+               same: Callable[[Any, Any], bool] = lambda ours, theirs: _exactly(ours) == _exactly(theirs),
+               ) -> list[tuple[Any, str, Any, Any]]:
+    """Each call of ``texts`` over ``rows`` (``frame``'s, as Python has them: its columns ``names``,
+    one letter each) whose value in Python and in Spark are not the ``same``."""
+    exprs = [with_widths(expression(text), columns) for text in texts]
+    spark_rows = frame.selectExpr(*(to_spark(e, columns) for e in exprs)).collect()
+    return [(row, text, ours, theirs) for row, spark_row in zip(rows, spark_rows, strict=True)
+            for text, e, theirs in zip(texts, exprs, spark_row, strict=True)
+            if not same(ours := evaluate(e, dict(zip(names, row, strict=True))), theirs)]
+
+
 def test_array_functions_answer_as_sparks(spark: SparkSession) -> None:
     """ARRAY_CONTAINS, ARRAY_REMOVE, ARRAY_DISTINCT, ARRAY_SORT, ARRAY_MAX and ARRAY_MIN over
     random arrays with NULLs, NaN, -0.0 and the infinities, as Spark's: NaN equal to itself and
@@ -339,14 +352,11 @@ def test_array_functions_answer_as_sparks(spark: SparkSession) -> None:
                    "ARRAY_INTERSECT(s, SPLIT(t, ''))",
                    "ARRAY_EXCEPT(a, ARRAY_REMOVE(a, i))", "ARRAY_EXCEPT(d, ARRAY_REMOVE(d, x))", "ARRAY_CONCAT(a, ARRAY_REMOVE(a, i))",
                    "ARRAY_CONCAT(s, SPLIT(t, ''))"]
-    exprs = [with_widths(expression(text), columns) for text in exprs_text]
     frame = spark.createDataFrame(rows, "A ARRAY<INT>, D ARRAY<DOUBLE>, S ARRAY<STRING>, I INT, X DOUBLE, T STRING")
-    spark_rows = frame.selectExpr(*(to_spark(e, columns) for e in exprs)).collect()
-    differing = [(row, text, ours, theirs) for row, spark_row in zip(rows, spark_rows, strict=True)
-                 for text, e, theirs in zip(exprs_text, exprs, spark_row, strict=True)
-                 if _exactly(ours := evaluate(e, dict(zip("ADSIXT", row, strict=True)))) != _exactly(theirs)]
+    differing = _differing(frame, rows, "ADSIXT", exprs_text, columns)
     assert differing == []
-    assert [str(check(e, columns)) for e in exprs[6:9]] == ["INT", "DOUBLE", "VARCHAR"]  # ARRAY_MAX: the element type
+    assert [str(check(with_widths(expression(text), columns), columns)) for text in exprs_text[6:9]] == [
+        "INT", "DOUBLE", "VARCHAR"]  # ARRAY_MAX: the element type
 
 
 def test_map_keys_and_values_answer_as_sparks(spark: SparkSession) -> None:
@@ -1147,12 +1157,8 @@ def test_geo_distance_answers_as_sparks_and_as_ksqldb(spark: SparkSession) -> No
              "GEO_DISTANCE(CAST(a AS DECIMAL(10, 4)), b, 1, CAST(d AS INT), 'KM')"]
     exprs = [with_widths(expression(text), columns) for text in texts]
     frame = spark.createDataFrame(rows, "A DOUBLE, B DOUBLE, C DOUBLE, D DOUBLE")
-    spark_rows = frame.selectExpr(*(to_spark(e, columns) for e in exprs)).collect()
-    differing = [(row, text, ours, theirs) for row, spark_row in zip(rows, spark_rows, strict=True)
-                 for text, e, theirs in zip(texts, exprs, spark_row, strict=True)
-                 if _exactly(ours := evaluate(e, dict(zip("ABCD", row, strict=True)))) != _exactly(theirs)
-                 and not (isinstance(ours, float) and isinstance(theirs, float)
-                          and abs(ours - theirs) <= 2 * math.ulp(theirs))]
+    differing = _differing(frame, rows, "ABCD", texts, columns, lambda ours, theirs: _exactly(ours) == _exactly(theirs) or (
+        isinstance(ours, float) and isinstance(theirs, float) and abs(ours - theirs) <= 2 * math.ulp(theirs)))
     assert differing == []
     answers = [evaluate(exprs[0], dict(zip("ABCD", row, strict=True))) for row in rows[-10:]]
     assert answers[:4] == [0.0, 20015.086796020572, 20015.086796020572, 20015.086796020572]
@@ -1191,15 +1197,11 @@ def test_map_union_answers_as_sparks(spark: SparkSession) -> None:
     # Their entries in order: PySpark gives a collected MAP's entries in an order of its own.
     texts = [f"{part}({union})" for union in ("MAP_UNION(m, n)", "MAP_UNION(n, m)", "MAP_UNION(m, MAP('z' := 9))",
                                               "MAP_UNION(m, m)") for part in ("MAP_KEYS", "MAP_VALUES")]
-    exprs = [with_widths(expression(text), columns) for text in texts]
     # Read from JSON text, which keeps its entries' order in Spark as in Python.
     frame = spark.createDataFrame([tuple(None if m is None else json.dumps(m) for m in row) for row in rows],
                                   "J STRING, K STRING").selectExpr("from_json(J, 'MAP<STRING, INT>') AS M",
                                                                    "from_json(K, 'MAP<STRING, INT>') AS N")
-    spark_rows = frame.selectExpr(*(to_spark(e, columns) for e in exprs)).collect()
-    differing = [(row, text, ours, theirs) for row, spark_row in zip(rows, spark_rows, strict=True)
-                 for text, e, theirs in zip(texts, exprs, spark_row, strict=True)
-                 if (ours := evaluate(e, dict(zip("MN", row, strict=True)))) != theirs]
+    differing = _differing(frame, rows, "MN", texts, columns, lambda ours, theirs: ours == theirs)
     assert differing == []
     union = with_widths(expression("MAP_UNION(m, n)"), columns)
     assert list(evaluate(union, {"M": {"a": 1, "b": 2}, "N": {"b": 3, "c": 4}}).items()) == [("a", 1), ("b", 3), ("c", 4)]
